@@ -1,0 +1,135 @@
+package tile
+
+import "math"
+
+// BlockN is the largest number of keys one Block holds.
+const BlockN = 128
+
+// Round selects how the unnormalised probabilities P are rounded before the
+// P.V product, mirroring the MMA operand dtype of the GPU kernels.
+type Round uint8
+
+const (
+	// RoundNone keeps P in float32.
+	RoundNone Round = iota
+	// RoundBF16 rounds P to bfloat16 (round to nearest even).
+	RoundBF16
+	// RoundE4M3 rounds P to float8 e4m3fn (round to nearest even, saturating).
+	RoundE4M3
+)
+
+// Block is one block of keys and values packed for the kernels. Load packs
+// it once; every Acc.Update that reads it afterwards reuses the packing.
+type Block struct {
+	n, d int
+	kt   []float32 // [d][BlockN]: kt[c*BlockN+i] = K[i][c]
+	v    []float32 // [BlockN][d]
+}
+
+// NewBlock returns an empty block for head dimension d.
+func NewBlock(d int) *Block {
+	return &Block{d: d, kt: make([]float32, d*BlockN), v: make([]float32, BlockN*d)}
+}
+
+// N returns the number of keys loaded.
+func (b *Block) N() int { return b.n }
+
+// Load packs n <= BlockN keys and values; k and v are [n][d] row-major float32.
+func (b *Block) Load(n int, k, v []float32) {
+	if n < 0 || n > BlockN {
+		panic("tile: Block.Load: n out of range")
+	}
+	d := b.d
+	b.n = n
+	loadBlock(b.kt, b.v, n, d, k, v)
+}
+
+// Acc is the running state of an online softmax over up to maxM query rows.
+type Acc struct {
+	m, d, maxM int
+	q          []float32 // [maxM][d], scaled to base 2
+	o          []float32 // [maxM][d], unnormalised until Finish
+	mx         []float32 // running max of base-2 scores
+	sum        []float32 // running sum of exp2(s - mx)
+	tsum       []float32 // running sum of exp2((s - mx) * invT)
+	scale      float32 // softmax_scale * log2(e)
+	invT       float32
+	temp       bool
+	round      Round
+	s          []float32 // scratch scores [maxM][BlockN]
+}
+
+// NewAcc returns an accumulator for up to maxM rows of head dimension d.
+func NewAcc(maxM, d int) *Acc {
+	return &Acc{
+		d: d, maxM: maxM,
+		q: make([]float32, maxM*d), o: make([]float32, maxM*d),
+		mx: make([]float32, maxM), sum: make([]float32, maxM), tsum: make([]float32, maxM),
+		s: make([]float32, maxM*BlockN),
+	}
+}
+
+// Reset starts a new accumulation over m rows. scale is softmax_scale*log2(e):
+// scores are s = scale * (q . k), in base 2. round selects the P rounding;
+// invT > 0 additionally tracks the temperature sum (logits divided by T,
+// invT = 1/T); invT == 0 disables it.
+func (a *Acc) Reset(m int, scale float32, round Round, invT float32) {
+	if m < 0 || m > a.maxM {
+		panic("tile: Acc.Reset: m out of range")
+	}
+	a.m, a.scale, a.round, a.invT, a.temp = m, scale, round, invT, invT > 0
+	clear(a.o[:m*a.d])
+	for r := 0; r < m; r++ {
+		a.mx[r] = float32(math.Inf(-1))
+		a.sum[r] = 0
+		a.tsum[r] = 0
+	}
+}
+
+// M returns the number of rows of the current accumulation.
+func (a *Acc) M() int { return a.m }
+
+// Q returns row r of the query buffer, to be filled by the caller with the
+// decoded (unscaled) query row.
+func (a *Acc) Q(r int) []float32 { return a.q[r*a.d : (r+1)*a.d] }
+
+// O returns row r of the output; it is normalised after Finish.
+func (a *Acc) O(r int) []float32 { return a.o[r*a.d : (r+1)*a.d] }
+
+// Update folds one block into the accumulation. valid[r] (0..b.N()) is the
+// number of leading keys row r may see; rows with valid[r] == 0 are untouched.
+func (a *Acc) Update(b *Block, valid []int32) {
+	if len(valid) < a.m {
+		panic("tile: Acc.Update: valid shorter than m")
+	}
+	update(a, b, valid)
+}
+
+// Finish normalises every row. lse[r] receives the natural-log log-sum-exp of
+// the scaled scores (-inf and a zero row when no key was visible); tlse, when
+// temperature tracking is on and tlse is non-nil, the same for logits / T.
+func (a *Acc) Finish(lse, tlse []float32) {
+	const ln2 = math.Ln2
+	ninf := float32(math.Inf(-1))
+	for r := 0; r < a.m; r++ {
+		o := a.O(r)
+		s := a.sum[r]
+		if !(s > 0) || math.IsInf(float64(a.mx[r]), -1) {
+			clear(o)
+			lse[r] = ninf
+			if a.temp && tlse != nil {
+				tlse[r] = ninf
+			}
+			continue
+		}
+		inv := 1 / s
+		for c := range o {
+			o[c] *= inv
+		}
+		mx := float64(a.mx[r])
+		lse[r] = float32((mx + math.Log2(float64(s))) * ln2)
+		if a.temp && tlse != nil {
+			tlse[r] = float32((mx*float64(a.invT) + math.Log2(float64(a.tsum[r]))) * ln2)
+		}
+	}
+}

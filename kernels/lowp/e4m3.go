@@ -3,8 +3,8 @@ package lowp
 import "math"
 
 // Float8E4M3FN holds the bits of an OCP float8 e4m3fn value: 1 sign bit,
-// 4 exponent bits (bias 7), 3 mantissa bits, no infinities, NaN = S.1111.111,
-// largest finite magnitude 448.
+// 4 exponent bits (bias 7), 3 mantissa bits, no infinities, NaN = S.1111.111
+// (0x7f and 0xff), largest finite magnitude 448, smallest subnormal 2^-9.
 type Float8E4M3FN uint8
 
 // e4m3Table maps every bit pattern to its float32 value.
@@ -15,33 +15,36 @@ var e4m3Table = func() (t [256]float32) {
 	return
 }()
 
+// e4m3Decode computes the value of one pattern from its fields. The two NaN
+// patterns decode to the quiet float32 NaN with the same sign, as in
+// ml_dtypes.
 func e4m3Decode(b uint8) float32 {
-	sign := float32(1)
-	if b&0x80 != 0 {
-		sign = -1
-	}
+	sign := uint32(b&0x80) << 24
 	e := int(b>>3) & 0xf
-	m := float32(b & 7)
+	m := float64(b & 7)
+	var v float64
 	switch {
 	case e == 0xf && b&7 == 7:
-		return float32(math.NaN())
+		return math.Float32frombits(sign | 0x7fc00000)
 	case e == 0:
-		return sign * m / 8 * float32(math.Ldexp(1, -6))
+		v = m / 8 * math.Ldexp(1, -6)
 	default:
-		return sign * (1 + m/8) * float32(math.Ldexp(1, e-7))
+		v = (1 + m/8) * math.Ldexp(1, e-7)
 	}
+	return math.Float32frombits(sign | math.Float32bits(float32(v)))
 }
 
 // Float32 returns the exact float32 value of x.
 func (x Float8E4M3FN) Float32() float32 { return e4m3Table[x] }
 
 // E4M3 rounds f to the nearest e4m3fn value, ties to even. Values whose
-// rounded magnitude exceeds 448, infinities and NaN become NaN (the
-// behaviour of ml_dtypes and torch casts).
+// rounded magnitude exceeds 448 (that is, |f| > 464), infinities and NaN
+// become NaN with f's sign (the behaviour of ml_dtypes and torch casts).
 func E4M3(f float32) Float8E4M3FN { return e4m3Round(f, false) }
 
 // E4M3Sat is E4M3 with saturation: finite values and infinities beyond the
-// range clamp to +-448 (CUDA's __NV_SATFINITE); NaN stays NaN.
+// range clamp to +-448 (CUDA's __NV_SATFINITE); NaN becomes NaN with f's
+// sign. It equals E4M3 of f clamped to [-448, 448].
 func E4M3Sat(f float32) Float8E4M3FN { return e4m3Round(f, true) }
 
 func e4m3Round(f float32, sat bool) Float8E4M3FN {
@@ -51,36 +54,57 @@ func e4m3Round(f float32, sat bool) Float8E4M3FN {
 	if a > 0x7f800000 {
 		return Float8E4M3FN(sign | 0x7f)
 	}
-	if a == 0x7f800000 {
+	if a < 0x3c800000 { // |f| < 2^-6: subnormal result, multiples of 2^-9
+		// Exact in float64; RoundToEven gives 0..8, and 8 is the encoding
+		// of the smallest normal 2^-6.
+		v := math.RoundToEven(float64(math.Float32frombits(a)) * 512)
+		return Float8E4M3FN(sign | uint8(v))
+	}
+	// Normal: re-bias the exponent (127 -> 7) and keep 3 mantissa bits,
+	// rounding the 20 dropped bits to nearest even. A carry out of the
+	// mantissa correctly bumps the exponent.
+	if a > 0x43e80000 { // |f| > 464 (464 itself ties to even, 448): overflow
 		if sat {
 			return Float8E4M3FN(sign | 0x7e)
 		}
 		return Float8E4M3FN(sign | 0x7f)
 	}
-	x := math.Float32frombits(a)
-	// Smallest normal is 2^-6; subnormal spacing 2^-9.
-	var q uint8
-	if x < 1.0/64 {
-		// Subnormal: multiples of 2^-9, RNE via float64 rounding.
-		v := math.RoundToEven(float64(x) * 512)
-		q = uint8(v) // v <= 8; 8 becomes the smallest normal (exp field 1, mantissa 0)
-	} else {
-		// Normal: keep 3 mantissa bits with RNE on the float32 bits.
-		exp := int(a>>23) - 127
-		mant := a & 0x7fffff
-		r := mant + 0x7ffff + (mant>>20)&1
-		if r >= 0x800000 {
-			r -= 0x800000
-			exp++
-		}
-		e := exp + 7
-		if e > 15 || (e == 15 && r>>20 == 7) {
-			if sat {
-				return Float8E4M3FN(sign | 0x7e)
-			}
-			return Float8E4M3FN(sign | 0x7f)
-		}
-		q = uint8(e<<3) | uint8(r>>20)
+	a -= 120 << 23
+	a += 0x7ffff + (a>>20)&1
+	return Float8E4M3FN(sign | uint8(a>>20))
+}
+
+// DecodeE4M3 writes the float32 value of every element of src to dst, which
+// must be at least as long as src (it panics otherwise).
+func DecodeE4M3(dst []float32, src []Float8E4M3FN) {
+	dst = dst[:len(src)]
+	i := 0
+	for ; i+4 <= len(src); i += 4 {
+		s, d := src[i:i+4:i+4], dst[i:i+4:i+4]
+		d[0] = e4m3Table[s[0]]
+		d[1] = e4m3Table[s[1]]
+		d[2] = e4m3Table[s[2]]
+		d[3] = e4m3Table[s[3]]
 	}
-	return Float8E4M3FN(sign | q)
+	for ; i < len(src); i++ {
+		dst[i] = e4m3Table[src[i]]
+	}
+}
+
+// EncodeE4M3 writes E4M3(src[i]) to dst[i] for every element of src; dst
+// must be at least as long as src (it panics otherwise).
+func EncodeE4M3(dst []Float8E4M3FN, src []float32) {
+	dst = dst[:len(src)]
+	for i, f := range src {
+		dst[i] = e4m3Round(f, false)
+	}
+}
+
+// EncodeE4M3Sat writes E4M3Sat(src[i]) to dst[i] for every element of src;
+// dst must be at least as long as src (it panics otherwise).
+func EncodeE4M3Sat(dst []Float8E4M3FN, src []float32) {
+	dst = dst[:len(src)]
+	for i, f := range src {
+		dst[i] = e4m3Round(f, true)
+	}
 }

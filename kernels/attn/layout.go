@@ -1,0 +1,25 @@
+package attn
+
+// KVLayout addresses key/value token rows of one sequence and KV head.
+//
+// Dense: K is [total_k, Hkv, D]; token t of sequence b, head h is row
+// (CuK[b]+t)*Hkv + h. Paged: K is [num_pages, Hkv, page_size, D]; token t
+// lives in page PageTable[b*PTCols + t/PageSize] at row
+// (page*Hkv + h)*PageSize + t%PageSize.
+type KVLayout struct {
+	Hkv       int
+	Paged     bool
+	CuK       []int32 // dense only
+	PageTable []int32 // paged only, [B][PTCols]
+	PTCols    int
+	PageSize  int
+}
+
+// Row returns the operand row of token t of sequence b, KV head h.
+func (l *KVLayout) Row(b, h, t int) int {
+	if !l.Paged {
+		return (int(l.CuK[b])+t)*l.Hkv + h
+	}
+	page := int(l.PageTable[b*l.PTCols+t/l.PageSize])
+	return (page*l.Hkv+h)*l.PageSize + t%l.PageSize
+}

@@ -1,0 +1,78 @@
+package attn
+
+import (
+	"fmt"
+
+	"github.com/sparseattn/msa/kernels/lowp"
+)
+
+// Dtype is the storage dtype of a Q, K or V operand.
+type Dtype uint8
+
+const (
+	// BF16 is bfloat16 storage.
+	BF16 Dtype = iota + 1
+	// E4M3 is float8 e4m3fn storage.
+	E4M3
+	// NVFP4 is packed E2M1 nibbles with one E4M3 scale per 16 elements in
+	// the cuBLAS 128x4 layout and an optional float32 global scale.
+	NVFP4
+)
+
+// String returns the dtype's short name.
+func (d Dtype) String() string {
+	switch d {
+	case BF16:
+		return "bf16"
+	case E4M3:
+		return "e4m3"
+	case NVFP4:
+		return "nvfp4"
+	}
+	return fmt.Sprintf("Dtype(%d)", uint8(d))
+}
+
+// Operand is a read-only matrix of rows of D elements in one storage dtype.
+// Row r starts at element r*D (NVFP4: byte r*D/2). Exactly one of the slices
+// matching Dtype is set.
+type Operand struct {
+	Dtype Dtype
+	D     int
+	BF16  []lowp.BFloat16
+	E4M3  []lowp.Float8E4M3FN
+	// NVFP4 data: Packed holds D/2 bytes per row, Scales the 128x4-tiled
+	// E4M3 block scales of a Rows x D/16 scale matrix.
+	Packed []uint8
+	Scales []uint8
+	// Global is the NVFP4 global scale folded into decoding (1 when absent).
+	Global float32
+}
+
+// Rows returns the number of rows the operand holds.
+func (o *Operand) Rows() int {
+	if o.D <= 0 {
+		return 0
+	}
+	switch o.Dtype {
+	case BF16:
+		return len(o.BF16) / o.D
+	case E4M3:
+		return len(o.E4M3) / o.D
+	case NVFP4:
+		return len(o.Packed) / (o.D / 2)
+	}
+	return 0
+}
+
+// DecodeRow writes row r as float32 into dst[:D].
+func (o *Operand) DecodeRow(dst []float32, r int) {
+	d := o.D
+	switch o.Dtype {
+	case BF16:
+		lowp.DecodeBF16(dst[:d], o.BF16[r*d:(r+1)*d])
+	case E4M3:
+		lowp.DecodeE4M3(dst[:d], o.E4M3[r*d:(r+1)*d])
+	case NVFP4:
+		lowp.DequantizeNVFP4Row(dst[:d], o.Packed, o.Scales, r, d, o.Global)
+	}
+}

@@ -1,0 +1,155 @@
+package attn
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/sparseattn/msa/kernels/lowp"
+)
+
+// PartialDtype is the storage dtype of per-slot partial outputs.
+type PartialDtype uint8
+
+const (
+	// PartialF32 stores partials as float32.
+	PartialF32 PartialDtype = iota + 1
+	// PartialBF16 stores partials as bfloat16.
+	PartialBF16
+	// PartialF16 stores partials as IEEE float16.
+	PartialF16
+	// PartialE4M3 stores partials as float8 e4m3fn, cast directly without a
+	// scale (saturating at +-448).
+	PartialE4M3
+)
+
+// String returns the dtype's short name.
+func (d PartialDtype) String() string {
+	switch d {
+	case PartialF32:
+		return "f32"
+	case PartialBF16:
+		return "bf16"
+	case PartialF16:
+		return "f16"
+	case PartialE4M3:
+		return "e4m3"
+	}
+	return fmt.Sprintf("PartialDtype(%d)", uint8(d))
+}
+
+// Partials holds per-slot partial outputs of rows of D elements and their
+// log-sum-exps. Row i of O starts at i*D.
+type Partials struct {
+	Dtype PartialDtype
+	D     int
+	F32   []float32
+	BF16  []lowp.BFloat16
+	F16   []lowp.Float16
+	E4M3  []lowp.Float8E4M3FN
+	LSE   []float32
+	TLSE  []float32 // nil unless temperature LSE is computed
+}
+
+// Ensure sizes the partial buffers for rows rows, reusing capacity.
+func (p *Partials) Ensure(dt PartialDtype, d, rows int, temp bool) {
+	p.Dtype, p.D = dt, d
+	n := rows * d
+	switch dt {
+	case PartialF32:
+		p.F32 = grow(p.F32, n)
+	case PartialBF16:
+		p.BF16 = grow(p.BF16, n)
+	case PartialF16:
+		p.F16 = grow(p.F16, n)
+	case PartialE4M3:
+		p.E4M3 = grow(p.E4M3, n)
+	}
+	p.LSE = grow(p.LSE, rows)
+	if temp {
+		p.TLSE = grow(p.TLSE, rows)
+	} else {
+		p.TLSE = p.TLSE[:0]
+	}
+}
+
+func grow[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
+}
+
+// store writes row i from src (len D), rounding to the partial dtype.
+func (p *Partials) store(i int, src []float32) {
+	d := p.D
+	switch p.Dtype {
+	case PartialF32:
+		copy(p.F32[i*d:(i+1)*d], src)
+	case PartialBF16:
+		lowp.EncodeBF16(p.BF16[i*d:(i+1)*d], src)
+	case PartialF16:
+		lowp.EncodeF16(p.F16[i*d:(i+1)*d], src)
+	case PartialE4M3:
+		lowp.EncodeE4M3Sat(p.E4M3[i*d:(i+1)*d], src)
+	}
+}
+
+// axpy adds w * row i to acc.
+func (p *Partials) axpy(acc []float32, w float32, i int, tmp []float32) {
+	d := p.D
+	var row []float32
+	switch p.Dtype {
+	case PartialF32:
+		row = p.F32[i*d : (i+1)*d]
+	case PartialBF16:
+		lowp.DecodeBF16(tmp[:d], p.BF16[i*d:(i+1)*d])
+		row = tmp[:d]
+	case PartialF16:
+		lowp.DecodeF16(tmp[:d], p.F16[i*d:(i+1)*d])
+		row = tmp[:d]
+	case PartialE4M3:
+		lowp.DecodeE4M3(tmp[:d], p.E4M3[i*d:(i+1)*d])
+		row = tmp[:d]
+	}
+	for c, x := range row {
+		acc[c] += w * x
+	}
+}
+
+// mergeLSE combines log-sum-exps lses (natural log) per SPEC section 5 and
+// returns the merged LSE and the weights w_s / S in ws (same length). It
+// reports ok = false when nothing is visible (every LSE -inf, or S is 0 or
+// NaN); the caller then writes O = 0 and LSE = -inf.
+func mergeLSE(lses, ws []float32) (lse float32, ok bool) {
+	if len(lses) == 0 {
+		return float32(math.Inf(-1)), false
+	}
+	m := float32(math.Inf(-1))
+	for _, l := range lses {
+		if l > m {
+			m = l
+		}
+	}
+	if math.IsInf(float64(m), -1) || m != m {
+		return float32(math.Inf(-1)), false
+	}
+	var s float32
+	for i, l := range lses {
+		w := float32(math.Exp(float64(l - m)))
+		if l != l {
+			w = 0
+		}
+		ws[i] = w
+		s += w
+	}
+	if !(s > 0) || math.IsInf(float64(s), 0) {
+		return float32(math.Inf(-1)), false
+	}
+	inv := 1 / s
+	for i := range ws[:len(lses)] {
+		ws[i] *= inv
+	}
+	return m + float32(math.Log(float64(s))), true
+}
+
+func encodeBF16(dst []lowp.BFloat16, src []float32) { lowp.EncodeBF16(dst, src) }

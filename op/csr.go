@@ -1,0 +1,66 @@
+package op
+
+import (
+	"fmt"
+
+	"github.com/sparseattn/msa/kernels/plan"
+	"gorgonia.org/tensor"
+)
+
+// BuildK2QCSR inverts q2k_indices [Hkv, total_q, topK] (batch-local block
+// ids, -1 = unused) into the k2q CSR (the reference's
+// sparse_index_utils.build_k2q_csr): k2q_row_ptr [Hkv, total_rows+1] and
+// k2q_q_indices [Hkv, total_q*topK], rows numbered block-major then batch,
+// query indices ascending within a row and -1 after the last valid entry.
+// blkKV 0 means 128. Ids out of range and duplicate ids are rejected.
+func BuildK2QCSR(q2kIndices, cuSeqlensQ, cuSeqlensK tensor.Tensor, blkKV int) (rowPtr, qIndices *tensor.Dense, err error) {
+	const fn = "BuildK2QCSR"
+	c := &checker{fn: fn}
+	q2k := c.dense(q2kIndices, "q2k_indices")
+	c.dtype(q2k, "q2k_indices", tensor.Int32)
+	c.rank(q2k, "q2k_indices", "[Hkv, total_q, topK]", 3)
+	cuQ := cuSeqlens(c, cuSeqlensQ, "cu_seqlens_q", -1, "")
+	cuK := cuSeqlens(c, cuSeqlensK, "cu_seqlens_k", -1, "")
+	if c.err != nil {
+		return nil, nil, c.err
+	}
+	if blkKV == 0 {
+		blkKV = 128
+	}
+	c.need(blkKV >= 1, "blk_kv", ">= 1", blkKV)
+	c.need(len(cuK) == len(cuQ), "cu_seqlens_k", fmt.Sprintf("shape [B + 1] = [%d] matching cu_seqlens_q", len(cuQ)), len(cuK))
+	s := q2k.Shape()
+	hkv, totalQ, topK := s[0], s[1], s[2]
+	c.need(hkv >= 1 && topK >= 1, "q2k_indices", "Hkv >= 1 and topK >= 1", shapeStr(q2k))
+	if c.err != nil {
+		return nil, nil, c.err
+	}
+	csr, err := plan.BuildK2QCSR(nil, int32s(q2k), hkv, totalQ, topK, cuQ, cuK, blkKV)
+	if err != nil {
+		return nil, nil, wrapArg(fn, "q2k_indices", err)
+	}
+	rowPtr = tensor.New(tensor.WithShape(hkv, csr.TotalRows+1), tensor.WithBacking(csr.RowPtr))
+	qIndices = tensor.New(tensor.WithShape(hkv, csr.Stride), tensor.WithBacking(csr.QIdx))
+	return rowPtr, qIndices, nil
+}
+
+// compactRowPtr returns the first total+1 pointers of each head of a row
+// pointer array with capRows+1 pointers per head. Rows past total must be
+// empty (padding of a fixed-capacity CSR).
+func compactRowPtr(fn string, rp []int32, hkv, capRows, total int) ([]int32, error) {
+	if capRows == total {
+		return rp, nil
+	}
+	out := make([]int32, hkv*(total+1))
+	for h := 0; h < hkv; h++ {
+		src := rp[h*(capRows+1) : (h+1)*(capRows+1)]
+		for r := total + 1; r <= capRows; r++ {
+			if src[r] != src[total] {
+				return nil, argErr(fn, fmt.Sprintf("k2q_row_ptr[%d, %d]", h, r),
+					fmt.Sprintf("padding rows past total_rows = %d to be empty (= %d)", total, src[total]), src[r])
+			}
+		}
+		copy(out[h*(total+1):], src[:total+1])
+	}
+	return out, nil
+}

@@ -1,0 +1,307 @@
+package op
+
+import (
+	"fmt"
+	"hash"
+	"sync"
+
+	"github.com/chewxy/hm"
+	"github.com/sparseattn/msa/kernels/attn"
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+)
+
+// AttnOption configures a SparseAttention node.
+type AttnOption func(*attnConfig)
+
+// attnConfig holds the scalar options and the optional input nodes.
+type attnConfig struct {
+	causal      bool
+	scale       float64
+	temperature float64
+	partial     tensor.Dtype
+	qk, pv      tensor.Dtype
+	workers     int
+	pageTable   *G.Node
+	seqused     *G.Node
+	nvfp4       bool
+	kScale      *G.Node
+	vScale      *G.Node
+	kGlobal     *G.Node
+	vGlobal     *G.Node
+}
+
+// Causal applies bottom-right aligned causal masking.
+func Causal() AttnOption { return func(c *attnConfig) { c.causal = true } }
+
+// SoftmaxScale sets softmax_scale (default 1/sqrt(D)).
+func SoftmaxScale(x float64) AttnOption { return func(c *attnConfig) { c.scale = x } }
+
+// Temperature sets lse_temperature_scale T for the TemperatureLSE node.
+func Temperature(t float64) AttnOption { return func(c *attnConfig) { c.temperature = t } }
+
+// PartialDtype sets partial_dtype: float32, BFloat16 (default), Float16 or
+// Float8E4M3FN.
+func PartialDtype(dt tensor.Dtype) AttnOption { return func(c *attnConfig) { c.partial = dt } }
+
+// MMADtypes sets qk_dtype and pv_dtype (zero Dtype = reference default).
+func MMADtypes(qk, pv tensor.Dtype) AttnOption {
+	return func(c *attnConfig) { c.qk, c.pv = qk, pv }
+}
+
+// Workers caps the goroutines (usable_SM_count); it should match the
+// FwdSchedule node's worker count. <= 0 uses runtime.GOMAXPROCS(0).
+func Workers(n int) AttnOption { return func(c *attnConfig) { c.workers = n } }
+
+// Paged selects the paged K/V layout with page_table [B, pages] and an
+// optional seqused_k [B] (nil for none).
+func Paged(pageTable, sequsedK *G.Node) AttnOption {
+	return func(c *attnConfig) { c.pageTable, c.seqused = pageTable, sequsedK }
+}
+
+// NVFP4KV selects packed NVFP4 K/V with their 128x4 block scales and
+// optional float32 global scales (nil for none).
+func NVFP4KV(kScale, vScale, kGlobal, vGlobal *G.Node) AttnOption {
+	return func(c *attnConfig) {
+		c.nvfp4, c.kScale, c.vScale, c.kGlobal, c.vGlobal = true, kScale, vScale, kGlobal, vGlobal
+	}
+}
+
+// attnState is shared by an attention node and its LSE accessor nodes: the
+// attention's Do stores the side results, the accessors return them.
+type attnState struct {
+	mu        sync.Mutex
+	needT     bool
+	lse, tlse *tensor.Dense
+	ws        *attn.Workspace
+}
+
+// sparseAttnOp is the sparse prefill attention node.
+type sparseAttnOp struct {
+	opBase
+	cfg      attnConfig
+	sched    schedLayout
+	inDtypes []tensor.Dtype
+	inDims   []int
+	outShape tensor.Shape
+	st       *attnState
+}
+
+func (op *sparseAttnOp) Arity() int { return len(op.inDtypes) }
+func (op *sparseAttnOp) Type() hm.Type {
+	ts := make([]hm.Type, 0, len(op.inDtypes)+1)
+	for i, dt := range op.inDtypes {
+		ts = append(ts, tt(op.inDims[i], dt))
+	}
+	ts = append(ts, tt(3, BFloat16))
+	return fnType(ts...)
+}
+func (op *sparseAttnOp) InferShape(...G.DimSizer) (tensor.Shape, error) {
+	return op.outShape.Clone(), nil
+}
+func (op *sparseAttnOp) WriteHash(h hash.Hash) {
+	c := op.cfg
+	fmt.Fprintf(h, "msa.SparseAttention/%v/%v/%v/%v/%v/%v/%v/%d/%v/%p", c.causal, c.scale, c.temperature,
+		c.partial, c.qk, c.pv, c.nvfp4, c.workers, op.sched.csr, op.st)
+}
+func (op *sparseAttnOp) Hashcode() uint32 { return hashOf(op) }
+func (op *sparseAttnOp) String() string {
+	return fmt.Sprintf("SparseAttention{causal=%v, topK=%d}", op.cfg.causal, op.sched.csr.TopK)
+}
+
+func (op *sparseAttnOp) Do(vals ...G.Value) (G.Value, error) {
+	const fn = "SparseAttention"
+	if len(vals) != op.Arity() {
+		return nil, argErr(fn, "inputs", fmt.Sprintf("%d values", op.Arity()), len(vals))
+	}
+	ts := make([]*tensor.Dense, len(vals))
+	for i, v := range vals {
+		d, err := denseOf(fn, fmt.Sprintf("input %d", i), v)
+		if err != nil {
+			return nil, err
+		}
+		ts[i] = d
+	}
+	l := op.sched.csr
+	rp, qi := l.split(int32s(ts[3]))
+	sv := int32s(ts[4])
+	if len(sv) != op.sched.len() {
+		return nil, argErr(fn, "schedule", fmt.Sprintf("%d elements", op.sched.len()), len(sv))
+	}
+	op.st.mu.Lock()
+	defer op.st.mu.Unlock()
+	args := SparseArgs{
+		CuSeqlensQ: ts[5], CuSeqlensK: ts[6], BlkKV: l.BlkKV, Causal: op.cfg.causal,
+		SoftmaxScale: op.cfg.scale, LSETemperatureScale: op.cfg.temperature,
+		ReturnTemperatureLSE: op.st.needT, ReturnSoftmaxLSE: true, PartialDtype: op.cfg.partial,
+		Schedule: &Schedule{s: *op.sched.unpack(sv)}, Workers: op.cfg.workers,
+		QKDtype: op.cfg.qk, PVDtype: op.cfg.pv,
+	}
+	i := 7
+	if op.cfg.pageTable != nil {
+		args.PageTable = ts[i]
+		i++
+		if op.cfg.seqused != nil {
+			args.SequsedK = ts[i]
+			i++
+		}
+	}
+	rowPtr := tensor.New(tensor.WithShape(l.Hkv, l.RowCap+1), tensor.WithBacking(rp))
+	qIdx := tensor.New(tensor.WithShape(l.Hkv, l.Stride), tensor.WithBacking(qi))
+	var nv *nvfp4Inputs
+	if op.cfg.nvfp4 {
+		nv = &nvfp4Inputs{kScale: ts[i], vScale: ts[i+1]}
+		i += 2
+		if op.cfg.kGlobal != nil {
+			nv.kGlobal = ts[i]
+			i++
+		}
+		if op.cfg.vGlobal != nil {
+			nv.vGlobal = ts[i]
+		}
+	}
+	sc, err := validateSparse(fn, ts[0], ts[1], ts[2], rowPtr, qIdx, l.TopK, &args, nv)
+	if err != nil {
+		return nil, err
+	}
+	if op.st.ws == nil {
+		op.st.ws = attn.NewWorkspace(sc.workers, sc.p.D)
+	}
+	res := sc.run(op.st.ws, nil)
+	op.st.lse, op.st.tlse = res.LSE, res.TemperatureLSE
+	return res.Out, nil
+}
+
+// SparseAttention adds block-sparse attention after a CSR node (K2QCSR or
+// PackK2QCSR) and its FwdSchedule node. q is [total_q, Hq, D] BFloat16 or
+// Float8E4M3FN; k, v are [total_k, Hkv, D] (or paged / NVFP4 per the
+// options); cuQ, cuK are int32 [B+1]. The node's value is O, BFloat16
+// [total_q, Hq, D]; LSE(node) and TemperatureLSE(node) expose the side
+// results computed by the same run.
+func SparseAttention(q, k, v, csr, sched, cuQ, cuK *G.Node, opts ...AttnOption) (*G.Node, error) {
+	const fn = "SparseAttention"
+	var cfg attnConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
+	l, err := csrOf(fn, csr)
+	if err != nil {
+		return nil, err
+	}
+	if err := nodeCheck(fn, "q", q, 3, BFloat16, Float8E4M3FN); err != nil {
+		return nil, err
+	}
+	kv := []tensor.Dtype{BFloat16, Float8E4M3FN}
+	kvDims := 3
+	if cfg.nvfp4 {
+		kv = []tensor.Dtype{tensor.Uint8}
+	}
+	if cfg.pageTable != nil {
+		kvDims = 4
+	}
+	if err := nodeCheck(fn, "k", k, kvDims, kv...); err != nil {
+		return nil, err
+	}
+	if err := nodeCheck(fn, "v", v, kvDims, kv...); err != nil {
+		return nil, err
+	}
+	qs := q.Shape()
+	hkv := k.Shape()[1]
+	if hkv < 1 || qs[1]%hkv != 0 || qs[0] != l.TotalQ || hkv != l.Hkv {
+		return nil, argErr(fn, "q", fmt.Sprintf("[total_q = %d, Hq divisible by Hkv = %d, D] consistent with the CSR", l.TotalQ, l.Hkv), fmt.Sprint(qs))
+	}
+	if err := nodeCheck(fn, "sched", sched, 1, tensor.Int32); err != nil {
+		return nil, err
+	}
+	ws := workers(cfg.workers)
+	sl := newSchedLayout(l, qs[1]/hkv, ws)
+	if sched.Shape()[0] != sl.len() {
+		return nil, argErr(fn, "sched", fmt.Sprintf("a FwdSchedule value of %d elements for this CSR and qhead_per_kv", sl.len()), fmt.Sprint(sched.Shape()))
+	}
+	inputs := []*G.Node{q, k, v, csr, sched, cuQ, cuK}
+	if cfg.pageTable != nil {
+		inputs = append(inputs, cfg.pageTable)
+		if cfg.seqused != nil {
+			inputs = append(inputs, cfg.seqused)
+		}
+	}
+	if cfg.nvfp4 {
+		inputs = append(inputs, cfg.kScale, cfg.vScale)
+		if cfg.kGlobal != nil {
+			inputs = append(inputs, cfg.kGlobal)
+		}
+		if cfg.vGlobal != nil {
+			inputs = append(inputs, cfg.vGlobal)
+		}
+	}
+	op := &sparseAttnOp{cfg: cfg, sched: sl, outShape: tensor.Shape{qs[0], qs[1], qs[2]}, st: &attnState{}}
+	for i, n := range inputs {
+		if n == nil {
+			return nil, argErr(fn, fmt.Sprintf("input %d", i), "a node", "nil")
+		}
+		op.inDtypes = append(op.inDtypes, n.Dtype())
+		op.inDims = append(op.inDims, n.Shape().Dims())
+	}
+	return G.ApplyOp(op, inputs...)
+}
+
+// lseOp returns a side result (LSE or temperature LSE) of an attention node.
+type lseOp struct {
+	opBase
+	st    *attnState
+	temp  bool
+	shape tensor.Shape
+}
+
+func (op *lseOp) Arity() int                                     { return 1 }
+func (op *lseOp) Type() hm.Type                                  { return fnType(tt(3, BFloat16), tt(2, tensor.Float32)) }
+func (op *lseOp) InferShape(...G.DimSizer) (tensor.Shape, error) { return op.shape.Clone(), nil }
+func (op *lseOp) WriteHash(h hash.Hash)                          { fmt.Fprintf(h, "msa.LSE/%v/%p", op.temp, op.st) }
+func (op *lseOp) Hashcode() uint32                               { return hashOf(op) }
+func (op *lseOp) String() string {
+	if op.temp {
+		return "TemperatureLSE"
+	}
+	return "LSE"
+}
+
+func (op *lseOp) Do(vals ...G.Value) (G.Value, error) {
+	op.st.mu.Lock()
+	defer op.st.mu.Unlock()
+	t := op.st.lse
+	if op.temp {
+		t = op.st.tlse
+	}
+	if t == nil {
+		return nil, argErr(op.String(), "attention", "an attention node that has run before this node", "no result")
+	}
+	return t, nil
+}
+
+// lseNode builds an accessor node.
+func lseNode(fn string, out *G.Node, temp bool) (*G.Node, error) {
+	if out == nil {
+		return nil, argErr(fn, "out", "a SparseAttention or decode attention node", "nil")
+	}
+	var st *attnState
+	switch o := out.Op().(type) {
+	case *sparseAttnOp:
+		st = o.st
+	default:
+		return nil, argErr(fn, "out", "a SparseAttention or decode attention node", fmt.Sprint(out.Op()))
+	}
+	if temp {
+		st.needT = true
+	}
+	s := out.Shape()
+	return G.ApplyOp(&lseOp{st: st, temp: temp, shape: tensor.Shape{s[0], s[1]}}, out)
+}
+
+// LSE returns a node holding the natural-log LSE [total_q, Hq] float32
+// computed by the attention node out (nothing is recomputed).
+func LSE(out *G.Node) (*G.Node, error) { return lseNode("LSE", out, false) }
+
+// TemperatureLSE returns a node holding logsumexp(s/T) [total_q, Hq]
+// float32 of the sparse attention node out (T from the Temperature option;
+// equal to LSE when T = 1).
+func TemperatureLSE(out *G.Node) (*G.Node, error) { return lseNode("TemperatureLSE", out, true) }

@@ -1,0 +1,212 @@
+package op
+
+import (
+	"fmt"
+	"hash"
+
+	"github.com/chewxy/hm"
+	"github.com/sparseattn/msa/kernels/plan"
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+)
+
+// csrLayout describes the packed k2q CSR value of the graph ops:
+// [Hkv, RowCap+1 + Stride] int32, each head's row is RowCap+1 row pointers
+// (rows past total_rows are empty) followed by Stride query indices.
+type csrLayout struct {
+	Hkv, RowCap, Stride, TotalQ, TopK, BlkKV int
+}
+
+func (l csrLayout) width() int { return l.RowCap + 1 + l.Stride }
+
+// split returns row_ptr [Hkv][RowCap+1] and q_indices [Hkv][Stride] copies
+// of a packed value.
+func (l csrLayout) split(packed []int32) (rp, qi []int32) {
+	rp = make([]int32, l.Hkv*(l.RowCap+1))
+	qi = make([]int32, l.Hkv*l.Stride)
+	for h := 0; h < l.Hkv; h++ {
+		row := packed[h*l.width() : (h+1)*l.width()]
+		copy(rp[h*(l.RowCap+1):], row[:l.RowCap+1])
+		copy(qi[h*l.Stride:], row[l.RowCap+1:])
+	}
+	return rp, qi
+}
+
+// csrProducer is implemented by the ops whose value is a packed CSR.
+type csrProducer interface{ csrLayout() csrLayout }
+
+// csrOp builds the packed k2q CSR from q2k_indices, cu_seqlens_q and
+// cu_seqlens_k.
+type csrOp struct {
+	opBase
+	l csrLayout
+}
+
+func (op *csrOp) csrLayout() csrLayout { return op.l }
+func (op *csrOp) Arity() int           { return 3 }
+func (op *csrOp) Type() hm.Type {
+	return fnType(tt(3, tensor.Int32), tt(1, tensor.Int32), tt(1, tensor.Int32), tt(2, tensor.Int32))
+}
+func (op *csrOp) InferShape(...G.DimSizer) (tensor.Shape, error) {
+	return tensor.Shape{op.l.Hkv, op.l.width()}, nil
+}
+func (op *csrOp) WriteHash(h hash.Hash) { fmt.Fprintf(h, "msa.K2QCSR%+v", op.l) }
+func (op *csrOp) Hashcode() uint32      { return hashOf(op) }
+func (op *csrOp) String() string {
+	return fmt.Sprintf("K2QCSR{blk_kv=%d, rows<=%d}", op.l.BlkKV, op.l.RowCap)
+}
+
+func (op *csrOp) Do(vals ...G.Value) (G.Value, error) {
+	const fn = "K2QCSR"
+	if len(vals) != 3 {
+		return nil, argErr(fn, "inputs", "3 values", len(vals))
+	}
+	c := &checker{fn: fn}
+	q2k := c.dense(tv(vals[0]), "q2k_indices")
+	c.dtype(q2k, "q2k_indices", tensor.Int32)
+	cuQ := cuSeqlens(c, tv(vals[1]), "cu_seqlens_q", op.l.TotalQ, fmt.Sprintf("total_q = %d", op.l.TotalQ))
+	cuK := cuSeqlens(c, tv(vals[2]), "cu_seqlens_k", -1, "")
+	if c.err != nil {
+		return nil, c.err
+	}
+	l := op.l
+	csr, err := plan.BuildK2QCSR(nil, int32s(q2k), l.Hkv, l.TotalQ, l.TopK, cuQ, cuK, l.BlkKV)
+	if err != nil {
+		return nil, wrapArg(fn, "q2k_indices", err)
+	}
+	if csr.TotalRows > l.RowCap {
+		return nil, argErr(fn, "cu_seqlens_k",
+			fmt.Sprintf("at most %d CSR rows (B * ceil(max_seqlen_k / blk_kv) given at graph construction)", l.RowCap), csr.TotalRows)
+	}
+	packed := make([]int32, l.Hkv*l.width())
+	for h := 0; h < l.Hkv; h++ {
+		row := packed[h*l.width() : (h+1)*l.width()]
+		src := csr.RowPtr[h*(csr.TotalRows+1) : (h+1)*(csr.TotalRows+1)]
+		copy(row, src)
+		for r := csr.TotalRows + 1; r <= l.RowCap; r++ {
+			row[r] = src[csr.TotalRows]
+		}
+		copy(row[l.RowCap+1:], csr.QIdx[h*csr.Stride:(h+1)*csr.Stride])
+	}
+	return tensor.New(tensor.WithShape(l.Hkv, l.width()), tensor.WithBacking(packed)), nil
+}
+
+// K2QCSR adds the k2q CSR build (SPEC section 2) to q2k's graph: q2k is
+// int32 [Hkv, total_q, topK], cuQ and cuK int32 [B+1]. Because a node's
+// shape may depend only on input shapes, the CSR has a fixed row capacity
+// of B * ceil(maxSeqlenK / blkKV) rows (rows past the real total are empty);
+// a cu_seqlens_k with a longer sequence is an error at run time. blkKV 0
+// means 128. The value is a packed [Hkv, rows+1 + total_q*topK] int32
+// tensor read by FwdSchedule and SparseAttention.
+func K2QCSR(q2k, cuQ, cuK *G.Node, blkKV, maxSeqlenK int) (*G.Node, error) {
+	const fn = "K2QCSR"
+	if err := nodeCheck(fn, "q2k_indices", q2k, 3, tensor.Int32); err != nil {
+		return nil, err
+	}
+	if err := nodeCheck(fn, "cu_seqlens_q", cuQ, 1, tensor.Int32); err != nil {
+		return nil, err
+	}
+	if err := nodeCheck(fn, "cu_seqlens_k", cuK, 1, tensor.Int32); err != nil {
+		return nil, err
+	}
+	if blkKV == 0 {
+		blkKV = 128
+	}
+	if blkKV < 1 || blkKV > 128 {
+		return nil, argErr(fn, "blk_kv", "1 <= blk_kv <= 128", fmt.Sprint(blkKV))
+	}
+	if maxSeqlenK < 1 {
+		return nil, argErr(fn, "max_seqlen_k", ">= 1", fmt.Sprint(maxSeqlenK))
+	}
+	if cuQ.Shape()[0] != cuK.Shape()[0] || cuQ.Shape()[0] < 1 {
+		return nil, argErr(fn, "cu_seqlens_k", fmt.Sprintf("shape [B + 1] = %v matching cu_seqlens_q", cuQ.Shape()), fmt.Sprint(cuK.Shape()))
+	}
+	s := q2k.Shape()
+	batch := cuQ.Shape()[0] - 1
+	l := csrLayout{Hkv: s[0], TotalQ: s[1], TopK: s[2], BlkKV: blkKV, Stride: s[1] * s[2],
+		RowCap: batch * ((maxSeqlenK + blkKV - 1) / blkKV)}
+	if l.Hkv < 1 || l.TopK < 1 || l.TopK > maxTopK {
+		return nil, argErr(fn, "q2k_indices", fmt.Sprintf("shape [Hkv >= 1, total_q, 1 <= topK <= %d]", maxTopK), fmt.Sprint(s))
+	}
+	return G.ApplyOp(&csrOp{l: l}, q2k, cuQ, cuK)
+}
+
+// packCSROp packs a caller-supplied (k2q_row_ptr, k2q_q_indices) pair into
+// the CSR value of the graph ops.
+type packCSROp struct {
+	opBase
+	l csrLayout
+}
+
+func (op *packCSROp) csrLayout() csrLayout { return op.l }
+func (op *packCSROp) Arity() int           { return 2 }
+func (op *packCSROp) Type() hm.Type {
+	return fnType(tt(2, tensor.Int32), tt(2, tensor.Int32), tt(2, tensor.Int32))
+}
+func (op *packCSROp) InferShape(...G.DimSizer) (tensor.Shape, error) {
+	return tensor.Shape{op.l.Hkv, op.l.width()}, nil
+}
+func (op *packCSROp) WriteHash(h hash.Hash) { fmt.Fprintf(h, "msa.PackK2QCSR%+v", op.l) }
+func (op *packCSROp) Hashcode() uint32      { return hashOf(op) }
+func (op *packCSROp) String() string        { return "PackK2QCSR" }
+
+func (op *packCSROp) Do(vals ...G.Value) (G.Value, error) {
+	const fn = "PackK2QCSR"
+	c := &checker{fn: fn}
+	rp := c.dense(tv(vals[0]), "k2q_row_ptr")
+	qi := c.dense(tv(vals[1]), "k2q_q_indices")
+	if c.err != nil {
+		return nil, c.err
+	}
+	l := op.l
+	r, q := int32s(rp), int32s(qi)
+	c.need(len(r) == l.Hkv*(l.RowCap+1), "k2q_row_ptr", fmt.Sprintf("%d elements", l.Hkv*(l.RowCap+1)), len(r))
+	c.need(len(q) == l.Hkv*l.Stride, "k2q_q_indices", fmt.Sprintf("%d elements", l.Hkv*l.Stride), len(q))
+	if c.err != nil {
+		return nil, c.err
+	}
+	packed := make([]int32, l.Hkv*l.width())
+	for h := 0; h < l.Hkv; h++ {
+		row := packed[h*l.width() : (h+1)*l.width()]
+		copy(row, r[h*(l.RowCap+1):(h+1)*(l.RowCap+1)])
+		copy(row[l.RowCap+1:], q[h*l.Stride:(h+1)*l.Stride])
+	}
+	return tensor.New(tensor.WithShape(l.Hkv, l.width()), tensor.WithBacking(packed)), nil
+}
+
+// PackK2QCSR wraps a caller-built CSR (rowPtr [Hkv, total_rows+1],
+// qIndices [Hkv, >= total_q*topK], e.g. from BuildK2QCSR) as the CSR value
+// FwdSchedule and SparseAttention read.
+func PackK2QCSR(rowPtr, qIndices *G.Node, totalQ, topK, blkKV int) (*G.Node, error) {
+	const fn = "PackK2QCSR"
+	if err := nodeCheck(fn, "k2q_row_ptr", rowPtr, 2, tensor.Int32); err != nil {
+		return nil, err
+	}
+	if err := nodeCheck(fn, "k2q_q_indices", qIndices, 2, tensor.Int32); err != nil {
+		return nil, err
+	}
+	if blkKV == 0 {
+		blkKV = 128
+	}
+	rs, qs := rowPtr.Shape(), qIndices.Shape()
+	if rs[0] != qs[0] || rs[0] < 1 || rs[1] < 1 {
+		return nil, argErr(fn, "k2q_q_indices", fmt.Sprintf("leading dimension Hkv = %d", rs[0]), fmt.Sprint(qs))
+	}
+	if topK < 1 || topK > maxTopK || totalQ < 0 || qs[1] < totalQ*topK {
+		return nil, argErr(fn, "k2q_q_indices", fmt.Sprintf("shape [Hkv, >= total_q * topK] with 1 <= topK <= %d", maxTopK), fmt.Sprintf("%v for total_q=%d topK=%d", qs, totalQ, topK))
+	}
+	l := csrLayout{Hkv: rs[0], RowCap: rs[1] - 1, Stride: qs[1], TotalQ: totalQ, TopK: topK, BlkKV: blkKV}
+	return G.ApplyOp(&packCSROp{l: l}, rowPtr, qIndices)
+}
+
+// csrOf returns the layout of a CSR node.
+func csrOf(fn string, csr *G.Node) (csrLayout, error) {
+	if csr == nil {
+		return csrLayout{}, argErr(fn, "csr", "a node", "nil")
+	}
+	p, ok := csr.Op().(csrProducer)
+	if !ok {
+		return csrLayout{}, argErr(fn, "csr", "a node made by K2QCSR or PackK2QCSR", fmt.Sprintf("%v", csr.Op()))
+	}
+	return p.csrLayout(), nil
+}

@@ -1,0 +1,133 @@
+package op
+
+import (
+	"fmt"
+	"hash"
+
+	"github.com/chewxy/hm"
+	"github.com/sparseattn/msa/kernels/plan"
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+)
+
+// schedLayout describes the packed forward-schedule value of the graph
+// ops, a 1-D int32 tensor:
+//
+//	[0]                         work_count
+//	[1, 1+6*Capacity)           scheduler_metadata [Capacity][6]
+//	then Hkv*Stride             qsplit_indices (layout of k2q_q_indices)
+//	then TotalQ*Hkv             split_counts [TotalQ][Hkv]
+//
+// Capacity follows from the input shapes (plan.FwdCapacity over the CSR's
+// row capacity), so the length is known when the graph is built.
+type schedLayout struct {
+	csr      csrLayout
+	qpk      int
+	workers  int
+	capacity int
+}
+
+func newSchedLayout(l csrLayout, qpk, workers int) schedLayout {
+	p := plan.FwdParams{TotalQ: l.TotalQ, Hkv: l.Hkv, QheadPerKV: qpk, TopK: l.TopK, BlkKV: l.BlkKV, Workers: workers}
+	return schedLayout{csr: l, qpk: qpk, workers: workers, capacity: plan.FwdCapacity(l.RowCap, p)}
+}
+
+func (s schedLayout) len() int {
+	return 1 + 6*s.capacity + s.csr.Hkv*s.csr.Stride + s.csr.TotalQ*s.csr.Hkv
+}
+
+// unpack views a packed schedule value as a plan.FwdSchedule (no copy).
+func (s schedLayout) unpack(v []int32) *plan.FwdSchedule {
+	m := 1 + 6*s.capacity
+	qs := m + s.csr.Hkv*s.csr.Stride
+	return &plan.FwdSchedule{
+		Capacity: s.capacity, WorkCount: v[0], Metadata: v[1:m],
+		QSplit: v[m:qs], SplitCounts: v[qs:],
+	}
+}
+
+func (s schedLayout) params() plan.FwdParams {
+	return plan.FwdParams{TotalQ: s.csr.TotalQ, Hkv: s.csr.Hkv, QheadPerKV: s.qpk, TopK: s.csr.TopK, BlkKV: s.csr.BlkKV, Workers: s.workers}
+}
+
+// schedOp builds the forward schedule (SPEC section 3) from a packed CSR.
+type schedOp struct {
+	opBase
+	s schedLayout
+}
+
+func (op *schedOp) Arity() int { return 3 }
+func (op *schedOp) Type() hm.Type {
+	return fnType(tt(2, tensor.Int32), tt(1, tensor.Int32), tt(1, tensor.Int32), tt(1, tensor.Int32))
+}
+func (op *schedOp) InferShape(...G.DimSizer) (tensor.Shape, error) {
+	return tensor.Shape{op.s.len()}, nil
+}
+func (op *schedOp) WriteHash(h hash.Hash) {
+	fmt.Fprintf(h, "msa.FwdSchedule%+v/%d/%d", op.s.csr, op.s.qpk, op.s.workers)
+}
+func (op *schedOp) Hashcode() uint32 { return hashOf(op) }
+func (op *schedOp) String() string {
+	return fmt.Sprintf("FwdSchedule{workers=%d, capacity=%d}", op.s.workers, op.s.capacity)
+}
+
+func (op *schedOp) Do(vals ...G.Value) (G.Value, error) {
+	const fn = "FwdSchedule"
+	c := &checker{fn: fn}
+	packed := c.dense(tv(vals[0]), "csr")
+	l := op.s.csr
+	cuQ := cuSeqlens(c, tv(vals[1]), "cu_seqlens_q", l.TotalQ, fmt.Sprintf("total_q = %d", l.TotalQ))
+	cuK := cuSeqlens(c, tv(vals[2]), "cu_seqlens_k", -1, "")
+	if c.err != nil {
+		return nil, c.err
+	}
+	rows, err := plan.NewRows(cuK, l.BlkKV)
+	if err != nil {
+		return nil, wrapArg(fn, "cu_seqlens_k", err)
+	}
+	if rows.Total > l.RowCap {
+		return nil, argErr(fn, "cu_seqlens_k", fmt.Sprintf("at most %d CSR rows", l.RowCap), rows.Total)
+	}
+	rp, qi := l.split(int32s(packed))
+	rpc, err := compactRowPtr(fn, rp, l.Hkv, l.RowCap, rows.Total)
+	if err != nil {
+		return nil, err
+	}
+	csr := plan.CSR{Hkv: l.Hkv, TotalRows: rows.Total, Stride: l.Stride, RowPtr: rpc, QIdx: qi}
+	built, err := plan.BuildFwdSchedule(nil, &csr, rows, cuQ, op.s.params())
+	if err != nil {
+		return nil, wrapArg(fn, "csr", err)
+	}
+	out := make([]int32, op.s.len())
+	dst := op.s.unpack(out)
+	dst.WorkCount = built.WorkCount
+	out[0] = built.WorkCount
+	copy(dst.Metadata, built.Metadata)
+	copy(dst.QSplit, built.QSplit)
+	copy(dst.SplitCounts, built.SplitCounts)
+	return tensor.New(tensor.WithShape(len(out)), tensor.WithBacking(out)), nil
+}
+
+// FwdSchedule adds the forward schedule (the reference's "prepare
+// scheduler") after a CSR node: work items, split counts and deterministic
+// slots. qheadPerKV is Hq/Hkv of the attention that follows; workers plays
+// usable_SM_count (<= 0: runtime.GOMAXPROCS(0)) and must match the
+// attention node's. Its value can also be fed back as an input node to
+// reuse a schedule; SparseAttention validates it either way.
+func FwdSchedule(csr, cuQ, cuK *G.Node, qheadPerKV, workerCount int) (*G.Node, error) {
+	const fn = "FwdSchedule"
+	l, err := csrOf(fn, csr)
+	if err != nil {
+		return nil, err
+	}
+	if err := nodeCheck(fn, "cu_seqlens_q", cuQ, 1, tensor.Int32); err != nil {
+		return nil, err
+	}
+	if err := nodeCheck(fn, "cu_seqlens_k", cuK, 1, tensor.Int32); err != nil {
+		return nil, err
+	}
+	if !containsInt([]int{1, 2, 4, 8, 16}, qheadPerKV) {
+		return nil, argErr(fn, "qhead_per_kv", "one of 1, 2, 4, 8, 16", fmt.Sprint(qheadPerKV))
+	}
+	return G.ApplyOp(&schedOp{s: newSchedLayout(l, qheadPerKV, workers(workerCount))}, csr, cuQ, cuK)
+}

@@ -1,0 +1,60 @@
+package op
+
+import (
+	"gorgonia.org/tensor"
+)
+
+// SparseArgs holds the keyword arguments of SparseAttenFunc and
+// SparseAttenNVFP4KVFunc (the reference's names in snake case are given in
+// each comment). Zero values select the reference's defaults.
+type SparseArgs struct {
+	// CuSeqlensQ, CuSeqlensK: int32 [B+1] prefix sums (cu_seqlens_q/k).
+	// In paged mode CuSeqlensK carries the effective lengths used for the
+	// CSR row numbering.
+	CuSeqlensQ, CuSeqlensK tensor.Tensor
+	// MaxSeqlenQ, MaxSeqlenK (max_seqlen_q/k): 0 derives them from the
+	// sequence lengths; a positive value smaller than an actual length is
+	// an error.
+	MaxSeqlenQ, MaxSeqlenK int
+	// BlkKV (blk_kv): keys per sparse block; 0 means 128. At most 128.
+	BlkKV int
+	// Causal applies bottom-right aligned causal masking.
+	Causal bool
+	// SoftmaxScale (softmax_scale): 0 means 1/sqrt(D).
+	SoftmaxScale float64
+	// LSETemperatureScale (lse_temperature_scale, T): 0 means 1.
+	LSETemperatureScale float64
+	// ReturnTemperatureLSE also returns logsumexp(s/T); requires
+	// ReturnSoftmaxLSE.
+	ReturnTemperatureLSE bool
+	// PartialDtype (partial_dtype): float32, BFloat16 (default), Float16 or
+	// Float8E4M3FN.
+	PartialDtype tensor.Dtype
+	// ReturnSoftmaxLSE returns the natural-log LSE [total_q, Hq] float32.
+	ReturnSoftmaxLSE bool
+	// PageTable (page_table): int32 [B, max_num_pages_per_seq] selects the
+	// paged K/V layout [num_pages, Hkv, page_size, D].
+	PageTable tensor.Tensor
+	// SequsedK (seqused_k): int32 [B] effective key lengths; paged only.
+	SequsedK tensor.Tensor
+	// Schedule is a prebuilt forward schedule (validated before use).
+	Schedule *Schedule
+	// Workers (usable_SM_count) caps the goroutines and sizes the schedule's
+	// chunks; <= 0 uses runtime.GOMAXPROCS(0).
+	Workers int
+	// QKDtype, PVDtype (qk_dtype, pv_dtype): MMA operand dtypes, BFloat16
+	// or Float8E4M3FN; the zero value selects the reference's default.
+	// Not accepted by the NVFP4 entry point.
+	QKDtype, PVDtype tensor.Dtype
+}
+
+// Result holds the outputs of an attention call. LSE and TemperatureLSE are
+// nil unless requested.
+type Result struct {
+	// Out is [total_q, Hq, D] BFloat16.
+	Out *tensor.Dense
+	// LSE is the natural-log log-sum-exp [total_q, Hq] float32.
+	LSE *tensor.Dense
+	// TemperatureLSE is logsumexp(s/T) [total_q, Hq] float32.
+	TemperatureLSE *tensor.Dense
+}

@@ -1,0 +1,124 @@
+package op
+
+import (
+	"fmt"
+
+	"github.com/sparseattn/msa/kernels/plan"
+	"gorgonia.org/tensor"
+)
+
+// Schedule is a prebuilt forward schedule (the reference's
+// SparseAttentionSchedule): work items, per-query split counts and the
+// deterministic slot of every CSR entry. It may be reused across calls with
+// the same CSR; every use validates it first.
+type Schedule struct {
+	s plan.FwdSchedule
+}
+
+// SchedulerMetadata returns the work items [capacity, 6] int32:
+// (head_kv, row, q_begin, q_count, batch, kv_block).
+func (s *Schedule) SchedulerMetadata() *tensor.Dense {
+	return tensor.New(tensor.WithShape(s.s.Capacity, 6), tensor.WithBacking(s.s.Metadata))
+}
+
+// WorkCount returns the number of valid work items as a [1] int32 tensor.
+func (s *Schedule) WorkCount() *tensor.Dense {
+	return tensor.New(tensor.WithShape(1), tensor.WithBacking([]int32{s.s.WorkCount}))
+}
+
+// QSplitIndices returns q_idx | slot<<24 per CSR entry, shaped like
+// k2q_q_indices.
+func (s *Schedule) QSplitIndices(hkv int) *tensor.Dense {
+	return tensor.New(tensor.WithShape(hkv, len(s.s.QSplit)/hkv), tensor.WithBacking(s.s.QSplit))
+}
+
+// SplitCounts returns the number of selected blocks per (query, KV head),
+// [total_q, Hkv] int32.
+func (s *Schedule) SplitCounts(hkv int) *tensor.Dense {
+	return tensor.New(tensor.WithShape(len(s.s.SplitCounts)/hkv, hkv), tensor.WithBacking(s.s.SplitCounts))
+}
+
+// Capacity returns the number of work-item slots.
+func (s *Schedule) Capacity() int { return s.s.Capacity }
+
+func (s *Schedule) validate(fn string, csr *plan.CSR, rows *plan.Rows, cuQ []int32, p plan.FwdParams) error {
+	if err := plan.ValidateFwdSchedule(&s.s, csr, rows, cuQ, p); err != nil {
+		return wrapArg(fn, "schedule", err)
+	}
+	return nil
+}
+
+// ScheduleArgs are the arguments of PrepareSparseFwdSchedule besides the CSR.
+type ScheduleArgs struct {
+	// CuSeqlensQ, CuSeqlensK: int32 [B+1].
+	CuSeqlensQ, CuSeqlensK tensor.Tensor
+	// TotalQ is the number of query rows (q.shape[0]).
+	TotalQ int
+	// TopK is the number of selected blocks per query.
+	TopK int
+	// QheadPerKV is Hq / Hkv.
+	QheadPerKV int
+	// BlkKV is the block size; 0 means 128.
+	BlkKV int
+	// Workers plays usable_SM_count; <= 0 uses runtime.GOMAXPROCS(0).
+	Workers int
+}
+
+// PrepareSparseFwdSchedule builds a forward schedule for a k2q CSR (the
+// reference's prepare_sparse_fwd_schedule_and_split). Pass the result as
+// SparseArgs.Schedule to reuse it across calls with the same metadata and
+// the same Workers.
+func PrepareSparseFwdSchedule(k2qRowPtr, k2qQIndices tensor.Tensor, args ScheduleArgs) (*Schedule, error) {
+	const fn = "PrepareSparseFwdSchedule"
+	c := &checker{fn: fn}
+	cuQ := cuSeqlens(c, args.CuSeqlensQ, "cu_seqlens_q", args.TotalQ, fmt.Sprintf("total_q = %d", args.TotalQ))
+	cuK := cuSeqlens(c, args.CuSeqlensK, "cu_seqlens_k", -1, "")
+	rp := c.dense(k2qRowPtr, "k2q_row_ptr")
+	qi := c.dense(k2qQIndices, "k2q_q_indices")
+	c.dtype(rp, "k2q_row_ptr", tensor.Int32)
+	c.dtype(qi, "k2q_q_indices", tensor.Int32)
+	c.rank(rp, "k2q_row_ptr", "[Hkv, total_rows + 1]", 2)
+	c.rank(qi, "k2q_q_indices", "[Hkv, >= total_q * topK]", 2)
+	if c.err != nil {
+		return nil, c.err
+	}
+	c.need(len(cuK) == len(cuQ), "cu_seqlens_k", fmt.Sprintf("shape [B + 1] = [%d] matching cu_seqlens_q", len(cuQ)), len(cuK))
+	c.need(args.TotalQ >= 0, "TotalQ", ">= 0", args.TotalQ)
+	c.need(args.TopK >= 1 && args.TopK <= maxTopK, "topK", fmt.Sprintf("1 <= topK <= %d", maxTopK), args.TopK)
+	c.need(containsInt([]int{1, 2, 4, 8, 16}, args.QheadPerKV), "qhead_per_kv", "one of 1, 2, 4, 8, 16", args.QheadPerKV)
+	blk := args.BlkKV
+	if blk == 0 {
+		blk = 128
+	}
+	c.need(blk >= 1 && blk <= 128, "blk_kv", "1 <= blk_kv <= 128", blk)
+	hkv := 0
+	if c.err == nil {
+		hkv = rp.Shape()[0]
+		c.need(qi.Shape()[0] == hkv && hkv >= 1, "k2q_q_indices", fmt.Sprintf("leading dimension Hkv = %d", hkv), shapeStr(qi))
+		c.need(qi.Shape()[1] >= args.TotalQ*args.TopK, "k2q_q_indices", fmt.Sprintf("shape[1] >= total_q * topK = %d", args.TotalQ*args.TopK), qi.Shape()[1])
+	}
+	if c.err != nil {
+		return nil, c.err
+	}
+	rows, err := plan.NewRows(cuK, blk)
+	if err != nil {
+		return nil, wrapArg(fn, "cu_seqlens_k", err)
+	}
+	if rp.Shape()[1]-1 < rows.Total {
+		return nil, argErr(fn, "k2q_row_ptr", fmt.Sprintf("shape [Hkv, >= total_rows + 1] with total_rows = %d", rows.Total), shapeStr(rp))
+	}
+	rpc, err := compactRowPtr(fn, int32s(rp), hkv, rp.Shape()[1]-1, rows.Total)
+	if err != nil {
+		return nil, err
+	}
+	csr := plan.CSR{Hkv: hkv, TotalRows: rows.Total, Stride: qi.Shape()[1], RowPtr: rpc, QIdx: int32s(qi)}
+	if err := plan.ValidateCSR(&csr, args.TotalQ, args.TopK, cuQ, rows); err != nil {
+		return nil, wrapArg(fn, "k2q_row_ptr/k2q_q_indices", err)
+	}
+	p := plan.FwdParams{TotalQ: args.TotalQ, Hkv: hkv, QheadPerKV: args.QheadPerKV, TopK: args.TopK, BlkKV: blk, Workers: workers(args.Workers)}
+	s, err := plan.BuildFwdSchedule(nil, &csr, rows, cuQ, p)
+	if err != nil {
+		return nil, wrapArg(fn, "schedule", err)
+	}
+	return &Schedule{s: *s}, nil
+}

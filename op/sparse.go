@@ -1,0 +1,67 @@
+package op
+
+import (
+	"github.com/sparseattn/msa/kernels/attn"
+	"github.com/sparseattn/msa/kernels/lowp"
+	"gorgonia.org/tensor"
+)
+
+// SparseAttenFunc runs CSR block-sparse varlen attention on the CPU (the
+// reference's sparse_atten_func). q is [total_q, Hq, D] BFloat16 or
+// Float8E4M3FN; k and v are dense [total_k, Hkv, D] or, with
+// args.PageTable, paged [num_pages, Hkv, blk_kv, D] (BF16 Q may use FP8
+// K/V); k2qRowPtr [Hkv, total_rows+1] and k2qQIndices [Hkv, >= total_q*topK]
+// come from BuildK2QCSR. The result's Out is BFloat16 [total_q, Hq, D];
+// LSE (natural log) and TemperatureLSE are set when requested.
+func SparseAttenFunc(q, k, v, k2qRowPtr, k2qQIndices tensor.Tensor, topK int, args SparseArgs) (*Result, error) {
+	sc, err := validateSparse("SparseAttenFunc", q, k, v, k2qRowPtr, k2qQIndices, topK, &args, nil)
+	if err != nil {
+		return nil, err
+	}
+	return sc.run(nil, nil), nil
+}
+
+// SparseAttenNVFP4KVFunc is SparseAttenFunc with packed NVFP4 K/V (the
+// reference's sparse_atten_nvfp4_kv_func): k and v are uint8
+// [total_k, Hkv, D/2] or [num_pages, Hkv, blk_kv, D/2], two E2M1 values per
+// byte (element 2i in the low nibble); kScale and vScale hold one E4M3 scale
+// per 16 elements in the cuBLAS 128x4 tiled layout; kGlobal and vGlobal are
+// optional float32 global scales (nil for none). K's global scale applies
+// before the scores, V's in the combine.
+func SparseAttenNVFP4KVFunc(q, k, v, kScale, vScale, kGlobal, vGlobal, k2qRowPtr, k2qQIndices tensor.Tensor, topK int, args SparseArgs) (*Result, error) {
+	nv := &nvfp4Inputs{kScale: kScale, vScale: vScale, kGlobal: kGlobal, vGlobal: vGlobal}
+	sc, err := validateSparse("SparseAttenNVFP4KVFunc", q, k, v, k2qRowPtr, k2qQIndices, topK, &args, nv)
+	if err != nil {
+		return nil, err
+	}
+	return sc.run(nil, nil), nil
+}
+
+// run executes a validated call. ws and pool may be nil (temporary ones are
+// used).
+func (sc *sparseCall) run(ws *attn.Workspace, pool *attn.Pool) *Result {
+	p := &sc.p
+	if pool == nil {
+		pool = attn.NewPool(sc.workers)
+		defer pool.Close()
+	}
+	if ws == nil {
+		ws = attn.NewWorkspace(pool.Workers(), p.D)
+	}
+	res := &Result{}
+	o := make([]lowp.BFloat16, p.TotalQ*p.HQ*p.D)
+	lse := make([]float32, p.TotalQ*p.HQ)
+	out := &attn.Output{O: o, LSE: lse}
+	if sc.returnTLSE {
+		out.TLSE = make([]float32, p.TotalQ*p.HQ)
+	}
+	attn.RunPrefill(p, ws, pool, out)
+	res.Out = tensor.New(tensor.WithShape(p.TotalQ, p.HQ, p.D), tensor.WithBacking(o))
+	if sc.returnLSE {
+		res.LSE = tensor.New(tensor.WithShape(p.TotalQ, p.HQ), tensor.WithBacking(lse))
+	}
+	if sc.returnTLSE {
+		res.TemperatureLSE = tensor.New(tensor.WithShape(p.TotalQ, p.HQ), tensor.WithBacking(out.TLSE))
+	}
+	return res
+}

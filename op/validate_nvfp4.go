@@ -1,0 +1,63 @@
+package op
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/sparseattn/msa/kernels/attn"
+	"github.com/sparseattn/msa/kernels/lowp"
+	"gorgonia.org/tensor"
+)
+
+// nvfp4Operands validates the NVFP4 block scales and global scales
+// (_validate_csr_varlen_nvfp4_kv_inputs) and returns the K and V operands
+// and the combine's output scale (the V global scale). rowsKV is the number
+// of flattened scale rows: total_k*Hkv (dense) or num_pages*Hkv*page_size.
+func nvfp4Operands(c *checker, nv *nvfp4Inputs, kd, vd *tensor.Dense, rowsKV, d int) (k, v attn.Operand, outScale float32, err error) {
+	ks := c.dense(nv.kScale, "k_scale_128x4")
+	vs := c.dense(nv.vScale, "v_scale_128x4")
+	c.dtype(ks, "k_scale_128x4", tensor.Uint8)
+	c.dtype(vs, "v_scale_128x4", tensor.Uint8)
+	c.rank(ks, "k_scale_128x4", "rank-2 128x4 tiled", 2)
+	c.rank(vs, "v_scale_128x4", "rank-2 128x4 tiled", 2)
+	if c.err != nil {
+		return k, v, 0, c.err
+	}
+	cols := d / 16
+	pr, pc := lowp.Scale128x4Shape(rowsKV, cols)
+	for _, s := range []struct {
+		name string
+		t    *tensor.Dense
+	}{{"k_scale_128x4", ks}, {"v_scale_128x4", vs}} {
+		c.need(s.t.Shape()[1] >= cols, s.name, fmt.Sprintf("at least D/16 = %d columns", cols), shapeStr(s.t))
+		c.need(s.t.Shape()[0] >= pr && s.t.Shape()[1] >= pc, s.name,
+			fmt.Sprintf("at least (%d, %d) for the 128x4 layout", pr, pc), shapeStr(s.t))
+	}
+	global := func(t tensor.Tensor, arg string) float32 {
+		if t == nil {
+			return 1
+		}
+		g := c.dense(t, arg)
+		if !c.dtype(g, arg, tensor.Float32) {
+			return 1
+		}
+		vals := backing[float32](g)
+		c.need(len(vals) >= 1, arg, "at least one element", shapeStr(g))
+		if c.err != nil {
+			return 1
+		}
+		x := vals[0]
+		c.need(!math.IsNaN(float64(x)) && !math.IsInf(float64(x), 0), arg, "a finite global scale", x)
+		return x
+	}
+	kg := global(nv.kGlobal, "k_global_scale")
+	vg := global(nv.vGlobal, "v_global_scale")
+	if c.err != nil {
+		return k, v, 0, c.err
+	}
+	// Scales are read through the padded column count of the layout, so the
+	// operands see exactly the tensor's storage.
+	k = attn.Operand{Dtype: attn.NVFP4, D: d, Packed: backing[uint8](kd), Scales: backing[uint8](ks), Global: kg}
+	v = attn.Operand{Dtype: attn.NVFP4, D: d, Packed: backing[uint8](vd), Scales: backing[uint8](vs), Global: 1}
+	return k, v, vg, nil
+}

@@ -1,0 +1,465 @@
+package op
+
+import (
+	"fmt"
+	"math"
+	"runtime"
+
+	"github.com/sparseattn/msa/kernels/attn"
+	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/kernels/plan"
+	"github.com/sparseattn/msa/kernels/tile"
+	"gorgonia.org/tensor"
+)
+
+// Limits beyond the reference (SPEC section 9): the reference accepts only
+// D = 128 and topK in {4, 8, 16, 32}.
+var (
+	supportedHeadDims = []int{64, 128, 256}
+	maxTopK           = 64
+)
+
+// temperatureFastPathTol is the reference's
+// _TEMPERATURE_LSE_FAST_PATH_ABS_TOL: |T - 1| within it returns the LSE.
+const temperatureFastPathTol = 1e-12
+
+// nvfp4Inputs are the extra inputs of the NVFP4 K/V entry point.
+type nvfp4Inputs struct {
+	kScale, vScale   tensor.Tensor
+	kGlobal, vGlobal tensor.Tensor
+}
+
+// sparseCall is a validated sparse prefill request, ready to execute.
+type sparseCall struct {
+	p          attn.Prefill
+	csr        plan.CSR
+	rows       *plan.Rows
+	sched      *plan.FwdSchedule
+	fp         plan.FwdParams
+	batch      int
+	workers    int
+	returnLSE  bool
+	returnTLSE bool
+	tempFast   bool
+}
+
+// resolveScalars applies the reference's scalar checks shared by both
+// sparse entry points.
+func resolveScalars(c *checker, args *SparseArgs, d int) (scale, temp float64, pdt attn.PartialDtype) {
+	scale = args.SoftmaxScale
+	if scale == 0 {
+		scale = 1 / math.Sqrt(float64(d))
+	}
+	c.need(!math.IsNaN(scale) && !math.IsInf(scale, 0) && scale > 0, "softmax_scale", "a finite value > 0", scale)
+	temp = args.LSETemperatureScale
+	if temp == 0 {
+		temp = 1
+	}
+	c.need(!math.IsNaN(temp) && !math.IsInf(temp, 0) && temp > 0, "lse_temperature_scale", "finite and > 0", temp)
+	c.need(!args.ReturnTemperatureLSE || args.ReturnSoftmaxLSE, "return_temperature_lse",
+		"return_softmax_lse=true when return_temperature_lse=true", "return_softmax_lse=false")
+	switch args.PartialDtype {
+	case tensor.Float32:
+		pdt = attn.PartialF32
+	case BFloat16, tensor.Dtype{}:
+		pdt = attn.PartialBF16
+	case Float16:
+		pdt = attn.PartialF16
+	case Float8E4M3FN:
+		pdt = attn.PartialE4M3
+	default:
+		c.fail("partial_dtype", "one of float32 / bfloat16 / float16 / float8_e4m3fn", dtypeName(args.PartialDtype))
+	}
+	return
+}
+
+// resolveMMADtypes mirrors _resolve_forward_mma_dtypes.
+func resolveMMADtypes(c *checker, q, k, v *tensor.Dense, qkDt, pvDt tensor.Dtype) (qk, pv tensor.Dtype) {
+	if c.err != nil {
+		return
+	}
+	mma := func(arg string, dt tensor.Dtype) {
+		c.need(dt == BFloat16 || dt == Float8E4M3FN, arg, "bfloat16 or float8_e4m3fn", dtypeName(dt))
+	}
+	qk = qkDt
+	if qk == (tensor.Dtype{}) {
+		qk = q.Dtype()
+	}
+	mma("qk_dtype", qk)
+	pv = pvDt
+	if pv == (tensor.Dtype{}) {
+		if q.Dtype() == BFloat16 && k.Dtype() == Float8E4M3FN && v.Dtype() == Float8E4M3FN {
+			pv = BFloat16
+		} else {
+			pv = v.Dtype()
+		}
+	}
+	mma("pv_dtype", pv)
+	if c.err != nil {
+		return
+	}
+	c.need(q.Dtype() == qk, "qk_dtype", "the q storage dtype "+dtypeName(q.Dtype())+" (Q fp8->bf16 staging is not supported)", dtypeName(qk))
+	c.need(k.Dtype() == qk || (k.Dtype() == Float8E4M3FN && qk == BFloat16), "k",
+		"a K storage/qk_dtype combination equal, or fp8 K with bf16 qk_dtype", dtypeName(k.Dtype())+" with qk_dtype "+dtypeName(qk))
+	c.need(v.Dtype() == pv || (v.Dtype() == Float8E4M3FN && pv == BFloat16), "v",
+		"a V storage/pv_dtype combination equal, or fp8 V with bf16 pv_dtype", dtypeName(v.Dtype())+" with pv_dtype "+dtypeName(pv))
+	return
+}
+
+// cuSeqlens mirrors _validate_cu_seqlens and additionally checks the values:
+// non-negative, non-decreasing, last entry <= limit (when limit >= 0).
+func cuSeqlens(c *checker, t tensor.Tensor, arg string, limit int, limitDesc string) []int32 {
+	d := c.dense(t, arg)
+	if !c.dtype(d, arg, tensor.Int32) || !c.rank(d, arg, "[B + 1]", 1) {
+		return nil
+	}
+	c.need(d.Shape()[0] >= 1, arg, "at least one element", shapeStr(d))
+	cu := int32s(d)
+	if c.err != nil {
+		return nil
+	}
+	for i, x := range cu {
+		if x < 0 || (i > 0 && x < cu[i-1]) {
+			c.fail(fmt.Sprintf("%s[%d]", arg, i), "non-negative, non-decreasing prefix sums", fmt.Sprint(cu))
+			return nil
+		}
+	}
+	if limit >= 0 && int(cu[len(cu)-1]) > limit {
+		c.fail(fmt.Sprintf("%s[%d]", arg, len(cu)-1), "<= "+limitDesc, cu[len(cu)-1])
+		return nil
+	}
+	return cu
+}
+
+// workers resolves the worker count (usable_SM_count).
+func workers(n int) int {
+	if n <= 0 {
+		return runtime.GOMAXPROCS(0)
+	}
+	return n
+}
+
+// operand wraps a validated BF16 or FP8 tensor as an attn.Operand of head dim d.
+func operand(t *tensor.Dense, d int) attn.Operand {
+	switch t.Dtype() {
+	case BFloat16:
+		return attn.Operand{Dtype: attn.BF16, D: d, BF16: backing[lowp.BFloat16](t), Global: 1}
+	default:
+		return attn.Operand{Dtype: attn.E4M3, D: d, E4M3: backing[lowp.Float8E4M3FN](t), Global: 1}
+	}
+}
+
+// pvRound maps the P.V operand dtype to the P rounding of the kernels. P is
+// rounded to e4m3 in the FP8 P.V path (SPEC 4); BF16 P.V keeps P in float32
+// on the CPU (more accurate than the GPU's bf16 operand; documented).
+func pvRound(pv tensor.Dtype) tile.Round {
+	if pv == Float8E4M3FN {
+		return tile.RoundE4M3
+	}
+	return tile.RoundNone
+}
+
+// validateSparse validates the inputs of a sparse prefill call and prepares
+// it. nv is nil for the BF16/FP8 entry point.
+func validateSparse(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int, args *SparseArgs, nv *nvfp4Inputs) (*sparseCall, error) {
+	c := &checker{fn: fn}
+	qd := c.dense(q, "q")
+	kd := c.dense(k, "k")
+	vd := c.dense(v, "v")
+	if c.err != nil {
+		return nil, c.err
+	}
+	c.rank(qd, "q", "[total_q, Hq, D]", 3)
+	if c.err != nil {
+		return nil, c.err
+	}
+	totalQ, hq, d := qd.Shape()[0], qd.Shape()[1], qd.Shape()[2]
+	sc := &sparseCall{}
+	scale, temp, pdt := resolveScalars(c, args, d)
+	var qk, pv tensor.Dtype
+	if nv == nil {
+		c.dtype(qd, "q", BFloat16, Float8E4M3FN)
+		if c.err != nil {
+			return nil, c.err
+		}
+		qk, pv = resolveMMADtypes(c, qd, kd, vd, args.QKDtype, args.PVDtype)
+	} else {
+		c.need(args.QKDtype == (tensor.Dtype{}) && args.PVDtype == (tensor.Dtype{}), "qk_dtype/pv_dtype",
+			"unset (the NVFP4 K/V entry point has no MMA dtype options)", dtypeName(args.QKDtype)+"/"+dtypeName(args.PVDtype))
+		c.dtype(qd, "q", BFloat16, Float8E4M3FN)
+		pv = qd.Dtype()
+	}
+	c.need(args.CuSeqlensQ != nil && args.CuSeqlensK != nil, "cu_seqlens_q/cu_seqlens_k",
+		"CSR varlen metadata: pass cu_seqlens_q and cu_seqlens_k", "nil")
+	if c.err != nil {
+		return nil, c.err
+	}
+
+	// Q/K/V dtypes and shapes.
+	paged := args.PageTable != nil
+	if nv == nil {
+		mixed := qd.Dtype() == BFloat16 && kd.Dtype() == Float8E4M3FN && vd.Dtype() == Float8E4M3FN
+		c.need(mixed || (qd.Dtype() == kd.Dtype() && qd.Dtype() == vd.Dtype()), "q, k, v",
+			"the same dtype, except q=bf16 with fp8_e4m3 K/V cache", dtypeName(qd.Dtype())+", "+dtypeName(kd.Dtype())+", "+dtypeName(vd.Dtype()))
+		c.need(kd.Dims() >= 1 && vd.Dims() >= 1 && kd.Shape()[kd.Dims()-1] == d && vd.Shape()[vd.Dims()-1] == d,
+			"k, v", fmt.Sprintf("the head dimension of q (%d)", d), "k "+shapeStr(kd)+", v "+shapeStr(vd))
+	} else {
+		c.dtype(kd, "k", tensor.Uint8)
+		c.dtype(vd, "v", tensor.Uint8)
+		c.need(kd.Shape().Eq(vd.Shape()), "k, v", "the same shape", "k "+shapeStr(kd)+", v "+shapeStr(vd))
+	}
+	c.need(containsInt(supportedHeadDims, d), "q", fmt.Sprintf("head dimension D in %v", supportedHeadDims), d)
+	if c.err != nil {
+		return nil, c.err
+	}
+	wantK := 3
+	kShape := "[total_k, Hkv, D]"
+	lastK := d
+	if nv != nil {
+		kShape, lastK = "[total_k, Hkv, D/2]", d/2
+	}
+	if paged {
+		wantK, kShape = 4, "[num_pages, Hkv, page_size, D]"
+		if nv != nil {
+			kShape = "[num_pages, Hkv, page_size, D/2]"
+		}
+	}
+	c.rank(kd, "k", kShape, wantK)
+	c.rank(vd, "v", kShape, wantK)
+	if c.err != nil {
+		return nil, c.err
+	}
+	c.need(kd.Shape().Eq(vd.Shape()), "k, v", "the same shape", "k "+shapeStr(kd)+", v "+shapeStr(vd))
+	c.need(kd.Shape()[wantK-1] == lastK, "k", fmt.Sprintf("last dimension %d in shape %s", lastK, kShape), shapeStr(kd))
+	hkvAxis := 1
+	hkv := kd.Shape()[hkvAxis]
+	c.need(hkv >= 1 && hq%hkv == 0, "q", fmt.Sprintf("Hq divisible by Hkv = %d", hkv), fmt.Sprintf("Hq = %d", hq))
+	if c.err != nil {
+		return nil, c.err
+	}
+	qpk := hq / hkv
+	if !containsInt([]int{1, 2, 4, 8, 16}, qpk) {
+		return nil, &NotImplementedError{fn, fmt.Sprintf("qhead_per_kv = Hq/Hkv must be in {1, 2, 4, 8, 16}, got %d", qpk)}
+	}
+	c.need(topK >= 1 && topK <= maxTopK, "topK", fmt.Sprintf("1 <= topK <= %d", maxTopK), topK)
+	blk := args.BlkKV
+	if blk == 0 {
+		blk = 128
+	}
+	c.need(blk >= 1 && blk <= tile.BlockN, "blk_kv", fmt.Sprintf("1 <= blk_kv <= %d", tile.BlockN), blk)
+
+	// Metadata.
+	rp := c.dense(rowPtr, "k2q_row_ptr")
+	qi := c.dense(qIdx, "k2q_q_indices")
+	c.dtype(rp, "k2q_row_ptr", tensor.Int32)
+	c.dtype(qi, "k2q_q_indices", tensor.Int32)
+	c.rank(rp, "k2q_row_ptr", "[Hkv, total_rows + 1]", 2)
+	c.rank(qi, "k2q_q_indices", "[Hkv, >= total_q * topK]", 2)
+	if c.err != nil {
+		return nil, c.err
+	}
+	c.need(rp.Shape()[0] == hkv && qi.Shape()[0] == hkv, "k2q_row_ptr/k2q_q_indices",
+		fmt.Sprintf("leading dimension Hkv = %d", hkv), "k2q_row_ptr "+shapeStr(rp)+", k2q_q_indices "+shapeStr(qi))
+	c.need(qi.Shape()[1] >= totalQ*topK, "k2q_q_indices", fmt.Sprintf("shape[1] >= total_q * topK = %d", totalQ*topK), qi.Shape()[1])
+	c.need(rp.Shape()[1] >= 1, "k2q_row_ptr", "at least one row pointer column", shapeStr(rp))
+
+	totalKeys := -1
+	if !paged {
+		totalKeys = kd.Shape()[0]
+	}
+	cuQ := cuSeqlens(c, args.CuSeqlensQ, "cu_seqlens_q", totalQ, fmt.Sprintf("total_q = %d", totalQ))
+	cuK := cuSeqlens(c, args.CuSeqlensK, "cu_seqlens_k", totalKeys, fmt.Sprintf("total_k = %d", totalKeys))
+	if c.err != nil {
+		return nil, c.err
+	}
+	c.need(len(cuK) == len(cuQ), "cu_seqlens_k", fmt.Sprintf("shape [B + 1] = [%d] matching cu_seqlens_q", len(cuQ)), len(cuK))
+	batch := len(cuQ) - 1
+	sc.batch = batch
+
+	// K/V layout and effective key lengths.
+	seqK := make([]int32, batch)
+	layout := attn.KVLayout{Hkv: hkv, Paged: paged, CuK: cuK}
+	if !paged {
+		c.need(args.SequsedK == nil, "seqused_k", "nil without page_table (seqused_k is only supported together with page_table)", "a tensor")
+		for b := range seqK {
+			seqK[b] = cuK[b+1] - cuK[b]
+		}
+	} else {
+		pt := c.dense(args.PageTable, "page_table")
+		c.dtype(pt, "page_table", tensor.Int32)
+		c.rank(pt, "page_table", "[B, max_num_pages_per_seq]", 2)
+		if c.err != nil {
+			return nil, c.err
+		}
+		c.need(pt.Shape()[0] == batch, "page_table", fmt.Sprintf("shape [B = %d, max_num_pages_per_seq]", batch), shapeStr(pt))
+		ps := kd.Shape()[2]
+		c.need(ps == blk, "k", fmt.Sprintf("page_size == blk_kv = %d", blk), fmt.Sprintf("page_size %d", ps))
+		if c.err != nil {
+			return nil, c.err
+		}
+		cols := pt.Shape()[1]
+		layout.PageTable, layout.PTCols, layout.PageSize = int32s(pt), cols, ps
+		for b := range seqK {
+			seqK[b] = int32(cols * ps)
+		}
+		if args.SequsedK != nil {
+			su := c.dense(args.SequsedK, "seqused_k")
+			c.dtype(su, "seqused_k", tensor.Int32)
+			c.rank(su, "seqused_k", "[B]", 1)
+			if c.err != nil {
+				return nil, c.err
+			}
+			c.need(su.Shape()[0] == batch, "seqused_k", fmt.Sprintf("shape [B] = [%d]", batch), shapeStr(su))
+			if c.err != nil {
+				return nil, c.err
+			}
+			for b, x := range int32s(su) {
+				c.need(x >= 0 && int(x) <= cols*ps, fmt.Sprintf("seqused_k[%d]", b),
+					fmt.Sprintf("0 <= seqused_k <= max_num_pages_per_seq * page_size = %d", cols*ps), x)
+				seqK[b] = x
+			}
+		}
+		// The CSR rows come from cu_seqlens_k: they must fit the page table.
+		for b := 0; b < batch && c.err == nil; b++ {
+			n := int(cuK[b+1] - cuK[b])
+			c.need(n <= cols*ps, fmt.Sprintf("cu_seqlens_k (sequence %d)", b),
+				fmt.Sprintf("length <= max_num_pages_per_seq * page_size = %d", cols*ps), n)
+		}
+		numPages := kd.Shape()[0]
+		checkPages(c, layout.PageTable, cols, ps, seqK, numPages)
+	}
+	maxSeq(c, "max_seqlen_q", args.MaxSeqlenQ, cuQ)
+	maxSeqK(c, "max_seqlen_k", args.MaxSeqlenK, seqK)
+	if c.err != nil {
+		return nil, c.err
+	}
+
+	// NVFP4 operands or BF16/FP8 operands.
+	var kop, vop attn.Operand
+	outScale := float32(1)
+	if nv == nil {
+		kop, vop = operand(kd, d), operand(vd, d)
+	} else {
+		rowsKV := kd.Shape()[0] * hkv
+		if paged {
+			rowsKV *= kd.Shape()[2]
+		}
+		var err error
+		kop, vop, outScale, err = nvfp4Operands(c, nv, kd, vd, rowsKV, d)
+		if err != nil {
+			return nil, err
+		}
+	}
+
+	// CSR and schedule.
+	rows, err := plan.NewRows(cuK, blk)
+	if err != nil {
+		return nil, wrapArg(fn, "cu_seqlens_k", err)
+	}
+	totalRows := rp.Shape()[1] - 1
+	c.need(totalRows >= rows.Total, "k2q_row_ptr", fmt.Sprintf("shape [Hkv, >= total_rows + 1] with total_rows = %d", rows.Total), shapeStr(rp))
+	if c.err != nil {
+		return nil, c.err
+	}
+	rpc, err := compactRowPtr(fn, int32s(rp), hkv, totalRows, rows.Total)
+	if err != nil {
+		return nil, err
+	}
+	sc.csr = plan.CSR{Hkv: hkv, TotalRows: rows.Total, Stride: qi.Shape()[1], RowPtr: rpc, QIdx: int32s(qi)}
+	if err := plan.ValidateCSR(&sc.csr, totalQ, topK, cuQ, rows); err != nil {
+		return nil, wrapArg(fn, "k2q_row_ptr/k2q_q_indices", err)
+	}
+	sc.rows = rows
+	sc.workers = workers(args.Workers)
+	sc.fp = plan.FwdParams{TotalQ: totalQ, Hkv: hkv, QheadPerKV: qpk, TopK: topK, BlkKV: blk, Workers: sc.workers}
+	if args.Schedule != nil {
+		if err := args.Schedule.validate(fn, &sc.csr, rows, cuQ, sc.fp); err != nil {
+			return nil, err
+		}
+		sc.sched = &args.Schedule.s
+	} else {
+		s, err := plan.BuildFwdSchedule(nil, &sc.csr, rows, cuQ, sc.fp)
+		if err != nil {
+			return nil, wrapArg(fn, "schedule", err)
+		}
+		sc.sched = s
+	}
+
+	sc.returnLSE = args.ReturnSoftmaxLSE
+	sc.returnTLSE = args.ReturnTemperatureLSE
+	sc.tempFast = sc.returnTLSE && math.Abs(temp-1) <= temperatureFastPathTol
+	invT := float32(0)
+	if sc.returnTLSE && !sc.tempFast {
+		invT = float32(1 / temp)
+	}
+	_ = qk
+	sc.p = attn.Prefill{
+		Q: operand(qd, d), K: kop, V: vop, KV: layout,
+		TotalQ: totalQ, HQ: hq, Hkv: hkv, D: d,
+		CuQ: cuQ, SeqK: seqK, BlkKV: blk, Causal: args.Causal,
+		Scale: float32(scale), InvT: invT, PV: pvRound(pv), TopK: topK,
+		CSR: &sc.csr, Sched: sc.sched, Partial: pdt, OutputScale: outScale,
+	}
+	return sc, nil
+}
+
+// checkPages checks that every page a sequence uses is in [0, numPages).
+// Entries past a sequence's last used page are not read and not checked.
+func checkPages(c *checker, pt []int32, cols, ps int, seqK []int32, numPages int) {
+	for b, n := range seqK {
+		used := (int(n) + ps - 1) / ps
+		for j := 0; j < used && c.err == nil; j++ {
+			x := pt[b*cols+j]
+			c.need(x >= 0 && int(x) < numPages, fmt.Sprintf("page_table[%d, %d]", b, j),
+				fmt.Sprintf("a page index in [0, num_pages = %d)", numPages), x)
+		}
+	}
+}
+
+// maxSeq checks an optional max_seqlen argument against prefix sums.
+func maxSeq(c *checker, arg string, m int, cu []int32) {
+	if c.err != nil || len(cu) == 0 {
+		return
+	}
+	c.need(m >= 0, arg, "0 (derive) or a positive maximum", m)
+	if m <= 0 {
+		return
+	}
+	for b := 0; b+1 < len(cu); b++ {
+		if int(cu[b+1]-cu[b]) > m {
+			c.fail(arg, fmt.Sprintf(">= every sequence length (sequence %d has %d)", b, cu[b+1]-cu[b]), m)
+			return
+		}
+	}
+}
+
+// maxSeqK checks max_seqlen_k against the effective key lengths.
+func maxSeqK(c *checker, arg string, m int, lens []int32) {
+	if c.err != nil {
+		return
+	}
+	c.need(m >= 0, arg, "0 (derive) or a positive maximum", m)
+	if m <= 0 {
+		return
+	}
+	for b, n := range lens {
+		if int(n) > m {
+			c.fail(arg, fmt.Sprintf(">= every key length (sequence %d has %d)", b, n), m)
+			return
+		}
+	}
+}
+
+func containsInt(s []int, x int) bool {
+	for _, y := range s {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+// wrapArg turns a planning error into an ArgError of the entry point.
+func wrapArg(fn, arg string, err error) error {
+	return &ArgError{Func: fn, Arg: arg, Expected: "valid metadata", Got: err.Error()}
+}

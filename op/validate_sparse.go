@@ -273,6 +273,9 @@ func validateSparse(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int, ar
 		return nil, c.err
 	}
 	c.need(len(cuK) == len(cuQ), "cu_seqlens_k", fmt.Sprintf("shape [B + 1] = [%d] matching cu_seqlens_q", len(cuQ)), len(cuK))
+	if c.err != nil {
+		return nil, c.err
+	}
 	batch := len(cuQ) - 1
 	sc.batch = batch
 

@@ -1,0 +1,149 @@
+package plan
+
+import (
+	"fmt"
+	"math"
+)
+
+// maxInt32 is the largest value an int32 index can hold.
+const maxInt32 = math.MaxInt32
+
+// Rows is the CSR row numbering of SPEC section 2. Sequence b (with
+// seqlen_k_b = cuK[b+1]-cuK[b]) owns rows_b = ceil(seqlen_k_b/blkKV) KV
+// blocks. Rows are numbered block-major, then batch: all sequences' block 0
+// first (in batch order), then every sequence that has a block 1, and so on.
+//
+// Batch[r] and Block[r] give the (sequence, batch-local block) of row r;
+// RowOf is the inverse.
+type Rows struct {
+	Total int     // total_rows = sum_b rows_b
+	Batch []int32 // [Total] sequence of row r
+	Block []int32 // [Total] batch-local block index of row r
+
+	NumSeq    int     // B = len(cuK)-1
+	BlkKV     int     // block size in keys the numbering was built with
+	Count     []int32 // [NumSeq] rows_b
+	SeqlenK   []int32 // [NumSeq] seqlen_k_b = cuK[b+1]-cuK[b]
+	MaxBlocks int     // max_b rows_b
+
+	base []int32 // [NumSeq+1] prefix sum of Count
+	perm []int32 // [Total] perm[base[b]+j] = row of (b, j)
+}
+
+// NewRows builds the row numbering from cu_seqlens_k. cuK must have at least
+// one element, be non-negative and non-decreasing (cuK[0] need not be 0, as
+// in the reference); blkKV must be >= 1 and the total row count must fit in
+// int32.
+func NewRows(cuK []int32, blkKV int) (*Rows, error) {
+	if blkKV < 1 {
+		return nil, fmt.Errorf("plan: blk_kv = %d: must be >= 1", blkKV)
+	}
+	if err := checkCuSeqlens("cu_seqlens_k", cuK); err != nil {
+		return nil, err
+	}
+	nb := len(cuK) - 1
+	r := &Rows{NumSeq: nb, BlkKV: blkKV}
+	r.Count = make([]int32, nb)
+	r.SeqlenK = make([]int32, nb)
+	r.base = make([]int32, nb+1)
+	var total int64
+	for b := 0; b < nb; b++ {
+		l := int64(cuK[b+1]) - int64(cuK[b])
+		n := (l + int64(blkKV) - 1) / int64(blkKV)
+		r.SeqlenK[b] = int32(l)
+		r.Count[b] = int32(n)
+		total += n
+		if total > maxInt32-1 {
+			return nil, fmt.Errorf("plan: cu_seqlens_k: total_rows exceeds %d at sequence %d (blk_kv = %d)", maxInt32-1, b, blkKV)
+		}
+		r.base[b+1] = int32(total)
+		if int(n) > r.MaxBlocks {
+			r.MaxBlocks = int(n)
+		}
+	}
+	r.Total = int(total)
+	r.Batch = make([]int32, r.Total)
+	r.Block = make([]int32, r.Total)
+	r.perm = make([]int32, r.Total)
+	active := make([]int32, 0, nb)
+	for b := 0; b < nb; b++ {
+		if r.Count[b] > 0 {
+			active = append(active, int32(b))
+		}
+	}
+	row := 0
+	for j := int32(0); len(active) > 0; j++ {
+		n := 0
+		for _, b := range active {
+			r.Batch[row] = b
+			r.Block[row] = j
+			r.perm[r.base[b]+j] = int32(row)
+			row++
+			if r.Count[b] > j+1 {
+				active[n] = b
+				n++
+			}
+		}
+		active = active[:n]
+	}
+	return r, nil
+}
+
+// RowOf returns the row of (sequence b, block j), or -1 when (b, j) has no
+// row (b or j out of range).
+func (r *Rows) RowOf(b, j int) int {
+	if r == nil || b < 0 || b >= r.NumSeq || j < 0 || j >= int(r.Count[b]) {
+		return -1
+	}
+	return int(r.perm[int(r.base[b])+j])
+}
+
+// checkCuSeqlens checks a [B+1] prefix-sum array: at least one element,
+// non-negative, non-decreasing.
+func checkCuSeqlens(name string, cu []int32) error {
+	if len(cu) < 1 {
+		return fmt.Errorf("plan: %s has %d elements: must have shape [B + 1] with at least one element", name, len(cu))
+	}
+	for i, v := range cu {
+		if v < 0 {
+			return fmt.Errorf("plan: %s[%d] = %d: must be >= 0", name, i, v)
+		}
+		if i > 0 && v < cu[i-1] {
+			return fmt.Errorf("plan: %s[%d] = %d: must be >= %s[%d] = %d (non-decreasing)", name, i, v, name, i-1, cu[i-1])
+		}
+	}
+	return nil
+}
+
+// queryBatches checks cu_seqlens_q against total_q and returns the sequence
+// of every global query row, -1 for rows outside every sequence (rows before
+// cuQ[0]).
+func queryBatches(cuQ []int32, totalQ, nb int) ([]int32, error) {
+	if err := checkCuSeqlens("cu_seqlens_q", cuQ); err != nil {
+		return nil, err
+	}
+	if len(cuQ) != nb+1 {
+		return nil, fmt.Errorf("plan: cu_seqlens_q has %d elements: must have shape [B + 1] = [%d] matching cu_seqlens_k", len(cuQ), nb+1)
+	}
+	if int64(cuQ[nb]) > int64(totalQ) {
+		return nil, fmt.Errorf("plan: cu_seqlens_q[%d] = %d: must be <= total_q = %d", nb, cuQ[nb], totalQ)
+	}
+	qb := make([]int32, totalQ)
+	for i := range qb {
+		qb[i] = -1
+	}
+	for b := 0; b < nb; b++ {
+		for q := cuQ[b]; q < cuQ[b+1]; q++ {
+			qb[q] = int32(b)
+		}
+	}
+	return qb, nil
+}
+
+// grow returns buf resliced to n when its capacity allows, else a new slice.
+func grow(buf []int32, n int) []int32 {
+	if cap(buf) >= n {
+		return buf[:n]
+	}
+	return make([]int32, n)
+}

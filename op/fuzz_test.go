@@ -1,0 +1,103 @@
+package op
+
+import (
+	"math"
+	"testing"
+
+	"github.com/sparseattn/msa/kernels/lowp"
+	"gorgonia.org/tensor"
+)
+
+// fuzzMutate overwrites element idx of one int32 metadata tensor.
+func fuzzMutate(ts []*tensor.Dense, which uint8, idx uint16, val int32) {
+	var live []*tensor.Dense
+	for _, t := range ts {
+		if t != nil && len(backing[int32](t)) > 0 {
+			live = append(live, t)
+		}
+	}
+	if len(live) == 0 {
+		return
+	}
+	d := backing[int32](live[int(which)%len(live)])
+	d[int(idx)%len(d)] = val
+}
+
+// noNaN fails when an output holds NaN.
+func noNaN(t *testing.T, res *Result) {
+	for i, x := range backing[lowp.BFloat16](res.Out) {
+		if math.IsNaN(float64(x.Float32())) {
+			t.Fatalf("NaN in out[%d]", i)
+		}
+	}
+	for i, x := range backing[float32](res.LSE) {
+		if math.IsNaN(float64(x)) {
+			t.Fatalf("NaN in lse[%d]", i)
+		}
+	}
+}
+
+// FuzzSparseAttenFunc mutates one metadata element of a valid call (q2k
+// before the CSR build, cu_seqlens, page table, seqused_k, or the CSR
+// itself); the call must return an error or a NaN-free result, never panic.
+func FuzzSparseAttenFunc(f *testing.F) {
+	f.Add(uint64(1), uint8(0), uint8(0), uint16(0), int32(5), false)
+	f.Add(uint64(2), uint8(1), uint8(1), uint16(1), int32(-3), true)
+	f.Add(uint64(3), uint8(2), uint8(2), uint16(7), int32(1<<30), true)
+	f.Add(uint64(4), uint8(3), uint8(3), uint16(2), int32(0), false)
+	f.Add(uint64(5), uint8(4), uint8(4), uint16(3), int32(-1), true)
+	f.Add(uint64(6), uint8(5), uint8(5), uint16(9), int32(200), true)
+	f.Add(uint64(7), uint8(6), uint8(6), uint16(0), int32(2), false)
+	f.Fuzz(func(t *testing.T, seed uint64, stage, which uint8, idx uint16, val int32, paged bool) {
+		s := sparseSpec{seed: seed, seqQ: []int{int(seed % 7), 5}, seqK: []int{int(seed % 300), 130}, hq: 2, hkv: 1,
+			d: 64, topK: 3, blk: 128, paged: paged, causal: seed%2 == 0, qDt: "bf16", kvDt: "bf16", partial: tensor.Float32}
+		pr := buildSparse(s)
+		if stage%2 == 0 {
+			fuzzMutate([]*tensor.Dense{pr.q2k, pr.cuQ, pr.cuK}, which, idx, val)
+		}
+		rp, qi, err := BuildK2QCSR(pr.q2k, pr.cuQ, pr.cuK, 128)
+		if err != nil {
+			return
+		}
+		args := SparseArgs{CuSeqlensQ: pr.cuQ, CuSeqlensK: pr.cuK, ReturnSoftmaxLSE: true, Causal: s.causal}
+		if paged {
+			args.PageTable, args.SequsedK = pr.pageTable, pr.seqused
+		}
+		if stage%2 == 1 {
+			fuzzMutate([]*tensor.Dense{rp, qi, pr.cuQ, pr.cuK, pr.pageTable, pr.seqused}, which, idx, val)
+		}
+		res, err := SparseAttenFunc(pr.q, pr.k, pr.v, rp, qi, 3, args)
+		if err != nil {
+			return
+		}
+		noNaN(t, res)
+	})
+}
+
+// FuzzBuildK2QCSR feeds arbitrary q2k lists and sequence lengths to the CSR
+// build: it must return an error or a CSR that ValidateCSR accepts.
+func FuzzBuildK2QCSR(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 255, 3}, uint8(2), uint16(300), uint16(100))
+	f.Add([]byte{5, 5}, uint8(1), uint16(0), uint16(1))
+	f.Add([]byte{}, uint8(3), uint16(129), uint16(129))
+	f.Fuzz(func(t *testing.T, raw []byte, topK uint8, lenA, lenB uint16) {
+		k := int(topK%8) + 1
+		totalQ := 3
+		q2k := make([]int32, totalQ*k)
+		for i := range q2k {
+			q2k[i] = -1
+			if i < len(raw) {
+				q2k[i] = int32(int8(raw[i]))
+			}
+		}
+		cuQ := i32T([]int{3}, 0, 2, 3)
+		cuK := i32T([]int{3}, 0, int32(lenA%1000), int32(lenA%1000)+int32(lenB%1000))
+		rp, qi, err := BuildK2QCSR(i32T([]int{1, totalQ, k}, q2k...), cuQ, cuK, 128)
+		if err != nil {
+			return
+		}
+		if _, err := PrepareSparseFwdSchedule(rp, qi, ScheduleArgs{CuSeqlensQ: cuQ, CuSeqlensK: cuK, TotalQ: totalQ, TopK: k, QheadPerKV: 1, Workers: 2}); err != nil {
+			t.Fatalf("schedule of a built CSR fails: %v", err)
+		}
+	})
+}

@@ -1,6 +1,6 @@
-// Package graph_test holds the graph-level tests of the module: complete
+// Package graphtest holds the graph-level tests of the module: complete
 // Gorgonia graphs that use the ops of package op the way a model author
 // would, run in a TapeMachine and a LispMachine, and are checked against the
 // eager API and float64 references. The tests are meant to be read and
 // copied.
-package graph_test
+package graphtest

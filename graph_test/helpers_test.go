@@ -1,4 +1,4 @@
-package graph_test
+package graphtest
 
 import (
 	"math/rand/v2"

@@ -1,12 +1,12 @@
-package graph_test
+package graphtest
 
 import (
 	"math/rand/v2"
 	"testing"
 
 	"github.com/sparseattn/msa/op"
-	"gorgonia.org/tensor"
 	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
 )
 
 // TestSparseGraphMatchesEager builds q2k -> CSR -> schedule -> attention ->

@@ -229,9 +229,9 @@ func buildSparse(s sparseSpec) *sparseProblem {
 	}
 	pr.ref = refCase{
 		batch: B, hq: s.hq, hkv: s.hkv, d: d, cuQ: cuQ, seqK: seqK, q: qrows,
-		k:    func(b, h, t int) []float64 { r := rowOf(b, h, t); return kv[r*d : (r+1)*d] },
-		v:    func(b, h, t int) []float64 { r := rowOf(b, h, t); return vv[r*d : (r+1)*d] },
-		q2k:  q2k, topK: s.topK, blk: s.blk, causal: s.causal, scale: scale,
+		k:   func(b, h, t int) []float64 { r := rowOf(b, h, t); return kv[r*d : (r+1)*d] },
+		v:   func(b, h, t int) []float64 { r := rowOf(b, h, t); return vv[r*d : (r+1)*d] },
+		q2k: q2k, topK: s.topK, blk: s.blk, causal: s.causal, scale: scale,
 		temperature: s.temperature, outScale: outScale,
 	}
 	pr.maxV *= outScale

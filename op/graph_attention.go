@@ -287,6 +287,11 @@ func lseNode(fn string, out *G.Node, temp bool) (*G.Node, error) {
 	switch o := out.Op().(type) {
 	case *sparseAttnOp:
 		st = o.st
+	case *decodeAttnOp:
+		if temp {
+			return nil, argErr(fn, "out", "a SparseAttention node (decode has no temperature LSE)", o.String())
+		}
+		st = o.st
 	default:
 		return nil, argErr(fn, "out", "a SparseAttention or decode attention node", fmt.Sprint(out.Op()))
 	}

@@ -60,7 +60,7 @@ func nodeCheck(fn, arg string, n *G.Node, dims int, dts ...tensor.Dtype) error {
 			}
 			names += dtypeName(dt)
 		}
-		return argErr(fn, arg, "dtype " + names, dtypeName(n.Dtype()))
+		return argErr(fn, arg, "dtype "+names, dtypeName(n.Dtype()))
 	}
 	if dims > 0 && n.Shape().Dims() != dims {
 		return argErr(fn, arg, fmt.Sprintf("rank %d", dims), fmt.Sprintf("shape %v", n.Shape()))

@@ -11,7 +11,7 @@ type refCase struct {
 	batch       int
 	hq, hkv, d  int
 	cuQ         []int32
-	seqK        []int   // effective key length per sequence
+	seqK        []int       // effective key length per sequence
 	q           [][]float64 // [total_q*Hq][D]
 	k, v        func(b, h, t int) []float64
 	q2k         []int32 // [Hkv][total_q][topK]

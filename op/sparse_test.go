@@ -120,12 +120,12 @@ func checkLSE(t testing.TB, s sparseSpec, what string, row int, got, want float6
 func TestSparseMatrix(t *testing.T) {
 	type shape struct{ seqQ, seqK []int }
 	shapes := []shape{
-		{[]int{5, 0, 37}, []int{300, 0, 190}},   // empty sequence in the middle
-		{[]int{64}, []int{64}},                  // square, causal diagonal
-		{[]int{3, 20}, []int{129, 1}},           // one key, a key past a block edge
-		{[]int{40, 7, 0}, []int{20, 256, 128}},  // seqQ > seqK: fully masked causal rows
-		{[]int{0, 0}, []int{5, 0}},              // no queries at all
-		{[]int{17}, []int{517}},                 // many blocks
+		{[]int{5, 0, 37}, []int{300, 0, 190}},  // empty sequence in the middle
+		{[]int{64}, []int{64}},                 // square, causal diagonal
+		{[]int{3, 20}, []int{129, 1}},          // one key, a key past a block edge
+		{[]int{40, 7, 0}, []int{20, 256, 128}}, // seqQ > seqK: fully masked causal rows
+		{[]int{0, 0}, []int{5, 0}},             // no queries at all
+		{[]int{17}, []int{517}},                // many blocks
 		{[]int{9, 11, 2, 30}, []int{33, 400, 2, 129}},
 	}
 	dtypes := []struct{ q, kv string }{{"bf16", "bf16"}, {"e4m3", "e4m3"}, {"bf16", "e4m3"}}

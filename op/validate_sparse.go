@@ -16,7 +16,9 @@ import (
 // D = 128 and topK in {4, 8, 16, 32}.
 var (
 	supportedHeadDims = []int{64, 128, 256}
-	maxTopK           = 64
+	// supportedQheadPerKV are the GQA ratios Hq/Hkv (as in the reference).
+	supportedQheadPerKV = []int{1, 2, 4, 8, 16}
+	maxTopK             = 64
 )
 
 // temperatureFastPathTol is the reference's
@@ -238,7 +240,7 @@ func validateSparse(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int, ar
 		return nil, c.err
 	}
 	qpk := hq / hkv
-	if !containsInt([]int{1, 2, 4, 8, 16}, qpk) {
+	if !containsInt(supportedQheadPerKV, qpk) {
 		return nil, &NotImplementedError{fn, fmt.Sprintf("qhead_per_kv = Hq/Hkv must be in {1, 2, 4, 8, 16}, got %d", qpk)}
 	}
 	c.need(topK >= 1 && topK <= maxTopK, "topK", fmt.Sprintf("1 <= topK <= %d", maxTopK), topK)
@@ -409,12 +411,16 @@ func validateSparse(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int, ar
 // checkPages checks that every page a sequence uses is in [0, numPages).
 // Entries past a sequence's last used page are not read and not checked.
 func checkPages(c *checker, pt []int32, cols, ps int, seqK []int32, numPages int) {
+	if numPages < 0 { // not known yet (decode Plan): checked at Run
+		return
+	}
 	for b, n := range seqK {
 		used := (int(n) + ps - 1) / ps
-		for j := 0; j < used && c.err == nil; j++ {
-			x := pt[b*cols+j]
-			c.need(x >= 0 && int(x) < numPages, fmt.Sprintf("page_table[%d, %d]", b, j),
-				fmt.Sprintf("a page index in [0, num_pages = %d)", numPages), x)
+		for j := 0; j < used; j++ {
+			if x := pt[b*cols+j]; x < 0 || int(x) >= numPages {
+				c.fail(fmt.Sprintf("page_table[%d, %d]", b, j), fmt.Sprintf("a page index in [0, num_pages = %d)", numPages), x)
+				return
+			}
 		}
 	}
 }

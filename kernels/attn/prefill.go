@@ -80,9 +80,10 @@ type Workspace struct {
 	next     atomic.Int64
 	// prefill / decode of the current call
 	pf *Prefill
+	pd *Decode
 	po *Output
 	// bound entry points, created once so Run does not allocate
-	prefillItem, combineRows func(int)
+	prefillItem, combineRows, decodeItem, decodeCombine func(int)
 }
 
 // NewWorkspace returns a workspace for n workers and head dimension d.
@@ -91,6 +92,8 @@ func NewWorkspace(n, d int) *Workspace {
 	ws.ensure(n, d)
 	ws.prefillItem = ws.runPrefillItems
 	ws.combineRows = ws.runCombine
+	ws.decodeItem = ws.runDecodeItems
+	ws.decodeCombine = ws.runDecodeCombine
 	return ws
 }
 
@@ -273,4 +276,17 @@ func combineRow(pt *Partials, ls, ws []float32, plane, row, d int, outScale floa
 	}
 	lowp.EncodeBF16(o, acc)
 	*lse = l
+}
+
+// Reserve sizes the float32 partial buffers for rows partial rows of head
+// dimension d and the per-worker combine scratch for up to splits slots, so
+// that later runs of at most that size do not allocate.
+func (ws *Workspace) Reserve(d, rows, splits int) {
+	ws.Partials.Ensure(PartialF32, d, rows, false)
+	for _, wk := range ws.workers {
+		if cap(wk.ls) < splits {
+			wk.ls = make([]float32, splits)
+			wk.ws = make([]float32, splits)
+		}
+	}
 }

@@ -1,0 +1,212 @@
+package attn
+
+import (
+	"math"
+	"slices"
+
+	"github.com/sparseattn/msa/kernels/plan"
+	"github.com/sparseattn/msa/kernels/tile"
+)
+
+// Decode describes one paged decode call: q row b*SeqlenQ+i of request b is
+// at key position SeqUsed[b] - SeqlenQ + i and sees keys t <= that position.
+type Decode struct {
+	Q       Operand // [Batch*SeqlenQ, HQ, D] rows
+	K, V    Operand // paged token rows addressed through KV
+	KV      KVLayout
+	Batch   int
+	SeqlenQ int
+	HQ, Hkv int
+	D       int
+	SeqUsed []int32 // [Batch]
+	Scale   float32
+	PV      tile.Round
+	Sched   *plan.DecodeSchedule
+	// Sparse decode: Q2K [Hkv][Batch*SeqlenQ][TopK] block ids of BlkKV
+	// tokens (-1 unused). Nil selects dense decode.
+	Q2K   []int32
+	TopK  int
+	BlkKV int
+}
+
+// RunDecode computes decode attention into out (TLSE unused). With a split
+// schedule it writes float32 partials to ws.Partials and combines them.
+func RunDecode(p *Decode, ws *Workspace, pool *Pool, out *Output) {
+	ws.ensure(pool.Workers(), p.D)
+	if p.Sched.SplitKV {
+		ws.Partials.Ensure(PartialF32, p.D, p.Sched.PartialRows*p.HQ, false)
+	}
+	ws.pd, ws.po = p, out
+	ws.next.Store(0)
+	pool.Run(ws.decodeItem)
+	if p.Sched.SplitKV {
+		ws.next.Store(0)
+		pool.Run(ws.decodeCombine)
+	}
+	ws.pd, ws.po = nil, nil
+}
+
+func (ws *Workspace) runDecodeItems(w int) {
+	p := ws.pd
+	s := p.Sched
+	wk := ws.workers[w]
+	n := int64(s.WorkCount)
+	for {
+		i := ws.next.Add(1) - 1
+		if i >= n {
+			return
+		}
+		if s.Valid[i] == 0 {
+			continue
+		}
+		ws.decodeItemRun(wk, int(i))
+	}
+}
+
+// decodeItemRun computes item i: one request, query tile, KV chunk and KV
+// head.
+func (ws *Workspace) decodeItemRun(wk *worker, i int) {
+	p := ws.pd
+	s := p.Sched
+	b := int(s.Request[i])
+	used := int(p.SeqUsed[b])
+	ps := p.KV.PageSize
+	pb, pe := s.ItemPages(i, int32(used))
+	kBegin, kEnd := pb*ps, min(used, pe*ps)
+	q0, q1 := s.ItemQueries(i)
+	qpk := p.HQ / p.Hkv
+	perTile := maxTileRows / qpk
+	for a := q0; a < q1; a += perTile {
+		ws.decodeTile(wk, b, int(s.KVHead[i]), a, min(q1, a+perTile), int(s.KVTile[i]), kBegin, kEnd, used)
+	}
+}
+
+// decodeTile runs queries [a, z) of request b on KV head h over keys
+// [kBegin, kEnd).
+func (ws *Workspace) decodeTile(wk *worker, b, h, a, z, c, kBegin, kEnd, used int) {
+	p := ws.pd
+	d := p.D
+	qpk := p.HQ / p.Hkv
+	m := (z - a) * qpk
+	totalQ := p.Batch * p.SeqlenQ
+	wk.acc.Reset(m, p.Scale*math.Log2E, p.PV, 0)
+	for i := a; i < z; i++ {
+		gq := b*p.SeqlenQ + i
+		for g := 0; g < qpk; g++ {
+			p.Q.DecodeRow(wk.acc.Q((i-a)*qpk+g), gq*p.HQ+h*qpk+g)
+		}
+	}
+	// limit(i): keys t < used - SeqlenQ + i + 1 are visible to query i.
+	span := func(t0, t1 int, sel func(i int) bool) {
+		n := t1 - t0
+		for k := 0; k < n; k++ {
+			r := p.KV.Row(b, h, t0+k)
+			p.K.DecodeRow(wk.kbuf[k*d:], r)
+			p.V.DecodeRow(wk.vbuf[k*d:], r)
+		}
+		wk.blk.Load(n, wk.kbuf[:n*d], wk.vbuf[:n*d])
+		any := false
+		for i := a; i < z; i++ {
+			v := int32(0)
+			if sel == nil || sel(i) {
+				lim := used - p.SeqlenQ + i + 1
+				v = int32(max(0, min(n, lim-t0)))
+			}
+			for g := 0; g < qpk; g++ {
+				wk.valid[(i-a)*qpk+g] = v
+			}
+			any = any || v > 0
+		}
+		if any {
+			wk.acc.Update(wk.blk, wk.valid[:m])
+		}
+	}
+	if p.Q2K == nil {
+		for t := kBegin; t < kEnd; t += tile.BlockN {
+			span(t, min(kEnd, t+tile.BlockN), nil)
+		}
+	} else {
+		// Union of the blocks the tile's queries selected, ascending.
+		blocks := wk.dst[:0]
+		for i := a; i < z; i++ {
+			sel := p.Q2K[(h*totalQ+b*p.SeqlenQ+i)*p.TopK:][:p.TopK]
+			for _, j := range sel {
+				if j >= 0 && !slices.Contains(blocks, j) {
+					blocks = append(blocks, j)
+				}
+			}
+		}
+		slices.Sort(blocks)
+		for _, j := range blocks {
+			lo := max(kBegin, int(j)*p.BlkKV)
+			hi := min(kEnd, (int(j)+1)*p.BlkKV)
+			selects := func(i int) bool {
+				return slices.Contains(p.Q2K[(h*totalQ+b*p.SeqlenQ+i)*p.TopK:][:p.TopK], j)
+			}
+			for t := lo; t < hi; t += tile.BlockN {
+				span(t, min(hi, t+tile.BlockN), selects)
+			}
+		}
+		wk.dst = blocks[:0]
+	}
+	wk.acc.Finish(wk.lse[:m], nil)
+	s := p.Sched
+	for i := a; i < z; i++ {
+		for g := 0; g < qpk; g++ {
+			r := (i-a)*qpk + g
+			hq := h*qpk + g
+			if s.SplitKV {
+				pr := s.PartialRow(b, c, i)*p.HQ + hq
+				ws.Partials.store(pr, wk.acc.O(r))
+				ws.Partials.LSE[pr] = wk.lse[r]
+			} else {
+				row := (b*p.SeqlenQ+i)*p.HQ + hq
+				encodeRow(ws.po, row, d, wk.acc.O(r), wk.lse[r])
+			}
+		}
+	}
+}
+
+// runDecodeCombine merges the KV splits of every (request, query, head).
+func (ws *Workspace) runDecodeCombine(w int) {
+	p, out := ws.pd, ws.po
+	s := p.Sched
+	wk := ws.workers[w]
+	tasks := int64(p.Batch * p.SeqlenQ)
+	for {
+		t := ws.next.Add(1) - 1
+		if t >= tasks {
+			return
+		}
+		b, i := int(t)/p.SeqlenQ, int(t)%p.SeqlenQ
+		ns := int(s.SplitCounts[b])
+		if cap(wk.ls) < ns {
+			wk.ls = make([]float32, ns)
+			wk.ws = make([]float32, ns)
+		}
+		for hq := 0; hq < p.HQ; hq++ {
+			ls := wk.ls[:ns]
+			for c := range ls {
+				ls[c] = ws.Partials.LSE[s.PartialRow(b, c, i)*p.HQ+hq]
+			}
+			l, ok := mergeLSE(ls, wk.ws[:ns])
+			acc := wk.accO[:p.D]
+			clear(acc)
+			if ok {
+				for c, wt := range wk.ws[:ns] {
+					if wt != 0 {
+						ws.Partials.axpy(acc, wt, s.PartialRow(b, c, i)*p.HQ+hq, wk.tmp)
+					}
+				}
+			}
+			encodeRow(out, (b*p.SeqlenQ+i)*p.HQ+hq, p.D, acc, l)
+		}
+	}
+}
+
+func encodeRow(out *Output, row, d int, o []float32, lse float32) {
+	encodeBF16(out.O[row*d:(row+1)*d], o)
+	if out.LSE != nil {
+		out.LSE[row] = lse
+	}
+}

@@ -1,0 +1,265 @@
+package op
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/sparseattn/msa/kernels/attn"
+	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/kernels/plan"
+	"gorgonia.org/tensor"
+)
+
+// DecodeArgs are the keyword arguments of SparseDecodeAttenFunc and of
+// DecodeWrapper.Plan (the reference's names in each comment).
+type DecodeArgs struct {
+	// PageTable (page_table): int32 [B, max_num_pages_per_seq].
+	PageTable tensor.Tensor
+	// SequsedK (seqused_k): int32 [B] key lengths; query row b*seqlen_q+i
+	// sits at position seqused_k[b] - seqlen_q + i.
+	SequsedK tensor.Tensor
+	// SeqlenQ (seqlen_q) >= 1: queries per request.
+	SeqlenQ int
+	// MaxSeqlenK (max_seqlen_k) >= 1 and >= every seqused_k.
+	MaxSeqlenK int
+	// BlkKV (blk_kv): tokens per q2k block in sparse decode; 0 means the
+	// page size. Unlike the reference, it need not equal the page size.
+	BlkKV int
+	// NonCausal requests non-causal decode, which (as in the reference) is
+	// not implemented.
+	NonCausal bool
+	// SoftmaxScale: 0 means 1/sqrt(D).
+	SoftmaxScale float64
+	// ReturnSoftmaxLSE returns the natural-log LSE [B*seqlen_q, Hq].
+	ReturnSoftmaxLSE bool
+	// Workers plays the SM count of the split-KV rules; <= 0 uses
+	// runtime.GOMAXPROCS(0).
+	Workers int
+	// FixedSplitSize (fixed_split_size) > 0 forces a KV chunk of that many
+	// pages: the batch-invariant mode.
+	FixedSplitSize int
+	// DisableSplitKV (disable_split_kv) never splits a request's keys.
+	DisableSplitKV bool
+	// EnableCUDAGraph (enable_cuda_graph) sizes every buffer from the
+	// shapes only, so they never change between steps (Plan only).
+	EnableCUDAGraph bool
+	// NumQOHeads, NumKVHeads, HeadDim (num_qo_heads, num_kv_heads,
+	// head_dim): required by Plan, ignored by SparseDecodeAttenFunc.
+	NumQOHeads, NumKVHeads, HeadDim int
+}
+
+// decodeMeta is validated decode metadata (everything but Q/K/V).
+type decodeMeta struct {
+	batch, seqlenQ, hkv, hq, d int
+	pageSize, cols, numPages   int
+	blk                        int
+	pt, seqused, q2k           []int32
+	topK                       int
+	scale                      float64
+	params                     plan.DecodeParams
+}
+
+// validateDecodeMeta mirrors _validate_sparse_decode_inputs for the
+// metadata, with this package's extensions (any page size, any
+// qhead_per_kv in {1,2,4,8,16}, index range checks).
+func validateDecodeMeta(c *checker, args *DecodeArgs, q2k tensor.Tensor, totalQ, hq, hkv, d, pageSize, numPages int) *decodeMeta {
+	m := &decodeMeta{hq: hq, hkv: hkv, d: d, pageSize: pageSize, numPages: numPages}
+	if args.NonCausal {
+		c.fail("causal", "true (decode attention currently supports only causal=True)", false)
+		return nil
+	}
+	pt := c.dense(args.PageTable, "page_table")
+	if c.err == nil && pt == nil {
+		c.fail("page_table", "a tensor (decode attention requires page_table)", "nil")
+	}
+	c.dtype(pt, "page_table", tensor.Int32)
+	c.rank(pt, "page_table", "[B, max_num_pages_per_seq]", 2)
+	su := c.dense(args.SequsedK, "seqused_k")
+	c.dtype(su, "seqused_k", tensor.Int32)
+	c.rank(su, "seqused_k", "[B]", 1)
+	if c.err != nil {
+		return nil
+	}
+	m.batch, m.cols = pt.Shape()[0], pt.Shape()[1]
+	c.need(m.cols >= 1, "page_table", "at least one column", shapeStr(pt))
+	c.need(su.Shape()[0] == m.batch, "seqused_k", fmt.Sprintf("shape [B] = [%d]", m.batch), shapeStr(su))
+	c.need(args.SeqlenQ > 0 && args.MaxSeqlenK > 0, "seqlen_q/max_seqlen_k", "positive values",
+		fmt.Sprintf("%d/%d", args.SeqlenQ, args.MaxSeqlenK))
+	if c.err != nil {
+		return nil
+	}
+	m.seqlenQ = args.SeqlenQ
+	if totalQ >= 0 {
+		c.need(totalQ == m.batch*m.seqlenQ, "q", fmt.Sprintf("shape[0] == batch * seqlen_q = %d", m.batch*m.seqlenQ), totalQ)
+	}
+	m.pt, m.seqused = int32s(pt), int32s(su)
+	for b, x := range m.seqused {
+		c.need(x >= 0 && int(x) <= m.cols*pageSize, fmt.Sprintf("seqused_k[%d]", b),
+			fmt.Sprintf("0 <= seqused_k <= max_num_pages_per_seq * page_size = %d", m.cols*pageSize), x)
+		c.need(int(x) <= args.MaxSeqlenK, fmt.Sprintf("seqused_k[%d]", b), fmt.Sprintf("<= max_seqlen_k = %d", args.MaxSeqlenK), x)
+	}
+	if c.err != nil {
+		return nil
+	}
+	checkPages(c, m.pt, m.cols, pageSize, m.seqused, numPages)
+	m.blk = args.BlkKV
+	if m.blk == 0 {
+		m.blk = pageSize
+	}
+	c.need(m.blk >= 1, "blk_kv", ">= 1", m.blk)
+	if q2k != nil && c.err == nil {
+		qd := c.dense(q2k, "q2k_indices")
+		c.dtype(qd, "q2k_indices", tensor.Int32)
+		c.rank(qd, "q2k_indices", "[Hkv, total_q, topK]", 3)
+		if c.err != nil {
+			return nil
+		}
+		s := qd.Shape()
+		c.need(s[0] == hkv && s[1] == m.batch*m.seqlenQ && s[2] >= 1 && s[2] <= maxTopK, "q2k_indices",
+			fmt.Sprintf("shape [Hkv = %d, total_q = %d, 1 <= topK <= %d]", hkv, m.batch*m.seqlenQ, maxTopK), shapeStr(qd))
+		if c.err != nil {
+			return nil
+		}
+		m.q2k, m.topK = int32s(qd), s[2]
+		checkDecodeQ2K(c, m)
+	}
+	m.scale = args.SoftmaxScale
+	if m.scale == 0 {
+		m.scale = 1 / math.Sqrt(float64(d))
+	}
+	c.need(m.scale > 0 && !math.IsInf(m.scale, 0), "softmax_scale", "a finite value > 0", m.scale)
+	m.params = plan.DecodeParams{
+		Batch: m.batch, SeqlenQ: m.seqlenQ, HQ: hq, Hkv: hkv, PageSize: pageSize,
+		Workers: workers(args.Workers), FixedSplitPages: args.FixedSplitSize, DisableSplit: args.DisableSplitKV,
+		MaxPagesPerSeq: m.cols, FixedCapacity: args.EnableCUDAGraph,
+	}
+	c.need(args.FixedSplitSize >= 0, "fixed_split_size", ">= 0 (0 = automatic)", args.FixedSplitSize)
+	return m
+}
+
+// checkDecodeQ2K rejects sparse-decode block ids outside the request's
+// blocks and duplicates within one list.
+func checkDecodeQ2K(c *checker, m *decodeMeta) {
+	totalQ := m.batch * m.seqlenQ
+	for h := 0; h < m.hkv && c.err == nil; h++ {
+		for gq := 0; gq < totalQ && c.err == nil; gq++ {
+			b := gq / m.seqlenQ
+			nb := (int(m.seqused[b]) + m.blk - 1) / m.blk
+			list := m.q2k[(h*totalQ+gq)*m.topK : (h*totalQ+gq+1)*m.topK]
+			for k, j := range list {
+				if j < -1 || int(j) >= nb {
+					c.fail(fmt.Sprintf("q2k_indices[%d, %d, %d]", h, gq, k),
+						fmt.Sprintf("-1 or a block id in [0, %d) for request %d", nb, b), j)
+					return
+				}
+				for _, x := range list[:k] {
+					if j >= 0 && x == j {
+						c.fail(fmt.Sprintf("q2k_indices[%d, %d, %d]", h, gq, k), "no duplicate block ids in one list", j)
+						return
+					}
+				}
+			}
+		}
+	}
+}
+
+// decodeQKV validates q, k, v of a decode call and returns their shapes.
+func decodeQKV(c *checker, q, k, v tensor.Tensor) (qd, kd, vd *tensor.Dense) {
+	qd, kd, vd = c.dense(q, "q"), c.dense(k, "k"), c.dense(v, "v")
+	c.rank(qd, "q", "[total_q, Hq, D]", 3)
+	c.rank(kd, "k", "[num_pages, Hkv, page_size, D]", 4)
+	c.rank(vd, "v", "[num_pages, Hkv, page_size, D]", 4)
+	c.dtype(qd, "q", BFloat16, Float8E4M3FN)
+	c.dtype(kd, "k", BFloat16, Float8E4M3FN)
+	c.dtype(vd, "v", BFloat16, Float8E4M3FN)
+	if c.err != nil {
+		return
+	}
+	// Checks below format their messages only on failure: Run is a hot path.
+	mixed := qd.Dtype() == BFloat16 && kd.Dtype() == Float8E4M3FN && vd.Dtype() == Float8E4M3FN
+	if !mixed && (qd.Dtype() != kd.Dtype() || kd.Dtype() != vd.Dtype()) {
+		c.fail("q, k, v", "one dtype (float8_e4m3fn or bfloat16), or bf16 q with fp8 k/v", dtypeName(qd.Dtype())+", "+dtypeName(kd.Dtype())+", "+dtypeName(vd.Dtype()))
+		return
+	}
+	if !kd.Shape().Eq(vd.Shape()) {
+		c.fail("k, v", "the same shape", "k "+shapeStr(kd)+", v "+shapeStr(vd))
+		return
+	}
+	d := qd.Shape()[2]
+	if !containsInt(supportedHeadDims, d) || kd.Shape()[3] != d {
+		c.fail("q, k", fmt.Sprintf("the same head dimension D in %v", supportedHeadDims), fmt.Sprintf("q D = %d, k D = %d", d, kd.Shape()[3]))
+		return
+	}
+	hkv := kd.Shape()[1]
+	if hkv < 1 || qd.Shape()[1]%hkv != 0 {
+		c.fail("q", fmt.Sprintf("Hq divisible by Hkv = %d", hkv), qd.Shape()[1])
+		return
+	}
+	if !containsInt(supportedQheadPerKV, qd.Shape()[1]/hkv) {
+		c.err = &NotImplementedError{c.fn, fmt.Sprintf("qhead_per_kv must be in {1, 2, 4, 8, 16}, got %d", qd.Shape()[1]/hkv)}
+		return
+	}
+	if kd.Shape()[2] < 1 {
+		c.fail("k", "page_size >= 1", shapeStr(kd))
+	}
+	return
+}
+
+// decodeRun binds validated tensors to an attn.Decode.
+func decodeRun(m *decodeMeta, qd, kd, vd *tensor.Dense, s *plan.DecodeSchedule) attn.Decode {
+	pv := BFloat16
+	if vd.Dtype() == Float8E4M3FN && qd.Dtype() == Float8E4M3FN {
+		pv = Float8E4M3FN
+	}
+	return attn.Decode{
+		Q: operand(qd, m.d), K: operand(kd, m.d), V: operand(vd, m.d),
+		KV:    attn.KVLayout{Hkv: m.hkv, Paged: true, PageTable: m.pt, PTCols: m.cols, PageSize: m.pageSize},
+		Batch: m.batch, SeqlenQ: m.seqlenQ, HQ: m.hq, Hkv: m.hkv, D: m.d, SeqUsed: m.seqused,
+		Scale: float32(m.scale), PV: pvRound(pv), Sched: s, Q2K: m.q2k, TopK: m.topK, BlkKV: m.blk,
+	}
+}
+
+// SparseDecodeAttenFunc runs paged decode attention (the reference's
+// sparse_decode_atten_func): q [B*seqlen_q, Hq, D], k, v [num_pages, Hkv,
+// page_size, D], all float8_e4m3fn or all bfloat16 (or bf16 q with fp8
+// k/v). q2kIndices nil selects dense decode; [Hkv, B*seqlen_q, topK]
+// selects sparse decode over blocks of args.BlkKV tokens. Causal only.
+func SparseDecodeAttenFunc(q, k, v, q2kIndices tensor.Tensor, args DecodeArgs) (*Result, error) {
+	const fn = "SparseDecodeAttenFunc"
+	c := &checker{fn: fn}
+	qd, kd, vd := decodeQKV(c, q, k, v)
+	if c.err != nil {
+		return nil, c.err
+	}
+	m := validateDecodeMeta(c, &args, q2kIndices, qd.Shape()[0], qd.Shape()[1], kd.Shape()[1], qd.Shape()[2], kd.Shape()[2], kd.Shape()[0])
+	if c.err != nil {
+		return nil, c.err
+	}
+	s, err := plan.BuildDecodeSchedule(nil, m.seqused, m.params)
+	if err != nil {
+		return nil, wrapArg(fn, "schedule", err)
+	}
+	p := decodeRun(m, qd, kd, vd, s)
+	pool := attn.NewPool(m.params.Workers)
+	defer pool.Close()
+	ws := attn.NewWorkspace(pool.Workers(), m.d)
+	return runDecode(&p, ws, pool, args.ReturnSoftmaxLSE, nil, nil), nil
+}
+
+// runDecode executes a bound decode call into out/lse (allocated when nil).
+func runDecode(p *attn.Decode, ws *attn.Workspace, pool *attn.Pool, wantLSE bool, out, lse *tensor.Dense) *Result {
+	rows := p.Batch * p.SeqlenQ
+	if out == nil {
+		out = tensor.New(tensor.WithShape(rows, p.HQ, p.D), tensor.WithBacking(make([]lowp.BFloat16, rows*p.HQ*p.D)))
+	}
+	if lse == nil && wantLSE {
+		lse = tensor.New(tensor.WithShape(rows, p.HQ), tensor.WithBacking(make([]float32, rows*p.HQ)))
+	}
+	o := attn.Output{O: backing[lowp.BFloat16](out), LSE: backing[float32](lse)}
+	attn.RunDecode(p, ws, pool, &o)
+	res := &Result{Out: out}
+	if wantLSE {
+		res.LSE = lse
+	}
+	return res
+}

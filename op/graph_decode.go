@@ -1,0 +1,268 @@
+package op
+
+import (
+	"fmt"
+	"hash"
+
+	"github.com/chewxy/hm"
+	"github.com/sparseattn/msa/kernels/attn"
+	"github.com/sparseattn/msa/kernels/plan"
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+)
+
+// DecodeConfig holds the static parameters of a decode schedule node.
+type DecodeConfig struct {
+	// SeqlenQ is the number of queries per request (>= 1).
+	SeqlenQ int
+	// NumQOHeads and NumKVHeads are Hq and Hkv.
+	NumQOHeads, NumKVHeads int
+	// PageSize is the K/V page size in tokens.
+	PageSize int
+	// Workers plays numSM (<= 0: runtime.GOMAXPROCS(0)); the decode
+	// attention node runs on as many goroutines.
+	Workers int
+	// FixedSplitSize > 0 fixes the KV chunk (batch-invariant mode).
+	FixedSplitSize int
+	// DisableSplitKV never splits a request's keys.
+	DisableSplitKV bool
+}
+
+// decodeLayout describes the packed decode schedule value (1-D int32):
+//
+//	[0] chunk_pages  [1] split_kv  [2] work_count  [3] max_splits
+//	then request, q_tile, kv_tile, kv_head, valid   (Capacity each)
+//	then split_counts [B], pages [B]
+//
+// Capacity, partial rows and o_indptr are fixed by the parameters (the
+// fixed-capacity mode), so the value's length is known at graph build time.
+type decodeLayout struct {
+	p    plan.DecodeParams
+	base plan.DecodeSchedule // built for seqused = 0: the fixed fields
+}
+
+func newDecodeLayout(p plan.DecodeParams) (decodeLayout, error) {
+	p.FixedCapacity = true
+	s, err := plan.BuildDecodeSchedule(nil, make([]int32, p.Batch), p)
+	if err != nil {
+		return decodeLayout{}, err
+	}
+	return decodeLayout{p: p, base: *s}, nil
+}
+
+func (l decodeLayout) len() int { return 4 + 5*l.base.Capacity + 2*l.p.Batch }
+
+func (l decodeLayout) pack(s *plan.DecodeSchedule) []int32 {
+	v := make([]int32, 0, l.len())
+	split := int32(0)
+	if s.SplitKV {
+		split = 1
+	}
+	v = append(v, int32(s.ChunkPages), split, int32(s.WorkCount), int32(s.MaxSplits))
+	for _, a := range [][]int32{s.Request, s.QTileIdx, s.KVTile, s.KVHead, s.Valid, s.SplitCounts, s.Pages} {
+		v = append(v, a...)
+	}
+	return v
+}
+
+// unpack views a packed value as a schedule (slices alias v).
+func (l decodeLayout) unpack(v []int32) *plan.DecodeSchedule {
+	s := l.base
+	c, b := l.base.Capacity, l.p.Batch
+	s.ChunkPages, s.SplitKV, s.WorkCount, s.MaxSplits = int(v[0]), v[1] != 0, int(v[2]), int(v[3])
+	o := 4
+	next := func(n int) []int32 { r := v[o : o+n]; o += n; return r }
+	s.Request, s.QTileIdx, s.KVTile, s.KVHead, s.Valid = next(c), next(c), next(c), next(c), next(c)
+	s.SplitCounts, s.Pages = next(b), next(b)
+	return &s
+}
+
+// decodeSchedOp builds the decode schedule from seqused_k.
+type decodeSchedOp struct {
+	opBase
+	l decodeLayout
+}
+
+func (op *decodeSchedOp) Arity() int { return 2 }
+func (op *decodeSchedOp) Type() hm.Type {
+	return fnType(tt(2, tensor.Int32), tt(1, tensor.Int32), tt(1, tensor.Int32))
+}
+func (op *decodeSchedOp) InferShape(...G.DimSizer) (tensor.Shape, error) {
+	return tensor.Shape{op.l.len()}, nil
+}
+func (op *decodeSchedOp) WriteHash(h hash.Hash) { fmt.Fprintf(h, "msa.DecodeSchedule%+v", op.l.p) }
+func (op *decodeSchedOp) Hashcode() uint32      { return hashOf(op) }
+func (op *decodeSchedOp) String() string {
+	return fmt.Sprintf("DecodeSchedule{capacity=%d}", op.l.base.Capacity)
+}
+
+func (op *decodeSchedOp) Do(vals ...G.Value) (G.Value, error) {
+	const fn = "DecodeSchedule"
+	c := &checker{fn: fn}
+	su := c.dense(tv(vals[1]), "seqused_k")
+	c.dtype(su, "seqused_k", tensor.Int32)
+	if c.err != nil {
+		return nil, c.err
+	}
+	s, err := plan.BuildDecodeSchedule(nil, int32s(su), op.l.p)
+	if err != nil {
+		return nil, wrapArg(fn, "seqused_k", err)
+	}
+	v := op.l.pack(s)
+	return tensor.New(tensor.WithShape(len(v)), tensor.WithBacking(v)), nil
+}
+
+// DecodeSchedule adds the split-KV decode schedule (SPEC section 7) for a
+// page table [B, pages] and seqused_k [B]. It always uses the fixed-capacity
+// mode: its value has the same length for every seqused_k, so it can be
+// recomputed each step (after gorgonia.Let updates) without reallocating the
+// decode node's buffers. All decode attention nodes of the step (one per
+// layer) can share it.
+func DecodeSchedule(pageTable, sequsedK *G.Node, cfg DecodeConfig) (*G.Node, error) {
+	const fn = "DecodeSchedule"
+	if err := nodeCheck(fn, "page_table", pageTable, 2, tensor.Int32); err != nil {
+		return nil, err
+	}
+	if err := nodeCheck(fn, "seqused_k", sequsedK, 1, tensor.Int32); err != nil {
+		return nil, err
+	}
+	pt := pageTable.Shape()
+	if sequsedK.Shape()[0] != pt[0] {
+		return nil, argErr(fn, "seqused_k", fmt.Sprintf("shape [B] = [%d]", pt[0]), sequsedK.Shape())
+	}
+	if cfg.NumKVHeads < 1 || cfg.NumQOHeads%cfg.NumKVHeads != 0 || !containsInt(supportedQheadPerKV, cfg.NumQOHeads/cfg.NumKVHeads) {
+		return nil, argErr(fn, "num_qo_heads/num_kv_heads", "a ratio in {1, 2, 4, 8, 16}", fmt.Sprintf("%d/%d", cfg.NumQOHeads, cfg.NumKVHeads))
+	}
+	p := plan.DecodeParams{Batch: pt[0], SeqlenQ: cfg.SeqlenQ, HQ: cfg.NumQOHeads, Hkv: cfg.NumKVHeads,
+		PageSize: cfg.PageSize, Workers: workers(cfg.Workers), FixedSplitPages: cfg.FixedSplitSize,
+		DisableSplit: cfg.DisableSplitKV, MaxPagesPerSeq: pt[1]}
+	l, err := newDecodeLayout(p)
+	if err != nil {
+		return nil, wrapArg(fn, "config", err)
+	}
+	return G.ApplyOp(&decodeSchedOp{l: l}, pageTable, sequsedK)
+}
+
+// decodeAttnOp is the paged decode attention node.
+type decodeAttnOp struct {
+	opBase
+	l        decodeLayout
+	sparse   bool
+	scale    float64
+	blk      int
+	inDtypes []tensor.Dtype
+	outShape tensor.Shape
+	st       *attnState
+}
+
+func (op *decodeAttnOp) Arity() int { return len(op.inDtypes) }
+func (op *decodeAttnOp) Type() hm.Type {
+	dims := []int{3, 4, 4, 2, 1, 1, 3}
+	ts := make([]hm.Type, 0, len(op.inDtypes)+1)
+	for i, dt := range op.inDtypes {
+		ts = append(ts, tt(dims[i], dt))
+	}
+	return fnType(append(ts, tt(3, BFloat16))...)
+}
+func (op *decodeAttnOp) InferShape(...G.DimSizer) (tensor.Shape, error) {
+	return op.outShape.Clone(), nil
+}
+func (op *decodeAttnOp) WriteHash(h hash.Hash) {
+	fmt.Fprintf(h, "msa.DecodeAttention%+v/%v/%v/%d/%p", op.l.p, op.sparse, op.scale, op.blk, op.st)
+}
+func (op *decodeAttnOp) Hashcode() uint32 { return hashOf(op) }
+func (op *decodeAttnOp) String() string   { return fmt.Sprintf("DecodeAttention{sparse=%v}", op.sparse) }
+
+func (op *decodeAttnOp) Do(vals ...G.Value) (G.Value, error) {
+	const fn = "DecodeAttention"
+	c := &checker{fn: fn}
+	qd, kd, vd := decodeQKV(c, tv(vals[0]), tv(vals[1]), tv(vals[2]))
+	if c.err != nil {
+		return nil, c.err
+	}
+	p := op.l.p
+	args := DecodeArgs{PageTable: tv(vals[3]), SequsedK: tv(vals[4]), SeqlenQ: p.SeqlenQ, MaxSeqlenK: p.MaxPagesPerSeq * p.PageSize,
+		BlkKV: op.blk, SoftmaxScale: op.scale, Workers: p.Workers}
+	var q2k tensor.Tensor
+	if op.sparse {
+		q2k = tv(vals[6])
+	}
+	m := validateDecodeMeta(c, &args, q2k, qd.Shape()[0], qd.Shape()[1], kd.Shape()[1], qd.Shape()[2], kd.Shape()[2], kd.Shape()[0])
+	if c.err != nil {
+		return nil, c.err
+	}
+	m.params = p
+	sv := c.dense(tv(vals[5]), "schedule")
+	c.dtype(sv, "schedule", tensor.Int32)
+	if c.err != nil {
+		return nil, c.err
+	}
+	if sv.DataSize() != op.l.len() {
+		return nil, argErr(fn, "schedule", fmt.Sprintf("a DecodeSchedule value of %d elements", op.l.len()), sv.DataSize())
+	}
+	s := op.l.unpack(int32s(sv))
+	if err := plan.ValidateDecodeSchedule(s, m.seqused, p); err != nil {
+		return nil, wrapArg(fn, "schedule", err)
+	}
+	op.st.mu.Lock()
+	defer op.st.mu.Unlock()
+	pool := attn.NewPool(p.Workers)
+	defer pool.Close()
+	if op.st.ws == nil {
+		op.st.ws = attn.NewWorkspace(pool.Workers(), m.d)
+	}
+	run := decodeRun(m, qd, kd, vd, s)
+	res := runDecode(&run, op.st.ws, pool, true, nil, nil)
+	op.st.lse = res.LSE
+	return res.Out, nil
+}
+
+// DecodeAttention adds paged decode attention: q [B*seqlen_q, Hq, D], k, v
+// [num_pages, Hkv, page_size, D] (float8_e4m3fn or bfloat16), the page
+// table and seqused_k nodes the schedule was built from, and the schedule
+// node. q2k (nil for dense decode) is int32 [Hkv, B*seqlen_q, topK] of
+// blocks of blkKV tokens (0: the page size). softmaxScale 0 means
+// 1/sqrt(D). LSE(node) returns the natural-log LSE of the same run.
+func DecodeAttention(q, k, v, pageTable, sequsedK, sched, q2k *G.Node, blkKV int, softmaxScale float64) (*G.Node, error) {
+	const fn = "DecodeAttention"
+	if sched == nil {
+		return nil, argErr(fn, "sched", "a DecodeSchedule node", "nil")
+	}
+	so, ok := sched.Op().(*decodeSchedOp)
+	if !ok {
+		return nil, argErr(fn, "sched", "a node made by DecodeSchedule", sched.Op())
+	}
+	if err := nodeCheck(fn, "q", q, 3, BFloat16, Float8E4M3FN); err != nil {
+		return nil, err
+	}
+	for _, x := range []struct {
+		n    *G.Node
+		name string
+	}{{k, "k"}, {v, "v"}} {
+		if err := nodeCheck(fn, x.name, x.n, 4, BFloat16, Float8E4M3FN); err != nil {
+			return nil, err
+		}
+	}
+	l := so.l
+	qs, ks := q.Shape(), k.Shape()
+	if qs[0] != l.p.Batch*l.p.SeqlenQ || qs[1] != l.p.HQ || ks[1] != l.p.Hkv || ks[2] != l.p.PageSize {
+		return nil, argErr(fn, "q/k", fmt.Sprintf("q [%d, %d, D], k [pages, %d, %d, D] as planned", l.p.Batch*l.p.SeqlenQ, l.p.HQ, l.p.Hkv, l.p.PageSize),
+			fmt.Sprintf("q %v, k %v", qs, ks))
+	}
+	inputs := []*G.Node{q, k, v, pageTable, sequsedK, sched}
+	if q2k != nil {
+		if err := nodeCheck(fn, "q2k_indices", q2k, 3, tensor.Int32); err != nil {
+			return nil, err
+		}
+		inputs = append(inputs, q2k)
+	}
+	op := &decodeAttnOp{l: l, sparse: q2k != nil, scale: softmaxScale, blk: blkKV,
+		outShape: tensor.Shape{qs[0], qs[1], qs[2]}, st: &attnState{}}
+	for _, n := range inputs {
+		if n == nil {
+			return nil, argErr(fn, "input", "a node", "nil")
+		}
+		op.inDtypes = append(op.inDtypes, n.Dtype())
+	}
+	return G.ApplyOp(op, inputs...)
+}

@@ -1,6 +1,8 @@
 package op
 
 import (
+	"sync"
+
 	"github.com/sparseattn/msa/kernels/attn"
 	"github.com/sparseattn/msa/kernels/lowp"
 	"gorgonia.org/tensor"
@@ -37,6 +39,9 @@ func SparseAttenNVFP4KVFunc(q, k, v, kScale, vScale, kGlobal, vGlobal, k2qRowPtr
 	return sc.run(nil, nil), nil
 }
 
+// workspaces holds idle eager-call workspaces (see sparseCall.run).
+var workspaces = sync.Pool{New: func() any { return attn.NewWorkspace(0, 0) }}
+
 // run executes a validated call. ws and pool may be nil (temporary ones are
 // used).
 func (sc *sparseCall) run(ws *attn.Workspace, pool *attn.Pool) *Result {
@@ -46,7 +51,11 @@ func (sc *sparseCall) run(ws *attn.Workspace, pool *attn.Pool) *Result {
 		defer pool.Close()
 	}
 	if ws == nil {
-		ws = attn.NewWorkspace(pool.Workers(), p.D)
+		// Eager calls borrow a workspace so that repeated calls reuse the
+		// partial buffers (hundreds of MB at long sequence lengths) instead
+		// of allocating and zeroing them every time.
+		ws = workspaces.Get().(*attn.Workspace)
+		defer workspaces.Put(ws)
 	}
 	res := &Result{}
 	o := make([]lowp.BFloat16, p.TotalQ*p.HQ*p.D)

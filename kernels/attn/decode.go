@@ -36,6 +36,7 @@ func RunDecode(p *Decode, ws *Workspace, pool *Pool, out *Output) {
 	if p.Sched.SplitKV {
 		ws.Partials.Ensure(PartialF32, p.D, p.Sched.PartialRows*p.HQ, false)
 	}
+	ws.Partials.simd = vecAVX512()
 	ws.pd, ws.po = p, out
 	ws.next.Store(0)
 	pool.Run(ws.decodeItem)
@@ -161,7 +162,7 @@ func (ws *Workspace) decodeTile(wk *worker, b, h, a, z, c, kBegin, kEnd, used in
 				ws.Partials.LSE[pr] = wk.lse[r]
 			} else {
 				row := (b*p.SeqlenQ+i)*p.HQ + hq
-				encodeRow(ws.po, row, d, wk.acc.O(r), wk.lse[r])
+				encodeRow(ws.po, row, d, wk.acc.O(r), wk.lse[r], ws.Partials.simd)
 			}
 		}
 	}
@@ -199,13 +200,13 @@ func (ws *Workspace) runDecodeCombine(w int) {
 					}
 				}
 			}
-			encodeRow(out, (b*p.SeqlenQ+i)*p.HQ+hq, p.D, acc, l)
+			encodeRow(out, (b*p.SeqlenQ+i)*p.HQ+hq, p.D, acc, l, ws.Partials.simd)
 		}
 	}
 }
 
-func encodeRow(out *Output, row, d int, o []float32, lse float32) {
-	encodeBF16(out.O[row*d:(row+1)*d], o)
+func encodeRow(out *Output, row, d int, o []float32, lse float32, simd bool) {
+	storeBF16(out.O[row*d:(row+1)*d], o, simd)
 	if out.LSE != nil {
 		out.LSE[row] = lse
 	}

@@ -48,6 +48,8 @@ type Partials struct {
 	E4M3  []lowp.Float8E4M3FN
 	LSE   []float32
 	TLSE  []float32 // nil unless temperature LSE is computed
+	// simd selects the AVX-512 epilogue kernels (set per run).
+	simd bool
 }
 
 // Ensure sizes the partial buffers for rows rows, reusing capacity.
@@ -86,7 +88,7 @@ func (p *Partials) store(i int, src []float32) {
 	case PartialF32:
 		copy(p.F32[i*d:(i+1)*d], src)
 	case PartialBF16:
-		lowp.EncodeBF16(p.BF16[i*d:(i+1)*d], src)
+		storeBF16(p.BF16[i*d:(i+1)*d], src, p.simd)
 	case PartialF16:
 		lowp.EncodeF16(p.F16[i*d:(i+1)*d], src)
 	case PartialE4M3:
@@ -97,22 +99,17 @@ func (p *Partials) store(i int, src []float32) {
 // axpy adds w * row i to acc.
 func (p *Partials) axpy(acc []float32, w float32, i int, tmp []float32) {
 	d := p.D
-	var row []float32
 	switch p.Dtype {
 	case PartialF32:
-		row = p.F32[i*d : (i+1)*d]
+		axpyF32(acc, w, p.F32[i*d:(i+1)*d], p.simd)
 	case PartialBF16:
-		lowp.DecodeBF16(tmp[:d], p.BF16[i*d:(i+1)*d])
-		row = tmp[:d]
+		axpyBF16(acc, w, p.BF16[i*d:(i+1)*d], p.simd)
 	case PartialF16:
 		lowp.DecodeF16(tmp[:d], p.F16[i*d:(i+1)*d])
-		row = tmp[:d]
+		axpyF32(acc, w, tmp[:d], p.simd)
 	case PartialE4M3:
 		lowp.DecodeE4M3(tmp[:d], p.E4M3[i*d:(i+1)*d])
-		row = tmp[:d]
-	}
-	for c, x := range row {
-		acc[c] += w * x
+		axpyF32(acc, w, tmp[:d], p.simd)
 	}
 }
 
@@ -151,5 +148,3 @@ func mergeLSE(lses, ws []float32) (lse float32, ok bool) {
 	}
 	return m + float32(math.Log(float64(s))), true
 }
-
-func encodeBF16(dst []lowp.BFloat16, src []float32) { lowp.EncodeBF16(dst, src) }

@@ -1,7 +1,9 @@
 package attn
 
 import (
+	"cmp"
 	"math"
+	"slices"
 	"sync/atomic"
 
 	"github.com/sparseattn/msa/kernels/lowp"
@@ -77,6 +79,7 @@ func newWorker(d int) *worker {
 type Workspace struct {
 	workers  []*worker
 	Partials Partials
+	order    []int32 // prefill items, largest first
 	next     atomic.Int64
 	// prefill / decode of the current call
 	pf *Prefill
@@ -113,7 +116,9 @@ func RunPrefill(p *Prefill, ws *Workspace, pool *Pool, out *Output) {
 	ws.ensure(pool.Workers(), p.D)
 	rows := p.TopK * p.TotalQ * p.HQ
 	ws.Partials.Ensure(p.Partial, p.D, rows, p.InvT > 0)
+	ws.Partials.simd = vecAVX512()
 	ws.pf, ws.po = p, out
+	ws.orderItems(p.Sched)
 	ws.next.Store(0)
 	pool.Run(ws.prefillItem)
 	ws.next.Store(0)
@@ -131,7 +136,8 @@ func (ws *Workspace) runPrefillItems(w int) {
 		if i >= n {
 			return
 		}
-		m := p.Sched.Metadata[i*6 : i*6+6]
+		j := int64(ws.order[i])
+		m := p.Sched.Metadata[j*6 : j*6+6]
 		ws.prefillItemRun(wk, int(m[0]), int(m[1]), int(m[2]), int(m[3]), int(m[4]), int(m[5]))
 	}
 }
@@ -274,7 +280,7 @@ func combineRow(pt *Partials, ls, ws []float32, plane, row, d int, outScale floa
 			}
 		}
 	}
-	lowp.EncodeBF16(o, acc)
+	storeBF16(o, acc, pt.simd)
 	*lse = l
 }
 
@@ -289,4 +295,19 @@ func (ws *Workspace) Reserve(d, rows, splits int) {
 			wk.ws = make([]float32, splits)
 		}
 	}
+}
+
+// orderItems sorts the valid work items by decreasing query count (longest
+// processing time first), so that the last items to start are short and the
+// workers finish together. Ties keep schedule order; the order changes no
+// result (every item writes its own slots).
+func (ws *Workspace) orderItems(s *plan.FwdSchedule) {
+	n := int(s.WorkCount)
+	ws.order = grow(ws.order, n)
+	for i := range ws.order {
+		ws.order[i] = int32(i)
+	}
+	slices.SortStableFunc(ws.order, func(a, b int32) int {
+		return cmp.Compare(s.Metadata[int(b)*6+plan.MetaQCount], s.Metadata[int(a)*6+plan.MetaQCount])
+	})
 }

@@ -1,0 +1,205 @@
+package cuda
+
+// A host emulation of the kernels' scheduling, addressing, masking and
+// combine index arithmetic (sparse_fwd.cu, decode.cu, combine.cu), line for
+// line in float64, checked against the direct reference. It cannot catch
+// device-side arithmetic bugs, but it pins every index formula the kernels
+// use to the plan package's real schedules, on machines without a GPU.
+
+import (
+	"math"
+	"testing"
+)
+
+type partialSet struct {
+	o       map[int][]float64 // partial row -> D values
+	lse     map[int]float64
+	written map[int]int
+}
+
+func newPartialSet() *partialSet {
+	return &partialSet{o: map[int][]float64{}, lse: map[int]float64{}, written: map[int]int{}}
+}
+
+func (p *partialSet) put(row int, o []float64, lse float64) {
+	p.o[row], p.lse[row] = o, lse
+	p.written[row]++
+}
+
+// combineEmu is combine_impl for one (q, hq) given the partial rows of its n slots.
+func combineEmu(ps *partialSet, rows []int, d int) ([]float64, float64) {
+	m := math.Inf(-1)
+	for _, r := range rows {
+		m = math.Max(m, ps.lse[r])
+	}
+	if math.IsInf(m, -1) {
+		m = 0
+	}
+	var S float64
+	for _, r := range rows {
+		S += math.Exp(ps.lse[r] - m)
+	}
+	o := make([]float64, d)
+	if len(rows) == 0 || !(S > 0) {
+		return o, math.Inf(-1)
+	}
+	for _, r := range rows {
+		w := math.Exp(ps.lse[r]-m) / S
+		if w == 0 {
+			continue
+		}
+		for c := range o {
+			o[c] += w * ps.o[r][c]
+		}
+	}
+	return o, m + math.Log(S)
+}
+
+func TestEmulatedPrefillIndexing(t *testing.T) {
+	for i, c := range prefillCases() {
+		genPrefill(t, c, uint64(i+1))
+		s := c.sched
+		ps := newPartialSet()
+		qhpk := c.qhpk
+		for w := 0; w < int(s.WorkCount); w++ {
+			meta := s.Metadata[6*w : 6*w+6]
+			h, row, qBegin, qCount, b, jblk := int(meta[0]), int(meta[1]), int(meta[2]), int(meta[3]), int(meta[4]), int(meta[5])
+			q0 := int(c.cuQ[b])
+			seqlenQ := int(c.cuQ[b+1]) - q0
+			seqlenK := c.seqK(b) // paged: seqused_k = seqlen (test data)
+			t0 := jblk * c.blk
+			nkeys := min(c.blk, seqlenK-t0)
+			if nkeys <= 0 {
+				t.Fatalf("%s: item %d has an empty block", c.name, w)
+			}
+			base := h*c.csr.Stride + int(c.csr.RowPtr[h*(c.csr.TotalRows+1)+row]) + qBegin
+			for idx := 0; idx < qCount*qhpk; idx++ {
+				e := uint32(s.QSplit[base+idx/qhpk])
+				ql, slot := int(e&0xFFFFFF), int(e>>24)
+				hq := h*qhpk + idx%qhpk
+				qrow := q0 + ql
+				lim := seqlenK
+				if c.causal {
+					lim = min(lim, ql+seqlenK-seqlenQ+1)
+				}
+				lim = min(max(lim-t0, 0), nkeys)
+				var keys []int
+				for j := 0; j < lim; j++ {
+					keys = append(keys, c.kRow(b, t0+j, h))
+				}
+				o, lse, _ := attendRef(c.q.row(qrow*c.hq+hq), keys, c.k, c.v, float64(c.scale), 0)
+				ps.put((slot*c.totalQ+qrow)*c.hq+hq, o, lse)
+			}
+		}
+		wantO, wantLSE, _ := c.refPrefill()
+		for q := 0; q < c.totalQ; q++ {
+			for hq := 0; hq < c.hq; hq++ {
+				n := int(s.SplitCounts[q*c.hkv+hq/qhpk])
+				var rows []int
+				for sl := 0; sl < n; sl++ {
+					r := (sl*c.totalQ+q)*c.hq + hq
+					if ps.written[r] != 1 {
+						t.Fatalf("%s: partial row of (slot %d, q %d, hq %d) written %d times", c.name, sl, q, hq, ps.written[r])
+					}
+					rows = append(rows, r)
+				}
+				o, lse := combineEmu(ps, rows, c.d)
+				r := q*c.hq + hq
+				if !(math.Abs(lse-wantLSE[r]) < 1e-9 || math.IsInf(lse, -1) && math.IsInf(wantLSE[r], -1)) {
+					t.Fatalf("%s: (q %d, hq %d) LSE %v, want %v", c.name, q, hq, lse, wantLSE[r])
+				}
+				for cc := 0; cc < c.d; cc++ {
+					if math.Abs(o[cc]-wantO[r*c.d+cc]) > 1e-9 {
+						t.Fatalf("%s: (q %d, hq %d) O[%d] %v, want %v", c.name, q, hq, cc, o[cc], wantO[r*c.d+cc])
+					}
+				}
+			}
+		}
+		if len(ps.written) == 0 {
+			t.Fatalf("%s: nothing written", c.name)
+		}
+	}
+}
+
+func TestEmulatedDecodeIndexing(t *testing.T) {
+	for i, c := range decodeCases() {
+		genDecode(t, c, uint64(i+1))
+		s := c.sched
+		ps := newPartialSet()
+		rows := c.batch * c.seqlenQ
+		direct := newPartialSet()
+		for w := 0; w < s.WorkCount; w++ {
+			if s.Valid[w] == 0 {
+				continue
+			}
+			b, qt, kt, h := int(s.Request[w]), int(s.QTileIdx[w]), int(s.KVTile[w]), int(s.KVHead[w])
+			seqused := int(c.seqused[b])
+			kvBegin, kvEnd := 0, seqused
+			if s.SplitKV {
+				span := s.ChunkPages * c.pageSize
+				kvBegin, kvEnd = min(kt*span, seqused), min((kt+1)*span, seqused)
+			}
+			nq := min(s.QTile, c.seqlenQ-qt*s.QTile)
+			obase := 0
+			if s.SplitKV {
+				obase = int(s.OIndptr[b]) + kt*s.QStride
+			}
+			for idx := 0; idx < nq*c.qhpk; idx++ {
+				qi := qt*s.QTile + idx/c.qhpk
+				hq := h*c.qhpk + idx%c.qhpk
+				qrow := b*c.seqlenQ + qi
+				lim := min(seqused, seqused-c.seqlenQ+qi+1)
+				var keys []int
+				for t0 := kvBegin; t0 < kvEnd; t0 += 128 {
+					nk := min(128, kvEnd-t0)
+					l := min(max(lim-t0, 0), nk)
+					for j := 0; j < l; j++ {
+						tok := t0 + j
+						page := int(c.pageTable[b*c.maxPages+tok/c.pageSize])
+						keys = append(keys, (page*c.hkv+h)*c.pageSize+tok%c.pageSize)
+					}
+				}
+				o, lse, _ := attendRef(c.q.row(qrow*c.hq+hq), keys, c.k, c.v, float64(c.scale), 0)
+				if s.SplitKV {
+					ps.put((obase+qi)*c.hq+hq, o, lse)
+				} else {
+					direct.put(qrow*c.hq+hq, o, lse)
+				}
+			}
+		}
+		wantO, wantLSE := c.refDecode()
+		for q := 0; q < rows; q++ {
+			for hq := 0; hq < c.hq; hq++ {
+				r := q*c.hq + hq
+				var o []float64
+				var lse float64
+				if s.SplitKV {
+					b, qi := q/c.seqlenQ, q%c.seqlenQ
+					var prow []int
+					for sp := 0; sp < int(s.SplitCounts[b]); sp++ {
+						pr := (int(s.OIndptr[b])+sp*s.QStride+qi)*c.hq + hq
+						if ps.written[pr] != 1 {
+							t.Fatalf("%s: partial row %d (b %d split %d q %d) written %d times", c.name, pr, b, sp, qi, ps.written[pr])
+						}
+						prow = append(prow, pr)
+					}
+					o, lse = combineEmu(ps, prow, c.d)
+				} else {
+					if direct.written[r] != 1 {
+						t.Fatalf("%s: output row %d written %d times", c.name, r, direct.written[r])
+					}
+					o, lse = direct.o[r], direct.lse[r]
+				}
+				if !(math.Abs(lse-wantLSE[r]) < 1e-9 || math.IsInf(lse, -1) && math.IsInf(wantLSE[r], -1)) {
+					t.Fatalf("%s: row %d LSE %v, want %v", c.name, r, lse, wantLSE[r])
+				}
+				for cc := 0; cc < c.d; cc++ {
+					if math.Abs(o[cc]-wantO[r*c.d+cc]) > 1e-9 {
+						t.Fatalf("%s: row %d O[%d] %v, want %v", c.name, r, cc, o[cc], wantO[r*c.d+cc])
+					}
+				}
+			}
+		}
+		t.Logf("%s: split %v chunk %d items %d", c.name, s.SplitKV, s.ChunkPages, s.WorkCount)
+	}
+}

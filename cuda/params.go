@@ -1,0 +1,310 @@
+package cuda
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/sparseattn/msa/kernels/plan"
+)
+
+// Field-by-field mirrors of the C structs in kernels/cuda/msa_params.h (same
+// order, same types: uint64 device pointers, then int32, then float32; 0 is
+// a null pointer). TestParamsLayout checks them against the header.
+
+// FwdKernelParams mirrors MsaFwdParams.
+type FwdKernelParams struct {
+	Q, K, V, KScale, VScale, KGlobalScale        uint64
+	CuSeqlensQ, CuSeqlensK, SequsedK, PageTable  uint64
+	RowPtr, QSplit, Metadata, WorkCount          uint64
+	OPartial, LSEPartial, TLSEPartial            uint64
+	TotalQ, NumHeadsQ, NumHeadsKV, HeadDim       int32
+	QheadPerKV, BlkKV, PageSize, PageTableStride int32
+	NumBatch, TotalRows, QSplitStride, NumSlots  int32
+	Capacity, QDtype, KVDtype, PartialDtype      int32
+	Causal, PVRound, pad0, pad1                  int32
+	SoftmaxScaleLog2, InvTemperature             float32
+}
+
+// CombineKernelParams mirrors MsaCombineParams.
+type CombineKernelParams struct {
+	OPartial, LSEPartial, TLSEPartial, SplitCounts, OIndptr uint64
+	OutputScale, Out, LSE, TLSE                             uint64
+	TotalQ, NumHeadsQ, NumHeadsKV, HeadDim                  int32
+	QheadPerKV, NumSlots, PartialDtype, Mode                int32
+	SeqlenQ, QStride                                        int32
+}
+
+// DecodeKernelParams mirrors MsaDecodeParams.
+type DecodeKernelParams struct {
+	Q, K, V, KScale, VScale, KGlobalScale, OutputScale uint64
+	SequsedK, PageTable                                uint64
+	Request, QTileIdx, KVTile, KVHead, Valid, OIndptr  uint64
+	OPartial, LSEPartial, Out, LSE                     uint64
+	Batch, SeqlenQ, NumHeadsQ, NumHeadsKV              int32
+	HeadDim, QheadPerKV, PageSize, PageTableStride     int32
+	QTile, QStride, ChunkPages, SplitKV                int32
+	WorkCount, QDtype, KVDtype, PVRound                int32
+	SoftmaxScaleLog2                                   float32
+	pad0                                               int32
+}
+
+// Dtype is a storage dtype code of msa_params.h.
+type Dtype int32
+
+const (
+	F32   Dtype = 0
+	BF16  Dtype = 1
+	F16   Dtype = 2
+	E4M3  Dtype = 3 // OCP float8 e4m3fn
+	NVFP4 Dtype = 4 // packed E2M1 + E4M3 block scales in the 128x4 layout
+)
+
+// Round selects the rounding of P before P.V (kernels/tile.Round).
+type Round int32
+
+const (
+	RoundNone Round = 0
+	RoundBF16 Round = 1
+	RoundE4M3 Round = 2
+)
+
+// Mainloop geometry of the portable kernels (msa_common.cuh).
+const (
+	Threads   = 128 // threads per CTA
+	MaxBlockN = 128 // largest blk_kv
+)
+
+// HeadDimSupported reports whether the fatbin has kernels for head dim d.
+func HeadDimSupported(d int) bool { return d == 64 || d == 128 }
+
+const log2e = 1.4426950408889634
+
+func fits32(name string, v int) error {
+	if v < 0 || v > math.MaxInt32 {
+		return fmt.Errorf("cuda: %s = %d: must be in [0, %d]", name, v, math.MaxInt32)
+	}
+	return nil
+}
+
+// FwdArgs are the device tensors and shapes of one sparse prefill (SPEC 3-6).
+// Pointers are device addresses; 0 = absent.
+type FwdArgs struct {
+	Q, K, V                uint64 // see MsaFwdParams for shapes
+	KScale, VScale         uint64 // NVFP4 block scales (128x4 layout)
+	KGlobalScale           uint64 // float32[1], NVFP4 only, optional
+	CuSeqlensQ, CuSeqlensK uint64 // int32 [B+1]
+	SequsedK, PageTable    uint64 // paged mode: page_table [B][PageTableStride]
+	OPartial, LSEPartial   uint64 // [TopK][TotalQ][Hq][D] / [TopK][TotalQ][Hq]
+	TLSEPartial            uint64 // optional temperature LSE partials
+
+	TotalQ, Hq, Hkv, D, BlkKV, TopK, NumBatch int
+	PageSize, PageTableStride                 int
+	QDtype, KVDtype, PartialDtype             Dtype
+	PVRound                                   Round
+	Causal                                    bool
+	SoftmaxScale                              float32 // 0: 1/sqrt(D)
+	Temperature                               float32 // used when TLSEPartial != 0
+}
+
+// FwdPlanPtrs are the device copies of the plan arrays a forward launch reads.
+type FwdPlanPtrs struct {
+	RowPtr, QSplit, Metadata, WorkCount uint64
+}
+
+func softmaxLog2(scale float32, d int) float32 {
+	if scale == 0 {
+		scale = float32(1 / math.Sqrt(float64(d)))
+	}
+	return float32(float64(scale) * log2e)
+}
+
+func checkDtypes(q, kv Dtype, pr Round) error {
+	if q != BF16 && q != E4M3 {
+		return fmt.Errorf("cuda: q dtype %d: expected BF16 (%d) or E4M3 (%d)", q, BF16, E4M3)
+	}
+	if kv != BF16 && kv != E4M3 && kv != NVFP4 {
+		return fmt.Errorf("cuda: k/v dtype %d: expected BF16, E4M3 or NVFP4", kv)
+	}
+	if pr < RoundNone || pr > RoundE4M3 {
+		return fmt.Errorf("cuda: pv rounding %d: expected 0..2", pr)
+	}
+	return nil
+}
+
+// NewFwdKernelParams validates a, csr and s and fills the kernel parameter
+// block; dev holds the device copies of csr.RowPtr, s.QSplit, s.Metadata and
+// s.WorkCount.
+func NewFwdKernelParams(a *FwdArgs, csr *plan.CSR, s *plan.FwdSchedule, dev FwdPlanPtrs) (FwdKernelParams, error) {
+	var p FwdKernelParams
+	switch {
+	case !HeadDimSupported(a.D):
+		return p, fmt.Errorf("cuda: head dim %d: the GPU kernels support 64 and 128", a.D)
+	case a.BlkKV < 1 || a.BlkKV > MaxBlockN:
+		return p, fmt.Errorf("cuda: blk_kv = %d: must be in [1, %d]", a.BlkKV, MaxBlockN)
+	case a.Hkv < 1 || a.Hq%a.Hkv != 0 || a.Hq < a.Hkv:
+		return p, fmt.Errorf("cuda: Hq = %d, Hkv = %d: Hq must be a positive multiple of Hkv", a.Hq, a.Hkv)
+	case csr == nil || s == nil:
+		return p, fmt.Errorf("cuda: nil CSR or forward schedule")
+	case csr.Hkv != a.Hkv:
+		return p, fmt.Errorf("cuda: CSR Hkv = %d: expected %d", csr.Hkv, a.Hkv)
+	case len(csr.RowPtr) != a.Hkv*(csr.TotalRows+1):
+		return p, fmt.Errorf("cuda: CSR RowPtr has %d entries: expected Hkv*(total_rows+1) = %d", len(csr.RowPtr), a.Hkv*(csr.TotalRows+1))
+	case len(s.Metadata) < s.Capacity*plan.MetaFields || int(s.WorkCount) > s.Capacity:
+		return p, fmt.Errorf("cuda: forward schedule: %d metadata entries, capacity %d, work count %d", len(s.Metadata), s.Capacity, s.WorkCount)
+	case len(s.QSplit) != len(csr.QIdx):
+		return p, fmt.Errorf("cuda: qsplit has %d entries: expected %d (the CSR's)", len(s.QSplit), len(csr.QIdx))
+	case a.TopK < 1 || a.TopK > plan.MaxSlotTopK:
+		return p, fmt.Errorf("cuda: topK = %d: must be in [1, %d]", a.TopK, plan.MaxSlotTopK)
+	case a.PageTable != 0 && (a.PageSize < 1 || a.PageTableStride < 1):
+		return p, fmt.Errorf("cuda: paged K/V: page_size = %d, page_table stride = %d: must be >= 1", a.PageSize, a.PageTableStride)
+	case a.SequsedK != 0 && a.PageTable == 0:
+		return p, fmt.Errorf("cuda: seqused_k is only valid with a page table")
+	case a.KVDtype == NVFP4 && (a.KScale == 0 || a.VScale == 0):
+		return p, fmt.Errorf("cuda: NVFP4 K/V need block scales")
+	case a.PartialDtype < F32 || a.PartialDtype > E4M3:
+		return p, fmt.Errorf("cuda: partial dtype %d: expected F32, BF16, F16 or E4M3", a.PartialDtype)
+	case a.TLSEPartial != 0 && (!(a.Temperature > 0) || math.IsInf(float64(a.Temperature), 0)):
+		return p, fmt.Errorf("cuda: temperature = %v: must be finite and > 0", a.Temperature)
+	}
+	if err := checkDtypes(a.QDtype, a.KVDtype, a.PVRound); err != nil {
+		return p, err
+	}
+	for _, c := range []struct {
+		n string
+		v int
+	}{{"total_q", a.TotalQ}, {"batch", a.NumBatch}, {"qsplit stride", csr.Stride}, {"capacity", s.Capacity}, {"total_rows", csr.TotalRows}} {
+		if err := fits32(c.n, c.v); err != nil {
+			return p, err
+		}
+	}
+	p = FwdKernelParams{
+		Q: a.Q, K: a.K, V: a.V, KScale: a.KScale, VScale: a.VScale, KGlobalScale: a.KGlobalScale,
+		CuSeqlensQ: a.CuSeqlensQ, CuSeqlensK: a.CuSeqlensK, SequsedK: a.SequsedK, PageTable: a.PageTable,
+		RowPtr: dev.RowPtr, QSplit: dev.QSplit, Metadata: dev.Metadata, WorkCount: dev.WorkCount,
+		OPartial: a.OPartial, LSEPartial: a.LSEPartial, TLSEPartial: a.TLSEPartial,
+		TotalQ: int32(a.TotalQ), NumHeadsQ: int32(a.Hq), NumHeadsKV: int32(a.Hkv), HeadDim: int32(a.D),
+		QheadPerKV: int32(a.Hq / a.Hkv), BlkKV: int32(a.BlkKV), PageSize: int32(a.PageSize), PageTableStride: int32(a.PageTableStride),
+		NumBatch: int32(a.NumBatch), TotalRows: int32(csr.TotalRows), QSplitStride: int32(csr.Stride), NumSlots: int32(a.TopK),
+		Capacity: int32(s.Capacity), QDtype: int32(a.QDtype), KVDtype: int32(a.KVDtype), PartialDtype: int32(a.PartialDtype),
+		PVRound: int32(a.PVRound), SoftmaxScaleLog2: softmaxLog2(a.SoftmaxScale, a.D),
+	}
+	if a.Causal {
+		p.Causal = 1
+	}
+	if a.TLSEPartial != 0 {
+		p.InvTemperature = 1 / a.Temperature
+	}
+	return p, nil
+}
+
+// CombineArgs are the tensors of a combine (SPEC 5) after a sparse forward.
+type CombineArgs struct {
+	OPartial, LSEPartial, TLSEPartial uint64
+	OutputScale                       uint64 // float32[1] optional (NVFP4 V global scale)
+	Out, LSE, TLSE                    uint64 // bf16 [TotalQ][Hq][D], float32 [TotalQ][Hq]
+	TotalQ, Hq, Hkv, D, TopK          int
+	PartialDtype                      Dtype
+}
+
+// NewCombineKernelParams fills the mode-0 (sparse prefill) combine block;
+// splitCounts is the device copy of FwdSchedule.SplitCounts [TotalQ][Hkv].
+func NewCombineKernelParams(a *CombineArgs, splitCounts uint64) (CombineKernelParams, error) {
+	var p CombineKernelParams
+	switch {
+	case !HeadDimSupported(a.D):
+		return p, fmt.Errorf("cuda: head dim %d: the GPU kernels support 64 and 128", a.D)
+	case a.Hkv < 1 || a.Hq%a.Hkv != 0 || a.Hq < a.Hkv:
+		return p, fmt.Errorf("cuda: Hq = %d, Hkv = %d: Hq must be a positive multiple of Hkv", a.Hq, a.Hkv)
+	case a.PartialDtype < F32 || a.PartialDtype > E4M3:
+		return p, fmt.Errorf("cuda: partial dtype %d: expected F32, BF16, F16 or E4M3", a.PartialDtype)
+	case a.TopK < 1 || a.TopK > plan.MaxSlotTopK:
+		return p, fmt.Errorf("cuda: topK = %d: must be in [1, %d]", a.TopK, plan.MaxSlotTopK)
+	}
+	if err := fits32("total_q*Hq", a.TotalQ*a.Hq); err != nil {
+		return p, err
+	}
+	return CombineKernelParams{
+		OPartial: a.OPartial, LSEPartial: a.LSEPartial, TLSEPartial: a.TLSEPartial, SplitCounts: splitCounts,
+		OutputScale: a.OutputScale, Out: a.Out, LSE: a.LSE, TLSE: a.TLSE,
+		TotalQ: int32(a.TotalQ), NumHeadsQ: int32(a.Hq), NumHeadsKV: int32(a.Hkv), HeadDim: int32(a.D),
+		QheadPerKV: int32(a.Hq / a.Hkv), NumSlots: int32(a.TopK), PartialDtype: int32(a.PartialDtype), Mode: 0,
+		SeqlenQ: 1, QStride: 1,
+	}, nil
+}
+
+// DecodeArgs are the device tensors and shapes of a paged decode (SPEC 7).
+type DecodeArgs struct {
+	Q, K, V, KScale, VScale, KGlobalScale uint64
+	OutputScale                           uint64 // float32[1] optional (NVFP4 V global scale)
+	SequsedK, PageTable                   uint64 // int32 [B], int32 [B][PageTableStride]
+	OPartial, LSEPartial                  uint64 // float32 [PartialRows][Hq][D] / [PartialRows][Hq] when SplitKV
+	Out, LSE                              uint64 // bf16 [B*SeqlenQ][Hq][D], float32 [B*SeqlenQ][Hq]
+
+	Batch, SeqlenQ, Hq, Hkv, D, PageSize, PageTableStride int
+	QDtype, KVDtype                                       Dtype
+	PVRound                                               Round
+	SoftmaxScale                                          float32 // 0: 1/sqrt(D)
+}
+
+// DecodePlanPtrs are the device copies of the decode schedule arrays.
+type DecodePlanPtrs struct {
+	Request, QTileIdx, KVTile, KVHead, Valid, OIndptr, SplitCounts uint64
+}
+
+// NewDecodeKernelParams validates a against s and fills the decode block and
+// (used when s.SplitKV) the mode-1 combine block.
+func NewDecodeKernelParams(a *DecodeArgs, s *plan.DecodeSchedule, dev DecodePlanPtrs) (DecodeKernelParams, CombineKernelParams, error) {
+	var p DecodeKernelParams
+	var c CombineKernelParams
+	switch {
+	case s == nil:
+		return p, c, fmt.Errorf("cuda: nil decode schedule")
+	case !HeadDimSupported(a.D):
+		return p, c, fmt.Errorf("cuda: head dim %d: the GPU kernels support 64 and 128", a.D)
+	case a.Hkv < 1 || a.Hq%a.Hkv != 0 || a.Hq < a.Hkv:
+		return p, c, fmt.Errorf("cuda: Hq = %d, Hkv = %d: Hq must be a positive multiple of Hkv", a.Hq, a.Hkv)
+	case s.Params.Batch != a.Batch || s.Params.SeqlenQ != a.SeqlenQ || s.Params.HQ != a.Hq || s.Params.Hkv != a.Hkv || s.Params.PageSize != a.PageSize:
+		return p, c, fmt.Errorf("cuda: decode schedule built for batch %d, seqlen_q %d, Hq %d, Hkv %d, page %d: got %d, %d, %d, %d, %d",
+			s.Params.Batch, s.Params.SeqlenQ, s.Params.HQ, s.Params.Hkv, s.Params.PageSize, a.Batch, a.SeqlenQ, a.Hq, a.Hkv, a.PageSize)
+	case a.PageTableStride < 1 || a.PageTable == 0 || a.SequsedK == 0:
+		return p, c, fmt.Errorf("cuda: decode needs page_table (stride %d >= 1) and seqused_k", a.PageTableStride)
+	case s.SplitKV && (a.OPartial == 0 || a.LSEPartial == 0):
+		return p, c, fmt.Errorf("cuda: split-KV decode schedule: partial buffers of %d rows are required", s.PartialRows)
+	case a.KVDtype == NVFP4 && (a.KScale == 0 || a.VScale == 0):
+		return p, c, fmt.Errorf("cuda: NVFP4 K/V need block scales")
+	case s.WorkCount > s.Capacity || len(s.Request) < s.Capacity || len(s.KVHead) < s.Capacity:
+		return p, c, fmt.Errorf("cuda: decode schedule: work count %d, capacity %d, %d items", s.WorkCount, s.Capacity, len(s.Request))
+	}
+	if err := checkDtypes(a.QDtype, a.KVDtype, a.PVRound); err != nil {
+		return p, c, err
+	}
+	if err := fits32("batch*seqlen_q*Hq", a.Batch*a.SeqlenQ*a.Hq); err != nil {
+		return p, c, err
+	}
+	p = DecodeKernelParams{
+		Q: a.Q, K: a.K, V: a.V, KScale: a.KScale, VScale: a.VScale, KGlobalScale: a.KGlobalScale, OutputScale: a.OutputScale,
+		SequsedK: a.SequsedK, PageTable: a.PageTable,
+		Request: dev.Request, QTileIdx: dev.QTileIdx, KVTile: dev.KVTile, KVHead: dev.KVHead, Valid: dev.Valid, OIndptr: dev.OIndptr,
+		OPartial: a.OPartial, LSEPartial: a.LSEPartial, Out: a.Out, LSE: a.LSE,
+		Batch: int32(a.Batch), SeqlenQ: int32(a.SeqlenQ), NumHeadsQ: int32(a.Hq), NumHeadsKV: int32(a.Hkv),
+		HeadDim: int32(a.D), QheadPerKV: int32(a.Hq / a.Hkv), PageSize: int32(a.PageSize), PageTableStride: int32(a.PageTableStride),
+		QTile: int32(s.QTile), QStride: int32(s.QStride), ChunkPages: int32(s.ChunkPages),
+		WorkCount: int32(s.WorkCount), QDtype: int32(a.QDtype), KVDtype: int32(a.KVDtype), PVRound: int32(a.PVRound),
+		SoftmaxScaleLog2: softmaxLog2(a.SoftmaxScale, a.D),
+	}
+	if s.SplitKV {
+		p.SplitKV = 1
+	}
+	maxSplits := max(s.MaxSplits, 1)
+	for _, n := range s.SplitCounts {
+		maxSplits = max(maxSplits, int(n))
+	}
+	c = CombineKernelParams{
+		OPartial: a.OPartial, LSEPartial: a.LSEPartial, SplitCounts: dev.SplitCounts, OIndptr: dev.OIndptr,
+		OutputScale: a.OutputScale, Out: a.Out, LSE: a.LSE,
+		TotalQ: int32(a.Batch * a.SeqlenQ), NumHeadsQ: int32(a.Hq), NumHeadsKV: int32(a.Hkv), HeadDim: int32(a.D),
+		QheadPerKV: int32(a.Hq / a.Hkv), NumSlots: int32(maxSplits), PartialDtype: int32(F32), Mode: 1,
+		SeqlenQ: int32(a.SeqlenQ), QStride: int32(s.QStride),
+	}
+	return p, c, nil
+}

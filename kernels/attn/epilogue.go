@@ -1,0 +1,70 @@
+package attn
+
+import (
+	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/kernels/tile"
+)
+
+// The epilogue kernels: storing a float32 row as BF16 (round to nearest
+// even) and the combine's acc += w * row for BF16 and float32 partials.
+// They have an AVX-512 implementation (epilogue_amd64.s) used whenever the
+// block kernel's tier is an AVX-512 one: the CPU-feature decision is taken
+// once, in package tile, and followed here.
+
+// vecAVX512 reports whether the AVX-512 epilogue kernels are in use.
+func vecAVX512() bool {
+	if !haveAsm {
+		return false
+	}
+	switch tile.Tier() {
+	case "avx512", "avx512bf16":
+		return true
+	}
+	return false
+}
+
+// storeBF16 writes dst[i] = BF16(src[i]) for len(src) elements.
+func storeBF16(dst []lowp.BFloat16, src []float32, simd bool) {
+	n := len(src)
+	dst = dst[:n]
+	v := 0
+	if simd {
+		v = n &^ 15
+		if v > 0 {
+			storeBF16AVX512(&dst[0], &src[0], v)
+		}
+	}
+	lowp.EncodeBF16(dst[v:], src[v:])
+}
+
+// axpyBF16 computes acc[i] += w * float32(src[i]).
+func axpyBF16(acc []float32, w float32, src []lowp.BFloat16, simd bool) {
+	n := len(acc)
+	src = src[:n]
+	v := 0
+	if simd {
+		v = n &^ 15
+		if v > 0 {
+			axpyBF16AVX512(&acc[0], &src[0], v, w)
+		}
+	}
+	for i := v; i < n; i++ {
+		acc[i] += w * src[i].Float32()
+	}
+}
+
+// axpyF32 computes acc[i] += w * src[i].
+func axpyF32(acc []float32, w float32, src []float32, simd bool) {
+	n := len(acc)
+	src = src[:n]
+	v := 0
+	if simd {
+		v = n &^ 15
+		if v > 0 {
+			axpyF32AVX512(&acc[0], &src[0], v, w)
+		}
+	}
+	for i := v; i < n; i++ {
+		acc[i] += w * src[i]
+	}
+}

@@ -1,0 +1,22 @@
+//go:build amd64 && !purego
+
+package attn
+
+import "github.com/sparseattn/msa/kernels/lowp"
+
+const haveAsm = true
+
+// storeBF16AVX512 converts n (a multiple of 16) float32 values to BF16.
+//
+//go:noescape
+func storeBF16AVX512(dst *lowp.BFloat16, src *float32, n int)
+
+// axpyBF16AVX512 computes acc[i] += w * src[i] for n (a multiple of 16).
+//
+//go:noescape
+func axpyBF16AVX512(acc *float32, src *lowp.BFloat16, n int, w float32)
+
+// axpyF32AVX512 computes acc[i] += w * src[i] for n (a multiple of 16).
+//
+//go:noescape
+func axpyF32AVX512(acc *float32, src *float32, n int, w float32)

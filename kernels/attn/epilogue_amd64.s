@@ -1,0 +1,80 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// func storeBF16AVX512(dst *lowp.BFloat16, src *float32, n int)
+// Round to nearest even on the float32 bits: x + 0x7fff + ((x >> 16) & 1),
+// keep the high half. NaN lanes become the canonical quiet NaN with the
+// input's sign (0x7fc0 / 0xffc0), like lowp.BF16.
+TEXT ·storeBF16AVX512(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	MOVL $0x7fff, AX
+	VPBROADCASTD AX, Z1          // rounding bias
+	MOVL $1, AX
+	VPBROADCASTD AX, Z2          // lsb mask
+	MOVL $0x7fffffff, AX
+	VPBROADCASTD AX, Z3          // |x| mask
+	MOVL $0x7f800000, AX
+	VPBROADCASTD AX, Z4          // +inf bits
+	MOVL $0x80000000, AX
+	VPBROADCASTD AX, Z5          // sign mask
+	MOVL $0x7fc00000, AX
+	VPBROADCASTD AX, Z9          // canonical quiet NaN
+store_loop:
+	VMOVDQU32 (SI), Z0
+	VPSRLD    $16, Z0, Z6
+	VPANDD    Z2, Z6, Z6         // (x >> 16) & 1
+	VPADDD    Z1, Z6, Z6         // + 0x7fff
+	VPADDD    Z6, Z0, Z8         // rounded bits
+	VPANDD    Z3, Z0, Z7         // |x|
+	VPCMPUD   $6, Z4, Z7, K1     // K1 = |x| > inf bits: NaN lanes
+	VPANDD    Z5, Z0, Z10        // sign
+	VPORD     Z9, Z10, Z10       // sign | quiet NaN
+	VMOVDQA32 Z10, K1, Z8        // NaN lanes take the canonical NaN
+	VPSRLD    $16, Z8, Z8
+	VPMOVDW   Z8, (DI)           // 16 x uint16
+	ADDQ      $64, SI
+	ADDQ      $32, DI
+	SUBQ      $16, CX
+	JNZ       store_loop
+	VZEROUPPER
+	RET
+
+// func axpyBF16AVX512(acc *float32, src *lowp.BFloat16, n int, w float32)
+TEXT ·axpyBF16AVX512(SB), NOSPLIT, $0-28
+	MOVQ acc+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	VBROADCASTSS w+24(FP), Z1
+axpyb_loop:
+	VPMOVZXWD   (SI), Z0         // 16 x uint16 -> uint32
+	VPSLLD      $16, Z0, Z0      // bf16 bits -> float32 bits
+	VMOVUPS     (DI), Z2
+	VFMADD231PS Z1, Z0, Z2       // acc += src * w
+	VMOVUPS     Z2, (DI)
+	ADDQ        $32, SI
+	ADDQ        $64, DI
+	SUBQ        $16, CX
+	JNZ         axpyb_loop
+	VZEROUPPER
+	RET
+
+// func axpyF32AVX512(acc *float32, src *float32, n int, w float32)
+TEXT ·axpyF32AVX512(SB), NOSPLIT, $0-28
+	MOVQ acc+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	VBROADCASTSS w+24(FP), Z1
+axpyf_loop:
+	VMOVUPS     (SI), Z0
+	VMOVUPS     (DI), Z2
+	VFMADD231PS Z1, Z0, Z2
+	VMOVUPS     Z2, (DI)
+	ADDQ        $64, SI
+	ADDQ        $64, DI
+	SUBQ        $16, CX
+	JNZ         axpyf_loop
+	VZEROUPPER
+	RET

@@ -1,0 +1,11 @@
+//go:build !amd64 || purego
+
+package attn
+
+import "github.com/sparseattn/msa/kernels/lowp"
+
+const haveAsm = false
+
+func storeBF16AVX512(*lowp.BFloat16, *float32, int)         { panic("unreachable") }
+func axpyBF16AVX512(*float32, *lowp.BFloat16, int, float32) { panic("unreachable") }
+func axpyF32AVX512(*float32, *float32, int, float32)        { panic("unreachable") }

@@ -1,0 +1,77 @@
+package attn
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/sparseattn/msa/kernels/lowp"
+)
+
+// TestEpilogueKernels compares the AVX-512 epilogue kernels with the
+// portable ones bit for bit: every BF16 pattern through axpyBF16, and
+// special plus random float32 values through storeBF16.
+func TestEpilogueKernels(t *testing.T) {
+	if !vecAVX512() {
+		t.Skip("AVX-512 epilogue not in use on this CPU/tier")
+	}
+	// storeBF16 on special values and random bit patterns.
+	rng := rand.New(rand.NewPCG(1, 2))
+	special := []float32{0, float32(math.Copysign(0, -1)), 1, -1, float32(math.Inf(1)), float32(math.Inf(-1)),
+		float32(math.NaN()), math.Float32frombits(0xff800001), math.Float32frombits(0x7f7fffff),
+		math.Float32frombits(0x00008000), math.Float32frombits(0x3f808000), math.Float32frombits(0x3f818000),
+		math.Float32frombits(0x3f807fff), math.Float32frombits(0x7f7f8000)}
+	src := make([]float32, 1<<16+7)
+	for i := range src {
+		if i < len(special) {
+			src[i] = special[i]
+		} else {
+			src[i] = math.Float32frombits(rng.Uint32())
+		}
+	}
+	got := make([]lowp.BFloat16, len(src))
+	want := make([]lowp.BFloat16, len(src))
+	storeBF16(got, src, true)
+	lowp.EncodeBF16(want, src)
+	for i := range got {
+		if got[i] != want[i] {
+			t.Fatalf("storeBF16(%#08x) = %#04x, want %#04x", math.Float32bits(src[i]), got[i], want[i])
+		}
+	}
+	// axpy over every BF16 pattern (non-NaN: NaN arithmetic is not compared).
+	var all []lowp.BFloat16
+	for b := 0; b < 1<<16; b++ {
+		if x := lowp.BFloat16(b); !math.IsNaN(float64(x.Float32())) {
+			all = append(all, x)
+		}
+	}
+	all = all[:len(all)&^15+3]
+	acc1 := make([]float32, len(all))
+	acc2 := make([]float32, len(all))
+	acc0 := make([]float32, len(all))
+	for i := range acc1 {
+		acc1[i] = float32(rng.NormFloat64())
+		acc2[i], acc0[i] = acc1[i], acc1[i]
+	}
+	axpyBF16(acc1, 0.37, all, true)
+	axpyBF16(acc2, 0.37, all, false)
+	f1 := make([]float32, len(all))
+	f2 := make([]float32, len(all))
+	copy(f1, acc1)
+	copy(f2, acc1)
+	axpyF32(f1, -1.5, acc2, true)
+	axpyF32(f2, -1.5, acc2, false)
+	for i := range acc1 {
+		// FMA rounds once, the portable loop twice: allow one float32
+		// rounding of the product, relative to the operands (the sum may
+		// cancel).
+		p := math.Abs(0.37 * float64(all[i].Float32()))
+		if d := math.Abs(float64(acc1[i] - acc2[i])); d > 1.2e-7*(p+math.Abs(float64(acc0[i]))) && !math.IsInf(p, 0) {
+			t.Fatalf("axpyBF16[%d]: %g vs %g", i, acc1[i], acc2[i])
+		}
+		p = math.Abs(1.5 * float64(acc2[i]))
+		if d := math.Abs(float64(f1[i] - f2[i])); d > 1.2e-7*(p+math.Abs(float64(acc1[i]))) && !math.IsInf(p, 0) {
+			t.Fatalf("axpyF32[%d]: %g vs %g", i, f1[i], f2[i])
+		}
+	}
+}

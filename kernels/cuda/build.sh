@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# kernels/cuda/build.sh - build the CUDA kernels into ONE fatbin with SASS for
+# sm_80, sm_90a and sm_100a, from PyPI wheels of a pinned CUDA 13.0 toolkit.
+#
+#   kernels/cuda/build.sh            rebuild kernels/cuda/msa_kernels.fatbin
+#   kernels/cuda/build.sh --check    rebuild into a temp file, verify, compare with the committed fatbin
+#   kernels/cuda/build.sh --toolkit  only install the toolkit (prints CUDA_HOME)
+#
+# Every build fails on register spills, stack frames / local memory (ptxas -v)
+# and on LDL/STL instructions in the SASS (cuobjdump -sass); it prints the
+# per-kernel, per-architecture register counts.
+#
+# Environment: MSA_CUDA_CACHE (default $HOME/.cache/msa-cuda) holds the
+# toolkit, outside the repository, reused when present. MSA_NVCC_THREADS
+# (default 2) is nvcc --threads.
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+CACHE="${MSA_CUDA_CACHE:-$HOME/.cache/msa-cuda}"
+
+# ---- pinned toolkit --------------------------------------------------------
+# cuda-toolkit 13.0.2 pins nvcc/nvvm/crt 13.0.88, cudart 13.0.96, cccl 13.0.85
+# (one release; skewed versions fail with "Unsupported .version").
+# cuobjdump and nvdisasm (cuobjdump -sass runs nvdisasm) have no 13.0 wheel
+# on PyPI (the first is 13.2.51); they only read the finished fatbin, so they
+# are pinned on their own, in the same pip call.
+TOOLKIT_VERSION=13.0.2
+CUOBJDUMP_VERSION=13.2.51
+TK="$CACHE/toolkit-$TOOLKIT_VERSION-sasstools-$CUOBJDUMP_VERSION"
+CUDA_HOME="$TK/nvidia/cu13"
+
+install_toolkit() {
+    if [[ -x "$CUDA_HOME/bin/nvcc" && -x "$CUDA_HOME/bin/cuobjdump" && -x "$CUDA_HOME/bin/nvdisasm" && -f "$TK/.complete" ]]; then
+        return
+    fi
+    echo "build.sh: installing CUDA $TOOLKIT_VERSION wheels into $TK" >&2
+    rm -rf "$TK.tmp"
+    mkdir -p "$CACHE"
+    python3 -m pip install --quiet --disable-pip-version-check --no-warn-script-location --root-user-action=ignore \
+        --target "$TK.tmp" \
+        "cuda-toolkit[nvcc,nvvm,crt,cudart,cccl]==$TOOLKIT_VERSION" \
+        "nvidia-cuda-cuobjdump==$CUOBJDUMP_VERSION" \
+        "nvidia-cuda-nvdisasm==$CUOBJDUMP_VERSION"
+    rm -rf "$TK"
+    mv "$TK.tmp" "$TK"
+    touch "$TK/.complete"
+}
+
+install_toolkit
+export CUDA_HOME
+export PATH="$CUDA_HOME/bin:$PATH"
+if [[ "${1:-}" == "--toolkit" ]]; then
+    echo "$CUDA_HOME"
+    exit 0
+fi
+
+MODE=build
+[[ "${1:-}" == "--check" ]] && MODE=check
+
+GENCODE=(
+    -gencode arch=compute_80,code=sm_80
+    -gencode arch=compute_90a,code=sm_90a
+    -gencode arch=compute_100a,code=sm_100a
+)
+ARCHS=(sm_80 sm_90a sm_100a)
+
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/msa-cuda-build.XXXXXX")"
+trap 'rm -rf "$WORK"' EXIT
+
+# One translation unit including every kernels/cuda/*.cu, so that a single
+# module (one cubin per architecture) holds every kernel. The unit lives in a
+# directory of its own with a fixed name; sources are found through -I, so no
+# absolute path of this machine can reach the output.
+mkdir -p "$WORK/tu"
+UNIT="$WORK/tu/msa_kernels.cu"
+: > "$UNIT"
+for f in "$HERE"/*.cu; do
+    echo "#include \"$(basename "$f")\"" >> "$UNIT"
+done
+
+OUT_FATBIN="$HERE/msa_kernels.fatbin"
+[[ "$MODE" == check ]] && OUT_FATBIN="$WORK/msa_kernels.fatbin"
+
+start=$(date +%s)
+( cd "$WORK/tu" && nvcc -fatbin -std=c++17 -O3 "${GENCODE[@]}" -Xptxas -v \
+      --threads "${MSA_NVCC_THREADS:-2}" -I "$HERE" -o "$WORK/out.fatbin" msa_kernels.cu ) \
+      > "$WORK/ptxas.log" 2>&1 || { cat "$WORK/ptxas.log" >&2; echo "build.sh: nvcc failed" >&2; exit 1; }
+echo "build.sh: nvcc took $(( $(date +%s) - start )) s" >&2
+
+# ---- ptxas resource check: no spills, no stack frame (local memory) ----------
+fail=0
+if ! awk '
+    /Compiling entry function/ { match($0, /'"'"'[^'"'"']+'"'"'/); fn = substr($0, RSTART+1, RLENGTH-2);
+                                 match($0, /for '"'"'sm_[0-9a-z]+'"'"'/); arch = substr($0, RSTART+5, RLENGTH-6); n++ }
+    /bytes stack frame/ { if ($1 != 0 || $5 != 0 || $9 != 0) { printf "SPILL/STACK %s %s: %s\n", fn, arch, $0; bad = 1 } }
+    /bytes lmem/ { if (match($0, /[1-9][0-9]* bytes lmem/)) { printf "LMEM %s %s: %s\n", fn, arch, $0; bad = 1 } }
+    END { if (n == 0) { print "no ptxas -v output"; bad = 1 } exit bad }
+' "$WORK/ptxas.log" >&2; then
+    echo "build.sh: FAIL: register spills or local memory (ptxas -v):" >&2
+    grep -E "Compiling entry|stack frame|registers" "$WORK/ptxas.log" >&2
+    fail=1
+fi
+
+# ---- SASS inspection ---------------------------------------------------------
+cuobjdump -res-usage "$WORK/out.fatbin" > "$WORK/res.txt"
+echo "kernel                   arch     regs  shared  stack  local" >&2
+awk '
+    /arch = sm_/ { match($0, /sm_[0-9a-z]+/); arch = substr($0, RSTART, RLENGTH) }
+    /Function [A-Za-z0-9_]+:/ { fn = $2; sub(":", "", fn) }
+    /REG:/ { for (i = 1; i <= NF; i++) { split($i, kv, ":"); v[kv[1]] = kv[2] }
+             printf "%-24s %-8s %4s  %6s  %5s  %5s\n", fn, arch, v["REG"], v["SHARED"], v["STACK"], v["LOCAL"]
+             if (v["STACK"] != 0 || v["LOCAL"] != 0) bad = 1 }
+    END { exit bad }
+' "$WORK/res.txt" >&2 || { echo "build.sh: FAIL: stack or local memory in the SASS resource usage" >&2; fail=1; }
+
+cuobjdump -sass "$WORK/out.fatbin" > "$WORK/sass.txt"
+for a in "${ARCHS[@]}"; do
+    cuobjdump -lelf "$WORK/out.fatbin" | grep -q "\.$a\.cubin" || { echo "build.sh: FAIL: no SASS for $a" >&2; fail=1; }
+done
+if cuobjdump -lptx "$WORK/out.fatbin" 2>/dev/null | grep -Eq "sm_(90a|100a)"; then
+    echo "build.sh: FAIL: PTX embedded for an arch-specific target" >&2; fail=1
+fi
+if grep -Eq "\b(LDL|STL)(\.[A-Z0-9.]+)?\b" "$WORK/sass.txt"; then
+    echo "build.sh: FAIL: local memory instructions in the SASS:" >&2
+    grep -En "\b(LDL|STL)" "$WORK/sass.txt" | head -20 >&2
+    fail=1
+fi
+nk=$(grep -c "Function : " "$WORK/sass.txt" || true)
+echo "build.sh: SASS: $nk kernel images, no LDL/STL" >&2
+[[ $fail == 0 ]] || exit 1
+
+# Normalised SASS: instruction text only (addresses, encodings and comments
+# dropped), per arch and function.
+normalise_sass() {
+    cuobjdump -sass "$1" | sed -E -e 's@/\*[0-9a-f]{4,}\*/@@g' -e 's@/\* 0x[0-9a-f]+ \*/@@g' \
+        -e 's/[[:space:]]+/ /g' -e 's/ ;/;/' | grep -vE '^ ?$|^ ?Fatbin|code for sm_' 
+}
+
+if [[ "$MODE" == check ]]; then
+    COMMITTED="$HERE/msa_kernels.fatbin"
+    [[ -f "$COMMITTED" ]] || { echo "build.sh: --check: $COMMITTED is missing" >&2; exit 1; }
+    if cmp -s "$WORK/out.fatbin" "$COMMITTED"; then
+        echo "build.sh: --check OK: bit-identical to the committed fatbin ($(stat -c %s "$COMMITTED") bytes)" >&2
+        exit 0
+    fi
+    # Fallback: the same nvcc from the same pinned wheels has produced
+    # identical bytes in our tests; differing bytes can still come from a
+    # different host (e.g. an embedded temp-file name). Then compare the
+    # normalised SASS, which is what the GPU runs.
+    if diff <(normalise_sass "$WORK/out.fatbin") <(normalise_sass "$COMMITTED") > "$WORK/sass.diff"; then
+        echo "build.sh: --check OK: bytes differ but the SASS is identical" >&2
+        exit 0
+    fi
+    echo "build.sh: --check FAILED: the committed fatbin is stale (SASS differs):" >&2
+    head -40 "$WORK/sass.diff" >&2
+    exit 1
+fi
+
+cp "$WORK/out.fatbin" "$OUT_FATBIN"
+echo "build.sh: wrote $OUT_FATBIN ($(stat -c %s "$OUT_FATBIN") bytes) in $(( $(date +%s) - start )) s" >&2

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# kernels/cuda/tagged_build.sh - compile the "cuda" build tag on a machine
+# without a GPU or a CUDA driver:
+#   go build -tags cuda ./...   and   go test -c -tags cuda ./cuda
+#
+#   kernels/cuda/tagged_build.sh            build + vet + compile the cuda test binary
+#   kernels/cuda/tagged_build.sh --env      only print the environment (eval-able)
+#   kernels/cuda/tagged_build.sh --test-bin DIR   also leave the test binary in DIR
+#
+# What it installs into ${MSA_CUDA_CACHE:-$HOME/.cache/msa-cuda}/tagged:
+#   - headers only, unpacked from pinned PyPI wheels (no library is used):
+#       nvidia-cuda-runtime-cu12==12.9.79  include/cuda.h (CUDA 12.9 driver API;
+#                                          gorgonia.org/cu v0.9.6 does not compile
+#                                          against the CUDA 13 cuda.h)
+#       nvidia-cuda-nvcc-cu12==12.9.86     include/crt/*.h only (driver_types.h needs
+#                                          crt/host_defines.h; the runtime wheel lacks it)
+#       nvidia-cuda-cccl-cu12==12.9.27     include/nv/target (cuda_fp16.h, via cublas)
+#       nvidia-cublas-cu12==12.9.1.4       include/cublas_v2.h (gorgonia.org/cu/blas)
+#       nvidia-cudnn-cu12==8.9.7.29        include/cudnn*.h, cuDNN 8 API (gorgonia.org/cu/dnn)
+#   - link stubs generated from those headers and built with gcc: every
+#     function the header declares, returning an error code; sonames
+#     libcuda.so.1, libcublas.so.12, libcudnn.so.8, so the binaries load the
+#     real libraries on a GPU machine.
+#   - a private go.mod copy (-modfile) that requires gorgonia.org/cu v0.9.6
+#     (the repository's go.mod is not modified; once it requires v0.9.6 the
+#     copy is identical to it).
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$HERE/../.." && pwd)"
+CACHE="${MSA_CUDA_CACHE:-$HOME/.cache/msa-cuda}"
+T="$CACHE/tagged-v1"
+CU_VERSION=v0.9.6
+
+fetch_headers() {  # wheel==version, path inside the wheel, destination
+    local spec="$1" inner="$2" dest="$3"
+    [[ -d "$dest" ]] && return
+    local tmp
+    tmp="$(mktemp -d "${TMPDIR:-/tmp}/msa-wheel.XXXXXX")"
+    python3 -m pip download --quiet --disable-pip-version-check --no-deps -d "$tmp" "$spec" >&2
+    python3 - "$tmp"/*.whl "$inner" "$tmp/x" <<'PY'
+import sys, zipfile
+whl, inner, out = sys.argv[1], sys.argv[2], sys.argv[3]
+with zipfile.ZipFile(whl) as z:
+    for n in z.namelist():
+        if n.startswith(inner + "/"):
+            z.extract(n, out)
+PY
+    mkdir -p "$(dirname "$dest")"
+    mv "$tmp/x/$inner" "$dest"
+    rm -rf "$tmp"
+}
+
+# make_stub NAME SONAME HEADER INCLUDE_DIRS... : a shared library defining
+# every function HEADER declares (after preprocessing, so *_v2 aliases are
+# the names really referenced).
+make_stub() {
+    local name="$1" soname="$2" header="$3"; shift 3
+    local out="$T/stubs/lib$name.so"
+    [[ -f "$out" ]] && return
+    mkdir -p "$T/stubs"
+    local incs=()
+    for d in "$@"; do incs+=(-I "$d"); done
+    echo "#include <$header>" | gcc -E -P "${incs[@]}" -x c - \
+        | tr '\n' ' ' | tr ';' '\n' \
+        | grep -oE '^[^{}]*\b(cu|cublas|cudnn)[A-Za-z0-9_]*[[:space:]]*\(' \
+        | grep -oE '\b(cu|cublas|cudnn)[A-Za-z0-9_]*[[:space:]]*\($' | tr -d ' (' | sort -u \
+        | awk '{ printf "int %s(void) { return 999; }\n", $1 }' > "$T/stubs/$name.c"
+    gcc -shared -fPIC -w -Wl,-soname,"$soname" -o "$T/stubs/$soname" "$T/stubs/$name.c"
+    ln -sf "$soname" "$out"
+    echo "tagged_build.sh: stub $soname: $(wc -l < "$T/stubs/$name.c") symbols" >&2
+}
+
+setup() {
+    mkdir -p "$T"
+    fetch_headers "nvidia-cuda-runtime-cu12==12.9.79" "nvidia/cuda_runtime/include" "$T/cuda12/include"
+    fetch_headers "nvidia-cuda-nvcc-cu12==12.9.86" "nvidia/cuda_nvcc/include/crt" "$T/crt12/include/crt"
+    fetch_headers "nvidia-cuda-cccl-cu12==12.9.27" "nvidia/cuda_cccl/include" "$T/cccl12/include"
+    fetch_headers "nvidia-cublas-cu12==12.9.1.4" "nvidia/cublas/include" "$T/cublas12/include"
+    fetch_headers "nvidia-cudnn-cu12==8.9.7.29" "nvidia/cudnn/include" "$T/cudnn8/include"
+    make_stub cuda libcuda.so.1 cuda.h "$T/cuda12/include"
+    make_stub cublas libcublas.so.12 cublas_v2.h "$T/cublas12/include" "$T/cuda12/include" "$T/crt12/include" "$T/cccl12/include"
+    make_stub cudnn libcudnn.so.8 cudnn.h "$T/cudnn8/include" "$T/cuda12/include" "$T/crt12/include" "$T/cccl12/include"
+
+    # private module file with gorgonia.org/cu v0.9.6
+    mkdir -p "$T/mod"
+    cp "$ROOT/go.mod" "$T/mod/go.mod"
+    cp "$ROOT/go.sum" "$T/mod/go.sum"
+    (cd "$ROOT" && go mod edit -modfile="$T/mod/go.mod" -require=gorgonia.org/cu@$CU_VERSION \
+        && GOFLAGS=-mod=mod go mod download -modfile="$T/mod/go.mod" gorgonia.org/cu >/dev/null 2>&1 || true)
+}
+
+setup
+export CGO_ENABLED=1
+export CGO_CFLAGS="-I$T/cuda12/include -I$T/crt12/include -I$T/cccl12/include -I$T/cublas12/include -I$T/cudnn8/include -Wno-deprecated-declarations"
+export CGO_LDFLAGS="-L$T/stubs"
+MODFLAGS=(-modfile="$T/mod/go.mod" -mod=mod)
+
+if [[ "${1:-}" == "--env" ]]; then
+    echo "export CGO_ENABLED=1"
+    echo "export CGO_CFLAGS='$CGO_CFLAGS'"
+    echo "export CGO_LDFLAGS='$CGO_LDFLAGS'"
+    echo "# go flags: -modfile=$T/mod/go.mod -mod=mod -tags cuda"
+    exit 0
+fi
+
+cd "$ROOT"
+start=$(date +%s)
+go build "${MODFLAGS[@]}" -tags cuda ./...
+go vet "${MODFLAGS[@]}" -tags cuda ./cuda
+BIN_DIR="${MSA_TEST_BIN_DIR:-$T/bin}"
+[[ "${1:-}" == "--test-bin" ]] && BIN_DIR="$2"
+mkdir -p "$BIN_DIR"
+go test "${MODFLAGS[@]}" -tags cuda -c -o "$BIN_DIR/cuda.test" ./cuda
+echo "tagged_build.sh: go build -tags cuda ./... and go test -c -tags cuda ./cuda OK in $(( $(date +%s) - start )) s" >&2
+echo "tagged_build.sh: test binary $BIN_DIR/cuda.test (needs libcuda.so.1 from an NVIDIA driver to run)" >&2

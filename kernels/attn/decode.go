@@ -37,6 +37,7 @@ func RunDecode(p *Decode, ws *Workspace, pool *Pool, out *Output) {
 		ws.Partials.Ensure(PartialF32, p.D, p.Sched.PartialRows*p.HQ, false)
 	}
 	ws.Partials.simd = vecAVX512()
+	p.Q.simd, p.K.simd, p.V.simd = ws.Partials.simd, ws.Partials.simd, ws.Partials.simd
 	ws.pd, ws.po = p, out
 	ws.next.Store(0)
 	pool.Run(ws.decodeItem)

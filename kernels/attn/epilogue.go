@@ -68,3 +68,17 @@ func axpyF32(acc []float32, w float32, src []float32, simd bool) {
 		acc[i] += w * src[i]
 	}
 }
+
+// decodeBF16 writes dst[i] = float32(src[i]) for len(src) elements.
+func decodeBF16(dst []float32, src []lowp.BFloat16, simd bool) {
+	n := len(src)
+	dst = dst[:n]
+	v := 0
+	if simd {
+		v = n &^ 15
+		if v > 0 {
+			decodeBF16AVX512(&dst[0], &src[0], v)
+		}
+	}
+	lowp.DecodeBF16(dst[v:], src[v:])
+}

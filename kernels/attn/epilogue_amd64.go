@@ -20,3 +20,8 @@ func axpyBF16AVX512(acc *float32, src *lowp.BFloat16, n int, w float32)
 //
 //go:noescape
 func axpyF32AVX512(acc *float32, src *float32, n int, w float32)
+
+// decodeBF16AVX512 widens n (a multiple of 16) BF16 values to float32.
+//
+//go:noescape
+func decodeBF16AVX512(dst *float32, src *lowp.BFloat16, n int)

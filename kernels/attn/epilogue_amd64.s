@@ -78,3 +78,19 @@ axpyf_loop:
 	JNZ         axpyf_loop
 	VZEROUPPER
 	RET
+
+// func decodeBF16AVX512(dst *float32, src *lowp.BFloat16, n int)
+TEXT ·decodeBF16AVX512(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+decb_loop:
+	VPMOVZXWD (SI), Z0           // 16 x uint16 -> uint32
+	VPSLLD    $16, Z0, Z0        // bf16 bits -> float32 bits
+	VMOVUPS   Z0, (DI)
+	ADDQ      $32, SI
+	ADDQ      $64, DI
+	SUBQ      $16, CX
+	JNZ       decb_loop
+	VZEROUPPER
+	RET

@@ -38,6 +38,20 @@ func TestEpilogueKernels(t *testing.T) {
 			t.Fatalf("storeBF16(%#08x) = %#04x, want %#04x", math.Float32bits(src[i]), got[i], want[i])
 		}
 	}
+	// decodeBF16 over every pattern, bit for bit.
+	every := make([]lowp.BFloat16, 1<<16+5)
+	for i := range every {
+		every[i] = lowp.BFloat16(i)
+	}
+	d1 := make([]float32, len(every))
+	d2 := make([]float32, len(every))
+	decodeBF16(d1, every, true)
+	lowp.DecodeBF16(d2, every)
+	for i := range d1 {
+		if math.Float32bits(d1[i]) != math.Float32bits(d2[i]) {
+			t.Fatalf("decodeBF16(%#04x) = %#08x, want %#08x", every[i], math.Float32bits(d1[i]), math.Float32bits(d2[i]))
+		}
+	}
 	// axpy over every BF16 pattern (non-NaN: NaN arithmetic is not compared).
 	var all []lowp.BFloat16
 	for b := 0; b < 1<<16; b++ {

@@ -46,6 +46,8 @@ type Operand struct {
 	Scales []uint8
 	// Global is the NVFP4 global scale folded into decoding (1 when absent).
 	Global float32
+	// simd selects the AVX-512 decoder (set by the executors per run).
+	simd bool
 }
 
 // Rows returns the number of rows the operand holds.
@@ -69,7 +71,7 @@ func (o *Operand) DecodeRow(dst []float32, r int) {
 	d := o.D
 	switch o.Dtype {
 	case BF16:
-		lowp.DecodeBF16(dst[:d], o.BF16[r*d:(r+1)*d])
+		decodeBF16(dst[:d], o.BF16[r*d:(r+1)*d], o.simd)
 	case E4M3:
 		lowp.DecodeE4M3(dst[:d], o.E4M3[r*d:(r+1)*d])
 	case NVFP4:

@@ -117,6 +117,7 @@ func RunPrefill(p *Prefill, ws *Workspace, pool *Pool, out *Output) {
 	rows := p.TopK * p.TotalQ * p.HQ
 	ws.Partials.Ensure(p.Partial, p.D, rows, p.InvT > 0)
 	ws.Partials.simd = vecAVX512()
+	p.Q.simd, p.K.simd, p.V.simd = ws.Partials.simd, ws.Partials.simd, ws.Partials.simd
 	ws.pf, ws.po = p, out
 	ws.orderItems(p.Sched)
 	ws.next.Store(0)

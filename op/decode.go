@@ -94,9 +94,14 @@ func validateDecodeMeta(c *checker, args *DecodeArgs, q2k tensor.Tensor, totalQ,
 	}
 	m.pt, m.seqused = int32s(pt), int32s(su)
 	for b, x := range m.seqused {
-		c.need(x >= 0 && int(x) <= m.cols*pageSize, fmt.Sprintf("seqused_k[%d]", b),
-			fmt.Sprintf("0 <= seqused_k <= max_num_pages_per_seq * page_size = %d", m.cols*pageSize), x)
-		c.need(int(x) <= args.MaxSeqlenK, fmt.Sprintf("seqused_k[%d]", b), fmt.Sprintf("<= max_seqlen_k = %d", args.MaxSeqlenK), x)
+		if x < 0 || int(x) > m.cols*pageSize {
+			c.fail(fmt.Sprintf("seqused_k[%d]", b), fmt.Sprintf("0 <= seqused_k <= max_num_pages_per_seq * page_size = %d", m.cols*pageSize), x)
+			return nil
+		}
+		if int(x) > args.MaxSeqlenK {
+			c.fail(fmt.Sprintf("seqused_k[%d]", b), fmt.Sprintf("<= max_seqlen_k = %d", args.MaxSeqlenK), x)
+			return nil
+		}
 	}
 	if c.err != nil {
 		return nil

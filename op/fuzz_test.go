@@ -101,3 +101,91 @@ func FuzzBuildK2QCSR(f *testing.F) {
 		}
 	})
 }
+
+// FuzzSparseAttenNVFP4KVFunc mutates the NVFP4 scale layout, global scales
+// and metadata of a valid NVFP4 call; it must error or return NaN-free output.
+func FuzzSparseAttenNVFP4KVFunc(f *testing.F) {
+	f.Add(uint64(1), uint8(0), uint16(0), int32(3), uint8(0), float32(1))
+	f.Add(uint64(2), uint8(1), uint16(5), int32(-7), uint8(1), float32(0))
+	f.Add(uint64(3), uint8(2), uint16(9), int32(1000), uint8(2), float32(1e30))
+	f.Add(uint64(4), uint8(3), uint16(1), int32(0), uint8(3), float32(-2))
+	f.Fuzz(func(t *testing.T, seed uint64, which uint8, idx uint16, val int32, scaleSel uint8, g float32) {
+		s := sparseSpec{seed: seed, seqQ: []int{3, int(seed % 5)}, seqK: []int{150, int(seed % 200)}, hq: 2, hkv: 1, d: 64,
+			topK: 2, blk: 128, paged: seed%2 == 1, causal: true, qDt: "bf16", kvDt: "nvfp4", partial: tensor.Float32, kGlobal: 0.5}
+		pr := buildSparse(s)
+		rp, qi, err := BuildK2QCSR(pr.q2k, pr.cuQ, pr.cuK, 128)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fuzzMutate([]*tensor.Dense{rp, qi, pr.cuQ, pr.cuK, pr.pageTable, pr.seqused}, which, idx, val)
+		ks, vs := pr.kScale, pr.vScale
+		switch scaleSel % 4 {
+		case 1: // scale tensor too small
+			ks = tensor.New(tensor.WithShape(1, 4), tensor.WithBacking(make([]uint8, 4)))
+		case 2: // scale bytes: NaN / max scales
+			b := backing[uint8](vs)
+			b[int(idx)%len(b)] = uint8(val)
+		}
+		kg := tensor.New(tensor.WithShape(1), tensor.WithBacking([]float32{g}))
+		args := SparseArgs{CuSeqlensQ: pr.cuQ, CuSeqlensK: pr.cuK, ReturnSoftmaxLSE: true, Causal: true}
+		if s.paged {
+			args.PageTable, args.SequsedK = pr.pageTable, pr.seqused
+		}
+		res, err := SparseAttenNVFP4KVFunc(pr.q, pr.k, pr.v, ks, vs, kg, nil, rp, qi, 2, args)
+		if err != nil {
+			return
+		}
+		if scaleSel%4 != 2 && !math.IsInf(float64(g), 0) && math.Abs(float64(g)) < 1e6 {
+			noNaN(t, res)
+		}
+	})
+}
+
+// FuzzDecodeWrapper mutates page table, seqused_k and q2k between Plan and
+// Run (and the plan arguments); Plan and Run must error or succeed, never
+// panic, and a successful run has no NaN.
+func FuzzDecodeWrapper(f *testing.F) {
+	f.Add(uint64(1), uint8(0), uint16(0), int32(5), false, uint8(0))
+	f.Add(uint64(2), uint8(1), uint16(1), int32(-1), true, uint8(1))
+	f.Add(uint64(3), uint8(2), uint16(3), int32(1<<20), true, uint8(2))
+	f.Add(uint64(4), uint8(0), uint16(7), int32(2), false, uint8(3))
+	f.Fuzz(func(t *testing.T, seed uint64, which uint8, idx uint16, val int32, sparse bool, mode uint8) {
+		s := decodeSpec{seed: seed, seqused: []int{int(seed % 90), 40}, seqlenQ: 1 + int(seed%3), hq: 4, hkv: 2, d: 64,
+			pageSize: 16, dt: "bf16", extraCols: 1, workers: 2}
+		if sparse {
+			s.topK, s.blk = 2, 32
+		}
+		switch mode % 4 {
+		case 1:
+			s.fixedSplit = 1
+		case 2:
+			s.disableSplit = true
+		}
+		pr := buildDecode(s)
+		w, err := NewDecodeWrapper(16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		args := decodeArgs(s, pr)
+		args.EnableCUDAGraph = mode%4 == 3
+		var q2k tensor.Tensor
+		if pr.q2k != nil {
+			q2k = pr.q2k
+		}
+		if which%2 == 0 { // mutate before Plan
+			fuzzMutate([]*tensor.Dense{pr.pt, pr.su, pr.q2k}, which/2, idx, val)
+		}
+		if err := w.Plan(args, q2k); err != nil {
+			return
+		}
+		if which%2 == 1 { // mutate between Plan and Run
+			fuzzMutate([]*tensor.Dense{pr.pt, pr.su, pr.q2k}, which/2, idx, val)
+		}
+		res, err := w.Run(pr.q, pr.k, pr.v, 0, true)
+		if err != nil {
+			return
+		}
+		noNaN(t, res)
+	})
+}

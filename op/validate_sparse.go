@@ -319,8 +319,10 @@ func validateSparse(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int, ar
 				return nil, c.err
 			}
 			for b, x := range int32s(su) {
-				c.need(x >= 0 && int(x) <= cols*ps, fmt.Sprintf("seqused_k[%d]", b),
-					fmt.Sprintf("0 <= seqused_k <= max_num_pages_per_seq * page_size = %d", cols*ps), x)
+				if x < 0 || int(x) > cols*ps {
+					c.fail(fmt.Sprintf("seqused_k[%d]", b), fmt.Sprintf("0 <= seqused_k <= max_num_pages_per_seq * page_size = %d", cols*ps), x)
+					return nil, c.err
+				}
 				seqK[b] = x
 			}
 		}
@@ -411,7 +413,7 @@ func validateSparse(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int, ar
 // checkPages checks that every page a sequence uses is in [0, numPages).
 // Entries past a sequence's last used page are not read and not checked.
 func checkPages(c *checker, pt []int32, cols, ps int, seqK []int32, numPages int) {
-	if numPages < 0 { // not known yet (decode Plan): checked at Run
+	if numPages < 0 || c.err != nil { // numPages < 0: not known yet (decode Plan), checked at Run
 		return
 	}
 	for b, n := range seqK {

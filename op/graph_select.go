@@ -1,0 +1,355 @@
+package op
+
+import (
+	"fmt"
+	"hash"
+
+	"github.com/chewxy/hm"
+	"github.com/sparseattn/msa/kernels/lowp"
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+)
+
+// This file holds the graph ops that let a whole model block live in one
+// ExprGraph: in-graph block selection (BlockScores, TopKBlocks), the casts
+// between Gorgonia's float32 arithmetic and the BFloat16 operands of the
+// attention ops (CastToBF16, CastFromBF16), and the paged K/V cache append
+// of a decode step (WritePagedKV).
+
+// blockScoresOp computes BlockScoresFunc's scores.
+type blockScoresOp struct {
+	opBase
+	cfg                    BlockScoreConfig
+	qDt, kDt               tensor.Dtype
+	hkv, totalQ, maxBlocks int
+}
+
+func (op *blockScoresOp) Arity() int { return 4 }
+func (op *blockScoresOp) Type() hm.Type {
+	return fnType(tt(3, op.qDt), tt(3, op.kDt), tt(1, tensor.Int32), tt(1, tensor.Int32), tt(3, tensor.Float32))
+}
+func (op *blockScoresOp) InferShape(...G.DimSizer) (tensor.Shape, error) {
+	return tensor.Shape{op.hkv, op.totalQ, op.maxBlocks}, nil
+}
+func (op *blockScoresOp) WriteHash(h hash.Hash) {
+	fmt.Fprintf(h, "msa.BlockScores%+v/%v/%v/%d/%d/%d", op.cfg, op.qDt, op.kDt, op.hkv, op.totalQ, op.maxBlocks)
+}
+func (op *blockScoresOp) Hashcode() uint32 { return hashOf(op) }
+func (op *blockScoresOp) String() string {
+	return fmt.Sprintf("BlockScores{blk_kv=%d, causal=%v, reduce=%v}", op.cfg.BlkKV, op.cfg.Causal, op.cfg.Reduce)
+}
+
+func (op *blockScoresOp) Do(vals ...G.Value) (G.Value, error) {
+	const fn = "BlockScores"
+	if len(vals) != 4 {
+		return nil, argErr(fn, "inputs", "4 values", len(vals))
+	}
+	s, err := validateBlockScores(fn, tv(vals[0]), tv(vals[1]), tv(vals[2]), tv(vals[3]), op.cfg, false)
+	if err != nil {
+		return nil, err
+	}
+	if s.hkv != op.hkv || s.totalQ != op.totalQ {
+		return nil, argErr(fn, "q/k", fmt.Sprintf("total_q = %d, Hkv = %d as at graph construction", op.totalQ, op.hkv),
+			fmt.Sprintf("total_q = %d, Hkv = %d", s.totalQ, s.hkv))
+	}
+	return tensor.New(tensor.WithShape(op.hkv, op.totalQ, op.maxBlocks), tensor.WithBacking(s.run())), nil
+}
+
+// BlockScores adds block scoring (see BlockScoresFunc for the formula) to
+// the graph of q [total_q, Hq, D] and k [total_k, Hkv, D] (BFloat16,
+// Float8E4M3FN or float32) with cuQ, cuK int32 [B+1]. cfg.MaxSeqlenK is
+// required: the node's value is float32 [Hkv, total_q, max_blocks] with
+// max_blocks = ceil(MaxSeqlenK / blk_kv), and a longer key sequence is an
+// error at run time. Feed the node to TopKBlocks, then K2QCSR with the
+// same blk_kv and max_seqlen_k.
+func BlockScores(q, k, cuQ, cuK *G.Node, cfg BlockScoreConfig) (*G.Node, error) {
+	const fn = "BlockScores"
+	for _, x := range []struct {
+		n    *G.Node
+		name string
+	}{{q, "q"}, {k, "k"}} {
+		if err := nodeCheck(fn, x.name, x.n, 3, BFloat16, Float8E4M3FN, tensor.Float32); err != nil {
+			return nil, err
+		}
+	}
+	if err := nodeCheck(fn, "cu_seqlens_q", cuQ, 1, tensor.Int32); err != nil {
+		return nil, err
+	}
+	if err := nodeCheck(fn, "cu_seqlens_k", cuK, 1, tensor.Int32); err != nil {
+		return nil, err
+	}
+	if cfg.BlkKV == 0 {
+		cfg.BlkKV = 128
+	}
+	if cfg.BlkKV < 1 {
+		return nil, argErr(fn, "blk_kv", ">= 1", cfg.BlkKV)
+	}
+	if cfg.MaxSeqlenK < 1 {
+		return nil, argErr(fn, "max_seqlen_k", ">= 1 (it fixes the output shape)", cfg.MaxSeqlenK)
+	}
+	if cfg.Reduce != ReduceMax && cfg.Reduce != ReduceMean {
+		return nil, argErr(fn, "reduce", "ReduceMax or ReduceMean", cfg.Reduce)
+	}
+	qs, ks := q.Shape(), k.Shape()
+	if ks[1] < 1 || qs[1]%ks[1] != 0 || qs[2] != ks[2] || qs[2] < 1 {
+		return nil, argErr(fn, "q/k", "q [total_q, Hq, D], k [total_k, Hkv, D] with Hq divisible by Hkv and one D >= 1",
+			fmt.Sprintf("q %v, k %v", qs, ks))
+	}
+	if cuQ.Shape()[0] != cuK.Shape()[0] || cuQ.Shape()[0] < 1 {
+		return nil, argErr(fn, "cu_seqlens_k", fmt.Sprintf("shape [B + 1] = %v matching cu_seqlens_q", cuQ.Shape()), cuK.Shape())
+	}
+	op := &blockScoresOp{cfg: cfg, qDt: q.Dtype(), kDt: k.Dtype(), hkv: ks[1], totalQ: qs[0],
+		maxBlocks: (cfg.MaxSeqlenK + cfg.BlkKV - 1) / cfg.BlkKV}
+	return G.ApplyOp(op, q, k, cuQ, cuK)
+}
+
+// topKOp selects q2k_indices from block scores.
+type topKOp struct {
+	opBase
+	cfg                    TopKConfig
+	topK                   int
+	hkv, totalQ, maxBlocks int
+}
+
+func (op *topKOp) Arity() int { return 1 }
+func (op *topKOp) Type() hm.Type {
+	return fnType(tt(3, tensor.Float32), tt(3, tensor.Int32))
+}
+func (op *topKOp) InferShape(...G.DimSizer) (tensor.Shape, error) {
+	return tensor.Shape{op.hkv, op.totalQ, op.topK}, nil
+}
+func (op *topKOp) WriteHash(h hash.Hash) {
+	fmt.Fprintf(h, "msa.TopKBlocks%+v/%d/%d/%d/%d", op.cfg, op.topK, op.hkv, op.totalQ, op.maxBlocks)
+}
+func (op *topKOp) Hashcode() uint32 { return hashOf(op) }
+func (op *topKOp) String() string {
+	return fmt.Sprintf("TopKBlocks{topK=%d, first=%v, last=%v}", op.topK, op.cfg.KeepFirst, op.cfg.KeepLast)
+}
+
+func (op *topKOp) Do(vals ...G.Value) (G.Value, error) {
+	const fn = "TopKBlocks"
+	if len(vals) != 1 {
+		return nil, argErr(fn, "inputs", "1 value", len(vals))
+	}
+	sd, err := validateTopK(fn, tv(vals[0]), op.topK)
+	if err != nil {
+		return nil, err
+	}
+	if s := sd.Shape(); s[0] != op.hkv || s[1] != op.totalQ || s[2] != op.maxBlocks {
+		return nil, argErr(fn, "scores", fmt.Sprintf("shape [%d, %d, %d] as at graph construction", op.hkv, op.totalQ, op.maxBlocks), shapeStr(sd))
+	}
+	out := topKBlocks(backing[float32](sd), op.hkv*op.totalQ, op.maxBlocks, op.topK, op.cfg)
+	return tensor.New(tensor.WithShape(op.hkv, op.totalQ, op.topK), tensor.WithBacking(out)), nil
+}
+
+// TopKBlocks adds block selection (see TopKBlocksFunc) after a scores node
+// float32 [Hkv, total_q, max_blocks], usually made by BlockScores. The
+// node's value is q2k_indices int32 [Hkv, total_q, topK] (1 <= topK <= 64),
+// ascending, -1 padded, ties to the lower block id, ready for K2QCSR.
+func TopKBlocks(scores *G.Node, topK int, cfg TopKConfig) (*G.Node, error) {
+	const fn = "TopKBlocks"
+	if err := nodeCheck(fn, "scores", scores, 3, tensor.Float32); err != nil {
+		return nil, err
+	}
+	if topK < 1 || topK > maxTopK {
+		return nil, argErr(fn, "topK", fmt.Sprintf("1 <= topK <= %d", maxTopK), topK)
+	}
+	s := scores.Shape()
+	if s[0] < 1 {
+		return nil, argErr(fn, "scores", "Hkv >= 1", s)
+	}
+	return G.ApplyOp(&topKOp{cfg: cfg, topK: topK, hkv: s[0], totalQ: s[1], maxBlocks: s[2]}, scores)
+}
+
+// castOp converts between float32 and BFloat16 element by element.
+type castOp struct {
+	opBase
+	from, to tensor.Dtype
+	shape    tensor.Shape
+}
+
+func (op *castOp) Arity() int { return 1 }
+func (op *castOp) Type() hm.Type {
+	return fnType(tt(op.shape.Dims(), op.from), tt(op.shape.Dims(), op.to))
+}
+func (op *castOp) InferShape(...G.DimSizer) (tensor.Shape, error) { return op.shape.Clone(), nil }
+func (op *castOp) WriteHash(h hash.Hash) {
+	fmt.Fprintf(h, "msa.Cast/%v/%v/%v", op.from, op.to, []int(op.shape))
+}
+func (op *castOp) Hashcode() uint32 { return hashOf(op) }
+func (op *castOp) String() string {
+	return fmt.Sprintf("Cast{%s->%s}", dtypeName(op.from), dtypeName(op.to))
+}
+
+func (op *castOp) Do(vals ...G.Value) (G.Value, error) {
+	fn := "CastToBF16"
+	if op.to == tensor.Float32 {
+		fn = "CastFromBF16"
+	}
+	if len(vals) != 1 {
+		return nil, argErr(fn, "inputs", "1 value", len(vals))
+	}
+	c := &checker{fn: fn}
+	x := c.dense(tv(vals[0]), "x")
+	c.dtype(x, "x", op.from)
+	if c.err != nil {
+		return nil, c.err
+	}
+	if !x.Shape().Eq(op.shape) {
+		return nil, argErr(fn, "x", fmt.Sprintf("shape %v as at graph construction", op.shape), shapeStr(x))
+	}
+	if op.to == BFloat16 {
+		src := backing[float32](x)
+		dst := make([]lowp.BFloat16, len(src))
+		lowp.EncodeBF16(dst, src)
+		return tensor.New(tensor.WithShape(op.shape...), tensor.WithBacking(dst)), nil
+	}
+	src := backing[lowp.BFloat16](x)
+	dst := make([]float32, len(src))
+	lowp.DecodeBF16(dst, src)
+	return tensor.New(tensor.WithShape(op.shape...), tensor.WithBacking(dst)), nil
+}
+
+func castNode(fn string, x *G.Node, from, to tensor.Dtype) (*G.Node, error) {
+	if err := nodeCheck(fn, "x", x, 0, from); err != nil {
+		return nil, err
+	}
+	if x.Shape().Dims() < 1 {
+		return nil, argErr(fn, "x", "a tensor of rank >= 1 (custom dtypes have no scalars)", x.Shape())
+	}
+	return G.ApplyOp(&castOp{from: from, to: to, shape: x.Shape().Clone()}, x)
+}
+
+// CastToBF16 rounds a float32 node of rank >= 1 to BFloat16 (round to
+// nearest even, NaN stays NaN): the bridge from Gorgonia's float32
+// arithmetic (G.Mul projections) to the attention ops' operands.
+func CastToBF16(x *G.Node) (*G.Node, error) {
+	return castNode("CastToBF16", x, tensor.Float32, BFloat16)
+}
+
+// CastFromBF16 widens a BFloat16 node of rank >= 1 (e.g. an attention
+// output) to float32, exactly, so Gorgonia's built-in ops can use it.
+func CastFromBF16(x *G.Node) (*G.Node, error) {
+	return castNode("CastFromBF16", x, BFloat16, tensor.Float32)
+}
+
+// writePagedKVOp appends a decode step's keys or values to a paged cache.
+type writePagedKVOp struct {
+	opBase
+	seqlenQ    int
+	dt         tensor.Dtype
+	cacheShape tensor.Shape
+}
+
+func (op *writePagedKVOp) Arity() int { return 4 }
+func (op *writePagedKVOp) Type() hm.Type {
+	return fnType(tt(4, op.dt), tt(3, op.dt), tt(2, tensor.Int32), tt(1, tensor.Int32), tt(4, op.dt))
+}
+func (op *writePagedKVOp) InferShape(...G.DimSizer) (tensor.Shape, error) {
+	return op.cacheShape.Clone(), nil
+}
+func (op *writePagedKVOp) WriteHash(h hash.Hash) {
+	fmt.Fprintf(h, "msa.WritePagedKV/%d/%v/%v", op.seqlenQ, op.dt, []int(op.cacheShape))
+}
+func (op *writePagedKVOp) Hashcode() uint32 { return hashOf(op) }
+func (op *writePagedKVOp) String() string {
+	return fmt.Sprintf("WritePagedKV{seqlen_q=%d}", op.seqlenQ)
+}
+
+func (op *writePagedKVOp) Do(vals ...G.Value) (G.Value, error) {
+	const fn = "WritePagedKV"
+	if len(vals) != 4 {
+		return nil, argErr(fn, "inputs", "4 values", len(vals))
+	}
+	c := &checker{fn: fn}
+	cache, nw := c.dense(tv(vals[0]), "cache"), c.dense(tv(vals[1]), "new")
+	pt, su := c.dense(tv(vals[2]), "page_table"), c.dense(tv(vals[3]), "seqused_k")
+	c.dtype(cache, "cache", op.dt)
+	c.dtype(nw, "new", op.dt)
+	c.dtype(pt, "page_table", tensor.Int32)
+	c.dtype(su, "seqused_k", tensor.Int32)
+	c.rank(pt, "page_table", "[B, max_num_pages_per_seq]", 2)
+	c.rank(su, "seqused_k", "[B]", 1)
+	if c.err != nil {
+		return nil, c.err
+	}
+	cs := op.cacheShape
+	numPages, hkv, ps, d := cs[0], cs[1], cs[2], cs[3]
+	batch, cols := pt.Shape()[0], pt.Shape()[1]
+	c.need(cache.Shape().Eq(cs), "cache", fmt.Sprintf("shape %v as at graph construction", cs), shapeStr(cache))
+	c.need(su.Shape()[0] == batch, "seqused_k", fmt.Sprintf("shape [B] = [%d]", batch), shapeStr(su))
+	c.need(nw.Shape().Eq(tensor.Shape{batch * op.seqlenQ, hkv, d}), "new",
+		fmt.Sprintf("shape [B * seqlen_q, Hkv, D] = [%d, %d, %d]", batch*op.seqlenQ, hkv, d), shapeStr(nw))
+	if c.err != nil {
+		return nil, c.err
+	}
+	ptv, used := int32s(pt), int32s(su)
+	// dst[r] is the cache row (page*Hkv + h)*ps + slot for h = 0 of new row r.
+	dst := make([]int, batch*op.seqlenQ)
+	for b := 0; b < batch; b++ {
+		for i := 0; i < op.seqlenQ; i++ {
+			pos := int(used[b]) - op.seqlenQ + i
+			if pos < 0 || pos >= cols*ps {
+				return nil, argErr(fn, fmt.Sprintf("seqused_k[%d]", b),
+					fmt.Sprintf("seqlen_q = %d <= seqused_k <= max_num_pages_per_seq * page_size = %d", op.seqlenQ, cols*ps), used[b])
+			}
+			page := int(ptv[b*cols+pos/ps])
+			if page < 0 || page >= numPages {
+				return nil, argErr(fn, fmt.Sprintf("page_table[%d, %d]", b, pos/ps), fmt.Sprintf("a page in [0, %d)", numPages), page)
+			}
+			dst[b*op.seqlenQ+i] = page*hkv*ps + pos%ps
+		}
+	}
+	if op.dt == BFloat16 {
+		return tensor.New(tensor.WithShape(cs...), tensor.WithBacking(
+			writePaged(backing[lowp.BFloat16](cache), backing[lowp.BFloat16](nw), dst, hkv, ps, d))), nil
+	}
+	return tensor.New(tensor.WithShape(cs...), tensor.WithBacking(
+		writePaged(backing[lowp.Float8E4M3FN](cache), backing[lowp.Float8E4M3FN](nw), dst, hkv, ps, d))), nil
+}
+
+// writePaged returns a copy of cache with row r of nw written at cache row
+// dst[r] + h*ps for every head h.
+func writePaged[T any](cache, nw []T, dst []int, hkv, ps, d int) []T {
+	out := make([]T, len(cache))
+	copy(out, cache)
+	for r, base := range dst {
+		for h := 0; h < hkv; h++ {
+			copy(out[(base+h*ps)*d:][:d], nw[(r*hkv+h)*d:][:d])
+		}
+	}
+	return out
+}
+
+// WritePagedKV appends one decode step's keys (or values) to a paged cache
+// inside a graph: cache [num_pages, Hkv, page_size, D] and newKV
+// [B*seqlen_q, Hkv, D] (both BFloat16 or both Float8E4M3FN), page_table
+// int32 [B, pages], seqused_k int32 [B] already counting the new tokens.
+// Row b*seqlen_q+i lands at position seqused_k[b] - seqlen_q + i of request
+// b. The node's value is a new cache tensor (the input is not modified):
+// feed it to DecodeAttention, and back into the cache input node (G.Let)
+// before the next step.
+func WritePagedKV(cache, newKV, pageTable, sequsedK *G.Node, seqlenQ int) (*G.Node, error) {
+	const fn = "WritePagedKV"
+	if err := nodeCheck(fn, "cache", cache, 4, BFloat16, Float8E4M3FN); err != nil {
+		return nil, err
+	}
+	if err := nodeCheck(fn, "new", newKV, 3, cache.Dtype()); err != nil {
+		return nil, err
+	}
+	if err := nodeCheck(fn, "page_table", pageTable, 2, tensor.Int32); err != nil {
+		return nil, err
+	}
+	if err := nodeCheck(fn, "seqused_k", sequsedK, 1, tensor.Int32); err != nil {
+		return nil, err
+	}
+	if seqlenQ < 1 {
+		return nil, argErr(fn, "seqlen_q", ">= 1", seqlenQ)
+	}
+	cs, ns := cache.Shape(), newKV.Shape()
+	b := pageTable.Shape()[0]
+	if ns[0] != b*seqlenQ || ns[1] != cs[1] || ns[2] != cs[3] || sequsedK.Shape()[0] != b {
+		return nil, argErr(fn, "new", fmt.Sprintf("shape [B * seqlen_q, Hkv, D] = [%d, %d, %d]", b*seqlenQ, cs[1], cs[3]), ns)
+	}
+	return G.ApplyOp(&writePagedKVOp{seqlenQ: seqlenQ, dt: cache.Dtype(), cacheShape: cs.Clone()}, cache, newKV, pageTable, sequsedK)
+}

@@ -189,3 +189,68 @@ func FuzzDecodeWrapper(f *testing.F) {
 		noNaN(t, res)
 	})
 }
+
+// FuzzSparseDecodeAttenFunc mutates the metadata of a valid eager decode
+// call; it must error or return NaN-free output.
+func FuzzSparseDecodeAttenFunc(f *testing.F) {
+	f.Add(uint64(1), uint8(0), uint16(0), int32(7), false, 0)
+	f.Add(uint64(2), uint8(1), uint16(2), int32(-5), true, 1)
+	f.Add(uint64(3), uint8(2), uint16(4), int32(100000), true, 3)
+	f.Fuzz(func(t *testing.T, seed uint64, which uint8, idx uint16, val int32, sparse bool, seqlenQ int) {
+		s := decodeSpec{seed: seed, seqused: []int{int(seed % 70), 33, 0}, seqlenQ: 1 + int(seed%4), hq: 8, hkv: 2, d: 64,
+			pageSize: 16, dt: "e4m3", workers: 2, fixedSplit: int(seed % 3)}
+		if sparse {
+			s.topK, s.blk = 3, 16
+		}
+		pr := buildDecode(s)
+		fuzzMutate([]*tensor.Dense{pr.pt, pr.su, pr.q2k}, which, idx, val)
+		args := decodeArgs(s, pr)
+		if seqlenQ%5 == 4 {
+			args.SeqlenQ = seqlenQ // inconsistent with q
+		}
+		var q2k tensor.Tensor
+		if pr.q2k != nil {
+			q2k = pr.q2k
+		}
+		res, err := SparseDecodeAttenFunc(pr.q, pr.k, pr.v, q2k, args)
+		if err != nil {
+			return
+		}
+		noNaN(t, res)
+	})
+}
+
+// FuzzPrepareSparseFwdSchedule corrupts a valid CSR before the schedule is
+// prepared, and a valid schedule before it is used.
+func FuzzPrepareSparseFwdSchedule(f *testing.F) {
+	f.Add(uint64(1), uint8(0), uint16(0), int32(9), uint8(0))
+	f.Add(uint64(2), uint8(1), uint16(3), int32(-1), uint8(1))
+	f.Add(uint64(3), uint8(2), uint16(8), int32(1<<24), uint8(2))
+	f.Fuzz(func(t *testing.T, seed uint64, which uint8, idx uint16, val int32, target uint8) {
+		s := sparseSpec{seed: seed, seqQ: []int{4, int(seed % 6)}, seqK: []int{260, int(seed%300) + 1}, hq: 4, hkv: 2, d: 64,
+			topK: 3, blk: 128, qDt: "bf16", kvDt: "bf16", partial: tensor.Float32}
+		pr := buildSparse(s)
+		rp, qi, err := BuildK2QCSR(pr.q2k, pr.cuQ, pr.cuK, 128)
+		if err != nil {
+			t.Fatal(err)
+		}
+		totalQ := pr.q.Shape()[0]
+		if target%2 == 0 {
+			fuzzMutate([]*tensor.Dense{rp, qi}, which, idx, val)
+		}
+		sched, err := PrepareSparseFwdSchedule(rp, qi, ScheduleArgs{CuSeqlensQ: pr.cuQ, CuSeqlensK: pr.cuK, TotalQ: totalQ,
+			TopK: 3, QheadPerKV: 2, Workers: 1 + int(seed%3)})
+		if err != nil {
+			return
+		}
+		if target%2 == 1 {
+			fuzzMutate([]*tensor.Dense{sched.SchedulerMetadata(), sched.WorkCount(), sched.QSplitIndices(2), sched.SplitCounts(2)}, which, idx, val)
+		}
+		res, err := SparseAttenFunc(pr.q, pr.k, pr.v, rp, qi, 3, SparseArgs{CuSeqlensQ: pr.cuQ, CuSeqlensK: pr.cuK,
+			ReturnSoftmaxLSE: true, Schedule: sched})
+		if err != nil {
+			return
+		}
+		noNaN(t, res)
+	})
+}

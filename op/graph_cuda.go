@@ -1,0 +1,815 @@
+//go:build cuda
+
+package op
+
+// The CUDA execution path of the graph ops (build tag "cuda").
+//
+// Every Op of this package implements gorgonia.CUDADoer under this tag, so
+// a TapeMachine places its node on Device(0) (vm_tape_cuda.go) and calls
+// CUDADo with the machine as extern, the device-resident input values and
+// a preallocated device output (CallsExtern returns true under the tag,
+// which makes the compiler emit the alloc instruction). How each op runs:
+//
+//   - Planning and selection ops (K2QCSR, PackK2QCSR, FwdSchedule,
+//     DecodeSchedule, BlockScores, TopKBlocks) and the data-movement ops
+//     without a GPU kernel (CastToBF16, CastFromBF16, WritePagedKV) run on
+//     the host: their inputs are copied device->host, the CPU Do runs
+//     unchanged (same validation, same results), and its value is copied
+//     into the preallocated device output. The plan inputs are small int32
+//     tensors; BlockScores, the casts and WritePagedKV copy their whole
+//     operands and are therefore slow on this path (no kernel yet).
+//   - SparseAttention launches the fatbin kernels through package cuda
+//     (SparseForward for the per-slot partials, then Combine) with the
+//     device pointers of q/k/v, cu_seqlens, page table, seqused_k, NVFP4
+//     scales and global scales, and the preallocated output. The CSR,
+//     schedule, cu_seqlens, page table, seqused_k and global scales are also
+//     copied to the host (small) for the same validation as the CPU path and
+//     for the host plan structures the launcher uploads.
+//   - DecodeAttention (dense) launches cuda.Decode (plus its split-KV
+//     combine) the same way; the schedule value is copied back to the host.
+//   - LSE / TemperatureLSE copy, device to device, the LSE the attention
+//     node left in device memory (state shared through attnState) into their
+//     own preallocated output.
+//   - Configurations the GPU kernels lack (head dim other than 64/128,
+//     sparse decode with q2k) run the CPU Do on host copies of every input
+//     and copy O (and, for the accessors, the LSE) back to the device.
+//
+// Module loading: the embedded fatbin is loaded lazily, once per CUDA
+// context (per gorgonia engine), with cuda.Load on the first attention node
+// that runs, and cached here. gorgonia.AddToStdLib was not used: the tape
+// machine loads its std lib in NewTapeMachine and panics when a module does
+// not load (e.g. a GPU without sm_80/sm_90/sm_100 SASS), for every graph
+// with any CUDA op, and its functions carry no launcher / scratch buffers.
+//
+// Threading and ordering: CUDADo runs on the tape machine's runall
+// goroutine. Each call first flushes the machine's batched CUDA queue
+// (DoWork, as gorgonia's flushInstr does), so pending host-to-device input
+// copies have been issued, then locks its OS thread and pushes the engine's
+// context for the duration of the driver calls. Every copy and launch uses
+// the legacy default stream, so they are ordered with gorgonia's own work;
+// synchronous device-to-host copies wait for earlier kernels.
+//
+// Device memory: outputs live in gorgonia's arena (prealloc). Partials and
+// the LSE buffers are allocated with cuMemAlloc per attention node (grown,
+// never shrunk) and freed when the context is destroyed (engine Close).
+
+import (
+	"fmt"
+	"reflect"
+	"runtime"
+	"sync"
+	"unsafe"
+	"weak"
+
+	mcuda "github.com/sparseattn/msa/cuda"
+	"github.com/sparseattn/msa/kernels/attn"
+	"github.com/sparseattn/msa/kernels/plan"
+	"github.com/sparseattn/msa/kernels/tile"
+	"gorgonia.org/cu"
+	G "gorgonia.org/gorgonia"
+	gcuda "gorgonia.org/gorgonia/cuda"
+	"gorgonia.org/tensor"
+)
+
+var (
+	_ G.CUDADoer = (*csrOp)(nil)
+	_ G.CUDADoer = (*packCSROp)(nil)
+	_ G.CUDADoer = (*schedOp)(nil)
+	_ G.CUDADoer = (*sparseAttnOp)(nil)
+	_ G.CUDADoer = (*lseOp)(nil)
+	_ G.CUDADoer = (*decodeSchedOp)(nil)
+	_ G.CUDADoer = (*decodeAttnOp)(nil)
+	_ G.CUDADoer = (*blockScoresOp)(nil)
+	_ G.CUDADoer = (*topKOp)(nil)
+	_ G.CUDADoer = (*castOp)(nil)
+	_ G.CUDADoer = (*writePagedKVOp)(nil)
+)
+
+// CallsExtern is true under the cuda tag: the tape machine then
+// preallocates the node's output on the device and passes it to CUDADo.
+func (op *csrOp) CallsExtern() bool          { return true }
+func (op *packCSROp) CallsExtern() bool      { return true }
+func (op *schedOp) CallsExtern() bool        { return true }
+func (op *sparseAttnOp) CallsExtern() bool   { return true }
+func (op *lseOp) CallsExtern() bool          { return true }
+func (op *decodeSchedOp) CallsExtern() bool  { return true }
+func (op *decodeAttnOp) CallsExtern() bool   { return true }
+func (op *blockScoresOp) CallsExtern() bool  { return true }
+func (op *topKOp) CallsExtern() bool         { return true }
+func (op *castOp) CallsExtern() bool         { return true }
+func (op *writePagedKVOp) CallsExtern() bool { return true }
+
+// CUDADo runs the CSR build on the host (see the file comment).
+func (op *csrOp) CUDADo(extern G.External, dev G.Device, prealloc G.Value, inputs ...G.Value) (G.Value, error) {
+	return hostCUDADo("K2QCSR", op, extern, dev, prealloc, inputs)
+}
+
+// CUDADo packs the CSR on the host.
+func (op *packCSROp) CUDADo(extern G.External, dev G.Device, prealloc G.Value, inputs ...G.Value) (G.Value, error) {
+	return hostCUDADo("PackK2QCSR", op, extern, dev, prealloc, inputs)
+}
+
+// CUDADo builds the forward schedule on the host.
+func (op *schedOp) CUDADo(extern G.External, dev G.Device, prealloc G.Value, inputs ...G.Value) (G.Value, error) {
+	return hostCUDADo("FwdSchedule", op, extern, dev, prealloc, inputs)
+}
+
+// CUDADo builds the decode schedule on the host.
+func (op *decodeSchedOp) CUDADo(extern G.External, dev G.Device, prealloc G.Value, inputs ...G.Value) (G.Value, error) {
+	return hostCUDADo("DecodeSchedule", op, extern, dev, prealloc, inputs)
+}
+
+// CUDADo scores blocks on the host (no GPU kernel yet).
+func (op *blockScoresOp) CUDADo(extern G.External, dev G.Device, prealloc G.Value, inputs ...G.Value) (G.Value, error) {
+	return hostCUDADo("BlockScores", op, extern, dev, prealloc, inputs)
+}
+
+// CUDADo selects blocks on the host.
+func (op *topKOp) CUDADo(extern G.External, dev G.Device, prealloc G.Value, inputs ...G.Value) (G.Value, error) {
+	return hostCUDADo("TopKBlocks", op, extern, dev, prealloc, inputs)
+}
+
+// CUDADo casts on the host (no GPU kernel yet).
+func (op *castOp) CUDADo(extern G.External, dev G.Device, prealloc G.Value, inputs ...G.Value) (G.Value, error) {
+	return hostCUDADo(op.String(), op, extern, dev, prealloc, inputs)
+}
+
+// CUDADo appends to the paged cache on the host (no GPU kernel yet).
+func (op *writePagedKVOp) CUDADo(extern G.External, dev G.Device, prealloc G.Value, inputs ...G.Value) (G.Value, error) {
+	return hostCUDADo("WritePagedKV", op, extern, dev, prealloc, inputs)
+}
+
+// ---- environment -------------------------------------------------------------
+
+// gpuEnv is one CUDADo call's view of the machine.
+type gpuEnv struct {
+	fn     string
+	extern G.External
+	dev    G.Device
+	eng    *gcuda.Engine
+	ctx    cu.CUContext
+}
+
+// withGPU flushes the machine's batched queue, makes the engine's context
+// current on a locked OS thread and runs body. Panics inside become errors.
+func withGPU(fn string, extern G.External, dev G.Device, body func(e *gpuEnv) (G.Value, error)) (v G.Value, err error) {
+	m, ok := extern.(G.CUDAMachine)
+	if !ok || m == nil {
+		return nil, argErr(fn, "extern", "a CUDA machine (gorgonia.CUDAMachine)", fmt.Sprintf("%T", extern))
+	}
+	engs := m.Engines()
+	if int(dev) < 0 || int(dev) >= len(engs) {
+		return nil, argErr(fn, "device", fmt.Sprintf("a device in [0, %d)", len(engs)), int(dev))
+	}
+	eng := &engs[int(dev)]
+	if w, ok := extern.(interface{ DoWork() error }); ok {
+		if err := w.DoWork(); err != nil {
+			return nil, fmt.Errorf("op: %s: flushing gorgonia's batched CUDA calls: %w", fn, err)
+		}
+	}
+	e := &gpuEnv{fn: fn, extern: extern, dev: dev, eng: eng, ctx: eng.Context().CUDAContext()}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := cu.PushCurrentCtx(e.ctx); err != nil {
+		return nil, fmt.Errorf("op: %s: making the engine's CUDA context current: %w", fn, err)
+	}
+	defer func() {
+		if _, perr := cu.PopCurrentCtx(); perr != nil && err == nil {
+			v, err = nil, fmt.Errorf("op: %s: restoring the CUDA context: %w", fn, perr)
+		}
+	}()
+	defer func() {
+		if r := recover(); r != nil {
+			v, err = nil, fmt.Errorf("op: %s: CUDA path failed: %v", fn, r)
+		}
+	}()
+	return body(e)
+}
+
+// hostCUDADo runs op's CPU Do on host copies of the inputs and copies the
+// value into the device output.
+func hostCUDADo(fn string, op G.Op, extern G.External, dev G.Device, prealloc G.Value, inputs []G.Value) (G.Value, error) {
+	return withGPU(fn, extern, dev, func(e *gpuEnv) (G.Value, error) { return e.hostDo(op, prealloc, inputs) })
+}
+
+func (e *gpuEnv) hostDo(op G.Op, prealloc G.Value, inputs []G.Value) (G.Value, error) {
+	hs := make([]G.Value, len(inputs))
+	for i, v := range inputs {
+		h, err := e.toHost(v, fmt.Sprintf("input %d", i))
+		if err != nil {
+			return nil, err
+		}
+		hs[i] = h
+	}
+	out, err := op.Do(hs...)
+	if err != nil {
+		return nil, err
+	}
+	od, ok := out.(*tensor.Dense)
+	if !ok {
+		return nil, argErr(e.fn, "value", "a *tensor.Dense", fmt.Sprintf("%T", out))
+	}
+	return e.toDevice(od, prealloc)
+}
+
+// onDevice reports whether v is a tensor in a gorgonia CUDA engine's memory.
+func onDevice(v G.Value) bool {
+	t, ok := v.(tensor.Tensor)
+	if !ok || t == nil {
+		return false
+	}
+	_, ok = t.Engine().(*gcuda.Engine)
+	return ok
+}
+
+func byteSize(v G.Value) int64 { return int64(v.Shape().TotalSize()) * int64(v.Dtype().Size()) }
+
+func hostPtr(d *tensor.Dense) unsafe.Pointer {
+	if len(d.Header.Raw) == 0 {
+		return nil
+	}
+	return unsafe.Pointer(&d.Header.Raw[0])
+}
+
+// devPtr is the device address of a device value (0 for nil or empty).
+func (e *gpuEnv) devPtr(v G.Value, arg string) (uint64, error) {
+	if v == nil || byteSize(v) == 0 {
+		return 0, nil
+	}
+	if !onDevice(v) {
+		return 0, argErr(e.fn, arg, "a value in device memory", fmt.Sprintf("%T on the host", v))
+	}
+	return uint64(v.Uintptr()), nil
+}
+
+// toHost returns a host *tensor.Dense with v's dtype, shape and data.
+func (e *gpuEnv) toHost(v G.Value, arg string) (*tensor.Dense, error) {
+	if v == nil {
+		return nil, argErr(e.fn, arg, "a value", "nil")
+	}
+	if !onDevice(v) {
+		return denseOf(e.fn, arg, v)
+	}
+	n := v.Shape().TotalSize()
+	dt := v.Dtype()
+	h := tensor.New(tensor.WithShape(v.Shape().Clone()...), tensor.WithBacking(reflect.MakeSlice(reflect.SliceOf(dt.Type), n, n).Interface()))
+	if size := byteSize(v); size > 0 {
+		if err := cu.MemcpyDtoH(hostPtr(h), cu.DevicePtr(v.Uintptr()), size); err != nil {
+			return nil, fmt.Errorf("op: %s: copying %s (%d bytes) to the host: %w", e.fn, arg, size, err)
+		}
+	}
+	return h, nil
+}
+
+// output returns prealloc, or a new arena value of dtype dt and shape s.
+func (e *gpuEnv) output(prealloc G.Value, dt tensor.Dtype, s tensor.Shape) (G.Value, error) {
+	if prealloc != nil {
+		if prealloc.Dtype() != dt || !prealloc.Shape().Eq(s) {
+			return nil, argErr(e.fn, "prealloc", fmt.Sprintf("%s %v", dtypeName(dt), s), fmt.Sprintf("%s %v", dtypeName(prealloc.Dtype()), prealloc.Shape()))
+		}
+		return prealloc, nil
+	}
+	size := int64(s.TotalSize()) * int64(dt.Size())
+	mem, err := e.extern.Get(e.dev, size)
+	if err != nil {
+		return nil, fmt.Errorf("op: %s: allocating %d bytes of device memory: %w", e.fn, size, err)
+	}
+	return tensor.New(tensor.Of(dt), tensor.WithShape(s.Clone()...), tensor.FromMemory(mem.Uintptr(), uintptr(size))), nil
+}
+
+// toDevice copies a host value into prealloc (allocated when nil).
+func (e *gpuEnv) toDevice(h *tensor.Dense, prealloc G.Value) (G.Value, error) {
+	out, err := e.output(prealloc, h.Dtype(), h.Shape())
+	if err != nil {
+		return nil, err
+	}
+	size := byteSize(h)
+	if size == 0 {
+		return out, nil
+	}
+	if !onDevice(out) && prealloc != nil {
+		pd, ok := out.(*tensor.Dense)
+		if !ok {
+			return nil, argErr(e.fn, "prealloc", "a *tensor.Dense", fmt.Sprintf("%T", out))
+		}
+		copy(pd.Header.Raw, h.Header.Raw)
+		return out, nil
+	}
+	if err := cu.MemcpyHtoD(cu.DevicePtr(out.Uintptr()), hostPtr(h), size); err != nil {
+		return nil, fmt.Errorf("op: %s: copying the result (%d bytes) to the device: %w", e.fn, size, err)
+	}
+	return out, nil
+}
+
+// ---- kernels module, once per context --------------------------------------------
+
+type kernelsEntry struct {
+	ctx cu.CUContext
+	k   *mcuda.Kernels
+}
+
+var (
+	kernelsMu sync.Mutex
+	// kernelsByEngine holds the loaded module per gorgonia engine; the
+	// entry is valid while the engine still owns the context it was loaded
+	// in (Engine.Close clears it; such entries are dropped).
+	kernelsByEngine = map[*gcuda.Engine]kernelsEntry{}
+)
+
+func (e *gpuEnv) kernels() (*mcuda.Kernels, error) {
+	kernelsMu.Lock()
+	defer kernelsMu.Unlock()
+	for eng, ent := range kernelsByEngine {
+		if eng != e.eng && eng.Context().CUDAContext() != ent.ctx {
+			delete(kernelsByEngine, eng)
+		}
+	}
+	if ent, ok := kernelsByEngine[e.eng]; ok && ent.ctx == e.ctx {
+		return ent.k, nil
+	}
+	k, err := mcuda.Load(nil) // the context is current on this locked thread
+	if err != nil {
+		return nil, fmt.Errorf("op: %s: %w", e.fn, err)
+	}
+	kernelsByEngine[e.eng] = kernelsEntry{ctx: e.ctx, k: k}
+	return k, nil
+}
+
+// ---- device state of an attention node ---------------------------------------------
+
+type devBuf struct {
+	ptr  cu.DevicePtr
+	size int64
+}
+
+// ensure grows b to at least n bytes.
+func (b *devBuf) ensure(fn, role string, n int64) error {
+	n = max(n, 256)
+	if b.size >= n {
+		return nil
+	}
+	if b.ptr != 0 {
+		if err := cu.MemFree(b.ptr); err != nil {
+			return fmt.Errorf("op: %s: freeing %s: %w", fn, role, err)
+		}
+		b.ptr, b.size = 0, 0
+	}
+	p, err := cu.MemAlloc(n)
+	if err != nil {
+		return fmt.Errorf("op: %s: allocating %d bytes of device memory for %s: %w", fn, n, role, err)
+	}
+	b.ptr, b.size = p, n
+	return nil
+}
+
+// attnDev is the device side of an attnState: partial buffers and the
+// LSE results the accessors read. Guarded by the attnState's mutex.
+type attnDev struct {
+	ctx                      cu.CUContext
+	oPart, lsePart, tlsePart devBuf
+	lse, tlse                devBuf
+	lseOK, tlseOK            bool // lse / tlse hold the last run's results
+}
+
+var (
+	devStatesMu sync.Mutex
+	devStates   = map[weak.Pointer[attnState]]*attnDev{}
+)
+
+// devState returns st's device state in context ctx (created when create;
+// reset when the context changed: the old buffers died with their context).
+func devState(st *attnState, ctx cu.CUContext, create bool) *attnDev {
+	key := weak.Make(st)
+	devStatesMu.Lock()
+	defer devStatesMu.Unlock()
+	ds := devStates[key]
+	if ds == nil {
+		if !create {
+			return nil
+		}
+		ds = &attnDev{ctx: ctx}
+		devStates[key] = ds
+		runtime.AddCleanup(st, func(k weak.Pointer[attnState]) {
+			devStatesMu.Lock()
+			delete(devStates, k)
+			devStatesMu.Unlock()
+		}, key)
+	}
+	if ds.ctx != ctx {
+		*ds = attnDev{ctx: ctx}
+	}
+	return ds
+}
+
+// hostAttention runs an attention op's CPU Do on host copies (GPU kernels
+// missing for the configuration); the accessors then read the host LSE.
+func (e *gpuEnv) hostAttention(op G.Op, st *attnState, prealloc G.Value, inputs []G.Value) (G.Value, error) {
+	v, err := e.hostDo(op, prealloc, inputs)
+	if err != nil {
+		return nil, err
+	}
+	st.mu.Lock()
+	if ds := devState(st, e.ctx, false); ds != nil {
+		ds.lseOK, ds.tlseOK = false, false
+	}
+	st.mu.Unlock()
+	return v, nil
+}
+
+func partialCode(p attn.PartialDtype) (mcuda.Dtype, int64) {
+	switch p {
+	case attn.PartialF32:
+		return mcuda.F32, 4
+	case attn.PartialF16:
+		return mcuda.F16, 2
+	case attn.PartialE4M3:
+		return mcuda.E4M3, 1
+	default:
+		return mcuda.BF16, 2
+	}
+}
+
+func roundCode(r tile.Round) mcuda.Round {
+	switch r {
+	case tile.RoundE4M3:
+		return mcuda.RoundE4M3
+	case tile.RoundBF16:
+		return mcuda.RoundBF16
+	default:
+		return mcuda.RoundNone
+	}
+}
+
+func dtypeCode(dt tensor.Dtype) mcuda.Dtype {
+	if dt == Float8E4M3FN {
+		return mcuda.E4M3
+	}
+	return mcuda.BF16
+}
+
+// ---- SparseAttention -----------------------------------------------------------
+
+// CUDADo runs the sparse prefill on the GPU: SparseForward + Combine.
+func (op *sparseAttnOp) CUDADo(extern G.External, dev G.Device, prealloc G.Value, inputs ...G.Value) (G.Value, error) {
+	const fn = "SparseAttention"
+	if len(inputs) != op.Arity() {
+		return nil, argErr(fn, "inputs", fmt.Sprintf("%d values", op.Arity()), len(inputs))
+	}
+	return withGPU(fn, extern, dev, func(e *gpuEnv) (G.Value, error) {
+		if s := inputs[0].Shape(); s.Dims() != 3 || !mcuda.HeadDimSupported(s[2]) {
+			return e.hostAttention(op, op.st, prealloc, inputs)
+		}
+		return op.gpu(e, prealloc, inputs)
+	})
+}
+
+func (op *sparseAttnOp) gpu(e *gpuEnv, prealloc G.Value, in []G.Value) (G.Value, error) {
+	const fn = "SparseAttention"
+	// q, k, v and the NVFP4 block scales stay on the device: validation
+	// reads only their shapes and dtypes. Metadata is copied to the host.
+	dense := func(i int, arg string) (*tensor.Dense, error) { return denseOf(fn, arg, in[i]) }
+	host := func(i int, arg string) (*tensor.Dense, error) { return e.toHost(in[i], arg) }
+	q, err := dense(0, "q")
+	if err != nil {
+		return nil, err
+	}
+	k, err := dense(1, "k")
+	if err != nil {
+		return nil, err
+	}
+	v, err := dense(2, "v")
+	if err != nil {
+		return nil, err
+	}
+	packed, err := host(3, "csr")
+	if err != nil {
+		return nil, err
+	}
+	schedV, err := host(4, "schedule")
+	if err != nil {
+		return nil, err
+	}
+	cuQ, err := host(5, "cu_seqlens_q")
+	if err != nil {
+		return nil, err
+	}
+	cuK, err := host(6, "cu_seqlens_k")
+	if err != nil {
+		return nil, err
+	}
+	l := op.sched.csr
+	if packed.Dtype() != tensor.Int32 || packed.DataSize() != l.Hkv*l.width() {
+		return nil, argErr(fn, "csr", fmt.Sprintf("int32 CSR value of %d elements", l.Hkv*l.width()), packed.DataSize())
+	}
+	rp, qi := l.split(int32s(packed))
+	sv := int32s(schedV)
+	if schedV.Dtype() != tensor.Int32 || len(sv) != op.sched.len() {
+		return nil, argErr(fn, "schedule", fmt.Sprintf("%d int32 elements", op.sched.len()), len(sv))
+	}
+	args := SparseArgs{
+		CuSeqlensQ: cuQ, CuSeqlensK: cuK, BlkKV: l.BlkKV, Causal: op.cfg.causal,
+		SoftmaxScale: op.cfg.scale, LSETemperatureScale: op.cfg.temperature,
+		ReturnTemperatureLSE: op.st.needT, ReturnSoftmaxLSE: true, PartialDtype: op.cfg.partial,
+		Schedule: &Schedule{s: *op.sched.unpack(sv)}, Workers: op.cfg.workers,
+		QKDtype: op.cfg.qk, PVDtype: op.cfg.pv,
+	}
+	i := 7
+	var ptIdx, suIdx, ksIdx, vsIdx, kgIdx, vgIdx = -1, -1, -1, -1, -1, -1
+	if op.cfg.pageTable != nil {
+		ptIdx = i
+		if args.PageTable, err = host(i, "page_table"); err != nil {
+			return nil, err
+		}
+		i++
+		if op.cfg.seqused != nil {
+			suIdx = i
+			if args.SequsedK, err = host(i, "seqused_k"); err != nil {
+				return nil, err
+			}
+			i++
+		}
+	}
+	var nv *nvfp4Inputs
+	if op.cfg.nvfp4 {
+		ksIdx, vsIdx = i, i+1
+		ks, err := dense(i, "k_scale_128x4")
+		if err != nil {
+			return nil, err
+		}
+		vs, err := dense(i+1, "v_scale_128x4")
+		if err != nil {
+			return nil, err
+		}
+		nv = &nvfp4Inputs{kScale: ks, vScale: vs}
+		i += 2
+		if op.cfg.kGlobal != nil {
+			kgIdx = i
+			if nv.kGlobal, err = host(i, "k_global_scale"); err != nil {
+				return nil, err
+			}
+			i++
+		}
+		if op.cfg.vGlobal != nil {
+			vgIdx = i
+			if nv.vGlobal, err = host(i, "v_global_scale"); err != nil {
+				return nil, err
+			}
+		}
+	}
+	rowPtr := tensor.New(tensor.WithShape(l.Hkv, l.RowCap+1), tensor.WithBacking(rp))
+	qIdx := tensor.New(tensor.WithShape(l.Hkv, l.Stride), tensor.WithBacking(qi))
+
+	op.st.mu.Lock()
+	defer op.st.mu.Unlock()
+	sc, err := validateSparse(fn, q, k, v, rowPtr, qIdx, l.TopK, &args, nv)
+	if err != nil {
+		return nil, err
+	}
+	p := &sc.p
+	kern, err := e.kernels()
+	if err != nil {
+		return nil, err
+	}
+	out, err := e.output(prealloc, BFloat16, op.outShape)
+	if err != nil {
+		return nil, err
+	}
+	ptr := func(idx int, arg string) (uint64, error) {
+		if idx < 0 {
+			return 0, nil
+		}
+		return e.devPtr(in[idx], arg)
+	}
+	var fa mcuda.FwdArgs
+	var ca mcuda.CombineArgs
+	for _, x := range []struct {
+		dst *uint64
+		idx int
+		arg string
+	}{
+		{&fa.Q, 0, "q"}, {&fa.K, 1, "k"}, {&fa.V, 2, "v"}, {&fa.CuSeqlensQ, 5, "cu_seqlens_q"}, {&fa.CuSeqlensK, 6, "cu_seqlens_k"},
+		{&fa.PageTable, ptIdx, "page_table"}, {&fa.SequsedK, suIdx, "seqused_k"},
+		{&fa.KScale, ksIdx, "k_scale_128x4"}, {&fa.VScale, vsIdx, "v_scale_128x4"},
+		{&fa.KGlobalScale, kgIdx, "k_global_scale"}, {&ca.OutputScale, vgIdx, "v_global_scale"},
+	} {
+		if *x.dst, err = ptr(x.idx, x.arg); err != nil {
+			return nil, err
+		}
+	}
+	if ca.Out, err = e.devPtr(out, "out"); err != nil {
+		return nil, err
+	}
+
+	ds := devState(op.st, e.ctx, true)
+	ds.lseOK, ds.tlseOK = false, false
+	rows := int64(p.TotalQ) * int64(p.HQ)
+	pdt, psz := partialCode(p.Partial)
+	slots := int64(p.TopK)
+	needT := sc.returnTLSE
+	realT := needT && p.InvT != 0 // else the temperature LSE is the LSE
+	for _, b := range []struct {
+		buf  *devBuf
+		role string
+		n    int64
+		want bool
+	}{
+		{&ds.oPart, "O partials", slots * rows * int64(p.D) * psz, true},
+		{&ds.lsePart, "LSE partials", slots * rows * 4, true},
+		{&ds.tlsePart, "temperature LSE partials", slots * rows * 4, realT},
+		{&ds.lse, "LSE", rows * 4, true},
+		{&ds.tlse, "temperature LSE", rows * 4, needT},
+	} {
+		if b.want {
+			if err := b.buf.ensure(fn, b.role, b.n); err != nil {
+				return nil, err
+			}
+		}
+	}
+	fa.OPartial, fa.LSEPartial = uint64(ds.oPart.ptr), uint64(ds.lsePart.ptr)
+	if realT {
+		fa.TLSEPartial = uint64(ds.tlsePart.ptr)
+		fa.Temperature = float32(1 / float64(p.InvT))
+	}
+	fa.TotalQ, fa.Hq, fa.Hkv, fa.D, fa.BlkKV, fa.TopK, fa.NumBatch = p.TotalQ, p.HQ, p.Hkv, p.D, p.BlkKV, p.TopK, sc.batch
+	if p.KV.Paged {
+		fa.PageSize, fa.PageTableStride = p.KV.PageSize, p.KV.PTCols
+	}
+	fa.QDtype, fa.KVDtype = dtypeCode(q.Dtype()), dtypeCode(k.Dtype())
+	if op.cfg.nvfp4 {
+		fa.KVDtype = mcuda.NVFP4
+	}
+	fa.PartialDtype, fa.PVRound, fa.Causal, fa.SoftmaxScale = pdt, roundCode(p.PV), p.Causal, p.Scale
+	if err := kern.SparseForward(nil, &fa, &sc.csr, sc.sched); err != nil {
+		return nil, fmt.Errorf("op: %s: %w", fn, err)
+	}
+	ca.OPartial, ca.LSEPartial, ca.TLSEPartial = fa.OPartial, fa.LSEPartial, fa.TLSEPartial
+	ca.LSE = uint64(ds.lse.ptr)
+	if realT {
+		ca.TLSE = uint64(ds.tlse.ptr)
+	}
+	ca.TotalQ, ca.Hq, ca.Hkv, ca.D, ca.TopK, ca.PartialDtype = p.TotalQ, p.HQ, p.Hkv, p.D, p.TopK, pdt
+	if err := kern.Combine(nil, &ca, sc.sched); err != nil {
+		return nil, fmt.Errorf("op: %s: %w", fn, err)
+	}
+	if needT && !realT && rows > 0 {
+		if err := cu.MemcpyDtoD(ds.tlse.ptr, ds.lse.ptr, rows*4); err != nil {
+			return nil, fmt.Errorf("op: %s: copying the LSE as temperature LSE: %w", fn, err)
+		}
+	}
+	ds.lseOK, ds.tlseOK = true, needT
+	op.st.lse, op.st.tlse = nil, nil
+	return out, nil
+}
+
+// ---- DecodeAttention -------------------------------------------------------------
+
+// CUDADo runs dense paged decode on the GPU (cuda.Decode); sparse decode
+// (q2k) has no GPU kernel and runs on the host.
+func (op *decodeAttnOp) CUDADo(extern G.External, dev G.Device, prealloc G.Value, inputs ...G.Value) (G.Value, error) {
+	const fn = "DecodeAttention"
+	if len(inputs) != op.Arity() {
+		return nil, argErr(fn, "inputs", fmt.Sprintf("%d values", op.Arity()), len(inputs))
+	}
+	return withGPU(fn, extern, dev, func(e *gpuEnv) (G.Value, error) {
+		if s := inputs[0].Shape(); op.sparse || s.Dims() != 3 || !mcuda.HeadDimSupported(s[2]) {
+			return e.hostAttention(op, op.st, prealloc, inputs)
+		}
+		return op.gpu(e, prealloc, inputs)
+	})
+}
+
+func (op *decodeAttnOp) gpu(e *gpuEnv, prealloc G.Value, in []G.Value) (G.Value, error) {
+	const fn = "DecodeAttention"
+	c := &checker{fn: fn}
+	qd, kd, vd := decodeQKV(c, tv(in[0]), tv(in[1]), tv(in[2]))
+	if c.err != nil {
+		return nil, c.err
+	}
+	pt, err := e.toHost(in[3], "page_table")
+	if err != nil {
+		return nil, err
+	}
+	su, err := e.toHost(in[4], "seqused_k")
+	if err != nil {
+		return nil, err
+	}
+	sv, err := e.toHost(in[5], "schedule")
+	if err != nil {
+		return nil, err
+	}
+	p := op.l.p
+	args := DecodeArgs{PageTable: pt, SequsedK: su, SeqlenQ: p.SeqlenQ, MaxSeqlenK: p.MaxPagesPerSeq * p.PageSize,
+		BlkKV: op.blk, SoftmaxScale: op.scale, Workers: p.Workers}
+	m := validateDecodeMeta(c, &args, nil, qd.Shape()[0], qd.Shape()[1], kd.Shape()[1], qd.Shape()[2], kd.Shape()[2], kd.Shape()[0])
+	if c.err != nil {
+		return nil, c.err
+	}
+	m.params = p
+	c.dtype(sv, "schedule", tensor.Int32)
+	if c.err != nil {
+		return nil, c.err
+	}
+	if sv.DataSize() != op.l.len() {
+		return nil, argErr(fn, "schedule", fmt.Sprintf("a DecodeSchedule value of %d elements", op.l.len()), sv.DataSize())
+	}
+	s := op.l.unpack(int32s(sv))
+	if err := plan.ValidateDecodeSchedule(s, m.seqused, p); err != nil {
+		return nil, wrapArg(fn, "schedule", err)
+	}
+	run := decodeRun(m, qd, kd, vd, s)
+
+	op.st.mu.Lock()
+	defer op.st.mu.Unlock()
+	kern, err := e.kernels()
+	if err != nil {
+		return nil, err
+	}
+	out, err := e.output(prealloc, BFloat16, op.outShape)
+	if err != nil {
+		return nil, err
+	}
+	var da mcuda.DecodeArgs
+	for _, x := range []struct {
+		dst *uint64
+		v   G.Value
+		arg string
+	}{{&da.Q, in[0], "q"}, {&da.K, in[1], "k"}, {&da.V, in[2], "v"}, {&da.PageTable, in[3], "page_table"},
+		{&da.SequsedK, in[4], "seqused_k"}, {&da.Out, out, "out"}} {
+		if *x.dst, err = e.devPtr(x.v, x.arg); err != nil {
+			return nil, err
+		}
+	}
+	ds := devState(op.st, e.ctx, true)
+	ds.lseOK, ds.tlseOK = false, false
+	rows := int64(m.batch) * int64(m.seqlenQ) * int64(m.hq)
+	if err := ds.lse.ensure(fn, "LSE", rows*4); err != nil {
+		return nil, err
+	}
+	if s.SplitKV {
+		pr := int64(s.PartialRows) * int64(m.hq)
+		if err := ds.oPart.ensure(fn, "O partials", pr*int64(m.d)*4); err != nil {
+			return nil, err
+		}
+		if err := ds.lsePart.ensure(fn, "LSE partials", pr*4); err != nil {
+			return nil, err
+		}
+		da.OPartial, da.LSEPartial = uint64(ds.oPart.ptr), uint64(ds.lsePart.ptr)
+	}
+	da.LSE = uint64(ds.lse.ptr)
+	da.Batch, da.SeqlenQ, da.Hq, da.Hkv, da.D = m.batch, m.seqlenQ, m.hq, m.hkv, m.d
+	da.PageSize, da.PageTableStride = m.pageSize, m.cols
+	da.QDtype, da.KVDtype, da.PVRound, da.SoftmaxScale = dtypeCode(qd.Dtype()), dtypeCode(kd.Dtype()), roundCode(run.PV), run.Scale
+	if err := kern.Decode(nil, &da, s); err != nil {
+		return nil, fmt.Errorf("op: %s: %w", fn, err)
+	}
+	ds.lseOK = true
+	op.st.lse = nil
+	return out, nil
+}
+
+// ---- LSE accessors ----------------------------------------------------------------
+
+// CUDADo copies the LSE the attention node left in device memory into the
+// accessor's output (device to device); after a host fallback run it
+// uploads the host LSE.
+func (op *lseOp) CUDADo(extern G.External, dev G.Device, prealloc G.Value, inputs ...G.Value) (G.Value, error) {
+	fn := op.String()
+	return withGPU(fn, extern, dev, func(e *gpuEnv) (G.Value, error) {
+		op.st.mu.Lock()
+		defer op.st.mu.Unlock()
+		out, err := e.output(prealloc, tensor.Float32, op.shape)
+		if err != nil {
+			return nil, err
+		}
+		size := byteSize(out)
+		if ds := devState(op.st, e.ctx, false); ds != nil {
+			src, ok := ds.lse, ds.lseOK
+			if op.temp {
+				src, ok = ds.tlse, ds.tlseOK
+			}
+			if ok {
+				if size > src.size {
+					return nil, argErr(fn, "attention", fmt.Sprintf("an LSE of %d bytes", size), src.size)
+				}
+				dst, err := e.devPtr(out, "out")
+				if err != nil {
+					return nil, err
+				}
+				if size > 0 {
+					if err := cu.MemcpyDtoD(cu.DevicePtr(dst), src.ptr, size); err != nil {
+						return nil, fmt.Errorf("op: %s: copying the LSE: %w", fn, err)
+					}
+				}
+				return out, nil
+			}
+		}
+		h := op.st.lse
+		if op.temp {
+			h = op.st.tlse
+		}
+		if h == nil {
+			return nil, argErr(fn, "attention", "an attention node that has run before this node", "no result")
+		}
+		return e.toDevice(h, out)
+	})
+}

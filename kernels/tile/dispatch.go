@@ -1,8 +1,116 @@
 package tile
 
-// The active tier's entry points. Tiers other than the generic one replace
-// these at start-up; see tiers_*.go.
-var (
-	loadBlock = loadBlockGeneric
-	update    = updateGeneric
+import (
+	"fmt"
+	"os"
 )
+
+// A tier is one implementation of the block kernel.
+type tier struct {
+	name string
+	// missing names the CPU feature that is absent, "" when the tier runs here.
+	missing func() string
+	// bf16 is true when Block.Load packs the bf16 layout (kb, vb) instead of
+	// the fp32 one (kt, v).
+	bf16   bool
+	load   func(b *Block, n int, k, v []float32)
+	update func(a *Acc, b *Block, valid []int32)
+	// peak runs the calibration loop for iters iterations and returns the
+	// flops it performed; nil for tiers without one.
+	peak func(iters int) float64
+}
+
+// allTiers lists every tier in order of preference; tiers_*.go fill in the
+// SIMD entries at init. The generic tier is always last and always runs.
+var allTiers []*tier
+
+var genericTier = &tier{
+	name:    "generic",
+	missing: func() string { return "" },
+	load:    func(b *Block, n int, k, v []float32) { loadBlockGeneric(b.kt, b.v, n, b.d, k, v) },
+	update:  updateGeneric,
+	peak:    peakGeneric,
+}
+
+// active is the tier used by Block.Load and Acc.Update. It is chosen once at
+// start-up (init below) and changed only by SetTier.
+var active = genericTier
+
+// EnvTier is the environment variable that overrides the automatic choice:
+// MSA_CPU_TIER=generic|avx2|avx512|avx512bf16.
+const EnvTier = "MSA_CPU_TIER"
+
+func init() {
+	allTiers = append(simdTiers(), genericTier)
+	// Automatic choice: the first supported tier that is not opt-in.
+	for _, t := range allTiers {
+		if t.missing() == "" && !optIn(t.name) {
+			active = t
+			break
+		}
+	}
+	if name := os.Getenv(EnvTier); name != "" {
+		if err := SetTier(name); err != nil {
+			fmt.Fprintf(os.Stderr, "tile: %s=%s ignored: %v; using %s\n", EnvTier, name, err, active.name)
+		}
+	}
+}
+
+// optIn reports tiers that change the numerics and therefore are never
+// chosen automatically.
+func optIn(name string) bool { return name == "avx512bf16" || name == "avx512bf16-emulated" }
+
+func findTier(name string) *tier {
+	for _, t := range allTiers {
+		if t.name == name {
+			return t
+		}
+	}
+	return nil
+}
+
+// SetTier selects the kernel tier by name: "generic", "avx2", "avx512" or
+// "avx512bf16" (and "avx512bf16-emulated", the bf16 data path with VDPBF16PS
+// replaced by AVX-512F instructions, for testing on CPUs without
+// AVX512_BF16). It fails when the tier is unknown or the CPU lacks a feature
+// it needs. It is meant for start-up, tests and benchmarks: it must not run
+// concurrently with Block.Load or Acc.Update, and blocks loaded under one
+// tier must be reloaded before a tier with another layout updates from them
+// (avx512bf16 packs bf16, the others fp32).
+func SetTier(name string) error {
+	t := findTier(name)
+	if t == nil {
+		return fmt.Errorf("tile: unknown tier %q", name)
+	}
+	if m := t.missing(); m != "" {
+		return fmt.Errorf("tile: tier %s needs %s, which this CPU lacks", name, m)
+	}
+	active = t
+	return nil
+}
+
+// Tier returns the name of the active tier.
+func Tier() string { return active.name }
+
+// Tiers returns the tiers this CPU supports, fastest first ("generic" last).
+// The opt-in avx512bf16 tier is listed when supported; the emulated bf16
+// tier is not.
+func Tiers() []string {
+	var s []string
+	for _, t := range allTiers {
+		if t.missing() == "" && t.name != "avx512bf16-emulated" {
+			s = append(s, t.name)
+		}
+	}
+	return s
+}
+
+// tierMissing returns the missing CPU feature of a named tier ("" when it
+// runs here); ok is false for a tier unknown to this build.
+func tierMissing(name string) (missing string, ok bool) {
+	t := findTier(name)
+	if t == nil {
+		return "", false
+	}
+	return t.missing(), true
+}

@@ -24,6 +24,14 @@ type Block struct {
 	n, d int
 	kt   []float32 // [d][BlockN]: kt[c*BlockN+i] = K[i][c]
 	v    []float32 // [BlockN][d]
+
+	// bf16 layout (avx512bf16 tier only, allocated on first use).
+	bf16 bool     // true when kb and vb hold the block instead of kt and v
+	kb   []uint32 // [roundup(d/2,16)][BlockN] bf16 pairs (K[i][2c], K[i][2c+1])
+	vb   []uint32 // [BlockN/2][d] bf16 pairs (V[2i][c], V[2i+1][c])
+	kp   []uint32 // scratch: K rows as bf16 pairs before the transpose
+	zero []float32
+	pad  []float32 // scratch: last partial 16-key tile of K
 }
 
 // NewBlock returns an empty block for head dimension d.
@@ -39,9 +47,12 @@ func (b *Block) Load(n int, k, v []float32) {
 	if n < 0 || n > BlockN {
 		panic("tile: Block.Load: n out of range")
 	}
-	d := b.d
+	if len(k) < n*b.d || len(v) < n*b.d {
+		panic("tile: Block.Load: k or v shorter than n*d")
+	}
 	b.n = n
-	loadBlock(b.kt, b.v, n, d, k, v)
+	b.bf16 = false
+	active.load(b, n, k, v)
 }
 
 // Acc is the running state of an online softmax over up to maxM query rows.
@@ -52,11 +63,13 @@ type Acc struct {
 	mx         []float32 // running max of base-2 scores
 	sum        []float32 // running sum of exp2(s - mx)
 	tsum       []float32 // running sum of exp2((s - mx) * invT)
-	scale      float32 // softmax_scale * log2(e)
+	scale      float32   // softmax_scale * log2(e)
 	invT       float32
 	temp       bool
 	round      Round
 	s          []float32 // scratch scores [maxM][BlockN]
+	alpha      []float32 // scratch: per-row rescale factor of one Update
+	q2         []uint32  // bf16 tier: q as bf16 pairs [maxM][d/2]
 }
 
 // NewAcc returns an accumulator for up to maxM rows of head dimension d.
@@ -65,7 +78,7 @@ func NewAcc(maxM, d int) *Acc {
 		d: d, maxM: maxM,
 		q: make([]float32, maxM*d), o: make([]float32, maxM*d),
 		mx: make([]float32, maxM), sum: make([]float32, maxM), tsum: make([]float32, maxM),
-		s: make([]float32, maxM*BlockN),
+		s: make([]float32, maxM*BlockN), alpha: make([]float32, maxM),
 	}
 }
 
@@ -102,7 +115,16 @@ func (a *Acc) Update(b *Block, valid []int32) {
 	if len(valid) < a.m {
 		panic("tile: Acc.Update: valid shorter than m")
 	}
-	update(a, b, valid)
+	if a.m == 0 {
+		return
+	}
+	if b.d != a.d {
+		panic("tile: Acc.Update: block and accumulator head dims differ")
+	}
+	if b.bf16 != (active.bf16 && b.d%16 == 0) {
+		panic("tile: Acc.Update: block was loaded under a tier with another layout; reload it after SetTier")
+	}
+	active.update(a, b, valid)
 }
 
 // Finish normalises every row. lse[r] receives the natural-log log-sum-exp of

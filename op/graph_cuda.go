@@ -49,6 +49,10 @@ package op
 // the legacy default stream, so they are ordered with gorgonia's own work;
 // synchronous device-to-host copies wait for earlier kernels.
 //
+// The attention ops synchronize the context after their kernels: a kernel
+// failure is reported by the node that caused it, and the outputs (managed
+// memory) can be read on the host right after the node.
+//
 // Device memory: outputs live in gorgonia's arena (prealloc). Partials and
 // the LSE buffers are allocated with cuMemAlloc per attention node (grown,
 // never shrunk) and freed when the context is destroyed (engine Close).
@@ -656,6 +660,9 @@ func (op *sparseAttnOp) gpu(e *gpuEnv, prealloc G.Value, in []G.Value) (G.Value,
 			return nil, fmt.Errorf("op: %s: copying the LSE as temperature LSE: %w", fn, err)
 		}
 	}
+	if err := mcuda.Synchronize(nil); err != nil {
+		return nil, fmt.Errorf("op: %s: kernels failed: %w", fn, err)
+	}
 	ds.lseOK, ds.tlseOK = true, needT
 	op.st.lse, op.st.tlse = nil, nil
 	return out, nil
@@ -761,6 +768,9 @@ func (op *decodeAttnOp) gpu(e *gpuEnv, prealloc G.Value, in []G.Value) (G.Value,
 	da.QDtype, da.KVDtype, da.PVRound, da.SoftmaxScale = dtypeCode(qd.Dtype()), dtypeCode(kd.Dtype()), roundCode(run.PV), run.Scale
 	if err := kern.Decode(nil, &da, s); err != nil {
 		return nil, fmt.Errorf("op: %s: %w", fn, err)
+	}
+	if err := mcuda.Synchronize(nil); err != nil {
+		return nil, fmt.Errorf("op: %s: kernels failed: %w", fn, err)
 	}
 	ds.lseOK = true
 	op.st.lse = nil

@@ -39,8 +39,45 @@ func SparseAttenNVFP4KVFunc(q, k, v, kScale, vScale, kGlobal, vGlobal, k2qRowPtr
 	return sc.run(nil, nil), nil
 }
 
-// workspaces holds idle eager-call workspaces (see sparseCall.run).
-var workspaces = sync.Pool{New: func() any { return attn.NewWorkspace(0, 0) }}
+// idle holds workspaces of finished eager calls for reuse (see
+// sparseCall.run). Unlike a sync.Pool it survives garbage collections: a
+// prefill's partial buffers are hundreds of MB at long sequence lengths, and
+// re-faulting them every call costs more than the attention's epilogue.
+// At most maxIdleWorkspaces are kept; FreeWorkspaces drops them.
+var idle struct {
+	sync.Mutex
+	ws []*attn.Workspace
+}
+
+const maxIdleWorkspaces = 4
+
+func getWorkspace() *attn.Workspace {
+	idle.Lock()
+	defer idle.Unlock()
+	if n := len(idle.ws); n > 0 {
+		ws := idle.ws[n-1]
+		idle.ws = idle.ws[:n-1]
+		return ws
+	}
+	return attn.NewWorkspace(0, 0)
+}
+
+func putWorkspace(ws *attn.Workspace) {
+	idle.Lock()
+	defer idle.Unlock()
+	if len(idle.ws) < maxIdleWorkspaces {
+		idle.ws = append(idle.ws, ws)
+	}
+}
+
+// FreeWorkspaces releases the buffers the eager functions keep between
+// calls (partials of the largest recent calls). Graph ops and DecodeWrapper
+// own their buffers and are not affected.
+func FreeWorkspaces() {
+	idle.Lock()
+	defer idle.Unlock()
+	idle.ws = nil
+}
 
 // run executes a validated call. ws and pool may be nil (temporary ones are
 // used).
@@ -54,8 +91,8 @@ func (sc *sparseCall) run(ws *attn.Workspace, pool *attn.Pool) *Result {
 		// Eager calls borrow a workspace so that repeated calls reuse the
 		// partial buffers (hundreds of MB at long sequence lengths) instead
 		// of allocating and zeroing them every time.
-		ws = workspaces.Get().(*attn.Workspace)
-		defer workspaces.Put(ws)
+		ws = getWorkspace()
+		defer putWorkspace(ws)
 	}
 	res := &Result{}
 	o := make([]lowp.BFloat16, p.TotalQ*p.HQ*p.D)

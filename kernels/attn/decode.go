@@ -151,7 +151,7 @@ func (ws *Workspace) decodeTile(wk *worker, b, h, a, z, c, kBegin, kEnd, used in
 		}
 		wk.dst = blocks[:0]
 	}
-	wk.acc.Finish(wk.lse[:m], nil)
+	wk.acc.FinishLSE(wk.lse[:m], nil, wk.inv[:m])
 	s := p.Sched
 	for i := a; i < z; i++ {
 		for g := 0; g < qpk; g++ {
@@ -159,11 +159,11 @@ func (ws *Workspace) decodeTile(wk *worker, b, h, a, z, c, kBegin, kEnd, used in
 			hq := h*qpk + g
 			if s.SplitKV {
 				pr := s.PartialRow(b, c, i)*p.HQ + hq
-				ws.Partials.store(pr, wk.acc.O(r))
+				ws.Partials.store(pr, wk.acc.O(r), wk.inv[r], wk.tmp)
 				ws.Partials.LSE[pr] = wk.lse[r]
 			} else {
 				row := (b*p.SeqlenQ+i)*p.HQ + hq
-				encodeRow(ws.po, row, d, wk.acc.O(r), wk.lse[r], ws.Partials.simd)
+				encodeRow(ws.po, row, d, wk.acc.O(r), wk.inv[r], wk.lse[r], ws.Partials.simd)
 			}
 		}
 	}
@@ -201,13 +201,13 @@ func (ws *Workspace) runDecodeCombine(w int) {
 					}
 				}
 			}
-			encodeRow(out, (b*p.SeqlenQ+i)*p.HQ+hq, p.D, acc, l, ws.Partials.simd)
+			encodeRow(out, (b*p.SeqlenQ+i)*p.HQ+hq, p.D, acc, 1, l, ws.Partials.simd)
 		}
 	}
 }
 
-func encodeRow(out *Output, row, d int, o []float32, lse float32, simd bool) {
-	storeBF16(out.O[row*d:(row+1)*d], o, simd)
+func encodeRow(out *Output, row, d int, o []float32, scale, lse float32, simd bool) {
+	storeBF16(out.O[row*d:(row+1)*d], o, scale, simd)
 	if out.LSE != nil {
 		out.LSE[row] = lse
 	}

@@ -23,18 +23,45 @@ func vecAVX512() bool {
 	return false
 }
 
-// storeBF16 writes dst[i] = BF16(src[i]) for len(src) elements.
-func storeBF16(dst []lowp.BFloat16, src []float32, simd bool) {
+// storeBF16 writes dst[i] = BF16(src[i] * scale) for len(src) elements. A
+// zero scale writes zeros (a row that saw no key), whatever src holds.
+func storeBF16(dst []lowp.BFloat16, src []float32, scale float32, simd bool) {
 	n := len(src)
 	dst = dst[:n]
+	if scale == 0 {
+		clear(dst)
+		return
+	}
 	v := 0
 	if simd {
 		v = n &^ 15
 		if v > 0 {
-			storeBF16AVX512(&dst[0], &src[0], v)
+			storeBF16AVX512(&dst[0], &src[0], v, scale)
 		}
 	}
-	lowp.EncodeBF16(dst[v:], src[v:])
+	for i := v; i < n; i++ {
+		dst[i] = lowp.BF16(src[i] * scale)
+	}
+}
+
+// scaleF32 writes dst[i] = src[i] * scale (zeros for a zero scale).
+func scaleF32(dst, src []float32, scale float32, simd bool) {
+	n := len(src)
+	dst = dst[:n]
+	if scale == 0 {
+		clear(dst)
+		return
+	}
+	v := 0
+	if simd {
+		v = n &^ 15
+		if v > 0 {
+			scaleF32AVX512(&dst[0], &src[0], v, scale)
+		}
+	}
+	for i := v; i < n; i++ {
+		dst[i] = src[i] * scale
+	}
 }
 
 // axpyBF16 computes acc[i] += w * float32(src[i]).

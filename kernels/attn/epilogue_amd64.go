@@ -6,10 +6,16 @@ import "github.com/sparseattn/msa/kernels/lowp"
 
 const haveAsm = true
 
-// storeBF16AVX512 converts n (a multiple of 16) float32 values to BF16.
+// storeBF16AVX512 converts n (a multiple of 16) float32 values times
+// scale to BF16.
 //
 //go:noescape
-func storeBF16AVX512(dst *lowp.BFloat16, src *float32, n int)
+func storeBF16AVX512(dst *lowp.BFloat16, src *float32, n int, scale float32)
+
+// scaleF32AVX512 writes dst[i] = src[i] * scale for n (a multiple of 16).
+//
+//go:noescape
+func scaleF32AVX512(dst *float32, src *float32, n int, scale float32)
 
 // axpyBF16AVX512 computes acc[i] += w * src[i] for n (a multiple of 16).
 //

@@ -2,14 +2,15 @@
 
 #include "textflag.h"
 
-// func storeBF16AVX512(dst *lowp.BFloat16, src *float32, n int)
-// Round to nearest even on the float32 bits: x + 0x7fff + ((x >> 16) & 1),
-// keep the high half. NaN lanes become the canonical quiet NaN with the
-// input's sign (0x7fc0 / 0xffc0), like lowp.BF16.
-TEXT ·storeBF16AVX512(SB), NOSPLIT, $0-24
+// func storeBF16AVX512(dst *lowp.BFloat16, src *float32, n int, scale float32)
+// Multiplies by scale, then rounds to nearest even on the float32 bits:
+// x + 0x7fff + ((x >> 16) & 1), keeping the high half. NaN lanes become the
+// canonical quiet NaN with the input's sign (0x7fc0 / 0xffc0), like lowp.BF16.
+TEXT ·storeBF16AVX512(SB), NOSPLIT, $0-28
 	MOVQ dst+0(FP), DI
 	MOVQ src+8(FP), SI
 	MOVQ n+16(FP), CX
+	VBROADCASTSS scale+24(FP), Z11
 	MOVL $0x7fff, AX
 	VPBROADCASTD AX, Z1          // rounding bias
 	MOVL $1, AX
@@ -23,7 +24,7 @@ TEXT ·storeBF16AVX512(SB), NOSPLIT, $0-24
 	MOVL $0x7fc00000, AX
 	VPBROADCASTD AX, Z9          // canonical quiet NaN
 store_loop:
-	VMOVDQU32 (SI), Z0
+	VMULPS    (SI), Z11, Z0
 	VPSRLD    $16, Z0, Z6
 	VPANDD    Z2, Z6, Z6         // (x >> 16) & 1
 	VPADDD    Z1, Z6, Z6         // + 0x7fff
@@ -92,5 +93,21 @@ decb_loop:
 	ADDQ      $64, DI
 	SUBQ      $16, CX
 	JNZ       decb_loop
+	VZEROUPPER
+	RET
+
+// func scaleF32AVX512(dst *float32, src *float32, n int, scale float32)
+TEXT ·scaleF32AVX512(SB), NOSPLIT, $0-28
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	VBROADCASTSS scale+24(FP), Z1
+scalef_loop:
+	VMULPS  (SI), Z1, Z0
+	VMOVUPS Z0, (DI)
+	ADDQ    $64, SI
+	ADDQ    $64, DI
+	SUBQ    $16, CX
+	JNZ     scalef_loop
 	VZEROUPPER
 	RET

@@ -6,8 +6,9 @@ import "github.com/sparseattn/msa/kernels/lowp"
 
 const haveAsm = false
 
-func storeBF16AVX512(*lowp.BFloat16, *float32, int)         { panic("unreachable") }
-func axpyBF16AVX512(*float32, *lowp.BFloat16, int, float32) { panic("unreachable") }
-func axpyF32AVX512(*float32, *float32, int, float32)        { panic("unreachable") }
+func storeBF16AVX512(*lowp.BFloat16, *float32, int, float32) { panic("unreachable") }
+func scaleF32AVX512(*float32, *float32, int, float32)        { panic("unreachable") }
+func axpyBF16AVX512(*float32, *lowp.BFloat16, int, float32)  { panic("unreachable") }
+func axpyF32AVX512(*float32, *float32, int, float32)         { panic("unreachable") }
 
 func decodeBF16AVX512(*float32, *lowp.BFloat16, int) { panic("unreachable") }

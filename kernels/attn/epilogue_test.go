@@ -31,11 +31,36 @@ func TestEpilogueKernels(t *testing.T) {
 	}
 	got := make([]lowp.BFloat16, len(src))
 	want := make([]lowp.BFloat16, len(src))
-	storeBF16(got, src, true)
+	storeBF16(got, src, 1, true)
 	lowp.EncodeBF16(want, src)
 	for i := range got {
 		if got[i] != want[i] {
 			t.Fatalf("storeBF16(%#08x) = %#04x, want %#04x", math.Float32bits(src[i]), got[i], want[i])
+		}
+	}
+	// Scaled store and scaled copy against the portable loops.
+	scaled := make([]float32, len(src))
+	for i := range scaled {
+		scaled[i] = src[i] * 0.7
+	}
+	storeBF16(got, src, 0.7, true)
+	lowp.EncodeBF16(want, scaled)
+	for i := range got {
+		if got[i] != want[i] {
+			t.Fatalf("storeBF16(%#08x, 0.7) = %#04x, want %#04x", math.Float32bits(src[i]), got[i], want[i])
+		}
+	}
+	sc := make([]float32, len(src))
+	scaleF32(sc, src, 0.7, true)
+	for i := range sc {
+		if math.Float32bits(sc[i]) != math.Float32bits(scaled[i]) && !math.IsNaN(float64(sc[i])) {
+			t.Fatalf("scaleF32[%d] = %g, want %g", i, sc[i], scaled[i])
+		}
+	}
+	storeBF16(got[:32], src[:32], 0, true)
+	for _, x := range got[:32] {
+		if x != 0 {
+			t.Fatal("zero-scale store must write zeros")
 		}
 	}
 	// decodeBF16 over every pattern, bit for bit.

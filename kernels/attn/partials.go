@@ -81,18 +81,21 @@ func grow[T any](s []T, n int) []T {
 	return s[:n]
 }
 
-// store writes row i from src (len D), rounding to the partial dtype.
-func (p *Partials) store(i int, src []float32) {
+// store writes row i = src * scale (len D), rounding to the partial dtype;
+// scale is the row's normalisation factor (0: an empty row, stored as 0).
+func (p *Partials) store(i int, src []float32, scale float32, tmp []float32) {
 	d := p.D
 	switch p.Dtype {
 	case PartialF32:
-		copy(p.F32[i*d:(i+1)*d], src)
+		scaleF32(p.F32[i*d:(i+1)*d], src, scale, p.simd)
 	case PartialBF16:
-		storeBF16(p.BF16[i*d:(i+1)*d], src, p.simd)
+		storeBF16(p.BF16[i*d:(i+1)*d], src, scale, p.simd)
 	case PartialF16:
-		lowp.EncodeF16(p.F16[i*d:(i+1)*d], src)
+		scaleF32(tmp[:d], src, scale, p.simd)
+		lowp.EncodeF16(p.F16[i*d:(i+1)*d], tmp[:d])
 	case PartialE4M3:
-		lowp.EncodeE4M3Sat(p.E4M3[i*d:(i+1)*d], src)
+		scaleF32(tmp[:d], src, scale, p.simd)
+		lowp.EncodeE4M3Sat(p.E4M3[i*d:(i+1)*d], tmp[:d])
 	}
 }
 

@@ -57,7 +57,8 @@ type worker struct {
 	valid []int32
 	lse   []float32
 	tlse  []float32
-	dst   []int32 // partial row of each Acc row (prefill) or output row (decode)
+	inv   []float32 // per-row normalisation factors (Acc.FinishLSE)
+	dst   []int32   // partial row of each Acc row (prefill) or output row (decode)
 	ws    []float32
 	ls    []float32
 	tmp   []float32
@@ -70,7 +71,7 @@ func newWorker(d int) *worker {
 		kbuf: make([]float32, tile.BlockN*d), vbuf: make([]float32, tile.BlockN*d),
 		blk: tile.NewBlock(d), acc: tile.NewAcc(maxTileRows, d),
 		valid: make([]int32, maxTileRows), lse: make([]float32, maxTileRows),
-		tlse: make([]float32, maxTileRows), dst: make([]int32, maxTileRows),
+		tlse: make([]float32, maxTileRows), dst: make([]int32, maxTileRows), inv: make([]float32, maxTileRows),
 		tmp: make([]float32, d), accO: make([]float32, d),
 	}
 }
@@ -190,11 +191,11 @@ func (ws *Workspace) prefillItemRun(wk *worker, h, row, qBegin, qCount, b, j int
 		if n > 0 {
 			wk.acc.Update(wk.blk, wk.valid[:m])
 		}
-		wk.acc.Finish(wk.lse[:m], wk.tlse[:m])
+		wk.acc.FinishLSE(wk.lse[:m], wk.tlse[:m], wk.inv[:m])
 		pt := &ws.Partials
 		for r := 0; r < m; r++ {
 			i := int(wk.dst[r])
-			pt.store(i, wk.acc.O(r))
+			pt.store(i, wk.acc.O(r), wk.inv[r], wk.tmp)
 			pt.LSE[i] = wk.lse[r]
 			if p.InvT > 0 {
 				pt.TLSE[i] = wk.tlse[r]
@@ -275,13 +276,8 @@ func combineRow(pt *Partials, ls, ws []float32, plane, row, d int, outScale floa
 				pt.axpy(acc, w, s*plane+row, wk.tmp)
 			}
 		}
-		if outScale != 1 {
-			for c := range acc {
-				acc[c] *= outScale
-			}
-		}
 	}
-	storeBF16(o, acc, pt.simd)
+	storeBF16(o, acc, outScale, pt.simd)
 	*lse = l
 }
 

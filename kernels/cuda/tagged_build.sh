@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # kernels/cuda/tagged_build.sh - compile the "cuda" build tag on a machine
-# without a GPU or a CUDA driver:
-#   go build -tags cuda ./...   and   go test -c -tags cuda ./cuda
+# without a GPU or a CUDA driver.
 #
-#   kernels/cuda/tagged_build.sh            build + vet + compile the cuda test binary
+#   kernels/cuda/tagged_build.sh            go build -tags cuda ./... + go vet -tags cuda ./cuda ./op
+#                                           + go test -c -tags cuda ./cuda
+#   kernels/cuda/tagged_build.sh --all      go build + go vet -tags cuda ./... and go test -c -tags cuda
+#                                           of EVERY package with tests (binaries in a temp dir,
+#                                           or in $MSA_TEST_BIN_DIR when set)
 #   kernels/cuda/tagged_build.sh --env      only print the environment (eval-able)
-#   kernels/cuda/tagged_build.sh --test-bin DIR   also leave the test binary in DIR
+#   kernels/cuda/tagged_build.sh --test-bin DIR   the default mode, leaving cuda.test in DIR
+#   kernels/cuda/tagged_build.sh --all-bin DIR    --all, leaving every <pkg>.test in DIR
+#                                           (e.g. op.test, graph_test.test for the GPU check)
 #
-# What it installs into ${MSA_CUDA_CACHE:-$HOME/.cache/msa-cuda}/tagged:
+# What it installs into ${MSA_CUDA_CACHE:-$HOME/.cache/msa-cuda}/tagged-v1:
 #   - headers only, unpacked from pinned PyPI wheels (no library is used):
 #       nvidia-cuda-runtime-cu12==12.9.79  include/cuda.h (CUDA 12.9 driver API;
 #                                          gorgonia.org/cu v0.9.6 does not compile
@@ -21,9 +26,11 @@
 #     function the header declares, returning an error code; sonames
 #     libcuda.so.1, libcublas.so.12, libcudnn.so.8, so the binaries load the
 #     real libraries on a GPU machine.
-#   - a private go.mod copy (-modfile) that requires gorgonia.org/cu v0.9.6
-#     (the repository's go.mod is not modified; once it requires v0.9.6 the
-#     copy is identical to it).
+#   - only while the repository's go.mod does not require gorgonia.org/cu
+#     v0.9.6: a private go.mod copy (-modfile) that does. Once go.mod requires
+#     it (it does now), the repository's go.mod is used as is (-mod=readonly).
+#
+# Needs: python3 with pip (wheels are downloaded with `pip download`), gcc, go.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -82,35 +89,78 @@ setup() {
     make_stub cublas libcublas.so.12 cublas_v2.h "$T/cublas12/include" "$T/cuda12/include" "$T/crt12/include" "$T/cccl12/include"
     make_stub cudnn libcudnn.so.8 cudnn.h "$T/cudnn8/include" "$T/cuda12/include" "$T/crt12/include" "$T/cccl12/include"
 
+    if grep -Eq "^[[:space:]]*gorgonia.org/cu $CU_VERSION\b" "$ROOT/go.mod"; then
+        MODFLAGS=()
+        return
+    fi
     # private module file with gorgonia.org/cu v0.9.6
     mkdir -p "$T/mod"
     cp "$ROOT/go.mod" "$T/mod/go.mod"
     cp "$ROOT/go.sum" "$T/mod/go.sum"
     (cd "$ROOT" && go mod edit -modfile="$T/mod/go.mod" -require=gorgonia.org/cu@$CU_VERSION \
         && GOFLAGS=-mod=mod go mod download -modfile="$T/mod/go.mod" gorgonia.org/cu >/dev/null 2>&1 || true)
+    MODFLAGS=(-modfile="$T/mod/go.mod" -mod=mod)
 }
 
+MODFLAGS=()
 setup
 export CGO_ENABLED=1
 export CGO_CFLAGS="-I$T/cuda12/include -I$T/crt12/include -I$T/cccl12/include -I$T/cublas12/include -I$T/cudnn8/include -Wno-deprecated-declarations"
 export CGO_LDFLAGS="-L$T/stubs"
-MODFLAGS=(-modfile="$T/mod/go.mod" -mod=mod)
 
-if [[ "${1:-}" == "--env" ]]; then
+MODE="${1:-}"
+if [[ "$MODE" == "--env" ]]; then
     echo "export CGO_ENABLED=1"
     echo "export CGO_CFLAGS='$CGO_CFLAGS'"
     echo "export CGO_LDFLAGS='$CGO_LDFLAGS'"
-    echo "# go flags: -modfile=$T/mod/go.mod -mod=mod -tags cuda"
+    echo "# go flags: ${MODFLAGS[*]} -tags cuda"
     exit 0
 fi
 
 cd "$ROOT"
-start=$(date +%s)
+now() { date +%s; }
+start=$(now)
+t=$(now)
 go build "${MODFLAGS[@]}" -tags cuda ./...
-go vet "${MODFLAGS[@]}" -tags cuda ./cuda
-BIN_DIR="${MSA_TEST_BIN_DIR:-$T/bin}"
-[[ "${1:-}" == "--test-bin" ]] && BIN_DIR="$2"
-mkdir -p "$BIN_DIR"
-go test "${MODFLAGS[@]}" -tags cuda -c -o "$BIN_DIR/cuda.test" ./cuda
-echo "tagged_build.sh: go build -tags cuda ./... and go test -c -tags cuda ./cuda OK in $(( $(date +%s) - start )) s" >&2
-echo "tagged_build.sh: test binary $BIN_DIR/cuda.test (needs libcuda.so.1 from an NVIDIA driver to run)" >&2
+echo "tagged_build.sh: go build -tags cuda ./... OK ($(( $(now) - t )) s)" >&2
+
+case "$MODE" in
+--all | --all-bin)
+    t=$(now)
+    go vet "${MODFLAGS[@]}" -tags cuda ./...
+    echo "tagged_build.sh: go vet -tags cuda ./... OK ($(( $(now) - t )) s)" >&2
+    if [[ "$MODE" == --all-bin ]]; then
+        BIN_DIR="${2:?--all-bin needs a directory}"
+    elif [[ -n "${MSA_TEST_BIN_DIR:-}" ]]; then
+        BIN_DIR="$MSA_TEST_BIN_DIR"
+    else
+        BIN_DIR="$(mktemp -d "${TMPDIR:-/tmp}/msa-tagged-bin.XXXXXX")"
+        trap 'rm -rf "$BIN_DIR"' EXIT
+    fi
+    mkdir -p "$BIN_DIR"
+    t=$(now)
+    # One binary per package with tests; names from the import path (cuda
+    # and kernels/cuda would both be cuda.test).
+    mod="$(go list "${MODFLAGS[@]}" -m)"
+    n=0
+    for pkg in $(go list "${MODFLAGS[@]}" -tags cuda -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./...); do
+        rel="${pkg#"$mod"}"; rel="${rel#/}"; [[ -z "$rel" ]] && rel=root
+        name="${rel//\//_}.test"
+        go test "${MODFLAGS[@]}" -tags cuda -c -o "$BIN_DIR/$name" "$pkg"
+        echo "tagged_build.sh:   go test -c -tags cuda $pkg -> $name" >&2
+        n=$((n + 1))
+    done
+    echo "tagged_build.sh: $n test binaries compiled with -tags cuda ($(( $(now) - t )) s) in $BIN_DIR" >&2
+    ;;
+*)
+    t=$(now)
+    go vet "${MODFLAGS[@]}" -tags cuda ./cuda ./op
+    echo "tagged_build.sh: go vet -tags cuda ./cuda ./op OK ($(( $(now) - t )) s)" >&2
+    BIN_DIR="${MSA_TEST_BIN_DIR:-$T/bin}"
+    [[ "$MODE" == "--test-bin" ]] && BIN_DIR="${2:?--test-bin needs a directory}"
+    mkdir -p "$BIN_DIR"
+    go test "${MODFLAGS[@]}" -tags cuda -c -o "$BIN_DIR/cuda.test" ./cuda
+    echo "tagged_build.sh: test binary $BIN_DIR/cuda.test (needs libcuda.so.1 from an NVIDIA driver to run)" >&2
+    ;;
+esac
+echo "tagged_build.sh: all OK in $(( $(now) - start )) s" >&2

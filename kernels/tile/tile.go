@@ -131,27 +131,48 @@ func (a *Acc) Update(b *Block, valid []int32) {
 // the scaled scores (-inf and a zero row when no key was visible); tlse, when
 // temperature tracking is on and tlse is non-nil, the same for logits / T.
 func (a *Acc) Finish(lse, tlse []float32) {
+	a.finish(lse, tlse, nil)
+}
+
+// FinishLSE is Finish without the normalisation of O: it writes the LSEs
+// and inv[r], the factor that normalises row r (1/sum, or 0 for a row that
+// saw no key; such a row of O is all zero). Callers that convert O anyway
+// fold inv into the conversion and save one pass over O.
+func (a *Acc) FinishLSE(lse, tlse, inv []float32) {
+	a.finish(lse, tlse, inv[:a.m])
+}
+
+// finish implements Finish (inv == nil: normalise O in place) and FinishLSE.
+func (a *Acc) finish(lse, tlse, inv []float32) {
 	const ln2 = math.Ln2
 	ninf := float32(math.Inf(-1))
 	for r := 0; r < a.m; r++ {
 		o := a.O(r)
 		s := a.sum[r]
 		if !(s > 0) || math.IsInf(float64(a.mx[r]), -1) {
-			clear(o)
+			if inv != nil {
+				inv[r] = 0
+			} else {
+				clear(o)
+			}
 			lse[r] = ninf
 			if a.temp && tlse != nil {
 				tlse[r] = ninf
 			}
 			continue
 		}
-		inv := 1 / s
-		for c := range o {
-			o[c] *= inv
+		if inv != nil {
+			inv[r] = 1 / s
+		} else {
+			f := 1 / s
+			for c := range o {
+				o[c] *= f
+			}
 		}
 		mx := float64(a.mx[r])
-		lse[r] = float32((mx + math.Log2(float64(s))) * ln2)
+		lse[r] = float32((mx + log2Sum(s)) * ln2)
 		if a.temp && tlse != nil {
-			tlse[r] = float32((mx*float64(a.invT) + math.Log2(float64(a.tsum[r]))) * ln2)
+			tlse[r] = float32((mx*float64(a.invT) + log2Sum(a.tsum[r])) * ln2)
 		}
 	}
 }

@@ -109,3 +109,17 @@ func decodeBF16(dst []float32, src []lowp.BFloat16, simd bool) {
 	}
 	lowp.DecodeBF16(dst[v:], src[v:])
 }
+
+// decodeE4M3 writes dst[i] = float32(src[i]) for len(src) elements.
+func decodeE4M3(dst []float32, src []lowp.Float8E4M3FN, simd bool) {
+	n := len(src)
+	dst = dst[:n]
+	v := 0
+	if simd {
+		v = n &^ 15
+		if v > 0 {
+			decodeE4M3AVX512(&dst[0], &src[0], v)
+		}
+	}
+	lowp.DecodeE4M3(dst[v:], src[v:])
+}

@@ -31,3 +31,8 @@ func axpyF32AVX512(acc *float32, src *float32, n int, w float32)
 //
 //go:noescape
 func decodeBF16AVX512(dst *float32, src *lowp.BFloat16, n int)
+
+// decodeE4M3AVX512 widens n (a multiple of 16) e4m3fn values to float32.
+//
+//go:noescape
+func decodeE4M3AVX512(dst *float32, src *lowp.Float8E4M3FN, n int)

@@ -111,3 +111,39 @@ scalef_loop:
 	JNZ     scalef_loop
 	VZEROUPPER
 	RET
+
+// func decodeE4M3AVX512(dst *float32, src *lowp.Float8E4M3FN, n int)
+// |x| bits (b & 0x7f) << 20 put e4m3's exponent and mantissa at the bottom of
+// a float32's exponent and top of its mantissa; multiplying by 2^120 rebases
+// the exponent (bias 7 -> 127) and scales subnormals exactly (e4m3
+// subnormal m*2^-9 lands on the float32 subnormal m*2^-129 first). 0x7f is
+// NaN; the sign bit moves to bit 31.
+TEXT ·decodeE4M3AVX512(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	MOVL $0x7f, AX
+	VPBROADCASTD AX, Z1          // magnitude mask, also the NaN pattern
+	MOVL $0x80, AX
+	VPBROADCASTD AX, Z2          // sign mask
+	MOVL $0x7b800000, AX         // 2^120
+	VPBROADCASTD AX, Z3
+	MOVL $0x7fc00000, AX
+	VPBROADCASTD AX, Z4          // quiet NaN
+dece_loop:
+	VPMOVZXBD (SI), Z0           // 16 bytes -> dwords
+	VPANDD    Z1, Z0, Z5         // |x| bits
+	VPCMPEQD  Z1, Z5, K1         // NaN lanes
+	VPSLLD    $20, Z5, Z6
+	VMULPS    Z3, Z6, Z6         // rebase exponent
+	VMOVDQA32 Z4, K1, Z6         // NaN
+	VPANDD    Z2, Z0, Z7
+	VPSLLD    $24, Z7, Z7        // sign to bit 31
+	VPORD     Z7, Z6, Z6
+	VMOVUPS   Z6, (DI)
+	ADDQ      $16, SI
+	ADDQ      $64, DI
+	SUBQ      $16, CX
+	JNZ       dece_loop
+	VZEROUPPER
+	RET

@@ -63,6 +63,26 @@ func TestEpilogueKernels(t *testing.T) {
 			t.Fatal("zero-scale store must write zeros")
 		}
 	}
+	// decodeE4M3 over every pattern (repeated to exercise the loop), bit
+	// for bit; NaN must stay NaN with its sign.
+	e := make([]lowp.Float8E4M3FN, 256*3+5)
+	for i := range e {
+		e[i] = lowp.Float8E4M3FN(i)
+	}
+	g := make([]float32, len(e))
+	decodeE4M3(g, e, true)
+	for i, x := range e {
+		w := x.Float32()
+		if math.IsNaN(float64(w)) {
+			if !math.IsNaN(float64(g[i])) || math.Signbit(float64(g[i])) != math.Signbit(float64(w)) {
+				t.Fatalf("decodeE4M3(%#02x) = %g, want NaN with sign %v", uint8(x), g[i], math.Signbit(float64(w)))
+			}
+			continue
+		}
+		if math.Float32bits(g[i]) != math.Float32bits(w) {
+			t.Fatalf("decodeE4M3(%#02x) = %g (%#08x), want %g", uint8(x), g[i], math.Float32bits(g[i]), w)
+		}
+	}
 	// decodeBF16 over every pattern, bit for bit.
 	every := make([]lowp.BFloat16, 1<<16+5)
 	for i := range every {

@@ -73,7 +73,7 @@ func (o *Operand) DecodeRow(dst []float32, r int) {
 	case BF16:
 		decodeBF16(dst[:d], o.BF16[r*d:(r+1)*d], o.simd)
 	case E4M3:
-		lowp.DecodeE4M3(dst[:d], o.E4M3[r*d:(r+1)*d])
+		decodeE4M3(dst[:d], o.E4M3[r*d:(r+1)*d], o.simd)
 	case NVFP4:
 		lowp.DequantizeNVFP4Row(dst[:d], o.Packed, o.Scales, r, d, o.Global)
 	}

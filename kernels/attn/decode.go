@@ -101,11 +101,7 @@ func (ws *Workspace) decodeTile(wk *worker, b, h, a, z, c, kBegin, kEnd, used in
 	// limit(i): keys t < used - SeqlenQ + i + 1 are visible to query i.
 	span := func(t0, t1 int, sel func(i int) bool) {
 		n := t1 - t0
-		for k := 0; k < n; k++ {
-			r := p.KV.Row(b, h, t0+k)
-			p.K.DecodeRow(wk.kbuf[k*d:], r)
-			p.V.DecodeRow(wk.vbuf[k*d:], r)
-		}
+		loadKV(&p.K, &p.V, &p.KV, b, h, t0, n, wk.kbuf, wk.vbuf)
 		wk.blk.Load(n, wk.kbuf[:n*d], wk.vbuf[:n*d])
 		any := false
 		for i := a; i < z; i++ {

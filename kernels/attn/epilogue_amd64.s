@@ -113,11 +113,12 @@ scalef_loop:
 	RET
 
 // func decodeE4M3AVX512(dst *float32, src *lowp.Float8E4M3FN, n int)
-// |x| bits (b & 0x7f) << 20 put e4m3's exponent and mantissa at the bottom of
-// a float32's exponent and top of its mantissa; multiplying by 2^120 rebases
-// the exponent (bias 7 -> 127) and scales subnormals exactly (e4m3
-// subnormal m*2^-9 lands on the float32 subnormal m*2^-129 first). 0x7f is
-// NaN; the sign bit moves to bit 31.
+// Normal values: (b & 0x7f) << 20 puts e4m3's exponent and mantissa under a
+// float32's; adding 120 << 23 rebases the exponent (bias 7 -> 127). This is
+// integer arithmetic on purpose: a float multiply by 2^120 would pass through
+// float32 subnormals and take a microcode assist on Intel cores. Subnormal
+// e4m3 (exponent field 0: m * 2^-9) are converted as integers and scaled by
+// 2^-9. 0x7f is NaN; the sign bit moves to bit 31.
 TEXT ·decodeE4M3AVX512(SB), NOSPLIT, $0-24
 	MOVQ dst+0(FP), DI
 	MOVQ src+8(FP), SI
@@ -126,16 +127,24 @@ TEXT ·decodeE4M3AVX512(SB), NOSPLIT, $0-24
 	VPBROADCASTD AX, Z1          // magnitude mask, also the NaN pattern
 	MOVL $0x80, AX
 	VPBROADCASTD AX, Z2          // sign mask
-	MOVL $0x7b800000, AX         // 2^120
+	MOVL $0x3c000000, AX         // 120 << 23: exponent rebias
 	VPBROADCASTD AX, Z3
 	MOVL $0x7fc00000, AX
 	VPBROADCASTD AX, Z4          // quiet NaN
+	MOVL $8, AX
+	VPBROADCASTD AX, Z9          // |x| < 8: exponent field 0 (subnormal or zero)
+	MOVL $0x3b000000, AX         // 2^-9
+	VPBROADCASTD AX, Z10
 dece_loop:
 	VPMOVZXBD (SI), Z0           // 16 bytes -> dwords
 	VPANDD    Z1, Z0, Z5         // |x| bits
 	VPCMPEQD  Z1, Z5, K1         // NaN lanes
+	VPCMPUD   $1, Z9, Z5, K2     // subnormal lanes: |x| < 8
 	VPSLLD    $20, Z5, Z6
-	VMULPS    Z3, Z6, Z6         // rebase exponent
+	VPADDD    Z3, Z6, Z6         // normal: rebased bits
+	VCVTDQ2PS Z5, Z8             // subnormal: m as float
+	VMULPS    Z10, Z8, Z8        // m * 2^-9
+	VMOVDQA32 Z8, K2, Z6
 	VMOVDQA32 Z4, K1, Z6         // NaN
 	VPANDD    Z2, Z0, Z7
 	VPSLLD    $24, Z7, Z7        // sign to bit 31

@@ -23,3 +23,19 @@ func (l *KVLayout) Row(b, h, t int) int {
 	page := int(l.PageTable[b*l.PTCols+t/l.PageSize])
 	return (page*l.Hkv+h)*l.PageSize + t%l.PageSize
 }
+
+// Run returns the operand row of token t of sequence b, KV head h, and how
+// many of the tokens t, t+1, ..., t+max-1 occupy consecutive rows from there
+// (at least 1): the rest of the page, or all of them for dense K/V with one
+// KV head. Decoding a run in one call amortises the per-call overhead.
+func (l *KVLayout) Run(b, h, t, max int) (row, count int) {
+	if !l.Paged {
+		if l.Hkv == 1 {
+			return int(l.CuK[b]) + t, max
+		}
+		return (int(l.CuK[b])+t)*l.Hkv + h, 1
+	}
+	page := int(l.PageTable[b*l.PTCols+t/l.PageSize])
+	off := t % l.PageSize
+	return (page*l.Hkv+h)*l.PageSize + off, min(max, l.PageSize-off)
+}

@@ -78,3 +78,30 @@ func (o *Operand) DecodeRow(dst []float32, r int) {
 		lowp.DequantizeNVFP4Row(dst[:d], o.Packed, o.Scales, r, d, o.Global)
 	}
 }
+
+// DecodeRows writes rows r .. r+n-1 as float32 into dst[:n*D].
+func (o *Operand) DecodeRows(dst []float32, r, n int) {
+	d := o.D
+	switch o.Dtype {
+	case BF16:
+		decodeBF16(dst[:n*d], o.BF16[r*d:(r+n)*d], o.simd)
+	case E4M3:
+		decodeE4M3(dst[:n*d], o.E4M3[r*d:(r+n)*d], o.simd)
+	case NVFP4:
+		for i := 0; i < n; i++ {
+			lowp.DequantizeNVFP4Row(dst[i*d:(i+1)*d], o.Packed, o.Scales, r+i, d, o.Global)
+		}
+	}
+}
+
+// loadKV decodes tokens t0 .. t0+n-1 of sequence b, KV head h into kbuf and
+// vbuf ([n][D] float32), one contiguous run at a time.
+func loadKV(k, v *Operand, l *KVLayout, b, h, t0, n int, kbuf, vbuf []float32) {
+	d := k.D
+	for i := 0; i < n; {
+		r, c := l.Run(b, h, t0+i, n-i)
+		k.DecodeRows(kbuf[i*d:], r, c)
+		v.DecodeRows(vbuf[i*d:], r, c)
+		i += c
+	}
+}

@@ -156,11 +156,7 @@ func (ws *Workspace) prefillItemRun(wk *worker, h, row, qBegin, qCount, b, j int
 	if n <= 0 {
 		n = 0
 	}
-	for i := 0; i < n; i++ {
-		r := p.KV.Row(b, h, t0+i)
-		p.K.DecodeRow(wk.kbuf[i*d:], r)
-		p.V.DecodeRow(wk.vbuf[i*d:], r)
-	}
+	loadKV(&p.K, &p.V, &p.KV, b, h, t0, n, wk.kbuf, wk.vbuf)
 	wk.blk.Load(n, wk.kbuf[:n*d], wk.vbuf[:n*d])
 
 	qpk := p.HQ / p.Hkv

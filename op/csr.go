@@ -64,3 +64,33 @@ func compactRowPtr(fn string, rp []int32, hkv, capRows, total int) ([]int32, err
 	}
 	return out, nil
 }
+
+// csrTensors checks the dtype and rank of a caller-supplied CSR pair.
+func csrTensors(c *checker, rowPtr, qIdx tensor.Tensor) (rp, qi *tensor.Dense) {
+	rp = c.dense(rowPtr, "k2q_row_ptr")
+	qi = c.dense(qIdx, "k2q_q_indices")
+	c.dtype(rp, "k2q_row_ptr", tensor.Int32)
+	c.dtype(qi, "k2q_q_indices", tensor.Int32)
+	c.rank(rp, "k2q_row_ptr", "[Hkv, total_rows + 1]", 2)
+	c.rank(qi, "k2q_q_indices", "[Hkv, >= total_q * topK]", 2)
+	return rp, qi
+}
+
+// csrView validates a CSR pair against the row numbering of cu_seqlens_k
+// and returns it as a plan.CSR. k2q_row_ptr may have more rows than the
+// sequences need (a fixed-capacity CSR) when the extra rows are empty.
+func csrView(fn string, rp, qi *tensor.Dense, rows *plan.Rows, totalQ, topK int, cuQ []int32) (plan.CSR, error) {
+	hkv := rp.Shape()[0]
+	if rp.Shape()[1]-1 < rows.Total {
+		return plan.CSR{}, argErr(fn, "k2q_row_ptr", fmt.Sprintf("shape [Hkv, >= total_rows + 1] with total_rows = %d", rows.Total), shapeStr(rp))
+	}
+	rpc, err := compactRowPtr(fn, int32s(rp), hkv, rp.Shape()[1]-1, rows.Total)
+	if err != nil {
+		return plan.CSR{}, err
+	}
+	csr := plan.CSR{Hkv: hkv, TotalRows: rows.Total, Stride: qi.Shape()[1], RowPtr: rpc, QIdx: int32s(qi)}
+	if err := plan.ValidateCSR(&csr, totalQ, topK, cuQ, rows); err != nil {
+		return plan.CSR{}, wrapArg(fn, "k2q_row_ptr/k2q_q_indices", err)
+	}
+	return csr, nil
+}

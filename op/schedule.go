@@ -73,12 +73,7 @@ func PrepareSparseFwdSchedule(k2qRowPtr, k2qQIndices tensor.Tensor, args Schedul
 	c := &checker{fn: fn}
 	cuQ := cuSeqlens(c, args.CuSeqlensQ, "cu_seqlens_q", args.TotalQ, fmt.Sprintf("total_q = %d", args.TotalQ))
 	cuK := cuSeqlens(c, args.CuSeqlensK, "cu_seqlens_k", -1, "")
-	rp := c.dense(k2qRowPtr, "k2q_row_ptr")
-	qi := c.dense(k2qQIndices, "k2q_q_indices")
-	c.dtype(rp, "k2q_row_ptr", tensor.Int32)
-	c.dtype(qi, "k2q_q_indices", tensor.Int32)
-	c.rank(rp, "k2q_row_ptr", "[Hkv, total_rows + 1]", 2)
-	c.rank(qi, "k2q_q_indices", "[Hkv, >= total_q * topK]", 2)
+	rp, qi := csrTensors(c, k2qRowPtr, k2qQIndices)
 	if c.err != nil {
 		return nil, c.err
 	}
@@ -104,16 +99,9 @@ func PrepareSparseFwdSchedule(k2qRowPtr, k2qQIndices tensor.Tensor, args Schedul
 	if err != nil {
 		return nil, wrapArg(fn, "cu_seqlens_k", err)
 	}
-	if rp.Shape()[1]-1 < rows.Total {
-		return nil, argErr(fn, "k2q_row_ptr", fmt.Sprintf("shape [Hkv, >= total_rows + 1] with total_rows = %d", rows.Total), shapeStr(rp))
-	}
-	rpc, err := compactRowPtr(fn, int32s(rp), hkv, rp.Shape()[1]-1, rows.Total)
+	csr, err := csrView(fn, rp, qi, rows, args.TotalQ, args.TopK, cuQ)
 	if err != nil {
 		return nil, err
-	}
-	csr := plan.CSR{Hkv: hkv, TotalRows: rows.Total, Stride: qi.Shape()[1], RowPtr: rpc, QIdx: int32s(qi)}
-	if err := plan.ValidateCSR(&csr, args.TotalQ, args.TopK, cuQ, rows); err != nil {
-		return nil, wrapArg(fn, "k2q_row_ptr/k2q_q_indices", err)
 	}
 	p := plan.FwdParams{TotalQ: args.TotalQ, Hkv: hkv, QheadPerKV: args.QheadPerKV, TopK: args.TopK, BlkKV: blk, Workers: workers(args.Workers)}
 	s, err := plan.BuildFwdSchedule(nil, &csr, rows, cuQ, p)

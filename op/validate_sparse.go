@@ -251,12 +251,7 @@ func validateSparse(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int, ar
 	c.need(blk >= 1 && blk <= tile.BlockN, "blk_kv", fmt.Sprintf("1 <= blk_kv <= %d", tile.BlockN), blk)
 
 	// Metadata.
-	rp := c.dense(rowPtr, "k2q_row_ptr")
-	qi := c.dense(qIdx, "k2q_q_indices")
-	c.dtype(rp, "k2q_row_ptr", tensor.Int32)
-	c.dtype(qi, "k2q_q_indices", tensor.Int32)
-	c.rank(rp, "k2q_row_ptr", "[Hkv, total_rows + 1]", 2)
-	c.rank(qi, "k2q_q_indices", "[Hkv, >= total_q * topK]", 2)
+	rp, qi := csrTensors(c, rowPtr, qIdx)
 	if c.err != nil {
 		return nil, c.err
 	}
@@ -363,18 +358,9 @@ func validateSparse(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int, ar
 	if err != nil {
 		return nil, wrapArg(fn, "cu_seqlens_k", err)
 	}
-	totalRows := rp.Shape()[1] - 1
-	c.need(totalRows >= rows.Total, "k2q_row_ptr", fmt.Sprintf("shape [Hkv, >= total_rows + 1] with total_rows = %d", rows.Total), shapeStr(rp))
-	if c.err != nil {
-		return nil, c.err
-	}
-	rpc, err := compactRowPtr(fn, int32s(rp), hkv, totalRows, rows.Total)
+	sc.csr, err = csrView(fn, rp, qi, rows, totalQ, topK, cuQ)
 	if err != nil {
 		return nil, err
-	}
-	sc.csr = plan.CSR{Hkv: hkv, TotalRows: rows.Total, Stride: qi.Shape()[1], RowPtr: rpc, QIdx: int32s(qi)}
-	if err := plan.ValidateCSR(&sc.csr, totalQ, topK, cuQ, rows); err != nil {
-		return nil, wrapArg(fn, "k2q_row_ptr/k2q_q_indices", err)
 	}
 	sc.rows = rows
 	sc.workers = workers(args.Workers)

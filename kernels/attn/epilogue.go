@@ -11,6 +11,16 @@ import (
 // block kernel's tier is an AVX-512 one: the CPU-feature decision is taken
 // once, in package tile, and followed here.
 
+// simdLen returns how many leading elements of n the AVX-512 kernels take:
+// whole groups of 16, or none when simd is off. The portable loops finish
+// the rest.
+func simdLen(n int, simd bool) int {
+	if !simd {
+		return 0
+	}
+	return n &^ 15
+}
+
 // vecAVX512 reports whether the AVX-512 epilogue kernels are in use.
 func vecAVX512() bool {
 	if !haveAsm {
@@ -32,12 +42,9 @@ func storeBF16(dst []lowp.BFloat16, src []float32, scale float32, simd bool) {
 		clear(dst)
 		return
 	}
-	v := 0
-	if simd {
-		v = n &^ 15
-		if v > 0 {
-			storeBF16AVX512(&dst[0], &src[0], v, scale)
-		}
+	v := simdLen(n, simd)
+	if v > 0 {
+		storeBF16AVX512(&dst[0], &src[0], v, scale)
 	}
 	for i := v; i < n; i++ {
 		dst[i] = lowp.BF16(src[i] * scale)
@@ -52,12 +59,9 @@ func scaleF32(dst, src []float32, scale float32, simd bool) {
 		clear(dst)
 		return
 	}
-	v := 0
-	if simd {
-		v = n &^ 15
-		if v > 0 {
-			scaleF32AVX512(&dst[0], &src[0], v, scale)
-		}
+	v := simdLen(n, simd)
+	if v > 0 {
+		scaleF32AVX512(&dst[0], &src[0], v, scale)
 	}
 	for i := v; i < n; i++ {
 		dst[i] = src[i] * scale
@@ -68,12 +72,9 @@ func scaleF32(dst, src []float32, scale float32, simd bool) {
 func axpyBF16(acc []float32, w float32, src []lowp.BFloat16, simd bool) {
 	n := len(acc)
 	src = src[:n]
-	v := 0
-	if simd {
-		v = n &^ 15
-		if v > 0 {
-			axpyBF16AVX512(&acc[0], &src[0], v, w)
-		}
+	v := simdLen(n, simd)
+	if v > 0 {
+		axpyBF16AVX512(&acc[0], &src[0], v, w)
 	}
 	for i := v; i < n; i++ {
 		acc[i] += w * src[i].Float32()
@@ -84,12 +85,9 @@ func axpyBF16(acc []float32, w float32, src []lowp.BFloat16, simd bool) {
 func axpyF32(acc []float32, w float32, src []float32, simd bool) {
 	n := len(acc)
 	src = src[:n]
-	v := 0
-	if simd {
-		v = n &^ 15
-		if v > 0 {
-			axpyF32AVX512(&acc[0], &src[0], v, w)
-		}
+	v := simdLen(n, simd)
+	if v > 0 {
+		axpyF32AVX512(&acc[0], &src[0], v, w)
 	}
 	for i := v; i < n; i++ {
 		acc[i] += w * src[i]
@@ -100,12 +98,9 @@ func axpyF32(acc []float32, w float32, src []float32, simd bool) {
 func decodeBF16(dst []float32, src []lowp.BFloat16, simd bool) {
 	n := len(src)
 	dst = dst[:n]
-	v := 0
-	if simd {
-		v = n &^ 15
-		if v > 0 {
-			decodeBF16AVX512(&dst[0], &src[0], v)
-		}
+	v := simdLen(n, simd)
+	if v > 0 {
+		decodeBF16AVX512(&dst[0], &src[0], v)
 	}
 	lowp.DecodeBF16(dst[v:], src[v:])
 }
@@ -114,12 +109,9 @@ func decodeBF16(dst []float32, src []lowp.BFloat16, simd bool) {
 func decodeE4M3(dst []float32, src []lowp.Float8E4M3FN, simd bool) {
 	n := len(src)
 	dst = dst[:n]
-	v := 0
-	if simd {
-		v = n &^ 15
-		if v > 0 {
-			decodeE4M3AVX512(&dst[0], &src[0], v)
-		}
+	v := simdLen(n, simd)
+	if v > 0 {
+		decodeE4M3AVX512(&dst[0], &src[0], v)
 	}
 	lowp.DecodeE4M3(dst[v:], src[v:])
 }

@@ -1,0 +1,146 @@
+package main
+
+import (
+	"bytes"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/sparseattn/msa/kernels/tile"
+)
+
+// peakTier is the calibration loop that matches a kernel tier: the FP32
+// FMA loop of the same vector width, or VDPBF16PS for the bf16 tier (whose
+// flops count like two FP32 FMAs per bf16 pair, see tile.PeakGFLOPS).
+func peakTier(t string) string {
+	switch {
+	case t == "avx512bf16":
+		return "avx512bf16"
+	case strings.HasPrefix(t, "avx512"):
+		return "avx512"
+	}
+	return t
+}
+
+// calibration holds the machine's peaks, measured in the same run.
+type calibration struct {
+	peakTier    string
+	peak1       float64 // GFLOP/s, one goroutine
+	peak        float64 // GFLOP/s, workers goroutines at once (sum)
+	bw          float64 // GB/s, the better of bwSum and bwScan
+	bwSum       float64 // GB/s, workers goroutines summing a buffer
+	bwScan      float64 // GB/s, workers goroutines scanning it with bytes.IndexByte
+	bwBytes     int
+	calibTimeMS float64
+}
+
+// measurePeak runs tile.PeakGFLOPS on one goroutine, then on workers
+// goroutines at once (each locked to an OS thread) and sums their rates.
+func measurePeak(tierName string, workers int, dur time.Duration) (one, all float64) {
+	one = tile.PeakGFLOPS(tierName, dur)
+	if workers == 1 {
+		return one, one
+	}
+	rates := make([]float64, workers)
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			rates[w] = tile.PeakGFLOPS(tierName, dur)
+		}()
+	}
+	wg.Wait()
+	for _, r := range rates {
+		all += r
+	}
+	return one, all
+}
+
+// bwSink keeps the sums alive.
+var bwSink uint64
+
+// measureBandwidth is a STREAM-like read test over a size-byte buffer:
+// workers goroutines each read their contiguous share, either summing it as
+// uint64 with 8 independent accumulators (sum) or scanning it with
+// bytes.IndexByte for a byte that never occurs (scan: the runtime's SIMD
+// loop, which a scalar Go sum cannot match once the data is in cache). Each
+// is the best of passes passes (after one warm-up pass), bytes / wall time.
+func measureBandwidth(size, workers, passes int) (sum, scan float64) {
+	buf := make([]uint64, size/8)
+	for i := range buf { // touch every page; no byte is 0xff
+		buf[i] = uint64(i%251) * 0x0101010101010101
+	}
+	raw := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(buf))), len(buf)*8)
+	chunk := (len(buf)/workers + 7) &^ 7
+	for _, useScan := range []bool{false, true} {
+		best := 0.0
+		for p := 0; p < passes+1; p++ {
+			var wg sync.WaitGroup
+			sums := make([]uint64, workers)
+			t0 := time.Now()
+			for w := 0; w < workers; w++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					lo, hi := min(w*chunk, len(buf)), min((w+1)*chunk, len(buf))
+					if useScan {
+						sums[w] = uint64(bytes.IndexByte(raw[lo*8:hi*8], 0xff) + 1)
+					} else {
+						sums[w] = sum8(buf[lo:hi])
+					}
+				}()
+			}
+			wg.Wait()
+			el := time.Since(t0).Seconds()
+			for _, s := range sums {
+				bwSink += s
+			}
+			if p == 0 {
+				continue // warm-up
+			}
+			if r := float64(len(buf)*8) / el / 1e9; r > best {
+				best = r
+			}
+		}
+		if useScan {
+			scan = best
+		} else {
+			sum = best
+		}
+	}
+	return sum, scan
+}
+
+func sum8(s []uint64) uint64 {
+	var a0, a1, a2, a3, a4, a5, a6, a7 uint64
+	for len(s) >= 8 {
+		a0 += s[0]
+		a1 += s[1]
+		a2 += s[2]
+		a3 += s[3]
+		a4 += s[4]
+		a5 += s[5]
+		a6 += s[6]
+		a7 += s[7]
+		s = s[8:]
+	}
+	for _, x := range s {
+		a0 += x
+	}
+	return a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7
+}
+
+func calibrate(cfg *config) calibration {
+	t0 := time.Now()
+	c := calibration{peakTier: peakTier(tile.Tier()), bwBytes: cfg.bwBytes}
+	c.peak1, c.peak = measurePeak(c.peakTier, cfg.workers, cfg.peakTime)
+	c.bwSum, c.bwScan = measureBandwidth(cfg.bwBytes, cfg.workers, 5)
+	c.bw = max(c.bwSum, c.bwScan)
+	c.calibTimeMS = ms(time.Since(t0))
+	return c
+}

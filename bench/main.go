@@ -1,0 +1,296 @@
+package main
+
+import (
+	"bufio"
+	"flag"
+	"fmt"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sparseattn/msa/kernels/tile"
+)
+
+type config struct {
+	quick, verify, tiny bool
+	workers             int
+	tier                string
+	shapes              []int
+	contexts, batches   []int
+	nvfp4Len            int
+	topK                int
+	dtype               string
+	page                int
+	out                 string
+	cases               map[string]bool
+	progress            bool
+	minTime             time.Duration
+	denseMinTime        time.Duration
+	peakTime            time.Duration
+	bwBytes             int
+	verifyRows          int
+	noDense             bool
+	denseMax            int
+	denseHeads          int
+	denseReqs           int
+	torch               string
+	python              string
+	torchDType          string
+	torchMax            int
+	torchTimeout        time.Duration
+	maxKVGiB            float64
+	cpuProfile          string
+	denseCache          map[string]*denseEntry
+}
+
+func parseInts(s string) ([]int, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		mult := 1
+		if strings.HasSuffix(strings.ToLower(f), "k") {
+			mult, f = 1024, f[:len(f)-1]
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("bad length %q", f)
+		}
+		out = append(out, n*mult)
+	}
+	return out, nil
+}
+
+func parseFlags() (*config, error) {
+	cfg := &config{denseCache: map[string]*denseEntry{}}
+	flag.BoolVar(&cfg.quick, "quick", false, "reduced suite (under a minute): prefill 2K/4K, NVFP4 2K, decode batch 8 at 4K")
+	flag.BoolVar(&cfg.verify, "verify", false, "check every case (and the dense baseline) against a float64 reference on sampled rows; exit 1 on failure")
+	flag.BoolVar(&cfg.tiny, "tiny", false, "tiny shapes for CI (prefill 512, NVFP4 384, decode batch 2 at 1000)")
+	flag.IntVar(&cfg.workers, "workers", runtime.GOMAXPROCS(0), "worker goroutines (op Workers, calibration, PyTorch threads); also sets GOMAXPROCS")
+	flag.StringVar(&cfg.tier, "tier", "", "kernel tier (tile.SetTier): generic, avx2, avx512, avx512bf16; default: automatic")
+	shapes := flag.String("shapes", "", "prefill sequence lengths, comma-separated (e.g. 2048,8192 or 2k,8k)")
+	contexts := flag.String("contexts", "", "decode contexts, comma-separated (default 4k,16k,64k)")
+	batches := flag.String("batches", "", "decode batch sizes, comma-separated (default 8,32)")
+	flag.IntVar(&cfg.nvfp4Len, "nvfp4-len", 0, "NVFP4 prefill length (default 8192; 2048 with -quick)")
+	flag.IntVar(&cfg.topK, "topk", 16, "selected blocks per query (4, 8, 16 or 32)")
+	flag.StringVar(&cfg.dtype, "dtype", "", "bf16 or fp8: prefill Q/K/V dtype (NVFP4: Q dtype) and the only decode dtype; default: prefill bf16, decode fp8 and bf16")
+	flag.IntVar(&cfg.page, "page", 128, "decode page size (tokens)")
+	flag.StringVar(&cfg.out, "out", "", "directory for results.csv, results.md and plot.png")
+	caseList := flag.String("cases", "prefill,nvfp4,decode", "case groups to run: prefill, nvfp4, decode")
+	flag.BoolVar(&cfg.progress, "progress", false, "draw the progress bar even when stderr is not a terminal")
+	flag.DurationVar(&cfg.minTime, "min-time", 0, "minimum timed duration per case (default 1s; 300ms with -quick)")
+	flag.IntVar(&cfg.verifyRows, "verify-rows", 32, "query rows sampled per prefill case by -verify (decode: rows/16 requests, at least 1)")
+	dense := flag.Bool("dense", true, "measure the Gorgonia dense baseline")
+	flag.IntVar(&cfg.denseMax, "dense-max", 4096, "longest prefill length measured directly by the dense baselines; longer ones are extrapolated by (T/Tm)^2")
+	flag.IntVar(&cfg.denseHeads, "dense-heads", 1, "query heads timed by the Gorgonia prefill baseline (scaled to Hq)")
+	flag.IntVar(&cfg.denseReqs, "dense-reqs", 2, "decode requests timed by the Gorgonia baseline (scaled to the batch)")
+	flag.StringVar(&cfg.torch, "torch", "", "PyTorch baseline: auto (when importable) or off; default auto, off with -tiny")
+	flag.StringVar(&cfg.python, "python", "/usr/bin/python3", "Python interpreter with torch")
+	flag.StringVar(&cfg.torchDType, "torch-dtype", "bf16", "PyTorch dtype: bf16 or fp32")
+	flag.DurationVar(&cfg.torchTimeout, "torch-timeout", 10*time.Minute, "limit for the whole PyTorch run")
+	flag.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of each case's timed op calls (not the baselines) to FILE.<case>")
+	flag.Float64Var(&cfg.maxKVGiB, "max-kv-gib", 2, "skip cases whose K+V storage exceeds this many GiB")
+	flag.Parse()
+	if flag.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %v", flag.Args())
+	}
+	var err error
+	if cfg.shapes, err = parseInts(*shapes); err != nil {
+		return nil, fmt.Errorf("-shapes: %v", err)
+	}
+	if cfg.contexts, err = parseInts(*contexts); err != nil {
+		return nil, fmt.Errorf("-contexts: %v", err)
+	}
+	if cfg.batches, err = parseInts(*batches); err != nil {
+		return nil, fmt.Errorf("-batches: %v", err)
+	}
+	cfg.torchMax = cfg.denseMax
+	switch cfg.torch {
+	case "":
+		cfg.torch = "auto"
+		if cfg.tiny {
+			cfg.torch = "off"
+		}
+	case "auto", "off":
+	default:
+		return nil, fmt.Errorf("-torch: want auto or off, got %q", cfg.torch)
+	}
+	cfg.noDense = !*dense
+	cfg.cases = map[string]bool{}
+	for _, c := range strings.Split(*caseList, ",") {
+		c = strings.TrimSpace(c)
+		switch c {
+		case "prefill", "nvfp4", "decode":
+			cfg.cases[c] = true
+		case "":
+		default:
+			return nil, fmt.Errorf("-cases: unknown group %q (want prefill, nvfp4, decode)", c)
+		}
+	}
+	switch cfg.dtype {
+	case "", "bf16", "fp8":
+	default:
+		return nil, fmt.Errorf("-dtype: want bf16 or fp8, got %q", cfg.dtype)
+	}
+	switch cfg.torchDType {
+	case "bf16", "fp32":
+	default:
+		return nil, fmt.Errorf("-torch-dtype: want bf16 or fp32, got %q", cfg.torchDType)
+	}
+	switch cfg.topK {
+	case 4, 8, 16, 32:
+	default:
+		return nil, fmt.Errorf("-topk: want 4, 8, 16 or 32, got %d", cfg.topK)
+	}
+	if cfg.workers < 1 || cfg.page < 1 || cfg.denseMax < 1 || cfg.denseHeads < 1 || cfg.denseReqs < 1 || cfg.nvfp4Len < 0 {
+		return nil, fmt.Errorf("-workers, -page, -dense-max, -dense-heads, -dense-reqs must be >= 1")
+	}
+	fast := cfg.quick || cfg.tiny
+	if cfg.minTime == 0 {
+		cfg.minTime = time.Second
+		if fast {
+			cfg.minTime = 300 * time.Millisecond
+		}
+	}
+	cfg.denseMinTime, cfg.peakTime, cfg.bwBytes = 500*time.Millisecond, 500*time.Millisecond, 512<<20
+	if fast {
+		cfg.denseMinTime, cfg.peakTime = 200*time.Millisecond, 200*time.Millisecond
+	}
+	if cfg.tiny {
+		cfg.bwBytes = 64 << 20
+		cfg.minTime = min(cfg.minTime, 100*time.Millisecond)
+		cfg.denseMinTime = 50 * time.Millisecond
+		cfg.peakTime = 50 * time.Millisecond
+	}
+	return cfg, nil
+}
+
+type machineInfo struct {
+	cpu     string
+	ncpu    int
+	memGiB  float64
+	workers int
+	tier    string
+}
+
+func readMachine(cfg *config) *machineInfo {
+	mi := &machineInfo{cpu: "unknown", ncpu: runtime.NumCPU(), workers: cfg.workers, tier: tile.Tier()}
+	if f, err := os.Open("/proc/cpuinfo"); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+				mi.cpu = strings.TrimSpace(v)
+				break
+			}
+		}
+		f.Close()
+	}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(line, "MemTotal:") {
+				var kb float64
+				fmt.Sscanf(strings.TrimPrefix(line, "MemTotal:"), "%g", &kb)
+				mi.memGiB = kb / (1 << 20)
+			}
+		}
+	}
+	return mi
+}
+
+// loadAvg returns the 1-minute load average from /proc/loadavg ("?" when
+// unknown): above the CPU count, other processes share the cores and every
+// figure is noisy.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) > 0 {
+		return f[0]
+	}
+	return "?"
+}
+
+func main() {
+	cfg, err := parseFlags()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
+	runtime.GOMAXPROCS(cfg.workers)
+	if cfg.tier != "" {
+		if err := tile.SetTier(cfg.tier); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(2)
+		}
+	}
+	wall := time.Now()
+	mi := readMachine(cfg)
+	header := []string{
+		fmt.Sprintf("CPU: %s, %d logical CPUs, %.1f GiB RAM, load average %s at start", mi.cpu, mi.ncpu, mi.memGiB, loadAvg()),
+		fmt.Sprintf("Go %s %s/%s, GOMAXPROCS %d, workers %d", runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0), cfg.workers),
+		fmt.Sprintf("kernel tier: %s (supported: %s)", mi.tier, strings.Join(tile.Tiers(), ", ")),
+	}
+	for _, h := range header {
+		fmt.Println(h)
+	}
+	cal := calibrate(cfg)
+	calLines := []string{
+		fmt.Sprintf("peak (tile.PeakGFLOPS %q): %.0f GFLOP/s on 1 goroutine, %.0f GFLOP/s on %d at once", cal.peakTier, cal.peak1, cal.peak, cfg.workers),
+		fmt.Sprintf("read bandwidth (%d goroutines over a %d MiB buffer, best of 5): %.1f GB/s (uint64 sum %.1f, bytes.IndexByte scan %.1f)",
+			cfg.workers, cal.bwBytes>>20, cal.bw, cal.bwSum, cal.bwScan),
+	}
+	for _, h := range calLines {
+		fmt.Println(h)
+	}
+	header = append(header, calLines...)
+
+	suite := buildSuite(cfg)
+	prog := newProgress(len(suite)+1, cfg.progress)
+	var rs []*result
+	failed := false
+	for _, c := range suite {
+		r := &result{c: c}
+		rs = append(rs, r)
+		if gib := c.kvBytes() / (1 << 30); gib > cfg.maxKVGiB {
+			r.err = fmt.Sprintf("skipped: K+V is %.2f GiB, above -max-kv-gib %.2f", gib, cfg.maxKVGiB)
+			prog.step()
+			continue
+		}
+		if err := runCase(cfg, c, r, prog); err != nil {
+			r.err = err.Error()
+			failed = true
+		}
+		debug.FreeOSMemory() // return the case's buffers before the next one
+		r.derive(cal)
+		if r.verify == "FAIL" || r.denseVerify == "FAIL" {
+			failed = true
+		}
+		prog.step()
+	}
+	prog.phase("PyTorch", "baseline")
+	torchStatus := runTorch(cfg, rs)
+	prog.step()
+	prog.finish()
+	for _, r := range rs {
+		r.derive(cal)
+	}
+	header = append(header, torchStatus)
+	fmt.Println(torchStatus)
+	fmt.Println()
+	printTable(os.Stdout, rs)
+	fmt.Printf("\nwall time %.1f s, load average %s at the end\n", time.Since(wall).Seconds(), loadAvg())
+	if cfg.out != "" {
+		if err := writeOutputs(cfg.out, mi, cal, header, rs); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: writing results:", err)
+			os.Exit(1)
+		}
+		fmt.Printf("wrote %s/results.csv, results.md, plot.png\n", cfg.out)
+	}
+	if failed {
+		fmt.Fprintln(os.Stderr, "bench: FAILED (see the verify column and notes)")
+		os.Exit(1)
+	}
+}

@@ -91,18 +91,19 @@ func (ws *Workspace) decodeTile(wk *worker, b, h, a, z, c, kBegin, kEnd, used in
 	qpk := p.HQ / p.Hkv
 	m := (z - a) * qpk
 	totalQ := p.Batch * p.SeqlenQ
-	wk.acc.Reset(m, p.Scale*math.Log2E, p.PV, 0)
+	ra := wk.decodeAcc(ws.Partials.simd)
+	ra.reset(m, p.Scale*math.Log2E, p.PV)
 	for i := a; i < z; i++ {
 		gq := b*p.SeqlenQ + i
 		for g := 0; g < qpk; g++ {
-			p.Q.DecodeRow(wk.acc.Q((i-a)*qpk+g), gq*p.HQ+h*qpk+g)
+			p.Q.DecodeRow(wk.tmp, gq*p.HQ+h*qpk+g)
+			ra.setQ((i-a)*qpk+g, wk.tmp[:d])
 		}
 	}
 	// limit(i): keys t < used - SeqlenQ + i + 1 are visible to query i.
 	span := func(t0, t1 int, sel func(i int) bool) {
 		n := t1 - t0
 		loadKV(&p.K, &p.V, &p.KV, b, h, t0, n, wk.kbuf, wk.vbuf)
-		wk.blk.Load(n, wk.kbuf[:n*d], wk.vbuf[:n*d])
 		any := false
 		for i := a; i < z; i++ {
 			v := int32(0)
@@ -116,7 +117,7 @@ func (ws *Workspace) decodeTile(wk *worker, b, h, a, z, c, kBegin, kEnd, used in
 			any = any || v > 0
 		}
 		if any {
-			wk.acc.Update(wk.blk, wk.valid[:m])
+			ra.update(wk.kbuf[:n*d], wk.vbuf[:n*d], n, wk.valid[:m])
 		}
 	}
 	if p.Q2K == nil {
@@ -147,7 +148,7 @@ func (ws *Workspace) decodeTile(wk *worker, b, h, a, z, c, kBegin, kEnd, used in
 		}
 		wk.dst = blocks[:0]
 	}
-	wk.acc.FinishLSE(wk.lse[:m], nil, wk.inv[:m])
+	ra.finishLSE(wk.lse[:m], wk.inv[:m])
 	s := p.Sched
 	for i := a; i < z; i++ {
 		for g := 0; g < qpk; g++ {
@@ -155,11 +156,11 @@ func (ws *Workspace) decodeTile(wk *worker, b, h, a, z, c, kBegin, kEnd, used in
 			hq := h*qpk + g
 			if s.SplitKV {
 				pr := s.PartialRow(b, c, i)*p.HQ + hq
-				ws.Partials.store(pr, wk.acc.O(r), wk.inv[r], wk.tmp)
+				ws.Partials.store(pr, ra.o(r), wk.inv[r], wk.tmp)
 				ws.Partials.LSE[pr] = wk.lse[r]
 			} else {
 				row := (b*p.SeqlenQ+i)*p.HQ + hq
-				encodeRow(ws.po, row, d, wk.acc.O(r), wk.inv[r], wk.lse[r], ws.Partials.simd)
+				encodeRow(ws.po, row, d, ra.o(r), wk.inv[r], wk.lse[r], ws.Partials.simd)
 			}
 		}
 	}
@@ -207,4 +208,21 @@ func encodeRow(out *Output, row, d int, o []float32, scale, lse float32, simd bo
 	if out.LSE != nil {
 		out.LSE[row] = lse
 	}
+}
+
+// decodeAcc returns the accumulator decode tiles use: tile.Lanes when the
+// AVX-512 kernels are in use (no K transpose per block for a handful of
+// rows), the block kernel otherwise (its AVX2 tier beats the portable
+// lanes code).
+func (wk *worker) decodeAcc(simd bool) rowAcc {
+	if simd {
+		if wk.lanes == nil {
+			wk.lanes = newLanesAcc(wk.d)
+		}
+		return wk.lanes
+	}
+	if wk.block == nil {
+		wk.block = &blockAcc{acc: wk.acc, blk: wk.blk}
+	}
+	return wk.block
 }

@@ -58,6 +58,8 @@ type worker struct {
 	lse   []float32
 	tlse  []float32
 	inv   []float32 // per-row normalisation factors (Acc.FinishLSE)
+	lanes *lanesAcc // decode accumulators (AVX-512), created on first use
+	block *blockAcc // decode accumulator over acc/blk otherwise
 	dst   []int32   // partial row of each Acc row (prefill) or output row (decode)
 	ws    []float32
 	ls    []float32

@@ -1,0 +1,79 @@
+package attn
+
+import "github.com/sparseattn/msa/kernels/tile"
+
+// rowAcc is the online-softmax accumulator a decode tile drives: either the
+// block kernel (tile.Acc over a transposed tile.Block, best when many rows
+// share a block) or tile.Lanes groups (query rows in SIMD lanes, K/V read
+// row-major without a transpose; best for the few rows of decode).
+type rowAcc interface {
+	reset(m int, scale float32, round tile.Round)
+	setQ(r int, q []float32)
+	update(k, v []float32, n int, valid []int32)
+	finishLSE(lse, inv []float32)
+	o(r int) []float32
+}
+
+// blockAcc adapts tile.Acc + tile.Block.
+type blockAcc struct {
+	acc *tile.Acc
+	blk *tile.Block
+}
+
+func (b *blockAcc) reset(m int, scale float32, round tile.Round) { b.acc.Reset(m, scale, round, 0) }
+func (b *blockAcc) setQ(r int, q []float32)                      { copy(b.acc.Q(r), q) }
+func (b *blockAcc) update(k, v []float32, n int, valid []int32) {
+	d := len(k) / max(n, 1)
+	b.blk.Load(n, k[:n*d], v[:n*d])
+	b.acc.Update(b.blk, valid[:b.acc.M()])
+}
+func (b *blockAcc) finishLSE(lse, inv []float32) { b.acc.FinishLSE(lse, nil, inv) }
+func (b *blockAcc) o(r int) []float32            { return b.acc.O(r) }
+
+// lanesAcc covers up to maxTileRows rows with tile.Lanes groups of 16.
+type lanesAcc struct {
+	g []*tile.Lanes
+	m int
+}
+
+func newLanesAcc(d int) *lanesAcc {
+	a := &lanesAcc{g: make([]*tile.Lanes, maxTileRows/tile.LanesMaxM)}
+	for i := range a.g {
+		a.g[i] = tile.NewLanes(d)
+	}
+	return a
+}
+
+func (a *lanesAcc) groups() int { return (a.m + tile.LanesMaxM - 1) / tile.LanesMaxM }
+
+func (a *lanesAcc) reset(m int, scale float32, round tile.Round) {
+	a.m = m
+	for i := 0; i < a.groups(); i++ {
+		a.g[i].Reset(min(tile.LanesMaxM, m-i*tile.LanesMaxM), scale, round, 0)
+	}
+}
+
+func (a *lanesAcc) setQ(r int, q []float32) { a.g[r/tile.LanesMaxM].SetQ(r%tile.LanesMaxM, q) }
+
+func (a *lanesAcc) update(k, v []float32, n int, valid []int32) {
+	for i := 0; i < a.groups(); i++ {
+		lo := i * tile.LanesMaxM
+		hi := min(a.m, lo+tile.LanesMaxM)
+		for _, x := range valid[lo:hi] {
+			if x > 0 {
+				a.g[i].Update(k, v, n, valid[lo:hi])
+				break
+			}
+		}
+	}
+}
+
+func (a *lanesAcc) finishLSE(lse, inv []float32) {
+	for i := 0; i < a.groups(); i++ {
+		lo := i * tile.LanesMaxM
+		hi := min(a.m, lo+tile.LanesMaxM)
+		a.g[i].FinishLSE(lse[lo:hi], nil, inv[lo:hi])
+	}
+}
+
+func (a *lanesAcc) o(r int) []float32 { return a.g[r/tile.LanesMaxM].O(r % tile.LanesMaxM) }

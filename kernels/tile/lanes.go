@@ -1,0 +1,177 @@
+package tile
+
+import "math"
+
+// LanesMaxM is the largest number of query rows of a Lanes accumulator: one
+// AVX-512 vector of float32.
+const LanesMaxM = 16
+
+// Lanes is an online-softmax accumulator for at most 16 query rows with the
+// semantics of Acc (base-2 scores s = scale*(q.k), prefix masks valid[r],
+// P = exp2(s - rowmax) with the row sum taken from the unrounded P, optional
+// P rounding, temperature sums, natural-log LSE). It is meant for decode,
+// where m = seqlen_q * qhead_per_kv is small: instead of transposing every
+// key block (Block.Load) for a few rows of work, it keeps the rows in the
+// SIMD lanes. Q and O are stored transposed (qT[c][r], oT[c][r]: one zmm per
+// head-dimension column), K and V are read row-major straight from the
+// caller's memory, so a block needs no packing:
+//
+//   - S^T[i] (lanes = rows) = sum over c of K[i][c] (broadcast) * Q^T[c];
+//   - the softmax runs vertically over the key vectors (one running max,
+//     sum and alpha per lane);
+//   - O^T[c] = alpha*O^T[c] + sum over i of V[i][c] (broadcast) * P^T[i],
+//     in chunks of up to 24 columns kept in registers across all keys.
+//
+// The AVX-512 kernels (lanes_avx512_amd64.s) run when the active tier is
+// avx512, avx512bf16 or avx512bf16-emulated (all use the float32 lane
+// kernel) and d is a multiple of 8; otherwise, and on other platforms, the
+// portable code of lanes_generic.go runs, which computes exactly what the
+// generic Acc tier computes. The two differ by FMA contraction and the
+// vectorised exp2 (< 1 ulp) only: dot products, row sums and P.V sums are
+// accumulated in the same (key / column) order.
+//
+// A Lanes is not safe for concurrent use.
+type Lanes struct {
+	d, m  int
+	qT    []float32 // [d][16]: qT[c*16+r] = q[r][c], unscaled
+	oT    []float32 // [d][16]: unnormalised output, transposed
+	o     []float32 // [16][d]: O row-major, filled by FinishLSE
+	s     []float32 // [BlockN][16]: scores, then P (transposed)
+	st    lanesState
+	temp  bool
+	round Round
+}
+
+// lanesState is the per-lane state read and written by the softmax kernel;
+// its layout (offsets 0, 64, ..., 320, 324, 328) is fixed by
+// asmgen/lanes/gen.go.
+type lanesState struct {
+	valid                [16]int32   // keys visible to each lane in this Update (0 for lanes >= m)
+	mx, sum, tsum, alpha [16]float32 // running max, sum, temperature sum; alpha of this Update
+	scale, invT          float32     // invT is 0 when temperature tracking is off
+	round                int32
+	_                    int32
+}
+
+// NewLanes returns an accumulator for up to 16 rows of head dimension d.
+func NewLanes(d int) *Lanes {
+	if d <= 0 {
+		panic("tile: NewLanes: d must be positive")
+	}
+	return &Lanes{
+		d:  d,
+		qT: make([]float32, d*16), oT: make([]float32, d*16),
+		o: make([]float32, 16*d), s: make([]float32, BlockN*16),
+	}
+}
+
+// D returns the head dimension.
+func (l *Lanes) D() int { return l.d }
+
+// M returns the number of rows of the current accumulation.
+func (l *Lanes) M() int { return l.m }
+
+// Reset starts a new accumulation over m <= 16 rows, with the parameters of
+// Acc.Reset: scale is softmax_scale*log2(e), round the P rounding, invT > 0
+// tracks the temperature sum (invT = 1/T). The queries of rows >= m are
+// zeroed; SetQ sets rows < m.
+func (l *Lanes) Reset(m int, scale float32, round Round, invT float32) {
+	if m < 0 || m > LanesMaxM {
+		panic("tile: Lanes.Reset: m out of range [0, 16]")
+	}
+	l.m, l.round, l.temp = m, round, invT > 0
+	l.st.scale, l.st.round = scale, int32(round)
+	l.st.invT = 0
+	if l.temp {
+		l.st.invT = invT
+	}
+	clear(l.qT)
+	clear(l.oT)
+	ninf := float32(math.Inf(-1))
+	for r := range 16 {
+		l.st.mx[r], l.st.sum[r], l.st.tsum[r], l.st.alpha[r], l.st.valid[r] = ninf, 0, 0, 1, 0
+	}
+}
+
+// SetQ sets row r's query (len d, unscaled), stored transposed.
+func (l *Lanes) SetQ(r int, q []float32) {
+	if r < 0 || r >= l.m {
+		panic("tile: Lanes.SetQ: row out of range")
+	}
+	q = q[:l.d]
+	for c, x := range q {
+		l.qT[c*16+r] = x
+	}
+}
+
+// Update folds one block of n <= BlockN keys into the accumulation. k and v
+// are [n][d] row-major float32 (read in place, not packed); valid[r] in
+// [0, n] is the number of leading keys row r may see (rows with valid[r] ==
+// 0 are untouched).
+func (l *Lanes) Update(k, v []float32, n int, valid []int32) {
+	if n < 0 || n > BlockN {
+		panic("tile: Lanes.Update: n out of range")
+	}
+	if len(k) < n*l.d || len(v) < n*l.d {
+		panic("tile: Lanes.Update: k or v shorter than n*d")
+	}
+	if len(valid) < l.m {
+		panic("tile: Lanes.Update: valid shorter than m")
+	}
+	nmax := 0
+	for r := 0; r < l.m; r++ {
+		x := valid[r]
+		if x < 0 || int(x) > n {
+			panic("tile: Lanes.Update: valid out of range [0, n]")
+		}
+		l.st.valid[r] = x
+		nmax = max(nmax, int(x))
+	}
+	if nmax == 0 {
+		return
+	}
+	if lanesSIMD(l.d) {
+		lanesUpdateSIMD(l, k, v, nmax)
+	} else {
+		lanesUpdateGeneric(l, k, v, nmax)
+	}
+}
+
+// FinishLSE writes, like Acc.FinishLSE, the natural-log LSE of every row
+// (-inf for a row that saw no key), the temperature LSE when temperature
+// tracking is on and tlse is non-nil, and inv[r], the factor that normalises
+// row r (1/sum, or 0 for a row that saw no key, whose O is zero). It also
+// transposes the unnormalised output once: O(r) is valid afterwards.
+func (l *Lanes) FinishLSE(lse, tlse, inv []float32) {
+	const ln2 = math.Ln2
+	ninf := float32(math.Inf(-1))
+	m, d := l.m, l.d
+	lse, inv = lse[:m], inv[:m]
+	for r := 0; r < m; r++ {
+		s := l.st.sum[r]
+		if !(s > 0) || math.IsInf(float64(l.st.mx[r]), -1) {
+			inv[r] = 0
+			lse[r] = ninf
+			if l.temp && tlse != nil {
+				tlse[r] = ninf
+			}
+			continue
+		}
+		inv[r] = 1 / s
+		mx := float64(l.st.mx[r])
+		lse[r] = float32((mx + log2Sum(s)) * ln2)
+		if l.temp && tlse != nil {
+			tlse[r] = float32((mx*float64(l.st.invT) + log2Sum(l.st.tsum[r])) * ln2)
+		}
+	}
+	for r := 0; r < m; r++ {
+		o := l.o[r*d : (r+1)*d]
+		for c := range o {
+			o[c] = l.oT[c*16+r]
+		}
+	}
+}
+
+// O returns row r of the unnormalised output (scale it by inv[r]); valid
+// after FinishLSE.
+func (l *Lanes) O(r int) []float32 { return l.o[r*l.d : (r+1)*l.d] }

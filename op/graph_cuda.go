@@ -67,7 +67,6 @@ import (
 
 	mcuda "github.com/sparseattn/msa/cuda"
 	"github.com/sparseattn/msa/kernels/attn"
-	"github.com/sparseattn/msa/kernels/plan"
 	"github.com/sparseattn/msa/kernels/tile"
 	"gorgonia.org/cu"
 	G "gorgonia.org/gorgonia"
@@ -704,24 +703,9 @@ func (op *decodeAttnOp) gpu(e *gpuEnv, prealloc G.Value, in []G.Value) (G.Value,
 	if err != nil {
 		return nil, err
 	}
-	p := op.l.p
-	args := DecodeArgs{PageTable: pt, SequsedK: su, SeqlenQ: p.SeqlenQ, MaxSeqlenK: p.MaxPagesPerSeq * p.PageSize,
-		BlkKV: op.blk, SoftmaxScale: op.scale, Workers: p.Workers}
-	m := validateDecodeMeta(c, &args, nil, qd.Shape()[0], qd.Shape()[1], kd.Shape()[1], qd.Shape()[2], kd.Shape()[2], kd.Shape()[0])
-	if c.err != nil {
-		return nil, c.err
-	}
-	m.params = p
-	c.dtype(sv, "schedule", tensor.Int32)
-	if c.err != nil {
-		return nil, c.err
-	}
-	if sv.DataSize() != op.l.len() {
-		return nil, argErr(fn, "schedule", fmt.Sprintf("a DecodeSchedule value of %d elements", op.l.len()), sv.DataSize())
-	}
-	s := op.l.unpack(int32s(sv))
-	if err := plan.ValidateDecodeSchedule(s, m.seqused, p); err != nil {
-		return nil, wrapArg(fn, "schedule", err)
+	m, s, err := op.prepare(c, qd, kd, pt, su, sv, nil)
+	if err != nil {
+		return nil, err
 	}
 	run := decodeRun(m, qd, kd, vd, s)
 

@@ -180,30 +180,15 @@ func (op *decodeAttnOp) Do(vals ...G.Value) (G.Value, error) {
 	if c.err != nil {
 		return nil, c.err
 	}
-	p := op.l.p
-	args := DecodeArgs{PageTable: tv(vals[3]), SequsedK: tv(vals[4]), SeqlenQ: p.SeqlenQ, MaxSeqlenK: p.MaxPagesPerSeq * p.PageSize,
-		BlkKV: op.blk, SoftmaxScale: op.scale, Workers: p.Workers}
 	var q2k tensor.Tensor
 	if op.sparse {
 		q2k = tv(vals[6])
 	}
-	m := validateDecodeMeta(c, &args, q2k, qd.Shape()[0], qd.Shape()[1], kd.Shape()[1], qd.Shape()[2], kd.Shape()[2], kd.Shape()[0])
-	if c.err != nil {
-		return nil, c.err
+	m, s, err := op.prepare(c, qd, kd, tv(vals[3]), tv(vals[4]), c.dense(tv(vals[5]), "schedule"), q2k)
+	if err != nil {
+		return nil, err
 	}
-	m.params = p
-	sv := c.dense(tv(vals[5]), "schedule")
-	c.dtype(sv, "schedule", tensor.Int32)
-	if c.err != nil {
-		return nil, c.err
-	}
-	if sv.DataSize() != op.l.len() {
-		return nil, argErr(fn, "schedule", fmt.Sprintf("a DecodeSchedule value of %d elements", op.l.len()), sv.DataSize())
-	}
-	s := op.l.unpack(int32s(sv))
-	if err := plan.ValidateDecodeSchedule(s, m.seqused, p); err != nil {
-		return nil, wrapArg(fn, "schedule", err)
-	}
+	p := op.l.p
 	op.st.mu.Lock()
 	defer op.st.mu.Unlock()
 	pool := attn.NewPool(p.Workers)
@@ -215,6 +200,32 @@ func (op *decodeAttnOp) Do(vals ...G.Value) (G.Value, error) {
 	res := runDecode(&run, op.st.ws, pool, true, nil, nil)
 	op.st.lse = res.LSE
 	return res.Out, nil
+}
+
+// prepare validates the metadata inputs of a decode attention node
+// (already on the host) and unpacks the schedule; CPU and GPU paths share it.
+func (op *decodeAttnOp) prepare(c *checker, qd, kd *tensor.Dense, pt, su tensor.Tensor, sv *tensor.Dense, q2k tensor.Tensor) (*decodeMeta, *plan.DecodeSchedule, error) {
+	const fn = "DecodeAttention"
+	p := op.l.p
+	args := DecodeArgs{PageTable: pt, SequsedK: su, SeqlenQ: p.SeqlenQ, MaxSeqlenK: p.MaxPagesPerSeq * p.PageSize,
+		BlkKV: op.blk, SoftmaxScale: op.scale, Workers: p.Workers}
+	m := validateDecodeMeta(c, &args, q2k, qd.Shape()[0], qd.Shape()[1], kd.Shape()[1], qd.Shape()[2], kd.Shape()[2], kd.Shape()[0])
+	if c.err != nil {
+		return nil, nil, c.err
+	}
+	m.params = p
+	c.dtype(sv, "schedule", tensor.Int32)
+	if c.err != nil {
+		return nil, nil, c.err
+	}
+	if sv.DataSize() != op.l.len() {
+		return nil, nil, argErr(fn, "schedule", fmt.Sprintf("a DecodeSchedule value of %d elements", op.l.len()), sv.DataSize())
+	}
+	s := op.l.unpack(int32s(sv))
+	if err := plan.ValidateDecodeSchedule(s, m.seqused, p); err != nil {
+		return nil, nil, wrapArg(fn, "schedule", err)
+	}
+	return m, s, nil
 }
 
 // DecodeAttention adds paged decode attention: q [B*seqlen_q, Hq, D], k, v

@@ -12,31 +12,38 @@ const LanesMaxM = 16
 // P rounding, temperature sums, natural-log LSE). It is meant for decode,
 // where m = seqlen_q * qhead_per_kv is small: instead of transposing every
 // key block (Block.Load) for a few rows of work, it keeps the rows in the
-// SIMD lanes. Q and O are stored transposed (qT[c][r], oT[c][r]: one zmm per
-// head-dimension column), K and V are read row-major straight from the
-// caller's memory, so a block needs no packing:
+// SIMD lanes. K and V are read row-major straight from the caller's memory,
+// so a block needs no packing. Q and O are stored in "4 rows x 4 columns"
+// tiles (one zmm holds 4 consecutive columns of 4 rows, see qIdx and oIdx),
+// so that every 4 columns of a K or V row are one 128-bit broadcast shared
+// by 4 multiply-adds (16 rows):
 //
-//   - S^T[i] (lanes = rows) = sum over c of K[i][c] (broadcast) * Q^T[c];
+//   - S^T[i] (lanes = rows) = sum over c of K[i][c] * Q^T[c]: four partial
+//     sums per row (columns c = j mod 4), reduced in registers as
+//     (p0+p2)+(p1+p3);
 //   - the softmax runs vertically over the key vectors (one running max,
-//     sum and alpha per lane);
-//   - O^T[c] = alpha*O^T[c] + sum over i of V[i][c] (broadcast) * P^T[i],
-//     in chunks of up to 24 columns kept in registers across all keys.
+//     sum and alpha per lane) and expands P^T[i] into the 4 tile vectors of
+//     the P.V step (each P[r][i] replicated over the 4 column lanes);
+//   - O = alpha*O + sum over i of P[r][i] * V[i][c], in chunks of up to 24
+//     columns kept in registers across all keys.
 //
 // The AVX-512 kernels (lanes_avx512_amd64.s) run when the active tier is
 // avx512, avx512bf16 or avx512bf16-emulated (all use the float32 lane
 // kernel) and d is a multiple of 8; otherwise, and on other platforms, the
 // portable code of lanes_generic.go runs, which computes exactly what the
-// generic Acc tier computes. The two differ by FMA contraction and the
-// vectorised exp2 (< 1 ulp) only: dot products, row sums and P.V sums are
-// accumulated in the same (key / column) order.
+// generic Acc tier computes. The two differ by FMA contraction, the
+// vectorised exp2 (< 1 ulp) and the dot products, which the kernels sum as
+// four interleaved partial sums; row sums and P.V sums are accumulated in
+// the same (key) order.
 //
 // A Lanes is not safe for concurrent use.
 type Lanes struct {
 	d, m  int
-	qT    []float32 // [d][16]: qT[c*16+r] = q[r][c], unscaled
-	oT    []float32 // [d][16]: unnormalised output, transposed
+	qT    []float32 // [d4][4][4][4]: qT[qIdx(r, c)] = q[r][c], unscaled
+	oT    []float32 // [d4][4][4][4]: oT[oIdx(r, c)], unnormalised output
 	o     []float32 // [16][d]: O row-major, filled by FinishLSE
 	s     []float32 // [BlockN][16]: scores, then P (transposed)
+	p4    []float32 // [BlockN][4][16]: P expanded for the P.V kernels
 	st    lanesState
 	temp  bool
 	round Round
@@ -53,15 +60,26 @@ type lanesState struct {
 	_                    int32
 }
 
+// qIdx and oIdx place row r, column c of Q and O in qT and oT (d4 = d
+// rounded up to a multiple of 4 columns, 64 floats per 4 columns). A Q tile
+// vector (c/4, g) holds lane 4q+j = Q[4q+g][4*(c/4)+j]: its 4 partial dot
+// products reduce into lane 4q+g = row 4q+g. An O tile vector (c/4, g)
+// holds lane 4q+j = O[4g+q][4*(c/4)+j].
+func qIdx(r, c int) int { return c>>2<<6 | (r&3)<<4 | r>>2<<2 | c&3 }
+
+func oIdx(r, c int) int { return c>>2<<6 | r<<2 | c&3 }
+
 // NewLanes returns an accumulator for up to 16 rows of head dimension d.
 func NewLanes(d int) *Lanes {
 	if d <= 0 {
 		panic("tile: NewLanes: d must be positive")
 	}
+	d4 := (d + 3) &^ 3
 	return &Lanes{
 		d:  d,
-		qT: make([]float32, d*16), oT: make([]float32, d*16),
+		qT: make([]float32, d4*16), oT: make([]float32, d4*16),
 		o: make([]float32, 16*d), s: make([]float32, BlockN*16),
+		p4: make([]float32, BlockN*64),
 	}
 }
 
@@ -93,14 +111,14 @@ func (l *Lanes) Reset(m int, scale float32, round Round, invT float32) {
 	}
 }
 
-// SetQ sets row r's query (len d, unscaled), stored transposed.
+// SetQ sets row r's query (len d, unscaled), stored in the tile layout.
 func (l *Lanes) SetQ(r int, q []float32) {
 	if r < 0 || r >= l.m {
 		panic("tile: Lanes.SetQ: row out of range")
 	}
 	q = q[:l.d]
 	for c, x := range q {
-		l.qT[c*16+r] = x
+		l.qT[qIdx(r, c)] = x
 	}
 }
 
@@ -167,7 +185,7 @@ func (l *Lanes) FinishLSE(lse, tlse, inv []float32) {
 	for r := 0; r < m; r++ {
 		o := l.o[r*d : (r+1)*d]
 		for c := range o {
-			o[c] = l.oT[c*16+r]
+			o[c] = l.oT[oIdx(r, c)]
 		}
 	}
 }

@@ -6,7 +6,7 @@ import (
 	"github.com/sparseattn/msa/kernels/lowp"
 )
 
-// lanesUpdateGeneric is Lanes.Update in portable Go on the transposed layout:
+// lanesUpdateGeneric is Lanes.Update in portable Go on the tile layout of qT and oT:
 // per row, the operations of updateGeneric in the same order (so it equals
 // the generic Acc tier bit for bit where Go does not fuse multiply-adds).
 // Keys >= n are invisible to every row.
@@ -24,7 +24,7 @@ func lanesUpdateGeneric(l *Lanes, k, v []float32, n int) {
 		sr := s[:nr]
 		clear(sr)
 		for c := 0; c < d; c++ {
-			qc := l.qT[c*16+r]
+			qc := l.qT[qIdx(r, c)]
 			for i := range sr {
 				sr[i] += qc * k[i*d+c]
 			}
@@ -42,7 +42,7 @@ func lanesUpdateGeneric(l *Lanes, k, v []float32, n int) {
 		st.alpha[r] = alpha
 		if alpha != 1 {
 			for c := 0; c < d; c++ {
-				l.oT[c*16+r] *= alpha
+				l.oT[oIdx(r, c)] *= alpha
 			}
 		}
 		st.sum[r] *= alpha
@@ -68,7 +68,7 @@ func lanesUpdateGeneric(l *Lanes, k, v []float32, n int) {
 			}
 			vr := v[i*d : (i+1)*d]
 			for c, vv := range vr {
-				l.oT[c*16+r] += p * vv
+				l.oT[oIdx(r, c)] += p * vv
 			}
 		}
 		st.sum[r] += sum

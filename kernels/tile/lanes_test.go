@@ -104,52 +104,78 @@ func sameResult(got, want result) (string, bool) {
 //   - the generic Lanes code performs the generic tier's operations in the
 //     same order: bit-identical on amd64 (where Go does not contract
 //     multiply-adds), the fp32 tolerance elsewhere;
-//   - the AVX-512 lane kernels differ by FMA contraction and the vectorised
-//     exp2 only, and are held to the tolerance of TestTiersMatchGeneric for
+//   - the AVX-512 lane kernels differ by FMA contraction, the vectorised
+//     exp2 and the 4-way split of the dot products only, and are held to the tolerance of TestTiersMatchGeneric for
 //     the fp32 tiers (score eps 2^-22 per sqrt(d)*scale*sum|q k|, 2^-20
 //     relative elsewhere, rounding flips of P allowed at <= 1%); they are
 //     also compared with the avx512 Acc tier (Block.Load + Acc.Update) with
 //     twice that tolerance (both sides deviate from the reference).
 func TestLanes(t *testing.T) {
-	simd := ""
-	for _, tn := range []string{"avx512", "avx512bf16-emulated"} {
-		if m, ok := tierMissing(tn); ok && m == "" {
-			simd = tn
-			break
+	simd := lanesSIMDTier()
+	lanes := map[int]*Lanes{}
+	lanesCases(t, func(t *testing.T, p *problem) { checkLanes(t, lanes, simd, p) })
+}
+
+// TestLanesTails covers every split of a block into the 6-, 4-, 2- and
+// 1-key Q.K kernels (n = 1..13, 127, 128) and the 8-column P.V kernel (d =
+// 8), with all 16 rows.
+func TestLanesTails(t *testing.T) {
+	simd := lanesSIMDTier()
+	lanes := map[int]*Lanes{}
+	rng := rand.New(rand.NewSource(11))
+	for _, d := range []int{8, 32} {
+		for _, n := range []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 127, 128} {
+			round := []Round{RoundNone, RoundBF16, RoundE4M3}[rng.Intn(3)]
+			p := newProblem(rng, d, n, 16, 2, round, rng.Intn(2) == 0, 1)
+			t.Run(fmt.Sprintf("d%d/n%d/r%d", d, n, round), func(t *testing.T) { checkLanes(t, lanes, simd, p) })
 		}
 	}
-	lanes := map[int]*Lanes{}
-	lanesCases(t, func(t *testing.T, p *problem) {
-		l := lanes[p.d]
-		if l == nil {
-			l = NewLanes(p.d)
-			lanes[p.d] = l
+}
+
+// lanesSIMDTier returns the AVX-512 tier that runs the lane kernels on this
+// machine, or "".
+func lanesSIMDTier() string {
+	for _, tn := range []string{"avx512", "avx512bf16-emulated"} {
+		if m, ok := tierMissing(tn); ok && m == "" {
+			return tn
 		}
-		tol := p.tolerance(math.Ldexp(1, -22), math.Ldexp(1, -20))
-		useTier(t, "generic")
-		want := p.run()
-		got := p.runLanes(l)
-		if runtime.GOARCH == "amd64" {
-			if msg, ok := sameResult(got, want); !ok {
-				t.Errorf("generic Lanes differs from the generic Acc tier: %s", msg)
-			}
-		} else {
-			compare(t, "generic Lanes", got, want, tol)
+	}
+	return ""
+}
+
+// checkLanes runs p with a Lanes accumulator (one per d, reused) under the
+// generic tier and, when simd != "", the avx512 tier, and compares it with
+// the Acc tiers as described for TestLanes.
+func checkLanes(t *testing.T, lanes map[int]*Lanes, simd string, p *problem) {
+	l := lanes[p.d]
+	if l == nil {
+		l = NewLanes(p.d)
+		lanes[p.d] = l
+	}
+	tol := p.tolerance(math.Ldexp(1, -22), math.Ldexp(1, -20))
+	useTier(t, "generic")
+	want := p.run()
+	got := p.runLanes(l)
+	if runtime.GOARCH == "amd64" {
+		if msg, ok := sameResult(got, want); !ok {
+			t.Errorf("generic Lanes differs from the generic Acc tier: %s", msg)
 		}
-		if simd == "" {
-			return
-		}
-		useTier(t, "avx512")
-		if !lanesSIMD(p.d) {
-			return // generic fallback: checked above
-		}
-		got = p.runLanes(l)
-		compare(t, "avx512 Lanes vs generic Acc", got, want, tol)
-		acc := p.run()
-		tol2 := p.tolerance(math.Ldexp(1, -21), math.Ldexp(1, -19))
-		tol2.flip *= 2
-		compare(t, "avx512 Lanes vs avx512 Acc", got, acc, tol2)
-	})
+	} else {
+		compare(t, "generic Lanes", got, want, tol)
+	}
+	if simd == "" {
+		return
+	}
+	useTier(t, "avx512")
+	if !lanesSIMD(p.d) {
+		return // generic fallback: checked above
+	}
+	got = p.runLanes(l)
+	compare(t, "avx512 Lanes vs generic Acc", got, want, tol)
+	acc := p.run()
+	tol2 := p.tolerance(math.Ldexp(1, -21), math.Ldexp(1, -19))
+	tol2.flip *= 2
+	compare(t, "avx512 Lanes vs avx512 Acc", got, acc, tol2)
 }
 
 // TestLanesEdges checks empty updates, m = 0, lanes beyond m and a

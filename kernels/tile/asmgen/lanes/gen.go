@@ -6,19 +6,23 @@
 //
 //	cd kernels/tile && go run asmgen/lanes/gen.go
 //
-// Kernels (contracts in lanes_amd64.go):
+// Kernels (contracts in lanes_amd64.go). Q and O are held in "4 rows x 4
+// columns" tiles (tile.qIdx, tile.oIdx), so that 4 consecutive columns of a
+// row-major K or V row are one VBROADCASTF32X4 shared by the 4 row groups:
+// 10 loads per 24 register-register multiply-adds instead of one broadcast
+// operand per multiply-add.
 //
-//   - lanesQK{16,8,4,2,1}: S^T[i] = sum over c of K[i][c] * Q^T[c] for B
-//     consecutive keys, c in increasing order (one FMA chain per key and
-//     lane, like the generic dot product). K[i][c] is an embedded {1to16}
-//     broadcast from the row-major K; Q^T[c] is one zmm, loaded once per c
-//     and shared by the B key accumulators.
+//   - lanesQK{6,4,2,1}: S^T[i] = sum over c of K[i][c] * Q^T[c] for B
+//     consecutive keys: 4B accumulators (key, row group), each lane holding
+//     the partial sum over c = j mod 4 of one row, then an in-register
+//     4-lane reduction ((p0+p2)+(p1+p3)) that lands row r in lane r.
 //   - lanesSoftmax: vertical online softmax over n score vectors: scale,
 //     prefix mask (key i visible in lane r iff i < valid[r]), running max,
-//     alpha, exp2, row sums, temperature sums and P rounding.
-//   - lanesPV{24,16,8}: O^T[c0+j] = alpha*O^T[c0+j] + sum over keys i of
-//     V[i][c0+j] * P^T[i] for a chunk of C output columns kept in C zmm
-//     accumulators across all keys.
+//     alpha, exp2, row sums, temperature sums and P rounding; a last pass
+//     expands each P^T[i] into the 4 tile vectors of lanesPV (VPERMPS).
+//   - lanesPV{24,16,8}: O = alpha*O + sum over keys i of P[r][i] * V[i][c]
+//     for a chunk of C output columns kept in C zmm accumulators (4 row
+//     groups x C/4 column quads) across all keys.
 //
 // The exp2 and the bf16/e4m3 rounding are those of asmgen/gen.go
 // (genSoftmax512): same polynomial, same instruction sequence.
@@ -80,13 +84,20 @@ func c(n string) string {
 	panic(n)
 }
 
-// genQK emits lanesQK<B>(qT *float32, k *float32, ldk uintptr, d int, s *float32).
-// Register plan: Z0..Z(B-1) accumulators, Z16-Z19 Q^T[c..c+3]. GP: AX Q^T,
-// SI/DI/R11/R12 rows 0/4/8/12 of K, R8 ldk, R9 3*ldk, CX d/4, BX s.
+// genQK emits lanesQK<B>(qT *float32, k *float32, ldk uintptr, d int, s *float32)
+// over the 4x4 layout: Q vector (c4, g) holds lane (q, j) = Q[4q+g][4*c4+j]
+// (qT + 256*c4 + 64*g), K[i][4*c4..4*c4+3] is one VBROADCASTF32X4 (lane (q,
+// j) = K[i][4*c4+j]), so accumulator (i, g) collects in lane (q, j) the
+// partial dot product of row 4q+g over the columns c = j mod 4. The final
+// in-register reduction sums the four partials of each 128-bit lane, as
+// (p0+p2)+(p1+p3), and lands row 4q+g in lane 4q+g: S^T[i] needs no
+// permutation.
+// Register plan: Z(4i+g) accumulators, Z24-Z27 Q (c4, g), Z28-Z31 K
+// broadcasts. GP: AX Q, SI/DI rows 0/4 of K, R8 ldk, R9 3*ldk, CX d/8, BX s.
 func genQK(a *asm, B int) {
 	name := fmt.Sprintf("lanesQK%d", B)
 	a.f("// func %s(qT *float32, k *float32, ldk uintptr, d int, s *float32)", name)
-	a.f("// %d keys: per c one load of Q^T[c] and %d broadcast multiply-adds; c unrolled by 4.", B, B)
+	a.f("// %d keys x 16 rows: per 4 columns 4 loads of Q, %d 128-bit broadcasts of K, %d multiply-adds.", B, B, 4*B)
 	a.f("TEXT ·%s(SB), NOSPLIT, $0-40", name)
 	a.f("\tMOVQ qT+0(FP), AX")
 	a.f("\tMOVQ k+8(FP), SI")
@@ -94,46 +105,67 @@ func genQK(a *asm, B int) {
 	a.f("\tMOVQ d+24(FP), CX")
 	a.f("\tMOVQ s+32(FP), BX")
 	a.f("\tLEAQ (R8)(R8*2), R9")
-	bases := []string{"SI", "DI", "R11", "R12"}
-	nb := (B + 3) / 4
-	for b := 1; b < nb; b++ {
-		a.f("\tLEAQ (%s)(R8*4), %s", bases[b-1], bases[b])
+	if B > 4 {
+		a.f("\tLEAQ (SI)(R8*4), DI")
 	}
-	for j := 0; j < B; j++ {
+	for j := 0; j < 4*B; j++ {
 		a.f("\tVXORPS Z%d, Z%d, Z%d", j, j, j)
 	}
-	a.f("\tSHRQ $2, CX // d/4 (d is a multiple of 8)")
+	a.f("\tSHRQ $3, CX // d/8 (d is a multiple of 8): two 4-column steps per iteration")
 	a.f("loop:")
-	for u := 0; u < 4; u++ {
-		a.f("\tVMOVUPS %d(AX), Z%d // Q^T[c+%d]", 64*u, 16+u, u)
-	}
-	idx := []string{"", "(R8*1)", "(R8*2)", "(R9*1)"}
-	for u := 0; u < 4; u++ {
-		for j := 0; j < B; j++ {
-			a.f("\tVFMADD231PS.BCST %d(%s)%s, Z%d, Z%d // key %d += K[%d][c+%d] * Q^T[c+%d]", 4*u, bases[j/4], idx[j%4], 16+u, j, j, j, u, u)
+	rows := []string{"(SI)", "(SI)(R8*1)", "(SI)(R8*2)", "(SI)(R9*1)", "(DI)", "(DI)(R8*1)"}
+	kr := 0
+	for u := 0; u < 2; u++ {
+		for g := 0; g < 4; g++ {
+			a.f("\tVMOVUPS %d(AX), Z%d // Q rows 4q+%d, columns c+%d..", 256*u+64*g, 24+g, g, 4*u)
+		}
+		for i := 0; i < B; i++ {
+			z := 28 + kr%4
+			kr++
+			a.f("\tVBROADCASTF32X4 %d%s, Z%d // K[%d][c+%d..c+%d]", 16*u, rows[i], z, i, 4*u, 4*u+3)
+			for g := 0; g < 4; g++ {
+				a.f("\tVFMADD231PS Z%d, Z%d, Z%d", z, 24+g, 4*i+g)
+			}
 		}
 	}
-	a.f("\tADDQ $256, AX")
-	for b := 0; b < nb; b++ {
-		a.f("\tADDQ $16, %s", bases[b])
+	a.f("\tADDQ $512, AX")
+	a.f("\tADDQ $32, SI")
+	if B > 4 {
+		a.f("\tADDQ $32, DI")
 	}
 	a.f("\tDECQ CX")
 	a.f("\tJNZ loop")
-	for j := 0; j < B; j++ {
-		a.f("\tVMOVUPS Z%d, %d(BX)", j, 64*j)
+	for i := 0; i < B; i++ {
+		a0 := 4 * i
+		a.f("\t// key %d: lane 4q+g = sum over j of Z%d+g lane (q, j)", i, a0)
+		a.f("\tVUNPCKLPS Z%d, Z%d, Z24", a0+1, a0)
+		a.f("\tVUNPCKHPS Z%d, Z%d, Z25", a0+1, a0)
+		a.f("\tVUNPCKLPS Z%d, Z%d, Z26", a0+3, a0+2)
+		a.f("\tVUNPCKHPS Z%d, Z%d, Z27", a0+3, a0+2)
+		a.f("\tVADDPS Z25, Z24, Z24 // g=0,1: j=0+2, j=1+3")
+		a.f("\tVADDPS Z27, Z26, Z26 // g=2,3")
+		a.f("\tVSHUFPS $0x44, Z26, Z24, Z28")
+		a.f("\tVSHUFPS $0xee, Z26, Z24, Z29")
+		a.f("\tVADDPS Z29, Z28, Z28")
+		a.f("\tVMOVUPS Z28, %d(BX)", 64*i)
 	}
 	a.f("\tVZEROUPPER")
 	a.f("\tRET\n")
 }
 
-// genPV emits lanesPV<C>(p *float32, v *float32, ldv uintptr, n int, o *float32, alpha *float32).
-// Register plan: Z0..Z(C-1) accumulators O^T[c0..c0+C), Z31 alpha then
-// P^T[i], Z30 P^T[i+1]. GP: SI P^T, DX V row i, R9 V row i+1, R8 2*ldv,
-// CX key pairs, DI O^T.
+// genPV emits lanesPV<C>(p *float32, v *float32, ldv uintptr, n int, o *float32, alpha *float32)
+// over the 4x4 layout: O vector (c4, g) (o + 256*c4 + 64*g) holds lane (q,
+// j) = O[4g+q][c0+4*c4+j]; P vector (i, g) (p + 256*i + 64*g, written by
+// lanesSoftmax) holds lane (q, j) = P[4g+q][i]; V[i][c0+4*c4..+3] is one
+// VBROADCASTF32X4. Keys in increasing order, one FMA per key and element.
+// Register plan: Z(4*c4+g) accumulators, Z24-Z27 P (i, g), Z28-Z31 V
+// broadcasts (alpha and its expansion in the prologue). GP: SI P, DX V row
+// i, R8 ldv, CX n, DI O.
 func genPV(a *asm, C int) {
+	C4 := C / 4
 	name := fmt.Sprintf("lanesPV%d", C)
 	a.f("// func %s(p *float32, v *float32, ldv uintptr, n int, o *float32, alpha *float32)", name)
-	a.f("// %d output columns in registers across all keys: per key one load of P^T[i] and %d broadcast multiply-adds.", C, C)
+	a.f("// %d output columns x 16 rows in %d registers across all keys: per key 4 loads of P, %d 128-bit broadcasts of V, %d multiply-adds.", C, 4*C4, C4, 4*C4)
 	a.f("TEXT ·%s(SB), NOSPLIT, $0-48", name)
 	a.f("\tMOVQ p+0(FP), SI")
 	a.f("\tMOVQ v+8(FP), DX")
@@ -141,38 +173,46 @@ func genPV(a *asm, C int) {
 	a.f("\tMOVQ n+24(FP), CX")
 	a.f("\tMOVQ o+32(FP), DI")
 	a.f("\tMOVQ alpha+40(FP), AX")
-	a.f("\tLEAQ (DX)(R8*1), R9 // V row i+1 (no indexed addressing in the loop: it would un-laminate)")
-	a.f("\tADDQ R8, R8 // two rows")
 	a.f("\tVMOVUPS (AX), Z31")
-	for j := 0; j < C; j++ {
-		a.f("\tVMULPS %d(DI), Z31, Z%d // alpha * O^T[c0+%d]", 64*j, j, j)
+	for g := 0; g < 4; g++ {
+		a.f("\tVMOVDQU32 ·lanesx+%d(SB), Z30", 64*g)
+		a.f("\tVPERMPS Z31, Z30, Z%d // alpha of rows 4*%d+q in lanes (q, j)", 24+g, g)
+	}
+	for c4 := 0; c4 < C4; c4++ {
+		for g := 0; g < 4; g++ {
+			a.f("\tVMULPS %d(DI), Z%d, Z%d // alpha * O", 256*c4+64*g, 24+g, 4*c4+g)
+		}
+	}
+	key := func(off int) {
+		for g := 0; g < 4; g++ {
+			a.f("\tVMOVUPS %d(SI), Z%d // P rows 4*%d+q, key i", off+64*g, 24+g, g)
+		}
+		for c4 := 0; c4 < C4; c4++ {
+			z := 28 + c4%4
+			a.f("\tVBROADCASTF32X4 %d(DX), Z%d // V[i][c0+%d..c0+%d]", 16*c4, z, 4*c4, 4*c4+3)
+			for g := 0; g < 4; g++ {
+				a.f("\tVFMADD231PS Z%d, Z%d, Z%d", z, 24+g, 4*c4+g)
+			}
+		}
+		a.f("\tADDQ R8, DX")
 	}
 	a.f("\tSHRQ $1, CX // pairs of keys")
 	a.f("\tJZ one")
 	a.f("loop:")
-	a.f("\tVMOVUPS (SI), Z31")
-	a.f("\tVMOVUPS 64(SI), Z30")
-	for j := 0; j < C; j++ {
-		a.f("\tVFMADD231PS.BCST %d(DX), Z31, Z%d", 4*j, j)
-	}
-	for j := 0; j < C; j++ {
-		a.f("\tVFMADD231PS.BCST %d(R9), Z30, Z%d", 4*j, j)
-	}
-	a.f("\tADDQ $128, SI")
-	a.f("\tADDQ R8, DX")
-	a.f("\tADDQ R8, R9")
+	key(0)
+	key(256)
+	a.f("\tADDQ $512, SI")
 	a.f("\tDECQ CX")
 	a.f("\tJNZ loop")
 	a.f("one:")
 	a.f("\tTESTQ $1, n+24(FP)")
 	a.f("\tJZ store")
-	a.f("\tVMOVUPS (SI), Z31")
-	for j := 0; j < C; j++ {
-		a.f("\tVFMADD231PS.BCST %d(DX), Z31, Z%d", 4*j, j)
-	}
+	key(0)
 	a.f("store:")
-	for j := 0; j < C; j++ {
-		a.f("\tVMOVUPS Z%d, %d(DI)", j, 64*j)
+	for c4 := 0; c4 < C4; c4++ {
+		for g := 0; g < 4; g++ {
+			a.f("\tVMOVUPS Z%d, %d(DI)", 4*c4+g, 256*c4+64*g)
+		}
 	}
 	a.f("\tVZEROUPPER")
 	a.f("\tRET\n")
@@ -211,8 +251,8 @@ func genSoftmax(a *asm) {
 			a.f("\tVSCALEFPS Z%d, Z%d, Z%d // p * 2^n (exact, gradual underflow)", t1, out, out)
 		}
 	}
-	a.f("// func lanesSoftmax(s *float32, n int, st *lanesState)")
-	a.f("TEXT ·lanesSoftmax(SB), NOSPLIT, $0-24")
+	a.f("// func lanesSoftmax(s *float32, n int, st *lanesState, p4 *float32)")
+	a.f("TEXT ·lanesSoftmax(SB), NOSPLIT, $0-32")
 	a.f("\tMOVQ s+0(FP), SI")
 	a.f("\tMOVQ n+8(FP), CX")
 	a.f("\tMOVQ st+16(FP), BX")
@@ -337,6 +377,22 @@ func genSoftmax(a *asm) {
 	a.f("\tVMOVUPS Z16, %d(BX)", offSum)
 	a.f("\tVADDPS %d(BX), Z15, Z15", offTsum)
 	a.f("\tVMOVUPS Z15, %d(BX)", offTsum)
+	a.f("\t// Pass 3: expand P^T[i] into the 4 vectors of lanesPV (lane (q, j) of vector g = P[4g+q][i]).")
+	a.f("\tMOVQ n+8(FP), CX")
+	a.f("\tMOVQ p4+24(FP), DI")
+	for g := 0; g < 4; g++ {
+		a.f("\tVMOVDQU32 ·lanesx+%d(SB), Z%d", 64*g, 8+g)
+	}
+	a.f("expand:")
+	a.f("\tVMOVUPS (SI), Z0")
+	for g := 0; g < 4; g++ {
+		a.f("\tVPERMPS Z0, Z%d, Z%d", 8+g, 1+g)
+		a.f("\tVMOVUPS Z%d, %d(DI)", 1+g, 64*g)
+	}
+	a.f("\tADDQ $64, SI")
+	a.f("\tADDQ $256, DI")
+	a.f("\tDECQ CX")
+	a.f("\tJNZ expand")
 	a.f("\tVZEROUPPER")
 	a.f("\tRET\n")
 }
@@ -348,7 +404,15 @@ func main() {
 		a.f("DATA ·lanesc+%d(SB)/4, $0x%08x // %s", 4*i, cval(n), n)
 	}
 	a.f("GLOBL ·lanesc(SB), RODATA|NOPTR, $%d\n", 4*len(cnames))
-	for _, B := range []int{16, 8, 4, 2, 1} {
+	a.f("// lanesx: VPERMPS indices that expand a row vector (lane r = row r) into")
+	a.f("// the 4x4 layout of lanesPV: vector g, lane 4q+j = row 4g+q.")
+	for g := 0; g < 4; g++ {
+		for l := 0; l < 16; l++ {
+			a.f("DATA ·lanesx+%d(SB)/4, $%d", 4*(16*g+l), 4*g+l/4)
+		}
+	}
+	a.f("GLOBL ·lanesx(SB), RODATA|NOPTR, $256\n")
+	for _, B := range []int{6, 4, 2, 1} {
 		genQK(a, B)
 	}
 	genSoftmax(a)

@@ -105,13 +105,21 @@ func decodeBF16(dst []float32, src []lowp.BFloat16, simd bool) {
 	lowp.DecodeBF16(dst[v:], src[v:])
 }
 
-// decodeE4M3 writes dst[i] = float32(src[i]) for len(src) elements.
+// decodeE4M3 writes dst[i] = float32(src[i]) for len(src) elements: groups
+// of 32 through the table kernel, a remaining group of 16 through the
+// arithmetic one, the rest in Go.
 func decodeE4M3(dst []float32, src []lowp.Float8E4M3FN, simd bool) {
 	n := len(src)
 	dst = dst[:n]
-	v := simdLen(n, simd)
-	if v > 0 {
-		decodeE4M3AVX512(&dst[0], &src[0], v)
+	v := 0
+	if simd {
+		if v = n &^ 31; v > 0 {
+			decodeE4M3x32AVX512(&dst[0], &src[0], v)
+		}
+		if w := n &^ 15; w > v {
+			decodeE4M3AVX512(&dst[v], &src[v], w-v)
+			v = w
+		}
 	}
 	lowp.DecodeE4M3(dst[v:], src[v:])
 }

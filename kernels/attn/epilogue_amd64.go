@@ -36,3 +36,9 @@ func decodeBF16AVX512(dst *float32, src *lowp.BFloat16, n int)
 //
 //go:noescape
 func decodeE4M3AVX512(dst *float32, src *lowp.Float8E4M3FN, n int)
+
+// decodeE4M3x32AVX512 widens n (a multiple of 32) e4m3fn values to float32
+// through bfloat16 bits computed in 16-bit lanes.
+//
+//go:noescape
+func decodeE4M3x32AVX512(dst *float32, src *lowp.Float8E4M3FN, n int)

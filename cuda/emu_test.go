@@ -1,8 +1,9 @@
 package cuda
 
 // A host emulation of the kernels' scheduling, addressing, masking and
-// combine index arithmetic (sparse_fwd.cu, decode.cu, combine.cu), line for
-// line in float64, checked against the direct reference. It cannot catch
+// combine index arithmetic (sparse_fwd.cu, decode.cu including the sparse
+// decode block walk, combine.cu), line for line in float64, checked against
+// the direct reference. It cannot catch
 // device-side arithmetic bugs, but it pins every index formula the kernels
 // use to the plan package's real schedules, on machines without a GPU.
 
@@ -144,19 +145,27 @@ func TestEmulatedDecodeIndexing(t *testing.T) {
 			if s.SplitKV {
 				obase = int(s.OIndptr[b]) + kt*s.QStride
 			}
-			for idx := 0; idx < nq*c.qhpk; idx++ {
+			nrows := nq * c.qhpk
+			// sparse decode: the keys of each row of the item, walked per row tile
+			var rowKeys [][]int
+			if c.q2k != nil {
+				rowKeys = emuSparseDecodeKeys(t, c, b, qt*s.QTile, h, nrows, kvBegin, kvEnd, seqused)
+			}
+			for idx := 0; idx < nrows; idx++ {
 				qi := qt*s.QTile + idx/c.qhpk
 				hq := h*c.qhpk + idx%c.qhpk
 				qrow := b*c.seqlenQ + qi
 				lim := min(seqused, seqused-c.seqlenQ+qi+1)
 				var keys []int
-				for t0 := kvBegin; t0 < kvEnd; t0 += 128 {
-					nk := min(128, kvEnd-t0)
-					l := min(max(lim-t0, 0), nk)
-					for j := 0; j < l; j++ {
-						tok := t0 + j
-						page := int(c.pageTable[b*c.maxPages+tok/c.pageSize])
-						keys = append(keys, (page*c.hkv+h)*c.pageSize+tok%c.pageSize)
+				if c.q2k != nil {
+					keys = rowKeys[idx]
+				} else {
+					for t0 := kvBegin; t0 < kvEnd; t0 += 128 {
+						nk := min(128, kvEnd-t0)
+						l := min(max(lim-t0, 0), nk)
+						for j := 0; j < l; j++ {
+							keys = append(keys, c.pagedRow(b, h, t0+j))
+						}
 					}
 				}
 				o, lse, _ := attendRef(c.q.row(qrow*c.hq+hq), keys, c.k, c.v, float64(c.scale), 0)
@@ -202,4 +211,81 @@ func TestEmulatedDecodeIndexing(t *testing.T) {
 		}
 		t.Logf("%s: split %v chunk %d items %d", c.name, s.SplitKV, s.ChunkPages, s.WorkCount)
 	}
+}
+
+// pagedRow is the store row of (request b, KV head h, token t) in the paged cache.
+func (c *decodeCase) pagedRow(b, h, t int) int {
+	page := int(c.pageTable[b*c.maxPages+t/c.pageSize])
+	return (page*c.hkv+h)*c.pageSize + t%c.pageSize
+}
+
+// emuSparseDecodeKeys is decode.cu's sparse-decode loop for one work item
+// (request b, first query q0 of its q tile, KV head h, nrows query-head
+// rows, KV chunk [kvBegin, kvEnd)): per row tile of TileRows(D) rows, warp 0
+// finds the next block as the minimum over the rows' smallest selected id
+// above the previous block (in the chunk, starting before the row's causal
+// limit); a row is selected iff its own minimum is that block; the block is
+// folded in spans of at most 128 keys with the row's causal prefix. It
+// returns the keys (store rows) each row attends, in visiting order, and
+// checks that the blocks come in strictly ascending order.
+func emuSparseDecodeKeys(t *testing.T, c *decodeCase, b, q0, h, nrows, kvBegin, kvEnd, seqused int) [][]int {
+	t.Helper()
+	const intMax = math.MaxInt32
+	R := TileRows(c.d)
+	rows := c.batch * c.seqlenQ
+	out := make([][]int, nrows)
+	for rt := 0; rt < nrows; rt += R {
+		causal := make([]int, R) // sm.aux
+		for r := 0; r < R; r++ {
+			if idx := rt + r; idx < nrows {
+				i := q0 + idx/c.qhpk
+				causal[r] = min(seqused, seqused-c.seqlenQ+i+1)
+			}
+		}
+		prev := -1
+		for {
+			own := make([]int, 32)
+			jmin := intMax
+			for lane := 0; lane < 32; lane++ {
+				own[lane] = intMax
+				idx := rt + lane
+				if lane < R && idx < nrows {
+					i := q0 + idx/c.qhpk
+					sel := c.q2k[(h*rows+b*c.seqlenQ+i)*c.topK:][:c.topK]
+					for _, j32 := range sel {
+						j := int(j32)
+						if j > prev && j < own[lane] && j*c.blk < kvEnd && (j+1)*c.blk > kvBegin && j*c.blk < causal[lane] {
+							own[lane] = j
+						}
+					}
+				}
+				jmin = min(jmin, own[lane])
+			}
+			if jmin == intMax {
+				break
+			}
+			if jmin <= prev {
+				t.Fatalf("%s: sparse decode visits block %d after %d", c.name, jmin, prev)
+			}
+			lo, hi := max(kvBegin, jmin*c.blk), min(kvEnd, (jmin+1)*c.blk)
+			if lo >= hi {
+				t.Fatalf("%s: block %d is empty in chunk [%d, %d)", c.name, jmin, kvBegin, kvEnd)
+			}
+			for t0 := lo; t0 < hi; t0 += 128 {
+				nk := min(128, hi-t0)
+				for r := 0; r < R && rt+r < nrows; r++ {
+					lim := 0
+					if own[r] == jmin {
+						lim = causal[r]
+					}
+					l := min(max(lim-t0, 0), nk)
+					for j := 0; j < l; j++ {
+						out[rt+r] = append(out[rt+r], c.pagedRow(b, h, t0+j))
+					}
+				}
+			}
+			prev = jmin
+		}
+	}
+	return out
 }

@@ -3,7 +3,8 @@
 package cuda
 
 // GPU tests: every kernel against the float64 reference of ref_test.go, plus
-// a timing table. They need an NVIDIA GPU (sm_80 / sm_90 / sm_100) and its
+// a timing table. The case lists (prefillCases, decodeCases) cover D = 64,
+// 128 and 256 and sparse decode (q2k) with and without a KV split. They need an NVIDIA GPU (sm_80 / sm_90 / sm_100) and its
 // driver; build with kernels/cuda/tagged_build.sh, run with
 // kernels/cuda/gpucheck.sh.
 
@@ -270,6 +271,9 @@ func TestGPUDecode(t *testing.T) {
 				a.KScale, a.VScale = m.put(c.k.scales), m.put(c.v.scales)
 				a.KGlobalScale, a.OutputScale = m.putF32(c.k.gscale), m.putF32(c.v.gscale)
 			}
+			if c.q2k != nil { // sparse decode: rows attend only their selected blocks
+				a.Q2K, a.TopK, a.BlkKV = m.putI32(c.q2k), c.topK, c.blk
+			}
 			if c.sched.SplitKV {
 				a.OPartial = m.alloc(c.sched.PartialRows * c.hq * c.d * 4)
 				a.LSEPartial = m.alloc(c.sched.PartialRows * c.hq * 4)
@@ -286,8 +290,11 @@ func TestGPUDecode(t *testing.T) {
 			t.Logf("%s: split %v, chunk %d pages, items %d, max err O %.3g, LSE %.3g",
 				c.name, c.sched.SplitKV, c.sched.ChunkPages, c.sched.WorkCount, eO, eL)
 			kern := "decode"
+			if c.q2k != nil {
+				kern = "sparse decode"
+			}
 			if c.sched.SplitKV {
-				kern = "decode+combine"
+				kern += "+combine"
 			}
 			record("decode "+c.name, kern, gms, cms)
 		})

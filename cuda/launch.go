@@ -49,8 +49,9 @@ func Load(ctx cu.Context) (*Kernels, error) {
 			return fmt.Errorf("cuda: loading the kernel fatbin (needs sm_80, sm_90 or sm_100): %w", err)
 		}
 		k.mod = mod
-		for _, name := range []string{cudakernels.SparseFwdD128, cudakernels.SparseFwdD64, cudakernels.DecodeD128,
-			cudakernels.DecodeD64, cudakernels.CombineD128, cudakernels.CombineD64} {
+		for _, name := range []string{cudakernels.SparseFwdD256, cudakernels.SparseFwdD128, cudakernels.SparseFwdD64,
+			cudakernels.DecodeD256, cudakernels.DecodeD128, cudakernels.DecodeD64,
+			cudakernels.CombineD256, cudakernels.CombineD128, cudakernels.CombineD64} {
 			fn, err := mod.Function(name)
 			if err != nil {
 				return fmt.Errorf("cuda: kernel %s: %w", name, err)
@@ -126,9 +127,13 @@ func (k *Kernels) launch(name string, grid int, params uint64) error {
 	return nil
 }
 
-func pick(d int, d128, d64 string) string {
-	if d == 64 {
+// pick returns the kernel for head dim d (validated by the params builders).
+func pick(d int, d256, d128, d64 string) string {
+	switch d {
+	case 64:
 		return d64
+	case 256:
+		return d256
 	}
 	return d128
 }
@@ -168,7 +173,7 @@ func (k *Kernels) SparseForward(ctx cu.Context, a *FwdArgs, csr *plan.CSR, s *pl
 		if s.WorkCount == 0 {
 			return nil
 		}
-		return k.launch(pick(a.D, cudakernels.SparseFwdD128, cudakernels.SparseFwdD64), int(s.WorkCount), pp)
+		return k.launch(pick(a.D, cudakernels.SparseFwdD256, cudakernels.SparseFwdD128, cudakernels.SparseFwdD64), int(s.WorkCount), pp)
 	})
 }
 
@@ -195,12 +200,14 @@ func (k *Kernels) Combine(ctx cu.Context, a *CombineArgs, s *plan.FwdSchedule) e
 		if rows == 0 {
 			return nil
 		}
-		return k.launch(pick(a.D, cudakernels.CombineD128, cudakernels.CombineD64), (rows+Threads/32-1)/(Threads/32), pp)
+		return k.launch(pick(a.D, cudakernels.CombineD256, cudakernels.CombineD128, cudakernels.CombineD64), (rows+Threads/32-1)/(Threads/32), pp)
 	})
 }
 
 // Decode launches the paged decode of s (SPEC 7) and, for a split-KV
-// schedule, the combine of its float32 partials into a.Out / a.LSE.
+// schedule, the combine of its float32 partials into a.Out / a.LSE. With
+// a.Q2K != 0 it is sparse decode: each query row attends only the blocks of
+// a.BlkKV tokens it selected (a.Q2K stays in device memory).
 func (k *Kernels) Decode(ctx cu.Context, a *DecodeArgs, s *plan.DecodeSchedule) error {
 	return run(ctx, func() error {
 		if s == nil {
@@ -231,7 +238,7 @@ func (k *Kernels) Decode(ctx cu.Context, a *DecodeArgs, s *plan.DecodeSchedule) 
 			return err
 		}
 		if s.WorkCount > 0 {
-			if err := k.launch(pick(a.D, cudakernels.DecodeD128, cudakernels.DecodeD64), s.WorkCount, pp); err != nil {
+			if err := k.launch(pick(a.D, cudakernels.DecodeD256, cudakernels.DecodeD128, cudakernels.DecodeD64), s.WorkCount, pp); err != nil {
 				return err
 			}
 		}
@@ -246,7 +253,7 @@ func (k *Kernels) Decode(ctx cu.Context, a *DecodeArgs, s *plan.DecodeSchedule) 
 		if rows == 0 {
 			return nil
 		}
-		return k.launch(pick(a.D, cudakernels.CombineD128, cudakernels.CombineD64), (rows+Threads/32-1)/(Threads/32), cp)
+		return k.launch(pick(a.D, cudakernels.CombineD256, cudakernels.CombineD128, cudakernels.CombineD64), (rows+Threads/32-1)/(Threads/32), cp)
 	})
 }
 

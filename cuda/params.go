@@ -40,10 +40,12 @@ type DecodeKernelParams struct {
 	SequsedK, PageTable                                uint64
 	Request, QTileIdx, KVTile, KVHead, Valid, OIndptr  uint64
 	OPartial, LSEPartial, Out, LSE                     uint64
+	Q2K                                                uint64
 	Batch, SeqlenQ, NumHeadsQ, NumHeadsKV              int32
 	HeadDim, QheadPerKV, PageSize, PageTableStride     int32
 	QTile, QStride, ChunkPages, SplitKV                int32
 	WorkCount, QDtype, KVDtype, PVRound                int32
+	TopK, BlkKV                                        int32
 	SoftmaxScaleLog2                                   float32
 	pad0                                               int32
 }
@@ -75,7 +77,22 @@ const (
 )
 
 // HeadDimSupported reports whether the fatbin has kernels for head dim d.
-func HeadDimSupported(d int) bool { return d == 64 || d == 128 }
+func HeadDimSupported(d int) bool { return d == 64 || d == 128 || d == 256 }
+
+// TileRows is the row tile (query-head rows per CTA pass) of the kernels for
+// head dim d: Geo<D>::kRows of msa_common.cuh. D = 256 uses 16 rows (and
+// 32-key K/V sub-tiles) to keep static shared memory under 48 KB.
+func TileRows(d int) int {
+	if d > 128 {
+		return 16
+	}
+	return 32
+}
+
+// MaxDecodeTopK bounds top_k of sparse decode (the op layer allows 64).
+const MaxDecodeTopK = 1024
+
+const headDimErr = "the GPU kernels support 64, 128 and 256"
 
 const log2e = 1.4426950408889634
 
@@ -138,7 +155,7 @@ func NewFwdKernelParams(a *FwdArgs, csr *plan.CSR, s *plan.FwdSchedule, dev FwdP
 	var p FwdKernelParams
 	switch {
 	case !HeadDimSupported(a.D):
-		return p, fmt.Errorf("cuda: head dim %d: the GPU kernels support 64 and 128", a.D)
+		return p, fmt.Errorf("cuda: head dim %d: "+headDimErr, a.D)
 	case a.BlkKV < 1 || a.BlkKV > MaxBlockN:
 		return p, fmt.Errorf("cuda: blk_kv = %d: must be in [1, %d]", a.BlkKV, MaxBlockN)
 	case a.Hkv < 1 || a.Hq%a.Hkv != 0 || a.Hq < a.Hkv:
@@ -212,7 +229,7 @@ func NewCombineKernelParams(a *CombineArgs, splitCounts uint64) (CombineKernelPa
 	var p CombineKernelParams
 	switch {
 	case !HeadDimSupported(a.D):
-		return p, fmt.Errorf("cuda: head dim %d: the GPU kernels support 64 and 128", a.D)
+		return p, fmt.Errorf("cuda: head dim %d: "+headDimErr, a.D)
 	case a.Hkv < 1 || a.Hq%a.Hkv != 0 || a.Hq < a.Hkv:
 		return p, fmt.Errorf("cuda: Hq = %d, Hkv = %d: Hq must be a positive multiple of Hkv", a.Hq, a.Hkv)
 	case a.PartialDtype < F32 || a.PartialDtype > E4M3:
@@ -239,6 +256,10 @@ type DecodeArgs struct {
 	SequsedK, PageTable                   uint64 // int32 [B], int32 [B][PageTableStride]
 	OPartial, LSEPartial                  uint64 // float32 [PartialRows][Hq][D] / [PartialRows][Hq] when SplitKV
 	Out, LSE                              uint64 // bf16 [B*SeqlenQ][Hq][D], float32 [B*SeqlenQ][Hq]
+	// Q2K selects sparse decode: int32 [Hkv][Batch*SeqlenQ][TopK] ids of
+	// blocks of BlkKV tokens (-1 = unused slot); 0 = dense decode.
+	Q2K         uint64
+	TopK, BlkKV int
 
 	Batch, SeqlenQ, Hq, Hkv, D, PageSize, PageTableStride int
 	QDtype, KVDtype                                       Dtype
@@ -260,7 +281,7 @@ func NewDecodeKernelParams(a *DecodeArgs, s *plan.DecodeSchedule, dev DecodePlan
 	case s == nil:
 		return p, c, fmt.Errorf("cuda: nil decode schedule")
 	case !HeadDimSupported(a.D):
-		return p, c, fmt.Errorf("cuda: head dim %d: the GPU kernels support 64 and 128", a.D)
+		return p, c, fmt.Errorf("cuda: head dim %d: "+headDimErr, a.D)
 	case a.Hkv < 1 || a.Hq%a.Hkv != 0 || a.Hq < a.Hkv:
 		return p, c, fmt.Errorf("cuda: Hq = %d, Hkv = %d: Hq must be a positive multiple of Hkv", a.Hq, a.Hkv)
 	case s.Params.Batch != a.Batch || s.Params.SeqlenQ != a.SeqlenQ || s.Params.HQ != a.Hq || s.Params.Hkv != a.Hkv || s.Params.PageSize != a.PageSize:
@@ -272,6 +293,10 @@ func NewDecodeKernelParams(a *DecodeArgs, s *plan.DecodeSchedule, dev DecodePlan
 		return p, c, fmt.Errorf("cuda: split-KV decode schedule: partial buffers of %d rows are required", s.PartialRows)
 	case a.KVDtype == NVFP4 && (a.KScale == 0 || a.VScale == 0):
 		return p, c, fmt.Errorf("cuda: NVFP4 K/V need block scales")
+	case a.Q2K != 0 && (a.TopK < 1 || a.TopK > MaxDecodeTopK):
+		return p, c, fmt.Errorf("cuda: sparse decode: topK = %d: must be in [1, %d]", a.TopK, MaxDecodeTopK)
+	case a.Q2K != 0 && a.BlkKV < 1:
+		return p, c, fmt.Errorf("cuda: sparse decode: blk_kv = %d: must be >= 1", a.BlkKV)
 	case s.WorkCount > s.Capacity || len(s.Request) < s.Capacity || len(s.KVHead) < s.Capacity:
 		return p, c, fmt.Errorf("cuda: decode schedule: work count %d, capacity %d, %d items", s.WorkCount, s.Capacity, len(s.Request))
 	}
@@ -281,11 +306,19 @@ func NewDecodeKernelParams(a *DecodeArgs, s *plan.DecodeSchedule, dev DecodePlan
 	if err := fits32("batch*seqlen_q*Hq", a.Batch*a.SeqlenQ*a.Hq); err != nil {
 		return p, c, err
 	}
+	if a.Q2K != 0 {
+		if err := fits32("Hkv*batch*seqlen_q*topK", a.Hkv*a.Batch*a.SeqlenQ*a.TopK); err != nil {
+			return p, c, err
+		}
+		if err := fits32("blk_kv", a.BlkKV); err != nil {
+			return p, c, err
+		}
+	}
 	p = DecodeKernelParams{
 		Q: a.Q, K: a.K, V: a.V, KScale: a.KScale, VScale: a.VScale, KGlobalScale: a.KGlobalScale, OutputScale: a.OutputScale,
 		SequsedK: a.SequsedK, PageTable: a.PageTable,
 		Request: dev.Request, QTileIdx: dev.QTileIdx, KVTile: dev.KVTile, KVHead: dev.KVHead, Valid: dev.Valid, OIndptr: dev.OIndptr,
-		OPartial: a.OPartial, LSEPartial: a.LSEPartial, Out: a.Out, LSE: a.LSE,
+		OPartial: a.OPartial, LSEPartial: a.LSEPartial, Out: a.Out, LSE: a.LSE, Q2K: a.Q2K,
 		Batch: int32(a.Batch), SeqlenQ: int32(a.SeqlenQ), NumHeadsQ: int32(a.Hq), NumHeadsKV: int32(a.Hkv),
 		HeadDim: int32(a.D), QheadPerKV: int32(a.Hq / a.Hkv), PageSize: int32(a.PageSize), PageTableStride: int32(a.PageTableStride),
 		QTile: int32(s.QTile), QStride: int32(s.QStride), ChunkPages: int32(s.ChunkPages),
@@ -294,6 +327,9 @@ func NewDecodeKernelParams(a *DecodeArgs, s *plan.DecodeSchedule, dev DecodePlan
 	}
 	if s.SplitKV {
 		p.SplitKV = 1
+	}
+	if a.Q2K != 0 {
+		p.TopK, p.BlkKV = int32(a.TopK), int32(a.BlkKV)
 	}
 	maxSplits := max(s.MaxSplits, 1)
 	for _, n := range s.SplitCounts {

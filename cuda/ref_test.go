@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"math"
 	"math/rand/v2"
+	"sort"
 	"testing"
 
 	"github.com/sparseattn/msa/kernels/lowp"
@@ -252,6 +253,8 @@ type decodeCase struct {
 	qd, kvd                   Dtype
 	round                     Round
 	fixedSplit                int
+	topK, blk                 int     // sparse decode when topK > 0: q2k over blocks of blk tokens
+	q2k                       []int32 // [hkv][batch*seqlenQ][topK], -1 = unused
 	q, k, v                   *kvStore
 	sched                     *plan.DecodeSchedule
 	hq                        int
@@ -283,6 +286,40 @@ func genDecode(t testing.TB, c *decodeCase, seed uint64) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if c.topK > 0 {
+		// Sparse decode: each (KV head, query row) selects 0..topK distinct
+		// blocks of its request in random slot order, -1 elsewhere (rows with
+		// no block at all give O = 0, LSE = -inf).
+		rows := c.batch * c.seqlenQ
+		c.q2k = make([]int32, c.hkv*rows*c.topK)
+		for i := range c.q2k {
+			c.q2k[i] = -1
+		}
+		for h := 0; h < c.hkv; h++ {
+			for r := 0; r < rows; r++ {
+				nb := (int(c.seqused[r/c.seqlenQ]) + c.blk - 1) / c.blk
+				n := min(nb, rng.IntN(c.topK+1))
+				slots := rng.Perm(c.topK)
+				for j, blk := range rng.Perm(nb)[:n] {
+					c.q2k[(h*rows+r)*c.topK+slots[j]] = int32(blk)
+				}
+			}
+		}
+	}
+}
+
+// selectedBlocks returns the blocks q2k row (h, qrow) selected, ascending
+// (nil for dense decode).
+func (c *decodeCase) selectedBlocks(h, qrow int) []int {
+	var out []int
+	rows := c.batch * c.seqlenQ
+	for _, j := range c.q2k[(h*rows+qrow)*c.topK : (h*rows+qrow+1)*c.topK] {
+		if j >= 0 {
+			out = append(out, int(j))
+		}
+	}
+	sort.Ints(out)
+	return out
 }
 
 func (c *decodeCase) refDecode() (o, lse []float64) {
@@ -296,9 +333,20 @@ func (c *decodeCase) refDecode() (o, lse []float64) {
 			for hq := 0; hq < c.hq; hq++ {
 				h := hq / c.qhpk
 				var keys []int
-				for t := 0; t < lim; t++ {
+				add := func(t int) {
 					page := int(c.pageTable[b*c.maxPages+t/c.pageSize])
 					keys = append(keys, (page*c.hkv+h)*c.pageSize+t%c.pageSize)
+				}
+				if c.q2k == nil {
+					for t := 0; t < lim; t++ {
+						add(t)
+					}
+				} else {
+					for _, j := range c.selectedBlocks(h, b*c.seqlenQ+i) {
+						for t := j * c.blk; t < min((j+1)*c.blk, lim); t++ {
+							add(t)
+						}
+					}
 				}
 				r := (b*c.seqlenQ+i)*c.hq + hq
 				ov, l, _ := attendRef(c.q.row(r), keys, c.k, c.v, float64(c.scale), 0)
@@ -355,6 +403,8 @@ func bf16Floats(b []byte) []float32 {
 // whole gpucheck run stays well under a minute of GPU time).
 func prefillCases() []*prefillCase {
 	return []*prefillCase{
+		{name: "bf16/dense/causal/f32part/d256", cuQ: []int32{0, 100, 190}, cuK: []int32{0, 400, 700}, hkv: 2, qhpk: 4, d: 256, topK: 4, blk: 128,
+			causal: true, qd: BF16, kvd: BF16, pd: F32, round: RoundBF16, tolO: 2e-2, tolLSE: 2e-3},
 		{name: "bf16/dense/causal/f32part", cuQ: []int32{0, 300, 437}, cuK: []int32{0, 700, 829}, hkv: 2, qhpk: 4, d: 128, topK: 8, blk: 128,
 			causal: true, qd: BF16, kvd: BF16, pd: F32, round: RoundBF16, tolO: 2e-2, tolLSE: 2e-3},
 		{name: "bf16/dense/temp/bf16part/d64", cuQ: []int32{0, 200}, cuK: []int32{0, 1000}, hkv: 1, qhpk: 16, d: 64, topK: 4, blk: 128,
@@ -380,6 +430,20 @@ func decodeCases() []*decodeCase {
 				}
 				return s
 			}(), qd: BF16, kvd: NVFP4, round: RoundBF16, tolO: 3e-2, tolLSE: 3e-3},
+		{name: "bf16/d256/q8/fixed-split", batch: 2, seqlenQ: 1, hkv: 2, qhpk: 8, d: 256, pageSize: 64, fixedSplit: 8,
+			seqused: []int32{3000, 70}, qd: BF16, kvd: BF16, round: RoundBF16, tolO: 2e-2, tolLSE: 2e-3},
+		// sparse decode (q2k): blocks straddling KV chunks (blk 48, chunk 3 pages of 32)
+		{name: "bf16/q2k/q4/seqlenq2/blk48/fixed-split", batch: 3, seqlenQ: 2, hkv: 2, qhpk: 4, d: 128, pageSize: 32, fixedSplit: 3,
+			topK: 4, blk: 48, seqused: []int32{700, 130, 5}, qd: BF16, kvd: BF16, round: RoundBF16, tolO: 2e-2, tolLSE: 2e-3},
+		{name: "fp8/q2k/q16/topk8/auto-split", batch: 2, seqlenQ: 1, hkv: 4, qhpk: 16, d: 128, pageSize: 64,
+			topK: 8, blk: 128, seqused: []int32{6000, 300}, qd: E4M3, kvd: E4M3, round: RoundE4M3, tolO: 8e-2, tolLSE: 3e-3},
+		// D = 256: 16-row tiles, so a q tile of 4 queries x 8 heads is two row tiles with their own block unions;
+		// blk 256 > 128 splits each block into two softmax spans.
+		{name: "bf16/q2k/d256/q8/seqlenq4/blk256/fixed-split", batch: 2, seqlenQ: 4, hkv: 2, qhpk: 8, d: 256, pageSize: 128, fixedSplit: 3,
+			topK: 4, blk: 256, seqused: []int32{1500, 900}, qd: BF16, kvd: BF16, round: RoundBF16, tolO: 2e-2, tolLSE: 2e-3},
+		{name: "bf16/q2k/nvfp4/d64/no-split", batch: 8, seqlenQ: 3, hkv: 2, qhpk: 2, d: 64, pageSize: 64,
+			topK: 16, blk: 64, seqused: []int32{64, 200, 1000, 3, 700, 128, 129, 900}, qd: BF16, kvd: NVFP4, round: RoundBF16,
+			tolO: 3e-2, tolLSE: 3e-3},
 	}
 }
 
@@ -402,7 +466,8 @@ func TestReferenceSelfCheck(t *testing.T) {
 		genDecode(t, c, uint64(i+1))
 		if _, _, err := NewDecodeKernelParams(&DecodeArgs{Batch: c.batch, SeqlenQ: c.seqlenQ, Hq: c.hq, Hkv: c.hkv, D: c.d,
 			PageSize: c.pageSize, PageTableStride: c.maxPages, PageTable: 1, SequsedK: 1, OPartial: 1, LSEPartial: 1,
-			QDtype: c.qd, KVDtype: c.kvd, PVRound: c.round, KScale: 1, VScale: 1}, c.sched, DecodePlanPtrs{}); err != nil {
+			QDtype: c.qd, KVDtype: c.kvd, PVRound: c.round, KScale: 1, VScale: 1,
+			Q2K: map[bool]uint64{true: 1}[c.topK > 0], TopK: c.topK, BlkKV: c.blk}, c.sched, DecodePlanPtrs{}); err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
 	}

@@ -25,14 +25,18 @@ package op
 //     schedule, cu_seqlens, page table, seqused_k and global scales are also
 //     copied to the host (small) for the same validation as the CPU path and
 //     for the host plan structures the launcher uploads.
-//   - DecodeAttention (dense) launches cuda.Decode (plus its split-KV
-//     combine) the same way; the schedule value is copied back to the host.
+//   - DecodeAttention (dense and sparse) launches cuda.Decode (plus its
+//     split-KV combine) the same way; the schedule value is copied back to
+//     the host, and for sparse decode q2k_indices too (validation: range and
+//     duplicate checks) while the kernel reads the device copy.
 //   - LSE / TemperatureLSE copy, device to device, the LSE the attention
 //     node left in device memory (state shared through attnState) into their
 //     own preallocated output.
-//   - Configurations the GPU kernels lack (head dim other than 64/128,
-//     sparse decode with q2k) run the CPU Do on host copies of every input
-//     and copy O (and, for the accessors, the LSE) back to the device.
+//   - Head dims 64, 128 and 256 all have GPU kernels (D = 256 with a
+//     smaller row tile, see kernels/cuda/README.md). A configuration the
+//     kernels lack (a head dim outside mcuda.HeadDimSupported; the op
+//     layer accepts none today) would run the CPU Do on host copies of
+//     every input and copy O (and, for the accessors, the LSE) back.
 //
 // Module loading: the embedded fatbin is loaded lazily, once per CUDA
 // context (per gorgonia engine), with cuda.Load on the first attention node
@@ -669,15 +673,15 @@ func (op *sparseAttnOp) gpu(e *gpuEnv, prealloc G.Value, in []G.Value) (G.Value,
 
 // ---- DecodeAttention -------------------------------------------------------------
 
-// CUDADo runs dense paged decode on the GPU (cuda.Decode); sparse decode
-// (q2k) has no GPU kernel and runs on the host.
+// CUDADo runs paged decode on the GPU (cuda.Decode), dense or sparse
+// (q2k_indices: each query row attends only its selected blocks).
 func (op *decodeAttnOp) CUDADo(extern G.External, dev G.Device, prealloc G.Value, inputs ...G.Value) (G.Value, error) {
 	const fn = "DecodeAttention"
 	if len(inputs) != op.Arity() {
 		return nil, argErr(fn, "inputs", fmt.Sprintf("%d values", op.Arity()), len(inputs))
 	}
 	return withGPU(fn, extern, dev, func(e *gpuEnv) (G.Value, error) {
-		if s := inputs[0].Shape(); op.sparse || s.Dims() != 3 || !mcuda.HeadDimSupported(s[2]) {
+		if s := inputs[0].Shape(); s.Dims() != 3 || !mcuda.HeadDimSupported(s[2]) {
 			return e.hostAttention(op, op.st, prealloc, inputs)
 		}
 		return op.gpu(e, prealloc, inputs)
@@ -703,7 +707,18 @@ func (op *decodeAttnOp) gpu(e *gpuEnv, prealloc G.Value, in []G.Value) (G.Value,
 	if err != nil {
 		return nil, err
 	}
-	m, s, err := op.prepare(c, qd, kd, pt, su, sv, nil)
+	var q2k tensor.Tensor // host copy for validation; the kernel reads in[6] on the device
+	if op.sparse {
+		if len(in) < 7 {
+			return nil, argErr(fn, "inputs", "q2k_indices as input 6", len(in))
+		}
+		h, err := e.toHost(in[6], "q2k_indices")
+		if err != nil {
+			return nil, err
+		}
+		q2k = h
+	}
+	m, s, err := op.prepare(c, qd, kd, pt, su, sv, q2k)
 	if err != nil {
 		return nil, err
 	}
@@ -729,6 +744,12 @@ func (op *decodeAttnOp) gpu(e *gpuEnv, prealloc G.Value, in []G.Value) (G.Value,
 		if *x.dst, err = e.devPtr(x.v, x.arg); err != nil {
 			return nil, err
 		}
+	}
+	if op.sparse {
+		if da.Q2K, err = e.devPtr(in[6], "q2k_indices"); err != nil {
+			return nil, err
+		}
+		da.TopK, da.BlkKV = m.topK, m.blk
 	}
 	ds := devState(op.st, e.ctx, true)
 	ds.lseOK, ds.tlseOK = false, false

@@ -114,10 +114,14 @@ awk '
 ' "$WORK/res.txt" >&2 || { echo "build.sh: FAIL: stack or local memory in the SASS resource usage" >&2; fail=1; }
 
 cuobjdump -sass "$WORK/out.fatbin" > "$WORK/sass.txt"
+# (listings go to files first: `cuobjdump | grep -q` under pipefail fails at
+# random when grep exits early and cuobjdump dies of SIGPIPE)
+cuobjdump -lelf "$WORK/out.fatbin" > "$WORK/elf.txt"
+cuobjdump -lptx "$WORK/out.fatbin" > "$WORK/ptx.txt" 2>/dev/null || true
 for a in "${ARCHS[@]}"; do
-    cuobjdump -lelf "$WORK/out.fatbin" | grep -q "\.$a\.cubin" || { echo "build.sh: FAIL: no SASS for $a" >&2; fail=1; }
+    grep -q "\.$a\.cubin" "$WORK/elf.txt" || { echo "build.sh: FAIL: no SASS for $a" >&2; fail=1; }
 done
-if cuobjdump -lptx "$WORK/out.fatbin" 2>/dev/null | grep -Eq "sm_(90a|100a)"; then
+if grep -Eq "sm_(90a|100a)" "$WORK/ptx.txt"; then
     echo "build.sh: FAIL: PTX embedded for an arch-specific target" >&2; fail=1
 fi
 if grep -Eq "\b(LDL|STL)(\.[A-Z0-9.]+)?\b" "$WORK/sass.txt"; then

@@ -6,7 +6,9 @@
 #                         CUDA 13.0.2 wheels; fail on spills / local memory / LDL/STL /
 #                         missing SASS / arch-specific PTX; the rebuild must match the
 #                         committed msa_kernels.fatbin (bytes, else normalised SASS).
-#   2. SASS inspection    of the committed fatbin: every kernel of embed.go has a
+#   2. SASS inspection    of the committed fatbin: exactly the expected kernels
+#                         (sparse_fwd, decode, combine x D 64/128/256), in embed.go
+#                         and for every architecture; every kernel has a
 #                         real body (not a printf stub) for sm_80, sm_90a and
 #                         sm_100a, does floating point work (FFMA) and has no
 #                         local-memory instructions.
@@ -67,6 +69,20 @@ trap 'rm -rf "$WORK"' EXIT
 "$CUOBJDUMP" -sass "$HERE/msa_kernels.fatbin" > "$WORK/sass.txt"
 kernels=$(sed -nE 's/^[[:space:]]*[A-Za-z0-9]+[[:space:]]*=[[:space:]]*"(msa_[a-z0-9_]+)"$/\1/p' "$HERE/embed.go")
 [[ -n "$kernels" ]] || { echo "ci.sh: no kernel names found in embed.go" >&2; exit 1; }
+# The expected kernel set: three algorithms x head dims 64, 128, 256. embed.go
+# and the fatbin must both hold exactly these (no missing, no extra entry).
+EXPECTED_KERNELS="msa_combine_d128 msa_combine_d256 msa_combine_d64 msa_decode_d128 msa_decode_d256 msa_decode_d64 msa_sparse_fwd_d128 msa_sparse_fwd_d256 msa_sparse_fwd_d64"
+got_kernels=$(printf '%s\n' $kernels | sort | xargs)
+if [[ "$got_kernels" != "$EXPECTED_KERNELS" ]]; then
+    echo "ci.sh: FAIL: embed.go names [$got_kernels], expected [$EXPECTED_KERNELS]" >&2; exit 1
+fi
+for arch in sm_80 sm_90a sm_100a; do
+    fat_kernels=$(awk -v a="$arch" '/code for sm_/ { match($0, /sm_[0-9a-z]+/); cur = substr($0, RSTART, RLENGTH) }
+                                   /Function : / && cur == a { print $NF }' "$WORK/sass.txt" | sort -u | xargs)
+    if [[ "$fat_kernels" != "$EXPECTED_KERNELS" ]]; then
+        echo "ci.sh: FAIL: the fatbin's $arch kernels are [$fat_kernels], expected [$EXPECTED_KERNELS]" >&2; exit 1
+    fi
+done
 # Per (arch, function): instruction count, FFMA count, stub / local-memory markers.
 awk '
     /code for sm_/ { match($0, /sm_[0-9a-z]+/); arch = substr($0, RSTART, RLENGTH) }

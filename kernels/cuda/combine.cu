@@ -83,3 +83,6 @@ extern "C" __global__ void __launch_bounds__(msa::kThreads, 1) msa_combine_d128(
 extern "C" __global__ void __launch_bounds__(msa::kThreads, 1) msa_combine_d64(const MsaCombineParams* __restrict__ p) {
     msa::combine_impl<64>(*p);
 }
+extern "C" __global__ void __launch_bounds__(msa::kThreads, 1) msa_combine_d256(const MsaCombineParams* __restrict__ p) {
+    msa::combine_impl<256>(*p);
+}

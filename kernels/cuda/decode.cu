@@ -3,13 +3,26 @@
 // seqused_k[b] - seqlen_q + i (causal, bottom-right). With split_kv the CTA
 // writes float partials at row o_indptr[b] + kv_tile*q_stride + i (merged by
 // msa_combine in mode 1), otherwise the final BF16 output and LSE.
+//
+// Sparse decode (q2k != 0, same kernel, runtime switch): for each row tile
+// the CTA visits, in ascending order, the union of the blocks of blk_kv
+// tokens that the tile's rows selected (q2k[h][b*seqlen_q + i][0..top_k)),
+// restricted to the item's KV chunk [kv_begin, kv_end) and to blocks that
+// start before the row's causal limit; each row attends only the blocks it
+// selected itself (per-row selection mask: lim = 0 for the others). This is
+// kernels/attn decodeTile's rule. Warp 0 finds the next block: lane r scans
+// row r's list for the smallest selected id above the previous block, a warp
+// min gives the block, and lane r's row is selected iff its own minimum is it.
+#include <climits>
 #include "msa_core.cuh"
 
 namespace msa {
 
 template <int D, class Backend>
 __device__ __forceinline__ void decode_impl(const MsaDecodeParams& p) {
+    constexpr int kRows = Geo<D>::kRows, kWarpRows = Geo<D>::kWarpRows;
     __shared__ Smem<D> sm;
+    __shared__ int next_blk;  // sparse decode: the block the CTA visits next (INT_MAX = done)
     const int w = blockIdx.x;
     if (w >= p.work_count || !reinterpret_cast<const int*>(p.valid)[w]) return;
     const int h = reinterpret_cast<const int*>(p.kv_head)[w];
@@ -59,14 +72,51 @@ __device__ __forceinline__ void decode_impl(const MsaDecodeParams& p) {
             sm.q_off[threadIdx.x] = qo;
             sm.out_row[threadIdx.x] = orow;
             sm.lim[threadIdx.x] = lim;
+            sm.aux[threadIdx.x] = lim;  // causal limit, kept while sparse decode rewrites lim per block
         }
         __syncthreads();
         load_q_tile<D>(sm.q, reinterpret_cast<const void*>(p.q), p.q_dtype, sm.q_off);
         RowState<D> st;
         st.reset();
+        if (!p.q2k) {
 #pragma unroll 1
-        for (int t0 = kv_begin; t0 < kv_end; t0 += kBlockN)
-            block_update<D, Backend>(sm, st, src, t0, min(kBlockN, kv_end - t0), scale, 0.f, p.pv_round);
+            for (int t0 = kv_begin; t0 < kv_end; t0 += kBlockN)
+                block_update<D, Backend>(sm, st, src, t0, min(kBlockN, kv_end - t0), scale, 0.f, p.pv_round);
+        } else {
+            const long long blk = p.blk_kv;
+            int prev = -1;  // last block visited (CTA-uniform)
+#pragma unroll 1
+            for (;;) {
+                __syncthreads();  // every thread has read next_blk; lim is no longer read
+                if (warp == 0) {
+                    int own = INT_MAX;  // smallest selected block > prev of this lane's row
+                    const int idx = rt + lane;
+                    if (lane < kRows && idx < nrows) {
+                        const int i = qt * p.q_tile + idx / p.qhead_per_kv;
+                        const int* sel = reinterpret_cast<const int*>(p.q2k) +
+                                         ((long long)h * p.batch * p.seqlen_q + (long long)b * p.seqlen_q + i) * p.top_k;
+                        const int lim = sm.aux[lane];
+#pragma unroll 1
+                        for (int k = 0; k < p.top_k; ++k) {
+                            const int j = sel[k];
+                            if (j > prev && j < own && j * blk < kv_end && (j + 1) * blk > kv_begin && j * blk < lim) own = j;
+                        }
+                    }
+                    const int jmin = __reduce_min_sync(0xffffffffu, own);
+                    if (lane < kRows) sm.lim[lane] = (jmin != INT_MAX && own == jmin) ? sm.aux[lane] : 0;
+                    if (lane == 0) next_blk = jmin;
+                }
+                __syncthreads();
+                const int j = next_blk;
+                if (j == INT_MAX) break;
+                const int lo = (int)max((long long)kv_begin, j * blk);
+                const int hi = (int)min((long long)kv_end, (j + 1) * blk);
+#pragma unroll 1
+                for (int t0 = lo; t0 < hi; t0 += kBlockN)
+                    block_update<D, Backend>(sm, st, src, t0, min(kBlockN, hi - t0), scale, 0.f, p.pv_round);
+                prev = j;
+            }
+        }
 
 #pragma unroll
         for (int r = 0; r < kWarpRows; ++r) {
@@ -97,4 +147,7 @@ extern "C" __global__ void __launch_bounds__(msa::kThreads, 1) msa_decode_d128(c
 }
 extern "C" __global__ void __launch_bounds__(msa::kThreads, 1) msa_decode_d64(const MsaDecodeParams* __restrict__ p) {
     msa::decode_impl<64, msa::ArchBackend>(*p);
+}
+extern "C" __global__ void __launch_bounds__(msa::kThreads, 1) msa_decode_d256(const MsaDecodeParams* __restrict__ p) {
+    msa::decode_impl<256, msa::ArchBackend>(*p);
 }

@@ -13,10 +13,13 @@ var Fatbin []byte
 
 // Kernel entry points (extern "C" names) in Fatbin, per head dimension.
 const (
+	SparseFwdD256 = "msa_sparse_fwd_d256"
 	SparseFwdD128 = "msa_sparse_fwd_d128"
 	SparseFwdD64  = "msa_sparse_fwd_d64"
+	DecodeD256    = "msa_decode_d256"
 	DecodeD128    = "msa_decode_d128"
 	DecodeD64     = "msa_decode_d64"
+	CombineD256   = "msa_combine_d256"
 	CombineD128   = "msa_combine_d128"
 	CombineD64    = "msa_combine_d64"
 )

@@ -2,13 +2,14 @@
 //
 // Interface (what a replacement backend must provide, per warp):
 //   template <int D> static void qk(const __nv_bfloat16* sQ, const __nv_bfloat16* sK,
-//                                   float (&s)[kWarpRows][2]);
+//                                   float (&s)[Geo<D>::kWarpRows][Geo<D>::kKeyFrags]);
 //       s[r][c] = dot(Q row r, K row lane + 32*c) over D, for the warp's kWarpRows
 //       query-head rows (sQ points at the warp's first row, row stride D) and the
-//       kSubN = 64 keys of the shared K sub-tile (row stride Geo<D>::kvStride).
+//       kSubN keys of the shared K sub-tile (row stride Geo<D>::kvStride); kSubN
+//       is 64 (kKeyFrags 2) for D <= 128 and 32 (kKeyFrags 1) for D = 256.
 //   template <int D> static void pv(const float* sP, int kb, const __nv_bfloat16* sV,
-//                                   float (&acc)[kWarpRows][D / 32]);
-//       acc[r][2p+e] += sum_j P[r][kb + j] * V[j][p*64 + 2*lane + e] over the 64
+//                                   float (&acc)[Geo<D>::kWarpRows][D / 32]);
+//       acc[r][2p+e] += sum_j P[r][kb + j] * V[j][p*64 + 2*lane + e] over the kSubN
 //       keys of the shared V sub-tile (P row stride kBlockN, P already rounded).
 // The fragment ownership (which lane holds which score / output column) is
 // fixed by this interface; scheduling, addressing, masking, softmax and the
@@ -27,30 +28,33 @@ namespace msa {
 struct PortableBackend {
     template <int D>
     static __device__ __forceinline__ void qk(const __nv_bfloat16* sQ, const __nv_bfloat16* sK,
-                                              float (&s)[kWarpRows][2]) {
+                                              float (&s)[Geo<D>::kWarpRows][Geo<D>::kKeyFrags]) {
+        constexpr int WR = Geo<D>::kWarpRows, KF = Geo<D>::kKeyFrags;
         const int lane = threadIdx.x & 31;
-        const uint32_t* k0 = reinterpret_cast<const uint32_t*>(sK + lane * Geo<D>::kvStride);
-        const uint32_t* k1 = reinterpret_cast<const uint32_t*>(sK + (lane + 32) * Geo<D>::kvStride);
+        const uint32_t* kr[KF];
+#pragma unroll
+        for (int c = 0; c < KF; ++c) kr[c] = reinterpret_cast<const uint32_t*>(sK + (lane + 32 * c) * Geo<D>::kvStride);
         const uint4* q = reinterpret_cast<const uint4*>(sQ);
 #pragma unroll
-        for (int r = 0; r < kWarpRows; ++r) s[r][0] = s[r][1] = 0.f;
+        for (int r = 0; r < WR; ++r)
+#pragma unroll
+            for (int c = 0; c < KF; ++c) s[r][c] = 0.f;
 #pragma unroll 2
         for (int w = 0; w < D / 8; ++w) {  // 8 elements = 4 words per step
-            float2 ka[4], kb[4];
+            float2 kf[KF][4];
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                ka[i] = unpack_bf16x2(k0[4 * w + i]);
-                kb[i] = unpack_bf16x2(k1[4 * w + i]);
-            }
+            for (int i = 0; i < 4; ++i)
 #pragma unroll
-            for (int r = 0; r < kWarpRows; ++r) {
+                for (int c = 0; c < KF; ++c) kf[c][i] = unpack_bf16x2(kr[c][4 * w + i]);
+#pragma unroll
+            for (int r = 0; r < WR; ++r) {
                 const uint4 qv = q[r * (D / 8) + w];
                 const uint32_t qw[4] = {qv.x, qv.y, qv.z, qv.w};
 #pragma unroll
                 for (int i = 0; i < 4; ++i) {
                     const float2 qf = unpack_bf16x2(qw[i]);
-                    s[r][0] = fmaf(qf.x, ka[i].x, fmaf(qf.y, ka[i].y, s[r][0]));
-                    s[r][1] = fmaf(qf.x, kb[i].x, fmaf(qf.y, kb[i].y, s[r][1]));
+#pragma unroll
+                    for (int c = 0; c < KF; ++c) s[r][c] = fmaf(qf.x, kf[c][i].x, fmaf(qf.y, kf[c][i].y, s[r][c]));
                 }
             }
         }
@@ -58,14 +62,14 @@ struct PortableBackend {
 
     template <int D>
     static __device__ __forceinline__ void pv(const float* sP, int kb, const __nv_bfloat16* sV,
-                                              float (&acc)[kWarpRows][D / 32]) {
-        constexpr int NP = D / 64;
+                                              float (&acc)[Geo<D>::kWarpRows][D / 32]) {
+        constexpr int NP = D / 64, WR = Geo<D>::kWarpRows;
         const int lane = threadIdx.x & 31;
 #pragma unroll 1
-        for (int j = 0; j < kSubN; j += 4) {
-            float4 p[kWarpRows];
+        for (int j = 0; j < Geo<D>::kSubN; j += 4) {
+            float4 p[WR];
 #pragma unroll
-            for (int r = 0; r < kWarpRows; ++r) p[r] = *reinterpret_cast<const float4*>(sP + r * kBlockN + kb + j);
+            for (int r = 0; r < WR; ++r) p[r] = *reinterpret_cast<const float4*>(sP + r * kBlockN + kb + j);
 #pragma unroll
             for (int jj = 0; jj < 4; ++jj) {
                 float2 v[NP];
@@ -74,7 +78,7 @@ struct PortableBackend {
                     v[pi] = unpack_bf16x2(*reinterpret_cast<const uint32_t*>(
                         sV + (j + jj) * Geo<D>::kvStride + pi * 64 + 2 * lane));
 #pragma unroll
-                for (int r = 0; r < kWarpRows; ++r) {
+                for (int r = 0; r < WR; ++r) {
                     const float pr = jj == 0 ? p[r].x : jj == 1 ? p[r].y : jj == 2 ? p[r].z : p[r].w;
 #pragma unroll
                     for (int pi = 0; pi < NP; ++pi) {

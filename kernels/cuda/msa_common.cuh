@@ -12,15 +12,25 @@ namespace msa {
 
 constexpr int kThreads = 128;          // 4 warps per CTA
 constexpr int kWarps = kThreads / 32;
-constexpr int kRows = 32;              // query-head rows per row tile
-constexpr int kWarpRows = kRows / kWarps;  // rows owned by one warp
 constexpr int kBlockN = 128;           // keys per softmax block (= tile.BlockN)
-constexpr int kSubN = 64;              // keys per K/V shared-memory sub-tile
 
+// Tile geometry, a compile-time parameter of every kernel template (one
+// source, instantiated per head dim). Static shared memory must stay under
+// 48 KB (gorgonia.org/cu v0.9.6 has no cuFuncSetAttribute to raise the
+// dynamic limit), so D = 256 halves both the row tile and the K/V sub-tile:
+//   D <= 128: kRows = 32 query-head rows, kSubN = 64 keys per sub-tile;
+//   D == 256: kRows = 16,                 kSubN = 32.
+// kKeyFrags = kSubN / 32 is the number of keys of a sub-tile a lane scores.
 template <int D> struct Geo {
+    static_assert(D == 64 || D == 128 || D == 256, "head dim");
+    static constexpr int kRows = D <= 128 ? 32 : 16;    // query-head rows per row tile
+    static constexpr int kWarpRows = kRows / kWarps;    // rows owned by one warp
+    static constexpr int kSubN = D <= 128 ? 64 : 32;    // keys per K/V shared-memory sub-tile
+    static constexpr int kKeyFrags = kSubN / 32;        // keys per lane per sub-tile
     static constexpr int kvStride = D + 2;  // bf16 elements; odd word stride: conflict-free rows
     static constexpr int qStride = D;
     static constexpr int sStride = kBlockN;
+    static_assert(kRows <= 32 && kRows % kWarps == 0 && kBlockN % kSubN == 0 && kSubN % 32 == 0, "tile geometry");
 };
 
 // ---- scalar conversions -------------------------------------------------
@@ -121,14 +131,14 @@ struct KVSource {
     }
 };
 
-// Cooperative load of keys [t0, t0+kSubN) (only the first n valid, rest zero)
+// Cooperative load of keys [t0, t0+Geo<D>::kSubN) (only the first n valid, rest zero)
 // of K (which=0) or V (which=1) into shared memory as bf16 rows.
 template <int D>
 __device__ __forceinline__ void load_kv_subtile(__nv_bfloat16* sKV, const KVSource& src, int which, int t0, int n) {
     constexpr int chunks = D / 8;
     const void* base = which ? src.v : src.k;
     const uint8_t* sc = which ? src.v_scale : src.k_scale;
-    for (int i = threadIdx.x; i < kSubN * chunks; i += kThreads) {
+    for (int i = threadIdx.x; i < Geo<D>::kSubN * chunks; i += kThreads) {
         const int j = i / chunks, c = i % chunks;
         float f[8];
         if (j < n) {
@@ -147,7 +157,7 @@ __device__ __forceinline__ void load_kv_subtile(__nv_bfloat16* sKV, const KVSour
 template <int D>
 __device__ __forceinline__ void load_q_tile(__nv_bfloat16* sQ, const void* q, int q_dtype, const long long* q_off) {
     constexpr int chunks = D / 8;
-    for (int i = threadIdx.x; i < kRows * chunks; i += kThreads) {
+    for (int i = threadIdx.x; i < Geo<D>::kRows * chunks; i += kThreads) {
         const int r = i / chunks, c = i % chunks;
         float f[8];
         if (q_off[r] >= 0) {

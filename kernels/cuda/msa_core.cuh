@@ -10,23 +10,26 @@ namespace msa {
 
 template <int D>
 struct alignas(16) Smem {
-    __nv_bfloat16 q[kRows * D];
-    __nv_bfloat16 kv[kSubN * Geo<D>::kvStride];
-    float s[kRows * kBlockN];  // scores, then rounded P
-    long long q_off[kRows];    // element offset of the Q row, -1 = padding row
-    long long out_row[kRows];  // kernel-defined output row (partial or final)
-    int lim[kRows];            // keys with sequence-local index < lim are visible
-    int aux[kRows];
+    static constexpr int R = Geo<D>::kRows;
+    __nv_bfloat16 q[R * D];
+    __nv_bfloat16 kv[Geo<D>::kSubN * Geo<D>::kvStride];
+    float s[R * kBlockN];  // scores, then rounded P
+    long long q_off[R];    // element offset of the Q row, -1 = padding row
+    long long out_row[R];  // kernel-defined output row (partial or final)
+    int lim[R];            // keys with sequence-local index < lim are visible
+    int aux[R];            // kernel-defined (sparse decode: the row's causal limit)
 };
+static_assert(sizeof(Smem<256>) <= 42 * 1024 && sizeof(Smem<128>) <= 42 * 1024, "static shared memory budget");
 
 // Running state of the warp's kWarpRows rows (values are warp-uniform except acc).
 template <int D>
 struct RowState {
-    float m[kWarpRows], l[kWarpRows], tl[kWarpRows];
-    float acc[kWarpRows][D / 32];
+    static constexpr int WR = Geo<D>::kWarpRows;
+    float m[WR], l[WR], tl[WR];
+    float acc[WR][D / 32];
     __device__ __forceinline__ void reset() {
 #pragma unroll
-        for (int r = 0; r < kWarpRows; ++r) {
+        for (int r = 0; r < WR; ++r) {
             m[r] = -INFINITY; l[r] = 0.f; tl[r] = 0.f;
 #pragma unroll
             for (int e = 0; e < D / 32; ++e) acc[r][e] = 0.f;
@@ -39,31 +42,31 @@ struct RowState {
 template <int D, class Backend>
 __device__ __forceinline__ void block_update(Smem<D>& sm, RowState<D>& st, const KVSource& src, int t0, int nkeys,
                                              float scale_log2, float invT, int pv_round) {
+    constexpr int WR = Geo<D>::kWarpRows, SubN = Geo<D>::kSubN, KF = Geo<D>::kKeyFrags;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    float* sS = sm.s + warp * kWarpRows * kBlockN;
-    const __nv_bfloat16* sQ = sm.q + warp * kWarpRows * D;
+    float* sS = sm.s + warp * WR * kBlockN;
+    const __nv_bfloat16* sQ = sm.q + warp * WR * D;
 
     // S = scale * Q K^T, masked to the visible prefix.
 #pragma unroll 1
-    for (int kb = 0; kb < kBlockN; kb += kSubN) {
+    for (int kb = 0; kb < kBlockN; kb += SubN) {
         if (kb >= nkeys) {
 #pragma unroll
-            for (int r = 0; r < kWarpRows; ++r) {
-                sS[r * kBlockN + kb + lane] = -INFINITY;
-                sS[r * kBlockN + kb + lane + 32] = -INFINITY;
-            }
+            for (int r = 0; r < WR; ++r)
+#pragma unroll
+                for (int c = 0; c < KF; ++c) sS[r * kBlockN + kb + lane + 32 * c] = -INFINITY;
             continue;
         }
         __syncthreads();
-        load_kv_subtile<D>(sm.kv, src, 0, t0 + kb, min(kSubN, nkeys - kb));
+        load_kv_subtile<D>(sm.kv, src, 0, t0 + kb, min(SubN, nkeys - kb));
         __syncthreads();
-        float s[kWarpRows][2];
+        float s[WR][KF];
         Backend::template qk<D>(sQ, sm.kv, s);
 #pragma unroll
-        for (int r = 0; r < kWarpRows; ++r) {
-            const int lim = min(max(sm.lim[warp * kWarpRows + r] - t0, 0), nkeys);
+        for (int r = 0; r < WR; ++r) {
+            const int lim = min(max(sm.lim[warp * WR + r] - t0, 0), nkeys);
 #pragma unroll
-            for (int c = 0; c < 2; ++c) {
+            for (int c = 0; c < KF; ++c) {
                 const int key = kb + lane + 32 * c;
                 sS[r * kBlockN + key] = key < lim ? s[r][c] * scale_log2 : -INFINITY;
             }
@@ -72,7 +75,7 @@ __device__ __forceinline__ void block_update(Smem<D>& sm, RowState<D>& st, const
 
     // Online softmax update (each lane reads back only the keys it wrote).
 #pragma unroll
-    for (int r = 0; r < kWarpRows; ++r) {
+    for (int r = 0; r < WR; ++r) {
         float x[4];
         float mx = -INFINITY;
 #pragma unroll
@@ -110,9 +113,9 @@ __device__ __forceinline__ void block_update(Smem<D>& sm, RowState<D>& st, const
 
     // O += P V
 #pragma unroll 1
-    for (int kb = 0; kb < nkeys; kb += kSubN) {
+    for (int kb = 0; kb < nkeys; kb += SubN) {
         __syncthreads();
-        load_kv_subtile<D>(sm.kv, src, 1, t0 + kb, min(kSubN, nkeys - kb));
+        load_kv_subtile<D>(sm.kv, src, 1, t0 + kb, min(SubN, nkeys - kb));
         __syncthreads();
         Backend::template pv<D>(sS, kb, sm.kv, st.acc);
     }

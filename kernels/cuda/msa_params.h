@@ -83,7 +83,10 @@ typedef struct MsaCombineParams {
  * Work item w (plan.DecodeSchedule): request[w], qtile_idx[w], kv_tile[w],
  * kv_head[w], valid[w]. With split_kv
  * the CTA writes float partials at row o_indptr[b] + kv_tile*q_stride + i,
- * else the final BF16 output (times output_scale) and LSE. */
+ * else the final BF16 output (times output_scale) and LSE.
+ * Sparse decode when q2k != 0: row b*seqlen_q + i of KV head h attends only
+ * the blocks of blk_kv tokens listed in q2k[h][b*seqlen_q + i][0..top_k)
+ * (-1 = unused slot), within the item's KV chunk and its causal limit. */
 typedef struct MsaDecodeParams {
     uint64_t q;              /* [B*seqlen_q, Hq, D] bf16 | e4m3 */
     uint64_t k;              /* paged [num_pages, Hkv, page_size, D] */
@@ -104,10 +107,12 @@ typedef struct MsaDecodeParams {
     uint64_t lse_partial;    /* float [partial_rows, Hq] */
     uint64_t out;            /* bf16 [B*seqlen_q, Hq, D] */
     uint64_t lse;            /* float [B*seqlen_q, Hq] */
+    uint64_t q2k;            /* int32 [Hkv, B*seqlen_q, top_k] nullable (0 = dense decode) */
     int32_t batch, seqlen_q, num_heads_q, num_heads_kv;
     int32_t head_dim, qhead_per_kv, page_size, page_table_stride;
     int32_t q_tile, q_stride, chunk_pages, split_kv;
     int32_t work_count, q_dtype, kv_dtype, pv_round;
+    int32_t top_k, blk_kv;   /* sparse decode only */
     float softmax_scale_log2;
     int32_t pad0;
 } MsaDecodeParams;
@@ -115,7 +120,7 @@ typedef struct MsaDecodeParams {
 #ifdef __cplusplus
 static_assert(sizeof(MsaFwdParams) == 17 * 8 + 20 * 4 + 2 * 4, "MsaFwdParams layout");
 static_assert(sizeof(MsaCombineParams) == 9 * 8 + 10 * 4, "MsaCombineParams layout");
-static_assert(sizeof(MsaDecodeParams) == 19 * 8 + 16 * 4 + 8, "MsaDecodeParams layout");
+static_assert(sizeof(MsaDecodeParams) == 20 * 8 + 18 * 4 + 8, "MsaDecodeParams layout");
 #endif
 
 #endif /* MSA_PARAMS_H */

@@ -1,14 +1,16 @@
 // sparse_fwd.cu - block-sparse prefill partials (SPEC 3, 4, 6): one CTA per
 // forward-schedule work item (head_kv, row, q_begin, q_count, batch, kv_block).
 // Every query-head row of the item attends the same KV block; the CTA walks
-// the item's rows in tiles of kRows and writes O_partial[slot, q, hq, :] and
-// LSE_partial[slot, q, hq] (slot from qsplit_indices: q_idx | slot << 24).
+// the item's rows in tiles of Geo<D>::kRows (32, or 16 for D = 256) and
+// writes O_partial[slot, q, hq, :] and LSE_partial[slot, q, hq] (slot from
+// qsplit_indices: q_idx | slot << 24).
 #include "msa_core.cuh"
 
 namespace msa {
 
 template <int D, class Backend>
 __device__ __forceinline__ void sparse_fwd_impl(const MsaFwdParams& p) {
+    constexpr int kRows = Geo<D>::kRows, kWarpRows = Geo<D>::kWarpRows;
     __shared__ Smem<D> sm;
     const int w = blockIdx.x;
     if (w >= p.capacity || w >= *reinterpret_cast<const int*>(p.work_count)) return;
@@ -98,4 +100,7 @@ extern "C" __global__ void __launch_bounds__(msa::kThreads, 1) msa_sparse_fwd_d1
 }
 extern "C" __global__ void __launch_bounds__(msa::kThreads, 1) msa_sparse_fwd_d64(const MsaFwdParams* __restrict__ p) {
     msa::sparse_fwd_impl<64, msa::ArchBackend>(*p);
+}
+extern "C" __global__ void __launch_bounds__(msa::kThreads, 1) msa_sparse_fwd_d256(const MsaFwdParams* __restrict__ p) {
+    msa::sparse_fwd_impl<256, msa::ArchBackend>(*p);
 }

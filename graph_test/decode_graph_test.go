@@ -11,11 +11,18 @@ import (
 	"gorgonia.org/tensor"
 )
 
-// TestDecodeLoopGraph runs a multi-layer decode loop in one TapeMachine:
+// TestDecodeLoopGraph runs a multi-layer decode loop in one TapeMachine (and
+// again in a LispMachine):
 // one DecodeSchedule node shared by every layer's DecodeAttention node,
 // several steps, seqused_k growing each step through gorgonia.Let. Every
 // layer's output and LSE must equal the eager SparseDecodeAttenFunc.
 func TestDecodeLoopGraph(t *testing.T) {
+	for _, machine := range []string{"tape", "lisp"} {
+		t.Run(machine, func(t *testing.T) { decodeLoop(t, machine) })
+	}
+}
+
+func decodeLoop(t *testing.T, machine string) {
 	rng := rand.New(rand.NewPCG(4, 4))
 	const (
 		batch, seqlenQ, hq, hkv, d, pageSize, layers, steps = 3, 2, 8, 2, 64, 16, 3, 4
@@ -56,8 +63,8 @@ func TestDecodeLoopGraph(t *testing.T) {
 		l.lse, err = op.LSE(out)
 		must(t, err)
 	}
-	m := G.NewTapeMachine(g)
-	defer m.Close()
+	m := newMachine(g, machine)
+	defer func() { m.Close() }()
 	for step := 0; step < steps; step++ {
 		for b := range used {
 			used[b] += int32(1 + step*7) // the cache grows by this step's tokens
@@ -82,6 +89,6 @@ func TestDecodeLoopGraph(t *testing.T) {
 				}
 			}
 		}
-		m.Reset()
+		m = resetMachine(g, m, machine)
 	}
 }

@@ -95,3 +95,26 @@ func prefix(lens []int) []int32 {
 	}
 	return cu
 }
+
+// newMachine returns a TapeMachine ("tape") or a forward-only LispMachine
+// ("lisp") for g.
+func newMachine(g *G.ExprGraph, kind string) G.VM {
+	if kind == "tape" {
+		return G.NewTapeMachine(g)
+	}
+	return G.NewLispMachine(g, G.ExecuteFwdOnly())
+}
+
+// resetMachine prepares m for another run. A TapeMachine is Reset. A
+// LispMachine is replaced: in gorgonia v0.9.18 lispMachine.Reset moves the
+// forward cursor to the last node while RunAll walks forward from it, so
+// after Reset only the final node would run again and every other node
+// would keep its stale value.
+func resetMachine(g *G.ExprGraph, m G.VM, kind string) G.VM {
+	if kind == "tape" {
+		m.Reset()
+		return m
+	}
+	m.Close()
+	return newMachine(g, kind)
+}

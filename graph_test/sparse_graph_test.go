@@ -50,19 +50,14 @@ func TestSparseGraphMatchesEager(t *testing.T) {
 			must(t, err)
 			tlse, err := op.TemperatureLSE(out)
 			must(t, err)
-			var m G.VM
-			if machine == "tape" {
-				m = G.NewTapeMachine(g)
-			} else {
-				m = G.NewLispMachine(g, G.ExecuteFwdOnly())
-			}
-			defer m.Close()
+			m := newMachine(g, machine)
+			defer func() { m.Close() }()
 			for run := 0; run < 2; run++ {
 				must(t, m.RunAll())
 				sameBits(t, "out", out.Value().(*tensor.Dense), want.Out)
 				sameBits(t, "lse", lse.Value().(*tensor.Dense), want.LSE)
 				sameBits(t, "temperature lse", tlse.Value().(*tensor.Dense), want.TemperatureLSE)
-				m.Reset()
+				m = resetMachine(g, m, machine)
 			}
 		})
 	}

@@ -25,6 +25,8 @@ import (
 	"math"
 	"os"
 	"strings"
+
+	"github.com/sparseattn/msa/kernels/tile/asmgen/emit"
 )
 
 type asm struct{ bytes.Buffer }
@@ -218,7 +220,6 @@ func genPV(a *asm, name string, p plan, k dot, R, C int) {
 
 // exp2 polynomial: 2^f on [-0.5, 0.5], degree 6, fitted for relative error
 // (max 9.6e-8 in float32 Horner evaluation, < 1 ulp).
-var expC = []float32{1.0, 0.6931471824645996, 0.24022646248340607, 0.05550328642129898, 0.009618489071726799, 0.0013399932067841291, 0.0001534576585981995}
 
 func f32(x float32) string { return fmt.Sprintf("$0x%08x", math.Float32bits(x)) }
 
@@ -226,36 +227,8 @@ func f32(x float32) string { return fmt.Sprintf("$0x%08x", math.Float32bits(x)) 
 var cnames = []string{"scale?", "ninf", "lo256", "c0", "c1", "c2", "c3", "c4", "c5", "c6", "one", "r7fff", "hi16", "r7ffff", "hi12", "c16384", "sub", "c448", "b127", "eight"}
 
 func cval(n string) uint32 {
-	switch n {
-	case "ninf":
-		return math.Float32bits(float32(math.Inf(-1)))
-	case "lo256":
-		return math.Float32bits(-127)
-	case "one":
-		return 1
-	case "r7fff":
-		return 0x7fff
-	case "hi16":
-		return 0xffff0000
-	case "r7ffff":
-		return 0x7ffff
-	case "hi12":
-		return 0xfff00000
-	case "c16384":
-		return math.Float32bits(16384)
-	case "sub":
-		return math.Float32bits(1.0 / 64)
-	case "c448":
-		return math.Float32bits(448)
-	case "b127":
-		return 127
-	case "eight":
-		return 8
-	}
-	if n[0] == 'c' && len(n) == 2 {
-		return math.Float32bits(expC[n[1]-'0'])
-	}
-	return 0
+	v, _ := emit.Const(n) // unknown names ("scale?") are placeholders: 0
+	return v
 }
 
 // emitConsts writes the constant tables: smc512 (one 4-byte entry per name,

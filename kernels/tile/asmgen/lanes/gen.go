@@ -31,8 +31,9 @@ package main
 import (
 	"bytes"
 	"fmt"
-	"math"
 	"os"
+
+	"github.com/sparseattn/msa/kernels/tile/asmgen/emit"
 )
 
 type asm struct{ bytes.Buffer }
@@ -42,37 +43,15 @@ func (a *asm) f(format string, args ...any) {
 	a.WriteByte('\n')
 }
 
-// expC is the exp2 polynomial of asmgen/gen.go: 2^f on [-0.5, 0.5], degree 6.
-var expC = []float32{1.0, 0.6931471824645996, 0.24022646248340607, 0.05550328642129898, 0.009618489071726799, 0.0013399932067841291, 0.0001534576585981995}
-
 // constant table lanesc: 4-byte entries, broadcast by the kernels.
 var cnames = []string{"ninf", "c0", "c1", "c2", "c3", "c4", "c5", "c6", "one", "r7fff", "hi16", "r7ffff", "hi12", "c16384", "sub", "c448"}
 
 func cval(n string) uint32 {
-	switch n {
-	case "ninf":
-		return math.Float32bits(float32(math.Inf(-1)))
-	case "one":
-		return 1
-	case "r7fff":
-		return 0x7fff
-	case "hi16":
-		return 0xffff0000
-	case "r7ffff":
-		return 0x7ffff
-	case "hi12":
-		return 0xfff00000
-	case "c16384":
-		return math.Float32bits(16384)
-	case "sub":
-		return math.Float32bits(1.0 / 64)
-	case "c448":
-		return math.Float32bits(448)
+	v, ok := emit.Const(n)
+	if !ok {
+		panic(n)
 	}
-	if n[0] == 'c' && len(n) == 2 {
-		return math.Float32bits(expC[n[1]-'0'])
-	}
-	panic(n)
+	return v
 }
 
 func c(n string) string {

@@ -1,0 +1,52 @@
+// Package emit holds what the assembly generators of package tile share:
+// the exp2 polynomial and the named 32-bit constants of the softmax kernels.
+// asmgen/gen.go (Acc/Block kernels) and asmgen/lanes/gen.go (Lanes
+// kernels) lay their constant tables out differently but must agree on
+// these values, so that both softmax implementations compute the same exp2
+// and the same P rounding.
+package emit
+
+import "math"
+
+// ExpC are the coefficients of the exp2 polynomial: 2^f on [-0.5, 0.5],
+// degree 6, ExpC[i] multiplies f^i.
+var ExpC = []float32{1.0, 0.6931471824645996, 0.24022646248340607, 0.05550328642129898, 0.009618489071726799, 0.0013399932067841291, 0.0001534576585981995}
+
+// Const returns the bits of a named constant and whether the name is known:
+// "c0".."c6" (ExpC), "ninf" (-inf), "lo256" (-127.0, the exp2 input floor),
+// "one" (1), "r7fff" and "hi16" (bf16 round-to-nearest-even bias and mask),
+// "r7ffff" and "hi12" (the same for e4m3's 3 mantissa bits), "c16384"
+// (2^14), "sub" (2^-6, the e4m3 subnormal threshold), "c448" (e4m3 max),
+// "b127" (the float32 exponent bias), "eight" (8).
+func Const(n string) (uint32, bool) {
+	switch n {
+	case "ninf":
+		return math.Float32bits(float32(math.Inf(-1))), true
+	case "lo256":
+		return math.Float32bits(-127), true
+	case "one":
+		return 1, true
+	case "r7fff":
+		return 0x7fff, true
+	case "hi16":
+		return 0xffff0000, true
+	case "r7ffff":
+		return 0x7ffff, true
+	case "hi12":
+		return 0xfff00000, true
+	case "c16384":
+		return math.Float32bits(16384), true
+	case "sub":
+		return math.Float32bits(1.0 / 64), true
+	case "c448":
+		return math.Float32bits(448), true
+	case "b127":
+		return 127, true
+	case "eight":
+		return 8, true
+	}
+	if len(n) == 2 && n[0] == 'c' && n[1] >= '0' && int(n[1]-'0') < len(ExpC) {
+		return math.Float32bits(ExpC[n[1]-'0']), true
+	}
+	return 0, false
+}

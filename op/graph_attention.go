@@ -109,58 +109,130 @@ func (op *sparseAttnOp) String() string {
 	return fmt.Sprintf("SparseAttention{causal=%v, topK=%d}", op.cfg.causal, op.sched.csr.TopK)
 }
 
+// attnSlots are the input positions of a sparse attention node's optional
+// inputs (-1 when the node has none); q, k, v, csr, schedule, cu_seqlens_q
+// and cu_seqlens_k are always inputs 0-6.
+type attnSlots struct {
+	pageTable, seqused, kScale, vScale, kGlobal, vGlobal int
+}
+
+func (op *sparseAttnOp) slots() attnSlots {
+	s := attnSlots{-1, -1, -1, -1, -1, -1}
+	i := 7
+	next := func(present bool) int {
+		if !present {
+			return -1
+		}
+		i++
+		return i - 1
+	}
+	s.pageTable = next(op.cfg.pageTable != nil)
+	s.seqused = next(op.cfg.pageTable != nil && op.cfg.seqused != nil)
+	s.kScale = next(op.cfg.nvfp4)
+	s.vScale = next(op.cfg.nvfp4)
+	s.kGlobal = next(op.cfg.nvfp4 && op.cfg.kGlobal != nil)
+	s.vGlobal = next(op.cfg.nvfp4 && op.cfg.vGlobal != nil)
+	return s
+}
+
+// inputFunc returns input i of a node as a dense tensor; meta reports that
+// the caller will read its values on the host (metadata), as opposed to
+// tensors whose shape and dtype suffice (q, k, v, NVFP4 block scales).
+type inputFunc func(i int, arg string, meta bool) (*tensor.Dense, error)
+
+// call validates the node's inputs and prepares the attention call; the CPU
+// Do and the GPU CUDADo differ only in how they fetch inputs. The caller
+// holds op.st.mu.
+func (op *sparseAttnOp) call(fn string, in inputFunc) (*sparseCall, attnSlots, error) {
+	sl := op.slots()
+	var ts [7]*tensor.Dense
+	for i, x := range []struct {
+		arg  string
+		meta bool
+	}{{"q", false}, {"k", false}, {"v", false}, {"csr", true}, {"schedule", true}, {"cu_seqlens_q", true}, {"cu_seqlens_k", true}} {
+		t, err := in(i, x.arg, x.meta)
+		if err != nil {
+			return nil, sl, err
+		}
+		ts[i] = t
+	}
+	opt := func(i int, arg string, meta bool) (*tensor.Dense, error) {
+		if i < 0 {
+			return nil, nil
+		}
+		return in(i, arg, meta)
+	}
+	l := op.sched.csr
+	if ts[3].Dtype() != tensor.Int32 || ts[3].DataSize() != l.Hkv*l.width() {
+		return nil, sl, argErr(fn, "csr", fmt.Sprintf("an int32 CSR value of %d elements", l.Hkv*l.width()), ts[3].DataSize())
+	}
+	if ts[4].Dtype() != tensor.Int32 || ts[4].DataSize() != op.sched.len() {
+		return nil, sl, argErr(fn, "schedule", fmt.Sprintf("an int32 schedule value of %d elements", op.sched.len()), ts[4].DataSize())
+	}
+	rp, qi := l.split(int32s(ts[3]))
+	args := SparseArgs{
+		CuSeqlensQ: ts[5], CuSeqlensK: ts[6], BlkKV: l.BlkKV, Causal: op.cfg.causal,
+		SoftmaxScale: op.cfg.scale, LSETemperatureScale: op.cfg.temperature,
+		ReturnTemperatureLSE: op.st.needT, ReturnSoftmaxLSE: true, PartialDtype: op.cfg.partial,
+		Schedule: &Schedule{s: *op.sched.unpack(int32s(ts[4]))}, Workers: op.cfg.workers,
+		QKDtype: op.cfg.qk, PVDtype: op.cfg.pv,
+	}
+	// Nil *tensor.Dense must become nil interfaces in the optional fields.
+	set := func(dst *tensor.Tensor, i int, arg string, meta bool) error {
+		t, err := opt(i, arg, meta)
+		if err == nil && t != nil {
+			*dst = t
+		}
+		return err
+	}
+	var nv *nvfp4Inputs
+	if op.cfg.nvfp4 {
+		nv = &nvfp4Inputs{}
+	}
+	for _, x := range []struct {
+		dst  *tensor.Tensor
+		idx  int
+		arg  string
+		meta bool
+	}{
+		{&args.PageTable, sl.pageTable, "page_table", true},
+		{&args.SequsedK, sl.seqused, "seqused_k", true},
+	} {
+		if err := set(x.dst, x.idx, x.arg, x.meta); err != nil {
+			return nil, sl, err
+		}
+	}
+	if nv != nil {
+		for _, x := range []struct {
+			dst  *tensor.Tensor
+			idx  int
+			arg  string
+			meta bool
+		}{
+			{&nv.kScale, sl.kScale, "k_scale_128x4", false},
+			{&nv.vScale, sl.vScale, "v_scale_128x4", false},
+			{&nv.kGlobal, sl.kGlobal, "k_global_scale", true},
+			{&nv.vGlobal, sl.vGlobal, "v_global_scale", true},
+		} {
+			if err := set(x.dst, x.idx, x.arg, x.meta); err != nil {
+				return nil, sl, err
+			}
+		}
+	}
+	rowPtr := tensor.New(tensor.WithShape(l.Hkv, l.RowCap+1), tensor.WithBacking(rp))
+	qIdx := tensor.New(tensor.WithShape(l.Hkv, l.Stride), tensor.WithBacking(qi))
+	sc, err := validateSparse(fn, ts[0], ts[1], ts[2], rowPtr, qIdx, l.TopK, &args, nv)
+	return sc, sl, err
+}
+
 func (op *sparseAttnOp) Do(vals ...G.Value) (G.Value, error) {
 	const fn = "SparseAttention"
 	if len(vals) != op.Arity() {
 		return nil, argErr(fn, "inputs", fmt.Sprintf("%d values", op.Arity()), len(vals))
 	}
-	ts := make([]*tensor.Dense, len(vals))
-	for i, v := range vals {
-		d, err := denseOf(fn, fmt.Sprintf("input %d", i), v)
-		if err != nil {
-			return nil, err
-		}
-		ts[i] = d
-	}
-	l := op.sched.csr
-	rp, qi := l.split(int32s(ts[3]))
-	sv := int32s(ts[4])
-	if len(sv) != op.sched.len() {
-		return nil, argErr(fn, "schedule", fmt.Sprintf("%d elements", op.sched.len()), len(sv))
-	}
 	op.st.mu.Lock()
 	defer op.st.mu.Unlock()
-	args := SparseArgs{
-		CuSeqlensQ: ts[5], CuSeqlensK: ts[6], BlkKV: l.BlkKV, Causal: op.cfg.causal,
-		SoftmaxScale: op.cfg.scale, LSETemperatureScale: op.cfg.temperature,
-		ReturnTemperatureLSE: op.st.needT, ReturnSoftmaxLSE: true, PartialDtype: op.cfg.partial,
-		Schedule: &Schedule{s: *op.sched.unpack(sv)}, Workers: op.cfg.workers,
-		QKDtype: op.cfg.qk, PVDtype: op.cfg.pv,
-	}
-	i := 7
-	if op.cfg.pageTable != nil {
-		args.PageTable = ts[i]
-		i++
-		if op.cfg.seqused != nil {
-			args.SequsedK = ts[i]
-			i++
-		}
-	}
-	rowPtr := tensor.New(tensor.WithShape(l.Hkv, l.RowCap+1), tensor.WithBacking(rp))
-	qIdx := tensor.New(tensor.WithShape(l.Hkv, l.Stride), tensor.WithBacking(qi))
-	var nv *nvfp4Inputs
-	if op.cfg.nvfp4 {
-		nv = &nvfp4Inputs{kScale: ts[i], vScale: ts[i+1]}
-		i += 2
-		if op.cfg.kGlobal != nil {
-			nv.kGlobal = ts[i]
-			i++
-		}
-		if op.cfg.vGlobal != nil {
-			nv.vGlobal = ts[i]
-		}
-	}
-	sc, err := validateSparse(fn, ts[0], ts[1], ts[2], rowPtr, qIdx, l.TopK, &args, nv)
+	sc, _, err := op.call(fn, func(i int, arg string, _ bool) (*tensor.Dense, error) { return denseOf(fn, arg, vals[i]) })
 	if err != nil {
 		return nil, err
 	}

@@ -474,101 +474,14 @@ func (op *sparseAttnOp) gpu(e *gpuEnv, prealloc G.Value, in []G.Value) (G.Value,
 	const fn = "SparseAttention"
 	// q, k, v and the NVFP4 block scales stay on the device: validation
 	// reads only their shapes and dtypes. Metadata is copied to the host.
-	dense := func(i int, arg string) (*tensor.Dense, error) { return denseOf(fn, arg, in[i]) }
-	host := func(i int, arg string) (*tensor.Dense, error) { return e.toHost(in[i], arg) }
-	q, err := dense(0, "q")
-	if err != nil {
-		return nil, err
-	}
-	k, err := dense(1, "k")
-	if err != nil {
-		return nil, err
-	}
-	v, err := dense(2, "v")
-	if err != nil {
-		return nil, err
-	}
-	packed, err := host(3, "csr")
-	if err != nil {
-		return nil, err
-	}
-	schedV, err := host(4, "schedule")
-	if err != nil {
-		return nil, err
-	}
-	cuQ, err := host(5, "cu_seqlens_q")
-	if err != nil {
-		return nil, err
-	}
-	cuK, err := host(6, "cu_seqlens_k")
-	if err != nil {
-		return nil, err
-	}
-	l := op.sched.csr
-	if packed.Dtype() != tensor.Int32 || packed.DataSize() != l.Hkv*l.width() {
-		return nil, argErr(fn, "csr", fmt.Sprintf("int32 CSR value of %d elements", l.Hkv*l.width()), packed.DataSize())
-	}
-	rp, qi := l.split(int32s(packed))
-	sv := int32s(schedV)
-	if schedV.Dtype() != tensor.Int32 || len(sv) != op.sched.len() {
-		return nil, argErr(fn, "schedule", fmt.Sprintf("%d int32 elements", op.sched.len()), len(sv))
-	}
-	args := SparseArgs{
-		CuSeqlensQ: cuQ, CuSeqlensK: cuK, BlkKV: l.BlkKV, Causal: op.cfg.causal,
-		SoftmaxScale: op.cfg.scale, LSETemperatureScale: op.cfg.temperature,
-		ReturnTemperatureLSE: op.st.needT, ReturnSoftmaxLSE: true, PartialDtype: op.cfg.partial,
-		Schedule: &Schedule{s: *op.sched.unpack(sv)}, Workers: op.cfg.workers,
-		QKDtype: op.cfg.qk, PVDtype: op.cfg.pv,
-	}
-	i := 7
-	var ptIdx, suIdx, ksIdx, vsIdx, kgIdx, vgIdx = -1, -1, -1, -1, -1, -1
-	if op.cfg.pageTable != nil {
-		ptIdx = i
-		if args.PageTable, err = host(i, "page_table"); err != nil {
-			return nil, err
-		}
-		i++
-		if op.cfg.seqused != nil {
-			suIdx = i
-			if args.SequsedK, err = host(i, "seqused_k"); err != nil {
-				return nil, err
-			}
-			i++
-		}
-	}
-	var nv *nvfp4Inputs
-	if op.cfg.nvfp4 {
-		ksIdx, vsIdx = i, i+1
-		ks, err := dense(i, "k_scale_128x4")
-		if err != nil {
-			return nil, err
-		}
-		vs, err := dense(i+1, "v_scale_128x4")
-		if err != nil {
-			return nil, err
-		}
-		nv = &nvfp4Inputs{kScale: ks, vScale: vs}
-		i += 2
-		if op.cfg.kGlobal != nil {
-			kgIdx = i
-			if nv.kGlobal, err = host(i, "k_global_scale"); err != nil {
-				return nil, err
-			}
-			i++
-		}
-		if op.cfg.vGlobal != nil {
-			vgIdx = i
-			if nv.vGlobal, err = host(i, "v_global_scale"); err != nil {
-				return nil, err
-			}
-		}
-	}
-	rowPtr := tensor.New(tensor.WithShape(l.Hkv, l.RowCap+1), tensor.WithBacking(rp))
-	qIdx := tensor.New(tensor.WithShape(l.Hkv, l.Stride), tensor.WithBacking(qi))
-
 	op.st.mu.Lock()
 	defer op.st.mu.Unlock()
-	sc, err := validateSparse(fn, q, k, v, rowPtr, qIdx, l.TopK, &args, nv)
+	sc, sl, err := op.call(fn, func(i int, arg string, meta bool) (*tensor.Dense, error) {
+		if meta {
+			return e.toHost(in[i], arg)
+		}
+		return denseOf(fn, arg, in[i])
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -595,9 +508,9 @@ func (op *sparseAttnOp) gpu(e *gpuEnv, prealloc G.Value, in []G.Value) (G.Value,
 		arg string
 	}{
 		{&fa.Q, 0, "q"}, {&fa.K, 1, "k"}, {&fa.V, 2, "v"}, {&fa.CuSeqlensQ, 5, "cu_seqlens_q"}, {&fa.CuSeqlensK, 6, "cu_seqlens_k"},
-		{&fa.PageTable, ptIdx, "page_table"}, {&fa.SequsedK, suIdx, "seqused_k"},
-		{&fa.KScale, ksIdx, "k_scale_128x4"}, {&fa.VScale, vsIdx, "v_scale_128x4"},
-		{&fa.KGlobalScale, kgIdx, "k_global_scale"}, {&ca.OutputScale, vgIdx, "v_global_scale"},
+		{&fa.PageTable, sl.pageTable, "page_table"}, {&fa.SequsedK, sl.seqused, "seqused_k"},
+		{&fa.KScale, sl.kScale, "k_scale_128x4"}, {&fa.VScale, sl.vScale, "v_scale_128x4"},
+		{&fa.KGlobalScale, sl.kGlobal, "k_global_scale"}, {&ca.OutputScale, sl.vGlobal, "v_global_scale"},
 	} {
 		if *x.dst, err = ptr(x.idx, x.arg); err != nil {
 			return nil, err
@@ -641,7 +554,7 @@ func (op *sparseAttnOp) gpu(e *gpuEnv, prealloc G.Value, in []G.Value) (G.Value,
 	if p.KV.Paged {
 		fa.PageSize, fa.PageTableStride = p.KV.PageSize, p.KV.PTCols
 	}
-	fa.QDtype, fa.KVDtype = dtypeCode(q.Dtype()), dtypeCode(k.Dtype())
+	fa.QDtype, fa.KVDtype = dtypeCode(in[0].Dtype()), dtypeCode(in[1].Dtype())
 	if op.cfg.nvfp4 {
 		fa.KVDtype = mcuda.NVFP4
 	}

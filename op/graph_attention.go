@@ -156,12 +156,6 @@ func (op *sparseAttnOp) call(fn string, in inputFunc) (*sparseCall, attnSlots, e
 		}
 		ts[i] = t
 	}
-	opt := func(i int, arg string, meta bool) (*tensor.Dense, error) {
-		if i < 0 {
-			return nil, nil
-		}
-		return in(i, arg, meta)
-	}
 	l := op.sched.csr
 	if ts[3].Dtype() != tensor.Int32 || ts[3].DataSize() != l.Hkv*l.width() {
 		return nil, sl, argErr(fn, "csr", fmt.Sprintf("an int32 CSR value of %d elements", l.Hkv*l.width()), ts[3].DataSize())
@@ -177,18 +171,9 @@ func (op *sparseAttnOp) call(fn string, in inputFunc) (*sparseCall, attnSlots, e
 		Schedule: &Schedule{s: *op.sched.unpack(int32s(ts[4]))}, Workers: op.cfg.workers,
 		QKDtype: op.cfg.qk, PVDtype: op.cfg.pv,
 	}
-	// Nil *tensor.Dense must become nil interfaces in the optional fields.
-	set := func(dst *tensor.Tensor, i int, arg string, meta bool) error {
-		t, err := opt(i, arg, meta)
-		if err == nil && t != nil {
-			*dst = t
-		}
-		return err
-	}
-	var nv *nvfp4Inputs
-	if op.cfg.nvfp4 {
-		nv = &nvfp4Inputs{}
-	}
+	// Optional inputs: absent ones have slot -1 and leave their field a nil
+	// interface (not a nil *tensor.Dense).
+	var nv nvfp4Inputs
 	for _, x := range []struct {
 		dst  *tensor.Tensor
 		idx  int
@@ -197,31 +182,27 @@ func (op *sparseAttnOp) call(fn string, in inputFunc) (*sparseCall, attnSlots, e
 	}{
 		{&args.PageTable, sl.pageTable, "page_table", true},
 		{&args.SequsedK, sl.seqused, "seqused_k", true},
+		{&nv.kScale, sl.kScale, "k_scale_128x4", false},
+		{&nv.vScale, sl.vScale, "v_scale_128x4", false},
+		{&nv.kGlobal, sl.kGlobal, "k_global_scale", true},
+		{&nv.vGlobal, sl.vGlobal, "v_global_scale", true},
 	} {
-		if err := set(x.dst, x.idx, x.arg, x.meta); err != nil {
+		if x.idx < 0 {
+			continue
+		}
+		t, err := in(x.idx, x.arg, x.meta)
+		if err != nil {
 			return nil, sl, err
 		}
+		*x.dst = t
 	}
-	if nv != nil {
-		for _, x := range []struct {
-			dst  *tensor.Tensor
-			idx  int
-			arg  string
-			meta bool
-		}{
-			{&nv.kScale, sl.kScale, "k_scale_128x4", false},
-			{&nv.vScale, sl.vScale, "v_scale_128x4", false},
-			{&nv.kGlobal, sl.kGlobal, "k_global_scale", true},
-			{&nv.vGlobal, sl.vGlobal, "v_global_scale", true},
-		} {
-			if err := set(x.dst, x.idx, x.arg, x.meta); err != nil {
-				return nil, sl, err
-			}
-		}
+	var nvp *nvfp4Inputs
+	if op.cfg.nvfp4 {
+		nvp = &nv
 	}
 	rowPtr := tensor.New(tensor.WithShape(l.Hkv, l.RowCap+1), tensor.WithBacking(rp))
 	qIdx := tensor.New(tensor.WithShape(l.Hkv, l.Stride), tensor.WithBacking(qi))
-	sc, err := validateSparse(fn, ts[0], ts[1], ts[2], rowPtr, qIdx, l.TopK, &args, nv)
+	sc, err := validateSparse(fn, ts[0], ts[1], ts[2], rowPtr, qIdx, l.TopK, &args, nvp)
 	return sc, sl, err
 }
 

@@ -3,6 +3,7 @@ package op
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/sparseattn/msa/kernels/attn"
 	"github.com/sparseattn/msa/kernels/lowp"
@@ -191,7 +192,7 @@ func decodeQKV(c *checker, q, k, v tensor.Tensor) (qd, kd, vd *tensor.Dense) {
 		return
 	}
 	d := qd.Shape()[2]
-	if !containsInt(supportedHeadDims, d) || kd.Shape()[3] != d {
+	if !slices.Contains(supportedHeadDims, d) || kd.Shape()[3] != d {
 		c.fail("q, k", fmt.Sprintf("the same head dimension D in %v", supportedHeadDims), fmt.Sprintf("q D = %d, k D = %d", d, kd.Shape()[3]))
 		return
 	}
@@ -200,7 +201,7 @@ func decodeQKV(c *checker, q, k, v tensor.Tensor) (qd, kd, vd *tensor.Dense) {
 		c.fail("q", fmt.Sprintf("Hq divisible by Hkv = %d", hkv), qd.Shape()[1])
 		return
 	}
-	if !containsInt(supportedQheadPerKV, qd.Shape()[1]/hkv) {
+	if !slices.Contains(supportedQheadPerKV, qd.Shape()[1]/hkv) {
 		c.err = &NotImplementedError{c.fn, fmt.Sprintf("qhead_per_kv must be in {1, 2, 4, 8, 16}, got %d", qd.Shape()[1]/hkv)}
 		return
 	}

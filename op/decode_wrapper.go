@@ -2,6 +2,7 @@ package op
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/sparseattn/msa/kernels/attn"
 	"github.com/sparseattn/msa/kernels/lowp"
@@ -59,9 +60,9 @@ func (w *DecodeWrapper) Plan(args DecodeArgs, q2kIndices tensor.Tensor) error {
 	if c.err != nil {
 		return c.err
 	}
-	c.need(containsInt(supportedHeadDims, args.HeadDim), "head_dim", fmt.Sprintf("one of %v", supportedHeadDims), args.HeadDim)
+	c.need(slices.Contains(supportedHeadDims, args.HeadDim), "head_dim", fmt.Sprintf("one of %v", supportedHeadDims), args.HeadDim)
 	c.need(args.NumQOHeads%args.NumKVHeads == 0, "num_qo_heads", fmt.Sprintf("divisible by num_kv_heads = %d", args.NumKVHeads), args.NumQOHeads)
-	if c.err == nil && !containsInt(supportedQheadPerKV, args.NumQOHeads/args.NumKVHeads) {
+	if c.err == nil && !slices.Contains(supportedQheadPerKV, args.NumQOHeads/args.NumKVHeads) {
 		return &NotImplementedError{fn, fmt.Sprintf("qhead_per_kv must be in {1, 2, 4, 8, 16}, got %d", args.NumQOHeads/args.NumKVHeads)}
 	}
 	if c.err != nil {

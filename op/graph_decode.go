@@ -3,6 +3,7 @@ package op
 import (
 	"fmt"
 	"hash"
+	"slices"
 
 	"github.com/chewxy/hm"
 	"github.com/sparseattn/msa/kernels/attn"
@@ -130,7 +131,7 @@ func DecodeSchedule(pageTable, sequsedK *G.Node, cfg DecodeConfig) (*G.Node, err
 	if sequsedK.Shape()[0] != pt[0] {
 		return nil, argErr(fn, "seqused_k", fmt.Sprintf("shape [B] = [%d]", pt[0]), sequsedK.Shape())
 	}
-	if cfg.NumKVHeads < 1 || cfg.NumQOHeads%cfg.NumKVHeads != 0 || !containsInt(supportedQheadPerKV, cfg.NumQOHeads/cfg.NumKVHeads) {
+	if cfg.NumKVHeads < 1 || cfg.NumQOHeads%cfg.NumKVHeads != 0 || !slices.Contains(supportedQheadPerKV, cfg.NumQOHeads/cfg.NumKVHeads) {
 		return nil, argErr(fn, "num_qo_heads/num_kv_heads", "a ratio in {1, 2, 4, 8, 16}", fmt.Sprintf("%d/%d", cfg.NumQOHeads, cfg.NumKVHeads))
 	}
 	p := plan.DecodeParams{Batch: pt[0], SeqlenQ: cfg.SeqlenQ, HQ: cfg.NumQOHeads, Hkv: cfg.NumKVHeads,

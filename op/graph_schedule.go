@@ -3,6 +3,7 @@ package op
 import (
 	"fmt"
 	"hash"
+	"slices"
 
 	"github.com/chewxy/hm"
 	"github.com/sparseattn/msa/kernels/plan"
@@ -126,7 +127,7 @@ func FwdSchedule(csr, cuQ, cuK *G.Node, qheadPerKV, workerCount int) (*G.Node, e
 	if err := nodeCheck(fn, "cu_seqlens_k", cuK, 1, tensor.Int32); err != nil {
 		return nil, err
 	}
-	if !containsInt(supportedQheadPerKV, qheadPerKV) {
+	if !slices.Contains(supportedQheadPerKV, qheadPerKV) {
 		return nil, argErr(fn, "qhead_per_kv", "one of 1, 2, 4, 8, 16", fmt.Sprint(qheadPerKV))
 	}
 	return G.ApplyOp(&schedOp{s: newSchedLayout(l, qheadPerKV, workers(workerCount))}, csr, cuQ, cuK)

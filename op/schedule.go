@@ -2,6 +2,7 @@ package op
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/sparseattn/msa/kernels/plan"
 	"gorgonia.org/tensor"
@@ -80,7 +81,7 @@ func PrepareSparseFwdSchedule(k2qRowPtr, k2qQIndices tensor.Tensor, args Schedul
 	c.need(len(cuK) == len(cuQ), "cu_seqlens_k", fmt.Sprintf("shape [B + 1] = [%d] matching cu_seqlens_q", len(cuQ)), len(cuK))
 	c.need(args.TotalQ >= 0, "TotalQ", ">= 0", args.TotalQ)
 	c.need(args.TopK >= 1 && args.TopK <= maxTopK, "topK", fmt.Sprintf("1 <= topK <= %d", maxTopK), args.TopK)
-	c.need(containsInt(supportedQheadPerKV, args.QheadPerKV), "qhead_per_kv", "one of 1, 2, 4, 8, 16", args.QheadPerKV)
+	c.need(slices.Contains(supportedQheadPerKV, args.QheadPerKV), "qhead_per_kv", "one of 1, 2, 4, 8, 16", args.QheadPerKV)
 	blk := args.BlkKV
 	if blk == 0 {
 		blk = 128

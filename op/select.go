@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"slices"
 	"sync"
 
 	"github.com/sparseattn/msa/kernels/lowp"
@@ -319,14 +320,14 @@ func topKRow(dst []int32, row []float32, cfg TopKConfig) {
 			}
 		}
 	}
-	if cfg.KeepFirst && n < topK && len(row) > 0 && selectable(row[0]) && !contains32(dst[:n], 0) {
+	if cfg.KeepFirst && n < topK && len(row) > 0 && selectable(row[0]) && !slices.Contains(dst[:n], int32(0)) {
 		dst[n] = 0
 		n++
 	}
 	forced := n
 	// Insertion into a sorted list of the best topK-forced candidates.
 	for j, x := range row {
-		if !selectable(x) || contains32(dst[:forced], j) {
+		if !selectable(x) || slices.Contains(dst[:forced], int32(j)) {
 			continue
 		}
 		if n == topK && (forced == topK || !better(x, j, row[dst[n-1]], int(dst[n-1]))) {
@@ -353,16 +354,6 @@ func topKRow(dst []int32, row []float32, cfg TopKConfig) {
 	for i := n; i < topK; i++ {
 		dst[i] = -1
 	}
-}
-
-// contains32 reports whether list holds block j.
-func contains32(list []int32, j int) bool {
-	for _, x := range list {
-		if int(x) == j {
-			return true
-		}
-	}
-	return false
 }
 
 // topKBlocks runs topKRow over [rows][maxBlocks] scores.

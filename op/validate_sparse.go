@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"slices"
 
 	"github.com/sparseattn/msa/kernels/attn"
 	"github.com/sparseattn/msa/kernels/lowp"
@@ -210,7 +211,7 @@ func validateSparse(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int, ar
 		c.dtype(vd, "v", tensor.Uint8)
 		c.need(kd.Shape().Eq(vd.Shape()), "k, v", "the same shape", "k "+shapeStr(kd)+", v "+shapeStr(vd))
 	}
-	c.need(containsInt(supportedHeadDims, d), "q", fmt.Sprintf("head dimension D in %v", supportedHeadDims), d)
+	c.need(slices.Contains(supportedHeadDims, d), "q", fmt.Sprintf("head dimension D in %v", supportedHeadDims), d)
 	if c.err != nil {
 		return nil, c.err
 	}
@@ -240,7 +241,7 @@ func validateSparse(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int, ar
 		return nil, c.err
 	}
 	qpk := hq / hkv
-	if !containsInt(supportedQheadPerKV, qpk) {
+	if !slices.Contains(supportedQheadPerKV, qpk) {
 		return nil, &NotImplementedError{fn, fmt.Sprintf("qhead_per_kv = Hq/Hkv must be in {1, 2, 4, 8, 16}, got %d", qpk)}
 	}
 	c.need(topK >= 1 && topK <= maxTopK, "topK", fmt.Sprintf("1 <= topK <= %d", maxTopK), topK)
@@ -445,15 +446,6 @@ func maxSeqK(c *checker, arg string, m int, lens []int32) {
 			return
 		}
 	}
-}
-
-func containsInt(s []int, x int) bool {
-	for _, y := range s {
-		if y == x {
-			return true
-		}
-	}
-	return false
 }
 
 // wrapArg turns a planning error into an ArgError of the entry point.

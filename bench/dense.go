@@ -93,7 +93,6 @@ func f32Matrix(n, d int, row func(i int) []float64) *tensor.Dense {
 // denseEntry is a cached baseline measurement.
 type denseEntry struct {
 	perUnitMS float64 // one head (prefill) or one request's KV head (decode)
-	note      string
 	verify    string
 	detail    string
 	err       error

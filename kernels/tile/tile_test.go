@@ -208,8 +208,6 @@ func compare(t *testing.T, what string, got, want result, tol tolerance) {
 	}
 }
 
-var simdTierNames = []string{"avx2", "avx512", "avx512bf16", "avx512bf16-emulated"}
-
 // forCases runs f over the test grid.
 func forCases(t *testing.T, short bool, f func(t *testing.T, p *problem)) {
 	rng := rand.New(rand.NewSource(1))

@@ -3,8 +3,10 @@ package main
 import (
 	"math"
 	"testing"
+	"time"
 
 	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/kernels/tile"
 )
 
 // The reference's own decoders must agree with the format definitions the
@@ -97,5 +99,36 @@ func TestCheckerDetects(t *testing.T) {
 	ck.row("bad", bad, want, maxAbs(vals))
 	if v, _ := ck.verdict(); v != "FAIL" {
 		t.Fatalf("output off by 0.1 accepted")
+	}
+}
+
+// The paired reference windows must measure something and the medians be
+// the middle element.
+func TestRefMeter(t *testing.T) {
+	m := newRefMeter(peakTier(tile.Tier()), 2, 4<<20)
+	if pk := m.peak(10 * time.Millisecond); !(pk > 0) {
+		t.Fatalf("peak window: %v GFLOP/s", pk)
+	}
+	if bw := m.bandwidth(10 * time.Millisecond); !(bw > 0) {
+		t.Fatalf("bandwidth window: %v GB/s", bw)
+	}
+	if got := refWindow(time.Millisecond); got != 20*time.Millisecond {
+		t.Fatalf("refWindow(1ms) = %v", got)
+	}
+	if got := refWindow(time.Minute); got != 250*time.Millisecond {
+		t.Fatalf("refWindow(1m) = %v", got)
+	}
+	if got := median([]float64{3, 1, 2}); got != 2 {
+		t.Fatalf("median = %v", got)
+	}
+	if got := median(nil); got != 0 {
+		t.Fatalf("median(nil) = %v", got)
+	}
+	r := &result{flops: 1e9}
+	p := &paired{m: m, r: r}
+	p.after(10 * time.Millisecond)
+	p.finish()
+	if !(r.pctPeak > 0) || r.pctBW != 0 {
+		t.Fatalf("paired: %%peak %v, %%BW %v (want > 0, 0 without bandwidth)", r.pctPeak, r.pctBW)
 	}
 }

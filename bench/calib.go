@@ -144,3 +144,84 @@ func calibrate(cfg *config) calibration {
 	c.calibTimeMS = ms(time.Since(t0))
 	return c
 }
+
+// refMeter measures the machine's reference rates over a given interval,
+// right after each timed repetition of a case, so that a case and its
+// reference share the conditions of the moment (on a shared VM the core can
+// be taken away for a third of the time, see docs/performance.md). Both
+// rates are sustained ones: everything done / elapsed wall time, with
+// workers goroutines at once, like the op being timed.
+type refMeter struct {
+	tier    string
+	workers int
+	buf     []byte // read by bandwidth windows, workers contiguous shares
+	off     []int  // where each worker's next bandwidth chunk starts
+}
+
+func newRefMeter(tier string, workers, size int) *refMeter {
+	buf := make([]byte, size)
+	for i := range buf { // touch every page; no byte is 0xff
+		buf[i] = byte(i % 251)
+	}
+	return &refMeter{tier: tier, workers: workers, buf: buf, off: make([]int, workers)}
+}
+
+// refWindow bounds a reference window: long enough to average over the
+// scheduler's time slices, short enough not to double a long case's time.
+func refWindow(rep time.Duration) time.Duration {
+	return min(max(rep, 20*time.Millisecond), 250*time.Millisecond)
+}
+
+// peak returns the summed sustained GFLOP/s of workers goroutines (each on
+// its own OS thread) running the tier's calibration loop for about dur.
+func (m *refMeter) peak(dur time.Duration) float64 {
+	rates := make([]float64, m.workers)
+	var wg sync.WaitGroup
+	for w := range rates {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			rates[w] = tile.SustainedGFLOPS(m.tier, dur)
+		}()
+	}
+	wg.Wait()
+	all := 0.0
+	for _, r := range rates {
+		all += r
+	}
+	return all
+}
+
+// bandwidth returns the GB/s of workers goroutines scanning their shares of
+// the buffer (bytes.IndexByte, 1 MiB at a time, wrapping around) for about
+// dur: bytes read by all / elapsed wall time.
+func (m *refMeter) bandwidth(dur time.Duration) float64 {
+	const chunk = 1 << 20
+	share := len(m.buf) / m.workers / chunk * chunk
+	read := make([]int, m.workers)
+	sums := make([]uint64, m.workers)
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for w := range read {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Since(t0) < dur {
+				lo := w*share + m.off[w]
+				sums[w] += uint64(bytes.IndexByte(m.buf[lo:lo+chunk], 0xff) + 1)
+				read[w] += chunk
+				m.off[w] = (m.off[w] + chunk) % share
+			}
+		}()
+	}
+	wg.Wait()
+	el := time.Since(t0).Seconds()
+	all := 0
+	for w, r := range read {
+		all += r
+		bwSink += sums[w]
+	}
+	return float64(all) / el / 1e9
+}

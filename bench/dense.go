@@ -142,7 +142,7 @@ func denseForPrefill(cfg *config, p *prefillProb, r *result) error {
 					}
 				}
 				return nil
-			})
+			}, nil)
 			e.err = err
 			e.perUnitMS = ms(med) / float64(nh)
 			if err == nil && cfg.verify {
@@ -223,7 +223,7 @@ func denseForDecode(cfg *config, p *decodeProb, r *result) error {
 					}
 				}
 				return nil
-			})
+			}, nil)
 			e.err = err
 			e.perUnitMS = ms(med) / float64(len(ins))
 			if err == nil && cfg.verify {

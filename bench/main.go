@@ -30,6 +30,7 @@ type config struct {
 	minTime             time.Duration
 	denseMinTime        time.Duration
 	peakTime            time.Duration
+	ref                 *refMeter // paired reference windows (nil with -cpuprofile)
 	bwBytes             int
 	verifyRows          int
 	noDense             bool
@@ -247,6 +248,9 @@ func main() {
 	}
 	header = append(header, calLines...)
 
+	if cfg.cpuProfile == "" {
+		cfg.ref = newRefMeter(cal.peakTier, cfg.workers, cfg.bwBytes)
+	}
 	suite := buildSuite(cfg)
 	prog := newProgress(len(suite)+1, cfg.progress)
 	var rs []*result

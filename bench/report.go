@@ -20,11 +20,13 @@ type result struct {
 	reps              int
 	planMS            float64 // prefill: CSR + schedule; decode: Plan
 	gflops            float64 // flops / median time
-	peak              float64 // calibrated peak GFLOP/s, all workers
-	pctPeak           float64
+	peak              float64 // calibrated (best-window) peak GFLOP/s, all workers
+	pctPeak           float64 // median over reps of rate / sustained peak right after (paired)
+	pctBurst          float64 // gflops / peak
 	gbps              float64 // decode: bytes / median time
-	bw                float64 // calibrated read bandwidth GB/s
-	pctBW             float64
+	bw                float64 // calibrated (best-pass) read bandwidth GB/s
+	pctBW             float64 // decode: median over reps of GB/s / bandwidth right after (paired)
+	pctBWBest         float64 // decode: gbps / bw
 	denseMS           float64
 	denseNote         string
 	denseVerify       string
@@ -46,13 +48,13 @@ func (r *result) derive(cal calibration) {
 	r.gflops = r.flops / sec / 1e9
 	r.peak = cal.peak
 	if cal.peak > 0 {
-		r.pctPeak = 100 * r.gflops / cal.peak
+		r.pctBurst = 100 * r.gflops / cal.peak
 	}
 	if r.c.Kind == "decode" {
 		r.gbps = r.bytes / sec / 1e9
 		r.bw = cal.bw
 		if cal.bw > 0 {
-			r.pctBW = 100 * r.gbps / cal.bw
+			r.pctBWBest = 100 * r.gbps / cal.bw
 		}
 	}
 	if r.denseMS > 0 {
@@ -83,7 +85,7 @@ func fx(x float64) string {
 	return f1(x) + "x"
 }
 
-var tableHeader = []string{"case", "time_ms", "GFLOP/s", "%peak", "GB/s", "%BW", "dense_ms", "x_dense", "torch_ms", "x_torch", "verify"}
+var tableHeader = []string{"case", "time_ms", "GFLOP/s", "%peak", "%burst", "GB/s", "%BW", "dense_ms", "x_dense", "torch_ms", "x_torch", "verify"}
 
 func (r *result) cells() []string {
 	if r.err != "" {
@@ -91,7 +93,7 @@ func (r *result) cells() []string {
 		if strings.HasPrefix(r.err, "skipped") {
 			what = "skipped"
 		}
-		return []string{r.c.Name, what, "", "", "", "", "", "", "", "", ""}
+		return []string{r.c.Name, what, "", "", "", "", "", "", "", "", "", ""}
 	}
 	v := r.verify
 	if v == "" {
@@ -100,7 +102,7 @@ func (r *result) cells() []string {
 	if r.denseVerify == "FAIL" {
 		v += " (dense FAIL)"
 	}
-	return []string{r.c.Name, f1(r.timeMS), f1(r.gflops), f1(r.pctPeak), f1(r.gbps), f1(r.pctBW),
+	return []string{r.c.Name, f1(r.timeMS), f1(r.gflops), f1(r.pctPeak), f1(r.pctBurst), f1(r.gbps), f1(r.pctBW),
 		f1(r.denseMS), fx(r.speedupDense), f1(r.torchMS), fx(r.speedupTorch), v}
 }
 
@@ -166,7 +168,7 @@ func printNotes(w io.Writer, rs []*result, bullet string) {
 
 var csvHeader = []string{"case", "kind", "dtype", "seq_len", "batch", "hq", "hkv", "d", "topk", "blk", "page",
 	"workers", "tier", "visible_pairs", "flops", "bytes", "time_ms", "best_ms", "reps", "plan_ms",
-	"gflops", "peak_tier", "peak_gflops", "pct_peak", "gbps", "bw_gbps", "pct_bw",
+	"gflops", "peak_tier", "peak_gflops", "pct_peak", "pct_peak_burst", "gbps", "bw_gbps", "pct_bw", "pct_bw_best",
 	"dense_ms", "speedup_vs_dense", "dense_method", "torch_ms", "speedup_vs_torch", "torch_method",
 	"verify", "verify_detail", "dense_verify", "error"}
 
@@ -190,7 +192,7 @@ func writeCSV(path string, info *machineInfo, cal calibration, rs []*result) err
 			strconv.Itoa(c.HKV), strconv.Itoa(c.D), strconv.Itoa(c.TopK), strconv.Itoa(c.Blk), strconv.Itoa(c.Page),
 			strconv.Itoa(info.workers), info.tier, strconv.FormatInt(r.pairs, 10), num(r.flops), num(r.bytes),
 			num(r.timeMS), num(r.bestMS), strconv.Itoa(r.reps), num(r.planMS),
-			num(r.gflops), cal.peakTier, num(r.peak), num(r.pctPeak), num(r.gbps), num(r.bw), num(r.pctBW),
+			num(r.gflops), cal.peakTier, num(r.peak), num(r.pctPeak), num(r.pctBurst), num(r.gbps), num(r.bw), num(r.pctBW), num(r.pctBWBest),
 			num(r.denseMS), num(r.speedupDense), r.denseNote, num(r.torchMS), num(r.speedupTorch), r.torchNote,
 			r.verify, r.verifyDetail, r.denseVerify, r.err})
 	}

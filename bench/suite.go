@@ -124,7 +124,7 @@ func elemBytes(dt string) float64 {
 //
 // A warm-up that takes over 2*minTime lowers minReps to 2: the long
 // prefill cases then cost three calls instead of four.
-func timeIt(minTime time.Duration, minReps, maxReps int, f func() error) (med, best time.Duration, reps int, err error) {
+func timeIt(minTime time.Duration, minReps, maxReps int, f func() error, after func(rep time.Duration)) (med, best time.Duration, reps int, err error) {
 	t0 := time.Now()
 	if err = f(); err != nil {
 		return
@@ -140,6 +140,9 @@ func timeIt(minTime time.Duration, minReps, maxReps int, f func() error) (med, b
 			return
 		}
 		ts = append(ts, time.Since(t0))
+		if after != nil {
+			after(ts[len(ts)-1]) // not timed, but counts towards minTime
+		}
 	}
 	sort.Slice(ts, func(i, j int) bool { return ts[i] < ts[j] })
 	return ts[len(ts)/2], ts[0], len(ts), nil
@@ -436,17 +439,19 @@ func runCase(cfg *config, c caseSpec, r *result, prog *progress) error {
 		prog.phase(c.Name, "sparse")
 		stop := profile(cfg, c.Name)
 		var last *op.Result
+		pr := newPaired(cfg, r, false)
 		med, best, reps, err := timeIt(minTime, minReps, 200, func() error {
 			last = nil // let the previous output be collected
 			var err error
 			last, err = p.run(cfg)
 			return err
-		})
+		}, pr.after)
 		stop()
 		if err != nil {
 			return err
 		}
 		r.timeMS, r.bestMS, r.reps = ms(med), ms(best), reps
+		pr.finish()
 		if cfg.verify {
 			prog.phase(c.Name, "verify")
 			r.verify, r.verifyDetail = p.verify(cfg, last.Out.Data().([]lowp.BFloat16))
@@ -474,14 +479,16 @@ func runCase(cfg *config, c caseSpec, r *result, prog *progress) error {
 		out := tensor.New(tensor.WithShape(c.Batch, c.HQ, c.D), tensor.Of(op.BFloat16))
 		prog.phase(c.Name, "decode")
 		stop := profile(cfg, c.Name)
+		pr := newPaired(cfg, r, true)
 		med, best, reps, err := timeIt(minTime, minReps, 2000, func() error {
 			return w.RunInto(p.q, p.k, p.v, 0, out, nil)
-		})
+		}, pr.after)
 		stop()
 		if err != nil {
 			return err
 		}
 		r.timeMS, r.bestMS, r.reps = ms(med), ms(best), reps
+		pr.finish()
 		if cfg.verify {
 			prog.phase(c.Name, "verify")
 			r.verify, r.verifyDetail = p.verify(cfg, out.Data().([]lowp.BFloat16))
@@ -490,6 +497,50 @@ func runCase(cfg *config, c caseSpec, r *result, prog *progress) error {
 		return denseForDecode(cfg, p, r)
 	}
 	return fmt.Errorf("unknown case kind %q", c.Kind)
+}
+
+// paired collects, for each timed repetition of a case, the op's rate over
+// a reference rate measured right after it for about as long (refMeter):
+// the sustained FMA peak and, for decode, the read bandwidth. The medians
+// of these ratios are the %peak and %BW columns. With -cpuprofile no
+// reference windows run (they would fill the profile).
+type paired struct {
+	m          *refMeter
+	r          *result
+	bw         bool
+	peak, band []float64
+}
+
+func newPaired(cfg *config, r *result, bw bool) *paired {
+	return &paired{m: cfg.ref, r: r, bw: bw}
+}
+
+func (p *paired) after(rep time.Duration) {
+	if p.m == nil || rep <= 0 {
+		return
+	}
+	d := refWindow(rep)
+	if pk := p.m.peak(d); pk > 0 {
+		p.peak = append(p.peak, p.r.flops/rep.Seconds()/1e9/pk)
+	}
+	if p.bw {
+		if bw := p.m.bandwidth(d); bw > 0 {
+			p.band = append(p.band, p.r.bytes/rep.Seconds()/1e9/bw)
+		}
+	}
+}
+
+func (p *paired) finish() {
+	p.r.pctPeak, p.r.pctBW = 100*median(p.peak), 100*median(p.band)
+}
+
+// median returns the median of xs (0 for none); xs is sorted in place.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	sort.Float64s(xs)
+	return xs[len(xs)/2]
 }
 
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }

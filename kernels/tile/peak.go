@@ -39,6 +39,26 @@ func PeakGFLOPS(tier string, dur time.Duration) float64 {
 	return best
 }
 
+// SustainedGFLOPS runs the calibration loop of PeakGFLOPS for about dur on
+// the calling goroutine and returns the average rate over the whole
+// interval (all flops / elapsed time) rather than the best window's: on a
+// time-shared machine it includes the time the core was not ours, like a
+// timed op of the same duration does (0 for an unknown or unsupported
+// tier).
+func SustainedGFLOPS(tier string, dur time.Duration) float64 {
+	t := findTier(tier)
+	if t == nil || t.peak == nil || t.missing() != "" {
+		return 0
+	}
+	const iters = 1 << 12
+	f := 0.0
+	start := time.Now()
+	for time.Since(start) < dur {
+		f += t.peak(iters)
+	}
+	return f / time.Since(start).Seconds() / 1e9
+}
+
 // peakSink keeps the generic calibration loop from being optimised away.
 var peakSink float32
 

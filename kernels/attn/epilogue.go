@@ -105,6 +105,33 @@ func decodeBF16(dst []float32, src []lowp.BFloat16, simd bool) {
 	lowp.DecodeBF16(dst[v:], src[v:])
 }
 
+// e2m1Values is the E2M1 value table the NVFP4 kernel indexes.
+var e2m1Values = func() (t [16]float32) {
+	for i := range t {
+		t[i] = lowp.E2M1Value(uint8(i))
+	}
+	return t
+}()
+
+// decodeNVFP4Row writes row r of an NVFP4 matrix (d columns; packed D/2
+// bytes per row, block scales in the 128x4 layout) as float32 into dst[:d],
+// the values of lowp.DequantizeNVFP4Row. scratch holds d/16 floats (the
+// row's block scales).
+func decodeNVFP4Row(dst []float32, packed, scales []uint8, r, d int, global float32, scratch []float32, simd bool) {
+	cols := d / lowp.NVFP4BlockSize
+	if !simd || cols == 0 || cols*lowp.NVFP4BlockSize != d {
+		lowp.DequantizeNVFP4Row(dst[:d], packed, scales, r, d, global)
+		return
+	}
+	sc := scratch[:cols]
+	for c := range sc {
+		sc[c] = lowp.Float8E4M3FN(scales[lowp.Scale128x4Offset(r, c, cols)]).Float32()
+	}
+	row := packed[r*d/2 : (r+1)*d/2]
+	dst = dst[:d]
+	decodeNVFP4AVX512(&dst[0], &row[0], &sc[0], cols, global, &e2m1Values[0])
+}
+
 // decodeE4M3 writes dst[i] = float32(src[i]) for len(src) elements: groups
 // of 32 through the table kernel, a remaining group of 16 through the
 // arithmetic one, the rest in Go.

@@ -42,3 +42,9 @@ func decodeE4M3AVX512(dst *float32, src *lowp.Float8E4M3FN, n int)
 //
 //go:noescape
 func decodeE4M3x32AVX512(dst *float32, src *lowp.Float8E4M3FN, n int)
+
+// decodeNVFP4AVX512 decodes blocks (>= 1) blocks of 16 E2M1 elements from
+// 8 packed bytes each: dst = (table[nibble] * scales[block]) * global.
+//
+//go:noescape
+func decodeNVFP4AVX512(dst *float32, src *uint8, scales *float32, blocks int, global float32, table *float32)

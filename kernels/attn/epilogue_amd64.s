@@ -222,3 +222,41 @@ dec32_loop:
 	JNZ        dec32_loop
 	VZEROUPPER
 	RET
+
+// func decodeNVFP4AVX512(dst *float32, src *uint8, scales *float32, blocks int, global float32, table *float32)
+// Decodes blocks blocks of 16 E2M1 elements (8 packed bytes each, element
+// 2i in the low nibble of byte i, 2i+1 in the high nibble):
+// dst = (table[nibble] * scales[block]) * global, the two products in the
+// order and rounding of lowp.DequantizeNVFP4Row (the first is exact).
+// table is the 16-entry E2M1 value table (lowp.E2M1Value).
+TEXT ·decodeNVFP4AVX512(SB), NOSPLIT, $0-48
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ scales+16(FP), DX
+	MOVQ blocks+24(FP), CX
+	VBROADCASTSS global+32(FP), Z3
+	MOVQ table+40(FP), AX
+	VMOVUPS (AX), Z2             // E2M1 values, indexed by nibble
+	MOVL $0x000f, AX
+	VPBROADCASTW AX, X4          // low nibble of each byte, in place
+	MOVL $0x0f00, AX
+	VPBROADCASTW AX, X5          // high nibble, moved to the word's high byte
+nvfp4_loop:
+	VPMOVZXBW (SI), X0           // 8 bytes -> 8 words b
+	VPSLLW    $4, X0, X1         // b << 4: the high nibble at bits 8..11
+	VPAND     X4, X0, X0
+	VPAND     X5, X1, X1
+	VPOR      X1, X0, X0         // bytes: lo0, hi0, lo1, hi1, ...: element order
+	VPMOVZXBD X0, Z0             // 16 nibble indices
+	VPERMPS   Z2, Z0, Z1         // E2M1 values
+	VBROADCASTSS (DX), Z6
+	VMULPS    Z6, Z1, Z1         // * block scale (exact)
+	VMULPS    Z3, Z1, Z1         // * global scale
+	VMOVUPS   Z1, (DI)
+	ADDQ      $8, SI
+	ADDQ      $4, DX
+	ADDQ      $64, DI
+	DECQ      CX
+	JNZ       nvfp4_loop
+	VZEROUPPER
+	RET

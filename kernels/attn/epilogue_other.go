@@ -16,3 +16,5 @@ func decodeBF16AVX512(*float32, *lowp.BFloat16, int) { panic("unreachable") }
 func decodeE4M3AVX512(*float32, *lowp.Float8E4M3FN, int) { panic("unreachable") }
 
 func decodeE4M3x32AVX512(*float32, *lowp.Float8E4M3FN, int) { panic("unreachable") }
+
+func decodeNVFP4AVX512(*float32, *uint8, *float32, int, float32, *float32) { panic("unreachable") }

@@ -134,3 +134,48 @@ func TestEpilogueKernels(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeNVFP4 compares the AVX-512 NVFP4 row decoder with
+// lowp.DequantizeNVFP4Row bit for bit (NaN only as NaN: both sides
+// propagate the NaN scale, but the payload of NaN*NaN is not compared):
+// every packed byte and every E4M3 scale byte (NaN and subnormal scales
+// included) at D = 16..512, on several global scales.
+func TestDecodeNVFP4(t *testing.T) {
+	if !vecAVX512() {
+		t.Skip("AVX-512 decoders not in use on this CPU/tier")
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, d := range []int{16, 64, 128, 256, 512} {
+		rows := 300 // more than one 128-row scale tile, and a partial one
+		cols := d / lowp.NVFP4BlockSize
+		packed := make([]uint8, rows*d/2)
+		for i := range packed {
+			packed[i] = uint8(i) // every byte pattern, shifted per row
+		}
+		pr, pc := lowp.Scale128x4Shape(rows, cols)
+		scales := make([]uint8, pr*pc)
+		for i := range scales {
+			scales[i] = uint8(rng.Uint32())
+		}
+		scales[lowp.Scale128x4Offset(0, 0, cols)] = 0x7f // NaN scale
+		scales[lowp.Scale128x4Offset(1, 0, cols)] = 0x01 // smallest subnormal
+		got := make([]float32, d)
+		want := make([]float32, d)
+		scratch := make([]float32, maxNVFP4Blocks)
+		for _, global := range []float32{1, 0.37, 3e-5, 1e30, float32(math.Inf(1))} {
+			for r := 0; r < rows; r++ {
+				decodeNVFP4Row(got, packed, scales, r, d, global, scratch, true)
+				lowp.DequantizeNVFP4Row(want, packed, scales, r, d, global)
+				for c := range got {
+					g, w := got[c], want[c]
+					if math.IsNaN(float64(w)) && math.IsNaN(float64(g)) {
+						continue
+					}
+					if math.Float32bits(g) != math.Float32bits(w) {
+						t.Fatalf("d=%d global=%g row %d col %d: %g (%#08x), want %g (%#08x)", d, global, r, c, g, math.Float32bits(g), w, math.Float32bits(w))
+					}
+				}
+			}
+		}
+	}
+}

@@ -32,6 +32,10 @@ func (d Dtype) String() string {
 	return fmt.Sprintf("Dtype(%d)", uint8(d))
 }
 
+// maxNVFP4Blocks bounds the block scales of one row the NVFP4 kernel
+// decodes at once (D <= 512); longer rows use the portable decoder.
+const maxNVFP4Blocks = 32
+
 // Operand is a read-only matrix of rows of D elements in one storage dtype.
 // Row r starts at element r*D (NVFP4: byte r*D/2). Exactly one of the slices
 // matching Dtype is set.
@@ -75,7 +79,8 @@ func (o *Operand) DecodeRow(dst []float32, r int) {
 	case E4M3:
 		decodeE4M3(dst[:d], o.E4M3[r*d:(r+1)*d], o.simd)
 	case NVFP4:
-		lowp.DequantizeNVFP4Row(dst[:d], o.Packed, o.Scales, r, d, o.Global)
+		var sc [maxNVFP4Blocks]float32
+		decodeNVFP4Row(dst, o.Packed, o.Scales, r, d, o.Global, sc[:], o.simd && d <= 16*maxNVFP4Blocks)
 	}
 }
 
@@ -88,8 +93,10 @@ func (o *Operand) DecodeRows(dst []float32, r, n int) {
 	case E4M3:
 		decodeE4M3(dst[:n*d], o.E4M3[r*d:(r+n)*d], o.simd)
 	case NVFP4:
+		var sc [maxNVFP4Blocks]float32
+		simd := o.simd && d <= 16*maxNVFP4Blocks
 		for i := 0; i < n; i++ {
-			lowp.DequantizeNVFP4Row(dst[i*d:(i+1)*d], o.Packed, o.Scales, r+i, d, o.Global)
+			decodeNVFP4Row(dst[i*d:(i+1)*d], o.Packed, o.Scales, r+i, d, o.Global, sc[:], simd)
 		}
 	}
 }

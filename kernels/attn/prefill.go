@@ -178,12 +178,13 @@ func (ws *Workspace) prefillItemRun(wk *worker, h, row, qBegin, qCount, b, j int
 			slot := int(p.Sched.QSplit[idx] >> 24)
 			gq := qBase + q
 			v := int32(visible(q, seqQ, seqK, p.Causal, t0, n))
+			// The query's qpk heads of KV head h are consecutive rows of Q
+			// and of the accumulator: one decode call for all of them.
+			p.Q.DecodeRows(wk.acc.QRows(e*qpk, qpk), gq*p.HQ+h*qpk, qpk)
 			for g := 0; g < qpk; g++ {
 				rr := e*qpk + g
-				hq := h*qpk + g
-				p.Q.DecodeRow(wk.acc.Q(rr), gq*p.HQ+hq)
 				wk.valid[rr] = v
-				wk.dst[rr] = int32((slot*p.TotalQ+gq)*p.HQ + hq)
+				wk.dst[rr] = int32((slot*p.TotalQ+gq)*p.HQ + h*qpk + g)
 			}
 		}
 		if n > 0 {

@@ -106,6 +106,10 @@ func (a *Acc) M() int { return a.m }
 // decoded (unscaled) query row.
 func (a *Acc) Q(r int) []float32 { return a.q[r*a.d : (r+1)*a.d] }
 
+// QRows returns rows r .. r+n-1 of the query buffer ([n][d], contiguous),
+// to be filled by the caller like Q.
+func (a *Acc) QRows(r, n int) []float32 { return a.q[r*a.d : (r+n)*a.d] }
+
 // O returns row r of the output; it is normalised after Finish.
 func (a *Acc) O(r int) []float32 { return a.o[r*a.d : (r+1)*a.d] }
 

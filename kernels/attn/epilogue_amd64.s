@@ -5,7 +5,11 @@
 // func storeBF16AVX512(dst *lowp.BFloat16, src *float32, n int, scale float32)
 // Multiplies by scale, then rounds to nearest even on the float32 bits:
 // x + 0x7fff + ((x >> 16) & 1), keeping the high half. NaN lanes become the
-// canonical quiet NaN with the input's sign (0x7fc0 / 0xffc0), like lowp.BF16.
+// canonical quiet NaN with the input's sign (0x7fc0 / 0xffc0), like lowp.BF16:
+// they are first replaced by the float32 (x & sign) | 0x7fc00000, which the
+// rounding maps to exactly that. 32 values per iteration: the high halves of
+// two vectors are gathered into one by VPERMT2W (word 2j+1 -> j), then one
+// 64-byte store; a last group of 16 goes through VPMOVDW.
 TEXT ·storeBF16AVX512(SB), NOSPLIT, $0-28
 	MOVQ dst+0(FP), DI
 	MOVQ src+8(FP), SI
@@ -15,33 +19,86 @@ TEXT ·storeBF16AVX512(SB), NOSPLIT, $0-28
 	VPBROADCASTD AX, Z1          // rounding bias
 	MOVL $1, AX
 	VPBROADCASTD AX, Z2          // lsb mask
-	MOVL $0x7fffffff, AX
-	VPBROADCASTD AX, Z3          // |x| mask
-	MOVL $0x7f800000, AX
-	VPBROADCASTD AX, Z4          // +inf bits
 	MOVL $0x80000000, AX
 	VPBROADCASTD AX, Z5          // sign mask
 	MOVL $0x7fc00000, AX
-	VPBROADCASTD AX, Z9          // canonical quiet NaN
+	VPBROADCASTD AX, Z9          // float32 quiet NaN
+	VMOVDQU16 bf16hi<>+0(SB), Z10 // VPERMT2W indices: high word of each dword
+	CMPQ CX, $32
+	JLT  store_16
 store_loop:
 	VMULPS    (SI), Z11, Z0
+	VMULPS    64(SI), Z11, Z3
+	VFPCLASSPSZ $0x81, Z0, K1    // QNaN | SNaN
+	VFPCLASSPSZ $0x81, Z3, K2
+	VPTERNLOGD $0xea, Z9, Z5, K1, Z0 // NaN lanes: (x & sign) | qNaN
+	VPTERNLOGD $0xea, Z9, Z5, K2, Z3
 	VPSRLD    $16, Z0, Z6
+	VPSRLD    $16, Z3, Z7
 	VPANDD    Z2, Z6, Z6         // (x >> 16) & 1
-	VPADDD    Z1, Z6, Z6         // + 0x7fff
-	VPADDD    Z6, Z0, Z8         // rounded bits
-	VPANDD    Z3, Z0, Z7         // |x|
-	VPCMPUD   $6, Z4, Z7, K1     // K1 = |x| > inf bits: NaN lanes
-	VPANDD    Z5, Z0, Z10        // sign
-	VPORD     Z9, Z10, Z10       // sign | quiet NaN
-	VMOVDQA32 Z10, K1, Z8        // NaN lanes take the canonical NaN
-	VPSRLD    $16, Z8, Z8
-	VPMOVDW   Z8, (DI)           // 16 x uint16
-	ADDQ      $64, SI
-	ADDQ      $32, DI
-	SUBQ      $16, CX
-	JNZ       store_loop
+	VPANDD    Z2, Z7, Z7
+	VPADDD    Z1, Z0, Z0         // + 0x7fff
+	VPADDD    Z1, Z3, Z3
+	VPADDD    Z6, Z0, Z0         // rounded bits
+	VPADDD    Z7, Z3, Z3
+	VPERMT2W  Z3, Z10, Z0        // high halves of both, in order
+	VMOVDQU64 Z0, (DI)
+	ADDQ      $128, SI
+	ADDQ      $64, DI
+	SUBQ      $32, CX
+	CMPQ      CX, $32
+	JGE       store_loop
+store_16:
+	TESTQ     CX, CX
+	JZ        store_done
+	VMULPS    (SI), Z11, Z0
+	VFPCLASSPSZ $0x81, Z0, K1
+	VPTERNLOGD $0xea, Z9, Z5, K1, Z0
+	VPSRLD    $16, Z0, Z6
+	VPANDD    Z2, Z6, Z6
+	VPADDD    Z1, Z0, Z0
+	VPADDD    Z6, Z0, Z0
+	VPSRLD    $16, Z0, Z0
+	VPMOVDW   Z0, (DI)           // 16 x uint16
+store_done:
 	VZEROUPPER
 	RET
+
+// bf16hi: word indices 2j+1 (j = 0..31) for VPERMT2W: the high half of
+// dword j of the first table for j < 16, of dword j-16 of the second after.
+DATA bf16hi<>+0(SB)/2, $1
+DATA bf16hi<>+2(SB)/2, $3
+DATA bf16hi<>+4(SB)/2, $5
+DATA bf16hi<>+6(SB)/2, $7
+DATA bf16hi<>+8(SB)/2, $9
+DATA bf16hi<>+10(SB)/2, $11
+DATA bf16hi<>+12(SB)/2, $13
+DATA bf16hi<>+14(SB)/2, $15
+DATA bf16hi<>+16(SB)/2, $17
+DATA bf16hi<>+18(SB)/2, $19
+DATA bf16hi<>+20(SB)/2, $21
+DATA bf16hi<>+22(SB)/2, $23
+DATA bf16hi<>+24(SB)/2, $25
+DATA bf16hi<>+26(SB)/2, $27
+DATA bf16hi<>+28(SB)/2, $29
+DATA bf16hi<>+30(SB)/2, $31
+DATA bf16hi<>+32(SB)/2, $33
+DATA bf16hi<>+34(SB)/2, $35
+DATA bf16hi<>+36(SB)/2, $37
+DATA bf16hi<>+38(SB)/2, $39
+DATA bf16hi<>+40(SB)/2, $41
+DATA bf16hi<>+42(SB)/2, $43
+DATA bf16hi<>+44(SB)/2, $45
+DATA bf16hi<>+46(SB)/2, $47
+DATA bf16hi<>+48(SB)/2, $49
+DATA bf16hi<>+50(SB)/2, $51
+DATA bf16hi<>+52(SB)/2, $53
+DATA bf16hi<>+54(SB)/2, $55
+DATA bf16hi<>+56(SB)/2, $57
+DATA bf16hi<>+58(SB)/2, $59
+DATA bf16hi<>+60(SB)/2, $61
+DATA bf16hi<>+62(SB)/2, $63
+GLOBL bf16hi<>(SB), RODATA|NOPTR, $64
 
 // func axpyBF16AVX512(acc *float32, src *lowp.BFloat16, n int, w float32)
 TEXT ·axpyBF16AVX512(SB), NOSPLIT, $0-28

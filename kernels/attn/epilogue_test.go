@@ -38,6 +38,20 @@ func TestEpilogueKernels(t *testing.T) {
 			t.Fatalf("storeBF16(%#08x) = %#04x, want %#04x", math.Float32bits(src[i]), got[i], want[i])
 		}
 	}
+	// Lengths whose last SIMD group is 16 values (the VPMOVDW path), plus
+	// a scalar tail, from several offsets (the specials sit at offset 0).
+	for _, n := range []int{16, 48, 80, 85} {
+		for _, off := range []int{0, 3, 1000, 40000} {
+			g, w := got[:n], want[:n]
+			storeBF16(g, src[off:off+n], 1, true)
+			lowp.EncodeBF16(w, src[off:off+n])
+			for i := range g {
+				if g[i] != w[i] {
+					t.Fatalf("n=%d off=%d: storeBF16(%#08x) = %#04x, want %#04x", n, off, math.Float32bits(src[off+i]), g[i], w[i])
+				}
+			}
+		}
+	}
 	// Scaled store and scaled copy against the portable loops.
 	scaled := make([]float32, len(src))
 	for i := range scaled {

@@ -59,7 +59,7 @@ func TestParamsLayout(t *testing.T) {
 		var off uintptr
 		for i, f := range fields {
 			gf := c.typ.Field(i)
-			if strings.ToLower(gf.Name) != strings.ToLower(f[1]) {
+			if !strings.EqualFold(gf.Name, f[1]) {
 				t.Errorf("%s field %d: C %s, Go %s", c.cname, i, f[1], gf.Name)
 			}
 			if gf.Type.Kind() != goType[f[0]] {

@@ -52,6 +52,17 @@ type Partials struct {
 	simd bool
 }
 
+// bytes returns the storage size of one element of the dtype.
+func (d PartialDtype) bytes() int {
+	switch d {
+	case PartialF32:
+		return 4
+	case PartialBF16, PartialF16:
+		return 2
+	}
+	return 1
+}
+
 // Ensure sizes the partial buffers for rows rows, reusing capacity.
 func (p *Partials) Ensure(dt PartialDtype, d, rows int, temp bool) {
 	p.Dtype, p.D = dt, d

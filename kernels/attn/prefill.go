@@ -82,7 +82,10 @@ func newWorker(d int) *worker {
 type Workspace struct {
 	workers  []*worker
 	Partials Partials
-	order    []int32 // prefill items, largest first
+	tasks    []prefillTask // prefill: the current window's tasks
+	win      int           // prefill: query window size W
+	fixedWin int           // tests: W to use instead of windowQueries (0: automatic)
+	w0, w1   int           // prefill: the current window [w0, w1)
 	next     atomic.Int64
 	// prefill / decode of the current call
 	pf *Prefill
@@ -115,34 +118,104 @@ func (ws *Workspace) ensure(n, d int) {
 
 // RunPrefill computes the per-slot partials of every scheduled work item,
 // then combines them into out. pool supplies the goroutines.
+//
+// Long calls run in query windows, so that the partials
+// ([TopK][TotalQ][HQ][D], 2 GiB of BF16 at 32K tokens with topK 16 and 16
+// heads) do not grow with the call: for each window of W consecutive
+// queries (see windowQueries) the workers compute the part of every work
+// item whose queries fall in the window (prefillTask), then combine the
+// window's queries, and the next window reuses the buffer. Every partial
+// row and every combined row is computed exactly as with one window, so the
+// results do not depend on W.
 func RunPrefill(p *Prefill, ws *Workspace, pool *Pool, out *Output) {
 	ws.ensure(pool.Workers(), p.D)
-	rows := p.TopK * p.TotalQ * p.HQ
-	ws.Partials.Ensure(p.Partial, p.D, rows, p.InvT > 0)
+	w := windowQueries(p)
+	if ws.fixedWin > 0 {
+		w = ws.fixedWin
+	}
+	ws.Partials.Ensure(p.Partial, p.D, p.TopK*w*p.HQ, p.InvT > 0)
 	ws.Partials.simd = vecAVX512()
 	p.Q.simd, p.K.simd, p.V.simd = ws.Partials.simd, ws.Partials.simd, ws.Partials.simd
 	ws.pf, ws.po = p, out
-	ws.orderItems(p.Sched)
-	ws.next.Store(0)
-	pool.Run(ws.prefillItem)
-	ws.next.Store(0)
-	pool.Run(ws.combineRows)
+	ws.win = w
+	for w0 := 0; w0 < p.TotalQ; w0 += w {
+		ws.w0, ws.w1 = w0, min(p.TotalQ, w0+w)
+		if ws.windowTasks(p) > 0 {
+			ws.next.Store(0)
+			pool.Run(ws.prefillItem)
+		}
+		ws.next.Store(0)
+		pool.Run(ws.combineRows)
+	}
 	ws.pf, ws.po = nil, nil
 }
 
-// runPrefillItems takes work items from the shared counter until none is left.
+// MaxPartialBytes bounds the partial outputs one prefill call keeps at a
+// time (the query window of RunPrefill): 256 MiB.
+const MaxPartialBytes = 256 << 20
+
+// minWindow is the smallest query window: windows end in a barrier (all
+// tasks done, then the combine), and a window must hold enough work for
+// every worker, also in the first, causally short windows.
+const minWindow = 1024
+
+// windowQueries returns the query window W of a prefill call: all queries
+// when their partials fit in MaxPartialBytes, else the largest window that
+// fits (at least minWindow). Measured on the 2-vCPU development VM, many
+// small windows (64-256 queries, partials in cache) were no faster end to
+// end — the combine is bound by arithmetic, and every window reloads its
+// K/V blocks — and slower with two workers (a barrier per window); see
+// docs/performance.md.
+func windowQueries(p *Prefill) int {
+	perQuery := p.TopK * p.HQ * p.D * p.Partial.bytes()
+	w := MaxPartialBytes / max(perQuery, 1)
+	return max(min(w, p.TotalQ), min(minWindow, p.TotalQ), 1)
+}
+
+// prefillTask is the part of work item item whose queries lie in the
+// current window: entries [e0, e1) of the item's CSR row range.
+type prefillTask struct{ item, e0, e1 int32 }
+
+// windowTasks lists the tasks of the window [ws.w0, ws.w1), largest first
+// (so that the last tasks to start are short and the workers finish
+// together; the order changes no result), and returns their number.
+func (ws *Workspace) windowTasks(p *Prefill) int {
+	s, c := p.Sched, p.CSR
+	ws.tasks = ws.tasks[:0]
+	for i := 0; i < int(s.WorkCount); i++ {
+		m := s.Metadata[i*6 : i*6+6]
+		h, row, qBegin, qCount, b := int(m[0]), int(m[1]), int(m[2]), int(m[3]), int(m[4])
+		if int(p.CuQ[b]) >= ws.w1 || int(p.CuQ[b+1]) <= ws.w0 {
+			continue
+		}
+		base := h*c.Stride + int(c.RowPtr[h*(c.TotalRows+1)+row]) + qBegin
+		qs := c.QIdx[base : base+qCount] // batch-local, strictly ascending
+		lo, _ := slices.BinarySearch(qs, int32(ws.w0)-p.CuQ[b])
+		hi, _ := slices.BinarySearch(qs, int32(ws.w1)-p.CuQ[b])
+		if lo < hi {
+			ws.tasks = append(ws.tasks, prefillTask{int32(i), int32(qBegin + lo), int32(qBegin + hi)})
+		}
+	}
+	slices.SortStableFunc(ws.tasks, func(a, b prefillTask) int {
+		return cmp.Compare(b.e1-b.e0, a.e1-a.e0)
+	})
+	return len(ws.tasks)
+}
+
+// runPrefillItems takes the window's tasks from the shared counter until
+// none is left.
 func (ws *Workspace) runPrefillItems(w int) {
 	p := ws.pf
 	wk := ws.workers[w]
-	n := int64(p.Sched.WorkCount)
+	n := int64(len(ws.tasks))
 	for {
 		i := ws.next.Add(1) - 1
 		if i >= n {
 			return
 		}
-		j := int64(ws.order[i])
-		m := p.Sched.Metadata[j*6 : j*6+6]
-		ws.prefillItemRun(wk, int(m[0]), int(m[1]), int(m[2]), int(m[3]), int(m[4]), int(m[5]))
+		t := ws.tasks[i]
+		m := p.Sched.Metadata[int(t.item)*6 : int(t.item)*6+6]
+		ws.prefillItemRun(wk, int(m[0]), int(m[1]), int(t.e0), int(t.e1-t.e0), int(m[4]), int(m[5]))
 	}
 }
 
@@ -184,7 +257,7 @@ func (ws *Workspace) prefillItemRun(wk *worker, h, row, qBegin, qCount, b, j int
 			for g := 0; g < qpk; g++ {
 				rr := e*qpk + g
 				wk.valid[rr] = v
-				wk.dst[rr] = int32((slot*p.TotalQ+gq)*p.HQ + h*qpk + g)
+				wk.dst[rr] = int32((slot*ws.win+gq-ws.w0)*p.HQ + h*qpk + g)
 			}
 		}
 		if n > 0 {
@@ -217,7 +290,8 @@ func visible(q, seqQ, seqK int, causal bool, t0, n int) int {
 // combineChunk is the number of query rows one combine task handles.
 const combineChunk = 16
 
-// runCombine merges the partial slots of every (query, head) (SPEC 5).
+// runCombine merges the partial slots of every (query, head) of the
+// current window (SPEC 5).
 func (ws *Workspace) runCombine(w int) {
 	p, out := ws.pf, ws.po
 	wk := ws.workers[w]
@@ -226,28 +300,30 @@ func (ws *Workspace) runCombine(w int) {
 		wk.ls = make([]float32, p.TopK)
 	}
 	qpk := p.HQ / p.Hkv
-	tasks := int64((p.TotalQ + combineChunk - 1) / combineChunk)
+	tasks := int64((ws.w1 - ws.w0 + combineChunk - 1) / combineChunk)
 	pt := &ws.Partials
-	plane := p.TotalQ * p.HQ
+	plane := ws.win * p.HQ // partial rows of one slot
 	for {
 		t := ws.next.Add(1) - 1
 		if t >= tasks {
 			return
 		}
-		for gq := int(t) * combineChunk; gq < min(p.TotalQ, int(t+1)*combineChunk); gq++ {
+		q0 := ws.w0 + int(t)*combineChunk
+		for gq := q0; gq < min(ws.w1, q0+combineChunk); gq++ {
 			for hq := 0; hq < p.HQ; hq++ {
 				ns := int(p.Sched.SplitCounts[gq*p.Hkv+hq/qpk])
 				ns = min(ns, p.TopK)
-				row := gq*p.HQ + hq
+				row := gq*p.HQ + hq          // output row
+				prow := (gq-ws.w0)*p.HQ + hq // partial row within a slot
 				ls := wk.ls[:ns]
 				for s := range ls {
-					ls[s] = pt.LSE[s*plane+row]
+					ls[s] = pt.LSE[s*plane+prow]
 				}
-				combineRow(pt, ls, wk.ws[:ns], plane, row, p.D, p.OutputScale, wk, out.O[row*p.D:(row+1)*p.D], &out.LSE[row])
+				combineRow(pt, ls, wk.ws[:ns], plane, prow, p.D, p.OutputScale, wk, out.O[row*p.D:(row+1)*p.D], &out.LSE[row])
 				if out.TLSE != nil {
 					if p.InvT > 0 {
 						for s := range ls {
-							ls[s] = pt.TLSE[s*plane+row]
+							ls[s] = pt.TLSE[s*plane+prow]
 						}
 						l, ok := mergeLSE(ls, wk.ws[:ns])
 						if !ok {
@@ -291,19 +367,4 @@ func (ws *Workspace) Reserve(d, rows, splits int) {
 			wk.ws = make([]float32, splits)
 		}
 	}
-}
-
-// orderItems sorts the valid work items by decreasing query count (longest
-// processing time first), so that the last items to start are short and the
-// workers finish together. Ties keep schedule order; the order changes no
-// result (every item writes its own slots).
-func (ws *Workspace) orderItems(s *plan.FwdSchedule) {
-	n := int(s.WorkCount)
-	ws.order = grow(ws.order, n)
-	for i := range ws.order {
-		ws.order[i] = int32(i)
-	}
-	slices.SortStableFunc(ws.order, func(a, b int32) int {
-		return cmp.Compare(s.Metadata[int(b)*6+plan.MetaQCount], s.Metadata[int(a)*6+plan.MetaQCount])
-	})
 }

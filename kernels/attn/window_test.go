@@ -33,7 +33,7 @@ func TestWindowQueries(t *testing.T) {
 // TestPrefillWindows checks that the query-window size changes no result:
 // every window size, from one query to the whole call, gives bit-identical
 // O, LSE and temperature LSE (ragged batch with an empty sequence, causal
-// and not, GQA 4, BF16 partials, 1 and 3 workers).
+// and not, GQA 4, BF16, FP32 and E4M3 partials, 1 and 3 workers).
 func TestPrefillWindows(t *testing.T) {
 	const (
 		hkv, qpk, d, blk, topK = 2, 4, 64, 32, 5
@@ -95,10 +95,10 @@ func TestPrefillWindows(t *testing.T) {
 		o         []lowp.BFloat16
 		lse, tlse []float32
 	}
-	run := func(causal bool, workers, win int) result {
+	run := func(causal bool, workers, win int, partial PartialDtype) result {
 		p := &Prefill{Q: q, K: k, V: v, KV: KVLayout{Hkv: hkv, CuK: cuK}, TotalQ: totalQ, HQ: hq, Hkv: hkv, D: d,
 			CuQ: cuQ, SeqK: seqK, BlkKV: blk, Causal: causal, Scale: 0.125, InvT: 1 / 1.7, TopK: topK,
-			CSR: csr, Sched: sched, Partial: PartialBF16, OutputScale: 1}
+			CSR: csr, Sched: sched, Partial: partial, OutputScale: 1}
 		pool := NewPool(workers)
 		defer pool.Close()
 		ws := NewWorkspace(workers, d)
@@ -115,16 +115,20 @@ func TestPrefillWindows(t *testing.T) {
 		}
 		return true
 	}
-	for _, causal := range []bool{false, true} {
-		want := run(causal, 1, totalQ)
+	for _, c := range []struct {
+		causal  bool
+		partial PartialDtype
+	}{{false, PartialBF16}, {true, PartialBF16}, {true, PartialF32}, {false, PartialE4M3}} {
+		causal := c.causal
+		want := run(causal, 1, totalQ, c.partial)
 		if w := windowQueries(&Prefill{HQ: hq, Hkv: hkv, TopK: topK, TotalQ: totalQ, D: d, Partial: PartialBF16}); w != totalQ {
 			t.Fatalf("windowQueries = %d, want all %d queries (small call)", w, totalQ)
 		}
 		for _, win := range []int{0, 1, 7, 64, 129, totalQ + 5} {
 			for _, workers := range []int{1, 3} {
-				got := run(causal, workers, win)
+				got := run(causal, workers, win, c.partial)
 				if !slices.Equal(got.o, want.o) || !same(got.lse, want.lse) || !same(got.tlse, want.tlse) {
-					t.Fatalf("causal=%v window %d, %d workers: result differs from a single window", causal, win, workers)
+					t.Fatalf("causal=%v partials %v, window %d, %d workers: result differs from a single window", causal, c.partial, win, workers)
 				}
 			}
 		}

@@ -161,15 +161,18 @@ const minWindow = 1024
 
 // windowQueries returns the query window W of a prefill call: all queries
 // when their partials fit in MaxPartialBytes, else the largest window that
-// fits (at least minWindow). Measured on the 2-vCPU development VM, many
+// fits, raised to minWindow queries as long as that stays within 4x the
+// cap (at least one query). Measured on the 2-vCPU development VM, many
 // small windows (64-256 queries, partials in cache) were no faster end to
-// end — the combine is bound by arithmetic, and every window reloads its
-// K/V blocks — and slower with two workers (a barrier per window); see
-// docs/performance.md.
+// end — every window reloads its K/V blocks and ends in a barrier — and
+// slower with two workers; see docs/performance.md.
 func windowQueries(p *Prefill) int {
-	perQuery := p.TopK * p.HQ * p.D * p.Partial.bytes()
-	w := MaxPartialBytes / max(perQuery, 1)
-	return max(min(w, p.TotalQ), min(minWindow, p.TotalQ), 1)
+	perQuery := max(p.TopK*p.HQ*p.D*p.Partial.bytes(), 1)
+	w := MaxPartialBytes / perQuery
+	if w < minWindow {
+		w = min(minWindow, 4*MaxPartialBytes/perQuery)
+	}
+	return max(min(w, p.TotalQ), 1)
 }
 
 // prefillTask is the part of work item item whose queries lie in the

@@ -585,7 +585,7 @@ maxdone:
 	VMOVUPS 64(BX), Z0
 	VSUBPS.Z Z26, Z0, K2, Z0 // mxold - mx, 0 where mx = -inf
 	VMOVUPS Z26, 64(BX)
-	VREDUCEPS $8, Z0, Z2 // f = x - round(x) in [-0.5, 0.5]
+	VREDUCEPS $8, Z0, Z2 // f = x - round(x) in [-0.5, 0.5] (AVX512DQ)
 	VSUBPS Z2, Z0, Z1 // n = x - f (exact)
 	VMOVAPS Z23, Z3
 	VFMADD213PS Z22, Z2, Z3
@@ -601,7 +601,7 @@ maxdone:
 	CMPL 324(BX), $0
 	JEQ pass2
 	VMULPS Z24, Z0, Z4
-	VREDUCEPS $8, Z4, Z2 // f = x - round(x) in [-0.5, 0.5]
+	VREDUCEPS $8, Z4, Z2 // f = x - round(x) in [-0.5, 0.5] (AVX512DQ)
 	VSUBPS Z2, Z4, Z1 // n = x - f (exact)
 	VMOVAPS Z23, Z5
 	VFMADD213PS Z22, Z2, Z5
@@ -631,7 +631,7 @@ nont:
 	VMOVUPS (DI), Z0
 	VSUBPS Z26, Z0, Z0
 	VPCMPGTD Z29, Z30, K1 // valid > key
-	VREDUCEPS $8, Z0, Z2 // f = x - round(x) in [-0.5, 0.5]
+	VREDUCEPS $8, Z0, Z2 // f = x - round(x) in [-0.5, 0.5] (AVX512DQ)
 	VSUBPS Z2, Z0, Z1 // n = x - f (exact)
 	VMOVAPS Z23, Z3
 	VFMADD213PS Z22, Z2, Z3
@@ -640,7 +640,7 @@ nont:
 	VFMADD213PS Z19, Z2, Z3
 	VFMADD213PS Z18, Z2, Z3
 	VFMADD213PS Z17, Z2, Z3
-	VSCALEFPS.Z Z1, Z3, K1, Z3 // p * 2^n, 0 in lanes that do not see the key
+	VSCALEFPS.Z Z1, Z3, K1, Z3 // p * 2^n, 0 in lanes outside the mask
 	VADDPS Z3, Z16, Z16
 	VMOVUPS Z3, (DI)
 	VPADDD Z28, Z29, Z29
@@ -652,7 +652,7 @@ nott:
 	VMOVUPS (DI), Z0
 	VSUBPS Z26, Z0, Z0
 	VPCMPGTD Z29, Z30, K1 // valid > key
-	VREDUCEPS $8, Z0, Z2 // f = x - round(x) in [-0.5, 0.5]
+	VREDUCEPS $8, Z0, Z2 // f = x - round(x) in [-0.5, 0.5] (AVX512DQ)
 	VSUBPS Z2, Z0, Z1 // n = x - f (exact)
 	VMOVAPS Z23, Z3
 	VFMADD213PS Z22, Z2, Z3
@@ -661,10 +661,10 @@ nott:
 	VFMADD213PS Z19, Z2, Z3
 	VFMADD213PS Z18, Z2, Z3
 	VFMADD213PS Z17, Z2, Z3
-	VSCALEFPS.Z Z1, Z3, K1, Z3 // p * 2^n, 0 in lanes that do not see the key
+	VSCALEFPS.Z Z1, Z3, K1, Z3 // p * 2^n, 0 in lanes outside the mask
 	VADDPS Z3, Z16, Z16
 	VMULPS Z24, Z0, Z4
-	VREDUCEPS $8, Z4, Z2 // f = x - round(x) in [-0.5, 0.5]
+	VREDUCEPS $8, Z4, Z2 // f = x - round(x) in [-0.5, 0.5] (AVX512DQ)
 	VSUBPS Z2, Z4, Z1 // n = x - f (exact)
 	VMOVAPS Z23, Z5
 	VFMADD213PS Z22, Z2, Z5
@@ -673,7 +673,7 @@ nott:
 	VFMADD213PS Z19, Z2, Z5
 	VFMADD213PS Z18, Z2, Z5
 	VFMADD213PS Z17, Z2, Z5
-	VSCALEFPS.Z Z1, Z5, K1, Z5 // p * 2^n, 0 in lanes that do not see the key
+	VSCALEFPS.Z Z1, Z5, K1, Z5 // p * 2^n, 0 in lanes outside the mask
 	VADDPS Z5, Z15, Z15
 	VMOVUPS Z3, (DI)
 	VPADDD Z28, Z29, Z29
@@ -688,7 +688,7 @@ bfnt:
 	VMOVUPS (DI), Z0
 	VSUBPS Z26, Z0, Z0
 	VPCMPGTD Z29, Z30, K1 // valid > key
-	VREDUCEPS $8, Z0, Z2 // f = x - round(x) in [-0.5, 0.5]
+	VREDUCEPS $8, Z0, Z2 // f = x - round(x) in [-0.5, 0.5] (AVX512DQ)
 	VSUBPS Z2, Z0, Z1 // n = x - f (exact)
 	VMOVAPS Z23, Z3
 	VFMADD213PS Z22, Z2, Z3
@@ -697,7 +697,7 @@ bfnt:
 	VFMADD213PS Z19, Z2, Z3
 	VFMADD213PS Z18, Z2, Z3
 	VFMADD213PS Z17, Z2, Z3
-	VSCALEFPS.Z Z1, Z3, K1, Z3 // p * 2^n, 0 in lanes that do not see the key
+	VSCALEFPS.Z Z1, Z3, K1, Z3 // p * 2^n, 0 in lanes outside the mask
 	VADDPS Z3, Z16, Z16
 	VPSRLD $16, Z3, Z1
 	VPANDD Z8, Z1, Z1
@@ -714,7 +714,7 @@ bftt:
 	VMOVUPS (DI), Z0
 	VSUBPS Z26, Z0, Z0
 	VPCMPGTD Z29, Z30, K1 // valid > key
-	VREDUCEPS $8, Z0, Z2 // f = x - round(x) in [-0.5, 0.5]
+	VREDUCEPS $8, Z0, Z2 // f = x - round(x) in [-0.5, 0.5] (AVX512DQ)
 	VSUBPS Z2, Z0, Z1 // n = x - f (exact)
 	VMOVAPS Z23, Z3
 	VFMADD213PS Z22, Z2, Z3
@@ -723,10 +723,10 @@ bftt:
 	VFMADD213PS Z19, Z2, Z3
 	VFMADD213PS Z18, Z2, Z3
 	VFMADD213PS Z17, Z2, Z3
-	VSCALEFPS.Z Z1, Z3, K1, Z3 // p * 2^n, 0 in lanes that do not see the key
+	VSCALEFPS.Z Z1, Z3, K1, Z3 // p * 2^n, 0 in lanes outside the mask
 	VADDPS Z3, Z16, Z16
 	VMULPS Z24, Z0, Z4
-	VREDUCEPS $8, Z4, Z2 // f = x - round(x) in [-0.5, 0.5]
+	VREDUCEPS $8, Z4, Z2 // f = x - round(x) in [-0.5, 0.5] (AVX512DQ)
 	VSUBPS Z2, Z4, Z1 // n = x - f (exact)
 	VMOVAPS Z23, Z5
 	VFMADD213PS Z22, Z2, Z5
@@ -735,7 +735,7 @@ bftt:
 	VFMADD213PS Z19, Z2, Z5
 	VFMADD213PS Z18, Z2, Z5
 	VFMADD213PS Z17, Z2, Z5
-	VSCALEFPS.Z Z1, Z5, K1, Z5 // p * 2^n, 0 in lanes that do not see the key
+	VSCALEFPS.Z Z1, Z5, K1, Z5 // p * 2^n, 0 in lanes outside the mask
 	VADDPS Z5, Z15, Z15
 	VPSRLD $16, Z3, Z1
 	VPANDD Z8, Z1, Z1
@@ -755,7 +755,7 @@ e4nt:
 	VMOVUPS (DI), Z0
 	VSUBPS Z26, Z0, Z0
 	VPCMPGTD Z29, Z30, K1 // valid > key
-	VREDUCEPS $8, Z0, Z2 // f = x - round(x) in [-0.5, 0.5]
+	VREDUCEPS $8, Z0, Z2 // f = x - round(x) in [-0.5, 0.5] (AVX512DQ)
 	VSUBPS Z2, Z0, Z1 // n = x - f (exact)
 	VMOVAPS Z23, Z3
 	VFMADD213PS Z22, Z2, Z3
@@ -764,7 +764,7 @@ e4nt:
 	VFMADD213PS Z19, Z2, Z3
 	VFMADD213PS Z18, Z2, Z3
 	VFMADD213PS Z17, Z2, Z3
-	VSCALEFPS.Z Z1, Z3, K1, Z3 // p * 2^n, 0 in lanes that do not see the key
+	VSCALEFPS.Z Z1, Z3, K1, Z3 // p * 2^n, 0 in lanes outside the mask
 	VADDPS Z3, Z16, Z16
 	VADDPS Z13, Z3, Z1
 	VSUBPS Z13, Z1, Z1 // subnormal e4m3: nearest multiple of 2^-9
@@ -786,7 +786,7 @@ e4tt:
 	VMOVUPS (DI), Z0
 	VSUBPS Z26, Z0, Z0
 	VPCMPGTD Z29, Z30, K1 // valid > key
-	VREDUCEPS $8, Z0, Z2 // f = x - round(x) in [-0.5, 0.5]
+	VREDUCEPS $8, Z0, Z2 // f = x - round(x) in [-0.5, 0.5] (AVX512DQ)
 	VSUBPS Z2, Z0, Z1 // n = x - f (exact)
 	VMOVAPS Z23, Z3
 	VFMADD213PS Z22, Z2, Z3
@@ -795,10 +795,10 @@ e4tt:
 	VFMADD213PS Z19, Z2, Z3
 	VFMADD213PS Z18, Z2, Z3
 	VFMADD213PS Z17, Z2, Z3
-	VSCALEFPS.Z Z1, Z3, K1, Z3 // p * 2^n, 0 in lanes that do not see the key
+	VSCALEFPS.Z Z1, Z3, K1, Z3 // p * 2^n, 0 in lanes outside the mask
 	VADDPS Z3, Z16, Z16
 	VMULPS Z24, Z0, Z4
-	VREDUCEPS $8, Z4, Z2 // f = x - round(x) in [-0.5, 0.5]
+	VREDUCEPS $8, Z4, Z2 // f = x - round(x) in [-0.5, 0.5] (AVX512DQ)
 	VSUBPS Z2, Z4, Z1 // n = x - f (exact)
 	VMOVAPS Z23, Z5
 	VFMADD213PS Z22, Z2, Z5
@@ -807,7 +807,7 @@ e4tt:
 	VFMADD213PS Z19, Z2, Z5
 	VFMADD213PS Z18, Z2, Z5
 	VFMADD213PS Z17, Z2, Z5
-	VSCALEFPS.Z Z1, Z5, K1, Z5 // p * 2^n, 0 in lanes that do not see the key
+	VSCALEFPS.Z Z1, Z5, K1, Z5 // p * 2^n, 0 in lanes outside the mask
 	VADDPS Z5, Z15, Z15
 	VADDPS Z13, Z3, Z1
 	VSUBPS Z13, Z1, Z1 // subnormal e4m3: nearest multiple of 2^-9

@@ -268,6 +268,40 @@ func coff(n string, wide bool) int {
 	panic(n)
 }
 
+// The row loop shared by genSoftmax512 and genSoftmax256 (both take the
+// same arguments): softmaxPtrs loads the row pointers, softmaxNext
+// advances them to the next row (512-byte score rows, 4-byte per-row
+// state) and loops to lbl, softmaxLoadN sets AX = min(valid[r], nlim) and
+// jumps to empty when the row sees no key.
+func softmaxPtrs(a *asm) {
+	a.f("\tMOVQ s+0(FP), SI")
+	a.f("\tMOVQ valid+16(FP), BX")
+	a.f("\tMOVQ rows+24(FP), R12")
+	a.f("\tMOVQ mx+56(FP), R8")
+	a.f("\tMOVQ sum+64(FP), R9")
+	a.f("\tMOVQ tsum+72(FP), R10")
+	a.f("\tMOVQ alpha+80(FP), R11")
+}
+
+func softmaxNext(a *asm, lbl string) {
+	a.f("\tADDQ $512, SI")
+	a.f("\tADDQ $4, BX")
+	a.f("\tADDQ $4, R8")
+	a.f("\tADDQ $4, R9")
+	a.f("\tADDQ $4, R10")
+	a.f("\tADDQ $4, R11")
+	a.f("\tDECQ R12")
+	a.f("\tJNZ %s", lbl)
+}
+
+func softmaxLoadN(a *asm, empty string) {
+	a.f("\tMOVL (BX), AX")
+	a.f("\tCMPL AX, R13")
+	a.f("\tCMOVLGT R13, AX // n = min(valid[r], nlim)")
+	a.f("\tTESTL AX, AX")
+	a.f("\tJLE %s", empty)
+}
+
 // genSoftmax512 emits the online softmax of a group of rows (see
 // softmaxGroupFunc in tiers_amd64.go for the contract). The work is done
 // phase by phase over the rows (masking and max of every row, then exp2 and
@@ -292,44 +326,7 @@ func genSoftmax512(a *asm, name string, mode int) {
 	c := func(n string) string { return fmt.Sprintf("·smc512+%d(SB)", coff(n, false)) }
 	a.f("// func %s(s *float32, nv int, valid *int32, rows int, nlim int, scale float32, invT float32, round int, mx, sum, tsum, alpha *float32)", name)
 	a.f("TEXT ·%s(SB), NOSPLIT, $0-88", name)
-	ptrs := func() {
-		a.f("\tMOVQ s+0(FP), SI")
-		a.f("\tMOVQ valid+16(FP), BX")
-		a.f("\tMOVQ rows+24(FP), R12")
-		a.f("\tMOVQ mx+56(FP), R8")
-		a.f("\tMOVQ sum+64(FP), R9")
-		a.f("\tMOVQ tsum+72(FP), R10")
-		a.f("\tMOVQ alpha+80(FP), R11")
-	}
-	next := func(lbl string) {
-		a.f("\tADDQ $512, SI")
-		a.f("\tADDQ $4, BX")
-		a.f("\tADDQ $4, R8")
-		a.f("\tADDQ $4, R9")
-		a.f("\tADDQ $4, R10")
-		a.f("\tADDQ $4, R11")
-		a.f("\tDECQ R12")
-		a.f("\tJNZ %s", lbl)
-	}
-	loadN := func(empty string) {
-		a.f("\tMOVL (BX), AX")
-		a.f("\tCMPL AX, R13")
-		a.f("\tCMOVLGT R13, AX // n = min(valid[r], nlim)")
-		a.f("\tTESTL AX, AX")
-		a.f("\tJLE %s", empty)
-	}
-	exp2 := func(in, out, t1, t2 int) {
-		// No clamp needed: VREDUCEPS(-inf) = 0, so n = -inf and
-		// VSCALEFPS(p, -inf) = 0; finite x <= -150 underflow to 0 in
-		// VSCALEFPS; NaN propagates (as in the generic tier).
-		a.f("\tVREDUCEPS $8, Z%d, Z%d // f = x - round(x) in [-0.5, 0.5] (AVX512DQ)", in, t2)
-		a.f("\tVSUBPS Z%d, Z%d, Z%d // n = x - f (exact)", t2, in, t1)
-		a.f("\tVMOVAPS Z23, Z%d", out)
-		for i := 5; i >= 0; i-- {
-			a.f("\tVFMADD213PS Z%d, Z%d, Z%d", 17+i, t2, out)
-		}
-		a.f("\tVSCALEFPS Z%d, Z%d, Z%d // p * 2^n (exact, gradual underflow)", t1, out, out)
-	}
+	exp2 := func(in, out, t1, t2 int) { emit.Exp2(a.f, in, out, t1, t2, "") }
 	hred := func(z int, op string) {
 		a.f("\tVEXTRACTF64X4 $1, Z%d, Y0", z)
 		a.f("\t%sPS Y0, Y%d, Y%d", op, z, z)
@@ -355,11 +352,11 @@ func genSoftmax512(a *asm, name string, mode int) {
 	}
 	a.f("\tVBROADCASTSS %s, Z6", c("sub"))
 	a.f("\tVBROADCASTSS %s, Z7", c("c448"))
-	ptrs()
+	softmaxPtrs(a)
 	a.f("\t// Phase 1, per row: s = scale*s with keys >= n set to -inf, the new")
 	a.f("\t// max, alpha = exp2(mxold - mx), sum *= alpha, tsum *= exp2((mxold - mx)*invT).")
 	a.f("row1:")
-	loadN("empty1")
+	softmaxLoadN(a, "empty1")
 	a.f("\tVPBROADCASTD AX, Z30")
 	a.f("\tVMOVDQU32 ·iota16(SB), Z29")
 	a.f("\tVMOVAPS Z27, Z26")
@@ -431,12 +428,12 @@ func genSoftmax512(a *asm, name string, mode int) {
 	a.f("\tDECQ CX")
 	a.f("\tJNZ zero")
 	a.f("next1:")
-	next("row1")
-	ptrs()
+	softmaxNext(a, "row1")
+	softmaxPtrs(a)
 	a.f("\tMOVQ round+48(FP), DX")
 	a.f("\t// Phase 2, per row: p = exp2(s - mx), sums, rounding.")
 	a.f("row2:")
-	loadN("next2")
+	softmaxLoadN(a, "next2")
 	a.f("\tVBROADCASTSS (R8), Z25")
 	a.f("\tVXORPS Z15, Z15, Z15")
 	a.f("\tVXORPS Z26, Z26, Z26")
@@ -450,13 +447,7 @@ func genSoftmax512(a *asm, name string, mode int) {
 	a.f("\tJEQ bf")
 	a.f("\tCMPQ DX, $2")
 	a.f("\tJEQ e4")
-	bf := func(p int) {
-		a.f("\tVPSRLD $16, Z%d, Z1", p)
-		a.f("\tVPANDD Z8, Z1, Z1")
-		a.f("\tVPADDD Z9, Z%d, Z%d", p, p)
-		a.f("\tVPADDD Z1, Z%d, Z%d", p, p)
-		a.f("\tVPANDD Z10, Z%d, Z%d // bf16 round to nearest even", p, p)
-	}
+	bf := func(p int) { emit.RoundBF16(a.f, p) }
 	for _, rnd := range []string{"no", "bf", "e4"} {
 		a.f("%s:", rnd)
 		a.f("\tCMPL invT+44(FP), $0")
@@ -486,16 +477,7 @@ func genSoftmax512(a *asm, name string, mode int) {
 				case rnd == "bf" && mode != storePackBF:
 					bf(p)
 				case rnd == "e4":
-					a.f("\tVADDPS Z13, Z%d, Z1", p)
-					a.f("\tVSUBPS Z13, Z1, Z1 // subnormal e4m3: nearest multiple of 2^-9")
-					a.f("\tVPSRLD $20, Z%d, Z2", p)
-					a.f("\tVPANDD Z8, Z2, Z2")
-					a.f("\tVPADDD Z11, Z2, Z2")
-					a.f("\tVPADDD Z%d, Z2, Z2", p)
-					a.f("\tVPANDD Z12, Z2, Z2 // normal e4m3: 3 mantissa bits, nearest even")
-					a.f("\tVCMPPS $1, Z6, Z%d, K2 // p < 2^-6", p)
-					a.f("\tVBLENDMPS Z1, Z2, K2, Z%d", p)
-					a.f("\tVMINPS Z7, Z%d, Z%d // saturate at 448", p, p)
+					emit.RoundE4M3(a.f, p)
 				}
 				switch mode {
 				case storeF32:
@@ -532,7 +514,7 @@ func genSoftmax512(a *asm, name string, mode int) {
 	a.f("\tVADDSS (R10), X14, X14")
 	a.f("\tVMOVSS X14, (R10)")
 	a.f("next2:")
-	next("row2")
+	softmaxNext(a, "row2")
 	a.f("\tVZEROUPPER")
 	a.f("\tRET\n")
 }
@@ -549,32 +531,6 @@ func genSoftmax256(a *asm, name string) {
 	c := func(n string) string { return fmt.Sprintf("·smc256+%d(SB)", coff(n, true)) }
 	a.f("// func %s(s *float32, nv int, valid *int32, rows int, nlim int, scale float32, invT float32, round int, mx, sum, tsum, alpha *float32)", name)
 	a.f("TEXT ·%s(SB), NOSPLIT, $0-88", name)
-	ptrs := func() {
-		a.f("\tMOVQ s+0(FP), SI")
-		a.f("\tMOVQ valid+16(FP), BX")
-		a.f("\tMOVQ rows+24(FP), R12")
-		a.f("\tMOVQ mx+56(FP), R8")
-		a.f("\tMOVQ sum+64(FP), R9")
-		a.f("\tMOVQ tsum+72(FP), R10")
-		a.f("\tMOVQ alpha+80(FP), R11")
-	}
-	next := func(lbl string) {
-		a.f("\tADDQ $512, SI")
-		a.f("\tADDQ $4, BX")
-		a.f("\tADDQ $4, R8")
-		a.f("\tADDQ $4, R9")
-		a.f("\tADDQ $4, R10")
-		a.f("\tADDQ $4, R11")
-		a.f("\tDECQ R12")
-		a.f("\tJNZ %s", lbl)
-	}
-	loadN := func(empty string) {
-		a.f("\tMOVL (BX), AX")
-		a.f("\tCMPL AX, R13")
-		a.f("\tCMOVLGT R13, AX // n = min(valid[r], nlim)")
-		a.f("\tTESTL AX, AX")
-		a.f("\tJLE %s", empty)
-	}
 	exp2 := func(in, out, t1, t2 int) {
 		a.f("\tVMAXPS %s, Y%d, Y%d // clamp at -127: 2^-127 builds as 0", c("lo256"), in, t1)
 		a.f("\tVROUNDPS $0, Y%d, Y%d // n = round(x)", t1, t2)
@@ -599,11 +555,11 @@ func genSoftmax256(a *asm, name string) {
 	a.f("\tMOVQ nlim+32(FP), R13")
 	a.f("\tVBROADCASTSS scale+40(FP), Y15")
 	a.f("\tVBROADCASTSS %s, Y10", c("ninf"))
-	ptrs()
+	softmaxPtrs(a)
 	a.f("\t// Phase 1, per row: s = scale*s with keys >= n set to -inf, the new")
 	a.f("\t// max, alpha = exp2(mxold - mx), sum *= alpha, tsum *= exp2((mxold - mx)*invT).")
 	a.f("row1:")
-	loadN("empty1")
+	softmaxLoadN(a, "empty1")
 	a.f("\tVMOVD AX, X14")
 	a.f("\tVPBROADCASTD X14, Y14")
 	a.f("\tVMOVDQU ·iota8(SB), Y13")
@@ -677,13 +633,13 @@ func genSoftmax256(a *asm, name string) {
 	a.f("\tDECQ CX")
 	a.f("\tJNZ zero")
 	a.f("next1:")
-	next("row1")
-	ptrs()
+	softmaxNext(a, "row1")
+	softmaxPtrs(a)
 	a.f("\tMOVQ round+48(FP), DX")
 	a.f("\tVBROADCASTSS invT+44(FP), Y10")
 	a.f("\t// Phase 2, per row: p = exp2(s - mx), sums, rounding.")
 	a.f("row2:")
-	loadN("next2")
+	softmaxLoadN(a, "next2")
 	a.f("\tVBROADCASTSS (R8), Y15")
 	for _, y := range []int{14, 13, 12, 11} {
 		a.f("\tVXORPS Y%d, Y%d, Y%d", y, y, y)
@@ -753,7 +709,7 @@ func genSoftmax256(a *asm, name string) {
 	a.f("\tVADDSS (R10), X13, X13")
 	a.f("\tVMOVSS X13, (R10)")
 	a.f("next2:")
-	next("row2")
+	softmaxNext(a, "row2")
 	a.f("\tVZEROUPPER")
 	a.f("\tRET\n")
 }

@@ -1,5 +1,7 @@
 // Package emit holds what the assembly generators of package tile share:
-// the exp2 polynomial and the named 32-bit constants of the softmax kernels.
+// the exp2 polynomial, the named 32-bit constants of the softmax kernels,
+// and the AVX-512 instruction sequences of exp2 and of the bf16 / e4m3
+// rounding of P (avx512.go).
 // asmgen/gen.go (Acc/Block kernels) and asmgen/lanes/gen.go (Lanes
 // kernels) lay their constant tables out differently but must agree on
 // these values, so that both softmax implementations compute the same exp2

@@ -24,8 +24,9 @@
 //     for a chunk of C output columns kept in C zmm accumulators (4 row
 //     groups x C/4 column quads) across all keys.
 //
-// The exp2 and the bf16/e4m3 rounding are those of asmgen/gen.go
-// (genSoftmax512): same polynomial, same instruction sequence.
+// The exp2 and the bf16/e4m3 rounding are emitted by package emit (Exp2,
+// RoundBF16, RoundE4M3), the same code asmgen/gen.go uses for
+// genSoftmax512.
 package main
 
 import (
@@ -215,21 +216,7 @@ const (
 // constants, Z0-Z5 scratch. GP: SI s, CX n, BX state, DI running pointer,
 // DX count.
 func genSoftmax(a *asm) {
-	exp2 := func(in, out, t1, t2 int, mask string) {
-		// VREDUCEPS(-inf) = 0, so n = -inf and VSCALEFPS(p, -inf) = 0;
-		// NaN (lanes whose max is still -inf) is removed by the zeroing mask.
-		a.f("\tVREDUCEPS $8, Z%d, Z%d // f = x - round(x) in [-0.5, 0.5]", in, t2)
-		a.f("\tVSUBPS Z%d, Z%d, Z%d // n = x - f (exact)", t2, in, t1)
-		a.f("\tVMOVAPS Z23, Z%d", out)
-		for i := 5; i >= 0; i-- {
-			a.f("\tVFMADD213PS Z%d, Z%d, Z%d", 17+i, t2, out)
-		}
-		if mask != "" {
-			a.f("\tVSCALEFPS.Z Z%d, Z%d, %s, Z%d // p * 2^n, 0 in lanes that do not see the key", t1, out, mask, out)
-		} else {
-			a.f("\tVSCALEFPS Z%d, Z%d, Z%d // p * 2^n (exact, gradual underflow)", t1, out, out)
-		}
-	}
+	exp2 := func(in, out, t1, t2 int, mask string) { emit.Exp2(a.f, in, out, t1, t2, mask) }
 	a.f("// func lanesSoftmax(s *float32, n int, st *lanesState, p4 *float32)")
 	a.f("TEXT ·lanesSoftmax(SB), NOSPLIT, $0-32")
 	a.f("\tMOVQ s+0(FP), SI")
@@ -326,22 +313,9 @@ func genSoftmax(a *asm) {
 			}
 			switch rnd {
 			case "bf":
-				a.f("\tVPSRLD $16, Z3, Z1")
-				a.f("\tVPANDD Z8, Z1, Z1")
-				a.f("\tVPADDD Z9, Z3, Z3")
-				a.f("\tVPADDD Z1, Z3, Z3")
-				a.f("\tVPANDD Z10, Z3, Z3 // bf16 round to nearest even")
+				emit.RoundBF16(a.f, 3)
 			case "e4":
-				a.f("\tVADDPS Z13, Z3, Z1")
-				a.f("\tVSUBPS Z13, Z1, Z1 // subnormal e4m3: nearest multiple of 2^-9")
-				a.f("\tVPSRLD $20, Z3, Z2")
-				a.f("\tVPANDD Z8, Z2, Z2")
-				a.f("\tVPADDD Z11, Z2, Z2")
-				a.f("\tVPADDD Z3, Z2, Z2")
-				a.f("\tVPANDD Z12, Z2, Z2 // normal e4m3: 3 mantissa bits, nearest even")
-				a.f("\tVCMPPS $1, Z6, Z3, K2 // p < 2^-6")
-				a.f("\tVBLENDMPS Z1, Z2, K2, Z3")
-				a.f("\tVMINPS Z7, Z3, Z3 // saturate at 448")
+				emit.RoundE4M3(a.f, 3)
 			}
 			a.f("\tVMOVUPS Z3, (DI)")
 			a.f("\tVPADDD Z28, Z29, Z29")

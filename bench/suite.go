@@ -424,7 +424,6 @@ func (p *decodeProb) verify(cfg *config, out []lowp.BFloat16) (string, string) {
 // runCase builds, plans, times and (with -verify) checks one case, filling
 // in the measured fields of r. The dense baseline is measured by the caller.
 func runCase(cfg *config, c caseSpec, r *result, prog *progress) error {
-	minTime, minReps := cfg.minTime, 3
 	switch c.Kind {
 	case "prefill", "nvfp4":
 		prog.phase(c.Name, "generate")
@@ -437,21 +436,16 @@ func runCase(cfg *config, c caseSpec, r *result, prog *progress) error {
 		r.flops = 4 * float64(c.D) * float64(c.HQ/c.HKV) * float64(p.pairs)
 		r.bytes = float64(c.SeqLen*c.HQ*c.D)*elemBytes(c.DType) + c.kvBytes()
 		prog.phase(c.Name, "sparse")
-		stop := profile(cfg, c.Name)
 		var last *op.Result
-		pr := newPaired(cfg, r, false)
-		med, best, reps, err := timeIt(minTime, minReps, 200, func() error {
+		err = timeOp(cfg, c, r, 200, false, func() error {
 			last = nil // let the previous output be collected
 			var err error
 			last, err = p.run(cfg)
 			return err
-		}, pr.after)
-		stop()
+		})
 		if err != nil {
 			return err
 		}
-		r.timeMS, r.bestMS, r.reps = ms(med), ms(best), reps
-		pr.finish()
 		if cfg.verify {
 			prog.phase(c.Name, "verify")
 			r.verify, r.verifyDetail = p.verify(cfg, last.Out.Data().([]lowp.BFloat16))
@@ -478,17 +472,12 @@ func runCase(cfg *config, c caseSpec, r *result, prog *progress) error {
 		r.planMS = ms(time.Since(t0))
 		out := tensor.New(tensor.WithShape(c.Batch, c.HQ, c.D), tensor.Of(op.BFloat16))
 		prog.phase(c.Name, "decode")
-		stop := profile(cfg, c.Name)
-		pr := newPaired(cfg, r, true)
-		med, best, reps, err := timeIt(minTime, minReps, 2000, func() error {
+		err = timeOp(cfg, c, r, 2000, true, func() error {
 			return w.RunInto(p.q, p.k, p.v, 0, out, nil)
-		}, pr.after)
-		stop()
+		})
 		if err != nil {
 			return err
 		}
-		r.timeMS, r.bestMS, r.reps = ms(med), ms(best), reps
-		pr.finish()
 		if cfg.verify {
 			prog.phase(c.Name, "verify")
 			r.verify, r.verifyDetail = p.verify(cfg, out.Data().([]lowp.BFloat16))
@@ -511,8 +500,21 @@ type paired struct {
 	peak, band []float64
 }
 
-func newPaired(cfg *config, r *result, bw bool) *paired {
-	return &paired{m: cfg.ref, r: r, bw: bw}
+// timeOp times f, the op call of case c (at most maxReps calls, under the
+// -cpuprofile profile, each followed by its reference windows; bw adds the
+// bandwidth window), and records the median, best, repetitions and paired
+// ratios in r.
+func timeOp(cfg *config, c caseSpec, r *result, maxReps int, bw bool, f func() error) error {
+	stop := profile(cfg, c.Name)
+	pr := &paired{m: cfg.ref, r: r, bw: bw}
+	med, best, reps, err := timeIt(cfg.minTime, 3, maxReps, f, pr.after)
+	stop()
+	if err != nil {
+		return err
+	}
+	r.timeMS, r.bestMS, r.reps = ms(med), ms(best), reps
+	pr.finish()
+	return nil
 }
 
 func (p *paired) after(rep time.Duration) {

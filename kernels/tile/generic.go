@@ -23,6 +23,56 @@ func loadBlockGeneric(kt, vd []float32, n, d int, k, v []float32) {
 	copy(vd[:n*d], v[:n*d])
 }
 
+// foldRow is the online-softmax step of one row, shared by the portable
+// Acc and Lanes code: s are the row's scaled base-2 scores of its visible
+// keys, v their value rows ([len(s)][d], row-major), o the row's
+// unnormalised output (len d) and mx, sum, tsum its running state. It
+// rescales o and the sums by alpha = exp2(mx - mx'), adds p = exp2(s - mx')
+// (rounded as round) times each value row, and returns alpha.
+func foldRow(s, v []float32, d int, o []float32, mx, sum, tsum *float32, temp bool, invT float32, round Round) float32 {
+	m := *mx
+	for _, x := range s {
+		if x > m {
+			m = x
+		}
+	}
+	alpha := float32(math.Exp2(float64(*mx - m)))
+	if alpha != 1 {
+		for c := range o {
+			o[c] *= alpha
+		}
+	}
+	*sum *= alpha
+	if temp {
+		*tsum *= float32(math.Exp2(float64(*mx-m) * float64(invT)))
+	}
+	*mx = m
+	var ps, ts float32
+	for i, x := range s {
+		p := float32(math.Exp2(float64(x - m)))
+		ps += p
+		if temp {
+			ts += float32(math.Exp2(float64(x-m) * float64(invT)))
+		}
+		switch round {
+		case RoundBF16:
+			p = lowp.BF16(p).Float32()
+		case RoundE4M3:
+			p = lowp.E4M3Sat(p).Float32()
+		}
+		if p == 0 {
+			continue
+		}
+		vr := v[i*d : (i+1)*d]
+		for c, vv := range vr {
+			o[c] += p * vv
+		}
+	}
+	*sum += ps
+	*tsum += ts
+	return alpha
+}
+
 // updateGeneric is the reference implementation of Acc.Update.
 func updateGeneric(a *Acc, b *Block, valid []int32) {
 	d := a.d
@@ -46,46 +96,6 @@ func updateGeneric(a *Acc, b *Block, valid []int32) {
 		for i := range s {
 			s[i] *= a.scale
 		}
-		mx := a.mx[r]
-		for _, x := range s {
-			if x > mx {
-				mx = x
-			}
-		}
-		alpha := float32(math.Exp2(float64(a.mx[r] - mx)))
-		o := a.O(r)
-		if alpha != 1 {
-			for c := range o {
-				o[c] *= alpha
-			}
-		}
-		a.sum[r] *= alpha
-		if a.temp {
-			a.tsum[r] *= float32(math.Exp2(float64(a.mx[r]-mx) * float64(a.invT)))
-		}
-		a.mx[r] = mx
-		var sum, tsum float32
-		for i, x := range s {
-			p := float32(math.Exp2(float64(x - mx)))
-			sum += p
-			if a.temp {
-				tsum += float32(math.Exp2(float64(x-mx) * float64(a.invT)))
-			}
-			switch a.round {
-			case RoundBF16:
-				p = lowp.BF16(p).Float32()
-			case RoundE4M3:
-				p = lowp.E4M3Sat(p).Float32()
-			}
-			if p == 0 {
-				continue
-			}
-			vr := b.v[i*d : (i+1)*d]
-			for c, vv := range vr {
-				o[c] += p * vv
-			}
-		}
-		a.sum[r] += sum
-		a.tsum[r] += tsum
+		foldRow(s, b.v, d, a.O(r), &a.mx[r], &a.sum[r], &a.tsum[r], a.temp, a.invT, a.round)
 	}
 }

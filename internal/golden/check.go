@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 )
 
 func prod(xs []int) int {
@@ -12,18 +13,6 @@ func prod(xs []int) int {
 		p *= x
 	}
 	return p
-}
-
-func sameInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // Check verifies that the case is self-consistent: dtypes, head counts,
@@ -117,7 +106,7 @@ func (c *Case) Check() error {
 			}
 		}
 		want := []int{c.NumPages, c.Hkv, c.PageSize, dk}
-		if !sameInts(c.KVShape, want) {
+		if !slices.Equal(c.KVShape, want) {
 			return fmt.Errorf("kv_shape %v, want %v", c.KVShape, want)
 		}
 		rows = c.NumPages * c.Hkv * c.PageSize
@@ -126,12 +115,12 @@ func (c *Case) Check() error {
 			return errors.New("dense case: seqused_k / num_pages / page_size set or total_k != cu_seqlens_k[B]")
 		}
 		want := []int{c.TotalK, c.Hkv, dk}
-		if !sameInts(c.KVShape, want) {
+		if !slices.Equal(c.KVShape, want) {
 			return fmt.Errorf("kv_shape %v, want %v", c.KVShape, want)
 		}
 		rows = c.TotalK * c.Hkv
 	}
-	if !sameInts(c.QShape, []int{c.TotalQ, c.Hq, d}) || len(c.Q) != c.TotalQ*c.Hq*d {
+	if !slices.Equal(c.QShape, []int{c.TotalQ, c.Hq, d}) || len(c.Q) != c.TotalQ*c.Hq*d {
 		return fmt.Errorf("q_shape %v, len(q) %d", c.QShape, len(c.Q))
 	}
 	if len(c.K) != prod(c.KVShape) || len(c.V) != prod(c.KVShape) {
@@ -148,7 +137,7 @@ func (c *Case) Check() error {
 	}
 	if c.KDtype == DtypeNVFP4 {
 		want := []int{(rows + 127) / 128 * 128, (d/16 + 3) / 4 * 4}
-		if !sameInts(c.ScaleShape, want) || len(c.KScale) != prod(want) || len(c.VScale) != prod(want) {
+		if !slices.Equal(c.ScaleShape, want) || len(c.KScale) != prod(want) || len(c.VScale) != prod(want) {
 			return fmt.Errorf("scale_shape %v (want %v), len(k_scale)=%d len(v_scale)=%d", c.ScaleShape, want, len(c.KScale), len(c.VScale))
 		}
 		if c.KGlobalScale < 0 || c.VGlobalScale < 0 {

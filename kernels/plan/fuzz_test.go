@@ -3,6 +3,7 @@ package plan
 import (
 	"encoding/binary"
 	"math/rand"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -81,7 +82,7 @@ func FuzzBuildK2QCSR(f *testing.F) {
 			return
 		}
 		wantRP, wantQI, _ := naiveCSR(p)
-		if !slicesEqual(c.RowPtr, wantRP) || !slicesEqual(c.QIdx, wantQI) {
+		if !slices.Equal(c.RowPtr, wantRP) || !slices.Equal(c.QIdx, wantQI) {
 			t.Fatal("CSR differs from the naive reference")
 		}
 		rows, err := NewRows(p.cuK, p.blkKV)
@@ -103,18 +104,6 @@ func FuzzBuildK2QCSR(f *testing.F) {
 			checkSchedule(t, p, fp, rows, c, s)
 		}
 	})
-}
-
-func slicesEqual(a, b []int32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // FuzzFwdSchedule corrupts a valid CSR and schedule: validation and building

@@ -426,13 +426,13 @@ func (e *gpuEnv) hostAttention(op G.Op, st *attnState, prealloc G.Value, inputs 
 func partialCode(p attn.PartialDtype) (mcuda.Dtype, int64) {
 	switch p {
 	case attn.PartialF32:
-		return mcuda.F32, 4
+		return mcuda.F32, int64(p.Size())
 	case attn.PartialF16:
-		return mcuda.F16, 2
+		return mcuda.F16, int64(p.Size())
 	case attn.PartialE4M3:
-		return mcuda.E4M3, 1
+		return mcuda.E4M3, int64(p.Size())
 	default:
-		return mcuda.BF16, 2
+		return mcuda.BF16, int64(attn.PartialBF16.Size())
 	}
 }
 

@@ -52,8 +52,8 @@ type Partials struct {
 	simd bool
 }
 
-// bytes returns the storage size of one element of the dtype.
-func (d PartialDtype) bytes() int {
+// Size returns the storage size of one element of the dtype in bytes.
+func (d PartialDtype) Size() int {
 	switch d {
 	case PartialF32:
 		return 4

@@ -167,7 +167,7 @@ const minWindow = 1024
 // end — every window reloads its K/V blocks and ends in a barrier — and
 // slower with two workers; see docs/performance.md.
 func windowQueries(p *Prefill) int {
-	perQuery := max(p.TopK*p.HQ*p.D*p.Partial.bytes(), 1)
+	perQuery := max(p.TopK*p.HQ*p.D*p.Partial.Size(), 1)
 	w := MaxPartialBytes / perQuery
 	if w < minWindow {
 		w = min(minWindow, 4*MaxPartialBytes/perQuery)

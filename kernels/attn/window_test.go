@@ -25,7 +25,7 @@ func TestWindowQueries(t *testing.T) {
 	} {
 		p := &Prefill{TotalQ: c.totalQ, TopK: c.topK, HQ: c.hq, D: c.d, Partial: c.dt}
 		w := windowQueries(p)
-		bytes := w * c.topK * c.hq * c.d * c.dt.bytes()
+		bytes := w * c.topK * c.hq * c.d * c.dt.Size()
 		over := bytes > MaxPartialBytes && (w > minWindow || bytes > 4*MaxPartialBytes) && w > 1
 		if w < 1 || w > max(c.totalQ, 1) || over || (w < minWindow && w < c.totalQ && 2*bytes <= MaxPartialBytes) {
 			t.Errorf("%+v: window %d (%d partial bytes)", c, w, bytes)

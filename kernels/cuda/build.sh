@@ -5,6 +5,7 @@
 #   kernels/cuda/build.sh            rebuild kernels/cuda/msa_kernels.fatbin
 #   kernels/cuda/build.sh --check    rebuild into a temp file, verify, compare with the committed fatbin
 #   kernels/cuda/build.sh --toolkit  only install the toolkit (prints CUDA_HOME)
+#   kernels/cuda/build.sh --cutlass  only install the toolkit (prints the CUTLASS/CuTe include dir)
 #
 # Every build fails on register spills, stack frames / local memory (ptxas -v)
 # and on LDL/STL instructions in the SASS (cuobjdump -sass); it prints the
@@ -26,11 +27,17 @@ CACHE="${MSA_CUDA_CACHE:-$HOME/.cache/msa-cuda}"
 # are pinned on their own, in the same pip call.
 TOOLKIT_VERSION=13.0.2
 CUOBJDUMP_VERSION=13.2.51
-TK="$CACHE/toolkit-$TOOLKIT_VERSION-sasstools-$CUOBJDUMP_VERSION"
+# CUTLASS/CuTe C++ headers (BSD-3-Clause) for the tensor-core kernels, into the
+# same cache directory. A second pip call with --no-deps: the wheel declares
+# Python dependencies (cuda-python, scipy, networkx, ...) that the C++ headers
+# do not need, and --no-deps cannot be given per requirement.
+CUTLASS_VERSION=4.2.0.0
+TK="$CACHE/toolkit-$TOOLKIT_VERSION-sasstools-$CUOBJDUMP_VERSION-cutlass-$CUTLASS_VERSION"
 CUDA_HOME="$TK/nvidia/cu13"
+CUTLASS_INCLUDE="$TK/cutlass_library/source/include"
 
 install_toolkit() {
-    if [[ -x "$CUDA_HOME/bin/nvcc" && -x "$CUDA_HOME/bin/cuobjdump" && -x "$CUDA_HOME/bin/nvdisasm" && -f "$TK/.complete" ]]; then
+    if [[ -x "$CUDA_HOME/bin/nvcc" && -x "$CUDA_HOME/bin/cuobjdump" && -x "$CUDA_HOME/bin/nvdisasm" && -d "$CUTLASS_INCLUDE/cute" && -f "$TK/.complete" ]]; then
         return
     fi
     echo "build.sh: installing CUDA $TOOLKIT_VERSION wheels into $TK" >&2
@@ -41,16 +48,22 @@ install_toolkit() {
         "cuda-toolkit[nvcc,nvvm,crt,cudart,cccl]==$TOOLKIT_VERSION" \
         "nvidia-cuda-cuobjdump==$CUOBJDUMP_VERSION" \
         "nvidia-cuda-nvdisasm==$CUOBJDUMP_VERSION"
+    python3 -m pip install --quiet --disable-pip-version-check --no-warn-script-location --root-user-action=ignore \
+        --no-deps --target "$TK.tmp" "nvidia-cutlass==$CUTLASS_VERSION"
     rm -rf "$TK"
     mv "$TK.tmp" "$TK"
     touch "$TK/.complete"
 }
 
 install_toolkit
-export CUDA_HOME
+export CUDA_HOME CUTLASS_INCLUDE
 export PATH="$CUDA_HOME/bin:$PATH"
 if [[ "${1:-}" == "--toolkit" ]]; then
     echo "$CUDA_HOME"
+    exit 0
+fi
+if [[ "${1:-}" == "--cutlass" ]]; then
+    echo "$CUTLASS_INCLUDE"
     exit 0
 fi
 
@@ -83,7 +96,7 @@ OUT_FATBIN="$HERE/msa_kernels.fatbin"
 
 start=$(date +%s)
 ( cd "$WORK/tu" && nvcc -fatbin -std=c++17 -O3 "${GENCODE[@]}" -Xptxas -v \
-      --threads "${MSA_NVCC_THREADS:-2}" -I "$HERE" -o "$WORK/out.fatbin" msa_kernels.cu ) \
+      --threads "${MSA_NVCC_THREADS:-2}" -I "$HERE" -I "$CUTLASS_INCLUDE" -o "$WORK/out.fatbin" msa_kernels.cu ) \
       > "$WORK/ptxas.log" 2>&1 || { cat "$WORK/ptxas.log" >&2; echo "build.sh: nvcc failed" >&2; exit 1; }
 echo "build.sh: nvcc took $(( $(date +%s) - start )) s" >&2
 

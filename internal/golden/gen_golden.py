@@ -1,12 +1,12 @@
 #!/usr/bin/python3
-"""Generate golden sparse / decode attention outputs from the SPEC definition.
+"""Generate golden sparse / decode attention outputs from the definition in docs/contract.md.
 
 This script is independent of the Go code: it reads nothing from the Go
 packages. It builds random inputs, rounds them to their storage dtype
 (bf16, fp8 e4m3fn, NVFP4 e2m1 + e4m3 block scales), decodes the stored bit
-patterns back to float64 with decoders written from SPEC sections 1 and 6
+patterns back to float64 with decoders written from contract §1 and §6
 (cross-checked against ml_dtypes), and computes attention in float64 with
-PyTorch directly from the definition in SPEC sections 2, 4, 5 and 7:
+PyTorch directly from the definition in contract §2, §4, §5 and §7:
 
     for every query row q (batch-local index i of sequence b) and query head
     hq (KV head h = hq // qhead_per_kv):
@@ -63,7 +63,7 @@ O_SIG_DIGITS = 9  # O is written with 9 significant digits (rel. err <= 5e-10)
 torch.set_default_dtype(torch.float64)
 
 # ---------------------------------------------------------------------------
-# Decoders written from the SPEC (storage bits -> float64).
+# Decoders written from docs/contract.md (storage bits -> float64).
 # ---------------------------------------------------------------------------
 E2M1_MAG = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
 
@@ -93,7 +93,7 @@ def dec_e4m3(bits):
 
 
 def check_decoders():
-    """Cross-check the SPEC decoders against ml_dtypes on every pattern."""
+    """Cross-check the decoders against ml_dtypes on every pattern."""
     allb16 = np.arange(65536, dtype=np.uint16)
     a = dec_bf16(allb16)
     b = allb16.view(ml_dtypes.bfloat16).astype(np.float64)
@@ -169,7 +169,7 @@ def f32(x):
 
 
 # ---------------------------------------------------------------------------
-# NVFP4 (SPEC 6).
+# NVFP4 (contract §6).
 # ---------------------------------------------------------------------------
 def scale_offset(r, c, cols):
     return (r // 128 * ((cols + 3) // 4) + c // 4) * 512 + (r % 32) * 16 + ((r % 128) // 32) * 4 + c % 4
@@ -205,7 +205,7 @@ def quant_nvfp4(x, global_scale):
 
 
 def dequant_nvfp4(packed, scales, rows, d):
-    """SPEC 6 decode of the stored bytes, without the global scale."""
+    """contract §6 decode of the stored bytes, without the global scale."""
     cols = d // 16
     lo = E2M1_TABLE[packed & 0xF]
     hi = E2M1_TABLE[packed >> 4]

@@ -1,7 +1,7 @@
 // Package golden reads golden sparse-prefill and paged-decode attention
 // cases: inputs stored as raw storage bit patterns and the exact float64
 // outputs computed by an independent framework (PyTorch, float64) straight
-// from the definitions in SPEC.md.
+// from the definitions in docs/contract.md.
 //
 // The cases live in testdata/ beside this file, one bzip2-compressed JSON
 // file per case (*.case.json.bz2; plain *.case.json and gzip *.case.json.gz

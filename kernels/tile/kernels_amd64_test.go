@@ -19,7 +19,14 @@ import (
 // with scale 1, previous max 0, n visible keys and the given rounding, and
 // returns the stored P row (for pack, the bf16 pairs widened to float32;
 // tier "avx512bf16" packs with VCVTNE2PS2BF16, "avx512" with AVX-512F).
-func softmaxRows(tier string, x []float32, n int, round Round, pack bool) []float32 {
+// It fails the test instead of running a kernel the CPU lacks (which would
+// kill the test binary with SIGILL): callers must have skipped the tier
+// with useTier first.
+func softmaxRows(t testing.TB, tier string, x []float32, n int, round Round, pack bool) []float32 {
+	t.Helper()
+	if m, ok := tierMissing(tier); !ok || m != "" {
+		t.Fatalf("softmaxRows(%s): the CPU lacks %q: skip the tier with useTier first", tier, m)
+	}
 	s := make([]float32, BlockN)
 	copy(s, x)
 	switch tier {
@@ -81,7 +88,7 @@ func TestExp2(t *testing.T) {
 				x[6] = -1e30
 				x[7] = -149.5
 				n := BlockN - trial%20
-				p := softmaxRows(tn, x, n, RoundNone, false)
+				p := softmaxRows(t, tn, x, n, RoundNone, false)
 				for i := range x {
 					want := math.Exp2(float64(x[i]))
 					if i >= n {
@@ -119,9 +126,9 @@ func TestRounding(t *testing.T) {
 				}
 				// The unrounded P of the same tier (useTier above skipped the
 				// subtest unless this CPU has it; never run another tier here).
-				p0 := softmaxRows(base, x, BlockN, RoundNone, false)
+				p0 := softmaxRows(t, base, x, BlockN, RoundNone, false)
 				for _, r := range []Round{RoundNone, RoundBF16, RoundE4M3} {
-					p := softmaxRows(base, x, BlockN, r, pack)
+					p := softmaxRows(t, base, x, BlockN, r, pack)
 					for i := range p {
 						var want float32
 						switch r {

@@ -1,0 +1,35 @@
+package tile
+
+import (
+	"strings"
+	"testing"
+)
+
+// knownTiers are the tiers CI wants to exercise, in order of preference.
+var knownTiers = []string{"avx512bf16", "avx512", "avx2", "generic"}
+
+// TestCPUTiers reports, one "cpu-tier:" line each (go test -v), which tiers
+// this CPU and build can run and which not and why, and the tier chosen
+// automatically. .ci/run greps these lines to print what it exercised and to
+// run the op tests under every supported tier. It also checks that Tiers()
+// agrees with the per-tier feature checks.
+func TestCPUTiers(t *testing.T) {
+	var ok []string
+	for _, tn := range knownTiers {
+		m, built := tierMissing(tn)
+		switch {
+		case !built:
+			t.Logf("cpu-tier: %s no (not built: purego or not amd64)", tn)
+		case m != "":
+			t.Logf("cpu-tier: %s no (CPU lacks %s)", tn, m)
+		default:
+			t.Logf("cpu-tier: %s yes", tn)
+			ok = append(ok, tn)
+		}
+	}
+	t.Logf("cpu-tier-default: %s", Tier())
+	t.Logf("cpu-tier-supported: %s", strings.Join(ok, " "))
+	if got := strings.Join(Tiers(), " "); got != strings.Join(ok, " ") {
+		t.Errorf("Tiers() = %q, want %q from the feature checks", got, strings.Join(ok, " "))
+	}
+}

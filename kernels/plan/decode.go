@@ -93,13 +93,13 @@ func (p DecodeParams) check() error {
 	switch {
 	case p.Batch < 0:
 		return fmt.Errorf("plan: decode batch = %d: must be >= 0", p.Batch)
-	case p.SeqlenQ < 1:
-		return fmt.Errorf("plan: decode seqlen_q = %d: must be >= 1", p.SeqlenQ)
+	case p.SeqlenQ < 1 || p.SeqlenQ > maxInt32:
+		return fmt.Errorf("plan: decode seqlen_q = %d: must be in [1, %d]", p.SeqlenQ, maxInt32)
 	case int64(p.Batch)*int64(p.SeqlenQ) > maxInt32:
 		return fmt.Errorf("plan: decode batch*seqlen_q = %d*%d: must be <= %d", p.Batch, p.SeqlenQ, maxInt32)
 	case p.Hkv < 1 || p.Hkv > maxInt32:
 		return fmt.Errorf("plan: decode num_kv_heads = %d: must be >= 1", p.Hkv)
-	case p.HQ < 1 || p.HQ%p.Hkv != 0:
+	case p.HQ < 1 || p.HQ > maxInt32 || p.HQ%p.Hkv != 0:
 		return fmt.Errorf("plan: decode num_qo_heads = %d: must be a positive multiple of num_kv_heads = %d", p.HQ, p.Hkv)
 	case p.PageSize < 1 || p.PageSize > maxInt32:
 		return fmt.Errorf("plan: decode page_size = %d: must be >= 1", p.PageSize)
@@ -145,7 +145,7 @@ func decodeChunk(pages []int32, p DecodeParams, numQTiles int) (chunk int64, spl
 	if p.FixedSplitPages > 0 {
 		return int64(p.FixedSplitPages), true
 	}
-	units := int64(p.Batch) * int64(numQTiles) * int64(p.Hkv)
+	units := mulSat(int64(p.Batch), int64(numQTiles), int64(p.Hkv))
 	var maxP, sum int64
 	for _, n := range pages {
 		maxP = max(maxP, int64(n))
@@ -159,7 +159,7 @@ func decodeChunk(pages []int32, p DecodeParams, numQTiles int) (chunk int64, spl
 		for _, pg := range pages {
 			n += ceilDiv64(int64(pg), c)
 		}
-		return n * int64(numQTiles) * int64(p.Hkv)
+		return mulSat(n, int64(numQTiles), int64(p.Hkv))
 	}
 	lo := max(int64(autoMinChunkPages), 128/int64(p.PageSize))
 	hi := max(lo, maxP) // cost(hi) = units < Workers
@@ -192,11 +192,40 @@ func decodeMaxChunks(p DecodeParams, numQTiles int) (int64, bool) {
 	if p.FixedSplitPages > 0 {
 		return ceilDiv64(int64(p.MaxPagesPerSeq), int64(p.FixedSplitPages)), true
 	}
-	units := int64(p.Batch) * int64(numQTiles) * int64(p.Hkv)
+	units := mulSat(int64(p.Batch), int64(numQTiles), int64(p.Hkv))
 	if units >= int64(p.Workers) || p.MaxPagesPerSeq <= autoMinChunkPages {
 		return 1, false
 	}
 	return ceilDiv64(int64(p.MaxPagesPerSeq), autoMinChunkPages), true
+}
+
+// FixedDecodeSizes returns the Capacity and PartialRows that
+// BuildDecodeSchedule gives every schedule of params p in FixedCapacity mode
+// (whatever p.FixedCapacity says), without building one and without
+// allocating: a graph can size its buffers from it. The schedule itself
+// needs 20*Capacity + 16*Batch + 4 bytes, the float32 partials of an
+// executor 4*PartialRows*HQ*(D+1) bytes.
+func FixedDecodeSizes(p DecodeParams) (capacity, partialRows int, err error) {
+	if err := p.check(); err != nil {
+		return 0, 0, err
+	}
+	return fixedSizes(p)
+}
+
+// fixedSizes is FixedDecodeSizes for checked params.
+func fixedSizes(p DecodeParams) (capacity, partialRows int, err error) {
+	_, nqt, qstride := decodeTiles(p)
+	maxChunks, splitPossible := decodeMaxChunks(p, nqt)
+	B := int64(p.Batch)
+	c := max(mulSat(B, int64(nqt), int64(p.Hkv), maxChunks), 1)
+	r := mulSat(B, maxChunks, int64(qstride))
+	if c > maxInt32 || r > maxInt32 {
+		return 0, 0, fmt.Errorf("plan: decode fixed capacity = %d*%d*%d*%d items: must be <= %d (raise fixed_split_size or lower page_table.shape[1])", p.Batch, nqt, p.Hkv, maxChunks, maxInt32)
+	}
+	if !splitPossible {
+		r = 0
+	}
+	return int(c), int(r), nil
 }
 
 // BuildDecodeSchedule builds the decode schedule for seqused_k (one entry per
@@ -221,15 +250,14 @@ func BuildDecodeSchedule(dst *DecodeSchedule, sequsedK []int32, p DecodeParams) 
 	if !split {
 		chunk = int64(p.MaxPagesPerSeq)
 	}
-	B := int64(p.Batch)
-	perReq := int64(nqt) * int64(p.Hkv) // items per request and chunk
+	perReq := mulSat(int64(nqt), int64(p.Hkv)) // items per request and chunk
 	dst.SplitCounts = grow(dst.SplitCounts, p.Batch)
 	var work, maxSplits int64
 	for b, n := range pages {
 		c := ceilDiv64(int64(n), chunk)
 		dst.SplitCounts[b] = int32(c)
 		maxSplits = max(maxSplits, c)
-		work += c * perReq
+		work = addSat(work, mulSat(c, perReq))
 		if work > maxInt32 {
 			return nil, fmt.Errorf("plan: decode schedule needs more than %d work items (request %d, chunk %d pages)", maxInt32, b, chunk)
 		}
@@ -238,20 +266,18 @@ func BuildDecodeSchedule(dst *DecodeSchedule, sequsedK []int32, p DecodeParams) 
 	var splitKV bool
 	if p.FixedCapacity {
 		splitKV = splitPossible
-		capacity = B * perReq * maxChunks
-		if capacity > maxInt32 || B*maxChunks*int64(qstride) > maxInt32 {
-			return nil, fmt.Errorf("plan: decode fixed capacity = %d*%d*%d*%d items: must be <= %d (raise fixed_split_size or lower page_table.shape[1])", p.Batch, nqt, p.Hkv, maxChunks, maxInt32)
+		c, r, err := fixedSizes(p)
+		if err != nil {
+			return nil, err
 		}
-		if splitKV {
-			partialRows = B * maxChunks * int64(qstride)
-		}
+		capacity, partialRows = int64(c), int64(r)
 	} else {
 		splitKV = p.FixedSplitPages > 0 && !p.DisableSplit || maxSplits > 1
 		capacity = work
 		maxChunks = 0 // OIndptr follows SplitCounts
 		if splitKV {
 			for _, c := range dst.SplitCounts {
-				partialRows += int64(c) * int64(qstride)
+				partialRows = addSat(partialRows, mulSat(int64(c), int64(qstride)))
 			}
 			if partialRows > maxInt32 {
 				return nil, fmt.Errorf("plan: decode partial rows = %d: must be <= %d", partialRows, maxInt32)
@@ -270,16 +296,16 @@ func BuildDecodeSchedule(dst *DecodeSchedule, sequsedK []int32, p DecodeParams) 
 	dst.MaxSplits = int(maxSplits)
 	dst.PartialRows = int(partialRows)
 	dst.OIndptr = grow(dst.OIndptr, p.Batch+1)
-	dst.OIndptr[0] = 0
-	for b := 0; b < p.Batch; b++ {
-		step := maxChunks
-		if !p.FixedCapacity {
-			step = int64(dst.SplitCounts[b])
+	clear(dst.OIndptr)
+	if p.FixedCapacity || splitKV {
+		// Checked above: the last offset, partialRows, fits in int32.
+		for b := 0; b < p.Batch; b++ {
+			step := maxChunks
+			if !p.FixedCapacity {
+				step = int64(dst.SplitCounts[b])
+			}
+			dst.OIndptr[b+1] = dst.OIndptr[b] + int32(step*int64(qstride))
 		}
-		dst.OIndptr[b+1] = dst.OIndptr[b] + int32(step*int64(qstride))
-	}
-	if !p.FixedCapacity && !splitKV {
-		clear(dst.OIndptr) // no partials
 	}
 	n := int(capacity)
 	dst.Request = grow(dst.Request, n)
@@ -361,8 +387,8 @@ func ValidateDecodeSchedule(s *DecodeSchedule, sequsedK []int32, p DecodeParams)
 	if s.QTile != qt || s.NumQTiles != nqt || s.QStride != qstride {
 		return fmt.Errorf("plan: decode schedule (QTile, NumQTiles, QStride) = (%d, %d, %d): expected (%d, %d, %d)", s.QTile, s.NumQTiles, s.QStride, qt, nqt, qstride)
 	}
-	if s.ChunkPages < 1 {
-		return fmt.Errorf("plan: decode schedule ChunkPages = %d: must be >= 1", s.ChunkPages)
+	if s.ChunkPages < 1 || s.ChunkPages > maxInt32 {
+		return fmt.Errorf("plan: decode schedule ChunkPages = %d: must be in [1, %d]", s.ChunkPages, maxInt32)
 	}
 	if s.Capacity < 1 || s.Capacity > maxInt32 || len(s.Request) != s.Capacity || len(s.QTileIdx) != s.Capacity ||
 		len(s.KVTile) != s.Capacity || len(s.KVHead) != s.Capacity || len(s.Valid) != s.Capacity {
@@ -375,7 +401,7 @@ func ValidateDecodeSchedule(s *DecodeSchedule, sequsedK []int32, p DecodeParams)
 	if len(s.SplitCounts) != p.Batch || len(s.OIndptr) != p.Batch+1 {
 		return fmt.Errorf("plan: decode schedule split_counts/o_indptr have %d/%d elements: expected [%d]/[%d]", len(s.SplitCounts), len(s.OIndptr), p.Batch, p.Batch+1)
 	}
-	perReq := int64(nqt) * int64(p.Hkv)
+	perReq := mulSat(int64(nqt), int64(p.Hkv))
 	first := make([]int64, p.Batch+1) // first item index of request b in the canonical order
 	for b, c := range s.SplitCounts {
 		if c < 1 || (!s.SplitKV && c != 1) {
@@ -384,7 +410,7 @@ func ValidateDecodeSchedule(s *DecodeSchedule, sequsedK []int32, p DecodeParams)
 		if int64(c)*int64(s.ChunkPages) < int64(pages[b]) {
 			return fmt.Errorf("plan: decode seqused_k[%d] = %d needs %d pages but the plan covers %d pages (%d chunks of %d) for request %d: stale plan, re-plan", b, sequsedK[b], pages[b], int64(c)*int64(s.ChunkPages), c, s.ChunkPages, b)
 		}
-		first[b+1] = first[b] + int64(c)*perReq
+		first[b+1] = addSat(first[b], mulSat(int64(c), perReq))
 		if first[b+1] > maxInt32 {
 			return fmt.Errorf("plan: decode schedule split_counts[%d] = %d: too many work items", b, c)
 		}

@@ -47,7 +47,14 @@ func (p FwdParams) check() error {
 	return nil
 }
 
-func ceilDiv64(a, b int64) int64 { return (a + b - 1) / b }
+// ceilDiv64 returns ceil(a/b) for a >= 0 and b >= 1 without overflow.
+func ceilDiv64(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 {
+		q++
+	}
+	return q
+}
 
 // FwdTarget is the target chunk size in queries of SPEC section 3, with
 // g = 128/qhead_per_kv:
@@ -61,7 +68,7 @@ func FwdTarget(p FwdParams) int {
 	g := max(128/qpk, 1)
 	workers := max(int64(p.Workers), 1)
 	n := max(int64(p.TotalQ), 0) * max(int64(p.TopK), 0) * max(int64(p.Hkv), 0)
-	tg := min(512, max(1, ceilDiv64(ceilDiv64(n, g), 2*workers)))
+	tg := min(512, max(1, ceilDiv64(ceilDiv64(n, g), mulSat(2, workers))))
 	lim := max(g, 2*max(int64(p.TopK), 1)*max(int64(p.BlkKV), 1))
 	t := min(max(tg*g, g), lim)
 	return int(ceilDiv64(t, g) * g)

@@ -30,38 +30,51 @@ type Rows struct {
 	perm []int32 // [Total] perm[base[b]+j] = row of (b, j)
 }
 
+// CountRows validates cu_seqlens_k and blk_kv like NewRows and returns
+// total_rows = sum_b ceil(seqlen_k_b/blkKV) without allocating. Callers that
+// hold a CSR of known shape compare its row count with this before calling
+// NewRows, whose memory grows with total_rows (12 bytes per row): a
+// mismatching CSR is then rejected before anything is allocated.
+func CountRows(cuK []int32, blkKV int) (int, error) {
+	if blkKV < 1 {
+		return 0, fmt.Errorf("plan: blk_kv = %d: must be >= 1", blkKV)
+	}
+	if err := checkCuSeqlens("cu_seqlens_k", cuK); err != nil {
+		return 0, err
+	}
+	var total int64
+	for b := 0; b+1 < len(cuK); b++ {
+		total += ceilDiv64(int64(cuK[b+1])-int64(cuK[b]), int64(blkKV))
+		if total > maxInt32-1 {
+			return 0, fmt.Errorf("plan: cu_seqlens_k: total_rows exceeds %d at sequence %d (blk_kv = %d)", maxInt32-1, b, blkKV)
+		}
+	}
+	return int(total), nil
+}
+
 // NewRows builds the row numbering from cu_seqlens_k. cuK must have at least
 // one element, be non-negative and non-decreasing (cuK[0] need not be 0, as
 // in the reference); blkKV must be >= 1 and the total row count must fit in
-// int32.
+// int32. Everything is checked (CountRows) before anything is allocated; the
+// result holds 12*(B+1) + 12*total_rows bytes.
 func NewRows(cuK []int32, blkKV int) (*Rows, error) {
-	if blkKV < 1 {
-		return nil, fmt.Errorf("plan: blk_kv = %d: must be >= 1", blkKV)
-	}
-	if err := checkCuSeqlens("cu_seqlens_k", cuK); err != nil {
+	total, err := CountRows(cuK, blkKV)
+	if err != nil {
 		return nil, err
 	}
 	nb := len(cuK) - 1
-	r := &Rows{NumSeq: nb, BlkKV: blkKV}
+	r := &Rows{NumSeq: nb, BlkKV: blkKV, Total: total}
 	r.Count = make([]int32, nb)
 	r.SeqlenK = make([]int32, nb)
 	r.base = make([]int32, nb+1)
-	var total int64
 	for b := 0; b < nb; b++ {
-		l := int64(cuK[b+1]) - int64(cuK[b])
-		n := (l + int64(blkKV) - 1) / int64(blkKV)
-		r.SeqlenK[b] = int32(l)
-		r.Count[b] = int32(n)
-		total += n
-		if total > maxInt32-1 {
-			return nil, fmt.Errorf("plan: cu_seqlens_k: total_rows exceeds %d at sequence %d (blk_kv = %d)", maxInt32-1, b, blkKV)
-		}
-		r.base[b+1] = int32(total)
-		if int(n) > r.MaxBlocks {
-			r.MaxBlocks = int(n)
-		}
+		l := cuK[b+1] - cuK[b]
+		n := int32(ceilDiv64(int64(l), int64(blkKV)))
+		r.SeqlenK[b] = l
+		r.Count[b] = n
+		r.base[b+1] = r.base[b] + n
+		r.MaxBlocks = max(r.MaxBlocks, int(n))
 	}
-	r.Total = int(total)
 	r.Batch = make([]int32, r.Total)
 	r.Block = make([]int32, r.Total)
 	r.perm = make([]int32, r.Total)
@@ -138,6 +151,29 @@ func queryBatches(cuQ []int32, totalQ, nb int) ([]int32, error) {
 		}
 	}
 	return qb, nil
+}
+
+// mulSat returns the product of non-negative factors, saturated at
+// math.MaxInt64 (so that a bound check on the result cannot be fooled by a
+// wrapped product).
+func mulSat(f ...int64) int64 {
+	p := int64(1)
+	for _, x := range f {
+		if x != 0 && p > math.MaxInt64/x {
+			p = math.MaxInt64
+		} else {
+			p *= x
+		}
+	}
+	return p
+}
+
+// addSat returns a+b for non-negative a, b, saturated at math.MaxInt64.
+func addSat(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 // grow returns buf resliced to n when its capacity allows, else a new slice.

@@ -2,7 +2,6 @@ package op
 
 import (
 	"fmt"
-	"math"
 	"slices"
 
 	"github.com/sparseattn/msa/kernels/attn"
@@ -83,9 +82,14 @@ func validateDecodeMeta(c *checker, args *DecodeArgs, q2k tensor.Tensor, totalQ,
 	}
 	m.batch, m.cols = pt.Shape()[0], pt.Shape()[1]
 	c.need(m.cols >= 1, "page_table", "at least one column", shapeStr(pt))
+	pageCapacity(c, m.cols, pageSize)
 	c.need(su.Shape()[0] == m.batch, "seqused_k", fmt.Sprintf("shape [B] = [%d]", m.batch), shapeStr(su))
 	c.need(args.SeqlenQ > 0 && args.MaxSeqlenK > 0, "seqlen_q/max_seqlen_k", "positive values",
 		fmt.Sprintf("%d/%d", args.SeqlenQ, args.MaxSeqlenK))
+	if c.err != nil {
+		return nil
+	}
+	checkDecodeRows(c, m.batch, args.SeqlenQ, hq)
 	if c.err != nil {
 		return nil
 	}
@@ -112,8 +116,16 @@ func validateDecodeMeta(c *checker, args *DecodeArgs, q2k tensor.Tensor, totalQ,
 	if m.blk == 0 {
 		m.blk = pageSize
 	}
-	c.need(m.blk >= 1, "blk_kv", ">= 1", m.blk)
-	if q2k != nil && c.err == nil {
+	c.need(m.blk >= 1 && m.blk <= maxInt32, "blk_kv", fmt.Sprintf("1 <= blk_kv <= %d", maxInt32), m.blk)
+	c.need(args.FixedSplitSize >= 0 && args.FixedSplitSize <= maxInt32, "fixed_split_size",
+		fmt.Sprintf("0 (automatic) <= fixed_split_size <= %d", maxInt32), args.FixedSplitSize)
+	m.params = plan.DecodeParams{
+		Batch: m.batch, SeqlenQ: m.seqlenQ, HQ: hq, Hkv: hkv, PageSize: pageSize,
+		Workers: workers(args.Workers), FixedSplitPages: args.FixedSplitSize, DisableSplit: args.DisableSplitKV,
+		MaxPagesPerSeq: m.cols, FixedCapacity: args.EnableCUDAGraph,
+	}
+	checkDecodeSize(c, m.params)
+	if present(q2k) && c.err == nil {
 		qd := c.dense(q2k, "q2k_indices")
 		c.dtype(qd, "q2k_indices", tensor.Int32)
 		c.rank(qd, "q2k_indices", "[Hkv, total_q, topK]", 3)
@@ -129,17 +141,7 @@ func validateDecodeMeta(c *checker, args *DecodeArgs, q2k tensor.Tensor, totalQ,
 		m.q2k, m.topK = int32s(qd), s[2]
 		checkDecodeQ2K(c, m)
 	}
-	m.scale = args.SoftmaxScale
-	if m.scale == 0 {
-		m.scale = 1 / math.Sqrt(float64(d))
-	}
-	c.need(m.scale > 0 && !math.IsInf(m.scale, 0), "softmax_scale", "a finite value > 0", m.scale)
-	m.params = plan.DecodeParams{
-		Batch: m.batch, SeqlenQ: m.seqlenQ, HQ: hq, Hkv: hkv, PageSize: pageSize,
-		Workers: workers(args.Workers), FixedSplitPages: args.FixedSplitSize, DisableSplit: args.DisableSplitKV,
-		MaxPagesPerSeq: m.cols, FixedCapacity: args.EnableCUDAGraph,
-	}
-	c.need(args.FixedSplitSize >= 0, "fixed_split_size", ">= 0 (0 = automatic)", args.FixedSplitSize)
+	m.scale = resolveScale(c, args.SoftmaxScale, d)
 	return m
 }
 
@@ -150,7 +152,7 @@ func checkDecodeQ2K(c *checker, m *decodeMeta) {
 	for h := 0; h < m.hkv && c.err == nil; h++ {
 		for gq := 0; gq < totalQ && c.err == nil; gq++ {
 			b := gq / m.seqlenQ
-			nb := (int(m.seqused[b]) + m.blk - 1) / m.blk
+			nb := ceilDiv(int(m.seqused[b]), m.blk)
 			list := m.q2k[(h*totalQ+gq)*m.topK : (h*totalQ+gq+1)*m.topK]
 			for k, j := range list {
 				if j < -1 || int(j) >= nb {

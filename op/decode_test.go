@@ -284,8 +284,8 @@ func TestDecodeBatchInvariant(t *testing.T) {
 	}
 }
 
-// TestDecodeWrapperStale checks plan/run reuse and the refusal of inputs
-// that no longer match the plan.
+// TestDecodeWrapperStale checks plan/run reuse, that Plan snapshots its
+// metadata, and the refusal of inputs that do not match the plan.
 func TestDecodeWrapperStale(t *testing.T) {
 	s := decodeSpec{seed: 3, seqused: []int{100, 300}, seqlenQ: 1, hq: 8, hkv: 2, d: 64, pageSize: 16, dt: "bf16",
 		extraCols: 30, workers: 2, fixedSplit: 4}
@@ -307,36 +307,41 @@ func TestDecodeWrapperStale(t *testing.T) {
 	}
 	checkDecode(t, s, pr, res)
 
-	// Grow within the planned chunks: accepted and correct.
+	// Changing the metadata tensors after Plan has no effect on Run.
 	su := backing[int32](pr.su)
 	su[0] = 120
+	ptv := backing[int32](pr.pt)
+	old := ptv[0]
+	ptv[0] = 1 << 20
+	res, err = w.Run(pr.q, pr.k, pr.v, 0, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ptv[0] = old
+	checkDecode(t, s, pr, res)
+	// Plan again for the new lengths: correct.
 	s.seqused[0] = 120
+	if err := w.Plan(decodeArgs(s, pr), nil); err != nil {
+		t.Fatal(err)
+	}
 	res, err = w.Run(pr.q, pr.k, pr.v, 0, true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkDecode(t, s, pr, res)
-	// Outgrow the plan: refused with a clear error.
-	su[1] = 300 + 64*5
-	if _, err := w.Run(pr.q, pr.k, pr.v, 0, true); err == nil || !strings.Contains(err.Error(), "seqused_k[1]") {
-		t.Fatalf("outgrown seqused_k: %v", err)
-	}
-	su[1] = 300
 	// Wrong shapes.
 	if _, err := w.Run(bf16T(3, 8, 64), pr.k, pr.v, 0, true); err == nil || !strings.Contains(err.Error(), "planned shapes") {
 		t.Fatalf("wrong q shape: %v", err)
 	}
-	// Page table entry out of range.
-	ptv := backing[int32](pr.pt)
-	old := ptv[0]
-	ptv[0] = 1 << 20
-	if _, err := w.Run(pr.q, pr.k, pr.v, 0, true); err == nil || !strings.Contains(err.Error(), "page_table[0, 0]") {
+	// Page table entries outside k's pages.
+	few := pr.k.Shape()[0] / 4
+	kv, _ := pr.k.Slice(tensor.S(0, few))
+	vv, _ := pr.v.Slice(tensor.S(0, few))
+	if _, err := w.Run(pr.q, kv, vv, 0, true); err == nil || !strings.Contains(err.Error(), "page_table[") {
 		t.Fatalf("bad page: %v", err)
 	}
-	ptv[0] = old
 
-	// CUDA-graph mode: growth is absorbed by re-deriving the items in the
-	// fixed buffers.
+	// CUDA-graph mode: re-planning each step reuses the fixed-size buffers.
 	args := decodeArgs(s, pr)
 	args.EnableCUDAGraph = true
 	args.FixedSplitSize = 0
@@ -347,6 +352,9 @@ func TestDecodeWrapperStale(t *testing.T) {
 	for step := 0; step < 4; step++ {
 		su[0] += 37
 		s.seqused[0] = int(su[0])
+		if err := w.Plan(args, nil); err != nil {
+			t.Fatal(err)
+		}
 		res, err = w.Run(pr.q, pr.k, pr.v, 0, true)
 		if err != nil {
 			t.Fatal(err)

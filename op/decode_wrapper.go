@@ -2,7 +2,9 @@ package op
 
 import (
 	"fmt"
+	"runtime"
 	"slices"
+	"sync/atomic"
 
 	"github.com/sparseattn/msa/kernels/attn"
 	"github.com/sparseattn/msa/kernels/lowp"
@@ -12,47 +14,79 @@ import (
 
 // DecodeWrapper is the plan/run helper of paged decode attention (the
 // reference's SparseDecodePagedAttentionWrapper). Plan validates the
-// metadata and builds the schedule, the worker pool and every workspace
-// once; Run reuses them for every layer and step whose shapes match and
+// metadata, copies it and builds the schedule, the worker pool and every
+// workspace once; Run reuses them for every layer whose shapes match and
 // allocates nothing in the steady state (RunInto with caller-owned outputs).
 //
-// Run reads the current contents of the page_table, seqused_k and
-// q2k_indices tensors given to Plan, so a caller may update them in place
-// between steps. Run refuses inputs that no longer match the plan: other
-// shapes, batch, page size, head counts, a seqused_k that outgrows the
-// planned pages (call Plan again), page-table entries out of range. With
-// EnableCUDAGraph the buffers are sized for the worst case and Run re-derives
-// the work items for the current seqused_k in place instead of refusing.
-// A DecodeWrapper is not safe for concurrent use; Close releases its
-// goroutines.
+// Plan snapshots page_table, seqused_k and q2k_indices: changing those
+// tensors afterwards has no effect on Run. For the next decode step call
+// Plan again with the new metadata; it reuses the schedule, pool and
+// workspace buffers when they are large enough (with EnableCUDAGraph they
+// are sized for the worst case once, so re-planning never reallocates
+// them). Run refuses inputs that do not match the plan (other shapes, batch,
+// page size, head counts) and page-table entries outside k's pages.
+//
+// A DecodeWrapper is not safe for concurrent use: a call made while another
+// call on the same wrapper is in progress returns an error instead of
+// racing. Close releases its goroutines; Run after Close is an error until
+// the next Plan.
 type DecodeWrapper struct {
 	pageSize int
+	busy     atomic.Bool
 	args     DecodeArgs
-	pt, su   *tensor.Dense
-	q2k      *tensor.Dense
 	m        *decodeMeta
 	sched    *plan.DecodeSchedule
 	pool     *attn.Pool
 	ws       *attn.Workspace
+	snap     decodeSnapshot
 	p        attn.Decode
 	out      attn.Output
 	c        checker
 }
 
+// decodeSnapshot holds the wrapper's own copies of the planned metadata.
+type decodeSnapshot struct {
+	pt, seqused, q2k []int32
+}
+
+// take copies m's metadata into the snapshot's buffers (reused when large
+// enough) and points m at the copies.
+func (s *decodeSnapshot) take(m *decodeMeta) {
+	s.pt = append(s.pt[:0], m.pt...)
+	s.seqused = append(s.seqused[:0], m.seqused...)
+	s.q2k = append(s.q2k[:0], m.q2k...)
+	m.pt, m.seqused = s.pt, s.seqused
+	m.q2k = nil
+	if m.topK > 0 {
+		m.q2k = s.q2k
+	}
+}
+
+// errBusy is returned by a call that overlaps another call on one wrapper.
+func errBusy(fn string) error {
+	return argErr(fn, "wrapper", "no concurrent call on the same DecodeWrapper (it is not safe for concurrent use)",
+		"a call already in progress")
+}
+
 // NewDecodeWrapper returns an unplanned wrapper for K/V pages of pageSize
-// tokens (the reference's blk_kv; any page size >= 1 is accepted).
+// tokens (any page size in [1, 2^31-1] is accepted).
 func NewDecodeWrapper(pageSize int) (*DecodeWrapper, error) {
-	if pageSize < 1 {
-		return nil, argErr("NewDecodeWrapper", "blk_kv", "a page size >= 1", pageSize)
+	if pageSize < 1 || pageSize > maxInt32 {
+		return nil, argErr("NewDecodeWrapper", "page_size", fmt.Sprintf("a page size in [1, %d]", maxInt32), pageSize)
 	}
 	return &DecodeWrapper{pageSize: pageSize}, nil
 }
 
-// Plan validates the decode metadata and prepares the schedule and
-// workspaces (the reference's plan). args.NumQOHeads, NumKVHeads and
-// HeadDim are required; q2kIndices nil plans dense decode.
+// Plan validates the decode metadata, copies it and prepares the schedule
+// and workspaces (the reference's plan). args.NumQOHeads, NumKVHeads and
+// HeadDim are required; q2kIndices nil (or a nil *tensor.Dense) plans dense
+// decode.
 func (w *DecodeWrapper) Plan(args DecodeArgs, q2kIndices tensor.Tensor) error {
 	const fn = "DecodeWrapper.Plan"
+	if !w.busy.CompareAndSwap(false, true) {
+		return errBusy(fn)
+	}
+	defer w.busy.Store(false)
 	c := &checker{fn: fn}
 	c.need(args.NumQOHeads > 0 && args.NumKVHeads > 0 && args.HeadDim > 0, "num_qo_heads/num_kv_heads/head_dim",
 		"positive values (decode plan requires num_qo_heads, num_kv_heads, and head_dim)",
@@ -74,19 +108,19 @@ func (w *DecodeWrapper) Plan(args DecodeArgs, q2kIndices tensor.Tensor) error {
 	}
 	s, err := plan.BuildDecodeSchedule(w.sched, m.seqused, m.params)
 	if err != nil {
+		w.m = nil // w.sched's contents are unspecified after an error
 		return wrapArg(fn, "schedule", err)
 	}
 	if w.pool == nil || w.pool.Workers() != m.params.Workers {
-		w.Close()
+		w.closePool()
 		w.pool = attn.NewPool(m.params.Workers)
 	}
 	if w.ws == nil || w.m == nil || w.m.d != m.d {
 		w.ws = attn.NewWorkspace(w.pool.Workers(), m.d)
 	}
 	w.ws.Reserve(m.d, s.PartialRows*m.hq, max(s.MaxSplits, 1))
+	w.snap.take(m)
 	w.args, w.m, w.sched = args, m, s
-	w.pt, w.su = args.PageTable.(*tensor.Dense), args.SequsedK.(*tensor.Dense)
-	w.q2k, _ = q2kIndices.(*tensor.Dense)
 	return nil
 }
 
@@ -94,11 +128,11 @@ func (w *DecodeWrapper) Plan(args DecodeArgs, q2kIndices tensor.Tensor) error {
 func (w *DecodeWrapper) Schedule() *plan.DecodeSchedule { return w.sched }
 
 // Run computes decode attention for q [B*seqlen_q, Hq, D] against paged k,
-// v using the plan. softmaxScale 0 means 1/sqrt(D). It allocates the
-// outputs; RunInto reuses caller-owned ones.
+// v using the plan. softmaxScale 0 means the planned scale. It allocates
+// the outputs; RunInto reuses caller-owned ones.
 func (w *DecodeWrapper) Run(q, k, v tensor.Tensor, softmaxScale float64, returnLSE bool) (*Result, error) {
-	if w.m == nil {
-		return nil, argErr("DecodeWrapper.Run", "wrapper", "a planned wrapper (call Plan before Run)", "unplanned")
+	if err := w.usable("DecodeWrapper.Run"); err != nil {
+		return nil, err
 	}
 	rows := w.m.batch * w.m.seqlenQ
 	out := tensor.New(tensor.WithShape(rows, w.m.hq, w.m.d), tensor.WithBacking(make([]lowp.BFloat16, rows*w.m.hq*w.m.d)))
@@ -112,17 +146,34 @@ func (w *DecodeWrapper) Run(q, k, v tensor.Tensor, softmaxScale float64, returnL
 	return &Result{Out: out, LSE: lse}, nil
 }
 
+// usable reports an unplanned or closed wrapper (read without the busy
+// flag: RunInto checks again under it).
+func (w *DecodeWrapper) usable(fn string) error {
+	if w.m == nil {
+		return argErr(fn, "wrapper", "a planned wrapper (call Plan before Run)", "unplanned")
+	}
+	if w.pool == nil {
+		return argErr(fn, "wrapper", "an open wrapper (call Plan again after Close)", "closed")
+	}
+	return nil
+}
+
 // RunInto is Run writing into out (BFloat16 [B*seqlen_q, Hq, D]) and, when
-// non-nil, lse (float32 [B*seqlen_q, Hq]). It does not allocate once the
-// wrapper has run one call of the same shapes.
+// non-nil, lse (float32 [B*seqlen_q, Hq]). Both must be contiguous tensors
+// of exactly that shape (not views into a larger tensor). It does not
+// allocate once the wrapper has run one call of the same shapes.
 func (w *DecodeWrapper) RunInto(q, k, v tensor.Tensor, softmaxScale float64, out, lse *tensor.Dense) error {
 	const fn = "DecodeWrapper.Run"
+	if !w.busy.CompareAndSwap(false, true) {
+		return errBusy(fn)
+	}
+	defer w.busy.Store(false)
+	if err := w.usable(fn); err != nil {
+		return err
+	}
 	w.c = checker{fn: fn}
 	c := &w.c
 	m := w.m
-	if m == nil {
-		return argErr(fn, "wrapper", "a planned wrapper (call Plan before Run)", "unplanned")
-	}
 	qd, kd, vd := decodeQKV(c, q, k, v)
 	if c.err != nil {
 		return c.err
@@ -133,24 +184,20 @@ func (w *DecodeWrapper) RunInto(q, k, v tensor.Tensor, softmaxScale float64, out
 			m.batch*m.seqlenQ, m.hq, m.d, m.hkv, m.pageSize, m.d), "q "+shapeStr(qd)+", k "+shapeStr(kd))
 		return c.err
 	}
-	if out == nil || out.Dtype() != BFloat16 || out.DataSize() != qs[0]*qs[1]*qs[2] {
-		c.fail("out", fmt.Sprintf("a bfloat16 tensor of %d elements", qs[0]*qs[1]*qs[2]), out)
+	outputArg(c, out, "out", BFloat16, qs[0], qs[1], qs[2])
+	if lse != nil {
+		outputArg(c, lse, "lse", tensor.Float32, qs[0], qs[1])
+	}
+	checkPages(c, m.pt, m.cols, m.pageSize, m.seqused, ks[0])
+	if c.err != nil {
 		return c.err
 	}
-	if lse != nil && (lse.Dtype() != tensor.Float32 || lse.DataSize() != qs[0]*qs[1]) {
-		c.fail("lse", fmt.Sprintf("a float32 tensor of %d elements", qs[0]*qs[1]), lse)
-		return c.err
-	}
-	if err := w.checkStale(c, ks[0]); err != nil {
-		return err
-	}
-	scale := softmaxScale
-	if scale == 0 {
-		scale = m.scale
-	}
-	if !(scale > 0) || scale > 1e30 {
-		c.fail("softmax_scale", "a finite value > 0", scale)
-		return c.err
+	scale := m.scale
+	if softmaxScale != 0 {
+		scale = resolveScale(c, softmaxScale, m.d)
+		if c.err != nil {
+			return c.err
+		}
 	}
 	w.p = decodeRun(m, qd, kd, vd, w.sched)
 	w.p.Scale = float32(scale)
@@ -160,45 +207,50 @@ func (w *DecodeWrapper) RunInto(q, k, v tensor.Tensor, softmaxScale float64, out
 	return nil
 }
 
-// checkStale re-validates the metadata tensors' current contents against
-// the plan (stale-plan detection) and, in CUDA-graph mode, re-derives the
-// work items in place.
-func (w *DecodeWrapper) checkStale(c *checker, numPages int) error {
-	m := w.m
-	if w.pt.Shape()[0] != m.batch || w.pt.Shape()[1] != m.cols || w.su.Shape()[0] != m.batch {
-		c.fail("page_table/seqused_k", fmt.Sprintf("the planned shapes [%d, %d] and [%d]", m.batch, m.cols, m.batch),
-			shapeStr(w.pt)+" and "+shapeStr(w.su))
-		return c.err
+// outputArg records an error unless t is a contiguous tensor of dtype dt
+// and exactly the given shape, whose storage is exactly that shape (a view
+// into a larger tensor would be written outside the view).
+func outputArg(c *checker, t *tensor.Dense, arg string, dt tensor.Dtype, shape ...int) {
+	if c.err != nil {
+		return
 	}
-	m.pt, m.seqused = int32s(w.pt), int32s(w.su)
-	s := w.sched
-	for b, x := range m.seqused {
-		if x < 0 || int(x) > m.cols*m.pageSize {
-			c.fail(fmt.Sprintf("seqused_k[%d]", b), fmt.Sprintf("0 <= seqused_k <= %d (page-table capacity)", m.cols*m.pageSize), x)
-			return c.err
-		}
-		pages := max(1, (int(x)+m.pageSize-1)/m.pageSize)
-		if !m.params.FixedCapacity && pages > int(s.SplitCounts[b])*s.ChunkPages {
-			c.fail(fmt.Sprintf("seqused_k[%d]", b),
-				fmt.Sprintf("<= %d tokens covered by the plan (call Plan again)", int(s.SplitCounts[b])*s.ChunkPages*m.pageSize), x)
-			return c.err
-		}
+	n := 1
+	for _, x := range shape {
+		n *= x
 	}
-	if m.params.FixedCapacity {
-		if _, err := plan.BuildDecodeSchedule(s, m.seqused, m.params); err != nil {
-			return wrapArg(c.fn, "seqused_k", err)
-		}
+	if t == nil {
+		c.fail(arg, fmt.Sprintf("a contiguous %s tensor of shape %v", dtypeName(dt), slices.Clone(shape)), "nil")
+		return
 	}
-	checkPages(c, m.pt, m.cols, m.pageSize, m.seqused, numPages)
-	if w.q2k != nil && c.err == nil {
-		m.q2k = int32s(w.q2k)
-		checkDecodeQ2K(c, m)
+	if t.Dtype() != dt || !t.Shape().Eq(tensor.Shape(shape)) || t.RequiresIterator() || t.IsMaterializable() ||
+		len(t.Header.Raw) != n*int(dt.Size()) {
+		c.fail(arg, fmt.Sprintf("a contiguous %s tensor of shape %v (not a view)", dtypeName(dt), slices.Clone(shape)),
+			fmt.Sprintf("%s %v%s", dtypeName(t.Dtype()), []int(t.Shape()), viewDesc(t)))
 	}
-	return c.err
 }
 
-// Close releases the wrapper's goroutines. The wrapper can be planned again.
+// viewDesc describes the view state of t for error messages.
+func viewDesc(t *tensor.Dense) string {
+	switch {
+	case t.IsMaterializable():
+		return " (a view)"
+	case t.RequiresIterator():
+		return " (not contiguous)"
+	}
+	return ""
+}
+
+// Close releases the wrapper's goroutines; it waits for a call in progress
+// on another goroutine to finish. The wrapper can be planned again.
 func (w *DecodeWrapper) Close() {
+	for !w.busy.CompareAndSwap(false, true) {
+		runtime.Gosched()
+	}
+	defer w.busy.Store(false)
+	w.closePool()
+}
+
+func (w *DecodeWrapper) closePool() {
 	if w.pool != nil {
 		w.pool.Close()
 		w.pool = nil

@@ -2,6 +2,7 @@ package op
 
 import (
 	"fmt"
+	"reflect"
 	"unsafe"
 
 	"gorgonia.org/tensor"
@@ -59,6 +60,10 @@ func (c *checker) dense(t tensor.Tensor, arg string) *tensor.Dense {
 		c.fail(arg, "a tensor", "nil")
 		return nil
 	}
+	if !present(t) {
+		c.fail(arg, "a tensor", fmt.Sprintf("a nil %T", t))
+		return nil
+	}
 	d, ok := t.(*tensor.Dense)
 	if !ok {
 		c.fail(arg, "a *tensor.Dense", fmt.Sprintf("%T", t))
@@ -73,6 +78,20 @@ func (c *checker) dense(t tensor.Tensor, arg string) *tensor.Dense {
 		d = m
 	}
 	return d
+}
+
+// present reports whether t holds a tensor: false for a nil interface and
+// for a typed nil pointer (a nil *tensor.Dense), which optional arguments
+// treat as absent and required ones reject.
+func present(t tensor.Tensor) bool {
+	if t == nil {
+		return false
+	}
+	if d, ok := t.(*tensor.Dense); ok {
+		return d != nil
+	}
+	v := reflect.ValueOf(t)
+	return !(v.Kind() == reflect.Pointer && v.IsNil())
 }
 
 // dtype records an error unless t has one of the dtypes.

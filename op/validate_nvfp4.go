@@ -34,7 +34,7 @@ func nvfp4Operands(c *checker, nv *nvfp4Inputs, kd, vd *tensor.Dense, rowsKV, d 
 			fmt.Sprintf("at least (%d, %d) for the 128x4 layout", pr, pc), shapeStr(s.t))
 	}
 	global := func(t tensor.Tensor, arg string) float32 {
-		if t == nil {
+		if !present(t) {
 			return 1
 		}
 		g := c.dense(t, arg)

@@ -49,16 +49,8 @@ type sparseCall struct {
 // resolveScalars applies the reference's scalar checks shared by both
 // sparse entry points.
 func resolveScalars(c *checker, args *SparseArgs, d int) (scale, temp float64, pdt attn.PartialDtype) {
-	scale = args.SoftmaxScale
-	if scale == 0 {
-		scale = 1 / math.Sqrt(float64(d))
-	}
-	c.need(!math.IsNaN(scale) && !math.IsInf(scale, 0) && scale > 0, "softmax_scale", "a finite value > 0", scale)
-	temp = args.LSETemperatureScale
-	if temp == 0 {
-		temp = 1
-	}
-	c.need(!math.IsNaN(temp) && !math.IsInf(temp, 0) && temp > 0, "lse_temperature_scale", "finite and > 0", temp)
+	scale = resolveScale(c, args.SoftmaxScale, d)
+	temp = resolveTemperature(c, args.LSETemperatureScale)
 	c.need(!args.ReturnTemperatureLSE || args.ReturnSoftmaxLSE, "return_temperature_lse",
 		"return_softmax_lse=true when return_temperature_lse=true", "return_softmax_lse=false")
 	switch args.PartialDtype {
@@ -177,6 +169,10 @@ func validateSparse(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int, ar
 		return nil, c.err
 	}
 	totalQ, hq, d := qd.Shape()[0], qd.Shape()[1], qd.Shape()[2]
+	c.need(slices.Contains(supportedHeadDims, d), "q", fmt.Sprintf("head dimension D in %v", supportedHeadDims), fmt.Sprintf("D = %d (shape %s)", d, shapeStr(qd)))
+	if c.err != nil {
+		return nil, c.err
+	}
 	sc := &sparseCall{}
 	scale, temp, pdt := resolveScalars(c, args, d)
 	var qk, pv tensor.Dtype
@@ -192,14 +188,14 @@ func validateSparse(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int, ar
 		c.dtype(qd, "q", BFloat16, Float8E4M3FN)
 		pv = qd.Dtype()
 	}
-	c.need(args.CuSeqlensQ != nil && args.CuSeqlensK != nil, "cu_seqlens_q/cu_seqlens_k",
+	c.need(present(args.CuSeqlensQ) && present(args.CuSeqlensK), "cu_seqlens_q/cu_seqlens_k",
 		"CSR varlen metadata: pass cu_seqlens_q and cu_seqlens_k", "nil")
 	if c.err != nil {
 		return nil, c.err
 	}
 
 	// Q/K/V dtypes and shapes.
-	paged := args.PageTable != nil
+	paged := present(args.PageTable)
 	if nv == nil {
 		mixed := qd.Dtype() == BFloat16 && kd.Dtype() == Float8E4M3FN && vd.Dtype() == Float8E4M3FN
 		c.need(mixed || (qd.Dtype() == kd.Dtype() && qd.Dtype() == vd.Dtype()), "q, k, v",
@@ -281,7 +277,7 @@ func validateSparse(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int, ar
 	seqK := make([]int32, batch)
 	layout := attn.KVLayout{Hkv: hkv, Paged: paged, CuK: cuK}
 	if !paged {
-		c.need(args.SequsedK == nil, "seqused_k", "nil without page_table (seqused_k is only supported together with page_table)", "a tensor")
+		c.need(!present(args.SequsedK), "seqused_k", "nil without page_table (seqused_k is only supported together with page_table)", "a tensor")
 		for b := range seqK {
 			seqK[b] = cuK[b+1] - cuK[b]
 		}
@@ -299,11 +295,14 @@ func validateSparse(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int, ar
 			return nil, c.err
 		}
 		cols := pt.Shape()[1]
+		if !pageCapacity(c, cols, ps) {
+			return nil, c.err
+		}
 		layout.PageTable, layout.PTCols, layout.PageSize = int32s(pt), cols, ps
 		for b := range seqK {
 			seqK[b] = int32(cols * ps)
 		}
-		if args.SequsedK != nil {
+		if present(args.SequsedK) {
 			su := c.dense(args.SequsedK, "seqused_k")
 			c.dtype(su, "seqused_k", tensor.Int32)
 			c.rank(su, "seqused_k", "[B]", 1)
@@ -412,6 +411,17 @@ func checkPages(c *checker, pt []int32, cols, ps int, seqK []int32, numPages int
 			}
 		}
 	}
+}
+
+// pageCapacity checks that a page table's key capacity
+// max_num_pages_per_seq * page_size fits the int32 key lengths of the
+// kernels (it is the key length of a paged sequence without seqused_k).
+func pageCapacity(c *checker, cols, ps int) bool {
+	if c.err == nil && mulCap(maxInt32, cols, ps) < 0 {
+		c.fail("page_table", fmt.Sprintf("max_num_pages_per_seq * page_size <= %d (key lengths are int32)", maxInt32),
+			fmt.Sprintf("%d columns * page_size %d", cols, ps))
+	}
+	return c.err == nil
 }
 
 // maxSeq checks an optional max_seqlen argument against prefix sums.

@@ -31,27 +31,63 @@ type Decode struct {
 
 // RunDecode computes decode attention into out (TLSE unused). With a split
 // schedule it writes float32 partials to ws.Partials and combines them.
+// The partials are laid out by this step's split counts (DecodePartialRows),
+// not by the schedule's o_indptr, so that a fixed-capacity schedule, whose
+// o_indptr reserves room for the longest sequence the page table allows,
+// costs only what this step uses.
 func RunDecode(p *Decode, ws *Workspace, pool *Pool, out *Output) {
 	ws.ensure(pool.Workers(), p.D)
 	if p.Sched.SplitKV {
-		ws.Partials.Ensure(PartialF32, p.D, p.Sched.PartialRows*p.HQ, false)
+		ws.decOff = decodeOffsets(ws.decOff, p.Sched)
+		ws.Partials.Ensure(PartialF32, p.D, int(ws.decOff[p.Batch])*p.HQ, false)
 	}
 	ws.Partials.simd = vecAVX512()
 	p.Q.simd, p.K.simd, p.V.simd = ws.Partials.simd, ws.Partials.simd, ws.Partials.simd
 	ws.pd, ws.po = p, out
 	ws.next.Store(0)
-	pool.Run(ws.decodeItem)
+	pool.RunN(p.Sched.WorkCount, ws.decodeItem)
 	if p.Sched.SplitKV {
 		ws.next.Store(0)
-		pool.Run(ws.decodeCombine)
+		pool.RunN(p.Batch*p.SeqlenQ, ws.decodeCombine)
 	}
 	ws.pd, ws.po = nil, nil
+}
+
+// DecodePartialRows returns the partial rows RunDecode uses for schedule s
+// (0 without split-KV): sum_b SplitCounts[b]*QStride. The float32 partials
+// take 4*(D+1)*HQ bytes per row; Workspace.Reserve(d, rows*HQ, s.MaxSplits)
+// with this rows makes later runs of s allocation-free.
+func DecodePartialRows(s *plan.DecodeSchedule) int {
+	if !s.SplitKV {
+		return 0
+	}
+	n := 0
+	for _, c := range s.SplitCounts {
+		n += int(c) * s.QStride
+	}
+	return n
+}
+
+// decodeOffsets returns off[b] = sum over b' < b of SplitCounts[b']*QStride
+// (B+1 entries) in dst's storage: the first partial row of request b.
+func decodeOffsets(dst []int32, s *plan.DecodeSchedule) []int32 {
+	dst = grow(dst, len(s.SplitCounts)+1)
+	dst[0] = 0
+	for b, c := range s.SplitCounts {
+		dst[b+1] = dst[b] + c*int32(s.QStride)
+	}
+	return dst
+}
+
+// partialRow is the partial row of (request b, split c, query i).
+func (ws *Workspace) partialRow(b, c, i int) int {
+	return int(ws.decOff[b]) + c*ws.pd.Sched.QStride + i
 }
 
 func (ws *Workspace) runDecodeItems(w int) {
 	p := ws.pd
 	s := p.Sched
-	wk := ws.workers[w]
+	wk := ws.worker(w).compute()
 	n := int64(s.WorkCount)
 	for {
 		i := ws.next.Add(1) - 1
@@ -93,6 +129,7 @@ func (ws *Workspace) decodeTile(wk *worker, b, h, a, z, c, kBegin, kEnd, used in
 	totalQ := p.Batch * p.SeqlenQ
 	ra := wk.decodeAcc(ws.Partials.simd)
 	ra.reset(m, p.Scale*math.Log2E, p.PV)
+	var vs vScale
 	for i := a; i < z; i++ {
 		gq := b*p.SeqlenQ + i
 		for g := 0; g < qpk; g++ {
@@ -117,6 +154,7 @@ func (ws *Workspace) decodeTile(wk *worker, b, h, a, z, c, kBegin, kEnd, used in
 			any = any || v > 0
 		}
 		if any {
+			vs.block(wk.vbuf[:n*d], ra)
 			ra.update(wk.kbuf[:n*d], wk.vbuf[:n*d], n, wk.valid[:m])
 		}
 	}
@@ -149,18 +187,19 @@ func (ws *Workspace) decodeTile(wk *worker, b, h, a, z, c, kBegin, kEnd, used in
 		wk.dst = blocks[:0]
 	}
 	ra.finishLSE(wk.lse[:m], wk.inv[:m])
+	vf := vs.factor()
 	s := p.Sched
 	for i := a; i < z; i++ {
 		for g := 0; g < qpk; g++ {
 			r := (i-a)*qpk + g
 			hq := h*qpk + g
 			if s.SplitKV {
-				pr := s.PartialRow(b, c, i)*p.HQ + hq
-				ws.Partials.store(pr, ra.o(r), wk.inv[r], wk.tmp)
+				pr := ws.partialRow(b, c, i)*p.HQ + hq
+				ws.Partials.store(pr, ra.o(r), wk.inv[r]*vf, wk.tmp)
 				ws.Partials.LSE[pr] = wk.lse[r]
 			} else {
 				row := (b*p.SeqlenQ+i)*p.HQ + hq
-				encodeRow(ws.po, row, d, ra.o(r), wk.inv[r], wk.lse[r], ws.Partials.simd)
+				encodeRow(ws.po, row, d, ra.o(r), wk.inv[r]*vf, wk.lse[r], ws.Partials.simd)
 			}
 		}
 	}
@@ -170,7 +209,7 @@ func (ws *Workspace) decodeTile(wk *worker, b, h, a, z, c, kBegin, kEnd, used in
 func (ws *Workspace) runDecodeCombine(w int) {
 	p, out := ws.pd, ws.po
 	s := p.Sched
-	wk := ws.workers[w]
+	wk := ws.worker(w)
 	tasks := int64(p.Batch * p.SeqlenQ)
 	for {
 		t := ws.next.Add(1) - 1
@@ -186,7 +225,7 @@ func (ws *Workspace) runDecodeCombine(w int) {
 		for hq := 0; hq < p.HQ; hq++ {
 			ls := wk.ls[:ns]
 			for c := range ls {
-				ls[c] = ws.Partials.LSE[s.PartialRow(b, c, i)*p.HQ+hq]
+				ls[c] = ws.Partials.LSE[ws.partialRow(b, c, i)*p.HQ+hq]
 			}
 			l, ok := mergeLSE(ls, wk.ws[:ns])
 			acc := wk.accO[:p.D]
@@ -194,7 +233,7 @@ func (ws *Workspace) runDecodeCombine(w int) {
 			if ok {
 				for c, wt := range wk.ws[:ns] {
 					if wt != 0 {
-						ws.Partials.axpy(acc, wt, s.PartialRow(b, c, i)*p.HQ+hq, wk.tmp)
+						ws.Partials.axpy(acc, wt, ws.partialRow(b, c, i)*p.HQ+hq, wk.tmp)
 					}
 				}
 			}

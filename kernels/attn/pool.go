@@ -2,34 +2,41 @@ package attn
 
 import "sync"
 
-// Pool runs one function on a fixed set of goroutines. The calling goroutine
-// is worker 0; NewPool(n) starts n-1 more that live until Close. Run does not
-// allocate, so a pool reused across calls keeps the steady state
+// MaxWorkers caps the goroutines of a Pool (and so the per-worker scratch of
+// a Workspace): NewPool(n) with n > MaxWorkers makes a pool of MaxWorkers.
+// Worker counts are a performance knob only (results are bit-identical for
+// any count), so the cap never changes a result.
+const MaxWorkers = 256
+
+// Pool runs one function on a set of goroutines. The calling goroutine is
+// worker 0; the others are started on first use (never more than a Run
+// asks for) and live until Close. Run does not allocate once its goroutines
+// exist, so a pool reused across calls keeps the steady state
 // allocation-free.
 type Pool struct {
 	n    int
 	mu   sync.Mutex
-	wake []chan struct{}
+	wake []chan struct{} // started goroutines 1..len(wake)
 	wg   sync.WaitGroup
 	fn   func(worker int)
 }
 
-// NewPool returns a pool of n >= 1 workers.
+// NewPool returns a pool of min(max(n, 1), MaxWorkers) workers. It starts
+// no goroutine: RunN starts them as the work needs them.
 func NewPool(n int) *Pool {
-	if n < 1 {
-		n = 1
-	}
-	p := &Pool{n: n, wake: make([]chan struct{}, n-1)}
-	for i := range p.wake {
-		ch := make(chan struct{})
-		p.wake[i] = ch
-		go p.loop(i+1, ch)
-	}
-	return p
+	return &Pool{n: min(max(n, 1), MaxWorkers)}
 }
 
 // Workers returns the number of workers.
 func (p *Pool) Workers() int { return p.n }
+
+// Started returns the number of goroutines started so far, the calling
+// goroutine included (at most Workers()).
+func (p *Pool) Started() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.wake) + 1
+}
 
 func (p *Pool) loop(w int, ch chan struct{}) {
 	for range ch {
@@ -39,13 +46,24 @@ func (p *Pool) loop(w int, ch chan struct{}) {
 }
 
 // Run calls fn(w) once on every worker w in [0, Workers()) and returns when
-// all calls have returned. Calls to Run are serialised.
-func (p *Pool) Run(fn func(worker int)) {
+// all calls have returned. Calls to Run and RunN are serialised.
+func (p *Pool) Run(fn func(worker int)) { p.RunN(p.n, fn) }
+
+// RunN is Run on the first min(max(k, 1), Workers()) workers only: callers
+// pass their number of work items, so that a call never runs (nor starts)
+// more goroutines than it has items.
+func (p *Pool) RunN(k int, fn func(worker int)) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	k = min(max(k, 1), p.n)
+	for len(p.wake) < k-1 {
+		ch := make(chan struct{})
+		p.wake = append(p.wake, ch)
+		go p.loop(len(p.wake), ch)
+	}
 	p.fn = fn
-	p.wg.Add(len(p.wake))
-	for _, ch := range p.wake {
+	p.wg.Add(k - 1)
+	for _, ch := range p.wake[:k-1] {
 		ch <- struct{}{}
 	}
 	fn(0)

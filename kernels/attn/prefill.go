@@ -47,7 +47,9 @@ type Output struct {
 	TLSE []float32
 }
 
-// worker holds one goroutine's scratch buffers.
+// worker holds one goroutine's scratch buffers. The block buffers (kbuf,
+// vbuf, blk, acc: 3072*d + 67584 bytes) are allocated by compute on the
+// worker's first work item, so workers that only combine stay small.
 type worker struct {
 	d     int
 	kbuf  []float32 // [BlockN][d]
@@ -67,20 +69,34 @@ type worker struct {
 	accO  []float32
 }
 
-func newWorker(d int) *worker {
+func newWorker(d, splits int) *worker {
 	return &worker{
-		d:    d,
-		kbuf: make([]float32, tile.BlockN*d), vbuf: make([]float32, tile.BlockN*d),
-		blk: tile.NewBlock(d), acc: tile.NewAcc(maxTileRows, d),
+		d:     d,
 		valid: make([]int32, maxTileRows), lse: make([]float32, maxTileRows),
 		tlse: make([]float32, maxTileRows), dst: make([]int32, maxTileRows), inv: make([]float32, maxTileRows),
 		tmp: make([]float32, d), accO: make([]float32, d),
+		ls: make([]float32, splits), ws: make([]float32, splits),
 	}
 }
 
+// compute allocates the block buffers on first use and returns wk.
+func (wk *worker) compute() *worker {
+	if wk.acc == nil {
+		d := wk.d
+		wk.kbuf, wk.vbuf = make([]float32, tile.BlockN*d), make([]float32, tile.BlockN*d)
+		wk.blk, wk.acc = tile.NewBlock(d), tile.NewAcc(maxTileRows, d)
+	}
+	return wk
+}
+
 // Workspace holds reusable buffers: per-worker scratch and the partials.
+// A worker's scratch is created the first time a run uses that worker, and
+// a run uses at most as many workers as it has work items (Pool.RunN).
 type Workspace struct {
-	workers  []*worker
+	workers  []*worker // [n], nil until used
+	d        int       // head dimension of the workers
+	splits   int       // combine slots reserved per worker (Reserve)
+	decOff   []int32   // decode: first partial row of each request
 	Partials Partials
 	tasks    []prefillTask // prefill: the current window's tasks
 	win      int           // prefill: query window size W
@@ -95,7 +111,8 @@ type Workspace struct {
 	prefillItem, combineRows, decodeItem, decodeCombine func(int)
 }
 
-// NewWorkspace returns a workspace for n workers and head dimension d.
+// NewWorkspace returns a workspace for n workers (at most MaxWorkers) and
+// head dimension d. It allocates no per-worker scratch yet.
 func NewWorkspace(n, d int) *Workspace {
 	ws := &Workspace{}
 	ws.ensure(n, d)
@@ -106,14 +123,27 @@ func NewWorkspace(n, d int) *Workspace {
 	return ws
 }
 
+// ensure makes room for n workers (at most MaxWorkers) of head dimension
+// d, dropping the scratch of another d.
 func (ws *Workspace) ensure(n, d int) {
-	if len(ws.workers) >= n && (n == 0 || ws.workers[0].d == d) {
-		return
+	n = min(max(n, 0), MaxWorkers)
+	if d != ws.d {
+		clear(ws.workers)
+		ws.d = d
 	}
-	ws.workers = make([]*worker, n)
-	for i := range ws.workers {
-		ws.workers[i] = newWorker(d)
+	for len(ws.workers) < n {
+		ws.workers = append(ws.workers, nil)
 	}
+}
+
+// worker returns the scratch of worker w, creating it on first use.
+func (ws *Workspace) worker(w int) *worker {
+	wk := ws.workers[w]
+	if wk == nil {
+		wk = newWorker(ws.d, ws.splits)
+		ws.workers[w] = wk
+	}
+	return wk
 }
 
 // RunPrefill computes the per-slot partials of every scheduled work item,
@@ -129,23 +159,24 @@ func (ws *Workspace) ensure(n, d int) {
 // results do not depend on W.
 func RunPrefill(p *Prefill, ws *Workspace, pool *Pool, out *Output) {
 	ws.ensure(pool.Workers(), p.D)
-	w := windowQueries(p)
+	slots := maxSlots(p)
+	w := windowQueries(p, slots)
 	if ws.fixedWin > 0 {
 		w = ws.fixedWin
 	}
-	ws.Partials.Ensure(p.Partial, p.D, p.TopK*w*p.HQ, p.InvT > 0)
+	ws.Partials.Ensure(p.Partial, p.D, slots*w*p.HQ, p.InvT > 0)
 	ws.Partials.simd = vecAVX512()
 	p.Q.simd, p.K.simd, p.V.simd = ws.Partials.simd, ws.Partials.simd, ws.Partials.simd
 	ws.pf, ws.po = p, out
 	ws.win = w
 	for w0 := 0; w0 < p.TotalQ; w0 += w {
 		ws.w0, ws.w1 = w0, min(p.TotalQ, w0+w)
-		if ws.windowTasks(p) > 0 {
+		if n := ws.windowTasks(p); n > 0 {
 			ws.next.Store(0)
-			pool.Run(ws.prefillItem)
+			pool.RunN(n, ws.prefillItem)
 		}
 		ws.next.Store(0)
-		pool.Run(ws.combineRows)
+		pool.RunN(ws.combineTasks(), ws.combineRows)
 	}
 	ws.pf, ws.po = nil, nil
 }
@@ -159,15 +190,27 @@ const MaxPartialBytes = 256 << 20
 // every worker, also in the first, causally short windows.
 const minWindow = 1024
 
-// windowQueries returns the query window W of a prefill call: all queries
-// when their partials fit in MaxPartialBytes, else the largest window that
+// maxSlots returns the largest split count of the schedule (at most TopK, at
+// least 1): the partial slots a call uses, sized from the data rather than
+// from the declared TopK.
+func maxSlots(p *Prefill) int {
+	n := int32(1)
+	for _, c := range p.Sched.SplitCounts {
+		n = max(n, c)
+	}
+	return min(int(n), max(p.TopK, 1))
+}
+
+// windowQueries returns the query window W of a prefill call with slots
+// partial slots per (query, head): all queries when their partials fit in
+// MaxPartialBytes, else the largest window that
 // fits, raised to minWindow queries as long as that stays within 4x the
 // cap (at least one query). Measured on the 2-vCPU development VM, many
 // small windows (64-256 queries, partials in cache) were no faster end to
 // end — every window reloads its K/V blocks and ends in a barrier — and
 // slower with two workers; see docs/performance.md.
-func windowQueries(p *Prefill) int {
-	perQuery := max(p.TopK*p.HQ*p.D*p.Partial.Size(), 1)
+func windowQueries(p *Prefill, slots int) int {
+	perQuery := max(slots*p.HQ*p.D*p.Partial.Size(), 1)
 	w := MaxPartialBytes / perQuery
 	if w < minWindow {
 		w = min(minWindow, 4*MaxPartialBytes/perQuery)
@@ -209,7 +252,7 @@ func (ws *Workspace) windowTasks(p *Prefill) int {
 // none is left.
 func (ws *Workspace) runPrefillItems(w int) {
 	p := ws.pf
-	wk := ws.workers[w]
+	wk := ws.worker(w).compute()
 	n := int64(len(ws.tasks))
 	for {
 		i := ws.next.Add(1) - 1
@@ -235,7 +278,10 @@ func (ws *Workspace) prefillItemRun(wk *worker, h, row, qBegin, qCount, b, j int
 		n = 0
 	}
 	loadKV(&p.K, &p.V, &p.KV, b, h, t0, n, wk.kbuf, wk.vbuf)
+	var vs vScale // one block per accumulation: nothing to rescale
+	vs.block(wk.vbuf[:n*d], nil)
 	wk.blk.Load(n, wk.kbuf[:n*d], wk.vbuf[:n*d])
+	vf := vs.factor()
 
 	qpk := p.HQ / p.Hkv
 	seqQ := int(p.CuQ[b+1] - p.CuQ[b])
@@ -270,7 +316,7 @@ func (ws *Workspace) prefillItemRun(wk *worker, h, row, qBegin, qCount, b, j int
 		pt := &ws.Partials
 		for r := 0; r < m; r++ {
 			i := int(wk.dst[r])
-			pt.store(i, wk.acc.O(r), wk.inv[r], wk.tmp)
+			pt.store(i, wk.acc.O(r), wk.inv[r]*vf, wk.tmp)
 			pt.LSE[i] = wk.lse[r]
 			if p.InvT > 0 {
 				pt.TLSE[i] = wk.tlse[r]
@@ -297,13 +343,13 @@ const combineChunk = 16
 // current window (SPEC 5).
 func (ws *Workspace) runCombine(w int) {
 	p, out := ws.pf, ws.po
-	wk := ws.workers[w]
+	wk := ws.worker(w)
 	if cap(wk.ws) < p.TopK {
 		wk.ws = make([]float32, p.TopK)
 		wk.ls = make([]float32, p.TopK)
 	}
 	qpk := p.HQ / p.Hkv
-	tasks := int64((ws.w1 - ws.w0 + combineChunk - 1) / combineChunk)
+	tasks := int64(ws.combineTasks())
 	pt := &ws.Partials
 	plane := ws.win * p.HQ // partial rows of one slot
 	for {
@@ -342,6 +388,11 @@ func (ws *Workspace) runCombine(w int) {
 	}
 }
 
+// combineTasks is the number of combine tasks of the current window.
+func (ws *Workspace) combineTasks() int {
+	return (ws.w1 - ws.w0 + combineChunk - 1) / combineChunk
+}
+
 // combineRow merges the slots of one output row: partial row s*plane+row of
 // slot s, weights from ls. It writes the BF16 output and the merged LSE.
 func combineRow(pt *Partials, ls, ws []float32, plane, row, d int, outScale float32, wk *worker, o []lowp.BFloat16, lse *float32) {
@@ -364,8 +415,9 @@ func combineRow(pt *Partials, ls, ws []float32, plane, row, d int, outScale floa
 // that later runs of at most that size do not allocate.
 func (ws *Workspace) Reserve(d, rows, splits int) {
 	ws.Partials.Ensure(PartialF32, d, rows, false)
+	ws.splits = max(ws.splits, splits)
 	for _, wk := range ws.workers {
-		if cap(wk.ls) < splits {
+		if wk != nil && cap(wk.ls) < splits {
 			wk.ls = make([]float32, splits)
 			wk.ws = make([]float32, splits)
 		}

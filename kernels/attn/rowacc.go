@@ -12,6 +12,7 @@ type rowAcc interface {
 	update(k, v []float32, n int, valid []int32)
 	finishLSE(lse, inv []float32)
 	o(r int) []float32
+	oScaler
 }
 
 // blockAcc adapts tile.Acc + tile.Block.
@@ -29,6 +30,18 @@ func (b *blockAcc) update(k, v []float32, n int, valid []int32) {
 }
 func (b *blockAcc) finishLSE(lse, inv []float32) { b.acc.FinishLSE(lse, nil, inv) }
 func (b *blockAcc) o(r int) []float32            { return b.acc.O(r) }
+func (b *blockAcc) scaleO(f float32) {
+	for r := 0; r < b.acc.M(); r++ {
+		scaleInPlace(b.acc.O(r), f)
+	}
+}
+
+// scaleInPlace multiplies x by f.
+func scaleInPlace(x []float32, f float32) {
+	for i := range x {
+		x[i] *= f
+	}
+}
 
 // lanesAcc covers up to maxTileRows rows with tile.Lanes groups of 16.
 type lanesAcc struct {
@@ -77,3 +90,9 @@ func (a *lanesAcc) finishLSE(lse, inv []float32) {
 }
 
 func (a *lanesAcc) o(r int) []float32 { return a.g[r/tile.LanesMaxM].O(r % tile.LanesMaxM) }
+
+func (a *lanesAcc) scaleO(f float32) {
+	for i := 0; i < a.groups(); i++ {
+		a.g[i].ScaleO(f)
+	}
+}

@@ -24,7 +24,7 @@ func TestWindowQueries(t *testing.T) {
 		{100000, 64, 2048, 256, PartialF32}, {100000, 64, 1 << 16, 256, PartialF32},
 	} {
 		p := &Prefill{TotalQ: c.totalQ, TopK: c.topK, HQ: c.hq, D: c.d, Partial: c.dt}
-		w := windowQueries(p)
+		w := windowQueries(p, p.TopK)
 		bytes := w * c.topK * c.hq * c.d * c.dt.Size()
 		over := bytes > MaxPartialBytes && (w > minWindow || bytes > 4*MaxPartialBytes) && w > 1
 		if w < 1 || w > max(c.totalQ, 1) || over || (w < minWindow && w < c.totalQ && 2*bytes <= MaxPartialBytes) {
@@ -124,7 +124,7 @@ func TestPrefillWindows(t *testing.T) {
 	}{{false, PartialBF16}, {true, PartialBF16}, {true, PartialF32}, {false, PartialE4M3}} {
 		causal := c.causal
 		want := run(causal, 1, totalQ, c.partial)
-		if w := windowQueries(&Prefill{HQ: hq, Hkv: hkv, TopK: topK, TotalQ: totalQ, D: d, Partial: PartialBF16}); w != totalQ {
+		if w := windowQueries(&Prefill{HQ: hq, Hkv: hkv, TopK: topK, TotalQ: totalQ, D: d, Partial: PartialBF16}, topK); w != totalQ {
 			t.Fatalf("windowQueries = %d, want all %d queries (small call)", w, totalQ)
 		}
 		for _, win := range []int{0, 1, 7, 64, 129, totalQ + 5} {

@@ -190,6 +190,14 @@ func (l *Lanes) FinishLSE(lse, tlse, inv []float32) {
 	}
 }
 
+// ScaleO multiplies the unnormalised output accumulated so far (every row)
+// by f. Callers rescale by powers of two, which is exact.
+func (l *Lanes) ScaleO(f float32) {
+	for i := range l.oT {
+		l.oT[i] *= f
+	}
+}
+
 // O returns row r of the unnormalised output (scale it by inv[r]); valid
 // after FinishLSE.
 func (l *Lanes) O(r int) []float32 { return l.o[r*l.d : (r+1)*l.d] }

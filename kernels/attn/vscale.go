@@ -1,0 +1,70 @@
+package attn
+
+import "math"
+
+// V overflow guard.
+//
+// The block kernel accumulates the unnormalised O = sum_i p_i*v_i in
+// float32 with p_i <= 1 (the row maximum has p = 1), so |O| <= l*max|v|
+// where l = sum_i p_i is at most the number of keys a row has seen
+// (< 2^31). With V near the BF16/float32 maximum (3.39e38) that sum
+// overflows although the normalised result O/l is finite. vScale keeps
+// every V value the kernel sees at most vScaleLimit = 2^96 in magnitude, so
+// |O| <= 2^31 * 2^96 = 2^127 stays finite: when a loaded V block has a
+// finite value above the limit, the block (and every later block of the same
+// accumulation) is multiplied by 2^-e, the accumulated O so far is rescaled
+// to the new e, and the epilogue multiplies the normalisation factor by
+// 2^e. Powers of two are exact, so blocks with max |v| <= 2^96 (all
+// ordinary inputs) give bit-identical results, in every tile tier; only
+// values that become subnormal under 2^-e (|v| < 2^(e-126), e <= 32) lose
+// precision. Non-finite V values are left to propagate.
+
+// vScaleLimitBits is the float32 bit pattern of vScaleLimit = 2^96.
+const vScaleLimitBits = (127 + 96) << 23
+
+// vScale is the V exponent shift of one accumulation (e = 0: unscaled).
+type vScale struct{ e int }
+
+// maxFiniteBits returns the largest |x| bit pattern among the finite values
+// of v (0 when there is none).
+func maxFiniteBits(v []float32) uint32 {
+	var m uint32
+	for _, x := range v {
+		b := math.Float32bits(x) &^ (1 << 31)
+		if b > m && b < 0x7f800000 {
+			m = b
+		}
+	}
+	return m
+}
+
+// oScaler rescales the output an accumulator holds so far.
+type oScaler interface{ scaleO(f float32) }
+
+// block prepares a loaded V block v for the accumulation: it raises e when
+// v holds a finite value above 2^96, rescaling the O accumulated so far in
+// acc by 2^(old e - new e) (acc nil: nothing accumulated yet), and
+// multiplies v by 2^-e in place.
+func (s *vScale) block(v []float32, acc oScaler) {
+	if m := maxFiniteBits(v); m > vScaleLimitBits {
+		// The smallest e with m*2^-e <= 2^96: the exponent difference, plus
+		// one when m has mantissa bits.
+		e := int(m>>23) - (127 + 96)
+		if m&(1<<23-1) != 0 {
+			e++
+		}
+		if e > s.e {
+			if acc != nil {
+				acc.scaleO(float32(math.Ldexp(1, s.e-e)))
+			}
+			s.e = e
+		}
+	}
+	if s.e == 0 {
+		return
+	}
+	scaleInPlace(v, float32(math.Ldexp(1, -s.e)))
+}
+
+// factor returns 2^e, the factor the epilogue applies to the normalised O.
+func (s *vScale) factor() float32 { return float32(math.Ldexp(1, s.e)) }

@@ -1,0 +1,95 @@
+package attn
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/sparseattn/msa/kernels/lowp"
+)
+
+// bf16Max is the largest finite bfloat16, 3.3895e38.
+var bf16Max = lowp.BFloat16(0x7f7f).Float32()
+
+// TestPrefillVNearBF16Max is the regression test of V near the BF16 maximum
+// giving O = +Inf (the unnormalised float32 P.V sum overflowed): in every
+// tier this CPU has, the prefill output matches the float64 reference and
+// is finite, for V at the BF16 maximum (both signs) and for ordinary V
+// mixed with huge blocks.
+func TestPrefillVNearBF16Max(t *testing.T) {
+	c := prefillCase{hkv: 2, qpk: 2, d: 32, blk: 16, topK: 3, seqQ: []int{40, 9}, seqK: []int{64, 40}, causal: true}
+	gens := map[string]func(i int) float32{
+		"max":   func(int) float32 { return bf16Max },
+		"signs": func(i int) float32 { return bf16Max * float32(1-2*(i/3%2)) },
+		"mixed": func(i int) float32 {
+			if i/(16*32*2)%2 == 0 {
+				return float32(i%7) - 3
+			}
+			return bf16Max / 2 * float32(i%5-2)
+		},
+	}
+	for _, tn := range testTiers {
+		t.Run(tn, func(t *testing.T) {
+			useTier(t, tn)
+			for name, gen := range gens {
+				rng := rand.New(rand.NewPCG(3, 4))
+				p, q2k := c.build(t, rng, 2, gen)
+				out := newOutput(p.TotalQ*p.HQ, p.D)
+				pool := NewPool(2)
+				RunPrefill(p, NewWorkspace(2, p.D), pool, out)
+				pool.Close()
+				t.Run(name, func(t *testing.T) { refPrefill(t, p, q2k, out, 1.0/64) })
+			}
+		})
+	}
+}
+
+// TestVScaleOrdinaryUnchanged checks that blocks with max |v| <= 2^96 are
+// left alone (bit-identical results) and that the shift is the smallest
+// that brings a block to 2^96.
+func TestVScaleOrdinaryUnchanged(t *testing.T) {
+	v := []float32{1, -0x1p96, 3, float32(math.Inf(1)), float32(math.NaN())}
+	var s vScale
+	s.block(v, nil)
+	if s.e != 0 || v[1] != -0x1p96 || s.factor() != 1 {
+		t.Fatalf("ordinary block scaled: e = %d, v = %v", s.e, v)
+	}
+	v = []float32{0x1.8p100, 2}
+	s.block(v, nil)
+	if s.e != 5 || v[0] != 0x1.8p95 || v[1] != 0x1p-4 || s.factor() != 32 {
+		t.Fatalf("e = %d, v = %v", s.e, v)
+	}
+	v = []float32{bf16Max}
+	s.block(v, nil)
+	if s.e != 32 || v[0] > 0x1p96 {
+		t.Fatalf("e = %d, v = %v", s.e, v)
+	}
+}
+
+// TestDecodeVNearBF16Max is TestPrefillVNearBF16Max for paged decode, with
+// and without split-KV (hundreds of keys per accumulation, so that the
+// rescaling of O accumulated before a huge block is exercised too).
+func TestDecodeVNearBF16Max(t *testing.T) {
+	gens := map[string]func(i int) float32{
+		"max":   func(int) float32 { return bf16Max },
+		"late":  func(i int) float32 { return float32(i%9-4) * float32(math.Ldexp(1, 4*(i/(16*32)%32))) },
+		"mixed": func(i int) float32 { return bf16Max / 2 * float32(i%5-2) },
+	}
+	for _, tn := range testTiers {
+		t.Run(tn, func(t *testing.T) {
+			useTier(t, tn)
+			for _, fixed := range []int{0, 3} {
+				for name, gen := range gens {
+					c := decodeCase{batch: 2, seqlenQ: 2, hkv: 2, qpk: 4, d: 32, pageSize: 16, workers: 2, fixedSplit: fixed, used: []int32{300, 77}}
+					rng := rand.New(rand.NewPCG(5, 6))
+					p := c.build(t, rng, gen)
+					out := newOutput(p.Batch*p.SeqlenQ*p.HQ, p.D)
+					pool := NewPool(3)
+					RunDecode(p, NewWorkspace(3, p.D), pool, out)
+					pool.Close()
+					t.Run(name, func(t *testing.T) { refDecode(t, p, out, 1.0/64) })
+				}
+			}
+		})
+	}
+}

@@ -224,8 +224,8 @@ func (c decodeCase) build(t testing.TB, rng *rand.Rand, vgen func(i int) float32
 	kvN := nPages * c.hkv * c.pageSize * c.d
 	return &Decode{
 		Q: randOperand(rng, c.batch*c.seqlenQ*hq*c.d, c.d, nil), K: randOperand(rng, kvN, c.d, nil),
-		V:  randOperand(rng, kvN, c.d, vgen),
-		KV: KVLayout{Hkv: c.hkv, Paged: true, PageTable: pt, PTCols: maxPages, PageSize: c.pageSize},
+		V:     randOperand(rng, kvN, c.d, vgen),
+		KV:    KVLayout{Hkv: c.hkv, Paged: true, PageTable: pt, PTCols: maxPages, PageSize: c.pageSize},
 		Batch: c.batch, SeqlenQ: c.seqlenQ, HQ: hq, Hkv: c.hkv, D: c.d, SeqUsed: c.used,
 		Scale: float32(1 / math.Sqrt(float64(c.d))), Sched: s,
 	}

@@ -25,6 +25,7 @@ type decodeSpec struct {
 	fixedSplit   int
 	disableSplit bool
 	workers      int
+	scale        float64 // softmax_scale (0 = 1/sqrt(D))
 }
 
 func (s decodeSpec) String() string {
@@ -101,6 +102,9 @@ func referenceDecode(s decodeSpec, pr *decodeProblem) refOut {
 	totalQ := B * s.seqlenQ
 	qpk := s.hq / s.hkv
 	rc := &refCase{scale: 1 / math.Sqrt(float64(d))}
+	if s.scale != 0 {
+		rc.scale = s.scale
+	}
 	out := refOut{o: make([][]float64, totalQ*s.hq), lse: make([]float64, totalQ*s.hq), tlse: make([]float64, totalQ*s.hq)}
 	for b := 0; b < B; b++ {
 		for i := 0; i < s.seqlenQ; i++ {
@@ -140,7 +144,7 @@ func decodeArgs(s decodeSpec, pr *decodeProblem) DecodeArgs {
 	for _, n := range s.seqused {
 		maxK = max(maxK, n)
 	}
-	return DecodeArgs{PageTable: pr.pt, SequsedK: pr.su, SeqlenQ: s.seqlenQ, MaxSeqlenK: maxK, BlkKV: s.blk,
+	return DecodeArgs{PageTable: pr.pt, SequsedK: pr.su, SeqlenQ: s.seqlenQ, MaxSeqlenK: maxK, BlkKV: s.blk, SoftmaxScale: s.scale,
 		ReturnSoftmaxLSE: true, Workers: s.workers, FixedSplitSize: s.fixedSplit, DisableSplitKV: s.disableSplit,
 		NumQOHeads: s.hq, NumKVHeads: s.hkv, HeadDim: s.d}
 }

@@ -31,6 +31,18 @@ func (e *NotImplementedError) Error() string {
 	return fmt.Sprintf("%s: not implemented: %s", e.Func, e.What)
 }
 
+// ForwardOnlyError reports an attempt to differentiate through an op of
+// this package: the ops have no gradient yet. Build gradients only for the
+// parts of a graph before the first such op, and run LispMachines with
+// gorgonia.ExecuteFwdOnly().
+type ForwardOnlyError struct {
+	Op string // the op, e.g. "SparseAttention{causal=true, topK=4}"
+}
+
+func (e *ForwardOnlyError) Error() string {
+	return fmt.Sprintf("op: %s is forward-only: it has no gradient (G.Grad and LispMachine backprop cannot pass through it; use gorgonia.ExecuteFwdOnly())", e.Op)
+}
+
 // checker accumulates the first error of a validation sequence.
 type checker struct {
 	fn  string

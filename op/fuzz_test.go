@@ -244,7 +244,7 @@ func FuzzPrepareSparseFwdSchedule(f *testing.F) {
 			return
 		}
 		if target%2 == 1 {
-			fuzzMutate([]*tensor.Dense{sched.SchedulerMetadata(), sched.WorkCount(), sched.QSplitIndices(2), sched.SplitCounts(2)}, which, idx, val)
+			fuzzMutate([]*tensor.Dense{sched.SchedulerMetadata(), sched.WorkCount(), sched.QSplitIndices(), sched.SplitCounts()}, which, idx, val)
 		}
 		res, err := SparseAttenFunc(pr.q, pr.k, pr.v, rp, qi, 3, SparseArgs{CuSeqlensQ: pr.cuQ, CuSeqlensK: pr.cuK,
 			ReturnSoftmaxLSE: true, Schedule: sched})

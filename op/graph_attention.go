@@ -168,7 +168,7 @@ func (op *sparseAttnOp) call(fn string, in inputFunc) (*sparseCall, attnSlots, e
 		CuSeqlensQ: ts[5], CuSeqlensK: ts[6], BlkKV: l.BlkKV, Causal: op.cfg.causal,
 		SoftmaxScale: op.cfg.scale, LSETemperatureScale: op.cfg.temperature,
 		ReturnTemperatureLSE: op.st.needT, ReturnSoftmaxLSE: true, PartialDtype: op.cfg.partial,
-		Schedule: &Schedule{s: *op.sched.unpack(int32s(ts[4]))}, Workers: op.cfg.workers,
+		Schedule: &Schedule{s: *op.sched.unpack(int32s(ts[4])), hkv: l.Hkv}, Workers: op.cfg.workers,
 		QKDtype: op.cfg.qk, PVDtype: op.cfg.pv,
 	}
 	// Optional inputs: absent ones have slot -1 and leave their field a nil
@@ -244,6 +244,22 @@ func SparseAttention(q, k, v, csr, sched, cuQ, cuK *G.Node, opts ...AttnOption) 
 	if err := nodeCheck(fn, "q", q, 3, BFloat16, Float8E4M3FN); err != nil {
 		return nil, err
 	}
+	if cfg.pageTable == nil && cfg.seqused != nil {
+		return nil, argErr(fn, "seqused_k", "no seqused_k without a page table (Paged(pageTable, sequsedK) with pageTable != nil)", nodeDesc(cfg.seqused))
+	}
+	if cfg.pageTable != nil {
+		if err := nodeCheck(fn, "page_table", cfg.pageTable, 2, tensor.Int32); err != nil {
+			return nil, err
+		}
+		if cfg.seqused != nil {
+			if err := nodeCheck(fn, "seqused_k", cfg.seqused, 1, tensor.Int32); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := checkScalars(fn, cfg.scale, cfg.temperature, q.Shape()[2]); err != nil {
+		return nil, err
+	}
 	kv := []tensor.Dtype{BFloat16, Float8E4M3FN}
 	kvDims := 3
 	if cfg.nvfp4 {
@@ -258,11 +274,17 @@ func SparseAttention(q, k, v, csr, sched, cuQ, cuK *G.Node, opts ...AttnOption) 
 	if err := nodeCheck(fn, "v", v, kvDims, kv...); err != nil {
 		return nil, err
 	}
-	qs := q.Shape()
-	hkv := k.Shape()[1]
-	if hkv < 1 || qs[1]%hkv != 0 || qs[0] != l.TotalQ || hkv != l.Hkv {
+	qs, ks := q.Shape(), k.Shape()
+	if cfg.pageTable != nil && (ks[1] != l.Hkv || ks[2] != l.BlkKV) {
+		return nil, argErr(fn, "k", fmt.Sprintf("the paged HND layout [num_pages, Hkv = %d, page_size = blk_kv = %d, D] (NHD [num_pages, page_size, Hkv, D] is not accepted)", l.Hkv, l.BlkKV), fmt.Sprint(ks))
+	}
+	if ks[1] != l.Hkv {
+		return nil, argErr(fn, "k", fmt.Sprintf("Hkv = k.shape[1] = %d as in the CSR", l.Hkv), fmt.Sprint(ks))
+	}
+	if qs[0] != l.TotalQ || qs[1]%l.Hkv != 0 {
 		return nil, argErr(fn, "q", fmt.Sprintf("[total_q = %d, Hq divisible by Hkv = %d, D] consistent with the CSR", l.TotalQ, l.Hkv), fmt.Sprint(qs))
 	}
+	hkv := l.Hkv
 	if err := nodeCheck(fn, "sched", sched, 1, tensor.Int32); err != nil {
 		return nil, err
 	}

@@ -1,7 +1,6 @@
 package op
 
 import (
-	"errors"
 	"fmt"
 	"hash"
 	"hash/fnv"
@@ -12,20 +11,46 @@ import (
 )
 
 // opBase carries the Op methods every op of this package shares: no
-// pointer returns, no external calls, no input overwriting, and declared
-// non-differentiability (so G.Grad fails with an error, not a panic).
+// pointer returns, no external calls, no input overwriting, and
+// forward-only differentiation: G.Grad (symbolic) and a LispMachine running
+// backprop (automatic) both fail with a *ForwardOnlyError naming the op,
+// instead of a panic or silently zero gradients upstream.
 type opBase struct{}
 
 func (opBase) ReturnsPtr() bool     { return false }
 func (opBase) CallsExtern() bool    { return false }
 func (opBase) OverwritesInput() int { return -1 }
 
-// DiffWRT reports that no input is differentiable.
-func (opBase) DiffWRT(n int) []bool { return make([]bool, n) }
+// DiffWRT reports every input as differentiable, so that gradient analysis
+// reaches SymDiff (which fails) instead of skipping the op: declaring no
+// input differentiable would make Gorgonia drop the op from the backward
+// pass without an error.
+func (opBase) DiffWRT(n int) []bool {
+	d := make([]bool, n)
+	for i := range d {
+		d[i] = true
+	}
+	return d
+}
 
 // SymDiff always fails: the ops of this package are forward-only.
-func (opBase) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
-	return nil, errors.New("op: sparse attention ops are forward-only and have no gradient")
+func (opBase) SymDiff(_ G.Nodes, output, _ *G.Node) (G.Nodes, error) {
+	return nil, forwardOnly(output)
+}
+
+// DoDiff always fails: a LispMachine with backprop must not run past an op
+// of this package with its inputs' gradients left at zero.
+func (opBase) DoDiff(_ G.ExecutionContext, _ G.Nodes, output *G.Node) error {
+	return forwardOnly(output)
+}
+
+// forwardOnly builds the gradient error of the op that produced output.
+func forwardOnly(output *G.Node) error {
+	name := "an op of package op"
+	if output != nil && output.Op() != nil {
+		name = fmt.Sprint(output.Op())
+	}
+	return &ForwardOnlyError{Op: name}
 }
 
 // hashOf hashes an op's WriteHash output.

@@ -19,6 +19,25 @@ type csrLayout struct {
 
 func (l csrLayout) width() int { return l.RowCap + 1 + l.Stride }
 
+// size sets RowCap = batch * blocks and Stride = TotalQ * TopK, or returns
+// an ArgError naming arg when the packed value would exceed maxGraphValue
+// elements.
+func (l *csrLayout) size(fn, arg string, batch, blocks int) error {
+	rows, err := valueSize(fn, arg, "a CSR row capacity B * ceil(max_seqlen_k / blk_kv)", batch, blocks)
+	if err != nil {
+		return err
+	}
+	stride, err := valueSize(fn, "q2k_indices", "total_q * topK", l.TotalQ, l.TopK)
+	if err != nil {
+		return err
+	}
+	if _, err := valueSize(fn, arg, "a packed CSR value Hkv * (rows + 1 + total_q * topK)", l.Hkv, rows+1+stride); err != nil {
+		return err
+	}
+	l.RowCap, l.Stride = rows, stride
+	return nil
+}
+
 // split returns row_ptr [Hkv][RowCap+1] and q_indices [Hkv][Stride] copies
 // of a packed value.
 func (l csrLayout) split(packed []int32) (rp, qi []int32) {
@@ -115,18 +134,20 @@ func K2QCSR(q2k, cuQ, cuK *G.Node, blkKV, maxSeqlenK int) (*G.Node, error) {
 	if blkKV < 1 || blkKV > 128 {
 		return nil, argErr(fn, "blk_kv", "1 <= blk_kv <= 128", fmt.Sprint(blkKV))
 	}
-	if maxSeqlenK < 1 {
-		return nil, argErr(fn, "max_seqlen_k", ">= 1", fmt.Sprint(maxSeqlenK))
+	if maxSeqlenK < 1 || maxSeqlenK > maxInt32 {
+		return nil, argErr(fn, "max_seqlen_k", fmt.Sprintf("1 <= max_seqlen_k <= %d (key lengths are int32)", maxInt32), fmt.Sprint(maxSeqlenK))
 	}
 	if cuQ.Shape()[0] != cuK.Shape()[0] || cuQ.Shape()[0] < 1 {
 		return nil, argErr(fn, "cu_seqlens_k", fmt.Sprintf("shape [B + 1] = %v matching cu_seqlens_q", cuQ.Shape()), fmt.Sprint(cuK.Shape()))
 	}
 	s := q2k.Shape()
 	batch := cuQ.Shape()[0] - 1
-	l := csrLayout{Hkv: s[0], TotalQ: s[1], TopK: s[2], BlkKV: blkKV, Stride: s[1] * s[2],
-		RowCap: batch * ((maxSeqlenK + blkKV - 1) / blkKV)}
+	l := csrLayout{Hkv: s[0], TotalQ: s[1], TopK: s[2], BlkKV: blkKV}
 	if l.Hkv < 1 || l.TopK < 1 || l.TopK > maxTopK {
 		return nil, argErr(fn, "q2k_indices", fmt.Sprintf("shape [Hkv >= 1, total_q, 1 <= topK <= %d]", maxTopK), fmt.Sprint(s))
+	}
+	if err := l.size(fn, "max_seqlen_k", batch, ceilDiv(maxSeqlenK, blkKV)); err != nil {
+		return nil, err
 	}
 	return G.ApplyOp(&csrOp{l: l}, q2k, cuQ, cuK)
 }
@@ -188,14 +209,23 @@ func PackK2QCSR(rowPtr, qIndices *G.Node, totalQ, topK, blkKV int) (*G.Node, err
 	if blkKV == 0 {
 		blkKV = 128
 	}
+	if blkKV < 1 || blkKV > 128 {
+		return nil, argErr(fn, "blk_kv", "1 <= blk_kv <= 128", fmt.Sprint(blkKV))
+	}
 	rs, qs := rowPtr.Shape(), qIndices.Shape()
 	if rs[0] != qs[0] || rs[0] < 1 || rs[1] < 1 {
 		return nil, argErr(fn, "k2q_q_indices", fmt.Sprintf("leading dimension Hkv = %d", rs[0]), fmt.Sprint(qs))
 	}
-	if topK < 1 || topK > maxTopK || totalQ < 0 || qs[1] < totalQ*topK {
-		return nil, argErr(fn, "k2q_q_indices", fmt.Sprintf("shape [Hkv, >= total_q * topK] with 1 <= topK <= %d", maxTopK), fmt.Sprintf("%v for total_q=%d topK=%d", qs, totalQ, topK))
+	if topK < 1 || topK > maxTopK {
+		return nil, argErr(fn, "topK", fmt.Sprintf("1 <= topK <= %d", maxTopK), fmt.Sprint(topK))
+	}
+	if totalQ < 0 || mulCap(qs[1], totalQ, topK) < 0 {
+		return nil, argErr(fn, "total_q", fmt.Sprintf("0 <= total_q with total_q * topK <= k2q_q_indices.shape[1] = %d", qs[1]), fmt.Sprintf("total_q = %d, topK = %d", totalQ, topK))
 	}
 	l := csrLayout{Hkv: rs[0], RowCap: rs[1] - 1, Stride: qs[1], TotalQ: totalQ, TopK: topK, BlkKV: blkKV}
+	if _, err := valueSize(fn, "k2q_row_ptr", "a packed CSR value Hkv * (rows + 1 + stride)", l.Hkv, l.width()); err != nil {
+		return nil, err
+	}
 	return G.ApplyOp(&packCSROp{l: l}, rowPtr, qIndices)
 }
 
@@ -206,7 +236,7 @@ func csrOf(fn string, csr *G.Node) (csrLayout, error) {
 	}
 	p, ok := csr.Op().(csrProducer)
 	if !ok {
-		return csrLayout{}, argErr(fn, "csr", "a node made by K2QCSR or PackK2QCSR", fmt.Sprintf("%v", csr.Op()))
+		return csrLayout{}, argErr(fn, "csr", "a node made by K2QCSR or PackK2QCSR", nodeDesc(csr))
 	}
 	return p.csrLayout(), nil
 }

@@ -134,9 +134,21 @@ func DecodeSchedule(pageTable, sequsedK *G.Node, cfg DecodeConfig) (*G.Node, err
 	if cfg.NumKVHeads < 1 || cfg.NumQOHeads%cfg.NumKVHeads != 0 || !slices.Contains(supportedQheadPerKV, cfg.NumQOHeads/cfg.NumKVHeads) {
 		return nil, argErr(fn, "num_qo_heads/num_kv_heads", "a ratio in {1, 2, 4, 8, 16}", fmt.Sprintf("%d/%d", cfg.NumQOHeads, cfg.NumKVHeads))
 	}
+	c := &checker{fn: fn}
+	c.need(cfg.SeqlenQ >= 1, "seqlen_q", ">= 1", cfg.SeqlenQ)
+	c.need(cfg.PageSize >= 1 && cfg.PageSize <= maxInt32, "page_size", fmt.Sprintf("1 <= page_size <= %d", maxInt32), cfg.PageSize)
+	c.need(cfg.FixedSplitSize >= 0 && cfg.FixedSplitSize <= maxInt32, "fixed_split_size",
+		fmt.Sprintf("0 (automatic) <= fixed_split_size <= %d", maxInt32), cfg.FixedSplitSize)
+	c.need(pt[1] >= 1, "page_table", "at least one column", fmt.Sprint(pt))
+	pageCapacity(c, pt[1], cfg.PageSize)
+	checkDecodeRows(c, pt[0], cfg.SeqlenQ, cfg.NumQOHeads)
 	p := plan.DecodeParams{Batch: pt[0], SeqlenQ: cfg.SeqlenQ, HQ: cfg.NumQOHeads, Hkv: cfg.NumKVHeads,
 		PageSize: cfg.PageSize, Workers: workers(cfg.Workers), FixedSplitPages: cfg.FixedSplitSize,
 		DisableSplit: cfg.DisableSplitKV, MaxPagesPerSeq: pt[1]}
+	checkDecodeSize(c, p)
+	if c.err != nil {
+		return nil, c.err
+	}
 	l, err := newDecodeLayout(p)
 	if err != nil {
 		return nil, wrapArg(fn, "config", err)
@@ -254,6 +266,12 @@ func DecodeAttention(q, k, v, pageTable, sequsedK, sched, q2k *G.Node, blkKV int
 		if err := nodeCheck(fn, x.name, x.n, 4, BFloat16, Float8E4M3FN); err != nil {
 			return nil, err
 		}
+	}
+	if blkKV < 0 || blkKV > maxInt32 {
+		return nil, argErr(fn, "blk_kv", fmt.Sprintf("0 (the page size) <= blk_kv <= %d", maxInt32), blkKV)
+	}
+	if err := checkScalars(fn, softmaxScale, 0, q.Shape()[2]); err != nil {
+		return nil, err
 	}
 	l := so.l
 	qs, ks := q.Shape(), k.Shape()

@@ -130,5 +130,9 @@ func FwdSchedule(csr, cuQ, cuK *G.Node, qheadPerKV, workerCount int) (*G.Node, e
 	if !slices.Contains(supportedQheadPerKV, qheadPerKV) {
 		return nil, argErr(fn, "qhead_per_kv", "one of 1, 2, 4, 8, 16", fmt.Sprint(qheadPerKV))
 	}
-	return G.ApplyOp(&schedOp{s: newSchedLayout(l, qheadPerKV, workers(workerCount))}, csr, cuQ, cuK)
+	sl := newSchedLayout(l, qheadPerKV, workers(workerCount))
+	if _, err := valueSize(fn, "csr", "a schedule value 1 + 6 * capacity + Hkv * stride + total_q * Hkv", sl.len()); err != nil {
+		return nil, err
+	}
+	return G.ApplyOp(&schedOp{s: sl}, csr, cuQ, cuK)
 }

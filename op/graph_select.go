@@ -81,11 +81,11 @@ func BlockScores(q, k, cuQ, cuK *G.Node, cfg BlockScoreConfig) (*G.Node, error) 
 	if cfg.BlkKV == 0 {
 		cfg.BlkKV = 128
 	}
-	if cfg.BlkKV < 1 {
-		return nil, argErr(fn, "blk_kv", ">= 1", cfg.BlkKV)
+	if cfg.BlkKV < 1 || cfg.BlkKV > maxInt32 {
+		return nil, argErr(fn, "blk_kv", fmt.Sprintf("1 <= blk_kv <= %d", maxInt32), cfg.BlkKV)
 	}
-	if cfg.MaxSeqlenK < 1 {
-		return nil, argErr(fn, "max_seqlen_k", ">= 1 (it fixes the output shape)", cfg.MaxSeqlenK)
+	if cfg.MaxSeqlenK < 1 || cfg.MaxSeqlenK > max(k.Shape()[0], 1) {
+		return nil, argErr(fn, "max_seqlen_k", fmt.Sprintf("1 <= max_seqlen_k <= total_k = k.shape[0] = %d (it fixes the output shape)", k.Shape()[0]), cfg.MaxSeqlenK)
 	}
 	if cfg.Reduce != ReduceMax && cfg.Reduce != ReduceMean {
 		return nil, argErr(fn, "reduce", "ReduceMax or ReduceMean", cfg.Reduce)
@@ -98,8 +98,14 @@ func BlockScores(q, k, cuQ, cuK *G.Node, cfg BlockScoreConfig) (*G.Node, error) 
 	if cuQ.Shape()[0] != cuK.Shape()[0] || cuQ.Shape()[0] < 1 {
 		return nil, argErr(fn, "cu_seqlens_k", fmt.Sprintf("shape [B + 1] = %v matching cu_seqlens_q", cuQ.Shape()), cuK.Shape())
 	}
+	if err := checkScalars(fn, cfg.SoftmaxScale, 0, qs[2]); err != nil {
+		return nil, err
+	}
 	op := &blockScoresOp{cfg: cfg, qDt: q.Dtype(), kDt: k.Dtype(), hkv: ks[1], totalQ: qs[0],
-		maxBlocks: (cfg.MaxSeqlenK + cfg.BlkKV - 1) / cfg.BlkKV}
+		maxBlocks: ceilDiv(cfg.MaxSeqlenK, cfg.BlkKV)}
+	if _, err := valueSize(fn, "max_seqlen_k", "scores [Hkv, total_q, ceil(max_seqlen_k / blk_kv)]", op.hkv, op.totalQ, op.maxBlocks); err != nil {
+		return nil, err
+	}
 	return G.ApplyOp(op, q, k, cuQ, cuK)
 }
 

@@ -11,15 +11,32 @@ import (
 // Schedule is a prebuilt forward schedule (the reference's
 // SparseAttentionSchedule): work items, per-query split counts and the
 // deterministic slot of every CSR entry. It may be reused across calls with
-// the same CSR; every use validates it first.
+// the same CSR; every use validates it first, so the accessors return
+// tensors that share the schedule's storage. The zero Schedule is empty
+// (its accessors return tensors with no elements; using it is an error).
 type Schedule struct {
-	s plan.FwdSchedule
+	s   plan.FwdSchedule
+	hkv int
+}
+
+// int32Tensor returns v as an int32 tensor (sharing its storage) of the given shape,
+// or a [0] tensor when shape has no elements (the tensor package does not
+// build empty shaped tensors).
+func int32Tensor(v []int32, shape ...int) *tensor.Dense {
+	n := 1
+	for _, x := range shape {
+		n *= x
+	}
+	if n <= 0 || len(v) < n {
+		return tensor.New(tensor.WithShape(0), tensor.Of(tensor.Int32))
+	}
+	return tensor.New(tensor.WithShape(shape...), tensor.WithBacking(v[:n]))
 }
 
 // SchedulerMetadata returns the work items [capacity, 6] int32:
 // (head_kv, row, q_begin, q_count, batch, kv_block).
 func (s *Schedule) SchedulerMetadata() *tensor.Dense {
-	return tensor.New(tensor.WithShape(s.s.Capacity, 6), tensor.WithBacking(s.s.Metadata))
+	return int32Tensor(s.s.Metadata, s.s.Capacity, 6)
 }
 
 // WorkCount returns the number of valid work items as a [1] int32 tensor.
@@ -27,16 +44,22 @@ func (s *Schedule) WorkCount() *tensor.Dense {
 	return tensor.New(tensor.WithShape(1), tensor.WithBacking([]int32{s.s.WorkCount}))
 }
 
-// QSplitIndices returns q_idx | slot<<24 per CSR entry, shaped like
-// k2q_q_indices.
-func (s *Schedule) QSplitIndices(hkv int) *tensor.Dense {
-	return tensor.New(tensor.WithShape(hkv, len(s.s.QSplit)/hkv), tensor.WithBacking(s.s.QSplit))
+// QSplitIndices returns q_idx | slot<<24 per CSR entry, [Hkv, stride]
+// shaped like k2q_q_indices.
+func (s *Schedule) QSplitIndices() *tensor.Dense {
+	if s.hkv < 1 {
+		return int32Tensor(nil, 0)
+	}
+	return int32Tensor(s.s.QSplit, s.hkv, len(s.s.QSplit)/s.hkv)
 }
 
 // SplitCounts returns the number of selected blocks per (query, KV head),
 // [total_q, Hkv] int32.
-func (s *Schedule) SplitCounts(hkv int) *tensor.Dense {
-	return tensor.New(tensor.WithShape(len(s.s.SplitCounts)/hkv, hkv), tensor.WithBacking(s.s.SplitCounts))
+func (s *Schedule) SplitCounts() *tensor.Dense {
+	if s.hkv < 1 {
+		return int32Tensor(nil, 0)
+	}
+	return int32Tensor(s.s.SplitCounts, len(s.s.SplitCounts)/s.hkv, s.hkv)
 }
 
 // Capacity returns the number of work-item slots.
@@ -109,5 +132,5 @@ func PrepareSparseFwdSchedule(k2qRowPtr, k2qQIndices tensor.Tensor, args Schedul
 	if err != nil {
 		return nil, wrapArg(fn, "schedule", err)
 	}
-	return &Schedule{s: *s}, nil
+	return &Schedule{s: *s, hkv: hkv}, nil
 }

@@ -137,13 +137,8 @@ func validateBlockScores(fn string, q, k, cuSeqlensQ, cuSeqlensK tensor.Tensor, 
 	if s.blk == 0 {
 		s.blk = 128
 	}
-	c.need(s.blk >= 1, "blk_kv", ">= 1", s.blk)
-	scale := cfg.SoftmaxScale
-	if scale == 0 {
-		scale = 1 / math.Sqrt(float64(s.d))
-	}
-	c.need(scale > 0 && !math.IsInf(scale, 0), "softmax_scale", "a finite value > 0", scale)
-	s.scale = float32(scale)
+	c.need(s.blk >= 1 && s.blk <= maxInt32, "blk_kv", fmt.Sprintf("1 <= blk_kv <= %d", maxInt32), s.blk)
+	s.scale = float32(resolveScale(c, cfg.SoftmaxScale, s.d))
 	if c.err != nil {
 		return nil, c.err
 	}
@@ -155,9 +150,13 @@ func validateBlockScores(fn string, q, k, cuSeqlensQ, cuSeqlensK tensor.Tensor, 
 	if maxK == 0 && derive {
 		maxK = max(longest, 1)
 	}
-	c.need(maxK >= 1, "max_seqlen_k", ">= 1", maxK)
+	c.need(maxK >= 1 && maxK <= max(ks[0], 1), "max_seqlen_k", fmt.Sprintf("1 <= max_seqlen_k <= total_k = k.shape[0] = %d", ks[0]), maxK)
 	c.need(longest <= maxK, "max_seqlen_k", fmt.Sprintf(">= the longest key sequence in cu_seqlens_k (%d)", longest), maxK)
-	s.maxBlocks = (maxK + s.blk - 1) / s.blk
+	s.maxBlocks = ceilDiv(maxK, s.blk)
+	if c.err == nil && mulCap(maxGraphValue, s.hkv, s.totalQ, s.maxBlocks) < 0 {
+		c.fail("max_seqlen_k", fmt.Sprintf("scores [Hkv, total_q, ceil(max_seqlen_k / blk_kv)] of at most %d elements", maxGraphValue),
+			fmt.Sprintf("[%d, %d, %d]", s.hkv, s.totalQ, s.maxBlocks))
+	}
 	return s, c.err
 }
 

@@ -284,7 +284,7 @@ func TestSelectBadInputs(t *testing.T) {
 		{"cu_seqlens_k[2]", bs(q, k, okQ, cu(0, 4, 11), op.BlockScoreConfig{})},
 		{"cu_seqlens_k", bs(q, k, okQ, cu(0, 10), op.BlockScoreConfig{})},
 		{"blk_kv", bs(q, k, okQ, okK, op.BlockScoreConfig{BlkKV: -1})},
-		{"softmax_scale", bs(q, k, okQ, okK, op.BlockScoreConfig{SoftmaxScale: -1})},
+		{"softmax_scale", bs(q, k, okQ, okK, op.BlockScoreConfig{SoftmaxScale: math.NaN()})},
 		{"softmax_scale", bs(q, k, okQ, okK, op.BlockScoreConfig{SoftmaxScale: math.Inf(1)})},
 		{"max_seqlen_k", bs(q, k, okQ, okK, op.BlockScoreConfig{MaxSeqlenK: 5})},
 		{"max_seqlen_k", bs(q, k, okQ, okK, op.BlockScoreConfig{MaxSeqlenK: -3})},

@@ -230,9 +230,16 @@ func validateSparse(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int, ar
 	}
 	c.need(kd.Shape().Eq(vd.Shape()), "k, v", "the same shape", "k "+shapeStr(kd)+", v "+shapeStr(vd))
 	c.need(kd.Shape()[wantK-1] == lastK, "k", fmt.Sprintf("last dimension %d in shape %s", lastK, kShape), shapeStr(kd))
-	hkvAxis := 1
-	hkv := kd.Shape()[hkvAxis]
-	c.need(hkv >= 1 && hq%hkv == 0, "q", fmt.Sprintf("Hq divisible by Hkv = %d", hkv), fmt.Sprintf("Hq = %d", hq))
+	blk := args.BlkKV
+	if blk == 0 {
+		blk = 128
+	}
+	c.need(blk >= 1 && blk <= tile.BlockN, "blk_kv", fmt.Sprintf("1 <= blk_kv <= %d", tile.BlockN), blk)
+	if paged {
+		c.need(kd.Shape()[2] == blk, "k", fmt.Sprintf("the paged HND layout %s with page_size = blk_kv = %d (NHD [num_pages, page_size, Hkv, D] is not accepted)", kShape, blk), shapeStr(kd))
+	}
+	hkv := kd.Shape()[1]
+	c.need(hkv >= 1 && hq%hkv == 0, "q/k", fmt.Sprintf("Hq = q.shape[1] divisible by Hkv = k.shape[1] (k layout %s)", kShape), "q "+shapeStr(qd)+", k "+shapeStr(kd))
 	if c.err != nil {
 		return nil, c.err
 	}
@@ -241,11 +248,6 @@ func validateSparse(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int, ar
 		return nil, &NotImplementedError{fn, fmt.Sprintf("qhead_per_kv = Hq/Hkv must be in {1, 2, 4, 8, 16}, got %d", qpk)}
 	}
 	c.need(topK >= 1 && topK <= maxTopK, "topK", fmt.Sprintf("1 <= topK <= %d", maxTopK), topK)
-	blk := args.BlkKV
-	if blk == 0 {
-		blk = 128
-	}
-	c.need(blk >= 1 && blk <= tile.BlockN, "blk_kv", fmt.Sprintf("1 <= blk_kv <= %d", tile.BlockN), blk)
 
 	// Metadata.
 	rp, qi := csrTensors(c, rowPtr, qIdx)
@@ -290,10 +292,6 @@ func validateSparse(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int, ar
 		}
 		c.need(pt.Shape()[0] == batch, "page_table", fmt.Sprintf("shape [B = %d, max_num_pages_per_seq]", batch), shapeStr(pt))
 		ps := kd.Shape()[2]
-		c.need(ps == blk, "k", fmt.Sprintf("page_size == blk_kv = %d", blk), fmt.Sprintf("page_size %d", ps))
-		if c.err != nil {
-			return nil, c.err
-		}
 		cols := pt.Shape()[1]
 		if !pageCapacity(c, cols, ps) {
 			return nil, c.err

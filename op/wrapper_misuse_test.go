@@ -1,0 +1,242 @@
+package op
+
+import (
+	"errors"
+	"math"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/sparseattn/msa/kernels/lowp"
+	"gorgonia.org/tensor"
+)
+
+// Regression tests of DecodeWrapper misuse: each failed (panicked, raced or
+// returned a wrong result) before the wrapper copied its metadata, checked
+// its outputs and detected concurrent use.
+
+func misuseSpec() decodeSpec {
+	return decodeSpec{seed: 5, seqused: []int{70, 33}, seqlenQ: 2, hq: 4, hkv: 2, d: 64, pageSize: 16, dt: "bf16",
+		extraCols: 3, workers: 2}
+}
+
+func plannedWrapper(t *testing.T, s decodeSpec, pr *decodeProblem) *DecodeWrapper {
+	t.Helper()
+	w, err := NewDecodeWrapper(s.pageSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Plan(decodeArgs(s, pr), nil); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+func wantArgErr(t *testing.T, err error, arg, text string) {
+	t.Helper()
+	var ae *ArgError
+	if !errors.As(err, &ae) || ae.Arg != arg || !strings.Contains(err.Error(), text) {
+		t.Fatalf("error %v: want an *ArgError naming %q containing %q", err, arg, text)
+	}
+}
+
+// TestDecodeWrapperRunAfterClose (item 3): Run after Close is an error, not
+// a panic in the closed pool; Plan reopens the wrapper.
+func TestDecodeWrapperRunAfterClose(t *testing.T) {
+	s := misuseSpec()
+	pr := buildDecode(s)
+	w := plannedWrapper(t, s, pr)
+	w.Close()
+	_, err := w.Run(pr.q, pr.k, pr.v, 0, true)
+	wantArgErr(t, err, "wrapper", "closed")
+	w.Close() // twice is fine
+	if err := w.Plan(decodeArgs(s, pr), nil); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	res, err := w.Run(pr.q, pr.k, pr.v, 0, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkDecode(t, s, pr, res)
+}
+
+// sliceCols returns a view of the first cols columns of a wider copy of m
+// (the other columns hold junk), so the view's storage differs from m's.
+func sliceCols(t *testing.T, m *tensor.Dense, junk int32) *tensor.Dense {
+	t.Helper()
+	rows, cols := m.Shape()[0], m.Shape()[1]
+	wide := make([]int32, rows*(cols+5))
+	for i := range wide {
+		wide[i] = junk
+	}
+	src := backing[int32](m)
+	for r := 0; r < rows; r++ {
+		copy(wide[r*(cols+5):], src[r*cols:(r+1)*cols])
+	}
+	p := tensor.New(tensor.WithShape(rows, cols+5), tensor.WithBacking(wide))
+	v, err := p.Slice(nil, tensor.S(0, cols))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v.(*tensor.Dense)
+}
+
+// TestDecodeWrapperPlanViews (item 4): Plan with a sliced page_table and a
+// sliced seqused_k gives the eager function's result (it used to read the
+// views' raw storage: wrong pages, or an index panic).
+func TestDecodeWrapperPlanViews(t *testing.T) {
+	s := misuseSpec()
+	pr := buildDecode(s)
+	args := decodeArgs(s, pr)
+	args.PageTable = sliceCols(t, pr.pt, 0)
+	su2 := tensor.New(tensor.WithShape(2, 2), tensor.WithBacking([]int32{int32(s.seqused[0]), 9999, int32(s.seqused[1]), 9999}))
+	col, err := su2.Slice(nil, tensor.S(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	args.SequsedK = col
+	w, _ := NewDecodeWrapper(s.pageSize)
+	defer w.Close()
+	if err := w.Plan(args, nil); err != nil {
+		t.Fatal(err)
+	}
+	res, err := w.Run(pr.q, pr.k, pr.v, 0, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkDecode(t, s, pr, res)
+	eager, err := SparseDecodeAttenFunc(pr.q, pr.k, pr.v, nil, args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkDecode(t, s, pr, eager)
+}
+
+// TestDecodeWrapperRunIntoView (item 5): RunInto refuses an output view
+// into a larger tensor instead of writing outside the view.
+func TestDecodeWrapperRunIntoView(t *testing.T) {
+	s := misuseSpec()
+	pr := buildDecode(s)
+	w := plannedWrapper(t, s, pr)
+	defer w.Close()
+	rows := len(s.seqused) * s.seqlenQ
+	parent := tensor.New(tensor.WithShape(rows, s.hq, 3*s.d), tensor.WithBacking(make([]lowp.BFloat16, rows*s.hq*3*s.d)))
+	for i := range backing[lowp.BFloat16](parent) {
+		backing[lowp.BFloat16](parent)[i] = lowp.BFloat16(0x3f80) // 1.0
+	}
+	view, err := parent.Slice(nil, nil, tensor.S(0, s.d))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = w.RunInto(pr.q, pr.k, pr.v, 0, view.(*tensor.Dense), nil)
+	wantArgErr(t, err, "out", "contiguous")
+	for i, x := range backing[lowp.BFloat16](parent) {
+		if x != 0x3f80 {
+			t.Fatalf("parent element %d overwritten", i)
+		}
+	}
+	big := tensor.New(tensor.WithShape(rows*2, s.hq, s.d), tensor.Of(BFloat16))
+	wantArgErr(t, w.RunInto(pr.q, pr.k, pr.v, 0, big, nil), "out", "shape")
+	lse := tensor.New(tensor.WithShape(rows, s.hq+1), tensor.Of(tensor.Float32))
+	out := tensor.New(tensor.WithShape(rows, s.hq, s.d), tensor.Of(BFloat16))
+	wantArgErr(t, w.RunInto(pr.q, pr.k, pr.v, 0, out, lse), "lse", "shape")
+}
+
+// TestDecodeWrapperConcurrentUse (item 14): overlapping calls on one
+// wrapper get an error; the calls that run give correct results.
+func TestDecodeWrapperConcurrentUse(t *testing.T) {
+	s := misuseSpec()
+	pr := buildDecode(s)
+	w := plannedWrapper(t, s, pr)
+	defer w.Close()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	busy := 0
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 25; i++ {
+				res, err := w.Run(pr.q, pr.k, pr.v, 0, true)
+				if err != nil {
+					if !strings.Contains(err.Error(), "concurrent") {
+						t.Error(err)
+						return
+					}
+					mu.Lock()
+					busy++
+					mu.Unlock()
+					continue
+				}
+				checkDecode(t, s, pr, res)
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("%d of 100 calls refused as concurrent", busy)
+	// The flag is set during a call: simulate an overlap deterministically.
+	w.busy.Store(true)
+	_, err := w.Run(pr.q, pr.k, pr.v, 0, true)
+	wantArgErr(t, err, "wrapper", "concurrent")
+	wantArgErr(t, w.Plan(decodeArgs(s, pr), nil), "wrapper", "concurrent")
+	w.busy.Store(false)
+}
+
+// TestDecodeWrapperNegativeScale (item 16): a negative softmax_scale is
+// accepted and matches the reference, eager and planned.
+func TestDecodeWrapperNegativeScale(t *testing.T) {
+	s := misuseSpec()
+	s.scale = -0.2
+	pr := buildDecode(s)
+	checkDecode(t, s, pr, runDecodeSpec(t, s, pr))
+	w := plannedWrapper(t, s, pr)
+	defer w.Close()
+	res, err := w.Run(pr.q, pr.k, pr.v, 0, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkDecode(t, s, pr, res)
+}
+
+// TestDecodeScalarRule (item 8): softmax_scale values whose float32 kernel
+// value overflows or vanishes are rejected with the same error by the
+// eager function, Plan and Run.
+func TestDecodeScalarRule(t *testing.T) {
+	s := misuseSpec()
+	pr := buildDecode(s)
+	w := plannedWrapper(t, s, pr)
+	defer w.Close()
+	for _, x := range []float64{1e39, 3e38, -1e39, 1e-50, math.NaN(), math.Inf(1), math.Inf(-1)} {
+		args := decodeArgs(s, pr)
+		args.SoftmaxScale = x
+		_, err := SparseDecodeAttenFunc(pr.q, pr.k, pr.v, nil, args)
+		wantArgErr(t, err, "softmax_scale", scaleRule)
+		wantArgErr(t, w.Plan(args, nil), "softmax_scale", scaleRule)
+		_, err = w.Run(pr.q, pr.k, pr.v, x, true)
+		wantArgErr(t, err, "softmax_scale", scaleRule)
+	}
+}
+
+// TestDecodeSizeCaps (item 10, op side): Plan with a huge seqlen_q and no
+// q fails before allocating its schedule; a BlkKV of MaxInt gives a clear
+// error or a correct result, not an overflow.
+func TestDecodeSizeCaps(t *testing.T) {
+	s := misuseSpec()
+	pr := buildDecode(s)
+	w, _ := NewDecodeWrapper(s.pageSize)
+	defer w.Close()
+	args := decodeArgs(s, pr)
+	args.SeqlenQ = 1 << 27
+	args.MaxSeqlenK = 1 << 30
+	alloc := allocDuring(func() { wantArgErr(t, w.Plan(args, nil), "seqlen_q", "batch * seqlen_q") })
+	if alloc > 1<<20 {
+		t.Fatalf("rejected Plan allocated %d bytes", alloc)
+	}
+	args = decodeArgs(s, pr)
+	args.BlkKV = math.MaxInt
+	_, err := SparseDecodeAttenFunc(pr.q, pr.k, pr.v, nil, args)
+	wantArgErr(t, err, "blk_kv", "blk_kv <=")
+	_, err = NewDecodeWrapper(0)
+	wantArgErr(t, err, "page_size", "page size") // item 12
+}

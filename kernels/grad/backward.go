@@ -1,0 +1,208 @@
+package grad
+
+import (
+	"cmp"
+	"slices"
+)
+
+// Backward computes dQ, dK and dV from the forward's inputs q, k, v, its
+// outputs o and lse (natural log, as Forward returns them) and the
+// gradients dO ([TotalQ][HQ][D]) and dLSE ([TotalQ][HQ], nil when the LSE
+// output is unused). dQ has the shape of q, dK and dV the shape of k and v
+// (dense rows or the page pool); all three are overwritten: elements no
+// visible key or query reaches (unselected blocks, tokens past seqlen_k,
+// unused pages, query rows outside every sequence) are set to 0.
+//
+// It runs the two passes of the package doc; the result is bit-identical
+// across runs and worker counts. Backward returns an error, and writes
+// nothing, when p or a tensor length is inconsistent.
+func (ws *Workspace) Backward(p *Problem, q, k, v, o, lse, dO, dLSE, dQ, dK, dV []float32) error {
+	dv, err := p.derive()
+	if err != nil {
+		return err
+	}
+	if err := p.checkTensors(dv,
+		tensorArg{name: "q", x: q, kind: kindQ}, tensorArg{name: "k", x: k, kind: kindKV},
+		tensorArg{name: "v", x: v, kind: kindKV}, tensorArg{name: "o", x: o, kind: kindQ},
+		tensorArg{name: "lse", x: lse, kind: kindRow}, tensorArg{name: "dO", x: dO, kind: kindQ},
+		tensorArg{name: "dLSE", x: dLSE, kind: kindRow, optional: true},
+		tensorArg{name: "dQ", x: dQ, kind: kindQ}, tensorArg{name: "dK", x: dK, kind: kindKV},
+		tensorArg{name: "dV", x: dV, kind: kindKV}); err != nil {
+		return err
+	}
+	ws.ensure(dv.qpk, p.BlkKV, p.D)
+	ws.buildQueryLists(p, dv)
+	bw := &backwardCall{p: p, dv: dv, q: q, k: k, v: v, lse: lse, dO: dO, dQ: dQ, dK: dK, dV: dV}
+
+	// Delta - dLSE per (query, head): rowsum(dO * O) in float64.
+	nRows := p.TotalQ * p.HQ
+	ws.delta = growF32(ws.delta, nRows)
+	bw.dlt = ws.delta
+	chunks := (nRows + 255) / 256
+	ws.parallel(chunks, func(_ *worker, c int) {
+		for r := c * 256; r < min(nRows, (c+1)*256); r++ {
+			var s float64
+			for i, x := range dO[r*p.D : (r+1)*p.D] {
+				s += float64(x) * float64(o[r*p.D+i])
+			}
+			if dLSE != nil {
+				s -= float64(dLSE[r])
+			}
+			bw.dlt[r] = float32(s)
+		}
+	})
+
+	// dK/dV: one item per (KV head, CSR row), largest rows first.
+	tr := p.CSR.TotalRows
+	ws.items = growI32(ws.items, p.Hkv*tr)
+	for i := range ws.items {
+		ws.items[i] = int32(i)
+	}
+	rowLen := func(it int32) int32 {
+		h, r := int(it)/max(tr, 1), int(it)%max(tr, 1)
+		rp := p.CSR.RowPtr[h*(tr+1):]
+		return rp[r+1] - rp[r]
+	}
+	slices.SortStableFunc(ws.items, func(a, b int32) int { return cmp.Compare(rowLen(b), rowLen(a)) })
+	if p.Paged {
+		n := tr * p.Hkv * p.BlkKV * p.D
+		ws.stageK, ws.stageV = growF32(ws.stageK, n), growF32(ws.stageV, n)
+		bw.outK, bw.outV = ws.stageK, ws.stageV
+	} else {
+		clear(dK)
+		clear(dV)
+		bw.outK, bw.outV = dK, dV
+	}
+	ws.parallel(len(ws.items), func(wk *worker, i int) {
+		it := int(ws.items[i])
+		bw.blockItem(wk, it/tr, it%tr)
+	})
+	if p.Paged {
+		ws.scatterPages(p, dv, dK, dV)
+	}
+
+	// dQ: one item per chunk of queries.
+	chunks = (p.TotalQ + queryChunk - 1) / queryChunk
+	ws.parallel(chunks, func(wk *worker, c int) {
+		for gq := c * queryChunk; gq < min(p.TotalQ, (c+1)*queryChunk); gq++ {
+			for h := 0; h < p.Hkv; h++ {
+				bw.queryItem(ws, wk, gq, h)
+			}
+		}
+	})
+	return nil
+}
+
+// backwardCall holds the arguments of one Backward call.
+type backwardCall struct {
+	p                      *Problem
+	dv                     *derived
+	q, k, v, lse, dO, dlt  []float32
+	dQ, dK, dV, outK, outV []float32
+}
+
+// rowSetup fills lse, dlt and cnt of tile row t for (query, head) row
+// qrow seeing n keys; rows with a non-finite LSE see nothing.
+func (bw *backwardCall) rowSetup(wk *worker, t, qrow, n int) {
+	l := bw.lse[qrow]
+	wk.lse[t], wk.dlt[t] = l, bw.dlt[qrow]
+	if !finite(l) {
+		n = 0
+	}
+	wk.cnt[t] = int32(n)
+}
+
+// blockItem accumulates dK and dV of CSR row r (one KV block) for KV head h
+// over every (query, query head) that selected it, and stores them: into
+// dK/dV rows (dense) or the staging buffers (paged).
+func (bw *backwardCall) blockItem(wk *worker, h, r int) {
+	p, dv := bw.p, bw.dv
+	d, qpk := p.D, dv.qpk
+	b := int(dv.rows.Batch[r])
+	t0 := int(dv.rows.Block[r]) * p.BlkKV
+	n := max(0, min(p.BlkKV, int(dv.seqK[b])-t0))
+	dk, dvb := wk.dk[:n*d], wk.dv[:n*d]
+	clear(dk)
+	clear(dvb)
+	c := p.CSR
+	rp := c.RowPtr[h*(c.TotalRows+1)+r:]
+	qs := c.QIdx[h*c.Stride+int(rp[0]) : h*c.Stride+int(rp[1])]
+	if n > 0 && len(qs) > 0 {
+		kb := bw.dv.blockKV(bw.k, d, b, h, t0, n, wk.kb)
+		vb := bw.dv.blockKV(bw.v, d, b, h, t0, n, wk.vb)
+		seqQ, seqK := int(p.CuQ[b+1]-p.CuQ[b]), int(dv.seqK[b])
+		scale := float32(p.Scale)
+		capRows := rowsPerTile(qpk)
+		m := 0
+		flush := func() {
+			if m == 0 {
+				return
+			}
+			wk.gradProbs(wk.tq, wk.tdo, m, kb, vb, n, wk.lse, wk.dlt, wk.cnt, scale)
+			accTN(dvb, n, wk.s, wk.blk, wk.tdo, m, d)
+			accTN(dk, n, wk.dp, wk.blk, wk.tq, m, d)
+			m = 0
+		}
+		for _, i := range qs {
+			vis := visible(int(i), seqQ, seqK, p.Causal, t0, n)
+			if vis == 0 {
+				continue
+			}
+			row0 := (int(p.CuQ[b])+int(i))*p.HQ + h*qpk
+			copy(wk.tq[m*d:(m+qpk)*d], bw.q[row0*d:(row0+qpk)*d])
+			copy(wk.tdo[m*d:(m+qpk)*d], bw.dO[row0*d:(row0+qpk)*d])
+			for g := 0; g < qpk; g++ {
+				bw.rowSetup(wk, m+g, row0+g, vis)
+			}
+			m += qpk
+			if m == capRows {
+				flush()
+			}
+		}
+		flush()
+	}
+	if p.Paged {
+		off := (r*p.Hkv + h) * p.BlkKV * d
+		copy(bw.outK[off:off+n*d], dk)
+		copy(bw.outV[off:off+n*d], dvb)
+		return
+	}
+	for i := 0; i < n; {
+		row, cnt := dv.kv.Run(b, h, t0+i, n-i)
+		copy(bw.outK[row*d:(row+cnt)*d], dk[i*d:(i+cnt)*d])
+		copy(bw.outV[row*d:(row+cnt)*d], dvb[i*d:(i+cnt)*d])
+		i += cnt
+	}
+}
+
+// queryItem computes dQ of global query row gq for the query heads of KV
+// head h over the query's selected blocks, in ascending block order.
+func (bw *backwardCall) queryItem(ws *Workspace, wk *worker, gq, h int) {
+	p, dv := bw.p, bw.dv
+	d, qpk := p.D, dv.qpk
+	row0 := gq*p.HQ + h*qpk
+	acc := wk.acc[:qpk*d]
+	clear(acc)
+	if b := int(dv.qBatch[gq]); b >= 0 {
+		qr := bw.q[row0*d : (row0+qpk)*d]
+		dor := bw.dO[row0*d : (row0+qpk)*d]
+		seqQ, seqK := int(p.CuQ[b+1]-p.CuQ[b]), int(dv.seqK[b])
+		i := gq - int(p.CuQ[b])
+		scale := float32(p.Scale)
+		for _, r := range ws.queryBlocks(p.TotalQ, h, gq) {
+			t0 := int(dv.rows.Block[r]) * p.BlkKV
+			n := visible(i, seqQ, seqK, p.Causal, t0, p.BlkKV)
+			if n == 0 {
+				continue
+			}
+			for g := 0; g < qpk; g++ {
+				bw.rowSetup(wk, g, row0+g, n)
+			}
+			kb := dv.blockKV(bw.k, d, b, h, t0, n, wk.kb)
+			vb := dv.blockKV(bw.v, d, b, h, t0, n, wk.vb)
+			wk.gradProbs(qr, dor, qpk, kb, vb, n, wk.lse, wk.dlt, wk.cnt, scale)
+			accNN(acc, qpk, wk.dp, wk.blk, kb, d, wk.cnt)
+		}
+	}
+	copy(bw.dQ[row0*d:(row0+qpk)*d], acc)
+}

@@ -1,0 +1,88 @@
+package grad
+
+import "math"
+
+// Forward computes the float32 block-sparse attention forward: o
+// ([TotalQ][HQ][D]) and the natural-log lse ([TotalQ][HQ]) from q, k and v
+// (see the package doc for the definitions and Problem for the layouts).
+// Probabilities, sums and outputs stay in float32 (scores, P and the
+// O accumulation in float32; LSE = max + ln(sum) in float64, stored as
+// float32). Rows that see no key, and query rows outside every sequence,
+// get O = 0 and LSE = -inf.
+//
+// Every (query, KV head) runs an online softmax over its selected blocks in
+// ascending block order, so results are bit-identical for any number of
+// workers. Forward returns an error, and writes nothing, when p or a tensor
+// length is inconsistent.
+func (ws *Workspace) Forward(p *Problem, q, k, v, o, lse []float32) error {
+	dv, err := p.derive()
+	if err != nil {
+		return err
+	}
+	if err := p.checkTensors(dv,
+		tensorArg{name: "q", x: q, kind: kindQ}, tensorArg{name: "k", x: k, kind: kindKV},
+		tensorArg{name: "v", x: v, kind: kindKV}, tensorArg{name: "o", x: o, kind: kindQ},
+		tensorArg{name: "lse", x: lse, kind: kindRow}); err != nil {
+		return err
+	}
+	ws.ensure(dv.qpk, p.BlkKV, p.D)
+	ws.buildQueryLists(p, dv)
+	chunks := (p.TotalQ + queryChunk - 1) / queryChunk
+	ws.parallel(chunks, func(wk *worker, c int) {
+		for gq := c * queryChunk; gq < min(p.TotalQ, (c+1)*queryChunk); gq++ {
+			for h := 0; h < p.Hkv; h++ {
+				ws.forwardRow(wk, p, dv, gq, h, q, k, v, o, lse)
+			}
+		}
+	})
+	return nil
+}
+
+// forwardRow computes O and LSE of global query row gq for the query heads
+// of KV head h.
+func (ws *Workspace) forwardRow(wk *worker, p *Problem, dv *derived, gq, h int, q, k, v, o, lse []float32) {
+	d, qpk := p.D, dv.qpk
+	row0 := gq*p.HQ + h*qpk // first (query, head) row of the group
+	ninf := float32(math.Inf(-1))
+	for r := 0; r < qpk; r++ {
+		wk.mx[r], wk.sum[r] = ninf, 0
+	}
+	acc := wk.acc[:qpk*d]
+	clear(acc)
+	if b := int(dv.qBatch[gq]); b >= 0 {
+		qr := q[row0*d : (row0+qpk)*d]
+		seqQ, seqK := int(p.CuQ[b+1]-p.CuQ[b]), int(dv.seqK[b])
+		i := gq - int(p.CuQ[b])
+		scale := float32(p.Scale)
+		cnt := wk.cnt[:qpk]
+		for _, r := range ws.queryBlocks(p.TotalQ, h, gq) {
+			t0 := int(dv.rows.Block[r]) * p.BlkKV
+			n := visible(i, seqQ, seqK, p.Causal, t0, p.BlkKV)
+			if n == 0 {
+				continue
+			}
+			kb := dv.blockKV(k, d, b, h, t0, n, wk.kb)
+			vb := dv.blockKV(v, d, b, h, t0, n, wk.vb)
+			for j := range cnt {
+				cnt[j] = int32(n)
+			}
+			scoresNT(wk.s, wk.blk, qr, qpk, kb, d, cnt, scale)
+			wk.onlineSoftmax(qpk, cnt)
+			accNN(acc, qpk, wk.s, wk.blk, vb, d, cnt)
+		}
+	}
+	for r := 0; r < qpk; r++ {
+		out := o[(row0+r)*d : (row0+r+1)*d]
+		s := wk.sum[r]
+		if !(s > 0) || math.IsInf(float64(wk.mx[r]), -1) {
+			clear(out)
+			lse[row0+r] = ninf
+			continue
+		}
+		f := 1 / s
+		for c, x := range acc[r*d : (r+1)*d] {
+			out[c] = x * f
+		}
+		lse[row0+r] = float32(float64(wk.mx[r]) + math.Log(float64(s)))
+	}
+}

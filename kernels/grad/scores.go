@@ -1,0 +1,74 @@
+package grad
+
+import "math"
+
+// The recompute code shared by the forward and both backward passes.
+
+// exp32 is exp in float64, rounded to float32 (correctly rounded in
+// practice; exp(-inf) = 0).
+func exp32(x float32) float32 { return float32(math.Exp(float64(x))) }
+
+// finite reports whether x is neither infinite nor NaN.
+func finite(x float32) bool { return !math.IsInf(float64(x), 0) && !math.IsNaN(float64(x)) }
+
+// gradProbs recomputes, for m rows (tile rows q and dO, [m][d]) against a
+// block of n keys (kb, vb, [n][d]), with row r seeing keys i < cnt[r]:
+//
+//	wk.s[r][i]  = P  = exp(scale*q_r.k_i - lse[r])
+//	wk.dp[r][i] = dS' = scale * P * (dO_r.v_i - dlt[r])
+//
+// where dlt[r] = Delta_r - dLSE_r; both are 0 for i in [cnt[r], n). dS' is
+// the scaled dS of the package doc, ready for dQ += dS' K and dK += dS'^T Q.
+func (wk *worker) gradProbs(q, do []float32, m int, kb, vb []float32, n int, lse, dlt []float32, cnt []int32, scale float32) {
+	d, ld := wk.d, wk.blk
+	scoresNT(wk.s, ld, q, m, kb, d, cnt, scale)
+	scoresNT(wk.dp, ld, do, m, vb, d, cnt, 1)
+	for r := 0; r < m; r++ {
+		c := int(cnt[r])
+		s := wk.s[r*ld : r*ld+n]
+		dp := wk.dp[r*ld : r*ld+n]
+		l, dl := lse[r], dlt[r]
+		for i := 0; i < c; i++ {
+			pv := exp32(s[i] - l)
+			s[i] = pv
+			dp[i] = scale * pv * (dp[i] - dl)
+		}
+		clear(s[c:])
+		clear(dp[c:])
+	}
+}
+
+// onlineSoftmax folds one block of scores (wk.s, rows r < m with cnt[r]
+// visible keys) into the running max wk.mx, sum wk.sum and the output
+// accumulator wk.acc ([m][d]), replacing the scores by their
+// probabilities exp(s - max). The caller then adds P V to wk.acc.
+func (wk *worker) onlineSoftmax(m int, cnt []int32) {
+	d, ld := wk.d, wk.blk
+	for r := 0; r < m; r++ {
+		s := wk.s[r*ld : r*ld+int(cnt[r])]
+		if len(s) == 0 {
+			continue
+		}
+		old := wk.mx[r]
+		mx := old
+		for _, x := range s {
+			mx = max(mx, x)
+		}
+		if mx != old {
+			alpha := exp32(old - mx) // 0 when old = -inf
+			wk.sum[r] *= alpha
+			o := wk.acc[r*d : (r+1)*d]
+			for c := range o {
+				o[c] *= alpha
+			}
+			wk.mx[r] = mx
+		}
+		sum := float32(0)
+		for i, x := range s {
+			pv := exp32(x - mx)
+			s[i] = pv
+			sum += pv
+		}
+		wk.sum[r] += sum
+	}
+}

@@ -1,0 +1,204 @@
+package grad
+
+import (
+	"sync/atomic"
+
+	"github.com/sparseattn/msa/kernels/attn"
+)
+
+// tileRows is the number of (query, head) rows the dK/dV pass computes
+// against a block at once (rounded down to whole query groups).
+const tileRows = 64
+
+// queryChunk is the number of query rows of one forward or dQ work item.
+const queryChunk = 8
+
+// Workspace runs forward and backward calls on a pool and keeps their
+// buffers between calls. It is not safe for concurrent use; use one
+// Workspace per goroutine (they may share a pool: attn.Pool serialises
+// runs).
+type Workspace struct {
+	pool    *attn.Pool
+	workers []*worker
+	next    atomic.Int64
+
+	// q-major view of the CSR: for KV head h and global query row q, the CSR
+	// rows (KV blocks) q selected are qRow[qPtr[h*(TotalQ+1)+q] :
+	// qPtr[h*(TotalQ+1)+q+1]], ascending (ascending block order).
+	qPtr, qRow []int32
+	delta      []float32 // [TotalQ][HQ] rowsum(dO * O)
+	items      []int32   // dK/dV work items h*TotalRows+r, largest first
+	stageK     []float32 // paged: [TotalRows][Hkv][BlkKV][D] block gradients
+	stageV     []float32
+	pageRefPtr []int32 // paged: [NumPages+1] into pageRefs
+	pageRefs   []int32 // paged: b*PTCols+col of every use of a page
+	pagePos    []int32 // paged: [NumPages] fill cursors of pageRefs
+}
+
+// NewWorkspace returns a workspace that runs on pool. A nil pool runs
+// everything on the calling goroutine.
+func NewWorkspace(pool *attn.Pool) *Workspace {
+	if pool == nil {
+		pool = attn.NewPool(1) // one worker: the caller, no goroutines
+	}
+	return &Workspace{pool: pool}
+}
+
+// Workers returns the number of workers of the workspace's pool.
+func (ws *Workspace) Workers() int { return ws.pool.Workers() }
+
+// worker is one goroutine's scratch.
+type worker struct {
+	qpk, blk, d int
+	kb, vb      []float32 // [blk][d] gathered K/V block
+	dk, dv      []float32 // [blk][d] block gradient accumulators
+	tq, tdo     []float32 // [tileRows][d] gathered Q and dO rows
+	s, dp       []float32 // [tileRows][blk] scores/P and dP/dS
+	acc         []float32 // [qpk][d] O or dQ accumulator
+	lse, dlt    []float32 // [tileRows] LSE and Delta - dLSE of each row
+	mx, sum     []float32 // [qpk] running max and sum (forward)
+	cnt         []int32   // [tileRows] visible keys of each row
+}
+
+// rowsPerTile returns the rows of a dK/dV tile: whole query groups, at
+// least one group.
+func rowsPerTile(qpk int) int { return max(1, tileRows/qpk) * qpk }
+
+// ensure sizes the per-worker scratch for a call.
+func (ws *Workspace) ensure(qpk, blk, d int) {
+	n := ws.pool.Workers()
+	if len(ws.workers) == n && n > 0 {
+		w := ws.workers[0]
+		if w.qpk == qpk && w.blk == blk && w.d == d {
+			return
+		}
+	}
+	ws.workers = make([]*worker, n)
+	tr := rowsPerTile(qpk)
+	for i := range ws.workers {
+		ws.workers[i] = &worker{
+			qpk: qpk, blk: blk, d: d,
+			kb: make([]float32, blk*d), vb: make([]float32, blk*d),
+			dk: make([]float32, blk*d), dv: make([]float32, blk*d),
+			tq: make([]float32, tr*d), tdo: make([]float32, tr*d),
+			s: make([]float32, tr*blk), dp: make([]float32, tr*blk),
+			acc: make([]float32, qpk*d),
+			lse: make([]float32, tr), dlt: make([]float32, tr),
+			mx: make([]float32, qpk), sum: make([]float32, qpk),
+			cnt: make([]int32, tr),
+		}
+	}
+}
+
+// parallel runs fn(worker, i) for every i in [0, n) on the pool; items are
+// taken from a shared counter. Every item must write a disjoint part of the
+// outputs.
+func (ws *Workspace) parallel(n int, fn func(wk *worker, i int)) {
+	if n <= 0 {
+		return
+	}
+	ws.next.Store(0)
+	ws.pool.Run(func(w int) {
+		wk := ws.workers[w]
+		for {
+			i := ws.next.Add(1) - 1
+			if i >= int64(n) {
+				return
+			}
+			fn(wk, int(i))
+		}
+	})
+}
+
+// buildQueryLists fills qPtr/qRow, the q-major transpose of the CSR.
+func (ws *Workspace) buildQueryLists(p *Problem, dv *derived) {
+	c := p.CSR
+	tr := c.TotalRows
+	nq := p.TotalQ
+	ws.qPtr = growI32(ws.qPtr, p.Hkv*(nq+1))
+	clear(ws.qPtr)
+	nnz := 0
+	for h := 0; h < p.Hkv; h++ {
+		nnz += int(c.RowPtr[h*(tr+1)+tr])
+	}
+	ws.qRow = growI32(ws.qRow, nnz)
+	base := 0
+	for h := 0; h < p.Hkv; h++ {
+		rp := c.RowPtr[h*(tr+1) : (h+1)*(tr+1)]
+		qi := c.QIdx[h*c.Stride : (h+1)*c.Stride]
+		qp := ws.qPtr[h*(nq+1) : (h+1)*(nq+1)]
+		for r := 0; r < tr; r++ {
+			b := dv.rows.Batch[r]
+			for _, q := range qi[rp[r]:rp[r+1]] {
+				qp[p.CuQ[b]+q+1]++
+			}
+		}
+		qp[0] = int32(base)
+		for q := 0; q < nq; q++ {
+			qp[q+1] += qp[q]
+		}
+		// Scatter with qp[q] as the cursor of q, then shift back.
+		for r := 0; r < tr; r++ {
+			b := dv.rows.Batch[r]
+			for _, q := range qi[rp[r]:rp[r+1]] {
+				g := p.CuQ[b] + q
+				ws.qRow[qp[g]] = int32(r)
+				qp[g]++
+			}
+		}
+		copy(qp[1:], qp[:nq])
+		qp[0] = int32(base)
+		base = int(qp[nq])
+	}
+}
+
+// queryBlocks returns the CSR rows selected by global query row q for KV
+// head h, ascending.
+func (ws *Workspace) queryBlocks(totalQ, h, q int) []int32 {
+	i := h*(totalQ+1) + q
+	return ws.qRow[ws.qPtr[i]:ws.qPtr[i+1]]
+}
+
+// blockKV returns tokens t0 .. t0+n-1 of sequence b, KV head h of x as
+// [n][d] rows: a subslice of x when they are contiguous there, else a copy
+// in buf.
+func (dv *derived) blockKV(x []float32, d, b, h, t0, n int, buf []float32) []float32 {
+	r, c := dv.kv.Run(b, h, t0, n)
+	if c >= n {
+		return x[r*d : (r+n)*d]
+	}
+	for i := 0; i < n; {
+		r, c := dv.kv.Run(b, h, t0+i, n-i)
+		copy(buf[i*d:(i+c)*d], x[r*d:(r+c)*d])
+		i += c
+	}
+	return buf[:n*d]
+}
+
+// visible returns how many leading keys of the block starting at token t0
+// (n keys) batch-local query i may see: keys t < seqK and, when causal,
+// t <= i + seqK - seqQ (bottom-right alignment). It is attn's rule.
+func visible(i, seqQ, seqK int, causal bool, t0, n int) int {
+	lim := seqK
+	if causal {
+		lim = min(lim, i+seqK-seqQ+1)
+	}
+	return max(0, min(n, lim-t0))
+}
+
+// growI32 returns buf resliced to n when its capacity allows, else a new
+// slice.
+func growI32(buf []int32, n int) []int32 {
+	if cap(buf) >= n {
+		return buf[:n]
+	}
+	return make([]int32, n)
+}
+
+// growF32 is growI32 for float32.
+func growF32(buf []float32, n int) []float32 {
+	if cap(buf) >= n {
+		return buf[:n]
+	}
+	return make([]float32, n)
+}

@@ -139,8 +139,8 @@ func (bw *backwardCall) blockItem(wk *worker, h, r int) {
 				return
 			}
 			wk.gradProbs(wk.tq, wk.tdo, m, kb, vb, n, wk.lse, wk.dlt, wk.cnt, scale)
-			accTN(dvb, n, wk.s, wk.blk, wk.tdo, m, d)
-			accTN(dk, n, wk.dp, wk.blk, wk.tq, m, d)
+			accTN(wk.simd, dvb, n, wk.s, wk.blk, wk.tdo, m, d)
+			accTN(wk.simd, dk, n, wk.dp, wk.blk, wk.tq, m, d)
 			m = 0
 		}
 		for _, i := range qs {
@@ -201,7 +201,7 @@ func (bw *backwardCall) queryItem(ws *Workspace, wk *worker, gq, h int) {
 			kb := dv.blockKV(bw.k, d, b, h, t0, n, wk.kb)
 			vb := dv.blockKV(bw.v, d, b, h, t0, n, wk.vb)
 			wk.gradProbs(qr, dor, qpk, kb, vb, n, wk.lse, wk.dlt, wk.cnt, scale)
-			accNN(acc, qpk, wk.dp, wk.blk, kb, d, wk.cnt)
+			accNN(wk.simd, acc, qpk, wk.dp, wk.blk, kb, d, wk.cnt)
 		}
 	}
 	copy(bw.dQ[row0*d:(row0+qpk)*d], acc)

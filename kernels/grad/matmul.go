@@ -1,10 +1,12 @@
 package grad
 
 // The float32 building blocks of the forward and backward: three small
-// matrix products over row-major [rows][d] operands. They are plain Go
-// loops with four independent accumulators (dot) or four rows per pass
-// (axpy), which the compiler keeps in registers; their results depend only
-// on their inputs (fixed summation order).
+// matrix products over row-major [rows][d] operands, built on two
+// primitives, dot4 (four dot products sharing one operand) and axpy4 (one
+// row plus a combination of four rows). Each primitive has a portable Go
+// version and, on amd64, an AVX2+FMA version (vec_amd64.s) used when simd
+// is set (useAsm). Results depend only on the inputs and simd (fixed
+// summation orders), never on the worker count.
 
 // dot returns sum_c a[c]*b[c] over len(a) elements, summed in four
 // interleaved partial sums.
@@ -24,59 +26,77 @@ func dot(a, b []float32) float32 {
 	return (s0 + s1) + (s2 + s3)
 }
 
-// axpy adds alpha*x to y (len(x) elements).
-func axpy(alpha float32, x, y []float32) {
-	y = y[:len(x)]
-	for c, xv := range x {
-		y[c] += alpha * xv
+// dot4 sets out[j] = a . bj (len(a) elements each).
+func dot4(simd bool, a, b0, b1, b2, b3 []float32, out *[4]float32) {
+	if simd {
+		n := len(a)
+		_, _, _, _ = b0[n-1], b1[n-1], b2[n-1], b3[n-1]
+		dot4AVX2(&a[0], &b0[0], &b1[0], &b2[0], &b3[0], n, out)
+		return
 	}
+	out[0], out[1], out[2], out[3] = dot(a, b0), dot(a, b1), dot(a, b2), dot(a, b3)
 }
 
-// axpy4 adds a0*x0 + a1*x1 + a2*x2 + a3*x3 to y (len(y) elements): one
-// pass over y for four rows.
-func axpy4(a0, a1, a2, a3 float32, x0, x1, x2, x3, y []float32) {
+// axpy4 adds w[0]*x0 + w[1]*x1 + w[2]*x2 + w[3]*x3 to y (len(y) elements):
+// one pass over y for four rows.
+func axpy4(simd bool, w *[4]float32, x0, x1, x2, x3, y []float32) {
 	n := len(y)
 	x0, x1, x2, x3 = x0[:n], x1[:n], x2[:n], x3[:n]
+	if simd {
+		axpy4AVX2(&y[0], &x0[0], &x1[0], &x2[0], &x3[0], n, w)
+		return
+	}
+	a0, a1, a2, a3 := w[0], w[1], w[2], w[3]
 	for c := range y {
 		y[c] += a0*x0[c] + a1*x1[c] + a2*x2[c] + a3*x3[c]
 	}
 }
 
+// row returns row i of a [.][d] matrix.
+func row(x []float32, i, d int) []float32 { return x[i*d : (i+1)*d] }
+
 // scoresNT sets s[r*ld+i] = scale * (a_r . b_i) for rows r < m and keys
-// i < cnt[r]; a is [m][d], b is [n][d]. Entries at i >= cnt[r] are left
-// alone.
-func scoresNT(s []float32, ld int, a []float32, m int, b []float32, d int, cnt []int32, scale float32) {
+// i < cnt[r]; a is [m][d], b is [n][d]. Keys are taken four at a time (the
+// last group repeats its last key); entries at i >= cnt[r] are left alone.
+func scoresNT(simd bool, s []float32, ld int, a []float32, m int, b []float32, d int, cnt []int32, scale float32) {
+	var out [4]float32
 	for r := 0; r < m; r++ {
-		ar := a[r*d : (r+1)*d]
-		sr := s[r*ld : r*ld+int(cnt[r])]
-		for i := range sr {
-			sr[i] = scale * dot(ar, b[i*d:(i+1)*d])
+		ar := row(a, r, d)
+		n := int(cnt[r])
+		sr := s[r*ld : r*ld+n]
+		for i := 0; i < n; i += 4 {
+			last := n - 1
+			dot4(simd, ar, row(b, i, d), row(b, min(i+1, last), d), row(b, min(i+2, last), d), row(b, min(i+3, last), d), &out)
+			for j := 0; j < 4 && i+j < n; j++ {
+				sr[i+j] = scale * out[j]
+			}
 		}
 	}
 }
 
 // accTN adds sum_r w[r*ld+i] * a_r to c_i for keys i < n: c is [n][d]
 // (dK, dV of a block), w is [m][ld] (dS or P), a is [m][d] (Q or dO).
-// Rows are taken four at a time, so each c_i is read and written once per
-// four rows; zero weights of a whole group are skipped (masked keys).
-func accTN(c []float32, n int, w []float32, ld int, a []float32, m, d int) {
-	r := 0
-	for ; r+4 <= m; r += 4 {
-		a0, a1, a2, a3 := a[r*d:(r+1)*d], a[(r+1)*d:(r+2)*d], a[(r+2)*d:(r+3)*d], a[(r+3)*d:(r+4)*d]
-		w0, w1, w2, w3 := w[r*ld:r*ld+n], w[(r+1)*ld:(r+1)*ld+n], w[(r+2)*ld:(r+2)*ld+n], w[(r+3)*ld:(r+3)*ld+n]
-		for i := 0; i < n; i++ {
-			if w0[i] == 0 && w1[i] == 0 && w2[i] == 0 && w3[i] == 0 {
-				continue
-			}
-			axpy4(w0[i], w1[i], w2[i], w3[i], a0, a1, a2, a3, c[i*d:(i+1)*d])
+// Rows are taken four at a time (a last, partial group gets zero weights),
+// so each c_i is read and written once per four rows; groups whose four
+// weights are all zero (masked keys) are skipped.
+func accTN(simd bool, c []float32, n int, w []float32, ld int, a []float32, m, d int) {
+	var wt [4]float32
+	var ar [4][]float32
+	for r := 0; r < m; r += 4 {
+		for j := 0; j < 4; j++ {
+			ar[j] = row(a, min(r+j, m-1), d)
 		}
-	}
-	for ; r < m; r++ {
-		ar := a[r*d : (r+1)*d]
-		wr := w[r*ld : r*ld+n]
-		for i, x := range wr {
-			if x != 0 {
-				axpy(x, ar, c[i*d:(i+1)*d])
+		for i := 0; i < n; i++ {
+			zero := true
+			for j := 0; j < 4; j++ {
+				wt[j] = 0
+				if r+j < m {
+					wt[j] = w[(r+j)*ld+i]
+				}
+				zero = zero && wt[j] == 0
+			}
+			if !zero {
+				axpy4(simd, &wt, ar[0], ar[1], ar[2], ar[3], row(c, i, d))
 			}
 		}
 	}
@@ -84,17 +104,23 @@ func accTN(c []float32, n int, w []float32, ld int, a []float32, m, d int) {
 
 // accNN adds sum_i w[r*ld+i] * b_i to c_r for rows r < m and keys
 // i < cnt[r]: c is [m][d] (dQ or O), w is [m][ld] (dS or P), b is [n][d]
-// (K or V). Keys are taken four at a time.
-func accNN(c []float32, m int, w []float32, ld int, b []float32, d int, cnt []int32) {
+// (K or V). Keys are taken four at a time (a last, partial group gets zero
+// weights).
+func accNN(simd bool, c []float32, m int, w []float32, ld int, b []float32, d int, cnt []int32) {
+	var wt [4]float32
 	for r := 0; r < m; r++ {
-		cr := c[r*d : (r+1)*d]
-		wr := w[r*ld : r*ld+int(cnt[r])]
-		i := 0
-		for ; i+4 <= len(wr); i += 4 {
-			axpy4(wr[i], wr[i+1], wr[i+2], wr[i+3], b[i*d:(i+1)*d], b[(i+1)*d:(i+2)*d], b[(i+2)*d:(i+3)*d], b[(i+3)*d:(i+4)*d], cr)
-		}
-		for ; i < len(wr); i++ {
-			axpy(wr[i], b[i*d:(i+1)*d], cr)
+		cr := row(c, r, d)
+		n := int(cnt[r])
+		wr := w[r*ld : r*ld+n]
+		for i := 0; i < n; i += 4 {
+			for j := 0; j < 4; j++ {
+				wt[j] = 0
+				if i+j < n {
+					wt[j] = wr[i+j]
+				}
+			}
+			last := n - 1
+			axpy4(simd, &wt, row(b, i, d), row(b, min(i+1, last), d), row(b, min(i+2, last), d), row(b, min(i+3, last), d), cr)
 		}
 	}
 }

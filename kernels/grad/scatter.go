@@ -26,8 +26,8 @@ func (ws *Workspace) scatterPages(p *Problem, dv *derived, dK, dV []float32) {
 					}
 					r := dv.rows.RowOf(b, t/p.BlkKV)
 					src := ((r*p.Hkv+h)*p.BlkKV + t%p.BlkKV) * d
-					axpy(1, ws.stageK[src:src+d], dk[i*d:(i+1)*d])
-					axpy(1, ws.stageV[src:src+d], dvp[i*d:(i+1)*d])
+					addTo(dk[i*d:(i+1)*d], ws.stageK[src:src+d])
+					addTo(dvp[i*d:(i+1)*d], ws.stageV[src:src+d])
 				}
 			}
 		}
@@ -63,5 +63,13 @@ func (ws *Workspace) buildPageRefs(p *Problem, dv *derived) {
 			ws.pageRefs[pos[pg]] = int32(b*p.PTCols + col)
 			pos[pg]++
 		}
+	}
+}
+
+// addTo adds x to y element-wise (len(y) elements).
+func addTo(y, x []float32) {
+	x = x[:len(y)]
+	for i := range y {
+		y[i] += x[i]
 	}
 }

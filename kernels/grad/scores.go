@@ -4,9 +4,45 @@ import "math"
 
 // The recompute code shared by the forward and both backward passes.
 
-// exp32 is exp in float64, rounded to float32 (correctly rounded in
-// practice; exp(-inf) = 0).
-func exp32(x float32) float32 { return float32(math.Exp(float64(x))) }
+// exp32 returns e^x in float32 arithmetic within 2 ulp (Cody-Waite
+// reduction x = k ln2 + r, |r| <= ln2/2, and a degree-7 Taylor polynomial,
+// whose truncation error is below 6e-9 relative). It returns 0 for -inf
+// and x < -104 (below the smallest subnormal), +inf above 88.72, NaN for
+// NaN; subnormal results are gradual.
+func exp32(x float32) float32 {
+	if !(x >= -104) {
+		if x != x {
+			return x
+		}
+		return 0
+	}
+	if x > 88.72 {
+		return float32(math.Inf(1))
+	}
+	const (
+		log2e = 1.44269504088896341
+		ln2hi = 0.693359375
+		ln2lo = -2.12194440e-4
+	)
+	t := x * log2e
+	var k int32
+	if t >= 0 {
+		k = int32(t + 0.5)
+	} else {
+		k = int32(t - 0.5)
+	}
+	kf := float32(k)
+	r := x - kf*ln2hi - kf*ln2lo
+	p := 1 + r*(1+r*(1.0/2+r*(1.0/6+r*(1.0/24+r*(1.0/120+r*(1.0/720+r*(1.0/5040)))))))
+	if k < -126 {
+		p *= 0x1p-64
+		k += 64
+	} else if k > 127 {
+		p *= 2
+		k--
+	}
+	return p * math.Float32frombits(uint32(k+127)<<23)
+}
 
 // finite reports whether x is neither infinite nor NaN.
 func finite(x float32) bool { return !math.IsInf(float64(x), 0) && !math.IsNaN(float64(x)) }
@@ -21,8 +57,8 @@ func finite(x float32) bool { return !math.IsInf(float64(x), 0) && !math.IsNaN(f
 // the scaled dS of the package doc, ready for dQ += dS' K and dK += dS'^T Q.
 func (wk *worker) gradProbs(q, do []float32, m int, kb, vb []float32, n int, lse, dlt []float32, cnt []int32, scale float32) {
 	d, ld := wk.d, wk.blk
-	scoresNT(wk.s, ld, q, m, kb, d, cnt, scale)
-	scoresNT(wk.dp, ld, do, m, vb, d, cnt, 1)
+	scoresNT(wk.simd, wk.s, ld, q, m, kb, d, cnt, scale)
+	scoresNT(wk.simd, wk.dp, ld, do, m, vb, d, cnt, 1)
 	for r := 0; r < m; r++ {
 		c := int(cnt[r])
 		s := wk.s[r*ld : r*ld+n]

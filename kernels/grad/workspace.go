@@ -50,6 +50,7 @@ func (ws *Workspace) Workers() int { return ws.pool.Workers() }
 // worker is one goroutine's scratch.
 type worker struct {
 	qpk, blk, d int
+	simd        bool      // run the AVX2 building blocks (useAsm)
 	kb, vb      []float32 // [blk][d] gathered K/V block
 	dk, dv      []float32 // [blk][d] block gradient accumulators
 	tq, tdo     []float32 // [tileRows][d] gathered Q and dO rows
@@ -70,6 +71,7 @@ func (ws *Workspace) ensure(qpk, blk, d int) {
 	if len(ws.workers) == n && n > 0 {
 		w := ws.workers[0]
 		if w.qpk == qpk && w.blk == blk && w.d == d {
+			ws.setSIMD(d)
 			return
 		}
 	}
@@ -87,6 +89,15 @@ func (ws *Workspace) ensure(qpk, blk, d int) {
 			mx: make([]float32, qpk), sum: make([]float32, qpk),
 			cnt: make([]int32, tr),
 		}
+	}
+	ws.setSIMD(d)
+}
+
+// setSIMD selects the building blocks of this call from tile's active tier.
+func (ws *Workspace) setSIMD(d int) {
+	simd := haveAsm && useAsm(d)
+	for _, w := range ws.workers {
+		w.simd = simd
 	}
 }
 

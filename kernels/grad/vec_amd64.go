@@ -1,0 +1,24 @@
+//go:build amd64 && !purego
+
+package grad
+
+import "github.com/sparseattn/msa/kernels/tile"
+
+// haveAsm reports the AVX2+FMA kernels of vec_amd64.s.
+const haveAsm = true
+
+// dot4AVX2 sets out[j] = sum_c a[c]*bj[c] over n elements (n % 16 == 0).
+//
+//go:noescape
+func dot4AVX2(a, b0, b1, b2, b3 *float32, n int, out *[4]float32)
+
+// axpy4AVX2 adds a[0]*x0 + a[1]*x1 + a[2]*x2 + a[3]*x3 to y over n
+// elements (n % 8 == 0).
+//
+//go:noescape
+func axpy4AVX2(y, x0, x1, x2, x3 *float32, n int, a *[4]float32)
+
+// useAsm reports whether a call with head dimension d runs the AVX2
+// kernels: when tile's active tier (the one dispatch point, tile.SetTier)
+// is a SIMD tier, all of which imply AVX2 and FMA, and d % 16 == 0.
+func useAsm(d int) bool { return d%16 == 0 && tile.Tier() != "generic" }

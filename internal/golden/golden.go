@@ -49,11 +49,11 @@ const (
 // tags). Nullable JSON integers and floats decode as 0 when null; nullable
 // arrays decode as nil. All tensors are flat, row-major.
 type Case struct {
-	FormatVersion int    `json:"format_version"`
-	Name          string `json:"name"`
-	Description   string `json:"description"`
-	Kind          string `json:"kind"` // KindPrefill, KindPrefillNVFP4 or KindDecode
-	Seed          int64  `json:"seed"`
+	FormatVersion int    `json:"format_version"` // version of this file format
+	Name          string `json:"name"`           // unique case name
+	Description   string `json:"description"`    // what the case exercises
+	Kind          string `json:"kind"`           // KindPrefill, KindPrefillNVFP4 or KindDecode
+	Seed          int64  `json:"seed"`           // generator seed of the inputs
 
 	Batch      int `json:"batch"`        // B
 	TotalQ     int `json:"total_q"`      // rows of Q (decode: B*SeqlenQ)

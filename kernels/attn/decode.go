@@ -11,22 +11,22 @@ import (
 // Decode describes one paged decode call: q row b*SeqlenQ+i of request b is
 // at key position SeqUsed[b] - SeqlenQ + i and sees keys t <= that position.
 type Decode struct {
-	Q       Operand // [Batch*SeqlenQ, HQ, D] rows
-	K, V    Operand // paged token rows addressed through KV
-	KV      KVLayout
-	Batch   int
-	SeqlenQ int
-	HQ, Hkv int
-	D       int
-	SeqUsed []int32 // [Batch]
-	Scale   float32
-	PV      tile.Round
-	Sched   *plan.DecodeSchedule
+	Q       Operand              // [Batch*SeqlenQ, HQ, D] rows
+	K, V    Operand              // paged token rows addressed through KV
+	KV      KVLayout             // where K/V token rows live (paged for decode)
+	Batch   int                  // number of requests
+	SeqlenQ int                  // query tokens per request
+	HQ, Hkv int                  // query heads and KV heads (HQ % Hkv == 0)
+	D       int                  // head dimension
+	SeqUsed []int32              // [Batch] keys in use per request (seqused_k)
+	Scale   float32              // softmax_scale applied to Q.K
+	PV      tile.Round           // rounding of P before P.V (the contract's pv dtype)
+	Sched   *plan.DecodeSchedule // the split-KV schedule planned for this step
 	// Sparse decode: Q2K [Hkv][Batch*SeqlenQ][TopK] block ids of BlkKV
 	// tokens (-1 unused). Nil selects dense decode.
 	Q2K   []int32
-	TopK  int
-	BlkKV int
+	TopK  int // entries per query in Q2K
+	BlkKV int // tokens per sparse block
 }
 
 // RunDecode computes decode attention into out (TLSE unused). With a split

@@ -7,12 +7,12 @@ package attn
 // lives in page PageTable[b*PTCols + t/PageSize] at row
 // (page*Hkv + h)*PageSize + t%PageSize.
 type KVLayout struct {
-	Hkv       int
-	Paged     bool
+	Hkv       int     // KV heads
+	Paged     bool    // paged (PageTable) instead of dense (CuK)
 	CuK       []int32 // dense only
 	PageTable []int32 // paged only, [B][PTCols]
-	PTCols    int
-	PageSize  int
+	PTCols    int     // paged only: page-table columns (max pages per sequence)
+	PageSize  int     // paged only: tokens per page
 }
 
 // Row returns the operand row of token t of sequence b, KV head h.

@@ -40,10 +40,10 @@ const maxNVFP4Blocks = 32
 // Row r starts at element r*D (NVFP4: byte r*D/2). Exactly one of the slices
 // matching Dtype is set.
 type Operand struct {
-	Dtype Dtype
-	D     int
-	BF16  []lowp.BFloat16
-	E4M3  []lowp.Float8E4M3FN
+	Dtype Dtype               // storage dtype; selects the slice below
+	D     int                 // elements per row
+	BF16  []lowp.BFloat16     // BF16 rows
+	E4M3  []lowp.Float8E4M3FN // FP8 E4M3 rows
 	// NVFP4 data: Packed holds D/2 bytes per row, Scales the 128x4-tiled
 	// E4M3 block scales of a Rows x D/16 scale matrix.
 	Packed []uint8

@@ -40,14 +40,14 @@ func (d PartialDtype) String() string {
 // Partials holds per-slot partial outputs of rows of D elements and their
 // log-sum-exps. Row i of O starts at i*D.
 type Partials struct {
-	Dtype PartialDtype
-	D     int
-	F32   []float32
-	BF16  []lowp.BFloat16
-	F16   []lowp.Float16
-	E4M3  []lowp.Float8E4M3FN
-	LSE   []float32
-	TLSE  []float32 // nil unless temperature LSE is computed
+	Dtype PartialDtype        // storage dtype of O; selects the slice below
+	D     int                 // elements per row
+	F32   []float32           // float32 partial O rows
+	BF16  []lowp.BFloat16     // BF16 partial O rows
+	F16   []lowp.Float16      // FP16 partial O rows
+	E4M3  []lowp.Float8E4M3FN // FP8 E4M3 partial O rows
+	LSE   []float32           // natural-log LSE of each partial row
+	TLSE  []float32           // nil unless temperature LSE is computed
 	// simd selects the AVX-512 epilogue kernels (set per run).
 	simd bool
 }

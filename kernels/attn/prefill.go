@@ -17,23 +17,23 @@ const maxTileRows = 128
 // Prefill describes one sparse prefill call. Every index in it has been
 // validated by the caller (package op); Run trusts them.
 type Prefill struct {
-	Q       Operand // [TotalQ, HQ, D] rows
-	K, V    Operand // token rows addressed through KV
-	KV      KVLayout
-	TotalQ  int
-	HQ, Hkv int
-	D       int
-	CuQ     []int32 // [B+1]
-	SeqK    []int32 // [B] effective key length of each sequence
-	BlkKV   int     // keys per block, <= tile.BlockN
-	Causal  bool
-	Scale   float32 // softmax_scale
-	InvT    float32 // 1/T for temperature LSE partials; 0 = none
-	PV      tile.Round
-	TopK    int
-	CSR     *plan.CSR
-	Sched   *plan.FwdSchedule
-	Partial PartialDtype
+	Q       Operand           // [TotalQ, HQ, D] rows
+	K, V    Operand           // token rows addressed through KV
+	KV      KVLayout          // where K/V token rows live (dense or paged)
+	TotalQ  int               // query tokens over the batch
+	HQ, Hkv int               // query heads and KV heads (HQ % Hkv == 0)
+	D       int               // head dimension
+	CuQ     []int32           // [B+1]
+	SeqK    []int32           // [B] effective key length of each sequence
+	BlkKV   int               // keys per block, <= tile.BlockN
+	Causal  bool              // bottom-right aligned causal mask
+	Scale   float32           // softmax_scale
+	InvT    float32           // 1/T for temperature LSE partials; 0 = none
+	PV      tile.Round        // rounding of P before P.V (the contract's pv dtype)
+	TopK    int               // selected blocks per query
+	CSR     *plan.CSR         // the k2q CSR
+	Sched   *plan.FwdSchedule // the forward schedule built from CSR
+	Partial PartialDtype      // storage dtype of the per-slot partials
 	// OutputScale multiplies O in the combine (the NVFP4 V global scale);
 	// 1 when absent.
 	OutputScale float32
@@ -42,9 +42,9 @@ type Prefill struct {
 // Output receives the combined results. O is [TotalQ, HQ, D] BF16, LSE and
 // TLSE are [TotalQ, HQ]; TLSE may be nil.
 type Output struct {
-	O    []lowp.BFloat16
-	LSE  []float32
-	TLSE []float32
+	O    []lowp.BFloat16 // [TotalQ, HQ, D]
+	LSE  []float32       // [TotalQ, HQ], natural log
+	TLSE []float32       // [TotalQ, HQ] temperature LSE, or nil
 }
 
 // worker holds one goroutine's scratch buffers. The block buffers (kbuf,
@@ -93,11 +93,11 @@ func (wk *worker) compute() *worker {
 // A worker's scratch is created the first time a run uses that worker, and
 // a run uses at most as many workers as it has work items (Pool.RunN).
 type Workspace struct {
-	workers  []*worker // [n], nil until used
-	d        int       // head dimension of the workers
-	splits   int       // combine slots reserved per worker (Reserve)
-	decOff   []int32   // decode: first partial row of each request
-	Partials Partials
+	workers  []*worker     // [n], nil until used
+	d        int           // head dimension of the workers
+	splits   int           // combine slots reserved per worker (Reserve)
+	decOff   []int32       // decode: first partial row of each request
+	Partials Partials      // the partial buffers, sized by the last run
 	tasks    []prefillTask // prefill: the current window's tasks
 	win      int           // prefill: query window size W
 	fixedWin int           // tests: W to use instead of windowQueries (0: automatic)

@@ -11,8 +11,11 @@ import "fmt"
 // strictly ascending order. BuildK2QCSR fills every entry after the head's
 // last valid entry with -1.
 type CSR struct {
-	Hkv, TotalRows, Stride int
-	RowPtr, QIdx           []int32
+	Hkv       int     // KV heads
+	TotalRows int     // CSR rows per head (one per KV block of the batch)
+	Stride    int     // QIdx entries per head, >= totalQ*topK
+	RowPtr    []int32 // [Hkv][TotalRows+1] row offsets into QIdx
+	QIdx      []int32 // [Hkv][Stride] batch-local query indices, -1 after the last
 }
 
 // BuildK2QCSR inverts q2k_indices [hkv][totalQ][topK] (batch-local block

@@ -5,11 +5,15 @@ import "fmt"
 // DecodeParams are the shapes and options of a paged decode schedule
 // (SPEC section 7). Request b owns query rows b*SeqlenQ .. (b+1)*SeqlenQ-1.
 type DecodeParams struct {
-	Batch, SeqlenQ, HQ, Hkv, PageSize int
-	Workers                           int  // numSM equivalent, >= 1
-	FixedSplitPages                   int  // > 0: fixed chunk size in pages (batch-invariant mode)
-	DisableSplit                      bool // never split the KV of a request
-	MaxPagesPerSeq                    int  // page_table.shape[1], >= 1
+	Batch           int  // requests
+	SeqlenQ         int  // query tokens per request
+	HQ              int  // query heads
+	Hkv             int  // KV heads
+	PageSize        int  // tokens per page
+	Workers         int  // numSM equivalent, >= 1
+	FixedSplitPages int  // > 0: fixed chunk size in pages (batch-invariant mode)
+	DisableSplit    bool // never split the KV of a request
+	MaxPagesPerSeq  int  // page_table.shape[1], >= 1
 	// FixedCapacity is the CUDA-graph-like mode: Capacity, PartialRows,
 	// OIndptr, SplitKV and the length of every buffer depend only on the
 	// params, never on seqused_k, so they do not change between steps.
@@ -72,15 +76,16 @@ type DecodeSchedule struct {
 	ChunkPages int  // KV chunk size in pages
 	SplitKV    bool // items write partials to be combined
 	QTile      int  // queries per q tile
-	NumQTiles  int
-	QStride    int // ceil(SeqlenQ/8)*8
+	NumQTiles  int  // ceil(SeqlenQ/QTile) q tiles per request
+	QStride    int  // ceil(SeqlenQ/8)*8
 
-	WorkCount, Capacity int
-	Request             []int32 // [Capacity] request_indices
-	QTileIdx            []int32 // [Capacity] qo_tile_indices
-	KVTile              []int32 // [Capacity] kv_tile_indices (chunk index)
-	KVHead              []int32 // [Capacity] KV head
-	Valid               []int32 // [Capacity] block_valid_mask
+	WorkCount int     // valid work items
+	Capacity  int     // length of the per-item arrays
+	Request   []int32 // [Capacity] request_indices
+	QTileIdx  []int32 // [Capacity] qo_tile_indices
+	KVTile    []int32 // [Capacity] kv_tile_indices (chunk index)
+	KVHead    []int32 // [Capacity] KV head
+	Valid     []int32 // [Capacity] block_valid_mask
 
 	SplitCounts []int32 // [Batch] number of KV chunks of each request
 	Pages       []int32 // [Batch] pages_b at plan time

@@ -26,7 +26,12 @@ const (
 // the reference's numSM (capped by usable_SM_count) and must be >= 1.
 // QheadPerKV must be in [1, 128] (the reference allows {1, 2, 4, 8, 16}).
 type FwdParams struct {
-	TotalQ, Hkv, QheadPerKV, TopK, BlkKV, Workers int
+	TotalQ     int // query tokens over the batch
+	Hkv        int // KV heads
+	QheadPerKV int // query heads per KV head
+	TopK       int // selected blocks per query
+	BlkKV      int // keys per block
+	Workers    int // the reference's numSM, >= 1
 }
 
 func (p FwdParams) check() error {
@@ -102,7 +107,7 @@ func FwdCapacity(totalRows int, p FwdParams) int {
 // global query row: n for that (query, head); 0 for rows outside every
 // sequence.
 type FwdSchedule struct {
-	Capacity    int
+	Capacity    int     // length of Metadata in items
 	Metadata    []int32 // [Capacity][MetaFields]
 	WorkCount   int32   // valid items (reference work_count[0])
 	QSplit      []int32 // same shape as CSR.QIdx

@@ -319,11 +319,7 @@ func (op *writePagedKVOp) Do(vals ...G.Value) (G.Value, error) {
 func writePaged[T any](cache, nw []T, dst []int, hkv, ps, d int) []T {
 	out := make([]T, len(cache))
 	copy(out, cache)
-	for r, base := range dst {
-		for h := 0; h < hkv; h++ {
-			copy(out[(base+h*ps)*d:][:d], nw[(r*hkv+h)*d:][:d])
-		}
-	}
+	scatterRows(out, nw, dst, hkv, ps, d)
 	return out
 }
 

@@ -1,0 +1,117 @@
+package op
+
+import (
+	"fmt"
+
+	"github.com/sparseattn/msa/kernels/lowp"
+	"gorgonia.org/tensor"
+)
+
+// AppendPagedKV writes new keys (or values) into a paged K/V cache in place:
+// the eager counterpart of the graph op WritePagedKV, for a prefill's prompt
+// as well as for a decode step.
+//
+//   - cache: [num_pages, Hkv, page_size, D], BFloat16 or Float8E4M3FN; it is
+//     modified in place, so it must own its storage (not a view);
+//   - newKV: [total_new, Hkv, D], same dtype as cache;
+//   - pageTable: int32 [B, max_num_pages_per_seq];
+//   - cuSeqlensNew: int32 [B+1], the prefix sums of the new token counts
+//     n_b (cuSeqlensNew[0] = 0, cuSeqlensNew[B] = total_new); a decode step
+//     of seqlen_q tokens per request is [0, s, 2s, ...];
+//   - seqUsedK: int32 [B], each request's key count already including its
+//     n_b new tokens (the value the attention then takes as seqused_k).
+//
+// Row cuSeqlensNew[b]+i of newKV lands at position seqUsedK[b] - n_b + i of
+// request b, i.e. in page pageTable[b, pos/page_size] at slot
+// pos % page_size. Every index is checked before anything is written (an
+// error leaves cache unchanged); the cost is O(total_new * Hkv * D), not
+// O(cache). Two requests whose rows map to the same cache position are
+// rejected.
+func AppendPagedKV(cache, newKV, pageTable, cuSeqlensNew, seqUsedK tensor.Tensor) error {
+	const fn = "AppendPagedKV"
+	c := &checker{fn: fn}
+	if present(cache) {
+		if d, ok := cache.(*tensor.Dense); ok && d.IsMaterializable() {
+			return argErr(fn, "cache", "a tensor that owns its storage (it is written in place)", "a view")
+		}
+	}
+	cd := c.dense(cache, "cache")
+	nd := c.dense(newKV, "new_kv")
+	pt := c.dense(pageTable, "page_table")
+	cu := c.dense(cuSeqlensNew, "cu_seqlens_new")
+	su := c.dense(seqUsedK, "seqused_k")
+	c.dtype(cd, "cache", BFloat16, Float8E4M3FN)
+	if cd != nil {
+		c.dtype(nd, "new_kv", cd.Dtype())
+	}
+	c.dtype(pt, "page_table", tensor.Int32)
+	c.dtype(cu, "cu_seqlens_new", tensor.Int32)
+	c.dtype(su, "seqused_k", tensor.Int32)
+	c.rank(cd, "cache", "[num_pages, Hkv, page_size, D]", 4)
+	c.rank(nd, "new_kv", "[total_new, Hkv, D]", 3)
+	c.rank(pt, "page_table", "[B, max_num_pages_per_seq]", 2)
+	c.rank(cu, "cu_seqlens_new", "[B+1]", 1)
+	c.rank(su, "seqused_k", "[B]", 1)
+	if c.err != nil {
+		return c.err
+	}
+	cs := cd.Shape()
+	numPages, hkv, ps, d := cs[0], cs[1], cs[2], cs[3]
+	batch, cols := pt.Shape()[0], pt.Shape()[1]
+	c.need(cu.Shape()[0] == batch+1, "cu_seqlens_new", fmt.Sprintf("shape [B+1] = [%d]", batch+1), shapeStr(cu))
+	c.need(su.Shape()[0] == batch, "seqused_k", fmt.Sprintf("shape [B] = [%d]", batch), shapeStr(su))
+	ns := nd.Shape()
+	c.need(ns[1] == hkv && ns[2] == d, "new_kv", fmt.Sprintf("shape [total_new, Hkv, D] = [total_new, %d, %d]", hkv, d), shapeStr(nd))
+	if c.err != nil {
+		return c.err
+	}
+	cuv, used, ptv := int32s(cu), int32s(su), int32s(pt)
+	c.need(cuv[0] == 0, "cu_seqlens_new[0]", "0", cuv[0])
+	c.need(int(cuv[batch]) == ns[0], fmt.Sprintf("cu_seqlens_new[%d]", batch), fmt.Sprintf("total_new = new_kv.shape[0] = %d", ns[0]), cuv[batch])
+	for b := 0; b < batch && c.err == nil; b++ {
+		c.need(cuv[b+1] >= cuv[b], fmt.Sprintf("cu_seqlens_new[%d]", b+1), fmt.Sprintf("non-decreasing (>= %d)", cuv[b]), cuv[b+1])
+	}
+	if c.err != nil {
+		return c.err
+	}
+	capacity := mulCap(1<<62, cols, ps)
+	// dst[r] is the cache row (page*Hkv + 0)*ps + slot of new row r.
+	dst := make([]int, ns[0])
+	seen := make(map[int]int, ns[0])
+	for b := 0; b < batch; b++ {
+		n := int(cuv[b+1] - cuv[b])
+		if int(used[b]) < n || (capacity >= 0 && int(used[b]) > capacity) {
+			return argErr(fn, fmt.Sprintf("seqused_k[%d]", b),
+				fmt.Sprintf("n_b = %d <= seqused_k <= max_num_pages_per_seq * page_size = %d", n, capacity), used[b])
+		}
+		for i := 0; i < n; i++ {
+			pos := int(used[b]) - n + i
+			page := int(ptv[b*cols+pos/ps])
+			if page < 0 || page >= numPages {
+				return argErr(fn, fmt.Sprintf("page_table[%d, %d]", b, pos/ps), fmt.Sprintf("a page in [0, %d)", numPages), page)
+			}
+			row := page*hkv*ps + pos%ps
+			if prev, dup := seen[row]; dup {
+				return argErr(fn, "page_table", fmt.Sprintf("distinct cache positions for the new rows (rows %d and %d both map to page %d slot %d)", prev, int(cuv[b])+i, page, pos%ps), "a collision")
+			}
+			seen[row] = int(cuv[b]) + i
+			dst[int(cuv[b])+i] = row
+		}
+	}
+	if cd.Dtype() == BFloat16 {
+		scatterRows(backing[lowp.BFloat16](cd), backing[lowp.BFloat16](nd), dst, hkv, ps, d)
+	} else {
+		scatterRows(backing[lowp.Float8E4M3FN](cd), backing[lowp.Float8E4M3FN](nd), dst, hkv, ps, d)
+	}
+	return nil
+}
+
+// scatterRows writes row r of nw ([rows, hkv, d]) at cache row dst[r] + h*ps
+// for every head h.
+func scatterRows[T any](cache, nw []T, dst []int, hkv, ps, d int) {
+	for r, base := range dst {
+		for h := 0; h < hkv; h++ {
+			copy(cache[(base+h*ps)*d:][:d], nw[(r*hkv+h)*d:][:d])
+		}
+	}
+}

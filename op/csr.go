@@ -76,6 +76,25 @@ func csrTensors(c *checker, rowPtr, qIdx tensor.Tensor) (rp, qi *tensor.Dense) {
 	return rp, qi
 }
 
+// csrRows numbers the CSR rows of cu_seqlens_k for a caller-supplied
+// k2q_row_ptr rp: it counts the rows first (plan.CountRows allocates
+// nothing) and rejects a row-pointer array with too few columns before
+// plan.NewRows allocates memory that grows with total_rows.
+func csrRows(fn string, rp *tensor.Dense, cuK []int32, blk int) (*plan.Rows, error) {
+	total, err := plan.CountRows(cuK, blk)
+	if err != nil {
+		return nil, wrapArg(fn, "cu_seqlens_k", err)
+	}
+	if rp.Shape()[1]-1 < total {
+		return nil, argErr(fn, "k2q_row_ptr", fmt.Sprintf("shape [Hkv, >= total_rows + 1] with total_rows = %d", total), shapeStr(rp))
+	}
+	rows, err := plan.NewRows(cuK, blk)
+	if err != nil {
+		return nil, wrapArg(fn, "cu_seqlens_k", err)
+	}
+	return rows, nil
+}
+
 // csrView validates a CSR pair against the row numbering of cu_seqlens_k
 // and returns it as a plan.CSR. k2q_row_ptr may have more rows than the
 // sequences need (a fixed-capacity CSR) when the extra rows are empty.

@@ -200,8 +200,8 @@ func decodeQKV(c *checker, q, k, v tensor.Tensor) (qd, kd, vd *tensor.Dense) {
 	}
 	hkv := kd.Shape()[1]
 	if hkv < 1 || qd.Shape()[1]%hkv != 0 {
-		c.fail("q/k", "Hq = q.shape[1] divisible by Hkv = k.shape[1] (k layout HND [num_pages, Hkv, page_size, D]; NHD is not accepted)",
-			"q "+shapeStr(qd)+", k "+shapeStr(kd))
+		c.fail("k", fmt.Sprintf("the paged HND layout [num_pages, Hkv, page_size, D] with Hkv = k.shape[1] dividing Hq = q.shape[1] = %d (NHD [num_pages, page_size, Hkv, D] is not accepted)", qd.Shape()[1]),
+			"k "+shapeStr(kd)+" (q "+shapeStr(qd)+")")
 		return
 	}
 	if !slices.Contains(supportedQheadPerKV, qd.Shape()[1]/hkv) {

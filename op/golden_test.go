@@ -54,7 +54,7 @@ func flat3(x [][][]int32) []int32 {
 }
 
 // TestGolden runs every golden case (outputs computed in float64 by PyTorch
-// from the SPEC's definitions, see internal/golden) through the eager API
+// from the contract's definitions, see internal/golden) through the eager API
 // with float32 partials, using the per-path tolerances of oTolerance.
 func TestGolden(t *testing.T) {
 	cases, err := golden.Load(golden.Dir())

@@ -244,6 +244,9 @@ func SparseAttention(q, k, v, csr, sched, cuQ, cuK *G.Node, opts ...AttnOption) 
 	if err := nodeCheck(fn, "q", q, 3, BFloat16, Float8E4M3FN); err != nil {
 		return nil, err
 	}
+	if err := headDimCheck(fn, q); err != nil {
+		return nil, err
+	}
 	if cfg.pageTable == nil && cfg.seqused != nil {
 		return nil, argErr(fn, "seqused_k", "no seqused_k without a page table (Paged(pageTable, sequsedK) with pageTable != nil)", nodeDesc(cfg.seqused))
 	}

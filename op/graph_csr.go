@@ -89,13 +89,19 @@ func (op *csrOp) Do(vals ...G.Value) (G.Value, error) {
 		return nil, c.err
 	}
 	l := op.l
+	// Count the rows before building: the build allocates memory that
+	// grows with them.
+	total, err := plan.CountRows(cuK, l.BlkKV)
+	if err != nil {
+		return nil, wrapArg(fn, "cu_seqlens_k", err)
+	}
+	if total > l.RowCap {
+		return nil, argErr(fn, "cu_seqlens_k",
+			fmt.Sprintf("at most %d CSR rows (B * ceil(max_seqlen_k / blk_kv) given at graph construction)", l.RowCap), total)
+	}
 	csr, err := plan.BuildK2QCSR(nil, int32s(q2k), l.Hkv, l.TotalQ, l.TopK, cuQ, cuK, l.BlkKV)
 	if err != nil {
 		return nil, wrapArg(fn, "q2k_indices", err)
-	}
-	if csr.TotalRows > l.RowCap {
-		return nil, argErr(fn, "cu_seqlens_k",
-			fmt.Sprintf("at most %d CSR rows (B * ceil(max_seqlen_k / blk_kv) given at graph construction)", l.RowCap), csr.TotalRows)
 	}
 	packed := make([]int32, l.Hkv*l.width())
 	for h := 0; h < l.Hkv; h++ {
@@ -110,7 +116,7 @@ func (op *csrOp) Do(vals ...G.Value) (G.Value, error) {
 	return tensor.New(tensor.WithShape(l.Hkv, l.width()), tensor.WithBacking(packed)), nil
 }
 
-// K2QCSR adds the k2q CSR build (SPEC section 2) to q2k's graph: q2k is
+// K2QCSR adds the k2q CSR build (docs/contract.md section 2) to q2k's graph: q2k is
 // int32 [Hkv, total_q, topK], cuQ and cuK int32 [B+1]. Because a node's
 // shape may depend only on input shapes, the CSR has a fixed row capacity
 // of B * ceil(maxSeqlenK / blkKV) rows (rows past the real total are empty);

@@ -113,7 +113,7 @@ func (op *decodeSchedOp) Do(vals ...G.Value) (G.Value, error) {
 	return tensor.New(tensor.WithShape(len(v)), tensor.WithBacking(v)), nil
 }
 
-// DecodeSchedule adds the split-KV decode schedule (SPEC section 7) for a
+// DecodeSchedule adds the split-KV decode schedule (docs/contract.md section 7) for a
 // page table [B, pages] and seqused_k [B]. It always uses the fixed-capacity
 // mode: its value has the same length for every seqused_k, so it can be
 // recomputed each step (after gorgonia.Let updates) without reallocating the
@@ -254,9 +254,12 @@ func DecodeAttention(q, k, v, pageTable, sequsedK, sched, q2k *G.Node, blkKV int
 	}
 	so, ok := sched.Op().(*decodeSchedOp)
 	if !ok {
-		return nil, argErr(fn, "sched", "a node made by DecodeSchedule", sched.Op())
+		return nil, argErr(fn, "sched", "a node made by DecodeSchedule", nodeDesc(sched))
 	}
 	if err := nodeCheck(fn, "q", q, 3, BFloat16, Float8E4M3FN); err != nil {
+		return nil, err
+	}
+	if err := headDimCheck(fn, q); err != nil {
 		return nil, err
 	}
 	for _, x := range []struct {

@@ -2,6 +2,7 @@ package op
 
 import (
 	"fmt"
+	"slices"
 
 	G "gorgonia.org/gorgonia"
 )
@@ -31,4 +32,13 @@ func nodeDesc(n *G.Node) string {
 		kind = fmt.Sprintf("%v node", n.Op())
 	}
 	return fmt.Sprintf("%s %q (%s %v)", kind, n.Name(), dtypeName(n.Dtype()), n.Shape())
+}
+
+// headDimCheck rejects a q node whose head dimension D = q.shape[2] is not
+// supported, naming q (before any scalar rule that depends on D).
+func headDimCheck(fn string, q *G.Node) error {
+	if d := q.Shape()[2]; !slices.Contains(supportedHeadDims, d) {
+		return argErr(fn, "q", fmt.Sprintf("head dimension D = q.shape[2] in %v", supportedHeadDims), fmt.Sprintf("shape %v", q.Shape()))
+	}
+	return nil
 }

@@ -51,7 +51,7 @@ func (s schedLayout) params() plan.FwdParams {
 	return plan.FwdParams{TotalQ: s.csr.TotalQ, Hkv: s.csr.Hkv, QheadPerKV: s.qpk, TopK: s.csr.TopK, BlkKV: s.csr.BlkKV, Workers: s.workers}
 }
 
-// schedOp builds the forward schedule (SPEC section 3) from a packed CSR.
+// schedOp builds the forward schedule (docs/contract.md section 3) from a packed CSR.
 type schedOp struct {
 	opBase
 	s schedLayout
@@ -82,12 +82,16 @@ func (op *schedOp) Do(vals ...G.Value) (G.Value, error) {
 	if c.err != nil {
 		return nil, c.err
 	}
-	rows, err := plan.NewRows(cuK, l.BlkKV)
+	total, err := plan.CountRows(cuK, l.BlkKV)
 	if err != nil {
 		return nil, wrapArg(fn, "cu_seqlens_k", err)
 	}
-	if rows.Total > l.RowCap {
-		return nil, argErr(fn, "cu_seqlens_k", fmt.Sprintf("at most %d CSR rows", l.RowCap), rows.Total)
+	if total > l.RowCap {
+		return nil, argErr(fn, "cu_seqlens_k", fmt.Sprintf("at most %d CSR rows", l.RowCap), total)
+	}
+	rows, err := plan.NewRows(cuK, l.BlkKV)
+	if err != nil {
+		return nil, wrapArg(fn, "cu_seqlens_k", err)
 	}
 	rp, qi := l.split(int32s(packed))
 	rpc, err := compactRowPtr(fn, rp, l.Hkv, l.RowCap, rows.Total)

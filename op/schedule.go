@@ -119,9 +119,9 @@ func PrepareSparseFwdSchedule(k2qRowPtr, k2qQIndices tensor.Tensor, args Schedul
 	if c.err != nil {
 		return nil, c.err
 	}
-	rows, err := plan.NewRows(cuK, blk)
+	rows, err := csrRows(fn, rp, cuK, blk)
 	if err != nil {
-		return nil, wrapArg(fn, "cu_seqlens_k", err)
+		return nil, err
 	}
 	csr, err := csrView(fn, rp, qi, rows, args.TotalQ, args.TopK, cuQ)
 	if err != nil {

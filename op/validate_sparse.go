@@ -13,7 +13,7 @@ import (
 	"gorgonia.org/tensor"
 )
 
-// Limits beyond the reference (SPEC section 9): the reference accepts only
+// Limits beyond the reference (docs/contract.md section 9): the reference accepts only
 // D = 128 and topK in {4, 8, 16, 32}.
 var (
 	supportedHeadDims = []int{64, 128, 256}
@@ -145,7 +145,7 @@ func operand(t *tensor.Dense, d int) attn.Operand {
 }
 
 // pvRound maps the P.V operand dtype to the P rounding of the kernels. P is
-// rounded to e4m3 in the FP8 P.V path (SPEC 4); BF16 P.V keeps P in float32
+// rounded to e4m3 in the FP8 P.V path (docs/contract.md section 4); BF16 P.V keeps P in float32
 // on the CPU (more accurate than the GPU's bf16 operand; documented).
 func pvRound(pv tensor.Dtype) tile.Round {
 	if pv == Float8E4M3FN {
@@ -239,7 +239,7 @@ func validateSparse(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int, ar
 		c.need(kd.Shape()[2] == blk, "k", fmt.Sprintf("the paged HND layout %s with page_size = blk_kv = %d (NHD [num_pages, page_size, Hkv, D] is not accepted)", kShape, blk), shapeStr(kd))
 	}
 	hkv := kd.Shape()[1]
-	c.need(hkv >= 1 && hq%hkv == 0, "q/k", fmt.Sprintf("Hq = q.shape[1] divisible by Hkv = k.shape[1] (k layout %s)", kShape), "q "+shapeStr(qd)+", k "+shapeStr(kd))
+	c.need(hkv >= 1 && hq%hkv == 0, "k", fmt.Sprintf("the layout %s with Hkv = k.shape[1] dividing Hq = q.shape[1] = %d (Hq divisible by Hkv)", kShape, hq), "k "+shapeStr(kd)+" (q "+shapeStr(qd)+")")
 	if c.err != nil {
 		return nil, c.err
 	}
@@ -352,9 +352,9 @@ func validateSparse(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int, ar
 	}
 
 	// CSR and schedule.
-	rows, err := plan.NewRows(cuK, blk)
+	rows, err := csrRows(fn, rp, cuK, blk)
 	if err != nil {
-		return nil, wrapArg(fn, "cu_seqlens_k", err)
+		return nil, err
 	}
 	sc.csr, err = csrView(fn, rp, qi, rows, totalQ, topK, cuQ)
 	if err != nil {

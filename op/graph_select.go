@@ -306,31 +306,36 @@ func (op *writePagedKVOp) Do(vals ...G.Value) (G.Value, error) {
 			dst[b*op.seqlenQ+i] = page*hkv*ps + pos%ps
 		}
 	}
+	// In place: the cache value the machine holds (the tensor given to
+	// G.Let) is updated at O(new tokens) and returned as the node's value.
+	// A view was materialised by c.dense into a private copy: the write
+	// lands in that copy, which is returned.
 	if op.dt == BFloat16 {
-		return tensor.New(tensor.WithShape(cs...), tensor.WithBacking(
-			writePaged(backing[lowp.BFloat16](cache), backing[lowp.BFloat16](nw), dst, hkv, ps, d))), nil
+		scatterRows(backing[lowp.BFloat16](cache), backing[lowp.BFloat16](nw), dst, hkv, ps, d)
+	} else {
+		scatterRows(backing[lowp.Float8E4M3FN](cache), backing[lowp.Float8E4M3FN](nw), dst, hkv, ps, d)
 	}
-	return tensor.New(tensor.WithShape(cs...), tensor.WithBacking(
-		writePaged(backing[lowp.Float8E4M3FN](cache), backing[lowp.Float8E4M3FN](nw), dst, hkv, ps, d))), nil
+	return cache, nil
 }
 
-// writePaged returns a copy of cache with row r of nw written at cache row
-// dst[r] + h*ps for every head h.
-func writePaged[T any](cache, nw []T, dst []int, hkv, ps, d int) []T {
-	out := make([]T, len(cache))
-	copy(out, cache)
-	scatterRows(out, nw, dst, hkv, ps, d)
-	return out
-}
+// ReturnsPtr reports that the value is the cache input's tensor.
+func (op *writePagedKVOp) ReturnsPtr() bool { return true }
+
+// OverwritesInput reports that input 0 (the cache) is updated in place.
+func (op *writePagedKVOp) OverwritesInput() int { return 0 }
 
 // WritePagedKV appends one decode step's keys (or values) to a paged cache
 // inside a graph: cache [num_pages, Hkv, page_size, D] and newKV
 // [B*seqlen_q, Hkv, D] (both BFloat16 or both Float8E4M3FN), page_table
 // int32 [B, pages], seqused_k int32 [B] already counting the new tokens.
 // Row b*seqlen_q+i lands at position seqused_k[b] - seqlen_q + i of request
-// b. The node's value is a new cache tensor (the input is not modified):
-// feed it to DecodeAttention, and back into the cache input node (G.Let)
-// before the next step.
+// b. The write is in place, at O(new tokens) per step: the node's value is
+// the cache input's own tensor (the one given to G.Let), updated, so the
+// cache persists across machine runs without copying and without a G.Let
+// of the result; feed the node to DecodeAttention. Do not read the cache
+// input node anywhere else in the same graph (it would see the cache before
+// or after the write depending on the execution order). For a prompt of
+// ragged length, use the eager AppendPagedKV before the first decode step.
 func WritePagedKV(cache, newKV, pageTable, sequsedK *G.Node, seqlenQ int) (*G.Node, error) {
 	const fn = "WritePagedKV"
 	if err := nodeCheck(fn, "cache", cache, 4, BFloat16, Float8E4M3FN); err != nil {

@@ -485,10 +485,15 @@ func TestSelectCastAndWritePagedKV(t *testing.T) {
 			t.Fatalf("cast %d: %v -> %v -> %v", i, xs[i], v, back.Value().Data().([]float32)[i])
 		}
 	}
+	// In place: the node's value is the cache tensor given to G.Let, updated.
 	want := []float32{11, 1, 2, 3, 4, 10}
-	for i, v := range w.Value().Data().([]lowp.BFloat16) {
-		if v.Float32() != want[i] || cache[i].Float32() != float32(i) {
-			t.Fatalf("WritePagedKV: %d = %v (input %v), want %v", i, v.Float32(), cache[i].Float32(), want[i])
+	got := w.Value().Data().([]lowp.BFloat16)
+	if &got[0] != &cache[0] {
+		t.Fatal("WritePagedKV returned a copy, want the cache input's own storage")
+	}
+	for i, v := range got {
+		if v.Float32() != want[i] {
+			t.Fatalf("WritePagedKV: %d = %v, want %v", i, v.Float32(), want[i])
 		}
 	}
 	// seqused_k < seqlen_q: a run-time ArgError.

@@ -29,6 +29,21 @@ type attnConfig struct {
 	vScale      *G.Node
 	kGlobal     *G.Node
 	vGlobal     *G.Node
+	sharedKV    bool
+}
+
+// SharedKV declares that k and v are intentionally the same node (one
+// tensor serving as both keys and values). Without it the attention
+// constructors reject k == v: Gorgonia merges input nodes that have the
+// same type and shape and no name, so an unnamed v silently becomes k.
+func SharedKV() AttnOption { return func(c *attnConfig) { c.sharedKV = true } }
+
+// sameKVErr is the error of k and v being one node without SharedKV.
+func sameKVErr(fn string, k, v *G.Node, cfg *attnConfig) error {
+	if k == nil || k != v || cfg.sharedKV {
+		return nil
+	}
+	return argErr(fn, "v", "a node distinct from k (Gorgonia merges unnamed input nodes of equal type and shape: name them, e.g. G.WithName(\"v\")), or the SharedKV() option if k and v are meant to be one tensor", "the same node as k ("+nodeDesc(k)+")")
 }
 
 // Causal applies bottom-right aligned causal masking.
@@ -239,6 +254,9 @@ func SparseAttention(q, k, v, csr, sched, cuQ, cuK *G.Node, opts ...AttnOption) 
 	}
 	l, err := csrOf(fn, csr)
 	if err != nil {
+		return nil, err
+	}
+	if err := sameKVErr(fn, k, v, &cfg); err != nil {
 		return nil, err
 	}
 	if err := nodeCheck(fn, "q", q, 3, BFloat16, Float8E4M3FN); err != nil {

@@ -246,9 +246,21 @@ func (op *decodeAttnOp) prepare(c *checker, qd, kd *tensor.Dense, pt, su tensor.
 // table and seqused_k nodes the schedule was built from, and the schedule
 // node. q2k (nil for dense decode) is int32 [Hkv, B*seqlen_q, topK] of
 // blocks of blkKV tokens (0: the page size). softmaxScale 0 means
-// 1/sqrt(D). LSE(node) returns the natural-log LSE of the same run.
-func DecodeAttention(q, k, v, pageTable, sequsedK, sched, q2k *G.Node, blkKV int, softmaxScale float64) (*G.Node, error) {
+// 1/sqrt(D). LSE(node) returns the natural-log LSE of the same run. Of
+// the options only SharedKV applies: k and v must be distinct nodes unless
+// it is given.
+func DecodeAttention(q, k, v, pageTable, sequsedK, sched, q2k *G.Node, blkKV int, softmaxScale float64, opts ...AttnOption) (*G.Node, error) {
 	const fn = "DecodeAttention"
+	var cfg attnConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if rest := (attnConfig{sharedKV: cfg.sharedKV}); cfg != rest {
+		return nil, argErr(fn, "opts", "only SharedKV() (the other options are SparseAttention's)", fmt.Sprintf("%+v", cfg))
+	}
+	if err := sameKVErr(fn, k, v, &cfg); err != nil {
+		return nil, err
+	}
 	if sched == nil {
 		return nil, argErr(fn, "sched", "a DecodeSchedule node", "nil")
 	}

@@ -127,7 +127,7 @@ func (p *Partials) axpy(acc []float32, w float32, i int, tmp []float32) {
 	}
 }
 
-// mergeLSE combines log-sum-exps lses (natural log) per SPEC section 5 and
+// mergeLSE combines log-sum-exps lses (natural log) per contract §5 and
 // returns the merged LSE and the weights w_s / S in ws (same length). It
 // reports ok = false when nothing is visible (every LSE -inf, or S is 0 or
 // NaN); the caller then writes O = 0 and LSE = -inf.

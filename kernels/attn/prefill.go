@@ -340,7 +340,7 @@ func visible(q, seqQ, seqK int, causal bool, t0, n int) int {
 const combineChunk = 16
 
 // runCombine merges the partial slots of every (query, head) of the
-// current window (SPEC 5).
+// current window (contract §5).
 func (ws *Workspace) runCombine(w int) {
 	p, out := ws.pf, ws.po
 	wk := ws.worker(w)

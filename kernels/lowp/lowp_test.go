@@ -25,7 +25,7 @@ func TestScale128x4Bijection(t *testing.T) {
 			}
 		}
 	}
-	// Spot values straight from the formula in SPEC section 6.
+	// Spot values straight from the formula in contract §6.
 	for _, tc := range []struct{ r, c, cols, want int }{
 		{0, 0, 4, 0}, {0, 3, 4, 3}, {1, 0, 4, 16}, {32, 0, 4, 4}, {127, 3, 4, 511},
 		{128, 0, 4, 512}, {0, 4, 8, 512}, {128, 0, 8, 1024}, {33, 5, 8, 512 + 16 + 4 + 1},

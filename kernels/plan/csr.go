@@ -2,7 +2,7 @@ package plan
 
 import "fmt"
 
-// CSR is the k2q CSR of SPEC section 2, one per KV head.
+// CSR is the k2q CSR of contract §2, one per KV head.
 //
 // RowPtr is [Hkv][TotalRows+1]: the exclusive prefix sum of the per-row entry
 // counts, RowPtr[h][0] = 0. QIdx is [Hkv][Stride] with Stride >= totalQ*topK:
@@ -19,8 +19,7 @@ type CSR struct {
 }
 
 // BuildK2QCSR inverts q2k_indices [hkv][totalQ][topK] (batch-local block
-// ids, -1 = unused slot, anywhere in the list) into the k2q CSR of SPEC
-// section 2, with Stride = totalQ*topK.
+// ids, -1 = unused slot, anywhere in the list) into the k2q CSR of contract §2, with Stride = totalQ*topK.
 //
 // It rejects ids < -1, ids >= the sequence's block count, duplicate ids in one
 // (query, head) list, non -1 ids in query rows outside every sequence (rows

@@ -3,7 +3,7 @@ package plan
 import "fmt"
 
 // DecodeParams are the shapes and options of a paged decode schedule
-// (SPEC section 7). Request b owns query rows b*SeqlenQ .. (b+1)*SeqlenQ-1.
+// (contract §7). Request b owns query rows b*SeqlenQ .. (b+1)*SeqlenQ-1.
 type DecodeParams struct {
 	Batch           int  // requests
 	SeqlenQ         int  // query tokens per request
@@ -53,7 +53,7 @@ const autoMinChunkPages = 16
 //
 // SplitKV says whether items write float32 partials (row OIndptr[b] +
 // split*QStride + q of a [PartialRows, Hq, D] buffer, LSE alike) that a
-// combine step (SPEC section 5, n = SplitCounts[b]) merges; when false every
+// combine step (contract §5, n = SplitCounts[b]) merges; when false every
 // request has one chunk and items write the output directly. SplitKV is true
 // whenever FixedSplitPages > 0 (so a request's arithmetic never depends on
 // the rest of the batch: batch-invariant mode), and otherwise when some
@@ -141,7 +141,7 @@ func decodeTiles(p DecodeParams) (int, int, int) {
 	return qt, (p.SeqlenQ + qt - 1) / qt, (p.SeqlenQ + 7) / 8 * 8
 }
 
-// decodeChunk applies the chunk rules of SPEC section 7 to this step's
+// decodeChunk applies the chunk rules of contract §7 to this step's
 // pages; split = false means one chunk per request.
 func decodeChunk(pages []int32, p DecodeParams, numQTiles int) (chunk int64, split bool) {
 	if p.DisableSplit || p.Batch == 0 {

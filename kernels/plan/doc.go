@@ -1,6 +1,6 @@
 // Package plan is the host-side planning shared by the CPU and CUDA paths of
-// the block-sparse and paged decode attention operators (SPEC sections 2, 3,
-// 7, 8 and 9). It is pure Go (stdlib only) and never panics on bad input:
+// the block-sparse and paged decode attention operators (docs/contract.md
+// §2, §3, §7, §8 and §9). It is pure Go (stdlib only) and never panics on bad input:
 // every rejection is an error that starts with "plan: " and names the
 // argument (with the reference's names: q2k_indices, cu_seqlens_q,
 // k2q_row_ptr, schedule.split_counts, seqused_k, ...), the expected and the
@@ -9,15 +9,15 @@
 // All arrays are flat row-major []int32 laid out exactly like the
 // reference's tensors.
 //
-//   - Rows / NewRows: the block-major CSR row numbering (SPEC 2).
+//   - Rows / NewRows: the block-major CSR row numbering (contract §2).
 //   - CSR / BuildK2QCSR / ValidateCSR: the k2q CSR, the inverse of
 //     q2k_indices, and the checks for a caller-supplied CSR.
 //   - FwdSchedule / BuildFwdSchedule / ValidateFwdSchedule: the forward work
-//     items (SPEC 3) with deterministic slots: the slot of a (query, head)'s
+//     items (contract §3) with deterministic slots: the slot of a (query, head)'s
 //     block is its rank among that query's selected blocks in ascending block
 //     order.
 //   - DecodeSchedule / BuildDecodeSchedule / ValidateDecodeSchedule: the
-//     FlashInfer-style split-KV decode schedule (SPEC 7), with a fixed
+//     FlashInfer-style split-KV decode schedule (contract §7), with a fixed
 //     capacity (CUDA-graph-like) mode, a batch-invariant fixed-split mode and
 //     stale-plan detection.
 //

@@ -61,7 +61,7 @@ func ceilDiv64(a, b int64) int64 {
 	return q
 }
 
-// FwdTarget is the target chunk size in queries of SPEC section 3, with
+// FwdTarget is the target chunk size in queries of contract §3, with
 // g = 128/qhead_per_kv:
 //
 //	tg     = min(512, max(1, ceil(ceil(total_q*topK*Hkv / g) / (2*numSM))))
@@ -79,7 +79,7 @@ func FwdTarget(p FwdParams) int {
 	return int(ceilDiv64(t, g) * g)
 }
 
-// FwdCapacity is the work-item capacity of SPEC section 3:
+// FwdCapacity is the work-item capacity of contract §3:
 // max(1, totalRows*Hkv + ceil(total_q*topK*Hkv / target)). It bounds the
 // item count of any schedule over a CSR with at most topK blocks per
 // (query, head).
@@ -90,8 +90,7 @@ func FwdCapacity(totalRows int, p FwdParams) int {
 	return int(max(c, 1))
 }
 
-// FwdSchedule is the forward ("prepare scheduler") schedule of SPEC
-// section 3.
+// FwdSchedule is the forward ("prepare scheduler") schedule of contract §3.
 //
 // Metadata holds Capacity items of MetaFields int32 each:
 // (head_kv, row, q_begin, q_count, batch, kv_block), where q_begin and q_count

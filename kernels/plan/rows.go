@@ -8,7 +8,7 @@ import (
 // maxInt32 is the largest value an int32 index can hold.
 const maxInt32 = math.MaxInt32
 
-// Rows is the CSR row numbering of SPEC section 2. Sequence b (with
+// Rows is the CSR row numbering of contract §2. Sequence b (with
 // seqlen_k_b = cuK[b+1]-cuK[b]) owns rows_b = ceil(seqlen_k_b/blkKV) KV
 // blocks. Rows are numbered block-major, then batch: all sequences' block 0
 // first (in batch order), then every sequence that has a block 1, and so on.

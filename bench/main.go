@@ -82,7 +82,7 @@ func parseFlags() (*config, error) {
 	flag.StringVar(&cfg.dtype, "dtype", "", "bf16 or fp8: prefill Q/K/V dtype (NVFP4: Q dtype) and the only decode dtype; default: prefill bf16, decode fp8 and bf16")
 	flag.IntVar(&cfg.page, "page", 128, "decode page size (tokens)")
 	flag.StringVar(&cfg.out, "out", "", "directory for results.csv, results.md and plot.png")
-	caseList := flag.String("cases", "prefill,nvfp4,decode", "case groups to run: prefill, nvfp4, decode")
+	caseList := flag.String("cases", "prefill,nvfp4,decode,graph", "case groups to run: prefill, nvfp4, decode, graph (model graphs: graph.go)")
 	flag.BoolVar(&cfg.progress, "progress", false, "draw the progress bar even when stderr is not a terminal")
 	flag.DurationVar(&cfg.minTime, "min-time", 0, "minimum timed duration per case (default 1s; 300ms with -quick)")
 	flag.IntVar(&cfg.verifyRows, "verify-rows", 32, "query rows sampled per prefill case by -verify (decode: rows/16 requests, at least 1)")
@@ -126,11 +126,11 @@ func parseFlags() (*config, error) {
 	for _, c := range strings.Split(*caseList, ",") {
 		c = strings.TrimSpace(c)
 		switch c {
-		case "prefill", "nvfp4", "decode":
+		case "prefill", "nvfp4", "decode", "graph":
 			cfg.cases[c] = true
 		case "":
 		default:
-			return nil, fmt.Errorf("-cases: unknown group %q (want prefill, nvfp4, decode)", c)
+			return nil, fmt.Errorf("-cases: unknown group %q (want prefill, nvfp4, decode, graph)", c)
 		}
 	}
 	switch cfg.dtype {
@@ -292,6 +292,12 @@ func main() {
 			os.Exit(1)
 		}
 		fmt.Printf("wrote %s/results.csv, results.md, plot.png\n", cfg.out)
+	}
+	if cfg.cases["graph"] {
+		if err := runGraphGroup(cfg, header); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: graph:", err)
+			failed = true
+		}
 	}
 	if failed {
 		fmt.Fprintln(os.Stderr, "bench: FAILED (see the verify column and notes)")

@@ -1,0 +1,375 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sparseattn/msa/bench/graphprof"
+	G "gorgonia.org/gorgonia"
+)
+
+// Flags of the graph group (registered here so that parseFlags sees them).
+var (
+	graphLens     = flag.String("graph-lens", "", "graph group: prefill lengths (default 2k; 1k with -quick, 512 with -tiny)")
+	graphBatches  = flag.String("graph-batches", "", "graph group: decode batch sizes (default 8,32; 8 with -quick, 2 with -tiny)")
+	graphContexts = flag.String("graph-contexts", "", "graph group: decode contexts (default 4k,16k; 4k with -quick, 1000 with -tiny)")
+	graphModel    = flag.Int("graph-model", 0, "graph group: d_model (default 2048; 1024 with -quick, 256 with -tiny)")
+	graphLayers   = flag.Int("graph-layers", 4, "graph group: decode layers")
+	graphMachines = flag.String("graph-machines", "tape,lisp", "graph group: machines for the prefill layer (tape, lisp); decode always runs in a TapeMachine")
+)
+
+// graphCase is one case of the graph group.
+type graphCase struct {
+	name    string
+	kind    string // "prefill" or "decode"
+	machine string // "tape" or "lisp"
+	seqLen  int    // prefill tokens or decode context at the first step
+	batch   int
+	layers  int
+	dm      graphDims
+	topK    int
+	blk     int
+	page    int
+}
+
+// tokens is the number of tokens one run processes.
+func (c graphCase) tokens() int {
+	if c.kind == "prefill" {
+		return c.seqLen
+	}
+	return c.batch
+}
+
+// graphResult is one measured graph case.
+type graphResult struct {
+	c                      graphCase
+	reps                   []time.Duration // RunAll times
+	med, lo, hi            time.Duration
+	eager                  graphprof.EagerResult
+	eagerMed               time.Duration
+	overhead               float64 // med / eagerMed
+	allocs, bytes          float64 // per run (decode: per step), Let/Reset included
+	peakRSS                float64 // bytes, VmHWM over the case (0 when unknown)
+	load                   string  // 1-minute load average at the start of the case
+	noisy                  string  // reason, or ""
+	prof                   graphprof.Report
+	setupMS                float64 // graph construction and the machine
+	err                    string
+	kindGraph, kindEager   map[string]time.Duration // per run
+	kindOrder              []string
+	unattributed, attrib   time.Duration // per run
+	eagerReps, profiledRun int
+}
+
+// graphSuite returns the graph cases selected by the flags.
+func graphSuite(cfg *config) ([]graphCase, error) {
+	lens, batches, contexts, model := []int{2048}, []int{8, 32}, []int{4096, 16384}, 2048
+	switch {
+	case cfg.tiny:
+		lens, batches, contexts, model = []int{512}, []int{2}, []int{1000}, 256
+	case cfg.quick:
+		lens, batches, contexts, model = []int{1024}, []int{8}, []int{4096}, 1024
+	}
+	var err error
+	for _, f := range []struct {
+		s   string
+		dst *[]int
+	}{{*graphLens, &lens}, {*graphBatches, &batches}, {*graphContexts, &contexts}} {
+		if f.s == "" {
+			continue
+		}
+		if *f.dst, err = parseInts(f.s); err != nil {
+			return nil, err
+		}
+	}
+	if *graphModel > 0 {
+		model = *graphModel
+	}
+	if *graphLayers < 1 {
+		return nil, fmt.Errorf("-graph-layers must be >= 1")
+	}
+	var machines []string
+	for _, m := range strings.Split(*graphMachines, ",") {
+		switch m = strings.TrimSpace(m); m {
+		case "tape", "lisp":
+			machines = append(machines, m)
+		case "":
+		default:
+			return nil, fmt.Errorf("-graph-machines: unknown machine %q (want tape, lisp)", m)
+		}
+	}
+	dm := graphDims{model: model, hq: 16, hkv: 1, d: 128}
+	var cs []graphCase
+	for _, t := range lens {
+		for _, m := range machines {
+			cs = append(cs, graphCase{name: fmt.Sprintf("graph-prefill-%s-%s", kLabel(t), m), kind: "prefill", machine: m,
+				seqLen: t, batch: 1, layers: 1, dm: dm, topK: cfg.topK, blk: 128})
+		}
+	}
+	for _, b := range batches {
+		for _, t := range contexts {
+			cs = append(cs, graphCase{name: fmt.Sprintf("graph-decode-L%d-b%d-%s", *graphLayers, b, kLabel(t)), kind: "decode",
+				machine: "tape", seqLen: t, batch: b, layers: *graphLayers, dm: dm, page: cfg.page})
+		}
+	}
+	return cs, nil
+}
+
+// runGraphGroup runs the graph cases, prints their table and per-kind
+// breakdowns and, with -out, writes graph.csv, graph-kinds.csv, graph.md
+// and one stacked-bar PNG per case.
+func runGraphGroup(cfg *config, header []string) error {
+	cs, err := graphSuite(cfg)
+	if err != nil {
+		return err
+	}
+	prog := newGraphProgress(len(cs), cfg.progress)
+	var rs []*graphResult
+	failed := false
+	for _, c := range cs {
+		r := &graphResult{c: c}
+		rs = append(rs, r)
+		if err := runGraphCase(cfg, r, prog); err != nil {
+			r.err = err.Error()
+			failed = true
+		}
+		runtime.GC()
+		debug.FreeOSMemory()
+		prog.step()
+	}
+	prog.finish()
+	fmt.Println()
+	printGraphTable(os.Stdout, rs)
+	if cfg.out != "" {
+		if err := writeGraphOutputs(cfg.out, header, rs); err != nil {
+			return err
+		}
+		fmt.Printf("wrote %s/graph.csv, graph-kinds.csv, graph.md, graph-<case>.png\n", cfg.out)
+	}
+	if failed {
+		return fmt.Errorf("a graph case failed (see the notes)")
+	}
+	return nil
+}
+
+// graphRunner is a case's graph with its machine and step hooks.
+type graphRunner struct {
+	g       *G.ExprGraph
+	machine string
+	m       G.VM
+	before  func() error // before RunAll (Let the inputs)
+	after   func() error // after RunAll and Reset
+}
+
+// run performs one serving-loop call and returns the RunAll time. A
+// TapeMachine is Reset after the run; a LispMachine is replaced before it
+// (untimed): in gorgonia v0.9.18 lispMachine.Reset leaves every node but
+// the last with its stale value (see graph_test/helpers_test.go).
+func (gr *graphRunner) run() (time.Duration, error) {
+	if gr.machine == "lisp" {
+		if gr.m != nil {
+			gr.m.Close()
+		}
+		gr.m = G.NewLispMachine(gr.g, G.ExecuteFwdOnly())
+	}
+	if err := gr.before(); err != nil {
+		return 0, err
+	}
+	t0 := time.Now()
+	err := gr.m.RunAll()
+	d := time.Since(t0)
+	if err != nil {
+		return 0, err
+	}
+	if gr.machine == "tape" {
+		gr.m.Reset()
+	}
+	return d, gr.after()
+}
+
+func (gr *graphRunner) close() {
+	if gr.m != nil {
+		gr.m.Close()
+	}
+}
+
+// runGraphCase builds the case's graph, attaches the profiler, runs it
+// once to warm up, then at least 3 times and until -min-time (at most 500
+// runs), each run profiled; then replays the nodes eagerly.
+func runGraphCase(cfg *config, r *graphResult, prog *graphProgress) error {
+	c := r.c
+	r.load = loadAvg()
+	resetPeakRSS()
+	prog.phase(c.name, "build")
+	t0 := time.Now()
+	gr := &graphRunner{machine: c.machine}
+	defer gr.close()
+	seed := uint64(c.seqLen)*7 + uint64(c.batch)
+	switch c.kind {
+	case "prefill":
+		pg, err := buildPrefillGraph(c.seqLen, c.dm, c.topK, c.blk, cfg.workers, seed)
+		if err != nil {
+			return err
+		}
+		gr.g = pg.g
+		gr.before = func() error { return pg.in.next(pg.x) }
+		gr.after = func() error { return nil }
+	case "decode":
+		dg, err := buildDecodeGraph(c.batch, c.seqLen, c.layers, c.page, c.dm, 512, cfg.workers, seed)
+		if err != nil {
+			return err
+		}
+		gr.g = dg.g
+		gr.before, gr.after = dg.prepareStep, dg.finishStep
+	default:
+		return fmt.Errorf("unknown graph case kind %q", c.kind)
+	}
+	p, err := graphprof.Attach(gr.g, graphprof.Capture())
+	if err != nil {
+		return err
+	}
+	if c.machine == "tape" {
+		gr.m = G.NewTapeMachine(gr.g)
+	}
+	r.setupMS = ms(time.Since(t0))
+
+	prog.phase(c.name, "warm-up")
+	p.Disable()
+	if _, err := gr.run(); err != nil {
+		return err
+	}
+	p.Reset()
+	p.Enable()
+	prog.phase(c.name, "graph "+c.machine)
+	var ms0, ms1 runtime.MemStats
+	var allocs, bytes uint64
+	start := time.Now()
+	for len(r.reps) < 3 || (time.Since(start) < cfg.minTime && len(r.reps) < 500) {
+		runtime.ReadMemStats(&ms0)
+		d, err := gr.run()
+		runtime.ReadMemStats(&ms1)
+		if err != nil {
+			return err
+		}
+		allocs += ms1.Mallocs - ms0.Mallocs
+		bytes += ms1.TotalAlloc - ms0.TotalAlloc
+		p.AddRun(d)
+		r.reps = append(r.reps, d)
+	}
+	n := float64(len(r.reps))
+	r.allocs, r.bytes = float64(allocs)/n, float64(bytes)/n
+	r.prof = p.Report()
+	p.Disable()
+	s := append([]time.Duration(nil), r.reps...)
+	sort.Slice(s, func(a, b int) bool { return s[a] < s[b] })
+	r.med, r.lo, r.hi = s[len(s)/2], s[0], s[len(s)-1]
+
+	prog.phase(c.name, "eager")
+	r.eagerReps = 3
+	if r.med > cfg.minTime {
+		r.eagerReps = 2
+	}
+	if r.eager, err = p.Eager(r.eagerReps); err != nil {
+		return err
+	}
+	r.eagerMed = r.eager.Median()
+	if r.eagerMed > 0 {
+		r.overhead = float64(r.med) / float64(r.eagerMed)
+	}
+	r.peakRSS = peakRSS()
+	r.derive()
+	p.Detach()
+	return nil
+}
+
+// derive fills the per-kind times per run and the noise flag.
+func (r *graphResult) derive() {
+	runs := time.Duration(max(r.prof.Runs, 1))
+	r.kindGraph, r.kindEager = map[string]time.Duration{}, map[string]time.Duration{}
+	for _, k := range r.prof.Kinds {
+		r.kindGraph[k.Kind] = k.Total / runs
+		r.kindOrder = append(r.kindOrder, k.Kind)
+	}
+	for _, n := range r.eager.Nodes {
+		r.kindEager[n.Kind] += n.Total
+	}
+	r.unattributed, r.attrib = r.prof.Unattributed/runs, r.prof.Attributed/runs
+	var why []string
+	if r.med > 0 {
+		if spread := float64(r.hi-r.lo) / float64(r.med); spread > 0.10 {
+			why = append(why, fmt.Sprintf("spread %.0f%%", 100*spread))
+		}
+	}
+	if l, err := strconv.ParseFloat(r.load, 64); err == nil && l > float64(runtime.NumCPU()) {
+		why = append(why, "load "+r.load)
+	}
+	if len(r.reps) < 3 {
+		why = append(why, "fewer than 3 runs")
+	}
+	r.noisy = strings.Join(why, ", ")
+}
+
+// resetPeakRSS resets the kernel's peak-RSS mark of this process (Linux
+// clear_refs 5); peakRSS then reads the peak since.
+func resetPeakRSS() { _ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) }
+
+// peakRSS returns VmHWM from /proc/self/status in bytes (0 when unknown).
+func peakRSS() float64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			var kb float64
+			fmt.Sscanf(strings.TrimSpace(v), "%g", &kb)
+			return kb * 1024
+		}
+	}
+	return 0
+}
+
+// graphProgress shows the graph case and phase on stderr ("graph 2/6
+// case: phase") when enabled (-progress, or stderr is a terminal). A nil
+// *graphProgress shows nothing.
+type graphProgress struct {
+	total, done, last int
+}
+
+func newGraphProgress(total int, force bool) *graphProgress {
+	if !force {
+		fi, err := os.Stderr.Stat()
+		if err != nil || fi.Mode()&os.ModeCharDevice == 0 {
+			return nil
+		}
+	}
+	return &graphProgress{total: total}
+}
+
+func (p *graphProgress) phase(name, what string) {
+	if p == nil {
+		return
+	}
+	line := fmt.Sprintf("graph %d/%d %s: %s", p.done+1, p.total, name, what)
+	fmt.Fprintf(os.Stderr, "\r%s%s", line, strings.Repeat(" ", max(0, p.last-len(line))))
+	p.last = len(line)
+}
+
+func (p *graphProgress) step() {
+	if p != nil {
+		p.done++
+	}
+}
+
+func (p *graphProgress) finish() {
+	if p != nil {
+		fmt.Fprintf(os.Stderr, "\r%s\r", strings.Repeat(" ", p.last))
+	}
+}

@@ -89,6 +89,7 @@ type attnState struct {
 	needT     bool
 	lse, tlse *tensor.Dense
 	ws        *attn.Workspace
+	g         gradState // float32 forward and backward (graph_grad.go)
 }
 
 // sparseAttnOp is the sparse prefill attention node.
@@ -108,7 +109,7 @@ func (op *sparseAttnOp) Type() hm.Type {
 	for i, dt := range op.inDtypes {
 		ts = append(ts, tt(op.inDims[i], dt))
 	}
-	ts = append(ts, tt(3, BFloat16))
+	ts = append(ts, tt(3, op.outDtype()))
 	return fnType(ts...)
 }
 func (op *sparseAttnOp) InferShape(...G.DimSizer) (tensor.Shape, error) {
@@ -226,6 +227,9 @@ func (op *sparseAttnOp) Do(vals ...G.Value) (G.Value, error) {
 	if len(vals) != op.Arity() {
 		return nil, argErr(fn, "inputs", fmt.Sprintf("%d values", op.Arity()), len(vals))
 	}
+	if op.outDtype() == tensor.Float32 {
+		return op.doF32(vals)
+	}
 	op.st.mu.Lock()
 	defer op.st.mu.Unlock()
 	sc, _, err := op.call(fn, func(i int, arg string, _ bool) (*tensor.Dense, error) { return denseOf(fn, arg, vals[i]) })
@@ -259,10 +263,10 @@ func SparseAttention(q, k, v, csr, sched, cuQ, cuK *G.Node, opts ...AttnOption) 
 	if err := sameKVErr(fn, k, v, &cfg); err != nil {
 		return nil, err
 	}
-	if err := nodeCheck(fn, "q", q, 3, BFloat16, Float8E4M3FN); err != nil {
+	if err := nodeCheck(fn, "q", q, 3, BFloat16, Float8E4M3FN, tensor.Float32); err != nil {
 		return nil, err
 	}
-	if err := headDimCheck(fn, q); err != nil {
+	if err := attnHeadDimCheck(fn, q); err != nil {
 		return nil, err
 	}
 	if cfg.pageTable == nil && cfg.seqused != nil {
@@ -285,6 +289,8 @@ func SparseAttention(q, k, v, csr, sched, cuQ, cuK *G.Node, opts ...AttnOption) 
 	kvDims := 3
 	if cfg.nvfp4 {
 		kv = []tensor.Dtype{tensor.Uint8}
+	} else if q.Dtype() == tensor.Float32 {
+		kv = []tensor.Dtype{tensor.Float32} // float32 q, k, v: see graph_grad.go
 	}
 	if cfg.pageTable != nil {
 		kvDims = 4
@@ -347,10 +353,11 @@ type lseOp struct {
 	st    *attnState
 	temp  bool
 	shape tensor.Shape
+	outDt tensor.Dtype // dtype of the attention output (the input)
 }
 
 func (op *lseOp) Arity() int                                     { return 1 }
-func (op *lseOp) Type() hm.Type                                  { return fnType(tt(3, BFloat16), tt(2, tensor.Float32)) }
+func (op *lseOp) Type() hm.Type                                  { return fnType(tt(3, op.outDt), tt(2, tensor.Float32)) }
 func (op *lseOp) InferShape(...G.DimSizer) (tensor.Shape, error) { return op.shape.Clone(), nil }
 func (op *lseOp) WriteHash(h hash.Hash)                          { fmt.Fprintf(h, "msa.LSE/%v/%p", op.temp, op.st) }
 func (op *lseOp) Hashcode() uint32                               { return hashOf(op) }
@@ -395,7 +402,7 @@ func lseNode(fn string, out *G.Node, temp bool) (*G.Node, error) {
 		st.needT = true
 	}
 	s := out.Shape()
-	return G.ApplyOp(&lseOp{st: st, temp: temp, shape: tensor.Shape{s[0], s[1]}}, out)
+	return G.ApplyOp(&lseOp{st: st, temp: temp, shape: tensor.Shape{s[0], s[1]}, outDt: out.Dtype()}, out)
 }
 
 // LSE returns a node holding the natural-log LSE [total_q, Hq] float32

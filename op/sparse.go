@@ -14,8 +14,13 @@ import (
 // args.PageTable, paged [num_pages, Hkv, blk_kv, D] (BF16 Q may use FP8
 // K/V); k2qRowPtr [Hkv, total_rows+1] and k2qQIndices [Hkv, >= total_q*topK]
 // come from BuildK2QCSR. The result's Out is BFloat16 [total_q, Hq, D];
-// LSE (natural log) and TemperatureLSE are set when requested.
+// LSE (natural log) and TemperatureLSE are set when requested. Float32 q,
+// k and v (all three) run without any low-precision rounding and give a
+// float32 Out (see grad_f32.go).
 func SparseAttenFunc(q, k, v, k2qRowPtr, k2qQIndices tensor.Tensor, topK int, args SparseArgs) (*Result, error) {
+	if isFloat32(q) {
+		return sparseAttenF32("SparseAttenFunc", q, k, v, k2qRowPtr, k2qQIndices, topK, args)
+	}
 	sc, err := validateSparse("SparseAttenFunc", q, k, v, k2qRowPtr, k2qQIndices, topK, &args, nil)
 	if err != nil {
 		return nil, err

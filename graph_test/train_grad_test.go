@@ -1,0 +1,276 @@
+package graphtest
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/sparseattn/msa/op"
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+)
+
+// gradCase is one attention problem for the gradient tests: float32 q, k,
+// v (dense or paged with a shuffled page table and a page shared by two
+// sequences), a q2k selection and a fixed dO (the loss is sum(O * W)).
+type gradCase struct {
+	name                  string
+	seqQ, seqK            []int
+	hq, hkv, d, topK, blk int
+	causal, paged         bool
+	q, k, v, w            *tensor.Dense
+	q2k, cuQ, cuK         *tensor.Dense
+	pageTable             *tensor.Dense
+}
+
+// newGradCase draws the data of a case.
+func newGradCase(rng *rand.Rand, name string, seqQ, seqK []int, hq, hkv, d, topK, blk int, causal, paged bool) *gradCase {
+	c := &gradCase{name: name, seqQ: seqQ, seqK: seqK, hq: hq, hkv: hkv, d: d, topK: topK, blk: blk, causal: causal, paged: paged}
+	totalQ := 0
+	for _, n := range seqQ {
+		totalQ += n
+	}
+	c.q = f32([]int{totalQ, hq, d}, randF32(rng, totalQ*hq*d, 1))
+	c.w = f32([]int{totalQ, hq, d}, randF32(rng, totalQ*hq*d, 1))
+	c.q2k = i32([]int{hkv, totalQ, topK}, randQ2K(rng, hkv, topK, blk, seqQ, seqK))
+	c.cuQ = i32([]int{len(seqQ) + 1}, prefix(seqQ))
+	c.cuK = i32([]int{len(seqK) + 1}, prefix(seqK))
+	if !paged {
+		totalK := int(prefix(seqK)[len(seqK)])
+		c.k = f32([]int{totalK, hkv, d}, randF32(rng, totalK*hkv*d, 1))
+		c.v = f32([]int{totalK, hkv, d}, randF32(rng, totalK*hkv*d, 1))
+		return c
+	}
+	cols := 0
+	for _, n := range seqK {
+		cols = max(cols, (n+blk-1)/blk)
+	}
+	pages := len(seqK)*cols + 1
+	perm := rng.Perm(pages)
+	pt := make([]int32, len(seqK)*cols)
+	for i := range pt {
+		pt[i] = int32(perm[i])
+	}
+	pt[cols] = pt[0] // sequence 1 shares sequence 0's first page
+	c.pageTable = i32([]int{len(seqK), cols}, pt)
+	c.k = f32([]int{pages, hkv, blk, d}, randF32(rng, pages*hkv*blk*d, 1))
+	c.v = f32([]int{pages, hkv, blk, d}, randF32(rng, pages*hkv*blk*d, 1))
+	return c
+}
+
+// maxSeqK returns the longest key sequence.
+func (c *gradCase) maxSeqK() int {
+	m := 1
+	for _, n := range c.seqK {
+		m = max(m, n)
+	}
+	return m
+}
+
+// eager returns the eager gradients of sum(O * W).
+func (c *gradCase) eager(t *testing.T) *op.Gradients {
+	t.Helper()
+	rp, qi, err := op.BuildK2QCSR(c.q2k, c.cuQ, c.cuK, c.blk)
+	must(t, err)
+	args := op.SparseArgs{CuSeqlensQ: c.cuQ, CuSeqlensK: c.cuK, BlkKV: c.blk, Causal: c.causal,
+		ReturnSoftmaxLSE: true, Workers: 2}
+	if c.paged {
+		args.PageTable = c.pageTable
+	}
+	res, err := op.SparseAttenFunc(c.q, c.k, c.v, rp, qi, c.topK, args)
+	must(t, err)
+	gr, err := op.SparseAttenBackwardFunc(c.q, c.k, c.v, res.Out, res.LSE, c.w, nil, rp, qi, c.topK, args)
+	must(t, err)
+	return gr
+}
+
+// graph builds cost = sum(SparseAttention(q, k, v) * W) with q, k, v as
+// float32 variables (cast to BFloat16 around the attention when bf16).
+func (c *gradCase) graph(t *testing.T, bf16 bool) (g *G.ExprGraph, cost *G.Node, qkv G.Nodes) {
+	t.Helper()
+	g = G.NewGraph()
+	q := G.NewTensor(g, tensor.Float32, 3, G.WithShape(c.q.Shape()...), G.WithName("q"), G.WithValue(c.q.Clone()))
+	k := G.NewTensor(g, tensor.Float32, c.k.Dims(), G.WithShape(c.k.Shape()...), G.WithName("k"), G.WithValue(c.k.Clone()))
+	v := G.NewTensor(g, tensor.Float32, c.v.Dims(), G.WithShape(c.v.Shape()...), G.WithName("v"), G.WithValue(c.v.Clone()))
+	w := G.NewConstant(c.w.Clone(), G.WithName("w"))
+	q2k, cuQ, cuK := input(g, "q2k", c.q2k), input(g, "cu_q", c.cuQ), input(g, "cu_k", c.cuK)
+	csr, err := op.K2QCSR(q2k, cuQ, cuK, c.blk, c.maxSeqK())
+	must(t, err)
+	sched, err := op.FwdSchedule(csr, cuQ, cuK, c.hq/c.hkv, 2)
+	must(t, err)
+	opts := []op.AttnOption{op.Workers(2)}
+	if c.causal {
+		opts = append(opts, op.Causal())
+	}
+	if c.paged {
+		opts = append(opts, op.Paged(input(g, "page_table", c.pageTable), nil))
+	}
+	aq, ak, av := q, k, v
+	if bf16 {
+		aq, err = op.CastToBF16(q)
+		must(t, err)
+		ak, err = op.CastToBF16(k)
+		must(t, err)
+		av, err = op.CastToBF16(v)
+		must(t, err)
+	}
+	out, err := op.SparseAttention(aq, ak, av, csr, sched, cuQ, cuK, opts...)
+	must(t, err)
+	if bf16 {
+		out, err = op.CastFromBF16(out)
+		must(t, err)
+	}
+	prod, err := G.HadamardProd(out, w)
+	must(t, err)
+	cost, err = G.Sum(prod)
+	must(t, err)
+	return g, cost, G.Nodes{q, k, v}
+}
+
+// gradCases are the graph gradient problems: ragged batches with an
+// empty sequence, GQA 1 and 4, causal and not, dense and paged.
+func gradCases() []*gradCase {
+	rng := rand.New(rand.NewPCG(13, 17))
+	return []*gradCase{
+		newGradCase(rng, "dense_causal_g4", []int{40, 0, 25}, []int{70, 9, 50}, 8, 2, 16, 3, 16, true, false),
+		newGradCase(rng, "dense_g1", []int{33, 20}, []int{64, 40}, 2, 2, 8, 2, 8, false, false),
+		newGradCase(rng, "paged_causal_g2", []int{30, 17}, []int{64, 48}, 4, 2, 16, 2, 16, true, true),
+	}
+}
+
+// gradValues returns the float32 gradients of nodes.
+func gradValues(t *testing.T, nodes G.Nodes) [][]float32 {
+	t.Helper()
+	out := make([][]float32, len(nodes))
+	for i, n := range nodes {
+		gv, err := n.Grad()
+		must(t, err)
+		out[i] = append([]float32(nil), gv.(*tensor.Dense).Data().([]float32)...)
+	}
+	return out
+}
+
+// TestTrainGradMatchesEager checks that G.Grad + TapeMachine and a
+// LispMachine's backprop give exactly the eager backward's dQ, dK, dV
+// (same kernels, same worker count: bit-identical), for dense and paged
+// K/V (a shared page accumulates both sequences' gradients).
+func TestTrainGradMatchesEager(t *testing.T) {
+	for _, c := range gradCases() {
+		want := c.eager(t)
+		wants := []*tensor.Dense{want.DQ, want.DK, want.DV}
+		for _, machine := range []string{"tape", "lisp"} {
+			t.Run(c.name+"/"+machine, func(t *testing.T) {
+				g, cost, qkv := c.graph(t, false)
+				var m G.VM
+				if machine == "tape" {
+					_, err := G.Grad(cost, qkv...)
+					must(t, err)
+					m = G.NewTapeMachine(g, G.BindDualValues(qkv...))
+				} else {
+					m = G.NewLispMachine(g)
+				}
+				defer m.Close()
+				for run := 0; run < 2; run++ { // a second run must not accumulate stale state
+					must(t, m.RunAll())
+					got := gradValues(t, qkv)
+					for i, name := range []string{"dQ", "dK", "dV"} {
+						w := wants[i].Data().([]float32)
+						for j := range w {
+							if math.Float32bits(w[j]) != math.Float32bits(got[i][j]) {
+								t.Fatalf("run %d: %s[%d] = %v, eager %v", run, name, j, got[i][j], w[j])
+							}
+						}
+					}
+					if machine == "lisp" {
+						m.Close()
+						g, cost, qkv = c.graph(t, false)
+						_ = cost
+						m = G.NewLispMachine(g)
+					} else {
+						m.Reset()
+						for _, n := range qkv { // what a solver's Step does
+							gv, err := n.Grad()
+							must(t, err)
+							gv.(*tensor.Dense).Zero()
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestTrainGradBF16StraightThrough differentiates through CastToBF16 ->
+// BFloat16 SparseAttention -> CastFromBF16 (straight-through casts) with
+// both machines; the gradients match the float32 eager backward within
+// BF16 rounding (1e-2 of the largest gradient).
+func TestTrainGradBF16StraightThrough(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	c := newGradCase(rng, "bf16", []int{40, 0, 25}, []int{70, 9, 50}, 4, 2, 64, 3, 16, true, false)
+	want := c.eager(t)
+	for _, machine := range []string{"tape", "lisp"} {
+		t.Run(machine, func(t *testing.T) {
+			g, cost, qkv := c.graph(t, true)
+			var m G.VM
+			if machine == "tape" {
+				_, err := G.Grad(cost, qkv...)
+				must(t, err)
+				m = G.NewTapeMachine(g, G.BindDualValues(qkv...))
+			} else {
+				m = G.NewLispMachine(g)
+			}
+			defer m.Close()
+			must(t, m.RunAll())
+			got := gradValues(t, qkv)
+			for i, w := range []*tensor.Dense{want.DQ, want.DK, want.DV} {
+				wv := w.Data().([]float32)
+				var norm, worst float64
+				for j := range wv {
+					norm = max(norm, math.Abs(float64(wv[j])))
+					worst = max(worst, math.Abs(float64(wv[j]-got[i][j])))
+				}
+				if !(worst <= 1e-2*norm) {
+					t.Errorf("%s: max error %.3g vs max |grad| %.3g", []string{"dQ", "dK", "dV"}[i], worst, norm)
+				}
+				t.Logf("%s: max error %.3g (%.2g of max |grad|)", []string{"dQ", "dK", "dV"}[i], worst, worst/norm)
+			}
+		})
+	}
+}
+
+// TestTrainGradErrors: G.Grad through an LSE node and through decode
+// attention fails with a *op.ForwardOnlyError naming the op.
+func TestTrainGradErrors(t *testing.T) {
+	c := gradCases()[0]
+	g, _, qkv := c.graph(t, false)
+	var attn *G.Node
+	for _, n := range g.AllNodes() {
+		if fmt.Sprint(n.Op()) != "" && len(fmt.Sprint(n.Op())) > 15 && fmt.Sprint(n.Op())[:15] == "SparseAttention" {
+			attn = n
+		}
+	}
+	if attn == nil {
+		t.Fatal("no attention node")
+	}
+	lse, err := op.LSE(attn)
+	must(t, err)
+	cost, err := G.Sum(lse)
+	must(t, err)
+	_, err = G.Grad(cost, qkv...)
+	if err == nil {
+		t.Fatal("G.Grad through LSE: no error")
+	}
+	if want := "LSE is forward-only"; !contains(err.Error(), want) {
+		t.Fatalf("G.Grad through LSE: %v (want %q)", err, want)
+	}
+}
+
+func contains(s, sub string) bool {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if s[i:i+len(sub)] == sub {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,247 @@
+package op
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/sparseattn/msa/kernels/attn"
+	"github.com/sparseattn/msa/kernels/grad"
+	"github.com/sparseattn/msa/kernels/plan"
+	"github.com/sparseattn/msa/kernels/tile"
+	"gorgonia.org/tensor"
+)
+
+// This file holds the float32 path of SparseAttenFunc and of the
+// SparseAttention graph op: Q, K and V stay float32 (no BF16 rounding),
+// the forward and backward run on package grad's kernels.
+
+// f32Call is a validated float32 sparse attention call.
+type f32Call struct {
+	p       grad.Problem
+	q, k, v []float32
+	workers int
+	retLSE  bool
+	retTLSE bool
+	invT    float64 // 1/T of the temperature LSE; 0 when it equals the LSE
+}
+
+// isFloat32 reports whether t is a non-nil float32 dense tensor.
+func isFloat32(t tensor.Tensor) bool {
+	d, ok := t.(*tensor.Dense)
+	return ok && d != nil && d.Dtype() == tensor.Float32
+}
+
+// validateSparseF32 validates a float32 sparse attention call: the checks of
+// validateSparse, except that q, k and v are float32 with any head
+// dimension D >= 1 and any GQA ratio, qk_dtype/pv_dtype are not accepted
+// and partial_dtype must be unset or float32 (the float32 path keeps every
+// intermediate in float32).
+func validateSparseF32(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int, args *SparseArgs) (*f32Call, error) {
+	c := &checker{fn: fn}
+	qd, kd, vd := c.dense(q, "q"), c.dense(k, "k"), c.dense(v, "v")
+	c.dtype(qd, "q", tensor.Float32)
+	c.dtype(kd, "k", tensor.Float32)
+	c.dtype(vd, "v", tensor.Float32)
+	c.rank(qd, "q", "[total_q, Hq, D]", 3)
+	if c.err != nil {
+		return nil, c.err
+	}
+	totalQ, hq, d := qd.Shape()[0], qd.Shape()[1], qd.Shape()[2]
+	c.need(d >= 1, "q", "head dimension D >= 1", shapeStr(qd))
+	c.need(args.QKDtype == (tensor.Dtype{}) && args.PVDtype == (tensor.Dtype{}), "qk_dtype/pv_dtype",
+		"unset with float32 q, k, v (the float32 path has no low-precision MMA)", dtypeName(args.QKDtype)+"/"+dtypeName(args.PVDtype))
+	c.need(args.PartialDtype == (tensor.Dtype{}) || args.PartialDtype == tensor.Float32, "partial_dtype",
+		"unset or float32 with float32 q, k, v (partials stay float32)", dtypeName(args.PartialDtype))
+	scale := resolveScale(c, args.SoftmaxScale, d)
+	temp := resolveTemperature(c, args.LSETemperatureScale)
+	c.need(!args.ReturnTemperatureLSE || args.ReturnSoftmaxLSE, "return_temperature_lse",
+		"return_softmax_lse=true when return_temperature_lse=true", "return_softmax_lse=false")
+	c.need(present(args.CuSeqlensQ) && present(args.CuSeqlensK), "cu_seqlens_q/cu_seqlens_k",
+		"CSR varlen metadata: pass cu_seqlens_q and cu_seqlens_k", "nil")
+	if c.err != nil {
+		return nil, c.err
+	}
+	paged := present(args.PageTable)
+	wantK, kShape := 3, "[total_k, Hkv, D]"
+	if paged {
+		wantK, kShape = 4, "[num_pages, Hkv, page_size, D]"
+	}
+	c.rank(kd, "k", kShape, wantK)
+	c.rank(vd, "v", kShape, wantK)
+	if c.err != nil {
+		return nil, c.err
+	}
+	c.need(kd.Shape().Eq(vd.Shape()), "k, v", "the same shape", "k "+shapeStr(kd)+", v "+shapeStr(vd))
+	c.need(kd.Shape()[wantK-1] == d, "k", fmt.Sprintf("last dimension D = %d in shape %s", d, kShape), shapeStr(kd))
+	blk := args.BlkKV
+	if blk == 0 {
+		blk = 128
+	}
+	c.need(blk >= 1 && blk <= tile.BlockN, "blk_kv", fmt.Sprintf("1 <= blk_kv <= %d", tile.BlockN), blk)
+	if paged {
+		c.need(kd.Shape()[2] == blk, "k", fmt.Sprintf("the paged HND layout %s with page_size = blk_kv = %d", kShape, blk), shapeStr(kd))
+	}
+	if c.err != nil {
+		return nil, c.err
+	}
+	hkv := kd.Shape()[1]
+	c.need(hkv >= 1 && hq >= 1 && hq%hkv == 0, "q/k", fmt.Sprintf("Hq = q.shape[1] divisible by Hkv = k.shape[1] (k layout %s)", kShape), "q "+shapeStr(qd)+", k "+shapeStr(kd))
+	c.need(topK >= 1 && topK <= maxTopK, "topK", fmt.Sprintf("1 <= topK <= %d", maxTopK), topK)
+	rp, qi := csrTensors(c, rowPtr, qIdx)
+	if c.err != nil {
+		return nil, c.err
+	}
+	c.need(rp.Shape()[0] == hkv && qi.Shape()[0] == hkv, "k2q_row_ptr/k2q_q_indices",
+		fmt.Sprintf("leading dimension Hkv = %d", hkv), "k2q_row_ptr "+shapeStr(rp)+", k2q_q_indices "+shapeStr(qi))
+	c.need(qi.Shape()[1] >= totalQ*topK, "k2q_q_indices", fmt.Sprintf("shape[1] >= total_q * topK = %d", totalQ*topK), qi.Shape()[1])
+	c.need(rp.Shape()[1] >= 1, "k2q_row_ptr", "at least one row pointer column", shapeStr(rp))
+	totalKeys := -1
+	if !paged {
+		totalKeys = kd.Shape()[0]
+	}
+	cuQ := cuSeqlens(c, args.CuSeqlensQ, "cu_seqlens_q", totalQ, fmt.Sprintf("total_q = %d", totalQ))
+	cuK := cuSeqlens(c, args.CuSeqlensK, "cu_seqlens_k", totalKeys, fmt.Sprintf("total_k = %d", totalKeys))
+	if c.err != nil {
+		return nil, c.err
+	}
+	c.need(len(cuK) == len(cuQ), "cu_seqlens_k", fmt.Sprintf("shape [B + 1] = [%d] matching cu_seqlens_q", len(cuQ)), len(cuK))
+	if c.err != nil {
+		return nil, c.err
+	}
+	batch := len(cuQ) - 1
+	fc := &f32Call{q: backing[float32](qd), k: backing[float32](kd), v: backing[float32](vd), workers: workers(args.Workers)}
+	fc.p = grad.Problem{TotalQ: totalQ, HQ: hq, Hkv: hkv, D: d, CuQ: cuQ, CuK: cuK, BlkKV: blk, TopK: topK,
+		Causal: args.Causal, Scale: scale}
+	seqK := make([]int32, batch)
+	if !paged {
+		c.need(!present(args.SequsedK), "seqused_k", "nil without page_table (seqused_k is only supported together with page_table)", "a tensor")
+		fc.p.TotalK = kd.Shape()[0]
+		for b := range seqK {
+			seqK[b] = cuK[b+1] - cuK[b]
+		}
+	} else {
+		pt := c.dense(args.PageTable, "page_table")
+		c.dtype(pt, "page_table", tensor.Int32)
+		c.rank(pt, "page_table", "[B, max_num_pages_per_seq]", 2)
+		if c.err != nil {
+			return nil, c.err
+		}
+		c.need(pt.Shape()[0] == batch, "page_table", fmt.Sprintf("shape [B = %d, max_num_pages_per_seq]", batch), shapeStr(pt))
+		ps, cols := kd.Shape()[2], pt.Shape()[1]
+		if !pageCapacity(c, cols, ps) {
+			return nil, c.err
+		}
+		fc.p.Paged, fc.p.PageTable, fc.p.PTCols, fc.p.PageSize, fc.p.NumPages = true, int32s(pt), cols, ps, kd.Shape()[0]
+		for b := range seqK {
+			seqK[b] = int32(cols * ps)
+		}
+		if present(args.SequsedK) {
+			su := c.dense(args.SequsedK, "seqused_k")
+			c.dtype(su, "seqused_k", tensor.Int32)
+			c.rank(su, "seqused_k", "[B]", 1)
+			if c.err != nil {
+				return nil, c.err
+			}
+			c.need(su.Shape()[0] == batch, "seqused_k", fmt.Sprintf("shape [B] = [%d]", batch), shapeStr(su))
+			if c.err != nil {
+				return nil, c.err
+			}
+			for b, x := range int32s(su) {
+				if x < 0 || int(x) > cols*ps {
+					c.fail(fmt.Sprintf("seqused_k[%d]", b), fmt.Sprintf("0 <= seqused_k <= max_num_pages_per_seq * page_size = %d", cols*ps), x)
+					return nil, c.err
+				}
+				seqK[b] = x
+			}
+			fc.p.SeqUsedK = int32s(su)
+		}
+		for b := 0; b < batch && c.err == nil; b++ {
+			n := int(cuK[b+1] - cuK[b])
+			c.need(n <= cols*ps, fmt.Sprintf("cu_seqlens_k (sequence %d)", b),
+				fmt.Sprintf("length <= max_num_pages_per_seq * page_size = %d", cols*ps), n)
+		}
+		checkPages(c, fc.p.PageTable, cols, ps, seqK, fc.p.NumPages)
+	}
+	maxSeq(c, "max_seqlen_q", args.MaxSeqlenQ, cuQ)
+	maxSeqK(c, "max_seqlen_k", args.MaxSeqlenK, seqK)
+	if c.err != nil {
+		return nil, c.err
+	}
+	rows, err := plan.NewRows(cuK, blk)
+	if err != nil {
+		return nil, wrapArg(fn, "cu_seqlens_k", err)
+	}
+	csr, err := csrView(fn, rp, qi, rows, totalQ, topK, cuQ)
+	if err != nil {
+		return nil, err
+	}
+	fc.p.CSR = &csr
+	if args.Schedule != nil {
+		// The float32 kernels split the work themselves; a given schedule
+		// is still checked so that a wrong one is an error on every path.
+		fp := plan.FwdParams{TotalQ: totalQ, Hkv: hkv, QheadPerKV: hq / hkv, TopK: topK, BlkKV: blk, Workers: fc.workers}
+		if err := args.Schedule.validate(fn, &csr, rows, cuQ, fp); err != nil {
+			return nil, err
+		}
+	}
+	fc.retLSE, fc.retTLSE = args.ReturnSoftmaxLSE, args.ReturnTemperatureLSE
+	if fc.retTLSE && math.Abs(temp-1) > temperatureFastPathTol {
+		fc.invT = 1 / temp
+	}
+	return fc, nil
+}
+
+// gradWorkspace returns ws (or a new workspace) running on a pool of the
+// call's worker count; the caller closes the pool.
+func (fc *f32Call) gradWorkspace(ws *grad.Workspace) (*grad.Workspace, *attn.Pool) {
+	pool := attn.NewPool(fc.workers)
+	if ws == nil {
+		return grad.NewWorkspace(pool), pool
+	}
+	ws.SetPool(pool)
+	return ws, pool
+}
+
+// forward runs the float32 forward: O float32 [total_q, Hq, D] and the LSE
+// (always computed: the backward needs it); the temperature LSE when
+// requested. ws may be nil.
+func (fc *f32Call) forward(fn string, ws *grad.Workspace) (*Result, error) {
+	ws, pool := fc.gradWorkspace(ws)
+	defer pool.Close()
+	p := &fc.p
+	o := make([]float32, p.TotalQ*p.HQ*p.D)
+	lse := make([]float32, p.TotalQ*p.HQ)
+	if err := ws.Forward(p, fc.q, fc.k, fc.v, o, lse); err != nil {
+		return nil, &ArgError{Func: fn, Arg: "q, k, v", Expected: "a consistent float32 call", Got: err.Error()}
+	}
+	res := &Result{
+		Out: tensor.New(tensor.WithShape(p.TotalQ, p.HQ, p.D), tensor.WithBacking(o)),
+		LSE: tensor.New(tensor.WithShape(p.TotalQ, p.HQ), tensor.WithBacking(lse)),
+	}
+	if fc.retTLSE {
+		t := make([]float32, len(lse))
+		if fc.invT == 0 {
+			copy(t, lse)
+		} else if err := ws.TemperatureLSE(p, fc.q, fc.k, fc.invT, t); err != nil {
+			return nil, &ArgError{Func: fn, Arg: "q, k", Expected: "a consistent float32 call", Got: err.Error()}
+		}
+		res.TemperatureLSE = tensor.New(tensor.WithShape(p.TotalQ, p.HQ), tensor.WithBacking(t))
+	}
+	return res, nil
+}
+
+// sparseAttenF32 is SparseAttenFunc for float32 q, k, v.
+func sparseAttenF32(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int, args SparseArgs) (*Result, error) {
+	fc, err := validateSparseF32(fn, q, k, v, rowPtr, qIdx, topK, &args)
+	if err != nil {
+		return nil, err
+	}
+	res, err := fc.forward(fn, nil)
+	if err != nil {
+		return nil, err
+	}
+	if !fc.retLSE {
+		res.LSE = nil
+	}
+	return res, nil
+}

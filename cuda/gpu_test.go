@@ -158,16 +158,6 @@ func (m *devMem) free() {
 	})
 }
 
-func partialSize(d Dtype) int {
-	switch d {
-	case F32:
-		return 4
-	case BF16, F16:
-		return 2
-	}
-	return 1
-}
-
 func timeIt(ctx *cu.Ctx, reps int, f func() error) (float64, error) {
 	if err := f(); err != nil { // warm-up
 		return 0, err

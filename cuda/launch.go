@@ -3,79 +3,227 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
+	"sync"
 	"unsafe"
 
-	"gorgonia.org/cu"
-
-	"github.com/sparseattn/msa/kernels/cuda"
+	"github.com/sparseattn/msa/cuda/driver"
+	cudakernels "github.com/sparseattn/msa/kernels/cuda"
 	"github.com/sparseattn/msa/kernels/plan"
 )
 
+// Runner runs driver calls with a CUDA context current (gorgonia's cu.Ctx,
+// cu.BatchedContext and every cu.Context have this method). A nil Runner
+// runs them on the calling goroutine, which must then be locked to an OS
+// thread with the context current.
+type Runner interface {
+	Do(fn func() error) error
+}
+
+// Path selects which kernels a Kernels launches.
+type Path int
+
+// Kernel paths.
+const (
+	PathAuto     Path = iota // tensor-core kernels where they exist and apply, else portable
+	PathPortable             // the portable kernels only (the on-GPU reference)
+)
+
 // Kernels is the loaded fatbin module plus the device scratch buffers that
-// carry parameter blocks and plan arrays to the kernels.
+// carry parameter blocks and plan arrays to the kernels, and the tensor-map
+// cache of the tensor-core kernels.
 //
-// Threading: every method runs its driver calls inside ctx.Do when ctx is
-// non-nil (gorgonia's engine context, a *cu.Ctx, a *cu.BatchedContext), else
-// directly on the calling goroutine, which must then be locked to an OS
-// thread with a current CUDA context. All launches go to the legacy default
+// All driver calls go through libcuda.so.1, opened at run time (package
+// driver): a binary that uses only this package starts on a machine without
+// a driver and gets an error wrapping driver.ErrNoDriver from Load.
+//
+// Methods are safe for concurrent use (one mutex serialises them: the
+// scratch buffers are shared). Every launch goes to the legacy default
 // stream; the synchronous host-to-device copies of the next call are ordered
 // after the previous kernels, so the scratch buffers can be reused.
 type Kernels struct {
-	mod  cu.Module
-	fns  map[string]cu.Function
-	bufs map[string]*devBuf
+	mu       sync.Mutex
+	mod      driver.Module
+	arch     Arch
+	major    int
+	minor    int
+	devName  string
+	smemOpt  int // opt-in dynamic shared memory per block
+	fns      map[string]driver.Function
+	tc       map[string]tcKernel
+	bufs     map[string]*devBuf
+	tmaps    map[string]driver.TensorMap
+	path     Path
+	last     []string // kernels of the last call (for the GPU check's report)
+	closed   bool
+	fallback map[string]string // tensor-core kernel -> why it did not run (last time)
+}
+
+type tcKernel struct {
+	fn      driver.Function
+	threads int
+	smemSet int // dynamic shared memory the attribute allows (0 = default 48 KB)
 }
 
 type devBuf struct {
-	ptr  cu.DevicePtr
+	ptr  driver.DevicePtr
 	size int64
 }
 
-func run(ctx cu.Context, f func() error) error {
+// maxTensorMaps bounds the tensor-map cache (maps are keyed by pointer,
+// shape and box; the cache is cleared when full).
+const maxTensorMaps = 1024
+
+func run(ctx Runner, f func() error) error {
 	if ctx == nil {
 		return f()
 	}
 	return ctx.Do(f)
 }
 
-// Load loads the embedded fatbin (SASS for sm_80, sm_90a, sm_100a) and looks
-// up every kernel.
-func Load(ctx cu.Context) (*Kernels, error) {
-	k := &Kernels{fns: map[string]cu.Function{}, bufs: map[string]*devBuf{}}
+var portableNames = []string{
+	cudakernels.SparseFwdD256, cudakernels.SparseFwdD128, cudakernels.SparseFwdD64,
+	cudakernels.DecodeD256, cudakernels.DecodeD128, cudakernels.DecodeD64,
+	cudakernels.CombineD256, cudakernels.CombineD128, cudakernels.CombineD64,
+}
+
+// Load opens the driver, loads the embedded fatbin in the current context,
+// looks up every portable kernel and the tensor-core kernels of the
+// device's family (ArchFor; a name missing from the fatbin leaves that
+// variant on the portable kernel).
+func Load(ctx Runner) (*Kernels, error) {
+	if err := driver.Open(); err != nil {
+		return nil, err
+	}
+	k := &Kernels{fns: map[string]driver.Function{}, tc: map[string]tcKernel{}, bufs: map[string]*devBuf{},
+		tmaps: map[string]driver.TensorMap{}, fallback: map[string]string{}}
 	err := run(ctx, func() error {
-		mod, err := cu.LoadData(string(cudakernels.Fatbin))
+		dev, err := driver.CurrentDevice()
 		if err != nil {
-			return fmt.Errorf("cuda: loading the kernel fatbin (needs sm_80, sm_90 or sm_100): %w", err)
+			return fmt.Errorf("cuda: no current CUDA context: %w", err)
+		}
+		if k.major, k.minor, err = dev.ComputeCapability(); err != nil {
+			return err
+		}
+		k.devName, _ = dev.Name()
+		if k.smemOpt, err = dev.Attribute(driver.AttrMaxSharedPerBlockOpt); err != nil {
+			return err
+		}
+		k.arch = ArchFor(k.major, k.minor)
+		mod, err := driver.LoadData(cudakernels.Fatbin)
+		if err != nil {
+			return fmt.Errorf("cuda: loading the kernel fatbin on sm_%d%d (SASS for sm_80, sm_90a, sm_100f; PTX for compute_80): %w", k.major, k.minor, err)
 		}
 		k.mod = mod
-		for _, name := range []string{cudakernels.SparseFwdD256, cudakernels.SparseFwdD128, cudakernels.SparseFwdD64,
-			cudakernels.DecodeD256, cudakernels.DecodeD128, cudakernels.DecodeD64,
-			cudakernels.CombineD256, cudakernels.CombineD128, cudakernels.CombineD64} {
+		for _, name := range portableNames {
 			fn, err := mod.Function(name)
 			if err != nil {
 				return fmt.Errorf("cuda: kernel %s: %w", name, err)
 			}
 			k.fns[name] = fn
 		}
+		for _, name := range TCNames(k.arch) {
+			fn, err := mod.Function(name)
+			if driver.IsNotFound(err) {
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("cuda: kernel %s: %w", name, err)
+			}
+			threads, err := fn.Attribute(driver.FuncAttrMaxThreadsPerBlock)
+			if err != nil {
+				return err
+			}
+			if threads < 32 || threads%32 != 0 {
+				continue // not a launch-bounded tensor-core kernel: leave the variant on the portable one
+			}
+			k.tc[name] = tcKernel{fn: fn, threads: threads}
+		}
 		return nil
 	})
 	if err != nil {
+		if k.mod != 0 {
+			err = errors.Join(err, run(ctx, k.mod.Unload))
+		}
 		return nil, err
 	}
 	return k, nil
 }
 
-// Close frees the scratch buffers and unloads the module.
-func (k *Kernels) Close(ctx cu.Context) error {
+// Arch is the kernel family Load chose for the device.
+func (k *Kernels) Arch() Arch { return k.arch }
+
+// Device describes the device the module was loaded on.
+func (k *Kernels) Device() (name string, major, minor int) { return k.devName, k.major, k.minor }
+
+// TensorCoreKernels lists the tensor-core kernels found in the fatbin for
+// this device's family.
+func (k *Kernels) TensorCoreKernels() []string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var out []string
+	for _, n := range TCNames(k.arch) {
+		if _, ok := k.tc[n]; ok {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// SetPath selects the kernels of later calls (PathAuto by default).
+func (k *Kernels) SetPath(p Path) {
+	k.mu.Lock()
+	k.path = p
+	k.mu.Unlock()
+}
+
+// LastKernels lists the kernels the last SparseForward / SparsePrefill /
+// Combine / Decode call launched, in order.
+func (k *Kernels) LastKernels() []string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return append([]string(nil), k.last...)
+}
+
+// Fallbacks reports, per tensor-core kernel that applied to a call's dtypes
+// but did not run, the reason (the portable kernel ran instead).
+func (k *Kernels) Fallbacks() map[string]string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	out := map[string]string{}
+	for n, w := range k.fallback {
+		out[n] = w
+	}
+	return out
+}
+
+// Close frees every scratch buffer and unloads the module. It attempts
+// every step and returns all failures joined; afterwards k must not be
+// used (a second Close returns nil).
+func (k *Kernels) Close(ctx Runner) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.closed {
+		return nil
+	}
+	k.closed = true
 	return run(ctx, func() error {
-		for _, b := range k.bufs {
-			if err := cu.MemFree(b.ptr); err != nil {
-				return err
+		var errs []error
+		for role, b := range k.bufs {
+			if err := driver.MemFree(b.ptr); err != nil {
+				errs = append(errs, fmt.Errorf("cuda: freeing %s: %w", role, err))
 			}
 		}
 		k.bufs = map[string]*devBuf{}
-		return k.mod.Unload()
+		k.tmaps = map[string]driver.TensorMap{}
+		if k.mod != 0 {
+			if err := k.mod.Unload(); err != nil {
+				errs = append(errs, fmt.Errorf("cuda: unloading the module: %w", err))
+			}
+			k.mod = 0
+		}
+		return errors.Join(errs...)
 	})
 }
 
@@ -86,12 +234,12 @@ func (k *Kernels) upload(role string, src unsafe.Pointer, n int64) (uint64, erro
 	need := max(n, 16)
 	if b == nil || b.size < need {
 		if b != nil {
-			if err := cu.MemFree(b.ptr); err != nil {
+			delete(k.bufs, role)
+			if err := driver.MemFree(b.ptr); err != nil {
 				return 0, err
 			}
-			delete(k.bufs, role)
 		}
-		ptr, err := cu.MemAlloc(need)
+		ptr, err := driver.MemAlloc(need)
 		if err != nil {
 			return 0, fmt.Errorf("cuda: allocating %d bytes for %s: %w", need, role, err)
 		}
@@ -99,7 +247,7 @@ func (k *Kernels) upload(role string, src unsafe.Pointer, n int64) (uint64, erro
 		k.bufs[role] = b
 	}
 	if n > 0 {
-		if err := cu.MemcpyHtoD(b.ptr, src, n); err != nil {
+		if err := driver.MemcpyHtoD(b.ptr, src, n); err != nil {
 			return 0, fmt.Errorf("cuda: uploading %s: %w", role, err)
 		}
 	}
@@ -113,18 +261,173 @@ func (k *Kernels) uploadInt32(role string, v []int32) (uint64, error) {
 	return k.upload(role, unsafe.Pointer(&v[0]), int64(len(v))*4)
 }
 
-// launch starts fn on grid CTAs of Threads threads; its only argument is the
-// device address of its parameter block.
+func (k *Kernels) check() error {
+	if k.closed {
+		return errors.New("cuda: Kernels used after Close")
+	}
+	return nil
+}
+
+// launch starts a portable kernel on grid CTAs of Threads threads; its only
+// argument is the device address of its parameter block.
 func (k *Kernels) launch(name string, grid int, params uint64) error {
 	fn, ok := k.fns[name]
 	if !ok {
 		return fmt.Errorf("cuda: kernel %s not loaded", name)
 	}
 	arg := params
-	if err := fn.Launch(grid, 1, 1, Threads, 1, 1, 0, cu.NoStream, []unsafe.Pointer{unsafe.Pointer(&arg)}); err != nil {
+	cfg := driver.LaunchConfig{Grid: driver.Dim3{X: uint32(grid), Y: 1, Z: 1}, Block: driver.Dim3{X: Threads, Y: 1, Z: 1}}
+	if err := driver.Launch(fn, cfg, driver.Bytes(&arg)); err != nil {
 		return fmt.Errorf("cuda: launching %s on %d CTAs: %w", name, grid, err)
 	}
+	k.last = append(k.last, name)
 	return nil
+}
+
+// tensorMap encodes s (validated) or returns the cached encoding.
+func (k *Kernels) tensorMap(s TensorMapSpec) (driver.TensorMap, error) {
+	if err := s.Validate(); err != nil {
+		return driver.TensorMap{}, err
+	}
+	key := s.Key()
+	if m, ok := k.tmaps[key]; ok {
+		return m, nil
+	}
+	dt := driver.TMapUint8
+	if s.ElemBytes() == 2 {
+		dt = driver.TMapBFloat16
+	}
+	es := make([]uint32, len(s.Dims))
+	for i := range es {
+		es[i] = 1
+	}
+	swz := map[int]int{0: driver.SwizzleNone, 32: driver.Swizzle32B, 64: driver.Swizzle64B, 128: driver.Swizzle128B}[s.Swizzle]
+	m, err := driver.EncodeTiled(dt, driver.DevicePtr(s.Base), s.Dims, s.Strides, s.Box, es, swz, driver.L2Promotion128B, driver.OOBFillNone)
+	if err != nil {
+		return driver.TensorMap{}, fmt.Errorf("cuda: tensor map %s: %w", s.Name, err)
+	}
+	if len(k.tmaps) >= maxTensorMaps {
+		clear(k.tmaps)
+	}
+	k.tmaps[key] = m
+	return m, nil
+}
+
+// tcKernel returns the loaded kernel of plan p, with the dynamic shared
+// memory attribute raised to what the launch requests.
+func (k *Kernels) tcFor(p *TCPlan) (tcKernel, int, bool, string) {
+	kern, ok := k.tc[p.Name]
+	if !ok {
+		return kern, 0, false, "not in the fatbin"
+	}
+	smem := p.SmemBytes
+	if smem == 0 {
+		smem = k.smemOpt // geometry not modelled in Go: the device's opt-in maximum always suffices
+	}
+	if smem > k.smemOpt {
+		return kern, 0, false, fmt.Sprintf("needs %d B of shared memory, the device allows %d", smem, k.smemOpt)
+	}
+	if smem > 48<<10 && kern.smemSet < smem {
+		if err := kern.fn.SetAttribute(driver.FuncAttrMaxDynamicSharedBytes, smem); err != nil {
+			return kern, 0, false, err.Error()
+		}
+		kern.smemSet = smem
+		k.tc[p.Name] = kern
+	}
+	return kern, smem, true, ""
+}
+
+// launchTC launches a tensor-core kernel: parameter block and tensor maps
+// by value.
+func (k *Kernels) launchTC(p *TCPlan, kern tcKernel, smem int, params []byte) error {
+	var maps [3]driver.TensorMap
+	for i, s := range []TensorMapSpec{p.Q, p.K, p.V} {
+		m, err := k.tensorMap(s)
+		if err != nil {
+			return err
+		}
+		maps[i] = m
+	}
+	cfg := driver.LaunchConfig{Grid: driver.Dim3{X: uint32(p.GridBlocks), Y: 1, Z: 1},
+		Block: driver.Dim3{X: uint32(kern.threads), Y: 1, Z: 1}, SharedBytes: uint32(smem)}
+	if err := driver.Launch(kern.fn, cfg, params, driver.Bytes(&maps)); err != nil {
+		return fmt.Errorf("cuda: launching %s on %d CTAs (%d threads, %d B shared): %w", p.Name, p.GridBlocks, kern.threads, smem, err)
+	}
+	k.last = append(k.last, p.Name)
+	return nil
+}
+
+// SparseForward launches the sparse prefill partials of the work items of
+// s (built from csr): O_partial / LSE_partial slices per slot, the partial
+// buffers holding all a.TotalQ queries. SparsePrefill is the windowed
+// forward + combine that bounds the partials.
+func (k *Kernels) SparseForward(ctx Runner, a *FwdArgs, csr *plan.CSR, s *plan.FwdSchedule) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if err := k.check(); err != nil {
+		return err
+	}
+	k.last = k.last[:0]
+	return run(ctx, func() error { return k.forward(a, csr, s, 0, a.TotalQ) })
+}
+
+// forward launches the items of s whose queries lie in [q0, q1): the
+// partial pointers of a address a window of q1-q0 queries.
+func (k *Kernels) forward(a *FwdArgs, csr *plan.CSR, s *plan.FwdSchedule, q0, q1 int) error {
+	if csr == nil || s == nil {
+		return fmt.Errorf("cuda: nil CSR or forward schedule")
+	}
+	if len(s.Metadata) < s.Capacity*plan.MetaFields {
+		return fmt.Errorf("cuda: forward schedule metadata has %d entries: expected %d", len(s.Metadata), s.Capacity*plan.MetaFields)
+	}
+	var dev FwdPlanPtrs
+	var err error
+	if dev.RowPtr, err = k.uploadInt32("fwd.row_ptr", csr.RowPtr); err != nil {
+		return err
+	}
+	if dev.QSplit, err = k.uploadInt32("fwd.qsplit", s.QSplit); err != nil {
+		return err
+	}
+	if dev.Metadata, err = k.uploadInt32("fwd.metadata", s.Metadata[:s.Capacity*plan.MetaFields]); err != nil {
+		return err
+	}
+	if dev.WorkCount, err = k.uploadInt32("fwd.work_count", []int32{s.WorkCount}); err != nil {
+		return err
+	}
+	p, err := NewFwdKernelParams(a, csr, s, dev)
+	if err != nil {
+		return err
+	}
+	if s.WorkCount == 0 {
+		return nil
+	}
+	// The window: partial row (slot*n + q - q0) of the window's n queries.
+	n := q1 - q0
+	shift := uint64(q0) * uint64(a.Hq)
+	p.TotalQ = int32(n)
+	p.OPartial -= shift * uint64(a.D) * uint64(partialSize(a.PartialDtype))
+	p.LSEPartial -= shift * 4
+	if p.TLSEPartial != 0 {
+		p.TLSEPartial -= shift * 4
+	}
+	if k.path == PathAuto {
+		tp, why := TCFwdPlan(k.arch, a, int(s.WorkCount))
+		if why == "" {
+			kern, smem, ok, why2 := k.tcFor(&tp)
+			if ok {
+				return k.launchTC(&tp, kern, smem, driver.Bytes(&p))
+			}
+			why = why2
+		}
+		if v, ok := FwdVariant(a.QDtype, a.KVDtype); ok && k.arch != ArchPortable {
+			k.fallback[TCName(k.arch, "fwd", v, a.D)] = why
+		}
+	}
+	pp, err := k.upload("fwd.params", unsafe.Pointer(&p), int64(unsafe.Sizeof(p)))
+	if err != nil {
+		return err
+	}
+	return k.launch(pick(a.D, cudakernels.SparseFwdD256, cudakernels.SparseFwdD128, cudakernels.SparseFwdD64), int(s.WorkCount), pp)
 }
 
 // pick returns the kernel for head dim d (validated by the params builders).
@@ -138,48 +441,15 @@ func pick(d int, d256, d128, d64 string) string {
 	return d128
 }
 
-// SparseForward launches the sparse prefill partials (SPEC 4) of the work
-// items of s (built from csr): O_partial / LSE_partial slices per slot.
-func (k *Kernels) SparseForward(ctx cu.Context, a *FwdArgs, csr *plan.CSR, s *plan.FwdSchedule) error {
-	return run(ctx, func() error {
-		if csr == nil || s == nil {
-			return fmt.Errorf("cuda: nil CSR or forward schedule")
-		}
-		var dev FwdPlanPtrs
-		var err error
-		if dev.RowPtr, err = k.uploadInt32("fwd.row_ptr", csr.RowPtr); err != nil {
-			return err
-		}
-		if dev.QSplit, err = k.uploadInt32("fwd.qsplit", s.QSplit); err != nil {
-			return err
-		}
-		if len(s.Metadata) < s.Capacity*plan.MetaFields {
-			return fmt.Errorf("cuda: forward schedule metadata has %d entries: expected %d", len(s.Metadata), s.Capacity*plan.MetaFields)
-		}
-		if dev.Metadata, err = k.uploadInt32("fwd.metadata", s.Metadata[:s.Capacity*plan.MetaFields]); err != nil {
-			return err
-		}
-		if dev.WorkCount, err = k.uploadInt32("fwd.work_count", []int32{s.WorkCount}); err != nil {
-			return err
-		}
-		p, err := NewFwdKernelParams(a, csr, s, dev)
-		if err != nil {
-			return err
-		}
-		pp, err := k.upload("fwd.params", unsafe.Pointer(&p), int64(unsafe.Sizeof(p)))
-		if err != nil {
-			return err
-		}
-		if s.WorkCount == 0 {
-			return nil
-		}
-		return k.launch(pick(a.D, cudakernels.SparseFwdD256, cudakernels.SparseFwdD128, cudakernels.SparseFwdD64), int(s.WorkCount), pp)
-	})
-}
-
 // Combine merges the per-slot partials of a sparse forward into the BF16
-// output and LSE (SPEC 5); s supplies SplitCounts.
-func (k *Kernels) Combine(ctx cu.Context, a *CombineArgs, s *plan.FwdSchedule) error {
+// output and LSE; s supplies SplitCounts.
+func (k *Kernels) Combine(ctx Runner, a *CombineArgs, s *plan.FwdSchedule) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if err := k.check(); err != nil {
+		return err
+	}
+	k.last = k.last[:0]
 	return run(ctx, func() error {
 		if s == nil || len(s.SplitCounts) != a.TotalQ*a.Hkv {
 			return fmt.Errorf("cuda: combine: split_counts must have total_q*Hkv = %d entries", a.TotalQ*a.Hkv)
@@ -188,27 +458,89 @@ func (k *Kernels) Combine(ctx cu.Context, a *CombineArgs, s *plan.FwdSchedule) e
 		if err != nil {
 			return err
 		}
-		p, err := NewCombineKernelParams(a, sc)
-		if err != nil {
-			return err
-		}
-		pp, err := k.upload("combine.params", unsafe.Pointer(&p), int64(unsafe.Sizeof(p)))
-		if err != nil {
-			return err
-		}
-		rows := a.TotalQ * a.Hq
-		if rows == 0 {
-			return nil
-		}
-		return k.launch(pick(a.D, cudakernels.CombineD256, cudakernels.CombineD128, cudakernels.CombineD64), (rows+Threads/32-1)/(Threads/32), pp)
+		return k.combine(a, sc, 0, a.TotalQ)
 	})
 }
 
-// Decode launches the paged decode of s (SPEC 7) and, for a split-KV
-// schedule, the combine of its float32 partials into a.Out / a.LSE. With
-// a.Q2K != 0 it is sparse decode: each query row attends only the blocks of
-// a.BlkKV tokens it selected (a.Q2K stays in device memory).
-func (k *Kernels) Decode(ctx cu.Context, a *DecodeArgs, s *plan.DecodeSchedule) error {
+// combine merges the window [q0, q1) (partials of that window only).
+func (k *Kernels) combine(a *CombineArgs, splitCounts uint64, q0, q1 int) error {
+	p, err := NewCombineKernelParams(a, splitCounts)
+	if err != nil {
+		return err
+	}
+	n := q1 - q0
+	rows := uint64(q0) * uint64(a.Hq)
+	p.TotalQ = int32(n)
+	p.SplitCounts += uint64(q0) * uint64(a.Hkv) * 4
+	p.Out += rows * uint64(a.D) * 2
+	p.LSE += rows * 4
+	if p.TLSE != 0 {
+		p.TLSE += rows * 4
+	}
+	if n == 0 || a.Hq == 0 {
+		return nil
+	}
+	pp, err := k.upload("combine.params", unsafe.Pointer(&p), int64(unsafe.Sizeof(p)))
+	if err != nil {
+		return err
+	}
+	return k.launch(pick(a.D, cudakernels.CombineD256, cudakernels.CombineD128, cudakernels.CombineD64), (n*a.Hq+Threads/32-1)/(Threads/32), pp)
+}
+
+// SparsePrefill runs the sparse prefill and its combine in query windows of
+// window queries (WindowQueries gives the CPU path's choice), so that the
+// partial buffers of fa (and ca's partial pointers, which must be the same)
+// need to hold one window only: PartialBytes(window, ...). cuQ is the host
+// copy of cu_seqlens_q. The partials of a window are written, combined into
+// ca.Out / ca.LSE / ca.TLSE at the window's rows, then reused.
+func (k *Kernels) SparsePrefill(ctx Runner, fa *FwdArgs, ca *CombineArgs, csr *plan.CSR, s *plan.FwdSchedule, cuQ []int32, window int) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if err := k.check(); err != nil {
+		return err
+	}
+	k.last = k.last[:0]
+	if fa.TotalQ != ca.TotalQ || fa.OPartial != ca.OPartial || fa.LSEPartial != ca.LSEPartial || fa.TLSEPartial != ca.TLSEPartial {
+		return fmt.Errorf("cuda: SparsePrefill: forward and combine arguments disagree on total_q or the partial buffers")
+	}
+	if s == nil || len(s.SplitCounts) != ca.TotalQ*ca.Hkv {
+		return fmt.Errorf("cuda: combine: split_counts must have total_q*Hkv = %d entries", ca.TotalQ*ca.Hkv)
+	}
+	if len(cuQ) != fa.NumBatch+1 || (fa.NumBatch > 0 && int(cuQ[fa.NumBatch]) != fa.TotalQ) {
+		return fmt.Errorf("cuda: SparsePrefill: cu_seqlens_q has %d entries (last %v): expected %d ending at total_q = %d", len(cuQ), cuQ[len(cuQ)-1:], fa.NumBatch+1, fa.TotalQ)
+	}
+	wins, err := FwdWindows(csr, s, cuQ, fa.TotalQ, window)
+	if err != nil {
+		return err
+	}
+	return run(ctx, func() error {
+		sc, err := k.uploadInt32("combine.split_counts", s.SplitCounts)
+		if err != nil {
+			return err
+		}
+		for _, w := range wins {
+			if err := k.forward(fa, csr, w.Sched, w.Q0, w.Q1); err != nil {
+				return err
+			}
+			if err := k.combine(ca, sc, w.Q0, w.Q1); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// Decode launches the paged decode of s and, for a split-KV schedule, the
+// combine of its float32 partials into a.Out / a.LSE. With a.Q2K != 0 it is
+// sparse decode: each query row attends only the blocks of a.BlkKV tokens
+// it selected (a.Q2K stays in device memory).
+func (k *Kernels) Decode(ctx Runner, a *DecodeArgs, s *plan.DecodeSchedule) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if err := k.check(); err != nil {
+		return err
+	}
+	k.last = k.last[:0]
 	return run(ctx, func() error {
 		if s == nil {
 			return fmt.Errorf("cuda: nil decode schedule")
@@ -233,29 +565,53 @@ func (k *Kernels) Decode(ctx cu.Context, a *DecodeArgs, s *plan.DecodeSchedule) 
 		if err != nil {
 			return err
 		}
-		pp, err := k.upload("decode.params", unsafe.Pointer(&p), int64(unsafe.Sizeof(p)))
-		if err != nil {
-			return err
-		}
 		if s.WorkCount > 0 {
-			if err := k.launch(pick(a.D, cudakernels.DecodeD256, cudakernels.DecodeD128, cudakernels.DecodeD64), s.WorkCount, pp); err != nil {
-				return err
+			launched := false
+			if k.path == PathAuto {
+				tp, why := TCDecodePlan(k.arch, a, s.WorkCount)
+				if why == "" {
+					kern, smem, ok, why2 := k.tcFor(&tp)
+					if ok {
+						if err := k.launchTC(&tp, kern, smem, driver.Bytes(&p)); err != nil {
+							return err
+						}
+						launched = true
+					}
+					why = why2
+				}
+				if v, ok := DecodeVariant(a.QDtype, a.KVDtype); ok && !launched && k.arch != ArchPortable {
+					k.fallback[TCName(k.arch, "decode", v, a.D)] = why
+				}
+			}
+			if !launched {
+				pp, err := k.upload("decode.params", unsafe.Pointer(&p), int64(unsafe.Sizeof(p)))
+				if err != nil {
+					return err
+				}
+				if err := k.launch(pick(a.D, cudakernels.DecodeD256, cudakernels.DecodeD128, cudakernels.DecodeD64), s.WorkCount, pp); err != nil {
+					return err
+				}
 			}
 		}
 		if !s.SplitKV {
+			return nil
+		}
+		rows := a.Batch * a.SeqlenQ * a.Hq
+		if rows == 0 {
 			return nil
 		}
 		cp, err := k.upload("decode.combine_params", unsafe.Pointer(&c), int64(unsafe.Sizeof(c)))
 		if err != nil {
 			return err
 		}
-		rows := a.Batch * a.SeqlenQ * a.Hq
-		if rows == 0 {
-			return nil
-		}
 		return k.launch(pick(a.D, cudakernels.CombineD256, cudakernels.CombineD128, cudakernels.CombineD64), (rows+Threads/32-1)/(Threads/32), cp)
 	})
 }
 
 // Synchronize waits for every launched kernel (cuCtxSynchronize).
-func Synchronize(ctx cu.Context) error { return run(ctx, cu.Synchronize) }
+func Synchronize(ctx Runner) error {
+	if err := driver.Open(); err != nil {
+		return err
+	}
+	return run(ctx, driver.Synchronize)
+}

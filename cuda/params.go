@@ -3,7 +3,9 @@ package cuda
 import (
 	"fmt"
 	"math"
+	"slices"
 
+	"github.com/sparseattn/msa/kernels/attn"
 	"github.com/sparseattn/msa/kernels/plan"
 )
 
@@ -121,6 +123,10 @@ type FwdArgs struct {
 	Causal                                    bool
 	SoftmaxScale                              float32 // 0: 1/sqrt(D)
 	Temperature                               float32 // used when TLSEPartial != 0
+	// KVRows is the leading extent of K and V: total_k (dense) or the
+	// number of pages (paged). Only the tensor-core kernels need it (their
+	// tensor maps); 0 keeps a launch on the portable kernels.
+	KVRows int
 }
 
 // FwdPlanPtrs are the device copies of the plan arrays a forward launch reads.
@@ -133,6 +139,51 @@ func softmaxLog2(scale float32, d int) float32 {
 		scale = float32(1 / math.Sqrt(float64(d)))
 	}
 	return float32(float64(scale) * log2e)
+}
+
+// operandAlign is the alignment the portable kernels' vector loads need of
+// a Q, K or V base address: 16 bytes for BF16 rows (uint4 loads), 8 for
+// E4M3 (uint2), 4 for packed NVFP4 (uint32). Every row is a multiple of it
+// (D >= 64), so an aligned base keeps every row aligned.
+func operandAlign(dt Dtype) uint64 {
+	switch dt {
+	case BF16, F16:
+		return 16
+	case E4M3:
+		return 8
+	}
+	return 4
+}
+
+// checkAlign returns an error when a non-null device address is not a
+// multiple of n: a misaligned vector load raises a sticky
+// CUDA_ERROR_MISALIGNED_ADDRESS that kills the whole context.
+func checkAlign(name string, ptr, n uint64) error {
+	if ptr != 0 && ptr%n != 0 {
+		return fmt.Errorf("cuda: %s at %#x: must be %d-byte aligned", name, ptr, n)
+	}
+	return nil
+}
+
+// checkOperands checks Q/K/V, partial and output alignment (0 = absent).
+func checkOperands(q, k, v uint64, qd, kvd Dtype, more ...alignReq) error {
+	for _, c := range []alignReq{{"q", q, operandAlign(qd)}, {"k", k, operandAlign(kvd)}, {"v", v, operandAlign(kvd)}} {
+		if err := checkAlign(c.name, c.ptr, c.align); err != nil {
+			return err
+		}
+	}
+	for _, c := range more {
+		if err := checkAlign(c.name, c.ptr, c.align); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+type alignReq = struct {
+	name  string
+	ptr   uint64
+	align uint64
 }
 
 func checkDtypes(q, kv Dtype, pr Round) error {
@@ -184,6 +235,13 @@ func NewFwdKernelParams(a *FwdArgs, csr *plan.CSR, s *plan.FwdSchedule, dev FwdP
 		return p, fmt.Errorf("cuda: temperature = %v: must be finite and > 0", a.Temperature)
 	}
 	if err := checkDtypes(a.QDtype, a.KVDtype, a.PVRound); err != nil {
+		return p, err
+	}
+	if err := checkOperands(a.Q, a.K, a.V, a.QDtype, a.KVDtype,
+		alignReq{"o_partial", a.OPartial, 16}, alignReq{"lse_partial", a.LSEPartial, 4}, alignReq{"tlse_partial", a.TLSEPartial, 4},
+		alignReq{"k_scale", a.KScale, 4}, alignReq{"v_scale", a.VScale, 4}, alignReq{"k_global_scale", a.KGlobalScale, 4},
+		alignReq{"cu_seqlens_q", a.CuSeqlensQ, 4}, alignReq{"cu_seqlens_k", a.CuSeqlensK, 4},
+		alignReq{"seqused_k", a.SequsedK, 4}, alignReq{"page_table", a.PageTable, 4}); err != nil {
 		return p, err
 	}
 	for _, c := range []struct {
@@ -265,6 +323,9 @@ type DecodeArgs struct {
 	QDtype, KVDtype                                       Dtype
 	PVRound                                               Round
 	SoftmaxScale                                          float32 // 0: 1/sqrt(D)
+	// NumPages is the page count of K and V; only the tensor-core kernels
+	// need it (0 keeps a launch on the portable kernels).
+	NumPages int
 }
 
 // DecodePlanPtrs are the device copies of the decode schedule arrays.
@@ -301,6 +362,13 @@ func NewDecodeKernelParams(a *DecodeArgs, s *plan.DecodeSchedule, dev DecodePlan
 		return p, c, fmt.Errorf("cuda: decode schedule: work count %d, capacity %d, %d items", s.WorkCount, s.Capacity, len(s.Request))
 	}
 	if err := checkDtypes(a.QDtype, a.KVDtype, a.PVRound); err != nil {
+		return p, c, err
+	}
+	if err := checkOperands(a.Q, a.K, a.V, a.QDtype, a.KVDtype,
+		alignReq{"o_partial", a.OPartial, 16}, alignReq{"lse_partial", a.LSEPartial, 4},
+		alignReq{"out", a.Out, 16}, alignReq{"lse", a.LSE, 4}, alignReq{"q2k", a.Q2K, 4},
+		alignReq{"k_scale", a.KScale, 4}, alignReq{"v_scale", a.VScale, 4},
+		alignReq{"seqused_k", a.SequsedK, 4}, alignReq{"page_table", a.PageTable, 4}); err != nil {
 		return p, c, err
 	}
 	if err := fits32("batch*seqlen_q*Hq", a.Batch*a.SeqlenQ*a.Hq); err != nil {
@@ -343,4 +411,97 @@ func NewDecodeKernelParams(a *DecodeArgs, s *plan.DecodeSchedule, dev DecodePlan
 		SeqlenQ: int32(a.SeqlenQ), QStride: int32(s.QStride),
 	}
 	return p, c, nil
+}
+
+// MaxPartialBytes bounds the prefill partials of one launch window on the
+// GPU, as attn.MaxPartialBytes does on the CPU: 256 MiB.
+const MaxPartialBytes = attn.MaxPartialBytes
+
+// minWindow is the CPU path's smallest query window (kernels/attn).
+const minWindow = 1024
+
+// WindowQueries returns the query window W of a prefill with totalQ
+// queries, slots partial slots of hq heads x d elements of psz bytes: all
+// queries when their partials fit in MaxPartialBytes, else the largest
+// window that fits, raised to 1024 queries as long as that stays within 4x
+// the cap (at least one query) -- the CPU path's rule (attn.RunPrefill).
+func WindowQueries(totalQ, slots, hq, d, psz int) int {
+	perQuery := max(slots*hq*d*psz, 1)
+	w := MaxPartialBytes / perQuery
+	if w < minWindow {
+		w = min(minWindow, 4*MaxPartialBytes/perQuery)
+	}
+	return max(min(w, totalQ), 1)
+}
+
+// PartialBytes is the device memory of the O partials and of the LSE (and
+// temperature LSE) partials of a window of w queries: what a caller
+// allocates for SparsePrefill.
+func PartialBytes(w, slots, hq, d, psz int) (o, lse int64) {
+	rows := int64(slots) * int64(w) * int64(hq)
+	return rows * int64(d) * int64(psz), rows * 4
+}
+
+// FwdWindow is the part of a forward schedule whose queries lie in
+// [Q0, Q1): its work items are the schedule's items clipped to those
+// queries (q_begin / q_count narrowed; items without such queries dropped).
+type FwdWindow struct {
+	Q0, Q1 int
+	Sched  *plan.FwdSchedule // Metadata/Capacity/WorkCount of the window; QSplit and SplitCounts shared
+}
+
+// FwdWindows cuts s into windows of w queries (global query rows; cuQ is
+// the host copy of cu_seqlens_q). One window covering every query returns
+// s itself, so a call that fits the cap launches exactly the schedule it
+// was given. Entries of a CSR row are batch-local query indices in
+// ascending order (plan.CSR), so each item's part in a window is one
+// contiguous entry range.
+func FwdWindows(csr *plan.CSR, s *plan.FwdSchedule, cuQ []int32, totalQ, w int) ([]FwdWindow, error) {
+	if w >= totalQ {
+		return []FwdWindow{{Q0: 0, Q1: totalQ, Sched: s}}, nil
+	}
+	if w < 1 {
+		return nil, fmt.Errorf("cuda: query window %d: must be >= 1", w)
+	}
+	nb := len(cuQ) - 1
+	var out []FwdWindow
+	for q0 := 0; q0 < totalQ; q0 += w {
+		q1 := min(totalQ, q0+w)
+		ws := &plan.FwdSchedule{QSplit: s.QSplit, SplitCounts: s.SplitCounts, Target: s.Target}
+		for i := 0; i < int(s.WorkCount); i++ {
+			m := s.Metadata[i*plan.MetaFields : (i+1)*plan.MetaFields]
+			h, row, qBegin, qCount, b := int(m[0]), int(m[1]), int(m[2]), int(m[3]), int(m[4])
+			if b < 0 || b >= nb || h < 0 || h >= csr.Hkv || row < 0 || row >= csr.TotalRows {
+				return nil, fmt.Errorf("cuda: forward schedule item %d: (head %d, row %d, batch %d) out of range", i, h, row, b)
+			}
+			if int(cuQ[b]) >= q1 || int(cuQ[b+1]) <= q0 {
+				continue
+			}
+			base := h*csr.Stride + int(csr.RowPtr[h*(csr.TotalRows+1)+row]) + qBegin
+			if base < 0 || qCount < 0 || base+qCount > len(csr.QIdx) {
+				return nil, fmt.Errorf("cuda: forward schedule item %d: entries [%d, %d) outside the CSR", i, base, base+qCount)
+			}
+			qs := csr.QIdx[base : base+qCount]
+			lo, _ := slices.BinarySearch(qs, int32(q0)-cuQ[b])
+			hi, _ := slices.BinarySearch(qs, int32(q1)-cuQ[b])
+			if lo < hi {
+				ws.Metadata = append(ws.Metadata, m[0], m[1], int32(qBegin+lo), int32(hi-lo), m[4], m[5])
+			}
+		}
+		ws.Capacity = len(ws.Metadata) / plan.MetaFields
+		ws.WorkCount = int32(ws.Capacity)
+		out = append(out, FwdWindow{Q0: q0, Q1: q1, Sched: ws})
+	}
+	return out, nil
+}
+
+// partialSize is the element size of a partial dtype.
+func partialSize(d Dtype) int {
+	switch d {
+	case F32:
+		return 4
+	case BF16, F16:
+		return 2
+	}
+	return 1
 }

@@ -46,10 +46,10 @@ package op
 // with any CUDA op, and its functions carry no launcher / scratch buffers.
 //
 // Threading and ordering: CUDADo runs on the tape machine's runall
-// goroutine. Each call first flushes the machine's batched CUDA queue
-// (DoWork, as gorgonia's flushInstr does), so pending host-to-device input
-// copies have been issued, then locks its OS thread and pushes the engine's
-// context for the duration of the driver calls. Every copy and launch uses
+// goroutine. Each call locks its OS thread, pushes the engine's context and
+// then flushes the machine's batched CUDA queue (DoWork, as gorgonia's
+// flushInstr does, on a locked thread with the context current), so pending
+// host-to-device input copies have been issued before our driver calls. Every copy and launch uses
 // the legacy default stream, so they are ordered with gorgonia's own work;
 // synchronous device-to-host copies wait for earlier kernels.
 //
@@ -58,10 +58,21 @@ package op
 // memory) can be read on the host right after the node.
 //
 // Device memory: outputs live in gorgonia's arena (prealloc). Partials and
-// the LSE buffers are allocated with cuMemAlloc per attention node (grown,
-// never shrunk) and freed when the context is destroyed (engine Close).
+// the LSE buffers are allocated with cuMemAlloc per attention node and CUDA
+// context (grown, never shrunk). The context is identified by its driver ID
+// (cuCtxGetId), never by its handle, which a new context may reuse. A node
+// run alternately on two contexts keeps one set of buffers in each (no
+// allocation per switch). When the node is garbage collected its buffers
+// are queued and freed by the next CUDA call in their context; buffers of a
+// destroyed context were freed with it. Prefill partials are windowed like
+// the CPU path's (at most cuda.MaxPartialBytes, attn.MaxPartialBytes).
+//
+// The binary also links package cuda/driver/initcheck, which runs before
+// gorgonia.org/cu's init and replaces its bare os.Exit(1) on a machine
+// without a usable driver by one line that says what is missing.
 
 import (
+	"errors"
 	"fmt"
 	"reflect"
 	"runtime"
@@ -70,6 +81,8 @@ import (
 	"weak"
 
 	mcuda "github.com/sparseattn/msa/cuda"
+	"github.com/sparseattn/msa/cuda/driver"
+	_ "github.com/sparseattn/msa/cuda/driver/initcheck" // before gorgonia.org/cu's init: one clear line without a driver
 	"github.com/sparseattn/msa/kernels/attn"
 	"github.com/sparseattn/msa/kernels/tile"
 	"gorgonia.org/cu"
@@ -155,6 +168,7 @@ type gpuEnv struct {
 	dev    G.Device
 	eng    *gcuda.Engine
 	ctx    cu.CUContext
+	ctxID  uint64 // cuCtxGetId of ctx: unique for the process's lifetime
 }
 
 // withGPU flushes the machine's batched queue, makes the engine's context
@@ -169,11 +183,6 @@ func withGPU(fn string, extern G.External, dev G.Device, body func(e *gpuEnv) (G
 		return nil, argErr(fn, "device", fmt.Sprintf("a device in [0, %d)", len(engs)), int(dev))
 	}
 	eng := &engs[int(dev)]
-	if w, ok := extern.(interface{ DoWork() error }); ok {
-		if err := w.DoWork(); err != nil {
-			return nil, fmt.Errorf("op: %s: flushing gorgonia's batched CUDA calls: %w", fn, err)
-		}
-	}
 	e := &gpuEnv{fn: fn, extern: extern, dev: dev, eng: eng, ctx: eng.Context().CUDAContext()}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -190,6 +199,22 @@ func withGPU(fn string, extern G.External, dev G.Device, body func(e *gpuEnv) (G
 			v, err = nil, fmt.Errorf("op: %s: CUDA path failed: %v", fn, r)
 		}
 	}()
+	if w, ok := extern.(interface{ DoWork() error }); ok {
+		if err := w.DoWork(); err != nil {
+			return nil, fmt.Errorf("op: %s: flushing gorgonia's batched CUDA calls: %w", fn, err)
+		}
+	}
+	if err := driver.Open(); err != nil {
+		return nil, fmt.Errorf("op: %s: %w", fn, err)
+	}
+	id, err := driver.CurrentContextID()
+	if err != nil {
+		return nil, fmt.Errorf("op: %s: identifying the CUDA context: %w", fn, err)
+	}
+	e.ctxID = id
+	if err := freePending(id); err != nil {
+		return nil, fmt.Errorf("op: %s: freeing the device buffers of a collected node: %w", fn, err)
+	}
 	return body(e)
 }
 
@@ -311,8 +336,9 @@ func (e *gpuEnv) toDevice(h *tensor.Dense, prealloc G.Value) (G.Value, error) {
 // ---- kernels module, once per context --------------------------------------------
 
 type kernelsEntry struct {
-	ctx cu.CUContext
-	k   *mcuda.Kernels
+	ctx   cu.CUContext
+	ctxID uint64
+	k     *mcuda.Kernels
 }
 
 var (
@@ -329,16 +355,21 @@ func (e *gpuEnv) kernels() (*mcuda.Kernels, error) {
 	for eng, ent := range kernelsByEngine {
 		if eng != e.eng && eng.Context().CUDAContext() != ent.ctx {
 			delete(kernelsByEngine, eng)
+			dropContext(ent.ctxID)
 		}
 	}
-	if ent, ok := kernelsByEngine[e.eng]; ok && ent.ctx == e.ctx {
-		return ent.k, nil
+	if ent, ok := kernelsByEngine[e.eng]; ok {
+		if ent.ctxID == e.ctxID {
+			return ent.k, nil
+		}
+		delete(kernelsByEngine, e.eng) // a new context (maybe at the old handle): the old one is gone
+		dropContext(ent.ctxID)
 	}
 	k, err := mcuda.Load(nil) // the context is current on this locked thread
 	if err != nil {
 		return nil, fmt.Errorf("op: %s: %w", e.fn, err)
 	}
-	kernelsByEngine[e.eng] = kernelsEntry{ctx: e.ctx, k: k}
+	kernelsByEngine[e.eng] = kernelsEntry{ctx: e.ctx, ctxID: e.ctxID, k: k}
 	return k, nil
 }
 
@@ -369,43 +400,98 @@ func (b *devBuf) ensure(fn, role string, n int64) error {
 	return nil
 }
 
-// attnDev is the device side of an attnState: partial buffers and the
-// LSE results the accessors read. Guarded by the attnState's mutex.
+// attnDev is the device side of an attnState in one CUDA context: partial
+// buffers and the LSE results the accessors read. Guarded by the
+// attnState's mutex.
 type attnDev struct {
-	ctx                      cu.CUContext
 	oPart, lsePart, tlsePart devBuf
 	lse, tlse                devBuf
 	lseOK, tlseOK            bool // lse / tlse hold the last run's results
 }
 
+func (d *attnDev) ptrs() []cu.DevicePtr {
+	var out []cu.DevicePtr
+	for _, b := range []*devBuf{&d.oPart, &d.lsePart, &d.tlsePart, &d.lse, &d.tlse} {
+		if b.ptr != 0 {
+			out = append(out, b.ptr)
+		}
+	}
+	return out
+}
+
 var (
 	devStatesMu sync.Mutex
-	devStates   = map[weak.Pointer[attnState]]*attnDev{}
+	// devStates holds every attention node's buffers per context ID.
+	devStates = map[weak.Pointer[attnState]]map[uint64]*attnDev{}
+	// pendingFree holds, per context ID, the buffers of collected nodes,
+	// freed by the next CUDA call in that context (freePending).
+	pendingFree = map[uint64][]cu.DevicePtr{}
 )
 
-// devState returns st's device state in context ctx (created when create;
-// reset when the context changed: the old buffers died with their context).
-func devState(st *attnState, ctx cu.CUContext, create bool) *attnDev {
+// devState returns st's device state in the context with ID ctxID (created
+// when create). Each context keeps its own buffers, so alternating between
+// contexts allocates nothing after the first run in each.
+func devState(st *attnState, ctxID uint64, create bool) *attnDev {
 	key := weak.Make(st)
 	devStatesMu.Lock()
 	defer devStatesMu.Unlock()
-	ds := devStates[key]
-	if ds == nil {
+	byCtx := devStates[key]
+	if byCtx == nil {
 		if !create {
 			return nil
 		}
-		ds = &attnDev{ctx: ctx}
-		devStates[key] = ds
-		runtime.AddCleanup(st, func(k weak.Pointer[attnState]) {
-			devStatesMu.Lock()
-			delete(devStates, k)
-			devStatesMu.Unlock()
-		}, key)
+		byCtx = map[uint64]*attnDev{}
+		devStates[key] = byCtx
+		runtime.AddCleanup(st, releaseState, key)
 	}
-	if ds.ctx != ctx {
-		*ds = attnDev{ctx: ctx}
+	ds := byCtx[ctxID]
+	if ds == nil && create {
+		ds = &attnDev{}
+		byCtx[ctxID] = ds
 	}
 	return ds
+}
+
+// releaseState runs when an attnState is collected: its buffers are queued
+// for freeing in their contexts (a cleanup runs on an arbitrary goroutine
+// with no context current, so it makes no driver call).
+func releaseState(key weak.Pointer[attnState]) {
+	devStatesMu.Lock()
+	defer devStatesMu.Unlock()
+	for id, ds := range devStates[key] {
+		if p := ds.ptrs(); len(p) > 0 {
+			pendingFree[id] = append(pendingFree[id], p...)
+		}
+	}
+	delete(devStates, key)
+}
+
+// freePending frees the queued buffers of context ctxID, which is current
+// on the calling (locked) thread; it tries every buffer and joins errors.
+func freePending(ctxID uint64) error {
+	devStatesMu.Lock()
+	ptrs := pendingFree[ctxID]
+	delete(pendingFree, ctxID)
+	devStatesMu.Unlock()
+	var errs []error
+	for _, p := range ptrs {
+		if err := cu.MemFree(p); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// dropContext forgets everything of a destroyed context: its memory went
+// with it (freeing it now would be an error, or worse, hit a new context's
+// allocation at the same address).
+func dropContext(ctxID uint64) {
+	devStatesMu.Lock()
+	defer devStatesMu.Unlock()
+	delete(pendingFree, ctxID)
+	for _, byCtx := range devStates {
+		delete(byCtx, ctxID)
+	}
 }
 
 // hostAttention runs an attention op's CPU Do on host copies (GPU kernels
@@ -416,11 +502,22 @@ func (e *gpuEnv) hostAttention(op G.Op, st *attnState, prealloc G.Value, inputs 
 		return nil, err
 	}
 	st.mu.Lock()
-	if ds := devState(st, e.ctx, false); ds != nil {
+	if ds := devState(st, e.ctxID, false); ds != nil {
 		ds.lseOK, ds.tlseOK = false, false
 	}
 	st.mu.Unlock()
 	return v, nil
+}
+
+// usedSlots is the largest split count of a forward schedule (at least 1,
+// at most topK): the partial slots a prefill writes, as the CPU path sizes
+// them.
+func usedSlots(splitCounts []int32, topK int) int {
+	n := int32(1)
+	for _, c := range splitCounts {
+		n = max(n, c)
+	}
+	return min(int(n), max(topK, 1))
 }
 
 func partialCode(p attn.PartialDtype) (mcuda.Dtype, int64) {
@@ -520,11 +617,13 @@ func (op *sparseAttnOp) gpu(e *gpuEnv, prealloc G.Value, in []G.Value) (G.Value,
 		return nil, err
 	}
 
-	ds := devState(op.st, e.ctx, true)
+	ds := devState(op.st, e.ctxID, true)
 	ds.lseOK, ds.tlseOK = false, false
 	rows := int64(p.TotalQ) * int64(p.HQ)
 	pdt, psz := partialCode(p.Partial)
-	slots := int64(p.TopK)
+	slots := usedSlots(p.Sched.SplitCounts, p.TopK)
+	window := mcuda.WindowQueries(p.TotalQ, slots, p.HQ, p.D, int(psz))
+	oBytes, lseBytes := mcuda.PartialBytes(window, slots, p.HQ, p.D, int(psz))
 	needT := sc.returnTLSE
 	realT := needT && p.InvT != 0 // else the temperature LSE is the LSE
 	for _, b := range []struct {
@@ -533,9 +632,9 @@ func (op *sparseAttnOp) gpu(e *gpuEnv, prealloc G.Value, in []G.Value) (G.Value,
 		n    int64
 		want bool
 	}{
-		{&ds.oPart, "O partials", slots * rows * int64(p.D) * psz, true},
-		{&ds.lsePart, "LSE partials", slots * rows * 4, true},
-		{&ds.tlsePart, "temperature LSE partials", slots * rows * 4, realT},
+		{&ds.oPart, "O partials", oBytes, true},
+		{&ds.lsePart, "LSE partials", lseBytes, true},
+		{&ds.tlsePart, "temperature LSE partials", lseBytes, realT},
 		{&ds.lse, "LSE", rows * 4, true},
 		{&ds.tlse, "temperature LSE", rows * 4, needT},
 	} {
@@ -559,8 +658,8 @@ func (op *sparseAttnOp) gpu(e *gpuEnv, prealloc G.Value, in []G.Value) (G.Value,
 		fa.KVDtype = mcuda.NVFP4
 	}
 	fa.PartialDtype, fa.PVRound, fa.Causal, fa.SoftmaxScale = pdt, roundCode(p.PV), p.Causal, p.Scale
-	if err := kern.SparseForward(nil, &fa, &sc.csr, sc.sched); err != nil {
-		return nil, fmt.Errorf("op: %s: %w", fn, err)
+	if s := in[1].Shape(); s.Dims() > 0 {
+		fa.KVRows = s[0] // total_k (dense) or the page count (paged)
 	}
 	ca.OPartial, ca.LSEPartial, ca.TLSEPartial = fa.OPartial, fa.LSEPartial, fa.TLSEPartial
 	ca.LSE = uint64(ds.lse.ptr)
@@ -568,7 +667,7 @@ func (op *sparseAttnOp) gpu(e *gpuEnv, prealloc G.Value, in []G.Value) (G.Value,
 		ca.TLSE = uint64(ds.tlse.ptr)
 	}
 	ca.TotalQ, ca.Hq, ca.Hkv, ca.D, ca.TopK, ca.PartialDtype = p.TotalQ, p.HQ, p.Hkv, p.D, p.TopK, pdt
-	if err := kern.Combine(nil, &ca, sc.sched); err != nil {
+	if err := kern.SparsePrefill(nil, &fa, &ca, &sc.csr, sc.sched, p.CuQ, window); err != nil {
 		return nil, fmt.Errorf("op: %s: %w", fn, err)
 	}
 	if needT && !realT && rows > 0 {
@@ -664,7 +763,7 @@ func (op *decodeAttnOp) gpu(e *gpuEnv, prealloc G.Value, in []G.Value) (G.Value,
 		}
 		da.TopK, da.BlkKV = m.topK, m.blk
 	}
-	ds := devState(op.st, e.ctx, true)
+	ds := devState(op.st, e.ctxID, true)
 	ds.lseOK, ds.tlseOK = false, false
 	rows := int64(m.batch) * int64(m.seqlenQ) * int64(m.hq)
 	if err := ds.lse.ensure(fn, "LSE", rows*4); err != nil {
@@ -684,6 +783,9 @@ func (op *decodeAttnOp) gpu(e *gpuEnv, prealloc G.Value, in []G.Value) (G.Value,
 	da.Batch, da.SeqlenQ, da.Hq, da.Hkv, da.D = m.batch, m.seqlenQ, m.hq, m.hkv, m.d
 	da.PageSize, da.PageTableStride = m.pageSize, m.cols
 	da.QDtype, da.KVDtype, da.PVRound, da.SoftmaxScale = dtypeCode(qd.Dtype()), dtypeCode(kd.Dtype()), roundCode(run.PV), run.Scale
+	if s := kd.Shape(); s.Dims() > 0 {
+		da.NumPages = s[0]
+	}
 	if err := kern.Decode(nil, &da, s); err != nil {
 		return nil, fmt.Errorf("op: %s: %w", fn, err)
 	}
@@ -710,7 +812,7 @@ func (op *lseOp) CUDADo(extern G.External, dev G.Device, prealloc G.Value, input
 			return nil, err
 		}
 		size := byteSize(out)
-		if ds := devState(op.st, e.ctx, false); ds != nil {
+		if ds := devState(op.st, e.ctxID, false); ds != nil {
 			src, ok := ds.lse, ds.lseOK
 			if op.temp {
 				src, ok = ds.tlse, ds.tlseOK

@@ -1,0 +1,164 @@
+package cuda
+
+// Go model of kernels/cuda/sm100_layout.cuh: the shared-memory and
+// tensor-memory maps of the SM100 (tcgen05) kernels. The launcher takes the
+// dynamic shared memory of a launch from here; TestSM100LayoutPins
+// (emu_sm100_test.go) checks these numbers against the MSA_SM100_PIN lines of
+// the header, which the CUDA compiler checks against the C++ functions.
+
+// SM100Variant is an SM100 kernel variant (sm100_layout.cuh Variant).
+type SM100Variant int
+
+// SM100 kernel variants, in the header's order.
+const (
+	SM100BF16    SM100Variant = 0 // BF16 Q/K/V, kind::f16
+	SM100FP8     SM100Variant = 1 // E4M3 Q/K/V, kind::f8f6f4
+	SM100BF16FP8 SM100Variant = 2 // BF16 Q, E4M3 K/V converted to bf16
+	SM100NVFP4   SM100Variant = 3 // NVFP4 K/V dequantised to bf16
+)
+
+// Constants of sm100_layout.cuh.
+const (
+	sm100Threads    = 128
+	sm100TileM      = 128
+	sm100BlockKeys  = 128
+	sm100KStepBytes = 32
+	sm100MaxDynSmem = 232448
+	sm100AlignSlack = 1024
+	sm100DecRows    = 64
+	tmemColumns     = 512
+)
+
+func alignUp(x, a int) int { return (x + a - 1) / a * a }
+
+func pow2Ceil(x int) int {
+	p := 1
+	for p < x {
+		p *= 2
+	}
+	return p
+}
+
+func (v SM100Variant) mmaBytes() int {
+	if v == SM100FP8 {
+		return 1
+	}
+	return 2
+}
+
+func (v SM100Variant) converted() bool { return v == SM100BF16FP8 || v == SM100NVFP4 }
+
+// rawRowBytes is kv_row_bytes: one K/V row of d elements in global memory.
+func (v SM100Variant) rawRowBytes(d int) int {
+	switch v {
+	case SM100BF16:
+		return 2 * d
+	case SM100NVFP4:
+		return d / 2
+	}
+	return d
+}
+
+func spanOf(rowBytes int) int   { return min(rowBytes, 128) }
+func blocksOf(rowBytes int) int { return rowBytes / spanOf(rowBytes) }
+
+// SM100FwdLayout is FwdLayout<V, D>: byte offsets from the 1024-aligned
+// dynamic shared memory base and tensor-memory columns of the prefill kernel.
+type SM100FwdLayout struct {
+	QRowBytes, KVRow, PRowBytes, RawRow int
+	QPOff, QPBytes, KOff, VOff, KVBytes int
+	RawOff, RawBytes, BarOff, TmemSlot  int
+	SmemBytes                           int
+	TmemS, TmemO, TmemCols              int
+	QKSteps, PVSteps, KeysPerPVStep     int
+	BoxSpan, Boxes                      int
+	IdescQK, IdescPV                    uint32
+}
+
+// SM100Fwd returns the prefill layout of variant v, head dim d.
+func SM100Fwd(v SM100Variant, d int) SM100FwdLayout {
+	var l SM100FwdLayout
+	l.QRowBytes = d * v.mmaBytes()
+	l.KVRow = d * v.mmaBytes()
+	l.PRowBytes = sm100BlockKeys * v.mmaBytes()
+	l.RawRow = v.rawRowBytes(d)
+	l.QPBytes = max(sm100TileM*l.QRowBytes, sm100TileM*l.PRowBytes)
+	l.KVBytes = sm100BlockKeys * l.KVRow
+	l.KOff = alignUp(l.QPOff+l.QPBytes, 1024)
+	l.VOff = alignUp(l.KOff+l.KVBytes, 1024)
+	if v.converted() {
+		l.RawBytes = sm100BlockKeys * l.RawRow
+	}
+	l.RawOff = alignUp(l.VOff+l.KVBytes, 1024)
+	l.BarOff = alignUp(l.RawOff+l.RawBytes, 1024)
+	l.TmemSlot = l.BarOff + 8*3
+	l.SmemBytes = l.TmemSlot + 8 + sm100AlignSlack
+	l.TmemS, l.TmemO = 0, sm100BlockKeys
+	l.TmemCols = pow2Ceil(sm100BlockKeys + d)
+	l.QKSteps = l.QRowBytes / sm100KStepBytes
+	l.PVSteps = l.PRowBytes / sm100KStepBytes
+	l.KeysPerPVStep = sm100KStepBytes / v.mmaBytes()
+	l.BoxSpan, l.Boxes = spanOf(l.RawRow), blocksOf(l.RawRow)
+	f8 := v == SM100FP8
+	l.IdescQK = ummaIdesc(f8, sm100TileM, sm100BlockKeys, false, false)
+	l.IdescPV = ummaIdesc(f8, sm100TileM, d, false, true)
+	return l
+}
+
+// SM100DecLayout is DecLayout<V, D> of the decode kernel (swapped products).
+type SM100DecLayout struct {
+	RowBytes, QBytes, KVBytes, PRowBytes, PBytes int
+	QOff, KOff, VOff, POff, RedOff, BarOff       int
+	TmemSlot, SmemBytes                          int
+	OM, OMMAs, TmemS, TmemO, TmemCols            int
+	IdescQK, IdescPV                             uint32
+}
+
+// SM100Dec returns the decode layout of variant v (BF16 or FP8), head dim d.
+func SM100Dec(v SM100Variant, d int) SM100DecLayout {
+	var l SM100DecLayout
+	es := v.mmaBytes()
+	l.RowBytes = d * es
+	l.QBytes = sm100DecRows * l.RowBytes
+	l.KVBytes = sm100BlockKeys * l.RowBytes
+	l.PRowBytes = sm100DecRows * es
+	l.PBytes = sm100BlockKeys * l.PRowBytes
+	l.KOff = alignUp(l.QOff+l.QBytes, 1024)
+	l.VOff = alignUp(l.KOff+l.KVBytes, 1024)
+	l.POff = alignUp(l.VOff+l.KVBytes, 1024)
+	l.RedOff = alignUp(l.POff+l.PBytes, 1024)
+	l.BarOff = alignUp(l.RedOff+2*4*sm100DecRows*4, 16)
+	l.TmemSlot = l.BarOff + 8*3
+	l.SmemBytes = l.TmemSlot + 8 + sm100AlignSlack
+	l.OM = min(d, 128)
+	l.OMMAs = d / l.OM
+	l.TmemS, l.TmemO = 0, sm100DecRows
+	l.TmemCols = pow2Ceil(sm100DecRows + l.OMMAs*sm100DecRows)
+	f8 := v == SM100FP8
+	l.IdescQK = ummaIdesc(f8, sm100BlockKeys, sm100DecRows, false, false)
+	l.IdescPV = ummaIdesc(f8, l.OM, sm100DecRows, true, true)
+	return l
+}
+
+// ummaIdesc is umma_idesc: the instruction descriptor of a dense
+// kind::f16 (BF16 operands) or kind::f8f6f4 (E4M3) MMA with F32 accumulate.
+func ummaIdesc(f8 bool, m, n int, aMN, bMN bool) uint32 {
+	b := func(x bool) uint32 {
+		if x {
+			return 1
+		}
+		return 0
+	}
+	return 1<<4 | b(!f8)<<7 | b(!f8)<<10 | b(aMN)<<15 | b(bMN)<<16 | uint32(n>>3)<<17 | uint32(m>>4)<<24
+}
+
+// sm100PagedRows is paged_rows: keys per TMA box of a paged K/V map.
+func sm100PagedRows(pageSize int) int { return min(sm100BlockKeys, pageSize) }
+
+// SM100PagedOK is paged_ok: the launcher's precondition for paged K/V on the
+// SM100 kernels (else the portable kernel runs): a power-of-2 page size,
+// boxes that land 1024-byte aligned, blocks starting on box boundaries.
+func SM100PagedOK(pageSize, blkKV, boxSpan int) bool {
+	r := sm100PagedRows(pageSize)
+	return pageSize >= 1 && pageSize&(pageSize-1) == 0 && r*boxSpan%1024 == 0 && blkKV%r == 0
+}

@@ -196,7 +196,9 @@ func buildPrefillGraph(T int, dm graphDims, topK, blk, workers int, seed uint64)
 //	           x = x + reshape(float32(DecodeAttention(q, K, V, sched))) . Wo
 //
 // A step: seqused_k grows by one (in place), a new x is let, RunAll, and
-// every layer's updated cache is let back into its cache input.
+// every layer's updated cache is let back into its cache input (the way
+// the graph API documents it; WritePagedKV updates the let tensor in place
+// and returns it, so this re-lets the same tensor and copies nothing).
 type decodeGraph struct {
 	g                 *G.ExprGraph
 	x, su, out        *G.Node
@@ -299,7 +301,7 @@ func (dg *decodeGraph) prepareStep() error {
 }
 
 // finishStep lets every layer's updated cache back into its input, as the
-// next step's cache (no copy: WritePagedKV returns a new tensor each run).
+// next step's cache (no copy).
 func (dg *decodeGraph) finishStep() error {
 	for l := range dg.cacheOut {
 		for kv := 0; kv < 2; kv++ {

@@ -34,6 +34,8 @@ type calibration struct {
 	bwScan      float64 // GB/s, workers goroutines scanning it with bytes.IndexByte
 	bwBytes     int
 	calibTimeMS float64
+	ncpu        int // logical CPUs, for the noise rules
+	workers     int // this run's worker goroutines, for the noise rules
 }
 
 // measurePeak runs tile.PeakGFLOPS on one goroutine, then on workers
@@ -137,7 +139,7 @@ func sum8(s []uint64) uint64 {
 
 func calibrate(cfg *config) calibration {
 	t0 := time.Now()
-	c := calibration{peakTier: peakTier(tile.Tier()), bwBytes: cfg.bwBytes}
+	c := calibration{peakTier: peakTier(tile.Tier()), bwBytes: cfg.bwBytes, ncpu: runtime.NumCPU(), workers: cfg.workers}
 	c.peak1, c.peak = measurePeak(c.peakTier, cfg.workers, cfg.peakTime)
 	c.bwSum, c.bwScan = measureBandwidth(cfg.bwBytes, cfg.workers, 5)
 	c.bw = max(c.bwSum, c.bwScan)

@@ -135,7 +135,7 @@ func denseForPrefill(cfg *config, p *prefillProb, r *result) error {
 					}
 				}
 			}
-			med, _, _, err := timeIt(cfg.denseMinTime, 2, 20, func() error {
+			med, _, _, err := timeIt(cfg.denseMinTime, minReps, 20, func() error {
 				for i := 0; i < nh; i++ {
 					if err := dg.run(qs[i], ks[kvh(i)][0], ks[kvh(i)][1]); err != nil {
 						return err
@@ -170,14 +170,15 @@ func denseForPrefill(cfg *config, p *prefillProb, r *result) error {
 	}
 	scale := float64(hq) * float64(T) / float64(tm) * float64(T) / float64(tm)
 	r.denseMS = e.perUnitMS * scale
+	r.denseExtrap = tm != T
 	r.denseVerify, r.denseVerifyDetail = e.verify, e.detail
 	switch {
 	case tm == T && nh == hq:
 		r.denseNote = fmt.Sprintf("Gorgonia dense: all %d heads measured at T=%d", hq, T)
 	case tm == T:
-		r.denseNote = fmt.Sprintf("Gorgonia dense: %d of %d heads measured at T=%d, time x%d/%d heads", nh, hq, T, hq, nh)
+		r.denseNote = fmt.Sprintf("Gorgonia dense: %d of %d heads measured at T=%d, scaled x%d/%d heads", nh, hq, T, hq, nh)
 	default:
-		r.denseNote = fmt.Sprintf("Gorgonia dense: %d of %d heads measured at T=%d, extrapolated x%d heads x(%d/%d)^2", nh, hq, tm, hq, T, tm)
+		r.denseNote = fmt.Sprintf("Gorgonia dense: %d of %d heads measured at T=%d, scaled x%d/%d heads, extrapolated x(%d/%d)^2", nh, hq, tm, hq, nh, T, tm)
 	}
 	return nil
 }
@@ -216,7 +217,7 @@ func denseForDecode(cfg *config, p *decodeProb, r *result) error {
 					})
 				}
 			}
-			med, _, _, err := timeIt(cfg.denseMinTime, 2, 50, func() error {
+			med, _, _, err := timeIt(cfg.denseMinTime, minReps, 50, func() error {
 				for _, x := range ins {
 					if err := dg.run(x.q, x.k, x.v); err != nil {
 						return err
@@ -252,7 +253,7 @@ func denseForDecode(cfg *config, p *decodeProb, r *result) error {
 	if nb == B {
 		r.denseNote = fmt.Sprintf("Gorgonia dense: all %d requests measured (float32 K/V)", B)
 	} else {
-		r.denseNote = fmt.Sprintf("Gorgonia dense: %d of %d requests measured (float32 K/V), time x%d/%d", nb, B, B, nb)
+		r.denseNote = fmt.Sprintf("Gorgonia dense: %d of %d requests measured (float32 K/V), scaled x%d/%d", nb, B, B, nb)
 	}
 	return nil
 }

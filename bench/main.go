@@ -39,7 +39,7 @@ type config struct {
 	denseReqs           int
 	torch               string
 	python              string
-	torchDType          string
+	torchBF16           bool
 	torchMax            int
 	torchTimeout        time.Duration
 	maxKVGiB            float64
@@ -83,7 +83,7 @@ func parseFlags() (*config, error) {
 	flag.IntVar(&cfg.page, "page", 128, "decode page size (tokens)")
 	flag.StringVar(&cfg.out, "out", "", "directory for results.csv, results.md and plot.png")
 	caseList := flag.String("cases", "prefill,nvfp4,decode,graph", "case groups to run: prefill, nvfp4, decode, graph (model graphs: graph.go)")
-	flag.BoolVar(&cfg.progress, "progress", false, "draw the progress bar even when stderr is not a terminal")
+	flag.BoolVar(&cfg.progress, "progress", false, "draw the '\\r' progress bar on stderr even when stdout or stderr is not a terminal (default there: one line per case on stdout)")
 	flag.DurationVar(&cfg.minTime, "min-time", 0, "minimum timed duration per case (default 1s; 300ms with -quick)")
 	flag.IntVar(&cfg.verifyRows, "verify-rows", 32, "query rows sampled per prefill case by -verify (decode: rows/16 requests, at least 1)")
 	dense := flag.Bool("dense", true, "measure the Gorgonia dense baseline")
@@ -92,7 +92,7 @@ func parseFlags() (*config, error) {
 	flag.IntVar(&cfg.denseReqs, "dense-reqs", 2, "decode requests timed by the Gorgonia baseline (scaled to the batch)")
 	flag.StringVar(&cfg.torch, "torch", "", "PyTorch baseline: auto (when importable) or off; default auto, off with -tiny")
 	flag.StringVar(&cfg.python, "python", "/usr/bin/python3", "Python interpreter with torch")
-	flag.StringVar(&cfg.torchDType, "torch-dtype", "bf16", "PyTorch dtype: bf16 or fp32")
+	flag.BoolVar(&cfg.torchBF16, "torch-bf16", true, "also time PyTorch's same sparse/paged work in BF16 (columns tbf16_ms, x_tbf16)")
 	flag.DurationVar(&cfg.torchTimeout, "torch-timeout", 10*time.Minute, "limit for the whole PyTorch run")
 	flag.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of each case's timed op calls (not the baselines) to FILE.<case>")
 	flag.Float64Var(&cfg.maxKVGiB, "max-kv-gib", 2, "skip cases whose K+V storage exceeds this many GiB")
@@ -137,11 +137,6 @@ func parseFlags() (*config, error) {
 	case "", "bf16", "fp8":
 	default:
 		return nil, fmt.Errorf("-dtype: want bf16 or fp8, got %q", cfg.dtype)
-	}
-	switch cfg.torchDType {
-	case "bf16", "fp32":
-	default:
-		return nil, fmt.Errorf("-torch-dtype: want bf16 or fp32, got %q", cfg.torchDType)
 	}
 	switch cfg.topK {
 	case 4, 8, 16, 32:
@@ -260,23 +255,25 @@ func main() {
 		rs = append(rs, r)
 		if gib := c.kvBytes() / (1 << 30); gib > cfg.maxKVGiB {
 			r.err = fmt.Sprintf("skipped: K+V is %.2f GiB, above -max-kv-gib %.2f", gib, cfg.maxKVGiB)
-			prog.step()
+			prog.step(r)
 			continue
 		}
+		before := readCPUSample()
 		if err := runCase(cfg, c, r, prog); err != nil {
 			r.err = err.Error()
 			failed = true
 		}
+		r.load = loadBetween(before, readCPUSample())
 		debug.FreeOSMemory() // return the case's buffers before the next one
 		r.derive(cal)
 		if r.verify == "FAIL" || r.denseVerify == "FAIL" {
 			failed = true
 		}
-		prog.step()
+		prog.step(r)
 	}
 	prog.phase("PyTorch", "baseline")
 	torchStatus := runTorch(cfg, rs)
-	prog.step()
+	prog.stepText("PyTorch", "baselines finished")
 	prog.finish()
 	for _, r := range rs {
 		r.derive(cal)

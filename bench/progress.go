@@ -2,33 +2,56 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"time"
 )
 
-// progress draws a one-line bar on stderr: [=====>    ] 3/12 case: phase.
-// A nil *progress draws nothing.
+// progress reports the run's progress in one of two ways:
+//
+//   - bar: a one-line bar redrawn with '\r' on stderr,
+//     [=====>    ] 3/12 case: phase, when stdout and stderr are both
+//     terminals (or with -progress);
+//   - lines: one complete line per finished case on stdout, when stdout
+//     or stderr is not a terminal (a log file or a pipe gets no '\r'
+//     fragments and sees each case as it ends).
+//
+// A nil *progress reports nothing.
 type progress struct {
+	bar         bool
+	w           io.Writer
 	total, done int
 	start       time.Time
-	last        int // length of the last line, for clearing
+	last        int // length of the last bar line, for clearing
+	now         func() time.Time
 }
 
-// newProgress returns a bar when enabled (flag -progress, or stderr is a
-// terminal), else nil.
+// isTerminal reports whether f is a character device (a terminal).
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// newProgress chooses the bar (force, or stdout and stderr both
+// terminals) or one line per case on stdout.
 func newProgress(total int, force bool) *progress {
-	if !force {
-		fi, err := os.Stderr.Stat()
-		if err != nil || fi.Mode()&os.ModeCharDevice == 0 {
-			return nil
-		}
+	if force || isTerminal(os.Stdout) && isTerminal(os.Stderr) {
+		return newProgressTo(total, true, os.Stderr)
 	}
-	return &progress{total: total, start: time.Now()}
+	return newProgressTo(total, false, os.Stdout)
 }
 
+// newProgressTo reports to w, as a bar or as one line per case.
+func newProgressTo(total int, bar bool, w io.Writer) *progress {
+	return &progress{bar: bar, w: w, total: total, start: time.Now(), now: time.Now}
+}
+
+func (p *progress) elapsed() float64 { return p.now().Sub(p.start).Seconds() }
+
+// phase shows what the current case is doing (bar only).
 func (p *progress) phase(name, what string) {
-	if p == nil {
+	if p == nil || !p.bar {
 		return
 	}
 	const width = 24
@@ -37,24 +60,67 @@ func (p *progress) phase(name, what string) {
 	if fill < width {
 		bar += ">" + strings.Repeat(" ", width-fill-1)
 	}
-	line := fmt.Sprintf("[%s] %d/%d %5.0fs %s: %s", bar, p.done, p.total, time.Since(p.start).Seconds(), name, what)
+	line := fmt.Sprintf("[%s] %d/%d %5.0fs %s: %s", bar, p.done, p.total, p.elapsed(), name, what)
 	pad := ""
 	if len(line) < p.last {
 		pad = strings.Repeat(" ", p.last-len(line))
 	}
 	p.last = len(line)
-	fmt.Fprintf(os.Stderr, "\r%s%s", line, pad)
+	fmt.Fprintf(p.w, "\r%s%s", line, pad)
 }
 
-func (p *progress) step() {
-	if p != nil {
-		p.done++
-	}
-}
-
-func (p *progress) finish() {
+// step counts a finished case; in line mode it prints the case's line.
+func (p *progress) step(r *result) {
 	if p == nil {
 		return
 	}
-	fmt.Fprintf(os.Stderr, "\r%s\r", strings.Repeat(" ", p.last))
+	p.done++
+	if !p.bar && r != nil {
+		p.line(r.c.Name, caseLine(r))
+	}
+}
+
+// stepText counts a finished step that is not a case (the PyTorch run);
+// in line mode it prints text.
+func (p *progress) stepText(name, text string) {
+	if p == nil {
+		return
+	}
+	p.done++
+	if !p.bar {
+		p.line(name, text)
+	}
+}
+
+func (p *progress) line(name, text string) {
+	fmt.Fprintf(p.w, "[%d/%d %4.0fs] %s: %s\n", p.done, p.total, p.elapsed(), name, text)
+}
+
+// caseLine summarises a finished case for the line mode.
+func caseLine(r *result) string {
+	if r.err != "" {
+		return r.err
+	}
+	s := fmt.Sprintf("%s ms median of %d (best %s, worst %s), %s GFLOP/s", f1(r.timeMS), r.reps, f1(r.sp.best), f1(r.sp.worst), f1(r.gflops))
+	if r.load.ok {
+		s += fmt.Sprintf(", others %.0f%% CPU, steal %.0f%%", 100*r.load.others, 100*r.load.steal)
+	}
+	if r.load.loadEnd > 0 {
+		s += fmt.Sprintf(", load %.2f", r.load.loadEnd)
+	}
+	if len(r.noise) > 0 {
+		s += " NOISY (" + strings.Join(r.noise, ", ") + ")"
+	}
+	if r.verify != "" {
+		s += ", verify " + r.verify
+	}
+	return s
+}
+
+// finish clears the bar.
+func (p *progress) finish() {
+	if p == nil || !p.bar {
+		return
+	}
+	fmt.Fprintf(p.w, "\r%s\r", strings.Repeat(" ", p.last))
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 )
@@ -18,26 +19,40 @@ type result struct {
 	bytes             float64 // Q + K + V bytes
 	timeMS, bestMS    float64 // median and fastest of reps runs
 	reps              int
-	planMS            float64 // prefill: CSR + schedule; decode: Plan
-	gflops            float64 // flops / median time
-	peak              float64 // calibrated (best-window) peak GFLOP/s, all workers
-	pctPeak           float64 // median over reps of rate / sustained peak right after (paired)
-	pctBurst          float64 // gflops / peak
-	gbps              float64 // decode: bytes / median time
-	bw                float64 // calibrated (best-pass) read bandwidth GB/s
-	pctBW             float64 // decode: median over reps of GB/s / bandwidth right after (paired)
-	pctBWBest         float64 // decode: gbps / bw
+	samples           []float64 // ms of every timed call, in order
+	sp                spread    // of samples
+	load              loadStats // the machine around the case
+	noise             []string  // why the row is noisy (nil: not noisy)
+	planMS            float64   // prefill: CSR + schedule; decode: Plan
+	gflops            float64   // flops / median time
+	peak              float64   // calibrated (best-window) peak GFLOP/s, all workers
+	pctPeak           float64   // median over reps of rate / sustained peak right after (paired)
+	pctBurst          float64   // gflops / peak
+	gbps              float64   // decode: bytes / median time
+	bw                float64   // calibrated (best-pass) read bandwidth GB/s
+	pctBW             float64   // decode: median over reps of GB/s / bandwidth right after (paired)
+	pctBWBest         float64   // decode: gbps / bw
 	denseMS           float64
+	denseExtrap       bool // dense_ms extrapolated in length ((T/Tm)^2)
 	denseNote         string
 	denseVerify       string
 	denseVerifyDetail string
 	speedupDense      float64
-	torchMS           float64
-	torchNote         string
-	speedupTorch      float64
+	torch             torchResult // PyTorch dense attention, FP32
+	tsparse           torchResult // PyTorch, the same sparse (prefill) or paged (decode) work, FP32
+	tbf16             torchResult // PyTorch, the same sparse or paged work, BF16 (-torch-bf16)
 	verify            string
 	verifyDetail      string
 	err               string
+}
+
+// torchResult is one PyTorch baseline of a case.
+type torchResult struct {
+	ms      float64 // scaled to the whole case
+	extrap  bool    // extrapolated in length ((T/Tm)^2)
+	method  string  // how PyTorch computed it
+	note    string  // what was measured and how it was scaled
+	speedup float64 // ms / the op's median
 }
 
 func (r *result) derive(cal calibration) {
@@ -60,9 +75,19 @@ func (r *result) derive(cal calibration) {
 	if r.denseMS > 0 {
 		r.speedupDense = r.denseMS / r.timeMS
 	}
-	if r.torchMS > 0 {
-		r.speedupTorch = r.torchMS / r.timeMS
+	for _, t := range []*torchResult{&r.torch, &r.tsparse, &r.tbf16} {
+		t.speedup = 0
+		if t.ms > 0 {
+			t.speedup = t.ms / r.timeMS
+		}
 	}
+	r.sp = spreadOf(r.samples)
+	r.noise = noiseVerdict(r.sp, r.load, cal.ncpu, cal.workers, r.ratios())
+}
+
+// ratios are the percentage columns that can never exceed 100 as results.
+func (r *result) ratios() map[string]float64 {
+	return map[string]float64{"%peak": r.pctPeak, "%burst": r.pctBurst, "%BW": r.pctBW, "%BW best": r.pctBWBest}
 }
 
 func f1(x float64) string {
@@ -85,34 +110,111 @@ func fx(x float64) string {
 	return f1(x) + "x"
 }
 
-var tableHeader = []string{"case", "time_ms", "GFLOP/s", "%peak", "%burst", "GB/s", "%BW", "dense_ms", "x_dense", "torch_ms", "x_torch", "verify"}
-
-func (r *result) cells() []string {
-	if r.err != "" {
-		what := "error"
-		if strings.HasPrefix(r.err, "skipped") {
-			what = "skipped"
-		}
-		return []string{r.c.Name, what, "", "", "", "", "", "", "", "", "", ""}
+// star marks an extrapolated value.
+func star(s string, extrap bool) string {
+	if extrap && s != "-" {
+		return s + "*"
 	}
-	v := r.verify
-	if v == "" {
-		v = "-"
-	}
-	if r.denseVerify == "FAIL" {
-		v += " (dense FAIL)"
-	}
-	return []string{r.c.Name, f1(r.timeMS), f1(r.gflops), f1(r.pctPeak), f1(r.pctBurst), f1(r.gbps), f1(r.pctBW),
-		f1(r.denseMS), fx(r.speedupDense), f1(r.torchMS), fx(r.speedupTorch), v}
+	return s
 }
 
-// printTable writes the aligned text table and the method notes.
-func printTable(w io.Writer, rs []*result) {
-	rows := [][]string{tableHeader}
-	for _, r := range rs {
-		rows = append(rows, r.cells())
+// column is one column of the text and Markdown tables.
+type column struct {
+	name     string
+	cell     func(r *result) string
+	optional bool // dropped when blank in every row
+}
+
+var columns = []column{
+	{name: "case", cell: func(r *result) string { return r.c.Name }},
+	{name: "time_ms", cell: func(r *result) string { return f1(r.timeMS) }},
+	{name: "reps", cell: func(r *result) string { return strconv.Itoa(r.reps) }},
+	{name: "max/min", cell: func(r *result) string { return f1(r.sp.maxMin) }},
+	{name: "GFLOP/s", cell: func(r *result) string { return f1(r.gflops) }},
+	{name: "%peak", cell: func(r *result) string { return pct(r.pctPeak) }},
+	{name: "%burst", cell: func(r *result) string { return pct(r.pctBurst) }},
+	{name: "GB/s", cell: func(r *result) string { return f1(r.gbps) }},
+	{name: "%BW", cell: func(r *result) string { return pct(r.pctBW) }},
+	{name: "dense_ms", cell: func(r *result) string { return star(f1(r.denseMS), r.denseExtrap) }},
+	{name: "x_dense", cell: func(r *result) string { return star(fx(r.speedupDense), r.denseExtrap) }},
+	{name: "torch_ms", cell: func(r *result) string { return star(f1(r.torch.ms), r.torch.extrap) }},
+	{name: "x_torch", cell: func(r *result) string { return star(fx(r.torch.speedup), r.torch.extrap) }},
+	{name: "tsparse_ms", cell: func(r *result) string { return f1(r.tsparse.ms) }},
+	{name: "x_tsparse", cell: func(r *result) string { return fx(r.tsparse.speedup) }},
+	{name: "tbf16_ms", cell: func(r *result) string { return f1(r.tbf16.ms) }, optional: true},
+	{name: "x_tbf16", cell: func(r *result) string { return fx(r.tbf16.speedup) }, optional: true},
+	{name: "noise", cell: func(r *result) string {
+		if len(r.noise) == 0 {
+			return "-"
+		}
+		return "NOISY:" + strings.Join(r.noise, ",")
+	}},
+	{name: "verify", cell: func(r *result) string {
+		v := r.verify
+		if v == "" {
+			v = "-"
+		}
+		if r.denseVerify == "FAIL" {
+			v += " (dense FAIL)"
+		}
+		return v
+	}},
+}
+
+// tableColumns returns the columns to print: optional ones only when some
+// row has a value.
+func tableColumns(rs []*result) []column {
+	var cols []column
+	for _, c := range columns {
+		if c.optional {
+			used := false
+			for _, r := range rs {
+				if r.err == "" && c.cell(r) != "-" {
+					used = true
+				}
+			}
+			if !used {
+				continue
+			}
+		}
+		cols = append(cols, c)
 	}
-	width := make([]int, len(tableHeader))
+	return cols
+}
+
+func (r *result) cells(cols []column) []string {
+	out := make([]string, len(cols))
+	if r.err != "" {
+		out[0] = r.c.Name
+		out[1] = "error"
+		if strings.HasPrefix(r.err, "skipped") {
+			out[1] = "skipped"
+		}
+		return out
+	}
+	for i, c := range cols {
+		out[i] = c.cell(r)
+	}
+	return out
+}
+
+func header(cols []column) []string {
+	h := make([]string, len(cols))
+	for i, c := range cols {
+		h[i] = c.name
+	}
+	return h
+}
+
+// printTable writes the aligned text table, the run's noise verdict and
+// the per-case notes.
+func printTable(w io.Writer, rs []*result) {
+	cols := tableColumns(rs)
+	rows := [][]string{header(cols)}
+	for _, r := range rs {
+		rows = append(rows, r.cells(cols))
+	}
+	width := make([]int, len(cols))
 	for _, row := range rows {
 		for i, c := range row {
 			width[i] = max(width[i], len(c))
@@ -136,11 +238,65 @@ func printTable(w io.Writer, rs []*result) {
 			fmt.Fprintln(w, strings.Repeat("-", total))
 		}
 	}
+	fmt.Fprintln(w)
+	for _, l := range legend(rs) {
+		fmt.Fprintln(w, l)
+	}
 	printNotes(w, rs, "")
 }
 
-// printNotes lists, per case, how the baselines were obtained and any
-// verification detail or error.
+// legend explains the table's markers and gives the run's noise verdict.
+func legend(rs []*result) []string {
+	var out []string
+	for _, r := range rs {
+		if r.denseExtrap || r.torch.extrap || r.tsparse.extrap || r.tbf16.extrap {
+			out = append(out, "* extrapolated: the baseline ran on the first Tm tokens and was scaled by (T/Tm)^2 (notes below); other baseline times were measured on a subset of heads, requests or queries and scaled linearly")
+			break
+		}
+	}
+	if v := runNoise(rs); v != "" {
+		out = append(out, v)
+	} else {
+		out = append(out, "noise: no case flagged (spread, load, steal and ratios within the limits in bench/README.md)")
+	}
+	return out
+}
+
+// runNoise is the whole run's verdict: "" when no row is noisy, else a
+// line counting the flagged rows by reason.
+func runNoise(rs []*result) string {
+	count := map[string]int{}
+	rows, measured := 0, 0
+	maxOthers, maxLoad, maxSteal := 0.0, 0.0, 0.0
+	for _, r := range rs {
+		if r.err != "" {
+			continue
+		}
+		measured++
+		if len(r.noise) > 0 {
+			rows++
+		}
+		for _, n := range r.noise {
+			count[n]++
+		}
+		maxOthers = max(maxOthers, r.load.others)
+		maxSteal = max(maxSteal, r.load.steal)
+		maxLoad = max(maxLoad, r.load.loadStart, r.load.loadEnd)
+	}
+	if rows == 0 {
+		return ""
+	}
+	var why []string
+	for n, c := range count {
+		why = append(why, fmt.Sprintf("%s %d", n, c))
+	}
+	sort.Strings(why)
+	return fmt.Sprintf("NOISY RUN: %d of %d cases flagged (%s); other processes used up to %.0f%% of the CPUs, steal up to %.0f%%, load average up to %.2f. Treat every figure as approximate and rerun on a quiet machine before comparing.",
+		rows, measured, strings.Join(why, ", "), 100*maxOthers, 100*maxSteal, maxLoad)
+}
+
+// printNotes lists, per case, how the baselines were obtained, the noise
+// figures, and any verification detail or error.
 func printNotes(w io.Writer, rs []*result, bullet string) {
 	fmt.Fprintln(w)
 	for _, r := range rs {
@@ -148,11 +304,28 @@ func printNotes(w io.Writer, rs []*result, bullet string) {
 		if r.err != "" {
 			parts = append(parts, "ERROR: "+r.err)
 		}
+		if len(r.noise) > 0 {
+			parts = append(parts, "NOISY ("+strings.Join(r.noise, ", ")+")")
+		}
+		if d := describeNoise(r.sp, r.load); d != "" && r.err == "" {
+			parts = append(parts, d)
+		}
+		var over []string
+		for _, k := range []string{"%peak", "%burst", "%BW", "%BW best"} {
+			if v := r.ratios()[k]; v > 100 {
+				over = append(over, fmt.Sprintf("%s measured %.0f", k, v))
+			}
+		}
+		if len(over) > 0 {
+			parts = append(parts, strings.Join(over, ", ")+" (above 100%: not a result)")
+		}
 		if r.denseNote != "" {
 			parts = append(parts, r.denseNote)
 		}
-		if r.torchNote != "" {
-			parts = append(parts, r.torchNote)
+		for _, t := range []torchResult{r.torch, r.tsparse, r.tbf16} {
+			if t.note != "" {
+				parts = append(parts, t.note)
+			}
 		}
 		if r.verifyDetail != "" {
 			parts = append(parts, "verify: "+r.verifyDetail)
@@ -167,9 +340,13 @@ func printNotes(w io.Writer, rs []*result, bullet string) {
 }
 
 var csvHeader = []string{"case", "kind", "dtype", "seq_len", "batch", "hq", "hkv", "d", "topk", "blk", "page",
-	"workers", "tier", "visible_pairs", "flops", "bytes", "time_ms", "best_ms", "reps", "plan_ms",
+	"workers", "tier", "visible_pairs", "flops", "bytes", "time_ms", "best_ms", "worst_ms", "reps", "rel_iqr", "max_min",
+	"load_start", "load_end", "others_cpu", "steal", "noise", "plan_ms",
 	"gflops", "peak_tier", "peak_gflops", "pct_peak", "pct_peak_burst", "gbps", "bw_gbps", "pct_bw", "pct_bw_best",
-	"dense_ms", "speedup_vs_dense", "dense_method", "torch_ms", "speedup_vs_torch", "torch_method",
+	"dense_ms", "speedup_vs_dense", "dense_extrapolated", "dense_method",
+	"torch_ms", "speedup_vs_torch", "torch_extrapolated", "torch_method",
+	"tsparse_ms", "speedup_vs_tsparse", "tsparse_method",
+	"tbf16_ms", "speedup_vs_tbf16", "tbf16_method",
 	"verify", "verify_detail", "dense_verify", "error"}
 
 func num(x float64) string {
@@ -177,6 +354,13 @@ func num(x float64) string {
 		return ""
 	}
 	return strconv.FormatFloat(x, 'g', 6, 64)
+}
+
+func yes(b bool) string {
+	if b {
+		return "yes"
+	}
+	return ""
 }
 
 func writeCSV(path string, info *machineInfo, cal calibration, rs []*result) error {
@@ -191,9 +375,13 @@ func writeCSV(path string, info *machineInfo, cal calibration, rs []*result) err
 		w.Write([]string{c.Name, c.Kind, c.DType, strconv.Itoa(c.SeqLen), strconv.Itoa(c.Batch), strconv.Itoa(c.HQ),
 			strconv.Itoa(c.HKV), strconv.Itoa(c.D), strconv.Itoa(c.TopK), strconv.Itoa(c.Blk), strconv.Itoa(c.Page),
 			strconv.Itoa(info.workers), info.tier, strconv.FormatInt(r.pairs, 10), num(r.flops), num(r.bytes),
-			num(r.timeMS), num(r.bestMS), strconv.Itoa(r.reps), num(r.planMS),
-			num(r.gflops), cal.peakTier, num(r.peak), num(r.pctPeak), num(r.pctBurst), num(r.gbps), num(r.bw), num(r.pctBW), num(r.pctBWBest),
-			num(r.denseMS), num(r.speedupDense), r.denseNote, num(r.torchMS), num(r.speedupTorch), r.torchNote,
+			num(r.timeMS), num(r.bestMS), num(r.sp.worst), strconv.Itoa(r.reps), num(r.sp.relIQR), num(r.sp.maxMin),
+			num(r.load.loadStart), num(r.load.loadEnd), num(r.load.others), num(r.load.steal), strings.Join(r.noise, " "), num(r.planMS),
+			num(r.gflops), cal.peakTier, num(r.peak), pctCSV(r.pctPeak), pctCSV(r.pctBurst), num(r.gbps), num(r.bw), pctCSV(r.pctBW), pctCSV(r.pctBWBest),
+			num(r.denseMS), num(r.speedupDense), yes(r.denseExtrap), r.denseNote,
+			num(r.torch.ms), num(r.torch.speedup), yes(r.torch.extrap), r.torch.note,
+			num(r.tsparse.ms), num(r.tsparse.speedup), r.tsparse.note,
+			num(r.tbf16.ms), num(r.tbf16.speedup), r.tbf16.note,
 			r.verify, r.verifyDetail, r.denseVerify, r.err})
 	}
 	w.Flush()
@@ -204,14 +392,15 @@ func writeCSV(path string, info *machineInfo, cal calibration, rs []*result) err
 	return f.Close()
 }
 
-func writeMarkdown(path string, header []string, rs []*result) error {
+func writeMarkdown(path string, hdr []string, rs []*result) error {
+	cols := tableColumns(rs)
 	var b strings.Builder
 	b.WriteString("# msa CPU benchmark\n\n")
-	for _, h := range header {
+	for _, h := range hdr {
 		b.WriteString("- " + h + "\n")
 	}
-	b.WriteString("\n| " + strings.Join(tableHeader, " | ") + " |\n|")
-	for i := range tableHeader {
+	b.WriteString("\n| " + strings.Join(header(cols), " | ") + " |\n|")
+	for i := range cols {
 		if i == 0 {
 			b.WriteString("---|")
 		} else {
@@ -220,23 +409,26 @@ func writeMarkdown(path string, header []string, rs []*result) error {
 	}
 	b.WriteString("\n")
 	for _, r := range rs {
-		b.WriteString("| " + strings.Join(r.cells(), " | ") + " |\n")
+		b.WriteString("| " + strings.ReplaceAll(strings.Join(r.cells(cols), " | "), "*", "\\*") + " |\n")
 	}
-	b.WriteString("\nColumns are explained in bench/README.md.\n")
+	b.WriteString("\nColumns are explained in bench/README.md.\n\n")
+	for _, l := range legend(rs) {
+		b.WriteString(l + "\n")
+	}
 	var notes strings.Builder
 	printNotes(&notes, rs, "- ")
 	b.WriteString(notes.String())
 	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
 
-func writeOutputs(dir string, info *machineInfo, cal calibration, header []string, rs []*result) error {
+func writeOutputs(dir string, info *machineInfo, cal calibration, hdr []string, rs []*result) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	if err := writeCSV(filepath.Join(dir, "results.csv"), info, cal, rs); err != nil {
 		return err
 	}
-	if err := writeMarkdown(filepath.Join(dir, "results.md"), header, rs); err != nil {
+	if err := writeMarkdown(filepath.Join(dir, "results.md"), hdr, rs); err != nil {
 		return err
 	}
 	return writePlot(filepath.Join(dir, "plot.png"), cal, rs)

@@ -120,22 +120,15 @@ func elemBytes(dt string) float64 {
 
 // timeIt runs f once to warm up, then at least minReps times and until
 // minTime has passed (at most maxReps), and returns the median and the
-// fastest run.
-//
-// A warm-up that takes over 2*minTime lowers minReps to 2: the long
-// prefill cases then cost three calls instead of four.
+// fastest run. after, when set, gets every timed call's duration.
 func timeIt(minTime time.Duration, minReps, maxReps int, f func() error, after func(rep time.Duration)) (med, best time.Duration, reps int, err error) {
-	t0 := time.Now()
 	if err = f(); err != nil {
 		return
-	}
-	if time.Since(t0) > 2*minTime {
-		minReps = min(minReps, 2)
 	}
 	var ts []time.Duration
 	start := time.Now()
 	for len(ts) < minReps || (time.Since(start) < minTime && len(ts) < maxReps) {
-		t0 = time.Now()
+		t0 := time.Now()
 		if err = f(); err != nil {
 			return
 		}
@@ -507,7 +500,7 @@ type paired struct {
 func timeOp(cfg *config, c caseSpec, r *result, maxReps int, bw bool, f func() error) error {
 	stop := profile(cfg, c.Name)
 	pr := &paired{m: cfg.ref, r: r, bw: bw}
-	med, best, reps, err := timeIt(cfg.minTime, 3, maxReps, f, pr.after)
+	med, best, reps, err := timeIt(cfg.minTime, minReps, maxReps, f, pr.after)
 	stop()
 	if err != nil {
 		return err
@@ -518,6 +511,7 @@ func timeOp(cfg *config, c caseSpec, r *result, maxReps int, bw bool, f func() e
 }
 
 func (p *paired) after(rep time.Duration) {
+	p.r.samples = append(p.r.samples, ms(rep))
 	if p.m == nil || rep <= 0 {
 		return
 	}

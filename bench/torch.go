@@ -7,119 +7,332 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"sort"
 	"strings"
 	"time"
 )
 
-// torchScript times dense attention in PyTorch: matmul + softmax (PyTorch
-// 1.13, the Debian package, has no scaled_dot_product_attention). It reads
-// the request as JSON on stdin and prints one JSON object.
+// torchScript times the PyTorch baselines (README.md, "Baselines"): dense
+// attention in FP32 (scaled_dot_product_attention when the installed torch
+// has it, else matmul + softmax, through the faster of torch.matmul and
+// oneDNN), and the same sparse (prefill) or paged (decode) work: gather,
+// batched matmul, masked softmax. It reads the request as JSON on stdin and
+// prints one JSON object.
 const torchScript = `
-import json, sys, time
+import json, os, sys, time
 try:
     import torch
+    import torch.nn.functional as F
 except Exception as e:
     print(json.dumps({"error": "import torch failed: %s" % e})); sys.exit(0)
 req = json.load(sys.stdin)
 torch.set_num_threads(req["threads"])
-dt = {"bf16": torch.bfloat16, "fp32": torch.float32}[req["dtype"]]
-res = {"version": torch.__version__, "threads": torch.get_num_threads(), "results": {}}
-def bench(f):
-    f()
+NEG = float("-inf")
+has_sdpa = hasattr(F, "scaled_dot_product_attention")
+has_onednn = torch.backends.mkldnn.is_available() and hasattr(torch._C._nn, "mkldnn_linear")
+def blas():
+    try:
+        torch.matmul(torch.ones(64, 64), torch.ones(64, 64))
+        with open("/proc/self/maps") as f:
+            for line in f:
+                p = line.split()[-1]
+                if "blas" in os.path.basename(p).lower():
+                    return os.path.realpath(p)
+    except Exception:
+        pass
+    return ""
+res = {"version": torch.__version__, "threads": torch.get_num_threads(), "sdpa": has_sdpa,
+       "onednn": has_onednn, "blas": blas(), "results": {}}
+def bench(f, warm=True):
+    if warm:
+        f()
     ts = []
     t0 = time.perf_counter()
     while len(ts) < req["min_reps"] or (time.perf_counter() - t0 < req["min_time"] and len(ts) < 100):
         a = time.perf_counter(); f(); ts.append(time.perf_counter() - a)
     ts.sort()
-    return ts[len(ts) // 2] * 1e3
+    return {"ms": ts[len(ts) // 2] * 1e3, "best": ts[0] * 1e3, "worst": ts[-1] * 1e3, "reps": len(ts)}
+def pick(cands):
+    # One call of each candidate (its warm-up); the fastest one is timed.
+    best = None
+    for name, f in cands:
+        a = time.perf_counter(); f(); t = time.perf_counter() - a
+        if best is None or t < best[0]:
+            best = (t, name, f)
+    r = bench(best[2], warm=False)
+    r["method"] = best[1]
+    if len(cands) > 1:
+        r["method"] += " (fastest of " + ", ".join(n for n, _ in cands) + ")"
+    return r
+def dense_prefill(c, dt):
+    T, D = c["T"], c["D"]; scale = D ** -0.5
+    q = torch.randn(T, D).to(dt); k = torch.randn(T, D).to(dt); v = torch.randn(T, D).to(dt)
+    if has_sdpa:
+        q4, k4, v4 = q.view(1, 1, T, D), k.view(1, 1, T, D), v.view(1, 1, T, D)
+        return pick([("scaled_dot_product_attention(is_causal)", lambda: F.scaled_dot_product_attention(q4, k4, v4, is_causal=True))])
+    mask = torch.ones(T, T, dtype=torch.bool).triu_(1)
+    def mm():
+        s = torch.matmul(q * scale, k.t())
+        s.masked_fill_(mask, NEG)
+        return torch.matmul(torch.softmax(s, dim=-1), v)
+    cands = [("matmul+softmax", mm)]
+    if has_onednn and dt == torch.float32:
+        km, vtm = k.to_mkldnn(), v.t().contiguous().to_mkldnn()
+        def dnn():
+            s = torch._C._nn.mkldnn_linear((q * scale).to_mkldnn(), km, None).to_dense()
+            s.masked_fill_(mask, NEG)
+            return torch._C._nn.mkldnn_linear(torch.softmax(s, dim=-1).to_mkldnn(), vtm, None).to_dense()
+        cands.append(("oneDNN linear+softmax", dnn))
+    return pick(cands)
+def dense_decode(c, dt):
+    B, T, HQ, HKV, D = c["B"], c["T"], c["HQ"], c["HKV"], c["D"]; G = HQ // HKV; scale = D ** -0.5
+    q = torch.randn(B, HKV, G, D).to(dt)
+    k = torch.randn(B, HKV, T, D).to(dt); v = torch.randn(B, HKV, T, D).to(dt)
+    if has_sdpa:
+        return pick([("scaled_dot_product_attention", lambda: F.scaled_dot_product_attention(q, k, v))])
+    def mm():
+        s = torch.matmul(q * scale, k.transpose(-1, -2))
+        return torch.matmul(torch.softmax(s, dim=-1), v)
+    cands = [("matmul+softmax", mm)]
+    if has_onednn and dt == torch.float32:
+        km = [[k[b, h].to_mkldnn() for h in range(HKV)] for b in range(B)]
+        vtm = [[v[b, h].t().contiguous().to_mkldnn() for h in range(HKV)] for b in range(B)]
+        def dnn():
+            out = []
+            for b in range(B):
+                for h in range(HKV):
+                    s = torch._C._nn.mkldnn_linear((q[b, h] * scale).to_mkldnn(), km[b][h], None).to_dense()
+                    out.append(torch._C._nn.mkldnn_linear(torch.softmax(s, dim=-1).to_mkldnn(), vtm[b][h], None).to_dense())
+            return out
+        cands.append(("oneDNN linear+softmax per request", dnn))
+    return pick(cands)
+def sparse_prefill(c, dt):
+    # The last nq queries of a causal sequence of T tokens, all G query heads
+    # of one KV head: each query's selected blocks (the diagonal one and
+    # random visible ones, as in the Go case) gathered, one batched matmul
+    # per product, masked softmax.
+    T, D, G, topk, blk, nq = c["T"], c["D"], c["G"], c["topk"], c["blk"], c["nq"]
+    scale = D ** -0.5
+    nblk = (T + blk - 1) // blk
+    tk = min(topk, nblk)
+    k = torch.randn(nblk * blk, D).to(dt); v = torch.randn(nblk * blk, D).to(dt)
+    kb, vb = k.view(nblk, blk, D), v.view(nblk, blk, D)
+    qpos = torch.arange(T - nq, T)
+    q = torch.randn(nq, G, D).to(dt)
+    diag = qpos // blk
+    r = torch.rand(nq, nblk)
+    r.masked_fill_(torch.arange(nblk)[None, :] > diag[:, None], -1.0)
+    r[torch.arange(nq), diag] = 2.0
+    val, sel = r.topk(tk, dim=1)
+    sel = sel.masked_fill(val < 0, -1)
+    slots = int((sel >= 0).sum())
+    out = torch.empty(nq, G, D, dtype=dt)
+    ar = torch.arange(blk)
+    chunk = 32
+    def f():
+        for c0 in range(0, nq, chunk):
+            c1 = min(c0 + chunk, nq); n = c1 - c0
+            s_ = sel[c0:c1]
+            idx = s_.clamp(min=0)
+            kg = kb[idx].view(n, tk * blk, D)
+            vg = vb[idx].view(n, tk * blk, D)
+            pos = idx[:, :, None] * blk + ar
+            masked = ((s_[:, :, None] < 0) | (pos > qpos[c0:c1, None, None])).view(n, 1, tk * blk)
+            s = torch.bmm(q[c0:c1] * scale, kg.transpose(1, 2))
+            s.masked_fill_(masked, NEG)
+            out[c0:c1] = torch.bmm(torch.softmax(s, dim=-1), vg)
+    rr = pick([("gather+bmm+masked softmax", f)])
+    rr["slots"] = slots
+    return rr
+def paged_decode(c, dt):
+    B, T, HQ, HKV, D, ps = c["B"], c["T"], c["HQ"], c["HKV"], c["D"], c["page"]
+    G = HQ // HKV; scale = D ** -0.5
+    cols = (T + ps - 1) // ps
+    kp = torch.randn(B * cols, HKV, ps, D).to(dt); vp = torch.randn(B * cols, HKV, ps, D).to(dt)
+    pt = torch.randperm(B * cols).view(B, cols)
+    q = torch.randn(B, HKV, G, D).to(dt)
+    tail = None
+    if cols * ps != T:
+        tail = (torch.arange(cols * ps) >= T).view(1, 1, 1, cols * ps)
+    def f():
+        kg = kp[pt].permute(0, 2, 1, 3, 4).reshape(B, HKV, cols * ps, D)
+        vg = vp[pt].permute(0, 2, 1, 3, 4).reshape(B, HKV, cols * ps, D)
+        s = torch.matmul(q * scale, kg.transpose(-1, -2))
+        if tail is not None:
+            s.masked_fill_(tail, NEG)
+        return torch.matmul(torch.softmax(s, dim=-1), vg)
+    return pick([("page gather+matmul+softmax", f)])
 torch.manual_seed(0)
+dts = {"fp32": torch.float32, "bf16": torch.bfloat16}
+fns = {"dense-prefill": dense_prefill, "dense-decode": dense_decode, "sparse-prefill": sparse_prefill, "paged-decode": paged_decode}
 with torch.inference_mode():
     for c in req["cases"]:
         try:
-            D = c["D"]; scale = D ** -0.5
-            if c["kind"] == "prefill":
-                T = c["T"]
-                q = torch.randn(T, D).to(dt); k = torch.randn(T, D).to(dt); v = torch.randn(T, D).to(dt)
-                mask = torch.ones(T, T, dtype=torch.bool).triu_(1)
-                def f():
-                    s = torch.matmul(q * scale, k.t())
-                    s.masked_fill_(mask, float("-inf"))
-                    return torch.matmul(torch.softmax(s, dim=-1), v)
-            else:
-                B, T, HQ, HKV = c["B"], c["T"], c["HQ"], c["HKV"]
-                q = torch.randn(B, HKV, HQ // HKV, D).to(dt)
-                k = torch.randn(B, HKV, T, D).to(dt); v = torch.randn(B, HKV, T, D).to(dt)
-                def f():
-                    s = torch.matmul(q * scale, k.transpose(-1, -2))
-                    return torch.matmul(torch.softmax(s, dim=-1), v)
-            res["results"][c["id"]] = bench(f)
+            res["results"][c["id"]] = fns[c["kind"]](c, dts[c["dtype"]])
         except Exception as e:
-            res["results"][c["id"]] = "error: %s" % e
+            res["results"][c["id"]] = {"error": "%s: %s" % (type(e).__name__, e)}
+        sys.stderr.write("done %s\n" % c["id"]); sys.stderr.flush()
 print(json.dumps(res))
 `
 
+// torchSparseQueries is how many queries (the last ones of the sequence)
+// the PyTorch sparse-work baseline times per prefill case.
+const torchSparseQueries = 128
+
 type torchCase struct {
-	ID   string `json:"id"`
-	Kind string `json:"kind"`
-	T    int    `json:"T"`
-	D    int    `json:"D"`
-	B    int    `json:"B,omitempty"`
-	HQ   int    `json:"HQ,omitempty"`
-	HKV  int    `json:"HKV,omitempty"`
+	ID    string `json:"id"`
+	Kind  string `json:"kind"` // dense-prefill, dense-decode, sparse-prefill, paged-decode
+	DType string `json:"dtype"`
+	T     int    `json:"T"`
+	D     int    `json:"D"`
+	B     int    `json:"B,omitempty"`
+	HQ    int    `json:"HQ,omitempty"`
+	HKV   int    `json:"HKV,omitempty"`
+	G     int    `json:"G,omitempty"`
+	TopK  int    `json:"topk,omitempty"`
+	Blk   int    `json:"blk,omitempty"`
+	NQ    int    `json:"nq,omitempty"`
+	Page  int    `json:"page,omitempty"`
 }
 
 type torchRequest struct {
 	Threads int         `json:"threads"`
-	DType   string      `json:"dtype"`
 	MinTime float64     `json:"min_time"`
 	MinReps int         `json:"min_reps"`
 	Cases   []torchCase `json:"cases"`
 }
 
-type torchReply struct {
-	Error   string         `json:"error"`
-	Version string         `json:"version"`
-	Threads int            `json:"threads"`
-	Results map[string]any `json:"results"`
+// torchMeasure is one measurement of the script.
+type torchMeasure struct {
+	MS     float64 `json:"ms"`
+	Best   float64 `json:"best"`
+	Worst  float64 `json:"worst"`
+	Reps   int     `json:"reps"`
+	Method string  `json:"method"`
+	Slots  int64   `json:"slots"` // sparse-prefill: selected (query, block) slots timed
+	Error  string  `json:"error"`
 }
 
-// torchPlan is the measurement a result needs and how to scale it.
+type torchReply struct {
+	Error   string                  `json:"error"`
+	Version string                  `json:"version"`
+	Threads int                     `json:"threads"`
+	SDPA    bool                    `json:"sdpa"`
+	OneDNN  bool                    `json:"onednn"`
+	BLAS    string                  `json:"blas"`
+	Results map[string]torchMeasure `json:"results"`
+}
+
+// torchPlan is a measurement a result needs and how to scale it to the
+// whole case.
 type torchPlan struct {
+	dst    *torchResult
 	id     string
-	factor float64
+	factor float64 // ms x factor, or with slots > 0: ms / measured slots x slots
+	slots  int64
+	extrap bool
+	what   string // the column's name in the notes
 	note   string
 }
 
-// planTorch decides what PyTorch measures for one case: prefill, one head
-// at Tm = min(T, cfg.torchMax) scaled by Hq * (T/Tm)^2; decode, the first
-// min(B, 8) requests (dense contiguous K/V, no paging) scaled by B/measured.
-func planTorch(cfg *config, r *result, req map[string]torchCase) torchPlan {
+// selectedSlots counts the (query, block) pairs a causal prefill case of
+// T tokens selects per KV head: min(topK, q/blk + 1) for each query q.
+func selectedSlots(T, topK, blk int) int64 {
+	var n int64
+	for b := 0; b*blk < T; b++ {
+		n += int64(min(topK, b+1)) * int64(min(blk, T-b*blk))
+	}
+	return n
+}
+
+// planTorch decides what PyTorch measures for one case. Prefill dense:
+// one head at Tm = min(T, cfg.torchMax), scaled by Hq * (T/Tm)^2. Prefill
+// sparse: the last torchSparseQueries queries with all their query heads,
+// scaled by the case's selected (query, block) slots over the timed ones.
+// Decode: the first min(B, 8) requests, scaled by B/measured.
+func planTorch(cfg *config, r *result, req map[string]torchCase) []torchPlan {
 	c := r.c
+	var ps []torchPlan
+	add := func(dst *torchResult, tc torchCase, p torchPlan) {
+		req[tc.ID] = tc
+		p.dst, p.id = dst, tc.ID
+		ps = append(ps, p)
+	}
 	switch c.Kind {
 	case "prefill", "nvfp4":
 		tm := min(c.SeqLen, cfg.torchMax)
-		id := fmt.Sprintf("prefill/%d/%d", tm, c.D)
-		req[id] = torchCase{ID: id, Kind: "prefill", T: tm, D: c.D}
-		f := float64(c.HQ) * float64(c.SeqLen) / float64(tm) * float64(c.SeqLen) / float64(tm)
-		note := fmt.Sprintf("PyTorch %s matmul+softmax: 1 of %d heads at T=%d, x%d heads", cfg.torchDType, c.HQ, tm, c.HQ)
+		tc := torchCase{ID: fmt.Sprintf("dense-prefill/%d/%d", tm, c.D), Kind: "dense-prefill", DType: "fp32", T: tm, D: c.D}
+		note := fmt.Sprintf("1 of %d heads at T=%d, x%d heads", c.HQ, tm, c.HQ)
 		if tm != c.SeqLen {
-			note += fmt.Sprintf(" x(%d/%d)^2", c.SeqLen, tm)
+			note += fmt.Sprintf(", extrapolated x(%d/%d)^2", c.SeqLen, tm)
 		}
-		return torchPlan{id, f, note}
+		f := float64(c.HQ) * float64(c.SeqLen) / float64(tm) * float64(c.SeqLen) / float64(tm)
+		add(&r.torch, tc, torchPlan{factor: f, extrap: tm != c.SeqLen, what: "PyTorch dense FP32", note: note})
+		nq := min(c.SeqLen, torchSparseQueries)
+		total := selectedSlots(c.SeqLen, c.TopK, c.Blk) * int64(c.HKV)
+		for _, dt := range torchDTypes(cfg) {
+			tc := torchCase{ID: fmt.Sprintf("sparse-prefill/%s/%d/%d/%d/%d/%d/%d", dt, c.SeqLen, c.D, c.HQ/c.HKV, c.TopK, c.Blk, nq),
+				Kind: "sparse-prefill", DType: dt, T: c.SeqLen, D: c.D, G: c.HQ / c.HKV, TopK: c.TopK, Blk: c.Blk, NQ: nq}
+			p := torchPlan{slots: total, what: "PyTorch same sparse work " + strings.ToUpper(dt),
+				note: fmt.Sprintf("the last %d of %d queries x %d heads of one KV head timed, scaled to the case's %d selected (query, block) pairs", nq, c.SeqLen, c.HQ/c.HKV, total)}
+			dst := &r.tsparse
+			if dt == "bf16" {
+				dst = &r.tbf16
+			}
+			add(dst, tc, p)
+		}
 	default:
 		nb := min(c.Batch, 8)
-		id := fmt.Sprintf("decode/%d/%d/%d/%d/%d", nb, c.SeqLen, c.HQ, c.HKV, c.D)
-		req[id] = torchCase{ID: id, Kind: "decode", T: c.SeqLen, D: c.D, B: nb, HQ: c.HQ, HKV: c.HKV}
-		note := fmt.Sprintf("PyTorch %s batched matmul+softmax, contiguous K/V", cfg.torchDType)
+		scaled := ""
 		if nb != c.Batch {
-			note += fmt.Sprintf(": %d of %d requests, x%d/%d", nb, c.Batch, c.Batch, nb)
+			scaled = fmt.Sprintf(", %d of %d requests timed, x%d/%d", nb, c.Batch, c.Batch, nb)
 		}
-		return torchPlan{id, float64(c.Batch) / float64(nb), note}
+		f := float64(c.Batch) / float64(nb)
+		tc := torchCase{ID: fmt.Sprintf("dense-decode/%d/%d/%d/%d/%d", nb, c.SeqLen, c.HQ, c.HKV, c.D), Kind: "dense-decode", DType: "fp32",
+			T: c.SeqLen, D: c.D, B: nb, HQ: c.HQ, HKV: c.HKV}
+		add(&r.torch, tc, torchPlan{factor: f, what: "PyTorch dense FP32", note: "contiguous K/V" + scaled})
+		for _, dt := range torchDTypes(cfg) {
+			tc := torchCase{ID: fmt.Sprintf("paged-decode/%s/%d/%d/%d/%d/%d/%d", dt, nb, c.SeqLen, c.HQ, c.HKV, c.D, c.Page), Kind: "paged-decode", DType: dt,
+				T: c.SeqLen, D: c.D, B: nb, HQ: c.HQ, HKV: c.HKV, Page: c.Page}
+			dst := &r.tsparse
+			if dt == "bf16" {
+				dst = &r.tbf16
+			}
+			add(dst, tc, torchPlan{factor: f, what: "PyTorch same paged work " + strings.ToUpper(dt), note: fmt.Sprintf("%d-token pages gathered by a shuffled page table", c.Page) + scaled})
+		}
 	}
+	return ps
 }
 
-// runTorch measures the PyTorch baseline for every result in one Python
-// process. It returns a status line ("" on success) and the version.
+// torchDTypes are the dtypes of the same-work baseline: FP32, and BF16
+// with -torch-bf16.
+func torchDTypes(cfg *config) []string {
+	if cfg.torchBF16 {
+		return []string{"fp32", "bf16"}
+	}
+	return []string{"fp32"}
+}
+
+// blasName names the BLAS library PyTorch's FP32 matmul went to.
+func blasName(path string) string {
+	low := strings.ToLower(path)
+	switch {
+	case path == "":
+		return "none found (statically linked or not loaded)"
+	case strings.Contains(low, "openblas"):
+		return "OpenBLAS (" + path + ")"
+	case strings.Contains(low, "blis"):
+		return "BLIS (" + path + ")"
+	case strings.Contains(low, "mkl"):
+		return "MKL (" + path + ")"
+	case strings.Contains(low, "/blas/libblas"):
+		return "the reference BLAS, unoptimised (" + path + "; apt-get install libopenblas0 switches Debian's libblas.so.3 to OpenBLAS)"
+	}
+	return path
+}
+
+// runTorch measures the PyTorch baselines for every result in one Python
+// process and returns a status line.
 func runTorch(cfg *config, rs []*result) (status string) {
 	if cfg.torch == "off" {
 		if cfg.tiny {
@@ -131,16 +344,17 @@ func runTorch(cfg *config, rs []*result) (status string) {
 		return fmt.Sprintf("PyTorch baseline skipped: %s not found", cfg.python)
 	}
 	req := map[string]torchCase{}
-	plans := make([]torchPlan, len(rs))
-	for i, r := range rs {
+	var plans []torchPlan
+	for _, r := range rs {
 		if r.err == "" {
-			plans[i] = planTorch(cfg, r, req)
+			plans = append(plans, planTorch(cfg, r, req)...)
 		}
 	}
-	tr := torchRequest{Threads: cfg.workers, DType: cfg.torchDType, MinTime: cfg.denseMinTime.Seconds(), MinReps: 2}
+	tr := torchRequest{Threads: cfg.workers, MinTime: cfg.denseMinTime.Seconds(), MinReps: minReps}
 	for _, c := range req {
 		tr.Cases = append(tr.Cases, c)
 	}
+	sort.Slice(tr.Cases, func(i, j int) bool { return tr.Cases[i].ID < tr.Cases[j].ID })
 	in, _ := json.Marshal(tr)
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.torchTimeout)
 	defer cancel()
@@ -149,11 +363,14 @@ func runTorch(cfg *config, rs []*result) (status string) {
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	// Keep the library thread pools at the worker count too.
-	cmd.Env = append(os.Environ(), fmt.Sprintf("OMP_NUM_THREADS=%d", cfg.workers), fmt.Sprintf("MKL_NUM_THREADS=%d", cfg.workers))
+	cmd.Env = append(os.Environ(), fmt.Sprintf("OMP_NUM_THREADS=%d", cfg.workers), fmt.Sprintf("MKL_NUM_THREADS=%d", cfg.workers),
+		fmt.Sprintf("OPENBLAS_NUM_THREADS=%d", cfg.workers))
 	t0 := time.Now()
+	before := readCPUSample()
 	err := cmd.Run()
+	ls := loadBetween(before, readCPUSample())
 	if ctx.Err() != nil {
-		return fmt.Sprintf("PyTorch baseline skipped: timed out after %v", cfg.torchTimeout)
+		return fmt.Sprintf("PyTorch baseline skipped: timed out after %v (-torch-timeout)", cfg.torchTimeout)
 	}
 	if err != nil {
 		return fmt.Sprintf("PyTorch baseline skipped: %s: %v: %s", cfg.python, err, lastLine(stderr.String()))
@@ -165,19 +382,52 @@ func runTorch(cfg *config, rs []*result) (status string) {
 	if rep.Error != "" {
 		return "PyTorch baseline skipped: " + rep.Error
 	}
-	for i, r := range rs {
-		if plans[i].id == "" {
-			continue
-		}
-		switch v := rep.Results[plans[i].id].(type) {
-		case float64:
-			r.torchMS = v * plans[i].factor
-			r.torchNote = plans[i].note
-		case string:
-			r.torchNote = "PyTorch failed: " + v
+	applyTorch(plans, rep.Results)
+	sdpa := "no scaled_dot_product_attention (matmul + softmax instead)"
+	if rep.SDPA {
+		sdpa = "scaled_dot_product_attention"
+	}
+	s := fmt.Sprintf("PyTorch %s baselines: %d threads, %d measurements in %.1f s; %s; oneDNN %v; FP32 matmul BLAS: %s",
+		rep.Version, rep.Threads, len(req), time.Since(t0).Seconds(), sdpa, rep.OneDNN, blasName(rep.BLAS))
+	if ls.ok {
+		s += fmt.Sprintf("; meanwhile others used %.0f%% and steal %.0f%% of the CPUs", 100*ls.others, 100*ls.steal)
+		if ls.others > noisyOthers || ls.steal > noisySteal {
+			s += " (NOISY)"
 		}
 	}
-	return fmt.Sprintf("PyTorch %s baseline: %d threads, %d measurements in %.1f s", rep.Version, rep.Threads, len(req), time.Since(t0).Seconds())
+	return s
+}
+
+// applyTorch fills the results' PyTorch columns from the measurements.
+func applyTorch(plans []torchPlan, got map[string]torchMeasure) {
+	for _, p := range plans {
+		m, ok := got[p.id]
+		switch {
+		case !ok:
+			p.dst.note = p.what + ": no result"
+		case m.Error != "":
+			p.dst.note = p.what + " failed: " + m.Error
+		case m.MS <= 0:
+			p.dst.note = p.what + ": no time"
+		default:
+			scale := p.factor
+			if p.slots > 0 {
+				if m.Slots <= 0 {
+					p.dst.note = p.what + ": no slots timed"
+					continue
+				}
+				scale = float64(p.slots) / float64(m.Slots)
+			}
+			p.dst.ms = m.MS * scale
+			p.dst.extrap = p.extrap
+			p.dst.method = m.Method
+			spread := ""
+			if m.Best > 0 {
+				spread = fmt.Sprintf(", %d reps, max/min %.2f", m.Reps, m.Worst/m.Best)
+			}
+			p.dst.note = fmt.Sprintf("%s: %s, %s%s", p.what, m.Method, p.note, spread)
+		}
+	}
 }
 
 func lastLine(s string) string {

@@ -72,13 +72,11 @@ package op
 // without a usable driver by one line that says what is missing.
 
 import (
-	"errors"
 	"fmt"
 	"reflect"
 	"runtime"
 	"sync"
 	"unsafe"
-	"weak"
 
 	mcuda "github.com/sparseattn/msa/cuda"
 	"github.com/sparseattn/msa/cuda/driver"
@@ -212,7 +210,7 @@ func withGPU(fn string, extern G.External, dev G.Device, body func(e *gpuEnv) (G
 		return nil, fmt.Errorf("op: %s: identifying the CUDA context: %w", fn, err)
 	}
 	e.ctxID = id
-	if err := freePending(id); err != nil {
+	if err := freePending(id, cuMemory{}); err != nil {
 		return nil, fmt.Errorf("op: %s: freeing the device buffers of a collected node: %w", fn, err)
 	}
 	return body(e)
@@ -373,126 +371,18 @@ func (e *gpuEnv) kernels() (*mcuda.Kernels, error) {
 	return k, nil
 }
 
-// ---- device state of an attention node ---------------------------------------------
+// ---- device memory of the attention nodes (bookkeeping: graph_cuda_state.go) ----
 
-type devBuf struct {
-	ptr  cu.DevicePtr
-	size int64
-}
+// cuMemory allocates with gorgonia's binding of the driver (the current
+// context of the locked thread).
+type cuMemory struct{}
 
-// ensure grows b to at least n bytes.
-func (b *devBuf) ensure(fn, role string, n int64) error {
-	n = max(n, 256)
-	if b.size >= n {
-		return nil
-	}
-	if b.ptr != 0 {
-		if err := cu.MemFree(b.ptr); err != nil {
-			return fmt.Errorf("op: %s: freeing %s: %w", fn, role, err)
-		}
-		b.ptr, b.size = 0, 0
-	}
+func (cuMemory) alloc(n int64) (uint64, error) {
 	p, err := cu.MemAlloc(n)
-	if err != nil {
-		return fmt.Errorf("op: %s: allocating %d bytes of device memory for %s: %w", fn, n, role, err)
-	}
-	b.ptr, b.size = p, n
-	return nil
+	return uint64(p), err
 }
 
-// attnDev is the device side of an attnState in one CUDA context: partial
-// buffers and the LSE results the accessors read. Guarded by the
-// attnState's mutex.
-type attnDev struct {
-	oPart, lsePart, tlsePart devBuf
-	lse, tlse                devBuf
-	lseOK, tlseOK            bool // lse / tlse hold the last run's results
-}
-
-func (d *attnDev) ptrs() []cu.DevicePtr {
-	var out []cu.DevicePtr
-	for _, b := range []*devBuf{&d.oPart, &d.lsePart, &d.tlsePart, &d.lse, &d.tlse} {
-		if b.ptr != 0 {
-			out = append(out, b.ptr)
-		}
-	}
-	return out
-}
-
-var (
-	devStatesMu sync.Mutex
-	// devStates holds every attention node's buffers per context ID.
-	devStates = map[weak.Pointer[attnState]]map[uint64]*attnDev{}
-	// pendingFree holds, per context ID, the buffers of collected nodes,
-	// freed by the next CUDA call in that context (freePending).
-	pendingFree = map[uint64][]cu.DevicePtr{}
-)
-
-// devState returns st's device state in the context with ID ctxID (created
-// when create). Each context keeps its own buffers, so alternating between
-// contexts allocates nothing after the first run in each.
-func devState(st *attnState, ctxID uint64, create bool) *attnDev {
-	key := weak.Make(st)
-	devStatesMu.Lock()
-	defer devStatesMu.Unlock()
-	byCtx := devStates[key]
-	if byCtx == nil {
-		if !create {
-			return nil
-		}
-		byCtx = map[uint64]*attnDev{}
-		devStates[key] = byCtx
-		runtime.AddCleanup(st, releaseState, key)
-	}
-	ds := byCtx[ctxID]
-	if ds == nil && create {
-		ds = &attnDev{}
-		byCtx[ctxID] = ds
-	}
-	return ds
-}
-
-// releaseState runs when an attnState is collected: its buffers are queued
-// for freeing in their contexts (a cleanup runs on an arbitrary goroutine
-// with no context current, so it makes no driver call).
-func releaseState(key weak.Pointer[attnState]) {
-	devStatesMu.Lock()
-	defer devStatesMu.Unlock()
-	for id, ds := range devStates[key] {
-		if p := ds.ptrs(); len(p) > 0 {
-			pendingFree[id] = append(pendingFree[id], p...)
-		}
-	}
-	delete(devStates, key)
-}
-
-// freePending frees the queued buffers of context ctxID, which is current
-// on the calling (locked) thread; it tries every buffer and joins errors.
-func freePending(ctxID uint64) error {
-	devStatesMu.Lock()
-	ptrs := pendingFree[ctxID]
-	delete(pendingFree, ctxID)
-	devStatesMu.Unlock()
-	var errs []error
-	for _, p := range ptrs {
-		if err := cu.MemFree(p); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// dropContext forgets everything of a destroyed context: its memory went
-// with it (freeing it now would be an error, or worse, hit a new context's
-// allocation at the same address).
-func dropContext(ctxID uint64) {
-	devStatesMu.Lock()
-	defer devStatesMu.Unlock()
-	delete(pendingFree, ctxID)
-	for _, byCtx := range devStates {
-		delete(byCtx, ctxID)
-	}
-}
+func (cuMemory) free(p uint64) error { return cu.MemFree(cu.DevicePtr(p)) }
 
 // hostAttention runs an attention op's CPU Do on host copies (GPU kernels
 // missing for the configuration); the accessors then read the host LSE.
@@ -639,7 +529,7 @@ func (op *sparseAttnOp) gpu(e *gpuEnv, prealloc G.Value, in []G.Value) (G.Value,
 		{&ds.tlse, "temperature LSE", rows * 4, needT},
 	} {
 		if b.want {
-			if err := b.buf.ensure(fn, b.role, b.n); err != nil {
+			if err := b.buf.ensure(cuMemory{}, fn, b.role, b.n); err != nil {
 				return nil, err
 			}
 		}
@@ -671,7 +561,7 @@ func (op *sparseAttnOp) gpu(e *gpuEnv, prealloc G.Value, in []G.Value) (G.Value,
 		return nil, fmt.Errorf("op: %s: %w", fn, err)
 	}
 	if needT && !realT && rows > 0 {
-		if err := cu.MemcpyDtoD(ds.tlse.ptr, ds.lse.ptr, rows*4); err != nil {
+		if err := cu.MemcpyDtoD(cu.DevicePtr(ds.tlse.ptr), cu.DevicePtr(ds.lse.ptr), rows*4); err != nil {
 			return nil, fmt.Errorf("op: %s: copying the LSE as temperature LSE: %w", fn, err)
 		}
 	}
@@ -766,15 +656,15 @@ func (op *decodeAttnOp) gpu(e *gpuEnv, prealloc G.Value, in []G.Value) (G.Value,
 	ds := devState(op.st, e.ctxID, true)
 	ds.lseOK, ds.tlseOK = false, false
 	rows := int64(m.batch) * int64(m.seqlenQ) * int64(m.hq)
-	if err := ds.lse.ensure(fn, "LSE", rows*4); err != nil {
+	if err := ds.lse.ensure(cuMemory{}, fn, "LSE", rows*4); err != nil {
 		return nil, err
 	}
 	if s.SplitKV {
 		pr := int64(s.PartialRows) * int64(m.hq)
-		if err := ds.oPart.ensure(fn, "O partials", pr*int64(m.d)*4); err != nil {
+		if err := ds.oPart.ensure(cuMemory{}, fn, "O partials", pr*int64(m.d)*4); err != nil {
 			return nil, err
 		}
-		if err := ds.lsePart.ensure(fn, "LSE partials", pr*4); err != nil {
+		if err := ds.lsePart.ensure(cuMemory{}, fn, "LSE partials", pr*4); err != nil {
 			return nil, err
 		}
 		da.OPartial, da.LSEPartial = uint64(ds.oPart.ptr), uint64(ds.lsePart.ptr)
@@ -826,7 +716,7 @@ func (op *lseOp) CUDADo(extern G.External, dev G.Device, prealloc G.Value, input
 					return nil, err
 				}
 				if size > 0 {
-					if err := cu.MemcpyDtoD(cu.DevicePtr(dst), src.ptr, size); err != nil {
+					if err := cu.MemcpyDtoD(cu.DevicePtr(dst), cu.DevicePtr(src.ptr), size); err != nil {
 						return nil, fmt.Errorf("op: %s: copying the LSE: %w", fn, err)
 					}
 				}

@@ -108,9 +108,10 @@ func SM100Fwd(v SM100Variant, d int) SM100FwdLayout {
 // SM100DecLayout is DecLayout<V, D> of the decode kernel (swapped products).
 type SM100DecLayout struct {
 	RowBytes, QBytes, KVBytes, PRowBytes, PBytes int
-	QOff, KOff, VOff, POff, RedOff, BarOff       int
-	TmemSlot, SmemBytes                          int
-	OM, OMMAs, TmemS, TmemO, TmemCols            int
+	QOff, KOff, VOff, POff, RedOff, OrowOff      int
+	BarOff, TmemSlot, SmemBytes                  int
+	OM, OMMAs, OAtoms, TmemS, TmemO, TmemCols    int
+	BoxSpan, Boxes                               int
 	IdescQK, IdescPV                             uint32
 }
 
@@ -127,13 +128,18 @@ func SM100Dec(v SM100Variant, d int) SM100DecLayout {
 	l.VOff = alignUp(l.KOff+l.KVBytes, 1024)
 	l.POff = alignUp(l.VOff+l.KVBytes, 1024)
 	l.RedOff = alignUp(l.POff+l.PBytes, 1024)
-	l.BarOff = alignUp(l.RedOff+2*4*sm100DecRows*4, 16)
+	redFloats := 4*sm100DecRows + 5*sm100DecRows // red, m, l, mcur, alpha, inv
+	redInts := 3*sm100DecRows + 2                // vis, lim, sel, reduction
+	l.OrowOff = alignUp(l.RedOff+4*redFloats+4*redInts, 16)
+	l.BarOff = alignUp(l.OrowOff+8*sm100DecRows, 16)
 	l.TmemSlot = l.BarOff + 8*3
 	l.SmemBytes = l.TmemSlot + 8 + sm100AlignSlack
-	l.OM = min(d, 128)
-	l.OMMAs = d / l.OM
+	l.OM = 128
+	l.OMMAs = max(1, d/128)
 	l.TmemS, l.TmemO = 0, sm100DecRows
 	l.TmemCols = pow2Ceil(sm100DecRows + l.OMMAs*sm100DecRows)
+	l.BoxSpan, l.Boxes = spanOf(l.RowBytes), blocksOf(l.RowBytes)
+	l.OAtoms = 128 * es / l.BoxSpan
 	f8 := v == SM100FP8
 	l.IdescQK = ummaIdesc(f8, sm100BlockKeys, sm100DecRows, false, false)
 	l.IdescPV = ummaIdesc(f8, l.OM, sm100DecRows, true, true)

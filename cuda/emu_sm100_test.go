@@ -1,0 +1,631 @@
+package cuda
+
+// Emulation of OUR logic in the SM100 prefill kernel (kernels/cuda/
+// sm100_fwd.cu, sm100_common.cuh, sm100_layout.cuh), statement for
+// statement where it is index arithmetic, on the plan package's real
+// schedules, without a GPU: the CTA -> work item mapping, the K/V TMA box
+// origins and out-of-bounds edges for dense (ragged) and paged K/V, the
+// mbarrier phase and transaction-byte ledger for 0, 1 and many row tiles,
+// the tensor-memory and shared-memory regions, and the slot / partial
+// addressing. What it cannot check is the hardware's part (TMA, tcgen05,
+// the swizzle as the MMA reads it): that runs only on an SM100 GPU.
+
+import (
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"testing"
+
+	"github.com/sparseattn/msa/kernels/plan"
+)
+
+// TestSM100LayoutPins checks the Go layout model (sm100_layout.go), from
+// which the launcher takes the dynamic shared memory, against the
+// MSA_SM100_PIN lines of sm100_layout.cuh, which nvcc checks against the
+// C++ layout with static_assert.
+func TestSM100LayoutPins(t *testing.T) {
+	src, err := os.ReadFile("../kernels/cuda/sm100_layout.cuh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	re := regexp.MustCompile(`(?m)^MSA_SM100_PIN\((\w+), (\w+), (\d+), (\w+), (0x[0-9a-fA-F]+|\d+)u?\);`)
+	pins := re.FindAllStringSubmatch(string(src), -1)
+	if len(pins) < 12 {
+		t.Fatalf("%d MSA_SM100_PIN lines in sm100_layout.cuh: expected the prefill and decode pins", len(pins))
+	}
+	variants := map[string]SM100Variant{"kBF16": SM100BF16, "kFP8": SM100FP8, "kBF16FP8": SM100BF16FP8, "kNVFP4": SM100NVFP4}
+	for _, p := range pins {
+		v, ok := variants[p[2]]
+		if !ok {
+			t.Fatalf("pin %s: unknown variant", p[0])
+		}
+		d, _ := strconv.Atoi(p[3])
+		want, err := strconv.ParseUint(p[5], 0, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got uint64
+		switch p[1] + "." + p[4] {
+		case "FwdLayout.smem_bytes":
+			got = uint64(SM100Fwd(v, d).SmemBytes)
+		case "FwdLayout.tmem_cols":
+			got = uint64(SM100Fwd(v, d).TmemCols)
+		case "FwdLayout.idesc_qk":
+			got = uint64(SM100Fwd(v, d).IdescQK)
+		case "FwdLayout.idesc_pv":
+			got = uint64(SM100Fwd(v, d).IdescPV)
+		case "DecLayout.smem_bytes":
+			got = uint64(SM100Dec(v, d).SmemBytes)
+		case "DecLayout.tmem_cols":
+			got = uint64(SM100Dec(v, d).TmemCols)
+		case "DecLayout.idesc_qk":
+			got = uint64(SM100Dec(v, d).IdescQK)
+		case "DecLayout.idesc_pv":
+			got = uint64(SM100Dec(v, d).IdescPV)
+		default:
+			t.Errorf("pin %s: field not modelled in sm100_layout.go", p[0])
+			continue
+		}
+		if got != want {
+			t.Errorf("%s: Go model %#x (%d), header pins %#x (%d)", p[0], got, got, want, want)
+		}
+	}
+}
+
+type region struct {
+	name     string
+	off, end int
+}
+
+func checkDisjoint(t *testing.T, what string, rs []region, limit int) {
+	t.Helper()
+	rs = slices.Clone(rs)
+	slices.SortFunc(rs, func(a, b region) int { return a.off - b.off })
+	for i, r := range rs {
+		if r.off < 0 || r.end < r.off || r.end > limit {
+			t.Errorf("%s: %s [%d, %d) outside [0, %d)", what, r.name, r.off, r.end, limit)
+		}
+		if i > 0 && r.off < rs[i-1].end {
+			t.Errorf("%s: %s [%d, %d) overlaps %s [%d, %d)", what, r.name, r.off, r.end, rs[i-1].name, rs[i-1].off, rs[i-1].end)
+		}
+	}
+}
+
+// TestSM100MemoryRegions: the tensor-memory column regions of S and O (and
+// of the decode kernel's S^T and O^T blocks) never overlap and fit the
+// power-of-2 allocation of at most 512 columns; the shared-memory regions
+// never overlap, the operand tiles start 1024-byte aligned (the swizzle
+// atom the UMMA descriptors assume), and everything fits the 227 KB
+// opt-in with the alignment slack.
+func TestSM100MemoryRegions(t *testing.T) {
+	for _, v := range []SM100Variant{SM100BF16, SM100FP8, SM100BF16FP8, SM100NVFP4} {
+		for _, d := range []int{64, 128, 256} {
+			what := fmt.Sprintf("fwd v%d d%d", v, d)
+			l := SM100Fwd(v, d)
+			if c := l.TmemCols; c > tmemColumns || c < 32 || c&(c-1) != 0 {
+				t.Errorf("%s: %d TMEM columns", what, c)
+			}
+			checkDisjoint(t, what+" TMEM", []region{{"S", l.TmemS, l.TmemS + sm100BlockKeys}, {"O", l.TmemO, l.TmemO + d}}, l.TmemCols)
+			rs := []region{{"Q/P", l.QPOff, l.QPOff + l.QPBytes}, {"K", l.KOff, l.KOff + l.KVBytes}, {"V", l.VOff, l.VOff + l.KVBytes},
+				{"bars", l.BarOff, l.TmemSlot + 8}}
+			if l.RawBytes > 0 {
+				rs = append(rs, region{"raw", l.RawOff, l.RawOff + l.RawBytes})
+			}
+			checkDisjoint(t, what+" smem", rs, l.SmemBytes-sm100AlignSlack)
+			for _, r := range rs[:3] {
+				if r.off%1024 != 0 {
+					t.Errorf("%s: %s tile at %d is not 1024-aligned", what, r.name, r.off)
+				}
+			}
+			if l.SmemBytes > sm100MaxDynSmem {
+				t.Errorf("%s: %d B of shared memory", what, l.SmemBytes)
+			}
+			if l.QRowBytes != l.KVRow || l.QKSteps*sm100KStepBytes != l.QRowBytes || l.PVSteps*l.KeysPerPVStep != sm100BlockKeys {
+				t.Errorf("%s: MMA K steps %d / %d do not cover D / the block", what, l.QKSteps, l.PVSteps)
+			}
+			if v == SM100BF16 || v == SM100FP8 {
+				dl := SM100Dec(v, d)
+				what := fmt.Sprintf("decode v%d d%d", v, d)
+				trs := []region{{"S^T", dl.TmemS, dl.TmemS + sm100DecRows}}
+				for j := 0; j < dl.OMMAs; j++ {
+					trs = append(trs, region{fmt.Sprintf("O^T[%d]", j), dl.TmemO + j*sm100DecRows, dl.TmemO + (j+1)*sm100DecRows})
+				}
+				checkDisjoint(t, what+" TMEM", trs, dl.TmemCols)
+				if dl.TmemCols > tmemColumns || dl.TmemCols < 32 {
+					t.Errorf("%s: %d TMEM columns", what, dl.TmemCols)
+				}
+				checkDisjoint(t, what+" smem", []region{{"Q", dl.QOff, dl.QOff + dl.QBytes}, {"K", dl.KOff, dl.KOff + dl.KVBytes},
+					{"V", dl.VOff, dl.VOff + dl.KVBytes}, {"P", dl.POff, dl.POff + dl.PBytes}, {"red", dl.RedOff, dl.OrowOff},
+					{"orow", dl.OrowOff, dl.OrowOff + 8*sm100DecRows}, {"bars", dl.BarOff, dl.TmemSlot + 8}}, dl.SmemBytes-sm100AlignSlack)
+				if end := dl.VOff + dl.OMMAs*dl.OAtoms*sm100BlockKeys*dl.BoxSpan; end > dl.RedOff {
+					t.Errorf("%s: the O^T A operand reaches %d past the tile map (%d)", what, end, dl.RedOff)
+				}
+			}
+		}
+	}
+}
+
+// mbar is one mbarrier as the emulation sees it: completed phases, the
+// arrivals and transaction bytes of the phase in progress, and the phases
+// each waiter has consumed.
+type mbar struct {
+	name      string
+	count     int // arrivals per phase (mbar_init)
+	completed int
+	arrivals  int
+	txPending int64 // expected minus delivered bytes of the phase in progress
+	armed     bool
+	waited    int // phases consumed by the waits (all threads wait in lock step here)
+}
+
+func (b *mbar) check(t *testing.T, ok bool, format string, args ...any) {
+	t.Helper()
+	if !ok {
+		t.Fatalf("mbarrier %s: "+format, append([]any{b.name}, args...)...)
+	}
+}
+
+// arriveExpectTx is mbar_arrive_expect_tx: one arrival, tx bytes expected.
+func (b *mbar) arriveExpectTx(t *testing.T, tx int64) {
+	t.Helper()
+	b.check(t, b.completed-b.waited <= 0, "armed for phase %d while phase %d is completed but not waited (phase overrun)", b.completed, b.completed-1)
+	b.arrivals++
+	b.txPending += tx
+	b.armed = true
+	b.maybeComplete()
+}
+
+// deliver is the TMA unit's complete_tx of one box.
+func (b *mbar) deliver(bytes int64) {
+	b.txPending -= bytes
+	b.maybeComplete()
+}
+
+// commit is tcgen05.commit: one arrival when the MMAs finish.
+func (b *mbar) commit(t *testing.T) {
+	t.Helper()
+	b.check(t, b.completed-b.waited <= 0, "commit for phase %d while phase %d is not waited", b.completed, b.completed-1)
+	b.arrivals++
+	b.armed = true
+	b.maybeComplete()
+}
+
+func (b *mbar) maybeComplete() {
+	if b.armed && b.arrivals == b.count && b.txPending == 0 {
+		b.completed++
+		b.arrivals, b.armed = 0, false
+	}
+}
+
+// wait is mbar_wait(bar, parity): it passes when the phase of that parity
+// has completed. The waiter's phase is the number of its earlier waits; the
+// kernel's parity must be that phase's, the phase must have completed (no
+// deadlock), and no later phase may have (a parity wait cannot tell phase n
+// from n+2).
+func (b *mbar) wait(t *testing.T, parity uint32) {
+	t.Helper()
+	n := b.waited
+	b.check(t, parity == uint32(n&1), "waits parity %d for its phase %d", parity, n)
+	b.check(t, b.completed >= n+1, "phase %d never completes (%d arrivals of %d, %d tx bytes missing): deadlock", n, b.arrivals, b.count, b.txPending)
+	b.check(t, b.completed == n+1, "phase %d waited after %d phases completed: parity %d is ambiguous", n, b.completed, parity)
+	b.waited++
+}
+
+// emuBox is one TMA box a CTA issues: its tile destination (bytes from the
+// tile start), its coordinates (innermost first) and box extents.
+type emuBox struct {
+	dst    int
+	coord  []int
+	extent []int
+}
+
+// sm100KVTile is issue_kv_tile for one K or V tile: the boxes, and the
+// transaction bytes it arms the barrier with (kv_tx_bytes).
+func sm100KVTile(rawRow, elemBytes int, paged bool, pageRow []int32, pageSize, denseBase, h, t0, nkeys int) ([]emuBox, int64) {
+	span, boxes := spanOf(rawRow), blocksOf(rawRow)
+	inner := span / elemBytes
+	var out []emuBox
+	if !paged {
+		for bx := 0; bx < boxes; bx++ {
+			out = append(out, emuBox{dst: bx * sm100BlockKeys * span, coord: []int{bx * inner, h, denseBase + t0}, extent: []int{inner, 1, sm100BlockKeys}})
+		}
+		return out, int64(sm100BlockKeys * rawRow)
+	}
+	rows := sm100PagedRows(pageSize)
+	nseg := (nkeys + rows - 1) / rows
+	for s := 0; s < nseg; s++ {
+		t := t0 + s*rows
+		page := int(pageRow[t/pageSize])
+		for bx := 0; bx < boxes; bx++ {
+			out = append(out, emuBox{dst: bx*sm100BlockKeys*span + s*rows*span, coord: []int{bx * inner, t % pageSize, h, page}, extent: []int{inner, rows, 1, 1}})
+		}
+	}
+	return out, int64(nseg * rows * rawRow)
+}
+
+// boxRows maps the rows a box lands to K/V store rows (-1: out of bounds,
+// zero-filled) and returns the box's bytes as the TMA unit counts them (in
+// full, out-of-bounds fill included). dims are the map's dims.
+func boxRows(b emuBox, dims []uint64, hkv, pageSize int, span int) (rows map[int]int, bytes int64) {
+	rows = map[int]int{}
+	if len(b.coord) == 3 { // dense {col, h, token}
+		for i := 0; i < b.extent[2]; i++ {
+			tok := b.coord[2] + i
+			r := -1
+			if tok < int(dims[2]) {
+				r = tok*hkv + b.coord[1]
+			}
+			rows[b.dst/span+i] = r // row within the column block (dst / span = block*128 + row)
+		}
+		return rows, int64(b.extent[2] * span)
+	}
+	for i := 0; i < b.extent[1]; i++ { // paged {col, i, h, page}
+		pos := b.coord[1] + i
+		r := -1
+		if pos < int(dims[1]) && b.coord[3] < int(dims[3]) {
+			r = (b.coord[3]*hkv+b.coord[2])*pageSize + pos
+		}
+		rows[b.dst/span+i] = r
+	}
+	return rows, int64(b.extent[1] * span)
+}
+
+// emuSM100Fwd runs fwd_body's logic for every CTA of a grid of `grid`
+// blocks on case c with variant v and returns the partial rows written
+// (orow -> the K store rows the row attends, in tile order).
+func emuSM100Fwd(t *testing.T, c *prefillCase, v SM100Variant, grid int, seqused []int32) map[int][]int {
+	t.Helper()
+	l := SM100Fwd(v, c.d)
+	kvd := c.kvd
+	elemBytes := 1
+	if v == SM100BF16 {
+		elemBytes = 2
+	}
+	ps := 0
+	kvRows := int(c.cuK[len(c.cuK)-1])
+	if c.paged {
+		ps, kvRows = c.pageSize, c.numPages
+	}
+	kmap, err := KVMapSpec("k", 1<<20, kvd, c.d, c.hkv, ps, kvRows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kmap.Swizzle != l.BoxSpan || int(kmap.Box[0])*elemBytes != l.BoxSpan {
+		t.Fatalf("host map inner box %d x %d B, swizzle %d: the kernel's boxes are %d B", kmap.Box[0], elemBytes, kmap.Swizzle, l.BoxSpan)
+	}
+	written := map[int][]int{}
+	s := c.sched
+	for w := 0; w < grid; w++ {
+		// if (w >= p.capacity || w >= *work_count) return;
+		if w >= s.Capacity || w >= int(s.WorkCount) {
+			continue
+		}
+		m := s.Metadata[6*w : 6*w+6]
+		h, row, qBegin, qCount, b, jblk := int(m[0]), int(m[1]), int(m[2]), int(m[3]), int(m[4]), int(m[5])
+		q0 := int(c.cuQ[b])
+		seqlenQ := int(c.cuQ[b+1]) - q0
+		var seqlenK int
+		switch {
+		case seqused != nil:
+			seqlenK = int(seqused[b])
+		case c.paged:
+			seqlenK = c.maxPages * c.pageSize
+		default:
+			seqlenK = int(c.cuK[b+1] - c.cuK[b])
+		}
+		t0 := jblk * c.blk
+		nkeys := min(min(c.blk, sm100BlockKeys), seqlenK-t0)
+		if nkeys <= 0 || qCount <= 0 {
+			continue // CTA-uniform exit before any TMA, barrier or TMEM use
+		}
+		entries := c.csr.QIdx[h*c.csr.Stride+int(c.csr.RowPtr[h*(c.csr.TotalRows+1)+row])+qBegin:]
+		qsplit := s.QSplit[h*c.csr.Stride+int(c.csr.RowPtr[h*(c.csr.TotalRows+1)+row])+qBegin:]
+
+		barK := &mbar{name: "K", count: 1}
+		barV := &mbar{name: "V", count: 1}
+		barMMA := &mbar{name: "MMA", count: 1}
+		var pageRow []int32
+		denseBase := 0
+		if c.paged {
+			pageRow = c.pageTable[b*c.maxPages:]
+		} else {
+			denseBase = int(c.cuK[b])
+		}
+		// Rows of the K and V tiles -> store rows (-1 = zero fill, absent = not loaded).
+		tileOf := func(bar *mbar) map[int]int {
+			boxes, tx := sm100KVTile(l.RawRow, elemBytes, c.paged, pageRow, ps, denseBase, h, t0, nkeys)
+			bar.arriveExpectTx(t, tx)
+			rows := map[int]int{}
+			var sum int64
+			for _, bx := range boxes {
+				if bx.dst%(8*l.BoxSpan) != 0 {
+					t.Fatalf("item %d: box lands at %d, not on a %d-byte swizzle atom", w, bx.dst, 8*l.BoxSpan)
+				}
+				if c.paged {
+					tok := t0 + (bx.dst%(sm100BlockKeys*l.BoxSpan))/l.BoxSpan
+					if bx.coord[1]+bx.extent[1] > c.pageSize {
+						t.Fatalf("item %d: box of keys from %d crosses a page end", w, tok)
+					}
+					if tok >= seqlenK {
+						t.Fatalf("item %d: box for key %d reads the page table past the sequence (%d keys)", w, tok, seqlenK)
+					}
+				}
+				r, n := boxRows(bx, kmap.Dims, c.hkv, ps, l.BoxSpan)
+				sum += n
+				if bx.coord[0] == 0 {
+					for k, v := range r {
+						rows[k] = v
+					}
+				}
+				bar.deliver(n)
+			}
+			if sum != tx {
+				t.Fatalf("item %d: barrier armed with %d tx bytes, the boxes deliver %d", w, tx, sum)
+			}
+			return rows
+		}
+		kRows := tileOf(barK)
+		var vRows map[int]int
+		if !v.converted() {
+			vRows = tileOf(barV)
+		}
+		nrows := qCount * c.qhpk
+		tiles := (nrows + sm100TileM - 1) / sm100TileM
+		for tile := 0; tile < tiles; tile++ {
+			rt := tile * sm100TileM
+			if v.converted() && tile == 0 {
+				barK.wait(t, uint32(0)) // kv_parity(0)
+				vRows = tileOf(barV)
+				barV.wait(t, uint32(0))
+			}
+			if !v.converted() && tile == 0 {
+				barK.wait(t, uint32(0))
+			}
+			barMMA.commit(t) // S = Q K^T
+			barMMA.wait(t, uint32((2*tile)&1))
+			if !v.converted() && tile == 0 {
+				barV.wait(t, uint32(0))
+			}
+			barMMA.commit(t) // O = P V
+			barMMA.wait(t, uint32((2*tile+1)&1))
+			for tid := 0; tid < sm100TileM; tid++ {
+				idx := rt + tid
+				if idx >= nrows {
+					continue
+				}
+				e := uint32(qsplit[idx/c.qhpk])
+				ql, slot := int(e&0xFFFFFF), int(e>>24)
+				if int32(ql) != entries[idx/c.qhpk] {
+					t.Fatalf("item %d: qsplit entry %d holds query %d, the CSR %d", w, idx/c.qhpk, ql, entries[idx/c.qhpk])
+				}
+				hq := h*c.qhpk + idx%c.qhpk
+				qrow := q0 + ql
+				orow := (slot*c.totalQ+qrow)*c.hq + hq
+				lim := seqlenK
+				if c.causal {
+					lim = min(lim, ql+seqlenK-seqlenQ+1)
+				}
+				vis := min(max(lim-t0, 0), nkeys)
+				var keys []int
+				for r := 0; r < vis; r++ {
+					kr, ok := kRows[r]
+					if !ok || kr < 0 {
+						t.Fatalf("item %d row %d: visible key %d not loaded (K tile row %d)", w, tid, t0+r, r)
+					}
+					if vr := vRows[r]; vr != kr {
+						t.Fatalf("item %d: K tile row %d is store row %d, V tile row %d", w, r, kr, vr)
+					}
+					keys = append(keys, kr)
+				}
+				if _, dup := written[orow]; dup {
+					t.Fatalf("item %d: partial row %d (slot %d, q %d, head %d) written twice", w, orow, slot, qrow, hq)
+				}
+				written[orow] = keys
+			}
+		}
+		// Every phase armed was consumed: the next item starts with fresh barriers.
+		for _, bar := range []*mbar{barK, barV, barMMA} {
+			if bar.completed != bar.waited {
+				t.Fatalf("item %d: barrier %s completed %d phases, %d waited", w, bar.name, bar.completed, bar.waited)
+			}
+		}
+	}
+	return written
+}
+
+// TestEmulatedSM100Prefill: for dense ragged and paged K/V, every dtype
+// variant and 0, 1 and many row tiles per item, every (slot, query, head)
+// partial row is written exactly once by the CTA of its item, attends
+// exactly the keys the reference sees for that block, in slot order of its
+// selected blocks, at an address inside the partial buffer with 16-byte
+// aligned rows (the vectorised stores), also after the window shift.
+func TestEmulatedSM100Prefill(t *testing.T) {
+	cases := []struct {
+		c *prefillCase
+		v SM100Variant
+	}{
+		// ragged dense, causal, one row tile per item (qhpk 2)
+		{&prefillCase{name: "dense/ragged", cuQ: []int32{0, 37, 100, 101}, cuK: []int32{0, 300, 700, 829}, hkv: 2, qhpk: 2, d: 128, topK: 4, blk: 128,
+			causal: true, qd: BF16, kvd: BF16, pd: BF16}, SM100BF16},
+		// many row tiles: 16 heads per KV head, items of up to FwdTarget queries
+		{&prefillCase{name: "dense/many-tiles", cuQ: []int32{0, 300}, cuK: []int32{0, 1000}, hkv: 1, qhpk: 16, d: 64, topK: 3, blk: 128,
+			causal: true, qd: E4M3, kvd: E4M3, pd: F32}, SM100FP8},
+		// blk_kv 64 < 128: the dense box loads 128 rows, the second half masked (and OOB at the tensor end)
+		{&prefillCase{name: "dense/blk64", cuQ: []int32{0, 50, 90}, cuK: []int32{0, 130, 200}, hkv: 2, qhpk: 4, d: 256, topK: 3, blk: 64,
+			causal: false, qd: BF16, kvd: E4M3, pd: F16}, SM100BF16FP8},
+		// paged, page 64 < 128: two segments per block, last segment partial
+		{&prefillCase{name: "paged/64", cuQ: []int32{0, 129, 300}, cuK: []int32{0, 500, 1200}, hkv: 2, qhpk: 8, d: 128, topK: 8, blk: 128,
+			causal: true, paged: true, pageSize: 64, qd: E4M3, kvd: E4M3, pd: E4M3}, SM100FP8},
+		// paged, page 256 > 128: one box per block inside a page
+		{&prefillCase{name: "paged/256", cuQ: []int32{0, 64, 70}, cuK: []int32{0, 600, 1000}, hkv: 1, qhpk: 4, d: 64, topK: 4, blk: 128,
+			causal: true, paged: true, pageSize: 256, qd: BF16, kvd: NVFP4, pd: BF16}, SM100NVFP4},
+	}
+	for _, tc := range cases {
+		c := tc.c
+		t.Run(c.name, func(t *testing.T) {
+			genPrefill(t, c, 11)
+			if c.name == "dense/many-tiles" { // one worker: long items, several row tiles each
+				rows, err := plan.NewRows(c.cuK, c.blk)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if c.sched, err = plan.BuildFwdSchedule(nil, c.csr, rows, c.cuQ, plan.FwdParams{
+					TotalQ: c.totalQ, Hkv: c.hkv, QheadPerKV: c.qhpk, TopK: c.topK, BlkKV: c.blk, Workers: 1}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var seqused []int32
+			if c.paged {
+				seqused = make([]int32, len(c.cuQ)-1)
+				for b := range seqused {
+					seqused[b] = int32(c.seqK(b))
+				}
+				l := SM100Fwd(tc.v, c.d)
+				if !SM100PagedOK(c.pageSize, c.blk, l.BoxSpan) {
+					t.Fatalf("case violates the launcher's paged precondition")
+				}
+			}
+			maxTiles := 0
+			for w := 0; w < int(c.sched.WorkCount); w++ {
+				maxTiles = max(maxTiles, (int(c.sched.Metadata[6*w+3])*c.qhpk+sm100TileM-1)/sm100TileM)
+			}
+			// grid = capacity (CUDA-graph launch): the items past work_count exit.
+			written := emuSM100Fwd(t, c, tc.v, c.sched.Capacity, seqused)
+			psz := partialSize(c.pd)
+			slots := 0
+			for q := 0; q < c.totalQ; q++ {
+				for hq := 0; hq < c.hq; hq++ {
+					h := hq / c.qhpk
+					var blocks []int
+					for j := 0; j < c.topK; j++ {
+						if blk := c.q2k[(h*c.totalQ+q)*c.topK+j]; blk >= 0 {
+							blocks = append(blocks, int(blk))
+						}
+					}
+					slices.Sort(blocks)
+					for slot, blk := range blocks {
+						orow := (slot*c.totalQ+q)*c.hq + hq
+						keys, ok := written[orow]
+						if !ok {
+							t.Fatalf("q %d head %d block %d (slot %d): partial row never written", q, hq, blk, slot)
+						}
+						if want := c.visibleKeys(q, h, blk); !slices.Equal(keys, want) {
+							t.Fatalf("q %d head %d block %d: attends %v, want %v", q, hq, blk, keys, want)
+						}
+						if orow*c.d*psz%16 != 0 {
+							t.Fatalf("partial row %d: byte offset not 16-aligned", orow)
+						}
+						delete(written, orow)
+						slots = max(slots, slot+1)
+					}
+				}
+			}
+			if len(written) != 0 {
+				t.Fatalf("%d partial rows written that no (query, head, block) owns", len(written))
+			}
+			if maxTiles < 1 {
+				t.Fatal("no item with a row tile")
+			}
+			if c.name == "dense/many-tiles" && maxTiles < 3 {
+				t.Fatalf("many-tiles case has at most %d row tiles per item", maxTiles)
+			}
+			// Windowed launch: the shifted partial base keeps every written
+			// row inside the window's buffer.
+			for _, wq := range []int{1, 33, c.totalQ} {
+				wins, err := FwdWindows(c.csr, c.sched, c.cuQ, c.totalQ, wq)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, win := range wins {
+					n := win.Q1 - win.Q0
+					for i := 0; i < int(win.Sched.WorkCount); i++ {
+						m := win.Sched.Metadata[6*i : 6*i+6]
+						base := int(m[0])*c.csr.Stride + int(c.csr.RowPtr[int(m[0])*(c.csr.TotalRows+1)+int(m[1])])
+						for e := int(m[2]); e < int(m[2]+m[3]); e++ {
+							qs := uint32(c.sched.QSplit[base+e])
+							qrow, slot := int(c.cuQ[m[4]])+int(qs&0xFFFFFF), int(qs>>24)
+							// kernel: orow = (slot*n + qrow)*Hq + hq from a base shifted by -Q0*Hq rows
+							rel := (slot*n+qrow)*c.hq - win.Q0*c.hq
+							if rel < 0 || rel+c.hq > slots*n*c.hq {
+								t.Fatalf("window [%d, %d): slot %d q %d writes row %d outside [0, %d)", win.Q0, win.Q1, slot, qrow, rel, slots*n*c.hq)
+							}
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestEmulatedSM100Ledger drives the barrier model through the kernel's
+// phase sequence for 1 and many row tiles and both K/V paths, and checks
+// that the model rejects the mistakes it exists to catch: a wrong parity,
+// two commits before a wait, and an expect-tx that the boxes do not match.
+func TestEmulatedSM100Ledger(t *testing.T) {
+	for _, conv := range []bool{false, true} {
+		for _, tiles := range []int{0, 1, 2, 7} {
+			k, v, mma := &mbar{name: "K", count: 1}, &mbar{name: "V", count: 1}, &mbar{name: "MMA", count: 1}
+			if tiles > 0 { // an item with no row tile exits before arming anything
+				k.arriveExpectTx(t, 100)
+				k.deliver(100)
+				if !conv {
+					v.arriveExpectTx(t, 100)
+					v.deliver(60)
+					v.deliver(40)
+				}
+			}
+			for tile := 0; tile < tiles; tile++ {
+				if conv && tile == 0 {
+					k.wait(t, 0)
+					v.arriveExpectTx(t, 100)
+					v.deliver(100)
+					v.wait(t, 0)
+				}
+				if !conv && tile == 0 {
+					k.wait(t, 0)
+				}
+				mma.commit(t)
+				mma.wait(t, uint32((2*tile)&1))
+				if !conv && tile == 0 {
+					v.wait(t, 0)
+				}
+				mma.commit(t)
+				mma.wait(t, uint32((2*tile+1)&1))
+			}
+			if mma.completed != 2*tiles || mma.waited != 2*tiles {
+				t.Errorf("conv %v, %d tiles: MMA barrier %d phases, %d waits", conv, tiles, mma.completed, mma.waited)
+			}
+		}
+	}
+	mustFail := func(name string, f func(t *testing.T)) {
+		ft := &testing.T{}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			f(ft)
+		}()
+		<-done
+		if !ft.Failed() {
+			t.Errorf("ledger model accepted: %s", name)
+		}
+	}
+	mustFail("wrong parity", func(t *testing.T) {
+		b := &mbar{name: "x", count: 1}
+		b.commit(t)
+		b.wait(t, 1)
+	})
+	mustFail("two commits before a wait", func(t *testing.T) {
+		b := &mbar{name: "x", count: 1}
+		b.commit(t)
+		b.commit(t)
+		b.wait(t, 0)
+	})
+	mustFail("tx bytes short", func(t *testing.T) {
+		b := &mbar{name: "x", count: 1}
+		b.arriveExpectTx(t, 128)
+		b.deliver(64)
+		b.wait(t, 0)
+	})
+}

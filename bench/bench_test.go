@@ -1,7 +1,13 @@
 package main
 
 import (
+	"bytes"
+	"fmt"
 	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -130,5 +136,292 @@ func TestRefMeter(t *testing.T) {
 	p.finish()
 	if !(r.pctPeak > 0) || r.pctBW != 0 {
 		t.Fatalf("paired: %%peak %v, %%BW %v (want > 0, 0 without bandwidth)", r.pctPeak, r.pctBW)
+	}
+}
+
+// timeIt must time at least minReps calls however long the warm-up took
+// (the old rule dropped to 2 after a slow warm-up).
+func TestTimeItMinReps(t *testing.T) {
+	calls := 0
+	_, _, reps, err := timeIt(time.Nanosecond, minReps, 100, func() error {
+		calls++
+		if calls == 1 {
+			time.Sleep(5 * time.Millisecond) // a warm-up far over 2*minTime
+		}
+		return nil
+	}, nil)
+	if err != nil || reps < minReps || calls != reps+1 {
+		t.Fatalf("reps %d, calls %d, err %v; want >= %d timed calls after one warm-up", reps, calls, err, minReps)
+	}
+}
+
+func TestSpreadAndNoiseFlags(t *testing.T) {
+	sp := spreadOf([]float64{10, 11, 10.5, 10.2})
+	if sp.reps != 4 || sp.best != 10 || sp.worst != 11 || sp.median != 10.5 || math.Abs(sp.maxMin-1.1) > 1e-12 {
+		t.Fatalf("spread %+v", sp)
+	}
+	if got := quantile([]float64{1, 2, 3, 4, 5}, 0.25); got != 2 {
+		t.Fatalf("quantile = %v, want 2", got)
+	}
+	quiet := loadStats{ok: true, loadStart: 2, loadEnd: 2.2, others: 0.05, steal: 0.01}
+	if why := noiseVerdict(sp, quiet, 2, 2, map[string]float64{"%peak": 60}); why != nil {
+		t.Fatalf("quiet case flagged: %v", why)
+	}
+	for _, tc := range []struct {
+		name    string
+		samples []float64
+		ls      loadStats
+		ratio   float64
+		want    string
+	}{
+		{"max/min", []float64{10, 10, 16}, quiet, 50, "spread"},
+		{"IQR", []float64{10, 12, 14, 16, 18}, quiet, 50, "spread"},
+		{"others", []float64{10, 10, 10}, loadStats{ok: true, others: 0.5}, 50, "load"},
+		{"load average", []float64{10, 10, 10}, loadStats{loadStart: 2, loadEnd: 13}, 50, "load"},
+		{"steal", []float64{10, 10, 10}, loadStats{ok: true, steal: 0.2}, 50, "steal"},
+		{"ratio", []float64{10, 10, 10}, quiet, 216, ">100%"},
+		{"reps", []float64{10, 10}, quiet, 50, "only 2 reps"},
+	} {
+		why := noiseVerdict(spreadOf(tc.samples), tc.ls, 2, 2, map[string]float64{"%peak": tc.ratio})
+		if !slices.Contains(why, tc.want) {
+			t.Errorf("%s: flags %v, want %q among them", tc.name, why, tc.want)
+		}
+	}
+
+	// The run is noisy when any row is, and says why.
+	cal := calibration{peak: 100, bw: 10, ncpu: 2, workers: 2}
+	clean := &result{c: caseSpec{Name: "a", Kind: "prefill"}, flops: 1e9, timeMS: 100, reps: 3, samples: []float64{100, 100, 101}, load: quiet, pctPeak: 10}
+	noisy := &result{c: caseSpec{Name: "b", Kind: "prefill"}, flops: 1e9, timeMS: 100, reps: 3, samples: []float64{60, 100, 300}, load: loadStats{ok: true, others: 0.7}, pctPeak: 10}
+	clean.derive(cal)
+	noisy.derive(cal)
+	if v := runNoise([]*result{clean}); v != "" {
+		t.Fatalf("clean run flagged: %q", v)
+	}
+	v := runNoise([]*result{clean, noisy})
+	if !strings.HasPrefix(v, "NOISY RUN: 1 of 2 cases") || !strings.Contains(v, "spread 1") || !strings.Contains(v, "load 1") || !strings.Contains(v, "70%") {
+		t.Fatalf("run verdict %q", v)
+	}
+}
+
+func TestProcStatAndLoad(t *testing.T) {
+	stat := "cpu  1000 0 200 5000 100 0 50 300 0 0\ncpu0 500 0 100 2500 50 0 25 150 0 0\n"
+	busy, steal, total, ok := parseProcStat([]byte(stat))
+	if !ok || busy != 12.5 || steal != 3 || total != 66.5 {
+		t.Fatalf("parseProcStat: busy %v steal %v total %v ok %v", busy, steal, total, ok)
+	}
+	if _, _, _, ok := parseProcStat([]byte("intr 1 2 3\n")); ok {
+		t.Fatal("parseProcStat accepted a file without a cpu line")
+	}
+	if l, ok := parseLoadAvg([]byte("12.73 7.96 3.76 14/195 29617\n")); !ok || l != 12.73 {
+		t.Fatalf("parseLoadAvg = %v, %v", l, ok)
+	}
+	// 10 s of 2 CPUs: 20 CPU-seconds, 14 busy of which 4 are ours, 2 stolen.
+	a := cpuSample{busy: 100, steal: 10, total: 1000, self: 1, statOK: true, load: 1}
+	b := cpuSample{busy: 114, steal: 12, total: 1020, self: 5, statOK: true, load: 3}
+	ls := loadBetween(a, b)
+	if !ls.ok || math.Abs(ls.others-0.5) > 1e-12 || math.Abs(ls.steal-0.1) > 1e-12 || ls.loadStart != 1 || ls.loadEnd != 3 {
+		t.Fatalf("loadBetween = %+v", ls)
+	}
+	if s := readCPUSample(); !s.statOK || s.total <= 0 {
+		t.Logf("no /proc/stat here: %+v", s)
+	}
+}
+
+// A ratio above 100% is never printed as a value: not in the table, not
+// in the CSV; the raw figure appears only in the notes, marked.
+func TestRatioClamp(t *testing.T) {
+	if got := pct(216); got != "noisy>100" {
+		t.Fatalf("pct(216) = %q", got)
+	}
+	if got := pct(99.5); got != "99.5" {
+		t.Fatalf("pct(99.5) = %q", got)
+	}
+	if got := pct(100); got != "100" {
+		t.Fatalf("pct(100) = %q", got)
+	}
+	if pctCSV(1398) != "" || pctCSV(42) != "42" {
+		t.Fatalf("pctCSV: %q %q", pctCSV(1398), pctCSV(42))
+	}
+	r := &result{c: caseSpec{Name: "decode-fp8-b8-4k", Kind: "decode"}, flops: 1e9, bytes: 1e8, timeMS: 10, reps: 3,
+		samples: []float64{10, 10, 10}, pctPeak: 216, pctBW: 1398}
+	r.derive(calibration{peak: 1000, bw: 1, ncpu: 2, workers: 2}) // %BW best = 1000
+	var buf bytes.Buffer
+	printTable(&buf, []*result{r})
+	out := buf.String()
+	lines := strings.Split(out, "\n")
+	row := lines[2]
+	for _, bad := range []string{"216", "1398", "1000"} {
+		if strings.Contains(row, bad) {
+			t.Errorf("table row prints %s as a result: %q", bad, row)
+		}
+	}
+	if strings.Count(row, "noisy>100") != 2 || !strings.Contains(row, "NOISY:>100%") {
+		t.Errorf("row %q: want two noisy>100 cells and the >100%% flag", row)
+	}
+	if !strings.Contains(out, "%peak measured 216") || !strings.Contains(out, "NOISY RUN") {
+		t.Errorf("notes lack the raw ratio or the run verdict:\n%s", out)
+	}
+}
+
+// Off a terminal, progress is one complete line per case: no '\r', no
+// phase fragments.
+func TestProgressLines(t *testing.T) {
+	var buf bytes.Buffer
+	p := newProgressTo(3, false, &buf)
+	p.phase("prefill-bf16-2k", "sparse")
+	r := &result{c: caseSpec{Name: "prefill-bf16-2k"}, timeMS: 12.5, reps: 3, gflops: 90, sp: spreadOf([]float64{12, 12.5, 13}),
+		load: loadStats{ok: true, others: 0.4, loadEnd: 3.5}, noise: []string{"load"}}
+	p.step(r)
+	p.step(&result{c: caseSpec{Name: "decode-fp8-b8-64k"}, err: "skipped: K+V is 3 GiB"})
+	p.stepText("PyTorch", "baselines finished")
+	p.finish()
+	out := buf.String()
+	if strings.Contains(out, "\r") {
+		t.Fatalf("line mode wrote a carriage return: %q", out)
+	}
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("want 3 lines, got %d: %q", len(lines), out)
+	}
+	for i, want := range []string{"[1/3", "[2/3", "[3/3"} {
+		if !strings.HasPrefix(lines[i], want) {
+			t.Errorf("line %d = %q, want prefix %q", i, lines[i], want)
+		}
+	}
+	if !strings.Contains(lines[0], "prefill-bf16-2k: 12.5 ms median of 3") || !strings.Contains(lines[0], "NOISY (load)") {
+		t.Errorf("case line %q", lines[0])
+	}
+	if !strings.Contains(lines[1], "skipped") {
+		t.Errorf("skipped line %q", lines[1])
+	}
+	// The bar redraws one line with '\r'.
+	buf.Reset()
+	b := newProgressTo(2, true, &buf)
+	b.phase("x", "y")
+	b.step(r)
+	if !strings.HasPrefix(buf.String(), "\r[") || strings.Contains(buf.String(), "\n") {
+		t.Fatalf("bar output %q", buf.String())
+	}
+}
+
+func plotResults() []*result {
+	mk := func(kind, dt string, T, batch int, gf, xd float64, ex bool) *result {
+		name := fmt.Sprintf("%s-%s-b%d-%d", kind, dt, batch, T)
+		return &result{c: caseSpec{Name: name, Kind: kind, DType: dt, SeqLen: T, Batch: batch}, timeMS: 1, gflops: gf, pctPeak: 40,
+			speedupDense: xd, denseExtrap: ex, torch: torchResult{speedup: xd / 2, extrap: ex}, tsparse: torchResult{speedup: 3}}
+	}
+	return []*result{
+		mk("prefill", "bf16", 2048, 1, 100, 10, false),
+		mk("prefill", "bf16", 8192, 1, 110, 40, true),
+		mk("nvfp4", "bf16", 8192, 1, 95, 35, true),
+		mk("decode", "fp8", 4096, 8, 50, 5, false),
+		mk("decode", "fp8", 16384, 8, 55, 6, false),
+		mk("decode", "bf16", 4096, 32, 40, 4, false),
+		{c: caseSpec{Name: "decode-bf16-b32-64k", Kind: "decode", SeqLen: 65536, Batch: 32}, err: "skipped: too big"},
+	}
+}
+
+// The plot has a prefill row (tokens) and a decode row (context, one line
+// per dtype and batch), y scaled to the data, the peak as a reference line
+// only near the data, and extrapolated points marked.
+func TestPlotPanels(t *testing.T) {
+	ps := buildPanels(calibration{peak: 250, peakTier: "avx512"}, plotResults())
+	if len(ps) != 4 {
+		t.Fatalf("%d panels, want 4 (prefill and decode x GFLOP/s and speedup)", len(ps))
+	}
+	pre, preX, dec, decX := ps[0], ps[1], ps[2], ps[3]
+	if !strings.Contains(pre.xLabel, "tokens") || !strings.Contains(dec.xLabel, "context") {
+		t.Fatalf("x labels %q, %q", pre.xLabel, dec.xLabel)
+	}
+	if !slices.Equal(pre.xs, []float64{2048, 8192}) || !slices.Equal(dec.xs, []float64{4096, 16384}) {
+		t.Fatalf("x ticks %v, %v", pre.xs, dec.xs)
+	}
+	var names []string
+	for _, s := range dec.series {
+		names = append(names, s.name)
+	}
+	if !slices.Equal(names, []string{"decode fp8 b8", "decode bf16 b32"}) {
+		t.Fatalf("decode series %v", names)
+	}
+	if len(pre.series) != 2 || pre.series[0].pts[0].label != "40%" {
+		t.Fatalf("prefill series %+v", pre.series)
+	}
+	// Peak 250 is within 3x of the prefill data (110): reference line, axis
+	// above it; decode (max 55) is scaled to its data, the peak only named.
+	if pre.peak != 250 || pre.yMax < 250 {
+		t.Fatalf("prefill peak %v, yMax %v", pre.peak, pre.yMax)
+	}
+	if dec.peak != 0 || dec.yMax > 100 || !strings.Contains(dec.title, "above the axis") {
+		t.Fatalf("decode peak %v, yMax %v, title %q", dec.peak, dec.yMax, dec.title)
+	}
+	if !preX.logY || !decX.logY {
+		t.Fatal("speedup panels must be log scale")
+	}
+	extrap := 0
+	for _, s := range preX.series {
+		for _, p := range s.pts {
+			if p.extrap {
+				extrap++
+				if p.label != "extrap." {
+					t.Errorf("extrapolated point of %s unlabelled", s.name)
+				}
+			}
+		}
+	}
+	if extrap != 4 { // 8K prefill and NVFP4 8K, vs Gorgonia and PyTorch dense
+		t.Fatalf("%d extrapolated prefill points, want 4", extrap)
+	}
+	for _, s := range decX.series {
+		for _, p := range s.pts {
+			if p.extrap {
+				t.Fatalf("decode point marked extrapolated: %s", s.name)
+			}
+		}
+	}
+	// Only decode results: one row.
+	if got := buildPanels(calibration{peak: 250}, plotResults()[3:]); len(got) != 2 {
+		t.Fatalf("decode only: %d panels", len(got))
+	}
+	path := filepath.Join(t.TempDir(), "plot.png")
+	if err := writePlot(path, calibration{peak: 250, peakTier: "avx512"}, plotResults()); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Size() < 1000 {
+		t.Fatalf("plot.png: %v, %v", fi, err)
+	}
+}
+
+// The sparse PyTorch baseline is scaled by selected (query, block) pairs,
+// which must match the Go case's q2k lists.
+func TestTorchScaling(t *testing.T) {
+	for _, tc := range []struct{ T, topK, blk int }{{2048, 16, 128}, {1000, 4, 128}, {8192, 16, 128}} {
+		q2k, _ := causalQ2K(tc.T, 1, tc.topK, tc.blk, 1)
+		var n int64
+		for _, j := range q2k {
+			if j >= 0 {
+				n++
+			}
+		}
+		if got := selectedSlots(tc.T, tc.topK, tc.blk); got != n {
+			t.Fatalf("%+v: selectedSlots %d, q2k has %d", tc, got, n)
+		}
+	}
+	r := &result{}
+	plans := []torchPlan{
+		{dst: &r.torch, id: "d", factor: 64, extrap: true, what: "PyTorch dense FP32", note: "n"},
+		{dst: &r.tsparse, id: "s", slots: 1000, what: "PyTorch same sparse work FP32", note: "n"},
+		{dst: &r.tbf16, id: "x", slots: 1000, what: "PyTorch same sparse work BF16"},
+	}
+	applyTorch(plans, map[string]torchMeasure{
+		"d": {MS: 2, Best: 2, Worst: 2, Reps: 3, Method: "matmul+softmax"},
+		"s": {MS: 5, Best: 5, Worst: 5, Reps: 3, Slots: 100, Method: "gather"},
+		"x": {Error: "boom"},
+	})
+	if r.torch.ms != 128 || !r.torch.extrap || r.tsparse.ms != 50 || r.tsparse.extrap || r.tbf16.ms != 0 || !strings.Contains(r.tbf16.note, "boom") {
+		t.Fatalf("applyTorch: %+v %+v %+v", r.torch, r.tsparse, r.tbf16)
+	}
+	if !strings.Contains(blasName("/usr/lib/x86_64-linux-gnu/blas/libblas.so.3.11.0"), "reference") ||
+		!strings.HasPrefix(blasName("/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3"), "OpenBLAS") {
+		t.Fatal("blasName")
 	}
 }

@@ -17,10 +17,10 @@ import (
 
 // Flags of the graph group (registered here so that parseFlags sees them).
 var (
-	graphLens     = flag.String("graph-lens", "", "graph group: prefill lengths (default 2k; 1k with -quick, 512 with -tiny)")
+	graphLens     = flag.String("graph-lens", "", "graph group: prefill lengths (default 2k; 1k with -quick, 512 with -tiny; full size: 2k,4k,8k,16k,32k)")
 	graphBatches  = flag.String("graph-batches", "", "graph group: decode batch sizes (default 8,32; 8 with -quick, 2 with -tiny)")
-	graphContexts = flag.String("graph-contexts", "", "graph group: decode contexts (default 4k,16k; 4k with -quick, 1000 with -tiny)")
-	graphModel    = flag.Int("graph-model", 0, "graph group: d_model (default 2048; 1024 with -quick, 256 with -tiny)")
+	graphContexts = flag.String("graph-contexts", "", "graph group: decode contexts (default 4k,16k; 4k with -quick, 1000 with -tiny; full size: 4k,16k,64k)")
+	graphModel    = flag.Int("graph-model", 0, "graph group: d_model (default 1024; 512 with -quick, 256 with -tiny; full size: 2048)")
 	graphLayers   = flag.Int("graph-layers", 4, "graph group: decode layers")
 	graphMachines = flag.String("graph-machines", "tape,lisp", "graph group: machines for the prefill layer (tape, lisp); decode always runs in a TapeMachine")
 )
@@ -49,33 +49,39 @@ func (c graphCase) tokens() int {
 
 // graphResult is one measured graph case.
 type graphResult struct {
-	c                      graphCase
-	reps                   []time.Duration // RunAll times
-	med, lo, hi            time.Duration
-	eager                  graphprof.EagerResult
-	eagerMed               time.Duration
-	overhead               float64 // med / eagerMed
-	allocs, bytes          float64 // per run (decode: per step), Let/Reset included
-	peakRSS                float64 // bytes, VmHWM over the case (0 when unknown)
-	load                   string  // 1-minute load average at the start of the case
-	noisy                  string  // reason, or ""
-	prof                   graphprof.Report
-	setupMS                float64 // graph construction and the machine
-	err                    string
-	kindGraph, kindEager   map[string]time.Duration // per run
-	kindOrder              []string
-	unattributed, attrib   time.Duration // per run
-	eagerReps, profiledRun int
+	c                    graphCase
+	reps                 []time.Duration // RunAll times
+	med, lo, hi          time.Duration
+	eagerReps            []time.Duration // eager replay after each run (sum over the nodes)
+	eagerNodes           []graphprof.NodeStat
+	eagerMed             time.Duration
+	overhead             float64 // median over runs of run / its eager replay
+	allocs, bytes        float64 // per run (decode: per step), Let/Reset included
+	peakRSS              float64 // bytes, VmHWM over the case (0 when unknown)
+	rssStart             float64 // bytes, VmRSS before the case (the benchmark\'s own buffers)
+	load                 string  // 1-minute load average at the start of the case
+	noisy                string  // reason, or ""
+	prof                 graphprof.Report
+	setupMS              float64 // graph construction and the machine
+	err                  string
+	kindGraph, kindEager map[string]time.Duration // per run
+	kindOrder            []string
+	unattributed, attrib time.Duration // per run
 }
 
 // graphSuite returns the graph cases selected by the flags.
 func graphSuite(cfg *config) ([]graphCase, error) {
-	lens, batches, contexts, model := []int{2048}, []int{8, 32}, []int{4096, 16384}, 2048
+	// Default sizes are scaled down from the model of the issue (d_model
+	// 2048, prefill 2K-32K, decode contexts 4K-64K) so that the group fits
+	// the default suite on 2 cores: Gorgonia's float32 projections
+	// (gonum's Go GEMM, a few GFLOP/s per core) take 90% of a prefill layer
+	// and grow with d_model^2. The flags restore the full sizes.
+	lens, batches, contexts, model := []int{2048}, []int{8, 32}, []int{4096, 16384}, 1024
 	switch {
 	case cfg.tiny:
 		lens, batches, contexts, model = []int{512}, []int{2}, []int{1000}, 256
 	case cfg.quick:
-		lens, batches, contexts, model = []int{1024}, []int{8}, []int{4096}, 1024
+		lens, batches, contexts, model = []int{1024}, []int{8}, []int{4096}, 512
 	}
 	var err error
 	for _, f := range []struct {
@@ -202,10 +208,14 @@ func (gr *graphRunner) close() {
 
 // runGraphCase builds the case's graph, attaches the profiler, runs it
 // once to warm up, then at least 3 times and until -min-time (at most 500
-// runs), each run profiled; then replays the nodes eagerly.
+// runs). Every run is profiled node by node and followed by an eager replay
+// of its nodes on its own inputs (graphprof's Eager), so that each graph
+// time is paired with an eager time measured right after it, under the
+// same load: the overhead is the median of the per-run ratios.
 func runGraphCase(cfg *config, r *graphResult, prog *graphProgress) error {
 	c := r.c
 	r.load = loadAvg()
+	r.rssStart = procStatus("VmRSS:")
 	resetPeakRSS()
 	prog.phase(c.name, "build")
 	t0 := time.Now()
@@ -250,6 +260,7 @@ func runGraphCase(cfg *config, r *graphResult, prog *graphProgress) error {
 	prog.phase(c.name, "graph "+c.machine)
 	var ms0, ms1 runtime.MemStats
 	var allocs, bytes uint64
+	var ratios []float64
 	start := time.Now()
 	for len(r.reps) < 3 || (time.Since(start) < cfg.minTime && len(r.reps) < 500) {
 		runtime.ReadMemStats(&ms0)
@@ -262,28 +273,36 @@ func runGraphCase(cfg *config, r *graphResult, prog *graphProgress) error {
 		bytes += ms1.TotalAlloc - ms0.TotalAlloc
 		p.AddRun(d)
 		r.reps = append(r.reps, d)
+
+		prog.phase(c.name, fmt.Sprintf("eager replay %d", len(r.reps)))
+		e, err := p.Eager(1)
+		if err != nil {
+			return err
+		}
+		r.eagerReps = append(r.eagerReps, e.Reps[0])
+		if r.eagerNodes == nil {
+			r.eagerNodes = e.Nodes
+		} else {
+			for i := range e.Nodes {
+				r.eagerNodes[i].Total += e.Nodes[i].Total
+			}
+		}
+		ratios = append(ratios, float64(d)/float64(e.Reps[0]))
+		prog.phase(c.name, "graph "+c.machine)
 	}
 	n := float64(len(r.reps))
 	r.allocs, r.bytes = float64(allocs)/n, float64(bytes)/n
 	r.prof = p.Report()
 	p.Disable()
+	for i := range r.eagerNodes {
+		r.eagerNodes[i].Total /= time.Duration(len(r.reps))
+	}
 	s := append([]time.Duration(nil), r.reps...)
 	sort.Slice(s, func(a, b int) bool { return s[a] < s[b] })
 	r.med, r.lo, r.hi = s[len(s)/2], s[0], s[len(s)-1]
-
-	prog.phase(c.name, "eager")
-	r.eagerReps = 3
-	if r.med > cfg.minTime {
-		r.eagerReps = 2
-	}
-	if r.eager, err = p.Eager(r.eagerReps); err != nil {
-		return err
-	}
-	r.eagerMed = r.eager.Median()
-	if r.eagerMed > 0 {
-		r.overhead = float64(r.med) / float64(r.eagerMed)
-	}
-	r.peakRSS = peakRSS()
+	r.eagerMed = graphprof.EagerResult{Reps: r.eagerReps}.Median()
+	r.overhead = median(ratios)
+	r.peakRSS = procStatus("VmHWM:")
 	r.derive()
 	p.Detach()
 	return nil
@@ -297,7 +316,7 @@ func (r *graphResult) derive() {
 		r.kindGraph[k.Kind] = k.Total / runs
 		r.kindOrder = append(r.kindOrder, k.Kind)
 	}
-	for _, n := range r.eager.Nodes {
+	for _, n := range r.eagerNodes {
 		r.kindEager[n.Kind] += n.Total
 	}
 	r.unattributed, r.attrib = r.prof.Unattributed/runs, r.prof.Attributed/runs
@@ -317,17 +336,18 @@ func (r *graphResult) derive() {
 }
 
 // resetPeakRSS resets the kernel's peak-RSS mark of this process (Linux
-// clear_refs 5); peakRSS then reads the peak since.
+// clear_refs 5), so that VmHWM then reads the peak since.
 func resetPeakRSS() { _ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) }
 
-// peakRSS returns VmHWM from /proc/self/status in bytes (0 when unknown).
-func peakRSS() float64 {
+// procStatus returns a size field of /proc/self/status ("VmHWM:", the
+// peak RSS; "VmRSS:", the current RSS) in bytes (0 when unknown).
+func procStatus(field string) float64 {
 	b, err := os.ReadFile("/proc/self/status")
 	if err != nil {
 		return 0
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+		if v, ok := strings.CutPrefix(line, field); ok {
 			var kb float64
 			fmt.Sscanf(strings.TrimSpace(v), "%g", &kb)
 			return kb * 1024

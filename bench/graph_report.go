@@ -18,7 +18,7 @@ import (
 )
 
 var graphHeader = []string{"case", "machine", "tokens/s", "ms/run", "min-max", "runs", "eager_ms", "overhead",
-	"allocs/run", "MB/run", "peak_RSS_GB", "noisy"}
+	"allocs/run", "MB/run", "peak_RSS_GB (start)", "noisy"}
 
 func (r *graphResult) cells() []string {
 	c := r.c
@@ -36,7 +36,7 @@ func (r *graphResult) cells() []string {
 	}
 	return []string{c.name, c.machine, f1(tps), f1(ms(r.med)), fmt.Sprintf("%s-%s", f1(ms(r.lo)), f1(ms(r.hi))),
 		strconv.Itoa(len(r.reps)), f1(ms(r.eagerMed)), fmt.Sprintf("%.3f", r.overhead),
-		f1(r.allocs), f1(r.bytes / 1e6), fmt.Sprintf("%.2f", r.peakRSS/1e9), noisy}
+		f1(r.allocs), f1(r.bytes / 1e6), fmt.Sprintf("%.2f (%.2f)", r.peakRSS/1e9, r.rssStart/1e9), noisy}
 }
 
 // kindRows returns a case's per-kind breakdown: kind, nodes, graph ms per
@@ -110,9 +110,10 @@ func printGraphTable(w io.Writer, rs []*graphResult) {
 			100*float64(r.attrib)/float64(max(r.attrib+r.unattributed, 1)))
 		alignRows(w, append([][]string{kindHeader}, r.kindRows()...), "  ")
 	}
-	fmt.Fprintln(w, "\nms/run: median RunAll time (decode: one step of all layers); min-max over the runs; eager_ms: the same nodes' ops called")
-	fmt.Fprintln(w, "one after another outside the machine on the inputs of the last run (median of the replays); overhead = ms/run / eager_ms;")
-	fmt.Fprintln(w, "allocs and MB per run (decode: per step) include Let and Reset; peak RSS over the case. noisy: spread above 10% or load above the CPU count.")
+	fmt.Fprintln(w, "\nms/run: median RunAll time (decode: one step of all layers); min-max over the runs. eager_ms: after every run, the same")
+	fmt.Fprintln(w, "nodes' ops are called one after another outside the machine on that run's inputs (median of these replays); overhead:")
+	fmt.Fprintln(w, "median over the runs of run time / its replay. allocs and MB per run (decode: per step) include Let and Reset. peak RSS:")
+	fmt.Fprintln(w, "the process's VmHWM over the case (in parentheses its RSS at the start: the benchmark's own buffers). noisy: max-min spread above 10% of the median, or load average above the CPU count.")
 }
 
 // describe states a case's shape.
@@ -128,7 +129,7 @@ func (r *graphResult) describe() string {
 
 var graphCSVHeader = []string{"case", "kind", "machine", "tokens", "seq_len", "batch", "layers", "d_model", "hq", "hkv", "d",
 	"runs", "time_ms", "min_ms", "max_ms", "tokens_per_s", "eager_ms", "eager_reps", "overhead", "allocs_per_run", "bytes_per_run",
-	"peak_rss_bytes", "attributed_ms", "machine_ms", "setup_ms", "load", "noisy", "error"}
+	"peak_rss_bytes", "start_rss_bytes", "attributed_ms", "machine_ms", "setup_ms", "load", "noisy", "error"}
 
 func writeGraphOutputs(dir string, header []string, rs []*graphResult) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -145,8 +146,8 @@ func writeGraphOutputs(dir string, header []string, rs []*graphResult) error {
 		}
 		main = append(main, []string{c.name, c.kind, c.machine, strconv.Itoa(c.tokens()), strconv.Itoa(c.seqLen), strconv.Itoa(c.batch),
 			strconv.Itoa(c.layers), strconv.Itoa(c.dm.model), strconv.Itoa(c.dm.hq), strconv.Itoa(c.dm.hkv), strconv.Itoa(c.dm.d),
-			strconv.Itoa(len(r.reps)), num(ms(r.med)), num(ms(r.lo)), num(ms(r.hi)), tps, num(ms(r.eagerMed)), strconv.Itoa(r.eagerReps),
-			num(r.overhead), num(r.allocs), num(r.bytes), num(r.peakRSS), num(ms(r.attrib)), num(ms(r.unattributed)), num(r.setupMS),
+			strconv.Itoa(len(r.reps)), num(ms(r.med)), num(ms(r.lo)), num(ms(r.hi)), tps, num(ms(r.eagerMed)), strconv.Itoa(len(r.eagerReps)),
+			num(r.overhead), num(r.allocs), num(r.bytes), num(r.peakRSS), num(r.rssStart), num(ms(r.attrib)), num(ms(r.unattributed)), num(r.setupMS),
 			r.load, r.noisy, r.err})
 		if r.err == "" {
 			for _, row := range r.kindRows() {

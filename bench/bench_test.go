@@ -294,6 +294,14 @@ func TestProgressLines(t *testing.T) {
 	if !strings.Contains(lines[1], "skipped") {
 		t.Errorf("skipped line %q", lines[1])
 	}
+	// The PyTorch script's stderr lines become notes, whole lines only.
+	buf.Reset()
+	nw := &noteWriter{p: p, name: "PyTorch"}
+	fmt.Fprint(nw, "1 of 2 measurements done (a)\n2 of 2 mea")
+	fmt.Fprint(nw, "surements done (b)\n")
+	if got := buf.String(); strings.Count(got, "\n") != 2 || strings.Contains(got, "\r") || !strings.Contains(got, "PyTorch: 2 of 2 measurements done (b)") {
+		t.Fatalf("notes %q", got)
+	}
 	// The bar redraws one line with '\r'.
 	buf.Reset()
 	b := newProgressTo(2, true, &buf)

@@ -272,7 +272,7 @@ func main() {
 		prog.step(r)
 	}
 	prog.phase("PyTorch", "baseline")
-	torchStatus := runTorch(cfg, rs)
+	torchStatus := runTorch(cfg, rs, prog)
 	prog.stepText("PyTorch", "baselines finished")
 	prog.finish()
 	for _, r := range rs {

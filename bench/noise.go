@@ -181,15 +181,11 @@ func noiseVerdict(sp spread, ls loadStats, ncpu, workers int, ratios map[string]
 	if ls.ok && ls.steal > noisySteal {
 		why = append(why, "steal")
 	}
-	names := make([]string, 0, len(ratios))
-	for k, v := range ratios {
+	for _, v := range ratios {
 		if v > 100 {
-			names = append(names, k)
+			why = append(why, ">100%")
+			break
 		}
-	}
-	if len(names) > 0 {
-		sort.Strings(names)
-		why = append(why, ">100%")
 	}
 	return why
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -90,6 +91,44 @@ func (p *progress) stepText(name, text string) {
 	if !p.bar {
 		p.line(name, text)
 	}
+}
+
+// note reports a step inside the current phase (e.g. one PyTorch
+// measurement): the bar shows it, line mode prints it without counting.
+func (p *progress) note(name, text string) {
+	if p == nil {
+		return
+	}
+	if p.bar {
+		p.phase(name, text)
+		return
+	}
+	fmt.Fprintf(p.w, "[%d/%d %4.0fs] %s: %s\n", p.done, p.total, p.elapsed(), name, text)
+}
+
+// noteWriter passes the lines written to it to p.note (the PyTorch
+// script's stderr reports each finished measurement) and keeps them all.
+type noteWriter struct {
+	p       *progress
+	name    string
+	partial []byte
+	all     strings.Builder
+}
+
+func (w *noteWriter) Write(b []byte) (int, error) {
+	w.all.Write(b)
+	w.partial = append(w.partial, b...)
+	for {
+		i := bytes.IndexByte(w.partial, '\n')
+		if i < 0 {
+			break
+		}
+		if line := strings.TrimSpace(string(w.partial[:i])); line != "" {
+			w.p.note(w.name, line)
+		}
+		w.partial = w.partial[i+1:]
+	}
+	return len(b), nil
 }
 
 func (p *progress) line(name, text string) {

@@ -171,7 +171,7 @@ with torch.inference_mode():
             res["results"][c["id"]] = fns[c["kind"]](c, dts[c["dtype"]])
         except Exception as e:
             res["results"][c["id"]] = {"error": "%s: %s" % (type(e).__name__, e)}
-        sys.stderr.write("done %s\n" % c["id"]); sys.stderr.flush()
+        sys.stderr.write("%d of %d measurements done (%s)\n" % (len(res["results"]), len(req["cases"]), c["id"])); sys.stderr.flush()
 print(json.dumps(res))
 `
 
@@ -333,7 +333,7 @@ func blasName(path string) string {
 
 // runTorch measures the PyTorch baselines for every result in one Python
 // process and returns a status line.
-func runTorch(cfg *config, rs []*result) (status string) {
+func runTorch(cfg *config, rs []*result, prog *progress) (status string) {
 	if cfg.torch == "off" {
 		if cfg.tiny {
 			return "PyTorch baseline skipped: off by default with -tiny (-torch=auto to run it)"
@@ -360,8 +360,9 @@ func runTorch(cfg *config, rs []*result) (status string) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, cfg.python, "-c", torchScript)
 	cmd.Stdin = bytes.NewReader(in)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	var stdout bytes.Buffer
+	stderr := &noteWriter{p: prog, name: "PyTorch"}
+	cmd.Stdout, cmd.Stderr = &stdout, stderr
 	// Keep the library thread pools at the worker count too.
 	cmd.Env = append(os.Environ(), fmt.Sprintf("OMP_NUM_THREADS=%d", cfg.workers), fmt.Sprintf("MKL_NUM_THREADS=%d", cfg.workers),
 		fmt.Sprintf("OPENBLAS_NUM_THREADS=%d", cfg.workers))
@@ -373,7 +374,7 @@ func runTorch(cfg *config, rs []*result) (status string) {
 		return fmt.Sprintf("PyTorch baseline skipped: timed out after %v (-torch-timeout)", cfg.torchTimeout)
 	}
 	if err != nil {
-		return fmt.Sprintf("PyTorch baseline skipped: %s: %v: %s", cfg.python, err, lastLine(stderr.String()))
+		return fmt.Sprintf("PyTorch baseline skipped: %s: %v: %s", cfg.python, err, lastLine(stderr.all.String()))
 	}
 	var rep torchReply
 	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {

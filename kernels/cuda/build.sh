@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
-# kernels/cuda/build.sh - build the CUDA kernels into ONE fatbin with SASS for
-# sm_80, sm_90a and sm_100a, from PyPI wheels of a pinned CUDA 13.0 toolkit.
+# kernels/cuda/build.sh - build the CUDA kernels into ONE compressed fatbin:
+# SASS for sm_80, sm_90a and sm_100f (the SM100 family: B200 sm_100 and B300
+# sm_103), plus compute_80 PTX (portable, JIT-compilable by newer GPUs),
+# from PyPI wheels of a pinned CUDA 13.0 toolkit.
 #
 #   kernels/cuda/build.sh            rebuild kernels/cuda/msa_kernels.fatbin
 #   kernels/cuda/build.sh --check    rebuild into a temp file, verify, compare with the committed fatbin
 #   kernels/cuda/build.sh --toolkit  only install the toolkit (prints CUDA_HOME)
 #   kernels/cuda/build.sh --cutlass  only install the toolkit (prints the CUTLASS/CuTe include dir)
 #
-# Every build fails on register spills, stack frames / local memory (ptxas -v)
-# and on LDL/STL instructions in the SASS (cuobjdump -sass); it prints the
-# per-kernel, per-architecture register counts.
+# Every build fails on register spills, stack frames / local memory (ptxas -v),
+# on LDL/STL instructions in the SASS (cuobjdump -sass) and on PTX of an
+# architecture- or family-specific target; it prints the per-kernel,
+# per-architecture register counts. The per-kernel gates (gates/*.tsv) and
+# the committed SASS table are ci.sh's (gates/check_gates.py).
 #
 # Environment: MSA_CUDA_CACHE (default $HOME/.cache/msa-cuda) holds the
 # toolkit, outside the repository, reused when present. MSA_NVCC_THREADS
@@ -70,12 +74,16 @@ fi
 MODE=build
 [[ "${1:-}" == "--check" ]] && MODE=check
 
+# sm_100f: family-specific SASS, runs on every SM100-family GPU (sm_100,
+# sm_103); the tcgen05 kernels (sm100_*.cu) have real bodies only in this
+# image and trap in the others. compute_80 PTX carries only code that any
+# GPU >= sm_80 can JIT (the check below rejects "a"/"f" PTX).
 GENCODE=(
-    -gencode arch=compute_80,code=sm_80
+    -gencode arch=compute_80,code=[sm_80,compute_80]
     -gencode arch=compute_90a,code=sm_90a
-    -gencode arch=compute_100a,code=sm_100a
+    -gencode arch=compute_100f,code=sm_100f
 )
-ARCHS=(sm_80 sm_90a sm_100a)
+ARCHS=(sm_80 sm_90a sm_100f)
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/msa-cuda-build.XXXXXX")"
 trap 'rm -rf "$WORK"' EXIT
@@ -95,7 +103,7 @@ OUT_FATBIN="$HERE/msa_kernels.fatbin"
 [[ "$MODE" == check ]] && OUT_FATBIN="$WORK/msa_kernels.fatbin"
 
 start=$(date +%s)
-( cd "$WORK/tu" && nvcc -fatbin -std=c++17 -O3 "${GENCODE[@]}" -Xptxas -v \
+( cd "$WORK/tu" && nvcc -fatbin -std=c++17 -O3 "${GENCODE[@]}" -Xptxas -v -Xfatbin=-compress-all \
       --threads "${MSA_NVCC_THREADS:-2}" -I "$HERE" -I "$CUTLASS_INCLUDE" -o "$WORK/out.fatbin" msa_kernels.cu ) \
       > "$WORK/ptxas.log" 2>&1 || { cat "$WORK/ptxas.log" >&2; echo "build.sh: nvcc failed" >&2; exit 1; }
 echo "build.sh: nvcc took $(( $(date +%s) - start )) s" >&2
@@ -134,7 +142,8 @@ cuobjdump -lptx "$WORK/out.fatbin" > "$WORK/ptx.txt" 2>/dev/null || true
 for a in "${ARCHS[@]}"; do
     grep -q "\.$a\.cubin" "$WORK/elf.txt" || { echo "build.sh: FAIL: no SASS for $a" >&2; fail=1; }
 done
-if grep -Eq "sm_(90a|100a)" "$WORK/ptx.txt"; then
+grep -q "compute_80" "$WORK/ptx.txt" || { echo "build.sh: FAIL: no compute_80 PTX" >&2; fail=1; }
+if grep -Eq "(sm|compute)_[0-9]+[af]\b" "$WORK/ptx.txt"; then
     echo "build.sh: FAIL: PTX embedded for an arch-specific target" >&2; fail=1
 fi
 if grep -Eq "\b(LDL|STL)(\.[A-Z0-9.]+)?\b" "$WORK/sass.txt"; then

@@ -1,5 +1,5 @@
 // Package cudakernels holds the CUDA sources of the GPU path and embeds their
-// prebuilt fatbin (SASS for sm_80, sm_90a, sm_100a), built by build.sh.
+// prebuilt fatbin (SASS for sm_80, sm_90a, sm_100f; compute_80 PTX), built by build.sh.
 // It has no cgo and no build tag: only package cuda (build tag "cuda")
 // imports it, so binaries without the tag do not carry the fatbin.
 package cudakernels

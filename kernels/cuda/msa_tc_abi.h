@@ -1,5 +1,5 @@
 /*
- * msa_tc_abi.h - launch ABI of the tensor-core kernels (sm_100a tcgen05,
+ * msa_tc_abi.h - launch ABI of the tensor-core kernels (sm_100f tcgen05,
  * sm_90a wgmma, sm_80 mma.sync), shared by the kernels and the Go launcher
  * (package github.com/sparseattn/msa/cuda, cuLaunchKernelEx through cgo).
  *
@@ -45,6 +45,10 @@
  *   sequence is the kernel's job, never the fill's.
  *   Interleave none, L2 promotion 128B.
  *
+ * The SM100 kernels (sm100_fwd.cu, sm100_decode.cu) gather Q with cp.async
+ * (one row per thread) and read only maps.k and maps.v; maps.q may be left
+ * zero for them. Their decode reads K/V through the paged rank-4 maps only.
+ *
  * NVFP4 block scales are read with ordinary loads (their 128x4 tiled layout
  * is not a box); the maps of an NVFP4 kernel cover the packed bytes only.
  */
@@ -63,7 +67,10 @@ typedef struct MsaTensorMaps {
 } MsaTensorMaps;
 
 static_assert(sizeof(MsaTensorMaps) == 384, "MsaTensorMaps is three 128-byte CUtensorMaps");
-static_assert(alignof(MsaTensorMaps) == 64, "MsaTensorMaps must be 64-byte aligned");
+/* CUDA 12.x's cuda.h aligns CUtensorMap to 64 bytes, CUDA 13's to 128: the
+ * kernel parameter offset of `maps` (256 after either parameter block) is the
+ * same under both. */
+static_assert(alignof(MsaTensorMaps) % 64 == 0, "MsaTensorMaps must be (at least) 64-byte aligned");
 #endif
 
 #endif /* MSA_TC_ABI_H */

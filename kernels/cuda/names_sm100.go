@@ -1,0 +1,67 @@
+package cudakernels
+
+// SM100-family (Blackwell: sm_100 B200, sm_103 B300) tensor-core kernels of
+// sm100_fwd.cu and sm100_decode.cu: extern "C" names and launch data. Their
+// SASS exists only in the sm_100f image of Fatbin (the sm_80 and sm_90a
+// images hold a trap body under the same name). Every kernel takes
+// (MsaFwdParams or MsaDecodeParams, MsaTensorMaps) by value as
+// __grid_constant__ parameters (msa_tc_abi.h).
+//
+// gates/check_gates.py reads this file: every "msa_*" constant must be a
+// kernel of every image of the fatbin, and DynSmem / TMEMCols of SM100Kernels
+// must equal the gates/sm100.tsv columns (which the sources pin with
+// static_asserts in sm100_layout.cuh).
+const (
+	SM100FwdBF16D64     = "msa_sm100_fwd_bf16_d64"
+	SM100FwdBF16D128    = "msa_sm100_fwd_bf16_d128"
+	SM100FwdBF16D256    = "msa_sm100_fwd_bf16_d256"
+	SM100FwdFP8D64      = "msa_sm100_fwd_fp8_d64"
+	SM100FwdFP8D128     = "msa_sm100_fwd_fp8_d128"
+	SM100FwdFP8D256     = "msa_sm100_fwd_fp8_d256"
+	SM100FwdBF16FP8D64  = "msa_sm100_fwd_bf16fp8_d64"
+	SM100FwdBF16FP8D128 = "msa_sm100_fwd_bf16fp8_d128"
+	SM100FwdBF16FP8D256 = "msa_sm100_fwd_bf16fp8_d256"
+	SM100FwdNVFP4D64    = "msa_sm100_fwd_nvfp4_d64"
+	SM100FwdNVFP4D128   = "msa_sm100_fwd_nvfp4_d128"
+	SM100FwdNVFP4D256   = "msa_sm100_fwd_nvfp4_d256"
+	SM100DecodeBF16D64  = "msa_sm100_decode_bf16_d64"
+	SM100DecodeBF16D128 = "msa_sm100_decode_bf16_d128"
+	SM100DecodeBF16D256 = "msa_sm100_decode_bf16_d256"
+	SM100DecodeFP8D64   = "msa_sm100_decode_fp8_d64"
+	SM100DecodeFP8D128  = "msa_sm100_decode_fp8_d128"
+	SM100DecodeFP8D256  = "msa_sm100_decode_fp8_d256"
+)
+
+// SM100Kernel is the launch data of one SM100 tensor-core kernel.
+type SM100Kernel struct {
+	Name     string // extern "C" name in Fatbin
+	Algo     string // "fwd" (sparse prefill partials, grid = forward-schedule capacity) or "decode" (grid = decode work_count)
+	Variant  string // "bf16", "fp8" (E4M3 Q/K/V), "bf16fp8" (BF16 Q, E4M3 K/V), "nvfp4" (NVFP4 K/V, BF16 or E4M3 Q)
+	HeadDim  int
+	Threads  int // block size (1-D), no cluster
+	DynSmem  int // dynamic shared memory to request (cuFuncSetAttribute MAX_DYNAMIC_SHARED_SIZE_BYTES above 48 KiB)
+	TMEMCols int // tensor-memory columns one CTA allocates (tcgen05.alloc), <= 512
+	RowTile  int // query-head rows per row tile (fwd: UMMA M = 128; decode: UMMA N = 64)
+}
+
+// SM100Kernels lists every SM100 kernel of Fatbin.
+var SM100Kernels = []SM100Kernel{
+	{Name: SM100FwdBF16D64, Algo: "fwd", Variant: "bf16", HeadDim: 64, Threads: 128, DynSmem: 66592, TMEMCols: 256, RowTile: 128},
+	{Name: SM100FwdBF16D128, Algo: "fwd", Variant: "bf16", HeadDim: 128, Threads: 128, DynSmem: 99360, TMEMCols: 256, RowTile: 128},
+	{Name: SM100FwdBF16D256, Algo: "fwd", Variant: "bf16", HeadDim: 256, Threads: 128, DynSmem: 197664, TMEMCols: 512, RowTile: 128},
+	{Name: SM100FwdFP8D64, Algo: "fwd", Variant: "fp8", HeadDim: 64, Threads: 128, DynSmem: 33824, TMEMCols: 256, RowTile: 128},
+	{Name: SM100FwdFP8D128, Algo: "fwd", Variant: "fp8", HeadDim: 128, Threads: 128, DynSmem: 50208, TMEMCols: 256, RowTile: 128},
+	{Name: SM100FwdFP8D256, Algo: "fwd", Variant: "fp8", HeadDim: 256, Threads: 128, DynSmem: 99360, TMEMCols: 512, RowTile: 128},
+	{Name: SM100FwdBF16FP8D64, Algo: "fwd", Variant: "bf16fp8", HeadDim: 64, Threads: 128, DynSmem: 74784, TMEMCols: 256, RowTile: 128},
+	{Name: SM100FwdBF16FP8D128, Algo: "fwd", Variant: "bf16fp8", HeadDim: 128, Threads: 128, DynSmem: 115744, TMEMCols: 256, RowTile: 128},
+	{Name: SM100FwdBF16FP8D256, Algo: "fwd", Variant: "bf16fp8", HeadDim: 256, Threads: 128, DynSmem: 230432, TMEMCols: 512, RowTile: 128},
+	{Name: SM100FwdNVFP4D64, Algo: "fwd", Variant: "nvfp4", HeadDim: 64, Threads: 128, DynSmem: 70688, TMEMCols: 256, RowTile: 128},
+	{Name: SM100FwdNVFP4D128, Algo: "fwd", Variant: "nvfp4", HeadDim: 128, Threads: 128, DynSmem: 107552, TMEMCols: 256, RowTile: 128},
+	{Name: SM100FwdNVFP4D256, Algo: "fwd", Variant: "nvfp4", HeadDim: 256, Threads: 128, DynSmem: 214048, TMEMCols: 512, RowTile: 128},
+	{Name: SM100DecodeBF16D64, Algo: "decode", Variant: "bf16", HeadDim: 64, Threads: 128, DynSmem: 62000, TMEMCols: 128, RowTile: 64},
+	{Name: SM100DecodeBF16D128, Algo: "decode", Variant: "bf16", HeadDim: 128, Threads: 128, DynSmem: 102960, TMEMCols: 128, RowTile: 64},
+	{Name: SM100DecodeBF16D256, Algo: "decode", Variant: "bf16", HeadDim: 256, Threads: 128, DynSmem: 184880, TMEMCols: 256, RowTile: 64},
+	{Name: SM100DecodeFP8D64, Algo: "decode", Variant: "fp8", HeadDim: 64, Threads: 128, DynSmem: 33328, TMEMCols: 128, RowTile: 64},
+	{Name: SM100DecodeFP8D128, Algo: "decode", Variant: "fp8", HeadDim: 128, Threads: 128, DynSmem: 53808, TMEMCols: 128, RowTile: 64},
+	{Name: SM100DecodeFP8D256, Algo: "decode", Variant: "fp8", HeadDim: 256, Threads: 128, DynSmem: 94768, TMEMCols: 256, RowTile: 64},
+}

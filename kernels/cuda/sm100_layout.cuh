@@ -1,0 +1,301 @@
+// sm100_layout.cuh - the data of the SM100 tensor-core kernels, in one place:
+// variants, shared-memory map, tensor-memory map, swizzle and UMMA descriptor
+// encodings, TMA box geometry and the mbarrier transaction ledger.
+//
+// Plain constexpr C++ usable on the host and the device. The kernels
+// (sm100_fwd.cu, sm100_decode.cu) take every offset and size from here, and
+// the Go test cuda/emu_sm100_test.go re-derives the same numbers from its own
+// model and checks them against the MSA_SM100_PIN lines at the end of this
+// file (which the compiler checks against these functions with
+// static_assert), so a change on either side without the other fails a test.
+#ifndef SM100_LAYOUT_CUH
+#define SM100_LAYOUT_CUH
+
+#include <stdint.h>
+
+#if defined(__CUDACC__)
+#define MSA_HD __host__ __device__
+#else
+#define MSA_HD
+#endif
+
+namespace msa {
+namespace sm100 {
+
+// ---- variants -------------------------------------------------------------------
+// kBF16:    BF16 Q/K/V, kind::f16 for both products, P rounded to bf16 (or to
+//           e4m3 and held exactly in bf16 when pv_round = E4M3).
+// kFP8:     E4M3 Q/K/V, kind::f8f6f4 for both products, P rounded to e4m3
+//           (pv_round must be E4M3).
+// kBF16FP8: BF16 Q, E4M3 K/V upconverted to bf16 in shared memory, kind::f16.
+// kNVFP4:   NVFP4 K/V (E2M1 x E4M3 block scale) dequantised to bf16 in shared
+//           memory, BF16 or E4M3 Q (E4M3 Q converted to bf16), kind::f16.
+enum Variant : int { kBF16 = 0, kFP8 = 1, kBF16FP8 = 2, kNVFP4 = 3 };
+
+constexpr int kThreads = 128;   // 4 warps: warp w owns TMEM lanes 32w..32w+31
+constexpr int kTileM = 128;     // UMMA M: rows of the accumulator = TMEM lanes
+constexpr int kBlockKeys = 128; // keys per K/V tile (one softmax block)
+constexpr int kKStepBytes = 32; // UMMA K per instruction: 16 bf16 or 32 e4m3 = 32 bytes
+constexpr int kMaxDynSmem = 232448;
+constexpr int kAlignSlack = 1024;  // the dynamic smem base is aligned up to 1024 in the kernel
+
+MSA_HD constexpr int imin(int a, int b) { return a < b ? a : b; }
+MSA_HD constexpr int imax(int a, int b) { return a > b ? a : b; }
+MSA_HD constexpr int align_up(int x, int a) { return (x + a - 1) / a * a; }
+MSA_HD constexpr int pow2_ceil(int x) { return x <= 1 ? 1 : 2 * pow2_ceil((x + 1) / 2); }
+
+// Bytes per element of the MMA operands in shared memory.
+MSA_HD constexpr int q_mma_bytes(int v) { return v == kFP8 ? 1 : 2; }
+MSA_HD constexpr int kv_mma_bytes(int v) { return v == kFP8 ? 1 : 2; }
+MSA_HD constexpr int p_mma_bytes(int v) { return v == kFP8 ? 1 : 2; }
+MSA_HD constexpr bool kv_converted(int v) { return v == kBF16FP8 || v == kNVFP4; }
+// Bytes of one K/V row of D elements in global memory (the TMA source).
+MSA_HD constexpr int kv_row_bytes(int v, int d) { return v == kBF16 ? 2 * d : v == kNVFP4 ? d / 2 : d; }
+
+// Swizzle span of a tile whose rows are `row_bytes` long: the TMA box inner
+// extent and the UMMA layout are min(row_bytes, 128) bytes wide (128B, 64B or
+// 32B swizzle); a wider row is stored as row_bytes/span column blocks, each
+// block `rows` x span bytes, one after the other.
+MSA_HD constexpr int span_of(int row_bytes) { return imin(row_bytes, 128); }
+MSA_HD constexpr int blocks_of(int row_bytes) { return row_bytes / span_of(row_bytes); }
+
+// Byte offset of 16-byte chunk `c` (0 .. row_bytes/16) of row `r` in such a
+// tile: the Swizzle<log2(span/16),4,3> pattern (16-byte chunk bits XOR the
+// 128-byte row-group bits), valid because every tile starts 1024-aligned.
+MSA_HD constexpr int swz_chunk(int r, int c, int span) {
+    return span == 128 ? (c ^ (r & 7)) : span == 64 ? (c ^ ((r >> 1) & 3)) : span == 32 ? (c ^ ((r >> 2) & 1)) : c;
+}
+MSA_HD constexpr int tile_offset(int r, int c, int row_bytes, int rows) {
+    return (c * 16 / span_of(row_bytes)) * rows * span_of(row_bytes) + r * span_of(row_bytes) +
+           swz_chunk(r, c % (span_of(row_bytes) / 16), span_of(row_bytes)) * 16;
+}
+
+// UMMA shared-memory descriptor (SM100): bits [0,14) start >> 4, [16,30)
+// leading byte offset >> 4, [32,46) stride byte offset >> 4, [46,48) version
+// = 1, [49,52) base offset = 0, [52] lbo mode = 0, [61,64) layout: 2 =
+// SWIZZLE_128B, 4 = SWIZZLE_64B, 6 = SWIZZLE_32B.
+MSA_HD constexpr uint64_t layout_code(int span) { return span == 128 ? 2 : span == 64 ? 4 : 6; }
+MSA_HD constexpr uint64_t umma_smem_desc(uint32_t saddr, uint32_t lbo, uint32_t sbo, uint32_t span) {
+    return (uint64_t)((saddr >> 4) & 0x3FFF) | ((uint64_t)((lbo >> 4) & 0x3FFF) << 16) |
+           ((uint64_t)((sbo >> 4) & 0x3FFF) << 32) | (1ull << 46) | (layout_code((int)span) << 61);
+}
+// K-major operand (rows x K, K contiguous): 8-row groups at SBO = 8*span;
+// LBO is unused for swizzled K-major layouts (encoded as 16 bytes).
+// K step k (32 bytes of K each) starts at block (k*32/span), byte (k*32%span).
+MSA_HD constexpr uint32_t kmajor_step_offset(int k, int row_bytes, int rows) {
+    return (uint32_t)((k * kKStepBytes / span_of(row_bytes)) * rows * span_of(row_bytes) +
+                      (k * kKStepBytes) % span_of(row_bytes));
+}
+MSA_HD constexpr uint32_t kmajor_sbo(int row_bytes) { return 8u * span_of(row_bytes); }
+MSA_HD constexpr uint32_t kmajor_lbo() { return 16u; }
+// MN-major operand (K rows x MN, MN contiguous; the V tile as TMA lands it):
+// MN atoms of span bytes at LBO = rows*span (the next column block), 8-row
+// K groups at SBO = 8*span. K step k (keys_per_step rows) starts at row
+// k*keys_per_step of every block.
+MSA_HD constexpr uint32_t mnmajor_lbo(int row_bytes, int rows) { return (uint32_t)(rows * span_of(row_bytes)); }
+MSA_HD constexpr uint32_t mnmajor_sbo(int row_bytes) { return 8u * span_of(row_bytes); }
+MSA_HD constexpr uint32_t mnmajor_step_offset(int k, int keys_per_step, int row_bytes) {
+    return (uint32_t)(k * keys_per_step * span_of(row_bytes));
+}
+
+// UMMA instruction descriptor (kind::f16 / kind::f8f6f4, dense): [4,6) D
+// format 1 = F32; [7,10) A format, [10,13) B format (kind::f16: 1 = BF16;
+// kind::f8f6f4: 0 = E4M3); [15] A major, [16] B major (0 = K, 1 = MN);
+// [17,23) N >> 3; [24,29) M >> 4.
+MSA_HD constexpr uint32_t umma_idesc(bool f8, int m, int n, bool a_mn, bool b_mn) {
+    return (1u << 4) | ((f8 ? 0u : 1u) << 7) | ((f8 ? 0u : 1u) << 10) | ((a_mn ? 1u : 0u) << 15) |
+           ((b_mn ? 1u : 0u) << 16) | ((uint32_t)(n >> 3) << 17) | ((uint32_t)(m >> 4) << 24);
+}
+MSA_HD constexpr bool umma_shape_ok(int m, int n) {
+    return (m == 64 && n % 8 == 0 && n >= 8 && n <= 256) || (m == 128 && n % 16 == 0 && n >= 16 && n <= 256);
+}
+
+// ---- sparse prefill (msa_sm100_fwd_*) -------------------------------------------
+// One CTA (128 threads) per forward-schedule work item; the item's query-head
+// rows are processed in tiles of 128 (kTileM) against one K/V block of 128 keys.
+//
+// Shared memory (byte offsets from the 1024-aligned base):
+//   [qp_off, +qp_bytes)   Q tile (K-major, 128 rows x D) during S = Q K^T,
+//                         then P (K-major, 128 rows x 128 keys) for O = P V
+//   [k_off,  +kv_bytes)   K tile (K-major: 128 keys x D), TMA or converter
+//   [v_off,  +kv_bytes)   V tile (MN-major for the P.V product: 128 keys x D)
+//   [raw_off,+raw_bytes)  converted variants: the raw K, then V, TMA tile
+//   [bar_off, +32)        mbarriers: K ready, V ready, MMA done; TMEM address
+// Tensor memory: S (FP32, 128 lanes x 128 columns) at column 0, O (128 x D)
+// at column 128; allocation = next power of 2 >= 128 + D.
+template <int V, int D>
+struct FwdLayout {
+    static_assert(D == 64 || D == 128 || D == 256, "head dim");
+    static constexpr int q_row_bytes = D * q_mma_bytes(V);
+    static constexpr int kv_row = D * kv_mma_bytes(V);        // K/V row in shared memory
+    static constexpr int p_row_bytes = kBlockKeys * p_mma_bytes(V);
+    static constexpr int raw_row = kv_row_bytes(V, D);         // K/V row in global memory
+    static constexpr int q_bytes = kTileM * q_row_bytes;
+    static constexpr int p_bytes = kTileM * p_row_bytes;
+    static constexpr int qp_off = 0;
+    static constexpr int qp_bytes = imax(q_bytes, p_bytes);
+    static constexpr int kv_bytes = kBlockKeys * kv_row;
+    static constexpr int k_off = align_up(qp_off + qp_bytes, 1024);
+    static constexpr int v_off = align_up(k_off + kv_bytes, 1024);
+    static constexpr int raw_bytes = kv_converted(V) ? kBlockKeys * raw_row : 0;
+    static constexpr int raw_off = align_up(v_off + kv_bytes, 1024);
+    static constexpr int bar_off = align_up(raw_off + raw_bytes, 1024);
+    static constexpr int bar_k = 0, bar_v = 1, bar_mma = 2, num_bars = 3;
+    static constexpr int tmem_slot_off = bar_off + 8 * num_bars;
+    static constexpr int smem_bytes = tmem_slot_off + 8 + kAlignSlack;  // what the launcher requests
+    static constexpr int tmem_s_col = 0;
+    static constexpr int tmem_o_col = kBlockKeys;
+    static constexpr int tmem_cols = pow2_ceil(kBlockKeys + D);
+    static constexpr bool f8 = V == kFP8;
+    static constexpr uint32_t idesc_qk = umma_idesc(f8, kTileM, kBlockKeys, false, false);
+    static constexpr uint32_t idesc_pv = umma_idesc(f8, kTileM, D, false, true);
+    static constexpr int qk_steps = q_row_bytes / kKStepBytes;   // UMMA instructions of S = Q K^T
+    static constexpr int pv_steps = p_row_bytes / kKStepBytes;   // UMMA instructions of O = P V
+    static constexpr int keys_per_pv_step = kKStepBytes / p_mma_bytes(V);
+    // TMA boxes of one K or V tile: raw_row/span boxes of `rows` x span bytes.
+    static constexpr int box_span = span_of(raw_row);
+    static constexpr int boxes = blocks_of(raw_row);
+    static_assert(smem_bytes <= kMaxDynSmem, "dynamic shared memory");
+    static_assert(tmem_cols <= 512 && tmem_o_col + D <= tmem_cols, "tensor memory columns");
+    static_assert(umma_shape_ok(kTileM, kBlockKeys) && umma_shape_ok(kTileM, D), "UMMA shape");
+    static_assert(q_row_bytes == kv_row, "Q and K rows have one layout");
+};
+
+// ---- paged decode (msa_sm100_decode_*) ------------------------------------------
+// One CTA (128 threads) per decode work item. Swapped products: S^T = K Q^T
+// with the 128 keys of a block on M (TMEM lanes: thread t owns key t) and
+// the item's query-head rows on N (kDecRows per row tile); O^T = V^T P^T
+// with D on M (one M = 128 MMA per 128 elements of D; for D = 64 the upper
+// 64 accumulator lanes are never read, their A-operand atom lies in the P^T
+// region that follows V) and the rows on N.
+//
+// Shared memory (byte offsets from the 1024-aligned base):
+//   [q_off, +q_bytes)   Q tile, K-major (kDecRows rows x D): the B operand of S^T
+//   [k_off, +kv_bytes)  K tile (K-major, 128 keys x D): the A operand of S^T
+//   [v_off, +kv_bytes)  V tile (keys x D, D contiguous): the MN-major A operand of O^T
+//   [p_off, +p_bytes)   P^T, MN-major (128 keys x kDecRows rows, rows contiguous): B of O^T
+//   [red_off, ...)      row state: warp partials red[4][R], running max m[R],
+//                       running sum l[R], this block's max mcur[R], alpha[R],
+//                       1/l inv[R], visible-key count vis[R], causal limit
+//                       lim[R], sparse selection sel[R], output row orow[R]
+//                       (int64), two ints of CTA-wide reduction
+//   [bar_off, +24)      mbarriers: K ready, V ready, MMA done; then the TMEM address
+// Tensor memory: S^T (128 lanes x kDecRows) at column 0; O^T block j (D
+// elements 128j..128j+127 on the lanes) at column kDecRows * (1 + j).
+constexpr int kDecRows = 64;  // query-head rows per decode row tile (UMMA N)
+template <int V, int D>
+struct DecLayout {
+    static_assert(D == 64 || D == 128 || D == 256, "head dim");
+    static_assert(V == kBF16 || V == kFP8, "decode variants: bf16, fp8");
+    static constexpr bool f8 = V == kFP8;
+    static constexpr int es = f8 ? 1 : 2;
+    static constexpr int row_bytes = D * es;                  // Q/K/V row
+    static constexpr int q_bytes = kDecRows * row_bytes;
+    static constexpr int kv_bytes = kBlockKeys * row_bytes;
+    static constexpr int p_row_bytes = kDecRows * es;         // one key's row of P^T
+    static constexpr int p_bytes = kBlockKeys * p_row_bytes;
+    static constexpr int q_off = 0;
+    static constexpr int k_off = align_up(q_off + q_bytes, 1024);
+    static constexpr int v_off = align_up(k_off + kv_bytes, 1024);
+    static constexpr int p_off = align_up(v_off + kv_bytes, 1024);
+    static constexpr int red_off = align_up(p_off + p_bytes, 1024);
+    static constexpr int red_floats = 4 * kDecRows + 5 * kDecRows;  // red, m, l, mcur, alpha, inv
+    static constexpr int red_ints = 3 * kDecRows + 2;                // vis, lim, sel, reduction
+    static constexpr int orow_off = align_up(red_off + 4 * red_floats + 4 * red_ints, 16);
+    static constexpr int bar_off = align_up(orow_off + 8 * kDecRows, 16);
+    static constexpr int bar_k = 0, bar_v = 1, bar_mma = 2, num_bars = 3;
+    static constexpr int tmem_slot_off = bar_off + 8 * num_bars;
+    static constexpr int smem_bytes = tmem_slot_off + 8 + kAlignSlack;
+    static constexpr int o_m = 128;                            // UMMA M of O^T
+    static constexpr int o_mmas = D < 128 ? 1 : D / 128;       // O^T products per K step
+    static constexpr int tmem_s_col = 0;
+    static constexpr int tmem_o_col = kDecRows;
+    static constexpr int tmem_cols = pow2_ceil(kDecRows + o_mmas * kDecRows);
+    static constexpr uint32_t idesc_qk = umma_idesc(f8, kBlockKeys, kDecRows, false, false);
+    static constexpr uint32_t idesc_pv = umma_idesc(f8, o_m, kDecRows, true, true);
+    static constexpr int qk_steps = row_bytes / kKStepBytes;
+    static constexpr int keys_per_pv_step = kKStepBytes / es;
+    static constexpr int pv_steps = kBlockKeys / keys_per_pv_step;
+    static constexpr int box_span = span_of(row_bytes);
+    static constexpr int boxes = blocks_of(row_bytes);
+    // A operand of O^T block j: M = 128 elements of D = 128*es/box_span atoms
+    // of box_span bytes, LBO = one column block (128 keys x box_span) apart.
+    static constexpr int o_atoms = 128 * es / box_span;
+    static_assert(smem_bytes <= kMaxDynSmem, "dynamic shared memory");
+    static_assert(tmem_cols <= 512 && tmem_o_col + o_mmas * kDecRows <= tmem_cols, "tensor memory columns");
+    static_assert(umma_shape_ok(kBlockKeys, kDecRows) && umma_shape_ok(o_m, kDecRows), "UMMA shape");
+    // D = 64: the phantom upper atoms of the O^T A operand stay inside shared memory.
+    static_assert(v_off + o_mmas * o_atoms * kBlockKeys * box_span <= red_off, "O^T A operand inside the tile map");
+    static_assert(p_row_bytes <= 128, "P^T rows fit one swizzle atom (one N atom)");
+};
+
+// ---- TMA boxes of one K/V block and the transaction ledger ----------------------
+// Dense K/V: one box column per span, `kBlockKeys` rows starting at the
+// block's first key (rows past the tensor are zero-filled by the hardware).
+// Paged K/V: rows = min(128, page_size) per box; the block's keys are covered
+// by segments of `rows` keys, each inside one page; only segments that start
+// before the block's last valid key are issued (the page table has no entry
+// beyond the sequence). Requires page_size a power of 2 >= 8 and block starts
+// that are multiples of min(128, page_size) (the launcher's precondition).
+MSA_HD constexpr int paged_rows(int page_size) { return imin(kBlockKeys, page_size); }
+// The launcher's precondition for paged K/V (else it runs the portable
+// kernel): page_size a power of 2, every box landing 1024-byte aligned in
+// shared memory (rows * span a multiple of 1024: the swizzle atom), and
+// K/V blocks starting on box boundaries (blk_kv a multiple of the box rows).
+MSA_HD constexpr bool paged_ok(int page_size, int blk_kv, int box_span) {
+    return page_size >= 1 && (page_size & (page_size - 1)) == 0 && paged_rows(page_size) * box_span % 1024 == 0 &&
+           blk_kv % paged_rows(page_size) == 0;
+}
+MSA_HD constexpr int segments_issued(int nkeys, int rows) { return (nkeys + rows - 1) / rows; }
+// Bytes the K (or V) barrier expects: every issued box counts in full,
+// out-of-bounds fill included.
+MSA_HD constexpr uint32_t kv_tx_bytes(int nkeys, int paged, int page_size, int raw_row) {
+    return paged ? (uint32_t)(segments_issued(nkeys, paged_rows(page_size)) * paged_rows(page_size) * raw_row)
+                 : (uint32_t)(kBlockKeys * raw_row);
+}
+// Each mbarrier completes one phase per use. K and V barriers: one phase per
+// K/V tile loaded (prefill: once per item; decode: once per block visited), so
+// the wait parity of tile n is n & 1. The MMA barrier completes twice per
+// (row tile, block): after S (parity of commit 2n) and after O (2n + 1).
+MSA_HD constexpr uint32_t kv_parity(int tile) { return (uint32_t)(tile & 1); }
+MSA_HD constexpr uint32_t mma_parity(int commit) { return (uint32_t)(commit & 1); }
+
+}  // namespace sm100
+}  // namespace msa
+
+// Pinned values, checked by the compiler here and by cuda/emu_sm100_test.go
+// (which parses these lines): MSA_SM100_PIN(layout, variant, D, field, value).
+#define MSA_SM100_PIN(L, V, D, F, X) static_assert(msa::sm100::L<msa::sm100::V, D>::F == (X), #L " " #V " " #D " " #F)
+MSA_SM100_PIN(FwdLayout, kBF16, 64, smem_bytes, 66592);
+MSA_SM100_PIN(FwdLayout, kBF16, 128, smem_bytes, 99360);
+MSA_SM100_PIN(FwdLayout, kBF16, 256, smem_bytes, 197664);
+MSA_SM100_PIN(FwdLayout, kFP8, 64, smem_bytes, 33824);
+MSA_SM100_PIN(FwdLayout, kFP8, 128, smem_bytes, 50208);
+MSA_SM100_PIN(FwdLayout, kFP8, 256, smem_bytes, 99360);
+MSA_SM100_PIN(FwdLayout, kBF16FP8, 64, smem_bytes, 74784);
+MSA_SM100_PIN(FwdLayout, kBF16FP8, 128, smem_bytes, 115744);
+MSA_SM100_PIN(FwdLayout, kBF16FP8, 256, smem_bytes, 230432);
+MSA_SM100_PIN(FwdLayout, kNVFP4, 64, smem_bytes, 70688);
+MSA_SM100_PIN(FwdLayout, kNVFP4, 128, smem_bytes, 107552);
+MSA_SM100_PIN(FwdLayout, kNVFP4, 256, smem_bytes, 214048);
+MSA_SM100_PIN(FwdLayout, kBF16, 64, tmem_cols, 256);
+MSA_SM100_PIN(FwdLayout, kBF16, 128, tmem_cols, 256);
+MSA_SM100_PIN(FwdLayout, kBF16, 256, tmem_cols, 512);
+MSA_SM100_PIN(FwdLayout, kBF16, 128, idesc_qk, 0x08200490u);
+MSA_SM100_PIN(FwdLayout, kBF16, 128, idesc_pv, 0x08210490u);
+MSA_SM100_PIN(FwdLayout, kFP8, 128, idesc_qk, 0x08200010u);
+MSA_SM100_PIN(FwdLayout, kFP8, 64, idesc_pv, 0x08110010u);
+
+MSA_SM100_PIN(DecLayout, kBF16, 64, smem_bytes, 62000);
+MSA_SM100_PIN(DecLayout, kBF16, 128, smem_bytes, 102960);
+MSA_SM100_PIN(DecLayout, kBF16, 256, smem_bytes, 184880);
+MSA_SM100_PIN(DecLayout, kFP8, 64, smem_bytes, 33328);
+MSA_SM100_PIN(DecLayout, kFP8, 128, smem_bytes, 53808);
+MSA_SM100_PIN(DecLayout, kFP8, 256, smem_bytes, 94768);
+MSA_SM100_PIN(DecLayout, kBF16, 128, tmem_cols, 128);
+MSA_SM100_PIN(DecLayout, kBF16, 256, tmem_cols, 256);
+MSA_SM100_PIN(DecLayout, kBF16, 128, idesc_qk, 0x08100490u);
+MSA_SM100_PIN(DecLayout, kBF16, 128, idesc_pv, 0x08118490u);
+MSA_SM100_PIN(DecLayout, kFP8, 128, idesc_pv, 0x08118010u);
+
+#endif  // SM100_LAYOUT_CUH

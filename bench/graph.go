@@ -7,7 +7,6 @@ import (
 	"runtime"
 	"runtime/debug"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -55,12 +54,14 @@ type graphResult struct {
 	eagerReps            []time.Duration // eager replay after each run (sum over the nodes)
 	eagerNodes           []graphprof.NodeStat
 	eagerMed             time.Duration
-	overhead             float64 // median over runs of run / its eager replay
-	allocs, bytes        float64 // per run (decode: per step), Let/Reset included
-	peakRSS              float64 // bytes, VmHWM over the case (0 when unknown)
-	rssStart             float64 // bytes, VmRSS before the case (the benchmark\'s own buffers)
-	load                 string  // 1-minute load average at the start of the case
-	noisy                string  // reason, or ""
+	overhead             float64   // median over runs of run / its eager replay
+	allocs, bytes        float64   // per run (decode: per step), Let/Reset included
+	peakRSS              float64   // bytes, VmHWM over the case (0 when unknown)
+	rssStart             float64   // bytes, VmRSS before the case (the benchmark\'s own buffers)
+	ls                   loadStats // the machine around the case (noise.go)
+	sp                   spread    // of the RunAll times (noise.go)
+	noiseNote            string    // describeNoise
+	noisy                string    // why the row is noisy (noiseVerdict), or ""
 	prof                 graphprof.Report
 	setupMS              float64 // graph construction and the machine
 	err                  string
@@ -214,7 +215,7 @@ func (gr *graphRunner) close() {
 // same load: the overhead is the median of the per-run ratios.
 func runGraphCase(cfg *config, r *graphResult, prog *graphProgress) error {
 	c := r.c
-	r.load = loadAvg()
+	cpu0 := readCPUSample()
 	r.rssStart = procStatus("VmRSS:")
 	resetPeakRSS()
 	prog.phase(c.name, "build")
@@ -303,13 +304,15 @@ func runGraphCase(cfg *config, r *graphResult, prog *graphProgress) error {
 	r.eagerMed = graphprof.EagerResult{Reps: r.eagerReps}.Median()
 	r.overhead = median(ratios)
 	r.peakRSS = procStatus("VmHWM:")
-	r.derive()
+	r.ls = loadBetween(cpu0, readCPUSample())
+	r.derive(cfg)
 	p.Detach()
 	return nil
 }
 
-// derive fills the per-kind times per run and the noise flag.
-func (r *graphResult) derive() {
+// derive fills the per-kind times per run and the noise flag (the
+// benchmark's noise rules, noise.go, on the RunAll times).
+func (r *graphResult) derive(cfg *config) {
 	runs := time.Duration(max(r.prof.Runs, 1))
 	r.kindGraph, r.kindEager = map[string]time.Duration{}, map[string]time.Duration{}
 	for _, k := range r.prof.Kinds {
@@ -320,19 +323,13 @@ func (r *graphResult) derive() {
 		r.kindEager[n.Kind] += n.Total
 	}
 	r.unattributed, r.attrib = r.prof.Unattributed/runs, r.prof.Attributed/runs
-	var why []string
-	if r.med > 0 {
-		if spread := float64(r.hi-r.lo) / float64(r.med); spread > 0.10 {
-			why = append(why, fmt.Sprintf("spread %.0f%%", 100*spread))
-		}
+	samples := make([]float64, len(r.reps))
+	for i, d := range r.reps {
+		samples[i] = ms(d)
 	}
-	if l, err := strconv.ParseFloat(r.load, 64); err == nil && l > float64(runtime.NumCPU()) {
-		why = append(why, "load "+r.load)
-	}
-	if len(r.reps) < 3 {
-		why = append(why, "fewer than 3 runs")
-	}
-	r.noisy = strings.Join(why, ", ")
+	r.sp = spreadOf(samples)
+	r.noisy = strings.Join(noiseVerdict(r.sp, r.ls, runtime.NumCPU(), cfg.workers, nil), ", ")
+	r.noiseNote = describeNoise(r.sp, r.ls)
 }
 
 // resetPeakRSS resets the kernel's peak-RSS mark of this process (Linux

@@ -106,14 +106,15 @@ func printGraphTable(w io.Writer, rs []*graphResult) {
 			fmt.Fprintf(w, "\n%s: ERROR: %s\n", r.c.name, r.err)
 			continue
 		}
-		fmt.Fprintf(w, "\n%s: %s; per run, by op kind (nodes cover %.1f%% of RunAll):\n", r.c.name, r.describe(),
-			100*float64(r.attrib)/float64(max(r.attrib+r.unattributed, 1)))
+		fmt.Fprintf(w, "\n%s: %s; %s; per run, by op kind (nodes cover %.1f%% of RunAll):\n", r.c.name, r.describe(),
+			r.noiseNote, 100*float64(r.attrib)/float64(max(r.attrib+r.unattributed, 1)))
 		alignRows(w, append([][]string{kindHeader}, r.kindRows()...), "  ")
 	}
 	fmt.Fprintln(w, "\nms/run: median RunAll time (decode: one step of all layers); min-max over the runs. eager_ms: after every run, the same")
 	fmt.Fprintln(w, "nodes' ops are called one after another outside the machine on that run's inputs (median of these replays); overhead:")
 	fmt.Fprintln(w, "median over the runs of run time / its replay. allocs and MB per run (decode: per step) include Let and Reset. peak RSS:")
-	fmt.Fprintln(w, "the process's VmHWM over the case (in parentheses its RSS at the start: the benchmark's own buffers). noisy: max-min spread above 10% of the median, or load average above the CPU count.")
+	fmt.Fprintln(w, "the process's VmHWM over the case (in parentheses its RSS at the start: the benchmark's own buffers). noisy: the")
+	fmt.Fprintln(w, "benchmark's noise rules (bench/README.md, \"Noise\") on the RunAll times and the machine's load around the case.")
 }
 
 // describe states a case's shape.
@@ -148,7 +149,7 @@ func writeGraphOutputs(dir string, header []string, rs []*graphResult) error {
 			strconv.Itoa(c.layers), strconv.Itoa(c.dm.model), strconv.Itoa(c.dm.hq), strconv.Itoa(c.dm.hkv), strconv.Itoa(c.dm.d),
 			strconv.Itoa(len(r.reps)), num(ms(r.med)), num(ms(r.lo)), num(ms(r.hi)), tps, num(ms(r.eagerMed)), strconv.Itoa(len(r.eagerReps)),
 			num(r.overhead), num(r.allocs), num(r.bytes), num(r.peakRSS), num(r.rssStart), num(ms(r.attrib)), num(ms(r.unattributed)), num(r.setupMS),
-			r.load, r.noisy, r.err})
+			fmt.Sprintf("%.2f-%.2f", r.ls.loadStart, r.ls.loadEnd), r.noisy, r.err})
 		if r.err == "" {
 			for _, row := range r.kindRows() {
 				kinds = append(kinds, append([]string{c.name}, row...))
@@ -181,7 +182,8 @@ func writeGraphOutputs(dir string, header []string, rs []*graphResult) error {
 			fmt.Fprintf(&b, "\n%s: ERROR: %s\n", r.c.name, r.err)
 			continue
 		}
-		fmt.Fprintf(&b, "\n**%s**: %s.\n\n| %s |\n|---|---:|---:|---:|---:|\n", r.c.name, r.describe(), strings.Join(kindHeader, " | "))
+		fmt.Fprintf(&b, "\n**%s**: %s; %s.\n\n| %s |\n|---|---:|---:|---:|---:|\n", r.c.name, r.describe(), r.noiseNote,
+			strings.Join(kindHeader, " | "))
 		for _, row := range r.kindRows() {
 			b.WriteString("| " + strings.Join(row, " | ") + " |\n")
 		}

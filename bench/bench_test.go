@@ -362,6 +362,14 @@ func TestPlotPanels(t *testing.T) {
 	if dec.peak != 0 || dec.yMax > 100 || !strings.Contains(dec.title, "above the axis") {
 		t.Fatalf("decode peak %v, yMax %v, title %q", dec.peak, dec.yMax, dec.title)
 	}
+	if strings.Contains(pre.title, "NOISY") {
+		t.Fatalf("quiet results titled noisy: %q", pre.title)
+	}
+	rs := plotResults()
+	rs[0].noise = []string{"load"}
+	if got := buildPanels(calibration{peak: 250}, rs)[0].title; !strings.Contains(got, "NOISY: 1 of 3 points") {
+		t.Fatalf("noisy prefill title %q", got)
+	}
 	if !preX.logY || !decX.logY {
 		t.Fatal("speedup panels must be log scale")
 	}

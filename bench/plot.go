@@ -144,6 +144,15 @@ func buildPanels(cal calibration, rs []*result) []panel {
 				p.title += fmt.Sprintf("; peak %.0f GFLOP/s (%s) is above the axis", cal.peak, cal.peakTier)
 			}
 		}
+		noisy := 0
+		for _, r := range sel {
+			if len(r.noise) > 0 {
+				noisy++
+			}
+		}
+		if noisy > 0 {
+			p.title += fmt.Sprintf("; NOISY: %d of %d points", noisy, len(sel))
+		}
 		for _, n := range names {
 			p.series = append(p.series, *gf[n])
 		}

@@ -10,6 +10,7 @@ package cuda
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -19,38 +20,35 @@ import (
 	"sync"
 	"testing"
 	"time"
-	"unsafe"
 
-	"gorgonia.org/cu"
+	"github.com/sparseattn/msa/cuda/driver"
 )
 
 var (
 	gpuOnce sync.Once
 	gpuErr  error
 	gpuK    *Kernels
-	gpuCtx  *cu.Ctx
+	gpuCtx  *Device
 	timings []string
 	timMu   sync.Mutex
 )
 
-// gpu returns the shared context (a *cu.Ctx runs every driver call on its own
-// locked OS thread) and the loaded kernels.
-func gpu(t *testing.T) (*cu.Ctx, *Kernels) {
+// gpu returns the shared device (its driver calls run on one locked OS
+// thread) and the loaded kernels; without a driver the GPU tests skip.
+func gpu(t *testing.T) (*Device, *Kernels) {
 	t.Helper()
 	gpuOnce.Do(func() {
-		n, err := cu.NumDevices()
-		if err != nil || n == 0 {
-			gpuErr = fmt.Errorf("no CUDA device (%v)", err)
+		gpuCtx, gpuErr = OpenDevice(0)
+		if gpuErr != nil {
 			return
 		}
-		dev := cu.Device(0)
-		name, _ := dev.Name()
-		major, _ := dev.Attribute(cu.ComputeCapabilityMajor)
-		minor, _ := dev.Attribute(cu.ComputeCapabilityMinor)
-		fmt.Printf("GPU: %s (sm_%d%d), driver %d\n", name, major, minor, cu.Version())
-		gpuCtx = cu.NewContext(dev, cu.SchedAuto)
+		ver, _ := driver.DriverVersion()
+		fmt.Printf("GPU: %s (sm_%d%d), driver CUDA %d\n", gpuCtx.Name, gpuCtx.Major, gpuCtx.Minor, ver)
 		gpuK, gpuErr = Load(gpuCtx)
 	})
+	if errors.Is(gpuErr, driver.ErrNoDriver) {
+		t.Skip(gpuErr)
+	}
 	if gpuErr != nil {
 		t.Fatal(gpuErr)
 	}
@@ -74,39 +72,30 @@ func record(name, kern string, gpuMS, cpuMS float64) {
 	timings = append(timings, fmt.Sprintf("%-44s %-24s %8.3f %12.1f", name, kern, gpuMS, cpuMS))
 }
 
-// devMem allocates device buffers inside ctx and frees them all at the end.
+// devMem allocates device buffers and frees them all at the end.
 type devMem struct {
 	t    *testing.T
-	ctx  *cu.Ctx
-	ptrs []cu.DevicePtr
+	ctx  *Device
+	ptrs []uint64
 }
 
 func (m *devMem) alloc(n int) uint64 {
 	m.t.Helper()
-	var p cu.DevicePtr
-	err := m.ctx.Do(func() error {
-		var err error
-		if p, err = cu.MemAlloc(int64(max(n, 16))); err != nil {
-			return err
-		}
-		return cu.MemsetD8(p, 0xff, int64(max(n, 16))) // NaN-like garbage: unwritten outputs show up
-	})
+	p, err := m.ctx.Alloc(n) // 0xff garbage: unwritten outputs show up
 	if err != nil {
 		m.t.Fatal(err)
 	}
 	m.ptrs = append(m.ptrs, p)
-	return uint64(p)
+	return p
 }
 
 func (m *devMem) put(b []byte) uint64 {
 	m.t.Helper()
-	p := m.alloc(len(b))
-	if len(b) == 0 {
-		return p
-	}
-	if err := m.ctx.Do(func() error { return cu.MemcpyHtoD(cu.DevicePtr(p), unsafe.Pointer(&b[0]), int64(len(b))) }); err != nil {
+	p, err := m.ctx.Put(b)
+	if err != nil {
 		m.t.Fatal(err)
 	}
+	m.ptrs = append(m.ptrs, p)
 	return p
 }
 
@@ -128,13 +117,11 @@ func (m *devMem) putF32(v ...float32) uint64 {
 
 func (m *devMem) get(p uint64, n int) []byte {
 	m.t.Helper()
-	b := make([]byte, n)
-	if err := m.ctx.Do(func() error {
-		if err := cu.Synchronize(); err != nil {
-			return err
-		}
-		return cu.MemcpyDtoH(unsafe.Pointer(&b[0]), cu.DevicePtr(p), int64(n))
-	}); err != nil {
+	if err := Synchronize(m.ctx); err != nil {
+		m.t.Fatal(err)
+	}
+	b, err := m.ctx.Get(p, n)
+	if err != nil {
 		m.t.Fatal(err)
 	}
 	return b
@@ -150,32 +137,12 @@ func (m *devMem) getF32(p uint64, n int) []float32 {
 }
 
 func (m *devMem) free() {
-	_ = m.ctx.Do(func() error {
-		for _, p := range m.ptrs {
-			_ = cu.MemFree(p)
-		}
-		return nil
-	})
+	if err := m.ctx.Free(m.ptrs...); err != nil {
+		m.t.Error(err)
+	}
 }
 
-func timeIt(ctx *cu.Ctx, reps int, f func() error) (float64, error) {
-	if err := f(); err != nil { // warm-up
-		return 0, err
-	}
-	if err := ctx.Do(cu.Synchronize); err != nil {
-		return 0, err
-	}
-	start := time.Now()
-	for i := 0; i < reps; i++ {
-		if err := f(); err != nil {
-			return 0, err
-		}
-	}
-	if err := ctx.Do(cu.Synchronize); err != nil {
-		return 0, err
-	}
-	return float64(time.Since(start).Microseconds()) / 1000 / float64(reps), nil
-}
+func timeIt(ctx *Device, reps int, f func() error) (float64, error) { return ctx.Time(reps, f) }
 
 func TestGPUSparsePrefill(t *testing.T) {
 	ctx, k := gpu(t)
@@ -189,7 +156,7 @@ func TestGPUSparsePrefill(t *testing.T) {
 				Q: m.put(c.q.enc), K: m.put(c.k.enc), V: m.put(c.v.enc),
 				CuSeqlensQ: m.putI32(c.cuQ), CuSeqlensK: m.putI32(c.cuK),
 				TotalQ: c.totalQ, Hq: c.hq, Hkv: c.hkv, D: c.d, BlkKV: c.blk, TopK: c.topK, NumBatch: B,
-				QDtype: c.qd, KVDtype: c.kvd, PartialDtype: c.pd, PVRound: c.round, Causal: c.causal,
+				QDtype: c.qd, KVDtype: c.kvd, PartialDtype: c.pd, PVRound: c.round, Causal: c.causal, KVRows: int(c.cuK[B]),
 			}
 			if c.kvd == NVFP4 {
 				a.KScale, a.VScale, a.KGlobalScale = m.put(c.k.scales), m.put(c.v.scales), m.putF32(c.k.gscale)
@@ -200,6 +167,7 @@ func TestGPUSparsePrefill(t *testing.T) {
 					seq[b] = int32(c.seqK(b))
 				}
 				a.PageTable, a.SequsedK, a.PageSize, a.PageTableStride = m.putI32(c.pageTable), m.putI32(seq), c.pageSize, c.maxPages
+				a.KVRows = c.numPages
 			}
 			nPart := c.topK * c.totalQ * c.hq
 			a.OPartial = m.alloc(nPart * c.d * partialSize(c.pd))
@@ -255,7 +223,7 @@ func TestGPUDecode(t *testing.T) {
 				SequsedK: m.putI32(c.seqused), PageTable: m.putI32(c.pageTable),
 				Out: m.alloc(rows * c.hq * c.d * 2), LSE: m.alloc(rows * c.hq * 4),
 				Batch: c.batch, SeqlenQ: c.seqlenQ, Hq: c.hq, Hkv: c.hkv, D: c.d, PageSize: c.pageSize,
-				PageTableStride: c.maxPages, QDtype: c.qd, KVDtype: c.kvd, PVRound: c.round,
+				PageTableStride: c.maxPages, QDtype: c.qd, KVDtype: c.kvd, PVRound: c.round, NumPages: c.numPages,
 			}
 			if c.kvd == NVFP4 {
 				a.KScale, a.VScale = m.put(c.k.scales), m.put(c.v.scales)

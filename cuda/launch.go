@@ -71,6 +71,10 @@ type devBuf struct {
 	size int64
 }
 
+// MinDriverCUDA is the driver API version the fatbin needs (1000*major +
+// 10*minor): its cubins and PTX come from CUDA 13.0.
+const MinDriverCUDA = 13000
+
 // maxTensorMaps bounds the tensor-map cache (maps are keyed by pointer,
 // shape and box; the cache is cleared when full).
 const maxTensorMaps = 1024
@@ -113,6 +117,9 @@ func Load(ctx Runner) (*Kernels, error) {
 		k.arch = ArchFor(k.major, k.minor)
 		mod, err := driver.LoadData(cudakernels.Fatbin)
 		if err != nil {
+			if v, verr := driver.DriverVersion(); verr == nil && v < MinDriverCUDA {
+				return fmt.Errorf("cuda: loading the kernel fatbin: the driver supports CUDA %d.%d, the fatbin (CUDA 13.0) needs a driver for CUDA 13.0 or newer (r580+): %w", v/1000, v%1000/10, err)
+			}
 			return fmt.Errorf("cuda: loading the kernel fatbin on sm_%d%d (SASS for sm_80, sm_90a, sm_100f; PTX for compute_80): %w", k.major, k.minor, err)
 		}
 		k.mod = mod

@@ -1,0 +1,549 @@
+//go:build cuda
+
+// Command gpucheck is the GPU check of a bare machine: it needs an NVIDIA
+// driver (libcuda.so.1, opened at run time) and nothing else. It compares
+// every kernel family with the CPU path (package kernels/attn) on the same
+// inputs over a shape matrix, checks fully masked rows (O = 0, LSE = -inf)
+// and run-to-run determinism, times the kernels at the benchmark's default
+// shapes, and writes gpucheck.md, gpucheck.csv and timing.csv to -out.
+//
+// Exit status: 0 all checks passed, 1 a check failed, 2 no usable GPU
+// (the reason on one line: no driver, no device, no kernel image).
+//
+// Build (kernels/cuda/gpucheck.sh --build): CGO_ENABLED=1 with the include
+// path of a cuda.h; no CUDA library is linked.
+package main
+
+import (
+	"encoding/binary"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/sparseattn/msa/cuda"
+	"github.com/sparseattn/msa/cuda/driver"
+	"github.com/sparseattn/msa/cuda/internal/check"
+)
+
+// Peak figures of the H200 (SXM): dense BF16 and FP8 tensor-core
+// throughput and HBM3e bandwidth; other GPUs are reported against these
+// too, with the device name in the report.
+const (
+	peakBF16TFLOPS = 989
+	peakFP8TFLOPS  = 1979
+	peakHBMGBs     = 4800
+)
+
+type report struct {
+	dev      *cuda.Device
+	k        *cuda.Kernels
+	rows     []string // CSV rows of the correctness table
+	md       []string // Markdown rows of the correctness table
+	timing   []string // CSV rows of the timing table
+	timingMD []string
+	failed   int
+	skipped  int
+	deadline time.Time
+	workers  int
+}
+
+func main() {
+	out := flag.String("out", os.Getenv("OUT"), "directory for gpucheck.md, gpucheck.csv, timing.csv (default $OUT, else ./gpucheck-out)")
+	budget := flag.Duration("budget", 270*time.Second, "stop starting new cases after this long")
+	quick := flag.Bool("quick", false, "correctness matrix only at the first head dim of each variant, timing at 8K only")
+	flag.Parse()
+	if *out == "" {
+		*out = "gpucheck-out"
+	}
+	start := time.Now()
+	dev, err := cuda.OpenDevice(0)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "gpucheck: %v\n", err) // driver.ErrNoDriver: one line, what is missing
+		os.Exit(2)
+	}
+	defer dev.Close()
+	k, err := cuda.Load(dev)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "gpucheck: %v\n", err)
+		os.Exit(2)
+	}
+	ver, _ := driver.DriverVersion()
+	r := &report{dev: dev, k: k, deadline: start.Add(*budget), workers: max(runtime.NumCPU(), 1)}
+	header := fmt.Sprintf("GPU: %s (sm_%d%d, %d SMs, %.0f GiB), driver CUDA %d.%d, kernel family %s, tensor-core kernels in the fatbin: %d",
+		dev.Name, dev.Major, dev.Minor, dev.SMs, float64(dev.Memory)/(1<<30), ver/1000, ver%1000/10, k.Arch(), len(k.TensorCoreKernels()))
+	fmt.Println(header)
+
+	for i, c := range check.PrefillMatrix() {
+		if *quick && !strings.Contains(c.Name, "/d128/") {
+			continue
+		}
+		r.prefill(c, uint64(i+1), i == 0)
+	}
+	for i, c := range check.DecodeMatrix() {
+		if *quick && !strings.Contains(c.Name, "/d128/") {
+			continue
+		}
+		r.decode(c, uint64(i+1))
+	}
+	r.timings(*quick)
+	if err := r.write(*out, header, time.Since(start)); err != nil {
+		fmt.Fprintf(os.Stderr, "gpucheck: writing the report: %v\n", err)
+		os.Exit(1)
+	}
+	fb := k.Fallbacks()
+	for n, why := range fb {
+		fmt.Printf("fallback: %s -> portable: %s\n", n, why)
+	}
+	if err := k.Close(dev); err != nil {
+		fmt.Fprintf(os.Stderr, "gpucheck: %v\n", err)
+		r.failed++
+	}
+	fmt.Printf("gpucheck: %d failed, %d skipped, %.0f s; report in %s\n", r.failed, r.skipped, time.Since(start).Seconds(), *out)
+	if r.failed > 0 {
+		os.Exit(1)
+	}
+}
+
+// mem is the device memory of one case.
+type mem struct {
+	dev  *cuda.Device
+	ptrs []uint64
+	err  error
+}
+
+func (m *mem) alloc(n int) uint64 {
+	if m.err != nil {
+		return 0
+	}
+	p, err := m.dev.Alloc(n)
+	m.err = err
+	m.ptrs = append(m.ptrs, p)
+	return p
+}
+
+func (m *mem) put(b []byte) uint64 {
+	if m.err != nil {
+		return 0
+	}
+	p, err := m.dev.Put(b)
+	m.err = err
+	m.ptrs = append(m.ptrs, p)
+	return p
+}
+
+func (m *mem) putI32(v []int32) uint64 {
+	b := make([]byte, 4*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(b[4*i:], uint32(x))
+	}
+	return m.put(b)
+}
+
+func (m *mem) putF32(f float32) uint64 {
+	b := make([]byte, 4)
+	binary.LittleEndian.PutUint32(b, math.Float32bits(f))
+	return m.put(b)
+}
+
+func (m *mem) free() error { return m.dev.Free(m.ptrs...) }
+
+func (m *mem) result(o, lse, tlse uint64, rows, d int) (check.Result, error) {
+	var r check.Result
+	ob, err := m.dev.Get(o, rows*d*2)
+	if err != nil {
+		return r, err
+	}
+	r.O = make([]float32, rows*d)
+	for i := range r.O {
+		r.O[i] = math.Float32frombits(uint32(binary.LittleEndian.Uint16(ob[2*i:])) << 16)
+	}
+	get := func(p uint64) ([]float32, error) {
+		b, err := m.dev.Get(p, rows*4)
+		if err != nil {
+			return nil, err
+		}
+		f := make([]float32, rows)
+		for i := range f {
+			f[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+		}
+		return f, nil
+	}
+	if r.LSE, err = get(lse); err != nil {
+		return r, err
+	}
+	if tlse != 0 {
+		r.TLSE, err = get(tlse)
+	}
+	return r, err
+}
+
+func (r *report) out(name, kernels string, d check.Diff, det bool, err error) {
+	status := "ok"
+	switch {
+	case err != nil:
+		status = "ERROR: " + strings.ReplaceAll(err.Error(), ",", ";")
+	case !d.OK():
+		status = "FAIL"
+	case !det:
+		status = "FAIL (not deterministic)"
+	}
+	if status != "ok" {
+		r.failed++
+	}
+	fmt.Printf("%-70s %-44s O %.2e LSE %.2e masked %d %s\n", name, kernels, d.MaxRelO, d.MaxRelLSE, d.Masked, status)
+	r.rows = append(r.rows, fmt.Sprintf("%s,%s,%.3e,%.3e,%.3e,%.3e,%d,%d,%d,%d,%d,%v,%s", name, kernels, d.MaxAbsO, d.MaxRelO,
+		d.MaxAbsLSE, d.MaxRelLSE, d.BadO, d.BadLSE, d.Masked, d.BadMasked, d.NaN, det, status))
+	r.md = append(r.md, fmt.Sprintf("| %s | %s | %.2e | %.2e | %d | %v | %s |", name, kernels, d.MaxRelO, d.MaxRelLSE, d.Masked, det, status))
+}
+
+func (r *report) late(name string) bool {
+	if time.Now().After(r.deadline) {
+		r.skipped++
+		r.rows = append(r.rows, name+",,,,,,,,,,,,skipped (time budget)")
+		r.md = append(r.md, fmt.Sprintf("| %s | | | | | | skipped (time budget) |", name))
+		return true
+	}
+	return false
+}
+
+// prefill runs case c on the GPU (tensor-core path where it applies, and
+// the portable kernels), twice each, and compares with the CPU path.
+func (r *report) prefill(c *check.Prefill, seed uint64, windowed bool) {
+	if r.late(c.Name) {
+		return
+	}
+	if err := c.Gen(seed); err != nil {
+		r.out(c.Name, "", check.Diff{}, false, err)
+		return
+	}
+	want := c.CPU(r.workers)
+	m := &mem{dev: r.dev}
+	defer func() {
+		if err := m.free(); err != nil {
+			r.out(c.Name, "free", check.Diff{}, false, err)
+		}
+	}()
+	B := len(c.CuQ) - 1
+	a := &cuda.FwdArgs{Q: m.put(c.Q.Enc), K: m.put(c.K.Enc), V: m.put(c.V.Enc), CuSeqlensQ: m.putI32(c.CuQ), CuSeqlensK: m.putI32(c.CuK),
+		TotalQ: c.TotalQ, Hq: c.Hq, Hkv: c.Hkv, D: c.D, BlkKV: c.Blk, TopK: c.TopK, NumBatch: B,
+		QDtype: c.QD, KVDtype: c.KVD, PartialDtype: c.PD, PVRound: c.Round(), Causal: c.Causal, KVRows: c.KVRows()}
+	if c.KVD == cuda.NVFP4 {
+		a.KScale, a.VScale, a.KGlobalScale = m.put(c.K.Scales), m.put(c.V.Scales), m.putF32(c.K.Global)
+	}
+	if c.Paged {
+		a.PageTable, a.SequsedK, a.PageSize, a.PageTableStride = m.putI32(c.PageTable), m.putI32(c.SeqK), c.PageSize, c.MaxPages
+	}
+	slots := 1
+	for _, n := range c.Sched.SplitCounts {
+		slots = max(slots, int(n))
+	}
+	window := cuda.WindowQueries(c.TotalQ, slots, c.Hq, c.D, partialBytes(c.PD))
+	ob, lb := cuda.PartialBytes(window, slots, c.Hq, c.D, partialBytes(c.PD))
+	a.OPartial, a.LSEPartial = m.alloc(int(ob)), m.alloc(int(lb))
+	if c.Temp > 0 {
+		a.TLSEPartial, a.Temperature = m.alloc(int(lb)), c.Temp
+	}
+	rows := c.TotalQ * c.Hq
+	ca := &cuda.CombineArgs{OPartial: a.OPartial, LSEPartial: a.LSEPartial, TLSEPartial: a.TLSEPartial,
+		Out: m.alloc(rows * c.D * 2), LSE: m.alloc(rows * 4), TotalQ: c.TotalQ, Hq: c.Hq, Hkv: c.Hkv, D: c.D, TopK: c.TopK, PartialDtype: c.PD}
+	if c.Temp > 0 {
+		ca.TLSE = m.alloc(rows * 4)
+	}
+	if c.KVD == cuda.NVFP4 {
+		ca.OutputScale = m.putF32(c.V.Global)
+	}
+	if m.err != nil {
+		r.out(c.Name, "", check.Diff{}, false, m.err)
+		return
+	}
+	runOnce := func(w int) (check.Result, string, error) {
+		if err := r.k.SparsePrefill(r.dev, a, ca, c.CSR, c.Sched, c.CuQ, w); err != nil {
+			return check.Result{}, "", err
+		}
+		kern := strings.Join(dedup(r.k.LastKernels()), "+")
+		if err := cuda.Synchronize(r.dev); err != nil {
+			return check.Result{}, kern, err
+		}
+		res, err := m.result(ca.Out, ca.LSE, ca.TLSE, rows, c.D)
+		return res, kern, err
+	}
+	for _, path := range r.paths() {
+		r.k.SetPath(path)
+		g1, kern, err := runOnce(window)
+		var g2 check.Result
+		if err == nil {
+			g2, _, err = runOnce(window)
+		}
+		d := check.Compare(g1, want, c.D, c.Tol)
+		r.out(c.Name, kern, d, err == nil && check.Identical(g1, g2), err)
+		if windowed && err == nil && window > 37 { // windows of 37 queries must give the same bits
+			g3, _, err := runOnce(37)
+			r.out(c.Name+"/window37", kern, check.Compare(g3, want, c.D, c.Tol), err == nil && check.Identical(g1, g3), err)
+		}
+		if strings.Contains(kern, "msa_sparse_fwd") { // the portable path ran already
+			break
+		}
+	}
+	r.k.SetPath(cuda.PathAuto)
+}
+
+func partialBytes(d cuda.Dtype) int {
+	switch d {
+	case cuda.F32:
+		return 4
+	case cuda.BF16, cuda.F16:
+		return 2
+	}
+	return 1
+}
+
+func (r *report) paths() []cuda.Path {
+	if len(r.k.TensorCoreKernels()) == 0 {
+		return []cuda.Path{cuda.PathPortable}
+	}
+	return []cuda.Path{cuda.PathAuto, cuda.PathPortable}
+}
+
+func dedup(s []string) []string {
+	var out []string
+	for _, x := range s {
+		if len(out) == 0 || out[len(out)-1] != x {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+func (r *report) decodeArgs(m *mem, c *check.Decode) *cuda.DecodeArgs {
+	rows := c.Batch * c.SeqlenQ * c.Hq
+	a := &cuda.DecodeArgs{Q: m.put(c.Q.Enc), K: m.put(c.K.Enc), V: m.put(c.V.Enc),
+		SequsedK: m.putI32(c.SeqUsed), PageTable: m.putI32(c.PageTable),
+		Out: m.alloc(rows * c.D * 2), LSE: m.alloc(rows * 4),
+		Batch: c.Batch, SeqlenQ: c.SeqlenQ, Hq: c.Hq, Hkv: c.Hkv, D: c.D, PageSize: c.PageSize,
+		PageTableStride: c.MaxPages, QDtype: c.QD, KVDtype: c.KVD, PVRound: c.Round(), NumPages: c.NumPages}
+	if c.KVD == cuda.NVFP4 {
+		a.KScale, a.VScale = m.put(c.K.Scales), m.put(c.V.Scales)
+		a.KGlobalScale, a.OutputScale = m.putF32(c.K.Global), m.putF32(c.V.Global)
+	}
+	if c.Q2K != nil {
+		a.Q2K, a.TopK, a.BlkKV = m.putI32(c.Q2K), c.TopK, c.Blk
+	}
+	if c.Sched.SplitKV {
+		a.OPartial = m.alloc(c.Sched.PartialRows * c.Hq * c.D * 4)
+		a.LSEPartial = m.alloc(c.Sched.PartialRows * c.Hq * 4)
+	}
+	return a
+}
+
+// decode runs case c like prefill.
+func (r *report) decode(c *check.Decode, seed uint64) {
+	if r.late(c.Name) {
+		return
+	}
+	if err := c.Gen(seed); err != nil {
+		r.out(c.Name, "", check.Diff{}, false, err)
+		return
+	}
+	want := c.CPU(r.workers)
+	m := &mem{dev: r.dev}
+	defer func() {
+		if err := m.free(); err != nil {
+			r.out(c.Name, "free", check.Diff{}, false, err)
+		}
+	}()
+	a := r.decodeArgs(m, c)
+	if m.err != nil {
+		r.out(c.Name, "", check.Diff{}, false, m.err)
+		return
+	}
+	rows := c.Batch * c.SeqlenQ * c.Hq
+	runOnce := func() (check.Result, string, error) {
+		if err := r.k.Decode(r.dev, a, c.Sched); err != nil {
+			return check.Result{}, "", err
+		}
+		kern := strings.Join(dedup(r.k.LastKernels()), "+")
+		if err := cuda.Synchronize(r.dev); err != nil {
+			return check.Result{}, kern, err
+		}
+		res, err := m.result(a.Out, a.LSE, 0, rows, c.D)
+		return res, kern, err
+	}
+	for _, path := range r.paths() {
+		r.k.SetPath(path)
+		g1, kern, err := runOnce()
+		var g2 check.Result
+		if err == nil {
+			g2, _, err = runOnce()
+		}
+		split := fmt.Sprintf(" (split %v, %d items)", c.Sched.SplitKV, c.Sched.WorkCount)
+		r.out(c.Name, kern+split, check.Compare(g1, want, c.D, c.Tol), err == nil && check.Identical(g1, g2), err)
+		if strings.Contains(kern, "msa_decode_d") {
+			break
+		}
+	}
+	r.k.SetPath(cuda.PathAuto)
+}
+
+// timings times the kernel families at the bench's default shapes.
+func (r *report) timings(quick bool) {
+	type pcase struct {
+		name   string
+		T      int
+		q, kv  cuda.Dtype
+		fp8    bool
+		family string
+	}
+	pcs := []pcase{{"prefill bf16 8K", 8192, cuda.BF16, cuda.BF16, false, "prefill"}, {"prefill bf16 32K", 32768, cuda.BF16, cuda.BF16, false, "prefill"},
+		{"prefill fp8 8K", 8192, cuda.E4M3, cuda.E4M3, true, "prefill"}, {"prefill bf16q-nvfp4kv 8K", 8192, cuda.BF16, cuda.NVFP4, false, "prefill"}}
+	if quick {
+		pcs = pcs[:1]
+	}
+	for _, pc := range pcs {
+		for _, path := range r.paths() {
+			name := pc.name
+			if path == cuda.PathPortable {
+				name += " (portable)"
+			}
+			if r.late("timing " + name) {
+				continue
+			}
+			c := check.TimingPrefill(name, pc.T, pc.q, pc.kv)
+			r.timePrefill(c, path, pc.fp8)
+		}
+	}
+	type dcase struct {
+		dt         cuda.Dtype
+		batch, ctx int
+	}
+	var dcs []dcase
+	for _, dt := range []cuda.Dtype{cuda.E4M3, cuda.BF16} {
+		for _, b := range []int{8, 32} {
+			for _, ctx := range []int{4096, 16384, 65536} {
+				dcs = append(dcs, dcase{dt, b, ctx})
+			}
+		}
+	}
+	if quick {
+		dcs = dcs[:1]
+	}
+	for _, dc := range dcs {
+		for _, path := range r.paths() {
+			name := fmt.Sprintf("decode %s b%d %dK", dc.dt, dc.batch, dc.ctx/1024)
+			if path == cuda.PathPortable {
+				name += " (portable)"
+			}
+			if r.late("timing " + name) {
+				continue
+			}
+			r.timeDecode(check.TimingDecode(name, dc.batch, dc.ctx, dc.dt), path, dc.dt == cuda.E4M3)
+		}
+	}
+}
+
+func (r *report) timeRow(name, kern string, ms, flop, bytes float64, fp8 bool, err error) {
+	if err != nil {
+		r.failed++
+		fmt.Printf("timing %-36s ERROR %v\n", name, err)
+		r.timing = append(r.timing, fmt.Sprintf("%s,%s,,,,,,ERROR: %s", name, kern, strings.ReplaceAll(err.Error(), ",", ";")))
+		r.timingMD = append(r.timingMD, fmt.Sprintf("| %s | %s | | | | | | error |", name, kern))
+		return
+	}
+	peak := float64(peakBF16TFLOPS)
+	if fp8 {
+		peak = peakFP8TFLOPS
+	}
+	tf := flop / (ms * 1e-3) / 1e12
+	gbs := bytes / (ms * 1e-3) / 1e9
+	fmt.Printf("timing %-36s %-40s %9.3f ms %8.1f TFLOP/s (%5.1f%% of %.0f) %8.0f GB/s (%5.1f%% of %d)\n",
+		name, kern, ms, tf, 100*tf/peak, peak, gbs, 100*gbs/peakHBMGBs, peakHBMGBs)
+	r.timing = append(r.timing, fmt.Sprintf("%s,%s,%.4f,%.2f,%.1f,%.0f,%.1f,ok", name, kern, ms, tf, 100*tf/peak, gbs, 100*gbs/peakHBMGBs))
+	r.timingMD = append(r.timingMD, fmt.Sprintf("| %s | %s | %.3f | %.1f | %.1f%% of %.0f | %.0f | %.1f%% |", name, kern, ms, tf, 100*tf/peak, peak, gbs, 100*gbs/peakHBMGBs))
+}
+
+func (r *report) timePrefill(c *check.Prefill, path cuda.Path, fp8 bool) {
+	if err := c.GenCausal(1); err != nil {
+		r.timeRow(c.Name, "", 0, 0, 0, fp8, err)
+		return
+	}
+	m := &mem{dev: r.dev}
+	defer m.free()
+	a := &cuda.FwdArgs{Q: m.put(c.Q.Enc), K: m.put(c.K.Enc), V: m.put(c.V.Enc), CuSeqlensQ: m.putI32(c.CuQ), CuSeqlensK: m.putI32(c.CuK),
+		TotalQ: c.TotalQ, Hq: c.Hq, Hkv: c.Hkv, D: c.D, BlkKV: c.Blk, TopK: c.TopK, NumBatch: 1,
+		QDtype: c.QD, KVDtype: c.KVD, PartialDtype: c.PD, PVRound: c.Round(), Causal: true, KVRows: c.KVRows()}
+	if c.KVD == cuda.NVFP4 {
+		a.KScale, a.VScale, a.KGlobalScale = m.put(c.K.Scales), m.put(c.V.Scales), m.putF32(c.K.Global)
+	}
+	window := cuda.WindowQueries(c.TotalQ, c.TopK, c.Hq, c.D, 2)
+	ob, lb := cuda.PartialBytes(window, c.TopK, c.Hq, c.D, 2)
+	a.OPartial, a.LSEPartial = m.alloc(int(ob)), m.alloc(int(lb))
+	rows := c.TotalQ * c.Hq
+	ca := &cuda.CombineArgs{OPartial: a.OPartial, LSEPartial: a.LSEPartial, Out: m.alloc(rows * c.D * 2), LSE: m.alloc(rows * 4),
+		TotalQ: c.TotalQ, Hq: c.Hq, Hkv: c.Hkv, D: c.D, TopK: c.TopK, PartialDtype: c.PD}
+	if c.KVD == cuda.NVFP4 {
+		ca.OutputScale = m.putF32(c.V.Global)
+	}
+	if m.err != nil {
+		r.timeRow(c.Name, "", 0, 0, 0, fp8, m.err)
+		return
+	}
+	r.k.SetPath(path)
+	defer r.k.SetPath(cuda.PathAuto)
+	ms, err := r.dev.Time(5, func() error { return r.k.SparsePrefill(r.dev, a, ca, c.CSR, c.Sched, c.CuQ, window) })
+	kern := strings.Join(dedup(r.k.LastKernels()), "+")
+	// bytes: Q, K, V read once, O written, partials written and read back
+	es := map[cuda.Dtype]float64{cuda.BF16: 2, cuda.E4M3: 1, cuda.NVFP4: 0.5 + 1.0/16}
+	bytes := float64(rows*c.D)*(es[c.QD]+2) + 2*float64(c.TotalQ*c.Hkv*c.D)*es[c.KVD] + 2*float64(check.SlotRows(c))*float64(c.Hq/c.Hkv)*float64(c.D*2+4)
+	r.timeRow(c.Name, kern, ms, c.FLOP(), bytes, fp8, err)
+}
+
+func (r *report) timeDecode(c *check.Decode, path cuda.Path, fp8 bool) {
+	if err := c.Gen(1); err != nil {
+		r.timeRow(c.Name, "", 0, 0, 0, fp8, err)
+		return
+	}
+	m := &mem{dev: r.dev}
+	defer m.free()
+	a := r.decodeArgs(m, c)
+	if m.err != nil {
+		r.timeRow(c.Name, "", 0, 0, 0, fp8, m.err)
+		return
+	}
+	r.k.SetPath(path)
+	defer r.k.SetPath(cuda.PathAuto)
+	ms, err := r.dev.Time(20, func() error { return r.k.Decode(r.dev, a, c.Sched) })
+	kern := strings.Join(dedup(r.k.LastKernels()), "+")
+	r.timeRow(c.Name, kern, ms, c.FLOP(), c.Bytes(), fp8, err)
+}
+
+func (r *report) write(dir, header string, took time.Duration) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	csv := "case,kernels,max_abs_o,max_rel_o,max_abs_lse,max_rel_lse,bad_o,bad_lse,masked_rows,bad_masked,nan,deterministic,status\n" +
+		strings.Join(r.rows, "\n") + "\n"
+	if err := os.WriteFile(filepath.Join(dir, "gpucheck.csv"), []byte(csv), 0o644); err != nil {
+		return err
+	}
+	tcsv := "case,kernels,ms,tflops,pct_peak_flops,gbs,pct_hbm,status\n" + strings.Join(r.timing, "\n") + "\n"
+	if err := os.WriteFile(filepath.Join(dir, "timing.csv"), []byte(tcsv), 0o644); err != nil {
+		return err
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "# GPU check, %s\n\n%s\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), header)
+	fmt.Fprintf(&b, "%d failed, %d skipped, %.0f s.\n\n", r.failed, r.skipped, took.Seconds())
+	b.WriteString("## Correctness vs the CPU path (kernels/attn)\n\nErrors are max |gpu-cpu|/(1+|cpu|); masked = rows with LSE -inf on the CPU path (checked O = 0, LSE = -inf on the GPU); deterministic = two runs bit-identical.\n\n")
+	b.WriteString("| case | kernels | max rel err O | max rel err LSE | masked | deterministic | status |\n|---|---|---:|---:|---:|---|---|\n")
+	b.WriteString(strings.Join(r.md, "\n"))
+	fmt.Fprintf(&b, "\n\n## Timing (bench default shapes: Hq %d, Hkv %d, D %d, topK %d, blk %d; decode page %d)\n\n", check.BenchHq, check.BenchHkv,
+		check.BenchD, check.BenchTopK, check.BenchBlk, check.BenchPage)
+	fmt.Fprintf(&b, "Peaks: H200 dense BF16 %d TFLOP/s, FP8 %d TFLOP/s, HBM %d GB/s.\n\n", peakBF16TFLOPS, peakFP8TFLOPS, peakHBMGBs)
+	b.WriteString("| case | kernels | ms | TFLOP/s | % of peak | GB/s | % of HBM |\n|---|---|---:|---:|---:|---:|---:|\n")
+	b.WriteString(strings.Join(r.timingMD, "\n"))
+	b.WriteString("\n")
+	return os.WriteFile(filepath.Join(dir, "gpucheck.md"), []byte(b.String()), 0o644)
+}

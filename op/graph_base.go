@@ -93,11 +93,18 @@ func nodeCheck(fn, arg string, n *G.Node, dims int, dts ...tensor.Dtype) error {
 	return nil
 }
 
-// denseOf returns a Do input as a dense tensor.
+// denseOf returns a Do input as a contiguous dense tensor: a view (a
+// value bound with gorgonia.Let to a slice or a transpose) is materialised,
+// since the ops read the storage directly.
 func denseOf(fn, arg string, v G.Value) (*tensor.Dense, error) {
 	d, ok := v.(*tensor.Dense)
-	if !ok {
+	if !ok || d == nil {
 		return nil, argErr(fn, arg, "a *tensor.Dense value", fmt.Sprintf("%T", v))
+	}
+	if d.IsMaterializable() {
+		if m, ok := d.Materialize().(*tensor.Dense); ok {
+			return m, nil
+		}
 	}
 	return d, nil
 }

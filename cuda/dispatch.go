@@ -88,13 +88,16 @@ func FwdVariant(q, kv Dtype) (TCVariant, bool) {
 	return "", false
 }
 
-// DecodeVariant is the decode variant (BF16 or FP8 only).
+// DecodeVariant is the decode variant (BF16, FP8, or BF16 Q with E4M3
+// K/V; NVFP4 decode runs on the portable kernel).
 func DecodeVariant(q, kv Dtype) (TCVariant, bool) {
 	switch {
 	case q == BF16 && kv == BF16:
 		return VarBF16, true
 	case q == E4M3 && kv == E4M3:
 		return VarFP8, true
+	case q == BF16 && kv == E4M3:
+		return VarBF16FP8, true
 	}
 	return "", false
 }
@@ -105,7 +108,7 @@ func TCName(a Arch, algo string, v TCVariant, d int) string {
 }
 
 // TCNames lists every tensor-core kernel name the launcher may look up for
-// family a (algo fwd: four variants; decode: two; head dims 64, 128, 256).
+// family a (algo fwd: four variants; decode: three; head dims 64, 128, 256).
 func TCNames(a Arch) []string {
 	if a == ArchPortable {
 		return nil
@@ -115,7 +118,7 @@ func TCNames(a Arch) []string {
 		for _, v := range []TCVariant{VarBF16, VarFP8, VarBF16FP8, VarNVFP4} {
 			out = append(out, TCName(a, "fwd", v, d))
 		}
-		for _, v := range []TCVariant{VarBF16, VarFP8} {
+		for _, v := range []TCVariant{VarBF16, VarFP8, VarBF16FP8} {
 			out = append(out, TCName(a, "decode", v, d))
 		}
 	}
@@ -127,7 +130,7 @@ func TCNames(a Arch) []string {
 type TCPlan struct {
 	Name       string
 	Q, K, V    TensorMapSpec
-	SmemBytes  int // 0: the launcher requests the device's opt-in maximum
+	SmemBytes  int // from the Go layout model; 0: the launcher's kernel table, else the device's opt-in maximum
 	GridBlocks int
 }
 
@@ -212,11 +215,10 @@ func TCDecodePlan(arch Arch, a *DecodeArgs, workItems int) (p TCPlan, why string
 		return TCPlan{}, err.Error()
 	}
 	if arch == ArchSM100 {
-		l := SM100Dec(v.SM100(), a.D)
 		if !SM100PagedOK(a.PageSize, sm100PagedRows(a.PageSize), spanOf(rowBytes(a.KVDtype, a.D))) {
 			return TCPlan{}, fmt.Sprintf("page size %d: the SM100 boxes need a power-of-2 page of >= 1024/span rows", a.PageSize)
 		}
-		p.SmemBytes = l.SmemBytes
+		p.SmemBytes = SM100Dec(v.SM100(), a.D).SmemBytes
 	}
 	return p, ""
 }

@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"testing"
 
+	cudakernels "github.com/sparseattn/msa/kernels/cuda"
 	"github.com/sparseattn/msa/kernels/plan"
 )
 
@@ -125,7 +126,7 @@ func TestSM100MemoryRegions(t *testing.T) {
 			if l.QRowBytes != l.KVRow || l.QKSteps*sm100KStepBytes != l.QRowBytes || l.PVSteps*l.KeysPerPVStep != sm100BlockKeys {
 				t.Errorf("%s: MMA K steps %d / %d do not cover D / the block", what, l.QKSteps, l.PVSteps)
 			}
-			if v == SM100BF16 || v == SM100FP8 {
+			if v != SM100NVFP4 {
 				dl := SM100Dec(v, d)
 				what := fmt.Sprintf("decode v%d d%d", v, d)
 				trs := []region{{"S^T", dl.TmemS, dl.TmemS + sm100DecRows}}
@@ -137,7 +138,7 @@ func TestSM100MemoryRegions(t *testing.T) {
 					t.Errorf("%s: %d TMEM columns", what, dl.TmemCols)
 				}
 				checkDisjoint(t, what+" smem", []region{{"Q", dl.QOff, dl.QOff + dl.QBytes}, {"K", dl.KOff, dl.KOff + dl.KVBytes},
-					{"V", dl.VOff, dl.VOff + dl.KVBytes}, {"P", dl.POff, dl.POff + dl.PBytes}, {"red", dl.RedOff, dl.OrowOff},
+					{"V", dl.VOff, dl.VOff + dl.KVBytes}, {"P", dl.POff, dl.POff + dl.PBytes}, {"raw", dl.RawOff, dl.RawOff + dl.RawBytes}, {"red", dl.RedOff, dl.OrowOff},
 					{"orow", dl.OrowOff, dl.OrowOff + 8*sm100DecRows}, {"bars", dl.BarOff, dl.TmemSlot + 8}}, dl.SmemBytes-sm100AlignSlack)
 				if end := dl.VOff + dl.OMMAs*dl.OAtoms*sm100BlockKeys*dl.BoxSpan; end > dl.RedOff {
 					t.Errorf("%s: the O^T A operand reaches %d past the tile map (%d)", what, end, dl.RedOff)
@@ -628,4 +629,39 @@ func TestEmulatedSM100Ledger(t *testing.T) {
 		b.deliver(64)
 		b.wait(t, 0)
 	})
+}
+
+// TestSM100KernelTable checks the SM100 launch data of
+// kernels/cuda/names_sm100.go (what the launcher requests) against the Go
+// layout model and the dispatch names: every table kernel is a name the
+// launcher looks up, runs 128 threads, and has the modelled shared memory
+// and tensor-memory columns where the model covers its layout.
+func TestSM100KernelTable(t *testing.T) {
+	names := TCNames(ArchSM100)
+	variants := map[string]SM100Variant{"bf16": SM100BF16, "fp8": SM100FP8, "bf16fp8": SM100BF16FP8, "nvfp4": SM100NVFP4}
+	if len(cudakernels.SM100Kernels) == 0 {
+		t.Fatal("no SM100 kernels in names_sm100.go")
+	}
+	for _, g := range cudakernels.SM100Kernels {
+		if !slices.Contains(names, g.Name) {
+			t.Errorf("%s: not a name the launcher looks up (TCNames)", g.Name)
+		}
+		if want := TCName(ArchSM100, g.Algo, TCVariant(g.Variant), g.HeadDim); want != g.Name {
+			t.Errorf("%s: algo/variant/D say %s", g.Name, want)
+		}
+		if g.Threads != sm100Threads || g.DynSmem > sm100MaxDynSmem || g.TMEMCols > tmemColumns {
+			t.Errorf("%s: %d threads, %d B shared, %d TMEM columns", g.Name, g.Threads, g.DynSmem, g.TMEMCols)
+		}
+		v := variants[g.Variant]
+		switch {
+		case g.Algo == "fwd":
+			if l := SM100Fwd(v, g.HeadDim); l.SmemBytes != g.DynSmem || l.TmemCols != g.TMEMCols {
+				t.Errorf("%s: table %d B / %d cols, model %d B / %d cols", g.Name, g.DynSmem, g.TMEMCols, l.SmemBytes, l.TmemCols)
+			}
+		default:
+			if l := SM100Dec(v, g.HeadDim); l.SmemBytes != g.DynSmem || l.TmemCols != g.TMEMCols {
+				t.Errorf("%s: table %d B / %d cols, model %d B / %d cols", g.Name, g.DynSmem, g.TMEMCols, l.SmemBytes, l.TmemCols)
+			}
+		}
+	}
 }

@@ -71,6 +71,16 @@ type devBuf struct {
 	size int64
 }
 
+// sm100Table is the SM100 launch data of kernels/cuda/names_sm100.go by
+// kernel name.
+var sm100Table = func() map[string]cudakernels.SM100Kernel {
+	m := map[string]cudakernels.SM100Kernel{}
+	for _, g := range cudakernels.SM100Kernels {
+		m[g.Name] = g
+	}
+	return m
+}()
+
 // MinDriverCUDA is the driver API version the fatbin needs (1000*major +
 // 10*minor): its cubins and PTX come from CUDA 13.0.
 const MinDriverCUDA = 13000
@@ -328,6 +338,12 @@ func (k *Kernels) tcFor(p *TCPlan) (tcKernel, int, bool, string) {
 		return kern, 0, false, "not in the fatbin"
 	}
 	smem := p.SmemBytes
+	if g, ok := sm100Table[p.Name]; ok { // the kernel engineers' launch data wins over the Go model
+		if g.Threads != kern.threads {
+			return kern, 0, false, fmt.Sprintf("launch table says %d threads, the kernel's launch bound %d", g.Threads, kern.threads)
+		}
+		smem = g.DynSmem
+	}
 	if smem == 0 {
 		smem = k.smemOpt // geometry not modelled in Go: the device's opt-in maximum always suffices
 	}

@@ -108,6 +108,7 @@ func SM100Fwd(v SM100Variant, d int) SM100FwdLayout {
 // SM100DecLayout is DecLayout<V, D> of the decode kernel (swapped products).
 type SM100DecLayout struct {
 	RowBytes, QBytes, KVBytes, PRowBytes, PBytes int
+	RawRow, RawBytes, RawOff                     int
 	QOff, KOff, VOff, POff, RedOff, OrowOff      int
 	BarOff, TmemSlot, SmemBytes                  int
 	OM, OMMAs, OAtoms, TmemS, TmemO, TmemCols    int
@@ -115,11 +116,16 @@ type SM100DecLayout struct {
 	IdescQK, IdescPV                             uint32
 }
 
-// SM100Dec returns the decode layout of variant v (BF16 or FP8), head dim d.
+// SM100Dec returns the decode layout of variant v (BF16, FP8 or BF16FP8:
+// E4M3 K/V landing raw and widened to BF16), head dim d.
 func SM100Dec(v SM100Variant, d int) SM100DecLayout {
 	var l SM100DecLayout
 	es := v.mmaBytes()
 	l.RowBytes = d * es
+	l.RawRow = v.rawRowBytes(d)
+	if v.converted() {
+		l.RawBytes = sm100BlockKeys * l.RawRow
+	}
 	l.QBytes = sm100DecRows * l.RowBytes
 	l.KVBytes = sm100BlockKeys * l.RowBytes
 	l.PRowBytes = sm100DecRows * es
@@ -127,7 +133,8 @@ func SM100Dec(v SM100Variant, d int) SM100DecLayout {
 	l.KOff = alignUp(l.QOff+l.QBytes, 1024)
 	l.VOff = alignUp(l.KOff+l.KVBytes, 1024)
 	l.POff = alignUp(l.VOff+l.KVBytes, 1024)
-	l.RedOff = alignUp(l.POff+l.PBytes, 1024)
+	l.RawOff = alignUp(l.POff+l.PBytes, 1024)
+	l.RedOff = alignUp(l.RawOff+l.RawBytes, 1024)
 	redFloats := 4*sm100DecRows + 5*sm100DecRows // red, m, l, mcur, alpha, inv
 	redInts := 3*sm100DecRows + 2                // vis, lim, sel, reduction
 	l.OrowOff = alignUp(l.RedOff+4*redFloats+4*redInts, 16)

@@ -129,7 +129,7 @@ func TestDispatch(t *testing.T) {
 			t.Errorf("sm_%d%d: %v, want %v", c.maj, c.min, got, c.want)
 		}
 	}
-	if n := TCNames(ArchSM100); len(n) != 18 || n[0] != "msa_sm100_fwd_bf16_d64" || !slices.Contains(n, "msa_sm100_decode_fp8_d256") {
+	if n := TCNames(ArchSM100); len(n) != 21 || n[0] != "msa_sm100_fwd_bf16_d64" || !slices.Contains(n, "msa_sm100_decode_fp8_d256") {
 		t.Errorf("TCNames(sm100) = %v", n)
 	}
 	if TCNames(ArchPortable) != nil {
@@ -184,6 +184,10 @@ func TestDispatch(t *testing.T) {
 		QDtype: BF16, KVDtype: BF16, NumPages: 40}
 	if p, why := TCDecodePlan(ArchSM100, &d, 3); why != "" || p.Name != "msa_sm100_decode_bf16_d128" || p.Q.Dims[2] != 2 {
 		t.Errorf("decode: %+v %q", p, why)
+	}
+	d.KVDtype = E4M3
+	if p, why := TCDecodePlan(ArchSM100, &d, 3); why != "" || p.Name != "msa_sm100_decode_bf16fp8_d128" {
+		t.Errorf("bf16 Q, e4m3 K/V decode: %+v %q", p, why)
 	}
 	d.KVDtype = NVFP4
 	if _, why := TCDecodePlan(ArchSM100, &d, 3); why == "" {

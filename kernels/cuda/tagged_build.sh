@@ -22,6 +22,9 @@
 #       nvidia-cuda-cccl-cu12==12.9.27     include/nv/target (cuda_fp16.h, via cublas)
 #       nvidia-cublas-cu12==12.9.1.4       include/cublas_v2.h (gorgonia.org/cu/blas)
 #       nvidia-cudnn-cu12==8.9.7.29        include/cudnn*.h, cuDNN 8 API (gorgonia.org/cu/dnn)
+#   Package cuda and cuda/gpucheck link no CUDA library (cuda/driver opens
+#   libcuda.so.1 at run time); the stubs below serve gorgonia.org/cu and its
+#   blas/dnn packages (package op and everything importing it).
 #   - link stubs generated from those headers and built with gcc: every
 #     function the header declares, returning an error code; sonames
 #     libcuda.so.1, libcublas.so.12, libcudnn.so.8, so the binaries load the
@@ -160,7 +163,7 @@ case "$MODE" in
     [[ "$MODE" == "--test-bin" ]] && BIN_DIR="${2:?--test-bin needs a directory}"
     mkdir -p "$BIN_DIR"
     go test "${MODFLAGS[@]}" -tags cuda -c -o "$BIN_DIR/cuda.test" ./cuda
-    echo "tagged_build.sh: test binary $BIN_DIR/cuda.test (needs libcuda.so.1 from an NVIDIA driver to run)" >&2
+    echo "tagged_build.sh: test binary $BIN_DIR/cuda.test (opens libcuda.so.1 at run time; its GPU tests skip without a driver)" >&2
     ;;
 esac
 echo "tagged_build.sh: all OK in $(( $(now) - start )) s" >&2

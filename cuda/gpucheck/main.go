@@ -55,7 +55,7 @@ type report struct {
 func main() {
 	out := flag.String("out", os.Getenv("OUT"), "directory for gpucheck.md, gpucheck.csv, timing.csv (default $OUT, else ./gpucheck-out)")
 	budget := flag.Duration("budget", 270*time.Second, "stop starting new cases after this long")
-	quick := flag.Bool("quick", false, "correctness matrix only at the first head dim of each variant, timing at 8K only")
+	quick := flag.Bool("quick", false, "correctness matrix at D 128 only, one timing case per family")
 	flag.Parse()
 	if *out == "" {
 		*out = "gpucheck-out"

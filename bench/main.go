@@ -82,7 +82,7 @@ func parseFlags() (*config, error) {
 	flag.StringVar(&cfg.dtype, "dtype", "", "bf16 or fp8: prefill Q/K/V dtype (NVFP4: Q dtype) and the only decode dtype; default: prefill bf16, decode fp8 and bf16")
 	flag.IntVar(&cfg.page, "page", 128, "decode page size (tokens)")
 	flag.StringVar(&cfg.out, "out", "", "directory for results.csv, results.md and plot.png")
-	caseList := flag.String("cases", "prefill,nvfp4,decode,graph", "case groups to run: prefill, nvfp4, decode, graph (model graphs: graph.go)")
+	caseList := flag.String("cases", "prefill,nvfp4,decode,graph,backward", "case groups to run: prefill, nvfp4, decode, graph (model graphs: graph.go), backward (float32 training path: backward.go)")
 	flag.BoolVar(&cfg.progress, "progress", false, "draw the '\\r' progress bar on stderr even when stdout or stderr is not a terminal (default there: one line per case on stdout)")
 	flag.DurationVar(&cfg.minTime, "min-time", 0, "minimum timed duration per case (default 1s; 300ms with -quick)")
 	flag.IntVar(&cfg.verifyRows, "verify-rows", 32, "query rows sampled per prefill case by -verify (decode: rows/16 requests, at least 1)")
@@ -126,11 +126,11 @@ func parseFlags() (*config, error) {
 	for _, c := range strings.Split(*caseList, ",") {
 		c = strings.TrimSpace(c)
 		switch c {
-		case "prefill", "nvfp4", "decode", "graph":
+		case "prefill", "nvfp4", "decode", "graph", "backward":
 			cfg.cases[c] = true
 		case "":
 		default:
-			return nil, fmt.Errorf("-cases: unknown group %q (want prefill, nvfp4, decode, graph)", c)
+			return nil, fmt.Errorf("-cases: unknown group %q (want prefill, nvfp4, decode, graph, backward)", c)
 		}
 	}
 	switch cfg.dtype {
@@ -293,6 +293,12 @@ func main() {
 	if cfg.cases["graph"] {
 		if err := runGraphGroup(cfg, header); err != nil {
 			fmt.Fprintln(os.Stderr, "bench: graph:", err)
+			failed = true
+		}
+	}
+	if cfg.cases["backward"] {
+		if err := runBackwardGroup(cfg); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: backward:", err)
 			failed = true
 		}
 	}

@@ -1,0 +1,169 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"text/tabwriter"
+	"time"
+
+	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/op"
+	"gorgonia.org/tensor"
+)
+
+// The backward group times the float32 training path of the sparse prefill
+// (package grad's kernels through op.SparseAttenFunc with float32 q, k, v
+// and op.SparseAttenBackwardFunc) on the prefill group's workload: one
+// causal sequence of T tokens, Hq 16, Hkv 1, D 128, blk_kv 128, topK
+// (-topk) blocks per query (causalQ2K), on 1 and 2 workers. Backward flops
+// are counted as 2.5x the forward's (the FlashAttention convention: the
+// backward recomputes QK^T and does four more products of that size); the
+// forward's are 4*D per visible (query, head, key). The BF16 forward
+// (op.SparseAttenFunc with BF16 inputs and a prebuilt schedule) of the same
+// problem is timed too, for the ratio to the inference kernels.
+
+// backwardRow is one (case, workers) measurement.
+type backwardRow struct {
+	name                  string
+	workers               int
+	fwdBF16, fwdF32, bwd  time.Duration
+	repsBF16, repsF32, rB int
+	flops                 float64 // forward flops
+	load                  loadStats
+	err                   error
+}
+
+// backwardLens returns the sequence lengths of the group.
+func backwardLens(cfg *config) []int {
+	switch {
+	case cfg.tiny:
+		return []int{256}
+	case cfg.quick:
+		return []int{1024}
+	}
+	return []int{1024, 2048}
+}
+
+// widenF32 decodes a BFloat16 tensor to a new float32 tensor.
+func widenF32(t *tensor.Dense) *tensor.Dense {
+	src := t.Data().([]lowp.BFloat16)
+	dst := make([]float32, len(src))
+	lowp.DecodeBF16(dst, src)
+	return tensor.New(tensor.WithShape(t.Shape().Clone()...), tensor.WithBacking(dst))
+}
+
+// runBackwardGroup runs and prints the backward group.
+func runBackwardGroup(cfg *config) error {
+	minTime := cfg.minTime
+	if minTime == 0 {
+		minTime = time.Second
+		if cfg.quick || cfg.tiny {
+			minTime = 300 * time.Millisecond
+		}
+	}
+	var rows []*backwardRow
+	failed := false
+	for _, T := range backwardLens(cfg) {
+		c := caseSpec{Name: "backward-f32-" + kLabel(T), Kind: "prefill", DType: "bf16", SeqLen: T, Batch: 1,
+			HQ: 16, HKV: 1, D: 128, TopK: cfg.topK, Blk: 128}
+		p, err := buildPrefill(cfg, c)
+		if err != nil {
+			return err
+		}
+		q, k, v := widenF32(p.q), widenF32(p.k), widenF32(p.v)
+		dO := widenF32(p.q) // any dO of O's shape
+		flops := 4 * float64(c.D*c.HQ/c.HKV) * float64(p.pairs)
+		for _, w := range []int{1, 2} {
+			r := &backwardRow{name: c.Name, workers: w, flops: flops}
+			rows = append(rows, r)
+			before := readCPUSample()
+			r.err = timeBackward(cfg, c, p, q, k, v, dO, w, minTime, r)
+			r.load = loadBetween(before, readCPUSample())
+			if r.err != nil {
+				failed = true
+			}
+			if !cfg.progress {
+				fmt.Printf("[backward] %s workers %d: forward f32 %.1f ms, backward %.1f ms\n", c.Name, w, ms(r.fwdF32), ms(r.bwd))
+			}
+		}
+		runtime.GC()
+		debug.FreeOSMemory()
+	}
+	printBackwardTable(os.Stdout, cfg, rows)
+	if failed {
+		return fmt.Errorf("a backward case failed")
+	}
+	return nil
+}
+
+// timeBackward times the BF16 forward, the float32 forward and the float32
+// backward of one case on w workers.
+func timeBackward(cfg *config, c caseSpec, p *prefillProb, q, k, v, dO *tensor.Dense, w int, minTime time.Duration, r *backwardRow) error {
+	sched, err := op.PrepareSparseFwdSchedule(p.rowPtr, p.qIdx, op.ScheduleArgs{
+		CuSeqlensQ: p.cuQ, CuSeqlensK: p.cuK, TotalQ: c.SeqLen, TopK: c.TopK, QheadPerKV: c.HQ / c.HKV, BlkKV: c.Blk, Workers: w})
+	if err != nil {
+		return err
+	}
+	bf := op.SparseArgs{CuSeqlensQ: p.cuQ, CuSeqlensK: p.cuK, BlkKV: c.Blk, Causal: true, Schedule: sched, Workers: w}
+	if r.fwdBF16, _, r.repsBF16, err = timeIt(minTime, 3, 1000, func() error {
+		_, err := op.SparseAttenFunc(p.q, p.k, p.v, p.rowPtr, p.qIdx, c.TopK, bf)
+		return err
+	}, nil); err != nil {
+		return err
+	}
+	args := op.SparseArgs{CuSeqlensQ: p.cuQ, CuSeqlensK: p.cuK, BlkKV: c.Blk, Causal: true, ReturnSoftmaxLSE: true, Workers: w}
+	var res *op.Result
+	if r.fwdF32, _, r.repsF32, err = timeIt(minTime, 3, 1000, func() error {
+		var err error
+		res, err = op.SparseAttenFunc(q, k, v, p.rowPtr, p.qIdx, c.TopK, args)
+		return err
+	}, nil); err != nil {
+		return err
+	}
+	r.bwd, _, r.rB, err = timeIt(minTime, 3, 1000, func() error {
+		_, err := op.SparseAttenBackwardFunc(q, k, v, res.Out, res.LSE, dO, nil, p.rowPtr, p.qIdx, c.TopK, args)
+		return err
+	}, nil)
+	return err
+}
+
+// printBackwardTable prints the group's table: GFLOP/s of each pass, the
+// backward's ratio to both forwards and the 2-worker scaling.
+func printBackwardTable(w *os.File, cfg *config, rows []*backwardRow) {
+	fmt.Fprintf(w, "\nbackward group: float32 training path, Hq 16, Hkv 1, D 128, causal, topK %d, blk_kv 128; median times; backward flops = 2.5 x forward\n", cfg.topK)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "case\tworkers\tfwd bf16 ms\tGFLOP/s\tfwd f32 ms\tGFLOP/s\tbwd ms\tGFLOP/s\tbwd/fwd f32\tbwd/fwd bf16\tscaling fwd f32\tscaling bwd\tothers CPU\tload\t")
+	gf := func(flops float64, d time.Duration) float64 {
+		if d <= 0 {
+			return 0
+		}
+		return flops / d.Seconds() / 1e9
+	}
+	one := map[string]*backwardRow{}
+	for _, r := range rows {
+		if r.workers == 1 {
+			one[r.name] = r
+		}
+	}
+	for _, r := range rows {
+		if r.err != nil {
+			fmt.Fprintf(tw, "%s\t%d\terror: %v\t\t\t\t\t\t\t\t\t\t\t\t\n", r.name, r.workers, r.err)
+			continue
+		}
+		fb, ff, bw := gf(r.flops, r.fwdBF16), gf(r.flops, r.fwdF32), gf(2.5*r.flops, r.bwd)
+		sf, sb := "-", "-"
+		if o := one[r.name]; o != nil && r.workers > 1 && o.err == nil {
+			sf = fmt.Sprintf("%.2fx", o.fwdF32.Seconds()/r.fwdF32.Seconds())
+			sb = fmt.Sprintf("%.2fx", o.bwd.Seconds()/r.bwd.Seconds())
+		}
+		others := "?"
+		if r.load.ok {
+			others = pct(100*r.load.others) + "%"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.0f%%\t%.0f%%\t%s\t%s\t%s\t%.1f->%.1f\t\n",
+			r.name, r.workers, ms(r.fwdBF16), fb, ms(r.fwdF32), ff, ms(r.bwd), bw, 100*bw/ff, 100*bw/fb, sf, sb, others, r.load.loadStart, r.load.loadEnd)
+	}
+	tw.Flush()
+}

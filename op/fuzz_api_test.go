@@ -176,11 +176,8 @@ func (f *fz) variant(x *tensor.Dense) (tensor.Tensor, inKind) {
 			return x, inSame
 		}
 		return transposed(x), inSame
-	case 18: // another dtype, same shape
-		dt := tensor.Float32
-		if x.Dtype() == tensor.Float32 {
-			dt = tensor.Int32
-		}
+	case 18: // another dtype, same shape: one no entry point accepts
+		dt := tensor.Float64 // (float32 q, k, v form the gradient path)
 		if x.Dtype() == tensor.Int32 || x.Dtype() == tensor.Uint8 {
 			dt = tensor.Int64
 		}

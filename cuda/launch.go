@@ -55,6 +55,7 @@ type Kernels struct {
 	bufs     map[string]*devBuf
 	tmaps    map[string]driver.TensorMap
 	path     Path
+	gen      uint64   // bumped by every scratch upload: a Prepared is valid while it is unchanged
 	last     []string // kernels of the last call (for the GPU check's report)
 	closed   bool
 	fallback map[string]string // tensor-core kernel -> why it did not run (last time)
@@ -263,6 +264,7 @@ func (k *Kernels) upload(role string, src unsafe.Pointer, n int64) (uint64, erro
 		b = &devBuf{ptr: ptr, size: need}
 		k.bufs[role] = b
 	}
+	k.gen++
 	if n > 0 {
 		if err := driver.MemcpyHtoD(b.ptr, src, n); err != nil {
 			return 0, fmt.Errorf("cuda: uploading %s: %w", role, err)
@@ -285,19 +287,77 @@ func (k *Kernels) check() error {
 	return nil
 }
 
-// launch starts a portable kernel on grid CTAs of Threads threads; its only
-// argument is the device address of its parameter block.
-func (k *Kernels) launch(name string, grid int, params uint64) error {
-	fn, ok := k.fns[name]
-	if !ok {
-		return fmt.Errorf("cuda: kernel %s not loaded", name)
+// step is one kernel launch of a prepared sequence: a portable kernel with
+// the device address of its parameter block, or a tensor-core kernel with
+// its parameter block and tensor maps by value.
+type step struct {
+	name   string
+	grid   int
+	params uint64 // portable
+	tc     bool
+	kern   tcKernel
+	smem   int
+	value  []byte
+	maps   [3]driver.TensorMap
+}
+
+// Prepared is a launch sequence whose inputs (plan arrays, parameter
+// blocks, tensor maps) are already in device memory or encoded: Launch runs
+// its kernels and nothing else. It stays valid until the next call of its
+// Kernels that uploads (any Prepare*, SparseForward, Combine,
+// SparsePrefill, Decode); Launch refuses a stale one.
+type Prepared struct {
+	k     *Kernels
+	gen   uint64
+	steps []step
+}
+
+// Kernels lists the kernels Launch starts, in order.
+func (pl *Prepared) Kernels() []string {
+	var out []string
+	for _, s := range pl.steps {
+		out = append(out, s.name)
 	}
-	arg := params
-	cfg := driver.LaunchConfig{Grid: driver.Dim3{X: uint32(grid), Y: 1, Z: 1}, Block: driver.Dim3{X: Threads, Y: 1, Z: 1}}
-	if err := driver.Launch(fn, cfg, driver.Bytes(&arg)); err != nil {
-		return fmt.Errorf("cuda: launching %s on %d CTAs: %w", name, grid, err)
+	return out
+}
+
+// Launch starts the prepared kernels (no host-to-device copy).
+func (pl *Prepared) Launch(ctx Runner) error {
+	k := pl.k
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if err := k.check(); err != nil {
+		return err
 	}
-	k.last = append(k.last, name)
+	if pl.gen != k.gen {
+		return errors.New("cuda: stale prepared launch: its scratch buffers were reused by a later call")
+	}
+	return run(ctx, func() error { return k.launchSteps(pl.steps) })
+}
+
+func (k *Kernels) launchSteps(steps []step) error {
+	k.last = k.last[:0]
+	for i := range steps {
+		st := &steps[i]
+		var err error
+		if st.tc {
+			cfg := driver.LaunchConfig{Grid: driver.Dim3{X: uint32(st.grid), Y: 1, Z: 1},
+				Block: driver.Dim3{X: uint32(st.kern.threads), Y: 1, Z: 1}, SharedBytes: uint32(st.smem)}
+			err = driver.Launch(st.kern.fn, cfg, st.value, driver.Bytes(&st.maps))
+		} else {
+			fn, ok := k.fns[st.name]
+			if !ok {
+				return fmt.Errorf("cuda: kernel %s not loaded", st.name)
+			}
+			arg := st.params
+			cfg := driver.LaunchConfig{Grid: driver.Dim3{X: uint32(st.grid), Y: 1, Z: 1}, Block: driver.Dim3{X: Threads, Y: 1, Z: 1}}
+			err = driver.Launch(fn, cfg, driver.Bytes(&arg))
+		}
+		if err != nil {
+			return fmt.Errorf("cuda: launching %s on %d CTAs: %w", st.name, st.grid, err)
+		}
+		k.last = append(k.last, st.name)
+	}
 	return nil
 }
 
@@ -330,127 +390,43 @@ func (k *Kernels) tensorMap(s TensorMapSpec) (driver.TensorMap, error) {
 	return m, nil
 }
 
-// tcKernel returns the loaded kernel of plan p, with the dynamic shared
-// memory attribute raised to what the launch requests.
-func (k *Kernels) tcFor(p *TCPlan) (tcKernel, int, bool, string) {
-	kern, ok := k.tc[p.Name]
-	if !ok {
-		return kern, 0, false, "not in the fatbin"
+// tcStep returns the tensor-core launch of plan p with params by value, or
+// ok false and the reason it cannot run (the caller runs the portable
+// kernel). The dynamic shared memory attribute is raised as needed.
+func (k *Kernels) tcStep(p *TCPlan, params []byte) (st step, ok bool, why string) {
+	kern, found := k.tc[p.Name]
+	if !found {
+		return st, false, "not in the fatbin"
 	}
 	smem := p.SmemBytes
 	if g, ok := sm100Table[p.Name]; ok { // the kernel engineers' launch data wins over the Go model
 		if g.Threads != kern.threads {
-			return kern, 0, false, fmt.Sprintf("launch table says %d threads, the kernel's launch bound %d", g.Threads, kern.threads)
+			return st, false, fmt.Sprintf("launch table says %d threads, the kernel's launch bound %d", g.Threads, kern.threads)
 		}
 		smem = g.DynSmem
 	}
 	if smem == 0 {
-		smem = k.smemOpt // geometry not modelled in Go: the device's opt-in maximum always suffices
+		smem = k.smemOpt // geometry not known here: the device's opt-in maximum always suffices
 	}
 	if smem > k.smemOpt {
-		return kern, 0, false, fmt.Sprintf("needs %d B of shared memory, the device allows %d", smem, k.smemOpt)
+		return st, false, fmt.Sprintf("needs %d B of shared memory, the device allows %d", smem, k.smemOpt)
 	}
 	if smem > 48<<10 && kern.smemSet < smem {
 		if err := kern.fn.SetAttribute(driver.FuncAttrMaxDynamicSharedBytes, smem); err != nil {
-			return kern, 0, false, err.Error()
+			return st, false, err.Error()
 		}
 		kern.smemSet = smem
 		k.tc[p.Name] = kern
 	}
-	return kern, smem, true, ""
-}
-
-// launchTC launches a tensor-core kernel: parameter block and tensor maps
-// by value.
-func (k *Kernels) launchTC(p *TCPlan, kern tcKernel, smem int, params []byte) error {
-	var maps [3]driver.TensorMap
+	st = step{name: p.Name, grid: p.GridBlocks, tc: true, kern: kern, smem: smem, value: append([]byte(nil), params...)}
 	for i, s := range []TensorMapSpec{p.Q, p.K, p.V} {
 		m, err := k.tensorMap(s)
 		if err != nil {
-			return err
+			return step{}, false, err.Error()
 		}
-		maps[i] = m
+		st.maps[i] = m
 	}
-	cfg := driver.LaunchConfig{Grid: driver.Dim3{X: uint32(p.GridBlocks), Y: 1, Z: 1},
-		Block: driver.Dim3{X: uint32(kern.threads), Y: 1, Z: 1}, SharedBytes: uint32(smem)}
-	if err := driver.Launch(kern.fn, cfg, params, driver.Bytes(&maps)); err != nil {
-		return fmt.Errorf("cuda: launching %s on %d CTAs (%d threads, %d B shared): %w", p.Name, p.GridBlocks, kern.threads, smem, err)
-	}
-	k.last = append(k.last, p.Name)
-	return nil
-}
-
-// SparseForward launches the sparse prefill partials of the work items of
-// s (built from csr): O_partial / LSE_partial slices per slot, the partial
-// buffers holding all a.TotalQ queries. SparsePrefill is the windowed
-// forward + combine that bounds the partials.
-func (k *Kernels) SparseForward(ctx Runner, a *FwdArgs, csr *plan.CSR, s *plan.FwdSchedule) error {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if err := k.check(); err != nil {
-		return err
-	}
-	k.last = k.last[:0]
-	return run(ctx, func() error { return k.forward(a, csr, s, 0, a.TotalQ) })
-}
-
-// forward launches the items of s whose queries lie in [q0, q1): the
-// partial pointers of a address a window of q1-q0 queries.
-func (k *Kernels) forward(a *FwdArgs, csr *plan.CSR, s *plan.FwdSchedule, q0, q1 int) error {
-	if csr == nil || s == nil {
-		return fmt.Errorf("cuda: nil CSR or forward schedule")
-	}
-	if len(s.Metadata) < s.Capacity*plan.MetaFields {
-		return fmt.Errorf("cuda: forward schedule metadata has %d entries: expected %d", len(s.Metadata), s.Capacity*plan.MetaFields)
-	}
-	var dev FwdPlanPtrs
-	var err error
-	if dev.RowPtr, err = k.uploadInt32("fwd.row_ptr", csr.RowPtr); err != nil {
-		return err
-	}
-	if dev.QSplit, err = k.uploadInt32("fwd.qsplit", s.QSplit); err != nil {
-		return err
-	}
-	if dev.Metadata, err = k.uploadInt32("fwd.metadata", s.Metadata[:s.Capacity*plan.MetaFields]); err != nil {
-		return err
-	}
-	if dev.WorkCount, err = k.uploadInt32("fwd.work_count", []int32{s.WorkCount}); err != nil {
-		return err
-	}
-	p, err := NewFwdKernelParams(a, csr, s, dev)
-	if err != nil {
-		return err
-	}
-	if s.WorkCount == 0 {
-		return nil
-	}
-	// The window: partial row (slot*n + q - q0) of the window's n queries.
-	n := q1 - q0
-	shift := uint64(q0) * uint64(a.Hq)
-	p.TotalQ = int32(n)
-	p.OPartial -= shift * uint64(a.D) * uint64(partialSize(a.PartialDtype))
-	p.LSEPartial -= shift * 4
-	if p.TLSEPartial != 0 {
-		p.TLSEPartial -= shift * 4
-	}
-	if k.path == PathAuto {
-		tp, why := TCFwdPlan(k.arch, a, int(s.WorkCount))
-		if why == "" {
-			kern, smem, ok, why2 := k.tcFor(&tp)
-			if ok {
-				return k.launchTC(&tp, kern, smem, driver.Bytes(&p))
-			}
-			why = why2
-		}
-		if v, ok := FwdVariant(a.QDtype, a.KVDtype); ok && k.arch != ArchPortable {
-			k.fallback[TCName(k.arch, "fwd", v, a.D)] = why
-		}
-	}
-	pp, err := k.upload("fwd.params", unsafe.Pointer(&p), int64(unsafe.Sizeof(p)))
-	if err != nil {
-		return err
-	}
-	return k.launch(pick(a.D, cudakernels.SparseFwdD256, cudakernels.SparseFwdD128, cudakernels.SparseFwdD64), int(s.WorkCount), pp)
+	return st, true, ""
 }
 
 // pick returns the kernel for head dim d (validated by the params builders).
@@ -464,15 +440,174 @@ func pick(d int, d256, d128, d64 string) string {
 	return d128
 }
 
-// Combine merges the per-slot partials of a sparse forward into the BF16
-// output and LSE; s supplies SplitCounts.
+// uploadParams uploads n parameter blocks of one type as one array and
+// returns the address of block i.
+func uploadParams[T any](k *Kernels, role string, ps []T) (func(i int) uint64, error) {
+	var zero T
+	size := uint64(unsafe.Sizeof(zero))
+	if len(ps) == 0 {
+		return func(int) uint64 { return 0 }, nil
+	}
+	base, err := k.upload(role, unsafe.Pointer(&ps[0]), int64(size)*int64(len(ps)))
+	if err != nil {
+		return nil, err
+	}
+	return func(i int) uint64 { return base + uint64(i)*size }, nil
+}
+
+// prepPrefill uploads everything the windows of a sparse prefill read and
+// returns their launches: per window the forward (tensor-core or
+// portable) and, with ca != nil, the combine of that window.
+func (k *Kernels) prepPrefill(fa *FwdArgs, ca *CombineArgs, csr *plan.CSR, s *plan.FwdSchedule, cuQ []int32, window int) ([]step, error) {
+	if csr == nil || s == nil {
+		return nil, fmt.Errorf("cuda: nil CSR or forward schedule")
+	}
+	if len(s.Metadata) < s.Capacity*plan.MetaFields {
+		return nil, fmt.Errorf("cuda: forward schedule metadata has %d entries: expected %d", len(s.Metadata), s.Capacity*plan.MetaFields)
+	}
+	wins := []FwdWindow{{Q0: 0, Q1: fa.TotalQ, Sched: s}}
+	if cuQ != nil {
+		var err error
+		if wins, err = FwdWindows(csr, s, cuQ, fa.TotalQ, window); err != nil {
+			return nil, err
+		}
+	}
+	rowPtr, err := k.uploadInt32("fwd.row_ptr", csr.RowPtr)
+	if err != nil {
+		return nil, err
+	}
+	qsplit, err := k.uploadInt32("fwd.qsplit", s.QSplit)
+	if err != nil {
+		return nil, err
+	}
+	var meta []int32
+	offs := make([]int, len(wins))
+	counts := make([]int32, len(wins))
+	for i, w := range wins {
+		offs[i] = len(meta)
+		meta = append(meta, w.Sched.Metadata[:w.Sched.Capacity*plan.MetaFields]...)
+		counts[i] = w.Sched.WorkCount
+	}
+	metaPtr, err := k.uploadInt32("fwd.metadata", meta)
+	if err != nil {
+		return nil, err
+	}
+	countPtr, err := k.uploadInt32("fwd.work_count", counts)
+	if err != nil {
+		return nil, err
+	}
+	var sc uint64
+	if ca != nil {
+		if len(s.SplitCounts) != ca.TotalQ*ca.Hkv {
+			return nil, fmt.Errorf("cuda: combine: split_counts must have total_q*Hkv = %d entries", ca.TotalQ*ca.Hkv)
+		}
+		if sc, err = k.uploadInt32("combine.split_counts", s.SplitCounts); err != nil {
+			return nil, err
+		}
+	}
+	var steps []step
+	var fps []FwdKernelParams
+	var cps []CombineKernelParams
+	type ref struct{ step, param int }
+	var fwdRefs, combRefs []ref
+	psz := uint64(partialSize(fa.PartialDtype))
+	for i, w := range wins {
+		dev := FwdPlanPtrs{RowPtr: rowPtr, QSplit: qsplit, Metadata: metaPtr + 4*uint64(offs[i]), WorkCount: countPtr + 4*uint64(i)}
+		p, err := NewFwdKernelParams(fa, csr, w.Sched, dev)
+		if err != nil {
+			return nil, err
+		}
+		// The window's partial row (slot*n + q - Q0): base shifted by -Q0 rows.
+		n := w.Q1 - w.Q0
+		shift := uint64(w.Q0) * uint64(fa.Hq)
+		p.TotalQ = int32(n)
+		p.OPartial -= shift * uint64(fa.D) * psz
+		p.LSEPartial -= shift * 4
+		if p.TLSEPartial != 0 {
+			p.TLSEPartial -= shift * 4
+		}
+		if w.Sched.WorkCount > 0 {
+			done := false
+			if k.path == PathAuto && k.arch != ArchPortable {
+				tp, why := TCFwdPlan(k.arch, fa, int(w.Sched.WorkCount))
+				if why == "" {
+					var st step
+					if st, done, why = k.tcStep(&tp, driver.Bytes(&p)); done {
+						steps = append(steps, st)
+					}
+				}
+				if v, ok := FwdVariant(fa.QDtype, fa.KVDtype); ok && !done {
+					k.fallback[TCName(k.arch, "fwd", v, fa.D)] = why
+				}
+			}
+			if !done {
+				fwdRefs = append(fwdRefs, ref{len(steps), len(fps)})
+				fps = append(fps, p)
+				steps = append(steps, step{name: pick(fa.D, cudakernels.SparseFwdD256, cudakernels.SparseFwdD128, cudakernels.SparseFwdD64), grid: int(w.Sched.WorkCount)})
+			}
+		}
+		if ca == nil || n == 0 || ca.Hq == 0 {
+			continue
+		}
+		c, err := NewCombineKernelParams(ca, sc)
+		if err != nil {
+			return nil, err
+		}
+		rows := uint64(w.Q0) * uint64(ca.Hq)
+		c.TotalQ = int32(n)
+		c.SplitCounts += uint64(w.Q0) * uint64(ca.Hkv) * 4
+		c.Out += rows * uint64(ca.D) * 2
+		c.LSE += rows * 4
+		if c.TLSE != 0 {
+			c.TLSE += rows * 4
+		}
+		combRefs = append(combRefs, ref{len(steps), len(cps)})
+		cps = append(cps, c)
+		steps = append(steps, step{name: pick(ca.D, cudakernels.CombineD256, cudakernels.CombineD128, cudakernels.CombineD64), grid: (n*ca.Hq + Threads/32 - 1) / (Threads / 32)})
+	}
+	fAddr, err := uploadParams(k, "fwd.params", fps)
+	if err != nil {
+		return nil, err
+	}
+	cAddr, err := uploadParams(k, "combine.params", cps)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range fwdRefs {
+		steps[r.step].params = fAddr(r.param)
+	}
+	for _, r := range combRefs {
+		steps[r.step].params = cAddr(r.param)
+	}
+	return steps, nil
+}
+
+// SparseForward launches the sparse prefill partials of the work items of
+// s (built from csr), the partial buffers holding all a.TotalQ queries.
+// SparsePrefill is the windowed forward + combine that bounds the partials.
+func (k *Kernels) SparseForward(ctx Runner, a *FwdArgs, csr *plan.CSR, s *plan.FwdSchedule) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if err := k.check(); err != nil {
+		return err
+	}
+	return run(ctx, func() error {
+		steps, err := k.prepPrefill(a, nil, csr, s, nil, a.TotalQ)
+		if err != nil {
+			return err
+		}
+		return k.launchSteps(steps)
+	})
+}
+
+// Combine merges the per-slot partials of a sparse forward (all a.TotalQ
+// queries) into the BF16 output and LSE; s supplies SplitCounts.
 func (k *Kernels) Combine(ctx Runner, a *CombineArgs, s *plan.FwdSchedule) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if err := k.check(); err != nil {
 		return err
 	}
-	k.last = k.last[:0]
 	return run(ctx, func() error {
 		if s == nil || len(s.SplitCounts) != a.TotalQ*a.Hkv {
 			return fmt.Errorf("cuda: combine: split_counts must have total_q*Hkv = %d entries", a.TotalQ*a.Hkv)
@@ -481,76 +616,159 @@ func (k *Kernels) Combine(ctx Runner, a *CombineArgs, s *plan.FwdSchedule) error
 		if err != nil {
 			return err
 		}
-		return k.combine(a, sc, 0, a.TotalQ)
+		p, err := NewCombineKernelParams(a, sc)
+		if err != nil {
+			return err
+		}
+		k.last = k.last[:0]
+		rows := a.TotalQ * a.Hq
+		if rows == 0 {
+			return nil
+		}
+		pp, err := k.upload("combine.params", unsafe.Pointer(&p), int64(unsafe.Sizeof(p)))
+		if err != nil {
+			return err
+		}
+		return k.launchSteps([]step{{name: pick(a.D, cudakernels.CombineD256, cudakernels.CombineD128, cudakernels.CombineD64),
+			grid: (rows + Threads/32 - 1) / (Threads / 32), params: pp}})
 	})
 }
 
-// combine merges the window [q0, q1) (partials of that window only).
-func (k *Kernels) combine(a *CombineArgs, splitCounts uint64, q0, q1 int) error {
-	p, err := NewCombineKernelParams(a, splitCounts)
-	if err != nil {
-		return err
-	}
-	n := q1 - q0
-	rows := uint64(q0) * uint64(a.Hq)
-	p.TotalQ = int32(n)
-	p.SplitCounts += uint64(q0) * uint64(a.Hkv) * 4
-	p.Out += rows * uint64(a.D) * 2
-	p.LSE += rows * 4
-	if p.TLSE != 0 {
-		p.TLSE += rows * 4
-	}
-	if n == 0 || a.Hq == 0 {
-		return nil
-	}
-	pp, err := k.upload("combine.params", unsafe.Pointer(&p), int64(unsafe.Sizeof(p)))
-	if err != nil {
-		return err
-	}
-	return k.launch(pick(a.D, cudakernels.CombineD256, cudakernels.CombineD128, cudakernels.CombineD64), (n*a.Hq+Threads/32-1)/(Threads/32), pp)
-}
-
-// SparsePrefill runs the sparse prefill and its combine in query windows of
-// window queries (WindowQueries gives the CPU path's choice), so that the
-// partial buffers of fa (and ca's partial pointers, which must be the same)
-// need to hold one window only: PartialBytes(window, ...). cuQ is the host
-// copy of cu_seqlens_q. The partials of a window are written, combined into
-// ca.Out / ca.LSE / ca.TLSE at the window's rows, then reused.
-func (k *Kernels) SparsePrefill(ctx Runner, fa *FwdArgs, ca *CombineArgs, csr *plan.CSR, s *plan.FwdSchedule, cuQ []int32, window int) error {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if err := k.check(); err != nil {
-		return err
-	}
-	k.last = k.last[:0]
+func checkPrefillArgs(fa *FwdArgs, ca *CombineArgs, s *plan.FwdSchedule, cuQ []int32) error {
 	if fa.TotalQ != ca.TotalQ || fa.OPartial != ca.OPartial || fa.LSEPartial != ca.LSEPartial || fa.TLSEPartial != ca.TLSEPartial {
 		return fmt.Errorf("cuda: SparsePrefill: forward and combine arguments disagree on total_q or the partial buffers")
 	}
 	if s == nil || len(s.SplitCounts) != ca.TotalQ*ca.Hkv {
 		return fmt.Errorf("cuda: combine: split_counts must have total_q*Hkv = %d entries", ca.TotalQ*ca.Hkv)
 	}
-	if len(cuQ) != fa.NumBatch+1 || (fa.NumBatch > 0 && int(cuQ[fa.NumBatch]) != fa.TotalQ) {
-		return fmt.Errorf("cuda: SparsePrefill: cu_seqlens_q has %d entries (last %v): expected %d ending at total_q = %d", len(cuQ), cuQ[len(cuQ)-1:], fa.NumBatch+1, fa.TotalQ)
+	if len(cuQ) != fa.NumBatch+1 || int(cuQ[len(cuQ)-1]) != fa.TotalQ {
+		return fmt.Errorf("cuda: SparsePrefill: cu_seqlens_q has %d entries: expected batch+1 = %d, ending at total_q = %d", len(cuQ), fa.NumBatch+1, fa.TotalQ)
 	}
-	wins, err := FwdWindows(csr, s, cuQ, fa.TotalQ, window)
-	if err != nil {
+	return nil
+}
+
+// PrepareSparsePrefill uploads what SparsePrefill would and returns its
+// launches without running them (to time the kernels alone).
+func (k *Kernels) PrepareSparsePrefill(ctx Runner, fa *FwdArgs, ca *CombineArgs, csr *plan.CSR, s *plan.FwdSchedule, cuQ []int32, window int) (*Prepared, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if err := k.check(); err != nil {
+		return nil, err
+	}
+	if err := checkPrefillArgs(fa, ca, s, cuQ); err != nil {
+		return nil, err
+	}
+	pl := &Prepared{k: k}
+	err := run(ctx, func() error {
+		var err error
+		pl.steps, err = k.prepPrefill(fa, ca, csr, s, cuQ, window)
+		return err
+	})
+	pl.gen = k.gen
+	return pl, err
+}
+
+// SparsePrefill runs the sparse prefill and its combine in query windows of
+// window queries (WindowQueries gives the CPU path's choice), so that the
+// partial buffers of fa (and ca's partial pointers, which must be the same)
+// need to hold one window only: PartialBytes(window, ...). cuQ is the host
+// copy of cu_seqlens_q. Every upload happens before the first launch; the
+// partials of a window are written, combined into ca.Out / ca.LSE /
+// ca.TLSE at the window's rows, then reused by the next window.
+func (k *Kernels) SparsePrefill(ctx Runner, fa *FwdArgs, ca *CombineArgs, csr *plan.CSR, s *plan.FwdSchedule, cuQ []int32, window int) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if err := k.check(); err != nil {
+		return err
+	}
+	if err := checkPrefillArgs(fa, ca, s, cuQ); err != nil {
 		return err
 	}
 	return run(ctx, func() error {
-		sc, err := k.uploadInt32("combine.split_counts", s.SplitCounts)
+		steps, err := k.prepPrefill(fa, ca, csr, s, cuQ, window)
 		if err != nil {
 			return err
 		}
-		for _, w := range wins {
-			if err := k.forward(fa, csr, w.Sched, w.Q0, w.Q1); err != nil {
-				return err
+		return k.launchSteps(steps)
+	})
+}
+
+// prepDecode uploads the decode schedule and parameter blocks and returns
+// the decode launch and, for a split-KV schedule, its combine.
+func (k *Kernels) prepDecode(a *DecodeArgs, s *plan.DecodeSchedule) ([]step, error) {
+	if s == nil {
+		return nil, fmt.Errorf("cuda: nil decode schedule")
+	}
+	var dev DecodePlanPtrs
+	var err error
+	for _, u := range []struct {
+		role string
+		dst  *uint64
+		v    []int32
+	}{
+		{"decode.request", &dev.Request, s.Request}, {"decode.qtile", &dev.QTileIdx, s.QTileIdx},
+		{"decode.kvtile", &dev.KVTile, s.KVTile}, {"decode.kvhead", &dev.KVHead, s.KVHead},
+		{"decode.valid", &dev.Valid, s.Valid}, {"decode.o_indptr", &dev.OIndptr, s.OIndptr},
+		{"decode.split_counts", &dev.SplitCounts, s.SplitCounts},
+	} {
+		if *u.dst, err = k.uploadInt32(u.role, u.v); err != nil {
+			return nil, err
+		}
+	}
+	p, c, err := NewDecodeKernelParams(a, s, dev)
+	if err != nil {
+		return nil, err
+	}
+	var steps []step
+	if s.WorkCount > 0 {
+		done := false
+		if k.path == PathAuto && k.arch != ArchPortable {
+			tp, why := TCDecodePlan(k.arch, a, s.WorkCount)
+			if why == "" {
+				var st step
+				if st, done, why = k.tcStep(&tp, driver.Bytes(&p)); done {
+					steps = append(steps, st)
+				}
 			}
-			if err := k.combine(ca, sc, w.Q0, w.Q1); err != nil {
-				return err
+			if v, ok := DecodeVariant(a.QDtype, a.KVDtype); ok && !done {
+				k.fallback[TCName(k.arch, "decode", v, a.D)] = why
 			}
 		}
-		return nil
+		if !done {
+			pp, err := k.upload("decode.params", unsafe.Pointer(&p), int64(unsafe.Sizeof(p)))
+			if err != nil {
+				return nil, err
+			}
+			steps = append(steps, step{name: pick(a.D, cudakernels.DecodeD256, cudakernels.DecodeD128, cudakernels.DecodeD64), grid: s.WorkCount, params: pp})
+		}
+	}
+	rows := a.Batch * a.SeqlenQ * a.Hq
+	if s.SplitKV && rows > 0 {
+		cp, err := k.upload("decode.combine_params", unsafe.Pointer(&c), int64(unsafe.Sizeof(c)))
+		if err != nil {
+			return nil, err
+		}
+		steps = append(steps, step{name: pick(a.D, cudakernels.CombineD256, cudakernels.CombineD128, cudakernels.CombineD64),
+			grid: (rows + Threads/32 - 1) / (Threads / 32), params: cp})
+	}
+	return steps, nil
+}
+
+// PrepareDecode uploads what Decode would and returns its launches.
+func (k *Kernels) PrepareDecode(ctx Runner, a *DecodeArgs, s *plan.DecodeSchedule) (*Prepared, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if err := k.check(); err != nil {
+		return nil, err
+	}
+	pl := &Prepared{k: k}
+	err := run(ctx, func() error {
+		var err error
+		pl.steps, err = k.prepDecode(a, s)
+		return err
 	})
+	pl.gen = k.gen
+	return pl, err
 }
 
 // Decode launches the paged decode of s and, for a split-KV schedule, the
@@ -563,71 +781,12 @@ func (k *Kernels) Decode(ctx Runner, a *DecodeArgs, s *plan.DecodeSchedule) erro
 	if err := k.check(); err != nil {
 		return err
 	}
-	k.last = k.last[:0]
 	return run(ctx, func() error {
-		if s == nil {
-			return fmt.Errorf("cuda: nil decode schedule")
-		}
-		var dev DecodePlanPtrs
-		var err error
-		for _, u := range []struct {
-			role string
-			dst  *uint64
-			v    []int32
-		}{
-			{"decode.request", &dev.Request, s.Request}, {"decode.qtile", &dev.QTileIdx, s.QTileIdx},
-			{"decode.kvtile", &dev.KVTile, s.KVTile}, {"decode.kvhead", &dev.KVHead, s.KVHead},
-			{"decode.valid", &dev.Valid, s.Valid}, {"decode.o_indptr", &dev.OIndptr, s.OIndptr},
-			{"decode.split_counts", &dev.SplitCounts, s.SplitCounts},
-		} {
-			if *u.dst, err = k.uploadInt32(u.role, u.v); err != nil {
-				return err
-			}
-		}
-		p, c, err := NewDecodeKernelParams(a, s, dev)
+		steps, err := k.prepDecode(a, s)
 		if err != nil {
 			return err
 		}
-		if s.WorkCount > 0 {
-			launched := false
-			if k.path == PathAuto {
-				tp, why := TCDecodePlan(k.arch, a, s.WorkCount)
-				if why == "" {
-					kern, smem, ok, why2 := k.tcFor(&tp)
-					if ok {
-						if err := k.launchTC(&tp, kern, smem, driver.Bytes(&p)); err != nil {
-							return err
-						}
-						launched = true
-					}
-					why = why2
-				}
-				if v, ok := DecodeVariant(a.QDtype, a.KVDtype); ok && !launched && k.arch != ArchPortable {
-					k.fallback[TCName(k.arch, "decode", v, a.D)] = why
-				}
-			}
-			if !launched {
-				pp, err := k.upload("decode.params", unsafe.Pointer(&p), int64(unsafe.Sizeof(p)))
-				if err != nil {
-					return err
-				}
-				if err := k.launch(pick(a.D, cudakernels.DecodeD256, cudakernels.DecodeD128, cudakernels.DecodeD64), s.WorkCount, pp); err != nil {
-					return err
-				}
-			}
-		}
-		if !s.SplitKV {
-			return nil
-		}
-		rows := a.Batch * a.SeqlenQ * a.Hq
-		if rows == 0 {
-			return nil
-		}
-		cp, err := k.upload("decode.combine_params", unsafe.Pointer(&c), int64(unsafe.Sizeof(c)))
-		if err != nil {
-			return err
-		}
-		return k.launch(pick(a.D, cudakernels.CombineD256, cudakernels.CombineD128, cudakernels.CombineD64), (rows+Threads/32-1)/(Threads/32), cp)
+		return k.launchSteps(steps)
 	})
 }
 

@@ -493,8 +493,16 @@ func (r *report) timePrefill(c *check.Prefill, path cuda.Path, fp8 bool) {
 	}
 	r.k.SetPath(path)
 	defer r.k.SetPath(cuda.PathAuto)
-	ms, err := r.dev.Time(5, func() error { return r.k.SparsePrefill(r.dev, a, ca, c.CSR, c.Sched, c.CuQ, window) })
-	kern := strings.Join(dedup(r.k.LastKernels()), "+")
+	pl, err := r.k.PrepareSparsePrefill(r.dev, a, ca, c.CSR, c.Sched, c.CuQ, window)
+	if err != nil {
+		r.timeRow(c.Name, "", 0, 0, 0, fp8, err)
+		return
+	}
+	kern := strings.Join(dedup(pl.Kernels()), "+")
+	ms, err := r.dev.Time(5, func() error { return pl.Launch(r.dev) }) // kernels only: the plan is uploaded
+	if err == nil {
+		err = r.checkFinite(ca.Out, rows*c.D)
+	}
 	// bytes: Q, K, V read once, O written, partials written and read back
 	es := map[cuda.Dtype]float64{cuda.BF16: 2, cuda.E4M3: 1, cuda.NVFP4: 0.5 + 1.0/16}
 	bytes := float64(rows*c.D)*(es[c.QD]+2) + 2*float64(c.TotalQ*c.Hkv*c.D)*es[c.KVD] + 2*float64(check.SlotRows(c))*float64(c.Hq/c.Hkv)*float64(c.D*2+4)
@@ -515,9 +523,36 @@ func (r *report) timeDecode(c *check.Decode, path cuda.Path, fp8 bool) {
 	}
 	r.k.SetPath(path)
 	defer r.k.SetPath(cuda.PathAuto)
-	ms, err := r.dev.Time(20, func() error { return r.k.Decode(r.dev, a, c.Sched) })
-	kern := strings.Join(dedup(r.k.LastKernels()), "+")
+	pl, err := r.k.PrepareDecode(r.dev, a, c.Sched)
+	if err != nil {
+		r.timeRow(c.Name, "", 0, 0, 0, fp8, err)
+		return
+	}
+	kern := strings.Join(dedup(pl.Kernels()), "+")
+	ms, err := r.dev.Time(20, func() error { return pl.Launch(r.dev) })
+	if err == nil {
+		err = r.checkFinite(a.Out, c.Batch*c.SeqlenQ*c.Hq*c.D)
+	}
 	r.timeRow(c.Name, kern, ms, c.FLOP(), c.Bytes(), fp8, err)
+}
+
+// checkFinite reads n BF16 outputs back after a timed run: a timing of
+// kernels that wrote NaN / Inf (or nothing: the buffers start as 0xff, a
+// NaN pattern) is reported as an error, not as a speed.
+func (r *report) checkFinite(out uint64, n int) error {
+	if err := cuda.Synchronize(r.dev); err != nil {
+		return err
+	}
+	b, err := r.dev.Get(out, 2*n)
+	if err != nil {
+		return err
+	}
+	for i := 0; i < n; i++ {
+		if binary.LittleEndian.Uint16(b[2*i:])&0x7f80 == 0x7f80 {
+			return fmt.Errorf("output element %d is not finite after the timed runs", i)
+		}
+	}
+	return nil
 }
 
 func (r *report) write(dir, header string, took time.Duration) error {

@@ -249,7 +249,9 @@ func (op *sparseAttnOp) Do(vals ...G.Value) (G.Value, error) {
 // Float8E4M3FN; k, v are [total_k, Hkv, D] (or paged / NVFP4 per the
 // options); cuQ, cuK are int32 [B+1]. The node's value is O, BFloat16
 // [total_q, Hq, D]; LSE(node) and TemperatureLSE(node) expose the side
-// results computed by the same run.
+// results computed by the same run. With float32 q, k and v (all three)
+// the node runs without low-precision rounding, its value is float32, and
+// it is differentiable with respect to q, k and v (graph_grad.go).
 func SparseAttention(q, k, v, csr, sched, cuQ, cuK *G.Node, opts ...AttnOption) (*G.Node, error) {
 	const fn = "SparseAttention"
 	var cfg attnConfig

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// graphTestConfig is a minimal configuration for running graph cases in
+// tests.
+func graphTestConfig() *config {
+	return &config{workers: 2, minTime: 20 * time.Millisecond, page: 128, topK: 4}
+}
+
+// TestGraphDecodeAllocsIndependentOfContext runs the decode-step graph at
+// two contexts whose caches differ fourfold and checks that a step
+// allocates the same (no O(context) copy, e.g. of the paged cache), that
+// the profile covers the run and that every op kind of the step shows up.
+func TestGraphDecodeAllocsIndependentOfContext(t *testing.T) {
+	cfg := graphTestConfig()
+	dm := graphDims{model: 128, hq: 16, hkv: 1, d: 128}
+	var bytes [2]float64
+	for i, ctx := range []int{1024, 4096} {
+		r := &graphResult{c: graphCase{name: "decode", kind: "decode", machine: "tape", seqLen: ctx, batch: 2, layers: 2, dm: dm, page: 128}}
+		if err := runGraphCase(cfg, r, nil); err != nil {
+			t.Fatal(err)
+		}
+		if len(r.reps) < 3 || r.med <= 0 || r.eagerMed <= 0 || r.overhead <= 0 {
+			t.Fatalf("ctx %d: %d runs, median %v, eager %v, overhead %v", ctx, len(r.reps), r.med, r.eagerMed, r.overhead)
+		}
+		for _, k := range []string{"A × B", "Cast", "WritePagedKV", "DecodeSchedule", "DecodeAttention", "+", "Reshape"} {
+			if _, ok := r.kindGraph[k]; !ok {
+				t.Fatalf("ctx %d: kind %q missing from %v", ctx, k, r.kindOrder)
+			}
+		}
+		if cover := float64(r.attrib) / float64(r.attrib+r.unattributed); cover < 0.5 {
+			t.Fatalf("ctx %d: nodes cover %.2f of RunAll", ctx, cover)
+		}
+		bytes[i] = r.bytes
+		t.Logf("ctx %d: %.0f allocs, %.0f bytes per step, %v per step, overhead %.3f", ctx, r.allocs, r.bytes, r.med, r.overhead)
+	}
+	// One layer's K or V cache at the longer context is 2 x 4608 x 128 x 2
+	// B = 2.4 MB: a copy of the caches per step would add ~9 MB.
+	if bytes[1] > 1.25*bytes[0]+256<<10 {
+		t.Fatalf("bytes per step grow with the context: %.0f at 1K, %.0f at 4K", bytes[0], bytes[1])
+	}
+}
+
+// TestGraphPrefillCase runs the prefill layer in both machines at a tiny
+// size and checks the table and breakdown rows.
+func TestGraphPrefillCase(t *testing.T) {
+	cfg := graphTestConfig()
+	dm := graphDims{model: 128, hq: 16, hkv: 1, d: 128}
+	var rs []*graphResult
+	for _, m := range []string{"tape", "lisp"} {
+		r := &graphResult{c: graphCase{name: "prefill-" + m, kind: "prefill", machine: m, seqLen: 512, batch: 1, layers: 1, dm: dm, topK: 2, blk: 128}}
+		if err := runGraphCase(cfg, r, nil); err != nil {
+			t.Fatal(err)
+		}
+		if len(r.kindRows()) < 9 {
+			t.Fatalf("%s: %d breakdown rows: %v", m, len(r.kindRows()), r.kindRows())
+		}
+		rs = append(rs, r)
+	}
+	var b strings.Builder
+	printGraphTable(&b, rs)
+	for _, want := range []string{"prefill-tape", "prefill-lisp", "SparseAttention", "BlockScores", "TopKBlocks", "(machine: between nodes)"} {
+		if !strings.Contains(b.String(), want) {
+			t.Fatalf("table lacks %q:\n%s", want, b.String())
+		}
+	}
+}

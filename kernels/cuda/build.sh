@@ -148,7 +148,7 @@ if grep -Eq "(sm|compute)_[0-9]+[af]\b" "$WORK/ptx.txt"; then
 fi
 if grep -Eq "\b(LDL|STL)(\.[A-Z0-9.]+)?\b" "$WORK/sass.txt"; then
     echo "build.sh: FAIL: local memory instructions in the SASS:" >&2
-    grep -En "\b(LDL|STL)" "$WORK/sass.txt" | head -20 >&2
+    grep -En -m 20 "\b(LDL|STL)" "$WORK/sass.txt" >&2 || true
     fail=1
 fi
 nk=$(grep -c "Function : " "$WORK/sass.txt" || true)

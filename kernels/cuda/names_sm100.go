@@ -12,31 +12,34 @@ package cudakernels
 // must equal the gates/sm100.tsv columns (which the sources pin with
 // static_asserts in sm100_layout.cuh).
 const (
-	SM100FwdBF16D64     = "msa_sm100_fwd_bf16_d64"
-	SM100FwdBF16D128    = "msa_sm100_fwd_bf16_d128"
-	SM100FwdBF16D256    = "msa_sm100_fwd_bf16_d256"
-	SM100FwdFP8D64      = "msa_sm100_fwd_fp8_d64"
-	SM100FwdFP8D128     = "msa_sm100_fwd_fp8_d128"
-	SM100FwdFP8D256     = "msa_sm100_fwd_fp8_d256"
-	SM100FwdBF16FP8D64  = "msa_sm100_fwd_bf16fp8_d64"
-	SM100FwdBF16FP8D128 = "msa_sm100_fwd_bf16fp8_d128"
-	SM100FwdBF16FP8D256 = "msa_sm100_fwd_bf16fp8_d256"
-	SM100FwdNVFP4D64    = "msa_sm100_fwd_nvfp4_d64"
-	SM100FwdNVFP4D128   = "msa_sm100_fwd_nvfp4_d128"
-	SM100FwdNVFP4D256   = "msa_sm100_fwd_nvfp4_d256"
-	SM100DecodeBF16D64  = "msa_sm100_decode_bf16_d64"
-	SM100DecodeBF16D128 = "msa_sm100_decode_bf16_d128"
-	SM100DecodeBF16D256 = "msa_sm100_decode_bf16_d256"
-	SM100DecodeFP8D64   = "msa_sm100_decode_fp8_d64"
-	SM100DecodeFP8D128  = "msa_sm100_decode_fp8_d128"
-	SM100DecodeFP8D256  = "msa_sm100_decode_fp8_d256"
+	SM100FwdBF16D64        = "msa_sm100_fwd_bf16_d64"
+	SM100FwdBF16D128       = "msa_sm100_fwd_bf16_d128"
+	SM100FwdBF16D256       = "msa_sm100_fwd_bf16_d256"
+	SM100FwdFP8D64         = "msa_sm100_fwd_fp8_d64"
+	SM100FwdFP8D128        = "msa_sm100_fwd_fp8_d128"
+	SM100FwdFP8D256        = "msa_sm100_fwd_fp8_d256"
+	SM100FwdBF16FP8D64     = "msa_sm100_fwd_bf16fp8_d64"
+	SM100FwdBF16FP8D128    = "msa_sm100_fwd_bf16fp8_d128"
+	SM100FwdBF16FP8D256    = "msa_sm100_fwd_bf16fp8_d256"
+	SM100FwdNVFP4D64       = "msa_sm100_fwd_nvfp4_d64"
+	SM100FwdNVFP4D128      = "msa_sm100_fwd_nvfp4_d128"
+	SM100FwdNVFP4D256      = "msa_sm100_fwd_nvfp4_d256"
+	SM100DecodeBF16D64     = "msa_sm100_decode_bf16_d64"
+	SM100DecodeBF16D128    = "msa_sm100_decode_bf16_d128"
+	SM100DecodeBF16D256    = "msa_sm100_decode_bf16_d256"
+	SM100DecodeFP8D64      = "msa_sm100_decode_fp8_d64"
+	SM100DecodeFP8D128     = "msa_sm100_decode_fp8_d128"
+	SM100DecodeFP8D256     = "msa_sm100_decode_fp8_d256"
+	SM100DecodeBF16FP8D64  = "msa_sm100_decode_bf16fp8_d64"
+	SM100DecodeBF16FP8D128 = "msa_sm100_decode_bf16fp8_d128"
+	SM100DecodeBF16FP8D256 = "msa_sm100_decode_bf16fp8_d256"
 )
 
 // SM100Kernel is the launch data of one SM100 tensor-core kernel.
 type SM100Kernel struct {
 	Name     string // extern "C" name in Fatbin
 	Algo     string // "fwd" (sparse prefill partials, grid = forward-schedule capacity) or "decode" (grid = decode work_count)
-	Variant  string // "bf16", "fp8" (E4M3 Q/K/V), "bf16fp8" (BF16 Q, E4M3 K/V), "nvfp4" (NVFP4 K/V, BF16 or E4M3 Q)
+	Variant  string // "bf16", "fp8" (E4M3 Q/K/V), "bf16fp8" (BF16 Q, E4M3 K/V widened to BF16), "nvfp4" (NVFP4 K/V, BF16 or E4M3 Q; fwd only)
 	HeadDim  int
 	Threads  int // block size (1-D), no cluster
 	DynSmem  int // dynamic shared memory to request (cuFuncSetAttribute MAX_DYNAMIC_SHARED_SIZE_BYTES above 48 KiB)
@@ -64,4 +67,7 @@ var SM100Kernels = []SM100Kernel{
 	{Name: SM100DecodeFP8D64, Algo: "decode", Variant: "fp8", HeadDim: 64, Threads: 128, DynSmem: 33328, TMEMCols: 128, RowTile: 64},
 	{Name: SM100DecodeFP8D128, Algo: "decode", Variant: "fp8", HeadDim: 128, Threads: 128, DynSmem: 53808, TMEMCols: 128, RowTile: 64},
 	{Name: SM100DecodeFP8D256, Algo: "decode", Variant: "fp8", HeadDim: 256, Threads: 128, DynSmem: 94768, TMEMCols: 256, RowTile: 64},
+	{Name: SM100DecodeBF16FP8D64, Algo: "decode", Variant: "bf16fp8", HeadDim: 64, Threads: 128, DynSmem: 70192, TMEMCols: 128, RowTile: 64},
+	{Name: SM100DecodeBF16FP8D128, Algo: "decode", Variant: "bf16fp8", HeadDim: 128, Threads: 128, DynSmem: 119344, TMEMCols: 128, RowTile: 64},
+	{Name: SM100DecodeBF16FP8D256, Algo: "decode", Variant: "bf16fp8", HeadDim: 256, Threads: 128, DynSmem: 217648, TMEMCols: 256, RowTile: 64},
 }

@@ -1,5 +1,5 @@
 // sm100_decode.cu - paged decode with split-KV on SM100 (tcgen05 + TMA):
-// msa_sm100_decode_{bf16,fp8}_d{64,128,256}.
+// msa_sm100_decode_{bf16,fp8,bf16fp8}_d{64,128,256}.
 //
 // Same work items, masks, softmax and outputs as decode.cu: work item w =
 // (request b, q tile qt, kv tile kt, kv head h, valid) of plan.DecodeSchedule;
@@ -30,7 +30,10 @@
 //   S^T and the softmax.
 // Launcher preconditions (else the portable msa_decode_d*): paged_ok(page
 // size, blk_kv, box span) of sm100_layout.cuh; fp8: E4M3 Q, K and V and
-// pv_round = E4M3 (P is an E4M3 operand); bf16: BF16 Q, K and V.
+// pv_round = E4M3 (P is an E4M3 operand); bf16: BF16 Q, K and V; bf16fp8:
+// BF16 Q with E4M3 K and V, widened to BF16 in shared memory (thread t
+// converts key t of the raw tile TMA landed; the V load then follows the K
+// conversion instead of overlapping S^T).
 #include <climits>
 #include "sm100_common.cuh"
 
@@ -61,6 +64,8 @@ template <int V, int D>
 __device__ __forceinline__ void dec_body(const MsaDecodeParams& p, const MsaTensorMaps& maps) {
     using L = DecLayout<V, D>;
     constexpr int R = kDecRows;
+    constexpr bool kConv = kv_converted(V);
+    constexpr int kStorageBytes = V == kBF16 ? 2 : 1;  // element size of the K/V tensor maps
     extern __shared__ uint8_t dsmem[];
 
     const int w = blockIdx.x;
@@ -83,7 +88,7 @@ __device__ __forceinline__ void dec_body(const MsaDecodeParams& p, const MsaTens
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     uint8_t* sm = align_1024(dsmem);
     const uint32_t sQ = smem_u32(sm + L::q_off), sK = smem_u32(sm + L::k_off), sV = smem_u32(sm + L::v_off);
-    const uint32_t sP = smem_u32(sm + L::p_off);
+    const uint32_t sP = smem_u32(sm + L::p_off), sRaw = smem_u32(sm + L::raw_off);
     float* s_red = reinterpret_cast<float*>(sm + L::red_off);  // [4][R]
     float* s_m = s_red + 4 * R;
     float* s_l = s_m + R;
@@ -190,14 +195,21 @@ __device__ __forceinline__ void dec_body(const MsaDecodeParams& p, const MsaTens
 
             if (tid < R) s_vis[tid] = (sparse && !s_sel[tid]) ? 0 : min(max(s_lim[tid] - t0, 0), nk);
             if (tid == 0) {  // K/V buffers are free: the previous visit's O^T MMA has completed
-                issue_kv_tile<L::row_bytes, L::es>(sK, &maps.k, bar_k, g, t0, nk);
-                issue_kv_tile<L::row_bytes, L::es>(sV, &maps.v, bar_v, g, t0, nk);
+                issue_kv_tile<L::raw_row, kStorageBytes>(kConv ? sRaw : sK, &maps.k, bar_k, g, t0, nk);
+                if constexpr (!kConv) issue_kv_tile<L::raw_row, kStorageBytes>(sV, &maps.v, bar_v, g, t0, nk);
             }
             __syncthreads();
+            if constexpr (kConv) {  // raw E4M3 K -> BF16 K (rows past the block's keys: zero)
+                mbar_wait(bar_k, kv_parity(nvis));
+                convert_kv_row<V, D>(sK, sRaw, tid, tid < nk, nullptr, 0);
+                fence_proxy_async();
+                __syncthreads();  // the staging tile is free for V; K is visible to the MMA
+                if (tid == 0) issue_kv_tile<L::raw_row, kStorageBytes>(sRaw, &maps.v, bar_v, g, t0, nk);
+            }
 
             // ---- S^T = K Q^T ----
             if (tid == 0) {
-                mbar_wait(bar_k, kv_parity(nvis));
+                if constexpr (!kConv) mbar_wait(bar_k, kv_parity(nvis));
                 tc_fence_after();
 #pragma unroll
                 for (int k = 0; k < L::qk_steps; ++k)
@@ -272,7 +284,10 @@ __device__ __forceinline__ void dec_body(const MsaDecodeParams& p, const MsaTens
 
             // ---- V landed: rows past the block's keys to zero (P = 0 never meets stale data) ----
             mbar_wait(bar_v, kv_parity(nvis));
-            if (tid >= nk) zero_row<L::row_bytes, kBlockKeys>(sV, tid);
+            if constexpr (kConv)
+                convert_kv_row<V, D>(sV, sRaw, tid, tid < nk, nullptr, 0);
+            else if (tid >= nk)
+                zero_row<L::row_bytes, kBlockKeys>(sV, tid);
 
             // ---- O^T *= alpha (per column = row), only when some row's max grew ----
             if (rescale) {
@@ -389,4 +404,7 @@ MSA_SM100_DEC_KERNEL(bf16, kBF16, 256)
 MSA_SM100_DEC_KERNEL(fp8, kFP8, 64)
 MSA_SM100_DEC_KERNEL(fp8, kFP8, 128)
 MSA_SM100_DEC_KERNEL(fp8, kFP8, 256)
+MSA_SM100_DEC_KERNEL(bf16fp8, kBF16FP8, 64)
+MSA_SM100_DEC_KERNEL(bf16fp8, kBF16FP8, 128)
+MSA_SM100_DEC_KERNEL(bf16fp8, kBF16FP8, 256)
 #undef MSA_SM100_DEC_KERNEL

@@ -174,6 +174,8 @@ struct FwdLayout {
 //   [k_off, +kv_bytes)  K tile (K-major, 128 keys x D): the A operand of S^T
 //   [v_off, +kv_bytes)  V tile (keys x D, D contiguous): the MN-major A operand of O^T
 //   [p_off, +p_bytes)   P^T, MN-major (128 keys x kDecRows rows, rows contiguous): B of O^T
+//   [raw_off, +raw_bytes) bf16fp8 only: the raw E4M3 K tile, then the V tile, as
+//                       TMA landed them, converted to BF16 into the K / V tiles
 //   [red_off, ...)      row state: warp partials red[4][R], running max m[R],
 //                       running sum l[R], this block's max mcur[R], alpha[R],
 //                       1/l inv[R], visible-key count vis[R], causal limit
@@ -186,10 +188,12 @@ constexpr int kDecRows = 64;  // query-head rows per decode row tile (UMMA N)
 template <int V, int D>
 struct DecLayout {
     static_assert(D == 64 || D == 128 || D == 256, "head dim");
-    static_assert(V == kBF16 || V == kFP8, "decode variants: bf16, fp8");
+    static_assert(V == kBF16 || V == kFP8 || V == kBF16FP8, "decode variants: bf16, fp8, bf16fp8");
     static constexpr bool f8 = V == kFP8;
-    static constexpr int es = f8 ? 1 : 2;
-    static constexpr int row_bytes = D * es;                  // Q/K/V row
+    static constexpr int es = f8 ? 1 : 2;                     // MMA operand element size
+    static constexpr int row_bytes = D * es;                  // Q/K/V row in shared memory
+    static constexpr int raw_row = kv_row_bytes(V, D);        // K/V row in global memory (the TMA box rows)
+    static constexpr int raw_bytes = kv_converted(V) ? kBlockKeys * raw_row : 0;
     static constexpr int q_bytes = kDecRows * row_bytes;
     static constexpr int kv_bytes = kBlockKeys * row_bytes;
     static constexpr int p_row_bytes = kDecRows * es;         // one key's row of P^T
@@ -198,7 +202,8 @@ struct DecLayout {
     static constexpr int k_off = align_up(q_off + q_bytes, 1024);
     static constexpr int v_off = align_up(k_off + kv_bytes, 1024);
     static constexpr int p_off = align_up(v_off + kv_bytes, 1024);
-    static constexpr int red_off = align_up(p_off + p_bytes, 1024);
+    static constexpr int raw_off = align_up(p_off + p_bytes, 1024);  // bf16fp8: raw E4M3 K, then V
+    static constexpr int red_off = align_up(raw_off + raw_bytes, 1024);
     static constexpr int red_floats = 4 * kDecRows + 5 * kDecRows;  // red, m, l, mcur, alpha, inv
     static constexpr int red_ints = 3 * kDecRows + 2;                // vis, lim, sel, reduction
     static constexpr int orow_off = align_up(red_off + 4 * red_floats + 4 * red_ints, 16);
@@ -297,5 +302,9 @@ MSA_SM100_PIN(DecLayout, kBF16, 256, tmem_cols, 256);
 MSA_SM100_PIN(DecLayout, kBF16, 128, idesc_qk, 0x08100490u);
 MSA_SM100_PIN(DecLayout, kBF16, 128, idesc_pv, 0x08118490u);
 MSA_SM100_PIN(DecLayout, kFP8, 128, idesc_pv, 0x08118010u);
+MSA_SM100_PIN(DecLayout, kBF16FP8, 64, smem_bytes, 70192);
+MSA_SM100_PIN(DecLayout, kBF16FP8, 128, smem_bytes, 119344);
+MSA_SM100_PIN(DecLayout, kBF16FP8, 256, smem_bytes, 217648);
+MSA_SM100_PIN(DecLayout, kBF16FP8, 128, idesc_pv, 0x08118490u);
 
 #endif  // SM100_LAYOUT_CUH

@@ -40,7 +40,9 @@ field except max_stack, where '-' means 0:
                 ..., TMEMCols: N}) must say the same, and static + dynamic
                 shared memory must fit in 232448 bytes
   9  tmem_cols  tensor-memory columns the kernel allocates (<= 512); the
-                kernel table must say the same
+                kernel table must say the same, and every tcgen05.alloc of
+                the image (UTCATOMSWS.FIND_AND_SET; its granule count is a
+                UMOV immediate) must allocate exactly this many
  10  note       free text (a stack allowance must say why here)
 
 Example (tabs shown as <TAB>):
@@ -85,8 +87,36 @@ def kernel_table(d):
     return out
 
 
-def parse_sass(text):
-    """{(arch, fn): Counter of mnemonics (with the full dotted form under key '.'+full)} + instr count."""
+TMEM_ALLOC_RE = re.compile(r"UTCATOMSWS\.FIND_AND_SET\S*\s+[^,]+,\s*UR\d+,\s*(UR\d+)")
+
+
+def tmem_allocs(lines):
+    """Column counts of the tcgen05.alloc instructions of one kernel image.
+
+    tcgen05.alloc assembles to UTCATOMSWS.FIND_AND_SET whose last operand holds
+    the number of 32-column granules, set by a UMOV immediate a few
+    instructions before. None for an allocation whose size is not such an
+    immediate (a gate on tmem_cols then fails)."""
+    out = []
+    for i, line in enumerate(lines):
+        m = TMEM_ALLOC_RE.search(line)
+        if not m:
+            continue
+        size = None
+        for j in range(i - 1, max(i - 24, -1), -1):
+            mm = re.search(r"\bUMOV\s+%s,\s*(0x[0-9a-f]+|\d+)\s*;" % m.group(1), lines[j])
+            if mm:
+                size = int(mm.group(1), 0) * 32
+                break
+            if re.search(r"\b%s\b" % m.group(1), lines[j]):
+                break  # written otherwise: not an immediate
+        out.append(size)
+    return out
+
+
+def parse_sass(text, lines=None):
+    """{(arch, fn): Counter of mnemonics (with the full dotted form under key '.'+full)} + instr count.
+    With `lines` (a dict), also collect the instruction text per (arch, fn)."""
     arch, fn = None, None
     ops = collections.defaultdict(collections.Counter)
     for line in text.splitlines():
@@ -103,6 +133,8 @@ def parse_sass(text):
         if m and fn:
             c = ops[(arch, fn)]
             c["#instr"] += 1
+            if lines is not None:
+                lines.setdefault((arch, fn), []).append(m.group(1) + m.group(2))
             full = m.group(1)
             parts = full.split(".")
             for i in range(1, len(parts) + 1):
@@ -159,7 +191,8 @@ def main():
     if not names:
         sys.exit("check_gates: no msa_* kernel names declared in kernels/cuda/*.go")
     res = parse_res(run([a.cuobjdump, "-res-usage", a.fatbin]))
-    sass_ops = parse_sass(run([a.cuobjdump, "-sass", a.fatbin]))
+    sass_lines = {}
+    sass_ops = parse_sass(run([a.cuobjdump, "-sass", a.fatbin]), sass_lines)
     # cuobjdump -sass prints the family image sm_100f as "sm_100"; -res-usage
     # names it exactly: map SASS arch names onto the res-usage ones.
     res_archs = sorted({k[0] for k in res})
@@ -169,6 +202,7 @@ def main():
         fam = [r for r in res_archs if r.rstrip("af") == arch]
         return fam[0] if len(fam) == 1 else arch
     ops = {(canon(k[0]), k[1]): v for k, v in sass_ops.items()}
+    instr_lines = {(canon(k[0]), k[1]): v for k, v in sass_lines.items()}
     archs = sorted({k[0] for k in ops})
     fail = []
     for arch in archs:
@@ -211,6 +245,9 @@ def main():
                 want = table.get(fn)
                 if int(tmem) > 512 or want is None or want[1] != int(tmem):
                     fail.append(f"{tag}: TMEM columns {tmem} (kernel table: {want and want[1]}; max 512)")
+                allocs = tmem_allocs(instr_lines.get((arch, fn), []))
+                if not allocs or any(x != int(tmem) for x in allocs):
+                    fail.append(f"{tag}: tcgen05.alloc sizes in the SASS {allocs}, gate says {tmem} columns")
         if matched == 0:
             fail.append(f"{fn} {arch}: no gate row matches (add one to gates/*.tsv)")
 

@@ -457,17 +457,17 @@ func TestReferenceSelfCheck(t *testing.T) {
 		}
 		if _, err := NewFwdKernelParams(&FwdArgs{TotalQ: c.totalQ, Hq: c.hq, Hkv: c.hkv, D: c.d, BlkKV: c.blk, TopK: c.topK,
 			NumBatch: len(c.cuQ) - 1, QDtype: c.qd, KVDtype: c.kvd, PartialDtype: c.pd, PVRound: c.round,
-			KScale: 1, VScale: 1, PageTable: map[bool]uint64{true: 1}[c.paged], PageSize: c.pageSize, PageTableStride: max(c.maxPages, 1),
-			TLSEPartial: map[bool]uint64{true: 1}[c.temp > 0], Temperature: c.temp}, c.csr, c.sched, FwdPlanPtrs{}); err != nil {
+			KScale: 256, VScale: 256, PageTable: map[bool]uint64{true: 256}[c.paged], PageSize: c.pageSize, PageTableStride: max(c.maxPages, 1),
+			TLSEPartial: map[bool]uint64{true: 256}[c.temp > 0], Temperature: c.temp}, c.csr, c.sched, FwdPlanPtrs{}); err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
 	}
 	for i, c := range decodeCases() {
 		genDecode(t, c, uint64(i+1))
 		if _, _, err := NewDecodeKernelParams(&DecodeArgs{Batch: c.batch, SeqlenQ: c.seqlenQ, Hq: c.hq, Hkv: c.hkv, D: c.d,
-			PageSize: c.pageSize, PageTableStride: c.maxPages, PageTable: 1, SequsedK: 1, OPartial: 1, LSEPartial: 1,
-			QDtype: c.qd, KVDtype: c.kvd, PVRound: c.round, KScale: 1, VScale: 1,
-			Q2K: map[bool]uint64{true: 1}[c.topK > 0], TopK: c.topK, BlkKV: c.blk}, c.sched, DecodePlanPtrs{}); err != nil {
+			PageSize: c.pageSize, PageTableStride: c.maxPages, PageTable: 256, SequsedK: 256, OPartial: 256, LSEPartial: 256,
+			QDtype: c.qd, KVDtype: c.kvd, PVRound: c.round, KScale: 256, VScale: 256,
+			Q2K: map[bool]uint64{true: 256}[c.topK > 0], TopK: c.topK, BlkKV: c.blk}, c.sched, DecodePlanPtrs{}); err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
 	}

@@ -40,8 +40,10 @@ func validateSparseF32(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int,
 	c := &checker{fn: fn}
 	qd, kd, vd := c.dense(q, "q"), c.dense(k, "k"), c.dense(v, "v")
 	c.dtype(qd, "q", tensor.Float32)
-	c.dtype(kd, "k", tensor.Float32)
-	c.dtype(vd, "v", tensor.Float32)
+	if c.err == nil && kd != nil && vd != nil && (kd.Dtype() != tensor.Float32 || vd.Dtype() != tensor.Float32) {
+		c.fail("q", "float32 k and v with float32 q (float32 is not mixed with other dtypes)",
+			"q float32, k "+dtypeName(kd.Dtype())+", v "+dtypeName(vd.Dtype()))
+	}
 	c.rank(qd, "q", "[total_q, Hq, D]", 3)
 	if c.err != nil {
 		return nil, c.err

@@ -35,6 +35,16 @@ func ArchFor(major, minor int) Arch {
 	return ArchPortable
 }
 
+// ParseArch parses a family name as String writes it.
+func ParseArch(s string) (Arch, bool) {
+	for _, a := range []Arch{ArchPortable, ArchSM80, ArchSM90, ArchSM100} {
+		if a.String() == s {
+			return a, true
+		}
+	}
+	return ArchPortable, false
+}
+
 // String is the kernel-name prefix of the family ("portable" for none).
 func (a Arch) String() string {
 	switch a {

@@ -5,6 +5,7 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"unsafe"
 
@@ -106,7 +107,9 @@ var portableNames = []string{
 // Load opens the driver, loads the embedded fatbin in the current context,
 // looks up every portable kernel and the tensor-core kernels of the
 // device's family (ArchFor; a name missing from the fatbin leaves that
-// variant on the portable kernel).
+// variant on the portable kernel). MSA_CUDA_ARCH (portable, sm80, sm90,
+// sm100) overrides the family: with CUDA_FORCE_PTX_JIT=1 on an H200,
+// MSA_CUDA_ARCH=sm80 runs the sm_80 kernels from their compute_80 PTX.
 func Load(ctx Runner) (*Kernels, error) {
 	if err := driver.Open(); err != nil {
 		return nil, err
@@ -126,6 +129,13 @@ func Load(ctx Runner) (*Kernels, error) {
 			return err
 		}
 		k.arch = ArchFor(k.major, k.minor)
+		if v := os.Getenv("MSA_CUDA_ARCH"); v != "" {
+			a, ok := ParseArch(v)
+			if !ok {
+				return fmt.Errorf("cuda: MSA_CUDA_ARCH=%q: want portable, sm80, sm90 or sm100", v)
+			}
+			k.arch = a
+		}
 		mod, err := driver.LoadData(cudakernels.Fatbin)
 		if err != nil {
 			if v, verr := driver.DriverVersion(); verr == nil && v < MinDriverCUDA {

@@ -132,6 +132,14 @@ func TestDispatch(t *testing.T) {
 	if n := TCNames(ArchSM100); len(n) != 21 || n[0] != "msa_sm100_fwd_bf16_d64" || !slices.Contains(n, "msa_sm100_decode_fp8_d256") {
 		t.Errorf("TCNames(sm100) = %v", n)
 	}
+	for _, a := range []Arch{ArchPortable, ArchSM80, ArchSM90, ArchSM100} {
+		if b, ok := ParseArch(a.String()); !ok || b != a {
+			t.Errorf("ParseArch(%q) = %v, %v", a, b, ok)
+		}
+	}
+	if _, ok := ParseArch("sm75"); ok {
+		t.Error("ParseArch accepted sm75")
+	}
 	if TCNames(ArchPortable) != nil {
 		t.Error("portable family has tensor-core names")
 	}

@@ -19,7 +19,7 @@ var (
 	graphLens     = flag.String("graph-lens", "", "graph group: prefill lengths (default 2k; 1k with -quick, 512 with -tiny; full size: 2k,4k,8k,16k,32k)")
 	graphBatches  = flag.String("graph-batches", "", "graph group: decode batch sizes (default 8,32; 8 with -quick, 2 with -tiny)")
 	graphContexts = flag.String("graph-contexts", "", "graph group: decode contexts (default 4k,16k; 4k with -quick, 1000 with -tiny; full size: 4k,16k,64k)")
-	graphModel    = flag.Int("graph-model", 0, "graph group: d_model (default 1024; 512 with -quick, 256 with -tiny; full size: 2048)")
+	graphModel    = flag.Int("graph-model", 0, "graph group: d_model (default 1024; 256 with -quick and -tiny; full size: 2048)")
 	graphLayers   = flag.Int("graph-layers", 4, "graph group: decode layers")
 	graphMachines = flag.String("graph-machines", "tape,lisp", "graph group: machines for the prefill layer (tape, lisp); decode always runs in a TapeMachine")
 )
@@ -76,13 +76,14 @@ func graphSuite(cfg *config) ([]graphCase, error) {
 	// 2048, prefill 2K-32K, decode contexts 4K-64K) so that the group fits
 	// the default suite on 2 cores: Gorgonia's float32 projections
 	// (gonum's Go GEMM, a few GFLOP/s per core) take 90% of a prefill layer
-	// and grow with d_model^2. The flags restore the full sizes.
+	// (4 T d_model Hq D flops for Q and the output). The flags restore the
+	// full sizes.
 	lens, batches, contexts, model := []int{2048}, []int{8, 32}, []int{4096, 16384}, 1024
 	switch {
 	case cfg.tiny:
 		lens, batches, contexts, model = []int{512}, []int{2}, []int{1000}, 256
 	case cfg.quick:
-		lens, batches, contexts, model = []int{1024}, []int{8}, []int{4096}, 512
+		lens, batches, contexts, model = []int{1024}, []int{8}, []int{4096}, 256
 	}
 	var err error
 	for _, f := range []struct {

@@ -72,7 +72,7 @@ type graphResult struct {
 
 // graphSuite returns the graph cases selected by the flags.
 func graphSuite(cfg *config) ([]graphCase, error) {
-	// Default sizes are scaled down from the model of the issue (d_model
+	// Default sizes are scaled down from the target model (d_model
 	// 2048, prefill 2K-32K, decode contexts 4K-64K) so that the group fits
 	// the default suite on 2 cores: Gorgonia's float32 projections
 	// (gonum's Go GEMM, a few GFLOP/s per core) take 90% of a prefill layer

@@ -120,8 +120,13 @@ static int msa_open(const char* path, const char** err) {
 	return 0;
 }
 
-static CUresult msa_init(void) { return msa_d.init(0); }
-static CUresult msa_driver_version(int* v) { return msa_d.driverGetVersion(v); }
+// Calls through a NULL entry point (the driver not opened) return
+// CUDA_ERROR_NOT_INITIALIZED instead of crashing.
+#define MSA_CALL(f, ...) ((f) ? (f)(__VA_ARGS__) : CUDA_ERROR_NOT_INITIALIZED)
+#define MSA_CALL0(f) ((f) ? (f)() : CUDA_ERROR_NOT_INITIALIZED)
+
+static CUresult msa_init(void) { return MSA_CALL(msa_d.init, 0); }
+static CUresult msa_driver_version(int* v) { return MSA_CALL(msa_d.driverGetVersion, v); }
 static const char* msa_error_name(CUresult r) {
 	const char* s = NULL;
 	if (msa_d.getErrorName == NULL || msa_d.getErrorName(r, &s) != CUDA_SUCCESS) return NULL;
@@ -132,29 +137,29 @@ static const char* msa_error_string(CUresult r) {
 	if (msa_d.getErrorString == NULL || msa_d.getErrorString(r, &s) != CUDA_SUCCESS) return NULL;
 	return s;
 }
-static CUresult msa_device_count(int* n) { return msa_d.deviceGetCount(n); }
-static CUresult msa_device_get(CUdevice* d, int i) { return msa_d.deviceGet(d, i); }
-static CUresult msa_device_name(char* s, int n, CUdevice d) { return msa_d.deviceGetName(s, n, d); }
-static CUresult msa_device_attr(int* v, int a, CUdevice d) { return msa_d.deviceGetAttribute(v, (CUdevice_attribute)a, d); }
-static CUresult msa_device_total_mem(size_t* v, CUdevice d) { return msa_d.deviceTotalMem(v, d); }
-static CUresult msa_primary_retain(uintptr_t* c, CUdevice d) { CUcontext x = NULL; CUresult r = msa_d.primaryCtxRetain(&x, d); *c = (uintptr_t)x; return r; }
-static CUresult msa_primary_release(CUdevice d) { return msa_d.primaryCtxRelease(d); }
-static CUresult msa_ctx_set_current(uintptr_t c) { return msa_d.ctxSetCurrent((CUcontext)c); }
-static CUresult msa_ctx_get_current(uintptr_t* c) { CUcontext x = NULL; CUresult r = msa_d.ctxGetCurrent(&x); *c = (uintptr_t)x; return r; }
-static CUresult msa_ctx_get_device(CUdevice* d) { return msa_d.ctxGetDevice(d); }
-static CUresult msa_ctx_get_id(uintptr_t c, unsigned long long* id) { return msa_d.ctxGetId((CUcontext)c, id); }
-static CUresult msa_ctx_sync(void) { return msa_d.ctxSynchronize(); }
-static CUresult msa_mem_alloc(CUdeviceptr* p, size_t n) { return msa_d.memAlloc(p, n); }
-static CUresult msa_mem_free(CUdeviceptr p) { return msa_d.memFree(p); }
-static CUresult msa_htod(CUdeviceptr d, const void* s, size_t n) { return msa_d.memcpyHtoD(d, s, n); }
-static CUresult msa_dtoh(void* d, CUdeviceptr s, size_t n) { return msa_d.memcpyDtoH(d, s, n); }
-static CUresult msa_dtod(CUdeviceptr d, CUdeviceptr s, size_t n) { return msa_d.memcpyDtoD(d, s, n); }
-static CUresult msa_memset8(CUdeviceptr d, unsigned char v, size_t n) { return msa_d.memsetD8(d, v, n); }
-static CUresult msa_module_load(uintptr_t* m, const void* img) { CUmodule x = NULL; CUresult r = msa_d.moduleLoadData(&x, img); *m = (uintptr_t)x; return r; }
-static CUresult msa_module_unload(uintptr_t m) { return msa_d.moduleUnload((CUmodule)m); }
-static CUresult msa_module_function(uintptr_t* f, uintptr_t m, const char* name) { CUfunction x = NULL; CUresult r = msa_d.moduleGetFunction(&x, (CUmodule)m, name); *f = (uintptr_t)x; return r; }
-static CUresult msa_func_set_attr(uintptr_t f, int a, int v) { return msa_d.funcSetAttribute((CUfunction)f, (CUfunction_attribute)a, v); }
-static CUresult msa_func_get_attr(int* v, int a, uintptr_t f) { return msa_d.funcGetAttribute(v, (CUfunction_attribute)a, (CUfunction)f); }
+static CUresult msa_device_count(int* n) { return MSA_CALL(msa_d.deviceGetCount, n); }
+static CUresult msa_device_get(CUdevice* d, int i) { return MSA_CALL(msa_d.deviceGet, d, i); }
+static CUresult msa_device_name(char* s, int n, CUdevice d) { return MSA_CALL(msa_d.deviceGetName, s, n, d); }
+static CUresult msa_device_attr(int* v, int a, CUdevice d) { return MSA_CALL(msa_d.deviceGetAttribute, v, (CUdevice_attribute)a, d); }
+static CUresult msa_device_total_mem(size_t* v, CUdevice d) { return MSA_CALL(msa_d.deviceTotalMem, v, d); }
+static CUresult msa_primary_retain(uintptr_t* c, CUdevice d) { CUcontext x = NULL; CUresult r = MSA_CALL(msa_d.primaryCtxRetain, &x, d); *c = (uintptr_t)x; return r; }
+static CUresult msa_primary_release(CUdevice d) { return MSA_CALL(msa_d.primaryCtxRelease, d); }
+static CUresult msa_ctx_set_current(uintptr_t c) { return MSA_CALL(msa_d.ctxSetCurrent, (CUcontext)c); }
+static CUresult msa_ctx_get_current(uintptr_t* c) { CUcontext x = NULL; CUresult r = MSA_CALL(msa_d.ctxGetCurrent, &x); *c = (uintptr_t)x; return r; }
+static CUresult msa_ctx_get_device(CUdevice* d) { return MSA_CALL(msa_d.ctxGetDevice, d); }
+static CUresult msa_ctx_get_id(uintptr_t c, unsigned long long* id) { return MSA_CALL(msa_d.ctxGetId, (CUcontext)c, id); }
+static CUresult msa_ctx_sync(void) { return MSA_CALL0(msa_d.ctxSynchronize); }
+static CUresult msa_mem_alloc(CUdeviceptr* p, size_t n) { return MSA_CALL(msa_d.memAlloc, p, n); }
+static CUresult msa_mem_free(CUdeviceptr p) { return MSA_CALL(msa_d.memFree, p); }
+static CUresult msa_htod(CUdeviceptr d, const void* s, size_t n) { return MSA_CALL(msa_d.memcpyHtoD, d, s, n); }
+static CUresult msa_dtoh(void* d, CUdeviceptr s, size_t n) { return MSA_CALL(msa_d.memcpyDtoH, d, s, n); }
+static CUresult msa_dtod(CUdeviceptr d, CUdeviceptr s, size_t n) { return MSA_CALL(msa_d.memcpyDtoD, d, s, n); }
+static CUresult msa_memset8(CUdeviceptr d, unsigned char v, size_t n) { return MSA_CALL(msa_d.memsetD8, d, v, n); }
+static CUresult msa_module_load(uintptr_t* m, const void* img) { CUmodule x = NULL; CUresult r = MSA_CALL(msa_d.moduleLoadData, &x, img); *m = (uintptr_t)x; return r; }
+static CUresult msa_module_unload(uintptr_t m) { return MSA_CALL(msa_d.moduleUnload, (CUmodule)m); }
+static CUresult msa_module_function(uintptr_t* f, uintptr_t m, const char* name) { CUfunction x = NULL; CUresult r = MSA_CALL(msa_d.moduleGetFunction, &x, (CUmodule)m, name); *f = (uintptr_t)x; return r; }
+static CUresult msa_func_set_attr(uintptr_t f, int a, int v) { return MSA_CALL(msa_d.funcSetAttribute, (CUfunction)f, (CUfunction_attribute)a, v); }
+static CUresult msa_func_get_attr(int* v, int a, uintptr_t f) { return MSA_CALL(msa_d.funcGetAttribute, v, (CUfunction_attribute)a, (CUfunction)f); }
 
 // msa_launch launches f with cuLaunchKernelEx; cluster dims of 0 mean no
 // cluster attribute. params holds nparams pointers to the argument values.
@@ -177,7 +182,7 @@ static CUresult msa_launch(uintptr_t f, unsigned gx, unsigned gy, unsigned gz,
 		cfg.attrs = attr;
 		cfg.numAttrs = 1;
 	}
-	return msa_d.launchKernelEx(&cfg, (CUfunction)f, params, NULL);
+	return MSA_CALL(msa_d.launchKernelEx, &cfg, (CUfunction)f, params, NULL);
 }
 
 typedef struct {
@@ -193,7 +198,7 @@ static CUresult msa_tmap_encode(unsigned char* out, int dtype, unsigned rank, ui
 		msa_tmap_args a, int swizzle, int l2, int oob) {
 	CUtensorMap* m = (CUtensorMap*)aligned_alloc(128, sizeof(CUtensorMap));
 	if (!m) return CUDA_ERROR_OUT_OF_MEMORY;
-	CUresult r = msa_d.tensorMapEncodeTiled(m, (CUtensorMapDataType)dtype, rank, (void*)(uintptr_t)addr,
+	CUresult r = MSA_CALL(msa_d.tensorMapEncodeTiled, m, (CUtensorMapDataType)dtype, rank, (void*)(uintptr_t)addr,
 		a.dims, a.strides, a.box, a.estrides, CU_TENSOR_MAP_INTERLEAVE_NONE,
 		(CUtensorMapSwizzle)swizzle, (CUtensorMapL2promotion)l2, (CUtensorMapFloatOOBfill)oob);
 	memcpy(out, m, sizeof(CUtensorMap));
@@ -201,11 +206,11 @@ static CUresult msa_tmap_encode(unsigned char* out, int dtype, unsigned rank, ui
 	return r;
 }
 
-static CUresult msa_event_create(uintptr_t* e) { CUevent x = NULL; CUresult r = msa_d.eventCreate(&x, CU_EVENT_DEFAULT); *e = (uintptr_t)x; return r; }
-static CUresult msa_event_record(uintptr_t e) { return msa_d.eventRecord((CUevent)e, NULL); }
-static CUresult msa_event_sync(uintptr_t e) { return msa_d.eventSynchronize((CUevent)e); }
-static CUresult msa_event_elapsed(float* ms, uintptr_t a, uintptr_t b) { return msa_d.eventElapsedTime(ms, (CUevent)a, (CUevent)b); }
-static CUresult msa_event_destroy(uintptr_t e) { return msa_d.eventDestroy((CUevent)e); }
+static CUresult msa_event_create(uintptr_t* e) { CUevent x = NULL; CUresult r = MSA_CALL(msa_d.eventCreate, &x, CU_EVENT_DEFAULT); *e = (uintptr_t)x; return r; }
+static CUresult msa_event_record(uintptr_t e) { return MSA_CALL(msa_d.eventRecord, (CUevent)e, NULL); }
+static CUresult msa_event_sync(uintptr_t e) { return MSA_CALL(msa_d.eventSynchronize, (CUevent)e); }
+static CUresult msa_event_elapsed(float* ms, uintptr_t a, uintptr_t b) { return MSA_CALL(msa_d.eventElapsedTime, ms, (CUevent)a, (CUevent)b); }
+static CUresult msa_event_destroy(uintptr_t e) { return MSA_CALL(msa_d.eventDestroy, (CUevent)e); }
 
 static int msa_tensor_map_size(void) { return (int)sizeof(CUtensorMap); }
 static int msa_tensor_map_align(void) { return (int)_Alignof(CUtensorMap); }

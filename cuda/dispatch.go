@@ -225,8 +225,12 @@ func TCDecodePlan(arch Arch, a *DecodeArgs, workItems int) (p TCPlan, why string
 		return TCPlan{}, err.Error()
 	}
 	if arch == ArchSM100 {
-		if !SM100PagedOK(a.PageSize, sm100PagedRows(a.PageSize), spanOf(rowBytes(a.KVDtype, a.D))) {
-			return TCPlan{}, fmt.Sprintf("page size %d: the SM100 boxes need a power-of-2 page of >= 1024/span rows", a.PageSize)
+		blk := sm100PagedRows(a.PageSize) // dense decode: blocks start on box boundaries
+		if a.Q2K != 0 {
+			blk = a.BlkKV // sparse decode: the selected blocks must
+		}
+		if !SM100PagedOK(a.PageSize, blk, spanOf(rowBytes(a.KVDtype, a.D))) {
+			return TCPlan{}, fmt.Sprintf("page size %d, blk_kv %d: the SM100 boxes need a power-of-2 page of >= 1024/span rows and box-aligned blocks", a.PageSize, blk)
 		}
 		p.SmemBytes = SM100Dec(v.SM100(), a.D).SmemBytes
 	}

@@ -205,6 +205,14 @@ func TestDispatch(t *testing.T) {
 	if _, why := TCDecodePlan(ArchSM100, &d, 3); !strings.Contains(why, "page size") {
 		t.Errorf("page 4 on sm100: %q", why)
 	}
+	d.PageSize, d.Q2K, d.TopK, d.BlkKV = 64, 0x9000, 8, 48 // sparse decode, blocks of 48 tokens: not box-aligned
+	if _, why := TCDecodePlan(ArchSM100, &d, 3); !strings.Contains(why, "blk_kv 48") {
+		t.Errorf("sparse decode with blk 48 on sm100: %q", why)
+	}
+	d.BlkKV = 128
+	if _, why := TCDecodePlan(ArchSM100, &d, 3); why != "" {
+		t.Errorf("sparse decode with blk 128 on sm100: %q", why)
+	}
 }
 
 // TestOperandAlignment checks the K/V (and Q, partial, plan array)

@@ -113,9 +113,9 @@ func runN(t testing.TB, l *layer, m G.VM, p *graphprof.Profiler, n int) {
 	}
 }
 
-// coverage profiles runs of the layer and returns the node times' sum over
-// the machine's RunAll time, with the report.
-func coverage(t *testing.T, opts ...graphprof.Option) (float64, graphprof.Report) {
+// coverage profiles runs of the layer (after 2 warm-up runs) and returns
+// the node times' sum over the machine's RunAll time, with the report.
+func coverage(t *testing.T, runs int, opts ...graphprof.Option) (float64, graphprof.Report) {
 	l := buildLayer(t)
 	p, err := graphprof.Attach(l.g, opts...)
 	must(t, err)
@@ -123,7 +123,6 @@ func coverage(t *testing.T, opts ...graphprof.Option) (float64, graphprof.Report
 	defer m.Close()
 	runN(t, l, m, p, 2) // warm-up
 	p.Reset()
-	const runs = 20
 	runN(t, l, m, p, runs)
 	r := p.Report()
 	if r.Runs != runs {
@@ -142,7 +141,7 @@ func coverage(t *testing.T, opts ...graphprof.Option) (float64, graphprof.Report
 func TestNodeTimesSumToRunAll(t *testing.T) {
 	var ratios []float64
 	for attempt := 0; attempt < 3; attempt++ {
-		ratio, r := coverage(t)
+		ratio, r := coverage(t, 20)
 		ratios = append(ratios, ratio)
 		if testing.Verbose() {
 			var b bytes.Buffer
@@ -178,7 +177,7 @@ func TestNodeTimesSumToRunAll(t *testing.T) {
 // TestCoverageCheckFails shows that the 5% check can fail: leaving the
 // matrix products unprofiled drops the covered share well below 95%.
 func TestCoverageCheckFails(t *testing.T) {
-	ratio, r := coverage(t, graphprof.Filter(func(n *G.Node) bool {
+	ratio, r := coverage(t, 5, graphprof.Filter(func(n *G.Node) bool {
 		return graphprof.DefaultKind(n.Op()) != "A × B"
 	}))
 	if r.Skipped != 4 {

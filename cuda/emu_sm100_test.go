@@ -1,17 +1,18 @@
 package cuda
 
-// Emulation of OUR logic in the SM100 prefill kernel (kernels/cuda/
-// sm100_fwd.cu, sm100_common.cuh, sm100_layout.cuh), statement for
+// Emulation of OUR logic in the SM100 kernels (kernels/cuda/sm100_fwd.cu,
+// sm100_decode.cu, sm100_common.cuh, sm100_layout.cuh), statement for
 // statement where it is index arithmetic, on the plan package's real
 // schedules, without a GPU: the CTA -> work item mapping, the K/V TMA box
 // origins and out-of-bounds edges for dense (ragged) and paged K/V, the
-// mbarrier phase and transaction-byte ledger for 0, 1 and many row tiles,
-// the tensor-memory and shared-memory regions, and the slot / partial
-// addressing. What it cannot check is the hardware's part (TMA, tcgen05,
+// mbarrier phase and transaction-byte ledger for 0, 1 and many row tiles
+// (prefill) and block visits (decode), the tensor-memory and shared-memory
+// regions, and the slot / partial addressing. What it cannot check is the hardware's part (TMA, tcgen05,
 // the swizzle as the MMA reads it): that runs only on an SM100 GPU.
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"regexp"
 	"slices"
@@ -663,5 +664,293 @@ func TestSM100KernelTable(t *testing.T) {
 				t.Errorf("%s: table %d B / %d cols, model %d B / %d cols", g.Name, g.DynSmem, g.TMEMCols, l.SmemBytes, l.TmemCols)
 			}
 		}
+	}
+}
+
+// emuSM100Decode runs sm100_decode.cu's logic for every CTA of the decode
+// schedule: the work-item decoding, the KV chunk, the row tiles of kDecRows
+// query-head rows, the block visits (dense: the chunk in 128-key spans;
+// sparse: the union of the tile's selected blocks in ascending order), the
+// paged K/V boxes of each visit with the barrier ledger (phases counted
+// across row tiles), and each row's visible keys. It returns, per output
+// row (partial row with split-KV, else final row), the K store rows the row
+// attends.
+func emuSM100Decode(t *testing.T, c *decodeCase, v SM100Variant) (written map[int][]int, maxTiles, emptyTiles int) {
+	t.Helper()
+	const R = sm100DecRows
+	l := SM100Dec(v, c.d)
+	elemBytes := 1
+	if v == SM100BF16 {
+		elemBytes = 2
+	}
+	kvd := E4M3
+	if v == SM100BF16 {
+		kvd = BF16
+	}
+	kmap, err := KVMapSpec("k", 1<<20, kvd, c.d, c.hkv, c.pageSize, c.numPages)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rawRow := v.rawRowBytes(c.d)
+	if kmap.Swizzle != spanOf(rawRow) {
+		t.Fatalf("host map swizzle %d, kernel box span %d", kmap.Swizzle, spanOf(rawRow))
+	}
+	s := c.sched
+	rows := c.batch * c.seqlenQ
+	written = map[int][]int{}
+	for w := 0; w < s.WorkCount; w++ {
+		if s.Valid[w] == 0 {
+			continue
+		}
+		h, b, qt, kt := int(s.KVHead[w]), int(s.Request[w]), int(s.QTileIdx[w]), int(s.KVTile[w])
+		seqused := int(c.seqused[b])
+		kvBegin, kvEnd := 0, seqused
+		if s.SplitKV {
+			span := s.ChunkPages * c.pageSize
+			kvBegin, kvEnd = min(kt*span, seqused), min((kt+1)*span, seqused)
+		}
+		nq := min(s.QTile, c.seqlenQ-qt*s.QTile)
+		nrows := nq * c.qhpk
+		if nrows <= 0 {
+			continue
+		}
+		obase := 0
+		if s.SplitKV {
+			obase = int(s.OIndptr[b]) + kt*s.QStride
+		}
+		barK, barV, barMMA := &mbar{name: "K", count: 1}, &mbar{name: "V", count: 1}, &mbar{name: "MMA", count: 1}
+		pageRow := c.pageTable[b*c.maxPages:]
+		nvis := 0
+		maxTiles = max(maxTiles, (nrows+R-1)/R)
+		for rt := 0; rt < nrows; rt += R {
+			visBefore := nvis
+			var orow, lim [R]int
+			for tid := 0; tid < R; tid++ {
+				orow[tid] = -1
+				if idx := rt + tid; idx < nrows {
+					i := qt*s.QTile + idx/c.qhpk
+					hq := h*c.qhpk + idx%c.qhpk
+					qrow := b*c.seqlenQ + i
+					if s.SplitKV {
+						orow[tid] = (obase+i)*c.hq + hq
+					} else {
+						orow[tid] = qrow*c.hq + hq
+					}
+					lim[tid] = min(seqused, seqused-c.seqlenQ+i+1)
+				}
+			}
+			keys := make([][]int, R)
+			cur, hi := kvBegin, kvEnd
+			if c.q2k != nil {
+				hi = kvBegin
+			}
+			prev := -1
+			var sel [R]bool
+			for {
+				if c.q2k != nil && cur >= hi {
+					jmin := math.MaxInt32
+					own := make([]int, R)
+					for tid := 0; tid < R; tid++ {
+						own[tid] = math.MaxInt32
+						if rt+tid < nrows {
+							i := qt*s.QTile + (rt+tid)/c.qhpk
+							list := c.q2k[(h*rows+b*c.seqlenQ+i)*c.topK : (h*rows+b*c.seqlenQ+i+1)*c.topK]
+							for _, j32 := range list {
+								j := int(j32)
+								if j > prev && j < own[tid] && j*c.blk < kvEnd && (j+1)*c.blk > kvBegin && j*c.blk < lim[tid] {
+									own[tid] = j
+								}
+							}
+						}
+						jmin = min(jmin, own[tid])
+					}
+					for tid := 0; tid < R; tid++ {
+						sel[tid] = jmin != math.MaxInt32 && own[tid] == jmin
+					}
+					if jmin == math.MaxInt32 {
+						break
+					}
+					if jmin <= prev {
+						t.Fatalf("item %d: block %d visited after %d", w, jmin, prev)
+					}
+					cur, hi, prev = max(kvBegin, jmin*c.blk), min(kvEnd, (jmin+1)*c.blk), jmin
+				}
+				if cur >= hi {
+					break
+				}
+				t0, nk := cur, min(sm100BlockKeys, hi-cur)
+				cur += sm100BlockKeys
+				// issue_kv_tile of K (and V) into the barrier ledger
+				tile := func(bar *mbar) map[int]int {
+					boxes, tx := sm100KVTile(rawRow, elemBytes, true, pageRow, c.pageSize, 0, h, t0, nk)
+					bar.arriveExpectTx(t, tx)
+					r := map[int]int{}
+					var sum int64
+					for _, bx := range boxes {
+						if bx.coord[1]+bx.extent[1] > c.pageSize {
+							t.Fatalf("item %d: box at key %d crosses a page end", w, t0)
+						}
+						rr, n := boxRows(bx, kmap.Dims, c.hkv, c.pageSize, spanOf(rawRow))
+						sum += n
+						if bx.coord[0] == 0 {
+							for k, v := range rr {
+								r[k] = v
+							}
+						}
+						bar.deliver(n)
+					}
+					if sum != tx {
+						t.Fatalf("item %d: %d tx bytes armed, %d delivered", w, tx, sum)
+					}
+					return r
+				}
+				kRows := tile(barK)
+				var vRows map[int]int
+				if !v.converted() {
+					vRows = tile(barV)
+				} else {
+					barK.wait(t, uint32(nvis&1))
+					vRows = tile(barV)
+				}
+				if !v.converted() {
+					barK.wait(t, uint32(nvis&1))
+				}
+				barMMA.commit(t) // S^T
+				barMMA.wait(t, uint32((2*nvis)&1))
+				barV.wait(t, uint32(nvis&1))
+				barMMA.commit(t) // O^T
+				barMMA.wait(t, uint32((2*nvis+1)&1))
+				nvis++
+				for tid := 0; tid < R; tid++ {
+					vis := 0
+					if c.q2k == nil || sel[tid] {
+						vis = min(max(lim[tid]-t0, 0), nk)
+					}
+					for r := 0; r < vis; r++ {
+						kr, ok := kRows[r]
+						if !ok || kr < 0 || vRows[r] != kr {
+							t.Fatalf("item %d: key %d (tile row %d) not loaded: K %d, V %d", w, t0+r, r, kr, vRows[r])
+						}
+						if want := c.pagedRow(b, h, t0+r); kr != want {
+							t.Fatalf("item %d: tile row %d is store row %d, key %d is %d", w, r, kr, t0+r, want)
+						}
+						keys[tid] = append(keys[tid], kr)
+					}
+				}
+			}
+			if nvis == visBefore {
+				emptyTiles++
+			}
+			for tid := 0; tid < R; tid++ {
+				if orow[tid] < 0 {
+					continue
+				}
+				if _, dup := written[orow[tid]]; dup {
+					t.Fatalf("item %d: output row %d written twice", w, orow[tid])
+				}
+				written[orow[tid]] = keys[tid]
+			}
+		}
+		for _, bar := range []*mbar{barK, barV, barMMA} {
+			if bar.completed != bar.waited {
+				t.Fatalf("item %d: barrier %s: %d phases completed, %d waited", w, bar.name, bar.completed, bar.waited)
+			}
+		}
+		if l.TmemCols > tmemColumns {
+			t.Fatal("TMEM")
+		}
+	}
+	return written, maxTiles, emptyTiles
+}
+
+// TestEmulatedSM100Decode: dense and sparse (q2k) decode, split-KV and not,
+// pages of 64 to 256 tokens, blocks of 128 and 256 tokens (two 128-key
+// spans), 1 and 2 row tiles, items with no visit: every output row is
+// written once and, over the KV chunks of its request, attends every
+// visible key of its selection exactly once.
+func TestEmulatedSM100Decode(t *testing.T) {
+	cases := []struct {
+		c *decodeCase
+		v SM100Variant
+	}{
+		{&decodeCase{name: "dense/split/page64", batch: 3, seqlenQ: 2, hkv: 2, qhpk: 16, d: 128, pageSize: 64, fixedSplit: 4,
+			seqused: []int32{1000, 130, 3}, qd: BF16, kvd: BF16}, SM100BF16},
+		{&decodeCase{name: "dense/nosplit/page256", batch: 2, seqlenQ: 1, hkv: 1, qhpk: 8, d: 64, pageSize: 256,
+			seqused: []int32{700, 2000}, qd: E4M3, kvd: E4M3}, SM100FP8},
+		{&decodeCase{name: "sparse/split/blk256", batch: 2, seqlenQ: 4, hkv: 2, qhpk: 8, d: 256, pageSize: 128, fixedSplit: 3,
+			topK: 4, blk: 256, seqused: []int32{1500, 900}, qd: BF16, kvd: E4M3}, SM100BF16FP8},
+		{&decodeCase{name: "sparse/auto/blk128", batch: 4, seqlenQ: 1, hkv: 4, qhpk: 16, d: 128, pageSize: 64,
+			topK: 8, blk: 128, seqused: []int32{6000, 300, 64, 1}, qd: E4M3, kvd: E4M3}, SM100FP8},
+		// 16 heads x 6 query tokens: two row tiles per item; sparse rows selecting nothing in a chunk
+		{&decodeCase{name: "sparse/split/two-tiles", batch: 2, seqlenQ: 6, hkv: 1, qhpk: 16, d: 64, pageSize: 128, fixedSplit: 2,
+			topK: 2, blk: 128, seqused: []int32{3000, 700}, qd: BF16, kvd: BF16}, SM100BF16},
+	}
+	maxTiles, empty := 0, 0
+	for _, tc := range cases {
+		c := tc.c
+		t.Run(c.name, func(t *testing.T) {
+			genDecode(t, c, 3)
+			blk := sm100PagedRows(c.pageSize)
+			if c.q2k != nil {
+				blk = c.blk
+			}
+			if !SM100PagedOK(c.pageSize, blk, spanOf(tc.v.rawRowBytes(c.d))) {
+				t.Fatal("case violates the launcher's precondition")
+			}
+			written, mt, et := emuSM100Decode(t, c, tc.v)
+			maxTiles, empty = max(maxTiles, mt), empty+et
+			got := map[int][]int{} // final row -> keys over all chunks
+			for b := 0; b < c.batch; b++ {
+				for i := 0; i < c.seqlenQ; i++ {
+					for hq := 0; hq < c.hq; hq++ {
+						r := (b*c.seqlenQ+i)*c.hq + hq
+						if !c.sched.SplitKV {
+							keys, ok := written[r]
+							if !ok {
+								t.Fatalf("row %d never written", r)
+							}
+							got[r] = keys
+							continue
+						}
+						for kt := 0; kt < int(c.sched.SplitCounts[b]); kt++ {
+							pr := (int(c.sched.OIndptr[b])+kt*c.sched.QStride+i)*c.hq + hq
+							keys, ok := written[pr]
+							if !ok {
+								t.Fatalf("partial row %d (request %d chunk %d) never written", pr, b, kt)
+							}
+							got[r] = append(got[r], keys...)
+						}
+					}
+				}
+			}
+			for b := 0; b < c.batch; b++ {
+				su := int(c.seqused[b])
+				for i := 0; i < c.seqlenQ; i++ {
+					lim := min(su, su-c.seqlenQ+i+1)
+					for hq := 0; hq < c.hq; hq++ {
+						h := hq / c.qhpk
+						var want []int
+						if c.q2k == nil {
+							for k := 0; k < lim; k++ {
+								want = append(want, c.pagedRow(b, h, k))
+							}
+						} else {
+							for _, blk := range c.selectedBlocks(h, b*c.seqlenQ+i) {
+								for k := blk * c.blk; k < min((blk+1)*c.blk, lim); k++ {
+									want = append(want, c.pagedRow(b, h, k))
+								}
+							}
+						}
+						r := (b*c.seqlenQ+i)*c.hq + hq
+						if !slices.Equal(got[r], want) {
+							t.Fatalf("request %d query %d head %d: %d keys, want %d", b, i, hq, len(got[r]), len(want))
+						}
+					}
+				}
+			}
+		})
+	}
+	if maxTiles < 2 || empty == 0 {
+		t.Errorf("the cases reach %d row tiles per item and %d row tiles without a visit: want >= 2 and >= 1", maxTiles, empty)
 	}
 }

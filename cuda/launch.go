@@ -59,7 +59,8 @@ type Kernels struct {
 	gen      uint64   // bumped by every scratch upload: a Prepared is valid while it is unchanged
 	last     []string // kernels of the last call (for the GPU check's report)
 	closed   bool
-	fallback map[string]string // tensor-core kernel -> why it did not run (last time)
+	fallback map[string]string            // tensor-core kernel -> why it did not run (last time)
+	memFree  func(driver.DevicePtr) error // driver.MemFree; replaced by tests
 }
 
 type tcKernel struct {
@@ -238,8 +239,12 @@ func (k *Kernels) Close(ctx Runner) error {
 	k.closed = true
 	return run(ctx, func() error {
 		var errs []error
+		free := driver.MemFree
+		if k.memFree != nil {
+			free = k.memFree
+		}
 		for role, b := range k.bufs {
-			if err := driver.MemFree(b.ptr); err != nil {
+			if err := free(b.ptr); err != nil {
 				errs = append(errs, fmt.Errorf("cuda: freeing %s: %w", role, err))
 			}
 		}

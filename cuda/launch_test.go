@@ -4,6 +4,8 @@ package cuda
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
@@ -67,4 +69,35 @@ func TestKernelsClosedConcurrent(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// TestCloseFreesAll: Close tries every buffer even when some frees fail,
+// returns all failures joined, forgets the buffers and the tensor maps,
+// and a second Close does nothing.
+func TestCloseFreesAll(t *testing.T) {
+	var freed []driver.DevicePtr
+	k := &Kernels{
+		bufs:  map[string]*devBuf{"a": {ptr: 0x100, size: 16}, "b": {ptr: 0x200, size: 16}, "c": {ptr: 0x300, size: 16}},
+		tmaps: map[string]driver.TensorMap{"m": {}},
+		memFree: func(p driver.DevicePtr) error {
+			freed = append(freed, p)
+			if p != 0x200 {
+				return fmt.Errorf("free %#x failed", uint64(p))
+			}
+			return nil
+		},
+	}
+	err := k.Close(nil)
+	if len(freed) != 3 {
+		t.Fatalf("freed %d of 3 buffers", len(freed))
+	}
+	if err == nil || !strings.Contains(err.Error(), "0x100") || !strings.Contains(err.Error(), "0x300") {
+		t.Fatalf("Close: %v, want both failures", err)
+	}
+	if len(k.bufs) != 0 || len(k.tmaps) != 0 {
+		t.Error("buffers or tensor maps kept after Close")
+	}
+	if err := k.Close(nil); err != nil || len(freed) != 3 {
+		t.Errorf("second Close: %v, %d frees", err, len(freed))
+	}
 }

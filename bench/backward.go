@@ -22,7 +22,11 @@ import (
 // backward recomputes QK^T and does four more products of that size); the
 // forward's are 4*D per visible (query, head, key). The BF16 forward
 // (op.SparseAttenFunc with BF16 inputs and a prebuilt schedule) of the same
-// problem is timed too, for the ratio to the inference kernels.
+// problem is timed too, for the ratio to the inference kernels. Besides
+// wall-clock GFLOP/s the table gives GFLOP per CPU-second of this process
+// (getrusage, all workers): on a machine shared with other processes the
+// wall-clock figures measure the share of the CPUs the run got, the
+// per-CPU-second ones what the code does while it runs.
 
 // backwardRow is one (case, workers) measurement.
 type backwardRow struct {
@@ -30,6 +34,8 @@ type backwardRow struct {
 	workers               int
 	fwdBF16, fwdF32, bwd  time.Duration
 	repsBF16, repsF32, rB int
+	cpuBF16, cpuF32       float64 // process CPU seconds per call (all workers)
+	cpuBwd                float64
 	flops                 float64 // forward flops
 	load                  loadStats
 	err                   error
@@ -107,6 +113,7 @@ func timeBackward(cfg *config, c caseSpec, p *prefillProb, q, k, v, dO *tensor.D
 		return err
 	}
 	bf := op.SparseArgs{CuSeqlensQ: p.cuQ, CuSeqlensK: p.cuK, BlkKV: c.Blk, Causal: true, Schedule: sched, Workers: w}
+	cpuB := readCPUSample().self
 	if r.fwdBF16, _, r.repsBF16, err = timeIt(minTime, 3, 1000, func() error {
 		_, err := op.SparseAttenFunc(p.q, p.k, p.v, p.rowPtr, p.qIdx, c.TopK, bf)
 		return err
@@ -115,6 +122,8 @@ func timeBackward(cfg *config, c caseSpec, p *prefillProb, q, k, v, dO *tensor.D
 	}
 	args := op.SparseArgs{CuSeqlensQ: p.cuQ, CuSeqlensK: p.cuK, BlkKV: c.Blk, Causal: true, ReturnSoftmaxLSE: true, Workers: w}
 	var res *op.Result
+	cpu0 := readCPUSample().self
+	r.cpuBF16 = (cpu0 - cpuB) / float64(r.repsBF16+1)
 	if r.fwdF32, _, r.repsF32, err = timeIt(minTime, 3, 1000, func() error {
 		var err error
 		res, err = op.SparseAttenFunc(q, k, v, p.rowPtr, p.qIdx, c.TopK, args)
@@ -122,10 +131,14 @@ func timeBackward(cfg *config, c caseSpec, p *prefillProb, q, k, v, dO *tensor.D
 	}, nil); err != nil {
 		return err
 	}
+	cpu1 := readCPUSample().self
 	r.bwd, _, r.rB, err = timeIt(minTime, 3, 1000, func() error {
 		_, err := op.SparseAttenBackwardFunc(q, k, v, res.Out, res.LSE, dO, nil, p.rowPtr, p.qIdx, c.TopK, args)
 		return err
 	}, nil)
+	cpu2 := readCPUSample().self
+	r.cpuF32 = (cpu1 - cpu0) / float64(r.repsF32+1) // timeIt's warm-up call included
+	r.cpuBwd = (cpu2 - cpu1) / float64(r.rB+1)
 	return err
 }
 
@@ -134,7 +147,7 @@ func timeBackward(cfg *config, c caseSpec, p *prefillProb, q, k, v, dO *tensor.D
 func printBackwardTable(w *os.File, cfg *config, rows []*backwardRow) {
 	fmt.Fprintf(w, "\nbackward group: float32 training path, Hq 16, Hkv 1, D 128, causal, topK %d, blk_kv 128; median times; backward flops = 2.5 x forward\n", cfg.topK)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "case\tworkers\tfwd bf16 ms\tGFLOP/s\tfwd f32 ms\tGFLOP/s\tbwd ms\tGFLOP/s\tbwd/fwd f32\tbwd/fwd bf16\tscaling fwd f32\tscaling bwd\tothers CPU\tload\t")
+	fmt.Fprintln(tw, "case\tworkers\tfwd bf16 ms\tGFLOP/s\tfwd f32 ms\tGFLOP/s\tbwd ms\tGFLOP/s\tbwd/fwd f32\tbwd/fwd bf16\tscaling fwd f32\tscaling bwd\tfwd bf16 GFLOP/CPU-s\tfwd f32 GFLOP/CPU-s\tbwd GFLOP/CPU-s\tbwd/fwd f32 per CPU-s\tbwd/fwd bf16 per CPU-s\tothers CPU\tload\t")
 	gf := func(flops float64, d time.Duration) float64 {
 		if d <= 0 {
 			return 0
@@ -162,8 +175,16 @@ func printBackwardTable(w *os.File, cfg *config, rows []*backwardRow) {
 		if r.load.ok {
 			others = pct(100*r.load.others) + "%"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.0f%%\t%.0f%%\t%s\t%s\t%s\t%.1f->%.1f\t\n",
-			r.name, r.workers, ms(r.fwdBF16), fb, ms(r.fwdF32), ff, ms(r.bwd), bw, 100*bw/ff, 100*bw/fb, sf, sb, others, r.load.loadStart, r.load.loadEnd)
+		perCPU := func(flops, sec float64) float64 {
+			if sec <= 0 {
+				return 0
+			}
+			return flops / sec / 1e9
+		}
+		pb, pf, pw := perCPU(r.flops, r.cpuBF16), perCPU(r.flops, r.cpuF32), perCPU(2.5*r.flops, r.cpuBwd)
+		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.0f%%\t%.0f%%\t%s\t%s\t%.1f\t%.1f\t%.1f\t%.0f%%\t%.0f%%\t%s\t%.1f->%.1f\t\n",
+			r.name, r.workers, ms(r.fwdBF16), fb, ms(r.fwdF32), ff, ms(r.bwd), bw, 100*bw/ff, 100*bw/fb, sf, sb,
+			pb, pf, pw, 100*pw/pf, 100*pw/pb, others, r.load.loadStart, r.load.loadEnd)
 	}
 	tw.Flush()
 }

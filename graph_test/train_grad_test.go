@@ -23,7 +23,7 @@ type gradCase struct {
 	causal, paged         bool
 	q, k, v, w            *tensor.Dense
 	q2k, cuQ, cuK         *tensor.Dense
-	pageTable             *tensor.Dense
+	pageTable, seqused    *tensor.Dense
 }
 
 // newGradCase draws the data of a case.
@@ -61,6 +61,17 @@ func newGradCase(rng *rand.Rand, name string, seqQ, seqK []int, hq, hkv, d, topK
 	return c
 }
 
+// withSeqused gives a paged case seqused_k = its key lengths (shorter than
+// the page table's capacity, so the last used page is partly beyond it).
+func withSeqused(c *gradCase) *gradCase {
+	su := make([]int32, len(c.seqK))
+	for b, n := range c.seqK {
+		su[b] = int32(n)
+	}
+	c.seqused = i32([]int{len(su)}, su)
+	return c
+}
+
 // maxSeqK returns the longest key sequence.
 func (c *gradCase) maxSeqK() int {
 	m := 1
@@ -78,7 +89,7 @@ func (c *gradCase) eager(t *testing.T) *op.Gradients {
 	args := op.SparseArgs{CuSeqlensQ: c.cuQ, CuSeqlensK: c.cuK, BlkKV: c.blk, Causal: c.causal,
 		ReturnSoftmaxLSE: true, Workers: 2}
 	if c.paged {
-		args.PageTable = c.pageTable
+		args.PageTable, args.SequsedK = c.pageTable, c.seqused
 	}
 	res, err := op.SparseAttenFunc(c.q, c.k, c.v, rp, qi, c.topK, args)
 	must(t, err)
@@ -106,7 +117,11 @@ func (c *gradCase) graph(t *testing.T, bf16 bool) (g *G.ExprGraph, cost *G.Node,
 		opts = append(opts, op.Causal())
 	}
 	if c.paged {
-		opts = append(opts, op.Paged(input(g, "page_table", c.pageTable), nil))
+		var su *G.Node
+		if c.seqused != nil {
+			su = input(g, "seqused_k", c.seqused)
+		}
+		opts = append(opts, op.Paged(input(g, "page_table", c.pageTable), su))
 	}
 	aq, ak, av := q, k, v
 	if bf16 {
@@ -138,6 +153,7 @@ func gradCases() []*gradCase {
 		newGradCase(rng, "dense_causal_g4", []int{40, 0, 25}, []int{70, 9, 50}, 8, 2, 16, 3, 16, true, false),
 		newGradCase(rng, "dense_g1", []int{33, 20}, []int{64, 40}, 2, 2, 8, 2, 8, false, false),
 		newGradCase(rng, "paged_causal_g2", []int{30, 17}, []int{64, 48}, 4, 2, 16, 2, 16, true, true),
+		withSeqused(newGradCase(rng, "paged_seqused_g4", []int{20, 0, 11}, []int{45, 3, 30}, 4, 1, 32, 3, 16, false, true)),
 	}
 }
 

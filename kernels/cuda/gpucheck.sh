@@ -85,5 +85,9 @@ OUTDIR="${OUT:-$PWD/gpucheck-out}"
 start=$(date +%s)
 timeout --kill-after=10 "$LIMIT" "$BIN" -out "$OUTDIR" -budget "$((LIMIT - 40))s"
 rc=$?
-echo "gpucheck.sh: exit $rc after $(( $(date +%s) - start )) s; report in $OUTDIR" >&2
+if [[ -f "$OUTDIR/gpucheck.md" ]]; then
+    echo "gpucheck.sh: exit $rc after $(( $(date +%s) - start )) s; report in $OUTDIR" >&2
+else
+    echo "gpucheck.sh: exit $rc after $(( $(date +%s) - start )) s; no report" >&2
+fi
 exit $rc

@@ -414,11 +414,19 @@ func (k *Kernels) tcStep(p *TCPlan, params []byte) (st step, ok bool, why string
 		return st, false, "not in the fatbin"
 	}
 	smem := p.SmemBytes
-	if g, ok := sm100Table[p.Name]; ok { // the kernel engineers' launch data wins over the Go model
-		if g.Threads != kern.threads {
-			return st, false, fmt.Sprintf("launch table says %d threads, the kernel's launch bound %d", g.Threads, kern.threads)
+	// The kernel engineers' launch data (names_sm100.go,
+	// names_hopper_ampere.go) wins over the Go model.
+	threads, dyn, known := 0, 0, false
+	if g, ok := sm100Table[p.Name]; ok {
+		threads, dyn, known = g.Threads, g.DynSmem, true
+	} else if g, ok := cudakernels.HopperAmpereLaunch[p.Name]; ok {
+		threads, dyn, known = g.Threads, g.DynSmem, true
+	}
+	if known {
+		if threads != kern.threads {
+			return st, false, fmt.Sprintf("launch table says %d threads, the kernel's launch bound %d", threads, kern.threads)
 		}
-		smem = g.DynSmem
+		smem = dyn
 	}
 	if smem == 0 {
 		smem = k.smemOpt // geometry not known here: the device's opt-in maximum always suffices

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	cudakernels "github.com/sparseattn/msa/kernels/cuda"
 	"github.com/sparseattn/msa/kernels/plan"
 )
 
@@ -354,4 +355,29 @@ func cmpInts(a, b []int32) int {
 		}
 	}
 	return 0
+}
+
+// TestHopperAmpereTable: every kernel of the Hopper / Ampere launch table
+// (kernels/cuda/names_hopper_ampere.go) is a name the launcher looks up for
+// its family, with a launch the device limits allow.
+func TestHopperAmpereTable(t *testing.T) {
+	if len(cudakernels.HopperAmpereLaunch) == 0 {
+		t.Fatal("empty Hopper / Ampere launch table")
+	}
+	for name, g := range cudakernels.HopperAmpereLaunch {
+		arch := ArchSM90
+		if strings.HasPrefix(name, "msa_sm80_") {
+			arch = ArchSM80
+		}
+		if !slices.Contains(TCNames(arch), name) {
+			t.Errorf("%s: not a name the launcher looks up for %s", name, arch)
+		}
+		limit := 232448 // sm_90 opt-in shared memory per block
+		if arch == ArchSM80 {
+			limit = 101376 // sm_86 / sm_89 (the sm_80 kernels launch there too)
+		}
+		if g.Threads < 32 || g.Threads%32 != 0 || g.Threads > 1024 || g.DynSmem < 0 || g.DynSmem > limit {
+			t.Errorf("%s: %d threads, %d B dynamic shared memory", name, g.Threads, g.DynSmem)
+		}
+	}
 }

@@ -5,7 +5,9 @@ package grad
 // primitives, dot4 (four dot products sharing one operand) and axpy4 (one
 // row plus a combination of four rows). Each primitive has a portable Go
 // version and, on amd64, an AVX2+FMA version (vec_amd64.s) used when simd
-// is set (useAsm). Results depend only on the inputs and simd (fixed
+// is set (useAsm); with simd, pairs of rows run through the two-row
+// versions dot2x4 and axpy4x2, which load each shared operand chunk once
+// for both rows. Results depend only on the inputs and simd (fixed
 // summation orders), never on the worker count.
 
 // dot returns sum_c a[c]*b[c] over len(a) elements, summed in four
@@ -58,12 +60,31 @@ func row(x []float32, i, d int) []float32 { return x[i*d : (i+1)*d] }
 // scoresNT sets s[r*ld+i] = scale * (a_r . b_i) for rows r < m and keys
 // i < cnt[r]; a is [m][d], b is [n][d]. Keys are taken four at a time (the
 // last group repeats its last key); entries at i >= cnt[r] are left alone.
+// With simd, two consecutive rows with the same count run together
+// (dot2x4: each key chunk is loaded once for both rows); which rows pair up
+// depends only on the counts, so results do not depend on the worker count.
 func scoresNT(simd bool, s []float32, ld int, a []float32, m int, b []float32, d int, cnt []int32, scale float32) {
 	var out [4]float32
+	var out8 [8]float32
 	for r := 0; r < m; r++ {
 		ar := row(a, r, d)
 		n := int(cnt[r])
 		sr := s[r*ld : r*ld+n]
+		if simd && r+1 < m && int(cnt[r+1]) == n && n > 0 {
+			ar1 := row(a, r+1, d)
+			sr1 := s[(r+1)*ld : (r+1)*ld+n]
+			last := n - 1
+			for i := 0; i < n; i += 4 {
+				b0, b1, b2, b3 := row(b, i, d), row(b, min(i+1, last), d), row(b, min(i+2, last), d), row(b, min(i+3, last), d)
+				dot2x4AVX2(&ar[0], &ar1[0], &b0[0], &b1[0], &b2[0], &b3[0], d, &out8)
+				for j := 0; j < 4 && i+j < n; j++ {
+					sr[i+j] = scale * out8[j]
+					sr1[i+j] = scale * out8[4+j]
+				}
+			}
+			r++
+			continue
+		}
 		for i := 0; i < n; i += 4 {
 			last := n - 1
 			dot4(simd, ar, row(b, i, d), row(b, min(i+1, last), d), row(b, min(i+2, last), d), row(b, min(i+3, last), d), &out)
@@ -78,25 +99,49 @@ func scoresNT(simd bool, s []float32, ld int, a []float32, m int, b []float32, d
 // (dK, dV of a block), w is [m][ld] (dS or P), a is [m][d] (Q or dO).
 // Rows are taken four at a time (a last, partial group gets zero weights),
 // so each c_i is read and written once per four rows; groups whose four
-// weights are all zero (masked keys) are skipped.
+// weights are all zero (masked keys) are skipped. With simd, two keys run
+// together (axpy4x2: each row chunk of a loaded once), with the same
+// per-element operations as two axpy4 calls.
 func accTN(simd bool, c []float32, n int, w []float32, ld int, a []float32, m, d int) {
-	var wt [4]float32
+	var wt [8]float32
 	var ar [4][]float32
+	weights := func(dst []float32, r, i int) bool {
+		zero := true
+		for j := 0; j < 4; j++ {
+			dst[j] = 0
+			if r+j < m {
+				dst[j] = w[(r+j)*ld+i]
+			}
+			zero = zero && dst[j] == 0
+		}
+		return zero
+	}
 	for r := 0; r < m; r += 4 {
 		for j := 0; j < 4; j++ {
 			ar[j] = row(a, min(r+j, m-1), d)
 		}
 		for i := 0; i < n; i++ {
-			zero := true
-			for j := 0; j < 4; j++ {
-				wt[j] = 0
-				if r+j < m {
-					wt[j] = w[(r+j)*ld+i]
+			z0 := weights(wt[:4], r, i)
+			if simd && i+1 < n {
+				z1 := weights(wt[4:], r, i+1)
+				if !z0 && !z1 {
+					c0, c1 := row(c, i, d), row(c, i+1, d)
+					axpy4x2AVX2(&c0[0], &c1[0], &ar[0][0], &ar[1][0], &ar[2][0], &ar[3][0], d, &wt)
+					i++
+					continue
 				}
-				zero = zero && wt[j] == 0
+				if z0 && !z1 {
+					copy(wt[:4], wt[4:])
+					axpy4(simd, (*[4]float32)(wt[:4]), ar[0], ar[1], ar[2], ar[3], row(c, i+1, d))
+				}
+				if !z0 && z1 {
+					axpy4(simd, (*[4]float32)(wt[:4]), ar[0], ar[1], ar[2], ar[3], row(c, i, d))
+				}
+				i++
+				continue
 			}
-			if !zero {
-				axpy4(simd, &wt, ar[0], ar[1], ar[2], ar[3], row(c, i, d))
+			if !z0 {
+				axpy4(simd, (*[4]float32)(wt[:4]), ar[0], ar[1], ar[2], ar[3], row(c, i, d))
 			}
 		}
 	}
@@ -108,10 +153,30 @@ func accTN(simd bool, c []float32, n int, w []float32, ld int, a []float32, m, d
 // weights).
 func accNN(simd bool, c []float32, m int, w []float32, ld int, b []float32, d int, cnt []int32) {
 	var wt [4]float32
+	var wt8 [8]float32
 	for r := 0; r < m; r++ {
 		cr := row(c, r, d)
 		n := int(cnt[r])
 		wr := w[r*ld : r*ld+n]
+		if simd && r+1 < m && int(cnt[r+1]) == n && n > 0 {
+			// Two rows with the same keys: axpy4x2 (same per-element
+			// operations as two axpy4 calls).
+			cr1 := row(c, r+1, d)
+			wr1 := w[(r+1)*ld : (r+1)*ld+n]
+			last := n - 1
+			for i := 0; i < n; i += 4 {
+				for j := 0; j < 4; j++ {
+					wt8[j], wt8[4+j] = 0, 0
+					if i+j < n {
+						wt8[j], wt8[4+j] = wr[i+j], wr1[i+j]
+					}
+				}
+				b0, b1, b2, b3 := row(b, i, d), row(b, min(i+1, last), d), row(b, min(i+2, last), d), row(b, min(i+3, last), d)
+				axpy4x2AVX2(&cr[0], &cr1[0], &b0[0], &b1[0], &b2[0], &b3[0], d, &wt8)
+			}
+			r++
+			continue
+		}
 		for i := 0; i < n; i += 4 {
 			for j := 0; j < 4; j++ {
 				wt[j] = 0

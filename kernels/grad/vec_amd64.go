@@ -22,3 +22,15 @@ func axpy4AVX2(y, x0, x1, x2, x3 *float32, n int, a *[4]float32)
 // kernels: when tile's active tier (the one dispatch point, tile.SetTier)
 // is a SIMD tier, all of which imply AVX2 and FMA, and d % 16 == 0.
 func useAsm(d int) bool { return d%16 == 0 && tile.Tier() != "generic" }
+
+// dot2x4AVX2 sets out[4*i+j] = sum_c ai[c]*bj[c] over n elements
+// (n % 8 == 0) for rows a0, a1 and keys b0..b3.
+//
+//go:noescape
+func dot2x4AVX2(a0, a1, b0, b1, b2, b3 *float32, n int, out *[8]float32)
+
+// axpy4x2AVX2 is axpy4AVX2 on rows y0 (weights w[0:4]) and y1 (weights
+// w[4:8]) sharing x0..x3, over n elements (n % 8 == 0).
+//
+//go:noescape
+func axpy4x2AVX2(y0, y1, x0, x1, x2, x3 *float32, n int, w *[8]float32)

@@ -52,6 +52,7 @@
 // The forward is query-major like the dQ pass and shares its score code
 // (online softmax over the query's blocks in ascending order).
 //
-// The float32 building blocks (matmul.go) are plain Go loops with AVX2+FMA
-// versions (vec_amd64.s) selected through kernels/tile's active tier.
+// The float32 building blocks (matmul.go, and the exponentials of
+// scores.go) are plain Go loops with AVX2+FMA versions (vec_amd64.s)
+// selected through kernels/tile's active tier.
 package grad

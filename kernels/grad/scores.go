@@ -44,6 +44,21 @@ func exp32(x float32) float32 {
 	return p * math.Float32frombits(uint32(k+127)<<23)
 }
 
+// expSub sets x[i] = e^(x[i] - sub): with simd the AVX2 kernel on whole
+// groups of eight (exp32's algorithm with FMAs; results below 2^-125 flush
+// to 0), exp32 on the rest.
+func expSub(simd bool, x []float32, sub float32) {
+	n := 0
+	if simd && haveAsm {
+		if n = len(x) &^ 7; n > 0 {
+			expSubAVX2(&x[0], n, sub)
+		}
+	}
+	for i := n; i < len(x); i++ {
+		x[i] = exp32(x[i] - sub)
+	}
+}
+
 // finite reports whether x is neither infinite nor NaN.
 func finite(x float32) bool { return !math.IsInf(float64(x), 0) && !math.IsNaN(float64(x)) }
 
@@ -64,10 +79,9 @@ func (wk *worker) gradProbs(q, do []float32, m int, kb, vb []float32, n int, lse
 		s := wk.s[r*ld : r*ld+n]
 		dp := wk.dp[r*ld : r*ld+n]
 		l, dl := lse[r], dlt[r]
+		expSub(wk.simd, s[:c], l)
 		for i := 0; i < c; i++ {
-			pv := exp32(s[i] - l)
-			s[i] = pv
-			dp[i] = scale * pv * (dp[i] - dl)
+			dp[i] = scale * s[i] * (dp[i] - dl)
 		}
 		clear(s[c:])
 		clear(dp[c:])
@@ -100,9 +114,8 @@ func (wk *worker) onlineSoftmax(m int, cnt []int32) {
 			wk.mx[r] = mx
 		}
 		sum := float32(0)
-		for i, x := range s {
-			pv := exp32(x - mx)
-			s[i] = pv
+		expSub(wk.simd, s, mx)
+		for _, pv := range s {
 			sum += pv
 		}
 		wk.sum[r] += sum

@@ -194,3 +194,90 @@ a42loop:
 a42done:
 	VZEROUPPER
 	RET
+
+// Polynomial coefficients of expSubAVX2 (those of exp32), eight lanes each.
+#define VEC8(name, bits) \
+	DATA name<>+0(SB)/4, $bits \
+	DATA name<>+4(SB)/4, $bits \
+	DATA name<>+8(SB)/4, $bits \
+	DATA name<>+12(SB)/4, $bits \
+	DATA name<>+16(SB)/4, $bits \
+	DATA name<>+20(SB)/4, $bits \
+	DATA name<>+24(SB)/4, $bits \
+	DATA name<>+28(SB)/4, $bits \
+	GLOBL name<>(SB), RODATA|NOPTR, $32
+
+VEC8(expc2, 0x3f000000)
+VEC8(expc3, 0x3e2aaaab)
+VEC8(expc4, 0x3d2aaaab)
+VEC8(expc5, 0x3c088889)
+VEC8(expc6, 0x3ab60b61)
+VEC8(expc7, 0x39500d01)
+
+// func expSubAVX2(s *float32, n int, sub float32)
+// s[i] = e^(s[i] - sub) for i < n, n a multiple of 8: exp32's reduction
+// x = k ln2 + r (k rounded to nearest even) and degree-7 polynomial, with
+// FMAs. x < -87 (results below 2^-125) gives 0, x is clamped to 88 above
+// (the callers pass x <= 0), NaN stays NaN.
+TEXT ·expSubAVX2(SB), NOSPLIT, $0-20
+	MOVQ         s+0(FP), DI
+	MOVQ         n+8(FP), CX
+	VBROADCASTSS sub+16(FP), Y15
+	MOVL         $0x3fb8aa3b, AX // log2(e)
+	MOVD         AX, X14
+	VBROADCASTSS X14, Y14
+	MOVL         $0x3f318000, AX // ln2 high part
+	MOVD         AX, X13
+	VBROADCASTSS X13, Y13
+	MOVL         $0xb95e8083, AX // ln2 low part
+	MOVD         AX, X12
+	VBROADCASTSS X12, Y12
+	MOVL         $0x3f800000, AX // 1
+	MOVD         AX, X11
+	VBROADCASTSS X11, Y11
+	MOVL         $0xc2ae0000, AX // -87
+	MOVD         AX, X10
+	VBROADCASTSS X10, Y10
+	MOVL         $0x42b00000, AX // 88
+	MOVD         AX, X9
+	VBROADCASTSS X9, Y9
+	MOVL         $127, AX
+	MOVD         AX, X8
+	VPBROADCASTD X8, Y8
+	XORQ         AX, AX
+
+exploop:
+	CMPQ         AX, CX
+	JGE          expdone
+	VMOVUPS      (DI)(AX*4), Y0
+	VSUBPS       Y15, Y0, Y0            // x
+	VCMPPS       $0x1d, Y10, Y0, Y1     // x >= -87 (false for NaN)
+	VCMPPS       $3, Y0, Y0, Y7         // x is NaN
+	VMINPS       Y9, Y0, Y0
+	VMAXPS       Y10, Y0, Y0
+	VMULPS       Y14, Y0, Y2
+	VROUNDPS     $0, Y2, Y2             // k
+	VMOVAPS      Y0, Y3
+	VFNMADD231PS Y13, Y2, Y3
+	VFNMADD231PS Y12, Y2, Y3            // r = x - k ln2
+	VMOVUPS      expc7<>(SB), Y4
+	VFMADD213PS  expc6<>(SB), Y3, Y4
+	VFMADD213PS  expc5<>(SB), Y3, Y4
+	VFMADD213PS  expc4<>(SB), Y3, Y4
+	VFMADD213PS  expc3<>(SB), Y3, Y4
+	VFMADD213PS  expc2<>(SB), Y3, Y4
+	VFMADD213PS  Y11, Y3, Y4
+	VFMADD213PS  Y11, Y3, Y4            // p(r)
+	VCVTPS2DQ    Y2, Y5
+	VPADDD       Y8, Y5, Y5
+	VPSLLD       $23, Y5, Y5            // 2^k
+	VMULPS       Y5, Y4, Y4
+	VANDPS       Y1, Y4, Y4
+	VORPS        Y7, Y4, Y4
+	VMOVUPS      Y4, (DI)(AX*4)
+	ADDQ         $8, AX
+	JMP          exploop
+
+expdone:
+	VZEROUPPER
+	RET

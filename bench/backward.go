@@ -38,6 +38,7 @@ type backwardRow struct {
 	cpuBwd                float64
 	flops                 float64 // forward flops
 	load                  loadStats
+	verify                string // -verify: "ok", "FAIL: ..." or "" (not run)
 	err                   error
 }
 
@@ -139,15 +140,66 @@ func timeBackward(cfg *config, c caseSpec, p *prefillProb, q, k, v, dO *tensor.D
 	cpu2 := readCPUSample().self
 	r.cpuF32 = (cpu1 - cpu0) / float64(r.repsF32+1) // timeIt's warm-up call included
 	r.cpuBwd = (cpu2 - cpu1) / float64(r.rB+1)
-	return err
+	if err != nil || !cfg.verify {
+		return err
+	}
+	gr, err := op.SparseAttenBackwardFunc(q, k, v, res.Out, res.LSE, dO, nil, p.rowPtr, p.qIdx, c.TopK, args)
+	if err != nil {
+		return err
+	}
+	r.verify = verifyBackward(res, dO, gr)
+	if r.verify != "ok" {
+		return fmt.Errorf("verify: %s", r.verify)
+	}
+	return nil
 }
+
+// verifyBackward checks two exact identities of the backward (without
+// dLSE) in float64, per KV head and column c: the dV rows sum to the dO
+// rows of every (query, head) that sees a key (the probabilities of a row
+// sum to 1), and the dK rows sum to 0 (the dS of a row sum to
+// dO.O - Delta = 0). Tolerance: 1e-4 of the sum of the terms' magnitudes.
+func verifyBackward(res *op.Result, dO *tensor.Dense, gr *op.Gradients) string {
+	qs, ks := res.Out.Shape(), gr.DK.Shape()
+	hq, hkv, d := qs[1], ks[1], qs[2]
+	lse := res.LSE.Data().([]float32)
+	do := dO.Data().([]float32)
+	dk, dv := gr.DK.Data().([]float32), gr.DV.Data().([]float32)
+	for h := 0; h < hkv; h++ {
+		for c := 0; c < d; c++ {
+			var sumV, sumK, absV, absK, want float64
+			for t := 0; t < ks[0]; t++ {
+				x, y := float64(dv[(t*hkv+h)*d+c]), float64(dk[(t*hkv+h)*d+c])
+				sumV, absV = sumV+x, absV+abs(x)
+				sumK, absK = sumK+y, absK+abs(y)
+			}
+			for q := 0; q < qs[0]; q++ {
+				for g := h * hq / hkv; g < (h+1)*hq/hkv; g++ {
+					if l := lse[q*hq+g]; l == l && l > -1e30 {
+						x := float64(do[(q*hq+g)*d+c])
+						want, absV = want+x, absV+abs(x)
+					}
+				}
+			}
+			if e := abs(sumV - want); e > 1e-4*max(absV, 1) {
+				return fmt.Sprintf("FAIL: head %d column %d: sum dV = %g, sum dO = %g", h, c, sumV, want)
+			}
+			if abs(sumK) > 1e-4*max(absK, 1) {
+				return fmt.Sprintf("FAIL: head %d column %d: sum dK = %g, want 0", h, c, sumK)
+			}
+		}
+	}
+	return "ok"
+}
+
+func abs(x float64) float64 { return max(x, -x) }
 
 // printBackwardTable prints the group's table: GFLOP/s of each pass, the
 // backward's ratio to both forwards and the 2-worker scaling.
 func printBackwardTable(w *os.File, cfg *config, rows []*backwardRow) {
 	fmt.Fprintf(w, "\nbackward group: float32 training path, Hq 16, Hkv 1, D 128, causal, topK %d, blk_kv 128; median times; backward flops = 2.5 x forward\n", cfg.topK)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "case\tworkers\tfwd bf16 ms\tGFLOP/s\tfwd f32 ms\tGFLOP/s\tbwd ms\tGFLOP/s\tbwd/fwd f32\tbwd/fwd bf16\tscaling fwd f32\tscaling bwd\tfwd bf16 GFLOP/CPU-s\tfwd f32 GFLOP/CPU-s\tbwd GFLOP/CPU-s\tbwd/fwd f32 per CPU-s\tbwd/fwd bf16 per CPU-s\tothers CPU\tload\t")
+	fmt.Fprintln(tw, "case\tworkers\tfwd bf16 ms\tGFLOP/s\tfwd f32 ms\tGFLOP/s\tbwd ms\tGFLOP/s\tbwd/fwd f32\tbwd/fwd bf16\tscaling fwd f32\tscaling bwd\tfwd bf16 GFLOP/CPU-s\tfwd f32 GFLOP/CPU-s\tbwd GFLOP/CPU-s\tbwd/fwd f32 per CPU-s\tbwd/fwd bf16 per CPU-s\tverify\tothers CPU\tload\t")
 	gf := func(flops float64, d time.Duration) float64 {
 		if d <= 0 {
 			return 0
@@ -182,9 +234,17 @@ func printBackwardTable(w *os.File, cfg *config, rows []*backwardRow) {
 			return flops / sec / 1e9
 		}
 		pb, pf, pw := perCPU(r.flops, r.cpuBF16), perCPU(r.flops, r.cpuF32), perCPU(2.5*r.flops, r.cpuBwd)
-		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.0f%%\t%.0f%%\t%s\t%s\t%.1f\t%.1f\t%.1f\t%.0f%%\t%.0f%%\t%s\t%.1f->%.1f\t\n",
+		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.0f%%\t%.0f%%\t%s\t%s\t%.1f\t%.1f\t%.1f\t%.0f%%\t%.0f%%\t%s\t%s\t%.1f->%.1f\t\n",
 			r.name, r.workers, ms(r.fwdBF16), fb, ms(r.fwdF32), ff, ms(r.bwd), bw, 100*bw/ff, 100*bw/fb, sf, sb,
-			pb, pf, pw, 100*pw/pf, 100*pw/pb, others, r.load.loadStart, r.load.loadEnd)
+			pb, pf, pw, 100*pw/pf, 100*pw/pb, verifyCell(r.verify), others, r.load.loadStart, r.load.loadEnd)
 	}
 	tw.Flush()
+}
+
+// verifyCell is the verify column: "-" when -verify was not given.
+func verifyCell(v string) string {
+	if v == "" {
+		return "-"
+	}
+	return v
 }

@@ -16,7 +16,7 @@ import (
 )
 
 // The reference's own decoders must agree with the format definitions the
-// kernels use (they are written independently, from SPEC.md).
+// kernels use (they are written independently, from docs/contract.md).
 func TestDecoders(t *testing.T) {
 	for b := 0; b < 256; b++ {
 		x := lowp.Float8E4M3FN(b)

@@ -97,7 +97,7 @@ func normals(n int, seed uint64) []float32 {
 }
 
 // ---- Independent decoders used by the float64 reference (-verify). They
-// re-implement the formats from SPEC.md instead of calling the kernels'
+// re-implement the formats from docs/contract.md instead of calling the kernels'
 // conversion code.
 
 func bf16Val(b lowp.BFloat16) float64 { return float64(math.Float32frombits(uint32(b) << 16)) }
@@ -131,7 +131,7 @@ func e2m1Val(n uint8) float64 {
 	return v
 }
 
-// scaleOffset is the cuBLAS 128x4 tiled layout of SPEC.md section 6.
+// scaleOffset is the cuBLAS 128x4 tiled layout of docs/contract.md §6.
 func scaleOffset(r, c, cols int) int {
 	return (r/128*((cols+3)/4)+c/4)*512 + (r%32)*16 + ((r%128)/32)*4 + c%4
 }

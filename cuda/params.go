@@ -105,7 +105,7 @@ func fits32(name string, v int) error {
 	return nil
 }
 
-// FwdArgs are the device tensors and shapes of one sparse prefill (SPEC 3-6).
+// FwdArgs are the device tensors and shapes of one sparse prefill (contract §3-6).
 // Pointers are device addresses; 0 = absent.
 type FwdArgs struct {
 	Q, K, V                uint64 // see MsaFwdParams for shapes
@@ -272,7 +272,7 @@ func NewFwdKernelParams(a *FwdArgs, csr *plan.CSR, s *plan.FwdSchedule, dev FwdP
 	return p, nil
 }
 
-// CombineArgs are the tensors of a combine (SPEC 5) after a sparse forward.
+// CombineArgs are the tensors of a combine (contract §5) after a sparse forward.
 type CombineArgs struct {
 	OPartial, LSEPartial, TLSEPartial uint64
 	OutputScale                       uint64 // float32[1] optional (NVFP4 V global scale)
@@ -307,7 +307,7 @@ func NewCombineKernelParams(a *CombineArgs, splitCounts uint64) (CombineKernelPa
 	}, nil
 }
 
-// DecodeArgs are the device tensors and shapes of a paged decode (SPEC 7).
+// DecodeArgs are the device tensors and shapes of a paged decode (contract §7).
 type DecodeArgs struct {
 	Q, K, V, KScale, VScale, KGlobalScale uint64
 	OutputScale                           uint64 // float32[1] optional (NVFP4 V global scale)

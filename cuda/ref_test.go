@@ -1,6 +1,6 @@
 package cuda
 
-// Host-side test data and a float64 reference of SPEC 4, 5 and 7, shared by
+// Host-side test data and a float64 reference of contract §4, 5 and 7, shared by
 // the GPU tests (build tag cuda). No cgo: this file is built and vetted in the
 // default build too, and TestReferenceSelfCheck exercises it on the CPU.
 

@@ -121,7 +121,7 @@ func timeBackward(cfg *config, c caseSpec, p *prefillProb, q, k, v, dO *tensor.D
 	}, nil); err != nil {
 		return err
 	}
-	args := op.SparseArgs{CuSeqlensQ: p.cuQ, CuSeqlensK: p.cuK, BlkKV: c.Blk, Causal: true, ReturnSoftmaxLSE: true, Workers: w}
+	args := op.SparseArgs{CuSeqlensQ: p.cuQ, CuSeqlensK: p.cuK, BlkKV: c.Blk, Causal: true, Workers: w}
 	var res *op.Result
 	cpu0 := readCPUSample().self
 	r.cpuBF16 = (cpu0 - cpuB) / float64(r.repsBF16+1)

@@ -87,7 +87,7 @@ func (c *gradCase) eager(t *testing.T) *op.Gradients {
 	rp, qi, err := op.BuildK2QCSR(c.q2k, c.cuQ, c.cuK, c.blk)
 	must(t, err)
 	args := op.SparseArgs{CuSeqlensQ: c.cuQ, CuSeqlensK: c.cuK, BlkKV: c.blk, Causal: c.causal,
-		ReturnSoftmaxLSE: true, Workers: 2}
+		Workers: 2}
 	if c.paged {
 		args.PageTable, args.SequsedK = c.pageTable, c.seqused
 	}

@@ -113,7 +113,7 @@ func TestTypedNilTensors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nargs := SparseArgs{CuSeqlensQ: npr.cuQ, CuSeqlensK: npr.cuK, ReturnSoftmaxLSE: true, PartialDtype: tensor.Float32}
+	nargs := SparseArgs{CuSeqlensQ: npr.cuQ, CuSeqlensK: npr.cuK, PartialDtype: tensor.Float32}
 	nbase, err := SparseAttenNVFP4KVFunc(npr.q, npr.k, npr.v, npr.kScale, npr.vScale, nil, nil, rp, qi, 2, nargs)
 	if err != nil {
 		t.Fatal(err)
@@ -154,12 +154,12 @@ func TestTypedNilTensors(t *testing.T) {
 	if err := w.Plan(args, nd); err != nil {
 		t.Fatalf("Plan with typed-nil q2k_indices: %v", err)
 	}
-	wres, err := w.Run(pr.q, pr.k, pr.v, 0, true)
+	wres, err := w.Run(pr.q, pr.k, pr.v, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	sameResult(t, "Plan with typed-nil q2k_indices", dbase, wres)
-	_, err = w.Run(pr.q, nd, pr.v, 0, true)
+	_, err = w.Run(pr.q, nd, pr.v, 0)
 	wantArgErr(t, err, "k", "tensor")
 	wantArgErr(t, w.RunInto(pr.q, pr.k, pr.v, 0, nd, nil), "out", "contiguous")
 
@@ -390,7 +390,7 @@ func TestScalarRuleEveryEntryPoint(t *testing.T) {
 		a.LSETemperatureScale, a.ReturnTemperatureLSE = x, true
 		_, err := SparseAttenFunc(c.q, c.k, c.v, c.rp, c.qi, c.topK, a)
 		wantArgErr(t, err, "lse_temperature_scale", temperatureRule)
-		na := SparseArgs{CuSeqlensQ: npr.cuQ, CuSeqlensK: npr.cuK, LSETemperatureScale: x, ReturnSoftmaxLSE: true, ReturnTemperatureLSE: true}
+		na := SparseArgs{CuSeqlensQ: npr.cuQ, CuSeqlensK: npr.cuK, LSETemperatureScale: x, ReturnTemperatureLSE: true}
 		_, err = SparseAttenNVFP4KVFunc(npr.q, npr.k, npr.v, npr.kScale, npr.vScale, nil, nil, nrp, nqi, 2, na)
 		wantArgErr(t, err, "lse_temperature_scale", temperatureRule)
 		_, err = SparseAttention(qn, kn, vn, csr, sched, cuQ, cuK, Temperature(x))

@@ -30,8 +30,6 @@ type DecodeArgs struct {
 	NonCausal bool
 	// SoftmaxScale: 0 means 1/sqrt(D).
 	SoftmaxScale float64
-	// ReturnSoftmaxLSE returns the natural-log LSE [B*seqlen_q, Hq].
-	ReturnSoftmaxLSE bool
 	// Workers plays the SM count of the split-KV rules; <= 0 uses
 	// runtime.GOMAXPROCS(0).
 	Workers int
@@ -232,7 +230,9 @@ func decodeRun(m *decodeMeta, qd, kd, vd *tensor.Dense, s *plan.DecodeSchedule) 
 // sparse_decode_atten_func): q [B*seqlen_q, Hq, D], k, v [num_pages, Hkv,
 // page_size, D], all float8_e4m3fn or all bfloat16 (or bf16 q with fp8
 // k/v). q2kIndices nil selects dense decode; [Hkv, B*seqlen_q, topK]
-// selects sparse decode over blocks of args.BlkKV tokens. Causal only.
+// selects sparse decode over blocks of args.BlkKV tokens. Causal only. The
+// result's Out is BFloat16 [B*seqlen_q, Hq, D] and LSE the natural-log LSE
+// [B*seqlen_q, Hq] float32 (always set).
 func SparseDecodeAttenFunc(q, k, v, q2kIndices tensor.Tensor, args DecodeArgs) (*Result, error) {
 	const fn = "SparseDecodeAttenFunc"
 	c := &checker{fn: fn}
@@ -252,23 +252,19 @@ func SparseDecodeAttenFunc(q, k, v, q2kIndices tensor.Tensor, args DecodeArgs) (
 	pool := attn.NewPool(m.params.Workers)
 	defer pool.Close()
 	ws := attn.NewWorkspace(pool.Workers(), m.d)
-	return runDecode(&p, ws, pool, args.ReturnSoftmaxLSE, nil, nil), nil
+	return runDecode(&p, ws, pool, nil, nil), nil
 }
 
 // runDecode executes a bound decode call into out/lse (allocated when nil).
-func runDecode(p *attn.Decode, ws *attn.Workspace, pool *attn.Pool, wantLSE bool, out, lse *tensor.Dense) *Result {
+func runDecode(p *attn.Decode, ws *attn.Workspace, pool *attn.Pool, out, lse *tensor.Dense) *Result {
 	rows := p.Batch * p.SeqlenQ
 	if out == nil {
 		out = tensor.New(tensor.WithShape(rows, p.HQ, p.D), tensor.WithBacking(make([]lowp.BFloat16, rows*p.HQ*p.D)))
 	}
-	if lse == nil && wantLSE {
+	if lse == nil {
 		lse = tensor.New(tensor.WithShape(rows, p.HQ), tensor.WithBacking(make([]float32, rows*p.HQ)))
 	}
 	o := attn.Output{O: backing[lowp.BFloat16](out), LSE: backing[float32](lse)}
 	attn.RunDecode(p, ws, pool, &o)
-	res := &Result{Out: out}
-	if wantLSE {
-		res.LSE = lse
-	}
-	return res
+	return &Result{Out: out, LSE: lse}
 }

@@ -145,7 +145,7 @@ func decodeArgs(s decodeSpec, pr *decodeProblem) DecodeArgs {
 		maxK = max(maxK, n)
 	}
 	return DecodeArgs{PageTable: pr.pt, SequsedK: pr.su, SeqlenQ: s.seqlenQ, MaxSeqlenK: maxK, BlkKV: s.blk, SoftmaxScale: s.scale,
-		ReturnSoftmaxLSE: true, Workers: s.workers, FixedSplitSize: s.fixedSplit, DisableSplitKV: s.disableSplit,
+		Workers: s.workers, FixedSplitSize: s.fixedSplit, DisableSplitKV: s.disableSplit,
 		NumQOHeads: s.hq, NumKVHeads: s.hkv, HeadDim: s.d}
 }
 
@@ -299,13 +299,13 @@ func TestDecodeWrapperStale(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	if _, err := w.Run(pr.q, pr.k, pr.v, 0, true); err == nil || !strings.Contains(err.Error(), "Plan") {
+	if _, err := w.Run(pr.q, pr.k, pr.v, 0); err == nil || !strings.Contains(err.Error(), "Plan") {
 		t.Fatalf("unplanned run: %v", err)
 	}
 	if err := w.Plan(decodeArgs(s, pr), nil); err != nil {
 		t.Fatal(err)
 	}
-	res, err := w.Run(pr.q, pr.k, pr.v, 0, true)
+	res, err := w.Run(pr.q, pr.k, pr.v, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -317,7 +317,7 @@ func TestDecodeWrapperStale(t *testing.T) {
 	ptv := backing[int32](pr.pt)
 	old := ptv[0]
 	ptv[0] = 1 << 20
-	res, err = w.Run(pr.q, pr.k, pr.v, 0, true)
+	res, err = w.Run(pr.q, pr.k, pr.v, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -328,20 +328,20 @@ func TestDecodeWrapperStale(t *testing.T) {
 	if err := w.Plan(decodeArgs(s, pr), nil); err != nil {
 		t.Fatal(err)
 	}
-	res, err = w.Run(pr.q, pr.k, pr.v, 0, true)
+	res, err = w.Run(pr.q, pr.k, pr.v, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkDecode(t, s, pr, res)
 	// Wrong shapes.
-	if _, err := w.Run(bf16T(3, 8, 64), pr.k, pr.v, 0, true); err == nil || !strings.Contains(err.Error(), "planned shapes") {
+	if _, err := w.Run(bf16T(3, 8, 64), pr.k, pr.v, 0); err == nil || !strings.Contains(err.Error(), "planned shapes") {
 		t.Fatalf("wrong q shape: %v", err)
 	}
 	// Page table entries outside k's pages.
 	few := pr.k.Shape()[0] / 4
 	kv, _ := pr.k.Slice(tensor.S(0, few))
 	vv, _ := pr.v.Slice(tensor.S(0, few))
-	if _, err := w.Run(pr.q, kv, vv, 0, true); err == nil || !strings.Contains(err.Error(), "page_table[") {
+	if _, err := w.Run(pr.q, kv, vv, 0); err == nil || !strings.Contains(err.Error(), "page_table[") {
 		t.Fatalf("bad page: %v", err)
 	}
 
@@ -359,7 +359,7 @@ func TestDecodeWrapperStale(t *testing.T) {
 		if err := w.Plan(args, nil); err != nil {
 			t.Fatal(err)
 		}
-		res, err = w.Run(pr.q, pr.k, pr.v, 0, true)
+		res, err = w.Run(pr.q, pr.k, pr.v, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

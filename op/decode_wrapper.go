@@ -129,17 +129,15 @@ func (w *DecodeWrapper) Schedule() *plan.DecodeSchedule { return w.sched }
 
 // Run computes decode attention for q [B*seqlen_q, Hq, D] against paged k,
 // v using the plan. softmaxScale 0 means the planned scale. It allocates
-// the outputs; RunInto reuses caller-owned ones.
-func (w *DecodeWrapper) Run(q, k, v tensor.Tensor, softmaxScale float64, returnLSE bool) (*Result, error) {
+// the outputs: Out and the natural-log LSE (always set; the reference's
+// return_lse has no Go counterpart). RunInto reuses caller-owned ones.
+func (w *DecodeWrapper) Run(q, k, v tensor.Tensor, softmaxScale float64) (*Result, error) {
 	if err := w.usable("DecodeWrapper.Run"); err != nil {
 		return nil, err
 	}
 	rows := w.m.batch * w.m.seqlenQ
 	out := tensor.New(tensor.WithShape(rows, w.m.hq, w.m.d), tensor.WithBacking(make([]lowp.BFloat16, rows*w.m.hq*w.m.d)))
-	var lse *tensor.Dense
-	if returnLSE {
-		lse = tensor.New(tensor.WithShape(rows, w.m.hq), tensor.WithBacking(make([]float32, rows*w.m.hq)))
-	}
+	lse := tensor.New(tensor.WithShape(rows, w.m.hq), tensor.WithBacking(make([]float32, rows*w.m.hq)))
 	if err := w.RunInto(q, k, v, softmaxScale, out, lse); err != nil {
 		return nil, err
 	}

@@ -30,7 +30,7 @@ func ExampleNewBF16() {
 		panic(err)
 	}
 	res, err := op.SparseAttenFunc(q, k, v, rowPtr, qIdx, 1, op.SparseArgs{
-		CuSeqlensQ: cuQ, CuSeqlensK: cuK, ReturnSoftmaxLSE: true,
+		CuSeqlensQ: cuQ, CuSeqlensK: cuK,
 	})
 	if err != nil {
 		panic(err)

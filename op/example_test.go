@@ -39,7 +39,7 @@ func ExampleSparseAttenFunc() {
 		panic(err)
 	}
 	res, err := op.SparseAttenFunc(q, k, v, rowPtr, qIdx, 2, op.SparseArgs{
-		CuSeqlensQ: cuQ, CuSeqlensK: cuK, Causal: true, ReturnSoftmaxLSE: true,
+		CuSeqlensQ: cuQ, CuSeqlensK: cuK, Causal: true,
 	})
 	if err != nil {
 		panic(err)
@@ -104,7 +104,7 @@ func ExampleDecodeWrapper() {
 	}
 	q, k, v := bf16(2, 4, 64), bf16(8, 1, 16, 64), bf16(8, 1, 16, 64)
 	for layer := 0; layer < 3; layer++ {
-		res, err := w.Run(q, k, v, 0, true)
+		res, err := w.Run(q, k, v, 0)
 		if err != nil {
 			panic(err)
 		}

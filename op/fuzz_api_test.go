@@ -278,7 +278,7 @@ func FuzzAPIPrefill(f *testing.F) {
 		q, k, v := arg(pr.q, false), arg(pr.k, false), arg(pr.v, false)
 		rpT, qiT := arg(rp, false), arg(qi, false)
 		args := SparseArgs{CuSeqlensQ: arg(pr.cuQ, false), CuSeqlensK: arg(pr.cuK, false), Causal: s.causal,
-			ReturnSoftmaxLSE: true, PartialDtype: s.partial}
+			PartialDtype: s.partial}
 		if s.paged {
 			args.PageTable = arg(pr.pageTable, false)
 			args.SequsedK = arg(pr.seqused, true)
@@ -517,7 +517,7 @@ func FuzzAPIDecode(f *testing.F) {
 						rerr = w.RunInto(pr.q, pr.k, pr.v, scale, out, lse)
 						rres = &Result{Out: out, LSE: lse}
 					} else {
-						rres, rerr = w.Run(pr.q, pr.k, pr.v, scale, true)
+						rres, rerr = w.Run(pr.q, pr.k, pr.v, scale)
 					}
 				})
 				if alloc > allocCap(in) {
@@ -565,7 +565,7 @@ func FuzzAPIDecode(f *testing.F) {
 				for i := range su {
 					su[i] = math.MaxInt32
 				}
-				rres, rerr := w.Run(pr.q, pr.k, pr.v, 0, true)
+				rres, rerr := w.Run(pr.q, pr.k, pr.v, 0)
 				copy(pt, spt)
 				copy(su, ssu)
 				switch {

@@ -143,7 +143,7 @@ func fuzzGraphPrefill(t *testing.T, z *fz) {
 	scale := z.scalar(0)
 	opts := []AttnOption{SoftmaxScale(scale), Workers(workers)}
 	args := SparseArgs{CuSeqlensQ: pr.cuQ, CuSeqlensK: pr.cuK, BlkKV: effBlk, SoftmaxScale: scale, Workers: workers,
-		ReturnSoftmaxLSE: true, Causal: s.causal}
+		Causal: s.causal}
 	if s.causal {
 		opts = append(opts, Causal())
 	}

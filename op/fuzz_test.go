@@ -59,7 +59,7 @@ func FuzzSparseAttenFunc(f *testing.F) {
 		if err != nil {
 			return
 		}
-		args := SparseArgs{CuSeqlensQ: pr.cuQ, CuSeqlensK: pr.cuK, ReturnSoftmaxLSE: true, Causal: s.causal}
+		args := SparseArgs{CuSeqlensQ: pr.cuQ, CuSeqlensK: pr.cuK, Causal: s.causal}
 		if paged {
 			args.PageTable, args.SequsedK = pr.pageTable, pr.seqused
 		}
@@ -127,7 +127,7 @@ func FuzzSparseAttenNVFP4KVFunc(f *testing.F) {
 			b[int(idx)%len(b)] = uint8(val)
 		}
 		kg := tensor.New(tensor.WithShape(1), tensor.WithBacking([]float32{g}))
-		args := SparseArgs{CuSeqlensQ: pr.cuQ, CuSeqlensK: pr.cuK, ReturnSoftmaxLSE: true, Causal: true}
+		args := SparseArgs{CuSeqlensQ: pr.cuQ, CuSeqlensK: pr.cuK, Causal: true}
 		if s.paged {
 			args.PageTable, args.SequsedK = pr.pageTable, pr.seqused
 		}
@@ -182,7 +182,7 @@ func FuzzDecodeWrapper(f *testing.F) {
 		if which%2 == 1 { // mutate between Plan and Run
 			fuzzMutate([]*tensor.Dense{pr.pt, pr.su, pr.q2k}, which/2, idx, val)
 		}
-		res, err := w.Run(pr.q, pr.k, pr.v, 0, true)
+		res, err := w.Run(pr.q, pr.k, pr.v, 0)
 		if err != nil {
 			return
 		}
@@ -247,7 +247,7 @@ func FuzzPrepareSparseFwdSchedule(f *testing.F) {
 			fuzzMutate([]*tensor.Dense{sched.SchedulerMetadata(), sched.WorkCount(), sched.QSplitIndices(), sched.SplitCounts()}, which, idx, val)
 		}
 		res, err := SparseAttenFunc(pr.q, pr.k, pr.v, rp, qi, 3, SparseArgs{CuSeqlensQ: pr.cuQ, CuSeqlensK: pr.cuK,
-			ReturnSoftmaxLSE: true, Schedule: sched})
+			Schedule: sched})
 		if err != nil {
 			return
 		}

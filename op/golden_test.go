@@ -104,7 +104,7 @@ func runGolden(t *testing.T, c *golden.Case) {
 			qk = q2k
 		}
 		res, err = SparseDecodeAttenFunc(q, k, v, qk, DecodeArgs{PageTable: pt, SequsedK: su, SeqlenQ: c.SeqlenQ,
-			MaxSeqlenK: len(c.PageTable[0]) * c.PageSize, BlkKV: c.BlkKV, SoftmaxScale: scale, ReturnSoftmaxLSE: true, Workers: 2})
+			MaxSeqlenK: len(c.PageTable[0]) * c.PageSize, BlkKV: c.BlkKV, SoftmaxScale: scale, Workers: 2})
 	default:
 		cuQ := tensor.New(tensor.WithShape(len(c.CuSeqlensQ)), tensor.WithBacking(append([]int32{}, c.CuSeqlensQ...)))
 		cuK := tensor.New(tensor.WithShape(len(c.CuSeqlensK)), tensor.WithBacking(append([]int32{}, c.CuSeqlensK...)))
@@ -113,7 +113,7 @@ func runGolden(t *testing.T, c *golden.Case) {
 			t.Fatal(e)
 		}
 		args := SparseArgs{CuSeqlensQ: cuQ, CuSeqlensK: cuK, BlkKV: c.BlkKV, Causal: c.Causal, SoftmaxScale: scale,
-			LSETemperatureScale: c.Temperature, ReturnSoftmaxLSE: true, ReturnTemperatureLSE: c.Temperature != 0,
+			LSETemperatureScale: c.Temperature, ReturnTemperatureLSE: c.Temperature != 0,
 			PartialDtype: tensor.Float32, PageTable: pt, SequsedK: su, Workers: 2}
 		if pt == nil {
 			args.PageTable, args.SequsedK = nil, nil

@@ -17,7 +17,7 @@ type Gradients struct {
 
 // SparseAttenBackwardFunc computes the gradients of SparseAttenFunc with
 // float32 q, k, v: given the forward's out and lse (natural-log LSE, as
-// SparseAttenFunc returns them with ReturnSoftmaxLSE) and the gradients
+// SparseAttenFunc returns them in Result.Out and Result.LSE) and the gradients
 // dOut ([total_q, Hq, D] float32) and dLSE ([total_q, Hq] float32, nil
 // when the LSE is not used by the loss), it returns dQ, dK and dV. q, k,
 // v, the CSR and args must be those of the forward call (the temperature

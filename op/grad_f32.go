@@ -20,7 +20,6 @@ type f32Call struct {
 	p       grad.Problem
 	q, k, v []float32
 	workers int
-	retLSE  bool
 	retTLSE bool
 	invT    float64 // 1/T of the temperature LSE; 0 when it equals the LSE
 }
@@ -56,8 +55,6 @@ func validateSparseF32(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int,
 		"unset or float32 with float32 q, k, v (partials stay float32)", dtypeName(args.PartialDtype))
 	scale := resolveScale(c, args.SoftmaxScale, d)
 	temp := resolveTemperature(c, args.LSETemperatureScale)
-	c.need(!args.ReturnTemperatureLSE || args.ReturnSoftmaxLSE, "return_temperature_lse",
-		"return_softmax_lse=true when return_temperature_lse=true", "return_softmax_lse=false")
 	c.need(present(args.CuSeqlensQ) && present(args.CuSeqlensK), "cu_seqlens_q/cu_seqlens_k",
 		"CSR varlen metadata: pass cu_seqlens_q and cu_seqlens_k", "nil")
 	if c.err != nil {
@@ -186,7 +183,7 @@ func validateSparseF32(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int,
 			return nil, err
 		}
 	}
-	fc.retLSE, fc.retTLSE = args.ReturnSoftmaxLSE, args.ReturnTemperatureLSE
+	fc.retTLSE = args.ReturnTemperatureLSE
 	if fc.retTLSE && math.Abs(temp-1) > temperatureFastPathTol {
 		fc.invT = 1 / temp
 	}
@@ -241,9 +238,6 @@ func sparseAttenF32(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int, ar
 	res, err := fc.forward(fn, nil)
 	if err != nil {
 		return nil, err
-	}
-	if !fc.retLSE {
-		res.LSE = nil
 	}
 	return res, nil
 }

@@ -183,7 +183,7 @@ func (op *sparseAttnOp) call(fn string, in inputFunc) (*sparseCall, attnSlots, e
 	args := SparseArgs{
 		CuSeqlensQ: ts[5], CuSeqlensK: ts[6], BlkKV: l.BlkKV, Causal: op.cfg.causal,
 		SoftmaxScale: op.cfg.scale, LSETemperatureScale: op.cfg.temperature,
-		ReturnTemperatureLSE: op.st.needT, ReturnSoftmaxLSE: true, PartialDtype: op.cfg.partial,
+		ReturnTemperatureLSE: op.st.needT, PartialDtype: op.cfg.partial,
 		Schedule: &Schedule{s: *op.sched.unpack(int32s(ts[4])), hkv: l.Hkv}, Workers: op.cfg.workers,
 		QKDtype: op.cfg.qk, PVDtype: op.cfg.pv,
 	}

@@ -210,7 +210,7 @@ func (op *decodeAttnOp) Do(vals ...G.Value) (G.Value, error) {
 		op.st.ws = attn.NewWorkspace(pool.Workers(), m.d)
 	}
 	run := decodeRun(m, qd, kd, vd, s)
-	res := runDecode(&run, op.st.ws, pool, true, nil, nil)
+	res := runDecode(&run, op.st.ws, pool, nil, nil)
 	op.st.lse = res.LSE
 	return res.Out, nil
 }

@@ -55,7 +55,7 @@ func TestSparseAttentionGraphOptions(t *testing.T) {
 				if s.causal {
 					opts = append(opts, Causal())
 				}
-				args := SparseArgs{CuSeqlensQ: pr.cuQ, CuSeqlensK: pr.cuK, Causal: s.causal, ReturnSoftmaxLSE: true,
+				args := SparseArgs{CuSeqlensQ: pr.cuQ, CuSeqlensK: pr.cuK, Causal: s.causal,
 					PartialDtype: s.partial, Workers: 2}
 				if s.paged {
 					var su *G.Node

@@ -24,14 +24,13 @@ type SparseArgs struct {
 	SoftmaxScale float64
 	// LSETemperatureScale (lse_temperature_scale, T): 0 means 1.
 	LSETemperatureScale float64
-	// ReturnTemperatureLSE also returns logsumexp(s/T); requires
-	// ReturnSoftmaxLSE.
+	// ReturnTemperatureLSE (return_temperature_lse) also returns
+	// logsumexp(s/T) in Result.TemperatureLSE. The natural-log LSE is
+	// always returned: return_softmax_lse has no Go counterpart.
 	ReturnTemperatureLSE bool
 	// PartialDtype (partial_dtype): float32, BFloat16 (default), Float16 or
 	// Float8E4M3FN.
 	PartialDtype tensor.Dtype
-	// ReturnSoftmaxLSE returns the natural-log LSE [total_q, Hq] float32.
-	ReturnSoftmaxLSE bool
 	// PageTable (page_table): int32 [B, max_num_pages_per_seq] selects the
 	// paged K/V layout [num_pages, Hkv, page_size, D].
 	PageTable tensor.Tensor
@@ -48,8 +47,8 @@ type SparseArgs struct {
 	QKDtype, PVDtype tensor.Dtype
 }
 
-// Result holds the outputs of an attention call. LSE and TemperatureLSE are
-// nil unless requested.
+// Result holds the outputs of an attention call. Out and LSE are always
+// set; TemperatureLSE is nil unless requested (ReturnTemperatureLSE).
 type Result struct {
 	// Out is [total_q, Hq, D] BFloat16.
 	Out *tensor.Dense

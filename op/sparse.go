@@ -14,7 +14,9 @@ import (
 // args.PageTable, paged [num_pages, Hkv, blk_kv, D] (BF16 Q may use FP8
 // K/V); k2qRowPtr [Hkv, total_rows+1] and k2qQIndices [Hkv, >= total_q*topK]
 // come from BuildK2QCSR. The result's Out is BFloat16 [total_q, Hq, D];
-// LSE (natural log) and TemperatureLSE are set when requested. Float32 q,
+// LSE (natural log, [total_q, Hq] float32) is always set (the kernels compute
+// it anyway; the reference's return_softmax_lse has no Go counterpart) and
+// TemperatureLSE when args.ReturnTemperatureLSE is set. Float32 q,
 // k and v (all three) run without any low-precision rounding and give a
 // float32 Out (see grad_f32.go).
 func SparseAttenFunc(q, k, v, k2qRowPtr, k2qQIndices tensor.Tensor, topK int, args SparseArgs) (*Result, error) {
@@ -108,9 +110,7 @@ func (sc *sparseCall) run(ws *attn.Workspace, pool *attn.Pool) *Result {
 	}
 	attn.RunPrefill(p, ws, pool, out)
 	res.Out = tensor.New(tensor.WithShape(p.TotalQ, p.HQ, p.D), tensor.WithBacking(o))
-	if sc.returnLSE {
-		res.LSE = tensor.New(tensor.WithShape(p.TotalQ, p.HQ), tensor.WithBacking(lse))
-	}
+	res.LSE = tensor.New(tensor.WithShape(p.TotalQ, p.HQ), tensor.WithBacking(lse))
 	if sc.returnTLSE {
 		res.TemperatureLSE = tensor.New(tensor.WithShape(p.TotalQ, p.HQ), tensor.WithBacking(out.TLSE))
 	}

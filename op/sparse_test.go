@@ -46,8 +46,8 @@ func runSparse(t testing.TB, s sparseSpec, pr *sparseProblem, workers int, sched
 	args := SparseArgs{
 		CuSeqlensQ: pr.cuQ, CuSeqlensK: pr.cuK, BlkKV: s.blk, Causal: s.causal,
 		SoftmaxScale: s.scale, LSETemperatureScale: s.temperature,
-		ReturnSoftmaxLSE: true, ReturnTemperatureLSE: s.temperature != 0,
-		PartialDtype: s.partial, Workers: workers, Schedule: sched, PVDtype: s.pv,
+		ReturnTemperatureLSE: s.temperature != 0,
+		PartialDtype:         s.partial, Workers: workers, Schedule: sched, PVDtype: s.pv,
 	}
 	if s.paged {
 		args.PageTable, args.SequsedK = pr.pageTable, pr.seqused

@@ -41,7 +41,6 @@ type sparseCall struct {
 	fp         plan.FwdParams
 	batch      int
 	workers    int
-	returnLSE  bool
 	returnTLSE bool
 	tempFast   bool
 }
@@ -51,8 +50,6 @@ type sparseCall struct {
 func resolveScalars(c *checker, args *SparseArgs, d int) (scale, temp float64, pdt attn.PartialDtype) {
 	scale = resolveScale(c, args.SoftmaxScale, d)
 	temp = resolveTemperature(c, args.LSETemperatureScale)
-	c.need(!args.ReturnTemperatureLSE || args.ReturnSoftmaxLSE, "return_temperature_lse",
-		"return_softmax_lse=true when return_temperature_lse=true", "return_softmax_lse=false")
 	switch args.PartialDtype {
 	case tensor.Float32:
 		pdt = attn.PartialF32
@@ -376,7 +373,6 @@ func validateSparse(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int, ar
 		sc.sched = s
 	}
 
-	sc.returnLSE = args.ReturnSoftmaxLSE
 	sc.returnTLSE = args.ReturnTemperatureLSE
 	sc.tempFast = sc.returnTLSE && math.Abs(temp-1) <= temperatureFastPathTol
 	invT := float32(0)

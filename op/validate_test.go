@@ -26,7 +26,7 @@ func validBase(t *testing.T, paged bool) (call, *sparseProblem) {
 		t.Fatal(err)
 	}
 	c := call{q: pr.q, k: pr.k, v: pr.v, rp: rp, qi: qi, topK: 4,
-		args: SparseArgs{CuSeqlensQ: pr.cuQ, CuSeqlensK: pr.cuK, ReturnSoftmaxLSE: true}}
+		args: SparseArgs{CuSeqlensQ: pr.cuQ, CuSeqlensK: pr.cuK}}
 	if paged {
 		c.args.PageTable, c.args.SequsedK = pr.pageTable, pr.seqused
 	}
@@ -109,7 +109,6 @@ func TestSparseValidation(t *testing.T) {
 		{"softmax scale", false, func(c *call) { c.args.SoftmaxScale = math.NaN() }, "softmax_scale"},
 		{"temperature inf", false, func(c *call) { c.args.LSETemperatureScale = math.Inf(1) }, "lse_temperature_scale"},
 		{"temperature negative", false, func(c *call) { c.args.LSETemperatureScale = -1 }, "lse_temperature_scale"},
-		{"temperature without lse", false, func(c *call) { c.args.ReturnTemperatureLSE, c.args.ReturnSoftmaxLSE = true, false }, "return_temperature_lse"},
 		{"partial dtype", false, func(c *call) { c.args.PartialDtype = tensor.Int32 }, "partial_dtype"},
 		{"qk dtype", false, func(c *call) { c.args.QKDtype = tensor.Float32 }, "qk_dtype"},
 		{"qk dtype mismatch", false, func(c *call) { c.args.QKDtype = Float8E4M3FN }, "qk_dtype"},

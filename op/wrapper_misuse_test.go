@@ -47,14 +47,14 @@ func TestDecodeWrapperRunAfterClose(t *testing.T) {
 	pr := buildDecode(s)
 	w := plannedWrapper(t, s, pr)
 	w.Close()
-	_, err := w.Run(pr.q, pr.k, pr.v, 0, true)
+	_, err := w.Run(pr.q, pr.k, pr.v, 0)
 	wantArgErr(t, err, "wrapper", "closed")
 	w.Close() // twice is fine
 	if err := w.Plan(decodeArgs(s, pr), nil); err != nil {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	res, err := w.Run(pr.q, pr.k, pr.v, 0, true)
+	res, err := w.Run(pr.q, pr.k, pr.v, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +101,7 @@ func TestDecodeWrapperPlanViews(t *testing.T) {
 	if err := w.Plan(args, nil); err != nil {
 		t.Fatal(err)
 	}
-	res, err := w.Run(pr.q, pr.k, pr.v, 0, true)
+	res, err := w.Run(pr.q, pr.k, pr.v, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +158,7 @@ func TestDecodeWrapperConcurrentUse(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := 0; i < 25; i++ {
-				res, err := w.Run(pr.q, pr.k, pr.v, 0, true)
+				res, err := w.Run(pr.q, pr.k, pr.v, 0)
 				if err != nil {
 					if !strings.Contains(err.Error(), "concurrent") {
 						t.Error(err)
@@ -177,7 +177,7 @@ func TestDecodeWrapperConcurrentUse(t *testing.T) {
 	t.Logf("%d of 100 calls refused as concurrent", busy)
 	// The flag is set during a call: simulate an overlap deterministically.
 	w.busy.Store(true)
-	_, err := w.Run(pr.q, pr.k, pr.v, 0, true)
+	_, err := w.Run(pr.q, pr.k, pr.v, 0)
 	wantArgErr(t, err, "wrapper", "concurrent")
 	wantArgErr(t, w.Plan(decodeArgs(s, pr), nil), "wrapper", "concurrent")
 	w.busy.Store(false)
@@ -192,7 +192,7 @@ func TestDecodeWrapperNegativeScale(t *testing.T) {
 	checkDecode(t, s, pr, runDecodeSpec(t, s, pr))
 	w := plannedWrapper(t, s, pr)
 	defer w.Close()
-	res, err := w.Run(pr.q, pr.k, pr.v, 0, true)
+	res, err := w.Run(pr.q, pr.k, pr.v, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +213,7 @@ func TestDecodeScalarRule(t *testing.T) {
 		_, err := SparseDecodeAttenFunc(pr.q, pr.k, pr.v, nil, args)
 		wantArgErr(t, err, "softmax_scale", scaleRule)
 		wantArgErr(t, w.Plan(args, nil), "softmax_scale", scaleRule)
-		_, err = w.Run(pr.q, pr.k, pr.v, x, true)
+		_, err = w.Run(pr.q, pr.k, pr.v, x)
 		wantArgErr(t, err, "softmax_scale", scaleRule)
 	}
 }

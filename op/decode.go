@@ -20,7 +20,9 @@ type DecodeArgs struct {
 	SequsedK tensor.Tensor
 	// SeqlenQ (seqlen_q) >= 1: queries per request.
 	SeqlenQ int
-	// MaxSeqlenK (max_seqlen_k) >= 1 and >= every seqused_k.
+	// MaxSeqlenK (max_seqlen_k): 0 derives it from seqused_k (as in
+	// prefill); a positive value smaller than a seqused_k entry is an
+	// error.
 	MaxSeqlenK int
 	// BlkKV (blk_kv): tokens per q2k block in sparse decode; 0 means the
 	// page size. Unlike the reference, it need not equal the page size.
@@ -82,8 +84,8 @@ func validateDecodeMeta(c *checker, args *DecodeArgs, q2k tensor.Tensor, totalQ,
 	c.need(m.cols >= 1, "page_table", "at least one column", shapeStr(pt))
 	pageCapacity(c, m.cols, pageSize)
 	c.need(su.Shape()[0] == m.batch, "seqused_k", fmt.Sprintf("shape [B] = [%d]", m.batch), shapeStr(su))
-	c.need(args.SeqlenQ > 0 && args.MaxSeqlenK > 0, "seqlen_q/max_seqlen_k", "positive values",
-		fmt.Sprintf("%d/%d", args.SeqlenQ, args.MaxSeqlenK))
+	c.need(args.SeqlenQ > 0, "seqlen_q", "a positive value", args.SeqlenQ)
+	c.need(args.MaxSeqlenK >= 0, "max_seqlen_k", "0 (derived from seqused_k) or a positive value", args.MaxSeqlenK)
 	if c.err != nil {
 		return nil
 	}
@@ -101,7 +103,7 @@ func validateDecodeMeta(c *checker, args *DecodeArgs, q2k tensor.Tensor, totalQ,
 			c.fail(fmt.Sprintf("seqused_k[%d]", b), fmt.Sprintf("0 <= seqused_k <= max_num_pages_per_seq * page_size = %d", m.cols*pageSize), x)
 			return nil
 		}
-		if int(x) > args.MaxSeqlenK {
+		if args.MaxSeqlenK > 0 && int(x) > args.MaxSeqlenK {
 			c.fail(fmt.Sprintf("seqused_k[%d]", b), fmt.Sprintf("<= max_seqlen_k = %d", args.MaxSeqlenK), x)
 			return nil
 		}

@@ -420,3 +420,22 @@ func TestDecodeWrapperNoAllocs(t *testing.T) {
 		t.Fatalf("steady-state RunInto allocates %v times per call", a)
 	}
 }
+
+// TestDecodeMaxSeqlenKDerived checks that max_seqlen_k = 0 is derived from
+// seqused_k (the prefill rule) and gives the same result as the explicit
+// value, and that a negative value names max_seqlen_k.
+func TestDecodeMaxSeqlenKDerived(t *testing.T) {
+	s := decodeSpec{seed: 5, seqused: []int{40, 9}, seqlenQ: 1, hq: 4, hkv: 2, d: 64, pageSize: 16, dt: "bf16", workers: 2}
+	pr := buildDecode(s)
+	want := runDecodeSpec(t, s, pr)
+	args := decodeArgs(s, pr)
+	args.MaxSeqlenK = 0
+	got, err := SparseDecodeAttenFunc(pr.q, pr.k, pr.v, nil, args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameResult(t, "max_seqlen_k 0", want, got)
+	args.MaxSeqlenK = -1
+	_, err = SparseDecodeAttenFunc(pr.q, pr.k, pr.v, nil, args)
+	wantArgErr(t, err, "max_seqlen_k", "0 (derived")
+}

@@ -60,9 +60,9 @@ func foldRow(s, v []float32, d int, o []float32, mx, sum, tsum *float32, temp bo
 		case RoundE4M3:
 			p = lowp.E4M3Sat(p).Float32()
 		}
-		if p == 0 {
-			continue
-		}
+		// No skip for p == 0: like the SIMD tiers, a key the row reads
+		// contributes p*v even when p underflowed, so a NaN or Inf in v
+		// propagates the same way on every tier.
 		vr := v[i*d : (i+1)*d]
 		for c, vv := range vr {
 			o[c] += p * vv
@@ -97,5 +97,14 @@ func updateGeneric(a *Acc, b *Block, valid []int32) {
 			s[i] *= a.scale
 		}
 		foldRow(s, b.v, d, a.O(r), &a.mx[r], &a.sum[r], &a.tsum[r], a.temp, a.invT, a.round)
+		// The keys of the block the row may not see have weight 0; the SIMD
+		// tiers multiply them in, so 0*NaN and 0*Inf reach o there: do the
+		// same (a no-op for finite values).
+		o := a.O(r)
+		for i := n; i < b.n; i++ {
+			for c, vv := range b.v[i*d : (i+1)*d] {
+				o[c] += 0 * vv
+			}
+		}
 	}
 }

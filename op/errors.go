@@ -13,10 +13,11 @@ import (
 type ArgError struct {
 	Func     string // the entry point, e.g. "SparseAttenFunc"
 	Arg      string // the argument, e.g. "k2q_row_ptr"
-	Expected string
-	Got      string
+	Expected string // what the argument must be
+	Got      string // what was passed
 }
 
+// Error formats "Func: Arg: expected Expected, got Got".
 func (e *ArgError) Error() string {
 	return fmt.Sprintf("%s: %s: expected %s, got %s", e.Func, e.Arg, e.Expected, e.Got)
 }
@@ -24,21 +25,26 @@ func (e *ArgError) Error() string {
 // NotImplementedError reports a valid request outside what the package
 // implements (mirrors the reference's NotImplementedError).
 type NotImplementedError struct {
-	Func, What string
+	Func string // the entry point
+	What string // the request that is not implemented
 }
 
+// Error names the function and what is not implemented.
 func (e *NotImplementedError) Error() string {
 	return fmt.Sprintf("%s: not implemented: %s", e.Func, e.What)
 }
 
 // ForwardOnlyError reports an attempt to differentiate through an op of
-// this package: the ops have no gradient yet. Build gradients only for the
-// parts of a graph before the first such op, and run LispMachines with
-// gorgonia.ExecuteFwdOnly().
+// this package that has no gradient: FP8 or NVFP4 attention, decode
+// attention, the graph LSE nodes and the planning ops' metadata inputs
+// (float32 and BF16 SparseAttention are differentiable). Build gradients
+// only for the parts of a graph that do not pass through such an op, or run
+// LispMachines with gorgonia.ExecuteFwdOnly().
 type ForwardOnlyError struct {
-	Op string // the op, e.g. "SparseAttention{causal=true, topK=4}"
+	Op string // the op, e.g. "DecodeAttention{sparse=false}"
 }
 
+// Error names the op and says it has no gradient.
 func (e *ForwardOnlyError) Error() string {
 	return fmt.Sprintf("op: %s is forward-only: it has no gradient (G.Grad and LispMachine backprop cannot pass through it; use gorgonia.ExecuteFwdOnly())", e.Op)
 }

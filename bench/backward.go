@@ -5,6 +5,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -38,7 +39,8 @@ type backwardRow struct {
 	cpuBwd                float64
 	flops                 float64 // forward flops
 	load                  loadStats
-	verify                string // -verify: "ok", "FAIL: ..." or "" (not run)
+	verify                string    // -verify: "ok", "FAIL: ..." or "" (not run)
+	spreads               [3]spread // per-call times of the BF16 forward, float32 forward, backward
 	err                   error
 }
 
@@ -114,29 +116,38 @@ func timeBackward(cfg *config, c caseSpec, p *prefillProb, q, k, v, dO *tensor.D
 		return err
 	}
 	bf := op.SparseArgs{CuSeqlensQ: p.cuQ, CuSeqlensK: p.cuK, BlkKV: c.Blk, Causal: true, Schedule: sched, Workers: w}
+	var samples [3][]float64 // ms per timed call, for the noise verdict
+	rec := func(i int) func(time.Duration) {
+		return func(d time.Duration) { samples[i] = append(samples[i], float64(d)/float64(time.Millisecond)) }
+	}
+	defer func() {
+		for i := range samples {
+			r.spreads[i] = spreadOf(samples[i])
+		}
+	}()
 	cpuB := readCPUSample().self
-	if r.fwdBF16, _, r.repsBF16, err = timeIt(minTime, 3, 1000, func() error {
+	if r.fwdBF16, _, r.repsBF16, err = timeIt(minTime, minReps, 1000, func() error {
 		_, err := op.SparseAttenFunc(p.q, p.k, p.v, p.rowPtr, p.qIdx, c.TopK, bf)
 		return err
-	}, nil); err != nil {
+	}, rec(0)); err != nil {
 		return err
 	}
 	args := op.SparseArgs{CuSeqlensQ: p.cuQ, CuSeqlensK: p.cuK, BlkKV: c.Blk, Causal: true, Workers: w}
 	var res *op.Result
 	cpu0 := readCPUSample().self
 	r.cpuBF16 = (cpu0 - cpuB) / float64(r.repsBF16+1)
-	if r.fwdF32, _, r.repsF32, err = timeIt(minTime, 3, 1000, func() error {
+	if r.fwdF32, _, r.repsF32, err = timeIt(minTime, minReps, 1000, func() error {
 		var err error
 		res, err = op.SparseAttenFunc(q, k, v, p.rowPtr, p.qIdx, c.TopK, args)
 		return err
-	}, nil); err != nil {
+	}, rec(1)); err != nil {
 		return err
 	}
 	cpu1 := readCPUSample().self
-	r.bwd, _, r.rB, err = timeIt(minTime, 3, 1000, func() error {
+	r.bwd, _, r.rB, err = timeIt(minTime, minReps, 1000, func() error {
 		_, err := op.SparseAttenBackwardFunc(q, k, v, res.Out, res.LSE, dO, nil, p.rowPtr, p.qIdx, c.TopK, args)
 		return err
-	}, nil)
+	}, rec(2))
 	cpu2 := readCPUSample().self
 	r.cpuF32 = (cpu1 - cpu0) / float64(r.repsF32+1) // timeIt's warm-up call included
 	r.cpuBwd = (cpu2 - cpu1) / float64(r.rB+1)
@@ -199,7 +210,7 @@ func abs(x float64) float64 { return max(x, -x) }
 func printBackwardTable(w *os.File, cfg *config, rows []*backwardRow) {
 	fmt.Fprintf(w, "\nbackward group: float32 training path, Hq 16, Hkv 1, D 128, causal, topK %d, blk_kv 128; median times; backward flops = 2.5 x forward\n", cfg.topK)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "case\tworkers\tfwd bf16 ms\tGFLOP/s\tfwd f32 ms\tGFLOP/s\tbwd ms\tGFLOP/s\tbwd/fwd f32\tbwd/fwd bf16\tscaling fwd f32\tscaling bwd\tfwd bf16 GFLOP/CPU-s\tfwd f32 GFLOP/CPU-s\tbwd GFLOP/CPU-s\tbwd/fwd f32 per CPU-s\tbwd/fwd bf16 per CPU-s\tverify\tothers CPU\tload\t")
+	fmt.Fprintln(tw, "case\tworkers\tfwd bf16 ms\tGFLOP/s\tfwd f32 ms\tGFLOP/s\tbwd ms\tGFLOP/s\tbwd/fwd f32\tbwd/fwd bf16\tscaling fwd f32\tscaling bwd\tfwd bf16 GFLOP/CPU-s\tfwd f32 GFLOP/CPU-s\tbwd GFLOP/CPU-s\tbwd/fwd f32 per CPU-s\tbwd/fwd bf16 per CPU-s\tverify\tothers CPU\tload\tnoise\t")
 	gf := func(flops float64, d time.Duration) float64 {
 		if d <= 0 {
 			return 0
@@ -234,11 +245,30 @@ func printBackwardTable(w *os.File, cfg *config, rows []*backwardRow) {
 			return flops / sec / 1e9
 		}
 		pb, pf, pw := perCPU(r.flops, r.cpuBF16), perCPU(r.flops, r.cpuF32), perCPU(2.5*r.flops, r.cpuBwd)
-		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.0f%%\t%.0f%%\t%s\t%s\t%.1f\t%.1f\t%.1f\t%.0f%%\t%.0f%%\t%s\t%s\t%.1f->%.1f\t\n",
+		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.0f%%\t%.0f%%\t%s\t%s\t%.1f\t%.1f\t%.1f\t%.0f%%\t%.0f%%\t%s\t%s\t%.1f->%.1f\t%s\t\n",
 			r.name, r.workers, ms(r.fwdBF16), fb, ms(r.fwdF32), ff, ms(r.bwd), bw, 100*bw/ff, 100*bw/fb, sf, sb,
-			pb, pf, pw, 100*pw/pf, 100*pw/pb, verifyCell(r.verify), others, r.load.loadStart, r.load.loadEnd)
+			pb, pf, pw, 100*pw/pf, 100*pw/pb, verifyCell(r.verify), others, r.load.loadStart, r.load.loadEnd, backwardNoise(r))
 	}
 	tw.Flush()
+}
+
+// backwardNoise is the noise column: "ok", or NOISY with the reasons of
+// the README's noise rules over the three timed passes.
+func backwardNoise(r *backwardRow) string {
+	seen := map[string]bool{}
+	var why []string
+	for _, sp := range r.spreads {
+		for _, w := range noiseVerdict(sp, r.load, runtime.NumCPU(), r.workers, nil) {
+			if !seen[w] {
+				seen[w] = true
+				why = append(why, w)
+			}
+		}
+	}
+	if len(why) == 0 {
+		return "ok"
+	}
+	return "NOISY:" + strings.Join(why, ",")
 }
 
 // verifyCell is the verify column: "-" when -verify was not given.

@@ -46,8 +46,9 @@ func BuildK2QCSR(q2kIndices, cuSeqlensQ, cuSeqlensK tensor.Tensor, blkKV int) (r
 
 // compactRowPtr returns the first total+1 pointers of each head of a row
 // pointer array with capRows+1 pointers per head. Rows past total must be
-// empty (padding of a fixed-capacity CSR).
-func compactRowPtr(fn string, rp []int32, hkv, capRows, total int) ([]int32, error) {
+// empty (padding of a fixed-capacity CSR); a non-empty one means the CSR
+// was built for another blk_kv or cu_seqlens_k, and the error names both.
+func compactRowPtr(fn string, rp []int32, hkv, capRows, total, blk int) ([]int32, error) {
 	if capRows == total {
 		return rp, nil
 	}
@@ -56,13 +57,35 @@ func compactRowPtr(fn string, rp []int32, hkv, capRows, total int) ([]int32, err
 		src := rp[h*(capRows+1) : (h+1)*(capRows+1)]
 		for r := total + 1; r <= capRows; r++ {
 			if src[r] != src[total] {
-				return nil, argErr(fn, fmt.Sprintf("k2q_row_ptr[%d, %d]", h, r),
-					fmt.Sprintf("padding rows past total_rows = %d to be empty (= %d)", total, src[total]), src[r])
+				return nil, blkMismatch(fn, capRows, total, blk,
+					fmt.Sprintf("; its rows past %d must be empty padding, but k2q_row_ptr[%d, %d] = %d != %d", total, h, r, src[r], src[total]))
 			}
 		}
 		copy(out[h*(total+1):], src[:total+1])
 	}
 	return out, nil
+}
+
+// blkMismatch is the error of a CSR whose row count does not match the
+// blk_kv and cu_seqlens_k of the call: it names both values given twice.
+func blkMismatch(fn string, have, want, blk int, detail string) error {
+	return argErr(fn, "k2q_row_ptr/blk_kv",
+		fmt.Sprintf("a CSR built for the same blk_kv and cu_seqlens_k (blk_kv = %d gives total_rows = %d)", blk, want),
+		fmt.Sprintf("k2q_row_ptr was built for a different blk_kv or cu_seqlens_k: it has %d rows, blk_kv = %d gives %d%s", have, blk, want, detail))
+}
+
+// topKMismatch is the error of a topK argument that disagrees with the
+// CSR's k2q_q_indices (built from a q2k_indices of another last dimension).
+func topKMismatch(fn string, stride, totalQ, topK int, detail string) error {
+	got := fmt.Sprintf("topK = %d, but k2q_q_indices has %d columns", topK, stride)
+	if totalQ > 0 && stride%totalQ == 0 {
+		got += fmt.Sprintf(" (total_q = %d: the CSR was built with topK = %d)", totalQ, stride/totalQ)
+	}
+	if detail != "" {
+		got += ": " + detail
+	}
+	return argErr(fn, "topK/k2q_q_indices",
+		fmt.Sprintf("topK equal to q2k_indices.shape[2] of the CSR's build (k2q_q_indices.shape[1] >= total_q * topK = %d)", totalQ*topK), got)
 }
 
 // csrTensors checks the dtype and rank of a caller-supplied CSR pair.
@@ -86,7 +109,7 @@ func csrRows(fn string, rp *tensor.Dense, cuK []int32, blk int) (*plan.Rows, err
 		return nil, wrapArg(fn, "cu_seqlens_k", err)
 	}
 	if rp.Shape()[1]-1 < total {
-		return nil, argErr(fn, "k2q_row_ptr", fmt.Sprintf("shape [Hkv, >= total_rows + 1] with total_rows = %d", total), shapeStr(rp))
+		return nil, blkMismatch(fn, rp.Shape()[1]-1, total, blk, "")
 	}
 	rows, err := plan.NewRows(cuK, blk)
 	if err != nil {
@@ -101,14 +124,18 @@ func csrRows(fn string, rp *tensor.Dense, cuK []int32, blk int) (*plan.Rows, err
 func csrView(fn string, rp, qi *tensor.Dense, rows *plan.Rows, totalQ, topK int, cuQ []int32) (plan.CSR, error) {
 	hkv := rp.Shape()[0]
 	if rp.Shape()[1]-1 < rows.Total {
-		return plan.CSR{}, argErr(fn, "k2q_row_ptr", fmt.Sprintf("shape [Hkv, >= total_rows + 1] with total_rows = %d", rows.Total), shapeStr(rp))
+		return plan.CSR{}, blkMismatch(fn, rp.Shape()[1]-1, rows.Total, rows.BlkKV, "")
 	}
-	rpc, err := compactRowPtr(fn, int32s(rp), hkv, rp.Shape()[1]-1, rows.Total)
+	rpc, err := compactRowPtr(fn, int32s(rp), hkv, rp.Shape()[1]-1, rows.Total, rows.BlkKV)
 	if err != nil {
 		return plan.CSR{}, err
 	}
 	csr := plan.CSR{Hkv: hkv, TotalRows: rows.Total, Stride: qi.Shape()[1], RowPtr: rpc, QIdx: int32s(qi)}
 	if err := plan.ValidateCSR(&csr, totalQ, topK, cuQ, rows); err != nil {
+		if csr.Stride != totalQ*topK && totalQ > 0 && csr.Stride%totalQ == 0 {
+			// The most likely cause: topK differs from the CSR's.
+			return plan.CSR{}, topKMismatch(fn, csr.Stride, totalQ, topK, err.Error())
+		}
 		return plan.CSR{}, wrapArg(fn, "k2q_row_ptr/k2q_q_indices", err)
 	}
 	return csr, nil

@@ -64,8 +64,11 @@ func MMADtypes(qk, pv tensor.Dtype) AttnOption {
 	return func(c *attnConfig) { c.qk, c.pv = qk, pv }
 }
 
-// Workers caps the goroutines (usable_SM_count); it should match the
-// FwdSchedule node's worker count. <= 0 uses runtime.GOMAXPROCS(0).
+// Workers caps the goroutines (usable_SM_count). SparseAttention after a
+// FwdSchedule node takes the schedule's worker count when the option is
+// absent and rejects a different one; with a schedule fed as an input node
+// it must match the count the schedule was built for. <= 0 uses
+// runtime.GOMAXPROCS(0).
 func Workers(n int) AttnOption { return func(c *attnConfig) { c.workers = n } }
 
 // Paged selects the paged K/V layout with page_table [B, pages] and an
@@ -316,6 +319,19 @@ func SparseAttention(q, k, v, csr, sched, cuQ, cuK *G.Node, opts ...AttnOption) 
 	hkv := l.Hkv
 	if err := nodeCheck(fn, "sched", sched, 1, tensor.Int32); err != nil {
 		return nil, err
+	}
+	if so, ok := sched.Op().(*schedOp); ok {
+		// Values given to both FwdSchedule and SparseAttention: compare
+		// them and name the mismatched one; an absent Workers option takes
+		// the schedule's.
+		if so.s.qpk != qs[1]/hkv {
+			return nil, argErr(fn, "qhead_per_kv", fmt.Sprintf("FwdSchedule's qheadPerKV = %d equal to the attention's q.shape[1] / k.shape[1] = %d / %d = %d", so.s.qpk, qs[1], hkv, qs[1]/hkv), so.s.qpk)
+		}
+		if cfg.workers <= 0 {
+			cfg.workers = so.s.workers
+		} else if cfg.workers != so.s.workers {
+			return nil, argErr(fn, "Workers", fmt.Sprintf("the Workers option equal to FwdSchedule's workers = %d (or absent: it is then taken from the schedule)", so.s.workers), cfg.workers)
+		}
 	}
 	ws := workers(cfg.workers)
 	sl := newSchedLayout(l, qs[1]/hkv, ws)

@@ -94,7 +94,7 @@ func (op *schedOp) Do(vals ...G.Value) (G.Value, error) {
 		return nil, wrapArg(fn, "cu_seqlens_k", err)
 	}
 	rp, qi := l.split(int32s(packed))
-	rpc, err := compactRowPtr(fn, rp, l.Hkv, l.RowCap, rows.Total)
+	rpc, err := compactRowPtr(fn, rp, l.Hkv, l.RowCap, rows.Total, l.BlkKV)
 	if err != nil {
 		return nil, err
 	}
@@ -116,8 +116,9 @@ func (op *schedOp) Do(vals ...G.Value) (G.Value, error) {
 // FwdSchedule adds the forward schedule (the reference's "prepare
 // scheduler") after a CSR node: work items, split counts and deterministic
 // slots. qheadPerKV is Hq/Hkv of the attention that follows; workers plays
-// usable_SM_count (<= 0: runtime.GOMAXPROCS(0)) and must match the
-// attention node's. Its value can also be fed back as an input node to
+// usable_SM_count (<= 0: runtime.GOMAXPROCS(0)); SparseAttention
+// compares both with its own (q's heads / k's heads and its Workers
+// option, which defaults to the schedule's) and names a mismatch. Its value can also be fed back as an input node to
 // reuse a schedule; SparseAttention validates it either way.
 func FwdSchedule(csr, cuQ, cuK *G.Node, qheadPerKV, workerCount int) (*G.Node, error) {
 	const fn = "FwdSchedule"

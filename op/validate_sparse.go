@@ -253,7 +253,9 @@ func validateSparse(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int, ar
 	}
 	c.need(rp.Shape()[0] == hkv && qi.Shape()[0] == hkv, "k2q_row_ptr/k2q_q_indices",
 		fmt.Sprintf("leading dimension Hkv = %d", hkv), "k2q_row_ptr "+shapeStr(rp)+", k2q_q_indices "+shapeStr(qi))
-	c.need(qi.Shape()[1] >= totalQ*topK, "k2q_q_indices", fmt.Sprintf("shape[1] >= total_q * topK = %d", totalQ*topK), qi.Shape()[1])
+	if c.err == nil && qi.Shape()[1] < totalQ*topK {
+		return nil, topKMismatch(fn, qi.Shape()[1], totalQ, topK, "")
+	}
 	c.need(rp.Shape()[1] >= 1, "k2q_row_ptr", "at least one row pointer column", shapeStr(rp))
 
 	totalKeys := -1

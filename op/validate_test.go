@@ -126,6 +126,9 @@ func TestSparseValidation(t *testing.T) {
 		{"seqused shape", true, func(c *call) { c.args.SequsedK = i32T([]int{3}) }, "seqused_k"},
 		{"seqused too long", true, func(c *call) { c.args.SequsedK = i32T([]int{2}, 9999, 1) }, "seqused_k[0]"},
 		{"seqused negative", true, func(c *call) { c.args.SequsedK = i32T([]int{2}, -1, 1) }, "seqused_k[0]"},
+		{"blk_kv differs from the CSR's", false, func(c *call) { c.args.BlkKV = 64 }, "k2q_row_ptr was built for a different blk_kv or cu_seqlens_k: it has 3 rows, blk_kv = 64 gives 6"},
+		{"topK above the CSR's", false, func(c *call) { c.topK = 5 }, "topK/k2q_q_indices: expected topK equal to q2k_indices.shape[2]"},
+		{"topK below the CSR's", false, func(c *call) { c.topK = 1 }, "the CSR was built with topK = 4"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

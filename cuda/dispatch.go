@@ -149,7 +149,7 @@ func aligned(p uint64, n uint64) bool { return p%n == 0 }
 // TCFwdPlan decides whether the sparse prefill of a can run on family
 // arch's tensor-core kernel and returns the launch (why is the reason when
 // it cannot; the portable kernel then runs). a must already have passed
-// NewFwdKernelParams; a.KVRows (dense total_k or the page count) must be
+// newFwdKernelParams; a.KVRows (dense total_k or the page count) must be
 // set for tensor maps to be built.
 func TCFwdPlan(arch Arch, a *FwdArgs, workItems int) (p TCPlan, why string) {
 	if arch == ArchPortable {

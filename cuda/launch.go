@@ -529,14 +529,14 @@ func (k *Kernels) prepPrefill(fa *FwdArgs, ca *CombineArgs, csr *plan.CSR, s *pl
 		}
 	}
 	var steps []step
-	var fps []FwdKernelParams
-	var cps []CombineKernelParams
+	var fps []fwdKernelParams
+	var cps []combineKernelParams
 	type ref struct{ step, param int }
 	var fwdRefs, combRefs []ref
 	psz := uint64(partialSize(fa.PartialDtype))
 	for i, w := range wins {
 		dev := FwdPlanPtrs{RowPtr: rowPtr, QSplit: qsplit, Metadata: metaPtr + 4*uint64(offs[i]), WorkCount: countPtr + 4*uint64(i)}
-		p, err := NewFwdKernelParams(fa, csr, w.Sched, dev)
+		p, err := newFwdKernelParams(fa, csr, w.Sched, dev)
 		if err != nil {
 			return nil, err
 		}
@@ -572,7 +572,7 @@ func (k *Kernels) prepPrefill(fa *FwdArgs, ca *CombineArgs, csr *plan.CSR, s *pl
 		if ca == nil || n == 0 || ca.Hq == 0 {
 			continue
 		}
-		c, err := NewCombineKernelParams(ca, sc)
+		c, err := newCombineKernelParams(ca, sc)
 		if err != nil {
 			return nil, err
 		}
@@ -639,7 +639,7 @@ func (k *Kernels) Combine(ctx Runner, a *CombineArgs, s *plan.FwdSchedule) error
 		if err != nil {
 			return err
 		}
-		p, err := NewCombineKernelParams(a, sc)
+		p, err := newCombineKernelParams(a, sc)
 		if err != nil {
 			return err
 		}
@@ -738,7 +738,7 @@ func (k *Kernels) prepDecode(a *DecodeArgs, s *plan.DecodeSchedule) ([]step, err
 			return nil, err
 		}
 	}
-	p, c, err := NewDecodeKernelParams(a, s, dev)
+	p, c, err := newDecodeKernelParams(a, s, dev)
 	if err != nil {
 		return nil, err
 	}

@@ -13,8 +13,8 @@ import (
 // order, same types: uint64 device pointers, then int32, then float32; 0 is
 // a null pointer). TestParamsLayout checks them against the header.
 
-// FwdKernelParams mirrors MsaFwdParams.
-type FwdKernelParams struct {
+// fwdKernelParams mirrors MsaFwdParams.
+type fwdKernelParams struct {
 	Q, K, V, KScale, VScale, KGlobalScale        uint64
 	CuSeqlensQ, CuSeqlensK, SequsedK, PageTable  uint64
 	RowPtr, QSplit, Metadata, WorkCount          uint64
@@ -27,8 +27,8 @@ type FwdKernelParams struct {
 	SoftmaxScaleLog2, InvTemperature             float32
 }
 
-// CombineKernelParams mirrors MsaCombineParams.
-type CombineKernelParams struct {
+// combineKernelParams mirrors MsaCombineParams.
+type combineKernelParams struct {
 	OPartial, LSEPartial, TLSEPartial, SplitCounts, OIndptr uint64
 	OutputScale, Out, LSE, TLSE                             uint64
 	TotalQ, NumHeadsQ, NumHeadsKV, HeadDim                  int32
@@ -36,8 +36,8 @@ type CombineKernelParams struct {
 	SeqlenQ, QStride                                        int32
 }
 
-// DecodeKernelParams mirrors MsaDecodeParams.
-type DecodeKernelParams struct {
+// decodeKernelParams mirrors MsaDecodeParams.
+type decodeKernelParams struct {
 	Q, K, V, KScale, VScale, KGlobalScale, OutputScale uint64
 	SequsedK, PageTable                                uint64
 	Request, QTileIdx, KVTile, KVHead, Valid, OIndptr  uint64
@@ -199,11 +199,11 @@ func checkDtypes(q, kv Dtype, pr Round) error {
 	return nil
 }
 
-// NewFwdKernelParams validates a, csr and s and fills the kernel parameter
+// newFwdKernelParams validates a, csr and s and fills the kernel parameter
 // block; dev holds the device copies of csr.RowPtr, s.QSplit, s.Metadata and
 // s.WorkCount.
-func NewFwdKernelParams(a *FwdArgs, csr *plan.CSR, s *plan.FwdSchedule, dev FwdPlanPtrs) (FwdKernelParams, error) {
-	var p FwdKernelParams
+func newFwdKernelParams(a *FwdArgs, csr *plan.CSR, s *plan.FwdSchedule, dev FwdPlanPtrs) (fwdKernelParams, error) {
+	var p fwdKernelParams
 	switch {
 	case !HeadDimSupported(a.D):
 		return p, fmt.Errorf("cuda: head dim %d: "+headDimErr, a.D)
@@ -252,7 +252,7 @@ func NewFwdKernelParams(a *FwdArgs, csr *plan.CSR, s *plan.FwdSchedule, dev FwdP
 			return p, err
 		}
 	}
-	p = FwdKernelParams{
+	p = fwdKernelParams{
 		Q: a.Q, K: a.K, V: a.V, KScale: a.KScale, VScale: a.VScale, KGlobalScale: a.KGlobalScale,
 		CuSeqlensQ: a.CuSeqlensQ, CuSeqlensK: a.CuSeqlensK, SequsedK: a.SequsedK, PageTable: a.PageTable,
 		RowPtr: dev.RowPtr, QSplit: dev.QSplit, Metadata: dev.Metadata, WorkCount: dev.WorkCount,
@@ -281,10 +281,10 @@ type CombineArgs struct {
 	PartialDtype                      Dtype
 }
 
-// NewCombineKernelParams fills the mode-0 (sparse prefill) combine block;
+// newCombineKernelParams fills the mode-0 (sparse prefill) combine block;
 // splitCounts is the device copy of FwdSchedule.SplitCounts [TotalQ][Hkv].
-func NewCombineKernelParams(a *CombineArgs, splitCounts uint64) (CombineKernelParams, error) {
-	var p CombineKernelParams
+func newCombineKernelParams(a *CombineArgs, splitCounts uint64) (combineKernelParams, error) {
+	var p combineKernelParams
 	switch {
 	case !HeadDimSupported(a.D):
 		return p, fmt.Errorf("cuda: head dim %d: "+headDimErr, a.D)
@@ -298,7 +298,7 @@ func NewCombineKernelParams(a *CombineArgs, splitCounts uint64) (CombineKernelPa
 	if err := fits32("total_q*Hq", a.TotalQ*a.Hq); err != nil {
 		return p, err
 	}
-	return CombineKernelParams{
+	return combineKernelParams{
 		OPartial: a.OPartial, LSEPartial: a.LSEPartial, TLSEPartial: a.TLSEPartial, SplitCounts: splitCounts,
 		OutputScale: a.OutputScale, Out: a.Out, LSE: a.LSE, TLSE: a.TLSE,
 		TotalQ: int32(a.TotalQ), NumHeadsQ: int32(a.Hq), NumHeadsKV: int32(a.Hkv), HeadDim: int32(a.D),
@@ -333,11 +333,11 @@ type DecodePlanPtrs struct {
 	Request, QTileIdx, KVTile, KVHead, Valid, OIndptr, SplitCounts uint64
 }
 
-// NewDecodeKernelParams validates a against s and fills the decode block and
+// newDecodeKernelParams validates a against s and fills the decode block and
 // (used when s.SplitKV) the mode-1 combine block.
-func NewDecodeKernelParams(a *DecodeArgs, s *plan.DecodeSchedule, dev DecodePlanPtrs) (DecodeKernelParams, CombineKernelParams, error) {
-	var p DecodeKernelParams
-	var c CombineKernelParams
+func newDecodeKernelParams(a *DecodeArgs, s *plan.DecodeSchedule, dev DecodePlanPtrs) (decodeKernelParams, combineKernelParams, error) {
+	var p decodeKernelParams
+	var c combineKernelParams
 	switch {
 	case s == nil:
 		return p, c, fmt.Errorf("cuda: nil decode schedule")
@@ -382,7 +382,7 @@ func NewDecodeKernelParams(a *DecodeArgs, s *plan.DecodeSchedule, dev DecodePlan
 			return p, c, err
 		}
 	}
-	p = DecodeKernelParams{
+	p = decodeKernelParams{
 		Q: a.Q, K: a.K, V: a.V, KScale: a.KScale, VScale: a.VScale, KGlobalScale: a.KGlobalScale, OutputScale: a.OutputScale,
 		SequsedK: a.SequsedK, PageTable: a.PageTable,
 		Request: dev.Request, QTileIdx: dev.QTileIdx, KVTile: dev.KVTile, KVHead: dev.KVHead, Valid: dev.Valid, OIndptr: dev.OIndptr,
@@ -403,7 +403,7 @@ func NewDecodeKernelParams(a *DecodeArgs, s *plan.DecodeSchedule, dev DecodePlan
 	for _, n := range s.SplitCounts {
 		maxSplits = max(maxSplits, int(n))
 	}
-	c = CombineKernelParams{
+	c = combineKernelParams{
 		OPartial: a.OPartial, LSEPartial: a.LSEPartial, SplitCounts: dev.SplitCounts, OIndptr: dev.OIndptr,
 		OutputScale: a.OutputScale, Out: a.Out, LSE: a.LSE,
 		TotalQ: int32(a.Batch * a.SeqlenQ), NumHeadsQ: int32(a.Hq), NumHeadsKV: int32(a.Hkv), HeadDim: int32(a.D),

@@ -48,9 +48,9 @@ func TestParamsLayout(t *testing.T) {
 		cname string
 		typ   reflect.Type
 	}{
-		{"MsaFwdParams", reflect.TypeOf(FwdKernelParams{})},
-		{"MsaCombineParams", reflect.TypeOf(CombineKernelParams{})},
-		{"MsaDecodeParams", reflect.TypeOf(DecodeKernelParams{})},
+		{"MsaFwdParams", reflect.TypeOf(fwdKernelParams{})},
+		{"MsaCombineParams", reflect.TypeOf(combineKernelParams{})},
+		{"MsaDecodeParams", reflect.TypeOf(decodeKernelParams{})},
 	} {
 		fields := cFields(t, string(src), c.cname)
 		if len(fields) != c.typ.NumField() {

@@ -455,7 +455,7 @@ func TestReferenceSelfCheck(t *testing.T) {
 		if c.sched.WorkCount == 0 {
 			t.Fatalf("%s: empty schedule", c.name)
 		}
-		if _, err := NewFwdKernelParams(&FwdArgs{TotalQ: c.totalQ, Hq: c.hq, Hkv: c.hkv, D: c.d, BlkKV: c.blk, TopK: c.topK,
+		if _, err := newFwdKernelParams(&FwdArgs{TotalQ: c.totalQ, Hq: c.hq, Hkv: c.hkv, D: c.d, BlkKV: c.blk, TopK: c.topK,
 			NumBatch: len(c.cuQ) - 1, QDtype: c.qd, KVDtype: c.kvd, PartialDtype: c.pd, PVRound: c.round,
 			KScale: 256, VScale: 256, PageTable: map[bool]uint64{true: 256}[c.paged], PageSize: c.pageSize, PageTableStride: max(c.maxPages, 1),
 			TLSEPartial: map[bool]uint64{true: 256}[c.temp > 0], Temperature: c.temp}, c.csr, c.sched, FwdPlanPtrs{}); err != nil {
@@ -464,7 +464,7 @@ func TestReferenceSelfCheck(t *testing.T) {
 	}
 	for i, c := range decodeCases() {
 		genDecode(t, c, uint64(i+1))
-		if _, _, err := NewDecodeKernelParams(&DecodeArgs{Batch: c.batch, SeqlenQ: c.seqlenQ, Hq: c.hq, Hkv: c.hkv, D: c.d,
+		if _, _, err := newDecodeKernelParams(&DecodeArgs{Batch: c.batch, SeqlenQ: c.seqlenQ, Hq: c.hq, Hkv: c.hkv, D: c.d,
 			PageSize: c.pageSize, PageTableStride: c.maxPages, PageTable: 256, SequsedK: 256, OPartial: 256, LSEPartial: 256,
 			QDtype: c.qd, KVDtype: c.kvd, PVRound: c.round, KScale: 256, VScale: 256,
 			Q2K: map[bool]uint64{true: 256}[c.topK > 0], TopK: c.topK, BlkKV: c.blk}, c.sched, DecodePlanPtrs{}); err != nil {

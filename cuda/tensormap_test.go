@@ -227,7 +227,7 @@ func TestOperandAlignment(t *testing.T) {
 			QDtype: BF16, KVDtype: BF16, PartialDtype: F32}
 	}
 	a := base()
-	if _, err := NewFwdKernelParams(&a, csr, s, dev); err != nil {
+	if _, err := newFwdKernelParams(&a, csr, s, dev); err != nil {
 		t.Fatalf("aligned args rejected: %v", err)
 	}
 	for _, c := range []struct {
@@ -246,7 +246,7 @@ func TestOperandAlignment(t *testing.T) {
 	} {
 		a := base()
 		c.mod(&a)
-		_, err := NewFwdKernelParams(&a, csr, s, dev)
+		_, err := newFwdKernelParams(&a, csr, s, dev)
 		if (err == nil) != c.ok {
 			t.Errorf("%s: err = %v, want ok = %v", c.name, err, c.ok)
 		}
@@ -254,7 +254,7 @@ func TestOperandAlignment(t *testing.T) {
 	ds := &plan.DecodeSchedule{Params: plan.DecodeParams{Batch: 1, SeqlenQ: 1, HQ: 1, Hkv: 1, PageSize: 16}}
 	da := DecodeArgs{Q: 0x10000, K: 0x20008, V: 0x30000, PageTable: 0x100, SequsedK: 0x200, PageTableStride: 1,
 		Batch: 1, SeqlenQ: 1, Hq: 1, Hkv: 1, D: 64, PageSize: 16, QDtype: BF16, KVDtype: BF16}
-	if _, _, err := NewDecodeKernelParams(&da, ds, DecodePlanPtrs{}); err == nil || !strings.Contains(err.Error(), "k at") {
+	if _, _, err := newDecodeKernelParams(&da, ds, DecodePlanPtrs{}); err == nil || !strings.Contains(err.Error(), "k at") {
 		t.Errorf("decode with a misaligned K: %v", err)
 	}
 }

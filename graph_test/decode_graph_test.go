@@ -77,7 +77,7 @@ func decodeLoop(t *testing.T, machine string) {
 		must(t, m.RunAll())
 		for i, l := range ls {
 			want, err := op.SparseDecodeAttenFunc(l.q, l.k, l.v, nil, op.DecodeArgs{
-				PageTable: ptT, SequsedK: i32([]int{batch}, append([]int32{}, used...)), SeqlenQ: seqlenQ,
+				PageTable: ptT, SeqUsedK: i32([]int{batch}, append([]int32{}, used...)), SeqlenQ: seqlenQ,
 				MaxSeqlenK: cols * pageSize, Workers: 2, FixedSplitSize: 2})
 			must(t, err)
 			sameBits(t, "decode out", l.out.Value().(*tensor.Dense), want.Out)

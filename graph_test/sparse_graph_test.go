@@ -29,7 +29,7 @@ func TestSparseGraphMatchesEager(t *testing.T) {
 	rp, qi, err := op.BuildK2QCSR(q2k, cuQ, cuK, blk)
 	must(t, err)
 	want, err := op.SparseAttenFunc(q, k, v, rp, qi, topK, op.SparseArgs{
-		CuSeqlensQ: cuQ, CuSeqlensK: cuK, Causal: true, LSETemperatureScale: 0.7,
+		CuSeqlensQ: cuQ, CuSeqlensK: cuK, Causal: true, Temperature: 0.7,
 		ReturnTemperatureLSE: true, Workers: workers,
 	})
 	must(t, err)

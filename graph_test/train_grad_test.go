@@ -89,7 +89,7 @@ func (c *gradCase) eager(t *testing.T) *op.Gradients {
 	args := op.SparseArgs{CuSeqlensQ: c.cuQ, CuSeqlensK: c.cuK, BlkKV: c.blk, Causal: c.causal,
 		Workers: 2}
 	if c.paged {
-		args.PageTable, args.SequsedK = c.pageTable, c.seqused
+		args.PageTable, args.SeqUsedK = c.pageTable, c.seqused
 	}
 	res, err := op.SparseAttenFunc(c.q, c.k, c.v, rp, qi, c.topK, args)
 	must(t, err)

@@ -93,9 +93,9 @@ func TestTypedNilTensors(t *testing.T) {
 	sameResult(t, "typed-nil page_table", base, res)
 	pc, _ := validBase(t, true)
 	withNil := pc
-	withNil.args.SequsedK = nd
+	withNil.args.SeqUsedK = nd
 	untyped := pc
-	untyped.args.SequsedK = nil
+	untyped.args.SeqUsedK = nil
 	r1, err1 := SparseAttenFunc(withNil.q, withNil.k, withNil.v, withNil.rp, withNil.qi, withNil.topK, withNil.args)
 	r2, err2 := SparseAttenFunc(untyped.q, untyped.k, untyped.v, untyped.rp, untyped.qi, untyped.topK, untyped.args)
 	if (err1 == nil) != (err2 == nil) || (err1 != nil && err1.Error() != err2.Error()) {
@@ -144,7 +144,7 @@ func TestTypedNilTensors(t *testing.T) {
 	_, err = SparseDecodeAttenFunc(pr.q, pr.k, pr.v, nil, a2)
 	wantArgErr(t, err, "page_table", "tensor")
 	a2 = args
-	a2.SequsedK = nd
+	a2.SeqUsedK = nd
 	_, err = SparseDecodeAttenFunc(pr.q, pr.k, pr.v, nil, a2)
 	wantArgErr(t, err, "seqused_k", "tensor")
 	_, err = SparseDecodeAttenFunc(nd, pr.k, pr.v, nil, args)
@@ -184,13 +184,13 @@ func TestEagerViews(t *testing.T) {
 	}
 	x := c
 	x.args.PageTable = sliceCols(t, c.args.PageTable.(*tensor.Dense), -7)
-	su := backing[int32](c.args.SequsedK.(*tensor.Dense))
+	su := backing[int32](c.args.SeqUsedK.(*tensor.Dense))
 	su2 := tensor.New(tensor.WithShape(len(su), 2), tensor.WithBacking([]int32{su[0], 1 << 30, su[1], 1 << 30}))
 	col, err := su2.Slice(nil, tensor.S(0))
 	if err != nil {
 		t.Fatal(err)
 	}
-	x.args.SequsedK = col
+	x.args.SeqUsedK = col
 	// q as the first half of the last dimension of a wider tensor.
 	qd := c.q.(*tensor.Dense)
 	s := qd.Shape()
@@ -321,7 +321,7 @@ func TestPagedKeyCapacityInt32(t *testing.T) {
 	_, err = SparseAttenFunc(q, k, k, rp, qi, 1, SparseArgs{CuSeqlensQ: cuQ, CuSeqlensK: cuK, PageTable: pt})
 	wantArgErr(t, err, "page_table", "int32")
 	dk := bf16T(1, 1, 128, 64)
-	args := DecodeArgs{PageTable: pt, SequsedK: i32T([]int{1}, 1), SeqlenQ: 1, MaxSeqlenK: 1, NumQOHeads: 1, NumKVHeads: 1, HeadDim: 64}
+	args := DecodeArgs{PageTable: pt, SeqUsedK: i32T([]int{1}, 1), SeqlenQ: 1, MaxSeqlenK: 1, NumQOHeads: 1, NumKVHeads: 1, HeadDim: 64}
 	_, err = SparseDecodeAttenFunc(q, dk, dk, nil, args)
 	wantArgErr(t, err, "page_table", "int32")
 	w, _ := NewDecodeWrapper(128)
@@ -387,10 +387,10 @@ func TestScalarRuleEveryEntryPoint(t *testing.T) {
 	}
 	for _, x := range []float64{1e-39, 1e39, -1, math.NaN(), math.Inf(1), math.Inf(-1), 1e-320} {
 		a := c.args
-		a.LSETemperatureScale, a.ReturnTemperatureLSE = x, true
+		a.Temperature, a.ReturnTemperatureLSE = x, true
 		_, err := SparseAttenFunc(c.q, c.k, c.v, c.rp, c.qi, c.topK, a)
 		wantArgErr(t, err, "lse_temperature_scale", temperatureRule)
-		na := SparseArgs{CuSeqlensQ: npr.cuQ, CuSeqlensK: npr.cuK, LSETemperatureScale: x, ReturnTemperatureLSE: true}
+		na := SparseArgs{CuSeqlensQ: npr.cuQ, CuSeqlensK: npr.cuK, Temperature: x, ReturnTemperatureLSE: true}
 		_, err = SparseAttenNVFP4KVFunc(npr.q, npr.k, npr.v, npr.kScale, npr.vScale, nil, nil, nrp, nqi, 2, na)
 		wantArgErr(t, err, "lse_temperature_scale", temperatureRule)
 		_, err = SparseAttention(qn, kn, vn, csr, sched, cuQ, cuK, Temperature(x))
@@ -534,7 +534,7 @@ func TestErrorMessages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	su := gnode(t, g, "su", c.args.SequsedK.(*tensor.Dense))
+	su := gnode(t, g, "su", c.args.SeqUsedK.(*tensor.Dense))
 	_, err = SparseAttention(qn, kn, vn, csr, sched, cuQ, cuK, Paged(nil, su))
 	wantArgErr(t, err, "seqused_k", "page table")
 

@@ -15,9 +15,9 @@ import (
 type DecodeArgs struct {
 	// PageTable (page_table): int32 [B, max_num_pages_per_seq].
 	PageTable tensor.Tensor
-	// SequsedK (seqused_k): int32 [B] key lengths; query row b*seqlen_q+i
+	// SeqUsedK (seqused_k): int32 [B] key lengths; query row b*seqlen_q+i
 	// sits at position seqused_k[b] - seqlen_q + i.
-	SequsedK tensor.Tensor
+	SeqUsedK tensor.Tensor
 	// SeqlenQ (seqlen_q) >= 1: queries per request.
 	SeqlenQ int
 	// MaxSeqlenK (max_seqlen_k): 0 derives it from seqused_k (as in
@@ -74,7 +74,7 @@ func validateDecodeMeta(c *checker, args *DecodeArgs, q2k tensor.Tensor, totalQ,
 	}
 	c.dtype(pt, "page_table", tensor.Int32)
 	c.rank(pt, "page_table", "[B, max_num_pages_per_seq]", 2)
-	su := c.dense(args.SequsedK, "seqused_k")
+	su := c.dense(args.SeqUsedK, "seqused_k")
 	c.dtype(su, "seqused_k", tensor.Int32)
 	c.rank(su, "seqused_k", "[B]", 1)
 	if c.err != nil {

@@ -144,7 +144,7 @@ func decodeArgs(s decodeSpec, pr *decodeProblem) DecodeArgs {
 	for _, n := range s.seqused {
 		maxK = max(maxK, n)
 	}
-	return DecodeArgs{PageTable: pr.pt, SequsedK: pr.su, SeqlenQ: s.seqlenQ, MaxSeqlenK: maxK, BlkKV: s.blk, SoftmaxScale: s.scale,
+	return DecodeArgs{PageTable: pr.pt, SeqUsedK: pr.su, SeqlenQ: s.seqlenQ, MaxSeqlenK: maxK, BlkKV: s.blk, SoftmaxScale: s.scale,
 		Workers: s.workers, FixedSplitSize: s.fixedSplit, DisableSplitKV: s.disableSplit,
 		NumQOHeads: s.hq, NumKVHeads: s.hkv, HeadDim: s.d}
 }

@@ -69,7 +69,12 @@ func errBusy(fn string) error {
 }
 
 // NewDecodeWrapper returns an unplanned wrapper for K/V pages of pageSize
-// tokens (any page size in [1, 2^31-1] is accepted).
+// tokens (any page size in [1, 2^31-1] is accepted). pageSize is the
+// reference constructor's blk_kv (SparseDecodePagedAttentionWrapper(blk_kv=...)),
+// which there is both the page size and the sparse block size; here the
+// sparse-decode block size is the separate BlkKV of the plan's arguments
+// (0: the page size). The reference constructor's causal is the
+// NonCausal field of the plan's arguments (causal only, as there).
 func NewDecodeWrapper(pageSize int) (*DecodeWrapper, error) {
 	if pageSize < 1 || pageSize > maxInt32 {
 		return nil, argErr("NewDecodeWrapper", "page_size", fmt.Sprintf("a page size in [1, %d]", maxInt32), pageSize)
@@ -130,7 +135,7 @@ func (w *DecodeWrapper) Schedule() *plan.DecodeSchedule { return w.sched }
 // Run computes decode attention for q [B*seqlen_q, Hq, D] against paged k,
 // v using the plan. softmaxScale 0 means the planned scale. It allocates
 // the outputs: Out and the natural-log LSE (always set; the reference's
-// return_lse has no Go counterpart). RunInto reuses caller-owned ones.
+// return_softmax_lse has no Go counterpart). RunInto reuses caller-owned ones.
 func (w *DecodeWrapper) Run(q, k, v tensor.Tensor, softmaxScale float64) (*Result, error) {
 	if err := w.usable("DecodeWrapper.Run"); err != nil {
 		return nil, err

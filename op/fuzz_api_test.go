@@ -281,7 +281,7 @@ func FuzzAPIPrefill(f *testing.F) {
 			PartialDtype: s.partial}
 		if s.paged {
 			args.PageTable = arg(pr.pageTable, false)
-			args.SequsedK = arg(pr.seqused, true)
+			args.SeqUsedK = arg(pr.seqused, true)
 		}
 		args.SoftmaxScale = z.scalar(0.125)
 		if !scaleOK(args.SoftmaxScale) {
@@ -289,8 +289,8 @@ func FuzzAPIPrefill(f *testing.F) {
 		}
 		if z.bit() {
 			args.ReturnTemperatureLSE = true
-			args.LSETemperatureScale = z.scalar(2)
-			if !temperatureOK(args.LSETemperatureScale) {
+			args.Temperature = z.scalar(2)
+			if !temperatureOK(args.Temperature) {
 				mustFail = true
 			}
 		}
@@ -324,7 +324,7 @@ func FuzzAPIPrefill(f *testing.F) {
 			return
 		}
 		if mustFail {
-			t.Fatalf("%v: invalid call accepted (scale %v, T %v, blk %d)", s, args.SoftmaxScale, args.LSETemperatureScale, args.BlkKV)
+			t.Fatalf("%v: invalid call accepted (scale %v, T %v, blk %d)", s, args.SoftmaxScale, args.Temperature, args.BlkKV)
 		}
 		if mayFail {
 			noNaN(t, res)
@@ -332,7 +332,7 @@ func FuzzAPIPrefill(f *testing.F) {
 		}
 		s.scale = args.SoftmaxScale
 		if args.ReturnTemperatureLSE {
-			s.temperature = args.LSETemperatureScale
+			s.temperature = args.Temperature
 			if s.temperature == 0 {
 				s.temperature = 1
 			}
@@ -394,7 +394,7 @@ func FuzzAPIDecode(f *testing.F) {
 			return v
 		}
 		args := decodeArgs(s, pr)
-		args.PageTable, args.SequsedK = arg(pr.pt, false), arg(pr.su, false)
+		args.PageTable, args.SeqUsedK = arg(pr.pt, false), arg(pr.su, false)
 		q, k, v := arg(pr.q, false), arg(pr.k, false), arg(pr.v, false)
 		var q2k tensor.Tensor
 		if pr.q2k != nil {
@@ -454,7 +454,7 @@ func FuzzAPIDecode(f *testing.F) {
 				bad := false
 				pv, pk := z.variant(pr.pt)
 				sv, sk := z.variant(pr.su)
-				pa.PageTable, pa.SequsedK = pv, sv
+				pa.PageTable, pa.SeqUsedK = pv, sv
 				bad = pk != inSame || sk != inSame
 				pa.SoftmaxScale = z.scalar(0)
 				bad = bad || !scaleOK(pa.SoftmaxScale)

@@ -151,7 +151,7 @@ func fuzzGraphPrefill(t *testing.T, z *fz) {
 	if z.bit() {
 		temp = z.scalar(2)
 		opts = append(opts, Temperature(temp))
-		args.LSETemperatureScale, args.ReturnTemperatureLSE = temp, true
+		args.Temperature, args.ReturnTemperatureLSE = temp, true
 	}
 	pd := []tensor.Dtype{{}, tensor.Float32, Float16, Float8E4M3FN, tensor.Int32}[z.pick(5)]
 	opts = append(opts, PartialDtype(pd))
@@ -160,7 +160,7 @@ func fuzzGraphPrefill(t *testing.T, z *fz) {
 		var su *G.Node
 		if z.pick(3) > 0 {
 			su = gnode(t, g, "su", pr.seqused)
-			args.SequsedK = pr.seqused
+			args.SeqUsedK = pr.seqused
 		}
 		pt := gnode(t, g, "pt", pr.pageTable)
 		args.PageTable = pr.pageTable

@@ -61,7 +61,7 @@ func FuzzSparseAttenFunc(f *testing.F) {
 		}
 		args := SparseArgs{CuSeqlensQ: pr.cuQ, CuSeqlensK: pr.cuK, Causal: s.causal}
 		if paged {
-			args.PageTable, args.SequsedK = pr.pageTable, pr.seqused
+			args.PageTable, args.SeqUsedK = pr.pageTable, pr.seqused
 		}
 		if stage%2 == 1 {
 			fuzzMutate([]*tensor.Dense{rp, qi, pr.cuQ, pr.cuK, pr.pageTable, pr.seqused}, which, idx, val)
@@ -129,7 +129,7 @@ func FuzzSparseAttenNVFP4KVFunc(f *testing.F) {
 		kg := tensor.New(tensor.WithShape(1), tensor.WithBacking([]float32{g}))
 		args := SparseArgs{CuSeqlensQ: pr.cuQ, CuSeqlensK: pr.cuK, Causal: true}
 		if s.paged {
-			args.PageTable, args.SequsedK = pr.pageTable, pr.seqused
+			args.PageTable, args.SeqUsedK = pr.pageTable, pr.seqused
 		}
 		res, err := SparseAttenNVFP4KVFunc(pr.q, pr.k, pr.v, ks, vs, kg, nil, rp, qi, 2, args)
 		if err != nil {

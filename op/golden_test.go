@@ -103,7 +103,7 @@ func runGolden(t *testing.T, c *golden.Case) {
 		if q2k != nil {
 			qk = q2k
 		}
-		res, err = SparseDecodeAttenFunc(q, k, v, qk, DecodeArgs{PageTable: pt, SequsedK: su, SeqlenQ: c.SeqlenQ,
+		res, err = SparseDecodeAttenFunc(q, k, v, qk, DecodeArgs{PageTable: pt, SeqUsedK: su, SeqlenQ: c.SeqlenQ,
 			MaxSeqlenK: len(c.PageTable[0]) * c.PageSize, BlkKV: c.BlkKV, SoftmaxScale: scale, Workers: 2})
 	default:
 		cuQ := tensor.New(tensor.WithShape(len(c.CuSeqlensQ)), tensor.WithBacking(append([]int32{}, c.CuSeqlensQ...)))
@@ -113,10 +113,10 @@ func runGolden(t *testing.T, c *golden.Case) {
 			t.Fatal(e)
 		}
 		args := SparseArgs{CuSeqlensQ: cuQ, CuSeqlensK: cuK, BlkKV: c.BlkKV, Causal: c.Causal, SoftmaxScale: scale,
-			LSETemperatureScale: c.Temperature, ReturnTemperatureLSE: c.Temperature != 0,
-			PartialDtype: tensor.Float32, PageTable: pt, SequsedK: su, Workers: 2}
+			Temperature: c.Temperature, ReturnTemperatureLSE: c.Temperature != 0,
+			PartialDtype: tensor.Float32, PageTable: pt, SeqUsedK: su, Workers: 2}
 		if pt == nil {
-			args.PageTable, args.SequsedK = nil, nil
+			args.PageTable, args.SeqUsedK = nil, nil
 		}
 		if c.Kind == golden.KindPrefillNVFP4 {
 			by := func(x []uint8) *tensor.Dense {

@@ -54,7 +54,7 @@ func validateSparseF32(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int,
 	c.need(args.PartialDtype == (tensor.Dtype{}) || args.PartialDtype == tensor.Float32, "partial_dtype",
 		"unset or float32 with float32 q, k, v (partials stay float32)", dtypeName(args.PartialDtype))
 	scale := resolveScale(c, args.SoftmaxScale, d)
-	temp := resolveTemperature(c, args.LSETemperatureScale)
+	temp := resolveTemperature(c, args.Temperature)
 	c.need(present(args.CuSeqlensQ) && present(args.CuSeqlensK), "cu_seqlens_q/cu_seqlens_k",
 		"CSR varlen metadata: pass cu_seqlens_q and cu_seqlens_k", "nil")
 	if c.err != nil {
@@ -115,7 +115,7 @@ func validateSparseF32(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int,
 		Causal: args.Causal, Scale: scale}
 	seqK := make([]int32, batch)
 	if !paged {
-		c.need(!present(args.SequsedK), "seqused_k", "nil without page_table (seqused_k is only supported together with page_table)", "a tensor")
+		c.need(!present(args.SeqUsedK), "seqused_k", "nil without page_table (seqused_k is only supported together with page_table)", "a tensor")
 		fc.p.TotalK = kd.Shape()[0]
 		for b := range seqK {
 			seqK[b] = cuK[b+1] - cuK[b]
@@ -136,8 +136,8 @@ func validateSparseF32(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int,
 		for b := range seqK {
 			seqK[b] = int32(cols * ps)
 		}
-		if present(args.SequsedK) {
-			su := c.dense(args.SequsedK, "seqused_k")
+		if present(args.SeqUsedK) {
+			su := c.dense(args.SeqUsedK, "seqused_k")
 			c.dtype(su, "seqused_k", tensor.Int32)
 			c.rank(su, "seqused_k", "[B]", 1)
 			if c.err != nil {

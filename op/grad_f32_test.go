@@ -66,9 +66,9 @@ func (fp *f32Problem) refWith(q, k, v []float64) *refCase {
 // args returns the SparseArgs of the problem.
 func (fp *f32Problem) args() SparseArgs {
 	a := SparseArgs{CuSeqlensQ: fp.cuQ, CuSeqlensK: fp.cuK, BlkKV: fp.spec.blk, Causal: fp.spec.causal,
-		Workers: 2, LSETemperatureScale: fp.spec.temperature, ReturnTemperatureLSE: true}
+		Workers: 2, Temperature: fp.spec.temperature, ReturnTemperatureLSE: true}
 	if fp.spec.paged {
-		a.PageTable, a.SequsedK = fp.pageTable, fp.seqused
+		a.PageTable, a.SeqUsedK = fp.pageTable, fp.seqused
 	}
 	return a
 }

@@ -73,8 +73,8 @@ func Workers(n int) AttnOption { return func(c *attnConfig) { c.workers = n } }
 
 // Paged selects the paged K/V layout with page_table [B, pages] and an
 // optional seqused_k [B] (nil for none).
-func Paged(pageTable, sequsedK *G.Node) AttnOption {
-	return func(c *attnConfig) { c.pageTable, c.seqused = pageTable, sequsedK }
+func Paged(pageTable, seqUsedK *G.Node) AttnOption {
+	return func(c *attnConfig) { c.pageTable, c.seqused = pageTable, seqUsedK }
 }
 
 // NVFP4KV selects packed NVFP4 K/V with their 128x4 block scales and
@@ -185,7 +185,7 @@ func (op *sparseAttnOp) call(fn string, in inputFunc) (*sparseCall, attnSlots, e
 	rp, qi := l.split(int32s(ts[3]))
 	args := SparseArgs{
 		CuSeqlensQ: ts[5], CuSeqlensK: ts[6], BlkKV: l.BlkKV, Causal: op.cfg.causal,
-		SoftmaxScale: op.cfg.scale, LSETemperatureScale: op.cfg.temperature,
+		SoftmaxScale: op.cfg.scale, Temperature: op.cfg.temperature,
 		ReturnTemperatureLSE: op.st.needT, PartialDtype: op.cfg.partial,
 		Schedule: &Schedule{s: *op.sched.unpack(int32s(ts[4])), hkv: l.Hkv}, Workers: op.cfg.workers,
 		QKDtype: op.cfg.qk, PVDtype: op.cfg.pv,
@@ -200,7 +200,7 @@ func (op *sparseAttnOp) call(fn string, in inputFunc) (*sparseCall, attnSlots, e
 		meta bool
 	}{
 		{&args.PageTable, sl.pageTable, "page_table", true},
-		{&args.SequsedK, sl.seqused, "seqused_k", true},
+		{&args.SeqUsedK, sl.seqused, "seqused_k", true},
 		{&nv.kScale, sl.kScale, "k_scale_128x4", false},
 		{&nv.vScale, sl.vScale, "v_scale_128x4", false},
 		{&nv.kGlobal, sl.kGlobal, "k_global_scale", true},
@@ -275,7 +275,7 @@ func SparseAttention(q, k, v, csr, sched, cuQ, cuK *G.Node, opts ...AttnOption) 
 		return nil, err
 	}
 	if cfg.pageTable == nil && cfg.seqused != nil {
-		return nil, argErr(fn, "seqused_k", "no seqused_k without a page table (Paged(pageTable, sequsedK) with pageTable != nil)", nodeDesc(cfg.seqused))
+		return nil, argErr(fn, "seqused_k", "no seqused_k without a page table (Paged(pageTable, seqUsedK) with pageTable != nil)", nodeDesc(cfg.seqused))
 	}
 	if cfg.pageTable != nil {
 		if err := nodeCheck(fn, "page_table", cfg.pageTable, 2, tensor.Int32); err != nil {

@@ -119,17 +119,17 @@ func (op *decodeSchedOp) Do(vals ...G.Value) (G.Value, error) {
 // recomputed each step (after gorgonia.Let updates) without reallocating the
 // decode node's buffers. All decode attention nodes of the step (one per
 // layer) can share it.
-func DecodeSchedule(pageTable, sequsedK *G.Node, cfg DecodeConfig) (*G.Node, error) {
+func DecodeSchedule(pageTable, seqUsedK *G.Node, cfg DecodeConfig) (*G.Node, error) {
 	const fn = "DecodeSchedule"
 	if err := nodeCheck(fn, "page_table", pageTable, 2, tensor.Int32); err != nil {
 		return nil, err
 	}
-	if err := nodeCheck(fn, "seqused_k", sequsedK, 1, tensor.Int32); err != nil {
+	if err := nodeCheck(fn, "seqused_k", seqUsedK, 1, tensor.Int32); err != nil {
 		return nil, err
 	}
 	pt := pageTable.Shape()
-	if sequsedK.Shape()[0] != pt[0] {
-		return nil, argErr(fn, "seqused_k", fmt.Sprintf("shape [B] = [%d]", pt[0]), sequsedK.Shape())
+	if seqUsedK.Shape()[0] != pt[0] {
+		return nil, argErr(fn, "seqused_k", fmt.Sprintf("shape [B] = [%d]", pt[0]), seqUsedK.Shape())
 	}
 	if cfg.NumKVHeads < 1 || cfg.NumQOHeads%cfg.NumKVHeads != 0 || !slices.Contains(supportedQheadPerKV, cfg.NumQOHeads/cfg.NumKVHeads) {
 		return nil, argErr(fn, "num_qo_heads/num_kv_heads", "a ratio in {1, 2, 4, 8, 16}", fmt.Sprintf("%d/%d", cfg.NumQOHeads, cfg.NumKVHeads))
@@ -153,7 +153,7 @@ func DecodeSchedule(pageTable, sequsedK *G.Node, cfg DecodeConfig) (*G.Node, err
 	if err != nil {
 		return nil, wrapArg(fn, "config", err)
 	}
-	return G.ApplyOp(&decodeSchedOp{l: l}, pageTable, sequsedK)
+	return G.ApplyOp(&decodeSchedOp{l: l}, pageTable, seqUsedK)
 }
 
 // decodeAttnOp is the paged decode attention node.
@@ -220,7 +220,7 @@ func (op *decodeAttnOp) Do(vals ...G.Value) (G.Value, error) {
 func (op *decodeAttnOp) prepare(c *checker, qd, kd *tensor.Dense, pt, su tensor.Tensor, sv *tensor.Dense, q2k tensor.Tensor) (*decodeMeta, *plan.DecodeSchedule, error) {
 	const fn = "DecodeAttention"
 	p := op.l.p
-	args := DecodeArgs{PageTable: pt, SequsedK: su, SeqlenQ: p.SeqlenQ, MaxSeqlenK: p.MaxPagesPerSeq * p.PageSize,
+	args := DecodeArgs{PageTable: pt, SeqUsedK: su, SeqlenQ: p.SeqlenQ, MaxSeqlenK: p.MaxPagesPerSeq * p.PageSize,
 		BlkKV: op.blk, SoftmaxScale: op.scale, Workers: p.Workers}
 	m := validateDecodeMeta(c, &args, q2k, qd.Shape()[0], qd.Shape()[1], kd.Shape()[1], qd.Shape()[2], kd.Shape()[2], kd.Shape()[0])
 	if c.err != nil {
@@ -249,7 +249,7 @@ func (op *decodeAttnOp) prepare(c *checker, qd, kd *tensor.Dense, pt, su tensor.
 // 1/sqrt(D). LSE(node) returns the natural-log LSE of the same run. Of
 // the options only SharedKV applies: k and v must be distinct nodes unless
 // it is given.
-func DecodeAttention(q, k, v, pageTable, sequsedK, sched, q2k *G.Node, blkKV int, softmaxScale float64, opts ...AttnOption) (*G.Node, error) {
+func DecodeAttention(q, k, v, pageTable, seqUsedK, sched, q2k *G.Node, blkKV int, softmaxScale float64, opts ...AttnOption) (*G.Node, error) {
 	const fn = "DecodeAttention"
 	var cfg attnConfig
 	for _, o := range opts {
@@ -294,7 +294,7 @@ func DecodeAttention(q, k, v, pageTable, sequsedK, sched, q2k *G.Node, blkKV int
 		return nil, argErr(fn, "q/k", fmt.Sprintf("q [%d, %d, D], k [pages, %d, %d, D] as planned", l.p.Batch*l.p.SeqlenQ, l.p.HQ, l.p.Hkv, l.p.PageSize),
 			fmt.Sprintf("q %v, k %v", qs, ks))
 	}
-	inputs := []*G.Node{q, k, v, pageTable, sequsedK, sched}
+	inputs := []*G.Node{q, k, v, pageTable, seqUsedK, sched}
 	if q2k != nil {
 		if err := nodeCheck(fn, "q2k_indices", q2k, 3, tensor.Int32); err != nil {
 			return nil, err

@@ -74,7 +74,7 @@ func (op *sparseAttnOp) gradCall(fn string, vals []G.Value, widen bool) (*f32Cal
 	rp, qi := l.split(int32s(ts[3]))
 	args := SparseArgs{
 		CuSeqlensQ: ts[5], CuSeqlensK: ts[6], BlkKV: l.BlkKV, Causal: op.cfg.causal,
-		SoftmaxScale: op.cfg.scale, LSETemperatureScale: op.cfg.temperature,
+		SoftmaxScale: op.cfg.scale, Temperature: op.cfg.temperature,
 		ReturnTemperatureLSE: op.st.needT, PartialDtype: op.cfg.partial,
 		Schedule: &Schedule{s: *op.sched.unpack(int32s(ts[4])), hkv: l.Hkv}, Workers: op.cfg.workers,
 		QKDtype: op.cfg.qk, PVDtype: op.cfg.pv,
@@ -92,7 +92,7 @@ func (op *sparseAttnOp) gradCall(fn string, vals []G.Value, widen bool) (*f32Cal
 		if err != nil {
 			return nil, err
 		}
-		args.SequsedK = d
+		args.SeqUsedK = d
 	}
 	q, k, v := ts[0], ts[1], ts[2]
 	if widen {

@@ -61,7 +61,7 @@ func TestSparseAttentionGraphOptions(t *testing.T) {
 					var su *G.Node
 					if pr.seqused != nil {
 						su = in("seqused", pr.seqused)
-						args.SequsedK = pr.seqused
+						args.SeqUsedK = pr.seqused
 					}
 					opts = append(opts, Paged(in("page_table", pr.pageTable), su))
 					args.PageTable = pr.pageTable

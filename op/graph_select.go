@@ -336,7 +336,7 @@ func (op *writePagedKVOp) OverwritesInput() int { return 0 }
 // input node anywhere else in the same graph (it would see the cache before
 // or after the write depending on the execution order). For a prompt of
 // ragged length, use the eager AppendPagedKV before the first decode step.
-func WritePagedKV(cache, newKV, pageTable, sequsedK *G.Node, seqlenQ int) (*G.Node, error) {
+func WritePagedKV(cache, newKV, pageTable, seqUsedK *G.Node, seqlenQ int) (*G.Node, error) {
 	const fn = "WritePagedKV"
 	if err := nodeCheck(fn, "cache", cache, 4, BFloat16, Float8E4M3FN); err != nil {
 		return nil, err
@@ -347,7 +347,7 @@ func WritePagedKV(cache, newKV, pageTable, sequsedK *G.Node, seqlenQ int) (*G.No
 	if err := nodeCheck(fn, "page_table", pageTable, 2, tensor.Int32); err != nil {
 		return nil, err
 	}
-	if err := nodeCheck(fn, "seqused_k", sequsedK, 1, tensor.Int32); err != nil {
+	if err := nodeCheck(fn, "seqused_k", seqUsedK, 1, tensor.Int32); err != nil {
 		return nil, err
 	}
 	if seqlenQ < 1 {
@@ -355,8 +355,8 @@ func WritePagedKV(cache, newKV, pageTable, sequsedK *G.Node, seqlenQ int) (*G.No
 	}
 	cs, ns := cache.Shape(), newKV.Shape()
 	b := pageTable.Shape()[0]
-	if ns[0] != b*seqlenQ || ns[1] != cs[1] || ns[2] != cs[3] || sequsedK.Shape()[0] != b {
+	if ns[0] != b*seqlenQ || ns[1] != cs[1] || ns[2] != cs[3] || seqUsedK.Shape()[0] != b {
 		return nil, argErr(fn, "new", fmt.Sprintf("shape [B * seqlen_q, Hkv, D] = [%d, %d, %d]", b*seqlenQ, cs[1], cs[3]), ns)
 	}
-	return G.ApplyOp(&writePagedKVOp{seqlenQ: seqlenQ, dt: cache.Dtype(), cacheShape: cs.Clone()}, cache, newKV, pageTable, sequsedK)
+	return G.ApplyOp(&writePagedKVOp{seqlenQ: seqlenQ, dt: cache.Dtype(), cacheShape: cs.Clone()}, cache, newKV, pageTable, seqUsedK)
 }

@@ -22,8 +22,9 @@ type SparseArgs struct {
 	Causal bool
 	// SoftmaxScale (softmax_scale): 0 means 1/sqrt(D).
 	SoftmaxScale float64
-	// LSETemperatureScale (lse_temperature_scale, T): 0 means 1.
-	LSETemperatureScale float64
+	// Temperature (lse_temperature_scale, T): 0 means 1. The graph
+	// option of the same name sets it on a SparseAttention node.
+	Temperature float64
 	// ReturnTemperatureLSE (return_temperature_lse) also returns
 	// logsumexp(s/T) in Result.TemperatureLSE. The natural-log LSE is
 	// always returned: return_softmax_lse has no Go counterpart.
@@ -34,8 +35,8 @@ type SparseArgs struct {
 	// PageTable (page_table): int32 [B, max_num_pages_per_seq] selects the
 	// paged K/V layout [num_pages, Hkv, page_size, D].
 	PageTable tensor.Tensor
-	// SequsedK (seqused_k): int32 [B] effective key lengths; paged only.
-	SequsedK tensor.Tensor
+	// SeqUsedK (seqused_k): int32 [B] effective key lengths; paged only.
+	SeqUsedK tensor.Tensor
 	// Schedule is a prebuilt forward schedule (validated before use).
 	Schedule *Schedule
 	// Workers (usable_SM_count) caps the goroutines and sizes the schedule's

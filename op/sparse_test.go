@@ -45,12 +45,12 @@ func runSparse(t testing.TB, s sparseSpec, pr *sparseProblem, workers int, sched
 	}
 	args := SparseArgs{
 		CuSeqlensQ: pr.cuQ, CuSeqlensK: pr.cuK, BlkKV: s.blk, Causal: s.causal,
-		SoftmaxScale: s.scale, LSETemperatureScale: s.temperature,
+		SoftmaxScale: s.scale, Temperature: s.temperature,
 		ReturnTemperatureLSE: s.temperature != 0,
 		PartialDtype:         s.partial, Workers: workers, Schedule: sched, PVDtype: s.pv,
 	}
 	if s.paged {
-		args.PageTable, args.SequsedK = pr.pageTable, pr.seqused
+		args.PageTable, args.SeqUsedK = pr.pageTable, pr.seqused
 	}
 	var res *Result
 	if s.kvDt == "nvfp4" {

@@ -49,7 +49,7 @@ type sparseCall struct {
 // sparse entry points.
 func resolveScalars(c *checker, args *SparseArgs, d int) (scale, temp float64, pdt attn.PartialDtype) {
 	scale = resolveScale(c, args.SoftmaxScale, d)
-	temp = resolveTemperature(c, args.LSETemperatureScale)
+	temp = resolveTemperature(c, args.Temperature)
 	switch args.PartialDtype {
 	case tensor.Float32:
 		pdt = attn.PartialF32
@@ -278,7 +278,7 @@ func validateSparse(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int, ar
 	seqK := make([]int32, batch)
 	layout := attn.KVLayout{Hkv: hkv, Paged: paged, CuK: cuK}
 	if !paged {
-		c.need(!present(args.SequsedK), "seqused_k", "nil without page_table (seqused_k is only supported together with page_table)", "a tensor")
+		c.need(!present(args.SeqUsedK), "seqused_k", "nil without page_table (seqused_k is only supported together with page_table)", "a tensor")
 		for b := range seqK {
 			seqK[b] = cuK[b+1] - cuK[b]
 		}
@@ -299,8 +299,8 @@ func validateSparse(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int, ar
 		for b := range seqK {
 			seqK[b] = int32(cols * ps)
 		}
-		if present(args.SequsedK) {
-			su := c.dense(args.SequsedK, "seqused_k")
+		if present(args.SeqUsedK) {
+			su := c.dense(args.SeqUsedK, "seqused_k")
 			c.dtype(su, "seqused_k", tensor.Int32)
 			c.rank(su, "seqused_k", "[B]", 1)
 			if c.err != nil {

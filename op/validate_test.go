@@ -28,7 +28,7 @@ func validBase(t *testing.T, paged bool) (call, *sparseProblem) {
 	c := call{q: pr.q, k: pr.k, v: pr.v, rp: rp, qi: qi, topK: 4,
 		args: SparseArgs{CuSeqlensQ: pr.cuQ, CuSeqlensK: pr.cuK}}
 	if paged {
-		c.args.PageTable, c.args.SequsedK = pr.pageTable, pr.seqused
+		c.args.PageTable, c.args.SeqUsedK = pr.pageTable, pr.seqused
 	}
 	return c, pr
 }
@@ -105,10 +105,10 @@ func TestSparseValidation(t *testing.T) {
 		{"cu_seqlens_q past total_q", false, func(c *call) { c.args.CuSeqlensQ = i32T([]int{3}, 0, 6, 11) }, "cu_seqlens_q"},
 		{"cu_seqlens_k batch", false, func(c *call) { c.args.CuSeqlensK = i32T([]int{2}, 0, 200) }, "cu_seqlens_k"},
 		{"cu_seqlens_k past total_k", false, func(c *call) { c.args.CuSeqlensK = i32T([]int{3}, 0, 200, 301) }, "cu_seqlens_k"},
-		{"seqused without page table", false, func(c *call) { c.args.SequsedK = i32T([]int{2}) }, "seqused_k"},
+		{"seqused without page table", false, func(c *call) { c.args.SeqUsedK = i32T([]int{2}) }, "seqused_k"},
 		{"softmax scale", false, func(c *call) { c.args.SoftmaxScale = math.NaN() }, "softmax_scale"},
-		{"temperature inf", false, func(c *call) { c.args.LSETemperatureScale = math.Inf(1) }, "lse_temperature_scale"},
-		{"temperature negative", false, func(c *call) { c.args.LSETemperatureScale = -1 }, "lse_temperature_scale"},
+		{"temperature inf", false, func(c *call) { c.args.Temperature = math.Inf(1) }, "lse_temperature_scale"},
+		{"temperature negative", false, func(c *call) { c.args.Temperature = -1 }, "lse_temperature_scale"},
 		{"partial dtype", false, func(c *call) { c.args.PartialDtype = tensor.Int32 }, "partial_dtype"},
 		{"qk dtype", false, func(c *call) { c.args.QKDtype = tensor.Float32 }, "qk_dtype"},
 		{"qk dtype mismatch", false, func(c *call) { c.args.QKDtype = Float8E4M3FN }, "qk_dtype"},
@@ -123,9 +123,9 @@ func TestSparseValidation(t *testing.T) {
 		{"page table entry", true, func(c *call) { c.args.PageTable = modI32(c.args.PageTable, 0, 99) }, "page_table[0, 0]"},
 		{"page table negative", true, func(c *call) { c.args.PageTable = modI32(c.args.PageTable, 0, -1) }, "page_table[0, 0]"},
 		{"page size", true, func(c *call) { c.k, c.v = bf16T(6, 2, 64, 128), bf16T(6, 2, 64, 128) }, "page_size"},
-		{"seqused shape", true, func(c *call) { c.args.SequsedK = i32T([]int{3}) }, "seqused_k"},
-		{"seqused too long", true, func(c *call) { c.args.SequsedK = i32T([]int{2}, 9999, 1) }, "seqused_k[0]"},
-		{"seqused negative", true, func(c *call) { c.args.SequsedK = i32T([]int{2}, -1, 1) }, "seqused_k[0]"},
+		{"seqused shape", true, func(c *call) { c.args.SeqUsedK = i32T([]int{3}) }, "seqused_k"},
+		{"seqused too long", true, func(c *call) { c.args.SeqUsedK = i32T([]int{2}, 9999, 1) }, "seqused_k[0]"},
+		{"seqused negative", true, func(c *call) { c.args.SeqUsedK = i32T([]int{2}, -1, 1) }, "seqused_k[0]"},
 		{"blk_kv differs from the CSR's", false, func(c *call) { c.args.BlkKV = 64 }, "k2q_row_ptr was built for a different blk_kv or cu_seqlens_k: it has 3 rows, blk_kv = 64 gives 6"},
 		{"topK above the CSR's", false, func(c *call) { c.topK = 5 }, "topK/k2q_q_indices: expected topK equal to q2k_indices.shape[2]"},
 		{"topK below the CSR's", false, func(c *call) { c.topK = 1 }, "the CSR was built with topK = 4"},

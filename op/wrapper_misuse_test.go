@@ -95,7 +95,7 @@ func TestDecodeWrapperPlanViews(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	args.SequsedK = col
+	args.SeqUsedK = col
 	w, _ := NewDecodeWrapper(s.pageSize)
 	defer w.Close()
 	if err := w.Plan(args, nil); err != nil {

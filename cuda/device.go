@@ -16,14 +16,15 @@ import (
 // that use package cuda without Gorgonia (the GPU check); it needs only
 // libcuda.so.1.
 type Device struct {
-	Ordinal      int
-	Name         string
-	Major, Minor int
-	Memory       int64 // bytes
-	SMs          int
-	work         chan func()
-	done         chan struct{}
-	closed       bool
+	Ordinal int    // the CUDA device index given to OpenDevice
+	Name    string // the driver's device name
+	Major   int    // compute capability, major (9 for sm_90)
+	Minor   int    // compute capability, minor
+	Memory  int64  // total device memory, bytes
+	SMs     int    // streaming multiprocessors
+	work    chan func()
+	done    chan struct{}
+	closed  bool
 }
 
 // OpenDevice opens the driver and retains device i's primary context on a

@@ -138,10 +138,10 @@ func TCNames(a Arch) []string {
 // TCPlan is one tensor-core launch: the kernel, its tensor maps (validated)
 // and, where the Go layout model knows it, the dynamic shared memory.
 type TCPlan struct {
-	Name       string
-	Q, K, V    TensorMapSpec
-	SmemBytes  int // from the Go layout model; 0: the launcher's kernel table, else the device's opt-in maximum
-	GridBlocks int
+	Name       string        // kernel symbol in the fatbin (TCName)
+	Q, K, V    TensorMapSpec // TMA tensor maps of the operands, built from the launch's addresses
+	SmemBytes  int           // from the Go layout model; 0: the launcher's kernel table, else the device's opt-in maximum
+	GridBlocks int           // CTAs launched: one per work item of the schedule
 }
 
 func aligned(p uint64, n uint64) bool { return p%n == 0 }

@@ -56,9 +56,9 @@ type decodeKernelParams struct {
 type Dtype int32
 
 const (
-	F32   Dtype = 0
-	BF16  Dtype = 1
-	F16   Dtype = 2
+	F32   Dtype = 0 // IEEE float32 (partials only)
+	BF16  Dtype = 1 // bfloat16
+	F16   Dtype = 2 // IEEE float16 (partials only)
 	E4M3  Dtype = 3 // OCP float8 e4m3fn
 	NVFP4 Dtype = 4 // packed E2M1 + E4M3 block scales in the 128x4 layout
 )
@@ -67,9 +67,9 @@ const (
 type Round int32
 
 const (
-	RoundNone Round = 0
-	RoundBF16 Round = 1
-	RoundE4M3 Round = 2
+	RoundNone Round = 0 // P stays float32
+	RoundBF16 Round = 1 // P rounded to bfloat16
+	RoundE4M3 Round = 2 // P rounded to float8 e4m3fn
 )
 
 // Mainloop geometry of the portable kernels (msa_common.cuh).
@@ -116,13 +116,22 @@ type FwdArgs struct {
 	OPartial, LSEPartial   uint64 // [TopK][TotalQ][Hq][D] / [TopK][TotalQ][Hq]
 	TLSEPartial            uint64 // optional temperature LSE partials
 
-	TotalQ, Hq, Hkv, D, BlkKV, TopK, NumBatch int
-	PageSize, PageTableStride                 int
-	QDtype, KVDtype, PartialDtype             Dtype
-	PVRound                                   Round
-	Causal                                    bool
-	SoftmaxScale                              float32 // 0: 1/sqrt(D)
-	Temperature                               float32 // used when TLSEPartial != 0
+	TotalQ          int     // query rows of all sequences: cu_seqlens_q[NumBatch]
+	Hq              int     // query heads, a positive multiple of Hkv
+	Hkv             int     // K/V heads
+	D               int     // head dim: 64, 128 or 256 (HeadDimSupported)
+	BlkKV           int     // keys per K/V block, in [1, MaxBlockN]
+	TopK            int     // partial slots per query and head: blocks a query attends, in [1, plan.MaxSlotTopK]
+	NumBatch        int     // sequences B
+	PageSize        int     // tokens per page; paged mode only
+	PageTableStride int     // int32 entries per page_table row; paged mode only
+	QDtype          Dtype   // BF16 or E4M3
+	KVDtype         Dtype   // BF16, E4M3 or NVFP4 (then KScale and VScale are required)
+	PartialDtype    Dtype   // element type of OPartial: F32, BF16, F16 or E4M3
+	PVRound         Round   // rounding of P before P.V
+	Causal          bool    // bottom-right aligned causal mask per sequence
+	SoftmaxScale    float32 // 0: 1/sqrt(D)
+	Temperature     float32 // used when TLSEPartial != 0
 	// KVRows is the leading extent of K and V: total_k (dense) or the
 	// number of pages (paged). Only the tensor-core kernels need it (their
 	// tensor maps); 0 keeps a launch on the portable kernels.
@@ -131,7 +140,10 @@ type FwdArgs struct {
 
 // FwdPlanPtrs are the device copies of the plan arrays a forward launch reads.
 type FwdPlanPtrs struct {
-	RowPtr, QSplit, Metadata, WorkCount uint64
+	RowPtr    uint64 // int32 [Hkv][TotalRows+1]: plan.CSR.RowPtr
+	QSplit    uint64 // int32, q_idx | slot<<24 per CSR entry: plan.FwdSchedule.QSplit
+	Metadata  uint64 // int32 [Capacity][plan.MetaFields]: plan.FwdSchedule.Metadata
+	WorkCount uint64 // int32[1]: plan.FwdSchedule.WorkCount
 }
 
 func softmaxLog2(scale float32, d int) float32 {
@@ -274,11 +286,18 @@ func newFwdKernelParams(a *FwdArgs, csr *plan.CSR, s *plan.FwdSchedule, dev FwdP
 
 // CombineArgs are the tensors of a combine (contract §5) after a sparse forward.
 type CombineArgs struct {
-	OPartial, LSEPartial, TLSEPartial uint64
-	OutputScale                       uint64 // float32[1] optional (NVFP4 V global scale)
-	Out, LSE, TLSE                    uint64 // bf16 [TotalQ][Hq][D], float32 [TotalQ][Hq]
-	TotalQ, Hq, Hkv, D, TopK          int
-	PartialDtype                      Dtype
+	OPartial     uint64 // [TopK][TotalQ][Hq][D] of PartialDtype, as written by the forward
+	LSEPartial   uint64 // float32 [TopK][TotalQ][Hq]
+	TLSEPartial  uint64 // float32 [TopK][TotalQ][Hq] temperature LSE partials; 0 = none
+	OutputScale  uint64 // float32[1] optional (NVFP4 V global scale)
+	Out, LSE     uint64 // bf16 [TotalQ][Hq][D], float32 [TotalQ][Hq]
+	TLSE         uint64 // float32 [TotalQ][Hq] combined temperature LSE; 0 = none
+	TotalQ       int    // query rows, as in FwdArgs
+	Hq           int    // query heads
+	Hkv          int    // K/V heads; Hq is a multiple of it
+	D            int    // head dim: 64, 128 or 256
+	TopK         int    // partial slots per query, as in FwdArgs
+	PartialDtype Dtype  // element type of OPartial: F32, BF16, F16 or E4M3
 }
 
 // newCombineKernelParams fills the mode-0 (sparse prefill) combine block;
@@ -309,20 +328,32 @@ func newCombineKernelParams(a *CombineArgs, splitCounts uint64) (combineKernelPa
 
 // DecodeArgs are the device tensors and shapes of a paged decode (contract §7).
 type DecodeArgs struct {
-	Q, K, V, KScale, VScale, KGlobalScale uint64
-	OutputScale                           uint64 // float32[1] optional (NVFP4 V global scale)
-	SequsedK, PageTable                   uint64 // int32 [B], int32 [B][PageTableStride]
-	OPartial, LSEPartial                  uint64 // float32 [PartialRows][Hq][D] / [PartialRows][Hq] when SplitKV
-	Out, LSE                              uint64 // bf16 [B*SeqlenQ][Hq][D], float32 [B*SeqlenQ][Hq]
+	Q                    uint64 // [Batch*SeqlenQ][Hq][D] of QDtype
+	K, V                 uint64 // paged [NumPages][Hkv][PageSize][D] of KVDtype (NVFP4: D/2 bytes a row)
+	KScale               uint64 // NVFP4 K block scales, e4m3 in the 128x4 layout; 0 otherwise
+	VScale               uint64 // NVFP4 V block scales, e4m3 in the 128x4 layout; 0 otherwise
+	KGlobalScale         uint64 // float32[1] optional (NVFP4 K global scale, applied to the scores)
+	OutputScale          uint64 // float32[1] optional (NVFP4 V global scale)
+	SequsedK, PageTable  uint64 // int32 [B], int32 [B][PageTableStride]
+	OPartial, LSEPartial uint64 // float32 [PartialRows][Hq][D] / [PartialRows][Hq] when SplitKV
+	Out, LSE             uint64 // bf16 [B*SeqlenQ][Hq][D], float32 [B*SeqlenQ][Hq]
 	// Q2K selects sparse decode: int32 [Hkv][Batch*SeqlenQ][TopK] ids of
 	// blocks of BlkKV tokens (-1 = unused slot); 0 = dense decode.
-	Q2K         uint64
-	TopK, BlkKV int
+	Q2K   uint64
+	TopK  int // slots per row of Q2K, in [1, MaxDecodeTopK]; sparse decode only
+	BlkKV int // tokens per block named in Q2K; sparse decode only
 
-	Batch, SeqlenQ, Hq, Hkv, D, PageSize, PageTableStride int
-	QDtype, KVDtype                                       Dtype
-	PVRound                                               Round
-	SoftmaxScale                                          float32 // 0: 1/sqrt(D)
+	Batch           int     // requests B
+	SeqlenQ         int     // query tokens per request in this step
+	Hq              int     // query heads, a positive multiple of Hkv
+	Hkv             int     // K/V heads
+	D               int     // head dim: 64, 128 or 256
+	PageSize        int     // tokens per page
+	PageTableStride int     // int32 entries per page_table row (>= 1)
+	QDtype          Dtype   // BF16 or E4M3
+	KVDtype         Dtype   // BF16, E4M3 or NVFP4 (then KScale and VScale are required)
+	PVRound         Round   // rounding of P before P.V
+	SoftmaxScale    float32 // 0: 1/sqrt(D)
 	// NumPages is the page count of K and V; only the tensor-core kernels
 	// need it (0 keeps a launch on the portable kernels).
 	NumPages int
@@ -330,7 +361,13 @@ type DecodeArgs struct {
 
 // DecodePlanPtrs are the device copies of the decode schedule arrays.
 type DecodePlanPtrs struct {
-	Request, QTileIdx, KVTile, KVHead, Valid, OIndptr, SplitCounts uint64
+	Request     uint64 // int32 [Capacity]: request (batch row) of each work item
+	QTileIdx    uint64 // int32 [Capacity]: query tile of each work item
+	KVTile      uint64 // int32 [Capacity]: KV chunk (split index) of each work item
+	KVHead      uint64 // int32 [Capacity]: KV head of each work item
+	Valid       uint64 // int32 [Capacity]: 1 for a live work item, 0 for padding
+	OIndptr     uint64 // int32 [Batch+1]: first partial row of each request
+	SplitCounts uint64 // int32 [Batch]: KV splits of each request, read by the combine
 }
 
 // newDecodeKernelParams validates a against s and fills the decode block and
@@ -446,8 +483,9 @@ func PartialBytes(w, slots, hq, d, psz int) (o, lse int64) {
 // [Q0, Q1): its work items are the schedule's items clipped to those
 // queries (q_begin / q_count narrowed; items without such queries dropped).
 type FwdWindow struct {
-	Q0, Q1 int
-	Sched  *plan.FwdSchedule // Metadata/Capacity/WorkCount of the window; QSplit and SplitCounts shared
+	Q0    int               // first global query row of the window
+	Q1    int               // end (exclusive) of the window's query rows
+	Sched *plan.FwdSchedule // Metadata/Capacity/WorkCount of the window; QSplit and SplitCounts shared
 }
 
 // FwdWindows cuts s into windows of w queries (global query rows; cuQ is

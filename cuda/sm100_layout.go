@@ -65,14 +65,30 @@ func blocksOf(rowBytes int) int { return rowBytes / spanOf(rowBytes) }
 // SM100FwdLayout is FwdLayout<V, D>: byte offsets from the 1024-aligned
 // dynamic shared memory base and tensor-memory columns of the prefill kernel.
 type SM100FwdLayout struct {
-	QRowBytes, KVRow, PRowBytes, RawRow int
-	QPOff, QPBytes, KOff, VOff, KVBytes int
-	RawOff, RawBytes, BarOff, TmemSlot  int
-	SmemBytes                           int
-	TmemS, TmemO, TmemCols              int
-	QKSteps, PVSteps, KeysPerPVStep     int
-	BoxSpan, Boxes                      int
-	IdescQK, IdescPV                    uint32
+	QRowBytes     int    // bytes of one Q row in shared memory (D MMA elements)
+	KVRow         int    // bytes of one K/V row in shared memory (equal to QRowBytes)
+	PRowBytes     int    // bytes of one P row: 128 keys of MMA elements
+	RawRow        int    // bytes of one K/V row in global memory (the TMA source; NVFP4: D/2)
+	QPOff         int    // offset of the Q tile, reused for P after S = Q K^T
+	QPBytes       int    // bytes of the Q/P region: the larger of the two 128-row tiles
+	KOff          int    // offset of the K tile (K-major, 128 keys x D)
+	VOff          int    // offset of the V tile (MN-major for P.V)
+	KVBytes       int    // bytes of one K or V tile
+	RawOff        int    // offset of the raw K then V TMA tiles of the converted variants
+	RawBytes      int    // bytes of one raw tile; 0 unless the variant converts K/V to BF16
+	BarOff        int    // offset of the three mbarriers (K ready, V ready, MMA done)
+	TmemSlot      int    // offset of the word that receives the tensor-memory address
+	SmemBytes     int    // dynamic shared memory the launcher requests, alignment slack included
+	TmemS         int    // tensor-memory column of S (FP32, 128 lanes x 128 keys)
+	TmemO         int    // tensor-memory column of O (128 lanes x D)
+	TmemCols      int    // tensor-memory columns allocated: next power of 2 >= 128 + D
+	QKSteps       int    // UMMA instructions of S = Q K^T (32 bytes of K each)
+	PVSteps       int    // UMMA instructions of O = P V
+	KeysPerPVStep int    // keys one P.V instruction consumes
+	BoxSpan       int    // TMA box inner extent and swizzle span, bytes: min(RawRow, 128)
+	Boxes         int    // TMA boxes per K or V tile: RawRow / BoxSpan
+	IdescQK       uint32 // UMMA instruction descriptor of S = Q K^T
+	IdescPV       uint32 // UMMA instruction descriptor of O = P V
 }
 
 // SM100Fwd returns the prefill layout of variant v, head dim d.
@@ -107,13 +123,33 @@ func SM100Fwd(v SM100Variant, d int) SM100FwdLayout {
 
 // SM100DecLayout is DecLayout<V, D> of the decode kernel (swapped products).
 type SM100DecLayout struct {
-	RowBytes, QBytes, KVBytes, PRowBytes, PBytes int
-	RawRow, RawBytes, RawOff                     int
-	QOff, KOff, VOff, POff, RedOff, OrowOff      int
-	BarOff, TmemSlot, SmemBytes                  int
-	OM, OMMAs, OAtoms, TmemS, TmemO, TmemCols    int
-	BoxSpan, Boxes                               int
-	IdescQK, IdescPV                             uint32
+	RowBytes  int    // bytes of one Q/K/V row in shared memory (D MMA elements)
+	QBytes    int    // bytes of the Q tile (64 rows)
+	KVBytes   int    // bytes of one K or V tile (128 keys)
+	PRowBytes int    // bytes of one key's row of P^T (64 query-head rows)
+	PBytes    int    // bytes of the P^T tile
+	RawRow    int    // bytes of one K/V row in global memory (the TMA box rows)
+	RawBytes  int    // bytes of one raw E4M3 tile; 0 unless the variant is BF16FP8
+	RawOff    int    // offset of the raw K then V TMA tiles (BF16FP8)
+	QOff      int    // offset of the Q tile, the B operand of S^T = K Q^T
+	KOff      int    // offset of the K tile, the A operand of S^T
+	VOff      int    // offset of the V tile, the MN-major A operand of O^T
+	POff      int    // offset of the P^T tile, the B operand of O^T
+	RedOff    int    // offset of the per-row softmax state and reduction scratch
+	OrowOff   int    // offset of the output row indices (int64 per row)
+	BarOff    int    // offset of the three mbarriers (K ready, V ready, MMA done)
+	TmemSlot  int    // offset of the word that receives the tensor-memory address
+	SmemBytes int    // dynamic shared memory the launcher requests, alignment slack included
+	OM        int    // UMMA M of O^T: 128 elements of D per product
+	OMMAs     int    // O^T products per K step: max(1, D/128)
+	OAtoms    int    // swizzle atoms of the O^T A operand per product
+	TmemS     int    // tensor-memory column of S^T (128 lanes x 64 rows)
+	TmemO     int    // tensor-memory column of the first O^T block
+	TmemCols  int    // tensor-memory columns allocated (a power of 2)
+	BoxSpan   int    // TMA box inner extent and swizzle span, bytes: min(RowBytes, 128)
+	Boxes     int    // TMA boxes per K or V tile: RowBytes / BoxSpan
+	IdescQK   uint32 // UMMA instruction descriptor of S^T = K Q^T
+	IdescPV   uint32 // UMMA instruction descriptor of O^T = V^T P^T
 }
 
 // SM100Dec returns the decode layout of variant v (BF16, FP8 or BF16FP8:

@@ -24,13 +24,13 @@ const (
 // TensorMapSpec is one tiled tensor map before encoding: dims and box are
 // innermost first, Strides are the byte strides of Dims[1:].
 type TensorMapSpec struct {
-	Name    string // "q", "k" or "v" (for errors)
-	Elem    Dtype  // BF16 (2-byte elements) or E4M3 / NVFP4 (1-byte elements)
-	Base    uint64 // device address
-	Dims    []uint64
-	Strides []uint64
-	Box     []uint32
-	Swizzle int // swizzle span in bytes: 0 (none), 32, 64 or 128
+	Name    string   // "q", "k" or "v" (for errors)
+	Elem    Dtype    // BF16 (2-byte elements) or E4M3 / NVFP4 (1-byte elements)
+	Base    uint64   // device address
+	Dims    []uint64 // tensor extents in elements, innermost first
+	Strides []uint64 // byte strides of Dims[1:]
+	Box     []uint32 // extents of the box one TMA copy loads, innermost first
+	Swizzle int      // swizzle span in bytes: 0 (none), 32, 64 or 128
 }
 
 // ElemBytes is the tensor-map element size: 2 for BF16, 1 for E4M3 and the

@@ -13,27 +13,27 @@ import (
 
 // NodeStat is one profiled node.
 type NodeStat struct {
-	ID    int64
-	Name  string // the node's name (Gorgonia's default: the op and its inputs)
-	Op    string // the op's String()
-	Kind  string
-	Calls int64
+	ID    int64         // the node's Gorgonia ID
+	Name  string        // the node's name (Gorgonia's default: the op and its inputs)
+	Op    string        // the op's String()
+	Kind  string        // the op kind the node is grouped under (the Kind option, default DefaultKind)
+	Calls int64         // executions of the node summed over the runs
 	Total time.Duration // summed over the runs
 	Share float64       // Total / Report.Total (0 without runs)
 }
 
 // KindStat sums the nodes of one op kind.
 type KindStat struct {
-	Kind  string
-	Nodes int
-	Calls int64
-	Total time.Duration
-	Share float64
+	Kind  string        // the kind's name, as in NodeStat.Kind
+	Nodes int           // profiled nodes of this kind
+	Calls int64         // executions of those nodes summed over the runs
+	Total time.Duration // their summed time
+	Share float64       // Total / Report.Total (0 without runs)
 }
 
 // Report is a snapshot of a profiler.
 type Report struct {
-	Runs  int
+	Runs  int           // machine runs recorded (Run, AddRun)
 	Total time.Duration // machine run time (Run, AddRun) summed over runs
 	// Nodes in the order of their first execution (nodes never executed
 	// last, in graph order).

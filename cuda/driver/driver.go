@@ -237,7 +237,7 @@ type Result int
 // Error is a failed driver call.
 type Error struct {
 	Call string // the driver function, e.g. "cuMemAlloc"
-	Code Result
+	Code Result // the CUresult it returned
 }
 
 // Error formats the call, the code and the driver's name and description.
@@ -546,12 +546,18 @@ func (f Function) Attribute(attr int) (int, error) {
 }
 
 // Dim3 is a grid, block or cluster shape.
-type Dim3 struct{ X, Y, Z uint32 }
+type Dim3 struct {
+	X uint32 // innermost extent
+	Y uint32 // second extent
+	Z uint32 // outermost extent
+}
 
 // LaunchConfig is the shape of one launch; Cluster.X == 0 means no cluster.
 type LaunchConfig struct {
-	Grid, Block, Cluster Dim3
-	SharedBytes          uint32
+	Grid        Dim3   // CTAs per grid dimension
+	Block       Dim3   // threads per CTA dimension
+	Cluster     Dim3   // CTAs per cluster dimension (SM90+); X == 0: no cluster
+	SharedBytes uint32 // dynamic shared memory per CTA, bytes
 }
 
 // Launch starts f on the legacy default stream with cuLaunchKernelEx.

@@ -68,11 +68,11 @@ type Case struct {
 	KDtype string `json:"k_dtype"` // DtypeBF16, DtypeE4M3 or DtypeNVFP4
 	VDtype string `json:"v_dtype"` // same as KDtype
 
-	Causal bool `json:"causal"`
+	Causal bool `json:"causal"` // bottom-right aligned: batch-local query i sees keys t <= i + seqlen_k - seqlen_q
 	// SoftmaxScale is always the value used; SoftmaxScaleIsDefault says it
 	// is 1/sqrt(D), i.e. the op should be called without an explicit scale.
 	SoftmaxScale          float64 `json:"softmax_scale"`
-	SoftmaxScaleIsDefault bool    `json:"softmax_scale_is_default"`
+	SoftmaxScaleIsDefault bool    `json:"softmax_scale_is_default"` // SoftmaxScale is 1/sqrt(D)
 	// Temperature T of the temperature LSE (logsumexp(s/T), s already
 	// scaled); 0 when the case has none.
 	Temperature float64 `json:"temperature"`
@@ -107,20 +107,20 @@ type Case struct {
 	// Q, K, V hold storage bit patterns: bfloat16 bits, e4m3 bytes, or
 	// packed NVFP4 bytes (one byte per value, see Bytes).
 	Q []uint16 `json:"q"`
-	K []uint16 `json:"k"`
-	V []uint16 `json:"v"`
+	K []uint16 `json:"k"` // K in KVShape
+	V []uint16 `json:"v"` // V in KVShape
 
 	// NVFP4 only: E4M3 block-scale bytes, one per 16 elements along D, in
 	// the cuBLAS 128x4 tiled layout of a [rows, D/16] matrix padded to
 	// ScaleShape (padding bytes are 0). Row r is t*Hkv+h (dense) or
 	// (page*Hkv+h)*PageSize+i (paged).
 	KScale     []uint8 `json:"k_scale"`
-	VScale     []uint8 `json:"v_scale"`
+	VScale     []uint8 `json:"v_scale"`     // V's block scales, laid out as KScale
 	ScaleShape []int   `json:"scale_shape"` // [round_up(rows,128), round_up(D/16,4)]
 	// NVFP4 fp32 global scales (exact float32 values); 0 when absent. K's
 	// multiplies K before the scores, V's multiplies the output.
 	KGlobalScale float64 `json:"k_global_scale"`
-	VGlobalScale float64 `json:"v_global_scale"`
+	VGlobalScale float64 `json:"v_global_scale"` // V's global scale: multiplies the output
 
 	// O is the expected output [TotalQ, Hq, D], exact float64 (before BF16
 	// rounding), 0 for rows without an unmasked key.

@@ -47,7 +47,7 @@ type Operand struct {
 	// NVFP4 data: Packed holds D/2 bytes per row, Scales the 128x4-tiled
 	// E4M3 block scales of a Rows x D/16 scale matrix.
 	Packed []uint8
-	Scales []uint8
+	Scales []uint8 // NVFP4 E4M3 block scales, one per 16 elements of a row, 128x4-tiled
 	// Global is the NVFP4 global scale folded into decoding (1 when absent).
 	Global float32
 	// simd selects the AVX-512 decoder (set by the executors per run).

@@ -58,8 +58,8 @@ const (
 // kernels have no static shared memory; sm_90a kernels align the base to
 // 1024 bytes inside the request). Grid: one CTA per work item.
 type HALaunch struct {
-	Threads int
-	DynSmem int
+	Threads int // threads per CTA (1-D)
+	DynSmem int // dynamic shared memory per CTA, bytes
 }
 
 // HopperAmpereLaunch holds the geometry of every kernel above; the same

@@ -40,11 +40,11 @@ type SM100Kernel struct {
 	Name     string // extern "C" name in Fatbin
 	Algo     string // "fwd" (sparse prefill partials, grid = forward-schedule capacity) or "decode" (grid = decode work_count)
 	Variant  string // "bf16", "fp8" (E4M3 Q/K/V), "bf16fp8" (BF16 Q, E4M3 K/V widened to BF16), "nvfp4" (NVFP4 K/V, BF16 or E4M3 Q; fwd only)
-	HeadDim  int
-	Threads  int // block size (1-D), no cluster
-	DynSmem  int // dynamic shared memory to request (cuFuncSetAttribute MAX_DYNAMIC_SHARED_SIZE_BYTES above 48 KiB)
-	TMEMCols int // tensor-memory columns one CTA allocates (tcgen05.alloc), <= 512
-	RowTile  int // query-head rows per row tile (fwd: UMMA M = 128; decode: UMMA N = 64)
+	HeadDim  int    // D: 64, 128 or 256
+	Threads  int    // block size (1-D), no cluster
+	DynSmem  int    // dynamic shared memory to request (cuFuncSetAttribute MAX_DYNAMIC_SHARED_SIZE_BYTES above 48 KiB)
+	TMEMCols int    // tensor-memory columns one CTA allocates (tcgen05.alloc), <= 512
+	RowTile  int    // query-head rows per row tile (fwd: UMMA M = 128; decode: UMMA N = 64)
 }
 
 // SM100Kernels lists every SM100 kernel of Fatbin.

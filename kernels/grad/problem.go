@@ -28,10 +28,12 @@ type Problem struct {
 	// Paged selects paged K/V: PageTable is [B][PTCols] page ids, pages hold
 	// PageSize tokens, the pool has NumPages pages. SeqUsedK ([B]) is
 	// optional; when nil seqlen_k_b = PTCols*PageSize.
-	Paged                      bool
-	PageTable                  []int32
-	PTCols, PageSize, NumPages int
-	SeqUsedK                   []int32
+	Paged     bool
+	PageTable []int32 // [B][PTCols] page ids, row-major
+	PTCols    int     // page ids per PageTable row
+	PageSize  int     // tokens per page
+	NumPages  int     // pages in the K/V pool
+	SeqUsedK  []int32 // [B] effective key lengths; nil: PTCols*PageSize each
 	// BlkKV is the number of keys per block; TopK bounds the blocks of one
 	// (query, KV head).
 	BlkKV, TopK int

@@ -457,7 +457,7 @@ func runCase(cfg *config, c caseSpec, r *result, prog *progress) error {
 			return err
 		}
 		defer w.Close()
-		err = w.Plan(op.DecodeArgs{PageTable: p.pt, SeqUsedK: p.su, SeqlenQ: 1, MaxSeqlenK: c.SeqLen, Workers: cfg.workers,
+		err = w.Plan(op.PlanArgs{DecodeArgs: op.DecodeArgs{PageTable: p.pt, SeqUsedK: p.su, SeqlenQ: 1, MaxSeqlenK: c.SeqLen, Workers: cfg.workers},
 			NumQOHeads: c.HQ, NumKVHeads: c.HKV, HeadDim: c.D}, nil)
 		if err != nil {
 			return err

@@ -151,7 +151,7 @@ func TestTypedNilTensors(t *testing.T) {
 	wantArgErr(t, err, "q", "tensor")
 	w, _ := NewDecodeWrapper(s.pageSize)
 	defer w.Close()
-	if err := w.Plan(args, nd); err != nil {
+	if err := w.Plan(planOf(s, args), nd); err != nil {
 		t.Fatalf("Plan with typed-nil q2k_indices: %v", err)
 	}
 	wres, err := w.Run(pr.q, pr.k, pr.v, 0)
@@ -321,12 +321,12 @@ func TestPagedKeyCapacityInt32(t *testing.T) {
 	_, err = SparseAttenFunc(q, k, k, rp, qi, 1, SparseArgs{CuSeqlensQ: cuQ, CuSeqlensK: cuK, PageTable: pt})
 	wantArgErr(t, err, "page_table", "int32")
 	dk := bf16T(1, 1, 128, 64)
-	args := DecodeArgs{PageTable: pt, SeqUsedK: i32T([]int{1}, 1), SeqlenQ: 1, MaxSeqlenK: 1, NumQOHeads: 1, NumKVHeads: 1, HeadDim: 64}
+	args := DecodeArgs{PageTable: pt, SeqUsedK: i32T([]int{1}, 1), SeqlenQ: 1, MaxSeqlenK: 1}
 	_, err = SparseDecodeAttenFunc(q, dk, dk, nil, args)
 	wantArgErr(t, err, "page_table", "int32")
 	w, _ := NewDecodeWrapper(128)
 	defer w.Close()
-	wantArgErr(t, w.Plan(args, nil), "page_table", "int32")
+	wantArgErr(t, w.Plan(PlanArgs{DecodeArgs: args, NumQOHeads: 1, NumKVHeads: 1, HeadDim: 64}, nil), "page_table", "int32")
 	g := G.NewGraph()
 	ptn := G.NewTensor(g, tensor.Int32, 2, G.WithShape(1, cols), G.WithName("pt"))
 	sun := G.NewTensor(g, tensor.Int32, 1, G.WithShape(1), G.WithName("su"))
@@ -479,7 +479,7 @@ func TestMemoryBoundedByWork(t *testing.T) {
 	}
 	w, _ := NewDecodeWrapper(s.pageSize)
 	defer w.Close()
-	alloc = allocDuring(func() { err = w.Plan(decodeArgs(s, pr), nil) })
+	alloc = allocDuring(func() { err = w.Plan(planArgs(s, pr), nil) })
 	if err != nil || alloc > 64<<20 {
 		t.Fatalf("Plan with 16384 workers: %v, %d bytes", err, alloc)
 	}

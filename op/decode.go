@@ -10,8 +10,9 @@ import (
 	"gorgonia.org/tensor"
 )
 
-// DecodeArgs are the keyword arguments of SparseDecodeAttenFunc and of
-// DecodeWrapper.Plan (the reference's names in each comment).
+// DecodeArgs are the keyword arguments of SparseDecodeAttenFunc (the
+// reference's names in each comment); every field is used. DecodeWrapper.Plan
+// takes them inside PlanArgs, with the plan-only arguments.
 type DecodeArgs struct {
 	// PageTable (page_table): int32 [B, max_num_pages_per_seq].
 	PageTable tensor.Tensor
@@ -40,12 +41,24 @@ type DecodeArgs struct {
 	FixedSplitSize int
 	// DisableSplitKV (disable_split_kv) never splits a request's keys.
 	DisableSplitKV bool
-	// EnableCUDAGraph (enable_cuda_graph) sizes every buffer from the
-	// shapes only, so they never change between steps (Plan only).
-	EnableCUDAGraph bool
+}
+
+// PlanArgs are the keyword arguments of DecodeWrapper.Plan (the
+// reference's SparseDecodePagedAttentionWrapper.plan): the run-time
+// arguments shared with SparseDecodeAttenFunc plus those only a plan has,
+// because it runs before q, k and v exist. Every field is used.
+type PlanArgs struct {
+	// DecodeArgs holds page_table, seqused_k, seqlen_q, max_seqlen_k and
+	// the other arguments of SparseDecodeAttenFunc. Its SoftmaxScale is the
+	// planned scale that Run uses when given 0.
+	DecodeArgs
 	// NumQOHeads, NumKVHeads, HeadDim (num_qo_heads, num_kv_heads,
-	// head_dim): required by Plan, ignored by SparseDecodeAttenFunc.
+	// head_dim): Hq, Hkv and D of the q and k that Run will get; required
+	// (the reference's head_dim default of 128 is not assumed).
 	NumQOHeads, NumKVHeads, HeadDim int
+	// EnableCUDAGraph (enable_cuda_graph) sizes every buffer from the
+	// shapes only, so they never change between steps.
+	EnableCUDAGraph bool
 }
 
 // decodeMeta is validated decode metadata (everything but Q/K/V).
@@ -62,7 +75,8 @@ type decodeMeta struct {
 // validateDecodeMeta mirrors _validate_sparse_decode_inputs for the
 // metadata, with this package's extensions (any page size, any
 // qhead_per_kv in {1,2,4,8,16}, index range checks).
-func validateDecodeMeta(c *checker, args *DecodeArgs, q2k tensor.Tensor, totalQ, hq, hkv, d, pageSize, numPages int) *decodeMeta {
+// fixedCap is enable_cuda_graph (Plan only).
+func validateDecodeMeta(c *checker, args *DecodeArgs, fixedCap bool, q2k tensor.Tensor, totalQ, hq, hkv, d, pageSize, numPages int) *decodeMeta {
 	m := &decodeMeta{hq: hq, hkv: hkv, d: d, pageSize: pageSize, numPages: numPages}
 	if args.NonCausal {
 		c.fail("causal", "true (decode attention currently supports only causal=True)", false)
@@ -122,7 +136,7 @@ func validateDecodeMeta(c *checker, args *DecodeArgs, q2k tensor.Tensor, totalQ,
 	m.params = plan.DecodeParams{
 		Batch: m.batch, SeqlenQ: m.seqlenQ, HQ: hq, Hkv: hkv, PageSize: pageSize,
 		Workers: workers(args.Workers), FixedSplitPages: args.FixedSplitSize, DisableSplit: args.DisableSplitKV,
-		MaxPagesPerSeq: m.cols, FixedCapacity: args.EnableCUDAGraph,
+		MaxPagesPerSeq: m.cols, FixedCapacity: fixedCap,
 	}
 	checkDecodeSize(c, m.params)
 	if present(q2k) && c.err == nil {
@@ -242,7 +256,7 @@ func SparseDecodeAttenFunc(q, k, v, q2kIndices tensor.Tensor, args DecodeArgs) (
 	if c.err != nil {
 		return nil, c.err
 	}
-	m := validateDecodeMeta(c, &args, q2kIndices, qd.Shape()[0], qd.Shape()[1], kd.Shape()[1], qd.Shape()[2], kd.Shape()[2], kd.Shape()[0])
+	m := validateDecodeMeta(c, &args, false, q2kIndices, qd.Shape()[0], qd.Shape()[1], kd.Shape()[1], qd.Shape()[2], kd.Shape()[2], kd.Shape()[0])
 	if c.err != nil {
 		return nil, c.err
 	}

@@ -145,8 +145,15 @@ func decodeArgs(s decodeSpec, pr *decodeProblem) DecodeArgs {
 		maxK = max(maxK, n)
 	}
 	return DecodeArgs{PageTable: pr.pt, SeqUsedK: pr.su, SeqlenQ: s.seqlenQ, MaxSeqlenK: maxK, BlkKV: s.blk, SoftmaxScale: s.scale,
-		Workers: s.workers, FixedSplitSize: s.fixedSplit, DisableSplitKV: s.disableSplit,
-		NumQOHeads: s.hq, NumKVHeads: s.hkv, HeadDim: s.d}
+		Workers: s.workers, FixedSplitSize: s.fixedSplit, DisableSplitKV: s.disableSplit}
+}
+
+// planArgs is decodeArgs with the plan-only head counts and head dim.
+func planArgs(s decodeSpec, pr *decodeProblem) PlanArgs { return planOf(s, decodeArgs(s, pr)) }
+
+// planOf wraps run-time decode arguments with s's head counts and head dim.
+func planOf(s decodeSpec, a DecodeArgs) PlanArgs {
+	return PlanArgs{DecodeArgs: a, NumQOHeads: s.hq, NumKVHeads: s.hkv, HeadDim: s.d}
 }
 
 func runDecodeSpec(t testing.TB, s decodeSpec, pr *decodeProblem) *Result {
@@ -302,7 +309,7 @@ func TestDecodeWrapperStale(t *testing.T) {
 	if _, err := w.Run(pr.q, pr.k, pr.v, 0); err == nil || !strings.Contains(err.Error(), "Plan") {
 		t.Fatalf("unplanned run: %v", err)
 	}
-	if err := w.Plan(decodeArgs(s, pr), nil); err != nil {
+	if err := w.Plan(planArgs(s, pr), nil); err != nil {
 		t.Fatal(err)
 	}
 	res, err := w.Run(pr.q, pr.k, pr.v, 0)
@@ -325,7 +332,7 @@ func TestDecodeWrapperStale(t *testing.T) {
 	checkDecode(t, s, pr, res)
 	// Plan again for the new lengths: correct.
 	s.seqused[0] = 120
-	if err := w.Plan(decodeArgs(s, pr), nil); err != nil {
+	if err := w.Plan(planArgs(s, pr), nil); err != nil {
 		t.Fatal(err)
 	}
 	res, err = w.Run(pr.q, pr.k, pr.v, 0)
@@ -346,7 +353,7 @@ func TestDecodeWrapperStale(t *testing.T) {
 	}
 
 	// CUDA-graph mode: re-planning each step reuses the fixed-size buffers.
-	args := decodeArgs(s, pr)
+	args := planArgs(s, pr)
 	args.EnableCUDAGraph = true
 	args.FixedSplitSize = 0
 	if err := w.Plan(args, nil); err != nil {
@@ -381,7 +388,7 @@ func BenchmarkDecodeWrapperRun(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer w.Close()
-	if err := w.Plan(decodeArgs(s, pr), nil); err != nil {
+	if err := w.Plan(planArgs(s, pr), nil); err != nil {
 		b.Fatal(err)
 	}
 	out := tensor.New(tensor.WithShape(4, 16, 128), tensor.Of(BFloat16))
@@ -405,7 +412,7 @@ func TestDecodeWrapperNoAllocs(t *testing.T) {
 	pr := buildDecode(s)
 	w, _ := NewDecodeWrapper(16)
 	defer w.Close()
-	if err := w.Plan(decodeArgs(s, pr), nil); err != nil {
+	if err := w.Plan(planArgs(s, pr), nil); err != nil {
 		t.Fatal(err)
 	}
 	out := tensor.New(tensor.WithShape(6, 8, 64), tensor.Of(BFloat16))

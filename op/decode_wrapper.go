@@ -33,7 +33,7 @@ import (
 type DecodeWrapper struct {
 	pageSize int
 	busy     atomic.Bool
-	args     DecodeArgs
+	args     PlanArgs
 	m        *decodeMeta
 	sched    *plan.DecodeSchedule
 	pool     *attn.Pool
@@ -86,7 +86,7 @@ func NewDecodeWrapper(pageSize int) (*DecodeWrapper, error) {
 // and workspaces (the reference's plan). args.NumQOHeads, NumKVHeads and
 // HeadDim are required; q2kIndices nil (or a nil *tensor.Dense) plans dense
 // decode.
-func (w *DecodeWrapper) Plan(args DecodeArgs, q2kIndices tensor.Tensor) error {
+func (w *DecodeWrapper) Plan(args PlanArgs, q2kIndices tensor.Tensor) error {
 	const fn = "DecodeWrapper.Plan"
 	if !w.busy.CompareAndSwap(false, true) {
 		return errBusy(fn)
@@ -107,7 +107,7 @@ func (w *DecodeWrapper) Plan(args DecodeArgs, q2kIndices tensor.Tensor) error {
 	if c.err != nil {
 		return c.err
 	}
-	m := validateDecodeMeta(c, &args, q2kIndices, -1, args.NumQOHeads, args.NumKVHeads, args.HeadDim, w.pageSize, -1)
+	m := validateDecodeMeta(c, &args.DecodeArgs, args.EnableCUDAGraph, q2kIndices, -1, args.NumQOHeads, args.NumKVHeads, args.HeadDim, w.pageSize, -1)
 	if c.err != nil {
 		return c.err
 	}

@@ -98,7 +98,8 @@ func ExampleDecodeWrapper() {
 		panic(err)
 	}
 	defer w.Close()
-	if err := w.Plan(op.DecodeArgs{PageTable: pageTable, SeqUsedK: seqused, SeqlenQ: 1, MaxSeqlenK: 64,
+	if err := w.Plan(op.PlanArgs{
+		DecodeArgs: op.DecodeArgs{PageTable: pageTable, SeqUsedK: seqused, SeqlenQ: 1, MaxSeqlenK: 64},
 		NumQOHeads: 4, NumKVHeads: 1, HeadDim: 64}, nil); err != nil {
 		panic(err)
 	}

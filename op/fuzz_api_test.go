@@ -450,7 +450,7 @@ func FuzzAPIDecode(f *testing.F) {
 		for step := 0; step < 6; step++ {
 			switch z.pick(dopCount) {
 			case dopPlan:
-				pa := decodeArgs(s, pr)
+				pa := planArgs(s, pr)
 				bad := false
 				pv, pk := z.variant(pr.pt)
 				sv, sk := z.variant(pr.su)

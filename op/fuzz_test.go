@@ -167,7 +167,7 @@ func FuzzDecodeWrapper(f *testing.F) {
 			t.Fatal(err)
 		}
 		defer w.Close()
-		args := decodeArgs(s, pr)
+		args := planArgs(s, pr)
 		args.EnableCUDAGraph = mode%4 == 3
 		var q2k tensor.Tensor
 		if pr.q2k != nil {

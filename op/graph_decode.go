@@ -222,7 +222,7 @@ func (op *decodeAttnOp) prepare(c *checker, qd, kd *tensor.Dense, pt, su tensor.
 	p := op.l.p
 	args := DecodeArgs{PageTable: pt, SeqUsedK: su, SeqlenQ: p.SeqlenQ, MaxSeqlenK: p.MaxPagesPerSeq * p.PageSize,
 		BlkKV: op.blk, SoftmaxScale: op.scale, Workers: p.Workers}
-	m := validateDecodeMeta(c, &args, q2k, qd.Shape()[0], qd.Shape()[1], kd.Shape()[1], qd.Shape()[2], kd.Shape()[2], kd.Shape()[0])
+	m := validateDecodeMeta(c, &args, false, q2k, qd.Shape()[0], qd.Shape()[1], kd.Shape()[1], qd.Shape()[2], kd.Shape()[2], kd.Shape()[0])
 	if c.err != nil {
 		return nil, nil, c.err
 	}

@@ -26,7 +26,7 @@ func plannedWrapper(t *testing.T, s decodeSpec, pr *decodeProblem) *DecodeWrappe
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Plan(decodeArgs(s, pr), nil); err != nil {
+	if err := w.Plan(planArgs(s, pr), nil); err != nil {
 		t.Fatal(err)
 	}
 	return w
@@ -50,7 +50,7 @@ func TestDecodeWrapperRunAfterClose(t *testing.T) {
 	_, err := w.Run(pr.q, pr.k, pr.v, 0)
 	wantArgErr(t, err, "wrapper", "closed")
 	w.Close() // twice is fine
-	if err := w.Plan(decodeArgs(s, pr), nil); err != nil {
+	if err := w.Plan(planArgs(s, pr), nil); err != nil {
 		t.Fatal(err)
 	}
 	defer w.Close()
@@ -88,7 +88,7 @@ func sliceCols(t *testing.T, m *tensor.Dense, junk int32) *tensor.Dense {
 func TestDecodeWrapperPlanViews(t *testing.T) {
 	s := misuseSpec()
 	pr := buildDecode(s)
-	args := decodeArgs(s, pr)
+	args := planArgs(s, pr)
 	args.PageTable = sliceCols(t, pr.pt, 0)
 	su2 := tensor.New(tensor.WithShape(2, 2), tensor.WithBacking([]int32{int32(s.seqused[0]), 9999, int32(s.seqused[1]), 9999}))
 	col, err := su2.Slice(nil, tensor.S(0))
@@ -106,7 +106,7 @@ func TestDecodeWrapperPlanViews(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkDecode(t, s, pr, res)
-	eager, err := SparseDecodeAttenFunc(pr.q, pr.k, pr.v, nil, args)
+	eager, err := SparseDecodeAttenFunc(pr.q, pr.k, pr.v, nil, args.DecodeArgs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +179,7 @@ func TestDecodeWrapperConcurrentUse(t *testing.T) {
 	w.busy.Store(true)
 	_, err := w.Run(pr.q, pr.k, pr.v, 0)
 	wantArgErr(t, err, "wrapper", "concurrent")
-	wantArgErr(t, w.Plan(decodeArgs(s, pr), nil), "wrapper", "concurrent")
+	wantArgErr(t, w.Plan(planArgs(s, pr), nil), "wrapper", "concurrent")
 	w.busy.Store(false)
 }
 
@@ -212,7 +212,7 @@ func TestDecodeScalarRule(t *testing.T) {
 		args.SoftmaxScale = x
 		_, err := SparseDecodeAttenFunc(pr.q, pr.k, pr.v, nil, args)
 		wantArgErr(t, err, "softmax_scale", scaleRule)
-		wantArgErr(t, w.Plan(args, nil), "softmax_scale", scaleRule)
+		wantArgErr(t, w.Plan(planOf(s, args), nil), "softmax_scale", scaleRule)
 		_, err = w.Run(pr.q, pr.k, pr.v, x)
 		wantArgErr(t, err, "softmax_scale", scaleRule)
 	}
@@ -226,16 +226,16 @@ func TestDecodeSizeCaps(t *testing.T) {
 	pr := buildDecode(s)
 	w, _ := NewDecodeWrapper(s.pageSize)
 	defer w.Close()
-	args := decodeArgs(s, pr)
+	args := planArgs(s, pr)
 	args.SeqlenQ = 1 << 27
 	args.MaxSeqlenK = 1 << 30
 	alloc := allocDuring(func() { wantArgErr(t, w.Plan(args, nil), "seqlen_q", "batch * seqlen_q") })
 	if alloc > 1<<20 {
 		t.Fatalf("rejected Plan allocated %d bytes", alloc)
 	}
-	args = decodeArgs(s, pr)
+	args = planArgs(s, pr)
 	args.BlkKV = math.MaxInt
-	_, err := SparseDecodeAttenFunc(pr.q, pr.k, pr.v, nil, args)
+	_, err := SparseDecodeAttenFunc(pr.q, pr.k, pr.v, nil, args.DecodeArgs)
 	wantArgErr(t, err, "blk_kv", "blk_kv <=")
 	_, err = NewDecodeWrapper(0)
 	wantArgErr(t, err, "page_size", "page size") // item 12

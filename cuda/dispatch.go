@@ -139,7 +139,7 @@ func TCNames(a Arch) []string {
 // and, where the Go layout model knows it, the dynamic shared memory.
 type TCPlan struct {
 	Name       string        // kernel symbol in the fatbin (TCName)
-	Q, K, V    TensorMapSpec // TMA tensor maps of the operands, built from the launch's addresses
+	Q, K, V    TensorMapSpec // tensor-map specs of the operands (validated, encoded at launch)
 	SmemBytes  int           // from the Go layout model; 0: the launcher's kernel table, else the device's opt-in maximum
 	GridBlocks int           // CTAs launched: one per work item of the schedule
 }

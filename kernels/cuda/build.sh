@@ -139,12 +139,16 @@ cuobjdump -sass "$WORK/out.fatbin" > "$WORK/sass.txt"
 # random when grep exits early and cuobjdump dies of SIGPIPE)
 cuobjdump -lelf "$WORK/out.fatbin" > "$WORK/elf.txt"
 cuobjdump -lptx "$WORK/out.fatbin" > "$WORK/ptx.txt" 2>/dev/null || true
+# cuobjdump -lelf names the family image sm_100f "...sm_100.cubin" and
+# -lptx names the compute_80 PTX "...sm_80.ptx".
 for a in "${ARCHS[@]}"; do
-    grep -q "\.$a\.cubin" "$WORK/elf.txt" || { echo "build.sh: FAIL: no SASS for $a" >&2; fail=1; }
+    grep -q "\.${a%f}\.cubin" "$WORK/elf.txt" || { echo "build.sh: FAIL: no SASS for $a" >&2; fail=1; }
 done
-grep -q "compute_80" "$WORK/ptx.txt" || { echo "build.sh: FAIL: no compute_80 PTX" >&2; fail=1; }
-if grep -Eq "(sm|compute)_[0-9]+[af]\b" "$WORK/ptx.txt"; then
-    echo "build.sh: FAIL: PTX embedded for an arch-specific target" >&2; fail=1
+grep -q "\.sm_80\.ptx" "$WORK/ptx.txt" || { echo "build.sh: FAIL: no compute_80 PTX" >&2; fail=1; }
+if [[ $(grep -c "PTX file" "$WORK/ptx.txt") != 1 ]] || grep -Eq "(sm|compute)_[0-9]+[af]\b" "$WORK/ptx.txt"; then
+    echo "build.sh: FAIL: PTX embedded for a target other than compute_80 (an arch- or family-specific PTX cannot be JIT-compiled elsewhere):" >&2
+    cat "$WORK/ptx.txt" >&2
+    fail=1
 fi
 if grep -Eq "\b(LDL|STL)(\.[A-Z0-9.]+)?\b" "$WORK/sass.txt"; then
     echo "build.sh: FAIL: local memory instructions in the SASS:" >&2

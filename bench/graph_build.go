@@ -163,19 +163,19 @@ func buildPrefillGraph(T int, dm graphDims, topK, blk, workers int, seed uint64)
 	if err != nil {
 		return nil, err
 	}
-	scores, err := op.BlockScores(q, k, cu, cu, op.BlockScoreConfig{BlkKV: blk, MaxSeqlenK: T, Causal: true, Workers: workers})
+	scores, err := op.BlockScores(q, k, cu, cu, op.BlkKV(blk), op.MaxSeqlenK(T), op.Causal(), op.Workers(workers))
 	if err != nil {
 		return nil, err
 	}
-	q2k, err := op.TopKBlocks(scores, topK, op.TopKConfig{KeepFirst: true, KeepLast: true})
+	q2k, err := op.TopKBlocks(scores, op.TopK(topK), op.KeepFirst(), op.KeepLast())
 	if err != nil {
 		return nil, err
 	}
-	csr, err := op.K2QCSR(q2k, cu, cu, blk, T)
+	csr, err := op.K2QCSR(q2k, cu, cu, op.BlkKV(blk), op.MaxSeqlenK(T))
 	if err != nil {
 		return nil, err
 	}
-	sched, err := op.FwdSchedule(csr, cu, cu, dm.hq/dm.hkv, workers)
+	sched, err := op.FwdSchedule(csr, cu, cu, op.QheadPerKV(dm.hq/dm.hkv), op.Workers(workers))
 	if err != nil {
 		return nil, err
 	}
@@ -238,8 +238,7 @@ func buildDecodeGraph(batch, ctx, layers, page int, dm graphDims, maxSteps, work
 	if dg.su, err = inputNode(g, "seqused_k", dg.suT); err != nil {
 		return nil, err
 	}
-	sched, err := op.DecodeSchedule(ptN, dg.su, op.DecodeConfig{SeqlenQ: 1, NumQOHeads: dm.hq, NumKVHeads: dm.hkv,
-		PageSize: page, Workers: workers})
+	sched, err := op.DecodeSchedule(ptN, dg.su, op.Heads(dm.hq, dm.hkv), op.PageSize(page), op.SeqlenQ(1), op.Workers(workers))
 	if err != nil {
 		return nil, err
 	}
@@ -264,12 +263,12 @@ func buildDecodeGraph(batch, ctx, layers, page int, dm graphDims, maxSteps, work
 			if in[kv], err = inputNode(g, fmt.Sprintf("l%d.cache%d", l, kv), cache); err != nil {
 				return nil, err
 			}
-			if out[kv], err = op.WritePagedKV(in[kv], nw, ptN, dg.su, 1); err != nil {
+			if out[kv], err = op.WritePagedKV(in[kv], nw, ptN, dg.su, op.SeqlenQ(1)); err != nil {
 				return nil, err
 			}
 		}
 		dg.cacheIn, dg.cacheOut = append(dg.cacheIn, in), append(dg.cacheOut, out)
-		o, err := op.DecodeAttention(q, out[0], out[1], ptN, dg.su, sched, nil, 0, 0)
+		o, err := op.DecodeAttention(q, out[0], out[1], ptN, dg.su, sched, nil)
 		if err != nil {
 			return nil, err
 		}

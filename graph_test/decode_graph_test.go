@@ -40,8 +40,7 @@ func decodeLoop(t *testing.T, machine string) {
 	g := G.NewGraph()
 	ptN := input(g, "page_table", ptT)
 	usedN := input(g, "seqused_k", usedT)
-	sched, err := op.DecodeSchedule(ptN, usedN, op.DecodeConfig{SeqlenQ: seqlenQ, NumQOHeads: hq, NumKVHeads: hkv,
-		PageSize: pageSize, Workers: 2, FixedSplitSize: 2})
+	sched, err := op.DecodeSchedule(ptN, usedN, op.Heads(hq, hkv), op.PageSize(pageSize), op.SeqlenQ(seqlenQ), op.Workers(2), op.FixedSplitSize(2))
 	must(t, err)
 	type layer struct {
 		q, k, v      *tensor.Dense
@@ -57,7 +56,7 @@ func decodeLoop(t *testing.T, machine string) {
 		// same name, type and shape into one.
 		l.qn = input(g, fmt.Sprintf("q%d", i), l.q)
 		kn, vn := input(g, fmt.Sprintf("k%d", i), l.k), input(g, fmt.Sprintf("v%d", i), l.v)
-		out, err := op.DecodeAttention(l.qn, kn, vn, ptN, usedN, sched, nil, 0, 0)
+		out, err := op.DecodeAttention(l.qn, kn, vn, ptN, usedN, sched, nil)
 		must(t, err)
 		l.out = out
 		l.lse, err = op.LSE(out)

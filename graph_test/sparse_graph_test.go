@@ -39,9 +39,9 @@ func TestSparseGraphMatchesEager(t *testing.T) {
 			g := G.NewGraph()
 			qn, kn, vn := input(g, "q", q), input(g, "k", k), input(g, "v", v)
 			q2kn, cuQn, cuKn := input(g, "q2k", q2k), input(g, "cu_q", cuQ), input(g, "cu_k", cuK)
-			csr, err := op.K2QCSR(q2kn, cuQn, cuKn, blk, 400)
+			csr, err := op.K2QCSR(q2kn, cuQn, cuKn, op.BlkKV(blk), op.MaxSeqlenK(400))
 			must(t, err)
-			sched, err := op.FwdSchedule(csr, cuQn, cuKn, hq/hkv, workers)
+			sched, err := op.FwdSchedule(csr, cuQn, cuKn, op.QheadPerKV(hq/hkv), op.Workers(workers))
 			must(t, err)
 			out, err := op.SparseAttention(qn, kn, vn, csr, sched, cuQn, cuKn,
 				op.Causal(), op.Temperature(0.7), op.Workers(workers))

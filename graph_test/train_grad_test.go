@@ -108,11 +108,11 @@ func (c *gradCase) graph(t *testing.T, bf16 bool) (g *G.ExprGraph, cost *G.Node,
 	v := G.NewTensor(g, tensor.Float32, c.v.Dims(), G.WithShape(c.v.Shape()...), G.WithName("v"), G.WithValue(c.v.Clone()))
 	w := G.NewConstant(c.w.Clone(), G.WithName("w"))
 	q2k, cuQ, cuK := input(g, "q2k", c.q2k), input(g, "cu_q", c.cuQ), input(g, "cu_k", c.cuK)
-	csr, err := op.K2QCSR(q2k, cuQ, cuK, c.blk, c.maxSeqK())
+	csr, err := op.K2QCSR(q2k, cuQ, cuK, op.BlkKV(c.blk), op.MaxSeqlenK(c.maxSeqK()))
 	must(t, err)
-	sched, err := op.FwdSchedule(csr, cuQ, cuK, c.hq/c.hkv, 2)
+	sched, err := op.FwdSchedule(csr, cuQ, cuK, op.QheadPerKV(c.hq/c.hkv), op.Workers(2))
 	must(t, err)
-	opts := []op.AttnOption{op.Workers(2)}
+	opts := []op.Option{op.Workers(2)}
 	if c.causal {
 		opts = append(opts, op.Causal())
 	}
@@ -323,9 +323,9 @@ func TestTrainGradErrors(t *testing.T) {
 	q2k := input(g3, "q2k", i32([]int{1, 8, 1}, []int32{0, 0, 0, 0, 1, 1, 1, 1}))
 	cu := input(g3, "cu_q", i32([]int{2}, []int32{0, 8}))
 	cuk := input(g3, "cu_k", i32([]int{2}, []int32{0, 16}))
-	csr, err := op.K2QCSR(q2k, cu, cuk, 8, 16)
+	csr, err := op.K2QCSR(q2k, cu, cuk, op.BlkKV(8), op.MaxSeqlenK(16))
 	must(t, err)
-	sched, err := op.FwdSchedule(csr, cu, cuk, 2, 1)
+	sched, err := op.FwdSchedule(csr, cu, cuk, op.QheadPerKV(2), op.Workers(1))
 	must(t, err)
 	out8, err := op.SparseAttention(q8, k8, v8, csr, sched, cu, cuk, op.Workers(1))
 	must(t, err)

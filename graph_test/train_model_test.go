@@ -153,15 +153,14 @@ func newCopyModel(t *testing.T, seed uint64, local bool) *copyModel {
 		m.localQ2K = localWindow()
 		q2k = input(g, "q2k", m.localQ2K)
 	} else {
-		scores, err := op.BlockScores(q, k, cu, cu, op.BlockScoreConfig{
-			BlkKV: trainBlk, MaxSeqlenK: trainLen, Causal: true, Workers: trainWorkers})
+		scores, err := op.BlockScores(q, k, cu, cu, op.BlkKV(trainBlk), op.MaxSeqlenK(trainLen), op.Causal(), op.Workers(trainWorkers))
 		must(t, err)
-		q2k, err = op.TopKBlocks(scores, trainTopK, op.TopKConfig{KeepLast: true})
+		q2k, err = op.TopKBlocks(scores, op.TopK(trainTopK), op.KeepLast())
 		must(t, err)
 	}
-	csr, err := op.K2QCSR(q2k, cu, cu, trainBlk, trainLen)
+	csr, err := op.K2QCSR(q2k, cu, cu, op.BlkKV(trainBlk), op.MaxSeqlenK(trainLen))
 	must(t, err)
-	sched, err := op.FwdSchedule(csr, cu, cu, 1, trainWorkers)
+	sched, err := op.FwdSchedule(csr, cu, cu, op.QheadPerKV(1), op.Workers(trainWorkers))
 	must(t, err)
 	o, err := op.SparseAttention(q, k, v, csr, sched, cu, cu, op.Causal(), op.Workers(trainWorkers))
 	must(t, err)

@@ -132,22 +132,21 @@ func buildSparseBlock(x, cu *G.Node, w weightNodes, dm blockDims, topK int) (*sp
 		return nil, err
 	}
 	// Self-attention: the same cu_seqlens for queries and keys.
-	scores, err := op.BlockScores(q, k, cu, cu, op.BlockScoreConfig{
-		BlkKV: tBlk, MaxSeqlenK: tMaxSeqlen, Causal: true, Workers: tWorkers})
+	scores, err := op.BlockScores(q, k, cu, cu, op.BlkKV(tBlk), op.MaxSeqlenK(tMaxSeqlen), op.Causal(), op.Workers(tWorkers))
 	if err != nil {
 		return nil, err
 	}
 	// Always keep the first block (attention sink) and the diagonal block
 	// (local window); the other slots go to the best-scoring blocks.
-	q2k, err := op.TopKBlocks(scores, topK, op.TopKConfig{KeepFirst: true, KeepLast: true})
+	q2k, err := op.TopKBlocks(scores, op.TopK(topK), op.KeepFirst(), op.KeepLast())
 	if err != nil {
 		return nil, err
 	}
-	csr, err := op.K2QCSR(q2k, cu, cu, tBlk, tMaxSeqlen)
+	csr, err := op.K2QCSR(q2k, cu, cu, op.BlkKV(tBlk), op.MaxSeqlenK(tMaxSeqlen))
 	if err != nil {
 		return nil, err
 	}
-	sched, err := op.FwdSchedule(csr, cu, cu, dm.hq/dm.hkv, tWorkers)
+	sched, err := op.FwdSchedule(csr, cu, cu, op.QheadPerKV(dm.hq/dm.hkv), op.Workers(tWorkers))
 	if err != nil {
 		return nil, err
 	}
@@ -393,8 +392,7 @@ func TestTransformerDecodeLoop(t *testing.T) {
 	x0 := input(g, "x", f32([]int{rows, dm.model}, make([]float32, rows*dm.model)))
 	ptN := input(g, "page_table", i32([]int{batch, cols}, pt))
 	usedN := input(g, "seqused_k", i32([]int{batch}, append([]int32{}, used...)))
-	sched, err := op.DecodeSchedule(ptN, usedN, op.DecodeConfig{SeqlenQ: seqlenQ, NumQOHeads: tHq,
-		NumKVHeads: tHkv, PageSize: pageSize, Workers: tWorkers})
+	sched, err := op.DecodeSchedule(ptN, usedN, op.Heads(tHq, tHkv), op.PageSize(pageSize), op.SeqlenQ(seqlenQ), op.Workers(tWorkers))
 	must(t, err)
 	cacheIn := make([][2]*G.Node, layers)  // the cache inputs
 	cacheOut := make([][2]*G.Node, layers) // the caches with this step's tokens
@@ -407,10 +405,10 @@ func TestTransformerDecodeLoop(t *testing.T) {
 			nw, err := project(x, wm, rows, tHkv, tD)
 			must(t, err)
 			cacheIn[l][kv] = input(g, fmt.Sprintf("l%d.cache%d", l, kv), caches[l][kv])
-			cacheOut[l][kv], err = op.WritePagedKV(cacheIn[l][kv], nw, ptN, usedN, seqlenQ)
+			cacheOut[l][kv], err = op.WritePagedKV(cacheIn[l][kv], nw, ptN, usedN, op.SeqlenQ(seqlenQ))
 			must(t, err)
 		}
-		o, err := op.DecodeAttention(q, cacheOut[l][0], cacheOut[l][1], ptN, usedN, sched, nil, 0, 0)
+		o, err := op.DecodeAttention(q, cacheOut[l][0], cacheOut[l][1], ptN, usedN, sched, nil)
 		must(t, err)
 		y, err := outProject(o, w.wo, rows, tHq, tD)
 		must(t, err)

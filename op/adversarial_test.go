@@ -230,28 +230,28 @@ func TestConstructionTimeChecks(t *testing.T) {
 	g := G.NewGraph()
 	qn, kn := gnode(t, g, "q", c.q.(*tensor.Dense)), gnode(t, g, "k", c.k.(*tensor.Dense))
 	cuQ, cuK := gnode(t, g, "cu_q", c.args.CuSeqlensQ.(*tensor.Dense)), gnode(t, g, "cu_k", c.args.CuSeqlensK.(*tensor.Dense))
-	_, err := BlockScores(qn, kn, cuQ, cuK, BlockScoreConfig{MaxSeqlenK: math.MaxInt})
+	_, err := BlockScores(qn, kn, cuQ, cuK, MaxSeqlenK(math.MaxInt))
 	wantArgErr(t, err, "max_seqlen_k", "max_seqlen_k")
-	_, err = BlockScores(qn, kn, cuQ, cuK, BlockScoreConfig{MaxSeqlenK: 200, BlkKV: math.MaxInt})
+	_, err = BlockScores(qn, kn, cuQ, cuK, MaxSeqlenK(200), BlkKV(math.MaxInt))
 	wantArgErr(t, err, "blk_kv", "blk_kv")
 	q2k := gnode(t, g, "q2k", i32T([]int{2, 10, 4}))
-	_, err = K2QCSR(q2k, cuQ, cuK, 128, math.MaxInt)
+	_, err = K2QCSR(q2k, cuQ, cuK, BlkKV(128), MaxSeqlenK(math.MaxInt))
 	wantArgErr(t, err, "max_seqlen_k", "max_seqlen_k")
-	_, err = K2QCSR(q2k, cuQ, cuK, 1, math.MaxInt32)
+	_, err = K2QCSR(q2k, cuQ, cuK, BlkKV(1), MaxSeqlenK(math.MaxInt32))
 	wantArgErr(t, err, "max_seqlen_k", "at most")
 	rpn, qin := gnode(t, g, "rp", c.rp.(*tensor.Dense)), gnode(t, g, "qi", c.qi.(*tensor.Dense))
-	_, err = PackK2QCSR(rpn, qin, 10, 4, 100000)
+	_, err = PackK2QCSR(rpn, qin, TotalQ(10), TopK(4), BlkKV(100000))
 	wantArgErr(t, err, "blk_kv", "blk_kv")
-	csr, err := PackK2QCSR(rpn, qin, 10, 4, 128)
+	csr, err := PackK2QCSR(rpn, qin, TotalQ(10), TopK(4), BlkKV(128))
 	if err != nil {
 		t.Fatal(err)
 	}
-	sched, err := FwdSchedule(csr, cuQ, cuK, 2, 2)
+	sched, err := FwdSchedule(csr, cuQ, cuK, QheadPerKV(2), Workers(2))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
-		opt AttnOption
+		opt Option
 		arg string
 	}{
 		{Temperature(math.NaN()), "lse_temperature_scale"}, {Temperature(-1), "lse_temperature_scale"},
@@ -269,18 +269,18 @@ func TestConstructionTimeChecks(t *testing.T) {
 	pr := buildDecode(s)
 	dg := G.NewGraph()
 	pt, su := gnode(t, dg, "pt", pr.pt), gnode(t, dg, "su", pr.su)
-	ds, err := DecodeSchedule(pt, su, DecodeConfig{SeqlenQ: s.seqlenQ, NumQOHeads: s.hq, NumKVHeads: s.hkv, PageSize: s.pageSize, Workers: 2})
+	ds, err := DecodeSchedule(pt, su, Heads(s.hq, s.hkv), PageSize(s.pageSize), SeqlenQ(s.seqlenQ), Workers(2))
 	if err != nil {
 		t.Fatal(err)
 	}
 	dq, dk, dv := gnode(t, dg, "q", pr.q), gnode(t, dg, "k", pr.k), gnode(t, dg, "v", pr.v)
-	_, err = DecodeAttention(dq, dk, dv, pt, su, ds, nil, -5, 0)
+	_, err = DecodeAttention(dq, dk, dv, pt, su, ds, nil, BlkKV(-5))
 	wantArgErr(t, err, "blk_kv", "blk_kv")
-	_, err = DecodeAttention(dq, dk, dv, pt, su, ds, nil, math.MaxInt, 0)
+	_, err = DecodeAttention(dq, dk, dv, pt, su, ds, nil, BlkKV(math.MaxInt))
 	wantArgErr(t, err, "blk_kv", "blk_kv")
-	_, err = DecodeAttention(dq, dk, dv, pt, su, ds, nil, 0, math.NaN())
+	_, err = DecodeAttention(dq, dk, dv, pt, su, ds, nil, SoftmaxScale(math.NaN()))
 	wantArgErr(t, err, "softmax_scale", scaleRule)
-	out, err := DecodeAttention(dq, dk, dv, pt, su, ds, nil, 0, -0.2)
+	out, err := DecodeAttention(dq, dk, dv, pt, su, ds, nil, SoftmaxScale(-0.2))
 	if err != nil {
 		t.Fatalf("negative softmax_scale rejected: %v", err)
 	}
@@ -330,7 +330,7 @@ func TestPagedKeyCapacityInt32(t *testing.T) {
 	g := G.NewGraph()
 	ptn := G.NewTensor(g, tensor.Int32, 2, G.WithShape(1, cols), G.WithName("pt"))
 	sun := G.NewTensor(g, tensor.Int32, 1, G.WithShape(1), G.WithName("su"))
-	_, err = DecodeSchedule(ptn, sun, DecodeConfig{SeqlenQ: 1, NumQOHeads: 1, NumKVHeads: 1, PageSize: 128})
+	_, err = DecodeSchedule(ptn, sun, Heads(1, 1), PageSize(128), SeqlenQ(1))
 	wantArgErr(t, err, "page_table", "int32")
 }
 
@@ -350,11 +350,11 @@ func TestScalarRuleEveryEntryPoint(t *testing.T) {
 	g := G.NewGraph()
 	qn, kn, vn := gnode(t, g, "q", c.q.(*tensor.Dense)), gnode(t, g, "k", c.k.(*tensor.Dense)), gnode(t, g, "v", c.v.(*tensor.Dense))
 	cuQ, cuK := gnode(t, g, "cu_q", c.args.CuSeqlensQ.(*tensor.Dense)), gnode(t, g, "cu_k", c.args.CuSeqlensK.(*tensor.Dense))
-	csr, err := PackK2QCSR(gnode(t, g, "rp", c.rp.(*tensor.Dense)), gnode(t, g, "qi", c.qi.(*tensor.Dense)), 10, 4, 128)
+	csr, err := PackK2QCSR(gnode(t, g, "rp", c.rp.(*tensor.Dense)), gnode(t, g, "qi", c.qi.(*tensor.Dense)), TotalQ(10), TopK(4), BlkKV(128))
 	if err != nil {
 		t.Fatal(err)
 	}
-	sched, err := FwdSchedule(csr, cuQ, cuK, 2, 2)
+	sched, err := FwdSchedule(csr, cuQ, cuK, QheadPerKV(2), Workers(2))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -362,7 +362,7 @@ func TestScalarRuleEveryEntryPoint(t *testing.T) {
 	pr := buildDecode(s)
 	dg := G.NewGraph()
 	pt, su := gnode(t, dg, "pt", pr.pt), gnode(t, dg, "su", pr.su)
-	ds, err := DecodeSchedule(pt, su, DecodeConfig{SeqlenQ: s.seqlenQ, NumQOHeads: s.hq, NumKVHeads: s.hkv, PageSize: s.pageSize, Workers: 2})
+	ds, err := DecodeSchedule(pt, su, Heads(s.hq, s.hkv), PageSize(s.pageSize), SeqlenQ(s.seqlenQ), Workers(2))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -380,9 +380,9 @@ func TestScalarRuleEveryEntryPoint(t *testing.T) {
 		wantArgErr(t, err, "softmax_scale", scaleRule)
 		_, err = SparseAttention(qn, kn, vn, csr, sched, cuQ, cuK, SoftmaxScale(x))
 		wantArgErr(t, err, "softmax_scale", scaleRule)
-		_, err = BlockScores(qn, kn, cuQ, cuK, BlockScoreConfig{MaxSeqlenK: 200, SoftmaxScale: x})
+		_, err = BlockScores(qn, kn, cuQ, cuK, MaxSeqlenK(200), SoftmaxScale(x))
 		wantArgErr(t, err, "softmax_scale", scaleRule)
-		_, err = DecodeAttention(dq, dk, dv, pt, su, ds, nil, 0, x)
+		_, err = DecodeAttention(dq, dk, dv, pt, su, ds, nil, SoftmaxScale(x))
 		wantArgErr(t, err, "softmax_scale", scaleRule)
 	}
 	for _, x := range []float64{1e-39, 1e39, -1, math.NaN(), math.Inf(1), math.Inf(-1), 1e-320} {
@@ -429,14 +429,14 @@ func TestRejectBeforeAllocating(t *testing.T) {
 		var csr *G.Node
 		var err error
 		if node == "K2QCSR" {
-			csr, err = K2QCSR(gnode(t, g, "q2k", i32T([]int{1, 1, 1}, 0)), cq, ck, 1, 4)
+			csr, err = K2QCSR(gnode(t, g, "q2k", i32T([]int{1, 1, 1}, 0)), cq, ck, BlkKV(1), MaxSeqlenK(4))
 		} else {
-			csr, err = PackK2QCSR(gnode(t, g, "rp", i32T([]int{1, 5}, 0, 1, 1, 1, 1)), gnode(t, g, "qi", qi), 1, 1, 1)
+			csr, err = PackK2QCSR(gnode(t, g, "rp", i32T([]int{1, 5}, 0, 1, 1, 1, 1)), gnode(t, g, "qi", qi), TotalQ(1), TopK(1), BlkKV(1))
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := FwdSchedule(csr, cq, ck, 1, 1); err != nil {
+		if _, err := FwdSchedule(csr, cq, ck, QheadPerKV(1), Workers(1)); err != nil {
 			t.Fatal(err)
 		}
 		m := G.NewTapeMachine(g)
@@ -487,7 +487,7 @@ func TestMemoryBoundedByWork(t *testing.T) {
 	ptn := G.NewTensor(g, tensor.Int32, 2, G.WithShape(16, 1<<20), G.WithName("pt"))
 	sun := G.NewTensor(g, tensor.Int32, 1, G.WithShape(16), G.WithName("su"))
 	alloc = allocDuring(func() {
-		_, err = DecodeSchedule(ptn, sun, DecodeConfig{SeqlenQ: 1, NumQOHeads: 8, NumKVHeads: 8, PageSize: 1})
+		_, err = DecodeSchedule(ptn, sun, Heads(8, 8), PageSize(1), SeqlenQ(1))
 	})
 	if alloc > 64<<20 {
 		t.Fatalf("DecodeSchedule over [16, 2^20] pages allocated %d bytes (error %v)", alloc, err)
@@ -526,11 +526,11 @@ func TestErrorMessages(t *testing.T) {
 	g := G.NewGraph()
 	qn, kn, vn := gnode(t, g, "q", c.q.(*tensor.Dense)), gnode(t, g, "k", c.k.(*tensor.Dense)), gnode(t, g, "v", c.v.(*tensor.Dense))
 	cuQ, cuK := gnode(t, g, "cu_q", c.args.CuSeqlensQ.(*tensor.Dense)), gnode(t, g, "cu_k", c.args.CuSeqlensK.(*tensor.Dense))
-	csr, err := PackK2QCSR(gnode(t, g, "rp", c.rp.(*tensor.Dense)), gnode(t, g, "qi", c.qi.(*tensor.Dense)), 10, 4, 128)
+	csr, err := PackK2QCSR(gnode(t, g, "rp", c.rp.(*tensor.Dense)), gnode(t, g, "qi", c.qi.(*tensor.Dense)), TotalQ(10), TopK(4), BlkKV(128))
 	if err != nil {
 		t.Fatal(err)
 	}
-	sched, err := FwdSchedule(csr, cuQ, cuK, 2, 2)
+	sched, err := FwdSchedule(csr, cuQ, cuK, QheadPerKV(2), Workers(2))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -547,8 +547,11 @@ func TestErrorMessages(t *testing.T) {
 	f32 := G.NewTensor(g, tensor.Float32, 2, G.WithShape(2, 3), G.WithName("f32"))
 	for name, f := range map[string]func() error{
 		"SparseAttention": func() error { _, err := SparseAttention(qn, kn, vn, f32, sched, cuQ, cuK); return err },
-		"FwdSchedule":     func() error { _, err := FwdSchedule(f32, cuQ, cuK, 2, 2); return err },
-		"DecodeAttention": func() error { _, err := DecodeAttention(qn, kn, vn, f32, f32, f32, nil, 0, 0); return err },
+		"FwdSchedule":     func() error { _, err := FwdSchedule(f32, cuQ, cuK, QheadPerKV(2), Workers(2)); return err },
+		"DecodeAttention": func() error {
+			_, err := DecodeAttention(qn, kn, vn, f32, f32, f32, nil)
+			return err
+		},
 	} {
 		err := f()
 		if err == nil || strings.Contains(err.Error(), "<nil>") || !strings.Contains(err.Error(), "float32") {
@@ -649,11 +652,11 @@ func TestGraphInputViews(t *testing.T) {
 		}
 		k, v := gnode(t, g, "k", c.k.(*tensor.Dense)), gnode(t, g, "v", c.v.(*tensor.Dense))
 		cuQ, cuK := gnode(t, g, "cu_q", c.args.CuSeqlensQ.(*tensor.Dense)), gnode(t, g, "cu_k", c.args.CuSeqlensK.(*tensor.Dense))
-		csr, err := PackK2QCSR(gnode(t, g, "rp", c.rp.(*tensor.Dense)), gnode(t, g, "qi", c.qi.(*tensor.Dense)), 10, 4, 128)
+		csr, err := PackK2QCSR(gnode(t, g, "rp", c.rp.(*tensor.Dense)), gnode(t, g, "qi", c.qi.(*tensor.Dense)), TotalQ(10), TopK(4), BlkKV(128))
 		if err != nil {
 			t.Fatal(err)
 		}
-		built, err := FwdSchedule(csr, cuQ, cuK, 2, 2)
+		built, err := FwdSchedule(csr, cuQ, cuK, QheadPerKV(2), Workers(2))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,7 +7,30 @@
 // A graph builds the k2q CSR from q2k_indices (K2QCSR), then the forward
 // schedule (FwdSchedule), then the attention node (SparseAttention); LSE and
 // TemperatureLSE read the attention node's side results without computing
-// anything twice. Every input is validated with the reference's checks plus
+// anything twice.
+//
+// The eager functions take the reference's keyword arguments as structs
+// (SparseArgs, DecodeArgs, PlanArgs, BlockScoreConfig, TopKConfig). The
+// graph constructors take their input nodes positionally and everything
+// else as functional options of the one type Option:
+//
+//	K2QCSR            MaxSeqlenK (required), BlkKV
+//	PackK2QCSR        TopK (required), TotalQ, BlkKV
+//	FwdSchedule       QheadPerKV (required), Workers
+//	SparseAttention   Causal, SoftmaxScale, Temperature, PartialDtype,
+//	                  MMADtypes, Workers, Paged, NVFP4KV, SharedKV
+//	BlockScores       MaxSeqlenK (required), BlkKV, Causal, SoftmaxScale,
+//	                  Reduce, Workers
+//	TopKBlocks        TopK (required), KeepFirst, KeepLast
+//	DecodeSchedule    Heads, PageSize (required), SeqlenQ, Workers,
+//	                  FixedSplitSize, DisableSplitKV
+//	DecodeAttention   BlkKV, SoftmaxScale, SharedKV
+//	WritePagedKV      SeqlenQ
+//
+// An option a constructor does not take, or a missing required one, is an
+// *ArgError whose Arg is the option's name. A value given to two
+// constructors (FwdSchedule's QheadPerKV and Workers, then SparseAttention's
+// heads and Workers) is compared at construction and a mismatch names it. Every input is validated with the reference's checks plus
 // index range checks; bad input returns an error naming the argument, never
 // a panic.
 //

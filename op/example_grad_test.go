@@ -53,11 +53,11 @@ func ExampleSparseAttention_trainingStep() {
 	}
 	q2kn := in("q2k", []int{1, tokens, 2}, q2k)
 	cu := in("cu", []int{2}, []int32{0, tokens})
-	csr, err := op.K2QCSR(q2kn, cu, cu, blk, tokens)
+	csr, err := op.K2QCSR(q2kn, cu, cu, op.BlkKV(blk), op.MaxSeqlenK(tokens))
 	if err != nil {
 		panic(err)
 	}
-	sched, err := op.FwdSchedule(csr, cu, cu, 1, 1)
+	sched, err := op.FwdSchedule(csr, cu, cu, op.QheadPerKV(1), op.Workers(1))
 	if err != nil {
 		panic(err)
 	}

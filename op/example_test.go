@@ -63,11 +63,11 @@ func ExampleSparseAttention() {
 	cuQ, cuK := in("cu_q", i32([]int{2}, 0, 4)), in("cu_k", i32([]int{2}, 0, 256))
 	q2k := in("q2k", i32([]int{1, 4, 2}, 0, 1, 1, -1, 0, -1, 1, 0))
 
-	csr, err := op.K2QCSR(q2k, cuQ, cuK, 128, 256)
+	csr, err := op.K2QCSR(q2k, cuQ, cuK, op.BlkKV(128), op.MaxSeqlenK(256))
 	if err != nil {
 		panic(err)
 	}
-	sched, err := op.FwdSchedule(csr, cuQ, cuK, 2, 0)
+	sched, err := op.FwdSchedule(csr, cuQ, cuK, op.QheadPerKV(2), op.Workers(0))
 	if err != nil {
 		panic(err)
 	}

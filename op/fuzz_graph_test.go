@@ -116,7 +116,7 @@ func fuzzGraphPrefill(t *testing.T, z *fz) {
 	var rp, qi *tensor.Dense
 	alloc := allocDuring(func() {
 		if z.bit() {
-			csr, err = K2QCSR(gnode(t, g, "q2k", pr.q2k), cuQ, cuK, blk, maxSeqlenK)
+			csr, err = K2QCSR(gnode(t, g, "q2k", pr.q2k), cuQ, cuK, BlkKV(blk), MaxSeqlenK(maxSeqlenK))
 			return
 		}
 		rp, qi, err = BuildK2QCSR(pr.q2k, pr.cuQ, pr.cuK, s.blk)
@@ -125,7 +125,7 @@ func fuzzGraphPrefill(t *testing.T, z *fz) {
 		}
 		totalQ := z.intArg(len(pr.ref.q) / s.hq)
 		csrTopK = z.intArg(s.topK)
-		csr, err = PackK2QCSR(gnode(t, g, "rp", rp), gnode(t, g, "qi", qi), totalQ, csrTopK, blk)
+		csr, err = PackK2QCSR(gnode(t, g, "rp", rp), gnode(t, g, "qi", qi), TotalQ(totalQ), TopK(csrTopK), BlkKV(blk))
 	})
 	if alloc > allocCap(in) {
 		t.Fatalf("CSR node construction allocated %d bytes", alloc)
@@ -135,13 +135,13 @@ func fuzzGraphPrefill(t *testing.T, z *fz) {
 		return
 	}
 	workers := z.intArg(2)
-	sched, err := FwdSchedule(csr, cuQ, cuK, z.intArg(s.hq/s.hkv), workers)
+	sched, err := FwdSchedule(csr, cuQ, cuK, QheadPerKV(z.intArg(s.hq/s.hkv)), Workers(workers))
 	if err != nil {
 		wantGraphError(t, err)
 		return
 	}
 	scale := z.scalar(0)
-	opts := []AttnOption{SoftmaxScale(scale), Workers(workers)}
+	opts := []Option{SoftmaxScale(scale), Workers(workers)}
 	args := SparseArgs{CuSeqlensQ: pr.cuQ, CuSeqlensK: pr.cuK, BlkKV: effBlk, SoftmaxScale: scale, Workers: workers,
 		Causal: s.causal}
 	if s.causal {
@@ -221,13 +221,18 @@ func fuzzGraphDecode(t *testing.T, z *fz) {
 	in := denseBytes(pr.q, pr.k, pr.v, pr.pt, pr.su, pr.q2k)
 	g := G.NewGraph()
 	pt, su := gnode(t, g, "pt", pr.pt), gnode(t, g, "su", pr.su)
-	cfg := DecodeConfig{SeqlenQ: z.intArg(s.seqlenQ), NumQOHeads: z.intArg(s.hq), NumKVHeads: z.intArg(s.hkv),
-		PageSize: z.intArg(s.pageSize), Workers: z.intArg(2), FixedSplitSize: z.intArg(0), DisableSplitKV: z.bit()}
+	seqlenQ, hq, hkv := z.intArg(s.seqlenQ), z.intArg(s.hq), z.intArg(s.hkv)
+	pageSize, nw, fixed := z.intArg(s.pageSize), z.intArg(2), z.intArg(0)
+	opts := []Option{SeqlenQ(seqlenQ), Heads(hq, hkv), PageSize(pageSize), Workers(nw), FixedSplitSize(fixed)}
+	if z.bit() {
+		opts = append(opts, DisableSplitKV())
+	}
 	var sched *G.Node
 	var err error
-	alloc := allocDuring(func() { sched, err = DecodeSchedule(pt, su, cfg) })
+	alloc := allocDuring(func() { sched, err = DecodeSchedule(pt, su, opts...) })
 	if alloc > allocCap(in) {
-		t.Fatalf("DecodeSchedule %+v allocated %d bytes", cfg, alloc)
+		t.Fatalf("DecodeSchedule seqlen_q %d, heads %d/%d, page size %d, workers %d, fixed split %d allocated %d bytes",
+			seqlenQ, hq, hkv, pageSize, nw, fixed, alloc)
 	}
 	if err != nil {
 		wantGraphError(t, err)
@@ -238,7 +243,7 @@ func fuzzGraphDecode(t *testing.T, z *fz) {
 		q2k = gnode(t, g, "q2k", pr.q2k)
 	}
 	blk, scale := z.intArg(s.blk), z.scalar(0)
-	out, err := DecodeAttention(gnode(t, g, "q", pr.q), gnode(t, g, "k", pr.k), gnode(t, g, "v", pr.v), pt, su, sched, q2k, blk, scale)
+	out, err := DecodeAttention(gnode(t, g, "q", pr.q), gnode(t, g, "k", pr.k), gnode(t, g, "v", pr.v), pt, su, sched, q2k, BlkKV(blk), SoftmaxScale(scale))
 	if err != nil {
 		wantGraphError(t, err)
 		return
@@ -274,7 +279,9 @@ func fuzzGraphSelect(t *testing.T, z *fz) {
 	cuQ, cuK := gnode(t, g, "cu_q", pr.cuQ), gnode(t, g, "cu_k", pr.cuK)
 	var scores *G.Node
 	var err error
-	alloc := allocDuring(func() { scores, err = BlockScores(gnode(t, g, "q", pr.q), gnode(t, g, "k", pr.k), cuQ, cuK, cfg) })
+	alloc := allocDuring(func() {
+		scores, err = BlockScores(gnode(t, g, "q", pr.q), gnode(t, g, "k", pr.k), cuQ, cuK, scoreOptions(cfg)...)
+	})
 	if alloc > allocCap(in) {
 		t.Fatalf("BlockScores %+v allocated %d bytes", cfg, alloc)
 	}
@@ -287,7 +294,7 @@ func fuzzGraphSelect(t *testing.T, z *fz) {
 	}
 	topK := z.intArg(2)
 	tc := TopKConfig{KeepFirst: z.bit(), KeepLast: z.bit()}
-	sel, err := TopKBlocks(scores, topK, tc)
+	sel, err := TopKBlocks(scores, topKOptions(topK, tc)...)
 	if err != nil {
 		wantGraphError(t, err)
 		return
@@ -313,4 +320,26 @@ func fuzzGraphSelect(t *testing.T, z *fz) {
 	if !bytes.Equal(sel.Value().(*tensor.Dense).Header.Raw, wantSel.Header.Raw) {
 		t.Fatal("graph selection differs from TopKBlocksFunc")
 	}
+}
+
+// scoreOptions returns the BlockScores options equivalent to an eager
+// BlockScoreConfig.
+func scoreOptions(c BlockScoreConfig) []Option {
+	opts := []Option{BlkKV(c.BlkKV), MaxSeqlenK(c.MaxSeqlenK), SoftmaxScale(c.SoftmaxScale), Reduce(c.Reduce), Workers(c.Workers)}
+	if c.Causal {
+		opts = append(opts, Causal())
+	}
+	return opts
+}
+
+// topKOptions returns the TopKBlocks options equivalent to an eager call.
+func topKOptions(topK int, c TopKConfig) []Option {
+	opts := []Option{TopK(topK)}
+	if c.KeepFirst {
+		opts = append(opts, KeepFirst())
+	}
+	if c.KeepLast {
+		opts = append(opts, KeepLast())
+	}
+	return opts
 }

@@ -11,10 +11,8 @@ import (
 	"gorgonia.org/tensor"
 )
 
-// AttnOption configures a SparseAttention node.
-type AttnOption func(*attnConfig)
-
-// attnConfig holds the scalar options and the optional input nodes.
+// attnConfig holds the options of the graph constructors (graph_options.go)
+// and the optional input nodes.
 type attnConfig struct {
 	causal      bool
 	scale       float64
@@ -30,13 +28,13 @@ type attnConfig struct {
 	kGlobal     *G.Node
 	vGlobal     *G.Node
 	sharedKV    bool
-}
 
-// SharedKV declares that k and v are intentionally the same node (one
-// tensor serving as both keys and values). Without it the attention
-// constructors reject k == v: Gorgonia merges input nodes that have the
-// same type and shape and no name, so an unnamed v silently becomes k.
-func SharedKV() AttnOption { return func(c *attnConfig) { c.sharedKV = true } }
+	blkKV, maxSeqlenK, topK, totalQ, qpk   int
+	seqlenQ, hq, hkv, pageSize, fixedSplit int
+	disableSplit, keepFirst, keepLast      bool
+	reduce                                 HeadReduce
+	given                                  uint64 // bit optID: the option was given
+}
 
 // sameKVErr is the error of k and v being one node without SharedKV.
 func sameKVErr(fn string, k, v *G.Node, cfg *attnConfig) error {
@@ -44,45 +42,6 @@ func sameKVErr(fn string, k, v *G.Node, cfg *attnConfig) error {
 		return nil
 	}
 	return argErr(fn, "v", "a node distinct from k (Gorgonia merges unnamed input nodes of equal type and shape: name them, e.g. G.WithName(\"v\")), or the SharedKV() option if k and v are meant to be one tensor", "the same node as k ("+nodeDesc(k)+")")
-}
-
-// Causal applies bottom-right aligned causal masking.
-func Causal() AttnOption { return func(c *attnConfig) { c.causal = true } }
-
-// SoftmaxScale sets softmax_scale (default 1/sqrt(D)).
-func SoftmaxScale(x float64) AttnOption { return func(c *attnConfig) { c.scale = x } }
-
-// Temperature sets lse_temperature_scale T for the TemperatureLSE node.
-func Temperature(t float64) AttnOption { return func(c *attnConfig) { c.temperature = t } }
-
-// PartialDtype sets partial_dtype: float32, BFloat16 (default), Float16 or
-// Float8E4M3FN.
-func PartialDtype(dt tensor.Dtype) AttnOption { return func(c *attnConfig) { c.partial = dt } }
-
-// MMADtypes sets qk_dtype and pv_dtype (zero Dtype = reference default).
-func MMADtypes(qk, pv tensor.Dtype) AttnOption {
-	return func(c *attnConfig) { c.qk, c.pv = qk, pv }
-}
-
-// Workers caps the goroutines (usable_SM_count). SparseAttention after a
-// FwdSchedule node takes the schedule's worker count when the option is
-// absent and rejects a different one; with a schedule fed as an input node
-// it must match the count the schedule was built for. <= 0 uses
-// runtime.GOMAXPROCS(0).
-func Workers(n int) AttnOption { return func(c *attnConfig) { c.workers = n } }
-
-// Paged selects the paged K/V layout with page_table [B, pages] and an
-// optional seqused_k [B] (nil for none).
-func Paged(pageTable, seqUsedK *G.Node) AttnOption {
-	return func(c *attnConfig) { c.pageTable, c.seqused = pageTable, seqUsedK }
-}
-
-// NVFP4KV selects packed NVFP4 K/V with their 128x4 block scales and
-// optional float32 global scales (nil for none).
-func NVFP4KV(kScale, vScale, kGlobal, vGlobal *G.Node) AttnOption {
-	return func(c *attnConfig) {
-		c.nvfp4, c.kScale, c.vScale, c.kGlobal, c.vGlobal = true, kScale, vScale, kGlobal, vGlobal
-	}
 }
 
 // attnState is shared by an attention node and its LSE accessor nodes: the
@@ -252,14 +211,17 @@ func (op *sparseAttnOp) Do(vals ...G.Value) (G.Value, error) {
 // Float8E4M3FN; k, v are [total_k, Hkv, D] (or paged / NVFP4 per the
 // options); cuQ, cuK are int32 [B+1]. The node's value is O, BFloat16
 // [total_q, Hq, D]; LSE(node) and TemperatureLSE(node) expose the side
-// results computed by the same run. With float32 q, k and v (all three)
+// results computed by the same run. Options: Causal, SoftmaxScale,
+// Temperature, PartialDtype, MMADtypes, Workers, Paged, NVFP4KV, SharedKV.
+// With float32 q, k and v (all three)
 // the node runs without low-precision rounding, its value is float32, and
 // it is differentiable with respect to q, k and v (graph_grad.go).
-func SparseAttention(q, k, v, csr, sched, cuQ, cuK *G.Node, opts ...AttnOption) (*G.Node, error) {
+func SparseAttention(q, k, v, csr, sched, cuQ, cuK *G.Node, opts ...Option) (*G.Node, error) {
 	const fn = "SparseAttention"
-	var cfg attnConfig
-	for _, o := range opts {
-		o(&cfg)
+	cfg, err := applyOptions(fn, opts, optCausal, optSoftmaxScale, optTemperature, optPartialDtype,
+		optMMADtypes, optWorkers, optPaged, optNVFP4KV, optSharedKV)
+	if err != nil {
+		return nil, err
 	}
 	l, err := csrOf(fn, csr)
 	if err != nil {
@@ -325,7 +287,7 @@ func SparseAttention(q, k, v, csr, sched, cuQ, cuK *G.Node, opts ...AttnOption) 
 		// them and name the mismatched one; an absent Workers option takes
 		// the schedule's.
 		if so.s.qpk != qs[1]/hkv {
-			return nil, argErr(fn, "qhead_per_kv", fmt.Sprintf("FwdSchedule's qheadPerKV = %d equal to the attention's q.shape[1] / k.shape[1] = %d / %d = %d", so.s.qpk, qs[1], hkv, qs[1]/hkv), so.s.qpk)
+			return nil, argErr(fn, "QheadPerKV", fmt.Sprintf("FwdSchedule's QheadPerKV(%d) option equal to the attention's q.shape[1] / k.shape[1] = %d / %d = %d", so.s.qpk, qs[1], hkv, qs[1]/hkv), so.s.qpk)
 		}
 		if cfg.workers <= 0 {
 			cfg.workers = so.s.workers

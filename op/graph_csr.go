@@ -119,12 +119,22 @@ func (op *csrOp) Do(vals ...G.Value) (G.Value, error) {
 // K2QCSR adds the k2q CSR build (docs/contract.md section 2) to q2k's graph: q2k is
 // int32 [Hkv, total_q, topK], cuQ and cuK int32 [B+1]. Because a node's
 // shape may depend only on input shapes, the CSR has a fixed row capacity
-// of B * ceil(maxSeqlenK / blkKV) rows (rows past the real total are empty);
-// a cu_seqlens_k with a longer sequence is an error at run time. blkKV 0
-// means 128. The value is a packed [Hkv, rows+1 + total_q*topK] int32
-// tensor read by FwdSchedule and SparseAttention.
-func K2QCSR(q2k, cuQ, cuK *G.Node, blkKV, maxSeqlenK int) (*G.Node, error) {
+// of B * ceil(max_seqlen_k / blk_kv) rows (rows past the real total are
+// empty); a cu_seqlens_k with a longer sequence is an error at run time.
+// Options: MaxSeqlenK (required) and BlkKV (absent or 0: 128); topK is
+// q2k's last dimension. The value is a packed
+// [Hkv, rows+1 + total_q*topK] int32 tensor read by FwdSchedule and
+// SparseAttention.
+func K2QCSR(q2k, cuQ, cuK *G.Node, opts ...Option) (*G.Node, error) {
 	const fn = "K2QCSR"
+	cfg, err := applyOptions(fn, opts, optBlkKV, optMaxSeqlenK)
+	if err != nil {
+		return nil, err
+	}
+	if err := cfg.required(fn, optMaxSeqlenK, "it fixes the CSR's row capacity"); err != nil {
+		return nil, err
+	}
+	blkKV, maxSeqlenK := cfg.blkKV, cfg.maxSeqlenK
 	if err := nodeCheck(fn, "q2k_indices", q2k, 3, tensor.Int32); err != nil {
 		return nil, err
 	}
@@ -203,9 +213,19 @@ func (op *packCSROp) Do(vals ...G.Value) (G.Value, error) {
 
 // PackK2QCSR wraps a caller-built CSR (rowPtr [Hkv, total_rows+1],
 // qIndices [Hkv, >= total_q*topK], e.g. from BuildK2QCSR) as the CSR value
-// FwdSchedule and SparseAttention read.
-func PackK2QCSR(rowPtr, qIndices *G.Node, totalQ, topK, blkKV int) (*G.Node, error) {
+// FwdSchedule and SparseAttention read. Options: TopK (required), TotalQ
+// (absent: qIndices.shape[1] / topK) and BlkKV (absent or 0: 128), which
+// must be those the CSR was built with.
+func PackK2QCSR(rowPtr, qIndices *G.Node, opts ...Option) (*G.Node, error) {
 	const fn = "PackK2QCSR"
+	cfg, err := applyOptions(fn, opts, optTopK, optTotalQ, optBlkKV)
+	if err != nil {
+		return nil, err
+	}
+	if err := cfg.required(fn, optTopK, "the topK the CSR was built with"); err != nil {
+		return nil, err
+	}
+	totalQ, topK, blkKV := cfg.totalQ, cfg.topK, cfg.blkKV
 	if err := nodeCheck(fn, "k2q_row_ptr", rowPtr, 2, tensor.Int32); err != nil {
 		return nil, err
 	}
@@ -224,6 +244,9 @@ func PackK2QCSR(rowPtr, qIndices *G.Node, totalQ, topK, blkKV int) (*G.Node, err
 	}
 	if topK < 1 || topK > maxTopK {
 		return nil, argErr(fn, "topK", fmt.Sprintf("1 <= topK <= %d", maxTopK), fmt.Sprint(topK))
+	}
+	if !cfg.has(optTotalQ) {
+		totalQ = qs[1] / topK
 	}
 	if totalQ < 0 || mulCap(qs[1], totalQ, topK) < 0 {
 		return nil, argErr(fn, "total_q", fmt.Sprintf("0 <= total_q with total_q * topK <= k2q_q_indices.shape[1] = %d", qs[1]), fmt.Sprintf("total_q = %d, topK = %d", totalQ, topK))

@@ -12,23 +12,6 @@ import (
 	"gorgonia.org/tensor"
 )
 
-// DecodeConfig holds the static parameters of a decode schedule node.
-type DecodeConfig struct {
-	// SeqlenQ is the number of queries per request (>= 1).
-	SeqlenQ int
-	// NumQOHeads and NumKVHeads are Hq and Hkv.
-	NumQOHeads, NumKVHeads int
-	// PageSize is the K/V page size in tokens.
-	PageSize int
-	// Workers plays numSM (<= 0: runtime.GOMAXPROCS(0)); the decode
-	// attention node runs on as many goroutines.
-	Workers int
-	// FixedSplitSize > 0 fixes the KV chunk (batch-invariant mode).
-	FixedSplitSize int
-	// DisableSplitKV never splits a request's keys.
-	DisableSplitKV bool
-}
-
 // decodeLayout describes the packed decode schedule value (1-D int32):
 //
 //	[0] chunk_pages  [1] split_kv  [2] work_count  [3] max_splits
@@ -118,9 +101,25 @@ func (op *decodeSchedOp) Do(vals ...G.Value) (G.Value, error) {
 // mode: its value has the same length for every seqused_k, so it can be
 // recomputed each step (after gorgonia.Let updates) without reallocating the
 // decode node's buffers. All decode attention nodes of the step (one per
-// layer) can share it.
-func DecodeSchedule(pageTable, seqUsedK *G.Node, cfg DecodeConfig) (*G.Node, error) {
+// layer) can share it. Options: Heads(num_qo_heads, num_kv_heads) and
+// PageSize (required), SeqlenQ (absent: 1), Workers (numSM; absent or <= 0:
+// runtime.GOMAXPROCS(0); the decode attention node runs on as many
+// goroutines), FixedSplitSize and DisableSplitKV.
+func DecodeSchedule(pageTable, seqUsedK *G.Node, opts ...Option) (*G.Node, error) {
 	const fn = "DecodeSchedule"
+	cfg, err := applyOptions(fn, opts, optHeads, optPageSize, optSeqlenQ, optWorkers, optFixedSplitSize, optDisableSplitKV)
+	if err != nil {
+		return nil, err
+	}
+	if err := cfg.required(fn, optHeads, "Hq and Hkv of the decode attention"); err != nil {
+		return nil, err
+	}
+	if err := cfg.required(fn, optPageSize, "tokens per K/V page"); err != nil {
+		return nil, err
+	}
+	if !cfg.has(optSeqlenQ) {
+		cfg.seqlenQ = 1
+	}
 	if err := nodeCheck(fn, "page_table", pageTable, 2, tensor.Int32); err != nil {
 		return nil, err
 	}
@@ -131,20 +130,20 @@ func DecodeSchedule(pageTable, seqUsedK *G.Node, cfg DecodeConfig) (*G.Node, err
 	if seqUsedK.Shape()[0] != pt[0] {
 		return nil, argErr(fn, "seqused_k", fmt.Sprintf("shape [B] = [%d]", pt[0]), seqUsedK.Shape())
 	}
-	if cfg.NumKVHeads < 1 || cfg.NumQOHeads%cfg.NumKVHeads != 0 || !slices.Contains(supportedQheadPerKV, cfg.NumQOHeads/cfg.NumKVHeads) {
-		return nil, argErr(fn, "num_qo_heads/num_kv_heads", "a ratio in {1, 2, 4, 8, 16}", fmt.Sprintf("%d/%d", cfg.NumQOHeads, cfg.NumKVHeads))
+	if cfg.hkv < 1 || cfg.hq%cfg.hkv != 0 || !slices.Contains(supportedQheadPerKV, cfg.hq/cfg.hkv) {
+		return nil, argErr(fn, "num_qo_heads/num_kv_heads", "a ratio in {1, 2, 4, 8, 16}", fmt.Sprintf("%d/%d", cfg.hq, cfg.hkv))
 	}
 	c := &checker{fn: fn}
-	c.need(cfg.SeqlenQ >= 1, "seqlen_q", ">= 1", cfg.SeqlenQ)
-	c.need(cfg.PageSize >= 1 && cfg.PageSize <= maxInt32, "page_size", fmt.Sprintf("1 <= page_size <= %d", maxInt32), cfg.PageSize)
-	c.need(cfg.FixedSplitSize >= 0 && cfg.FixedSplitSize <= maxInt32, "fixed_split_size",
-		fmt.Sprintf("0 (automatic) <= fixed_split_size <= %d", maxInt32), cfg.FixedSplitSize)
+	c.need(cfg.seqlenQ >= 1, "seqlen_q", ">= 1", cfg.seqlenQ)
+	c.need(cfg.pageSize >= 1 && cfg.pageSize <= maxInt32, "page_size", fmt.Sprintf("1 <= page_size <= %d", maxInt32), cfg.pageSize)
+	c.need(cfg.fixedSplit >= 0 && cfg.fixedSplit <= maxInt32, "fixed_split_size",
+		fmt.Sprintf("0 (automatic) <= fixed_split_size <= %d", maxInt32), cfg.fixedSplit)
 	c.need(pt[1] >= 1, "page_table", "at least one column", fmt.Sprint(pt))
-	pageCapacity(c, pt[1], cfg.PageSize)
-	checkDecodeRows(c, pt[0], cfg.SeqlenQ, cfg.NumQOHeads)
-	p := plan.DecodeParams{Batch: pt[0], SeqlenQ: cfg.SeqlenQ, HQ: cfg.NumQOHeads, Hkv: cfg.NumKVHeads,
-		PageSize: cfg.PageSize, Workers: workers(cfg.Workers), FixedSplitPages: cfg.FixedSplitSize,
-		DisableSplit: cfg.DisableSplitKV, MaxPagesPerSeq: pt[1]}
+	pageCapacity(c, pt[1], cfg.pageSize)
+	checkDecodeRows(c, pt[0], cfg.seqlenQ, cfg.hq)
+	p := plan.DecodeParams{Batch: pt[0], SeqlenQ: cfg.seqlenQ, HQ: cfg.hq, Hkv: cfg.hkv,
+		PageSize: cfg.pageSize, Workers: workers(cfg.workers), FixedSplitPages: cfg.fixedSplit,
+		DisableSplit: cfg.disableSplit, MaxPagesPerSeq: pt[1]}
 	checkDecodeSize(c, p)
 	if c.err != nil {
 		return nil, c.err
@@ -245,19 +244,17 @@ func (op *decodeAttnOp) prepare(c *checker, qd, kd *tensor.Dense, pt, su tensor.
 // [num_pages, Hkv, page_size, D] (float8_e4m3fn or bfloat16), the page
 // table and seqused_k nodes the schedule was built from, and the schedule
 // node. q2k (nil for dense decode) is int32 [Hkv, B*seqlen_q, topK] of
-// blocks of blkKV tokens (0: the page size). softmaxScale 0 means
-// 1/sqrt(D). LSE(node) returns the natural-log LSE of the same run. Of
-// the options only SharedKV applies: k and v must be distinct nodes unless
-// it is given.
-func DecodeAttention(q, k, v, pageTable, seqUsedK, sched, q2k *G.Node, blkKV int, softmaxScale float64, opts ...AttnOption) (*G.Node, error) {
+// blocks of blk_kv tokens. Options: BlkKV (absent or 0: the page size),
+// SoftmaxScale (absent or 0: 1/sqrt(D)) and SharedKV (k and v must be
+// distinct nodes unless it is given). LSE(node) returns the natural-log LSE
+// of the same run.
+func DecodeAttention(q, k, v, pageTable, seqUsedK, sched, q2k *G.Node, opts ...Option) (*G.Node, error) {
 	const fn = "DecodeAttention"
-	var cfg attnConfig
-	for _, o := range opts {
-		o(&cfg)
+	cfg, err := applyOptions(fn, opts, optBlkKV, optSoftmaxScale, optSharedKV)
+	if err != nil {
+		return nil, err
 	}
-	if rest := (attnConfig{sharedKV: cfg.sharedKV}); cfg != rest {
-		return nil, argErr(fn, "opts", "only SharedKV() (the other options are SparseAttention's)", fmt.Sprintf("%+v", cfg))
-	}
+	blkKV, softmaxScale := cfg.blkKV, cfg.scale
 	if err := sameKVErr(fn, k, v, &cfg); err != nil {
 		return nil, err
 	}

@@ -43,15 +43,15 @@ func TestSparseAttentionGraphOptions(t *testing.T) {
 				}
 				q, k, v := in("q", pr.q), in("k", pr.k), in("v", pr.v)
 				cuQ, cuK, q2k := in("cu_q", pr.cuQ), in("cu_k", pr.cuK), in("q2k", pr.q2k)
-				csr, err := K2QCSR(q2k, cuQ, cuK, s.blk, 512)
+				csr, err := K2QCSR(q2k, cuQ, cuK, BlkKV(s.blk), MaxSeqlenK(512))
 				if err != nil {
 					t.Fatal(err)
 				}
-				sched, err := FwdSchedule(csr, cuQ, cuK, s.hq/s.hkv, 2)
+				sched, err := FwdSchedule(csr, cuQ, cuK, QheadPerKV(s.hq/s.hkv), Workers(2))
 				if err != nil {
 					t.Fatal(err)
 				}
-				opts := []AttnOption{Workers(2), PartialDtype(s.partial)}
+				opts := []Option{Workers(2), PartialDtype(s.partial)}
 				if s.causal {
 					opts = append(opts, Causal())
 				}

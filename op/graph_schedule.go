@@ -115,13 +115,22 @@ func (op *schedOp) Do(vals ...G.Value) (G.Value, error) {
 
 // FwdSchedule adds the forward schedule (the reference's "prepare
 // scheduler") after a CSR node: work items, split counts and deterministic
-// slots. qheadPerKV is Hq/Hkv of the attention that follows; workers plays
-// usable_SM_count (<= 0: runtime.GOMAXPROCS(0)); SparseAttention
-// compares both with its own (q's heads / k's heads and its Workers
-// option, which defaults to the schedule's) and names a mismatch. Its value can also be fed back as an input node to
+// slots. Options: QheadPerKV (required: Hq/Hkv of the attention that
+// follows) and Workers (usable_SM_count; absent or <= 0:
+// runtime.GOMAXPROCS(0)); SparseAttention compares both with its own (q's
+// heads / k's heads and its Workers option, which defaults to the
+// schedule's) and names a mismatch. Its value can also be fed back as an input node to
 // reuse a schedule; SparseAttention validates it either way.
-func FwdSchedule(csr, cuQ, cuK *G.Node, qheadPerKV, workerCount int) (*G.Node, error) {
+func FwdSchedule(csr, cuQ, cuK *G.Node, opts ...Option) (*G.Node, error) {
 	const fn = "FwdSchedule"
+	cfg, err := applyOptions(fn, opts, optQheadPerKV, optWorkers)
+	if err != nil {
+		return nil, err
+	}
+	if err := cfg.required(fn, optQheadPerKV, "Hq / Hkv of the attention that follows"); err != nil {
+		return nil, err
+	}
+	qheadPerKV, workerCount := cfg.qpk, cfg.workers
 	l, err := csrOf(fn, csr)
 	if err != nil {
 		return nil, err

@@ -57,13 +57,23 @@ func (op *blockScoresOp) Do(vals ...G.Value) (G.Value, error) {
 
 // BlockScores adds block scoring (see BlockScoresFunc for the formula) to
 // the graph of q [total_q, Hq, D] and k [total_k, Hkv, D] (BFloat16,
-// Float8E4M3FN or float32) with cuQ, cuK int32 [B+1]. cfg.MaxSeqlenK is
-// required: the node's value is float32 [Hkv, total_q, max_blocks] with
-// max_blocks = ceil(MaxSeqlenK / blk_kv), and a longer key sequence is an
-// error at run time. Feed the node to TopKBlocks, then K2QCSR with the
-// same blk_kv and max_seqlen_k.
-func BlockScores(q, k, cuQ, cuK *G.Node, cfg BlockScoreConfig) (*G.Node, error) {
+// Float8E4M3FN or float32) with cuQ, cuK int32 [B+1]. Options: MaxSeqlenK
+// (required: the node's value is float32 [Hkv, total_q, max_blocks] with
+// max_blocks = ceil(max_seqlen_k / blk_kv), and a longer key sequence is an
+// error at run time), BlkKV (absent or 0: 128), Causal, SoftmaxScale,
+// Reduce and Workers, with the meanings of BlockScoreConfig's fields. Feed
+// the node to TopKBlocks, then K2QCSR with the same BlkKV and MaxSeqlenK.
+func BlockScores(q, k, cuQ, cuK *G.Node, opts ...Option) (*G.Node, error) {
 	const fn = "BlockScores"
+	o, err := applyOptions(fn, opts, optMaxSeqlenK, optBlkKV, optCausal, optSoftmaxScale, optReduce, optWorkers)
+	if err != nil {
+		return nil, err
+	}
+	if err := o.required(fn, optMaxSeqlenK, "it fixes the scores' last dimension"); err != nil {
+		return nil, err
+	}
+	cfg := BlockScoreConfig{BlkKV: o.blkKV, MaxSeqlenK: o.maxSeqlenK, Causal: o.causal, SoftmaxScale: o.scale,
+		Reduce: o.reduce, Workers: o.workers}
 	for _, x := range []struct {
 		n    *G.Node
 		name string
@@ -152,8 +162,17 @@ func (op *topKOp) Do(vals ...G.Value) (G.Value, error) {
 // float32 [Hkv, total_q, max_blocks], usually made by BlockScores. The
 // node's value is q2k_indices int32 [Hkv, total_q, topK] (1 <= topK <= 64),
 // ascending, -1 padded, ties to the lower block id, ready for K2QCSR.
-func TopKBlocks(scores *G.Node, topK int, cfg TopKConfig) (*G.Node, error) {
+// Options: TopK (required), KeepFirst and KeepLast (TopKConfig's rules).
+func TopKBlocks(scores *G.Node, opts ...Option) (*G.Node, error) {
 	const fn = "TopKBlocks"
+	o, err := applyOptions(fn, opts, optTopK, optKeepFirst, optKeepLast)
+	if err != nil {
+		return nil, err
+	}
+	if err := o.required(fn, optTopK, "the blocks each query selects"); err != nil {
+		return nil, err
+	}
+	topK, cfg := o.topK, TopKConfig{KeepFirst: o.keepFirst, KeepLast: o.keepLast}
 	if err := nodeCheck(fn, "scores", scores, 3, tensor.Float32); err != nil {
 		return nil, err
 	}
@@ -336,8 +355,13 @@ func (op *writePagedKVOp) OverwritesInput() int { return 0 }
 // input node anywhere else in the same graph (it would see the cache before
 // or after the write depending on the execution order). For a prompt of
 // ragged length, use the eager AppendPagedKV before the first decode step.
-func WritePagedKV(cache, newKV, pageTable, seqUsedK *G.Node, seqlenQ int) (*G.Node, error) {
+// Option: SeqlenQ (absent: newKV.shape[0] / B).
+func WritePagedKV(cache, newKV, pageTable, seqUsedK *G.Node, opts ...Option) (*G.Node, error) {
 	const fn = "WritePagedKV"
+	o, err := applyOptions(fn, opts, optSeqlenQ)
+	if err != nil {
+		return nil, err
+	}
 	if err := nodeCheck(fn, "cache", cache, 4, BFloat16, Float8E4M3FN); err != nil {
 		return nil, err
 	}
@@ -350,11 +374,15 @@ func WritePagedKV(cache, newKV, pageTable, seqUsedK *G.Node, seqlenQ int) (*G.No
 	if err := nodeCheck(fn, "seqused_k", seqUsedK, 1, tensor.Int32); err != nil {
 		return nil, err
 	}
+	cs, ns := cache.Shape(), newKV.Shape()
+	b := pageTable.Shape()[0]
+	seqlenQ := o.seqlenQ
+	if !o.has(optSeqlenQ) && b > 0 {
+		seqlenQ = ns[0] / b
+	}
 	if seqlenQ < 1 {
 		return nil, argErr(fn, "seqlen_q", ">= 1", seqlenQ)
 	}
-	cs, ns := cache.Shape(), newKV.Shape()
-	b := pageTable.Shape()[0]
 	if ns[0] != b*seqlenQ || ns[1] != cs[1] || ns[2] != cs[3] || seqUsedK.Shape()[0] != b {
 		return nil, argErr(fn, "new", fmt.Sprintf("shape [B * seqlen_q, Hkv, D] = [%d, %d, %d]", b*seqlenQ, cs[1], cs[3]), ns)
 	}

@@ -27,7 +27,7 @@ func TestMachineErrorFindsArgError(t *testing.T) {
 		nn := in("new", tensor.New(tensor.WithShape(2, 1, 1), tensor.WithBacking(make([]lowp.BFloat16, 2))))
 		pn := in("pt", tensor.New(tensor.WithShape(1, 2), tensor.WithBacking([]int32{2, 0})))
 		un := in("used", tensor.New(tensor.WithShape(1), tensor.WithBacking([]int32{1}))) // < seqlen_q = 2
-		if _, err := WritePagedKV(cn, nn, pn, un, 2); err != nil {
+		if _, err := WritePagedKV(cn, nn, pn, un, SeqlenQ(2)); err != nil {
 			t.Fatal(err)
 		}
 		var m G.VM = G.NewTapeMachine(g)

@@ -34,11 +34,11 @@ func TestSameKVNode(t *testing.T) {
 		t.Skip("this Gorgonia version does not merge unnamed inputs; the check below still runs with k passed twice")
 	}
 	cuQ, cuK, q2k := in("cu_q", pr.cuQ), in("cu_k", pr.cuK), in("q2k", pr.q2k)
-	csr, err := K2QCSR(q2k, cuQ, cuK, s.blk, 512)
+	csr, err := K2QCSR(q2k, cuQ, cuK, BlkKV(s.blk), MaxSeqlenK(512))
 	if err != nil {
 		t.Fatal(err)
 	}
-	sched, err := FwdSchedule(csr, cuQ, cuK, s.hq/s.hkv, 2)
+	sched, err := FwdSchedule(csr, cuQ, cuK, QheadPerKV(s.hq/s.hkv), Workers(2))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,10 +49,10 @@ func TestSameKVNode(t *testing.T) {
 	if _, err := SparseAttention(q, k, k, csr, sched, cuQ, cuK, Workers(2), SharedKV()); err != nil {
 		t.Fatalf("SparseAttention(k, k, SharedKV()): %v", err)
 	}
-	if _, err := DecodeAttention(q, k, k, nil, nil, nil, nil, 0, 0); !errors.As(err, &ae) || ae.Arg != "v" {
+	if _, err := DecodeAttention(q, k, k, nil, nil, nil, nil); !errors.As(err, &ae) || ae.Arg != "v" {
 		t.Fatalf("DecodeAttention(k, k): got %v, want an *ArgError naming v", err)
 	}
-	if _, err := DecodeAttention(q, k, k, nil, nil, nil, nil, 0, 0, Causal()); !errors.As(err, &ae) || ae.Arg != "opts" {
-		t.Fatalf("DecodeAttention with Causal(): got %v, want an *ArgError naming opts", err)
+	if _, err := DecodeAttention(q, k, k, nil, nil, nil, nil, Causal()); !errors.As(err, &ae) || ae.Arg != "Causal" {
+		t.Fatalf("DecodeAttention with Causal(): got %v, want an *ArgError naming Causal", err)
 	}
 }

@@ -38,7 +38,9 @@ func (r HeadReduce) String() string {
 	return fmt.Sprintf("HeadReduce(%d)", int(r))
 }
 
-// BlockScoreConfig holds the parameters of BlockScoresFunc and BlockScores.
+// BlockScoreConfig holds the parameters of BlockScoresFunc; the graph
+// constructor BlockScores takes the same ones as options (BlkKV,
+// MaxSeqlenK, Causal, SoftmaxScale, Reduce, Workers).
 type BlockScoreConfig struct {
 	// BlkKV (blk_kv): keys per block; 0 means 128.
 	BlkKV int
@@ -64,7 +66,8 @@ type BlockScoreConfig struct {
 	Workers int
 }
 
-// TopKConfig holds the optional rules of TopKBlocksFunc and TopKBlocks.
+// TopKConfig holds the optional rules of TopKBlocksFunc (TopKBlocks takes
+// them as the KeepFirst and KeepLast options).
 // Forced blocks are taken first (the last visible block, then block 0, as
 // far as topK allows); the remaining slots go to the highest scores.
 type TopKConfig struct {

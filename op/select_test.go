@@ -309,24 +309,23 @@ func TestSelectBadInputs(t *testing.T) {
 		arg string
 		run func() error
 	}{
-		{"q", graphErr(func() (*G.Node, error) { return op.BlockScores(nil, kn, cqn, ckn, op.BlockScoreConfig{MaxSeqlenK: 8}) })},
-		{"q", graphErr(func() (*G.Node, error) { return op.BlockScores(cqn, kn, cqn, ckn, op.BlockScoreConfig{MaxSeqlenK: 8}) })},
-		{"cu_seqlens_k", graphErr(func() (*G.Node, error) { return op.BlockScores(qn, kn, cqn, qn, op.BlockScoreConfig{MaxSeqlenK: 8}) })},
-		{"max_seqlen_k", graphErr(func() (*G.Node, error) { return op.BlockScores(qn, kn, cqn, ckn, op.BlockScoreConfig{}) })},
+		{"q", graphErr(func() (*G.Node, error) { return op.BlockScores(nil, kn, cqn, ckn, op.MaxSeqlenK(8)) })},
+		{"q", graphErr(func() (*G.Node, error) { return op.BlockScores(cqn, kn, cqn, ckn, op.MaxSeqlenK(8)) })},
+		{"cu_seqlens_k", graphErr(func() (*G.Node, error) { return op.BlockScores(qn, kn, cqn, qn, op.MaxSeqlenK(8)) })},
+		{"MaxSeqlenK", graphErr(func() (*G.Node, error) { return op.BlockScores(qn, kn, cqn, ckn) })},
 		{"blk_kv", graphErr(func() (*G.Node, error) {
-			return op.BlockScores(qn, kn, cqn, ckn, op.BlockScoreConfig{MaxSeqlenK: 8, BlkKV: -2})
+			return op.BlockScores(qn, kn, cqn, ckn, op.MaxSeqlenK(8), op.BlkKV(-2))
 		})},
 		{"q/k", graphErr(func() (*G.Node, error) {
-			return op.BlockScores(qn, node("k3", k3), cqn, ckn, op.BlockScoreConfig{MaxSeqlenK: 8})
+			return op.BlockScores(qn, node("k3", k3), cqn, ckn, op.MaxSeqlenK(8))
 		})},
-		{"scores", graphErr(func() (*G.Node, error) { return op.TopKBlocks(in, 2, op.TopKConfig{}) })},
-		{"topK", graphErr(func() (*G.Node, error) { return op.TopKBlocks(sn, 0, op.TopKConfig{}) })},
+		{"scores", graphErr(func() (*G.Node, error) { return op.TopKBlocks(in, op.TopK(2)) })},
+		{"topK", graphErr(func() (*G.Node, error) { return op.TopKBlocks(sn, op.TopK(0)) })},
 		{"x", graphErr(func() (*G.Node, error) { return op.CastToBF16(in) })},
 		{"x", graphErr(func() (*G.Node, error) { return op.CastFromBF16(sn) })},
 		{"x", graphErr(func() (*G.Node, error) { return op.CastToBF16(nil) })},
 		{"seqlen_q", graphErr(func() (*G.Node, error) {
-			return op.WritePagedKV(node("cache", tensor.New(tensor.WithShape(2, 2, 4, 8), tensor.WithBacking(make([]lowp.BFloat16, 128)))),
-				kn, node("pt", selI32([]int{1, 2}, []int32{0, 1})), node("su", cu(3)), 0)
+			return op.WritePagedKV(node("cache", tensor.New(tensor.WithShape(2, 2, 4, 8), tensor.WithBacking(make([]lowp.BFloat16, 128)))), kn, node("pt", selI32([]int{1, 2}, []int32{0, 1})), node("su", cu(3)), op.SeqlenQ(0))
 		})},
 	}...)
 	for i, c := range cases {
@@ -370,12 +369,12 @@ func TestSelectGraphMatchesEager(t *testing.T) {
 	k, _ := selRand(rng, "e4m3", 215, hkv, d)
 	qn, kn, cqn, ckn := in("q", q), in("k", k), in("cu_q", cuQ), in("cu_k", cuK)
 	cfg := op.BlockScoreConfig{BlkKV: blk, MaxSeqlenK: maxK, Causal: true, Reduce: op.ReduceMean, Workers: 2}
-	sc, err := op.BlockScores(qn, kn, cqn, ckn, cfg)
+	sc, err := op.BlockScores(qn, kn, cqn, ckn, op.BlkKV(blk), op.MaxSeqlenK(maxK), op.Causal(), op.Reduce(op.ReduceMean), op.Workers(2))
 	if err != nil {
 		t.Fatal(err)
 	}
 	tcfg := op.TopKConfig{KeepFirst: true, KeepLast: true}
-	q2k, err := op.TopKBlocks(sc, topK, tcfg)
+	q2k, err := op.TopKBlocks(sc, op.TopK(topK), op.KeepFirst(), op.KeepLast())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -471,7 +470,7 @@ func TestSelectCastAndWritePagedKV(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	w, err := op.WritePagedKV(cn, nn, pn, un, 2)
+	w, err := op.WritePagedKV(cn, nn, pn, un, op.SeqlenQ(2))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -519,11 +518,11 @@ func ExampleTopKBlocks() {
 	if err := G.Let(s, scores); err != nil {
 		panic(err)
 	}
-	best, err := op.TopKBlocks(s, 2, op.TopKConfig{})
+	best, err := op.TopKBlocks(s, op.TopK(2))
 	if err != nil {
 		panic(err)
 	}
-	forced, err := op.TopKBlocks(s, 3, op.TopKConfig{KeepFirst: true, KeepLast: true})
+	forced, err := op.TopKBlocks(s, op.TopK(3), op.KeepFirst(), op.KeepLast())
 	if err != nil {
 		panic(err)
 	}

@@ -16,6 +16,10 @@ import (
 type DecodeArgs struct {
 	// PageTable (page_table): int32 [B, max_num_pages_per_seq].
 	PageTable tensor.Tensor
+	// KVLayout (FlashInfer's kv_layout) is the layout of k and v: HND
+	// [num_pages, Hkv, page_size, D] (the zero value, the reference's) or
+	// NHD [num_pages, page_size, Hkv, D].
+	KVLayout PagedLayout
 	// SeqUsedK (seqused_k): int32 [B] key lengths; query row b*seqlen_q+i
 	// sits at position seqused_k[b] - seqlen_q + i.
 	SeqUsedK tensor.Tensor
@@ -66,6 +70,7 @@ type decodeMeta struct {
 	batch, seqlenQ, hkv, hq, d int
 	pageSize, cols, numPages   int
 	blk                        int
+	layout                     PagedLayout
 	pt, seqused, q2k           []int32
 	topK                       int
 	scale                      float64
@@ -77,7 +82,11 @@ type decodeMeta struct {
 // qhead_per_kv in {1,2,4,8,16}, index range checks).
 // fixedCap is enable_cuda_graph (Plan only).
 func validateDecodeMeta(c *checker, args *DecodeArgs, fixedCap bool, q2k tensor.Tensor, totalQ, hq, hkv, d, pageSize, numPages int) *decodeMeta {
-	m := &decodeMeta{hq: hq, hkv: hkv, d: d, pageSize: pageSize, numPages: numPages}
+	m := &decodeMeta{hq: hq, hkv: hkv, d: d, pageSize: pageSize, numPages: numPages, layout: args.KVLayout}
+	checkLayout(c, args.KVLayout, true)
+	if c.err != nil {
+		return nil
+	}
 	if args.NonCausal {
 		c.fail("causal", "true (decode attention currently supports only causal=True)", false)
 		return nil
@@ -185,12 +194,19 @@ func checkDecodeQ2K(c *checker, m *decodeMeta) {
 	}
 }
 
-// decodeQKV validates q, k, v of a decode call and returns their shapes.
+// decodeQKV validates q, k, v of a decode call with HND pages and returns
+// their shapes.
 func decodeQKV(c *checker, q, k, v tensor.Tensor) (qd, kd, vd *tensor.Dense) {
+	return decodeQKVLayout(c, q, k, v, HND)
+}
+
+// decodeQKVLayout validates q, k, v of a decode call with pages of layout l
+// and returns their shapes.
+func decodeQKVLayout(c *checker, q, k, v tensor.Tensor, l PagedLayout) (qd, kd, vd *tensor.Dense) {
 	qd, kd, vd = c.dense(q, "q"), c.dense(k, "k"), c.dense(v, "v")
 	c.rank(qd, "q", "[total_q, Hq, D]", 3)
-	c.rank(kd, "k", "[num_pages, Hkv, page_size, D]", 4)
-	c.rank(vd, "v", "[num_pages, Hkv, page_size, D]", 4)
+	c.rank(kd, "k", l.shape("D"), 4)
+	c.rank(vd, "v", l.shape("D"), 4)
 	c.dtype(qd, "q", BFloat16, Float8E4M3FN)
 	c.dtype(kd, "k", BFloat16, Float8E4M3FN)
 	c.dtype(vd, "v", BFloat16, Float8E4M3FN)
@@ -212,9 +228,9 @@ func decodeQKV(c *checker, q, k, v tensor.Tensor) (qd, kd, vd *tensor.Dense) {
 		c.fail("q, k", fmt.Sprintf("the same head dimension D in %v", supportedHeadDims), fmt.Sprintf("q D = %d, k D = %d", d, kd.Shape()[3]))
 		return
 	}
-	hkv := kd.Shape()[1]
+	hkv, ps := l.dims(kd.Shape())
 	if hkv < 1 || qd.Shape()[1]%hkv != 0 {
-		c.fail("k", fmt.Sprintf("the paged HND layout [num_pages, Hkv, page_size, D] with Hkv = k.shape[1] dividing Hq = q.shape[1] = %d (NHD [num_pages, page_size, Hkv, D] is not accepted)", qd.Shape()[1]),
+		c.fail("k", fmt.Sprintf("the paged %v layout %s with Hkv = %s dividing Hq = q.shape[1] = %d%s", l, l.shape("D"), l.hkvDim(), qd.Shape()[1], l.other()),
 			"k "+shapeStr(kd)+" (q "+shapeStr(qd)+")")
 		return
 	}
@@ -222,7 +238,7 @@ func decodeQKV(c *checker, q, k, v tensor.Tensor) (qd, kd, vd *tensor.Dense) {
 		c.err = &NotImplementedError{c.fn, fmt.Sprintf("qhead_per_kv must be in {1, 2, 4, 8, 16}, got %d", qd.Shape()[1]/hkv)}
 		return
 	}
-	if kd.Shape()[2] < 1 {
+	if ps < 1 {
 		c.fail("k", "page_size >= 1", shapeStr(kd))
 	}
 	return
@@ -236,7 +252,7 @@ func decodeRun(m *decodeMeta, qd, kd, vd *tensor.Dense, s *plan.DecodeSchedule) 
 	}
 	return attn.Decode{
 		Q: operand(qd, m.d), K: operand(kd, m.d), V: operand(vd, m.d),
-		KV:    attn.KVLayout{Hkv: m.hkv, Paged: true, PageTable: m.pt, PTCols: m.cols, PageSize: m.pageSize},
+		KV:    attn.KVLayout{Hkv: m.hkv, Paged: true, PageTable: m.pt, PTCols: m.cols, PageSize: m.pageSize, NHD: m.layout == NHD},
 		Batch: m.batch, SeqlenQ: m.seqlenQ, HQ: m.hq, Hkv: m.hkv, D: m.d, SeqUsed: m.seqused,
 		Scale: float32(m.scale), PV: pvRound(pv), Sched: s, Q2K: m.q2k, TopK: m.topK, BlkKV: m.blk,
 	}
@@ -252,11 +268,16 @@ func decodeRun(m *decodeMeta, qd, kd, vd *tensor.Dense, s *plan.DecodeSchedule) 
 func SparseDecodeAttenFunc(q, k, v, q2kIndices tensor.Tensor, args DecodeArgs) (*Result, error) {
 	const fn = "SparseDecodeAttenFunc"
 	c := &checker{fn: fn}
-	qd, kd, vd := decodeQKV(c, q, k, v)
+	checkLayout(c, args.KVLayout, true)
 	if c.err != nil {
 		return nil, c.err
 	}
-	m := validateDecodeMeta(c, &args, false, q2kIndices, qd.Shape()[0], qd.Shape()[1], kd.Shape()[1], qd.Shape()[2], kd.Shape()[2], kd.Shape()[0])
+	qd, kd, vd := decodeQKVLayout(c, q, k, v, args.KVLayout)
+	if c.err != nil {
+		return nil, c.err
+	}
+	hkv, ps := args.KVLayout.dims(kd.Shape())
+	m := validateDecodeMeta(c, &args, false, q2kIndices, qd.Shape()[0], qd.Shape()[1], hkv, qd.Shape()[2], ps, kd.Shape()[0])
 	if c.err != nil {
 		return nil, c.err
 	}

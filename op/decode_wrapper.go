@@ -177,14 +177,14 @@ func (w *DecodeWrapper) RunInto(q, k, v tensor.Tensor, softmaxScale float64, out
 	w.c = checker{fn: fn}
 	c := &w.c
 	m := w.m
-	qd, kd, vd := decodeQKV(c, q, k, v)
+	qd, kd, vd := decodeQKVLayout(c, q, k, v, m.layout)
 	if c.err != nil {
 		return c.err
 	}
 	qs, ks := qd.Shape(), kd.Shape()
-	if qs[0] != m.batch*m.seqlenQ || qs[1] != m.hq || qs[2] != m.d || ks[1] != m.hkv || ks[2] != m.pageSize {
-		c.fail("q/k", fmt.Sprintf("the planned shapes q [%d, %d, %d], k [num_pages, %d, %d, %d]",
-			m.batch*m.seqlenQ, m.hq, m.d, m.hkv, m.pageSize, m.d), "q "+shapeStr(qd)+", k "+shapeStr(kd))
+	if hkv, ps := m.layout.dims(ks); qs[0] != m.batch*m.seqlenQ || qs[1] != m.hq || qs[2] != m.d || hkv != m.hkv || ps != m.pageSize {
+		c.fail("q/k", fmt.Sprintf("the planned shapes q [%d, %d, %d], k %s with Hkv = %d, page_size = %d, D = %d (%v layout)",
+			m.batch*m.seqlenQ, m.hq, m.d, m.layout.shape("D"), m.hkv, m.pageSize, m.d, m.layout), "q "+shapeStr(qd)+", k "+shapeStr(kd))
 		return c.err
 	}
 	outputArg(c, out, "out", BFloat16, qs[0], qs[1], qs[2])

@@ -18,13 +18,13 @@
 //	PackK2QCSR        TopK (required), TotalQ, BlkKV
 //	FwdSchedule       QheadPerKV (required), Workers
 //	SparseAttention   Causal, SoftmaxScale, Temperature, PartialDtype,
-//	                  MMADtypes, Workers, Paged, NVFP4KV, SharedKV
+//	                  MMADtypes, Workers, Paged, KVLayout, NVFP4KV, SharedKV
 //	BlockScores       MaxSeqlenK (required), BlkKV, Causal, SoftmaxScale,
 //	                  Reduce, Workers
 //	TopKBlocks        TopK (required), KeepFirst, KeepLast
 //	DecodeSchedule    Heads, PageSize (required), SeqlenQ, Workers,
 //	                  FixedSplitSize, DisableSplitKV
-//	DecodeAttention   BlkKV, SoftmaxScale, SharedKV
+//	DecodeAttention   BlkKV, SoftmaxScale, KVLayout, SharedKV
 //	WritePagedKV      SeqlenQ
 //
 // An option a constructor does not take, or a missing required one, is an

@@ -61,6 +61,9 @@ func validateSparseF32(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int,
 		return nil, c.err
 	}
 	paged := present(args.PageTable)
+	if args.KVLayout != HND {
+		return nil, &NotImplementedError{fn, fmt.Sprintf("the %v paged K/V layout with float32 q, k, v (the float32 path and its gradients take HND [num_pages, Hkv, page_size, D])", args.KVLayout)}
+	}
 	wantK, kShape := 3, "[total_k, Hkv, D]"
 	if paged {
 		wantK, kShape = 4, "[num_pages, Hkv, page_size, D]"

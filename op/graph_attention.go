@@ -33,6 +33,7 @@ type attnConfig struct {
 	seqlenQ, hq, hkv, pageSize, fixedSplit int
 	disableSplit, keepFirst, keepLast      bool
 	reduce                                 HeadReduce
+	layout                                 PagedLayout
 	given                                  uint64 // bit optID: the option was given
 }
 
@@ -79,8 +80,8 @@ func (op *sparseAttnOp) InferShape(...G.DimSizer) (tensor.Shape, error) {
 }
 func (op *sparseAttnOp) WriteHash(h hash.Hash) {
 	c := op.cfg
-	fmt.Fprintf(h, "msa.SparseAttention/%v/%v/%v/%v/%v/%v/%v/%d/%v/%p", c.causal, c.scale, c.temperature,
-		c.partial, c.qk, c.pv, c.nvfp4, c.workers, op.sched.csr, op.st)
+	fmt.Fprintf(h, "msa.SparseAttention/%v/%v/%v/%v/%v/%v/%v/%d/%v/%v/%p", c.causal, c.scale, c.temperature,
+		c.partial, c.qk, c.pv, c.nvfp4, c.workers, c.layout, op.sched.csr, op.st)
 }
 func (op *sparseAttnOp) Hashcode() uint32 { return hashOf(op) }
 func (op *sparseAttnOp) String() string {
@@ -147,7 +148,7 @@ func (op *sparseAttnOp) call(fn string, in inputFunc) (*sparseCall, attnSlots, e
 		SoftmaxScale: op.cfg.scale, Temperature: op.cfg.temperature,
 		ReturnTemperatureLSE: op.st.needT, PartialDtype: op.cfg.partial,
 		Schedule: &Schedule{s: *op.sched.unpack(int32s(ts[4])), hkv: l.Hkv}, Workers: op.cfg.workers,
-		QKDtype: op.cfg.qk, PVDtype: op.cfg.pv,
+		QKDtype: op.cfg.qk, PVDtype: op.cfg.pv, KVLayout: op.cfg.layout,
 	}
 	// Optional inputs: absent ones have slot -1 and leave their field a nil
 	// interface (not a nil *tensor.Dense).
@@ -212,16 +213,24 @@ func (op *sparseAttnOp) Do(vals ...G.Value) (G.Value, error) {
 // options); cuQ, cuK are int32 [B+1]. The node's value is O, BFloat16
 // [total_q, Hq, D]; LSE(node) and TemperatureLSE(node) expose the side
 // results computed by the same run. Options: Causal, SoftmaxScale,
-// Temperature, PartialDtype, MMADtypes, Workers, Paged, NVFP4KV, SharedKV.
+// Temperature, PartialDtype, MMADtypes, Workers, Paged, KVLayout (with
+// Paged), NVFP4KV, SharedKV.
 // With float32 q, k and v (all three)
 // the node runs without low-precision rounding, its value is float32, and
 // it is differentiable with respect to q, k and v (graph_grad.go).
 func SparseAttention(q, k, v, csr, sched, cuQ, cuK *G.Node, opts ...Option) (*G.Node, error) {
 	const fn = "SparseAttention"
 	cfg, err := applyOptions(fn, opts, optCausal, optSoftmaxScale, optTemperature, optPartialDtype,
-		optMMADtypes, optWorkers, optPaged, optNVFP4KV, optSharedKV)
+		optMMADtypes, optWorkers, optPaged, optNVFP4KV, optSharedKV, optKVLayout)
 	if err != nil {
 		return nil, err
+	}
+	lc := &checker{fn: fn}
+	if checkLayout(lc, cfg.layout, cfg.pageTable != nil); lc.err != nil {
+		return nil, lc.err
+	}
+	if cfg.layout == NHD && q != nil && q.Dtype() == tensor.Float32 {
+		return nil, &NotImplementedError{fn, "the NHD paged K/V layout with float32 q, k, v (the float32 path and its gradients take HND [num_pages, Hkv, page_size, D])"}
 	}
 	l, err := csrOf(fn, csr)
 	if err != nil {
@@ -269,10 +278,11 @@ func SparseAttention(q, k, v, csr, sched, cuQ, cuK *G.Node, opts ...Option) (*G.
 		return nil, err
 	}
 	qs, ks := q.Shape(), k.Shape()
-	if cfg.pageTable != nil && (ks[1] != l.Hkv || ks[2] != l.BlkKV) {
-		return nil, argErr(fn, "k", fmt.Sprintf("the paged HND layout [num_pages, Hkv = %d, page_size = blk_kv = %d, D] (NHD [num_pages, page_size, Hkv, D] is not accepted)", l.Hkv, l.BlkKV), fmt.Sprint(ks))
-	}
-	if ks[1] != l.Hkv {
+	if cfg.pageTable != nil {
+		if hkv, ps := cfg.layout.dims(ks); hkv != l.Hkv || ps != l.BlkKV {
+			return nil, argErr(fn, "k", fmt.Sprintf("the paged %v layout %s with Hkv = %d, page_size = blk_kv = %d%s", cfg.layout, cfg.layout.shape("D"), l.Hkv, l.BlkKV, cfg.layout.other()), fmt.Sprint(ks))
+		}
+	} else if ks[1] != l.Hkv {
 		return nil, argErr(fn, "k", fmt.Sprintf("Hkv = k.shape[1] = %d as in the CSR", l.Hkv), fmt.Sprint(ks))
 	}
 	if qs[0] != l.TotalQ || qs[1]%l.Hkv != 0 {

@@ -449,6 +449,9 @@ func (op *sparseAttnOp) CUDADo(extern G.External, dev G.Device, prealloc G.Value
 	if len(inputs) != op.Arity() {
 		return nil, argErr(fn, "inputs", fmt.Sprintf("%d values", op.Arity()), len(inputs))
 	}
+	if op.cfg.layout != HND {
+		return nil, nhdOnCUDA(fn, op.cfg.layout)
+	}
 	return withGPU(fn, extern, dev, func(e *gpuEnv) (G.Value, error) {
 		if s := inputs[0].Shape(); s.Dims() != 3 || !mcuda.HeadDimSupported(s[2]) {
 			return e.hostAttention(op, op.st, prealloc, inputs)
@@ -573,6 +576,12 @@ func (op *sparseAttnOp) gpu(e *gpuEnv, prealloc G.Value, in []G.Value) (G.Value,
 	return out, nil
 }
 
+// nhdOnCUDA is the error of a paged layout other than HND on the CUDA path:
+// the kernels address HND pages only.
+func nhdOnCUDA(fn string, l PagedLayout) error {
+	return &NotImplementedError{fn, fmt.Sprintf("the %v paged K/V layout %s on the CUDA path (its kernels take HND [num_pages, Hkv, page_size, D]; the CPU path takes both)", l, l.shape("D"))}
+}
+
 // ---- DecodeAttention -------------------------------------------------------------
 
 // CUDADo runs paged decode on the GPU (cuda.Decode), dense or sparse
@@ -581,6 +590,9 @@ func (op *decodeAttnOp) CUDADo(extern G.External, dev G.Device, prealloc G.Value
 	const fn = "DecodeAttention"
 	if len(inputs) != op.Arity() {
 		return nil, argErr(fn, "inputs", fmt.Sprintf("%d values", op.Arity()), len(inputs))
+	}
+	if op.layout != HND {
+		return nil, nhdOnCUDA(fn, op.layout)
 	}
 	return withGPU(fn, extern, dev, func(e *gpuEnv) (G.Value, error) {
 		if s := inputs[0].Shape(); s.Dims() != 3 || !mcuda.HeadDimSupported(s[2]) {

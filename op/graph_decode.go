@@ -162,6 +162,7 @@ type decodeAttnOp struct {
 	sparse   bool
 	scale    float64
 	blk      int
+	layout   PagedLayout
 	inDtypes []tensor.Dtype
 	outShape tensor.Shape
 	st       *attnState
@@ -180,7 +181,7 @@ func (op *decodeAttnOp) InferShape(...G.DimSizer) (tensor.Shape, error) {
 	return op.outShape.Clone(), nil
 }
 func (op *decodeAttnOp) WriteHash(h hash.Hash) {
-	fmt.Fprintf(h, "msa.DecodeAttention%+v/%v/%v/%d/%p", op.l.p, op.sparse, op.scale, op.blk, op.st)
+	fmt.Fprintf(h, "msa.DecodeAttention%+v/%v/%v/%d/%v/%p", op.l.p, op.sparse, op.scale, op.blk, op.layout, op.st)
 }
 func (op *decodeAttnOp) Hashcode() uint32 { return hashOf(op) }
 func (op *decodeAttnOp) String() string   { return fmt.Sprintf("DecodeAttention{sparse=%v}", op.sparse) }
@@ -188,7 +189,7 @@ func (op *decodeAttnOp) String() string   { return fmt.Sprintf("DecodeAttention{
 func (op *decodeAttnOp) Do(vals ...G.Value) (G.Value, error) {
 	const fn = "DecodeAttention"
 	c := &checker{fn: fn}
-	qd, kd, vd := decodeQKV(c, tv(vals[0]), tv(vals[1]), tv(vals[2]))
+	qd, kd, vd := decodeQKVLayout(c, tv(vals[0]), tv(vals[1]), tv(vals[2]), op.layout)
 	if c.err != nil {
 		return nil, c.err
 	}
@@ -220,8 +221,9 @@ func (op *decodeAttnOp) prepare(c *checker, qd, kd *tensor.Dense, pt, su tensor.
 	const fn = "DecodeAttention"
 	p := op.l.p
 	args := DecodeArgs{PageTable: pt, SeqUsedK: su, SeqlenQ: p.SeqlenQ, MaxSeqlenK: p.MaxPagesPerSeq * p.PageSize,
-		BlkKV: op.blk, SoftmaxScale: op.scale, Workers: p.Workers}
-	m := validateDecodeMeta(c, &args, false, q2k, qd.Shape()[0], qd.Shape()[1], kd.Shape()[1], qd.Shape()[2], kd.Shape()[2], kd.Shape()[0])
+		BlkKV: op.blk, SoftmaxScale: op.scale, Workers: p.Workers, KVLayout: op.layout}
+	hkv, ps := op.layout.dims(kd.Shape())
+	m := validateDecodeMeta(c, &args, false, q2k, qd.Shape()[0], qd.Shape()[1], hkv, qd.Shape()[2], ps, kd.Shape()[0])
 	if c.err != nil {
 		return nil, nil, c.err
 	}
@@ -245,14 +247,19 @@ func (op *decodeAttnOp) prepare(c *checker, qd, kd *tensor.Dense, pt, su tensor.
 // table and seqused_k nodes the schedule was built from, and the schedule
 // node. q2k (nil for dense decode) is int32 [Hkv, B*seqlen_q, topK] of
 // blocks of blk_kv tokens. Options: BlkKV (absent or 0: the page size),
-// SoftmaxScale (absent or 0: 1/sqrt(D)) and SharedKV (k and v must be
+// SoftmaxScale (absent or 0: 1/sqrt(D)), KVLayout (HND, the default, or
+// NHD [num_pages, page_size, Hkv, D]) and SharedKV (k and v must be
 // distinct nodes unless it is given). LSE(node) returns the natural-log LSE
 // of the same run.
 func DecodeAttention(q, k, v, pageTable, seqUsedK, sched, q2k *G.Node, opts ...Option) (*G.Node, error) {
 	const fn = "DecodeAttention"
-	cfg, err := applyOptions(fn, opts, optBlkKV, optSoftmaxScale, optSharedKV)
+	cfg, err := applyOptions(fn, opts, optBlkKV, optSoftmaxScale, optSharedKV, optKVLayout)
 	if err != nil {
 		return nil, err
+	}
+	lc := &checker{fn: fn}
+	if checkLayout(lc, cfg.layout, true); lc.err != nil {
+		return nil, lc.err
 	}
 	blkKV, softmaxScale := cfg.blkKV, cfg.scale
 	if err := sameKVErr(fn, k, v, &cfg); err != nil {
@@ -287,9 +294,9 @@ func DecodeAttention(q, k, v, pageTable, seqUsedK, sched, q2k *G.Node, opts ...O
 	}
 	l := so.l
 	qs, ks := q.Shape(), k.Shape()
-	if qs[0] != l.p.Batch*l.p.SeqlenQ || qs[1] != l.p.HQ || ks[1] != l.p.Hkv || ks[2] != l.p.PageSize {
-		return nil, argErr(fn, "q/k", fmt.Sprintf("q [%d, %d, D], k [pages, %d, %d, D] as planned", l.p.Batch*l.p.SeqlenQ, l.p.HQ, l.p.Hkv, l.p.PageSize),
-			fmt.Sprintf("q %v, k %v", qs, ks))
+	if hkv, ps := cfg.layout.dims(ks); qs[0] != l.p.Batch*l.p.SeqlenQ || qs[1] != l.p.HQ || hkv != l.p.Hkv || ps != l.p.PageSize {
+		return nil, argErr(fn, "q/k", fmt.Sprintf("q [%d, %d, D], k %s with Hkv = %d, page_size = %d as planned (%v layout)",
+			l.p.Batch*l.p.SeqlenQ, l.p.HQ, cfg.layout.shape("D"), l.p.Hkv, l.p.PageSize, cfg.layout), fmt.Sprintf("q %v, k %v", qs, ks))
 	}
 	inputs := []*G.Node{q, k, v, pageTable, seqUsedK, sched}
 	if q2k != nil {
@@ -298,7 +305,7 @@ func DecodeAttention(q, k, v, pageTable, seqUsedK, sched, q2k *G.Node, opts ...O
 		}
 		inputs = append(inputs, q2k)
 	}
-	op := &decodeAttnOp{l: l, sparse: q2k != nil, scale: softmaxScale, blk: blkKV,
+	op := &decodeAttnOp{l: l, sparse: q2k != nil, scale: softmaxScale, blk: blkKV, layout: cfg.layout,
 		outShape: tensor.Shape{qs[0], qs[1], qs[2]}, st: &attnState{}}
 	for _, n := range inputs {
 		if n == nil {

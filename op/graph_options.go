@@ -51,6 +51,7 @@ const (
 	optReduce
 	optKeepFirst
 	optKeepLast
+	optKVLayout
 )
 
 // optNames are the option functions' names, used in errors.
@@ -61,6 +62,7 @@ var optNames = [...]string{
 	optMaxSeqlenK: "MaxSeqlenK", optTopK: "TopK", optTotalQ: "TotalQ", optQheadPerKV: "QheadPerKV",
 	optSeqlenQ: "SeqlenQ", optHeads: "Heads", optPageSize: "PageSize", optFixedSplitSize: "FixedSplitSize",
 	optDisableSplitKV: "DisableSplitKV", optReduce: "Reduce", optKeepFirst: "KeepFirst", optKeepLast: "KeepLast",
+	optKVLayout: "KVLayout",
 }
 
 // applyOptions applies opts for the constructor fn, which accepts the
@@ -213,3 +215,9 @@ func KeepFirst() Option { return Option{optKeepFirst, func(c *attnConfig) { c.ke
 // KeepLast makes TopKBlocks always select the query's last visible block
 // (with causal scores, its own diagonal block).
 func KeepLast() Option { return Option{optKeepLast, func(c *attnConfig) { c.keepLast = true }} }
+
+// KVLayout sets the paged K/V layout (FlashInfer's kv_layout): HND
+// [num_pages, Hkv, page_size, D] (the default) or NHD
+// [num_pages, page_size, Hkv, D]. For SparseAttention (with Paged) and
+// DecodeAttention; the CUDA path takes HND only.
+func KVLayout(l PagedLayout) Option { return Option{optKVLayout, func(c *attnConfig) { c.layout = l }} }

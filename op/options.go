@@ -32,9 +32,13 @@ type SparseArgs struct {
 	// PartialDtype (partial_dtype): float32, BFloat16 (default), Float16 or
 	// Float8E4M3FN.
 	PartialDtype tensor.Dtype
-	// PageTable (page_table): int32 [B, max_num_pages_per_seq] selects the
-	// paged K/V layout [num_pages, Hkv, page_size, D].
+	// PageTable (page_table): int32 [B, max_num_pages_per_seq] selects
+	// paged K/V, [num_pages, Hkv, page_size, D] (HND) or, with KVLayout
+	// NHD, [num_pages, page_size, Hkv, D].
 	PageTable tensor.Tensor
+	// KVLayout (FlashInfer's kv_layout) is the paged K/V layout: HND (the
+	// zero value, the reference's) or NHD. NHD requires PageTable.
+	KVLayout PagedLayout
 	// SeqUsedK (seqused_k): int32 [B] effective key lengths; paged only.
 	SeqUsedK tensor.Tensor
 	// Schedule is a prebuilt forward schedule (validated before use).

@@ -193,6 +193,11 @@ func validateSparse(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int, ar
 
 	// Q/K/V dtypes and shapes.
 	paged := present(args.PageTable)
+	kvl := args.KVLayout
+	checkLayout(c, kvl, paged)
+	if c.err != nil {
+		return nil, c.err
+	}
 	if nv == nil {
 		mixed := qd.Dtype() == BFloat16 && kd.Dtype() == Float8E4M3FN && vd.Dtype() == Float8E4M3FN
 		c.need(mixed || (qd.Dtype() == kd.Dtype() && qd.Dtype() == vd.Dtype()), "q, k, v",
@@ -215,9 +220,9 @@ func validateSparse(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int, ar
 		kShape, lastK = "[total_k, Hkv, D/2]", d/2
 	}
 	if paged {
-		wantK, kShape = 4, "[num_pages, Hkv, page_size, D]"
+		wantK, kShape = 4, kvl.shape("D")
 		if nv != nil {
-			kShape = "[num_pages, Hkv, page_size, D/2]"
+			kShape = kvl.shape("D/2")
 		}
 	}
 	c.rank(kd, "k", kShape, wantK)
@@ -232,11 +237,14 @@ func validateSparse(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int, ar
 		blk = 128
 	}
 	c.need(blk >= 1 && blk <= tile.BlockN, "blk_kv", fmt.Sprintf("1 <= blk_kv <= %d", tile.BlockN), blk)
+	hkv, hkvDim := kd.Shape()[1], "k.shape[1]"
 	if paged {
-		c.need(kd.Shape()[2] == blk, "k", fmt.Sprintf("the paged HND layout %s with page_size = blk_kv = %d (NHD [num_pages, page_size, Hkv, D] is not accepted)", kShape, blk), shapeStr(kd))
+		var ps int
+		hkv, ps = kvl.dims(kd.Shape())
+		hkvDim = kvl.hkvDim()
+		c.need(ps == blk, "k", fmt.Sprintf("the paged %v layout %s with page_size = blk_kv = %d%s", kvl, kShape, blk, kvl.other()), shapeStr(kd))
 	}
-	hkv := kd.Shape()[1]
-	c.need(hkv >= 1 && hq%hkv == 0, "k", fmt.Sprintf("the layout %s with Hkv = k.shape[1] dividing Hq = q.shape[1] = %d (Hq divisible by Hkv)", kShape, hq), "k "+shapeStr(kd)+" (q "+shapeStr(qd)+")")
+	c.need(hkv >= 1 && hq%hkv == 0, "k", fmt.Sprintf("the layout %s with Hkv = %s dividing Hq = q.shape[1] = %d (Hq divisible by Hkv)", kShape, hkvDim, hq), "k "+shapeStr(kd)+" (q "+shapeStr(qd)+")")
 	if c.err != nil {
 		return nil, c.err
 	}
@@ -290,12 +298,12 @@ func validateSparse(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int, ar
 			return nil, c.err
 		}
 		c.need(pt.Shape()[0] == batch, "page_table", fmt.Sprintf("shape [B = %d, max_num_pages_per_seq]", batch), shapeStr(pt))
-		ps := kd.Shape()[2]
+		_, ps := kvl.dims(kd.Shape())
 		cols := pt.Shape()[1]
 		if !pageCapacity(c, cols, ps) {
 			return nil, c.err
 		}
-		layout.PageTable, layout.PTCols, layout.PageSize = int32s(pt), cols, ps
+		layout.PageTable, layout.PTCols, layout.PageSize, layout.NHD = int32s(pt), cols, ps, kvl == NHD
 		for b := range seqK {
 			seqK[b] = int32(cols * ps)
 		}
@@ -339,9 +347,9 @@ func validateSparse(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int, ar
 	if nv == nil {
 		kop, vop = operand(kd, d), operand(vd, d)
 	} else {
-		rowsKV := kd.Shape()[0] * hkv
+		rowsKV := kd.Shape()[0] * kd.Shape()[1]
 		if paged {
-			rowsKV *= kd.Shape()[2]
+			rowsKV *= kd.Shape()[2] // num_pages * Hkv * page_size in either layout
 		}
 		var err error
 		kop, vop, outScale, err = nvfp4Operands(c, nv, kd, vd, rowsKV, d)

@@ -25,7 +25,7 @@
 //	DecodeSchedule    Heads, PageSize (required), SeqlenQ, Workers,
 //	                  FixedSplitSize, DisableSplitKV
 //	DecodeAttention   BlkKV, SoftmaxScale, KVLayout, SharedKV
-//	WritePagedKV      SeqlenQ
+//	WritePagedKV      SeqlenQ, KVLayout
 //
 // An option a constructor does not take, or a missing required one, is an
 // *ArgError whose Arg is the option's name. A value given to two

@@ -54,11 +54,11 @@ func ExampleAppendPagedKV() {
 	i32 := func(v ...int32) *tensor.Dense { return tensor.New(tensor.WithShape(len(v)), tensor.WithBacking(v)) }
 
 	prompt, _ := op.NewBF16([]float32{1, 1, 2, 2, 3, 3, 7, 7}, 4, hkv, d) // rows: r0 t0..t2, r1 t0
-	if err := op.AppendPagedKV(cache, prompt, pageTable, i32(0, 3, 4), i32(3, 1)); err != nil {
+	if err := op.AppendPagedKV(cache, prompt, pageTable, i32(0, 3, 4), i32(3, 1), op.HND); err != nil {
 		panic(err)
 	}
 	step, _ := op.NewBF16([]float32{4, 4, 8, 8}, 2, hkv, d) // r0 t3, r1 t1
-	if err := op.AppendPagedKV(cache, step, pageTable, i32(0, 1, 2), i32(4, 2)); err != nil {
+	if err := op.AppendPagedKV(cache, step, pageTable, i32(0, 1, 2), i32(4, 2), op.HND); err != nil {
 		panic(err)
 	}
 	c, _ := op.Float32s(cache)

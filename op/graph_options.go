@@ -218,6 +218,6 @@ func KeepLast() Option { return Option{optKeepLast, func(c *attnConfig) { c.keep
 
 // KVLayout sets the paged K/V layout (FlashInfer's kv_layout): HND
 // [num_pages, Hkv, page_size, D] (the default) or NHD
-// [num_pages, page_size, Hkv, D]. For SparseAttention (with Paged) and
-// DecodeAttention; the CUDA path takes HND only.
+// [num_pages, page_size, Hkv, D]. For SparseAttention (with Paged),
+// DecodeAttention and WritePagedKV; the CUDA path takes HND only.
 func KVLayout(l PagedLayout) Option { return Option{optKVLayout, func(c *attnConfig) { c.layout = l }} }

@@ -264,6 +264,7 @@ type writePagedKVOp struct {
 	seqlenQ    int
 	dt         tensor.Dtype
 	cacheShape tensor.Shape
+	layout     PagedLayout
 }
 
 func (op *writePagedKVOp) Arity() int { return 4 }
@@ -274,7 +275,7 @@ func (op *writePagedKVOp) InferShape(...G.DimSizer) (tensor.Shape, error) {
 	return op.cacheShape.Clone(), nil
 }
 func (op *writePagedKVOp) WriteHash(h hash.Hash) {
-	fmt.Fprintf(h, "msa.WritePagedKV/%d/%v/%v", op.seqlenQ, op.dt, []int(op.cacheShape))
+	fmt.Fprintf(h, "msa.WritePagedKV/%d/%v/%v/%v", op.seqlenQ, op.dt, []int(op.cacheShape), op.layout)
 }
 func (op *writePagedKVOp) Hashcode() uint32 { return hashOf(op) }
 func (op *writePagedKVOp) String() string {
@@ -299,7 +300,8 @@ func (op *writePagedKVOp) Do(vals ...G.Value) (G.Value, error) {
 		return nil, c.err
 	}
 	cs := op.cacheShape
-	numPages, hkv, ps, d := cs[0], cs[1], cs[2], cs[3]
+	numPages, d := cs[0], cs[3]
+	hkv, ps := op.layout.dims(cs)
 	batch, cols := pt.Shape()[0], pt.Shape()[1]
 	c.need(cache.Shape().Eq(cs), "cache", fmt.Sprintf("shape %v as at graph construction", cs), shapeStr(cache))
 	c.need(su.Shape()[0] == batch, "seqused_k", fmt.Sprintf("shape [B] = [%d]", batch), shapeStr(su))
@@ -309,7 +311,7 @@ func (op *writePagedKVOp) Do(vals ...G.Value) (G.Value, error) {
 		return nil, c.err
 	}
 	ptv, used := int32s(pt), int32s(su)
-	// dst[r] is the cache row (page*Hkv + h)*ps + slot for h = 0 of new row r.
+	// dst[r] is the cache row of head 0 of new row r.
 	dst := make([]int, batch*op.seqlenQ)
 	for b := 0; b < batch; b++ {
 		for i := 0; i < op.seqlenQ; i++ {
@@ -322,7 +324,7 @@ func (op *writePagedKVOp) Do(vals ...G.Value) (G.Value, error) {
 			if page < 0 || page >= numPages {
 				return nil, argErr(fn, fmt.Sprintf("page_table[%d, %d]", b, pos/ps), fmt.Sprintf("a page in [0, %d)", numPages), page)
 			}
-			dst[b*op.seqlenQ+i] = page*hkv*ps + pos%ps
+			dst[b*op.seqlenQ+i] = kvRow(op.layout, page, pos%ps, hkv, ps)
 		}
 	}
 	// In place: the cache value the machine holds (the tensor given to
@@ -330,9 +332,9 @@ func (op *writePagedKVOp) Do(vals ...G.Value) (G.Value, error) {
 	// A view was materialised by c.dense into a private copy: the write
 	// lands in that copy, which is returned.
 	if op.dt == BFloat16 {
-		scatterRows(backing[lowp.BFloat16](cache), backing[lowp.BFloat16](nw), dst, hkv, ps, d)
+		scatterRows(backing[lowp.BFloat16](cache), backing[lowp.BFloat16](nw), dst, hkv, headStride(op.layout, ps), d)
 	} else {
-		scatterRows(backing[lowp.Float8E4M3FN](cache), backing[lowp.Float8E4M3FN](nw), dst, hkv, ps, d)
+		scatterRows(backing[lowp.Float8E4M3FN](cache), backing[lowp.Float8E4M3FN](nw), dst, hkv, headStride(op.layout, ps), d)
 	}
 	return cache, nil
 }
@@ -355,12 +357,18 @@ func (op *writePagedKVOp) OverwritesInput() int { return 0 }
 // input node anywhere else in the same graph (it would see the cache before
 // or after the write depending on the execution order). For a prompt of
 // ragged length, use the eager AppendPagedKV before the first decode step.
-// Option: SeqlenQ (absent: newKV.shape[0] / B).
+// Options: SeqlenQ (absent: newKV.shape[0] / B) and KVLayout (the cache's
+// layout: HND [num_pages, Hkv, page_size, D], the default, or NHD
+// [num_pages, page_size, Hkv, D]).
 func WritePagedKV(cache, newKV, pageTable, seqUsedK *G.Node, opts ...Option) (*G.Node, error) {
 	const fn = "WritePagedKV"
-	o, err := applyOptions(fn, opts, optSeqlenQ)
+	o, err := applyOptions(fn, opts, optSeqlenQ, optKVLayout)
 	if err != nil {
 		return nil, err
+	}
+	lc := &checker{fn: fn}
+	if checkLayout(lc, o.layout, true); lc.err != nil {
+		return nil, lc.err
 	}
 	if err := nodeCheck(fn, "cache", cache, 4, BFloat16, Float8E4M3FN); err != nil {
 		return nil, err
@@ -383,8 +391,9 @@ func WritePagedKV(cache, newKV, pageTable, seqUsedK *G.Node, opts ...Option) (*G
 	if seqlenQ < 1 {
 		return nil, argErr(fn, "seqlen_q", ">= 1", seqlenQ)
 	}
-	if ns[0] != b*seqlenQ || ns[1] != cs[1] || ns[2] != cs[3] || seqUsedK.Shape()[0] != b {
-		return nil, argErr(fn, "new", fmt.Sprintf("shape [B * seqlen_q, Hkv, D] = [%d, %d, %d]", b*seqlenQ, cs[1], cs[3]), ns)
+	hkv, _ := o.layout.dims(cs)
+	if ns[0] != b*seqlenQ || ns[1] != hkv || ns[2] != cs[3] || seqUsedK.Shape()[0] != b {
+		return nil, argErr(fn, "new", fmt.Sprintf("shape [B * seqlen_q, Hkv, D] = [%d, %d, %d] (cache %v, %v layout)", b*seqlenQ, hkv, cs[3], cs, o.layout), ns)
 	}
-	return G.ApplyOp(&writePagedKVOp{seqlenQ: seqlenQ, dt: cache.Dtype(), cacheShape: cs.Clone()}, cache, newKV, pageTable, seqUsedK)
+	return G.ApplyOp(&writePagedKVOp{seqlenQ: seqlenQ, dt: cache.Dtype(), cacheShape: cs.Clone(), layout: o.layout}, cache, newKV, pageTable, seqUsedK)
 }

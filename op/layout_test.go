@@ -1,6 +1,7 @@
 package op
 
 import (
+	"bytes"
 	"errors"
 	"math/rand/v2"
 	"testing"
@@ -257,4 +258,62 @@ func TestNHDRejections(t *testing.T) {
 func errorsNames(err error, arg string) bool {
 	var ae *ArgError
 	return errors.As(err, &ae) && ae.Arg == arg
+}
+
+// TestNHDCacheWriters: AppendPagedKV and WritePagedKV with the NHD layout
+// write the same values as with HND, transposed.
+func TestNHDCacheWriters(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	bf := func(shape ...int) *tensor.Dense {
+		n := 1
+		for _, x := range shape {
+			n *= x
+		}
+		data := make([]float32, n)
+		for i := range data {
+			data[i] = float32(rng.NormFloat64())
+		}
+		x, err := NewBF16(data, shape...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return x
+	}
+	cacheH := bf(3, 2, 4, 8)
+	cacheN := toNHD(t, cacheH)
+	nw := bf(5, 2, 8)
+	pt := i32T([]int{2, 2}, 0, 1, 2, -1)
+	if err := AppendPagedKV(cacheH, nw, pt, i32T([]int{3}, 0, 3, 5), i32T([]int{2}, 6, 2), HND); err != nil {
+		t.Fatal(err)
+	}
+	if err := AppendPagedKV(cacheN, nw, pt, i32T([]int{3}, 0, 3, 5), i32T([]int{2}, 6, 2), NHD); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(toNHD(t, cacheH).Header.Raw, cacheN.Header.Raw) {
+		t.Fatal("AppendPagedKV: NHD cache differs from the transposed HND cache")
+	}
+	err := AppendPagedKV(cacheH, nw, pt, i32T([]int{3}, 0, 3, 5), i32T([]int{2}, 6, 2), NHD)
+	wantArgErr(t, err, "new_kv", "NHD layout")
+
+	// The graph op: one decode step of B = 2 into both layouts.
+	step := bf(2, 2, 8)
+	su := i32T([]int{2}, 7, 3)
+	want := toNHD(t, cacheH)
+	if err := AppendPagedKV(cacheH, step, pt, i32T([]int{3}, 0, 1, 2), su, HND); err != nil {
+		t.Fatal(err)
+	}
+	g := G.NewGraph()
+	cn := gnode(t, g, "cache", want)
+	w, err := WritePagedKV(cn, gnode(t, g, "new", step), gnode(t, g, "pt", pt), gnode(t, g, "su", su), KVLayout(NHD))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := G.NewTapeMachine(g)
+	defer m.Close()
+	if err := m.RunAll(); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(toNHD(t, cacheH).Header.Raw, w.Value().(*tensor.Dense).Header.Raw) {
+		t.Fatal("WritePagedKV: NHD cache differs from the transposed HND cache")
+	}
 }

@@ -11,8 +11,10 @@ import (
 // the eager counterpart of the graph op WritePagedKV, for a prefill's prompt
 // as well as for a decode step.
 //
-//   - cache: [num_pages, Hkv, page_size, D], BFloat16 or Float8E4M3FN; it is
-//     modified in place, so it must own its storage (not a view);
+//   - cache: [num_pages, Hkv, page_size, D] (layout HND) or
+//     [num_pages, page_size, Hkv, D] (layout NHD), BFloat16 or
+//     Float8E4M3FN; it is modified in place, so it must own its storage
+//     (not a view);
 //   - newKV: [total_new, Hkv, D], same dtype as cache;
 //   - pageTable: int32 [B, max_num_pages_per_seq];
 //   - cuSeqlensNew: int32 [B+1], the prefix sums of the new token counts
@@ -26,10 +28,14 @@ import (
 // pos % page_size. Every index is checked before anything is written (an
 // error leaves cache unchanged); the cost is O(total_new * Hkv * D), not
 // O(cache). Two requests whose rows map to the same cache position are
-// rejected.
-func AppendPagedKV(cache, newKV, pageTable, cuSeqlensNew, seqUsedK tensor.Tensor) error {
+// rejected. layout is the cache's layout, the one the attention calls are
+// given (SparseArgs.KVLayout, DecodeArgs.KVLayout).
+func AppendPagedKV(cache, newKV, pageTable, cuSeqlensNew, seqUsedK tensor.Tensor, layout PagedLayout) error {
 	const fn = "AppendPagedKV"
 	c := &checker{fn: fn}
+	if checkLayout(c, layout, true); c.err != nil {
+		return c.err
+	}
 	if present(cache) {
 		if d, ok := cache.(*tensor.Dense); ok && d.IsMaterializable() {
 			return argErr(fn, "cache", "a tensor that owns its storage (it is written in place)", "a view")
@@ -47,7 +53,7 @@ func AppendPagedKV(cache, newKV, pageTable, cuSeqlensNew, seqUsedK tensor.Tensor
 	c.dtype(pt, "page_table", tensor.Int32)
 	c.dtype(cu, "cu_seqlens_new", tensor.Int32)
 	c.dtype(su, "seqused_k", tensor.Int32)
-	c.rank(cd, "cache", "[num_pages, Hkv, page_size, D]", 4)
+	c.rank(cd, "cache", layout.shape("D"), 4)
 	c.rank(nd, "new_kv", "[total_new, Hkv, D]", 3)
 	c.rank(pt, "page_table", "[B, max_num_pages_per_seq]", 2)
 	c.rank(cu, "cu_seqlens_new", "[B+1]", 1)
@@ -56,12 +62,13 @@ func AppendPagedKV(cache, newKV, pageTable, cuSeqlensNew, seqUsedK tensor.Tensor
 		return c.err
 	}
 	cs := cd.Shape()
-	numPages, hkv, ps, d := cs[0], cs[1], cs[2], cs[3]
+	numPages, d := cs[0], cs[3]
+	hkv, ps := layout.dims(cs)
 	batch, cols := pt.Shape()[0], pt.Shape()[1]
 	c.need(cu.Shape()[0] == batch+1, "cu_seqlens_new", fmt.Sprintf("shape [B+1] = [%d]", batch+1), shapeStr(cu))
 	c.need(su.Shape()[0] == batch, "seqused_k", fmt.Sprintf("shape [B] = [%d]", batch), shapeStr(su))
 	ns := nd.Shape()
-	c.need(ns[1] == hkv && ns[2] == d, "new_kv", fmt.Sprintf("shape [total_new, Hkv, D] = [total_new, %d, %d]", hkv, d), shapeStr(nd))
+	c.need(ns[1] == hkv && ns[2] == d, "new_kv", fmt.Sprintf("shape [total_new, Hkv, D] = [total_new, %d, %d] (cache %s, %v layout)", hkv, d, shapeStr(cd), layout), shapeStr(nd))
 	if c.err != nil {
 		return c.err
 	}
@@ -75,7 +82,7 @@ func AppendPagedKV(cache, newKV, pageTable, cuSeqlensNew, seqUsedK tensor.Tensor
 		return c.err
 	}
 	capacity := mulCap(1<<62, cols, ps)
-	// dst[r] is the cache row (page*Hkv + 0)*ps + slot of new row r.
+	// dst[r] is the cache row of head 0 of new row r.
 	dst := make([]int, ns[0])
 	seen := make(map[int]int, ns[0])
 	for b := 0; b < batch; b++ {
@@ -90,7 +97,7 @@ func AppendPagedKV(cache, newKV, pageTable, cuSeqlensNew, seqUsedK tensor.Tensor
 			if page < 0 || page >= numPages {
 				return argErr(fn, fmt.Sprintf("page_table[%d, %d]", b, pos/ps), fmt.Sprintf("a page in [0, %d)", numPages), page)
 			}
-			row := page*hkv*ps + pos%ps
+			row := kvRow(layout, page, pos%ps, hkv, ps)
 			if prev, dup := seen[row]; dup {
 				return argErr(fn, "page_table", fmt.Sprintf("distinct cache positions for the new rows (rows %d and %d both map to page %d slot %d)", prev, int(cuv[b])+i, page, pos%ps), "a collision")
 			}
@@ -99,19 +106,35 @@ func AppendPagedKV(cache, newKV, pageTable, cuSeqlensNew, seqUsedK tensor.Tensor
 		}
 	}
 	if cd.Dtype() == BFloat16 {
-		scatterRows(backing[lowp.BFloat16](cd), backing[lowp.BFloat16](nd), dst, hkv, ps, d)
+		scatterRows(backing[lowp.BFloat16](cd), backing[lowp.BFloat16](nd), dst, hkv, headStride(layout, ps), d)
 	} else {
-		scatterRows(backing[lowp.Float8E4M3FN](cd), backing[lowp.Float8E4M3FN](nd), dst, hkv, ps, d)
+		scatterRows(backing[lowp.Float8E4M3FN](cd), backing[lowp.Float8E4M3FN](nd), dst, hkv, headStride(layout, ps), d)
 	}
 	return nil
 }
 
-// scatterRows writes row r of nw ([rows, hkv, d]) at cache row dst[r] + h*ps
-// for every head h.
-func scatterRows[T any](cache, nw []T, dst []int, hkv, ps, d int) {
+// kvRow is the cache row of head 0 at slot of page in the given layout.
+func kvRow(l PagedLayout, page, slot, hkv, ps int) int {
+	if l == NHD {
+		return (page*ps + slot) * hkv
+	}
+	return page*hkv*ps + slot
+}
+
+// headStride is the row distance between consecutive heads of one token.
+func headStride(l PagedLayout, ps int) int {
+	if l == NHD {
+		return 1
+	}
+	return ps
+}
+
+// scatterRows writes row r of nw ([rows, hkv, d]) at cache row
+// dst[r] + h*stride for every head h.
+func scatterRows[T any](cache, nw []T, dst []int, hkv, stride, d int) {
 	for r, base := range dst {
 		for h := 0; h < hkv; h++ {
-			copy(cache[(base+h*ps)*d:][:d], nw[(r*hkv+h)*d:][:d])
+			copy(cache[(base+h*stride)*d:][:d], nw[(r*hkv+h)*d:][:d])
 		}
 	}
 }

@@ -55,7 +55,7 @@ type graphResult struct {
 	eagerNodes           []graphprof.NodeStat
 	eagerMed             time.Duration
 	overhead             float64   // median over runs of run / its eager replay
-	allocs, bytes        float64   // per run (decode: per step), Let/Reset included
+	allocs, bytes        float64   // median per run (decode: per step), Let/Reset included
 	peakRSS              float64   // bytes, VmHWM over the case (0 when unknown)
 	rssStart             float64   // bytes, VmRSS before the case (the benchmark\'s own buffers)
 	ls                   loadStats // the machine around the case (noise.go)
@@ -261,7 +261,7 @@ func runGraphCase(cfg *config, r *graphResult, prog *graphProgress) error {
 	p.Enable()
 	prog.phase(c.name, "graph "+c.machine)
 	var ms0, ms1 runtime.MemStats
-	var allocs, bytes uint64
+	var allocs, bytes []float64 // per step: the median is the steady state
 	var ratios []float64
 	var eagerNode [][]float64 // per node, its time in each replay
 	start := time.Now()
@@ -272,8 +272,8 @@ func runGraphCase(cfg *config, r *graphResult, prog *graphProgress) error {
 		if err != nil {
 			return err
 		}
-		allocs += ms1.Mallocs - ms0.Mallocs
-		bytes += ms1.TotalAlloc - ms0.TotalAlloc
+		allocs = append(allocs, float64(ms1.Mallocs-ms0.Mallocs))
+		bytes = append(bytes, float64(ms1.TotalAlloc-ms0.TotalAlloc))
 		p.AddRun(d)
 		r.reps = append(r.reps, d)
 
@@ -293,8 +293,10 @@ func runGraphCase(cfg *config, r *graphResult, prog *graphProgress) error {
 		ratios = append(ratios, float64(d)/float64(e.Reps[0]))
 		prog.phase(c.name, "graph "+c.machine)
 	}
-	n := float64(len(r.reps))
-	r.allocs, r.bytes = float64(allocs)/n, float64(bytes)/n
+	// The median step, not the mean: one-time allocations (a worker's
+	// scratch, made the first time the dynamic schedule hands that worker
+	// an item, which may be any step) are not the steady state.
+	r.allocs, r.bytes = median(allocs), median(bytes)
 	r.prof = p.Report()
 	p.Disable()
 	for i := range r.eagerNodes { // each node's median replay: robust to a replay preempted by the host

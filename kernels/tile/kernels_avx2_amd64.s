@@ -1289,7 +1289,8 @@ maxdone:
 	VMOVSS (R8), X0
 	VSUBSS X12, X0, X0 // mxold - mx
 	VMOVSS X12, (R8)
-	VMAXPS ·smc256+64(SB), Y0, Y1 // clamp at -127: 2^-127 builds as 0
+	VMOVUPS ·smc256+64(SB), Y1
+	VMAXPS Y0, Y1, Y1 // clamp at -127, NaN kept
 	VROUNDPS $0, Y1, Y2 // n = round(x)
 	VSUBPS Y2, Y1, Y1 // f = x - n
 	VMOVUPS ·smc256+288(SB), Y3
@@ -1309,7 +1310,8 @@ maxdone:
 	CMPL invT+44(FP), $0
 	JEQ next1
 	VMULSS invT+44(FP), X0, X4
-	VMAXPS ·smc256+64(SB), Y4, Y1 // clamp at -127: 2^-127 builds as 0
+	VMOVUPS ·smc256+64(SB), Y1
+	VMAXPS Y4, Y1, Y1 // clamp at -127, NaN kept
 	VROUNDPS $0, Y1, Y2 // n = round(x)
 	VSUBPS Y2, Y1, Y1 // f = x - n
 	VMOVUPS ·smc256+288(SB), Y5
@@ -1379,7 +1381,8 @@ no:
 nont:
 	VMOVUPS 0(DI), Y0
 	VSUBPS Y15, Y0, Y0
-	VMAXPS ·smc256+64(SB), Y0, Y1 // clamp at -127: 2^-127 builds as 0
+	VMOVUPS ·smc256+64(SB), Y1
+	VMAXPS Y0, Y1, Y1 // clamp at -127, NaN kept
 	VROUNDPS $0, Y1, Y2 // n = round(x)
 	VSUBPS Y2, Y1, Y1 // f = x - n
 	VMOVUPS ·smc256+288(SB), Y3
@@ -1397,7 +1400,8 @@ nont:
 	VMOVUPS Y3, 0(DI)
 	VMOVUPS 32(DI), Y0
 	VSUBPS Y15, Y0, Y0
-	VMAXPS ·smc256+64(SB), Y0, Y1 // clamp at -127: 2^-127 builds as 0
+	VMOVUPS ·smc256+64(SB), Y1
+	VMAXPS Y0, Y1, Y1 // clamp at -127, NaN kept
 	VROUNDPS $0, Y1, Y2 // n = round(x)
 	VSUBPS Y2, Y1, Y1 // f = x - n
 	VMOVUPS ·smc256+288(SB), Y3
@@ -1420,7 +1424,8 @@ nont:
 nott:
 	VMOVUPS 0(DI), Y0
 	VSUBPS Y15, Y0, Y0
-	VMAXPS ·smc256+64(SB), Y0, Y1 // clamp at -127: 2^-127 builds as 0
+	VMOVUPS ·smc256+64(SB), Y1
+	VMAXPS Y0, Y1, Y1 // clamp at -127, NaN kept
 	VROUNDPS $0, Y1, Y2 // n = round(x)
 	VSUBPS Y2, Y1, Y1 // f = x - n
 	VMOVUPS ·smc256+288(SB), Y3
@@ -1436,7 +1441,8 @@ nott:
 	VMULPS Y2, Y3, Y3
 	VADDPS Y3, Y14, Y14
 	VMULPS Y10, Y0, Y4
-	VMAXPS ·smc256+64(SB), Y4, Y1 // clamp at -127: 2^-127 builds as 0
+	VMOVUPS ·smc256+64(SB), Y1
+	VMAXPS Y4, Y1, Y1 // clamp at -127, NaN kept
 	VROUNDPS $0, Y1, Y2 // n = round(x)
 	VSUBPS Y2, Y1, Y1 // f = x - n
 	VMOVUPS ·smc256+288(SB), Y5
@@ -1454,7 +1460,8 @@ nott:
 	VMOVUPS Y3, 0(DI)
 	VMOVUPS 32(DI), Y0
 	VSUBPS Y15, Y0, Y0
-	VMAXPS ·smc256+64(SB), Y0, Y1 // clamp at -127: 2^-127 builds as 0
+	VMOVUPS ·smc256+64(SB), Y1
+	VMAXPS Y0, Y1, Y1 // clamp at -127, NaN kept
 	VROUNDPS $0, Y1, Y2 // n = round(x)
 	VSUBPS Y2, Y1, Y1 // f = x - n
 	VMOVUPS ·smc256+288(SB), Y3
@@ -1470,7 +1477,8 @@ nott:
 	VMULPS Y2, Y3, Y3
 	VADDPS Y3, Y12, Y12
 	VMULPS Y10, Y0, Y4
-	VMAXPS ·smc256+64(SB), Y4, Y1 // clamp at -127: 2^-127 builds as 0
+	VMOVUPS ·smc256+64(SB), Y1
+	VMAXPS Y4, Y1, Y1 // clamp at -127, NaN kept
 	VROUNDPS $0, Y1, Y2 // n = round(x)
 	VSUBPS Y2, Y1, Y1 // f = x - n
 	VMOVUPS ·smc256+288(SB), Y5
@@ -1496,7 +1504,8 @@ bf:
 bfnt:
 	VMOVUPS 0(DI), Y0
 	VSUBPS Y15, Y0, Y0
-	VMAXPS ·smc256+64(SB), Y0, Y1 // clamp at -127: 2^-127 builds as 0
+	VMOVUPS ·smc256+64(SB), Y1
+	VMAXPS Y0, Y1, Y1 // clamp at -127, NaN kept
 	VROUNDPS $0, Y1, Y2 // n = round(x)
 	VSUBPS Y2, Y1, Y1 // f = x - n
 	VMOVUPS ·smc256+288(SB), Y3
@@ -1519,7 +1528,8 @@ bfnt:
 	VMOVUPS Y3, 0(DI)
 	VMOVUPS 32(DI), Y0
 	VSUBPS Y15, Y0, Y0
-	VMAXPS ·smc256+64(SB), Y0, Y1 // clamp at -127: 2^-127 builds as 0
+	VMOVUPS ·smc256+64(SB), Y1
+	VMAXPS Y0, Y1, Y1 // clamp at -127, NaN kept
 	VROUNDPS $0, Y1, Y2 // n = round(x)
 	VSUBPS Y2, Y1, Y1 // f = x - n
 	VMOVUPS ·smc256+288(SB), Y3
@@ -1547,7 +1557,8 @@ bfnt:
 bftt:
 	VMOVUPS 0(DI), Y0
 	VSUBPS Y15, Y0, Y0
-	VMAXPS ·smc256+64(SB), Y0, Y1 // clamp at -127: 2^-127 builds as 0
+	VMOVUPS ·smc256+64(SB), Y1
+	VMAXPS Y0, Y1, Y1 // clamp at -127, NaN kept
 	VROUNDPS $0, Y1, Y2 // n = round(x)
 	VSUBPS Y2, Y1, Y1 // f = x - n
 	VMOVUPS ·smc256+288(SB), Y3
@@ -1563,7 +1574,8 @@ bftt:
 	VMULPS Y2, Y3, Y3
 	VADDPS Y3, Y14, Y14
 	VMULPS Y10, Y0, Y4
-	VMAXPS ·smc256+64(SB), Y4, Y1 // clamp at -127: 2^-127 builds as 0
+	VMOVUPS ·smc256+64(SB), Y1
+	VMAXPS Y4, Y1, Y1 // clamp at -127, NaN kept
 	VROUNDPS $0, Y1, Y2 // n = round(x)
 	VSUBPS Y2, Y1, Y1 // f = x - n
 	VMOVUPS ·smc256+288(SB), Y5
@@ -1586,7 +1598,8 @@ bftt:
 	VMOVUPS Y3, 0(DI)
 	VMOVUPS 32(DI), Y0
 	VSUBPS Y15, Y0, Y0
-	VMAXPS ·smc256+64(SB), Y0, Y1 // clamp at -127: 2^-127 builds as 0
+	VMOVUPS ·smc256+64(SB), Y1
+	VMAXPS Y0, Y1, Y1 // clamp at -127, NaN kept
 	VROUNDPS $0, Y1, Y2 // n = round(x)
 	VSUBPS Y2, Y1, Y1 // f = x - n
 	VMOVUPS ·smc256+288(SB), Y3
@@ -1602,7 +1615,8 @@ bftt:
 	VMULPS Y2, Y3, Y3
 	VADDPS Y3, Y12, Y12
 	VMULPS Y10, Y0, Y4
-	VMAXPS ·smc256+64(SB), Y4, Y1 // clamp at -127: 2^-127 builds as 0
+	VMOVUPS ·smc256+64(SB), Y1
+	VMAXPS Y4, Y1, Y1 // clamp at -127, NaN kept
 	VROUNDPS $0, Y1, Y2 // n = round(x)
 	VSUBPS Y2, Y1, Y1 // f = x - n
 	VMOVUPS ·smc256+288(SB), Y5
@@ -1633,7 +1647,8 @@ e4:
 e4nt:
 	VMOVUPS 0(DI), Y0
 	VSUBPS Y15, Y0, Y0
-	VMAXPS ·smc256+64(SB), Y0, Y1 // clamp at -127: 2^-127 builds as 0
+	VMOVUPS ·smc256+64(SB), Y1
+	VMAXPS Y0, Y1, Y1 // clamp at -127, NaN kept
 	VROUNDPS $0, Y1, Y2 // n = round(x)
 	VSUBPS Y2, Y1, Y1 // f = x - n
 	VMOVUPS ·smc256+288(SB), Y3
@@ -1661,7 +1676,8 @@ e4nt:
 	VMOVUPS Y3, 0(DI)
 	VMOVUPS 32(DI), Y0
 	VSUBPS Y15, Y0, Y0
-	VMAXPS ·smc256+64(SB), Y0, Y1 // clamp at -127: 2^-127 builds as 0
+	VMOVUPS ·smc256+64(SB), Y1
+	VMAXPS Y0, Y1, Y1 // clamp at -127, NaN kept
 	VROUNDPS $0, Y1, Y2 // n = round(x)
 	VSUBPS Y2, Y1, Y1 // f = x - n
 	VMOVUPS ·smc256+288(SB), Y3
@@ -1694,7 +1710,8 @@ e4nt:
 e4tt:
 	VMOVUPS 0(DI), Y0
 	VSUBPS Y15, Y0, Y0
-	VMAXPS ·smc256+64(SB), Y0, Y1 // clamp at -127: 2^-127 builds as 0
+	VMOVUPS ·smc256+64(SB), Y1
+	VMAXPS Y0, Y1, Y1 // clamp at -127, NaN kept
 	VROUNDPS $0, Y1, Y2 // n = round(x)
 	VSUBPS Y2, Y1, Y1 // f = x - n
 	VMOVUPS ·smc256+288(SB), Y3
@@ -1710,7 +1727,8 @@ e4tt:
 	VMULPS Y2, Y3, Y3
 	VADDPS Y3, Y14, Y14
 	VMULPS Y10, Y0, Y4
-	VMAXPS ·smc256+64(SB), Y4, Y1 // clamp at -127: 2^-127 builds as 0
+	VMOVUPS ·smc256+64(SB), Y1
+	VMAXPS Y4, Y1, Y1 // clamp at -127, NaN kept
 	VROUNDPS $0, Y1, Y2 // n = round(x)
 	VSUBPS Y2, Y1, Y1 // f = x - n
 	VMOVUPS ·smc256+288(SB), Y5
@@ -1738,7 +1756,8 @@ e4tt:
 	VMOVUPS Y3, 0(DI)
 	VMOVUPS 32(DI), Y0
 	VSUBPS Y15, Y0, Y0
-	VMAXPS ·smc256+64(SB), Y0, Y1 // clamp at -127: 2^-127 builds as 0
+	VMOVUPS ·smc256+64(SB), Y1
+	VMAXPS Y0, Y1, Y1 // clamp at -127, NaN kept
 	VROUNDPS $0, Y1, Y2 // n = round(x)
 	VSUBPS Y2, Y1, Y1 // f = x - n
 	VMOVUPS ·smc256+288(SB), Y3
@@ -1754,7 +1773,8 @@ e4tt:
 	VMULPS Y2, Y3, Y3
 	VADDPS Y3, Y12, Y12
 	VMULPS Y10, Y0, Y4
-	VMAXPS ·smc256+64(SB), Y4, Y1 // clamp at -127: 2^-127 builds as 0
+	VMOVUPS ·smc256+64(SB), Y1
+	VMAXPS Y4, Y1, Y1 // clamp at -127, NaN kept
 	VROUNDPS $0, Y1, Y2 // n = round(x)
 	VSUBPS Y2, Y1, Y1 // f = x - n
 	VMOVUPS ·smc256+288(SB), Y5

@@ -532,7 +532,11 @@ func genSoftmax256(a *asm, name string) {
 	a.f("// func %s(s *float32, nv int, valid *int32, rows int, nlim int, scale float32, invT float32, round int, mx, sum, tsum, alpha *float32)", name)
 	a.f("TEXT ·%s(SB), NOSPLIT, $0-88", name)
 	exp2 := func(in, out, t1, t2 int) {
-		a.f("\tVMAXPS %s, Y%d, Y%d // clamp at -127: 2^-127 builds as 0", c("lo256"), in, t1)
+		// clamp at -127 (2^-127 builds as 0) with x as VMAXPS's second source,
+		// which is the one returned when either is NaN: a NaN score stays NaN
+		// (so its accumulation unit is dropped, as on the other tiers).
+		a.f("\tVMOVUPS %s, Y%d", c("lo256"), t1)
+		a.f("\tVMAXPS Y%d, Y%d, Y%d // clamp at -127, NaN kept", in, t1, t1)
 		a.f("\tVROUNDPS $0, Y%d, Y%d // n = round(x)", t1, t2)
 		a.f("\tVSUBPS Y%d, Y%d, Y%d // f = x - n", t2, t1, t1)
 		a.f("\tVMOVUPS %s, Y%d", c("c6"), out)

@@ -3,9 +3,11 @@ package main
 import (
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -56,6 +58,7 @@ type graphResult struct {
 	eagerMed             time.Duration
 	overhead             float64   // median over runs of run / its eager replay
 	allocs, bytes        float64   // median per run (decode: per step), Let/Reset included
+	minBytes             float64   // the smallest run's bytes: a per-step copy shows in every run
 	peakRSS              float64   // bytes, VmHWM over the case (0 when unknown)
 	rssStart             float64   // bytes, VmRSS before the case (the benchmark\'s own buffers)
 	ls                   loadStats // the machine around the case (noise.go)
@@ -296,6 +299,7 @@ func runGraphCase(cfg *config, r *graphResult, prog *graphProgress) error {
 	// The median step, not the mean: one-time allocations (a worker's
 	// scratch, made the first time the dynamic schedule hands that worker
 	// an item, which may be any step) are not the steady state.
+	r.minBytes = slices.Min(append([]float64{math.Inf(1)}, bytes...))
 	r.allocs, r.bytes = median(allocs), median(bytes)
 	r.prof = p.Report()
 	p.Disable()

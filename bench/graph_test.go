@@ -36,7 +36,7 @@ func TestGraphDecodeAllocsIndependentOfContext(t *testing.T) {
 		if cover := float64(r.attrib) / float64(r.attrib+r.unattributed); cover < 0.5 {
 			t.Fatalf("ctx %d: nodes cover %.2f of RunAll", ctx, cover)
 		}
-		bytes[i] = r.bytes
+		bytes[i] = r.minBytes // every step of an O(context) copy would pay it; the smallest step is immune to stray allocations of a loaded machine
 		t.Logf("ctx %d: %.0f allocs, %.0f bytes per step, %v per step, overhead %.3f", ctx, r.allocs, r.bytes, r.med, r.overhead)
 	}
 	// One layer's K or V cache at the longer context is 2 x 4608 x 128 x 2

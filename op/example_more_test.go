@@ -257,8 +257,9 @@ func ExampleSparseAttenNVFP4KVFunc() {
 // sequence of 4 keys in blocks of 2: q0 selects block 0, q1 block 1, q2
 // both. Rows are blocks (block-major, then sequence): row 0 lists queries
 // 0 and 2, row 1 queries 1 and 2; -1 pads each head's indices to
-// total_q * topK. With a query of zeros and values 1..4, q0 averages 1 and
-// 2, q1 3 and 4, q2 all four.
+// total_q * topK. The packed value holds each head's row pointers followed
+// by its query indices. With a query of zeros and values 1..4, q0 averages
+// 1 and 2, q1 3 and 4, q2 all four.
 func ExamplePackK2QCSR() {
 	const d = 64
 	cuQ, cuK := ints([]int{2}, 0, 3), ints([]int{2}, 0, 4)

@@ -1,4 +1,4 @@
-// decode.cu - paged decode with split-KV (SPEC 7). Grid (work_count): work
+// decode.cu - paged decode with split-KV (contract §7). Grid (work_count): work
 // item w = (request, q tile, kv tile, kv head, valid) from plan.DecodeSchedule. Query row b*seqlen_q + i sits at position
 // seqused_k[b] - seqlen_q + i (causal, bottom-right). With split_kv the CTA
 // writes float partials at row o_indptr[b] + kv_tile*q_stride + i (merged by

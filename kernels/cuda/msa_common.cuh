@@ -59,7 +59,7 @@ __device__ __forceinline__ float2 unpack_bf16x2(uint32_t w) {
     __nv_bfloat162 v = *reinterpret_cast<__nv_bfloat162*>(&w);
     return __bfloat1622float2(v);
 }
-// Offset of (r, c) in the cuBLAS 128x4 tiled scale layout (SPEC 6).
+// Offset of (r, c) in the cuBLAS 128x4 tiled scale layout (contract §6).
 __device__ __forceinline__ long long scale128x4(long long r, int c, int cols) {
     int cb = (cols + 3) >> 2;
     return ((r >> 7) * cb + (c >> 2)) * 512 + (r & 31) * 16 + ((r & 127) >> 5) * 4 + (c & 3);

@@ -31,7 +31,7 @@ enum {
 /* rounding of P before the P.V product (mirrors kernels/tile.Round) */
 enum { MSA_ROUND_NONE = 0, MSA_ROUND_BF16 = 1, MSA_ROUND_E4M3 = 2 };
 
-/* Sparse prefill partials (SPEC 3-4, 6). Grid: (capacity), block 128. */
+/* Sparse prefill partials (contract §3-4, 6). Grid: (capacity), block 128. */
 typedef struct MsaFwdParams {
     uint64_t q;              /* [total_q, Hq, D] bf16 | e4m3 */
     uint64_t k;              /* dense [total_k, Hkv, D] | paged [num_pages, Hkv, page_size, D] (nvfp4: D/2 bytes) */
@@ -59,7 +59,7 @@ typedef struct MsaFwdParams {
     float inv_temperature;    /* 1/T; 0 disables the temperature LSE */
 } MsaFwdParams;
 
-/* Combine of per-slot / per-split partials (SPEC 5, 7). Grid: ceil(rows*Hq/4), block 128.
+/* Combine of per-slot / per-split partials (contract §5, 7). Grid: ceil(rows*Hq/4), block 128.
  * mode 0 (sparse prefill): slot s of row q is partial row s*total_q + q,
  *        n = split_counts[q*Hkv + hq/qhead_per_kv].
  * mode 1 (decode): row q = b*seqlen_q + i, split s is partial row
@@ -79,7 +79,7 @@ typedef struct MsaCombineParams {
     int32_t seqlen_q, q_stride;
 } MsaCombineParams;
 
-/* Paged decode with split-KV (SPEC 7). Grid: (work_count), block 128.
+/* Paged decode with split-KV (contract §7). Grid: (work_count), block 128.
  * Work item w (plan.DecodeSchedule): request[w], qtile_idx[w], kv_tile[w],
  * kv_head[w], valid[w]. With split_kv
  * the CTA writes float partials at row o_indptr[b] + kv_tile*q_stride + i,

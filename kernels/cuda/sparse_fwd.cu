@@ -1,4 +1,4 @@
-// sparse_fwd.cu - block-sparse prefill partials (SPEC 3, 4, 6): one CTA per
+// sparse_fwd.cu - block-sparse prefill partials (contract §3, 4, 6): one CTA per
 // forward-schedule work item (head_kv, row, q_begin, q_count, batch, kv_block).
 // Every query-head row of the item attends the same KV block; the CTA walks
 // the item's rows in tiles of Geo<D>::kRows (32, or 16 for D = 256) and

@@ -190,4 +190,30 @@ __device__ __forceinline__ float load_val(const void* src, long long idx, int dt
 
 }  // namespace msa
 
+// One decode work item of the schedule (msa_params.h's or msa_tc_abi.h's
+// MsaDecodeParams: the same field names): KV head h, request b, q tile qt,
+// KV chunk kt, the request's key count and the chunk's key range
+// [kv_begin, kv_end). decode_item returns false for an index past
+// work_count or an invalid (padding) item. Shared by every decode kernel.
+struct DecodeItem {
+    int h, b, qt, kt, seqused, kv_begin, kv_end;
+};
+template <class P>
+__device__ __forceinline__ bool decode_item(const P& p, int w, DecodeItem& it) {
+    if (w >= p.work_count || !reinterpret_cast<const int*>(p.valid)[w]) return false;
+    it.h = reinterpret_cast<const int*>(p.kv_head)[w];
+    it.b = reinterpret_cast<const int*>(p.request)[w];
+    it.qt = reinterpret_cast<const int*>(p.qtile_idx)[w];
+    it.kt = reinterpret_cast<const int*>(p.kv_tile)[w];
+    it.seqused = reinterpret_cast<const int*>(p.seqused_k)[it.b];
+    it.kv_begin = 0;
+    it.kv_end = it.seqused;
+    if (p.split_kv) {
+        const long long span = (long long)p.chunk_pages * p.page_size;
+        it.kv_begin = (int)min((long long)it.kt * span, (long long)it.seqused);
+        it.kv_end = (int)min((long long)(it.kt + 1) * span, (long long)it.seqused);
+    }
+    return true;
+}
+
 #endif  // MSA_COMMON_CUH

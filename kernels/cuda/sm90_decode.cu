@@ -64,18 +64,10 @@ __device__ __forceinline__ void decode_impl(const MsaDecodeParams& p, const MsaT
     uint8_t* base = smem_dyn + ((1024 - (smem_u32(smem_dyn) & 1023)) & 1023);
     const int tid = threadIdx.x, lane = tid & 31;
     const int w = blockIdx.x;
-    if (w >= p.work_count || !reinterpret_cast<const int*>(p.valid)[w]) return;
-    const int h = reinterpret_cast<const int*>(p.kv_head)[w];
-    const int b = reinterpret_cast<const int*>(p.request)[w];
-    const int qt = reinterpret_cast<const int*>(p.qtile_idx)[w];
-    const int kt = reinterpret_cast<const int*>(p.kv_tile)[w];
-    const int seqused = reinterpret_cast<const int*>(p.seqused_k)[b];
-    int kv_begin = 0, kv_end = seqused;
-    if (p.split_kv) {
-        const long long span = (long long)p.chunk_pages * p.page_size;
-        kv_begin = (int)min((long long)kt * span, (long long)seqused);
-        kv_end = (int)min((long long)(kt + 1) * span, (long long)seqused);
-    }
+    DecodeItem item;
+    if (!decode_item(p, w, item)) return;
+    const int h = item.h, b = item.b, qt = item.qt, kt = item.kt, seqused = item.seqused;
+    int kv_begin = item.kv_begin, kv_end = item.kv_end;
     DecRows R;
     R.qbase = (long long)b * p.seqlen_q;
     R.h = h; R.qhpk = p.qhead_per_kv; R.Hq = p.num_heads_q; R.D = D;

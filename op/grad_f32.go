@@ -89,28 +89,13 @@ func validateSparseF32(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int,
 	hkv := kd.Shape()[1]
 	c.need(hkv >= 1 && hq >= 1 && hq%hkv == 0, "q/k", fmt.Sprintf("Hq = q.shape[1] divisible by Hkv = k.shape[1] (k layout %s)", kShape), "q "+shapeStr(qd)+", k "+shapeStr(kd))
 	c.need(topK >= 1 && topK <= maxTopK, "topK", fmt.Sprintf("1 <= topK <= %d", maxTopK), topK)
-	rp, qi := csrTensors(c, rowPtr, qIdx)
-	if c.err != nil {
-		return nil, c.err
-	}
-	c.need(rp.Shape()[0] == hkv && qi.Shape()[0] == hkv, "k2q_row_ptr/k2q_q_indices",
-		fmt.Sprintf("leading dimension Hkv = %d", hkv), "k2q_row_ptr "+shapeStr(rp)+", k2q_q_indices "+shapeStr(qi))
-	if c.err == nil && qi.Shape()[1] < totalQ*topK {
-		return nil, topKMismatch(fn, qi.Shape()[1], totalQ, topK, "")
-	}
-	c.need(rp.Shape()[1] >= 1, "k2q_row_ptr", "at least one row pointer column", shapeStr(rp))
 	totalKeys := -1
 	if !paged {
 		totalKeys = kd.Shape()[0]
 	}
-	cuQ := cuSeqlens(c, args.CuSeqlensQ, "cu_seqlens_q", totalQ, fmt.Sprintf("total_q = %d", totalQ))
-	cuK := cuSeqlens(c, args.CuSeqlensK, "cu_seqlens_k", totalKeys, fmt.Sprintf("total_k = %d", totalKeys))
-	if c.err != nil {
-		return nil, c.err
-	}
-	c.need(len(cuK) == len(cuQ), "cu_seqlens_k", fmt.Sprintf("shape [B + 1] = [%d] matching cu_seqlens_q", len(cuQ)), len(cuK))
-	if c.err != nil {
-		return nil, c.err
+	rp, qi, cuQ, cuK, err := csrAndSeqlens(c, rowPtr, qIdx, args, hkv, totalQ, topK, totalKeys)
+	if err != nil {
+		return nil, err
 	}
 	batch := len(cuQ) - 1
 	fc := &f32Call{q: backing[float32](qd), k: backing[float32](kd), v: backing[float32](vd), workers: workers(args.Workers)}

@@ -255,29 +255,13 @@ func validateSparse(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int, ar
 	c.need(topK >= 1 && topK <= maxTopK, "topK", fmt.Sprintf("1 <= topK <= %d", maxTopK), topK)
 
 	// Metadata.
-	rp, qi := csrTensors(c, rowPtr, qIdx)
-	if c.err != nil {
-		return nil, c.err
-	}
-	c.need(rp.Shape()[0] == hkv && qi.Shape()[0] == hkv, "k2q_row_ptr/k2q_q_indices",
-		fmt.Sprintf("leading dimension Hkv = %d", hkv), "k2q_row_ptr "+shapeStr(rp)+", k2q_q_indices "+shapeStr(qi))
-	if c.err == nil && qi.Shape()[1] < totalQ*topK {
-		return nil, topKMismatch(fn, qi.Shape()[1], totalQ, topK, "")
-	}
-	c.need(rp.Shape()[1] >= 1, "k2q_row_ptr", "at least one row pointer column", shapeStr(rp))
-
 	totalKeys := -1
 	if !paged {
 		totalKeys = kd.Shape()[0]
 	}
-	cuQ := cuSeqlens(c, args.CuSeqlensQ, "cu_seqlens_q", totalQ, fmt.Sprintf("total_q = %d", totalQ))
-	cuK := cuSeqlens(c, args.CuSeqlensK, "cu_seqlens_k", totalKeys, fmt.Sprintf("total_k = %d", totalKeys))
-	if c.err != nil {
-		return nil, c.err
-	}
-	c.need(len(cuK) == len(cuQ), "cu_seqlens_k", fmt.Sprintf("shape [B + 1] = [%d] matching cu_seqlens_q", len(cuQ)), len(cuK))
-	if c.err != nil {
-		return nil, c.err
+	rp, qi, cuQ, cuK, err := csrAndSeqlens(c, rowPtr, qIdx, args, hkv, totalQ, topK, totalKeys)
+	if err != nil {
+		return nil, err
 	}
 	batch := len(cuQ) - 1
 	sc.batch = batch
@@ -465,4 +449,30 @@ func maxSeqK(c *checker, arg string, m int, lens []int32) {
 // wrapArg turns a planning error into an ArgError of the entry point.
 func wrapArg(fn, arg string, err error) error {
 	return &ArgError{Func: fn, Arg: arg, Expected: "valid metadata", Got: err.Error()}
+}
+
+// csrAndSeqlens validates the k2q CSR tensors against Hkv, total_q and topK
+// and the cu_seqlens pair (totalKeys < 0: paged, no total_k check), for
+// every sparse prefill entry point; the error is c's or a topK mismatch.
+func csrAndSeqlens(c *checker, rowPtr, qIdx tensor.Tensor, args *SparseArgs, hkv, totalQ, topK, totalKeys int) (rp, qi *tensor.Dense, cuQ, cuK []int32, err error) {
+	rp, qi = csrTensors(c, rowPtr, qIdx)
+	if c.err != nil {
+		return nil, nil, nil, nil, c.err
+	}
+	c.need(rp.Shape()[0] == hkv && qi.Shape()[0] == hkv, "k2q_row_ptr/k2q_q_indices",
+		fmt.Sprintf("leading dimension Hkv = %d", hkv), "k2q_row_ptr "+shapeStr(rp)+", k2q_q_indices "+shapeStr(qi))
+	if c.err == nil && qi.Shape()[1] < totalQ*topK {
+		return nil, nil, nil, nil, topKMismatch(c.fn, qi.Shape()[1], totalQ, topK, "")
+	}
+	c.need(rp.Shape()[1] >= 1, "k2q_row_ptr", "at least one row pointer column", shapeStr(rp))
+	cuQ = cuSeqlens(c, args.CuSeqlensQ, "cu_seqlens_q", totalQ, fmt.Sprintf("total_q = %d", totalQ))
+	cuK = cuSeqlens(c, args.CuSeqlensK, "cu_seqlens_k", totalKeys, fmt.Sprintf("total_k = %d", totalKeys))
+	if c.err != nil {
+		return nil, nil, nil, nil, c.err
+	}
+	c.need(len(cuK) == len(cuQ), "cu_seqlens_k", fmt.Sprintf("shape [B + 1] = [%d] matching cu_seqlens_q", len(cuQ)), len(cuK))
+	if c.err != nil {
+		return nil, nil, nil, nil, c.err
+	}
+	return rp, qi, cuQ, cuK, nil
 }

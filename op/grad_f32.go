@@ -121,34 +121,11 @@ func validateSparseF32(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int,
 			return nil, c.err
 		}
 		fc.p.Paged, fc.p.PageTable, fc.p.PTCols, fc.p.PageSize, fc.p.NumPages = true, int32s(pt), cols, ps, kd.Shape()[0]
-		for b := range seqK {
-			seqK[b] = int32(cols * ps)
+		su, ok := pagedSeqK(c, args.SeqUsedK, cuK, seqK, cols*ps)
+		if !ok {
+			return nil, c.err
 		}
-		if present(args.SeqUsedK) {
-			su := c.dense(args.SeqUsedK, "seqused_k")
-			c.dtype(su, "seqused_k", tensor.Int32)
-			c.rank(su, "seqused_k", "[B]", 1)
-			if c.err != nil {
-				return nil, c.err
-			}
-			c.need(su.Shape()[0] == batch, "seqused_k", fmt.Sprintf("shape [B] = [%d]", batch), shapeStr(su))
-			if c.err != nil {
-				return nil, c.err
-			}
-			for b, x := range int32s(su) {
-				if x < 0 || int(x) > cols*ps {
-					c.fail(fmt.Sprintf("seqused_k[%d]", b), fmt.Sprintf("0 <= seqused_k <= max_num_pages_per_seq * page_size = %d", cols*ps), x)
-					return nil, c.err
-				}
-				seqK[b] = x
-			}
-			fc.p.SeqUsedK = int32s(su)
-		}
-		for b := 0; b < batch && c.err == nil; b++ {
-			n := int(cuK[b+1] - cuK[b])
-			c.need(n <= cols*ps, fmt.Sprintf("cu_seqlens_k (sequence %d)", b),
-				fmt.Sprintf("length <= max_num_pages_per_seq * page_size = %d", cols*ps), n)
-		}
+		fc.p.SeqUsedK = su
 		checkPages(c, fc.p.PageTable, cols, ps, seqK, fc.p.NumPages)
 	}
 	maxSeq(c, "max_seqlen_q", args.MaxSeqlenQ, cuQ)

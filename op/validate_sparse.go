@@ -288,33 +288,8 @@ func validateSparse(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int, ar
 			return nil, c.err
 		}
 		layout.PageTable, layout.PTCols, layout.PageSize, layout.NHD = int32s(pt), cols, ps, kvl == NHD
-		for b := range seqK {
-			seqK[b] = int32(cols * ps)
-		}
-		if present(args.SeqUsedK) {
-			su := c.dense(args.SeqUsedK, "seqused_k")
-			c.dtype(su, "seqused_k", tensor.Int32)
-			c.rank(su, "seqused_k", "[B]", 1)
-			if c.err != nil {
-				return nil, c.err
-			}
-			c.need(su.Shape()[0] == batch, "seqused_k", fmt.Sprintf("shape [B] = [%d]", batch), shapeStr(su))
-			if c.err != nil {
-				return nil, c.err
-			}
-			for b, x := range int32s(su) {
-				if x < 0 || int(x) > cols*ps {
-					c.fail(fmt.Sprintf("seqused_k[%d]", b), fmt.Sprintf("0 <= seqused_k <= max_num_pages_per_seq * page_size = %d", cols*ps), x)
-					return nil, c.err
-				}
-				seqK[b] = x
-			}
-		}
-		// The CSR rows come from cu_seqlens_k: they must fit the page table.
-		for b := 0; b < batch && c.err == nil; b++ {
-			n := int(cuK[b+1] - cuK[b])
-			c.need(n <= cols*ps, fmt.Sprintf("cu_seqlens_k (sequence %d)", b),
-				fmt.Sprintf("length <= max_num_pages_per_seq * page_size = %d", cols*ps), n)
+		if _, ok := pagedSeqK(c, args.SeqUsedK, cuK, seqK, cols*ps); !ok {
+			return nil, c.err
 		}
 		numPages := kd.Shape()[0]
 		checkPages(c, layout.PageTable, cols, ps, seqK, numPages)
@@ -475,4 +450,44 @@ func csrAndSeqlens(c *checker, rowPtr, qIdx tensor.Tensor, args *SparseArgs, hkv
 		return nil, nil, nil, nil, c.err
 	}
 	return rp, qi, cuQ, cuK, nil
+}
+
+// pagedSeqK sets the effective key length of every sequence of a paged
+// prefill: seqused_k[b] when given (checked to be [B] int32 within
+// 0..capacity), else capacity = max_num_pages_per_seq * page_size; and
+// checks that cu_seqlens_k, from which the CSR rows come, fits the page
+// table. It returns seqused_k's values (nil when absent) and whether c is
+// still free of errors; it is shared by every paged prefill entry point.
+func pagedSeqK(c *checker, seqUsedK tensor.Tensor, cuK, seqK []int32, capacity int) ([]int32, bool) {
+	batch := len(seqK)
+	for b := range seqK {
+		seqK[b] = int32(capacity)
+	}
+	var used []int32
+	if present(seqUsedK) {
+		su := c.dense(seqUsedK, "seqused_k")
+		c.dtype(su, "seqused_k", tensor.Int32)
+		c.rank(su, "seqused_k", "[B]", 1)
+		if c.err != nil {
+			return nil, false
+		}
+		c.need(su.Shape()[0] == batch, "seqused_k", fmt.Sprintf("shape [B] = [%d]", batch), shapeStr(su))
+		if c.err != nil {
+			return nil, false
+		}
+		used = int32s(su)
+		for b, x := range used {
+			if x < 0 || int(x) > capacity {
+				c.fail(fmt.Sprintf("seqused_k[%d]", b), fmt.Sprintf("0 <= seqused_k <= max_num_pages_per_seq * page_size = %d", capacity), x)
+				return nil, false
+			}
+			seqK[b] = x
+		}
+	}
+	for b := 0; b < batch && c.err == nil; b++ {
+		n := int(cuK[b+1] - cuK[b])
+		c.need(n <= capacity, fmt.Sprintf("cu_seqlens_k (sequence %d)", b),
+			fmt.Sprintf("length <= max_num_pages_per_seq * page_size = %d", capacity), n)
+	}
+	return used, c.err == nil
 }

@@ -190,6 +190,31 @@ __device__ __forceinline__ float load_val(const void* src, long long idx, int dt
 
 }  // namespace msa
 
+// One forward-schedule work item (metadata row w: KV head h, CSR row, the
+// query range [q_begin, q_begin + q_count) of that row, batch b, KV block
+// jblk), its sequence's query start q0 and lengths, and the block's first
+// key t0 (msa_params.h's or msa_tc_abi.h's MsaFwdParams). fwd_item returns
+// false for w past capacity or work_count. sm80_frag.cuh's fwd_rows, whose
+// callers check the bounds, reads the same fields on its own.
+struct FwdItem {
+    int h, row, q_begin, q_count, b, jblk, q0, seqlen_q, seqlen_k, t0;
+};
+template <class P>
+__device__ __forceinline__ bool fwd_item(const P& p, int w, FwdItem& it) {
+    if (w >= p.capacity || w >= *reinterpret_cast<const int*>(p.work_count)) return false;
+    const int* meta = reinterpret_cast<const int*>(p.metadata) + 6 * w;
+    it.h = meta[0]; it.row = meta[1]; it.q_begin = meta[2]; it.q_count = meta[3]; it.b = meta[4]; it.jblk = meta[5];
+    const int* cu_q = reinterpret_cast<const int*>(p.cu_seqlens_q);
+    const int* cu_k = reinterpret_cast<const int*>(p.cu_seqlens_k);
+    it.q0 = cu_q[it.b];
+    it.seqlen_q = cu_q[it.b + 1] - it.q0;
+    if (p.seqused_k) it.seqlen_k = reinterpret_cast<const int*>(p.seqused_k)[it.b];
+    else if (p.page_table) it.seqlen_k = p.page_table_stride * p.page_size;
+    else it.seqlen_k = cu_k[it.b + 1] - cu_k[it.b];
+    it.t0 = it.jblk * p.blk_kv;
+    return true;
+}
+
 // One decode work item of the schedule (msa_params.h's or msa_tc_abi.h's
 // MsaDecodeParams: the same field names): KV head h, request b, q tile qt,
 // KV chunk kt, the request's key count and the chunk's key range

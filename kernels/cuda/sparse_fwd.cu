@@ -13,18 +13,11 @@ __device__ __forceinline__ void sparse_fwd_impl(const MsaFwdParams& p) {
     constexpr int kRows = Geo<D>::kRows, kWarpRows = Geo<D>::kWarpRows;
     __shared__ Smem<D> sm;
     const int w = blockIdx.x;
-    if (w >= p.capacity || w >= *reinterpret_cast<const int*>(p.work_count)) return;
-    const int* meta = reinterpret_cast<const int*>(p.metadata) + 6 * w;
-    const int h = meta[0], row = meta[1], q_begin = meta[2], q_count = meta[3], b = meta[4], jblk = meta[5];
-    const int* cu_q = reinterpret_cast<const int*>(p.cu_seqlens_q);
+    FwdItem item;
+    if (!fwd_item(p, w, item)) return;
+    const int h = item.h, row = item.row, q_begin = item.q_begin, q_count = item.q_count, b = item.b;
+    const int q0 = item.q0, seqlen_q = item.seqlen_q, seqlen_k = item.seqlen_k, t0 = item.t0;
     const int* cu_k = reinterpret_cast<const int*>(p.cu_seqlens_k);
-    const int q0 = cu_q[b];
-    const int seqlen_q = cu_q[b + 1] - q0;
-    int seqlen_k;
-    if (p.seqused_k) seqlen_k = reinterpret_cast<const int*>(p.seqused_k)[b];
-    else if (p.page_table) seqlen_k = p.page_table_stride * p.page_size;
-    else seqlen_k = cu_k[b + 1] - cu_k[b];
-    const int t0 = jblk * p.blk_kv;
     const int nkeys = min(p.blk_kv, seqlen_k - t0);
     const int* entries = reinterpret_cast<const int*>(p.qsplit) + (long long)h * p.qsplit_stride +
                          reinterpret_cast<const int*>(p.row_ptr)[(long long)h * (p.total_rows + 1) + row] + q_begin;

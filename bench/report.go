@@ -32,6 +32,7 @@ type result struct {
 	bw                float64   // calibrated (best-pass) read bandwidth GB/s
 	pctBW             float64   // decode: median over reps of GB/s / bandwidth right after (paired)
 	pctBWBest         float64   // decode: gbps / bw
+	pctRoof           float64   // decode: median over reps of rate / min(peak, bandwidth x flops/bytes) (paired)
 	denseMS           float64
 	denseExtrap       bool // dense_ms extrapolated in length ((T/Tm)^2)
 	denseNote         string
@@ -87,7 +88,7 @@ func (r *result) derive(cal calibration) {
 
 // ratios are the percentage columns that can never exceed 100 as results.
 func (r *result) ratios() map[string]float64 {
-	return map[string]float64{"%peak": r.pctPeak, "%burst": r.pctBurst, "%BW": r.pctBW, "%BW best": r.pctBWBest}
+	return map[string]float64{"%peak": r.pctPeak, "%burst": r.pctBurst, "%BW": r.pctBW, "%BW best": r.pctBWBest, "%roof": r.pctRoof}
 }
 
 func f1(x float64) string {
@@ -135,6 +136,7 @@ var columns = []column{
 	{name: "%burst", cell: func(r *result) string { return pct(r.pctBurst) }},
 	{name: "GB/s", cell: func(r *result) string { return f1(r.gbps) }},
 	{name: "%BW", cell: func(r *result) string { return pct(r.pctBW) }},
+	{name: "%roof", cell: func(r *result) string { return pct(r.pctRoof) }, optional: true},
 	{name: "dense_ms", cell: func(r *result) string { return star(f1(r.denseMS), r.denseExtrap) }},
 	{name: "x_dense", cell: func(r *result) string { return star(fx(r.speedupDense), r.denseExtrap) }},
 	{name: "torch_ms", cell: func(r *result) string { return star(f1(r.torch.ms), r.torch.extrap) }},
@@ -311,7 +313,7 @@ func printNotes(w io.Writer, rs []*result, bullet string) {
 			parts = append(parts, d)
 		}
 		var over []string
-		for _, k := range []string{"%peak", "%burst", "%BW", "%BW best"} {
+		for _, k := range []string{"%peak", "%burst", "%BW", "%BW best", "%roof"} {
 			if v := r.ratios()[k]; v > 100 {
 				over = append(over, fmt.Sprintf("%s measured %.0f", k, v))
 			}
@@ -342,7 +344,7 @@ func printNotes(w io.Writer, rs []*result, bullet string) {
 var csvHeader = []string{"case", "kind", "dtype", "seq_len", "batch", "hq", "hkv", "d", "topk", "blk", "page",
 	"workers", "tier", "visible_pairs", "flops", "bytes", "time_ms", "best_ms", "worst_ms", "reps", "rel_iqr", "max_min",
 	"load_start", "load_end", "others_cpu", "steal", "noise", "plan_ms",
-	"gflops", "peak_tier", "peak_gflops", "pct_peak", "pct_peak_burst", "gbps", "bw_gbps", "pct_bw", "pct_bw_best",
+	"gflops", "peak_tier", "peak_gflops", "pct_peak", "pct_peak_burst", "gbps", "bw_gbps", "pct_bw", "pct_bw_best", "pct_roof",
 	"dense_ms", "speedup_vs_dense", "dense_extrapolated", "dense_method",
 	"torch_ms", "speedup_vs_torch", "torch_extrapolated", "torch_method",
 	"tsparse_ms", "speedup_vs_tsparse", "tsparse_method",
@@ -377,7 +379,7 @@ func writeCSV(path string, info *machineInfo, cal calibration, rs []*result) err
 			strconv.Itoa(info.workers), info.tier, strconv.FormatInt(r.pairs, 10), num(r.flops), num(r.bytes),
 			num(r.timeMS), num(r.bestMS), num(r.sp.worst), strconv.Itoa(r.reps), num(r.sp.relIQR), num(r.sp.maxMin),
 			num(r.load.loadStart), num(r.load.loadEnd), num(r.load.others), num(r.load.steal), strings.Join(r.noise, " "), num(r.planMS),
-			num(r.gflops), cal.peakTier, num(r.peak), pctCSV(r.pctPeak), pctCSV(r.pctBurst), num(r.gbps), num(r.bw), pctCSV(r.pctBW), pctCSV(r.pctBWBest),
+			num(r.gflops), cal.peakTier, num(r.peak), pctCSV(r.pctPeak), pctCSV(r.pctBurst), num(r.gbps), num(r.bw), pctCSV(r.pctBW), pctCSV(r.pctBWBest), pctCSV(r.pctRoof),
 			num(r.denseMS), num(r.speedupDense), yes(r.denseExtrap), r.denseNote,
 			num(r.torch.ms), num(r.torch.speedup), yes(r.torch.extrap), r.torch.note,
 			num(r.tsparse.ms), num(r.tsparse.speedup), r.tsparse.note,

@@ -487,10 +487,10 @@ func runCase(cfg *config, c caseSpec, r *result, prog *progress) error {
 // of these ratios are the %peak and %BW columns. With -cpuprofile no
 // reference windows run (they would fill the profile).
 type paired struct {
-	m          *refMeter
-	r          *result
-	bw         bool
-	peak, band []float64
+	m                *refMeter
+	r                *result
+	bw               bool
+	peak, band, roof []float64
 }
 
 // timeOp times f, the op call of case c (at most maxReps calls, under the
@@ -516,18 +516,26 @@ func (p *paired) after(rep time.Duration) {
 		return
 	}
 	d := refWindow(rep)
+	var fp, fb float64
 	if pk := p.m.peak(d); pk > 0 {
-		p.peak = append(p.peak, p.r.flops/rep.Seconds()/1e9/pk)
+		fp = p.r.flops / rep.Seconds() / 1e9 / pk
+		p.peak = append(p.peak, fp)
 	}
 	if p.bw {
 		if bw := p.m.bandwidth(d); bw > 0 {
-			p.band = append(p.band, p.r.bytes/rep.Seconds()/1e9/bw)
+			fb = p.r.bytes / rep.Seconds() / 1e9 / bw
+			p.band = append(p.band, fb)
+		}
+		// The roofline bound is min(peak, bandwidth x flops/bytes); the
+		// call's rate over it is the larger of its two paired ratios.
+		if fp > 0 && fb > 0 {
+			p.roof = append(p.roof, max(fp, fb))
 		}
 	}
 }
 
 func (p *paired) finish() {
-	p.r.pctPeak, p.r.pctBW = 100*median(p.peak), 100*median(p.band)
+	p.r.pctPeak, p.r.pctBW, p.r.pctRoof = 100*median(p.peak), 100*median(p.band), 100*median(p.roof)
 }
 
 // median returns the median of xs (0 for none); xs is sorted in place.

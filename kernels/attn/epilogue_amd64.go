@@ -48,3 +48,9 @@ func decodeE4M3x32AVX512(dst *float32, src *lowp.Float8E4M3FN, n int)
 //
 //go:noescape
 func decodeNVFP4AVX512(dst *float32, src *uint8, scales *float32, blocks int, global float32, table *float32)
+
+// maxFiniteBitsAVX512 returns the largest |x| bit pattern among the finite
+// values of v[:n] (n a multiple of 16), 0 when there is none.
+//
+//go:noescape
+func maxFiniteBitsAVX512(v *float32, n int) uint32

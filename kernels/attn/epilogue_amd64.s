@@ -317,3 +317,36 @@ nvfp4_loop:
 	JNZ       nvfp4_loop
 	VZEROUPPER
 	RET
+
+// func maxFiniteBitsAVX512(v *float32, n int) uint32
+// The largest |x| bit pattern among the finite values of v[:n] (n a multiple
+// of 16; 0 when none is finite): the sign is masked off, lanes at or above
+// the +Inf pattern (Inf, NaN) are excluded by a compare mask, and an
+// unsigned max over the remaining bit patterns orders finite magnitudes.
+TEXT ·maxFiniteBitsAVX512(SB), NOSPLIT, $0-20
+	MOVQ v+0(FP), SI
+	MOVQ n+8(FP), CX
+	MOVL $0x7fffffff, AX
+	VPBROADCASTD AX, Z1          // magnitude mask
+	MOVL $0x7f800000, AX
+	VPBROADCASTD AX, Z2          // +Inf bits: the first non-finite magnitude
+	VPXORD Z0, Z0, Z0            // running max
+maxfin_loop:
+	VPANDD  (SI), Z1, Z3
+	VPCMPUD $1, Z2, Z3, K1       // K1: lanes with |x| < +Inf
+	VPMAXUD Z3, Z0, K1, Z0
+	ADDQ    $64, SI
+	SUBQ    $16, CX
+	JNZ     maxfin_loop
+	VEXTRACTI32X8 $1, Z0, Y3
+	VPMAXUD Y3, Y0, Y0
+	VEXTRACTI128  $1, Y0, X3
+	VPMAXUD X3, X0, X0
+	VPSHUFD $0x4e, X0, X3
+	VPMAXUD X3, X0, X0
+	VPSHUFD $0xb1, X0, X3
+	VPMAXUD X3, X0, X0
+	VMOVD   X0, AX
+	MOVL    AX, ret+16(FP)
+	VZEROUPPER
+	RET

@@ -18,3 +18,5 @@ func decodeE4M3AVX512(*float32, *lowp.Float8E4M3FN, int) { panic("unreachable") 
 func decodeE4M3x32AVX512(*float32, *lowp.Float8E4M3FN, int) { panic("unreachable") }
 
 func decodeNVFP4AVX512(*float32, *uint8, *float32, int, float32, *float32) { panic("unreachable") }
+
+func maxFiniteBitsAVX512(*float32, int) uint32 { panic("unreachable") }

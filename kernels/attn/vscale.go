@@ -27,15 +27,35 @@ type vScale struct{ e int }
 
 // maxFiniteBits returns the largest |x| bit pattern among the finite values
 // of v (0 when there is none).
-func maxFiniteBits(v []float32) uint32 {
+func maxFiniteBits(v []float32, simd bool) uint32 {
 	var m uint32
-	for _, x := range v {
+	n := simdLen(len(v), simd)
+	if n > 0 {
+		m = maxFiniteBitsAVX512(&v[0], n)
+	}
+	for _, x := range v[n:] {
 		b := math.Float32bits(x) &^ (1 << 31)
-		if b > m && b < 0x7f800000 {
-			m = b
+		if b >= 0x7f800000 {
+			b = 0 // Inf and NaN: left to propagate
 		}
+		m = max(m, b)
 	}
 	return m
+}
+
+// vBounded reports whether every finite value operand o can hold is at
+// most 2^96 in magnitude, so that vScale never has to look at its blocks:
+// E4M3 is bounded by 448; NVFP4 by 6 * 448 * |global scale|. BF16 can
+// reach 3.39e38 and must be scanned.
+func vBounded(o *Operand) bool {
+	switch o.Dtype {
+	case E4M3:
+		return true
+	case NVFP4:
+		g := math.Abs(float64(o.Global))
+		return g*6*448 <= 0x1p96
+	}
+	return false
 }
 
 // oScaler rescales the output an accumulator holds so far.
@@ -44,9 +64,13 @@ type oScaler interface{ scaleO(f float32) }
 // block prepares a loaded V block v for the accumulation: it raises e when
 // v holds a finite value above 2^96, rescaling the O accumulated so far in
 // acc by 2^(old e - new e) (acc nil: nothing accumulated yet), and
-// multiplies v by 2^-e in place.
-func (s *vScale) block(v []float32, acc oScaler) {
-	if m := maxFiniteBits(v); m > vScaleLimitBits {
+// multiplies v by 2^-e in place. bounded (vBounded of the V operand) skips
+// the scan: such blocks never raise e. simd selects the AVX-512 scan.
+func (s *vScale) block(v []float32, acc oScaler, bounded, simd bool) {
+	if bounded {
+		return // e stays 0: no block of this operand exceeds 2^96
+	}
+	if m := maxFiniteBits(v, simd); m > vScaleLimitBits {
 		// The smallest e with m*2^-e <= 2^96: the exponent difference, plus
 		// one when m has mantissa bits.
 		e := int(m>>23) - (127 + 96)

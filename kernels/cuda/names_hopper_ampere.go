@@ -6,12 +6,13 @@
 
 package cudakernels
 
-// Kernel entry points msa_<sm90|sm80>_<fwd|decode>_<variant>_d<D>. There is
-// no msa_sm90_decode_bf16_d256 (see sm90_decode.cu): BF16 decode at D = 256
-// on sm_90 runs the portable kernel.
+// Kernel entry points msa_<sm90|sm80>_<fwd|decode>_<variant>_d<D>: every
+// variant (4 prefill, 3 decode) at every head dimension on both
+// architectures.
 const (
 	SM90DecodeBF16D64     = "msa_sm90_decode_bf16_d64"
 	SM90DecodeBF16D128    = "msa_sm90_decode_bf16_d128"
+	SM90DecodeBF16D256    = "msa_sm90_decode_bf16_d256"
 	SM90DecodeFP8D64      = "msa_sm90_decode_fp8_d64"
 	SM90DecodeFP8D128     = "msa_sm90_decode_fp8_d128"
 	SM90DecodeFP8D256     = "msa_sm90_decode_fp8_d256"
@@ -69,6 +70,7 @@ type HALaunch struct {
 var HopperAmpereLaunch = map[string]HALaunch{
 	SM90DecodeBF16D64:     {Threads: 160, DynSmem: 74848},
 	SM90DecodeBF16D128:    {Threads: 160, DynSmem: 148576},
+	SM90DecodeBF16D256:    {Threads: 384, DynSmem: 164912},
 	SM90DecodeFP8D64:      {Threads: 160, DynSmem: 70752},
 	SM90DecodeFP8D128:     {Threads: 160, DynSmem: 140384},
 	SM90DecodeFP8D256:     {Threads: 384, DynSmem: 148528},

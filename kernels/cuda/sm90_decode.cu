@@ -39,10 +39,13 @@ struct DecCfg {
     // D = 256: the producer is a whole warpgroup (one working warp) so that
     // setmaxnreg can move registers to the consumers: 384 threads compile
     // at 168 registers; the producer drops to kProdRegs, the consumers rise
-    // to kConsRegs (S, P and a 128-column O without spilling).
+    // to kConsRegs (S, P and a 128-column O without spilling). The producer
+    // keeps 56: the values computed before the role split that it still
+    // needs must fit under its budget, and with 40 ptxas spilled three of
+    // them (24-byte stack frame) in the BF16 variant.
     static constexpr int kProd = D == 256 ? 128 : 32;
     static constexpr int kThreads = kCons + kProd;
-    static constexpr int kProdRegs = 40, kConsRegs = 232;
+    static constexpr int kProdRegs = 56, kConsRegs = 224;
     static_assert(D != 256 || kProd * kProdRegs + kCons * kConsRegs <= 65536, "register file");
     static constexpr int kStages =
         2 * G::kStageBytes + G::kQBytes + 2 * (int)sizeof(StageDesc) + 2 * 16 + 1024 <= 232448 ? 2 : 1;
@@ -244,12 +247,7 @@ __device__ __forceinline__ void decode_entry(const MsaDecodeParams& p, const Msa
 
 MSA_SM90_DECODE(bf16, 64, msa::tc::kVarBF16)
 MSA_SM90_DECODE(bf16, 128, msa::tc::kVarBF16)
-// No msa_sm90_decode_bf16_d256: in the one translation unit of the fatbin
-// build (with sm90_fwd.cu) ptxas spills it (24-byte stack frame at the
-// 168-register cap of 384 threads), though the same kernel compiled alone
-// does not; the gates allow no local memory, so the variant is not emitted
-// and the launcher runs the portable decode for BF16 K/V at D = 256 on
-// sm_90 (the fp8 and bf16fp8 D = 256 variants do not spill).
+MSA_SM90_DECODE(bf16, 256, msa::tc::kVarBF16)
 MSA_SM90_DECODE(fp8, 64, msa::tc::kVarFP8)
 MSA_SM90_DECODE(fp8, 128, msa::tc::kVarFP8)
 MSA_SM90_DECODE(fp8, 256, msa::tc::kVarFP8)
@@ -264,6 +262,7 @@ MSA_SM90_DECODE(bf16fp8, 256, msa::tc::kVarBF16FP8)
                   "geometry of msa_" #ARCH "_" #ALGO "_" #VAR "_d" #D " (names_hopper_ampere.go)");
 MSA_HA_PIN(sm90, decode, bf16, 128, 160, 148576)
 MSA_HA_PIN(sm90, decode, bf16, 64, 160, 74848)
+MSA_HA_PIN(sm90, decode, bf16, 256, 384, 164912)
 MSA_HA_PIN(sm90, decode, bf16fp8, 128, 160, 214112)
 MSA_HA_PIN(sm90, decode, bf16fp8, 256, 384, 230448)
 MSA_HA_PIN(sm90, decode, bf16fp8, 64, 160, 107616)

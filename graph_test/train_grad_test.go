@@ -98,6 +98,28 @@ func (c *gradCase) eager(t *testing.T) *op.Gradients {
 	return gr
 }
 
+// eagerLSE returns the eager gradients of sum(O * W) + sum(LSE * wl)
+// (withO false: of sum(LSE * wl) alone, dOut = 0).
+func (c *gradCase) eagerLSE(t *testing.T, wl *tensor.Dense, withO bool) *op.Gradients {
+	t.Helper()
+	rp, qi, err := op.BuildK2QCSR(c.q2k, c.cuQ, c.cuK, c.blk)
+	must(t, err)
+	args := op.SparseArgs{CuSeqlensQ: c.cuQ, CuSeqlensK: c.cuK, BlkKV: c.blk, Causal: c.causal,
+		Workers: 2}
+	if c.paged {
+		args.PageTable, args.SeqUsedK = c.pageTable, c.seqused
+	}
+	res, err := op.SparseAttenFunc(c.q, c.k, c.v, rp, qi, c.topK, args)
+	must(t, err)
+	dOut := c.w
+	if !withO {
+		dOut = f32(c.w.Shape(), make([]float32, c.w.Shape().TotalSize()))
+	}
+	gr, err := op.SparseAttenBackwardFunc(c.q, c.k, c.v, res.Out, res.LSE, dOut, wl, rp, qi, c.topK, args)
+	must(t, err)
+	return gr
+}
+
 // graph builds cost = sum(SparseAttention(q, k, v) * W) with q, k, v as
 // float32 variables (cast to BFloat16 around the attention when bf16).
 func (c *gradCase) graph(t *testing.T, bf16 bool) (g *G.ExprGraph, cost *G.Node, qkv G.Nodes) {
@@ -257,31 +279,23 @@ func TestTrainGradBF16StraightThrough(t *testing.T) {
 	}
 }
 
-// TestTrainGradErrors: G.Grad through an LSE node fails with an
-// *op.ForwardOnlyError naming the LSE; an FP8 SparseAttention's SymDiff
-// fails naming the op and its dtype; a LispMachine backprop through a graph
-// whose LSE reaches the loss with a zero gradient succeeds and matches the
-// eager backward.
+// TestTrainGradErrors: G.Grad through a TemperatureLSE node fails with an
+// *op.ForwardOnlyError naming it; an FP8 SparseAttention's SymDiff fails
+// naming the op and its dtype; a LispMachine backprop through a graph whose
+// LSE reaches the loss with a zero gradient succeeds and matches the eager
+// backward.
 func TestTrainGradErrors(t *testing.T) {
 	c := gradCases()[0]
 	g, cost, qkv := c.graph(t, false)
-	var attn *G.Node
-	for _, n := range g.AllNodes() {
-		if strings.HasPrefix(fmt.Sprint(n.Op()), "SparseAttention{") {
-			attn = n
-		}
-	}
-	if attn == nil {
-		t.Fatal("no attention node")
-	}
-	lse, err := op.LSE(attn)
+	attn := attentionNode(t, g)
+	tlse, err := op.TemperatureLSE(attn)
 	must(t, err)
-	lseCost, err := G.Sum(lse)
+	tCost, err := G.Sum(tlse)
 	must(t, err)
-	_, err = G.Grad(lseCost, qkv...)
+	_, err = G.Grad(tCost, qkv...)
 	var fo *op.ForwardOnlyError
-	if err == nil || !strings.Contains(err.Error(), "op: LSE is forward-only") { // Gorgonia's SymDiffError hides the cause
-		t.Fatalf("G.Grad through LSE: %v (want a ForwardOnlyError naming LSE)", err)
+	if err == nil || !strings.Contains(err.Error(), "op: TemperatureLSE is forward-only") { // Gorgonia's SymDiffError hides the cause
+		t.Fatalf("G.Grad through TemperatureLSE: %v (want a ForwardOnlyError naming TemperatureLSE)", err)
 	}
 
 	// The LSE reaches the loss with a zero gradient (loss + 0*sum(LSE)): a
@@ -332,5 +346,89 @@ func TestTrainGradErrors(t *testing.T) {
 	_, err = out8.Op().(G.SDOp).SymDiff(G.Nodes{q8, k8, v8, csr, sched, cu, cuk}, out8, out8)
 	if !errors.As(err, &fo) || !strings.Contains(fo.Op, "SparseAttention") || !strings.Contains(fo.Op, "float8_e4m3fn") {
 		t.Fatalf("FP8 SymDiff: %v (want a ForwardOnlyError naming SparseAttention and float8)", err)
+	}
+}
+
+// attentionNode returns the SparseAttention node of g.
+func attentionNode(t *testing.T, g *G.ExprGraph) *G.Node {
+	t.Helper()
+	for _, n := range g.AllNodes() {
+		if strings.HasPrefix(fmt.Sprint(n.Op()), "SparseAttention{") {
+			return n
+		}
+	}
+	t.Fatal("no attention node")
+	return nil
+}
+
+// TestTrainGradThroughLSE differentiates losses that use the attention's
+// LSE node: sum(O*W) + sum(LSE*WL), and 0*sum(O*W) + sum(LSE*WL), with G.Grad + TapeMachine and with a LispMachine. The
+// gradients must be bit-identical to the eager backward given dOut = W (or
+// zero) and dLSE = WL: the LSE's gradient reaches the same kernel call.
+func TestTrainGradThroughLSE(t *testing.T) {
+	for _, c := range gradCases() {
+		totalQ := c.q.Shape()[0]
+		rng := rand.New(rand.NewPCG(21, uint64(totalQ)))
+		wl := f32([]int{totalQ, c.hq}, randF32(rng, totalQ*c.hq, 1))
+		for _, withO := range []bool{true, false} {
+			want := c.eagerLSE(t, wl, withO)
+			for _, machine := range []string{"tape", "lisp"} {
+				name := fmt.Sprintf("%s/withO=%v/%s", c.name, withO, machine)
+				t.Run(name, func(t *testing.T) {
+					build := func() (*G.ExprGraph, G.Nodes, *G.Node) {
+						g, cost, qkv := c.graph(t, false)
+						lse, err := op.LSE(attentionNode(t, g))
+						must(t, err)
+						prod, err := G.HadamardProd(lse, G.NewConstant(wl.Clone(), G.WithName("wl")))
+						must(t, err)
+						ls, err := G.Sum(prod)
+						must(t, err)
+						if !withO {
+							// Keep sum(O*W) in the loss with weight 0: a
+							// LispMachine backpropagates from every root.
+							cost, err = G.Mul(cost, G.NewConstant(float32(0)))
+							must(t, err)
+						}
+						cost, err = G.Add(cost, ls)
+						must(t, err)
+						return g, qkv, cost
+					}
+					g, qkv, cost := build()
+					var m G.VM
+					if machine == "tape" {
+						_, err := G.Grad(cost, qkv...)
+						must(t, err)
+						m = G.NewTapeMachine(g, G.BindDualValues(qkv...))
+					} else {
+						m = G.NewLispMachine(g)
+					}
+					defer func() { m.Close() }()
+					for run := 0; run < 2; run++ {
+						must(t, m.RunAll())
+						got := gradValues(t, qkv)
+						for i, w := range []*tensor.Dense{want.DQ, want.DK, want.DV} {
+							wv := w.Data().([]float32)
+							for j := range wv {
+								if math.Float32bits(wv[j]) != math.Float32bits(got[i][j]) {
+									t.Fatalf("run %d: %s[%d] = %v, eager %v", run, []string{"dQ", "dK", "dV"}[i], j, got[i][j], wv[j])
+								}
+							}
+						}
+						if machine == "tape" {
+							m.Reset()
+							for _, n := range qkv {
+								gv, err := n.Grad()
+								must(t, err)
+								gv.(*tensor.Dense).Zero()
+							}
+						} else {
+							m.Close()
+							g, qkv, _ = build()
+							m = G.NewLispMachine(g)
+						}
+					}
+				})
+			}
+		}
 	}
 }

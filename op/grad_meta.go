@@ -20,10 +20,11 @@ import (
 //     a nonzero gradient actually reaches its output.
 //   - CastToBF16 and CastFromBF16 are straight-through: the gradient is
 //     cast back to the input's dtype.
-//   - LSE and TemperatureLSE accessor nodes are forward-only in graphs
-//     (use SparseAttenBackwardFunc for gradients through the LSE): G.Grad
-//     through them fails naming the op, and a LispMachine's backward fails
-//     only when a nonzero gradient reaches them.
+//   - The LSE accessor of a SparseAttention node passes its gradient on
+//     to the node's backward (grad_lse.go). TemperatureLSE accessors and
+//     the LSE of decode attention are forward-only: G.Grad through them
+//     fails naming the op, and a LispMachine's backward fails only when a
+//     nonzero gradient reaches them.
 //   - Decode attention and WritePagedKV keep opBase's forward-only errors.
 
 // noDiff is a DiffWRT with no differentiable input.
@@ -61,13 +62,6 @@ func (op *blockScoresOp) DiffWRT(n int) []bool { return noDiff(n) }
 // DoDiff does nothing when the scores' gradient is zero (they only fed
 // TopKBlocks) and fails with a *ForwardOnlyError naming the op otherwise.
 func (op *blockScoresOp) DoDiff(_ G.ExecutionContext, _ G.Nodes, output *G.Node) error {
-	return zeroGradOnly(output)
-}
-
-// DoDiff fails with a *ForwardOnlyError naming the op when a nonzero
-// gradient reaches the LSE, and does nothing otherwise (a LispMachine
-// differentiates every node, used by the loss or not).
-func (op *lseOp) DoDiff(_ G.ExecutionContext, _ G.Nodes, output *G.Node) error {
 	return zeroGradOnly(output)
 }
 

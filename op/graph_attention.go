@@ -51,8 +51,12 @@ type attnState struct {
 	mu        sync.Mutex
 	needT     bool
 	lse, tlse *tensor.Dense
-	ws        *attn.Workspace
-	g         gradState // float32 forward and backward (graph_grad.go)
+	// dlse is the LSE gradient a LispMachine's backward passed through
+	// the node's LSE accessors (summed), for the node's DoDiff; the
+	// forward clears it.
+	dlse []float32
+	ws   *attn.Workspace
+	g    gradState // float32 forward and backward (graph_grad.go)
 }
 
 // sparseAttnOp is the sparse prefill attention node.
@@ -203,7 +207,7 @@ func (op *sparseAttnOp) Do(vals ...G.Value) (G.Value, error) {
 		op.st.ws = attn.NewWorkspace(sc.workers, sc.p.D)
 	}
 	res := sc.run(op.st.ws, nil)
-	op.st.lse, op.st.tlse = res.LSE, res.TemperatureLSE
+	op.st.lse, op.st.tlse, op.st.dlse = res.LSE, res.TemperatureLSE, nil
 	return res.Out, nil
 }
 
@@ -341,6 +345,7 @@ func SparseAttention(q, k, v, csr, sched, cuQ, cuK *G.Node, opts ...Option) (*G.
 type lseOp struct {
 	opBase
 	st    *attnState
+	fwd   *sparseAttnOp // the SparseAttention node's op (nil for decode)
 	temp  bool
 	shape tensor.Shape
 	outDt tensor.Dtype // dtype of the attention output (the input)
@@ -377,9 +382,10 @@ func lseNode(fn string, out *G.Node, temp bool) (*G.Node, error) {
 		return nil, argErr(fn, "out", "a SparseAttention or decode attention node", "nil")
 	}
 	var st *attnState
+	var fwd *sparseAttnOp
 	switch o := out.Op().(type) {
 	case *sparseAttnOp:
-		st = o.st
+		st, fwd = o.st, o
 	case *decodeAttnOp:
 		if temp {
 			return nil, argErr(fn, "out", "a SparseAttention node (decode has no temperature LSE)", o.String())
@@ -392,11 +398,14 @@ func lseNode(fn string, out *G.Node, temp bool) (*G.Node, error) {
 		st.needT = true
 	}
 	s := out.Shape()
-	return G.ApplyOp(&lseOp{st: st, temp: temp, shape: tensor.Shape{s[0], s[1]}, outDt: out.Dtype()}, out)
+	return G.ApplyOp(&lseOp{st: st, fwd: fwd, temp: temp, shape: tensor.Shape{s[0], s[1]}, outDt: out.Dtype()}, out)
 }
 
 // LSE returns a node holding the natural-log LSE [total_q, Hq] float32
-// computed by the attention node out (nothing is recomputed).
+// computed by the attention node out (nothing is recomputed). The LSE of a
+// SparseAttention node is differentiable: G.Grad and a LispMachine's
+// backward pass its gradient to the node's backward as dLSE. The LSE of
+// decode attention is forward-only.
 func LSE(out *G.Node) (*G.Node, error) { return lseNode("LSE", out, false) }
 
 // TemperatureLSE returns a node holding logsumexp(s/T) [total_q, Hq]

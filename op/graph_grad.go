@@ -19,8 +19,9 @@ import (
 //
 // Symbolically, the gradient is one SparseAttentionBackward node that takes
 // the forward's inputs, its output O, its LSE (an LSE accessor node: the
-// value the forward stored, nothing is recomputed) and dO, and whose value
-// is dQ; two accessor nodes return the dK and dV that the same run
+// value the forward stored, nothing is recomputed), dO and, when the loss
+// also depends on the node's LSE accessors, dLSE (grad_lse.go), and whose
+// value is dQ; two accessor nodes return the dK and dV that the same run
 // computed. The metadata inputs (CSR, schedule, cu_seqlens, page table,
 // seqused_k) are not differentiable. With BFloat16 q, k, v the gradients
 // are computed in float32 from the decoded values and rounded to BFloat16;
@@ -171,7 +172,7 @@ func (op *sparseAttnOp) doF32(vals []G.Value) (G.Value, error) {
 	if err != nil {
 		return nil, err
 	}
-	op.st.lse, op.st.tlse = res.LSE, res.TemperatureLSE
+	op.st.lse, op.st.tlse, op.st.dlse = res.LSE, res.TemperatureLSE, nil
 	return res.Out, nil
 }
 
@@ -221,8 +222,15 @@ func (op *sparseAttnOp) SymDiff(inputs G.Nodes, output, gradNode *G.Node) (G.Nod
 	if err != nil {
 		return nil, err
 	}
-	bw := &attnBwdOp{fwd: op, st: &bwdState{}, qShape: inputs[0].Shape().Clone(), kvShape: inputs[1].Shape().Clone()}
+	dl, err := op.lseGradient(gradNode)
+	if err != nil {
+		return nil, err
+	}
+	bw := &attnBwdOp{fwd: op, st: &bwdState{}, qShape: inputs[0].Shape().Clone(), kvShape: inputs[1].Shape().Clone(), dlse: dl != nil}
 	in := append(append(G.Nodes{}, inputs...), output, lse, gradNode)
+	if dl != nil {
+		in = append(in, dl)
+	}
 	dq, err := G.ApplyOp(bw, in...)
 	if err != nil {
 		return nil, err
@@ -238,8 +246,8 @@ func (op *sparseAttnOp) SymDiff(inputs G.Nodes, output, gradNode *G.Node) (G.Nod
 }
 
 // DoDiff adds the gradients of q, k and v to their dual values (a
-// LispMachine's backward), from the output's gradient and the LSE the
-// forward stored.
+// LispMachine's backward), from the output's gradient, the LSE the forward
+// stored and the LSE gradient its LSE accessors passed on (if any).
 func (op *sparseAttnOp) DoDiff(_ G.ExecutionContext, inputs G.Nodes, output *G.Node) error {
 	const fn = "SparseAttention.DoDiff"
 	if err := op.gradSupported(output); err != nil {
@@ -257,12 +265,17 @@ func (op *sparseAttnOp) DoDiff(_ G.ExecutionContext, inputs G.Nodes, output *G.N
 		return err
 	}
 	op.st.mu.Lock()
-	lse := op.st.lse
+	lse, dlse := op.st.lse, op.st.dlse
+	op.st.dlse = nil
 	op.st.mu.Unlock()
 	if lse == nil {
 		return argErr(fn, "forward", "the forward to have run before the backward", "no LSE")
 	}
-	dq, dk, dv, err := op.backward(fn, vals, output.Value(), lse, dO)
+	var dl G.Value
+	if dlse != nil {
+		dl = tensor.New(tensor.WithShape(lse.Shape().Clone()...), tensor.WithBacking(dlse))
+	}
+	dq, dk, dv, err := op.backward(fn, vals, output.Value(), lse, dO, dl)
 	if err != nil {
 		return err
 	}
@@ -279,8 +292,9 @@ func (op *sparseAttnOp) DoDiff(_ G.ExecutionContext, inputs G.Nodes, output *G.N
 }
 
 // backward validates the forward's input values and runs the float32
-// backward with the forward's O and LSE and the output gradient dO.
-func (op *sparseAttnOp) backward(fn string, vals []G.Value, o, lse, dO G.Value) (dq, dk, dv []float32, err error) {
+// backward with the forward's O and LSE, the output gradient dO and the
+// LSE gradient dLSE (nil: the loss does not depend on the LSE).
+func (op *sparseAttnOp) backward(fn string, vals []G.Value, o, lse, dO, dLSE G.Value) (dq, dk, dv []float32, err error) {
 	op.st.mu.Lock()
 	defer op.st.mu.Unlock()
 	fc, err := op.gradCall(fn, vals, op.outDtype() == BFloat16)
@@ -301,7 +315,13 @@ func (op *sparseAttnOp) backward(fn string, vals []G.Value, o, lse, dO G.Value) 
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	return fc.backward(fn, op.st.g.workspace(), ov, lv, dv0, nil)
+	var dl []float32
+	if dLSE != nil {
+		if dl, err = f32Values(fn, "dLSE", dLSE, rs); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	return fc.backward(fn, op.st.g.workspace(), ov, lv, dv0, dl)
 }
 
 // addGrad adds g to the float32 or BFloat16 gradient value d in place.
@@ -341,28 +361,38 @@ type bwdState struct {
 }
 
 // attnBwdOp is the SparseAttentionBackward node: inputs are the forward's
-// inputs, O, LSE and dO; the value is dQ, and dK and dV are kept for the
-// accessor nodes.
+// inputs, O, LSE, dO and (dlse) dLSE; the value is dQ, and dK and dV are
+// kept for the accessor nodes.
 type attnBwdOp struct {
 	opBase
 	fwd             *sparseAttnOp
 	st              *bwdState
 	qShape, kvShape tensor.Shape
+	dlse            bool // a dLSE input follows dO
 }
 
-func (op *attnBwdOp) Arity() int { return op.fwd.Arity() + 3 }
+func (op *attnBwdOp) Arity() int {
+	if op.dlse {
+		return op.fwd.Arity() + 4
+	}
+	return op.fwd.Arity() + 3
+}
 func (op *attnBwdOp) Type() hm.Type {
 	f := op.fwd
 	ts := make([]hm.Type, 0, op.Arity()+1)
 	for i, dt := range f.inDtypes {
 		ts = append(ts, tt(f.inDims[i], dt))
 	}
-	ts = append(ts, tt(3, f.outDtype()), tt(2, tensor.Float32), tt(3, f.outDtype()), tt(3, f.inDtypes[0]))
+	ts = append(ts, tt(3, f.outDtype()), tt(2, tensor.Float32), tt(3, f.outDtype()))
+	if op.dlse {
+		ts = append(ts, tt(2, tensor.Float32))
+	}
+	ts = append(ts, tt(3, f.inDtypes[0]))
 	return fnType(ts...)
 }
 func (op *attnBwdOp) InferShape(...G.DimSizer) (tensor.Shape, error) { return op.qShape.Clone(), nil }
 func (op *attnBwdOp) WriteHash(h hash.Hash) {
-	fmt.Fprintf(h, "msa.SparseAttentionBackward/%p/%p", op.fwd.st, op.st)
+	fmt.Fprintf(h, "msa.SparseAttentionBackward/%p/%p/%v", op.fwd.st, op.st, op.dlse)
 }
 func (op *attnBwdOp) Hashcode() uint32 { return hashOf(op) }
 func (op *attnBwdOp) String() string {
@@ -372,10 +402,14 @@ func (op *attnBwdOp) String() string {
 func (op *attnBwdOp) Do(vals ...G.Value) (G.Value, error) {
 	const fn = "SparseAttentionBackward"
 	n := op.fwd.Arity()
-	if len(vals) != n+3 {
-		return nil, argErr(fn, "inputs", fmt.Sprintf("%d values", n+3), len(vals))
+	if len(vals) != op.Arity() {
+		return nil, argErr(fn, "inputs", fmt.Sprintf("%d values", op.Arity()), len(vals))
 	}
-	dq, dk, dv, err := op.fwd.backward(fn, vals[:n], vals[n], vals[n+1], vals[n+2])
+	var dl G.Value
+	if op.dlse {
+		dl = vals[n+3]
+	}
+	dq, dk, dv, err := op.fwd.backward(fn, vals[:n], vals[n], vals[n+1], vals[n+2], dl)
 	if err != nil {
 		return nil, err
 	}

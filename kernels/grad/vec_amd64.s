@@ -224,25 +224,25 @@ TEXT ·expSubAVX2(SB), NOSPLIT, $0-20
 	MOVQ         n+8(FP), CX
 	VBROADCASTSS sub+16(FP), Y15
 	MOVL         $0x3fb8aa3b, AX // log2(e)
-	MOVD         AX, X14
+	VMOVD        AX, X14
 	VBROADCASTSS X14, Y14
 	MOVL         $0x3f318000, AX // ln2 high part
-	MOVD         AX, X13
+	VMOVD        AX, X13
 	VBROADCASTSS X13, Y13
 	MOVL         $0xb95e8083, AX // ln2 low part
-	MOVD         AX, X12
+	VMOVD        AX, X12
 	VBROADCASTSS X12, Y12
 	MOVL         $0x3f800000, AX // 1
-	MOVD         AX, X11
+	VMOVD        AX, X11
 	VBROADCASTSS X11, Y11
 	MOVL         $0xc2ae0000, AX // -87
-	MOVD         AX, X10
+	VMOVD        AX, X10
 	VBROADCASTSS X10, Y10
 	MOVL         $0x42b00000, AX // 88
-	MOVD         AX, X9
+	VMOVD        AX, X9
 	VBROADCASTSS X9, Y9
 	MOVL         $127, AX
-	MOVD         AX, X8
+	VMOVD        AX, X8
 	VPBROADCASTD X8, Y8
 	XORQ         AX, AX
 

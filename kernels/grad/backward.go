@@ -64,6 +64,24 @@ func (ws *Workspace) Backward(p *Problem, q, k, v, o, lse, dO, dLSE, dQ, dK, dV 
 		return rp[r+1] - rp[r]
 	}
 	slices.SortStableFunc(ws.items, func(a, b int32) int { return cmp.Compare(rowLen(b), rowLen(a)) })
+	if ws.workers[0].simd512 {
+		// AVX-512 tier: transpose every K and V block once for the score
+		// products of both passes.
+		ld := padCols(p.BlkKV)
+		sz := p.D * ld
+		ws.kt, ws.vt = growF32(ws.kt, len(ws.items)*sz), growF32(ws.vt, len(ws.items)*sz)
+		bw.kt, bw.vt, bw.tsz = ws.kt, ws.vt, sz
+		ws.parallel(len(ws.items), func(wk *worker, i int) {
+			h, r := i/tr, i%tr
+			b := int(dv.rows.Batch[r])
+			t0 := int(dv.rows.Block[r]) * p.BlkKV
+			n := max(0, min(p.BlkKV, int(dv.seqK[b])-t0))
+			kb := dv.blockKV(k, p.D, b, h, t0, n, wk.kb)
+			vb := dv.blockKV(v, p.D, b, h, t0, n, wk.vb)
+			blockT(ws.kt[i*sz:(i+1)*sz], ld, kb, n, p.D)
+			blockT(ws.vt[i*sz:(i+1)*sz], ld, vb, n, p.D)
+		})
+	}
 	if p.Paged {
 		n := tr * p.Hkv * p.BlkKV * p.D
 		ws.stageK, ws.stageV = growF32(ws.stageK, n), growF32(ws.stageV, n)
@@ -99,6 +117,18 @@ type backwardCall struct {
 	dv                     *derived
 	q, k, v, lse, dO, dlt  []float32
 	dQ, dK, dV, outK, outV []float32
+	kt, vt                 []float32 // AVX-512 tier: transposed blocks (Workspace.kt)
+	tsz                    int       // elements per transposed block
+}
+
+// blockTs returns the transposed K and V blocks of KV head h, CSR row r
+// (nil, nil off the AVX-512 tier).
+func (bw *backwardCall) blockTs(h, r int) (kt, vt []float32) {
+	if bw.kt == nil {
+		return nil, nil
+	}
+	i := (h*bw.p.CSR.TotalRows + r) * bw.tsz
+	return bw.kt[i : i+bw.tsz], bw.vt[i : i+bw.tsz]
 }
 
 // rowSetup fills lse, dlt and cnt of tile row t for (query, head) row
@@ -130,6 +160,7 @@ func (bw *backwardCall) blockItem(wk *worker, h, r int) {
 	if n > 0 && len(qs) > 0 {
 		kb := bw.dv.blockKV(bw.k, d, b, h, t0, n, wk.kb)
 		vb := bw.dv.blockKV(bw.v, d, b, h, t0, n, wk.vb)
+		kt, vt := bw.blockTs(h, r)
 		seqQ, seqK := int(p.CuQ[b+1]-p.CuQ[b]), int(dv.seqK[b])
 		scale := float32(p.Scale)
 		capRows := rowsPerTile(qpk)
@@ -138,9 +169,16 @@ func (bw *backwardCall) blockItem(wk *worker, h, r int) {
 			if m == 0 {
 				return
 			}
-			wk.gradProbs(wk.tq, wk.tdo, m, kb, vb, n, wk.lse, wk.dlt, wk.cnt, scale)
-			accTN(wk.simd, dvb, n, wk.s, wk.blk, wk.tdo, m, d)
-			accTN(wk.simd, dk, n, wk.dp, wk.blk, wk.tq, m, d)
+			wk.gradProbs(wk.tq, wk.tdo, m, kb, vb, kt, vt, n, wk.lse, wk.dlt, wk.cnt, scale)
+			if wk.simd512 {
+				// dV += P^T dO, dK += dS^T Q over the keys any row sees.
+				nk := maxCount(wk.cnt, m)
+				gemmCol(&wk.scr, dvb, d, wk.s, wk.ld, wk.tdo, d, nk, d, m, true)
+				gemmCol(&wk.scr, dk, d, wk.dp, wk.ld, wk.tq, d, nk, d, m, true)
+			} else {
+				accTN(wk.simd, dvb, n, wk.s, wk.ld, wk.tdo, m, d)
+				accTN(wk.simd, dk, n, wk.dp, wk.ld, wk.tq, m, d)
+			}
 			m = 0
 		}
 		for _, i := range qs {
@@ -200,8 +238,13 @@ func (bw *backwardCall) queryItem(ws *Workspace, wk *worker, gq, h int) {
 			}
 			kb := dv.blockKV(bw.k, d, b, h, t0, n, wk.kb)
 			vb := dv.blockKV(bw.v, d, b, h, t0, n, wk.vb)
-			wk.gradProbs(qr, dor, qpk, kb, vb, n, wk.lse, wk.dlt, wk.cnt, scale)
-			accNN(wk.simd, acc, qpk, wk.dp, wk.blk, kb, d, wk.cnt)
+			kt, vt := bw.blockTs(h, int(r))
+			wk.gradProbs(qr, dor, qpk, kb, vb, kt, vt, n, wk.lse, wk.dlt, wk.cnt, scale)
+			if wk.simd512 {
+				gemmRow(&wk.scr, acc, d, wk.dp, wk.ld, kb, d, qpk, d, maxCount(wk.cnt, qpk), true) // dQ += dS K
+			} else {
+				accNN(wk.simd, acc, qpk, wk.dp, wk.ld, kb, d, wk.cnt)
+			}
 		}
 	}
 	copy(bw.dQ[row0*d:(row0+qpk)*d], acc)

@@ -101,3 +101,20 @@ func BenchmarkBackward(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkGemmTile times the AVX-512 GEMM tiles on the backward's tile
+// shape (64 rows, 128 columns, reduction 128) and reports GFLOP/s; compare
+// with tile.PeakGFLOPS("avx512") (go test ./kernels/tile -bench Peak).
+func BenchmarkGemmTile(b *testing.B) {
+	useTier512(b)
+	m, n, k := 64, 128, 128
+	rng := rand.New(rand.NewPCG(1, 2))
+	a, bb := randF32s(rng, m*k), randF32s(rng, k*n)
+	c := make([]float32, m*n)
+	var scr [8][32]float32
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		gemmRow(&scr, c, n, a, k, bb, n, m, n, k, false)
+	}
+	b.ReportMetric(float64(2*m*n*k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+}

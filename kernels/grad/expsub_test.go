@@ -25,7 +25,7 @@ func TestExpSub(t *testing.T) {
 	}
 	simd := haveAsm && useAsm(16)
 	got := append([]float32(nil), in...)
-	expSub(simd, got, sub)
+	expSub(simd, got, sub, 1)
 	worst := 0.0
 	for i, g := range got {
 		x := in[i] - sub
@@ -40,11 +40,70 @@ func TestExpSub(t *testing.T) {
 	t.Logf("worst error %.2f ulp over %d values", worst, len(got))
 	nan := float32(math.NaN())
 	sp := []float32{nan, float32(math.Inf(-1)), -200, -88, 0, 1, -1, -0.5}
-	expSub(simd, sp, 0)
+	expSub(simd, sp, 0, 1)
 	if sp[0] == sp[0] || sp[1] != 0 || sp[2] != 0 || (simd && sp[3] != 0) || sp[4] != 1 {
 		t.Errorf("special values: %v", sp)
 	}
 	if math.Abs(float64(sp[5])-math.E) > 1e-6 {
 		t.Errorf("e^1 = %v", sp[5])
+	}
+}
+
+// TestExpSubScaled checks the fused argument: expSub(x, sub, scale) is
+// within 2 ulp of e^(scale*x - sub) (the argument rounded once; the
+// reference uses the exact float64 argument, whose rounding adds at most
+// |arg| * 2^-24 relative: |arg| <= 20 here gives < 1.2e-6), for the SIMD
+// lanes and the Go tail, and with scale = 1 expSub(x, sub) equals
+// expSub(x - sub, 0) bit for bit.
+func TestExpSubScaled(t *testing.T) {
+	simd := haveAsm && useAsm(16)
+	const scale, sub = float32(0.088388346), float32(3.25) // 1/sqrt(128)
+	var in []float32
+	for x := float32(-190); x <= 36; x += 0.37 {
+		in = append(in, x)
+	}
+	got := append([]float32(nil), in...)
+	expSub(simd, got, sub, scale)
+	for i, g := range got {
+		arg := float64(scale)*float64(in[i]) - float64(sub)
+		want := math.Exp(arg)
+		if e := math.Abs(float64(g)-want) / want; e > 2.4e-6 {
+			t.Fatalf("expSub(%v * %v - %v) = %v, want %v (rel %.3g)", scale, in[i], sub, g, want, e)
+		}
+	}
+	// scale = 1: the fused argument 1*x - sub rounds like x - sub.
+	a, b := append([]float32(nil), in...), make([]float32, len(in))
+	for i, x := range in {
+		b[i] = x - sub
+	}
+	expSub(simd, a, sub, 1)
+	expSub(simd, b, 0, 1)
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			t.Fatalf("scale 1, x = %v: %v vs %v", in[i], a[i], b[i])
+		}
+	}
+}
+
+// TestDScores compares the AVX2 dS kernel with the Go loop bit for bit
+// (same operations, no FMA), including a tail shorter than eight.
+func TestDScores(t *testing.T) {
+	simd := haveAsm && useAsm(16)
+	if !simd {
+		t.Skip("no AVX2 kernels on this build or tier")
+	}
+	for n := 0; n < 40; n += 3 {
+		s, dp := make([]float32, n), make([]float32, n)
+		for i := range s {
+			s[i], dp[i] = float32(i)*0.013, float32(n-i)*0.77-3
+		}
+		a, b := append([]float32(nil), dp...), append([]float32(nil), dp...)
+		dScores(true, a, s, 0.0884, 0.4)
+		dScores(false, b, s, 0.0884, 0.4)
+		for i := range a {
+			if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+				t.Fatalf("n=%d i=%d: simd %v, Go %v", n, i, a[i], b[i])
+			}
+		}
 	}
 }

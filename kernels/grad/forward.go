@@ -66,9 +66,9 @@ func (ws *Workspace) forwardRow(wk *worker, p *Problem, dv *derived, gq, h int, 
 			for j := range cnt {
 				cnt[j] = int32(n)
 			}
-			scoresNT(wk.simd, wk.s, wk.blk, qr, qpk, kb, d, cnt, scale)
+			scoresNT(wk.simd, wk.s, wk.ld, qr, qpk, kb, d, cnt, scale)
 			wk.onlineSoftmax(qpk, cnt)
-			accNN(wk.simd, acc, qpk, wk.s, wk.blk, vb, d, cnt)
+			accNN(wk.simd, acc, qpk, wk.s, wk.ld, vb, d, cnt)
 		}
 	}
 	for r := 0; r < qpk; r++ {

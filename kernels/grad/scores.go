@@ -44,18 +44,34 @@ func exp32(x float32) float32 {
 	return p * math.Float32frombits(uint32(k+127)<<23)
 }
 
-// expSub sets x[i] = e^(x[i] - sub): with simd the AVX2 kernel on whole
-// groups of eight (exp32's algorithm with FMAs; results below 2^-125 flush
-// to 0), exp32 on the rest.
-func expSub(simd bool, x []float32, sub float32) {
+// expSub sets x[i] = e^(scale*x[i] - sub): with simd the AVX2 kernel on
+// whole groups of eight (exp32's algorithm with FMAs, the argument fused;
+// results below 2^-125 flush to 0), exp32 on the rest. With scale = 1 the
+// argument is x[i] - sub exactly on both paths.
+func expSub(simd bool, x []float32, sub, scale float32) {
 	n := 0
 	if simd && haveAsm {
 		if n = len(x) &^ 7; n > 0 {
-			expSubAVX2(&x[0], n, sub)
+			expSubAVX2(&x[0], n, sub, scale)
 		}
 	}
 	for i := n; i < len(x); i++ {
-		x[i] = exp32(x[i] - sub)
+		x[i] = exp32(scale*x[i] - sub)
+	}
+}
+
+// dScores sets dp[i] = (scale * s[i]) * (dp[i] - dl): with simd the AVX2
+// kernel on whole groups of eight, the same operations in Go on the rest.
+func dScores(simd bool, dp, s []float32, scale, dl float32) {
+	s = s[:len(dp)]
+	n := 0
+	if simd && haveAsm {
+		if n = len(dp) &^ 7; n > 0 {
+			dsAVX2(&dp[0], &s[0], n, scale, dl)
+		}
+	}
+	for i := n; i < len(dp); i++ {
+		dp[i] = scale * s[i] * (dp[i] - dl)
 	}
 }
 
@@ -63,26 +79,32 @@ func expSub(simd bool, x []float32, sub float32) {
 func finite(x float32) bool { return !math.IsInf(float64(x), 0) && !math.IsNaN(float64(x)) }
 
 // gradProbs recomputes, for m rows (tile rows q and dO, [m][d]) against a
-// block of n keys (kb, vb, [n][d]), with row r seeing keys i < cnt[r]:
+// block of n keys (kb, vb, [n][d]; on the AVX-512 tier their transposes
+// kt, vt, [d][ld], else nil), with row r seeing keys i < cnt[r]:
 //
 //	wk.s[r][i]  = P  = exp(scale*q_r.k_i - lse[r])
 //	wk.dp[r][i] = dS' = scale * P * (dO_r.v_i - dlt[r])
 //
 // where dlt[r] = Delta_r - dLSE_r; both are 0 for i in [cnt[r], n). dS' is
 // the scaled dS of the package doc, ready for dQ += dS' K and dK += dS'^T Q.
-func (wk *worker) gradProbs(q, do []float32, m int, kb, vb []float32, n int, lse, dlt []float32, cnt []int32, scale float32) {
-	d, ld := wk.d, wk.blk
-	scoresNT(wk.simd, wk.s, ld, q, m, kb, d, cnt, scale)
-	scoresNT(wk.simd, wk.dp, ld, do, m, vb, d, cnt, 1)
+func (wk *worker) gradProbs(q, do []float32, m int, kb, vb, kt, vt []float32, n int, lse, dlt []float32, cnt []int32, scale float32) {
+	d, ld := wk.d, wk.ld
+	escale := float32(1) // scale applied inside the exponential
+	if kt != nil {
+		wk.scoresT(wk.s, ld, q, m, kt, ld, n, d)
+		wk.scoresT(wk.dp, ld, do, m, vt, ld, n, d)
+		escale = scale
+	} else {
+		scoresNT(wk.simd, wk.s, ld, q, m, kb, d, cnt, scale)
+		scoresNT(wk.simd, wk.dp, ld, do, m, vb, d, cnt, 1)
+	}
 	for r := 0; r < m; r++ {
 		c := int(cnt[r])
 		s := wk.s[r*ld : r*ld+n]
 		dp := wk.dp[r*ld : r*ld+n]
 		l, dl := lse[r], dlt[r]
-		expSub(wk.simd, s[:c], l)
-		for i := 0; i < c; i++ {
-			dp[i] = scale * s[i] * (dp[i] - dl)
-		}
+		expSub(wk.simd, s[:c], l, escale)
+		dScores(wk.simd, dp[:c], s[:c], scale, dl)
 		clear(s[c:])
 		clear(dp[c:])
 	}
@@ -93,7 +115,7 @@ func (wk *worker) gradProbs(q, do []float32, m int, kb, vb []float32, n int, lse
 // accumulator wk.acc ([m][d]), replacing the scores by their
 // probabilities exp(s - max). The caller then adds P V to wk.acc.
 func (wk *worker) onlineSoftmax(m int, cnt []int32) {
-	d, ld := wk.d, wk.blk
+	d, ld := wk.d, wk.ld
 	for r := 0; r < m; r++ {
 		s := wk.s[r*ld : r*ld+int(cnt[r])]
 		if len(s) == 0 {
@@ -114,7 +136,7 @@ func (wk *worker) onlineSoftmax(m int, cnt []int32) {
 			wk.mx[r] = mx
 		}
 		sum := float32(0)
-		expSub(wk.simd, s, mx)
+		expSub(wk.simd, s, mx, 1)
 		for _, pv := range s {
 			sum += pv
 		}

@@ -43,7 +43,7 @@ func (ws *Workspace) TemperatureLSE(p *Problem, q, k []float32, invT float64, tl
 // the query heads of KV head h: two passes over the query's blocks (the
 // maximum, then the sum), in ascending block order.
 func (ws *Workspace) temperatureRow(wk *worker, p *Problem, dv *derived, gq, h int, q, k []float32, invT float64, tlse []float32) {
-	d, qpk, ld := p.D, dv.qpk, wk.blk
+	d, qpk, ld := p.D, dv.qpk, wk.ld
 	row0 := gq*p.HQ + h*qpk
 	mx := make([]float64, 2*qpk)
 	sum := mx[qpk:]

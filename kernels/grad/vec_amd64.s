@@ -214,15 +214,17 @@ VEC8(expc5, 0x3c088889)
 VEC8(expc6, 0x3ab60b61)
 VEC8(expc7, 0x39500d01)
 
-// func expSubAVX2(s *float32, n int, sub float32)
-// s[i] = e^(s[i] - sub) for i < n, n a multiple of 8: exp32's reduction
-// x = k ln2 + r (k rounded to nearest even) and degree-7 polynomial, with
-// FMAs. x < -87 (results below 2^-125) gives 0, x is clamped to 88 above
-// (the callers pass x <= 0), NaN stays NaN.
-TEXT ·expSubAVX2(SB), NOSPLIT, $0-20
+// func expSubAVX2(s *float32, n int, sub, scale float32)
+// s[i] = e^(scale*s[i] - sub) for i < n, n a multiple of 8 (the argument
+// fused: one rounding; with scale = 1 it is s[i] - sub exactly): exp32's
+// reduction x = k ln2 + r (k rounded to nearest even) and degree-7
+// polynomial, with FMAs. x < -87 (results below 2^-125) gives 0, x is
+// clamped to 88 above (the callers pass x <= 0), NaN stays NaN.
+TEXT ·expSubAVX2(SB), NOSPLIT, $0-24
 	MOVQ         s+0(FP), DI
 	MOVQ         n+8(FP), CX
 	VBROADCASTSS sub+16(FP), Y15
+	VBROADCASTSS scale+20(FP), Y6
 	MOVL         $0x3fb8aa3b, AX // log2(e)
 	VMOVD        AX, X14
 	VBROADCASTSS X14, Y14
@@ -250,7 +252,7 @@ exploop:
 	CMPQ         AX, CX
 	JGE          expdone
 	VMOVUPS      (DI)(AX*4), Y0
-	VSUBPS       Y15, Y0, Y0            // x
+	VFMSUB213PS  Y15, Y6, Y0            // x = scale*s - sub
 	VCMPPS       $0x1d, Y10, Y0, Y1     // x >= -87 (false for NaN)
 	VCMPPS       $3, Y0, Y0, Y7         // x is NaN
 	VMINPS       Y9, Y0, Y0
@@ -279,5 +281,31 @@ exploop:
 	JMP          exploop
 
 expdone:
+	VZEROUPPER
+	RET
+
+// func dsAVX2(dp, s *float32, n int, scale, dl float32)
+// dp[i] = (scale * s[i]) * (dp[i] - dl) for i < n, n a multiple of 8: the
+// operations and rounding of the Go loop in gradProbs (no FMA).
+TEXT ·dsAVX2(SB), NOSPLIT, $0-32
+	MOVQ         dp+0(FP), DI
+	MOVQ         s+8(FP), SI
+	MOVQ         n+16(FP), CX
+	VBROADCASTSS scale+24(FP), Y1
+	VBROADCASTSS dl+28(FP), Y2
+	XORQ         AX, AX
+
+dsloop:
+	CMPQ    AX, CX
+	JGE     dsdone
+	VMOVUPS (DI)(AX*4), Y3
+	VSUBPS  Y2, Y3, Y3              // dp - dl
+	VMULPS  (SI)(AX*4), Y1, Y4      // scale * s
+	VMULPS  Y3, Y4, Y4
+	VMOVUPS Y4, (DI)(AX*4)
+	ADDQ    $8, AX
+	JMP     dsloop
+
+dsdone:
 	VZEROUPPER
 	RET

@@ -24,6 +24,29 @@ func axpy4x2AVX2(y0, y1, x0, x1, x2, x3 *float32, n int, w *[8]float32) {
 	panic("grad: axpy4x2AVX2 without assembly")
 }
 
-func expSubAVX2(s *float32, n int, sub float32) {
+func expSubAVX2(s *float32, n int, sub, scale float32) {
 	panic("grad: expSubAVX2 without assembly")
 }
+
+func dsAVX2(dp, s *float32, n int, scale, dl float32) {
+	panic("grad: dsAVX2 without assembly")
+}
+
+func gemm8x32RowAVX512(c, a *[8]*float32, b *float32, ldb, k, load int) {
+	panic("grad: gemm8x32RowAVX512 without assembly")
+}
+
+func gemm8x16RowAVX512(c, a *[8]*float32, b *float32, ldb, k, load int) {
+	panic("grad: gemm8x16RowAVX512 without assembly")
+}
+
+func gemm8x32ColAVX512(c *[8]*float32, a *float32, csA int, b *float32, ldb, k, load int) {
+	panic("grad: gemm8x32ColAVX512 without assembly")
+}
+
+func gemm8x16ColAVX512(c *[8]*float32, a *float32, csA int, b *float32, ldb, k, load int) {
+	panic("grad: gemm8x16ColAVX512 without assembly")
+}
+
+// useAsm512 is false: the portable Go kernels run.
+func useAsm512(d int) bool { return false }

@@ -33,6 +33,9 @@ type Workspace struct {
 	pageRefPtr []int32 // paged: [NumPages+1] into pageRefs
 	pageRefs   []int32 // paged: b*PTCols+col of every use of a page
 	pagePos    []int32 // paged: [NumPages] fill cursors of pageRefs
+	// AVX-512 tier: the transposed K and V blocks of a Backward call,
+	// [Hkv*TotalRows][D][padCols(BlkKV)] (block h*TotalRows+r).
+	kt, vt []float32
 }
 
 // NewWorkspace returns a workspace that runs on pool. A nil pool runs
@@ -50,15 +53,18 @@ func (ws *Workspace) Workers() int { return ws.pool.Workers() }
 // worker is one goroutine's scratch.
 type worker struct {
 	qpk, blk, d int
-	simd        bool      // run the AVX2 building blocks (useAsm)
-	kb, vb      []float32 // [blk][d] gathered K/V block
-	dk, dv      []float32 // [blk][d] block gradient accumulators
-	tq, tdo     []float32 // [tileRows][d] gathered Q and dO rows
-	s, dp       []float32 // [tileRows][blk] scores/P and dP/dS
-	acc         []float32 // [qpk][d] O or dQ accumulator
-	lse, dlt    []float32 // [tileRows] LSE and Delta - dLSE of each row
-	mx, sum     []float32 // [qpk] running max and sum (forward)
-	cnt         []int32   // [tileRows] visible keys of each row
+	ld          int            // leading dimension of s and dp: padCols(blk)
+	simd        bool           // run the AVX2 building blocks (useAsm)
+	simd512     bool           // run the AVX-512 GEMM tiles (useAsm512, gemm.go)
+	scr         [8][32]float32 // rows past the end of a GEMM tile
+	kb, vb      []float32      // [blk][d] gathered K/V block
+	dk, dv      []float32      // [blk][d] block gradient accumulators
+	tq, tdo     []float32      // [tileRows][d] gathered Q and dO rows
+	s, dp       []float32      // [tileRows][ld] scores/P and dP/dS
+	acc         []float32      // [qpk][d] O or dQ accumulator
+	lse, dlt    []float32      // [tileRows] LSE and Delta - dLSE of each row
+	mx, sum     []float32      // [qpk] running max and sum (forward)
+	cnt         []int32        // [tileRows] visible keys of each row
 }
 
 // rowsPerTile returns the rows of a dK/dV tile: whole query groups, at
@@ -78,12 +84,13 @@ func (ws *Workspace) ensure(qpk, blk, d int) {
 	ws.workers = make([]*worker, n)
 	tr := rowsPerTile(qpk)
 	for i := range ws.workers {
+		ld := padCols(blk)
 		ws.workers[i] = &worker{
-			qpk: qpk, blk: blk, d: d,
+			qpk: qpk, blk: blk, d: d, ld: ld,
 			kb: make([]float32, blk*d), vb: make([]float32, blk*d),
 			dk: make([]float32, blk*d), dv: make([]float32, blk*d),
 			tq: make([]float32, tr*d), tdo: make([]float32, tr*d),
-			s: make([]float32, tr*blk), dp: make([]float32, tr*blk),
+			s: make([]float32, tr*ld), dp: make([]float32, tr*ld),
 			acc: make([]float32, qpk*d),
 			lse: make([]float32, tr), dlt: make([]float32, tr),
 			mx: make([]float32, qpk), sum: make([]float32, qpk),
@@ -95,9 +102,9 @@ func (ws *Workspace) ensure(qpk, blk, d int) {
 
 // setSIMD selects the building blocks of this call from tile's active tier.
 func (ws *Workspace) setSIMD(d int) {
-	simd := haveAsm && useAsm(d)
+	simd, simd512 := haveAsm && useAsm(d), haveAsm && useAsm512(d)
 	for _, w := range ws.workers {
-		w.simd = simd
+		w.simd, w.simd512 = simd, simd512
 	}
 }
 

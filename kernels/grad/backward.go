@@ -64,24 +64,7 @@ func (ws *Workspace) Backward(p *Problem, q, k, v, o, lse, dO, dLSE, dQ, dK, dV 
 		return rp[r+1] - rp[r]
 	}
 	slices.SortStableFunc(ws.items, func(a, b int32) int { return cmp.Compare(rowLen(b), rowLen(a)) })
-	if ws.workers[0].simd512 {
-		// AVX-512 tier: transpose every K and V block once for the score
-		// products of both passes.
-		ld := padCols(p.BlkKV)
-		sz := p.D * ld
-		ws.kt, ws.vt = growF32(ws.kt, len(ws.items)*sz), growF32(ws.vt, len(ws.items)*sz)
-		bw.kt, bw.vt, bw.tsz = ws.kt, ws.vt, sz
-		ws.parallel(len(ws.items), func(wk *worker, i int) {
-			h, r := i/tr, i%tr
-			b := int(dv.rows.Batch[r])
-			t0 := int(dv.rows.Block[r]) * p.BlkKV
-			n := max(0, min(p.BlkKV, int(dv.seqK[b])-t0))
-			kb := dv.blockKV(k, p.D, b, h, t0, n, wk.kb)
-			vb := dv.blockKV(v, p.D, b, h, t0, n, wk.vb)
-			blockT(ws.kt[i*sz:(i+1)*sz], ld, kb, n, p.D)
-			blockT(ws.vt[i*sz:(i+1)*sz], ld, vb, n, p.D)
-		})
-	}
+	bw.kt, bw.vt, bw.tsz = ws.transposeBlocks(p, dv, k, v)
 	if p.Paged {
 		n := tr * p.Hkv * p.BlkKV * p.D
 		ws.stageK, ws.stageV = growF32(ws.stageK, n), growF32(ws.stageV, n)
@@ -124,11 +107,7 @@ type backwardCall struct {
 // blockTs returns the transposed K and V blocks of KV head h, CSR row r
 // (nil, nil off the AVX-512 tier).
 func (bw *backwardCall) blockTs(h, r int) (kt, vt []float32) {
-	if bw.kt == nil {
-		return nil, nil
-	}
-	i := (h*bw.p.CSR.TotalRows + r) * bw.tsz
-	return bw.kt[i : i+bw.tsz], bw.vt[i : i+bw.tsz]
+	return blockTOf(bw.kt, bw.tsz, bw.p, h, r), blockTOf(bw.vt, bw.tsz, bw.p, h, r)
 }
 
 // rowSetup fills lse, dlt and cnt of tile row t for (query, head) row

@@ -27,11 +27,12 @@ func (ws *Workspace) Forward(p *Problem, q, k, v, o, lse []float32) error {
 	}
 	ws.ensure(dv.qpk, p.BlkKV, p.D)
 	ws.buildQueryLists(p, dv)
+	kt, _, tsz := ws.transposeBlocks(p, dv, k, nil)
 	chunks := (p.TotalQ + queryChunk - 1) / queryChunk
 	ws.parallel(chunks, func(wk *worker, c int) {
 		for gq := c * queryChunk; gq < min(p.TotalQ, (c+1)*queryChunk); gq++ {
 			for h := 0; h < p.Hkv; h++ {
-				ws.forwardRow(wk, p, dv, gq, h, q, k, v, o, lse)
+				ws.forwardRow(wk, p, dv, gq, h, q, k, v, o, lse, kt, tsz)
 			}
 		}
 	})
@@ -39,8 +40,9 @@ func (ws *Workspace) Forward(p *Problem, q, k, v, o, lse []float32) error {
 }
 
 // forwardRow computes O and LSE of global query row gq for the query heads
-// of KV head h.
-func (ws *Workspace) forwardRow(wk *worker, p *Problem, dv *derived, gq, h int, q, k, v, o, lse []float32) {
+// of KV head h. kt holds the transposed K blocks (transposeBlocks) on the
+// AVX-512 tier, else nil.
+func (ws *Workspace) forwardRow(wk *worker, p *Problem, dv *derived, gq, h int, q, k, v, o, lse, kt []float32, tsz int) {
 	d, qpk := p.D, dv.qpk
 	row0 := gq*p.HQ + h*qpk // first (query, head) row of the group
 	ninf := float32(math.Inf(-1))
@@ -61,11 +63,23 @@ func (ws *Workspace) forwardRow(wk *worker, p *Problem, dv *derived, gq, h int, 
 			if n == 0 {
 				continue
 			}
-			kb := dv.blockKV(k, d, b, h, t0, n, wk.kb)
 			vb := dv.blockKV(v, d, b, h, t0, n, wk.vb)
 			for j := range cnt {
 				cnt[j] = int32(n)
 			}
+			if kt != nil {
+				wk.scoresT(wk.s, wk.ld, qr, qpk, blockTOf(kt, tsz, p, h, int(r)), wk.ld, n, d)
+				for j := range qpk {
+					sr := wk.s[j*wk.ld : j*wk.ld+n]
+					for c := range sr {
+						sr[c] *= scale
+					}
+				}
+				wk.onlineSoftmax(qpk, cnt)
+				gemmRow(&wk.scr, acc, d, wk.s, wk.ld, vb, d, qpk, d, n, true) // O += P V
+				continue
+			}
+			kb := dv.blockKV(k, d, b, h, t0, n, wk.kb)
 			scoresNT(wk.simd, wk.s, wk.ld, qr, qpk, kb, d, cnt, scale)
 			wk.onlineSoftmax(qpk, cnt)
 			accNN(wk.simd, acc, qpk, wk.s, wk.ld, vb, d, cnt)

@@ -136,3 +136,44 @@ func maxCount(cnt []int32, m int) int {
 	}
 	return k
 }
+
+// transposeBlocks transposes, on the AVX-512 tier, every K block (and V
+// block when v is not nil) of the call into ws.kt (ws.vt) for the score
+// products: block h*TotalRows+r at offset (h*TotalRows+r)*sz, [D][ld] with
+// ld = padCols(BlkKV). Off that tier it does nothing and returns nils.
+func (ws *Workspace) transposeBlocks(p *Problem, dv *derived, k, v []float32) (kt, vt []float32, sz int) {
+	if !ws.workers[0].simd512 {
+		return nil, nil, 0
+	}
+	tr := p.CSR.TotalRows
+	ld := padCols(p.BlkKV)
+	sz = p.D * ld
+	nb := p.Hkv * tr
+	ws.kt = growF32(ws.kt, nb*sz)
+	kt = ws.kt
+	if v != nil {
+		ws.vt = growF32(ws.vt, nb*sz)
+		vt = ws.vt
+	}
+	ws.parallel(nb, func(wk *worker, i int) {
+		h, r := i/tr, i%tr
+		b := int(dv.rows.Batch[r])
+		t0 := int(dv.rows.Block[r]) * p.BlkKV
+		n := max(0, min(p.BlkKV, int(dv.seqK[b])-t0))
+		blockT(kt[i*sz:(i+1)*sz], ld, dv.blockKV(k, p.D, b, h, t0, n, wk.kb), n, p.D)
+		if v != nil {
+			blockT(vt[i*sz:(i+1)*sz], ld, dv.blockKV(v, p.D, b, h, t0, n, wk.vb), n, p.D)
+		}
+	})
+	return kt, vt, sz
+}
+
+// blockTOf returns transposed block (h, r) of x (transposeBlocks), nil
+// when x is nil.
+func blockTOf(x []float32, sz int, p *Problem, h, r int) []float32 {
+	if x == nil {
+		return nil
+	}
+	i := (h*p.CSR.TotalRows + r) * sz
+	return x[i : i+sz]
+}

@@ -98,10 +98,14 @@ func FwdVariant(q, kv Dtype) (TCVariant, bool) {
 	return "", false
 }
 
-// DecodeVariant is the decode variant (BF16, FP8, or BF16 Q with E4M3
-// K/V; NVFP4 decode runs on the portable kernel).
-func DecodeVariant(q, kv Dtype) (TCVariant, bool) {
+// DecodeVariant is the decode variant of family a: BF16, FP8, or BF16 Q
+// with E4M3 K/V on every tensor-core family; NVFP4 K/V (BF16 or E4M3 Q)
+// only on SM100 (the sm90 and sm80 families run NVFP4 decode on the
+// portable kernel).
+func DecodeVariant(a Arch, q, kv Dtype) (TCVariant, bool) {
 	switch {
+	case kv == NVFP4 && (q == BF16 || q == E4M3):
+		return VarNVFP4, a == ArchSM100
 	case q == BF16 && kv == BF16:
 		return VarBF16, true
 	case q == E4M3 && kv == E4M3:
@@ -112,13 +116,33 @@ func DecodeVariant(q, kv Dtype) (TCVariant, bool) {
 	return "", false
 }
 
+// decodeQ is a Q dtype variant v accepts (its first in DecodeVariant).
+func decodeQ(v TCVariant) Dtype {
+	if v == VarFP8 {
+		return E4M3
+	}
+	return BF16
+}
+
+// kv is the K/V dtype of variant v.
+func (v TCVariant) kv() Dtype {
+	switch v {
+	case VarBF16:
+		return BF16
+	case VarNVFP4:
+		return NVFP4
+	}
+	return E4M3
+}
+
 // TCName is the extern "C" name msa_<arch>_<algo>_<variant>_d<D>.
 func TCName(a Arch, algo string, v TCVariant, d int) string {
 	return fmt.Sprintf("msa_%s_%s_%s_d%d", a, algo, v, d)
 }
 
 // TCNames lists every tensor-core kernel name the launcher may look up for
-// family a (algo fwd: four variants; decode: three; head dims 64, 128, 256).
+// family a (algo fwd: four variants; decode: three, four on SM100; head dims
+// 64, 128, 256).
 func TCNames(a Arch) []string {
 	if a == ArchPortable {
 		return nil
@@ -128,8 +152,10 @@ func TCNames(a Arch) []string {
 		for _, v := range []TCVariant{VarBF16, VarFP8, VarBF16FP8, VarNVFP4} {
 			out = append(out, TCName(a, "fwd", v, d))
 		}
-		for _, v := range []TCVariant{VarBF16, VarFP8, VarBF16FP8} {
-			out = append(out, TCName(a, "decode", v, d))
+		for _, v := range []TCVariant{VarBF16, VarFP8, VarBF16FP8, VarNVFP4} {
+			if _, ok := DecodeVariant(a, decodeQ(v), v.kv()); ok {
+				out = append(out, TCName(a, "decode", v, d))
+			}
 		}
 	}
 	return out
@@ -201,7 +227,7 @@ func TCDecodePlan(arch Arch, a *DecodeArgs, workItems int) (p TCPlan, why string
 	if arch == ArchPortable {
 		return p, "no tensor-core kernels for this GPU"
 	}
-	v, ok := DecodeVariant(a.QDtype, a.KVDtype)
+	v, ok := DecodeVariant(arch, a.QDtype, a.KVDtype)
 	switch {
 	case !ok:
 		return p, fmt.Sprintf("no tensor-core decode variant for Q %s, K/V %s", a.QDtype, a.KVDtype)

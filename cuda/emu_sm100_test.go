@@ -127,7 +127,7 @@ func TestSM100MemoryRegions(t *testing.T) {
 			if l.QRowBytes != l.KVRow || l.QKSteps*sm100KStepBytes != l.QRowBytes || l.PVSteps*l.KeysPerPVStep != sm100BlockKeys {
 				t.Errorf("%s: MMA K steps %d / %d do not cover D / the block", what, l.QKSteps, l.PVSteps)
 			}
-			if v != SM100NVFP4 {
+			{
 				dl := SM100Dec(v, d)
 				what := fmt.Sprintf("decode v%d d%d", v, d)
 				trs := []region{{"S^T", dl.TmemS, dl.TmemS + sm100DecRows}}
@@ -683,11 +683,7 @@ func emuSM100Decode(t *testing.T, c *decodeCase, v SM100Variant) (written map[in
 	if v == SM100BF16 {
 		elemBytes = 2
 	}
-	kvd := E4M3
-	if v == SM100BF16 {
-		kvd = BF16
-	}
-	kmap, err := KVMapSpec("k", 1<<20, kvd, c.d, c.hkv, c.pageSize, c.numPages)
+	kmap, err := KVMapSpec("k", 1<<20, c.kvd, c.d, c.hkv, c.pageSize, c.numPages)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -884,6 +880,11 @@ func TestEmulatedSM100Decode(t *testing.T) {
 		// 16 heads x 6 query tokens: two row tiles per item; sparse rows selecting nothing in a chunk
 		{&decodeCase{name: "sparse/split/two-tiles", batch: 2, seqlenQ: 6, hkv: 1, qhpk: 16, d: 64, pageSize: 128, fixedSplit: 2,
 			topK: 2, blk: 128, seqused: []int32{3000, 700}, qd: BF16, kvd: BF16}, SM100BF16},
+		// NVFP4 K/V (rows of D/2 bytes: 32-byte TMA boxes at D = 64), E4M3 and BF16 Q
+		{&decodeCase{name: "nvfp4/dense/split/page128", batch: 2, seqlenQ: 1, hkv: 2, qhpk: 8, d: 64, pageSize: 128, fixedSplit: 3,
+			seqused: []int32{900, 260}, qd: E4M3, kvd: NVFP4}, SM100NVFP4},
+		{&decodeCase{name: "nvfp4/sparse/blk256", batch: 2, seqlenQ: 2, hkv: 1, qhpk: 16, d: 256, pageSize: 256,
+			topK: 3, blk: 256, seqused: []int32{2000, 513}, qd: BF16, kvd: NVFP4}, SM100NVFP4},
 	}
 	maxTiles, empty := 0, 0
 	for _, tc := range cases {

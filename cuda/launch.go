@@ -753,7 +753,7 @@ func (k *Kernels) prepDecode(a *DecodeArgs, s *plan.DecodeSchedule) ([]step, err
 					steps = append(steps, st)
 				}
 			}
-			if v, ok := DecodeVariant(a.QDtype, a.KVDtype); ok && !done {
+			if v, ok := DecodeVariant(k.arch, a.QDtype, a.KVDtype); ok && !done {
 				k.fallback[TCName(k.arch, "decode", v, a.D)] = why
 			}
 		}

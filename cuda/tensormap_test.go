@@ -130,8 +130,12 @@ func TestDispatch(t *testing.T) {
 			t.Errorf("sm_%d%d: %v, want %v", c.maj, c.min, got, c.want)
 		}
 	}
-	if n := TCNames(ArchSM100); len(n) != 21 || n[0] != "msa_sm100_fwd_bf16_d64" || !slices.Contains(n, "msa_sm100_decode_fp8_d256") {
+	if n := TCNames(ArchSM100); len(n) != 24 || n[0] != "msa_sm100_fwd_bf16_d64" || !slices.Contains(n, "msa_sm100_decode_fp8_d256") ||
+		!slices.Contains(n, "msa_sm100_decode_nvfp4_d128") {
 		t.Errorf("TCNames(sm100) = %v", n)
+	}
+	if n := TCNames(ArchSM90); len(n) != 21 || slices.Contains(n, "msa_sm90_decode_nvfp4_d128") {
+		t.Errorf("TCNames(sm90) = %v (no NVFP4 decode on sm90)", n)
 	}
 	for _, a := range []Arch{ArchPortable, ArchSM80, ArchSM90, ArchSM100} {
 		if b, ok := ParseArch(a.String()); !ok || b != a {
@@ -199,8 +203,11 @@ func TestDispatch(t *testing.T) {
 		t.Errorf("bf16 Q, e4m3 K/V decode: %+v %q", p, why)
 	}
 	d.KVDtype = NVFP4
-	if _, why := TCDecodePlan(ArchSM100, &d, 3); why == "" {
-		t.Error("nvfp4 decode has no tensor-core variant")
+	if p, why := TCDecodePlan(ArchSM100, &d, 3); why != "" || p.Name != "msa_sm100_decode_nvfp4_d128" || p.SmemBytes != 111152 {
+		t.Errorf("nvfp4 decode on sm100: %+v %q", p, why)
+	}
+	if _, why := TCDecodePlan(ArchSM90, &d, 3); why == "" {
+		t.Error("nvfp4 decode on sm90: a tensor-core plan (only SM100 has the variant)")
 	}
 	d.KVDtype, d.PageSize = BF16, 4
 	if _, why := TCDecodePlan(ArchSM100, &d, 3); !strings.Contains(why, "page size") {

@@ -33,6 +33,9 @@ const (
 	SM100DecodeBF16FP8D64  = "msa_sm100_decode_bf16fp8_d64"
 	SM100DecodeBF16FP8D128 = "msa_sm100_decode_bf16fp8_d128"
 	SM100DecodeBF16FP8D256 = "msa_sm100_decode_bf16fp8_d256"
+	SM100DecodeNVFP4D64    = "msa_sm100_decode_nvfp4_d64"
+	SM100DecodeNVFP4D128   = "msa_sm100_decode_nvfp4_d128"
+	SM100DecodeNVFP4D256   = "msa_sm100_decode_nvfp4_d256"
 )
 
 // SM100Kernel is the launch data of one SM100 tensor-core kernel.
@@ -70,4 +73,7 @@ var SM100Kernels = []SM100Kernel{
 	{Name: SM100DecodeBF16FP8D64, Algo: "decode", Variant: "bf16fp8", HeadDim: 64, Threads: 128, DynSmem: 70192, TMEMCols: 128, RowTile: 64},
 	{Name: SM100DecodeBF16FP8D128, Algo: "decode", Variant: "bf16fp8", HeadDim: 128, Threads: 128, DynSmem: 119344, TMEMCols: 128, RowTile: 64},
 	{Name: SM100DecodeBF16FP8D256, Algo: "decode", Variant: "bf16fp8", HeadDim: 256, Threads: 128, DynSmem: 217648, TMEMCols: 256, RowTile: 64},
+	{Name: SM100DecodeNVFP4D64, Algo: "decode", Variant: "nvfp4", HeadDim: 64, Threads: 128, DynSmem: 66096, TMEMCols: 128, RowTile: 64},
+	{Name: SM100DecodeNVFP4D128, Algo: "decode", Variant: "nvfp4", HeadDim: 128, Threads: 128, DynSmem: 111152, TMEMCols: 128, RowTile: 64},
+	{Name: SM100DecodeNVFP4D256, Algo: "decode", Variant: "nvfp4", HeadDim: 256, Threads: 128, DynSmem: 201264, TMEMCols: 256, RowTile: 64},
 }

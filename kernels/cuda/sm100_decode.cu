@@ -33,7 +33,12 @@
 // pv_round = E4M3 (P is an E4M3 operand); bf16: BF16 Q, K and V; bf16fp8:
 // BF16 Q with E4M3 K and V, widened to BF16 in shared memory (thread t
 // converts key t of the raw tile TMA landed; the V load then follows the K
-// conversion instead of overlapping S^T).
+// conversion instead of overlapping S^T); nvfp4: BF16 or E4M3 Q (E4M3
+// widened to BF16 while it is gathered) with NVFP4 K and V dequantised to
+// BF16 the same way (E2M1 times the row's E4M3 block scale, exact in bf16);
+// the K global scale multiplies the score scale, the V global scale is the
+// output_scale the host passes (applied here without split-KV, by the
+// combine with it), as in decode.cu.
 #include <climits>
 #include "sm100_common.cuh"
 
@@ -118,7 +123,8 @@ __device__ __forceinline__ void dec_body(const MsaDecodeParams& p, const MsaTens
         tma_prefetch_map(&maps.v);
     }
 
-    const float scale = p.softmax_scale_log2;
+    float scale = p.softmax_scale_log2;
+    if (V == kNVFP4 && p.k_global_scale) scale *= *reinterpret_cast<const float*>(p.k_global_scale);
     const float oscale = p.output_scale ? *reinterpret_cast<const float*>(p.output_scale) : 1.f;
     const int obase = p.split_kv ? reinterpret_cast<const int*>(p.o_indptr)[b] + kt * p.q_stride : 0;
     const uint8_t* qbase = reinterpret_cast<const uint8_t*>(p.q);
@@ -145,8 +151,12 @@ __device__ __forceinline__ void dec_body(const MsaDecodeParams& p, const MsaTens
             s_lim[tid] = lim;
             s_m[tid] = -INFINITY;
             s_l[tid] = 0.f;
-            gather_row_async<L::row_bytes, R>(sQ, tid, qo >= 0 ? qbase + qo * L::es : nullptr, qbase);
-            cp_async_wait_all();
+            if (V == kNVFP4 && p.q_dtype == MSA_DT_E4M3) {
+                gather_row_e4m3_to_bf16<D, R>(sQ, tid, qo >= 0 ? qbase + qo : nullptr);
+            } else {
+                gather_row_async<L::row_bytes, R>(sQ, tid, qo >= 0 ? qbase + qo * L::es : nullptr, qbase);
+                cp_async_wait_all();
+            }
         }
         fence_proxy_async();
         __syncthreads();
@@ -191,9 +201,11 @@ __device__ __forceinline__ void dec_body(const MsaDecodeParams& p, const MsaTens
                 if constexpr (!kConv) issue_kv_tile<L::raw_row, kStorageBytes>(sV, &maps.v, bar_v, g, t0, nk);
             }
             __syncthreads();
-            if constexpr (kConv) {  // raw E4M3 K -> BF16 K (rows past the block's keys: zero)
+            // NVFP4: the block-scale row of key tid (sm100_common.cuh KVGeom)
+            const long long srow = (V == kNVFP4 && tid < nk) ? g.scale_row(t0 + tid) : 0;
+            if constexpr (kConv) {  // raw E4M3 / NVFP4 K -> BF16 K (rows past the block's keys: zero)
                 mbar_wait(bar_k, kv_parity(nvis));
-                convert_kv_row<V, D>(sK, sRaw, tid, tid < nk, nullptr, 0);
+                convert_kv_row<V, D>(sK, sRaw, tid, tid < nk, reinterpret_cast<const uint8_t*>(p.k_scale), srow);
                 fence_proxy_async();
                 __syncthreads();  // the staging tile is free for V; K is visible to the MMA
                 if (tid == 0) issue_kv_tile<L::raw_row, kStorageBytes>(sRaw, &maps.v, bar_v, g, t0, nk);
@@ -277,7 +289,7 @@ __device__ __forceinline__ void dec_body(const MsaDecodeParams& p, const MsaTens
             // ---- V landed: rows past the block's keys to zero (P = 0 never meets stale data) ----
             mbar_wait(bar_v, kv_parity(nvis));
             if constexpr (kConv)
-                convert_kv_row<V, D>(sV, sRaw, tid, tid < nk, nullptr, 0);
+                convert_kv_row<V, D>(sV, sRaw, tid, tid < nk, reinterpret_cast<const uint8_t*>(p.v_scale), srow);
             else if (tid >= nk)
                 zero_row<L::row_bytes, kBlockKeys>(sV, tid);
 
@@ -399,4 +411,7 @@ MSA_SM100_DEC_KERNEL(fp8, kFP8, 256)
 MSA_SM100_DEC_KERNEL(bf16fp8, kBF16FP8, 64)
 MSA_SM100_DEC_KERNEL(bf16fp8, kBF16FP8, 128)
 MSA_SM100_DEC_KERNEL(bf16fp8, kBF16FP8, 256)
+MSA_SM100_DEC_KERNEL(nvfp4, kNVFP4, 64)
+MSA_SM100_DEC_KERNEL(nvfp4, kNVFP4, 128)
+MSA_SM100_DEC_KERNEL(nvfp4, kNVFP4, 256)
 #undef MSA_SM100_DEC_KERNEL

@@ -188,7 +188,7 @@ constexpr int kDecRows = 64;  // query-head rows per decode row tile (UMMA N)
 template <int V, int D>
 struct DecLayout {
     static_assert(D == 64 || D == 128 || D == 256, "head dim");
-    static_assert(V == kBF16 || V == kFP8 || V == kBF16FP8, "decode variants: bf16, fp8, bf16fp8");
+    static_assert(V == kBF16 || V == kFP8 || V == kBF16FP8 || V == kNVFP4, "decode variants: bf16, fp8, bf16fp8, nvfp4");
     static constexpr bool f8 = V == kFP8;
     static constexpr int es = f8 ? 1 : 2;                     // MMA operand element size
     static constexpr int row_bytes = D * es;                  // Q/K/V row in shared memory
@@ -202,7 +202,7 @@ struct DecLayout {
     static constexpr int k_off = align_up(q_off + q_bytes, 1024);
     static constexpr int v_off = align_up(k_off + kv_bytes, 1024);
     static constexpr int p_off = align_up(v_off + kv_bytes, 1024);
-    static constexpr int raw_off = align_up(p_off + p_bytes, 1024);  // bf16fp8: raw E4M3 K, then V
+    static constexpr int raw_off = align_up(p_off + p_bytes, 1024);  // bf16fp8 / nvfp4: raw K, then V
     static constexpr int red_off = align_up(raw_off + raw_bytes, 1024);
     static constexpr int red_floats = 4 * kDecRows + 5 * kDecRows;  // red, m, l, mcur, alpha, inv
     static constexpr int red_ints = 3 * kDecRows + 2;                // vis, lim, sel, reduction
@@ -306,5 +306,9 @@ MSA_SM100_PIN(DecLayout, kBF16FP8, 64, smem_bytes, 70192);
 MSA_SM100_PIN(DecLayout, kBF16FP8, 128, smem_bytes, 119344);
 MSA_SM100_PIN(DecLayout, kBF16FP8, 256, smem_bytes, 217648);
 MSA_SM100_PIN(DecLayout, kBF16FP8, 128, idesc_pv, 0x08118490u);
+MSA_SM100_PIN(DecLayout, kNVFP4, 64, smem_bytes, 66096);
+MSA_SM100_PIN(DecLayout, kNVFP4, 128, smem_bytes, 111152);
+MSA_SM100_PIN(DecLayout, kNVFP4, 256, smem_bytes, 201264);
+MSA_SM100_PIN(DecLayout, kNVFP4, 128, idesc_pv, 0x08118490u);
 
 #endif  // SM100_LAYOUT_CUH

@@ -100,12 +100,12 @@ type backwardCall struct {
 	dv                     *derived
 	q, k, v, lse, dO, dlt  []float32
 	dQ, dK, dV, outK, outV []float32
-	kt, vt                 []float32 // AVX-512 tier: transposed blocks (Workspace.kt)
+	kt, vt                 []float32 // SIMD tiers: transposed blocks (Workspace.kt)
 	tsz                    int       // elements per transposed block
 }
 
 // blockTs returns the transposed K and V blocks of KV head h, CSR row r
-// (nil, nil off the AVX-512 tier).
+// (nil, nil on the generic tier).
 func (bw *backwardCall) blockTs(h, r int) (kt, vt []float32) {
 	return blockTOf(bw.kt, bw.tsz, bw.p, h, r), blockTOf(bw.vt, bw.tsz, bw.p, h, r)
 }
@@ -149,14 +149,14 @@ func (bw *backwardCall) blockItem(wk *worker, h, r int) {
 				return
 			}
 			wk.gradProbs(wk.tq, wk.tdo, m, kb, vb, kt, vt, n, wk.lse, wk.dlt, wk.cnt, scale)
-			if wk.simd512 {
+			if wk.simd {
 				// dV += P^T dO, dK += dS^T Q over the keys any row sees.
 				nk := maxCount(wk.cnt, m)
-				gemmCol(&wk.scr, dvb, d, wk.s, wk.ld, wk.tdo, d, nk, d, m, true)
-				gemmCol(&wk.scr, dk, d, wk.dp, wk.ld, wk.tq, d, nk, d, m, true)
+				wk.gemmCol(dvb, d, wk.s, wk.ld, wk.tdo, d, nk, d, m, true)
+				wk.gemmCol(dk, d, wk.dp, wk.ld, wk.tq, d, nk, d, m, true)
 			} else {
-				accTN(wk.simd, dvb, n, wk.s, wk.ld, wk.tdo, m, d)
-				accTN(wk.simd, dk, n, wk.dp, wk.ld, wk.tq, m, d)
+				accTN(dvb, n, wk.s, wk.ld, wk.tdo, m, d)
+				accTN(dk, n, wk.dp, wk.ld, wk.tq, m, d)
 			}
 			m = 0
 		}
@@ -219,10 +219,10 @@ func (bw *backwardCall) queryItem(ws *Workspace, wk *worker, gq, h int) {
 			vb := dv.blockKV(bw.v, d, b, h, t0, n, wk.vb)
 			kt, vt := bw.blockTs(h, int(r))
 			wk.gradProbs(qr, dor, qpk, kb, vb, kt, vt, n, wk.lse, wk.dlt, wk.cnt, scale)
-			if wk.simd512 {
-				gemmRow(&wk.scr, acc, d, wk.dp, wk.ld, kb, d, qpk, d, maxCount(wk.cnt, qpk), true) // dQ += dS K
+			if wk.simd {
+				wk.gemmRow(acc, d, wk.dp, wk.ld, kb, d, qpk, d, maxCount(wk.cnt, qpk), true) // dQ += dS K
 			} else {
-				accNN(wk.simd, acc, qpk, wk.dp, wk.ld, kb, d, wk.cnt)
+				accNN(acc, qpk, wk.dp, wk.ld, kb, d, wk.cnt)
 			}
 		}
 	}

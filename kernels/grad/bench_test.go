@@ -102,19 +102,23 @@ func BenchmarkBackward(b *testing.B) {
 	}
 }
 
-// BenchmarkGemmTile times the AVX-512 GEMM tiles on the backward's tile
-// shape (64 rows, 128 columns, reduction 128) and reports GFLOP/s; compare
-// with tile.PeakGFLOPS("avx512") (go test ./kernels/tile -bench Peak).
+// BenchmarkGemmTile times the GEMM tiles of the avx512 and avx2 tiers on
+// the backward's tile shape (64 rows, 128 columns, reduction 128) and
+// reports GFLOP/s; compare with tile.PeakGFLOPS of the tier
+// (go test ./kernels/tile -bench Peak).
 func BenchmarkGemmTile(b *testing.B) {
-	useTier512(b)
-	m, n, k := 64, 128, 128
-	rng := rand.New(rand.NewPCG(1, 2))
-	a, bb := randF32s(rng, m*k), randF32s(rng, k*n)
-	c := make([]float32, m*n)
-	var scr [8][32]float32
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		gemmRow(&scr, c, n, a, k, bb, n, m, n, k, false)
+	for _, tier := range gemmTiers {
+		b.Run(tier, func(b *testing.B) {
+			wk := tileWorker(b, tier)
+			m, n, k := 64, 128, 128
+			rng := rand.New(rand.NewPCG(1, 2))
+			a, bb := randF32s(rng, m*k), randF32s(rng, k*n)
+			c := make([]float32, m*n)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				wk.gemmRow(c, n, a, k, bb, n, m, n, k, false)
+			}
+			b.ReportMetric(float64(2*m*n*k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
 	}
-	b.ReportMetric(float64(2*m*n*k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 }

@@ -41,7 +41,7 @@ func (ws *Workspace) Forward(p *Problem, q, k, v, o, lse []float32) error {
 
 // forwardRow computes O and LSE of global query row gq for the query heads
 // of KV head h. kt holds the transposed K blocks (transposeBlocks) on the
-// AVX-512 tier, else nil.
+// SIMD tiers, else nil.
 func (ws *Workspace) forwardRow(wk *worker, p *Problem, dv *derived, gq, h int, q, k, v, o, lse, kt []float32, tsz int) {
 	d, qpk := p.D, dv.qpk
 	row0 := gq*p.HQ + h*qpk // first (query, head) row of the group
@@ -76,13 +76,13 @@ func (ws *Workspace) forwardRow(wk *worker, p *Problem, dv *derived, gq, h int, 
 					}
 				}
 				wk.onlineSoftmax(qpk, cnt)
-				gemmRow(&wk.scr, acc, d, wk.s, wk.ld, vb, d, qpk, d, n, true) // O += P V
+				wk.gemmRow(acc, d, wk.s, wk.ld, vb, d, qpk, d, n, true) // O += P V
 				continue
 			}
 			kb := dv.blockKV(k, d, b, h, t0, n, wk.kb)
 			scoresNT(wk.simd, wk.s, wk.ld, qr, qpk, kb, d, cnt, scale)
 			wk.onlineSoftmax(qpk, cnt)
-			accNN(wk.simd, acc, qpk, wk.s, wk.ld, vb, d, cnt)
+			accNN(acc, qpk, wk.s, wk.ld, vb, d, cnt)
 		}
 	}
 	for r := 0; r < qpk; r++ {

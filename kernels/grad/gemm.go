@@ -2,27 +2,42 @@ package grad
 
 //go:generate go run gemmgen/gen.go
 
-// The AVX-512 building blocks (tiers avx512 and avx512bf16): the three
-// products of the backward as register-blocked GEMM tiles, 8 rows x 32
-// columns of C kept in 16 zmm accumulators over the whole reduction
-// (gemm_amd64.s), instead of the AVX2 tier's dot products and row axpys.
-// The score products need the key-side operand transposed: Backward
-// transposes every K and V block once per call (blockT), and both passes
-// read the transposed blocks. Each C element is one FMA chain in reduction
-// order, so results depend only on the inputs and the tier, never on the
-// worker count.
+// The GEMM building blocks of the SIMD tiers: the products of the
+// backward and the float32 forward as register-blocked GEMM tiles that
+// keep a block of C in vector accumulators over the whole reduction
+// (gemm_amd64.s): 8 rows x 32 columns in 16 zmm registers on the avx512
+// tiers, 6 rows x 16 columns in 12 ymm registers on the avx2 tier. The
+// score products need the key-side operand transposed: Forward and
+// Backward transpose every K (and V) block once per call (blockT), and the
+// passes read the transposed blocks. Each C element is one FMA chain in
+// reduction order, so results depend only on the inputs and the tier,
+// never on the worker count.
+
+// gemmSlack is the number of elements past the last row of an A operand
+// that gemmCol's row groups may read: tiles have at most 8 rows.
+const gemmSlack = 8
 
 // padCols returns n rounded up to a multiple of 16: the leading dimension
 // of score rows and transposed blocks.
 func padCols(n int) int { return (n + 15) &^ 15 }
+
+// gemmShape returns the rows and columns of the worker's widest GEMM tile:
+// 8 x 32 on the avx512 tiers, 6 x 16 on the avx2 tier.
+func (wk *worker) gemmShape() (rows, cols int) {
+	if wk.simd512 {
+		return 8, 32
+	}
+	return 6, 16
+}
 
 // gemmRow sets (load false) or adds to (load true) C the product A.B
 // over m rows and ncols columns (ncols % 16 == 0):
 //
 //	c[r*ldc+j] (+)= sum_{t<k} a[r*lda+t] * b[t*ldb+j]
 //
-// on the AVX-512 tiles; rows past m of the last group go to scr.
-func gemmRow(scr *[8][32]float32, c []float32, ldc int, a []float32, lda int, b []float32, ldb, m, ncols, k int, load bool) {
+// on the tiles of the worker's tier; rows past m of the last group go to
+// wk.scr.
+func (wk *worker) gemmRow(c []float32, ldc int, a []float32, lda int, b []float32, ldb, m, ncols, k int, load bool) {
 	if m <= 0 || ncols <= 0 || (k <= 0 && load) {
 		return
 	}
@@ -30,22 +45,26 @@ func gemmRow(scr *[8][32]float32, c []float32, ldc int, a []float32, lda int, b 
 	if k > 0 {
 		_ = a[(m-1)*lda+k-1]
 	}
+	rows, cols := wk.gemmShape()
 	var cp, ap [8]*float32
 	ld := boolInt(load)
-	// Column panels outer: a 32-column panel of B (k x 128 bytes) stays in
-	// L1 while every row group passes over it.
-	for j0 := 0; j0 < ncols; j0 += 32 {
-		for r0 := 0; r0 < m; r0 += 8 {
-			for i := range 8 {
+	// Column panels outer: a panel of B (k x 128 or 64 bytes) stays in L1
+	// while every row group passes over it.
+	for j0 := 0; j0 < ncols; j0 += cols {
+		for r0 := 0; r0 < m; r0 += rows {
+			for i := range rows {
 				if r := r0 + i; r < m {
 					cp[i], ap[i] = &c[r*ldc+j0], &a[r*lda]
 				} else {
-					cp[i], ap[i] = &scr[i][0], &a[0]
+					cp[i], ap[i] = &wk.scr[i][0], &a[0]
 				}
 			}
-			if ncols-j0 >= 32 {
+			switch {
+			case !wk.simd512:
+				gemm6x16RowAVX2((*[6]*float32)(cp[:6]), (*[6]*float32)(ap[:6]), &b[j0], ldb, k, ld)
+			case ncols-j0 >= 32:
 				gemm8x32RowAVX512(&cp, &ap, &b[j0], ldb, k, ld)
-			} else {
+			default:
 				gemm8x16RowAVX512(&cp, &ap, &b[j0], ldb, k, ld)
 			}
 		}
@@ -56,31 +75,36 @@ func gemmRow(scr *[8][32]float32, c []float32, ldc int, a []float32, lda int, b 
 //
 //	c[r*ldc+j] (+)= sum_{t<k} a[r+t*csA] * b[t*ldb+j]
 //
-// The tiles read A rows in groups of eight, so a must hold
-// a[(k-1)*csA + m rounded up to 8 - 1] (the rows past m are read and
-// discarded).
-func gemmCol(scr *[8][32]float32, c []float32, ldc int, a []float32, csA int, b []float32, ldb, m, ncols, k int, load bool) {
+// The tiles read A rows in whole row groups (gemmShape), so a must hold
+// a[(k-1)*csA + m rounded up to the group - 1] (the rows past m are read
+// and discarded; when m <= csA, gemmSlack elements past a[k*csA-1]
+// always suffice).
+func (wk *worker) gemmCol(c []float32, ldc int, a []float32, csA int, b []float32, ldb, m, ncols, k int, load bool) {
 	if m <= 0 || ncols <= 0 || (k <= 0 && load) {
 		return
 	}
 	checkGemm(c, ldc, b, ldb, m, ncols, k)
+	rows, cols := wk.gemmShape()
 	if k > 0 {
-		_ = a[(k-1)*csA+(m+7)&^7-1]
+		_ = a[(k-1)*csA+(m+rows-1)/rows*rows-1]
 	}
 	var cp [8]*float32
 	ld := boolInt(load)
-	for j0 := 0; j0 < ncols; j0 += 32 {
-		for r0 := 0; r0 < m; r0 += 8 {
-			for i := range 8 {
+	for j0 := 0; j0 < ncols; j0 += cols {
+		for r0 := 0; r0 < m; r0 += rows {
+			for i := range rows {
 				if r := r0 + i; r < m {
 					cp[i] = &c[r*ldc+j0]
 				} else {
-					cp[i] = &scr[i][0]
+					cp[i] = &wk.scr[i][0]
 				}
 			}
-			if ncols-j0 >= 32 {
+			switch {
+			case !wk.simd512:
+				gemm6x16ColAVX2((*[6]*float32)(cp[:6]), &a[r0], csA, &b[j0], ldb, k, ld)
+			case ncols-j0 >= 32:
 				gemm8x32ColAVX512(&cp, &a[r0], csA, &b[j0], ldb, k, ld)
-			} else {
+			default:
 				gemm8x16ColAVX512(&cp, &a[r0], csA, &b[j0], ldb, k, ld)
 			}
 		}
@@ -121,11 +145,11 @@ func blockT(dst []float32, ld int, x []float32, n, d int) {
 
 // scoresT sets s[r*ld+i] = a_r . b_i for rows r < m and keys i <
 // padCols(n) from bt, the transposed [d][ldt] key block (n keys, zero
-// columns after them): the AVX-512 scoresNT, unscaled (gradProbs applies
-// the softmax scale inside the exponential). Entries of masked keys
+// columns after them): the SIMD tiers' scoresNT, unscaled (the callers
+// apply the softmax scale). Entries of masked keys
 // (i >= cnt[r]) are computed too; the callers clear or ignore them.
 func (wk *worker) scoresT(s []float32, ld int, a []float32, m int, bt []float32, ldt, n, d int) {
-	gemmRow(&wk.scr, s, ld, a, d, bt, ldt, m, padCols(n), d, false)
+	wk.gemmRow(s, ld, a, d, bt, ldt, m, padCols(n), d, false)
 }
 
 // maxCount returns the largest of cnt[:m].
@@ -137,12 +161,13 @@ func maxCount(cnt []int32, m int) int {
 	return k
 }
 
-// transposeBlocks transposes, on the AVX-512 tier, every K block (and V
+// transposeBlocks transposes, on the SIMD tiers, every K block (and V
 // block when v is not nil) of the call into ws.kt (ws.vt) for the score
 // products: block h*TotalRows+r at offset (h*TotalRows+r)*sz, [D][ld] with
-// ld = padCols(BlkKV). Off that tier it does nothing and returns nils.
+// ld = padCols(BlkKV). On the generic tier it does nothing and returns
+// nils.
 func (ws *Workspace) transposeBlocks(p *Problem, dv *derived, k, v []float32) (kt, vt []float32, sz int) {
-	if !ws.workers[0].simd512 {
+	if !ws.workers[0].simd {
 		return nil, nil, 0
 	}
 	tr := p.CSR.TotalRows

@@ -8,29 +8,44 @@ import (
 	"github.com/sparseattn/msa/kernels/tile"
 )
 
-// useTier512 switches tile to the avx512 tier for the test, or skips it
-// when this CPU or build has no AVX-512 GEMM tiles.
-func useTier512(tb testing.TB) {
+// gemmTiers are the tiers with their own GEMM tiles.
+var gemmTiers = []string{"avx512", "avx2"}
+
+// tileWorker switches tile to tier for the test and returns a worker set
+// up for it as Workspace.ensure would (head dimension 16), or skips the
+// test when this CPU or build has no GEMM tiles of that tier.
+func tileWorker(tb testing.TB, tier string) *worker {
 	tb.Helper()
 	prev := tile.Tier()
-	if err := tile.SetTier("avx512"); err != nil || !useAsm512(16) {
-		tb.Skip("no AVX-512 GEMM tiles on this CPU or build")
+	if err := tile.SetTier(tier); err != nil || !haveAsm {
+		tb.Skipf("no %s GEMM tiles on this CPU or build", tier)
 	}
 	tb.Cleanup(func() { _ = tile.SetTier(prev) })
+	wk := &worker{simd: useAsm(16), simd512: useAsm512(16)}
+	if !wk.simd || wk.simd512 != (tier != "avx2") {
+		tb.Fatalf("tier %s: simd %v, simd512 %v", tier, wk.simd, wk.simd512)
+	}
+	return wk
 }
 
-// TestGemmTiles compares gemmRow and gemmCol with a float64 product over
-// shapes that leave partial row groups (m % 8 != 0), 16-column tails, an
-// empty reduction, both load modes, and padded leading dimensions; the
-// elements around C's block must stay untouched. Tolerance: each element
+// TestGemmTiles compares gemmRow and gemmCol with a float64 product, on
+// the tiles of every tier in gemmTiers, over shapes that leave partial row
+// groups (m % 8 != 0, m % 6 != 0), 16-column tails, an empty reduction,
+// both load modes, and padded leading dimensions; the elements around C's
+// block must stay untouched. Tolerance: each element
 // is a float32 FMA chain of k terms of magnitude <= 1, so its error is
 // below k * 2^-24 * sum|terms| (k <= 70: < 5e-6 of sum|terms|); 1e-5
 // relative to sum|terms| (plus |C| when loading) is a strict bound.
 func TestGemmTiles(t *testing.T) {
-	useTier512(t)
+	for _, tier := range gemmTiers {
+		t.Run(tier, func(t *testing.T) { testGemmTiles(t, tileWorker(t, tier)) })
+	}
+}
+
+// testGemmTiles is TestGemmTiles on the tiles of wk.
+func testGemmTiles(t *testing.T, wk *worker) {
 	rng := rand.New(rand.NewPCG(7, 8))
-	var scr [8][32]float32
-	for _, m := range []int{1, 7, 8, 9, 17} {
+	for _, m := range []int{1, 5, 6, 7, 8, 9, 13, 17} {
 		for _, ncols := range []int{16, 32, 48, 64} {
 			for _, k := range []int{0, 1, 2, 5, 70} {
 				for _, load := range []bool{false, true} {
@@ -42,9 +57,9 @@ func TestGemmTiles(t *testing.T) {
 						c0 := randF32s(rng, (m+1)*ldc)
 						c := append([]float32(nil), c0...)
 						if col {
-							gemmCol(&scr, c, ldc, a, csA, b, ldb, m, ncols, k, load)
+							wk.gemmCol(c, ldc, a, csA, b, ldb, m, ncols, k, load)
 						} else {
-							gemmRow(&scr, c, ldc, a, lda, b, ldb, m, ncols, k, load)
+							wk.gemmRow(c, ldc, a, lda, b, ldb, m, ncols, k, load)
 						}
 						for r := 0; r <= m; r++ {
 							for j := 0; j < ldc; j++ {
@@ -80,25 +95,41 @@ func TestGemmTiles(t *testing.T) {
 	}
 }
 
-// TestGemmTileOrder checks the FMA-chain contract: the same product cut
-// into different row groups and column tiles gives bit-identical elements
-// (row r computed alone equals row r computed among 17 rows).
+// TestGemmTileOrder checks the FMA-chain contract on the tiles of every
+// tier in gemmTiers: the same product cut into different row groups and
+// column tiles gives bit-identical elements (row r computed alone equals
+// row r computed among 17 rows, and column block j0 computed alone equals
+// it within 48 columns).
 func TestGemmTileOrder(t *testing.T) {
-	useTier512(t)
-	rng := rand.New(rand.NewPCG(9, 10))
-	var scr [8][32]float32
-	m, n, k := 17, 48, 33
-	a, b := randF32s(rng, m*k), randF32s(rng, k*n)
-	all := make([]float32, m*n)
-	gemmRow(&scr, all, n, a, k, b, n, m, n, k, false)
-	for r := 0; r < m; r++ {
-		one := make([]float32, n)
-		gemmRow(&scr, one, n, a[r*k:], k, b, n, 1, n, k, false)
-		for j := range one {
-			if math.Float32bits(one[j]) != math.Float32bits(all[r*n+j]) {
-				t.Fatalf("row %d col %d: alone %v, in a group %v", r, j, one[j], all[r*n+j])
+	for _, tier := range gemmTiers {
+		t.Run(tier, func(t *testing.T) {
+			wk := tileWorker(t, tier)
+			rng := rand.New(rand.NewPCG(9, 10))
+			m, n, k := 17, 48, 33
+			a, b := randF32s(rng, m*k), randF32s(rng, k*n)
+			all := make([]float32, m*n)
+			wk.gemmRow(all, n, a, k, b, n, m, n, k, false)
+			for r := 0; r < m; r++ {
+				one := make([]float32, n)
+				wk.gemmRow(one, n, a[r*k:], k, b, n, 1, n, k, false)
+				for j := range one {
+					if math.Float32bits(one[j]) != math.Float32bits(all[r*n+j]) {
+						t.Fatalf("row %d col %d: alone %v, in a group %v", r, j, one[j], all[r*n+j])
+					}
+				}
 			}
-		}
+			for j0 := 0; j0 < n; j0 += 16 {
+				part := make([]float32, m*16)
+				wk.gemmRow(part, 16, a, k, b[j0:], n, m, 16, k, false)
+				for r := 0; r < m; r++ {
+					for j := range 16 {
+						if math.Float32bits(part[r*16+j]) != math.Float32bits(all[r*n+j0+j]) {
+							t.Fatalf("row %d col %d: 16 columns alone %v, in 48 %v", r, j0+j, part[r*16+j], all[r*n+j0+j])
+						}
+					}
+				}
+			}
+		})
 	}
 }
 

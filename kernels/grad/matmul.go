@@ -1,14 +1,15 @@
 package grad
 
-// The float32 building blocks of the forward and backward: three small
-// matrix products over row-major [rows][d] operands, built on two
-// primitives, dot4 (four dot products sharing one operand) and axpy4 (one
-// row plus a combination of four rows). Each primitive has a portable Go
-// version and, on amd64, an AVX2+FMA version (vec_amd64.s) used when simd
-// is set (useAsm); with simd, pairs of rows run through the two-row
-// versions dot2x4 and axpy4x2, which load each shared operand chunk once
-// for both rows. Results depend only on the inputs and simd (fixed
-// summation orders), never on the worker count.
+// The float32 building blocks of the generic tier (and of TemperatureLSE's
+// scores on every tier): three small matrix products over row-major
+// [rows][d] operands, built on two primitives, dot4 (four dot products
+// sharing one operand) and axpy4 (one row plus a combination of four
+// rows). dot4 has a portable Go version and, on amd64, an AVX2+FMA
+// version (vec_amd64.s) used when simd is set (useAsm); with simd, pairs
+// of rows run through the two-row version dot2x4, which loads each key
+// chunk once for both rows. The SIMD tiers run the forward and backward
+// products on the GEMM tiles instead (gemm.go). Results depend only on
+// the inputs and simd (fixed summation orders), never on the worker count.
 
 // dot returns sum_c a[c]*b[c] over len(a) elements, summed in four
 // interleaved partial sums.
@@ -41,13 +42,9 @@ func dot4(simd bool, a, b0, b1, b2, b3 []float32, out *[4]float32) {
 
 // axpy4 adds w[0]*x0 + w[1]*x1 + w[2]*x2 + w[3]*x3 to y (len(y) elements):
 // one pass over y for four rows.
-func axpy4(simd bool, w *[4]float32, x0, x1, x2, x3, y []float32) {
+func axpy4(w *[4]float32, x0, x1, x2, x3, y []float32) {
 	n := len(y)
 	x0, x1, x2, x3 = x0[:n], x1[:n], x2[:n], x3[:n]
-	if simd {
-		axpy4AVX2(&y[0], &x0[0], &x1[0], &x2[0], &x3[0], n, w)
-		return
-	}
 	a0, a1, a2, a3 := w[0], w[1], w[2], w[3]
 	for c := range y {
 		y[c] += a0*x0[c] + a1*x1[c] + a2*x2[c] + a3*x3[c]
@@ -99,49 +96,25 @@ func scoresNT(simd bool, s []float32, ld int, a []float32, m int, b []float32, d
 // (dK, dV of a block), w is [m][ld] (dS or P), a is [m][d] (Q or dO).
 // Rows are taken four at a time (a last, partial group gets zero weights),
 // so each c_i is read and written once per four rows; groups whose four
-// weights are all zero (masked keys) are skipped. With simd, two keys run
-// together (axpy4x2: each row chunk of a loaded once), with the same
-// per-element operations as two axpy4 calls.
-func accTN(simd bool, c []float32, n int, w []float32, ld int, a []float32, m, d int) {
-	var wt [8]float32
+// weights are all zero (masked keys) are skipped.
+func accTN(c []float32, n int, w []float32, ld int, a []float32, m, d int) {
+	var wt [4]float32
 	var ar [4][]float32
-	weights := func(dst []float32, r, i int) bool {
-		zero := true
-		for j := 0; j < 4; j++ {
-			dst[j] = 0
-			if r+j < m {
-				dst[j] = w[(r+j)*ld+i]
-			}
-			zero = zero && dst[j] == 0
-		}
-		return zero
-	}
 	for r := 0; r < m; r += 4 {
 		for j := 0; j < 4; j++ {
 			ar[j] = row(a, min(r+j, m-1), d)
 		}
 		for i := 0; i < n; i++ {
-			z0 := weights(wt[:4], r, i)
-			if simd && i+1 < n {
-				z1 := weights(wt[4:], r, i+1)
-				if !z0 && !z1 {
-					c0, c1 := row(c, i, d), row(c, i+1, d)
-					axpy4x2AVX2(&c0[0], &c1[0], &ar[0][0], &ar[1][0], &ar[2][0], &ar[3][0], d, &wt)
-					i++
-					continue
+			zero := true
+			for j := 0; j < 4; j++ {
+				wt[j] = 0
+				if r+j < m {
+					wt[j] = w[(r+j)*ld+i]
 				}
-				if z0 && !z1 {
-					copy(wt[:4], wt[4:])
-					axpy4(simd, (*[4]float32)(wt[:4]), ar[0], ar[1], ar[2], ar[3], row(c, i+1, d))
-				}
-				if !z0 && z1 {
-					axpy4(simd, (*[4]float32)(wt[:4]), ar[0], ar[1], ar[2], ar[3], row(c, i, d))
-				}
-				i++
-				continue
+				zero = zero && wt[j] == 0
 			}
-			if !z0 {
-				axpy4(simd, (*[4]float32)(wt[:4]), ar[0], ar[1], ar[2], ar[3], row(c, i, d))
+			if !zero {
+				axpy4(&wt, ar[0], ar[1], ar[2], ar[3], row(c, i, d))
 			}
 		}
 	}
@@ -151,32 +124,12 @@ func accTN(simd bool, c []float32, n int, w []float32, ld int, a []float32, m, d
 // i < cnt[r]: c is [m][d] (dQ or O), w is [m][ld] (dS or P), b is [n][d]
 // (K or V). Keys are taken four at a time (a last, partial group gets zero
 // weights).
-func accNN(simd bool, c []float32, m int, w []float32, ld int, b []float32, d int, cnt []int32) {
+func accNN(c []float32, m int, w []float32, ld int, b []float32, d int, cnt []int32) {
 	var wt [4]float32
-	var wt8 [8]float32
 	for r := 0; r < m; r++ {
 		cr := row(c, r, d)
 		n := int(cnt[r])
 		wr := w[r*ld : r*ld+n]
-		if simd && r+1 < m && int(cnt[r+1]) == n && n > 0 {
-			// Two rows with the same keys: axpy4x2 (same per-element
-			// operations as two axpy4 calls).
-			cr1 := row(c, r+1, d)
-			wr1 := w[(r+1)*ld : (r+1)*ld+n]
-			last := n - 1
-			for i := 0; i < n; i += 4 {
-				for j := 0; j < 4; j++ {
-					wt8[j], wt8[4+j] = 0, 0
-					if i+j < n {
-						wt8[j], wt8[4+j] = wr[i+j], wr1[i+j]
-					}
-				}
-				b0, b1, b2, b3 := row(b, i, d), row(b, min(i+1, last), d), row(b, min(i+2, last), d), row(b, min(i+3, last), d)
-				axpy4x2AVX2(&cr[0], &cr1[0], &b0[0], &b1[0], &b2[0], &b3[0], d, &wt8)
-			}
-			r++
-			continue
-		}
 		for i := 0; i < n; i += 4 {
 			for j := 0; j < 4; j++ {
 				wt[j] = 0
@@ -185,7 +138,7 @@ func accNN(simd bool, c []float32, m int, w []float32, ld int, b []float32, d in
 				}
 			}
 			last := n - 1
-			axpy4(simd, &wt, row(b, i, d), row(b, min(i+1, last), d), row(b, min(i+2, last), d), row(b, min(i+3, last), d), cr)
+			axpy4(&wt, row(b, i, d), row(b, min(i+1, last), d), row(b, min(i+2, last), d), row(b, min(i+3, last), d), cr)
 		}
 	}
 }

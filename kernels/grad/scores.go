@@ -79,7 +79,7 @@ func dScores(simd bool, dp, s []float32, scale, dl float32) {
 func finite(x float32) bool { return !math.IsInf(float64(x), 0) && !math.IsNaN(float64(x)) }
 
 // gradProbs recomputes, for m rows (tile rows q and dO, [m][d]) against a
-// block of n keys (kb, vb, [n][d]; on the AVX-512 tier their transposes
+// block of n keys (kb, vb, [n][d]; on the SIMD tiers their transposes
 // kt, vt, [d][ld], else nil), with row r seeing keys i < cnt[r]:
 //
 //	wk.s[r][i]  = P  = exp(scale*q_r.k_i - lse[r])

@@ -4,7 +4,8 @@ package grad
 
 import "github.com/sparseattn/msa/kernels/tile"
 
-// haveAsm reports the AVX2+FMA kernels of vec_amd64.s.
+// haveAsm reports the AVX2+FMA kernels of vec_amd64.s and the GEMM tiles
+// of gemm_amd64.s.
 const haveAsm = true
 
 // dot4AVX2 sets out[j] = sum_c a[c]*bj[c] over n elements (n % 16 == 0).
@@ -12,15 +13,10 @@ const haveAsm = true
 //go:noescape
 func dot4AVX2(a, b0, b1, b2, b3 *float32, n int, out *[4]float32)
 
-// axpy4AVX2 adds a[0]*x0 + a[1]*x1 + a[2]*x2 + a[3]*x3 to y over n
-// elements (n % 8 == 0).
-//
-//go:noescape
-func axpy4AVX2(y, x0, x1, x2, x3 *float32, n int, a *[4]float32)
-
-// useAsm reports whether a call with head dimension d runs the AVX2
-// kernels: when tile's active tier (the one dispatch point, tile.SetTier)
-// is a SIMD tier, all of which imply AVX2 and FMA, and d % 16 == 0.
+// useAsm reports whether a call with head dimension d runs the SIMD
+// building blocks (the AVX2 kernels and the GEMM tiles): when tile's
+// active tier (the one dispatch point, tile.SetTier) is a SIMD tier, all
+// of which imply AVX2 and FMA, and d % 16 == 0.
 func useAsm(d int) bool { return d%16 == 0 && tile.Tier() != "generic" }
 
 // dot2x4AVX2 sets out[4*i+j] = sum_c ai[c]*bj[c] over n elements
@@ -28,12 +24,6 @@ func useAsm(d int) bool { return d%16 == 0 && tile.Tier() != "generic" }
 //
 //go:noescape
 func dot2x4AVX2(a0, a1, b0, b1, b2, b3 *float32, n int, out *[8]float32)
-
-// axpy4x2AVX2 is axpy4AVX2 on rows y0 (weights w[0:4]) and y1 (weights
-// w[4:8]) sharing x0..x3, over n elements (n % 8 == 0).
-//
-//go:noescape
-func axpy4x2AVX2(y0, y1, x0, x1, x2, x3 *float32, n int, w *[8]float32)
 
 // expSubAVX2 sets s[i] = e^(scale*s[i] - sub) for i < n (n % 8 == 0),
 // the argument computed with one rounding (FMA).
@@ -68,6 +58,18 @@ func gemm8x32ColAVX512(c *[8]*float32, a *float32, csA int, b *float32, ldb, k, 
 //
 //go:noescape
 func gemm8x16ColAVX512(c *[8]*float32, a *float32, csA int, b *float32, ldb, k, load int)
+
+// gemm6x16RowAVX2 is gemm8x32RowAVX512 on six rows and 16 columns, in
+// AVX2 ymm registers (12 accumulators).
+//
+//go:noescape
+func gemm6x16RowAVX2(c, a *[6]*float32, b *float32, ldb, k, load int)
+
+// gemm6x16ColAVX2 is gemm8x32ColAVX512 on six rows and 16 columns, in
+// AVX2 ymm registers.
+//
+//go:noescape
+func gemm6x16ColAVX2(c *[6]*float32, a *float32, csA int, b *float32, ldb, k, load int)
 
 // useAsm512 reports whether a call with head dimension d runs the AVX-512
 // GEMM tiles (gemm.go): the active tile tier is avx512 or avx512bf16 and

@@ -53,39 +53,6 @@ dotdone:
 	VZEROUPPER
 	RET
 
-// func axpy4AVX2(y, x0, x1, x2, x3 *float32, n int, a *[4]float32)
-// y[c] += a[0]*x0[c] + a[1]*x1[c] + a[2]*x2[c] + a[3]*x3[c], n a multiple
-// of 8.
-TEXT ·axpy4AVX2(SB), NOSPLIT, $0-56
-	MOVQ         y+0(FP), DI
-	MOVQ         x0+8(FP), R8
-	MOVQ         x1+16(FP), R9
-	MOVQ         x2+24(FP), R10
-	MOVQ         x3+32(FP), R11
-	MOVQ         n+40(FP), CX
-	MOVQ         a+48(FP), SI
-	VBROADCASTSS (SI), Y0
-	VBROADCASTSS 4(SI), Y1
-	VBROADCASTSS 8(SI), Y2
-	VBROADCASTSS 12(SI), Y3
-	XORQ         AX, AX
-
-axpyloop:
-	CMPQ        AX, CX
-	JGE         axpydone
-	VMOVUPS     (DI)(AX*4), Y4
-	VFMADD231PS (R8)(AX*4), Y0, Y4
-	VFMADD231PS (R9)(AX*4), Y1, Y4
-	VFMADD231PS (R10)(AX*4), Y2, Y4
-	VFMADD231PS (R11)(AX*4), Y3, Y4
-	VMOVUPS     Y4, (DI)(AX*4)
-	ADDQ        $8, AX
-	JMP         axpyloop
-
-axpydone:
-	VZEROUPPER
-	RET
-
 // func dot2x4AVX2(a0, a1, b0, b1, b2, b3 *float32, n int, out *[8]float32)
 // out[4*i+j] = sum_c ai[c]*bj[c], n a multiple of 8: two rows against four
 // keys, each key chunk loaded once for both rows. One accumulator per
@@ -142,56 +109,6 @@ d24done:
 	VEXTRACTF128 $1, Y4, X5
 	VADDPS       X5, X4, X4
 	VMOVUPS      X4, 16(DI)
-	VZEROUPPER
-	RET
-
-// func axpy4x2AVX2(y0, y1, x0, x1, x2, x3 *float32, n int, w *[8]float32)
-// yi[c] += w[4i]*x0[c] + w[4i+1]*x1[c] + w[4i+2]*x2[c] + w[4i+3]*x3[c] for
-// i = 0, 1, n a multiple of 8: axpy4 on two rows sharing the four x rows
-// (each x chunk loaded once). Each element gets its four FMAs in the order
-// of axpy4, so results equal two axpy4 calls.
-TEXT ·axpy4x2AVX2(SB), NOSPLIT, $0-64
-	MOVQ         y0+0(FP), DI
-	MOVQ         y1+8(FP), DX
-	MOVQ         x0+16(FP), R8
-	MOVQ         x1+24(FP), R9
-	MOVQ         x2+32(FP), R10
-	MOVQ         x3+40(FP), R11
-	MOVQ         n+48(FP), CX
-	MOVQ         w+56(FP), SI
-	VBROADCASTSS (SI), Y0
-	VBROADCASTSS 4(SI), Y1
-	VBROADCASTSS 8(SI), Y2
-	VBROADCASTSS 12(SI), Y3
-	VBROADCASTSS 16(SI), Y4
-	VBROADCASTSS 20(SI), Y5
-	VBROADCASTSS 24(SI), Y6
-	VBROADCASTSS 28(SI), Y7
-	XORQ         AX, AX
-
-a42loop:
-	CMPQ        AX, CX
-	JGE         a42done
-	VMOVUPS     (DI)(AX*4), Y8
-	VMOVUPS     (DX)(AX*4), Y9
-	VMOVUPS     (R8)(AX*4), Y10
-	VMOVUPS     (R9)(AX*4), Y11
-	VMOVUPS     (R10)(AX*4), Y12
-	VMOVUPS     (R11)(AX*4), Y13
-	VFMADD231PS Y10, Y0, Y8
-	VFMADD231PS Y10, Y4, Y9
-	VFMADD231PS Y11, Y1, Y8
-	VFMADD231PS Y11, Y5, Y9
-	VFMADD231PS Y12, Y2, Y8
-	VFMADD231PS Y12, Y6, Y9
-	VFMADD231PS Y13, Y3, Y8
-	VFMADD231PS Y13, Y7, Y9
-	VMOVUPS     Y8, (DI)(AX*4)
-	VMOVUPS     Y9, (DX)(AX*4)
-	ADDQ        $8, AX
-	JMP         a42loop
-
-a42done:
 	VZEROUPPER
 	RET
 

@@ -33,8 +33,8 @@ type Workspace struct {
 	pageRefPtr []int32 // paged: [NumPages+1] into pageRefs
 	pageRefs   []int32 // paged: b*PTCols+col of every use of a page
 	pagePos    []int32 // paged: [NumPages] fill cursors of pageRefs
-	// AVX-512 tier: the transposed K and V blocks of a Backward call,
-	// [Hkv*TotalRows][D][padCols(BlkKV)] (block h*TotalRows+r).
+	// SIMD tiers: the transposed K and V blocks of a Forward or Backward
+	// call, [Hkv*TotalRows][D][padCols(BlkKV)] (block h*TotalRows+r).
 	kt, vt []float32
 }
 
@@ -54,13 +54,13 @@ func (ws *Workspace) Workers() int { return ws.pool.Workers() }
 type worker struct {
 	qpk, blk, d int
 	ld          int            // leading dimension of s and dp: padCols(blk)
-	simd        bool           // run the AVX2 building blocks (useAsm)
-	simd512     bool           // run the AVX-512 GEMM tiles (useAsm512, gemm.go)
+	simd        bool           // run the SIMD building blocks and GEMM tiles (useAsm)
+	simd512     bool           // run the AVX-512 GEMM tiles, else the AVX2 ones (useAsm512, gemm.go)
 	scr         [8][32]float32 // rows past the end of a GEMM tile
 	kb, vb      []float32      // [blk][d] gathered K/V block
 	dk, dv      []float32      // [blk][d] block gradient accumulators
 	tq, tdo     []float32      // [tileRows][d] gathered Q and dO rows
-	s, dp       []float32      // [tileRows][ld] scores/P and dP/dS
+	s, dp       []float32      // [tileRows][ld] scores/P and dP/dS, then gemmSlack
 	acc         []float32      // [qpk][d] O or dQ accumulator
 	lse, dlt    []float32      // [tileRows] LSE and Delta - dLSE of each row
 	mx, sum     []float32      // [qpk] running max and sum (forward)
@@ -90,7 +90,7 @@ func (ws *Workspace) ensure(qpk, blk, d int) {
 			kb: make([]float32, blk*d), vb: make([]float32, blk*d),
 			dk: make([]float32, blk*d), dv: make([]float32, blk*d),
 			tq: make([]float32, tr*d), tdo: make([]float32, tr*d),
-			s: make([]float32, tr*ld), dp: make([]float32, tr*ld),
+			s: make([]float32, tr*ld+gemmSlack), dp: make([]float32, tr*ld+gemmSlack),
 			acc: make([]float32, qpk*d),
 			lse: make([]float32, tr), dlt: make([]float32, tr),
 			mx: make([]float32, qpk), sum: make([]float32, qpk),

@@ -66,6 +66,8 @@ func TestSM100LayoutPins(t *testing.T) {
 			got = uint64(SM100Dec(v, d).IdescQK)
 		case "DecLayout.idesc_pv":
 			got = uint64(SM100Dec(v, d).IdescPV)
+		case "DecLayout.stages":
+			got = uint64(SM100Dec(v, d).Stages)
 		default:
 			t.Errorf("pin %s: field not modelled in sm100_layout.go", p[0])
 			continue
@@ -138,9 +140,21 @@ func TestSM100MemoryRegions(t *testing.T) {
 				if dl.TmemCols > tmemColumns || dl.TmemCols < 32 {
 					t.Errorf("%s: %d TMEM columns", what, dl.TmemCols)
 				}
-				checkDisjoint(t, what+" smem", []region{{"Q", dl.QOff, dl.QOff + dl.QBytes}, {"K", dl.KOff, dl.KOff + dl.KVBytes},
+				srs := []region{{"Q", dl.QOff, dl.QOff + dl.QBytes}, {"K", dl.KOff, dl.KOff + dl.KVBytes},
 					{"V", dl.VOff, dl.VOff + dl.KVBytes}, {"P", dl.POff, dl.POff + dl.PBytes}, {"raw", dl.RawOff, dl.RawOff + dl.RawBytes}, {"red", dl.RedOff, dl.OrowOff},
-					{"orow", dl.OrowOff, dl.OrowOff + 8*sm100DecRows}, {"bars", dl.BarOff, dl.TmemSlot + 8}}, dl.SmemBytes-sm100AlignSlack)
+					{"orow", dl.OrowOff, dl.OrowOff + 8*sm100DecRows}, {"bars", dl.BarOff, dl.TmemSlot + 8}}
+				if dl.Stages == 2 {
+					// Stage 1: K, V (with the O^T operand's full read extent), bars, vis.
+					srs = append(srs, region{"K1", dl.K1Off, dl.K1Off + dl.KVBytes}, region{"V1", dl.V1Off, dl.V1Off + dl.VExtent},
+						region{"bars1", dl.Bar1Off, dl.Bar1Off + 16}, region{"vis1", dl.Vis1Off, dl.Vis1Off + 4*sm100DecRows})
+					if dl.K1Off%1024 != 0 || dl.V1Off%1024 != 0 {
+						t.Errorf("%s: stage-1 tiles at %d / %d are not 1024-aligned", what, dl.K1Off, dl.V1Off)
+					}
+				}
+				if dl.Stages == 2 && v.converted() || dl.Stages < 1 || dl.Stages > 2 {
+					t.Errorf("%s: %d K/V stages", what, dl.Stages)
+				}
+				checkDisjoint(t, what+" smem", srs, dl.SmemBytes-sm100AlignSlack)
 				if end := dl.VOff + dl.OMMAs*dl.OAtoms*sm100BlockKeys*dl.BoxSpan; end > dl.RedOff {
 					t.Errorf("%s: the O^T A operand reaches %d past the tile map (%d)", what, end, dl.RedOff)
 				}
@@ -714,10 +728,48 @@ func emuSM100Decode(t *testing.T, c *decodeCase, v SM100Variant) (written map[in
 		if s.SplitKV {
 			obase = int(s.OIndptr[b]) + kt*s.QStride
 		}
-		barK, barV, barMMA := &mbar{name: "K", count: 1}, &mbar{name: "V", count: 1}, &mbar{name: "MMA", count: 1}
+		// The kernel's barriers: K and V ready per stage, MMA done.
+		S := l.Stages
+		barK := []*mbar{{name: "K0", count: 1}, {name: "K1", count: 1}}[:S]
+		barV := []*mbar{{name: "V0", count: 1}, {name: "V1", count: 1}}[:S]
+		barMMA := &mbar{name: "MMA", count: 1}
 		pageRow := c.pageTable[b*c.maxPages:]
 		nvis := 0
 		maxTiles = max(maxTiles, (nrows+R-1)/R)
+		// tile is issue_kv_tile of keys [t0, t0+nk) into the barrier ledger:
+		// the tile rows -> store rows the boxes land.
+		tile := func(bar *mbar, t0, nk int) map[int]int {
+			boxes, tx := sm100KVTile(rawRow, elemBytes, true, pageRow, c.pageSize, 0, h, t0, nk)
+			bar.arriveExpectTx(t, tx)
+			r := map[int]int{}
+			var sum int64
+			for _, bx := range boxes {
+				if bx.coord[1]+bx.extent[1] > c.pageSize {
+					t.Fatalf("item %d: box at key %d crosses a page end", w, t0)
+				}
+				rr, n := boxRows(bx, kmap.Dims, c.hkv, c.pageSize, spanOf(rawRow))
+				sum += n
+				if bx.coord[0] == 0 {
+					for k, v := range rr {
+						r[k] = v
+					}
+				}
+				bar.deliver(n)
+			}
+			if sum != tx {
+				t.Fatalf("item %d: %d tx bytes armed, %d delivered", w, tx, sum)
+			}
+			return r
+		}
+		// One stage's visit: its keys, the rows' visible counts and the
+		// tiles' rows; busy from its issue until its O^T MMA completed.
+		type stageVisit struct {
+			t0, nk       int
+			vis          [R]int
+			kRows, vRows map[int]int
+			busy         bool
+		}
+		stages := make([]stageVisit, S)
 		for rt := 0; rt < nrows; rt += R {
 			visBefore := nvis
 			var orow, lim [R]int
@@ -742,7 +794,11 @@ func emuSM100Decode(t *testing.T, c *decodeCase, v SM100Variant) (written map[in
 			}
 			prev := -1
 			var sel [R]bool
-			for {
+			visits, issued := 0, 0
+			// walkIssue is the kernel's walk_issue: the next visit of the
+			// walk into stage (its CTA-wide index) mod S, K (and unconverted
+			// V) issued; false when the row tile's stream ends.
+			walkIssue := func() bool {
 				if c.q2k != nil && cur >= hi {
 					jmin := math.MaxInt32
 					own := make([]int, R)
@@ -764,7 +820,7 @@ func emuSM100Decode(t *testing.T, c *decodeCase, v SM100Variant) (written map[in
 						sel[tid] = jmin != math.MaxInt32 && own[tid] == jmin
 					}
 					if jmin == math.MaxInt32 {
-						break
+						return false
 					}
 					if jmin <= prev {
 						t.Fatalf("item %d: block %d visited after %d", w, jmin, prev)
@@ -772,63 +828,62 @@ func emuSM100Decode(t *testing.T, c *decodeCase, v SM100Variant) (written map[in
 					cur, hi, prev = max(kvBegin, jmin*c.blk), min(kvEnd, (jmin+1)*c.blk), jmin
 				}
 				if cur >= hi {
+					return false
+				}
+				si := (nvis - visits + issued) % S
+				st := &stages[si]
+				if st.busy {
+					t.Fatalf("item %d: K/V stage %d reissued while its visit is in flight", w, si)
+				}
+				st.t0, st.nk, st.busy = cur, min(sm100BlockKeys, hi-cur), true
+				cur += sm100BlockKeys
+				for tid := 0; tid < R; tid++ {
+					st.vis[tid] = 0
+					if c.q2k == nil || sel[tid] {
+						st.vis[tid] = min(max(lim[tid]-st.t0, 0), st.nk)
+					}
+				}
+				st.kRows = tile(barK[si], st.t0, st.nk)
+				if !v.converted() {
+					st.vRows = tile(barV[si], st.t0, st.nk)
+				}
+				issued++
+				return true
+			}
+			more := true
+			for i := 0; i+1 < S && more; i++ {
+				more = walkIssue()
+			}
+			for {
+				if more {
+					more = walkIssue()
+				}
+				if visits == issued {
 					break
 				}
-				t0, nk := cur, min(sm100BlockKeys, hi-cur)
-				cur += sm100BlockKeys
-				// issue_kv_tile of K (and V) into the barrier ledger
-				tile := func(bar *mbar) map[int]int {
-					boxes, tx := sm100KVTile(rawRow, elemBytes, true, pageRow, c.pageSize, 0, h, t0, nk)
-					bar.arriveExpectTx(t, tx)
-					r := map[int]int{}
-					var sum int64
-					for _, bx := range boxes {
-						if bx.coord[1]+bx.extent[1] > c.pageSize {
-							t.Fatalf("item %d: box at key %d crosses a page end", w, t0)
-						}
-						rr, n := boxRows(bx, kmap.Dims, c.hkv, c.pageSize, spanOf(rawRow))
-						sum += n
-						if bx.coord[0] == 0 {
-							for k, v := range rr {
-								r[k] = v
-							}
-						}
-						bar.deliver(n)
-					}
-					if sum != tx {
-						t.Fatalf("item %d: %d tx bytes armed, %d delivered", w, tx, sum)
-					}
-					return r
-				}
-				kRows := tile(barK)
-				var vRows map[int]int
-				if !v.converted() {
-					vRows = tile(barV)
-				} else {
-					barK.wait(t, uint32(nvis&1))
-					vRows = tile(barV)
-				}
-				if !v.converted() {
-					barK.wait(t, uint32(nvis&1))
+				si := nvis % S
+				st := &stages[si]
+				par := uint32((nvis / S) & 1)
+				barK[si].wait(t, par)
+				if v.converted() {
+					st.vRows = tile(barV[si], st.t0, st.nk) // the raw V after the K conversion
 				}
 				barMMA.commit(t) // S^T
 				barMMA.wait(t, uint32((2*nvis)&1))
-				barV.wait(t, uint32(nvis&1))
+				barV[si].wait(t, par)
 				barMMA.commit(t) // O^T
 				barMMA.wait(t, uint32((2*nvis+1)&1))
+				st.busy = false
 				nvis++
+				visits++
 				for tid := 0; tid < R; tid++ {
-					vis := 0
-					if c.q2k == nil || sel[tid] {
-						vis = min(max(lim[tid]-t0, 0), nk)
-					}
-					for r := 0; r < vis; r++ {
-						kr, ok := kRows[r]
-						if !ok || kr < 0 || vRows[r] != kr {
-							t.Fatalf("item %d: key %d (tile row %d) not loaded: K %d, V %d", w, t0+r, r, kr, vRows[r])
+					for r := 0; r < st.vis[tid]; r++ {
+						kr, ok := st.kRows[r]
+						if !ok || kr < 0 || st.vRows[r] != kr {
+							t.Fatalf("item %d: key %d (tile row %d) not loaded: K %d, V %d", w, st.t0+r, r, kr, st.vRows[r])
 						}
-						if want := c.pagedRow(b, h, t0+r); kr != want {
-							t.Fatalf("item %d: tile row %d is store row %d, key %d is %d", w, r, kr, t0+r, want)
+						if want := c.pagedRow(b, h, st.t0+r); kr != want {
+							t.Fatalf("item %d: tile row %d is store row %d, key %d is %d", w, r, kr, st.t0+r, want)
 						}
 						keys[tid] = append(keys[tid], kr)
 					}
@@ -847,7 +902,7 @@ func emuSM100Decode(t *testing.T, c *decodeCase, v SM100Variant) (written map[in
 				written[orow[tid]] = keys[tid]
 			}
 		}
-		for _, bar := range []*mbar{barK, barV, barMMA} {
+		for _, bar := range append(append([]*mbar{barMMA}, barK...), barV...) {
 			if bar.completed != bar.waited {
 				t.Fatalf("item %d: barrier %s: %d phases completed, %d waited", w, bar.name, bar.completed, bar.waited)
 			}

@@ -150,6 +150,14 @@ type SM100DecLayout struct {
 	Boxes     int    // TMA boxes per K or V tile: RowBytes / BoxSpan
 	IdescQK   uint32 // UMMA instruction descriptor of S^T = K Q^T
 	IdescPV   uint32 // UMMA instruction descriptor of O^T = V^T P^T
+	// K/V stages: 2 for the unconverted variants (bf16, fp8) when the
+	// second stage fits, else 1. The second stage follows the one-stage map.
+	Stages  int
+	VExtent int // bytes the O^T A operand reads from a V tile (> KVBytes at D = 64)
+	K1Off   int // offset of stage 1's K tile
+	V1Off   int // offset of stage 1's V tile
+	Bar1Off int // offset of stage 1's two mbarriers (K, V ready)
+	Vis1Off int // offset of stage 1's visible-key counts (int32 per row)
 }
 
 // SM100Dec returns the decode layout of variant v (BF16, FP8 or BF16FP8:
@@ -176,13 +184,28 @@ func SM100Dec(v SM100Variant, d int) SM100DecLayout {
 	l.OrowOff = alignUp(l.RedOff+4*redFloats+4*redInts, 16)
 	l.BarOff = alignUp(l.OrowOff+8*sm100DecRows, 16)
 	l.TmemSlot = l.BarOff + 8*3
-	l.SmemBytes = l.TmemSlot + 8 + sm100AlignSlack
 	l.OM = 128
 	l.OMMAs = max(1, d/128)
 	l.TmemS, l.TmemO = 0, sm100DecRows
 	l.TmemCols = pow2Ceil(sm100DecRows + l.OMMAs*sm100DecRows)
 	l.BoxSpan, l.Boxes = spanOf(l.RowBytes), blocksOf(l.RowBytes)
 	l.OAtoms = 128 * es / l.BoxSpan
+	oneStageEnd := l.TmemSlot + 8
+	l.VExtent = max(l.KVBytes, l.OMMAs*l.OAtoms*sm100BlockKeys*l.BoxSpan)
+	l.K1Off = alignUp(oneStageEnd, 1024)
+	l.V1Off = alignUp(l.K1Off+l.KVBytes, 1024)
+	l.Bar1Off = alignUp(l.V1Off+l.VExtent, 16)
+	l.Vis1Off = l.Bar1Off + 16
+	twoStageEnd := l.Vis1Off + 4*sm100DecRows
+	l.Stages = 1
+	if !v.converted() && twoStageEnd+sm100AlignSlack <= sm100MaxDynSmem {
+		l.Stages = 2
+	}
+	if l.Stages == 2 {
+		l.SmemBytes = twoStageEnd + sm100AlignSlack
+	} else {
+		l.SmemBytes = oneStageEnd + sm100AlignSlack
+	}
 	f8 := v == SM100FP8
 	l.IdescQK = ummaIdesc(f8, sm100BlockKeys, sm100DecRows, false, false)
 	l.IdescPV = ummaIdesc(f8, l.OM, sm100DecRows, true, true)

@@ -99,6 +99,11 @@ __device__ __forceinline__ void dec_body(const MsaDecodeParams& p, const MsaTens
     long long* s_orow = reinterpret_cast<long long*>(sm + L::orow_off);
     const uint32_t bar = smem_u32(sm + L::bar_off);
     const uint32_t bar_k = bar + 8 * L::bar_k, bar_v = bar + 8 * L::bar_v, bar_mma = bar + 8 * L::bar_mma;
+    constexpr int S = L::stages;  // K/V stages (sm100_layout.cuh DecLayout)
+    // Stage 1 (S = 2): K, V tiles, their two mbarriers and visible-key counts.
+    const uint32_t sK1 = smem_u32(sm + L::k1_off), sV1 = smem_u32(sm + L::v1_off);
+    const uint32_t bar_k1 = smem_u32(sm + L::bar1_off), bar_v1 = bar_k1 + 8;
+    int* s_vis1 = reinterpret_cast<int*>(sm + L::vis1_off);
     uint32_t* tmem_slot = reinterpret_cast<uint32_t*>(sm + L::tmem_slot_off);
 
     if (warp == 0) tmem_alloc<L::tmem_cols>(smem_u32(tmem_slot));
@@ -106,6 +111,10 @@ __device__ __forceinline__ void dec_body(const MsaDecodeParams& p, const MsaTens
         mbar_init(bar_k, 1);
         mbar_init(bar_v, 1);
         mbar_init(bar_mma, 1);
+        if (S == 2) {
+            mbar_init(bar_k1, 1);
+            mbar_init(bar_v1, 1);
+        }
         mbar_fence_init();
     }
     tc_fence_before();
@@ -130,7 +139,7 @@ __device__ __forceinline__ void dec_body(const MsaDecodeParams& p, const MsaTens
     const uint8_t* qbase = reinterpret_cast<const uint8_t*>(p.q);
     const bool sparse = p.q2k != 0;
     const long long blk = p.blk_kv;
-    int nvis = 0;  // K/V tiles loaded by this CTA so far (barrier phases)
+    int nvis = 0;  // visits completed by this CTA so far (visit n uses stage n % S, phase n / S)
 
 #pragma unroll 1
     for (int rt = 0; rt < nrows; rt += R) {
@@ -161,10 +170,20 @@ __device__ __forceinline__ void dec_body(const MsaDecodeParams& p, const MsaTens
         fence_proxy_async();
         __syncthreads();
 
+        // The visits of this row tile come from a CTA-uniform walk (dense:
+        // the KV chunk in blocks of 128 keys; sparse: the union of the
+        // selected blocks, ascending). With two K/V stages the walk runs one
+        // visit ahead: visit n+1's K and V are issued into the other stage at
+        // the start of visit n (that stage's last reader, visit n-1's O^T
+        // MMA, has completed), so its loads overlap visit n.
         int cur = kv_begin, hi = sparse ? kv_begin : kv_end;  // keys [cur, hi) of the current block remain
-        int prev = -1, visits = 0;
-#pragma unroll 1
-        for (;;) {
+        int prev = -1, visits = 0, issued = 0;
+        int t0s[2] = {0, 0}, nks[2] = {0, 0};  // per stage: first key and key count of its visit
+        bool more = true;
+        // walk_issue: the next visit of the walk (false when the stream
+        // ends); its visible-key counts go to the stage's vis array and
+        // thread 0 issues its K (and, unconverted, V) tile into the stage.
+        auto walk_issue = [&]() -> bool {
             if (sparse && cur >= hi) {  // next selected block above prev (CTA-uniform)
                 int own = INT_MAX;
                 if (tid < R && rt + tid < nrows) {
@@ -186,39 +205,62 @@ __device__ __forceinline__ void dec_body(const MsaDecodeParams& p, const MsaTens
                 const int jmin = min(s_min[0], s_min[1]);
                 if (tid < R) s_sel[tid] = jmin != INT_MAX && own == jmin;
                 __syncthreads();  // s_min read by all before it is written again
-                if (jmin == INT_MAX) break;
+                if (jmin == INT_MAX) return false;
                 cur = (int)max((long long)kv_begin, jmin * blk);
                 hi = (int)min((long long)kv_end, (jmin + 1) * blk);
                 prev = jmin;
             }
-            if (cur >= hi) break;
+            if (cur >= hi) return false;
+            const int st = (nvis - visits + issued) % S;  // stage of this visit (its CTA-wide visit index mod S)
             const int t0 = cur, nk = min(kBlockKeys, hi - cur);
             cur += kBlockKeys;
-
-            if (tid < R) s_vis[tid] = (sparse && !s_sel[tid]) ? 0 : min(max(s_lim[tid] - t0, 0), nk);
-            if (tid == 0) {  // K/V buffers are free: the previous visit's O^T MMA has completed
-                issue_kv_tile<L::raw_row, kStorageBytes>(kConv ? sRaw : sK, &maps.k, bar_k, g, t0, nk);
-                if constexpr (!kConv) issue_kv_tile<L::raw_row, kStorageBytes>(sV, &maps.v, bar_v, g, t0, nk);
+            if (st == 0) {
+                t0s[0] = t0;
+                nks[0] = nk;
+            } else {
+                t0s[1] = t0;
+                nks[1] = nk;
             }
+            if (tid < R) (st ? s_vis1 : s_vis)[tid] = (sparse && !s_sel[tid]) ? 0 : min(max(s_lim[tid] - t0, 0), nk);
+            if (tid == 0) {
+                issue_kv_tile<L::raw_row, kStorageBytes>(kConv ? sRaw : (st ? sK1 : sK), &maps.k, st ? bar_k1 : bar_k, g, t0, nk);
+                if constexpr (!kConv)
+                    issue_kv_tile<L::raw_row, kStorageBytes>(st ? sV1 : sV, &maps.v, st ? bar_v1 : bar_v, g, t0, nk);
+            }
+            ++issued;
             __syncthreads();
+            return true;
+        };
+#pragma unroll 1
+        for (int i = 0; i + 1 < S && more; ++i) more = walk_issue();  // prologue: visits 0 .. S-2
+#pragma unroll 1
+        for (;;) {
+            if (more) more = walk_issue();  // visit visits + S - 1 (S = 1: this visit)
+            if (visits == issued) break;
+            const int st = nvis % S;
+            const uint32_t par = kv_parity(nvis / S);  // phase of this stage's barriers
+            const int t0 = st ? t0s[1] : t0s[0], nk = st ? nks[1] : nks[0];
+            const int* vis = st ? s_vis1 : s_vis;
+            const uint32_t sKs = st ? sK1 : sK, sVs = st ? sV1 : sV;
+            const uint32_t bk = st ? bar_k1 : bar_k, bv = st ? bar_v1 : bar_v;
             // NVFP4: the block-scale row of key tid (sm100_common.cuh KVGeom)
             const long long srow = (V == kNVFP4 && tid < nk) ? g.scale_row(t0 + tid) : 0;
             if constexpr (kConv) {  // raw E4M3 / NVFP4 K -> BF16 K (rows past the block's keys: zero)
-                mbar_wait(bar_k, kv_parity(nvis));
-                convert_kv_row<V, D>(sK, sRaw, tid, tid < nk, reinterpret_cast<const uint8_t*>(p.k_scale), srow);
+                mbar_wait(bk, par);
+                convert_kv_row<V, D>(sKs, sRaw, tid, tid < nk, reinterpret_cast<const uint8_t*>(p.k_scale), srow);
                 fence_proxy_async();
                 __syncthreads();  // the staging tile is free for V; K is visible to the MMA
-                if (tid == 0) issue_kv_tile<L::raw_row, kStorageBytes>(sRaw, &maps.v, bar_v, g, t0, nk);
+                if (tid == 0) issue_kv_tile<L::raw_row, kStorageBytes>(sRaw, &maps.v, bv, g, t0, nk);
             }
 
             // ---- S^T = K Q^T ----
             if (tid == 0) {
-                if constexpr (!kConv) mbar_wait(bar_k, kv_parity(nvis));
+                if constexpr (!kConv) mbar_wait(bk, par);
                 tc_fence_after();
 #pragma unroll
                 for (int k = 0; k < L::qk_steps; ++k)
                     umma<L::f8>(tmem + L::tmem_s_col,
-                                umma_smem_desc(sK + kmajor_step_offset(k, L::row_bytes, kBlockKeys), kmajor_lbo(),
+                                umma_smem_desc(sKs + kmajor_step_offset(k, L::row_bytes, kBlockKeys), kmajor_lbo(),
                                                kmajor_sbo(L::row_bytes), span_of(L::row_bytes)),
                                 umma_smem_desc(sQ + kmajor_step_offset(k, L::row_bytes, R), kmajor_lbo(),
                                                kmajor_sbo(L::row_bytes), span_of(L::row_bytes)),
@@ -228,13 +270,12 @@ __device__ __forceinline__ void dec_body(const MsaDecodeParams& p, const MsaTens
             mbar_wait(bar_mma, mma_parity(2 * nvis));
             __syncwarp();
             tc_fence_after();
-
             // ---- masked, scaled scores of key tid for the R rows ----
             float s[64];
             tmem_ld32(tmem + lane_base + L::tmem_s_col, *reinterpret_cast<float(*)[32]>(&s[0]));
             tmem_ld32(tmem + lane_base + L::tmem_s_col + 32, *reinterpret_cast<float(*)[32]>(&s[32]));
 #pragma unroll
-            for (int r = 0; r < R; ++r) s[r] = tid < s_vis[r] ? s[r] * scale : -INFINITY;
+            for (int r = 0; r < R; ++r) s[r] = tid < vis[r] ? s[r] * scale : -INFINITY;
             {
                 float t[64];
 #pragma unroll
@@ -287,11 +328,11 @@ __device__ __forceinline__ void dec_body(const MsaDecodeParams& p, const MsaTens
             s_red[warp * R + 2 * lane + 1] = s[1];
 
             // ---- V landed: rows past the block's keys to zero (P = 0 never meets stale data) ----
-            mbar_wait(bar_v, kv_parity(nvis));
+            mbar_wait(bv, par);
             if constexpr (kConv)
-                convert_kv_row<V, D>(sV, sRaw, tid, tid < nk, reinterpret_cast<const uint8_t*>(p.v_scale), srow);
+                convert_kv_row<V, D>(sVs, sRaw, tid, tid < nk, reinterpret_cast<const uint8_t*>(p.v_scale), srow);
             else if (tid >= nk)
-                zero_row<L::row_bytes, kBlockKeys>(sV, tid);
+                zero_row<L::row_bytes, kBlockKeys>(sVs, tid);
 
             // ---- O^T *= alpha (per column = row), only when some row's max grew ----
             if (rescale) {
@@ -324,7 +365,7 @@ __device__ __forceinline__ void dec_body(const MsaDecodeParams& p, const MsaTens
 #pragma unroll
                     for (int j = 0; j < L::o_mmas; ++j)
                         umma<L::f8>(tmem + L::tmem_o_col + j * R,
-                                    umma_smem_desc(sV + j * L::o_atoms * kBlockKeys * L::box_span +
+                                    umma_smem_desc(sVs + j * L::o_atoms * kBlockKeys * L::box_span +
                                                        mnmajor_step_offset(k, L::keys_per_pv_step, L::row_bytes),
                                                    mnmajor_lbo(L::row_bytes, kBlockKeys), mnmajor_sbo(L::row_bytes),
                                                    span_of(L::row_bytes)),

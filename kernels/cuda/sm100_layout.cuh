@@ -210,7 +210,6 @@ struct DecLayout {
     static constexpr int bar_off = align_up(orow_off + 8 * kDecRows, 16);
     static constexpr int bar_k = 0, bar_v = 1, bar_mma = 2, num_bars = 3;
     static constexpr int tmem_slot_off = bar_off + 8 * num_bars;
-    static constexpr int smem_bytes = tmem_slot_off + 8 + kAlignSlack;
     static constexpr int o_m = 128;                            // UMMA M of O^T
     static constexpr int o_mmas = D < 128 ? 1 : D / 128;       // O^T products per K step
     static constexpr int tmem_s_col = 0;
@@ -226,6 +225,23 @@ struct DecLayout {
     // A operand of O^T block j: M = 128 elements of D = 128*es/box_span atoms
     // of box_span bytes, LBO = one column block (128 keys x box_span) apart.
     static constexpr int o_atoms = 128 * es / box_span;
+    // K/V stages. Stage 0 is k_off / v_off above. The variants whose K and
+    // V land by TMA exactly as the MMA reads them (bf16, fp8) get a second
+    // stage when it fits, appended after the one-stage map (which stays as
+    // it is): K at k1_off, V at v1_off (v_extent bytes: the O^T A operand
+    // reads o_mmas * o_atoms column blocks, more than the tile at D = 64),
+    // its two mbarriers (K, V ready) at bar1_off, then vis1[kDecRows] (the
+    // visible-key counts of the visits in stage 1). The converted variants
+    // stage the raw tiles through one buffer and keep one stage.
+    static constexpr int one_stage_end = tmem_slot_off + 8;
+    static constexpr int v_extent = imax(kv_bytes, o_mmas * o_atoms * kBlockKeys * box_span);
+    static constexpr int k1_off = align_up(one_stage_end, 1024);
+    static constexpr int v1_off = align_up(k1_off + kv_bytes, 1024);
+    static constexpr int bar1_off = align_up(v1_off + v_extent, 16);
+    static constexpr int vis1_off = bar1_off + 16;
+    static constexpr int two_stage_end = vis1_off + 4 * kDecRows;
+    static constexpr int stages = !kv_converted(V) && two_stage_end + kAlignSlack <= kMaxDynSmem ? 2 : 1;
+    static constexpr int smem_bytes = (stages == 2 ? two_stage_end : one_stage_end) + kAlignSlack;
     static_assert(smem_bytes <= kMaxDynSmem, "dynamic shared memory");
     static_assert(tmem_cols <= 512 && tmem_o_col + o_mmas * kDecRows <= tmem_cols, "tensor memory columns");
     static_assert(umma_shape_ok(kBlockKeys, kDecRows) && umma_shape_ok(o_m, kDecRows), "UMMA shape");
@@ -291,12 +307,12 @@ MSA_SM100_PIN(FwdLayout, kBF16, 128, idesc_pv, 0x08210490u);
 MSA_SM100_PIN(FwdLayout, kFP8, 128, idesc_qk, 0x08200010u);
 MSA_SM100_PIN(FwdLayout, kFP8, 64, idesc_pv, 0x08110010u);
 
-MSA_SM100_PIN(DecLayout, kBF16, 64, smem_bytes, 62000);
-MSA_SM100_PIN(DecLayout, kBF16, 128, smem_bytes, 102960);
+MSA_SM100_PIN(DecLayout, kBF16, 64, smem_bytes, 111888);
+MSA_SM100_PIN(DecLayout, kBF16, 128, smem_bytes, 169232);
 MSA_SM100_PIN(DecLayout, kBF16, 256, smem_bytes, 184880);
-MSA_SM100_PIN(DecLayout, kFP8, 64, smem_bytes, 33328);
-MSA_SM100_PIN(DecLayout, kFP8, 128, smem_bytes, 53808);
-MSA_SM100_PIN(DecLayout, kFP8, 256, smem_bytes, 94768);
+MSA_SM100_PIN(DecLayout, kFP8, 64, smem_bytes, 58640);
+MSA_SM100_PIN(DecLayout, kFP8, 128, smem_bytes, 87312);
+MSA_SM100_PIN(DecLayout, kFP8, 256, smem_bytes, 161040);
 MSA_SM100_PIN(DecLayout, kBF16, 128, tmem_cols, 128);
 MSA_SM100_PIN(DecLayout, kBF16, 256, tmem_cols, 256);
 MSA_SM100_PIN(DecLayout, kBF16, 128, idesc_qk, 0x08100490u);
@@ -310,5 +326,9 @@ MSA_SM100_PIN(DecLayout, kNVFP4, 64, smem_bytes, 66096);
 MSA_SM100_PIN(DecLayout, kNVFP4, 128, smem_bytes, 111152);
 MSA_SM100_PIN(DecLayout, kNVFP4, 256, smem_bytes, 201264);
 MSA_SM100_PIN(DecLayout, kNVFP4, 128, idesc_pv, 0x08118490u);
+MSA_SM100_PIN(DecLayout, kBF16, 128, stages, 2);
+MSA_SM100_PIN(DecLayout, kBF16, 256, stages, 1);
+MSA_SM100_PIN(DecLayout, kFP8, 256, stages, 2);
+MSA_SM100_PIN(DecLayout, kBF16FP8, 128, stages, 1);
 
 #endif  // SM100_LAYOUT_CUH

@@ -144,14 +144,22 @@ func TestSM100MemoryRegions(t *testing.T) {
 					{"V", dl.VOff, dl.VOff + dl.KVBytes}, {"P", dl.POff, dl.POff + dl.PBytes}, {"raw", dl.RawOff, dl.RawOff + dl.RawBytes}, {"red", dl.RedOff, dl.OrowOff},
 					{"orow", dl.OrowOff, dl.OrowOff + 8*sm100DecRows}, {"bars", dl.BarOff, dl.TmemSlot + 8}}
 				if dl.Stages == 2 {
-					// Stage 1: K, V (with the O^T operand's full read extent), bars, vis.
-					srs = append(srs, region{"K1", dl.K1Off, dl.K1Off + dl.KVBytes}, region{"V1", dl.V1Off, dl.V1Off + dl.VExtent},
-						region{"bars1", dl.Bar1Off, dl.Bar1Off + 16}, region{"vis1", dl.Vis1Off, dl.Vis1Off + 4*sm100DecRows})
-					if dl.K1Off%1024 != 0 || dl.V1Off%1024 != 0 {
-						t.Errorf("%s: stage-1 tiles at %d / %d are not 1024-aligned", what, dl.K1Off, dl.V1Off)
+					// Stage 1: K, V (with the O^T operand's full read extent) or
+					// the converted variants' three raw tiles; bars, vis.
+					tiles := []region{{"K1", dl.K1Off, dl.K1Off + dl.KVBytes}, {"V1", dl.V1Off, dl.V1Off + dl.VExtent}}
+					if v.converted() {
+						tiles = []region{{"rawV0", dl.RV0Off, dl.RV0Off + dl.RawBytes}, {"rawK1", dl.RK1Off, dl.RK1Off + dl.RawBytes},
+							{"rawV1", dl.RV1Off, dl.RV1Off + dl.RawBytes}}
 					}
+					for _, r := range tiles {
+						if r.off%1024 != 0 {
+							t.Errorf("%s: stage-1 tile %s at %d is not 1024-aligned", what, r.name, r.off)
+						}
+					}
+					srs = append(append(srs, tiles...), region{"bars1", dl.Bar1Off, dl.Bar1Off + 16},
+						region{"vis1", dl.Vis1Off, dl.Vis1Off + 4*sm100DecRows})
 				}
-				if dl.Stages == 2 && v.converted() || dl.Stages < 1 || dl.Stages > 2 {
+				if dl.Stages < 1 || dl.Stages > 2 {
 					t.Errorf("%s: %d K/V stages", what, dl.Stages)
 				}
 				checkDisjoint(t, what+" smem", srs, dl.SmemBytes-sm100AlignSlack)
@@ -844,7 +852,7 @@ func emuSM100Decode(t *testing.T, c *decodeCase, v SM100Variant) (written map[in
 					}
 				}
 				st.kRows = tile(barK[si], st.t0, st.nk)
-				if !v.converted() {
+				if !v.converted() || S == 2 { // one converted stage: the raw V follows the K conversion
 					st.vRows = tile(barV[si], st.t0, st.nk)
 				}
 				issued++
@@ -865,7 +873,7 @@ func emuSM100Decode(t *testing.T, c *decodeCase, v SM100Variant) (written map[in
 				st := &stages[si]
 				par := uint32((nvis / S) & 1)
 				barK[si].wait(t, par)
-				if v.converted() {
+				if v.converted() && S == 1 {
 					st.vRows = tile(barV[si], st.t0, st.nk) // the raw V after the K conversion
 				}
 				barMMA.commit(t) // S^T
@@ -935,6 +943,9 @@ func TestEmulatedSM100Decode(t *testing.T) {
 		// 16 heads x 6 query tokens: two row tiles per item; sparse rows selecting nothing in a chunk
 		{&decodeCase{name: "sparse/split/two-tiles", batch: 2, seqlenQ: 6, hkv: 1, qhpk: 16, d: 64, pageSize: 128, fixedSplit: 2,
 			topK: 2, blk: 128, seqused: []int32{3000, 700}, qd: BF16, kvd: BF16}, SM100BF16},
+		// a converted variant with the two-stage ring (raw K/V per stage)
+		{&decodeCase{name: "sparse/split/bf16fp8-ring", batch: 3, seqlenQ: 1, hkv: 2, qhpk: 16, d: 128, pageSize: 64, fixedSplit: 2,
+			topK: 6, blk: 128, seqused: []int32{2500, 129, 700}, qd: BF16, kvd: E4M3}, SM100BF16FP8},
 		// NVFP4 K/V (rows of D/2 bytes: 32-byte TMA boxes at D = 64), E4M3 and BF16 Q
 		{&decodeCase{name: "nvfp4/dense/split/page128", batch: 2, seqlenQ: 1, hkv: 2, qhpk: 8, d: 64, pageSize: 128, fixedSplit: 3,
 			seqused: []int32{900, 260}, qd: E4M3, kvd: NVFP4}, SM100NVFP4},

@@ -150,12 +150,17 @@ type SM100DecLayout struct {
 	Boxes     int    // TMA boxes per K or V tile: RowBytes / BoxSpan
 	IdescQK   uint32 // UMMA instruction descriptor of S^T = K Q^T
 	IdescPV   uint32 // UMMA instruction descriptor of O^T = V^T P^T
-	// K/V stages: 2 for the unconverted variants (bf16, fp8) when the
-	// second stage fits, else 1. The second stage follows the one-stage map.
+	// K/V stages: 2 when the second stage fits, else 1. The second stage
+	// follows the one-stage map: unconverted variants K1Off / V1Off;
+	// converted ones the raw V of stage 0 (RV0Off) and the raw K / V of
+	// stage 1 (RK1Off / RV1Off), stage 0's raw K being RawOff.
 	Stages  int
 	VExtent int // bytes the O^T A operand reads from a V tile (> KVBytes at D = 64)
-	K1Off   int // offset of stage 1's K tile
-	V1Off   int // offset of stage 1's V tile
+	K1Off   int // offset of stage 1's K tile (unconverted)
+	V1Off   int // offset of stage 1's V tile (unconverted)
+	RV0Off  int // offset of stage 0's raw V tile (converted)
+	RK1Off  int // offset of stage 1's raw K tile (converted)
+	RV1Off  int // offset of stage 1's raw V tile (converted)
 	Bar1Off int // offset of stage 1's two mbarriers (K, V ready)
 	Vis1Off int // offset of stage 1's visible-key counts (int32 per row)
 }
@@ -192,13 +197,21 @@ func SM100Dec(v SM100Variant, d int) SM100DecLayout {
 	l.OAtoms = 128 * es / l.BoxSpan
 	oneStageEnd := l.TmemSlot + 8
 	l.VExtent = max(l.KVBytes, l.OMMAs*l.OAtoms*sm100BlockKeys*l.BoxSpan)
-	l.K1Off = alignUp(oneStageEnd, 1024)
+	s1 := alignUp(oneStageEnd, 1024)
+	l.K1Off = s1
 	l.V1Off = alignUp(l.K1Off+l.KVBytes, 1024)
-	l.Bar1Off = alignUp(l.V1Off+l.VExtent, 16)
+	l.RV0Off = s1
+	l.RK1Off = alignUp(l.RV0Off+l.RawBytes, 1024)
+	l.RV1Off = alignUp(l.RK1Off+l.RawBytes, 1024)
+	if v.converted() {
+		l.Bar1Off = alignUp(l.RV1Off+l.RawBytes, 16)
+	} else {
+		l.Bar1Off = alignUp(l.V1Off+l.VExtent, 16)
+	}
 	l.Vis1Off = l.Bar1Off + 16
 	twoStageEnd := l.Vis1Off + 4*sm100DecRows
 	l.Stages = 1
-	if !v.converted() && twoStageEnd+sm100AlignSlack <= sm100MaxDynSmem {
+	if twoStageEnd+sm100AlignSlack <= sm100MaxDynSmem {
 		l.Stages = 2
 	}
 	if l.Stages == 2 {

@@ -100,8 +100,10 @@ __device__ __forceinline__ void dec_body(const MsaDecodeParams& p, const MsaTens
     const uint32_t bar = smem_u32(sm + L::bar_off);
     const uint32_t bar_k = bar + 8 * L::bar_k, bar_v = bar + 8 * L::bar_v, bar_mma = bar + 8 * L::bar_mma;
     constexpr int S = L::stages;  // K/V stages (sm100_layout.cuh DecLayout)
-    // Stage 1 (S = 2): K, V tiles, their two mbarriers and visible-key counts.
+    // Stage 1 (S = 2): K, V tiles (converted variants: the raw tiles, and
+    // stage 0's raw V), their two mbarriers and visible-key counts.
     const uint32_t sK1 = smem_u32(sm + L::k1_off), sV1 = smem_u32(sm + L::v1_off);
+    const uint32_t sRV0 = smem_u32(sm + L::rv0_off), sRK1 = smem_u32(sm + L::rk1_off), sRV1 = smem_u32(sm + L::rv1_off);
     const uint32_t bar_k1 = smem_u32(sm + L::bar1_off), bar_v1 = bar_k1 + 8;
     int* s_vis1 = reinterpret_cast<int*>(sm + L::vis1_off);
     uint32_t* tmem_slot = reinterpret_cast<uint32_t*>(sm + L::tmem_slot_off);
@@ -173,9 +175,10 @@ __device__ __forceinline__ void dec_body(const MsaDecodeParams& p, const MsaTens
         // The visits of this row tile come from a CTA-uniform walk (dense:
         // the KV chunk in blocks of 128 keys; sparse: the union of the
         // selected blocks, ascending). With two K/V stages the walk runs one
-        // visit ahead: visit n+1's K and V are issued into the other stage at
-        // the start of visit n (that stage's last reader, visit n-1's O^T
-        // MMA, has completed), so its loads overlap visit n.
+        // visit ahead: visit n+1's K and V (converted variants: their raw
+        // tiles) are issued into the other stage at the start of visit n
+        // (that stage's last reader, visit n-1, has completed), so its loads
+        // overlap visit n.
         int cur = kv_begin, hi = sparse ? kv_begin : kv_end;  // keys [cur, hi) of the current block remain
         int prev = -1, visits = 0, issued = 0;
         int t0s[2] = {0, 0}, nks[2] = {0, 0};  // per stage: first key and key count of its visit
@@ -223,9 +226,16 @@ __device__ __forceinline__ void dec_body(const MsaDecodeParams& p, const MsaTens
             }
             if (tid < R) (st ? s_vis1 : s_vis)[tid] = (sparse && !s_sel[tid]) ? 0 : min(max(s_lim[tid] - t0, 0), nk);
             if (tid == 0) {
-                issue_kv_tile<L::raw_row, kStorageBytes>(kConv ? sRaw : (st ? sK1 : sK), &maps.k, st ? bar_k1 : bar_k, g, t0, nk);
-                if constexpr (!kConv)
-                    issue_kv_tile<L::raw_row, kStorageBytes>(st ? sV1 : sV, &maps.v, st ? bar_v1 : bar_v, g, t0, nk);
+                const uint32_t bk = st ? bar_k1 : bar_k, bv = st ? bar_v1 : bar_v;
+                if constexpr (!kConv) {
+                    issue_kv_tile<L::raw_row, kStorageBytes>(st ? sK1 : sK, &maps.k, bk, g, t0, nk);
+                    issue_kv_tile<L::raw_row, kStorageBytes>(st ? sV1 : sV, &maps.v, bv, g, t0, nk);
+                } else if constexpr (S == 2) {  // raw K and V of the stage (converted at the visit)
+                    issue_kv_tile<L::raw_row, kStorageBytes>(st ? sRK1 : sRaw, &maps.k, bk, g, t0, nk);
+                    issue_kv_tile<L::raw_row, kStorageBytes>(st ? sRV1 : sRV0, &maps.v, bv, g, t0, nk);
+                } else {  // one staging tile: the raw V follows the K conversion
+                    issue_kv_tile<L::raw_row, kStorageBytes>(sRaw, &maps.k, bk, g, t0, nk);
+                }
             }
             ++issued;
             __syncthreads();
@@ -241,16 +251,19 @@ __device__ __forceinline__ void dec_body(const MsaDecodeParams& p, const MsaTens
             const uint32_t par = kv_parity(nvis / S);  // phase of this stage's barriers
             const int t0 = st ? t0s[1] : t0s[0], nk = st ? nks[1] : nks[0];
             const int* vis = st ? s_vis1 : s_vis;
-            const uint32_t sKs = st ? sK1 : sK, sVs = st ? sV1 : sV;
+            // The MMA operands: the stage's tiles, or (converted) the one
+            // BF16 K / V pair the raw tiles are converted into.
+            const uint32_t sKs = (!kConv && st) ? sK1 : sK, sVs = (!kConv && st) ? sV1 : sV;
+            const uint32_t rawK = (S == 2 && st) ? sRK1 : sRaw, rawV = S == 2 ? (st ? sRV1 : sRV0) : sRaw;
             const uint32_t bk = st ? bar_k1 : bar_k, bv = st ? bar_v1 : bar_v;
             // NVFP4: the block-scale row of key tid (sm100_common.cuh KVGeom)
             const long long srow = (V == kNVFP4 && tid < nk) ? g.scale_row(t0 + tid) : 0;
             if constexpr (kConv) {  // raw E4M3 / NVFP4 K -> BF16 K (rows past the block's keys: zero)
                 mbar_wait(bk, par);
-                convert_kv_row<V, D>(sKs, sRaw, tid, tid < nk, reinterpret_cast<const uint8_t*>(p.k_scale), srow);
+                convert_kv_row<V, D>(sKs, rawK, tid, tid < nk, reinterpret_cast<const uint8_t*>(p.k_scale), srow);
                 fence_proxy_async();
-                __syncthreads();  // the staging tile is free for V; K is visible to the MMA
-                if (tid == 0) issue_kv_tile<L::raw_row, kStorageBytes>(sRaw, &maps.v, bv, g, t0, nk);
+                __syncthreads();  // K is visible to the MMA; one stage: the staging tile is free for V
+                if (S == 1 && tid == 0) issue_kv_tile<L::raw_row, kStorageBytes>(sRaw, &maps.v, bv, g, t0, nk);
             }
 
             // ---- S^T = K Q^T ----
@@ -330,7 +343,7 @@ __device__ __forceinline__ void dec_body(const MsaDecodeParams& p, const MsaTens
             // ---- V landed: rows past the block's keys to zero (P = 0 never meets stale data) ----
             mbar_wait(bv, par);
             if constexpr (kConv)
-                convert_kv_row<V, D>(sVs, sRaw, tid, tid < nk, reinterpret_cast<const uint8_t*>(p.v_scale), srow);
+                convert_kv_row<V, D>(sVs, rawV, tid, tid < nk, reinterpret_cast<const uint8_t*>(p.v_scale), srow);
             else if (tid >= nk)
                 zero_row<L::row_bytes, kBlockKeys>(sVs, tid);
 

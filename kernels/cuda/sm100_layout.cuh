@@ -225,22 +225,30 @@ struct DecLayout {
     // A operand of O^T block j: M = 128 elements of D = 128*es/box_span atoms
     // of box_span bytes, LBO = one column block (128 keys x box_span) apart.
     static constexpr int o_atoms = 128 * es / box_span;
-    // K/V stages. Stage 0 is k_off / v_off above. The variants whose K and
-    // V land by TMA exactly as the MMA reads them (bf16, fp8) get a second
-    // stage when it fits, appended after the one-stage map (which stays as
-    // it is): K at k1_off, V at v1_off (v_extent bytes: the O^T A operand
-    // reads o_mmas * o_atoms column blocks, more than the tile at D = 64),
-    // its two mbarriers (K, V ready) at bar1_off, then vis1[kDecRows] (the
-    // visible-key counts of the visits in stage 1). The converted variants
-    // stage the raw tiles through one buffer and keep one stage.
+    // K/V stages. A second stage, when it fits, is appended after the
+    // one-stage map (which stays as it is); its mbarriers (K, V ready) sit
+    // at bar1_off, then vis1[kDecRows] (the visible-key counts of the
+    // visits in stage 1).
+    //   bf16, fp8 (K and V land by TMA as the MMA reads them): stage 0 is
+    //     k_off / v_off, stage 1 K at k1_off and V at v1_off (v_extent
+    //     bytes: the O^T A operand reads o_mmas * o_atoms column blocks,
+    //     more than the tile at D = 64).
+    //   bf16fp8, nvfp4 (converted in shared memory into k_off / v_off):
+    //     raw K / V of stage 0 at raw_off / rv0_off, of stage 1 at rk1_off /
+    //     rv1_off. With one stage the raw K then the raw V go through raw_off.
+    static constexpr bool conv = kv_converted(V);
     static constexpr int one_stage_end = tmem_slot_off + 8;
     static constexpr int v_extent = imax(kv_bytes, o_mmas * o_atoms * kBlockKeys * box_span);
-    static constexpr int k1_off = align_up(one_stage_end, 1024);
+    static constexpr int s1_off = align_up(one_stage_end, 1024);
+    static constexpr int k1_off = s1_off;
     static constexpr int v1_off = align_up(k1_off + kv_bytes, 1024);
-    static constexpr int bar1_off = align_up(v1_off + v_extent, 16);
+    static constexpr int rv0_off = s1_off;
+    static constexpr int rk1_off = align_up(rv0_off + raw_bytes, 1024);
+    static constexpr int rv1_off = align_up(rk1_off + raw_bytes, 1024);
+    static constexpr int bar1_off = align_up(conv ? rv1_off + raw_bytes : v1_off + v_extent, 16);
     static constexpr int vis1_off = bar1_off + 16;
     static constexpr int two_stage_end = vis1_off + 4 * kDecRows;
-    static constexpr int stages = !kv_converted(V) && two_stage_end + kAlignSlack <= kMaxDynSmem ? 2 : 1;
+    static constexpr int stages = two_stage_end + kAlignSlack <= kMaxDynSmem ? 2 : 1;
     static constexpr int smem_bytes = (stages == 2 ? two_stage_end : one_stage_end) + kAlignSlack;
     static_assert(smem_bytes <= kMaxDynSmem, "dynamic shared memory");
     static_assert(tmem_cols <= 512 && tmem_o_col + o_mmas * kDecRows <= tmem_cols, "tensor memory columns");
@@ -318,17 +326,18 @@ MSA_SM100_PIN(DecLayout, kBF16, 256, tmem_cols, 256);
 MSA_SM100_PIN(DecLayout, kBF16, 128, idesc_qk, 0x08100490u);
 MSA_SM100_PIN(DecLayout, kBF16, 128, idesc_pv, 0x08118490u);
 MSA_SM100_PIN(DecLayout, kFP8, 128, idesc_pv, 0x08118010u);
-MSA_SM100_PIN(DecLayout, kBF16FP8, 64, smem_bytes, 70192);
-MSA_SM100_PIN(DecLayout, kBF16FP8, 128, smem_bytes, 119344);
+MSA_SM100_PIN(DecLayout, kBF16FP8, 64, smem_bytes, 95504);
+MSA_SM100_PIN(DecLayout, kBF16FP8, 128, smem_bytes, 169232);
 MSA_SM100_PIN(DecLayout, kBF16FP8, 256, smem_bytes, 217648);
 MSA_SM100_PIN(DecLayout, kBF16FP8, 128, idesc_pv, 0x08118490u);
-MSA_SM100_PIN(DecLayout, kNVFP4, 64, smem_bytes, 66096);
-MSA_SM100_PIN(DecLayout, kNVFP4, 128, smem_bytes, 111152);
+MSA_SM100_PIN(DecLayout, kNVFP4, 64, smem_bytes, 79120);
+MSA_SM100_PIN(DecLayout, kNVFP4, 128, smem_bytes, 136464);
 MSA_SM100_PIN(DecLayout, kNVFP4, 256, smem_bytes, 201264);
 MSA_SM100_PIN(DecLayout, kNVFP4, 128, idesc_pv, 0x08118490u);
 MSA_SM100_PIN(DecLayout, kBF16, 128, stages, 2);
 MSA_SM100_PIN(DecLayout, kBF16, 256, stages, 1);
 MSA_SM100_PIN(DecLayout, kFP8, 256, stages, 2);
-MSA_SM100_PIN(DecLayout, kBF16FP8, 128, stages, 1);
+MSA_SM100_PIN(DecLayout, kBF16FP8, 128, stages, 2);
+MSA_SM100_PIN(DecLayout, kNVFP4, 256, stages, 1);
 
 #endif  // SM100_LAYOUT_CUH

@@ -6,28 +6,39 @@ package grad
 // backward and the float32 forward as register-blocked GEMM tiles that
 // keep a block of C in vector accumulators over the whole reduction
 // (gemm_amd64.s): 8 rows x 32 columns in 16 zmm registers on the avx512
-// tiers, 6 rows x 16 columns in 12 ymm registers on the avx2 tier. The
-// score products need the key-side operand transposed: Forward and
-// Backward transpose every K (and V) block once per call (blockT), and the
-// passes read the transposed blocks. Each C element is one FMA chain in
-// reduction order, so results depend only on the inputs and the tier,
-// never on the worker count.
-
-// gemmSlack is the number of elements past the last row of an A operand
-// that gemmCol's row groups may read: tiles have at most 8 rows.
-const gemmSlack = 8
+// tiers, 4 rows x 24 columns in 12 ymm registers on the avx2 tier (four
+// rows fit every power-of-two query group; 16-column tiles take the rest
+// of the columns on both). The score products need the key-side operand
+// transposed: Forward and Backward transpose every K (and V) block once
+// per call (blockT), and the passes read the transposed blocks. Each C
+// element is one FMA chain in reduction order, so results depend only on
+// the inputs and the tier, never on the worker count.
 
 // padCols returns n rounded up to a multiple of 16: the leading dimension
 // of score rows and transposed blocks.
 func padCols(n int) int { return (n + 15) &^ 15 }
 
-// gemmShape returns the rows and columns of the worker's widest GEMM tile:
-// 8 x 32 on the avx512 tiers, 6 x 16 on the avx2 tier.
-func (wk *worker) gemmShape() (rows, cols int) {
+// gemmRows returns the rows of the worker's GEMM tiles: 8 on the avx512
+// tiers, 4 on the avx2 tier.
+func (wk *worker) gemmRows() int {
 	if wk.simd512 {
-		return 8, 32
+		return 8
 	}
-	return 6, 16
+	return 4
+}
+
+// gemmPanel returns the columns of the next GEMM tile when rem columns
+// (a multiple of 16) are left: 32 or 16 on the avx512 tiers; on the avx2
+// tier 24, or 16 where a 24-column tile would leave 8 columns (rem 16 or
+// 32).
+func (wk *worker) gemmPanel(rem int) int {
+	switch {
+	case wk.simd512 && rem >= 32:
+		return 32
+	case !wk.simd512 && (rem >= 40 || rem == 24):
+		return 24
+	}
+	return 16
 }
 
 // gemmRow sets (load false) or adds to (load true) C the product A.B
@@ -45,12 +56,14 @@ func (wk *worker) gemmRow(c []float32, ldc int, a []float32, lda int, b []float3
 	if k > 0 {
 		_ = a[(m-1)*lda+k-1]
 	}
-	rows, cols := wk.gemmShape()
+	rows := wk.gemmRows()
 	var cp, ap [8]*float32
+	c4, a4 := (*[4]*float32)(cp[:4]), (*[4]*float32)(ap[:4])
 	ld := boolInt(load)
-	// Column panels outer: a panel of B (k x 128 or 64 bytes) stays in L1
-	// while every row group passes over it.
-	for j0 := 0; j0 < ncols; j0 += cols {
+	// Column panels outer: a panel of B (k x 128, 96 or 64 bytes) stays in
+	// L1 while every row group passes over it.
+	for j0, w := 0, 0; j0 < ncols; j0 += w {
+		w = wk.gemmPanel(ncols - j0)
 		for r0 := 0; r0 < m; r0 += rows {
 			for i := range rows {
 				if r := r0 + i; r < m {
@@ -59,13 +72,17 @@ func (wk *worker) gemmRow(c []float32, ldc int, a []float32, lda int, b []float3
 					cp[i], ap[i] = &wk.scr[i][0], &a[0]
 				}
 			}
-			switch {
-			case !wk.simd512:
-				gemm6x16RowAVX2((*[6]*float32)(cp[:6]), (*[6]*float32)(ap[:6]), &b[j0], ldb, k, ld)
-			case ncols-j0 >= 32:
+			switch w {
+			case 32:
 				gemm8x32RowAVX512(&cp, &ap, &b[j0], ldb, k, ld)
+			case 24:
+				gemm4x24RowAVX2(c4, a4, &b[j0], ldb, k, ld)
 			default:
-				gemm8x16RowAVX512(&cp, &ap, &b[j0], ldb, k, ld)
+				if wk.simd512 {
+					gemm8x16RowAVX512(&cp, &ap, &b[j0], ldb, k, ld)
+				} else {
+					gemm4x16RowAVX2(c4, a4, &b[j0], ldb, k, ld)
+				}
 			}
 		}
 	}
@@ -75,22 +92,23 @@ func (wk *worker) gemmRow(c []float32, ldc int, a []float32, lda int, b []float3
 //
 //	c[r*ldc+j] (+)= sum_{t<k} a[r+t*csA] * b[t*ldb+j]
 //
-// The tiles read A rows in whole row groups (gemmShape), so a must hold
+// The tiles read A rows in whole groups (gemmRows), so a must hold
 // a[(k-1)*csA + m rounded up to the group - 1] (the rows past m are read
-// and discarded; when m <= csA, gemmSlack elements past a[k*csA-1]
-// always suffice).
+// and discarded; m <= csA with csA % 8 == 0 always suffices).
 func (wk *worker) gemmCol(c []float32, ldc int, a []float32, csA int, b []float32, ldb, m, ncols, k int, load bool) {
 	if m <= 0 || ncols <= 0 || (k <= 0 && load) {
 		return
 	}
 	checkGemm(c, ldc, b, ldb, m, ncols, k)
-	rows, cols := wk.gemmShape()
+	rows := wk.gemmRows()
 	if k > 0 {
 		_ = a[(k-1)*csA+(m+rows-1)/rows*rows-1]
 	}
 	var cp [8]*float32
+	c4 := (*[4]*float32)(cp[:4])
 	ld := boolInt(load)
-	for j0 := 0; j0 < ncols; j0 += cols {
+	for j0, w := 0, 0; j0 < ncols; j0 += w {
+		w = wk.gemmPanel(ncols - j0)
 		for r0 := 0; r0 < m; r0 += rows {
 			for i := range rows {
 				if r := r0 + i; r < m {
@@ -99,13 +117,17 @@ func (wk *worker) gemmCol(c []float32, ldc int, a []float32, csA int, b []float3
 					cp[i] = &wk.scr[i][0]
 				}
 			}
-			switch {
-			case !wk.simd512:
-				gemm6x16ColAVX2((*[6]*float32)(cp[:6]), &a[r0], csA, &b[j0], ldb, k, ld)
-			case ncols-j0 >= 32:
+			switch w {
+			case 32:
 				gemm8x32ColAVX512(&cp, &a[r0], csA, &b[j0], ldb, k, ld)
+			case 24:
+				gemm4x24ColAVX2(c4, &a[r0], csA, &b[j0], ldb, k, ld)
 			default:
-				gemm8x16ColAVX512(&cp, &a[r0], csA, &b[j0], ldb, k, ld)
+				if wk.simd512 {
+					gemm8x16ColAVX512(&cp, &a[r0], csA, &b[j0], ldb, k, ld)
+				} else {
+					gemm4x16ColAVX2(c4, &a[r0], csA, &b[j0], ldb, k, ld)
+				}
 			}
 		}
 	}
@@ -146,8 +168,8 @@ func blockT(dst []float32, ld int, x []float32, n, d int) {
 // scoresT sets s[r*ld+i] = a_r . b_i for rows r < m and keys i <
 // padCols(n) from bt, the transposed [d][ldt] key block (n keys, zero
 // columns after them): the SIMD tiers' scoresNT, unscaled (the callers
-// apply the softmax scale). Entries of masked keys
-// (i >= cnt[r]) are computed too; the callers clear or ignore them.
+// apply the softmax scale). Entries of masked keys (i >= cnt[r]) are
+// computed too; the callers clear or ignore them.
 func (wk *worker) scoresT(s []float32, ld int, a []float32, m int, bt []float32, ldt, n, d int) {
 	wk.gemmRow(s, ld, a, d, bt, ldt, m, padCols(n), d, false)
 }

@@ -59,17 +59,27 @@ func gemm8x32ColAVX512(c *[8]*float32, a *float32, csA int, b *float32, ldb, k, 
 //go:noescape
 func gemm8x16ColAVX512(c *[8]*float32, a *float32, csA int, b *float32, ldb, k, load int)
 
-// gemm6x16RowAVX2 is gemm8x32RowAVX512 on six rows and 16 columns, in
+// gemm4x24RowAVX2 is gemm8x32RowAVX512 on four rows and 24 columns, in
 // AVX2 ymm registers (12 accumulators).
 //
 //go:noescape
-func gemm6x16RowAVX2(c, a *[6]*float32, b *float32, ldb, k, load int)
+func gemm4x24RowAVX2(c, a *[4]*float32, b *float32, ldb, k, load int)
 
-// gemm6x16ColAVX2 is gemm8x32ColAVX512 on six rows and 16 columns, in
+// gemm4x16RowAVX2 is gemm4x24RowAVX2 on 16 columns.
+//
+//go:noescape
+func gemm4x16RowAVX2(c, a *[4]*float32, b *float32, ldb, k, load int)
+
+// gemm4x24ColAVX2 is gemm8x32ColAVX512 on four rows and 24 columns, in
 // AVX2 ymm registers.
 //
 //go:noescape
-func gemm6x16ColAVX2(c *[6]*float32, a *float32, csA int, b *float32, ldb, k, load int)
+func gemm4x24ColAVX2(c *[4]*float32, a *float32, csA int, b *float32, ldb, k, load int)
+
+// gemm4x16ColAVX2 is gemm4x24ColAVX2 on 16 columns.
+//
+//go:noescape
+func gemm4x16ColAVX2(c *[4]*float32, a *float32, csA int, b *float32, ldb, k, load int)
 
 // useAsm512 reports whether a call with head dimension d runs the AVX-512
 // GEMM tiles (gemm.go): the active tile tier is avx512 or avx512bf16 and

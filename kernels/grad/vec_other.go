@@ -40,12 +40,20 @@ func gemm8x16ColAVX512(c *[8]*float32, a *float32, csA int, b *float32, ldb, k, 
 	panic("grad: gemm8x16ColAVX512 without assembly")
 }
 
-func gemm6x16RowAVX2(c, a *[6]*float32, b *float32, ldb, k, load int) {
-	panic("grad: gemm6x16RowAVX2 without assembly")
+func gemm4x24RowAVX2(c, a *[4]*float32, b *float32, ldb, k, load int) {
+	panic("grad: gemm4x24RowAVX2 without assembly")
 }
 
-func gemm6x16ColAVX2(c *[6]*float32, a *float32, csA int, b *float32, ldb, k, load int) {
-	panic("grad: gemm6x16ColAVX2 without assembly")
+func gemm4x16RowAVX2(c, a *[4]*float32, b *float32, ldb, k, load int) {
+	panic("grad: gemm4x16RowAVX2 without assembly")
+}
+
+func gemm4x24ColAVX2(c *[4]*float32, a *float32, csA int, b *float32, ldb, k, load int) {
+	panic("grad: gemm4x24ColAVX2 without assembly")
+}
+
+func gemm4x16ColAVX2(c *[4]*float32, a *float32, csA int, b *float32, ldb, k, load int) {
+	panic("grad: gemm4x16ColAVX2 without assembly")
 }
 
 // useAsm512 is false: the portable Go kernels run.

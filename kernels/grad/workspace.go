@@ -60,7 +60,7 @@ type worker struct {
 	kb, vb      []float32      // [blk][d] gathered K/V block
 	dk, dv      []float32      // [blk][d] block gradient accumulators
 	tq, tdo     []float32      // [tileRows][d] gathered Q and dO rows
-	s, dp       []float32      // [tileRows][ld] scores/P and dP/dS, then gemmSlack
+	s, dp       []float32      // [tileRows][ld] scores/P and dP/dS
 	acc         []float32      // [qpk][d] O or dQ accumulator
 	lse, dlt    []float32      // [tileRows] LSE and Delta - dLSE of each row
 	mx, sum     []float32      // [qpk] running max and sum (forward)
@@ -90,7 +90,7 @@ func (ws *Workspace) ensure(qpk, blk, d int) {
 			kb: make([]float32, blk*d), vb: make([]float32, blk*d),
 			dk: make([]float32, blk*d), dv: make([]float32, blk*d),
 			tq: make([]float32, tr*d), tdo: make([]float32, tr*d),
-			s: make([]float32, tr*ld+gemmSlack), dp: make([]float32, tr*ld+gemmSlack),
+			s: make([]float32, tr*ld), dp: make([]float32, tr*ld),
 			acc: make([]float32, qpk*d),
 			lse: make([]float32, tr), dlt: make([]float32, tr),
 			mx: make([]float32, qpk), sum: make([]float32, qpk),

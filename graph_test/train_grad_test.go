@@ -82,24 +82,10 @@ func (c *gradCase) maxSeqK() int {
 }
 
 // eager returns the eager gradients of sum(O * W).
-func (c *gradCase) eager(t *testing.T) *op.Gradients {
-	t.Helper()
-	rp, qi, err := op.BuildK2QCSR(c.q2k, c.cuQ, c.cuK, c.blk)
-	must(t, err)
-	args := op.SparseArgs{CuSeqlensQ: c.cuQ, CuSeqlensK: c.cuK, BlkKV: c.blk, Causal: c.causal,
-		Workers: 2}
-	if c.paged {
-		args.PageTable, args.SeqUsedK = c.pageTable, c.seqused
-	}
-	res, err := op.SparseAttenFunc(c.q, c.k, c.v, rp, qi, c.topK, args)
-	must(t, err)
-	gr, err := op.SparseAttenBackwardFunc(c.q, c.k, c.v, res.Out, res.LSE, c.w, nil, rp, qi, c.topK, args)
-	must(t, err)
-	return gr
-}
+func (c *gradCase) eager(t *testing.T) *op.Gradients { return c.eagerLSE(t, nil, true) }
 
 // eagerLSE returns the eager gradients of sum(O * W) + sum(LSE * wl)
-// (withO false: of sum(LSE * wl) alone, dOut = 0).
+// (withO false: of sum(LSE * wl) alone, dOut = 0; wl nil: no LSE term).
 func (c *gradCase) eagerLSE(t *testing.T, wl *tensor.Dense, withO bool) *op.Gradients {
 	t.Helper()
 	rp, qi, err := op.BuildK2QCSR(c.q2k, c.cuQ, c.cuK, c.blk)
@@ -115,7 +101,11 @@ func (c *gradCase) eagerLSE(t *testing.T, wl *tensor.Dense, withO bool) *op.Grad
 	if !withO {
 		dOut = f32(c.w.Shape(), make([]float32, c.w.Shape().TotalSize()))
 	}
-	gr, err := op.SparseAttenBackwardFunc(c.q, c.k, c.v, res.Out, res.LSE, dOut, wl, rp, qi, c.topK, args)
+	var dLSE tensor.Tensor // nil interface, not a typed nil, when wl is nil
+	if wl != nil {
+		dLSE = wl
+	}
+	gr, err := op.SparseAttenBackwardFunc(c.q, c.k, c.v, res.Out, res.LSE, dOut, dLSE, rp, qi, c.topK, args)
 	must(t, err)
 	return gr
 }

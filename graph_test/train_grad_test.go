@@ -422,3 +422,51 @@ func TestTrainGradThroughLSE(t *testing.T) {
 		}
 	}
 }
+
+// TestTrainGradLSEBF16 uses the LSE of a BFloat16 attention node (between
+// casts) in the loss: G.Grad fails with an *op.ArgError naming the LSE and
+// the dtype (the symbolic sum of O's gradients would be BFloat16, which
+// Gorgonia cannot add); a LispMachine's backward, which passes the LSE
+// gradient through the node's state, matches the float32 eager backward
+// with dLSE within BF16 rounding (1e-2 of the largest gradient).
+func TestTrainGradLSEBF16(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	c := newGradCase(rng, "bf16", []int{40, 0, 25}, []int{70, 9, 50}, 4, 2, 64, 3, 16, true, false)
+	totalQ := c.q.Shape()[0]
+	ones := make([]float32, totalQ*c.hq)
+	for i := range ones {
+		ones[i] = 1
+	}
+	want := c.eagerLSE(t, f32([]int{totalQ, c.hq}, ones), true)
+	build := func() (*G.ExprGraph, *G.Node, G.Nodes) {
+		g, cost, qkv := c.graph(t, true)
+		lse, err := op.LSE(attentionNode(t, g))
+		must(t, err)
+		ls, err := G.Sum(lse)
+		must(t, err)
+		cost, err = G.Add(cost, ls)
+		must(t, err)
+		return g, cost, qkv
+	}
+	_, cost, qkv := build()
+	_, err := G.Grad(cost, qkv...)
+	if err == nil || !strings.Contains(err.Error(), "LSE.SymDiff") || !strings.Contains(err.Error(), "bfloat16") {
+		t.Fatalf("G.Grad through a BFloat16 LSE: %v (want an ArgError naming LSE.SymDiff and bfloat16)", err)
+	}
+	g, _, qkv := build()
+	m := G.NewLispMachine(g)
+	defer m.Close()
+	must(t, m.RunAll())
+	got := gradValues(t, qkv)
+	for i, w := range []*tensor.Dense{want.DQ, want.DK, want.DV} {
+		wv := w.Data().([]float32)
+		var norm, worst float64
+		for j := range wv {
+			norm = max(norm, math.Abs(float64(wv[j])))
+			worst = max(worst, math.Abs(float64(wv[j]-got[i][j])))
+		}
+		if !(worst <= 1e-2*norm) {
+			t.Errorf("%s: max error %.3g vs max |grad| %.3g", []string{"dQ", "dK", "dV"}[i], worst, norm)
+		}
+	}
+}

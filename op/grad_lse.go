@@ -43,7 +43,10 @@ func (op *lseOp) lseDiffable(output *G.Node) error {
 
 // SymDiff returns O's gradient contribution from the LSE: an LSEGradient
 // node carrying dLSE to the attention node's backward (value zero).
-// TemperatureLSE and decode LSE accessors fail with a *ForwardOnlyError.
+// TemperatureLSE and decode LSE accessors fail with a *ForwardOnlyError;
+// the LSE of a BFloat16 node fails with an *ArgError (Gorgonia would have
+// to add BFloat16 gradients of O, which it cannot; a LispMachine's backward
+// passes the LSE gradient through the node's state instead).
 func (op *lseOp) SymDiff(inputs G.Nodes, output, gradNode *G.Node) (G.Nodes, error) {
 	if err := op.lseDiffable(output); err != nil {
 		return nil, err
@@ -53,6 +56,12 @@ func (op *lseOp) SymDiff(inputs G.Nodes, output, gradNode *G.Node) (G.Nodes, err
 	}
 	if gradNode.Dtype() != tensor.Float32 {
 		return nil, argErr("LSE.SymDiff", "gradient", "a float32 LSE gradient", dtypeName(gradNode.Dtype()))
+	}
+	if op.outDt != tensor.Float32 {
+		// O's gradient would be the sum of the LSE's (zero) contribution and
+		// dO in O's dtype, and Gorgonia has no BFloat16 arithmetic.
+		return nil, argErr("LSE.SymDiff", "out", "a float32 SparseAttention node: G.Grad cannot pass an LSE gradient to a BFloat16 one, "+
+			"since O's gradient would be a BFloat16 sum (use float32 q, k, v, or a LispMachine's backward)", dtypeName(op.outDt))
 	}
 	c, err := G.ApplyOp(&lseGradOp{st: op.st, shape: inputs[0].Shape().Clone(), outDt: op.outDt}, gradNode)
 	if err != nil {

@@ -58,6 +58,8 @@ func TestSM100LayoutPins(t *testing.T) {
 			got = uint64(SM100Fwd(v, d).IdescQK)
 		case "FwdLayout.idesc_pv":
 			got = uint64(SM100Fwd(v, d).IdescPV)
+		case "FwdLayout.q_bufs":
+			got = uint64(SM100Fwd(v, d).QBufs)
 		case "DecLayout.smem_bytes":
 			got = uint64(SM100Dec(v, d).SmemBytes)
 		case "DecLayout.tmem_cols":
@@ -116,6 +118,12 @@ func TestSM100MemoryRegions(t *testing.T) {
 				{"bars", l.BarOff, l.TmemSlot + 8}}
 			if l.RawBytes > 0 {
 				rs = append(rs, region{"raw", l.RawOff, l.RawOff + l.RawBytes})
+			}
+			if l.QBufs == 2 {
+				if l.QP1Off%1024 != 0 {
+					t.Errorf("%s: second Q/P tile at %d is not 1024-aligned", what, l.QP1Off)
+				}
+				rs = append(rs, region{"Q/P 1", l.QP1Off, l.QP1Off + l.QPBytes})
 			}
 			checkDisjoint(t, what+" smem", rs, l.SmemBytes-sm100AlignSlack)
 			for _, r := range rs[:3] {

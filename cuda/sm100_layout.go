@@ -89,6 +89,8 @@ type SM100FwdLayout struct {
 	Boxes         int    // TMA boxes per K or V tile: RawRow / BoxSpan
 	IdescQK       uint32 // UMMA instruction descriptor of S = Q K^T
 	IdescPV       uint32 // UMMA instruction descriptor of O = P V
+	QBufs         int    // Q/P tiles: 2 when the second fits (row tile i uses i % 2), else 1
+	QP1Off        int    // offset of the second Q/P tile (QBufs = 2), after the one-buffer map
 }
 
 // SM100Fwd returns the prefill layout of variant v, head dim d.
@@ -108,7 +110,14 @@ func SM100Fwd(v SM100Variant, d int) SM100FwdLayout {
 	l.RawOff = alignUp(l.VOff+l.KVBytes, 1024)
 	l.BarOff = alignUp(l.RawOff+l.RawBytes, 1024)
 	l.TmemSlot = l.BarOff + 8*3
-	l.SmemBytes = l.TmemSlot + 8 + sm100AlignSlack
+	oneBufEnd := l.TmemSlot + 8
+	l.QP1Off = alignUp(oneBufEnd, 1024)
+	l.QBufs = 1
+	l.SmemBytes = oneBufEnd + sm100AlignSlack
+	if l.QP1Off+l.QPBytes+sm100AlignSlack <= sm100MaxDynSmem {
+		l.QBufs = 2
+		l.SmemBytes = l.QP1Off + l.QPBytes + sm100AlignSlack
+	}
 	l.TmemS, l.TmemO = 0, sm100BlockKeys
 	l.TmemCols = pow2Ceil(sm100BlockKeys + d)
 	l.QKSteps = l.QRowBytes / sm100KStepBytes

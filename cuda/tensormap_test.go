@@ -154,7 +154,7 @@ func TestDispatch(t *testing.T) {
 	}
 	a := base()
 	p, why := TCFwdPlan(ArchSM100, &a, 7)
-	if why != "" || p.Name != "msa_sm100_fwd_bf16_d128" || p.SmemBytes != 99360 || p.GridBlocks != 7 || p.K.Box[2] != 128 {
+	if why != "" || p.Name != "msa_sm100_fwd_bf16_d128" || p.SmemBytes != 133120 || p.GridBlocks != 7 || p.K.Box[2] != 128 {
 		t.Fatalf("bf16 d128 on sm100: %+v, %q", p, why)
 	}
 	if p, why := TCFwdPlan(ArchSM90, &a, 7); why != "" || p.Name != "msa_sm90_fwd_bf16_d128" || p.SmemBytes != 0 {

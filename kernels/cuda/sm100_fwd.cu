@@ -13,7 +13,10 @@
 //             boxes of the K and V tile (converted variants: raw K only)
 //   per row tile of 128 query-head rows:
 //     gather  every thread cp.asyncs its own Q row into the swizzled K-major
-//             Q tile (padding rows zero-filled)
+//             Q tile (padding rows zero-filled); with two Q/P tiles
+//             (FwdLayout::q_bufs) the next tile's gather is issued into the
+//             other one as soon as this tile's S has completed, overlapping
+//             its softmax, P.V and epilogue
 //     convert (bf16fp8 / nvfp4, first tile) raw K -> bf16 K, then the raw V
 //             TMA into the same staging tile -> bf16 V
 //     S       thread 0: D/16 (bf16) or D/32 (e4m3) tcgen05.mma S = Q K^T
@@ -87,9 +90,26 @@ __device__ __forceinline__ void fwd_body(const MsaFwdParams& p, const MsaTensorM
     const uint8_t* qbase = reinterpret_cast<const uint8_t*>(p.q);
     const int qes = p.q_dtype == MSA_DT_BF16 ? 2 : 1;
     const uint32_t lane_base = (uint32_t)(warp * 32) << 16;
+    // Q/P tiles: with two (L::q_bufs), row tile i uses buffer i % 2 and the
+    // cp.async gather of tile i+1 is issued once tile i's S = Q K^T has
+    // completed, so it overlaps tile i's softmax, P.V and epilogue. E4M3 Q
+    // with NVFP4 K/V is widened while it is gathered (synchronously) and is
+    // gathered at the top of its tile.
+    constexpr int kQBufs = L::q_bufs;
+    const uint32_t sQP1 = smem_u32(sm + L::qp1_off);
+    const bool widenQ = V == kNVFP4 && p.q_dtype == MSA_DT_E4M3;
+    auto q_src = [&](int r0) -> const uint8_t* {  // this thread's Q row of the row tile at r0
+        const int i = r0 + tid;
+        if (i >= nrows) return nullptr;
+        const int ql = (int)((unsigned)entries[i / p.qhead_per_kv] & 0xFFFFFFu);
+        const int hq = h * p.qhead_per_kv + i % p.qhead_per_kv;
+        return qbase + (((long long)q0 + ql) * p.num_heads_q + hq) * D * qes;
+    };
+    if (!widenQ) gather_row_async<L::q_row_bytes, kTileM>(sQP, tid, q_src(0), qbase);  // row tile 0
 
 #pragma unroll 1
     for (int rt = 0, tile = 0; rt < nrows; rt += kTileM, ++tile) {
+        const uint32_t sQPt = (kQBufs == 2 && (tile & 1)) ? sQP1 : sQP;  // this row tile's Q/P tile
         // ---- this thread's row: Q source, output row, visible-key limit ----
         const int idx = rt + tid;
         long long qo = -1, orow = -1;
@@ -105,11 +125,11 @@ __device__ __forceinline__ void fwd_body(const MsaFwdParams& p, const MsaTensorM
             if (p.causal) lim = min(lim, ql + seqlen_k - seqlen_q + 1);
         }
         const uint8_t* qsrc = qo >= 0 ? qbase + qo * qes : nullptr;
-        if (V == kNVFP4 && p.q_dtype == MSA_DT_E4M3) {
-            gather_row_e4m3_to_bf16<D, kTileM>(sQP, tid, qsrc);
+        if (widenQ) {
+            gather_row_e4m3_to_bf16<D, kTileM>(sQPt, tid, qsrc);
         } else {
-            gather_row_async<L::q_row_bytes, kTileM>(sQP, tid, qsrc, qbase);
-            cp_async_wait_all();
+            if (kQBufs == 1 && tile > 0) gather_row_async<L::q_row_bytes, kTileM>(sQPt, tid, qsrc, qbase);
+            cp_async_wait_all();  // this tile's gather (issued in the previous tile with two buffers)
         }
         fence_proxy_async();
 
@@ -134,7 +154,7 @@ __device__ __forceinline__ void fwd_body(const MsaFwdParams& p, const MsaTensorM
 #pragma unroll
             for (int k = 0; k < L::qk_steps; ++k)
                 umma<L::f8>(tmem + L::tmem_s_col,
-                            umma_smem_desc(sQP + kmajor_step_offset(k, L::q_row_bytes, kTileM), kmajor_lbo(),
+                            umma_smem_desc(sQPt + kmajor_step_offset(k, L::q_row_bytes, kTileM), kmajor_lbo(),
                                            kmajor_sbo(L::q_row_bytes), span_of(L::q_row_bytes)),
                             umma_smem_desc(sK + kmajor_step_offset(k, L::kv_row, kBlockKeys), kmajor_lbo(),
                                            kmajor_sbo(L::kv_row), span_of(L::kv_row)),
@@ -144,6 +164,10 @@ __device__ __forceinline__ void fwd_body(const MsaFwdParams& p, const MsaTensorM
         mbar_wait(bar_mma, mma_parity(2 * tile));
         __syncwarp();
         tc_fence_after();
+        // The next row tile's Q into the other buffer (its last readers, the
+        // previous tile's MMAs, have completed).
+        if (kQBufs == 2 && !widenQ && rt + kTileM < nrows)
+            gather_row_async<L::q_row_bytes, kTileM>(tile & 1 ? sQP : sQP1, tid, q_src(rt + kTileM), qbase);
 
         // ---- softmax of row tid over the block (base 2, msa_core.cuh block_update) ----
         const int vis = min(max(lim - t0, 0), nkeys);  // keys [0, vis) of the block are visible
@@ -180,7 +204,7 @@ __device__ __forceinline__ void fwd_body(const MsaFwdParams& p, const MsaTensorM
                     for (int i = 0; i < 4; ++i)
                         o[i] = pack_p_e4m3x4(v[16 * c + 4 * i], v[16 * c + 4 * i + 1], v[16 * c + 4 * i + 2],
                                              v[16 * c + 4 * i + 3]);
-                    st_shared_v4(sQP + tile_offset(tid, c0 / 16 + c, L::p_row_bytes, kTileM),
+                    st_shared_v4(sQPt + tile_offset(tid, c0 / 16 + c, L::p_row_bytes, kTileM),
                                  make_uint4(o[0], o[1], o[2], o[3]));
                 }
             } else {  // 8 keys per chunk
@@ -189,7 +213,7 @@ __device__ __forceinline__ void fwd_body(const MsaFwdParams& p, const MsaTensorM
                     uint32_t o[4];
 #pragma unroll
                     for (int i = 0; i < 4; ++i) o[i] = pack_p_bf16(v[8 * c + 2 * i], v[8 * c + 2 * i + 1], p.pv_round);
-                    st_shared_v4(sQP + tile_offset(tid, c0 / 8 + c, L::p_row_bytes, kTileM),
+                    st_shared_v4(sQPt + tile_offset(tid, c0 / 8 + c, L::p_row_bytes, kTileM),
                                  make_uint4(o[0], o[1], o[2], o[3]));
                 }
             }
@@ -208,7 +232,7 @@ __device__ __forceinline__ void fwd_body(const MsaFwdParams& p, const MsaTensorM
 #pragma unroll
             for (int k = 0; k < L::pv_steps; ++k)
                 umma<L::f8>(tmem + L::tmem_o_col,
-                            umma_smem_desc(sQP + kmajor_step_offset(k, L::p_row_bytes, kTileM), kmajor_lbo(),
+                            umma_smem_desc(sQPt + kmajor_step_offset(k, L::p_row_bytes, kTileM), kmajor_lbo(),
                                            kmajor_sbo(L::p_row_bytes), span_of(L::p_row_bytes)),
                             umma_smem_desc(sV + mnmajor_step_offset(k, L::keys_per_pv_step, L::kv_row),
                                            mnmajor_lbo(L::kv_row, kBlockKeys), mnmajor_sbo(L::kv_row),

@@ -142,7 +142,13 @@ struct FwdLayout {
     static constexpr int bar_off = align_up(raw_off + raw_bytes, 1024);
     static constexpr int bar_k = 0, bar_v = 1, bar_mma = 2, num_bars = 3;
     static constexpr int tmem_slot_off = bar_off + 8 * num_bars;
-    static constexpr int smem_bytes = tmem_slot_off + 8 + kAlignSlack;  // what the launcher requests
+    // A second Q/P tile, when it fits, appended after the one-buffer map
+    // (which stays as it is): row tile i uses buffer i % q_bufs, so the Q
+    // gather of tile i+1 runs while tile i's softmax and P.V use the other.
+    static constexpr int one_buf_end = tmem_slot_off + 8;
+    static constexpr int qp1_off = align_up(one_buf_end, 1024);
+    static constexpr int q_bufs = qp1_off + qp_bytes + kAlignSlack <= kMaxDynSmem ? 2 : 1;
+    static constexpr int smem_bytes = (q_bufs == 2 ? qp1_off + qp_bytes : one_buf_end) + kAlignSlack;  // what the launcher requests
     static constexpr int tmem_s_col = 0;
     static constexpr int tmem_o_col = kBlockKeys;
     static constexpr int tmem_cols = pow2_ceil(kBlockKeys + D);
@@ -295,19 +301,21 @@ MSA_HD constexpr uint32_t mma_parity(int commit) { return (uint32_t)(commit & 1)
 // Pinned values, checked by the compiler here and by cuda/emu_sm100_test.go
 // (which parses these lines): MSA_SM100_PIN(layout, variant, D, field, value).
 #define MSA_SM100_PIN(L, V, D, F, X) static_assert(msa::sm100::L<msa::sm100::V, D>::F == (X), #L " " #V " " #D " " #F)
-MSA_SM100_PIN(FwdLayout, kBF16, 64, smem_bytes, 66592);
-MSA_SM100_PIN(FwdLayout, kBF16, 128, smem_bytes, 99360);
+MSA_SM100_PIN(FwdLayout, kBF16, 64, smem_bytes, 100352);
+MSA_SM100_PIN(FwdLayout, kBF16, 128, smem_bytes, 133120);
 MSA_SM100_PIN(FwdLayout, kBF16, 256, smem_bytes, 197664);
-MSA_SM100_PIN(FwdLayout, kFP8, 64, smem_bytes, 33824);
-MSA_SM100_PIN(FwdLayout, kFP8, 128, smem_bytes, 50208);
-MSA_SM100_PIN(FwdLayout, kFP8, 256, smem_bytes, 99360);
-MSA_SM100_PIN(FwdLayout, kBF16FP8, 64, smem_bytes, 74784);
-MSA_SM100_PIN(FwdLayout, kBF16FP8, 128, smem_bytes, 115744);
+MSA_SM100_PIN(FwdLayout, kFP8, 64, smem_bytes, 51200);
+MSA_SM100_PIN(FwdLayout, kFP8, 128, smem_bytes, 67584);
+MSA_SM100_PIN(FwdLayout, kFP8, 256, smem_bytes, 133120);
+MSA_SM100_PIN(FwdLayout, kBF16FP8, 64, smem_bytes, 108544);
+MSA_SM100_PIN(FwdLayout, kBF16FP8, 128, smem_bytes, 149504);
 MSA_SM100_PIN(FwdLayout, kBF16FP8, 256, smem_bytes, 230432);
-MSA_SM100_PIN(FwdLayout, kNVFP4, 64, smem_bytes, 70688);
-MSA_SM100_PIN(FwdLayout, kNVFP4, 128, smem_bytes, 107552);
+MSA_SM100_PIN(FwdLayout, kNVFP4, 64, smem_bytes, 104448);
+MSA_SM100_PIN(FwdLayout, kNVFP4, 128, smem_bytes, 141312);
 MSA_SM100_PIN(FwdLayout, kNVFP4, 256, smem_bytes, 214048);
 MSA_SM100_PIN(FwdLayout, kBF16, 64, tmem_cols, 256);
+MSA_SM100_PIN(FwdLayout, kBF16, 128, q_bufs, 2);
+MSA_SM100_PIN(FwdLayout, kBF16, 256, q_bufs, 1);
 MSA_SM100_PIN(FwdLayout, kBF16, 128, tmem_cols, 256);
 MSA_SM100_PIN(FwdLayout, kBF16, 256, tmem_cols, 512);
 MSA_SM100_PIN(FwdLayout, kBF16, 128, idesc_qk, 0x08200490u);

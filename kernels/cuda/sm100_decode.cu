@@ -1,5 +1,5 @@
 // sm100_decode.cu - paged decode with split-KV on SM100 (tcgen05 + TMA):
-// msa_sm100_decode_{bf16,fp8,bf16fp8}_d{64,128,256}.
+// msa_sm100_decode_{bf16,fp8,bf16fp8,nvfp4}_d{64,128,256}.
 //
 // Same work items, masks, softmax and outputs as decode.cu: work item w =
 // (request b, q tile qt, kv tile kt, kv head h, valid) of plan.DecodeSchedule;
@@ -23,7 +23,9 @@
 // one row per thread of warps 0-1. O^T is rescaled in tensor memory
 // (tcgen05.ld / st) only when some row's max grew.
 //
-// Pipeline of one visit (one K/V block of <= 128 keys), single-buffered:
+// Pipeline of one visit (one K/V block of <= 128 keys); with two K/V stages
+// (DecLayout::stages) the next visit's loads are issued at its start (see
+// walk_issue below), with one stage at the start of the visit itself:
 //   thread 0: TMA K and V (4-D paged map, boxes of min(128, page_size)
 //   keys), S^T MMA once K landed; all: softmax, P^T store, V rows past the
 //   block's keys zeroed, O^T rescale; thread 0: O^T MMA. The V load overlaps
@@ -246,6 +248,10 @@ __device__ __forceinline__ void dec_body(const MsaDecodeParams& p, const MsaTens
 #pragma unroll 1
         for (;;) {
             if (more) more = walk_issue();  // visit visits + S - 1 (S = 1: this visit)
+            // walk_issue ends with a barrier only when it issues a visit; the
+            // previous visit's readers of s_red (the s_l update) must finish
+            // before this visit's reductions overwrite it (CTA-uniform).
+            if (!more) __syncthreads();
             if (visits == issued) break;
             const int st = nvis % S;
             const uint32_t par = kv_parity(nvis / S);  // phase of this stage's barriers

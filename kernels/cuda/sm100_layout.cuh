@@ -121,6 +121,8 @@ MSA_HD constexpr bool umma_shape_ok(int m, int n) {
 //   [v_off,  +kv_bytes)   V tile (MN-major for the P.V product: 128 keys x D)
 //   [raw_off,+raw_bytes)  converted variants: the raw K, then V, TMA tile
 //   [bar_off, +32)        mbarriers: K ready, V ready, MMA done; TMEM address
+//   [qp1_off, +qp_bytes)  when it fits (q_bufs = 2): the second Q/P tile, used
+//                         by the odd row tiles
 // Tensor memory: S (FP32, 128 lanes x 128 columns) at column 0, O (128 x D)
 // at column 128; allocation = next power of 2 >= 128 + D.
 template <int V, int D>
@@ -180,8 +182,10 @@ struct FwdLayout {
 //   [k_off, +kv_bytes)  K tile (K-major, 128 keys x D): the A operand of S^T
 //   [v_off, +kv_bytes)  V tile (keys x D, D contiguous): the MN-major A operand of O^T
 //   [p_off, +p_bytes)   P^T, MN-major (128 keys x kDecRows rows, rows contiguous): B of O^T
-//   [raw_off, +raw_bytes) bf16fp8 only: the raw E4M3 K tile, then the V tile, as
-//                       TMA landed them, converted to BF16 into the K / V tiles
+//   [raw_off, +raw_bytes) converted variants (bf16fp8, nvfp4): the raw K tile
+//                       (one stage: then the raw V tile), as TMA landed it,
+//                       converted to BF16 into the K / V tiles; with two stages
+//                       the other raw tiles follow the one-stage map (DecLayout)
 //   [red_off, ...)      row state: warp partials red[4][R], running max m[R],
 //                       running sum l[R], this block's max mcur[R], alpha[R],
 //                       1/l inv[R], visible-key count vis[R], causal limit

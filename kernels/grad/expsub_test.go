@@ -107,3 +107,47 @@ func TestDScores(t *testing.T) {
 		}
 	}
 }
+
+// TestVecHelpers compares vmax, vsum and vscale (the AVX2 kernels where
+// the tier has them) with Go loops at lengths with and without a tail:
+// vmax and vscale bit for bit, NaN propagating like Go's max; vsum within
+// n * 2^-24 of the sum of magnitudes (eight lane sums instead of one
+// sequential sum).
+func TestVecHelpers(t *testing.T) {
+	simd := haveAsm && useAsm(16)
+	nan, ninf := float32(math.NaN()), float32(math.Inf(-1))
+	for _, n := range []int{0, 1, 7, 8, 9, 16, 31, 130} {
+		for _, special := range []float32{0, nan, ninf} {
+			x := make([]float32, n)
+			for i := range x {
+				x[i] = float32((i*37)%19) - 9.5
+			}
+			if n > 0 && special != 0 {
+				x[(n*5)/7] = special
+			}
+			want := ninf
+			var sum, mag float64
+			for _, v := range x {
+				want = max(want, v)
+				sum += float64(v)
+				mag += math.Abs(float64(v))
+			}
+			got := vmax(simd, x, ninf)
+			if math.IsNaN(float64(want)) != math.IsNaN(float64(got)) || (!math.IsNaN(float64(want)) && got != want) {
+				t.Fatalf("n=%d special=%v: vmax %v, want %v", n, special, got, want)
+			}
+			if special == 0 {
+				if s := vsum(simd, x); math.Abs(float64(s)-sum) > float64(n)*0x1p-24*mag+1e-30 {
+					t.Fatalf("n=%d: vsum %v, want %v", n, s, sum)
+				}
+			}
+			y := append([]float32(nil), x...)
+			vscale(simd, y, 0.37)
+			for i := range y {
+				if w := x[i] * 0.37; math.Float32bits(y[i]) != math.Float32bits(w) && !math.IsNaN(float64(w)) {
+					t.Fatalf("n=%d: vscale[%d] = %v, want %v", n, i, y[i], w)
+				}
+			}
+		}
+	}
+}

@@ -69,19 +69,13 @@ func (ws *Workspace) forwardRow(wk *worker, p *Problem, dv *derived, gq, h int, 
 			}
 			if kt != nil {
 				wk.scoresT(wk.s, wk.ld, qr, qpk, blockTOf(kt, tsz, p, h, int(r)), wk.ld, n, d)
-				for j := range qpk {
-					sr := wk.s[j*wk.ld : j*wk.ld+n]
-					for c := range sr {
-						sr[c] *= scale
-					}
-				}
-				wk.onlineSoftmax(qpk, cnt)
+				wk.onlineSoftmax(qpk, cnt, scale)                       // scale applied inside
 				wk.gemmRow(acc, d, wk.s, wk.ld, vb, d, qpk, d, n, true) // O += P V
 				continue
 			}
 			kb := dv.blockKV(k, d, b, h, t0, n, wk.kb)
 			scoresNT(wk.simd, wk.s, wk.ld, qr, qpk, kb, d, cnt, scale)
-			wk.onlineSoftmax(qpk, cnt)
+			wk.onlineSoftmax(qpk, cnt, 1) // scores already scaled
 			accNN(acc, qpk, wk.s, wk.ld, vb, d, cnt)
 		}
 	}

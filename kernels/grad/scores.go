@@ -111,35 +111,81 @@ func (wk *worker) gradProbs(q, do []float32, m int, kb, vb, kt, vt []float32, n 
 }
 
 // onlineSoftmax folds one block of scores (wk.s, rows r < m with cnt[r]
-// visible keys) into the running max wk.mx, sum wk.sum and the output
-// accumulator wk.acc ([m][d]), replacing the scores by their
-// probabilities exp(s - max). The caller then adds P V to wk.acc.
-func (wk *worker) onlineSoftmax(m int, cnt []int32) {
+// visible keys, not yet multiplied by scale) into the running max wk.mx,
+// sum wk.sum and the output accumulator wk.acc ([m][d]), replacing the
+// scores by their probabilities exp(scale*s - max). The caller then adds
+// P V to wk.acc. With scale > 0 the max of the scaled scores is scale
+// times the max of the raw ones (rounding is monotone), and the scale is
+// applied inside the exponential; otherwise the scores are scaled first.
+func (wk *worker) onlineSoftmax(m int, cnt []int32, scale float32) {
 	d, ld := wk.d, wk.ld
+	ninf := float32(math.Inf(-1))
 	for r := 0; r < m; r++ {
 		s := wk.s[r*ld : r*ld+int(cnt[r])]
 		if len(s) == 0 {
 			continue
 		}
-		old := wk.mx[r]
-		mx := old
-		for _, x := range s {
-			mx = max(mx, x)
+		escale := scale
+		if !(scale > 0) {
+			for i := range s {
+				s[i] *= scale
+			}
+			escale = 1
 		}
+		old := wk.mx[r]
+		mx := max(old, escale*vmax(wk.simd, s, ninf))
 		if mx != old {
 			alpha := exp32(old - mx) // 0 when old = -inf
 			wk.sum[r] *= alpha
-			o := wk.acc[r*d : (r+1)*d]
-			for c := range o {
-				o[c] *= alpha
-			}
+			vscale(wk.simd, wk.acc[r*d:(r+1)*d], alpha)
 			wk.mx[r] = mx
 		}
-		sum := float32(0)
-		expSub(wk.simd, s, mx, 1)
-		for _, pv := range s {
-			sum += pv
+		expSub(wk.simd, s, mx, escale)
+		wk.sum[r] += vsum(wk.simd, s)
+	}
+}
+
+// vmax returns max(init, max(x)) like Go's max (NaN if any is NaN): with
+// simd the AVX2 kernel on whole groups of eight.
+func vmax(simd bool, x []float32, init float32) float32 {
+	m, n := init, 0
+	if simd && haveAsm {
+		if n = len(x) &^ 7; n > 0 {
+			m = max(m, maxAVX2(&x[0], n))
 		}
-		wk.sum[r] += sum
+	}
+	for _, v := range x[n:] {
+		m = max(m, v)
+	}
+	return m
+}
+
+// vsum returns the sum of x: with simd eight lane sums over whole groups
+// of eight (added pairwise) plus the rest in order.
+func vsum(simd bool, x []float32) float32 {
+	var t float32
+	n := 0
+	if simd && haveAsm {
+		if n = len(x) &^ 7; n > 0 {
+			t = sumAVX2(&x[0], n)
+		}
+	}
+	for _, v := range x[n:] {
+		t += v
+	}
+	return t
+}
+
+// vscale multiplies x by f: with simd the AVX2 kernel on whole groups of
+// eight.
+func vscale(simd bool, x []float32, f float32) {
+	n := 0
+	if simd && haveAsm {
+		if n = len(x) &^ 7; n > 0 {
+			scaleAVX2(&x[0], n, f)
+		}
+	}
+	for i := n; i < len(x); i++ {
+		x[i] *= f
 	}
 }

@@ -91,3 +91,18 @@ func useAsm512(d int) bool {
 	}
 	return false
 }
+
+// maxAVX2 returns the largest of x[:n] (n % 8 == 0), NaN if any is NaN.
+//
+//go:noescape
+func maxAVX2(x *float32, n int) float32
+
+// sumAVX2 returns the sum of x[:n] (n % 8 == 0) in eight lane sums.
+//
+//go:noescape
+func sumAVX2(x *float32, n int) float32
+
+// scaleAVX2 multiplies x[:n] by f (n % 8 == 0).
+//
+//go:noescape
+func scaleAVX2(x *float32, n int, f float32)

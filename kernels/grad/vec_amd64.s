@@ -226,3 +226,91 @@ dsloop:
 dsdone:
 	VZEROUPPER
 	RET
+
+// func maxAVX2(x *float32, n int) float32
+// The largest of x[:n] (n a multiple of 8; -Inf for n = 0), NaN when any
+// element is NaN, like Go's max (VMAXPS alone would drop NaNs, so
+// unordered lanes are flagged separately).
+TEXT ·maxAVX2(SB), NOSPLIT, $0-20
+	MOVQ         x+0(FP), SI
+	MOVQ         n+8(FP), CX
+	MOVL         $0xff800000, AX // -Inf
+	VMOVD        AX, X0
+	VBROADCASTSS X0, Y0          // running max
+	VXORPS       Y2, Y2, Y2      // NaN flags
+	XORQ         AX, AX
+
+maxloop:
+	CMPQ    AX, CX
+	JGE     maxdone
+	VMOVUPS (SI)(AX*4), Y1
+	VCMPPS  $3, Y1, Y1, Y3       // unordered: NaN lanes
+	VORPS   Y3, Y2, Y2
+	VMAXPS  Y1, Y0, Y0
+	ADDQ    $8, AX
+	JMP     maxloop
+
+maxdone:
+	VEXTRACTF128 $1, Y0, X1
+	VMAXPS       X1, X0, X0
+	VPERMILPS    $0x4e, X0, X1
+	VMAXPS       X1, X0, X0
+	VPERMILPS    $0xb1, X0, X1
+	VMAXPS       X1, X0, X0
+	VMOVMSKPS    Y2, AX
+	TESTL        AX, AX
+	JZ           maxret
+	MOVL         $0x7fc00000, AX // NaN
+	VMOVD        AX, X0
+
+maxret:
+	VMOVSS X0, ret+16(FP)
+	VZEROUPPER
+	RET
+
+// func sumAVX2(x *float32, n int) float32
+// sum of x[:n] (n a multiple of 8) in eight lane sums, added pairwise at
+// the end.
+TEXT ·sumAVX2(SB), NOSPLIT, $0-20
+	MOVQ   x+0(FP), SI
+	MOVQ   n+8(FP), CX
+	VXORPS Y0, Y0, Y0
+	XORQ   AX, AX
+
+sumloop:
+	CMPQ    AX, CX
+	JGE     sumdone
+	VADDPS  (SI)(AX*4), Y0, Y0
+	ADDQ    $8, AX
+	JMP     sumloop
+
+sumdone:
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS       X1, X0, X0
+	VPERMILPS    $0x4e, X0, X1
+	VADDPS       X1, X0, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X0
+	VMOVSS       X0, ret+16(FP)
+	VZEROUPPER
+	RET
+
+// func scaleAVX2(x *float32, n int, f float32)
+// x[i] *= f for i < n (n a multiple of 8).
+TEXT ·scaleAVX2(SB), NOSPLIT, $0-20
+	MOVQ         x+0(FP), SI
+	MOVQ         n+8(FP), CX
+	VBROADCASTSS f+16(FP), Y1
+	XORQ         AX, AX
+
+scaleloop:
+	CMPQ    AX, CX
+	JGE     scaledone
+	VMULPS  (SI)(AX*4), Y1, Y0
+	VMOVUPS Y0, (SI)(AX*4)
+	ADDQ    $8, AX
+	JMP     scaleloop
+
+scaledone:
+	VZEROUPPER
+	RET

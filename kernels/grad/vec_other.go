@@ -58,3 +58,9 @@ func gemm4x16ColAVX2(c *[4]*float32, a *float32, csA int, b *float32, ldb, k, lo
 
 // useAsm512 is false: the portable Go kernels run.
 func useAsm512(d int) bool { return false }
+
+func maxAVX2(x *float32, n int) float32 { panic("grad: maxAVX2 without assembly") }
+
+func sumAVX2(x *float32, n int) float32 { panic("grad: sumAVX2 without assembly") }
+
+func scaleAVX2(x *float32, n int, f float32) { panic("grad: scaleAVX2 without assembly") }

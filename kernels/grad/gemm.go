@@ -56,36 +56,25 @@ func (wk *worker) gemmRow(c []float32, ldc int, a []float32, lda int, b []float3
 	if k > 0 {
 		_ = a[(m-1)*lda+k-1]
 	}
-	rows := wk.gemmRows()
-	var cp, ap [8]*float32
-	c4, a4 := (*[4]*float32)(cp[:4]), (*[4]*float32)(ap[:4])
+	var ap [8]*float32
+	a4 := (*[4]*float32)(ap[:4])
 	ld := boolInt(load)
-	// Column panels outer: a panel of B (k x 128, 96 or 64 bytes) stays in
-	// L1 while every row group passes over it.
-	for j0, w := 0, 0; j0 < ncols; j0 += w {
-		w = wk.gemmPanel(ncols - j0)
-		for r0 := 0; r0 < m; r0 += rows {
-			for i := range rows {
-				if r := r0 + i; r < m {
-					cp[i], ap[i] = &c[r*ldc+j0], &a[r*lda]
-				} else {
-					cp[i], ap[i] = &wk.scr[i][0], &a[0]
-				}
-			}
-			switch w {
-			case 32:
-				gemm8x32RowAVX512(&cp, &ap, &b[j0], ldb, k, ld)
-			case 24:
-				gemm4x24RowAVX2(c4, a4, &b[j0], ldb, k, ld)
-			default:
-				if wk.simd512 {
-					gemm8x16RowAVX512(&cp, &ap, &b[j0], ldb, k, ld)
-				} else {
-					gemm4x16RowAVX2(c4, a4, &b[j0], ldb, k, ld)
-				}
-			}
+	wk.gemmTiles(c, ldc, m, ncols, func(cp *[8]*float32, r0, j0, w int) {
+		for i := range wk.gemmRows() {
+			ap[i] = &a[min(r0+i, m-1)*lda] // rows past m: any valid row
 		}
-	}
+		c4 := (*[4]*float32)(cp[:4])
+		switch {
+		case w == 32:
+			gemm8x32RowAVX512(cp, &ap, &b[j0], ldb, k, ld)
+		case w == 24:
+			gemm4x24RowAVX2(c4, a4, &b[j0], ldb, k, ld)
+		case wk.simd512:
+			gemm8x16RowAVX512(cp, &ap, &b[j0], ldb, k, ld)
+		default:
+			gemm4x16RowAVX2(c4, a4, &b[j0], ldb, k, ld)
+		}
+	})
 }
 
 // gemmCol is gemmRow with A stored transposed, A(r,t) = a[r+t*csA]:
@@ -100,13 +89,33 @@ func (wk *worker) gemmCol(c []float32, ldc int, a []float32, csA int, b []float3
 		return
 	}
 	checkGemm(c, ldc, b, ldb, m, ncols, k)
-	rows := wk.gemmRows()
-	if k > 0 {
+	if rows := wk.gemmRows(); k > 0 {
 		_ = a[(k-1)*csA+(m+rows-1)/rows*rows-1]
 	}
-	var cp [8]*float32
-	c4 := (*[4]*float32)(cp[:4])
 	ld := boolInt(load)
+	wk.gemmTiles(c, ldc, m, ncols, func(cp *[8]*float32, r0, j0, w int) {
+		c4 := (*[4]*float32)(cp[:4])
+		switch {
+		case w == 32:
+			gemm8x32ColAVX512(cp, &a[r0], csA, &b[j0], ldb, k, ld)
+		case w == 24:
+			gemm4x24ColAVX2(c4, &a[r0], csA, &b[j0], ldb, k, ld)
+		case wk.simd512:
+			gemm8x16ColAVX512(cp, &a[r0], csA, &b[j0], ldb, k, ld)
+		default:
+			gemm4x16ColAVX2(c4, &a[r0], csA, &b[j0], ldb, k, ld)
+		}
+	})
+}
+
+// gemmTiles calls tile once per GEMM tile of an m x ncols block of C
+// (ldc elements per row), with the tile's C row pointers (rows past m
+// point at wk.scr), its first row r0, first column j0 and width w. Column
+// panels are outer: a panel of B (k rows of 128, 96 or 64 bytes) stays in
+// L1 while every row group passes over it.
+func (wk *worker) gemmTiles(c []float32, ldc, m, ncols int, tile func(cp *[8]*float32, r0, j0, w int)) {
+	rows := wk.gemmRows()
+	cp := &wk.tileC // in the worker: a local would escape through tile
 	for j0, w := 0, 0; j0 < ncols; j0 += w {
 		w = wk.gemmPanel(ncols - j0)
 		for r0 := 0; r0 < m; r0 += rows {
@@ -117,18 +126,7 @@ func (wk *worker) gemmCol(c []float32, ldc int, a []float32, csA int, b []float3
 					cp[i] = &wk.scr[i][0]
 				}
 			}
-			switch w {
-			case 32:
-				gemm8x32ColAVX512(&cp, &a[r0], csA, &b[j0], ldb, k, ld)
-			case 24:
-				gemm4x24ColAVX2(c4, &a[r0], csA, &b[j0], ldb, k, ld)
-			default:
-				if wk.simd512 {
-					gemm8x16ColAVX512(&cp, &a[r0], csA, &b[j0], ldb, k, ld)
-				} else {
-					gemm4x16ColAVX2(c4, &a[r0], csA, &b[j0], ldb, k, ld)
-				}
-			}
+			tile(cp, r0, j0, w)
 		}
 	}
 }

@@ -142,3 +142,21 @@ func randF32s(r *rand.Rand, n int) []float32 {
 	}
 	return x
 }
+
+// TestGemmNoAllocs: gemmRow and gemmCol run in the backward's inner loops
+// and must not allocate (the tile walk's row pointers live in the worker).
+func TestGemmNoAllocs(t *testing.T) {
+	for _, tier := range gemmTiers {
+		t.Run(tier, func(t *testing.T) {
+			wk := tileWorker(t, tier)
+			a, b, c := make([]float32, 64*128), make([]float32, 128*128), make([]float32, 64*128)
+			n := testing.AllocsPerRun(20, func() {
+				wk.gemmRow(c, 128, a, 128, b, 128, 64, 128, 128, false)
+				wk.gemmCol(c, 128, a, 64, b, 128, 64, 128, 128, true)
+			})
+			if n != 0 {
+				t.Fatalf("%v allocations per gemmRow + gemmCol", n)
+			}
+		})
+	}
+}

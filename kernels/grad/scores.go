@@ -127,9 +127,7 @@ func (wk *worker) onlineSoftmax(m int, cnt []int32, scale float32) {
 		}
 		escale := scale
 		if !(scale > 0) {
-			for i := range s {
-				s[i] *= scale
-			}
+			vscale(wk.simd, s, scale)
 			escale = 1
 		}
 		old := wk.mx[r]

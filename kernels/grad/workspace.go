@@ -57,6 +57,7 @@ type worker struct {
 	simd        bool           // run the SIMD building blocks and GEMM tiles (useAsm)
 	simd512     bool           // run the AVX-512 GEMM tiles, else the AVX2 ones (useAsm512, gemm.go)
 	scr         [8][32]float32 // rows past the end of a GEMM tile
+	tileC       [8]*float32    // C row pointers of the current GEMM tile (gemmTiles)
 	kb, vb      []float32      // [blk][d] gathered K/V block
 	dk, dv      []float32      // [blk][d] block gradient accumulators
 	tq, tdo     []float32      // [tileRows][d] gathered Q and dO rows

@@ -100,12 +100,11 @@ func FwdVariant(q, kv Dtype) (TCVariant, bool) {
 
 // DecodeVariant is the decode variant of family a: BF16, FP8, or BF16 Q
 // with E4M3 K/V on every tensor-core family; NVFP4 K/V (BF16 or E4M3 Q)
-// only on SM100 (the sm90 and sm80 families run NVFP4 decode on the
-// portable kernel).
+// only where hasDecode says so (SM100).
 func DecodeVariant(a Arch, q, kv Dtype) (TCVariant, bool) {
 	switch {
 	case kv == NVFP4 && (q == BF16 || q == E4M3):
-		return VarNVFP4, a == ArchSM100
+		return VarNVFP4, hasDecode(a, VarNVFP4)
 	case q == BF16 && kv == BF16:
 		return VarBF16, true
 	case q == E4M3 && kv == E4M3:
@@ -116,24 +115,10 @@ func DecodeVariant(a Arch, q, kv Dtype) (TCVariant, bool) {
 	return "", false
 }
 
-// decodeQ is a Q dtype variant v accepts (its first in DecodeVariant).
-func decodeQ(v TCVariant) Dtype {
-	if v == VarFP8 {
-		return E4M3
-	}
-	return BF16
-}
-
-// kv is the K/V dtype of variant v.
-func (v TCVariant) kv() Dtype {
-	switch v {
-	case VarBF16:
-		return BF16
-	case VarNVFP4:
-		return NVFP4
-	}
-	return E4M3
-}
+// hasDecode reports whether family a has a decode kernel of variant v:
+// every variant on SM100; the sm90 and sm80 families have no NVFP4 decode
+// (it runs on the portable kernel there).
+func hasDecode(a Arch, v TCVariant) bool { return v != VarNVFP4 || a == ArchSM100 }
 
 // TCName is the extern "C" name msa_<arch>_<algo>_<variant>_d<D>.
 func TCName(a Arch, algo string, v TCVariant, d int) string {
@@ -153,7 +138,7 @@ func TCNames(a Arch) []string {
 			out = append(out, TCName(a, "fwd", v, d))
 		}
 		for _, v := range []TCVariant{VarBF16, VarFP8, VarBF16FP8, VarNVFP4} {
-			if _, ok := DecodeVariant(a, decodeQ(v), v.kv()); ok {
+			if hasDecode(a, v) {
 				out = append(out, TCName(a, "decode", v, d))
 			}
 		}

@@ -304,6 +304,32 @@ func boxRows(b emuBox, dims []uint64, hkv, pageSize int, span int) (rows map[int
 	return rows, int64(b.extent[1] * span)
 }
 
+// landTile is the ledger side of issue_kv_tile for work item w: it arms
+// bar with tx bytes, checks each box (check), delivers the boxes' bytes,
+// fails unless they add up to tx, and returns the tile rows -> store rows
+// (-1 = zero fill, absent = not loaded) of the first box column.
+func landTile(t *testing.T, w int, bar *mbar, boxes []emuBox, tx int64, dims []uint64, hkv, pageSize, span int, check func(emuBox)) map[int]int {
+	t.Helper()
+	bar.arriveExpectTx(t, tx)
+	rows := map[int]int{}
+	var sum int64
+	for _, bx := range boxes {
+		check(bx)
+		r, n := boxRows(bx, dims, hkv, pageSize, span)
+		sum += n
+		if bx.coord[0] == 0 {
+			for k, v := range r {
+				rows[k] = v
+			}
+		}
+		bar.deliver(n)
+	}
+	if sum != tx {
+		t.Fatalf("item %d: barrier armed with %d tx bytes, the boxes deliver %d", w, tx, sum)
+	}
+	return rows
+}
+
 // emuSM100Fwd runs fwd_body's logic for every CTA of a grid of `grid`
 // blocks on case c with variant v and returns the partial rows written
 // (orow -> the K store rows the row attends, in tile order).
@@ -368,10 +394,7 @@ func emuSM100Fwd(t *testing.T, c *prefillCase, v SM100Variant, grid int, seqused
 		// Rows of the K and V tiles -> store rows (-1 = zero fill, absent = not loaded).
 		tileOf := func(bar *mbar) map[int]int {
 			boxes, tx := sm100KVTile(l.RawRow, elemBytes, c.paged, pageRow, ps, denseBase, h, t0, nkeys)
-			bar.arriveExpectTx(t, tx)
-			rows := map[int]int{}
-			var sum int64
-			for _, bx := range boxes {
+			return landTile(t, w, bar, boxes, tx, kmap.Dims, c.hkv, ps, l.BoxSpan, func(bx emuBox) {
 				if bx.dst%(8*l.BoxSpan) != 0 {
 					t.Fatalf("item %d: box lands at %d, not on a %d-byte swizzle atom", w, bx.dst, 8*l.BoxSpan)
 				}
@@ -384,19 +407,7 @@ func emuSM100Fwd(t *testing.T, c *prefillCase, v SM100Variant, grid int, seqused
 						t.Fatalf("item %d: box for key %d reads the page table past the sequence (%d keys)", w, tok, seqlenK)
 					}
 				}
-				r, n := boxRows(bx, kmap.Dims, c.hkv, ps, l.BoxSpan)
-				sum += n
-				if bx.coord[0] == 0 {
-					for k, v := range r {
-						rows[k] = v
-					}
-				}
-				bar.deliver(n)
-			}
-			if sum != tx {
-				t.Fatalf("item %d: barrier armed with %d tx bytes, the boxes deliver %d", w, tx, sum)
-			}
-			return rows
+			})
 		}
 		kRows := tileOf(barK)
 		var vRows map[int]int
@@ -756,26 +767,11 @@ func emuSM100Decode(t *testing.T, c *decodeCase, v SM100Variant) (written map[in
 		// the tile rows -> store rows the boxes land.
 		tile := func(bar *mbar, t0, nk int) map[int]int {
 			boxes, tx := sm100KVTile(rawRow, elemBytes, true, pageRow, c.pageSize, 0, h, t0, nk)
-			bar.arriveExpectTx(t, tx)
-			r := map[int]int{}
-			var sum int64
-			for _, bx := range boxes {
+			return landTile(t, w, bar, boxes, tx, kmap.Dims, c.hkv, c.pageSize, spanOf(rawRow), func(bx emuBox) {
 				if bx.coord[1]+bx.extent[1] > c.pageSize {
 					t.Fatalf("item %d: box at key %d crosses a page end", w, t0)
 				}
-				rr, n := boxRows(bx, kmap.Dims, c.hkv, c.pageSize, spanOf(rawRow))
-				sum += n
-				if bx.coord[0] == 0 {
-					for k, v := range rr {
-						r[k] = v
-					}
-				}
-				bar.deliver(n)
-			}
-			if sum != tx {
-				t.Fatalf("item %d: %d tx bytes armed, %d delivered", w, tx, sum)
-			}
-			return r
+			})
 		}
 		// One stage's visit: its keys, the rows' visible counts and the
 		// tiles' rows; busy from its issue until its O^T MMA completed.

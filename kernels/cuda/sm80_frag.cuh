@@ -155,6 +155,59 @@ __device__ __forceinline__ void store_pair(void* dst, long long idx, float a, fl
     }
 }
 
+// Epilogues of a warp's two fragment rows i = 0, 1 (tile rows 8i + lane/4
+// of its 16; orow[i] < 0: no output row), shared by the sm_80 and sm_90a
+// kernels: the thread holds columns 8j + 2(lane&3) and +1 of each 8-column
+// group j as o[4j + 2i], o[4j + 2i + 1] (the mma / wgmma accumulator
+// fragment), scaled by 1/l at the store; the first lane of each quad
+// writes the row's LSE (and temperature LSE).
+//
+// store_fwd_rows: prefill partials (all D columns) in the partial dtype.
+template <int D>
+__device__ __forceinline__ void store_fwd_rows(const MsaFwdParams& p, const Soft& st, float invT, const float (&o)[D / 2],
+                                               const long long (&orow)[2], int lane) {
+    float* lse_part = reinterpret_cast<float*>(p.lse_partial);
+    float* tlse_part = reinterpret_cast<float*>(p.tlse_partial);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        if (orow[i] < 0) continue;
+        float lse, tlse;
+        const float inv = finish(st, i, invT, lse, tlse);
+#pragma unroll
+        for (int j = 0; j < D / 8; ++j)
+            store_pair(reinterpret_cast<void*>(p.o_partial), orow[i] * D + 8 * j + 2 * (lane & 3), o[4 * j + 2 * i] * inv,
+                       o[4 * j + 2 * i + 1] * inv, p.partial_dtype);
+        if ((lane & 3) == 0) {
+            lse_part[orow[i]] = lse;
+            if (tlse_part) tlse_part[orow[i]] = tlse;
+        }
+    }
+}
+
+// store_decode_rows: decode output columns [col0, col0 + DO) of rows of D:
+// float partials with split-KV, else BF16 times oscale; the LSE only where
+// write_lse (one column group of a row writes it).
+template <int D, int DO>
+__device__ __forceinline__ void store_decode_rows(const MsaDecodeParams& p, const Soft& st, const float (&o)[DO / 2],
+                                                  const long long (&orow)[2], int col0, int lane, bool write_lse, float oscale) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        if (orow[i] < 0) continue;
+        float lse, tlse;
+        const float inv = finish(st, i, 0.f, lse, tlse);
+#pragma unroll
+        for (int j = 0; j < DO / 8; ++j) {
+            const long long idx = orow[i] * D + col0 + 8 * j + 2 * (lane & 3);
+            if (p.split_kv)
+                store_pair(reinterpret_cast<void*>(p.o_partial), idx, o[4 * j + 2 * i] * inv, o[4 * j + 2 * i + 1] * inv, MSA_DT_F32);
+            else
+                store_pair(reinterpret_cast<void*>(p.out), idx, o[4 * j + 2 * i] * inv * oscale, o[4 * j + 2 * i + 1] * inv * oscale,
+                           MSA_DT_BF16);
+        }
+        if (write_lse && (lane & 3) == 0) reinterpret_cast<float*>(p.split_kv ? p.lse_partial : p.lse)[orow[i]] = lse;
+    }
+}
+
 // The rows of a forward work item (sparse_fwd.cu's prologue): row idx of the
 // item is query entries[idx / qhpk], head h*qhpk + idx % qhpk.
 struct FwdRows {

@@ -45,8 +45,6 @@ __device__ __forceinline__ void fwd_impl(const MsaFwdParams& p) {
     if (VAR == kVarNVFP4 && p.k_global_scale) scale *= *reinterpret_cast<const float*>(p.k_global_scale);
     const float invT = p.inv_temperature;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    float* lse_part = reinterpret_cast<float*>(p.lse_partial);
-    float* tlse_part = reinterpret_cast<float*>(p.tlse_partial);
 
 #pragma unroll 1
     for (int rt = 0; rt < R.r.nrows; rt += kTileRows) {
@@ -66,20 +64,7 @@ __device__ __forceinline__ void fwd_impl(const MsaFwdParams& p) {
         float o[D / 2];
         NoNext nx;
         attend<D, VAR, 1, false>(smem, src, Blk{t0, nkeys, ~0ull}, nx, lim, rr, scale, invT, p.pv_round, st, o);
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            if (orow[i] < 0) continue;
-            float lse, tlse;
-            const float inv = finish(st, i, invT, lse, tlse);
-#pragma unroll
-            for (int j = 0; j < D / 8; ++j)
-                store_pair(reinterpret_cast<void*>(p.o_partial), orow[i] * D + 8 * j + 2 * (lane & 3), o[4 * j + 2 * i] * inv,
-                           o[4 * j + 2 * i + 1] * inv, p.partial_dtype);
-            if ((lane & 3) == 0) {
-                lse_part[orow[i]] = lse;
-                if (tlse_part) tlse_part[orow[i]] = tlse;
-            }
-        }
+        store_fwd_rows<D>(p, st, invT, o, orow, lane);
     }
 }
 

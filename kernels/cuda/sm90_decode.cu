@@ -208,22 +208,7 @@ __device__ __forceinline__ void decode_impl(const MsaDecodeParams& p, const MsaT
             if (lane == 0) mbar_arrive(bar0 + 8 * (S + sidx));  // this warp's reads of the stage are complete
             ++n;
         }
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            if (orow[i] < 0) continue;
-            float lse, tlse;
-            const float inv = finish(st, i, 0.f, lse, tlse);
-#pragma unroll
-            for (int j = 0; j < DO / 8; ++j) {
-                const long long idx = orow[i] * D + col0 + 8 * j + 2 * (lane & 3);
-                if (p.split_kv)
-                    store_pair(reinterpret_cast<void*>(p.o_partial), idx, o[4 * j + 2 * i] * inv, o[4 * j + 2 * i + 1] * inv, MSA_DT_F32);
-                else
-                    store_pair(reinterpret_cast<void*>(p.out), idx, o[4 * j + 2 * i] * inv * oscale, o[4 * j + 2 * i + 1] * inv * oscale,
-                               MSA_DT_BF16);
-            }
-            if (wg == 0 && (lane & 3) == 0) reinterpret_cast<float*>(p.split_kv ? p.lse_partial : p.lse)[orow[i]] = lse;
-        }
+        store_decode_rows<D, DO>(p, st, o, orow, col0, lane, wg == 0, oscale);
     }
 }
 

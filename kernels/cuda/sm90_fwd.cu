@@ -74,8 +74,6 @@ __device__ __forceinline__ void fwd_impl(const MsaFwdParams& p, const MsaTensorM
     const float invT = p.inv_temperature;
     const int wg = tid >> 7, wt = tid & 127, warp = wt >> 5, lane = tid & 31;
     uint8_t* sQ = base + C::kOffQ + wg * G::kQBytes;
-    float* lse_part = reinterpret_cast<float*>(p.lse_partial);
-    float* tlse_part = reinterpret_cast<float*>(p.tlse_partial);
 
     mbar_wait(full, 0);
     prepare_block<D, VAR>(sK, sV, sKraw, sVraw, src, t0, nkeys, tid, 128 * C::kNC);
@@ -109,20 +107,7 @@ __device__ __forceinline__ void fwd_impl(const MsaFwdParams& p, const MsaTensorM
         for (int e = 0; e < D / 2; ++e) o[e] = 0.f;
         pv<D>(pa, smem_u32(sV), o, false);
 
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            if (orow[i] < 0) continue;
-            float lse, tlse;
-            const float inv = finish(st, i, invT, lse, tlse);
-#pragma unroll
-            for (int j = 0; j < D / 8; ++j)
-                store_pair(reinterpret_cast<void*>(p.o_partial), orow[i] * D + 8 * j + 2 * (lane & 3), o[4 * j + 2 * i] * inv,
-                           o[4 * j + 2 * i + 1] * inv, p.partial_dtype);
-            if ((lane & 3) == 0) {
-                lse_part[orow[i]] = lse;
-                if (tlse_part) tlse_part[orow[i]] = tlse;
-            }
-        }
+        store_fwd_rows<D>(p, st, invT, o, orow, lane);
     }
 }
 

@@ -69,16 +69,9 @@ __device__ __forceinline__ void decode_impl(const MsaDecodeParams& p) {
     const int w = blockIdx.x;
     DecodeItem item;
     if (!decode_item(p, w, item)) return;
-    const int h = item.h, b = item.b, qt = item.qt, kt = item.kt, seqused = item.seqused;
+    const int h = item.h, b = item.b;
     int kv_begin = item.kv_begin, kv_end = item.kv_end;
-    DecRows R;
-    R.qbase = (long long)b * p.seqlen_q;
-    R.h = h; R.qhpk = p.qhead_per_kv; R.Hq = p.num_heads_q; R.D = D;
-    R.i0 = qt * p.q_tile;
-    R.nrows = min(p.q_tile, p.seqlen_q - qt * p.q_tile) * p.qhead_per_kv;
-    R.seqused = seqused; R.seqlen_q = p.seqlen_q;
-    R.split = p.split_kv;
-    R.obase = p.split_kv ? reinterpret_cast<const int*>(p.o_indptr)[b] + kt * p.q_stride : 0;
+    const DecRows R = dec_rows(p, item, D);
     const int* page_row = reinterpret_cast<const int*>(p.page_table) + (long long)b * p.page_table_stride;
     const KVSource src = kv_source(p.k, p.v, p.k_scale, p.v_scale, page_row, 0, h, p.num_heads_kv, p.page_size, p.kv_dtype);
     const float scale = p.softmax_scale_log2;

@@ -192,14 +192,7 @@ func TestTrainGradMatchesEager(t *testing.T) {
 		for _, machine := range []string{"tape", "lisp"} {
 			t.Run(c.name+"/"+machine, func(t *testing.T) {
 				g, cost, qkv := c.graph(t, false)
-				var m G.VM
-				if machine == "tape" {
-					_, err := G.Grad(cost, qkv...)
-					must(t, err)
-					m = G.NewTapeMachine(g, G.BindDualValues(qkv...))
-				} else {
-					m = G.NewLispMachine(g)
-				}
+				m := gradMachine(t, machine, g, cost, qkv)
 				defer m.Close()
 				for run := 0; run < 2; run++ { // a second run must not accumulate stale state
 					must(t, m.RunAll())
@@ -242,14 +235,7 @@ func TestTrainGradBF16StraightThrough(t *testing.T) {
 	for _, machine := range []string{"tape", "lisp"} {
 		t.Run(machine, func(t *testing.T) {
 			g, cost, qkv := c.graph(t, true)
-			var m G.VM
-			if machine == "tape" {
-				_, err := G.Grad(cost, qkv...)
-				must(t, err)
-				m = G.NewTapeMachine(g, G.BindDualValues(qkv...))
-			} else {
-				m = G.NewLispMachine(g)
-			}
+			m := gradMachine(t, machine, g, cost, qkv)
 			defer m.Close()
 			must(t, m.RunAll())
 			checkBF16Grads(t, want, gradValues(t, qkv))
@@ -372,14 +358,7 @@ func TestTrainGradThroughLSE(t *testing.T) {
 						return g, qkv, cost
 					}
 					g, qkv, cost := build()
-					var m G.VM
-					if machine == "tape" {
-						_, err := G.Grad(cost, qkv...)
-						must(t, err)
-						m = G.NewTapeMachine(g, G.BindDualValues(qkv...))
-					} else {
-						m = G.NewLispMachine(g)
-					}
+					m := gradMachine(t, machine, g, cost, qkv)
 					defer func() { m.Close() }()
 					for run := 0; run < 2; run++ {
 						must(t, m.RunAll())
@@ -467,4 +446,17 @@ func checkBF16Grads(t *testing.T, want *op.Gradients, got [][]float32) {
 		}
 		t.Logf("%s: max error %.3g (%.2g of max |grad|)", name, worst, worst/norm)
 	}
+}
+
+// gradMachine returns the machine that computes the gradients of cost with
+// respect to qkv: "tape" runs G.Grad and a TapeMachine bound to their dual
+// values, "lisp" a LispMachine (backprop on every run).
+func gradMachine(t *testing.T, machine string, g *G.ExprGraph, cost *G.Node, qkv G.Nodes) G.VM {
+	t.Helper()
+	if machine == "tape" {
+		_, err := G.Grad(cost, qkv...)
+		must(t, err)
+		return G.NewTapeMachine(g, G.BindDualValues(qkv...))
+	}
+	return G.NewLispMachine(g)
 }

@@ -58,8 +58,12 @@ func TestSM100LayoutPins(t *testing.T) {
 			got = uint64(SM100Fwd(v, d).IdescQK)
 		case "FwdLayout.idesc_pv":
 			got = uint64(SM100Fwd(v, d).IdescPV)
-		case "FwdLayout.q_bufs":
-			got = uint64(SM100Fwd(v, d).QBufs)
+		case "FwdLayout.num_bars":
+			got = fwdNumBars
+		case "FwdLayout.slots":
+			got = uint64(SM100Fwd(v, d).Slots)
+		case "FwdLayout.threads":
+			got = uint64(SM100Fwd(v, d).Threads)
 		case "DecLayout.smem_bytes":
 			got = uint64(SM100Dec(v, d).SmemBytes)
 		case "DecLayout.tmem_cols":
@@ -113,13 +117,24 @@ func TestSM100MemoryRegions(t *testing.T) {
 			if c := l.TmemCols; c > tmemColumns || c < 32 || c&(c-1) != 0 {
 				t.Errorf("%s: %d TMEM columns", what, c)
 			}
-			checkDisjoint(t, what+" TMEM", []region{{"S", l.TmemS, l.TmemS + sm100BlockKeys}, {"O", l.TmemO, l.TmemO + d}}, l.TmemCols)
+			var trs []region
+			for sl := 0; sl < l.Slots; sl++ {
+				trs = append(trs, region{fmt.Sprintf("S%d", sl), l.TmemS[sl], l.TmemS[sl] + sm100BlockKeys},
+					region{fmt.Sprintf("O%d", sl), l.TmemO[sl], l.TmemO[sl] + d})
+			}
+			checkDisjoint(t, what+" TMEM", trs, l.TmemCols)
+			if l.Slots < 1 || l.Slots > 2 || l.Threads != 128*l.Slots+32 {
+				t.Errorf("%s: %d slots, %d threads", what, l.Slots, l.Threads)
+			}
 			rs := []region{{"Q/P", l.QPOff, l.QPOff + l.QPBytes}, {"K", l.KOff, l.KOff + l.KVBytes}, {"V", l.VOff, l.VOff + l.KVBytes},
 				{"bars", l.BarOff, l.TmemSlot + 8}}
+			if l.TmemSlot != l.BarOff+8*fwdNumBars {
+				t.Errorf("%s: TMEM address word at %d, after %d mbarriers at %d", what, l.TmemSlot, fwdNumBars, l.BarOff)
+			}
 			if l.RawBytes > 0 {
 				rs = append(rs, region{"raw", l.RawOff, l.RawOff + l.RawBytes})
 			}
-			if l.QBufs == 2 {
+			if l.Slots == 2 {
 				if l.QP1Off%1024 != 0 {
 					t.Errorf("%s: second Q/P tile at %d is not 1024-aligned", what, l.QP1Off)
 				}
@@ -381,9 +396,6 @@ func emuSM100Fwd(t *testing.T, c *prefillCase, v SM100Variant, grid int, seqused
 		entries := c.csr.QIdx[h*c.csr.Stride+int(c.csr.RowPtr[h*(c.csr.TotalRows+1)+row])+qBegin:]
 		qsplit := s.QSplit[h*c.csr.Stride+int(c.csr.RowPtr[h*(c.csr.TotalRows+1)+row])+qBegin:]
 
-		barK := &mbar{name: "K", count: 1}
-		barV := &mbar{name: "V", count: 1}
-		barMMA := &mbar{name: "MMA", count: 1}
 		var pageRow []int32
 		denseBase := 0
 		if c.paged {
@@ -409,71 +421,49 @@ func emuSM100Fwd(t *testing.T, c *prefillCase, v SM100Variant, grid int, seqused
 				}
 			})
 		}
-		kRows := tileOf(barK)
-		var vRows map[int]int
-		if !v.converted() {
-			vRows = tileOf(barV)
-		}
+		var kRows, vRows map[int]int
 		nrows := qCount * c.qhpk
 		tiles := (nrows + sm100TileM - 1) / sm100TileM
-		for tile := 0; tile < tiles; tile++ {
-			rt := tile * sm100TileM
-			if v.converted() && tile == 0 {
-				barK.wait(t, uint32(0)) // kv_parity(0)
-				vRows = tileOf(barV)
-				barV.wait(t, uint32(0))
-			}
-			if !v.converted() && tile == 0 {
-				barK.wait(t, uint32(0))
-			}
-			barMMA.commit(t) // S = Q K^T
-			barMMA.wait(t, uint32((2*tile)&1))
-			if !v.converted() && tile == 0 {
-				barV.wait(t, uint32(0))
-			}
-			barMMA.commit(t) // O = P V
-			barMMA.wait(t, uint32((2*tile+1)&1))
-			for tid := 0; tid < sm100TileM; tid++ {
-				idx := rt + tid
-				if idx >= nrows {
-					continue
-				}
-				e := uint32(qsplit[idx/c.qhpk])
-				ql, slot := int(e&0xFFFFFF), int(e>>24)
-				if int32(ql) != entries[idx/c.qhpk] {
-					t.Fatalf("item %d: qsplit entry %d holds query %d, the CSR %d", w, idx/c.qhpk, ql, entries[idx/c.qhpk])
-				}
-				hq := h*c.qhpk + idx%c.qhpk
-				qrow := q0 + ql
-				orow := (slot*c.totalQ+qrow)*c.hq + hq
-				lim := seqlenK
-				if c.causal {
-					lim = min(lim, ql+seqlenK-seqlenQ+1)
-				}
-				vis := min(max(lim-t0, 0), nkeys)
-				var keys []int
-				for r := 0; r < vis; r++ {
-					kr, ok := kRows[r]
-					if !ok || kr < 0 {
-						t.Fatalf("item %d row %d: visible key %d not loaded (K tile row %d)", w, tid, t0+r, r)
+		// The warp roles under every scheduling order; the epilogue of row
+		// tile `tile` (first order) records the rows it writes.
+		emuFwdRoles(t, l.Slots, tiles, v.converted(), mutNone,
+			func(b *mbar) { kRows = tileOf(b) }, func(b *mbar) { vRows = tileOf(b) }, func(tile int) {
+				rt := tile * sm100TileM
+				for tid := 0; tid < sm100TileM; tid++ {
+					idx := rt + tid
+					if idx >= nrows {
+						continue
 					}
-					if vr := vRows[r]; vr != kr {
-						t.Fatalf("item %d: K tile row %d is store row %d, V tile row %d", w, r, kr, vr)
+					e := uint32(qsplit[idx/c.qhpk])
+					ql, slot := int(e&0xFFFFFF), int(e>>24)
+					if int32(ql) != entries[idx/c.qhpk] {
+						t.Fatalf("item %d: qsplit entry %d holds query %d, the CSR %d", w, idx/c.qhpk, ql, entries[idx/c.qhpk])
 					}
-					keys = append(keys, kr)
+					hq := h*c.qhpk + idx%c.qhpk
+					qrow := q0 + ql
+					orow := (slot*c.totalQ+qrow)*c.hq + hq
+					lim := seqlenK
+					if c.causal {
+						lim = min(lim, ql+seqlenK-seqlenQ+1)
+					}
+					vis := min(max(lim-t0, 0), nkeys)
+					var keys []int
+					for r := 0; r < vis; r++ {
+						kr, ok := kRows[r]
+						if !ok || kr < 0 {
+							t.Fatalf("item %d row %d: visible key %d not loaded (K tile row %d)", w, tid, t0+r, r)
+						}
+						if vr := vRows[r]; vr != kr {
+							t.Fatalf("item %d: K tile row %d is store row %d, V tile row %d", w, r, kr, vr)
+						}
+						keys = append(keys, kr)
+					}
+					if _, dup := written[orow]; dup {
+						t.Fatalf("item %d: partial row %d (slot %d, q %d, head %d) written twice", w, orow, slot, qrow, hq)
+					}
+					written[orow] = keys
 				}
-				if _, dup := written[orow]; dup {
-					t.Fatalf("item %d: partial row %d (slot %d, q %d, head %d) written twice", w, orow, slot, qrow, hq)
-				}
-				written[orow] = keys
-			}
-		}
-		// Every phase armed was consumed: the next item starts with fresh barriers.
-		for _, bar := range []*mbar{barK, barV, barMMA} {
-			if bar.completed != bar.waited {
-				t.Fatalf("item %d: barrier %s completed %d phases, %d waited", w, bar.name, bar.completed, bar.waited)
-			}
-		}
+			})
 	}
 	return written
 }
@@ -602,46 +592,12 @@ func TestEmulatedSM100Prefill(t *testing.T) {
 	}
 }
 
-// TestEmulatedSM100Ledger drives the barrier model through the kernel's
-// phase sequence for 1 and many row tiles and both K/V paths, and checks
-// that the model rejects the mistakes it exists to catch: a wrong parity,
-// two commits before a wait, and an expect-tx that the boxes do not match.
+// TestEmulatedSM100Ledger checks that the barrier model rejects the
+// mistakes it exists to catch: a wrong parity, two commits before a wait,
+// and an expect-tx that the boxes do not match. (The prefill roles' phase
+// sequences are driven by TestEmulatedSM100Roles, the decode ring's by
+// TestEmulatedSM100Decode.)
 func TestEmulatedSM100Ledger(t *testing.T) {
-	for _, conv := range []bool{false, true} {
-		for _, tiles := range []int{0, 1, 2, 7} {
-			k, v, mma := &mbar{name: "K", count: 1}, &mbar{name: "V", count: 1}, &mbar{name: "MMA", count: 1}
-			if tiles > 0 { // an item with no row tile exits before arming anything
-				k.arriveExpectTx(t, 100)
-				k.deliver(100)
-				if !conv {
-					v.arriveExpectTx(t, 100)
-					v.deliver(60)
-					v.deliver(40)
-				}
-			}
-			for tile := 0; tile < tiles; tile++ {
-				if conv && tile == 0 {
-					k.wait(t, 0)
-					v.arriveExpectTx(t, 100)
-					v.deliver(100)
-					v.wait(t, 0)
-				}
-				if !conv && tile == 0 {
-					k.wait(t, 0)
-				}
-				mma.commit(t)
-				mma.wait(t, uint32((2*tile)&1))
-				if !conv && tile == 0 {
-					v.wait(t, 0)
-				}
-				mma.commit(t)
-				mma.wait(t, uint32((2*tile+1)&1))
-			}
-			if mma.completed != 2*tiles || mma.waited != 2*tiles {
-				t.Errorf("conv %v, %d tiles: MMA barrier %d phases, %d waits", conv, tiles, mma.completed, mma.waited)
-			}
-		}
-	}
 	mustFail := func(name string, f func(t *testing.T)) {
 		ft := &testing.T{}
 		done := make(chan struct{})
@@ -676,7 +632,8 @@ func TestEmulatedSM100Ledger(t *testing.T) {
 // TestSM100KernelTable checks the SM100 launch data of
 // kernels/cuda/names_sm100.go (what the launcher requests) against the Go
 // layout model and the dispatch names: every table kernel is a name the
-// launcher looks up, runs 128 threads, and has the modelled shared memory
+// launcher looks up, runs the modelled block size (decode 128 threads,
+// prefill 128 per softmax warpgroup plus the MMA warp), and has the modelled shared memory
 // and tensor-memory columns where the model covers its layout.
 func TestSM100KernelTable(t *testing.T) {
 	names := TCNames(ArchSM100)
@@ -691,7 +648,11 @@ func TestSM100KernelTable(t *testing.T) {
 		if want := TCName(ArchSM100, g.Algo, TCVariant(g.Variant), g.HeadDim); want != g.Name {
 			t.Errorf("%s: algo/variant/D say %s", g.Name, want)
 		}
-		if g.Threads != sm100Threads || g.DynSmem > sm100MaxDynSmem || g.TMEMCols > tmemColumns {
+		threads := sm100Threads
+		if g.Algo == "fwd" {
+			threads = SM100Fwd(variants[g.Variant], g.HeadDim).Threads
+		}
+		if g.Threads != threads || g.DynSmem > sm100MaxDynSmem || g.TMEMCols > tmemColumns {
 			t.Errorf("%s: %d threads, %d B shared, %d TMEM columns", g.Name, g.Threads, g.DynSmem, g.TMEMCols)
 		}
 		v := variants[g.Variant]

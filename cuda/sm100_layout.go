@@ -76,12 +76,12 @@ type SM100FwdLayout struct {
 	KVBytes       int    // bytes of one K or V tile
 	RawOff        int    // offset of the raw K then V TMA tiles of the converted variants
 	RawBytes      int    // bytes of one raw tile; 0 unless the variant converts K/V to BF16
-	BarOff        int    // offset of the three mbarriers (K ready, V ready, MMA done)
+	BarOff        int    // offset of the mbarriers: K ready, V ready, then per slot Q ready, S done, P ready, O done
 	TmemSlot      int    // offset of the word that receives the tensor-memory address
 	SmemBytes     int    // dynamic shared memory the launcher requests, alignment slack included
-	TmemS         int    // tensor-memory column of S (FP32, 128 lanes x 128 keys)
-	TmemO         int    // tensor-memory column of O (128 lanes x D)
-	TmemCols      int    // tensor-memory columns allocated: next power of 2 >= 128 + D
+	TmemS         [2]int // tensor-memory column of slot s's S (FP32, 128 lanes x 128 keys)
+	TmemO         [2]int // tensor-memory column of slot s's O (128 lanes x D)
+	TmemCols      int    // tensor-memory columns allocated: next power of 2 >= Slots (128 + D)
 	QKSteps       int    // UMMA instructions of S = Q K^T (32 bytes of K each)
 	PVSteps       int    // UMMA instructions of O = P V
 	KeysPerPVStep int    // keys one P.V instruction consumes
@@ -89,9 +89,15 @@ type SM100FwdLayout struct {
 	Boxes         int    // TMA boxes per K or V tile: RawRow / BoxSpan
 	IdescQK       uint32 // UMMA instruction descriptor of S = Q K^T
 	IdescPV       uint32 // UMMA instruction descriptor of O = P V
-	QBufs         int    // Q/P tiles: 2 when the second fits (row tile i uses i % 2), else 1
-	QP1Off        int    // offset of the second Q/P tile (QBufs = 2), after the one-buffer map
+	Slots         int    // pipeline slots (softmax warpgroups, Q/P tiles, S/O pairs): 2 when both fit, else 1
+	QP1Off        int    // offset of slot 1's Q/P tile (Slots = 2), after the one-slot map
+	Threads       int    // block size: 128 per softmax warpgroup plus the MMA warp
 }
+
+// fwdNumBars is FwdLayout::num_bars, the prefill kernel's mbarriers: K and
+// V ready, then for each of up to two slots Q ready, S done, P ready and
+// O done.
+const fwdNumBars = 10
 
 // SM100Fwd returns the prefill layout of variant v, head dim d.
 func SM100Fwd(v SM100Variant, d int) SM100FwdLayout {
@@ -109,17 +115,21 @@ func SM100Fwd(v SM100Variant, d int) SM100FwdLayout {
 	}
 	l.RawOff = alignUp(l.VOff+l.KVBytes, 1024)
 	l.BarOff = alignUp(l.RawOff+l.RawBytes, 1024)
-	l.TmemSlot = l.BarOff + 8*3
-	oneBufEnd := l.TmemSlot + 8
-	l.QP1Off = alignUp(oneBufEnd, 1024)
-	l.QBufs = 1
-	l.SmemBytes = oneBufEnd + sm100AlignSlack
-	if l.QP1Off+l.QPBytes+sm100AlignSlack <= sm100MaxDynSmem {
-		l.QBufs = 2
+	l.TmemSlot = l.BarOff + 8*fwdNumBars
+	oneSlotEnd := l.TmemSlot + 8
+	l.QP1Off = alignUp(oneSlotEnd, 1024)
+	l.Slots = 1
+	l.SmemBytes = oneSlotEnd + sm100AlignSlack
+	if l.QP1Off+l.QPBytes+sm100AlignSlack <= sm100MaxDynSmem && 2*(sm100BlockKeys+d) <= tmemColumns {
+		l.Slots = 2
 		l.SmemBytes = l.QP1Off + l.QPBytes + sm100AlignSlack
 	}
-	l.TmemS, l.TmemO = 0, sm100BlockKeys
-	l.TmemCols = pow2Ceil(sm100BlockKeys + d)
+	l.Threads = 128*l.Slots + 32
+	for s := 0; s < l.Slots; s++ {
+		l.TmemS[s] = sm100BlockKeys * s
+		l.TmemO[s] = sm100BlockKeys*l.Slots + d*s
+	}
+	l.TmemCols = pow2Ceil(l.Slots * (sm100BlockKeys + d))
 	l.QKSteps = l.QRowBytes / sm100KStepBytes
 	l.PVSteps = l.PRowBytes / sm100KStepBytes
 	l.KeysPerPVStep = sm100KStepBytes / v.mmaBytes()

@@ -32,7 +32,7 @@ namespace sm100 {
 //           memory, BF16 or E4M3 Q (E4M3 Q converted to bf16), kind::f16.
 enum Variant : int { kBF16 = 0, kFP8 = 1, kBF16FP8 = 2, kNVFP4 = 3 };
 
-constexpr int kThreads = 128;   // 4 warps: warp w owns TMEM lanes 32w..32w+31
+constexpr int kThreads = 128;   // decode: 4 warps, warp w owns TMEM lanes 32w..32w+31 (prefill: FwdLayout::threads)
 constexpr int kTileM = 128;     // UMMA M: rows of the accumulator = TMEM lanes
 constexpr int kBlockKeys = 128; // keys per K/V tile (one softmax block)
 constexpr int kKStepBytes = 32; // UMMA K per instruction: 16 bf16 or 32 e4m3 = 32 bytes
@@ -111,20 +111,34 @@ MSA_HD constexpr bool umma_shape_ok(int m, int n) {
 }
 
 // ---- sparse prefill (msa_sm100_fwd_*) -------------------------------------------
-// One CTA (128 threads) per forward-schedule work item; the item's query-head
-// rows are processed in tiles of 128 (kTileM) against one K/V block of 128 keys.
+// One CTA per forward-schedule work item; the item's query-head rows are
+// processed in row tiles of 128 (kTileM) against one K/V block of 128 keys.
+// Warp-specialised: `slots` softmax warpgroups (128 threads each; thread t
+// of warpgroup s owns row t of the row tiles s, s + slots, ..., TMEM lane t)
+// and one MMA warp (warp 4 * slots: TMEM allocation, the K/V TMA, and lane 0
+// issues every tcgen05.mma). Slot s has its own Q/P tile in shared memory,
+// its own S and O in tensor memory and its own mbarriers, so the tensor
+// cores compute one slot's S = Q K^T or O = P V while the other slot's
+// warpgroup runs its softmax or epilogue (two slots when both tiles fit in
+// shared memory and both S/O pairs in the 512 TMEM columns, else one).
 //
 // Shared memory (byte offsets from the 1024-aligned base):
-//   [qp_off, +qp_bytes)   Q tile (K-major, 128 rows x D) during S = Q K^T,
-//                         then P (K-major, 128 rows x 128 keys) for O = P V
+//   [qp_off, +qp_bytes)   slot 0: Q tile (K-major, 128 rows x D) during
+//                         S = Q K^T, then P (K-major, 128 rows x 128 keys)
+//                         for O = P V
 //   [k_off,  +kv_bytes)   K tile (K-major: 128 keys x D), TMA or converter
 //   [v_off,  +kv_bytes)   V tile (MN-major for the P.V product: 128 keys x D)
 //   [raw_off,+raw_bytes)  converted variants: the raw K, then V, TMA tile
-//   [bar_off, +32)        mbarriers: K ready, V ready, MMA done; TMEM address
-//   [qp1_off, +qp_bytes)  when it fits (q_bufs = 2): the second Q/P tile, used
-//                         by the odd row tiles
-// Tensor memory: S (FP32, 128 lanes x 128 columns) at column 0, O (128 x D)
-// at column 128; allocation = next power of 2 >= 128 + D.
+//   [bar_off, +8*num_bars) mbarriers (below), then the TMEM address
+//   [qp1_off, +qp_bytes)  slot 1's Q/P tile (slots = 2), after the one-slot map
+// Mbarriers (arrival counts): K ready, V ready (1 + TMA bytes); per slot s:
+// Q ready (128: the warpgroup's gather has landed; for row tile 0 also the
+// converted K/V), S done (1: tcgen05.commit), P ready (128: P stored, S
+// read), O done (1: tcgen05.commit). Use n of a slot's barriers (its n-th
+// row tile) completes phase n: wait parity n & 1.
+// Tensor memory: S of slot s (FP32, 128 lanes x 128 columns) at column
+// 128 s, O of slot s (128 x D) at 128 slots + D s; allocation = next power
+// of 2 >= slots (128 + D).
 template <int V, int D>
 struct FwdLayout {
     static_assert(D == 64 || D == 128 || D == 256, "head dim");
@@ -142,18 +156,19 @@ struct FwdLayout {
     static constexpr int raw_bytes = kv_converted(V) ? kBlockKeys * raw_row : 0;
     static constexpr int raw_off = align_up(v_off + kv_bytes, 1024);
     static constexpr int bar_off = align_up(raw_off + raw_bytes, 1024);
-    static constexpr int bar_k = 0, bar_v = 1, bar_mma = 2, num_bars = 3;
+    static constexpr int bar_k = 0, bar_v = 1, bar_q = 2, bar_s = 4, bar_p = 6, bar_o = 8, num_bars = 10;  // + slot
     static constexpr int tmem_slot_off = bar_off + 8 * num_bars;
-    // A second Q/P tile, when it fits, appended after the one-buffer map
-    // (which stays as it is): row tile i uses buffer i % q_bufs, so the Q
-    // gather of tile i+1 runs while tile i's softmax and P.V use the other.
-    static constexpr int one_buf_end = tmem_slot_off + 8;
-    static constexpr int qp1_off = align_up(one_buf_end, 1024);
-    static constexpr int q_bufs = qp1_off + qp_bytes + kAlignSlack <= kMaxDynSmem ? 2 : 1;
-    static constexpr int smem_bytes = (q_bufs == 2 ? qp1_off + qp_bytes : one_buf_end) + kAlignSlack;  // what the launcher requests
-    static constexpr int tmem_s_col = 0;
-    static constexpr int tmem_o_col = kBlockKeys;
-    static constexpr int tmem_cols = pow2_ceil(kBlockKeys + D);
+    static constexpr int one_slot_end = tmem_slot_off + 8;
+    static constexpr int qp1_off = align_up(one_slot_end, 1024);
+    static constexpr int slots =
+        qp1_off + qp_bytes + kAlignSlack <= kMaxDynSmem && 2 * (kBlockKeys + D) <= 512 ? 2 : 1;
+    static constexpr int smem_bytes = (slots == 2 ? qp1_off + qp_bytes : one_slot_end) + kAlignSlack;  // what the launcher requests
+    static constexpr int mma_warp = 4 * slots;
+    static constexpr int threads = 128 * slots + 32;
+    static constexpr int tmem_cols = pow2_ceil(slots * (kBlockKeys + D));
+    MSA_HD static constexpr int tmem_s_col(int s) { return kBlockKeys * s; }
+    MSA_HD static constexpr int tmem_o_col(int s) { return kBlockKeys * slots + D * s; }
+    MSA_HD static constexpr int qp_tile_off(int s) { return s == 0 ? qp_off : qp1_off; }
     static constexpr bool f8 = V == kFP8;
     static constexpr uint32_t idesc_qk = umma_idesc(f8, kTileM, kBlockKeys, false, false);
     static constexpr uint32_t idesc_pv = umma_idesc(f8, kTileM, D, false, true);
@@ -164,7 +179,7 @@ struct FwdLayout {
     static constexpr int box_span = span_of(raw_row);
     static constexpr int boxes = blocks_of(raw_row);
     static_assert(smem_bytes <= kMaxDynSmem, "dynamic shared memory");
-    static_assert(tmem_cols <= 512 && tmem_o_col + D <= tmem_cols, "tensor memory columns");
+    static_assert(tmem_cols <= 512 && tmem_o_col(slots - 1) + D <= tmem_cols, "tensor memory columns");
     static_assert(umma_shape_ok(kTileM, kBlockKeys) && umma_shape_ok(kTileM, D), "UMMA shape");
     static_assert(q_row_bytes == kv_row, "Q and K rows have one layout");
 };
@@ -294,10 +309,12 @@ MSA_HD constexpr uint32_t kv_tx_bytes(int nkeys, int paged, int page_size, int r
 }
 // Each mbarrier completes one phase per use. K and V barriers: one phase per
 // K/V tile loaded (prefill: once per item; decode: once per block visited), so
-// the wait parity of tile n is n & 1. The MMA barrier completes twice per
+// the wait parity of tile n is n & 1. Decode's MMA barrier completes twice per
 // (row tile, block): after S (parity of commit 2n) and after O (2n + 1).
+// Prefill's per-slot barriers complete once per row tile of the slot.
 MSA_HD constexpr uint32_t kv_parity(int tile) { return (uint32_t)(tile & 1); }
 MSA_HD constexpr uint32_t mma_parity(int commit) { return (uint32_t)(commit & 1); }
+MSA_HD constexpr uint32_t slot_parity(int use) { return (uint32_t)(use & 1); }
 
 }  // namespace sm100
 }  // namespace msa
@@ -307,20 +324,24 @@ MSA_HD constexpr uint32_t mma_parity(int commit) { return (uint32_t)(commit & 1)
 #define MSA_SM100_PIN(L, V, D, F, X) static_assert(msa::sm100::L<msa::sm100::V, D>::F == (X), #L " " #V " " #D " " #F)
 MSA_SM100_PIN(FwdLayout, kBF16, 64, smem_bytes, 100352);
 MSA_SM100_PIN(FwdLayout, kBF16, 128, smem_bytes, 133120);
-MSA_SM100_PIN(FwdLayout, kBF16, 256, smem_bytes, 197664);
+MSA_SM100_PIN(FwdLayout, kBF16, 256, smem_bytes, 197720);
 MSA_SM100_PIN(FwdLayout, kFP8, 64, smem_bytes, 51200);
 MSA_SM100_PIN(FwdLayout, kFP8, 128, smem_bytes, 67584);
-MSA_SM100_PIN(FwdLayout, kFP8, 256, smem_bytes, 133120);
+MSA_SM100_PIN(FwdLayout, kFP8, 256, smem_bytes, 99416);
 MSA_SM100_PIN(FwdLayout, kBF16FP8, 64, smem_bytes, 108544);
 MSA_SM100_PIN(FwdLayout, kBF16FP8, 128, smem_bytes, 149504);
-MSA_SM100_PIN(FwdLayout, kBF16FP8, 256, smem_bytes, 230432);
+MSA_SM100_PIN(FwdLayout, kBF16FP8, 256, smem_bytes, 230488);
 MSA_SM100_PIN(FwdLayout, kNVFP4, 64, smem_bytes, 104448);
 MSA_SM100_PIN(FwdLayout, kNVFP4, 128, smem_bytes, 141312);
-MSA_SM100_PIN(FwdLayout, kNVFP4, 256, smem_bytes, 214048);
-MSA_SM100_PIN(FwdLayout, kBF16, 64, tmem_cols, 256);
-MSA_SM100_PIN(FwdLayout, kBF16, 128, q_bufs, 2);
-MSA_SM100_PIN(FwdLayout, kBF16, 256, q_bufs, 1);
-MSA_SM100_PIN(FwdLayout, kBF16, 128, tmem_cols, 256);
+MSA_SM100_PIN(FwdLayout, kNVFP4, 256, smem_bytes, 214104);
+MSA_SM100_PIN(FwdLayout, kBF16, 64, tmem_cols, 512);
+MSA_SM100_PIN(FwdLayout, kBF16, 128, slots, 2);
+MSA_SM100_PIN(FwdLayout, kBF16, 128, num_bars, 10);
+MSA_SM100_PIN(FwdLayout, kFP8, 256, slots, 1);
+MSA_SM100_PIN(FwdLayout, kBF16, 128, threads, 288);
+MSA_SM100_PIN(FwdLayout, kNVFP4, 256, threads, 160);
+MSA_SM100_PIN(FwdLayout, kBF16, 256, slots, 1);
+MSA_SM100_PIN(FwdLayout, kBF16, 128, tmem_cols, 512);
 MSA_SM100_PIN(FwdLayout, kBF16, 256, tmem_cols, 512);
 MSA_SM100_PIN(FwdLayout, kBF16, 128, idesc_qk, 0x08200490u);
 MSA_SM100_PIN(FwdLayout, kBF16, 128, idesc_pv, 0x08210490u);

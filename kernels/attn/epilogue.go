@@ -133,7 +133,7 @@ func decodeNVFP4Row(dst []float32, packed, scales []uint8, r, d int, global floa
 }
 
 // decodeE4M3 writes dst[i] = float32(src[i]) for len(src) elements: groups
-// of 32 through the table kernel, a remaining group of 16 through the
+// of 32 through the float16 kernel, a remaining group of 16 through the
 // arithmetic one, the rest in Go.
 func decodeE4M3(dst []float32, src []lowp.Float8E4M3FN, simd bool) {
 	n := len(src)

@@ -38,7 +38,8 @@ func decodeBF16AVX512(dst *float32, src *lowp.BFloat16, n int)
 func decodeE4M3AVX512(dst *float32, src *lowp.Float8E4M3FN, n int)
 
 // decodeE4M3x32AVX512 widens n (a multiple of 32) e4m3fn values to float32
-// through bfloat16 bits computed in 16-bit lanes.
+// through float16 bits of value * 2^-8 computed in 16-bit lanes (VCVTPH2PS,
+// then * 256).
 //
 //go:noescape
 func decodeE4M3x32AVX512(dst *float32, src *lowp.Float8E4M3FN, n int)

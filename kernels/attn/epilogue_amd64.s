@@ -214,69 +214,47 @@ dece_loop:
 	VZEROUPPER
 	RET
 
-// e4m3sub holds the bfloat16 bits of the e4m3fn subnormals m * 2^-9,
-// m = 0..7 (indexed by the magnitude bits); see epilogue_table.go.
-DATA e4m3sub<>+0(SB)/2, $0x0000
-DATA e4m3sub<>+2(SB)/2, $0x3b00
-DATA e4m3sub<>+4(SB)/2, $0x3b80
-DATA e4m3sub<>+6(SB)/2, $0x3bc0
-DATA e4m3sub<>+8(SB)/2, $0x3c00
-DATA e4m3sub<>+10(SB)/2, $0x3c20
-DATA e4m3sub<>+12(SB)/2, $0x3c40
-DATA e4m3sub<>+14(SB)/2, $0x3c60
-DATA e4m3sub<>+16(SB)/8, $0
-DATA e4m3sub<>+24(SB)/8, $0
-DATA e4m3sub<>+32(SB)/8, $0
-DATA e4m3sub<>+40(SB)/8, $0
-DATA e4m3sub<>+48(SB)/8, $0
-DATA e4m3sub<>+56(SB)/8, $0
-GLOBL e4m3sub<>(SB), RODATA|NOPTR, $64
-
 // func decodeE4M3x32AVX512(dst *float32, src *lowp.Float8E4M3FN, n int)
 // n a multiple of 32. Works on 32 values at once in 16-bit lanes, producing
-// bfloat16 bits (exact: every e4m3fn value is a bfloat16): a normal
-// magnitude m (7 bits) becomes (m << 4) + (120 << 7), rebasing the exponent
-// from bias 7 to 127 with integer arithmetic only; the 8 subnormals come
-// from e4m3sub through VPERMW; 0x7f becomes the quiet NaN 0x7fc0; the sign
-// moves to bit 15. The bfloat16 bits are then widened to float32.
+// float16 bits of the value times 2^-8 (exact for every e4m3fn value,
+// subnormals included): the sign-extended byte shifted left by 7 puts the
+// 7 magnitude bits (exponent and mantissa) at bits 13..7 and copies of the
+// sign at bits 15 and 14; clearing bit 14 leaves sign | e << 10 | m << 7,
+// i.e. 2^(e-15) * 1.m (or 2^-14 * 0.m for e = 0) = e4m3 * 2^-8. The NaN
+// pattern (magnitude 0x7f, found on the bytes) becomes the float16 quiet
+// NaN 0x7e00 with its sign. VCVTPH2PS widens to float32 and a multiply by
+// 256 restores the scale (exact).
 TEXT ·decodeE4M3x32AVX512(SB), NOSPLIT, $0-24
 	MOVQ      dst+0(FP), DI
 	MOVQ      src+8(FP), SI
 	MOVQ      n+16(FP), CX
-	VMOVDQU16 e4m3sub<>+0(SB), Z10    // subnormal table
-	MOVL      $0x007f007f, AX
-	VPBROADCASTD AX, Z3               // magnitude mask, also the NaN pattern
-	MOVL      $0x00800080, AX
-	VPBROADCASTD AX, Z4               // e4m3 sign bit
-	MOVL      $0x3c003c00, AX
-	VPBROADCASTD AX, Z9               // 120 << 7: exponent rebias
-	MOVL      $0x00080008, AX
-	VPBROADCASTD AX, Z11              // magnitudes below 8 are subnormal
-	MOVL      $0x7fc07fc0, AX
-	VPBROADCASTD AX, Z12              // bfloat16 quiet NaN
-dec32_loop:
-	VPMOVZXBW  (SI), Z0               // 32 bytes -> words
-	VPANDD     Z3, Z0, Z5             // magnitude
-	VPSLLW     $4, Z5, Z6
-	VPADDW     Z9, Z6, Z6             // normal: rebased bfloat16 bits
-	VPCMPUW    $1, Z11, Z5, K2        // K2: magnitude < 8
-	VPERMW     Z10, Z5, K2, Z6        // subnormal lanes from the table
-	VPCMPEQW   Z3, Z5, K1             // K1: NaN
-	VMOVDQU16  Z12, K1, Z6
-	VPANDD     Z4, Z0, Z7
-	VPSLLW     $8, Z7, Z7             // sign to bit 15
-	VPORD      Z7, Z6, Z6
-	VPMOVZXWD  Y6, Z7                 // values 0..15 -> dwords
-	VEXTRACTI64X4 $1, Z6, Y8
-	VPMOVZXWD  Y8, Z8                 // values 16..31 -> dwords
-	VPSLLD     $16, Z7, Z7            // bfloat16 -> float32 bits
-	VPSLLD     $16, Z8, Z8
-	VMOVUPS    Z7, (DI)
-	VMOVUPS    Z8, 64(DI)
+	MOVL      $0xbfffbfff, AX
+	VPBROADCASTD AX, Z3               // clears the second sign copy (bit 14)
+	MOVL      $0x80808080, AX
+	VPBROADCASTD AX, Y4               // e4m3 sign bit, per byte
+	VPCMPEQB  Y5, Y5, Y5              // all ones
+	MOVL      $0x3e803e80, AX
+	VPBROADCASTD AX, Z6               // 0x3f80 (+ sign) + 0x3e80 = 0x7e00 (+ sign): NaN
+	MOVL      $0x43800000, AX
+	VPBROADCASTD AX, Z7               // 256.0
+decf16_loop:
+	VPMOVSXBW  (SI), Z0               // 32 bytes -> sign-extended words
+	VPSLLW     $7, Z0, Z0
+	VPANDD     Z3, Z0, Z0             // float16 bits of value * 2^-8
+	VPORD      (SI), Y4, Y1           // byte | 0x80
+	VPCMPEQB   Y5, Y1, K1             // K1: NaN (magnitude 0x7f)
+	VPADDW     Z6, Z0, K1, Z0
+	VEXTRACTI64X4 $1, Z0, Y2
+	VCVTPH2PS  Y0, Z0
+	VCVTPH2PS  Y2, Z2
+	VMULPS     Z7, Z0, Z0
+	VMULPS     Z7, Z2, Z2
+	VMOVUPS    Z0, (DI)
+	VMOVUPS    Z2, 64(DI)
 	ADDQ       $32, SI
 	ADDQ       $128, DI
 	SUBQ       $32, CX
-	JNZ        dec32_loop
+	JNZ        decf16_loop
 	VZEROUPPER
 	RET
 

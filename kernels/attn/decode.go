@@ -41,8 +41,8 @@ func RunDecode(p *Decode, ws *Workspace, pool *Pool, out *Output) {
 		ws.decOff = decodeOffsets(ws.decOff, p.Sched)
 		ws.Partials.Ensure(PartialF32, p.D, int(ws.decOff[p.Batch])*p.HQ, false)
 	}
-	ws.Partials.simd = vecAVX512()
-	p.Q.simd, p.K.simd, p.V.simd = ws.Partials.simd, ws.Partials.simd, ws.Partials.simd
+	ws.Partials.vec = vecLevel()
+	p.Q.vec, p.K.vec, p.V.vec = ws.Partials.vec, ws.Partials.vec, ws.Partials.vec
 	ws.pd, ws.po = p, out
 	ws.next.Store(0)
 	pool.RunN(p.Sched.WorkCount, ws.decodeItem)
@@ -127,7 +127,7 @@ func (ws *Workspace) decodeTile(wk *worker, b, h, a, z, c, kBegin, kEnd, used in
 	qpk := p.HQ / p.Hkv
 	m := (z - a) * qpk
 	totalQ := p.Batch * p.SeqlenQ
-	ra := wk.decodeAcc(ws.Partials.simd)
+	ra := wk.decodeAcc(ws.Partials.vec == vecAVX512)
 	ra.reset(m, p.Scale*math.Log2E, p.PV)
 	var vs vScale
 	for i := a; i < z; i++ {
@@ -154,7 +154,7 @@ func (ws *Workspace) decodeTile(wk *worker, b, h, a, z, c, kBegin, kEnd, used in
 			any = any || v > 0
 		}
 		if any {
-			vs.block(wk.vbuf[:n*d], ra, vBounded(&p.V), p.V.simd)
+			vs.block(wk.vbuf[:n*d], ra, vBounded(&p.V), p.V.vec)
 			ra.update(wk.kbuf[:n*d], wk.vbuf[:n*d], n, wk.valid[:m])
 		}
 	}
@@ -199,7 +199,7 @@ func (ws *Workspace) decodeTile(wk *worker, b, h, a, z, c, kBegin, kEnd, used in
 				ws.Partials.LSE[pr] = wk.lse[r]
 			} else {
 				row := (b*p.SeqlenQ+i)*p.HQ + hq
-				encodeRow(ws.po, row, d, ra.o(r), wk.inv[r]*vf, wk.lse[r], ws.Partials.simd)
+				encodeRow(ws.po, row, d, ra.o(r), wk.inv[r]*vf, wk.lse[r], ws.Partials.vec)
 			}
 		}
 	}
@@ -237,13 +237,13 @@ func (ws *Workspace) runDecodeCombine(w int) {
 					}
 				}
 			}
-			encodeRow(out, (b*p.SeqlenQ+i)*p.HQ+hq, p.D, acc, 1, l, ws.Partials.simd)
+			encodeRow(out, (b*p.SeqlenQ+i)*p.HQ+hq, p.D, acc, 1, l, ws.Partials.vec)
 		}
 	}
 }
 
-func encodeRow(out *Output, row, d int, o []float32, scale, lse float32, simd bool) {
-	storeBF16(out.O[row*d:(row+1)*d], o, scale, simd)
+func encodeRow(out *Output, row, d int, o []float32, scale, lse float32, lv vec) {
+	storeBF16(out.O[row*d:(row+1)*d], o, scale, lv)
 	if out.LSE != nil {
 		out.LSE[row] = lse
 	}
@@ -253,8 +253,8 @@ func encodeRow(out *Output, row, d int, o []float32, scale, lse float32, simd bo
 // AVX-512 kernels are in use (no K transpose per block for a handful of
 // rows), the block kernel otherwise (its AVX2 tier beats the portable
 // lanes code).
-func (wk *worker) decodeAcc(simd bool) rowAcc {
-	if simd {
+func (wk *worker) decodeAcc(avx512 bool) rowAcc {
+	if avx512 {
 		if wk.lanes == nil {
 			wk.lanes = newLanesAcc(wk.d)
 		}

@@ -6,45 +6,64 @@ import (
 )
 
 // The epilogue kernels: storing a float32 row as BF16 (round to nearest
-// even) and the combine's acc += w * row for BF16 and float32 partials.
-// They have an AVX-512 implementation (epilogue_amd64.s) used whenever the
-// block kernel's tier is an AVX-512 one: the CPU-feature decision is taken
-// once, in package tile, and followed here.
+// even) and the combine's acc += w * row for BF16 and float32 partials, and
+// the K/V staging decoders. They have AVX-512 implementations
+// (epilogue_amd64.s) used whenever the block kernel's tier is an AVX-512 one
+// and AVX2 implementations (epilogue_avx2_amd64.s) for the avx2 tier: the
+// CPU-feature decision is taken once, in package tile, and followed here
+// (plus F16C, which the AVX2 e4m3 decoder needs).
 
-// simdLen returns how many leading elements of n the AVX-512 kernels take:
-// whole groups of 16, or none when simd is off. The portable loops finish
-// the rest.
-func simdLen(n int, simd bool) int {
-	if !simd {
+// vec selects the epilogue kernels of a run.
+type vec uint8
+
+const (
+	vecGo     vec = iota // portable Go loops
+	vecAVX2              // AVX2 + FMA + F16C kernels
+	vecAVX512            // AVX-512 kernels
+)
+
+// simdLen returns how many leading elements of n the SIMD kernels take:
+// whole groups of 16, or none for the portable loops. The portable loops
+// finish the rest.
+func simdLen(n int, v vec) int {
+	if v == vecGo {
 		return 0
 	}
 	return n &^ 15
 }
 
-// vecAVX512 reports whether the AVX-512 epilogue kernels are in use.
-func vecAVX512() bool {
+// vecLevel returns the epilogue kernels that follow the tile tier in use.
+func vecLevel() vec {
 	if !haveAsm {
-		return false
+		return vecGo
 	}
 	switch tile.Tier() {
 	case "avx512", "avx512bf16":
-		return true
+		return vecAVX512
+	case "avx2":
+		if hasF16C() {
+			return vecAVX2
+		}
 	}
-	return false
+	return vecGo
 }
 
 // storeBF16 writes dst[i] = BF16(src[i] * scale) for len(src) elements. A
 // zero scale writes zeros (a row that saw no key), whatever src holds.
-func storeBF16(dst []lowp.BFloat16, src []float32, scale float32, simd bool) {
+func storeBF16(dst []lowp.BFloat16, src []float32, scale float32, lv vec) {
 	n := len(src)
 	dst = dst[:n]
 	if scale == 0 {
 		clear(dst)
 		return
 	}
-	v := simdLen(n, simd)
+	v := simdLen(n, lv)
 	if v > 0 {
-		storeBF16AVX512(&dst[0], &src[0], v, scale)
+		if lv == vecAVX512 {
+			storeBF16AVX512(&dst[0], &src[0], v, scale)
+		} else {
+			storeBF16AVX2(&dst[0], &src[0], v, scale)
+		}
 	}
 	for i := v; i < n; i++ {
 		dst[i] = lowp.BF16(src[i] * scale)
@@ -52,16 +71,20 @@ func storeBF16(dst []lowp.BFloat16, src []float32, scale float32, simd bool) {
 }
 
 // scaleF32 writes dst[i] = src[i] * scale (zeros for a zero scale).
-func scaleF32(dst, src []float32, scale float32, simd bool) {
+func scaleF32(dst, src []float32, scale float32, lv vec) {
 	n := len(src)
 	dst = dst[:n]
 	if scale == 0 {
 		clear(dst)
 		return
 	}
-	v := simdLen(n, simd)
+	v := simdLen(n, lv)
 	if v > 0 {
-		scaleF32AVX512(&dst[0], &src[0], v, scale)
+		if lv == vecAVX512 {
+			scaleF32AVX512(&dst[0], &src[0], v, scale)
+		} else {
+			scaleF32AVX2(&dst[0], &src[0], v, scale)
+		}
 	}
 	for i := v; i < n; i++ {
 		dst[i] = src[i] * scale
@@ -69,12 +92,16 @@ func scaleF32(dst, src []float32, scale float32, simd bool) {
 }
 
 // axpyBF16 computes acc[i] += w * float32(src[i]).
-func axpyBF16(acc []float32, w float32, src []lowp.BFloat16, simd bool) {
+func axpyBF16(acc []float32, w float32, src []lowp.BFloat16, lv vec) {
 	n := len(acc)
 	src = src[:n]
-	v := simdLen(n, simd)
+	v := simdLen(n, lv)
 	if v > 0 {
-		axpyBF16AVX512(&acc[0], &src[0], v, w)
+		if lv == vecAVX512 {
+			axpyBF16AVX512(&acc[0], &src[0], v, w)
+		} else {
+			axpyBF16AVX2(&acc[0], &src[0], v, w)
+		}
 	}
 	for i := v; i < n; i++ {
 		acc[i] += w * src[i].Float32()
@@ -82,12 +109,16 @@ func axpyBF16(acc []float32, w float32, src []lowp.BFloat16, simd bool) {
 }
 
 // axpyF32 computes acc[i] += w * src[i].
-func axpyF32(acc []float32, w float32, src []float32, simd bool) {
+func axpyF32(acc []float32, w float32, src []float32, lv vec) {
 	n := len(acc)
 	src = src[:n]
-	v := simdLen(n, simd)
+	v := simdLen(n, lv)
 	if v > 0 {
-		axpyF32AVX512(&acc[0], &src[0], v, w)
+		if lv == vecAVX512 {
+			axpyF32AVX512(&acc[0], &src[0], v, w)
+		} else {
+			axpyF32AVX2(&acc[0], &src[0], v, w)
+		}
 	}
 	for i := v; i < n; i++ {
 		acc[i] += w * src[i]
@@ -95,12 +126,16 @@ func axpyF32(acc []float32, w float32, src []float32, simd bool) {
 }
 
 // decodeBF16 writes dst[i] = float32(src[i]) for len(src) elements.
-func decodeBF16(dst []float32, src []lowp.BFloat16, simd bool) {
+func decodeBF16(dst []float32, src []lowp.BFloat16, lv vec) {
 	n := len(src)
 	dst = dst[:n]
-	v := simdLen(n, simd)
+	v := simdLen(n, lv)
 	if v > 0 {
-		decodeBF16AVX512(&dst[0], &src[0], v)
+		if lv == vecAVX512 {
+			decodeBF16AVX512(&dst[0], &src[0], v)
+		} else {
+			decodeBF16AVX2(&dst[0], &src[0], v)
+		}
 	}
 	lowp.DecodeBF16(dst[v:], src[v:])
 }
@@ -117,9 +152,9 @@ var e2m1Values = func() (t [16]float32) {
 // bytes per row, block scales in the 128x4 layout) as float32 into dst[:d],
 // the values of lowp.DequantizeNVFP4Row. scratch holds d/16 floats (the
 // row's block scales).
-func decodeNVFP4Row(dst []float32, packed, scales []uint8, r, d int, global float32, scratch []float32, simd bool) {
+func decodeNVFP4Row(dst []float32, packed, scales []uint8, r, d int, global float32, scratch []float32, avx512 bool) {
 	cols := d / lowp.NVFP4BlockSize
-	if !simd || cols == 0 || cols*lowp.NVFP4BlockSize != d {
+	if !avx512 || cols == 0 || cols*lowp.NVFP4BlockSize != d {
 		lowp.DequantizeNVFP4Row(dst[:d], packed, scales, r, d, global)
 		return
 	}
@@ -132,20 +167,25 @@ func decodeNVFP4Row(dst []float32, packed, scales []uint8, r, d int, global floa
 	decodeNVFP4AVX512(&dst[0], &row[0], &sc[0], cols, global, &e2m1Values[0])
 }
 
-// decodeE4M3 writes dst[i] = float32(src[i]) for len(src) elements: groups
-// of 32 through the float16 kernel, a remaining group of 16 through the
-// arithmetic one, the rest in Go.
-func decodeE4M3(dst []float32, src []lowp.Float8E4M3FN, simd bool) {
+// decodeE4M3 writes dst[i] = float32(src[i]) for len(src) elements. AVX-512:
+// groups of 32 through the float16 kernel, a remaining group of 16 through
+// the arithmetic one; AVX2: groups of 16; the rest in Go.
+func decodeE4M3(dst []float32, src []lowp.Float8E4M3FN, lv vec) {
 	n := len(src)
 	dst = dst[:n]
 	v := 0
-	if simd {
+	switch lv {
+	case vecAVX512:
 		if v = n &^ 31; v > 0 {
 			decodeE4M3x32AVX512(&dst[0], &src[0], v)
 		}
 		if w := n &^ 15; w > v {
 			decodeE4M3AVX512(&dst[v], &src[v], w-v)
 			v = w
+		}
+	case vecAVX2:
+		if v = n &^ 15; v > 0 {
+			decodeE4M3AVX2(&dst[0], &src[0], v)
 		}
 	}
 	lowp.DecodeE4M3(dst[v:], src[v:])

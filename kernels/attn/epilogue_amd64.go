@@ -2,9 +2,17 @@
 
 package attn
 
-import "github.com/sparseattn/msa/kernels/lowp"
+import (
+	"golang.org/x/sys/cpu"
+
+	"github.com/sparseattn/msa/kernels/lowp"
+)
 
 const haveAsm = true
+
+// hasF16C reports whether the CPU has the float16 conversions the AVX2 e4m3
+// decoder uses.
+func hasF16C() bool { return cpu.X86.HasF16C }
 
 // storeBF16AVX512 converts n (a multiple of 16) float32 values times
 // scale to BF16.
@@ -55,3 +63,30 @@ func decodeNVFP4AVX512(dst *float32, src *uint8, scales *float32, blocks int, gl
 //
 //go:noescape
 func maxFiniteBitsAVX512(v *float32, n int) uint32
+
+// The AVX2 kernels (epilogue_avx2_amd64.s): the functions above, for n a
+// multiple of 16, with the same results.
+
+//go:noescape
+func storeBF16AVX2(dst *lowp.BFloat16, src *float32, n int, scale float32)
+
+//go:noescape
+func scaleF32AVX2(dst *float32, src *float32, n int, scale float32)
+
+//go:noescape
+func axpyBF16AVX2(acc *float32, src *lowp.BFloat16, n int, w float32)
+
+//go:noescape
+func axpyF32AVX2(acc *float32, src *float32, n int, w float32)
+
+//go:noescape
+func decodeBF16AVX2(dst *float32, src *lowp.BFloat16, n int)
+
+// decodeE4M3AVX2 widens n (a multiple of 16) e4m3fn values to float32
+// through float16 bits (F16C), like decodeE4M3x32AVX512.
+//
+//go:noescape
+func decodeE4M3AVX2(dst *float32, src *lowp.Float8E4M3FN, n int)
+
+//go:noescape
+func maxFiniteBitsAVX2(v *float32, n int) uint32

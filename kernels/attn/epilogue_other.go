@@ -6,6 +6,8 @@ import "github.com/sparseattn/msa/kernels/lowp"
 
 const haveAsm = false
 
+func hasF16C() bool { return false }
+
 func storeBF16AVX512(*lowp.BFloat16, *float32, int, float32) { panic("unreachable") }
 func scaleF32AVX512(*float32, *float32, int, float32)        { panic("unreachable") }
 func axpyBF16AVX512(*float32, *lowp.BFloat16, int, float32)  { panic("unreachable") }
@@ -20,3 +22,14 @@ func decodeE4M3x32AVX512(*float32, *lowp.Float8E4M3FN, int) { panic("unreachable
 func decodeNVFP4AVX512(*float32, *uint8, *float32, int, float32, *float32) { panic("unreachable") }
 
 func maxFiniteBitsAVX512(*float32, int) uint32 { panic("unreachable") }
+
+func storeBF16AVX2(*lowp.BFloat16, *float32, int, float32) { panic("unreachable") }
+func scaleF32AVX2(*float32, *float32, int, float32)        { panic("unreachable") }
+func axpyBF16AVX2(*float32, *lowp.BFloat16, int, float32)  { panic("unreachable") }
+func axpyF32AVX2(*float32, *float32, int, float32)         { panic("unreachable") }
+
+func decodeBF16AVX2(*float32, *lowp.BFloat16, int) { panic("unreachable") }
+
+func decodeE4M3AVX2(*float32, *lowp.Float8E4M3FN, int) { panic("unreachable") }
+
+func maxFiniteBitsAVX2(*float32, int) uint32 { panic("unreachable") }

@@ -8,13 +8,25 @@ import (
 	"github.com/sparseattn/msa/kernels/lowp"
 )
 
-// TestEpilogueKernels compares the AVX-512 epilogue kernels with the
-// portable ones bit for bit: every BF16 pattern through axpyBF16, and
-// special plus random float32 values through storeBF16.
+// TestEpilogueKernels compares the AVX2 and AVX-512 epilogue and staging
+// kernels (where this CPU has them) with the portable ones bit for bit:
+// every BF16 pattern through decodeBF16 and axpyBF16, every e4m3 pattern
+// through decodeE4M3, and special plus random float32 values through
+// storeBF16 and scaleF32.
 func TestEpilogueKernels(t *testing.T) {
-	if !vecAVX512() {
-		t.Skip("AVX-512 epilogue not in use on this CPU/tier")
+	for _, tier := range []string{"avx2", "avx512"} {
+		t.Run(tier, func(t *testing.T) {
+			useTier(t, tier)
+			lv := vecLevel()
+			if lv == vecGo {
+				t.Skip("no SIMD epilogue for this tier on this CPU/build")
+			}
+			epilogueKernels(t, lv)
+		})
 	}
+}
+
+func epilogueKernels(t *testing.T, lv vec) {
 	// storeBF16 on special values and random bit patterns.
 	rng := rand.New(rand.NewPCG(1, 2))
 	special := []float32{0, float32(math.Copysign(0, -1)), 1, -1, float32(math.Inf(1)), float32(math.Inf(-1)),
@@ -31,7 +43,7 @@ func TestEpilogueKernels(t *testing.T) {
 	}
 	got := make([]lowp.BFloat16, len(src))
 	want := make([]lowp.BFloat16, len(src))
-	storeBF16(got, src, 1, true)
+	storeBF16(got, src, 1, lv)
 	lowp.EncodeBF16(want, src)
 	for i := range got {
 		if got[i] != want[i] {
@@ -43,7 +55,7 @@ func TestEpilogueKernels(t *testing.T) {
 	for _, n := range []int{16, 48, 80, 85} {
 		for _, off := range []int{0, 3, 1000, 40000} {
 			g, w := got[:n], want[:n]
-			storeBF16(g, src[off:off+n], 1, true)
+			storeBF16(g, src[off:off+n], 1, lv)
 			lowp.EncodeBF16(w, src[off:off+n])
 			for i := range g {
 				if g[i] != w[i] {
@@ -57,7 +69,7 @@ func TestEpilogueKernels(t *testing.T) {
 	for i := range scaled {
 		scaled[i] = src[i] * 0.7
 	}
-	storeBF16(got, src, 0.7, true)
+	storeBF16(got, src, 0.7, lv)
 	lowp.EncodeBF16(want, scaled)
 	for i := range got {
 		if got[i] != want[i] {
@@ -65,13 +77,13 @@ func TestEpilogueKernels(t *testing.T) {
 		}
 	}
 	sc := make([]float32, len(src))
-	scaleF32(sc, src, 0.7, true)
+	scaleF32(sc, src, 0.7, lv)
 	for i := range sc {
 		if math.Float32bits(sc[i]) != math.Float32bits(scaled[i]) && !math.IsNaN(float64(sc[i])) {
 			t.Fatalf("scaleF32[%d] = %g, want %g", i, sc[i], scaled[i])
 		}
 	}
-	storeBF16(got[:32], src[:32], 0, true)
+	storeBF16(got[:32], src[:32], 0, lv)
 	for _, x := range got[:32] {
 		if x != 0 {
 			t.Fatal("zero-scale store must write zeros")
@@ -84,7 +96,7 @@ func TestEpilogueKernels(t *testing.T) {
 		e[i] = lowp.Float8E4M3FN(i)
 	}
 	g := make([]float32, len(e))
-	decodeE4M3(g, e, true)
+	decodeE4M3(g, e, lv)
 	for i, x := range e {
 		w := x.Float32()
 		if math.IsNaN(float64(w)) {
@@ -104,7 +116,7 @@ func TestEpilogueKernels(t *testing.T) {
 	}
 	d1 := make([]float32, len(every))
 	d2 := make([]float32, len(every))
-	decodeBF16(d1, every, true)
+	decodeBF16(d1, every, lv)
 	lowp.DecodeBF16(d2, every)
 	for i := range d1 {
 		if math.Float32bits(d1[i]) != math.Float32bits(d2[i]) {
@@ -126,14 +138,14 @@ func TestEpilogueKernels(t *testing.T) {
 		acc1[i] = float32(rng.NormFloat64())
 		acc2[i], acc0[i] = acc1[i], acc1[i]
 	}
-	axpyBF16(acc1, 0.37, all, true)
-	axpyBF16(acc2, 0.37, all, false)
+	axpyBF16(acc1, 0.37, all, lv)
+	axpyBF16(acc2, 0.37, all, vecGo)
 	f1 := make([]float32, len(all))
 	f2 := make([]float32, len(all))
 	copy(f1, acc1)
 	copy(f2, acc1)
-	axpyF32(f1, -1.5, acc2, true)
-	axpyF32(f2, -1.5, acc2, false)
+	axpyF32(f1, -1.5, acc2, lv)
+	axpyF32(f2, -1.5, acc2, vecGo)
 	for i := range acc1 {
 		// FMA rounds once, the portable loop twice: allow one float32
 		// rounding of the product, relative to the operands (the sum may
@@ -155,7 +167,8 @@ func TestEpilogueKernels(t *testing.T) {
 // every packed byte and every E4M3 scale byte (NaN and subnormal scales
 // included) at D = 16..512, on several global scales.
 func TestDecodeNVFP4(t *testing.T) {
-	if !vecAVX512() {
+	useTier(t, "avx512")
+	if vecLevel() != vecAVX512 {
 		t.Skip("AVX-512 decoders not in use on this CPU/tier")
 	}
 	rng := rand.New(rand.NewPCG(3, 4))

@@ -50,8 +50,8 @@ type Operand struct {
 	Scales []uint8 // NVFP4 E4M3 block scales, one per 16 elements of a row, 128x4-tiled
 	// Global is the NVFP4 global scale folded into decoding (1 when absent).
 	Global float32
-	// simd selects the AVX-512 decoder (set by the executors per run).
-	simd bool
+	// vec selects the SIMD decoders (set by the executors per run).
+	vec vec
 }
 
 // Rows returns the number of rows the operand holds.
@@ -75,12 +75,12 @@ func (o *Operand) DecodeRow(dst []float32, r int) {
 	d := o.D
 	switch o.Dtype {
 	case BF16:
-		decodeBF16(dst[:d], o.BF16[r*d:(r+1)*d], o.simd)
+		decodeBF16(dst[:d], o.BF16[r*d:(r+1)*d], o.vec)
 	case E4M3:
-		decodeE4M3(dst[:d], o.E4M3[r*d:(r+1)*d], o.simd)
+		decodeE4M3(dst[:d], o.E4M3[r*d:(r+1)*d], o.vec)
 	case NVFP4:
 		var sc [maxNVFP4Blocks]float32
-		decodeNVFP4Row(dst, o.Packed, o.Scales, r, d, o.Global, sc[:], o.simd && d <= 16*maxNVFP4Blocks)
+		decodeNVFP4Row(dst, o.Packed, o.Scales, r, d, o.Global, sc[:], o.vec == vecAVX512 && d <= 16*maxNVFP4Blocks)
 	}
 }
 
@@ -89,14 +89,14 @@ func (o *Operand) DecodeRows(dst []float32, r, n int) {
 	d := o.D
 	switch o.Dtype {
 	case BF16:
-		decodeBF16(dst[:n*d], o.BF16[r*d:(r+n)*d], o.simd)
+		decodeBF16(dst[:n*d], o.BF16[r*d:(r+n)*d], o.vec)
 	case E4M3:
-		decodeE4M3(dst[:n*d], o.E4M3[r*d:(r+n)*d], o.simd)
+		decodeE4M3(dst[:n*d], o.E4M3[r*d:(r+n)*d], o.vec)
 	case NVFP4:
 		var sc [maxNVFP4Blocks]float32
-		simd := o.simd && d <= 16*maxNVFP4Blocks
+		avx512 := o.vec == vecAVX512 && d <= 16*maxNVFP4Blocks
 		for i := 0; i < n; i++ {
-			decodeNVFP4Row(dst[i*d:(i+1)*d], o.Packed, o.Scales, r+i, d, o.Global, sc[:], simd)
+			decodeNVFP4Row(dst[i*d:(i+1)*d], o.Packed, o.Scales, r+i, d, o.Global, sc[:], avx512)
 		}
 	}
 }

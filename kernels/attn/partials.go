@@ -48,8 +48,8 @@ type Partials struct {
 	E4M3  []lowp.Float8E4M3FN // FP8 E4M3 partial O rows
 	LSE   []float32           // natural-log LSE of each partial row
 	TLSE  []float32           // nil unless temperature LSE is computed
-	// simd selects the AVX-512 epilogue kernels (set per run).
-	simd bool
+	// vec selects the SIMD epilogue kernels (set per run).
+	vec vec
 }
 
 // Size returns the storage size of one element of the dtype in bytes.
@@ -98,14 +98,14 @@ func (p *Partials) store(i int, src []float32, scale float32, tmp []float32) {
 	d := p.D
 	switch p.Dtype {
 	case PartialF32:
-		scaleF32(p.F32[i*d:(i+1)*d], src, scale, p.simd)
+		scaleF32(p.F32[i*d:(i+1)*d], src, scale, p.vec)
 	case PartialBF16:
-		storeBF16(p.BF16[i*d:(i+1)*d], src, scale, p.simd)
+		storeBF16(p.BF16[i*d:(i+1)*d], src, scale, p.vec)
 	case PartialF16:
-		scaleF32(tmp[:d], src, scale, p.simd)
+		scaleF32(tmp[:d], src, scale, p.vec)
 		lowp.EncodeF16(p.F16[i*d:(i+1)*d], tmp[:d])
 	case PartialE4M3:
-		scaleF32(tmp[:d], src, scale, p.simd)
+		scaleF32(tmp[:d], src, scale, p.vec)
 		lowp.EncodeE4M3Sat(p.E4M3[i*d:(i+1)*d], tmp[:d])
 	}
 }
@@ -115,15 +115,15 @@ func (p *Partials) axpy(acc []float32, w float32, i int, tmp []float32) {
 	d := p.D
 	switch p.Dtype {
 	case PartialF32:
-		axpyF32(acc, w, p.F32[i*d:(i+1)*d], p.simd)
+		axpyF32(acc, w, p.F32[i*d:(i+1)*d], p.vec)
 	case PartialBF16:
-		axpyBF16(acc, w, p.BF16[i*d:(i+1)*d], p.simd)
+		axpyBF16(acc, w, p.BF16[i*d:(i+1)*d], p.vec)
 	case PartialF16:
 		lowp.DecodeF16(tmp[:d], p.F16[i*d:(i+1)*d])
-		axpyF32(acc, w, tmp[:d], p.simd)
+		axpyF32(acc, w, tmp[:d], p.vec)
 	case PartialE4M3:
 		lowp.DecodeE4M3(tmp[:d], p.E4M3[i*d:(i+1)*d])
-		axpyF32(acc, w, tmp[:d], p.simd)
+		axpyF32(acc, w, tmp[:d], p.vec)
 	}
 }
 

@@ -165,8 +165,8 @@ func RunPrefill(p *Prefill, ws *Workspace, pool *Pool, out *Output) {
 		w = ws.fixedWin
 	}
 	ws.Partials.Ensure(p.Partial, p.D, slots*w*p.HQ, p.InvT > 0)
-	ws.Partials.simd = vecAVX512()
-	p.Q.simd, p.K.simd, p.V.simd = ws.Partials.simd, ws.Partials.simd, ws.Partials.simd
+	ws.Partials.vec = vecLevel()
+	p.Q.vec, p.K.vec, p.V.vec = ws.Partials.vec, ws.Partials.vec, ws.Partials.vec
 	ws.pf, ws.po = p, out
 	ws.win = w
 	for w0 := 0; w0 < p.TotalQ; w0 += w {
@@ -279,7 +279,7 @@ func (ws *Workspace) prefillItemRun(wk *worker, h, row, qBegin, qCount, b, j int
 	}
 	loadKV(&p.K, &p.V, &p.KV, b, h, t0, n, wk.kbuf, wk.vbuf)
 	var vs vScale // one block per accumulation: nothing to rescale
-	vs.block(wk.vbuf[:n*d], nil, vBounded(&p.V), p.V.simd)
+	vs.block(wk.vbuf[:n*d], nil, vBounded(&p.V), p.V.vec)
 	wk.blk.Load(n, wk.kbuf[:n*d], wk.vbuf[:n*d])
 	vf := vs.factor()
 
@@ -406,7 +406,7 @@ func combineRow(pt *Partials, ls, ws []float32, plane, row, d int, outScale floa
 			}
 		}
 	}
-	storeBF16(o, acc, outScale, pt.simd)
+	storeBF16(o, acc, outScale, pt.vec)
 	*lse = l
 }
 

@@ -27,11 +27,15 @@ type vScale struct{ e int }
 
 // maxFiniteBits returns the largest |x| bit pattern among the finite values
 // of v (0 when there is none).
-func maxFiniteBits(v []float32, simd bool) uint32 {
+func maxFiniteBits(v []float32, lv vec) uint32 {
 	var m uint32
-	n := simdLen(len(v), simd)
-	if n > 0 {
+	n := simdLen(len(v), lv)
+	switch {
+	case n == 0:
+	case lv == vecAVX512:
 		m = maxFiniteBitsAVX512(&v[0], n)
+	default:
+		m = maxFiniteBitsAVX2(&v[0], n)
 	}
 	for _, x := range v[n:] {
 		b := math.Float32bits(x) &^ (1 << 31)
@@ -65,12 +69,12 @@ type oScaler interface{ scaleO(f float32) }
 // v holds a finite value above 2^96, rescaling the O accumulated so far in
 // acc by 2^(old e - new e) (acc nil: nothing accumulated yet), and
 // multiplies v by 2^-e in place. bounded (vBounded of the V operand) skips
-// the scan: such blocks never raise e. simd selects the AVX-512 scan.
-func (s *vScale) block(v []float32, acc oScaler, bounded, simd bool) {
+// the scan: such blocks never raise e. lv selects the SIMD scan.
+func (s *vScale) block(v []float32, acc oScaler, bounded bool, lv vec) {
 	if bounded {
 		return // e stays 0: no block of this operand exceeds 2^96
 	}
-	if m := maxFiniteBits(v, simd); m > vScaleLimitBits {
+	if m := maxFiniteBits(v, lv); m > vScaleLimitBits {
 		// The smallest e with m*2^-e <= 2^96: the exponent difference, plus
 		// one when m has mantissa bits.
 		e := int(m>>23) - (127 + 96)

@@ -50,17 +50,17 @@ func TestPrefillVNearBF16Max(t *testing.T) {
 func TestVScaleOrdinaryUnchanged(t *testing.T) {
 	v := []float32{1, -0x1p96, 3, float32(math.Inf(1)), float32(math.NaN())}
 	var s vScale
-	s.block(v, nil, false, false)
+	s.block(v, nil, false, vecGo)
 	if s.e != 0 || v[1] != -0x1p96 || s.factor() != 1 {
 		t.Fatalf("ordinary block scaled: e = %d, v = %v", s.e, v)
 	}
 	v = []float32{0x1.8p100, 2}
-	s.block(v, nil, false, false)
+	s.block(v, nil, false, vecGo)
 	if s.e != 5 || v[0] != 0x1.8p95 || v[1] != 0x1p-4 || s.factor() != 32 {
 		t.Fatalf("e = %d, v = %v", s.e, v)
 	}
 	v = []float32{bf16Max}
-	s.block(v, nil, false, false)
+	s.block(v, nil, false, vecGo)
 	if s.e != 32 || v[0] > 0x1p96 {
 		t.Fatalf("e = %d, v = %v", s.e, v)
 	}
@@ -94,41 +94,46 @@ func TestDecodeVNearBF16Max(t *testing.T) {
 	}
 }
 
-// TestMaxFiniteBitsTiers compares the AVX-512 scan (where this CPU has it)
-// with the portable loop on random bit patterns that mix signs, zeros,
-// subnormals, the finite maximum, infinities and NaNs, at lengths that
-// leave portable tails of 0 to 15 elements.
+// TestMaxFiniteBitsTiers compares the AVX2 and AVX-512 scans (where this
+// CPU has them) with the portable loop on random bit patterns that mix
+// signs, zeros, subnormals, the finite maximum, infinities and NaNs, at
+// lengths that leave portable tails of 0 to 15 elements.
 func TestMaxFiniteBitsTiers(t *testing.T) {
-	useTier(t, "avx512")
-	if !vecAVX512() {
-		t.Skip("no AVX-512 scan on this build or CPU")
-	}
-	rng := rand.New(rand.NewPCG(5, 6))
-	specials := []uint32{0, 1, 0x007fffff, 0x7f7fffff, 0x7f800000, 0x7fc00000, 0x7f800001, 0xffffffff, 0x80000000}
-	for n := 1; n < 300; n += 7 {
-		for trial := 0; trial < 20; trial++ {
-			v := make([]float32, n)
-			for i := range v {
-				b := rng.Uint32()
-				switch rng.IntN(4) {
-				case 0:
-					b = specials[rng.IntN(len(specials))] | rng.Uint32()&(1<<31)
-				case 1:
-					b &= 0x3fffffff // ordinary magnitudes
+	for _, tier := range []string{"avx2", "avx512"} {
+		t.Run(tier, func(t *testing.T) {
+			useTier(t, tier)
+			lv := vecLevel()
+			if lv == vecGo {
+				t.Skip("no SIMD scan for this tier on this CPU/build")
+			}
+			rng := rand.New(rand.NewPCG(5, 6))
+			specials := []uint32{0, 1, 0x007fffff, 0x7f7fffff, 0x7f800000, 0x7fc00000, 0x7f800001, 0xffffffff, 0x80000000}
+			for n := 1; n < 300; n += 7 {
+				for trial := 0; trial < 20; trial++ {
+					v := make([]float32, n)
+					for i := range v {
+						b := rng.Uint32()
+						switch rng.IntN(4) {
+						case 0:
+							b = specials[rng.IntN(len(specials))] | rng.Uint32()&(1<<31)
+						case 1:
+							b &= 0x3fffffff // ordinary magnitudes
+						}
+						v[i] = math.Float32frombits(b)
+					}
+					want := maxFiniteBits(v, vecGo)
+					for i, x := range v {
+						b := math.Float32bits(x) &^ (1 << 31)
+						if b < 0x7f800000 && b > want {
+							t.Fatalf("portable scan: element %d has |bits| %#x above the result %#x", i, b, want)
+						}
+					}
+					if got := maxFiniteBits(v, lv); got != want {
+						t.Fatalf("n=%d: %s scan %#x, portable %#x", n, tier, got, want)
+					}
 				}
-				v[i] = math.Float32frombits(b)
 			}
-			want := maxFiniteBits(v, false)
-			for i, x := range v {
-				b := math.Float32bits(x) &^ (1 << 31)
-				if b < 0x7f800000 && b > want {
-					t.Fatalf("portable scan: element %d has |bits| %#x above the result %#x", i, b, want)
-				}
-			}
-			if got := maxFiniteBits(v, true); got != want {
-				t.Fatalf("n=%d: AVX-512 scan %#x, portable %#x", n, got, want)
-			}
-		}
+		})
 	}
 }
 

@@ -1,0 +1,224 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// AVX2 (+FMA, F16C) versions of the epilogue and staging kernels, for CPUs
+// without AVX-512: same results as the AVX-512 kernels of epilogue_amd64.s
+// (bit for bit; the axpys fuse the multiply-add like them). n is a multiple
+// of 16 in every function: two ymm vectors of float32 per iteration.
+
+// func storeBF16AVX2(dst *lowp.BFloat16, src *float32, n int, scale float32)
+// x = src * scale, rounded to nearest even on the float32 bits: x + 0x7fff
+// + ((x >> 16) & 1), keeping the high half; NaN lanes first become
+// (x & sign) | 0x7fc00000, which rounds to the canonical quiet NaN.
+TEXT ·storeBF16AVX2(SB), NOSPLIT, $0-28
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	VBROADCASTSS scale+24(FP), Y11
+	MOVL $0x7fff, AX
+	VMOVD AX, X1
+	VPBROADCASTD X1, Y1          // rounding bias
+	MOVL $1, AX
+	VMOVD AX, X2
+	VPBROADCASTD X2, Y2          // lsb mask
+	MOVL $0x80000000, AX
+	VMOVD AX, X5
+	VPBROADCASTD X5, Y5          // sign mask
+	MOVL $0x7fc00000, AX
+	VMOVD AX, X9
+	VPBROADCASTD X9, Y9          // float32 quiet NaN
+sbf_loop:
+	VMULPS    (SI), Y11, Y0
+	VMULPS    32(SI), Y11, Y3
+	VCMPPS    $3, Y0, Y0, Y6     // unordered: NaN lanes
+	VCMPPS    $3, Y3, Y3, Y7
+	VANDPS    Y5, Y0, Y8
+	VORPS     Y9, Y8, Y8         // (x & sign) | qNaN
+	VBLENDVPS Y6, Y8, Y0, Y0
+	VANDPS    Y5, Y3, Y8
+	VORPS     Y9, Y8, Y8
+	VBLENDVPS Y7, Y8, Y3, Y3
+	VPSRLD    $16, Y0, Y6
+	VPSRLD    $16, Y3, Y7
+	VPAND     Y2, Y6, Y6         // (x >> 16) & 1
+	VPAND     Y2, Y7, Y7
+	VPADDD    Y1, Y0, Y0         // + 0x7fff
+	VPADDD    Y1, Y3, Y3
+	VPADDD    Y6, Y0, Y0
+	VPADDD    Y7, Y3, Y3
+	VPSRLD    $16, Y0, Y0        // rounded high halves
+	VPSRLD    $16, Y3, Y3
+	VPACKUSDW Y3, Y0, Y0         // per 128-bit lane: 4 of Y0, 4 of Y3
+	VPERMQ    $0xd8, Y0, Y0      // lanes back in order
+	VMOVDQU   Y0, (DI)
+	ADDQ      $64, SI
+	ADDQ      $32, DI
+	SUBQ      $16, CX
+	JNZ       sbf_loop
+	VZEROUPPER
+	RET
+
+// func scaleF32AVX2(dst *float32, src *float32, n int, scale float32)
+TEXT ·scaleF32AVX2(SB), NOSPLIT, $0-28
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	VBROADCASTSS scale+24(FP), Y1
+scf_loop:
+	VMULPS  (SI), Y1, Y0
+	VMULPS  32(SI), Y1, Y2
+	VMOVUPS Y0, (DI)
+	VMOVUPS Y2, 32(DI)
+	ADDQ    $64, SI
+	ADDQ    $64, DI
+	SUBQ    $16, CX
+	JNZ     scf_loop
+	VZEROUPPER
+	RET
+
+// func axpyBF16AVX2(acc *float32, src *lowp.BFloat16, n int, w float32)
+TEXT ·axpyBF16AVX2(SB), NOSPLIT, $0-28
+	MOVQ acc+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	VBROADCASTSS w+24(FP), Y1
+axb_loop:
+	VPMOVZXWD   (SI), Y0         // 8 x uint16 -> uint32
+	VPMOVZXWD   16(SI), Y3
+	VPSLLD      $16, Y0, Y0      // bf16 bits -> float32 bits
+	VPSLLD      $16, Y3, Y3
+	VMOVUPS     (DI), Y2
+	VMOVUPS     32(DI), Y4
+	VFMADD231PS Y1, Y0, Y2       // acc += src * w
+	VFMADD231PS Y1, Y3, Y4
+	VMOVUPS     Y2, (DI)
+	VMOVUPS     Y4, 32(DI)
+	ADDQ        $32, SI
+	ADDQ        $64, DI
+	SUBQ        $16, CX
+	JNZ         axb_loop
+	VZEROUPPER
+	RET
+
+// func axpyF32AVX2(acc *float32, src *float32, n int, w float32)
+TEXT ·axpyF32AVX2(SB), NOSPLIT, $0-28
+	MOVQ acc+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	VBROADCASTSS w+24(FP), Y1
+axf_loop:
+	VMOVUPS     (SI), Y0
+	VMOVUPS     32(SI), Y3
+	VMOVUPS     (DI), Y2
+	VMOVUPS     32(DI), Y4
+	VFMADD231PS Y1, Y0, Y2
+	VFMADD231PS Y1, Y3, Y4
+	VMOVUPS     Y2, (DI)
+	VMOVUPS     Y4, 32(DI)
+	ADDQ        $64, SI
+	ADDQ        $64, DI
+	SUBQ        $16, CX
+	JNZ         axf_loop
+	VZEROUPPER
+	RET
+
+// func decodeBF16AVX2(dst *float32, src *lowp.BFloat16, n int)
+TEXT ·decodeBF16AVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+dbf_loop:
+	VPMOVZXWD (SI), Y0
+	VPMOVZXWD 16(SI), Y1
+	VPSLLD    $16, Y0, Y0
+	VPSLLD    $16, Y1, Y1
+	VMOVUPS   Y0, (DI)
+	VMOVUPS   Y1, 32(DI)
+	ADDQ      $32, SI
+	ADDQ      $64, DI
+	SUBQ      $16, CX
+	JNZ       dbf_loop
+	VZEROUPPER
+	RET
+
+// func decodeE4M3AVX2(dst *float32, src *lowp.Float8E4M3FN, n int)
+// The AVX-512 kernel's method (decodeE4M3x32AVX512) on 16 values: float16
+// bits of value * 2^-8 from the sign-extended byte (<< 7, bit 14 cleared),
+// NaN (magnitude bits all ones) moved to the float16 quiet NaN by adding
+// 0x3e80, VCVTPH2PS (F16C), times 256.
+TEXT ·decodeE4M3AVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	MOVL $0xbfffbfff, AX
+	VMOVD AX, X3
+	VPBROADCASTD X3, Y3          // clears bit 14
+	MOVL $0x3f803f80, AX
+	VMOVD AX, X4
+	VPBROADCASTD X4, Y4          // magnitude bits 13..7
+	MOVL $0x3e803e80, AX
+	VMOVD AX, X6
+	VPBROADCASTD X6, Y6          // NaN fix-up
+	MOVL $0x43800000, AX
+	VMOVD AX, X7
+	VPBROADCASTD X7, Y7          // 256.0
+de_loop:
+	VPMOVSXBW    (SI), Y0        // 16 bytes -> sign-extended words
+	VPSLLW       $7, Y0, Y0
+	VPAND        Y3, Y0, Y0      // float16 bits of value * 2^-8
+	VPAND        Y4, Y0, Y1
+	VPCMPEQW     Y4, Y1, Y1      // NaN lanes
+	VPAND        Y6, Y1, Y1
+	VPADDW       Y1, Y0, Y0
+	VEXTRACTI128 $1, Y0, X2
+	VCVTPH2PS    X0, Y0
+	VCVTPH2PS    X2, Y2
+	VMULPS       Y7, Y0, Y0
+	VMULPS       Y7, Y2, Y2
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y2, 32(DI)
+	ADDQ         $16, SI
+	ADDQ         $64, DI
+	SUBQ         $16, CX
+	JNZ          de_loop
+	VZEROUPPER
+	RET
+
+// func maxFiniteBitsAVX2(v *float32, n int) uint32
+// The largest |x| bit pattern among the finite values (0 when none): |x|
+// bits are non-negative int32, finite exactly when below 0x7f800000.
+TEXT ·maxFiniteBitsAVX2(SB), NOSPLIT, $0-20
+	MOVQ v+0(FP), SI
+	MOVQ n+8(FP), CX
+	MOVL $0x7fffffff, AX
+	VMOVD AX, X5
+	VPBROADCASTD X5, Y5          // magnitude mask
+	MOVL $0x7f800000, AX
+	VMOVD AX, X6
+	VPBROADCASTD X6, Y6          // infinity bits
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+mf_loop:
+	VPAND    (SI), Y5, Y2
+	VPAND    32(SI), Y5, Y3
+	VPCMPGTD Y2, Y6, Y4          // finite lanes
+	VPAND    Y4, Y2, Y2
+	VPCMPGTD Y3, Y6, Y4
+	VPAND    Y4, Y3, Y3
+	VPMAXUD  Y2, Y0, Y0
+	VPMAXUD  Y3, Y1, Y1
+	ADDQ     $64, SI
+	SUBQ     $16, CX
+	JNZ      mf_loop
+	VPMAXUD      Y1, Y0, Y0
+	VEXTRACTI128 $1, Y0, X1
+	VPMAXUD      X1, X0, X0
+	VPSHUFD      $0x4e, X0, X1
+	VPMAXUD      X1, X0, X0
+	VPSHUFD      $0xb1, X0, X1
+	VPMAXUD      X1, X0, X0
+	VMOVD        X0, AX
+	MOVL         AX, ret+16(FP)
+	VZEROUPPER
+	RET

@@ -592,6 +592,20 @@ func TestEmulatedSM100Prefill(t *testing.T) {
 	}
 }
 
+// failsOn runs f on a fresh testing.T in its own goroutine (so that
+// Fatal ends only f) and reports whether f failed it: the mutation tests'
+// check that a model rejects a mistake.
+func failsOn(f func(t *testing.T)) bool {
+	ft := &testing.T{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f(ft)
+	}()
+	<-done
+	return ft.Failed()
+}
+
 // TestEmulatedSM100Ledger checks that the barrier model rejects the
 // mistakes it exists to catch: a wrong parity, two commits before a wait,
 // and an expect-tx that the boxes do not match. (The prefill roles' phase
@@ -599,14 +613,7 @@ func TestEmulatedSM100Prefill(t *testing.T) {
 // TestEmulatedSM100Decode.)
 func TestEmulatedSM100Ledger(t *testing.T) {
 	mustFail := func(name string, f func(t *testing.T)) {
-		ft := &testing.T{}
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			f(ft)
-		}()
-		<-done
-		if !ft.Failed() {
+		if !failsOn(f) {
 			t.Errorf("ledger model accepted: %s", name)
 		}
 	}

@@ -13,18 +13,7 @@ import (
 // every BF16 pattern through decodeBF16 and axpyBF16, every e4m3 pattern
 // through decodeE4M3, and special plus random float32 values through
 // storeBF16 and scaleF32.
-func TestEpilogueKernels(t *testing.T) {
-	for _, tier := range []string{"avx2", "avx512"} {
-		t.Run(tier, func(t *testing.T) {
-			useTier(t, tier)
-			lv := vecLevel()
-			if lv == vecGo {
-				t.Skip("no SIMD epilogue for this tier on this CPU/build")
-			}
-			epilogueKernels(t, lv)
-		})
-	}
-}
+func TestEpilogueKernels(t *testing.T) { forVecLevels(t, epilogueKernels) }
 
 func epilogueKernels(t *testing.T, lv vec) {
 	// storeBF16 on special values and random bit patterns.

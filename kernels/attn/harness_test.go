@@ -22,6 +22,22 @@ func useTier(t testing.TB, name string) {
 	t.Cleanup(func() { _ = tile.SetTier(prev) })
 }
 
+// forVecLevels runs f under each tier with SIMD epilogue kernels (avx2,
+// avx512) with that tier's vec level, skipping the tiers this CPU or build
+// lacks.
+func forVecLevels(t *testing.T, f func(t *testing.T, lv vec)) {
+	for _, tier := range []string{"avx2", "avx512"} {
+		t.Run(tier, func(t *testing.T) {
+			useTier(t, tier)
+			lv := vecLevel()
+			if lv == vecGo {
+				t.Skip("no SIMD epilogue kernels for this tier on this CPU/build")
+			}
+			f(t, lv)
+		})
+	}
+}
+
 // testTiers are the tiers the numeric tests run under (skipped where absent).
 var testTiers = []string{"generic", "avx2", "avx512", "avx512bf16"}
 

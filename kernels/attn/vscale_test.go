@@ -99,42 +99,35 @@ func TestDecodeVNearBF16Max(t *testing.T) {
 // signs, zeros, subnormals, the finite maximum, infinities and NaNs, at
 // lengths that leave portable tails of 0 to 15 elements.
 func TestMaxFiniteBitsTiers(t *testing.T) {
-	for _, tier := range []string{"avx2", "avx512"} {
-		t.Run(tier, func(t *testing.T) {
-			useTier(t, tier)
-			lv := vecLevel()
-			if lv == vecGo {
-				t.Skip("no SIMD scan for this tier on this CPU/build")
-			}
-			rng := rand.New(rand.NewPCG(5, 6))
-			specials := []uint32{0, 1, 0x007fffff, 0x7f7fffff, 0x7f800000, 0x7fc00000, 0x7f800001, 0xffffffff, 0x80000000}
-			for n := 1; n < 300; n += 7 {
-				for trial := 0; trial < 20; trial++ {
-					v := make([]float32, n)
-					for i := range v {
-						b := rng.Uint32()
-						switch rng.IntN(4) {
-						case 0:
-							b = specials[rng.IntN(len(specials))] | rng.Uint32()&(1<<31)
-						case 1:
-							b &= 0x3fffffff // ordinary magnitudes
-						}
-						v[i] = math.Float32frombits(b)
+	forVecLevels(t, func(t *testing.T, lv vec) {
+		rng := rand.New(rand.NewPCG(5, 6))
+		specials := []uint32{0, 1, 0x007fffff, 0x7f7fffff, 0x7f800000, 0x7fc00000, 0x7f800001, 0xffffffff, 0x80000000}
+		for n := 1; n < 300; n += 7 {
+			for trial := 0; trial < 20; trial++ {
+				v := make([]float32, n)
+				for i := range v {
+					b := rng.Uint32()
+					switch rng.IntN(4) {
+					case 0:
+						b = specials[rng.IntN(len(specials))] | rng.Uint32()&(1<<31)
+					case 1:
+						b &= 0x3fffffff // ordinary magnitudes
 					}
-					want := maxFiniteBits(v, vecGo)
-					for i, x := range v {
-						b := math.Float32bits(x) &^ (1 << 31)
-						if b < 0x7f800000 && b > want {
-							t.Fatalf("portable scan: element %d has |bits| %#x above the result %#x", i, b, want)
-						}
-					}
-					if got := maxFiniteBits(v, lv); got != want {
-						t.Fatalf("n=%d: %s scan %#x, portable %#x", n, tier, got, want)
+					v[i] = math.Float32frombits(b)
+				}
+				want := maxFiniteBits(v, vecGo)
+				for i, x := range v {
+					b := math.Float32bits(x) &^ (1 << 31)
+					if b < 0x7f800000 && b > want {
+						t.Fatalf("portable scan: element %d has |bits| %#x above the result %#x", i, b, want)
 					}
 				}
+				if got := maxFiniteBits(v, lv); got != want {
+					t.Fatalf("n=%d: SIMD scan (level %d) %#x, portable %#x", n, lv, got, want)
+				}
 			}
-		})
-	}
+		}
+	})
 }
 
 // TestVBounded checks which V operands may skip the scan: E4M3 always,

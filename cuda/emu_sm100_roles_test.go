@@ -1,8 +1,8 @@
 package cuda
 
 // The warp roles of the SM100 prefill kernel (sm100_fwd.cu) as the
-// emulation runs them: the MMA warp's issuing lane and one softmax
-// warpgroup per pipeline slot, each a program of steps that run when the
+// emulation runs them: the S warp's and the O warp's issuing lanes and one
+// softmax warpgroup per pipeline slot, each a program of steps that run when the
 // mbarrier phase they wait for has completed. A scheduler interleaves the
 // roles under every priority order, so the barrier ledger (parities, phase
 // overruns, deadlocks) and the buffer hand-offs (which Q or P a slot's
@@ -33,10 +33,10 @@ type fwdMutation int
 
 const (
 	mutNone           fwdMutation = iota
-	mutSBeforeO                   // the MMA lane issues S(i+1) before O(i) with one slot
+	mutSkipQReadyWait             // the S issuer issues S(i) without waiting for Q ready
 	mutGatherBeforeO              // a warpgroup gathers its next Q before O(i) has completed
 	mutOneSBuffer                 // both slots' S in the same TMEM columns
-	mutSkipPReadyWait             // the MMA lane issues O(j) without waiting for P ready
+	mutSkipPReadyWait             // the O issuer issues O(j) without waiting for P ready
 )
 
 // fwdRoles is the state of one work item's CTA: the barriers, what each
@@ -71,7 +71,7 @@ func (r *fwdRoles) fail(format string, args ...any) {
 // once per tile in the first order only.
 func emuFwdRoles(t *testing.T, slots, tiles int, conv bool, mut fwdMutation, landK, landV func(*mbar), epilogue func(int)) {
 	t.Helper()
-	roles := slots + 1
+	roles := slots + 2
 	for oi, order := range permutations(roles) {
 		r := &fwdRoles{t: t, slots: slots, barK: &mbar{name: "K", count: 1}, barV: &mbar{name: "V", count: 1}}
 		for s := 0; s < slots; s++ {
@@ -87,7 +87,7 @@ func emuFwdRoles(t *testing.T, slots, tiles int, conv bool, mut fwdMutation, lan
 		if oi == 0 {
 			ep = epilogue
 		}
-		progs := [][]roleStep{r.mmaProgram(tiles, conv, mut, landK, landV)}
+		progs := [][]roleStep{r.sProgram(tiles, conv, mut, landK, landV), r.oProgram(tiles, conv, mut)}
 		for s := 0; s < slots; s++ {
 			progs = append(progs, r.softmaxProgram(s, tiles, conv, mut, landV, ep))
 		}
@@ -142,23 +142,23 @@ func (r *fwdRoles) run(progs [][]roleStep, order []int) {
 	}
 }
 
-// mmaProgram is the MMA warp's lane 0: the K/V TMA, then S(0) and, for
-// i = 1, 2, ...: S(i) (while i < tiles) and O(i - slots + 1).
-func (r *fwdRoles) mmaProgram(tiles int, conv bool, mut fwdMutation, landK, landV func(*mbar)) []roleStep {
+// sProgram is the S warp's lane 0: the K/V TMA, then S(i) for i = 0, 1, ...
+func (r *fwdRoles) sProgram(tiles int, conv bool, mut fwdMutation, landK, landV func(*mbar)) []roleStep {
 	S := r.slots
-	var p []roleStep
-	p = append(p, roleStep{act: func() {
+	p := []roleStep{{act: func() {
 		landK(r.barK)
 		if !conv {
 			landV(r.barV)
 		}
-	}})
-	issueS := func(i int) {
+	}}}
+	for i := 0; i < tiles; i++ {
 		s := i % S
 		if mut == mutOneSBuffer {
 			s = 0
 		}
-		p = append(p, roleStep{bar: r.qReady[i%S], parity: uint32((i / S) & 1)})
+		if mut != mutSkipQReadyWait {
+			p = append(p, roleStep{bar: r.qReady[i%S], parity: uint32((i / S) & 1)})
+		}
 		if !conv && i == 0 {
 			p = append(p, roleStep{bar: r.barK, parity: 0, act: func() { r.kReady = true }})
 		}
@@ -177,12 +177,19 @@ func (r *fwdRoles) mmaProgram(tiles int, conv bool, mut fwdMutation, landK, land
 			r.sDone[i%S].commit(r.t)
 		}})
 	}
-	issueO := func(j int) {
+	return p
+}
+
+// oProgram is the O warp's lane 0: O(j) for j = 0, 1, ...
+func (r *fwdRoles) oProgram(tiles int, conv bool, mut fwdMutation) []roleStep {
+	S := r.slots
+	var p []roleStep
+	for j := 0; j < tiles; j++ {
 		s := j % S
 		if mut != mutSkipPReadyWait {
 			p = append(p, roleStep{bar: r.pReady[s], parity: uint32((j / S) & 1)})
 		}
-		if !conv && j == 0 { // the MMA lane observes the V TMA itself too
+		if !conv && j == 0 { // the O issuer observes the V TMA itself too
 			p = append(p, roleStep{bar: r.barV, parity: 0, observe: true})
 		}
 		p = append(p, roleStep{act: func() {
@@ -199,25 +206,6 @@ func (r *fwdRoles) mmaProgram(tiles int, conv bool, mut fwdMutation, landK, land
 			r.qpBusy[s] = fmt.Sprintf("O%d", j)
 			r.oDone[s].commit(r.t)
 		}})
-	}
-	if mut == mutSBeforeO { // S(i), then O(i - 1): deadlocks with one slot
-		for i := 0; i < tiles+1; i++ {
-			if i < tiles {
-				issueS(i)
-			}
-			if i >= 1 {
-				issueO(i - 1)
-			}
-		}
-		return p
-	}
-	for i := 0; i < tiles+S-1; i++ { // the kernel's order
-		if i < tiles {
-			issueS(i)
-		}
-		if j := i - (S - 1); j >= 0 {
-			issueO(j)
-		}
 	}
 	return p
 }
@@ -350,7 +338,8 @@ func TestEmulatedSM100Roles(t *testing.T) {
 		slots int
 		mut   fwdMutation
 	}{
-		{"S(i+1) before O(i) with one slot", 1, mutSBeforeO},
+		{"S issued without waiting for Q ready", 2, mutSkipQReadyWait},
+		{"S issued without waiting for Q ready, one slot", 1, mutSkipQReadyWait},
 		{"next Q gathered before O(i) completed", 2, mutGatherBeforeO},
 		{"next Q gathered before O(i) completed, one slot", 1, mutGatherBeforeO},
 		{"both slots' S in one TMEM region", 2, mutOneSBuffer},

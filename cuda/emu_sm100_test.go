@@ -123,7 +123,7 @@ func TestSM100MemoryRegions(t *testing.T) {
 					region{fmt.Sprintf("O%d", sl), l.TmemO[sl], l.TmemO[sl] + d})
 			}
 			checkDisjoint(t, what+" TMEM", trs, l.TmemCols)
-			if l.Slots < 1 || l.Slots > 2 || l.Threads != 128*l.Slots+32 {
+			if l.Slots < 1 || l.Slots > 2 || l.Threads != 128*l.Slots+64 {
 				t.Errorf("%s: %d slots, %d threads", what, l.Slots, l.Threads)
 			}
 			rs := []region{{"Q/P", l.QPOff, l.QPOff + l.QPBytes}, {"K", l.KOff, l.KOff + l.KVBytes}, {"V", l.VOff, l.VOff + l.KVBytes},
@@ -640,8 +640,9 @@ func TestEmulatedSM100Ledger(t *testing.T) {
 // kernels/cuda/names_sm100.go (what the launcher requests) against the Go
 // layout model and the dispatch names: every table kernel is a name the
 // launcher looks up, runs the modelled block size (decode 128 threads,
-// prefill 128 per softmax warpgroup plus the MMA warp), and has the modelled shared memory
-// and tensor-memory columns where the model covers its layout.
+// prefill 128 per softmax warpgroup plus the S and O issuer warps), and
+// has the modelled shared memory and tensor-memory columns where the model
+// covers its layout.
 func TestSM100KernelTable(t *testing.T) {
 	names := TCNames(ArchSM100)
 	variants := map[string]SM100Variant{"bf16": SM100BF16, "fp8": SM100FP8, "bf16fp8": SM100BF16FP8, "nvfp4": SM100NVFP4}

@@ -91,7 +91,7 @@ type SM100FwdLayout struct {
 	IdescPV       uint32 // UMMA instruction descriptor of O = P V
 	Slots         int    // pipeline slots (softmax warpgroups, Q/P tiles, S/O pairs): 2 when both fit, else 1
 	QP1Off        int    // offset of slot 1's Q/P tile (Slots = 2), after the one-slot map
-	Threads       int    // block size: 128 per softmax warpgroup plus the MMA warp
+	Threads       int    // block size: 128 per softmax warpgroup plus the S and O issuer warps
 }
 
 // fwdNumBars is FwdLayout::num_bars, the prefill kernel's mbarriers: K and
@@ -124,7 +124,7 @@ func SM100Fwd(v SM100Variant, d int) SM100FwdLayout {
 		l.Slots = 2
 		l.SmemBytes = l.QP1Off + l.QPBytes + sm100AlignSlack
 	}
-	l.Threads = 128*l.Slots + 32
+	l.Threads = 128*l.Slots + 64
 	for s := 0; s < l.Slots; s++ {
 		l.TmemS[s] = sm100BlockKeys * s
 		l.TmemO[s] = sm100BlockKeys*l.Slots + d*s

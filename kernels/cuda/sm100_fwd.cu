@@ -11,14 +11,16 @@
 // Warp-specialised pipeline (FwdLayout: `slots` = 2 where two Q/P tiles and
 // two S/O pairs fit, else 1). Row tile i (128 query-head rows) belongs to
 // pipeline slot s = i % slots, its n-th use n = i / slots.
-//   MMA warp (warp 4*slots): allocates TMEM; lane 0 issues the K and V TMA
-//     tiles (converted variants: raw K only), then, in the order S(0),
-//     [S(i), O(i - slots + 1)] for i = 1, 2, ...: S(i) = Q K^T into slot s's
-//     S columns once Q ready(s) completes use n, commit to S done(s); O(j) =
-//     P V into slot s's O columns once P ready(s) completes, commit to
-//     O done(s). One in-order issuer: with two slots one slot's product runs
-//     on the tensor cores while the other slot's warpgroup is in its softmax
-//     or epilogue.
+//   S warp (warp 4*slots): allocates TMEM; lane 0 issues the K and V TMA
+//     tiles (converted variants: raw K only), then S(i) = Q K^T for i = 0,
+//     1, ... into slot s's S columns once Q ready(s) completes use n,
+//     committed to S done(s).
+//   O warp (warp 4*slots + 1): lane 0 issues O(j) = P V for j = 0, 1, ...
+//     into slot s's O columns once P ready(s) completes, committed to
+//     O done(s). Two independent in-order issuers: one slot's O never waits
+//     behind the other slot's S (which waits for that slot's epilogue), and
+//     with two slots one slot's product runs on the tensor cores while the
+//     other slot's warpgroup is in its softmax or epilogue.
 //   softmax warpgroup s (warps 4s..4s+3, thread t = row t = TMEM lane t):
 //     gather  every thread cp.asyncs its own Q row of the slot's next row
 //             tile into the slot's swizzled K-major Q tile (padding rows
@@ -61,7 +63,6 @@ __device__ __forceinline__ void fwd_body(const MsaFwdParams& p, const MsaTensorM
                          reinterpret_cast<const int*>(p.row_ptr)[(long long)h * (p.total_rows + 1) + row] + q_begin;
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const bool mma_role = warp == L::mma_warp;
     uint8_t* sm = align_1024(dsmem);
     const uint32_t sK = smem_u32(sm + L::k_off), sV = smem_u32(sm + L::v_off), sRaw = smem_u32(sm + L::raw_off);
     const uint32_t bar = smem_u32(sm + L::bar_off);
@@ -73,7 +74,7 @@ __device__ __forceinline__ void fwd_body(const MsaFwdParams& p, const MsaTensorM
     auto qp_tile = [&](int s) { return smem_u32(sm + L::qp_tile_off(s)); };
     uint32_t* tmem_slot = reinterpret_cast<uint32_t*>(sm + L::tmem_slot_off);
 
-    if (mma_role) tmem_alloc<L::tmem_cols>(smem_u32(tmem_slot));
+    if (warp == L::mma_warp) tmem_alloc<L::tmem_cols>(smem_u32(tmem_slot));
     if (tid == 0) {
         mbar_init(bar_k, 1);
         mbar_init(bar_v, 1);
@@ -97,51 +98,55 @@ __device__ __forceinline__ void fwd_body(const MsaFwdParams& p, const MsaTensorM
     const int nrows = q_count * p.qhead_per_kv;
     const int ntiles = (nrows + kTileM - 1) / kTileM;
 
-    if (mma_role) {
-        // ---- MMA warp: K/V TMA, then every tcgen05.mma from lane 0 ----
+    if (warp == L::mma_warp) {
+        // ---- S issuer (lane 0): K/V TMA, then S(i) = Q K^T for every row tile ----
         if (lane == 0) {
             tma_prefetch_map(&maps.k);
             tma_prefetch_map(&maps.v);
             issue_kv_tile<L::raw_row, kStorageBytes>(kConv ? sRaw : sK, &maps.k, bar_k, g, t0, nkeys);
             if constexpr (!kConv) issue_kv_tile<L::raw_row, kStorageBytes>(sV, &maps.v, bar_v, g, t0, nkeys);
 #pragma unroll 1
-            for (int i = 0; i < ntiles + kSlots - 1; ++i) {
-                if (i < ntiles) {  // S(i) = Q K^T
-                    const int s = i % kSlots;
-                    const uint32_t sQ = qp_tile(s);
-                    mbar_wait(q_ready(s), slot_parity(i / kSlots));  // tile 0: also the converted K/V
-                    if (!kConv && i == 0) mbar_wait(bar_k, kv_parity(0));
-                    tc_fence_after();
+            for (int i = 0; i < ntiles; ++i) {
+                const int s = i % kSlots;
+                const uint32_t sQ = qp_tile(s);
+                mbar_wait(q_ready(s), slot_parity(i / kSlots));  // tile 0: also the converted K/V
+                if (!kConv && i == 0) mbar_wait(bar_k, kv_parity(0));
+                tc_fence_after();
 #pragma unroll
-                    for (int k = 0; k < L::qk_steps; ++k)
-                        umma<L::f8>(tmem + L::tmem_s_col(s),
-                                    umma_smem_desc(sQ + kmajor_step_offset(k, L::q_row_bytes, kTileM), kmajor_lbo(),
-                                                   kmajor_sbo(L::q_row_bytes), span_of(L::q_row_bytes)),
-                                    umma_smem_desc(sK + kmajor_step_offset(k, L::kv_row, kBlockKeys), kmajor_lbo(),
-                                                   kmajor_sbo(L::kv_row), span_of(L::kv_row)),
-                                    L::idesc_qk, k > 0 ? 1u : 0u);
-                    umma_commit(s_done(s));
-                }
-                const int j = i - (kSlots - 1);
-                if (j >= 0) {  // O(j) = P V (tile 0: P ready also means the V tile is complete)
-                    const int s = j % kSlots;
-                    const uint32_t sP = qp_tile(s);
-                    mbar_wait(p_ready(s), slot_parity(j / kSlots));
-                    // The V TMA, observed by this thread too (warpgroup 0 waited for
-                    // it before P ready; the phase has completed, so this is free).
-                    if (!kConv && j == 0) mbar_wait(bar_v, kv_parity(0));
-                    tc_fence_after();
+                for (int k = 0; k < L::qk_steps; ++k)
+                    umma<L::f8>(tmem + L::tmem_s_col(s),
+                                umma_smem_desc(sQ + kmajor_step_offset(k, L::q_row_bytes, kTileM), kmajor_lbo(),
+                                               kmajor_sbo(L::q_row_bytes), span_of(L::q_row_bytes)),
+                                umma_smem_desc(sK + kmajor_step_offset(k, L::kv_row, kBlockKeys), kmajor_lbo(),
+                                               kmajor_sbo(L::kv_row), span_of(L::kv_row)),
+                                L::idesc_qk, k > 0 ? 1u : 0u);
+                umma_commit(s_done(s));  // this thread's MMAs: S(i) (and its earlier S)
+            }
+        }
+        __syncwarp();
+    } else if (warp == L::pv_warp) {
+        // ---- O issuer (lane 0): O(j) = P V for every row tile, independent of
+        // the S chain, so a slot's O never waits behind the other slot's S ----
+        if (lane == 0) {
+#pragma unroll 1
+            for (int j = 0; j < ntiles; ++j) {
+                const int s = j % kSlots;
+                const uint32_t sP = qp_tile(s);
+                mbar_wait(p_ready(s), slot_parity(j / kSlots));
+                // The V TMA, observed by this thread too (warpgroup 0 waited for
+                // it before P ready; the phase has completed, so this is free).
+                if (!kConv && j == 0) mbar_wait(bar_v, kv_parity(0));
+                tc_fence_after();
 #pragma unroll
-                    for (int k = 0; k < L::pv_steps; ++k)
-                        umma<L::f8>(tmem + L::tmem_o_col(s),
-                                    umma_smem_desc(sP + kmajor_step_offset(k, L::p_row_bytes, kTileM), kmajor_lbo(),
-                                                   kmajor_sbo(L::p_row_bytes), span_of(L::p_row_bytes)),
-                                    umma_smem_desc(sV + mnmajor_step_offset(k, L::keys_per_pv_step, L::kv_row),
-                                                   mnmajor_lbo(L::kv_row, kBlockKeys), mnmajor_sbo(L::kv_row),
-                                                   span_of(L::kv_row)),
-                                    L::idesc_pv, k > 0 ? 1u : 0u);
-                    umma_commit(o_done(s));
-                }
+                for (int k = 0; k < L::pv_steps; ++k)
+                    umma<L::f8>(tmem + L::tmem_o_col(s),
+                                umma_smem_desc(sP + kmajor_step_offset(k, L::p_row_bytes, kTileM), kmajor_lbo(),
+                                               kmajor_sbo(L::p_row_bytes), span_of(L::p_row_bytes)),
+                                umma_smem_desc(sV + mnmajor_step_offset(k, L::keys_per_pv_step, L::kv_row),
+                                               mnmajor_lbo(L::kv_row, kBlockKeys), mnmajor_sbo(L::kv_row),
+                                               span_of(L::kv_row)),
+                                L::idesc_pv, k > 0 ? 1u : 0u);
+                umma_commit(o_done(s));
             }
         }
         __syncwarp();
@@ -300,7 +305,7 @@ __device__ __forceinline__ void fwd_body(const MsaFwdParams& p, const MsaTensorM
     }
     tc_fence_before();
     __syncthreads();  // every product has completed (each was waited) and every TMEM read is done
-    if (mma_role) {
+    if (warp == L::mma_warp) {
         tc_fence_after();
         tmem_dealloc<L::tmem_cols>(tmem);
     }

@@ -115,8 +115,9 @@ MSA_HD constexpr bool umma_shape_ok(int m, int n) {
 // processed in row tiles of 128 (kTileM) against one K/V block of 128 keys.
 // Warp-specialised: `slots` softmax warpgroups (128 threads each; thread t
 // of warpgroup s owns row t of the row tiles s, s + slots, ..., TMEM lane t)
-// and one MMA warp (warp 4 * slots: TMEM allocation, the K/V TMA, and lane 0
-// issues every tcgen05.mma). Slot s has its own Q/P tile in shared memory,
+// and two MMA warps: warp 4 * slots (TMEM allocation, the K/V TMA, and lane
+// 0 issues every S = Q K^T) and warp 4 * slots + 1 (lane 0 issues every
+// O = P V). Slot s has its own Q/P tile in shared memory,
 // its own S and O in tensor memory and its own mbarriers, so the tensor
 // cores compute one slot's S = Q K^T or O = P V while the other slot's
 // warpgroup runs its softmax or epilogue (two slots when both tiles fit in
@@ -163,8 +164,9 @@ struct FwdLayout {
     static constexpr int slots =
         qp1_off + qp_bytes + kAlignSlack <= kMaxDynSmem && 2 * (kBlockKeys + D) <= 512 ? 2 : 1;
     static constexpr int smem_bytes = (slots == 2 ? qp1_off + qp_bytes : one_slot_end) + kAlignSlack;  // what the launcher requests
-    static constexpr int mma_warp = 4 * slots;
-    static constexpr int threads = 128 * slots + 32;
+    static constexpr int mma_warp = 4 * slots;     // TMEM, K/V TMA, S = Q K^T
+    static constexpr int pv_warp = 4 * slots + 1;  // O = P V
+    static constexpr int threads = 128 * slots + 64;
     static constexpr int tmem_cols = pow2_ceil(slots * (kBlockKeys + D));
     MSA_HD static constexpr int tmem_s_col(int s) { return kBlockKeys * s; }
     MSA_HD static constexpr int tmem_o_col(int s) { return kBlockKeys * slots + D * s; }
@@ -338,8 +340,8 @@ MSA_SM100_PIN(FwdLayout, kBF16, 64, tmem_cols, 512);
 MSA_SM100_PIN(FwdLayout, kBF16, 128, slots, 2);
 MSA_SM100_PIN(FwdLayout, kBF16, 128, num_bars, 10);
 MSA_SM100_PIN(FwdLayout, kFP8, 256, slots, 1);
-MSA_SM100_PIN(FwdLayout, kBF16, 128, threads, 288);
-MSA_SM100_PIN(FwdLayout, kNVFP4, 256, threads, 160);
+MSA_SM100_PIN(FwdLayout, kBF16, 128, threads, 320);
+MSA_SM100_PIN(FwdLayout, kNVFP4, 256, threads, 192);
 MSA_SM100_PIN(FwdLayout, kBF16, 256, slots, 1);
 MSA_SM100_PIN(FwdLayout, kBF16, 128, tmem_cols, 512);
 MSA_SM100_PIN(FwdLayout, kBF16, 256, tmem_cols, 512);

@@ -21,6 +21,11 @@
 //     behind the other slot's S (which waits for that slot's epilogue), and
 //     with two slots one slot's product runs on the tensor cores while the
 //     other slot's warpgroup is in its softmax or epilogue.
+//     Each issuer must stay one thread walking the row tiles in order: S(1)
+//     relies on K (and, converted, on V) through the same thread's earlier
+//     wait for Q ready(0), and O(j > 0) sees the complete V tile through the
+//     O thread's earlier wait for P ready(0) (warpgroup 1 publishes its
+//     first Q before warpgroup 0 has converted K and V).
 //   softmax warpgroup s (warps 4s..4s+3, thread t = row t = TMEM lane t):
 //     gather  every thread cp.asyncs its own Q row of the slot's next row
 //             tile into the slot's swizzled K-major Q tile (padding rows
@@ -226,7 +231,8 @@ __device__ __forceinline__ void fwd_body(const MsaFwdParams& p, const MsaTensorM
             float sum = 0.f, tsum = 0.f;
             // Two 32-column chunks at a time: fully unrolled, ptxas keeps all
             // four chunks live (E4M3 P packing then needs more than the 168
-            // registers a thread of a 288-thread CTA may have, and spills).
+            // registers a thread may have when 9 or 10 warps share the SM's
+            // four schedulers, and spills).
 #pragma unroll 2
             for (int c0 = 0; c0 < kBlockKeys; c0 += 32) {
                 float v[32];

@@ -30,19 +30,19 @@ func FuzzRunPrefillDecode(f *testing.F) {
 		out := newOutput(p.TotalQ*p.HQ, p.D)
 		perWorker := uint64(3072*p.D + 80<<10)
 		partials := uint64(p.TopK*p.TotalQ*p.HQ*(p.D+1)*4 + 1<<20)
-		var a, b runtime.MemStats
-		runtime.ReadMemStats(&a)
-		pool := NewPool(w)
-		RunPrefill(p, NewWorkspace(w, p.D), pool, out)
-		started := pool.Started()
-		pool.Close()
-		runtime.ReadMemStats(&b)
+		var started int
+		runPrefill := func() {
+			pool := NewPool(w)
+			RunPrefill(p, NewWorkspace(w, p.D), pool, out)
+			started = pool.Started()
+			pool.Close()
+		}
 		items := max(int(p.Sched.WorkCount), (p.TotalQ+combineChunk-1)/combineChunk, 1)
+		if got := allocatedBy(runPrefill, uint64(items)*perWorker+partials); got > uint64(items)*perWorker+partials {
+			t.Fatalf("prefill allocated %d bytes for %d tasks", got, items)
+		}
 		if started > items {
 			t.Fatalf("prefill: %d goroutines for %d tasks", started, items)
-		}
-		if got := b.TotalAlloc - a.TotalAlloc; got > uint64(items)*perWorker+partials {
-			t.Fatalf("prefill allocated %d bytes for %d tasks", got, items)
 		}
 		refPrefill(t, p, q2k, out, 1.0/64)
 
@@ -54,20 +54,40 @@ func FuzzRunPrefillDecode(f *testing.F) {
 		}
 		dp := dc.build(t, rng, gen)
 		dout := newOutput(dp.Batch*dp.SeqlenQ*dp.HQ, dp.D)
-		runtime.ReadMemStats(&a)
-		dpool := NewPool(w)
-		RunDecode(dp, NewWorkspace(w, dp.D), dpool, dout)
-		started = dpool.Started()
-		dpool.Close()
-		runtime.ReadMemStats(&b)
+		runDecode := func() {
+			dpool := NewPool(w)
+			RunDecode(dp, NewWorkspace(w, dp.D), dpool, dout)
+			started = dpool.Started()
+			dpool.Close()
+		}
 		items = max(dp.Sched.WorkCount, dp.Batch*dp.SeqlenQ, 1)
+		dpart := uint64(DecodePartialRows(dp.Sched)*dp.HQ*(dp.D+1)*4 + 1<<20)
+		dbound := uint64(items)*(perWorker+uint64(64*dp.D*16)) + dpart
+		if got := allocatedBy(runDecode, dbound); got > dbound {
+			t.Fatalf("decode allocated %d bytes for %d items", got, items)
+		}
 		if started > items {
 			t.Fatalf("decode: %d goroutines for %d items", started, items)
 		}
-		dpart := uint64(DecodePartialRows(dp.Sched)*dp.HQ*(dp.D+1)*4 + 1<<20)
-		if got := b.TotalAlloc - a.TotalAlloc; got > uint64(items)*(perWorker+uint64(64*dp.D*16))+dpart {
-			t.Fatalf("decode allocated %d bytes for %d items", got, items)
-		}
 		refDecode(t, dp, dout, 1.0/64)
 	})
+}
+
+// allocatedBy returns the bytes allocated while f ran. The counter is
+// process-wide, so under -fuzz the engine's own goroutines add to it now
+// and then: when the first run exceeds bound, f runs once more and the
+// smaller count is returned (f must be repeatable).
+func allocatedBy(f func(), bound uint64) uint64 {
+	measure := func() uint64 {
+		var a, b runtime.MemStats
+		runtime.ReadMemStats(&a)
+		f()
+		runtime.ReadMemStats(&b)
+		return b.TotalAlloc - a.TotalAlloc
+	}
+	got := measure()
+	if got > bound {
+		got = min(got, measure())
+	}
+	return got
 }

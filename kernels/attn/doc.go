@@ -10,5 +10,8 @@
 //
 // The block-level arithmetic lives in package tile; this package owns
 // addressing (dense and paged K/V), masking limits, dtype decoding and the
-// epilogues (partial stores, combine).
+// epilogues (partial stores, combine). Decoding and the epilogues have
+// AVX-512 (epilogue_amd64.s) and AVX2 + F16C (epilogue_avx2_amd64.s)
+// kernels next to the Go loops they are tested against bit for bit; the
+// set in use follows package tile's tier (vecLevel).
 package attn

@@ -154,7 +154,7 @@ func (ws *Workspace) decodeTile(wk *worker, b, h, a, z, c, kBegin, kEnd, used in
 			any = any || v > 0
 		}
 		if any {
-			vs.block(wk.vbuf[:n*d], ra, vBounded(&p.V), p.V.vec)
+			vs.block(wk.vbuf[:n*d], ra, &p.V)
 			ra.update(wk.kbuf[:n*d], wk.vbuf[:n*d], n, wk.valid[:m])
 		}
 	}

@@ -279,7 +279,7 @@ func (ws *Workspace) prefillItemRun(wk *worker, h, row, qBegin, qCount, b, j int
 	}
 	loadKV(&p.K, &p.V, &p.KV, b, h, t0, n, wk.kbuf, wk.vbuf)
 	var vs vScale // one block per accumulation: nothing to rescale
-	vs.block(wk.vbuf[:n*d], nil, vBounded(&p.V), p.V.vec)
+	vs.block(wk.vbuf[:n*d], nil, &p.V)
 	wk.blk.Load(n, wk.kbuf[:n*d], wk.vbuf[:n*d])
 	vf := vs.factor()
 

@@ -68,13 +68,14 @@ type oScaler interface{ scaleO(f float32) }
 // block prepares a loaded V block v for the accumulation: it raises e when
 // v holds a finite value above 2^96, rescaling the O accumulated so far in
 // acc by 2^(old e - new e) (acc nil: nothing accumulated yet), and
-// multiplies v by 2^-e in place. bounded (vBounded of the V operand) skips
-// the scan: such blocks never raise e. lv selects the SIMD scan.
-func (s *vScale) block(v []float32, acc oScaler, bounded bool, lv vec) {
-	if bounded {
+// multiplies v by 2^-e in place. vop is the V operand the block was
+// decoded from: a bounded one (vBounded) skips the scan, since its blocks
+// never raise e; its vec level selects the SIMD scan.
+func (s *vScale) block(v []float32, acc oScaler, vop *Operand) {
+	if vBounded(vop) {
 		return // e stays 0: no block of this operand exceeds 2^96
 	}
-	if m := maxFiniteBits(v, lv); m > vScaleLimitBits {
+	if m := maxFiniteBits(v, vop.vec); m > vScaleLimitBits {
 		// The smallest e with m*2^-e <= 2^96: the exponent difference, plus
 		// one when m has mantissa bits.
 		e := int(m>>23) - (127 + 96)

@@ -44,6 +44,10 @@ const (
 type fwdRoles struct {
 	t       *testing.T
 	slots   int
+	tiles   int  // row tiles of the item
+	conv    bool // converted K/V (warpgroup 0 converts; V lands after K)
+	mut     fwdMutation
+	landV   func(*mbar)
 	barK    *mbar
 	barV    *mbar
 	qReady  []*mbar
@@ -73,7 +77,8 @@ func emuFwdRoles(t *testing.T, slots, tiles int, conv bool, mut fwdMutation, lan
 	t.Helper()
 	roles := slots + 2
 	for oi, order := range permutations(roles) {
-		r := &fwdRoles{t: t, slots: slots, barK: &mbar{name: "K", count: 1}, barV: &mbar{name: "V", count: 1}}
+		r := &fwdRoles{t: t, slots: slots, tiles: tiles, conv: conv, mut: mut, landV: landV,
+			barK: &mbar{name: "K", count: 1}, barV: &mbar{name: "V", count: 1}}
 		for s := 0; s < slots; s++ {
 			r.qReady = append(r.qReady, &mbar{name: fmt.Sprintf("Q ready %d", s), count: 1}) // 128 arrivals, one per row thread: the warpgroup as a unit
 			r.sDone = append(r.sDone, &mbar{name: fmt.Sprintf("S done %d", s), count: 1})
@@ -87,9 +92,9 @@ func emuFwdRoles(t *testing.T, slots, tiles int, conv bool, mut fwdMutation, lan
 		if oi == 0 {
 			ep = epilogue
 		}
-		progs := [][]roleStep{r.sProgram(tiles, conv, mut, landK, landV), r.oProgram(tiles, conv, mut)}
+		progs := [][]roleStep{r.sProgram(landK), r.oProgram()}
 		for s := 0; s < slots; s++ {
-			progs = append(progs, r.softmaxProgram(s, tiles, conv, mut, landV, ep))
+			progs = append(progs, r.softmaxProgram(s, ep))
 		}
 		r.run(progs, order)
 		for _, b := range append([]*mbar{r.barK, r.barV}, append(append(r.qReady, r.sDone...), append(r.pReady, r.oDone...)...)...) {
@@ -143,19 +148,16 @@ func (r *fwdRoles) run(progs [][]roleStep, order []int) {
 }
 
 // sProgram is the S warp's lane 0: the K/V TMA, then S(i) for i = 0, 1, ...
-func (r *fwdRoles) sProgram(tiles int, conv bool, mut fwdMutation, landK, landV func(*mbar)) []roleStep {
-	S := r.slots
+func (r *fwdRoles) sProgram(landK func(*mbar)) []roleStep {
+	S, tiles, conv, mut := r.slots, r.tiles, r.conv, r.mut
 	p := []roleStep{{act: func() {
 		landK(r.barK)
 		if !conv {
-			landV(r.barV)
+			r.landV(r.barV)
 		}
 	}}}
 	for i := 0; i < tiles; i++ {
-		s := i % S
-		if mut == mutOneSBuffer {
-			s = 0
-		}
+		s := r.sCols(i % S)
 		if mut != mutSkipQReadyWait {
 			p = append(p, roleStep{bar: r.qReady[i%S], parity: uint32((i / S) & 1)})
 		}
@@ -181,8 +183,8 @@ func (r *fwdRoles) sProgram(tiles int, conv bool, mut fwdMutation, landK, landV 
 }
 
 // oProgram is the O warp's lane 0: O(j) for j = 0, 1, ...
-func (r *fwdRoles) oProgram(tiles int, conv bool, mut fwdMutation) []roleStep {
-	S := r.slots
+func (r *fwdRoles) oProgram() []roleStep {
+	S, tiles, conv, mut := r.slots, r.tiles, r.conv, r.mut
 	var p []roleStep
 	for j := 0; j < tiles; j++ {
 		s := j % S
@@ -215,8 +217,8 @@ func (r *fwdRoles) oProgram(tiles int, conv bool, mut fwdMutation) []roleStep {
 // s + slots, ...: wait S done, softmax (P over the Q tile), V rows past the
 // block zeroed (tile 0, TMA variants), P ready, wait O done, the next
 // gather, the epilogue, Q ready.
-func (r *fwdRoles) softmaxProgram(s, tiles int, conv bool, mut fwdMutation, landV func(*mbar), epilogue func(int)) []roleStep {
-	S := r.slots
+func (r *fwdRoles) softmaxProgram(s int, epilogue func(int)) []roleStep {
+	S, tiles, conv, mut := r.slots, r.tiles, r.conv, r.mut
 	var p []roleStep
 	gather := func(i int) roleStep {
 		return roleStep{act: func() {
@@ -238,17 +240,14 @@ func (r *fwdRoles) softmaxProgram(s, tiles int, conv bool, mut fwdMutation, land
 	p = append(p, gather(s))
 	if conv && s == 0 {
 		p = append(p, roleStep{bar: r.barK, parity: 0, act: func() { r.kReady = true }},
-			roleStep{act: func() { landV(r.barV) }},
+			roleStep{act: func() { r.landV(r.barV) }},
 			roleStep{bar: r.barV, parity: 0, act: func() { r.vReady = true }})
 	}
 	p = append(p, publish(s))
 	for i, n := s, 0; i < tiles; i, n = i+S, n+1 {
 		p = append(p, roleStep{bar: r.sDone[s], parity: uint32(n & 1), act: func() {
 			r.qpBusy[s] = "" // S(i) has completed: its Q reads are done
-			sc := s
-			if mut == mutOneSBuffer {
-				sc = 0
-			}
+			sc := r.sCols(s)
 			if r.tmS[sc] != fmt.Sprintf("S%d", i) {
 				r.fail("softmax of tile %d reads %q from slot %d's S columns", i, r.tmS[sc], sc)
 			}
@@ -258,11 +257,7 @@ func (r *fwdRoles) softmaxProgram(s, tiles int, conv bool, mut fwdMutation, land
 			p = append(p, roleStep{bar: r.barV, parity: 0, act: func() { r.vReady = true }})
 		}
 		p = append(p, roleStep{act: func() {
-			sc := s
-			if mut == mutOneSBuffer {
-				sc = 0
-			}
-			r.tmSRead[sc] = true
+			r.tmSRead[r.sCols(s)] = true
 			r.pReady[s].commit(r.t)
 		}})
 		more := i+S < tiles
@@ -289,6 +284,15 @@ func (r *fwdRoles) softmaxProgram(s, tiles int, conv bool, mut fwdMutation, land
 		}
 	}
 	return p
+}
+
+// sCols is the slot whose S columns slot s's products use: s itself, or
+// slot 0 for both under mutOneSBuffer.
+func (r *fwdRoles) sCols(s int) int {
+	if r.mut == mutOneSBuffer {
+		return 0
+	}
+	return s
 }
 
 // permutations returns every order of 0..n-1.

@@ -27,7 +27,7 @@ var allTiers []*tier
 var genericTier = &tier{
 	name:    "generic",
 	missing: func() string { return "" },
-	load:    func(b *Block, n int, k, v []float32) { loadBlockGeneric(b.kt, b.v, n, b.d, k, v) },
+	load:    func(b *Block, n int, k, v []float32) { loadBlockGeneric(b, n, k, v) },
 	update:  updateGeneric,
 	peak:    peakGeneric,
 }

@@ -6,8 +6,9 @@ import (
 	"github.com/sparseattn/msa/kernels/lowp"
 )
 
-// loadBlockGeneric packs k into the transposed layout and copies v.
-func loadBlockGeneric(kt, vd []float32, n, d int, k, v []float32) {
+// loadBlockGeneric packs k into the transposed layout and keeps v.
+func loadBlockGeneric(b *Block, n int, k, v []float32) {
+	kt, d := b.kt, b.d
 	for i := 0; i < n; i++ {
 		row := k[i*d : (i+1)*d]
 		for c, x := range row {
@@ -20,7 +21,7 @@ func loadBlockGeneric(kt, vd []float32, n, d int, k, v []float32) {
 			clear(kt[c*BlockN+n : (c+1)*BlockN])
 		}
 	}
-	copy(vd[:n*d], v[:n*d])
+	b.setV(n, v)
 }
 
 // foldRow is the online-softmax step of one row, shared by the portable

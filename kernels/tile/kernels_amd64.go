@@ -595,10 +595,10 @@ func softmax512pe(s *float32, nv int, valid *int32, rows int, nlim int, scale fl
 func softmax256(s *float32, nv int, valid *int32, rows int, nlim int, scale float32, invT float32, round int, mx, sum, tsum, alpha *float32)
 
 //go:noescape
-func transpose8(dst unsafe.Pointer, ldd uintptr, src unsafe.Pointer, lds uintptr)
+func transpose8(dst unsafe.Pointer, ldd uintptr, src unsafe.Pointer, lds uintptr, tiles int)
 
 //go:noescape
-func transpose16(dst unsafe.Pointer, ldd uintptr, src unsafe.Pointer, lds uintptr)
+func transpose16(dst unsafe.Pointer, ldd uintptr, src unsafe.Pointer, lds uintptr, tiles int)
 
 //go:noescape
 func cvtPairs(dst unsafe.Pointer, src *float32, n int)

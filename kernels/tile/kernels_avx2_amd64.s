@@ -1870,13 +1870,18 @@ loop:
 	VZEROUPPER
 	RET
 
-// func transpose8(dst unsafe.Pointer, ldd uintptr, src unsafe.Pointer, lds uintptr)
-// dst[c][r] = src[r][c] for an 8x8 tile of 32-bit elements; strides in bytes.
-TEXT ·transpose8(SB), NOSPLIT, $0-32
+// func transpose8(dst unsafe.Pointer, ldd uintptr, src unsafe.Pointer, lds uintptr, tiles int)
+// dst[c][r] = src[r][c] for tiles consecutive 8x8 tiles of 32-bit elements
+// (tile i: src columns and dst rows 8*i..8*i+7); strides in bytes, tiles >= 1.
+TEXT ·transpose8(SB), NOSPLIT, $0-40
 	MOVQ dst+0(FP), DI
 	MOVQ ldd+8(FP), DX
-	MOVQ src+16(FP), SI
+	MOVQ src+16(FP), R8
 	MOVQ lds+24(FP), BX
+	MOVQ tiles+32(FP), CX
+tile:
+	MOVQ R8, SI
+	ADDQ $32, R8
 	VMOVUPS (SI), Y0
 	ADDQ BX, SI
 	VMOVUPS (SI), Y1
@@ -1892,7 +1897,6 @@ TEXT ·transpose8(SB), NOSPLIT, $0-32
 	VMOVUPS (SI), Y6
 	ADDQ BX, SI
 	VMOVUPS (SI), Y7
-	ADDQ BX, SI
 	VUNPCKLPS Y1, Y0, Y8
 	VUNPCKHPS Y1, Y0, Y9
 	VUNPCKLPS Y3, Y2, Y10
@@ -1934,6 +1938,8 @@ TEXT ·transpose8(SB), NOSPLIT, $0-32
 	ADDQ DX, DI
 	VMOVUPS Y15, (DI)
 	ADDQ DX, DI
+	DECQ CX
+	JNZ tile
 	VZEROUPPER
 	RET
 

@@ -11266,13 +11266,18 @@ next2:
 	VZEROUPPER
 	RET
 
-// func transpose16(dst unsafe.Pointer, ldd uintptr, src unsafe.Pointer, lds uintptr)
-// dst[c][r] = src[r][c] for a 16x16 tile of 32-bit elements; strides in bytes.
-TEXT ·transpose16(SB), NOSPLIT, $0-32
+// func transpose16(dst unsafe.Pointer, ldd uintptr, src unsafe.Pointer, lds uintptr, tiles int)
+// dst[c][r] = src[r][c] for tiles consecutive 16x16 tiles of 32-bit elements
+// (tile i: src columns and dst rows 16*i..16*i+15); strides in bytes, tiles >= 1.
+TEXT ·transpose16(SB), NOSPLIT, $0-40
 	MOVQ dst+0(FP), DI
 	MOVQ ldd+8(FP), DX
-	MOVQ src+16(FP), SI
+	MOVQ src+16(FP), R8
 	MOVQ lds+24(FP), BX
+	MOVQ tiles+32(FP), CX
+tile:
+	MOVQ R8, SI
+	ADDQ $64, R8
 	VMOVUPS (SI), Z0
 	ADDQ BX, SI
 	VMOVUPS (SI), Z1
@@ -11304,7 +11309,6 @@ TEXT ·transpose16(SB), NOSPLIT, $0-32
 	VMOVUPS (SI), Z14
 	ADDQ BX, SI
 	VMOVUPS (SI), Z15
-	ADDQ BX, SI
 	// t[2i], t[2i+1] = unpack lo/hi 32-bit (r[2i], r[2i+1])
 	VUNPCKLPS Z1, Z0, Z16
 	VUNPCKHPS Z1, Z0, Z17
@@ -11404,6 +11408,8 @@ TEXT ·transpose16(SB), NOSPLIT, $0-32
 	ADDQ DX, DI
 	VMOVUPS Z15, (DI)
 	ADDQ DX, DI
+	DECQ CX
+	JNZ tile
 	VZEROUPPER
 	RET
 

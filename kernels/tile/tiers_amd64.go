@@ -113,18 +113,16 @@ func load512(b *Block, n int, k, v []float32) { loadTransposed(b, n, k, v, 16, t
 func load256(b *Block, n int, k, v []float32) { loadTransposed(b, n, k, v, 8, transpose8) }
 
 // loadTransposed is loadBlockGeneric with K transposed by t x t tiles.
-func loadTransposed(b *Block, n int, k, v []float32, t int, tr func(dst unsafe.Pointer, ldd uintptr, src unsafe.Pointer, lds uintptr)) {
+func loadTransposed(b *Block, n int, k, v []float32, t int, tr func(dst unsafe.Pointer, ldd uintptr, src unsafe.Pointer, lds uintptr, tiles int)) {
 	d := b.d
 	if d%16 != 0 {
-		loadBlockGeneric(b.kt, b.v, n, d, k, v)
+		loadBlockGeneric(b, n, k, v)
 		return
 	}
 	ld := uintptr(d * 4)
 	full := n - n%t
 	for i0 := 0; i0 < full; i0 += t {
-		for c0 := 0; c0 < d; c0 += t {
-			tr(unsafe.Pointer(&b.kt[c0*BlockN+i0]), BlockN*4, unsafe.Pointer(&k[i0*d+c0]), ld)
-		}
+		tr(unsafe.Pointer(&b.kt[i0]), BlockN*4, unsafe.Pointer(&k[i0*d]), ld, d/t)
 	}
 	if rem := n - full; rem > 0 {
 		// The last partial tile goes through a zero-padded copy.
@@ -134,9 +132,7 @@ func loadTransposed(b *Block, n int, k, v []float32, t int, tr func(dst unsafe.P
 		pad := b.pad[:t*d]
 		copy(pad, k[full*d:n*d])
 		clear(pad[rem*d:])
-		for c0 := 0; c0 < d; c0 += t {
-			tr(unsafe.Pointer(&b.kt[c0*BlockN+full]), BlockN*4, unsafe.Pointer(&pad[c0]), ld)
-		}
+		tr(unsafe.Pointer(&b.kt[full]), BlockN*4, unsafe.Pointer(&pad[0]), ld, d/t)
 	}
 	// Zero the unused key columns (the generic tier's invariant).
 	if nt := full + t*min(1, n-full); nt < BlockN {
@@ -144,7 +140,7 @@ func loadTransposed(b *Block, n int, k, v []float32, t int, tr func(dst unsafe.P
 			clear(b.kt[c*BlockN+nt : (c+1)*BlockN])
 		}
 	}
-	copy(b.v[:n*d], v[:n*d])
+	b.setV(n, v)
 }
 
 // loadBF16 packs K as bf16 pairs [d/2][BlockN] (pair = K[i][2c], K[i][2c+1])
@@ -154,7 +150,7 @@ func loadBF16(b *Block, n int, k, v []float32) {
 	d := b.d
 	if d%16 != 0 {
 		b.bf16 = false
-		loadBlockGeneric(b.kt, b.v, n, d, k, v)
+		loadBlockGeneric(b, n, k, v)
 		return
 	}
 	d2 := d / 2
@@ -171,9 +167,7 @@ func loadBF16(b *Block, n int, k, v []float32) {
 	}
 	clear(b.kp[n*d2p : n16*d2p])
 	for i0 := 0; i0 < n16; i0 += 16 {
-		for c0 := 0; c0 < d2p; c0 += 16 {
-			transpose16(unsafe.Pointer(&b.kb[c0*BlockN+i0]), BlockN*4, unsafe.Pointer(&b.kp[i0*d2p+c0]), uintptr(d2p*4))
-		}
+		transpose16(unsafe.Pointer(&b.kb[i0]), BlockN*4, unsafe.Pointer(&b.kp[i0*d2p]), uintptr(d2p*4), d2p/16)
 	}
 	for i2 := 0; i2 < (n+1)/2; i2++ {
 		odd := b.zero

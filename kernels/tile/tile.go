@@ -20,10 +20,17 @@ const (
 
 // Block is one block of keys and values packed for the kernels. Load packs
 // it once; every Acc.Update that reads it afterwards reuses the packing.
+//
+// The float32 layouts read V in place: V is already row-major, so Load
+// keeps the caller's slice instead of copying it (a 64 KiB copy per block at
+// d = 128, which decode, with one small Update per block, would pay on
+// every block). The caller must therefore leave v unchanged until the block
+// is loaded again or no longer updated from.
 type Block struct {
 	n, d int
 	kt   []float32 // [d][BlockN]: kt[c*BlockN+i] = K[i][c]
-	v    []float32 // [BlockN][d]
+	v    []float32 // [n][d] row-major: the v of the last Load, or vnil
+	vnil []float32 // [d] zeros: v while no key is loaded
 
 	// bf16 layout (avx512bf16 tier only, allocated on first use).
 	bf16 bool     // true when kb and vb hold the block instead of kt and v
@@ -36,13 +43,25 @@ type Block struct {
 
 // NewBlock returns an empty block for head dimension d.
 func NewBlock(d int) *Block {
-	return &Block{d: d, kt: make([]float32, d*BlockN), v: make([]float32, BlockN*d)}
+	z := make([]float32, d)
+	return &Block{d: d, kt: make([]float32, d*BlockN), v: z, vnil: z}
+}
+
+// setV keeps the n rows of v as the block's values (float32 layouts).
+func (b *Block) setV(n int, v []float32) {
+	if n == 0 {
+		b.v = b.vnil // kernels take &v[0] even when they read no key
+		return
+	}
+	b.v = v[: n*b.d : n*b.d]
 }
 
 // N returns the number of keys loaded.
 func (b *Block) N() int { return b.n }
 
-// Load packs n <= BlockN keys and values; k and v are [n][d] row-major float32.
+// Load packs n <= BlockN keys and values; k and v are [n][d] row-major
+// float32. The float32 tiers keep v itself (see Block): leave it unchanged
+// while the block is in use.
 func (b *Block) Load(n int, k, v []float32) {
 	if n < 0 || n > BlockN {
 		panic("tile: Block.Load: n out of range")

@@ -718,20 +718,48 @@ func genSoftmax256(a *asm, name string) {
 	a.f("\tRET\n")
 }
 
-// genTranspose16 emits a 16x16 transpose of 32-bit elements (unpack 32, unpack
-// 64, then two 128-bit lane shuffles).
-func genTranspose16(a *asm) {
-	a.f("// func transpose16(dst unsafe.Pointer, ldd uintptr, src unsafe.Pointer, lds uintptr)")
-	a.f("// dst[c][r] = src[r][c] for a 16x16 tile of 32-bit elements; strides in bytes.")
-	a.f("TEXT ·transpose16(SB), NOSPLIT, $0-32")
+// transposeHead emits the shared prologue of transpose8 and transpose16:
+// the arguments, and the loop head that loads the t rows of the next t x t
+// tile (SI walks down the rows, R8 is the next tile's first row).
+func transposeHead(a *asm, name, reg string, t int) {
+	a.f("// func %s(dst unsafe.Pointer, ldd uintptr, src unsafe.Pointer, lds uintptr, tiles int)", name)
+	a.f("// dst[c][r] = src[r][c] for tiles consecutive %dx%d tiles of 32-bit elements", t, t)
+	a.f("// (tile i: src columns and dst rows %d*i..%d*i+%d); strides in bytes, tiles >= 1.", t, t, t-1)
+	a.f("TEXT ·%s(SB), NOSPLIT, $0-40", name)
 	a.f("\tMOVQ dst+0(FP), DI")
 	a.f("\tMOVQ ldd+8(FP), DX")
-	a.f("\tMOVQ src+16(FP), SI")
+	a.f("\tMOVQ src+16(FP), R8")
 	a.f("\tMOVQ lds+24(FP), BX")
-	for r := 0; r < 16; r++ {
-		a.f("\tVMOVUPS (SI), Z%d", r)
-		a.f("\tADDQ BX, SI")
+	a.f("\tMOVQ tiles+32(FP), CX")
+	a.f("tile:")
+	a.f("\tMOVQ R8, SI")
+	a.f("\tADDQ $%d, R8", 4*t)
+	for r := 0; r < t; r++ {
+		a.f("\tVMOVUPS (SI), %s%d", reg, r)
+		if r < t-1 {
+			a.f("\tADDQ BX, SI")
+		}
 	}
+}
+
+// transposeTail emits the stores of the t columns held in registers
+// reg(first..first+t-1) (DI walks down dst, continuing with the next tile)
+// and the loop end.
+func transposeTail(a *asm, reg string, t int, col func(c int) int) {
+	for c := 0; c < t; c++ {
+		a.f("\tVMOVUPS %s%d, (DI)", reg, col(c))
+		a.f("\tADDQ DX, DI")
+	}
+	a.f("\tDECQ CX")
+	a.f("\tJNZ tile")
+	a.f("\tVZEROUPPER")
+	a.f("\tRET\n")
+}
+
+// genTranspose16 emits 16x16 transposes of 32-bit elements (unpack 32,
+// unpack 64, then two 128-bit lane shuffles).
+func genTranspose16(a *asm) {
+	transposeHead(a, "transpose16", "Z", 16)
 	a.f("\t// t[2i], t[2i+1] = unpack lo/hi 32-bit (r[2i], r[2i+1])")
 	for i := 0; i < 8; i++ {
 		a.f("\tVUNPCKLPS Z%d, Z%d, Z%d", 2*i+1, 2*i, 16+2*i)
@@ -760,28 +788,13 @@ func genTranspose16(a *asm) {
 		a.f("\tVSHUFF32X4 $0x88, Z%d, Z%d, Z%d // column %d", t+3, t+1, 8+k, 8+k)
 		a.f("\tVSHUFF32X4 $0xDD, Z%d, Z%d, Z%d // column %d", t+3, t+1, 12+k, 12+k)
 	}
-	for c := 0; c < 16; c++ {
-		a.f("\tVMOVUPS Z%d, (DI)", c)
-		a.f("\tADDQ DX, DI")
-	}
-	a.f("\tVZEROUPPER")
-	a.f("\tRET\n")
+	transposeTail(a, "Z", 16, func(c int) int { return c })
 }
 
-// genTranspose8 emits an 8x8 transpose of 32-bit elements with AVX2
-// (unpack 32, 64-bit shuffles, 128-bit lane permutes).
+// genTranspose8 emits 8x8 transposes of 32-bit elements with AVX2 (unpack
+// 32, 64-bit shuffles, 128-bit lane permutes).
 func genTranspose8(a *asm) {
-	a.f("// func transpose8(dst unsafe.Pointer, ldd uintptr, src unsafe.Pointer, lds uintptr)")
-	a.f("// dst[c][r] = src[r][c] for an 8x8 tile of 32-bit elements; strides in bytes.")
-	a.f("TEXT ·transpose8(SB), NOSPLIT, $0-32")
-	a.f("\tMOVQ dst+0(FP), DI")
-	a.f("\tMOVQ ldd+8(FP), DX")
-	a.f("\tMOVQ src+16(FP), SI")
-	a.f("\tMOVQ lds+24(FP), BX")
-	for r := 0; r < 8; r++ {
-		a.f("\tVMOVUPS (SI), Y%d", r)
-		a.f("\tADDQ BX, SI")
-	}
+	transposeHead(a, "transpose8", "Y", 8)
 	for i := 0; i < 4; i++ {
 		a.f("\tVUNPCKLPS Y%d, Y%d, Y%d", 2*i+1, 2*i, 8+2*i)
 		a.f("\tVUNPCKHPS Y%d, Y%d, Y%d", 2*i+1, 2*i, 9+2*i)
@@ -798,12 +811,7 @@ func genTranspose8(a *asm) {
 		a.f("\tVPERM2F128 $0x20, Y%d, Y%d, Y%d // column %d", 4+k, k, 8+k, k)
 		a.f("\tVPERM2F128 $0x31, Y%d, Y%d, Y%d // column %d", 4+k, k, 12+k, 4+k)
 	}
-	for c := 0; c < 8; c++ {
-		a.f("\tVMOVUPS Y%d, (DI)", 8+c)
-		a.f("\tADDQ DX, DI")
-	}
-	a.f("\tVZEROUPPER")
-	a.f("\tRET\n")
+	transposeTail(a, "Y", 8, func(c int) int { return 8 + c })
 }
 
 // genConvert emits the bf16 packing helpers.
@@ -959,8 +967,8 @@ func main() {
 	for _, n := range []string{"softmax512", "softmax512p", "softmax512pe", "softmax256"} {
 		g.f("//go:noescape\nfunc %s(s *float32, nv int, valid *int32, rows int, nlim int, scale float32, invT float32, round int, mx, sum, tsum, alpha *float32)\n", n)
 	}
-	g.f("//go:noescape\nfunc transpose8(dst unsafe.Pointer, ldd uintptr, src unsafe.Pointer, lds uintptr)\n")
-	g.f("//go:noescape\nfunc transpose16(dst unsafe.Pointer, ldd uintptr, src unsafe.Pointer, lds uintptr)\n")
+	g.f("//go:noescape\nfunc transpose8(dst unsafe.Pointer, ldd uintptr, src unsafe.Pointer, lds uintptr, tiles int)\n")
+	g.f("//go:noescape\nfunc transpose16(dst unsafe.Pointer, ldd uintptr, src unsafe.Pointer, lds uintptr, tiles int)\n")
 	g.f("//go:noescape\nfunc cvtPairs(dst unsafe.Pointer, src *float32, n int)\n")
 	g.f("//go:noescape\nfunc vPairs(dst unsafe.Pointer, even, odd *float32, n int)\n")
 	for _, n := range []string{"peak512", "peakbf16", "peak256"} {

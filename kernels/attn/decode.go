@@ -138,9 +138,17 @@ func (ws *Workspace) decodeTile(wk *worker, b, h, a, z, c, kBegin, kEnd, used in
 		}
 	}
 	// limit(i): keys t < used - SeqlenQ + i + 1 are visible to query i.
+	// With the lanes accumulator and a V format whose values never need the
+	// overflow guard's scan, K and V are decoded a few rows at a time inside
+	// the update (tile.Lanes.UpdateStaged), so the float32 rows stay in L1;
+	// otherwise the whole block is decoded first.
+	la, staged := ra.(*lanesAcc)
+	staged = staged && vBounded(&p.V) && !ws.noStage
 	span := func(t0, t1 int, sel func(i int) bool) {
 		n := t1 - t0
-		loadKV(&p.K, &p.V, &p.KV, b, h, t0, n, wk.kbuf, wk.vbuf)
+		if !staged {
+			loadKV(&p.K, &p.V, &p.KV, b, h, t0, n, wk.kbuf, wk.vbuf)
+		}
 		any := false
 		for i := a; i < z; i++ {
 			v := int32(0)
@@ -153,7 +161,12 @@ func (ws *Workspace) decodeTile(wk *worker, b, h, a, z, c, kBegin, kEnd, used in
 			}
 			any = any || v > 0
 		}
-		if any {
+		switch {
+		case !any:
+		case staged:
+			wk.stage = kvStager{k: &p.K, v: &p.V, l: &p.KV, b: b, h: h, t0: t0, kbuf: wk.kbuf, vbuf: wk.vbuf}
+			la.updateStaged(&wk.stage, n, wk.valid[:m])
+		default:
 			vs.block(wk.vbuf[:n*d], ra, &p.V)
 			ra.update(wk.kbuf[:n*d], wk.vbuf[:n*d], n, wk.valid[:m])
 		}

@@ -102,13 +102,44 @@ func (o *Operand) DecodeRows(dst []float32, r, n int) {
 }
 
 // loadKV decodes tokens t0 .. t0+n-1 of sequence b, KV head h into kbuf and
-// vbuf ([n][D] float32), one contiguous run at a time.
+// vbuf ([n][D] float32).
 func loadKV(k, v *Operand, l *KVLayout, b, h, t0, n int, kbuf, vbuf []float32) {
-	d := k.D
+	loadRows(k, l, b, h, t0, n, kbuf)
+	loadRows(v, l, b, h, t0, n, vbuf)
+}
+
+// loadRows decodes tokens t0 .. t0+n-1 of sequence b, KV head h of o into
+// dst ([n][D] float32), one contiguous run at a time.
+func loadRows(o *Operand, l *KVLayout, b, h, t0, n int, dst []float32) {
+	d := o.D
 	for i := 0; i < n; {
 		r, c := l.Run(b, h, t0+i, n-i)
-		k.DecodeRows(kbuf[i*d:], r, c)
-		v.DecodeRows(vbuf[i*d:], r, c)
+		o.DecodeRows(dst[i*d:], r, c)
 		i += c
 	}
+}
+
+// kvStager hands one K/V block (tokens t0.. of sequence b, KV head h) to
+// tile.Lanes.UpdateStaged a few rows at a time, decoded into the worker's
+// block buffers: the rows of a chunk land at the start of kbuf / vbuf, so
+// they stay in L1 between their decoding and the kernel that reads them.
+type kvStager struct {
+	k, v       *Operand
+	l          *KVLayout
+	b, h, t0   int
+	kbuf, vbuf []float32
+}
+
+// StageK decodes key rows [i0, i1) of the block.
+func (s *kvStager) StageK(i0, i1 int) []float32 {
+	d := s.k.D
+	loadRows(s.k, s.l, s.b, s.h, s.t0+i0, i1-i0, s.kbuf)
+	return s.kbuf[:(i1-i0)*d]
+}
+
+// StageV decodes value rows [i0, i1) of the block.
+func (s *kvStager) StageV(i0, i1 int) []float32 {
+	d := s.v.D
+	loadRows(s.v, s.l, s.b, s.h, s.t0+i0, i1-i0, s.vbuf)
+	return s.vbuf[:(i1-i0)*d]
 }

@@ -62,6 +62,7 @@ type worker struct {
 	inv   []float32 // per-row normalisation factors (Acc.FinishLSE)
 	lanes *lanesAcc // decode accumulators (AVX-512), created on first use
 	block *blockAcc // decode accumulator over acc/blk otherwise
+	stage kvStager  // decode: the block the lanes accumulator stages
 	dst   []int32   // partial row of each Acc row (prefill) or output row (decode)
 	ws    []float32
 	ls    []float32
@@ -101,6 +102,7 @@ type Workspace struct {
 	tasks    []prefillTask // prefill: the current window's tasks
 	win      int           // prefill: query window size W
 	fixedWin int           // tests: W to use instead of windowQueries (0: automatic)
+	noStage  bool          // tests: decode decodes whole blocks, never staged
 	w0, w1   int           // prefill: the current window [w0, w1)
 	next     atomic.Int64
 	// prefill / decode of the current call

@@ -81,6 +81,20 @@ func (a *lanesAcc) update(k, v []float32, n int, valid []int32) {
 	}
 }
 
+// updateStaged is update with the block's rows decoded by src on demand
+// (see tile.Lanes.UpdateStaged). With one group of rows (m <= 16, decode at
+// GQA <= 16 and one query token) the chunks are decoded once; with several
+// groups each would decode them again, so the whole block is decoded once
+// and update runs instead.
+func (a *lanesAcc) updateStaged(src *kvStager, n int, valid []int32) {
+	if a.groups() == 1 {
+		a.g[0].UpdateStaged(n, valid[:a.m], src)
+		return
+	}
+	k, v := src.StageK(0, n), src.StageV(0, n)
+	a.update(k, v, n, valid)
+}
+
 func (a *lanesAcc) finishLSE(lse, inv []float32) {
 	for i := 0; i < a.groups(); i++ {
 		lo := i * tile.LanesMaxM

@@ -133,6 +133,70 @@ func (l *Lanes) Update(k, v []float32, n int, valid []int32) {
 	if len(k) < n*l.d || len(v) < n*l.d {
 		panic("tile: Lanes.Update: k or v shorter than n*d")
 	}
+	nmax := l.setValid(n, valid)
+	if nmax == 0 {
+		return
+	}
+	if lanesSIMD(l.d) {
+		lanesUpdateSIMD(l, k, v, nmax)
+	} else {
+		lanesUpdateGeneric(l, k, v, nmax)
+	}
+}
+
+// Stager supplies a block's keys and values to Lanes.UpdateStaged a few
+// rows at a time, converted to float32 on demand.
+type Stager interface {
+	// StageK returns key rows [i0, i1) of the block as [i1-i0][d]
+	// row-major float32 (0 <= i0 < i1 <= BlockN). The slice must stay
+	// valid until the next StageK call.
+	StageK(i0, i1 int) []float32
+	// StageV is StageK for the value rows (its slice must stay valid until
+	// the next StageV call).
+	StageV(i0, i1 int) []float32
+}
+
+// Lanes kernels' chunks for UpdateStaged: keys staged per StageK (a
+// multiple of the 6-key Q.K kernel) and per StageV. At d = 128 a K chunk
+// is 12 KiB and a V chunk 16 KiB of float32: both stay in L1 between their
+// conversion and the kernel that reads them.
+const (
+	lanesKChunk = 24
+	lanesVChunk = 32
+)
+
+// UpdateStaged is Update with the block's n keys and values taken from src
+// instead of whole float32 arrays: the AVX-512 kernels ask for lanesKChunk
+// key rows and lanesVChunk value rows at a time, so a caller that converts
+// K and V from a narrow format (FP8, BF16) converts into a small buffer
+// that stays in L1, instead of writing the whole block (128 KiB of float32
+// at d = 128) to L2 and reading it back. Only the first max(valid) rows are
+// requested. The result is bit-identical to Update on the same values:
+// every kernel call computes what it computes in Update, and the P.V
+// kernels of later value chunks continue the same sums with alpha = 1.
+func (l *Lanes) UpdateStaged(n int, valid []int32, src Stager) {
+	if n < 0 || n > BlockN {
+		panic("tile: Lanes.UpdateStaged: n out of range")
+	}
+	nmax := l.setValid(n, valid)
+	if nmax == 0 {
+		return
+	}
+	if lanesSIMD(l.d) {
+		lanesUpdateStagedSIMD(l, src, nmax)
+		return
+	}
+	k := src.StageK(0, nmax)
+	v := src.StageV(0, nmax)
+	if len(k) < nmax*l.d || len(v) < nmax*l.d {
+		panic("tile: Lanes.UpdateStaged: staged rows shorter than requested")
+	}
+	lanesUpdateGeneric(l, k, v, nmax)
+}
+
+// setValid checks valid against n and the rows, copies it into the lane
+// state and returns the largest prefix (0: no row sees a key).
+func (l *Lanes) setValid(n int, valid []int32) int {
 	if len(valid) < l.m {
 		panic("tile: Lanes.Update: valid shorter than m")
 	}
@@ -145,14 +209,7 @@ func (l *Lanes) Update(k, v []float32, n int, valid []int32) {
 		l.st.valid[r] = x
 		nmax = max(nmax, int(x))
 	}
-	if nmax == 0 {
-		return
-	}
-	if lanesSIMD(l.d) {
-		lanesUpdateSIMD(l, k, v, nmax)
-	} else {
-		lanesUpdateGeneric(l, k, v, nmax)
-	}
+	return nmax
 }
 
 // FinishLSE writes, like Acc.FinishLSE, the natural-log LSE of every row

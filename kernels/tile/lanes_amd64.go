@@ -68,32 +68,76 @@ var lanesQKTail = []struct {
 	fn func(qT *float32, k *float32, ldk uintptr, d int, s *float32)
 }{{4, lanesQK4}, {2, lanesQK2}, {1, lanesQK1}}
 
+// lanesOnes is the alpha of the P.V calls after a block's first value
+// chunk: the first call already rescaled O.
+var lanesOnes = [LanesMaxM]float32{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}
+
 // lanesUpdateSIMD is Lanes.Update with the AVX-512 kernels over the first n
 // keys (n = max valid, >= 1).
 func lanesUpdateSIMD(l *Lanes, k, v []float32, n int) {
+	lanesQKRange(l, k, 0, n)
+	lanesSoftmax(&l.s[0], n, &l.st, &l.p4[0])
+	lanesPVRange(l, v, 0, n, &l.st.alpha[0])
+}
+
+// lanesUpdateStagedSIMD is Lanes.UpdateStaged with the AVX-512 kernels:
+// Update's kernel calls, with K and V staged in chunks.
+func lanesUpdateStagedSIMD(l *Lanes, src Stager, n int) {
+	d := l.d
+	for i0 := 0; i0 < n; i0 += lanesKChunk {
+		i1 := min(n, i0+lanesKChunk)
+		k := src.StageK(i0, i1)
+		if len(k) < (i1-i0)*d {
+			panic("tile: Lanes.UpdateStaged: staged K rows shorter than requested")
+		}
+		lanesQKRange(l, k, i0, i1)
+	}
+	lanesSoftmax(&l.s[0], n, &l.st, &l.p4[0])
+	alpha := &l.st.alpha[0]
+	for i0 := 0; i0 < n; i0 += lanesVChunk {
+		i1 := min(n, i0+lanesVChunk)
+		v := src.StageV(i0, i1)
+		if len(v) < (i1-i0)*d {
+			panic("tile: Lanes.UpdateStaged: staged V rows shorter than requested")
+		}
+		lanesPVRange(l, v, i0, i1, alpha)
+		alpha = &lanesOnes[0]
+	}
+}
+
+// lanesQKRange computes the score vectors of keys [i0, i1) into l.s; k
+// holds those keys' rows ([i1-i0][d]).
+func lanesQKRange(l *Lanes, k []float32, i0, i1 int) {
 	d := l.d
 	ld := uintptr(d * 4)
-	i := 0
-	for ; i+6 <= n; i += 6 {
-		lanesQK6(&l.qT[0], &k[i*d], ld, d, &l.s[i*16])
+	i := i0
+	for ; i+6 <= i1; i += 6 {
+		lanesQK6(&l.qT[0], &k[(i-i0)*d], ld, d, &l.s[i*16])
 	}
 	for _, t := range lanesQKTail {
-		if n-i >= t.b {
-			t.fn(&l.qT[0], &k[i*d], ld, d, &l.s[i*16])
+		if i1-i >= t.b {
+			t.fn(&l.qT[0], &k[(i-i0)*d], ld, d, &l.s[i*16])
 			i += t.b
 		}
 	}
-	lanesSoftmax(&l.s[0], n, &l.st, &l.p4[0])
+}
+
+// lanesPVRange adds keys [i0, i1) to O (v holds their value rows,
+// [i1-i0][d]), scaling O by alpha first.
+func lanesPVRange(l *Lanes, v []float32, i0, i1 int, alpha *float32) {
+	d := l.d
+	ld := uintptr(d * 4)
+	p, n := &l.p4[i0*64], i1-i0
 	for c0 := 0; c0 < d; {
 		switch rem := d - c0; {
 		case rem >= 40 || rem == 24:
-			lanesPV24(&l.p4[0], &v[c0], ld, n, &l.oT[c0*16], &l.st.alpha[0])
+			lanesPV24(p, &v[c0], ld, n, &l.oT[c0*16], alpha)
 			c0 += 24
 		case rem >= 16:
-			lanesPV16(&l.p4[0], &v[c0], ld, n, &l.oT[c0*16], &l.st.alpha[0])
+			lanesPV16(p, &v[c0], ld, n, &l.oT[c0*16], alpha)
 			c0 += 16
 		default:
-			lanesPV8(&l.p4[0], &v[c0], ld, n, &l.oT[c0*16], &l.st.alpha[0])
+			lanesPV8(p, &v[c0], ld, n, &l.oT[c0*16], alpha)
 			c0 += 8
 		}
 	}

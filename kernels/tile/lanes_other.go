@@ -6,3 +6,5 @@ package tile
 func lanesSIMD(d int) bool { return false }
 
 func lanesUpdateSIMD(l *Lanes, k, v []float32, n int) { lanesUpdateGeneric(l, k, v, n) }
+
+func lanesUpdateStagedSIMD(l *Lanes, src Stager, n int) { panic("unreachable") }

@@ -53,6 +53,60 @@ func (p *problem) runLanes(l *Lanes) result {
 	return res
 }
 
+// sliceStager stages rows of k and v ([n][d]) into its own buffers, with
+// NaN after the requested rows (a kernel reading past them poisons O), and
+// checks that each side is requested as consecutive chunks from row 0.
+type sliceStager struct {
+	t            testing.TB
+	k, v         []float32
+	d            int
+	kb, vb       []float32
+	kNext, vNext int
+}
+
+func (s *sliceStager) stage(src, buf []float32, next *int, i0, i1 int, side string) []float32 {
+	if i0 != *next || i1 <= i0 || i1 > BlockN {
+		s.t.Fatalf("Stage%s(%d, %d): want a chunk starting at row %d", side, i0, i1, *next)
+	}
+	*next = i1
+	nan := float32(math.NaN())
+	for i := range buf {
+		buf[i] = nan
+	}
+	copy(buf, src[i0*s.d:i1*s.d])
+	return buf[:(i1-i0)*s.d]
+}
+
+func (s *sliceStager) StageK(i0, i1 int) []float32 {
+	return s.stage(s.k, s.kb, &s.kNext, i0, i1, "K")
+}
+
+func (s *sliceStager) StageV(i0, i1 int) []float32 {
+	return s.stage(s.v, s.vb, &s.vNext, i0, i1, "V")
+}
+
+// runLanesStaged is runLanes with UpdateStaged.
+func (p *problem) runLanesStaged(t testing.TB, l *Lanes) result {
+	l.Reset(p.m, p.scale, p.round, p.invT)
+	for r := 0; r < p.m; r++ {
+		l.SetQ(r, p.q[r*p.d:(r+1)*p.d])
+	}
+	st := &sliceStager{t: t, d: p.d, kb: make([]float32, (BlockN+1)*p.d), vb: make([]float32, (BlockN+1)*p.d)}
+	for u := range p.k {
+		st.k, st.v, st.kNext, st.vNext = p.k[u], p.v[u], 0, 0
+		l.UpdateStaged(p.n, p.valid[u], st)
+	}
+	res := result{o: make([]float32, p.m*p.d), lse: make([]float32, p.m), tlse: make([]float32, p.m)}
+	inv := make([]float32, p.m)
+	l.FinishLSE(res.lse, res.tlse, inv)
+	for r := 0; r < p.m; r++ {
+		for c, x := range l.O(r) {
+			res.o[r*p.d+c] = x * inv[r]
+		}
+	}
+	return res
+}
+
 // lanesCases runs f over the Lanes test grid: m <= 16, several updates
 // whose key magnitudes grow or shrink (online rescaling), random prefixes
 // (0 for about 20% of the rows), every rounding mode, temperature on/off.
@@ -156,6 +210,9 @@ func checkLanes(t *testing.T, lanes map[int]*Lanes, simd string, p *problem) {
 	useTier(t, "generic")
 	want := p.run()
 	got := p.runLanes(l)
+	if msg, ok := sameResult(p.runLanesStaged(t, l), got); !ok {
+		t.Errorf("generic Lanes: UpdateStaged differs from Update: %s", msg)
+	}
 	if runtime.GOARCH == "amd64" {
 		if msg, ok := sameResult(got, want); !ok {
 			t.Errorf("generic Lanes differs from the generic Acc tier: %s", msg)
@@ -171,6 +228,9 @@ func checkLanes(t *testing.T, lanes map[int]*Lanes, simd string, p *problem) {
 		return // generic fallback: checked above
 	}
 	got = p.runLanes(l)
+	if msg, ok := sameResult(p.runLanesStaged(t, l), got); !ok {
+		t.Errorf("avx512 Lanes: UpdateStaged differs from Update: %s", msg)
+	}
 	compare(t, "avx512 Lanes vs generic Acc", got, want, tol)
 	acc := p.run()
 	tol2 := p.tolerance(math.Ldexp(1, -21), math.Ldexp(1, -19))

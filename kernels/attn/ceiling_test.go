@@ -1,0 +1,120 @@
+package attn
+
+import (
+	"math"
+	"math/rand"
+	"testing"
+	"time"
+
+	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/kernels/tile"
+)
+
+// BenchmarkDecodeBlock measures the compute side of one decode step's work
+// per key block with every operand in cache: 16 query rows (one KV head's
+// query heads at GQA 16) against one 128-key block at D = 128, as
+// decodeTile runs it. Sub-benchmarks:
+//
+//   - kernel: the accumulator update alone on K/V already in float32
+//     (Lanes on the avx512 tier, Block.Load + Acc.Update on avx2), with
+//     P rounded to e4m3 as FP8 decode does;
+//   - stage=<dtype>: the K and V staging to float32 alone (e4m3, bf16);
+//   - step=<dtype>: both, whole block staged, then the update;
+//   - staged=e4m3 (avx512 tier): the update with K and V decoded a few rows
+//     at a time into L1 (tile.Lanes.UpdateStaged), as decode runs FP8.
+//
+// Each reports the best repetition's rate as GFLOP/s of the block's
+// attention math (4*16*128*128 flops, also for the staging-only run, so the
+// times compare) and %peak against tile.PeakGFLOPS of the tier. A step's
+// %peak is the ceiling of the end-to-end decode %roof on this machine when
+// memory costs nothing; bench's decode cases report how far below it the
+// whole call runs (docs/performance.md, Decode).
+func BenchmarkDecodeBlock(b *testing.B) {
+	const m, n, d = 16, tile.BlockN, 128
+	for _, tn := range []string{"avx2", "avx512"} {
+		b.Run("tier="+tn, func(b *testing.B) {
+			useTier(b, tn)
+			lv := vecLevel()
+			if lv == vecGo {
+				b.Skip("no SIMD epilogue kernels for this tier on this CPU/build")
+			}
+			rng := rand.New(rand.NewSource(1))
+			e4 := make([]lowp.Float8E4M3FN, 2*n*d)
+			bf := make([]lowp.BFloat16, 2*n*d)
+			for i := range e4 {
+				x := float32(rng.NormFloat64())
+				e4[i] = lowp.E4M3(x)
+				bf[i] = lowp.BF16(x)
+			}
+			kf, vf := make([]float32, n*d), make([]float32, n*d)
+			decodeE4M3(kf, e4[:n*d], lv)
+			decodeE4M3(vf, e4[n*d:], lv)
+			wk := newWorker(d, 1).compute()
+			ra := wk.decodeAcc(lv == vecAVX512)
+			valid := make([]int32, m)
+			for r := range valid {
+				valid[r] = n
+			}
+			q := make([]float32, d)
+			ra.reset(m, float32(1/math.Sqrt(d))*math.Log2E, tile.RoundE4M3)
+			for r := 0; r < m; r++ {
+				for c := range q {
+					q[c] = float32(rng.NormFloat64())
+				}
+				ra.setQ(r, q)
+			}
+			peak := tile.PeakGFLOPS(tn, 50*time.Millisecond)
+			run := func(name string, f func()) {
+				b.Run(name, func(b *testing.B) {
+					best := time.Duration(math.MaxInt64)
+					for i := 0; i < b.N; i++ {
+						t0 := time.Now()
+						f()
+						best = min(best, time.Since(t0))
+					}
+					gf := 4 * float64(m*n*d) / best.Seconds() / 1e9
+					b.ReportMetric(gf, "GFLOP/s")
+					if peak > 0 {
+						b.ReportMetric(100*gf/peak, "%peak")
+					}
+				})
+			}
+			// Repeated updates of one block keep the running max; the sums
+			// grow by at most n per update and stay finite for any b.N a
+			// benchmark reaches.
+			kernel := func() { ra.update(kf, vf, n, valid) }
+			stage := map[string]func(){
+				"e4m3": func() { decodeE4M3(kf, e4[:n*d], lv); decodeE4M3(vf, e4[n*d:], lv) },
+				"bf16": func() { decodeBF16(kf, bf[:n*d], lv); decodeBF16(vf, bf[n*d:], lv) },
+			}
+			run("kernel", kernel)
+			for _, dt := range []string{"e4m3", "bf16"} {
+				run("stage="+dt, stage[dt])
+				run("step="+dt, func() { stage[dt](); kernel() })
+			}
+			if la, ok := ra.(*lanesAcc); ok {
+				st := &e4m3Stager{k: e4[:n*d], v: e4[n*d:], d: d, lv: lv, kbuf: kf, vbuf: vf}
+				run("staged=e4m3", func() { la.g[0].UpdateStaged(n, valid, st) })
+			}
+		})
+	}
+}
+
+// e4m3Stager stages rows of in-memory E4M3 K and V blocks into the start of
+// kbuf / vbuf, as kvStager does for a call's operands.
+type e4m3Stager struct {
+	k, v       []lowp.Float8E4M3FN
+	d          int
+	lv         vec
+	kbuf, vbuf []float32
+}
+
+func (s *e4m3Stager) StageK(i0, i1 int) []float32 {
+	decodeE4M3(s.kbuf[:(i1-i0)*s.d], s.k[i0*s.d:i1*s.d], s.lv)
+	return s.kbuf[:(i1-i0)*s.d]
+}
+
+func (s *e4m3Stager) StageV(i0, i1 int) []float32 {
+	decodeE4M3(s.vbuf[:(i1-i0)*s.d], s.v[i0*s.d:i1*s.d], s.lv)
+	return s.vbuf[:(i1-i0)*s.d]
+}

@@ -328,3 +328,50 @@ maxfin_loop:
 	MOVL    AX, ret+16(FP)
 	VZEROUPPER
 	RET
+
+// func decodeE4M3x64VBMI(dst *float32, src *lowp.Float8E4M3FN, n int, tab *e4m3Tables)
+// n a multiple of 64. AVX512_VBMI byte-table decoder: an e4m3fn value's
+// float32 bits have only their two high bytes set (3 mantissa bits), so two
+// 128-entry byte tables indexed by the 7 magnitude bits (VPERMT2B ignores
+// the index's bit 7, the sign) give byte 2 and byte 3; the sign is ORed
+// into byte 3. Unpacking the byte pairs to words and the words to dwords
+// (zero low half) works within 128-bit lanes, so the 64 input bytes are
+// first permuted (VPERMD, dword (4L+k) <- (4k+L)) to land in natural order.
+// 10 vector ALU instructions per 64 values (the float16 path takes 13 per
+// 32), all shuffles but one.
+// tab: b2 table (64+64 bytes), b3 table (64+64 bytes), dword permutation
+// (16 dwords).
+TEXT ·decodeE4M3x64VBMI(SB), NOSPLIT, $0-32
+	MOVQ      dst+0(FP), DI
+	MOVQ      src+8(FP), SI
+	MOVQ      n+16(FP), CX
+	MOVQ      tab+24(FP), AX
+	VMOVDQU64 64(AX), Z20             // b2 table, entries 64..127
+	VMOVDQU64 192(AX), Z21            // b3 table, entries 64..127
+	VMOVDQU64 256(AX), Z22            // dword permutation
+	MOVL      $0x80808080, DX
+	VPBROADCASTD DX, Z23              // e4m3 sign bit, per byte
+	VPXORD    Z24, Z24, Z24           // zeros
+decvbmi_loop:
+	VPERMD    (SI), Z22, Z0           // bytes in unpack order
+	VMOVDQU64 (AX), Z1
+	VPERMT2B  Z20, Z0, Z1             // byte 2 of each float32
+	VMOVDQU64 128(AX), Z2
+	VPERMT2B  Z21, Z0, Z2             // byte 3 without the sign
+	VPTERNLOGD $0xf8, Z23, Z0, Z2     // Z2 |= Z0 & 0x80: the sign
+	VPUNPCKLBW Z2, Z1, Z3             // words b2 | b3 << 8
+	VPUNPCKHBW Z2, Z1, Z4
+	VPUNPCKLWD Z3, Z24, Z5            // dwords word << 16
+	VPUNPCKHWD Z3, Z24, Z6
+	VPUNPCKLWD Z4, Z24, Z7
+	VPUNPCKHWD Z4, Z24, Z8
+	VMOVDQU64 Z5, (DI)
+	VMOVDQU64 Z6, 64(DI)
+	VMOVDQU64 Z7, 128(DI)
+	VMOVDQU64 Z8, 192(DI)
+	ADDQ      $64, SI
+	ADDQ      $256, DI
+	SUBQ      $64, CX
+	JNZ       decvbmi_loop
+	VZEROUPPER
+	RET

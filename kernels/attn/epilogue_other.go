@@ -8,6 +8,10 @@ const haveAsm = false
 
 func hasF16C() bool { return false }
 
+func hasVBMI() bool { return false }
+
+func decodeE4M3x64VBMI(*float32, *lowp.Float8E4M3FN, int, *e4m3Tables) { panic("unreachable") }
+
 func storeBF16AVX512(*lowp.BFloat16, *float32, int, float32) { panic("unreachable") }
 func scaleF32AVX512(*float32, *float32, int, float32)        { panic("unreachable") }
 func axpyBF16AVX512(*float32, *lowp.BFloat16, int, float32)  { panic("unreachable") }

@@ -80,22 +80,15 @@ func epilogueKernels(t *testing.T, lv vec) {
 	}
 	// decodeE4M3 over every pattern (repeated to exercise the loop), bit
 	// for bit; NaN must stay NaN with its sign.
-	e := make([]lowp.Float8E4M3FN, 256*3+16+5) // 32-groups, a 16-group, a tail
-	for i := range e {
-		e[i] = lowp.Float8E4M3FN(i)
-	}
-	g := make([]float32, len(e))
-	decodeE4M3(g, e, lv)
-	for i, x := range e {
-		w := x.Float32()
-		if math.IsNaN(float64(w)) {
-			if !math.IsNaN(float64(g[i])) || math.Signbit(float64(g[i])) != math.Signbit(float64(w)) {
-				t.Fatalf("decodeE4M3(%#02x) = %g, want NaN with sign %v", uint8(x), g[i], math.Signbit(float64(w)))
-			}
+	// With AVX512_VBMI the avx512 level runs the byte-table kernel first;
+	// run once with it and once without, so both AVX-512 kernels are
+	// covered. Offsets shift the patterns across the 64-, 32- and 16-groups.
+	for _, vbmi := range []bool{false, true} {
+		if vbmi && (lv != vecAVX512 || !hasVBMI()) {
 			continue
 		}
-		if math.Float32bits(g[i]) != math.Float32bits(w) {
-			t.Fatalf("decodeE4M3(%#02x) = %g (%#08x), want %g", uint8(x), g[i], math.Float32bits(g[i]), w)
+		for _, off := range []int{0, 7, 40} {
+			checkDecodeE4M3(t, lv, vbmi, off)
 		}
 	}
 	// decodeBF16 over every pattern, bit for bit.
@@ -192,6 +185,34 @@ func TestDecodeNVFP4(t *testing.T) {
 					}
 				}
 			}
+		}
+	}
+}
+
+// checkDecodeE4M3 decodes every e4m3 pattern (three times, after off
+// leading values, then a 16-group and a tail) with the vec level's kernels
+// (the VBMI one when vbmi) and compares with lowp bit for bit; NaN must
+// stay NaN with its sign.
+func checkDecodeE4M3(t *testing.T, lv vec, vbmi bool, off int) {
+	t.Helper()
+	defer func(prev bool) { e4m3VBMI = prev }(e4m3VBMI)
+	e4m3VBMI = vbmi
+	e := make([]lowp.Float8E4M3FN, off+256*3+16+5)
+	for i := range e {
+		e[i] = lowp.Float8E4M3FN(i - off)
+	}
+	g := make([]float32, len(e))
+	decodeE4M3(g, e, lv)
+	for i, x := range e {
+		w := x.Float32()
+		if math.IsNaN(float64(w)) {
+			if !math.IsNaN(float64(g[i])) || math.Signbit(float64(g[i])) != math.Signbit(float64(w)) {
+				t.Fatalf("decodeE4M3(%#02x) = %g, want NaN with sign %v", uint8(x), g[i], math.Signbit(float64(w)))
+			}
+			continue
+		}
+		if math.Float32bits(g[i]) != math.Float32bits(w) {
+			t.Fatalf("decodeE4M3(%#02x) = %g (%#08x), want %g", uint8(x), g[i], math.Float32bits(g[i]), w)
 		}
 	}
 }

@@ -20,8 +20,9 @@ import (
 //     P rounded to e4m3 as FP8 decode does;
 //   - stage=<dtype>: the K and V staging to float32 alone (e4m3, bf16);
 //   - step=<dtype>: both, whole block staged, then the update;
-//   - staged=e4m3 (avx512 tier): the update with K and V decoded a few rows
-//     at a time into L1 (tile.Lanes.UpdateStaged), as decode runs FP8.
+//   - staged=<dtype> (avx512 tier): the update with K and V decoded a few
+//     rows at a time into L1 (tile.Lanes.UpdateStaged), as decode runs them,
+//     with BF16's V overflow scan on the BF16 source.
 //
 // Each reports the best repetition's rate as GFLOP/s of the block's
 // attention math (4*16*128*128 flops, also for the staging-only run, so the
@@ -93,28 +94,39 @@ func BenchmarkDecodeBlock(b *testing.B) {
 				run("step="+dt, func() { stage[dt](); kernel() })
 			}
 			if la, ok := ra.(*lanesAcc); ok {
-				st := &e4m3Stager{k: e4[:n*d], v: e4[n*d:], d: d, lv: lv, kbuf: kf, vbuf: vf}
-				run("staged=e4m3", func() { la.g[0].UpdateStaged(n, valid, st) })
+				ops := map[string][2]Operand{
+					"e4m3": {{Dtype: E4M3, D: d, E4M3: e4[:n*d], vec: lv}, {Dtype: E4M3, D: d, E4M3: e4[n*d:], vec: lv}},
+					"bf16": {{Dtype: BF16, D: d, BF16: bf[:n*d], vec: lv}, {Dtype: BF16, D: d, BF16: bf[n*d:], vec: lv}},
+				}
+				for _, dt := range []string{"e4m3", "bf16"} {
+					kv := ops[dt]
+					st := &opStager{k: &kv[0], v: &kv[1], kbuf: kf, vbuf: vf}
+					var vs vScale
+					run("staged="+dt, func() {
+						if dt == "bf16" {
+							vs.raise(maxFiniteBitsBF16(kv[1].BF16, lv), la) // the V guard's scan
+						}
+						la.g[0].UpdateStaged(n, valid, st)
+					})
+				}
 			}
 		})
 	}
 }
 
-// e4m3Stager stages rows of in-memory E4M3 K and V blocks into the start of
-// kbuf / vbuf, as kvStager does for a call's operands.
-type e4m3Stager struct {
-	k, v       []lowp.Float8E4M3FN
-	d          int
-	lv         vec
+// opStager stages rows of in-memory K and V operands (one block, rows 0..)
+// into the start of kbuf / vbuf, as kvStager does for a call's operands.
+type opStager struct {
+	k, v       *Operand
 	kbuf, vbuf []float32
 }
 
-func (s *e4m3Stager) StageK(i0, i1 int) []float32 {
-	decodeE4M3(s.kbuf[:(i1-i0)*s.d], s.k[i0*s.d:i1*s.d], s.lv)
-	return s.kbuf[:(i1-i0)*s.d]
+func (s *opStager) StageK(i0, i1 int) []float32 {
+	s.k.DecodeRows(s.kbuf, i0, i1-i0)
+	return s.kbuf[:(i1-i0)*s.k.D]
 }
 
-func (s *e4m3Stager) StageV(i0, i1 int) []float32 {
-	decodeE4M3(s.vbuf[:(i1-i0)*s.d], s.v[i0*s.d:i1*s.d], s.lv)
-	return s.vbuf[:(i1-i0)*s.d]
+func (s *opStager) StageV(i0, i1 int) []float32 {
+	s.v.DecodeRows(s.vbuf, i0, i1-i0)
+	return s.vbuf[:(i1-i0)*s.v.D]
 }

@@ -129,7 +129,8 @@ func (ws *Workspace) decodeTile(wk *worker, b, h, a, z, c, kBegin, kEnd, used in
 	totalQ := p.Batch * p.SeqlenQ
 	ra := wk.decodeAcc(ws.Partials.vec == vecAVX512)
 	ra.reset(m, p.Scale*math.Log2E, p.PV)
-	var vs vScale
+	vs := &wk.vs // the V overflow guard of this tile's accumulation
+	*vs = vScale{}
 	for i := a; i < z; i++ {
 		gq := b*p.SeqlenQ + i
 		for g := 0; g < qpk; g++ {
@@ -138,12 +139,13 @@ func (ws *Workspace) decodeTile(wk *worker, b, h, a, z, c, kBegin, kEnd, used in
 		}
 	}
 	// limit(i): keys t < used - SeqlenQ + i + 1 are visible to query i.
-	// With the lanes accumulator and a V format whose values never need the
-	// overflow guard's scan, K and V are decoded a few rows at a time inside
-	// the update (tile.Lanes.UpdateStaged), so the float32 rows stay in L1;
+	// With the lanes accumulator, K and V are decoded a few rows at a time
+	// inside the update (tile.Lanes.UpdateStaged), so the float32 rows stay
+	// in L1, when V's overflow guard needs no scan (E4M3, bounded NVFP4) or
+	// can scan the BF16 source before the update (vScale.scanRows);
 	// otherwise the whole block is decoded first.
 	la, staged := ra.(*lanesAcc)
-	staged = staged && vBounded(&p.V) && !ws.noStage
+	staged = staged && (vBounded(&p.V) || p.V.Dtype == BF16) && !ws.noStage
 	span := func(t0, t1 int, sel func(i int) bool) {
 		n := t1 - t0
 		if !staged {
@@ -164,7 +166,10 @@ func (ws *Workspace) decodeTile(wk *worker, b, h, a, z, c, kBegin, kEnd, used in
 		switch {
 		case !any:
 		case staged:
-			wk.stage = kvStager{k: &p.K, v: &p.V, l: &p.KV, b: b, h: h, t0: t0, kbuf: wk.kbuf, vbuf: wk.vbuf}
+			if !vBounded(&p.V) {
+				vs.scanRows(&p.V, &p.KV, b, h, t0, n, ra)
+			}
+			wk.stage = kvStager{k: &p.K, v: &p.V, l: &p.KV, b: b, h: h, t0: t0, kbuf: wk.kbuf, vbuf: wk.vbuf, vs: vs}
 			la.updateStaged(&wk.stage, n, wk.valid[:m])
 		default:
 			vs.block(wk.vbuf[:n*d], ra, &p.V)

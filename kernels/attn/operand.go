@@ -128,6 +128,7 @@ type kvStager struct {
 	l          *KVLayout
 	b, h, t0   int
 	kbuf, vbuf []float32
+	vs         *vScale // V's overflow guard shift, applied to each V chunk
 }
 
 // StageK decodes key rows [i0, i1) of the block.
@@ -140,6 +141,8 @@ func (s *kvStager) StageK(i0, i1 int) []float32 {
 // StageV decodes value rows [i0, i1) of the block.
 func (s *kvStager) StageV(i0, i1 int) []float32 {
 	d := s.v.D
-	loadRows(s.v, s.l, s.b, s.h, s.t0+i0, i1-i0, s.vbuf)
-	return s.vbuf[:(i1-i0)*d]
+	v := s.vbuf[:(i1-i0)*d]
+	loadRows(s.v, s.l, s.b, s.h, s.t0+i0, i1-i0, v)
+	s.vs.apply(v)
+	return v
 }

@@ -63,6 +63,7 @@ type worker struct {
 	lanes *lanesAcc // decode accumulators (AVX-512), created on first use
 	block *blockAcc // decode accumulator over acc/blk otherwise
 	stage kvStager  // decode: the block the lanes accumulator stages
+	vs    vScale    // decode: the current tile's V overflow guard
 	dst   []int32   // partial row of each Acc row (prefill) or output row (decode)
 	ws    []float32
 	ls    []float32

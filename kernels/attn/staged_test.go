@@ -20,8 +20,9 @@ func toE4M3(o Operand) Operand {
 }
 
 // TestDecodeStagedMatchesWhole checks that decode with K/V staged a few
-// rows at a time inside the lanes update (E4M3 V, which needs no overflow
-// scan) gives the bits of decode with whole blocks decoded first, over page
+// rows at a time inside the lanes update (E4M3, and BF16 with the V guard
+// scanning the BF16 source, also with values near the BF16 maximum that
+// make it rescale) gives the bits of decode with whole blocks decoded first, over page
 // sizes that split the staged chunks into several runs, one and several
 // lane groups, ragged lengths, split and unsplit schedules and sparse
 // block selections, P rounded to E4M3 or not; and, without the rounding
@@ -32,53 +33,101 @@ func TestDecodeStagedMatchesWhole(t *testing.T) {
 			useTier(t, tn)
 			n := 0
 			for _, ps := range []int{16, 64, 128} {
-				for _, g := range [][3]int{{1, 16, 1}, {2, 8, 1}, {1, 16, 2}, {1, 4, 3}} {
-					for _, split := range []int{0, 2} {
-						n++
-						c := decodeCase{batch: 3, seqlenQ: g[2], hkv: g[0], qpk: g[1], d: []int{64, 128}[n%2], pageSize: ps,
-							workers: 2, fixedSplit: split, used: []int32{int32(5 * ps / 2), 3, int32(ps + 1)}}
-						rng := rand.New(rand.NewPCG(uint64(n), 9))
-						p := c.build(t, rng, nil)
-						p.K, p.V = toE4M3(p.K), toE4M3(p.V)
-						if n%2 == 0 {
-							p.PV = tile.RoundE4M3 // as FP8 decode: no reference check below
-						}
-						if n%3 == 0 {
-							p.TopK, p.BlkKV = 2, 32
-							totalQ := p.Batch * p.SeqlenQ
-							p.Q2K = make([]int32, p.Hkv*totalQ*p.TopK)
-							for i := range p.Q2K {
-								p.Q2K[i] = int32(rng.IntN(4)) - 1 // -1 is padding
-							}
-						}
-						run := func(noStage bool) *Output {
-							out := newOutput(p.Batch*p.SeqlenQ*p.HQ, p.D)
-							ws := NewWorkspace(2, p.D)
-							ws.noStage = noStage
-							pool := NewPool(2)
-							RunDecode(p, ws, pool, out)
-							pool.Close()
-							return out
-						}
-						t.Run(fmt.Sprintf("ps%d/g%v/split%d/n%d", ps, g, split, n), func(t *testing.T) {
-							staged, whole := run(false), run(true)
-							for i := range whole.O {
-								if staged.O[i] != whole.O[i] {
-									t.Fatalf("O[%d] = %v staged, %v whole", i, staged.O[i].Float32(), whole.O[i].Float32())
+				for _, dt := range []string{"e4m3", "bf16", "bf16-huge"} {
+					for _, g := range [][3]int{{1, 16, 1}, {2, 8, 1}, {1, 16, 2}, {1, 4, 3}} {
+						for _, split := range []int{0, 2} {
+							n++
+							c := decodeCase{batch: 3, seqlenQ: g[2], hkv: g[0], qpk: g[1], d: []int{64, 128}[n%2], pageSize: ps,
+								workers: 2, fixedSplit: split, used: []int32{int32(5 * ps / 2), 3, int32(ps + 1)}}
+							rng := rand.New(rand.NewPCG(uint64(n), 9))
+							var gen func(i int) float32
+							if dt == "bf16-huge" {
+								// Ordinary values in the first pages, values
+								// near the BF16 maximum after them: without the
+								// guard their sums overflow, and it rescales the
+								// O accumulated before them.
+								gen = func(i int) float32 {
+									if i >= 4*16*c.d {
+										return bf16Max / float32(1+i%3)
+									}
+									return float32(math.Sin(float64(i)))
 								}
 							}
-							for i := range whole.LSE {
-								if math.Float32bits(staged.LSE[i]) != math.Float32bits(whole.LSE[i]) {
-									t.Fatalf("LSE[%d] = %v staged, %v whole", i, staged.LSE[i], whole.LSE[i])
+							p := c.build(t, rng, gen)
+							if dt == "e4m3" {
+								p.K, p.V = toE4M3(p.K), toE4M3(p.V)
+							}
+							if n%2 == 0 {
+								p.PV = tile.RoundE4M3 // as FP8 decode: no reference check below
+							}
+							if n%3 == 0 {
+								p.TopK, p.BlkKV = 2, 32
+								totalQ := p.Batch * p.SeqlenQ
+								p.Q2K = make([]int32, p.Hkv*totalQ*p.TopK)
+								for i := range p.Q2K {
+									p.Q2K[i] = int32(rng.IntN(4)) - 1 // -1 is padding
 								}
 							}
-							if p.Q2K == nil && p.PV == tile.RoundNone {
-								refDecode(t, p, staged, 1.0/16)
+							run := func(noStage bool) *Output {
+								out := newOutput(p.Batch*p.SeqlenQ*p.HQ, p.D)
+								ws := NewWorkspace(2, p.D)
+								ws.noStage = noStage
+								pool := NewPool(2)
+								RunDecode(p, ws, pool, out)
+								pool.Close()
+								return out
 							}
-						})
+							t.Run(fmt.Sprintf("%s/ps%d/g%v/split%d/n%d", dt, ps, g, split, n), func(t *testing.T) {
+								staged, whole := run(false), run(true)
+								for i := range whole.O {
+									if staged.O[i] != whole.O[i] {
+										t.Fatalf("O[%d] = %v staged, %v whole", i, staged.O[i].Float32(), whole.O[i].Float32())
+									}
+								}
+								for i := range whole.LSE {
+									if math.Float32bits(staged.LSE[i]) != math.Float32bits(whole.LSE[i]) {
+										t.Fatalf("LSE[%d] = %v staged, %v whole", i, staged.LSE[i], whole.LSE[i])
+									}
+								}
+								if p.Q2K == nil && p.PV == tile.RoundNone {
+									refDecode(t, p, staged, 1.0/16)
+								}
+							})
+						}
 					}
 				}
 			}
 		})
 	}
+}
+
+// TestMaxFiniteBitsBF16 compares the AVX-512 BF16 scan (where this CPU has
+// it) with maxFiniteBits of the decoded values, on random bit patterns with
+// signs, zeros, subnormals, the finite maximum, infinities and NaNs, at
+// lengths with portable tails of 0 to 31 elements.
+func TestMaxFiniteBitsBF16(t *testing.T) {
+	forVecLevels(t, func(t *testing.T, lv vec) {
+		rng := rand.New(rand.NewPCG(8, 9))
+		specials := []uint16{0, 1, 0x007f, 0x7f7f, 0x7f80, 0x7fc0, 0x7f81, 0xffff, 0x8000, 0xff7f}
+		for n := 1; n < 400; n += 9 {
+			for trial := 0; trial < 20; trial++ {
+				v := make([]lowp.BFloat16, n)
+				f := make([]float32, n)
+				for i := range v {
+					b := uint16(rng.Uint32())
+					if rng.IntN(3) == 0 {
+						b = specials[rng.IntN(len(specials))]
+					}
+					if trial%4 == 0 {
+						b |= 0x7f80 // mostly non-finite
+					}
+					v[i] = lowp.BFloat16(b)
+					f[i] = v[i].Float32()
+				}
+				if got, want := maxFiniteBitsBF16(v, lv), maxFiniteBits(f, vecGo); got != want {
+					t.Fatalf("n=%d trial %d: %#x, want %#x", n, trial, got, want)
+				}
+			}
+		}
+	})
 }

@@ -1,6 +1,10 @@
 package attn
 
-import "math"
+import (
+	"math"
+
+	"github.com/sparseattn/msa/kernels/lowp"
+)
 
 // V overflow guard.
 //
@@ -75,24 +79,69 @@ func (s *vScale) block(v []float32, acc oScaler, vop *Operand) {
 	if vBounded(vop) {
 		return // e stays 0: no block of this operand exceeds 2^96
 	}
-	if m := maxFiniteBits(v, vop.vec); m > vScaleLimitBits {
-		// The smallest e with m*2^-e <= 2^96: the exponent difference, plus
-		// one when m has mantissa bits.
-		e := int(m>>23) - (127 + 96)
-		if m&(1<<23-1) != 0 {
-			e++
-		}
-		if e > s.e {
-			if acc != nil {
-				acc.scaleO(float32(math.Ldexp(1, s.e-e)))
-			}
-			s.e = e
-		}
+	s.raise(maxFiniteBits(v, vop.vec), acc)
+	s.apply(v)
+}
+
+// scanRows is the scan of block for a V block still in BF16: tokens t0 ..
+// t0+n-1 of sequence b, KV head h of vop (a BF16 operand) under layout l.
+// It raises e as block would for the decoded block; the caller then scales
+// each decoded row with apply (tile.Lanes.UpdateStaged's V chunks).
+func (s *vScale) scanRows(vop *Operand, l *KVLayout, b, h, t0, n int, acc oScaler) {
+	d := vop.D
+	var m uint32
+	for i := 0; i < n; {
+		r, c := l.Run(b, h, t0+i, n-i)
+		m = max(m, maxFiniteBitsBF16(vop.BF16[r*d:(r+c)*d], vop.vec))
+		i += c
 	}
-	if s.e == 0 {
+	s.raise(m, acc)
+}
+
+// raise raises e for a block whose largest finite |v| has float32 bits m.
+func (s *vScale) raise(m uint32, acc oScaler) {
+	if m <= vScaleLimitBits {
 		return
 	}
-	scaleInPlace(v, float32(math.Ldexp(1, -s.e)))
+	// The smallest e with m*2^-e <= 2^96: the exponent difference, plus one
+	// when m has mantissa bits.
+	e := int(m>>23) - (127 + 96)
+	if m&(1<<23-1) != 0 {
+		e++
+	}
+	if e > s.e {
+		if acc != nil {
+			acc.scaleO(float32(math.Ldexp(1, s.e-e)))
+		}
+		s.e = e
+	}
+}
+
+// apply multiplies decoded V values by 2^-e (nothing when e = 0).
+func (s *vScale) apply(v []float32) {
+	if s.e != 0 {
+		scaleInPlace(v, float32(math.Ldexp(1, -s.e)))
+	}
+}
+
+// maxFiniteBitsBF16 is maxFiniteBits of the decoded values of v: the
+// largest finite |x| as float32 bits (BF16 bits << 16).
+func maxFiniteBitsBF16(v []lowp.BFloat16, lv vec) uint32 {
+	var m uint32
+	n := 0
+	if lv == vecAVX512 {
+		if n = len(v) &^ 31; n > 0 {
+			m = maxFiniteBF16AVX512(&v[0], n)
+		}
+	}
+	for _, x := range v[n:] {
+		b := uint32(x) &^ 0x8000
+		if b >= 0x7f80 {
+			b = 0 // Inf and NaN: left to propagate
+		}
+		m = max(m, b)
+	}
+	return m << 16
 }
 
 // factor returns 2^e, the factor the epilogue applies to the normalised O.

@@ -70,6 +70,8 @@ func missingAVX512() string {
 		return "AVX-512VL"
 	case !cpu.X86.HasAVX512DQ:
 		return "AVX-512DQ"
+	case !cpu.X86.HasAVX512BW:
+		return "AVX-512BW" // the epilogue kernels' byte and word instructions
 	}
 	return ""
 }

@@ -13,5 +13,12 @@
 // epilogues (partial stores, combine). Decoding and the epilogues have
 // AVX-512 (epilogue_amd64.s) and AVX2 + F16C (epilogue_avx2_amd64.s)
 // kernels next to the Go loops they are tested against bit for bit; the
-// set in use follows package tile's tier (vecLevel).
+// set in use follows package tile's tier (vecLevel). On CPUs with
+// AVX512_VBMI the AVX-512 e4m3 decoder is a byte-table kernel
+// (decodeE4M3x64VBMI).
+//
+// Decode on the AVX-512 tiers hands each K/V block to tile.Lanes through
+// kvStager, which decodes 24 key rows or 16 value rows per request into the
+// start of the worker's block buffers; the other tiers decode whole blocks
+// (loadKV) for tile.Block.
 package attn

@@ -114,6 +114,88 @@ func BenchmarkDecodeBlock(b *testing.B) {
 	}
 }
 
+// BenchmarkPrefillTile measures the compute side of sparse prefill per
+// accumulator tile with every operand in cache: 8 queries x 16 query heads
+// (128 rows, D = 128) against one loaded 128-key block, as prefillItemRun
+// runs it (the block's K/V decode is amortised over the many tiles of a
+// work item and left out). Sub-benchmarks:
+//
+//   - kernel: Acc.Update alone (Q already float32);
+//   - tile: the Q rows' BF16 decode, Acc.Reset, Update, FinishLSE and the
+//     BF16 partial stores of the 128 rows into a buffer that stays in
+//     cache.
+//
+// Each reports the best repetition as GFLOP/s of the tile's math
+// (4*128*128*128 flops) and %peak against tile.PeakGFLOPS of the tier: the
+// ceiling of the end-to-end prefill %peak on this machine when the partials'
+// memory traffic (written once, read back by the combine) costs nothing.
+func BenchmarkPrefillTile(b *testing.B) {
+	const qpk, nq, n, d = 16, 8, tile.BlockN, 128
+	const m = qpk * nq
+	for _, tn := range []string{"avx2", "avx512"} {
+		b.Run("tier="+tn, func(b *testing.B) {
+			useTier(b, tn)
+			lv := vecLevel()
+			if lv == vecGo {
+				b.Skip("no SIMD epilogue kernels for this tier on this CPU/build")
+			}
+			rng := rand.New(rand.NewSource(2))
+			q := make([]lowp.BFloat16, m*d)
+			for i := range q {
+				q[i] = lowp.BF16(float32(rng.NormFloat64()))
+			}
+			qop := Operand{Dtype: BF16, D: d, BF16: q, vec: lv}
+			kf, vf := make([]float32, n*d), make([]float32, n*d)
+			for i := range kf {
+				kf[i], vf[i] = float32(rng.NormFloat64()), float32(rng.NormFloat64())
+			}
+			wk := newWorker(d, 1).compute()
+			wk.blk.Load(n, kf, vf)
+			var pt Partials
+			pt.Ensure(PartialBF16, d, m, false)
+			pt.vec = lv
+			for r := range m {
+				wk.valid[r] = n
+			}
+			scale := float32(1/math.Sqrt(d)) * math.Log2E
+			peak := tile.PeakGFLOPS(tn, 50*time.Millisecond)
+			run := func(name string, f func()) {
+				b.Run(name, func(b *testing.B) {
+					best := time.Duration(math.MaxInt64)
+					for i := 0; i < b.N; i++ {
+						t0 := time.Now()
+						f()
+						best = min(best, time.Since(t0))
+					}
+					gf := 4 * float64(m*n*d) / best.Seconds() / 1e9
+					b.ReportMetric(gf, "GFLOP/s")
+					if peak > 0 {
+						b.ReportMetric(100*gf/peak, "%peak")
+					}
+				})
+			}
+			wk.acc.Reset(m, scale, tile.RoundNone, 0)
+			qop.DecodeRows(wk.acc.QRows(0, m), 0, m)
+			run("kernel", func() {
+				wk.acc.Reset(m, scale, tile.RoundNone, 0)
+				wk.acc.Update(wk.blk, wk.valid[:m])
+			})
+			run("tile", func() {
+				wk.acc.Reset(m, scale, tile.RoundNone, 0)
+				for e := range nq {
+					qop.DecodeRows(wk.acc.QRows(e*qpk, qpk), e*qpk, qpk)
+				}
+				wk.acc.Update(wk.blk, wk.valid[:m])
+				wk.acc.FinishLSE(wk.lse[:m], wk.tlse[:m], wk.inv[:m])
+				for r := range m {
+					pt.store(r, wk.acc.O(r), wk.inv[r], wk.tmp)
+					pt.LSE[r] = wk.lse[r]
+				}
+			})
+		})
+	}
+}
+
 // opStager stages rows of in-memory K and V operands (one block, rows 0..)
 // into the start of kbuf / vbuf, as kvStager does for a call's operands.
 type opStager struct {

@@ -20,9 +20,9 @@ import (
 //     P rounded to e4m3 as FP8 decode does;
 //   - stage=<dtype>: the K and V staging to float32 alone (e4m3, bf16);
 //   - step=<dtype>: both, whole block staged, then the update;
-//   - staged=<dtype> (avx512 tier): the update with K and V decoded a few
-//     rows at a time into L1 (tile.Lanes.UpdateStaged), as decode runs them,
-//     with BF16's V overflow scan on the BF16 source.
+//   - staged=<dtype>: the update with K and V decoded a few rows at a time
+//     into L1 (tile.Lanes.UpdateStaged; tile.Block.LoadStaged on avx2), as
+//     decode runs them, with BF16's V overflow scan on the BF16 source.
 //
 // Each reports the best repetition's rate as GFLOP/s of the block's
 // attention math (4*16*128*128 flops, also for the staging-only run, so the
@@ -93,22 +93,26 @@ func BenchmarkDecodeBlock(b *testing.B) {
 				run("stage="+dt, stage[dt])
 				run("step="+dt, func() { stage[dt](); kernel() })
 			}
-			if la, ok := ra.(*lanesAcc); ok {
-				ops := map[string][2]Operand{
-					"e4m3": {{Dtype: E4M3, D: d, E4M3: e4[:n*d], vec: lv}, {Dtype: E4M3, D: d, E4M3: e4[n*d:], vec: lv}},
-					"bf16": {{Dtype: BF16, D: d, BF16: bf[:n*d], vec: lv}, {Dtype: BF16, D: d, BF16: bf[n*d:], vec: lv}},
-				}
-				for _, dt := range []string{"e4m3", "bf16"} {
-					kv := ops[dt]
-					st := &opStager{k: &kv[0], v: &kv[1], kbuf: kf, vbuf: vf}
-					var vs vScale
-					run("staged="+dt, func() {
-						if dt == "bf16" {
-							vs.raise(maxFiniteBitsBF16(kv[1].BF16, lv), la) // the V guard's scan
-						}
-						la.g[0].UpdateStaged(n, valid, st)
-					})
-				}
+			ops := map[string][2]Operand{
+				"e4m3": {{Dtype: E4M3, D: d, E4M3: e4[:n*d], vec: lv}, {Dtype: E4M3, D: d, E4M3: e4[n*d:], vec: lv}},
+				"bf16": {{Dtype: BF16, D: d, BF16: bf[:n*d], vec: lv}, {Dtype: BF16, D: d, BF16: bf[n*d:], vec: lv}},
+			}
+			for _, dt := range []string{"e4m3", "bf16"} {
+				kv := ops[dt]
+				st := &opStager{k: &kv[0], v: &kv[1], kbuf: kf, vbuf: vf}
+				var vs vScale
+				run("staged="+dt, func() {
+					if dt == "bf16" {
+						vs.raise(maxFiniteBitsBF16(kv[1].BF16, lv), ra) // the V guard's scan
+					}
+					switch a := ra.(type) {
+					case *lanesAcc:
+						a.g[0].UpdateStaged(n, valid, st)
+					case *blockAcc:
+						a.blk.LoadStaged(n, st)
+						a.acc.Update(a.blk, valid)
+					}
+				})
 			}
 		})
 	}

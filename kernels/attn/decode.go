@@ -139,13 +139,13 @@ func (ws *Workspace) decodeTile(wk *worker, b, h, a, z, c, kBegin, kEnd, used in
 		}
 	}
 	// limit(i): keys t < used - SeqlenQ + i + 1 are visible to query i.
-	// With the lanes accumulator, K and V are decoded a few rows at a time
-	// inside the update (tile.Lanes.UpdateStaged), so the float32 rows stay
-	// in L1, when V's overflow guard needs no scan (E4M3, bounded NVFP4) or
-	// can scan the BF16 source before the update (vScale.scanRows);
-	// otherwise the whole block is decoded first.
-	la, staged := ra.(*lanesAcc)
-	staged = staged && (vBounded(&p.V) || p.V.Dtype == BF16) && !ws.noStage
+	// K and V are decoded a few rows at a time inside the update (the
+	// accumulators' updateStaged: tile.Lanes.UpdateStaged, or
+	// tile.Block.LoadStaged, which transposes K as it arrives), so the
+	// float32 rows stay in L1, when V's overflow guard needs no scan (E4M3,
+	// bounded NVFP4) or can scan the BF16 source before the update
+	// (vScale.scanRows); otherwise the whole block is decoded first.
+	staged := (vBounded(&p.V) || p.V.Dtype == BF16) && !ws.noStage
 	span := func(t0, t1 int, sel func(i int) bool) {
 		n := t1 - t0
 		if !staged {
@@ -170,7 +170,7 @@ func (ws *Workspace) decodeTile(wk *worker, b, h, a, z, c, kBegin, kEnd, used in
 				vs.scanRows(&p.V, &p.KV, b, h, t0, n, ra)
 			}
 			wk.stage = kvStager{k: &p.K, v: &p.V, l: &p.KV, b: b, h: h, t0: t0, kbuf: wk.kbuf, vbuf: wk.vbuf, vs: vs}
-			la.updateStaged(&wk.stage, n, wk.valid[:m])
+			ra.updateStaged(&wk.stage, n, wk.valid[:m])
 		default:
 			vs.block(wk.vbuf[:n*d], ra, &p.V)
 			ra.update(wk.kbuf[:n*d], wk.vbuf[:n*d], n, wk.valid[:m])

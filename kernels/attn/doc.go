@@ -17,8 +17,10 @@
 // AVX512_VBMI the AVX-512 e4m3 decoder is a byte-table kernel
 // (decodeE4M3x64VBMI).
 //
-// Decode on the AVX-512 tiers hands each K/V block to tile.Lanes through
-// kvStager, which decodes 24 key rows or 16 value rows per request into the
-// start of the worker's block buffers; the other tiers decode whole blocks
-// (loadKV) for tile.Block.
+// Decode hands each K/V block to its accumulator through kvStager, which
+// decodes the rows the accumulator asks for into the start of the worker's
+// block buffers: tile.Lanes (AVX-512 tiers) asks for 24 key rows or 16
+// value rows at a time, tile.Block.LoadStaged (other tiers) for 32 key
+// rows at a time, transposed as they arrive, and the values whole. Prefill,
+// whose blocks serve many tiles, decodes whole blocks (loadKV).
 package attn

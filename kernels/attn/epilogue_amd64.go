@@ -24,6 +24,11 @@ func hasVBMI() bool { return cpu.X86.HasAVX512VBMI }
 //go:noescape
 func maxFiniteBF16AVX512(v *lowp.BFloat16, n int) uint32
 
+// maxFiniteBF16AVX2 is maxFiniteBF16AVX512 with AVX2 (n a multiple of 32).
+//
+//go:noescape
+func maxFiniteBF16AVX2(v *lowp.BFloat16, n int) uint32
+
 // decodeE4M3x64VBMI widens n (a multiple of 64) e4m3fn values to float32
 // with the byte tables of tab.
 //

@@ -222,3 +222,45 @@ mf_loop:
 	MOVL         AX, ret+16(FP)
 	VZEROUPPER
 	RET
+
+// func maxFiniteBF16AVX2(v *lowp.BFloat16, n int) uint32
+// maxFiniteBitsAVX2 for BF16 values (n a multiple of 32): |x| bits are
+// non-negative int16, finite exactly when below 0x7f80; returns the
+// largest finite |x| as BF16 bits (0 when none).
+TEXT ·maxFiniteBF16AVX2(SB), NOSPLIT, $0-20
+	MOVQ v+0(FP), SI
+	MOVQ n+8(FP), CX
+	MOVL $0x7fff7fff, AX
+	VMOVD AX, X5
+	VPBROADCASTD X5, Y5          // magnitude mask
+	MOVL $0x7f807f80, AX
+	VMOVD AX, X6
+	VPBROADCASTD X6, Y6          // infinity bits
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+mfbf_loop:
+	VPAND    (SI), Y5, Y2
+	VPAND    32(SI), Y5, Y3
+	VPCMPGTW Y2, Y6, Y4          // finite lanes
+	VPAND    Y4, Y2, Y2
+	VPCMPGTW Y3, Y6, Y4
+	VPAND    Y4, Y3, Y3
+	VPMAXUW  Y2, Y0, Y0
+	VPMAXUW  Y3, Y1, Y1
+	ADDQ     $64, SI
+	SUBQ     $32, CX
+	JNZ      mfbf_loop
+	VPMAXUW      Y1, Y0, Y0
+	VEXTRACTI128 $1, Y0, X1
+	VPMAXUW      X1, X0, X0
+	VPSHUFD      $0x4e, X0, X1
+	VPMAXUW      X1, X0, X0
+	VPSHUFD      $0xb1, X0, X1
+	VPMAXUW      X1, X0, X0
+	VPSRLD       $16, X0, X1
+	VPMAXUW      X1, X0, X0
+	VMOVD        X0, AX
+	MOVWLZX      AX, AX
+	MOVL         AX, ret+16(FP)
+	VZEROUPPER
+	RET

@@ -10,6 +10,9 @@ type rowAcc interface {
 	reset(m int, scale float32, round tile.Round)
 	setQ(r int, q []float32)
 	update(k, v []float32, n int, valid []int32)
+	// updateStaged is update with the block's rows decoded by src on
+	// demand, a few at a time.
+	updateStaged(src *kvStager, n int, valid []int32)
 	finishLSE(lse, inv []float32)
 	o(r int) []float32
 	oScaler
@@ -26,6 +29,10 @@ func (b *blockAcc) setQ(r int, q []float32)                      { copy(b.acc.Q(
 func (b *blockAcc) update(k, v []float32, n int, valid []int32) {
 	d := len(k) / max(n, 1)
 	b.blk.Load(n, k[:n*d], v[:n*d])
+	b.acc.Update(b.blk, valid[:b.acc.M()])
+}
+func (b *blockAcc) updateStaged(src *kvStager, n int, valid []int32) {
+	b.blk.LoadStaged(n, src)
 	b.acc.Update(b.blk, valid[:b.acc.M()])
 }
 func (b *blockAcc) finishLSE(lse, inv []float32) { b.acc.FinishLSE(lse, nil, inv) }

@@ -128,11 +128,14 @@ func (s *vScale) apply(v []float32) {
 // largest finite |x| as float32 bits (BF16 bits << 16).
 func maxFiniteBitsBF16(v []lowp.BFloat16, lv vec) uint32 {
 	var m uint32
-	n := 0
-	if lv == vecAVX512 {
-		if n = len(v) &^ 31; n > 0 {
-			m = maxFiniteBF16AVX512(&v[0], n)
-		}
+	n := len(v) &^ 31
+	switch {
+	case n == 0 || lv == vecGo:
+		n = 0
+	case lv == vecAVX512:
+		m = maxFiniteBF16AVX512(&v[0], n)
+	default:
+		m = maxFiniteBF16AVX2(&v[0], n)
 	}
 	for _, x := range v[n:] {
 		b := uint32(x) &^ 0x8000

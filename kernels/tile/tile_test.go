@@ -364,10 +364,29 @@ func (p *problem) float64Ref() result {
 	return res
 }
 
-// TestLoadLayout checks the vectorised packing bit for bit.
+// sameBlock compares the packed K and the n value rows of two blocks.
+func sameBlock(t *testing.T, what string, got, want *Block) {
+	t.Helper()
+	for i := range want.kt {
+		if got.kt[i] != want.kt[i] {
+			t.Fatalf("%s: kt[%d] = %g, want %g", what, i, got.kt[i], want.kt[i])
+		}
+	}
+	if got.N() != want.N() {
+		t.Fatalf("%s: n = %d, want %d", what, got.N(), want.N())
+	}
+	for i := 0; i < want.N()*want.d; i++ {
+		if got.v[i] != want.v[i] {
+			t.Fatalf("%s: v[%d] differs", what, i)
+		}
+	}
+}
+
+// TestLoadLayout checks the vectorised packing bit for bit, by Load and by
+// LoadStaged (also on the generic tier, which stages the whole block).
 func TestLoadLayout(t *testing.T) {
 	rng := rand.New(rand.NewSource(3))
-	for _, tn := range []string{"avx512", "avx2"} {
+	for _, tn := range []string{"avx512", "avx2", "generic"} {
 		t.Run(tn, func(t *testing.T) {
 			for _, d := range []int{16, 48, 128, 256} {
 				for _, n := range []int{0, 1, 15, 16, 17, 100, 128} {
@@ -385,16 +404,19 @@ func TestLoadLayout(t *testing.T) {
 						got.kt[i] = 7 // the loader must zero unused columns
 					}
 					got.Load(n, k, v)
-					for i := range want.kt {
-						if got.kt[i] != want.kt[i] {
-							t.Fatalf("d%d n%d: kt[%d] = %g, want %g", d, n, i, got.kt[i], want.kt[i])
-						}
+					sameBlock(t, fmt.Sprintf("d%d n%d Load", d, n), got, want)
+					// LoadStaged: the same packing from rows requested a
+					// chunk at a time (NaN after the requested rows).
+					staged := NewBlock(d)
+					for i := range staged.kt {
+						staged.kt[i] = 7
 					}
-					for i := 0; i < n*d; i++ {
-						if got.v[i] != want.v[i] {
-							t.Fatalf("d%d n%d: v[%d] differs", d, n, i)
-						}
+					st := &sliceStager{t: t, k: k, v: v, d: d, kb: make([]float32, (BlockN+1)*d), vb: make([]float32, (BlockN+1)*d)}
+					staged.LoadStaged(n, st)
+					if st.kNext != n || (n > 0 && st.vNext != n) {
+						t.Fatalf("d%d n%d: LoadStaged requested K up to %d, V up to %d", d, n, st.kNext, st.vNext)
 					}
+					sameBlock(t, fmt.Sprintf("d%d n%d LoadStaged", d, n), staged, want)
 				}
 			}
 		})

@@ -32,90 +32,69 @@ import (
 // whole call runs (docs/performance.md, Decode).
 func BenchmarkDecodeBlock(b *testing.B) {
 	const m, n, d = 16, tile.BlockN, 128
-	for _, tn := range []string{"avx2", "avx512"} {
-		b.Run("tier="+tn, func(b *testing.B) {
-			useTier(b, tn)
-			lv := vecLevel()
-			if lv == vecGo {
-				b.Skip("no SIMD epilogue kernels for this tier on this CPU/build")
+	benchVecLevels(b, func(b *testing.B, tn string, lv vec) {
+		rng := rand.New(rand.NewSource(1))
+		e4 := make([]lowp.Float8E4M3FN, 2*n*d)
+		bf := make([]lowp.BFloat16, 2*n*d)
+		for i := range e4 {
+			x := float32(rng.NormFloat64())
+			e4[i] = lowp.E4M3(x)
+			bf[i] = lowp.BF16(x)
+		}
+		kf, vf := make([]float32, n*d), make([]float32, n*d)
+		decodeE4M3(kf, e4[:n*d], lv)
+		decodeE4M3(vf, e4[n*d:], lv)
+		wk := newWorker(d, 1).compute()
+		ra := wk.decodeAcc(lv == vecAVX512)
+		valid := make([]int32, m)
+		for r := range valid {
+			valid[r] = n
+		}
+		q := make([]float32, d)
+		ra.reset(m, float32(1/math.Sqrt(d))*math.Log2E, tile.RoundE4M3)
+		for r := 0; r < m; r++ {
+			for c := range q {
+				q[c] = float32(rng.NormFloat64())
 			}
-			rng := rand.New(rand.NewSource(1))
-			e4 := make([]lowp.Float8E4M3FN, 2*n*d)
-			bf := make([]lowp.BFloat16, 2*n*d)
-			for i := range e4 {
-				x := float32(rng.NormFloat64())
-				e4[i] = lowp.E4M3(x)
-				bf[i] = lowp.BF16(x)
-			}
-			kf, vf := make([]float32, n*d), make([]float32, n*d)
-			decodeE4M3(kf, e4[:n*d], lv)
-			decodeE4M3(vf, e4[n*d:], lv)
-			wk := newWorker(d, 1).compute()
-			ra := wk.decodeAcc(lv == vecAVX512)
-			valid := make([]int32, m)
-			for r := range valid {
-				valid[r] = n
-			}
-			q := make([]float32, d)
-			ra.reset(m, float32(1/math.Sqrt(d))*math.Log2E, tile.RoundE4M3)
-			for r := 0; r < m; r++ {
-				for c := range q {
-					q[c] = float32(rng.NormFloat64())
+			ra.setQ(r, q)
+		}
+		peak := tile.PeakGFLOPS(tn, 50*time.Millisecond)
+		run := func(name string, f func()) { bestRate(b, name, 4*float64(m*n*d), peak, f) }
+		// Repeated updates of one block keep the running max; the sums
+		// grow by at most n per update and stay finite for any b.N a
+		// benchmark reaches.
+		kernel := func() { ra.update(kf, vf, n, valid) }
+		stage := map[string]func(){
+			"e4m3": func() { decodeE4M3(kf, e4[:n*d], lv); decodeE4M3(vf, e4[n*d:], lv) },
+			"bf16": func() { decodeBF16(kf, bf[:n*d], lv); decodeBF16(vf, bf[n*d:], lv) },
+		}
+		run("kernel", kernel)
+		for _, dt := range []string{"e4m3", "bf16"} {
+			run("stage="+dt, stage[dt])
+			run("step="+dt, func() { stage[dt](); kernel() })
+		}
+		ops := map[string][2]Operand{
+			"e4m3": {{Dtype: E4M3, D: d, E4M3: e4[:n*d], vec: lv}, {Dtype: E4M3, D: d, E4M3: e4[n*d:], vec: lv}},
+			"bf16": {{Dtype: BF16, D: d, BF16: bf[:n*d], vec: lv}, {Dtype: BF16, D: d, BF16: bf[n*d:], vec: lv}},
+		}
+		for _, dt := range []string{"e4m3", "bf16"} {
+			kv := ops[dt]
+			st := &opStager{k: &kv[0], v: &kv[1], kbuf: kf, vbuf: vf}
+			var vs vScale
+			run("staged="+dt, func() {
+				if dt == "bf16" {
+					vs.raise(maxFiniteBitsBF16(kv[1].BF16, lv), ra) // the V guard's scan
 				}
-				ra.setQ(r, q)
-			}
-			peak := tile.PeakGFLOPS(tn, 50*time.Millisecond)
-			run := func(name string, f func()) {
-				b.Run(name, func(b *testing.B) {
-					best := time.Duration(math.MaxInt64)
-					for i := 0; i < b.N; i++ {
-						t0 := time.Now()
-						f()
-						best = min(best, time.Since(t0))
-					}
-					gf := 4 * float64(m*n*d) / best.Seconds() / 1e9
-					b.ReportMetric(gf, "GFLOP/s")
-					if peak > 0 {
-						b.ReportMetric(100*gf/peak, "%peak")
-					}
-				})
-			}
-			// Repeated updates of one block keep the running max; the sums
-			// grow by at most n per update and stay finite for any b.N a
-			// benchmark reaches.
-			kernel := func() { ra.update(kf, vf, n, valid) }
-			stage := map[string]func(){
-				"e4m3": func() { decodeE4M3(kf, e4[:n*d], lv); decodeE4M3(vf, e4[n*d:], lv) },
-				"bf16": func() { decodeBF16(kf, bf[:n*d], lv); decodeBF16(vf, bf[n*d:], lv) },
-			}
-			run("kernel", kernel)
-			for _, dt := range []string{"e4m3", "bf16"} {
-				run("stage="+dt, stage[dt])
-				run("step="+dt, func() { stage[dt](); kernel() })
-			}
-			ops := map[string][2]Operand{
-				"e4m3": {{Dtype: E4M3, D: d, E4M3: e4[:n*d], vec: lv}, {Dtype: E4M3, D: d, E4M3: e4[n*d:], vec: lv}},
-				"bf16": {{Dtype: BF16, D: d, BF16: bf[:n*d], vec: lv}, {Dtype: BF16, D: d, BF16: bf[n*d:], vec: lv}},
-			}
-			for _, dt := range []string{"e4m3", "bf16"} {
-				kv := ops[dt]
-				st := &opStager{k: &kv[0], v: &kv[1], kbuf: kf, vbuf: vf}
-				var vs vScale
-				run("staged="+dt, func() {
-					if dt == "bf16" {
-						vs.raise(maxFiniteBitsBF16(kv[1].BF16, lv), ra) // the V guard's scan
-					}
-					switch a := ra.(type) {
-					case *lanesAcc:
-						a.g[0].UpdateStaged(n, valid, st)
-					case *blockAcc:
-						a.blk.LoadStaged(n, st)
-						a.acc.Update(a.blk, valid)
-					}
-				})
-			}
-		})
-	}
+				switch a := ra.(type) {
+				case *lanesAcc:
+					a.g[0].UpdateStaged(n, valid, st)
+				case *blockAcc:
+					a.blk.LoadStaged(n, st)
+					a.acc.Update(a.blk, valid)
+				}
+			})
+		}
+	})
 }
 
 // BenchmarkPrefillTile measures the compute side of sparse prefill per
@@ -136,6 +115,53 @@ func BenchmarkDecodeBlock(b *testing.B) {
 func BenchmarkPrefillTile(b *testing.B) {
 	const qpk, nq, n, d = 16, 8, tile.BlockN, 128
 	const m = qpk * nq
+	benchVecLevels(b, func(b *testing.B, tn string, lv vec) {
+		rng := rand.New(rand.NewSource(2))
+		q := make([]lowp.BFloat16, m*d)
+		for i := range q {
+			q[i] = lowp.BF16(float32(rng.NormFloat64()))
+		}
+		qop := Operand{Dtype: BF16, D: d, BF16: q, vec: lv}
+		kf, vf := make([]float32, n*d), make([]float32, n*d)
+		for i := range kf {
+			kf[i], vf[i] = float32(rng.NormFloat64()), float32(rng.NormFloat64())
+		}
+		wk := newWorker(d, 1).compute()
+		wk.blk.Load(n, kf, vf)
+		var pt Partials
+		pt.Ensure(PartialBF16, d, m, false)
+		pt.vec = lv
+		for r := range m {
+			wk.valid[r] = n
+		}
+		scale := float32(1/math.Sqrt(d)) * math.Log2E
+		peak := tile.PeakGFLOPS(tn, 50*time.Millisecond)
+		run := func(name string, f func()) { bestRate(b, name, 4*float64(m*n*d), peak, f) }
+		wk.acc.Reset(m, scale, tile.RoundNone, 0)
+		qop.DecodeRows(wk.acc.QRows(0, m), 0, m)
+		run("kernel", func() {
+			wk.acc.Reset(m, scale, tile.RoundNone, 0)
+			wk.acc.Update(wk.blk, wk.valid[:m])
+		})
+		run("tile", func() {
+			wk.acc.Reset(m, scale, tile.RoundNone, 0)
+			for e := range nq {
+				qop.DecodeRows(wk.acc.QRows(e*qpk, qpk), e*qpk, qpk)
+			}
+			wk.acc.Update(wk.blk, wk.valid[:m])
+			wk.acc.FinishLSE(wk.lse[:m], wk.tlse[:m], wk.inv[:m])
+			for r := range m {
+				pt.store(r, wk.acc.O(r), wk.inv[r], wk.tmp)
+				pt.LSE[r] = wk.lse[r]
+			}
+		})
+	})
+}
+
+// benchVecLevels is forVecLevels for benchmarks: f runs as sub-benchmark
+// tier=<name> under each tier with SIMD epilogue kernels (avx2, avx512),
+// skipped where this CPU or build lacks it.
+func benchVecLevels(b *testing.B, f func(b *testing.B, tn string, lv vec)) {
 	for _, tn := range []string{"avx2", "avx512"} {
 		b.Run("tier="+tn, func(b *testing.B) {
 			useTier(b, tn)
@@ -143,61 +169,27 @@ func BenchmarkPrefillTile(b *testing.B) {
 			if lv == vecGo {
 				b.Skip("no SIMD epilogue kernels for this tier on this CPU/build")
 			}
-			rng := rand.New(rand.NewSource(2))
-			q := make([]lowp.BFloat16, m*d)
-			for i := range q {
-				q[i] = lowp.BF16(float32(rng.NormFloat64()))
-			}
-			qop := Operand{Dtype: BF16, D: d, BF16: q, vec: lv}
-			kf, vf := make([]float32, n*d), make([]float32, n*d)
-			for i := range kf {
-				kf[i], vf[i] = float32(rng.NormFloat64()), float32(rng.NormFloat64())
-			}
-			wk := newWorker(d, 1).compute()
-			wk.blk.Load(n, kf, vf)
-			var pt Partials
-			pt.Ensure(PartialBF16, d, m, false)
-			pt.vec = lv
-			for r := range m {
-				wk.valid[r] = n
-			}
-			scale := float32(1/math.Sqrt(d)) * math.Log2E
-			peak := tile.PeakGFLOPS(tn, 50*time.Millisecond)
-			run := func(name string, f func()) {
-				b.Run(name, func(b *testing.B) {
-					best := time.Duration(math.MaxInt64)
-					for i := 0; i < b.N; i++ {
-						t0 := time.Now()
-						f()
-						best = min(best, time.Since(t0))
-					}
-					gf := 4 * float64(m*n*d) / best.Seconds() / 1e9
-					b.ReportMetric(gf, "GFLOP/s")
-					if peak > 0 {
-						b.ReportMetric(100*gf/peak, "%peak")
-					}
-				})
-			}
-			wk.acc.Reset(m, scale, tile.RoundNone, 0)
-			qop.DecodeRows(wk.acc.QRows(0, m), 0, m)
-			run("kernel", func() {
-				wk.acc.Reset(m, scale, tile.RoundNone, 0)
-				wk.acc.Update(wk.blk, wk.valid[:m])
-			})
-			run("tile", func() {
-				wk.acc.Reset(m, scale, tile.RoundNone, 0)
-				for e := range nq {
-					qop.DecodeRows(wk.acc.QRows(e*qpk, qpk), e*qpk, qpk)
-				}
-				wk.acc.Update(wk.blk, wk.valid[:m])
-				wk.acc.FinishLSE(wk.lse[:m], wk.tlse[:m], wk.inv[:m])
-				for r := range m {
-					pt.store(r, wk.acc.O(r), wk.inv[r], wk.tmp)
-					pt.LSE[r] = wk.lse[r]
-				}
-			})
+			f(b, tn, lv)
 		})
 	}
+}
+
+// bestRate runs f as sub-benchmark name and reports the best repetition's
+// rate as GFLOP/s of flops and as %peak of peak (GFLOP/s, 0: unknown).
+func bestRate(b *testing.B, name string, flops, peak float64, f func()) {
+	b.Run(name, func(b *testing.B) {
+		best := time.Duration(math.MaxInt64)
+		for i := 0; i < b.N; i++ {
+			t0 := time.Now()
+			f()
+			best = min(best, time.Since(t0))
+		}
+		gf := flops / best.Seconds() / 1e9
+		b.ReportMetric(gf, "GFLOP/s")
+		if peak > 0 {
+			b.ReportMetric(100*gf/peak, "%peak")
+		}
+	})
 }
 
 // opStager stages rows of in-memory K and V operands (one block, rows 0..)

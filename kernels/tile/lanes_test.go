@@ -42,6 +42,11 @@ func (p *problem) runLanes(l *Lanes) result {
 	for u := range p.k {
 		l.Update(p.k[u], p.v[u], p.n, p.valid[u])
 	}
+	return p.lanesResult(l)
+}
+
+// lanesResult finishes l and returns its normalised O and LSEs.
+func (p *problem) lanesResult(l *Lanes) result {
 	res := result{o: make([]float32, p.m*p.d), lse: make([]float32, p.m), tlse: make([]float32, p.m)}
 	inv := make([]float32, p.m)
 	l.FinishLSE(res.lse, res.tlse, inv)
@@ -96,15 +101,7 @@ func (p *problem) runLanesStaged(t testing.TB, l *Lanes) result {
 		st.k, st.v, st.kNext, st.vNext = p.k[u], p.v[u], 0, 0
 		l.UpdateStaged(p.n, p.valid[u], st)
 	}
-	res := result{o: make([]float32, p.m*p.d), lse: make([]float32, p.m), tlse: make([]float32, p.m)}
-	inv := make([]float32, p.m)
-	l.FinishLSE(res.lse, res.tlse, inv)
-	for r := 0; r < p.m; r++ {
-		for c, x := range l.O(r) {
-			res.o[r*p.d+c] = x * inv[r]
-		}
-	}
-	return res
+	return p.lanesResult(l)
 }
 
 // lanesCases runs f over the Lanes test grid: m <= 16, several updates

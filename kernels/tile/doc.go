@@ -13,7 +13,7 @@
 // dispatch.go with golang.org/x/sys/cpu, overridable with the environment
 // variable MSA_CPU_TIER and with SetTier (Tier and Tiers report them):
 //
-//   - "avx512" (default on CPUs with AVX-512F, VL and DQ): float32. K is
+//   - "avx512" (default on CPUs with AVX-512F, VL, DQ and BW): float32. K is
 //     transposed once per Block.Load ([d][BlockN], 16x16 register
 //     transposes); per group of 6 query rows Q.K^T runs as a 6x64
 //     register-tiled FMA micro-kernel (24 zmm accumulators), the softmax is

@@ -531,23 +531,7 @@ func genSoftmax256(a *asm, name string) {
 	c := func(n string) string { return fmt.Sprintf("·smc256+%d(SB)", coff(n, true)) }
 	a.f("// func %s(s *float32, nv int, valid *int32, rows int, nlim int, scale float32, invT float32, round int, mx, sum, tsum, alpha *float32)", name)
 	a.f("TEXT ·%s(SB), NOSPLIT, $0-88", name)
-	exp2 := func(in, out, t1, t2 int) {
-		// clamp at -127 (2^-127 builds as 0) with x as VMAXPS's second source,
-		// which is the one returned when either is NaN: a NaN score stays NaN
-		// (so its accumulation unit is dropped, as on the other tiers).
-		a.f("\tVMOVUPS %s, Y%d", c("lo256"), t1)
-		a.f("\tVMAXPS Y%d, Y%d, Y%d // clamp at -127, NaN kept", in, t1, t1)
-		a.f("\tVROUNDPS $0, Y%d, Y%d // n = round(x)", t1, t2)
-		a.f("\tVSUBPS Y%d, Y%d, Y%d // f = x - n", t2, t1, t1)
-		a.f("\tVMOVUPS %s, Y%d", c("c6"), out)
-		for i := 5; i >= 0; i-- {
-			a.f("\tVFMADD213PS %s, Y%d, Y%d", c(fmt.Sprintf("c%d", i)), t1, out)
-		}
-		a.f("\tVCVTPS2DQ Y%d, Y%d", t2, t2)
-		a.f("\tVPADDD %s, Y%d, Y%d", c("b127"), t2, t2)
-		a.f("\tVPSLLD $23, Y%d, Y%d // 2^n", t2, t2)
-		a.f("\tVMULPS Y%d, Y%d, Y%d", t2, out, out)
-	}
+	exp2 := func(in, out, t1, t2 int) { emit.Exp2AVX2(a.f, c, in, out, t1, t2) }
 	hred := func(y int, op string) {
 		a.f("\tVEXTRACTF128 $1, Y%d, X0", y)
 		a.f("\t%sPS X0, X%d, X%d", op, y, y)
@@ -678,22 +662,9 @@ func genSoftmax256(a *asm, name string) {
 				}
 				switch rnd {
 				case "bf":
-					a.f("\tVPSRLD $16, Y3, Y1")
-					a.f("\tVPAND %s, Y1, Y1", c("one"))
-					a.f("\tVPADDD %s, Y3, Y3", c("r7fff"))
-					a.f("\tVPADDD Y1, Y3, Y3")
-					a.f("\tVPAND %s, Y3, Y3 // bf16 round to nearest even", c("hi16"))
+					emit.RoundBF16AVX2(a.f, c, 3)
 				case "e4":
-					a.f("\tVADDPS %s, Y3, Y1", c("c16384"))
-					a.f("\tVSUBPS %s, Y1, Y1 // subnormal e4m3: nearest multiple of 2^-9", c("c16384"))
-					a.f("\tVPSRLD $20, Y3, Y2")
-					a.f("\tVPAND %s, Y2, Y2", c("one"))
-					a.f("\tVPADDD %s, Y2, Y2", c("r7ffff"))
-					a.f("\tVPADDD Y3, Y2, Y2")
-					a.f("\tVPAND %s, Y2, Y2 // normal e4m3: 3 mantissa bits, nearest even", c("hi12"))
-					a.f("\tVCMPPS $1, %s, Y3, Y4 // p < 2^-6", c("sub"))
-					a.f("\tVBLENDVPS Y4, Y1, Y2, Y3")
-					a.f("\tVMINPS %s, Y3, Y3 // saturate at 448", c("c448"))
+					emit.RoundE4M3AVX2(a.f, c, 3)
 				}
 				a.f("\tVMOVUPS Y3, %d(DI)", 32*u)
 			}

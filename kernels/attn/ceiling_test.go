@@ -45,7 +45,7 @@ func BenchmarkDecodeBlock(b *testing.B) {
 		decodeE4M3(kf, e4[:n*d], lv)
 		decodeE4M3(vf, e4[n*d:], lv)
 		wk := newWorker(d, 1).compute()
-		ra := wk.decodeAcc(lv == vecAVX512)
+		ra := wk.decodeAcc(tile.LanesSIMD(d))
 		valid := make([]int32, m)
 		for r := range valid {
 			valid[r] = n

@@ -127,7 +127,7 @@ func (ws *Workspace) decodeTile(wk *worker, b, h, a, z, c, kBegin, kEnd, used in
 	qpk := p.HQ / p.Hkv
 	m := (z - a) * qpk
 	totalQ := p.Batch * p.SeqlenQ
-	ra := wk.decodeAcc(ws.Partials.vec == vecAVX512)
+	ra := wk.decodeAcc(tile.LanesSIMD(d))
 	ra.reset(m, p.Scale*math.Log2E, p.PV)
 	vs := &wk.vs // the V overflow guard of this tile's accumulation
 	*vs = vScale{}
@@ -267,12 +267,12 @@ func encodeRow(out *Output, row, d int, o []float32, scale, lse float32, lv vec)
 	}
 }
 
-// decodeAcc returns the accumulator decode tiles use: tile.Lanes when the
-// AVX-512 kernels are in use (no K transpose per block for a handful of
-// rows), the block kernel otherwise (its AVX2 tier beats the portable
-// lanes code).
-func (wk *worker) decodeAcc(avx512 bool) rowAcc {
-	if avx512 {
+// decodeAcc returns the accumulator decode tiles use: tile.Lanes when it
+// has SIMD kernels for this tier and d (tile.LanesSIMD: no K transpose per
+// block for a handful of rows), the block kernel otherwise (it beats the
+// portable lanes code).
+func (wk *worker) decodeAcc(lanes bool) rowAcc {
+	if lanes {
 		if wk.lanes == nil {
 			wk.lanes = newLanesAcc(wk.d)
 		}

@@ -29,24 +29,28 @@ const LanesMaxM = 16
 //
 // The AVX-512 kernels (lanes_avx512_amd64.s) run when the active tier is
 // avx512, avx512bf16 or avx512bf16-emulated (all use the float32 lane
-// kernel) and d is a multiple of 8; otherwise, and on other platforms, the
-// portable code of lanes_generic.go runs, which computes exactly what the
-// generic Acc tier computes. The two differ by FMA contraction, the
+// kernel), the AVX2 kernels (lanes_avx2_amd64.s: each zmm of the layout as
+// two ymm halves, the same multiply-adds and reductions, the avx2 tier's
+// exp2) on the avx2 tier, both when d is a multiple of 8; otherwise, and on
+// other platforms, the portable code of lanes_generic.go runs, which
+// computes exactly what the generic Acc tier computes. The two differ by FMA contraction, the
 // vectorised exp2 (< 1 ulp) and the dot products, which the kernels sum as
 // four interleaved partial sums; row sums and P.V sums are accumulated in
 // the same (key) order.
 //
 // A Lanes is not safe for concurrent use.
 type Lanes struct {
-	d, m  int
-	qT    []float32 // [d4][4][4][4]: qT[qIdx(r, c)] = q[r][c], unscaled
-	oT    []float32 // [d4][4][4][4]: oT[oIdx(r, c)], unnormalised output
-	o     []float32 // [16][d]: O row-major, filled by FinishLSE
-	s     []float32 // [BlockN][16]: scores, then P (transposed)
-	p4    []float32 // [BlockN][4][16]: P expanded for the P.V kernels
-	st    lanesState
-	temp  bool
-	round Round
+	d, m int
+	qT   []float32 // [d4][4][4][4]: qT[qIdx(r, c)] = q[r][c], unscaled
+	oT   []float32 // [d4][4][4][4]: oT[oIdx(r, c)], unnormalised output
+	o    []float32 // [16][d]: O row-major, filled by FinishLSE
+	s    []float32 // [BlockN][16]: scores, then P (transposed)
+	p4   []float32 // [BlockN][4][16]: P expanded for the P.V kernels
+	// alpha4 is this update's alpha expanded like P (AVX2 P.V kernels).
+	alpha4 [4 * LanesMaxM]float32
+	st     lanesState
+	temp   bool
+	round  Round
 }
 
 // lanesState is the per-lane state read and written by the softmax kernel;
@@ -68,6 +72,11 @@ type lanesState struct {
 func qIdx(r, c int) int { return c>>2<<6 | (r&3)<<4 | r>>2<<2 | c&3 }
 
 func oIdx(r, c int) int { return c>>2<<6 | r<<2 | c&3 }
+
+// LanesSIMD reports whether Lanes runs SIMD kernels for head dimension d
+// under the active tier (AVX-512 or AVX2, d a multiple of 8); otherwise its
+// portable code runs, and Acc over a Block is the faster accumulator.
+func LanesSIMD(d int) bool { return lanesSIMD(d) }
 
 // NewLanes returns an accumulator for up to 16 rows of head dimension d.
 func NewLanes(d int) *Lanes {

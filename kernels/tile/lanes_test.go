@@ -217,28 +217,30 @@ func checkLanes(t *testing.T, lanes map[int]*Lanes, simd string, p *problem) {
 	} else {
 		compare(t, "generic Lanes", got, want, tol)
 	}
-	if simd == "" {
-		return
+	for _, tn := range []string{"avx512", "avx2"} {
+		if m, ok := tierMissing(tn); !ok || m != "" || (tn == "avx512" && simd == "") {
+			continue
+		}
+		useTier(t, tn)
+		if !lanesSIMD(p.d) {
+			continue // generic fallback: checked above
+		}
+		got = p.runLanes(l)
+		if msg, ok := sameResult(p.runLanesStaged(t, l), got); !ok {
+			t.Errorf("%s Lanes: UpdateStaged differs from Update: %s", tn, msg)
+		}
+		compare(t, tn+" Lanes vs generic Acc", got, want, tol)
+		acc := p.run()
+		tol2 := p.tolerance(math.Ldexp(1, -21), math.Ldexp(1, -19))
+		tol2.flip *= 2
+		compare(t, tn+" Lanes vs "+tn+" Acc", got, acc, tol2)
 	}
-	useTier(t, "avx512")
-	if !lanesSIMD(p.d) {
-		return // generic fallback: checked above
-	}
-	got = p.runLanes(l)
-	if msg, ok := sameResult(p.runLanesStaged(t, l), got); !ok {
-		t.Errorf("avx512 Lanes: UpdateStaged differs from Update: %s", msg)
-	}
-	compare(t, "avx512 Lanes vs generic Acc", got, want, tol)
-	acc := p.run()
-	tol2 := p.tolerance(math.Ldexp(1, -21), math.Ldexp(1, -19))
-	tol2.flip *= 2
-	compare(t, "avx512 Lanes vs avx512 Acc", got, acc, tol2)
 }
 
 // TestLanesEdges checks empty updates, m = 0, lanes beyond m and a
 // block whose keys are visible to no row.
 func TestLanesEdges(t *testing.T) {
-	for _, tn := range []string{"generic", "avx512"} {
+	for _, tn := range []string{"generic", "avx512", "avx2"} {
 		t.Run(tn, func(t *testing.T) {
 			useTier(t, tn)
 			const d = 32

@@ -140,9 +140,8 @@ func (ws *Workspace) decodeTile(wk *worker, b, h, a, z, c, kBegin, kEnd, used in
 	}
 	// limit(i): keys t < used - SeqlenQ + i + 1 are visible to query i.
 	// K and V are decoded a few rows at a time inside the update (the
-	// accumulators' updateStaged: tile.Lanes.UpdateStaged, or
-	// tile.Block.LoadStaged, which transposes K as it arrives), so the
-	// float32 rows stay in L1, when V's overflow guard needs no scan (E4M3,
+	// accumulators' updateStaged: tile.Lanes.UpdateStaged; the block
+	// accumulator stages whole blocks), so the float32 rows stay in L1, when V's overflow guard needs no scan (E4M3,
 	// bounded NVFP4) or can scan the BF16 source before the update
 	// (vScale.scanRows); otherwise the whole block is decoded first.
 	staged := (vBounded(&p.V) || p.V.Dtype == BF16) && !ws.noStage

@@ -19,8 +19,8 @@
 //
 // Decode hands each K/V block to its accumulator through kvStager, which
 // decodes the rows the accumulator asks for into the start of the worker's
-// block buffers: tile.Lanes (AVX-512 tiers) asks for 24 key rows or 16
-// value rows at a time, tile.Block.LoadStaged (other tiers) for 32 key
-// rows at a time, transposed as they arrive, and the values whole. Prefill,
+// block buffers: tile.Lanes (AVX-512 and AVX2 tiers) asks for 24 key rows
+// or 16 value rows at a time; the block accumulator (generic tier, or d not
+// a multiple of 8) takes whole blocks. Prefill,
 // whose blocks serve many tiles, decodes whole blocks (loadKV).
 package attn

@@ -31,9 +31,10 @@ func (b *blockAcc) update(k, v []float32, n int, valid []int32) {
 	b.blk.Load(n, k[:n*d], v[:n*d])
 	b.acc.Update(b.blk, valid[:b.acc.M()])
 }
+
+// updateStaged decodes the whole block (Block.Load packs it at once).
 func (b *blockAcc) updateStaged(src *kvStager, n int, valid []int32) {
-	b.blk.LoadStaged(n, src)
-	b.acc.Update(b.blk, valid[:b.acc.M()])
+	b.update(src.StageK(0, n), src.StageV(0, n), n, valid)
 }
 func (b *blockAcc) finishLSE(lse, inv []float32) { b.acc.FinishLSE(lse, nil, inv) }
 func (b *blockAcc) o(r int) []float32            { return b.acc.O(r) }

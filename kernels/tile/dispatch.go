@@ -12,12 +12,9 @@ type tier struct {
 	missing func() string
 	// bf16 is true when Block.Load packs the bf16 layout (kb, vb) instead of
 	// the fp32 one (kt, v).
-	bf16 bool
-	load func(b *Block, n int, k, v []float32)
-	// loadStaged is Block.LoadStaged for d a multiple of 16; nil: the block
-	// is staged whole and loaded with load.
-	loadStaged func(b *Block, n int, src Stager)
-	update     func(a *Acc, b *Block, valid []int32)
+	bf16   bool
+	load   func(b *Block, n int, k, v []float32)
+	update func(a *Acc, b *Block, valid []int32)
 	// peak runs the calibration loop for iters iterations and returns the
 	// flops it performed; nil for tiers without one.
 	peak func(iters int) float64

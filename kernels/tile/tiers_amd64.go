@@ -100,53 +100,31 @@ func simdTiers() []*tier {
 	return []*tier{
 		{name: "avx512bf16", missing: missingBF16, bf16: true, load: loadBF16, update: kbf16.update,
 			peak: func(n int) float64 { peakbf16(n); return float64(n) * 12 * 64 }},
-		{name: "avx512", missing: missingAVX512, load: load512, loadStaged: load512Staged, update: k512.update,
+		{name: "avx512", missing: missingAVX512, load: load512, update: k512.update,
 			peak: func(n int) float64 { peak512(n); return float64(n) * 12 * 32 }},
-		{name: "avx2", missing: missingAVX2, load: load256, loadStaged: load256Staged, update: k256.update,
+		{name: "avx2", missing: missingAVX2, load: load256, update: k256.update,
 			peak: func(n int) float64 { peak256(n); return float64(n) * 12 * 16 }},
 		{name: "avx512bf16-emulated", missing: missingAVX512, bf16: true, load: loadBF16, update: kbfEmu.update},
 	}
 }
 
 // load512 packs K transposed with 16x16 AVX-512 tile transposes.
-func load512(b *Block, n int, k, v []float32) { loadWhole(b, n, k, v, 16, transpose16) }
+func load512(b *Block, n int, k, v []float32) { loadTransposed(b, n, k, v, 16, transpose16) }
 
 // load256 packs K transposed with 8x8 AVX2 tile transposes.
-func load256(b *Block, n int, k, v []float32) { loadWhole(b, n, k, v, 8, transpose8) }
+func load256(b *Block, n int, k, v []float32) { loadTransposed(b, n, k, v, 8, transpose8) }
 
-// loadWhole is loadTransposed from whole float32 K and V (generic packing
-// when d is not a multiple of 16).
-func loadWhole(b *Block, n int, k, v []float32, t int, tr func(dst unsafe.Pointer, ldd uintptr, src unsafe.Pointer, lds uintptr, tiles int)) {
-	if b.d%16 != 0 {
+// loadTransposed is loadBlockGeneric with K transposed by t x t tiles.
+func loadTransposed(b *Block, n int, k, v []float32, t int, tr func(dst unsafe.Pointer, ldd uintptr, src unsafe.Pointer, lds uintptr, tiles int)) {
+	d := b.d
+	if d%16 != 0 {
 		loadBlockGeneric(b, n, k, v)
 		return
 	}
-	// b.whole lives in the block, so passing it as a Stager allocates
-	// nothing.
-	b.whole = wholeRows{k: k, v: v, d: b.d}
-	loadTransposed(b, n, &b.whole, t, tr)
-	b.whole = wholeRows{}
-}
-
-func load512Staged(b *Block, n int, src Stager) { loadTransposed(b, n, src, 16, transpose16) }
-
-func load256Staged(b *Block, n int, src Stager) { loadTransposed(b, n, src, 8, transpose8) }
-
-// loadTransposed is loadBlockGeneric with K transposed by t x t tiles, the
-// rows taken from src loadChunk at a time (d a multiple of 16).
-func loadTransposed(b *Block, n int, src Stager, t int, tr func(dst unsafe.Pointer, ldd uintptr, src unsafe.Pointer, lds uintptr, tiles int)) {
-	d := b.d
 	ld := uintptr(d * 4)
 	full := n - n%t
-	for c0 := 0; c0 < full; c0 += loadChunk {
-		c1 := min(full, c0+loadChunk)
-		k := src.StageK(c0, c1)
-		if len(k) < (c1-c0)*d {
-			panic("tile: Block.LoadStaged: staged K rows shorter than requested")
-		}
-		for i0 := c0; i0 < c1; i0 += t {
-			tr(unsafe.Pointer(&b.kt[i0]), BlockN*4, unsafe.Pointer(&k[(i0-c0)*d]), ld, d/t)
-		}
+	for i0 := 0; i0 < full; i0 += t {
+		tr(unsafe.Pointer(&b.kt[i0]), BlockN*4, unsafe.Pointer(&k[i0*d]), ld, d/t)
 	}
 	if rem := n - full; rem > 0 {
 		// The last partial tile goes through a zero-padded copy.
@@ -154,7 +132,7 @@ func loadTransposed(b *Block, n int, src Stager, t int, tr func(dst unsafe.Point
 			b.pad = make([]float32, t*d)
 		}
 		pad := b.pad[:t*d]
-		copy(pad, src.StageK(full, n)[:rem*d])
+		copy(pad, k[full*d:n*d])
 		clear(pad[rem*d:])
 		tr(unsafe.Pointer(&b.kt[full]), BlockN*4, unsafe.Pointer(&pad[0]), ld, d/t)
 	}
@@ -162,13 +140,6 @@ func loadTransposed(b *Block, n int, src Stager, t int, tr func(dst unsafe.Point
 	if nt := full + t*min(1, n-full); nt < BlockN {
 		for c := 0; c < d; c++ {
 			clear(b.kt[c*BlockN+nt : (c+1)*BlockN])
-		}
-	}
-	var v []float32
-	if n > 0 {
-		v = src.StageV(0, n)
-		if len(v) < n*d {
-			panic("tile: Block.LoadStaged: staged V rows shorter than requested")
 		}
 	}
 	b.setV(n, v)

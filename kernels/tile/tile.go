@@ -39,8 +39,6 @@ type Block struct {
 	kp   []uint32 // scratch: K rows as bf16 pairs before the transpose
 	zero []float32
 	pad  []float32 // scratch: last partial 16-key tile of K
-
-	whole wholeRows // the Stager of Load over whole K and V (SIMD tiers)
 }
 
 // NewBlock returns an empty block for head dimension d.
@@ -74,42 +72,6 @@ func (b *Block) Load(n int, k, v []float32) {
 	b.n = n
 	b.bf16 = false
 	active.load(b, n, k, v)
-}
-
-// wholeRows is the Stager of Load: subslices of whole float32 K and V.
-type wholeRows struct {
-	k, v []float32
-	d    int
-}
-
-func (w *wholeRows) StageK(i0, i1 int) []float32 { return w.k[i0*w.d : i1*w.d] }
-func (w *wholeRows) StageV(i0, i1 int) []float32 { return w.v[i0*w.d : i1*w.d] }
-
-// loadChunk is the number of key rows Block.LoadStaged requests at a time:
-// 16 KiB of float32 at d = 128, transposed while in L1.
-const loadChunk = 32
-
-// LoadStaged is Load with the keys and values taken from src (see
-// Stager): the float32 SIMD tiers ask for loadChunk key rows at a time and
-// transpose them while they are in L1, instead of reading a whole block of
-// float32 keys back from L2; V is requested whole (it is kept in place, see
-// Block). The bf16 tiers and the generic tier request the whole block. The
-// packing is the same as Load's.
-func (b *Block) LoadStaged(n int, src Stager) {
-	if n < 0 || n > BlockN {
-		panic("tile: Block.LoadStaged: n out of range")
-	}
-	if active.loadStaged != nil && b.d%16 == 0 {
-		b.n = n
-		b.bf16 = false
-		active.loadStaged(b, n, src)
-		return
-	}
-	var k, v []float32
-	if n > 0 {
-		k, v = src.StageK(0, n), src.StageV(0, n)
-	}
-	b.Load(n, k, v)
 }
 
 // Acc is the running state of an online softmax over up to maxM query rows.

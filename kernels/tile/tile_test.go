@@ -382,11 +382,10 @@ func sameBlock(t *testing.T, what string, got, want *Block) {
 	}
 }
 
-// TestLoadLayout checks the vectorised packing bit for bit, by Load and by
-// LoadStaged (also on the generic tier, which stages the whole block).
+// TestLoadLayout checks the vectorised packing bit for bit.
 func TestLoadLayout(t *testing.T) {
 	rng := rand.New(rand.NewSource(3))
-	for _, tn := range []string{"avx512", "avx2", "generic"} {
+	for _, tn := range []string{"avx512", "avx2"} {
 		t.Run(tn, func(t *testing.T) {
 			for _, d := range []int{16, 48, 128, 256} {
 				for _, n := range []int{0, 1, 15, 16, 17, 100, 128} {
@@ -405,18 +404,6 @@ func TestLoadLayout(t *testing.T) {
 					}
 					got.Load(n, k, v)
 					sameBlock(t, fmt.Sprintf("d%d n%d Load", d, n), got, want)
-					// LoadStaged: the same packing from rows requested a
-					// chunk at a time (NaN after the requested rows).
-					staged := NewBlock(d)
-					for i := range staged.kt {
-						staged.kt[i] = 7
-					}
-					st := &sliceStager{t: t, k: k, v: v, d: d, kb: make([]float32, (BlockN+1)*d), vb: make([]float32, (BlockN+1)*d)}
-					staged.LoadStaged(n, st)
-					if st.kNext != n || (n > 0 && st.vNext != n) {
-						t.Fatalf("d%d n%d: LoadStaged requested K up to %d, V up to %d", d, n, st.kNext, st.vNext)
-					}
-					sameBlock(t, fmt.Sprintf("d%d n%d LoadStaged", d, n), staged, want)
 				}
 			}
 		})

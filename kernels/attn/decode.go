@@ -139,11 +139,12 @@ func (ws *Workspace) decodeTile(wk *worker, b, h, a, z, c, kBegin, kEnd, used in
 		}
 	}
 	// limit(i): keys t < used - SeqlenQ + i + 1 are visible to query i.
-	// K and V are decoded a few rows at a time inside the update (the
-	// accumulators' updateStaged: tile.Lanes.UpdateStaged; the block
-	// accumulator stages whole blocks), so the float32 rows stay in L1, when V's overflow guard needs no scan (E4M3,
-	// bounded NVFP4) or can scan the BF16 source before the update
-	// (vScale.scanRows); otherwise the whole block is decoded first.
+	// K and V are decoded inside the update (the accumulators'
+	// updateStaged: tile.Lanes.UpdateStaged asks for a few rows at a time,
+	// so the float32 rows stay in L1; the block accumulator takes whole
+	// blocks) when V's overflow guard needs no scan (E4M3, bounded NVFP4) or
+	// can scan the BF16 source before the update (vScale.scanRows);
+	// otherwise the whole block is decoded first.
 	staged := (vBounded(&p.V) || p.V.Dtype == BF16) && !ws.noStage
 	span := func(t0, t1 int, sel func(i int) bool) {
 		n := t1 - t0

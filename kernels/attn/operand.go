@@ -119,10 +119,11 @@ func loadRows(o *Operand, l *KVLayout, b, h, t0, n int, dst []float32) {
 	}
 }
 
-// kvStager hands one K/V block (tokens t0.. of sequence b, KV head h) to
-// tile.Lanes.UpdateStaged a few rows at a time, decoded into the worker's
-// block buffers: the rows of a chunk land at the start of kbuf / vbuf, so
-// they stay in L1 between their decoding and the kernel that reads them.
+// kvStager hands one K/V block (tokens t0.. of sequence b, KV head h) to a
+// decode accumulator's updateStaged (tile.Lanes.UpdateStaged asks for a few
+// rows at a time), decoded into the worker's block buffers: the rows of a
+// request land at the start of kbuf / vbuf, so a small chunk stays in L1
+// between its decoding and the kernel that reads it.
 type kvStager struct {
 	k, v       *Operand
 	l          *KVLayout

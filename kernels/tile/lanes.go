@@ -177,7 +177,7 @@ const (
 )
 
 // UpdateStaged is Update with the block's n keys and values taken from src
-// instead of whole float32 arrays: the AVX-512 kernels ask for lanesKChunk
+// instead of whole float32 arrays: the lane kernels ask for lanesKChunk
 // key rows and lanesVChunk value rows at a time, so a caller that converts
 // K and V from a narrow format (FP8, BF16) converts into a small buffer
 // that stays in L1, instead of writing the whole block (128 KiB of float32

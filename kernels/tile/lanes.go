@@ -184,7 +184,7 @@ const (
 // at d = 128) to L2 and reading it back. Only the first max(valid) rows are
 // requested. The result is bit-identical to Update on the same values:
 // every kernel call computes what it computes in Update, and the P.V
-// kernels of later value chunks continue the same sums with alpha = 1.
+// kernels of later value chunks continue the same sums without rescaling.
 func (l *Lanes) UpdateStaged(n int, valid []int32, src Stager) {
 	if n < 0 || n > BlockN {
 		panic("tile: Lanes.UpdateStaged: n out of range")

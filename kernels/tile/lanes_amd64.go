@@ -38,7 +38,8 @@ func lanesSoftmax(s *float32, n int, st *lanesState, p4 *float32)
 // lanesPV<C> computes, for C output columns c0+c (c < C; o = &oT[16*c0],
 // v = &v[c0]), O[r][c0+c] = alpha[r]*O[r][c0+c] + sum over i < n of
 // P[r][i] * v[i*ldv/4 + c] (i in increasing order, FMA), with p the p4
-// expansion of lanesSoftmax and O in the oIdx layout. n >= 1.
+// expansion of lanesSoftmax and O in the oIdx layout. n >= 1. alpha nil:
+// O is continued without rescaling (a block's later value chunks).
 //
 //go:noescape
 func lanesPV24(p *float32, v *float32, ldv uintptr, n int, o *float32, alpha *float32)
@@ -65,7 +66,7 @@ func lanesQKAVX2(qT *float32, k *float32, ldk uintptr, d int, s *float32, n int)
 func lanesSoftmaxAVX2(s *float32, n int, st *lanesState, p4 *float32, alpha4 *float32)
 
 // lanesPVAVX2 is lanesPV<C> for all d columns (a multiple of 4) of o, with
-// alpha4 the expanded alpha.
+// alpha4 the expanded alpha (nil: no rescaling).
 //
 //go:noescape
 func lanesPVAVX2(p *float32, v *float32, ldv uintptr, n int, o *float32, alpha4 *float32, d int)
@@ -88,23 +89,10 @@ func lanesLevel() int {
 	return 0
 }
 
-// lanesOnes4 is lanesOnes expanded (alpha4 of the AVX2 P.V calls after a
-// block's first value chunk).
-var lanesOnes4 = func() (o [4 * LanesMaxM]float32) {
-	for i := range o {
-		o[i] = 1
-	}
-	return o
-}()
-
 var lanesQKTail = []struct {
 	b  int
 	fn func(qT *float32, k *float32, ldk uintptr, d int, s *float32)
 }{{4, lanesQK4}, {2, lanesQK2}, {1, lanesQK1}}
-
-// lanesOnes is the alpha of the P.V calls after a block's first value
-// chunk: the first call already rescaled O.
-var lanesOnes = [LanesMaxM]float32{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}
 
 // lanesUpdateSIMD is Lanes.Update with the lane kernels over the first n
 // keys (n = max valid, >= 1).
@@ -170,7 +158,7 @@ func lanesQKRange(l *Lanes, k []float32, i0, i1 int) {
 
 // lanesPVRange adds keys [i0, i1) to O (v holds their value rows,
 // [i1-i0][d]), scaling O by this update's alpha first when first (the
-// block's first value chunk) and by 1 otherwise.
+// block's first value chunk); later chunks continue O as it is.
 func lanesPVRange(l *Lanes, v []float32, i0, i1 int, first bool) {
 	d := l.d
 	ld := uintptr(d * 4)
@@ -178,14 +166,14 @@ func lanesPVRange(l *Lanes, v []float32, i0, i1 int, first bool) {
 	if lanesLevel() == 1 {
 		alpha4 := &l.alpha4[0]
 		if !first {
-			alpha4 = &lanesOnes4[0]
+			alpha4 = nil
 		}
 		lanesPVAVX2(p, &v[0], ld, n, &l.oT[0], alpha4, d)
 		return
 	}
 	alpha := &l.st.alpha[0]
 	if !first {
-		alpha = &lanesOnes[0]
+		alpha = nil
 	}
 	for c0 := 0; c0 < d; {
 		switch rem := d - c0; {

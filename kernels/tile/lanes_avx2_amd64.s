@@ -934,21 +934,24 @@ TEXT ·lanesPVAVX2(SB), NOSPLIT, $0-56
 	SHRQ $2, R11 // column quads
 quad:
 	VMOVUPS 0(DI), Y0
-	VMULPS 0(AX), Y0, Y0 // alpha * O
 	VMOVUPS 32(DI), Y1
-	VMULPS 32(AX), Y1, Y1 // alpha * O
 	VMOVUPS 64(DI), Y2
-	VMULPS 64(AX), Y2, Y2 // alpha * O
 	VMOVUPS 96(DI), Y3
-	VMULPS 96(AX), Y3, Y3 // alpha * O
 	VMOVUPS 128(DI), Y4
-	VMULPS 128(AX), Y4, Y4 // alpha * O
 	VMOVUPS 160(DI), Y5
-	VMULPS 160(AX), Y5, Y5 // alpha * O
 	VMOVUPS 192(DI), Y6
-	VMULPS 192(AX), Y6, Y6 // alpha * O
 	VMOVUPS 224(DI), Y7
+	TESTQ AX, AX
+	JZ noalpha // nil alpha4: O is continued as it is
+	VMULPS 0(AX), Y0, Y0 // alpha * O
+	VMULPS 32(AX), Y1, Y1 // alpha * O
+	VMULPS 64(AX), Y2, Y2 // alpha * O
+	VMULPS 96(AX), Y3, Y3 // alpha * O
+	VMULPS 128(AX), Y4, Y4 // alpha * O
+	VMULPS 160(AX), Y5, Y5 // alpha * O
+	VMULPS 192(AX), Y6, Y6 // alpha * O
 	VMULPS 224(AX), Y7, Y7 // alpha * O
+noalpha:
 	MOVQ SI, R12
 	MOVQ DX, R13
 	MOVQ R10, CX

@@ -863,6 +863,8 @@ TEXT ·lanesPV24(SB), NOSPLIT, $0-48
 	MOVQ n+24(FP), CX
 	MOVQ o+32(FP), DI
 	MOVQ alpha+40(FP), AX
+	TESTQ AX, AX
+	JZ noalpha // nil alpha: O is continued as it is
 	VMOVUPS (AX), Z31
 	VMOVDQU32 ·lanesx+0(SB), Z30
 	VPERMPS Z31, Z30, Z24 // alpha of rows 4*0+q in lanes (q, j)
@@ -896,6 +898,33 @@ TEXT ·lanesPV24(SB), NOSPLIT, $0-48
 	VMULPS 1344(DI), Z25, Z21 // alpha * O
 	VMULPS 1408(DI), Z26, Z22 // alpha * O
 	VMULPS 1472(DI), Z27, Z23 // alpha * O
+	JMP keys
+noalpha:
+	VMOVUPS 0(DI), Z0
+	VMOVUPS 64(DI), Z1
+	VMOVUPS 128(DI), Z2
+	VMOVUPS 192(DI), Z3
+	VMOVUPS 256(DI), Z4
+	VMOVUPS 320(DI), Z5
+	VMOVUPS 384(DI), Z6
+	VMOVUPS 448(DI), Z7
+	VMOVUPS 512(DI), Z8
+	VMOVUPS 576(DI), Z9
+	VMOVUPS 640(DI), Z10
+	VMOVUPS 704(DI), Z11
+	VMOVUPS 768(DI), Z12
+	VMOVUPS 832(DI), Z13
+	VMOVUPS 896(DI), Z14
+	VMOVUPS 960(DI), Z15
+	VMOVUPS 1024(DI), Z16
+	VMOVUPS 1088(DI), Z17
+	VMOVUPS 1152(DI), Z18
+	VMOVUPS 1216(DI), Z19
+	VMOVUPS 1280(DI), Z20
+	VMOVUPS 1344(DI), Z21
+	VMOVUPS 1408(DI), Z22
+	VMOVUPS 1472(DI), Z23
+keys:
 	SHRQ $1, CX // pairs of keys
 	JZ one
 loop:
@@ -1047,6 +1076,8 @@ TEXT ·lanesPV16(SB), NOSPLIT, $0-48
 	MOVQ n+24(FP), CX
 	MOVQ o+32(FP), DI
 	MOVQ alpha+40(FP), AX
+	TESTQ AX, AX
+	JZ noalpha // nil alpha: O is continued as it is
 	VMOVUPS (AX), Z31
 	VMOVDQU32 ·lanesx+0(SB), Z30
 	VPERMPS Z31, Z30, Z24 // alpha of rows 4*0+q in lanes (q, j)
@@ -1072,6 +1103,25 @@ TEXT ·lanesPV16(SB), NOSPLIT, $0-48
 	VMULPS 832(DI), Z25, Z13 // alpha * O
 	VMULPS 896(DI), Z26, Z14 // alpha * O
 	VMULPS 960(DI), Z27, Z15 // alpha * O
+	JMP keys
+noalpha:
+	VMOVUPS 0(DI), Z0
+	VMOVUPS 64(DI), Z1
+	VMOVUPS 128(DI), Z2
+	VMOVUPS 192(DI), Z3
+	VMOVUPS 256(DI), Z4
+	VMOVUPS 320(DI), Z5
+	VMOVUPS 384(DI), Z6
+	VMOVUPS 448(DI), Z7
+	VMOVUPS 512(DI), Z8
+	VMOVUPS 576(DI), Z9
+	VMOVUPS 640(DI), Z10
+	VMOVUPS 704(DI), Z11
+	VMOVUPS 768(DI), Z12
+	VMOVUPS 832(DI), Z13
+	VMOVUPS 896(DI), Z14
+	VMOVUPS 960(DI), Z15
+keys:
 	SHRQ $1, CX // pairs of keys
 	JZ one
 loop:
@@ -1185,6 +1235,8 @@ TEXT ·lanesPV8(SB), NOSPLIT, $0-48
 	MOVQ n+24(FP), CX
 	MOVQ o+32(FP), DI
 	MOVQ alpha+40(FP), AX
+	TESTQ AX, AX
+	JZ noalpha // nil alpha: O is continued as it is
 	VMOVUPS (AX), Z31
 	VMOVDQU32 ·lanesx+0(SB), Z30
 	VPERMPS Z31, Z30, Z24 // alpha of rows 4*0+q in lanes (q, j)
@@ -1202,6 +1254,17 @@ TEXT ·lanesPV8(SB), NOSPLIT, $0-48
 	VMULPS 320(DI), Z25, Z5 // alpha * O
 	VMULPS 384(DI), Z26, Z6 // alpha * O
 	VMULPS 448(DI), Z27, Z7 // alpha * O
+	JMP keys
+noalpha:
+	VMOVUPS 0(DI), Z0
+	VMOVUPS 64(DI), Z1
+	VMOVUPS 128(DI), Z2
+	VMOVUPS 192(DI), Z3
+	VMOVUPS 256(DI), Z4
+	VMOVUPS 320(DI), Z5
+	VMOVUPS 384(DI), Z6
+	VMOVUPS 448(DI), Z7
+keys:
 	SHRQ $1, CX // pairs of keys
 	JZ one
 loop:

@@ -135,6 +135,7 @@ func genQK(a *asm, B int) {
 }
 
 // genPV emits lanesPV<C>(p *float32, v *float32, ldv uintptr, n int, o *float32, alpha *float32)
+// (alpha nil: O is not rescaled, for a block's later value chunks)
 // over the 4x4 layout: O vector (c4, g) (o + 256*c4 + 64*g) holds lane (q,
 // j) = O[4g+q][c0+4*c4+j]; P vector (i, g) (p + 256*i + 64*g, written by
 // lanesSoftmax) holds lane (q, j) = P[4g+q][i]; V[i][c0+4*c4..+3] is one
@@ -154,6 +155,8 @@ func genPV(a *asm, C int) {
 	a.f("\tMOVQ n+24(FP), CX")
 	a.f("\tMOVQ o+32(FP), DI")
 	a.f("\tMOVQ alpha+40(FP), AX")
+	a.f("\tTESTQ AX, AX")
+	a.f("\tJZ noalpha // nil alpha: O is continued as it is")
 	a.f("\tVMOVUPS (AX), Z31")
 	for g := 0; g < 4; g++ {
 		a.f("\tVMOVDQU32 ·lanesx+%d(SB), Z30", 64*g)
@@ -164,6 +167,14 @@ func genPV(a *asm, C int) {
 			a.f("\tVMULPS %d(DI), Z%d, Z%d // alpha * O", 256*c4+64*g, 24+g, 4*c4+g)
 		}
 	}
+	a.f("\tJMP keys")
+	a.f("noalpha:")
+	for c4 := 0; c4 < C4; c4++ {
+		for g := 0; g < 4; g++ {
+			a.f("\tVMOVUPS %d(DI), Z%d", 256*c4+64*g, 4*c4+g)
+		}
+	}
+	a.f("keys:")
 	key := func(off int) {
 		for g := 0; g < 4; g++ {
 			a.f("\tVMOVUPS %d(SI), Z%d // P rows 4*%d+q, key i", off+64*g, 24+g, g)
@@ -490,7 +501,8 @@ func genQK2(a *asm) {
 // *float32, alpha4 *float32, d int): O = alpha*O + sum over keys i < n of
 // P[r][i] * V[i][c] for all d columns (a multiple of 4), one column quad at a
 // time in 8 accumulators (Y(2g+h) = half h of O vector (c4, g)), keys in
-// increasing order; alpha4 is alpha expanded like P (lanesSoftmaxAVX2).
+// increasing order; alpha4 is alpha expanded like P (lanesSoftmaxAVX2), or
+// nil for a block's later value chunks (O not rescaled).
 // GP: SI p, DX V column, R8 ldv, R10 n, DI O, AX alpha4, R11 quads left,
 // R12 P row, R13 V row, CX keys left.
 func genPV2(a *asm) {
@@ -509,9 +521,16 @@ func genPV2(a *asm) {
 	for g := 0; g < 4; g++ {
 		for h := 0; h < 2; h++ {
 			a.f("\tVMOVUPS %d(DI), Y%d", 64*g+32*h, 2*g+h)
+		}
+	}
+	a.f("\tTESTQ AX, AX")
+	a.f("\tJZ noalpha // nil alpha4: O is continued as it is")
+	for g := 0; g < 4; g++ {
+		for h := 0; h < 2; h++ {
 			a.f("\tVMULPS %d(AX), Y%d, Y%d // alpha * O", 64*g+32*h, 2*g+h, 2*g+h)
 		}
 	}
+	a.f("noalpha:")
 	a.f("\tMOVQ SI, R12")
 	a.f("\tMOVQ DX, R13")
 	a.f("\tMOVQ R10, CX")

@@ -210,6 +210,33 @@ func genPV(a *asm, C int) {
 	a.f("\tRET\n")
 }
 
+// pass2Loops emits the dispatch of a softmax's second pass on the P
+// rounding (st.round: labels no, bf, e4) and on temperature tracking
+// (st.invT != 0: label suffix tt, else nt), and one loop per pair: body
+// emits the loop body for (rnd, temp) ending in a jump back to lbl while
+// keys remain; each loop then jumps to done.
+func pass2Loops(a *asm, body func(rnd string, temp bool, lbl string)) {
+	a.f("\tMOVL %d(BX), DX // round", offRound)
+	a.f("\tCMPL DX, $1")
+	a.f("\tJEQ bf")
+	a.f("\tCMPL DX, $2")
+	a.f("\tJEQ e4")
+	for _, rnd := range []string{"no", "bf", "e4"} {
+		a.f("%s:", rnd)
+		a.f("\tCMPL %d(BX), $0", offInvT)
+		a.f("\tJNE %stt", rnd)
+		for _, temp := range []bool{false, true} {
+			lbl := rnd + "nt"
+			if temp {
+				lbl = rnd + "tt"
+			}
+			a.f("%s:", lbl)
+			body(rnd, temp, lbl)
+			a.f("\tJMP done")
+		}
+	}
+}
+
 // lanesState offsets (lanes_amd64.go checks them in a test).
 const (
 	offValid = 0
@@ -298,45 +325,29 @@ func genSoftmax(a *asm) {
 	a.f("\tVXORPS Z15, Z15, Z15")
 	a.f("\tVPXORD Z29, Z29, Z29")
 	a.f("\tMOVQ SI, DI")
-	a.f("\tMOVL %d(BX), DX // round", offRound)
-	a.f("\tCMPL DX, $1")
-	a.f("\tJEQ bf")
-	a.f("\tCMPL DX, $2")
-	a.f("\tJEQ e4")
-	for _, rnd := range []string{"no", "bf", "e4"} {
-		a.f("%s:", rnd)
-		a.f("\tCMPL %d(BX), $0", offInvT)
-		a.f("\tJNE %stt", rnd)
-		for _, temp := range []bool{false, true} {
-			lbl := rnd + "nt"
-			if temp {
-				lbl = rnd + "tt"
-			}
-			a.f("%s:", lbl)
-			a.f("\tVMOVUPS (DI), Z0")
-			a.f("\tVSUBPS Z26, Z0, Z0")
-			a.f("\tVPCMPGTD Z29, Z30, K1 // valid > key")
-			exp2(0, 3, 1, 2, "K1")
-			a.f("\tVADDPS Z3, Z16, Z16")
-			if temp {
-				a.f("\tVMULPS Z24, Z0, Z4")
-				exp2(4, 5, 1, 2, "K1")
-				a.f("\tVADDPS Z5, Z15, Z15")
-			}
-			switch rnd {
-			case "bf":
-				emit.RoundBF16(a.f, 3)
-			case "e4":
-				emit.RoundE4M3(a.f, 3)
-			}
-			a.f("\tVMOVUPS Z3, (DI)")
-			a.f("\tVPADDD Z28, Z29, Z29")
-			a.f("\tADDQ $64, DI")
-			a.f("\tDECQ CX")
-			a.f("\tJNZ %s", lbl)
-			a.f("\tJMP done")
+	pass2Loops(a, func(rnd string, temp bool, lbl string) {
+		a.f("\tVMOVUPS (DI), Z0")
+		a.f("\tVSUBPS Z26, Z0, Z0")
+		a.f("\tVPCMPGTD Z29, Z30, K1 // valid > key")
+		exp2(0, 3, 1, 2, "K1")
+		a.f("\tVADDPS Z3, Z16, Z16")
+		if temp {
+			a.f("\tVMULPS Z24, Z0, Z4")
+			exp2(4, 5, 1, 2, "K1")
+			a.f("\tVADDPS Z5, Z15, Z15")
 		}
-	}
+		switch rnd {
+		case "bf":
+			emit.RoundBF16(a.f, 3)
+		case "e4":
+			emit.RoundE4M3(a.f, 3)
+		}
+		a.f("\tVMOVUPS Z3, (DI)")
+		a.f("\tVPADDD Z28, Z29, Z29")
+		a.f("\tADDQ $64, DI")
+		a.f("\tDECQ CX")
+		a.f("\tJNZ %s", lbl)
+	})
 	a.f("done:")
 	a.f("\tVADDPS %d(BX), Z16, Z16", offSum)
 	a.f("\tVMOVUPS Z16, %d(BX)", offSum)
@@ -622,49 +633,33 @@ func genSoftmax2(a *asm) {
 	a.f("\tVPXOR Y11, Y11, Y11")
 	a.f("\tMOVQ SI, DI")
 	a.f("\tMOVQ n+8(FP), CX")
-	a.f("\tMOVL %d(BX), DX // round", offRound)
-	a.f("\tCMPL DX, $1")
-	a.f("\tJEQ bf")
-	a.f("\tCMPL DX, $2")
-	a.f("\tJEQ e4")
-	for _, rnd := range []string{"no", "bf", "e4"} {
-		a.f("%s:", rnd)
-		a.f("\tCMPL %d(BX), $0", offInvT)
-		a.f("\tJNE %stt", rnd)
-		for _, temp := range []bool{false, true} {
-			lbl := rnd + "nt"
+	pass2Loops(a, func(rnd string, temp bool, lbl string) {
+		for u := 0; u < 2; u++ {
+			a.f("\tVMOVUPS %d(DI), Y0", 32*u)
+			a.f("\tVSUBPS Y%d, Y0, Y0", 10-u)
+			a.f("\tVPCMPGTD Y11, Y%d, Y2 // valid > key", 13-u)
+			exp2(0, 3, 1, 4)
+			a.f("\tVANDPS Y2, Y3, Y3")
+			a.f("\tVADDPS Y3, Y%d, Y%d", 5+u, 5+u)
 			if temp {
-				lbl = rnd + "tt"
+				a.f("\tVMULPS Y15, Y0, Y0")
+				exp2(0, 0, 1, 4)
+				a.f("\tVANDPS Y2, Y0, Y0")
+				a.f("\tVADDPS Y0, Y%d, Y%d", 7+u, 7+u)
 			}
-			a.f("%s:", lbl)
-			for u := 0; u < 2; u++ {
-				a.f("\tVMOVUPS %d(DI), Y0", 32*u)
-				a.f("\tVSUBPS Y%d, Y0, Y0", 10-u)
-				a.f("\tVPCMPGTD Y11, Y%d, Y2 // valid > key", 13-u)
-				exp2(0, 3, 1, 4)
-				a.f("\tVANDPS Y2, Y3, Y3")
-				a.f("\tVADDPS Y3, Y%d, Y%d", 5+u, 5+u)
-				if temp {
-					a.f("\tVMULPS Y15, Y0, Y0")
-					exp2(0, 0, 1, 4)
-					a.f("\tVANDPS Y2, Y0, Y0")
-					a.f("\tVADDPS Y0, Y%d, Y%d", 7+u, 7+u)
-				}
-				switch rnd {
-				case "bf":
-					emit.RoundBF16AVX2(a.f, c8, 3)
-				case "e4":
-					emit.RoundE4M3AVX2(a.f, c8, 3)
-				}
-				a.f("\tVMOVUPS Y3, %d(DI)", 32*u)
+			switch rnd {
+			case "bf":
+				emit.RoundBF16AVX2(a.f, c8, 3)
+			case "e4":
+				emit.RoundE4M3AVX2(a.f, c8, 3)
 			}
-			a.f("\tVPADDD %s, Y11, Y11", c8("one"))
-			a.f("\tADDQ $64, DI")
-			a.f("\tDECQ CX")
-			a.f("\tJNZ %s", lbl)
-			a.f("\tJMP done")
+			a.f("\tVMOVUPS Y3, %d(DI)", 32*u)
 		}
-	}
+		a.f("\tVPADDD %s, Y11, Y11", c8("one"))
+		a.f("\tADDQ $64, DI")
+		a.f("\tDECQ CX")
+		a.f("\tJNZ %s", lbl)
+	})
 	a.f("done:")
 	for u := 0; u < 2; u++ {
 		a.f("\tVADDPS %d(BX), Y%d, Y%d", offSum+32*u, 5+u, 5+u)

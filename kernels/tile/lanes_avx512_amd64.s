@@ -620,9 +620,10 @@ pass2:
 	VPXORD Z29, Z29, Z29
 	MOVQ SI, DI
 	MOVL 328(BX), DX // round
-	CMPL DX, $1
+	// One loop per (rounding, temperature) pair: no branches per vector.
+	CMPQ DX, $1
 	JEQ bf
-	CMPL DX, $2
+	CMPQ DX, $2
 	JEQ e4
 no:
 	CMPL 324(BX), $0

@@ -442,68 +442,52 @@ func genSoftmax512(a *asm, name string, mode int) {
 	a.f("\tMOVQ SI, DI")
 	a.f("\tMOVQ SI, AX")
 	a.f("\tMOVQ nv+8(FP), CX")
-	a.f("\t// One loop per (rounding, temperature) pair: no branches per vector.")
-	a.f("\tCMPQ DX, $1")
-	a.f("\tJEQ bf")
-	a.f("\tCMPQ DX, $2")
-	a.f("\tJEQ e4")
 	bf := func(p int) { emit.RoundBF16(a.f, p) }
-	for _, rnd := range []string{"no", "bf", "e4"} {
-		a.f("%s:", rnd)
-		a.f("\tCMPL invT+44(FP), $0")
-		a.f("\tJNE %stt", rnd)
-		for _, temp := range []bool{false, true} {
-			lbl := rnd + "nt"
-			if temp {
-				lbl = rnd + "tt"
+	emit.RoundTempLoops(a.f, "invT+44(FP)", "red", func(rnd string, temp bool, lbl string) {
+		for u, sacc := range []int{15, 26} {
+			tacc := []int{14, 29}[u]
+			p := 3
+			if mode == storePackBF && u == 1 {
+				p = 30 // free in phase 2; keeps the first vector in Z3
 			}
-			a.f("%s:", lbl)
-			for u, sacc := range []int{15, 26} {
-				tacc := []int{14, 29}[u]
-				p := 3
-				if mode == storePackBF && u == 1 {
-					p = 30 // free in phase 2; keeps the first vector in Z3
-				}
-				a.f("\tVMOVUPS %d(DI), Z0", 64*u)
-				a.f("\tVSUBPS Z25, Z0, Z0")
-				exp2(0, p, 1, 2)
-				a.f("\tVADDPS Z%d, Z%d, Z%d", p, sacc, sacc)
-				if temp {
-					a.f("\tVMULPS Z16, Z0, Z4")
-					exp2(4, 5, 1, 2)
-					a.f("\tVADDPS Z5, Z%d, Z%d", tacc, tacc)
-				}
-				switch {
-				case rnd == "bf" && mode != storePackBF:
-					bf(p)
-				case rnd == "e4":
-					emit.RoundE4M3(a.f, p)
-				}
-				switch mode {
-				case storeF32:
-					a.f("\tVMOVUPS Z%d, %d(DI)", p, 64*u)
-				case storePack:
-					if rnd != "bf" {
-						bf(p)
-					}
-					a.f("\tVPSRLD $16, Z%d, Z%d", p, p)
-					a.f("\tVPMOVDW Z%d, %d(AX) // bf16 pairs, in place (32 bytes per 16 keys)", p, 32*u)
-				}
+			a.f("\tVMOVUPS %d(DI), Z0", 64*u)
+			a.f("\tVSUBPS Z25, Z0, Z0")
+			exp2(0, p, 1, 2)
+			a.f("\tVADDPS Z%d, Z%d, Z%d", p, sacc, sacc)
+			if temp {
+				a.f("\tVMULPS Z16, Z0, Z4")
+				exp2(4, 5, 1, 2)
+				a.f("\tVADDPS Z5, Z%d, Z%d", tacc, tacc)
+			}
+			switch {
+			case rnd == "bf" && mode != storePackBF:
+				bf(p)
+			case rnd == "e4":
+				emit.RoundE4M3(a.f, p)
 			}
 			switch mode {
-			case storePackBF:
-				a.f("\t%s // VCVTNE2PS2BF16 Z3, Z30, Z3 (Intel order: zmm3 = bf16(zmm3) low, bf16(zmm30) high)", cvtne2ps2bf16Bytes(3, 30, 3))
-				a.f("\tVMOVDQU32 Z3, (AX) // 32 bf16 values, in place")
-				a.f("\tADDQ $64, AX")
+			case storeF32:
+				a.f("\tVMOVUPS Z%d, %d(DI)", p, 64*u)
 			case storePack:
-				a.f("\tADDQ $64, AX")
+				if rnd != "bf" {
+					bf(p)
+				}
+				a.f("\tVPSRLD $16, Z%d, Z%d", p, p)
+				a.f("\tVPMOVDW Z%d, %d(AX) // bf16 pairs, in place (32 bytes per 16 keys)", p, 32*u)
 			}
-			a.f("\tADDQ $128, DI")
-			a.f("\tSUBQ $2, CX")
-			a.f("\tJNZ %s", lbl)
-			a.f("\tJMP red")
 		}
-	}
+		switch mode {
+		case storePackBF:
+			a.f("\t%s // VCVTNE2PS2BF16 Z3, Z30, Z3 (Intel order: zmm3 = bf16(zmm3) low, bf16(zmm30) high)", cvtne2ps2bf16Bytes(3, 30, 3))
+			a.f("\tVMOVDQU32 Z3, (AX) // 32 bf16 values, in place")
+			a.f("\tADDQ $64, AX")
+		case storePack:
+			a.f("\tADDQ $64, AX")
+		}
+		a.f("\tADDQ $128, DI")
+		a.f("\tSUBQ $2, CX")
+		a.f("\tJNZ %s", lbl)
+	})
 	a.f("red:")
 	a.f("\tVADDPS Z26, Z15, Z15")
 	a.f("\tVADDPS Z29, Z14, Z14")
@@ -634,46 +618,30 @@ func genSoftmax256(a *asm, name string) {
 	}
 	a.f("\tMOVQ SI, DI")
 	a.f("\tMOVQ nv+8(FP), CX")
-	a.f("\t// One loop per (rounding, temperature) pair: no branches per vector.")
-	a.f("\tCMPQ DX, $1")
-	a.f("\tJEQ bf")
-	a.f("\tCMPQ DX, $2")
-	a.f("\tJEQ e4")
-	for _, rnd := range []string{"no", "bf", "e4"} {
-		a.f("%s:", rnd)
-		a.f("\tCMPL invT+44(FP), $0")
-		a.f("\tJNE %stt", rnd)
-		for _, temp := range []bool{false, true} {
-			lbl := rnd + "nt"
+	emit.RoundTempLoops(a.f, "invT+44(FP)", "red", func(rnd string, temp bool, lbl string) {
+		for u, sacc := range []int{14, 12} {
+			tacc := []int{13, 11}[u]
+			a.f("\tVMOVUPS %d(DI), Y0", 32*u)
+			a.f("\tVSUBPS Y15, Y0, Y0")
+			exp2(0, 3, 1, 2)
+			a.f("\tVADDPS Y3, Y%d, Y%d", sacc, sacc)
 			if temp {
-				lbl = rnd + "tt"
+				a.f("\tVMULPS Y10, Y0, Y4")
+				exp2(4, 5, 1, 2)
+				a.f("\tVADDPS Y5, Y%d, Y%d", tacc, tacc)
 			}
-			a.f("%s:", lbl)
-			for u, sacc := range []int{14, 12} {
-				tacc := []int{13, 11}[u]
-				a.f("\tVMOVUPS %d(DI), Y0", 32*u)
-				a.f("\tVSUBPS Y15, Y0, Y0")
-				exp2(0, 3, 1, 2)
-				a.f("\tVADDPS Y3, Y%d, Y%d", sacc, sacc)
-				if temp {
-					a.f("\tVMULPS Y10, Y0, Y4")
-					exp2(4, 5, 1, 2)
-					a.f("\tVADDPS Y5, Y%d, Y%d", tacc, tacc)
-				}
-				switch rnd {
-				case "bf":
-					emit.RoundBF16AVX2(a.f, c, 3)
-				case "e4":
-					emit.RoundE4M3AVX2(a.f, c, 3)
-				}
-				a.f("\tVMOVUPS Y3, %d(DI)", 32*u)
+			switch rnd {
+			case "bf":
+				emit.RoundBF16AVX2(a.f, c, 3)
+			case "e4":
+				emit.RoundE4M3AVX2(a.f, c, 3)
 			}
-			a.f("\tADDQ $64, DI")
-			a.f("\tSUBQ $2, CX")
-			a.f("\tJNZ %s", lbl)
-			a.f("\tJMP red")
+			a.f("\tVMOVUPS Y3, %d(DI)", 32*u)
 		}
-	}
+		a.f("\tADDQ $64, DI")
+		a.f("\tSUBQ $2, CX")
+		a.f("\tJNZ %s", lbl)
+	})
 	a.f("red:")
 	a.f("\tVADDPS Y12, Y14, Y14")
 	a.f("\tVADDPS Y11, Y13, Y13")

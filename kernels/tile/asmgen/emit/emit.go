@@ -52,3 +52,31 @@ func Const(n string) (uint32, bool) {
 	}
 	return 0, false
 }
+
+// RoundTempLoops emits the second pass of a softmax kernel as one loop per
+// (P rounding, temperature) pair, so no loop branches per vector: with the
+// rounding mode in DX (0 none, 1 bf16, 2 e4m3; labels no, bf, e4) and
+// temperature tracking on when the 32-bit operand invT is non-zero (label
+// suffix tt, else nt), body(rnd, temp, lbl) emits the loop labelled lbl,
+// including its closing jump back to lbl; each loop then jumps to exit.
+func RoundTempLoops(f Printf, invT, exit string, body func(rnd string, temp bool, lbl string)) {
+	f("\t// One loop per (rounding, temperature) pair: no branches per vector.")
+	f("\tCMPQ DX, $1")
+	f("\tJEQ bf")
+	f("\tCMPQ DX, $2")
+	f("\tJEQ e4")
+	for _, rnd := range []string{"no", "bf", "e4"} {
+		f("%s:", rnd)
+		f("\tCMPL %s, $0", invT)
+		f("\tJNE %stt", rnd)
+		for _, temp := range []bool{false, true} {
+			lbl := rnd + "nt"
+			if temp {
+				lbl = rnd + "tt"
+			}
+			f("%s:", lbl)
+			body(rnd, temp, lbl)
+			f("\tJMP %s", exit)
+		}
+	}
+}

@@ -210,33 +210,6 @@ func genPV(a *asm, C int) {
 	a.f("\tRET\n")
 }
 
-// pass2Loops emits the dispatch of a softmax's second pass on the P
-// rounding (st.round: labels no, bf, e4) and on temperature tracking
-// (st.invT != 0: label suffix tt, else nt), and one loop per pair: body
-// emits the loop body for (rnd, temp) ending in a jump back to lbl while
-// keys remain; each loop then jumps to done.
-func pass2Loops(a *asm, body func(rnd string, temp bool, lbl string)) {
-	a.f("\tMOVL %d(BX), DX // round", offRound)
-	a.f("\tCMPL DX, $1")
-	a.f("\tJEQ bf")
-	a.f("\tCMPL DX, $2")
-	a.f("\tJEQ e4")
-	for _, rnd := range []string{"no", "bf", "e4"} {
-		a.f("%s:", rnd)
-		a.f("\tCMPL %d(BX), $0", offInvT)
-		a.f("\tJNE %stt", rnd)
-		for _, temp := range []bool{false, true} {
-			lbl := rnd + "nt"
-			if temp {
-				lbl = rnd + "tt"
-			}
-			a.f("%s:", lbl)
-			body(rnd, temp, lbl)
-			a.f("\tJMP done")
-		}
-	}
-}
-
 // lanesState offsets (lanes_amd64.go checks them in a test).
 const (
 	offValid = 0
@@ -325,7 +298,8 @@ func genSoftmax(a *asm) {
 	a.f("\tVXORPS Z15, Z15, Z15")
 	a.f("\tVPXORD Z29, Z29, Z29")
 	a.f("\tMOVQ SI, DI")
-	pass2Loops(a, func(rnd string, temp bool, lbl string) {
+	a.f("\tMOVL %d(BX), DX // round", offRound)
+	emit.RoundTempLoops(a.f, fmt.Sprintf("%d(BX)", offInvT), "done", func(rnd string, temp bool, lbl string) {
 		a.f("\tVMOVUPS (DI), Z0")
 		a.f("\tVSUBPS Z26, Z0, Z0")
 		a.f("\tVPCMPGTD Z29, Z30, K1 // valid > key")
@@ -451,6 +425,17 @@ func genAVX2(a *asm) {
 	genPV2(a)
 }
 
+// forHalves calls f for the 8 ymm halves of the 4 vectors g of a column
+// quad (or key) in the AVX2 kernels: off = 64g+32h, the half's byte offset
+// in the 4x4 layout, and y = 2g+h, its accumulator register.
+func forHalves(f func(off, y int)) {
+	for g := 0; g < 4; g++ {
+		for h := 0; h < 2; h++ {
+			f(64*g+32*h, 2*g+h)
+		}
+	}
+}
+
 // genQK2 emits lanesQKAVX2(qT *float32, k *float32, ldk uintptr, d int, s
 // *float32, n int): the score vectors of n consecutive keys, one key at a
 // time. Accumulator Y(2g+h) is half h of lanesQK's (key, g) accumulator.
@@ -476,11 +461,7 @@ func genQK2(a *asm) {
 	a.f("cols:")
 	for u := 0; u < 2; u++ {
 		a.f("\tVBROADCASTF128 %d(R9), Y8 // K[i][c+%d..c+%d]", 16*u, 4*u, 4*u+3)
-		for g := 0; g < 4; g++ {
-			for h := 0; h < 2; h++ {
-				a.f("\tVFMADD231PS %d(DI), Y8, Y%d", 256*u+64*g+32*h, 2*g+h)
-			}
-		}
+		forHalves(func(off, y int) { a.f("\tVFMADD231PS %d(DI), Y8, Y%d", 256*u+off, y) })
 	}
 	a.f("\tADDQ $512, DI")
 	a.f("\tADDQ $32, R9")
@@ -529,38 +510,22 @@ func genPV2(a *asm) {
 	a.f("\tMOVQ d+48(FP), R11")
 	a.f("\tSHRQ $2, R11 // column quads")
 	a.f("quad:")
-	for g := 0; g < 4; g++ {
-		for h := 0; h < 2; h++ {
-			a.f("\tVMOVUPS %d(DI), Y%d", 64*g+32*h, 2*g+h)
-		}
-	}
+	forHalves(func(off, y int) { a.f("\tVMOVUPS %d(DI), Y%d", off, y) })
 	a.f("\tTESTQ AX, AX")
 	a.f("\tJZ noalpha // nil alpha4: O is continued as it is")
-	for g := 0; g < 4; g++ {
-		for h := 0; h < 2; h++ {
-			a.f("\tVMULPS %d(AX), Y%d, Y%d // alpha * O", 64*g+32*h, 2*g+h, 2*g+h)
-		}
-	}
+	forHalves(func(off, y int) { a.f("\tVMULPS %d(AX), Y%d, Y%d // alpha * O", off, y, y) })
 	a.f("noalpha:")
 	a.f("\tMOVQ SI, R12")
 	a.f("\tMOVQ DX, R13")
 	a.f("\tMOVQ R10, CX")
 	a.f("keys:")
 	a.f("\tVBROADCASTF128 (R13), Y8 // V[i][c..c+3]")
-	for g := 0; g < 4; g++ {
-		for h := 0; h < 2; h++ {
-			a.f("\tVFMADD231PS %d(R12), Y8, Y%d", 64*g+32*h, 2*g+h)
-		}
-	}
+	forHalves(func(off, y int) { a.f("\tVFMADD231PS %d(R12), Y8, Y%d", off, y) })
 	a.f("\tADDQ $256, R12")
 	a.f("\tADDQ R8, R13")
 	a.f("\tDECQ CX")
 	a.f("\tJNZ keys")
-	for g := 0; g < 4; g++ {
-		for h := 0; h < 2; h++ {
-			a.f("\tVMOVUPS Y%d, %d(DI)", 2*g+h, 64*g+32*h)
-		}
-	}
+	forHalves(func(off, y int) { a.f("\tVMOVUPS Y%d, %d(DI)", y, off) })
 	a.f("\tADDQ $256, DI")
 	a.f("\tADDQ $16, DX")
 	a.f("\tDECQ R11")
@@ -633,7 +598,8 @@ func genSoftmax2(a *asm) {
 	a.f("\tVPXOR Y11, Y11, Y11")
 	a.f("\tMOVQ SI, DI")
 	a.f("\tMOVQ n+8(FP), CX")
-	pass2Loops(a, func(rnd string, temp bool, lbl string) {
+	a.f("\tMOVL %d(BX), DX // round", offRound)
+	emit.RoundTempLoops(a.f, fmt.Sprintf("%d(BX)", offInvT), "done", func(rnd string, temp bool, lbl string) {
 		for u := 0; u < 2; u++ {
 			a.f("\tVMOVUPS %d(DI), Y0", 32*u)
 			a.f("\tVSUBPS Y%d, Y0, Y0", 10-u)

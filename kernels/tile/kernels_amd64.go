@@ -601,6 +601,12 @@ func transpose8(dst unsafe.Pointer, ldd uintptr, src unsafe.Pointer, lds uintptr
 func transpose16(dst unsafe.Pointer, ldd uintptr, src unsafe.Pointer, lds uintptr, tiles int)
 
 //go:noescape
+func log2Sums512(dst *float64, src *float32, n int, tab unsafe.Pointer)
+
+//go:noescape
+func log2Sums256(dst *float64, src *float32, n int, tab unsafe.Pointer)
+
+//go:noescape
 func cvtPairs(dst unsafe.Pointer, src *float32, n int)
 
 //go:noescape

@@ -1943,3 +1943,49 @@ tile:
 	VZEROUPPER
 	RET
 
+// func log2Sums256(dst *float64, src *float32, n int, tab unsafe.Pointer)
+TEXT ·log2Sums256(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	MOVQ tab+24(FP), AX
+loop:
+	VMOVDQU (SI), X0
+	VPSRLD $23, X0, X1
+	VPSUBD 352(AX), X1, X1 // e
+	VPAND 320(AX), X0, X2
+	VPOR 336(AX), X2, X2 // bits of m in [1, 2)
+	VCVTDQ2PD X1, Y4 // e as float64
+	VCVTPS2PD X2, Y3 // m
+	VCMPPD $0x1e, 0(AX), Y3, Y8 // m > sqrt2
+	VMULPD 32(AX), Y3, Y9
+	VBLENDVPD Y8, Y9, Y3, Y3 // m *= 0.5 there
+	VANDPD 64(AX), Y8, Y9
+	VADDPD Y9, Y4, Y4 // e++ there (adds 1 or +0)
+	VSUBPD 64(AX), Y3, Y5 // m - 1
+	VADDPD 64(AX), Y3, Y6 // m + 1
+	VDIVPD Y6, Y5, Y5 // t
+	VMULPD Y5, Y5, Y6 // t2
+	VMULPD 256(AX), Y6, Y7 // t2 * 1/13
+	VADDPD 224(AX), Y7, Y7
+	VMULPD Y6, Y7, Y7
+	VADDPD 192(AX), Y7, Y7
+	VMULPD Y6, Y7, Y7
+	VADDPD 160(AX), Y7, Y7
+	VMULPD Y6, Y7, Y7
+	VADDPD 128(AX), Y7, Y7
+	VMULPD Y6, Y7, Y7
+	VADDPD 96(AX), Y7, Y7
+	VMULPD Y6, Y7, Y7
+	VADDPD 64(AX), Y7, Y7 // 1 + p
+	VMULPD Y5, Y7, Y7 // s
+	VMULPD 288(AX), Y7, Y7 // s * 2/ln2
+	VADDPD Y7, Y4, Y7 // e + s * 2/ln2
+	VMOVUPD Y7, (DI)
+	ADDQ $16, SI
+	ADDQ $32, DI
+	SUBQ $4, CX
+	JNZ loop
+	VZEROUPPER
+	RET
+

@@ -11413,6 +11413,60 @@ tile:
 	VZEROUPPER
 	RET
 
+// func log2Sums512(dst *float64, src *float32, n int, tab unsafe.Pointer)
+TEXT ·log2Sums512(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	MOVQ tab+24(FP), AX
+	VBROADCASTSD 0(AX), Z16
+	VBROADCASTSD 32(AX), Z17
+	VBROADCASTSD 64(AX), Z18
+	VBROADCASTSD 96(AX), Z19
+	VBROADCASTSD 128(AX), Z20
+	VBROADCASTSD 160(AX), Z21
+	VBROADCASTSD 192(AX), Z22
+	VBROADCASTSD 224(AX), Z23
+	VBROADCASTSD 256(AX), Z24
+	VBROADCASTSD 288(AX), Z25
+loop:
+	VMOVDQU (SI), Y0
+	VPSRLD $23, Y0, Y1
+	VPSUBD.BCST 352(AX), Y1, Y1 // e
+	VPANDD.BCST 320(AX), Y0, Y2
+	VPORD.BCST 336(AX), Y2, Y2 // bits of m in [1, 2)
+	VCVTDQ2PD Y1, Z4 // e as float64
+	VCVTPS2PD Y2, Z3 // m
+	VCMPPD $0x1e, Z16, Z3, K1 // m > sqrt2
+	VMULPD Z17, Z3, K1, Z3 // m *= 0.5 there
+	VADDPD Z18, Z4, K1, Z4 // e++ there
+	VSUBPD Z18, Z3, Z5 // m - 1
+	VADDPD Z18, Z3, Z6 // m + 1
+	VDIVPD Z6, Z5, Z5 // t
+	VMULPD Z5, Z5, Z6 // t2
+	VMULPD Z24, Z6, Z7 // t2 * 1/13
+	VADDPD Z23, Z7, Z7
+	VMULPD Z6, Z7, Z7
+	VADDPD Z22, Z7, Z7
+	VMULPD Z6, Z7, Z7
+	VADDPD Z21, Z7, Z7
+	VMULPD Z6, Z7, Z7
+	VADDPD Z20, Z7, Z7
+	VMULPD Z6, Z7, Z7
+	VADDPD Z19, Z7, Z7
+	VMULPD Z6, Z7, Z7
+	VADDPD Z18, Z7, Z7 // 1 + p
+	VMULPD Z5, Z7, Z7 // s
+	VMULPD Z25, Z7, Z7 // s * 2/ln2
+	VADDPD Z7, Z4, Z7 // e + s * 2/ln2
+	VMOVUPD Z7, (DI)
+	ADDQ $32, SI
+	ADDQ $64, DI
+	SUBQ $8, CX
+	JNZ loop
+	VZEROUPPER
+	RET
+
 // func cvtPairs(dst unsafe.Pointer, src *float32, n int)
 // Rounds n (a multiple of 16) floats to bf16 and stores them as n/2
 // 32-bit pairs (element 2i in the low half).

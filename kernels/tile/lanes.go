@@ -233,6 +233,12 @@ func (l *Lanes) FinishLSE(lse, tlse, inv []float32) {
 	ninf := float32(math.Inf(-1))
 	m, d := l.m, l.d
 	lse, inv = lse[:m], inv[:m]
+	var l2, tl2 [LanesMaxM]float64
+	log2Sums(l2[:m], l.st.sum[:m])
+	temp := l.temp && tlse != nil
+	if temp {
+		log2Sums(tl2[:m], l.st.tsum[:m])
+	}
 	for r := 0; r < m; r++ {
 		s := l.st.sum[r]
 		if !(s > 0) || math.IsInf(float64(l.st.mx[r]), -1) {
@@ -245,9 +251,9 @@ func (l *Lanes) FinishLSE(lse, tlse, inv []float32) {
 		}
 		inv[r] = 1 / s
 		mx := float64(l.st.mx[r])
-		lse[r] = float32((mx + log2Sum(s)) * ln2)
-		if l.temp && tlse != nil {
-			tlse[r] = float32((mx*float64(l.st.invT) + log2Sum(l.st.tsum[r])) * ln2)
+		lse[r] = float32((mx + l2[r]) * ln2)
+		if temp {
+			tlse[r] = float32((mx*float64(l.st.invT) + tl2[r]) * ln2)
 		}
 	}
 	for r := 0; r < m; r++ {

@@ -241,3 +241,21 @@ func (k *simd) update(a *Acc, b *Block, valid []int32) {
 		}
 	}
 }
+
+// log2SumsSIMD computes the leading values of log2Sums with the active
+// tier's kernel (8 per step on the AVX-512 tiers, 4 on avx2) and returns how
+// many it did.
+func log2SumsSIMD(dst []float64, src []float32) int {
+	var n int
+	switch active.name {
+	case "avx512", "avx512bf16", "avx512bf16-emulated":
+		if n = len(src) &^ 7; n > 0 {
+			log2Sums512(&dst[0], &src[0], n, unsafe.Pointer(&log2Tab))
+		}
+	case "avx2":
+		if n = len(src) &^ 3; n > 0 {
+			log2Sums256(&dst[0], &src[0], n, unsafe.Pointer(&log2Tab))
+		}
+	}
+	return n
+}

@@ -4,3 +4,6 @@ package tile
 
 // simdTiers: only the generic tier exists on this platform or build.
 func simdTiers() []*tier { return nil }
+
+// log2SumsSIMD: no SIMD kernels; log2Sums computes every value in Go.
+func log2SumsSIMD(dst []float64, src []float32) int { return 0 }

@@ -89,6 +89,7 @@ type Acc struct {
 	s          []float32 // scratch scores [maxM][BlockN]
 	alpha      []float32 // scratch: per-row rescale factor of one Update
 	q2         []uint32  // bf16 tier: q as bf16 pairs [maxM][d/2]
+	l2         []float64 // scratch: log2 of the row sums (finish)
 }
 
 // NewAcc returns an accumulator for up to maxM rows of head dimension d.
@@ -98,6 +99,7 @@ func NewAcc(maxM, d int) *Acc {
 		q: make([]float32, maxM*d), o: make([]float32, maxM*d),
 		mx: make([]float32, maxM), sum: make([]float32, maxM), tsum: make([]float32, maxM),
 		s: make([]float32, maxM*BlockN), alpha: make([]float32, maxM),
+		l2: make([]float64, 2*maxM),
 	}
 }
 
@@ -169,6 +171,14 @@ func (a *Acc) FinishLSE(lse, tlse, inv []float32) {
 func (a *Acc) finish(lse, tlse, inv []float32) {
 	const ln2 = math.Ln2
 	ninf := float32(math.Inf(-1))
+	// log2 of every row's sums at once (SIMD where the tier has it); the
+	// rows that saw no key are skipped below.
+	l2, tl2 := a.l2[:a.m], a.l2[a.maxM:a.maxM+a.m]
+	log2Sums(l2, a.sum[:a.m])
+	temp := a.temp && tlse != nil
+	if temp {
+		log2Sums(tl2, a.tsum[:a.m])
+	}
 	for r := 0; r < a.m; r++ {
 		o := a.O(r)
 		s := a.sum[r]
@@ -193,9 +203,9 @@ func (a *Acc) finish(lse, tlse, inv []float32) {
 			}
 		}
 		mx := float64(a.mx[r])
-		lse[r] = float32((mx + log2Sum(s)) * ln2)
-		if a.temp && tlse != nil {
-			tlse[r] = float32((mx*float64(a.invT) + log2Sum(a.tsum[r])) * ln2)
+		lse[r] = float32((mx + l2[r]) * ln2)
+		if temp {
+			tlse[r] = float32((mx*float64(a.invT) + tl2[r]) * ln2)
 		}
 	}
 }

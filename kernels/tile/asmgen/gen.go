@@ -837,6 +837,83 @@ func genPeak(a *asm, name, vec string, k dot) {
 	a.f("\tRET\n")
 }
 
+// genLog2 emits log2Sums512 (8 values per iteration) or log2Sums256 (4):
+// dst[i] = log2Sum(src[i]) for n values (a multiple of the width), the
+// operations of log2Sum in its order with no fused multiply-add, so the
+// results are log2Sum's bits. tab is the log2Consts table (float64
+// constants and 32-bit masks, each 4 times: 32 bytes per constant).
+func genLog2(a *asm, wide bool) {
+	name, v, w, inc := "log2Sums512", "Z", 8, 32
+	if wide {
+		name, v, w, inc = "log2Sums256", "Y", 4, 16
+	}
+	f := func(i int) int { return 32 * i }     // float64 constant i
+	u := func(i int) int { return 320 + 16*i } // mask i
+	a.f("// func %s(dst *float64, src *float32, n int, tab unsafe.Pointer)", name)
+	a.f("TEXT ·%s(SB), NOSPLIT, $0-32", name)
+	a.f("\tMOVQ dst+0(FP), DI")
+	a.f("\tMOVQ src+8(FP), SI")
+	a.f("\tMOVQ n+16(FP), CX")
+	a.f("\tMOVQ tab+24(FP), AX")
+	// Registers: 0-9 scratch; AVX-512 keeps the constants in Z16-Z28.
+	c := func(i int) string { return fmt.Sprintf("%d(AX)", f(i)) } // AVX2: memory operands
+	if !wide {
+		for i := 0; i < 10; i++ {
+			a.f("\tVBROADCASTSD %d(AX), Z%d", f(i), 16+i)
+		}
+		c = func(i int) string { return fmt.Sprintf("Z%d", 16+i) }
+	}
+	lo := "X" // the 32-bit lanes of one vector of float64 results
+	if !wide {
+		lo = "Y"
+	}
+	a.f("loop:")
+	a.f("\tVMOVDQU (SI), %s0", lo)
+	a.f("\tVPSRLD $23, %s0, %s1", lo, lo)
+	if wide {
+		a.f("\tVPSUBD %d(AX), X1, X1 // e", u(2))
+		a.f("\tVPAND %d(AX), X0, X2", u(0))
+		a.f("\tVPOR %d(AX), X2, X2 // bits of m in [1, 2)", u(1))
+	} else {
+		a.f("\tVPSUBD.BCST %d(AX), Y1, Y1 // e", u(2))
+		a.f("\tVPANDD.BCST %d(AX), Y0, Y2", u(0))
+		a.f("\tVPORD.BCST %d(AX), Y2, Y2 // bits of m in [1, 2)", u(1))
+	}
+	a.f("\tVCVTDQ2PD %s1, %s4 // e as float64", lo, v)
+	a.f("\tVCVTPS2PD %s2, %s3 // m", lo, v)
+	if wide {
+		a.f("\tVCMPPD $0x1e, %s, Y3, Y8 // m > sqrt2", c(0))
+		a.f("\tVMULPD %s, Y3, Y9", c(1))
+		a.f("\tVBLENDVPD Y8, Y9, Y3, Y3 // m *= 0.5 there")
+		a.f("\tVANDPD %s, Y8, Y9", c(2))
+		a.f("\tVADDPD Y9, Y4, Y4 // e++ there (adds 1 or +0)")
+	} else {
+		a.f("\tVCMPPD $0x1e, Z16, Z3, K1 // m > sqrt2")
+		a.f("\tVMULPD Z17, Z3, K1, Z3 // m *= 0.5 there")
+		a.f("\tVADDPD Z18, Z4, K1, Z4 // e++ there")
+	}
+	a.f("\tVSUBPD %s, %s3, %s5 // m - 1", c(2), v, v)
+	a.f("\tVADDPD %s, %s3, %s6 // m + 1", c(2), v, v)
+	a.f("\tVDIVPD %s6, %s5, %s5 // t", v, v, v)
+	a.f("\tVMULPD %s5, %s5, %s6 // t2", v, v, v)
+	a.f("\tVMULPD %s, %s6, %s7 // t2 * 1/13", c(8), v, v)
+	for i := 7; i >= 3; i-- {
+		a.f("\tVADDPD %s, %s7, %s7", c(i), v, v)
+		a.f("\tVMULPD %s6, %s7, %s7", v, v, v)
+	}
+	a.f("\tVADDPD %s, %s7, %s7 // 1 + p", c(2), v, v)
+	a.f("\tVMULPD %s5, %s7, %s7 // s", v, v, v)
+	a.f("\tVMULPD %s, %s7, %s7 // s * 2/ln2", c(9), v, v)
+	a.f("\tVADDPD %s7, %s4, %s7 // e + s * 2/ln2", v, v, v)
+	a.f("\tVMOVUPD %s7, (DI)", v)
+	a.f("\tADDQ $%d, SI", inc)
+	a.f("\tADDQ $%d, DI", 8*w)
+	a.f("\tSUBQ $%d, CX", w)
+	a.f("\tJNZ loop")
+	a.f("\tVZEROUPPER")
+	a.f("\tRET\n")
+}
+
 func main() {
 	var g, a5, a2 asm
 	a5.f(hdr)
@@ -896,6 +973,7 @@ func main() {
 	genSoftmax512(&a5, "softmax512p", storePackBF)
 	genSoftmax512(&a5, "softmax512pe", storePack)
 	genTranspose16(&a5)
+	genLog2(&a5, false)
 	genConvert(&a5)
 	genPeak(&a5, "peak512", "Z", dotFMA)
 	genPeak(&a5, "peakbf16", "Z", dotBF16)
@@ -903,11 +981,15 @@ func main() {
 	genSoftmax256(&a2, "softmax256")
 	genPeak(&a2, "peak256", "Y", dotFMA)
 	genTranspose8(&a2)
+	genLog2(&a2, true)
 	for _, n := range []string{"softmax512", "softmax512p", "softmax512pe", "softmax256"} {
 		g.f("//go:noescape\nfunc %s(s *float32, nv int, valid *int32, rows int, nlim int, scale float32, invT float32, round int, mx, sum, tsum, alpha *float32)\n", n)
 	}
 	g.f("//go:noescape\nfunc transpose8(dst unsafe.Pointer, ldd uintptr, src unsafe.Pointer, lds uintptr, tiles int)\n")
 	g.f("//go:noescape\nfunc transpose16(dst unsafe.Pointer, ldd uintptr, src unsafe.Pointer, lds uintptr, tiles int)\n")
+	for _, n := range []string{"log2Sums512", "log2Sums256"} {
+		g.f("//go:noescape\nfunc %s(dst *float64, src *float32, n int, tab unsafe.Pointer)\n", n)
+	}
 	g.f("//go:noescape\nfunc cvtPairs(dst unsafe.Pointer, src *float32, n int)\n")
 	g.f("//go:noescape\nfunc vPairs(dst unsafe.Pointer, even, odd *float32, n int)\n")
 	for _, n := range []string{"peak512", "peakbf16", "peak256"} {

@@ -1,9 +1,10 @@
 package attn
 
 import (
+	"math"
+
 	"github.com/sparseattn/msa/kernels/lowp"
 	"github.com/sparseattn/msa/kernels/tile"
-	"math"
 )
 
 // The epilogue kernels: storing a float32 row as BF16 (round to nearest

@@ -62,7 +62,7 @@ type worker struct {
 	inv   []float32 // per-row normalisation factors (Acc.FinishLSE)
 	lanes *lanesAcc // decode accumulators (AVX-512), created on first use
 	block *blockAcc // decode accumulator over acc/blk otherwise
-	stage kvStager  // decode: the block the lanes accumulator stages
+	stage kvStager  // decode: the block the accumulator stages
 	vs    vScale    // decode: the current tile's V overflow guard
 	dst   []int32   // partial row of each Acc row (prefill) or output row (decode)
 	ws    []float32

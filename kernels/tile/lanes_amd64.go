@@ -75,19 +75,7 @@ func lanesPVAVX2(p *float32, v *float32, ldv uintptr, n int, o *float32, alpha4 
 // ones when the active tier is avx512, avx512bf16 or avx512bf16-emulated
 // (all use the float32 lane kernel), the AVX2 ones on the avx2 tier; and d
 // is a multiple of 8.
-func lanesSIMD(d int) bool { return d%8 == 0 && lanesLevel() != 0 }
-
-// lanesLevel is 2 for the AVX-512 lane kernels, 1 for the AVX2 ones, 0 for
-// none, by the active tier.
-func lanesLevel() int {
-	switch active.name {
-	case "avx512", "avx512bf16", "avx512bf16-emulated":
-		return 2
-	case "avx2":
-		return 1
-	}
-	return 0
-}
+func lanesSIMD(d int) bool { return d%8 == 0 && simdLevel() != simdNone }
 
 var lanesQKTail = []struct {
 	b  int
@@ -128,7 +116,7 @@ func lanesUpdateStagedSIMD(l *Lanes, src Stager, n int) {
 // lanesSoftmaxRange runs the softmax kernel of the lane level over the n
 // score vectors.
 func lanesSoftmaxRange(l *Lanes, n int) {
-	if lanesLevel() == 1 {
+	if simdLevel() == simdAVX2 {
 		lanesSoftmaxAVX2(&l.s[0], n, &l.st, &l.p4[0], &l.alpha4[0])
 		return
 	}
@@ -140,7 +128,7 @@ func lanesSoftmaxRange(l *Lanes, n int) {
 func lanesQKRange(l *Lanes, k []float32, i0, i1 int) {
 	d := l.d
 	ld := uintptr(d * 4)
-	if lanesLevel() == 1 {
+	if simdLevel() == simdAVX2 {
 		lanesQKAVX2(&l.qT[0], &k[0], ld, d, &l.s[i0*16], i1-i0)
 		return
 	}
@@ -163,7 +151,7 @@ func lanesPVRange(l *Lanes, v []float32, i0, i1 int, first bool) {
 	d := l.d
 	ld := uintptr(d * 4)
 	p, n := &l.p4[i0*64], i1-i0
-	if lanesLevel() == 1 {
+	if simdLevel() == simdAVX2 {
 		alpha4 := &l.alpha4[0]
 		if !first {
 			alpha4 = nil

@@ -247,15 +247,35 @@ func (k *simd) update(a *Acc, b *Block, valid []int32) {
 // many it did.
 func log2SumsSIMD(dst []float64, src []float32) int {
 	var n int
-	switch active.name {
-	case "avx512", "avx512bf16", "avx512bf16-emulated":
+	switch simdLevel() {
+	case simdAVX512:
 		if n = len(src) &^ 7; n > 0 {
 			log2Sums512(&dst[0], &src[0], n, unsafe.Pointer(&log2Tab))
 		}
-	case "avx2":
+	case simdAVX2:
 		if n = len(src) &^ 3; n > 0 {
 			log2Sums256(&dst[0], &src[0], n, unsafe.Pointer(&log2Tab))
 		}
 	}
 	return n
+}
+
+// The vector ISA of the active tier's float32 helper kernels (Lanes,
+// log2Sums): the AVX-512 tiers, the bf16 ones included, use the AVX-512
+// kernels, the avx2 tier the AVX2 ones, the generic tier none.
+const (
+	simdNone = iota
+	simdAVX2
+	simdAVX512
+)
+
+// simdLevel returns the active tier's vector ISA.
+func simdLevel() int {
+	switch active.name {
+	case "avx512", "avx512bf16", "avx512bf16-emulated":
+		return simdAVX512
+	case "avx2":
+		return simdAVX2
+	}
+	return simdNone
 }

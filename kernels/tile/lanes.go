@@ -229,33 +229,9 @@ func (l *Lanes) setValid(n int, valid []int32) int {
 // row r (1/sum, or 0 for a row that saw no key, whose O is zero). It also
 // transposes the unnormalised output once: O(r) is valid afterwards.
 func (l *Lanes) FinishLSE(lse, tlse, inv []float32) {
-	const ln2 = math.Ln2
-	ninf := float32(math.Inf(-1))
 	m, d := l.m, l.d
-	lse, inv = lse[:m], inv[:m]
-	var l2, tl2 [LanesMaxM]float64
-	log2Sums(l2[:m], l.st.sum[:m])
-	temp := l.temp && tlse != nil
-	if temp {
-		log2Sums(tl2[:m], l.st.tsum[:m])
-	}
-	for r := 0; r < m; r++ {
-		s := l.st.sum[r]
-		if !(s > 0) || math.IsInf(float64(l.st.mx[r]), -1) {
-			inv[r] = 0
-			lse[r] = ninf
-			if l.temp && tlse != nil {
-				tlse[r] = ninf
-			}
-			continue
-		}
-		inv[r] = 1 / s
-		mx := float64(l.st.mx[r])
-		lse[r] = float32((mx + l2[r]) * ln2)
-		if temp {
-			tlse[r] = float32((mx*float64(l.st.invT) + tl2[r]) * ln2)
-		}
-	}
+	var l2 [2 * LanesMaxM]float64
+	rowLSEs(l.st.mx[:m], l.st.sum[:m], l.st.tsum[:m], l.st.invT, l.temp && tlse != nil, lse, tlse, inv[:m], l2[:])
 	for r := 0; r < m; r++ {
 		o := l.o[r*d : (r+1)*d]
 		for c := range o {

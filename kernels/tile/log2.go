@@ -63,3 +63,42 @@ func log2Sums(dst []float64, src []float32) {
 		dst[i] = log2Sum(src[i])
 	}
 }
+
+// rowLSEs is the epilogue of the online softmax that Acc and Lanes share:
+// for the rows with running maximum mx (base 2), sum and temperature sum
+// tsum it writes lse, the natural-log LSE (-inf for a row that saw no key,
+// see sawNoKey), tlse when temp (the temperature LSE with invT = 1/T), and
+// inv, the factor that normalises the row (1/sum, 0 for a row that saw no
+// key). The log2 of all sums is taken at once (log2Sums); l2 is scratch
+// for 2*len(mx) values.
+func rowLSEs(mx, sum, tsum []float32, invT float32, temp bool, lse, tlse, inv []float32, l2 []float64) {
+	const ln2 = math.Ln2
+	ninf := float32(math.Inf(-1))
+	m := len(mx)
+	l2, tl2 := l2[:m], l2[m:2*m]
+	log2Sums(l2, sum[:m])
+	if temp {
+		log2Sums(tl2, tsum[:m])
+	}
+	for r := range m {
+		s := sum[r]
+		if sawNoKey(s, mx[r]) {
+			inv[r] = 0
+			lse[r] = ninf
+			if temp {
+				tlse[r] = ninf
+			}
+			continue
+		}
+		inv[r] = 1 / s
+		x := float64(mx[r])
+		lse[r] = float32((x + l2[r]) * ln2)
+		if temp {
+			tlse[r] = float32((x*float64(invT) + tl2[r]) * ln2)
+		}
+	}
+}
+
+// sawNoKey reports whether a row with running sum and maximum mx saw no
+// visible key (its O is zero and its LSE -inf).
+func sawNoKey(sum, mx float32) bool { return !(sum > 0) || math.IsInf(float64(mx), -1) }

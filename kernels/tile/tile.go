@@ -169,43 +169,23 @@ func (a *Acc) FinishLSE(lse, tlse, inv []float32) {
 
 // finish implements Finish (inv == nil: normalise O in place) and FinishLSE.
 func (a *Acc) finish(lse, tlse, inv []float32) {
-	const ln2 = math.Ln2
-	ninf := float32(math.Inf(-1))
-	// log2 of every row's sums at once (SIMD where the tier has it); the
-	// rows that saw no key are skipped below.
-	l2, tl2 := a.l2[:a.m], a.l2[a.maxM:a.maxM+a.m]
-	log2Sums(l2, a.sum[:a.m])
-	temp := a.temp && tlse != nil
-	if temp {
-		log2Sums(tl2, a.tsum[:a.m])
+	normalise := inv == nil
+	if normalise {
+		inv = a.alpha[:a.m] // scratch: alpha only lives within an Update
+	}
+	rowLSEs(a.mx[:a.m], a.sum[:a.m], a.tsum[:a.m], a.invT, a.temp && tlse != nil, lse, tlse, inv, a.l2)
+	if !normalise {
+		return
 	}
 	for r := 0; r < a.m; r++ {
 		o := a.O(r)
-		s := a.sum[r]
-		if !(s > 0) || math.IsInf(float64(a.mx[r]), -1) {
-			if inv != nil {
-				inv[r] = 0
-			} else {
-				clear(o)
-			}
-			lse[r] = ninf
-			if a.temp && tlse != nil {
-				tlse[r] = ninf
-			}
+		if sawNoKey(a.sum[r], a.mx[r]) {
+			clear(o)
 			continue
 		}
-		if inv != nil {
-			inv[r] = 1 / s
-		} else {
-			f := 1 / s
-			for c := range o {
-				o[c] *= f
-			}
-		}
-		mx := float64(a.mx[r])
-		lse[r] = float32((mx + l2[r]) * ln2)
-		if temp {
-			tlse[r] = float32((mx*float64(a.invT) + tl2[r]) * ln2)
+		f := inv[r]
+		for c := range o {
+			o[c] *= f
 		}
 	}
 }

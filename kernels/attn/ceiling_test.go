@@ -81,15 +81,17 @@ func BenchmarkDecodeBlock(b *testing.B) {
 		if !ok {
 			return // no lane kernels for this tier and d: decode stages whole blocks
 		}
+		// The block as decode stages it: one dense sequence of n tokens.
+		layout := &KVLayout{Hkv: 1, CuK: []int32{0, n}}
 		for _, dt := range []string{"e4m3", "bf16"} {
 			kv := ops[dt]
-			st := &opStager{k: &kv[0], v: &kv[1], kbuf: kf, vbuf: vf}
 			var vs vScale
+			st := &kvStager{k: &kv[0], v: &kv[1], l: layout, kbuf: kf, vbuf: vf, vs: &vs}
 			run("staged="+dt, func() {
 				if dt == "bf16" {
-					vs.raise(maxFiniteBitsBF16(kv[1].BF16, lv), ra) // the V guard's scan
+					vs.scanRows(&kv[1], layout, 0, 0, 0, n, la) // the V guard's scan
 				}
-				la.g[0].UpdateStaged(n, valid, st)
+				la.updateStaged(st, n, valid)
 			})
 		}
 	})
@@ -188,21 +190,4 @@ func bestRate(b *testing.B, name string, flops, peak float64, f func()) {
 			b.ReportMetric(100*gf/peak, "%peak")
 		}
 	})
-}
-
-// opStager stages rows of in-memory K and V operands (one block, rows 0..)
-// into the start of kbuf / vbuf, as kvStager does for a call's operands.
-type opStager struct {
-	k, v       *Operand
-	kbuf, vbuf []float32
-}
-
-func (s *opStager) StageK(i0, i1 int) []float32 {
-	s.k.DecodeRows(s.kbuf, i0, i1-i0)
-	return s.kbuf[:(i1-i0)*s.k.D]
-}
-
-func (s *opStager) StageV(i0, i1 int) []float32 {
-	s.v.DecodeRows(s.vbuf, i0, i1-i0)
-	return s.vbuf[:(i1-i0)*s.v.D]
 }

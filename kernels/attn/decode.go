@@ -145,7 +145,8 @@ func (ws *Workspace) decodeTile(wk *worker, b, h, a, z, c, kBegin, kEnd, used in
 	// blocks) when V's overflow guard needs no scan (E4M3, bounded NVFP4) or
 	// can scan the BF16 source before the update (vScale.scanRows);
 	// otherwise the whole block is decoded first.
-	staged := (vBounded(&p.V) || p.V.Dtype == BF16) && !ws.noStage
+	bounded := vBounded(&p.V)
+	staged := (bounded || p.V.Dtype == BF16) && !ws.noStage
 	span := func(t0, t1 int, sel func(i int) bool) {
 		n := t1 - t0
 		if !staged {
@@ -166,7 +167,7 @@ func (ws *Workspace) decodeTile(wk *worker, b, h, a, z, c, kBegin, kEnd, used in
 		switch {
 		case !any:
 		case staged:
-			if !vBounded(&p.V) {
+			if !bounded {
 				vs.scanRows(&p.V, &p.KV, b, h, t0, n, ra)
 			}
 			wk.stage = kvStager{k: &p.K, v: &p.V, l: &p.KV, b: b, h: h, t0: t0, kbuf: wk.kbuf, vbuf: wk.vbuf, vs: vs}

@@ -630,12 +630,7 @@ func genSoftmax256(a *asm, name string) {
 				exp2(4, 5, 1, 2)
 				a.f("\tVADDPS Y5, Y%d, Y%d", tacc, tacc)
 			}
-			switch rnd {
-			case "bf":
-				emit.RoundBF16AVX2(a.f, c, 3)
-			case "e4":
-				emit.RoundE4M3AVX2(a.f, c, 3)
-			}
+			emit.RoundPAVX2(a.f, c, rnd, 3)
 			a.f("\tVMOVUPS Y3, %d(DI)", 32*u)
 		}
 		a.f("\tADDQ $64, DI")

@@ -80,3 +80,24 @@ func RoundTempLoops(f Printf, invT, exit string, body func(rnd string, temp bool
 		}
 	}
 }
+
+// RoundP emits the AVX-512 rounding of P in Z(p) that RoundTempLoops' label
+// rnd names: "bf" RoundBF16, "e4" RoundE4M3, "no" nothing.
+func RoundP(f Printf, rnd string, p int) {
+	switch rnd {
+	case "bf":
+		RoundBF16(f, p)
+	case "e4":
+		RoundE4M3(f, p)
+	}
+}
+
+// RoundPAVX2 is RoundP for Y(p) with the AVX2 sequences.
+func RoundPAVX2(f Printf, c func(string) string, rnd string, p int) {
+	switch rnd {
+	case "bf":
+		RoundBF16AVX2(f, c, p)
+	case "e4":
+		RoundE4M3AVX2(f, c, p)
+	}
+}

@@ -310,12 +310,7 @@ func genSoftmax(a *asm) {
 			exp2(4, 5, 1, 2, "K1")
 			a.f("\tVADDPS Z5, Z15, Z15")
 		}
-		switch rnd {
-		case "bf":
-			emit.RoundBF16(a.f, 3)
-		case "e4":
-			emit.RoundE4M3(a.f, 3)
-		}
+		emit.RoundP(a.f, rnd, 3)
 		a.f("\tVMOVUPS Z3, (DI)")
 		a.f("\tVPADDD Z28, Z29, Z29")
 		a.f("\tADDQ $64, DI")
@@ -613,12 +608,7 @@ func genSoftmax2(a *asm) {
 				a.f("\tVANDPS Y2, Y0, Y0")
 				a.f("\tVADDPS Y0, Y%d, Y%d", 7+u, 7+u)
 			}
-			switch rnd {
-			case "bf":
-				emit.RoundBF16AVX2(a.f, c8, 3)
-			case "e4":
-				emit.RoundE4M3AVX2(a.f, c8, 3)
-			}
+			emit.RoundPAVX2(a.f, c8, rnd, 3)
 			a.f("\tVMOVUPS Y3, %d(DI)", 32*u)
 		}
 		a.f("\tVPADDD %s, Y11, Y11", c8("one"))

@@ -138,7 +138,6 @@ func (ws *Workspace) decodeTile(wk *worker, b, h, a, z, c, kBegin, kEnd, used in
 			ra.setQ((i-a)*qpk+g, wk.tmp[:d])
 		}
 	}
-	// limit(i): keys t < used - SeqlenQ + i + 1 are visible to query i.
 	// K and V are decoded inside the update (the accumulators'
 	// updateStaged: tile.Lanes.UpdateStaged asks for a few rows at a time,
 	// so the float32 rows stay in L1; the block accumulator takes whole
@@ -147,6 +146,7 @@ func (ws *Workspace) decodeTile(wk *worker, b, h, a, z, c, kBegin, kEnd, used in
 	// otherwise the whole block is decoded first.
 	bounded := vBounded(&p.V)
 	staged := (bounded || p.V.Dtype == BF16) && !ws.noStage
+	// limit(i): keys t < used - SeqlenQ + i + 1 are visible to query i.
 	span := func(t0, t1 int, sel func(i int) bool) {
 		n := t1 - t0
 		if !staged {

@@ -19,8 +19,9 @@
 //
 // Decode hands each K/V block to its accumulator through kvStager, which
 // decodes the rows the accumulator asks for into the start of the worker's
-// block buffers: tile.Lanes (AVX-512 and AVX2 tiers) asks for 24 key rows
-// or 16 value rows at a time; the block accumulator (generic tier, or d not
-// a multiple of 8) takes whole blocks. Prefill,
-// whose blocks serve many tiles, decodes whole blocks (loadKV).
+// block buffers: tile.Lanes (AVX-512 and AVX2 tiers) asks for a few key or
+// value rows at a time (24 and 16 with the AVX-512 kernels, 48 and 64 with
+// the AVX2 ones); the block accumulator (generic tier, or d not a multiple
+// of 8) takes whole blocks. Prefill, whose blocks serve many tiles, decodes
+// whole blocks (loadKV).
 package attn

@@ -13,45 +13,63 @@ const LanesMaxM = 16
 // where m = seqlen_q * qhead_per_kv is small: instead of transposing every
 // key block (Block.Load) for a few rows of work, it keeps the rows in the
 // SIMD lanes. K and V are read row-major straight from the caller's memory,
-// so a block needs no packing. Q and O are stored in "4 rows x 4 columns"
-// tiles (one zmm holds 4 consecutive columns of 4 rows, see qIdx and oIdx),
-// so that every 4 columns of a K or V row are one 128-bit broadcast shared
-// by 4 multiply-adds (16 rows):
+// so a block needs no packing. Scores and P are kept transposed (s[16*i+r]
+// = key i, row r), and the online softmax runs vertically over the key
+// vectors (one running max, sum and alpha per lane).
 //
-//   - S^T[i] (lanes = rows) = sum over c of K[i][c] * Q^T[c]: four partial
-//     sums per row (columns c = j mod 4), reduced in registers as
-//     (p0+p2)+(p1+p3);
-//   - the softmax runs vertically over the key vectors (one running max,
-//     sum and alpha per lane) and expands P^T[i] into the 4 tile vectors of
-//     the P.V step (each P[r][i] replicated over the 4 column lanes);
-//   - O = alpha*O + sum over i of P[r][i] * V[i][c], in chunks of up to 24
-//     columns kept in registers across all keys.
+// Q and O are stored in one of two layouts, chosen at Reset with the
+// kernels (lanesKern):
 //
-// The AVX-512 kernels (lanes_avx512_amd64.s) run when the active tier is
-// avx512, avx512bf16 or avx512bf16-emulated (all use the float32 lane
-// kernel), the AVX2 kernels (lanes_avx2_amd64.s: each zmm of the layout as
-// two ymm halves, the same multiply-adds and reductions, the avx2 tier's
-// exp2) on the avx2 tier, both when d is a multiple of 8; otherwise, and on
-// other platforms, the portable code of lanes_generic.go runs, which
-// computes exactly what the generic Acc tier computes. The two differ by FMA contraction, the
-// vectorised exp2 (< 1 ulp) and the dot products, which the kernels sum as
-// four interleaved partial sums; row sums and P.V sums are accumulated in
-// the same (key) order.
+//   - "4 rows x 4 columns" tiles for the AVX-512 kernels
+//     (lanes_avx512_amd64.s; tiers avx512, avx512bf16, avx512bf16-emulated,
+//     all of which use the float32 lane kernels): one zmm holds 4
+//     consecutive columns of 4 rows (qIdx, oIdx), so that every 4 columns
+//     of a K or V row are one 128-bit broadcast shared by 4 multiply-adds
+//     (16 rows). S^T[i] is summed as four partial dot products per row
+//     (columns c = j mod 4), reduced in registers as (p0+p2)+(p1+p3); the
+//     softmax expands P^T[i] into the 4 tile vectors of the P.V step (each
+//     P[r][i] replicated over the 4 column lanes); O = alpha*O + sum over i
+//     of P[r][i] * V[i][c] runs in chunks of up to 24 columns kept in
+//     registers across all keys.
+//   - transposed, one 16-float vector per column (q[r][c] at 16c+r), for
+//     the AVX2 kernels (lanes_avx2_amd64.s, avx2 tier) and the portable
+//     code: a column of Q and a key's P^T are each two ymm halves shared by
+//     the broadcast K or V scalars of 6 keys or columns, so that 16
+//     registers give 12 accumulators and 8 loads per 12 multiply-adds. Each
+//     lane sums its row's dot product in column order and its P.V sums in
+//     key order, one FMA per product.
+//
+// Both SIMD kernel sets need d to be a multiple of 8; otherwise, on the
+// generic tier and on other platforms, the portable code of
+// lanes_generic.go runs, which computes exactly what the generic Acc tier
+// computes. The kernels differ from it by FMA contraction, the vectorised
+// exp2 (< 1 ulp) and, for AVX-512, the 4-way split of the dot products;
+// row sums and P.V sums are accumulated in the same (key) order.
 //
 // A Lanes is not safe for concurrent use.
 type Lanes struct {
-	d, m int
-	qT   []float32 // [d4][4][4][4]: qT[qIdx(r, c)] = q[r][c], unscaled
-	oT   []float32 // [d4][4][4][4]: oT[oIdx(r, c)], unnormalised output
-	o    []float32 // [16][d]: O row-major, filled by FinishLSE
-	s    []float32 // [BlockN][16]: scores, then P (transposed)
-	p4   []float32 // [BlockN][4][16]: P expanded for the P.V kernels
-	// alpha4 is this update's alpha expanded like P (AVX2 P.V kernels).
-	alpha4 [4 * LanesMaxM]float32
-	st     lanesState
-	temp   bool
-	round  Round
+	d, m  int
+	kern  lanesKern // kernels and layout of this accumulation, set by Reset
+	qT    []float32 // Q in the kernels' layout (qi), unscaled
+	oT    []float32 // unnormalised output in the kernels' layout (oi)
+	o     []float32 // [16][d]: O row-major, filled by FinishLSE
+	s     []float32 // [BlockN][16]: scores, then P (transposed)
+	p4    []float32 // [BlockN][4][16]: P expanded for the AVX-512 P.V kernels
+	st    lanesState
+	temp  bool
+	round Round
 }
+
+// lanesKern is the kernel set of a Lanes accumulation. It is fixed by
+// Reset from the active tier and d (lanesKernFor), so an accumulation keeps
+// its layout even if the tier changes before it finishes.
+type lanesKern uint8
+
+const (
+	lanesGeneric lanesKern = iota // lanes_generic.go, transposed layout
+	lanesAVX2                     // lanes_avx2_amd64.s, transposed layout
+	lanesAVX512                   // lanes_avx512_amd64.s, 4x4 tile layout
+)
 
 // lanesState is the per-lane state read and written by the softmax kernel;
 // its layout (offsets 0, 64, ..., 320, 324, 328) is fixed by
@@ -64,19 +82,34 @@ type lanesState struct {
 	_                    int32
 }
 
-// qIdx and oIdx place row r, column c of Q and O in qT and oT (d4 = d
-// rounded up to a multiple of 4 columns, 64 floats per 4 columns). A Q tile
-// vector (c/4, g) holds lane 4q+j = Q[4q+g][4*(c/4)+j]: its 4 partial dot
-// products reduce into lane 4q+g = row 4q+g. An O tile vector (c/4, g)
-// holds lane 4q+j = O[4g+q][4*(c/4)+j].
+// qIdx and oIdx place row r, column c of Q and O in the 4x4 tile layout
+// of the AVX-512 kernels (d4 = d rounded up to a multiple of 4 columns, 64
+// floats per 4 columns). A Q tile vector (c/4, g) holds lane 4q+j =
+// Q[4q+g][4*(c/4)+j]: its 4 partial dot products reduce into lane 4q+g =
+// row 4q+g. An O tile vector (c/4, g) holds lane 4q+j = O[4g+q][4*(c/4)+j].
 func qIdx(r, c int) int { return c>>2<<6 | (r&3)<<4 | r>>2<<2 | c&3 }
 
 func oIdx(r, c int) int { return c>>2<<6 | r<<2 | c&3 }
 
+// qi and oi place row r, column c of Q and O in the layout of l's kernels.
+func (l *Lanes) qi(r, c int) int {
+	if l.kern == lanesAVX512 {
+		return qIdx(r, c)
+	}
+	return c<<4 | r
+}
+
+func (l *Lanes) oi(r, c int) int {
+	if l.kern == lanesAVX512 {
+		return oIdx(r, c)
+	}
+	return c<<4 | r
+}
+
 // LanesSIMD reports whether Lanes runs SIMD kernels for head dimension d
 // under the active tier (AVX-512 or AVX2, d a multiple of 8); otherwise its
 // portable code runs, and Acc over a Block is the faster accumulator.
-func LanesSIMD(d int) bool { return lanesSIMD(d) }
+func LanesSIMD(d int) bool { return lanesKernFor(d) != lanesGeneric }
 
 // NewLanes returns an accumulator for up to 16 rows of head dimension d.
 func NewLanes(d int) *Lanes {
@@ -101,12 +134,14 @@ func (l *Lanes) M() int { return l.m }
 // Reset starts a new accumulation over m <= 16 rows, with the parameters of
 // Acc.Reset: scale is softmax_scale*log2(e), round the P rounding, invT > 0
 // tracks the temperature sum (invT = 1/T). The queries of rows >= m are
-// zeroed; SetQ sets rows < m.
+// zeroed; SetQ sets rows < m. The accumulation runs the lane kernels of the
+// tier active at Reset.
 func (l *Lanes) Reset(m int, scale float32, round Round, invT float32) {
 	if m < 0 || m > LanesMaxM {
 		panic("tile: Lanes.Reset: m out of range [0, 16]")
 	}
 	l.m, l.round, l.temp = m, round, invT > 0
+	l.kern = lanesKernFor(l.d)
 	l.st.scale, l.st.round = scale, int32(round)
 	l.st.invT = 0
 	if l.temp {
@@ -120,14 +155,14 @@ func (l *Lanes) Reset(m int, scale float32, round Round, invT float32) {
 	}
 }
 
-// SetQ sets row r's query (len d, unscaled), stored in the tile layout.
+// SetQ sets row r's query (len d, unscaled), stored in the kernels' layout.
 func (l *Lanes) SetQ(r int, q []float32) {
 	if r < 0 || r >= l.m {
 		panic("tile: Lanes.SetQ: row out of range")
 	}
 	q = q[:l.d]
 	for c, x := range q {
-		l.qT[qIdx(r, c)] = x
+		l.qT[l.qi(r, c)] = x
 	}
 }
 
@@ -146,7 +181,7 @@ func (l *Lanes) Update(k, v []float32, n int, valid []int32) {
 	if nmax == 0 {
 		return
 	}
-	if lanesSIMD(l.d) {
+	if l.kern != lanesGeneric {
 		lanesUpdateSIMD(l, k, v, nmax)
 	} else {
 		lanesUpdateGeneric(l, k, v, nmax)
@@ -165,23 +200,32 @@ type Stager interface {
 	StageV(i0, i1 int) []float32
 }
 
-// Lanes kernels' chunks for UpdateStaged: keys staged per StageK (a
-// multiple of the 6-key Q.K kernel) and per StageV. At d = 128 a K chunk is
-// 12 KiB and a V chunk 8 KiB of float32, small enough to stay in L1 next to
-// the expanded P (32 KiB) between their conversion and the kernel that
-// reads them. Measured with BenchmarkDecodeBlock (attn) on Emerald Rapids:
-// 16-row V chunks beat 8, 32 and 64 by 2-5%; K chunks of 12-24 rows tie.
-const (
-	lanesKChunk = 24
-	lanesVChunk = 16
-)
+// lanesChunks are the rows UpdateStaged asks for per StageK (a multiple of
+// the 6-key Q.K kernels) and per StageV, per kernel set. They were chosen
+// with BenchmarkDecodeBlock (attn) on the machine kind each set was tuned
+// on:
+//
+//   - AVX-512 (Emerald Rapids, 48 KiB L1): 24 K rows and 16 V rows, 12 and
+//     8 KiB of float32 at d = 128, stay in L1 next to the expanded P (32
+//     KiB) between their conversion and the kernel; 16-row V chunks beat 8,
+//     32 and 64 by 2-5%, K chunks of 12-24 rows tie.
+//   - AVX2 (Zen 3, 32 KiB L1, 512 KiB L2): 48 K rows and 64 V rows; chunks
+//     of 24/16 rows were 5-8% slower (61% against 65-66% of the FMA peak
+//     staged from FP8), whole blocks tie with 48/64 within the noise: the
+//     transposed kernels stream their operands well from L2, and fewer
+//     chunks mean fewer conversion and kernel calls.
+var lanesChunks = [...]struct{ k, v int }{
+	lanesGeneric: {BlockN, BlockN},
+	lanesAVX2:    {48, 64},
+	lanesAVX512:  {24, 16},
+}
 
 // UpdateStaged is Update with the block's n keys and values taken from src
-// instead of whole float32 arrays: the lane kernels ask for lanesKChunk
-// key rows and lanesVChunk value rows at a time, so a caller that converts
-// K and V from a narrow format (FP8, BF16) converts into a small buffer
-// that stays in L1, instead of writing the whole block (128 KiB of float32
-// at d = 128) to L2 and reading it back. Only the first max(valid) rows are
+// instead of whole float32 arrays: the lane kernels ask for a few key rows
+// and value rows at a time (lanesChunks), so a caller that converts K and V
+// from a narrow format (FP8, BF16) converts into a small buffer that stays
+// in cache, instead of writing the whole block (128 KiB of float32 at d =
+// 128) out and reading it back. Only the first max(valid) rows are
 // requested. The result is bit-identical to Update on the same values:
 // every kernel call computes what it computes in Update, and the P.V
 // kernels of later value chunks continue the same sums without rescaling.
@@ -193,7 +237,7 @@ func (l *Lanes) UpdateStaged(n int, valid []int32, src Stager) {
 	if nmax == 0 {
 		return
 	}
-	if lanesSIMD(l.d) {
+	if l.kern != lanesGeneric {
 		lanesUpdateStagedSIMD(l, src, nmax)
 		return
 	}
@@ -235,7 +279,7 @@ func (l *Lanes) FinishLSE(lse, tlse, inv []float32) {
 	for r := 0; r < m; r++ {
 		o := l.o[r*d : (r+1)*d]
 		for c := range o {
-			o[c] = l.oT[oIdx(r, c)]
+			o[c] = l.oT[l.oi(r, c)]
 		}
 	}
 }

@@ -1,6 +1,6 @@
 package tile
 
-// lanesUpdateGeneric is Lanes.Update in portable Go on the tile layout of qT and oT:
+// lanesUpdateGeneric is Lanes.Update in portable Go on the layout of qT and oT:
 // per row, the operations of updateGeneric in the same order (so it equals
 // the generic Acc tier bit for bit where Go does not fuse multiply-adds).
 // Keys >= n are invisible to every row.
@@ -17,7 +17,7 @@ func lanesUpdateGeneric(l *Lanes, k, v []float32, n int) {
 		sr := s[:nr]
 		clear(sr)
 		for c := 0; c < d; c++ {
-			qc := l.qT[qIdx(r, c)]
+			qc := l.qT[l.qi(r, c)]
 			for i := range sr {
 				sr[i] += qc * k[i*d+c]
 			}
@@ -26,15 +26,15 @@ func lanesUpdateGeneric(l *Lanes, k, v []float32, n int) {
 			sr[i] *= st.scale
 		}
 		// foldRow works on a contiguous output row: move row r out of the
-		// tile layout and back (exact copies; l.o is only filled by
+		// layout and back (exact copies; l.o is only filled by
 		// FinishLSE, so it serves as the scratch row).
 		o := l.o[r*d : (r+1)*d]
 		for c := range o {
-			o[c] = l.oT[oIdx(r, c)]
+			o[c] = l.oT[l.oi(r, c)]
 		}
 		st.alpha[r] = foldRow(sr, v, d, o, &st.mx[r], &st.sum[r], &st.tsum[r], l.temp, st.invT, l.round)
 		for c, x := range o {
-			l.oT[oIdx(r, c)] = x
+			l.oT[l.oi(r, c)] = x
 		}
 	}
 }

@@ -2,8 +2,8 @@
 
 package tile
 
-// lanesSIMD: no lane kernels on this platform or build.
-func lanesSIMD(d int) bool { return false }
+// lanesKernFor: no lane kernels on this platform or build.
+func lanesKernFor(d int) lanesKern { return lanesGeneric }
 
 func lanesUpdateSIMD(l *Lanes, k, v []float32, n int) { lanesUpdateGeneric(l, k, v, n) }
 

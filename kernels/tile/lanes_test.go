@@ -222,7 +222,7 @@ func checkLanes(t *testing.T, lanes map[int]*Lanes, simd string, p *problem) {
 			continue
 		}
 		useTier(t, tn)
-		if !lanesSIMD(p.d) {
+		if !LanesSIMD(p.d) {
 			continue // generic fallback: checked above
 		}
 		got = p.runLanes(l)
@@ -287,9 +287,9 @@ func TestLanesEdges(t *testing.T) {
 // keys read in place (4*m*n*d flops), and, for comparison, the Acc path of
 // the same tier at m = 16 including the Block.Load that decode must pay per
 // block (acc+load) and without it (acc). best-GFLOP/s is the fastest single
-// call; %peak compares it with PeakGFLOPS of the tier (avx512 for the lanes).
+// call; %peak compares it with PeakGFLOPS of the tier.
 func BenchmarkLanesUpdate(b *testing.B) {
-	for _, tn := range []string{"generic", "avx512"} {
+	for _, tn := range []string{"generic", "avx2", "avx512"} {
 		for _, d := range []int{64, 128, 256} {
 			for _, path := range []string{"lanes", "acc+load", "acc"} {
 				const m, n = 16, 128

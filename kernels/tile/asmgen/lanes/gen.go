@@ -2,16 +2,16 @@
 
 // Command gen writes lanes_avx512_amd64.s, the AVX-512 kernels of
 // tile.Lanes (rows in SIMD lanes: one zmm holds one value of each of the 16
-// query rows), and lanes_avx2_amd64.s, their AVX2 versions (each zmm of the
-// layout handled as two ymm halves, see genAVX2):
+// query rows), and lanes_avx2_amd64.s, the AVX2 kernels (rows in the two
+// halves of a ymm pair, on the transposed layout, see genAVX2):
 //
 //	cd kernels/tile && go run asmgen/lanes/gen.go
 //
-// Kernels (contracts in lanes_amd64.go). Q and O are held in "4 rows x 4
-// columns" tiles (tile.qIdx, tile.oIdx), so that 4 consecutive columns of a
-// row-major K or V row are one VBROADCASTF32X4 shared by the 4 row groups:
-// 10 loads per 24 register-register multiply-adds instead of one broadcast
-// operand per multiply-add.
+// Kernels (contracts in lanes_amd64.go). The AVX-512 kernels hold Q and O
+// in "4 rows x 4 columns" tiles (tile.qIdx, tile.oIdx), so that 4
+// consecutive columns of a row-major K or V row are one VBROADCASTF32X4
+// shared by the 4 row groups: 10 loads per 24 register-register
+// multiply-adds instead of one broadcast operand per multiply-add.
 //
 //   - lanesQK{6,4,2,1}: S^T[i] = sum over c of K[i][c] * Q^T[c] for B
 //     consecutive keys: 4B accumulators (key, row group), each lane holding
@@ -26,8 +26,8 @@
 //     groups x C/4 column quads) across all keys.
 //
 // The exp2 and the bf16/e4m3 rounding are emitted by package emit (Exp2,
-// RoundBF16, RoundE4M3), the same code asmgen/gen.go uses for
-// genSoftmax512.
+// RoundBF16, RoundE4M3 and their AVX2 forms), the same code asmgen/gen.go
+// uses for the Acc softmax kernels.
 package main
 
 import (
@@ -377,12 +377,29 @@ func main() {
 // AVX2 kernels. A zmm vector of the 4x4 layout (16 floats) is two ymm
 // halves: half h holds the 128-bit lanes q = 2h, 2h+1, i.e. rows 4q+g of a Q
 // or O tile vector (c4, g), and rows 8h..8h+7 of a score or P^T vector.
-// Every operation of the AVX-512 kernels is in-lane, so the AVX2 kernels run
-// the same multiply-adds and reductions on each half: their scores and
-// P.V sums are those of the AVX-512 kernels bit for bit; the softmax uses
-// the AVX2 exp2 of the avx2 Acc tier (emit.Exp2AVX2). With 16 ymm
-// registers a kernel keeps one key (Q.K) or one column quad (P.V) in 8
-// accumulators and reads the other operand from memory.
+// The AVX2 kernels use another layout: with 16 ymm registers the 4x4 tiles
+// leave room for one key (Q.K) or one column quad (P.V) in 8 accumulators,
+// with the other operand read from memory by every multiply-add (9 loads
+// per 8 multiply-adds, which holds Zen 3 near 65% of its FMA peak). Q and O
+// are instead stored transposed, one 16-float vector per column (tile.Lanes
+// layout "transposed": q[r][c] at 16c+r), so that one column of Q, or one
+// key's P^T (the softmax's output, already lane = row), is two ymm halves
+// shared by the broadcast scalars of several keys or columns:
+//
+//   - lanesQKT: S^T[i] = sum over c of K[i][c] * Q^T[c] for n keys, six at
+//     a time (then 4, 2, 1): per column 2 loads of Q, 6 scalar broadcasts
+//     of K and 12 multiply-adds into 12 accumulators (row halves); no
+//     reduction, each lane sums its row's products in column order.
+//   - lanesSoftmaxAVX2: lanesSoftmax on two halves per vector with the AVX2
+//     exp2 of the avx2 Acc tier (emit.Exp2AVX2); P^T stays in s.
+//   - lanesPVT: O^T[c] = alpha*O^T[c] + sum over keys i of P^T[i] * V[i][c]
+//     for all columns, six at a time (fours at the end): per key 2 loads
+//     of P^T, 6 scalar broadcasts of V and 12 multiply-adds, keys in
+//     increasing order.
+//
+// Q.K and P.V are one loop shape (colBody): an output vector per key or
+// column, summed over columns or keys. One call covers a whole chunk of
+// keys or all columns, so the Go side pays one call per chunk.
 
 // cnames8: the constant table lanesc8, 8 copies of each (32 bytes).
 var cnames8 = []string{"ninf", "lo256", "c0", "c1", "c2", "c3", "c4", "c5", "c6", "b127", "one", "r7fff", "hi16", "r7ffff", "hi12", "c16384", "sub", "c448"}
@@ -404,142 +421,178 @@ func genAVX2(a *asm) {
 		}
 	}
 	a.f("GLOBL ·lanesc8(SB), RODATA|NOPTR, $%d\n", 32*len(cnames8))
-	a.f("// lanesx8: VPERMPS indices that expand a half row vector (8 rows) into")
-	a.f("// the halves of lanesPV's layout: index (g mod 2, h), lane 4q'+j = row")
-	a.f("// 4*(g mod 2) + 2h + q' of the half holding rows 4g..4g+3.")
-	for gm := 0; gm < 2; gm++ {
-		for h := 0; h < 2; h++ {
-			for l := 0; l < 8; l++ {
-				a.f("DATA ·lanesx8+%d(SB)/4, $%d", 4*(8*(2*gm+h)+l), 4*gm+2*h+l/4)
-			}
-		}
-	}
-	a.f("GLOBL ·lanesx8(SB), RODATA|NOPTR, $128\n")
-	genQK2(a)
+	genQKT(a)
 	genSoftmax2(a)
-	genPV2(a)
+	genPVT(a)
 }
 
-// forHalves calls f for the 8 ymm halves of the 4 vectors g of a column
-// quad (or key) in the AVX2 kernels: off = 64g+32h, the half's byte offset
-// in the 4x4 layout, and y = 2g+h, its accumulator register.
-func forHalves(f func(off, y int)) {
-	for g := 0; g < 4; g++ {
-		for h := 0; h < 2; h++ {
-			f(64*g+32*h, 2*g+h)
-		}
-	}
-}
-
-// genQK2 emits lanesQKAVX2(qT *float32, k *float32, ldk uintptr, d int, s
-// *float32, n int): the score vectors of n consecutive keys, one key at a
-// time. Accumulator Y(2g+h) is half h of lanesQK's (key, g) accumulator.
-// GP: AX qT, SI key row, R8 ldk, BX s, DX keys left, DI Q, R9 K column, CX
-// column pairs.
-func genQK2(a *asm) {
-	a.f("// func lanesQKAVX2(qT *float32, k *float32, ldk uintptr, d int, s *float32, n int)")
-	a.f("// n >= 1 keys x 16 rows; per 4 columns one 128-bit broadcast of K, 8 multiply-adds with Q from memory.")
-	a.f("TEXT ·lanesQKAVX2(SB), NOSPLIT, $0-48")
-	a.f("\tMOVQ qT+0(FP), AX")
+// genQKT emits lanesQKT(qT *float32, k *float32, ldk uintptr, d int, s
+// *float32, n int): the score vectors of n >= 1 consecutive keys, six at a
+// time, then one 4-, 2- and 1-key group as the rest needs (colBody).
+// GP: AX Q^T, SI keys 0-2 of a group, DI keys 3-5, R8 ldk, R9 6*ldk, CX
+// column pairs, BX s, R11 keys left.
+func genQKT(a *asm) {
+	a.f("// func lanesQKT(qT *float32, k *float32, ldk uintptr, d int, s *float32, n int)")
+	a.f("TEXT ·lanesQKT(SB), NOSPLIT, $0-48")
 	a.f("\tMOVQ k+8(FP), SI")
 	a.f("\tMOVQ ldk+16(FP), R8")
 	a.f("\tMOVQ s+32(FP), BX")
-	a.f("\tMOVQ n+40(FP), DX")
-	a.f("key:")
-	a.f("\tMOVQ AX, DI")
-	a.f("\tMOVQ SI, R9")
-	for j := 0; j < 8; j++ {
-		a.f("\tVXORPS Y%d, Y%d, Y%d", j, j, j)
+	a.f("\tMOVQ n+40(FP), R11")
+	a.f("\tLEAQ (R8)(R8*2), R9")
+	a.f("\tADDQ R9, R9 // 6*ldk")
+	for _, B := range []int{6, 4, 2, 1} {
+		a.f("keys%d:", B)
+		a.f("\tCMPQ R11, $%d", B)
+		if B == 6 {
+			a.f("\tJLT keys4")
+		} else {
+			a.f("\tJLT keys%d", map[int]int{4: 2, 2: 1, 1: 0}[B])
+		}
+		a.f("\tMOVQ qT+0(FP), AX")
+		a.f("\tMOVQ d+24(FP), CX")
+		a.f("\tSHRQ $1, CX // column pairs")
+		if B > 3 {
+			a.f("\tLEAQ (R8)(R8*2), DI")
+			a.f("\tADDQ SI, DI // key 3")
+		}
+		for y := 0; y < 2*B; y++ {
+			a.f("\tVXORPS Y%d, Y%d, Y%d", y, y, y)
+		}
+		a.f("\tMOVQ SI, R10")
+		colBody(a, B, false, fmt.Sprintf("qk%d", B))
+		a.f("\tMOVQ R10, SI")
+		for y := 0; y < 2*B; y++ {
+			a.f("\tVMOVUPS Y%d, %d(BX)", y, 32*y)
+		}
+		a.f("\tADDQ $%d, BX", 64*B)
+		a.f("\tSUBQ $%d, R11", B)
+		if B == 6 {
+			a.f("\tADDQ R9, SI")
+			a.f("\tJMP keys6")
+		} else {
+			for t := 0; t < B; t++ {
+				a.f("\tADDQ R8, SI")
+			}
+		}
 	}
-	a.f("\tMOVQ d+24(FP), CX")
-	a.f("\tSHRQ $3, CX // d/8: two 4-column steps per iteration")
-	a.f("cols:")
-	for u := 0; u < 2; u++ {
-		a.f("\tVBROADCASTF128 %d(R9), Y8 // K[i][c+%d..c+%d]", 16*u, 4*u, 4*u+3)
-		forHalves(func(off, y int) { a.f("\tVFMADD231PS %d(DI), Y8, Y%d", 256*u+off, y) })
-	}
-	a.f("\tADDQ $512, DI")
-	a.f("\tADDQ $32, R9")
-	a.f("\tDECQ CX")
-	a.f("\tJNZ cols")
-	for h := 0; h < 2; h++ {
-		acc := func(g int) int { return 2*g + h }
-		a.f("\t// half %d: lane 4q'+g = sum over j of Y%d+2g lane (q', j)", h, h)
-		a.f("\tVUNPCKLPS Y%d, Y%d, Y9", acc(1), acc(0))
-		a.f("\tVUNPCKHPS Y%d, Y%d, Y10", acc(1), acc(0))
-		a.f("\tVUNPCKLPS Y%d, Y%d, Y11", acc(3), acc(2))
-		a.f("\tVUNPCKHPS Y%d, Y%d, Y12", acc(3), acc(2))
-		a.f("\tVADDPS Y10, Y9, Y9 // g=0,1: j=0+2, j=1+3")
-		a.f("\tVADDPS Y12, Y11, Y11 // g=2,3")
-		a.f("\tVSHUFPS $0x44, Y11, Y9, Y10")
-		a.f("\tVSHUFPS $0xee, Y11, Y9, Y12")
-		a.f("\tVADDPS Y12, Y10, Y10")
-		a.f("\tVMOVUPS Y10, %d(BX)", 32*h)
-	}
-	a.f("\tADDQ $64, BX")
-	a.f("\tADDQ R8, SI")
-	a.f("\tDECQ DX")
-	a.f("\tJNZ key")
+	a.f("keys0:")
 	a.f("\tVZEROUPPER")
 	a.f("\tRET\n")
 }
 
-// genPV2 emits lanesPVAVX2(p *float32, v *float32, ldv uintptr, n int, o
-// *float32, alpha4 *float32, d int): O = alpha*O + sum over keys i < n of
-// P[r][i] * V[i][c] for all d columns (a multiple of 4), one column quad at a
-// time in 8 accumulators (Y(2g+h) = half h of O vector (c4, g)), keys in
-// increasing order; alpha4 is alpha expanded like P (lanesSoftmaxAVX2), or
-// nil for a block's later value chunks (O not rescaled).
-// GP: SI p, DX V column, R8 ldv, R10 n, DI O, AX alpha4, R11 quads left,
-// R12 P row, R13 V row, CX keys left.
-func genPV2(a *asm) {
-	a.f("// func lanesPVAVX2(p *float32, v *float32, ldv uintptr, n int, o *float32, alpha4 *float32, d int)")
-	a.f("// n >= 1 keys; per key and column quad one 128-bit broadcast of V, 8 multiply-adds with P from memory.")
-	a.f("TEXT ·lanesPVAVX2(SB), NOSPLIT, $0-56")
-	a.f("\tMOVQ p+0(FP), SI")
-	a.f("\tMOVQ v+8(FP), DX")
+// genPVT emits lanesPVT(p *float32, v *float32, ldv uintptr, n int, o
+// *float32, alpha *float32, d int): all d columns (a multiple of 8) of O,
+// six at a time, and two groups of four where six would leave two (d mod 6
+// is 0, 2 or 4), each group over all n >= 1 keys (colBody).
+// GP: SI P^T, DX V row, R8 ldv, CX keys left, DI O^T, AX alpha, R11
+// columns left, R12 V column.
+func genPVT(a *asm) {
+	a.f("// func lanesPVT(p *float32, v *float32, ldv uintptr, n int, o *float32, alpha *float32, d int)")
+	a.f("TEXT ·lanesPVT(SB), NOSPLIT, $0-56")
+	a.f("\tMOVQ v+8(FP), R12")
 	a.f("\tMOVQ ldv+16(FP), R8")
-	a.f("\tMOVQ n+24(FP), R10")
 	a.f("\tMOVQ o+32(FP), DI")
-	a.f("\tMOVQ alpha4+40(FP), AX")
+	a.f("\tMOVQ alpha+40(FP), AX")
 	a.f("\tMOVQ d+48(FP), R11")
-	a.f("\tSHRQ $2, R11 // column quads")
-	a.f("quad:")
-	forHalves(func(off, y int) { a.f("\tVMOVUPS %d(DI), Y%d", off, y) })
-	a.f("\tTESTQ AX, AX")
-	a.f("\tJZ noalpha // nil alpha4: O is continued as it is")
-	forHalves(func(off, y int) { a.f("\tVMULPS %d(AX), Y%d, Y%d // alpha * O", off, y, y) })
-	a.f("noalpha:")
-	a.f("\tMOVQ SI, R12")
-	a.f("\tMOVQ DX, R13")
-	a.f("\tMOVQ R10, CX")
-	a.f("keys:")
-	a.f("\tVBROADCASTF128 (R13), Y8 // V[i][c..c+3]")
-	forHalves(func(off, y int) { a.f("\tVFMADD231PS %d(R12), Y8, Y%d", off, y) })
-	a.f("\tADDQ $256, R12")
-	a.f("\tADDQ R8, R13")
-	a.f("\tDECQ CX")
-	a.f("\tJNZ keys")
-	forHalves(func(off, y int) { a.f("\tVMOVUPS Y%d, %d(DI)", y, off) })
-	a.f("\tADDQ $256, DI")
-	a.f("\tADDQ $16, DX")
-	a.f("\tDECQ R11")
-	a.f("\tJNZ quad")
-	a.f("\tVZEROUPPER")
-	a.f("\tRET\n")
+	a.f("cols:")
+	a.f("\tCMPQ R11, $8")
+	a.f("\tJEQ cols4")
+	a.f("\tCMPQ R11, $6")
+	a.f("\tJLT cols4")
+	for _, C := range []int{6, 4} {
+		if C == 4 {
+			a.f("cols4:")
+		}
+		a.f("\tMOVQ p+0(FP), SI")
+		a.f("\tMOVQ R12, DX")
+		a.f("\tMOVQ n+24(FP), CX")
+		a.f("\tTESTQ AX, AX")
+		a.f("\tJZ noalpha%d // nil alpha: O is continued as it is", C)
+		a.f("\tVMOVUPS (AX), Y12 // alpha, rows 0-7")
+		a.f("\tVMOVUPS 32(AX), Y13 // rows 8-15")
+		for y := 0; y < 2*C; y++ {
+			a.f("\tVMULPS %d(DI), Y%d, Y%d // alpha * O", 32*y, 12+y%2, y)
+		}
+		a.f("\tJMP pv%d", C)
+		a.f("noalpha%d:", C)
+		for y := 0; y < 2*C; y++ {
+			a.f("\tVMOVUPS %d(DI), Y%d", 32*y, y)
+		}
+		colBody(a, C, true, fmt.Sprintf("pv%d", C))
+		for y := 0; y < 2*C; y++ {
+			a.f("\tVMOVUPS Y%d, %d(DI)", y, 32*y)
+		}
+		a.f("\tADDQ $%d, R12", 4*C)
+		a.f("\tADDQ $%d, DI", 64*C)
+		a.f("\tSUBQ $%d, R11", C)
+		a.f("\tJNZ cols")
+		a.f("\tVZEROUPPER")
+		a.f("\tRET")
+	}
+	a.f("")
 }
 
-// genSoftmax2 emits lanesSoftmaxAVX2(s *float32, n int, st *lanesState, p4
-// *float32, alpha4 *float32), n >= 1: lanesSoftmax with two halves per
-// vector, the AVX2 exp2, and alpha also expanded into alpha4.
+// colBody emits the loop of an AVX2 kernel of the transposed layout with B
+// output vectors j (16 rows each, accumulators Y(2j) rows 0-7 and Y(2j+1)
+// rows 8-15, already initialised): out^T[j] += sum over t < T of A^T[t] *
+// b(j, t), t increasing, one FMA per product, A^T[t] = 16 floats (Y12,
+// Y13), b(j, t) one float broadcast from memory (Y14 / Y15 in turn).
+//
+//   - Q.K (pv false): A = Q^T at AX + 64t, T = d (CX = d/2 iterations of
+//     two columns), b(j, t) = K[j][t] at SI + j*ldk + 4t (keys 3-5 from DI).
+//   - P.V (pv true): A = P^T at SI + 64t, T = n (CX), b(j, t) = V[t][j] at
+//     DX + 4j + t*ldv.
+//
+// Q.K and P.V are one shape: an output vector per key or per column, summed
+// over columns or over keys.
+func colBody(a *asm, B int, pv bool, label string) {
+	fma := func(j, b int) {
+		a.f("\tVFMADD231PS Y%d, Y12, Y%d", b, 2*j)
+		a.f("\tVFMADD231PS Y%d, Y13, Y%d", b, 2*j+1)
+	}
+	a.f("%s:", label)
+	if pv {
+		a.f("\tVMOVUPS (SI), Y12 // P^T[i], rows 0-7")
+		a.f("\tVMOVUPS 32(SI), Y13 // rows 8-15")
+		for j := 0; j < B; j++ {
+			b := 14 + j%2
+			a.f("\tVBROADCASTSS %d(DX), Y%d // V[i][c0+%d]", 4*j, b, j)
+			fma(j, b)
+		}
+		a.f("\tADDQ $64, SI")
+		a.f("\tADDQ R8, DX")
+	} else {
+		rows := []string{"(SI)", "(SI)(R8*1)", "(SI)(R8*2)", "(DI)", "(DI)(R8*1)", "(DI)(R8*2)"}
+		for u := 0; u < 2; u++ {
+			a.f("\tVMOVUPS %d(AX), Y12 // Q^T[c+%d], rows 0-7", 64*u, u)
+			a.f("\tVMOVUPS %d(AX), Y13 // rows 8-15", 64*u+32)
+			for j := 0; j < B; j++ {
+				b := 14 + (u*B+j)%2
+				a.f("\tVBROADCASTSS %d%s, Y%d // K[%d][c+%d]", 4*u, rows[j], b, j, u)
+				fma(j, b)
+			}
+		}
+		a.f("\tADDQ $128, AX")
+		a.f("\tADDQ $8, SI")
+		if B > 3 {
+			a.f("\tADDQ $8, DI")
+		}
+	}
+	a.f("\tDECQ CX")
+	a.f("\tJNZ %s", label)
+}
+
+// genSoftmax2 emits lanesSoftmaxAVX2(s *float32, n int, st *lanesState),
+// n >= 1: lanesSoftmax with two halves per vector and the AVX2 exp2; P^T
+// stays in s for lanesPVT, alpha in the state.
 // Registers, pass 1: Y15 scale, Y14 -inf, Y13/Y12 valid (rows 0-7 / 8-15),
 // Y11 key index, Y10/Y9 running max; pass 2: Y15 invT, Y5/Y6 sums, Y7/Y8
-// temperature sums, Y2 visibility mask, Y0 Y1 Y3 Y4 scratch; pass 3: Y12-Y15
-// expansion indices. GP: SI s, BX state, DI running pointer, CX/DX counts.
+// temperature sums, Y2 visibility mask, Y0 Y1 Y3 Y4 scratch. GP: SI s, BX
+// state, DI running pointer, CX/DX counts.
 func genSoftmax2(a *asm) {
 	exp2 := func(in, out, t1, t2 int) { emit.Exp2AVX2(a.f, c8, in, out, t1, t2) }
-	a.f("// func lanesSoftmaxAVX2(s *float32, n int, st *lanesState, p4 *float32, alpha4 *float32)")
-	a.f("TEXT ·lanesSoftmaxAVX2(SB), NOSPLIT, $0-40")
+	a.f("// func lanesSoftmaxAVX2(s *float32, n int, st *lanesState)")
+	a.f("TEXT ·lanesSoftmaxAVX2(SB), NOSPLIT, $0-24")
 	a.f("\tMOVQ s+0(FP), SI")
 	a.f("\tMOVQ st+16(FP), BX")
 	a.f("\tVBROADCASTSS %d(BX), Y15 // scale", offScale)
@@ -623,31 +676,6 @@ func genSoftmax2(a *asm) {
 		a.f("\tVADDPS %d(BX), Y%d, Y%d", offTsum+32*u, 7+u, 7+u)
 		a.f("\tVMOVUPS Y%d, %d(BX)", 7+u, offTsum+32*u)
 	}
-	a.f("\t// Pass 3: expand alpha and every P^T[i] into the halves of lanesPV's vectors")
-	a.f("\t// (vector g, half h, lane 4q'+j = row 4g+2h+q').")
-	for i := 0; i < 4; i++ {
-		a.f("\tVMOVDQU ·lanesx8+%d(SB), Y%d", 32*i, 12+i)
-	}
-	expand := func(off int, reg, dst string) {
-		a.f("\tVMOVUPS %d(%s), Y0", off, reg)
-		a.f("\tVMOVUPS %d(%s), Y1", off+32, reg)
-		for g := 0; g < 4; g++ {
-			for h := 0; h < 2; h++ {
-				a.f("\tVPERMPS Y%d, Y%d, Y2", g/2, 12+2*(g%2)+h)
-				a.f("\tVMOVUPS Y2, %d%s", 64*g+32*h, dst)
-			}
-		}
-	}
-	a.f("\tMOVQ alpha4+32(FP), DI")
-	expand(offAlpha, "BX", "(DI)")
-	a.f("\tMOVQ n+8(FP), CX")
-	a.f("\tMOVQ p4+24(FP), DI")
-	a.f("expand:")
-	expand(0, "SI", "(DI)")
-	a.f("\tADDQ $64, SI")
-	a.f("\tADDQ $256, DI")
-	a.f("\tDECQ CX")
-	a.f("\tJNZ expand")
 	a.f("\tVZEROUPPER")
 	a.f("\tRET\n")
 }

@@ -140,12 +140,12 @@ func (ws *Workspace) decodeTile(wk *worker, b, h, a, z, c, kBegin, kEnd, used in
 	}
 	// K and V are decoded inside the update (the accumulators'
 	// updateStaged: tile.Lanes.UpdateStaged asks for a few rows at a time,
-	// so the float32 rows stay in L1; the block accumulator takes whole
-	// blocks) when V's overflow guard needs no scan (E4M3, bounded NVFP4) or
-	// can scan the BF16 source before the update (vScale.scanRows);
-	// otherwise the whole block is decoded first.
+	// so the float32 rows stay in cache; the block accumulator takes whole
+	// blocks), V's overflow guard scanning each decoded chunk unless V is
+	// bounded (kvStager). noStage (tests) decodes whole blocks first and
+	// guards them with vScale.block.
 	bounded := vBounded(&p.V)
-	staged := (bounded || p.V.Dtype == BF16) && !ws.noStage
+	staged := !ws.noStage
 	// limit(i): keys t < used - SeqlenQ + i + 1 are visible to query i.
 	span := func(t0, t1 int, sel func(i int) bool) {
 		n := t1 - t0
@@ -167,10 +167,7 @@ func (ws *Workspace) decodeTile(wk *worker, b, h, a, z, c, kBegin, kEnd, used in
 		switch {
 		case !any:
 		case staged:
-			if !bounded {
-				vs.scanRows(&p.V, &p.KV, b, h, t0, n, ra)
-			}
-			wk.stage = kvStager{k: &p.K, v: &p.V, l: &p.KV, b: b, h: h, t0: t0, kbuf: wk.kbuf, vbuf: wk.vbuf, vs: vs}
+			wk.stage = kvStager{k: &p.K, v: &p.V, l: &p.KV, b: b, h: h, t0: t0, kbuf: wk.kbuf, vbuf: wk.vbuf, vs: vs, acc: ra, scan: !bounded}
 			ra.updateStaged(&wk.stage, n, wk.valid[:m])
 		default:
 			vs.block(wk.vbuf[:n*d], ra, &p.V)

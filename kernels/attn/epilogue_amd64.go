@@ -18,17 +18,6 @@ func hasF16C() bool { return cpu.X86.HasF16C }
 // table decoder (AVX512_VBMI).
 func hasVBMI() bool { return cpu.X86.HasAVX512VBMI }
 
-// maxFiniteBF16AVX512 returns the largest |x| BF16 bit pattern among the
-// finite values of v[:n] (n a multiple of 32; 0 when none is finite).
-//
-//go:noescape
-func maxFiniteBF16AVX512(v *lowp.BFloat16, n int) uint32
-
-// maxFiniteBF16AVX2 is maxFiniteBF16AVX512 with AVX2 (n a multiple of 32).
-//
-//go:noescape
-func maxFiniteBF16AVX2(v *lowp.BFloat16, n int) uint32
-
 // decodeE4M3x64VBMI widens n (a multiple of 64) e4m3fn values to float32
 // with the byte tables of tab.
 //

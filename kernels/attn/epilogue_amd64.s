@@ -376,38 +376,3 @@ decvbmi_loop:
 	VZEROUPPER
 	RET
 
-// func maxFiniteBF16AVX512(v *lowp.BFloat16, n int) uint32
-// maxFiniteBitsAVX512 for BF16 values: the largest |x| bit pattern (16
-// bits) among the finite values of v[:n] (n a multiple of 32; 0 when none
-// is finite). BF16 bits are the high half of the float32 bits, so the
-// float32 maximum is this value << 16.
-TEXT ·maxFiniteBF16AVX512(SB), NOSPLIT, $0-20
-	MOVQ v+0(FP), SI
-	MOVQ n+8(FP), CX
-	MOVL $0x7fff7fff, AX
-	VPBROADCASTD AX, Z1          // magnitude mask
-	MOVL $0x7f807f80, AX
-	VPBROADCASTD AX, Z2          // +Inf bits: the first non-finite magnitude
-	VPXORD Z0, Z0, Z0            // running max
-maxbf_loop:
-	VPANDD  (SI), Z1, Z3
-	VPCMPUW $1, Z2, Z3, K1       // K1: lanes with |x| < +Inf
-	VPMAXUW Z3, Z0, K1, Z0
-	ADDQ    $64, SI
-	SUBQ    $32, CX
-	JNZ     maxbf_loop
-	VEXTRACTI32X8 $1, Z0, Y3
-	VPMAXUW Y3, Y0, Y0
-	VEXTRACTI128  $1, Y0, X3
-	VPMAXUW X3, X0, X0
-	VPSHUFD $0x4e, X0, X3
-	VPMAXUW X3, X0, X0
-	VPSHUFD $0xb1, X0, X3
-	VPMAXUW X3, X0, X0
-	VPSRLD  $16, X0, X3
-	VPMAXUW X3, X0, X0
-	VMOVD   X0, AX
-	MOVWLZX AX, AX
-	MOVL    AX, ret+16(FP)
-	VZEROUPPER
-	RET

@@ -10,9 +10,6 @@ func hasF16C() bool { return false }
 
 func hasVBMI() bool { return false }
 
-func maxFiniteBF16AVX512(*lowp.BFloat16, int) uint32 { panic("unreachable") }
-func maxFiniteBF16AVX2(*lowp.BFloat16, int) uint32   { panic("unreachable") }
-
 func decodeE4M3x64VBMI(*float32, *lowp.Float8E4M3FN, int, *e4m3Tables) { panic("unreachable") }
 
 func storeBF16AVX512(*lowp.BFloat16, *float32, int, float32) { panic("unreachable") }

@@ -122,14 +122,22 @@ func loadRows(o *Operand, l *KVLayout, b, h, t0, n int, dst []float32) {
 // kvStager hands one K/V block (tokens t0.. of sequence b, KV head h) to a
 // decode accumulator's updateStaged (tile.Lanes.UpdateStaged asks for a few
 // rows at a time), decoded into the worker's block buffers: the rows of a
-// request land at the start of kbuf / vbuf, so a small chunk stays in L1
+// request land at the start of kbuf / vbuf, so a small chunk stays in cache
 // between its decoding and the kernel that reads it.
+//
+// V's overflow guard runs on each decoded V chunk (vs.chunk) when the V
+// operand is not bounded (BF16, NVFP4 with a large global scale): the scan
+// reads the float32 rows just decoded, in cache, instead of a separate pass
+// over the narrow source that would be the first touch of the block in
+// DRAM.
 type kvStager struct {
 	k, v       *Operand
 	l          *KVLayout
 	b, h, t0   int
 	kbuf, vbuf []float32
 	vs         *vScale // V's overflow guard shift, applied to each V chunk
+	acc        oScaler // the accumulator vs rescales when it raises its shift
+	scan       bool    // V is not bounded (vBounded): scan every chunk
 }
 
 // StageK decodes key rows [i0, i1) of the block.
@@ -144,6 +152,6 @@ func (s *kvStager) StageV(i0, i1 int) []float32 {
 	d := s.v.D
 	v := s.vbuf[:(i1-i0)*d]
 	loadRows(s.v, s.l, s.b, s.h, s.t0+i0, i1-i0, v)
-	s.vs.apply(v)
+	s.vs.chunk(v, s.acc, s.scan, s.v.vec)
 	return v
 }

@@ -100,34 +100,3 @@ func TestDecodeStagedMatchesWhole(t *testing.T) {
 		})
 	}
 }
-
-// TestMaxFiniteBitsBF16 compares the AVX-512 BF16 scan (where this CPU has
-// it) with maxFiniteBits of the decoded values, on random bit patterns with
-// signs, zeros, subnormals, the finite maximum, infinities and NaNs, at
-// lengths with portable tails of 0 to 31 elements.
-func TestMaxFiniteBitsBF16(t *testing.T) {
-	forVecLevels(t, func(t *testing.T, lv vec) {
-		rng := rand.New(rand.NewPCG(8, 9))
-		specials := []uint16{0, 1, 0x007f, 0x7f7f, 0x7f80, 0x7fc0, 0x7f81, 0xffff, 0x8000, 0xff7f}
-		for n := 1; n < 400; n += 9 {
-			for trial := 0; trial < 20; trial++ {
-				v := make([]lowp.BFloat16, n)
-				f := make([]float32, n)
-				for i := range v {
-					b := uint16(rng.Uint32())
-					if rng.IntN(3) == 0 {
-						b = specials[rng.IntN(len(specials))]
-					}
-					if trial%4 == 0 {
-						b |= 0x7f80 // mostly non-finite
-					}
-					v[i] = lowp.BFloat16(b)
-					f[i] = v[i].Float32()
-				}
-				if got, want := maxFiniteBitsBF16(v, lv), maxFiniteBits(f, vecGo); got != want {
-					t.Fatalf("n=%d trial %d: %#x, want %#x", n, trial, got, want)
-				}
-			}
-		}
-	})
-}

@@ -1,10 +1,6 @@
 package attn
 
-import (
-	"math"
-
-	"github.com/sparseattn/msa/kernels/lowp"
-)
+import "math"
 
 // V overflow guard.
 //
@@ -83,19 +79,20 @@ func (s *vScale) block(v []float32, acc oScaler, vop *Operand) {
 	s.apply(v)
 }
 
-// scanRows is the scan of block for a V block still in BF16: tokens t0 ..
-// t0+n-1 of sequence b, KV head h of vop (a BF16 operand) under layout l.
-// It raises e as block would for the decoded block; the caller then scales
-// each decoded row with apply (tile.Lanes.UpdateStaged's V chunks).
-func (s *vScale) scanRows(vop *Operand, l *KVLayout, b, h, t0, n int, acc oScaler) {
-	d := vop.D
-	var m uint32
-	for i := 0; i < n; {
-		r, c := l.Run(b, h, t0+i, n-i)
-		m = max(m, maxFiniteBitsBF16(vop.BF16[r*d:(r+c)*d], vop.vec))
-		i += c
+// chunk prepares rows v of a V block decoded in chunks
+// (tile.Lanes.UpdateStaged) before the kernel adds them to O: with scan (V
+// not bounded) it raises e for the chunk's largest finite value, rescaling
+// the O accumulated so far in acc, then multiplies v by 2^-e. acc's O may
+// already hold this block's earlier chunks; scaling it by a power of two
+// commutes with everything the kernel does to it (alpha, FMA), so the
+// result equals the whole-block guard (block) bit for bit, except where
+// values become subnormal under 2^-e (the chunked form keeps more of those
+// bits). lv selects the SIMD scan.
+func (s *vScale) chunk(v []float32, acc oScaler, scan bool, lv vec) {
+	if scan {
+		s.raise(maxFiniteBits(v, lv), acc)
 	}
-	s.raise(m, acc)
+	s.apply(v)
 }
 
 // raise raises e for a block whose largest finite |v| has float32 bits m.
@@ -122,29 +119,6 @@ func (s *vScale) apply(v []float32) {
 	if s.e != 0 {
 		scaleInPlace(v, float32(math.Ldexp(1, -s.e)))
 	}
-}
-
-// maxFiniteBitsBF16 is maxFiniteBits of the decoded values of v: the
-// largest finite |x| as float32 bits (BF16 bits << 16).
-func maxFiniteBitsBF16(v []lowp.BFloat16, lv vec) uint32 {
-	var m uint32
-	n := len(v) &^ 31
-	switch {
-	case n == 0 || lv == vecGo:
-		n = 0
-	case lv == vecAVX512:
-		m = maxFiniteBF16AVX512(&v[0], n)
-	default:
-		m = maxFiniteBF16AVX2(&v[0], n)
-	}
-	for _, x := range v[n:] {
-		b := uint32(x) &^ 0x8000
-		if b >= 0x7f80 {
-			b = 0 // Inf and NaN: left to propagate
-		}
-		m = max(m, b)
-	}
-	return m << 16
 }
 
 // factor returns 2^e, the factor the epilogue applies to the normalised O.

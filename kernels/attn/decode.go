@@ -147,7 +147,9 @@ func (ws *Workspace) decodeTile(wk *worker, b, h, a, z, c, kBegin, kEnd, used in
 	bounded := vBounded(&p.V)
 	staged := !ws.noStage
 	// limit(i): keys t < used - SeqlenQ + i + 1 are visible to query i.
-	span := func(t0, t1 int, sel func(i int) bool) {
+	// next is the first token of the span after this one (-1: none), whose
+	// K/V the update prefetches.
+	span := func(t0, t1 int, sel func(i int) bool, next int) {
 		n := t1 - t0
 		if !staged {
 			loadKV(&p.K, &p.V, &p.KV, b, h, t0, n, wk.kbuf, wk.vbuf)
@@ -167,6 +169,9 @@ func (ws *Workspace) decodeTile(wk *worker, b, h, a, z, c, kBegin, kEnd, used in
 		switch {
 		case !any:
 		case staged:
+			if next >= 0 {
+				prefetchNext(ra, &p.K, &p.V, &p.KV, b, h, next, min(tile.BlockN, kEnd-next))
+			}
 			wk.stage = kvStager{k: &p.K, v: &p.V, l: &p.KV, b: b, h: h, t0: t0, kbuf: wk.kbuf, vbuf: wk.vbuf, vs: vs, acc: ra, scan: !bounded}
 			ra.updateStaged(&wk.stage, n, wk.valid[:m])
 		default:
@@ -176,7 +181,11 @@ func (ws *Workspace) decodeTile(wk *worker, b, h, a, z, c, kBegin, kEnd, used in
 	}
 	if p.Q2K == nil {
 		for t := kBegin; t < kEnd; t += tile.BlockN {
-			span(t, min(kEnd, t+tile.BlockN), nil)
+			next := t + tile.BlockN
+			if next >= kEnd {
+				next = -1
+			}
+			span(t, min(kEnd, t+tile.BlockN), nil, next)
 		}
 	} else {
 		// Union of the blocks the tile's queries selected, ascending.
@@ -190,14 +199,23 @@ func (ws *Workspace) decodeTile(wk *worker, b, h, a, z, c, kBegin, kEnd, used in
 			}
 		}
 		slices.Sort(blocks)
-		for _, j := range blocks {
+		for x, j := range blocks {
 			lo := max(kBegin, int(j)*p.BlkKV)
 			hi := min(kEnd, (int(j)+1)*p.BlkKV)
 			selects := func(i int) bool {
 				return slices.Contains(p.Q2K[(h*totalQ+b*p.SeqlenQ+i)*p.TopK:][:p.TopK], j)
 			}
 			for t := lo; t < hi; t += tile.BlockN {
-				span(t, min(hi, t+tile.BlockN), selects)
+				next := t + tile.BlockN
+				if next >= hi {
+					next = -1
+					if x+1 < len(blocks) {
+						if nl := max(kBegin, int(blocks[x+1])*p.BlkKV); nl < kEnd {
+							next = nl
+						}
+					}
+				}
+				span(t, min(hi, t+tile.BlockN), selects, next)
 			}
 		}
 		wk.dst = blocks[:0]

@@ -2,6 +2,7 @@ package attn
 
 import (
 	"fmt"
+	"unsafe"
 
 	"github.com/sparseattn/msa/kernels/lowp"
 )
@@ -117,6 +118,34 @@ func loadRows(o *Operand, l *KVLayout, b, h, t0, n int, dst []float32) {
 		o.DecodeRows(dst[i*d:], r, c)
 		i += c
 	}
+}
+
+// storage returns the bytes that hold rows r..r+c-1 (nil for NVFP4, whose
+// rows need their scales too, and for an empty range).
+func (o *Operand) storage(r, c int) (unsafe.Pointer, int) {
+	d := o.D
+	switch {
+	case c <= 0:
+	case o.Dtype == E4M3 && (r+c)*d <= len(o.E4M3):
+		return unsafe.Pointer(&o.E4M3[r*d]), c * d
+	case o.Dtype == BF16 && (r+c)*d <= len(o.BF16):
+		return unsafe.Pointer(&o.BF16[r*d]), 2 * c * d
+	}
+	return nil, 0
+}
+
+// prefetchNext hints to acc the storage of K/V rows t0..t0+n-1 of sequence
+// b, KV head h: the first contiguous run of rows of each (a whole page
+// block with the HND page layout or one dense sequence).
+func prefetchNext(acc rowAcc, k, v *Operand, l *KVLayout, b, h, t0, n int) {
+	if n <= 0 {
+		acc.prefetchNext(nil, 0, nil, 0)
+		return
+	}
+	r, c := l.Run(b, h, t0, n)
+	kp, kb := k.storage(r, c)
+	vp, vb := v.storage(r, c)
+	acc.prefetchNext(kp, kb, vp, vb)
 }
 
 // kvStager hands one K/V block (tokens t0.. of sequence b, KV head h) to a

@@ -1,6 +1,10 @@
 package attn
 
-import "github.com/sparseattn/msa/kernels/tile"
+import (
+	"unsafe"
+
+	"github.com/sparseattn/msa/kernels/tile"
+)
 
 // rowAcc is the online-softmax accumulator a decode tile drives: either the
 // block kernel (tile.Acc over a transposed tile.Block, best when many rows
@@ -15,6 +19,9 @@ type rowAcc interface {
 	updateStaged(src *kvStager, n int, valid []int32)
 	finishLSE(lse, inv []float32)
 	o(r int) []float32
+	// prefetchNext hints the storage of the block after the next update
+	// (tile.Lanes.PrefetchNext); accumulators without the hint ignore it.
+	prefetchNext(k unsafe.Pointer, kBytes int, v unsafe.Pointer, vBytes int)
 	oScaler
 }
 
@@ -36,8 +43,9 @@ func (b *blockAcc) update(k, v []float32, n int, valid []int32) {
 func (b *blockAcc) updateStaged(src *kvStager, n int, valid []int32) {
 	b.update(src.StageK(0, n), src.StageV(0, n), n, valid)
 }
-func (b *blockAcc) finishLSE(lse, inv []float32) { b.acc.FinishLSE(lse, nil, inv) }
-func (b *blockAcc) o(r int) []float32            { return b.acc.O(r) }
+func (b *blockAcc) finishLSE(lse, inv []float32)                          { b.acc.FinishLSE(lse, nil, inv) }
+func (b *blockAcc) prefetchNext(unsafe.Pointer, int, unsafe.Pointer, int) {}
+func (b *blockAcc) o(r int) []float32                                     { return b.acc.O(r) }
 func (b *blockAcc) scaleO(f float32) {
 	for r := 0; r < b.acc.M(); r++ {
 		scaleInPlace(b.acc.O(r), f)
@@ -112,6 +120,14 @@ func (a *lanesAcc) finishLSE(lse, inv []float32) {
 }
 
 func (a *lanesAcc) o(r int) []float32 { return a.g[r/tile.LanesMaxM].O(r % tile.LanesMaxM) }
+
+// prefetchNext passes the hint to a single lane group (several groups
+// decode whole blocks, see updateStaged).
+func (a *lanesAcc) prefetchNext(k unsafe.Pointer, kBytes int, v unsafe.Pointer, vBytes int) {
+	if a.groups() == 1 {
+		a.g[0].PrefetchNext(k, kBytes, v, vBytes)
+	}
+}
 
 func (a *lanesAcc) scaleO(f float32) {
 	for i := 0; i < a.groups(); i++ {

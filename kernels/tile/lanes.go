@@ -1,6 +1,9 @@
 package tile
 
-import "math"
+import (
+	"math"
+	"unsafe"
+)
 
 // LanesMaxM is the largest number of query rows of a Lanes accumulator: one
 // AVX-512 vector of float32.
@@ -58,7 +61,15 @@ type Lanes struct {
 	st    lanesState
 	temp  bool
 	round Round
+	// pfK and pfV are the prefetch cursors of the AVX2 Q.K and P.V kernels
+	// (PrefetchNext); idle, they point at s with step 0.
+	pfK, pfV lanesPrefetch
 }
+
+// lanesPrefetch is a prefetch cursor of the AVX2 lane kernels: every loop
+// iteration prefetches the line at addr, then advances addr by step, up to
+// last. Its layout (offsets 0, 8, 16) is fixed by asmgen/lanes/gen.go.
+type lanesPrefetch struct{ addr, step, last uintptr }
 
 // lanesKern is the kernel set of a Lanes accumulation. It is fixed by
 // Reset from the active tier and d (lanesKernFor), so an accumulation keeps
@@ -289,6 +300,26 @@ func (l *Lanes) FinishLSE(lse, tlse, inv []float32) {
 func (l *Lanes) ScaleO(f float32) {
 	for i := range l.oT {
 		l.oT[i] *= f
+	}
+}
+
+// PrefetchNext hints the storage of the block the next Update or
+// UpdateStaged will read: kBytes at k and vBytes at v (typically the next
+// K/V block, still in its narrow format). The AVX2 kernels of that update
+// prefetch it line by line, spread over their loop iterations (K during the
+// Q.K kernels, V during the P.V kernels), so that the next block's reads
+// overlap this one's arithmetic instead of stalling its conversion. The
+// hint is consumed by the next update; the AVX-512 kernels and the portable
+// code ignore it. Prefetching never faults, but the ranges should lie in
+// memory the caller keeps alive.
+func (l *Lanes) PrefetchNext(k unsafe.Pointer, kBytes int, v unsafe.Pointer, vBytes int) {
+	l.pfK = lanesPrefetch{addr: uintptr(k), last: uintptr(k) + uintptr(max(kBytes-1, 0))}
+	l.pfV = lanesPrefetch{addr: uintptr(v), last: uintptr(v) + uintptr(max(vBytes-1, 0))}
+	if k == nil || kBytes <= 0 {
+		l.pfK = lanesPrefetch{}
+	}
+	if v == nil || vBytes <= 0 {
+		l.pfV = lanesPrefetch{}
 	}
 }
 

@@ -150,8 +150,12 @@ DATA ·lanesc8+568(SB)/4, $0x43e00000 // c448
 DATA ·lanesc8+572(SB)/4, $0x43e00000 // c448
 GLOBL ·lanesc8(SB), RODATA|NOPTR, $576
 
-// func lanesQKT(qT *float32, k *float32, ldk uintptr, d int, s *float32, n int)
-TEXT ·lanesQKT(SB), NOSPLIT, $0-48
+// func lanesQKT(qT *float32, k *float32, ldk uintptr, d int, s *float32, n int, pf *lanesPrefetch)
+TEXT ·lanesQKT(SB), NOSPLIT, $0-56
+	MOVQ pf+48(FP), DX
+	MOVQ 0(DX), R12 // prefetch cursor
+	MOVQ 8(DX), R13 // its step per iteration
+	MOVQ 16(DX), R14 // its last line
 	MOVQ k+8(FP), SI
 	MOVQ ldk+16(FP), R8
 	MOVQ s+32(FP), BX
@@ -180,6 +184,10 @@ keys6:
 	VXORPS Y11, Y11, Y11
 	MOVQ SI, R10
 qk6:
+	PREFETCHT0 (R12) // the next block, spread over the iterations
+	ADDQ R13, R12
+	CMPQ R12, R14
+	CMOVQGT R14, R12 // stay on the last line
 	VMOVUPS 0(AX), Y12 // Q^T[c+0], rows 0-7
 	VMOVUPS 32(AX), Y13 // rows 8-15
 	VBROADCASTSS 0(SI), Y14 // K[0][c+0]
@@ -260,6 +268,10 @@ keys4:
 	VXORPS Y7, Y7, Y7
 	MOVQ SI, R10
 qk4:
+	PREFETCHT0 (R12) // the next block, spread over the iterations
+	ADDQ R13, R12
+	CMPQ R12, R14
+	CMOVQGT R14, R12 // stay on the last line
 	VMOVUPS 0(AX), Y12 // Q^T[c+0], rows 0-7
 	VMOVUPS 32(AX), Y13 // rows 8-15
 	VBROADCASTSS 0(SI), Y14 // K[0][c+0]
@@ -320,6 +332,10 @@ keys2:
 	VXORPS Y3, Y3, Y3
 	MOVQ SI, R10
 qk2:
+	PREFETCHT0 (R12) // the next block, spread over the iterations
+	ADDQ R13, R12
+	CMPQ R12, R14
+	CMOVQGT R14, R12 // stay on the last line
 	VMOVUPS 0(AX), Y12 // Q^T[c+0], rows 0-7
 	VMOVUPS 32(AX), Y13 // rows 8-15
 	VBROADCASTSS 0(SI), Y14 // K[0][c+0]
@@ -359,6 +375,10 @@ keys1:
 	VXORPS Y1, Y1, Y1
 	MOVQ SI, R10
 qk1:
+	PREFETCHT0 (R12) // the next block, spread over the iterations
+	ADDQ R13, R12
+	CMPQ R12, R14
+	CMOVQGT R14, R12 // stay on the last line
 	VMOVUPS 0(AX), Y12 // Q^T[c+0], rows 0-7
 	VMOVUPS 32(AX), Y13 // rows 8-15
 	VBROADCASTSS 0(SI), Y14 // K[0][c+0]
@@ -380,6 +400,7 @@ qk1:
 	SUBQ $1, R11
 	ADDQ R8, SI
 keys0:
+	MOVQ R12, 0(DX)
 	VZEROUPPER
 	RET
 
@@ -995,8 +1016,12 @@ done:
 	VZEROUPPER
 	RET
 
-// func lanesPVT(p *float32, v *float32, ldv uintptr, n int, o *float32, alpha *float32, d int)
-TEXT ·lanesPVT(SB), NOSPLIT, $0-56
+// func lanesPVT(p *float32, v *float32, ldv uintptr, n int, o *float32, alpha *float32, d int, pf *lanesPrefetch)
+TEXT ·lanesPVT(SB), NOSPLIT, $0-64
+	MOVQ pf+56(FP), R14
+	MOVQ 0(R14), R9 // prefetch cursor
+	MOVQ 8(R14), R10 // its step per iteration
+	MOVQ 16(R14), R13 // its last line
 	MOVQ v+8(FP), R12
 	MOVQ ldv+16(FP), R8
 	MOVQ o+32(FP), DI
@@ -1041,6 +1066,10 @@ noalpha6:
 	VMOVUPS 320(DI), Y10
 	VMOVUPS 352(DI), Y11
 pv6:
+	PREFETCHT0 (R9) // the next block, spread over the iterations
+	ADDQ R10, R9
+	CMPQ R9, R13
+	CMOVQGT R13, R9 // stay on the last line
 	VMOVUPS (SI), Y12 // P^T[i], rows 0-7
 	VMOVUPS 32(SI), Y13 // rows 8-15
 	VBROADCASTSS 0(DX), Y14 // V[i][c0+0]
@@ -1081,6 +1110,7 @@ pv6:
 	ADDQ $384, DI
 	SUBQ $6, R11
 	JNZ cols
+	MOVQ R9, 0(R14)
 	VZEROUPPER
 	RET
 cols4:
@@ -1110,6 +1140,10 @@ noalpha4:
 	VMOVUPS 192(DI), Y6
 	VMOVUPS 224(DI), Y7
 pv4:
+	PREFETCHT0 (R9) // the next block, spread over the iterations
+	ADDQ R10, R9
+	CMPQ R9, R13
+	CMOVQGT R13, R9 // stay on the last line
 	VMOVUPS (SI), Y12 // P^T[i], rows 0-7
 	VMOVUPS 32(SI), Y13 // rows 8-15
 	VBROADCASTSS 0(DX), Y14 // V[i][c0+0]
@@ -1140,6 +1174,7 @@ pv4:
 	ADDQ $256, DI
 	SUBQ $4, R11
 	JNZ cols
+	MOVQ R9, 0(R14)
 	VZEROUPPER
 	RET
 

@@ -32,6 +32,66 @@ func TestLanesStateLayout(t *testing.T) {
 	}
 }
 
+// TestLanesPrefetchLayout checks the lanesPrefetch offsets that
+// asmgen/lanes/gen.go hard-codes.
+func TestLanesPrefetchLayout(t *testing.T) {
+	var p lanesPrefetch
+	if unsafe.Offsetof(p.addr) != 0 || unsafe.Offsetof(p.step) != 8 || unsafe.Offsetof(p.last) != 16 {
+		t.Errorf("lanesPrefetch offsets %d %d %d, want 0 8 16", unsafe.Offsetof(p.addr), unsafe.Offsetof(p.step), unsafe.Offsetof(p.last))
+	}
+}
+
+// TestLanesPrefetchNext checks that PrefetchNext changes nothing but the
+// cache: with a hint before every update (ranges shorter and longer than
+// the kernels' iterations, and an empty one) the results equal those
+// without, bit for bit, for Update and UpdateStaged, on every tier.
+func TestLanesPrefetchNext(t *testing.T) {
+	for _, tn := range []string{"generic", "avx512", "avx2"} {
+		t.Run(tn, func(t *testing.T) {
+			useTier(t, tn)
+			rng := rand.New(rand.NewSource(5))
+			buf := make([]byte, 1<<20)
+			for _, d := range []int{16, 128} {
+				for _, n := range []int{1, 7, 128} {
+					p := newProblem(rng, d, n, 16, 3, RoundE4M3, true, 1)
+					l := NewLanes(d)
+					want := p.runLanes(l)
+					wantStaged := p.runLanesStaged(t, l)
+					hint := func(u int) {
+						sizes := []int{0, 100, len(buf)}
+						k, v := sizes[u%3], sizes[(u+1)%3]
+						l.PrefetchNext(unsafe.Pointer(&buf[0]), k, unsafe.Pointer(&buf[len(buf)/2]), v)
+					}
+					l.Reset(p.m, p.scale, p.round, p.invT)
+					for r := 0; r < p.m; r++ {
+						l.SetQ(r, p.q[r*p.d:(r+1)*p.d])
+					}
+					for u := range p.k {
+						hint(u)
+						l.Update(p.k[u], p.v[u], p.n, p.valid[u])
+					}
+					if msg, ok := sameResult(p.lanesResult(l), want); !ok {
+						t.Errorf("d%d n%d: Update with PrefetchNext: %s", d, n, msg)
+					}
+					l.Reset(p.m, p.scale, p.round, p.invT)
+					for r := 0; r < p.m; r++ {
+						l.SetQ(r, p.q[r*p.d:(r+1)*p.d])
+					}
+					st := &sliceStager{t: t, d: p.d, kb: make([]float32, (BlockN+1)*p.d), vb: make([]float32, (BlockN+1)*p.d)}
+					for u := range p.k {
+						hint(u + 1)
+						st.k, st.v, st.kNext, st.vNext = p.k[u], p.v[u], 0, 0
+						l.UpdateStaged(p.n, p.valid[u], st)
+					}
+					if msg, ok := sameResult(p.lanesResult(l), wantStaged); !ok {
+						t.Errorf("d%d n%d: UpdateStaged with PrefetchNext: %s", d, n, msg)
+					}
+				}
+			}
+		})
+	}
+}
+
 // runLanes executes the problem with a Lanes accumulator (reused across
 // problems through Reset) under the active tier and normalises O with inv.
 func (p *problem) runLanes(l *Lanes) result {

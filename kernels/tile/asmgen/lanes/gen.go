@@ -210,6 +210,13 @@ func genPV(a *asm, C int) {
 	a.f("\tRET\n")
 }
 
+// lanesPrefetch offsets (lanes_test.go checks them).
+const (
+	offPfAddr = 0
+	offPfStep = 8
+	offPfLast = 16
+)
+
 // lanesState offsets (lanes_amd64.go checks them in a test).
 const (
 	offValid = 0
@@ -432,8 +439,12 @@ func genAVX2(a *asm) {
 // GP: AX Q^T, SI keys 0-2 of a group, DI keys 3-5, R8 ldk, R9 6*ldk, CX
 // column pairs, BX s, R11 keys left.
 func genQKT(a *asm) {
-	a.f("// func lanesQKT(qT *float32, k *float32, ldk uintptr, d int, s *float32, n int)")
-	a.f("TEXT ·lanesQKT(SB), NOSPLIT, $0-48")
+	a.f("// func lanesQKT(qT *float32, k *float32, ldk uintptr, d int, s *float32, n int, pf *lanesPrefetch)")
+	a.f("TEXT ·lanesQKT(SB), NOSPLIT, $0-56")
+	a.f("\tMOVQ pf+48(FP), DX")
+	a.f("\tMOVQ %d(DX), R12 // prefetch cursor", offPfAddr)
+	a.f("\tMOVQ %d(DX), R13 // its step per iteration", offPfStep)
+	a.f("\tMOVQ %d(DX), R14 // its last line", offPfLast)
 	a.f("\tMOVQ k+8(FP), SI")
 	a.f("\tMOVQ ldk+16(FP), R8")
 	a.f("\tMOVQ s+32(FP), BX")
@@ -459,7 +470,7 @@ func genQKT(a *asm) {
 			a.f("\tVXORPS Y%d, Y%d, Y%d", y, y, y)
 		}
 		a.f("\tMOVQ SI, R10")
-		colBody(a, B, false, fmt.Sprintf("qk%d", B))
+		colBody(a, B, false, fmt.Sprintf("qk%d", B), [3]string{"R12", "R13", "R14"})
 		a.f("\tMOVQ R10, SI")
 		for y := 0; y < 2*B; y++ {
 			a.f("\tVMOVUPS Y%d, %d(BX)", y, 32*y)
@@ -476,6 +487,7 @@ func genQKT(a *asm) {
 		}
 	}
 	a.f("keys0:")
+	a.f("\tMOVQ R12, %d(DX)", offPfAddr)
 	a.f("\tVZEROUPPER")
 	a.f("\tRET\n")
 }
@@ -487,8 +499,12 @@ func genQKT(a *asm) {
 // GP: SI P^T, DX V row, R8 ldv, CX keys left, DI O^T, AX alpha, R11
 // columns left, R12 V column.
 func genPVT(a *asm) {
-	a.f("// func lanesPVT(p *float32, v *float32, ldv uintptr, n int, o *float32, alpha *float32, d int)")
-	a.f("TEXT ·lanesPVT(SB), NOSPLIT, $0-56")
+	a.f("// func lanesPVT(p *float32, v *float32, ldv uintptr, n int, o *float32, alpha *float32, d int, pf *lanesPrefetch)")
+	a.f("TEXT ·lanesPVT(SB), NOSPLIT, $0-64")
+	a.f("\tMOVQ pf+56(FP), R14")
+	a.f("\tMOVQ %d(R14), R9 // prefetch cursor", offPfAddr)
+	a.f("\tMOVQ %d(R14), R10 // its step per iteration", offPfStep)
+	a.f("\tMOVQ %d(R14), R13 // its last line", offPfLast)
 	a.f("\tMOVQ v+8(FP), R12")
 	a.f("\tMOVQ ldv+16(FP), R8")
 	a.f("\tMOVQ o+32(FP), DI")
@@ -518,7 +534,7 @@ func genPVT(a *asm) {
 		for y := 0; y < 2*C; y++ {
 			a.f("\tVMOVUPS %d(DI), Y%d", 32*y, y)
 		}
-		colBody(a, C, true, fmt.Sprintf("pv%d", C))
+		colBody(a, C, true, fmt.Sprintf("pv%d", C), [3]string{"R9", "R10", "R13"})
 		for y := 0; y < 2*C; y++ {
 			a.f("\tVMOVUPS Y%d, %d(DI)", y, 32*y)
 		}
@@ -526,6 +542,7 @@ func genPVT(a *asm) {
 		a.f("\tADDQ $%d, DI", 64*C)
 		a.f("\tSUBQ $%d, R11", C)
 		a.f("\tJNZ cols")
+		a.f("\tMOVQ R9, %d(R14)", offPfAddr)
 		a.f("\tVZEROUPPER")
 		a.f("\tRET")
 	}
@@ -545,12 +562,16 @@ func genPVT(a *asm) {
 //
 // Q.K and P.V are one shape: an output vector per key or per column, summed
 // over columns or over keys.
-func colBody(a *asm, B int, pv bool, label string) {
+func colBody(a *asm, B int, pv bool, label string, pf [3]string) {
 	fma := func(j, b int) {
 		a.f("\tVFMADD231PS Y%d, Y12, Y%d", b, 2*j)
 		a.f("\tVFMADD231PS Y%d, Y13, Y%d", b, 2*j+1)
 	}
 	a.f("%s:", label)
+	a.f("\tPREFETCHT0 (%s) // the next block, spread over the iterations", pf[0])
+	a.f("\tADDQ %s, %s", pf[1], pf[0])
+	a.f("\tCMPQ %s, %s", pf[0], pf[2])
+	a.f("\tCMOVQGT %s, %s // stay on the last line", pf[2], pf[0])
 	if pv {
 		a.f("\tVMOVUPS (SI), Y12 // P^T[i], rows 0-7")
 		a.f("\tVMOVUPS 32(SI), Y13 // rows 8-15")

@@ -184,7 +184,7 @@ keys6:
 	VXORPS Y11, Y11, Y11
 	MOVQ SI, R10
 qk6:
-	PREFETCHT0 (R12) // the next block, spread over the iterations
+	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
 	ADDQ R13, R12
 	CMPQ R12, R14
 	CMOVQGT R14, R12 // stay on the last line
@@ -268,7 +268,7 @@ keys4:
 	VXORPS Y7, Y7, Y7
 	MOVQ SI, R10
 qk4:
-	PREFETCHT0 (R12) // the next block, spread over the iterations
+	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
 	ADDQ R13, R12
 	CMPQ R12, R14
 	CMOVQGT R14, R12 // stay on the last line
@@ -332,7 +332,7 @@ keys2:
 	VXORPS Y3, Y3, Y3
 	MOVQ SI, R10
 qk2:
-	PREFETCHT0 (R12) // the next block, spread over the iterations
+	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
 	ADDQ R13, R12
 	CMPQ R12, R14
 	CMOVQGT R14, R12 // stay on the last line
@@ -375,7 +375,7 @@ keys1:
 	VXORPS Y1, Y1, Y1
 	MOVQ SI, R10
 qk1:
-	PREFETCHT0 (R12) // the next block, spread over the iterations
+	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
 	ADDQ R13, R12
 	CMPQ R12, R14
 	CMOVQGT R14, R12 // stay on the last line
@@ -1066,7 +1066,7 @@ noalpha6:
 	VMOVUPS 320(DI), Y10
 	VMOVUPS 352(DI), Y11
 pv6:
-	PREFETCHT0 (R9) // the next block, spread over the iterations
+	PREFETCHT1 (R9) // the following block into L2, spread over the iterations
 	ADDQ R10, R9
 	CMPQ R9, R13
 	CMOVQGT R13, R9 // stay on the last line
@@ -1140,7 +1140,7 @@ noalpha4:
 	VMOVUPS 192(DI), Y6
 	VMOVUPS 224(DI), Y7
 pv4:
-	PREFETCHT0 (R9) // the next block, spread over the iterations
+	PREFETCHT1 (R9) // the following block into L2, spread over the iterations
 	ADDQ R10, R9
 	CMPQ R9, R13
 	CMOVQGT R13, R9 // stay on the last line

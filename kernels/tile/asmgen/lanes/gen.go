@@ -568,7 +568,7 @@ func colBody(a *asm, B int, pv bool, label string, pf [3]string) {
 		a.f("\tVFMADD231PS Y%d, Y13, Y%d", b, 2*j+1)
 	}
 	a.f("%s:", label)
-	a.f("\tPREFETCHT0 (%s) // the next block, spread over the iterations", pf[0])
+	a.f("\tPREFETCHT1 (%s) // the following block into L2, spread over the iterations", pf[0])
 	a.f("\tADDQ %s, %s", pf[1], pf[0])
 	a.f("\tCMPQ %s, %s", pf[0], pf[2])
 	a.f("\tCMOVQGT %s, %s // stay on the last line", pf[2], pf[0])

@@ -1,0 +1,6 @@
+//go:build !amd64 || purego
+
+package overlap
+
+// loops: the loops are AVX2 assembly.
+func loops() map[string]func(q, k *float32, src *byte, dst *float32, n int) { return nil }

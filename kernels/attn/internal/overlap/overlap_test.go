@@ -1,0 +1,60 @@
+package overlap
+
+import (
+	"math"
+	"testing"
+	"time"
+	"unsafe"
+)
+
+// aligned returns n bytes aligned to 4 KiB.
+func aligned(n int) []byte {
+	b := make([]byte, n+4096)
+	off := (4096 - int(uintptr(unsafe.Pointer(&b[0]))%4096)) % 4096
+	return b[off : off+n]
+}
+
+// run times one loop (best of 5 calls of n iterations), in ns per unrolled
+// step.
+func run(fn func(q, k *float32, src *byte, dst *float32, n int), n int) float64 {
+	q, k, src, dst := aligned(4096), aligned(1024+128), aligned(2048), aligned(8192)
+	best := time.Duration(math.MaxInt64)
+	for r := 0; r < 5; r++ {
+		t0 := time.Now()
+		fn((*float32)(unsafe.Pointer(&q[0])), (*float32)(unsafe.Pointer(&k[0])), &src[0], (*float32)(unsafe.Pointer(&dst[0])), n)
+		best = min(best, time.Since(t0))
+	}
+	return float64(best.Nanoseconds()) / float64(4*n)
+}
+
+// TestLoopsRun checks that the loops run and take time (the benchmark's
+// numbers are only meaningful if each does its work).
+func TestLoopsRun(t *testing.T) {
+	l := loops()
+	if l == nil {
+		t.Skip("CPU lacks AVX2, FMA or F16C")
+	}
+	for name, fn := range l {
+		if ns := run(fn, 1000); !(ns > 0) {
+			t.Errorf("%s: %g ns per step", name, ns)
+		}
+	}
+}
+
+// BenchmarkOverlap reports ns per step of each loop and the overlap ratio
+// (see the package comment).
+func BenchmarkOverlap(b *testing.B) {
+	l := loops()
+	if l == nil {
+		b.Skip("CPU lacks AVX2, FMA or F16C")
+	}
+	const n = 1 << 20
+	var f, c, both float64
+	for i := 0; i < b.N; i++ {
+		f, c, both = run(l["fma"], n), run(l["conv"], n), run(l["both"], n)
+	}
+	b.ReportMetric(f, "fma-ns")
+	b.ReportMetric(c, "conv-ns")
+	b.ReportMetric(both, "both-ns")
+	b.ReportMetric((f+c-both)/min(f, c), "overlap")
+}

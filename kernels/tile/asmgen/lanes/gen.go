@@ -433,6 +433,22 @@ func genAVX2(a *asm) {
 	genPVT(a)
 }
 
+// The prefetch cursor registers (address, step, last line) of lanesQKT and
+// lanesPVT.
+var (
+	qkPf = [3]string{"R12", "R13", "R14"}
+	pvPf = [3]string{"R9", "R10", "R13"}
+)
+
+// loadPf loads the lanesPrefetch argument arg into ptr and the cursor into
+// regs; the kernel stores the advanced address back through ptr at the end.
+func loadPf(a *asm, arg, ptr string, regs [3]string) {
+	a.f("\tMOVQ %s, %s", arg, ptr)
+	a.f("\tMOVQ %d(%s), %s // prefetch cursor", offPfAddr, ptr, regs[0])
+	a.f("\tMOVQ %d(%s), %s // its step per iteration", offPfStep, ptr, regs[1])
+	a.f("\tMOVQ %d(%s), %s // its last line", offPfLast, ptr, regs[2])
+}
+
 // genQKT emits lanesQKT(qT *float32, k *float32, ldk uintptr, d int, s
 // *float32, n int): the score vectors of n >= 1 consecutive keys, six at a
 // time, then one 4-, 2- and 1-key group as the rest needs (colBody).
@@ -441,10 +457,7 @@ func genAVX2(a *asm) {
 func genQKT(a *asm) {
 	a.f("// func lanesQKT(qT *float32, k *float32, ldk uintptr, d int, s *float32, n int, pf *lanesPrefetch)")
 	a.f("TEXT ·lanesQKT(SB), NOSPLIT, $0-56")
-	a.f("\tMOVQ pf+48(FP), DX")
-	a.f("\tMOVQ %d(DX), R12 // prefetch cursor", offPfAddr)
-	a.f("\tMOVQ %d(DX), R13 // its step per iteration", offPfStep)
-	a.f("\tMOVQ %d(DX), R14 // its last line", offPfLast)
+	loadPf(a, "pf+48(FP)", "DX", qkPf)
 	a.f("\tMOVQ k+8(FP), SI")
 	a.f("\tMOVQ ldk+16(FP), R8")
 	a.f("\tMOVQ s+32(FP), BX")
@@ -470,7 +483,7 @@ func genQKT(a *asm) {
 			a.f("\tVXORPS Y%d, Y%d, Y%d", y, y, y)
 		}
 		a.f("\tMOVQ SI, R10")
-		colBody(a, B, false, fmt.Sprintf("qk%d", B), [3]string{"R12", "R13", "R14"})
+		colBody(a, B, false, fmt.Sprintf("qk%d", B), qkPf)
 		a.f("\tMOVQ R10, SI")
 		for y := 0; y < 2*B; y++ {
 			a.f("\tVMOVUPS Y%d, %d(BX)", y, 32*y)
@@ -501,10 +514,7 @@ func genQKT(a *asm) {
 func genPVT(a *asm) {
 	a.f("// func lanesPVT(p *float32, v *float32, ldv uintptr, n int, o *float32, alpha *float32, d int, pf *lanesPrefetch)")
 	a.f("TEXT ·lanesPVT(SB), NOSPLIT, $0-64")
-	a.f("\tMOVQ pf+56(FP), R14")
-	a.f("\tMOVQ %d(R14), R9 // prefetch cursor", offPfAddr)
-	a.f("\tMOVQ %d(R14), R10 // its step per iteration", offPfStep)
-	a.f("\tMOVQ %d(R14), R13 // its last line", offPfLast)
+	loadPf(a, "pf+56(FP)", "R14", pvPf)
 	a.f("\tMOVQ v+8(FP), R12")
 	a.f("\tMOVQ ldv+16(FP), R8")
 	a.f("\tMOVQ o+32(FP), DI")
@@ -534,7 +544,7 @@ func genPVT(a *asm) {
 		for y := 0; y < 2*C; y++ {
 			a.f("\tVMOVUPS %d(DI), Y%d", 32*y, y)
 		}
-		colBody(a, C, true, fmt.Sprintf("pv%d", C), [3]string{"R9", "R10", "R13"})
+		colBody(a, C, true, fmt.Sprintf("pv%d", C), pvPf)
 		for y := 0; y < 2*C; y++ {
 			a.f("\tVMOVUPS Y%d, %d(DI)", y, 32*y)
 		}

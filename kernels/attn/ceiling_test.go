@@ -22,7 +22,10 @@ import (
 //   - step=<dtype>: both, whole block staged, then the update;
 //   - staged=<dtype>: the update with K and V decoded a few rows at a time
 //     into L1 (tile.Lanes.UpdateStaged), as decode runs them, with BF16's V
-//     overflow scan on the BF16 source.
+//     overflow guard scanning each decoded V chunk;
+//   - dram=<dtype>/prefetch=<off|on>: staged updates streaming over 128 MiB
+//     of K/V blocks (one block per iteration, the mean rate), without and
+//     with the next-block prefetch hint: the memory side on one core.
 //
 // Each reports the best repetition's rate as GFLOP/s of the block's
 // attention math (4*16*128*128 flops, also for the staging-only run, so the
@@ -89,6 +92,56 @@ func BenchmarkDecodeBlock(b *testing.B) {
 			// BF16 V is guarded: every decoded V chunk is scanned.
 			st := &kvStager{k: &kv[0], v: &kv[1], l: layout, kbuf: kf, vbuf: vf, vs: &vs, acc: la, scan: dt == "bf16"}
 			run("staged="+dt, func() { la.updateStaged(st, n, valid) })
+		}
+		// The same staged updates streaming over dramBlocks blocks of one
+		// dense sequence (128 MiB of K/V: far beyond the caches), with and
+		// without the next-block prefetch hint decodeTile gives: the mean
+		// rate over b.N blocks, not the best one.
+		const dramBlocks = 2048
+		for _, dt := range []string{"e4m3", "bf16"} {
+			var k, v Operand
+			switch dt {
+			case "e4m3":
+				big := make([]lowp.Float8E4M3FN, 2*dramBlocks*n*d)
+				for i := range big {
+					big[i] = e4[i%len(e4)]
+				}
+				k = Operand{Dtype: E4M3, D: d, E4M3: big[:dramBlocks*n*d], vec: lv}
+				v = Operand{Dtype: E4M3, D: d, E4M3: big[dramBlocks*n*d:], vec: lv}
+			default:
+				big := make([]lowp.BFloat16, 2*dramBlocks*n*d/2) // half as many blocks: the same bytes
+				for i := range big {
+					big[i] = bf[i%len(bf)]
+				}
+				k = Operand{Dtype: BF16, D: d, BF16: big[:len(big)/2], vec: lv}
+				v = Operand{Dtype: BF16, D: d, BF16: big[len(big)/2:], vec: lv}
+			}
+			blocks := k.Rows() / n
+			layout := &KVLayout{Hkv: 1, CuK: []int32{0, int32(blocks * n)}}
+			for _, pf := range []bool{false, true} {
+				name := "dram=" + dt + "/prefetch=off"
+				if pf {
+					name = "dram=" + dt + "/prefetch=on"
+				}
+				b.Run(name, func(b *testing.B) {
+					var vs vScale
+					st := &kvStager{k: &k, v: &v, l: layout, kbuf: kf, vbuf: vf, vs: &vs, acc: la, scan: dt == "bf16"}
+					start := time.Now()
+					for i := 0; i < b.N; i++ {
+						j := i % blocks
+						if pf {
+							prefetchNext(la, &k, &v, layout, 0, 0, (j+1)%blocks*n, n)
+						}
+						st.t0 = j * n
+						la.updateStaged(st, n, valid)
+					}
+					gf := 4 * float64(m*n*d) * float64(b.N) / time.Since(start).Seconds() / 1e9
+					b.ReportMetric(gf, "GFLOP/s")
+					if peak > 0 {
+						b.ReportMetric(100*gf/peak, "%peak")
+					}
+				})
+			}
 		}
 	})
 }

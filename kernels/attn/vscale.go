@@ -72,11 +72,9 @@ type oScaler interface{ scaleO(f float32) }
 // decoded from: a bounded one (vBounded) skips the scan, since its blocks
 // never raise e; its vec level selects the SIMD scan.
 func (s *vScale) block(v []float32, acc oScaler, vop *Operand) {
-	if vBounded(vop) {
-		return // e stays 0: no block of this operand exceeds 2^96
-	}
-	s.raise(maxFiniteBits(v, vop.vec), acc)
-	s.apply(v)
+	// A bounded operand is not scanned: e stays 0, no block of it exceeds
+	// 2^96, and apply does nothing.
+	s.chunk(v, acc, !vBounded(vop), vop.vec)
 }
 
 // chunk prepares rows v of a V block decoded in chunks

@@ -315,14 +315,16 @@ func (l *Lanes) ScaleO(f float32) {
 // update; the AVX-512 kernels and the portable code ignore it. Prefetching
 // never faults, but the ranges should lie in memory the caller keeps alive.
 func (l *Lanes) PrefetchNext(k unsafe.Pointer, kBytes int, v unsafe.Pointer, vBytes int) {
-	l.pfK = lanesPrefetch{addr: uintptr(k), last: uintptr(k) + uintptr(max(kBytes-1, 0))}
-	l.pfV = lanesPrefetch{addr: uintptr(v), last: uintptr(v) + uintptr(max(vBytes-1, 0))}
-	if k == nil || kBytes <= 0 {
-		l.pfK = lanesPrefetch{}
+	l.pfK, l.pfV = prefetchRange(k, kBytes), prefetchRange(v, vBytes)
+}
+
+// prefetchRange is a cursor over n bytes at p, its step still to be set
+// (prefetchSteps); the zero cursor when the range is empty.
+func prefetchRange(p unsafe.Pointer, n int) lanesPrefetch {
+	if p == nil || n <= 0 {
+		return lanesPrefetch{}
 	}
-	if v == nil || vBytes <= 0 {
-		l.pfV = lanesPrefetch{}
-	}
+	return lanesPrefetch{addr: uintptr(p), last: uintptr(p) + uintptr(n-1)}
 }
 
 // O returns row r of the unnormalised output (scale it by inv[r]); valid

@@ -118,14 +118,9 @@ func lanesUpdateSIMD(l *Lanes, k, v []float32, n int) {
 // Q.K, n keys x ceil(d/6) column groups for P.V. A step is at most one
 // line, so a range longer than the iterations is prefetched in part.
 func (l *Lanes) prefetchSteps(n int) {
-	if l.pfK.addr == 0 && l.pfV.addr == 0 {
-		l.prefetchIdle()
-		return
-	}
 	step := func(pf *lanesPrefetch, iters int) {
 		if pf.addr == 0 {
-			*pf = lanesPrefetch{addr: uintptr(unsafe.Pointer(&l.s[0]))}
-			pf.last = pf.addr
+			*pf = l.idleCursor()
 			return
 		}
 		pf.step = min(64, (pf.last-pf.addr+uintptr(iters))/uintptr(iters))
@@ -134,13 +129,15 @@ func (l *Lanes) prefetchSteps(n int) {
 	step(&l.pfV, n*((l.d+5)/6))
 }
 
-// prefetchIdle points both cursors at l.s with step 0: the kernels then
-// prefetch a line already in L1.
-func (l *Lanes) prefetchIdle() {
+// idleCursor points at l.s with step 0: the kernels then prefetch a line
+// already in L1.
+func (l *Lanes) idleCursor() lanesPrefetch {
 	a := uintptr(unsafe.Pointer(&l.s[0]))
-	l.pfK = lanesPrefetch{addr: a, last: a}
-	l.pfV = l.pfK
+	return lanesPrefetch{addr: a, last: a}
 }
+
+// prefetchIdle consumes the hint: both cursors idle.
+func (l *Lanes) prefetchIdle() { l.pfK, l.pfV = l.idleCursor(), l.idleCursor() }
 
 // lanesUpdateStagedSIMD is Lanes.UpdateStaged with the lane kernels:
 // Update's kernel calls, with K and V staged in chunks.

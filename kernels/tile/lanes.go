@@ -225,6 +225,9 @@ type Stager interface {
 //     staged from FP8), whole blocks tie with 48/64 within the noise: the
 //     transposed kernels stream their operands well from L2, and fewer
 //     chunks mean fewer conversion and kernel calls.
+//
+// The portable code takes whole blocks (UpdateStaged's generic branch); its
+// entry only keeps the table total.
 var lanesChunks = [...]struct{ k, v int }{
 	lanesGeneric: {BlockN, BlockN},
 	lanesAVX2:    {48, 64},

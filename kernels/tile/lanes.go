@@ -20,66 +20,52 @@ const LanesMaxM = 16
 // = key i, row r), and the online softmax runs vertically over the key
 // vectors (one running max, sum and alpha per lane).
 //
-// Q and O are stored in one of two layouts, chosen at Reset with the
-// kernels (lanesKern):
-//
-//   - "4 rows x 4 columns" tiles for the AVX-512 kernels
-//     (lanes_avx512_amd64.s; tiers avx512, avx512bf16, avx512bf16-emulated,
-//     all of which use the float32 lane kernels): one zmm holds 4
-//     consecutive columns of 4 rows (qIdx, oIdx), so that every 4 columns
-//     of a K or V row are one 128-bit broadcast shared by 4 multiply-adds
-//     (16 rows). S^T[i] is summed as four partial dot products per row
-//     (columns c = j mod 4), reduced in registers as (p0+p2)+(p1+p3); the
-//     softmax expands P^T[i] into the 4 tile vectors of the P.V step (each
-//     P[r][i] replicated over the 4 column lanes); O = alpha*O + sum over i
-//     of P[r][i] * V[i][c] runs in chunks of up to 24 columns kept in
-//     registers across all keys.
-//   - transposed, one 16-float vector per column (q[r][c] at 16c+r), for
-//     the AVX2 kernels (lanes_avx2_amd64.s, avx2 tier) and the portable
-//     code: a column of Q and a key's P^T are each two ymm halves shared by
-//     the broadcast K or V scalars of 6 keys or columns, so that 16
-//     registers give 12 accumulators and 8 loads per 12 multiply-adds. Each
-//     lane sums its row's dot product in column order and its P.V sums in
-//     key order, one FMA per product.
+// Q and O are stored transposed, one 16-float vector per column (q[r][c]
+// at 16c+r): a column of Q, or a key's P^T (which the softmax writes lane
+// = row), is one zmm (AVX-512 kernels, lanes_avx512_amd64.s; tiers avx512,
+// avx512bf16, avx512bf16-emulated, all of which use the float32 lane
+// kernels) or two ymm halves (AVX2 kernels, lanes_avx2_amd64.s; avx2 tier)
+// shared by the broadcast K or V scalars of several keys or columns. Each
+// lane sums its row's dot product in column order and its P.V sums in key
+// order, one FMA per product. The portable code uses the same layout.
 //
 // Both SIMD kernel sets need d to be a multiple of 8; otherwise, on the
 // generic tier and on other platforms, the portable code of
 // lanes_generic.go runs, which computes exactly what the generic Acc tier
-// computes. The kernels differ from it by FMA contraction, the vectorised
-// exp2 (< 1 ulp) and, for AVX-512, the 4-way split of the dot products;
-// row sums and P.V sums are accumulated in the same (key) order.
+// computes. The kernels differ from it by FMA contraction and the
+// vectorised exp2 (< 1 ulp); dot products, row sums and P.V sums are
+// accumulated in the same order.
 //
 // A Lanes is not safe for concurrent use.
 type Lanes struct {
 	d, m  int
-	kern  lanesKern // kernels and layout of this accumulation, set by Reset
-	qT    []float32 // Q in the kernels' layout (qi), unscaled
-	oT    []float32 // unnormalised output in the kernels' layout (oi)
+	kern  lanesKern // kernels of this accumulation, set by Reset
+	qT    []float32 // Q transposed (q[r][c] at 16c+r), unscaled
+	oT    []float32 // unnormalised output, transposed like qT
 	o     []float32 // [16][d]: O row-major, filled by FinishLSE
 	s     []float32 // [BlockN][16]: scores, then P (transposed)
-	p4    []float32 // [BlockN][4][16]: P expanded for the AVX-512 P.V kernels
 	st    lanesState
 	temp  bool
 	round Round
-	// pfK and pfV are the prefetch cursors of the AVX2 Q.K and P.V kernels
+	// pfK and pfV are the prefetch cursors of the Q.K and P.V kernels
 	// (PrefetchNext); idle, they point at s with step 0.
 	pfK, pfV lanesPrefetch
 }
 
-// lanesPrefetch is a prefetch cursor of the AVX2 lane kernels: every loop
+// lanesPrefetch is a prefetch cursor of the lane kernels: every loop
 // iteration prefetches the line at addr, then advances addr by step, up to
 // last. Its layout (offsets 0, 8, 16) is fixed by asmgen/lanes/gen.go.
 type lanesPrefetch struct{ addr, step, last uintptr }
 
 // lanesKern is the kernel set of a Lanes accumulation. It is fixed by
 // Reset from the active tier and d (lanesKernFor), so an accumulation keeps
-// its layout even if the tier changes before it finishes.
+// its kernels even if the tier changes before it finishes.
 type lanesKern uint8
 
 const (
-	lanesGeneric lanesKern = iota // lanes_generic.go, transposed layout
-	lanesAVX2                     // lanes_avx2_amd64.s, transposed layout
-	lanesAVX512                   // lanes_avx512_amd64.s, 4x4 tile layout
+	lanesGeneric lanesKern = iota // lanes_generic.go
+	lanesAVX2                     // lanes_avx2_amd64.s
+	lanesAVX512                   // lanes_avx512_amd64.s
 )
 
 // lanesState is the per-lane state read and written by the softmax kernel;
@@ -93,30 +79,6 @@ type lanesState struct {
 	_                    int32
 }
 
-// qIdx and oIdx place row r, column c of Q and O in the 4x4 tile layout
-// of the AVX-512 kernels (d4 = d rounded up to a multiple of 4 columns, 64
-// floats per 4 columns). A Q tile vector (c/4, g) holds lane 4q+j =
-// Q[4q+g][4*(c/4)+j]: its 4 partial dot products reduce into lane 4q+g =
-// row 4q+g. An O tile vector (c/4, g) holds lane 4q+j = O[4g+q][4*(c/4)+j].
-func qIdx(r, c int) int { return c>>2<<6 | (r&3)<<4 | r>>2<<2 | c&3 }
-
-func oIdx(r, c int) int { return c>>2<<6 | r<<2 | c&3 }
-
-// qi and oi place row r, column c of Q and O in the layout of l's kernels.
-func (l *Lanes) qi(r, c int) int {
-	if l.kern == lanesAVX512 {
-		return qIdx(r, c)
-	}
-	return c<<4 | r
-}
-
-func (l *Lanes) oi(r, c int) int {
-	if l.kern == lanesAVX512 {
-		return oIdx(r, c)
-	}
-	return c<<4 | r
-}
-
 // LanesSIMD reports whether Lanes runs SIMD kernels for head dimension d
 // under the active tier (AVX-512 or AVX2, d a multiple of 8); otherwise its
 // portable code runs, and Acc over a Block is the faster accumulator.
@@ -127,12 +89,10 @@ func NewLanes(d int) *Lanes {
 	if d <= 0 {
 		panic("tile: NewLanes: d must be positive")
 	}
-	d4 := (d + 3) &^ 3
 	return &Lanes{
 		d:  d,
-		qT: make([]float32, d4*16), oT: make([]float32, d4*16),
+		qT: make([]float32, d*16), oT: make([]float32, d*16),
 		o: make([]float32, 16*d), s: make([]float32, BlockN*16),
-		p4: make([]float32, BlockN*64),
 	}
 }
 
@@ -166,14 +126,14 @@ func (l *Lanes) Reset(m int, scale float32, round Round, invT float32) {
 	}
 }
 
-// SetQ sets row r's query (len d, unscaled), stored in the kernels' layout.
+// SetQ sets row r's query (len d, unscaled), stored transposed.
 func (l *Lanes) SetQ(r int, q []float32) {
 	if r < 0 || r >= l.m {
 		panic("tile: Lanes.SetQ: row out of range")
 	}
 	q = q[:l.d]
 	for c, x := range q {
-		l.qT[l.qi(r, c)] = x
+		l.qT[c<<4|r] = x
 	}
 }
 
@@ -212,14 +172,17 @@ type Stager interface {
 }
 
 // lanesChunks are the rows UpdateStaged asks for per StageK (a multiple of
-// the 6-key Q.K kernels) and per StageV, per kernel set. They were chosen
-// with BenchmarkDecodeBlock (attn) on the machine kind each set was tuned
-// on:
+// the 12- and 6-key Q.K groups) and per StageV, per kernel set. They were
+// chosen with BenchmarkDecodeBlock (attn) on the machine kind each set was
+// tuned on:
 //
-//   - AVX-512 (Emerald Rapids, 48 KiB L1): 24 K rows and 16 V rows, 12 and
-//     8 KiB of float32 at d = 128, stay in L1 next to the expanded P (32
-//     KiB) between their conversion and the kernel; 16-row V chunks beat 8,
-//     32 and 64 by 2-5%, K chunks of 12-24 rows tie.
+//   - AVX-512 (Zen 4, 32 KiB L1, 1 MiB L2): 48 K rows and 64 V rows. In
+//     cache (staged=e4m3) 24/16 rows gave 76%, 48/32 and 48/64 78-79%,
+//     whole blocks 79-80% of the FMA peak; streaming from DRAM with the
+//     next-block prefetch (dram=e4m3) 24/16 63-64%, 48/64 62-68%, whole
+//     blocks 67-69%: within the noise of 48/64, which keeps the staged
+//     rows (24 and 32 KiB of float32 at d = 128) in L1/L2 on CPUs with a
+//     smaller L2.
 //   - AVX2 (Zen 3, 32 KiB L1, 512 KiB L2): 48 K rows and 64 V rows; chunks
 //     of 24/16 rows were 5-8% slower (61% against 65-66% of the FMA peak
 //     staged from FP8), whole blocks tie with 48/64 within the noise: the
@@ -231,7 +194,7 @@ type Stager interface {
 var lanesChunks = [...]struct{ k, v int }{
 	lanesGeneric: {BlockN, BlockN},
 	lanesAVX2:    {48, 64},
-	lanesAVX512:  {24, 16},
+	lanesAVX512:  {48, 64},
 }
 
 // UpdateStaged is Update with the block's n keys and values taken from src
@@ -293,7 +256,7 @@ func (l *Lanes) FinishLSE(lse, tlse, inv []float32) {
 	for r := 0; r < m; r++ {
 		o := l.o[r*d : (r+1)*d]
 		for c := range o {
-			o[c] = l.oT[l.oi(r, c)]
+			o[c] = l.oT[c<<4|r]
 		}
 	}
 }
@@ -308,14 +271,16 @@ func (l *Lanes) ScaleO(f float32) {
 
 // PrefetchNext hints the storage of the block that will be read after the
 // next Update or UpdateStaged: kBytes at k and vBytes at v (typically the
-// following K/V block, still in its narrow format). The AVX2 kernels of the
+// following K/V block, still in its narrow format). The SIMD kernels of the
 // next update prefetch it into L2 line by line (PREFETCHT1), spread over
 // their loop iterations (K during the Q.K kernels, V during the P.V
 // kernels), so that the following block's DRAM reads overlap this block's
 // arithmetic instead of stalling its conversion. On Zen 3, PREFETCHT1 beat
 // PREFETCHT0 by 5-15% end to end, and one burst of prefetches per block
-// (issued between kernels) gained nothing. The hint is consumed by the next
-// update; the AVX-512 kernels and the portable code ignore it. Prefetching
+// (issued between kernels) gained nothing; on Zen 4 the hint lifts the
+// AVX-512 staged updates streaming from DRAM from 55-58% to 62-68% of the
+// FMA peak (BenchmarkDecodeBlock dram=e4m3). The hint is consumed by the
+// next update; the portable code ignores it. Prefetching
 // never faults, but the ranges should lie in memory the caller keeps alive.
 func (l *Lanes) PrefetchNext(k unsafe.Pointer, kBytes int, v unsafe.Pointer, vBytes int) {
 	l.pfK, l.pfV = prefetchRange(k, kBytes), prefetchRange(v, vBytes)

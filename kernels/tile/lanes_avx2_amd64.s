@@ -1070,7 +1070,7 @@ pv6:
 	ADDQ R10, R9
 	CMPQ R9, R13
 	CMOVQGT R13, R9 // stay on the last line
-	VMOVUPS (SI), Y12 // P^T[i], rows 0-7
+	VMOVUPS 0(SI), Y12 // P^T[i], rows 0-7
 	VMOVUPS 32(SI), Y13 // rows 8-15
 	VBROADCASTSS 0(DX), Y14 // V[i][c0+0]
 	VFMADD231PS Y14, Y12, Y0
@@ -1144,7 +1144,7 @@ pv4:
 	ADDQ R10, R9
 	CMPQ R9, R13
 	CMOVQGT R13, R9 // stay on the last line
-	VMOVUPS (SI), Y12 // P^T[i], rows 0-7
+	VMOVUPS 0(SI), Y12 // P^T[i], rows 0-7
 	VMOVUPS 32(SI), Y13 // rows 8-15
 	VBROADCASTSS 0(DX), Y14 // V[i][c0+0]
 	VFMADD231PS Y14, Y12, Y0

@@ -22,84 +22,25 @@ DATA ·lanesc+56(SB)/4, $0x3c800000 // sub
 DATA ·lanesc+60(SB)/4, $0x43e00000 // c448
 GLOBL ·lanesc(SB), RODATA|NOPTR, $64
 
-// lanesx: VPERMPS indices that expand a row vector (lane r = row r) into
-// the 4x4 layout of lanesPV: vector g, lane 4q+j = row 4g+q.
-DATA ·lanesx+0(SB)/4, $0
-DATA ·lanesx+4(SB)/4, $0
-DATA ·lanesx+8(SB)/4, $0
-DATA ·lanesx+12(SB)/4, $0
-DATA ·lanesx+16(SB)/4, $1
-DATA ·lanesx+20(SB)/4, $1
-DATA ·lanesx+24(SB)/4, $1
-DATA ·lanesx+28(SB)/4, $1
-DATA ·lanesx+32(SB)/4, $2
-DATA ·lanesx+36(SB)/4, $2
-DATA ·lanesx+40(SB)/4, $2
-DATA ·lanesx+44(SB)/4, $2
-DATA ·lanesx+48(SB)/4, $3
-DATA ·lanesx+52(SB)/4, $3
-DATA ·lanesx+56(SB)/4, $3
-DATA ·lanesx+60(SB)/4, $3
-DATA ·lanesx+64(SB)/4, $4
-DATA ·lanesx+68(SB)/4, $4
-DATA ·lanesx+72(SB)/4, $4
-DATA ·lanesx+76(SB)/4, $4
-DATA ·lanesx+80(SB)/4, $5
-DATA ·lanesx+84(SB)/4, $5
-DATA ·lanesx+88(SB)/4, $5
-DATA ·lanesx+92(SB)/4, $5
-DATA ·lanesx+96(SB)/4, $6
-DATA ·lanesx+100(SB)/4, $6
-DATA ·lanesx+104(SB)/4, $6
-DATA ·lanesx+108(SB)/4, $6
-DATA ·lanesx+112(SB)/4, $7
-DATA ·lanesx+116(SB)/4, $7
-DATA ·lanesx+120(SB)/4, $7
-DATA ·lanesx+124(SB)/4, $7
-DATA ·lanesx+128(SB)/4, $8
-DATA ·lanesx+132(SB)/4, $8
-DATA ·lanesx+136(SB)/4, $8
-DATA ·lanesx+140(SB)/4, $8
-DATA ·lanesx+144(SB)/4, $9
-DATA ·lanesx+148(SB)/4, $9
-DATA ·lanesx+152(SB)/4, $9
-DATA ·lanesx+156(SB)/4, $9
-DATA ·lanesx+160(SB)/4, $10
-DATA ·lanesx+164(SB)/4, $10
-DATA ·lanesx+168(SB)/4, $10
-DATA ·lanesx+172(SB)/4, $10
-DATA ·lanesx+176(SB)/4, $11
-DATA ·lanesx+180(SB)/4, $11
-DATA ·lanesx+184(SB)/4, $11
-DATA ·lanesx+188(SB)/4, $11
-DATA ·lanesx+192(SB)/4, $12
-DATA ·lanesx+196(SB)/4, $12
-DATA ·lanesx+200(SB)/4, $12
-DATA ·lanesx+204(SB)/4, $12
-DATA ·lanesx+208(SB)/4, $13
-DATA ·lanesx+212(SB)/4, $13
-DATA ·lanesx+216(SB)/4, $13
-DATA ·lanesx+220(SB)/4, $13
-DATA ·lanesx+224(SB)/4, $14
-DATA ·lanesx+228(SB)/4, $14
-DATA ·lanesx+232(SB)/4, $14
-DATA ·lanesx+236(SB)/4, $14
-DATA ·lanesx+240(SB)/4, $15
-DATA ·lanesx+244(SB)/4, $15
-DATA ·lanesx+248(SB)/4, $15
-DATA ·lanesx+252(SB)/4, $15
-GLOBL ·lanesx(SB), RODATA|NOPTR, $256
-
-// func lanesQK6(qT *float32, k *float32, ldk uintptr, d int, s *float32)
-// 6 keys x 16 rows: per 4 columns 4 loads of Q, 6 128-bit broadcasts of K, 24 multiply-adds.
-TEXT ·lanesQK6(SB), NOSPLIT, $0-40
-	MOVQ qT+0(FP), AX
+// func lanesQKT512(qT *float32, k *float32, ldk uintptr, d int, s *float32, n int, pf *lanesPrefetch)
+TEXT ·lanesQKT512(SB), NOSPLIT, $0-56
+	MOVQ pf+48(FP), DX
+	MOVQ 0(DX), R12 // prefetch cursor
+	MOVQ 8(DX), R13 // its step per iteration
+	MOVQ 16(DX), R14 // its last line
 	MOVQ k+8(FP), SI
 	MOVQ ldk+16(FP), R8
-	MOVQ d+24(FP), CX
 	MOVQ s+32(FP), BX
-	LEAQ (R8)(R8*2), R9
-	LEAQ (SI)(R8*4), DI
+	MOVQ n+40(FP), R11
+	LEAQ (R8)(R8*2), R9 // 3*ldk
+keys12:
+	CMPQ R11, $12
+	JLT keys8
+	MOVQ qT+0(FP), AX
+	MOVQ d+24(FP), CX
+	SHRQ $2, CX // column quads
+	LEAQ (SI)(R8*4), DI // key 4
+	LEAQ (DI)(R8*4), R10 // key 8
 	VXORPS Z0, Z0, Z0
 	VXORPS Z1, Z1, Z1
 	VXORPS Z2, Z2, Z2
@@ -112,171 +53,95 @@ TEXT ·lanesQK6(SB), NOSPLIT, $0-40
 	VXORPS Z9, Z9, Z9
 	VXORPS Z10, Z10, Z10
 	VXORPS Z11, Z11, Z11
-	VXORPS Z12, Z12, Z12
-	VXORPS Z13, Z13, Z13
-	VXORPS Z14, Z14, Z14
-	VXORPS Z15, Z15, Z15
-	VXORPS Z16, Z16, Z16
-	VXORPS Z17, Z17, Z17
-	VXORPS Z18, Z18, Z18
-	VXORPS Z19, Z19, Z19
-	VXORPS Z20, Z20, Z20
-	VXORPS Z21, Z21, Z21
-	VXORPS Z22, Z22, Z22
-	VXORPS Z23, Z23, Z23
-	SHRQ $3, CX // d/8 (d is a multiple of 8): two 4-column steps per iteration
-loop:
-	VMOVUPS 0(AX), Z24 // Q rows 4q+0, columns c+0..
-	VMOVUPS 64(AX), Z25 // Q rows 4q+1, columns c+0..
-	VMOVUPS 128(AX), Z26 // Q rows 4q+2, columns c+0..
-	VMOVUPS 192(AX), Z27 // Q rows 4q+3, columns c+0..
-	VBROADCASTF32X4 0(SI), Z28 // K[0][c+0..c+3]
-	VFMADD231PS Z28, Z24, Z0
-	VFMADD231PS Z28, Z25, Z1
-	VFMADD231PS Z28, Z26, Z2
-	VFMADD231PS Z28, Z27, Z3
-	VBROADCASTF32X4 0(SI)(R8*1), Z29 // K[1][c+0..c+3]
-	VFMADD231PS Z29, Z24, Z4
-	VFMADD231PS Z29, Z25, Z5
-	VFMADD231PS Z29, Z26, Z6
-	VFMADD231PS Z29, Z27, Z7
-	VBROADCASTF32X4 0(SI)(R8*2), Z30 // K[2][c+0..c+3]
-	VFMADD231PS Z30, Z24, Z8
-	VFMADD231PS Z30, Z25, Z9
-	VFMADD231PS Z30, Z26, Z10
-	VFMADD231PS Z30, Z27, Z11
-	VBROADCASTF32X4 0(SI)(R9*1), Z31 // K[3][c+0..c+3]
-	VFMADD231PS Z31, Z24, Z12
-	VFMADD231PS Z31, Z25, Z13
-	VFMADD231PS Z31, Z26, Z14
-	VFMADD231PS Z31, Z27, Z15
-	VBROADCASTF32X4 0(DI), Z28 // K[4][c+0..c+3]
-	VFMADD231PS Z28, Z24, Z16
-	VFMADD231PS Z28, Z25, Z17
-	VFMADD231PS Z28, Z26, Z18
-	VFMADD231PS Z28, Z27, Z19
-	VBROADCASTF32X4 0(DI)(R8*1), Z29 // K[5][c+0..c+3]
-	VFMADD231PS Z29, Z24, Z20
-	VFMADD231PS Z29, Z25, Z21
-	VFMADD231PS Z29, Z26, Z22
-	VFMADD231PS Z29, Z27, Z23
-	VMOVUPS 256(AX), Z24 // Q rows 4q+0, columns c+4..
-	VMOVUPS 320(AX), Z25 // Q rows 4q+1, columns c+4..
-	VMOVUPS 384(AX), Z26 // Q rows 4q+2, columns c+4..
-	VMOVUPS 448(AX), Z27 // Q rows 4q+3, columns c+4..
-	VBROADCASTF32X4 16(SI), Z30 // K[0][c+4..c+7]
-	VFMADD231PS Z30, Z24, Z0
-	VFMADD231PS Z30, Z25, Z1
-	VFMADD231PS Z30, Z26, Z2
-	VFMADD231PS Z30, Z27, Z3
-	VBROADCASTF32X4 16(SI)(R8*1), Z31 // K[1][c+4..c+7]
-	VFMADD231PS Z31, Z24, Z4
-	VFMADD231PS Z31, Z25, Z5
-	VFMADD231PS Z31, Z26, Z6
-	VFMADD231PS Z31, Z27, Z7
-	VBROADCASTF32X4 16(SI)(R8*2), Z28 // K[2][c+4..c+7]
-	VFMADD231PS Z28, Z24, Z8
-	VFMADD231PS Z28, Z25, Z9
-	VFMADD231PS Z28, Z26, Z10
-	VFMADD231PS Z28, Z27, Z11
-	VBROADCASTF32X4 16(SI)(R9*1), Z29 // K[3][c+4..c+7]
-	VFMADD231PS Z29, Z24, Z12
-	VFMADD231PS Z29, Z25, Z13
-	VFMADD231PS Z29, Z26, Z14
-	VFMADD231PS Z29, Z27, Z15
-	VBROADCASTF32X4 16(DI), Z30 // K[4][c+4..c+7]
-	VFMADD231PS Z30, Z24, Z16
-	VFMADD231PS Z30, Z25, Z17
-	VFMADD231PS Z30, Z26, Z18
-	VFMADD231PS Z30, Z27, Z19
-	VBROADCASTF32X4 16(DI)(R8*1), Z31 // K[5][c+4..c+7]
-	VFMADD231PS Z31, Z24, Z20
-	VFMADD231PS Z31, Z25, Z21
-	VFMADD231PS Z31, Z26, Z22
-	VFMADD231PS Z31, Z27, Z23
-	ADDQ $512, AX
-	ADDQ $32, SI
-	ADDQ $32, DI
+qk12:
+	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
+	ADDQ R13, R12
+	CMPQ R12, R14
+	CMOVQGT R14, R12 // stay on the last line
+	VMOVUPS 0(AX), Z28 // Q^T[c+0]
+	VMOVUPS 64(AX), Z29 // Q^T[c+1]
+	VMOVUPS 128(AX), Z30 // Q^T[c+2]
+	VMOVUPS 192(AX), Z31 // Q^T[c+3]
+	VFMADD231PS.BCST 0(SI), Z28, Z0 // K[0][c+0]
+	VFMADD231PS.BCST 0(SI)(R8*1), Z28, Z1 // K[1][c+0]
+	VFMADD231PS.BCST 0(SI)(R8*2), Z28, Z2 // K[2][c+0]
+	VFMADD231PS.BCST 0(SI)(R9*1), Z28, Z3 // K[3][c+0]
+	VFMADD231PS.BCST 0(DI), Z28, Z4 // K[4][c+0]
+	VFMADD231PS.BCST 0(DI)(R8*1), Z28, Z5 // K[5][c+0]
+	VFMADD231PS.BCST 0(DI)(R8*2), Z28, Z6 // K[6][c+0]
+	VFMADD231PS.BCST 0(DI)(R9*1), Z28, Z7 // K[7][c+0]
+	VFMADD231PS.BCST 0(R10), Z28, Z8 // K[8][c+0]
+	VFMADD231PS.BCST 0(R10)(R8*1), Z28, Z9 // K[9][c+0]
+	VFMADD231PS.BCST 0(R10)(R8*2), Z28, Z10 // K[10][c+0]
+	VFMADD231PS.BCST 0(R10)(R9*1), Z28, Z11 // K[11][c+0]
+	VFMADD231PS.BCST 4(SI), Z29, Z0 // K[0][c+1]
+	VFMADD231PS.BCST 4(SI)(R8*1), Z29, Z1 // K[1][c+1]
+	VFMADD231PS.BCST 4(SI)(R8*2), Z29, Z2 // K[2][c+1]
+	VFMADD231PS.BCST 4(SI)(R9*1), Z29, Z3 // K[3][c+1]
+	VFMADD231PS.BCST 4(DI), Z29, Z4 // K[4][c+1]
+	VFMADD231PS.BCST 4(DI)(R8*1), Z29, Z5 // K[5][c+1]
+	VFMADD231PS.BCST 4(DI)(R8*2), Z29, Z6 // K[6][c+1]
+	VFMADD231PS.BCST 4(DI)(R9*1), Z29, Z7 // K[7][c+1]
+	VFMADD231PS.BCST 4(R10), Z29, Z8 // K[8][c+1]
+	VFMADD231PS.BCST 4(R10)(R8*1), Z29, Z9 // K[9][c+1]
+	VFMADD231PS.BCST 4(R10)(R8*2), Z29, Z10 // K[10][c+1]
+	VFMADD231PS.BCST 4(R10)(R9*1), Z29, Z11 // K[11][c+1]
+	VFMADD231PS.BCST 8(SI), Z30, Z0 // K[0][c+2]
+	VFMADD231PS.BCST 8(SI)(R8*1), Z30, Z1 // K[1][c+2]
+	VFMADD231PS.BCST 8(SI)(R8*2), Z30, Z2 // K[2][c+2]
+	VFMADD231PS.BCST 8(SI)(R9*1), Z30, Z3 // K[3][c+2]
+	VFMADD231PS.BCST 8(DI), Z30, Z4 // K[4][c+2]
+	VFMADD231PS.BCST 8(DI)(R8*1), Z30, Z5 // K[5][c+2]
+	VFMADD231PS.BCST 8(DI)(R8*2), Z30, Z6 // K[6][c+2]
+	VFMADD231PS.BCST 8(DI)(R9*1), Z30, Z7 // K[7][c+2]
+	VFMADD231PS.BCST 8(R10), Z30, Z8 // K[8][c+2]
+	VFMADD231PS.BCST 8(R10)(R8*1), Z30, Z9 // K[9][c+2]
+	VFMADD231PS.BCST 8(R10)(R8*2), Z30, Z10 // K[10][c+2]
+	VFMADD231PS.BCST 8(R10)(R9*1), Z30, Z11 // K[11][c+2]
+	VFMADD231PS.BCST 12(SI), Z31, Z0 // K[0][c+3]
+	VFMADD231PS.BCST 12(SI)(R8*1), Z31, Z1 // K[1][c+3]
+	VFMADD231PS.BCST 12(SI)(R8*2), Z31, Z2 // K[2][c+3]
+	VFMADD231PS.BCST 12(SI)(R9*1), Z31, Z3 // K[3][c+3]
+	VFMADD231PS.BCST 12(DI), Z31, Z4 // K[4][c+3]
+	VFMADD231PS.BCST 12(DI)(R8*1), Z31, Z5 // K[5][c+3]
+	VFMADD231PS.BCST 12(DI)(R8*2), Z31, Z6 // K[6][c+3]
+	VFMADD231PS.BCST 12(DI)(R9*1), Z31, Z7 // K[7][c+3]
+	VFMADD231PS.BCST 12(R10), Z31, Z8 // K[8][c+3]
+	VFMADD231PS.BCST 12(R10)(R8*1), Z31, Z9 // K[9][c+3]
+	VFMADD231PS.BCST 12(R10)(R8*2), Z31, Z10 // K[10][c+3]
+	VFMADD231PS.BCST 12(R10)(R9*1), Z31, Z11 // K[11][c+3]
+	ADDQ $256, AX
+	ADDQ $16, SI
+	ADDQ $16, DI
+	ADDQ $16, R10
 	DECQ CX
-	JNZ loop
-	// key 0: lane 4q+g = sum over j of Z0+g lane (q, j)
-	VUNPCKLPS Z1, Z0, Z24
-	VUNPCKHPS Z1, Z0, Z25
-	VUNPCKLPS Z3, Z2, Z26
-	VUNPCKHPS Z3, Z2, Z27
-	VADDPS Z25, Z24, Z24 // g=0,1: j=0+2, j=1+3
-	VADDPS Z27, Z26, Z26 // g=2,3
-	VSHUFPS $0x44, Z26, Z24, Z28
-	VSHUFPS $0xee, Z26, Z24, Z29
-	VADDPS Z29, Z28, Z28
-	VMOVUPS Z28, 0(BX)
-	// key 1: lane 4q+g = sum over j of Z4+g lane (q, j)
-	VUNPCKLPS Z5, Z4, Z24
-	VUNPCKHPS Z5, Z4, Z25
-	VUNPCKLPS Z7, Z6, Z26
-	VUNPCKHPS Z7, Z6, Z27
-	VADDPS Z25, Z24, Z24 // g=0,1: j=0+2, j=1+3
-	VADDPS Z27, Z26, Z26 // g=2,3
-	VSHUFPS $0x44, Z26, Z24, Z28
-	VSHUFPS $0xee, Z26, Z24, Z29
-	VADDPS Z29, Z28, Z28
-	VMOVUPS Z28, 64(BX)
-	// key 2: lane 4q+g = sum over j of Z8+g lane (q, j)
-	VUNPCKLPS Z9, Z8, Z24
-	VUNPCKHPS Z9, Z8, Z25
-	VUNPCKLPS Z11, Z10, Z26
-	VUNPCKHPS Z11, Z10, Z27
-	VADDPS Z25, Z24, Z24 // g=0,1: j=0+2, j=1+3
-	VADDPS Z27, Z26, Z26 // g=2,3
-	VSHUFPS $0x44, Z26, Z24, Z28
-	VSHUFPS $0xee, Z26, Z24, Z29
-	VADDPS Z29, Z28, Z28
-	VMOVUPS Z28, 128(BX)
-	// key 3: lane 4q+g = sum over j of Z12+g lane (q, j)
-	VUNPCKLPS Z13, Z12, Z24
-	VUNPCKHPS Z13, Z12, Z25
-	VUNPCKLPS Z15, Z14, Z26
-	VUNPCKHPS Z15, Z14, Z27
-	VADDPS Z25, Z24, Z24 // g=0,1: j=0+2, j=1+3
-	VADDPS Z27, Z26, Z26 // g=2,3
-	VSHUFPS $0x44, Z26, Z24, Z28
-	VSHUFPS $0xee, Z26, Z24, Z29
-	VADDPS Z29, Z28, Z28
-	VMOVUPS Z28, 192(BX)
-	// key 4: lane 4q+g = sum over j of Z16+g lane (q, j)
-	VUNPCKLPS Z17, Z16, Z24
-	VUNPCKHPS Z17, Z16, Z25
-	VUNPCKLPS Z19, Z18, Z26
-	VUNPCKHPS Z19, Z18, Z27
-	VADDPS Z25, Z24, Z24 // g=0,1: j=0+2, j=1+3
-	VADDPS Z27, Z26, Z26 // g=2,3
-	VSHUFPS $0x44, Z26, Z24, Z28
-	VSHUFPS $0xee, Z26, Z24, Z29
-	VADDPS Z29, Z28, Z28
-	VMOVUPS Z28, 256(BX)
-	// key 5: lane 4q+g = sum over j of Z20+g lane (q, j)
-	VUNPCKLPS Z21, Z20, Z24
-	VUNPCKHPS Z21, Z20, Z25
-	VUNPCKLPS Z23, Z22, Z26
-	VUNPCKHPS Z23, Z22, Z27
-	VADDPS Z25, Z24, Z24 // g=0,1: j=0+2, j=1+3
-	VADDPS Z27, Z26, Z26 // g=2,3
-	VSHUFPS $0x44, Z26, Z24, Z28
-	VSHUFPS $0xee, Z26, Z24, Z29
-	VADDPS Z29, Z28, Z28
-	VMOVUPS Z28, 320(BX)
-	VZEROUPPER
-	RET
-
-// func lanesQK4(qT *float32, k *float32, ldk uintptr, d int, s *float32)
-// 4 keys x 16 rows: per 4 columns 4 loads of Q, 4 128-bit broadcasts of K, 16 multiply-adds.
-TEXT ·lanesQK4(SB), NOSPLIT, $0-40
-	MOVQ qT+0(FP), AX
-	MOVQ k+8(FP), SI
-	MOVQ ldk+16(FP), R8
+	JNZ qk12
 	MOVQ d+24(FP), CX
-	MOVQ s+32(FP), BX
-	LEAQ (R8)(R8*2), R9
+	SHLQ $2, CX
+	SUBQ CX, SI // back to the group's first key
+	VMOVUPS Z0, 0(BX)
+	VMOVUPS Z1, 64(BX)
+	VMOVUPS Z2, 128(BX)
+	VMOVUPS Z3, 192(BX)
+	VMOVUPS Z4, 256(BX)
+	VMOVUPS Z5, 320(BX)
+	VMOVUPS Z6, 384(BX)
+	VMOVUPS Z7, 448(BX)
+	VMOVUPS Z8, 512(BX)
+	VMOVUPS Z9, 576(BX)
+	VMOVUPS Z10, 640(BX)
+	VMOVUPS Z11, 704(BX)
+	ADDQ $768, BX
+	SUBQ $12, R11
+	LEAQ (SI)(R9*4), SI // 12 keys on
+	JMP keys12
+keys8:
+	CMPQ R11, $8
+	JLT keys4
+	MOVQ qT+0(FP), AX
+	MOVQ d+24(FP), CX
+	SHRQ $2, CX // column quads
+	LEAQ (SI)(R8*4), DI // key 4
 	VXORPS Z0, Z0, Z0
 	VXORPS Z1, Z1, Z1
 	VXORPS Z2, Z2, Z2
@@ -285,244 +150,190 @@ TEXT ·lanesQK4(SB), NOSPLIT, $0-40
 	VXORPS Z5, Z5, Z5
 	VXORPS Z6, Z6, Z6
 	VXORPS Z7, Z7, Z7
-	VXORPS Z8, Z8, Z8
-	VXORPS Z9, Z9, Z9
-	VXORPS Z10, Z10, Z10
-	VXORPS Z11, Z11, Z11
-	VXORPS Z12, Z12, Z12
-	VXORPS Z13, Z13, Z13
-	VXORPS Z14, Z14, Z14
-	VXORPS Z15, Z15, Z15
-	SHRQ $3, CX // d/8 (d is a multiple of 8): two 4-column steps per iteration
-loop:
-	VMOVUPS 0(AX), Z24 // Q rows 4q+0, columns c+0..
-	VMOVUPS 64(AX), Z25 // Q rows 4q+1, columns c+0..
-	VMOVUPS 128(AX), Z26 // Q rows 4q+2, columns c+0..
-	VMOVUPS 192(AX), Z27 // Q rows 4q+3, columns c+0..
-	VBROADCASTF32X4 0(SI), Z28 // K[0][c+0..c+3]
-	VFMADD231PS Z28, Z24, Z0
-	VFMADD231PS Z28, Z25, Z1
-	VFMADD231PS Z28, Z26, Z2
-	VFMADD231PS Z28, Z27, Z3
-	VBROADCASTF32X4 0(SI)(R8*1), Z29 // K[1][c+0..c+3]
-	VFMADD231PS Z29, Z24, Z4
-	VFMADD231PS Z29, Z25, Z5
-	VFMADD231PS Z29, Z26, Z6
-	VFMADD231PS Z29, Z27, Z7
-	VBROADCASTF32X4 0(SI)(R8*2), Z30 // K[2][c+0..c+3]
-	VFMADD231PS Z30, Z24, Z8
-	VFMADD231PS Z30, Z25, Z9
-	VFMADD231PS Z30, Z26, Z10
-	VFMADD231PS Z30, Z27, Z11
-	VBROADCASTF32X4 0(SI)(R9*1), Z31 // K[3][c+0..c+3]
-	VFMADD231PS Z31, Z24, Z12
-	VFMADD231PS Z31, Z25, Z13
-	VFMADD231PS Z31, Z26, Z14
-	VFMADD231PS Z31, Z27, Z15
-	VMOVUPS 256(AX), Z24 // Q rows 4q+0, columns c+4..
-	VMOVUPS 320(AX), Z25 // Q rows 4q+1, columns c+4..
-	VMOVUPS 384(AX), Z26 // Q rows 4q+2, columns c+4..
-	VMOVUPS 448(AX), Z27 // Q rows 4q+3, columns c+4..
-	VBROADCASTF32X4 16(SI), Z28 // K[0][c+4..c+7]
-	VFMADD231PS Z28, Z24, Z0
-	VFMADD231PS Z28, Z25, Z1
-	VFMADD231PS Z28, Z26, Z2
-	VFMADD231PS Z28, Z27, Z3
-	VBROADCASTF32X4 16(SI)(R8*1), Z29 // K[1][c+4..c+7]
-	VFMADD231PS Z29, Z24, Z4
-	VFMADD231PS Z29, Z25, Z5
-	VFMADD231PS Z29, Z26, Z6
-	VFMADD231PS Z29, Z27, Z7
-	VBROADCASTF32X4 16(SI)(R8*2), Z30 // K[2][c+4..c+7]
-	VFMADD231PS Z30, Z24, Z8
-	VFMADD231PS Z30, Z25, Z9
-	VFMADD231PS Z30, Z26, Z10
-	VFMADD231PS Z30, Z27, Z11
-	VBROADCASTF32X4 16(SI)(R9*1), Z31 // K[3][c+4..c+7]
-	VFMADD231PS Z31, Z24, Z12
-	VFMADD231PS Z31, Z25, Z13
-	VFMADD231PS Z31, Z26, Z14
-	VFMADD231PS Z31, Z27, Z15
-	ADDQ $512, AX
-	ADDQ $32, SI
+qk8:
+	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
+	ADDQ R13, R12
+	CMPQ R12, R14
+	CMOVQGT R14, R12 // stay on the last line
+	VMOVUPS 0(AX), Z28 // Q^T[c+0]
+	VMOVUPS 64(AX), Z29 // Q^T[c+1]
+	VMOVUPS 128(AX), Z30 // Q^T[c+2]
+	VMOVUPS 192(AX), Z31 // Q^T[c+3]
+	VFMADD231PS.BCST 0(SI), Z28, Z0 // K[0][c+0]
+	VFMADD231PS.BCST 0(SI)(R8*1), Z28, Z1 // K[1][c+0]
+	VFMADD231PS.BCST 0(SI)(R8*2), Z28, Z2 // K[2][c+0]
+	VFMADD231PS.BCST 0(SI)(R9*1), Z28, Z3 // K[3][c+0]
+	VFMADD231PS.BCST 0(DI), Z28, Z4 // K[4][c+0]
+	VFMADD231PS.BCST 0(DI)(R8*1), Z28, Z5 // K[5][c+0]
+	VFMADD231PS.BCST 0(DI)(R8*2), Z28, Z6 // K[6][c+0]
+	VFMADD231PS.BCST 0(DI)(R9*1), Z28, Z7 // K[7][c+0]
+	VFMADD231PS.BCST 4(SI), Z29, Z0 // K[0][c+1]
+	VFMADD231PS.BCST 4(SI)(R8*1), Z29, Z1 // K[1][c+1]
+	VFMADD231PS.BCST 4(SI)(R8*2), Z29, Z2 // K[2][c+1]
+	VFMADD231PS.BCST 4(SI)(R9*1), Z29, Z3 // K[3][c+1]
+	VFMADD231PS.BCST 4(DI), Z29, Z4 // K[4][c+1]
+	VFMADD231PS.BCST 4(DI)(R8*1), Z29, Z5 // K[5][c+1]
+	VFMADD231PS.BCST 4(DI)(R8*2), Z29, Z6 // K[6][c+1]
+	VFMADD231PS.BCST 4(DI)(R9*1), Z29, Z7 // K[7][c+1]
+	VFMADD231PS.BCST 8(SI), Z30, Z0 // K[0][c+2]
+	VFMADD231PS.BCST 8(SI)(R8*1), Z30, Z1 // K[1][c+2]
+	VFMADD231PS.BCST 8(SI)(R8*2), Z30, Z2 // K[2][c+2]
+	VFMADD231PS.BCST 8(SI)(R9*1), Z30, Z3 // K[3][c+2]
+	VFMADD231PS.BCST 8(DI), Z30, Z4 // K[4][c+2]
+	VFMADD231PS.BCST 8(DI)(R8*1), Z30, Z5 // K[5][c+2]
+	VFMADD231PS.BCST 8(DI)(R8*2), Z30, Z6 // K[6][c+2]
+	VFMADD231PS.BCST 8(DI)(R9*1), Z30, Z7 // K[7][c+2]
+	VFMADD231PS.BCST 12(SI), Z31, Z0 // K[0][c+3]
+	VFMADD231PS.BCST 12(SI)(R8*1), Z31, Z1 // K[1][c+3]
+	VFMADD231PS.BCST 12(SI)(R8*2), Z31, Z2 // K[2][c+3]
+	VFMADD231PS.BCST 12(SI)(R9*1), Z31, Z3 // K[3][c+3]
+	VFMADD231PS.BCST 12(DI), Z31, Z4 // K[4][c+3]
+	VFMADD231PS.BCST 12(DI)(R8*1), Z31, Z5 // K[5][c+3]
+	VFMADD231PS.BCST 12(DI)(R8*2), Z31, Z6 // K[6][c+3]
+	VFMADD231PS.BCST 12(DI)(R9*1), Z31, Z7 // K[7][c+3]
+	ADDQ $256, AX
+	ADDQ $16, SI
+	ADDQ $16, DI
 	DECQ CX
-	JNZ loop
-	// key 0: lane 4q+g = sum over j of Z0+g lane (q, j)
-	VUNPCKLPS Z1, Z0, Z24
-	VUNPCKHPS Z1, Z0, Z25
-	VUNPCKLPS Z3, Z2, Z26
-	VUNPCKHPS Z3, Z2, Z27
-	VADDPS Z25, Z24, Z24 // g=0,1: j=0+2, j=1+3
-	VADDPS Z27, Z26, Z26 // g=2,3
-	VSHUFPS $0x44, Z26, Z24, Z28
-	VSHUFPS $0xee, Z26, Z24, Z29
-	VADDPS Z29, Z28, Z28
-	VMOVUPS Z28, 0(BX)
-	// key 1: lane 4q+g = sum over j of Z4+g lane (q, j)
-	VUNPCKLPS Z5, Z4, Z24
-	VUNPCKHPS Z5, Z4, Z25
-	VUNPCKLPS Z7, Z6, Z26
-	VUNPCKHPS Z7, Z6, Z27
-	VADDPS Z25, Z24, Z24 // g=0,1: j=0+2, j=1+3
-	VADDPS Z27, Z26, Z26 // g=2,3
-	VSHUFPS $0x44, Z26, Z24, Z28
-	VSHUFPS $0xee, Z26, Z24, Z29
-	VADDPS Z29, Z28, Z28
-	VMOVUPS Z28, 64(BX)
-	// key 2: lane 4q+g = sum over j of Z8+g lane (q, j)
-	VUNPCKLPS Z9, Z8, Z24
-	VUNPCKHPS Z9, Z8, Z25
-	VUNPCKLPS Z11, Z10, Z26
-	VUNPCKHPS Z11, Z10, Z27
-	VADDPS Z25, Z24, Z24 // g=0,1: j=0+2, j=1+3
-	VADDPS Z27, Z26, Z26 // g=2,3
-	VSHUFPS $0x44, Z26, Z24, Z28
-	VSHUFPS $0xee, Z26, Z24, Z29
-	VADDPS Z29, Z28, Z28
-	VMOVUPS Z28, 128(BX)
-	// key 3: lane 4q+g = sum over j of Z12+g lane (q, j)
-	VUNPCKLPS Z13, Z12, Z24
-	VUNPCKHPS Z13, Z12, Z25
-	VUNPCKLPS Z15, Z14, Z26
-	VUNPCKHPS Z15, Z14, Z27
-	VADDPS Z25, Z24, Z24 // g=0,1: j=0+2, j=1+3
-	VADDPS Z27, Z26, Z26 // g=2,3
-	VSHUFPS $0x44, Z26, Z24, Z28
-	VSHUFPS $0xee, Z26, Z24, Z29
-	VADDPS Z29, Z28, Z28
-	VMOVUPS Z28, 192(BX)
-	VZEROUPPER
-	RET
-
-// func lanesQK2(qT *float32, k *float32, ldk uintptr, d int, s *float32)
-// 2 keys x 16 rows: per 4 columns 4 loads of Q, 2 128-bit broadcasts of K, 8 multiply-adds.
-TEXT ·lanesQK2(SB), NOSPLIT, $0-40
-	MOVQ qT+0(FP), AX
-	MOVQ k+8(FP), SI
-	MOVQ ldk+16(FP), R8
+	JNZ qk8
 	MOVQ d+24(FP), CX
-	MOVQ s+32(FP), BX
-	LEAQ (R8)(R8*2), R9
+	SHLQ $2, CX
+	SUBQ CX, SI // back to the group's first key
+	VMOVUPS Z0, 0(BX)
+	VMOVUPS Z1, 64(BX)
+	VMOVUPS Z2, 128(BX)
+	VMOVUPS Z3, 192(BX)
+	VMOVUPS Z4, 256(BX)
+	VMOVUPS Z5, 320(BX)
+	VMOVUPS Z6, 384(BX)
+	VMOVUPS Z7, 448(BX)
+	ADDQ $512, BX
+	SUBQ $8, R11
+	LEAQ (SI)(R8*8), SI
+keys4:
+	CMPQ R11, $4
+	JLT keys2
+	MOVQ qT+0(FP), AX
+	MOVQ d+24(FP), CX
+	SHRQ $2, CX // column quads
 	VXORPS Z0, Z0, Z0
 	VXORPS Z1, Z1, Z1
 	VXORPS Z2, Z2, Z2
 	VXORPS Z3, Z3, Z3
-	VXORPS Z4, Z4, Z4
-	VXORPS Z5, Z5, Z5
-	VXORPS Z6, Z6, Z6
-	VXORPS Z7, Z7, Z7
-	SHRQ $3, CX // d/8 (d is a multiple of 8): two 4-column steps per iteration
-loop:
-	VMOVUPS 0(AX), Z24 // Q rows 4q+0, columns c+0..
-	VMOVUPS 64(AX), Z25 // Q rows 4q+1, columns c+0..
-	VMOVUPS 128(AX), Z26 // Q rows 4q+2, columns c+0..
-	VMOVUPS 192(AX), Z27 // Q rows 4q+3, columns c+0..
-	VBROADCASTF32X4 0(SI), Z28 // K[0][c+0..c+3]
-	VFMADD231PS Z28, Z24, Z0
-	VFMADD231PS Z28, Z25, Z1
-	VFMADD231PS Z28, Z26, Z2
-	VFMADD231PS Z28, Z27, Z3
-	VBROADCASTF32X4 0(SI)(R8*1), Z29 // K[1][c+0..c+3]
-	VFMADD231PS Z29, Z24, Z4
-	VFMADD231PS Z29, Z25, Z5
-	VFMADD231PS Z29, Z26, Z6
-	VFMADD231PS Z29, Z27, Z7
-	VMOVUPS 256(AX), Z24 // Q rows 4q+0, columns c+4..
-	VMOVUPS 320(AX), Z25 // Q rows 4q+1, columns c+4..
-	VMOVUPS 384(AX), Z26 // Q rows 4q+2, columns c+4..
-	VMOVUPS 448(AX), Z27 // Q rows 4q+3, columns c+4..
-	VBROADCASTF32X4 16(SI), Z30 // K[0][c+4..c+7]
-	VFMADD231PS Z30, Z24, Z0
-	VFMADD231PS Z30, Z25, Z1
-	VFMADD231PS Z30, Z26, Z2
-	VFMADD231PS Z30, Z27, Z3
-	VBROADCASTF32X4 16(SI)(R8*1), Z31 // K[1][c+4..c+7]
-	VFMADD231PS Z31, Z24, Z4
-	VFMADD231PS Z31, Z25, Z5
-	VFMADD231PS Z31, Z26, Z6
-	VFMADD231PS Z31, Z27, Z7
-	ADDQ $512, AX
-	ADDQ $32, SI
+qk4:
+	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
+	ADDQ R13, R12
+	CMPQ R12, R14
+	CMOVQGT R14, R12 // stay on the last line
+	VMOVUPS 0(AX), Z28 // Q^T[c+0]
+	VMOVUPS 64(AX), Z29 // Q^T[c+1]
+	VMOVUPS 128(AX), Z30 // Q^T[c+2]
+	VMOVUPS 192(AX), Z31 // Q^T[c+3]
+	VFMADD231PS.BCST 0(SI), Z28, Z0 // K[0][c+0]
+	VFMADD231PS.BCST 0(SI)(R8*1), Z28, Z1 // K[1][c+0]
+	VFMADD231PS.BCST 0(SI)(R8*2), Z28, Z2 // K[2][c+0]
+	VFMADD231PS.BCST 0(SI)(R9*1), Z28, Z3 // K[3][c+0]
+	VFMADD231PS.BCST 4(SI), Z29, Z0 // K[0][c+1]
+	VFMADD231PS.BCST 4(SI)(R8*1), Z29, Z1 // K[1][c+1]
+	VFMADD231PS.BCST 4(SI)(R8*2), Z29, Z2 // K[2][c+1]
+	VFMADD231PS.BCST 4(SI)(R9*1), Z29, Z3 // K[3][c+1]
+	VFMADD231PS.BCST 8(SI), Z30, Z0 // K[0][c+2]
+	VFMADD231PS.BCST 8(SI)(R8*1), Z30, Z1 // K[1][c+2]
+	VFMADD231PS.BCST 8(SI)(R8*2), Z30, Z2 // K[2][c+2]
+	VFMADD231PS.BCST 8(SI)(R9*1), Z30, Z3 // K[3][c+2]
+	VFMADD231PS.BCST 12(SI), Z31, Z0 // K[0][c+3]
+	VFMADD231PS.BCST 12(SI)(R8*1), Z31, Z1 // K[1][c+3]
+	VFMADD231PS.BCST 12(SI)(R8*2), Z31, Z2 // K[2][c+3]
+	VFMADD231PS.BCST 12(SI)(R9*1), Z31, Z3 // K[3][c+3]
+	ADDQ $256, AX
+	ADDQ $16, SI
 	DECQ CX
-	JNZ loop
-	// key 0: lane 4q+g = sum over j of Z0+g lane (q, j)
-	VUNPCKLPS Z1, Z0, Z24
-	VUNPCKHPS Z1, Z0, Z25
-	VUNPCKLPS Z3, Z2, Z26
-	VUNPCKHPS Z3, Z2, Z27
-	VADDPS Z25, Z24, Z24 // g=0,1: j=0+2, j=1+3
-	VADDPS Z27, Z26, Z26 // g=2,3
-	VSHUFPS $0x44, Z26, Z24, Z28
-	VSHUFPS $0xee, Z26, Z24, Z29
-	VADDPS Z29, Z28, Z28
-	VMOVUPS Z28, 0(BX)
-	// key 1: lane 4q+g = sum over j of Z4+g lane (q, j)
-	VUNPCKLPS Z5, Z4, Z24
-	VUNPCKHPS Z5, Z4, Z25
-	VUNPCKLPS Z7, Z6, Z26
-	VUNPCKHPS Z7, Z6, Z27
-	VADDPS Z25, Z24, Z24 // g=0,1: j=0+2, j=1+3
-	VADDPS Z27, Z26, Z26 // g=2,3
-	VSHUFPS $0x44, Z26, Z24, Z28
-	VSHUFPS $0xee, Z26, Z24, Z29
-	VADDPS Z29, Z28, Z28
-	VMOVUPS Z28, 64(BX)
-	VZEROUPPER
-	RET
-
-// func lanesQK1(qT *float32, k *float32, ldk uintptr, d int, s *float32)
-// 1 keys x 16 rows: per 4 columns 4 loads of Q, 1 128-bit broadcasts of K, 4 multiply-adds.
-TEXT ·lanesQK1(SB), NOSPLIT, $0-40
-	MOVQ qT+0(FP), AX
-	MOVQ k+8(FP), SI
-	MOVQ ldk+16(FP), R8
+	JNZ qk4
 	MOVQ d+24(FP), CX
-	MOVQ s+32(FP), BX
-	LEAQ (R8)(R8*2), R9
+	SHLQ $2, CX
+	SUBQ CX, SI // back to the group's first key
+	VMOVUPS Z0, 0(BX)
+	VMOVUPS Z1, 64(BX)
+	VMOVUPS Z2, 128(BX)
+	VMOVUPS Z3, 192(BX)
+	ADDQ $256, BX
+	SUBQ $4, R11
+	LEAQ (SI)(R8*4), SI
+keys2:
+	CMPQ R11, $2
+	JLT keys1
+	MOVQ qT+0(FP), AX
+	MOVQ d+24(FP), CX
+	SHRQ $2, CX // column quads
 	VXORPS Z0, Z0, Z0
 	VXORPS Z1, Z1, Z1
-	VXORPS Z2, Z2, Z2
-	VXORPS Z3, Z3, Z3
-	SHRQ $3, CX // d/8 (d is a multiple of 8): two 4-column steps per iteration
-loop:
-	VMOVUPS 0(AX), Z24 // Q rows 4q+0, columns c+0..
-	VMOVUPS 64(AX), Z25 // Q rows 4q+1, columns c+0..
-	VMOVUPS 128(AX), Z26 // Q rows 4q+2, columns c+0..
-	VMOVUPS 192(AX), Z27 // Q rows 4q+3, columns c+0..
-	VBROADCASTF32X4 0(SI), Z28 // K[0][c+0..c+3]
-	VFMADD231PS Z28, Z24, Z0
-	VFMADD231PS Z28, Z25, Z1
-	VFMADD231PS Z28, Z26, Z2
-	VFMADD231PS Z28, Z27, Z3
-	VMOVUPS 256(AX), Z24 // Q rows 4q+0, columns c+4..
-	VMOVUPS 320(AX), Z25 // Q rows 4q+1, columns c+4..
-	VMOVUPS 384(AX), Z26 // Q rows 4q+2, columns c+4..
-	VMOVUPS 448(AX), Z27 // Q rows 4q+3, columns c+4..
-	VBROADCASTF32X4 16(SI), Z29 // K[0][c+4..c+7]
-	VFMADD231PS Z29, Z24, Z0
-	VFMADD231PS Z29, Z25, Z1
-	VFMADD231PS Z29, Z26, Z2
-	VFMADD231PS Z29, Z27, Z3
-	ADDQ $512, AX
-	ADDQ $32, SI
+qk2:
+	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
+	ADDQ R13, R12
+	CMPQ R12, R14
+	CMOVQGT R14, R12 // stay on the last line
+	VMOVUPS 0(AX), Z28 // Q^T[c+0]
+	VMOVUPS 64(AX), Z29 // Q^T[c+1]
+	VMOVUPS 128(AX), Z30 // Q^T[c+2]
+	VMOVUPS 192(AX), Z31 // Q^T[c+3]
+	VFMADD231PS.BCST 0(SI), Z28, Z0 // K[0][c+0]
+	VFMADD231PS.BCST 0(SI)(R8*1), Z28, Z1 // K[1][c+0]
+	VFMADD231PS.BCST 4(SI), Z29, Z0 // K[0][c+1]
+	VFMADD231PS.BCST 4(SI)(R8*1), Z29, Z1 // K[1][c+1]
+	VFMADD231PS.BCST 8(SI), Z30, Z0 // K[0][c+2]
+	VFMADD231PS.BCST 8(SI)(R8*1), Z30, Z1 // K[1][c+2]
+	VFMADD231PS.BCST 12(SI), Z31, Z0 // K[0][c+3]
+	VFMADD231PS.BCST 12(SI)(R8*1), Z31, Z1 // K[1][c+3]
+	ADDQ $256, AX
+	ADDQ $16, SI
 	DECQ CX
-	JNZ loop
-	// key 0: lane 4q+g = sum over j of Z0+g lane (q, j)
-	VUNPCKLPS Z1, Z0, Z24
-	VUNPCKHPS Z1, Z0, Z25
-	VUNPCKLPS Z3, Z2, Z26
-	VUNPCKHPS Z3, Z2, Z27
-	VADDPS Z25, Z24, Z24 // g=0,1: j=0+2, j=1+3
-	VADDPS Z27, Z26, Z26 // g=2,3
-	VSHUFPS $0x44, Z26, Z24, Z28
-	VSHUFPS $0xee, Z26, Z24, Z29
-	VADDPS Z29, Z28, Z28
-	VMOVUPS Z28, 0(BX)
+	JNZ qk2
+	MOVQ d+24(FP), CX
+	SHLQ $2, CX
+	SUBQ CX, SI // back to the group's first key
+	VMOVUPS Z0, 0(BX)
+	VMOVUPS Z1, 64(BX)
+	ADDQ $128, BX
+	SUBQ $2, R11
+	LEAQ (SI)(R8*2), SI
+keys1:
+	CMPQ R11, $1
+	JLT keys0
+	MOVQ qT+0(FP), AX
+	MOVQ d+24(FP), CX
+	SHRQ $2, CX // column quads
+	VXORPS Z0, Z0, Z0
+qk1:
+	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
+	ADDQ R13, R12
+	CMPQ R12, R14
+	CMOVQGT R14, R12 // stay on the last line
+	VMOVUPS 0(AX), Z28 // Q^T[c+0]
+	VMOVUPS 64(AX), Z29 // Q^T[c+1]
+	VMOVUPS 128(AX), Z30 // Q^T[c+2]
+	VMOVUPS 192(AX), Z31 // Q^T[c+3]
+	VFMADD231PS.BCST 0(SI), Z28, Z0 // K[0][c+0]
+	VFMADD231PS.BCST 4(SI), Z29, Z0 // K[0][c+1]
+	VFMADD231PS.BCST 8(SI), Z30, Z0 // K[0][c+2]
+	VFMADD231PS.BCST 12(SI), Z31, Z0 // K[0][c+3]
+	ADDQ $256, AX
+	ADDQ $16, SI
+	DECQ CX
+	JNZ qk1
+	MOVQ d+24(FP), CX
+	SHLQ $2, CX
+	SUBQ CX, SI // back to the group's first key
+	VMOVUPS Z0, 0(BX)
+	ADDQ $64, BX
+	SUBQ $1, R11
+	LEAQ (SI)(R8*1), SI
+keys0:
+	MOVQ R12, 0(DX)
 	VZEROUPPER
 	RET
 
-// func lanesSoftmax(s *float32, n int, st *lanesState, p4 *float32)
-TEXT ·lanesSoftmax(SB), NOSPLIT, $0-32
+// func lanesSoftmax512(s *float32, n int, st *lanesState)
+TEXT ·lanesSoftmax512(SB), NOSPLIT, $0-24
 	MOVQ s+0(FP), SI
 	MOVQ n+8(FP), CX
 	MOVQ st+16(FP), BX
@@ -831,76 +642,63 @@ done:
 	VMOVUPS Z16, 128(BX)
 	VADDPS 192(BX), Z15, Z15
 	VMOVUPS Z15, 192(BX)
-	// Pass 3: expand P^T[i] into the 4 vectors of lanesPV (lane (q, j) of vector g = P[4g+q][i]).
-	MOVQ n+8(FP), CX
-	MOVQ p4+24(FP), DI
-	VMOVDQU32 ·lanesx+0(SB), Z8
-	VMOVDQU32 ·lanesx+64(SB), Z9
-	VMOVDQU32 ·lanesx+128(SB), Z10
-	VMOVDQU32 ·lanesx+192(SB), Z11
-expand:
-	VMOVUPS (SI), Z0
-	VPERMPS Z0, Z8, Z1
-	VMOVUPS Z1, 0(DI)
-	VPERMPS Z0, Z9, Z2
-	VMOVUPS Z2, 64(DI)
-	VPERMPS Z0, Z10, Z3
-	VMOVUPS Z3, 128(DI)
-	VPERMPS Z0, Z11, Z4
-	VMOVUPS Z4, 192(DI)
-	ADDQ $64, SI
-	ADDQ $256, DI
-	DECQ CX
-	JNZ expand
 	VZEROUPPER
 	RET
 
-// func lanesPV24(p *float32, v *float32, ldv uintptr, n int, o *float32, alpha *float32)
-// 24 output columns x 16 rows in 24 registers across all keys: per key 4 loads of P, 6 128-bit broadcasts of V, 24 multiply-adds.
-TEXT ·lanesPV24(SB), NOSPLIT, $0-48
-	MOVQ p+0(FP), SI
-	MOVQ v+8(FP), DX
+// func lanesPVT512(p *float32, v *float32, ldv uintptr, n int, o *float32, alpha *float32, d int, pf *lanesPrefetch)
+TEXT ·lanesPVT512(SB), NOSPLIT, $0-64
+	MOVQ pf+56(FP), R14
+	MOVQ 0(R14), R9 // prefetch cursor
+	MOVQ 8(R14), R10 // its step per iteration
+	MOVQ 16(R14), R13 // its last line
+	MOVQ v+8(FP), R12
 	MOVQ ldv+16(FP), R8
-	MOVQ n+24(FP), CX
 	MOVQ o+32(FP), DI
 	MOVQ alpha+40(FP), AX
+	MOVQ d+48(FP), R11
 	TESTQ AX, AX
-	JZ noalpha // nil alpha: O is continued as it is
-	VMOVUPS (AX), Z31
-	VMOVDQU32 ·lanesx+0(SB), Z30
-	VPERMPS Z31, Z30, Z24 // alpha of rows 4*0+q in lanes (q, j)
-	VMOVDQU32 ·lanesx+64(SB), Z30
-	VPERMPS Z31, Z30, Z25 // alpha of rows 4*1+q in lanes (q, j)
-	VMOVDQU32 ·lanesx+128(SB), Z30
-	VPERMPS Z31, Z30, Z26 // alpha of rows 4*2+q in lanes (q, j)
-	VMOVDQU32 ·lanesx+192(SB), Z30
-	VPERMPS Z31, Z30, Z27 // alpha of rows 4*3+q in lanes (q, j)
-	VMULPS 0(DI), Z24, Z0 // alpha * O
+	JZ cols // nil alpha: O is continued as it is
+	VMOVUPS (AX), Z25 // alpha, lane = row
+cols:
+	CMPQ R11, $24
+	JEQ cols24
+	CMPQ R11, $40
+	JGE cols24
+	CMPQ R11, $16
+	JGE cols16
+	JMP cols8
+cols24:
+	MOVQ p+0(FP), SI
+	MOVQ R12, DX
+	MOVQ n+24(FP), CX
+	TESTQ AX, AX
+	JZ noalpha24
+	VMULPS 0(DI), Z25, Z0 // alpha * O
 	VMULPS 64(DI), Z25, Z1 // alpha * O
-	VMULPS 128(DI), Z26, Z2 // alpha * O
-	VMULPS 192(DI), Z27, Z3 // alpha * O
-	VMULPS 256(DI), Z24, Z4 // alpha * O
+	VMULPS 128(DI), Z25, Z2 // alpha * O
+	VMULPS 192(DI), Z25, Z3 // alpha * O
+	VMULPS 256(DI), Z25, Z4 // alpha * O
 	VMULPS 320(DI), Z25, Z5 // alpha * O
-	VMULPS 384(DI), Z26, Z6 // alpha * O
-	VMULPS 448(DI), Z27, Z7 // alpha * O
-	VMULPS 512(DI), Z24, Z8 // alpha * O
+	VMULPS 384(DI), Z25, Z6 // alpha * O
+	VMULPS 448(DI), Z25, Z7 // alpha * O
+	VMULPS 512(DI), Z25, Z8 // alpha * O
 	VMULPS 576(DI), Z25, Z9 // alpha * O
-	VMULPS 640(DI), Z26, Z10 // alpha * O
-	VMULPS 704(DI), Z27, Z11 // alpha * O
-	VMULPS 768(DI), Z24, Z12 // alpha * O
+	VMULPS 640(DI), Z25, Z10 // alpha * O
+	VMULPS 704(DI), Z25, Z11 // alpha * O
+	VMULPS 768(DI), Z25, Z12 // alpha * O
 	VMULPS 832(DI), Z25, Z13 // alpha * O
-	VMULPS 896(DI), Z26, Z14 // alpha * O
-	VMULPS 960(DI), Z27, Z15 // alpha * O
-	VMULPS 1024(DI), Z24, Z16 // alpha * O
+	VMULPS 896(DI), Z25, Z14 // alpha * O
+	VMULPS 960(DI), Z25, Z15 // alpha * O
+	VMULPS 1024(DI), Z25, Z16 // alpha * O
 	VMULPS 1088(DI), Z25, Z17 // alpha * O
-	VMULPS 1152(DI), Z26, Z18 // alpha * O
-	VMULPS 1216(DI), Z27, Z19 // alpha * O
-	VMULPS 1280(DI), Z24, Z20 // alpha * O
+	VMULPS 1152(DI), Z25, Z18 // alpha * O
+	VMULPS 1216(DI), Z25, Z19 // alpha * O
+	VMULPS 1280(DI), Z25, Z20 // alpha * O
 	VMULPS 1344(DI), Z25, Z21 // alpha * O
-	VMULPS 1408(DI), Z26, Z22 // alpha * O
-	VMULPS 1472(DI), Z27, Z23 // alpha * O
-	JMP keys
-noalpha:
+	VMULPS 1408(DI), Z25, Z22 // alpha * O
+	VMULPS 1472(DI), Z25, Z23 // alpha * O
+	JMP pv24
+noalpha24:
 	VMOVUPS 0(DI), Z0
 	VMOVUPS 64(DI), Z1
 	VMOVUPS 128(DI), Z2
@@ -925,122 +723,40 @@ noalpha:
 	VMOVUPS 1344(DI), Z21
 	VMOVUPS 1408(DI), Z22
 	VMOVUPS 1472(DI), Z23
-keys:
-	SHRQ $1, CX // pairs of keys
-	JZ one
-loop:
-	VMOVUPS 0(SI), Z24 // P rows 4*0+q, key i
-	VMOVUPS 64(SI), Z25 // P rows 4*1+q, key i
-	VMOVUPS 128(SI), Z26 // P rows 4*2+q, key i
-	VMOVUPS 192(SI), Z27 // P rows 4*3+q, key i
-	VBROADCASTF32X4 0(DX), Z28 // V[i][c0+0..c0+3]
-	VFMADD231PS Z28, Z24, Z0
-	VFMADD231PS Z28, Z25, Z1
-	VFMADD231PS Z28, Z26, Z2
-	VFMADD231PS Z28, Z27, Z3
-	VBROADCASTF32X4 16(DX), Z29 // V[i][c0+4..c0+7]
-	VFMADD231PS Z29, Z24, Z4
-	VFMADD231PS Z29, Z25, Z5
-	VFMADD231PS Z29, Z26, Z6
-	VFMADD231PS Z29, Z27, Z7
-	VBROADCASTF32X4 32(DX), Z30 // V[i][c0+8..c0+11]
-	VFMADD231PS Z30, Z24, Z8
-	VFMADD231PS Z30, Z25, Z9
-	VFMADD231PS Z30, Z26, Z10
-	VFMADD231PS Z30, Z27, Z11
-	VBROADCASTF32X4 48(DX), Z31 // V[i][c0+12..c0+15]
-	VFMADD231PS Z31, Z24, Z12
-	VFMADD231PS Z31, Z25, Z13
-	VFMADD231PS Z31, Z26, Z14
-	VFMADD231PS Z31, Z27, Z15
-	VBROADCASTF32X4 64(DX), Z28 // V[i][c0+16..c0+19]
-	VFMADD231PS Z28, Z24, Z16
-	VFMADD231PS Z28, Z25, Z17
-	VFMADD231PS Z28, Z26, Z18
-	VFMADD231PS Z28, Z27, Z19
-	VBROADCASTF32X4 80(DX), Z29 // V[i][c0+20..c0+23]
-	VFMADD231PS Z29, Z24, Z20
-	VFMADD231PS Z29, Z25, Z21
-	VFMADD231PS Z29, Z26, Z22
-	VFMADD231PS Z29, Z27, Z23
+pv24:
+	PREFETCHT1 (R9) // the following block into L2, spread over the iterations
+	ADDQ R10, R9
+	CMPQ R9, R13
+	CMOVQGT R13, R9 // stay on the last line
+	VMOVUPS 0(SI), Z24 // P^T[i]
+	VFMADD231PS.BCST 0(DX), Z24, Z0 // V[i][c0+0]
+	VFMADD231PS.BCST 4(DX), Z24, Z1 // V[i][c0+1]
+	VFMADD231PS.BCST 8(DX), Z24, Z2 // V[i][c0+2]
+	VFMADD231PS.BCST 12(DX), Z24, Z3 // V[i][c0+3]
+	VFMADD231PS.BCST 16(DX), Z24, Z4 // V[i][c0+4]
+	VFMADD231PS.BCST 20(DX), Z24, Z5 // V[i][c0+5]
+	VFMADD231PS.BCST 24(DX), Z24, Z6 // V[i][c0+6]
+	VFMADD231PS.BCST 28(DX), Z24, Z7 // V[i][c0+7]
+	VFMADD231PS.BCST 32(DX), Z24, Z8 // V[i][c0+8]
+	VFMADD231PS.BCST 36(DX), Z24, Z9 // V[i][c0+9]
+	VFMADD231PS.BCST 40(DX), Z24, Z10 // V[i][c0+10]
+	VFMADD231PS.BCST 44(DX), Z24, Z11 // V[i][c0+11]
+	VFMADD231PS.BCST 48(DX), Z24, Z12 // V[i][c0+12]
+	VFMADD231PS.BCST 52(DX), Z24, Z13 // V[i][c0+13]
+	VFMADD231PS.BCST 56(DX), Z24, Z14 // V[i][c0+14]
+	VFMADD231PS.BCST 60(DX), Z24, Z15 // V[i][c0+15]
+	VFMADD231PS.BCST 64(DX), Z24, Z16 // V[i][c0+16]
+	VFMADD231PS.BCST 68(DX), Z24, Z17 // V[i][c0+17]
+	VFMADD231PS.BCST 72(DX), Z24, Z18 // V[i][c0+18]
+	VFMADD231PS.BCST 76(DX), Z24, Z19 // V[i][c0+19]
+	VFMADD231PS.BCST 80(DX), Z24, Z20 // V[i][c0+20]
+	VFMADD231PS.BCST 84(DX), Z24, Z21 // V[i][c0+21]
+	VFMADD231PS.BCST 88(DX), Z24, Z22 // V[i][c0+22]
+	VFMADD231PS.BCST 92(DX), Z24, Z23 // V[i][c0+23]
+	ADDQ $64, SI
 	ADDQ R8, DX
-	VMOVUPS 256(SI), Z24 // P rows 4*0+q, key i
-	VMOVUPS 320(SI), Z25 // P rows 4*1+q, key i
-	VMOVUPS 384(SI), Z26 // P rows 4*2+q, key i
-	VMOVUPS 448(SI), Z27 // P rows 4*3+q, key i
-	VBROADCASTF32X4 0(DX), Z28 // V[i][c0+0..c0+3]
-	VFMADD231PS Z28, Z24, Z0
-	VFMADD231PS Z28, Z25, Z1
-	VFMADD231PS Z28, Z26, Z2
-	VFMADD231PS Z28, Z27, Z3
-	VBROADCASTF32X4 16(DX), Z29 // V[i][c0+4..c0+7]
-	VFMADD231PS Z29, Z24, Z4
-	VFMADD231PS Z29, Z25, Z5
-	VFMADD231PS Z29, Z26, Z6
-	VFMADD231PS Z29, Z27, Z7
-	VBROADCASTF32X4 32(DX), Z30 // V[i][c0+8..c0+11]
-	VFMADD231PS Z30, Z24, Z8
-	VFMADD231PS Z30, Z25, Z9
-	VFMADD231PS Z30, Z26, Z10
-	VFMADD231PS Z30, Z27, Z11
-	VBROADCASTF32X4 48(DX), Z31 // V[i][c0+12..c0+15]
-	VFMADD231PS Z31, Z24, Z12
-	VFMADD231PS Z31, Z25, Z13
-	VFMADD231PS Z31, Z26, Z14
-	VFMADD231PS Z31, Z27, Z15
-	VBROADCASTF32X4 64(DX), Z28 // V[i][c0+16..c0+19]
-	VFMADD231PS Z28, Z24, Z16
-	VFMADD231PS Z28, Z25, Z17
-	VFMADD231PS Z28, Z26, Z18
-	VFMADD231PS Z28, Z27, Z19
-	VBROADCASTF32X4 80(DX), Z29 // V[i][c0+20..c0+23]
-	VFMADD231PS Z29, Z24, Z20
-	VFMADD231PS Z29, Z25, Z21
-	VFMADD231PS Z29, Z26, Z22
-	VFMADD231PS Z29, Z27, Z23
-	ADDQ R8, DX
-	ADDQ $512, SI
 	DECQ CX
-	JNZ loop
-one:
-	TESTQ $1, n+24(FP)
-	JZ store
-	VMOVUPS 0(SI), Z24 // P rows 4*0+q, key i
-	VMOVUPS 64(SI), Z25 // P rows 4*1+q, key i
-	VMOVUPS 128(SI), Z26 // P rows 4*2+q, key i
-	VMOVUPS 192(SI), Z27 // P rows 4*3+q, key i
-	VBROADCASTF32X4 0(DX), Z28 // V[i][c0+0..c0+3]
-	VFMADD231PS Z28, Z24, Z0
-	VFMADD231PS Z28, Z25, Z1
-	VFMADD231PS Z28, Z26, Z2
-	VFMADD231PS Z28, Z27, Z3
-	VBROADCASTF32X4 16(DX), Z29 // V[i][c0+4..c0+7]
-	VFMADD231PS Z29, Z24, Z4
-	VFMADD231PS Z29, Z25, Z5
-	VFMADD231PS Z29, Z26, Z6
-	VFMADD231PS Z29, Z27, Z7
-	VBROADCASTF32X4 32(DX), Z30 // V[i][c0+8..c0+11]
-	VFMADD231PS Z30, Z24, Z8
-	VFMADD231PS Z30, Z25, Z9
-	VFMADD231PS Z30, Z26, Z10
-	VFMADD231PS Z30, Z27, Z11
-	VBROADCASTF32X4 48(DX), Z31 // V[i][c0+12..c0+15]
-	VFMADD231PS Z31, Z24, Z12
-	VFMADD231PS Z31, Z25, Z13
-	VFMADD231PS Z31, Z26, Z14
-	VFMADD231PS Z31, Z27, Z15
-	VBROADCASTF32X4 64(DX), Z28 // V[i][c0+16..c0+19]
-	VFMADD231PS Z28, Z24, Z16
-	VFMADD231PS Z28, Z25, Z17
-	VFMADD231PS Z28, Z26, Z18
-	VFMADD231PS Z28, Z27, Z19
-	VBROADCASTF32X4 80(DX), Z29 // V[i][c0+20..c0+23]
-	VFMADD231PS Z29, Z24, Z20
-	VFMADD231PS Z29, Z25, Z21
-	VFMADD231PS Z29, Z26, Z22
-	VFMADD231PS Z29, Z27, Z23
-	ADDQ R8, DX
-store:
+	JNZ pv24
 	VMOVUPS Z0, 0(DI)
 	VMOVUPS Z1, 64(DI)
 	VMOVUPS Z2, 128(DI)
@@ -1065,47 +781,35 @@ store:
 	VMOVUPS Z21, 1344(DI)
 	VMOVUPS Z22, 1408(DI)
 	VMOVUPS Z23, 1472(DI)
-	VZEROUPPER
-	RET
-
-// func lanesPV16(p *float32, v *float32, ldv uintptr, n int, o *float32, alpha *float32)
-// 16 output columns x 16 rows in 16 registers across all keys: per key 4 loads of P, 4 128-bit broadcasts of V, 16 multiply-adds.
-TEXT ·lanesPV16(SB), NOSPLIT, $0-48
+	ADDQ $96, R12
+	ADDQ $1536, DI
+	SUBQ $24, R11
+	JNZ cols
+	JMP done
+cols16:
 	MOVQ p+0(FP), SI
-	MOVQ v+8(FP), DX
-	MOVQ ldv+16(FP), R8
+	MOVQ R12, DX
 	MOVQ n+24(FP), CX
-	MOVQ o+32(FP), DI
-	MOVQ alpha+40(FP), AX
 	TESTQ AX, AX
-	JZ noalpha // nil alpha: O is continued as it is
-	VMOVUPS (AX), Z31
-	VMOVDQU32 ·lanesx+0(SB), Z30
-	VPERMPS Z31, Z30, Z24 // alpha of rows 4*0+q in lanes (q, j)
-	VMOVDQU32 ·lanesx+64(SB), Z30
-	VPERMPS Z31, Z30, Z25 // alpha of rows 4*1+q in lanes (q, j)
-	VMOVDQU32 ·lanesx+128(SB), Z30
-	VPERMPS Z31, Z30, Z26 // alpha of rows 4*2+q in lanes (q, j)
-	VMOVDQU32 ·lanesx+192(SB), Z30
-	VPERMPS Z31, Z30, Z27 // alpha of rows 4*3+q in lanes (q, j)
-	VMULPS 0(DI), Z24, Z0 // alpha * O
+	JZ noalpha16
+	VMULPS 0(DI), Z25, Z0 // alpha * O
 	VMULPS 64(DI), Z25, Z1 // alpha * O
-	VMULPS 128(DI), Z26, Z2 // alpha * O
-	VMULPS 192(DI), Z27, Z3 // alpha * O
-	VMULPS 256(DI), Z24, Z4 // alpha * O
+	VMULPS 128(DI), Z25, Z2 // alpha * O
+	VMULPS 192(DI), Z25, Z3 // alpha * O
+	VMULPS 256(DI), Z25, Z4 // alpha * O
 	VMULPS 320(DI), Z25, Z5 // alpha * O
-	VMULPS 384(DI), Z26, Z6 // alpha * O
-	VMULPS 448(DI), Z27, Z7 // alpha * O
-	VMULPS 512(DI), Z24, Z8 // alpha * O
+	VMULPS 384(DI), Z25, Z6 // alpha * O
+	VMULPS 448(DI), Z25, Z7 // alpha * O
+	VMULPS 512(DI), Z25, Z8 // alpha * O
 	VMULPS 576(DI), Z25, Z9 // alpha * O
-	VMULPS 640(DI), Z26, Z10 // alpha * O
-	VMULPS 704(DI), Z27, Z11 // alpha * O
-	VMULPS 768(DI), Z24, Z12 // alpha * O
+	VMULPS 640(DI), Z25, Z10 // alpha * O
+	VMULPS 704(DI), Z25, Z11 // alpha * O
+	VMULPS 768(DI), Z25, Z12 // alpha * O
 	VMULPS 832(DI), Z25, Z13 // alpha * O
-	VMULPS 896(DI), Z26, Z14 // alpha * O
-	VMULPS 960(DI), Z27, Z15 // alpha * O
-	JMP keys
-noalpha:
+	VMULPS 896(DI), Z25, Z14 // alpha * O
+	VMULPS 960(DI), Z25, Z15 // alpha * O
+	JMP pv16
+noalpha16:
 	VMOVUPS 0(DI), Z0
 	VMOVUPS 64(DI), Z1
 	VMOVUPS 128(DI), Z2
@@ -1122,92 +826,32 @@ noalpha:
 	VMOVUPS 832(DI), Z13
 	VMOVUPS 896(DI), Z14
 	VMOVUPS 960(DI), Z15
-keys:
-	SHRQ $1, CX // pairs of keys
-	JZ one
-loop:
-	VMOVUPS 0(SI), Z24 // P rows 4*0+q, key i
-	VMOVUPS 64(SI), Z25 // P rows 4*1+q, key i
-	VMOVUPS 128(SI), Z26 // P rows 4*2+q, key i
-	VMOVUPS 192(SI), Z27 // P rows 4*3+q, key i
-	VBROADCASTF32X4 0(DX), Z28 // V[i][c0+0..c0+3]
-	VFMADD231PS Z28, Z24, Z0
-	VFMADD231PS Z28, Z25, Z1
-	VFMADD231PS Z28, Z26, Z2
-	VFMADD231PS Z28, Z27, Z3
-	VBROADCASTF32X4 16(DX), Z29 // V[i][c0+4..c0+7]
-	VFMADD231PS Z29, Z24, Z4
-	VFMADD231PS Z29, Z25, Z5
-	VFMADD231PS Z29, Z26, Z6
-	VFMADD231PS Z29, Z27, Z7
-	VBROADCASTF32X4 32(DX), Z30 // V[i][c0+8..c0+11]
-	VFMADD231PS Z30, Z24, Z8
-	VFMADD231PS Z30, Z25, Z9
-	VFMADD231PS Z30, Z26, Z10
-	VFMADD231PS Z30, Z27, Z11
-	VBROADCASTF32X4 48(DX), Z31 // V[i][c0+12..c0+15]
-	VFMADD231PS Z31, Z24, Z12
-	VFMADD231PS Z31, Z25, Z13
-	VFMADD231PS Z31, Z26, Z14
-	VFMADD231PS Z31, Z27, Z15
+pv16:
+	PREFETCHT1 (R9) // the following block into L2, spread over the iterations
+	ADDQ R10, R9
+	CMPQ R9, R13
+	CMOVQGT R13, R9 // stay on the last line
+	VMOVUPS 0(SI), Z24 // P^T[i]
+	VFMADD231PS.BCST 0(DX), Z24, Z0 // V[i][c0+0]
+	VFMADD231PS.BCST 4(DX), Z24, Z1 // V[i][c0+1]
+	VFMADD231PS.BCST 8(DX), Z24, Z2 // V[i][c0+2]
+	VFMADD231PS.BCST 12(DX), Z24, Z3 // V[i][c0+3]
+	VFMADD231PS.BCST 16(DX), Z24, Z4 // V[i][c0+4]
+	VFMADD231PS.BCST 20(DX), Z24, Z5 // V[i][c0+5]
+	VFMADD231PS.BCST 24(DX), Z24, Z6 // V[i][c0+6]
+	VFMADD231PS.BCST 28(DX), Z24, Z7 // V[i][c0+7]
+	VFMADD231PS.BCST 32(DX), Z24, Z8 // V[i][c0+8]
+	VFMADD231PS.BCST 36(DX), Z24, Z9 // V[i][c0+9]
+	VFMADD231PS.BCST 40(DX), Z24, Z10 // V[i][c0+10]
+	VFMADD231PS.BCST 44(DX), Z24, Z11 // V[i][c0+11]
+	VFMADD231PS.BCST 48(DX), Z24, Z12 // V[i][c0+12]
+	VFMADD231PS.BCST 52(DX), Z24, Z13 // V[i][c0+13]
+	VFMADD231PS.BCST 56(DX), Z24, Z14 // V[i][c0+14]
+	VFMADD231PS.BCST 60(DX), Z24, Z15 // V[i][c0+15]
+	ADDQ $64, SI
 	ADDQ R8, DX
-	VMOVUPS 256(SI), Z24 // P rows 4*0+q, key i
-	VMOVUPS 320(SI), Z25 // P rows 4*1+q, key i
-	VMOVUPS 384(SI), Z26 // P rows 4*2+q, key i
-	VMOVUPS 448(SI), Z27 // P rows 4*3+q, key i
-	VBROADCASTF32X4 0(DX), Z28 // V[i][c0+0..c0+3]
-	VFMADD231PS Z28, Z24, Z0
-	VFMADD231PS Z28, Z25, Z1
-	VFMADD231PS Z28, Z26, Z2
-	VFMADD231PS Z28, Z27, Z3
-	VBROADCASTF32X4 16(DX), Z29 // V[i][c0+4..c0+7]
-	VFMADD231PS Z29, Z24, Z4
-	VFMADD231PS Z29, Z25, Z5
-	VFMADD231PS Z29, Z26, Z6
-	VFMADD231PS Z29, Z27, Z7
-	VBROADCASTF32X4 32(DX), Z30 // V[i][c0+8..c0+11]
-	VFMADD231PS Z30, Z24, Z8
-	VFMADD231PS Z30, Z25, Z9
-	VFMADD231PS Z30, Z26, Z10
-	VFMADD231PS Z30, Z27, Z11
-	VBROADCASTF32X4 48(DX), Z31 // V[i][c0+12..c0+15]
-	VFMADD231PS Z31, Z24, Z12
-	VFMADD231PS Z31, Z25, Z13
-	VFMADD231PS Z31, Z26, Z14
-	VFMADD231PS Z31, Z27, Z15
-	ADDQ R8, DX
-	ADDQ $512, SI
 	DECQ CX
-	JNZ loop
-one:
-	TESTQ $1, n+24(FP)
-	JZ store
-	VMOVUPS 0(SI), Z24 // P rows 4*0+q, key i
-	VMOVUPS 64(SI), Z25 // P rows 4*1+q, key i
-	VMOVUPS 128(SI), Z26 // P rows 4*2+q, key i
-	VMOVUPS 192(SI), Z27 // P rows 4*3+q, key i
-	VBROADCASTF32X4 0(DX), Z28 // V[i][c0+0..c0+3]
-	VFMADD231PS Z28, Z24, Z0
-	VFMADD231PS Z28, Z25, Z1
-	VFMADD231PS Z28, Z26, Z2
-	VFMADD231PS Z28, Z27, Z3
-	VBROADCASTF32X4 16(DX), Z29 // V[i][c0+4..c0+7]
-	VFMADD231PS Z29, Z24, Z4
-	VFMADD231PS Z29, Z25, Z5
-	VFMADD231PS Z29, Z26, Z6
-	VFMADD231PS Z29, Z27, Z7
-	VBROADCASTF32X4 32(DX), Z30 // V[i][c0+8..c0+11]
-	VFMADD231PS Z30, Z24, Z8
-	VFMADD231PS Z30, Z25, Z9
-	VFMADD231PS Z30, Z26, Z10
-	VFMADD231PS Z30, Z27, Z11
-	VBROADCASTF32X4 48(DX), Z31 // V[i][c0+12..c0+15]
-	VFMADD231PS Z31, Z24, Z12
-	VFMADD231PS Z31, Z25, Z13
-	VFMADD231PS Z31, Z26, Z14
-	VFMADD231PS Z31, Z27, Z15
-	ADDQ R8, DX
-store:
+	JNZ pv16
 	VMOVUPS Z0, 0(DI)
 	VMOVUPS Z1, 64(DI)
 	VMOVUPS Z2, 128(DI)
@@ -1224,39 +868,27 @@ store:
 	VMOVUPS Z13, 832(DI)
 	VMOVUPS Z14, 896(DI)
 	VMOVUPS Z15, 960(DI)
-	VZEROUPPER
-	RET
-
-// func lanesPV8(p *float32, v *float32, ldv uintptr, n int, o *float32, alpha *float32)
-// 8 output columns x 16 rows in 8 registers across all keys: per key 4 loads of P, 2 128-bit broadcasts of V, 8 multiply-adds.
-TEXT ·lanesPV8(SB), NOSPLIT, $0-48
+	ADDQ $64, R12
+	ADDQ $1024, DI
+	SUBQ $16, R11
+	JNZ cols
+	JMP done
+cols8:
 	MOVQ p+0(FP), SI
-	MOVQ v+8(FP), DX
-	MOVQ ldv+16(FP), R8
+	MOVQ R12, DX
 	MOVQ n+24(FP), CX
-	MOVQ o+32(FP), DI
-	MOVQ alpha+40(FP), AX
 	TESTQ AX, AX
-	JZ noalpha // nil alpha: O is continued as it is
-	VMOVUPS (AX), Z31
-	VMOVDQU32 ·lanesx+0(SB), Z30
-	VPERMPS Z31, Z30, Z24 // alpha of rows 4*0+q in lanes (q, j)
-	VMOVDQU32 ·lanesx+64(SB), Z30
-	VPERMPS Z31, Z30, Z25 // alpha of rows 4*1+q in lanes (q, j)
-	VMOVDQU32 ·lanesx+128(SB), Z30
-	VPERMPS Z31, Z30, Z26 // alpha of rows 4*2+q in lanes (q, j)
-	VMOVDQU32 ·lanesx+192(SB), Z30
-	VPERMPS Z31, Z30, Z27 // alpha of rows 4*3+q in lanes (q, j)
-	VMULPS 0(DI), Z24, Z0 // alpha * O
+	JZ noalpha8
+	VMULPS 0(DI), Z25, Z0 // alpha * O
 	VMULPS 64(DI), Z25, Z1 // alpha * O
-	VMULPS 128(DI), Z26, Z2 // alpha * O
-	VMULPS 192(DI), Z27, Z3 // alpha * O
-	VMULPS 256(DI), Z24, Z4 // alpha * O
+	VMULPS 128(DI), Z25, Z2 // alpha * O
+	VMULPS 192(DI), Z25, Z3 // alpha * O
+	VMULPS 256(DI), Z25, Z4 // alpha * O
 	VMULPS 320(DI), Z25, Z5 // alpha * O
-	VMULPS 384(DI), Z26, Z6 // alpha * O
-	VMULPS 448(DI), Z27, Z7 // alpha * O
-	JMP keys
-noalpha:
+	VMULPS 384(DI), Z25, Z6 // alpha * O
+	VMULPS 448(DI), Z25, Z7 // alpha * O
+	JMP pv8
+noalpha8:
 	VMOVUPS 0(DI), Z0
 	VMOVUPS 64(DI), Z1
 	VMOVUPS 128(DI), Z2
@@ -1265,62 +897,24 @@ noalpha:
 	VMOVUPS 320(DI), Z5
 	VMOVUPS 384(DI), Z6
 	VMOVUPS 448(DI), Z7
-keys:
-	SHRQ $1, CX // pairs of keys
-	JZ one
-loop:
-	VMOVUPS 0(SI), Z24 // P rows 4*0+q, key i
-	VMOVUPS 64(SI), Z25 // P rows 4*1+q, key i
-	VMOVUPS 128(SI), Z26 // P rows 4*2+q, key i
-	VMOVUPS 192(SI), Z27 // P rows 4*3+q, key i
-	VBROADCASTF32X4 0(DX), Z28 // V[i][c0+0..c0+3]
-	VFMADD231PS Z28, Z24, Z0
-	VFMADD231PS Z28, Z25, Z1
-	VFMADD231PS Z28, Z26, Z2
-	VFMADD231PS Z28, Z27, Z3
-	VBROADCASTF32X4 16(DX), Z29 // V[i][c0+4..c0+7]
-	VFMADD231PS Z29, Z24, Z4
-	VFMADD231PS Z29, Z25, Z5
-	VFMADD231PS Z29, Z26, Z6
-	VFMADD231PS Z29, Z27, Z7
+pv8:
+	PREFETCHT1 (R9) // the following block into L2, spread over the iterations
+	ADDQ R10, R9
+	CMPQ R9, R13
+	CMOVQGT R13, R9 // stay on the last line
+	VMOVUPS 0(SI), Z24 // P^T[i]
+	VFMADD231PS.BCST 0(DX), Z24, Z0 // V[i][c0+0]
+	VFMADD231PS.BCST 4(DX), Z24, Z1 // V[i][c0+1]
+	VFMADD231PS.BCST 8(DX), Z24, Z2 // V[i][c0+2]
+	VFMADD231PS.BCST 12(DX), Z24, Z3 // V[i][c0+3]
+	VFMADD231PS.BCST 16(DX), Z24, Z4 // V[i][c0+4]
+	VFMADD231PS.BCST 20(DX), Z24, Z5 // V[i][c0+5]
+	VFMADD231PS.BCST 24(DX), Z24, Z6 // V[i][c0+6]
+	VFMADD231PS.BCST 28(DX), Z24, Z7 // V[i][c0+7]
+	ADDQ $64, SI
 	ADDQ R8, DX
-	VMOVUPS 256(SI), Z24 // P rows 4*0+q, key i
-	VMOVUPS 320(SI), Z25 // P rows 4*1+q, key i
-	VMOVUPS 384(SI), Z26 // P rows 4*2+q, key i
-	VMOVUPS 448(SI), Z27 // P rows 4*3+q, key i
-	VBROADCASTF32X4 0(DX), Z28 // V[i][c0+0..c0+3]
-	VFMADD231PS Z28, Z24, Z0
-	VFMADD231PS Z28, Z25, Z1
-	VFMADD231PS Z28, Z26, Z2
-	VFMADD231PS Z28, Z27, Z3
-	VBROADCASTF32X4 16(DX), Z29 // V[i][c0+4..c0+7]
-	VFMADD231PS Z29, Z24, Z4
-	VFMADD231PS Z29, Z25, Z5
-	VFMADD231PS Z29, Z26, Z6
-	VFMADD231PS Z29, Z27, Z7
-	ADDQ R8, DX
-	ADDQ $512, SI
 	DECQ CX
-	JNZ loop
-one:
-	TESTQ $1, n+24(FP)
-	JZ store
-	VMOVUPS 0(SI), Z24 // P rows 4*0+q, key i
-	VMOVUPS 64(SI), Z25 // P rows 4*1+q, key i
-	VMOVUPS 128(SI), Z26 // P rows 4*2+q, key i
-	VMOVUPS 192(SI), Z27 // P rows 4*3+q, key i
-	VBROADCASTF32X4 0(DX), Z28 // V[i][c0+0..c0+3]
-	VFMADD231PS Z28, Z24, Z0
-	VFMADD231PS Z28, Z25, Z1
-	VFMADD231PS Z28, Z26, Z2
-	VFMADD231PS Z28, Z27, Z3
-	VBROADCASTF32X4 16(DX), Z29 // V[i][c0+4..c0+7]
-	VFMADD231PS Z29, Z24, Z4
-	VFMADD231PS Z29, Z25, Z5
-	VFMADD231PS Z29, Z26, Z6
-	VFMADD231PS Z29, Z27, Z7
-	ADDQ R8, DX
-store:
+	JNZ pv8
 	VMOVUPS Z0, 0(DI)
 	VMOVUPS Z1, 64(DI)
 	VMOVUPS Z2, 128(DI)
@@ -1329,6 +923,13 @@ store:
 	VMOVUPS Z5, 320(DI)
 	VMOVUPS Z6, 384(DI)
 	VMOVUPS Z7, 448(DI)
+	ADDQ $32, R12
+	ADDQ $512, DI
+	SUBQ $8, R11
+	JNZ cols
+	JMP done
+done:
+	MOVQ R9, 0(R14)
 	VZEROUPPER
 	RET
 

@@ -17,7 +17,7 @@ func lanesUpdateGeneric(l *Lanes, k, v []float32, n int) {
 		sr := s[:nr]
 		clear(sr)
 		for c := 0; c < d; c++ {
-			qc := l.qT[l.qi(r, c)]
+			qc := l.qT[c<<4|r]
 			for i := range sr {
 				sr[i] += qc * k[i*d+c]
 			}
@@ -30,11 +30,11 @@ func lanesUpdateGeneric(l *Lanes, k, v []float32, n int) {
 		// FinishLSE, so it serves as the scratch row).
 		o := l.o[r*d : (r+1)*d]
 		for c := range o {
-			o[c] = l.oT[l.oi(r, c)]
+			o[c] = l.oT[c<<4|r]
 		}
 		st.alpha[r] = foldRow(sr, v, d, o, &st.mx[r], &st.sum[r], &st.tsum[r], l.temp, st.invT, l.round)
 		for c, x := range o {
-			l.oT[l.oi(r, c)] = x
+			l.oT[c<<4|r] = x
 		}
 	}
 }

@@ -215,8 +215,8 @@ func sameResult(got, want result) (string, bool) {
 //   - the generic Lanes code performs the generic tier's operations in the
 //     same order: bit-identical on amd64 (where Go does not contract
 //     multiply-adds), the fp32 tolerance elsewhere;
-//   - the AVX-512 lane kernels differ by FMA contraction, the vectorised
-//     exp2 and the 4-way split of the dot products only, and are held to the tolerance of TestTiersMatchGeneric for
+//   - the SIMD lane kernels differ by FMA contraction and the vectorised
+//     exp2 only, and are held to the tolerance of TestTiersMatchGeneric for
 //     the fp32 tiers (score eps 2^-22 per sqrt(d)*scale*sum|q k|, 2^-20
 //     relative elsewhere, rounding flips of P allowed at <= 1%); they are
 //     also compared with the avx512 Acc tier (Block.Load + Acc.Update) with
@@ -227,15 +227,23 @@ func TestLanes(t *testing.T) {
 	lanesCases(t, func(t *testing.T, p *problem) { checkLanes(t, lanes, simd, p) })
 }
 
-// TestLanesTails covers every split of a block into the 6-, 4-, 2- and
-// 1-key Q.K kernels (n = 1..13, 127, 128) and the 8-column P.V kernel (d =
-// 8), with all 16 rows.
+// TestLanesTails covers the splits of a block into the Q.K key groups
+// (AVX-512: 12, 8, 4, 2, 1, every combination below 28 keys; AVX2: 6, 4,
+// 2, 1), the staging chunk boundaries (48 K and 64 V rows) and the P.V
+// column groups (AVX-512: 8 alone at d = 8, 16 + 16 at d = 32, 24 + 16 +
+// 16 at d = 56; AVX2: 4 + 4, 6 + 6 + 4 + 4, 6 x 8 + 4 + 4), with all 16
+// rows.
 func TestLanesTails(t *testing.T) {
 	simd := lanesSIMDTier()
 	lanes := map[int]*Lanes{}
 	rng := rand.New(rand.NewSource(11))
-	for _, d := range []int{8, 32} {
-		for _, n := range []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 127, 128} {
+	var ns []int
+	for n := 1; n <= 27; n++ {
+		ns = append(ns, n)
+	}
+	ns = append(ns, 47, 48, 49, 63, 64, 65, 97, 127, 128)
+	for _, d := range []int{8, 32, 56} {
+		for _, n := range ns {
 			round := []Round{RoundNone, RoundBF16, RoundE4M3}[rng.Intn(3)]
 			p := newProblem(rng, d, n, 16, 2, round, rng.Intn(2) == 0, 1)
 			t.Run(fmt.Sprintf("d%d/n%d/r%d", d, n, round), func(t *testing.T) { checkLanes(t, lanes, simd, p) })

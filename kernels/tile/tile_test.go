@@ -170,7 +170,8 @@ func (p *problem) tolerance(eps, other float64) tolerance {
 // tol.o+tol.flip are rounding flips: a P that lies on a bf16/e4m3 rounding
 // boundary may round to the neighbouring value under a perturbation of one
 // ulp, changing the normalised output by at most one rounding step of P
-// (<= P*2^-8 or P*2^-3, P <= 1) times |V|; at most 1% of the outputs may flip.
+// (<= P*2^-8 or P*2^-3, P <= 1) times |V|; at most 1% of the outputs, or
+// one row's outputs where that is more, may flip.
 func compare(t *testing.T, what string, got, want result, tol tolerance) {
 	t.Helper()
 	flips, bad := 0, 0
@@ -189,7 +190,14 @@ func compare(t *testing.T, what string, got, want result, tol tolerance) {
 			}
 		}
 	}
-	if flips > len(want.o)/100+1 {
+	// One flipped P value (row r, key i) moves every output of row r, so
+	// at least one row's outputs may flip even when that is more than 1%
+	// (small m*d).
+	allowed := len(want.o)/100 + 1
+	if len(want.lse) > 0 {
+		allowed = max(allowed, len(want.o)/len(want.lse))
+	}
+	if flips > allowed {
 		t.Errorf("%s: %d of %d outputs beyond tolerance %g (rounding flips?)", what, flips, len(want.o), tol.o)
 	}
 	for r := range want.lse {

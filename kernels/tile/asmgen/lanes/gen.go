@@ -1,29 +1,37 @@
 //go:build ignore
 
-// Command gen writes lanes_avx512_amd64.s, the AVX-512 kernels of
-// tile.Lanes (rows in SIMD lanes: one zmm holds one value of each of the 16
-// query rows), and lanes_avx2_amd64.s, the AVX2 kernels (rows in the two
-// halves of a ymm pair, on the transposed layout, see genAVX2):
+// Command gen writes lanes_avx512_amd64.s and lanes_avx2_amd64.s, the
+// AVX-512 and AVX2 kernels of tile.Lanes:
 //
 //	cd kernels/tile && go run asmgen/lanes/gen.go
 //
-// Kernels (contracts in lanes_amd64.go). The AVX-512 kernels hold Q and O
-// in "4 rows x 4 columns" tiles (tile.qIdx, tile.oIdx), so that 4
-// consecutive columns of a row-major K or V row are one VBROADCASTF32X4
-// shared by the 4 row groups: 10 loads per 24 register-register
-// multiply-adds instead of one broadcast operand per multiply-add.
+// Both kernel sets work on the transposed layout of tile.Lanes (q[r][c] at
+// 16c+r, likewise O): the 16 query rows sit in the SIMD lanes, so one
+// column of Q^T or O^T, or one key's S^T or P^T (the softmax's output,
+// lane = row), is one zmm or two ymm halves, shared by the scalar
+// broadcasts of several keys or columns of the row-major K or V rows. No
+// horizontal reduction is needed, P needs no expansion, and each lane sums
+// its row's dot product in column order and its P.V sums in key order, one
+// FMA per product. Contracts in lanes_amd64.go.
 //
-//   - lanesQK{6,4,2,1}: S^T[i] = sum over c of K[i][c] * Q^T[c] for B
-//     consecutive keys: 4B accumulators (key, row group), each lane holding
-//     the partial sum over c = j mod 4 of one row, then an in-register
-//     4-lane reduction ((p0+p2)+(p1+p3)) that lands row r in lane r.
-//   - lanesSoftmax: vertical online softmax over n score vectors: scale,
-//     prefix mask (key i visible in lane r iff i < valid[r]), running max,
-//     alpha, exp2, row sums, temperature sums and P rounding; a last pass
-//     expands each P^T[i] into the 4 tile vectors of lanesPV (VPERMPS).
-//   - lanesPV{24,16,8}: O = alpha*O + sum over keys i of P[r][i] * V[i][c]
-//     for a chunk of C output columns kept in C zmm accumulators (4 row
-//     groups x C/4 column quads) across all keys.
+//   - Q.K (lanesQKT512, lanesQKT): S^T[i] = sum over c of K[i][c] * Q^T[c]
+//     for a chunk of keys, in groups of 12 (AVX-512; then 8, 4, 2, 1) or 6
+//     (AVX2; then 4, 2, 1) keys, one accumulator per key.
+//   - Softmax (lanesSoftmax512, lanesSoftmaxAVX2): vertical online softmax
+//     over n score vectors: scale, prefix mask (key i visible in lane r iff
+//     i < valid[r]), running max, alpha, exp2, row sums, temperature sums
+//     and P rounding; P^T stays in s.
+//   - P.V (lanesPVT512, lanesPVT): O^T[c] = alpha*O^T[c] + sum over keys i
+//     of P^T[i] * V[i][c] for all columns, in groups of 24, 16 or 8
+//     (AVX-512) or 6 and 4 (AVX2) columns kept in registers across the
+//     chunk's keys.
+//
+// Q.K and P.V are one loop shape (colBody), parametrised by the ISA
+// (vecISA): with AVX-512 the broadcast is the embedded broadcast of the
+// multiply-add (one load per multiply-add, which Zen 4's three load pipes
+// sustain next to its one zmm FMA per cycle); with AVX2 one broadcast
+// feeds the two halves (8 loads per 12 multiply-adds). Every loop
+// iteration also prefetches one line of the next block (Lanes.PrefetchNext).
 //
 // The exp2 and the bf16/e4m3 rounding are emitted by package emit (Exp2,
 // RoundBF16, RoundE4M3 and their AVX2 forms), the same code asmgen/gen.go
@@ -65,151 +73,6 @@ func c(n string) string {
 	panic(n)
 }
 
-// genQK emits lanesQK<B>(qT *float32, k *float32, ldk uintptr, d int, s *float32)
-// over the 4x4 layout: Q vector (c4, g) holds lane (q, j) = Q[4q+g][4*c4+j]
-// (qT + 256*c4 + 64*g), K[i][4*c4..4*c4+3] is one VBROADCASTF32X4 (lane (q,
-// j) = K[i][4*c4+j]), so accumulator (i, g) collects in lane (q, j) the
-// partial dot product of row 4q+g over the columns c = j mod 4. The final
-// in-register reduction sums the four partials of each 128-bit lane, as
-// (p0+p2)+(p1+p3), and lands row 4q+g in lane 4q+g: S^T[i] needs no
-// permutation.
-// Register plan: Z(4i+g) accumulators, Z24-Z27 Q (c4, g), Z28-Z31 K
-// broadcasts. GP: AX Q, SI/DI rows 0/4 of K, R8 ldk, R9 3*ldk, CX d/8, BX s.
-func genQK(a *asm, B int) {
-	name := fmt.Sprintf("lanesQK%d", B)
-	a.f("// func %s(qT *float32, k *float32, ldk uintptr, d int, s *float32)", name)
-	a.f("// %d keys x 16 rows: per 4 columns 4 loads of Q, %d 128-bit broadcasts of K, %d multiply-adds.", B, B, 4*B)
-	a.f("TEXT ·%s(SB), NOSPLIT, $0-40", name)
-	a.f("\tMOVQ qT+0(FP), AX")
-	a.f("\tMOVQ k+8(FP), SI")
-	a.f("\tMOVQ ldk+16(FP), R8")
-	a.f("\tMOVQ d+24(FP), CX")
-	a.f("\tMOVQ s+32(FP), BX")
-	a.f("\tLEAQ (R8)(R8*2), R9")
-	if B > 4 {
-		a.f("\tLEAQ (SI)(R8*4), DI")
-	}
-	for j := 0; j < 4*B; j++ {
-		a.f("\tVXORPS Z%d, Z%d, Z%d", j, j, j)
-	}
-	a.f("\tSHRQ $3, CX // d/8 (d is a multiple of 8): two 4-column steps per iteration")
-	a.f("loop:")
-	rows := []string{"(SI)", "(SI)(R8*1)", "(SI)(R8*2)", "(SI)(R9*1)", "(DI)", "(DI)(R8*1)"}
-	kr := 0
-	for u := 0; u < 2; u++ {
-		for g := 0; g < 4; g++ {
-			a.f("\tVMOVUPS %d(AX), Z%d // Q rows 4q+%d, columns c+%d..", 256*u+64*g, 24+g, g, 4*u)
-		}
-		for i := 0; i < B; i++ {
-			z := 28 + kr%4
-			kr++
-			a.f("\tVBROADCASTF32X4 %d%s, Z%d // K[%d][c+%d..c+%d]", 16*u, rows[i], z, i, 4*u, 4*u+3)
-			for g := 0; g < 4; g++ {
-				a.f("\tVFMADD231PS Z%d, Z%d, Z%d", z, 24+g, 4*i+g)
-			}
-		}
-	}
-	a.f("\tADDQ $512, AX")
-	a.f("\tADDQ $32, SI")
-	if B > 4 {
-		a.f("\tADDQ $32, DI")
-	}
-	a.f("\tDECQ CX")
-	a.f("\tJNZ loop")
-	for i := 0; i < B; i++ {
-		a0 := 4 * i
-		a.f("\t// key %d: lane 4q+g = sum over j of Z%d+g lane (q, j)", i, a0)
-		a.f("\tVUNPCKLPS Z%d, Z%d, Z24", a0+1, a0)
-		a.f("\tVUNPCKHPS Z%d, Z%d, Z25", a0+1, a0)
-		a.f("\tVUNPCKLPS Z%d, Z%d, Z26", a0+3, a0+2)
-		a.f("\tVUNPCKHPS Z%d, Z%d, Z27", a0+3, a0+2)
-		a.f("\tVADDPS Z25, Z24, Z24 // g=0,1: j=0+2, j=1+3")
-		a.f("\tVADDPS Z27, Z26, Z26 // g=2,3")
-		a.f("\tVSHUFPS $0x44, Z26, Z24, Z28")
-		a.f("\tVSHUFPS $0xee, Z26, Z24, Z29")
-		a.f("\tVADDPS Z29, Z28, Z28")
-		a.f("\tVMOVUPS Z28, %d(BX)", 64*i)
-	}
-	a.f("\tVZEROUPPER")
-	a.f("\tRET\n")
-}
-
-// genPV emits lanesPV<C>(p *float32, v *float32, ldv uintptr, n int, o *float32, alpha *float32)
-// (alpha nil: O is not rescaled, for a block's later value chunks)
-// over the 4x4 layout: O vector (c4, g) (o + 256*c4 + 64*g) holds lane (q,
-// j) = O[4g+q][c0+4*c4+j]; P vector (i, g) (p + 256*i + 64*g, written by
-// lanesSoftmax) holds lane (q, j) = P[4g+q][i]; V[i][c0+4*c4..+3] is one
-// VBROADCASTF32X4. Keys in increasing order, one FMA per key and element.
-// Register plan: Z(4*c4+g) accumulators, Z24-Z27 P (i, g), Z28-Z31 V
-// broadcasts (alpha and its expansion in the prologue). GP: SI P, DX V row
-// i, R8 ldv, CX n, DI O.
-func genPV(a *asm, C int) {
-	C4 := C / 4
-	name := fmt.Sprintf("lanesPV%d", C)
-	a.f("// func %s(p *float32, v *float32, ldv uintptr, n int, o *float32, alpha *float32)", name)
-	a.f("// %d output columns x 16 rows in %d registers across all keys: per key 4 loads of P, %d 128-bit broadcasts of V, %d multiply-adds.", C, 4*C4, C4, 4*C4)
-	a.f("TEXT ·%s(SB), NOSPLIT, $0-48", name)
-	a.f("\tMOVQ p+0(FP), SI")
-	a.f("\tMOVQ v+8(FP), DX")
-	a.f("\tMOVQ ldv+16(FP), R8")
-	a.f("\tMOVQ n+24(FP), CX")
-	a.f("\tMOVQ o+32(FP), DI")
-	a.f("\tMOVQ alpha+40(FP), AX")
-	a.f("\tTESTQ AX, AX")
-	a.f("\tJZ noalpha // nil alpha: O is continued as it is")
-	a.f("\tVMOVUPS (AX), Z31")
-	for g := 0; g < 4; g++ {
-		a.f("\tVMOVDQU32 ·lanesx+%d(SB), Z30", 64*g)
-		a.f("\tVPERMPS Z31, Z30, Z%d // alpha of rows 4*%d+q in lanes (q, j)", 24+g, g)
-	}
-	for c4 := 0; c4 < C4; c4++ {
-		for g := 0; g < 4; g++ {
-			a.f("\tVMULPS %d(DI), Z%d, Z%d // alpha * O", 256*c4+64*g, 24+g, 4*c4+g)
-		}
-	}
-	a.f("\tJMP keys")
-	a.f("noalpha:")
-	for c4 := 0; c4 < C4; c4++ {
-		for g := 0; g < 4; g++ {
-			a.f("\tVMOVUPS %d(DI), Z%d", 256*c4+64*g, 4*c4+g)
-		}
-	}
-	a.f("keys:")
-	key := func(off int) {
-		for g := 0; g < 4; g++ {
-			a.f("\tVMOVUPS %d(SI), Z%d // P rows 4*%d+q, key i", off+64*g, 24+g, g)
-		}
-		for c4 := 0; c4 < C4; c4++ {
-			z := 28 + c4%4
-			a.f("\tVBROADCASTF32X4 %d(DX), Z%d // V[i][c0+%d..c0+%d]", 16*c4, z, 4*c4, 4*c4+3)
-			for g := 0; g < 4; g++ {
-				a.f("\tVFMADD231PS Z%d, Z%d, Z%d", z, 24+g, 4*c4+g)
-			}
-		}
-		a.f("\tADDQ R8, DX")
-	}
-	a.f("\tSHRQ $1, CX // pairs of keys")
-	a.f("\tJZ one")
-	a.f("loop:")
-	key(0)
-	key(256)
-	a.f("\tADDQ $512, SI")
-	a.f("\tDECQ CX")
-	a.f("\tJNZ loop")
-	a.f("one:")
-	a.f("\tTESTQ $1, n+24(FP)")
-	a.f("\tJZ store")
-	key(0)
-	a.f("store:")
-	for c4 := 0; c4 < C4; c4++ {
-		for g := 0; g < 4; g++ {
-			a.f("\tVMOVUPS Z%d, %d(DI)", 4*c4+g, 256*c4+64*g)
-		}
-	}
-	a.f("\tVZEROUPPER")
-	a.f("\tRET\n")
-}
-
 // lanesPrefetch offsets (lanes_test.go checks them).
 const (
 	offPfAddr = 0
@@ -229,15 +92,15 @@ const (
 	offRound = 328
 )
 
-// genSoftmax emits lanesSoftmax(s *float32, n int, st *lanesState), n >= 1.
+// genSoftmax emits lanesSoftmax512(s *float32, n int, st *lanesState), n >= 1.
 // Register plan: Z31 scale, Z30 valid, Z29 key index, Z28 int 1, Z27 -inf,
 // Z26 max, Z24 invT, Z17-Z23 polynomial, Z16 sum, Z15 tsum, Z6-Z13 rounding
 // constants, Z0-Z5 scratch. GP: SI s, CX n, BX state, DI running pointer,
 // DX count.
 func genSoftmax(a *asm) {
 	exp2 := func(in, out, t1, t2 int, mask string) { emit.Exp2(a.f, in, out, t1, t2, mask) }
-	a.f("// func lanesSoftmax(s *float32, n int, st *lanesState, p4 *float32)")
-	a.f("TEXT ·lanesSoftmax(SB), NOSPLIT, $0-32")
+	a.f("// func lanesSoftmax512(s *float32, n int, st *lanesState)")
+	a.f("TEXT ·lanesSoftmax512(SB), NOSPLIT, $0-24")
 	a.f("\tMOVQ s+0(FP), SI")
 	a.f("\tMOVQ n+8(FP), CX")
 	a.f("\tMOVQ st+16(FP), BX")
@@ -329,22 +192,6 @@ func genSoftmax(a *asm) {
 	a.f("\tVMOVUPS Z16, %d(BX)", offSum)
 	a.f("\tVADDPS %d(BX), Z15, Z15", offTsum)
 	a.f("\tVMOVUPS Z15, %d(BX)", offTsum)
-	a.f("\t// Pass 3: expand P^T[i] into the 4 vectors of lanesPV (lane (q, j) of vector g = P[4g+q][i]).")
-	a.f("\tMOVQ n+8(FP), CX")
-	a.f("\tMOVQ p4+24(FP), DI")
-	for g := 0; g < 4; g++ {
-		a.f("\tVMOVDQU32 ·lanesx+%d(SB), Z%d", 64*g, 8+g)
-	}
-	a.f("expand:")
-	a.f("\tVMOVUPS (SI), Z0")
-	for g := 0; g < 4; g++ {
-		a.f("\tVPERMPS Z0, Z%d, Z%d", 8+g, 1+g)
-		a.f("\tVMOVUPS Z%d, %d(DI)", 1+g, 64*g)
-	}
-	a.f("\tADDQ $64, SI")
-	a.f("\tADDQ $256, DI")
-	a.f("\tDECQ CX")
-	a.f("\tJNZ expand")
 	a.f("\tVZEROUPPER")
 	a.f("\tRET\n")
 }
@@ -356,21 +203,9 @@ func main() {
 		a.f("DATA ·lanesc+%d(SB)/4, $0x%08x // %s", 4*i, cval(n), n)
 	}
 	a.f("GLOBL ·lanesc(SB), RODATA|NOPTR, $%d\n", 4*len(cnames))
-	a.f("// lanesx: VPERMPS indices that expand a row vector (lane r = row r) into")
-	a.f("// the 4x4 layout of lanesPV: vector g, lane 4q+j = row 4g+q.")
-	for g := 0; g < 4; g++ {
-		for l := 0; l < 16; l++ {
-			a.f("DATA ·lanesx+%d(SB)/4, $%d", 4*(16*g+l), 4*g+l/4)
-		}
-	}
-	a.f("GLOBL ·lanesx(SB), RODATA|NOPTR, $256\n")
-	for _, B := range []int{6, 4, 2, 1} {
-		genQK(a, B)
-	}
+	genQKT512(a)
 	genSoftmax(a)
-	for _, C := range []int{24, 16, 8} {
-		genPV(a, C)
-	}
+	genPVT512(a)
 	a2 := &asm{}
 	genAVX2(a2)
 	for file, b := range map[string]*asm{"lanes_avx512_amd64.s": a, "lanes_avx2_amd64.s": a2} {
@@ -381,32 +216,19 @@ func main() {
 	}
 }
 
-// AVX2 kernels. A zmm vector of the 4x4 layout (16 floats) is two ymm
-// halves: half h holds the 128-bit lanes q = 2h, 2h+1, i.e. rows 4q+g of a Q
-// or O tile vector (c4, g), and rows 8h..8h+7 of a score or P^T vector.
-// The AVX2 kernels use another layout: with 16 ymm registers the 4x4 tiles
-// leave room for one key (Q.K) or one column quad (P.V) in 8 accumulators,
-// with the other operand read from memory by every multiply-add (9 loads
-// per 8 multiply-adds, which holds Zen 3 near 65% of its FMA peak). Q and O
-// are instead stored transposed, one 16-float vector per column (tile.Lanes
-// layout "transposed": q[r][c] at 16c+r), so that one column of Q, or one
-// key's P^T (the softmax's output, already lane = row), is two ymm halves
-// shared by the broadcast scalars of several keys or columns:
+// AVX2 kernels: each 16-row vector is two ymm halves (rows 0-7, 8-15), so
+// that 16 ymm registers hold 12 accumulators (6 keys or columns), the two
+// halves of Q^T or P^T and two broadcast registers:
 //
-//   - lanesQKT: S^T[i] = sum over c of K[i][c] * Q^T[c] for n keys, six at
-//     a time (then 4, 2, 1): per column 2 loads of Q, 6 scalar broadcasts
-//     of K and 12 multiply-adds into 12 accumulators (row halves); no
-//     reduction, each lane sums its row's products in column order.
-//   - lanesSoftmaxAVX2: lanesSoftmax on two halves per vector with the AVX2
-//     exp2 of the avx2 Acc tier (emit.Exp2AVX2); P^T stays in s.
-//   - lanesPVT: O^T[c] = alpha*O^T[c] + sum over keys i of P^T[i] * V[i][c]
-//     for all columns, six at a time (fours at the end): per key 2 loads
-//     of P^T, 6 scalar broadcasts of V and 12 multiply-adds, keys in
-//     increasing order.
+//   - lanesQKT: per column 2 loads of Q, 6 scalar broadcasts of K and 12
+//     multiply-adds.
+//   - lanesSoftmaxAVX2: lanesSoftmax512 on two halves per vector with the
+//     AVX2 exp2 of the avx2 Acc tier (emit.Exp2AVX2).
+//   - lanesPVT: per key 2 loads of P^T, 6 scalar broadcasts of V and 12
+//     multiply-adds.
 //
-// Q.K and P.V are one loop shape (colBody): an output vector per key or
-// column, summed over columns or keys. One call covers a whole chunk of
-// keys or all columns, so the Go side pays one call per chunk.
+// One call covers a whole chunk of keys or all columns, so the Go side
+// pays one call per chunk.
 
 // cnames8: the constant table lanesc8, 8 copies of each (32 bytes).
 var cnames8 = []string{"ninf", "lo256", "c0", "c1", "c2", "c3", "c4", "c5", "c6", "b127", "one", "r7fff", "hi16", "r7ffff", "hi12", "c16384", "sub", "c448"}
@@ -483,7 +305,7 @@ func genQKT(a *asm) {
 			a.f("\tVXORPS Y%d, Y%d, Y%d", y, y, y)
 		}
 		a.f("\tMOVQ SI, R10")
-		colBody(a, B, false, fmt.Sprintf("qk%d", B), qkPf)
+		colBody(a, isaAVX2, B, false, fmt.Sprintf("qk%d", B), qkPf)
 		a.f("\tMOVQ R10, SI")
 		for y := 0; y < 2*B; y++ {
 			a.f("\tVMOVUPS Y%d, %d(BX)", y, 32*y)
@@ -544,7 +366,7 @@ func genPVT(a *asm) {
 		for y := 0; y < 2*C; y++ {
 			a.f("\tVMOVUPS %d(DI), Y%d", 32*y, y)
 		}
-		colBody(a, C, true, fmt.Sprintf("pv%d", C), pvPf)
+		colBody(a, isaAVX2, C, true, fmt.Sprintf("pv%d", C), pvPf)
 		for y := 0; y < 2*C; y++ {
 			a.f("\tVMOVUPS Y%d, %d(DI)", y, 32*y)
 		}
@@ -559,23 +381,72 @@ func genPVT(a *asm) {
 	a.f("")
 }
 
-// colBody emits the loop of an AVX2 kernel of the transposed layout with B
-// output vectors j (16 rows each, accumulators Y(2j) rows 0-7 and Y(2j+1)
-// rows 8-15, already initialised): out^T[j] += sum over t < T of A^T[t] *
-// b(j, t), t increasing, one FMA per product, A^T[t] = 16 floats (Y12,
-// Y13), b(j, t) one float broadcast from memory (Y14 / Y15 in turn).
+// vecISA is the vector ISA of a kernel of the transposed layout: how a
+// 16-row vector (one column of Q^T or O^T, one key's S^T or P^T) is held,
+// and how the rows of a key group are addressed.
+type vecISA struct {
+	avx512 bool
+	// Q.K: key rows of a group as memory operands (base register and
+	// index), columns per loop iteration.
+	rows    []string
+	perBase int // rows per base register (SI, DI, R10)
+	qkCols  int
+}
+
+var (
+	isaAVX2 = vecISA{
+		rows:    []string{"(SI)", "(SI)(R8*1)", "(SI)(R8*2)", "(DI)", "(DI)(R8*1)", "(DI)(R8*2)"},
+		perBase: 3,
+		qkCols:  2,
+	}
+	isaAVX512 = vecISA{
+		avx512: true,
+		rows: []string{"(SI)", "(SI)(R8*1)", "(SI)(R8*2)", "(SI)(R9*1)",
+			"(DI)", "(DI)(R8*1)", "(DI)(R8*2)", "(DI)(R9*1)",
+			"(R10)", "(R10)(R8*1)", "(R10)(R8*2)", "(R10)(R9*1)"},
+		perBase: 4,
+		qkCols:  4,
+	}
+)
+
+// colBody emits the loop of a kernel of the transposed layout with B
+// output vectors j (16 rows each, already initialised): out^T[j] += sum
+// over t < T of A^T[t] * b(j, t), t increasing, one FMA per product, A^T[t]
+// = 16 floats, b(j, t) one float broadcast from memory.
 //
-//   - Q.K (pv false): A = Q^T at AX + 64t, T = d (CX = d/2 iterations of
-//     two columns), b(j, t) = K[j][t] at SI + j*ldk + 4t (keys 3-5 from DI).
+//   - AVX2: output vector j is Y(2j) (rows 0-7) and Y(2j+1) (rows 8-15),
+//     A^T[t] is Y12, Y13, b(j, t) is broadcast into Y14 / Y15 in turn.
+//   - AVX-512: output vector j is Z(j), A^T[t] is one zmm (Z28-Z31, Q.K;
+//     Z24, P.V) and b(j, t) the embedded broadcast of the multiply-add.
+//   - Q.K (pv false): A = Q^T at AX + 64t, T = d (CX = d/qkCols iterations
+//     of qkCols columns), b(j, t) = K[j][t] at isa.rows[j] + 4t.
 //   - P.V (pv true): A = P^T at SI + 64t, T = n (CX), b(j, t) = V[t][j] at
 //     DX + 4j + t*ldv.
 //
 // Q.K and P.V are one shape: an output vector per key or per column, summed
-// over columns or over keys.
-func colBody(a *asm, B int, pv bool, label string, pf [3]string) {
-	fma := func(j, b int) {
+// over columns or over keys. Every iteration first prefetches the line at
+// the cursor pf and advances it (Lanes.PrefetchNext).
+func colBody(a *asm, isa vecISA, B int, pv bool, label string, pf [3]string) {
+	// fma accumulates A^T (vector av) times the float at mem into output j;
+	// u alternates the AVX2 broadcast register.
+	fma := func(j, av, u int, mem, what string) {
+		if isa.avx512 {
+			a.f("\tVFMADD231PS.BCST %s, Z%d, Z%d // %s", mem, av, j, what)
+			return
+		}
+		b := 14 + u%2
+		a.f("\tVBROADCASTSS %s, Y%d // %s", mem, b, what)
 		a.f("\tVFMADD231PS Y%d, Y12, Y%d", b, 2*j)
 		a.f("\tVFMADD231PS Y%d, Y13, Y%d", b, 2*j+1)
+	}
+	// loadA loads A^T at mem into vector av (AVX2: Y12, Y13).
+	loadA := func(off int, base string, av int, what string) {
+		if isa.avx512 {
+			a.f("\tVMOVUPS %d(%s), Z%d // %s", off, base, av, what)
+			return
+		}
+		a.f("\tVMOVUPS %d(%s), Y12 // %s, rows 0-7", off, base, what)
+		a.f("\tVMOVUPS %d(%s), Y13 // rows 8-15", off+32, base)
 	}
 	a.f("%s:", label)
 	a.f("\tPREFETCHT1 (%s) // the following block into L2, spread over the iterations", pf[0])
@@ -583,34 +454,159 @@ func colBody(a *asm, B int, pv bool, label string, pf [3]string) {
 	a.f("\tCMPQ %s, %s", pf[0], pf[2])
 	a.f("\tCMOVQGT %s, %s // stay on the last line", pf[2], pf[0])
 	if pv {
-		a.f("\tVMOVUPS (SI), Y12 // P^T[i], rows 0-7")
-		a.f("\tVMOVUPS 32(SI), Y13 // rows 8-15")
+		loadA(0, "SI", 24, "P^T[i]")
 		for j := 0; j < B; j++ {
-			b := 14 + j%2
-			a.f("\tVBROADCASTSS %d(DX), Y%d // V[i][c0+%d]", 4*j, b, j)
-			fma(j, b)
+			fma(j, 24, j, fmt.Sprintf("%d(DX)", 4*j), fmt.Sprintf("V[i][c0+%d]", j))
 		}
 		a.f("\tADDQ $64, SI")
 		a.f("\tADDQ R8, DX")
 	} else {
-		rows := []string{"(SI)", "(SI)(R8*1)", "(SI)(R8*2)", "(DI)", "(DI)(R8*1)", "(DI)(R8*2)"}
-		for u := 0; u < 2; u++ {
-			a.f("\tVMOVUPS %d(AX), Y12 // Q^T[c+%d], rows 0-7", 64*u, u)
-			a.f("\tVMOVUPS %d(AX), Y13 // rows 8-15", 64*u+32)
-			for j := 0; j < B; j++ {
-				b := 14 + (u*B+j)%2
-				a.f("\tVBROADCASTSS %d%s, Y%d // K[%d][c+%d]", 4*u, rows[j], b, j, u)
-				fma(j, b)
+		U := isa.qkCols
+		for u := 0; u < U; u++ {
+			loadA(64*u, "AX", 28+u, fmt.Sprintf("Q^T[c+%d]", u))
+			if isa.avx512 && u < U-1 {
+				continue // all columns' Q^T first, then the multiply-adds
+			}
+			for x := 0; x <= u; x++ {
+				if !isa.avx512 && x < u {
+					continue
+				}
+				for j := 0; j < B; j++ {
+					fma(j, 28+x, x*B+j, fmt.Sprintf("%d%s", 4*x, isa.rows[j]), fmt.Sprintf("K[%d][c+%d]", j, x))
+				}
 			}
 		}
-		a.f("\tADDQ $128, AX")
-		a.f("\tADDQ $8, SI")
-		if B > 3 {
-			a.f("\tADDQ $8, DI")
+		a.f("\tADDQ $%d, AX", 64*U)
+		for b := 0; b*isa.perBase < B; b++ {
+			a.f("\tADDQ $%d, %s", 4*U, []string{"SI", "DI", "R10"}[b])
 		}
 	}
 	a.f("\tDECQ CX")
 	a.f("\tJNZ %s", label)
+}
+
+// AVX-512 kernels: one zmm per 16-row vector, the K or V scalar of each
+// product the embedded broadcast of its multiply-add.
+//
+//   - lanesQKT512: per iteration 4 loads of Q^T (4 columns) and 4 x B
+//     multiply-adds into the B accumulators of a key group.
+//   - lanesSoftmax512 (genSoftmax).
+//   - lanesPVT512: per key one load of P^T and C multiply-adds into the C
+//     accumulators of a column group.
+
+// genQKT512 emits lanesQKT512(qT *float32, k *float32, ldk uintptr, d int,
+// s *float32, n int, pf *lanesPrefetch): the score vectors of n >= 1
+// consecutive keys in groups of 12, then one group of 8, 4, 2 and 1 as the
+// rest needs (colBody). d is a multiple of 8.
+// GP: AX Q^T, SI/DI/R10 keys 0-3/4-7/8-11 of a group, R8 ldk, R9 3*ldk, CX
+// column quads, BX s, R11 keys left, DX/R12-R14 the prefetch cursor.
+func genQKT512(a *asm) {
+	a.f("// func lanesQKT512(qT *float32, k *float32, ldk uintptr, d int, s *float32, n int, pf *lanesPrefetch)")
+	a.f("TEXT ·lanesQKT512(SB), NOSPLIT, $0-56")
+	loadPf(a, "pf+48(FP)", "DX", qkPf)
+	a.f("\tMOVQ k+8(FP), SI")
+	a.f("\tMOVQ ldk+16(FP), R8")
+	a.f("\tMOVQ s+32(FP), BX")
+	a.f("\tMOVQ n+40(FP), R11")
+	a.f("\tLEAQ (R8)(R8*2), R9 // 3*ldk")
+	groups := []int{12, 8, 4, 2, 1}
+	for x, B := range groups {
+		next := "keys0"
+		if x+1 < len(groups) {
+			next = fmt.Sprintf("keys%d", groups[x+1])
+		}
+		a.f("keys%d:", B)
+		a.f("\tCMPQ R11, $%d", B)
+		a.f("\tJLT %s", next)
+		a.f("\tMOVQ qT+0(FP), AX")
+		a.f("\tMOVQ d+24(FP), CX")
+		a.f("\tSHRQ $2, CX // column quads")
+		if B > 4 {
+			a.f("\tLEAQ (SI)(R8*4), DI // key 4")
+		}
+		if B > 8 {
+			a.f("\tLEAQ (DI)(R8*4), R10 // key 8")
+		}
+		for j := 0; j < B; j++ {
+			a.f("\tVXORPS Z%d, Z%d, Z%d", j, j, j)
+		}
+		colBody(a, isaAVX512, B, false, fmt.Sprintf("qk%d", B), qkPf)
+		a.f("\tMOVQ d+24(FP), CX")
+		a.f("\tSHLQ $2, CX")
+		a.f("\tSUBQ CX, SI // back to the group's first key")
+		for j := 0; j < B; j++ {
+			a.f("\tVMOVUPS Z%d, %d(BX)", j, 64*j)
+		}
+		a.f("\tADDQ $%d, BX", 64*B)
+		a.f("\tSUBQ $%d, R11", B)
+		if B == 12 {
+			a.f("\tLEAQ (SI)(R9*4), SI // 12 keys on")
+			a.f("\tJMP keys12")
+		} else {
+			a.f("\tLEAQ (SI)(R8*%d), SI", B)
+		}
+	}
+	a.f("keys0:")
+	a.f("\tMOVQ R12, %d(DX)", offPfAddr)
+	a.f("\tVZEROUPPER")
+	a.f("\tRET\n")
+}
+
+// genPVT512 emits lanesPVT512(p *float32, v *float32, ldv uintptr, n int, o
+// *float32, alpha *float32, d int, pf *lanesPrefetch): all d columns (a
+// multiple of 8) of O in groups of 24 columns while at least 40 or exactly
+// 24 are left, then 16, then 8, each group over all n >= 1 keys (colBody).
+// GP: SI P^T, DX V row, R8 ldv, CX keys left, DI O^T, AX alpha, R11
+// columns left, R12 V column, R14/R9/R10/R13 the prefetch cursor.
+func genPVT512(a *asm) {
+	a.f("// func lanesPVT512(p *float32, v *float32, ldv uintptr, n int, o *float32, alpha *float32, d int, pf *lanesPrefetch)")
+	a.f("TEXT ·lanesPVT512(SB), NOSPLIT, $0-64")
+	loadPf(a, "pf+56(FP)", "R14", pvPf)
+	a.f("\tMOVQ v+8(FP), R12")
+	a.f("\tMOVQ ldv+16(FP), R8")
+	a.f("\tMOVQ o+32(FP), DI")
+	a.f("\tMOVQ alpha+40(FP), AX")
+	a.f("\tMOVQ d+48(FP), R11")
+	a.f("\tTESTQ AX, AX")
+	a.f("\tJZ cols // nil alpha: O is continued as it is")
+	a.f("\tVMOVUPS (AX), Z25 // alpha, lane = row")
+	a.f("cols:")
+	a.f("\tCMPQ R11, $24")
+	a.f("\tJEQ cols24")
+	a.f("\tCMPQ R11, $40")
+	a.f("\tJGE cols24")
+	a.f("\tCMPQ R11, $16")
+	a.f("\tJGE cols16")
+	a.f("\tJMP cols8")
+	for _, C := range []int{24, 16, 8} {
+		a.f("cols%d:", C)
+		a.f("\tMOVQ p+0(FP), SI")
+		a.f("\tMOVQ R12, DX")
+		a.f("\tMOVQ n+24(FP), CX")
+		a.f("\tTESTQ AX, AX")
+		a.f("\tJZ noalpha%d", C)
+		for j := 0; j < C; j++ {
+			a.f("\tVMULPS %d(DI), Z25, Z%d // alpha * O", 64*j, j)
+		}
+		a.f("\tJMP pv%d", C)
+		a.f("noalpha%d:", C)
+		for j := 0; j < C; j++ {
+			a.f("\tVMOVUPS %d(DI), Z%d", 64*j, j)
+		}
+		colBody(a, isaAVX512, C, true, fmt.Sprintf("pv%d", C), pvPf)
+		for j := 0; j < C; j++ {
+			a.f("\tVMOVUPS Z%d, %d(DI)", j, 64*j)
+		}
+		a.f("\tADDQ $%d, R12", 4*C)
+		a.f("\tADDQ $%d, DI", 64*C)
+		a.f("\tSUBQ $%d, R11", C)
+		a.f("\tJNZ cols")
+		a.f("\tJMP done")
+	}
+	a.f("done:")
+	a.f("\tMOVQ R9, %d(R14)", offPfAddr)
+	a.f("\tVZEROUPPER")
+	a.f("\tRET\n")
 }
 
 // genSoftmax2 emits lanesSoftmaxAVX2(s *float32, n int, st *lanesState),

@@ -20,11 +20,11 @@
 // Decode hands each K/V block to its accumulator through kvStager, which
 // decodes the rows the accumulator asks for into the start of the worker's
 // block buffers: tile.Lanes (AVX-512 and AVX2 tiers) asks for a few key or
-// value rows at a time (24 and 16 with the AVX-512 kernels, 48 and 64 with
-// the AVX2 ones); the block accumulator (generic tier, or d not a multiple
-// of 8) takes whole blocks. V's overflow guard scans each decoded V chunk
-// (vScale.chunk). Before each block decode also hints the storage of the
-// next one (prefetchNext), which the AVX2 lane kernels prefetch into L2 a
-// line per loop iteration. Prefill, whose blocks serve many tiles, decodes
-// whole blocks (loadKV).
+// value rows at a time (48 and 64); the block accumulator (generic tier, or
+// d not a multiple of 8) takes whole blocks. V's overflow guard scans each
+// decoded V chunk (vScale.raise; for BF16 the decoder itself returns the
+// chunk's largest finite magnitude, decodeBF16Max). Before each block
+// decode also hints the storage of the next one (prefetchNext), which the
+// lane kernels prefetch into L2 a line or two per loop iteration. Prefill,
+// whose blocks serve many tiles, decodes whole blocks (loadKV).
 package attn

@@ -142,6 +142,25 @@ func decodeBF16(dst []float32, src []lowp.BFloat16, lv vec) {
 	lowp.DecodeBF16(dst[v:], src[v:])
 }
 
+// decodeBF16Max is decodeBF16 that also returns maxFiniteBits of dst (the
+// largest finite |x| bits, 0 when there is none), computed while the
+// values are in registers instead of by a second pass over dst.
+func decodeBF16Max(dst []float32, src []lowp.BFloat16, lv vec) uint32 {
+	n := len(src)
+	dst = dst[:n]
+	v := simdLen(n, lv)
+	var m uint32
+	if v > 0 {
+		if lv == vecAVX512 {
+			m = decodeBF16MaxAVX512(&dst[0], &src[0], v)
+		} else {
+			m = decodeBF16MaxAVX2(&dst[0], &src[0], v)
+		}
+	}
+	lowp.DecodeBF16(dst[v:], src[v:])
+	return max(m, maxFiniteBits(dst[v:], vecGo))
+}
+
 // e2m1Values is the E2M1 value table the NVFP4 kernel indexes.
 var e2m1Values = func() (t [16]float32) {
 	for i := range t {

@@ -68,6 +68,12 @@ func decodeE4M3x32AVX512(dst *float32, src *lowp.Float8E4M3FN, n int)
 //go:noescape
 func decodeNVFP4AVX512(dst *float32, src *uint8, scales *float32, blocks int, global float32, table *float32)
 
+// decodeBF16MaxAVX512 is decodeBF16AVX512 that also returns
+// maxFiniteBitsAVX512 of what it wrote, computed while decoding.
+//
+//go:noescape
+func decodeBF16MaxAVX512(dst *float32, src *lowp.BFloat16, n int) uint32
+
 // maxFiniteBitsAVX512 returns the largest |x| bit pattern among the finite
 // values of v[:n] (n a multiple of 16), 0 when there is none.
 //
@@ -91,6 +97,9 @@ func axpyF32AVX2(acc *float32, src *float32, n int, w float32)
 
 //go:noescape
 func decodeBF16AVX2(dst *float32, src *lowp.BFloat16, n int)
+
+//go:noescape
+func decodeBF16MaxAVX2(dst *float32, src *lowp.BFloat16, n int) uint32
 
 // decodeE4M3AVX2 widens n (a multiple of 16) e4m3fn values to float32
 // through float16 bits (F16C), like decodeE4M3x32AVX512.

@@ -153,6 +153,43 @@ decb_loop:
 	VZEROUPPER
 	RET
 
+// func decodeBF16MaxAVX512(dst *float32, src *lowp.BFloat16, n int) uint32
+// decodeBF16AVX512 that also returns the largest |x| bit pattern among the
+// finite values it wrote (maxFiniteBitsAVX512 of dst), taken from the
+// widened bits while they are in registers.
+TEXT ·decodeBF16MaxAVX512(SB), NOSPLIT, $0-28
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	MOVL $0x7fffffff, AX
+	VPBROADCASTD AX, Z1          // magnitude mask
+	MOVL $0x7f800000, AX
+	VPBROADCASTD AX, Z2          // +Inf bits: the first non-finite magnitude
+	VPXORD Z4, Z4, Z4            // running max
+decbm_loop:
+	VPMOVZXWD (SI), Z0           // 16 x uint16 -> uint32
+	VPSLLD    $16, Z0, Z0        // bf16 bits -> float32 bits
+	VMOVUPS   Z0, (DI)
+	VPANDD    Z1, Z0, Z3
+	VPCMPUD   $1, Z2, Z3, K1     // K1: lanes with |x| < +Inf
+	VPMAXUD   Z3, Z4, K1, Z4
+	ADDQ      $32, SI
+	ADDQ      $64, DI
+	SUBQ      $16, CX
+	JNZ       decbm_loop
+	VEXTRACTI32X8 $1, Z4, Y3
+	VPMAXUD Y3, Y4, Y4
+	VEXTRACTI128  $1, Y4, X3
+	VPMAXUD X3, X4, X4
+	VPSHUFD $0x4e, X4, X3
+	VPMAXUD X3, X4, X4
+	VPSHUFD $0xb1, X4, X3
+	VPMAXUD X3, X4, X4
+	VMOVD   X4, AX
+	MOVL    AX, ret+24(FP)
+	VZEROUPPER
+	RET
+
 // func scaleF32AVX512(dst *float32, src *float32, n int, scale float32)
 TEXT ·scaleF32AVX512(SB), NOSPLIT, $0-28
 	MOVQ dst+0(FP), DI

@@ -142,6 +142,52 @@ dbf_loop:
 	VZEROUPPER
 	RET
 
+// func decodeBF16MaxAVX2(dst *float32, src *lowp.BFloat16, n int) uint32
+// decodeBF16AVX2 that also returns the largest |x| bit pattern among the
+// finite values it wrote (maxFiniteBitsAVX2 of dst).
+TEXT ·decodeBF16MaxAVX2(SB), NOSPLIT, $0-28
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	MOVL $0x7fffffff, AX
+	VMOVD AX, X5
+	VPBROADCASTD X5, Y5          // magnitude mask
+	MOVL $0x7f800000, AX
+	VMOVD AX, X6
+	VPBROADCASTD X6, Y6          // infinity bits
+	VPXOR Y8, Y8, Y8             // running maxima
+	VPXOR Y9, Y9, Y9
+dbfm_loop:
+	VPMOVZXWD (SI), Y0
+	VPMOVZXWD 16(SI), Y1
+	VPSLLD    $16, Y0, Y0
+	VPSLLD    $16, Y1, Y1
+	VMOVUPS   Y0, (DI)
+	VMOVUPS   Y1, 32(DI)
+	VPAND     Y5, Y0, Y2
+	VPAND     Y5, Y1, Y3
+	VPCMPGTD  Y2, Y6, Y4         // finite lanes
+	VPAND     Y4, Y2, Y2
+	VPCMPGTD  Y3, Y6, Y4
+	VPAND     Y4, Y3, Y3
+	VPMAXUD   Y2, Y8, Y8
+	VPMAXUD   Y3, Y9, Y9
+	ADDQ      $32, SI
+	ADDQ      $64, DI
+	SUBQ      $16, CX
+	JNZ       dbfm_loop
+	VPMAXUD      Y9, Y8, Y8
+	VEXTRACTI128 $1, Y8, X1
+	VPMAXUD      X1, X8, X8
+	VPSHUFD      $0x4e, X8, X1
+	VPMAXUD      X1, X8, X8
+	VPSHUFD      $0xb1, X8, X1
+	VPMAXUD      X1, X8, X8
+	VMOVD        X8, AX
+	MOVL         AX, ret+24(FP)
+	VZEROUPPER
+	RET
+
 // func decodeE4M3AVX2(dst *float32, src *lowp.Float8E4M3FN, n int)
 // The AVX-512 kernel's method (decodeE4M3x32AVX512) on 16 values: float16
 // bits of value * 2^-8 from the sign-extended byte (<< 7, bit 14 cleared),

@@ -27,6 +27,9 @@ func decodeNVFP4AVX512(*float32, *uint8, *float32, int, float32, *float32) { pan
 
 func maxFiniteBitsAVX512(*float32, int) uint32 { panic("unreachable") }
 
+func decodeBF16MaxAVX512(*float32, *lowp.BFloat16, int) uint32 { panic("unreachable") }
+func decodeBF16MaxAVX2(*float32, *lowp.BFloat16, int) uint32   { panic("unreachable") }
+
 func storeBF16AVX2(*lowp.BFloat16, *float32, int, float32) { panic("unreachable") }
 func scaleF32AVX2(*float32, *float32, int, float32)        { panic("unreachable") }
 func axpyBF16AVX2(*float32, *lowp.BFloat16, int, float32)  { panic("unreachable") }

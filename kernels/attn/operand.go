@@ -102,6 +102,17 @@ func (o *Operand) DecodeRows(dst []float32, r, n int) {
 	}
 }
 
+// DecodeRowsMax is DecodeRows that also returns maxFiniteBits of the
+// decoded values; for BF16 it is taken while decoding (decodeBF16Max).
+func (o *Operand) DecodeRowsMax(dst []float32, r, n int) uint32 {
+	d := o.D
+	if o.Dtype == BF16 {
+		return decodeBF16Max(dst[:n*d], o.BF16[r*d:(r+n)*d], o.vec)
+	}
+	o.DecodeRows(dst, r, n)
+	return maxFiniteBits(dst[:n*d], o.vec)
+}
+
 // loadKV decodes tokens t0 .. t0+n-1 of sequence b, KV head h into kbuf and
 // vbuf ([n][D] float32).
 func loadKV(k, v *Operand, l *KVLayout, b, h, t0, n int, kbuf, vbuf []float32) {
@@ -118,6 +129,19 @@ func loadRows(o *Operand, l *KVLayout, b, h, t0, n int, dst []float32) {
 		o.DecodeRows(dst[i*d:], r, c)
 		i += c
 	}
+}
+
+// loadRowsMax is loadRows that also returns maxFiniteBits of dst[:n*D]
+// (DecodeRowsMax).
+func loadRowsMax(o *Operand, l *KVLayout, b, h, t0, n int, dst []float32) uint32 {
+	d := o.D
+	var m uint32
+	for i := 0; i < n; {
+		r, c := l.Run(b, h, t0+i, n-i)
+		m = max(m, o.DecodeRowsMax(dst[i*d:], r, c))
+		i += c
+	}
+	return m
 }
 
 // storage returns the bytes that hold rows r..r+c-1 (nil for NVFP4, whose
@@ -154,11 +178,15 @@ func prefetchNext(acc rowAcc, k, v *Operand, l *KVLayout, b, h, t0, n int) {
 // request land at the start of kbuf / vbuf, so a small chunk stays in cache
 // between its decoding and the kernel that reads it.
 //
-// V's overflow guard runs on each decoded V chunk (vs.chunk) when the V
-// operand is not bounded (BF16, NVFP4 with a large global scale): the scan
-// reads the float32 rows just decoded, in cache, instead of a separate pass
-// over the narrow source that would be the first touch of the block in
-// DRAM.
+// V's overflow guard runs on each decoded V chunk when the V operand is not
+// bounded (BF16, NVFP4 with a large global scale): the chunk's largest
+// finite magnitude comes from its decoding (loadRowsMax; in registers for
+// BF16), not from a separate pass over the narrow source, which would be
+// the first touch of the block in DRAM. When it raises the shift, the O
+// accumulated so far (this block's earlier chunks included) is rescaled;
+// powers of two commute with alpha and the FMAs, so the result equals the
+// whole-block guard (vScale.block) bit for bit, except where values become
+// subnormal under the shift (the chunked form keeps more of those bits).
 type kvStager struct {
 	k, v       *Operand
 	l          *KVLayout
@@ -180,7 +208,12 @@ func (s *kvStager) StageK(i0, i1 int) []float32 {
 func (s *kvStager) StageV(i0, i1 int) []float32 {
 	d := s.v.D
 	v := s.vbuf[:(i1-i0)*d]
-	loadRows(s.v, s.l, s.b, s.h, s.t0+i0, i1-i0, v)
-	s.vs.chunk(v, s.acc, s.scan, s.v.vec)
+	if s.scan {
+		// The guard's scan of the chunk happens while decoding it.
+		s.vs.raise(loadRowsMax(s.v, s.l, s.b, s.h, s.t0+i0, i1-i0, v), s.acc)
+	} else {
+		loadRows(s.v, s.l, s.b, s.h, s.t0+i0, i1-i0, v)
+	}
+	s.vs.apply(v)
 	return v
 }

@@ -70,25 +70,11 @@ type oScaler interface{ scaleO(f float32) }
 // acc by 2^(old e - new e) (acc nil: nothing accumulated yet), and
 // multiplies v by 2^-e in place. vop is the V operand the block was
 // decoded from: a bounded one (vBounded) skips the scan, since its blocks
-// never raise e; its vec level selects the SIMD scan.
+// never raise e (and apply does nothing); its vec level selects the SIMD
+// scan. Decode's staged path guards each chunk instead (kvStager.StageV).
 func (s *vScale) block(v []float32, acc oScaler, vop *Operand) {
-	// A bounded operand is not scanned: e stays 0, no block of it exceeds
-	// 2^96, and apply does nothing.
-	s.chunk(v, acc, !vBounded(vop), vop.vec)
-}
-
-// chunk prepares rows v of a V block decoded in chunks
-// (tile.Lanes.UpdateStaged) before the kernel adds them to O: with scan (V
-// not bounded) it raises e for the chunk's largest finite value, rescaling
-// the O accumulated so far in acc, then multiplies v by 2^-e. acc's O may
-// already hold this block's earlier chunks; scaling it by a power of two
-// commutes with everything the kernel does to it (alpha, FMA), so the
-// result equals the whole-block guard (block) bit for bit, except where
-// values become subnormal under 2^-e (the chunked form keeps more of those
-// bits). lv selects the SIMD scan.
-func (s *vScale) chunk(v []float32, acc oScaler, scan bool, lv vec) {
-	if scan {
-		s.raise(maxFiniteBits(v, lv), acc)
+	if !vBounded(vop) {
+		s.raise(maxFiniteBits(v, vop.vec), acc)
 	}
 	s.apply(v)
 }

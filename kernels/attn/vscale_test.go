@@ -152,3 +152,44 @@ func TestVBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeBF16Max compares the fused decode-and-scan (decodeBF16Max, the
+// staged V guard's BF16 path) on every vec level this CPU has with the
+// portable decode followed by the portable scan: the same float32 values
+// bit for bit and the same largest finite magnitude, for random BF16
+// patterns mixing zeros, subnormals, the finite maximum, infinities and
+// NaNs of both signs, at lengths that leave portable tails of 0 to 15.
+func TestDecodeBF16Max(t *testing.T) {
+	forVecLevels(t, func(t *testing.T, lv vec) {
+		rng := rand.New(rand.NewPCG(7, 8))
+		specials := []uint16{0, 1, 0x007f, 0x0080, 0x7f7f, 0x7f80, 0x7fc0, 0x7f81, 0x3f80}
+		for n := 1; n < 300; n += 5 {
+			for trial := 0; trial < 20; trial++ {
+				src := make([]lowp.BFloat16, n)
+				for i := range src {
+					b := uint16(rng.Uint32())
+					switch rng.IntN(3) {
+					case 0:
+						b = specials[rng.IntN(len(specials))] | b&0x8000
+					case 1:
+						b &= 0xbfff // ordinary magnitudes
+					}
+					src[i] = lowp.BFloat16(b)
+				}
+				want := make([]float32, n)
+				decodeBF16(want, src, vecGo)
+				wantMax := maxFiniteBits(want, vecGo)
+				got := make([]float32, n)
+				gotMax := decodeBF16Max(got, src, lv)
+				for i := range want {
+					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+						t.Fatalf("n=%d: element %d = %#x, want %#x", n, i, math.Float32bits(got[i]), math.Float32bits(want[i]))
+					}
+				}
+				if gotMax != wantMax {
+					t.Fatalf("n=%d: max finite bits %#x, want %#x", n, gotMax, wantMax)
+				}
+			}
+		}
+	})
+}

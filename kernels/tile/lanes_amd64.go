@@ -39,8 +39,8 @@ func lanesPVT(p *float32, v *float32, ldv uintptr, n int, o *float32, alpha *flo
 // scalar of each product an embedded broadcast.
 
 // lanesQKT512 is lanesQKT with zmm vectors: keys in groups of 12 (then 8,
-// 4, 2, 1), four columns per loop iteration, each of which prefetches pf's
-// line and advances pf.
+// 4, 2, 1), four columns per loop iteration, each of which prefetches two
+// lines at pf, advancing it.
 //
 //go:noescape
 func lanesQKT512(qT *float32, k *float32, ldk uintptr, d int, s *float32, n int, pf *lanesPrefetch)
@@ -107,13 +107,14 @@ func (l *Lanes) prefetchSteps(n int) {
 }
 
 // prefetchIters returns about how many loop iterations the Q.K and P.V
-// kernels of l's set run for an update of n keys: AVX-512, ceil(n/12) key
-// groups x d/4 column quads and n keys x ceil(d/24) column groups; AVX2,
+// kernels of l's set run for an update of n keys, times the prefetch steps
+// of each: AVX-512, ceil(n/12) key groups x d/4 column quads x 2 steps and
+// n keys x ceil(d/24) column groups; AVX2,
 // ceil(n/6) key groups x d/2 column pairs and n keys x ceil(d/6) column
 // groups.
 func (l *Lanes) prefetchIters(n int) (qk, pv int) {
 	if l.kern == lanesAVX512 {
-		return (n + 11) / 12 * (l.d / 4), n * ((l.d + 23) / 24)
+		return (n + 11) / 12 * (l.d / 4) * 2, n * ((l.d + 23) / 24)
 	}
 	return (n + 5) / 6 * (l.d / 2), n * ((l.d + 5) / 6)
 }

@@ -58,6 +58,10 @@ qk12:
 	ADDQ R13, R12
 	CMPQ R12, R14
 	CMOVQGT R14, R12 // stay on the last line
+	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
+	ADDQ R13, R12
+	CMPQ R12, R14
+	CMOVQGT R14, R12 // stay on the last line
 	VMOVUPS 0(AX), Z28 // Q^T[c+0]
 	VMOVUPS 64(AX), Z29 // Q^T[c+1]
 	VMOVUPS 128(AX), Z30 // Q^T[c+2]
@@ -155,6 +159,10 @@ qk8:
 	ADDQ R13, R12
 	CMPQ R12, R14
 	CMOVQGT R14, R12 // stay on the last line
+	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
+	ADDQ R13, R12
+	CMPQ R12, R14
+	CMOVQGT R14, R12 // stay on the last line
 	VMOVUPS 0(AX), Z28 // Q^T[c+0]
 	VMOVUPS 64(AX), Z29 // Q^T[c+1]
 	VMOVUPS 128(AX), Z30 // Q^T[c+2]
@@ -225,6 +233,10 @@ qk4:
 	ADDQ R13, R12
 	CMPQ R12, R14
 	CMOVQGT R14, R12 // stay on the last line
+	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
+	ADDQ R13, R12
+	CMPQ R12, R14
+	CMOVQGT R14, R12 // stay on the last line
 	VMOVUPS 0(AX), Z28 // Q^T[c+0]
 	VMOVUPS 64(AX), Z29 // Q^T[c+1]
 	VMOVUPS 128(AX), Z30 // Q^T[c+2]
@@ -272,6 +284,10 @@ qk2:
 	ADDQ R13, R12
 	CMPQ R12, R14
 	CMOVQGT R14, R12 // stay on the last line
+	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
+	ADDQ R13, R12
+	CMPQ R12, R14
+	CMOVQGT R14, R12 // stay on the last line
 	VMOVUPS 0(AX), Z28 // Q^T[c+0]
 	VMOVUPS 64(AX), Z29 // Q^T[c+1]
 	VMOVUPS 128(AX), Z30 // Q^T[c+2]
@@ -304,6 +320,10 @@ keys1:
 	SHRQ $2, CX // column quads
 	VXORPS Z0, Z0, Z0
 qk1:
+	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
+	ADDQ R13, R12
+	CMPQ R12, R14
+	CMOVQGT R14, R12 // stay on the last line
 	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
 	ADDQ R13, R12
 	CMPQ R12, R14

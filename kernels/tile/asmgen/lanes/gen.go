@@ -391,6 +391,11 @@ type vecISA struct {
 	rows    []string
 	perBase int // rows per base register (SI, DI, R10)
 	qkCols  int
+	// qkPrefetch is the number of prefetch steps per Q.K iteration (P.V:
+	// one): AVX-512 runs 4x fewer Q.K iterations per key than AVX2 and
+	// takes two steps, so that a BF16 key block (512 lines at d = 128) is
+	// covered by the ~350 iterations of a 128-key update.
+	qkPrefetch int
 }
 
 var (
@@ -404,8 +409,9 @@ var (
 		rows: []string{"(SI)", "(SI)(R8*1)", "(SI)(R8*2)", "(SI)(R9*1)",
 			"(DI)", "(DI)(R8*1)", "(DI)(R8*2)", "(DI)(R9*1)",
 			"(R10)", "(R10)(R8*1)", "(R10)(R8*2)", "(R10)(R9*1)"},
-		perBase: 4,
-		qkCols:  4,
+		perBase:    4,
+		qkCols:     4,
+		qkPrefetch: 2,
 	}
 )
 
@@ -425,7 +431,8 @@ var (
 //
 // Q.K and P.V are one shape: an output vector per key or per column, summed
 // over columns or over keys. Every iteration first prefetches the line at
-// the cursor pf and advances it (Lanes.PrefetchNext).
+// the cursor pf and advances it (Lanes.PrefetchNext), isa.qkPrefetch times
+// in the AVX-512 Q.K loop.
 func colBody(a *asm, isa vecISA, B int, pv bool, label string, pf [3]string) {
 	// fma accumulates A^T (vector av) times the float at mem into output j;
 	// u alternates the AVX2 broadcast register.
@@ -449,10 +456,16 @@ func colBody(a *asm, isa vecISA, B int, pv bool, label string, pf [3]string) {
 		a.f("\tVMOVUPS %d(%s), Y13 // rows 8-15", off+32, base)
 	}
 	a.f("%s:", label)
-	a.f("\tPREFETCHT1 (%s) // the following block into L2, spread over the iterations", pf[0])
-	a.f("\tADDQ %s, %s", pf[1], pf[0])
-	a.f("\tCMPQ %s, %s", pf[0], pf[2])
-	a.f("\tCMOVQGT %s, %s // stay on the last line", pf[2], pf[0])
+	pfSteps := 1
+	if isa.avx512 && !pv {
+		pfSteps = isa.qkPrefetch
+	}
+	for range pfSteps {
+		a.f("\tPREFETCHT1 (%s) // the following block into L2, spread over the iterations", pf[0])
+		a.f("\tADDQ %s, %s", pf[1], pf[0])
+		a.f("\tCMPQ %s, %s", pf[0], pf[2])
+		a.f("\tCMOVQGT %s, %s // stay on the last line", pf[2], pf[0])
+	}
 	if pv {
 		loadA(0, "SI", 24, "P^T[i]")
 		for j := 0; j < B; j++ {

@@ -192,6 +192,67 @@ func BenchmarkPrefillTile(b *testing.B) {
 			wk.acc.Reset(m, scale, tile.RoundNone, 0)
 			wk.acc.Update(wk.blk, wk.valid[:m])
 		})
+		// The tile streaming: query rows gathered from a large Q (as a
+		// block's CSR row selects them) and partial rows written into a
+		// large buffer, one goroutine, mean rate over b.N tiles, without
+		// and with the Acc prefetch hint prefillItemRun gives (the next
+		// tile's Q rows).
+		const bigQ = 1 << 14 // queries: 64 MiB of BF16 Q, 64 MiB of partials
+		qbig := make([]lowp.BFloat16, bigQ*qpk*d)
+		for i := range qbig {
+			qbig[i] = q[i%len(q)]
+		}
+		qbop := Operand{Dtype: BF16, D: d, BF16: qbig, vec: lv}
+		var ptBig Partials
+		ptBig.Ensure(PartialBF16, d, bigQ*qpk, false)
+		ptBig.vec = lv
+		// A block's CSR row lists its queries ascending; at topK 16 over
+		// 64 blocks about one query in four selects a given block.
+		var order []int
+		for len(order) < bigQ {
+			for gq := 0; gq < bigQ && len(order) < bigQ; gq++ {
+				if rng.Intn(4) == 0 {
+					order = append(order, gq)
+				}
+			}
+		}
+		for _, hint := range []bool{false, true} {
+			name := "stream/hints=off"
+			if hint {
+				name = "stream/hints=on"
+			}
+			b.Run(name, func(b *testing.B) {
+				start := time.Now()
+				for it := 0; it < b.N; it++ {
+					qs := order[(it*nq)%bigQ:][:nq]
+					wk.acc.Reset(m, scale, tile.RoundNone, 0)
+					for e, gq := range qs {
+						qbop.DecodeRows(wk.acc.QRows(e*qpk, qpk), gq*qpk, qpk)
+					}
+					if hint {
+						hs := wk.hints[:0]
+						for _, gq := range order[((it+1)*nq)%bigQ:][:nq] {
+							ptr, nb := qbop.storage(gq*qpk, qpk)
+							hs = append(hs, tile.Hint{Addr: ptr, Bytes: nb})
+						}
+						wk.acc.Prefetch(hs)
+					}
+					wk.acc.Update(wk.blk, wk.valid[:m])
+					wk.acc.FinishLSE(wk.lse[:m], wk.tlse[:m], wk.inv[:m])
+					for e, gq := range qs {
+						for g := range qpk {
+							r := e*qpk + g
+							ptBig.store(gq*qpk+g, wk.acc.O(r), wk.inv[r], wk.tmp)
+						}
+					}
+				}
+				gf := 4 * float64(m*n*d) * float64(b.N) / time.Since(start).Seconds() / 1e9
+				b.ReportMetric(gf, "GFLOP/s")
+				if peak > 0 {
+					b.ReportMetric(100*gf/peak, "%peak")
+				}
+			})
+		}
 		run("tile", func() {
 			wk.acc.Reset(m, scale, tile.RoundNone, 0)
 			for e := range nq {

@@ -65,6 +65,7 @@ type worker struct {
 	stage kvStager  // decode: the block the accumulator stages
 	vs    vScale    // decode: the current tile's V overflow guard
 	dst   []int32   // partial row of each Acc row (prefill) or output row (decode)
+	hints []tile.Hint // prefill: the next tile's query rows, prefetched by the update
 	ws    []float32
 	ls    []float32
 	tmp   []float32
@@ -76,7 +77,7 @@ func newWorker(d, splits int) *worker {
 		d:     d,
 		valid: make([]int32, maxTileRows), lse: make([]float32, maxTileRows),
 		tlse: make([]float32, maxTileRows), dst: make([]int32, maxTileRows), inv: make([]float32, maxTileRows),
-		tmp: make([]float32, d), accO: make([]float32, d),
+		tmp: make([]float32, d), accO: make([]float32, d), hints: make([]tile.Hint, 0, maxTileRows),
 		ls: make([]float32, splits), ws: make([]float32, splits),
 	}
 }
@@ -313,6 +314,16 @@ func (ws *Workspace) prefillItemRun(wk *worker, h, row, qBegin, qCount, b, j int
 			}
 		}
 		if n > 0 {
+			// While the tile computes, prefetch the query rows of the
+			// next tile (gathered by query index, the tile's DRAM misses).
+			hs := wk.hints[:0]
+			for e := e0 + perTile; e < min(qCount, e0+2*perTile); e++ {
+				gq := qBase + int(c.QIdx[base+e])
+				if ptr, nb := p.Q.storage(gq*p.HQ+h*qpk, qpk); ptr != nil {
+					hs = append(hs, tile.Hint{Addr: ptr, Bytes: nb})
+				}
+			}
+			wk.acc.Prefetch(hs)
 			wk.acc.Update(wk.blk, wk.valid[:m])
 		}
 		wk.acc.FinishLSE(wk.lse[:m], wk.tlse[:m], wk.inv[:m])

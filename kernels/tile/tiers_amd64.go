@@ -214,6 +214,7 @@ func (k *simd) update(a *Acc, b *Block, valid []int32) {
 		invT = a.invT
 	}
 	for r0 := 0; r0 < a.m; r0 += rowGroup {
+		a.pf.issue((a.m - r0 + rowGroup - 1) / rowGroup)
 		R := min(rowGroup, a.m-r0)
 		nmax := 0
 		for r := r0; r < r0+R; r++ {

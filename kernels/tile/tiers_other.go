@@ -7,3 +7,6 @@ func simdTiers() []*tier { return nil }
 
 // log2SumsSIMD: no SIMD kernels; log2Sums computes every value in Go.
 func log2SumsSIMD(dst []float64, src []float32) int { return 0 }
+
+// prefetchLines: no prefetch instruction in portable Go.
+func prefetchLines(p uintptr, lines int) {}

@@ -59,12 +59,12 @@ type worker struct {
 	valid []int32
 	lse   []float32
 	tlse  []float32
-	inv   []float32 // per-row normalisation factors (Acc.FinishLSE)
-	lanes *lanesAcc // decode accumulators (AVX-512), created on first use
-	block *blockAcc // decode accumulator over acc/blk otherwise
-	stage kvStager  // decode: the block the accumulator stages
-	vs    vScale    // decode: the current tile's V overflow guard
-	dst   []int32   // partial row of each Acc row (prefill) or output row (decode)
+	inv   []float32   // per-row normalisation factors (Acc.FinishLSE)
+	lanes *lanesAcc   // decode accumulators (AVX-512), created on first use
+	block *blockAcc   // decode accumulator over acc/blk otherwise
+	stage kvStager    // decode: the block the accumulator stages
+	vs    vScale      // decode: the current tile's V overflow guard
+	dst   []int32     // partial row of each Acc row (prefill) or output row (decode)
 	hints []tile.Hint // prefill: the next tile's query rows, prefetched by the update
 	ws    []float32
 	ls    []float32

@@ -263,13 +263,11 @@ func (ws *Workspace) runDecodeCombine(w int) {
 			}
 			l, ok := mergeLSE(ls, wk.ws[:ns])
 			acc := wk.accO[:p.D]
-			clear(acc)
 			if ok {
-				for c, wt := range wk.ws[:ns] {
-					if wt != 0 {
-						ws.Partials.axpy(acc, wt, ws.partialRow(b, c, i)*p.HQ+hq, wk.tmp)
-					}
-				}
+				// Split c's row is QStride*HQ rows after split c-1's.
+				ws.Partials.sumSlots(acc, wk.ws[:ns], ws.partialRow(b, 0, i)*p.HQ+hq, p.Sched.QStride*p.HQ, wk.tmp)
+			} else {
+				clear(acc)
 			}
 			encodeRow(out, (b*p.SeqlenQ+i)*p.HQ+hq, p.D, acc, 1, l, ws.Partials.vec)
 		}

@@ -74,6 +74,20 @@ func decodeNVFP4AVX512(dst *float32, src *uint8, scales *float32, blocks int, gl
 //go:noescape
 func decodeBF16MaxAVX512(dst *float32, src *lowp.BFloat16, n int) uint32
 
+// sumSlotsBF16AVX512 sets acc[i] (i < n, n a multiple of 64) to the sum
+// over slots s < ns with w[s] != 0, in increasing s, of w[s] times element
+// i of the BF16 row at src + s*stride bytes, one FMA per term starting
+// from 0: what clearing acc and one axpyBF16AVX512 per such slot computes.
+//
+//go:noescape
+func sumSlotsBF16AVX512(acc *float32, src *lowp.BFloat16, stride uintptr, w *float32, ns int, n int)
+
+// sumSlotsF32AVX512 is sumSlotsBF16AVX512 for float32 rows
+// (axpyF32AVX512).
+//
+//go:noescape
+func sumSlotsF32AVX512(acc *float32, src *float32, stride uintptr, w *float32, ns int, n int)
+
 // maxFiniteBitsAVX512 returns the largest |x| bit pattern among the finite
 // values of v[:n] (n a multiple of 16), 0 when there is none.
 //

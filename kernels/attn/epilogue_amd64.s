@@ -119,6 +119,105 @@ axpyb_loop:
 	VZEROUPPER
 	RET
 
+// func sumSlotsBF16AVX512(acc *float32, src *lowp.BFloat16, stride uintptr, w *float32, ns int, n int)
+// acc[i] = sum over slots s < ns with w[s] != 0, in increasing s, of
+// w[s] * src[s*stride/2 + i] (one FMA per term from acc = 0), n a multiple
+// of 64: the combine's axpy calls fused, 64 columns in Z0-Z3 across all
+// slots.
+TEXT ·sumSlotsBF16AVX512(SB), NOSPLIT, $0-48
+	MOVQ acc+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ stride+16(FP), R8
+	MOVQ w+24(FP), BX
+	MOVQ ns+32(FP), R9
+	MOVQ n+40(FP), CX
+sumb_chunk:
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	MOVQ SI, AX                  // slot s, this chunk
+	XORQ DX, DX                  // s
+	TESTQ R9, R9
+	JZ   sumb_store
+sumb_slot:
+	MOVL (BX)(DX*4), R10
+	TESTL $0x7fffffff, R10
+	JZ   sumb_next               // w[s] == 0: slot skipped
+	VBROADCASTSS (BX)(DX*4), Z4
+	VPMOVZXWD   (AX), Z5
+	VPMOVZXWD   32(AX), Z6
+	VPMOVZXWD   64(AX), Z7
+	VPMOVZXWD   96(AX), Z8
+	VPSLLD      $16, Z5, Z5
+	VPSLLD      $16, Z6, Z6
+	VPSLLD      $16, Z7, Z7
+	VPSLLD      $16, Z8, Z8
+	VFMADD231PS Z4, Z5, Z0
+	VFMADD231PS Z4, Z6, Z1
+	VFMADD231PS Z4, Z7, Z2
+	VFMADD231PS Z4, Z8, Z3
+sumb_next:
+	ADDQ R8, AX
+	INCQ DX
+	CMPQ DX, R9
+	JLT  sumb_slot
+sumb_store:
+	VMOVUPS Z0, (DI)
+	VMOVUPS Z1, 64(DI)
+	VMOVUPS Z2, 128(DI)
+	VMOVUPS Z3, 192(DI)
+	ADDQ $256, DI
+	ADDQ $128, SI
+	SUBQ $64, CX
+	JNZ  sumb_chunk
+	VZEROUPPER
+	RET
+
+// func sumSlotsF32AVX512(acc *float32, src *float32, stride uintptr, w *float32, ns int, n int)
+// sumSlotsBF16AVX512 for float32 partials.
+TEXT ·sumSlotsF32AVX512(SB), NOSPLIT, $0-48
+	MOVQ acc+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ stride+16(FP), R8
+	MOVQ w+24(FP), BX
+	MOVQ ns+32(FP), R9
+	MOVQ n+40(FP), CX
+sumf_chunk:
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	MOVQ SI, AX
+	XORQ DX, DX
+	TESTQ R9, R9
+	JZ   sumf_store
+sumf_slot:
+	MOVL (BX)(DX*4), R10
+	TESTL $0x7fffffff, R10
+	JZ   sumf_next
+	VBROADCASTSS (BX)(DX*4), Z4
+	VFMADD231PS (AX), Z4, Z0
+	VFMADD231PS 64(AX), Z4, Z1
+	VFMADD231PS 128(AX), Z4, Z2
+	VFMADD231PS 192(AX), Z4, Z3
+sumf_next:
+	ADDQ R8, AX
+	INCQ DX
+	CMPQ DX, R9
+	JLT  sumf_slot
+sumf_store:
+	VMOVUPS Z0, (DI)
+	VMOVUPS Z1, 64(DI)
+	VMOVUPS Z2, 128(DI)
+	VMOVUPS Z3, 192(DI)
+	ADDQ $256, DI
+	ADDQ $256, SI
+	SUBQ $64, CX
+	JNZ  sumf_chunk
+	VZEROUPPER
+	RET
+
 // func axpyF32AVX512(acc *float32, src *float32, n int, w float32)
 TEXT ·axpyF32AVX512(SB), NOSPLIT, $0-28
 	MOVQ acc+0(FP), DI

@@ -28,6 +28,11 @@ func decodeNVFP4AVX512(*float32, *uint8, *float32, int, float32, *float32) { pan
 func maxFiniteBitsAVX512(*float32, int) uint32 { panic("unreachable") }
 
 func decodeBF16MaxAVX512(*float32, *lowp.BFloat16, int) uint32 { panic("unreachable") }
+
+func sumSlotsBF16AVX512(*float32, *lowp.BFloat16, uintptr, *float32, int, int) {
+	panic("unreachable")
+}
+func sumSlotsF32AVX512(*float32, *float32, uintptr, *float32, int, int) { panic("unreachable") }
 func decodeBF16MaxAVX2(*float32, *lowp.BFloat16, int) uint32   { panic("unreachable") }
 
 func storeBF16AVX2(*lowp.BFloat16, *float32, int, float32) { panic("unreachable") }

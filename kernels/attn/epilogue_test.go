@@ -216,3 +216,63 @@ func checkDecodeE4M3(t *testing.T, lv vec, vbmi bool, off int) {
 		}
 	}
 }
+
+// TestSumSlots compares Partials.sumSlots on every vec level this CPU has
+// (the fused AVX-512 kernels for BF16 and float32 rows of a D that is a
+// multiple of 64, the axpy loop otherwise) with clearing acc and adding
+// each slot of nonzero weight by the same level's axpy: bit for bit, with zero
+// weights (their rows hold NaN and Inf, which must not reach acc), one
+// slot, many slots and a slot stride of one row.
+func TestSumSlots(t *testing.T) {
+	forVecLevels(t, func(t *testing.T, lv vec) {
+		rng := rand.New(rand.NewPCG(9, 10))
+		for _, dt := range []PartialDtype{PartialBF16, PartialF32, PartialF16} {
+			for _, d := range []int{16, 64, 128, 192, 256} {
+				for _, ns := range []int{1, 2, 7, 16} {
+					for _, stride := range []int{1, 3} {
+						var pt Partials
+						rows := ns*stride + 1
+						pt.Ensure(dt, d, rows, false)
+						src := make([]float32, d)
+						ws := make([]float32, ns)
+						for s := range ws {
+							row := 1 + s*stride
+							zero := s > 0 && rng.IntN(3) == 0
+							for i := range src {
+								src[i] = float32(rng.NormFloat64()) * 4
+								if zero && i%5 == 0 {
+									src[i] = float32(math.Inf(1))
+								} else if zero && i%7 == 0 {
+									src[i] = float32(math.NaN())
+								}
+							}
+							pt.vec = vecGo
+							pt.store(row, src, 1, make([]float32, d))
+							if !zero {
+								ws[s] = rng.Float32()
+							}
+						}
+						want := make([]float32, d)
+						pt.vec = lv
+						for s, w := range ws {
+							if w != 0 {
+								pt.axpy(want, w, 1+s*stride, make([]float32, d))
+							}
+						}
+						pt.vec = lv
+						got := make([]float32, d)
+						for i := range got {
+							got[i] = float32(math.NaN()) // sumSlots must overwrite acc
+						}
+						pt.sumSlots(got, ws, 1, stride, make([]float32, d))
+						for i := range want {
+							if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+								t.Fatalf("%v d=%d ns=%d stride=%d: acc[%d] = %g, want %g", dt, d, ns, stride, i, got[i], want[i])
+							}
+						}
+					}
+				}
+			}
+		}
+	})
+}

@@ -127,6 +127,37 @@ func (p *Partials) axpy(acc []float32, w float32, i int, tmp []float32) {
 	}
 }
 
+// sumSlots sets acc (len D) to the sum over slots s with ws[s] != 0, in
+// increasing s, of ws[s] times partial row first + s*stride: the combine of
+// one output row before its output scale. With AVX-512 and BF16 or float32
+// partials of a D that is a multiple of 64 one kernel call sums every slot
+// in registers; otherwise acc is cleared and each slot added by axpy. Both
+// compute the same FMAs in the same order: bit-identical results.
+func (p *Partials) sumSlots(acc, ws []float32, first, stride int, tmp []float32) {
+	d := p.D
+	acc = acc[:d]
+	fused := p.vec == vecAVX512 && d%64 == 0 && len(ws) > 0
+	if fused {
+		last := (first + (len(ws)-1)*stride + 1) * d // end of the last slot's row
+		switch p.Dtype {
+		case PartialBF16:
+			_ = p.BF16[last-1]
+			sumSlotsBF16AVX512(&acc[0], &p.BF16[first*d], uintptr(2*stride*d), &ws[0], len(ws), d)
+			return
+		case PartialF32:
+			_ = p.F32[last-1]
+			sumSlotsF32AVX512(&acc[0], &p.F32[first*d], uintptr(4*stride*d), &ws[0], len(ws), d)
+			return
+		}
+	}
+	clear(acc)
+	for s, w := range ws {
+		if w != 0 {
+			p.axpy(acc, w, first+s*stride, tmp)
+		}
+	}
+}
+
 // mergeLSE combines log-sum-exps lses (natural log) per contract §5 and
 // returns the merged LSE and the weights w_s / S in ws (same length). It
 // reports ok = false when nothing is visible (every LSE -inf, or S is 0 or

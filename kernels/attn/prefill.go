@@ -412,13 +412,10 @@ func (ws *Workspace) combineTasks() int {
 func combineRow(pt *Partials, ls, ws []float32, plane, row, d int, outScale float32, wk *worker, o []lowp.BFloat16, lse *float32) {
 	l, ok := mergeLSE(ls, ws)
 	acc := wk.accO[:d]
-	clear(acc)
 	if ok {
-		for s, w := range ws {
-			if w != 0 {
-				pt.axpy(acc, w, s*plane+row, wk.tmp)
-			}
-		}
+		pt.sumSlots(acc, ws, row, plane, wk.tmp)
+	} else {
+		clear(acc)
 	}
 	storeBF16(o, acc, outScale, pt.vec)
 	*lse = l

@@ -33,7 +33,7 @@ func sumSlotsBF16AVX512(*float32, *lowp.BFloat16, uintptr, *float32, int, int) {
 	panic("unreachable")
 }
 func sumSlotsF32AVX512(*float32, *float32, uintptr, *float32, int, int) { panic("unreachable") }
-func decodeBF16MaxAVX2(*float32, *lowp.BFloat16, int) uint32   { panic("unreachable") }
+func decodeBF16MaxAVX2(*float32, *lowp.BFloat16, int) uint32            { panic("unreachable") }
 
 func storeBF16AVX2(*lowp.BFloat16, *float32, int, float32) { panic("unreachable") }
 func scaleF32AVX2(*float32, *float32, int, float32)        { panic("unreachable") }

@@ -20,7 +20,7 @@ type rowAcc interface {
 	finishLSE(lse, inv []float32)
 	o(r int) []float32
 	// prefetchNext hints the storage of the block after the next update
-	// (tile.Lanes.PrefetchNext); accumulators without the hint ignore it.
+	// (tile.Lanes.PrefetchNext); the block accumulator ignores it.
 	prefetchNext(k unsafe.Pointer, kBytes int, v unsafe.Pointer, vBytes int)
 	oScaler
 }

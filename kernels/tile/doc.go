@@ -51,17 +51,19 @@
 // Lanes is a second accumulator for the few rows of decode (up to 16: one
 // query times its group of query heads). The rows sit in SIMD lanes (one
 // zmm, or a pair of ymm) and K/V are read row-major, so no block is
-// transposed. Its kernels come from asmgen/lanes/gen.go: the AVX-512 ones
-// keep Q and O as "4 rows x 4 columns" tiles so that one 128-bit broadcast
-// of four K or V columns feeds four FMAs; the AVX2 ones keep Q and O
+// transposed. Its kernels come from asmgen/lanes/gen.go and keep Q and O
 // transposed (one 16-float vector per column), so that a column of Q or a
-// key's P^T in two ymm registers feeds the scalar broadcasts of six keys or
-// columns (12 accumulators, 8 loads per 12 FMAs); the generic tier uses the
-// portable lanes code. Same semantics as Acc (same masking, rounding and
-// LSE rules). UpdateStaged takes the block from a Stager a few rows at a
-// time, so that a caller converting K and V from a narrow format converts
-// into a buffer that stays in cache; PrefetchNext lets the AVX2 kernels
-// prefetch the following block while they compute.
+// key's P^T feeds the scalar broadcasts of a group of keys or columns: the
+// AVX-512 kernels use one zmm and the embedded broadcast of each
+// multiply-add (12 keys or 24 columns per group), the AVX2 ones two ymm
+// shared by explicit broadcasts (6 keys or columns, 12 accumulators, 8
+// loads per 12 FMAs); the generic tier uses the portable lanes code. Same
+// semantics as Acc (same masking, rounding and LSE rules). UpdateStaged
+// takes the block from a Stager a few rows at a time, so that a caller
+// converting K and V from a narrow format converts into a buffer that stays
+// in cache; PrefetchNext lets the kernels prefetch the following block
+// while they compute. Acc.Prefetch is the same kind of hint for the block
+// kernel (prefill: the next tile's query rows).
 //
 // Block.Load keeps the caller's V rows in place for the float32 layouts
 // (no copy); the caller leaves them unchanged while the block is in use.

@@ -620,9 +620,3 @@ func peakbf16(iters int)
 
 //go:noescape
 func peak256(iters int)
-
-// prefetchLines prefetches the lines of [p, p+64*lines) into L2
-// (prefetch_amd64.s).
-//
-//go:noescape
-func prefetchLines(p uintptr, lines int)

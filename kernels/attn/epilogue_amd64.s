@@ -2,6 +2,42 @@
 
 #include "textflag.h"
 
+// The finite-magnitude maximum of maxFiniteBitsAVX512 and
+// decodeBF16MaxAVX512: masks in Z1 (0x7fffffff) and Z2 (+Inf bits, the
+// first non-finite magnitude), the running maximum in Z0; FINMAX_STEP
+// folds the float32 bits in x (Z3 scratch), FINMAX_RET reduces Z0 into ret.
+#define FINMAX_INIT \
+	MOVL $0x7fffffff, AX; VPBROADCASTD AX, Z1; \
+	MOVL $0x7f800000, AX; VPBROADCASTD AX, Z2; \
+	VPXORD Z0, Z0, Z0
+#define FINMAX_STEP(x) \
+	VPANDD x, Z1, Z3; VPCMPUD $1, Z2, Z3, K1; VPMAXUD Z3, Z0, K1, Z0
+#define FINMAX_RET(ret) \
+	VEXTRACTI32X8 $1, Z0, Y3; VPMAXUD Y3, Y0, Y0; \
+	VEXTRACTI128 $1, Y0, X3; VPMAXUD X3, X0, X0; \
+	VPSHUFD $0x4e, X0, X3; VPMAXUD X3, X0, X0; \
+	VPSHUFD $0xb1, X0, X3; VPMAXUD X3, X0, X0; \
+	VMOVD X0, AX; MOVL AX, ret
+
+// The parts of sumSlotsBF16AVX512 and sumSlotsF32AVX512 that do not depend
+// on the row dtype (labels cannot live in macros): SUMSLOTS_ARGS loads the
+// arguments (DI acc, SI slot 0 of the chunk, R8 stride, BX w, R9 ns, CX
+// n); SUMSLOTS_CHUNK zeroes the 64-column accumulators Z0-Z3 and points AX
+// at slot 0 (DX = s = 0); SUMSLOTS_W loads w[s] into R10 (its magnitude
+// bits are tested by the caller) and broadcasts it into Z4; SUMSLOTS_STORE
+// writes Z0-Z3 to acc and advances it.
+#define SUMSLOTS_ARGS \
+	MOVQ acc+0(FP), DI; MOVQ src+8(FP), SI; MOVQ stride+16(FP), R8; \
+	MOVQ w+24(FP), BX; MOVQ ns+32(FP), R9; MOVQ n+40(FP), CX
+#define SUMSLOTS_CHUNK \
+	VXORPS Z0, Z0, Z0; VXORPS Z1, Z1, Z1; VXORPS Z2, Z2, Z2; VXORPS Z3, Z3, Z3; \
+	MOVQ SI, AX; XORQ DX, DX
+#define SUMSLOTS_W \
+	MOVL (BX)(DX*4), R10; VBROADCASTSS (BX)(DX*4), Z4
+#define SUMSLOTS_STORE \
+	VMOVUPS Z0, (DI); VMOVUPS Z1, 64(DI); VMOVUPS Z2, 128(DI); VMOVUPS Z3, 192(DI); \
+	ADDQ $256, DI
+
 // func storeBF16AVX512(dst *lowp.BFloat16, src *float32, n int, scale float32)
 // Multiplies by scale, then rounds to nearest even on the float32 bits:
 // x + 0x7fff + ((x >> 16) & 1), keeping the high half. NaN lanes become the
@@ -125,26 +161,15 @@ axpyb_loop:
 // of 64: the combine's axpy calls fused, 64 columns in Z0-Z3 across all
 // slots.
 TEXT ·sumSlotsBF16AVX512(SB), NOSPLIT, $0-48
-	MOVQ acc+0(FP), DI
-	MOVQ src+8(FP), SI
-	MOVQ stride+16(FP), R8
-	MOVQ w+24(FP), BX
-	MOVQ ns+32(FP), R9
-	MOVQ n+40(FP), CX
+	SUMSLOTS_ARGS
 sumb_chunk:
-	VXORPS Z0, Z0, Z0
-	VXORPS Z1, Z1, Z1
-	VXORPS Z2, Z2, Z2
-	VXORPS Z3, Z3, Z3
-	MOVQ SI, AX                  // slot s, this chunk
-	XORQ DX, DX                  // s
+	SUMSLOTS_CHUNK
 	TESTQ R9, R9
 	JZ   sumb_store
 sumb_slot:
-	MOVL (BX)(DX*4), R10
+	SUMSLOTS_W
 	TESTL $0x7fffffff, R10
 	JZ   sumb_next               // w[s] == 0: slot skipped
-	VBROADCASTSS (BX)(DX*4), Z4
 	VPMOVZXWD   (AX), Z5
 	VPMOVZXWD   32(AX), Z6
 	VPMOVZXWD   64(AX), Z7
@@ -163,11 +188,7 @@ sumb_next:
 	CMPQ DX, R9
 	JLT  sumb_slot
 sumb_store:
-	VMOVUPS Z0, (DI)
-	VMOVUPS Z1, 64(DI)
-	VMOVUPS Z2, 128(DI)
-	VMOVUPS Z3, 192(DI)
-	ADDQ $256, DI
+	SUMSLOTS_STORE
 	ADDQ $128, SI
 	SUBQ $64, CX
 	JNZ  sumb_chunk
@@ -177,26 +198,15 @@ sumb_store:
 // func sumSlotsF32AVX512(acc *float32, src *float32, stride uintptr, w *float32, ns int, n int)
 // sumSlotsBF16AVX512 for float32 partials.
 TEXT ·sumSlotsF32AVX512(SB), NOSPLIT, $0-48
-	MOVQ acc+0(FP), DI
-	MOVQ src+8(FP), SI
-	MOVQ stride+16(FP), R8
-	MOVQ w+24(FP), BX
-	MOVQ ns+32(FP), R9
-	MOVQ n+40(FP), CX
+	SUMSLOTS_ARGS
 sumf_chunk:
-	VXORPS Z0, Z0, Z0
-	VXORPS Z1, Z1, Z1
-	VXORPS Z2, Z2, Z2
-	VXORPS Z3, Z3, Z3
-	MOVQ SI, AX
-	XORQ DX, DX
+	SUMSLOTS_CHUNK
 	TESTQ R9, R9
 	JZ   sumf_store
 sumf_slot:
-	MOVL (BX)(DX*4), R10
+	SUMSLOTS_W
 	TESTL $0x7fffffff, R10
 	JZ   sumf_next
-	VBROADCASTSS (BX)(DX*4), Z4
 	VFMADD231PS (AX), Z4, Z0
 	VFMADD231PS 64(AX), Z4, Z1
 	VFMADD231PS 128(AX), Z4, Z2
@@ -207,11 +217,7 @@ sumf_next:
 	CMPQ DX, R9
 	JLT  sumf_slot
 sumf_store:
-	VMOVUPS Z0, (DI)
-	VMOVUPS Z1, 64(DI)
-	VMOVUPS Z2, 128(DI)
-	VMOVUPS Z3, 192(DI)
-	ADDQ $256, DI
+	SUMSLOTS_STORE
 	ADDQ $256, SI
 	SUBQ $64, CX
 	JNZ  sumf_chunk
@@ -260,32 +266,17 @@ TEXT ·decodeBF16MaxAVX512(SB), NOSPLIT, $0-28
 	MOVQ dst+0(FP), DI
 	MOVQ src+8(FP), SI
 	MOVQ n+16(FP), CX
-	MOVL $0x7fffffff, AX
-	VPBROADCASTD AX, Z1          // magnitude mask
-	MOVL $0x7f800000, AX
-	VPBROADCASTD AX, Z2          // +Inf bits: the first non-finite magnitude
-	VPXORD Z4, Z4, Z4            // running max
+	FINMAX_INIT
 decbm_loop:
-	VPMOVZXWD (SI), Z0           // 16 x uint16 -> uint32
-	VPSLLD    $16, Z0, Z0        // bf16 bits -> float32 bits
-	VMOVUPS   Z0, (DI)
-	VPANDD    Z1, Z0, Z3
-	VPCMPUD   $1, Z2, Z3, K1     // K1: lanes with |x| < +Inf
-	VPMAXUD   Z3, Z4, K1, Z4
+	VPMOVZXWD (SI), Z4           // 16 x uint16 -> uint32
+	VPSLLD    $16, Z4, Z4        // bf16 bits -> float32 bits
+	VMOVUPS   Z4, (DI)
+	FINMAX_STEP(Z4)
 	ADDQ      $32, SI
 	ADDQ      $64, DI
 	SUBQ      $16, CX
 	JNZ       decbm_loop
-	VEXTRACTI32X8 $1, Z4, Y3
-	VPMAXUD Y3, Y4, Y4
-	VEXTRACTI128  $1, Y4, X3
-	VPMAXUD X3, X4, X4
-	VPSHUFD $0x4e, X4, X3
-	VPMAXUD X3, X4, X4
-	VPSHUFD $0xb1, X4, X3
-	VPMAXUD X3, X4, X4
-	VMOVD   X4, AX
-	MOVL    AX, ret+24(FP)
+	FINMAX_RET(ret+24(FP))
 	VZEROUPPER
 	RET
 
@@ -440,28 +431,13 @@ nvfp4_loop:
 TEXT ·maxFiniteBitsAVX512(SB), NOSPLIT, $0-20
 	MOVQ v+0(FP), SI
 	MOVQ n+8(FP), CX
-	MOVL $0x7fffffff, AX
-	VPBROADCASTD AX, Z1          // magnitude mask
-	MOVL $0x7f800000, AX
-	VPBROADCASTD AX, Z2          // +Inf bits: the first non-finite magnitude
-	VPXORD Z0, Z0, Z0            // running max
+	FINMAX_INIT
 maxfin_loop:
-	VPANDD  (SI), Z1, Z3
-	VPCMPUD $1, Z2, Z3, K1       // K1: lanes with |x| < +Inf
-	VPMAXUD Z3, Z0, K1, Z0
+	FINMAX_STEP((SI))
 	ADDQ    $64, SI
 	SUBQ    $16, CX
 	JNZ     maxfin_loop
-	VEXTRACTI32X8 $1, Z0, Y3
-	VPMAXUD Y3, Y0, Y0
-	VEXTRACTI128  $1, Y0, X3
-	VPMAXUD X3, X0, X0
-	VPSHUFD $0x4e, X0, X3
-	VPMAXUD X3, X0, X0
-	VPSHUFD $0xb1, X0, X3
-	VPMAXUD X3, X0, X0
-	VMOVD   X0, AX
-	MOVL    AX, ret+16(FP)
+	FINMAX_RET(ret+16(FP))
 	VZEROUPPER
 	RET
 

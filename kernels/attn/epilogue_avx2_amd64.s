@@ -2,6 +2,24 @@
 
 #include "textflag.h"
 
+// The finite-magnitude maximum of maxFiniteBitsAVX2 and decodeBF16MaxAVX2:
+// masks in Y5 (0x7fffffff) and Y6 (+Inf bits, the first non-finite
+// magnitude), running maxima in Y0 and Y1; FINMAX_STEP folds the magnitude
+// bits in Y2 and Y3 (Y4 scratch), FINMAX_RET reduces Y0, Y1 into ret.
+#define FINMAX_INIT \
+	MOVL $0x7fffffff, AX; VMOVD AX, X5; VPBROADCASTD X5, Y5; \
+	MOVL $0x7f800000, AX; VMOVD AX, X6; VPBROADCASTD X6, Y6; \
+	VPXOR Y0, Y0, Y0; VPXOR Y1, Y1, Y1
+#define FINMAX_STEP \
+	VPCMPGTD Y2, Y6, Y4; VPAND Y4, Y2, Y2; \
+	VPCMPGTD Y3, Y6, Y4; VPAND Y4, Y3, Y3; \
+	VPMAXUD Y2, Y0, Y0; VPMAXUD Y3, Y1, Y1
+#define FINMAX_RET(ret) \
+	VPMAXUD Y1, Y0, Y0; VEXTRACTI128 $1, Y0, X1; VPMAXUD X1, X0, X0; \
+	VPSHUFD $0x4e, X0, X1; VPMAXUD X1, X0, X0; \
+	VPSHUFD $0xb1, X0, X1; VPMAXUD X1, X0, X0; \
+	VMOVD X0, AX; MOVL AX, ret
+
 // AVX2 (+FMA, F16C) versions of the epilogue and staging kernels, for CPUs
 // without AVX-512: same results as the AVX-512 kernels of epilogue_amd64.s
 // (bit for bit; the axpys fuse the multiply-add like them). n is a multiple
@@ -149,42 +167,22 @@ TEXT ·decodeBF16MaxAVX2(SB), NOSPLIT, $0-28
 	MOVQ dst+0(FP), DI
 	MOVQ src+8(FP), SI
 	MOVQ n+16(FP), CX
-	MOVL $0x7fffffff, AX
-	VMOVD AX, X5
-	VPBROADCASTD X5, Y5          // magnitude mask
-	MOVL $0x7f800000, AX
-	VMOVD AX, X6
-	VPBROADCASTD X6, Y6          // infinity bits
-	VPXOR Y8, Y8, Y8             // running maxima
-	VPXOR Y9, Y9, Y9
+	FINMAX_INIT
 dbfm_loop:
-	VPMOVZXWD (SI), Y0
-	VPMOVZXWD 16(SI), Y1
-	VPSLLD    $16, Y0, Y0
-	VPSLLD    $16, Y1, Y1
-	VMOVUPS   Y0, (DI)
-	VMOVUPS   Y1, 32(DI)
-	VPAND     Y5, Y0, Y2
-	VPAND     Y5, Y1, Y3
-	VPCMPGTD  Y2, Y6, Y4         // finite lanes
-	VPAND     Y4, Y2, Y2
-	VPCMPGTD  Y3, Y6, Y4
-	VPAND     Y4, Y3, Y3
-	VPMAXUD   Y2, Y8, Y8
-	VPMAXUD   Y3, Y9, Y9
+	VPMOVZXWD (SI), Y2
+	VPMOVZXWD 16(SI), Y3
+	VPSLLD    $16, Y2, Y2
+	VPSLLD    $16, Y3, Y3
+	VMOVUPS   Y2, (DI)
+	VMOVUPS   Y3, 32(DI)
+	VPAND     Y5, Y2, Y2
+	VPAND     Y5, Y3, Y3
+	FINMAX_STEP
 	ADDQ      $32, SI
 	ADDQ      $64, DI
 	SUBQ      $16, CX
 	JNZ       dbfm_loop
-	VPMAXUD      Y9, Y8, Y8
-	VEXTRACTI128 $1, Y8, X1
-	VPMAXUD      X1, X8, X8
-	VPSHUFD      $0x4e, X8, X1
-	VPMAXUD      X1, X8, X8
-	VPSHUFD      $0xb1, X8, X1
-	VPMAXUD      X1, X8, X8
-	VMOVD        X8, AX
-	MOVL         AX, ret+24(FP)
+	FINMAX_RET(ret+24(FP))
 	VZEROUPPER
 	RET
 
@@ -237,35 +235,15 @@ de_loop:
 TEXT ·maxFiniteBitsAVX2(SB), NOSPLIT, $0-20
 	MOVQ v+0(FP), SI
 	MOVQ n+8(FP), CX
-	MOVL $0x7fffffff, AX
-	VMOVD AX, X5
-	VPBROADCASTD X5, Y5          // magnitude mask
-	MOVL $0x7f800000, AX
-	VMOVD AX, X6
-	VPBROADCASTD X6, Y6          // infinity bits
-	VPXOR Y0, Y0, Y0
-	VPXOR Y1, Y1, Y1
+	FINMAX_INIT
 mf_loop:
 	VPAND    (SI), Y5, Y2
 	VPAND    32(SI), Y5, Y3
-	VPCMPGTD Y2, Y6, Y4          // finite lanes
-	VPAND    Y4, Y2, Y2
-	VPCMPGTD Y3, Y6, Y4
-	VPAND    Y4, Y3, Y3
-	VPMAXUD  Y2, Y0, Y0
-	VPMAXUD  Y3, Y1, Y1
+	FINMAX_STEP
 	ADDQ     $64, SI
 	SUBQ     $16, CX
 	JNZ      mf_loop
-	VPMAXUD      Y1, Y0, Y0
-	VEXTRACTI128 $1, Y0, X1
-	VPMAXUD      X1, X0, X0
-	VPSHUFD      $0x4e, X0, X1
-	VPMAXUD      X1, X0, X0
-	VPSHUFD      $0xb1, X0, X1
-	VPMAXUD      X1, X0, X0
-	VMOVD        X0, AX
-	MOVL         AX, ret+16(FP)
+	FINMAX_RET(ret+16(FP))
 	VZEROUPPER
 	RET
 

@@ -271,6 +271,29 @@ func loadPf(a *asm, arg, ptr string, regs [3]string) {
 	a.f("\tMOVQ %d(%s), %s // its last line", offPfLast, ptr, regs[2])
 }
 
+// pvtPrologue emits the head of a P.V kernel of the transposed layout
+// (lanesPVT, lanesPVT512: the same arguments): the prefetch cursor in
+// R14/R9/R10/R13, V column R12, ldv R8, O^T DI, alpha AX, columns left R11.
+func pvtPrologue(a *asm, name string) {
+	a.f("// func %s(p *float32, v *float32, ldv uintptr, n int, o *float32, alpha *float32, d int, pf *lanesPrefetch)", name)
+	a.f("TEXT ·%s(SB), NOSPLIT, $0-64", name)
+	loadPf(a, "pf+56(FP)", "R14", pvPf)
+	a.f("\tMOVQ v+8(FP), R12")
+	a.f("\tMOVQ ldv+16(FP), R8")
+	a.f("\tMOVQ o+32(FP), DI")
+	a.f("\tMOVQ alpha+40(FP), AX")
+	a.f("\tMOVQ d+48(FP), R11")
+}
+
+// qktEpilogue emits the end of a Q.K kernel of the transposed layout
+// (label keys0): the advanced prefetch cursor stored back through DX.
+func qktEpilogue(a *asm) {
+	a.f("keys0:")
+	a.f("\tMOVQ R12, %d(DX)", offPfAddr)
+	a.f("\tVZEROUPPER")
+	a.f("\tRET\n")
+}
+
 // genQKT emits lanesQKT(qT *float32, k *float32, ldk uintptr, d int, s
 // *float32, n int): the score vectors of n >= 1 consecutive keys, six at a
 // time, then one 4-, 2- and 1-key group as the rest needs (colBody).
@@ -321,10 +344,7 @@ func genQKT(a *asm) {
 			}
 		}
 	}
-	a.f("keys0:")
-	a.f("\tMOVQ R12, %d(DX)", offPfAddr)
-	a.f("\tVZEROUPPER")
-	a.f("\tRET\n")
+	qktEpilogue(a)
 }
 
 // genPVT emits lanesPVT(p *float32, v *float32, ldv uintptr, n int, o
@@ -334,14 +354,7 @@ func genQKT(a *asm) {
 // GP: SI P^T, DX V row, R8 ldv, CX keys left, DI O^T, AX alpha, R11
 // columns left, R12 V column.
 func genPVT(a *asm) {
-	a.f("// func lanesPVT(p *float32, v *float32, ldv uintptr, n int, o *float32, alpha *float32, d int, pf *lanesPrefetch)")
-	a.f("TEXT ·lanesPVT(SB), NOSPLIT, $0-64")
-	loadPf(a, "pf+56(FP)", "R14", pvPf)
-	a.f("\tMOVQ v+8(FP), R12")
-	a.f("\tMOVQ ldv+16(FP), R8")
-	a.f("\tMOVQ o+32(FP), DI")
-	a.f("\tMOVQ alpha+40(FP), AX")
-	a.f("\tMOVQ d+48(FP), R11")
+	pvtPrologue(a, "lanesPVT")
 	a.f("cols:")
 	a.f("\tCMPQ R11, $8")
 	a.f("\tJEQ cols4")
@@ -559,10 +572,7 @@ func genQKT512(a *asm) {
 			a.f("\tLEAQ (SI)(R8*%d), SI", B)
 		}
 	}
-	a.f("keys0:")
-	a.f("\tMOVQ R12, %d(DX)", offPfAddr)
-	a.f("\tVZEROUPPER")
-	a.f("\tRET\n")
+	qktEpilogue(a)
 }
 
 // genPVT512 emits lanesPVT512(p *float32, v *float32, ldv uintptr, n int, o
@@ -572,14 +582,7 @@ func genQKT512(a *asm) {
 // GP: SI P^T, DX V row, R8 ldv, CX keys left, DI O^T, AX alpha, R11
 // columns left, R12 V column, R14/R9/R10/R13 the prefetch cursor.
 func genPVT512(a *asm) {
-	a.f("// func lanesPVT512(p *float32, v *float32, ldv uintptr, n int, o *float32, alpha *float32, d int, pf *lanesPrefetch)")
-	a.f("TEXT ·lanesPVT512(SB), NOSPLIT, $0-64")
-	loadPf(a, "pf+56(FP)", "R14", pvPf)
-	a.f("\tMOVQ v+8(FP), R12")
-	a.f("\tMOVQ ldv+16(FP), R8")
-	a.f("\tMOVQ o+32(FP), DI")
-	a.f("\tMOVQ alpha+40(FP), AX")
-	a.f("\tMOVQ d+48(FP), R11")
+	pvtPrologue(a, "lanesPVT512")
 	a.f("\tTESTQ AX, AX")
 	a.f("\tJZ cols // nil alpha: O is continued as it is")
 	a.f("\tVMOVUPS (AX), Z25 // alpha, lane = row")

@@ -160,16 +160,14 @@ TEXT ·lanesQKT(SB), NOSPLIT, $0-56
 	MOVQ ldk+16(FP), R8
 	MOVQ s+32(FP), BX
 	MOVQ n+40(FP), R11
-	LEAQ (R8)(R8*2), R9
-	ADDQ R9, R9 // 6*ldk
+	LEAQ (R8)(R8*2), R9 // 3*ldk
 keys6:
 	CMPQ R11, $6
 	JLT keys4
 	MOVQ qT+0(FP), AX
 	MOVQ d+24(FP), CX
-	SHRQ $1, CX // column pairs
-	LEAQ (R8)(R8*2), DI
-	ADDQ SI, DI // key 3
+	SHRQ $1, CX // column steps of 2
+	LEAQ (SI)(R9*1), DI // key 3
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -182,7 +180,6 @@ keys6:
 	VXORPS Y9, Y9, Y9
 	VXORPS Y10, Y10, Y10
 	VXORPS Y11, Y11, Y11
-	MOVQ SI, R10
 qk6:
 	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
 	ADDQ R13, R12
@@ -233,7 +230,9 @@ qk6:
 	ADDQ $8, DI
 	DECQ CX
 	JNZ qk6
-	MOVQ R10, SI
+	MOVQ d+24(FP), CX
+	SHLQ $2, CX
+	SUBQ CX, SI // back to the group's first key
 	VMOVUPS Y0, 0(BX)
 	VMOVUPS Y1, 32(BX)
 	VMOVUPS Y2, 64(BX)
@@ -248,16 +247,15 @@ qk6:
 	VMOVUPS Y11, 352(BX)
 	ADDQ $384, BX
 	SUBQ $6, R11
-	ADDQ R9, SI
+	LEAQ (SI)(R9*2), SI // 6 keys on
 	JMP keys6
 keys4:
 	CMPQ R11, $4
 	JLT keys2
 	MOVQ qT+0(FP), AX
 	MOVQ d+24(FP), CX
-	SHRQ $1, CX // column pairs
-	LEAQ (R8)(R8*2), DI
-	ADDQ SI, DI // key 3
+	SHRQ $1, CX // column steps of 2
+	LEAQ (SI)(R9*1), DI // key 3
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -266,7 +264,6 @@ keys4:
 	VXORPS Y5, Y5, Y5
 	VXORPS Y6, Y6, Y6
 	VXORPS Y7, Y7, Y7
-	MOVQ SI, R10
 qk4:
 	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
 	ADDQ R13, R12
@@ -305,7 +302,9 @@ qk4:
 	ADDQ $8, DI
 	DECQ CX
 	JNZ qk4
-	MOVQ R10, SI
+	MOVQ d+24(FP), CX
+	SHLQ $2, CX
+	SUBQ CX, SI // back to the group's first key
 	VMOVUPS Y0, 0(BX)
 	VMOVUPS Y1, 32(BX)
 	VMOVUPS Y2, 64(BX)
@@ -316,21 +315,17 @@ qk4:
 	VMOVUPS Y7, 224(BX)
 	ADDQ $256, BX
 	SUBQ $4, R11
-	ADDQ R8, SI
-	ADDQ R8, SI
-	ADDQ R8, SI
-	ADDQ R8, SI
+	LEAQ (SI)(R8*4), SI
 keys2:
 	CMPQ R11, $2
 	JLT keys1
 	MOVQ qT+0(FP), AX
 	MOVQ d+24(FP), CX
-	SHRQ $1, CX // column pairs
+	SHRQ $1, CX // column steps of 2
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
-	MOVQ SI, R10
 qk2:
 	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
 	ADDQ R13, R12
@@ -356,24 +351,24 @@ qk2:
 	ADDQ $8, SI
 	DECQ CX
 	JNZ qk2
-	MOVQ R10, SI
+	MOVQ d+24(FP), CX
+	SHLQ $2, CX
+	SUBQ CX, SI // back to the group's first key
 	VMOVUPS Y0, 0(BX)
 	VMOVUPS Y1, 32(BX)
 	VMOVUPS Y2, 64(BX)
 	VMOVUPS Y3, 96(BX)
 	ADDQ $128, BX
 	SUBQ $2, R11
-	ADDQ R8, SI
-	ADDQ R8, SI
+	LEAQ (SI)(R8*2), SI
 keys1:
 	CMPQ R11, $1
 	JLT keys0
 	MOVQ qT+0(FP), AX
 	MOVQ d+24(FP), CX
-	SHRQ $1, CX // column pairs
+	SHRQ $1, CX // column steps of 2
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
-	MOVQ SI, R10
 qk1:
 	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
 	ADDQ R13, R12
@@ -393,12 +388,14 @@ qk1:
 	ADDQ $8, SI
 	DECQ CX
 	JNZ qk1
-	MOVQ R10, SI
+	MOVQ d+24(FP), CX
+	SHLQ $2, CX
+	SUBQ CX, SI // back to the group's first key
 	VMOVUPS Y0, 0(BX)
 	VMOVUPS Y1, 32(BX)
 	ADDQ $64, BX
 	SUBQ $1, R11
-	ADDQ R8, SI
+	LEAQ (SI)(R8*1), SI
 keys0:
 	MOVQ R12, 0(DX)
 	VZEROUPPER

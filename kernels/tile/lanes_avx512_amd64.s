@@ -38,7 +38,7 @@ keys12:
 	JLT keys8
 	MOVQ qT+0(FP), AX
 	MOVQ d+24(FP), CX
-	SHRQ $2, CX // column quads
+	SHRQ $2, CX // column steps of 4
 	LEAQ (SI)(R8*4), DI // key 4
 	LEAQ (DI)(R8*4), R10 // key 8
 	VXORPS Z0, Z0, Z0
@@ -144,7 +144,7 @@ keys8:
 	JLT keys4
 	MOVQ qT+0(FP), AX
 	MOVQ d+24(FP), CX
-	SHRQ $2, CX // column quads
+	SHRQ $2, CX // column steps of 4
 	LEAQ (SI)(R8*4), DI // key 4
 	VXORPS Z0, Z0, Z0
 	VXORPS Z1, Z1, Z1
@@ -223,7 +223,7 @@ keys4:
 	JLT keys2
 	MOVQ qT+0(FP), AX
 	MOVQ d+24(FP), CX
-	SHRQ $2, CX // column quads
+	SHRQ $2, CX // column steps of 4
 	VXORPS Z0, Z0, Z0
 	VXORPS Z1, Z1, Z1
 	VXORPS Z2, Z2, Z2
@@ -276,7 +276,7 @@ keys2:
 	JLT keys1
 	MOVQ qT+0(FP), AX
 	MOVQ d+24(FP), CX
-	SHRQ $2, CX // column quads
+	SHRQ $2, CX // column steps of 4
 	VXORPS Z0, Z0, Z0
 	VXORPS Z1, Z1, Z1
 qk2:
@@ -317,7 +317,7 @@ keys1:
 	JLT keys0
 	MOVQ qT+0(FP), AX
 	MOVQ d+24(FP), CX
-	SHRQ $2, CX // column quads
+	SHRQ $2, CX // column steps of 4
 	VXORPS Z0, Z0, Z0
 qk1:
 	PREFETCHT1 (R12) // the following block into L2, spread over the iterations

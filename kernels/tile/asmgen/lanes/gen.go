@@ -31,7 +31,8 @@
 // multiply-add (one load per multiply-add, which Zen 4's three load pipes
 // sustain next to its one zmm FMA per cycle); with AVX2 one broadcast
 // feeds the two halves (8 loads per 12 multiply-adds). Every loop
-// iteration also prefetches one line of the next block (Lanes.PrefetchNext).
+// iteration also prefetches one line of the next block, two in the AVX-512
+// Q.K loop (Lanes.PrefetchNext).
 //
 // The exp2 and the bf16/e4m3 rounding are emitted by package emit (Exp2,
 // RoundBF16, RoundE4M3 and their AVX2 forms), the same code asmgen/gen.go
@@ -41,6 +42,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"math/bits"
 	"os"
 
 	"github.com/sparseattn/msa/kernels/tile/asmgen/emit"
@@ -203,7 +205,7 @@ func main() {
 		a.f("DATA ·lanesc+%d(SB)/4, $0x%08x // %s", 4*i, cval(n), n)
 	}
 	a.f("GLOBL ·lanesc(SB), RODATA|NOPTR, $%d\n", 4*len(cnames))
-	genQKT512(a)
+	genQKT(a, isaAVX512)
 	genSoftmax(a)
 	genPVT512(a)
 	a2 := &asm{}
@@ -250,7 +252,7 @@ func genAVX2(a *asm) {
 		}
 	}
 	a.f("GLOBL ·lanesc8(SB), RODATA|NOPTR, $%d\n", 32*len(cnames8))
-	genQKT(a)
+	genQKT(a, isaAVX2)
 	genSoftmax2(a)
 	genPVT(a)
 }
@@ -292,59 +294,6 @@ func qktEpilogue(a *asm) {
 	a.f("\tMOVQ R12, %d(DX)", offPfAddr)
 	a.f("\tVZEROUPPER")
 	a.f("\tRET\n")
-}
-
-// genQKT emits lanesQKT(qT *float32, k *float32, ldk uintptr, d int, s
-// *float32, n int): the score vectors of n >= 1 consecutive keys, six at a
-// time, then one 4-, 2- and 1-key group as the rest needs (colBody).
-// GP: AX Q^T, SI keys 0-2 of a group, DI keys 3-5, R8 ldk, R9 6*ldk, CX
-// column pairs, BX s, R11 keys left.
-func genQKT(a *asm) {
-	a.f("// func lanesQKT(qT *float32, k *float32, ldk uintptr, d int, s *float32, n int, pf *lanesPrefetch)")
-	a.f("TEXT ·lanesQKT(SB), NOSPLIT, $0-56")
-	loadPf(a, "pf+48(FP)", "DX", qkPf)
-	a.f("\tMOVQ k+8(FP), SI")
-	a.f("\tMOVQ ldk+16(FP), R8")
-	a.f("\tMOVQ s+32(FP), BX")
-	a.f("\tMOVQ n+40(FP), R11")
-	a.f("\tLEAQ (R8)(R8*2), R9")
-	a.f("\tADDQ R9, R9 // 6*ldk")
-	for _, B := range []int{6, 4, 2, 1} {
-		a.f("keys%d:", B)
-		a.f("\tCMPQ R11, $%d", B)
-		if B == 6 {
-			a.f("\tJLT keys4")
-		} else {
-			a.f("\tJLT keys%d", map[int]int{4: 2, 2: 1, 1: 0}[B])
-		}
-		a.f("\tMOVQ qT+0(FP), AX")
-		a.f("\tMOVQ d+24(FP), CX")
-		a.f("\tSHRQ $1, CX // column pairs")
-		if B > 3 {
-			a.f("\tLEAQ (R8)(R8*2), DI")
-			a.f("\tADDQ SI, DI // key 3")
-		}
-		for y := 0; y < 2*B; y++ {
-			a.f("\tVXORPS Y%d, Y%d, Y%d", y, y, y)
-		}
-		a.f("\tMOVQ SI, R10")
-		colBody(a, isaAVX2, B, false, fmt.Sprintf("qk%d", B), qkPf)
-		a.f("\tMOVQ R10, SI")
-		for y := 0; y < 2*B; y++ {
-			a.f("\tVMOVUPS Y%d, %d(BX)", y, 32*y)
-		}
-		a.f("\tADDQ $%d, BX", 64*B)
-		a.f("\tSUBQ $%d, R11", B)
-		if B == 6 {
-			a.f("\tADDQ R9, SI")
-			a.f("\tJMP keys6")
-		} else {
-			for t := 0; t < B; t++ {
-				a.f("\tADDQ R8, SI")
-			}
-		}
-	}
-	qktEpilogue(a)
 }
 
 // genPVT emits lanesPVT(p *float32, v *float32, ldv uintptr, n int, o
@@ -399,6 +348,8 @@ func genPVT(a *asm) {
 // and how the rows of a key group are addressed.
 type vecISA struct {
 	avx512 bool
+	suffix string // kernel name suffix: "" (AVX2), "512"
+	groups []int  // Q.K key-group sizes, largest first (the first a multiple of 3, the others 8, 4, 2 or 1)
 	// Q.K: key rows of a group as memory operands (base register and
 	// index), columns per loop iteration.
 	rows    []string
@@ -413,12 +364,15 @@ type vecISA struct {
 
 var (
 	isaAVX2 = vecISA{
+		groups:  []int{6, 4, 2, 1},
 		rows:    []string{"(SI)", "(SI)(R8*1)", "(SI)(R8*2)", "(DI)", "(DI)(R8*1)", "(DI)(R8*2)"},
 		perBase: 3,
 		qkCols:  2,
 	}
 	isaAVX512 = vecISA{
 		avx512: true,
+		suffix: "512",
+		groups: []int{12, 8, 4, 2, 1},
 		rows: []string{"(SI)", "(SI)(R8*1)", "(SI)(R8*2)", "(SI)(R9*1)",
 			"(DI)", "(DI)(R8*1)", "(DI)(R8*2)", "(DI)(R9*1)",
 			"(R10)", "(R10)(R8*1)", "(R10)(R8*2)", "(R10)(R9*1)"},
@@ -427,6 +381,14 @@ var (
 		qkPrefetch: 2,
 	}
 )
+
+// reg is the vector register prefix of the ISA.
+func (isa vecISA) reg() string {
+	if isa.avx512 {
+		return "Z"
+	}
+	return "Y"
+}
 
 // colBody emits the loop of a kernel of the transposed layout with B
 // output vectors j (16 rows each, already initialised): out^T[j] += sum
@@ -520,22 +482,32 @@ func colBody(a *asm, isa vecISA, B int, pv bool, label string, pf [3]string) {
 //   - lanesPVT512: per key one load of P^T and C multiply-adds into the C
 //     accumulators of a column group.
 
-// genQKT512 emits lanesQKT512(qT *float32, k *float32, ldk uintptr, d int,
-// s *float32, n int, pf *lanesPrefetch): the score vectors of n >= 1
-// consecutive keys in groups of 12, then one group of 8, 4, 2 and 1 as the
-// rest needs (colBody). d is a multiple of 8.
-// GP: AX Q^T, SI/DI/R10 keys 0-3/4-7/8-11 of a group, R8 ldk, R9 3*ldk, CX
-// column quads, BX s, R11 keys left, DX/R12-R14 the prefetch cursor.
-func genQKT512(a *asm) {
-	a.f("// func lanesQKT512(qT *float32, k *float32, ldk uintptr, d int, s *float32, n int, pf *lanesPrefetch)")
-	a.f("TEXT ·lanesQKT512(SB), NOSPLIT, $0-56")
+// genQKT emits the Q.K kernel of isa (lanesQKT, lanesQKT512: qT *float32,
+// k *float32, ldk uintptr, d int, s *float32, n int, pf *lanesPrefetch):
+// the score vectors of n >= 1 consecutive keys in groups of isa.groups[0]
+// keys, then one group of each smaller size as the rest needs (colBody).
+// d is a multiple of 8.
+// GP: AX Q^T, SI/DI/R10 the group's key rows in runs of isa.perBase, R8
+// ldk, R9 3*ldk, CX column steps, BX s, R11 keys left, DX/R12-R14 the
+// prefetch cursor.
+func genQKT(a *asm, isa vecISA) {
+	name := "lanesQKT" + isa.suffix
+	a.f("// func %s(qT *float32, k *float32, ldk uintptr, d int, s *float32, n int, pf *lanesPrefetch)", name)
+	a.f("TEXT ·%s(SB), NOSPLIT, $0-56", name)
 	loadPf(a, "pf+48(FP)", "DX", qkPf)
 	a.f("\tMOVQ k+8(FP), SI")
 	a.f("\tMOVQ ldk+16(FP), R8")
 	a.f("\tMOVQ s+32(FP), BX")
 	a.f("\tMOVQ n+40(FP), R11")
 	a.f("\tLEAQ (R8)(R8*2), R9 // 3*ldk")
-	groups := []int{12, 8, 4, 2, 1}
+	bases := []string{"SI", "DI", "R10"}
+	// next base = base + perBase*ldk
+	step := map[int]string{3: "(R9*1)", 4: "(R8*4)"}[isa.perBase]
+	vecs, width := 1, 64 // registers per 16-row vector, bytes per register
+	if !isa.avx512 {
+		vecs, width = 2, 32
+	}
+	groups := isa.groups
 	for x, B := range groups {
 		next := "keys0"
 		if x+1 < len(groups) {
@@ -546,28 +518,25 @@ func genQKT512(a *asm) {
 		a.f("\tJLT %s", next)
 		a.f("\tMOVQ qT+0(FP), AX")
 		a.f("\tMOVQ d+24(FP), CX")
-		a.f("\tSHRQ $2, CX // column quads")
-		if B > 4 {
-			a.f("\tLEAQ (SI)(R8*4), DI // key 4")
+		a.f("\tSHRQ $%d, CX // column steps of %d", bits.TrailingZeros(uint(isa.qkCols)), isa.qkCols)
+		for b := 1; b*isa.perBase < B; b++ {
+			a.f("\tLEAQ (%s)%s, %s // key %d", bases[b-1], step, bases[b], b*isa.perBase)
 		}
-		if B > 8 {
-			a.f("\tLEAQ (DI)(R8*4), R10 // key 8")
+		for y := 0; y < vecs*B; y++ {
+			a.f("\tVXORPS %s%d, %s%d, %s%d", isa.reg(), y, isa.reg(), y, isa.reg(), y)
 		}
-		for j := 0; j < B; j++ {
-			a.f("\tVXORPS Z%d, Z%d, Z%d", j, j, j)
-		}
-		colBody(a, isaAVX512, B, false, fmt.Sprintf("qk%d", B), qkPf)
+		colBody(a, isa, B, false, fmt.Sprintf("qk%d", B), qkPf)
 		a.f("\tMOVQ d+24(FP), CX")
 		a.f("\tSHLQ $2, CX")
 		a.f("\tSUBQ CX, SI // back to the group's first key")
-		for j := 0; j < B; j++ {
-			a.f("\tVMOVUPS Z%d, %d(BX)", j, 64*j)
+		for y := 0; y < vecs*B; y++ {
+			a.f("\tVMOVUPS %s%d, %d(BX)", isa.reg(), y, width*y)
 		}
 		a.f("\tADDQ $%d, BX", 64*B)
 		a.f("\tSUBQ $%d, R11", B)
-		if B == 12 {
-			a.f("\tLEAQ (SI)(R9*4), SI // 12 keys on")
-			a.f("\tJMP keys12")
+		if x == 0 {
+			a.f("\tLEAQ (SI)(R9*%d), SI // %d keys on", B/3, B)
+			a.f("\tJMP keys%d", B)
 		} else {
 			a.f("\tLEAQ (SI)(R8*%d), SI", B)
 		}

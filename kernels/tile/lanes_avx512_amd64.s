@@ -676,9 +676,6 @@ TEXT ·lanesPVT512(SB), NOSPLIT, $0-64
 	MOVQ o+32(FP), DI
 	MOVQ alpha+40(FP), AX
 	MOVQ d+48(FP), R11
-	TESTQ AX, AX
-	JZ cols // nil alpha: O is continued as it is
-	VMOVUPS (AX), Z25 // alpha, lane = row
 cols:
 	CMPQ R11, $24
 	JEQ cols24
@@ -692,7 +689,8 @@ cols24:
 	MOVQ R12, DX
 	MOVQ n+24(FP), CX
 	TESTQ AX, AX
-	JZ noalpha24
+	JZ noalpha24 // nil alpha: O is continued as it is
+	VMOVUPS (AX), Z25 // alpha, lane = row
 	VMULPS 0(DI), Z25, Z0 // alpha * O
 	VMULPS 64(DI), Z25, Z1 // alpha * O
 	VMULPS 128(DI), Z25, Z2 // alpha * O
@@ -805,13 +803,16 @@ pv24:
 	ADDQ $1536, DI
 	SUBQ $24, R11
 	JNZ cols
-	JMP done
+	MOVQ R9, 0(R14)
+	VZEROUPPER
+	RET
 cols16:
 	MOVQ p+0(FP), SI
 	MOVQ R12, DX
 	MOVQ n+24(FP), CX
 	TESTQ AX, AX
-	JZ noalpha16
+	JZ noalpha16 // nil alpha: O is continued as it is
+	VMOVUPS (AX), Z25 // alpha, lane = row
 	VMULPS 0(DI), Z25, Z0 // alpha * O
 	VMULPS 64(DI), Z25, Z1 // alpha * O
 	VMULPS 128(DI), Z25, Z2 // alpha * O
@@ -892,13 +893,16 @@ pv16:
 	ADDQ $1024, DI
 	SUBQ $16, R11
 	JNZ cols
-	JMP done
+	MOVQ R9, 0(R14)
+	VZEROUPPER
+	RET
 cols8:
 	MOVQ p+0(FP), SI
 	MOVQ R12, DX
 	MOVQ n+24(FP), CX
 	TESTQ AX, AX
-	JZ noalpha8
+	JZ noalpha8 // nil alpha: O is continued as it is
+	VMOVUPS (AX), Z25 // alpha, lane = row
 	VMULPS 0(DI), Z25, Z0 // alpha * O
 	VMULPS 64(DI), Z25, Z1 // alpha * O
 	VMULPS 128(DI), Z25, Z2 // alpha * O
@@ -947,8 +951,6 @@ pv8:
 	ADDQ $512, DI
 	SUBQ $8, R11
 	JNZ cols
-	JMP done
-done:
 	MOVQ R9, 0(R14)
 	VZEROUPPER
 	RET

@@ -313,32 +313,7 @@ func genPVT(a *asm) {
 		if C == 4 {
 			a.f("cols4:")
 		}
-		a.f("\tMOVQ p+0(FP), SI")
-		a.f("\tMOVQ R12, DX")
-		a.f("\tMOVQ n+24(FP), CX")
-		a.f("\tTESTQ AX, AX")
-		a.f("\tJZ noalpha%d // nil alpha: O is continued as it is", C)
-		a.f("\tVMOVUPS (AX), Y12 // alpha, rows 0-7")
-		a.f("\tVMOVUPS 32(AX), Y13 // rows 8-15")
-		for y := 0; y < 2*C; y++ {
-			a.f("\tVMULPS %d(DI), Y%d, Y%d // alpha * O", 32*y, 12+y%2, y)
-		}
-		a.f("\tJMP pv%d", C)
-		a.f("noalpha%d:", C)
-		for y := 0; y < 2*C; y++ {
-			a.f("\tVMOVUPS %d(DI), Y%d", 32*y, y)
-		}
-		colBody(a, isaAVX2, C, true, fmt.Sprintf("pv%d", C), pvPf)
-		for y := 0; y < 2*C; y++ {
-			a.f("\tVMOVUPS Y%d, %d(DI)", y, 32*y)
-		}
-		a.f("\tADDQ $%d, R12", 4*C)
-		a.f("\tADDQ $%d, DI", 64*C)
-		a.f("\tSUBQ $%d, R11", C)
-		a.f("\tJNZ cols")
-		a.f("\tMOVQ R9, %d(R14)", offPfAddr)
-		a.f("\tVZEROUPPER")
-		a.f("\tRET")
+		pvtGroup(a, isaAVX2, C)
 	}
 	a.f("")
 }
@@ -552,9 +527,6 @@ func genQKT(a *asm, isa vecISA) {
 // columns left, R12 V column, R14/R9/R10/R13 the prefetch cursor.
 func genPVT512(a *asm) {
 	pvtPrologue(a, "lanesPVT512")
-	a.f("\tTESTQ AX, AX")
-	a.f("\tJZ cols // nil alpha: O is continued as it is")
-	a.f("\tVMOVUPS (AX), Z25 // alpha, lane = row")
 	a.f("cols:")
 	a.f("\tCMPQ R11, $24")
 	a.f("\tJEQ cols24")
@@ -565,33 +537,54 @@ func genPVT512(a *asm) {
 	a.f("\tJMP cols8")
 	for _, C := range []int{24, 16, 8} {
 		a.f("cols%d:", C)
-		a.f("\tMOVQ p+0(FP), SI")
-		a.f("\tMOVQ R12, DX")
-		a.f("\tMOVQ n+24(FP), CX")
-		a.f("\tTESTQ AX, AX")
-		a.f("\tJZ noalpha%d", C)
-		for j := 0; j < C; j++ {
-			a.f("\tVMULPS %d(DI), Z25, Z%d // alpha * O", 64*j, j)
-		}
-		a.f("\tJMP pv%d", C)
-		a.f("noalpha%d:", C)
-		for j := 0; j < C; j++ {
-			a.f("\tVMOVUPS %d(DI), Z%d", 64*j, j)
-		}
-		colBody(a, isaAVX512, C, true, fmt.Sprintf("pv%d", C), pvPf)
-		for j := 0; j < C; j++ {
-			a.f("\tVMOVUPS Z%d, %d(DI)", j, 64*j)
-		}
-		a.f("\tADDQ $%d, R12", 4*C)
-		a.f("\tADDQ $%d, DI", 64*C)
-		a.f("\tSUBQ $%d, R11", C)
-		a.f("\tJNZ cols")
-		a.f("\tJMP done")
+		pvtGroup(a, isaAVX512, C)
 	}
-	a.f("done:")
+	a.f("")
+}
+
+// pvtGroup emits one column group of a P.V kernel (after pvtPrologue, at
+// its label colsC): C columns of O^T loaded (times alpha unless alpha is
+// nil; AVX2 alpha in Y12/Y13, AVX-512 in Z25) into the accumulators, every
+// key added by colBody, stored back; then the next group (label cols) or,
+// when no column is left, the prefetch cursor stored and return.
+func pvtGroup(a *asm, isa vecISA, C int) {
+	r := isa.reg()
+	vecs, width := 1, 64 // registers per 16-row vector, bytes per register
+	if !isa.avx512 {
+		vecs, width = 2, 32
+	}
+	a.f("\tMOVQ p+0(FP), SI")
+	a.f("\tMOVQ R12, DX")
+	a.f("\tMOVQ n+24(FP), CX")
+	a.f("\tTESTQ AX, AX")
+	a.f("\tJZ noalpha%d // nil alpha: O is continued as it is", C)
+	alpha := func(y int) int { return 25 }
+	if isa.avx512 {
+		a.f("\tVMOVUPS (AX), Z25 // alpha, lane = row")
+	} else {
+		a.f("\tVMOVUPS (AX), Y12 // alpha, rows 0-7")
+		a.f("\tVMOVUPS 32(AX), Y13 // rows 8-15")
+		alpha = func(y int) int { return 12 + y%2 }
+	}
+	for y := 0; y < vecs*C; y++ {
+		a.f("\tVMULPS %d(DI), %s%d, %s%d // alpha * O", width*y, r, alpha(y), r, y)
+	}
+	a.f("\tJMP pv%d", C)
+	a.f("noalpha%d:", C)
+	for y := 0; y < vecs*C; y++ {
+		a.f("\tVMOVUPS %d(DI), %s%d", width*y, r, y)
+	}
+	colBody(a, isa, C, true, fmt.Sprintf("pv%d", C), pvPf)
+	for y := 0; y < vecs*C; y++ {
+		a.f("\tVMOVUPS %s%d, %d(DI)", r, y, width*y)
+	}
+	a.f("\tADDQ $%d, R12", 4*C)
+	a.f("\tADDQ $%d, DI", 64*C)
+	a.f("\tSUBQ $%d, R11", C)
+	a.f("\tJNZ cols")
 	a.f("\tMOVQ R9, %d(R14)", offPfAddr)
 	a.f("\tVZEROUPPER")
-	a.f("\tRET\n")
+	a.f("\tRET")
 }
 
 // genSoftmax2 emits lanesSoftmaxAVX2(s *float32, n int, st *lanesState),

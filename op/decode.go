@@ -286,8 +286,8 @@ func SparseDecodeAttenFunc(q, k, v, q2kIndices tensor.Tensor, args DecodeArgs) (
 		return nil, wrapArg(fn, "schedule", err)
 	}
 	p := decodeRun(m, qd, kd, vd, s)
-	pool := attn.NewPool(m.params.Workers)
-	defer pool.Close()
+	pool := attn.AcquirePool(m.params.Workers)
+	defer attn.ReleasePool(pool)
 	ws := attn.NewWorkspace(pool.Workers(), m.d)
 	return runDecode(&p, ws, pool, nil, nil), nil
 }

@@ -3,6 +3,7 @@ package op
 import (
 	"fmt"
 
+	"github.com/sparseattn/msa/kernels/attn"
 	"github.com/sparseattn/msa/kernels/grad"
 	"gorgonia.org/tensor"
 )
@@ -77,7 +78,7 @@ func f32Arg(c *checker, t tensor.Tensor, arg, desc string, shape ...int) []float
 // dQ, dK and dV slices. ws may be nil.
 func (fc *f32Call) backward(fn string, ws *grad.Workspace, o, lse, dO, dLSE []float32) (dq, dk, dv []float32, err error) {
 	ws, pool := fc.gradWorkspace(ws)
-	defer pool.Close()
+	defer attn.ReleasePool(pool)
 	dq = make([]float32, len(fc.q))
 	dk, dv = make([]float32, len(fc.k)), make([]float32, len(fc.v))
 	if err := ws.Backward(&fc.p, fc.q, fc.k, fc.v, o, lse, dO, dLSE, dq, dk, dv); err != nil {

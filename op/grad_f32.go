@@ -158,9 +158,9 @@ func validateSparseF32(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int,
 }
 
 // gradWorkspace returns ws (or a new workspace) running on a pool of the
-// call's worker count; the caller closes the pool.
+// call's worker count (attn.AcquirePool); the caller releases the pool.
 func (fc *f32Call) gradWorkspace(ws *grad.Workspace) (*grad.Workspace, *attn.Pool) {
-	pool := attn.NewPool(fc.workers)
+	pool := attn.AcquirePool(fc.workers)
 	if ws == nil {
 		return grad.NewWorkspace(pool), pool
 	}
@@ -173,7 +173,7 @@ func (fc *f32Call) gradWorkspace(ws *grad.Workspace) (*grad.Workspace, *attn.Poo
 // requested. ws may be nil.
 func (fc *f32Call) forward(fn string, ws *grad.Workspace) (*Result, error) {
 	ws, pool := fc.gradWorkspace(ws)
-	defer pool.Close()
+	defer attn.ReleasePool(pool)
 	p := &fc.p
 	o := make([]float32, p.TotalQ*p.HQ*p.D)
 	lse := make([]float32, p.TotalQ*p.HQ)

@@ -204,8 +204,8 @@ func (op *decodeAttnOp) Do(vals ...G.Value) (G.Value, error) {
 	p := op.l.p
 	op.st.mu.Lock()
 	defer op.st.mu.Unlock()
-	pool := attn.NewPool(p.Workers)
-	defer pool.Close()
+	pool := attn.AcquirePool(p.Workers)
+	defer attn.ReleasePool(pool)
 	if op.st.ws == nil {
 		op.st.ws = attn.NewWorkspace(pool.Workers(), m.d)
 	}

@@ -91,8 +91,8 @@ func FreeWorkspaces() {
 func (sc *sparseCall) run(ws *attn.Workspace, pool *attn.Pool) *Result {
 	p := &sc.p
 	if pool == nil {
-		pool = attn.NewPool(sc.workers)
-		defer pool.Close()
+		pool = attn.AcquirePool(sc.workers)
+		defer attn.ReleasePool(pool)
 	}
 	if ws == nil {
 		// Eager calls borrow a workspace so that repeated calls reuse the

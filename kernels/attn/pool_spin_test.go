@@ -1,0 +1,184 @@
+package attn
+
+import (
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestPoolCalls checks the spin-then-park handshake: over many calls with
+// random worker counts, spin times (0: park at once; short ones that
+// expire between calls; long ones) and pauses, every call runs fn exactly
+// once on each of its first k workers and on no other, and returns only
+// after all of them.
+func TestPoolCalls(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	p := NewPool(5)
+	defer p.Close()
+	spins := []time.Duration{0, time.Microsecond, 50 * time.Microsecond, DefaultSpin}
+	for call := 0; call < 3000; call++ {
+		if call%100 == 0 {
+			p.SetSpin(spins[rng.IntN(len(spins))])
+		}
+		k := 1 + rng.IntN(6) // 6 > Workers: capped at 5
+		var hits [8]atomic.Int32
+		var running atomic.Int32
+		p.RunN(k, func(w int) {
+			running.Add(1)
+			hits[w].Add(1)
+			if w%2 == 1 {
+				runtime.Gosched()
+			}
+			running.Add(-1)
+		})
+		if n := running.Load(); n != 0 {
+			t.Fatalf("call %d: RunN returned with %d workers still running", call, n)
+		}
+		for w := range hits {
+			want := int32(0)
+			if w < min(k, 5) {
+				want = 1
+			}
+			if got := hits[w].Load(); got != want {
+				t.Fatalf("call %d (k = %d): worker %d ran %d times, want %d", call, k, w, got, want)
+			}
+		}
+		switch rng.IntN(8) {
+		case 0:
+			time.Sleep(time.Duration(rng.IntN(200)) * time.Microsecond)
+		case 1:
+			runtime.Gosched()
+		}
+	}
+}
+
+// TestPoolClose checks that Close stops every goroutine, whether polling
+// or parked, and that a closed pool starts new ones when used again.
+func TestPoolClose(t *testing.T) {
+	base := runtime.NumGoroutine()
+	for _, spin := range []time.Duration{0, time.Hour} {
+		p := NewPool(4)
+		p.SetSpin(spin)
+		var n atomic.Int32
+		p.Run(func(int) { n.Add(1) })
+		if p.Started() != 4 {
+			t.Fatalf("spin %v: %d started, want 4", spin, p.Started())
+		}
+		p.Close()
+		waitGoroutines(t, base)
+		p.Run(func(int) { n.Add(1) })
+		if n.Load() != 8 || p.Started() != 4 {
+			t.Fatalf("spin %v: after Close: %d calls, %d started; want 8, 4", spin, n.Load(), p.Started())
+		}
+		p.Close()
+		p.Close() // a second Close is harmless
+		waitGoroutines(t, base)
+	}
+}
+
+// waitGoroutines fails unless the goroutine count drops to base within a
+// second (stopped goroutines take a moment to exit).
+func waitGoroutines(t *testing.T, base int) {
+	t.Helper()
+	for end := time.Now().Add(time.Second); runtime.NumGoroutine() > base; {
+		if time.Now().After(end) {
+			t.Fatalf("%d goroutines left running, want %d", runtime.NumGoroutine(), base)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestPoolSpinParks checks that polling goroutines park once their spin
+// time is over: with a short spin, a pool idle for a while holds no CPU
+// (its goroutines' wake-up state says parked).
+func TestPoolSpinParks(t *testing.T) {
+	p := NewPool(3)
+	defer p.Close()
+	p.SetSpin(100 * time.Microsecond)
+	p.Run(func(int) {})
+	for end := time.Now().Add(time.Second); ; time.Sleep(time.Millisecond) {
+		parked := 0
+		p.mu.Lock()
+		for _, me := range p.ws {
+			if me.parked.Load() != 0 {
+				parked++
+			}
+		}
+		p.mu.Unlock()
+		if parked == 2 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("%d of 2 goroutines parked a second after a 100 us spin", parked)
+		}
+	}
+	var n atomic.Int32
+	p.Run(func(int) { n.Add(1) })
+	if n.Load() != 3 {
+		t.Fatalf("parked pool ran %d workers, want 3", n.Load())
+	}
+}
+
+// TestSharedPools checks AcquirePool and ReleasePool: a released pool is
+// handed out again for the same worker count (and only for it), concurrent
+// callers get distinct pools, and at most maxIdlePools stay idle, the
+// others closed.
+func TestSharedPools(t *testing.T) {
+	a := AcquirePool(3)
+	a.Run(func(int) {})
+	ReleasePool(a)
+	if b := AcquirePool(2); b == a {
+		t.Fatal("AcquirePool(2) returned the released 3-worker pool")
+	} else {
+		ReleasePool(b)
+	}
+	if b := AcquirePool(3); b != a {
+		t.Fatal("AcquirePool(3) did not reuse the released 3-worker pool")
+	} else {
+		ReleasePool(b)
+		ReleasePool(b) // a second release keeps it once
+		ReleasePool(nil)
+	}
+	if b, c := AcquirePool(3), AcquirePool(3); b == c {
+		t.Fatal("a pool released twice was handed to two callers")
+	} else {
+		ReleasePool(b)
+		ReleasePool(c)
+	}
+	var wg sync.WaitGroup
+	got := make([]*Pool, 2*maxIdlePools)
+	for i := range got {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got[i] = AcquirePool(2)
+			got[i].Run(func(int) {})
+		}()
+	}
+	wg.Wait()
+	seen := map[*Pool]bool{}
+	for _, p := range got {
+		if seen[p] {
+			t.Fatal("two concurrent callers got the same pool")
+		}
+		seen[p] = true
+		ReleasePool(p)
+	}
+	idlePools.mu.Lock()
+	n := len(idlePools.p)
+	idlePools.mu.Unlock()
+	if n != maxIdlePools {
+		t.Fatalf("%d idle pools kept, want %d", n, maxIdlePools)
+	}
+	for _, p := range got[:len(got)-maxIdlePools] {
+		p.mu.Lock()
+		open := len(p.ws)
+		p.mu.Unlock()
+		if open != 0 {
+			t.Fatalf("an evicted pool still has %d goroutines", open)
+		}
+	}
+}

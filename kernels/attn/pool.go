@@ -26,6 +26,18 @@ const MaxWorkers = 256
 // wanted.
 const DefaultSpin = 5 * time.Millisecond
 
+// processSpin is the spin time of every pool without its own (SetSpin):
+// DefaultSpin until SetProcessSpin.
+var processSpin atomic.Int64
+
+func init() { processSpin.Store(int64(DefaultSpin)) }
+
+// SetProcessSpin sets the spin time of every pool that has none of its own
+// (Pool.SetSpin), those already made included, from each goroutine's next
+// wait: 0 makes idle goroutines block at once (no CPU time between calls, a
+// wake-up cost on each); negative values count as 0.
+func SetProcessSpin(d time.Duration) { processSpin.Store(int64(max(d, 0))) }
+
 // Pool runs one function on a set of goroutines. The calling goroutine is
 // worker 0; the others are started on first use (never more than a Run
 // asks for) and live until Close. Run does not allocate once its goroutines
@@ -33,8 +45,9 @@ const DefaultSpin = 5 * time.Millisecond
 // allocation-free.
 //
 // Between calls a goroutine polls for the next one for the pool's spin time
-// (DefaultSpin; SetSpin), yielding to other goroutines as it does, then
-// blocks until a call wakes it.
+// (SetSpin; by default the process's, DefaultSpin unless SetProcessSpin),
+// yielding to other goroutines as it does, then blocks until a call wakes
+// it.
 type Pool struct {
 	n  int
 	mu sync.Mutex
@@ -45,7 +58,7 @@ type Pool struct {
 	// callShift, its worker count below, read and written as one word so
 	// that a goroutine never pairs one call's number with another's count.
 	call atomic.Uint64
-	spin atomic.Int64 // polling time in nanoseconds
+	spin atomic.Int64 // polling time in nanoseconds; < 0: processSpin
 }
 
 // callShift splits Pool.call: worker counts (<= MaxWorkers) fit below it.
@@ -69,7 +82,7 @@ func parkedOn(seen uint64) uint64 { return seen | 1<<63 }
 // no goroutine: RunN starts them as the work needs them.
 func NewPool(n int) *Pool {
 	p := &Pool{n: min(max(n, 1), MaxWorkers)}
-	p.spin.Store(int64(DefaultSpin))
+	p.spin.Store(-1)
 	return p
 }
 
@@ -77,9 +90,10 @@ func NewPool(n int) *Pool {
 func (p *Pool) Workers() int { return p.n }
 
 // SetSpin sets how long the pool's goroutines poll for the next call before
-// blocking (DefaultSpin by default; 0: block at once, as plain channel
-// workers do; negative values count as 0). It takes effect from each
-// goroutine's next wait and may be called at any time, also during a run.
+// blocking (by default the process's spin time, SetProcessSpin; 0: block at
+// once, as plain channel workers do; negative values count as 0). It takes
+// effect from each goroutine's next wait and may be called at any time,
+// also during a run.
 func (p *Pool) SetSpin(d time.Duration) { p.spin.Store(int64(max(d, 0))) }
 
 // Started returns the number of goroutines started so far, the calling
@@ -117,7 +131,11 @@ func (p *Pool) loop(w int, me *poolWorker, seen uint64) {
 // wake-up is the next call's. A token the worker did not need is consumed
 // here, so none is left for a later wait.
 func (p *Pool) await(me *poolWorker, seen uint64) uint64 {
-	if d := time.Duration(p.spin.Load()); d > 0 {
+	d := time.Duration(p.spin.Load())
+	if d < 0 {
+		d = time.Duration(processSpin.Load())
+	}
+	if d > 0 {
 		deadline := time.Now().Add(d)
 		for i := 0; ; i++ {
 			if c := p.call.Load(); c != seen {

@@ -16,7 +16,8 @@ var idlePools struct {
 // AcquirePool returns a pool of NewPool(n)'s worker count for one call that
 // owns none (an eager function, a graph node): an idle one ReleasePool kept,
 // whose goroutines are started (and, within their spin time, still
-// polling), or else a new one. Give it back with ReleasePool when the call
+// polling), or else a new one. Its spin time is the process's
+// (SetProcessSpin). Give it back with ReleasePool when the call
 // is done. Concurrent callers get distinct pools, so they never wait for
 // each other.
 func AcquirePool(n int) *Pool {
@@ -27,6 +28,7 @@ func AcquirePool(n int) *Pool {
 	for i := len(s) - 1; i >= 0; i-- {
 		if p := s[i]; p.n == n {
 			idlePools.p = append(s[:i], s[i+1:]...)
+			p.spin.Store(-1)
 			return p
 		}
 	}
@@ -52,4 +54,15 @@ func ReleasePool(p *Pool) {
 		idlePools.p = append(idlePools.p[:0], idlePools.p[1:]...)
 	}
 	idlePools.p = append(idlePools.p, p)
+}
+
+// CloseIdlePools closes the pools ReleasePool keeps (their goroutines
+// return); pools in use are not affected.
+func CloseIdlePools() {
+	idlePools.mu.Lock()
+	defer idlePools.mu.Unlock()
+	for _, p := range idlePools.p {
+		p.Close()
+	}
+	idlePools.p = nil
 }

@@ -92,33 +92,42 @@ func waitGoroutines(t *testing.T, base int) {
 }
 
 // TestPoolSpinParks checks that polling goroutines park once their spin
-// time is over: with a short spin, a pool idle for a while holds no CPU
-// (its goroutines' wake-up state says parked).
+// time is over: with a short spin, the pool's own (SetSpin) or the
+// process's (SetProcessSpin, which reaches pools already made), a pool idle
+// for a while holds no CPU (its goroutines' wake-up state says parked).
 func TestPoolSpinParks(t *testing.T) {
-	p := NewPool(3)
-	defer p.Close()
-	p.SetSpin(100 * time.Microsecond)
-	p.Run(func(int) {})
-	for end := time.Now().Add(time.Second); ; time.Sleep(time.Millisecond) {
-		parked := 0
-		p.mu.Lock()
-		for _, me := range p.ws {
-			if me.parked.Load() != 0 {
-				parked++
+	for _, own := range []bool{true, false} {
+		p := NewPool(3)
+		p.Run(func(int) {}) // starts the goroutines with the default spin
+		if own {
+			p.SetSpin(100 * time.Microsecond)
+		} else {
+			SetProcessSpin(100 * time.Microsecond)
+		}
+		p.Run(func(int) {})
+		for end := time.Now().Add(time.Second); ; time.Sleep(time.Millisecond) {
+			parked := 0
+			p.mu.Lock()
+			for _, me := range p.ws {
+				if me.parked.Load() != 0 {
+					parked++
+				}
+			}
+			p.mu.Unlock()
+			if parked == 2 {
+				break
+			}
+			if time.Now().After(end) {
+				t.Fatalf("own spin %v: %d of 2 goroutines parked a second after a 100 us spin", own, parked)
 			}
 		}
-		p.mu.Unlock()
-		if parked == 2 {
-			break
+		var n atomic.Int32
+		p.Run(func(int) { n.Add(1) })
+		if n.Load() != 3 {
+			t.Fatalf("own spin %v: parked pool ran %d workers, want 3", own, n.Load())
 		}
-		if time.Now().After(end) {
-			t.Fatalf("%d of 2 goroutines parked a second after a 100 us spin", parked)
-		}
-	}
-	var n atomic.Int32
-	p.Run(func(int) { n.Add(1) })
-	if n.Load() != 3 {
-		t.Fatalf("parked pool ran %d workers, want 3", n.Load())
+		SetProcessSpin(DefaultSpin)
+		p.Close()
 	}
 }
 
@@ -181,4 +190,27 @@ func TestSharedPools(t *testing.T) {
 			t.Fatalf("an evicted pool still has %d goroutines", open)
 		}
 	}
+}
+
+// TestCloseIdlePools checks that CloseIdlePools stops the goroutines of the
+// kept pools and that AcquirePool works afterwards.
+func TestCloseIdlePools(t *testing.T) {
+	CloseIdlePools()
+	base := runtime.NumGoroutine()
+	a, b := AcquirePool(3), AcquirePool(2)
+	a.Run(func(int) {})
+	b.Run(func(int) {})
+	ReleasePool(a)
+	ReleasePool(b)
+	CloseIdlePools()
+	waitGoroutines(t, base)
+	c := AcquirePool(3)
+	var n atomic.Int32
+	c.Run(func(int) { n.Add(1) })
+	ReleasePool(c)
+	if n.Load() != 3 {
+		t.Fatalf("pool after CloseIdlePools ran %d workers, want 3", n.Load())
+	}
+	CloseIdlePools()
+	waitGoroutines(t, base)
 }

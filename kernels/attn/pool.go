@@ -136,12 +136,15 @@ func (p *Pool) await(me *poolWorker, seen uint64) uint64 {
 		d = time.Duration(processSpin.Load())
 	}
 	if d > 0 {
-		deadline := time.Now().Add(d)
-		for i := 0; ; i++ {
+		// The clock is read on every turn: a turn can last a whole
+		// scheduler slice (10 ms) when Gosched hands the thread to a
+		// goroutine that does not yield, and a spinner that then came
+		// back 64 times would preempt that goroutine for 640 ms.
+		for deadline := time.Now().Add(d); ; {
 			if c := p.call.Load(); c != seen {
 				return c
 			}
-			if i%64 == 63 && time.Now().After(deadline) {
+			if time.Now().After(deadline) {
 				break
 			}
 			runtime.Gosched()

@@ -92,12 +92,14 @@ func FreeWorkspaces() {
 
 // SetWorkerSpin sets how long the worker goroutines of every op (eager
 // functions, graph nodes, DecodeWrapper) keep polling for the next call
-// after finishing one before they block; the default is 5 ms.
+// after finishing one before they block; the default is 0 (block at once),
+// attn.BackToBackSpin (5 ms) suits programs that call back to back.
 //
-// Polling goroutines yield to any other runnable goroutine of the process,
-// but they hold their CPU against other processes: on a machine shared with
+// Polling goroutines yield to any other runnable goroutine of the process
+// (on 2 vCPUs they still lengthened the time a Gorgonia machine spends
+// between nodes), and they hold their CPU against other processes: on a machine shared with
 // other work, or where calls are rare, 0 (block at once) gives the CPU back.
-// Blocking costs the next call a wake-up per goroutine (100-160 us measured
+// Blocking costs the next call a wake-up per goroutine (10-160 us measured
 // on 2-vCPU KVM guests, a few microseconds on bare metal), which is what
 // the spin saves on back-to-back calls such as one decode step per layer.
 // Negative values count as 0. It applies from each goroutine's next wait.

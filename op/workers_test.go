@@ -11,14 +11,14 @@ import (
 
 // TestWorkerSpinAndFree checks the process-wide worker controls: eager
 // calls are correct with any spin time (0: goroutines block at once;
-// DefaultSpin; a spin longer than the test), and FreeWorkspaces stops the
+// BackToBackSpin; a spin longer than the test), and FreeWorkspaces stops the
 // idle goroutines the eager calls kept, so the goroutine count returns to
 // what it was before the calls (that pools are kept and reused is
 // kernels/attn's TestSharedPools).
 func TestWorkerSpinAndFree(t *testing.T) {
 	FreeWorkspaces()
 	base := runtime.NumGoroutine()
-	defer SetWorkerSpin(5 * time.Millisecond)
+	defer SetWorkerSpin(0) // the default
 	for i, spin := range []time.Duration{0, 5 * time.Millisecond, time.Hour} {
 		SetWorkerSpin(spin)
 		s := decodeSpec{seed: uint64(40 + i), seqused: []int{300, 1, 0, 129}, seqlenQ: 1, hq: 8, hkv: 2, d: 64,
@@ -39,8 +39,9 @@ func TestWorkerSpinAndFree(t *testing.T) {
 // BenchmarkDecodeBackToBack times back-to-back decode steps (a
 // DecodeWrapper, 8 requests of 4096 tokens, GQA 16, D = 128, FP8, 2
 // workers) with the workers blocking between calls (spin=0) and polling
-// for the next one (the default 5 ms): the difference is the wake-up of the
-// blocked goroutines, which on 2-vCPU KVM guests costs 100-160 us a call.
+// for the next one (attn.BackToBackSpin, 5 ms): the difference is the wake-up of the
+// blocked goroutines, which on 2-vCPU KVM guests costs 10-160 us a call
+// (attn BenchmarkPoolWake).
 func BenchmarkDecodeBackToBack(b *testing.B) {
 	used := make([]int, 8)
 	for i := range used {
@@ -57,7 +58,7 @@ func BenchmarkDecodeBackToBack(b *testing.B) {
 		b.Fatal(err)
 	}
 	out := tensor.New(tensor.WithShape(len(used), 16, 128), tensor.Of(BFloat16))
-	defer SetWorkerSpin(5 * time.Millisecond)
+	defer SetWorkerSpin(0) // the default
 	for _, spin := range []time.Duration{0, 5 * time.Millisecond} {
 		b.Run(fmt.Sprintf("spin=%v", spin), func(b *testing.B) {
 			SetWorkerSpin(spin)

@@ -13,24 +13,28 @@ import (
 // any count), so the cap never changes a result.
 const MaxWorkers = 256
 
-// DefaultSpin is how long a Pool's goroutines keep polling for the next
-// call after finishing one before they block (Pool.SetSpin).
+// BackToBackSpin is a spin time (Pool.SetSpin, SetProcessSpin) for
+// programs that call back to back: after a call the goroutines keep
+// polling for the next one this long before they block. Pools do not spin
+// by default (the process spin starts at 0): on the 2-vCPU machines this
+// package is measured on, polling goroutines lengthened the time a
+// Gorgonia machine spends between nodes (the bench's graph test, nodes
+// covering under half of a small decode step's run in 4 of 20 runs against
+// none when blocking), while the wake-up they save was 10-30 us there.
 //
-// Waking a blocked goroutine costs 100-160 us on the 2-vCPU KVM guests this
-// package is measured on (an idle vCPU halts, and the host has to schedule
-// it again): 5-8% of a 2 ms decode step, paid on every call, while a polling
-// goroutine starts within a microsecond. 5 ms covers back-to-back calls
-// (one decode step per layer) and the gaps a graph's other nodes leave
-// between them; a polling goroutine yields its thread to any other runnable
-// goroutine (runtime.Gosched), so it only ever takes CPU time nothing else
-// wanted.
-const DefaultSpin = 5 * time.Millisecond
+// Waking a blocked goroutine cost 100-160 us on one of the 2-vCPU KVM
+// guests this package is measured on and 10-30 us on another
+// (BenchmarkPoolWake; an idle vCPU halts, and the host has to schedule it
+// again): up to 5-8% of a 2 ms decode step, paid on every call, while a
+// polling goroutine starts within a few microseconds. 5 ms covers
+// back-to-back calls (one decode step per layer) and the gaps a graph's
+// other nodes leave between them; a polling goroutine yields its thread to
+// any other runnable goroutine (runtime.Gosched) on every turn.
+const BackToBackSpin = 5 * time.Millisecond
 
 // processSpin is the spin time of every pool without its own (SetSpin):
-// DefaultSpin until SetProcessSpin.
+// 0 (block at once) until SetProcessSpin.
 var processSpin atomic.Int64
-
-func init() { processSpin.Store(int64(DefaultSpin)) }
 
 // SetProcessSpin sets the spin time of every pool that has none of its own
 // (Pool.SetSpin), those already made included, from each goroutine's next
@@ -45,7 +49,7 @@ func SetProcessSpin(d time.Duration) { processSpin.Store(int64(max(d, 0))) }
 // allocation-free.
 //
 // Between calls a goroutine polls for the next one for the pool's spin time
-// (SetSpin; by default the process's, DefaultSpin unless SetProcessSpin),
+// (SetSpin; by default the process's, BackToBackSpin unless SetProcessSpin),
 // yielding to other goroutines as it does, then blocks until a call wakes
 // it.
 type Pool struct {

@@ -383,14 +383,8 @@ func BenchmarkDecodeWrapperRun(b *testing.B) {
 	s := decodeSpec{seed: 1, seqused: []int{1000, 2000, 500, 4000}, seqlenQ: 1, hq: 16, hkv: 1, d: 128, pageSize: 64,
 		dt: "e4m3", workers: 2}
 	pr := buildDecode(s)
-	w, err := NewDecodeWrapper(64)
-	if err != nil {
-		b.Fatal(err)
-	}
+	w := plannedWrapper(b, s, pr)
 	defer w.Close()
-	if err := w.Plan(planArgs(s, pr), nil); err != nil {
-		b.Fatal(err)
-	}
 	out := tensor.New(tensor.WithShape(4, 16, 128), tensor.Of(BFloat16))
 	lse := tensor.New(tensor.WithShape(4, 16), tensor.Of(tensor.Float32))
 	if err := w.RunInto(pr.q, pr.k, pr.v, 0, out, lse); err != nil {

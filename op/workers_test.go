@@ -49,14 +49,8 @@ func BenchmarkDecodeBackToBack(b *testing.B) {
 	}
 	s := decodeSpec{seed: 3, seqused: used, seqlenQ: 1, hq: 16, hkv: 1, d: 128, pageSize: 64, dt: "e4m3", workers: 2}
 	pr := buildDecode(s)
-	w, err := NewDecodeWrapper(64)
-	if err != nil {
-		b.Fatal(err)
-	}
+	w := plannedWrapper(b, s, pr)
 	defer w.Close()
-	if err := w.Plan(planArgs(s, pr), nil); err != nil {
-		b.Fatal(err)
-	}
 	out := tensor.New(tensor.WithShape(len(used), 16, 128), tensor.Of(BFloat16))
 	defer SetWorkerSpin(0) // the default
 	for _, spin := range []time.Duration{0, 5 * time.Millisecond} {

@@ -20,7 +20,8 @@ func misuseSpec() decodeSpec {
 		extraCols: 3, workers: 2}
 }
 
-func plannedWrapper(t *testing.T, s decodeSpec, pr *decodeProblem) *DecodeWrapper {
+// plannedWrapper returns a wrapper planned for s (the caller closes it).
+func plannedWrapper(t testing.TB, s decodeSpec, pr *decodeProblem) *DecodeWrapper {
 	t.Helper()
 	w, err := NewDecodeWrapper(s.pageSize)
 	if err != nil {

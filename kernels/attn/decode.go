@@ -88,6 +88,10 @@ func (ws *Workspace) runDecodeItems(w int) {
 	p := ws.pd
 	s := p.Sched
 	wk := ws.worker(w).compute()
+	// The accumulator too, before any item: a worker started for this run
+	// gets its scratch now even when the others take every item, so that
+	// the next runs allocate nothing whichever worker takes what.
+	wk.decodeAcc(tile.LanesSIMD(p.D))
 	n := int64(s.WorkCount)
 	for {
 		i := ws.next.Add(1) - 1

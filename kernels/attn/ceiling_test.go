@@ -53,14 +53,7 @@ func BenchmarkDecodeBlock(b *testing.B) {
 		for r := range valid {
 			valid[r] = n
 		}
-		q := make([]float32, d)
-		ra.reset(m, float32(1/math.Sqrt(d))*math.Log2E, tile.RoundE4M3)
-		for r := 0; r < m; r++ {
-			for c := range q {
-				q[c] = float32(rng.NormFloat64())
-			}
-			ra.setQ(r, q)
-		}
+		resetRandomQ(ra, m, d, rng)
 		peak := tile.PeakGFLOPS(tn, 50*time.Millisecond)
 		run := func(name string, f func()) { bestRate(b, name, 4*float64(m*n*d), peak, f) }
 		// Repeated updates of one block keep the running max; the sums
@@ -300,4 +293,18 @@ func bestRate(b *testing.B, name string, flops, peak float64, f func()) {
 			b.ReportMetric(100*gf/peak, "%peak")
 		}
 	})
+}
+
+// resetRandomQ starts an accumulation of m rows of head dimension d on ra
+// (E4M3-rounded P, the 1/sqrt(d) softmax scale) with standard normal
+// query rows.
+func resetRandomQ(ra rowAcc, m, d int, rng *rand.Rand) {
+	q := make([]float32, d)
+	ra.reset(m, float32(1/math.Sqrt(float64(d)))*math.Log2E, tile.RoundE4M3)
+	for r := 0; r < m; r++ {
+		for c := range q {
+			q[c] = float32(rng.NormFloat64())
+		}
+		ra.setQ(r, q)
+	}
 }

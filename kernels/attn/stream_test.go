@@ -2,7 +2,6 @@ package attn
 
 import (
 	"fmt"
-	"math"
 	"math/rand"
 	"runtime"
 	"sync"
@@ -42,14 +41,7 @@ func newDecodeStream(seed int64, dt string, lv vec) *decodeStream {
 	for r := range s.valid {
 		s.valid[r] = n
 	}
-	q := make([]float32, d)
-	la.reset(m, float32(1/math.Sqrt(d))*math.Log2E, tile.RoundE4M3)
-	for r := 0; r < m; r++ {
-		for c := range q {
-			q[c] = float32(rng.NormFloat64())
-		}
-		la.setQ(r, q)
-	}
+	resetRandomQ(la, m, d, rng)
 	switch dt {
 	case "e4m3":
 		big := make([]lowp.Float8E4M3FN, streamBytes)

@@ -97,8 +97,9 @@ func FreeWorkspaces() {
 //
 // Polling goroutines yield to any other runnable goroutine of the process
 // (on 2 vCPUs they still lengthened the time a Gorgonia machine spends
-// between nodes), and they hold their CPU against other processes: on a machine shared with
-// other work, or where calls are rare, 0 (block at once) gives the CPU back.
+// between nodes), and they hold their CPU against other processes: on a
+// machine shared with other work, or where calls are rare, 0 (block at
+// once) gives the CPU back.
 // Blocking costs the next call a wake-up per goroutine (10-160 us measured
 // on 2-vCPU KVM guests, a few microseconds on bare metal), which is what
 // the spin saves on back-to-back calls such as one decode step per layer.

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sparseattn/msa/kernels/attn"
 	"gorgonia.org/tensor"
 )
 
@@ -19,7 +20,7 @@ func TestWorkerSpinAndFree(t *testing.T) {
 	FreeWorkspaces()
 	base := runtime.NumGoroutine()
 	defer SetWorkerSpin(0) // the default
-	for i, spin := range []time.Duration{0, 5 * time.Millisecond, time.Hour} {
+	for i, spin := range []time.Duration{0, attn.BackToBackSpin, time.Hour} {
 		SetWorkerSpin(spin)
 		s := decodeSpec{seed: uint64(40 + i), seqused: []int{300, 1, 0, 129}, seqlenQ: 1, hq: 8, hkv: 2, d: 64,
 			pageSize: 16, dt: []string{"bf16", "e4m3"}[i%2], workers: 3}
@@ -39,9 +40,9 @@ func TestWorkerSpinAndFree(t *testing.T) {
 // BenchmarkDecodeBackToBack times back-to-back decode steps (a
 // DecodeWrapper, 8 requests of 4096 tokens, GQA 16, D = 128, FP8, 2
 // workers) with the workers blocking between calls (spin=0) and polling
-// for the next one (attn.BackToBackSpin, 5 ms): the difference is the wake-up of the
-// blocked goroutines, which on 2-vCPU KVM guests costs 10-160 us a call
-// (attn BenchmarkPoolWake).
+// for the next one (attn.BackToBackSpin, 5 ms): the difference is the
+// wake-up of the blocked goroutines, which on 2-vCPU KVM guests costs
+// 10-160 us a call (attn BenchmarkPoolWake).
 func BenchmarkDecodeBackToBack(b *testing.B) {
 	used := make([]int, 8)
 	for i := range used {
@@ -53,7 +54,7 @@ func BenchmarkDecodeBackToBack(b *testing.B) {
 	defer w.Close()
 	out := tensor.New(tensor.WithShape(len(used), 16, 128), tensor.Of(BFloat16))
 	defer SetWorkerSpin(0) // the default
-	for _, spin := range []time.Duration{0, 5 * time.Millisecond} {
+	for _, spin := range []time.Duration{0, attn.BackToBackSpin} {
 		b.Run(fmt.Sprintf("spin=%v", spin), func(b *testing.B) {
 			SetWorkerSpin(spin)
 			if err := w.RunInto(pr.q, pr.k, pr.v, 0, out, nil); err != nil {

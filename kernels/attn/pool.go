@@ -27,9 +27,9 @@ const MaxWorkers = 256
 // (BenchmarkPoolWake; an idle vCPU halts, and the host has to schedule it
 // again): up to 5-8% of a 2 ms decode step, paid on every call, while a
 // polling goroutine starts within a few microseconds. 5 ms covers
-// back-to-back calls (one decode step per layer) and the gaps a graph's
-// other nodes leave between them; a polling goroutine yields its thread to
-// any other runnable goroutine (runtime.Gosched) on every turn.
+// back-to-back eager calls (one decode step per layer); a polling
+// goroutine yields its thread to any other runnable goroutine
+// (runtime.Gosched) on every turn.
 const BackToBackSpin = 5 * time.Millisecond
 
 // processSpin is the spin time of every pool without its own (SetSpin):
@@ -49,7 +49,7 @@ func SetProcessSpin(d time.Duration) { processSpin.Store(int64(max(d, 0))) }
 // allocation-free.
 //
 // Between calls a goroutine polls for the next one for the pool's spin time
-// (SetSpin; by default the process's, BackToBackSpin unless SetProcessSpin),
+// (SetSpin; by default the process's, 0 unless SetProcessSpin),
 // yielding to other goroutines as it does, then blocks until a call wakes
 // it.
 type Pool struct {

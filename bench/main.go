@@ -88,6 +88,7 @@ func parseFlags() (*config, error) {
 	flag.IntVar(&cfg.verifyRows, "verify-rows", 32, "query rows sampled per prefill case by -verify (decode: rows/16 requests, at least 1)")
 	dense := flag.Bool("dense", true, "measure the Gorgonia dense baseline")
 	flag.IntVar(&cfg.denseMax, "dense-max", 4096, "longest prefill length measured directly by the dense baselines; longer ones are extrapolated by (T/Tm)^2")
+	flag.IntVar(&cfg.torchMax, "torch-max", 8192, "longest prefill length measured directly by the PyTorch dense baseline (one head); longer ones are extrapolated by (T/Tm)^2")
 	flag.IntVar(&cfg.denseHeads, "dense-heads", 1, "query heads timed by the Gorgonia prefill baseline (scaled to Hq)")
 	flag.IntVar(&cfg.denseReqs, "dense-reqs", 2, "decode requests timed by the Gorgonia baseline (scaled to the batch)")
 	flag.StringVar(&cfg.torch, "torch", "", "PyTorch baseline: auto (when importable) or off; default auto, off with -tiny")
@@ -110,7 +111,6 @@ func parseFlags() (*config, error) {
 	if cfg.batches, err = parseInts(*batches); err != nil {
 		return nil, fmt.Errorf("-batches: %v", err)
 	}
-	cfg.torchMax = cfg.denseMax
 	switch cfg.torch {
 	case "":
 		cfg.torch = "auto"
@@ -143,8 +143,8 @@ func parseFlags() (*config, error) {
 	default:
 		return nil, fmt.Errorf("-topk: want 4, 8, 16 or 32, got %d", cfg.topK)
 	}
-	if cfg.workers < 1 || cfg.page < 1 || cfg.denseMax < 1 || cfg.denseHeads < 1 || cfg.denseReqs < 1 || cfg.nvfp4Len < 0 {
-		return nil, fmt.Errorf("-workers, -page, -dense-max, -dense-heads, -dense-reqs must be >= 1")
+	if cfg.workers < 1 || cfg.page < 1 || cfg.denseMax < 1 || cfg.torchMax < 1 || cfg.denseHeads < 1 || cfg.denseReqs < 1 || cfg.nvfp4Len < 0 {
+		return nil, fmt.Errorf("-workers, -page, -dense-max, -torch-max, -dense-heads, -dense-reqs must be >= 1")
 	}
 	fast := cfg.quick || cfg.tiny
 	if cfg.minTime == 0 {

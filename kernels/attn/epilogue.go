@@ -1,8 +1,6 @@
 package attn
 
 import (
-	"math"
-
 	"github.com/sparseattn/msa/kernels/lowp"
 	"github.com/sparseattn/msa/kernels/tile"
 )
@@ -201,7 +199,7 @@ func decodeE4M3(dst []float32, src []lowp.Float8E4M3FN, lv vec) {
 	case vecAVX512:
 		if e4m3VBMI {
 			if v = n &^ 63; v > 0 {
-				decodeE4M3x64VBMI(&dst[0], &src[0], v, &e4m3Tab)
+				decodeE4M3x64VBMI(&dst[0], &src[0], v, &tile.E4M3Tab)
 			}
 		}
 		if w := n &^ 31; w > v {
@@ -223,32 +221,3 @@ func decodeE4M3(dst []float32, src []lowp.Float8E4M3FN, lv vec) {
 // e4m3VBMI selects the AVX512_VBMI byte-table e4m3 decoder on the
 // avx512 vec level (tests switch it off to cover the float16 kernel too).
 var e4m3VBMI = hasVBMI()
-
-// e4m3Tables are the tables of decodeE4M3x64VBMI (layout fixed by the
-// assembly): bytes 2 and 3 of the float32 bits of every e4m3fn magnitude
-// (0..127; the sign is ORed in separately; NaN as the quiet NaN
-// 0x7fc00000), and the dword permutation that puts the 64 input bytes in
-// the order the in-lane unpacks need: dword 4L+k <- dword 4k+L.
-type e4m3Tables struct {
-	b2, b3 [128]byte
-	perm   [16]uint32
-}
-
-var e4m3Tab = func() (t e4m3Tables) {
-	for x := range 128 {
-		bits := math.Float32bits(lowp.Float8E4M3FN(x).Float32())
-		if x == 0x7f {
-			bits = 0x7fc00000
-		}
-		if bits&0xffff != 0 {
-			panic("attn: e4m3 value with float32 mantissa bits below bit 16")
-		}
-		t.b2[x], t.b3[x] = byte(bits>>16), byte(bits>>24)
-	}
-	for l := range 4 {
-		for k := range 4 {
-			t.perm[4*l+k] = uint32(4*k + l)
-		}
-	}
-	return t
-}()

@@ -6,6 +6,7 @@ import (
 	"golang.org/x/sys/cpu"
 
 	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/kernels/tile"
 )
 
 const haveAsm = true
@@ -22,7 +23,7 @@ func hasVBMI() bool { return cpu.X86.HasAVX512VBMI }
 // with the byte tables of tab.
 //
 //go:noescape
-func decodeE4M3x64VBMI(dst *float32, src *lowp.Float8E4M3FN, n int, tab *e4m3Tables)
+func decodeE4M3x64VBMI(dst *float32, src *lowp.Float8E4M3FN, n int, tab *tile.E4M3Tables)
 
 // storeBF16AVX512 converts n (a multiple of 16) float32 values times
 // scale to BF16.

@@ -441,7 +441,7 @@ maxfin_loop:
 	VZEROUPPER
 	RET
 
-// func decodeE4M3x64VBMI(dst *float32, src *lowp.Float8E4M3FN, n int, tab *e4m3Tables)
+// func decodeE4M3x64VBMI(dst *float32, src *lowp.Float8E4M3FN, n int, tab *tile.E4M3Tables)
 // n a multiple of 64. AVX512_VBMI byte-table decoder: an e4m3fn value's
 // float32 bits have only their two high bytes set (3 mantissa bits), so two
 // 128-entry byte tables indexed by the 7 magnitude bits (VPERMT2B ignores

@@ -2,7 +2,10 @@
 
 package attn
 
-import "github.com/sparseattn/msa/kernels/lowp"
+import (
+	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/kernels/tile"
+)
 
 const haveAsm = false
 
@@ -10,7 +13,7 @@ func hasF16C() bool { return false }
 
 func hasVBMI() bool { return false }
 
-func decodeE4M3x64VBMI(*float32, *lowp.Float8E4M3FN, int, *e4m3Tables) { panic("unreachable") }
+func decodeE4M3x64VBMI(*float32, *lowp.Float8E4M3FN, int, *tile.E4M3Tables) { panic("unreachable") }
 
 func storeBF16AVX512(*lowp.BFloat16, *float32, int, float32) { panic("unreachable") }
 func scaleF32AVX512(*float32, *float32, int, float32)        { panic("unreachable") }

@@ -204,6 +204,34 @@ func (s *kvStager) StageK(i0, i1 int) []float32 {
 	return s.kbuf[:(i1-i0)*d]
 }
 
+// E4M3K returns the e4m3fn bytes of key rows [i0, i1) when they are one
+// contiguous run and the AVX-512 VBMI decoder is in use (tile.E4M3Stager:
+// the lane kernels then widen them), else nil.
+func (s *kvStager) E4M3K(i0, i1 int) unsafe.Pointer { return s.e4m3Run(s.k, i0, i1) }
+
+// E4M3V is E4M3K for the value rows; nil also while V's overflow guard
+// scans or scales the chunks (FP8 V is bounded: it never does).
+func (s *kvStager) E4M3V(i0, i1 int) unsafe.Pointer {
+	if s.scan || s.vs.e != 0 {
+		return nil
+	}
+	return s.e4m3Run(s.v, i0, i1)
+}
+
+// e4m3Run returns the storage of rows [i0, i1) of o when they are one run
+// of e4m3fn rows that decodeE4M3 would widen with the VBMI decoder.
+func (s *kvStager) e4m3Run(o *Operand, i0, i1 int) unsafe.Pointer {
+	if o.Dtype != E4M3 || o.vec != vecAVX512 || !e4m3VBMI {
+		return nil
+	}
+	r, c := s.l.Run(s.b, s.h, s.t0+i0, i1-i0)
+	if c < i1-i0 {
+		return nil
+	}
+	p, _ := o.storage(r, c)
+	return p
+}
+
 // StageV decodes value rows [i0, i1) of the block.
 func (s *kvStager) StageV(i0, i1 int) []float32 {
 	d := s.v.D

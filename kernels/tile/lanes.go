@@ -50,6 +50,23 @@ type Lanes struct {
 	// pfK and pfV are the prefetch cursors of the Q.K and P.V kernels
 	// (PrefetchNext); idle, they point at s with step 0.
 	pfK, pfV lanesPrefetch
+	// kst and vst are the double buffers of the pipelined staging
+	// (E4M3Stager), cv the side conversion of the next kernel call.
+	kst, vst [2][]float32
+	cv       lanesConv
+}
+
+// lanesConv is a side conversion of the AVX-512 lane kernels: units blocks
+// of 64 e4m3fn bytes at src widened to float32 at dst, one block every per
+// loop iterations (cd counts down to the next). Its layout (offsets 0-40)
+// is fixed by asmgen/lanes/gen.go. src and dst are addresses, not pointers:
+// the kernels advance them past the end of their buffers, which the caller
+// keeps alive.
+type lanesConv struct {
+	src, dst uintptr
+	units    int
+	cd, per  int
+	tab      *E4M3Tables
 }
 
 // lanesPrefetch is a prefetch cursor of the lane kernels: every loop
@@ -169,6 +186,23 @@ type Stager interface {
 	// StageV is StageK for the value rows (its slice must stay valid until
 	// the next StageV call).
 	StageV(i0, i1 int) []float32
+}
+
+// E4M3Stager is a Stager whose rows can also be read as the float8 e4m3fn
+// bytes they are decoded from. UpdateStaged then widens each chunk inside
+// the lane kernels of the chunk before it (AVX-512 with AVX512_VBMI, d a
+// multiple of 64), where the conversion overlaps their multiply-adds,
+// instead of calling StageK / StageV; the results are bit-identical.
+type E4M3Stager interface {
+	Stager
+	// E4M3K returns the storage of key rows [i0, i1) when they are one
+	// contiguous run of (i1-i0)*d e4m3fn bytes whose plain widening to
+	// float32 is what StageK returns, else nil (StageK is then called).
+	// The bytes must stay valid until the update returns.
+	E4M3K(i0, i1 int) unsafe.Pointer
+	// E4M3V is E4M3K for the value rows and StageV; nil also when StageV
+	// transforms the widened values further.
+	E4M3V(i0, i1 int) unsafe.Pointer
 }
 
 // lanesChunks are the rows UpdateStaged asks for per StageK (a multiple of

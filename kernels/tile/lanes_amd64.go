@@ -42,8 +42,14 @@ func lanesPVT(p *float32, v *float32, ldv uintptr, n int, o *float32, alpha *flo
 // 4, 2, 1), four columns per loop iteration, each of which prefetches two
 // lines at pf, advancing it.
 //
+// Every iteration of lanesQKT512 and lanesPVT512 also counts down the side
+// conversion cv (lanesConv): when its countdown reaches zero (then reset to
+// its period) and units are left, the iteration widens 64 e4m3fn values of
+// the next staged chunk between its multiply-adds. An idle job (no units)
+// costs a countdown per iteration.
+//
 //go:noescape
-func lanesQKT512(qT *float32, k *float32, ldk uintptr, d int, s *float32, n int, pf *lanesPrefetch)
+func lanesQKT512(qT *float32, k *float32, ldk uintptr, d int, s *float32, n int, pf *lanesPrefetch, cv *lanesConv)
 
 // lanesSoftmax512 is the vertical online softmax of n >= 1 score vectors
 // s (16 floats each, lane r = row r, overwritten with P^T) with the lane
@@ -61,7 +67,12 @@ func lanesSoftmax512(s *float32, n int, st *lanesState)
 // iteration, each of which prefetches pf's line and advances pf.
 //
 //go:noescape
-func lanesPVT512(p *float32, v *float32, ldv uintptr, n int, o *float32, alpha *float32, d int, pf *lanesPrefetch)
+func lanesPVT512(p *float32, v *float32, ldv uintptr, n int, o *float32, alpha *float32, d int, pf *lanesPrefetch, cv *lanesConv)
+
+// lanesConvRest512 widens the units cv has left, one after the other.
+//
+//go:noescape
+func lanesConvRest512(cv *lanesConv)
 
 // lanesKernFor returns the lane kernels for head dimension d under the
 // active tier: the AVX-512 ones on avx512, avx512bf16 and
@@ -135,6 +146,10 @@ func lanesUpdateStagedSIMD(l *Lanes, src Stager, n int) {
 	l.prefetchSteps(n)
 	defer l.prefetchIdle()
 	d, ch := l.d, lanesChunks[l.kern]
+	if es, ok := src.(E4M3Stager); ok && l.kern == lanesAVX512 && lanesConvOK && d%64 == 0 {
+		lanesUpdatePipelined(l, es, n, ch.k, ch.v)
+		return
+	}
 	for i0 := 0; i0 < n; i0 += ch.k {
 		i1 := min(n, i0+ch.k)
 		k := src.StageK(i0, i1)
@@ -172,7 +187,7 @@ func lanesQKRange(l *Lanes, k []float32, i0, i1 int) {
 		lanesQKT(&l.qT[0], &k[0], ld, l.d, &l.s[i0*16], i1-i0, &l.pfK)
 		return
 	}
-	lanesQKT512(&l.qT[0], &k[0], ld, l.d, &l.s[i0*16], i1-i0, &l.pfK)
+	lanesQKT512(&l.qT[0], &k[0], ld, l.d, &l.s[i0*16], i1-i0, &l.pfK, l.conv())
 }
 
 // lanesPVRange adds keys [i0, i1) to O (v holds their value rows,
@@ -188,5 +203,5 @@ func lanesPVRange(l *Lanes, v []float32, i0, i1 int, first bool) {
 		lanesPVT(&l.s[i0*16], &v[0], ld, i1-i0, &l.oT[0], alpha, l.d, &l.pfV)
 		return
 	}
-	lanesPVT512(&l.s[i0*16], &v[0], ld, i1-i0, &l.oT[0], alpha, l.d, &l.pfV)
+	lanesPVT512(&l.s[i0*16], &v[0], ld, i1-i0, &l.oT[0], alpha, l.d, &l.pfV, l.conv())
 }

@@ -397,6 +397,7 @@ qk1:
 	SUBQ $1, R11
 	LEAQ (SI)(R8*1), SI
 keys0:
+	MOVQ pf+48(FP), DX
 	MOVQ R12, 0(DX)
 	VZEROUPPER
 	RET
@@ -1048,7 +1049,7 @@ cols:
 	VMULPS 288(DI), Y13, Y9 // alpha * O
 	VMULPS 320(DI), Y12, Y10 // alpha * O
 	VMULPS 352(DI), Y13, Y11 // alpha * O
-	JMP pv6
+	JMP pvgo6
 noalpha6:
 	VMOVUPS 0(DI), Y0
 	VMOVUPS 32(DI), Y1
@@ -1062,6 +1063,7 @@ noalpha6:
 	VMOVUPS 288(DI), Y9
 	VMOVUPS 320(DI), Y10
 	VMOVUPS 352(DI), Y11
+pvgo6:
 pv6:
 	PREFETCHT1 (R9) // the following block into L2, spread over the iterations
 	ADDQ R10, R9
@@ -1126,7 +1128,7 @@ cols4:
 	VMULPS 160(DI), Y13, Y5 // alpha * O
 	VMULPS 192(DI), Y12, Y6 // alpha * O
 	VMULPS 224(DI), Y13, Y7 // alpha * O
-	JMP pv4
+	JMP pvgo4
 noalpha4:
 	VMOVUPS 0(DI), Y0
 	VMOVUPS 32(DI), Y1
@@ -1136,6 +1138,7 @@ noalpha4:
 	VMOVUPS 160(DI), Y5
 	VMOVUPS 192(DI), Y6
 	VMOVUPS 224(DI), Y7
+pvgo4:
 pv4:
 	PREFETCHT1 (R9) // the following block into L2, spread over the iterations
 	ADDQ R10, R9

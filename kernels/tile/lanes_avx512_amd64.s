@@ -22,12 +22,16 @@ DATA ·lanesc+56(SB)/4, $0x3c800000 // sub
 DATA ·lanesc+60(SB)/4, $0x43e00000 // c448
 GLOBL ·lanesc(SB), RODATA|NOPTR, $64
 
-// func lanesQKT512(qT *float32, k *float32, ldk uintptr, d int, s *float32, n int, pf *lanesPrefetch)
-TEXT ·lanesQKT512(SB), NOSPLIT, $0-56
+// func lanesQKT512(qT *float32, k *float32, ldk uintptr, d int, s *float32, n int, pf *lanesPrefetch, cv *lanesConv)
+TEXT ·lanesQKT512(SB), NOSPLIT, $0-64
 	MOVQ pf+48(FP), DX
 	MOVQ 0(DX), R12 // prefetch cursor
 	MOVQ 8(DX), R13 // its step per iteration
 	MOVQ 16(DX), R14 // its last line
+	MOVQ cv+56(FP), R15 // side conversion job
+	MOVQ 40(R15), DX
+	VMOVDQU64 256(DX), Z12 // e4m3 dword permutation
+	VPXORD Z13, Z13, Z13
 	MOVQ k+8(FP), SI
 	MOVQ ldk+16(FP), R8
 	MOVQ s+32(FP), BX
@@ -62,6 +66,35 @@ qk12:
 	ADDQ R13, R12
 	CMPQ R12, R14
 	CMOVQGT R14, R12 // stay on the last line
+	DECQ 24(R15) // side conversion: countdown
+	JNZ qk12cv
+	MOVQ 32(R15), DX
+	MOVQ DX, 24(R15) // next unit after per iterations
+	CMPQ 16(R15), $0
+	JEQ qk12cv
+	DECQ 16(R15)
+	MOVQ 0(R15), DX // e4m3 source
+	VPERMD (DX), Z12, Z14 // bytes in unpack order
+	ADDQ $64, 0(R15)
+	MOVQ 40(R15), DX // tables
+	VMOVDQU64 (DX), Z15
+	VPERMT2B 64(DX), Z14, Z15 // byte 2 of each float32
+	VMOVDQU64 128(DX), Z16
+	VPERMT2B 192(DX), Z14, Z16 // byte 3 without the sign
+	VPTERNLOGD.BCST $0xf8, 320(DX), Z14, Z16 // |= the sign
+	VPUNPCKLBW Z16, Z15, Z17 // words b2 | b3 << 8
+	VPUNPCKHBW Z16, Z15, Z18
+	MOVQ 8(R15), DX // float32 destination
+	VPUNPCKLWD Z17, Z13, Z14 // dwords word << 16
+	VPUNPCKHWD Z17, Z13, Z15
+	VPUNPCKLWD Z18, Z13, Z16
+	VPUNPCKHWD Z18, Z13, Z17
+	VMOVDQU64 Z14, 0(DX)
+	VMOVDQU64 Z15, 64(DX)
+	VMOVDQU64 Z16, 128(DX)
+	VMOVDQU64 Z17, 192(DX)
+	ADDQ $256, 8(R15)
+qk12cv:
 	VMOVUPS 0(AX), Z28 // Q^T[c+0]
 	VMOVUPS 64(AX), Z29 // Q^T[c+1]
 	VMOVUPS 128(AX), Z30 // Q^T[c+2]
@@ -163,6 +196,35 @@ qk8:
 	ADDQ R13, R12
 	CMPQ R12, R14
 	CMOVQGT R14, R12 // stay on the last line
+	DECQ 24(R15) // side conversion: countdown
+	JNZ qk8cv
+	MOVQ 32(R15), DX
+	MOVQ DX, 24(R15) // next unit after per iterations
+	CMPQ 16(R15), $0
+	JEQ qk8cv
+	DECQ 16(R15)
+	MOVQ 0(R15), DX // e4m3 source
+	VPERMD (DX), Z12, Z14 // bytes in unpack order
+	ADDQ $64, 0(R15)
+	MOVQ 40(R15), DX // tables
+	VMOVDQU64 (DX), Z15
+	VPERMT2B 64(DX), Z14, Z15 // byte 2 of each float32
+	VMOVDQU64 128(DX), Z16
+	VPERMT2B 192(DX), Z14, Z16 // byte 3 without the sign
+	VPTERNLOGD.BCST $0xf8, 320(DX), Z14, Z16 // |= the sign
+	VPUNPCKLBW Z16, Z15, Z17 // words b2 | b3 << 8
+	VPUNPCKHBW Z16, Z15, Z18
+	MOVQ 8(R15), DX // float32 destination
+	VPUNPCKLWD Z17, Z13, Z14 // dwords word << 16
+	VPUNPCKHWD Z17, Z13, Z15
+	VPUNPCKLWD Z18, Z13, Z16
+	VPUNPCKHWD Z18, Z13, Z17
+	VMOVDQU64 Z14, 0(DX)
+	VMOVDQU64 Z15, 64(DX)
+	VMOVDQU64 Z16, 128(DX)
+	VMOVDQU64 Z17, 192(DX)
+	ADDQ $256, 8(R15)
+qk8cv:
 	VMOVUPS 0(AX), Z28 // Q^T[c+0]
 	VMOVUPS 64(AX), Z29 // Q^T[c+1]
 	VMOVUPS 128(AX), Z30 // Q^T[c+2]
@@ -237,6 +299,35 @@ qk4:
 	ADDQ R13, R12
 	CMPQ R12, R14
 	CMOVQGT R14, R12 // stay on the last line
+	DECQ 24(R15) // side conversion: countdown
+	JNZ qk4cv
+	MOVQ 32(R15), DX
+	MOVQ DX, 24(R15) // next unit after per iterations
+	CMPQ 16(R15), $0
+	JEQ qk4cv
+	DECQ 16(R15)
+	MOVQ 0(R15), DX // e4m3 source
+	VPERMD (DX), Z12, Z14 // bytes in unpack order
+	ADDQ $64, 0(R15)
+	MOVQ 40(R15), DX // tables
+	VMOVDQU64 (DX), Z15
+	VPERMT2B 64(DX), Z14, Z15 // byte 2 of each float32
+	VMOVDQU64 128(DX), Z16
+	VPERMT2B 192(DX), Z14, Z16 // byte 3 without the sign
+	VPTERNLOGD.BCST $0xf8, 320(DX), Z14, Z16 // |= the sign
+	VPUNPCKLBW Z16, Z15, Z17 // words b2 | b3 << 8
+	VPUNPCKHBW Z16, Z15, Z18
+	MOVQ 8(R15), DX // float32 destination
+	VPUNPCKLWD Z17, Z13, Z14 // dwords word << 16
+	VPUNPCKHWD Z17, Z13, Z15
+	VPUNPCKLWD Z18, Z13, Z16
+	VPUNPCKHWD Z18, Z13, Z17
+	VMOVDQU64 Z14, 0(DX)
+	VMOVDQU64 Z15, 64(DX)
+	VMOVDQU64 Z16, 128(DX)
+	VMOVDQU64 Z17, 192(DX)
+	ADDQ $256, 8(R15)
+qk4cv:
 	VMOVUPS 0(AX), Z28 // Q^T[c+0]
 	VMOVUPS 64(AX), Z29 // Q^T[c+1]
 	VMOVUPS 128(AX), Z30 // Q^T[c+2]
@@ -288,6 +379,35 @@ qk2:
 	ADDQ R13, R12
 	CMPQ R12, R14
 	CMOVQGT R14, R12 // stay on the last line
+	DECQ 24(R15) // side conversion: countdown
+	JNZ qk2cv
+	MOVQ 32(R15), DX
+	MOVQ DX, 24(R15) // next unit after per iterations
+	CMPQ 16(R15), $0
+	JEQ qk2cv
+	DECQ 16(R15)
+	MOVQ 0(R15), DX // e4m3 source
+	VPERMD (DX), Z12, Z14 // bytes in unpack order
+	ADDQ $64, 0(R15)
+	MOVQ 40(R15), DX // tables
+	VMOVDQU64 (DX), Z15
+	VPERMT2B 64(DX), Z14, Z15 // byte 2 of each float32
+	VMOVDQU64 128(DX), Z16
+	VPERMT2B 192(DX), Z14, Z16 // byte 3 without the sign
+	VPTERNLOGD.BCST $0xf8, 320(DX), Z14, Z16 // |= the sign
+	VPUNPCKLBW Z16, Z15, Z17 // words b2 | b3 << 8
+	VPUNPCKHBW Z16, Z15, Z18
+	MOVQ 8(R15), DX // float32 destination
+	VPUNPCKLWD Z17, Z13, Z14 // dwords word << 16
+	VPUNPCKHWD Z17, Z13, Z15
+	VPUNPCKLWD Z18, Z13, Z16
+	VPUNPCKHWD Z18, Z13, Z17
+	VMOVDQU64 Z14, 0(DX)
+	VMOVDQU64 Z15, 64(DX)
+	VMOVDQU64 Z16, 128(DX)
+	VMOVDQU64 Z17, 192(DX)
+	ADDQ $256, 8(R15)
+qk2cv:
 	VMOVUPS 0(AX), Z28 // Q^T[c+0]
 	VMOVUPS 64(AX), Z29 // Q^T[c+1]
 	VMOVUPS 128(AX), Z30 // Q^T[c+2]
@@ -328,6 +448,35 @@ qk1:
 	ADDQ R13, R12
 	CMPQ R12, R14
 	CMOVQGT R14, R12 // stay on the last line
+	DECQ 24(R15) // side conversion: countdown
+	JNZ qk1cv
+	MOVQ 32(R15), DX
+	MOVQ DX, 24(R15) // next unit after per iterations
+	CMPQ 16(R15), $0
+	JEQ qk1cv
+	DECQ 16(R15)
+	MOVQ 0(R15), DX // e4m3 source
+	VPERMD (DX), Z12, Z14 // bytes in unpack order
+	ADDQ $64, 0(R15)
+	MOVQ 40(R15), DX // tables
+	VMOVDQU64 (DX), Z15
+	VPERMT2B 64(DX), Z14, Z15 // byte 2 of each float32
+	VMOVDQU64 128(DX), Z16
+	VPERMT2B 192(DX), Z14, Z16 // byte 3 without the sign
+	VPTERNLOGD.BCST $0xf8, 320(DX), Z14, Z16 // |= the sign
+	VPUNPCKLBW Z16, Z15, Z17 // words b2 | b3 << 8
+	VPUNPCKHBW Z16, Z15, Z18
+	MOVQ 8(R15), DX // float32 destination
+	VPUNPCKLWD Z17, Z13, Z14 // dwords word << 16
+	VPUNPCKHWD Z17, Z13, Z15
+	VPUNPCKLWD Z18, Z13, Z16
+	VPUNPCKHWD Z18, Z13, Z17
+	VMOVDQU64 Z14, 0(DX)
+	VMOVDQU64 Z15, 64(DX)
+	VMOVDQU64 Z16, 128(DX)
+	VMOVDQU64 Z17, 192(DX)
+	ADDQ $256, 8(R15)
+qk1cv:
 	VMOVUPS 0(AX), Z28 // Q^T[c+0]
 	VMOVUPS 64(AX), Z29 // Q^T[c+1]
 	VMOVUPS 128(AX), Z30 // Q^T[c+2]
@@ -348,6 +497,7 @@ qk1:
 	SUBQ $1, R11
 	LEAQ (SI)(R8*1), SI
 keys0:
+	MOVQ pf+48(FP), DX
 	MOVQ R12, 0(DX)
 	VZEROUPPER
 	RET
@@ -665,12 +815,16 @@ done:
 	VZEROUPPER
 	RET
 
-// func lanesPVT512(p *float32, v *float32, ldv uintptr, n int, o *float32, alpha *float32, d int, pf *lanesPrefetch)
-TEXT ·lanesPVT512(SB), NOSPLIT, $0-64
+// func lanesPVT512(p *float32, v *float32, ldv uintptr, n int, o *float32, alpha *float32, d int, pf *lanesPrefetch, cv *lanesConv)
+TEXT ·lanesPVT512(SB), NOSPLIT, $0-72
 	MOVQ pf+56(FP), R14
 	MOVQ 0(R14), R9 // prefetch cursor
 	MOVQ 8(R14), R10 // its step per iteration
 	MOVQ 16(R14), R13 // its last line
+	MOVQ cv+64(FP), R15 // side conversion job
+	MOVQ 40(R15), BX
+	VMOVDQU64 256(BX), Z25 // e4m3 dword permutation
+	VPXORD Z26, Z26, Z26
 	MOVQ v+8(FP), R12
 	MOVQ ldv+16(FP), R8
 	MOVQ o+32(FP), DI
@@ -715,7 +869,7 @@ cols24:
 	VMULPS 1344(DI), Z25, Z21 // alpha * O
 	VMULPS 1408(DI), Z25, Z22 // alpha * O
 	VMULPS 1472(DI), Z25, Z23 // alpha * O
-	JMP pv24
+	JMP pvgo24
 noalpha24:
 	VMOVUPS 0(DI), Z0
 	VMOVUPS 64(DI), Z1
@@ -741,11 +895,43 @@ noalpha24:
 	VMOVUPS 1344(DI), Z21
 	VMOVUPS 1408(DI), Z22
 	VMOVUPS 1472(DI), Z23
+pvgo24:
+	MOVQ 40(R15), BX
+	VMOVDQU64 256(BX), Z25 // the conversion's permutation again (alpha was in Z25)
 pv24:
 	PREFETCHT1 (R9) // the following block into L2, spread over the iterations
 	ADDQ R10, R9
 	CMPQ R9, R13
 	CMOVQGT R13, R9 // stay on the last line
+	DECQ 24(R15) // side conversion: countdown
+	JNZ pv24cv
+	MOVQ 32(R15), BX
+	MOVQ BX, 24(R15) // next unit after per iterations
+	CMPQ 16(R15), $0
+	JEQ pv24cv
+	DECQ 16(R15)
+	MOVQ 0(R15), BX // e4m3 source
+	VPERMD (BX), Z25, Z27 // bytes in unpack order
+	ADDQ $64, 0(R15)
+	MOVQ 40(R15), BX // tables
+	VMOVDQU64 (BX), Z28
+	VPERMT2B 64(BX), Z27, Z28 // byte 2 of each float32
+	VMOVDQU64 128(BX), Z29
+	VPERMT2B 192(BX), Z27, Z29 // byte 3 without the sign
+	VPTERNLOGD.BCST $0xf8, 320(BX), Z27, Z29 // |= the sign
+	VPUNPCKLBW Z29, Z28, Z30 // words b2 | b3 << 8
+	VPUNPCKHBW Z29, Z28, Z31
+	MOVQ 8(R15), BX // float32 destination
+	VPUNPCKLWD Z30, Z26, Z27 // dwords word << 16
+	VPUNPCKHWD Z30, Z26, Z28
+	VPUNPCKLWD Z31, Z26, Z29
+	VPUNPCKHWD Z31, Z26, Z30
+	VMOVDQU64 Z27, 0(BX)
+	VMOVDQU64 Z28, 64(BX)
+	VMOVDQU64 Z29, 128(BX)
+	VMOVDQU64 Z30, 192(BX)
+	ADDQ $256, 8(R15)
+pv24cv:
 	VMOVUPS 0(SI), Z24 // P^T[i]
 	VFMADD231PS.BCST 0(DX), Z24, Z0 // V[i][c0+0]
 	VFMADD231PS.BCST 4(DX), Z24, Z1 // V[i][c0+1]
@@ -829,7 +1015,7 @@ cols16:
 	VMULPS 832(DI), Z25, Z13 // alpha * O
 	VMULPS 896(DI), Z25, Z14 // alpha * O
 	VMULPS 960(DI), Z25, Z15 // alpha * O
-	JMP pv16
+	JMP pvgo16
 noalpha16:
 	VMOVUPS 0(DI), Z0
 	VMOVUPS 64(DI), Z1
@@ -847,11 +1033,43 @@ noalpha16:
 	VMOVUPS 832(DI), Z13
 	VMOVUPS 896(DI), Z14
 	VMOVUPS 960(DI), Z15
+pvgo16:
+	MOVQ 40(R15), BX
+	VMOVDQU64 256(BX), Z25 // the conversion's permutation again (alpha was in Z25)
 pv16:
 	PREFETCHT1 (R9) // the following block into L2, spread over the iterations
 	ADDQ R10, R9
 	CMPQ R9, R13
 	CMOVQGT R13, R9 // stay on the last line
+	DECQ 24(R15) // side conversion: countdown
+	JNZ pv16cv
+	MOVQ 32(R15), BX
+	MOVQ BX, 24(R15) // next unit after per iterations
+	CMPQ 16(R15), $0
+	JEQ pv16cv
+	DECQ 16(R15)
+	MOVQ 0(R15), BX // e4m3 source
+	VPERMD (BX), Z25, Z27 // bytes in unpack order
+	ADDQ $64, 0(R15)
+	MOVQ 40(R15), BX // tables
+	VMOVDQU64 (BX), Z28
+	VPERMT2B 64(BX), Z27, Z28 // byte 2 of each float32
+	VMOVDQU64 128(BX), Z29
+	VPERMT2B 192(BX), Z27, Z29 // byte 3 without the sign
+	VPTERNLOGD.BCST $0xf8, 320(BX), Z27, Z29 // |= the sign
+	VPUNPCKLBW Z29, Z28, Z30 // words b2 | b3 << 8
+	VPUNPCKHBW Z29, Z28, Z31
+	MOVQ 8(R15), BX // float32 destination
+	VPUNPCKLWD Z30, Z26, Z27 // dwords word << 16
+	VPUNPCKHWD Z30, Z26, Z28
+	VPUNPCKLWD Z31, Z26, Z29
+	VPUNPCKHWD Z31, Z26, Z30
+	VMOVDQU64 Z27, 0(BX)
+	VMOVDQU64 Z28, 64(BX)
+	VMOVDQU64 Z29, 128(BX)
+	VMOVDQU64 Z30, 192(BX)
+	ADDQ $256, 8(R15)
+pv16cv:
 	VMOVUPS 0(SI), Z24 // P^T[i]
 	VFMADD231PS.BCST 0(DX), Z24, Z0 // V[i][c0+0]
 	VFMADD231PS.BCST 4(DX), Z24, Z1 // V[i][c0+1]
@@ -911,7 +1129,7 @@ cols8:
 	VMULPS 320(DI), Z25, Z5 // alpha * O
 	VMULPS 384(DI), Z25, Z6 // alpha * O
 	VMULPS 448(DI), Z25, Z7 // alpha * O
-	JMP pv8
+	JMP pvgo8
 noalpha8:
 	VMOVUPS 0(DI), Z0
 	VMOVUPS 64(DI), Z1
@@ -921,11 +1139,43 @@ noalpha8:
 	VMOVUPS 320(DI), Z5
 	VMOVUPS 384(DI), Z6
 	VMOVUPS 448(DI), Z7
+pvgo8:
+	MOVQ 40(R15), BX
+	VMOVDQU64 256(BX), Z25 // the conversion's permutation again (alpha was in Z25)
 pv8:
 	PREFETCHT1 (R9) // the following block into L2, spread over the iterations
 	ADDQ R10, R9
 	CMPQ R9, R13
 	CMOVQGT R13, R9 // stay on the last line
+	DECQ 24(R15) // side conversion: countdown
+	JNZ pv8cv
+	MOVQ 32(R15), BX
+	MOVQ BX, 24(R15) // next unit after per iterations
+	CMPQ 16(R15), $0
+	JEQ pv8cv
+	DECQ 16(R15)
+	MOVQ 0(R15), BX // e4m3 source
+	VPERMD (BX), Z25, Z27 // bytes in unpack order
+	ADDQ $64, 0(R15)
+	MOVQ 40(R15), BX // tables
+	VMOVDQU64 (BX), Z28
+	VPERMT2B 64(BX), Z27, Z28 // byte 2 of each float32
+	VMOVDQU64 128(BX), Z29
+	VPERMT2B 192(BX), Z27, Z29 // byte 3 without the sign
+	VPTERNLOGD.BCST $0xf8, 320(BX), Z27, Z29 // |= the sign
+	VPUNPCKLBW Z29, Z28, Z30 // words b2 | b3 << 8
+	VPUNPCKHBW Z29, Z28, Z31
+	MOVQ 8(R15), BX // float32 destination
+	VPUNPCKLWD Z30, Z26, Z27 // dwords word << 16
+	VPUNPCKHWD Z30, Z26, Z28
+	VPUNPCKLWD Z31, Z26, Z29
+	VPUNPCKHWD Z31, Z26, Z30
+	VMOVDQU64 Z27, 0(BX)
+	VMOVDQU64 Z28, 64(BX)
+	VMOVDQU64 Z29, 128(BX)
+	VMOVDQU64 Z30, 192(BX)
+	ADDQ $256, 8(R15)
+pv8cv:
 	VMOVUPS 0(SI), Z24 // P^T[i]
 	VFMADD231PS.BCST 0(DX), Z24, Z0 // V[i][c0+0]
 	VFMADD231PS.BCST 4(DX), Z24, Z1 // V[i][c0+1]
@@ -952,6 +1202,43 @@ pv8:
 	SUBQ $8, R11
 	JNZ cols
 	MOVQ R9, 0(R14)
+	VZEROUPPER
+	RET
+
+// func lanesConvRest512(cv *lanesConv)
+TEXT ·lanesConvRest512(SB), NOSPLIT, $0-8
+	MOVQ cv+0(FP), R15 // side conversion job
+	MOVQ 40(R15), BX
+	VMOVDQU64 256(BX), Z0 // e4m3 dword permutation
+	VPXORD Z1, Z1, Z1
+	CMPQ 16(R15), $0
+	JEQ restdone
+rest:
+	DECQ 16(R15)
+	MOVQ 0(R15), BX // e4m3 source
+	VPERMD (BX), Z0, Z2 // bytes in unpack order
+	ADDQ $64, 0(R15)
+	MOVQ 40(R15), BX // tables
+	VMOVDQU64 (BX), Z3
+	VPERMT2B 64(BX), Z2, Z3 // byte 2 of each float32
+	VMOVDQU64 128(BX), Z4
+	VPERMT2B 192(BX), Z2, Z4 // byte 3 without the sign
+	VPTERNLOGD.BCST $0xf8, 320(BX), Z2, Z4 // |= the sign
+	VPUNPCKLBW Z4, Z3, Z5 // words b2 | b3 << 8
+	VPUNPCKHBW Z4, Z3, Z6
+	MOVQ 8(R15), BX // float32 destination
+	VPUNPCKLWD Z5, Z1, Z2 // dwords word << 16
+	VPUNPCKHWD Z5, Z1, Z3
+	VPUNPCKLWD Z6, Z1, Z4
+	VPUNPCKHWD Z6, Z1, Z5
+	VMOVDQU64 Z2, 0(BX)
+	VMOVDQU64 Z3, 64(BX)
+	VMOVDQU64 Z4, 128(BX)
+	VMOVDQU64 Z5, 192(BX)
+	ADDQ $256, 8(R15)
+	CMPQ 16(R15), $0
+	JNE rest
+restdone:
 	VZEROUPPER
 	RET
 

@@ -24,3 +24,26 @@ func loops() map[string]func(q, k *float32, src *byte, dst *float32, n int) {
 	}
 	return map[string]func(q, k *float32, src *byte, dst *float32, n int){"fma": fmaLoop, "conv": convLoop, "both": bothLoop}
 }
+
+// fma512Loop, conv512Loop and both512Loop run n iterations of the AVX-512
+// counterparts (overlap512_amd64.s): 4 steps of the Q.K lane kernel's
+// multiply-adds, 3 steps of the VBMI e4m3 conversion of 64 values, or both
+// interleaved.
+//
+//go:noescape
+func fma512Loop(q, k *float32, src *byte, dst *float32, n int)
+
+//go:noescape
+func conv512Loop(q, k *float32, src *byte, dst *float32, n int)
+
+//go:noescape
+func both512Loop(q, k *float32, src *byte, dst *float32, n int)
+
+// loops512 returns the AVX-512 loops, or nil where the CPU lacks
+// AVX512F/BW or AVX512_VBMI.
+func loops512() map[string]func(q, k *float32, src *byte, dst *float32, n int) {
+	if !cpu.X86.HasAVX512F || !cpu.X86.HasAVX512BW || !cpu.X86.HasAVX512VBMI {
+		return nil
+	}
+	return map[string]func(q, k *float32, src *byte, dst *float32, n int){"fma": fma512Loop, "conv": conv512Loop, "both": both512Loop}
+}

@@ -30,13 +30,15 @@ func run(fn func(q, k *float32, src *byte, dst *float32, n int), n int) float64 
 // TestLoopsRun checks that the loops run and take time (the benchmark's
 // numbers are only meaningful if each does its work).
 func TestLoopsRun(t *testing.T) {
-	l := loops()
-	if l == nil {
-		t.Skip("CPU lacks AVX2, FMA or F16C")
-	}
-	for name, fn := range l {
-		if ns := run(fn, 1000); !(ns > 0) {
-			t.Errorf("%s: %g ns per step", name, ns)
+	for isa, l := range map[string]map[string]func(q, k *float32, src *byte, dst *float32, n int){"avx2": loops(), "avx512": loops512()} {
+		if l == nil {
+			t.Logf("%s: the CPU lacks the loops' instructions", isa)
+			continue
+		}
+		for name, fn := range l {
+			if ns := run(fn, 1000); !(ns > 0) {
+				t.Errorf("%s %s: %g ns per step", isa, name, ns)
+			}
 		}
 	}
 }
@@ -48,6 +50,23 @@ func BenchmarkOverlap(b *testing.B) {
 	if l == nil {
 		b.Skip("CPU lacks AVX2, FMA or F16C")
 	}
+	report(b, l)
+}
+
+// BenchmarkOverlap512 is BenchmarkOverlap for the AVX-512 lane kernel's
+// multiply-adds and the VBMI e4m3 conversion; a step is one loop iteration
+// (192 K elements converted, 192 multiply-adds).
+func BenchmarkOverlap512(b *testing.B) {
+	l := loops512()
+	if l == nil {
+		b.Skip("CPU lacks AVX512F/BW or AVX512_VBMI")
+	}
+	report(b, l)
+}
+
+// report times the three loops b.N times and reports the last timings and
+// the overlap ratio.
+func report(b *testing.B, l map[string]func(q, k *float32, src *byte, dst *float32, n int)) {
 	const n = 1 << 20
 	var f, c, both float64
 	for i := 0; i < b.N; i++ {

@@ -208,6 +208,7 @@ func main() {
 	genQKT(a, isaAVX512)
 	genSoftmax(a)
 	genPVT512(a)
+	genConvRest(a)
 	a2 := &asm{}
 	genAVX2(a2)
 	for file, b := range map[string]*asm{"lanes_avx512_amd64.s": a, "lanes_avx2_amd64.s": a2} {
@@ -257,6 +258,112 @@ func genAVX2(a *asm) {
 	genPVT(a)
 }
 
+// lanesConv offsets (lanes_amd64_test.go checks them) and e4m3 table
+// offsets (E4M3Tables: byte 2 and byte 3 tables, 128 bytes each, the dword
+// permutation, the sign mask).
+const (
+	offCvSrc   = 0
+	offCvDst   = 8
+	offCvUnits = 16
+	offCvCd    = 24
+	offCvPer   = 32
+	offCvTab   = 40
+	offTabB3   = 128
+	offTabPerm = 256
+	offTabSign = 320
+)
+
+// convRegs are the registers an AVX-512 kernel gives its side conversion
+// (lanesConv): job the job pointer (the kernel's last argument), tmp a
+// scratch GP register, perm the dword permutation, zero a zero vector and
+// five scratch vectors t.
+type convRegs struct {
+	job, tmp   string
+	perm, zero int
+	t          [5]int
+}
+
+var (
+	// Q.K: Z0-Z11 accumulators and Z28-Z31 Q^T leave Z12-Z27; DX is free
+	// once the prefetch cursor is loaded.
+	qkConv = convRegs{job: "R15", tmp: "DX", perm: 12, zero: 13, t: [5]int{14, 15, 16, 17, 18}}
+	// P.V: Z0-Z23 accumulators and Z24 P^T leave Z25-Z31 (alpha, Z25, is
+	// used before the loop).
+	pvConv = convRegs{job: "R15", tmp: "BX", perm: 25, zero: 26, t: [5]int{27, 28, 29, 30, 31}}
+)
+
+// convSetup loads the job pointer from arg and the conversion's constant
+// vectors.
+func convSetup(a *asm, arg string, r convRegs) {
+	a.f("\tMOVQ %s, %s // side conversion job", arg, r.job)
+	a.f("\tMOVQ %d(%s), %s", offCvTab, r.job, r.tmp)
+	a.f("\tVMOVDQU64 %d(%s), Z%d // e4m3 dword permutation", offTabPerm, r.tmp, r.perm)
+	a.f("\tVPXORD Z%d, Z%d, Z%d", r.zero, r.zero, r.zero)
+}
+
+// convUnit emits one unit of the side conversion: 64 e4m3fn bytes at the
+// job's src widened to float32 at its dst (the instruction sequence of
+// attn's decodeE4M3x64VBMI: two 128-entry byte tables give bytes 2 and 3 of
+// each float32, the sign is ORed into byte 3, in-lane unpacks build the
+// dwords after a dword permutation of the input), both pointers advanced.
+// With countdown, the unit runs only when the job's countdown reaches zero
+// (then reset to its period) and units are left; label names the skip
+// target.
+func convUnit(a *asm, r convRegs, countdown bool, label string) {
+	j, t := r.job, r.tmp
+	z := func(i int) string { return fmt.Sprintf("Z%d", r.t[i]) }
+	if countdown {
+		a.f("\tDECQ %d(%s) // side conversion: countdown", offCvCd, j)
+		a.f("\tJNZ %s", label)
+		a.f("\tMOVQ %d(%s), %s", offCvPer, j, t)
+		a.f("\tMOVQ %s, %d(%s) // next unit after per iterations", t, offCvCd, j)
+		a.f("\tCMPQ %d(%s), $0", offCvUnits, j)
+		a.f("\tJEQ %s", label)
+	}
+	a.f("\tDECQ %d(%s)", offCvUnits, j)
+	a.f("\tMOVQ %d(%s), %s // e4m3 source", offCvSrc, j, t)
+	a.f("\tVPERMD (%s), Z%d, %s // bytes in unpack order", t, r.perm, z(0))
+	a.f("\tADDQ $64, %d(%s)", offCvSrc, j)
+	a.f("\tMOVQ %d(%s), %s // tables", offCvTab, j, t)
+	a.f("\tVMOVDQU64 (%s), %s", t, z(1))
+	a.f("\tVPERMT2B 64(%s), %s, %s // byte 2 of each float32", t, z(0), z(1))
+	a.f("\tVMOVDQU64 %d(%s), %s", offTabB3, t, z(2))
+	a.f("\tVPERMT2B %d(%s), %s, %s // byte 3 without the sign", offTabB3+64, t, z(0), z(2))
+	a.f("\tVPTERNLOGD.BCST $0xf8, %d(%s), %s, %s // |= the sign", offTabSign, t, z(0), z(2))
+	a.f("\tVPUNPCKLBW %s, %s, %s // words b2 | b3 << 8", z(2), z(1), z(3))
+	a.f("\tVPUNPCKHBW %s, %s, %s", z(2), z(1), z(4))
+	a.f("\tMOVQ %d(%s), %s // float32 destination", offCvDst, j, t)
+	a.f("\tVPUNPCKLWD %s, Z%d, %s // dwords word << 16", z(3), r.zero, z(0))
+	a.f("\tVPUNPCKHWD %s, Z%d, %s", z(3), r.zero, z(1))
+	a.f("\tVPUNPCKLWD %s, Z%d, %s", z(4), r.zero, z(2))
+	a.f("\tVPUNPCKHWD %s, Z%d, %s", z(4), r.zero, z(3))
+	for i := 0; i < 4; i++ {
+		a.f("\tVMOVDQU64 %s, %d(%s)", z(i), 64*i, t)
+	}
+	a.f("\tADDQ $256, %d(%s)", offCvDst, j)
+	if countdown {
+		a.f("%s:", label)
+	}
+}
+
+// genConvRest emits lanesConvRest512(cv *lanesConv): the job's remaining
+// units, one after the other.
+func genConvRest(a *asm) {
+	r := convRegs{job: "R15", tmp: "BX", perm: 0, zero: 1, t: [5]int{2, 3, 4, 5, 6}}
+	a.f("// func lanesConvRest512(cv *lanesConv)")
+	a.f("TEXT ·lanesConvRest512(SB), NOSPLIT, $0-8")
+	convSetup(a, "cv+0(FP)", r)
+	a.f("\tCMPQ %d(%s), $0", offCvUnits, r.job)
+	a.f("\tJEQ restdone")
+	a.f("rest:")
+	convUnit(a, r, false, "")
+	a.f("\tCMPQ %d(%s), $0", offCvUnits, r.job)
+	a.f("\tJNE rest")
+	a.f("restdone:")
+	a.f("\tVZEROUPPER")
+	a.f("\tRET\n")
+}
+
 // The prefetch cursor registers (address, step, last line) of lanesQKT and
 // lanesPVT.
 var (
@@ -276,10 +383,18 @@ func loadPf(a *asm, arg, ptr string, regs [3]string) {
 // pvtPrologue emits the head of a P.V kernel of the transposed layout
 // (lanesPVT, lanesPVT512: the same arguments): the prefetch cursor in
 // R14/R9/R10/R13, V column R12, ldv R8, O^T DI, alpha AX, columns left R11.
-func pvtPrologue(a *asm, name string) {
-	a.f("// func %s(p *float32, v *float32, ldv uintptr, n int, o *float32, alpha *float32, d int, pf *lanesPrefetch)", name)
-	a.f("TEXT ·%s(SB), NOSPLIT, $0-64", name)
+func pvtPrologue(a *asm, name string, conv bool) {
+	if conv {
+		a.f("// func %s(p *float32, v *float32, ldv uintptr, n int, o *float32, alpha *float32, d int, pf *lanesPrefetch, cv *lanesConv)", name)
+		a.f("TEXT ·%s(SB), NOSPLIT, $0-72", name)
+	} else {
+		a.f("// func %s(p *float32, v *float32, ldv uintptr, n int, o *float32, alpha *float32, d int, pf *lanesPrefetch)", name)
+		a.f("TEXT ·%s(SB), NOSPLIT, $0-64", name)
+	}
 	loadPf(a, "pf+56(FP)", "R14", pvPf)
+	if conv {
+		convSetup(a, "cv+64(FP)", pvConv)
+	}
 	a.f("\tMOVQ v+8(FP), R12")
 	a.f("\tMOVQ ldv+16(FP), R8")
 	a.f("\tMOVQ o+32(FP), DI")
@@ -288,9 +403,11 @@ func pvtPrologue(a *asm, name string) {
 }
 
 // qktEpilogue emits the end of a Q.K kernel of the transposed layout
-// (label keys0): the advanced prefetch cursor stored back through DX.
+// (label keys0): the advanced prefetch cursor stored back through the pf
+// argument (DX is the side conversion's scratch in the loop).
 func qktEpilogue(a *asm) {
 	a.f("keys0:")
+	a.f("\tMOVQ pf+48(FP), DX")
 	a.f("\tMOVQ R12, %d(DX)", offPfAddr)
 	a.f("\tVZEROUPPER")
 	a.f("\tRET\n")
@@ -303,7 +420,7 @@ func qktEpilogue(a *asm) {
 // GP: SI P^T, DX V row, R8 ldv, CX keys left, DI O^T, AX alpha, R11
 // columns left, R12 V column.
 func genPVT(a *asm) {
-	pvtPrologue(a, "lanesPVT")
+	pvtPrologue(a, "lanesPVT", false)
 	a.f("cols:")
 	a.f("\tCMPQ R11, $8")
 	a.f("\tJEQ cols4")
@@ -382,8 +499,14 @@ func (isa vecISA) reg() string {
 // Q.K and P.V are one shape: an output vector per key or per column, summed
 // over columns or over keys. Every iteration first prefetches the line at
 // the cursor pf and advances it (Lanes.PrefetchNext), isa.qkPrefetch times
-// in the AVX-512 Q.K loop.
+// in the AVX-512 Q.K loop. AVX-512 iterations then run the side
+// conversion's countdown (convUnit): every per-th iteration widens 64
+// e4m3 values of the next chunk between the multiply-adds.
 func colBody(a *asm, isa vecISA, B int, pv bool, label string, pf [3]string) {
+	cv := qkConv
+	if pv {
+		cv = pvConv
+	}
 	// fma accumulates A^T (vector av) times the float at mem into output j;
 	// u alternates the AVX2 broadcast register.
 	fma := func(j, av, u int, mem, what string) {
@@ -415,6 +538,9 @@ func colBody(a *asm, isa vecISA, B int, pv bool, label string, pf [3]string) {
 		a.f("\tADDQ %s, %s", pf[1], pf[0])
 		a.f("\tCMPQ %s, %s", pf[0], pf[2])
 		a.f("\tCMOVQGT %s, %s // stay on the last line", pf[2], pf[0])
+	}
+	if isa.avx512 {
+		convUnit(a, cv, true, label+"cv")
 	}
 	if pv {
 		loadA(0, "SI", 24, "P^T[i]")
@@ -467,9 +593,17 @@ func colBody(a *asm, isa vecISA, B int, pv bool, label string, pf [3]string) {
 // prefetch cursor.
 func genQKT(a *asm, isa vecISA) {
 	name := "lanesQKT" + isa.suffix
-	a.f("// func %s(qT *float32, k *float32, ldk uintptr, d int, s *float32, n int, pf *lanesPrefetch)", name)
-	a.f("TEXT ·%s(SB), NOSPLIT, $0-56", name)
+	if isa.avx512 {
+		a.f("// func %s(qT *float32, k *float32, ldk uintptr, d int, s *float32, n int, pf *lanesPrefetch, cv *lanesConv)", name)
+		a.f("TEXT ·%s(SB), NOSPLIT, $0-64", name)
+	} else {
+		a.f("// func %s(qT *float32, k *float32, ldk uintptr, d int, s *float32, n int, pf *lanesPrefetch)", name)
+		a.f("TEXT ·%s(SB), NOSPLIT, $0-56", name)
+	}
 	loadPf(a, "pf+48(FP)", "DX", qkPf)
+	if isa.avx512 {
+		convSetup(a, "cv+56(FP)", qkConv)
+	}
 	a.f("\tMOVQ k+8(FP), SI")
 	a.f("\tMOVQ ldk+16(FP), R8")
 	a.f("\tMOVQ s+32(FP), BX")
@@ -526,7 +660,7 @@ func genQKT(a *asm, isa vecISA) {
 // GP: SI P^T, DX V row, R8 ldv, CX keys left, DI O^T, AX alpha, R11
 // columns left, R12 V column, R14/R9/R10/R13 the prefetch cursor.
 func genPVT512(a *asm) {
-	pvtPrologue(a, "lanesPVT512")
+	pvtPrologue(a, "lanesPVT512", true)
 	a.f("cols:")
 	a.f("\tCMPQ R11, $24")
 	a.f("\tJEQ cols24")
@@ -569,10 +703,15 @@ func pvtGroup(a *asm, isa vecISA, C int) {
 	for y := 0; y < vecs*C; y++ {
 		a.f("\tVMULPS %d(DI), %s%d, %s%d // alpha * O", width*y, r, alpha(y), r, y)
 	}
-	a.f("\tJMP pv%d", C)
+	a.f("\tJMP pvgo%d", C)
 	a.f("noalpha%d:", C)
 	for y := 0; y < vecs*C; y++ {
 		a.f("\tVMOVUPS %d(DI), %s%d", width*y, r, y)
+	}
+	a.f("pvgo%d:", C)
+	if isa.avx512 {
+		a.f("\tMOVQ %d(%s), %s", offCvTab, pvConv.job, pvConv.tmp)
+		a.f("\tVMOVDQU64 %d(%s), Z%d // the conversion's permutation again (alpha was in Z25)", offTabPerm, pvConv.tmp, pvConv.perm)
 	}
 	colBody(a, isa, C, true, fmt.Sprintf("pv%d", C), pvPf)
 	for y := 0; y < vecs*C; y++ {

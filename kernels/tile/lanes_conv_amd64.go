@@ -1,0 +1,151 @@
+//go:build amd64 && !purego
+
+package tile
+
+import (
+	"unsafe"
+
+	"golang.org/x/sys/cpu"
+)
+
+// lanesConvOK reports whether the AVX-512 lane kernels may widen e4m3fn
+// chunks between their multiply-adds (the conversion is AVX512_VBMI code).
+// Tests switch it off to compare with the staged path.
+var lanesConvOK = cpu.X86.HasAVX512VBMI && cpu.X86.HasAVX512BW
+
+// conv returns the job of the next kernel call: l.cv while a conversion is
+// set up (lanesUpdatePipelined), else an idle job.
+func (l *Lanes) conv() *lanesConv {
+	if l.cv.tab == nil || l.cv.units == 0 {
+		l.cv = lanesConv{cd: 1 << 62, per: 1 << 62, tab: &E4M3Tab}
+	}
+	return &l.cv
+}
+
+// qkIters is the number of loop iterations of lanesQKT512 over n keys:
+// key groups of 12, then at most one of 8, 4, 2 and 1, times d/4 column
+// quads.
+func qkIters(n, d int) int {
+	g, r := n/12, n%12
+	for _, s := range []int{8, 4, 2, 1} {
+		if r >= s {
+			g, r = g+1, r-s
+		}
+	}
+	return g * (d / 4)
+}
+
+// pvIters is the number of loop iterations of lanesPVT512 over n keys: one
+// per key and column group (24 while at least 40 or exactly 24 columns are
+// left, then 16, then 8).
+func pvIters(n, d int) int {
+	g := 0
+	for c := d; c > 0; g++ {
+		switch {
+		case c == 24 || c >= 40:
+			c -= 24
+		case c >= 16:
+			c -= 16
+		default:
+			c -= 8
+		}
+	}
+	return g * n
+}
+
+// lanesUpdatePipelined is lanesUpdateStagedSIMD for a stager whose chunks
+// can be read as e4m3fn bytes: the kernels of each chunk widen the next
+// chunk (the next K chunk, the first V chunk after the last K chunk, the
+// next V chunk) into the other half of a double buffer between their
+// multiply-adds, where the conversion runs on pipes the FMAs leave free
+// (measured on Zen 4: internal/overlap BenchmarkOverlap512). A chunk whose
+// rows are not one e4m3 run is staged by src as usual. The values and the
+// order of every product are those of the staged path: bit-identical
+// results.
+func lanesUpdatePipelined(l *Lanes, src E4M3Stager, n, ck, cv int) {
+	d := l.d
+	if len(l.kst[0]) < ck*d {
+		for i := range l.kst {
+			l.kst[i] = make([]float32, ck*d)
+			l.vst[i] = make([]float32, cv*d)
+		}
+	}
+	nk, nv := (n+ck-1)/ck, (n+cv-1)/cv
+	// chunk t < nk is K rows [t*ck, ...), else V rows [(t-nk)*cv, ...);
+	// buf is its half of the double buffer.
+	rows := func(t int) (v bool, i0, i1 int, buf []float32) {
+		if t < nk {
+			i0 = t * ck
+			return false, i0, min(n, i0+ck), l.kst[t%2]
+		}
+		i0 = (t - nk) * cv
+		return true, i0, min(n, i0+cv), l.vst[(t-nk)%2]
+	}
+	raw := func(t int) unsafe.Pointer {
+		v, i0, i1, _ := rows(t)
+		if v {
+			return src.E4M3V(i0, i1)
+		}
+		return src.E4M3K(i0, i1)
+	}
+	stage := func(t int) []float32 {
+		v, i0, i1, _ := rows(t)
+		var x []float32
+		if v {
+			x = src.StageV(i0, i1)
+		} else {
+			x = src.StageK(i0, i1)
+		}
+		if len(x) < (i1-i0)*d {
+			panic("tile: Lanes.UpdateStaged: staged rows shorter than requested")
+		}
+		return x
+	}
+	// setJob points l.cv at chunk t's bytes and buffer, spread over iters
+	// kernel iterations.
+	setJob := func(t int, p unsafe.Pointer, iters int) []float32 {
+		_, i0, i1, buf := rows(t)
+		units := (i1 - i0) * d / 64
+		l.cv = lanesConv{src: uintptr(p), dst: uintptr(unsafe.Pointer(&buf[0])), units: units, cd: 1, per: max(1, iters/units), tab: &E4M3Tab}
+		return buf[:(i1-i0)*d]
+	}
+	var cur []float32
+	if p := raw(0); p != nil {
+		cur = setJob(0, p, 1)
+		lanesConvRest512(&l.cv)
+	} else {
+		cur = stage(0)
+	}
+	for t := 0; t < nk+nv; t++ {
+		v, i0, i1, _ := rows(t)
+		iters := qkIters(i1-i0, d)
+		if v {
+			iters = pvIters(i1-i0, d)
+		}
+		var next []float32
+		var p unsafe.Pointer
+		if t+1 < nk+nv {
+			if p = raw(t + 1); p != nil {
+				next = setJob(t+1, p, iters)
+			}
+		}
+		if v {
+			lanesPVRange(l, cur, i0, i1, i0 == 0)
+		} else {
+			lanesQKRange(l, cur, i0, i1)
+			if t == nk-1 {
+				lanesSoftmaxRange(l, n)
+			}
+		}
+		switch {
+		case p != nil:
+			if l.cv.units > 0 {
+				lanesConvRest512(&l.cv)
+			}
+			cur = next
+		case t+1 < nk+nv:
+			cur = stage(t + 1)
+		}
+		l.cv.units = 0
+	}
+}

@@ -14,8 +14,9 @@
 // AVX-512 (epilogue_amd64.s) and AVX2 + F16C (epilogue_avx2_amd64.s)
 // kernels next to the Go loops they are tested against bit for bit; the
 // set in use follows package tile's tier (vecLevel). On CPUs with
-// AVX512_VBMI the AVX-512 e4m3 decoder is a byte-table kernel
-// (decodeE4M3x64VBMI).
+// AVX512_VBMI the AVX-512 e4m3 decoder is package tile's byte-table kernel
+// (tile.WidenE4M3x64, the conversion the lane kernels also run between
+// their multiply-adds).
 //
 // Decode hands each K/V block to its accumulator through kvStager, which
 // decodes the rows the accumulator asks for into the start of the worker's

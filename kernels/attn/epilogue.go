@@ -199,7 +199,7 @@ func decodeE4M3(dst []float32, src []lowp.Float8E4M3FN, lv vec) {
 	case vecAVX512:
 		if e4m3VBMI {
 			if v = n &^ 63; v > 0 {
-				decodeE4M3x64VBMI(&dst[0], &src[0], v, &tile.E4M3Tab)
+				tile.WidenE4M3x64(dst[:v], src[:v])
 			}
 		}
 		if w := n &^ 31; w > v {

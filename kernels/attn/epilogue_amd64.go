@@ -6,7 +6,6 @@ import (
 	"golang.org/x/sys/cpu"
 
 	"github.com/sparseattn/msa/kernels/lowp"
-	"github.com/sparseattn/msa/kernels/tile"
 )
 
 const haveAsm = true
@@ -18,12 +17,6 @@ func hasF16C() bool { return cpu.X86.HasF16C }
 // hasVBMI reports whether the CPU has the byte permutes of the AVX-512 e4m3
 // table decoder (AVX512_VBMI).
 func hasVBMI() bool { return cpu.X86.HasAVX512VBMI }
-
-// decodeE4M3x64VBMI widens n (a multiple of 64) e4m3fn values to float32
-// with the byte tables of tab.
-//
-//go:noescape
-func decodeE4M3x64VBMI(dst *float32, src *lowp.Float8E4M3FN, n int, tab *tile.E4M3Tables)
 
 // storeBF16AVX512 converts n (a multiple of 16) float32 values times
 // scale to BF16.

@@ -4,7 +4,6 @@ package attn
 
 import (
 	"github.com/sparseattn/msa/kernels/lowp"
-	"github.com/sparseattn/msa/kernels/tile"
 )
 
 const haveAsm = false
@@ -12,8 +11,6 @@ const haveAsm = false
 func hasF16C() bool { return false }
 
 func hasVBMI() bool { return false }
-
-func decodeE4M3x64VBMI(*float32, *lowp.Float8E4M3FN, int, *tile.E4M3Tables) { panic("unreachable") }
 
 func storeBF16AVX512(*lowp.BFloat16, *float32, int, float32) { panic("unreachable") }
 func scaleF32AVX512(*float32, *float32, int, float32)        { panic("unreachable") }

@@ -7,7 +7,7 @@ import (
 )
 
 // E4M3Tables are the tables of the AVX512_VBMI e4m3fn decoder (the lane
-// kernels' side conversion and package attn's decodeE4M3x64VBMI; the
+// kernels' side conversion and WidenE4M3x64; the
 // assembly fixes the layout): bytes 2 and 3 of the float32 bits of every
 // e4m3fn magnitude 0..127 (an e4m3fn value's float32 bits have only their
 // two high bytes set; NaN as the quiet NaN 0x7fc00000; the sign is ORed in

@@ -152,21 +152,30 @@ func lanesUpdateStagedSIMD(l *Lanes, src Stager, n int) {
 	}
 	for i0 := 0; i0 < n; i0 += ch.k {
 		i1 := min(n, i0+ch.k)
-		k := src.StageK(i0, i1)
-		if len(k) < (i1-i0)*d {
-			panic("tile: Lanes.UpdateStaged: staged K rows shorter than requested")
-		}
-		lanesQKRange(l, k, i0, i1)
+		lanesQKRange(l, stageRows(src, false, i0, i1, d), i0, i1)
 	}
 	lanesSoftmaxRange(l, n)
 	for i0 := 0; i0 < n; i0 += ch.v {
 		i1 := min(n, i0+ch.v)
-		v := src.StageV(i0, i1)
-		if len(v) < (i1-i0)*d {
+		lanesPVRange(l, stageRows(src, true, i0, i1, d), i0, i1, i0 == 0)
+	}
+}
+
+// stageRows returns src's staged key (v false) or value rows [i0, i1),
+// checking that it staged all of them.
+func stageRows(src Stager, v bool, i0, i1, d int) []float32 {
+	if v {
+		x := src.StageV(i0, i1)
+		if len(x) < (i1-i0)*d {
 			panic("tile: Lanes.UpdateStaged: staged V rows shorter than requested")
 		}
-		lanesPVRange(l, v, i0, i1, i0 == 0)
+		return x
 	}
+	x := src.StageK(i0, i1)
+	if len(x) < (i1-i0)*d {
+		panic("tile: Lanes.UpdateStaged: staged K rows shorter than requested")
+	}
+	return x
 }
 
 // lanesSoftmaxRange runs the softmax kernel of l's kernel set over the n

@@ -75,7 +75,6 @@ qk12:
 	DECQ 16(R15)
 	MOVQ 0(R15), DX // e4m3 source
 	VPERMD (DX), Z12, Z14 // bytes in unpack order
-	ADDQ $64, 0(R15)
 	MOVQ 40(R15), DX // tables
 	VMOVDQU64 (DX), Z15
 	VPERMT2B 64(DX), Z14, Z15 // byte 2 of each float32
@@ -93,6 +92,7 @@ qk12:
 	VMOVDQU64 Z15, 64(DX)
 	VMOVDQU64 Z16, 128(DX)
 	VMOVDQU64 Z17, 192(DX)
+	ADDQ $64, 0(R15)
 	ADDQ $256, 8(R15)
 qk12cv:
 	VMOVUPS 0(AX), Z28 // Q^T[c+0]
@@ -205,7 +205,6 @@ qk8:
 	DECQ 16(R15)
 	MOVQ 0(R15), DX // e4m3 source
 	VPERMD (DX), Z12, Z14 // bytes in unpack order
-	ADDQ $64, 0(R15)
 	MOVQ 40(R15), DX // tables
 	VMOVDQU64 (DX), Z15
 	VPERMT2B 64(DX), Z14, Z15 // byte 2 of each float32
@@ -223,6 +222,7 @@ qk8:
 	VMOVDQU64 Z15, 64(DX)
 	VMOVDQU64 Z16, 128(DX)
 	VMOVDQU64 Z17, 192(DX)
+	ADDQ $64, 0(R15)
 	ADDQ $256, 8(R15)
 qk8cv:
 	VMOVUPS 0(AX), Z28 // Q^T[c+0]
@@ -308,7 +308,6 @@ qk4:
 	DECQ 16(R15)
 	MOVQ 0(R15), DX // e4m3 source
 	VPERMD (DX), Z12, Z14 // bytes in unpack order
-	ADDQ $64, 0(R15)
 	MOVQ 40(R15), DX // tables
 	VMOVDQU64 (DX), Z15
 	VPERMT2B 64(DX), Z14, Z15 // byte 2 of each float32
@@ -326,6 +325,7 @@ qk4:
 	VMOVDQU64 Z15, 64(DX)
 	VMOVDQU64 Z16, 128(DX)
 	VMOVDQU64 Z17, 192(DX)
+	ADDQ $64, 0(R15)
 	ADDQ $256, 8(R15)
 qk4cv:
 	VMOVUPS 0(AX), Z28 // Q^T[c+0]
@@ -388,7 +388,6 @@ qk2:
 	DECQ 16(R15)
 	MOVQ 0(R15), DX // e4m3 source
 	VPERMD (DX), Z12, Z14 // bytes in unpack order
-	ADDQ $64, 0(R15)
 	MOVQ 40(R15), DX // tables
 	VMOVDQU64 (DX), Z15
 	VPERMT2B 64(DX), Z14, Z15 // byte 2 of each float32
@@ -406,6 +405,7 @@ qk2:
 	VMOVDQU64 Z15, 64(DX)
 	VMOVDQU64 Z16, 128(DX)
 	VMOVDQU64 Z17, 192(DX)
+	ADDQ $64, 0(R15)
 	ADDQ $256, 8(R15)
 qk2cv:
 	VMOVUPS 0(AX), Z28 // Q^T[c+0]
@@ -457,7 +457,6 @@ qk1:
 	DECQ 16(R15)
 	MOVQ 0(R15), DX // e4m3 source
 	VPERMD (DX), Z12, Z14 // bytes in unpack order
-	ADDQ $64, 0(R15)
 	MOVQ 40(R15), DX // tables
 	VMOVDQU64 (DX), Z15
 	VPERMT2B 64(DX), Z14, Z15 // byte 2 of each float32
@@ -475,6 +474,7 @@ qk1:
 	VMOVDQU64 Z15, 64(DX)
 	VMOVDQU64 Z16, 128(DX)
 	VMOVDQU64 Z17, 192(DX)
+	ADDQ $64, 0(R15)
 	ADDQ $256, 8(R15)
 qk1cv:
 	VMOVUPS 0(AX), Z28 // Q^T[c+0]
@@ -912,7 +912,6 @@ pv24:
 	DECQ 16(R15)
 	MOVQ 0(R15), BX // e4m3 source
 	VPERMD (BX), Z25, Z27 // bytes in unpack order
-	ADDQ $64, 0(R15)
 	MOVQ 40(R15), BX // tables
 	VMOVDQU64 (BX), Z28
 	VPERMT2B 64(BX), Z27, Z28 // byte 2 of each float32
@@ -930,6 +929,7 @@ pv24:
 	VMOVDQU64 Z28, 64(BX)
 	VMOVDQU64 Z29, 128(BX)
 	VMOVDQU64 Z30, 192(BX)
+	ADDQ $64, 0(R15)
 	ADDQ $256, 8(R15)
 pv24cv:
 	VMOVUPS 0(SI), Z24 // P^T[i]
@@ -1050,7 +1050,6 @@ pv16:
 	DECQ 16(R15)
 	MOVQ 0(R15), BX // e4m3 source
 	VPERMD (BX), Z25, Z27 // bytes in unpack order
-	ADDQ $64, 0(R15)
 	MOVQ 40(R15), BX // tables
 	VMOVDQU64 (BX), Z28
 	VPERMT2B 64(BX), Z27, Z28 // byte 2 of each float32
@@ -1068,6 +1067,7 @@ pv16:
 	VMOVDQU64 Z28, 64(BX)
 	VMOVDQU64 Z29, 128(BX)
 	VMOVDQU64 Z30, 192(BX)
+	ADDQ $64, 0(R15)
 	ADDQ $256, 8(R15)
 pv16cv:
 	VMOVUPS 0(SI), Z24 // P^T[i]
@@ -1156,7 +1156,6 @@ pv8:
 	DECQ 16(R15)
 	MOVQ 0(R15), BX // e4m3 source
 	VPERMD (BX), Z25, Z27 // bytes in unpack order
-	ADDQ $64, 0(R15)
 	MOVQ 40(R15), BX // tables
 	VMOVDQU64 (BX), Z28
 	VPERMT2B 64(BX), Z27, Z28 // byte 2 of each float32
@@ -1174,6 +1173,7 @@ pv8:
 	VMOVDQU64 Z28, 64(BX)
 	VMOVDQU64 Z29, 128(BX)
 	VMOVDQU64 Z30, 192(BX)
+	ADDQ $64, 0(R15)
 	ADDQ $256, 8(R15)
 pv8cv:
 	VMOVUPS 0(SI), Z24 // P^T[i]
@@ -1211,14 +1211,13 @@ TEXT ·lanesConvRest512(SB), NOSPLIT, $0-8
 	MOVQ 40(R15), BX
 	VMOVDQU64 256(BX), Z0 // e4m3 dword permutation
 	VPXORD Z1, Z1, Z1
-	CMPQ 16(R15), $0
+	MOVQ 16(R15), CX
+	TESTQ CX, CX
 	JEQ restdone
+	MOVQ 0(R15), SI
+	MOVQ 8(R15), DI
 rest:
-	DECQ 16(R15)
-	MOVQ 0(R15), BX // e4m3 source
-	VPERMD (BX), Z0, Z2 // bytes in unpack order
-	ADDQ $64, 0(R15)
-	MOVQ 40(R15), BX // tables
+	VPERMD (SI), Z0, Z2 // bytes in unpack order
 	VMOVDQU64 (BX), Z3
 	VPERMT2B 64(BX), Z2, Z3 // byte 2 of each float32
 	VMOVDQU64 128(BX), Z4
@@ -1226,18 +1225,21 @@ rest:
 	VPTERNLOGD.BCST $0xf8, 320(BX), Z2, Z4 // |= the sign
 	VPUNPCKLBW Z4, Z3, Z5 // words b2 | b3 << 8
 	VPUNPCKHBW Z4, Z3, Z6
-	MOVQ 8(R15), BX // float32 destination
 	VPUNPCKLWD Z5, Z1, Z2 // dwords word << 16
 	VPUNPCKHWD Z5, Z1, Z3
 	VPUNPCKLWD Z6, Z1, Z4
 	VPUNPCKHWD Z6, Z1, Z5
-	VMOVDQU64 Z2, 0(BX)
-	VMOVDQU64 Z3, 64(BX)
-	VMOVDQU64 Z4, 128(BX)
-	VMOVDQU64 Z5, 192(BX)
-	ADDQ $256, 8(R15)
-	CMPQ 16(R15), $0
-	JNE rest
+	VMOVDQU64 Z2, 0(DI)
+	VMOVDQU64 Z3, 64(DI)
+	VMOVDQU64 Z4, 128(DI)
+	VMOVDQU64 Z5, 192(DI)
+	ADDQ $64, SI
+	ADDQ $256, DI
+	DECQ CX
+	JNZ rest
+	MOVQ SI, 0(R15)
+	MOVQ DI, 8(R15)
+	MOVQ $0, 16(R15)
 restdone:
 	VZEROUPPER
 	RET

@@ -6,12 +6,17 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/cpu"
+
+	"github.com/sparseattn/msa/kernels/lowp"
 )
 
 // lanesConvOK reports whether the AVX-512 lane kernels may widen e4m3fn
 // chunks between their multiply-adds (the conversion is AVX512_VBMI code).
 // Tests switch it off to compare with the staged path.
-var lanesConvOK = cpu.X86.HasAVX512VBMI && cpu.X86.HasAVX512BW
+var lanesConvOK = haveVBMI
+
+// haveVBMI reports whether the CPU runs the AVX512_VBMI e4m3 conversion.
+var haveVBMI = cpu.X86.HasAVX512VBMI && cpu.X86.HasAVX512BW
 
 // conv returns the job of the next kernel call: l.cv while a conversion is
 // set up (lanesUpdatePipelined), else an idle job.
@@ -90,16 +95,7 @@ func lanesUpdatePipelined(l *Lanes, src E4M3Stager, n, ck, cv int) {
 	}
 	stage := func(t int) []float32 {
 		v, i0, i1, _ := rows(t)
-		var x []float32
-		if v {
-			x = src.StageV(i0, i1)
-		} else {
-			x = src.StageK(i0, i1)
-		}
-		if len(x) < (i1-i0)*d {
-			panic("tile: Lanes.UpdateStaged: staged rows shorter than requested")
-		}
-		return x
+		return stageRows(src, v, i0, i1, d)
 	}
 	// setJob points l.cv at chunk t's bytes and buffer, spread over iters
 	// kernel iterations.
@@ -148,4 +144,24 @@ func lanesUpdatePipelined(l *Lanes, src E4M3Stager, n, ck, cv int) {
 		}
 		l.cv.units = 0
 	}
+}
+
+// WidenE4M3x64 widens src (a multiple of 64 values) into dst, bit-identical
+// to lowp.DecodeE4M3: with the lane kernels' AVX512_VBMI conversion
+// (lanesConvRest512) where the CPU has AVX512_VBMI and AVX512BW, else with
+// lowp.DecodeE4M3.
+func WidenE4M3x64(dst []float32, src []lowp.Float8E4M3FN) {
+	n := len(src)
+	if n%64 != 0 || len(dst) < n {
+		panic("tile: WidenE4M3x64: want a multiple of 64 values and room for them")
+	}
+	if !haveVBMI {
+		lowp.DecodeE4M3(dst[:n], src)
+		return
+	}
+	if n == 0 {
+		return
+	}
+	cv := lanesConv{src: uintptr(unsafe.Pointer(&src[0])), dst: uintptr(unsafe.Pointer(&dst[0])), units: n / 64, tab: &E4M3Tab}
+	lanesConvRest512(&cv)
 }

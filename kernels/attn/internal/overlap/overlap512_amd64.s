@@ -2,7 +2,7 @@
 
 #include "textflag.h"
 
-// Tables of the VBMI e4m3 decoder (attn.decodeE4M3x64VBMI): their values do
+// Tables of the VBMI e4m3 decoder (tile.WidenE4M3x64): their values do
 // not matter for timing (the permutes take the same time for any index).
 GLOBL ·tab512(SB), RODATA|NOPTR, $320
 
@@ -64,7 +64,7 @@ GLOBL ·tab512(SB), RODATA|NOPTR, $320
 	VFMADD231PS.BCST (652+16*u)(SI), Z31, Z10; \
 	VFMADD231PS.BCST (716+16*u)(SI), Z31, Z11;
 
-// 64 e4m3 bytes to float32 (attn.decodeE4M3x64VBMI's loop body, its 10
+// 64 e4m3 bytes to float32 (tile.WidenE4M3x64's loop body, its 10
 // vector instructions and 4 stores).
 #define CONV512(u) \
 	VPERMD (64*u)(R9), Z22, Z12; \

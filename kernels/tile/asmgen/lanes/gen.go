@@ -301,64 +301,82 @@ func convSetup(a *asm, arg string, r convRegs) {
 	a.f("\tVPXORD Z%d, Z%d, Z%d", r.zero, r.zero, r.zero)
 }
 
-// convUnit emits one unit of the side conversion: 64 e4m3fn bytes at the
-// job's src widened to float32 at its dst (the instruction sequence of
-// attn's decodeE4M3x64VBMI: two 128-entry byte tables give bytes 2 and 3 of
-// each float32, the sign is ORed into byte 3, in-lane unpacks build the
-// dwords after a dword permutation of the input), both pointers advanced.
-// With countdown, the unit runs only when the job's countdown reaches zero
-// (then reset to its period) and units are left; label names the skip
-// target.
-func convUnit(a *asm, r convRegs, countdown bool, label string) {
-	j, t := r.job, r.tmp
+// convCore emits the widening of 64 e4m3fn bytes at register src into 64
+// float32 at register dst with the tables at register tab (the instruction
+// sequence of tile.WidenE4M3x64 and the side conversion: two 128-entry byte tables give
+// bytes 2 and 3 of each float32, the sign is ORed into byte 3, in-lane
+// unpacks build the dwords after a dword permutation of the input). When
+// the three are one scratch register, load (non-nil) emits the loads of
+// each from the job before its use.
+func convCore(a *asm, r convRegs, src, tab, dst string, load func(off int, what string)) {
 	z := func(i int) string { return fmt.Sprintf("Z%d", r.t[i]) }
-	if countdown {
-		a.f("\tDECQ %d(%s) // side conversion: countdown", offCvCd, j)
-		a.f("\tJNZ %s", label)
-		a.f("\tMOVQ %d(%s), %s", offCvPer, j, t)
-		a.f("\tMOVQ %s, %d(%s) // next unit after per iterations", t, offCvCd, j)
-		a.f("\tCMPQ %d(%s), $0", offCvUnits, j)
-		a.f("\tJEQ %s", label)
+	ld := func(off int, what string) {
+		if load != nil {
+			load(off, what)
+		}
 	}
-	a.f("\tDECQ %d(%s)", offCvUnits, j)
-	a.f("\tMOVQ %d(%s), %s // e4m3 source", offCvSrc, j, t)
-	a.f("\tVPERMD (%s), Z%d, %s // bytes in unpack order", t, r.perm, z(0))
-	a.f("\tADDQ $64, %d(%s)", offCvSrc, j)
-	a.f("\tMOVQ %d(%s), %s // tables", offCvTab, j, t)
-	a.f("\tVMOVDQU64 (%s), %s", t, z(1))
-	a.f("\tVPERMT2B 64(%s), %s, %s // byte 2 of each float32", t, z(0), z(1))
-	a.f("\tVMOVDQU64 %d(%s), %s", offTabB3, t, z(2))
-	a.f("\tVPERMT2B %d(%s), %s, %s // byte 3 without the sign", offTabB3+64, t, z(0), z(2))
-	a.f("\tVPTERNLOGD.BCST $0xf8, %d(%s), %s, %s // |= the sign", offTabSign, t, z(0), z(2))
+	ld(offCvSrc, "e4m3 source")
+	a.f("\tVPERMD (%s), Z%d, %s // bytes in unpack order", src, r.perm, z(0))
+	ld(offCvTab, "tables")
+	a.f("\tVMOVDQU64 (%s), %s", tab, z(1))
+	a.f("\tVPERMT2B 64(%s), %s, %s // byte 2 of each float32", tab, z(0), z(1))
+	a.f("\tVMOVDQU64 %d(%s), %s", offTabB3, tab, z(2))
+	a.f("\tVPERMT2B %d(%s), %s, %s // byte 3 without the sign", offTabB3+64, tab, z(0), z(2))
+	a.f("\tVPTERNLOGD.BCST $0xf8, %d(%s), %s, %s // |= the sign", offTabSign, tab, z(0), z(2))
 	a.f("\tVPUNPCKLBW %s, %s, %s // words b2 | b3 << 8", z(2), z(1), z(3))
 	a.f("\tVPUNPCKHBW %s, %s, %s", z(2), z(1), z(4))
-	a.f("\tMOVQ %d(%s), %s // float32 destination", offCvDst, j, t)
+	ld(offCvDst, "float32 destination")
 	a.f("\tVPUNPCKLWD %s, Z%d, %s // dwords word << 16", z(3), r.zero, z(0))
 	a.f("\tVPUNPCKHWD %s, Z%d, %s", z(3), r.zero, z(1))
 	a.f("\tVPUNPCKLWD %s, Z%d, %s", z(4), r.zero, z(2))
 	a.f("\tVPUNPCKHWD %s, Z%d, %s", z(4), r.zero, z(3))
 	for i := 0; i < 4; i++ {
-		a.f("\tVMOVDQU64 %s, %d(%s)", z(i), 64*i, t)
-	}
-	a.f("\tADDQ $256, %d(%s)", offCvDst, j)
-	if countdown {
-		a.f("%s:", label)
+		a.f("\tVMOVDQU64 %s, %d(%s)", z(i), 64*i, dst)
 	}
 }
 
+// convUnit emits one countdown step of the side conversion inside a kernel
+// loop: when the job's countdown reaches zero (then reset to its period)
+// and units are left, 64 e4m3fn bytes at the job's src are widened to
+// float32 at its dst (convCore, the job in memory and one scratch
+// register) and both addresses advanced; label names the skip target.
+func convUnit(a *asm, r convRegs, label string) {
+	j, t := r.job, r.tmp
+	a.f("\tDECQ %d(%s) // side conversion: countdown", offCvCd, j)
+	a.f("\tJNZ %s", label)
+	a.f("\tMOVQ %d(%s), %s", offCvPer, j, t)
+	a.f("\tMOVQ %s, %d(%s) // next unit after per iterations", t, offCvCd, j)
+	a.f("\tCMPQ %d(%s), $0", offCvUnits, j)
+	a.f("\tJEQ %s", label)
+	a.f("\tDECQ %d(%s)", offCvUnits, j)
+	convCore(a, r, t, t, t, func(off int, what string) { a.f("\tMOVQ %d(%s), %s // %s", off, j, t, what) })
+	a.f("\tADDQ $64, %d(%s)", offCvSrc, j)
+	a.f("\tADDQ $256, %d(%s)", offCvDst, j)
+	a.f("%s:", label)
+}
+
 // genConvRest emits lanesConvRest512(cv *lanesConv): the job's remaining
-// units, one after the other.
+// units in a loop with the addresses and the count in registers (SI, DI,
+// CX; tables BX), stored back at the end.
 func genConvRest(a *asm) {
 	r := convRegs{job: "R15", tmp: "BX", perm: 0, zero: 1, t: [5]int{2, 3, 4, 5, 6}}
 	a.f("// func lanesConvRest512(cv *lanesConv)")
 	a.f("TEXT ·lanesConvRest512(SB), NOSPLIT, $0-8")
-	convSetup(a, "cv+0(FP)", r)
-	a.f("\tCMPQ %d(%s), $0", offCvUnits, r.job)
+	convSetup(a, "cv+0(FP)", r) // leaves the tables' address in BX
+	a.f("\tMOVQ %d(%s), CX", offCvUnits, r.job)
+	a.f("\tTESTQ CX, CX")
 	a.f("\tJEQ restdone")
+	a.f("\tMOVQ %d(%s), SI", offCvSrc, r.job)
+	a.f("\tMOVQ %d(%s), DI", offCvDst, r.job)
 	a.f("rest:")
-	convUnit(a, r, false, "")
-	a.f("\tCMPQ %d(%s), $0", offCvUnits, r.job)
-	a.f("\tJNE rest")
+	convCore(a, r, "SI", "BX", "DI", nil)
+	a.f("\tADDQ $64, SI")
+	a.f("\tADDQ $256, DI")
+	a.f("\tDECQ CX")
+	a.f("\tJNZ rest")
+	a.f("\tMOVQ SI, %d(%s)", offCvSrc, r.job)
+	a.f("\tMOVQ DI, %d(%s)", offCvDst, r.job)
+	a.f("\tMOVQ $0, %d(%s)", offCvUnits, r.job)
 	a.f("restdone:")
 	a.f("\tVZEROUPPER")
 	a.f("\tRET\n")
@@ -540,7 +558,7 @@ func colBody(a *asm, isa vecISA, B int, pv bool, label string, pf [3]string) {
 		a.f("\tCMOVQGT %s, %s // stay on the last line", pf[2], pf[0])
 	}
 	if isa.avx512 {
-		convUnit(a, cv, true, label+"cv")
+		convUnit(a, cv, label+"cv")
 	}
 	if pv {
 		loadA(0, "SI", 24, "P^T[i]")

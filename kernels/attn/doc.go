@@ -22,9 +22,12 @@
 // decodes the rows the accumulator asks for into the start of the worker's
 // block buffers: tile.Lanes (AVX-512 and AVX2 tiers) asks for a few key or
 // value rows at a time (48 and 64); the block accumulator (generic tier, or
-// d not a multiple of 8) takes whole blocks. V's overflow guard scans each
-// decoded V chunk (vScale.raise; for BF16 the decoder itself returns the
-// chunk's largest finite magnitude, decodeBF16Max). Before each block
+// d not a multiple of 8) takes whole blocks. On AVX-512 kvStager is also a
+// tile.WideningStager: it offers the raw e4m3 or bf16 rows of a chunk that
+// is one contiguous run, and the lane kernels widen them themselves. V's
+// overflow guard scans each V chunk (vScale.raise; for BF16 the widening
+// itself returns the chunk's largest finite magnitude: decodeBF16Max, or
+// the lane kernels' scan handed to kvStager.GuardV). Before each block
 // decode also hints the storage of the next one (prefetchNext), which the
 // lane kernels prefetch into L2 a line or two per loop iteration. Prefill,
 // whose blocks serve many tiles, decodes whole blocks (loadKV).

@@ -5,6 +5,7 @@ import (
 	"unsafe"
 
 	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/kernels/tile"
 )
 
 // Dtype is the storage dtype of a Q, K or V operand.
@@ -204,32 +205,51 @@ func (s *kvStager) StageK(i0, i1 int) []float32 {
 	return s.kbuf[:(i1-i0)*d]
 }
 
-// E4M3K returns the e4m3fn bytes of key rows [i0, i1) when they are one
-// contiguous run and the AVX-512 VBMI decoder is in use (tile.E4M3Stager:
-// the lane kernels then widen them), else nil.
-func (s *kvStager) E4M3K(i0, i1 int) unsafe.Pointer { return s.e4m3Run(s.k, i0, i1) }
-
-// E4M3V is E4M3K for the value rows; nil also while V's overflow guard
-// scans or scales the chunks (FP8 V is bounded: it never does).
-func (s *kvStager) E4M3V(i0, i1 int) unsafe.Pointer {
-	if s.scan || s.vs.e != 0 {
-		return nil
-	}
-	return s.e4m3Run(s.v, i0, i1)
+// RawK returns the storage of key rows [i0, i1) when they are one
+// contiguous run of e4m3fn or bf16 rows decoded by the AVX-512 code
+// (tile.WideningStager: the lane kernels then widen them), else nil.
+func (s *kvStager) RawK(i0, i1 int) (unsafe.Pointer, tile.RawFormat) {
+	return s.rawRun(s.k, i0, i1)
 }
 
-// e4m3Run returns the storage of rows [i0, i1) of o when they are one run
-// of e4m3fn rows that decodeE4M3 would widen with the VBMI decoder.
-func (s *kvStager) e4m3Run(o *Operand, i0, i1 int) unsafe.Pointer {
-	if o.Dtype != E4M3 || o.vec != vecAVX512 || !e4m3VBMI {
-		return nil
+// RawV is RawK for the value rows; scan when V's overflow guard scans each
+// chunk (GuardV then applies it), nil when the guard's shift is raised on
+// a V that is not scanned (it cannot be: bounded V never raises it).
+func (s *kvStager) RawV(i0, i1 int) (unsafe.Pointer, tile.RawFormat, bool) {
+	if !s.scan && s.vs.e != 0 {
+		return nil, tile.RawNone, false
+	}
+	p, f := s.rawRun(s.v, i0, i1)
+	return p, f, s.scan
+}
+
+// GuardV is StageV's guard on a V chunk the lane kernels widened: maxBits
+// is its largest finite magnitude.
+func (s *kvStager) GuardV(v []float32, maxBits uint32) {
+	s.vs.raise(maxBits, s.acc)
+	s.vs.apply(v)
+}
+
+// rawRun returns the storage of rows [i0, i1) of o and its format when
+// they are one run of e4m3fn rows that decodeE4M3 would widen with the
+// VBMI decoder, or of bf16 rows decoded by the AVX-512 code.
+func (s *kvStager) rawRun(o *Operand, i0, i1 int) (unsafe.Pointer, tile.RawFormat) {
+	if o.vec != vecAVX512 {
+		return nil, tile.RawNone
+	}
+	f := tile.RawBF16
+	switch {
+	case o.Dtype == E4M3 && e4m3VBMI:
+		f = tile.RawE4M3
+	case o.Dtype != BF16:
+		return nil, tile.RawNone
 	}
 	r, c := s.l.Run(s.b, s.h, s.t0+i0, i1-i0)
 	if c < i1-i0 {
-		return nil
+		return nil, tile.RawNone
 	}
 	p, _ := o.storage(r, c)
-	return p
+	return p, f
 }
 
 // StageV decodes value rows [i0, i1) of the block.

@@ -51,23 +51,34 @@ type Lanes struct {
 	// (PrefetchNext); idle, they point at s with step 0.
 	pfK, pfV lanesPrefetch
 	// kst and vst are the double buffers of the pipelined staging
-	// (E4M3Stager), cv the side conversion of the next kernel call.
+	// (WideningStager), cv the side conversion of the next kernel call.
 	kst, vst [2][]float32
 	cv       lanesConv
 }
 
 // lanesConv is a side conversion of the AVX-512 lane kernels: units blocks
-// of 64 e4m3fn bytes at src widened to float32 at dst, one block every per
-// loop iterations (cd counts down to the next). Its layout (offsets 0-40)
-// is fixed by asmgen/lanes/gen.go. src and dst are addresses, not pointers:
-// the kernels advance them past the end of their buffers, which the caller
-// keeps alive.
+// of 64 values at src (kind: e4m3fn bytes, bf16, or bf16 whose largest
+// finite |x| bits are also folded into max) widened to float32 at dst, one
+// block every per loop iterations (cd counts down to the next). Its layout
+// (offsets 0-64) is fixed by asmgen/lanes/gen.go. src and dst are
+// addresses, not pointers: the kernels advance them past the end of their
+// buffers, which the caller keeps alive.
 type lanesConv struct {
 	src, dst uintptr
 	units    int
 	cd, per  int
 	tab      *E4M3Tables
+	kind     int
+	_        int
+	max      [16]uint32
 }
+
+// The lanesConv kinds (asmgen/lanes/gen.go: kindE4M3, kindBF16, kindBF16M).
+const (
+	convE4M3 = iota
+	convBF16
+	convBF16Max
+)
 
 // lanesPrefetch is a prefetch cursor of the lane kernels: every loop
 // iteration prefetches the line at addr, then advances addr by step, up to
@@ -188,21 +199,41 @@ type Stager interface {
 	StageV(i0, i1 int) []float32
 }
 
-// E4M3Stager is a Stager whose rows can also be read as the float8 e4m3fn
-// bytes they are decoded from. UpdateStaged then widens each chunk inside
-// the lane kernels of the chunk before it (AVX-512 with AVX512_VBMI, d a
-// multiple of 64), where the conversion overlaps their multiply-adds,
-// instead of calling StageK / StageV; the results are bit-identical.
-type E4M3Stager interface {
+// RawFormat is the storage format of K/V rows a WideningStager offers to
+// the lane kernels.
+type RawFormat uint8
+
+// The formats the lane kernels widen (RawNone: the rows are staged).
+const (
+	RawNone RawFormat = iota
+	RawE4M3           // float8 e4m3fn, one byte per value
+	RawBF16           // bfloat16, two bytes per value
+)
+
+// WideningStager is a Stager whose rows can also be read in the narrow
+// format they are decoded from (e4m3fn or bf16). UpdateStaged then widens
+// each chunk inside the lane kernels of the chunk before it (AVX-512, d a
+// multiple of 64; e4m3fn also needs AVX512_VBMI), where the conversion
+// overlaps their multiply-adds, instead of calling StageK / StageV; the
+// results are bit-identical.
+type WideningStager interface {
 	Stager
-	// E4M3K returns the storage of key rows [i0, i1) when they are one
-	// contiguous run of (i1-i0)*d e4m3fn bytes whose plain widening to
-	// float32 is what StageK returns, else nil (StageK is then called).
-	// The bytes must stay valid until the update returns.
-	E4M3K(i0, i1 int) unsafe.Pointer
-	// E4M3V is E4M3K for the value rows and StageV; nil also when StageV
-	// transforms the widened values further.
-	E4M3V(i0, i1 int) unsafe.Pointer
+	// RawK returns the storage of key rows [i0, i1) and its format when
+	// they are one contiguous run of (i1-i0)*d values whose plain widening
+	// to float32 is what StageK returns, else nil (StageK is then called).
+	// The storage must stay valid until the update returns.
+	RawK(i0, i1 int) (unsafe.Pointer, RawFormat)
+	// RawV is RawK for the value rows and StageV. scan says that StageV
+	// also guards the widened values: the kernels then find the largest
+	// finite |v| of the chunk while widening it (bf16 only) and
+	// UpdateStaged hands both to GuardV after the previous chunk's P.V
+	// and before the chunk's own, where StageV would have run. nil also
+	// when StageV transforms the values in any other way.
+	RawV(i0, i1 int) (p unsafe.Pointer, f RawFormat, scan bool)
+	// GuardV does to a widened value chunk v what StageV does after
+	// widening (it may scale v in place); maxBits is the largest finite
+	// |x| float32 bit pattern among v's values (0 when there is none).
+	GuardV(v []float32, maxBits uint32)
 }
 
 // lanesChunks are the rows UpdateStaged asks for per StageK (a multiple of

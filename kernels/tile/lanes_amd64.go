@@ -146,8 +146,8 @@ func lanesUpdateStagedSIMD(l *Lanes, src Stager, n int) {
 	l.prefetchSteps(n)
 	defer l.prefetchIdle()
 	d, ch := l.d, lanesChunks[l.kern]
-	if es, ok := src.(E4M3Stager); ok && l.kern == lanesAVX512 && lanesConvOK && d%64 == 0 {
-		lanesUpdatePipelined(l, es, n, ch.k, ch.v)
+	if ws, ok := src.(WideningStager); ok && l.kern == lanesAVX512 && lanesConvOK && d%64 == 0 {
+		lanesUpdatePipelined(l, ws, n, ch.k, ch.v)
 		return
 	}
 	for i0 := 0; i0 < n; i0 += ch.k {

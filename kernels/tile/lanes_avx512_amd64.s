@@ -20,7 +20,9 @@ DATA ·lanesc+48(SB)/4, $0xfff00000 // hi12
 DATA ·lanesc+52(SB)/4, $0x46800000 // c16384
 DATA ·lanesc+56(SB)/4, $0x3c800000 // sub
 DATA ·lanesc+60(SB)/4, $0x43e00000 // c448
-GLOBL ·lanesc(SB), RODATA|NOPTR, $64
+DATA ·lanesc+64(SB)/4, $0x7fffffff // abs
+DATA ·lanesc+68(SB)/4, $0x7f800000 // pinf
+GLOBL ·lanesc(SB), RODATA|NOPTR, $72
 
 // func lanesQKT512(qT *float32, k *float32, ldk uintptr, d int, s *float32, n int, pf *lanesPrefetch, cv *lanesConv)
 TEXT ·lanesQKT512(SB), NOSPLIT, $0-64
@@ -73,6 +75,8 @@ qk12:
 	CMPQ 16(R15), $0
 	JEQ qk12cv
 	DECQ 16(R15)
+	CMPQ 48(R15), $0
+	JNE qk12cvbf
 	MOVQ 0(R15), DX // e4m3 source
 	VPERMD (DX), Z12, Z14 // bytes in unpack order
 	MOVQ 40(R15), DX // tables
@@ -93,6 +97,57 @@ qk12:
 	VMOVDQU64 Z16, 128(DX)
 	VMOVDQU64 Z17, 192(DX)
 	ADDQ $64, 0(R15)
+	JMP qk12cvadv
+qk12cvbf:
+	CMPQ 48(R15), $1
+	JNE qk12cvbm
+	MOVQ 0(R15), DX // bf16 source
+	VPMOVZXWD 0(DX), Z14
+	VPMOVZXWD 32(DX), Z15
+	VPMOVZXWD 64(DX), Z16
+	VPMOVZXWD 96(DX), Z17
+	MOVQ 8(R15), DX // float32 destination
+	VPSLLD $16, Z14, Z14
+	VMOVDQU64 Z14, 0(DX)
+	VPSLLD $16, Z15, Z15
+	VMOVDQU64 Z15, 64(DX)
+	VPSLLD $16, Z16, Z16
+	VMOVDQU64 Z16, 128(DX)
+	VPSLLD $16, Z17, Z17
+	VMOVDQU64 Z17, 192(DX)
+	JMP qk12cvbadv
+qk12cvbm:
+	MOVQ 0(R15), DX // bf16 source
+	VPMOVZXWD 0(DX), Z14
+	VPMOVZXWD 32(DX), Z15
+	VPMOVZXWD 64(DX), Z16
+	VPMOVZXWD 96(DX), Z17
+	MOVQ 8(R15), DX // float32 destination
+	VPSLLD $16, Z14, Z14
+	VMOVDQU64 Z14, 0(DX)
+	VPSLLD $16, Z15, Z15
+	VMOVDQU64 Z15, 64(DX)
+	VPSLLD $16, Z16, Z16
+	VMOVDQU64 Z16, 128(DX)
+	VPSLLD $16, Z17, Z17
+	VMOVDQU64 Z17, 192(DX)
+	VMOVDQU32 64(R15), Z18 // running finite maximum
+	VPANDD.BCST ·lanesc+64(SB), Z14, Z14 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z14, K1 // finite
+	VPMAXUD Z14, Z18, K1, Z18
+	VPANDD.BCST ·lanesc+64(SB), Z15, Z15 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z15, K1 // finite
+	VPMAXUD Z15, Z18, K1, Z18
+	VPANDD.BCST ·lanesc+64(SB), Z16, Z16 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z16, K1 // finite
+	VPMAXUD Z16, Z18, K1, Z18
+	VPANDD.BCST ·lanesc+64(SB), Z17, Z17 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z17, K1 // finite
+	VPMAXUD Z17, Z18, K1, Z18
+	VMOVDQU32 Z18, 64(R15)
+qk12cvbadv:
+	ADDQ $128, 0(R15)
+qk12cvadv:
 	ADDQ $256, 8(R15)
 qk12cv:
 	VMOVUPS 0(AX), Z28 // Q^T[c+0]
@@ -203,6 +258,8 @@ qk8:
 	CMPQ 16(R15), $0
 	JEQ qk8cv
 	DECQ 16(R15)
+	CMPQ 48(R15), $0
+	JNE qk8cvbf
 	MOVQ 0(R15), DX // e4m3 source
 	VPERMD (DX), Z12, Z14 // bytes in unpack order
 	MOVQ 40(R15), DX // tables
@@ -223,6 +280,57 @@ qk8:
 	VMOVDQU64 Z16, 128(DX)
 	VMOVDQU64 Z17, 192(DX)
 	ADDQ $64, 0(R15)
+	JMP qk8cvadv
+qk8cvbf:
+	CMPQ 48(R15), $1
+	JNE qk8cvbm
+	MOVQ 0(R15), DX // bf16 source
+	VPMOVZXWD 0(DX), Z14
+	VPMOVZXWD 32(DX), Z15
+	VPMOVZXWD 64(DX), Z16
+	VPMOVZXWD 96(DX), Z17
+	MOVQ 8(R15), DX // float32 destination
+	VPSLLD $16, Z14, Z14
+	VMOVDQU64 Z14, 0(DX)
+	VPSLLD $16, Z15, Z15
+	VMOVDQU64 Z15, 64(DX)
+	VPSLLD $16, Z16, Z16
+	VMOVDQU64 Z16, 128(DX)
+	VPSLLD $16, Z17, Z17
+	VMOVDQU64 Z17, 192(DX)
+	JMP qk8cvbadv
+qk8cvbm:
+	MOVQ 0(R15), DX // bf16 source
+	VPMOVZXWD 0(DX), Z14
+	VPMOVZXWD 32(DX), Z15
+	VPMOVZXWD 64(DX), Z16
+	VPMOVZXWD 96(DX), Z17
+	MOVQ 8(R15), DX // float32 destination
+	VPSLLD $16, Z14, Z14
+	VMOVDQU64 Z14, 0(DX)
+	VPSLLD $16, Z15, Z15
+	VMOVDQU64 Z15, 64(DX)
+	VPSLLD $16, Z16, Z16
+	VMOVDQU64 Z16, 128(DX)
+	VPSLLD $16, Z17, Z17
+	VMOVDQU64 Z17, 192(DX)
+	VMOVDQU32 64(R15), Z18 // running finite maximum
+	VPANDD.BCST ·lanesc+64(SB), Z14, Z14 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z14, K1 // finite
+	VPMAXUD Z14, Z18, K1, Z18
+	VPANDD.BCST ·lanesc+64(SB), Z15, Z15 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z15, K1 // finite
+	VPMAXUD Z15, Z18, K1, Z18
+	VPANDD.BCST ·lanesc+64(SB), Z16, Z16 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z16, K1 // finite
+	VPMAXUD Z16, Z18, K1, Z18
+	VPANDD.BCST ·lanesc+64(SB), Z17, Z17 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z17, K1 // finite
+	VPMAXUD Z17, Z18, K1, Z18
+	VMOVDQU32 Z18, 64(R15)
+qk8cvbadv:
+	ADDQ $128, 0(R15)
+qk8cvadv:
 	ADDQ $256, 8(R15)
 qk8cv:
 	VMOVUPS 0(AX), Z28 // Q^T[c+0]
@@ -306,6 +414,8 @@ qk4:
 	CMPQ 16(R15), $0
 	JEQ qk4cv
 	DECQ 16(R15)
+	CMPQ 48(R15), $0
+	JNE qk4cvbf
 	MOVQ 0(R15), DX // e4m3 source
 	VPERMD (DX), Z12, Z14 // bytes in unpack order
 	MOVQ 40(R15), DX // tables
@@ -326,6 +436,57 @@ qk4:
 	VMOVDQU64 Z16, 128(DX)
 	VMOVDQU64 Z17, 192(DX)
 	ADDQ $64, 0(R15)
+	JMP qk4cvadv
+qk4cvbf:
+	CMPQ 48(R15), $1
+	JNE qk4cvbm
+	MOVQ 0(R15), DX // bf16 source
+	VPMOVZXWD 0(DX), Z14
+	VPMOVZXWD 32(DX), Z15
+	VPMOVZXWD 64(DX), Z16
+	VPMOVZXWD 96(DX), Z17
+	MOVQ 8(R15), DX // float32 destination
+	VPSLLD $16, Z14, Z14
+	VMOVDQU64 Z14, 0(DX)
+	VPSLLD $16, Z15, Z15
+	VMOVDQU64 Z15, 64(DX)
+	VPSLLD $16, Z16, Z16
+	VMOVDQU64 Z16, 128(DX)
+	VPSLLD $16, Z17, Z17
+	VMOVDQU64 Z17, 192(DX)
+	JMP qk4cvbadv
+qk4cvbm:
+	MOVQ 0(R15), DX // bf16 source
+	VPMOVZXWD 0(DX), Z14
+	VPMOVZXWD 32(DX), Z15
+	VPMOVZXWD 64(DX), Z16
+	VPMOVZXWD 96(DX), Z17
+	MOVQ 8(R15), DX // float32 destination
+	VPSLLD $16, Z14, Z14
+	VMOVDQU64 Z14, 0(DX)
+	VPSLLD $16, Z15, Z15
+	VMOVDQU64 Z15, 64(DX)
+	VPSLLD $16, Z16, Z16
+	VMOVDQU64 Z16, 128(DX)
+	VPSLLD $16, Z17, Z17
+	VMOVDQU64 Z17, 192(DX)
+	VMOVDQU32 64(R15), Z18 // running finite maximum
+	VPANDD.BCST ·lanesc+64(SB), Z14, Z14 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z14, K1 // finite
+	VPMAXUD Z14, Z18, K1, Z18
+	VPANDD.BCST ·lanesc+64(SB), Z15, Z15 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z15, K1 // finite
+	VPMAXUD Z15, Z18, K1, Z18
+	VPANDD.BCST ·lanesc+64(SB), Z16, Z16 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z16, K1 // finite
+	VPMAXUD Z16, Z18, K1, Z18
+	VPANDD.BCST ·lanesc+64(SB), Z17, Z17 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z17, K1 // finite
+	VPMAXUD Z17, Z18, K1, Z18
+	VMOVDQU32 Z18, 64(R15)
+qk4cvbadv:
+	ADDQ $128, 0(R15)
+qk4cvadv:
 	ADDQ $256, 8(R15)
 qk4cv:
 	VMOVUPS 0(AX), Z28 // Q^T[c+0]
@@ -386,6 +547,8 @@ qk2:
 	CMPQ 16(R15), $0
 	JEQ qk2cv
 	DECQ 16(R15)
+	CMPQ 48(R15), $0
+	JNE qk2cvbf
 	MOVQ 0(R15), DX // e4m3 source
 	VPERMD (DX), Z12, Z14 // bytes in unpack order
 	MOVQ 40(R15), DX // tables
@@ -406,6 +569,57 @@ qk2:
 	VMOVDQU64 Z16, 128(DX)
 	VMOVDQU64 Z17, 192(DX)
 	ADDQ $64, 0(R15)
+	JMP qk2cvadv
+qk2cvbf:
+	CMPQ 48(R15), $1
+	JNE qk2cvbm
+	MOVQ 0(R15), DX // bf16 source
+	VPMOVZXWD 0(DX), Z14
+	VPMOVZXWD 32(DX), Z15
+	VPMOVZXWD 64(DX), Z16
+	VPMOVZXWD 96(DX), Z17
+	MOVQ 8(R15), DX // float32 destination
+	VPSLLD $16, Z14, Z14
+	VMOVDQU64 Z14, 0(DX)
+	VPSLLD $16, Z15, Z15
+	VMOVDQU64 Z15, 64(DX)
+	VPSLLD $16, Z16, Z16
+	VMOVDQU64 Z16, 128(DX)
+	VPSLLD $16, Z17, Z17
+	VMOVDQU64 Z17, 192(DX)
+	JMP qk2cvbadv
+qk2cvbm:
+	MOVQ 0(R15), DX // bf16 source
+	VPMOVZXWD 0(DX), Z14
+	VPMOVZXWD 32(DX), Z15
+	VPMOVZXWD 64(DX), Z16
+	VPMOVZXWD 96(DX), Z17
+	MOVQ 8(R15), DX // float32 destination
+	VPSLLD $16, Z14, Z14
+	VMOVDQU64 Z14, 0(DX)
+	VPSLLD $16, Z15, Z15
+	VMOVDQU64 Z15, 64(DX)
+	VPSLLD $16, Z16, Z16
+	VMOVDQU64 Z16, 128(DX)
+	VPSLLD $16, Z17, Z17
+	VMOVDQU64 Z17, 192(DX)
+	VMOVDQU32 64(R15), Z18 // running finite maximum
+	VPANDD.BCST ·lanesc+64(SB), Z14, Z14 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z14, K1 // finite
+	VPMAXUD Z14, Z18, K1, Z18
+	VPANDD.BCST ·lanesc+64(SB), Z15, Z15 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z15, K1 // finite
+	VPMAXUD Z15, Z18, K1, Z18
+	VPANDD.BCST ·lanesc+64(SB), Z16, Z16 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z16, K1 // finite
+	VPMAXUD Z16, Z18, K1, Z18
+	VPANDD.BCST ·lanesc+64(SB), Z17, Z17 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z17, K1 // finite
+	VPMAXUD Z17, Z18, K1, Z18
+	VMOVDQU32 Z18, 64(R15)
+qk2cvbadv:
+	ADDQ $128, 0(R15)
+qk2cvadv:
 	ADDQ $256, 8(R15)
 qk2cv:
 	VMOVUPS 0(AX), Z28 // Q^T[c+0]
@@ -455,6 +669,8 @@ qk1:
 	CMPQ 16(R15), $0
 	JEQ qk1cv
 	DECQ 16(R15)
+	CMPQ 48(R15), $0
+	JNE qk1cvbf
 	MOVQ 0(R15), DX // e4m3 source
 	VPERMD (DX), Z12, Z14 // bytes in unpack order
 	MOVQ 40(R15), DX // tables
@@ -475,6 +691,57 @@ qk1:
 	VMOVDQU64 Z16, 128(DX)
 	VMOVDQU64 Z17, 192(DX)
 	ADDQ $64, 0(R15)
+	JMP qk1cvadv
+qk1cvbf:
+	CMPQ 48(R15), $1
+	JNE qk1cvbm
+	MOVQ 0(R15), DX // bf16 source
+	VPMOVZXWD 0(DX), Z14
+	VPMOVZXWD 32(DX), Z15
+	VPMOVZXWD 64(DX), Z16
+	VPMOVZXWD 96(DX), Z17
+	MOVQ 8(R15), DX // float32 destination
+	VPSLLD $16, Z14, Z14
+	VMOVDQU64 Z14, 0(DX)
+	VPSLLD $16, Z15, Z15
+	VMOVDQU64 Z15, 64(DX)
+	VPSLLD $16, Z16, Z16
+	VMOVDQU64 Z16, 128(DX)
+	VPSLLD $16, Z17, Z17
+	VMOVDQU64 Z17, 192(DX)
+	JMP qk1cvbadv
+qk1cvbm:
+	MOVQ 0(R15), DX // bf16 source
+	VPMOVZXWD 0(DX), Z14
+	VPMOVZXWD 32(DX), Z15
+	VPMOVZXWD 64(DX), Z16
+	VPMOVZXWD 96(DX), Z17
+	MOVQ 8(R15), DX // float32 destination
+	VPSLLD $16, Z14, Z14
+	VMOVDQU64 Z14, 0(DX)
+	VPSLLD $16, Z15, Z15
+	VMOVDQU64 Z15, 64(DX)
+	VPSLLD $16, Z16, Z16
+	VMOVDQU64 Z16, 128(DX)
+	VPSLLD $16, Z17, Z17
+	VMOVDQU64 Z17, 192(DX)
+	VMOVDQU32 64(R15), Z18 // running finite maximum
+	VPANDD.BCST ·lanesc+64(SB), Z14, Z14 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z14, K1 // finite
+	VPMAXUD Z14, Z18, K1, Z18
+	VPANDD.BCST ·lanesc+64(SB), Z15, Z15 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z15, K1 // finite
+	VPMAXUD Z15, Z18, K1, Z18
+	VPANDD.BCST ·lanesc+64(SB), Z16, Z16 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z16, K1 // finite
+	VPMAXUD Z16, Z18, K1, Z18
+	VPANDD.BCST ·lanesc+64(SB), Z17, Z17 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z17, K1 // finite
+	VPMAXUD Z17, Z18, K1, Z18
+	VMOVDQU32 Z18, 64(R15)
+qk1cvbadv:
+	ADDQ $128, 0(R15)
+qk1cvadv:
 	ADDQ $256, 8(R15)
 qk1cv:
 	VMOVUPS 0(AX), Z28 // Q^T[c+0]
@@ -910,6 +1177,8 @@ pv24:
 	CMPQ 16(R15), $0
 	JEQ pv24cv
 	DECQ 16(R15)
+	CMPQ 48(R15), $0
+	JNE pv24cvbf
 	MOVQ 0(R15), BX // e4m3 source
 	VPERMD (BX), Z25, Z27 // bytes in unpack order
 	MOVQ 40(R15), BX // tables
@@ -930,6 +1199,57 @@ pv24:
 	VMOVDQU64 Z29, 128(BX)
 	VMOVDQU64 Z30, 192(BX)
 	ADDQ $64, 0(R15)
+	JMP pv24cvadv
+pv24cvbf:
+	CMPQ 48(R15), $1
+	JNE pv24cvbm
+	MOVQ 0(R15), BX // bf16 source
+	VPMOVZXWD 0(BX), Z27
+	VPMOVZXWD 32(BX), Z28
+	VPMOVZXWD 64(BX), Z29
+	VPMOVZXWD 96(BX), Z30
+	MOVQ 8(R15), BX // float32 destination
+	VPSLLD $16, Z27, Z27
+	VMOVDQU64 Z27, 0(BX)
+	VPSLLD $16, Z28, Z28
+	VMOVDQU64 Z28, 64(BX)
+	VPSLLD $16, Z29, Z29
+	VMOVDQU64 Z29, 128(BX)
+	VPSLLD $16, Z30, Z30
+	VMOVDQU64 Z30, 192(BX)
+	JMP pv24cvbadv
+pv24cvbm:
+	MOVQ 0(R15), BX // bf16 source
+	VPMOVZXWD 0(BX), Z27
+	VPMOVZXWD 32(BX), Z28
+	VPMOVZXWD 64(BX), Z29
+	VPMOVZXWD 96(BX), Z30
+	MOVQ 8(R15), BX // float32 destination
+	VPSLLD $16, Z27, Z27
+	VMOVDQU64 Z27, 0(BX)
+	VPSLLD $16, Z28, Z28
+	VMOVDQU64 Z28, 64(BX)
+	VPSLLD $16, Z29, Z29
+	VMOVDQU64 Z29, 128(BX)
+	VPSLLD $16, Z30, Z30
+	VMOVDQU64 Z30, 192(BX)
+	VMOVDQU32 64(R15), Z31 // running finite maximum
+	VPANDD.BCST ·lanesc+64(SB), Z27, Z27 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z27, K1 // finite
+	VPMAXUD Z27, Z31, K1, Z31
+	VPANDD.BCST ·lanesc+64(SB), Z28, Z28 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z28, K1 // finite
+	VPMAXUD Z28, Z31, K1, Z31
+	VPANDD.BCST ·lanesc+64(SB), Z29, Z29 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z29, K1 // finite
+	VPMAXUD Z29, Z31, K1, Z31
+	VPANDD.BCST ·lanesc+64(SB), Z30, Z30 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z30, K1 // finite
+	VPMAXUD Z30, Z31, K1, Z31
+	VMOVDQU32 Z31, 64(R15)
+pv24cvbadv:
+	ADDQ $128, 0(R15)
+pv24cvadv:
 	ADDQ $256, 8(R15)
 pv24cv:
 	VMOVUPS 0(SI), Z24 // P^T[i]
@@ -1048,6 +1368,8 @@ pv16:
 	CMPQ 16(R15), $0
 	JEQ pv16cv
 	DECQ 16(R15)
+	CMPQ 48(R15), $0
+	JNE pv16cvbf
 	MOVQ 0(R15), BX // e4m3 source
 	VPERMD (BX), Z25, Z27 // bytes in unpack order
 	MOVQ 40(R15), BX // tables
@@ -1068,6 +1390,57 @@ pv16:
 	VMOVDQU64 Z29, 128(BX)
 	VMOVDQU64 Z30, 192(BX)
 	ADDQ $64, 0(R15)
+	JMP pv16cvadv
+pv16cvbf:
+	CMPQ 48(R15), $1
+	JNE pv16cvbm
+	MOVQ 0(R15), BX // bf16 source
+	VPMOVZXWD 0(BX), Z27
+	VPMOVZXWD 32(BX), Z28
+	VPMOVZXWD 64(BX), Z29
+	VPMOVZXWD 96(BX), Z30
+	MOVQ 8(R15), BX // float32 destination
+	VPSLLD $16, Z27, Z27
+	VMOVDQU64 Z27, 0(BX)
+	VPSLLD $16, Z28, Z28
+	VMOVDQU64 Z28, 64(BX)
+	VPSLLD $16, Z29, Z29
+	VMOVDQU64 Z29, 128(BX)
+	VPSLLD $16, Z30, Z30
+	VMOVDQU64 Z30, 192(BX)
+	JMP pv16cvbadv
+pv16cvbm:
+	MOVQ 0(R15), BX // bf16 source
+	VPMOVZXWD 0(BX), Z27
+	VPMOVZXWD 32(BX), Z28
+	VPMOVZXWD 64(BX), Z29
+	VPMOVZXWD 96(BX), Z30
+	MOVQ 8(R15), BX // float32 destination
+	VPSLLD $16, Z27, Z27
+	VMOVDQU64 Z27, 0(BX)
+	VPSLLD $16, Z28, Z28
+	VMOVDQU64 Z28, 64(BX)
+	VPSLLD $16, Z29, Z29
+	VMOVDQU64 Z29, 128(BX)
+	VPSLLD $16, Z30, Z30
+	VMOVDQU64 Z30, 192(BX)
+	VMOVDQU32 64(R15), Z31 // running finite maximum
+	VPANDD.BCST ·lanesc+64(SB), Z27, Z27 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z27, K1 // finite
+	VPMAXUD Z27, Z31, K1, Z31
+	VPANDD.BCST ·lanesc+64(SB), Z28, Z28 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z28, K1 // finite
+	VPMAXUD Z28, Z31, K1, Z31
+	VPANDD.BCST ·lanesc+64(SB), Z29, Z29 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z29, K1 // finite
+	VPMAXUD Z29, Z31, K1, Z31
+	VPANDD.BCST ·lanesc+64(SB), Z30, Z30 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z30, K1 // finite
+	VPMAXUD Z30, Z31, K1, Z31
+	VMOVDQU32 Z31, 64(R15)
+pv16cvbadv:
+	ADDQ $128, 0(R15)
+pv16cvadv:
 	ADDQ $256, 8(R15)
 pv16cv:
 	VMOVUPS 0(SI), Z24 // P^T[i]
@@ -1154,6 +1527,8 @@ pv8:
 	CMPQ 16(R15), $0
 	JEQ pv8cv
 	DECQ 16(R15)
+	CMPQ 48(R15), $0
+	JNE pv8cvbf
 	MOVQ 0(R15), BX // e4m3 source
 	VPERMD (BX), Z25, Z27 // bytes in unpack order
 	MOVQ 40(R15), BX // tables
@@ -1174,6 +1549,57 @@ pv8:
 	VMOVDQU64 Z29, 128(BX)
 	VMOVDQU64 Z30, 192(BX)
 	ADDQ $64, 0(R15)
+	JMP pv8cvadv
+pv8cvbf:
+	CMPQ 48(R15), $1
+	JNE pv8cvbm
+	MOVQ 0(R15), BX // bf16 source
+	VPMOVZXWD 0(BX), Z27
+	VPMOVZXWD 32(BX), Z28
+	VPMOVZXWD 64(BX), Z29
+	VPMOVZXWD 96(BX), Z30
+	MOVQ 8(R15), BX // float32 destination
+	VPSLLD $16, Z27, Z27
+	VMOVDQU64 Z27, 0(BX)
+	VPSLLD $16, Z28, Z28
+	VMOVDQU64 Z28, 64(BX)
+	VPSLLD $16, Z29, Z29
+	VMOVDQU64 Z29, 128(BX)
+	VPSLLD $16, Z30, Z30
+	VMOVDQU64 Z30, 192(BX)
+	JMP pv8cvbadv
+pv8cvbm:
+	MOVQ 0(R15), BX // bf16 source
+	VPMOVZXWD 0(BX), Z27
+	VPMOVZXWD 32(BX), Z28
+	VPMOVZXWD 64(BX), Z29
+	VPMOVZXWD 96(BX), Z30
+	MOVQ 8(R15), BX // float32 destination
+	VPSLLD $16, Z27, Z27
+	VMOVDQU64 Z27, 0(BX)
+	VPSLLD $16, Z28, Z28
+	VMOVDQU64 Z28, 64(BX)
+	VPSLLD $16, Z29, Z29
+	VMOVDQU64 Z29, 128(BX)
+	VPSLLD $16, Z30, Z30
+	VMOVDQU64 Z30, 192(BX)
+	VMOVDQU32 64(R15), Z31 // running finite maximum
+	VPANDD.BCST ·lanesc+64(SB), Z27, Z27 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z27, K1 // finite
+	VPMAXUD Z27, Z31, K1, Z31
+	VPANDD.BCST ·lanesc+64(SB), Z28, Z28 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z28, K1 // finite
+	VPMAXUD Z28, Z31, K1, Z31
+	VPANDD.BCST ·lanesc+64(SB), Z29, Z29 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z29, K1 // finite
+	VPMAXUD Z29, Z31, K1, Z31
+	VPANDD.BCST ·lanesc+64(SB), Z30, Z30 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z30, K1 // finite
+	VPMAXUD Z30, Z31, K1, Z31
+	VMOVDQU32 Z31, 64(R15)
+pv8cvbadv:
+	ADDQ $128, 0(R15)
+pv8cvadv:
 	ADDQ $256, 8(R15)
 pv8cv:
 	VMOVUPS 0(SI), Z24 // P^T[i]
@@ -1216,6 +1642,11 @@ TEXT ·lanesConvRest512(SB), NOSPLIT, $0-8
 	JEQ restdone
 	MOVQ 0(R15), SI
 	MOVQ 8(R15), DI
+	MOVQ 48(R15), DX
+	CMPQ DX, $1
+	JEQ restbf
+	CMPQ DX, $2
+	JEQ restbm
 rest:
 	VPERMD (SI), Z0, Z2 // bytes in unpack order
 	VMOVDQU64 (BX), Z3
@@ -1237,6 +1668,58 @@ rest:
 	ADDQ $256, DI
 	DECQ CX
 	JNZ rest
+	JMP reststore
+restbf:
+	VPMOVZXWD 0(SI), Z2
+	VPMOVZXWD 32(SI), Z3
+	VPMOVZXWD 64(SI), Z4
+	VPMOVZXWD 96(SI), Z5
+	VPSLLD $16, Z2, Z2
+	VMOVDQU64 Z2, 0(DI)
+	VPSLLD $16, Z3, Z3
+	VMOVDQU64 Z3, 64(DI)
+	VPSLLD $16, Z4, Z4
+	VMOVDQU64 Z4, 128(DI)
+	VPSLLD $16, Z5, Z5
+	VMOVDQU64 Z5, 192(DI)
+	ADDQ $128, SI
+	ADDQ $256, DI
+	DECQ CX
+	JNZ restbf
+	JMP reststore
+restbm:
+	VPMOVZXWD 0(SI), Z2
+	VPMOVZXWD 32(SI), Z3
+	VPMOVZXWD 64(SI), Z4
+	VPMOVZXWD 96(SI), Z5
+	VPSLLD $16, Z2, Z2
+	VMOVDQU64 Z2, 0(DI)
+	VPSLLD $16, Z3, Z3
+	VMOVDQU64 Z3, 64(DI)
+	VPSLLD $16, Z4, Z4
+	VMOVDQU64 Z4, 128(DI)
+	VPSLLD $16, Z5, Z5
+	VMOVDQU64 Z5, 192(DI)
+	VMOVDQU32 64(R15), Z6 // running finite maximum
+	VPANDD.BCST ·lanesc+64(SB), Z2, Z2 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z2, K1 // finite
+	VPMAXUD Z2, Z6, K1, Z6
+	VPANDD.BCST ·lanesc+64(SB), Z3, Z3 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z3, K1 // finite
+	VPMAXUD Z3, Z6, K1, Z6
+	VPANDD.BCST ·lanesc+64(SB), Z4, Z4 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z4, K1 // finite
+	VPMAXUD Z4, Z6, K1, Z6
+	VPANDD.BCST ·lanesc+64(SB), Z5, Z5 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z5, K1 // finite
+	VPMAXUD Z5, Z6, K1, Z6
+	VMOVDQU32 Z6, 64(R15)
+	ADDQ $128, SI
+	ADDQ $256, DI
+	DECQ CX
+	JNZ restbm
+	JMP reststore
+reststore:
 	MOVQ SI, 0(R15)
 	MOVQ DI, 8(R15)
 	MOVQ $0, 16(R15)

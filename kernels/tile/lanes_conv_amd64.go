@@ -10,10 +10,10 @@ import (
 	"github.com/sparseattn/msa/kernels/lowp"
 )
 
-// lanesConvOK reports whether the AVX-512 lane kernels may widen e4m3fn
-// chunks between their multiply-adds (the conversion is AVX512_VBMI code).
-// Tests switch it off to compare with the staged path.
-var lanesConvOK = haveVBMI
+// lanesConvOK reports whether the AVX-512 lane kernels may widen chunks
+// between their multiply-adds (bf16 needs AVX-512F only, e4m3fn also
+// haveVBMI). Tests switch it off to compare with the staged path.
+var lanesConvOK = true
 
 // haveVBMI reports whether the CPU runs the AVX512_VBMI e4m3 conversion.
 var haveVBMI = cpu.X86.HasAVX512VBMI && cpu.X86.HasAVX512BW
@@ -59,15 +59,17 @@ func pvIters(n, d int) int {
 }
 
 // lanesUpdatePipelined is lanesUpdateStagedSIMD for a stager whose chunks
-// can be read as e4m3fn bytes: the kernels of each chunk widen the next
-// chunk (the next K chunk, the first V chunk after the last K chunk, the
-// next V chunk) into the other half of a double buffer between their
+// can be read in their narrow format: the kernels of each chunk widen the
+// next chunk (the next K chunk, the first V chunk after the last K chunk,
+// the next V chunk) into the other half of a double buffer between their
 // multiply-adds, where the conversion runs on pipes the FMAs leave free
 // (measured on Zen 4: internal/overlap BenchmarkOverlap512). A chunk whose
-// rows are not one e4m3 run is staged by src as usual. The values and the
-// order of every product are those of the staged path: bit-identical
-// results.
-func lanesUpdatePipelined(l *Lanes, src E4M3Stager, n, ck, cv int) {
+// rows are not one run of a format the kernels widen is staged by src as
+// usual. A guarded V chunk (RawV's scan) has its finite maximum found by
+// the same conversion and goes through src.GuardV at the point where
+// StageV would have run. The values and the order of every product are
+// those of the staged path: bit-identical results.
+func lanesUpdatePipelined(l *Lanes, src WideningStager, n, ck, cv int) {
 	d := l.d
 	if len(l.kst[0]) < ck*d {
 		for i := range l.kst {
@@ -86,29 +88,59 @@ func lanesUpdatePipelined(l *Lanes, src E4M3Stager, n, ck, cv int) {
 		i0 = (t - nk) * cv
 		return true, i0, min(n, i0+cv), l.vst[(t-nk)%2]
 	}
-	raw := func(t int) unsafe.Pointer {
+	// raw returns chunk t's storage and conversion kind, nil when the
+	// kernels cannot widen it.
+	raw := func(t int) (unsafe.Pointer, int) {
 		v, i0, i1, _ := rows(t)
+		var p unsafe.Pointer
+		var f RawFormat
+		scan := false
 		if v {
-			return src.E4M3V(i0, i1)
+			p, f, scan = src.RawV(i0, i1)
+		} else {
+			p, f = src.RawK(i0, i1)
 		}
-		return src.E4M3K(i0, i1)
+		switch {
+		case p == nil:
+		case f == RawE4M3 && haveVBMI && !scan:
+			return p, convE4M3
+		case f == RawBF16 && scan:
+			return p, convBF16Max
+		case f == RawBF16:
+			return p, convBF16
+		}
+		return nil, 0
 	}
 	stage := func(t int) []float32 {
 		v, i0, i1, _ := rows(t)
 		return stageRows(src, v, i0, i1, d)
 	}
-	// setJob points l.cv at chunk t's bytes and buffer, spread over iters
-	// kernel iterations.
-	setJob := func(t int, p unsafe.Pointer, iters int) []float32 {
+	// setJob points l.cv at chunk t's storage and buffer, spread over
+	// iters kernel iterations.
+	setJob := func(t int, p unsafe.Pointer, kind, iters int) []float32 {
 		_, i0, i1, buf := rows(t)
 		units := (i1 - i0) * d / 64
-		l.cv = lanesConv{src: uintptr(p), dst: uintptr(unsafe.Pointer(&buf[0])), units: units, cd: 1, per: max(1, iters/units), tab: &E4M3Tab}
+		l.cv = lanesConv{src: uintptr(p), dst: uintptr(unsafe.Pointer(&buf[0])), units: units, cd: 1, per: max(1, iters/units), tab: &E4M3Tab, kind: kind}
 		return buf[:(i1-i0)*d]
 	}
+	// done finishes the job of chunk buf: its last units, then the guard.
+	done := func(buf []float32) {
+		if l.cv.units > 0 {
+			lanesConvRest512(&l.cv)
+		}
+		if l.cv.kind == convBF16Max {
+			var m uint32
+			for _, x := range l.cv.max {
+				m = max(m, x)
+			}
+			src.GuardV(buf, m)
+		}
+		l.cv.units = 0
+	}
 	var cur []float32
-	if p := raw(0); p != nil {
-		cur = setJob(0, p, 1)
-		lanesConvRest512(&l.cv)
+	if p, kind := raw(0); p != nil {
+		cur = setJob(0, p, kind, 1)
+		done(cur)
 	} else {
 		cur = stage(0)
 	}
@@ -121,8 +153,9 @@ func lanesUpdatePipelined(l *Lanes, src E4M3Stager, n, ck, cv int) {
 		var next []float32
 		var p unsafe.Pointer
 		if t+1 < nk+nv {
-			if p = raw(t + 1); p != nil {
-				next = setJob(t+1, p, iters)
+			var kind int
+			if p, kind = raw(t + 1); p != nil {
+				next = setJob(t+1, p, kind, iters)
 			}
 		}
 		if v {
@@ -135,9 +168,7 @@ func lanesUpdatePipelined(l *Lanes, src E4M3Stager, n, ck, cv int) {
 		}
 		switch {
 		case p != nil:
-			if l.cv.units > 0 {
-				lanesConvRest512(&l.cv)
-			}
+			done(next)
 			cur = next
 		case t+1 < nk+nv:
 			cur = stage(t + 1)

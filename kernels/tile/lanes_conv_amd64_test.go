@@ -24,6 +24,7 @@ func TestLanesConvLayout(t *testing.T) {
 		{"src", unsafe.Offsetof(c.src), 0}, {"dst", unsafe.Offsetof(c.dst), 8},
 		{"units", unsafe.Offsetof(c.units), 16}, {"cd", unsafe.Offsetof(c.cd), 24},
 		{"per", unsafe.Offsetof(c.per), 32}, {"tab", unsafe.Offsetof(c.tab), 40},
+		{"kind", unsafe.Offsetof(c.kind), 48}, {"max", unsafe.Offsetof(c.max), 64},
 		{"B3", unsafe.Offsetof(tab.B3), 128}, {"Perm", unsafe.Offsetof(tab.Perm), 256},
 		{"Sign", unsafe.Offsetof(tab.Sign), 320},
 	} {
@@ -68,13 +69,65 @@ func TestLanesConvRest(t *testing.T) {
 	}
 }
 
+// TestLanesConvRestBF16 widens every bf16 bit pattern (shuffled) with
+// lanesConvRest512, without and with the finite-maximum scan, compares the
+// bits with lowp.DecodeBF16 and the scan's maximum with a plain loop over
+// each 64-value unit's neighbourhood (Inf and NaN skipped).
+func TestLanesConvRestBF16(t *testing.T) {
+	useTier(t, "avx512")
+	rng := rand.New(rand.NewSource(2))
+	src := make([]lowp.BFloat16, 1<<16)
+	for i := range src {
+		src[i] = lowp.BFloat16(i)
+	}
+	rng.Shuffle(len(src), func(i, j int) { src[i], src[j] = src[j], src[i] })
+	want := make([]float32, len(src))
+	lowp.DecodeBF16(want, src)
+	for _, kind := range []int{convBF16, convBF16Max} {
+		// a few units at a time, so that the maximum also takes small
+		// inputs without the largest finite values
+		for i0 := 0; i0 < len(src); {
+			units := 1 + rng.Intn(8)
+			i1 := min(len(src), i0+64*units)
+			got := make([]float32, i1-i0+16)
+			got[i1-i0] = 7 // the conversion must stop at its last unit
+			cv := lanesConv{src: uintptr(unsafe.Pointer(&src[i0])), dst: uintptr(unsafe.Pointer(&got[0])), units: (i1 - i0) / 64, tab: &E4M3Tab, kind: kind}
+			lanesConvRest512(&cv)
+			var wm uint32
+			for i := i0; i < i1; i++ {
+				g, w := math.Float32bits(got[i-i0]), math.Float32bits(want[i])
+				if g != w {
+					t.Fatalf("kind %d: bf16 %#04x: %#08x, want %#08x", kind, uint16(src[i]), g, w)
+				}
+				if b := w &^ (1 << 31); b < 0x7f800000 {
+					wm = max(wm, b)
+				}
+			}
+			var gm uint32
+			for _, x := range cv.max {
+				gm = max(gm, x)
+			}
+			if kind == convBF16 {
+				wm = 0
+			}
+			if gm != wm {
+				t.Fatalf("kind %d, values %d-%d: maximum %#08x, want %#08x", kind, i0, i1, gm, wm)
+			}
+			if cv.units != 0 || got[i1-i0] != 7 {
+				t.Fatalf("units left %d, sentinel %g", cv.units, got[i1-i0])
+			}
+			i0 = i1
+		}
+	}
+}
+
 // TestLanesConvIters checks qkIters and pvIters against the kernels: with a
 // job of one unit per iteration and more units than iterations, the units
 // a call consumes are its loop iterations.
 func TestLanesConvIters(t *testing.T) {
 	needConv(t)
 	src := make([]byte, 64*4096)
-	dst := make([]float32, 16*4096)
+	dst := make([]float32, 64*4096) // room for every unit of the job: 64 floats each
 	for _, d := range []int{8, 16, 24, 32, 40, 56, 64, 128, 256} {
 		l := NewLanes(d)
 		k := make([]float32, BlockN*d)
@@ -96,104 +149,200 @@ func TestLanesConvIters(t *testing.T) {
 	}
 }
 
-// e4m3Stager stages e4m3fn rows k and v ([n][d]) like attn's K/V stager and
-// also offers their bytes (E4M3Stager), except for the chunks whose first
-// row is in noRaw (those take the StageK / StageV path).
-type e4m3Stager struct {
-	k, v   []lowp.Float8E4M3FN
+// rawStager stages e4m3fn or bf16 rows k and v ([n][d] values, their
+// bytes) like attn's K/V stager and also offers the bytes
+// (WideningStager), except for the chunks whose first row is in noRaw
+// (those take the StageK / StageV path). With scan its V chunks go through
+// a power-of-two overflow guard like attn's (shift e, the accumulation in l
+// rescaled when e rises); guards logs the maxima the guard was handed.
+type rawStager struct {
+	f      RawFormat
+	k, v   []byte
 	d      int
 	kb, vb []float32
 	noRaw  map[int]bool
 	calls  int // StageK and StageV calls
+	scan   bool
+	e      int
+	l      *Lanes
+	guards []uint32
 }
 
-func (s *e4m3Stager) StageK(i0, i1 int) []float32 {
+// widen decodes rows [i0, i1) of the raw rows x into dst.
+func (s *rawStager) widen(dst []float32, x []byte, i0, i1 int) []float32 {
+	n := (i1 - i0) * s.d
+	dst = dst[:n]
+	if s.f == RawE4M3 {
+		lowp.DecodeE4M3(dst, unsafe.Slice((*lowp.Float8E4M3FN)(unsafe.Pointer(&x[i0*s.d])), n))
+		return dst
+	}
+	lowp.DecodeBF16(dst, unsafe.Slice((*lowp.BFloat16)(unsafe.Pointer(&x[2*i0*s.d])), n))
+	return dst
+}
+
+func (s *rawStager) StageK(i0, i1 int) []float32 {
 	s.calls++
-	lowp.DecodeE4M3(s.kb[:(i1-i0)*s.d], s.k[i0*s.d:i1*s.d])
-	return s.kb[:(i1-i0)*s.d]
+	return s.widen(s.kb, s.k, i0, i1)
 }
 
-func (s *e4m3Stager) StageV(i0, i1 int) []float32 {
+func (s *rawStager) StageV(i0, i1 int) []float32 {
 	s.calls++
-	lowp.DecodeE4M3(s.vb[:(i1-i0)*s.d], s.v[i0*s.d:i1*s.d])
-	return s.vb[:(i1-i0)*s.d]
+	v := s.widen(s.vb, s.v, i0, i1)
+	if s.scan {
+		var m uint32
+		for _, x := range v {
+			if b := math.Float32bits(x) &^ (1 << 31); b < 0x7f800000 {
+				m = max(m, b)
+			}
+		}
+		s.GuardV(v, m)
+	}
+	return v
 }
 
-func (s *e4m3Stager) E4M3K(i0, i1 int) unsafe.Pointer {
+func (s *rawStager) raw(x []byte, i0 int) unsafe.Pointer {
+	if s.f == RawE4M3 {
+		return unsafe.Pointer(&x[i0*s.d])
+	}
+	return unsafe.Pointer(&x[2*i0*s.d])
+}
+
+func (s *rawStager) RawK(i0, i1 int) (unsafe.Pointer, RawFormat) {
 	if s.noRaw[i0] {
-		return nil
+		return nil, RawNone
 	}
-	return unsafe.Pointer(&s.k[i0*s.d])
+	return s.raw(s.k, i0), s.f
 }
 
-func (s *e4m3Stager) E4M3V(i0, i1 int) unsafe.Pointer {
+func (s *rawStager) RawV(i0, i1 int) (unsafe.Pointer, RawFormat, bool) {
 	if s.noRaw[-1-i0] {
-		return nil
+		return nil, RawNone, false
 	}
-	return unsafe.Pointer(&s.v[i0*s.d])
+	return s.raw(s.v, i0), s.f, s.scan
 }
 
-// TestLanesUpdatePipelined compares UpdateStaged with an E4M3Stager (the
-// kernels widen each next chunk) with the staged path (lanesConvOK off),
-// bit for bit: the widened values and every product's order are the same.
-// Shapes cover one and several K and V chunks, partial last chunks, d from
-// 64 to 256, chunks that must be staged instead (noRaw: the first, a middle
-// and the last K / V chunk), rows with no visible key and random e4m3 bytes
-// (subnormals, zeros and, in one case, NaNs included).
+// GuardV keeps |v| <= 2^96 (attn's vScale with its limit).
+func (s *rawStager) GuardV(v []float32, m uint32) {
+	s.guards = append(s.guards, m)
+	if m > (127+96)<<23 {
+		e := int(m>>23) - (127 + 96)
+		if m&(1<<23-1) != 0 {
+			e++
+		}
+		if e > s.e {
+			s.l.ScaleO(float32(math.Ldexp(1, s.e-e)))
+			s.e = e
+		}
+	}
+	if s.e != 0 {
+		f := float32(math.Ldexp(1, -s.e))
+		for i := range v {
+			v[i] *= f
+		}
+	}
+}
+
+// TestLanesUpdatePipelined compares UpdateStaged with a WideningStager
+// (the kernels widen each next chunk) with the staged path (lanesConvOK
+// off), bit for bit: the widened values and every product's order are the
+// same, and a guarded V sees the same maxima at the same points. Shapes
+// cover one and several K and V chunks, partial last chunks, d from 64 to
+// 256, chunks that must be staged instead (noRaw: the first, a middle and
+// the last K / V chunk), rows with no visible key, e4m3fn and bf16 rows
+// (random e4m3 bytes: subnormals, zeros and, in one case, NaNs; bf16 V
+// with magnitudes up to 2^127 that raise the guard's shift, and in one
+// case Inf and NaN, which it must skip), the guard on and off.
 func TestLanesUpdatePipelined(t *testing.T) {
-	needConv(t)
+	useTier(t, "avx512")
 	rng := rand.New(rand.NewSource(3))
 	ch := lanesChunks[lanesAVX512]
-	for _, d := range []int{64, 128, 256} {
-		for _, n := range []int{1, 12, 47, 48, 49, 64, 100, 127, 128} {
-			for _, noRaw := range []map[int]bool{nil, {0: true}, {ch.k: true, -1: true}, {2 * ch.k: true, -1 - ch.v: true}} {
-				for _, nan := range []bool{false, true} {
-					if nan && noRaw != nil {
-						continue
-					}
-					m := 1 + rng.Intn(16)
-					updates := 1 + rng.Intn(3)
-					p := newProblem(rng, d, n, m, updates, []Round{RoundNone, RoundBF16, RoundE4M3}[rng.Intn(3)], rng.Intn(2) == 0, 1)
-					ks, vs := make([][]lowp.Float8E4M3FN, updates), make([][]lowp.Float8E4M3FN, updates)
-					for u := range ks {
-						ks[u], vs[u] = make([]lowp.Float8E4M3FN, n*d), make([]lowp.Float8E4M3FN, n*d)
-						for i := range ks[u] {
-							// magnitudes up to 2^-2 (scores stay finite), subnormals included
-							ks[u][i] = lowp.Float8E4M3FN(rng.Intn(0x28) | rng.Intn(2)<<7)
-							vs[u][i] = lowp.Float8E4M3FN(rng.Intn(256))
-							if !nan && vs[u][i]&0x7f == 0x7f {
-								vs[u][i] = 0x7e
-							}
+	for _, f := range []RawFormat{RawE4M3, RawBF16} {
+		if f == RawE4M3 && !haveVBMI {
+			t.Log("CPU lacks AVX512_VBMI: e4m3fn rows are staged, not compared")
+			continue
+		}
+		for _, d := range []int{64, 128, 256} {
+			for _, n := range []int{1, 12, 47, 48, 49, 64, 100, 127, 128} {
+				for _, noRaw := range []map[int]bool{nil, {0: true}, {ch.k: true, -1: true}, {2 * ch.k: true, -1 - ch.v: true}} {
+					for _, nan := range []bool{false, true} {
+						if nan && noRaw != nil {
+							continue
 						}
-					}
-					run := func(conv bool) (result, int) {
-						old := lanesConvOK
-						lanesConvOK = conv
-						defer func() { lanesConvOK = old }()
-						l := NewLanes(d)
-						l.Reset(p.m, p.scale, p.round, p.invT)
-						for r := 0; r < p.m; r++ {
-							l.SetQ(r, p.q[r*d:(r+1)*d])
-						}
-						calls := 0
-						for u := range ks {
-							st := &e4m3Stager{k: ks[u], v: vs[u], d: d, kb: make([]float32, BlockN*d), vb: make([]float32, BlockN*d), noRaw: noRaw}
-							l.UpdateStaged(n, p.valid[u], st)
-							calls += st.calls
-						}
-						return p.lanesResult(l), calls
-					}
-					want, _ := run(false)
-					got, calls := run(true)
-					name := fmt.Sprintf("d%d/n%d/m%d/noRaw%v/nan%v", d, n, m, noRaw, nan)
-					if msg, ok := sameResult(got, want); !ok {
-						t.Errorf("%s: %s", name, msg)
-					}
-					if noRaw == nil && calls != 0 {
-						t.Errorf("%s: %d StageK/StageV calls with every chunk offered as bytes", name, calls)
+						pipelinedCase(t, rng, f, d, n, noRaw, nan, f == RawBF16 && rng.Intn(4) != 0)
 					}
 				}
 			}
 		}
+	}
+}
+
+// pipelinedCase runs one TestLanesUpdatePipelined case.
+func pipelinedCase(t *testing.T, rng *rand.Rand, f RawFormat, d, n int, noRaw map[int]bool, nan, scan bool) {
+	t.Helper()
+	m := 1 + rng.Intn(16)
+	updates := 1 + rng.Intn(3)
+	p := newProblem(rng, d, n, m, updates, []Round{RoundNone, RoundBF16, RoundE4M3}[rng.Intn(3)], rng.Intn(2) == 0, 1)
+	size := 1
+	if f == RawBF16 {
+		size = 2
+	}
+	ks, vs := make([][]byte, updates), make([][]byte, updates)
+	for u := range ks {
+		ks[u], vs[u] = make([]byte, size*n*d), make([]byte, size*n*d)
+		for i := 0; i < n*d; i++ {
+			if f == RawE4M3 {
+				// magnitudes up to 2^-2 (scores stay finite), subnormals included
+				ks[u][i] = byte(rng.Intn(0x28) | rng.Intn(2)<<7)
+				vs[u][i] = byte(rng.Intn(256))
+				if !nan && vs[u][i]&0x7f == 0x7f {
+					vs[u][i] = 0x7e
+				}
+				continue
+			}
+			// K: |k| < 2^-2 and bf16 subnormals; V: any finite bf16 in a
+			// few rows (the guard's shift rises mid-block), ordinary ones
+			// elsewhere, Inf and NaN in the nan case.
+			kb := uint16(rng.Intn(0x3e80)) | uint16(rng.Intn(2))<<15
+			vb := uint16(lowp.BF16(float32(rng.NormFloat64())))
+			if rng.Intn(200) == 0 {
+				vb = uint16(rng.Intn(0x7f80)) | uint16(rng.Intn(2))<<15
+			}
+			if nan && rng.Intn(100) == 0 {
+				vb = 0x7f80 | uint16(rng.Intn(2))<<15 | uint16(rng.Intn(2))<<6
+			}
+			ks[u][2*i], ks[u][2*i+1] = byte(kb), byte(kb>>8)
+			vs[u][2*i], vs[u][2*i+1] = byte(vb), byte(vb>>8)
+		}
+	}
+	run := func(conv bool) (result, int, []uint32) {
+		old := lanesConvOK
+		lanesConvOK = conv
+		defer func() { lanesConvOK = old }()
+		l := NewLanes(d)
+		l.Reset(p.m, p.scale, p.round, p.invT)
+		for r := 0; r < p.m; r++ {
+			l.SetQ(r, p.q[r*d:(r+1)*d])
+		}
+		calls := 0
+		st := &rawStager{f: f, d: d, kb: make([]float32, BlockN*d), vb: make([]float32, BlockN*d), noRaw: noRaw, scan: scan, l: l}
+		for u := range ks {
+			st.k, st.v = ks[u], vs[u]
+			st.calls = 0
+			l.UpdateStaged(n, p.valid[u], st)
+			calls += st.calls
+		}
+		return p.lanesResult(l), calls, st.guards
+	}
+	want, _, wantG := run(false)
+	got, calls, gotG := run(true)
+	name := fmt.Sprintf("%v/d%d/n%d/m%d/noRaw%v/nan%v/scan%v", f, d, n, m, noRaw, nan, scan)
+	if msg, ok := sameResult(got, want); !ok {
+		t.Errorf("%s: %s", name, msg)
+	}
+	if fmt.Sprint(gotG) != fmt.Sprint(wantG) {
+		t.Errorf("%s: guard maxima %x, want %x", name, gotG, wantG)
+	}
+	if noRaw == nil && calls != 0 {
+		t.Errorf("%s: %d StageK/StageV calls with every chunk offered as bytes", name, calls)
 	}
 }

@@ -25,5 +25,5 @@
 // (2026-12-03), three runs: fma 13.4 ns, conv 2.0-2.6 ns, both 13.6-13.8
 // ns per step, overlap 0.80-0.89: on this core the conversion runs on pipes
 // the multiply-adds leave free, which is why the AVX-512 lane kernels widen
-// the next e4m3 chunk between their multiply-adds (tile.E4M3Stager).
+// the next e4m3 chunk between their multiply-adds (tile.WideningStager).
 package overlap

@@ -19,7 +19,8 @@ var ExpC = []float32{1.0, 0.6931471824645996, 0.24022646248340607, 0.05550328642
 // "one" (1), "r7fff" and "hi16" (bf16 round-to-nearest-even bias and mask),
 // "r7ffff" and "hi12" (the same for e4m3's 3 mantissa bits), "c16384"
 // (2^14), "sub" (2^-6, the e4m3 subnormal threshold), "c448" (e4m3 max),
-// "b127" (the float32 exponent bias), "eight" (8).
+// "b127" (the float32 exponent bias), "eight" (8), "abs" (the float32
+// magnitude mask) and "pinf" (+inf, the first non-finite magnitude).
 func Const(n string) (uint32, bool) {
 	switch n {
 	case "ninf":
@@ -46,6 +47,10 @@ func Const(n string) (uint32, bool) {
 		return 127, true
 	case "eight":
 		return 8, true
+	case "abs":
+		return 0x7fffffff, true
+	case "pinf":
+		return math.Float32bits(float32(math.Inf(1))), true
 	}
 	if len(n) == 2 && n[0] == 'c' && n[1] >= '0' && int(n[1]-'0') < len(ExpC) {
 		return math.Float32bits(ExpC[n[1]-'0']), true

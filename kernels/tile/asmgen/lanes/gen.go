@@ -56,7 +56,7 @@ func (a *asm) f(format string, args ...any) {
 }
 
 // constant table lanesc: 4-byte entries, broadcast by the kernels.
-var cnames = []string{"ninf", "c0", "c1", "c2", "c3", "c4", "c5", "c6", "one", "r7fff", "hi16", "r7ffff", "hi12", "c16384", "sub", "c448"}
+var cnames = []string{"ninf", "c0", "c1", "c2", "c3", "c4", "c5", "c6", "one", "r7fff", "hi16", "r7ffff", "hi12", "c16384", "sub", "c448", "abs", "pinf"}
 
 func cval(n string) uint32 {
 	v, ok := emit.Const(n)
@@ -258,9 +258,10 @@ func genAVX2(a *asm) {
 	genPVT(a)
 }
 
-// lanesConv offsets (lanes_amd64_test.go checks them) and e4m3 table
-// offsets (E4M3Tables: byte 2 and byte 3 tables, 128 bytes each, the dword
-// permutation, the sign mask).
+// lanesConv offsets (lanes_amd64_test.go checks them), its source
+// formats (kind: e4m3fn, bf16, bf16 with the finite-maximum scan) and e4m3
+// table offsets (E4M3Tables: byte 2 and byte 3 tables, 128 bytes each, the
+// dword permutation, the sign mask).
 const (
 	offCvSrc   = 0
 	offCvDst   = 8
@@ -268,6 +269,11 @@ const (
 	offCvCd    = 24
 	offCvPer   = 32
 	offCvTab   = 40
+	offCvKind  = 48
+	offCvMax   = 64
+	kindE4M3   = 0
+	kindBF16   = 1
+	kindBF16M  = 2
 	offTabB3   = 128
 	offTabPerm = 256
 	offTabSign = 320
@@ -335,11 +341,46 @@ func convCore(a *asm, r convRegs, src, tab, dst string, load func(off int, what 
 	}
 }
 
+// bf16Core emits the widening of 64 bf16 values at register src into 64
+// float32 at register dst (a zero extension and a shift by 16 per 16
+// values: the plain widening, bit for bit). With scan it also folds the
+// largest finite |x| bits of the 64 values into the 16 dwords at maxMem
+// (K1 the finiteness mask). When src and dst are one scratch register,
+// load (non-nil) emits the loads of each from the job before its use.
+func bf16Core(a *asm, r convRegs, src, dst string, scan bool, maxMem string, load func(off int, what string)) {
+	z := func(i int) string { return fmt.Sprintf("Z%d", r.t[i]) }
+	ld := func(off int, what string) {
+		if load != nil {
+			load(off, what)
+		}
+	}
+	ld(offCvSrc, "bf16 source")
+	for i := 0; i < 4; i++ {
+		a.f("\tVPMOVZXWD %d(%s), %s", 32*i, src, z(i))
+	}
+	ld(offCvDst, "float32 destination")
+	for i := 0; i < 4; i++ {
+		a.f("\tVPSLLD $16, %s, %s", z(i), z(i))
+		a.f("\tVMOVDQU64 %s, %d(%s)", z(i), 64*i, dst)
+	}
+	if !scan {
+		return
+	}
+	a.f("\tVMOVDQU32 %s, %s // running finite maximum", maxMem, z(4))
+	for i := 0; i < 4; i++ {
+		a.f("\tVPANDD.BCST %s, %s, %s // |x| bits", c("abs"), z(i), z(i))
+		a.f("\tVPCMPUD.BCST $1, %s, %s, K1 // finite", c("pinf"), z(i))
+		a.f("\tVPMAXUD %s, %s, K1, %s", z(i), z(4), z(4))
+	}
+	a.f("\tVMOVDQU32 %s, %s", z(4), maxMem)
+}
+
 // convUnit emits one countdown step of the side conversion inside a kernel
 // loop: when the job's countdown reaches zero (then reset to its period)
-// and units are left, 64 e4m3fn bytes at the job's src are widened to
-// float32 at its dst (convCore, the job in memory and one scratch
-// register) and both addresses advanced; label names the skip target.
+// and units are left, 64 values at the job's src are widened to float32 at
+// its dst (convCore for e4m3fn, bf16Core for bf16, with the job in memory
+// and one scratch register) and both addresses advanced; label names the
+// skip target.
 func convUnit(a *asm, r convRegs, label string) {
 	j, t := r.job, r.tmp
 	a.f("\tDECQ %d(%s) // side conversion: countdown", offCvCd, j)
@@ -349,17 +390,33 @@ func convUnit(a *asm, r convRegs, label string) {
 	a.f("\tCMPQ %d(%s), $0", offCvUnits, j)
 	a.f("\tJEQ %s", label)
 	a.f("\tDECQ %d(%s)", offCvUnits, j)
-	convCore(a, r, t, t, t, func(off int, what string) { a.f("\tMOVQ %d(%s), %s // %s", off, j, t, what) })
+	load := func(off int, what string) { a.f("\tMOVQ %d(%s), %s // %s", off, j, t, what) }
+	maxMem := fmt.Sprintf("%d(%s)", offCvMax, j)
+	a.f("\tCMPQ %d(%s), $%d", offCvKind, j, kindE4M3)
+	a.f("\tJNE %sbf", label)
+	convCore(a, r, t, t, t, load)
 	a.f("\tADDQ $64, %d(%s)", offCvSrc, j)
+	a.f("\tJMP %sadv", label)
+	a.f("%sbf:", label)
+	a.f("\tCMPQ %d(%s), $%d", offCvKind, j, kindBF16)
+	a.f("\tJNE %sbm", label)
+	bf16Core(a, r, t, t, false, maxMem, load)
+	a.f("\tJMP %sbadv", label)
+	a.f("%sbm:", label)
+	bf16Core(a, r, t, t, true, maxMem, load)
+	a.f("%sbadv:", label)
+	a.f("\tADDQ $128, %d(%s)", offCvSrc, j)
+	a.f("%sadv:", label)
 	a.f("\tADDQ $256, %d(%s)", offCvDst, j)
 	a.f("%s:", label)
 }
 
 // genConvRest emits lanesConvRest512(cv *lanesConv): the job's remaining
-// units in a loop with the addresses and the count in registers (SI, DI,
-// CX; tables BX), stored back at the end.
+// units in a loop per source format with the addresses and the count in
+// registers (SI, DI, CX; tables BX), stored back at the end.
 func genConvRest(a *asm) {
 	r := convRegs{job: "R15", tmp: "BX", perm: 0, zero: 1, t: [5]int{2, 3, 4, 5, 6}}
+	maxMem := fmt.Sprintf("%d(%s)", offCvMax, r.job)
 	a.f("// func lanesConvRest512(cv *lanesConv)")
 	a.f("TEXT ·lanesConvRest512(SB), NOSPLIT, $0-8")
 	convSetup(a, "cv+0(FP)", r) // leaves the tables' address in BX
@@ -368,12 +425,32 @@ func genConvRest(a *asm) {
 	a.f("\tJEQ restdone")
 	a.f("\tMOVQ %d(%s), SI", offCvSrc, r.job)
 	a.f("\tMOVQ %d(%s), DI", offCvDst, r.job)
+	a.f("\tMOVQ %d(%s), DX", offCvKind, r.job)
+	a.f("\tCMPQ DX, $%d", kindBF16)
+	a.f("\tJEQ restbf")
+	a.f("\tCMPQ DX, $%d", kindBF16M)
+	a.f("\tJEQ restbm")
 	a.f("rest:")
 	convCore(a, r, "SI", "BX", "DI", nil)
 	a.f("\tADDQ $64, SI")
 	a.f("\tADDQ $256, DI")
 	a.f("\tDECQ CX")
 	a.f("\tJNZ rest")
+	a.f("\tJMP reststore")
+	for _, scan := range []bool{false, true} {
+		lbl := "restbf"
+		if scan {
+			lbl = "restbm"
+		}
+		a.f("%s:", lbl)
+		bf16Core(a, r, "SI", "DI", scan, maxMem, nil)
+		a.f("\tADDQ $128, SI")
+		a.f("\tADDQ $256, DI")
+		a.f("\tDECQ CX")
+		a.f("\tJNZ %s", lbl)
+		a.f("\tJMP reststore")
+	}
+	a.f("reststore:")
 	a.f("\tMOVQ SI, %d(%s)", offCvSrc, r.job)
 	a.f("\tMOVQ DI, %d(%s)", offCvDst, r.job)
 	a.f("\tMOVQ $0, %d(%s)", offCvUnits, r.job)

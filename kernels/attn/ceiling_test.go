@@ -22,7 +22,8 @@ import (
 //   - step=<dtype>: both, whole block staged, then the update;
 //   - staged=<dtype>: the update with K and V decoded a few rows at a time
 //     into L1 (tile.Lanes.UpdateStaged), as decode runs them, with BF16's V
-//     overflow guard scanning each decoded V chunk;
+//     overflow guard scanning each decoded V chunk and the block hinted as
+//     its own successor (prefetch and keys widened ahead);
 //   - dram=<dtype>/prefetch=<off|on>: staged updates streaming over 128 MiB
 //     of K/V blocks (one block per iteration, the mean rate), without and
 //     with the next-block prefetch hint: the memory side on one core.
@@ -84,7 +85,13 @@ func BenchmarkDecodeBlock(b *testing.B) {
 			var vs vScale
 			// BF16 V is guarded: every decoded V chunk is scanned.
 			st := &kvStager{k: &kv[0], v: &kv[1], l: layout, kbuf: kf, vbuf: vf, vs: &vs, acc: la, scan: dt == "bf16"}
-			run("staged="+dt, func() { la.updateStaged(st, n, valid) })
+			// Each update hints the block as its successor, like decode's
+			// next-block hint (prefetch, and the first key rows widened
+			// ahead by the last value chunk's kernels).
+			run("staged="+dt, func() {
+				prefetchNext(la, st.k, st.v, layout, 0, 0, 0, n)
+				la.updateStaged(st, n, valid)
+			})
 		}
 		// The same staged updates streaming over dramBlocks blocks of one
 		// dense sequence (128 MiB of K/V: far beyond the caches), with and

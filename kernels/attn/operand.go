@@ -171,6 +171,11 @@ func prefetchNext(acc rowAcc, k, v *Operand, l *KVLayout, b, h, t0, n int) {
 	kp, kb := k.storage(r, c)
 	vp, vb := v.storage(r, c)
 	acc.prefetchNext(kp, kb, vp, vb)
+	if f := k.rawFormat(); f != tile.RawNone && kp != nil {
+		acc.widenNext(kp, f, c)
+	} else {
+		acc.widenNext(nil, tile.RawNone, 0)
+	}
 }
 
 // kvStager hands one K/V block (tokens t0.. of sequence b, KV head h) to a
@@ -231,17 +236,10 @@ func (s *kvStager) GuardV(v []float32, maxBits uint32) {
 }
 
 // rawRun returns the storage of rows [i0, i1) of o and its format when
-// they are one run of e4m3fn rows that decodeE4M3 would widen with the
-// VBMI decoder, or of bf16 rows decoded by the AVX-512 code.
+// they are one run of rows the lane kernels may widen (rawFormat).
 func (s *kvStager) rawRun(o *Operand, i0, i1 int) (unsafe.Pointer, tile.RawFormat) {
-	if o.vec != vecAVX512 {
-		return nil, tile.RawNone
-	}
-	f := tile.RawBF16
-	switch {
-	case o.Dtype == E4M3 && e4m3VBMI:
-		f = tile.RawE4M3
-	case o.Dtype != BF16:
+	f := o.rawFormat()
+	if f == tile.RawNone {
 		return nil, tile.RawNone
 	}
 	r, c := s.l.Run(s.b, s.h, s.t0+i0, i1-i0)
@@ -250,6 +248,20 @@ func (s *kvStager) rawRun(o *Operand, i0, i1 int) (unsafe.Pointer, tile.RawForma
 	}
 	p, _ := o.storage(r, c)
 	return p, f
+}
+
+// rawFormat is the format in which the lane kernels may widen o's rows
+// themselves: e4m3fn rows that decodeE4M3 would widen with the VBMI
+// decoder, bf16 rows decoded by the AVX-512 code; else tile.RawNone.
+func (o *Operand) rawFormat() tile.RawFormat {
+	switch {
+	case o.vec != vecAVX512:
+	case o.Dtype == E4M3 && e4m3VBMI:
+		return tile.RawE4M3
+	case o.Dtype == BF16:
+		return tile.RawBF16
+	}
+	return tile.RawNone
 }
 
 // StageV decodes value rows [i0, i1) of the block.

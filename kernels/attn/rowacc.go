@@ -22,6 +22,9 @@ type rowAcc interface {
 	// prefetchNext hints the storage of the block after the next update
 	// (tile.Lanes.PrefetchNext); the block accumulator ignores it.
 	prefetchNext(k unsafe.Pointer, kBytes int, v unsafe.Pointer, vBytes int)
+	// widenNext hints the raw first key rows of the block after the next
+	// update (tile.Lanes.WidenNext); the block accumulator ignores it.
+	widenNext(k unsafe.Pointer, f tile.RawFormat, rows int)
 	oScaler
 }
 
@@ -45,6 +48,7 @@ func (b *blockAcc) updateStaged(src *kvStager, n int, valid []int32) {
 }
 func (b *blockAcc) finishLSE(lse, inv []float32)                          { b.acc.FinishLSE(lse, nil, inv) }
 func (b *blockAcc) prefetchNext(unsafe.Pointer, int, unsafe.Pointer, int) {}
+func (b *blockAcc) widenNext(unsafe.Pointer, tile.RawFormat, int)         {}
 func (b *blockAcc) o(r int) []float32                                     { return b.acc.O(r) }
 func (b *blockAcc) scaleO(f float32) {
 	for r := 0; r < b.acc.M(); r++ {
@@ -126,6 +130,13 @@ func (a *lanesAcc) o(r int) []float32 { return a.g[r/tile.LanesMaxM].O(r % tile.
 func (a *lanesAcc) prefetchNext(k unsafe.Pointer, kBytes int, v unsafe.Pointer, vBytes int) {
 	if a.groups() == 1 {
 		a.g[0].PrefetchNext(k, kBytes, v, vBytes)
+	}
+}
+
+// widenNext passes the hint to a single lane group, like prefetchNext.
+func (a *lanesAcc) widenNext(k unsafe.Pointer, f tile.RawFormat, rows int) {
+	if a.groups() == 1 {
+		a.g[0].WidenNext(k, f, rows)
 	}
 }
 

@@ -54,6 +54,16 @@ type Lanes struct {
 	// (WideningStager), cv the side conversion of the next kernel call.
 	kst, vst [2][]float32
 	cv       lanesConv
+	// kNext is the WidenNext hint for the next update; kPre the key rows
+	// the last update widened ahead into kst[0] for the one after it.
+	kNext, kPre lanesAhead
+}
+
+// lanesAhead names rows rows of narrow keys at src whose side conversion
+// has kind kind (rows 0: none). src is an address the caller keeps alive.
+type lanesAhead struct {
+	src        uintptr
+	kind, rows int
 }
 
 // lanesConv is a side conversion of the AVX-512 lane kernels: units blocks
@@ -148,6 +158,7 @@ func (l *Lanes) Reset(m int, scale float32, round Round, invT float32) {
 	}
 	clear(l.qT)
 	clear(l.oT)
+	l.kNext, l.kPre = lanesAhead{}, lanesAhead{}
 	ninf := float32(math.Inf(-1))
 	for r := range 16 {
 		l.st.mx[r], l.st.sum[r], l.st.tsum[r], l.st.alpha[r], l.st.valid[r] = ninf, 0, 0, 1, 0
@@ -176,6 +187,7 @@ func (l *Lanes) Update(k, v []float32, n int, valid []int32) {
 	if len(k) < n*l.d || len(v) < n*l.d {
 		panic("tile: Lanes.Update: k or v shorter than n*d")
 	}
+	l.kNext, l.kPre = lanesAhead{}, lanesAhead{} // consumed: nothing to widen ahead here
 	nmax := l.setValid(n, valid)
 	if nmax == 0 {
 		return
@@ -275,12 +287,15 @@ func (l *Lanes) UpdateStaged(n int, valid []int32, src Stager) {
 	if n < 0 || n > BlockN {
 		panic("tile: Lanes.UpdateStaged: n out of range")
 	}
+	// A WidenNext hint and keys widened ahead serve this update only.
+	ahead, pre := l.kNext, l.kPre
+	l.kNext, l.kPre = lanesAhead{}, lanesAhead{}
 	nmax := l.setValid(n, valid)
 	if nmax == 0 {
 		return
 	}
 	if l.kern != lanesGeneric {
-		lanesUpdateStagedSIMD(l, src, nmax)
+		lanesUpdateStagedSIMD(l, src, nmax, ahead, pre)
 		return
 	}
 	k := src.StageK(0, nmax)
@@ -349,6 +364,28 @@ func (l *Lanes) ScaleO(f float32) {
 // never faults, but the ranges should lie in memory the caller keeps alive.
 func (l *Lanes) PrefetchNext(k unsafe.Pointer, kBytes int, v unsafe.Pointer, vBytes int) {
 	l.pfK, l.pfV = prefetchRange(k, kBytes), prefetchRange(v, vBytes)
+}
+
+// WidenNext hints that the next UpdateStaged's first key rows are the
+// rows rows of format f at k (one contiguous run, as the stager's RawK
+// would return them): the lane kernels of this update's last value chunk
+// widen them ahead, and the next update uses them when its stager's RawK
+// returns the same storage and format for at most that many rows; the
+// result is the same either way. The rows must stay unchanged until the
+// next update returns. The hint is consumed by the next update (staged or
+// not) and dropped by Reset; only the AVX-512 kernels act on it (e4m3fn
+// also needs AVX512_VBMI).
+func (l *Lanes) WidenNext(k unsafe.Pointer, f RawFormat, rows int) {
+	l.kNext = lanesAhead{}
+	if k == nil || rows <= 0 {
+		return
+	}
+	switch f {
+	case RawE4M3:
+		l.kNext = lanesAhead{src: uintptr(k), kind: convE4M3, rows: rows}
+	case RawBF16:
+		l.kNext = lanesAhead{src: uintptr(k), kind: convBF16, rows: rows}
+	}
 }
 
 // prefetchRange is a cursor over n bytes at p, its step still to be set

@@ -142,12 +142,12 @@ func (l *Lanes) prefetchIdle() { l.pfK, l.pfV = l.idleCursor(), l.idleCursor() }
 
 // lanesUpdateStagedSIMD is Lanes.UpdateStaged with the lane kernels:
 // Update's kernel calls, with K and V staged in chunks.
-func lanesUpdateStagedSIMD(l *Lanes, src Stager, n int) {
+func lanesUpdateStagedSIMD(l *Lanes, src Stager, n int, ahead, pre lanesAhead) {
 	l.prefetchSteps(n)
 	defer l.prefetchIdle()
 	d, ch := l.d, lanesChunks[l.kern]
 	if ws, ok := src.(WideningStager); ok && l.kern == lanesAVX512 && lanesConvOK && d%64 == 0 {
-		lanesUpdatePipelined(l, ws, n, ch.k, ch.v)
+		lanesUpdatePipelined(l, ws, n, ch.k, ch.v, ahead, pre)
 		return
 	}
 	for i0 := 0; i0 < n; i0 += ch.k {

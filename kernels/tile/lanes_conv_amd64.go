@@ -69,7 +69,7 @@ func pvIters(n, d int) int {
 // the same conversion and goes through src.GuardV at the point where
 // StageV would have run. The values and the order of every product are
 // those of the staged path: bit-identical results.
-func lanesUpdatePipelined(l *Lanes, src WideningStager, n, ck, cv int) {
+func lanesUpdatePipelined(l *Lanes, src WideningStager, n, ck, cv int, ahead, pre lanesAhead) {
 	d := l.d
 	if len(l.kst[0]) < ck*d {
 		for i := range l.kst {
@@ -138,10 +138,14 @@ func lanesUpdatePipelined(l *Lanes, src WideningStager, n, ck, cv int) {
 		l.cv.units = 0
 	}
 	var cur []float32
-	if p, kind := raw(0); p != nil {
+	_, _, r0, _ := rows(0)
+	switch p, kind := raw(0); {
+	case p != nil && pre.src == uintptr(p) && pre.kind == kind && pre.rows >= r0:
+		cur = l.kst[0][:r0*d] // widened ahead by the previous update
+	case p != nil:
 		cur = setJob(0, p, kind, 1)
 		done(cur)
-	} else {
+	default:
 		cur = stage(0)
 	}
 	for t := 0; t < nk+nv; t++ {
@@ -152,11 +156,20 @@ func lanesUpdatePipelined(l *Lanes, src WideningStager, n, ck, cv int) {
 		}
 		var next []float32
 		var p unsafe.Pointer
-		if t+1 < nk+nv {
+		var widened lanesAhead
+		switch {
+		case t+1 < nk+nv:
 			var kind int
 			if p, kind = raw(t + 1); p != nil {
 				next = setJob(t+1, p, kind, iters)
 			}
+		case ahead.rows > 0 && (ahead.kind != convE4M3 || haveVBMI):
+			// The last chunk: widen the next update's first key rows
+			// (WidenNext) into kst[0], free since the last Q.K.
+			widened = ahead
+			widened.rows = min(ahead.rows, ck)
+			units := widened.rows * d / 64
+			l.cv = lanesConv{src: ahead.src, dst: uintptr(unsafe.Pointer(&l.kst[0][0])), units: units, cd: 1, per: max(1, iters/units), tab: &E4M3Tab, kind: ahead.kind}
 		}
 		if v {
 			lanesPVRange(l, cur, i0, i1, i0 == 0)
@@ -172,6 +185,9 @@ func lanesUpdatePipelined(l *Lanes, src WideningStager, n, ck, cv int) {
 			cur = next
 		case t+1 < nk+nv:
 			cur = stage(t + 1)
+		case widened.rows > 0:
+			done(nil)
+			l.kPre = widened
 		}
 		l.cv.units = 0
 	}

@@ -268,7 +268,7 @@ func TestLanesUpdatePipelined(t *testing.T) {
 						if nan && noRaw != nil {
 							continue
 						}
-						pipelinedCase(t, rng, f, d, n, noRaw, nan, f == RawBF16 && rng.Intn(4) != 0)
+						pipelinedCase(t, rng, f, d, n, noRaw, nan, f == RawBF16 && rng.Intn(4) != 0, rng.Intn(5))
 					}
 				}
 			}
@@ -276,8 +276,12 @@ func TestLanesUpdatePipelined(t *testing.T) {
 	}
 }
 
-// pipelinedCase runs one TestLanesUpdatePipelined case.
-func pipelinedCase(t *testing.T, rng *rand.Rand, f RawFormat, d, n int, noRaw map[int]bool, nan, scan bool) {
+// pipelinedCase runs one TestLanesUpdatePipelined case. ahead selects the
+// WidenNext hint given before each update for the next one's keys: 0 none,
+// 1 all n rows, 2 one K chunk, 3 one row (too few: the next update must
+// widen its first chunk itself unless it needs one row), 4 rows starting
+// one row late (another storage: not to be used).
+func pipelinedCase(t *testing.T, rng *rand.Rand, f RawFormat, d, n int, noRaw map[int]bool, nan, scan bool, ahead int) {
 	t.Helper()
 	m := 1 + rng.Intn(16)
 	updates := 1 + rng.Intn(3)
@@ -328,6 +332,21 @@ func pipelinedCase(t *testing.T, rng *rand.Rand, f RawFormat, d, n int, noRaw ma
 		for u := range ks {
 			st.k, st.v = ks[u], vs[u]
 			st.calls = 0
+			if ahead > 0 && u+1 < len(ks) {
+				next := ks[u+1]
+				switch ahead {
+				case 1:
+					l.WidenNext(unsafe.Pointer(&next[0]), f, n)
+				case 2:
+					l.WidenNext(unsafe.Pointer(&next[0]), f, min(n, lanesChunks[lanesAVX512].k))
+				case 3:
+					l.WidenNext(unsafe.Pointer(&next[0]), f, 1)
+				case 4:
+					if n > 1 {
+						l.WidenNext(unsafe.Pointer(&next[size*d]), f, n-1)
+					}
+				}
+			}
 			l.UpdateStaged(n, p.valid[u], st)
 			calls += st.calls
 		}
@@ -335,7 +354,7 @@ func pipelinedCase(t *testing.T, rng *rand.Rand, f RawFormat, d, n int, noRaw ma
 	}
 	want, _, wantG := run(false)
 	got, calls, gotG := run(true)
-	name := fmt.Sprintf("%v/d%d/n%d/m%d/noRaw%v/nan%v/scan%v", f, d, n, m, noRaw, nan, scan)
+	name := fmt.Sprintf("%v/d%d/n%d/m%d/noRaw%v/nan%v/scan%v/ahead%d", f, d, n, m, noRaw, nan, scan, ahead)
 	if msg, ok := sameResult(got, want); !ok {
 		t.Errorf("%s: %s", name, msg)
 	}

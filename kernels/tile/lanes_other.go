@@ -9,7 +9,7 @@ func lanesKernFor(d int) lanesKern { return lanesGeneric }
 
 func lanesUpdateSIMD(l *Lanes, k, v []float32, n int) { lanesUpdateGeneric(l, k, v, n) }
 
-func lanesUpdateStagedSIMD(l *Lanes, src Stager, n int) { panic("unreachable") }
+func lanesUpdateStagedSIMD(l *Lanes, src Stager, n int, ahead, pre lanesAhead) { panic("unreachable") }
 
 // WidenE4M3x64 widens src (a multiple of 64 values) into dst with
 // lowp.DecodeE4M3 (the AVX512_VBMI kernel is amd64 assembly).

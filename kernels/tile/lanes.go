@@ -253,13 +253,17 @@ type WideningStager interface {
 // chosen with BenchmarkDecodeBlock (attn) on the machine kind each set was
 // tuned on:
 //
-//   - AVX-512 (Zen 4, 32 KiB L1, 1 MiB L2): 48 K rows and 64 V rows. In
-//     cache (staged=e4m3) 24/16 rows gave 76%, 48/32 and 48/64 78-79%,
-//     whole blocks 79-80% of the FMA peak; streaming from DRAM with the
-//     next-block prefetch (dram=e4m3) 24/16 63-64%, 48/64 62-68%, whole
-//     blocks 67-69%: within the noise of 48/64, which keeps the staged
-//     rows (24 and 32 KiB of float32 at d = 128) in L1/L2 on CPUs with a
-//     smaller L2.
+//   - AVX-512 (Zen 4, 32 KiB L1, 1 MiB L2): 64 K rows and 64 V rows.
+//     Staged by the caller, in cache (staged=e4m3) 24/16 rows gave 76%,
+//     48/32 and 48/64 78-79%, whole blocks 79-80% of the FMA peak;
+//     streaming from DRAM with the next-block prefetch (dram=e4m3) 24/16
+//     63-64%, 48/64 62-68%, whole blocks 67-69%. With the kernels
+//     widening each next chunk (WideningStager) 64/64 beat 48/64 and
+//     128/64 in three alternating rounds (in cache e4m3 87.4-87.9%
+//     against 83.5-86.8% and 86.2-87.4%, bf16 85.4-86.2% against
+//     81.4-84.3%): with 64 K rows the last Q.K chunk has enough loop
+//     iterations to widen the whole first V chunk. The double buffers
+//     hold 2 x 2 x 32 KiB of float32 at d = 128, in L2.
 //   - AVX2 (Zen 3, 32 KiB L1, 512 KiB L2): 48 K rows and 64 V rows; chunks
 //     of 24/16 rows were 5-8% slower (61% against 65-66% of the FMA peak
 //     staged from FP8), whole blocks tie with 48/64 within the noise: the
@@ -271,7 +275,7 @@ type WideningStager interface {
 var lanesChunks = [...]struct{ k, v int }{
 	lanesGeneric: {BlockN, BlockN},
 	lanesAVX2:    {48, 64},
-	lanesAVX512:  {48, 64},
+	lanesAVX512:  {64, 64},
 }
 
 // UpdateStaged is Update with the block's n keys and values taken from src

@@ -61,8 +61,11 @@
 // semantics as Acc (same masking, rounding and LSE rules). UpdateStaged
 // takes the block from a Stager a few rows at a time, so that a caller
 // converting K and V from a narrow format converts into a buffer that stays
-// in cache; PrefetchNext lets the kernels prefetch the following block
-// while they compute. Acc.Prefetch is the same kind of hint for the block
+// in cache; a WideningStager instead hands the AVX-512 kernels the e4m3fn
+// or bf16 rows themselves, which they widen chunk by chunk between their
+// multiply-adds (bit-identical). PrefetchNext lets the kernels prefetch
+// the following block while they compute, and WidenNext lets them widen
+// its first key rows ahead. Acc.Prefetch is the same kind of hint for the block
 // kernel (prefill: the next tile's query rows).
 //
 // Block.Load keeps the caller's V rows in place for the float32 layouts

@@ -365,3 +365,62 @@ func pipelinedCase(t *testing.T, rng *rand.Rand, f RawFormat, d, n int, noRaw ma
 		t.Errorf("%s: %d StageK/StageV calls with every chunk offered as bytes", name, calls)
 	}
 }
+
+// TestLanesPipelinedNoVBMI runs e4m3fn rows offered raw, with WidenNext
+// hints, as on an AVX-512 CPU without AVX512_VBMI (haveVBMI off): every
+// chunk must be staged by the stager instead (no VBMI instruction runs)
+// and the results must equal the staged path's.
+func TestLanesPipelinedNoVBMI(t *testing.T) {
+	useTier(t, "avx512")
+	defer func(v bool) { haveVBMI = v }(haveVBMI)
+	haveVBMI = false
+	rng := rand.New(rand.NewSource(5))
+	const d, n = 128, 100
+	p := newProblem(rng, d, n, 16, 2, RoundE4M3, false, 1)
+	ks, vs := make([][]byte, 2), make([][]byte, 2)
+	for u := range ks {
+		ks[u], vs[u] = make([]byte, n*d), make([]byte, n*d)
+		for i := range ks[u] {
+			ks[u][i] = byte(rng.Intn(0x28) | rng.Intn(2)<<7)
+			vs[u][i] = byte(rng.Intn(0x7f) | rng.Intn(2)<<7)
+		}
+	}
+	run := func(conv bool) (result, int) {
+		old := lanesConvOK
+		lanesConvOK = conv
+		defer func() { lanesConvOK = old }()
+		l := NewLanes(d)
+		l.Reset(p.m, p.scale, p.round, p.invT)
+		for r := 0; r < p.m; r++ {
+			l.SetQ(r, p.q[r*d:(r+1)*d])
+		}
+		st := &rawStager{f: RawE4M3, d: d, kb: make([]float32, BlockN*d), vb: make([]float32, BlockN*d), l: l}
+		calls := 0
+		for u := range ks {
+			st.k, st.v, st.calls = ks[u], vs[u], 0
+			if u+1 < len(ks) {
+				l.WidenNext(unsafe.Pointer(&ks[u+1][0]), RawE4M3, n)
+			}
+			l.UpdateStaged(n, p.valid[u], st)
+			calls += st.calls
+		}
+		return p.lanesResult(l), calls
+	}
+	want, _ := run(false)
+	got, calls := run(true)
+	if msg, ok := sameResult(got, want); !ok {
+		t.Error(msg)
+	}
+	ch := lanesChunks[lanesAVX512]
+	wantCalls := 0
+	for u := range ks {
+		nmax := 0
+		for _, x := range p.valid[u][:p.m] {
+			nmax = max(nmax, int(x))
+		}
+		wantCalls += (nmax+ch.k-1)/ch.k + (nmax+ch.v-1)/ch.v
+	}
+	if calls != wantCalls {
+		t.Errorf("%d StageK/StageV calls without VBMI, want %d (every chunk staged)", calls, wantCalls)
+	}
+}

@@ -242,6 +242,25 @@ func (s *rawStager) GuardV(v []float32, m uint32) {
 	}
 }
 
+// withConv sets lanesConvOK to conv and returns the function that
+// restores it.
+func withConv(conv bool) func() {
+	old := lanesConvOK
+	lanesConvOK = conv
+	return func() { lanesConvOK = old }
+}
+
+// newLanes returns a Lanes of head dimension d reset for p, its queries
+// set.
+func (p *problem) newLanes(d int) *Lanes {
+	l := NewLanes(d)
+	l.Reset(p.m, p.scale, p.round, p.invT)
+	for r := 0; r < p.m; r++ {
+		l.SetQ(r, p.q[r*d:(r+1)*d])
+	}
+	return l
+}
+
 // TestLanesUpdatePipelined compares UpdateStaged with a WideningStager
 // (the kernels widen each next chunk) with the staged path (lanesConvOK
 // off), bit for bit: the widened values and every product's order are the
@@ -319,14 +338,8 @@ func pipelinedCase(t *testing.T, rng *rand.Rand, f RawFormat, d, n int, noRaw ma
 		}
 	}
 	run := func(conv bool) (result, int, []uint32) {
-		old := lanesConvOK
-		lanesConvOK = conv
-		defer func() { lanesConvOK = old }()
-		l := NewLanes(d)
-		l.Reset(p.m, p.scale, p.round, p.invT)
-		for r := 0; r < p.m; r++ {
-			l.SetQ(r, p.q[r*d:(r+1)*d])
-		}
+		defer withConv(conv)()
+		l := p.newLanes(d)
 		calls := 0
 		st := &rawStager{f: f, d: d, kb: make([]float32, BlockN*d), vb: make([]float32, BlockN*d), noRaw: noRaw, scan: scan, l: l}
 		for u := range ks {
@@ -386,14 +399,8 @@ func TestLanesPipelinedNoVBMI(t *testing.T) {
 		}
 	}
 	run := func(conv bool) (result, int) {
-		old := lanesConvOK
-		lanesConvOK = conv
-		defer func() { lanesConvOK = old }()
-		l := NewLanes(d)
-		l.Reset(p.m, p.scale, p.round, p.invT)
-		for r := 0; r < p.m; r++ {
-			l.SetQ(r, p.q[r*d:(r+1)*d])
-		}
+		defer withConv(conv)()
+		l := p.newLanes(d)
 		st := &rawStager{f: RawE4M3, d: d, kb: make([]float32, BlockN*d), vb: make([]float32, BlockN*d), l: l}
 		calls := 0
 		for u := range ks {

@@ -2,9 +2,7 @@
 
 package attn
 
-import (
-	"github.com/sparseattn/msa/kernels/lowp"
-)
+import "github.com/sparseattn/msa/kernels/lowp"
 
 const haveAsm = false
 

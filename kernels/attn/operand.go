@@ -161,21 +161,19 @@ func (o *Operand) storage(r, c int) (unsafe.Pointer, int) {
 
 // prefetchNext hints to acc the storage of K/V rows t0..t0+n-1 of sequence
 // b, KV head h: the first contiguous run of rows of each (a whole page
-// block with the HND page layout or one dense sequence).
+// block with the HND page layout or one dense sequence), to prefetch, and
+// that run's keys, to widen ahead where the lane kernels can.
 func prefetchNext(acc rowAcc, k, v *Operand, l *KVLayout, b, h, t0, n int) {
 	if n <= 0 {
 		acc.prefetchNext(nil, 0, nil, 0)
+		acc.widenNext(nil, tile.RawNone, 0)
 		return
 	}
 	r, c := l.Run(b, h, t0, n)
 	kp, kb := k.storage(r, c)
 	vp, vb := v.storage(r, c)
 	acc.prefetchNext(kp, kb, vp, vb)
-	if f := k.rawFormat(); f != tile.RawNone && kp != nil {
-		acc.widenNext(kp, f, c)
-	} else {
-		acc.widenNext(nil, tile.RawNone, 0)
-	}
+	acc.widenNext(kp, k.rawFormat(), c) // dropped for nil kp or RawNone
 }
 
 // kvStager hands one K/V block (tokens t0.. of sequence b, KV head h) to a

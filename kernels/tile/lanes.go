@@ -3,6 +3,8 @@ package tile
 import (
 	"math"
 	"unsafe"
+
+	"github.com/sparseattn/msa/kernels/lowp"
 )
 
 // LanesMaxM is the largest number of query rows of a Lanes accumulator: one
@@ -381,15 +383,40 @@ func (l *Lanes) PrefetchNext(k unsafe.Pointer, kBytes int, v unsafe.Pointer, vBy
 // also needs AVX512_VBMI).
 func (l *Lanes) WidenNext(k unsafe.Pointer, f RawFormat, rows int) {
 	l.kNext = lanesAhead{}
-	if k == nil || rows <= 0 {
+	if kind, ok := convKind(f, false); ok && k != nil && rows > 0 {
+		l.kNext = lanesAhead{src: uintptr(k), kind: kind, rows: rows}
+	}
+}
+
+// convKind returns the side conversion kind for rows of format f (scan:
+// with the finite-maximum scan of a guarded V chunk), false where the
+// kernels cannot widen them: e4m3fn needs AVX512_VBMI and has no scan.
+func convKind(f RawFormat, scan bool) (int, bool) {
+	switch {
+	case f == RawE4M3 && haveVBMI && !scan:
+		return convE4M3, true
+	case f == RawBF16 && scan:
+		return convBF16Max, true
+	case f == RawBF16:
+		return convBF16, true
+	}
+	return 0, false
+}
+
+// WidenE4M3x64 widens src (a multiple of 64 values) into dst, bit-identical
+// to lowp.DecodeE4M3: with the lane kernels' AVX512_VBMI conversion where
+// the CPU has AVX512_VBMI and AVX512BW (amd64 assembly), else with
+// lowp.DecodeE4M3.
+func WidenE4M3x64(dst []float32, src []lowp.Float8E4M3FN) {
+	n := len(src)
+	if n%64 != 0 || len(dst) < n {
+		panic("tile: WidenE4M3x64: want a multiple of 64 values and room for them")
+	}
+	if !haveVBMI || n == 0 {
+		lowp.DecodeE4M3(dst[:n], src)
 		return
 	}
-	switch f {
-	case RawE4M3:
-		l.kNext = lanesAhead{src: uintptr(k), kind: convE4M3, rows: rows}
-	case RawBF16:
-		l.kNext = lanesAhead{src: uintptr(k), kind: convBF16, rows: rows}
-	}
+	widenE4M3VBMI(dst[:n], src)
 }
 
 // prefetchRange is a cursor over n bytes at p, its step still to be set

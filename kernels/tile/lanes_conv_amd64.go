@@ -100,14 +100,8 @@ func lanesUpdatePipelined(l *Lanes, src WideningStager, n, ck, cv int, ahead, pr
 		} else {
 			p, f = src.RawK(i0, i1)
 		}
-		switch {
-		case p == nil:
-		case f == RawE4M3 && haveVBMI && !scan:
-			return p, convE4M3
-		case f == RawBF16 && scan:
-			return p, convBF16Max
-		case f == RawBF16:
-			return p, convBF16
+		if kind, ok := convKind(f, scan); ok && p != nil {
+			return p, kind
 		}
 		return nil, 0
 	}
@@ -119,8 +113,7 @@ func lanesUpdatePipelined(l *Lanes, src WideningStager, n, ck, cv int, ahead, pr
 	// iters kernel iterations.
 	setJob := func(t int, p unsafe.Pointer, kind, iters int) []float32 {
 		_, i0, i1, buf := rows(t)
-		units := (i1 - i0) * d / 64
-		l.cv = lanesConv{src: uintptr(p), dst: uintptr(unsafe.Pointer(&buf[0])), units: units, cd: 1, per: max(1, iters/units), tab: &E4M3Tab, kind: kind}
+		l.cv = convJob(uintptr(p), buf, (i1-i0)*d/64, iters, kind)
 		return buf[:(i1-i0)*d]
 	}
 	// done finishes the job of chunk buf: its last units, then the guard.
@@ -163,13 +156,12 @@ func lanesUpdatePipelined(l *Lanes, src WideningStager, n, ck, cv int, ahead, pr
 			if p, kind = raw(t + 1); p != nil {
 				next = setJob(t+1, p, kind, iters)
 			}
-		case ahead.rows > 0 && (ahead.kind != convE4M3 || haveVBMI):
+		case ahead.rows > 0:
 			// The last chunk: widen the next update's first key rows
 			// (WidenNext) into kst[0], free since the last Q.K.
 			widened = ahead
 			widened.rows = min(ahead.rows, ck)
-			units := widened.rows * d / 64
-			l.cv = lanesConv{src: ahead.src, dst: uintptr(unsafe.Pointer(&l.kst[0][0])), units: units, cd: 1, per: max(1, iters/units), tab: &E4M3Tab, kind: ahead.kind}
+			l.cv = convJob(ahead.src, l.kst[0], widened.rows*d/64, iters, ahead.kind)
 		}
 		if v {
 			lanesPVRange(l, cur, i0, i1, i0 == 0)
@@ -189,26 +181,19 @@ func lanesUpdatePipelined(l *Lanes, src WideningStager, n, ck, cv int, ahead, pr
 			done(nil)
 			l.kPre = widened
 		}
-		l.cv.units = 0
 	}
 }
 
-// WidenE4M3x64 widens src (a multiple of 64 values) into dst, bit-identical
-// to lowp.DecodeE4M3: with the lane kernels' AVX512_VBMI conversion
-// (lanesConvRest512) where the CPU has AVX512_VBMI and AVX512BW, else with
-// lowp.DecodeE4M3.
-func WidenE4M3x64(dst []float32, src []lowp.Float8E4M3FN) {
-	n := len(src)
-	if n%64 != 0 || len(dst) < n {
-		panic("tile: WidenE4M3x64: want a multiple of 64 values and room for them")
-	}
-	if !haveVBMI {
-		lowp.DecodeE4M3(dst[:n], src)
-		return
-	}
-	if n == 0 {
-		return
-	}
-	cv := lanesConv{src: uintptr(unsafe.Pointer(&src[0])), dst: uintptr(unsafe.Pointer(&dst[0])), units: n / 64, tab: &E4M3Tab}
+// widenE4M3VBMI is WidenE4M3x64 with the AVX512_VBMI conversion
+// (lanesConvRest512) on len(src) > 0 values.
+func widenE4M3VBMI(dst []float32, src []lowp.Float8E4M3FN) {
+	cv := convJob(uintptr(unsafe.Pointer(&src[0])), dst, len(src)/64, 1, convE4M3)
 	lanesConvRest512(&cv)
+}
+
+// convJob is a side conversion of units 64-value blocks at src of kind
+// into dst, one block every iters/units kernel iterations (at least one),
+// the first in the next iteration.
+func convJob(src uintptr, dst []float32, units, iters, kind int) lanesConv {
+	return lanesConv{src: src, dst: uintptr(unsafe.Pointer(&dst[0])), units: units, cd: 1, per: max(1, iters/max(1, units)), tab: &E4M3Tab, kind: kind}
 }

@@ -11,11 +11,7 @@ func lanesUpdateSIMD(l *Lanes, k, v []float32, n int) { lanesUpdateGeneric(l, k,
 
 func lanesUpdateStagedSIMD(l *Lanes, src Stager, n int, ahead, pre lanesAhead) { panic("unreachable") }
 
-// WidenE4M3x64 widens src (a multiple of 64 values) into dst with
-// lowp.DecodeE4M3 (the AVX512_VBMI kernel is amd64 assembly).
-func WidenE4M3x64(dst []float32, src []lowp.Float8E4M3FN) {
-	if len(src)%64 != 0 || len(dst) < len(src) {
-		panic("tile: WidenE4M3x64: want a multiple of 64 values and room for them")
-	}
-	lowp.DecodeE4M3(dst[:len(src)], src)
-}
+// haveVBMI: no AVX512_VBMI e4m3 conversion on this platform or build.
+const haveVBMI = false
+
+func widenE4M3VBMI(dst []float32, src []lowp.Float8E4M3FN) { panic("unreachable") }

@@ -307,6 +307,15 @@ func convSetup(a *asm, arg string, r convRegs) {
 	a.f("\tVPXORD Z%d, Z%d, Z%d", r.zero, r.zero, r.zero)
 }
 
+// orNothing returns load, or a function that emits nothing when load is
+// nil (the conversion's sources and destination already in registers).
+func orNothing(load func(off int, what string)) func(off int, what string) {
+	if load == nil {
+		return func(int, string) {}
+	}
+	return load
+}
+
 // convCore emits the widening of 64 e4m3fn bytes at register src into 64
 // float32 at register dst with the tables at register tab (the instruction
 // sequence of tile.WidenE4M3x64 and the side conversion: two 128-entry byte tables give
@@ -316,11 +325,7 @@ func convSetup(a *asm, arg string, r convRegs) {
 // each from the job before its use.
 func convCore(a *asm, r convRegs, src, tab, dst string, load func(off int, what string)) {
 	z := func(i int) string { return fmt.Sprintf("Z%d", r.t[i]) }
-	ld := func(off int, what string) {
-		if load != nil {
-			load(off, what)
-		}
-	}
+	ld := orNothing(load)
 	ld(offCvSrc, "e4m3 source")
 	a.f("\tVPERMD (%s), Z%d, %s // bytes in unpack order", src, r.perm, z(0))
 	ld(offCvTab, "tables")
@@ -349,11 +354,7 @@ func convCore(a *asm, r convRegs, src, tab, dst string, load func(off int, what 
 // load (non-nil) emits the loads of each from the job before its use.
 func bf16Core(a *asm, r convRegs, src, dst string, scan bool, maxMem string, load func(off int, what string)) {
 	z := func(i int) string { return fmt.Sprintf("Z%d", r.t[i]) }
-	ld := func(off int, what string) {
-		if load != nil {
-			load(off, what)
-		}
-	}
+	ld := orNothing(load)
 	ld(offCvSrc, "bf16 source")
 	for i := 0; i < 4; i++ {
 		a.f("\tVPMOVZXWD %d(%s), %s", 32*i, src, z(i))
@@ -430,24 +431,22 @@ func genConvRest(a *asm) {
 	a.f("\tJEQ restbf")
 	a.f("\tCMPQ DX, $%d", kindBF16M)
 	a.f("\tJEQ restbm")
-	a.f("rest:")
-	convCore(a, r, "SI", "BX", "DI", nil)
-	a.f("\tADDQ $64, SI")
-	a.f("\tADDQ $256, DI")
-	a.f("\tDECQ CX")
-	a.f("\tJNZ rest")
-	a.f("\tJMP reststore")
-	for _, scan := range []bool{false, true} {
-		lbl := "restbf"
-		if scan {
-			lbl = "restbm"
-		}
-		a.f("%s:", lbl)
-		bf16Core(a, r, "SI", "DI", scan, maxMem, nil)
-		a.f("\tADDQ $128, SI")
+	// One loop per kind: its label, the unit's bytes of source, its body.
+	for _, k := range []struct {
+		lbl  string
+		step int
+		body func()
+	}{
+		{"rest", 64, func() { convCore(a, r, "SI", "BX", "DI", nil) }},
+		{"restbf", 128, func() { bf16Core(a, r, "SI", "DI", false, maxMem, nil) }},
+		{"restbm", 128, func() { bf16Core(a, r, "SI", "DI", true, maxMem, nil) }},
+	} {
+		a.f("%s:", k.lbl)
+		k.body()
+		a.f("\tADDQ $%d, SI", k.step)
 		a.f("\tADDQ $256, DI")
 		a.f("\tDECQ CX")
-		a.f("\tJNZ %s", lbl)
+		a.f("\tJNZ %s", k.lbl)
 		a.f("\tJMP reststore")
 	}
 	a.f("reststore:")

@@ -265,7 +265,7 @@ func (ws *Workspace) runDecodeCombine(w int) {
 			for c := range ls {
 				ls[c] = ws.Partials.LSE[ws.partialRow(b, c, i)*p.HQ+hq]
 			}
-			l, ok := mergeLSE(ls, wk.ws[:ns])
+			l, ok := mergeLSE(ls, wk.ws[:ns], ws.Partials.vec)
 			acc := wk.accO[:p.D]
 			if ok {
 				// Split c's row is QStride*HQ rows after split c-1's.

@@ -117,3 +117,12 @@ func decodeE4M3AVX2(dst *float32, src *lowp.Float8E4M3FN, n int)
 
 //go:noescape
 func maxFiniteBitsAVX2(v *float32, n int) uint32
+
+// sumSlotsBF16AVX2 and sumSlotsF32AVX2 are sumSlotsBF16AVX512 and
+// sumSlotsF32AVX512 with AVX2 (the same FMAs in the same order).
+//
+//go:noescape
+func sumSlotsBF16AVX2(acc *float32, src *lowp.BFloat16, stride uintptr, w *float32, ns int, n int)
+
+//go:noescape
+func sumSlotsF32AVX2(acc *float32, src *float32, stride uintptr, w *float32, ns int, n int)

@@ -25,6 +25,30 @@
 // (bit for bit; the axpys fuse the multiply-add like them). n is a multiple
 // of 16 in every function: two ymm vectors of float32 per iteration.
 
+// The slot sums of sumSlotsBF16AVX2 and sumSlotsF32AVX2, as in
+// epilogue_amd64.s with 64 columns per chunk in Y0-Y7 and w[s] in Y8.
+#define SUMSLOTS_ARGS \
+	MOVQ acc+0(FP), DI; MOVQ src+8(FP), SI; MOVQ stride+16(FP), R8; \
+	MOVQ w+24(FP), BX; MOVQ ns+32(FP), R9; MOVQ n+40(FP), CX
+#define SUMSLOTS_CHUNK \
+	VXORPS Y0, Y0, Y0; VXORPS Y1, Y1, Y1; VXORPS Y2, Y2, Y2; VXORPS Y3, Y3, Y3; \
+	VXORPS Y4, Y4, Y4; VXORPS Y5, Y5, Y5; VXORPS Y6, Y6, Y6; VXORPS Y7, Y7, Y7; \
+	MOVQ SI, AX; XORQ DX, DX
+#define SUMSLOTS_W \
+	MOVL (BX)(DX*4), R10; VBROADCASTSS (BX)(DX*4), Y8
+#define SUMSLOTS_STORE \
+	VMOVUPS Y0, (DI); VMOVUPS Y1, 32(DI); VMOVUPS Y2, 64(DI); VMOVUPS Y3, 96(DI); \
+	VMOVUPS Y4, 128(DI); VMOVUPS Y5, 160(DI); VMOVUPS Y6, 192(DI); VMOVUPS Y7, 224(DI); \
+	ADDQ $256, DI
+// BF16_FMA4 widens the 32 bf16 at off(AX) and adds w times them to the
+// four accumulators a0..a3 (Y9-Y12 scratch).
+#define BF16_FMA4(off, a0, a1, a2, a3) \
+	VPMOVZXWD off(AX), Y9; VPMOVZXWD off+16(AX), Y10; \
+	VPMOVZXWD off+32(AX), Y11; VPMOVZXWD off+48(AX), Y12; \
+	VPSLLD $16, Y9, Y9; VPSLLD $16, Y10, Y10; VPSLLD $16, Y11, Y11; VPSLLD $16, Y12, Y12; \
+	VFMADD231PS Y8, Y9, a0; VFMADD231PS Y8, Y10, a1; \
+	VFMADD231PS Y8, Y11, a2; VFMADD231PS Y8, Y12, a3
+
 // func storeBF16AVX2(dst *lowp.BFloat16, src *float32, n int, scale float32)
 // x = src * scale, rounded to nearest even on the float32 bits: x + 0x7fff
 // + ((x >> 16) & 1), keeping the high half; NaN lanes first become
@@ -247,3 +271,61 @@ mf_loop:
 	VZEROUPPER
 	RET
 
+
+// func sumSlotsBF16AVX2(acc *float32, src *lowp.BFloat16, stride uintptr, w *float32, ns int, n int)
+TEXT ·sumSlotsBF16AVX2(SB), NOSPLIT, $0-48
+	SUMSLOTS_ARGS
+sumb_chunk:
+	SUMSLOTS_CHUNK
+	TESTQ R9, R9
+	JZ    sumb_store
+sumb_slot:
+	SUMSLOTS_W
+	TESTL $0x7fffffff, R10
+	JZ    sumb_next               // w[s] == 0: slot skipped
+	BF16_FMA4(0, Y0, Y1, Y2, Y3)
+	BF16_FMA4(64, Y4, Y5, Y6, Y7)
+sumb_next:
+	ADDQ  R8, AX
+	INCQ  DX
+	CMPQ  DX, R9
+	JLT   sumb_slot
+sumb_store:
+	SUMSLOTS_STORE
+	ADDQ  $128, SI
+	SUBQ  $64, CX
+	JNZ   sumb_chunk
+	VZEROUPPER
+	RET
+
+// func sumSlotsF32AVX2(acc *float32, src *float32, stride uintptr, w *float32, ns int, n int)
+TEXT ·sumSlotsF32AVX2(SB), NOSPLIT, $0-48
+	SUMSLOTS_ARGS
+sumf_chunk:
+	SUMSLOTS_CHUNK
+	TESTQ R9, R9
+	JZ    sumf_store
+sumf_slot:
+	SUMSLOTS_W
+	TESTL $0x7fffffff, R10
+	JZ    sumf_next
+	VFMADD231PS (AX), Y8, Y0
+	VFMADD231PS 32(AX), Y8, Y1
+	VFMADD231PS 64(AX), Y8, Y2
+	VFMADD231PS 96(AX), Y8, Y3
+	VFMADD231PS 128(AX), Y8, Y4
+	VFMADD231PS 160(AX), Y8, Y5
+	VFMADD231PS 192(AX), Y8, Y6
+	VFMADD231PS 224(AX), Y8, Y7
+sumf_next:
+	ADDQ  R8, AX
+	INCQ  DX
+	CMPQ  DX, R9
+	JLT   sumf_slot
+sumf_store:
+	SUMSLOTS_STORE
+	ADDQ  $256, SI
+	SUBQ  $64, CX
+	JNZ   sumf_chunk
+	VZEROUPPER
+	RET

@@ -2,7 +2,6 @@ package attn
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/sparseattn/msa/kernels/lowp"
 )
@@ -129,24 +128,34 @@ func (p *Partials) axpy(acc []float32, w float32, i int, tmp []float32) {
 
 // sumSlots sets acc (len D) to the sum over slots s with ws[s] != 0, in
 // increasing s, of ws[s] times partial row first + s*stride: the combine of
-// one output row before its output scale. With AVX-512 and BF16 or float32
-// partials of a D that is a multiple of 64 one kernel call sums every slot
-// in registers; otherwise acc is cleared and each slot added by axpy. Both
-// compute the same FMAs in the same order: bit-identical results.
+// one output row before its output scale. With AVX-512 or AVX2 and BF16 or
+// float32 partials of a D that is a multiple of 64 one kernel call sums
+// every slot in registers, 64 columns at a time; otherwise acc is cleared
+// and each slot added by axpy. Both compute the same FMAs in the same
+// order: bit-identical results.
 func (p *Partials) sumSlots(acc, ws []float32, first, stride int, tmp []float32) {
 	d := p.D
 	acc = acc[:d]
-	fused := p.vec == vecAVX512 && d%64 == 0 && len(ws) > 0
+	fused := (p.vec == vecAVX512 || p.vec == vecAVX2) && d%64 == 0 && len(ws) > 0
 	if fused {
 		last := (first + (len(ws)-1)*stride + 1) * d // end of the last slot's row
+		avx512 := p.vec == vecAVX512
 		switch p.Dtype {
 		case PartialBF16:
 			_ = p.BF16[last-1]
-			sumSlotsBF16AVX512(&acc[0], &p.BF16[first*d], uintptr(2*stride*d), &ws[0], len(ws), d)
+			kern := sumSlotsBF16AVX2
+			if avx512 {
+				kern = sumSlotsBF16AVX512
+			}
+			kern(&acc[0], &p.BF16[first*d], uintptr(2*stride*d), &ws[0], len(ws), d)
 			return
 		case PartialF32:
 			_ = p.F32[last-1]
-			sumSlotsF32AVX512(&acc[0], &p.F32[first*d], uintptr(4*stride*d), &ws[0], len(ws), d)
+			kern := sumSlotsF32AVX2
+			if avx512 {
+				kern = sumSlotsF32AVX512
+			}
+			kern(&acc[0], &p.F32[first*d], uintptr(4*stride*d), &ws[0], len(ws), d)
 			return
 		}
 	}
@@ -156,40 +165,4 @@ func (p *Partials) sumSlots(acc, ws []float32, first, stride int, tmp []float32)
 			p.axpy(acc, w, first+s*stride, tmp)
 		}
 	}
-}
-
-// mergeLSE combines log-sum-exps lses (natural log) per contract §5 and
-// returns the merged LSE and the weights w_s / S in ws (same length). It
-// reports ok = false when nothing is visible (every LSE -inf, or S is 0 or
-// NaN); the caller then writes O = 0 and LSE = -inf.
-func mergeLSE(lses, ws []float32) (lse float32, ok bool) {
-	if len(lses) == 0 {
-		return float32(math.Inf(-1)), false
-	}
-	m := float32(math.Inf(-1))
-	for _, l := range lses {
-		if l > m {
-			m = l
-		}
-	}
-	if math.IsInf(float64(m), -1) || m != m {
-		return float32(math.Inf(-1)), false
-	}
-	var s float32
-	for i, l := range lses {
-		w := float32(math.Exp(float64(l - m)))
-		if l != l {
-			w = 0
-		}
-		ws[i] = w
-		s += w
-	}
-	if !(s > 0) || math.IsInf(float64(s), 0) {
-		return float32(math.Inf(-1)), false
-	}
-	inv := 1 / s
-	for i := range ws[:len(lses)] {
-		ws[i] *= inv
-	}
-	return m + float32(math.Log(float64(s))), true
 }

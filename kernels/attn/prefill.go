@@ -388,7 +388,7 @@ func (ws *Workspace) runCombine(w int) {
 						for s := range ls {
 							ls[s] = pt.TLSE[s*plane+prow]
 						}
-						l, ok := mergeLSE(ls, wk.ws[:ns])
+						l, ok := mergeLSE(ls, wk.ws[:ns], pt.vec)
 						if !ok {
 							l = float32(math.Inf(-1))
 						}
@@ -410,7 +410,7 @@ func (ws *Workspace) combineTasks() int {
 // combineRow merges the slots of one output row: partial row s*plane+row of
 // slot s, weights from ls. It writes the BF16 output and the merged LSE.
 func combineRow(pt *Partials, ls, ws []float32, plane, row, d int, outScale float32, wk *worker, o []lowp.BFloat16, lse *float32) {
-	l, ok := mergeLSE(ls, ws)
+	l, ok := mergeLSE(ls, ws, pt.vec)
 	acc := wk.accO[:d]
 	if ok {
 		pt.sumSlots(acc, ws, row, plane, wk.tmp)

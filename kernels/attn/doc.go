@@ -16,13 +16,16 @@
 // set in use follows package tile's tier (vecLevel). On CPUs with
 // AVX512_VBMI the AVX-512 e4m3 decoder is package tile's byte-table kernel
 // (tile.WidenE4M3x64, the conversion the lane kernels also run between
-// their multiply-adds).
+// their multiply-adds). The combine's slot weights (mergeLSE) have their
+// own SIMD kernels (merge_amd64.s), which take e^x in float32 within 2 ulp
+// where the portable loop takes it in float64.
 //
 // Decode hands each K/V block to its accumulator through kvStager, which
 // decodes the rows the accumulator asks for into the start of the worker's
 // block buffers: tile.Lanes (AVX-512 and AVX2 tiers) asks for a few key or
-// value rows at a time (64 and 64 on AVX-512, 48 and 64 on AVX2); the block accumulator (generic tier, or
-// d not a multiple of 8) takes whole blocks. On AVX-512 kvStager is also a
+// value rows at a time (64 and 64 on AVX-512, 48 and 64 on AVX2); the
+// block accumulator (generic tier, or d not a multiple of 8) takes whole
+// blocks. On AVX-512 kvStager is also a
 // tile.WideningStager: it offers the raw e4m3 or bf16 rows of a chunk that
 // is one contiguous run, and the lane kernels widen them themselves. V's
 // overflow guard scans each V chunk (vScale.raise; for BF16 the widening

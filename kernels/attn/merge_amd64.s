@@ -52,6 +52,25 @@ DATA tail8<>+48(SB)/8, $0
 DATA tail8<>+56(SB)/8, $0
 GLOBL tail8<>(SB), RODATA|NOPTR, $64
 
+// HRED8 reduces the 8 lanes of y into lane 0 of x (its low half) with op
+// (VMAXPS or VADDPS; X1 scratch).
+#define HRED8(op, y, x) \
+	VEXTRACTF128 $1, y, X1; op X1, x, x; \
+	VPERMILPS $0x4e, x, X1; op X1, x, x; \
+	VPERMILPS $0xb1, x, X1; op X1, x, x
+
+// EXPR is the Cody-Waite reduction of x: k = round(x log2e) (rnd:
+// VRNDSCALEPS or VROUNDPS, nearest even) and r = x - k ln2hi - k ln2lo.
+// EXPP evaluates e^r = 1 + r(1 + r(c2 + ... + r c7)) by Horner's rule
+// into p (c7..c2 and one: registers or memory operands).
+#define EXPR(rnd, x, k, r, log2e, hi, lo) \
+	VMULPS log2e, x, k; rnd $0, k, k; VMOVAPS x, r; \
+	VFNMADD231PS hi, k, r; VFNMADD231PS lo, k, r
+#define EXPP(c7, c6, c5, c4, c3, c2, one, r, p) \
+	VMOVUPS c7, p; VFMADD213PS c6, r, p; VFMADD213PS c5, r, p; \
+	VFMADD213PS c4, r, p; VFMADD213PS c3, r, p; VFMADD213PS c2, r, p; \
+	VFMADD213PS one, r, p; VFMADD213PS one, r, p
+
 // MASK8 sets Y9 to the lane mask of the next vector of 8 that lie below n
 // (R10 values left, R10 >= 1; DX = tail8, AX scratch).
 #define MASK8 \
@@ -83,12 +102,7 @@ mw5_max:
 	JG           mw5_max
 	VEXTRACTF64X4 $1, Z0, Y1
 	VMAXPS       Y1, Y0, Y0
-	VEXTRACTF128 $1, Y0, X1
-	VMAXPS       X1, X0, X0
-	VPERMILPS    $0x4e, X0, X1
-	VMAXPS       X1, X0, X0
-	VPERMILPS    $0xb1, X0, X1
-	VMAXPS       X1, X0, X0
+	HRED8(VMAXPS, Y0, X0)
 	VMOVSS       X0, m+24(FP)
 	VXORPS       X3, X3, X3
 	VUCOMISS     X10, X0
@@ -114,19 +128,8 @@ mw5_exp:
 	VMOVUPS.Z    (R8), K1, Z4
 	VSUBPS       Z2, Z4, Z4     // x = l - m <= 0, or NaN
 	VMAXPS       Z21, Z4, Z4    // clamp at -150; NaN gives -150 too
-	VMULPS       Z11, Z4, Z5
-	VRNDSCALEPS  $0, Z5, Z5     // k = round(x log2e)
-	VMOVAPS      Z4, Z6
-	VFNMADD231PS Z12, Z5, Z6
-	VFNMADD231PS Z13, Z5, Z6    // r = x - k ln2
-	VMOVAPS      Z19, Z7
-	VFMADD213PS  Z18, Z6, Z7
-	VFMADD213PS  Z17, Z6, Z7
-	VFMADD213PS  Z16, Z6, Z7
-	VFMADD213PS  Z15, Z6, Z7
-	VFMADD213PS  Z14, Z6, Z7
-	VFMADD213PS  Z20, Z6, Z7
-	VFMADD213PS  Z20, Z6, Z7    // e^r
+	EXPR(VRNDSCALEPS, Z4, Z5, Z6, Z11, Z12, Z13)
+	EXPP(Z19, Z18, Z17, Z16, Z15, Z14, Z20, Z6, Z7)
 	VSCALEFPS.Z  Z5, Z7, K1, Z7 // e^r * 2^k; 0 in lanes beyond n
 	VADDPS       Z7, Z3, Z3
 	VMOVUPS      Z7, K1, (R9)
@@ -136,12 +139,7 @@ mw5_exp:
 	JG           mw5_exp
 	VEXTRACTF64X4 $1, Z3, Y1
 	VADDPS       Y1, Y3, Y3
-	VEXTRACTF128 $1, Y3, X1
-	VADDPS       X1, X3, X3
-	VPERMILPS    $0x4e, X3, X1
-	VADDPS       X1, X3, X3
-	VPERMILPS    $0xb1, X3, X1
-	VADDPS       X1, X3, X3
+	HRED8(VADDPS, Y3, X3)
 	VDIVSS       X3, X20, X4    // 1/s
 	VBROADCASTSS X4, Z4
 	MOVQ         DI, R9
@@ -182,12 +180,7 @@ mw2_max:
 	ADDQ         $32, R8
 	SUBQ         $8, R10
 	JG           mw2_max
-	VEXTRACTF128 $1, Y0, X1
-	VMAXPS       X1, X0, X0
-	VPERMILPS    $0x4e, X0, X1
-	VMAXPS       X1, X0, X0
-	VPERMILPS    $0xb1, X0, X1
-	VMAXPS       X1, X0, X0
+	HRED8(VMAXPS, Y0, X0)
 	VMOVSS       X0, m+24(FP)
 	VXORPS       X3, X3, X3
 	VUCOMISS     X10, X0
@@ -210,19 +203,8 @@ mw2_exp:
 	VMASKMOVPS   (R8), Y9, Y4
 	VSUBPS       Y2, Y4, Y4     // x = l - m <= 0, or NaN
 	VMAXPS       Y15, Y4, Y4    // clamp at -150; NaN gives -150 too
-	VMULPS       Y11, Y4, Y5
-	VROUNDPS     $0, Y5, Y5     // k = round(x log2e)
-	VMOVAPS      Y4, Y6
-	VFNMADD231PS Y12, Y5, Y6
-	VFNMADD231PS Y13, Y5, Y6    // r = x - k ln2
-	VMOVUPS      mwc7<>(SB), Y7
-	VFMADD213PS  mwc6<>(SB), Y6, Y7
-	VFMADD213PS  mwc5<>(SB), Y6, Y7
-	VFMADD213PS  mwc4<>(SB), Y6, Y7
-	VFMADD213PS  mwc3<>(SB), Y6, Y7
-	VFMADD213PS  mwc2<>(SB), Y6, Y7
-	VFMADD213PS  Y14, Y6, Y7
-	VFMADD213PS  Y14, Y6, Y7    // e^r
+	EXPR(VROUNDPS, Y4, Y5, Y6, Y11, Y12, Y13)
+	EXPP(mwc7<>(SB), mwc6<>(SB), mwc5<>(SB), mwc4<>(SB), mwc3<>(SB), mwc2<>(SB), Y14, Y6, Y7)
 	VCVTPS2DQ    Y5, Y5
 	VPSRAD       $1, Y5, Y8     // k1
 	VPSUBD       Y8, Y5, Y5     // k - k1
@@ -239,12 +221,7 @@ mw2_exp:
 	ADDQ         $32, R9
 	SUBQ         $8, R10
 	JG           mw2_exp
-	VEXTRACTF128 $1, Y3, X1
-	VADDPS       X1, X3, X3
-	VPERMILPS    $0x4e, X3, X1
-	VADDPS       X1, X3, X3
-	VPERMILPS    $0xb1, X3, X1
-	VADDPS       X1, X3, X3
+	HRED8(VADDPS, Y3, X3)
 	VDIVSS       X3, X14, X4    // 1/s
 	VBROADCASTSS X4, Y4
 	MOVQ         DI, R9

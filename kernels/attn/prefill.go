@@ -305,8 +305,13 @@ func (ws *Workspace) prefillItemRun(wk *worker, h, row, qBegin, qCount, b, j int
 			gq := qBase + q
 			v := int32(visible(q, seqQ, seqK, p.Causal, t0, n))
 			// The query's qpk heads of KV head h are consecutive rows of Q
-			// and of the accumulator: one decode call for all of them.
-			p.Q.DecodeRows(wk.acc.QRows(e*qpk, qpk), gq*p.HQ+h*qpk, qpk)
+			// and of the accumulator: one decode call for all of them. The
+			// bf16 tier takes BF16 rows as they are (no round trip through
+			// float32).
+			r0 := gq*p.HQ + h*qpk
+			if p.Q.Dtype != BF16 || !wk.acc.SetQBF16(e*qpk, p.Q.BF16[r0*d:(r0+qpk)*d]) {
+				p.Q.DecodeRows(wk.acc.QRows(e*qpk, qpk), r0, qpk)
+			}
 			for g := 0; g < qpk; g++ {
 				rr := e*qpk + g
 				wk.valid[rr] = v

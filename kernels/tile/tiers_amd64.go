@@ -203,8 +203,11 @@ func (k *simd) update(a *Acc, b *Block, valid []int32) {
 		if len(a.q2) < a.maxM*d2 {
 			a.q2 = make([]uint32, a.maxM*d2)
 		}
-		// Rows are contiguous in both layouts: one call converts all.
-		cvtPairs(unsafe.Pointer(&a.q2[0]), &a.q[0], a.m*d)
+		// Rows are contiguous in both layouts: one call converts all,
+		// unless the caller gave the rows as bf16 (SetQBF16).
+		if !a.q2Set {
+			cvtPairs(unsafe.Pointer(&a.q2[0]), &a.q[0], a.m*d)
+		}
 		steps, ldq = d2, uintptr(d2*4)
 		qp, kt = unsafe.Pointer(&a.q2[0]), unsafe.Pointer(&b.kb[0])
 		vp = unsafe.Pointer(&b.vb[0])

@@ -1,6 +1,11 @@
 package tile
 
-import "math"
+import (
+	"math"
+	"unsafe"
+
+	"github.com/sparseattn/msa/kernels/lowp"
+)
 
 // BlockN is the largest number of keys one Block holds.
 const BlockN = 128
@@ -89,6 +94,7 @@ type Acc struct {
 	s          []float32 // scratch scores [maxM][BlockN]
 	alpha      []float32 // scratch: per-row rescale factor of one Update
 	q2         []uint32  // bf16 tier: q as bf16 pairs [maxM][d/2]
+	q2Set      bool      // q2 was filled by SetQBF16 (no conversion of q)
 	l2         []float64 // scratch: log2 of the row sums (finish)
 	pf         hints     // ranges the next Update prefetches (Prefetch)
 }
@@ -113,6 +119,7 @@ func (a *Acc) Reset(m int, scale float32, round Round, invT float32) {
 		panic("tile: Acc.Reset: m out of range")
 	}
 	a.m, a.scale, a.round, a.invT, a.temp = m, scale, round, invT, invT > 0
+	a.q2Set = false
 	clear(a.o[:m*a.d])
 	for r := 0; r < m; r++ {
 		a.mx[r] = float32(math.Inf(-1))
@@ -131,6 +138,37 @@ func (a *Acc) Q(r int) []float32 { return a.q[r*a.d : (r+1)*a.d] }
 // QRows returns rows r .. r+n-1 of the query buffer ([n][d], contiguous),
 // to be filled by the caller like Q.
 func (a *Acc) QRows(r, n int) []float32 { return a.q[r*a.d : (r+n)*a.d] }
+
+// SetQBF16 fills query rows r, r+1, ... from bfloat16 bit patterns (bits
+// holds whole rows of d values) in place of Q and QRows, and reports
+// whether it did. Only the avx512bf16 tier with d a multiple of 16 keeps
+// the queries as bf16; there the bits go into its bf16 buffer as they are,
+// which is exactly what the update's own rounding of the float32 rows
+// would give for values that came from bf16, and saves both conversions.
+// When it reports false (any other tier or d) nothing is written: fill
+// QRows instead. Either every row of an accumulation is set this way or
+// none (Reset starts over).
+func (a *Acc) SetQBF16(r int, bits []lowp.BFloat16) bool {
+	d := a.d
+	if !active.bf16 || d%16 != 0 {
+		return false
+	}
+	n := len(bits) / d
+	if len(bits)%d != 0 || r < 0 || r+n > a.maxM {
+		panic("tile: Acc.SetQBF16: rows out of range")
+	}
+	d2 := d / 2
+	if len(a.q2) < a.maxM*d2 {
+		a.q2 = make([]uint32, a.maxM*d2)
+	}
+	// A pair holds value 2c in its low half and 2c+1 in its high half: on
+	// a little-endian machine (the bf16 tier is amd64 only) that is the
+	// bits' own order in memory.
+	dst := a.q2[r*d2 : (r+n)*d2]
+	copy(unsafe.Slice((*lowp.BFloat16)(unsafe.Pointer(unsafe.SliceData(dst))), 2*len(dst)), bits)
+	a.q2Set = true
+	return true
+}
 
 // O returns row r of the output; it is normalised after Finish.
 func (a *Acc) O(r int) []float32 { return a.o[r*a.d : (r+1)*a.d] }

@@ -541,3 +541,76 @@ func TestTierSelection(t *testing.T) {
 		}
 	}
 }
+
+// TestSetQBF16 checks that query rows given as bf16 bits (Acc.SetQBF16)
+// give bit for bit the results of the same rows given as float32 (QRows)
+// on the tiers that keep queries as bf16, with special patterns (NaN,
+// infinities, signed zeros, subnormals) among the bits, and that the other
+// tiers decline and leave the rows to QRows. A Reset after SetQBF16 must
+// take the next accumulation's rows from QRows again.
+func TestSetQBF16(t *testing.T) {
+	for _, tn := range []string{"avx512bf16", "avx512bf16-emulated", "avx512", "avx2", "generic"} {
+		t.Run(tn, func(t *testing.T) {
+			useTier(t, tn)
+			takes := active.bf16
+			forCases(t, true, func(t *testing.T, p *problem) {
+				rng := rand.New(rand.NewSource(int64(p.d*1000 + p.m)))
+				bits := make([]lowp.BFloat16, p.m*p.d)
+				for i, v := range p.q {
+					bits[i] = lowp.BF16(v)
+					if rng.Intn(97) == 0 {
+						bits[i] = []lowp.BFloat16{0x7fc1, 0xff80, 0x7f80, 0x8000, 0x0000, 0x0001, 0x807f}[rng.Intn(7)]
+					}
+				}
+				b := NewBlock(p.d)
+				run := func(a *Acc, bits []lowp.BFloat16, raw bool) result {
+					a.Reset(p.m, p.scale, p.round, p.invT)
+					for r := 0; r < p.m; r++ {
+						row := bits[r*p.d : (r+1)*p.d]
+						if raw {
+							if got := a.SetQBF16(r, row); got != (takes && p.d%16 == 0) {
+								t.Fatalf("SetQBF16 = %v on tier %s, d %d", got, tn, p.d)
+							} else if got {
+								continue
+							}
+						}
+						for c, x := range row {
+							a.Q(r)[c] = x.Float32()
+						}
+					}
+					for u := range p.k {
+						b.Load(p.n, p.k[u], p.v[u])
+						a.Update(b, p.valid[u])
+					}
+					res := result{o: make([]float32, p.m*p.d), lse: make([]float32, p.m), tlse: make([]float32, p.m)}
+					a.Finish(res.lse, res.tlse)
+					for r := 0; r < p.m; r++ {
+						copy(res.o[r*p.d:], a.O(r))
+					}
+					return res
+				}
+				want := run(NewAcc(p.m+2, p.d), bits, false)
+				a := NewAcc(p.m+2, p.d)
+				got := run(a, bits, true)
+				same := func(what string, x, y []float32) {
+					for i := range x {
+						if math.Float32bits(x[i]) != math.Float32bits(y[i]) {
+							t.Fatalf("%s[%d] = %v with SetQBF16, %v with QRows", what, i, y[i], x[i])
+						}
+					}
+				}
+				same("o", want.o, got.o)
+				same("lse", want.lse, got.lse)
+				same("tlse", want.tlse, got.tlse)
+				neg := make([]lowp.BFloat16, len(bits))
+				for i, x := range bits {
+					neg[i] = x ^ 0x8000
+				}
+				wantNeg := run(NewAcc(p.m+2, p.d), neg, false)
+				again := run(a, neg, false)
+				same("o after Reset", wantNeg.o, again.o)
+				same("lse after Reset", wantNeg.lse, again.lse)
+			})
+		})
+	}
+}

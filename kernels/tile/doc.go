@@ -32,6 +32,8 @@
 //     P is packed with VCVTNE2PS2BF16. Denormal bf16 inputs and outputs
 //     (below 2^-126) are flushed to zero by these instructions. Blocks
 //     are packed as bf16 pairs (K [d/2][BlockN][2], V [BlockN/2][d][2]).
+//     Callers whose queries are bf16 already hand them over with
+//     Acc.SetQBF16, which skips the round trip through float32.
 //     "avx512bf16-emulated" is the same data path with VDPBF16PS replaced
 //     by two AVX-512F FMAs (same results up to denormals), for tests on
 //     CPUs without AVX512_BF16; it is slow.

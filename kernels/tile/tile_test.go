@@ -83,12 +83,17 @@ type result struct {
 
 // run executes the problem under the active tier.
 func (p *problem) run() result {
-	b := NewBlock(p.d)
 	a := NewAcc(p.m+2, p.d)
 	a.Reset(p.m, p.scale, p.round, p.invT)
 	for r := 0; r < p.m; r++ {
 		copy(a.Q(r), p.q[r*p.d:(r+1)*p.d])
 	}
+	return p.accumulate(NewBlock(p.d), a)
+}
+
+// accumulate runs p's blocks through a (reset, its query rows set) with b
+// and returns the finished result.
+func (p *problem) accumulate(b *Block, a *Acc) result {
 	for u := range p.k {
 		b.Load(p.n, p.k[u], p.v[u])
 		a.Update(b, p.valid[u])
@@ -578,16 +583,7 @@ func TestSetQBF16(t *testing.T) {
 							a.Q(r)[c] = x.Float32()
 						}
 					}
-					for u := range p.k {
-						b.Load(p.n, p.k[u], p.v[u])
-						a.Update(b, p.valid[u])
-					}
-					res := result{o: make([]float32, p.m*p.d), lse: make([]float32, p.m), tlse: make([]float32, p.m)}
-					a.Finish(res.lse, res.tlse)
-					for r := 0; r < p.m; r++ {
-						copy(res.o[r*p.d:], a.O(r))
-					}
-					return res
+					return p.accumulate(b, a)
 				}
 				want := run(NewAcc(p.m+2, p.d), bits, false)
 				a := NewAcc(p.m+2, p.d)

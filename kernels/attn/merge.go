@@ -21,10 +21,10 @@ func mergeLSE(lses, ws []float32, lv vec) (lse float32, ok bool) {
 	}
 	ws = ws[:len(lses)]
 	var m, s float32
-	switch {
-	case lv == vecAVX512 && haveAsm:
+	switch lv {
+	case vecAVX512:
 		m, s = mergeWeightsAVX512(&lses[0], &ws[0], len(lses))
-	case lv == vecAVX2 && haveAsm:
+	case vecAVX2:
 		m, s = mergeWeightsAVX2(&lses[0], &ws[0], len(lses))
 	default:
 		m, s = mergeWeights(lses, ws)
@@ -37,8 +37,9 @@ func mergeLSE(lses, ws []float32, lv vec) (lse float32, ok bool) {
 }
 
 // mergeWeights is the portable kernel of mergeLSE: m = the largest non-NaN
-// LSE, s = the sum of e^(l_s - m) in slot order (0 for a NaN l_s), and, when
-// m is finite and s is positive, ws[s] = e^(l_s - m) * (1/s).
+// LSE, s = the sum of e^(l_s - m) in slot order (0 for a NaN l_s), and,
+// when m is finite, ws[s] = e^(l_s - m) * (1/s) (mergeLSE rejects an s
+// that is not positive and finite, as for the SIMD kernels).
 func mergeWeights(lses, ws []float32) (m, s float32) {
 	m = float32(math.Inf(-1))
 	for _, l := range lses {
@@ -56,9 +57,6 @@ func mergeWeights(lses, ws []float32) (m, s float32) {
 		}
 		ws[i] = w
 		s += w
-	}
-	if !(s > 0) || math.IsInf(float64(s), 0) {
-		return m, s
 	}
 	inv := 1 / s
 	for i := range ws {

@@ -200,16 +200,14 @@ func (k *simd) update(a *Acc, b *Block, valid []int32) {
 	vp, ldv := unsafe.Pointer(&b.v[0]), uintptr(d*4)
 	if k.bf16 {
 		d2 := d / 2
-		if len(a.q2) < a.maxM*d2 {
-			a.q2 = make([]uint32, a.maxM*d2)
-		}
+		q2 := a.qPairs()
 		// Rows are contiguous in both layouts: one call converts all,
 		// unless the caller gave the rows as bf16 (SetQBF16).
 		if !a.q2Set {
-			cvtPairs(unsafe.Pointer(&a.q2[0]), &a.q[0], a.m*d)
+			cvtPairs(unsafe.Pointer(&q2[0]), &a.q[0], a.m*d)
 		}
 		steps, ldq = d2, uintptr(d2*4)
-		qp, kt = unsafe.Pointer(&a.q2[0]), unsafe.Pointer(&b.kb[0])
+		qp, kt = unsafe.Pointer(&q2[0]), unsafe.Pointer(&b.kb[0])
 		vp = unsafe.Pointer(&b.vb[0])
 	}
 	invT := float32(0)

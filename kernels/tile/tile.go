@@ -150,7 +150,7 @@ func (a *Acc) QRows(r, n int) []float32 { return a.q[r*a.d : (r+n)*a.d] }
 // none (Reset starts over).
 func (a *Acc) SetQBF16(r int, bits []lowp.BFloat16) bool {
 	d := a.d
-	if !active.bf16 || d%16 != 0 {
+	if !bf16Layout(d) {
 		return false
 	}
 	n := len(bits) / d
@@ -158,17 +158,27 @@ func (a *Acc) SetQBF16(r int, bits []lowp.BFloat16) bool {
 		panic("tile: Acc.SetQBF16: rows out of range")
 	}
 	d2 := d / 2
-	if len(a.q2) < a.maxM*d2 {
-		a.q2 = make([]uint32, a.maxM*d2)
-	}
 	// A pair holds value 2c in its low half and 2c+1 in its high half: on
 	// a little-endian machine (the bf16 tier is amd64 only) that is the
 	// bits' own order in memory.
-	dst := a.q2[r*d2 : (r+n)*d2]
+	dst := a.qPairs()[r*d2 : (r+n)*d2]
 	copy(unsafe.Slice((*lowp.BFloat16)(unsafe.Pointer(unsafe.SliceData(dst))), 2*len(dst)), bits)
 	a.q2Set = true
 	return true
 }
+
+// qPairs returns the bf16 tier's query buffer (bf16 pairs, [maxM][d/2]),
+// allocated on first use.
+func (a *Acc) qPairs() []uint32 {
+	if n := a.maxM * a.d / 2; len(a.q2) < n {
+		a.q2 = make([]uint32, n)
+	}
+	return a.q2
+}
+
+// bf16Layout reports whether blocks and queries of head dimension d are
+// kept as bf16 pairs: the active tier packs bf16 and d is a multiple of 16.
+func bf16Layout(d int) bool { return active.bf16 && d%16 == 0 }
 
 // O returns row r of the output; it is normalised after Finish.
 func (a *Acc) O(r int) []float32 { return a.o[r*a.d : (r+1)*a.d] }
@@ -185,7 +195,7 @@ func (a *Acc) Update(b *Block, valid []int32) {
 	if b.d != a.d {
 		panic("tile: Acc.Update: block and accumulator head dims differ")
 	}
-	if b.bf16 != (active.bf16 && b.d%16 == 0) {
+	if b.bf16 != bf16Layout(b.d) {
 		panic("tile: Acc.Update: block was loaded under a tier with another layout; reload it after SetTier")
 	}
 	active.update(a, b, valid)

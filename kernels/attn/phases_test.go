@@ -1,0 +1,66 @@
+package attn
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/sparseattn/msa/kernels/tile"
+)
+
+// BenchmarkPrefillPhases times the two phases of RunPrefill by the wall
+// clock (phaseClock) on the bench's prefill shape at 8K tokens: BF16 Q, K,
+// V, 16 query heads on one KV head, D 128, 128-key blocks, topK 16 (a
+// fifth of the slots -1), not causal, BF16 partials, on 1 and 2 workers.
+// It reports the share of each call's time spent in the work items
+// (items%: the block kernels, Q gathers, partial stores) and in the combine
+// (combine%), and the best call's rate as %peak of the tier's peak
+// (tile.PeakGFLOPS of one goroutine times the workers; the VDPBF16PS peak
+// on avx512bf16). CPU profiles mislead here: under -cpuprofile the
+// combine took 3.5x its wall time without it on a KVM guest, so a profile's
+// shares for the store- and stream-heavy phases are too large.
+func BenchmarkPrefillPhases(b *testing.B) {
+	const tokens = 8192
+	benchTiers(b, []string{"avx2", "avx512", "avx512bf16"}, func(b *testing.B, tn string, lv vec) {
+		peak1 := tile.PeakGFLOPS(tn, 50*time.Millisecond)
+		for _, workers := range []int{1, 2} {
+			b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
+				rng := rand.New(rand.NewPCG(9, 10))
+				c := prefillCase{hkv: 1, qpk: 16, d: 128, blk: 128, topK: 16, seqQ: []int{tokens}, seqK: []int{tokens}}
+				p, q2k := c.build(b, rng, workers, nil)
+				p.Partial = PartialBF16
+				pairs := 0
+				for _, blk := range q2k {
+					if blk >= 0 {
+						pairs += c.blk
+					}
+				}
+				flops := 4 * float64(c.d*c.qpk) * float64(pairs)
+				out := newOutput(p.TotalQ*p.HQ, p.D)
+				pool := NewPool(workers)
+				defer pool.Close()
+				ws := NewWorkspace(workers, p.D)
+				RunPrefill(p, ws, pool, out) // warm-up: buffers, pages
+				var items, comb time.Duration
+				phaseClock = func(i, c time.Duration) { items, comb = items+i, comb+c }
+				defer func() { phaseClock = nil }()
+				best := time.Duration(math.MaxInt64)
+				var total time.Duration
+				for range b.N {
+					t0 := time.Now()
+					RunPrefill(p, ws, pool, out)
+					e := time.Since(t0)
+					best, total = min(best, e), total+e
+				}
+				b.ReportMetric(100*items.Seconds()/total.Seconds(), "items%")
+				b.ReportMetric(100*comb.Seconds()/total.Seconds(), "combine%")
+				b.ReportMetric(float64(comb.Microseconds())/1e3/float64(b.N), "combine-ms")
+				if peak1 > 0 {
+					b.ReportMetric(100*flops/best.Seconds()/1e9/(peak1*float64(workers)), "%peak")
+				}
+			})
+		}
+	})
+}

@@ -54,7 +54,7 @@ type plan struct {
 	vbytes int    // bytes per vector
 	kbase  int    // first register holding the streamed operand
 	bbase  int    // first broadcast register (two, alternating)
-	unroll int    // steps per loop iteration (1 or 2)
+	unroll int    // steps per loop iteration: 1 or 2 (stepLoop, genPV)
 }
 
 // The ymm kernels do half the work per instruction of the zmm ones, so their

@@ -191,20 +191,13 @@ func BenchmarkPrefillTile(b *testing.B) {
 		scale := float32(1/math.Sqrt(d)) * math.Log2E
 		peak := tile.PeakGFLOPS(tn, 50*time.Millisecond)
 		run := func(name string, f func()) { bestRate(b, name, 4*float64(m*n*d), peak, f) }
-		// setQ gives the accumulator query rows r0.. (n rows) of op from
-		// row q0 as prefillItemRun does.
-		setQ := func(op *Operand, r0, q0, n int) {
-			if !wk.acc.SetQBF16(r0, op.BF16[q0*d:(q0+n)*d]) {
-				op.DecodeRows(wk.acc.QRows(r0, n), q0, n)
-			}
-		}
 		wk.acc.Reset(m, scale, tile.RoundNone, 0)
 		qop.DecodeRows(wk.acc.QRows(0, m), 0, m)
 		bf16Q := tn == "avx512bf16"
 		run("kernel", func() {
 			wk.acc.Reset(m, scale, tile.RoundNone, 0)
 			if bf16Q {
-				setQ(&qop, 0, 0, m)
+				qop.setQRows(wk.acc, 0, 0, m)
 			}
 			wk.acc.Update(wk.blk, wk.valid[:m])
 		})
@@ -243,7 +236,7 @@ func BenchmarkPrefillTile(b *testing.B) {
 					qs := order[(it*nq)%bigQ:][:nq]
 					wk.acc.Reset(m, scale, tile.RoundNone, 0)
 					for e, gq := range qs {
-						setQ(&qbop, e*qpk, gq*qpk, qpk)
+						qbop.setQRows(wk.acc, e*qpk, gq*qpk, qpk)
 					}
 					if hint {
 						hs := wk.hints[:0]
@@ -272,7 +265,7 @@ func BenchmarkPrefillTile(b *testing.B) {
 		run("tile", func() {
 			wk.acc.Reset(m, scale, tile.RoundNone, 0)
 			for e := range nq {
-				setQ(&qop, e*qpk, e*qpk, qpk)
+				qop.setQRows(wk.acc, e*qpk, e*qpk, qpk)
 			}
 			wk.acc.Update(wk.blk, wk.valid[:m])
 			wk.acc.FinishLSE(wk.lse[:m], wk.tlse[:m], wk.inv[:m])

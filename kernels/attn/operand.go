@@ -103,6 +103,15 @@ func (o *Operand) DecodeRows(dst []float32, r, n int) {
 	}
 }
 
+// setQRows gives acc its query rows a .. a+n-1 from rows r .. r+n-1: a
+// bf16 tier takes BF16 rows as they are (tile.Acc.SetQBF16, no round trip
+// through float32), otherwise they are decoded into acc.QRows.
+func (o *Operand) setQRows(acc *tile.Acc, a, r, n int) {
+	if o.Dtype != BF16 || !acc.SetQBF16(a, o.BF16[r*o.D:(r+n)*o.D]) {
+		o.DecodeRows(acc.QRows(a, n), r, n)
+	}
+}
+
 // DecodeRowsMax is DecodeRows that also returns maxFiniteBits of the
 // decoded values; for BF16 it is taken while decoding (decodeBF16Max).
 func (o *Operand) DecodeRowsMax(dst []float32, r, n int) uint32 {

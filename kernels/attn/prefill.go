@@ -174,24 +174,18 @@ func RunPrefill(p *Prefill, ws *Workspace, pool *Pool, out *Output) {
 	p.Q.vec, p.K.vec, p.V.vec = ws.Partials.vec, ws.Partials.vec, ws.Partials.vec
 	ws.pf, ws.po = p, out
 	ws.win = w
-	clock := phaseClock
 	for w0 := 0; w0 < p.TotalQ; w0 += w {
 		ws.w0, ws.w1 = w0, min(p.TotalQ, w0+w)
-		var t0, t1 time.Time
-		if clock != nil {
-			t0 = time.Now()
-		}
+		t0 := time.Now() // for phaseClock: two clock reads, nothing next to a window's work
 		if n := ws.windowTasks(p); n > 0 {
 			ws.next.Store(0)
 			pool.RunN(n, ws.prefillItem)
 		}
-		if clock != nil {
-			t1 = time.Now()
-		}
+		t1 := time.Now()
 		ws.next.Store(0)
 		pool.RunN(ws.combineTasks(), ws.combineRows)
-		if clock != nil {
-			clock(t1.Sub(t0), time.Since(t1))
+		if phaseClock != nil {
+			phaseClock(t1.Sub(t0), time.Since(t1))
 		}
 	}
 	ws.pf, ws.po = nil, nil
@@ -323,13 +317,8 @@ func (ws *Workspace) prefillItemRun(wk *worker, h, row, qBegin, qCount, b, j int
 			gq := qBase + q
 			v := int32(visible(q, seqQ, seqK, p.Causal, t0, n))
 			// The query's qpk heads of KV head h are consecutive rows of Q
-			// and of the accumulator: one decode call for all of them. The
-			// bf16 tier takes BF16 rows as they are (no round trip through
-			// float32).
-			r0 := gq*p.HQ + h*qpk
-			if p.Q.Dtype != BF16 || !wk.acc.SetQBF16(e*qpk, p.Q.BF16[r0*d:(r0+qpk)*d]) {
-				p.Q.DecodeRows(wk.acc.QRows(e*qpk, qpk), r0, qpk)
-			}
+			// and of the accumulator: one call for all of them.
+			p.Q.setQRows(wk.acc, e*qpk, gq*p.HQ+h*qpk, qpk)
 			for g := 0; g < qpk; g++ {
 				rr := e*qpk + g
 				wk.valid[rr] = v

@@ -14,7 +14,8 @@ import (
 // SIMD tier into its three parts, at the prefill shape (register tiles of
 // 6 query rows against a full 128-key block, D = 128): the Q.K kernel over
 // the block's key vectors, the online softmax of the 6 score rows, and the
-// P.V kernel over the D output columns, each timed alone over many calls
+// P.V kernel over the D output columns (simd.scores, simd.values: the
+// update's own loops), each timed alone over many calls
 // with its operands in L1/L2 (best of the repetitions). It reports
 //
 //   - qk%peak, pv%peak: each kernel's rate against the tier's peak
@@ -70,24 +71,15 @@ func BenchmarkUpdateParts(b *testing.B) {
 			for r := range R {
 				valid[r], alpha[r] = BlockN, 1
 			}
-			vk, maxC := k.vk, len(k.qk[0])
-			nv := BlockN / vk
-			qk := func() {
-				for j := 0; j < nv; j += maxC {
-					k.qk[R-1][min(maxC, nv-j)-1](unsafe.Pointer(&q[0]), uintptr(steps*4), unsafe.Pointer(&kt[j*vk]), steps, &s[j*vk])
-				}
-			}
+			nv := BlockN / k.vk
+			qk := func() { k.scores(R, nv, unsafe.Pointer(&q[0]), uintptr(steps*4), unsafe.Pointer(&kt[0]), steps, s) }
 			softmax := func() {
 				for r := range R {
 					mx[r], sum[r] = float32(math.Inf(-1)), 0
 				}
 				k.softmax(&s[0], (nv+1)&^1, &valid[0], R, BlockN, 0.125, 0, int(RoundNone), &mx[0], &sum[0], &tsum[0], &alpha[0])
 			}
-			pv := func() {
-				for c0 := 0; c0 < d; c0 += maxC * vk {
-					k.pv[R-1][min(maxC, (d-c0)/vk)-1](&s[0], unsafe.Pointer(&v[c0]), uintptr(d*4), pvSteps, &o[c0], uintptr(d*4), &alpha[0])
-				}
-			}
+			pv := func() { k.values(R, d, s, unsafe.Pointer(&v[0]), uintptr(d*4), pvSteps, o, &alpha[0]) }
 			qk()
 			// The best time per call of f over b.N repetitions of 64 calls.
 			best := func(f func()) float64 {

@@ -194,7 +194,6 @@ func (k *simd) update(a *Acc, b *Block, valid []int32) {
 		return
 	}
 	vk := k.vk
-	maxC := len(k.qk[0])
 	steps, ldq := d, uintptr(d*4)
 	qp, kt := unsafe.Pointer(&a.q[0]), unsafe.Pointer(&b.kt[0])
 	vp, ldv := unsafe.Pointer(&b.v[0]), uintptr(d*4)
@@ -226,10 +225,7 @@ func (k *simd) update(a *Acc, b *Block, valid []int32) {
 		}
 		nv := (nmax + vk - 1) / vk
 		s := a.s[r0*BlockN:]
-		for j := 0; j < nv; j += maxC {
-			C := min(maxC, nv-j)
-			k.qk[R-1][C-1](unsafe.Add(qp, uintptr(r0)*ldq), ldq, unsafe.Add(kt, j*vk*4), steps, &s[j*vk])
-		}
+		k.scores(R, nv, unsafe.Add(qp, uintptr(r0)*ldq), ldq, kt, steps, s)
 		// The softmax kernels are unrolled by two vectors: round nv up
 		// (lanes beyond nmax are masked, rows hold BlockN floats).
 		k.softmax(&s[0], (nv+1)&^1, &valid[r0], R, b.n, a.scale, invT, int(a.round), &a.mx[r0], &a.sum[r0], &a.tsum[r0], &a.alpha[r0])
@@ -237,10 +233,29 @@ func (k *simd) update(a *Acc, b *Block, valid []int32) {
 		if k.bf16 {
 			pvSteps = (nmax + 1) / 2
 		}
-		for c0 := 0; c0 < d; c0 += maxC * vk {
-			C := min(maxC, (d-c0)/vk)
-			k.pv[R-1][C-1](&s[0], unsafe.Add(vp, c0*4), ldv, pvSteps, &a.o[r0*d+c0], uintptr(d*4), &a.alpha[r0])
-		}
+		k.values(R, d, s, vp, ldv, pvSteps, a.o[r0*d:], &a.alpha[r0])
+	}
+}
+
+// scores runs the Q.K kernels of one register tile: S rows (BlockN floats
+// apart, from s) of R query rows at q (ldq bytes apart) against nv vectors
+// of keys of the packed block kt, steps steps each.
+func (k *simd) scores(R, nv int, q unsafe.Pointer, ldq uintptr, kt unsafe.Pointer, steps int, s []float32) {
+	vk, maxC := k.vk, len(k.qk[0])
+	for j := 0; j < nv; j += maxC {
+		C := min(maxC, nv-j)
+		k.qk[R-1][C-1](q, ldq, unsafe.Add(kt, j*vk*4), steps, &s[j*vk])
+	}
+}
+
+// values runs the P.V kernels of one register tile: the d columns of the R
+// output rows at o (d floats apart) become alpha*O + P.V, with P the rows
+// of s and steps rows of V at v (ldv bytes apart).
+func (k *simd) values(R, d int, s []float32, v unsafe.Pointer, ldv uintptr, steps int, o []float32, alpha *float32) {
+	vk, maxC := k.vk, len(k.pv[0])
+	for c0 := 0; c0 < d; c0 += maxC * vk {
+		C := min(maxC, (d-c0)/vk)
+		k.pv[R-1][C-1](&s[0], unsafe.Add(v, c0*4), ldv, steps, &o[c0], uintptr(d*4), alpha)
 	}
 }
 

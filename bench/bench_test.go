@@ -134,8 +134,22 @@ func TestRefMeter(t *testing.T) {
 	p := &paired{m: m, r: r}
 	p.after(10 * time.Millisecond)
 	p.finish()
-	if !(r.pctPeak > 0) || r.pctBW != 0 {
-		t.Fatalf("paired: %%peak %v, %%BW %v (want > 0, 0 without bandwidth)", r.pctPeak, r.pctBW)
+	if !(r.pctPeak > 0) || r.pctBW != 0 || r.pctKern != 0 {
+		t.Fatalf("paired: %%peak %v, %%BW %v, %%kern %v (want > 0, 0 without bandwidth, 0 without a kernel meter)", r.pctPeak, r.pctBW, r.pctKern)
+	}
+	// The kernel windows: prefill's and decode's tiles measure something;
+	// a tile no meter can be made for (rows 0, or 17 decode lanes) none.
+	for _, c := range []struct {
+		key  meterKey
+		want bool
+	}{{meterKey{128, 64, false}, true}, {meterKey{16, 64, true}, true}, {meterKey{0, 64, false}, false}, {meterKey{17, 64, true}, false}} {
+		r := &result{flops: 1e9}
+		p := &paired{m: m, r: r, kern: c.key}
+		p.after(10 * time.Millisecond)
+		p.finish()
+		if (r.pctKern > 0) != c.want {
+			t.Fatalf("paired, kernel %+v: %%kern %v, want > 0: %v", c.key, r.pctKern, c.want)
+		}
 	}
 }
 

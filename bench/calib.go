@@ -156,8 +156,9 @@ func calibrate(cfg *config) calibration {
 type refMeter struct {
 	tier    string
 	workers int
-	buf     []byte // read by bandwidth windows, workers contiguous shares
-	off     []int  // where each worker's next bandwidth chunk starts
+	buf     []byte                           // read by bandwidth windows, workers contiguous shares
+	off     []int                            // where each worker's next bandwidth chunk starts
+	upd     map[meterKey][]*tile.UpdateMeter // in-cache update meters, one per worker
 }
 
 func newRefMeter(tier string, workers, size int) *refMeter {
@@ -186,6 +187,55 @@ func (m *refMeter) peak(dur time.Duration) float64 {
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
 			rates[w] = tile.SustainedGFLOPS(m.tier, dur)
+		}()
+	}
+	wg.Wait()
+	all := 0.0
+	for _, r := range rates {
+		all += r
+	}
+	return all
+}
+
+// meterKey selects an in-cache update meter (tile.NewUpdateMeter).
+type meterKey struct {
+	rows, d int
+	decode  bool
+}
+
+// kernel returns the summed sustained GFLOP/s of workers goroutines (each
+// on its own OS thread) running the active tier's in-cache tile update for
+// key (tile.UpdateMeter) for about dur: the rate the op's kernels would
+// reach if memory cost nothing, under the host's conditions of the moment.
+// 0 if no meter can be made for key.
+func (m *refMeter) kernel(dur time.Duration, key meterKey) float64 {
+	us, ok := m.upd[key]
+	if !ok {
+		for range m.workers {
+			u, err := tile.NewUpdateMeter(key.rows, key.d, key.decode)
+			if err != nil {
+				us = nil
+				break
+			}
+			us = append(us, u)
+		}
+		if m.upd == nil {
+			m.upd = map[meterKey][]*tile.UpdateMeter{}
+		}
+		m.upd[key] = us
+	}
+	if len(us) == 0 {
+		return 0
+	}
+	rates := make([]float64, len(us))
+	var wg sync.WaitGroup
+	for w, u := range us {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			rates[w] = u.Sustained(dur)
 		}()
 	}
 	wg.Wait()

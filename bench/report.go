@@ -28,6 +28,7 @@ type result struct {
 	peak              float64   // calibrated (best-window) peak GFLOP/s, all workers
 	pctPeak           float64   // median over reps of rate / sustained peak right after (paired)
 	pctBurst          float64   // gflops / peak
+	pctKern           float64   // median over reps of rate / in-cache tile update rate right after (paired)
 	gbps              float64   // decode: bytes / median time
 	bw                float64   // calibrated (best-pass) read bandwidth GB/s
 	pctBW             float64   // decode: median over reps of GB/s / bandwidth right after (paired)
@@ -88,7 +89,7 @@ func (r *result) derive(cal calibration) {
 
 // ratios are the percentage columns that can never exceed 100 as results.
 func (r *result) ratios() map[string]float64 {
-	return map[string]float64{"%peak": r.pctPeak, "%burst": r.pctBurst, "%BW": r.pctBW, "%BW best": r.pctBWBest, "%roof": r.pctRoof}
+	return map[string]float64{"%peak": r.pctPeak, "%burst": r.pctBurst, "%BW": r.pctBW, "%BW best": r.pctBWBest, "%roof": r.pctRoof, "%kern": r.pctKern}
 }
 
 func f1(x float64) string {
@@ -134,6 +135,7 @@ var columns = []column{
 	{name: "GFLOP/s", cell: func(r *result) string { return f1(r.gflops) }},
 	{name: "%peak", cell: func(r *result) string { return pct(r.pctPeak) }},
 	{name: "%burst", cell: func(r *result) string { return pct(r.pctBurst) }},
+	{name: "%kern", cell: func(r *result) string { return pct(r.pctKern) }, optional: true},
 	{name: "GB/s", cell: func(r *result) string { return f1(r.gbps) }},
 	{name: "%BW", cell: func(r *result) string { return pct(r.pctBW) }},
 	{name: "%roof", cell: func(r *result) string { return pct(r.pctRoof) }, optional: true},
@@ -313,7 +315,7 @@ func printNotes(w io.Writer, rs []*result, bullet string) {
 			parts = append(parts, d)
 		}
 		var over []string
-		for _, k := range []string{"%peak", "%burst", "%BW", "%BW best", "%roof"} {
+		for _, k := range []string{"%peak", "%burst", "%kern", "%BW", "%BW best", "%roof"} {
 			if v := r.ratios()[k]; v > 100 {
 				over = append(over, fmt.Sprintf("%s measured %.0f", k, v))
 			}
@@ -344,7 +346,7 @@ func printNotes(w io.Writer, rs []*result, bullet string) {
 var csvHeader = []string{"case", "kind", "dtype", "seq_len", "batch", "hq", "hkv", "d", "topk", "blk", "page",
 	"workers", "tier", "visible_pairs", "flops", "bytes", "time_ms", "best_ms", "worst_ms", "reps", "rel_iqr", "max_min",
 	"load_start", "load_end", "others_cpu", "steal", "noise", "plan_ms",
-	"gflops", "peak_tier", "peak_gflops", "pct_peak", "pct_peak_burst", "gbps", "bw_gbps", "pct_bw", "pct_bw_best", "pct_roof",
+	"gflops", "peak_tier", "peak_gflops", "pct_peak", "pct_peak_burst", "gbps", "bw_gbps", "pct_bw", "pct_bw_best", "pct_roof", "pct_kernel",
 	"dense_ms", "speedup_vs_dense", "dense_extrapolated", "dense_method",
 	"torch_ms", "speedup_vs_torch", "torch_extrapolated", "torch_method",
 	"tsparse_ms", "speedup_vs_tsparse", "tsparse_method",
@@ -379,7 +381,7 @@ func writeCSV(path string, info *machineInfo, cal calibration, rs []*result) err
 			strconv.Itoa(info.workers), info.tier, strconv.FormatInt(r.pairs, 10), num(r.flops), num(r.bytes),
 			num(r.timeMS), num(r.bestMS), num(r.sp.worst), strconv.Itoa(r.reps), num(r.sp.relIQR), num(r.sp.maxMin),
 			num(r.load.loadStart), num(r.load.loadEnd), num(r.load.others), num(r.load.steal), strings.Join(r.noise, " "), num(r.planMS),
-			num(r.gflops), cal.peakTier, num(r.peak), pctCSV(r.pctPeak), pctCSV(r.pctBurst), num(r.gbps), num(r.bw), pctCSV(r.pctBW), pctCSV(r.pctBWBest), pctCSV(r.pctRoof),
+			num(r.gflops), cal.peakTier, num(r.peak), pctCSV(r.pctPeak), pctCSV(r.pctBurst), num(r.gbps), num(r.bw), pctCSV(r.pctBW), pctCSV(r.pctBWBest), pctCSV(r.pctRoof), pctCSV(r.pctKern),
 			num(r.denseMS), num(r.speedupDense), yes(r.denseExtrap), r.denseNote,
 			num(r.torch.ms), num(r.torch.speedup), yes(r.torch.extrap), r.torch.note,
 			num(r.tsparse.ms), num(r.tsparse.speedup), r.tsparse.note,

@@ -483,14 +483,16 @@ func runCase(cfg *config, c caseSpec, r *result, prog *progress) error {
 
 // paired collects, for each timed repetition of a case, the op's rate over
 // a reference rate measured right after it for about as long (refMeter):
-// the sustained FMA peak and, for decode, the read bandwidth. The medians
-// of these ratios are the %peak and %BW columns. With -cpuprofile no
-// reference windows run (they would fill the profile).
+// the sustained FMA peak, the in-cache tile update of the op's kernels
+// (tile.UpdateMeter) and, for decode, the read bandwidth. The medians of
+// these ratios are the %peak, %kern and %BW columns. With -cpuprofile no reference windows run (they would
+// fill the profile).
 type paired struct {
-	m                *refMeter
-	r                *result
-	bw               bool
-	peak, band, roof []float64
+	m                       *refMeter
+	r                       *result
+	bw                      bool
+	kern                    meterKey // the %kern reference
+	peak, band, roof, kernR []float64
 }
 
 // timeOp times f, the op call of case c (at most maxReps calls, under the
@@ -500,6 +502,12 @@ type paired struct {
 func timeOp(cfg *config, c caseSpec, r *result, maxReps int, bw bool, f func() error) error {
 	stop := profile(cfg, c.Name)
 	pr := &paired{m: cfg.ref, r: r, bw: bw}
+	// The kernel reference: prefill's work-item tile (128 rows), or decode's
+	// tile of one KV head's query heads (at most 16 lanes per accumulator).
+	pr.kern = meterKey{rows: 128, d: c.D}
+	if c.Kind == "decode" {
+		pr.kern = meterKey{rows: min(max(c.HQ/max(c.HKV, 1), 1), tile.LanesMaxM), d: c.D, decode: true}
+	}
 	med, best, reps, err := timeIt(cfg.minTime, minReps, maxReps, f, pr.after)
 	stop()
 	if err != nil {
@@ -521,6 +529,9 @@ func (p *paired) after(rep time.Duration) {
 		fp = p.r.flops / rep.Seconds() / 1e9 / pk
 		p.peak = append(p.peak, fp)
 	}
+	if k := p.m.kernel(d, p.kern); k > 0 {
+		p.kernR = append(p.kernR, p.r.flops/rep.Seconds()/1e9/k)
+	}
 	if p.bw {
 		if bw := p.m.bandwidth(d); bw > 0 {
 			fb = p.r.bytes / rep.Seconds() / 1e9 / bw
@@ -536,6 +547,7 @@ func (p *paired) after(rep time.Duration) {
 
 func (p *paired) finish() {
 	p.r.pctPeak, p.r.pctBW, p.r.pctRoof = 100*median(p.peak), 100*median(p.band), 100*median(p.roof)
+	p.r.pctKern = 100 * median(p.kernR)
 }
 
 // median returns the median of xs (0 for none); xs is sorted in place.

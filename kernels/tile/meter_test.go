@@ -1,0 +1,48 @@
+package tile
+
+import (
+	"testing"
+	"time"
+)
+
+// TestUpdateMeter checks the in-cache update meters (prefill's Acc tile and
+// decode's tile) on every tier this CPU has: a positive rate no higher than
+// the tier's multiply-add peak allows (with a margin for the peak's own
+// noise), the operands laid out again for the kernels of the tier that is
+// active when it runs, and the argument checks.
+func TestUpdateMeter(t *testing.T) {
+	pre, err := NewUpdateMeter(128, 128, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec, err := NewUpdateMeter(16, 128, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tn := range Tiers() {
+		t.Run(tn, func(t *testing.T) {
+			useTier(t, tn)
+			pk := PeakGFLOPS(peakTier(tn), 20*time.Millisecond)
+			for _, m := range []*UpdateMeter{pre, dec} {
+				r := m.Sustained(20 * time.Millisecond)
+				if m.tier != Tier() {
+					t.Fatalf("decode %v: laid out for %q, active tier %q", m.decode, m.tier, Tier())
+				}
+				if lanes := m.decode && LanesSIMD(m.d); (m.lanes != nil) != lanes {
+					t.Fatalf("decode %v: lane kernels %v, want %v", m.decode, m.lanes != nil, lanes)
+				}
+				if !(r > 0) || r > 1.5*pk {
+					t.Fatalf("decode %v: rate %.2f GFLOP/s, want in (0, 1.5 x peak %.2f]", m.decode, r, pk)
+				}
+			}
+		})
+	}
+	for _, c := range []struct {
+		rows, d int
+		decode  bool
+	}{{0, 128, false}, {1025, 128, false}, {17, 128, true}, {16, 0, true}, {128, -1, false}, {128, 1025, false}} {
+		if _, err := NewUpdateMeter(c.rows, c.d, c.decode); err == nil {
+			t.Errorf("NewUpdateMeter(%d, %d, %v): no error", c.rows, c.d, c.decode)
+		}
+	}
+}

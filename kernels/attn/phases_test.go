@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,13 +16,28 @@ import (
 // clock (phaseClock) on the bench's prefill shape at 8K tokens: BF16 Q, K,
 // V, 16 query heads on one KV head, D 128, 128-key blocks, topK 16 (a
 // fifth of the slots -1), not causal, BF16 partials, on 1 and 2 workers.
-// It reports the share of each call's time spent in the work items
-// (items%: the block kernels, Q gathers, partial stores) and in the combine
-// (combine%), and the best call's rate as %peak of the tier's peak
-// (tile.PeakGFLOPS of one goroutine times the workers; the VDPBF16PS peak
-// on avx512bf16). CPU profiles mislead here: under -cpuprofile the
-// combine took 3.5x its wall time without it on a KVM guest, so a profile's
-// shares for the store- and stream-heavy phases are too large.
+// It reports
+//
+//   - items% and combine%: the share of each call's time spent in the work
+//     items (partials) and in the combine;
+//   - load%, setq%, update%, store%: how the work items' time divides
+//     between their parts (itemClock, summed over the workers): the K/V
+//     block decode, each tile's query rows and bookkeeping, its Acc.Update
+//     (with the next tile's prefetch hints), and its FinishLSE and partial
+//     row stores;
+//   - items%kern: the work items' rate (the call's flops over the items
+//     phase's wall time) over the rate of the same tier's in-cache tile
+//     update on as many goroutines (tile.UpdateMeter) measured right after
+//     each call, the mean over the calls: what the work items lose to
+//     everything but the kernels' in-cache speed, whatever the host's
+//     state;
+//   - %peak: the best call's rate against the tier's peak
+//     (tile.PeakGFLOPS of one goroutine times the workers; the VDPBF16PS
+//     peak on avx512bf16).
+//
+// CPU profiles mislead here: under -cpuprofile the combine took 3.5x its
+// wall time without it on a KVM guest, so a profile's shares for the
+// store- and stream-heavy phases are too large.
 func BenchmarkPrefillPhases(b *testing.B) {
 	const tokens = 8192
 	benchTiers(b, []string{"avx2", "avx512", "avx512bf16"}, func(b *testing.B, tn string, lv vec) {
@@ -44,17 +61,39 @@ func BenchmarkPrefillPhases(b *testing.B) {
 				ws := NewWorkspace(workers, p.D)
 				RunPrefill(p, ws, pool, out) // warm-up: buffers, pages
 				var items, comb time.Duration
+				var parts [itemParts]atomic.Int64
 				phaseClock = func(i, c time.Duration) { items, comb = items+i, comb+c }
-				defer func() { phaseClock = nil }()
+				itemClock = func(part int, d time.Duration) { parts[part].Add(int64(d)) }
+				defer func() { phaseClock, itemClock = nil, nil }()
+				meters := make([]*tile.UpdateMeter, workers)
+				for w := range meters {
+					var err error
+					if meters[w], err = tile.NewUpdateMeter(128, c.d, false); err != nil {
+						b.Fatal(err)
+					}
+				}
 				best := time.Duration(math.MaxInt64)
 				var total time.Duration
+				kern := 0.0
 				for range b.N {
+					i0 := items
 					t0 := time.Now()
 					RunPrefill(p, ws, pool, out)
 					e := time.Since(t0)
 					best, total = min(best, e), total+e
+					b.StopTimer()
+					kern += flops / (items - i0).Seconds() / 1e9 / kernelRate(meters, min(items-i0, 250*time.Millisecond))
+					b.StartTimer()
 				}
 				b.ReportMetric(100*items.Seconds()/total.Seconds(), "items%")
+				b.ReportMetric(100*kern/float64(b.N), "items%kern")
+				sum := 0.0
+				for i := range parts {
+					sum += float64(parts[i].Load())
+				}
+				for i, n := range [itemParts]string{"load%", "setq%", "update%", "store%"} {
+					b.ReportMetric(100*float64(parts[i].Load())/sum, n)
+				}
 				b.ReportMetric(100*comb.Seconds()/total.Seconds(), "combine%")
 				b.ReportMetric(float64(comb.Microseconds())/1e3/float64(b.N), "combine-ms")
 				if peak1 > 0 {
@@ -63,4 +102,24 @@ func BenchmarkPrefillPhases(b *testing.B) {
 			})
 		}
 	})
+}
+
+// kernelRate runs the meters at once, one goroutine each, for about dur
+// and returns their summed rate in GFLOP/s.
+func kernelRate(meters []*tile.UpdateMeter, dur time.Duration) float64 {
+	rates := make([]float64, len(meters))
+	var wg sync.WaitGroup
+	for i, m := range meters {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rates[i] = m.Sustained(dur)
+		}()
+	}
+	wg.Wait()
+	all := 0.0
+	for _, r := range rates {
+		all += r
+	}
+	return all
 }

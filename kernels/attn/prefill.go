@@ -197,6 +197,29 @@ func RunPrefill(p *Prefill, ws *Workspace, pool *Pool, out *Output) {
 // -cpuprofile the combine was measured at 3.5x its unprofiled wall time.
 var phaseClock func(items, combine time.Duration)
 
+// The parts of a work item that itemClock times.
+const (
+	partLoad   = iota // K/V block decode into the worker's block
+	partSetQ          // per tile: Reset, query rows, valid counts and destinations
+	partUpdate        // per tile: the next tile's prefetch hints and Acc.Update
+	partStore         // per tile: FinishLSE and the partial rows' stores
+	itemParts
+)
+
+// itemClock, when set (by benchmarks only; nil otherwise), is given the
+// wall time of each part of each work item, from the worker running it
+// (concurrently from several workers). Unset, each lap is one nil check.
+var itemClock func(part int, d time.Duration)
+
+// lap gives itemClock the time since *t as part and restarts *t.
+func lap(part int, t *time.Time) {
+	if itemClock != nil {
+		now := time.Now()
+		itemClock(part, now.Sub(*t))
+		*t = now
+	}
+}
+
 // MaxPartialBytes bounds the partial outputs one prefill call keeps at a
 // time (the query window of RunPrefill): 256 MiB.
 const MaxPartialBytes = 256 << 20
@@ -293,11 +316,16 @@ func (ws *Workspace) prefillItemRun(wk *worker, h, row, qBegin, qCount, b, j int
 	if n <= 0 {
 		n = 0
 	}
+	var clk time.Time
+	if itemClock != nil {
+		clk = time.Now()
+	}
 	loadKV(&p.K, &p.V, &p.KV, b, h, t0, n, wk.kbuf, wk.vbuf)
 	var vs vScale // one block per accumulation: nothing to rescale
 	vs.block(wk.vbuf[:n*d], nil, &p.V)
 	wk.blk.Load(n, wk.kbuf[:n*d], wk.vbuf[:n*d])
 	vf := vs.factor()
+	lap(partLoad, &clk)
 
 	qpk := p.HQ / p.Hkv
 	seqQ := int(p.CuQ[b+1] - p.CuQ[b])
@@ -325,6 +353,7 @@ func (ws *Workspace) prefillItemRun(wk *worker, h, row, qBegin, qCount, b, j int
 				wk.dst[rr] = int32((slot*ws.win+gq-ws.w0)*p.HQ + h*qpk + g)
 			}
 		}
+		lap(partSetQ, &clk)
 		if n > 0 {
 			// While the tile computes, prefetch the query rows of the
 			// next tile (gathered by query index, the tile's DRAM misses).
@@ -338,6 +367,7 @@ func (ws *Workspace) prefillItemRun(wk *worker, h, row, qBegin, qCount, b, j int
 			wk.acc.Prefetch(hs)
 			wk.acc.Update(wk.blk, wk.valid[:m])
 		}
+		lap(partUpdate, &clk)
 		wk.acc.FinishLSE(wk.lse[:m], wk.tlse[:m], wk.inv[:m])
 		pt := &ws.Partials
 		for r := 0; r < m; r++ {
@@ -348,6 +378,7 @@ func (ws *Workspace) prefillItemRun(wk *worker, h, row, qBegin, qCount, b, j int
 				pt.TLSE[i] = wk.tlse[r]
 			}
 		}
+		lap(partStore, &clk)
 	}
 }
 

@@ -251,10 +251,10 @@ func BenchmarkPrefillTile(b *testing.B) {
 					wk.acc.FinishLSE(wk.lse[:m], wk.tlse[:m], wk.inv[:m])
 					for e, gq := range qs {
 						for g := range qpk {
-							r := e*qpk + g
-							ptBig.store(gq*qpk+g, wk.acc.O(r), wk.inv[r], wk.tmp)
+							wk.dst[e*qpk+g] = int32(gq*qpk + g)
 						}
 					}
+					ptBig.storeRows(wk.dst[:m], wk.acc.ORows(0, m), wk.inv[:m], wk.tmp)
 				}
 				gf := 4 * float64(m*n*d) * float64(b.N) / time.Since(start).Seconds() / 1e9
 				b.ReportMetric(gf, "GFLOP/s")
@@ -271,9 +271,10 @@ func BenchmarkPrefillTile(b *testing.B) {
 			wk.acc.Update(wk.blk, wk.valid[:m])
 			wk.acc.FinishLSE(wk.lse[:m], wk.tlse[:m], wk.inv[:m])
 			for r := range m {
-				pt.store(r, wk.acc.O(r), wk.inv[r], wk.tmp)
+				wk.dst[r] = int32(r)
 				pt.LSE[r] = wk.lse[r]
 			}
+			pt.storeRows(wk.dst[:m], wk.acc.ORows(0, m), wk.inv[:m], wk.tmp)
 		})
 	})
 }

@@ -57,16 +57,47 @@ func storeBF16(dst []lowp.BFloat16, src []float32, scale float32, lv vec) {
 		clear(dst)
 		return
 	}
-	v := simdLen(n, lv)
-	if v > 0 {
-		if lv == vecAVX512 {
-			storeBF16AVX512(&dst[0], &src[0], v, scale)
-		} else {
-			storeBF16AVX2(&dst[0], &src[0], v, scale)
+	var row int32 // dst row 0
+	if v := simdLen(n, lv); v > 0 {
+		storeRowsBF16SIMD(&dst[0], &row, &src[0], &scale, 1, v, lv)
+	}
+	for i := simdLen(n, lv); i < n; i++ {
+		dst[i] = lowp.BF16(src[i] * scale)
+	}
+}
+
+// storeRowsBF16 is storeBF16 for the rows of src (len(idx) rows of d
+// values, contiguous): row r goes to dst row idx[r] (d values apart) times
+// scales[r], with one kernel call for all rows when d is a multiple of 16
+// and a SIMD tier is active. It panics (an internal error: the callers
+// compute idx) if an index is outside dst.
+func storeRowsBF16(dst []lowp.BFloat16, idx []int32, src []float32, scales []float32, d int, lv vec) {
+	m := len(idx)
+	if m == 0 {
+		return
+	}
+	src, scales = src[:m*d], scales[:m]
+	rows := len(dst) / d
+	for _, i := range idx {
+		if uint(i) >= uint(rows) {
+			panic("attn: storeRowsBF16: row index out of range")
 		}
 	}
-	for i := v; i < n; i++ {
-		dst[i] = lowp.BF16(src[i] * scale)
+	if d%16 == 0 && lv != vecGo {
+		storeRowsBF16SIMD(&dst[0], &idx[0], &src[0], &scales[0], m, d, lv)
+		return
+	}
+	for r, i := range idx {
+		storeBF16(dst[int(i)*d:(int(i)+1)*d], src[r*d:(r+1)*d], scales[r], lv)
+	}
+}
+
+// storeRowsBF16SIMD calls the tier's row-store kernel (n a multiple of 16).
+func storeRowsBF16SIMD(dst *lowp.BFloat16, idx *int32, src *float32, scales *float32, rows, n int, lv vec) {
+	if lv == vecAVX512 {
+		storeRowsBF16AVX512(dst, idx, src, scales, rows, n)
+	} else {
+		storeRowsBF16AVX2(dst, idx, src, scales, rows, n)
 	}
 }
 

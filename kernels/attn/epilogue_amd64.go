@@ -18,11 +18,12 @@ func hasF16C() bool { return cpu.X86.HasF16C }
 // table decoder (AVX512_VBMI).
 func hasVBMI() bool { return cpu.X86.HasAVX512VBMI }
 
-// storeBF16AVX512 converts n (a multiple of 16) float32 values times
-// scale to BF16.
+// storeRowsBF16AVX512 converts rows rows of n (a multiple of 16) float32
+// values, contiguous at src, times scales[r] to BF16 rows idx[r] of dst (n
+// values apart); a zero scale writes zeros.
 //
 //go:noescape
-func storeBF16AVX512(dst *lowp.BFloat16, src *float32, n int, scale float32)
+func storeRowsBF16AVX512(dst *lowp.BFloat16, idx *int32, src *float32, scales *float32, rows, n int)
 
 // scaleF32AVX512 writes dst[i] = src[i] * scale for n (a multiple of 16).
 //
@@ -92,7 +93,7 @@ func maxFiniteBitsAVX512(v *float32, n int) uint32
 // multiple of 16, with the same results.
 
 //go:noescape
-func storeBF16AVX2(dst *lowp.BFloat16, src *float32, n int, scale float32)
+func storeRowsBF16AVX2(dst *lowp.BFloat16, idx *int32, src *float32, scales *float32, rows, n int)
 
 //go:noescape
 func scaleF32AVX2(dst *float32, src *float32, n int, scale float32)

@@ -38,19 +38,26 @@
 	VMOVUPS Z0, (DI); VMOVUPS Z1, 64(DI); VMOVUPS Z2, 128(DI); VMOVUPS Z3, 192(DI); \
 	ADDQ $256, DI
 
-// func storeBF16AVX512(dst *lowp.BFloat16, src *float32, n int, scale float32)
-// Multiplies by scale, then rounds to nearest even on the float32 bits:
-// x + 0x7fff + ((x >> 16) & 1), keeping the high half. NaN lanes become the
-// canonical quiet NaN with the input's sign (0x7fc0 / 0xffc0), like lowp.BF16:
-// they are first replaced by the float32 (x & sign) | 0x7fc00000, which the
-// rounding maps to exactly that. 32 values per iteration: the high halves of
-// two vectors are gathered into one by VPERMT2W (word 2j+1 -> j), then one
-// 64-byte store; a last group of 16 goes through VPMOVDW.
-TEXT ·storeBF16AVX512(SB), NOSPLIT, $0-28
-	MOVQ dst+0(FP), DI
-	MOVQ src+8(FP), SI
-	MOVQ n+16(FP), CX
-	VBROADCASTSS scale+24(FP), Z11
+// func storeRowsBF16AVX512(dst *lowp.BFloat16, idx *int32, src *float32, scales *float32, rows, n int)
+// For r < rows: dst row idx[r] (n values, n a multiple of 16) = src row r
+// (n floats, rows contiguous) times scales[r], rounded to BF16; a zero
+// scale (either sign) writes zeros. Multiplies by the scale, then rounds to
+// nearest even on the float32 bits: x + 0x7fff + ((x >> 16) & 1), keeping
+// the high half. NaN lanes become the canonical quiet NaN with the input's
+// sign (0x7fc0 / 0xffc0), like lowp.BF16: they are first replaced by the
+// float32 (x & sign) | 0x7fc00000, which the rounding maps to exactly that.
+// 32 values per iteration: the high halves of two vectors are gathered into
+// one by VPERMT2W (word 2j+1 -> j), then one 64-byte store; a last group of
+// 16 goes through VPMOVDW. One call stores a whole tile's rows: the per-row
+// call overhead was most of a row's cost.
+TEXT ·storeRowsBF16AVX512(SB), NOSPLIT, $0-48
+	MOVQ dst+0(FP), R8
+	MOVQ idx+8(FP), R9
+	MOVQ src+16(FP), SI
+	MOVQ scales+24(FP), R10
+	MOVQ rows+32(FP), R11
+	MOVQ n+40(FP), R12
+	LEAQ (R12)(R12*1), R13       // bytes per dst row
 	MOVL $0x7fff, AX
 	VPBROADCASTD AX, Z1          // rounding bias
 	MOVL $1, AX
@@ -60,6 +67,18 @@ TEXT ·storeBF16AVX512(SB), NOSPLIT, $0-28
 	MOVL $0x7fc00000, AX
 	VPBROADCASTD AX, Z9          // float32 quiet NaN
 	VMOVDQU16 bf16hi<>+0(SB), Z10 // VPERMT2W indices: high word of each dword
+	VPXORD Z12, Z12, Z12
+	TESTQ R11, R11
+	JZ   store_done
+store_row:
+	MOVLQSX (R9), AX
+	IMULQ R13, AX
+	LEAQ (R8)(AX*1), DI          // dst row idx[r]
+	MOVQ R12, CX
+	MOVL (R10), AX
+	TESTL $0x7fffffff, AX
+	JZ   store_zero
+	VPBROADCASTD AX, Z11         // scales[r]
 	CMPQ CX, $32
 	JLT  store_16
 store_loop:
@@ -86,7 +105,7 @@ store_loop:
 	JGE       store_loop
 store_16:
 	TESTQ     CX, CX
-	JZ        store_done
+	JZ        store_next
 	VMULPS    (SI), Z11, Z0
 	VFPCLASSPSZ $0x81, Z0, K1
 	VPTERNLOGD $0xea, Z9, Z5, K1, Z0
@@ -96,6 +115,26 @@ store_16:
 	VPADDD    Z6, Z0, Z0
 	VPSRLD    $16, Z0, Z0
 	VPMOVDW   Z0, (DI)           // 16 x uint16
+	ADDQ      $64, SI
+	JMP       store_next
+store_zero:
+	LEAQ      (SI)(R12*4), SI    // skip the source row
+zero_loop:
+	CMPQ      CX, $32
+	JLT       zero_16
+	VMOVDQU64 Z12, (DI)
+	ADDQ      $64, DI
+	SUBQ      $32, CX
+	JMP       zero_loop
+zero_16:
+	TESTQ     CX, CX
+	JZ        store_next
+	VMOVDQU   Y12, (DI)
+store_next:
+	ADDQ      $4, R9
+	ADDQ      $4, R10
+	DECQ      R11
+	JNZ       store_row
 store_done:
 	VZEROUPPER
 	RET

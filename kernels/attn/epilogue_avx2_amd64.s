@@ -49,15 +49,20 @@
 	VFMADD231PS Y8, Y9, a0; VFMADD231PS Y8, Y10, a1; \
 	VFMADD231PS Y8, Y11, a2; VFMADD231PS Y8, Y12, a3
 
-// func storeBF16AVX2(dst *lowp.BFloat16, src *float32, n int, scale float32)
-// x = src * scale, rounded to nearest even on the float32 bits: x + 0x7fff
-// + ((x >> 16) & 1), keeping the high half; NaN lanes first become
-// (x & sign) | 0x7fc00000, which rounds to the canonical quiet NaN.
-TEXT ·storeBF16AVX2(SB), NOSPLIT, $0-28
-	MOVQ dst+0(FP), DI
-	MOVQ src+8(FP), SI
-	MOVQ n+16(FP), CX
-	VBROADCASTSS scale+24(FP), Y11
+// func storeRowsBF16AVX2(dst *lowp.BFloat16, idx *int32, src *float32, scales *float32, rows, n int)
+// storeRowsBF16AVX512 for AVX2 (same contract): x = src * scales[r],
+// rounded to nearest even on the float32 bits: x + 0x7fff + ((x >> 16) &
+// 1), keeping the high half; NaN lanes first become (x & sign) |
+// 0x7fc00000, which rounds to the canonical quiet NaN; a zero scale writes
+// zeros. 16 values per iteration.
+TEXT ·storeRowsBF16AVX2(SB), NOSPLIT, $0-48
+	MOVQ dst+0(FP), R8
+	MOVQ idx+8(FP), R9
+	MOVQ src+16(FP), SI
+	MOVQ scales+24(FP), R10
+	MOVQ rows+32(FP), R11
+	MOVQ n+40(FP), R12
+	LEAQ (R12)(R12*1), R13       // bytes per dst row
 	MOVL $0x7fff, AX
 	VMOVD AX, X1
 	VPBROADCASTD X1, Y1          // rounding bias
@@ -70,6 +75,18 @@ TEXT ·storeBF16AVX2(SB), NOSPLIT, $0-28
 	MOVL $0x7fc00000, AX
 	VMOVD AX, X9
 	VPBROADCASTD X9, Y9          // float32 quiet NaN
+	VPXOR Y10, Y10, Y10
+	TESTQ R11, R11
+	JZ   sbf_done
+sbf_row:
+	MOVLQSX (R9), AX
+	IMULQ R13, AX
+	LEAQ (R8)(AX*1), DI          // dst row idx[r]
+	MOVQ R12, CX
+	MOVL (R10), AX
+	TESTL $0x7fffffff, AX
+	JZ   sbf_zero
+	VBROADCASTSS (R10), Y11      // scales[r]
 sbf_loop:
 	VMULPS    (SI), Y11, Y0
 	VMULPS    32(SI), Y11, Y3
@@ -98,6 +115,20 @@ sbf_loop:
 	ADDQ      $32, DI
 	SUBQ      $16, CX
 	JNZ       sbf_loop
+	JMP       sbf_next
+sbf_zero:
+	LEAQ      (SI)(R12*4), SI    // skip the source row
+zero_loop:
+	VMOVDQU   Y10, (DI)
+	ADDQ      $32, DI
+	SUBQ      $16, CX
+	JNZ       zero_loop
+sbf_next:
+	ADDQ      $4, R9
+	ADDQ      $4, R10
+	DECQ      R11
+	JNZ       sbf_row
+sbf_done:
 	VZEROUPPER
 	RET
 

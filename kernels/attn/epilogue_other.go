@@ -10,10 +10,12 @@ func hasF16C() bool { return false }
 
 func hasVBMI() bool { return false }
 
-func storeBF16AVX512(*lowp.BFloat16, *float32, int, float32) { panic("unreachable") }
-func scaleF32AVX512(*float32, *float32, int, float32)        { panic("unreachable") }
-func axpyBF16AVX512(*float32, *lowp.BFloat16, int, float32)  { panic("unreachable") }
-func axpyF32AVX512(*float32, *float32, int, float32)         { panic("unreachable") }
+func storeRowsBF16AVX512(*lowp.BFloat16, *int32, *float32, *float32, int, int) {
+	panic("unreachable")
+}
+func scaleF32AVX512(*float32, *float32, int, float32)       { panic("unreachable") }
+func axpyBF16AVX512(*float32, *lowp.BFloat16, int, float32) { panic("unreachable") }
+func axpyF32AVX512(*float32, *float32, int, float32)        { panic("unreachable") }
 
 func decodeBF16AVX512(*float32, *lowp.BFloat16, int) { panic("unreachable") }
 
@@ -33,10 +35,12 @@ func sumSlotsBF16AVX512(*float32, *lowp.BFloat16, uintptr, *float32, int, int) {
 func sumSlotsF32AVX512(*float32, *float32, uintptr, *float32, int, int) { panic("unreachable") }
 func decodeBF16MaxAVX2(*float32, *lowp.BFloat16, int) uint32            { panic("unreachable") }
 
-func storeBF16AVX2(*lowp.BFloat16, *float32, int, float32) { panic("unreachable") }
-func scaleF32AVX2(*float32, *float32, int, float32)        { panic("unreachable") }
-func axpyBF16AVX2(*float32, *lowp.BFloat16, int, float32)  { panic("unreachable") }
-func axpyF32AVX2(*float32, *float32, int, float32)         { panic("unreachable") }
+func storeRowsBF16AVX2(*lowp.BFloat16, *int32, *float32, *float32, int, int) {
+	panic("unreachable")
+}
+func scaleF32AVX2(*float32, *float32, int, float32)       { panic("unreachable") }
+func axpyBF16AVX2(*float32, *lowp.BFloat16, int, float32) { panic("unreachable") }
+func axpyF32AVX2(*float32, *float32, int, float32)        { panic("unreachable") }
 
 func decodeBF16AVX2(*float32, *lowp.BFloat16, int) { panic("unreachable") }
 

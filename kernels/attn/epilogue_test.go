@@ -276,3 +276,73 @@ func TestSumSlots(t *testing.T) {
 		}
 	})
 }
+
+// TestStoreRowsBF16 checks the one-call row store of the prefill tiles
+// against lowp.BF16 row by row (the portable definition), on each SIMD
+// tier and on the portable path: shuffled destination rows, zero scales of
+// either sign (the row becomes zeros whatever it held, NaN included),
+// random bit patterns with NaN and Inf, head dimensions whose last SIMD
+// group is 16 values, and a dimension that is not a multiple of 16 (the
+// per-row fallback). Rows not named in idx must stay untouched, and an
+// index outside dst must panic rather than write.
+func TestStoreRowsBF16(t *testing.T) {
+	check := func(t *testing.T, lv vec) {
+		rng := rand.New(rand.NewPCG(7, 8))
+		for _, d := range []int{16, 48, 128, 40} {
+			const m, rows = 13, 20
+			src := make([]float32, m*d)
+			for i := range src {
+				src[i] = math.Float32frombits(rng.Uint32())
+				if i%7 == 0 {
+					src[i] = float32(rng.NormFloat64())
+				}
+			}
+			src[0], src[1] = float32(math.NaN()), float32(math.Inf(-1))
+			scales := make([]float32, m)
+			for r := range scales {
+				scales[r] = float32(rng.Float64() + 0.5)
+			}
+			scales[3], scales[8] = 0, float32(math.Copysign(0, -1))
+			idx := make([]int32, m)
+			for r, i := range rng.Perm(rows)[:m] {
+				idx[r] = int32(i)
+			}
+			const sentinel = lowp.BFloat16(0x1234)
+			dst := make([]lowp.BFloat16, rows*d)
+			for i := range dst {
+				dst[i] = sentinel
+			}
+			storeRowsBF16(dst, idx, src, scales, d, lv)
+			named := map[int32]int{}
+			for r, i := range idx {
+				named[i] = r
+			}
+			for i := range rows {
+				r, ok := named[int32(i)]
+				for c := range d {
+					got := dst[i*d+c]
+					want := sentinel
+					if ok {
+						want = 0
+						if scales[r] != 0 {
+							want = lowp.BF16(src[r*d+c] * scales[r])
+						}
+					}
+					if got != want {
+						t.Fatalf("d=%d: dst row %d col %d = %#04x, want %#04x", d, i, c, got, want)
+					}
+				}
+			}
+			func() {
+				defer func() {
+					if recover() == nil {
+						t.Fatalf("d=%d: index %d of %d rows accepted", d, rows, rows)
+					}
+				}()
+				storeRowsBF16(dst, []int32{0, rows}, src, scales, d, lv)
+			}()
+		}
+	}
+	forVecLevels(t, check)
+	t.Run("portable", func(t *testing.T) { check(t, vecGo) })
+}

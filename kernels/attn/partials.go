@@ -109,6 +109,20 @@ func (p *Partials) store(i int, src []float32, scale float32, tmp []float32) {
 	}
 }
 
+// storeRows is store for the rows of src (len(idx) rows of D values,
+// contiguous): row r goes to row idx[r] times scales[r]; BF16 partials take
+// one kernel call for all rows.
+func (p *Partials) storeRows(idx []int32, src, scales, tmp []float32) {
+	d := p.D
+	if p.Dtype == PartialBF16 {
+		storeRowsBF16(p.BF16, idx, src, scales, d, p.vec)
+		return
+	}
+	for r, i := range idx {
+		p.store(int(i), src[r*d:(r+1)*d], scales[r], tmp)
+	}
+}
+
 // axpy adds w * row i to acc.
 func (p *Partials) axpy(acc []float32, w float32, i int, tmp []float32) {
 	d := p.D

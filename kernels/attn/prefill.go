@@ -370,9 +370,14 @@ func (ws *Workspace) prefillItemRun(wk *worker, h, row, qBegin, qCount, b, j int
 		lap(partUpdate, &clk)
 		wk.acc.FinishLSE(wk.lse[:m], wk.tlse[:m], wk.inv[:m])
 		pt := &ws.Partials
+		if vf != 1 {
+			for r := range m {
+				wk.inv[r] *= vf
+			}
+		}
+		pt.storeRows(wk.dst[:m], wk.acc.ORows(0, m), wk.inv[:m], wk.tmp)
 		for r := 0; r < m; r++ {
 			i := int(wk.dst[r])
-			pt.store(i, wk.acc.O(r), wk.inv[r]*vf, wk.tmp)
 			pt.LSE[i] = wk.lse[r]
 			if p.InvT > 0 {
 				pt.TLSE[i] = wk.tlse[r]

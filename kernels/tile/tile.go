@@ -183,6 +183,10 @@ func bf16Layout(d int) bool { return active.bf16 && d%16 == 0 }
 // O returns row r of the output; it is normalised after Finish.
 func (a *Acc) O(r int) []float32 { return a.o[r*a.d : (r+1)*a.d] }
 
+// ORows returns rows r .. r+n-1 of the unnormalised output ([n][d],
+// contiguous), like O for several rows at once.
+func (a *Acc) ORows(r, n int) []float32 { return a.o[r*a.d : (r+n)*a.d] }
+
 // Update folds one block into the accumulation. valid[r] (0..b.N()) is the
 // number of leading keys row r may see; rows with valid[r] == 0 are untouched.
 func (a *Acc) Update(b *Block, valid []int32) {

@@ -111,9 +111,11 @@ func TestCheckerDetects(t *testing.T) {
 // The paired reference windows must measure something and the medians be
 // the middle element.
 func TestRefMeter(t *testing.T) {
-	m := newRefMeter(peakTier(tile.Tier()), 2, 4<<20)
-	if pk := m.peak(10 * time.Millisecond); !(pk > 0) {
-		t.Fatalf("peak window: %v GFLOP/s", pk)
+	m := newRefMeter(peakTier(tile.Tier()), decodePeakTier(tile.Tier()), 2, 4<<20)
+	for _, kind := range []string{"prefill", "decode"} {
+		if pk := m.peak(10*time.Millisecond, kind); !(pk > 0) {
+			t.Fatalf("%s peak window: %v GFLOP/s", kind, pk)
+		}
 	}
 	if bw := m.bandwidth(10 * time.Millisecond); !(bw > 0) {
 		t.Fatalf("bandwidth window: %v GB/s", bw)
@@ -149,6 +151,25 @@ func TestRefMeter(t *testing.T) {
 		p.finish()
 		if (r.pctKern > 0) != c.want {
 			t.Fatalf("paired, kernel %+v: %%kern %v, want > 0: %v", c.key, r.pctKern, c.want)
+		}
+	}
+}
+
+// Decode runs FP32 lane kernels on every tier, so its peak loop is the
+// FP32 one of the same width even on the avx512bf16 tier, and a decode
+// case reports against that peak.
+func TestDecodePeakTier(t *testing.T) {
+	for tier, want := range map[string]string{"avx512bf16": "avx512", "avx512bf16-emulated": "avx512", "avx512": "avx512", "avx2": "avx2", "generic": "generic"} {
+		if got := decodePeakTier(tier); got != want {
+			t.Errorf("decodePeakTier(%q) = %q, want %q", tier, got, want)
+		}
+	}
+	cal := calibration{peakTier: "avx512bf16", peak: 400, decodeTier: "avx512", decPeak: 200}
+	for kind, want := range map[string]float64{"prefill": 400, "nvfp4": 400, "decode": 200} {
+		r := &result{c: caseSpec{Kind: kind}, flops: 1e9, timeMS: 10}
+		r.derive(cal)
+		if r.peak != want || r.pctBurst != 100*100/want {
+			t.Errorf("%s: peak %v, %%burst %v; want %v, %v", kind, r.peak, r.pctBurst, want, 100*100/want)
 		}
 	}
 }

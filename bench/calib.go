@@ -24,11 +24,24 @@ func peakTier(t string) string {
 	return t
 }
 
+// decodePeakTier is the calibration loop for decode cases: decode runs FP32
+// lane kernels on every tier, the avx512bf16 one included, so its peak is
+// the FP32 FMA loop of the same width.
+func decodePeakTier(t string) string {
+	if pt := peakTier(t); pt != "avx512bf16" {
+		return pt
+	}
+	return "avx512"
+}
+
 // calibration holds the machine's peaks, measured in the same run.
 type calibration struct {
 	peakTier    string
 	peak1       float64 // GFLOP/s, one goroutine
 	peak        float64 // GFLOP/s, workers goroutines at once (sum)
+	decodeTier  string  // decode's peak loop (decodePeakTier)
+	decPeak1    float64 // decode's peak, one goroutine (= peak1 when decodeTier == peakTier)
+	decPeak     float64 // decode's peak, workers goroutines at once
 	bw          float64 // GB/s, the better of bwSum and bwScan
 	bwSum       float64 // GB/s, workers goroutines summing a buffer
 	bwScan      float64 // GB/s, workers goroutines scanning it with bytes.IndexByte
@@ -141,10 +154,24 @@ func calibrate(cfg *config) calibration {
 	t0 := time.Now()
 	c := calibration{peakTier: peakTier(tile.Tier()), bwBytes: cfg.bwBytes, ncpu: runtime.NumCPU(), workers: cfg.workers}
 	c.peak1, c.peak = measurePeak(c.peakTier, cfg.workers, cfg.peakTime)
+	c.decodeTier, c.decPeak1, c.decPeak = c.peakTier, c.peak1, c.peak
+	if t := decodePeakTier(tile.Tier()); t != c.peakTier {
+		c.decodeTier = t
+		c.decPeak1, c.decPeak = measurePeak(t, cfg.workers, cfg.peakTime)
+	}
 	c.bwSum, c.bwScan = measureBandwidth(cfg.bwBytes, cfg.workers, 5)
 	c.bw = max(c.bwSum, c.bwScan)
 	c.calibTimeMS = ms(time.Since(t0))
 	return c
+}
+
+// peakFor returns the calibration loop and the calibrated peak (all
+// workers) that a case of kind is compared with.
+func (c calibration) peakFor(kind string) (string, float64) {
+	if kind == "decode" {
+		return c.decodeTier, c.decPeak
+	}
+	return c.peakTier, c.peak
 }
 
 // refMeter measures the machine's reference rates over a given interval,
@@ -154,19 +181,20 @@ func calibrate(cfg *config) calibration {
 // rates are sustained ones: everything done / elapsed wall time, with
 // workers goroutines at once, like the op being timed.
 type refMeter struct {
-	tier    string
+	tier    string // calibration loop of prefill cases
+	decTier string // calibration loop of decode cases (decodePeakTier)
 	workers int
 	buf     []byte                           // read by bandwidth windows, workers contiguous shares
 	off     []int                            // where each worker's next bandwidth chunk starts
 	upd     map[meterKey][]*tile.UpdateMeter // in-cache update meters, one per worker
 }
 
-func newRefMeter(tier string, workers, size int) *refMeter {
+func newRefMeter(tier, decTier string, workers, size int) *refMeter {
 	buf := make([]byte, size)
 	for i := range buf { // touch every page; no byte is 0xff
 		buf[i] = byte(i % 251)
 	}
-	return &refMeter{tier: tier, workers: workers, buf: buf, off: make([]int, workers)}
+	return &refMeter{tier: tier, decTier: decTier, workers: workers, buf: buf, off: make([]int, workers)}
 }
 
 // refWindow bounds a reference window: long enough to average over the
@@ -176,8 +204,13 @@ func refWindow(rep time.Duration) time.Duration {
 }
 
 // peak returns the summed sustained GFLOP/s of workers goroutines (each on
-// its own OS thread) running the tier's calibration loop for about dur.
-func (m *refMeter) peak(dur time.Duration) float64 {
+// its own OS thread) running the calibration loop of a case of kind for
+// about dur.
+func (m *refMeter) peak(dur time.Duration, kind string) float64 {
+	tier := m.tier
+	if kind == "decode" {
+		tier = m.decTier
+	}
 	rates := make([]float64, m.workers)
 	var wg sync.WaitGroup
 	for w := range rates {
@@ -186,7 +219,7 @@ func (m *refMeter) peak(dur time.Duration) float64 {
 			defer wg.Done()
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
-			rates[w] = tile.SustainedGFLOPS(m.tier, dur)
+			rates[w] = tile.SustainedGFLOPS(tier, dur)
 		}()
 	}
 	wg.Wait()

@@ -235,16 +235,21 @@ func main() {
 	cal := calibrate(cfg)
 	calLines := []string{
 		fmt.Sprintf("peak (tile.PeakGFLOPS %q): %.0f GFLOP/s on 1 goroutine, %.0f GFLOP/s on %d at once", cal.peakTier, cal.peak1, cal.peak, cfg.workers),
-		fmt.Sprintf("read bandwidth (%d goroutines over a %d MiB buffer, best of 5): %.1f GB/s (uint64 sum %.1f, bytes.IndexByte scan %.1f)",
-			cfg.workers, cal.bwBytes>>20, cal.bw, cal.bwSum, cal.bwScan),
 	}
+	if cal.decodeTier != cal.peakTier {
+		calLines = append(calLines, fmt.Sprintf("decode peak (tile.PeakGFLOPS %q; decode runs FP32 lane kernels): %.0f GFLOP/s on 1 goroutine, %.0f GFLOP/s on %d at once",
+			cal.decodeTier, cal.decPeak1, cal.decPeak, cfg.workers))
+	}
+	calLines = append(calLines,
+		fmt.Sprintf("read bandwidth (%d goroutines over a %d MiB buffer, best of 5): %.1f GB/s (uint64 sum %.1f, bytes.IndexByte scan %.1f)",
+			cfg.workers, cal.bwBytes>>20, cal.bw, cal.bwSum, cal.bwScan))
 	for _, h := range calLines {
 		fmt.Println(h)
 	}
 	header = append(header, calLines...)
 
 	if cfg.cpuProfile == "" {
-		cfg.ref = newRefMeter(cal.peakTier, cfg.workers, cfg.bwBytes)
+		cfg.ref = newRefMeter(cal.peakTier, cal.decodeTier, cfg.workers, cfg.bwBytes)
 	}
 	suite := buildSuite(cfg)
 	prog := newProgress(len(suite)+1, cfg.progress)

@@ -25,6 +25,7 @@ type result struct {
 	noise             []string  // why the row is noisy (nil: not noisy)
 	planMS            float64   // prefill: CSR + schedule; decode: Plan
 	gflops            float64   // flops / median time
+	peakTier          string    // calibration loop of peak (decode: FP32 on every tier)
 	peak              float64   // calibrated (best-window) peak GFLOP/s, all workers
 	pctPeak           float64   // median over reps of rate / sustained peak right after (paired)
 	pctBurst          float64   // gflops / peak
@@ -63,9 +64,9 @@ func (r *result) derive(cal calibration) {
 	}
 	sec := r.timeMS / 1e3
 	r.gflops = r.flops / sec / 1e9
-	r.peak = cal.peak
-	if cal.peak > 0 {
-		r.pctBurst = 100 * r.gflops / cal.peak
+	r.peakTier, r.peak = cal.peakFor(r.c.Kind)
+	if r.peak > 0 {
+		r.pctBurst = 100 * r.gflops / r.peak
 	}
 	if r.c.Kind == "decode" {
 		r.gbps = r.bytes / sec / 1e9
@@ -381,7 +382,7 @@ func writeCSV(path string, info *machineInfo, cal calibration, rs []*result) err
 			strconv.Itoa(info.workers), info.tier, strconv.FormatInt(r.pairs, 10), num(r.flops), num(r.bytes),
 			num(r.timeMS), num(r.bestMS), num(r.sp.worst), strconv.Itoa(r.reps), num(r.sp.relIQR), num(r.sp.maxMin),
 			num(r.load.loadStart), num(r.load.loadEnd), num(r.load.others), num(r.load.steal), strings.Join(r.noise, " "), num(r.planMS),
-			num(r.gflops), cal.peakTier, num(r.peak), pctCSV(r.pctPeak), pctCSV(r.pctBurst), num(r.gbps), num(r.bw), pctCSV(r.pctBW), pctCSV(r.pctBWBest), pctCSV(r.pctRoof), pctCSV(r.pctKern),
+			num(r.gflops), r.peakTier, num(r.peak), pctCSV(r.pctPeak), pctCSV(r.pctBurst), num(r.gbps), num(r.bw), pctCSV(r.pctBW), pctCSV(r.pctBWBest), pctCSV(r.pctRoof), pctCSV(r.pctKern),
 			num(r.denseMS), num(r.speedupDense), yes(r.denseExtrap), r.denseNote,
 			num(r.torch.ms), num(r.torch.speedup), yes(r.torch.extrap), r.torch.note,
 			num(r.tsparse.ms), num(r.tsparse.speedup), r.tsparse.note,

@@ -168,6 +168,87 @@ func pv512_6x3(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32,
 //go:noescape
 func pv512_6x4(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
 
+var pv512iTab = [6][4]pvFunc{
+	{pv512i_1x1, pv512i_1x2, pv512i_1x3, pv512i_1x4},
+	{pv512i_2x1, pv512i_2x2, pv512i_2x3, pv512i_2x4},
+	{pv512i_3x1, pv512i_3x2, pv512i_3x3, pv512i_3x4},
+	{pv512i_4x1, pv512i_4x2, pv512i_4x3, pv512i_4x4},
+	{pv512i_5x1, pv512i_5x2, pv512i_5x3, pv512i_5x4},
+	{pv512i_6x1, pv512i_6x2, pv512i_6x3, pv512i_6x4},
+}
+
+//go:noescape
+func pv512i_1x1(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pv512i_1x2(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pv512i_1x3(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pv512i_1x4(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pv512i_2x1(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pv512i_2x2(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pv512i_2x3(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pv512i_2x4(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pv512i_3x1(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pv512i_3x2(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pv512i_3x3(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pv512i_3x4(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pv512i_4x1(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pv512i_4x2(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pv512i_4x3(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pv512i_4x4(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pv512i_5x1(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pv512i_5x2(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pv512i_5x3(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pv512i_5x4(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pv512i_6x1(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pv512i_6x2(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pv512i_6x3(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pv512i_6x4(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
 var qkbfTab = [6][4]qkFunc{
 	{qkbf_1x1, qkbf_1x2, qkbf_1x3, qkbf_1x4},
 	{qkbf_2x1, qkbf_2x2, qkbf_2x3, qkbf_2x4},
@@ -329,6 +410,87 @@ func pvbf_6x3(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, 
 
 //go:noescape
 func pvbf_6x4(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+var pvbfiTab = [6][4]pvFunc{
+	{pvbfi_1x1, pvbfi_1x2, pvbfi_1x3, pvbfi_1x4},
+	{pvbfi_2x1, pvbfi_2x2, pvbfi_2x3, pvbfi_2x4},
+	{pvbfi_3x1, pvbfi_3x2, pvbfi_3x3, pvbfi_3x4},
+	{pvbfi_4x1, pvbfi_4x2, pvbfi_4x3, pvbfi_4x4},
+	{pvbfi_5x1, pvbfi_5x2, pvbfi_5x3, pvbfi_5x4},
+	{pvbfi_6x1, pvbfi_6x2, pvbfi_6x3, pvbfi_6x4},
+}
+
+//go:noescape
+func pvbfi_1x1(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pvbfi_1x2(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pvbfi_1x3(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pvbfi_1x4(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pvbfi_2x1(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pvbfi_2x2(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pvbfi_2x3(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pvbfi_2x4(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pvbfi_3x1(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pvbfi_3x2(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pvbfi_3x3(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pvbfi_3x4(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pvbfi_4x1(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pvbfi_4x2(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pvbfi_4x3(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pvbfi_4x4(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pvbfi_5x1(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pvbfi_5x2(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pvbfi_5x3(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pvbfi_5x4(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pvbfi_6x1(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pvbfi_6x2(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pvbfi_6x3(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pvbfi_6x4(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
 
 var qkbfeTab = [6][4]qkFunc{
 	{qkbfe_1x1, qkbfe_1x2, qkbfe_1x3, qkbfe_1x4},
@@ -492,6 +654,87 @@ func pvbfe_6x3(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32,
 //go:noescape
 func pvbfe_6x4(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
 
+var pvbfeiTab = [6][4]pvFunc{
+	{pvbfei_1x1, pvbfei_1x2, pvbfei_1x3, pvbfei_1x4},
+	{pvbfei_2x1, pvbfei_2x2, pvbfei_2x3, pvbfei_2x4},
+	{pvbfei_3x1, pvbfei_3x2, pvbfei_3x3, pvbfei_3x4},
+	{pvbfei_4x1, pvbfei_4x2, pvbfei_4x3, pvbfei_4x4},
+	{pvbfei_5x1, pvbfei_5x2, pvbfei_5x3, pvbfei_5x4},
+	{pvbfei_6x1, pvbfei_6x2, pvbfei_6x3, pvbfei_6x4},
+}
+
+//go:noescape
+func pvbfei_1x1(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pvbfei_1x2(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pvbfei_1x3(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pvbfei_1x4(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pvbfei_2x1(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pvbfei_2x2(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pvbfei_2x3(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pvbfei_2x4(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pvbfei_3x1(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pvbfei_3x2(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pvbfei_3x3(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pvbfei_3x4(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pvbfei_4x1(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pvbfei_4x2(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pvbfei_4x3(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pvbfei_4x4(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pvbfei_5x1(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pvbfei_5x2(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pvbfei_5x3(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pvbfei_5x4(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pvbfei_6x1(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pvbfei_6x2(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pvbfei_6x3(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pvbfei_6x4(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
 var qk256Tab = [6][2]qkFunc{
 	{qk256_1x1, qk256_1x2},
 	{qk256_2x1, qk256_2x2},
@@ -581,6 +824,51 @@ func pv256_6x1(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32,
 
 //go:noescape
 func pv256_6x2(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+var pv256iTab = [6][2]pvFunc{
+	{pv256i_1x1, pv256i_1x2},
+	{pv256i_2x1, pv256i_2x2},
+	{pv256i_3x1, pv256i_3x2},
+	{pv256i_4x1, pv256i_4x2},
+	{pv256i_5x1, pv256i_5x2},
+	{pv256i_6x1, pv256i_6x2},
+}
+
+//go:noescape
+func pv256i_1x1(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pv256i_1x2(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pv256i_2x1(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pv256i_2x2(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pv256i_3x1(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pv256i_3x2(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pv256i_4x1(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pv256i_4x2(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pv256i_5x1(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pv256i_5x2(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pv256i_6x1(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
+
+//go:noescape
+func pv256i_6x2(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)
 
 //go:noescape
 func softmax512(s *float32, nv int, valid *int32, rows int, nlim int, scale float32, invT float32, round int, mx, sum, tsum, alpha *float32)

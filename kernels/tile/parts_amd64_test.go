@@ -79,7 +79,7 @@ func BenchmarkUpdateParts(b *testing.B) {
 				}
 				k.softmax(&s[0], (nv+1)&^1, &valid[0], R, BlockN, 0.125, 0, int(RoundNone), &mx[0], &sum[0], &tsum[0], &alpha[0])
 			}
-			pv := func() { k.values(R, d, s, unsafe.Pointer(&v[0]), uintptr(d*4), pvSteps, o, &alpha[0]) }
+			pv := func() { k.values(k.pv, R, d, s, unsafe.Pointer(&v[0]), uintptr(d*4), pvSteps, o, &alpha[0]) }
 			qk()
 			// The best time per call of f over b.N repetitions of 64 calls.
 			best := func(f func()) float64 {

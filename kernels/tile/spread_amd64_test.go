@@ -79,7 +79,7 @@ func BenchmarkSpread(b *testing.B) {
 			}},
 			&entry{name: c.tier + "-pv", f: func() {
 				for range calls {
-					k.values(R, d, s, unsafe.Pointer(&v[0]), uintptr(d*4), pvSteps, o, &alpha[0])
+					k.values(k.pv, R, d, s, unsafe.Pointer(&v[0]), uintptr(d*4), pvSteps, o, &alpha[0])
 				}
 			}})
 	}

@@ -36,7 +36,8 @@ type softmaxGroupFunc func(s *float32, nv int, valid *int32, rows int, nlim int,
 type simd struct {
 	qk      [6][]qkFunc
 	pv      [6][]pvFunc
-	vk      int // keys (and output columns) per vector
+	pvInit  [6][]pvFunc // pv for the first update after Reset: O starts from zero
+	vk      int         // keys (and output columns) per vector
 	softmax softmaxGroupFunc
 	bf16    bool
 }
@@ -56,10 +57,10 @@ func tab2[T any](t [6][2]T) (s [6][]T) {
 }
 
 var (
-	k512   = &simd{qk: tab4(qk512Tab), pv: tab4(pv512Tab), vk: 16, softmax: softmax512}
-	kbf16  = &simd{qk: tab4(qkbfTab), pv: tab4(pvbfTab), vk: 16, softmax: softmax512p, bf16: true}
-	kbfEmu = &simd{qk: tab4(qkbfeTab), pv: tab4(pvbfeTab), vk: 16, softmax: softmax512pe, bf16: true}
-	k256   = &simd{qk: tab2(qk256Tab), pv: tab2(pv256Tab), vk: 8, softmax: softmax256}
+	k512   = &simd{qk: tab4(qk512Tab), pv: tab4(pv512Tab), pvInit: tab4(pv512iTab), vk: 16, softmax: softmax512}
+	kbf16  = &simd{qk: tab4(qkbfTab), pv: tab4(pvbfTab), pvInit: tab4(pvbfiTab), vk: 16, softmax: softmax512p, bf16: true}
+	kbfEmu = &simd{qk: tab4(qkbfeTab), pv: tab4(pvbfeTab), pvInit: tab4(pvbfeiTab), vk: 16, softmax: softmax512pe, bf16: true}
+	k256   = &simd{qk: tab2(qk256Tab), pv: tab2(pv256Tab), pvInit: tab2(pv256iTab), vk: 8, softmax: softmax256}
 )
 
 func missingAVX512() string {
@@ -213,6 +214,13 @@ func (k *simd) update(a *Acc, b *Block, valid []int32) {
 	if a.temp {
 		invT = a.invT
 	}
+	// The first update after Reset writes O instead of rescaling it (Reset
+	// leaves O as it was); the row groups it skips are zeroed here.
+	pv, first := k.pv, a.fresh
+	if first {
+		pv = k.pvInit
+		a.fresh = false
+	}
 	for r0 := 0; r0 < a.m; r0 += rowGroup {
 		a.pf.issue((a.m - r0 + rowGroup - 1) / rowGroup)
 		R := min(rowGroup, a.m-r0)
@@ -221,6 +229,9 @@ func (k *simd) update(a *Acc, b *Block, valid []int32) {
 			nmax = max(nmax, min(int(valid[r]), b.n))
 		}
 		if nmax <= 0 {
+			if first {
+				clear(a.o[r0*d : (r0+R)*d])
+			}
 			continue
 		}
 		nv := (nmax + vk - 1) / vk
@@ -233,7 +244,7 @@ func (k *simd) update(a *Acc, b *Block, valid []int32) {
 		if k.bf16 {
 			pvSteps = (nmax + 1) / 2
 		}
-		k.values(R, d, s, vp, ldv, pvSteps, a.o[r0*d:], &a.alpha[r0])
+		k.values(pv, R, d, s, vp, ldv, pvSteps, a.o[r0*d:], &a.alpha[r0])
 	}
 }
 
@@ -251,11 +262,11 @@ func (k *simd) scores(R, nv int, q unsafe.Pointer, ldq uintptr, kt unsafe.Pointe
 // values runs the P.V kernels of one register tile: the d columns of the R
 // output rows at o (d floats apart) become alpha*O + P.V, with P the rows
 // of s and steps rows of V at v (ldv bytes apart).
-func (k *simd) values(R, d int, s []float32, v unsafe.Pointer, ldv uintptr, steps int, o []float32, alpha *float32) {
-	vk, maxC := k.vk, len(k.pv[0])
+func (k *simd) values(pv [6][]pvFunc, R, d int, s []float32, v unsafe.Pointer, ldv uintptr, steps int, o []float32, alpha *float32) {
+	vk, maxC := k.vk, len(pv[0])
 	for c0 := 0; c0 < d; c0 += maxC * vk {
 		C := min(maxC, (d-c0)/vk)
-		k.pv[R-1][C-1](&s[0], unsafe.Add(v, c0*4), ldv, steps, &o[c0], uintptr(d*4), alpha)
+		pv[R-1][C-1](&s[0], unsafe.Add(v, c0*4), ldv, steps, &o[c0], uintptr(d*4), alpha)
 	}
 }
 

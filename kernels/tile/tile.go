@@ -95,6 +95,7 @@ type Acc struct {
 	alpha      []float32 // scratch: per-row rescale factor of one Update
 	q2         []uint32  // bf16 tier: q as bf16 pairs [maxM][d/2]
 	q2Set      bool      // q2 was filled by SetQBF16 (no conversion of q)
+	fresh      bool      // Reset since the last update: o[:m*d] not yet zeroed (settle)
 	l2         []float64 // scratch: log2 of the row sums (finish)
 	pf         hints     // ranges the next Update prefetches (Prefetch)
 }
@@ -120,7 +121,7 @@ func (a *Acc) Reset(m int, scale float32, round Round, invT float32) {
 	}
 	a.m, a.scale, a.round, a.invT, a.temp = m, scale, round, invT, invT > 0
 	a.q2Set = false
-	clear(a.o[:m*a.d])
+	a.fresh = true // O is zeroed lazily: settle, or the first SIMD update writes it
 	for r := 0; r < m; r++ {
 		a.mx[r] = float32(math.Inf(-1))
 		a.sum[r] = 0
@@ -181,11 +182,28 @@ func (a *Acc) qPairs() []uint32 {
 func bf16Layout(d int) bool { return active.bf16 && d%16 == 0 }
 
 // O returns row r of the output; it is normalised after Finish.
-func (a *Acc) O(r int) []float32 { return a.o[r*a.d : (r+1)*a.d] }
+func (a *Acc) O(r int) []float32 {
+	a.settle()
+	return a.o[r*a.d : (r+1)*a.d]
+}
 
 // ORows returns rows r .. r+n-1 of the unnormalised output ([n][d],
 // contiguous), like O for several rows at once.
-func (a *Acc) ORows(r, n int) []float32 { return a.o[r*a.d : (r+n)*a.d] }
+func (a *Acc) ORows(r, n int) []float32 {
+	a.settle()
+	return a.o[r*a.d : (r+n)*a.d]
+}
+
+// settle zeroes the output rows of an accumulation that no update has
+// written yet. Reset leaves them as they were so that the SIMD tiers'
+// first update can write O instead of clearing it and then rescaling the
+// zeros; every other reader of o goes through O, ORows or settle.
+func (a *Acc) settle() {
+	if a.fresh {
+		clear(a.o[:a.m*a.d])
+		a.fresh = false
+	}
+}
 
 // Update folds one block into the accumulation. valid[r] (0..b.N()) is the
 // number of leading keys row r may see; rows with valid[r] == 0 are untouched.

@@ -208,8 +208,12 @@ func genQK(a *asm, name string, p plan, k dot, R, C int) {
 
 // genPV emits O[r][:] = alpha[r]*O[r][:] + sum_i P[r][i] * V[i][:] for R rows
 // and C vectors of output columns. P rows are BlockN floats apart and advance
-// 4 bytes per step (one float or one bf16 pair); V advances ldv bytes.
-func genPV(a *asm, name string, p plan, k dot, R, C int) {
+// 4 bytes per step (one float or one bf16 pair); V advances ldv bytes. With
+// init (the first update after Acc.Reset) the accumulators start from +0
+// instead: O[r][:] = sum_i P[r][i] * V[i][:], neither O nor alpha read,
+// which is bit for bit what the rescale of a zeroed O gives (alpha*(+0) is
+// +0 for the alpha of a first update, 0 or 1).
+func genPV(a *asm, name string, p plan, k dot, R, C int, init bool) {
 	a.f("// func %s(p *float32, v unsafe.Pointer, ldv uintptr, steps int, o *float32, ldo uintptr, alpha *float32)", name)
 	a.f("TEXT ·%s(SB), NOSPLIT, $0-56", name)
 	a.f("\tMOVQ p+0(FP), SI")
@@ -221,11 +225,18 @@ func genPV(a *asm, name string, p plan, k dot, R, C int) {
 	a.f("\tMOVQ alpha+48(FP), AX")
 	a.f("\tLEAQ (R8)(R8*2), R9")
 	a.f("\tLEAQ (R8)(R8*4), R10")
-	a.f("\t// Load the output tile and apply the online-softmax rescale.")
-	for r := 0; r < R; r++ {
-		a.f("\tVBROADCASTSS %d(AX), %s%d", 4*r, p.vec, p.bbase)
-		for j := 0; j < C; j++ {
-			a.f("\tVMULPS %s, %s%d, %s%d", rowOff(j*p.vbytes, "DI", r), p.vec, p.bbase, p.vec, r*C+j)
+	if init {
+		a.f("\t// First update: the output tile starts from zero.")
+		for i := 0; i < R*C; i++ {
+			a.f("\tVXORPS %s%d, %s%d, %s%d", p.vec, i, p.vec, i, p.vec, i)
+		}
+	} else {
+		a.f("\t// Load the output tile and apply the online-softmax rescale.")
+		for r := 0; r < R; r++ {
+			a.f("\tVBROADCASTSS %d(AX), %s%d", 4*r, p.vec, p.bbase)
+			for j := 0; j < C; j++ {
+				a.f("\tVMULPS %s, %s%d, %s%d", rowOff(j*p.vbytes, "DI", r), p.vec, p.bbase, p.vec, r*C+j)
+			}
 		}
 	}
 	bc := "VBROADCASTSS"
@@ -966,16 +977,21 @@ func main() {
 		k            dot
 		a            *asm
 		maxC         int
+		init         bool // P.V: the first update's variant (genPV)
 	}
 	tabs := []tab{
-		{"qk512", "qk512", p512, dotFMA, &a5, 4},
-		{"pv512", "pv512", p512, dotFMA, &a5, 4},
-		{"qkbf", "qkbf", p512, dotBF16, &a5, 4},
-		{"pvbf", "pvbf", p512, dotBF16, &a5, 4},
-		{"qkbfe", "qkbfe", p512, dotBF16Emu, &a5, 4},
-		{"pvbfe", "pvbfe", p512, dotBF16Emu, &a5, 4},
-		{"qk256", "qk256", p256, dotFMA, &a2, 2},
-		{"pv256", "pv256", p256, dotFMA, &a2, 2},
+		{"qk512", "qk512", p512, dotFMA, &a5, 4, false},
+		{"pv512", "pv512", p512, dotFMA, &a5, 4, false},
+		{"pv512i", "pv512i", p512, dotFMA, &a5, 4, true},
+		{"qkbf", "qkbf", p512, dotBF16, &a5, 4, false},
+		{"pvbf", "pvbf", p512, dotBF16, &a5, 4, false},
+		{"pvbfi", "pvbfi", p512, dotBF16, &a5, 4, true},
+		{"qkbfe", "qkbfe", p512, dotBF16Emu, &a5, 4, false},
+		{"pvbfe", "pvbfe", p512, dotBF16Emu, &a5, 4, false},
+		{"pvbfei", "pvbfei", p512, dotBF16Emu, &a5, 4, true},
+		{"qk256", "qk256", p256, dotFMA, &a2, 2, false},
+		{"pv256", "pv256", p256, dotFMA, &a2, 2, false},
+		{"pv256i", "pv256i", p256, dotFMA, &a2, 2, true},
 	}
 	for _, t := range tabs {
 		isQK := strings.HasPrefix(t.name, "qk")
@@ -992,7 +1008,7 @@ func main() {
 				if isQK {
 					genQK(t.a, n, t.p, t.k, R, C)
 				} else {
-					genPV(t.a, n, t.p, t.k, R, C)
+					genPV(t.a, n, t.p, t.k, R, C, t.init)
 				}
 			}
 			g.f("\t{%s},", strings.Join(names, ", "))

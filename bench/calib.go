@@ -260,23 +260,7 @@ func (m *refMeter) kernel(dur time.Duration, key meterKey) float64 {
 	if len(us) == 0 {
 		return 0
 	}
-	rates := make([]float64, len(us))
-	var wg sync.WaitGroup
-	for w, u := range us {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
-			rates[w] = u.Sustained(dur)
-		}()
-	}
-	wg.Wait()
-	all := 0.0
-	for _, r := range rates {
-		all += r
-	}
-	return all
+	return tile.SustainedAll(us, dur)
 }
 
 // bandwidth returns the GB/s of workers goroutines scanning their shares of

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -82,7 +81,7 @@ func BenchmarkPrefillPhases(b *testing.B) {
 					e := time.Since(t0)
 					best, total = min(best, e), total+e
 					b.StopTimer()
-					kern += flops / (items - i0).Seconds() / 1e9 / kernelRate(meters, min(items-i0, 250*time.Millisecond))
+					kern += flops / (items - i0).Seconds() / 1e9 / tile.SustainedAll(meters, min(items-i0, 250*time.Millisecond))
 					b.StartTimer()
 				}
 				b.ReportMetric(100*items.Seconds()/total.Seconds(), "items%")
@@ -102,24 +101,4 @@ func BenchmarkPrefillPhases(b *testing.B) {
 			})
 		}
 	})
-}
-
-// kernelRate runs the meters at once, one goroutine each, for about dur
-// and returns their summed rate in GFLOP/s.
-func kernelRate(meters []*tile.UpdateMeter, dur time.Duration) float64 {
-	rates := make([]float64, len(meters))
-	var wg sync.WaitGroup
-	for i, m := range meters {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rates[i] = m.Sustained(dur)
-		}()
-	}
-	wg.Wait()
-	all := 0.0
-	for _, r := range rates {
-		all += r
-	}
-	return all
 }

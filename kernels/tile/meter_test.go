@@ -37,6 +37,12 @@ func TestUpdateMeter(t *testing.T) {
 			}
 		})
 	}
+	if r := SustainedAll([]*UpdateMeter{pre, dec}, 10*time.Millisecond); !(r > 0) {
+		t.Fatalf("SustainedAll of two meters: %v GFLOP/s", r)
+	}
+	if r := SustainedAll(nil, time.Millisecond); r != 0 {
+		t.Fatalf("SustainedAll of none: %v", r)
+	}
 	for _, c := range []struct {
 		rows, d int
 		decode  bool

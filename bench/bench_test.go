@@ -111,7 +111,7 @@ func TestCheckerDetects(t *testing.T) {
 // The paired reference windows must measure something and the medians be
 // the middle element.
 func TestRefMeter(t *testing.T) {
-	m := newRefMeter(peakTier(tile.Tier()), decodePeakTier(tile.Tier()), 2, 4<<20)
+	m := newRefMeter(calibration{peakTier: peakTier(tile.Tier()), decodeTier: decodePeakTier(tile.Tier())}, 2, 4<<20)
 	for _, kind := range []string{"prefill", "decode"} {
 		if pk := m.peak(10*time.Millisecond, kind); !(pk > 0) {
 			t.Fatalf("%s peak window: %v GFLOP/s", kind, pk)

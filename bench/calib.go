@@ -58,21 +58,7 @@ func measurePeak(tierName string, workers int, dur time.Duration) (one, all floa
 	if workers == 1 {
 		return one, one
 	}
-	rates := make([]float64, workers)
-	var wg sync.WaitGroup
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
-			rates[w] = tile.PeakGFLOPS(tierName, dur)
-		}()
-	}
-	wg.Wait()
-	for _, r := range rates {
-		all += r
-	}
+	all = tile.SumOnThreads(workers, func(int) float64 { return tile.PeakGFLOPS(tierName, dur) })
 	return one, all
 }
 
@@ -181,20 +167,19 @@ func (c calibration) peakFor(kind string) (string, float64) {
 // rates are sustained ones: everything done / elapsed wall time, with
 // workers goroutines at once, like the op being timed.
 type refMeter struct {
-	tier    string // calibration loop of prefill cases
-	decTier string // calibration loop of decode cases (decodePeakTier)
+	cal     calibration // its peakFor names each case's calibration loop
 	workers int
 	buf     []byte                           // read by bandwidth windows, workers contiguous shares
 	off     []int                            // where each worker's next bandwidth chunk starts
 	upd     map[meterKey][]*tile.UpdateMeter // in-cache update meters, one per worker
 }
 
-func newRefMeter(tier, decTier string, workers, size int) *refMeter {
+func newRefMeter(cal calibration, workers, size int) *refMeter {
 	buf := make([]byte, size)
 	for i := range buf { // touch every page; no byte is 0xff
 		buf[i] = byte(i % 251)
 	}
-	return &refMeter{tier: tier, decTier: decTier, workers: workers, buf: buf, off: make([]int, workers)}
+	return &refMeter{cal: cal, workers: workers, buf: buf, off: make([]int, workers)}
 }
 
 // refWindow bounds a reference window: long enough to average over the
@@ -207,27 +192,8 @@ func refWindow(rep time.Duration) time.Duration {
 // its own OS thread) running the calibration loop of a case of kind for
 // about dur.
 func (m *refMeter) peak(dur time.Duration, kind string) float64 {
-	tier := m.tier
-	if kind == "decode" {
-		tier = m.decTier
-	}
-	rates := make([]float64, m.workers)
-	var wg sync.WaitGroup
-	for w := range rates {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
-			rates[w] = tile.SustainedGFLOPS(tier, dur)
-		}()
-	}
-	wg.Wait()
-	all := 0.0
-	for _, r := range rates {
-		all += r
-	}
-	return all
+	tier, _ := m.cal.peakFor(kind)
+	return tile.SumOnThreads(m.workers, func(int) float64 { return tile.SustainedGFLOPS(tier, dur) })
 }
 
 // meterKey selects an in-cache update meter (tile.NewUpdateMeter).
@@ -260,7 +226,7 @@ func (m *refMeter) kernel(dur time.Duration, key meterKey) float64 {
 	if len(us) == 0 {
 		return 0
 	}
-	return tile.SustainedAll(us, dur)
+	return tile.SumOnThreads(len(us), func(w int) float64 { return us[w].Sustained(dur) })
 }
 
 // bandwidth returns the GB/s of workers goroutines scanning their shares of

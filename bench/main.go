@@ -249,7 +249,7 @@ func main() {
 	header = append(header, calLines...)
 
 	if cfg.cpuProfile == "" {
-		cfg.ref = newRefMeter(cal.peakTier, cal.decodeTier, cfg.workers, cfg.bwBytes)
+		cfg.ref = newRefMeter(cal, cfg.workers, cfg.bwBytes)
 	}
 	suite := buildSuite(cfg)
 	prog := newProgress(len(suite)+1, cfg.progress)

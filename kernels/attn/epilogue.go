@@ -57,11 +57,12 @@ func storeBF16(dst []lowp.BFloat16, src []float32, scale float32, lv vec) {
 		clear(dst)
 		return
 	}
-	var row int32 // dst row 0
-	if v := simdLen(n, lv); v > 0 {
+	v := simdLen(n, lv)
+	if v > 0 {
+		var row int32 // one row, at dst
 		storeRowsBF16SIMD(&dst[0], &row, &src[0], &scale, 1, v, lv)
 	}
-	for i := simdLen(n, lv); i < n; i++ {
+	for i := v; i < n; i++ {
 		dst[i] = lowp.BF16(src[i] * scale)
 	}
 }

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand"
-	"runtime"
-	"sync"
 	"time"
 
 	"github.com/sparseattn/msa/kernels/lowp"
@@ -131,27 +129,4 @@ func (m *UpdateMeter) Sustained(dur time.Duration) float64 {
 		n++
 	}
 	return per * float64(n) / time.Since(start).Seconds() / 1e9
-}
-
-// SustainedAll runs every meter's Sustained for about dur at once, each on
-// its own goroutine locked to an OS thread (as the op's workers run), and
-// returns the sum of their rates in GFLOP/s.
-func SustainedAll(ms []*UpdateMeter, dur time.Duration) float64 {
-	rates := make([]float64, len(ms))
-	var wg sync.WaitGroup
-	for i, m := range ms {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
-			rates[i] = m.Sustained(dur)
-		}()
-	}
-	wg.Wait()
-	all := 0.0
-	for _, r := range rates {
-		all += r
-	}
-	return all
 }

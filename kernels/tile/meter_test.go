@@ -37,11 +37,9 @@ func TestUpdateMeter(t *testing.T) {
 			}
 		})
 	}
-	if r := SustainedAll([]*UpdateMeter{pre, dec}, 10*time.Millisecond); !(r > 0) {
-		t.Fatalf("SustainedAll of two meters: %v GFLOP/s", r)
-	}
-	if r := SustainedAll(nil, time.Millisecond); r != 0 {
-		t.Fatalf("SustainedAll of none: %v", r)
+	ms := []*UpdateMeter{pre, dec}
+	if r := SumOnThreads(len(ms), func(i int) float64 { return ms[i].Sustained(10 * time.Millisecond) }); !(r > 0) {
+		t.Fatalf("two meters at once: %v GFLOP/s", r)
 	}
 	for _, c := range []struct {
 		rows, d int

@@ -1,6 +1,10 @@
 package tile
 
-import "time"
+import (
+	"runtime"
+	"sync"
+	"time"
+)
 
 // PeakGFLOPS measures the multiply-add throughput of one core for a tier with
 // a tight loop of independent accumulators and returns GFLOP/s, the
@@ -57,6 +61,30 @@ func SustainedGFLOPS(tier string, dur time.Duration) float64 {
 		f += t.peak(iters)
 	}
 	return f / time.Since(start).Seconds() / 1e9
+}
+
+// SumOnThreads runs rate(0), ..., rate(n-1) at once, each on its own
+// goroutine locked to an OS thread (as the ops' workers run), and returns
+// the sum of their results: the combined rate of n workers measuring at the
+// same time (PeakGFLOPS, SustainedGFLOPS, UpdateMeter.Sustained).
+func SumOnThreads(n int, rate func(i int) float64) float64 {
+	rates := make([]float64, n)
+	var wg sync.WaitGroup
+	for i := range rates {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			rates[i] = rate(i)
+		}()
+	}
+	wg.Wait()
+	all := 0.0
+	for _, r := range rates {
+		all += r
+	}
+	return all
 }
 
 // peakSink keeps the generic calibration loop from being optimised away.

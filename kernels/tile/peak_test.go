@@ -23,3 +23,18 @@ func TestSustainedGFLOPS(t *testing.T) {
 		t.Fatalf("unknown tier: %v, want 0", s)
 	}
 }
+
+// TestSumOnThreads checks that every index runs once and the results add
+// up, and that no work gives 0.
+func TestSumOnThreads(t *testing.T) {
+	var seen [5]int
+	if got := SumOnThreads(len(seen), func(i int) float64 { seen[i]++; return float64(i + 1) }); got != 15 {
+		t.Fatalf("sum of 1..5 = %v", got)
+	}
+	if seen != [5]int{1, 1, 1, 1, 1} {
+		t.Fatalf("runs per index %v, want one each", seen)
+	}
+	if got := SumOnThreads(0, func(int) float64 { return 1 }); got != 0 {
+		t.Fatalf("no work: %v", got)
+	}
+}

@@ -221,8 +221,10 @@ func decodeNVFP4Row(dst []float32, packed, scales []uint8, r, d int, global floa
 // decodeE4M3 writes dst[i] = float32(src[i]) for len(src) elements.
 // AVX-512: groups of 64 through the byte-table kernel where the CPU has
 // AVX512_VBMI (e4m3VBMI), then groups of 32 through the float16 kernel, a
-// remaining group of 16 through the arithmetic one; AVX2: groups of 16; the
-// rest in Go.
+// remaining group of 16 through the arithmetic one; AVX2: groups of 32
+// through the kernel without a NaN step (the float16 kernel redoes them
+// when they hold a NaN), a remaining group of 16 through the float16
+// kernel; the rest in Go.
 func decodeE4M3(dst []float32, src []lowp.Float8E4M3FN, lv vec) {
 	n := len(src)
 	dst = dst[:n]
@@ -243,8 +245,12 @@ func decodeE4M3(dst []float32, src []lowp.Float8E4M3FN, lv vec) {
 			v = w
 		}
 	case vecAVX2:
-		if v = n &^ 15; v > 0 {
-			decodeE4M3AVX2(&dst[0], &src[0], v)
+		if v = n &^ 31; v > 0 && !decodeE4M3x32AVX2(&dst[0], &src[0], v) {
+			decodeE4M3AVX2(&dst[0], &src[0], v) // a NaN among them
+		}
+		if w := n &^ 15; w > v {
+			decodeE4M3AVX2(&dst[v], &src[v], w-v)
+			v = w
 		}
 	}
 	lowp.DecodeE4M3(dst[v:], src[v:])

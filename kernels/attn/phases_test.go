@@ -12,7 +12,8 @@ import (
 )
 
 // BenchmarkPrefillPhases times the two phases of RunPrefill by the wall
-// clock (phaseClock) on the bench's prefill shape at 8K tokens: BF16 Q, K,
+// clock (phaseClock) on the bench's prefill shape at 8K and 32K tokens (the
+// window count grows from one to two at 32K, see windowQueries): BF16 Q, K,
 // V, 16 query heads on one KV head, D 128, 128-key blocks, topK 16 (a
 // fifth of the slots -1), not causal, BF16 partials, on 1 and 2 workers.
 // It reports
@@ -38,11 +39,11 @@ import (
 // wall time without it on a KVM guest, so a profile's shares for the
 // store- and stream-heavy phases are too large.
 func BenchmarkPrefillPhases(b *testing.B) {
-	const tokens = 8192
 	benchTiers(b, []string{"avx2", "avx512", "avx512bf16"}, func(b *testing.B, tn string, lv vec) {
 		peak1 := tile.PeakGFLOPS(tn, 50*time.Millisecond)
-		for _, workers := range []int{1, 2} {
-			b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
+		for _, sub := range []struct{ tokens, workers int }{{8192, 1}, {8192, 2}, {32768, 1}, {32768, 2}} {
+			tokens, workers := sub.tokens, sub.workers
+			b.Run(fmt.Sprintf("tokens=%d/workers=%d", tokens, workers), func(b *testing.B) {
 				rng := rand.New(rand.NewPCG(9, 10))
 				c := prefillCase{hkv: 1, qpk: 16, d: 128, blk: 128, topK: 16, seqQ: []int{tokens}, seqK: []int{tokens}}
 				p, q2k := c.build(b, rng, workers, nil)

@@ -12,8 +12,8 @@ import (
 )
 
 // BenchmarkPrefillPhases times the two phases of RunPrefill by the wall
-// clock (phaseClock) on the bench's prefill shape at 8K and 32K tokens (the
-// window count grows from one to two at 32K, see windowQueries): BF16 Q, K,
+// clock (phaseClock) on the bench's prefill shape at 8K and 32K tokens (2
+// and 8 query windows of 4096 queries, see windowQueries): BF16 Q, K,
 // V, 16 query heads on one KV head, D 128, 128-key blocks, topK 16 (a
 // fifth of the slots -1), not causal, BF16 partials, on 1 and 2 workers.
 // It reports

@@ -21,8 +21,10 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sparseattn/msa/cuda"
@@ -50,15 +52,46 @@ type report struct {
 	skipped  int
 	deadline time.Time
 	workers  int
+
+	only, skip *regexp.Regexp // case selection (-only, -skip); nil selects all
+	dir        string         // where the report is rewritten after every case
+	header     string
+	start      time.Time
+
+	mu       sync.Mutex // guards the tables against the watchdog
+	caseName string     // the case in flight, for the watchdog
+	caseFrom time.Time
 }
 
 func main() {
 	out := flag.String("out", os.Getenv("OUT"), "directory for gpucheck.md, gpucheck.csv, timing.csv (default $OUT, else ./gpucheck-out)")
 	budget := flag.Duration("budget", 270*time.Second, "stop starting new cases after this long")
 	quick := flag.Bool("quick", false, "correctness matrix at D 128 only, one timing case per family")
+	only := flag.String("only", "", "run only the cases whose name matches this regular expression")
+	skip := flag.String("skip", "", "skip the cases whose name matches this regular expression")
+	caseTimeout := flag.Duration("case-timeout", 60*time.Second, "a case whose GPU work runs longer than this is reported as hung and the check stops (exit 1)")
 	flag.Parse()
 	if *out == "" {
 		*out = "gpucheck-out"
+	}
+	var onlyRE, skipRE *regexp.Regexp
+	for _, f := range []struct {
+		name, expr string
+		re         **regexp.Regexp
+	}{{"-only", *only, &onlyRE}, {"-skip", *skip, &skipRE}} {
+		if f.expr == "" {
+			continue
+		}
+		re, err := regexp.Compile(f.expr)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "gpucheck: %s %q: not a regular expression: %v\n", f.name, f.expr, err)
+			os.Exit(2)
+		}
+		*f.re = re
+	}
+	if *caseTimeout <= 0 {
+		fmt.Fprintf(os.Stderr, "gpucheck: -case-timeout must be positive, got %v\n", *caseTimeout)
+		os.Exit(2)
 	}
 	start := time.Now()
 	dev, err := cuda.OpenDevice(0)
@@ -73,10 +106,12 @@ func main() {
 		os.Exit(2)
 	}
 	ver, _ := driver.DriverVersion()
-	r := &report{dev: dev, k: k, deadline: start.Add(*budget), workers: max(runtime.NumCPU(), 1)}
+	r := &report{dev: dev, k: k, deadline: start.Add(*budget), workers: max(runtime.NumCPU(), 1), only: onlyRE, skip: skipRE, dir: *out, start: start}
 	header := fmt.Sprintf("GPU: %s (sm_%d%d, %d SMs, %.0f GiB), driver CUDA %d.%d, kernel family %s, tensor-core kernels in the fatbin: %d",
 		dev.Name, dev.Major, dev.Minor, dev.SMs, float64(dev.Memory)/(1<<30), ver/1000, ver%1000/10, k.Arch(), len(k.TensorCoreKernels()))
 	fmt.Println(header)
+	r.header = header
+	go r.watchdog(*caseTimeout)
 
 	for i, c := range check.PrefillMatrix() {
 		if *quick && !strings.Contains(c.Name, "/d128/") {
@@ -91,6 +126,7 @@ func main() {
 		r.decode(c, uint64(i+1))
 	}
 	r.timings(*quick)
+	r.begin("")
 	if err := r.write(*out, header, time.Since(start)); err != nil {
 		fmt.Fprintf(os.Stderr, "gpucheck: writing the report: %v\n", err)
 		os.Exit(1)
@@ -192,6 +228,8 @@ func (r *report) out(name, kernels string, d check.Diff, det bool, err error) {
 	case !det:
 		status = "FAIL (not deterministic)"
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if status != "ok" {
 		r.failed++
 	}
@@ -201,7 +239,53 @@ func (r *report) out(name, kernels string, d check.Diff, det bool, err error) {
 	r.md = append(r.md, fmt.Sprintf("| %s | %s | %.2e | %.2e | %d | %v | %s |", name, kernels, d.MaxRelO, d.MaxRelLSE, d.Masked, det, status))
 }
 
+// begin marks the start of a case's GPU work for the watchdog ("" when
+// none is in flight) and rewrites the report with the cases so far, so
+// that a run killed from outside still leaves one.
+func (r *report) begin(name string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.caseName, r.caseFrom = name, time.Now()
+	if r.dir != "" && r.header != "" {
+		if err := r.write(r.dir, r.header, time.Since(r.start)); err != nil {
+			fmt.Fprintf(os.Stderr, "gpucheck: writing the report: %v\n", err)
+		}
+	}
+}
+
+// watchdog ends the check when one case's GPU work has run longer than
+// limit: a kernel that never finishes (a barrier deadlock, a hung copy)
+// would otherwise block the synchronisation until the outer timeout kills
+// the process with no word on which case it was.
+func (r *report) watchdog(limit time.Duration) {
+	for range time.Tick(time.Second) {
+		r.mu.Lock()
+		name, since := r.caseName, time.Since(r.caseFrom)
+		if name != "" && since > limit {
+			r.failed++
+			r.rows = append(r.rows, name+",,,,,,,,,,,,HUNG (GPU work did not finish)")
+			r.md = append(r.md, fmt.Sprintf("| %s | | | | | | HUNG: GPU work did not finish in %v |", name, limit))
+			if err := r.write(r.dir, r.header, time.Since(r.start)); err != nil {
+				fmt.Fprintf(os.Stderr, "gpucheck: writing the report: %v\n", err)
+			}
+			fmt.Printf("gpucheck: HUNG: %s: its GPU work has not finished after %.0f s (case timeout %v); stopping\n", name, since.Seconds(), limit)
+			os.Exit(1)
+		}
+		r.mu.Unlock()
+	}
+}
+
+// selected reports whether the -only / -skip expressions let case name run.
+func (r *report) selected(name string) bool {
+	return (r.only == nil || r.only.MatchString(name)) && (r.skip == nil || !r.skip.MatchString(name))
+}
+
 func (r *report) late(name string) bool {
+	if !r.selected(name) {
+		return true
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if time.Now().After(r.deadline) {
 		r.skipped++
 		r.rows = append(r.rows, name+",,,,,,,,,,,,skipped (time budget)")
@@ -222,6 +306,8 @@ func (r *report) prefill(c *check.Prefill, seed uint64, windowed bool) {
 		return
 	}
 	want := c.CPU(r.workers)
+	r.begin(c.Name)
+	defer r.begin("")
 	m := &mem{dev: r.dev}
 	defer func() {
 		if err := m.free(); err != nil {
@@ -350,6 +436,8 @@ func (r *report) decode(c *check.Decode, seed uint64) {
 		return
 	}
 	want := c.CPU(r.workers)
+	r.begin(c.Name)
+	defer r.begin("")
 	m := &mem{dev: r.dev}
 	defer func() {
 		if err := m.free(); err != nil {
@@ -446,6 +534,8 @@ func (r *report) timings(quick bool) {
 }
 
 func (r *report) timeRow(name, kern string, ms, flop, bytes float64, fp8 bool, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if err != nil {
 		r.failed++
 		fmt.Printf("timing %-36s ERROR %v\n", name, err)
@@ -470,6 +560,8 @@ func (r *report) timePrefill(c *check.Prefill, path cuda.Path, fp8 bool) {
 		r.timeRow(c.Name, "", 0, 0, 0, fp8, err)
 		return
 	}
+	r.begin("timing " + c.Name)
+	defer r.begin("")
 	m := &mem{dev: r.dev}
 	defer m.free()
 	a := &cuda.FwdArgs{Q: m.put(c.Q.Enc), K: m.put(c.K.Enc), V: m.put(c.V.Enc), CuSeqlensQ: m.putI32(c.CuQ), CuSeqlensK: m.putI32(c.CuK),
@@ -514,6 +606,8 @@ func (r *report) timeDecode(c *check.Decode, path cuda.Path, fp8 bool) {
 		r.timeRow(c.Name, "", 0, 0, 0, fp8, err)
 		return
 	}
+	r.begin("timing " + c.Name)
+	defer r.begin("")
 	m := &mem{dev: r.dev}
 	defer m.free()
 	a := r.decodeArgs(m, c)

@@ -3,9 +3,11 @@
 #
 #   kernels/cuda/gpucheck.sh --build [DIR]   build DIR/gpucheck (default kernels/cuda/bin) on any
 #                                            machine with Go and gcc; no GPU, no CUDA library
-#   kernels/cuda/gpucheck.sh [DIR]           run DIR/gpucheck on the GPU machine: needs an NVIDIA
+#   kernels/cuda/gpucheck.sh [DIR [FLAGS]]   run DIR/gpucheck on the GPU machine: needs an NVIDIA
 #                                            driver and nothing else (no Go, toolkit, cuBLAS,
-#                                            cuDNN or network); report in $OUT (else ./gpucheck-out)
+#                                            cuDNN or network); report in $OUT (else ./gpucheck-out);
+#                                            FLAGS go to gpucheck (-only RE, -skip RE, -quick,
+#                                            -case-timeout D)
 #   kernels/cuda/gpucheck.sh --ci            build into a temp dir, check that the binary needs no
 #                                            CUDA library at load time (readelf NEEDED) and that
 #                                            DIR is under 64 MiB, then run it: with no driver it
@@ -74,6 +76,7 @@ case "${1:-}" in
 esac
 
 BIN="${1:-$HERE/bin}/gpucheck"
+shift || true
 if [[ ! -x "$BIN" ]]; then
     echo "gpucheck.sh: no binary at $BIN (build it with kernels/cuda/gpucheck.sh --build)" >&2
     exit 2
@@ -83,7 +86,7 @@ if command -v nvidia-smi >/dev/null; then
 fi
 OUTDIR="${OUT:-$PWD/gpucheck-out}"
 start=$(date +%s)
-timeout --kill-after=10 "$LIMIT" "$BIN" -out "$OUTDIR" -budget "$((LIMIT - 40))s"
+timeout --kill-after=10 "$LIMIT" "$BIN" -out "$OUTDIR" -budget "$((LIMIT - 40))s" "$@"
 rc=$?
 if [[ -f "$OUTDIR/gpucheck.md" ]]; then
     echo "gpucheck.sh: exit $rc after $(( $(date +%s) - start )) s; report in $OUTDIR" >&2

@@ -97,13 +97,22 @@ type Tolerances struct {
 
 // Tol returns the tolerances for a problem's dtypes: the GPU tests' values
 // (cuda/ref_test.go), which the CPU tests of the same dtypes also meet.
+//
+// E4M3 partials come first: each slot's block-normalised O is rounded to
+// E4M3 (half an ulp is up to 2^-4 = 6.25% of the value) before the combine,
+// whatever the K/V dtype, so NVFP4 K/V with E4M3 partials gets the E4M3
+// tolerance, not the NVFP4 one (on the H200, 2026-12-04, both the sm_90a and
+// the portable kernels differed from the CPU path by 4.6-4.8e-2 there,
+// against 3e-2 for NVFP4 with wider partials).
 func Tol(q, kv, partial cuda.Dtype, decode bool) Tolerances {
 	switch {
+	case partial == cuda.E4M3:
+		return Tolerances{1.2e-1, 3e-3}
 	case kv == cuda.NVFP4:
 		return Tolerances{3e-2, 3e-3}
 	case q == cuda.E4M3 && kv == cuda.E4M3 && decode:
 		return Tolerances{8e-2, 3e-3}
-	case q == cuda.E4M3 && kv == cuda.E4M3, partial == cuda.E4M3:
+	case q == cuda.E4M3 && kv == cuda.E4M3:
 		return Tolerances{1.2e-1, 3e-3}
 	case kv == cuda.E4M3:
 		return Tolerances{4e-2, 3e-3}

@@ -73,8 +73,8 @@ func tempName(t float32) string {
 	return ""
 }
 
-// DecodeMatrix is the decode correctness matrix: BF16 and FP8 (the
-// tensor-core variants) and NVFP4 K/V (portable), dense and sparse (q2k),
+// DecodeMatrix is the decode correctness matrix: BF16, FP8 and BF16 Q with
+// FP8 K/V (the tensor-core variants) and NVFP4 K/V (portable), dense and sparse (q2k),
 // split-KV and not, D 64 / 128 / 256, GQA 1 to 16, several query tokens.
 func DecodeMatrix() []*Decode {
 	var out []*Decode
@@ -82,7 +82,7 @@ func DecodeMatrix() []*Decode {
 	for _, dt := range []struct {
 		name   string
 		qd, kd cuda.Dtype
-	}{{"bf16", cuda.BF16, cuda.BF16}, {"fp8", cuda.E4M3, cuda.E4M3}} {
+	}{{"bf16", cuda.BF16, cuda.BF16}, {"fp8", cuda.E4M3, cuda.E4M3}, {"bf16q-fp8kv", cuda.BF16, cuda.E4M3}} {
 		for _, d := range []int{64, 128, 256} {
 			for _, sparse := range []bool{false, true} {
 				c := &Decode{QD: dt.qd, KVD: dt.kd, D: d, Batch: 3 + i%4, SeqlenQ: 1 + i%3, Hkv: 1 + i%2, QHPK: []int{1, 4, 8, 16}[i%4],

@@ -10,6 +10,8 @@ package cuda
 import (
 	"math"
 	"testing"
+
+	"github.com/sparseattn/msa/kernels/plan"
 )
 
 type partialSet struct {
@@ -57,9 +59,28 @@ func combineEmu(ps *partialSet, rows []int, d int) ([]float64, float64) {
 }
 
 func TestEmulatedPrefillIndexing(t *testing.T) {
+	grew := 0
 	for i, c := range prefillCases() {
 		genPrefill(t, c, uint64(i+1))
-		s := c.sched
+		// The schedule as built, and cut into pieces for a GPU of 64 SMs
+		// (SplitForOccupancy): every partial row must still be written once.
+		split := SplitForOccupancy([]FwdWindow{{Q0: 0, Q1: c.totalQ, Sched: c.sched}}, c.qhpk, 64, 64)[0].Sched
+		if split.WorkCount > c.sched.WorkCount {
+			grew++
+		}
+		for _, s := range []*plan.FwdSchedule{c.sched, split} {
+			emuPrefillSchedule(t, c, s)
+		}
+	}
+	if grew == 0 {
+		t.Fatalf("SplitForOccupancy split no case's items: the split schedules were not exercised")
+	}
+}
+
+// emuPrefillSchedule runs the work items of s as sparse_fwd.cu indexes
+// them, then the combine, and compares with the float64 reference.
+func emuPrefillSchedule(t *testing.T, c *prefillCase, s *plan.FwdSchedule) {
+	{
 		ps := newPartialSet()
 		qhpk := c.qhpk
 		for w := 0; w < int(s.WorkCount); w++ {

@@ -51,6 +51,7 @@ type Kernels struct {
 	minor    int
 	devName  string
 	smemOpt  int // opt-in dynamic shared memory per block
+	sms      int // streaming multiprocessors (SplitForOccupancy)
 	fns      map[string]driver.Function
 	tc       map[string]tcKernel
 	bufs     map[string]*devBuf
@@ -127,6 +128,9 @@ func Load(ctx Runner) (*Kernels, error) {
 		}
 		k.devName, _ = dev.Name()
 		if k.smemOpt, err = dev.Attribute(driver.AttrMaxSharedPerBlockOpt); err != nil {
+			return err
+		}
+		if k.sms, err = dev.Attribute(driver.AttrMultiprocessorCount); err != nil {
 			return err
 		}
 		k.arch = ArchFor(k.major, k.minor)
@@ -494,6 +498,15 @@ func (k *Kernels) prepPrefill(fa *FwdArgs, ca *CombineArgs, csr *plan.CSR, s *pl
 		if wins, err = FwdWindows(csr, s, cuQ, fa.TotalQ, window); err != nil {
 			return nil, err
 		}
+	}
+	// Enough CTAs per window for the device: the tensor-core kernels take
+	// an item's rows in tiles of 64 (128 on SM100), one CTA per item.
+	tileRows := 64
+	if k.arch == ArchSM100 {
+		tileRows = 128
+	}
+	if fa.Hkv > 0 {
+		wins = SplitForOccupancy(wins, fa.Hq/fa.Hkv, tileRows, k.sms)
 	}
 	rowPtr, err := k.uploadInt32("fwd.row_ptr", csr.RowPtr)
 	if err != nil {

@@ -543,3 +543,59 @@ func partialSize(d Dtype) int {
 	}
 	return 1
 }
+
+// SplitForOccupancy cuts the work items of each window into pieces of at
+// most P entries (queries of one K/V block), so that a window offers
+// about wavesItems = 4 x sms CTAs or more: the schedule's chunk target is
+// chosen for the CPU path's workers and the whole problem, and on a GPU a
+// window of a long prefill can hold fewer items than the device has SMs
+// (on the H200, 2026-12-04: 49 CTAs of one-CTA-per-SM kernels per 4K-query
+// window at 32K tokens, the prefill 3x slower per pair than at 8K).
+//
+// P is the window's entry count over 4 x sms, rounded up to a whole number
+// of row tiles (tileRows / qhpk queries, at least 1), so pieces fill the
+// kernels' row tiles; items no longer than P stay as they are. A piece
+// writes exactly the partial slots its entries wrote before (slots belong to
+// (query, block) pairs, not to items): the outputs are bit-identical, only
+// the grid changes. sms < 1 returns the windows unchanged.
+func SplitForOccupancy(wins []FwdWindow, qhpk, tileRows, sms int) []FwdWindow {
+	if sms < 1 || qhpk < 1 {
+		return wins
+	}
+	g := max(tileRows/qhpk, 1)
+	out := make([]FwdWindow, len(wins))
+	for i, w := range wins {
+		out[i] = w
+		if w.Sched == nil {
+			continue
+		}
+		n := int(w.Sched.WorkCount)
+		total := 0
+		for j := 0; j < n; j++ {
+			total += int(w.Sched.Metadata[j*plan.MetaFields+plan.MetaQCount])
+		}
+		want := 4 * sms
+		if n >= want || total == 0 {
+			continue
+		}
+		piece := (total + want - 1) / want
+		piece = (piece + g - 1) / g * g
+		meta := make([]int32, 0, (n+want)*plan.MetaFields)
+		for j := 0; j < n; j++ {
+			m := w.Sched.Metadata[j*plan.MetaFields : (j+1)*plan.MetaFields]
+			beg, cnt := int(m[plan.MetaQBegin]), int(m[plan.MetaQCount])
+			for off := 0; off < cnt || (cnt == 0 && off == 0); off += piece {
+				meta = append(meta, m...)
+				k := len(meta) - plan.MetaFields
+				meta[k+plan.MetaQBegin] = int32(beg + off)
+				meta[k+plan.MetaQCount] = int32(min(piece, cnt-off))
+			}
+		}
+		ws := *w.Sched
+		ws.Metadata = meta
+		ws.Capacity = len(meta) / plan.MetaFields
+		ws.WorkCount = int32(ws.Capacity)
+		out[i].Sched = &ws
+	}
+	return out
+}

@@ -4,8 +4,8 @@
 // temperature LSE written at the query's slot exactly as sparse_fwd.cu does.
 //
 // One CTA per forward-schedule work item (grid = capacity, like
-// msa_sparse_fwd_*), 128*NC + 32 threads: NC consumer warpgroups (2, or 1 for
-// D = 256) and one producer warp. The producer lands the item's K and V block
+// msa_sparse_fwd_*), 128*NC + 32 threads: NC consumer warpgroups (3, 2 for
+// bf16fp8 D = 128 and fp8 D = 64, 1 for D = 256) and one producer warp. The producer lands the item's K and V block
 // (128 keys) once, through the tensor maps (or, for a paged block the ABI's
 // boxes cannot cover exactly, with 16-byte loads into the same layout) and
 // completes one mbarrier. Consumer warpgroup g takes row tiles g, g+NC, ... of
@@ -25,7 +25,11 @@ namespace sm90 {
 template <int D, int VAR>
 struct FwdCfg {
     using G = Geo90<D, VAR>;
-    static constexpr int kNC = D == 256 ? 1 : 2;  // consumer warpgroups
+    // Consumer warpgroups: 3 (12 consumer warps per SM hide the tile chain's
+    // latency; <= 152 registers), except where 152 registers spill (bf16fp8
+    // D = 128 and fp8 D = 64 under ptxas of CUDA 13.0): 2; D = 256: 1.
+    static constexpr bool kTwo = (VAR == kVarBF16FP8 && D == 128) || (VAR == kVarFP8 && D == 64);
+    static constexpr int kNC = D == 256 ? 1 : kTwo ? 2 : 3;
     static constexpr int kThreads = 128 * kNC + 32;
     static constexpr int kOffK = 0;
     static constexpr int kOffV = kOffK + G::kKBytes;
@@ -147,16 +151,16 @@ MSA_SM90_FWD(nvfp4, 256, msa::tc::kVarNVFP4)
 #define MSA_HA_PIN(ARCH, ALGO, VAR, D, THREADS, SMEM)                                                       \
     static_assert(msa::sm90::FwdCfg<D, msa::tc::kVar_##VAR>::kThreads == (THREADS) && msa::sm90::FwdCfg<D, msa::tc::kVar_##VAR>::kSmem == (SMEM), \
                   "geometry of msa_" #ARCH "_" #ALGO "_" #VAR "_d" #D " (names_hopper_ampere.go)");
-MSA_HA_PIN(sm90, fwd, bf16, 128, 288, 99392)
+MSA_HA_PIN(sm90, fwd, bf16, 128, 416, 115776)
 MSA_HA_PIN(sm90, fwd, bf16, 256, 160, 164928)
-MSA_HA_PIN(sm90, fwd, bf16, 64, 288, 50240)
+MSA_HA_PIN(sm90, fwd, bf16, 64, 416, 58432)
 MSA_HA_PIN(sm90, fwd, bf16fp8, 128, 288, 132160)
 MSA_HA_PIN(sm90, fwd, bf16fp8, 256, 160, 230464)
-MSA_HA_PIN(sm90, fwd, bf16fp8, 64, 288, 66624)
-MSA_HA_PIN(sm90, fwd, fp8, 128, 288, 83008)
+MSA_HA_PIN(sm90, fwd, bf16fp8, 64, 416, 74816)
+MSA_HA_PIN(sm90, fwd, fp8, 128, 416, 91200)
 MSA_HA_PIN(sm90, fwd, fp8, 256, 160, 148544)
 MSA_HA_PIN(sm90, fwd, fp8, 64, 288, 42048)
-MSA_HA_PIN(sm90, fwd, nvfp4, 128, 288, 115776)
+MSA_HA_PIN(sm90, fwd, nvfp4, 128, 416, 132160)
 MSA_HA_PIN(sm90, fwd, nvfp4, 256, 160, 197696)
-MSA_HA_PIN(sm90, fwd, nvfp4, 64, 288, 58432)
+MSA_HA_PIN(sm90, fwd, nvfp4, 64, 416, 66624)
 #undef MSA_HA_PIN

@@ -64,7 +64,7 @@ func TestEmulatedPrefillIndexing(t *testing.T) {
 		genPrefill(t, c, uint64(i+1))
 		// The schedule as built, and cut into pieces for a GPU of 64 SMs
 		// (SplitForOccupancy): every partial row must still be written once.
-		split := SplitForOccupancy([]FwdWindow{{Q0: 0, Q1: c.totalQ, Sched: c.sched}}, c.qhpk, 64, 64)[0].Sched
+		split := SplitForOccupancy([]FwdWindow{{Q0: 0, Q1: c.totalQ, Sched: c.sched}}, c.qhpk, 64, 4*64)[0].Sched
 		if split.WorkCount > c.sched.WorkCount {
 			grew++
 		}

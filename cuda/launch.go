@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"sync"
 	"unsafe"
 
@@ -52,6 +53,7 @@ type Kernels struct {
 	devName  string
 	smemOpt  int // opt-in dynamic shared memory per block
 	sms      int // streaming multiprocessors (SplitForOccupancy)
+	waves    int // prefill CTAs per SM and window (SplitForOccupancy)
 	fns      map[string]driver.Function
 	tc       map[string]tcKernel
 	bufs     map[string]*devBuf
@@ -112,6 +114,8 @@ var portableNames = []string{
 // variant on the portable kernel). MSA_CUDA_ARCH (portable, sm80, sm90,
 // sm100) overrides the family: with CUDA_FORCE_PTX_JIT=1 on an H200,
 // MSA_CUDA_ARCH=sm80 runs the sm_80 kernels from their compute_80 PTX.
+// MSA_CUDA_ITEM_WAVES (1 to 64, default DefaultItemWaves) sets how many
+// CTAs per SM each prefill window's work items are cut into.
 func Load(ctx Runner) (*Kernels, error) {
 	if err := driver.Open(); err != nil {
 		return nil, err
@@ -132,6 +136,14 @@ func Load(ctx Runner) (*Kernels, error) {
 		}
 		if k.sms, err = dev.Attribute(driver.AttrMultiprocessorCount); err != nil {
 			return err
+		}
+		k.waves = DefaultItemWaves
+		if v := os.Getenv("MSA_CUDA_ITEM_WAVES"); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > 64 {
+				return fmt.Errorf("cuda: MSA_CUDA_ITEM_WAVES=%q: want an integer in [1, 64]", v)
+			}
+			k.waves = n
 		}
 		k.arch = ArchFor(k.major, k.minor)
 		if v := os.Getenv("MSA_CUDA_ARCH"); v != "" {
@@ -506,7 +518,7 @@ func (k *Kernels) prepPrefill(fa *FwdArgs, ca *CombineArgs, csr *plan.CSR, s *pl
 		tileRows = 128
 	}
 	if fa.Hkv > 0 {
-		wins = SplitForOccupancy(wins, fa.Hq/fa.Hkv, tileRows, k.sms)
+		wins = SplitForOccupancy(wins, fa.Hq/fa.Hkv, tileRows, k.waves*k.sms)
 	}
 	rowPtr, err := k.uploadInt32("fwd.row_ptr", csr.RowPtr)
 	if err != nil {

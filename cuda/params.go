@@ -544,22 +544,27 @@ func partialSize(d Dtype) int {
 	return 1
 }
 
+// DefaultItemWaves is the number of CTAs per SM SplitForOccupancy aims
+// for in each prefill window (MSA_CUDA_ITEM_WAVES overrides it at Load).
+const DefaultItemWaves = 4
+
 // SplitForOccupancy cuts the work items of each window into pieces of at
-// most P entries (queries of one K/V block), so that a window offers
-// about wavesItems = 4 x sms CTAs or more: the schedule's chunk target is
-// chosen for the CPU path's workers and the whole problem, and on a GPU a
-// window of a long prefill can hold fewer items than the device has SMs
-// (on the H200, 2026-12-04: 49 CTAs of one-CTA-per-SM kernels per 4K-query
-// window at 32K tokens, the prefill 3x slower per pair than at 8K).
+// most P entries (queries of one K/V block), so that a window offers about
+// ctas CTAs or more (the launcher passes DefaultItemWaves x the SM count):
+// the schedule's chunk target is chosen for the CPU path's workers and the
+// whole problem, and on a GPU a window of a long prefill can hold fewer
+// items than the device has SMs (on the H200, 2026-12-04: 49 CTAs of
+// one-CTA-per-SM kernels per 4K-query window at 32K tokens, the prefill 3x
+// slower per pair than at 8K).
 //
-// P is the window's entry count over 4 x sms, rounded up to a whole number
+// P is the window's entry count over ctas, rounded up to a whole number
 // of row tiles (tileRows / qhpk queries, at least 1), so pieces fill the
 // kernels' row tiles; items no longer than P stay as they are. A piece
 // writes exactly the partial slots its entries wrote before (slots belong to
 // (query, block) pairs, not to items): the outputs are bit-identical, only
-// the grid changes. sms < 1 returns the windows unchanged.
-func SplitForOccupancy(wins []FwdWindow, qhpk, tileRows, sms int) []FwdWindow {
-	if sms < 1 || qhpk < 1 {
+// the grid changes. ctas < 1 returns the windows unchanged.
+func SplitForOccupancy(wins []FwdWindow, qhpk, tileRows, ctas int) []FwdWindow {
+	if ctas < 1 || qhpk < 1 {
 		return wins
 	}
 	g := max(tileRows/qhpk, 1)
@@ -574,7 +579,7 @@ func SplitForOccupancy(wins []FwdWindow, qhpk, tileRows, sms int) []FwdWindow {
 		for j := 0; j < n; j++ {
 			total += int(w.Sched.Metadata[j*plan.MetaFields+plan.MetaQCount])
 		}
-		want := 4 * sms
+		want := ctas
 		if n >= want || total == 0 {
 			continue
 		}

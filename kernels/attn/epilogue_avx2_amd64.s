@@ -2,6 +2,37 @@
 
 #include "textflag.h"
 
+// WIDEN_BF16_32 / WIDEN_BF16_16 widen 32 / 16 BF16 words at (SI) to
+// float32 at (DI) (Y0-Y3 / Y0-Y1 clobbered).
+#define WIDEN_BF16_32 \
+	VPMOVZXWD (SI), Y0 \
+	VPMOVZXWD 16(SI), Y1 \
+	VPMOVZXWD 32(SI), Y2 \
+	VPMOVZXWD 48(SI), Y3 \
+	VPSLLD $16, Y0, Y0 \
+	VPSLLD $16, Y1, Y1 \
+	VPSLLD $16, Y2, Y2 \
+	VPSLLD $16, Y3, Y3 \
+	VMOVUPS Y0, (DI) \
+	VMOVUPS Y1, 32(DI) \
+	VMOVUPS Y2, 64(DI) \
+	VMOVUPS Y3, 96(DI)
+
+#define WIDEN_BF16_16 \
+	VPMOVZXWD (SI), Y0 \
+	VPMOVZXWD 16(SI), Y1 \
+	VPSLLD $16, Y0, Y0 \
+	VPSLLD $16, Y1, Y1 \
+	VMOVUPS Y0, (DI) \
+	VMOVUPS Y1, 32(DI)
+
+// BCASTD broadcasts the 32-bit constant imm to every dword of y (x is its
+// low half); AX is clobbered.
+#define BCASTD(imm, x, y) \
+	MOVL $imm, AX \
+	VMOVD AX, x \
+	VPBROADCASTD x, y
+
 // The finite-magnitude maximum of maxFiniteBitsAVX2:
 // masks in Y5 (0x7fffffff) and Y6 (+Inf bits, the first non-finite
 // magnitude), running maxima in Y0 and Y1; FINMAX_STEP folds the magnitude
@@ -63,18 +94,12 @@ TEXT ·storeRowsBF16AVX2(SB), NOSPLIT, $0-48
 	MOVQ rows+32(FP), R11
 	MOVQ n+40(FP), R12
 	LEAQ (R12)(R12*1), R13       // bytes per dst row
-	MOVL $0x7fff, AX
-	VMOVD AX, X1
-	VPBROADCASTD X1, Y1          // rounding bias
+	BCASTD(0x7fff, X1, Y1)          // rounding bias
 	MOVL $1, AX
 	VMOVD AX, X2
 	VPBROADCASTD X2, Y2          // lsb mask
-	MOVL $0x80000000, AX
-	VMOVD AX, X5
-	VPBROADCASTD X5, Y5          // sign mask
-	MOVL $0x7fc00000, AX
-	VMOVD AX, X9
-	VPBROADCASTD X9, Y9          // float32 quiet NaN
+	BCASTD(0x80000000, X5, Y5)          // sign mask
+	BCASTD(0x7fc00000, X9, Y9)          // float32 quiet NaN
 	VPXOR Y10, Y10, Y10
 	TESTQ R11, R11
 	JZ   sbf_done
@@ -205,18 +230,7 @@ TEXT ·decodeBF16AVX2(SB), NOSPLIT, $0-24
 	CMPQ CX, $32
 	JLT  dbx_16
 dbx_loop:
-	VPMOVZXWD (SI), Y0
-	VPMOVZXWD 16(SI), Y1
-	VPMOVZXWD 32(SI), Y2
-	VPMOVZXWD 48(SI), Y3
-	VPSLLD    $16, Y0, Y0
-	VPSLLD    $16, Y1, Y1
-	VPSLLD    $16, Y2, Y2
-	VPSLLD    $16, Y3, Y3
-	VMOVUPS   Y0, (DI)
-	VMOVUPS   Y1, 32(DI)
-	VMOVUPS   Y2, 64(DI)
-	VMOVUPS   Y3, 96(DI)
+	WIDEN_BF16_32
 	ADDQ      $64, SI
 	ADDQ      $128, DI
 	SUBQ      $32, CX
@@ -225,12 +239,7 @@ dbx_loop:
 dbx_16:
 	TESTQ     CX, CX
 	JZ        dbx_done
-	VPMOVZXWD (SI), Y0
-	VPMOVZXWD 16(SI), Y1
-	VPSLLD    $16, Y0, Y0
-	VPSLLD    $16, Y1, Y1
-	VMOVUPS   Y0, (DI)
-	VMOVUPS   Y1, 32(DI)
+	WIDEN_BF16_16
 dbx_done:
 	VZEROUPPER
 	RET
@@ -245,12 +254,8 @@ TEXT ·decodeBF16MaxAVX2(SB), NOSPLIT, $0-28
 	MOVQ dst+0(FP), DI
 	MOVQ src+8(FP), SI
 	MOVQ n+16(FP), CX
-	MOVL $0x7fff7fff, AX
-	VMOVD AX, X4
-	VPBROADCASTD X4, Y4          // |x| of 16 words
-	MOVL $0x00800080, AX
-	VMOVD AX, X5
-	VPBROADCASTD X5, Y5          // + 0x80: Inf and NaN become negative words
+	BCASTD(0x7fff7fff, X4, Y4)          // |x| of 16 words
+	BCASTD(0x00800080, X5, Y5)          // + 0x80: Inf and NaN become negative words
 	VMOVDQA Y5, Y6               // running signed maxima (0x80: |x| = 0)
 	VMOVDQA Y5, Y7
 	CMPQ CX, $32
@@ -262,18 +267,7 @@ dbmx_loop:
 	VPADDW    Y5, Y9, Y9
 	VPMAXSW   Y8, Y6, Y6
 	VPMAXSW   Y9, Y7, Y7
-	VPMOVZXWD (SI), Y0
-	VPMOVZXWD 16(SI), Y1
-	VPMOVZXWD 32(SI), Y2
-	VPMOVZXWD 48(SI), Y3
-	VPSLLD    $16, Y0, Y0
-	VPSLLD    $16, Y1, Y1
-	VPSLLD    $16, Y2, Y2
-	VPSLLD    $16, Y3, Y3
-	VMOVUPS   Y0, (DI)
-	VMOVUPS   Y1, 32(DI)
-	VMOVUPS   Y2, 64(DI)
-	VMOVUPS   Y3, 96(DI)
+	WIDEN_BF16_32
 	ADDQ      $64, SI
 	ADDQ      $128, DI
 	SUBQ      $32, CX
@@ -285,12 +279,7 @@ dbmx_16:
 	VPAND     (SI), Y4, Y8
 	VPADDW    Y5, Y8, Y8
 	VPMAXSW   Y8, Y6, Y6
-	VPMOVZXWD (SI), Y0
-	VPMOVZXWD 16(SI), Y1
-	VPSLLD    $16, Y0, Y0
-	VPSLLD    $16, Y1, Y1
-	VMOVUPS   Y0, (DI)
-	VMOVUPS   Y1, 32(DI)
+	WIDEN_BF16_16
 dbmx_red:
 	VPMAXSW      Y7, Y6, Y6
 	VEXTRACTI128 $1, Y6, X7
@@ -317,18 +306,10 @@ TEXT ·decodeE4M3AVX2(SB), NOSPLIT, $0-24
 	MOVQ dst+0(FP), DI
 	MOVQ src+8(FP), SI
 	MOVQ n+16(FP), CX
-	MOVL $0xbfffbfff, AX
-	VMOVD AX, X3
-	VPBROADCASTD X3, Y3          // clears bit 14
-	MOVL $0x3f803f80, AX
-	VMOVD AX, X4
-	VPBROADCASTD X4, Y4          // magnitude bits 13..7
-	MOVL $0x3e803e80, AX
-	VMOVD AX, X6
-	VPBROADCASTD X6, Y6          // NaN fix-up
-	MOVL $0x43800000, AX
-	VMOVD AX, X7
-	VPBROADCASTD X7, Y7          // 256.0
+	BCASTD(0xbfffbfff, X3, Y3)          // clears bit 14
+	BCASTD(0x3f803f80, X4, Y4)          // magnitude bits 13..7
+	BCASTD(0x3e803e80, X6, Y6)          // NaN fix-up
+	BCASTD(0x43800000, X7, Y7)          // 256.0
 de_loop:
 	VPMOVSXBW    (SI), Y0        // 16 bytes -> sign-extended words
 	VPSLLW       $7, Y0, Y0
@@ -361,15 +342,9 @@ TEXT ·decodeE4M3x32AVX2(SB), NOSPLIT, $0-25
 	MOVQ dst+0(FP), DI
 	MOVQ src+8(FP), SI
 	MOVQ n+16(FP), CX
-	MOVL $0xbfffbfff, AX
-	VMOVD AX, X3
-	VPBROADCASTD X3, Y3          // clears bit 14
-	MOVL $0x43800000, AX
-	VMOVD AX, X5
-	VPBROADCASTD X5, Y5          // 256.0
-	MOVL $0x80808080, AX
-	VMOVD AX, X6
-	VPBROADCASTD X6, Y6          // 0x80 bytes
+	BCASTD(0xbfffbfff, X3, Y3)          // clears bit 14
+	BCASTD(0x43800000, X5, Y5)          // 256.0
+	BCASTD(0x80808080, X6, Y6)          // 0x80 bytes
 	VPXOR Y7, Y7, Y7             // unsigned maximum of byte | 0x80
 dc_loop:
 	VPOR         (SI), Y6, Y8

@@ -80,66 +80,64 @@ func TestEmulatedPrefillIndexing(t *testing.T) {
 // emuPrefillSchedule runs the work items of s as sparse_fwd.cu indexes
 // them, then the combine, and compares with the float64 reference.
 func emuPrefillSchedule(t *testing.T, c *prefillCase, s *plan.FwdSchedule) {
-	{
-		ps := newPartialSet()
-		qhpk := c.qhpk
-		for w := 0; w < int(s.WorkCount); w++ {
-			meta := s.Metadata[6*w : 6*w+6]
-			h, row, qBegin, qCount, b, jblk := int(meta[0]), int(meta[1]), int(meta[2]), int(meta[3]), int(meta[4]), int(meta[5])
-			q0 := int(c.cuQ[b])
-			seqlenQ := int(c.cuQ[b+1]) - q0
-			seqlenK := c.seqK(b) // paged: seqused_k = seqlen (test data)
-			t0 := jblk * c.blk
-			nkeys := min(c.blk, seqlenK-t0)
-			if nkeys <= 0 {
-				t.Fatalf("%s: item %d has an empty block", c.name, w)
-			}
-			base := h*c.csr.Stride + int(c.csr.RowPtr[h*(c.csr.TotalRows+1)+row]) + qBegin
-			for idx := 0; idx < qCount*qhpk; idx++ {
-				e := uint32(s.QSplit[base+idx/qhpk])
-				ql, slot := int(e&0xFFFFFF), int(e>>24)
-				hq := h*qhpk + idx%qhpk
-				qrow := q0 + ql
-				lim := seqlenK
-				if c.causal {
-					lim = min(lim, ql+seqlenK-seqlenQ+1)
-				}
-				lim = min(max(lim-t0, 0), nkeys)
-				var keys []int
-				for j := 0; j < lim; j++ {
-					keys = append(keys, c.kRow(b, t0+j, h))
-				}
-				o, lse, _ := attendRef(c.q.row(qrow*c.hq+hq), keys, c.k, c.v, float64(c.scale), 0)
-				ps.put((slot*c.totalQ+qrow)*c.hq+hq, o, lse)
-			}
+	ps := newPartialSet()
+	qhpk := c.qhpk
+	for w := 0; w < int(s.WorkCount); w++ {
+		meta := s.Metadata[6*w : 6*w+6]
+		h, row, qBegin, qCount, b, jblk := int(meta[0]), int(meta[1]), int(meta[2]), int(meta[3]), int(meta[4]), int(meta[5])
+		q0 := int(c.cuQ[b])
+		seqlenQ := int(c.cuQ[b+1]) - q0
+		seqlenK := c.seqK(b) // paged: seqused_k = seqlen (test data)
+		t0 := jblk * c.blk
+		nkeys := min(c.blk, seqlenK-t0)
+		if nkeys <= 0 {
+			t.Fatalf("%s: item %d has an empty block", c.name, w)
 		}
-		wantO, wantLSE, _ := c.refPrefill()
-		for q := 0; q < c.totalQ; q++ {
-			for hq := 0; hq < c.hq; hq++ {
-				n := int(s.SplitCounts[q*c.hkv+hq/qhpk])
-				var rows []int
-				for sl := 0; sl < n; sl++ {
-					r := (sl*c.totalQ+q)*c.hq + hq
-					if ps.written[r] != 1 {
-						t.Fatalf("%s: partial row of (slot %d, q %d, hq %d) written %d times", c.name, sl, q, hq, ps.written[r])
-					}
-					rows = append(rows, r)
+		base := h*c.csr.Stride + int(c.csr.RowPtr[h*(c.csr.TotalRows+1)+row]) + qBegin
+		for idx := 0; idx < qCount*qhpk; idx++ {
+			e := uint32(s.QSplit[base+idx/qhpk])
+			ql, slot := int(e&0xFFFFFF), int(e>>24)
+			hq := h*qhpk + idx%qhpk
+			qrow := q0 + ql
+			lim := seqlenK
+			if c.causal {
+				lim = min(lim, ql+seqlenK-seqlenQ+1)
+			}
+			lim = min(max(lim-t0, 0), nkeys)
+			var keys []int
+			for j := 0; j < lim; j++ {
+				keys = append(keys, c.kRow(b, t0+j, h))
+			}
+			o, lse, _ := attendRef(c.q.row(qrow*c.hq+hq), keys, c.k, c.v, float64(c.scale), 0)
+			ps.put((slot*c.totalQ+qrow)*c.hq+hq, o, lse)
+		}
+	}
+	wantO, wantLSE, _ := c.refPrefill()
+	for q := 0; q < c.totalQ; q++ {
+		for hq := 0; hq < c.hq; hq++ {
+			n := int(s.SplitCounts[q*c.hkv+hq/qhpk])
+			var rows []int
+			for sl := 0; sl < n; sl++ {
+				r := (sl*c.totalQ+q)*c.hq + hq
+				if ps.written[r] != 1 {
+					t.Fatalf("%s: partial row of (slot %d, q %d, hq %d) written %d times", c.name, sl, q, hq, ps.written[r])
 				}
-				o, lse := combineEmu(ps, rows, c.d)
-				r := q*c.hq + hq
-				if !(math.Abs(lse-wantLSE[r]) < 1e-9 || math.IsInf(lse, -1) && math.IsInf(wantLSE[r], -1)) {
-					t.Fatalf("%s: (q %d, hq %d) LSE %v, want %v", c.name, q, hq, lse, wantLSE[r])
-				}
-				for cc := 0; cc < c.d; cc++ {
-					if math.Abs(o[cc]-wantO[r*c.d+cc]) > 1e-9 {
-						t.Fatalf("%s: (q %d, hq %d) O[%d] %v, want %v", c.name, q, hq, cc, o[cc], wantO[r*c.d+cc])
-					}
+				rows = append(rows, r)
+			}
+			o, lse := combineEmu(ps, rows, c.d)
+			r := q*c.hq + hq
+			if !(math.Abs(lse-wantLSE[r]) < 1e-9 || math.IsInf(lse, -1) && math.IsInf(wantLSE[r], -1)) {
+				t.Fatalf("%s: (q %d, hq %d) LSE %v, want %v", c.name, q, hq, lse, wantLSE[r])
+			}
+			for cc := 0; cc < c.d; cc++ {
+				if math.Abs(o[cc]-wantO[r*c.d+cc]) > 1e-9 {
+					t.Fatalf("%s: (q %d, hq %d) O[%d] %v, want %v", c.name, q, hq, cc, o[cc], wantO[r*c.d+cc])
 				}
 			}
 		}
-		if len(ps.written) == 0 {
-			t.Fatalf("%s: nothing written", c.name)
-		}
+	}
+	if len(ps.written) == 0 {
+		t.Fatalf("%s: nothing written", c.name)
 	}
 }
 

@@ -579,13 +579,12 @@ func SplitForOccupancy(wins []FwdWindow, qhpk, tileRows, ctas int) []FwdWindow {
 		for j := 0; j < n; j++ {
 			total += int(w.Sched.Metadata[j*plan.MetaFields+plan.MetaQCount])
 		}
-		want := ctas
-		if n >= want || total == 0 {
+		if n >= ctas || total == 0 {
 			continue
 		}
-		piece := (total + want - 1) / want
+		piece := (total + ctas - 1) / ctas
 		piece = (piece + g - 1) / g * g
-		meta := make([]int32, 0, (n+want)*plan.MetaFields)
+		meta := make([]int32, 0, (n+ctas)*plan.MetaFields)
 		for j := 0; j < n; j++ {
 			m := w.Sched.Metadata[j*plan.MetaFields : (j+1)*plan.MetaFields]
 			beg, cnt := int(m[plan.MetaQBegin]), int(m[plan.MetaQCount])

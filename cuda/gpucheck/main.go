@@ -126,7 +126,6 @@ func main() {
 		r.decode(c, uint64(i+1))
 	}
 	r.timings(*quick)
-	r.begin("")
 	if err := r.write(*out, header, time.Since(start)); err != nil {
 		fmt.Fprintf(os.Stderr, "gpucheck: writing the report: %v\n", err)
 		os.Exit(1)
@@ -239,14 +238,14 @@ func (r *report) out(name, kernels string, d check.Diff, det bool, err error) {
 	r.md = append(r.md, fmt.Sprintf("| %s | %s | %.2e | %.2e | %d | %v | %s |", name, kernels, d.MaxRelO, d.MaxRelLSE, d.Masked, det, status))
 }
 
-// begin marks the start of a case's GPU work for the watchdog ("" when
-// none is in flight) and rewrites the report with the cases so far, so
-// that a run killed from outside still leaves one.
+// begin marks the start of a case's GPU work for the watchdog; begin("")
+// marks its end and rewrites the report with the cases so far, so that a
+// run killed from outside still leaves one.
 func (r *report) begin(name string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.caseName, r.caseFrom = name, time.Now()
-	if r.dir != "" && r.header != "" {
+	if name == "" && r.dir != "" && r.header != "" {
 		if err := r.write(r.dir, r.header, time.Since(r.start)); err != nil {
 			fmt.Fprintf(os.Stderr, "gpucheck: writing the report: %v\n", err)
 		}

@@ -908,3 +908,9 @@ func peakbf16(iters int)
 
 //go:noescape
 func peak256(iters int)
+
+//go:noescape
+func peakBcst512(iters int, buf *float32)
+
+//go:noescape
+func peakLoad512(iters int, buf *float32)

@@ -51,6 +51,34 @@ func lanesPVT(p *float32, v *float32, ldv uintptr, n int, o *float32, alpha *flo
 //go:noescape
 func lanesQKT512(qT *float32, k *float32, ldk uintptr, d int, s *float32, n int, pf *lanesPrefetch, cv *lanesConv)
 
+// lanesQKT512d64, lanesQKT512d128 and lanesQKT512d256 are lanesQKT512 for
+// d = 64, 128 and 256 with ldk = 4*d built in (ldk and d must be those
+// values): each key row is a displacement from one base register instead
+// of an indexed operand. Same products in the same order.
+//
+//go:noescape
+func lanesQKT512d64(qT *float32, k *float32, ldk uintptr, d int, s *float32, n int, pf *lanesPrefetch, cv *lanesConv)
+
+//go:noescape
+func lanesQKT512d128(qT *float32, k *float32, ldk uintptr, d int, s *float32, n int, pf *lanesPrefetch, cv *lanesConv)
+
+//go:noescape
+func lanesQKT512d256(qT *float32, k *float32, ldk uintptr, d int, s *float32, n int, pf *lanesPrefetch, cv *lanesConv)
+
+// qkt512For returns the AVX-512 Q.K kernel for head dimension d and key
+// rows 4*d bytes apart.
+func qkt512For(d int) func(qT *float32, k *float32, ldk uintptr, d int, s *float32, n int, pf *lanesPrefetch, cv *lanesConv) {
+	switch d {
+	case 64:
+		return lanesQKT512d64
+	case 128:
+		return lanesQKT512d128
+	case 256:
+		return lanesQKT512d256
+	}
+	return lanesQKT512
+}
+
 // lanesSoftmax512 is the vertical online softmax of n >= 1 score vectors
 // s (16 floats each, lane r = row r, overwritten with P^T) with the lane
 // state st: per lane r, s = scale*s with keys i >= valid[r] masked to
@@ -196,7 +224,7 @@ func lanesQKRange(l *Lanes, k []float32, i0, i1 int) {
 		lanesQKT(&l.qT[0], &k[0], ld, l.d, &l.s[i0*16], i1-i0, &l.pfK)
 		return
 	}
-	lanesQKT512(&l.qT[0], &k[0], ld, l.d, &l.s[i0*16], i1-i0, &l.pfK, l.conv())
+	qkt512For(l.d)(&l.qT[0], &k[0], ld, l.d, &l.s[i0*16], i1-i0, &l.pfK, l.conv())
 }
 
 // lanesPVRange adds keys [i0, i1) to O (v holds their value rows,

@@ -769,6 +769,2223 @@ keys0:
 	VZEROUPPER
 	RET
 
+// func lanesQKT512d64(qT *float32, k *float32, ldk uintptr, d int, s *float32, n int, pf *lanesPrefetch, cv *lanesConv)
+TEXT ·lanesQKT512d64(SB), NOSPLIT, $0-64
+	MOVQ pf+48(FP), DX
+	MOVQ 0(DX), R12 // prefetch cursor
+	MOVQ 8(DX), R13 // its step per iteration
+	MOVQ 16(DX), R14 // its last line
+	MOVQ cv+56(FP), R15 // side conversion job
+	MOVQ 40(R15), DX
+	VMOVDQU64 256(DX), Z12 // e4m3 dword permutation
+	VPXORD Z13, Z13, Z13
+	MOVQ k+8(FP), SI
+	MOVQ ldk+16(FP), R8
+	MOVQ s+32(FP), BX
+	MOVQ n+40(FP), R11
+	LEAQ (R8)(R8*2), R9 // 3*ldk
+keys12:
+	CMPQ R11, $12
+	JLT keys8
+	MOVQ qT+0(FP), AX
+	MOVQ d+24(FP), CX
+	SHRQ $2, CX // column steps of 4
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	VXORPS Z6, Z6, Z6
+	VXORPS Z7, Z7, Z7
+	VXORPS Z8, Z8, Z8
+	VXORPS Z9, Z9, Z9
+	VXORPS Z10, Z10, Z10
+	VXORPS Z11, Z11, Z11
+qk12:
+	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
+	ADDQ R13, R12
+	CMPQ R12, R14
+	CMOVQGT R14, R12 // stay on the last line
+	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
+	ADDQ R13, R12
+	CMPQ R12, R14
+	CMOVQGT R14, R12 // stay on the last line
+	DECQ 24(R15) // side conversion: countdown
+	JNZ qk12cv
+	MOVQ 32(R15), DX
+	MOVQ DX, 24(R15) // next unit after per iterations
+	CMPQ 16(R15), $0
+	JEQ qk12cv
+	DECQ 16(R15)
+	CMPQ 48(R15), $0
+	JNE qk12cvbf
+	MOVQ 0(R15), DX // e4m3 source
+	VPERMD (DX), Z12, Z14 // bytes in unpack order
+	MOVQ 40(R15), DX // tables
+	VMOVDQU64 (DX), Z15
+	VPERMT2B 64(DX), Z14, Z15 // byte 2 of each float32
+	VMOVDQU64 128(DX), Z16
+	VPERMT2B 192(DX), Z14, Z16 // byte 3 without the sign
+	VPTERNLOGD.BCST $0xf8, 320(DX), Z14, Z16 // |= the sign
+	VPUNPCKLBW Z16, Z15, Z17 // words b2 | b3 << 8
+	VPUNPCKHBW Z16, Z15, Z18
+	MOVQ 8(R15), DX // float32 destination
+	VPUNPCKLWD Z17, Z13, Z14 // dwords word << 16
+	VPUNPCKHWD Z17, Z13, Z15
+	VPUNPCKLWD Z18, Z13, Z16
+	VPUNPCKHWD Z18, Z13, Z17
+	VMOVDQU64 Z14, 0(DX)
+	VMOVDQU64 Z15, 64(DX)
+	VMOVDQU64 Z16, 128(DX)
+	VMOVDQU64 Z17, 192(DX)
+	ADDQ $64, 0(R15)
+	JMP qk12cvadv
+qk12cvbf:
+	CMPQ 48(R15), $1
+	JNE qk12cvbm
+	MOVQ 0(R15), DX // bf16 source
+	VPMOVZXWD 0(DX), Z14
+	VPMOVZXWD 32(DX), Z15
+	VPMOVZXWD 64(DX), Z16
+	VPMOVZXWD 96(DX), Z17
+	MOVQ 8(R15), DX // float32 destination
+	VPSLLD $16, Z14, Z14
+	VMOVDQU64 Z14, 0(DX)
+	VPSLLD $16, Z15, Z15
+	VMOVDQU64 Z15, 64(DX)
+	VPSLLD $16, Z16, Z16
+	VMOVDQU64 Z16, 128(DX)
+	VPSLLD $16, Z17, Z17
+	VMOVDQU64 Z17, 192(DX)
+	JMP qk12cvbadv
+qk12cvbm:
+	MOVQ 0(R15), DX // bf16 source
+	VPMOVZXWD 0(DX), Z14
+	VPMOVZXWD 32(DX), Z15
+	VPMOVZXWD 64(DX), Z16
+	VPMOVZXWD 96(DX), Z17
+	MOVQ 8(R15), DX // float32 destination
+	VPSLLD $16, Z14, Z14
+	VMOVDQU64 Z14, 0(DX)
+	VPSLLD $16, Z15, Z15
+	VMOVDQU64 Z15, 64(DX)
+	VPSLLD $16, Z16, Z16
+	VMOVDQU64 Z16, 128(DX)
+	VPSLLD $16, Z17, Z17
+	VMOVDQU64 Z17, 192(DX)
+	VMOVDQU32 64(R15), Z18 // running finite maximum
+	VPANDD.BCST ·lanesc+64(SB), Z14, Z14 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z14, K1 // finite
+	VPMAXUD Z14, Z18, K1, Z18
+	VPANDD.BCST ·lanesc+64(SB), Z15, Z15 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z15, K1 // finite
+	VPMAXUD Z15, Z18, K1, Z18
+	VPANDD.BCST ·lanesc+64(SB), Z16, Z16 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z16, K1 // finite
+	VPMAXUD Z16, Z18, K1, Z18
+	VPANDD.BCST ·lanesc+64(SB), Z17, Z17 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z17, K1 // finite
+	VPMAXUD Z17, Z18, K1, Z18
+	VMOVDQU32 Z18, 64(R15)
+qk12cvbadv:
+	ADDQ $128, 0(R15)
+qk12cvadv:
+	ADDQ $256, 8(R15)
+qk12cv:
+	VMOVUPS 0(AX), Z28 // Q^T[c+0]
+	VMOVUPS 64(AX), Z29 // Q^T[c+1]
+	VMOVUPS 128(AX), Z30 // Q^T[c+2]
+	VMOVUPS 192(AX), Z31 // Q^T[c+3]
+	VFMADD231PS.BCST 0(SI), Z28, Z0 // K[0][c+0]
+	VFMADD231PS.BCST 256(SI), Z28, Z1 // K[1][c+0]
+	VFMADD231PS.BCST 512(SI), Z28, Z2 // K[2][c+0]
+	VFMADD231PS.BCST 768(SI), Z28, Z3 // K[3][c+0]
+	VFMADD231PS.BCST 1024(SI), Z28, Z4 // K[4][c+0]
+	VFMADD231PS.BCST 1280(SI), Z28, Z5 // K[5][c+0]
+	VFMADD231PS.BCST 1536(SI), Z28, Z6 // K[6][c+0]
+	VFMADD231PS.BCST 1792(SI), Z28, Z7 // K[7][c+0]
+	VFMADD231PS.BCST 2048(SI), Z28, Z8 // K[8][c+0]
+	VFMADD231PS.BCST 2304(SI), Z28, Z9 // K[9][c+0]
+	VFMADD231PS.BCST 2560(SI), Z28, Z10 // K[10][c+0]
+	VFMADD231PS.BCST 2816(SI), Z28, Z11 // K[11][c+0]
+	VFMADD231PS.BCST 4(SI), Z29, Z0 // K[0][c+1]
+	VFMADD231PS.BCST 260(SI), Z29, Z1 // K[1][c+1]
+	VFMADD231PS.BCST 516(SI), Z29, Z2 // K[2][c+1]
+	VFMADD231PS.BCST 772(SI), Z29, Z3 // K[3][c+1]
+	VFMADD231PS.BCST 1028(SI), Z29, Z4 // K[4][c+1]
+	VFMADD231PS.BCST 1284(SI), Z29, Z5 // K[5][c+1]
+	VFMADD231PS.BCST 1540(SI), Z29, Z6 // K[6][c+1]
+	VFMADD231PS.BCST 1796(SI), Z29, Z7 // K[7][c+1]
+	VFMADD231PS.BCST 2052(SI), Z29, Z8 // K[8][c+1]
+	VFMADD231PS.BCST 2308(SI), Z29, Z9 // K[9][c+1]
+	VFMADD231PS.BCST 2564(SI), Z29, Z10 // K[10][c+1]
+	VFMADD231PS.BCST 2820(SI), Z29, Z11 // K[11][c+1]
+	VFMADD231PS.BCST 8(SI), Z30, Z0 // K[0][c+2]
+	VFMADD231PS.BCST 264(SI), Z30, Z1 // K[1][c+2]
+	VFMADD231PS.BCST 520(SI), Z30, Z2 // K[2][c+2]
+	VFMADD231PS.BCST 776(SI), Z30, Z3 // K[3][c+2]
+	VFMADD231PS.BCST 1032(SI), Z30, Z4 // K[4][c+2]
+	VFMADD231PS.BCST 1288(SI), Z30, Z5 // K[5][c+2]
+	VFMADD231PS.BCST 1544(SI), Z30, Z6 // K[6][c+2]
+	VFMADD231PS.BCST 1800(SI), Z30, Z7 // K[7][c+2]
+	VFMADD231PS.BCST 2056(SI), Z30, Z8 // K[8][c+2]
+	VFMADD231PS.BCST 2312(SI), Z30, Z9 // K[9][c+2]
+	VFMADD231PS.BCST 2568(SI), Z30, Z10 // K[10][c+2]
+	VFMADD231PS.BCST 2824(SI), Z30, Z11 // K[11][c+2]
+	VFMADD231PS.BCST 12(SI), Z31, Z0 // K[0][c+3]
+	VFMADD231PS.BCST 268(SI), Z31, Z1 // K[1][c+3]
+	VFMADD231PS.BCST 524(SI), Z31, Z2 // K[2][c+3]
+	VFMADD231PS.BCST 780(SI), Z31, Z3 // K[3][c+3]
+	VFMADD231PS.BCST 1036(SI), Z31, Z4 // K[4][c+3]
+	VFMADD231PS.BCST 1292(SI), Z31, Z5 // K[5][c+3]
+	VFMADD231PS.BCST 1548(SI), Z31, Z6 // K[6][c+3]
+	VFMADD231PS.BCST 1804(SI), Z31, Z7 // K[7][c+3]
+	VFMADD231PS.BCST 2060(SI), Z31, Z8 // K[8][c+3]
+	VFMADD231PS.BCST 2316(SI), Z31, Z9 // K[9][c+3]
+	VFMADD231PS.BCST 2572(SI), Z31, Z10 // K[10][c+3]
+	VFMADD231PS.BCST 2828(SI), Z31, Z11 // K[11][c+3]
+	ADDQ $256, AX
+	ADDQ $16, SI
+	DECQ CX
+	JNZ qk12
+	MOVQ d+24(FP), CX
+	SHLQ $2, CX
+	SUBQ CX, SI // back to the group's first key
+	VMOVUPS Z0, 0(BX)
+	VMOVUPS Z1, 64(BX)
+	VMOVUPS Z2, 128(BX)
+	VMOVUPS Z3, 192(BX)
+	VMOVUPS Z4, 256(BX)
+	VMOVUPS Z5, 320(BX)
+	VMOVUPS Z6, 384(BX)
+	VMOVUPS Z7, 448(BX)
+	VMOVUPS Z8, 512(BX)
+	VMOVUPS Z9, 576(BX)
+	VMOVUPS Z10, 640(BX)
+	VMOVUPS Z11, 704(BX)
+	ADDQ $768, BX
+	SUBQ $12, R11
+	LEAQ (SI)(R9*4), SI // 12 keys on
+	JMP keys12
+keys8:
+	CMPQ R11, $8
+	JLT keys4
+	MOVQ qT+0(FP), AX
+	MOVQ d+24(FP), CX
+	SHRQ $2, CX // column steps of 4
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	VXORPS Z6, Z6, Z6
+	VXORPS Z7, Z7, Z7
+qk8:
+	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
+	ADDQ R13, R12
+	CMPQ R12, R14
+	CMOVQGT R14, R12 // stay on the last line
+	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
+	ADDQ R13, R12
+	CMPQ R12, R14
+	CMOVQGT R14, R12 // stay on the last line
+	DECQ 24(R15) // side conversion: countdown
+	JNZ qk8cv
+	MOVQ 32(R15), DX
+	MOVQ DX, 24(R15) // next unit after per iterations
+	CMPQ 16(R15), $0
+	JEQ qk8cv
+	DECQ 16(R15)
+	CMPQ 48(R15), $0
+	JNE qk8cvbf
+	MOVQ 0(R15), DX // e4m3 source
+	VPERMD (DX), Z12, Z14 // bytes in unpack order
+	MOVQ 40(R15), DX // tables
+	VMOVDQU64 (DX), Z15
+	VPERMT2B 64(DX), Z14, Z15 // byte 2 of each float32
+	VMOVDQU64 128(DX), Z16
+	VPERMT2B 192(DX), Z14, Z16 // byte 3 without the sign
+	VPTERNLOGD.BCST $0xf8, 320(DX), Z14, Z16 // |= the sign
+	VPUNPCKLBW Z16, Z15, Z17 // words b2 | b3 << 8
+	VPUNPCKHBW Z16, Z15, Z18
+	MOVQ 8(R15), DX // float32 destination
+	VPUNPCKLWD Z17, Z13, Z14 // dwords word << 16
+	VPUNPCKHWD Z17, Z13, Z15
+	VPUNPCKLWD Z18, Z13, Z16
+	VPUNPCKHWD Z18, Z13, Z17
+	VMOVDQU64 Z14, 0(DX)
+	VMOVDQU64 Z15, 64(DX)
+	VMOVDQU64 Z16, 128(DX)
+	VMOVDQU64 Z17, 192(DX)
+	ADDQ $64, 0(R15)
+	JMP qk8cvadv
+qk8cvbf:
+	CMPQ 48(R15), $1
+	JNE qk8cvbm
+	MOVQ 0(R15), DX // bf16 source
+	VPMOVZXWD 0(DX), Z14
+	VPMOVZXWD 32(DX), Z15
+	VPMOVZXWD 64(DX), Z16
+	VPMOVZXWD 96(DX), Z17
+	MOVQ 8(R15), DX // float32 destination
+	VPSLLD $16, Z14, Z14
+	VMOVDQU64 Z14, 0(DX)
+	VPSLLD $16, Z15, Z15
+	VMOVDQU64 Z15, 64(DX)
+	VPSLLD $16, Z16, Z16
+	VMOVDQU64 Z16, 128(DX)
+	VPSLLD $16, Z17, Z17
+	VMOVDQU64 Z17, 192(DX)
+	JMP qk8cvbadv
+qk8cvbm:
+	MOVQ 0(R15), DX // bf16 source
+	VPMOVZXWD 0(DX), Z14
+	VPMOVZXWD 32(DX), Z15
+	VPMOVZXWD 64(DX), Z16
+	VPMOVZXWD 96(DX), Z17
+	MOVQ 8(R15), DX // float32 destination
+	VPSLLD $16, Z14, Z14
+	VMOVDQU64 Z14, 0(DX)
+	VPSLLD $16, Z15, Z15
+	VMOVDQU64 Z15, 64(DX)
+	VPSLLD $16, Z16, Z16
+	VMOVDQU64 Z16, 128(DX)
+	VPSLLD $16, Z17, Z17
+	VMOVDQU64 Z17, 192(DX)
+	VMOVDQU32 64(R15), Z18 // running finite maximum
+	VPANDD.BCST ·lanesc+64(SB), Z14, Z14 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z14, K1 // finite
+	VPMAXUD Z14, Z18, K1, Z18
+	VPANDD.BCST ·lanesc+64(SB), Z15, Z15 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z15, K1 // finite
+	VPMAXUD Z15, Z18, K1, Z18
+	VPANDD.BCST ·lanesc+64(SB), Z16, Z16 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z16, K1 // finite
+	VPMAXUD Z16, Z18, K1, Z18
+	VPANDD.BCST ·lanesc+64(SB), Z17, Z17 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z17, K1 // finite
+	VPMAXUD Z17, Z18, K1, Z18
+	VMOVDQU32 Z18, 64(R15)
+qk8cvbadv:
+	ADDQ $128, 0(R15)
+qk8cvadv:
+	ADDQ $256, 8(R15)
+qk8cv:
+	VMOVUPS 0(AX), Z28 // Q^T[c+0]
+	VMOVUPS 64(AX), Z29 // Q^T[c+1]
+	VMOVUPS 128(AX), Z30 // Q^T[c+2]
+	VMOVUPS 192(AX), Z31 // Q^T[c+3]
+	VFMADD231PS.BCST 0(SI), Z28, Z0 // K[0][c+0]
+	VFMADD231PS.BCST 256(SI), Z28, Z1 // K[1][c+0]
+	VFMADD231PS.BCST 512(SI), Z28, Z2 // K[2][c+0]
+	VFMADD231PS.BCST 768(SI), Z28, Z3 // K[3][c+0]
+	VFMADD231PS.BCST 1024(SI), Z28, Z4 // K[4][c+0]
+	VFMADD231PS.BCST 1280(SI), Z28, Z5 // K[5][c+0]
+	VFMADD231PS.BCST 1536(SI), Z28, Z6 // K[6][c+0]
+	VFMADD231PS.BCST 1792(SI), Z28, Z7 // K[7][c+0]
+	VFMADD231PS.BCST 4(SI), Z29, Z0 // K[0][c+1]
+	VFMADD231PS.BCST 260(SI), Z29, Z1 // K[1][c+1]
+	VFMADD231PS.BCST 516(SI), Z29, Z2 // K[2][c+1]
+	VFMADD231PS.BCST 772(SI), Z29, Z3 // K[3][c+1]
+	VFMADD231PS.BCST 1028(SI), Z29, Z4 // K[4][c+1]
+	VFMADD231PS.BCST 1284(SI), Z29, Z5 // K[5][c+1]
+	VFMADD231PS.BCST 1540(SI), Z29, Z6 // K[6][c+1]
+	VFMADD231PS.BCST 1796(SI), Z29, Z7 // K[7][c+1]
+	VFMADD231PS.BCST 8(SI), Z30, Z0 // K[0][c+2]
+	VFMADD231PS.BCST 264(SI), Z30, Z1 // K[1][c+2]
+	VFMADD231PS.BCST 520(SI), Z30, Z2 // K[2][c+2]
+	VFMADD231PS.BCST 776(SI), Z30, Z3 // K[3][c+2]
+	VFMADD231PS.BCST 1032(SI), Z30, Z4 // K[4][c+2]
+	VFMADD231PS.BCST 1288(SI), Z30, Z5 // K[5][c+2]
+	VFMADD231PS.BCST 1544(SI), Z30, Z6 // K[6][c+2]
+	VFMADD231PS.BCST 1800(SI), Z30, Z7 // K[7][c+2]
+	VFMADD231PS.BCST 12(SI), Z31, Z0 // K[0][c+3]
+	VFMADD231PS.BCST 268(SI), Z31, Z1 // K[1][c+3]
+	VFMADD231PS.BCST 524(SI), Z31, Z2 // K[2][c+3]
+	VFMADD231PS.BCST 780(SI), Z31, Z3 // K[3][c+3]
+	VFMADD231PS.BCST 1036(SI), Z31, Z4 // K[4][c+3]
+	VFMADD231PS.BCST 1292(SI), Z31, Z5 // K[5][c+3]
+	VFMADD231PS.BCST 1548(SI), Z31, Z6 // K[6][c+3]
+	VFMADD231PS.BCST 1804(SI), Z31, Z7 // K[7][c+3]
+	ADDQ $256, AX
+	ADDQ $16, SI
+	DECQ CX
+	JNZ qk8
+	MOVQ d+24(FP), CX
+	SHLQ $2, CX
+	SUBQ CX, SI // back to the group's first key
+	VMOVUPS Z0, 0(BX)
+	VMOVUPS Z1, 64(BX)
+	VMOVUPS Z2, 128(BX)
+	VMOVUPS Z3, 192(BX)
+	VMOVUPS Z4, 256(BX)
+	VMOVUPS Z5, 320(BX)
+	VMOVUPS Z6, 384(BX)
+	VMOVUPS Z7, 448(BX)
+	ADDQ $512, BX
+	SUBQ $8, R11
+	LEAQ (SI)(R8*8), SI
+keys4:
+	CMPQ R11, $4
+	JLT keys2
+	MOVQ qT+0(FP), AX
+	MOVQ d+24(FP), CX
+	SHRQ $2, CX // column steps of 4
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+qk4:
+	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
+	ADDQ R13, R12
+	CMPQ R12, R14
+	CMOVQGT R14, R12 // stay on the last line
+	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
+	ADDQ R13, R12
+	CMPQ R12, R14
+	CMOVQGT R14, R12 // stay on the last line
+	DECQ 24(R15) // side conversion: countdown
+	JNZ qk4cv
+	MOVQ 32(R15), DX
+	MOVQ DX, 24(R15) // next unit after per iterations
+	CMPQ 16(R15), $0
+	JEQ qk4cv
+	DECQ 16(R15)
+	CMPQ 48(R15), $0
+	JNE qk4cvbf
+	MOVQ 0(R15), DX // e4m3 source
+	VPERMD (DX), Z12, Z14 // bytes in unpack order
+	MOVQ 40(R15), DX // tables
+	VMOVDQU64 (DX), Z15
+	VPERMT2B 64(DX), Z14, Z15 // byte 2 of each float32
+	VMOVDQU64 128(DX), Z16
+	VPERMT2B 192(DX), Z14, Z16 // byte 3 without the sign
+	VPTERNLOGD.BCST $0xf8, 320(DX), Z14, Z16 // |= the sign
+	VPUNPCKLBW Z16, Z15, Z17 // words b2 | b3 << 8
+	VPUNPCKHBW Z16, Z15, Z18
+	MOVQ 8(R15), DX // float32 destination
+	VPUNPCKLWD Z17, Z13, Z14 // dwords word << 16
+	VPUNPCKHWD Z17, Z13, Z15
+	VPUNPCKLWD Z18, Z13, Z16
+	VPUNPCKHWD Z18, Z13, Z17
+	VMOVDQU64 Z14, 0(DX)
+	VMOVDQU64 Z15, 64(DX)
+	VMOVDQU64 Z16, 128(DX)
+	VMOVDQU64 Z17, 192(DX)
+	ADDQ $64, 0(R15)
+	JMP qk4cvadv
+qk4cvbf:
+	CMPQ 48(R15), $1
+	JNE qk4cvbm
+	MOVQ 0(R15), DX // bf16 source
+	VPMOVZXWD 0(DX), Z14
+	VPMOVZXWD 32(DX), Z15
+	VPMOVZXWD 64(DX), Z16
+	VPMOVZXWD 96(DX), Z17
+	MOVQ 8(R15), DX // float32 destination
+	VPSLLD $16, Z14, Z14
+	VMOVDQU64 Z14, 0(DX)
+	VPSLLD $16, Z15, Z15
+	VMOVDQU64 Z15, 64(DX)
+	VPSLLD $16, Z16, Z16
+	VMOVDQU64 Z16, 128(DX)
+	VPSLLD $16, Z17, Z17
+	VMOVDQU64 Z17, 192(DX)
+	JMP qk4cvbadv
+qk4cvbm:
+	MOVQ 0(R15), DX // bf16 source
+	VPMOVZXWD 0(DX), Z14
+	VPMOVZXWD 32(DX), Z15
+	VPMOVZXWD 64(DX), Z16
+	VPMOVZXWD 96(DX), Z17
+	MOVQ 8(R15), DX // float32 destination
+	VPSLLD $16, Z14, Z14
+	VMOVDQU64 Z14, 0(DX)
+	VPSLLD $16, Z15, Z15
+	VMOVDQU64 Z15, 64(DX)
+	VPSLLD $16, Z16, Z16
+	VMOVDQU64 Z16, 128(DX)
+	VPSLLD $16, Z17, Z17
+	VMOVDQU64 Z17, 192(DX)
+	VMOVDQU32 64(R15), Z18 // running finite maximum
+	VPANDD.BCST ·lanesc+64(SB), Z14, Z14 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z14, K1 // finite
+	VPMAXUD Z14, Z18, K1, Z18
+	VPANDD.BCST ·lanesc+64(SB), Z15, Z15 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z15, K1 // finite
+	VPMAXUD Z15, Z18, K1, Z18
+	VPANDD.BCST ·lanesc+64(SB), Z16, Z16 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z16, K1 // finite
+	VPMAXUD Z16, Z18, K1, Z18
+	VPANDD.BCST ·lanesc+64(SB), Z17, Z17 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z17, K1 // finite
+	VPMAXUD Z17, Z18, K1, Z18
+	VMOVDQU32 Z18, 64(R15)
+qk4cvbadv:
+	ADDQ $128, 0(R15)
+qk4cvadv:
+	ADDQ $256, 8(R15)
+qk4cv:
+	VMOVUPS 0(AX), Z28 // Q^T[c+0]
+	VMOVUPS 64(AX), Z29 // Q^T[c+1]
+	VMOVUPS 128(AX), Z30 // Q^T[c+2]
+	VMOVUPS 192(AX), Z31 // Q^T[c+3]
+	VFMADD231PS.BCST 0(SI), Z28, Z0 // K[0][c+0]
+	VFMADD231PS.BCST 256(SI), Z28, Z1 // K[1][c+0]
+	VFMADD231PS.BCST 512(SI), Z28, Z2 // K[2][c+0]
+	VFMADD231PS.BCST 768(SI), Z28, Z3 // K[3][c+0]
+	VFMADD231PS.BCST 4(SI), Z29, Z0 // K[0][c+1]
+	VFMADD231PS.BCST 260(SI), Z29, Z1 // K[1][c+1]
+	VFMADD231PS.BCST 516(SI), Z29, Z2 // K[2][c+1]
+	VFMADD231PS.BCST 772(SI), Z29, Z3 // K[3][c+1]
+	VFMADD231PS.BCST 8(SI), Z30, Z0 // K[0][c+2]
+	VFMADD231PS.BCST 264(SI), Z30, Z1 // K[1][c+2]
+	VFMADD231PS.BCST 520(SI), Z30, Z2 // K[2][c+2]
+	VFMADD231PS.BCST 776(SI), Z30, Z3 // K[3][c+2]
+	VFMADD231PS.BCST 12(SI), Z31, Z0 // K[0][c+3]
+	VFMADD231PS.BCST 268(SI), Z31, Z1 // K[1][c+3]
+	VFMADD231PS.BCST 524(SI), Z31, Z2 // K[2][c+3]
+	VFMADD231PS.BCST 780(SI), Z31, Z3 // K[3][c+3]
+	ADDQ $256, AX
+	ADDQ $16, SI
+	DECQ CX
+	JNZ qk4
+	MOVQ d+24(FP), CX
+	SHLQ $2, CX
+	SUBQ CX, SI // back to the group's first key
+	VMOVUPS Z0, 0(BX)
+	VMOVUPS Z1, 64(BX)
+	VMOVUPS Z2, 128(BX)
+	VMOVUPS Z3, 192(BX)
+	ADDQ $256, BX
+	SUBQ $4, R11
+	LEAQ (SI)(R8*4), SI
+keys2:
+	CMPQ R11, $2
+	JLT keys1
+	MOVQ qT+0(FP), AX
+	MOVQ d+24(FP), CX
+	SHRQ $2, CX // column steps of 4
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+qk2:
+	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
+	ADDQ R13, R12
+	CMPQ R12, R14
+	CMOVQGT R14, R12 // stay on the last line
+	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
+	ADDQ R13, R12
+	CMPQ R12, R14
+	CMOVQGT R14, R12 // stay on the last line
+	DECQ 24(R15) // side conversion: countdown
+	JNZ qk2cv
+	MOVQ 32(R15), DX
+	MOVQ DX, 24(R15) // next unit after per iterations
+	CMPQ 16(R15), $0
+	JEQ qk2cv
+	DECQ 16(R15)
+	CMPQ 48(R15), $0
+	JNE qk2cvbf
+	MOVQ 0(R15), DX // e4m3 source
+	VPERMD (DX), Z12, Z14 // bytes in unpack order
+	MOVQ 40(R15), DX // tables
+	VMOVDQU64 (DX), Z15
+	VPERMT2B 64(DX), Z14, Z15 // byte 2 of each float32
+	VMOVDQU64 128(DX), Z16
+	VPERMT2B 192(DX), Z14, Z16 // byte 3 without the sign
+	VPTERNLOGD.BCST $0xf8, 320(DX), Z14, Z16 // |= the sign
+	VPUNPCKLBW Z16, Z15, Z17 // words b2 | b3 << 8
+	VPUNPCKHBW Z16, Z15, Z18
+	MOVQ 8(R15), DX // float32 destination
+	VPUNPCKLWD Z17, Z13, Z14 // dwords word << 16
+	VPUNPCKHWD Z17, Z13, Z15
+	VPUNPCKLWD Z18, Z13, Z16
+	VPUNPCKHWD Z18, Z13, Z17
+	VMOVDQU64 Z14, 0(DX)
+	VMOVDQU64 Z15, 64(DX)
+	VMOVDQU64 Z16, 128(DX)
+	VMOVDQU64 Z17, 192(DX)
+	ADDQ $64, 0(R15)
+	JMP qk2cvadv
+qk2cvbf:
+	CMPQ 48(R15), $1
+	JNE qk2cvbm
+	MOVQ 0(R15), DX // bf16 source
+	VPMOVZXWD 0(DX), Z14
+	VPMOVZXWD 32(DX), Z15
+	VPMOVZXWD 64(DX), Z16
+	VPMOVZXWD 96(DX), Z17
+	MOVQ 8(R15), DX // float32 destination
+	VPSLLD $16, Z14, Z14
+	VMOVDQU64 Z14, 0(DX)
+	VPSLLD $16, Z15, Z15
+	VMOVDQU64 Z15, 64(DX)
+	VPSLLD $16, Z16, Z16
+	VMOVDQU64 Z16, 128(DX)
+	VPSLLD $16, Z17, Z17
+	VMOVDQU64 Z17, 192(DX)
+	JMP qk2cvbadv
+qk2cvbm:
+	MOVQ 0(R15), DX // bf16 source
+	VPMOVZXWD 0(DX), Z14
+	VPMOVZXWD 32(DX), Z15
+	VPMOVZXWD 64(DX), Z16
+	VPMOVZXWD 96(DX), Z17
+	MOVQ 8(R15), DX // float32 destination
+	VPSLLD $16, Z14, Z14
+	VMOVDQU64 Z14, 0(DX)
+	VPSLLD $16, Z15, Z15
+	VMOVDQU64 Z15, 64(DX)
+	VPSLLD $16, Z16, Z16
+	VMOVDQU64 Z16, 128(DX)
+	VPSLLD $16, Z17, Z17
+	VMOVDQU64 Z17, 192(DX)
+	VMOVDQU32 64(R15), Z18 // running finite maximum
+	VPANDD.BCST ·lanesc+64(SB), Z14, Z14 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z14, K1 // finite
+	VPMAXUD Z14, Z18, K1, Z18
+	VPANDD.BCST ·lanesc+64(SB), Z15, Z15 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z15, K1 // finite
+	VPMAXUD Z15, Z18, K1, Z18
+	VPANDD.BCST ·lanesc+64(SB), Z16, Z16 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z16, K1 // finite
+	VPMAXUD Z16, Z18, K1, Z18
+	VPANDD.BCST ·lanesc+64(SB), Z17, Z17 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z17, K1 // finite
+	VPMAXUD Z17, Z18, K1, Z18
+	VMOVDQU32 Z18, 64(R15)
+qk2cvbadv:
+	ADDQ $128, 0(R15)
+qk2cvadv:
+	ADDQ $256, 8(R15)
+qk2cv:
+	VMOVUPS 0(AX), Z28 // Q^T[c+0]
+	VMOVUPS 64(AX), Z29 // Q^T[c+1]
+	VMOVUPS 128(AX), Z30 // Q^T[c+2]
+	VMOVUPS 192(AX), Z31 // Q^T[c+3]
+	VFMADD231PS.BCST 0(SI), Z28, Z0 // K[0][c+0]
+	VFMADD231PS.BCST 256(SI), Z28, Z1 // K[1][c+0]
+	VFMADD231PS.BCST 4(SI), Z29, Z0 // K[0][c+1]
+	VFMADD231PS.BCST 260(SI), Z29, Z1 // K[1][c+1]
+	VFMADD231PS.BCST 8(SI), Z30, Z0 // K[0][c+2]
+	VFMADD231PS.BCST 264(SI), Z30, Z1 // K[1][c+2]
+	VFMADD231PS.BCST 12(SI), Z31, Z0 // K[0][c+3]
+	VFMADD231PS.BCST 268(SI), Z31, Z1 // K[1][c+3]
+	ADDQ $256, AX
+	ADDQ $16, SI
+	DECQ CX
+	JNZ qk2
+	MOVQ d+24(FP), CX
+	SHLQ $2, CX
+	SUBQ CX, SI // back to the group's first key
+	VMOVUPS Z0, 0(BX)
+	VMOVUPS Z1, 64(BX)
+	ADDQ $128, BX
+	SUBQ $2, R11
+	LEAQ (SI)(R8*2), SI
+keys1:
+	CMPQ R11, $1
+	JLT keys0
+	MOVQ qT+0(FP), AX
+	MOVQ d+24(FP), CX
+	SHRQ $2, CX // column steps of 4
+	VXORPS Z0, Z0, Z0
+qk1:
+	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
+	ADDQ R13, R12
+	CMPQ R12, R14
+	CMOVQGT R14, R12 // stay on the last line
+	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
+	ADDQ R13, R12
+	CMPQ R12, R14
+	CMOVQGT R14, R12 // stay on the last line
+	DECQ 24(R15) // side conversion: countdown
+	JNZ qk1cv
+	MOVQ 32(R15), DX
+	MOVQ DX, 24(R15) // next unit after per iterations
+	CMPQ 16(R15), $0
+	JEQ qk1cv
+	DECQ 16(R15)
+	CMPQ 48(R15), $0
+	JNE qk1cvbf
+	MOVQ 0(R15), DX // e4m3 source
+	VPERMD (DX), Z12, Z14 // bytes in unpack order
+	MOVQ 40(R15), DX // tables
+	VMOVDQU64 (DX), Z15
+	VPERMT2B 64(DX), Z14, Z15 // byte 2 of each float32
+	VMOVDQU64 128(DX), Z16
+	VPERMT2B 192(DX), Z14, Z16 // byte 3 without the sign
+	VPTERNLOGD.BCST $0xf8, 320(DX), Z14, Z16 // |= the sign
+	VPUNPCKLBW Z16, Z15, Z17 // words b2 | b3 << 8
+	VPUNPCKHBW Z16, Z15, Z18
+	MOVQ 8(R15), DX // float32 destination
+	VPUNPCKLWD Z17, Z13, Z14 // dwords word << 16
+	VPUNPCKHWD Z17, Z13, Z15
+	VPUNPCKLWD Z18, Z13, Z16
+	VPUNPCKHWD Z18, Z13, Z17
+	VMOVDQU64 Z14, 0(DX)
+	VMOVDQU64 Z15, 64(DX)
+	VMOVDQU64 Z16, 128(DX)
+	VMOVDQU64 Z17, 192(DX)
+	ADDQ $64, 0(R15)
+	JMP qk1cvadv
+qk1cvbf:
+	CMPQ 48(R15), $1
+	JNE qk1cvbm
+	MOVQ 0(R15), DX // bf16 source
+	VPMOVZXWD 0(DX), Z14
+	VPMOVZXWD 32(DX), Z15
+	VPMOVZXWD 64(DX), Z16
+	VPMOVZXWD 96(DX), Z17
+	MOVQ 8(R15), DX // float32 destination
+	VPSLLD $16, Z14, Z14
+	VMOVDQU64 Z14, 0(DX)
+	VPSLLD $16, Z15, Z15
+	VMOVDQU64 Z15, 64(DX)
+	VPSLLD $16, Z16, Z16
+	VMOVDQU64 Z16, 128(DX)
+	VPSLLD $16, Z17, Z17
+	VMOVDQU64 Z17, 192(DX)
+	JMP qk1cvbadv
+qk1cvbm:
+	MOVQ 0(R15), DX // bf16 source
+	VPMOVZXWD 0(DX), Z14
+	VPMOVZXWD 32(DX), Z15
+	VPMOVZXWD 64(DX), Z16
+	VPMOVZXWD 96(DX), Z17
+	MOVQ 8(R15), DX // float32 destination
+	VPSLLD $16, Z14, Z14
+	VMOVDQU64 Z14, 0(DX)
+	VPSLLD $16, Z15, Z15
+	VMOVDQU64 Z15, 64(DX)
+	VPSLLD $16, Z16, Z16
+	VMOVDQU64 Z16, 128(DX)
+	VPSLLD $16, Z17, Z17
+	VMOVDQU64 Z17, 192(DX)
+	VMOVDQU32 64(R15), Z18 // running finite maximum
+	VPANDD.BCST ·lanesc+64(SB), Z14, Z14 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z14, K1 // finite
+	VPMAXUD Z14, Z18, K1, Z18
+	VPANDD.BCST ·lanesc+64(SB), Z15, Z15 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z15, K1 // finite
+	VPMAXUD Z15, Z18, K1, Z18
+	VPANDD.BCST ·lanesc+64(SB), Z16, Z16 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z16, K1 // finite
+	VPMAXUD Z16, Z18, K1, Z18
+	VPANDD.BCST ·lanesc+64(SB), Z17, Z17 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z17, K1 // finite
+	VPMAXUD Z17, Z18, K1, Z18
+	VMOVDQU32 Z18, 64(R15)
+qk1cvbadv:
+	ADDQ $128, 0(R15)
+qk1cvadv:
+	ADDQ $256, 8(R15)
+qk1cv:
+	VMOVUPS 0(AX), Z28 // Q^T[c+0]
+	VMOVUPS 64(AX), Z29 // Q^T[c+1]
+	VMOVUPS 128(AX), Z30 // Q^T[c+2]
+	VMOVUPS 192(AX), Z31 // Q^T[c+3]
+	VFMADD231PS.BCST 0(SI), Z28, Z0 // K[0][c+0]
+	VFMADD231PS.BCST 4(SI), Z29, Z0 // K[0][c+1]
+	VFMADD231PS.BCST 8(SI), Z30, Z0 // K[0][c+2]
+	VFMADD231PS.BCST 12(SI), Z31, Z0 // K[0][c+3]
+	ADDQ $256, AX
+	ADDQ $16, SI
+	DECQ CX
+	JNZ qk1
+	MOVQ d+24(FP), CX
+	SHLQ $2, CX
+	SUBQ CX, SI // back to the group's first key
+	VMOVUPS Z0, 0(BX)
+	ADDQ $64, BX
+	SUBQ $1, R11
+	LEAQ (SI)(R8*1), SI
+keys0:
+	MOVQ pf+48(FP), DX
+	MOVQ R12, 0(DX)
+	VZEROUPPER
+	RET
+
+// func lanesQKT512d128(qT *float32, k *float32, ldk uintptr, d int, s *float32, n int, pf *lanesPrefetch, cv *lanesConv)
+TEXT ·lanesQKT512d128(SB), NOSPLIT, $0-64
+	MOVQ pf+48(FP), DX
+	MOVQ 0(DX), R12 // prefetch cursor
+	MOVQ 8(DX), R13 // its step per iteration
+	MOVQ 16(DX), R14 // its last line
+	MOVQ cv+56(FP), R15 // side conversion job
+	MOVQ 40(R15), DX
+	VMOVDQU64 256(DX), Z12 // e4m3 dword permutation
+	VPXORD Z13, Z13, Z13
+	MOVQ k+8(FP), SI
+	MOVQ ldk+16(FP), R8
+	MOVQ s+32(FP), BX
+	MOVQ n+40(FP), R11
+	LEAQ (R8)(R8*2), R9 // 3*ldk
+keys12:
+	CMPQ R11, $12
+	JLT keys8
+	MOVQ qT+0(FP), AX
+	MOVQ d+24(FP), CX
+	SHRQ $2, CX // column steps of 4
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	VXORPS Z6, Z6, Z6
+	VXORPS Z7, Z7, Z7
+	VXORPS Z8, Z8, Z8
+	VXORPS Z9, Z9, Z9
+	VXORPS Z10, Z10, Z10
+	VXORPS Z11, Z11, Z11
+qk12:
+	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
+	ADDQ R13, R12
+	CMPQ R12, R14
+	CMOVQGT R14, R12 // stay on the last line
+	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
+	ADDQ R13, R12
+	CMPQ R12, R14
+	CMOVQGT R14, R12 // stay on the last line
+	DECQ 24(R15) // side conversion: countdown
+	JNZ qk12cv
+	MOVQ 32(R15), DX
+	MOVQ DX, 24(R15) // next unit after per iterations
+	CMPQ 16(R15), $0
+	JEQ qk12cv
+	DECQ 16(R15)
+	CMPQ 48(R15), $0
+	JNE qk12cvbf
+	MOVQ 0(R15), DX // e4m3 source
+	VPERMD (DX), Z12, Z14 // bytes in unpack order
+	MOVQ 40(R15), DX // tables
+	VMOVDQU64 (DX), Z15
+	VPERMT2B 64(DX), Z14, Z15 // byte 2 of each float32
+	VMOVDQU64 128(DX), Z16
+	VPERMT2B 192(DX), Z14, Z16 // byte 3 without the sign
+	VPTERNLOGD.BCST $0xf8, 320(DX), Z14, Z16 // |= the sign
+	VPUNPCKLBW Z16, Z15, Z17 // words b2 | b3 << 8
+	VPUNPCKHBW Z16, Z15, Z18
+	MOVQ 8(R15), DX // float32 destination
+	VPUNPCKLWD Z17, Z13, Z14 // dwords word << 16
+	VPUNPCKHWD Z17, Z13, Z15
+	VPUNPCKLWD Z18, Z13, Z16
+	VPUNPCKHWD Z18, Z13, Z17
+	VMOVDQU64 Z14, 0(DX)
+	VMOVDQU64 Z15, 64(DX)
+	VMOVDQU64 Z16, 128(DX)
+	VMOVDQU64 Z17, 192(DX)
+	ADDQ $64, 0(R15)
+	JMP qk12cvadv
+qk12cvbf:
+	CMPQ 48(R15), $1
+	JNE qk12cvbm
+	MOVQ 0(R15), DX // bf16 source
+	VPMOVZXWD 0(DX), Z14
+	VPMOVZXWD 32(DX), Z15
+	VPMOVZXWD 64(DX), Z16
+	VPMOVZXWD 96(DX), Z17
+	MOVQ 8(R15), DX // float32 destination
+	VPSLLD $16, Z14, Z14
+	VMOVDQU64 Z14, 0(DX)
+	VPSLLD $16, Z15, Z15
+	VMOVDQU64 Z15, 64(DX)
+	VPSLLD $16, Z16, Z16
+	VMOVDQU64 Z16, 128(DX)
+	VPSLLD $16, Z17, Z17
+	VMOVDQU64 Z17, 192(DX)
+	JMP qk12cvbadv
+qk12cvbm:
+	MOVQ 0(R15), DX // bf16 source
+	VPMOVZXWD 0(DX), Z14
+	VPMOVZXWD 32(DX), Z15
+	VPMOVZXWD 64(DX), Z16
+	VPMOVZXWD 96(DX), Z17
+	MOVQ 8(R15), DX // float32 destination
+	VPSLLD $16, Z14, Z14
+	VMOVDQU64 Z14, 0(DX)
+	VPSLLD $16, Z15, Z15
+	VMOVDQU64 Z15, 64(DX)
+	VPSLLD $16, Z16, Z16
+	VMOVDQU64 Z16, 128(DX)
+	VPSLLD $16, Z17, Z17
+	VMOVDQU64 Z17, 192(DX)
+	VMOVDQU32 64(R15), Z18 // running finite maximum
+	VPANDD.BCST ·lanesc+64(SB), Z14, Z14 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z14, K1 // finite
+	VPMAXUD Z14, Z18, K1, Z18
+	VPANDD.BCST ·lanesc+64(SB), Z15, Z15 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z15, K1 // finite
+	VPMAXUD Z15, Z18, K1, Z18
+	VPANDD.BCST ·lanesc+64(SB), Z16, Z16 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z16, K1 // finite
+	VPMAXUD Z16, Z18, K1, Z18
+	VPANDD.BCST ·lanesc+64(SB), Z17, Z17 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z17, K1 // finite
+	VPMAXUD Z17, Z18, K1, Z18
+	VMOVDQU32 Z18, 64(R15)
+qk12cvbadv:
+	ADDQ $128, 0(R15)
+qk12cvadv:
+	ADDQ $256, 8(R15)
+qk12cv:
+	VMOVUPS 0(AX), Z28 // Q^T[c+0]
+	VMOVUPS 64(AX), Z29 // Q^T[c+1]
+	VMOVUPS 128(AX), Z30 // Q^T[c+2]
+	VMOVUPS 192(AX), Z31 // Q^T[c+3]
+	VFMADD231PS.BCST 0(SI), Z28, Z0 // K[0][c+0]
+	VFMADD231PS.BCST 512(SI), Z28, Z1 // K[1][c+0]
+	VFMADD231PS.BCST 1024(SI), Z28, Z2 // K[2][c+0]
+	VFMADD231PS.BCST 1536(SI), Z28, Z3 // K[3][c+0]
+	VFMADD231PS.BCST 2048(SI), Z28, Z4 // K[4][c+0]
+	VFMADD231PS.BCST 2560(SI), Z28, Z5 // K[5][c+0]
+	VFMADD231PS.BCST 3072(SI), Z28, Z6 // K[6][c+0]
+	VFMADD231PS.BCST 3584(SI), Z28, Z7 // K[7][c+0]
+	VFMADD231PS.BCST 4096(SI), Z28, Z8 // K[8][c+0]
+	VFMADD231PS.BCST 4608(SI), Z28, Z9 // K[9][c+0]
+	VFMADD231PS.BCST 5120(SI), Z28, Z10 // K[10][c+0]
+	VFMADD231PS.BCST 5632(SI), Z28, Z11 // K[11][c+0]
+	VFMADD231PS.BCST 4(SI), Z29, Z0 // K[0][c+1]
+	VFMADD231PS.BCST 516(SI), Z29, Z1 // K[1][c+1]
+	VFMADD231PS.BCST 1028(SI), Z29, Z2 // K[2][c+1]
+	VFMADD231PS.BCST 1540(SI), Z29, Z3 // K[3][c+1]
+	VFMADD231PS.BCST 2052(SI), Z29, Z4 // K[4][c+1]
+	VFMADD231PS.BCST 2564(SI), Z29, Z5 // K[5][c+1]
+	VFMADD231PS.BCST 3076(SI), Z29, Z6 // K[6][c+1]
+	VFMADD231PS.BCST 3588(SI), Z29, Z7 // K[7][c+1]
+	VFMADD231PS.BCST 4100(SI), Z29, Z8 // K[8][c+1]
+	VFMADD231PS.BCST 4612(SI), Z29, Z9 // K[9][c+1]
+	VFMADD231PS.BCST 5124(SI), Z29, Z10 // K[10][c+1]
+	VFMADD231PS.BCST 5636(SI), Z29, Z11 // K[11][c+1]
+	VFMADD231PS.BCST 8(SI), Z30, Z0 // K[0][c+2]
+	VFMADD231PS.BCST 520(SI), Z30, Z1 // K[1][c+2]
+	VFMADD231PS.BCST 1032(SI), Z30, Z2 // K[2][c+2]
+	VFMADD231PS.BCST 1544(SI), Z30, Z3 // K[3][c+2]
+	VFMADD231PS.BCST 2056(SI), Z30, Z4 // K[4][c+2]
+	VFMADD231PS.BCST 2568(SI), Z30, Z5 // K[5][c+2]
+	VFMADD231PS.BCST 3080(SI), Z30, Z6 // K[6][c+2]
+	VFMADD231PS.BCST 3592(SI), Z30, Z7 // K[7][c+2]
+	VFMADD231PS.BCST 4104(SI), Z30, Z8 // K[8][c+2]
+	VFMADD231PS.BCST 4616(SI), Z30, Z9 // K[9][c+2]
+	VFMADD231PS.BCST 5128(SI), Z30, Z10 // K[10][c+2]
+	VFMADD231PS.BCST 5640(SI), Z30, Z11 // K[11][c+2]
+	VFMADD231PS.BCST 12(SI), Z31, Z0 // K[0][c+3]
+	VFMADD231PS.BCST 524(SI), Z31, Z1 // K[1][c+3]
+	VFMADD231PS.BCST 1036(SI), Z31, Z2 // K[2][c+3]
+	VFMADD231PS.BCST 1548(SI), Z31, Z3 // K[3][c+3]
+	VFMADD231PS.BCST 2060(SI), Z31, Z4 // K[4][c+3]
+	VFMADD231PS.BCST 2572(SI), Z31, Z5 // K[5][c+3]
+	VFMADD231PS.BCST 3084(SI), Z31, Z6 // K[6][c+3]
+	VFMADD231PS.BCST 3596(SI), Z31, Z7 // K[7][c+3]
+	VFMADD231PS.BCST 4108(SI), Z31, Z8 // K[8][c+3]
+	VFMADD231PS.BCST 4620(SI), Z31, Z9 // K[9][c+3]
+	VFMADD231PS.BCST 5132(SI), Z31, Z10 // K[10][c+3]
+	VFMADD231PS.BCST 5644(SI), Z31, Z11 // K[11][c+3]
+	ADDQ $256, AX
+	ADDQ $16, SI
+	DECQ CX
+	JNZ qk12
+	MOVQ d+24(FP), CX
+	SHLQ $2, CX
+	SUBQ CX, SI // back to the group's first key
+	VMOVUPS Z0, 0(BX)
+	VMOVUPS Z1, 64(BX)
+	VMOVUPS Z2, 128(BX)
+	VMOVUPS Z3, 192(BX)
+	VMOVUPS Z4, 256(BX)
+	VMOVUPS Z5, 320(BX)
+	VMOVUPS Z6, 384(BX)
+	VMOVUPS Z7, 448(BX)
+	VMOVUPS Z8, 512(BX)
+	VMOVUPS Z9, 576(BX)
+	VMOVUPS Z10, 640(BX)
+	VMOVUPS Z11, 704(BX)
+	ADDQ $768, BX
+	SUBQ $12, R11
+	LEAQ (SI)(R9*4), SI // 12 keys on
+	JMP keys12
+keys8:
+	CMPQ R11, $8
+	JLT keys4
+	MOVQ qT+0(FP), AX
+	MOVQ d+24(FP), CX
+	SHRQ $2, CX // column steps of 4
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	VXORPS Z6, Z6, Z6
+	VXORPS Z7, Z7, Z7
+qk8:
+	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
+	ADDQ R13, R12
+	CMPQ R12, R14
+	CMOVQGT R14, R12 // stay on the last line
+	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
+	ADDQ R13, R12
+	CMPQ R12, R14
+	CMOVQGT R14, R12 // stay on the last line
+	DECQ 24(R15) // side conversion: countdown
+	JNZ qk8cv
+	MOVQ 32(R15), DX
+	MOVQ DX, 24(R15) // next unit after per iterations
+	CMPQ 16(R15), $0
+	JEQ qk8cv
+	DECQ 16(R15)
+	CMPQ 48(R15), $0
+	JNE qk8cvbf
+	MOVQ 0(R15), DX // e4m3 source
+	VPERMD (DX), Z12, Z14 // bytes in unpack order
+	MOVQ 40(R15), DX // tables
+	VMOVDQU64 (DX), Z15
+	VPERMT2B 64(DX), Z14, Z15 // byte 2 of each float32
+	VMOVDQU64 128(DX), Z16
+	VPERMT2B 192(DX), Z14, Z16 // byte 3 without the sign
+	VPTERNLOGD.BCST $0xf8, 320(DX), Z14, Z16 // |= the sign
+	VPUNPCKLBW Z16, Z15, Z17 // words b2 | b3 << 8
+	VPUNPCKHBW Z16, Z15, Z18
+	MOVQ 8(R15), DX // float32 destination
+	VPUNPCKLWD Z17, Z13, Z14 // dwords word << 16
+	VPUNPCKHWD Z17, Z13, Z15
+	VPUNPCKLWD Z18, Z13, Z16
+	VPUNPCKHWD Z18, Z13, Z17
+	VMOVDQU64 Z14, 0(DX)
+	VMOVDQU64 Z15, 64(DX)
+	VMOVDQU64 Z16, 128(DX)
+	VMOVDQU64 Z17, 192(DX)
+	ADDQ $64, 0(R15)
+	JMP qk8cvadv
+qk8cvbf:
+	CMPQ 48(R15), $1
+	JNE qk8cvbm
+	MOVQ 0(R15), DX // bf16 source
+	VPMOVZXWD 0(DX), Z14
+	VPMOVZXWD 32(DX), Z15
+	VPMOVZXWD 64(DX), Z16
+	VPMOVZXWD 96(DX), Z17
+	MOVQ 8(R15), DX // float32 destination
+	VPSLLD $16, Z14, Z14
+	VMOVDQU64 Z14, 0(DX)
+	VPSLLD $16, Z15, Z15
+	VMOVDQU64 Z15, 64(DX)
+	VPSLLD $16, Z16, Z16
+	VMOVDQU64 Z16, 128(DX)
+	VPSLLD $16, Z17, Z17
+	VMOVDQU64 Z17, 192(DX)
+	JMP qk8cvbadv
+qk8cvbm:
+	MOVQ 0(R15), DX // bf16 source
+	VPMOVZXWD 0(DX), Z14
+	VPMOVZXWD 32(DX), Z15
+	VPMOVZXWD 64(DX), Z16
+	VPMOVZXWD 96(DX), Z17
+	MOVQ 8(R15), DX // float32 destination
+	VPSLLD $16, Z14, Z14
+	VMOVDQU64 Z14, 0(DX)
+	VPSLLD $16, Z15, Z15
+	VMOVDQU64 Z15, 64(DX)
+	VPSLLD $16, Z16, Z16
+	VMOVDQU64 Z16, 128(DX)
+	VPSLLD $16, Z17, Z17
+	VMOVDQU64 Z17, 192(DX)
+	VMOVDQU32 64(R15), Z18 // running finite maximum
+	VPANDD.BCST ·lanesc+64(SB), Z14, Z14 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z14, K1 // finite
+	VPMAXUD Z14, Z18, K1, Z18
+	VPANDD.BCST ·lanesc+64(SB), Z15, Z15 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z15, K1 // finite
+	VPMAXUD Z15, Z18, K1, Z18
+	VPANDD.BCST ·lanesc+64(SB), Z16, Z16 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z16, K1 // finite
+	VPMAXUD Z16, Z18, K1, Z18
+	VPANDD.BCST ·lanesc+64(SB), Z17, Z17 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z17, K1 // finite
+	VPMAXUD Z17, Z18, K1, Z18
+	VMOVDQU32 Z18, 64(R15)
+qk8cvbadv:
+	ADDQ $128, 0(R15)
+qk8cvadv:
+	ADDQ $256, 8(R15)
+qk8cv:
+	VMOVUPS 0(AX), Z28 // Q^T[c+0]
+	VMOVUPS 64(AX), Z29 // Q^T[c+1]
+	VMOVUPS 128(AX), Z30 // Q^T[c+2]
+	VMOVUPS 192(AX), Z31 // Q^T[c+3]
+	VFMADD231PS.BCST 0(SI), Z28, Z0 // K[0][c+0]
+	VFMADD231PS.BCST 512(SI), Z28, Z1 // K[1][c+0]
+	VFMADD231PS.BCST 1024(SI), Z28, Z2 // K[2][c+0]
+	VFMADD231PS.BCST 1536(SI), Z28, Z3 // K[3][c+0]
+	VFMADD231PS.BCST 2048(SI), Z28, Z4 // K[4][c+0]
+	VFMADD231PS.BCST 2560(SI), Z28, Z5 // K[5][c+0]
+	VFMADD231PS.BCST 3072(SI), Z28, Z6 // K[6][c+0]
+	VFMADD231PS.BCST 3584(SI), Z28, Z7 // K[7][c+0]
+	VFMADD231PS.BCST 4(SI), Z29, Z0 // K[0][c+1]
+	VFMADD231PS.BCST 516(SI), Z29, Z1 // K[1][c+1]
+	VFMADD231PS.BCST 1028(SI), Z29, Z2 // K[2][c+1]
+	VFMADD231PS.BCST 1540(SI), Z29, Z3 // K[3][c+1]
+	VFMADD231PS.BCST 2052(SI), Z29, Z4 // K[4][c+1]
+	VFMADD231PS.BCST 2564(SI), Z29, Z5 // K[5][c+1]
+	VFMADD231PS.BCST 3076(SI), Z29, Z6 // K[6][c+1]
+	VFMADD231PS.BCST 3588(SI), Z29, Z7 // K[7][c+1]
+	VFMADD231PS.BCST 8(SI), Z30, Z0 // K[0][c+2]
+	VFMADD231PS.BCST 520(SI), Z30, Z1 // K[1][c+2]
+	VFMADD231PS.BCST 1032(SI), Z30, Z2 // K[2][c+2]
+	VFMADD231PS.BCST 1544(SI), Z30, Z3 // K[3][c+2]
+	VFMADD231PS.BCST 2056(SI), Z30, Z4 // K[4][c+2]
+	VFMADD231PS.BCST 2568(SI), Z30, Z5 // K[5][c+2]
+	VFMADD231PS.BCST 3080(SI), Z30, Z6 // K[6][c+2]
+	VFMADD231PS.BCST 3592(SI), Z30, Z7 // K[7][c+2]
+	VFMADD231PS.BCST 12(SI), Z31, Z0 // K[0][c+3]
+	VFMADD231PS.BCST 524(SI), Z31, Z1 // K[1][c+3]
+	VFMADD231PS.BCST 1036(SI), Z31, Z2 // K[2][c+3]
+	VFMADD231PS.BCST 1548(SI), Z31, Z3 // K[3][c+3]
+	VFMADD231PS.BCST 2060(SI), Z31, Z4 // K[4][c+3]
+	VFMADD231PS.BCST 2572(SI), Z31, Z5 // K[5][c+3]
+	VFMADD231PS.BCST 3084(SI), Z31, Z6 // K[6][c+3]
+	VFMADD231PS.BCST 3596(SI), Z31, Z7 // K[7][c+3]
+	ADDQ $256, AX
+	ADDQ $16, SI
+	DECQ CX
+	JNZ qk8
+	MOVQ d+24(FP), CX
+	SHLQ $2, CX
+	SUBQ CX, SI // back to the group's first key
+	VMOVUPS Z0, 0(BX)
+	VMOVUPS Z1, 64(BX)
+	VMOVUPS Z2, 128(BX)
+	VMOVUPS Z3, 192(BX)
+	VMOVUPS Z4, 256(BX)
+	VMOVUPS Z5, 320(BX)
+	VMOVUPS Z6, 384(BX)
+	VMOVUPS Z7, 448(BX)
+	ADDQ $512, BX
+	SUBQ $8, R11
+	LEAQ (SI)(R8*8), SI
+keys4:
+	CMPQ R11, $4
+	JLT keys2
+	MOVQ qT+0(FP), AX
+	MOVQ d+24(FP), CX
+	SHRQ $2, CX // column steps of 4
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+qk4:
+	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
+	ADDQ R13, R12
+	CMPQ R12, R14
+	CMOVQGT R14, R12 // stay on the last line
+	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
+	ADDQ R13, R12
+	CMPQ R12, R14
+	CMOVQGT R14, R12 // stay on the last line
+	DECQ 24(R15) // side conversion: countdown
+	JNZ qk4cv
+	MOVQ 32(R15), DX
+	MOVQ DX, 24(R15) // next unit after per iterations
+	CMPQ 16(R15), $0
+	JEQ qk4cv
+	DECQ 16(R15)
+	CMPQ 48(R15), $0
+	JNE qk4cvbf
+	MOVQ 0(R15), DX // e4m3 source
+	VPERMD (DX), Z12, Z14 // bytes in unpack order
+	MOVQ 40(R15), DX // tables
+	VMOVDQU64 (DX), Z15
+	VPERMT2B 64(DX), Z14, Z15 // byte 2 of each float32
+	VMOVDQU64 128(DX), Z16
+	VPERMT2B 192(DX), Z14, Z16 // byte 3 without the sign
+	VPTERNLOGD.BCST $0xf8, 320(DX), Z14, Z16 // |= the sign
+	VPUNPCKLBW Z16, Z15, Z17 // words b2 | b3 << 8
+	VPUNPCKHBW Z16, Z15, Z18
+	MOVQ 8(R15), DX // float32 destination
+	VPUNPCKLWD Z17, Z13, Z14 // dwords word << 16
+	VPUNPCKHWD Z17, Z13, Z15
+	VPUNPCKLWD Z18, Z13, Z16
+	VPUNPCKHWD Z18, Z13, Z17
+	VMOVDQU64 Z14, 0(DX)
+	VMOVDQU64 Z15, 64(DX)
+	VMOVDQU64 Z16, 128(DX)
+	VMOVDQU64 Z17, 192(DX)
+	ADDQ $64, 0(R15)
+	JMP qk4cvadv
+qk4cvbf:
+	CMPQ 48(R15), $1
+	JNE qk4cvbm
+	MOVQ 0(R15), DX // bf16 source
+	VPMOVZXWD 0(DX), Z14
+	VPMOVZXWD 32(DX), Z15
+	VPMOVZXWD 64(DX), Z16
+	VPMOVZXWD 96(DX), Z17
+	MOVQ 8(R15), DX // float32 destination
+	VPSLLD $16, Z14, Z14
+	VMOVDQU64 Z14, 0(DX)
+	VPSLLD $16, Z15, Z15
+	VMOVDQU64 Z15, 64(DX)
+	VPSLLD $16, Z16, Z16
+	VMOVDQU64 Z16, 128(DX)
+	VPSLLD $16, Z17, Z17
+	VMOVDQU64 Z17, 192(DX)
+	JMP qk4cvbadv
+qk4cvbm:
+	MOVQ 0(R15), DX // bf16 source
+	VPMOVZXWD 0(DX), Z14
+	VPMOVZXWD 32(DX), Z15
+	VPMOVZXWD 64(DX), Z16
+	VPMOVZXWD 96(DX), Z17
+	MOVQ 8(R15), DX // float32 destination
+	VPSLLD $16, Z14, Z14
+	VMOVDQU64 Z14, 0(DX)
+	VPSLLD $16, Z15, Z15
+	VMOVDQU64 Z15, 64(DX)
+	VPSLLD $16, Z16, Z16
+	VMOVDQU64 Z16, 128(DX)
+	VPSLLD $16, Z17, Z17
+	VMOVDQU64 Z17, 192(DX)
+	VMOVDQU32 64(R15), Z18 // running finite maximum
+	VPANDD.BCST ·lanesc+64(SB), Z14, Z14 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z14, K1 // finite
+	VPMAXUD Z14, Z18, K1, Z18
+	VPANDD.BCST ·lanesc+64(SB), Z15, Z15 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z15, K1 // finite
+	VPMAXUD Z15, Z18, K1, Z18
+	VPANDD.BCST ·lanesc+64(SB), Z16, Z16 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z16, K1 // finite
+	VPMAXUD Z16, Z18, K1, Z18
+	VPANDD.BCST ·lanesc+64(SB), Z17, Z17 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z17, K1 // finite
+	VPMAXUD Z17, Z18, K1, Z18
+	VMOVDQU32 Z18, 64(R15)
+qk4cvbadv:
+	ADDQ $128, 0(R15)
+qk4cvadv:
+	ADDQ $256, 8(R15)
+qk4cv:
+	VMOVUPS 0(AX), Z28 // Q^T[c+0]
+	VMOVUPS 64(AX), Z29 // Q^T[c+1]
+	VMOVUPS 128(AX), Z30 // Q^T[c+2]
+	VMOVUPS 192(AX), Z31 // Q^T[c+3]
+	VFMADD231PS.BCST 0(SI), Z28, Z0 // K[0][c+0]
+	VFMADD231PS.BCST 512(SI), Z28, Z1 // K[1][c+0]
+	VFMADD231PS.BCST 1024(SI), Z28, Z2 // K[2][c+0]
+	VFMADD231PS.BCST 1536(SI), Z28, Z3 // K[3][c+0]
+	VFMADD231PS.BCST 4(SI), Z29, Z0 // K[0][c+1]
+	VFMADD231PS.BCST 516(SI), Z29, Z1 // K[1][c+1]
+	VFMADD231PS.BCST 1028(SI), Z29, Z2 // K[2][c+1]
+	VFMADD231PS.BCST 1540(SI), Z29, Z3 // K[3][c+1]
+	VFMADD231PS.BCST 8(SI), Z30, Z0 // K[0][c+2]
+	VFMADD231PS.BCST 520(SI), Z30, Z1 // K[1][c+2]
+	VFMADD231PS.BCST 1032(SI), Z30, Z2 // K[2][c+2]
+	VFMADD231PS.BCST 1544(SI), Z30, Z3 // K[3][c+2]
+	VFMADD231PS.BCST 12(SI), Z31, Z0 // K[0][c+3]
+	VFMADD231PS.BCST 524(SI), Z31, Z1 // K[1][c+3]
+	VFMADD231PS.BCST 1036(SI), Z31, Z2 // K[2][c+3]
+	VFMADD231PS.BCST 1548(SI), Z31, Z3 // K[3][c+3]
+	ADDQ $256, AX
+	ADDQ $16, SI
+	DECQ CX
+	JNZ qk4
+	MOVQ d+24(FP), CX
+	SHLQ $2, CX
+	SUBQ CX, SI // back to the group's first key
+	VMOVUPS Z0, 0(BX)
+	VMOVUPS Z1, 64(BX)
+	VMOVUPS Z2, 128(BX)
+	VMOVUPS Z3, 192(BX)
+	ADDQ $256, BX
+	SUBQ $4, R11
+	LEAQ (SI)(R8*4), SI
+keys2:
+	CMPQ R11, $2
+	JLT keys1
+	MOVQ qT+0(FP), AX
+	MOVQ d+24(FP), CX
+	SHRQ $2, CX // column steps of 4
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+qk2:
+	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
+	ADDQ R13, R12
+	CMPQ R12, R14
+	CMOVQGT R14, R12 // stay on the last line
+	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
+	ADDQ R13, R12
+	CMPQ R12, R14
+	CMOVQGT R14, R12 // stay on the last line
+	DECQ 24(R15) // side conversion: countdown
+	JNZ qk2cv
+	MOVQ 32(R15), DX
+	MOVQ DX, 24(R15) // next unit after per iterations
+	CMPQ 16(R15), $0
+	JEQ qk2cv
+	DECQ 16(R15)
+	CMPQ 48(R15), $0
+	JNE qk2cvbf
+	MOVQ 0(R15), DX // e4m3 source
+	VPERMD (DX), Z12, Z14 // bytes in unpack order
+	MOVQ 40(R15), DX // tables
+	VMOVDQU64 (DX), Z15
+	VPERMT2B 64(DX), Z14, Z15 // byte 2 of each float32
+	VMOVDQU64 128(DX), Z16
+	VPERMT2B 192(DX), Z14, Z16 // byte 3 without the sign
+	VPTERNLOGD.BCST $0xf8, 320(DX), Z14, Z16 // |= the sign
+	VPUNPCKLBW Z16, Z15, Z17 // words b2 | b3 << 8
+	VPUNPCKHBW Z16, Z15, Z18
+	MOVQ 8(R15), DX // float32 destination
+	VPUNPCKLWD Z17, Z13, Z14 // dwords word << 16
+	VPUNPCKHWD Z17, Z13, Z15
+	VPUNPCKLWD Z18, Z13, Z16
+	VPUNPCKHWD Z18, Z13, Z17
+	VMOVDQU64 Z14, 0(DX)
+	VMOVDQU64 Z15, 64(DX)
+	VMOVDQU64 Z16, 128(DX)
+	VMOVDQU64 Z17, 192(DX)
+	ADDQ $64, 0(R15)
+	JMP qk2cvadv
+qk2cvbf:
+	CMPQ 48(R15), $1
+	JNE qk2cvbm
+	MOVQ 0(R15), DX // bf16 source
+	VPMOVZXWD 0(DX), Z14
+	VPMOVZXWD 32(DX), Z15
+	VPMOVZXWD 64(DX), Z16
+	VPMOVZXWD 96(DX), Z17
+	MOVQ 8(R15), DX // float32 destination
+	VPSLLD $16, Z14, Z14
+	VMOVDQU64 Z14, 0(DX)
+	VPSLLD $16, Z15, Z15
+	VMOVDQU64 Z15, 64(DX)
+	VPSLLD $16, Z16, Z16
+	VMOVDQU64 Z16, 128(DX)
+	VPSLLD $16, Z17, Z17
+	VMOVDQU64 Z17, 192(DX)
+	JMP qk2cvbadv
+qk2cvbm:
+	MOVQ 0(R15), DX // bf16 source
+	VPMOVZXWD 0(DX), Z14
+	VPMOVZXWD 32(DX), Z15
+	VPMOVZXWD 64(DX), Z16
+	VPMOVZXWD 96(DX), Z17
+	MOVQ 8(R15), DX // float32 destination
+	VPSLLD $16, Z14, Z14
+	VMOVDQU64 Z14, 0(DX)
+	VPSLLD $16, Z15, Z15
+	VMOVDQU64 Z15, 64(DX)
+	VPSLLD $16, Z16, Z16
+	VMOVDQU64 Z16, 128(DX)
+	VPSLLD $16, Z17, Z17
+	VMOVDQU64 Z17, 192(DX)
+	VMOVDQU32 64(R15), Z18 // running finite maximum
+	VPANDD.BCST ·lanesc+64(SB), Z14, Z14 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z14, K1 // finite
+	VPMAXUD Z14, Z18, K1, Z18
+	VPANDD.BCST ·lanesc+64(SB), Z15, Z15 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z15, K1 // finite
+	VPMAXUD Z15, Z18, K1, Z18
+	VPANDD.BCST ·lanesc+64(SB), Z16, Z16 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z16, K1 // finite
+	VPMAXUD Z16, Z18, K1, Z18
+	VPANDD.BCST ·lanesc+64(SB), Z17, Z17 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z17, K1 // finite
+	VPMAXUD Z17, Z18, K1, Z18
+	VMOVDQU32 Z18, 64(R15)
+qk2cvbadv:
+	ADDQ $128, 0(R15)
+qk2cvadv:
+	ADDQ $256, 8(R15)
+qk2cv:
+	VMOVUPS 0(AX), Z28 // Q^T[c+0]
+	VMOVUPS 64(AX), Z29 // Q^T[c+1]
+	VMOVUPS 128(AX), Z30 // Q^T[c+2]
+	VMOVUPS 192(AX), Z31 // Q^T[c+3]
+	VFMADD231PS.BCST 0(SI), Z28, Z0 // K[0][c+0]
+	VFMADD231PS.BCST 512(SI), Z28, Z1 // K[1][c+0]
+	VFMADD231PS.BCST 4(SI), Z29, Z0 // K[0][c+1]
+	VFMADD231PS.BCST 516(SI), Z29, Z1 // K[1][c+1]
+	VFMADD231PS.BCST 8(SI), Z30, Z0 // K[0][c+2]
+	VFMADD231PS.BCST 520(SI), Z30, Z1 // K[1][c+2]
+	VFMADD231PS.BCST 12(SI), Z31, Z0 // K[0][c+3]
+	VFMADD231PS.BCST 524(SI), Z31, Z1 // K[1][c+3]
+	ADDQ $256, AX
+	ADDQ $16, SI
+	DECQ CX
+	JNZ qk2
+	MOVQ d+24(FP), CX
+	SHLQ $2, CX
+	SUBQ CX, SI // back to the group's first key
+	VMOVUPS Z0, 0(BX)
+	VMOVUPS Z1, 64(BX)
+	ADDQ $128, BX
+	SUBQ $2, R11
+	LEAQ (SI)(R8*2), SI
+keys1:
+	CMPQ R11, $1
+	JLT keys0
+	MOVQ qT+0(FP), AX
+	MOVQ d+24(FP), CX
+	SHRQ $2, CX // column steps of 4
+	VXORPS Z0, Z0, Z0
+qk1:
+	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
+	ADDQ R13, R12
+	CMPQ R12, R14
+	CMOVQGT R14, R12 // stay on the last line
+	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
+	ADDQ R13, R12
+	CMPQ R12, R14
+	CMOVQGT R14, R12 // stay on the last line
+	DECQ 24(R15) // side conversion: countdown
+	JNZ qk1cv
+	MOVQ 32(R15), DX
+	MOVQ DX, 24(R15) // next unit after per iterations
+	CMPQ 16(R15), $0
+	JEQ qk1cv
+	DECQ 16(R15)
+	CMPQ 48(R15), $0
+	JNE qk1cvbf
+	MOVQ 0(R15), DX // e4m3 source
+	VPERMD (DX), Z12, Z14 // bytes in unpack order
+	MOVQ 40(R15), DX // tables
+	VMOVDQU64 (DX), Z15
+	VPERMT2B 64(DX), Z14, Z15 // byte 2 of each float32
+	VMOVDQU64 128(DX), Z16
+	VPERMT2B 192(DX), Z14, Z16 // byte 3 without the sign
+	VPTERNLOGD.BCST $0xf8, 320(DX), Z14, Z16 // |= the sign
+	VPUNPCKLBW Z16, Z15, Z17 // words b2 | b3 << 8
+	VPUNPCKHBW Z16, Z15, Z18
+	MOVQ 8(R15), DX // float32 destination
+	VPUNPCKLWD Z17, Z13, Z14 // dwords word << 16
+	VPUNPCKHWD Z17, Z13, Z15
+	VPUNPCKLWD Z18, Z13, Z16
+	VPUNPCKHWD Z18, Z13, Z17
+	VMOVDQU64 Z14, 0(DX)
+	VMOVDQU64 Z15, 64(DX)
+	VMOVDQU64 Z16, 128(DX)
+	VMOVDQU64 Z17, 192(DX)
+	ADDQ $64, 0(R15)
+	JMP qk1cvadv
+qk1cvbf:
+	CMPQ 48(R15), $1
+	JNE qk1cvbm
+	MOVQ 0(R15), DX // bf16 source
+	VPMOVZXWD 0(DX), Z14
+	VPMOVZXWD 32(DX), Z15
+	VPMOVZXWD 64(DX), Z16
+	VPMOVZXWD 96(DX), Z17
+	MOVQ 8(R15), DX // float32 destination
+	VPSLLD $16, Z14, Z14
+	VMOVDQU64 Z14, 0(DX)
+	VPSLLD $16, Z15, Z15
+	VMOVDQU64 Z15, 64(DX)
+	VPSLLD $16, Z16, Z16
+	VMOVDQU64 Z16, 128(DX)
+	VPSLLD $16, Z17, Z17
+	VMOVDQU64 Z17, 192(DX)
+	JMP qk1cvbadv
+qk1cvbm:
+	MOVQ 0(R15), DX // bf16 source
+	VPMOVZXWD 0(DX), Z14
+	VPMOVZXWD 32(DX), Z15
+	VPMOVZXWD 64(DX), Z16
+	VPMOVZXWD 96(DX), Z17
+	MOVQ 8(R15), DX // float32 destination
+	VPSLLD $16, Z14, Z14
+	VMOVDQU64 Z14, 0(DX)
+	VPSLLD $16, Z15, Z15
+	VMOVDQU64 Z15, 64(DX)
+	VPSLLD $16, Z16, Z16
+	VMOVDQU64 Z16, 128(DX)
+	VPSLLD $16, Z17, Z17
+	VMOVDQU64 Z17, 192(DX)
+	VMOVDQU32 64(R15), Z18 // running finite maximum
+	VPANDD.BCST ·lanesc+64(SB), Z14, Z14 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z14, K1 // finite
+	VPMAXUD Z14, Z18, K1, Z18
+	VPANDD.BCST ·lanesc+64(SB), Z15, Z15 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z15, K1 // finite
+	VPMAXUD Z15, Z18, K1, Z18
+	VPANDD.BCST ·lanesc+64(SB), Z16, Z16 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z16, K1 // finite
+	VPMAXUD Z16, Z18, K1, Z18
+	VPANDD.BCST ·lanesc+64(SB), Z17, Z17 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z17, K1 // finite
+	VPMAXUD Z17, Z18, K1, Z18
+	VMOVDQU32 Z18, 64(R15)
+qk1cvbadv:
+	ADDQ $128, 0(R15)
+qk1cvadv:
+	ADDQ $256, 8(R15)
+qk1cv:
+	VMOVUPS 0(AX), Z28 // Q^T[c+0]
+	VMOVUPS 64(AX), Z29 // Q^T[c+1]
+	VMOVUPS 128(AX), Z30 // Q^T[c+2]
+	VMOVUPS 192(AX), Z31 // Q^T[c+3]
+	VFMADD231PS.BCST 0(SI), Z28, Z0 // K[0][c+0]
+	VFMADD231PS.BCST 4(SI), Z29, Z0 // K[0][c+1]
+	VFMADD231PS.BCST 8(SI), Z30, Z0 // K[0][c+2]
+	VFMADD231PS.BCST 12(SI), Z31, Z0 // K[0][c+3]
+	ADDQ $256, AX
+	ADDQ $16, SI
+	DECQ CX
+	JNZ qk1
+	MOVQ d+24(FP), CX
+	SHLQ $2, CX
+	SUBQ CX, SI // back to the group's first key
+	VMOVUPS Z0, 0(BX)
+	ADDQ $64, BX
+	SUBQ $1, R11
+	LEAQ (SI)(R8*1), SI
+keys0:
+	MOVQ pf+48(FP), DX
+	MOVQ R12, 0(DX)
+	VZEROUPPER
+	RET
+
+// func lanesQKT512d256(qT *float32, k *float32, ldk uintptr, d int, s *float32, n int, pf *lanesPrefetch, cv *lanesConv)
+TEXT ·lanesQKT512d256(SB), NOSPLIT, $0-64
+	MOVQ pf+48(FP), DX
+	MOVQ 0(DX), R12 // prefetch cursor
+	MOVQ 8(DX), R13 // its step per iteration
+	MOVQ 16(DX), R14 // its last line
+	MOVQ cv+56(FP), R15 // side conversion job
+	MOVQ 40(R15), DX
+	VMOVDQU64 256(DX), Z12 // e4m3 dword permutation
+	VPXORD Z13, Z13, Z13
+	MOVQ k+8(FP), SI
+	MOVQ ldk+16(FP), R8
+	MOVQ s+32(FP), BX
+	MOVQ n+40(FP), R11
+	LEAQ (R8)(R8*2), R9 // 3*ldk
+keys12:
+	CMPQ R11, $12
+	JLT keys8
+	MOVQ qT+0(FP), AX
+	MOVQ d+24(FP), CX
+	SHRQ $2, CX // column steps of 4
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	VXORPS Z6, Z6, Z6
+	VXORPS Z7, Z7, Z7
+	VXORPS Z8, Z8, Z8
+	VXORPS Z9, Z9, Z9
+	VXORPS Z10, Z10, Z10
+	VXORPS Z11, Z11, Z11
+qk12:
+	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
+	ADDQ R13, R12
+	CMPQ R12, R14
+	CMOVQGT R14, R12 // stay on the last line
+	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
+	ADDQ R13, R12
+	CMPQ R12, R14
+	CMOVQGT R14, R12 // stay on the last line
+	DECQ 24(R15) // side conversion: countdown
+	JNZ qk12cv
+	MOVQ 32(R15), DX
+	MOVQ DX, 24(R15) // next unit after per iterations
+	CMPQ 16(R15), $0
+	JEQ qk12cv
+	DECQ 16(R15)
+	CMPQ 48(R15), $0
+	JNE qk12cvbf
+	MOVQ 0(R15), DX // e4m3 source
+	VPERMD (DX), Z12, Z14 // bytes in unpack order
+	MOVQ 40(R15), DX // tables
+	VMOVDQU64 (DX), Z15
+	VPERMT2B 64(DX), Z14, Z15 // byte 2 of each float32
+	VMOVDQU64 128(DX), Z16
+	VPERMT2B 192(DX), Z14, Z16 // byte 3 without the sign
+	VPTERNLOGD.BCST $0xf8, 320(DX), Z14, Z16 // |= the sign
+	VPUNPCKLBW Z16, Z15, Z17 // words b2 | b3 << 8
+	VPUNPCKHBW Z16, Z15, Z18
+	MOVQ 8(R15), DX // float32 destination
+	VPUNPCKLWD Z17, Z13, Z14 // dwords word << 16
+	VPUNPCKHWD Z17, Z13, Z15
+	VPUNPCKLWD Z18, Z13, Z16
+	VPUNPCKHWD Z18, Z13, Z17
+	VMOVDQU64 Z14, 0(DX)
+	VMOVDQU64 Z15, 64(DX)
+	VMOVDQU64 Z16, 128(DX)
+	VMOVDQU64 Z17, 192(DX)
+	ADDQ $64, 0(R15)
+	JMP qk12cvadv
+qk12cvbf:
+	CMPQ 48(R15), $1
+	JNE qk12cvbm
+	MOVQ 0(R15), DX // bf16 source
+	VPMOVZXWD 0(DX), Z14
+	VPMOVZXWD 32(DX), Z15
+	VPMOVZXWD 64(DX), Z16
+	VPMOVZXWD 96(DX), Z17
+	MOVQ 8(R15), DX // float32 destination
+	VPSLLD $16, Z14, Z14
+	VMOVDQU64 Z14, 0(DX)
+	VPSLLD $16, Z15, Z15
+	VMOVDQU64 Z15, 64(DX)
+	VPSLLD $16, Z16, Z16
+	VMOVDQU64 Z16, 128(DX)
+	VPSLLD $16, Z17, Z17
+	VMOVDQU64 Z17, 192(DX)
+	JMP qk12cvbadv
+qk12cvbm:
+	MOVQ 0(R15), DX // bf16 source
+	VPMOVZXWD 0(DX), Z14
+	VPMOVZXWD 32(DX), Z15
+	VPMOVZXWD 64(DX), Z16
+	VPMOVZXWD 96(DX), Z17
+	MOVQ 8(R15), DX // float32 destination
+	VPSLLD $16, Z14, Z14
+	VMOVDQU64 Z14, 0(DX)
+	VPSLLD $16, Z15, Z15
+	VMOVDQU64 Z15, 64(DX)
+	VPSLLD $16, Z16, Z16
+	VMOVDQU64 Z16, 128(DX)
+	VPSLLD $16, Z17, Z17
+	VMOVDQU64 Z17, 192(DX)
+	VMOVDQU32 64(R15), Z18 // running finite maximum
+	VPANDD.BCST ·lanesc+64(SB), Z14, Z14 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z14, K1 // finite
+	VPMAXUD Z14, Z18, K1, Z18
+	VPANDD.BCST ·lanesc+64(SB), Z15, Z15 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z15, K1 // finite
+	VPMAXUD Z15, Z18, K1, Z18
+	VPANDD.BCST ·lanesc+64(SB), Z16, Z16 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z16, K1 // finite
+	VPMAXUD Z16, Z18, K1, Z18
+	VPANDD.BCST ·lanesc+64(SB), Z17, Z17 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z17, K1 // finite
+	VPMAXUD Z17, Z18, K1, Z18
+	VMOVDQU32 Z18, 64(R15)
+qk12cvbadv:
+	ADDQ $128, 0(R15)
+qk12cvadv:
+	ADDQ $256, 8(R15)
+qk12cv:
+	VMOVUPS 0(AX), Z28 // Q^T[c+0]
+	VMOVUPS 64(AX), Z29 // Q^T[c+1]
+	VMOVUPS 128(AX), Z30 // Q^T[c+2]
+	VMOVUPS 192(AX), Z31 // Q^T[c+3]
+	VFMADD231PS.BCST 0(SI), Z28, Z0 // K[0][c+0]
+	VFMADD231PS.BCST 1024(SI), Z28, Z1 // K[1][c+0]
+	VFMADD231PS.BCST 2048(SI), Z28, Z2 // K[2][c+0]
+	VFMADD231PS.BCST 3072(SI), Z28, Z3 // K[3][c+0]
+	VFMADD231PS.BCST 4096(SI), Z28, Z4 // K[4][c+0]
+	VFMADD231PS.BCST 5120(SI), Z28, Z5 // K[5][c+0]
+	VFMADD231PS.BCST 6144(SI), Z28, Z6 // K[6][c+0]
+	VFMADD231PS.BCST 7168(SI), Z28, Z7 // K[7][c+0]
+	VFMADD231PS.BCST 8192(SI), Z28, Z8 // K[8][c+0]
+	VFMADD231PS.BCST 9216(SI), Z28, Z9 // K[9][c+0]
+	VFMADD231PS.BCST 10240(SI), Z28, Z10 // K[10][c+0]
+	VFMADD231PS.BCST 11264(SI), Z28, Z11 // K[11][c+0]
+	VFMADD231PS.BCST 4(SI), Z29, Z0 // K[0][c+1]
+	VFMADD231PS.BCST 1028(SI), Z29, Z1 // K[1][c+1]
+	VFMADD231PS.BCST 2052(SI), Z29, Z2 // K[2][c+1]
+	VFMADD231PS.BCST 3076(SI), Z29, Z3 // K[3][c+1]
+	VFMADD231PS.BCST 4100(SI), Z29, Z4 // K[4][c+1]
+	VFMADD231PS.BCST 5124(SI), Z29, Z5 // K[5][c+1]
+	VFMADD231PS.BCST 6148(SI), Z29, Z6 // K[6][c+1]
+	VFMADD231PS.BCST 7172(SI), Z29, Z7 // K[7][c+1]
+	VFMADD231PS.BCST 8196(SI), Z29, Z8 // K[8][c+1]
+	VFMADD231PS.BCST 9220(SI), Z29, Z9 // K[9][c+1]
+	VFMADD231PS.BCST 10244(SI), Z29, Z10 // K[10][c+1]
+	VFMADD231PS.BCST 11268(SI), Z29, Z11 // K[11][c+1]
+	VFMADD231PS.BCST 8(SI), Z30, Z0 // K[0][c+2]
+	VFMADD231PS.BCST 1032(SI), Z30, Z1 // K[1][c+2]
+	VFMADD231PS.BCST 2056(SI), Z30, Z2 // K[2][c+2]
+	VFMADD231PS.BCST 3080(SI), Z30, Z3 // K[3][c+2]
+	VFMADD231PS.BCST 4104(SI), Z30, Z4 // K[4][c+2]
+	VFMADD231PS.BCST 5128(SI), Z30, Z5 // K[5][c+2]
+	VFMADD231PS.BCST 6152(SI), Z30, Z6 // K[6][c+2]
+	VFMADD231PS.BCST 7176(SI), Z30, Z7 // K[7][c+2]
+	VFMADD231PS.BCST 8200(SI), Z30, Z8 // K[8][c+2]
+	VFMADD231PS.BCST 9224(SI), Z30, Z9 // K[9][c+2]
+	VFMADD231PS.BCST 10248(SI), Z30, Z10 // K[10][c+2]
+	VFMADD231PS.BCST 11272(SI), Z30, Z11 // K[11][c+2]
+	VFMADD231PS.BCST 12(SI), Z31, Z0 // K[0][c+3]
+	VFMADD231PS.BCST 1036(SI), Z31, Z1 // K[1][c+3]
+	VFMADD231PS.BCST 2060(SI), Z31, Z2 // K[2][c+3]
+	VFMADD231PS.BCST 3084(SI), Z31, Z3 // K[3][c+3]
+	VFMADD231PS.BCST 4108(SI), Z31, Z4 // K[4][c+3]
+	VFMADD231PS.BCST 5132(SI), Z31, Z5 // K[5][c+3]
+	VFMADD231PS.BCST 6156(SI), Z31, Z6 // K[6][c+3]
+	VFMADD231PS.BCST 7180(SI), Z31, Z7 // K[7][c+3]
+	VFMADD231PS.BCST 8204(SI), Z31, Z8 // K[8][c+3]
+	VFMADD231PS.BCST 9228(SI), Z31, Z9 // K[9][c+3]
+	VFMADD231PS.BCST 10252(SI), Z31, Z10 // K[10][c+3]
+	VFMADD231PS.BCST 11276(SI), Z31, Z11 // K[11][c+3]
+	ADDQ $256, AX
+	ADDQ $16, SI
+	DECQ CX
+	JNZ qk12
+	MOVQ d+24(FP), CX
+	SHLQ $2, CX
+	SUBQ CX, SI // back to the group's first key
+	VMOVUPS Z0, 0(BX)
+	VMOVUPS Z1, 64(BX)
+	VMOVUPS Z2, 128(BX)
+	VMOVUPS Z3, 192(BX)
+	VMOVUPS Z4, 256(BX)
+	VMOVUPS Z5, 320(BX)
+	VMOVUPS Z6, 384(BX)
+	VMOVUPS Z7, 448(BX)
+	VMOVUPS Z8, 512(BX)
+	VMOVUPS Z9, 576(BX)
+	VMOVUPS Z10, 640(BX)
+	VMOVUPS Z11, 704(BX)
+	ADDQ $768, BX
+	SUBQ $12, R11
+	LEAQ (SI)(R9*4), SI // 12 keys on
+	JMP keys12
+keys8:
+	CMPQ R11, $8
+	JLT keys4
+	MOVQ qT+0(FP), AX
+	MOVQ d+24(FP), CX
+	SHRQ $2, CX // column steps of 4
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	VXORPS Z6, Z6, Z6
+	VXORPS Z7, Z7, Z7
+qk8:
+	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
+	ADDQ R13, R12
+	CMPQ R12, R14
+	CMOVQGT R14, R12 // stay on the last line
+	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
+	ADDQ R13, R12
+	CMPQ R12, R14
+	CMOVQGT R14, R12 // stay on the last line
+	DECQ 24(R15) // side conversion: countdown
+	JNZ qk8cv
+	MOVQ 32(R15), DX
+	MOVQ DX, 24(R15) // next unit after per iterations
+	CMPQ 16(R15), $0
+	JEQ qk8cv
+	DECQ 16(R15)
+	CMPQ 48(R15), $0
+	JNE qk8cvbf
+	MOVQ 0(R15), DX // e4m3 source
+	VPERMD (DX), Z12, Z14 // bytes in unpack order
+	MOVQ 40(R15), DX // tables
+	VMOVDQU64 (DX), Z15
+	VPERMT2B 64(DX), Z14, Z15 // byte 2 of each float32
+	VMOVDQU64 128(DX), Z16
+	VPERMT2B 192(DX), Z14, Z16 // byte 3 without the sign
+	VPTERNLOGD.BCST $0xf8, 320(DX), Z14, Z16 // |= the sign
+	VPUNPCKLBW Z16, Z15, Z17 // words b2 | b3 << 8
+	VPUNPCKHBW Z16, Z15, Z18
+	MOVQ 8(R15), DX // float32 destination
+	VPUNPCKLWD Z17, Z13, Z14 // dwords word << 16
+	VPUNPCKHWD Z17, Z13, Z15
+	VPUNPCKLWD Z18, Z13, Z16
+	VPUNPCKHWD Z18, Z13, Z17
+	VMOVDQU64 Z14, 0(DX)
+	VMOVDQU64 Z15, 64(DX)
+	VMOVDQU64 Z16, 128(DX)
+	VMOVDQU64 Z17, 192(DX)
+	ADDQ $64, 0(R15)
+	JMP qk8cvadv
+qk8cvbf:
+	CMPQ 48(R15), $1
+	JNE qk8cvbm
+	MOVQ 0(R15), DX // bf16 source
+	VPMOVZXWD 0(DX), Z14
+	VPMOVZXWD 32(DX), Z15
+	VPMOVZXWD 64(DX), Z16
+	VPMOVZXWD 96(DX), Z17
+	MOVQ 8(R15), DX // float32 destination
+	VPSLLD $16, Z14, Z14
+	VMOVDQU64 Z14, 0(DX)
+	VPSLLD $16, Z15, Z15
+	VMOVDQU64 Z15, 64(DX)
+	VPSLLD $16, Z16, Z16
+	VMOVDQU64 Z16, 128(DX)
+	VPSLLD $16, Z17, Z17
+	VMOVDQU64 Z17, 192(DX)
+	JMP qk8cvbadv
+qk8cvbm:
+	MOVQ 0(R15), DX // bf16 source
+	VPMOVZXWD 0(DX), Z14
+	VPMOVZXWD 32(DX), Z15
+	VPMOVZXWD 64(DX), Z16
+	VPMOVZXWD 96(DX), Z17
+	MOVQ 8(R15), DX // float32 destination
+	VPSLLD $16, Z14, Z14
+	VMOVDQU64 Z14, 0(DX)
+	VPSLLD $16, Z15, Z15
+	VMOVDQU64 Z15, 64(DX)
+	VPSLLD $16, Z16, Z16
+	VMOVDQU64 Z16, 128(DX)
+	VPSLLD $16, Z17, Z17
+	VMOVDQU64 Z17, 192(DX)
+	VMOVDQU32 64(R15), Z18 // running finite maximum
+	VPANDD.BCST ·lanesc+64(SB), Z14, Z14 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z14, K1 // finite
+	VPMAXUD Z14, Z18, K1, Z18
+	VPANDD.BCST ·lanesc+64(SB), Z15, Z15 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z15, K1 // finite
+	VPMAXUD Z15, Z18, K1, Z18
+	VPANDD.BCST ·lanesc+64(SB), Z16, Z16 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z16, K1 // finite
+	VPMAXUD Z16, Z18, K1, Z18
+	VPANDD.BCST ·lanesc+64(SB), Z17, Z17 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z17, K1 // finite
+	VPMAXUD Z17, Z18, K1, Z18
+	VMOVDQU32 Z18, 64(R15)
+qk8cvbadv:
+	ADDQ $128, 0(R15)
+qk8cvadv:
+	ADDQ $256, 8(R15)
+qk8cv:
+	VMOVUPS 0(AX), Z28 // Q^T[c+0]
+	VMOVUPS 64(AX), Z29 // Q^T[c+1]
+	VMOVUPS 128(AX), Z30 // Q^T[c+2]
+	VMOVUPS 192(AX), Z31 // Q^T[c+3]
+	VFMADD231PS.BCST 0(SI), Z28, Z0 // K[0][c+0]
+	VFMADD231PS.BCST 1024(SI), Z28, Z1 // K[1][c+0]
+	VFMADD231PS.BCST 2048(SI), Z28, Z2 // K[2][c+0]
+	VFMADD231PS.BCST 3072(SI), Z28, Z3 // K[3][c+0]
+	VFMADD231PS.BCST 4096(SI), Z28, Z4 // K[4][c+0]
+	VFMADD231PS.BCST 5120(SI), Z28, Z5 // K[5][c+0]
+	VFMADD231PS.BCST 6144(SI), Z28, Z6 // K[6][c+0]
+	VFMADD231PS.BCST 7168(SI), Z28, Z7 // K[7][c+0]
+	VFMADD231PS.BCST 4(SI), Z29, Z0 // K[0][c+1]
+	VFMADD231PS.BCST 1028(SI), Z29, Z1 // K[1][c+1]
+	VFMADD231PS.BCST 2052(SI), Z29, Z2 // K[2][c+1]
+	VFMADD231PS.BCST 3076(SI), Z29, Z3 // K[3][c+1]
+	VFMADD231PS.BCST 4100(SI), Z29, Z4 // K[4][c+1]
+	VFMADD231PS.BCST 5124(SI), Z29, Z5 // K[5][c+1]
+	VFMADD231PS.BCST 6148(SI), Z29, Z6 // K[6][c+1]
+	VFMADD231PS.BCST 7172(SI), Z29, Z7 // K[7][c+1]
+	VFMADD231PS.BCST 8(SI), Z30, Z0 // K[0][c+2]
+	VFMADD231PS.BCST 1032(SI), Z30, Z1 // K[1][c+2]
+	VFMADD231PS.BCST 2056(SI), Z30, Z2 // K[2][c+2]
+	VFMADD231PS.BCST 3080(SI), Z30, Z3 // K[3][c+2]
+	VFMADD231PS.BCST 4104(SI), Z30, Z4 // K[4][c+2]
+	VFMADD231PS.BCST 5128(SI), Z30, Z5 // K[5][c+2]
+	VFMADD231PS.BCST 6152(SI), Z30, Z6 // K[6][c+2]
+	VFMADD231PS.BCST 7176(SI), Z30, Z7 // K[7][c+2]
+	VFMADD231PS.BCST 12(SI), Z31, Z0 // K[0][c+3]
+	VFMADD231PS.BCST 1036(SI), Z31, Z1 // K[1][c+3]
+	VFMADD231PS.BCST 2060(SI), Z31, Z2 // K[2][c+3]
+	VFMADD231PS.BCST 3084(SI), Z31, Z3 // K[3][c+3]
+	VFMADD231PS.BCST 4108(SI), Z31, Z4 // K[4][c+3]
+	VFMADD231PS.BCST 5132(SI), Z31, Z5 // K[5][c+3]
+	VFMADD231PS.BCST 6156(SI), Z31, Z6 // K[6][c+3]
+	VFMADD231PS.BCST 7180(SI), Z31, Z7 // K[7][c+3]
+	ADDQ $256, AX
+	ADDQ $16, SI
+	DECQ CX
+	JNZ qk8
+	MOVQ d+24(FP), CX
+	SHLQ $2, CX
+	SUBQ CX, SI // back to the group's first key
+	VMOVUPS Z0, 0(BX)
+	VMOVUPS Z1, 64(BX)
+	VMOVUPS Z2, 128(BX)
+	VMOVUPS Z3, 192(BX)
+	VMOVUPS Z4, 256(BX)
+	VMOVUPS Z5, 320(BX)
+	VMOVUPS Z6, 384(BX)
+	VMOVUPS Z7, 448(BX)
+	ADDQ $512, BX
+	SUBQ $8, R11
+	LEAQ (SI)(R8*8), SI
+keys4:
+	CMPQ R11, $4
+	JLT keys2
+	MOVQ qT+0(FP), AX
+	MOVQ d+24(FP), CX
+	SHRQ $2, CX // column steps of 4
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+qk4:
+	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
+	ADDQ R13, R12
+	CMPQ R12, R14
+	CMOVQGT R14, R12 // stay on the last line
+	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
+	ADDQ R13, R12
+	CMPQ R12, R14
+	CMOVQGT R14, R12 // stay on the last line
+	DECQ 24(R15) // side conversion: countdown
+	JNZ qk4cv
+	MOVQ 32(R15), DX
+	MOVQ DX, 24(R15) // next unit after per iterations
+	CMPQ 16(R15), $0
+	JEQ qk4cv
+	DECQ 16(R15)
+	CMPQ 48(R15), $0
+	JNE qk4cvbf
+	MOVQ 0(R15), DX // e4m3 source
+	VPERMD (DX), Z12, Z14 // bytes in unpack order
+	MOVQ 40(R15), DX // tables
+	VMOVDQU64 (DX), Z15
+	VPERMT2B 64(DX), Z14, Z15 // byte 2 of each float32
+	VMOVDQU64 128(DX), Z16
+	VPERMT2B 192(DX), Z14, Z16 // byte 3 without the sign
+	VPTERNLOGD.BCST $0xf8, 320(DX), Z14, Z16 // |= the sign
+	VPUNPCKLBW Z16, Z15, Z17 // words b2 | b3 << 8
+	VPUNPCKHBW Z16, Z15, Z18
+	MOVQ 8(R15), DX // float32 destination
+	VPUNPCKLWD Z17, Z13, Z14 // dwords word << 16
+	VPUNPCKHWD Z17, Z13, Z15
+	VPUNPCKLWD Z18, Z13, Z16
+	VPUNPCKHWD Z18, Z13, Z17
+	VMOVDQU64 Z14, 0(DX)
+	VMOVDQU64 Z15, 64(DX)
+	VMOVDQU64 Z16, 128(DX)
+	VMOVDQU64 Z17, 192(DX)
+	ADDQ $64, 0(R15)
+	JMP qk4cvadv
+qk4cvbf:
+	CMPQ 48(R15), $1
+	JNE qk4cvbm
+	MOVQ 0(R15), DX // bf16 source
+	VPMOVZXWD 0(DX), Z14
+	VPMOVZXWD 32(DX), Z15
+	VPMOVZXWD 64(DX), Z16
+	VPMOVZXWD 96(DX), Z17
+	MOVQ 8(R15), DX // float32 destination
+	VPSLLD $16, Z14, Z14
+	VMOVDQU64 Z14, 0(DX)
+	VPSLLD $16, Z15, Z15
+	VMOVDQU64 Z15, 64(DX)
+	VPSLLD $16, Z16, Z16
+	VMOVDQU64 Z16, 128(DX)
+	VPSLLD $16, Z17, Z17
+	VMOVDQU64 Z17, 192(DX)
+	JMP qk4cvbadv
+qk4cvbm:
+	MOVQ 0(R15), DX // bf16 source
+	VPMOVZXWD 0(DX), Z14
+	VPMOVZXWD 32(DX), Z15
+	VPMOVZXWD 64(DX), Z16
+	VPMOVZXWD 96(DX), Z17
+	MOVQ 8(R15), DX // float32 destination
+	VPSLLD $16, Z14, Z14
+	VMOVDQU64 Z14, 0(DX)
+	VPSLLD $16, Z15, Z15
+	VMOVDQU64 Z15, 64(DX)
+	VPSLLD $16, Z16, Z16
+	VMOVDQU64 Z16, 128(DX)
+	VPSLLD $16, Z17, Z17
+	VMOVDQU64 Z17, 192(DX)
+	VMOVDQU32 64(R15), Z18 // running finite maximum
+	VPANDD.BCST ·lanesc+64(SB), Z14, Z14 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z14, K1 // finite
+	VPMAXUD Z14, Z18, K1, Z18
+	VPANDD.BCST ·lanesc+64(SB), Z15, Z15 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z15, K1 // finite
+	VPMAXUD Z15, Z18, K1, Z18
+	VPANDD.BCST ·lanesc+64(SB), Z16, Z16 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z16, K1 // finite
+	VPMAXUD Z16, Z18, K1, Z18
+	VPANDD.BCST ·lanesc+64(SB), Z17, Z17 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z17, K1 // finite
+	VPMAXUD Z17, Z18, K1, Z18
+	VMOVDQU32 Z18, 64(R15)
+qk4cvbadv:
+	ADDQ $128, 0(R15)
+qk4cvadv:
+	ADDQ $256, 8(R15)
+qk4cv:
+	VMOVUPS 0(AX), Z28 // Q^T[c+0]
+	VMOVUPS 64(AX), Z29 // Q^T[c+1]
+	VMOVUPS 128(AX), Z30 // Q^T[c+2]
+	VMOVUPS 192(AX), Z31 // Q^T[c+3]
+	VFMADD231PS.BCST 0(SI), Z28, Z0 // K[0][c+0]
+	VFMADD231PS.BCST 1024(SI), Z28, Z1 // K[1][c+0]
+	VFMADD231PS.BCST 2048(SI), Z28, Z2 // K[2][c+0]
+	VFMADD231PS.BCST 3072(SI), Z28, Z3 // K[3][c+0]
+	VFMADD231PS.BCST 4(SI), Z29, Z0 // K[0][c+1]
+	VFMADD231PS.BCST 1028(SI), Z29, Z1 // K[1][c+1]
+	VFMADD231PS.BCST 2052(SI), Z29, Z2 // K[2][c+1]
+	VFMADD231PS.BCST 3076(SI), Z29, Z3 // K[3][c+1]
+	VFMADD231PS.BCST 8(SI), Z30, Z0 // K[0][c+2]
+	VFMADD231PS.BCST 1032(SI), Z30, Z1 // K[1][c+2]
+	VFMADD231PS.BCST 2056(SI), Z30, Z2 // K[2][c+2]
+	VFMADD231PS.BCST 3080(SI), Z30, Z3 // K[3][c+2]
+	VFMADD231PS.BCST 12(SI), Z31, Z0 // K[0][c+3]
+	VFMADD231PS.BCST 1036(SI), Z31, Z1 // K[1][c+3]
+	VFMADD231PS.BCST 2060(SI), Z31, Z2 // K[2][c+3]
+	VFMADD231PS.BCST 3084(SI), Z31, Z3 // K[3][c+3]
+	ADDQ $256, AX
+	ADDQ $16, SI
+	DECQ CX
+	JNZ qk4
+	MOVQ d+24(FP), CX
+	SHLQ $2, CX
+	SUBQ CX, SI // back to the group's first key
+	VMOVUPS Z0, 0(BX)
+	VMOVUPS Z1, 64(BX)
+	VMOVUPS Z2, 128(BX)
+	VMOVUPS Z3, 192(BX)
+	ADDQ $256, BX
+	SUBQ $4, R11
+	LEAQ (SI)(R8*4), SI
+keys2:
+	CMPQ R11, $2
+	JLT keys1
+	MOVQ qT+0(FP), AX
+	MOVQ d+24(FP), CX
+	SHRQ $2, CX // column steps of 4
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+qk2:
+	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
+	ADDQ R13, R12
+	CMPQ R12, R14
+	CMOVQGT R14, R12 // stay on the last line
+	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
+	ADDQ R13, R12
+	CMPQ R12, R14
+	CMOVQGT R14, R12 // stay on the last line
+	DECQ 24(R15) // side conversion: countdown
+	JNZ qk2cv
+	MOVQ 32(R15), DX
+	MOVQ DX, 24(R15) // next unit after per iterations
+	CMPQ 16(R15), $0
+	JEQ qk2cv
+	DECQ 16(R15)
+	CMPQ 48(R15), $0
+	JNE qk2cvbf
+	MOVQ 0(R15), DX // e4m3 source
+	VPERMD (DX), Z12, Z14 // bytes in unpack order
+	MOVQ 40(R15), DX // tables
+	VMOVDQU64 (DX), Z15
+	VPERMT2B 64(DX), Z14, Z15 // byte 2 of each float32
+	VMOVDQU64 128(DX), Z16
+	VPERMT2B 192(DX), Z14, Z16 // byte 3 without the sign
+	VPTERNLOGD.BCST $0xf8, 320(DX), Z14, Z16 // |= the sign
+	VPUNPCKLBW Z16, Z15, Z17 // words b2 | b3 << 8
+	VPUNPCKHBW Z16, Z15, Z18
+	MOVQ 8(R15), DX // float32 destination
+	VPUNPCKLWD Z17, Z13, Z14 // dwords word << 16
+	VPUNPCKHWD Z17, Z13, Z15
+	VPUNPCKLWD Z18, Z13, Z16
+	VPUNPCKHWD Z18, Z13, Z17
+	VMOVDQU64 Z14, 0(DX)
+	VMOVDQU64 Z15, 64(DX)
+	VMOVDQU64 Z16, 128(DX)
+	VMOVDQU64 Z17, 192(DX)
+	ADDQ $64, 0(R15)
+	JMP qk2cvadv
+qk2cvbf:
+	CMPQ 48(R15), $1
+	JNE qk2cvbm
+	MOVQ 0(R15), DX // bf16 source
+	VPMOVZXWD 0(DX), Z14
+	VPMOVZXWD 32(DX), Z15
+	VPMOVZXWD 64(DX), Z16
+	VPMOVZXWD 96(DX), Z17
+	MOVQ 8(R15), DX // float32 destination
+	VPSLLD $16, Z14, Z14
+	VMOVDQU64 Z14, 0(DX)
+	VPSLLD $16, Z15, Z15
+	VMOVDQU64 Z15, 64(DX)
+	VPSLLD $16, Z16, Z16
+	VMOVDQU64 Z16, 128(DX)
+	VPSLLD $16, Z17, Z17
+	VMOVDQU64 Z17, 192(DX)
+	JMP qk2cvbadv
+qk2cvbm:
+	MOVQ 0(R15), DX // bf16 source
+	VPMOVZXWD 0(DX), Z14
+	VPMOVZXWD 32(DX), Z15
+	VPMOVZXWD 64(DX), Z16
+	VPMOVZXWD 96(DX), Z17
+	MOVQ 8(R15), DX // float32 destination
+	VPSLLD $16, Z14, Z14
+	VMOVDQU64 Z14, 0(DX)
+	VPSLLD $16, Z15, Z15
+	VMOVDQU64 Z15, 64(DX)
+	VPSLLD $16, Z16, Z16
+	VMOVDQU64 Z16, 128(DX)
+	VPSLLD $16, Z17, Z17
+	VMOVDQU64 Z17, 192(DX)
+	VMOVDQU32 64(R15), Z18 // running finite maximum
+	VPANDD.BCST ·lanesc+64(SB), Z14, Z14 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z14, K1 // finite
+	VPMAXUD Z14, Z18, K1, Z18
+	VPANDD.BCST ·lanesc+64(SB), Z15, Z15 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z15, K1 // finite
+	VPMAXUD Z15, Z18, K1, Z18
+	VPANDD.BCST ·lanesc+64(SB), Z16, Z16 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z16, K1 // finite
+	VPMAXUD Z16, Z18, K1, Z18
+	VPANDD.BCST ·lanesc+64(SB), Z17, Z17 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z17, K1 // finite
+	VPMAXUD Z17, Z18, K1, Z18
+	VMOVDQU32 Z18, 64(R15)
+qk2cvbadv:
+	ADDQ $128, 0(R15)
+qk2cvadv:
+	ADDQ $256, 8(R15)
+qk2cv:
+	VMOVUPS 0(AX), Z28 // Q^T[c+0]
+	VMOVUPS 64(AX), Z29 // Q^T[c+1]
+	VMOVUPS 128(AX), Z30 // Q^T[c+2]
+	VMOVUPS 192(AX), Z31 // Q^T[c+3]
+	VFMADD231PS.BCST 0(SI), Z28, Z0 // K[0][c+0]
+	VFMADD231PS.BCST 1024(SI), Z28, Z1 // K[1][c+0]
+	VFMADD231PS.BCST 4(SI), Z29, Z0 // K[0][c+1]
+	VFMADD231PS.BCST 1028(SI), Z29, Z1 // K[1][c+1]
+	VFMADD231PS.BCST 8(SI), Z30, Z0 // K[0][c+2]
+	VFMADD231PS.BCST 1032(SI), Z30, Z1 // K[1][c+2]
+	VFMADD231PS.BCST 12(SI), Z31, Z0 // K[0][c+3]
+	VFMADD231PS.BCST 1036(SI), Z31, Z1 // K[1][c+3]
+	ADDQ $256, AX
+	ADDQ $16, SI
+	DECQ CX
+	JNZ qk2
+	MOVQ d+24(FP), CX
+	SHLQ $2, CX
+	SUBQ CX, SI // back to the group's first key
+	VMOVUPS Z0, 0(BX)
+	VMOVUPS Z1, 64(BX)
+	ADDQ $128, BX
+	SUBQ $2, R11
+	LEAQ (SI)(R8*2), SI
+keys1:
+	CMPQ R11, $1
+	JLT keys0
+	MOVQ qT+0(FP), AX
+	MOVQ d+24(FP), CX
+	SHRQ $2, CX // column steps of 4
+	VXORPS Z0, Z0, Z0
+qk1:
+	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
+	ADDQ R13, R12
+	CMPQ R12, R14
+	CMOVQGT R14, R12 // stay on the last line
+	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
+	ADDQ R13, R12
+	CMPQ R12, R14
+	CMOVQGT R14, R12 // stay on the last line
+	DECQ 24(R15) // side conversion: countdown
+	JNZ qk1cv
+	MOVQ 32(R15), DX
+	MOVQ DX, 24(R15) // next unit after per iterations
+	CMPQ 16(R15), $0
+	JEQ qk1cv
+	DECQ 16(R15)
+	CMPQ 48(R15), $0
+	JNE qk1cvbf
+	MOVQ 0(R15), DX // e4m3 source
+	VPERMD (DX), Z12, Z14 // bytes in unpack order
+	MOVQ 40(R15), DX // tables
+	VMOVDQU64 (DX), Z15
+	VPERMT2B 64(DX), Z14, Z15 // byte 2 of each float32
+	VMOVDQU64 128(DX), Z16
+	VPERMT2B 192(DX), Z14, Z16 // byte 3 without the sign
+	VPTERNLOGD.BCST $0xf8, 320(DX), Z14, Z16 // |= the sign
+	VPUNPCKLBW Z16, Z15, Z17 // words b2 | b3 << 8
+	VPUNPCKHBW Z16, Z15, Z18
+	MOVQ 8(R15), DX // float32 destination
+	VPUNPCKLWD Z17, Z13, Z14 // dwords word << 16
+	VPUNPCKHWD Z17, Z13, Z15
+	VPUNPCKLWD Z18, Z13, Z16
+	VPUNPCKHWD Z18, Z13, Z17
+	VMOVDQU64 Z14, 0(DX)
+	VMOVDQU64 Z15, 64(DX)
+	VMOVDQU64 Z16, 128(DX)
+	VMOVDQU64 Z17, 192(DX)
+	ADDQ $64, 0(R15)
+	JMP qk1cvadv
+qk1cvbf:
+	CMPQ 48(R15), $1
+	JNE qk1cvbm
+	MOVQ 0(R15), DX // bf16 source
+	VPMOVZXWD 0(DX), Z14
+	VPMOVZXWD 32(DX), Z15
+	VPMOVZXWD 64(DX), Z16
+	VPMOVZXWD 96(DX), Z17
+	MOVQ 8(R15), DX // float32 destination
+	VPSLLD $16, Z14, Z14
+	VMOVDQU64 Z14, 0(DX)
+	VPSLLD $16, Z15, Z15
+	VMOVDQU64 Z15, 64(DX)
+	VPSLLD $16, Z16, Z16
+	VMOVDQU64 Z16, 128(DX)
+	VPSLLD $16, Z17, Z17
+	VMOVDQU64 Z17, 192(DX)
+	JMP qk1cvbadv
+qk1cvbm:
+	MOVQ 0(R15), DX // bf16 source
+	VPMOVZXWD 0(DX), Z14
+	VPMOVZXWD 32(DX), Z15
+	VPMOVZXWD 64(DX), Z16
+	VPMOVZXWD 96(DX), Z17
+	MOVQ 8(R15), DX // float32 destination
+	VPSLLD $16, Z14, Z14
+	VMOVDQU64 Z14, 0(DX)
+	VPSLLD $16, Z15, Z15
+	VMOVDQU64 Z15, 64(DX)
+	VPSLLD $16, Z16, Z16
+	VMOVDQU64 Z16, 128(DX)
+	VPSLLD $16, Z17, Z17
+	VMOVDQU64 Z17, 192(DX)
+	VMOVDQU32 64(R15), Z18 // running finite maximum
+	VPANDD.BCST ·lanesc+64(SB), Z14, Z14 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z14, K1 // finite
+	VPMAXUD Z14, Z18, K1, Z18
+	VPANDD.BCST ·lanesc+64(SB), Z15, Z15 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z15, K1 // finite
+	VPMAXUD Z15, Z18, K1, Z18
+	VPANDD.BCST ·lanesc+64(SB), Z16, Z16 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z16, K1 // finite
+	VPMAXUD Z16, Z18, K1, Z18
+	VPANDD.BCST ·lanesc+64(SB), Z17, Z17 // |x| bits
+	VPCMPUD.BCST $1, ·lanesc+68(SB), Z17, K1 // finite
+	VPMAXUD Z17, Z18, K1, Z18
+	VMOVDQU32 Z18, 64(R15)
+qk1cvbadv:
+	ADDQ $128, 0(R15)
+qk1cvadv:
+	ADDQ $256, 8(R15)
+qk1cv:
+	VMOVUPS 0(AX), Z28 // Q^T[c+0]
+	VMOVUPS 64(AX), Z29 // Q^T[c+1]
+	VMOVUPS 128(AX), Z30 // Q^T[c+2]
+	VMOVUPS 192(AX), Z31 // Q^T[c+3]
+	VFMADD231PS.BCST 0(SI), Z28, Z0 // K[0][c+0]
+	VFMADD231PS.BCST 4(SI), Z29, Z0 // K[0][c+1]
+	VFMADD231PS.BCST 8(SI), Z30, Z0 // K[0][c+2]
+	VFMADD231PS.BCST 12(SI), Z31, Z0 // K[0][c+3]
+	ADDQ $256, AX
+	ADDQ $16, SI
+	DECQ CX
+	JNZ qk1
+	MOVQ d+24(FP), CX
+	SHLQ $2, CX
+	SUBQ CX, SI // back to the group's first key
+	VMOVUPS Z0, 0(BX)
+	ADDQ $64, BX
+	SUBQ $1, R11
+	LEAQ (SI)(R8*1), SI
+keys0:
+	MOVQ pf+48(FP), DX
+	MOVQ R12, 0(DX)
+	VZEROUPPER
+	RET
+
 // func lanesSoftmax512(s *float32, n int, st *lanesState)
 TEXT ·lanesSoftmax512(SB), NOSPLIT, $0-24
 	MOVQ s+0(FP), SI

@@ -889,6 +889,63 @@ func genPeak(a *asm, name, vec string, k dot) {
 	a.f("\tRET\n")
 }
 
+// genOperandForms emits the two loops of BenchmarkOperandForms, which
+// measure what the kernels' memory operands cost next to the register-only
+// calibration loop (genPeak), on a buffer that stays in L1 (no pointer
+// moves):
+//
+//   - peakBcst512(iters, buf): the inner loop of the AVX-512 lane Q.K
+//     kernel: 4 zmm loads (buf[0:64]) and 48 multiply-adds whose second
+//     operand is an embedded broadcast of buf[128j + c] into 12
+//     accumulators j (one load per multiply-add);
+//   - peakLoad512(iters, buf): the step of the 6x4 register tile of
+//     qk512/pv512: 4 zmm loads, 6 broadcasts of buf[1024 + 128r] and 24
+//     register multiply-adds.
+func genOperandForms(a *asm) {
+	a.f("// func peakBcst512(iters int, buf *float32)")
+	a.f("TEXT ·peakBcst512(SB), NOSPLIT, $0-16")
+	a.f("\tMOVQ iters+0(FP), CX")
+	a.f("\tMOVQ buf+8(FP), SI")
+	for i := 0; i < 12; i++ {
+		a.f("\tVXORPS Z%d, Z%d, Z%d", i, i, i)
+	}
+	a.f("loop:")
+	for c := 0; c < 4; c++ {
+		a.f("\tVMOVUPS %d(SI), Z%d", 64*c, 28+c)
+	}
+	for c := 0; c < 4; c++ {
+		for j := 0; j < 12; j++ {
+			a.f("\tVFMADD231PS.BCST %d(SI), Z%d, Z%d", 512*j+4*c, 28+c, j)
+		}
+	}
+	a.f("\tDECQ CX")
+	a.f("\tJNZ loop")
+	a.f("\tVZEROUPPER")
+	a.f("\tRET\n")
+	a.f("// func peakLoad512(iters int, buf *float32)")
+	a.f("TEXT ·peakLoad512(SB), NOSPLIT, $0-16")
+	a.f("\tMOVQ iters+0(FP), CX")
+	a.f("\tMOVQ buf+8(FP), SI")
+	for i := 0; i < 24; i++ {
+		a.f("\tVXORPS Z%d, Z%d, Z%d", i, i, i)
+	}
+	a.f("loop:")
+	for c := 0; c < 4; c++ {
+		a.f("\tVMOVUPS %d(SI), Z%d", 64*c, 24+c)
+	}
+	for r := 0; r < 6; r++ {
+		b := 28 + r%2
+		a.f("\tVBROADCASTSS %d(SI), Z%d", 4096+512*r, b)
+		for c := 0; c < 4; c++ {
+			a.f("\tVFMADD231PS Z%d, Z%d, Z%d", 24+c, b, 4*r+c)
+		}
+	}
+	a.f("\tDECQ CX")
+	a.f("\tJNZ loop")
+	a.f("\tVZEROUPPER")
+	a.f("\tRET\n")
+}
+
 // genLog2 emits log2Sums512 (8 values per iteration) or log2Sums256 (4):
 // dst[i] = log2Sum(src[i]) for n values (a multiple of the width), the
 // operations of log2Sum in its order with no fused multiply-add, so the
@@ -1034,6 +1091,7 @@ func main() {
 	genConvert(&a5)
 	genPeak(&a5, "peak512", "Z", dotFMA)
 	genPeak(&a5, "peakbf16", "Z", dotBF16)
+	genOperandForms(&a5)
 	emitConsts(&a2, true)
 	genSoftmax256(&a2, "softmax256")
 	genPeak(&a2, "peak256", "Y", dotFMA)
@@ -1051,6 +1109,9 @@ func main() {
 	g.f("//go:noescape\nfunc vPairs(dst unsafe.Pointer, even, odd *float32, n int)\n")
 	for _, n := range []string{"peak512", "peakbf16", "peak256"} {
 		g.f("//go:noescape\nfunc %s(iters int)\n", n)
+	}
+	for _, n := range []string{"peakBcst512", "peakLoad512"} {
+		g.f("//go:noescape\nfunc %s(iters int, buf *float32)\n", n)
 	}
 	src, err := format.Source(g.Bytes())
 	if err != nil {

@@ -476,3 +476,18 @@ func TestTorchScaling(t *testing.T) {
 		t.Fatal("blasName")
 	}
 }
+
+func TestBF16PeakNote(t *testing.T) {
+	for _, c := range []struct {
+		bf, fp float64
+		want   string
+	}{
+		{121, 242, "0.50x the FP32 multiply-add rate on this CPU, so tier avx512bf16 is slower"},
+		{236, 118, "2.00x the FP32 multiply-add rate on this CPU, the most"},
+		{100, 101, "0.99x the FP32 multiply-add rate on this CPU: tier avx512bf16 gains nothing"},
+	} {
+		if got := bf16PeakNote(c.bf, c.fp); !strings.Contains(got, c.want) {
+			t.Errorf("bf16PeakNote(%v, %v) = %q, want it to contain %q", c.bf, c.fp, got, c.want)
+		}
+	}
+}

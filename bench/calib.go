@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"runtime"
 	"strings"
 	"sync"
@@ -259,4 +260,20 @@ func (m *refMeter) bandwidth(dur time.Duration) float64 {
 		bwSink += sums[w]
 	}
 	return float64(all) / el / 1e9
+}
+
+// bf16PeakNote says, for a run of the avx512bf16 tier, whether its fast
+// mode can pay on this CPU: bf and fp are the one-goroutine VDPBF16PS and
+// FP32 multiply-add peaks, both counting 2 flops per product. Where
+// VDPBF16PS runs at half the FP32 rate (Intel cores with two 512-bit FMA
+// units) the fast mode does the same products in about twice the time.
+func bf16PeakNote(bf, fp float64) string {
+	r := bf / fp
+	switch {
+	case r < 0.95:
+		return fmt.Sprintf("bf16 fast mode: VDPBF16PS peaks at %.2fx the FP32 multiply-add rate on this CPU, so tier avx512bf16 is slower here than tier avx512 for the same work", r)
+	case r > 1.05:
+		return fmt.Sprintf("bf16 fast mode: VDPBF16PS peaks at %.2fx the FP32 multiply-add rate on this CPU, the most tier avx512bf16 can gain over tier avx512", r)
+	}
+	return fmt.Sprintf("bf16 fast mode: VDPBF16PS peaks at %.2fx the FP32 multiply-add rate on this CPU: tier avx512bf16 gains nothing here over tier avx512", r)
 }

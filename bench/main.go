@@ -239,6 +239,9 @@ func main() {
 	if cal.decodeTier != cal.peakTier {
 		calLines = append(calLines, fmt.Sprintf("decode peak (tile.PeakGFLOPS %q; decode runs FP32 lane kernels): %.0f GFLOP/s on 1 goroutine, %.0f GFLOP/s on %d at once",
 			cal.decodeTier, cal.decPeak1, cal.decPeak, cfg.workers))
+		if cal.peakTier == "avx512bf16" {
+			calLines = append(calLines, bf16PeakNote(cal.peak1, cal.decPeak1))
+		}
 	}
 	calLines = append(calLines,
 		fmt.Sprintf("read bandwidth (%d goroutines over a %d MiB buffer, best of 5): %.1f GB/s (uint64 sum %.1f, bytes.IndexByte scan %.1f)",

@@ -159,7 +159,7 @@ func TestRefMeter(t *testing.T) {
 // FP32 one of the same width even on the avx512bf16 tier, and a decode
 // case reports against that peak.
 func TestDecodePeakTier(t *testing.T) {
-	for tier, want := range map[string]string{"avx512bf16": "avx512", "avx512bf16-emulated": "avx512", "avx512": "avx512", "avx2": "avx2", "generic": "generic"} {
+	for tier, want := range map[string]string{"amxbf16": "avx512", "avx512bf16": "avx512", "avx512bf16-emulated": "avx512", "avx512": "avx512", "avx2": "avx2", "generic": "generic"} {
 		if got := decodePeakTier(tier); got != want {
 			t.Errorf("decodePeakTier(%q) = %q, want %q", tier, got, want)
 		}
@@ -479,15 +479,17 @@ func TestTorchScaling(t *testing.T) {
 
 func TestBF16PeakNote(t *testing.T) {
 	for _, c := range []struct {
+		tier   string
 		bf, fp float64
 		want   string
 	}{
-		{121, 242, "0.50x the FP32 multiply-add rate on this CPU, so tier avx512bf16 is slower"},
-		{236, 118, "2.00x the FP32 multiply-add rate on this CPU, the most"},
-		{100, 101, "0.99x the FP32 multiply-add rate on this CPU: tier avx512bf16 gains nothing"},
+		{"avx512bf16", 121, 242, "VDPBF16PS peaks at 0.50x the FP32 multiply-add rate on this CPU, so tier avx512bf16 is slower"},
+		{"avx512bf16", 236, 118, "VDPBF16PS peaks at 2.00x the FP32 multiply-add rate on this CPU, the most tier avx512bf16"},
+		{"avx512bf16", 100, 101, "0.99x the FP32 multiply-add rate on this CPU: tier avx512bf16 gains nothing"},
+		{"amxbf16", 3470, 236, "TDPBF16PS peaks at 14.70x the FP32 multiply-add rate on this CPU, the most tier amxbf16"},
 	} {
-		if got := bf16PeakNote(c.bf, c.fp); !strings.Contains(got, c.want) {
-			t.Errorf("bf16PeakNote(%v, %v) = %q, want it to contain %q", c.bf, c.fp, got, c.want)
+		if got := bf16PeakNote(c.tier, c.bf, c.fp); !strings.Contains(got, c.want) {
+			t.Errorf("bf16PeakNote(%s, %v, %v) = %q, want it to contain %q", c.tier, c.bf, c.fp, got, c.want)
 		}
 	}
 }

@@ -17,8 +17,8 @@ import (
 // flops count like two FP32 FMAs per bf16 pair, see tile.PeakGFLOPS).
 func peakTier(t string) string {
 	switch {
-	case t == "avx512bf16":
-		return "avx512bf16"
+	case t == "avx512bf16" || t == "amxbf16":
+		return t
 	case strings.HasPrefix(t, "avx512"):
 		return "avx512"
 	}
@@ -29,7 +29,7 @@ func peakTier(t string) string {
 // lane kernels on every tier, the avx512bf16 one included, so its peak is
 // the FP32 FMA loop of the same width.
 func decodePeakTier(t string) string {
-	if pt := peakTier(t); pt != "avx512bf16" {
+	if pt := peakTier(t); pt != "avx512bf16" && pt != "amxbf16" {
 		return pt
 	}
 	return "avx512"
@@ -262,18 +262,24 @@ func (m *refMeter) bandwidth(dur time.Duration) float64 {
 	return float64(all) / el / 1e9
 }
 
-// bf16PeakNote says, for a run of the avx512bf16 tier, whether its fast
-// mode can pay on this CPU: bf and fp are the one-goroutine VDPBF16PS and
-// FP32 multiply-add peaks, both counting 2 flops per product. Where
-// VDPBF16PS runs at half the FP32 rate (Intel cores with two 512-bit FMA
-// units) the fast mode does the same products in about twice the time.
-func bf16PeakNote(bf, fp float64) string {
+// bf16PeakNote says, for a run of a bf16 fast mode (tier avx512bf16 or
+// amxbf16), how far its instruction can carry it on this CPU: bf and fp
+// are the one-goroutine peaks of the tier's calibration loop (VDPBF16PS or
+// TDPBF16PS) and of the FP32 multiply-adds, both counting 2 flops per
+// product. Where VDPBF16PS runs at half the FP32 rate (Intel cores with two
+// 512-bit FMA units) the avx512bf16 tier does the same products in about
+// twice the time.
+func bf16PeakNote(tier string, bf, fp float64) string {
+	instr := map[string]string{"amxbf16": "TDPBF16PS"}[tier]
+	if instr == "" {
+		instr = "VDPBF16PS"
+	}
 	r := bf / fp
 	switch {
 	case r < 0.95:
-		return fmt.Sprintf("bf16 fast mode: VDPBF16PS peaks at %.2fx the FP32 multiply-add rate on this CPU, so tier avx512bf16 is slower here than tier avx512 for the same work", r)
+		return fmt.Sprintf("bf16 fast mode: %s peaks at %.2fx the FP32 multiply-add rate on this CPU, so tier %s is slower here than tier avx512 for the same work", instr, r, tier)
 	case r > 1.05:
-		return fmt.Sprintf("bf16 fast mode: VDPBF16PS peaks at %.2fx the FP32 multiply-add rate on this CPU, the most tier avx512bf16 can gain over tier avx512", r)
+		return fmt.Sprintf("bf16 fast mode: %s peaks at %.2fx the FP32 multiply-add rate on this CPU, the most tier %s can gain over tier avx512", instr, r, tier)
 	}
-	return fmt.Sprintf("bf16 fast mode: VDPBF16PS peaks at %.2fx the FP32 multiply-add rate on this CPU: tier avx512bf16 gains nothing here over tier avx512", r)
+	return fmt.Sprintf("bf16 fast mode: %s peaks at %.2fx the FP32 multiply-add rate on this CPU: tier %s gains nothing here over tier avx512", instr, r, tier)
 }

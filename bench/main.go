@@ -73,7 +73,7 @@ func parseFlags() (*config, error) {
 	flag.BoolVar(&cfg.verify, "verify", false, "check every case (and the dense baseline) against a float64 reference on sampled rows; exit 1 on failure")
 	flag.BoolVar(&cfg.tiny, "tiny", false, "tiny shapes for CI (prefill 512, NVFP4 384, decode batch 2 at 1000)")
 	flag.IntVar(&cfg.workers, "workers", runtime.GOMAXPROCS(0), "worker goroutines (op Workers, calibration, PyTorch threads); also sets GOMAXPROCS")
-	flag.StringVar(&cfg.tier, "tier", "", "kernel tier (tile.SetTier): generic, avx2, avx512, avx512bf16; default: automatic")
+	flag.StringVar(&cfg.tier, "tier", "", "kernel tier (tile.SetTier): generic, avx2, avx512, avx512bf16, amxbf16; default: automatic")
 	shapes := flag.String("shapes", "", "prefill sequence lengths, comma-separated (e.g. 2048,8192 or 2k,8k)")
 	contexts := flag.String("contexts", "", "decode contexts, comma-separated (default 4k,16k,64k)")
 	batches := flag.String("batches", "", "decode batch sizes, comma-separated (default 8,32)")
@@ -239,8 +239,8 @@ func main() {
 	if cal.decodeTier != cal.peakTier {
 		calLines = append(calLines, fmt.Sprintf("decode peak (tile.PeakGFLOPS %q; decode runs FP32 lane kernels): %.0f GFLOP/s on 1 goroutine, %.0f GFLOP/s on %d at once",
 			cal.decodeTier, cal.decPeak1, cal.decPeak, cfg.workers))
-		if cal.peakTier == "avx512bf16" {
-			calLines = append(calLines, bf16PeakNote(cal.peak1, cal.decPeak1))
+		if cal.peakTier == "avx512bf16" || cal.peakTier == "amxbf16" {
+			calLines = append(calLines, bf16PeakNote(cal.peakTier, cal.peak1, cal.decPeak1))
 		}
 	}
 	calLines = append(calLines,

@@ -2,7 +2,6 @@ package op
 
 import (
 	"math"
-	"strings"
 	"testing"
 
 	"github.com/sparseattn/msa/kernels/lowp"
@@ -37,7 +36,7 @@ func oTolerance(partial tensor.Dtype, pvFP8 bool) (rtol, atol float64) {
 	// The opt-in avx512bf16 fast mode rounds P to bf16 before P.V (relative
 	// error 2^-9 per probability, so at most 2^-9 of the largest |v| in
 	// the sum), on top of whatever the partial dtype adds: twice that bound.
-	if strings.HasPrefix(tile.Tier(), "avx512bf16") {
+	if tile.BF16Products() {
 		atol += 1.0 / 256
 	}
 	return
@@ -117,7 +116,7 @@ func checkLSE(t testing.TB, s sparseSpec, what string, row int, got, want float6
 	// BF16 and FP8 inputs, but a dequantised NVFP4 K (times its global
 	// scale) is off by up to 2^-9 per element, so a score by up to 2^-8 of
 	// its magnitude; the LSE, within about the largest score, likewise.
-	if strings.HasPrefix(tile.Tier(), "avx512bf16") {
+	if tile.BF16Products() {
 		tol = 0x1p-8 * math.Max(1, math.Abs(want))
 	}
 	ok := (math.IsInf(want, -1) && math.IsInf(got, -1)) || math.Abs(got-want) <= tol

@@ -38,7 +38,7 @@ func vecLevel() vec {
 		return vecGo
 	}
 	switch tile.Tier() {
-	case "avx512", "avx512bf16":
+	case "avx512", "avx512bf16", "amxbf16":
 		return vecAVX512
 	case "avx2":
 		if hasF16C() {

@@ -86,7 +86,7 @@ func gemm4x16ColAVX2(c *[4]*float32, a *float32, csA int, b *float32, ldb, k, lo
 // d % 16 == 0.
 func useAsm512(d int) bool {
 	switch tile.Tier() {
-	case "avx512", "avx512bf16":
+	case "avx512", "avx512bf16", "amxbf16":
 		return d%16 == 0
 	}
 	return false

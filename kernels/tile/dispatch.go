@@ -37,14 +37,14 @@ var genericTier = &tier{
 var active = genericTier
 
 // EnvTier is the environment variable that overrides the automatic choice:
-// MSA_CPU_TIER=generic|avx2|avx512|avx512bf16.
+// MSA_CPU_TIER=generic|avx2|avx512|avx512bf16|amxbf16.
 const EnvTier = "MSA_CPU_TIER"
 
 func init() {
 	allTiers = append(simdTiers(), genericTier)
 	// Automatic choice: the first supported tier that is not opt-in.
 	for _, t := range allTiers {
-		if t.missing() == "" && !optIn(t.name) {
+		if !optIn(t.name) && t.missing() == "" {
 			active = t
 			break
 		}
@@ -58,7 +58,9 @@ func init() {
 
 // optIn reports tiers that change the numerics and therefore are never
 // chosen automatically.
-func optIn(name string) bool { return name == "avx512bf16" || name == "avx512bf16-emulated" }
+func optIn(name string) bool {
+	return name == "avx512bf16" || name == "avx512bf16-emulated" || name == "amxbf16"
+}
 
 func findTier(name string) *tier {
 	for _, t := range allTiers {
@@ -69,14 +71,14 @@ func findTier(name string) *tier {
 	return nil
 }
 
-// SetTier selects the kernel tier by name: "generic", "avx2", "avx512" or
-// "avx512bf16" (and "avx512bf16-emulated", the bf16 data path with VDPBF16PS
+// SetTier selects the kernel tier by name: "generic", "avx2", "avx512",
+// "avx512bf16" or "amxbf16" (and "avx512bf16-emulated", the bf16 data path with VDPBF16PS
 // replaced by AVX-512F instructions, for testing on CPUs without
 // AVX512_BF16). It fails when the tier is unknown or the CPU lacks a feature
 // it needs. It is meant for start-up, tests and benchmarks: it must not run
 // concurrently with Block.Load or Acc.Update, and blocks loaded under one
 // tier must be reloaded before a tier with another layout updates from them
-// (avx512bf16 packs bf16, the others fp32).
+// (avx512bf16 and amxbf16 pack bf16, the others fp32).
 func SetTier(name string) error {
 	t := findTier(name)
 	if t == nil {
@@ -92,9 +94,15 @@ func SetTier(name string) error {
 // Tier returns the name of the active tier.
 func Tier() string { return active.name }
 
+// BF16Products reports whether the active tier is one of the opt-in bf16
+// fast modes (avx512bf16, its emulated twin, amxbf16): Q, K, V and P are
+// rounded to bf16 before their products, so results carry bf16's error
+// (about 2^-8 relative) instead of float32's.
+func BF16Products() bool { return active.bf16 }
+
 // Tiers returns the tiers this CPU supports, fastest first ("generic" last).
-// The opt-in avx512bf16 tier is listed when supported; the emulated bf16
-// tier is not.
+// The opt-in amxbf16 and avx512bf16 tiers are listed when supported; the
+// emulated bf16 tier is not.
 func Tiers() []string {
 	var s []string
 	for _, t := range allTiers {

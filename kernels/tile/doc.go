@@ -37,6 +37,17 @@
 //     "avx512bf16-emulated" is the same data path with VDPBF16PS replaced
 //     by two AVX-512F FMAs (same results up to denormals), for tests on
 //     CPUs without AVX512_BF16; it is slow.
+//   - "amxbf16" (opt-in, never chosen automatically; needs the avx512bf16
+//     tier's features, AMX-TILE and AMX-BF16, and Linux's permission for
+//     the tile state, requested with arch_prctl when the tier is first
+//     asked about): the avx512bf16 data path (same roundings, layouts and
+//     softmax) with Q.K^T and P.V on AMX tiles (TDPBF16PS, 16 query rows
+//     per tile, 32 keys per step of P.V), for d a multiple of 32 (other
+//     head dimensions run the avx512bf16 kernels). TDPBF16PS sums a tile
+//     row in an order of its own, so results equal the avx512bf16 tier's
+//     only up to float32 reassociation (tested against the generic tier
+//     on bf16-rounded inputs, as avx512bf16 is). Decode keeps the float32
+//     lane kernels on this tier too.
 //   - "avx2" (AVX2 and FMA): the same float32 kernel with ymm registers
 //     (6x16 tiles, 8x8 transposes); its exp2 builds 2^n in the exponent
 //     field and flushes results below 2^-126 to zero.

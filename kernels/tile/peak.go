@@ -17,6 +17,9 @@ import (
 //     lanes does two bf16 products and two additions, so one instruction
 //     counts 4*16 = 64 flops (the same count as two fp32 FMAs, so that the
 //     4*m*n*d flops of an Update compare directly).
+//   - "amxbf16": 4 AMX accumulator tiles of TDPBF16PS (16x16 fp32 outputs,
+//     32 bf16 products each), operand tiles in registers; one instruction
+//     counts 16*16*32*2 = 16384 flops.
 //   - "generic": scalar Go multiply-adds, 2 flops each.
 //
 // It runs for about dur on the calling goroutine, timing windows of about

@@ -99,6 +99,7 @@ func missingBF16() string {
 
 func simdTiers() []*tier {
 	return []*tier{
+		{name: "amxbf16", missing: missingAMX, bf16: true, load: loadBF16, update: amxUpdate, peak: amxPeakFlops},
 		{name: "avx512bf16", missing: missingBF16, bf16: true, load: loadBF16, update: kbf16.update,
 			peak: func(n int) float64 { peakbf16(n); return float64(n) * 12 * 64 }},
 		{name: "avx512", missing: missingAVX512, load: load512, update: k512.update,
@@ -179,6 +180,11 @@ func loadBF16(b *Block, n int, k, v []float32) {
 		}
 		vPairs(unsafe.Pointer(&b.vb[i2*d]), &v[2*i2*d], &odd[0], d)
 	}
+	// Zero the value pairs after the last key up to a multiple of 16 pairs:
+	// the amxbf16 tier's P.V reads whole 16-pair steps (with P = 0 there),
+	// and a stale infinity would turn 0*V into NaN.
+	h := (n + 1) / 2
+	clear(b.vb[h*d : min((h+15)&^15, BlockN/2)*d])
 	b.bf16 = true
 }
 
@@ -300,7 +306,7 @@ const (
 // simdLevel returns the active tier's vector ISA.
 func simdLevel() int {
 	switch active.name {
-	case "avx512", "avx512bf16", "avx512bf16-emulated":
+	case "avx512", "avx512bf16", "avx512bf16-emulated", "amxbf16":
 		return simdAVX512
 	case "avx2":
 		return simdAVX2

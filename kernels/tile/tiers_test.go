@@ -6,7 +6,7 @@ import (
 )
 
 // knownTiers are the tiers CI wants to exercise, in order of preference.
-var knownTiers = []string{"avx512bf16", "avx512", "avx2", "generic"}
+var knownTiers = []string{"amxbf16", "avx512bf16", "avx512", "avx2", "generic"}
 
 // TestCPUTiers reports, one "cpu-tier:" line each (go test -v), which tiers
 // this CPU and build can run and which not and why, and the tier chosen

@@ -286,7 +286,7 @@ func TestTiersMatchGeneric(t *testing.T) {
 //     tolerance formula, i.e. no random-walk credit), P and V rounded to bf16
 //     add 2^-8 relative to O.
 func TestBF16Tier(t *testing.T) {
-	for _, tn := range []string{"avx512bf16", "avx512bf16-emulated"} {
+	for _, tn := range []string{"avx512bf16", "avx512bf16-emulated", "amxbf16"} {
 		t.Run(tn, func(t *testing.T) {
 			if m, ok := tierMissing(tn); !ok || m != "" {
 				t.Skipf("tier %s: CPU lacks %s", tn, m)
@@ -524,15 +524,15 @@ func TestTierSelection(t *testing.T) {
 	if err := SetTier("nonsense"); err == nil {
 		t.Fatal("SetTier(nonsense) succeeded")
 	}
-	for _, tn := range []string{"avx512bf16", "avx512", "avx2"} {
+	for _, tn := range []string{"amxbf16", "avx512bf16", "avx512", "avx2"} {
 		if m, ok := tierMissing(tn); ok && m != "" {
 			if err := SetTier(tn); err == nil || !strings.Contains(err.Error(), m) {
 				t.Errorf("SetTier(%s) = %v, want an error naming %s", tn, err, m)
 			}
 		}
 	}
-	if Tier() == "avx512bf16" {
-		t.Error("the bf16 tier was chosen automatically")
+	if optIn(Tier()) {
+		t.Errorf("the opt-in tier %s was chosen automatically", Tier())
 	}
 	for _, want := range []string{"generic", tiers[0]} {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestTierSelection$")

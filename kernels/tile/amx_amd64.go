@@ -32,8 +32,8 @@ import (
 // pairs per step); other head dimensions run the avx512bf16 kernels.
 
 // amxConfig is the 64-byte tile configuration LDTILECFG reads: palette 1,
-// tiles 0 (C) and 1 (A) with the update's row count, tile 2 (B) 16 rows,
-// all 64 bytes wide.
+// tiles 0, 3, 4, 5 (C) and 1 (A) with the update's row count, tiles 2 and
+// 6 (B) and 7 16 rows, all 64 bytes wide.
 type amxConfig [64]byte
 
 // set configures the tiles for rows rows (1..16) of A and C.
@@ -44,7 +44,9 @@ func (c *amxConfig) set(rows int) {
 		c[16+2*t] = 64 // colsb, little-endian uint16
 		c[48+t] = 16
 	}
-	c[48+0], c[48+1] = byte(rows), byte(rows)
+	for _, t := range []int{0, 1, 3, 4, 5} {
+		c[48+t] = byte(rows)
+	}
 }
 
 //go:noescape

@@ -22,9 +22,12 @@
 // For each of nt column tiles n (16 float32 columns, 64 bytes, of C and of
 // B's rows): C tile = (load != 0 ? C tile : 0) + sum over kt steps k of
 // A[:, 16k:16k+16 pairs] . B[16k:16k+16 pair rows, tile n], one TDPBF16PS
-// per step. A and C have the rows of cfg's tiles 0 and 1; B tiles are 16
-// rows of bf16 pairs, ldb bytes apart; A advances 64 bytes per step, B
-// 16*ldb.
+// per step. A and C have the rows of cfg's tiles 0, 1 and 3-5; B tiles
+// are 16 rows of bf16 pairs, ldb bytes apart; A advances 64 bytes per
+// step, B 16*ldb. Column tiles go four at a time (C in tmm0, tmm3-5,
+// each step's A loaded once for the four, B alternating between tmm2 and
+// tmm6 so that a load does not wait for the previous product), then one
+// at a time (C in tmm0).
 TEXT ·amxMatmul(SB), NOSPLIT, $0-80
 	MOVQ cfg+0(FP), AX
 	LDTILECFG_AX                    // LDTILECFG (AX)
@@ -39,9 +42,53 @@ TEXT ·amxMatmul(SB), NOSPLIT, $0-80
 	MOVQ load+72(FP), R13
 	MOVQ CX, R14
 	SHLQ $4, R14                    // 16 pair rows of B per step
+quad:
+	CMPQ R11, $4
+	JLT  tiles
+	TESTQ R13, R13
+	JZ   quadzero
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x84; BYTE $0x07; BYTE $0x00; BYTE $0x00; BYTE $0x00; BYTE $0x00 // TILELOADD tmm0, 0(DI)(AX*1)
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x9c; BYTE $0x07; BYTE $0x40; BYTE $0x00; BYTE $0x00; BYTE $0x00 // TILELOADD tmm3, 64(DI)(AX*1)
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0xa4; BYTE $0x07; BYTE $0x80; BYTE $0x00; BYTE $0x00; BYTE $0x00 // TILELOADD tmm4, 128(DI)(AX*1)
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0xac; BYTE $0x07; BYTE $0xc0; BYTE $0x00; BYTE $0x00; BYTE $0x00 // TILELOADD tmm5, 192(DI)(AX*1)
+	JMP  quadsteps
+quadzero:
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xc0 // TILEZERO tmm0
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xd8 // TILEZERO tmm3
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xe0 // TILEZERO tmm4
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xe8 // TILEZERO tmm5
+quadsteps:
+	MOVQ R9, SI
+	MOVQ R10, DX
+	MOVQ R12, R15
+	TESTQ R15, R15
+	JZ   quadstore
+quadstep:
+	TILELOADD_T1_A                  // TILELOADD tmm1, (SI)(BX*1)
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x94; BYTE $0x0a; BYTE $0x00; BYTE $0x00; BYTE $0x00; BYTE $0x00 // TILELOADD tmm2, 0(DX)(CX*1)
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x6a; BYTE $0x5c; BYTE $0xc1 // TDPBF16PS tmm0 += tmm1 . tmm2
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0xb4; BYTE $0x0a; BYTE $0x40; BYTE $0x00; BYTE $0x00; BYTE $0x00 // TILELOADD tmm6, 64(DX)(CX*1)
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x4a; BYTE $0x5c; BYTE $0xd9 // TDPBF16PS tmm3 += tmm1 . tmm6
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x94; BYTE $0x0a; BYTE $0x80; BYTE $0x00; BYTE $0x00; BYTE $0x00 // TILELOADD tmm2, 128(DX)(CX*1)
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x6a; BYTE $0x5c; BYTE $0xe1 // TDPBF16PS tmm4 += tmm1 . tmm2
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0xb4; BYTE $0x0a; BYTE $0xc0; BYTE $0x00; BYTE $0x00; BYTE $0x00 // TILELOADD tmm6, 192(DX)(CX*1)
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x4a; BYTE $0x5c; BYTE $0xe9 // TDPBF16PS tmm5 += tmm1 . tmm6
+	ADDQ $64, SI
+	ADDQ R14, DX
+	DECQ R15
+	JNZ  quadstep
+quadstore:
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7a; BYTE $0x4b; BYTE $0x84; BYTE $0x07; BYTE $0x00; BYTE $0x00; BYTE $0x00; BYTE $0x00 // TILESTORED 0(DI)(AX*1), tmm0
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7a; BYTE $0x4b; BYTE $0x9c; BYTE $0x07; BYTE $0x40; BYTE $0x00; BYTE $0x00; BYTE $0x00 // TILESTORED 64(DI)(AX*1), tmm3
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7a; BYTE $0x4b; BYTE $0xa4; BYTE $0x07; BYTE $0x80; BYTE $0x00; BYTE $0x00; BYTE $0x00 // TILESTORED 128(DI)(AX*1), tmm4
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7a; BYTE $0x4b; BYTE $0xac; BYTE $0x07; BYTE $0xc0; BYTE $0x00; BYTE $0x00; BYTE $0x00 // TILESTORED 192(DI)(AX*1), tmm5
+	ADDQ $256, DI
+	ADDQ $256, R10
+	SUBQ $4, R11
+	JMP  quad
+tiles:
 	TESTQ R11, R11
 	JZ   done
-tiles:
 	TESTQ R13, R13
 	JZ   zero
 	TILELOADD_T0_C                  // TILELOADD tmm0, (DI)(AX*1)
@@ -67,7 +114,7 @@ store:
 	ADDQ $64, DI
 	ADDQ $64, R10
 	DECQ R11
-	JNZ  tiles
+	JMP  tiles
 done:
 	TILERELEASE
 	RET

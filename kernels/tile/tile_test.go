@@ -429,7 +429,7 @@ func TestLoadLayout(t *testing.T) {
 // %peak compares it with PeakGFLOPS of the tier (avx512 for the emulated
 // bf16 tier).
 func BenchmarkUpdate(b *testing.B) {
-	for _, tn := range []string{"generic", "avx2", "avx512", "avx512bf16", "avx512bf16-emulated"} {
+	for _, tn := range []string{"generic", "avx2", "avx512", "avx512bf16", "avx512bf16-emulated", "amxbf16"} {
 		for _, md := range [][2]int{{64, 64}, {64, 128}, {64, 256}, {16, 128}, {128, 128}} {
 			m, d := md[0], md[1]
 			b.Run(fmt.Sprintf("tier=%s/m=%d/d=%d", tn, m, d), func(b *testing.B) {
@@ -496,7 +496,7 @@ func BenchmarkLoad(b *testing.B) {
 }
 
 func BenchmarkPeak(b *testing.B) {
-	for _, tn := range []string{"generic", "avx2", "avx512", "avx512bf16"} {
+	for _, tn := range []string{"generic", "avx2", "avx512", "avx512bf16", "amxbf16"} {
 		b.Run("tier="+tn, func(b *testing.B) {
 			if m, ok := tierMissing(tn); !ok || m != "" {
 				b.Skipf("tier %s: CPU lacks %s", tn, m)
@@ -554,7 +554,7 @@ func TestTierSelection(t *testing.T) {
 // tiers decline and leave the rows to QRows. A Reset after SetQBF16 must
 // take the next accumulation's rows from QRows again.
 func TestSetQBF16(t *testing.T) {
-	for _, tn := range []string{"avx512bf16", "avx512bf16-emulated", "avx512", "avx2", "generic"} {
+	for _, tn := range []string{"amxbf16", "avx512bf16", "avx512bf16-emulated", "avx512", "avx2", "generic"} {
 		t.Run(tn, func(t *testing.T) {
 			useTier(t, tn)
 			takes := active.bf16

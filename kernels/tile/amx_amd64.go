@@ -112,14 +112,8 @@ func amxUpdate(a *Acc, b *Block, valid []int32) {
 	for r0 := 0; r0 < a.m; r0 += amxRows {
 		a.pf.issue((a.m - r0 + amxRows - 1) / amxRows)
 		R := min(amxRows, a.m-r0)
-		nmax := 0
-		for r := r0; r < r0+R; r++ {
-			nmax = max(nmax, min(int(valid[r]), b.n))
-		}
+		nmax := a.groupKeys(b, valid, r0, R, first)
 		if nmax <= 0 {
-			if first {
-				clear(a.o[r0*d : (r0+R)*d])
-			}
 			continue
 		}
 		nv := (nmax + 31) / 32 * 2 // score vectors of 16 keys, even

@@ -230,14 +230,8 @@ func (k *simd) update(a *Acc, b *Block, valid []int32) {
 	for r0 := 0; r0 < a.m; r0 += rowGroup {
 		a.pf.issue((a.m - r0 + rowGroup - 1) / rowGroup)
 		R := min(rowGroup, a.m-r0)
-		nmax := 0
-		for r := r0; r < r0+R; r++ {
-			nmax = max(nmax, min(int(valid[r]), b.n))
-		}
+		nmax := a.groupKeys(b, valid, r0, R, first)
 		if nmax <= 0 {
-			if first {
-				clear(a.o[r0*d : (r0+R)*d])
-			}
 			continue
 		}
 		nv := (nmax + vk - 1) / vk
@@ -252,6 +246,21 @@ func (k *simd) update(a *Acc, b *Block, valid []int32) {
 		}
 		k.values(pv, R, d, s, vp, ldv, pvSteps, a.o[r0*d:], &a.alpha[r0])
 	}
+}
+
+// groupKeys returns the longest visible key prefix of rows r0..r0+R-1 in
+// block b. When it is empty and first is set it zeroes those rows of O:
+// the first update after Reset writes O instead of rescaling it, so a row
+// group it skips must start from zero.
+func (a *Acc) groupKeys(b *Block, valid []int32, r0, R int, first bool) int {
+	nmax := 0
+	for r := r0; r < r0+R; r++ {
+		nmax = max(nmax, min(int(valid[r]), b.n))
+	}
+	if nmax <= 0 && first {
+		clear(a.o[r0*a.d : (r0+R)*a.d])
+	}
+	return nmax
 }
 
 // scores runs the Q.K kernels of one register tile: S rows (BlockN floats

@@ -902,48 +902,45 @@ func genPeak(a *asm, name, vec string, k dot) {
 //     qk512/pv512: 4 zmm loads, 6 broadcasts of buf[1024 + 128r] and 24
 //     register multiply-adds.
 func genOperandForms(a *asm) {
-	a.f("// func peakBcst512(iters int, buf *float32)")
-	a.f("TEXT ·peakBcst512(SB), NOSPLIT, $0-16")
-	a.f("\tMOVQ iters+0(FP), CX")
-	a.f("\tMOVQ buf+8(FP), SI")
-	for i := 0; i < 12; i++ {
-		a.f("\tVXORPS Z%d, Z%d, Z%d", i, i, i)
-	}
-	a.f("loop:")
-	for c := 0; c < 4; c++ {
-		a.f("\tVMOVUPS %d(SI), Z%d", 64*c, 28+c)
-	}
-	for c := 0; c < 4; c++ {
-		for j := 0; j < 12; j++ {
-			a.f("\tVFMADD231PS.BCST %d(SI), Z%d, Z%d", 512*j+4*c, 28+c, j)
+	// loop emits func name(iters int, buf *float32): accs zeroed
+	// accumulators, then iters times body.
+	loop := func(name string, accs int, body func()) {
+		a.f("// func %s(iters int, buf *float32)", name)
+		a.f("TEXT ·%s(SB), NOSPLIT, $0-16", name)
+		a.f("\tMOVQ iters+0(FP), CX")
+		a.f("\tMOVQ buf+8(FP), SI")
+		for i := 0; i < accs; i++ {
+			a.f("\tVXORPS Z%d, Z%d, Z%d", i, i, i)
 		}
+		a.f("loop:")
+		body()
+		a.f("\tDECQ CX")
+		a.f("\tJNZ loop")
+		a.f("\tVZEROUPPER")
+		a.f("\tRET\n")
 	}
-	a.f("\tDECQ CX")
-	a.f("\tJNZ loop")
-	a.f("\tVZEROUPPER")
-	a.f("\tRET\n")
-	a.f("// func peakLoad512(iters int, buf *float32)")
-	a.f("TEXT ·peakLoad512(SB), NOSPLIT, $0-16")
-	a.f("\tMOVQ iters+0(FP), CX")
-	a.f("\tMOVQ buf+8(FP), SI")
-	for i := 0; i < 24; i++ {
-		a.f("\tVXORPS Z%d, Z%d, Z%d", i, i, i)
-	}
-	a.f("loop:")
-	for c := 0; c < 4; c++ {
-		a.f("\tVMOVUPS %d(SI), Z%d", 64*c, 24+c)
-	}
-	for r := 0; r < 6; r++ {
-		b := 28 + r%2
-		a.f("\tVBROADCASTSS %d(SI), Z%d", 4096+512*r, b)
+	loop("peakBcst512", 12, func() {
 		for c := 0; c < 4; c++ {
-			a.f("\tVFMADD231PS Z%d, Z%d, Z%d", 24+c, b, 4*r+c)
+			a.f("\tVMOVUPS %d(SI), Z%d", 64*c, 28+c)
 		}
-	}
-	a.f("\tDECQ CX")
-	a.f("\tJNZ loop")
-	a.f("\tVZEROUPPER")
-	a.f("\tRET\n")
+		for c := 0; c < 4; c++ {
+			for j := 0; j < 12; j++ {
+				a.f("\tVFMADD231PS.BCST %d(SI), Z%d, Z%d", 512*j+4*c, 28+c, j)
+			}
+		}
+	})
+	loop("peakLoad512", 24, func() {
+		for c := 0; c < 4; c++ {
+			a.f("\tVMOVUPS %d(SI), Z%d", 64*c, 24+c)
+		}
+		for r := 0; r < 6; r++ {
+			b := 28 + r%2
+			a.f("\tVBROADCASTSS %d(SI), Z%d", 4096+512*r, b)
+			for c := 0; c < 4; c++ {
+				a.f("\tVFMADD231PS Z%d, Z%d, Z%d", 24+c, b, 4*r+c)
+			}
+		}
+	})
 }
 
 // genLog2 emits log2Sums512 (8 values per iteration) or log2Sums256 (4):

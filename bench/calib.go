@@ -17,7 +17,7 @@ import (
 // flops count like two FP32 FMAs per bf16 pair, see tile.PeakGFLOPS).
 func peakTier(t string) string {
 	switch {
-	case t == "avx512bf16" || t == "amxbf16":
+	case bf16Tier(t):
 		return t
 	case strings.HasPrefix(t, "avx512"):
 		return "avx512"
@@ -29,11 +29,16 @@ func peakTier(t string) string {
 // lane kernels on every tier, the avx512bf16 one included, so its peak is
 // the FP32 FMA loop of the same width.
 func decodePeakTier(t string) string {
-	if pt := peakTier(t); pt != "avx512bf16" && pt != "amxbf16" {
+	if pt := peakTier(t); !bf16Tier(pt) {
 		return pt
 	}
 	return "avx512"
 }
+
+// bf16Tier reports the bf16 fast modes with a calibration loop of their
+// own (VDPBF16PS, TDPBF16PS); the emulated bf16 tier calibrates with the
+// AVX-512 FP32 loop.
+func bf16Tier(t string) bool { return t == "avx512bf16" || t == "amxbf16" }
 
 // calibration holds the machine's peaks, measured in the same run.
 type calibration struct {

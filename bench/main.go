@@ -239,7 +239,7 @@ func main() {
 	if cal.decodeTier != cal.peakTier {
 		calLines = append(calLines, fmt.Sprintf("decode peak (tile.PeakGFLOPS %q; decode runs FP32 lane kernels): %.0f GFLOP/s on 1 goroutine, %.0f GFLOP/s on %d at once",
 			cal.decodeTier, cal.decPeak1, cal.decPeak, cfg.workers))
-		if cal.peakTier == "avx512bf16" || cal.peakTier == "amxbf16" {
+		if bf16Tier(cal.peakTier) {
 			calLines = append(calLines, bf16PeakNote(cal.peakTier, cal.peak1, cal.decPeak1))
 		}
 	}

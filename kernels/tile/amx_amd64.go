@@ -98,14 +98,8 @@ func amxUpdate(a *Acc, b *Block, valid []int32) {
 		return
 	}
 	d2 := d / 2
-	q2 := a.qPairs()
-	if !a.q2Set {
-		cvtPairs(unsafe.Pointer(&q2[0]), &a.q[0], a.m*d)
-	}
-	invT := float32(0)
-	if a.temp {
-		invT = a.invT
-	}
+	q2 := a.pairedQ()
+	invT := a.tempInvT()
 	first := a.fresh
 	a.fresh = false
 	var cfg amxConfig

@@ -206,20 +206,12 @@ func (k *simd) update(a *Acc, b *Block, valid []int32) {
 	vp, ldv := unsafe.Pointer(&b.v[0]), uintptr(d*4)
 	if k.bf16 {
 		d2 := d / 2
-		q2 := a.qPairs()
-		// Rows are contiguous in both layouts: one call converts all,
-		// unless the caller gave the rows as bf16 (SetQBF16).
-		if !a.q2Set {
-			cvtPairs(unsafe.Pointer(&q2[0]), &a.q[0], a.m*d)
-		}
+		q2 := a.pairedQ()
 		steps, ldq = d2, uintptr(d2*4)
 		qp, kt = unsafe.Pointer(&q2[0]), unsafe.Pointer(&b.kb[0])
 		vp = unsafe.Pointer(&b.vb[0])
 	}
-	invT := float32(0)
-	if a.temp {
-		invT = a.invT
-	}
+	invT := a.tempInvT()
 	// The first update after Reset writes O instead of rescaling it (Reset
 	// leaves O as it was); the row groups it skips are zeroed here.
 	pv, first := k.pv, a.fresh
@@ -246,6 +238,26 @@ func (k *simd) update(a *Acc, b *Block, valid []int32) {
 		}
 		k.values(pv, R, d, s, vp, ldv, pvSteps, a.o[r0*d:], &a.alpha[r0])
 	}
+}
+
+// pairedQ returns the query rows as bf16 pairs (qPairs), converted from
+// the float32 rows unless the caller gave them as bf16 (SetQBF16). Rows
+// are contiguous in both layouts: one call converts all.
+func (a *Acc) pairedQ() []uint32 {
+	q2 := a.qPairs()
+	if !a.q2Set {
+		cvtPairs(unsafe.Pointer(&q2[0]), &a.q[0], a.m*a.d)
+	}
+	return q2
+}
+
+// tempInvT returns the softmax kernels' invT argument: 1/T while the
+// temperature sum is tracked, 0 (off) otherwise.
+func (a *Acc) tempInvT() float32 {
+	if a.temp {
+		return a.invT
+	}
+	return 0
 }
 
 // groupKeys returns the longest visible key prefix of rows r0..r0+R-1 in

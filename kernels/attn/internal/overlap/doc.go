@@ -17,6 +17,36 @@
 // two, not by their maximum, and fusing the conversion into the kernels
 // would not raise it on this core.
 //
+// That loop converts 1.6 values per multiply-add, three times what decode
+// needs. BenchmarkOverlapDecode measures at decode's ratio instead: a step
+// is four columns of the AVX2 Q.K lane kernel for six keys (48
+// multiply-adds, one broadcast register, as tile.lanesQKT) and the staging
+// of 24 e4m3 values in the one vector register such a kernel leaves free
+// (attn.decodeE4M3x32AVX2's per-value sequence in groups of 8, with its
+// 2^8 multiply and its NaN check), i.e. two multiply-adds per converted
+// value, as in decode at 16 query heads per KV head. It reports fma% (the
+// FMA-only loop's time over the interleaved loop's: the share of the
+// kernel's rate that would survive a conversion inside its loop), the same
+// without the 2^8 multiply (fma%-nomul: the multiply folded into a scale,
+// which would no longer be bit-identical in underflow corners), and
+// staged% (the FMA loop's time over the sum of the two: the conversion
+// run beside the kernel, as today), at two offsets of the conversion's
+// buffers from the key rows (off=0 shares their low address bits). A
+// first probe with a single load at the key rows' offset ran 30% slower
+// than with it 68 bytes on, from L1 bank conflicts alone; the benchmark's
+// buffers keep that effect visible but small.
+//
+// Measured on AMD EPYC Zen 3 (2026-12-04, quiet host), seven runs: fma%
+// 70-83, fma%-nomul 74-91, staged% 67-69, overlap 0.11-0.58. The
+// in-kernel conversion would keep at most 70-83% of the lane kernels'
+// rate (86% of the FMA peak in cache, attn BenchmarkDecodeBlock kernel),
+// i.e. 60-71% of the peak, against 69% for the staged path measured in
+// the same session (DecodeBlock staged=e4m3; its 32-value conversion is
+// faster than this loop's 8-value groups, so it keeps 84% of the kernel's
+// rate where staged% says 67-69%): at most two points, within the host's
+// spread, before the countdown and the rest loop a real kernel would add.
+// Decode's FP8 ceiling on this core stays the staged one.
+//
 // BenchmarkOverlap512 does the same for the AVX-512 Q.K lane kernel
 // (tile.lanesQKT512: 48 multiply-adds with embedded broadcasts per
 // iteration) and the AVX512_VBMI e4m3 conversion of 64 values, 4 FMA

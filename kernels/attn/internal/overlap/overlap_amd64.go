@@ -47,3 +47,34 @@ func loops512() map[string]func(q, k *float32, src *byte, dst *float32, n int) {
 	}
 	return map[string]func(q, k *float32, src *byte, dst *float32, n int){"fma": fma512Loop, "conv": conv512Loop, "both": both512Loop}
 }
+
+// fmaDecLoop, convDecLoop and bothDecLoop run n steps of the decode-ratio
+// loops (overlap_amd64.s): 48 multiply-adds of the AVX2 Q.K lane kernel,
+// the staging of 24 e4m3 values, or both interleaved.
+//
+//go:noescape
+func fmaDecLoop(q, k *float32, src *byte, dst *float32, n int)
+
+//go:noescape
+func convDecLoop(q, k *float32, src *byte, dst *float32, n int)
+
+//go:noescape
+func bothDecLoop(q, k *float32, src *byte, dst *float32, n int)
+
+// convNoMulDecLoop and bothNoMulDecLoop are convDecLoop and bothDecLoop
+// without the conversion's 2^8 multiply (as if folded into a scale).
+//
+//go:noescape
+func convNoMulDecLoop(q, k *float32, src *byte, dst *float32, n int)
+
+//go:noescape
+func bothNoMulDecLoop(q, k *float32, src *byte, dst *float32, n int)
+
+// loopsDec returns the decode-ratio loops, or nil where the CPU lacks
+// AVX2, FMA or F16C.
+func loopsDec() map[string]func(q, k *float32, src *byte, dst *float32, n int) {
+	if loops() == nil {
+		return nil
+	}
+	return map[string]func(q, k *float32, src *byte, dst *float32, n int){"fma": fmaDecLoop, "conv": convDecLoop, "both": bothDecLoop, "conv-nomul": convNoMulDecLoop, "both-nomul": bothNoMulDecLoop}
+}

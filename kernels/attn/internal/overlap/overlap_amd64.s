@@ -109,3 +109,151 @@ bl:
 	JNZ bl
 	VZEROUPPER
 	RET
+
+// The decode-ratio loops (BenchmarkOverlapDecode): one step is 4 columns
+// of the AVX2 Q.K lane kernel for 6 keys (tile.lanesQKT: 48 multiply-adds,
+// one broadcast register) and the staging of 24 e4m3 values, 2 ymm
+// multiply-adds per value as in decode at 16 query heads per KV head.
+// The conversion is attn.decodeE4M3x32AVX2's per-value sequence, 8 values
+// per group in the one register the kernel leaves free (Y15): sign
+// extension, shift, bit-14 clear, F16C widening, the 2^8 multiply and the
+// store, plus its NaN check (byte | 0x80, unsigned maximum, kept in
+// memory) once per step, for 32 bytes.
+DATA ·dcst+0(SB)/8, $0xbfffbfffbfffbfff
+DATA ·dcst+8(SB)/8, $0xbfffbfffbfffbfff
+DATA ·dcst+16(SB)/8, $0x4380000043800000
+DATA ·dcst+24(SB)/8, $0x4380000043800000
+DATA ·dcst+32(SB)/8, $0x4380000043800000
+DATA ·dcst+40(SB)/8, $0x4380000043800000
+DATA ·dcst+48(SB)/8, $0x8080808080808080
+DATA ·dcst+56(SB)/8, $0x8080808080808080
+DATA ·dcst+64(SB)/8, $0x8080808080808080
+DATA ·dcst+72(SB)/8, $0x8080808080808080
+GLOBL ·dcst(SB), RODATA|NOPTR, $80
+
+// The NaN check's running maximum.
+GLOBL ·nanmax(SB), NOPTR, $32
+
+// One column of 6 keys: K rows 512 bytes apart (d = 128).
+#define FMAS6(u) \
+	VMOVUPS (64*u)(AX), Y12; \
+	VMOVUPS (64*u+32)(AX), Y13; \
+	VBROADCASTSS (4*u)(SI), Y14; \
+	VFMADD231PS Y14, Y12, Y0; \
+	VFMADD231PS Y14, Y13, Y1; \
+	VBROADCASTSS (4*u+512)(SI), Y14; \
+	VFMADD231PS Y14, Y12, Y2; \
+	VFMADD231PS Y14, Y13, Y3; \
+	VBROADCASTSS (4*u+1024)(SI), Y14; \
+	VFMADD231PS Y14, Y12, Y4; \
+	VFMADD231PS Y14, Y13, Y5; \
+	VBROADCASTSS (4*u+1536)(SI), Y14; \
+	VFMADD231PS Y14, Y12, Y6; \
+	VFMADD231PS Y14, Y13, Y7; \
+	VBROADCASTSS (4*u+2048)(SI), Y14; \
+	VFMADD231PS Y14, Y12, Y8; \
+	VFMADD231PS Y14, Y13, Y9; \
+	VBROADCASTSS (4*u+2560)(SI), Y14; \
+	VFMADD231PS Y14, Y12, Y10; \
+	VFMADD231PS Y14, Y13, Y11
+
+// 8 e4m3 bytes at src + DX + 8g to 8 float32 times 2^-8 in Y15.
+#define WIDEN8(g) \
+	VPMOVSXBW (8*g)(R9)(DX*1), X15; \
+	VPSLLW $7, X15, X15; \
+	VPAND ·dcst+0(SB), X15, X15; \
+	VCVTPH2PS X15, Y15
+
+// 8 e4m3 bytes at src + DX + 8g to 8 float32 at dst + 4*DX + 32g.
+#define CONV8(g) \
+	WIDEN8(g); \
+	VMULPS ·dcst+16(SB), Y15, Y15; \
+	VMOVUPS Y15, (32*g)(R10)(DX*4)
+
+// CONV8 without the 2^8 multiply (a scale folded elsewhere).
+#define CONV8NM(g) \
+	WIDEN8(g); \
+	VMOVUPS Y15, (32*g)(R10)(DX*4)
+
+#define NANCHK \
+	VMOVDQU (R9)(DX*1), Y15; \
+	VPOR ·dcst+48(SB), Y15, Y15; \
+	VPMAXUB ·nanmax(SB), Y15, Y15; \
+	VMOVDQU Y15, ·nanmax(SB)
+
+// Q^T wraps in 4 KiB, the key columns in 512 bytes (rows 3 KiB), the
+// conversion's offset DX in 2016 bytes of source (8064 of destination).
+#define PROLOGUE_DEC \
+	MOVQ q+0(FP), AX; \
+	MOVQ k+8(FP), SI; \
+	MOVQ src+16(FP), R9; \
+	MOVQ dst+24(FP), R10; \
+	MOVQ n+32(FP), CX; \
+	XORQ DX, DX; \
+	XORQ R11, R11
+
+#define ADVANCE_DEC \
+	ADDQ $256, AX; \
+	ANDQ $4095, AX; \
+	ORQ q+0(FP), AX; \
+	ADDQ $16, SI; \
+	ANDQ $511, SI; \
+	ORQ k+8(FP), SI; \
+	ADDQ $24, DX; \
+	CMPQ DX, $2016; \
+	CMOVQGE R11, DX
+
+// func fmaDecLoop(q, k *float32, src *byte, dst *float32, n int)
+TEXT ·fmaDecLoop(SB), NOSPLIT, $0-40
+	PROLOGUE_DEC
+fdl:
+	FMAS6(0); FMAS6(1); FMAS6(2); FMAS6(3)
+	ADVANCE_DEC
+	DECQ CX
+	JNZ fdl
+	VZEROUPPER
+	RET
+
+// func convDecLoop(q, k *float32, src *byte, dst *float32, n int)
+TEXT ·convDecLoop(SB), NOSPLIT, $0-40
+	PROLOGUE_DEC
+cdl:
+	CONV8(0); CONV8(1); CONV8(2); NANCHK
+	ADVANCE_DEC
+	DECQ CX
+	JNZ cdl
+	VZEROUPPER
+	RET
+
+// func bothDecLoop(q, k *float32, src *byte, dst *float32, n int)
+TEXT ·bothDecLoop(SB), NOSPLIT, $0-40
+	PROLOGUE_DEC
+bdl:
+	FMAS6(0); CONV8(0); FMAS6(1); CONV8(1); FMAS6(2); CONV8(2); FMAS6(3); NANCHK
+	ADVANCE_DEC
+	DECQ CX
+	JNZ bdl
+	VZEROUPPER
+	RET
+
+// func bothNoMulDecLoop(q, k *float32, src *byte, dst *float32, n int)
+TEXT ·bothNoMulDecLoop(SB), NOSPLIT, $0-40
+	PROLOGUE_DEC
+bndl:
+	FMAS6(0); CONV8NM(0); FMAS6(1); CONV8NM(1); FMAS6(2); CONV8NM(2); FMAS6(3); NANCHK
+	ADVANCE_DEC
+	DECQ CX
+	JNZ bndl
+	VZEROUPPER
+	RET
+
+// func convNoMulDecLoop(q, k *float32, src *byte, dst *float32, n int)
+TEXT ·convNoMulDecLoop(SB), NOSPLIT, $0-40
+	PROLOGUE_DEC
+cndl:
+	CONV8NM(0); CONV8NM(1); CONV8NM(2); NANCHK
+	ADVANCE_DEC
+	DECQ CX
+	JNZ cndl
+	VZEROUPPER
+	RET

@@ -7,3 +7,6 @@ func loops() map[string]func(q, k *float32, src *byte, dst *float32, n int) { re
 
 // loops512: the loops are AVX-512 assembly.
 func loops512() map[string]func(q, k *float32, src *byte, dst *float32, n int) { return nil }
+
+// loopsDec: the loops are AVX2 assembly.
+func loopsDec() map[string]func(q, k *float32, src *byte, dst *float32, n int) { return nil }

@@ -1,6 +1,7 @@
 package overlap
 
 import (
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -41,6 +42,11 @@ func TestLoopsRun(t *testing.T) {
 			}
 		}
 	}
+	for name, fn := range loopsDec() {
+		if ns := runDec(fn, 1000, 200); !(ns > 0) {
+			t.Errorf("decode-ratio %s: %g ns per step", name, ns)
+		}
+	}
 }
 
 // BenchmarkOverlap reports ns per step of each loop and the overlap ratio
@@ -76,4 +82,47 @@ func report(b *testing.B, l map[string]func(q, k *float32, src *byte, dst *float
 	b.ReportMetric(c, "conv-ns")
 	b.ReportMetric(both, "both-ns")
 	b.ReportMetric((f+c-both)/min(f, c), "overlap")
+}
+
+// runDec times one decode-ratio loop like run, with the conversion's
+// source and destination off bytes (4*off) past a 4 KiB boundary.
+func runDec(fn func(q, k *float32, src *byte, dst *float32, n int), n, off int) float64 {
+	q, k := aligned(4096), aligned(4096)
+	src, dst := aligned(4096)[off:], aligned(3 * 4096)[4*off:]
+	best := time.Duration(math.MaxInt64)
+	for r := 0; r < 5; r++ {
+		t0 := time.Now()
+		fn((*float32)(unsafe.Pointer(&q[0])), (*float32)(unsafe.Pointer(&k[0])), &src[0], (*float32)(unsafe.Pointer(&dst[0])), n)
+		best = min(best, time.Since(t0))
+	}
+	return float64(best.Nanoseconds()) / float64(n)
+}
+
+// BenchmarkOverlapDecode is BenchmarkOverlap at decode's ratio: a step is
+// 48 AVX2 multiply-adds and the staging of 24 e4m3 values (see
+// overlap_amd64.s), the conversion's buffers at offset off from a 4 KiB
+// boundary (off=0 shares address bits with the key rows).
+func BenchmarkOverlapDecode(b *testing.B) {
+	l := loopsDec()
+	if l == nil {
+		b.Skip("CPU lacks AVX2, FMA or F16C")
+	}
+	for _, off := range []int{0, 200} {
+		b.Run(fmt.Sprintf("off=%d", off), func(b *testing.B) {
+			const n = 1 << 20
+			var f, c, both, cn, bn float64
+			for i := 0; i < b.N; i++ {
+				f, c, both = runDec(l["fma"], n, off), runDec(l["conv"], n, off), runDec(l["both"], n, off)
+				cn, bn = runDec(l["conv-nomul"], n, off), runDec(l["both-nomul"], n, off)
+			}
+			b.ReportMetric(f, "fma-ns")
+			b.ReportMetric(c, "conv-ns")
+			b.ReportMetric(both, "both-ns")
+			b.ReportMetric((f+c-both)/min(f, c), "overlap")
+			b.ReportMetric(100*f/both, "fma%")
+			b.ReportMetric(100*f/(f+c), "staged%")
+			b.ReportMetric(100*f/bn, "fma%-nomul")
+			b.ReportMetric(100*f/(f+cn), "staged%-nomul")
+		})
+	}
 }

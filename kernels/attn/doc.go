@@ -13,8 +13,9 @@
 // epilogues (partial stores, combine). Decoding and the epilogues have
 // AVX-512 (epilogue_amd64.s) and AVX2 + F16C (epilogue_avx2_amd64.s)
 // kernels next to the Go loops they are tested against bit for bit; the
-// set in use follows package tile's tier (vecLevel). On CPUs with
-// AVX512_VBMI the AVX-512 e4m3 decoder is package tile's byte-table kernel
+// set in use follows the vector ISA of package tile's tier (vecLevel,
+// tile.VectorISA). On CPUs with AVX512_VBMI the AVX-512 e4m3 decoder is
+// package tile's byte-table kernel
 // (tile.WidenE4M3x64, the conversion the lane kernels also run between
 // their multiply-adds). The combine's slot weights (mergeLSE) have their
 // own SIMD kernels (merge_amd64.s), which take e^x in float32 within 2 ulp

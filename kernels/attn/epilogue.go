@@ -8,10 +8,11 @@ import (
 // The epilogue kernels: storing a float32 row as BF16 (round to nearest
 // even) and the combine's acc += w * row for BF16 and float32 partials, and
 // the K/V staging decoders. They have AVX-512 implementations
-// (epilogue_amd64.s) used whenever the block kernel's tier is an AVX-512 one
-// and AVX2 implementations (epilogue_avx2_amd64.s) for the avx2 tier: the
-// CPU-feature decision is taken once, in package tile, and followed here
-// (plus F16C, which the AVX2 e4m3 decoder needs).
+// (epilogue_amd64.s) used whenever the block kernel's tier runs AVX-512
+// kernels and AVX2 implementations (epilogue_avx2_amd64.s) for the avx2
+// tier: the CPU-feature decision is taken once, in package tile
+// (tile.VectorISA), and followed here (plus F16C, which the AVX2 e4m3
+// decoder needs).
 
 // vec selects the epilogue kernels of a run.
 type vec uint8
@@ -37,10 +38,10 @@ func vecLevel() vec {
 	if !haveAsm {
 		return vecGo
 	}
-	switch tile.Tier() {
-	case "avx512", "avx512bf16", "amxbf16":
+	switch tile.VectorISA() {
+	case tile.ISAAVX512:
 		return vecAVX512
-	case "avx2":
+	case tile.ISAAVX2:
 		if hasF16C() {
 			return vecAVX2
 		}

@@ -15,9 +15,9 @@ func dot4AVX2(a, b0, b1, b2, b3 *float32, n int, out *[4]float32)
 
 // useAsm reports whether a call with head dimension d runs the SIMD
 // building blocks (the AVX2 kernels and the GEMM tiles): when tile's
-// active tier (the one dispatch point, tile.SetTier) is a SIMD tier, all
-// of which imply AVX2 and FMA, and d % 16 == 0.
-func useAsm(d int) bool { return d%16 == 0 && tile.Tier() != "generic" }
+// active tier (the one dispatch point, tile.SetTier) runs SIMD kernels
+// (tile.VectorISA), all of which imply AVX2 and FMA, and d % 16 == 0.
+func useAsm(d int) bool { return d%16 == 0 && tile.VectorISA() != tile.ISAPortable }
 
 // dot2x4AVX2 sets out[4*i+j] = sum_c ai[c]*bj[c] over n elements
 // (n % 8 == 0) for rows a0, a1 and keys b0..b3.
@@ -82,15 +82,9 @@ func gemm4x24ColAVX2(c *[4]*float32, a *float32, csA int, b *float32, ldb, k, lo
 func gemm4x16ColAVX2(c *[4]*float32, a *float32, csA int, b *float32, ldb, k, load int)
 
 // useAsm512 reports whether a call with head dimension d runs the AVX-512
-// GEMM tiles (gemm.go): the active tile tier is avx512 or avx512bf16 and
-// d % 16 == 0.
-func useAsm512(d int) bool {
-	switch tile.Tier() {
-	case "avx512", "avx512bf16", "amxbf16":
-		return d%16 == 0
-	}
-	return false
-}
+// GEMM tiles (gemm.go): the active tile tier's kernels are AVX-512 ones
+// (tile.VectorISA) and d % 16 == 0.
+func useAsm512(d int) bool { return d%16 == 0 && tile.VectorISA() == tile.ISAAVX512 }
 
 // maxAVX2 returns the largest of x[:n] (n % 8 == 0), NaN if any is NaN.
 //

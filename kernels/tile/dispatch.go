@@ -18,7 +18,46 @@ type tier struct {
 	// peak runs the calibration loop for iters iterations and returns the
 	// flops it performed; nil for tiers without one.
 	peak func(iters int) float64
+	// isa is the vector instruction set of the tier's float32 helper
+	// kernels (VectorISA).
+	isa ISA
 }
+
+// ISA names a vector instruction set of amd64 that a tier's kernels use.
+type ISA uint8
+
+const (
+	// ISAPortable: no SIMD kernels (the generic tier; every tier on other
+	// platforms and under the purego build tag).
+	ISAPortable ISA = iota
+	// ISAAVX2: 256-bit AVX2 + FMA kernels (the avx2 tier).
+	ISAAVX2
+	// ISAAVX512: 512-bit AVX-512 kernels (avx512 and the bf16 tiers
+	// avx512bf16, avx512bf16-emulated and amxbf16, whose float32 helper
+	// kernels, Lanes among them, are the avx512 tier's).
+	ISAAVX512
+)
+
+// String returns "portable", "avx2" or "avx512".
+func (i ISA) String() string {
+	switch i {
+	case ISAAVX2:
+		return "avx2"
+	case ISAAVX512:
+		return "avx512"
+	}
+	return "portable"
+}
+
+// VectorISA returns the vector instruction set of the active tier's
+// float32 helper kernels. The CPU has it while the tier is active (SetTier
+// checks the tier's features), so a package that pairs SIMD code of its
+// own with tile's kernels (attn's epilogues, grad's row operations)
+// follows the tier through VectorISA instead of naming tiers: a tier
+// forced below what the CPU has (MSA_CPU_TIER=avx2 on an AVX-512 CPU)
+// then runs AVX2 code everywhere, and a new tier states its ISA in one
+// place.
+func VectorISA() ISA { return active.isa }
 
 // allTiers lists every tier in order of preference; tiers_*.go fill in the
 // SIMD entries at init. The generic tier is always last and always runs.

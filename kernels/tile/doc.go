@@ -36,7 +36,11 @@
 //     Acc.SetQBF16, which skips the round trip through float32.
 //     "avx512bf16-emulated" is the same data path with VDPBF16PS replaced
 //     by two AVX-512F FMAs (same results up to denormals), for tests on
-//     CPUs without AVX512_BF16; it is slow.
+//     CPUs without AVX512_BF16; it is slow. Like avx512bf16 it runs the
+//     avx512 tier's float32 helper kernels (VectorISA reports ISAAVX512),
+//     so attn's epilogues and grad's kernels take their AVX-512 code under
+//     it too (before VectorISA they took the portable code under this
+//     tier only).
 //   - "amxbf16" (opt-in, never chosen automatically; needs the avx512bf16
 //     tier's features, AMX-TILE and AMX-BF16, and Linux's permission for
 //     the tile state, requested with arch_prctl when the tier is first

@@ -110,10 +110,10 @@ func lanesKernFor(d int) lanesKern {
 	if d%8 != 0 {
 		return lanesGeneric
 	}
-	switch simdLevel() {
-	case simdAVX512:
+	switch VectorISA() {
+	case ISAAVX512:
 		return lanesAVX512
-	case simdAVX2:
+	case ISAAVX2:
 		return lanesAVX2
 	}
 	return lanesGeneric

@@ -99,14 +99,14 @@ func missingBF16() string {
 
 func simdTiers() []*tier {
 	return []*tier{
-		{name: "amxbf16", missing: missingAMX, bf16: true, load: loadBF16, update: amxUpdate, peak: amxPeakFlops},
+		{name: "amxbf16", missing: missingAMX, bf16: true, load: loadBF16, update: amxUpdate, peak: amxPeakFlops, isa: ISAAVX512},
 		{name: "avx512bf16", missing: missingBF16, bf16: true, load: loadBF16, update: kbf16.update,
-			peak: func(n int) float64 { peakbf16(n); return float64(n) * 12 * 64 }},
+			peak: func(n int) float64 { peakbf16(n); return float64(n) * 12 * 64 }, isa: ISAAVX512},
 		{name: "avx512", missing: missingAVX512, load: load512, update: k512.update,
-			peak: func(n int) float64 { peak512(n); return float64(n) * 12 * 32 }},
+			peak: func(n int) float64 { peak512(n); return float64(n) * 12 * 32 }, isa: ISAAVX512},
 		{name: "avx2", missing: missingAVX2, load: load256, update: k256.update,
-			peak: func(n int) float64 { peak256(n); return float64(n) * 12 * 16 }},
-		{name: "avx512bf16-emulated", missing: missingAVX512, bf16: true, load: loadBF16, update: kbfEmu.update},
+			peak: func(n int) float64 { peak256(n); return float64(n) * 12 * 16 }, isa: ISAAVX2},
+		{name: "avx512bf16-emulated", missing: missingAVX512, bf16: true, load: loadBF16, update: kbfEmu.update, isa: ISAAVX512},
 	}
 }
 
@@ -302,35 +302,15 @@ func (k *simd) values(pv [6][]pvFunc, R, d int, s []float32, v unsafe.Pointer, l
 // many it did.
 func log2SumsSIMD(dst []float64, src []float32) int {
 	var n int
-	switch simdLevel() {
-	case simdAVX512:
+	switch VectorISA() {
+	case ISAAVX512:
 		if n = len(src) &^ 7; n > 0 {
 			log2Sums512(&dst[0], &src[0], n, unsafe.Pointer(&log2Tab))
 		}
-	case simdAVX2:
+	case ISAAVX2:
 		if n = len(src) &^ 3; n > 0 {
 			log2Sums256(&dst[0], &src[0], n, unsafe.Pointer(&log2Tab))
 		}
 	}
 	return n
-}
-
-// The vector ISA of the active tier's float32 helper kernels (Lanes,
-// log2Sums): the AVX-512 tiers, the bf16 ones included, use the AVX-512
-// kernels, the avx2 tier the AVX2 ones, the generic tier none.
-const (
-	simdNone = iota
-	simdAVX2
-	simdAVX512
-)
-
-// simdLevel returns the active tier's vector ISA.
-func simdLevel() int {
-	switch active.name {
-	case "avx512", "avx512bf16", "avx512bf16-emulated", "amxbf16":
-		return simdAVX512
-	case "avx2":
-		return simdAVX2
-	}
-	return simdNone
 }

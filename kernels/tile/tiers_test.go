@@ -33,3 +33,36 @@ func TestCPUTiers(t *testing.T) {
 		t.Errorf("Tiers() = %q, want %q from the feature checks", got, strings.Join(ok, " "))
 	}
 }
+
+// TestVectorISA checks the vector ISA every tier this CPU and build can run
+// reports (the emulated bf16 tier included), and that SetTier changes it.
+func TestVectorISA(t *testing.T) {
+	want := map[string]ISA{
+		"generic": ISAPortable, "avx2": ISAAVX2, "avx512": ISAAVX512,
+		"avx512bf16": ISAAVX512, "avx512bf16-emulated": ISAAVX512, "amxbf16": ISAAVX512,
+	}
+	old := Tier()
+	defer func() {
+		if err := SetTier(old); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	ran := 0
+	for _, tn := range append(knownTiers, "avx512bf16-emulated") {
+		if SetTier(tn) != nil {
+			continue // not on this CPU or build
+		}
+		ran++
+		if got := VectorISA(); got != want[tn] {
+			t.Errorf("tier %s: VectorISA() = %v, want %v", tn, got, want[tn])
+		}
+	}
+	if ran == 0 {
+		t.Fatal("no tier could be set, not even generic")
+	}
+	for isa, s := range map[ISA]string{ISAPortable: "portable", ISAAVX2: "avx2", ISAAVX512: "avx512"} {
+		if isa.String() != s {
+			t.Errorf("ISA(%d).String() = %q, want %q", isa, isa.String(), s)
+		}
+	}
+}

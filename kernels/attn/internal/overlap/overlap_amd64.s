@@ -14,26 +14,23 @@ DATA ·cst+48(SB)/8, $0x3e803e803e803e80
 DATA ·cst+56(SB)/8, $0x3e803e803e803e80
 GLOBL ·cst(SB), RODATA|NOPTR, $64
 
+// One key of a Q.K column: the K scalar at off(SI) broadcast into b and
+// multiplied with Q^T[c] (qa: rows 0-7, qb: rows 8-15) into a0, a1.
+#define KEY(off, qa, qb, b, a0, a1) \
+	VBROADCASTSS (off)(SI), b; \
+	VFMADD231PS b, qa, a0; \
+	VFMADD231PS b, qb, a1
+
 // One column of the AVX2 Q.K kernel for 5 keys: Q^T[c] (two ymm) times 5
 // broadcast K scalars into 10 accumulators.
 #define FMAS(u) \
 	VMOVUPS (64*u)(AX), Y10; \
 	VMOVUPS (64*u+32)(AX), Y11; \
-	VBROADCASTSS (20*u)(SI), Y12; \
-	VFMADD231PS Y12, Y10, Y0; \
-	VFMADD231PS Y12, Y11, Y1; \
-	VBROADCASTSS (20*u+4)(SI), Y12; \
-	VFMADD231PS Y12, Y10, Y2; \
-	VFMADD231PS Y12, Y11, Y3; \
-	VBROADCASTSS (20*u+8)(SI), Y12; \
-	VFMADD231PS Y12, Y10, Y4; \
-	VFMADD231PS Y12, Y11, Y5; \
-	VBROADCASTSS (20*u+12)(SI), Y12; \
-	VFMADD231PS Y12, Y10, Y6; \
-	VFMADD231PS Y12, Y11, Y7; \
-	VBROADCASTSS (20*u+16)(SI), Y12; \
-	VFMADD231PS Y12, Y10, Y8; \
-	VFMADD231PS Y12, Y11, Y9
+	KEY(20*u, Y10, Y11, Y12, Y0, Y1); \
+	KEY(20*u+4, Y10, Y11, Y12, Y2, Y3); \
+	KEY(20*u+8, Y10, Y11, Y12, Y4, Y5); \
+	KEY(20*u+12, Y10, Y11, Y12, Y6, Y7); \
+	KEY(20*u+16, Y10, Y11, Y12, Y8, Y9)
 
 // 16 e4m3 bytes to float32 (times 2^-8, as decodeE4M3AVX2 before its
 // final multiply).
@@ -138,24 +135,12 @@ GLOBL ·nanmax(SB), NOPTR, $32
 #define FMAS6(u) \
 	VMOVUPS (64*u)(AX), Y12; \
 	VMOVUPS (64*u+32)(AX), Y13; \
-	VBROADCASTSS (4*u)(SI), Y14; \
-	VFMADD231PS Y14, Y12, Y0; \
-	VFMADD231PS Y14, Y13, Y1; \
-	VBROADCASTSS (4*u+512)(SI), Y14; \
-	VFMADD231PS Y14, Y12, Y2; \
-	VFMADD231PS Y14, Y13, Y3; \
-	VBROADCASTSS (4*u+1024)(SI), Y14; \
-	VFMADD231PS Y14, Y12, Y4; \
-	VFMADD231PS Y14, Y13, Y5; \
-	VBROADCASTSS (4*u+1536)(SI), Y14; \
-	VFMADD231PS Y14, Y12, Y6; \
-	VFMADD231PS Y14, Y13, Y7; \
-	VBROADCASTSS (4*u+2048)(SI), Y14; \
-	VFMADD231PS Y14, Y12, Y8; \
-	VFMADD231PS Y14, Y13, Y9; \
-	VBROADCASTSS (4*u+2560)(SI), Y14; \
-	VFMADD231PS Y14, Y12, Y10; \
-	VFMADD231PS Y14, Y13, Y11
+	KEY(4*u, Y12, Y13, Y14, Y0, Y1); \
+	KEY(4*u+512, Y12, Y13, Y14, Y2, Y3); \
+	KEY(4*u+1024, Y12, Y13, Y14, Y4, Y5); \
+	KEY(4*u+1536, Y12, Y13, Y14, Y6, Y7); \
+	KEY(4*u+2048, Y12, Y13, Y14, Y8, Y9); \
+	KEY(4*u+2560, Y12, Y13, Y14, Y10, Y11)
 
 // 8 e4m3 bytes at src + DX + 8g to 8 float32 times 2^-8 in Y15.
 #define WIDEN8(g) \

@@ -83,7 +83,7 @@ func init() {
 	allTiers = append(simdTiers(), genericTier)
 	// Automatic choice: the first supported tier that is not opt-in.
 	for _, t := range allTiers {
-		if !optIn(t.name) && t.missing() == "" {
+		if !t.optIn() && t.missing() == "" {
 			active = t
 			break
 		}
@@ -95,11 +95,10 @@ func init() {
 	}
 }
 
-// optIn reports tiers that change the numerics and therefore are never
-// chosen automatically.
-func optIn(name string) bool {
-	return name == "avx512bf16" || name == "avx512bf16-emulated" || name == "amxbf16"
-}
+// optIn reports whether t changes the numerics and therefore is never
+// chosen automatically: the bf16 fast modes (avx512bf16, its emulated twin,
+// amxbf16), the tiers whose products take bf16-rounded operands.
+func (t *tier) optIn() bool { return t.bf16 }
 
 func findTier(name string) *tier {
 	for _, t := range allTiers {

@@ -103,9 +103,9 @@ func lanesPVT512(p *float32, v *float32, ldv uintptr, n int, o *float32, alpha *
 func lanesConvRest512(cv *lanesConv)
 
 // lanesKernFor returns the lane kernels for head dimension d under the
-// active tier: the AVX-512 ones on avx512, avx512bf16,
-// avx512bf16-emulated and amxbf16 (all use the float32 lane kernels), the AVX2 ones on
-// avx2, when d is a multiple of 8; otherwise the portable code.
+// active tier, by its VectorISA: the AVX-512 ones (the bf16 tiers use the
+// float32 lane kernels too), the AVX2 ones, when d is a multiple of 8;
+// otherwise the portable code.
 func lanesKernFor(d int) lanesKern {
 	if d%8 != 0 {
 		return lanesGeneric

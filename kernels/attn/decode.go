@@ -132,7 +132,23 @@ func (ws *Workspace) decodeTile(wk *worker, b, h, a, z, c, kBegin, kEnd, used in
 	m := (z - a) * qpk
 	totalQ := p.Batch * p.SeqlenQ
 	ra := wk.decodeAcc(tile.LanesSIMD(d))
-	ra.reset(m, p.Scale*math.Log2E, p.PV)
+	bounded := vBounded(&p.V)
+	staged := !ws.noStage
+	// AVX2 stages e4m3fn K and V folded (e4m3Fold) for the lane
+	// accumulator: the factor goes back into the score scale (unless that
+	// would overflow it) and into the output's normalising factor.
+	scale := p.Scale * math.Log2E
+	_, lanes := ra.(*lanesAcc)
+	foldK := lanes && staged && p.K.foldsE4M3() && !math.IsInf(float64(scale*e4m3Fold), 0)
+	foldV := lanes && staged && p.V.foldsE4M3()
+	if foldK {
+		scale *= e4m3Fold
+	}
+	oFold := float32(1)
+	if foldV {
+		oFold = e4m3Fold
+	}
+	ra.reset(m, scale, p.PV)
 	vs := &wk.vs // the V overflow guard of this tile's accumulation
 	*vs = vScale{}
 	for i := a; i < z; i++ {
@@ -148,8 +164,6 @@ func (ws *Workspace) decodeTile(wk *worker, b, h, a, z, c, kBegin, kEnd, used in
 	// blocks), V's overflow guard scanning each decoded chunk unless V is
 	// bounded (kvStager). noStage (tests) decodes whole blocks first and
 	// guards them with vScale.block.
-	bounded := vBounded(&p.V)
-	staged := !ws.noStage
 	// limit(i): keys t < used - SeqlenQ + i + 1 are visible to query i.
 	// next is the first token of the span after this one (-1: none), whose
 	// K/V the update prefetches.
@@ -176,7 +190,7 @@ func (ws *Workspace) decodeTile(wk *worker, b, h, a, z, c, kBegin, kEnd, used in
 			if next >= 0 {
 				prefetchNext(ra, &p.K, &p.V, &p.KV, b, h, next, min(tile.BlockN, kEnd-next))
 			}
-			wk.stage = kvStager{k: &p.K, v: &p.V, l: &p.KV, b: b, h: h, t0: t0, kbuf: wk.kbuf, vbuf: wk.vbuf, vs: vs, acc: ra, scan: !bounded}
+			wk.stage = kvStager{k: &p.K, v: &p.V, l: &p.KV, b: b, h: h, t0: t0, kbuf: wk.kbuf, vbuf: wk.vbuf, vs: vs, acc: ra, scan: !bounded, foldK: foldK, foldV: foldV}
 			ra.updateStaged(&wk.stage, n, wk.valid[:m])
 		default:
 			vs.block(wk.vbuf[:n*d], ra, &p.V)
@@ -233,11 +247,11 @@ func (ws *Workspace) decodeTile(wk *worker, b, h, a, z, c, kBegin, kEnd, used in
 			hq := h*qpk + g
 			if s.SplitKV {
 				pr := ws.partialRow(b, c, i)*p.HQ + hq
-				ws.Partials.store(pr, ra.o(r), wk.inv[r]*vf, wk.tmp)
+				ws.Partials.store(pr, ra.o(r), wk.inv[r]*vf*oFold, wk.tmp)
 				ws.Partials.LSE[pr] = wk.lse[r]
 			} else {
 				row := (b*p.SeqlenQ+i)*p.HQ + hq
-				encodeRow(ws.po, row, d, ra.o(r), wk.inv[r]*vf, wk.lse[r], ws.Partials.vec)
+				encodeRow(ws.po, row, d, ra.o(r), wk.inv[r]*vf*oFold, wk.lse[r], ws.Partials.vec)
 			}
 		}
 	}

@@ -116,12 +116,6 @@ func decodeBF16MaxAVX2(dst *float32, src *lowp.BFloat16, n int) uint32
 //go:noescape
 func decodeE4M3AVX2(dst *float32, src *lowp.Float8E4M3FN, n int)
 
-// decodeE4M3ShiftAVX2 widens n (a multiple of 32) e4m3fn values to float32
-// with integer shifts and one exact multiply, faster than the float16 route
-// on AVX2 CPUs. It reports false when its result cannot be used: a NaN
-// among the values (the NaN lanes are not fixed; dst is written), or
-// MXCSR.DAZ set (dst untouched); decodeE4M3AVX2 then redoes the range.
-//
 // decodeE4M3x32AVX2 is decodeE4M3AVX2 for n a multiple of 32, a quarter
 // faster, that reports false instead of producing NaN: when it does, some
 // of the values were NaN and dst holds 480 in their place, so the caller
@@ -129,6 +123,12 @@ func decodeE4M3AVX2(dst *float32, src *lowp.Float8E4M3FN, n int)
 //
 //go:noescape
 func decodeE4M3x32AVX2(dst *float32, src *lowp.Float8E4M3FN, n int) bool
+
+// decodeE4M3x32FoldAVX2 is decodeE4M3x32AVX2 without its final multiply by
+// 256: dst holds value * 2^-8 (e4m3Fold), exact.
+//
+//go:noescape
+func decodeE4M3x32FoldAVX2(dst *float32, src *lowp.Float8E4M3FN, n int) bool
 
 //go:noescape
 func maxFiniteBitsAVX2(v *float32, n int) uint32

@@ -33,6 +33,51 @@
 	VMOVD AX, x \
 	VPBROADCASTD x, y
 
+// E4M3X32_ARGS, E4M3X32_WIDEN, E4M3X32_STORE and E4M3X32_RET are the
+// parts of the two 32-per-iteration e4m3 kernels: WIDEN leaves the float32
+// values of 32 bytes at SI, times 2^-8, in Y0, Y2, Y1 and Y4 (in memory
+// order) and folds the bytes into the NaN check; STORE writes them to DI
+// and advances; RET sets ZF when no byte was a NaN.
+#define E4M3X32_ARGS \
+	MOVQ dst+0(FP), DI \
+	MOVQ src+8(FP), SI \
+	MOVQ n+16(FP), CX \
+	BCASTD(0xbfffbfff, X3, Y3) \
+	BCASTD(0x43800000, X5, Y5) \
+	BCASTD(0x80808080, X6, Y6) \
+	VPXOR Y7, Y7, Y7
+
+#define E4M3X32_WIDEN \
+	VPOR         (SI), Y6, Y8 \
+	VPMAXUB      Y8, Y7, Y7 \
+	VPMOVSXBW    (SI), Y0 \
+	VPMOVSXBW    16(SI), Y1 \
+	VPSLLW       $7, Y0, Y0 \
+	VPSLLW       $7, Y1, Y1 \
+	VPAND        Y3, Y0, Y0 \
+	VPAND        Y3, Y1, Y1 \
+	VEXTRACTI128 $1, Y0, X2 \
+	VEXTRACTI128 $1, Y1, X4 \
+	VCVTPH2PS    X0, Y0 \
+	VCVTPH2PS    X2, Y2 \
+	VCVTPH2PS    X1, Y1 \
+	VCVTPH2PS    X4, Y4
+
+#define E4M3X32_STORE \
+	VMOVUPS Y0, (DI) \
+	VMOVUPS Y2, 32(DI) \
+	VMOVUPS Y1, 64(DI) \
+	VMOVUPS Y4, 96(DI) \
+	ADDQ    $32, SI \
+	ADDQ    $128, DI \
+	SUBQ    $32, CX
+
+#define E4M3X32_RET \
+	VPCMPEQB  Y8, Y8, Y8 \
+	VPCMPEQB  Y8, Y7, Y7 \
+	VPMOVMSKB Y7, AX \
+	TESTL     AX, AX
+
 // The finite-magnitude maximum of maxFiniteBitsAVX2:
 // masks in Y5 (0x7fffffff) and Y6 (+Inf bits, the first non-finite
 // magnitude), running maxima in Y0 and Y1; FINMAX_STEP folds the magnitude
@@ -339,45 +384,32 @@ de_loop:
 // value was a NaN (magnitude bits all ones), and then reports false; dst
 // is written either way, with 480 in the NaN lanes. n is a multiple of 32.
 TEXT ·decodeE4M3x32AVX2(SB), NOSPLIT, $0-25
-	MOVQ dst+0(FP), DI
-	MOVQ src+8(FP), SI
-	MOVQ n+16(FP), CX
-	BCASTD(0xbfffbfff, X3, Y3)          // clears bit 14
-	BCASTD(0x43800000, X5, Y5)          // 256.0
-	BCASTD(0x80808080, X6, Y6)          // 0x80 bytes
-	VPXOR Y7, Y7, Y7             // unsigned maximum of byte | 0x80
+	E4M3X32_ARGS
 dc_loop:
-	VPOR         (SI), Y6, Y8
-	VPMAXUB      Y8, Y7, Y7
-	VPMOVSXBW    (SI), Y0
-	VPMOVSXBW    16(SI), Y1
-	VPSLLW       $7, Y0, Y0
-	VPSLLW       $7, Y1, Y1
-	VPAND        Y3, Y0, Y0
-	VPAND        Y3, Y1, Y1
-	VEXTRACTI128 $1, Y0, X2
-	VEXTRACTI128 $1, Y1, X4
-	VCVTPH2PS    X0, Y0
-	VCVTPH2PS    X2, Y2
-	VCVTPH2PS    X1, Y1
-	VCVTPH2PS    X4, Y4
-	VMULPS       Y5, Y0, Y0
-	VMULPS       Y5, Y2, Y2
-	VMULPS       Y5, Y1, Y1
-	VMULPS       Y5, Y4, Y4
-	VMOVUPS      Y0, (DI)
-	VMOVUPS      Y2, 32(DI)
-	VMOVUPS      Y1, 64(DI)
-	VMOVUPS      Y4, 96(DI)
-	ADDQ         $32, SI
-	ADDQ         $128, DI
-	SUBQ         $32, CX
-	JNZ          dc_loop
-	VPCMPEQB  Y8, Y8, Y8
-	VPCMPEQB  Y8, Y7, Y7         // bytes that saw 0xff: NaN
-	VPMOVMSKB Y7, AX
-	TESTL     AX, AX
-	SETEQ     ret+24(FP)
+	E4M3X32_WIDEN
+	VMULPS Y5, Y0, Y0
+	VMULPS Y5, Y2, Y2
+	VMULPS Y5, Y1, Y1
+	VMULPS Y5, Y4, Y4
+	E4M3X32_STORE
+	JNZ dc_loop
+	E4M3X32_RET
+	SETEQ ret+24(FP)
+	VZEROUPPER
+	RET
+
+// func decodeE4M3x32FoldAVX2(dst *float32, src *lowp.Float8E4M3FN, n int) bool
+// decodeE4M3x32AVX2 without its multiply by 256: dst holds value * 2^-8
+// (exact: e4m3 magnitudes times 2^-8 are normal float32 numbers), 1.875 in
+// the NaN lanes.
+TEXT ·decodeE4M3x32FoldAVX2(SB), NOSPLIT, $0-25
+	E4M3X32_ARGS
+df_loop:
+	E4M3X32_WIDEN
+	E4M3X32_STORE
+	JNZ df_loop
+	E4M3X32_RET
+	SETEQ ret+24(FP)
 	VZEROUPPER
 	RET
 

@@ -48,6 +48,8 @@ func decodeE4M3AVX2(*float32, *lowp.Float8E4M3FN, int) { panic("unreachable") }
 
 func decodeE4M3x32AVX2(*float32, *lowp.Float8E4M3FN, int) bool { panic("unreachable") }
 
+func decodeE4M3x32FoldAVX2(*float32, *lowp.Float8E4M3FN, int) bool { panic("unreachable") }
+
 func maxFiniteBitsAVX2(*float32, int) uint32 { panic("unreachable") }
 func sumSlotsBF16AVX2(*float32, *lowp.BFloat16, uintptr, *float32, int, int) {
 	panic("unreachable")

@@ -126,20 +126,28 @@ func (o *Operand) DecodeRowsMax(dst []float32, r, n int) uint32 {
 // loadKV decodes tokens t0 .. t0+n-1 of sequence b, KV head h into kbuf and
 // vbuf ([n][D] float32).
 func loadKV(k, v *Operand, l *KVLayout, b, h, t0, n int, kbuf, vbuf []float32) {
-	loadRows(k, l, b, h, t0, n, kbuf)
-	loadRows(v, l, b, h, t0, n, vbuf)
+	loadRows(k, l, b, h, t0, n, kbuf, false)
+	loadRows(v, l, b, h, t0, n, vbuf, false)
 }
 
 // loadRows decodes tokens t0 .. t0+n-1 of sequence b, KV head h of o into
 // dst ([n][D] float32), one contiguous run at a time.
-func loadRows(o *Operand, l *KVLayout, b, h, t0, n int, dst []float32) {
+func loadRows(o *Operand, l *KVLayout, b, h, t0, n int, dst []float32, fold bool) {
 	d := o.D
 	for i := 0; i < n; {
 		r, c := l.Run(b, h, t0+i, n-i)
-		o.DecodeRows(dst[i*d:], r, c)
+		if fold {
+			decodeE4M3Fold(dst[i*d:(i+c)*d], o.E4M3[r*d:(r+c)*d], o.vec)
+		} else {
+			o.DecodeRows(dst[i*d:], r, c)
+		}
 		i += c
 	}
 }
+
+// foldsE4M3 reports whether decode stages o's rows folded
+// (decodeE4M3Fold): e4m3fn rows decoded by the AVX2 code.
+func (o *Operand) foldsE4M3() bool { return o.Dtype == E4M3 && o.vec == vecAVX2 }
 
 // loadRowsMax is loadRows that also returns maxFiniteBits of dst[:n*D]
 // (DecodeRowsMax).
@@ -208,12 +216,16 @@ type kvStager struct {
 	vs         *vScale // V's overflow guard shift, applied to each V chunk
 	acc        oScaler // the accumulator vs rescales when it raises its shift
 	scan       bool    // V is not bounded (vBounded): scan every chunk
+	// foldK and foldV stage K or V rows as value / e4m3Fold
+	// (decodeE4M3Fold); the accumulation that reads them puts the factor
+	// back (decodeTile).
+	foldK, foldV bool
 }
 
 // StageK decodes key rows [i0, i1) of the block.
 func (s *kvStager) StageK(i0, i1 int) []float32 {
 	d := s.k.D
-	loadRows(s.k, s.l, s.b, s.h, s.t0+i0, i1-i0, s.kbuf)
+	loadRows(s.k, s.l, s.b, s.h, s.t0+i0, i1-i0, s.kbuf, s.foldK)
 	return s.kbuf[:(i1-i0)*d]
 }
 
@@ -279,7 +291,7 @@ func (s *kvStager) StageV(i0, i1 int) []float32 {
 		// The guard's scan of the chunk happens while decoding it.
 		s.vs.raise(loadRowsMax(s.v, s.l, s.b, s.h, s.t0+i0, i1-i0, v), s.acc)
 	} else {
-		loadRows(s.v, s.l, s.b, s.h, s.t0+i0, i1-i0, v)
+		loadRows(s.v, s.l, s.b, s.h, s.t0+i0, i1-i0, v, s.foldV)
 	}
 	s.vs.apply(v)
 	return v

@@ -159,7 +159,7 @@ func TestRefMeter(t *testing.T) {
 // FP32 one of the same width even on the avx512bf16 tier, and a decode
 // case reports against that peak.
 func TestDecodePeakTier(t *testing.T) {
-	for tier, want := range map[string]string{"amxbf16": "avx512", "avx512bf16": "avx512", "avx512bf16-emulated": "avx512", "avx512": "avx512", "avx2": "avx2", "generic": "generic"} {
+	for tier, want := range map[string]string{"amxbf16": "amxbf16", "avx512bf16": "avx512", "avx512bf16-emulated": "avx512", "avx512": "avx512", "avx2": "avx2", "generic": "generic"} {
 		if got := decodePeakTier(tier); got != want {
 			t.Errorf("decodePeakTier(%q) = %q, want %q", tier, got, want)
 		}

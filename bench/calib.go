@@ -26,9 +26,15 @@ func peakTier(t string) string {
 }
 
 // decodePeakTier is the calibration loop for decode cases: decode runs FP32
-// lane kernels on every tier, the avx512bf16 one included, so its peak is
-// the FP32 FMA loop of the same width.
+// lane kernels on every tier but amxbf16, the avx512bf16 one included, so
+// its peak is the FP32 FMA loop of the same width; on amxbf16 both of
+// decode's products run on AMX tiles (tile.Lanes' AMX path, for head
+// dimensions that are a multiple of 32, the bench's 128 among them), so its
+// peak is the tier's own TDPBF16PS loop and its roof the read bandwidth.
 func decodePeakTier(t string) string {
+	if t == "amxbf16" {
+		return t
+	}
 	if pt := peakTier(t); !bf16Tier(pt) {
 		return pt
 	}

@@ -29,15 +29,18 @@ import (
 //     of K/V blocks (one block per iteration, the mean rate), without and
 //     with the next-block prefetch hint: the memory side on one core.
 //
-// Each reports the best repetition's rate as GFLOP/s of the block's
-// attention math (4*16*128*128 flops, also for the staging-only run, so the
-// times compare) and %peak against tile.PeakGFLOPS of the tier. A step's
+// Tiers avx2, avx512 and amxbf16 (opt-in; its Lanes run both products on
+// AMX tiles and read the e4m3fn and bf16 rows themselves, see
+// tile.Lanes). Each reports the best repetition's rate as GFLOP/s of the
+// block's attention math (4*16*128*128 flops, also for the staging-only
+// run, so the times compare) and %peak against tile.PeakGFLOPS of the tier
+// (amxbf16: of avx512, the FP32 FMA loop, so that the rows compare). A step's
 // %peak is the ceiling of the end-to-end decode %roof on this machine when
 // memory costs nothing; bench's decode cases report how far below it the
 // whole call runs (docs/performance.md, Decode).
 func BenchmarkDecodeBlock(b *testing.B) {
 	const m, n, d = 16, tile.BlockN, 128
-	benchVecLevels(b, func(b *testing.B, tn string, lv vec) {
+	benchTiers(b, []string{"avx2", "avx512", "amxbf16"}, func(b *testing.B, tn string, lv vec) {
 		rng := rand.New(rand.NewSource(1))
 		e4 := make([]lowp.Float8E4M3FN, 2*n*d)
 		bf := make([]lowp.BFloat16, 2*n*d)
@@ -56,7 +59,13 @@ func BenchmarkDecodeBlock(b *testing.B) {
 			valid[r] = n
 		}
 		resetRandomQ(ra, m, d, rng)
-		peak := tile.PeakGFLOPS(tn, 50*time.Millisecond)
+		// amxbf16 (Lanes' AMX path) is held to the FP32 FMA peak too, so
+		// that its rows compare with the avx512 ones.
+		pt := tn
+		if tn == "amxbf16" {
+			pt = "avx512"
+		}
+		peak := tile.PeakGFLOPS(pt, 50*time.Millisecond)
 		run := func(name string, f func()) { bestRate(b, name, 4*float64(m*n*d), peak, f) }
 		// Repeated updates of one block keep the running max; the sums
 		// grow by at most n per update and stay finite for any b.N a

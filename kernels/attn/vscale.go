@@ -1,6 +1,10 @@
 package attn
 
-import "math"
+import (
+	"math"
+
+	"github.com/sparseattn/msa/kernels/tile"
+)
 
 // V overflow guard.
 //
@@ -20,7 +24,7 @@ import "math"
 // precision. Non-finite V values are left to propagate.
 
 // vScaleLimitBits is the float32 bit pattern of vScaleLimit = 2^96.
-const vScaleLimitBits = (127 + 96) << 23
+const vScaleLimitBits = tile.GuardLimitBits
 
 // vScale is the V exponent shift of one accumulation (e = 0: unscaled).
 type vScale struct{ e int }

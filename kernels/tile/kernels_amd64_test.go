@@ -155,7 +155,7 @@ func TestRounding(t *testing.T) {
 // TestBF16Encoding disassembles this test binary with GNU objdump (skipped
 // when absent) and checks that every VDPBF16PS and VCVTNE2PS2BF16 emitted as
 // BYTE directives decodes to the registers named in its comment in the
-// generated assembly.
+// generated assembly and in the AMX lane path's.
 func TestBF16Encoding(t *testing.T) {
 	objdump, err := exec.LookPath("objdump")
 	if err != nil {
@@ -174,9 +174,13 @@ func TestBF16Encoding(t *testing.T) {
 			}
 		}
 	}
-	src, err := os.ReadFile("kernels_avx512_amd64.s")
-	if err != nil {
-		t.Fatal(err)
+	var src []byte
+	for _, f := range []string{"kernels_avx512_amd64.s", "lanes_amx_amd64.s"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src = append(src, b...)
 	}
 	var want []string
 	for _, l := range strings.Split(string(src), "\n") {

@@ -59,6 +59,15 @@ type Lanes struct {
 	// kNext is the WidenNext hint for the next update; kPre the key rows
 	// the last update widened ahead into kst[0] for the one after it.
 	kNext, kPre lanesAhead
+	// amx holds the bf16 operands of the AMX lane path (amxbf16 tier),
+	// allocated by its first update; amxQ says that its query pairs are
+	// those of the current queries (cleared by Reset and SetQ).
+	amx  *amxLanes
+	amxQ bool
+	// amxShift: a guarded value chunk of this accumulation was staged,
+	// so the stager's overflow guard may scale the later ones (the AMX
+	// path then stages them too; see amxRawValues).
+	amxShift bool
 }
 
 // lanesAhead names rows rows of narrow keys at src whose side conversion
@@ -106,6 +115,7 @@ const (
 	lanesGeneric lanesKern = iota // lanes_generic.go
 	lanesAVX2                     // lanes_avx2_amd64.s
 	lanesAVX512                   // lanes_avx512_amd64.s
+	lanesAMX                      // lanes_amx_amd64.go: AMX tiles (amxbf16 tier)
 )
 
 // lanesState is the per-lane state read and written by the softmax kernel;
@@ -160,6 +170,10 @@ func (l *Lanes) Reset(m int, scale float32, round Round, invT float32) {
 	}
 	clear(l.qT)
 	clear(l.oT)
+	if l.kern == lanesAMX {
+		clear(l.o) // the AMX path accumulates O in place, row-major
+	}
+	l.amxQ, l.amxShift = false, false
 	l.kNext, l.kPre = lanesAhead{}, lanesAhead{}
 	ninf := float32(math.Inf(-1))
 	for r := range 16 {
@@ -176,6 +190,7 @@ func (l *Lanes) SetQ(r int, q []float32) {
 	for c, x := range q {
 		l.qT[c<<4|r] = x
 	}
+	l.amxQ = false
 }
 
 // Update folds one block of n <= BlockN keys into the accumulation. k and v
@@ -247,8 +262,18 @@ type WideningStager interface {
 	// GuardV does to a widened value chunk v what StageV does after
 	// widening (it may scale v in place); maxBits is the largest finite
 	// |x| float32 bit pattern among v's values (0 when there is none).
+	// The AMX lane path (amxbf16 tier) relies on the guard being attn's
+	// power-of-two shift: a chunk whose maxBits is at most GuardLimitBits
+	// is left as it is unless the shift was raised before (by a larger
+	// maximum, or in StageV), and it calls GuardV with no values for such
+	// chunks of bf16 rows it reads in place.
 	GuardV(v []float32, maxBits uint32)
 }
+
+// GuardLimitBits is the float32 bit pattern of 2^96, the largest finite
+// value magnitude that decode's V overflow guard leaves unscaled (attn's
+// vScale; see WideningStager.GuardV).
+const GuardLimitBits = (127 + 96) << 23
 
 // lanesChunks are the rows UpdateStaged asks for per StageK (a multiple of
 // the 12- and 6-key Q.K groups) and per StageV, per kernel set. They were
@@ -278,6 +303,7 @@ var lanesChunks = [...]struct{ k, v int }{
 	lanesGeneric: {BlockN, BlockN},
 	lanesAVX2:    {48, 64},
 	lanesAVX512:  {64, 64},
+	lanesAMX:     {64, 64},
 }
 
 // UpdateStaged is Update with the block's n keys and values taken from src
@@ -339,6 +365,9 @@ func (l *Lanes) FinishLSE(lse, tlse, inv []float32) {
 	m, d := l.m, l.d
 	var l2 [2 * LanesMaxM]float64
 	rowLSEs(l.st.mx[:m], l.st.sum[:m], l.st.tsum[:m], l.st.invT, l.temp && tlse != nil, lse, tlse, inv[:m], l2[:])
+	if l.kern == lanesAMX {
+		return // O is accumulated row-major
+	}
 	for r := 0; r < m; r++ {
 		o := l.o[r*d : (r+1)*d]
 		for c := range o {
@@ -350,8 +379,12 @@ func (l *Lanes) FinishLSE(lse, tlse, inv []float32) {
 // ScaleO multiplies the unnormalised output accumulated so far (every row)
 // by f. Callers rescale by powers of two, which is exact.
 func (l *Lanes) ScaleO(f float32) {
-	for i := range l.oT {
-		l.oT[i] *= f
+	o := l.oT
+	if l.kern == lanesAMX {
+		o = l.o
+	}
+	for i := range o {
+		o[i] *= f
 	}
 }
 

@@ -110,6 +110,9 @@ func lanesKernFor(d int) lanesKern {
 	if d%8 != 0 {
 		return lanesGeneric
 	}
+	if lanesAMXOK(d) {
+		return lanesAMX
+	}
 	switch VectorISA() {
 	case ISAAVX512:
 		return lanesAVX512
@@ -122,6 +125,11 @@ func lanesKernFor(d int) lanesKern {
 // lanesUpdateSIMD is Lanes.Update with the lane kernels over the first n
 // keys (n = max valid, >= 1).
 func lanesUpdateSIMD(l *Lanes, k, v []float32, n int) {
+	if l.kern == lanesAMX {
+		lanesUpdateAMX(l, k, v, n)
+		l.prefetchIdle()
+		return
+	}
 	l.prefetchSteps(n)
 	lanesQKRange(l, k, 0, n)
 	lanesSoftmaxRange(l, n)
@@ -171,6 +179,11 @@ func (l *Lanes) prefetchIdle() { l.pfK, l.pfV = l.idleCursor(), l.idleCursor() }
 // lanesUpdateStagedSIMD is Lanes.UpdateStaged with the lane kernels:
 // Update's kernel calls, with K and V staged in chunks.
 func lanesUpdateStagedSIMD(l *Lanes, src Stager, n int, ahead, pre lanesAhead) {
+	if l.kern == lanesAMX {
+		lanesUpdateStagedAMX(l, src, n)
+		l.prefetchIdle()
+		return
+	}
 	l.prefetchSteps(n)
 	defer l.prefetchIdle()
 	d, ch := l.d, lanesChunks[l.kern]

@@ -4,6 +4,9 @@ package tile
 
 import "github.com/sparseattn/msa/kernels/lowp"
 
+// amxLanes: no AMX lane path on this platform or build.
+type amxLanes struct{}
+
 // lanesKernFor: no lane kernels on this platform or build.
 func lanesKernFor(d int) lanesKern { return lanesGeneric }
 

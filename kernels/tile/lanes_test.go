@@ -357,7 +357,7 @@ func TestLanesEdges(t *testing.T) {
 // block (acc+load) and without it (acc). best-GFLOP/s is the fastest single
 // call; %peak compares it with PeakGFLOPS of the tier.
 func BenchmarkLanesUpdate(b *testing.B) {
-	for _, tn := range []string{"generic", "avx2", "avx512"} {
+	for _, tn := range []string{"generic", "avx2", "avx512", "amxbf16"} {
 		for _, d := range []int{64, 128, 256} {
 			for _, path := range []string{"lanes", "acc+load", "acc"} {
 				const m, n = 16, 128

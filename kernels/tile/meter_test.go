@@ -23,13 +23,14 @@ func TestUpdateMeter(t *testing.T) {
 		t.Run(tn, func(t *testing.T) {
 			useTier(t, tn)
 			for _, m := range []*UpdateMeter{pre, dec} {
-				// Decode's lane kernels multiply in FP32 on every tier, the
-				// bf16 ones included, so their bound is the FP32 loop of the
-				// same width: VDPBF16PS issues at half that rate on Intel
-				// cores (twice it on AMD Zen 4), so the bf16 loop would be
-				// too low a bound there and too loose a one on AMD.
+				// Decode's lane kernels multiply in FP32 on the bf16 tiers
+				// too, except for amxbf16's AMX path, so their bound is the
+				// FP32 loop of the same width: VDPBF16PS issues at half that
+				// rate on Intel cores (twice it on AMD Zen 4), so the bf16
+				// loop would be too low a bound there and too loose a one on
+				// AMD.
 				pt := peakTier(tn)
-				if m.decode && LanesSIMD(m.d) && BF16Products() {
+				if m.decode && LanesSIMD(m.d) && BF16Products() && lanesKernFor(m.d) != lanesAMX {
 					pt = "avx512"
 				}
 				pk := PeakGFLOPS(pt, 20*time.Millisecond)

@@ -50,8 +50,13 @@
 //     head dimensions run the avx512bf16 kernels). TDPBF16PS sums a tile
 //     row in an order of its own, so results equal the avx512bf16 tier's
 //     only up to float32 reassociation (tested against the generic tier
-//     on bf16-rounded inputs, as avx512bf16 is). Decode keeps the float32
-//     lane kernels on this tier too.
+//     on bf16-rounded inputs, as avx512bf16 is). Decode's Lanes run both
+//     of their products on AMX tiles too (the AMX lane path,
+//     lanes_amx_amd64.go: S^T = K.Q^T with the key rows as the A operand,
+//     P.V with P's rows transposed from the softmax's key vectors), for d
+//     a multiple of 32; their operands are bf16 values decode stores
+//     exactly (e4m3fn and bf16 K/V, P rounded to e4m3 or bf16), so only
+//     the order of the additions differs from the float32 lane kernels.
 //   - "avx2" (AVX2 and FMA): the same float32 kernel with ymm registers
 //     (6x16 tiles, 8x8 transposes); its exp2 builds 2^n in the exponent
 //     field and flushes results below 2^-126 to zero.

@@ -31,6 +31,11 @@ const LanesMaxM = 16
 // lane sums its row's dot product in column order and its P.V sums in key
 // order, one FMA per product. The portable code uses the same layout.
 //
+// On the amxbf16 tier, for d a multiple of 32, both products run on AMX
+// tiles instead (the AMX lane path, lanes_amx_amd64.go): the same softmax
+// kernel and lane state, O kept row-major in o, the bf16 operands exact
+// for the values decode stores, the additions in TDPBF16PS's order.
+//
 // Both SIMD kernel sets need d to be a multiple of 8; otherwise, on the
 // generic tier and on other platforms, the portable code of
 // lanes_generic.go runs, which computes exactly what the generic Acc tier
@@ -297,8 +302,10 @@ const GuardLimitBits = (127 + 96) << 23
 //     transposed kernels stream their operands well from L2, and fewer
 //     chunks mean fewer conversion and kernel calls.
 //
-// The portable code takes whole blocks (UpdateStaged's generic branch); its
-// entry only keeps the table total.
+// The AMX lane path takes 64 and 64 rows (multiples of its 16-key groups
+// and 32-key steps; a chunk of bf16 operands then fills 16 KiB at d =
+// 128). The portable code takes whole blocks (UpdateStaged's generic
+// branch); its entry only keeps the table total.
 var lanesChunks = [...]struct{ k, v int }{
 	lanesGeneric: {BlockN, BlockN},
 	lanesAVX2:    {48, 64},

@@ -21,6 +21,10 @@ type tier struct {
 	// isa is the vector instruction set of the tier's float32 helper
 	// kernels (VectorISA).
 	isa ISA
+	// amxLanes: decode's Lanes run their products on AMX tiles (the AMX
+	// lane path, lanes_amx_amd64.go) for head dimensions that are a
+	// multiple of 32.
+	amxLanes bool
 }
 
 // ISA names a vector instruction set of amd64 that a tier's kernels use.

@@ -158,8 +158,14 @@ func (l *Lanes) prefetchSteps(n int) {
 // of each: AVX-512, ceil(n/12) key groups x d/4 column quads x 2 steps and
 // n keys x ceil(d/24) column groups; AVX2,
 // ceil(n/6) key groups x d/2 column pairs and n keys x ceil(d/6) column
-// groups.
+// groups; the AMX lane path, whose conversion kernels prefetch instead
+// (two lines an iteration), e4m3Rows' n*d/64 iterations for the keys and
+// e4m3Pairs' n*d/128 for the values (bf16PairsMax, with twice as many
+// iterations, is done with them halfway).
 func (l *Lanes) prefetchIters(n int) (qk, pv int) {
+	if l.kern == lanesAMX {
+		return max(1, n*l.d/64*2), max(1, n*l.d/128*2)
+	}
 	if l.kern == lanesAVX512 {
 		return (n + 11) / 12 * (l.d / 4) * 2, n * ((l.d + 23) / 24)
 	}
@@ -179,13 +185,12 @@ func (l *Lanes) prefetchIdle() { l.pfK, l.pfV = l.idleCursor(), l.idleCursor() }
 // lanesUpdateStagedSIMD is Lanes.UpdateStaged with the lane kernels:
 // Update's kernel calls, with K and V staged in chunks.
 func lanesUpdateStagedSIMD(l *Lanes, src Stager, n int, ahead, pre lanesAhead) {
-	if l.kern == lanesAMX {
-		lanesUpdateStagedAMX(l, src, n)
-		l.prefetchIdle()
-		return
-	}
 	l.prefetchSteps(n)
 	defer l.prefetchIdle()
+	if l.kern == lanesAMX {
+		lanesUpdateStagedAMX(l, src, n)
+		return
+	}
 	d, ch := l.d, lanesChunks[l.kern]
 	if ws, ok := src.(WideningStager); ok && l.kern == lanesAVX512 && lanesConvOK && d%64 == 0 {
 		lanesUpdatePipelined(l, ws, n, ch.k, ch.v, ahead, pre)

@@ -58,8 +58,9 @@ type amxLanes struct {
 	tail16 []uint16  // [2][d]: the same for bf16 value rows
 }
 
-// lanesAMXOK reports whether d runs the AMX lane path on the amxbf16 tier.
-func lanesAMXOK(d int) bool { return d%32 == 0 && active.name == "amxbf16" }
+// lanesAMXOK reports whether d runs the AMX lane path under the active
+// tier (amxbf16, tier.amxLanes).
+func lanesAMXOK(d int) bool { return d%32 == 0 && active.amxLanes }
 
 // amxState returns l's AMX operands, allocating them on first use.
 func (l *Lanes) amxState() *amxLanes {
@@ -223,24 +224,6 @@ func (l *Lanes) amxPV(a *amxLanes, i0, i1 int, last bool) {
 		unsafe.Pointer(&l.o[0]), uintptr(4*d), d/16, (i1-i0+31)/32, 1)
 }
 
-// amxPrefetchSteps spreads the PrefetchNext ranges over the conversion
-// kernels of an update of n keys, which prefetch two lines an iteration:
-// the next keys over e4m3Rows' n*d/64 iterations, the next values over
-// e4m3Pairs' n*d/128 (bf16PairsMax, with twice as many iterations, is done
-// with them halfway). A step is at most one line, so a longer range is
-// prefetched in part.
-func (l *Lanes) amxPrefetchSteps(n int) {
-	set := func(pf *lanesPrefetch, iters int) {
-		if pf.addr == 0 {
-			*pf = l.idleCursor()
-			return
-		}
-		pf.step = min(64, (pf.last-pf.addr+uintptr(2*iters))/uintptr(2*iters))
-	}
-	set(&l.pfK, max(1, n*l.d/64))
-	set(&l.pfV, max(1, n*l.d/128))
-}
-
 // amxPrefetchNow prefetches what is left of a cursor's range into L2 at
 // once and leaves it idle: for the next keys when this update reads bf16
 // keys in place, without a conversion loop to spread them over.
@@ -261,7 +244,9 @@ func lanesUpdateAMX(l *Lanes, k, v []float32, n int) {
 	l.amxValues(a, v, 0, n, true)
 }
 
-// lanesUpdateStagedAMX is Lanes.UpdateStaged on the AMX lane path: the key
+// lanesUpdateStagedAMX is Lanes.UpdateStaged on the AMX lane path (the
+// caller has spread the prefetch hints over its conversion kernels,
+// prefetchSteps): the key
 // and value rows taken in chunks of lanesChunks[lanesAMX] rows, from their
 // storage where the stager offers it (amxRawScores, amxRawValues), else
 // staged to float32 and converted while in cache. Value chunks are added
@@ -273,7 +258,6 @@ func lanesUpdateStagedAMX(l *Lanes, src Stager, n int) {
 	l.amxQueries(a)
 	d, ch := l.d, lanesChunks[lanesAMX]
 	ws, _ := src.(WideningStager)
-	l.amxPrefetchSteps(n)
 	for i0 := 0; i0 < n; i0 += ch.k {
 		i1 := min(n, i0+ch.k)
 		if !l.amxRawScores(a, ws, i0, i1) {

@@ -75,9 +75,7 @@ func checkLanesAMX(t *testing.T, lanes map[int]*Lanes, p *problem) {
 
 // TestLanesAMX runs the Lanes test grid on the amxbf16 tier (checkLanesAMX).
 func TestLanesAMX(t *testing.T) {
-	if m, ok := tierMissing("amxbf16"); !ok || m != "" {
-		t.Skipf("tier amxbf16 does not run here (%s)", m)
-	}
+	useTier(t, "amxbf16")
 	lanes := map[int]*Lanes{}
 	lanesCases(t, func(t *testing.T, p *problem) { checkLanesAMX(t, lanes, p) })
 }
@@ -88,9 +86,7 @@ func TestLanesAMX(t *testing.T) {
 // staging chunk boundaries (64 rows) and the query-pair steps of 32
 // columns (d = 32, 96, 160), with all 16 rows.
 func TestLanesAMXTails(t *testing.T) {
-	if m, ok := tierMissing("amxbf16"); !ok || m != "" {
-		t.Skipf("tier amxbf16 does not run here (%s)", m)
-	}
+	useTier(t, "amxbf16")
 	lanes := map[int]*Lanes{}
 	rng := rand.New(rand.NewSource(13))
 	var ns []int
@@ -116,9 +112,7 @@ func TestLanesAMXTails(t *testing.T) {
 // finite values (subnormal float32 inputs, which the decode operands never
 // hold, are flushed to a signed zero by VCVTNE2PS2BF16).
 func TestAMXOperandKernels(t *testing.T) {
-	if m, ok := tierMissing("amxbf16"); !ok || m != "" {
-		t.Skipf("tier amxbf16 does not run here (%s)", m)
-	}
+	useTier(t, "amxbf16")
 	e4bf := func(x byte) uint16 {
 		if x&0x7f == 0x7f {
 			return 0x7fc0 | uint16(x&0x80)<<8

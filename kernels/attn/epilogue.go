@@ -61,7 +61,7 @@ func storeBF16(dst []lowp.BFloat16, src []float32, scale float32, lv vec) {
 	v := simdLen(n, lv)
 	if v > 0 {
 		var row int32 // one row, at dst
-		storeRowsBF16SIMD(&dst[0], &row, &src[0], &scale, 1, v, lv)
+		storeRowsBF16SIMD(&dst[0], &row, &src[0], &scale, 1, v, false, lv)
 	}
 	for i := v; i < n; i++ {
 		dst[i] = lowp.BF16(src[i] * scale)
@@ -71,9 +71,12 @@ func storeBF16(dst []lowp.BFloat16, src []float32, scale float32, lv vec) {
 // storeRowsBF16 is storeBF16 for the rows of src (len(idx) rows of d
 // values, contiguous): row r goes to dst row idx[r] (d values apart) times
 // scales[r], with one kernel call for all rows when d is a multiple of 16
-// and a SIMD tier is active. It panics (an internal error: the callers
-// compute idx) if an index is outside dst.
-func storeRowsBF16(dst []lowp.BFloat16, idx []int32, src []float32, scales []float32, d int, lv vec) {
+// and a SIMD tier is active. With stream the kernels write rows that start
+// on a vector boundary with non-temporal stores (for rows that are read
+// back only after much other traffic: the results are the same). It
+// panics (an internal error: the callers compute idx) if an index is
+// outside dst.
+func storeRowsBF16(dst []lowp.BFloat16, idx []int32, src []float32, scales []float32, d int, stream bool, lv vec) {
 	m := len(idx)
 	if m == 0 {
 		return
@@ -86,7 +89,7 @@ func storeRowsBF16(dst []lowp.BFloat16, idx []int32, src []float32, scales []flo
 		}
 	}
 	if d%16 == 0 && lv != vecGo {
-		storeRowsBF16SIMD(&dst[0], &idx[0], &src[0], &scales[0], m, d, lv)
+		storeRowsBF16SIMD(&dst[0], &idx[0], &src[0], &scales[0], m, d, stream, lv)
 		return
 	}
 	for r, i := range idx {
@@ -95,11 +98,15 @@ func storeRowsBF16(dst []lowp.BFloat16, idx []int32, src []float32, scales []flo
 }
 
 // storeRowsBF16SIMD calls the tier's row-store kernel (n a multiple of 16).
-func storeRowsBF16SIMD(dst *lowp.BFloat16, idx *int32, src *float32, scales *float32, rows, n int, lv vec) {
+func storeRowsBF16SIMD(dst *lowp.BFloat16, idx *int32, src *float32, scales *float32, rows, n int, stream bool, lv vec) {
+	st := 0
+	if stream {
+		st = 1
+	}
 	if lv == vecAVX512 {
-		storeRowsBF16AVX512(dst, idx, src, scales, rows, n)
+		storeRowsBF16AVX512(dst, idx, src, scales, rows, n, st)
 	} else {
-		storeRowsBF16AVX2(dst, idx, src, scales, rows, n)
+		storeRowsBF16AVX2(dst, idx, src, scales, rows, n, st)
 	}
 }
 

@@ -20,10 +20,11 @@ func hasVBMI() bool { return cpu.X86.HasAVX512VBMI }
 
 // storeRowsBF16AVX512 converts rows rows of n (a multiple of 16) float32
 // values, contiguous at src, times scales[r] to BF16 rows idx[r] of dst (n
-// values apart); a zero scale writes zeros.
+// values apart); a zero scale writes zeros. stream != 0 makes the stores
+// of 64-byte aligned rows non-temporal.
 //
 //go:noescape
-func storeRowsBF16AVX512(dst *lowp.BFloat16, idx *int32, src *float32, scales *float32, rows, n int)
+func storeRowsBF16AVX512(dst *lowp.BFloat16, idx *int32, src *float32, scales *float32, rows, n, stream int)
 
 // scaleF32AVX512 writes dst[i] = src[i] * scale for n (a multiple of 16).
 //
@@ -93,7 +94,7 @@ func maxFiniteBitsAVX512(v *float32, n int) uint32
 // multiple of 16, with the same results.
 
 //go:noescape
-func storeRowsBF16AVX2(dst *lowp.BFloat16, idx *int32, src *float32, scales *float32, rows, n int)
+func storeRowsBF16AVX2(dst *lowp.BFloat16, idx *int32, src *float32, scales *float32, rows, n, stream int)
 
 //go:noescape
 func scaleF32AVX2(dst *float32, src *float32, n int, scale float32)

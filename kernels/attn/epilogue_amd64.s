@@ -38,7 +38,7 @@
 	VMOVUPS Z0, (DI); VMOVUPS Z1, 64(DI); VMOVUPS Z2, 128(DI); VMOVUPS Z3, 192(DI); \
 	ADDQ $256, DI
 
-// func storeRowsBF16AVX512(dst *lowp.BFloat16, idx *int32, src *float32, scales *float32, rows, n int)
+// func storeRowsBF16AVX512(dst *lowp.BFloat16, idx *int32, src *float32, scales *float32, rows, n, stream int)
 // For r < rows: dst row idx[r] (n values, n a multiple of 16) = src row r
 // (n floats, rows contiguous) times scales[r], rounded to BF16; a zero
 // scale (either sign) writes zeros. Multiplies by the scale, then rounds to
@@ -49,14 +49,17 @@
 // 32 values per iteration: the high halves of two vectors are gathered into
 // one by VPERMT2W (word 2j+1 -> j), then one 64-byte store; a last group of
 // 16 goes through VPMOVDW. One call stores a whole tile's rows: the per-row
-// call overhead was most of a row's cost.
-TEXT ·storeRowsBF16AVX512(SB), NOSPLIT, $0-48
+// call overhead was most of a row's cost. With stream != 0 the 64-byte
+// stores of a row that starts on a 64-byte boundary are non-temporal
+// (VMOVNTDQ, then SFENCE before returning).
+TEXT ·storeRowsBF16AVX512(SB), NOSPLIT, $0-56
 	MOVQ dst+0(FP), R8
 	MOVQ idx+8(FP), R9
 	MOVQ src+16(FP), SI
 	MOVQ scales+24(FP), R10
 	MOVQ rows+32(FP), R11
 	MOVQ n+40(FP), R12
+	MOVQ stream+48(FP), R14
 	LEAQ (R12)(R12*1), R13       // bytes per dst row
 	MOVL $0x7fff, AX
 	VPBROADCASTD AX, Z1          // rounding bias
@@ -74,6 +77,9 @@ store_row:
 	MOVLQSX (R9), AX
 	IMULQ R13, AX
 	LEAQ (R8)(AX*1), DI          // dst row idx[r]
+	XORQ BX, BX                  // BX != 0: this row's stores stream
+	TESTQ $63, DI
+	CMOVQEQ R14, BX
 	MOVQ R12, CX
 	MOVL (R10), AX
 	TESTL $0x7fffffff, AX
@@ -97,7 +103,13 @@ store_loop:
 	VPADDD    Z6, Z0, Z0         // rounded bits
 	VPADDD    Z7, Z3, Z3
 	VPERMT2W  Z3, Z10, Z0        // high halves of both, in order
+	TESTQ     BX, BX
+	JNZ       store_nt
 	VMOVDQU64 Z0, (DI)
+	JMP       store_adv
+store_nt:
+	VMOVNTDQ  Z0, (DI)
+store_adv:
 	ADDQ      $128, SI
 	ADDQ      $64, DI
 	SUBQ      $32, CX
@@ -136,6 +148,10 @@ store_next:
 	DECQ      R11
 	JNZ       store_row
 store_done:
+	TESTQ     R14, R14
+	JZ        store_ret
+	SFENCE                       // order the streamed stores before later ones
+store_ret:
 	VZEROUPPER
 	RET
 

@@ -125,19 +125,21 @@
 	VFMADD231PS Y8, Y9, a0; VFMADD231PS Y8, Y10, a1; \
 	VFMADD231PS Y8, Y11, a2; VFMADD231PS Y8, Y12, a3
 
-// func storeRowsBF16AVX2(dst *lowp.BFloat16, idx *int32, src *float32, scales *float32, rows, n int)
-// storeRowsBF16AVX512 for AVX2 (same contract): x = src * scales[r],
+// func storeRowsBF16AVX2(dst *lowp.BFloat16, idx *int32, src *float32, scales *float32, rows, n, stream int)
+// storeRowsBF16AVX512 for AVX2 (same contract; streamed rows start on a
+// 32-byte boundary): x = src * scales[r],
 // rounded to nearest even on the float32 bits: x + 0x7fff + ((x >> 16) &
 // 1), keeping the high half; NaN lanes first become (x & sign) |
 // 0x7fc00000, which rounds to the canonical quiet NaN; a zero scale writes
 // zeros. 16 values per iteration.
-TEXT ·storeRowsBF16AVX2(SB), NOSPLIT, $0-48
+TEXT ·storeRowsBF16AVX2(SB), NOSPLIT, $0-56
 	MOVQ dst+0(FP), R8
 	MOVQ idx+8(FP), R9
 	MOVQ src+16(FP), SI
 	MOVQ scales+24(FP), R10
 	MOVQ rows+32(FP), R11
 	MOVQ n+40(FP), R12
+	MOVQ stream+48(FP), R14
 	LEAQ (R12)(R12*1), R13       // bytes per dst row
 	BCASTD(0x7fff, X1, Y1)          // rounding bias
 	MOVL $1, AX
@@ -152,6 +154,9 @@ sbf_row:
 	MOVLQSX (R9), AX
 	IMULQ R13, AX
 	LEAQ (R8)(AX*1), DI          // dst row idx[r]
+	XORQ BX, BX                  // BX != 0: this row's stores stream
+	TESTQ $31, DI
+	CMOVQEQ R14, BX
 	MOVQ R12, CX
 	MOVL (R10), AX
 	TESTL $0x7fffffff, AX
@@ -180,7 +185,13 @@ sbf_loop:
 	VPSRLD    $16, Y3, Y3
 	VPACKUSDW Y3, Y0, Y0         // per 128-bit lane: 4 of Y0, 4 of Y3
 	VPERMQ    $0xd8, Y0, Y0      // lanes back in order
+	TESTQ     BX, BX
+	JNZ       sbf_nt
 	VMOVDQU   Y0, (DI)
+	JMP       sbf_adv
+sbf_nt:
+	VMOVNTDQ  Y0, (DI)
+sbf_adv:
 	ADDQ      $64, SI
 	ADDQ      $32, DI
 	SUBQ      $16, CX
@@ -199,6 +210,10 @@ sbf_next:
 	DECQ      R11
 	JNZ       sbf_row
 sbf_done:
+	TESTQ     R14, R14
+	JZ        sbf_ret
+	SFENCE                       // order the streamed stores before later ones
+sbf_ret:
 	VZEROUPPER
 	RET
 

@@ -10,7 +10,7 @@ func hasF16C() bool { return false }
 
 func hasVBMI() bool { return false }
 
-func storeRowsBF16AVX512(*lowp.BFloat16, *int32, *float32, *float32, int, int) {
+func storeRowsBF16AVX512(*lowp.BFloat16, *int32, *float32, *float32, int, int, int) {
 	panic("unreachable")
 }
 func scaleF32AVX512(*float32, *float32, int, float32)       { panic("unreachable") }
@@ -35,7 +35,7 @@ func sumSlotsBF16AVX512(*float32, *lowp.BFloat16, uintptr, *float32, int, int) {
 func sumSlotsF32AVX512(*float32, *float32, uintptr, *float32, int, int) { panic("unreachable") }
 func decodeBF16MaxAVX2(*float32, *lowp.BFloat16, int) uint32            { panic("unreachable") }
 
-func storeRowsBF16AVX2(*lowp.BFloat16, *int32, *float32, *float32, int, int) {
+func storeRowsBF16AVX2(*lowp.BFloat16, *int32, *float32, *float32, int, int, int) {
 	panic("unreachable")
 }
 func scaleF32AVX2(*float32, *float32, int, float32)       { panic("unreachable") }

@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+	"unsafe"
 
 	"github.com/sparseattn/msa/kernels/lowp"
 )
@@ -284,11 +285,20 @@ func TestSumSlots(t *testing.T) {
 // random bit patterns with NaN and Inf, head dimensions whose last SIMD
 // group is 16 values, and a dimension that is not a multiple of 16 (the
 // per-row fallback). Rows not named in idx must stay untouched, and an
-// index outside dst must panic rather than write.
+// index outside dst must panic rather than write. Each case runs with
+// plain and with streamed (non-temporal) stores, into a destination that
+// starts on a 64-byte boundary and into one 16 bytes past it (rows the
+// kernels must store the plain way).
 func TestStoreRowsBF16(t *testing.T) {
 	check := func(t *testing.T, lv vec) {
 		rng := rand.New(rand.NewPCG(7, 8))
-		for _, d := range []int{16, 48, 128, 40} {
+		for _, c := range []struct {
+			d      int
+			stream bool
+			skew   int // values past a 64-byte boundary
+		}{{16, false, 0}, {48, false, 0}, {128, false, 0}, {40, false, 0},
+			{128, true, 0}, {128, true, 8}, {48, true, 0}, {16, true, 8}, {40, true, 0}} {
+			d := c.d
 			const m, rows = 13, 20
 			src := make([]float32, m*d)
 			for i := range src {
@@ -308,28 +318,30 @@ func TestStoreRowsBF16(t *testing.T) {
 				idx[r] = int32(i)
 			}
 			const sentinel = lowp.BFloat16(0x1234)
-			dst := make([]lowp.BFloat16, rows*d)
+			buf := make([]lowp.BFloat16, rows*d+64)
+			a := int(uintptr(unsafe.Pointer(&buf[0])) % 64 / 2) // values past a boundary
+			dst := buf[(32-a)%32+c.skew:][:rows*d]
 			for i := range dst {
 				dst[i] = sentinel
 			}
-			storeRowsBF16(dst, idx, src, scales, d, lv)
+			storeRowsBF16(dst, idx, src, scales, d, c.stream, lv)
 			named := map[int32]int{}
 			for r, i := range idx {
 				named[i] = r
 			}
 			for i := range rows {
 				r, ok := named[int32(i)]
-				for c := range d {
-					got := dst[i*d+c]
+				for col := range d {
+					got := dst[i*d+col]
 					want := sentinel
 					if ok {
 						want = 0
 						if scales[r] != 0 {
-							want = lowp.BF16(src[r*d+c] * scales[r])
+							want = lowp.BF16(src[r*d+col] * scales[r])
 						}
 					}
 					if got != want {
-						t.Fatalf("d=%d: dst row %d col %d = %#04x, want %#04x", d, i, c, got, want)
+						t.Fatalf("%+v: dst row %d col %d = %#04x, want %#04x", c, i, col, got, want)
 					}
 				}
 			}
@@ -339,7 +351,7 @@ func TestStoreRowsBF16(t *testing.T) {
 						t.Fatalf("d=%d: index %d of %d rows accepted", d, rows, rows)
 					}
 				}()
-				storeRowsBF16(dst, []int32{0, rows}, src, scales, d, lv)
+				storeRowsBF16(dst, []int32{0, rows}, src, scales, d, c.stream, lv)
 			}()
 		}
 	}

@@ -49,6 +49,9 @@ type Partials struct {
 	TLSE  []float32           // nil unless temperature LSE is computed
 	// vec selects the SIMD epilogue kernels (set per run).
 	vec vec
+	// stream: storeRows writes BF16 rows with non-temporal stores (set per
+	// run: prefill sets it when a window's partials exceed the caches).
+	stream bool
 }
 
 // Size returns the storage size of one element of the dtype in bytes.
@@ -115,7 +118,7 @@ func (p *Partials) store(i int, src []float32, scale float32, tmp []float32) {
 func (p *Partials) storeRows(idx []int32, src, scales, tmp []float32) {
 	d := p.D
 	if p.Dtype == PartialBF16 {
-		storeRowsBF16(p.BF16, idx, src, scales, d, p.vec)
+		storeRowsBF16(p.BF16, idx, src, scales, d, p.stream, p.vec)
 		return
 	}
 	for r, i := range idx {

@@ -245,9 +245,15 @@ func printBackwardTable(w *os.File, cfg *config, rows []*backwardRow) {
 			return flops / sec / 1e9
 		}
 		pb, pf, pw := perCPU(r.flops, r.cpuBF16), perCPU(r.flops, r.cpuF32), perCPU(2.5*r.flops, r.cpuBwd)
+		share := func(a, b float64) float64 { // 0 where the CPU time is unknown
+			if b <= 0 {
+				return 0
+			}
+			return 100 * a / b
+		}
 		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.0f%%\t%.0f%%\t%s\t%s\t%.1f\t%.1f\t%.1f\t%.0f%%\t%.0f%%\t%s\t%s\t%.1f->%.1f\t%s\t\n",
 			r.name, r.workers, ms(r.fwdBF16), fb, ms(r.fwdF32), ff, ms(r.bwd), bw, 100*bw/ff, 100*bw/fb, sf, sb,
-			pb, pf, pw, 100*pw/pf, 100*pw/pb, verifyCell(r.verify), others, r.load.loadStart, r.load.loadEnd, backwardNoise(r))
+			pb, pf, pw, share(pw, pf), share(pw, pb), verifyCell(r.verify), others, r.load.loadStart, r.load.loadEnd, backwardNoise(r))
 	}
 	tw.Flush()
 }

@@ -7,8 +7,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
-	"time"
 )
 
 // Noise rules. A row is flagged noisy when any of these holds (README.md,
@@ -132,10 +130,7 @@ func readCPUSample() cpuSample {
 	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
 		s.load, s.loadOK = parseLoadAvg(b)
 	}
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
-		s.self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
-	}
+	s.self = processCPUSeconds()
 	return s
 }
 

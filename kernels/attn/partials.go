@@ -104,9 +104,9 @@ const hugeMinBytes = 8 << 20
 // write a tile's rows in eight 4 KiB runs scattered over a window's
 // partials (256 MiB) and the combine reads each row's slots from as many
 // places, so with 4 KiB pages most runs cost a TLB miss. Measured on Zen
-// 4 with THP switched to "always" (attn BenchmarkPrefillPhases, 8K,
+// 4 with THP in its "madvise" mode (attn BenchmarkPrefillPhases, 8K,
 // avx512bf16, two alternating rounds): the stores' share of the work
-// items fell from 7.3-8.3% to 5.9-6.2% and the call ran 1-2 points of
+// items fell from 7.4-8.1% to 6.2-6.5% and the call ran about 1 point of
 // peak faster.
 func growHuge[T any](s []T, n int) []T {
 	if cap(s) >= n {

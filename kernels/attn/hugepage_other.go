@@ -2,7 +2,10 @@
 
 package attn
 
-import "unsafe"
+// hugeMem: huge-page mappings are a Linux feature here; elsewhere the
+// partial buffers live in the Go heap (mapHuge returns nil).
+type hugeMem struct{ b []byte }
 
-// adviseHugePages is a no-op outside Linux (see hugepage_linux.go).
-func adviseHugePages(p unsafe.Pointer, n int) {}
+func mapHuge(n int) *hugeMem { return nil }
+
+func (h *hugeMem) release() {}

@@ -53,6 +53,9 @@ type Partials struct {
 	// stream: storeRows writes BF16 rows with non-temporal stores (set per
 	// run: prefill sets it when a window's partials exceed the caches).
 	stream bool
+	// mem holds the huge-page mappings behind F32, BF16, F16 and E4M3 (nil:
+	// Go heap; growHuge). A Partials must not be copied once it holds one.
+	mem [4]*hugeMem
 }
 
 // Size returns the storage size of one element of the dtype in bytes.
@@ -72,13 +75,13 @@ func (p *Partials) Ensure(dt PartialDtype, d, rows int, temp bool) {
 	n := rows * d
 	switch dt {
 	case PartialF32:
-		p.F32 = growHuge(p.F32, n)
+		p.F32 = growHuge(p.F32, n, &p.mem[0])
 	case PartialBF16:
-		p.BF16 = growHuge(p.BF16, n)
+		p.BF16 = growHuge(p.BF16, n, &p.mem[1])
 	case PartialF16:
-		p.F16 = growHuge(p.F16, n)
+		p.F16 = growHuge(p.F16, n, &p.mem[2])
 	case PartialE4M3:
-		p.E4M3 = growHuge(p.E4M3, n)
+		p.E4M3 = growHuge(p.E4M3, n, &p.mem[3])
 	}
 	p.LSE = grow(p.LSE, rows)
 	if temp {
@@ -99,8 +102,9 @@ func grow[T any](s []T, n int) []T {
 const hugeMinBytes = 8 << 20
 
 // growHuge is grow for the partial rows: a new buffer of hugeMinBytes or
-// more is advised to be backed by transparent huge pages
-// (adviseHugePages), before anything touches it. Prefill's work items
+// more gets a mapping of its own backed by transparent huge pages where
+// the system has them (mapHuge; *h holds it, and the previous buffer's
+// mapping is unmapped, so its slice must not be used again). Prefill's work items
 // write a tile's rows in eight 4 KiB runs scattered over a window's
 // partials (256 MiB) and the combine reads each row's slots from as many
 // places, so with 4 KiB pages most runs cost a TLB miss. Measured on Zen
@@ -108,15 +112,20 @@ const hugeMinBytes = 8 << 20
 // avx512bf16, two alternating rounds): the stores' share of the work
 // items fell from 7.4-8.1% to 6.2-6.5% and the call ran about 1 point of
 // peak faster.
-func growHuge[T any](s []T, n int) []T {
+func growHuge[T any](s []T, n int, h **hugeMem) []T {
 	if cap(s) >= n {
 		return s[:n]
 	}
-	s = make([]T, n)
-	if b := n * int(unsafe.Sizeof(s[0])); b >= hugeMinBytes {
-		adviseHugePages(unsafe.Pointer(&s[0]), b)
+	(*h).release()
+	*h = nil
+	var z T // T is a pointer-free number type: the GC need not see the mapping
+	if b := n * int(unsafe.Sizeof(z)); b >= hugeMinBytes {
+		if m := mapHuge(b); m != nil {
+			*h = m
+			return unsafe.Slice((*T)(unsafe.Pointer(&m.b[0])), n)
+		}
 	}
-	return s
+	return make([]T, n)
 }
 
 // store writes row i = src * scale (len D), rounding to the partial dtype;

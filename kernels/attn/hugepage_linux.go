@@ -4,6 +4,7 @@ package attn
 
 import (
 	"runtime"
+	"sync/atomic"
 	"syscall"
 )
 
@@ -16,9 +17,28 @@ import (
 // larger one then ran up to 5 points of peak slower on Zen 4 (8K after 2K
 // and 4K in the bench). The mapping is unmapped by release, or by a
 // cleanup once the handle is unreachable.
+//
+// The Go garbage collector does not count these mappings when it decides
+// to run, so a program that drops workspaces without the heap growing
+// could keep unreachable mappings for long: mapHuge therefore keeps the
+// live mappings under hugeBudget bytes, and larger needs fall back to the
+// Go heap.
 type hugeMem struct {
 	b       []byte
 	cleanup runtime.Cleanup
+}
+
+// hugeBudget bounds the bytes of live huge-page mappings (4 prefill
+// windows of MaxPartialBytes).
+const hugeBudget = 4 * MaxPartialBytes
+
+// hugeLive is the size of the live mappings.
+var hugeLive atomic.Int64
+
+// unmapHuge unmaps b and takes it off hugeLive.
+func unmapHuge(b []byte) {
+	_ = syscall.Munmap(b)
+	hugeLive.Add(-int64(len(b)))
 }
 
 // mapHuge returns a zeroed mapping of n > 0 bytes advised for huge pages,
@@ -26,13 +46,18 @@ type hugeMem struct {
 // Where THP is off the advice changes nothing and the mapping is still
 // valid memory.
 func mapHuge(n int) *hugeMem {
+	if hugeLive.Add(int64(n)) > hugeBudget {
+		hugeLive.Add(-int64(n))
+		return nil
+	}
 	b, err := syscall.Mmap(-1, 0, n, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANON)
 	if err != nil {
+		hugeLive.Add(-int64(n))
 		return nil
 	}
 	_ = syscall.Madvise(b, syscall.MADV_HUGEPAGE) // a hint: errors change nothing
 	h := &hugeMem{b: b}
-	h.cleanup = runtime.AddCleanup(h, func(b []byte) { _ = syscall.Munmap(b) }, b)
+	h.cleanup = runtime.AddCleanup(h, unmapHuge, b)
 	return h
 }
 
@@ -43,6 +68,6 @@ func (h *hugeMem) release() {
 		return
 	}
 	h.cleanup.Stop()
-	_ = syscall.Munmap(h.b)
+	unmapHuge(h.b)
 	h.b = nil
 }

@@ -6,8 +6,10 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/sparseattn/msa/kernels/lowp"
@@ -60,6 +62,48 @@ func TestGrowHugeLinux(t *testing.T) {
 		t.Errorf("old mapping at %#x still mapped", start)
 	}
 	pt.mem[1].release()
+}
+
+// TestHugeBudget checks that the live mappings stay within hugeBudget: a
+// request beyond it gets none (the buffer then comes from the Go heap),
+// and releasing a mapping returns its bytes to the budget, as the cleanup
+// of an unreachable one does.
+func TestHugeBudget(t *testing.T) {
+	base := hugeLive.Load()
+	left := hugeBudget - base
+	if left < 2*hugeMinBytes {
+		t.Skipf("only %d bytes of budget left", left)
+	}
+	a := mapHuge(int(left) - hugeMinBytes)
+	if a == nil {
+		t.Fatal("a mapping within the budget was refused")
+	}
+	if b := mapHuge(2 * hugeMinBytes); b != nil {
+		b.release()
+		t.Fatal("a mapping beyond the budget was granted")
+	}
+	var pt Partials
+	pt.Ensure(PartialF32, 128, 2*hugeMinBytes/(4*128), false)
+	if pt.mem[0] != nil || len(pt.F32) != 2*hugeMinBytes/4 {
+		t.Fatal("over the budget, the buffer did not come from the Go heap")
+	}
+	a.release()
+	if got := hugeLive.Load(); got != base {
+		t.Fatalf("live bytes %d after release, want %d", got, base)
+	}
+	func() {
+		m := mapHuge(hugeMinBytes)
+		if m == nil {
+			t.Fatal("mapping refused after release")
+		}
+	}()
+	for i := 0; i < 20 && hugeLive.Load() != base; i++ {
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := hugeLive.Load(); got != base {
+		t.Fatalf("live bytes %d after the handle became unreachable, want %d", got, base)
+	}
 }
 
 // thpEligible reads the THPeligible flag of the mapping that starts at

@@ -151,3 +151,24 @@ func smapsEntry(t *testing.T, addr uintptr) ([]string, bool) {
 	}
 	return e, in
 }
+
+// TestWorkspaceRelease checks that Workspace.Release unmaps the partial
+// buffers at once (the live mapped bytes return to where they were) and
+// leaves a workspace that allocates again on its next use.
+func TestWorkspaceRelease(t *testing.T) {
+	base := hugeLive.Load()
+	ws := NewWorkspace(1, 128)
+	rows := 2 * hugeMinBytes / (2 * 128)
+	ws.Partials.Ensure(PartialBF16, 128, rows, false)
+	if ws.Partials.mem[1] == nil || hugeLive.Load() != base+2*hugeMinBytes {
+		t.Fatalf("no mapping (live %d, base %d)", hugeLive.Load(), base)
+	}
+	ws.Release()
+	if hugeLive.Load() != base || ws.Partials.BF16 != nil || ws.Partials.mem[1] != nil {
+		t.Fatalf("after Release: live %d (base %d), %d values kept", hugeLive.Load(), base, len(ws.Partials.BF16))
+	}
+	ws.Partials.Ensure(PartialBF16, 128, rows, false)
+	ws.Partials.BF16[rows*128-1] = 1
+	ws.Release()
+	ws.Release() // twice is harmless
+}

@@ -128,6 +128,18 @@ func growHuge[T any](s []T, n int, h **hugeMem) []T {
 	return make([]T, n)
 }
 
+// release frees the partial buffers now (their huge-page mappings are
+// unmapped): the next Ensure allocates again. Nothing may use the old
+// slices afterwards.
+func (p *Partials) release() {
+	for i, m := range p.mem {
+		m.release()
+		p.mem[i] = nil
+	}
+	p.F32, p.BF16, p.F16, p.E4M3 = nil, nil, nil, nil
+	p.LSE, p.TLSE = nil, nil
+}
+
 // store writes row i = src * scale (len D), rounding to the partial dtype;
 // scale is the row's normalisation factor (0: an empty row, stored as 0).
 func (p *Partials) store(i int, src []float32, scale float32, tmp []float32) {

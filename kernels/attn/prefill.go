@@ -484,6 +484,13 @@ func combineRow(pt *Partials, ls, ws []float32, plane, row, d int, outScale floa
 	*lse = l
 }
 
+// Release frees the workspace's partial buffers now instead of when the
+// workspace becomes unreachable (large ones are mappings outside the Go
+// heap, which the garbage collector does not count). The workspace stays
+// usable: the next run allocates again. It must not be called during a
+// run that uses the workspace.
+func (ws *Workspace) Release() { ws.Partials.release() }
+
 // Reserve sizes the float32 partial buffers for rows partial rows of head
 // dimension d and the per-worker combine scratch for up to splits slots, so
 // that later runs of at most that size do not allocate.

@@ -80,9 +80,9 @@ func putWorkspace(ws *attn.Workspace) {
 
 // FreeWorkspaces releases the buffers the eager functions keep between
 // calls (partials of the largest recent calls; the large ones are memory
-// mappings of their own, returned to the system at once) and stops the idle worker
-// goroutines kept for the next call (eager functions and graph nodes share
-// a few started pools). Graph ops and DecodeWrapper own their buffers and
+// mappings of their own, returned to the system at once) and stops the
+// idle worker goroutines kept for the next call (eager functions and graph
+// nodes share a few started pools). Graph ops and DecodeWrapper own their buffers and
 // are not affected; calls in progress are not affected.
 func FreeWorkspaces() {
 	idle.Lock()

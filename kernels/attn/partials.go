@@ -104,10 +104,10 @@ const hugeMinBytes = 8 << 20
 // growHuge is grow for the partial rows: a new buffer of hugeMinBytes or
 // more gets a mapping of its own backed by transparent huge pages where
 // the system has them (mapHuge; *h holds it, and the previous buffer's
-// mapping is unmapped, so its slice must not be used again). Prefill's work items
-// write a tile's rows in eight 4 KiB runs scattered over a window's
-// partials (256 MiB) and the combine reads each row's slots from as many
-// places, so with 4 KiB pages most runs cost a TLB miss. Measured on Zen
+// mapping is unmapped, so its slice must not be used again). Prefill's
+// work items write a tile's rows in eight 4 KiB runs scattered over a
+// window's partials (256 MiB) and the combine reads each row's slots from
+// as many places, so with 4 KiB pages most runs cost a TLB miss. Measured on Zen
 // 4 with THP in its "madvise" mode (attn BenchmarkPrefillPhases, 8K,
 // avx512bf16, two alternating rounds): the stores' share of the work
 // items fell from 7.4-8.1% to 6.2-6.5% and the call ran about 1 point of

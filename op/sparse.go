@@ -82,8 +82,8 @@ func putWorkspace(ws *attn.Workspace) {
 // calls (partials of the largest recent calls; the large ones are memory
 // mappings of their own, returned to the system at once) and stops the
 // idle worker goroutines kept for the next call (eager functions and graph
-// nodes share a few started pools). Graph ops and DecodeWrapper own their buffers and
-// are not affected; calls in progress are not affected.
+// nodes share a few started pools). Graph ops and DecodeWrapper own their
+// buffers and are not affected; calls in progress are not affected.
 func FreeWorkspaces() {
 	idle.Lock()
 	for _, ws := range idle.ws {

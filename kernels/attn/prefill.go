@@ -235,8 +235,8 @@ const MaxPartialBytes = 256 << 20
 // MiB windows; attn BenchmarkPrefillPhases, avx512bf16 tier, alternating
 // runs): the stores' share of the work items fell from 10.2-11.1% to
 // 7.3-8.5% and the call ran 1-3 points of peak faster, although the
-// combine, which then finds none of its rows in L3, took 4.5-5.4% -> 6.2-6.9%
-// of it.
+// combine, which then finds none of its rows in L3, went from 4.5-5.4% to
+// 6.2-6.9% of it.
 const streamPartialBytes = 16 << 20
 
 // minWindow is the smallest query window: windows end in a barrier (all

@@ -16,6 +16,8 @@ import (
 
 type config struct {
 	quick, verify, tiny bool
+	targets             bool // -targets: the CPU target matrix (targets.go)
+	minTimeSet          bool // -min-time was given
 	workers             int
 	tier                string
 	shapes              []int
@@ -71,6 +73,7 @@ func parseFlags() (*config, error) {
 	cfg := &config{denseCache: map[string]*denseEntry{}}
 	flag.BoolVar(&cfg.quick, "quick", false, "reduced suite (under a minute): prefill 2K/4K, NVFP4 2K, decode batch 8 at 4K")
 	flag.BoolVar(&cfg.verify, "verify", false, "check every case (and the dense baseline) against a float64 reference on sampled rows; exit 1 on failure")
+	flag.BoolVar(&cfg.targets, "targets", false, "run the CPU performance targets: prefill, NVFP4 and decode on every supported tier among avx512, avx2 and avx512bf16, on 1 and 2 workers, each as a child run; print and write (-out DIR, default bench-targets-<time>) the table of targets met (bench/README.md, Targets); takes only -out, -min-time, -torch and -python")
 	flag.BoolVar(&cfg.tiny, "tiny", false, "tiny shapes for CI (prefill 512, NVFP4 384, decode batch 2 at 1000)")
 	flag.IntVar(&cfg.workers, "workers", runtime.GOMAXPROCS(0), "worker goroutines (op Workers, calibration, PyTorch threads); also sets GOMAXPROCS")
 	flag.StringVar(&cfg.tier, "tier", "", "kernel tier (tile.SetTier): generic, avx2, avx512, avx512bf16, amxbf16; default: automatic")
@@ -100,6 +103,21 @@ func parseFlags() (*config, error) {
 	flag.Parse()
 	if flag.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %v", flag.Args())
+	}
+	if cfg.targets {
+		var other []string
+		flag.Visit(func(f *flag.Flag) {
+			switch f.Name {
+			case "min-time":
+				cfg.minTimeSet = true
+			case "targets", "out", "torch", "python":
+			default:
+				other = append(other, "-"+f.Name)
+			}
+		})
+		if len(other) > 0 {
+			return nil, fmt.Errorf("-targets runs a fixed matrix and takes only -out, -min-time, -torch and -python, not %s", strings.Join(other, ", "))
+		}
 	}
 	var err error
 	if cfg.shapes, err = parseInts(*shapes); err != nil {
@@ -177,14 +195,22 @@ type machineInfo struct {
 func readMachine(cfg *config) *machineInfo {
 	mi := &machineInfo{cpu: "unknown", ncpu: runtime.NumCPU(), workers: cfg.workers, tier: tile.Tier()}
 	if f, err := os.Open("/proc/cpuinfo"); err == nil {
+		// The first processor's block; family and model tell CPU kinds
+		// with the same model name apart (AMD EPYC: Zen 3, 4, 5).
+		fields := map[string]string{}
 		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
-				mi.cpu = strings.TrimSpace(v)
-				break
+		for sc.Scan() && sc.Text() != "" {
+			if k, v, ok := strings.Cut(sc.Text(), ":"); ok {
+				fields[strings.TrimSpace(k)] = strings.TrimSpace(v)
 			}
 		}
 		f.Close()
+		if v := fields["model name"]; v != "" {
+			mi.cpu = v
+		}
+		if fam, model := fields["cpu family"], fields["model"]; fam != "" && model != "" {
+			mi.cpu += fmt.Sprintf(" (family %s, model %s)", fam, model)
+		}
 	}
 	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
 		for _, line := range strings.Split(string(b), "\n") {
@@ -214,6 +240,13 @@ func main() {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(2)
+	}
+	if cfg.targets {
+		if err := runTargets(cfg); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
 	}
 	runtime.GOMAXPROCS(cfg.workers)
 	if cfg.tier != "" {

@@ -25,8 +25,10 @@ const MaxWorkers = 256
 // Waking a blocked goroutine cost 100-160 us on one of the 2-vCPU KVM
 // guests this package is measured on and 10-30 us on another
 // (BenchmarkPoolWake; an idle vCPU halts, and the host has to schedule it
-// again): up to 5-8% of a 2 ms decode step, paid on every call, while a
-// polling goroutine starts within a few microseconds. 5 ms covers
+// again), and 73-90 us on the latter when the caller computes meanwhile,
+// as a real call does (its kernel first queues the woken thread on the
+// caller's vCPU): up to 5-8% of a 2 ms decode step, paid on every call,
+// while a polling goroutine starts within a few microseconds. 5 ms covers
 // back-to-back eager calls (one decode step per layer); a polling
 // goroutine yields its thread to any other runnable goroutine
 // (runtime.Gosched) on every turn.

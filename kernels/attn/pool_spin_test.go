@@ -216,39 +216,57 @@ func TestCloseIdlePools(t *testing.T) {
 	waitGoroutines(t, base)
 }
 
-// BenchmarkPoolWake times one empty two-worker call after a pause (gap)
-// during which the workers park (spin=0) or poll (spin=5ms; a 20 ms gap
-// outlasts the spin, so they park there too): the difference is what a
-// short call pays for waking a parked goroutine. late-us is the median
-// delay from the call until worker 1 runs. Measured on the 2-vCPU Zen 4
-// KVM guest (docs/performance.md, eighth session): 9-17 us parked and
-// 3-11 us polling after a 1 ms gap, 24-29 us after 20 ms.
+// BenchmarkPoolWake times one two-worker call after a pause (gap) during
+// which the workers park (spin=0) or poll (spin=5ms; a 20 ms gap outlasts
+// the spin, so they park there too). With work=0 the call is empty and the
+// caller waits for worker 1 at once; with work=1ms each worker computes
+// for 1 ms, as a short decode call does, so the caller's thread stays busy
+// while worker 1 is woken. late-us is the median delay from the call until
+// worker 1 runs, wall-us the median time of the call. Measured on the
+// 2-vCPU Zen 4 KVM guest (docs/performance.md): empty calls 9-17 us parked
+// and 3-11 us polling after a 1 ms gap, 24-29 us after 20 ms (eighth
+// session). With work=1ms (twentieth session) a parked worker 1 started
+// 73-90 us late: the guest's kernel puts the woken thread on the busy
+// caller's vCPU until it migrates. Polling after a 20 ms gap the call took
+// 2.0-3.7 ms: the caller, woken by worker 1 at the end, queued on worker
+// 1's vCPU behind its polling thread.
 func BenchmarkPoolWake(b *testing.B) {
-	for _, gap := range []time.Duration{time.Millisecond, 20 * time.Millisecond} {
-		for _, spin := range []time.Duration{0, BackToBackSpin} {
-			b.Run("gap="+gap.String()+"/spin="+spin.String(), func(b *testing.B) {
-				p := NewPool(2)
-				defer p.Close()
-				p.SetSpin(spin)
-				p.Run(func(int) {})
-				late := make([]time.Duration, 0, b.N)
-				var start time.Time
-				var w1 time.Duration
-				for b.Loop() {
-					b.StopTimer()
-					time.Sleep(gap)
-					b.StartTimer()
-					start = time.Now()
-					p.RunN(2, func(w int) {
-						if w == 1 {
-							w1 = time.Since(start)
-						}
-					})
-					late = append(late, w1)
-				}
-				slices.Sort(late)
-				b.ReportMetric(float64(late[len(late)/2])/1e3, "late-us")
-			})
+	for _, work := range []time.Duration{0, time.Millisecond} {
+		for _, gap := range []time.Duration{time.Millisecond, 20 * time.Millisecond} {
+			for _, spin := range []time.Duration{0, BackToBackSpin} {
+				name := "work=" + work.String() + "/gap=" + gap.String() + "/spin=" + spin.String()
+				b.Run(name, func(b *testing.B) { benchPoolWake(b, work, gap, spin) })
+			}
 		}
 	}
+}
+
+func benchPoolWake(b *testing.B, work, gap, spin time.Duration) {
+	p := NewPool(2)
+	defer p.Close()
+	p.SetSpin(spin)
+	p.Run(func(int) {})
+	late := make([]time.Duration, 0, b.N)
+	wall := make([]time.Duration, 0, b.N)
+	var start time.Time
+	var w1 time.Duration
+	for b.Loop() {
+		b.StopTimer()
+		time.Sleep(gap)
+		b.StartTimer()
+		start = time.Now()
+		p.RunN(2, func(w int) {
+			if w == 1 {
+				w1 = time.Since(start)
+			}
+			for t0 := time.Now(); time.Since(t0) < work; {
+			}
+		})
+		wall = append(wall, time.Since(start))
+		late = append(late, w1)
+	}
+	slices.Sort(late)
+	slices.Sort(wall)
+	b.ReportMetric(float64(late[len(late)/2])/1e3, "late-us")
+	b.ReportMetric(float64(wall[len(wall)/2])/1e3, "wall-us")
 }

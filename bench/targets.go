@@ -1,0 +1,343 @@
+package main
+
+import (
+	"encoding/csv"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sparseattn/msa/kernels/tile"
+)
+
+// The CPU path's performance targets, checked by -targets (bench/README.md,
+// "Targets"): each a floor on a ratio the bench prints.
+const (
+	targetPrefill   = 75.0 // prefill and NVFP4 %peak, FP32 tiers
+	targetFastMode  = 70.0 // prefill and NVFP4 %peak of the BF16 fast mode, against its own peak
+	targetDecode    = 70.0 // decode %roof
+	targetLinear    = 15.0 // +-% of the mean time per selected (query, block)
+	targetSparseX   = 3.0  // x over PyTorch doing the same sparse work (FP32)
+	targetDenseX    = 10.0 // x over PyTorch's dense FP32 attention at 8K
+	targetDenseXLen = 8192
+)
+
+// targetRun is one child run of -targets: the default suite's prefill,
+// NVFP4 and decode cases on one tier and worker count.
+type targetRun struct {
+	tier    string
+	workers int
+	fast    bool // BF16 fast mode: prefill and NVFP4 only, against its own peak
+	torch   bool // this run also times the PyTorch baselines
+}
+
+func (r targetRun) dir() string { return fmt.Sprintf("%s-w%d", r.tier, r.workers) }
+
+// targetRuns returns the runs -targets makes on a machine whose supported
+// tiers are tiers and that has ncpu logical CPUs: the FP32 tiers avx512 and
+// avx2 and the fast mode avx512bf16 where supported, each on one worker and
+// on two (when there are two CPUs). The PyTorch baselines run once, in the
+// first FP32 run on the most workers, when torch is true.
+func targetRuns(tiers []string, ncpu int, torch bool) []targetRun {
+	workers := []int{1}
+	if ncpu >= 2 {
+		workers = append(workers, 2)
+	}
+	var runs []targetRun
+	for _, t := range []string{"avx512", "avx2", "avx512bf16"} {
+		if !slices.Contains(tiers, t) {
+			continue
+		}
+		for _, w := range slices.Backward(workers) {
+			runs = append(runs, targetRun{tier: t, workers: w, fast: t == "avx512bf16"})
+		}
+	}
+	if torch && len(runs) > 0 && !runs[0].fast {
+		runs[0].torch = true
+	}
+	return runs
+}
+
+// args returns the child's command-line arguments.
+func (r targetRun) args(cfg *config, dir string) []string {
+	cases := "prefill,nvfp4,decode"
+	if r.fast {
+		cases = "prefill,nvfp4"
+	}
+	torch := "off"
+	if r.torch {
+		torch = "auto"
+	}
+	a := []string{"-tier", r.tier, "-workers", strconv.Itoa(r.workers), "-cases", cases,
+		"-dense=false", "-torch", torch, "-out", dir}
+	if cfg.minTimeSet {
+		a = append(a, "-min-time", cfg.minTime.String())
+	}
+	if r.torch {
+		a = append(a, "-python", cfg.python)
+	}
+	return a
+}
+
+// runTargets runs the target matrix as child processes of this program
+// (each run's output and results under cfg.out/<tier>-w<workers>), then
+// prints and writes (cfg.out/targets.md) the table of targets met.
+func runTargets(cfg *config) error {
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("-targets: finding this program: %v", err)
+	}
+	if cfg.out == "" {
+		stamp := time.Now().Format("20060102-150405")
+		cfg.out = "bench-targets-" + stamp
+	}
+	if err := os.MkdirAll(cfg.out, 0o755); err != nil {
+		return fmt.Errorf("-targets: %v", err)
+	}
+	runs := targetRuns(tile.Tiers(), runtime.NumCPU(), cfg.torch != "off")
+	if len(runs) == 0 {
+		return fmt.Errorf("-targets: this CPU has none of the tiers the targets are set for (avx512, avx2, avx512bf16); supported: %s", strings.Join(tile.Tiers(), ", "))
+	}
+	mi := readMachine(cfg)
+	fmt.Printf("CPU: %s, %d logical CPUs; %d runs, results under %s\n", mi.cpu, mi.ncpu, len(runs), cfg.out)
+	var sums []targetSummary
+	for i, r := range runs {
+		dir := filepath.Join(cfg.out, r.dir())
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("-targets: %v", err)
+		}
+		args := r.args(cfg, dir)
+		fmt.Printf("\n[run %d/%d] bench %s\n", i+1, len(runs), strings.Join(args, " "))
+		log, err := os.Create(filepath.Join(dir, "stdout.txt"))
+		if err != nil {
+			return fmt.Errorf("-targets: %v", err)
+		}
+		cmd := exec.Command(self, args...)
+		cmd.Stdout = io.MultiWriter(os.Stdout, log)
+		cmd.Stderr = io.MultiWriter(os.Stderr, log)
+		runErr := cmd.Run()
+		log.Close()
+		if runErr != nil {
+			return fmt.Errorf("-targets: run %s: %v (output in %s)", r.dir(), runErr, log.Name())
+		}
+		rows, err := readResultsCSV(filepath.Join(dir, "results.csv"))
+		if err != nil {
+			return fmt.Errorf("-targets: run %s: %v", r.dir(), err)
+		}
+		sums = append(sums, summarizeTarget(r, rows, args))
+	}
+	text := targetReport(mi.cpu, sums)
+	fmt.Print("\n" + text)
+	path := filepath.Join(cfg.out, "targets.md")
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		return fmt.Errorf("-targets: %v", err)
+	}
+	fmt.Printf("wrote %s\n", path)
+	return nil
+}
+
+// readResultsCSV reads a results.csv written by writeCSV into one map per
+// case, keyed by column name.
+func readResultsCSV(path string) ([]map[string]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	recs, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %v", path, err)
+	}
+	if len(recs) == 0 {
+		return nil, fmt.Errorf("%s: empty", path)
+	}
+	var rows []map[string]string
+	for _, rec := range recs[1:] {
+		m := map[string]string{}
+		for i, name := range recs[0] {
+			if i < len(rec) {
+				m[name] = rec[i]
+			}
+		}
+		rows = append(rows, m)
+	}
+	return rows, nil
+}
+
+// span is the range of a set of ratios, with the case each came from.
+type span struct {
+	lo, hi float64
+	n      int
+	names  []string
+	vals   []float64
+}
+
+func (s *span) add(name string, x float64) {
+	if s.n == 0 || x < s.lo {
+		s.lo = x
+	}
+	if s.n == 0 || x > s.hi {
+		s.hi = x
+	}
+	s.n++
+	s.names, s.vals = append(s.names, name), append(s.vals, x)
+}
+
+// cell formats s against floor (the lowest value must reach it), naming
+// the cases below it unless all are.
+func (s span) cell(floor float64, unit string) string {
+	if s.n == 0 {
+		return "-"
+	}
+	v := fmt.Sprintf("%.1f%s", s.lo, unit)
+	if s.hi != s.lo {
+		v = fmt.Sprintf("%.1f-%.1f%s", s.lo, s.hi, unit)
+	}
+	var below []string
+	for i, x := range s.vals {
+		if x < floor {
+			below = append(below, fmt.Sprintf("%s %.1f%s", s.names[i], x, unit))
+		}
+	}
+	switch {
+	case len(below) == 0:
+		return v + verdict(true)
+	case len(below) == s.n && s.n > 1:
+		return v + verdict(false) + " (all)"
+	}
+	return v + verdict(false) + " (" + strings.Join(below, ", ") + ")"
+}
+
+func verdict(met bool) string {
+	if met {
+		return " ok"
+	}
+	return " MISS"
+}
+
+// targetSummary is one run's figures against the targets.
+type targetSummary struct {
+	run                  targetRun
+	command              string
+	prefill, nvfp4       span // %peak
+	decodeFP8, decodeBF  span // %roof
+	linLo, linHi         float64
+	linN                 int
+	sparseX              span // x over PyTorch's same sparse work (FP32)
+	denseX               float64
+	denseNote            string
+	failed, noisy, cases int
+}
+
+func field(row map[string]string, name string) float64 {
+	v, err := strconv.ParseFloat(row[name], 64)
+	if err != nil {
+		return math.NaN()
+	}
+	return v
+}
+
+// summarizeTarget reduces a run's results.csv rows to its target figures.
+func summarizeTarget(r targetRun, rows []map[string]string, args []string) targetSummary {
+	s := targetSummary{run: r, command: "go run ./bench " + strings.Join(args, " ")}
+	var perPair []float64
+	for _, row := range rows {
+		s.cases++
+		if row["error"] != "" || row["verify"] == "FAIL" {
+			s.failed++
+			continue
+		}
+		if row["noise"] != "" {
+			s.noisy++
+		}
+		switch row["kind"] {
+		case "prefill":
+			s.prefill.add(row["case"], field(row, "pct_peak"))
+			if us := 1e3 * field(row, "time_ms") / field(row, "visible_pairs"); us > 0 {
+				perPair = append(perPair, us)
+			}
+			if x := field(row, "speedup_vs_tsparse"); x > 0 {
+				s.sparseX.add(row["case"], x)
+			}
+			if field(row, "seq_len") == targetDenseXLen {
+				if x := field(row, "speedup_vs_torch"); x > 0 {
+					s.denseX = x
+					if row["torch_extrapolated"] == "yes" {
+						s.denseNote = " (extrapolated)"
+					}
+				}
+			}
+		case "nvfp4":
+			s.nvfp4.add(row["case"], field(row, "pct_peak"))
+		case "decode":
+			if row["dtype"] == "fp8" {
+				s.decodeFP8.add(row["case"], field(row, "pct_roof"))
+			} else {
+				s.decodeBF.add(row["case"], field(row, "pct_roof"))
+			}
+			if x := field(row, "speedup_vs_tsparse"); x > 0 {
+				s.sparseX.add(row["case"], x)
+			}
+		}
+	}
+	if len(perPair) > 0 {
+		mean := 0.0
+		for _, x := range perPair {
+			mean += x / float64(len(perPair))
+		}
+		s.linLo = 100 * (slices.Min(perPair)/mean - 1)
+		s.linHi = 100 * (slices.Max(perPair)/mean - 1)
+		s.linN = len(perPair)
+	}
+	return s
+}
+
+// targetReport renders the summaries as Markdown: one table row per run,
+// then each run's command.
+func targetReport(cpu string, sums []targetSummary) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# CPU targets on %s\n\n", cpu)
+	fmt.Fprintf(&b, "Floors: prefill and NVFP4 >= %.0f%% of the FP32 peak (fast mode avx512bf16: >= %.0f%% of its own); decode >= %.0f%% of roof; "+
+		"time per selected (query, block) within +-%.0f%% of its mean over the prefill lengths; >= %.0fx PyTorch's same sparse work, >= %.0fx its dense attention at %dK. "+
+		"A range is the lowest and highest case; ok / MISS judge the lowest, and a MISS names the cases below the floor.\n\n",
+		targetPrefill, targetFastMode, targetDecode, targetLinear, targetSparseX, targetDenseX, targetDenseXLen/1024)
+	b.WriteString("| tier | workers | prefill %peak | NVFP4 %peak | decode FP8 %roof | decode BF16 %roof | cost per pair vs mean | PyTorch same sparse work | PyTorch dense 8K | cases (failed, noisy) |\n")
+	b.WriteString("|---|---:|---|---|---|---|---|---|---|---|\n")
+	for _, s := range sums {
+		floor := targetPrefill
+		tier := s.run.tier
+		if s.run.fast {
+			floor = targetFastMode
+			tier += " (fast mode)"
+		}
+		lin := "-"
+		if s.linN > 1 {
+			lin = fmt.Sprintf("%+.1f / %+.1f%%", s.linLo, s.linHi) + verdict(math.Max(-s.linLo, s.linHi) <= targetLinear)
+		}
+		dense := "-"
+		if s.denseX > 0 {
+			dense = fmt.Sprintf("%.1fx%s", s.denseX, s.denseNote) + verdict(s.denseX >= targetDenseX)
+		} else if s.run.torch {
+			dense = "not run (no torch?)"
+		}
+		sparse := s.sparseX.cell(targetSparseX, "x")
+		if s.run.torch && s.sparseX.n == 0 {
+			sparse = "not run (no torch?)"
+		}
+		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %d (%d, %d) |\n", tier, s.run.workers,
+			s.prefill.cell(floor, ""), s.nvfp4.cell(floor, ""), s.decodeFP8.cell(targetDecode, ""), s.decodeBF.cell(targetDecode, ""),
+			lin, sparse, dense, s.cases, s.failed, s.noisy)
+	}
+	b.WriteString("\nCommands (each run's output and results.csv are in its directory):\n\n")
+	for _, s := range sums {
+		fmt.Fprintf(&b, "- `%s`\n", s.command)
+	}
+	return b.String()
+}

@@ -191,7 +191,7 @@ func (s *span) add(name string, x float64) {
 }
 
 // cell formats s against floor (the lowest value must reach it), naming
-// the cases below it unless all are.
+// the cases below it (counting them when more than three).
 func (s span) cell(floor float64, unit string) string {
 	if s.n == 0 {
 		return "-"
@@ -211,6 +211,8 @@ func (s span) cell(floor float64, unit string) string {
 		return v + verdict(true)
 	case len(below) == s.n && s.n > 1:
 		return v + verdict(false) + " (all)"
+	case len(below) > 3:
+		return v + verdict(false) + fmt.Sprintf(" (%d of %d cases)", len(below), s.n)
 	}
 	return v + verdict(false) + " (" + strings.Join(below, ", ") + ")"
 }

@@ -98,6 +98,12 @@ func TestTargetSummary(t *testing.T) {
 	if got := all.cell(70, ""); got != "60.0-65.0 MISS (all)" {
 		t.Errorf("every case below the floor: %q", got)
 	}
+	for _, x := range []float64{66, 67, 80} {
+		all.add("c", x)
+	}
+	if got := all.cell(70, ""); got != "60.0-80.0 MISS (4 of 5 cases)" {
+		t.Errorf("four of five cases below the floor: %q", got)
+	}
 	fast := targetRun{tier: "avx512bf16", workers: 1, fast: true}
 	rep = targetReport("test CPU", []targetSummary{summarizeTarget(fast, rows[:4], nil)})
 	if !strings.Contains(rep, "| avx512bf16 (fast mode) | 1 | 74.0-80.0 ok | 76.0 ok |") {

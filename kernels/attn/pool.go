@@ -28,7 +28,10 @@ const MaxWorkers = 256
 // again), and 73-90 us on the latter when the caller computes meanwhile,
 // as a real call does (its kernel first queues the woken thread on the
 // caller's vCPU): up to 5-8% of a 2 ms decode step, paid on every call,
-// while a polling goroutine starts within a few microseconds. 5 ms covers
+// while a polling goroutine starts within a few microseconds. Polling has
+// its own cost there: a 1 ms two-worker call after a 20 ms pause took
+// 2.0-3.7 ms with a polling pool (the caller, woken at the end, queued
+// behind the polling thread on one vCPU) against 1.1 ms blocking. 5 ms covers
 // back-to-back eager calls (one decode step per layer); a polling
 // goroutine yields its thread to any other runnable goroutine
 // (runtime.Gosched) on every turn.

@@ -29,6 +29,10 @@ const (
 	targetDenseXLen = 8192
 )
 
+// targetExe returns the program -targets runs its children with: this one
+// (a test substitutes a script).
+var targetExe = os.Executable
+
 // targetRun is one child run of -targets: the default suite's prefill,
 // NVFP4 and decode cases on one tier and worker count.
 type targetRun struct {
@@ -90,7 +94,7 @@ func (r targetRun) args(cfg *config, dir string) []string {
 // (each run's output and results under cfg.out/<tier>-w<workers>), then
 // prints and writes (cfg.out/targets.md) the table of targets met.
 func runTargets(cfg *config) error {
-	self, err := os.Executable()
+	self, err := targetExe()
 	if err != nil {
 		return fmt.Errorf("-targets: finding this program: %v", err)
 	}
@@ -108,6 +112,7 @@ func runTargets(cfg *config) error {
 	mi := readMachine(cfg)
 	fmt.Printf("CPU: %s, %d logical CPUs; %d runs, results under %s\n", mi.cpu, mi.ncpu, len(runs), cfg.out)
 	var sums []targetSummary
+	failed := false
 	for i, r := range runs {
 		dir := filepath.Join(cfg.out, r.dir())
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -124,14 +129,22 @@ func runTargets(cfg *config) error {
 		cmd.Stderr = io.MultiWriter(os.Stderr, log)
 		runErr := cmd.Run()
 		log.Close()
-		if runErr != nil {
-			return fmt.Errorf("-targets: run %s: %v (output in %s)", r.dir(), runErr, log.Name())
-		}
+		// A failed child (a case's error) still leaves the results of its
+		// other cases; the row counts the failed ones, and the other runs go
+		// on.
 		rows, err := readResultsCSV(filepath.Join(dir, "results.csv"))
-		if err != nil {
-			return fmt.Errorf("-targets: run %s: %v", r.dir(), err)
+		s := summarizeTarget(r, rows, args)
+		switch {
+		case err != nil:
+			s.note = fmt.Sprintf("no results (%v); output in %s", err, log.Name())
+		case runErr != nil:
+			s.note = fmt.Sprintf("the run failed (%v); output in %s", runErr, log.Name())
 		}
-		sums = append(sums, summarizeTarget(r, rows, args))
+		if s.note != "" {
+			failed = true
+			fmt.Fprintf(os.Stderr, "bench: -targets: run %s: %s\n", r.dir(), s.note)
+		}
+		sums = append(sums, s)
 	}
 	text := targetReport(mi.cpu, sums)
 	fmt.Print("\n" + text)
@@ -140,6 +153,9 @@ func runTargets(cfg *config) error {
 		return fmt.Errorf("-targets: %v", err)
 	}
 	fmt.Printf("wrote %s\n", path)
+	if failed {
+		return fmt.Errorf("-targets: some runs failed (see %s)", path)
+	}
 	return nil
 }
 
@@ -236,6 +252,7 @@ type targetSummary struct {
 	denseX               float64
 	denseNote            string
 	failed, noisy, cases int
+	note                 string // why the run gave no or partial results
 }
 
 func field(row map[string]string, name string) float64 {
@@ -340,6 +357,9 @@ func targetReport(cpu string, sums []targetSummary) string {
 	b.WriteString("\nCommands (each run's output and results.csv are in its directory):\n\n")
 	for _, s := range sums {
 		fmt.Fprintf(&b, "- `%s`\n", s.command)
+		if s.note != "" {
+			fmt.Fprintf(&b, "  - %s\n", s.note)
+		}
 	}
 	return b.String()
 }

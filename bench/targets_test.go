@@ -1,10 +1,14 @@
 package main
 
 import (
+	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/sparseattn/msa/kernels/tile"
 )
 
 // targetRuns covers the supported target tiers, most workers first, and
@@ -108,5 +112,54 @@ func TestTargetSummary(t *testing.T) {
 	rep = targetReport("test CPU", []targetSummary{summarizeTarget(fast, rows[:4], nil)})
 	if !strings.Contains(rep, "| avx512bf16 (fast mode) | 1 | 74.0-80.0 ok | 76.0 ok |") {
 		t.Errorf("fast mode judged against 70%%:\n%s", rep)
+	}
+}
+
+// runTargets goes on past a failed run, reports it in targets.md and
+// returns an error; the children are a script standing in for this
+// program, which fails the 1-worker runs without results.
+func TestRunTargetsFailure(t *testing.T) {
+	runs := targetRuns(tile.Tiers(), runtime.NumCPU(), false)
+	if len(runs) == 0 || runtime.GOOS == "windows" {
+		t.Skip("no target tier on this CPU, or no shell")
+	}
+	dir := t.TempDir()
+	script := filepath.Join(dir, "child.sh")
+	body := `#!/bin/sh
+out=""; w=""
+while [ $# -gt 0 ]; do
+  case "$1" in -out) out="$2"; shift;; -workers) w="$2"; shift;; esac
+  shift
+done
+[ "$w" = 1 ] && { echo "child: failing"; exit 1; }
+printf 'case,kind,dtype,seq_len,time_ms,visible_pairs,pct_peak,pct_roof,noise,error,verify\n' > "$out/results.csv"
+printf 'prefill-bf16-2k,prefill,bf16,2048,10,1000,80,,,,\n' >> "$out/results.csv"
+printf 'decode-fp8-b8-4k,decode,fp8,4096,1,10,,60,,,\n' >> "$out/results.csv"
+`
+	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	defer func(f func() (string, error)) { targetExe = f }(targetExe)
+	targetExe = func() (string, error) { return script, nil }
+	out := filepath.Join(dir, "out")
+	err := runTargets(&config{out: out, torch: "off"})
+	if err == nil || !strings.Contains(err.Error(), "some runs failed") {
+		t.Fatalf("runTargets with failing runs: %v, want an error", err)
+	}
+	rep, rerr := os.ReadFile(filepath.Join(out, "targets.md"))
+	if rerr != nil {
+		t.Fatal(rerr)
+	}
+	text := string(rep)
+	for _, r := range runs {
+		switch {
+		case r.workers == 1 && !strings.Contains(text, "-out "+filepath.Join(out, r.dir())+"`\n  - no results"):
+			t.Errorf("failed run %s not reported:\n%s", r.dir(), text)
+		case r.workers == 2 && !strings.Contains(text, "| "+r.tier):
+			t.Errorf("run %s missing:\n%s", r.dir(), text)
+		}
+	}
+	if runtime.NumCPU() >= 2 && !strings.Contains(text, "| 80.0 ok | - | 60.0 MISS (decode-fp8-b8-4k 60.0) | - |") {
+		t.Errorf("the successful runs' figures are missing:\n%s", text)
 	}
 }

@@ -271,14 +271,15 @@ func (s *kvStager) rawRun(o *Operand, i0, i1 int) (unsafe.Pointer, tile.RawForma
 
 // rawFormat is the format in which the lane kernels may widen o's rows
 // themselves: e4m3fn rows that decodeE4M3 would widen with the VBMI
-// decoder, bf16 rows decoded by the AVX-512 code; else tile.RawNone.
+// decoder, bf16 rows decoded by the AVX-512 code, and bf16 rows decoded by
+// the AVX2 code (the AVX2 lane kernels read them in place); else
+// tile.RawNone. Every bf16 decoder widens exactly.
 func (o *Operand) rawFormat() tile.RawFormat {
 	switch {
-	case o.vec != vecAVX512:
-	case o.Dtype == E4M3 && e4m3VBMI:
-		return tile.RawE4M3
-	case o.Dtype == BF16:
+	case o.Dtype == BF16 && (o.vec == vecAVX512 || o.vec == vecAVX2):
 		return tile.RawBF16
+	case o.vec == vecAVX512 && o.Dtype == E4M3 && e4m3VBMI:
+		return tile.RawE4M3
 	}
 	return tile.RawNone
 }

@@ -69,10 +69,11 @@ type Lanes struct {
 	// those of the current queries (cleared by Reset and SetQ).
 	amx  *amxLanes
 	amxQ bool
-	// amxShift: a guarded value chunk of this accumulation was staged,
-	// so the stager's overflow guard may scale the later ones (the AMX
-	// path then stages them too; see amxRawValues).
-	amxShift bool
+	// vStaged: a value chunk of this accumulation was staged, so the
+	// stager's overflow guard may scale the later ones (the paths that
+	// read bf16 values in place, AMX and AVX2, then stage them too; see
+	// amxRawValues and rawValuesAVX2).
+	vStaged bool
 }
 
 // lanesAhead names rows rows of narrow keys at src whose side conversion
@@ -178,7 +179,7 @@ func (l *Lanes) Reset(m int, scale float32, round Round, invT float32) {
 	if l.kern == lanesAMX {
 		clear(l.o) // the AMX path accumulates O in place, row-major
 	}
-	l.amxQ, l.amxShift = false, false
+	l.amxQ, l.vStaged = false, false
 	l.kNext, l.kPre = lanesAhead{}, lanesAhead{}
 	ninf := float32(math.Inf(-1))
 	for r := range 16 {
@@ -248,8 +249,9 @@ const (
 // format they are decoded from (e4m3fn or bf16). UpdateStaged then widens
 // each chunk inside the lane kernels of the chunk before it (AVX-512, d a
 // multiple of 64; e4m3fn also needs AVX512_VBMI), where the conversion
-// overlaps their multiply-adds, instead of calling StageK / StageV; the
-// results are bit-identical.
+// overlaps their multiply-adds, or, with the AVX2 kernels, has bf16 chunks
+// read in place by kernels that widen each value in registers, instead of
+// calling StageK / StageV; the results are bit-identical.
 type WideningStager interface {
 	Stager
 	// RawK returns the storage of key rows [i0, i1) and its format when

@@ -167,7 +167,7 @@ func (l *Lanes) amxRawScores(a *amxLanes, src WideningStager, i0, i1 int) bool {
 //     whose maximum is at most GuardLimitBits is handed to GuardV with no
 //     values (it leaves such a chunk as it is); a larger one is staged
 //     instead, so that the stager scales it and rescales O, and so are the
-//     accumulation's later guarded chunks (l.amxShift: the shift may
+//     accumulation's later guarded chunks (l.vStaged: the shift may
 //     have risen), as they are after any value chunk the stager staged.
 func (l *Lanes) amxRawValues(a *amxLanes, src WideningStager, i0, i1 int, last bool) bool {
 	if src == nil {
@@ -178,7 +178,7 @@ func (l *Lanes) amxRawValues(a *amxLanes, src WideningStager, i0, i1 int, last b
 	dst := a.vb[i0/2*d:]
 	switch {
 	case p == nil:
-		l.amxShift = true
+		l.vStaged = true
 		return false
 	case f == RawE4M3 && !scan && haveVBMI && d%64 == 0:
 		e4m3Pairs(unsafe.Pointer(&dst[0]), uintptr(4*d), p, uintptr(d), c/2, d, &E4M3Tab, &a.cfg, &l.pfV)
@@ -187,7 +187,7 @@ func (l *Lanes) amxRawValues(a *amxLanes, src WideningStager, i0, i1 int, last b
 			copy(t, unsafe.Slice((*byte)(unsafe.Add(p, (c-1)*d)), d))
 			e4m3Pairs(unsafe.Pointer(&dst[c/2*d]), uintptr(4*d), unsafe.Pointer(&t[0]), uintptr(d), 1, d, &E4M3Tab, &a.cfg, &l.pfV)
 		}
-	case f == RawBF16 && !(scan && l.amxShift):
+	case f == RawBF16 && !(scan && l.vStaged):
 		var mx [32]uint16
 		bf16PairsMax(unsafe.Pointer(&dst[0]), uintptr(4*d), p, uintptr(2*d), c/2, d, &mx, &l.pfV)
 		if c%2 != 0 {
@@ -198,13 +198,13 @@ func (l *Lanes) amxRawValues(a *amxLanes, src WideningStager, i0, i1 int, last b
 		if scan {
 			m := uint32(slices.Max(mx[:])) << 16
 			if m > GuardLimitBits {
-				l.amxShift = true
+				l.vStaged = true
 				return false
 			}
 			src.GuardV(nil, m)
 		}
 	default:
-		l.amxShift = true
+		l.vStaged = true
 		return false
 	}
 	l.amxPV(a, i0, i1, last)

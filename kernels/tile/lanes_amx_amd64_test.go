@@ -215,7 +215,7 @@ func TestLanesAMXRaw(t *testing.T) {
 						if nan && noRaw != nil {
 							continue
 						}
-						pipelinedCase(t, rng, "amxbf16", f, d, n, noRaw, nan, f == RawBF16 && rng.Intn(4) != 0, rng.Intn(5))
+						pipelinedCase(t, rng, "amxbf16", f, d, n, noRaw, nan, f == RawBF16 && rng.Intn(4) != 0, rng.Intn(5), 200)
 					}
 				}
 			}

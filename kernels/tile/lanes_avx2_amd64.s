@@ -148,7 +148,23 @@ DATA ·lanesc8+560(SB)/4, $0x43e00000 // c448
 DATA ·lanesc8+564(SB)/4, $0x43e00000 // c448
 DATA ·lanesc8+568(SB)/4, $0x43e00000 // c448
 DATA ·lanesc8+572(SB)/4, $0x43e00000 // c448
-GLOBL ·lanesc8(SB), RODATA|NOPTR, $576
+DATA ·lanesc8+576(SB)/4, $0x7fff7fff // w7fff
+DATA ·lanesc8+580(SB)/4, $0x7fff7fff // w7fff
+DATA ·lanesc8+584(SB)/4, $0x7fff7fff // w7fff
+DATA ·lanesc8+588(SB)/4, $0x7fff7fff // w7fff
+DATA ·lanesc8+592(SB)/4, $0x7fff7fff // w7fff
+DATA ·lanesc8+596(SB)/4, $0x7fff7fff // w7fff
+DATA ·lanesc8+600(SB)/4, $0x7fff7fff // w7fff
+DATA ·lanesc8+604(SB)/4, $0x7fff7fff // w7fff
+DATA ·lanesc8+608(SB)/4, $0x00800080 // w80
+DATA ·lanesc8+612(SB)/4, $0x00800080 // w80
+DATA ·lanesc8+616(SB)/4, $0x00800080 // w80
+DATA ·lanesc8+620(SB)/4, $0x00800080 // w80
+DATA ·lanesc8+624(SB)/4, $0x00800080 // w80
+DATA ·lanesc8+628(SB)/4, $0x00800080 // w80
+DATA ·lanesc8+632(SB)/4, $0x00800080 // w80
+DATA ·lanesc8+636(SB)/4, $0x00800080 // w80
+GLOBL ·lanesc8(SB), RODATA|NOPTR, $640
 
 // func lanesQKT(qT *float32, k *float32, ldk uintptr, d int, s *float32, n int, pf *lanesPrefetch)
 TEXT ·lanesQKT(SB), NOSPLIT, $0-56
@@ -1175,6 +1191,471 @@ pv4:
 	SUBQ $4, R11
 	JNZ cols
 	MOVQ R9, 0(R14)
+	VZEROUPPER
+	RET
+
+// func lanesQKTBF16(qT *float32, k unsafe.Pointer, ldk uintptr, d int, s *float32, n int, pf *lanesPrefetch)
+TEXT ·lanesQKTBF16(SB), NOSPLIT, $0-56
+	MOVQ pf+48(FP), DX
+	MOVQ 0(DX), R12 // prefetch cursor
+	MOVQ 8(DX), R13 // its step per iteration
+	MOVQ 16(DX), R14 // its last line
+	MOVQ k+8(FP), SI
+	MOVQ ldk+16(FP), R8
+	MOVQ s+32(FP), BX
+	MOVQ n+40(FP), R11
+	LEAQ (R8)(R8*2), R9 // 3*ldk
+keys5:
+	CMPQ R11, $5
+	JLT keys4
+	MOVQ qT+0(FP), AX
+	MOVQ d+24(FP), CX
+	SHRQ $1, CX // column steps of 2
+	LEAQ (SI)(R9*1), DI // key 3
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+qk5:
+	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
+	ADDQ R13, R12
+	CMPQ R12, R14
+	CMOVQGT R14, R12 // stay on the last line
+	VMOVUPS 0(AX), Y10 // Q^T[c], rows 0-7
+	VMOVUPS 32(AX), Y11 // rows 8-15
+	VMOVUPS 64(AX), Y12 // Q^T[c+1], rows 0-7
+	VMOVUPS 96(AX), Y13 // rows 8-15
+	VBROADCASTSS 0(SI), Y14 // K[0][c], K[0][c+1]
+	VPSLLD $16, Y14, Y15
+	VFMADD231PS Y15, Y10, Y0
+	VFMADD231PS Y15, Y11, Y1
+	VPAND ·lanesc8+384(SB), Y14, Y14
+	VFMADD231PS Y14, Y12, Y0
+	VFMADD231PS Y14, Y13, Y1
+	VBROADCASTSS 0(SI)(R8*1), Y14 // K[1][c], K[1][c+1]
+	VPSLLD $16, Y14, Y15
+	VFMADD231PS Y15, Y10, Y2
+	VFMADD231PS Y15, Y11, Y3
+	VPAND ·lanesc8+384(SB), Y14, Y14
+	VFMADD231PS Y14, Y12, Y2
+	VFMADD231PS Y14, Y13, Y3
+	VBROADCASTSS 0(SI)(R8*2), Y14 // K[2][c], K[2][c+1]
+	VPSLLD $16, Y14, Y15
+	VFMADD231PS Y15, Y10, Y4
+	VFMADD231PS Y15, Y11, Y5
+	VPAND ·lanesc8+384(SB), Y14, Y14
+	VFMADD231PS Y14, Y12, Y4
+	VFMADD231PS Y14, Y13, Y5
+	VBROADCASTSS 0(DI), Y14 // K[3][c], K[3][c+1]
+	VPSLLD $16, Y14, Y15
+	VFMADD231PS Y15, Y10, Y6
+	VFMADD231PS Y15, Y11, Y7
+	VPAND ·lanesc8+384(SB), Y14, Y14
+	VFMADD231PS Y14, Y12, Y6
+	VFMADD231PS Y14, Y13, Y7
+	VBROADCASTSS 0(DI)(R8*1), Y14 // K[4][c], K[4][c+1]
+	VPSLLD $16, Y14, Y15
+	VFMADD231PS Y15, Y10, Y8
+	VFMADD231PS Y15, Y11, Y9
+	VPAND ·lanesc8+384(SB), Y14, Y14
+	VFMADD231PS Y14, Y12, Y8
+	VFMADD231PS Y14, Y13, Y9
+	ADDQ $128, AX
+	ADDQ $4, SI
+	ADDQ $4, DI
+	DECQ CX
+	JNZ qk5
+	MOVQ d+24(FP), CX
+	SHLQ $1, CX
+	SUBQ CX, SI // back to the group's first key
+	VMOVUPS Y0, 0(BX)
+	VMOVUPS Y1, 32(BX)
+	VMOVUPS Y2, 64(BX)
+	VMOVUPS Y3, 96(BX)
+	VMOVUPS Y4, 128(BX)
+	VMOVUPS Y5, 160(BX)
+	VMOVUPS Y6, 192(BX)
+	VMOVUPS Y7, 224(BX)
+	VMOVUPS Y8, 256(BX)
+	VMOVUPS Y9, 288(BX)
+	ADDQ $320, BX
+	SUBQ $5, R11
+	LEAQ (SI)(R8*4), SI // 5 keys on
+	ADDQ R8, SI
+	JMP keys5
+keys4:
+	CMPQ R11, $4
+	JLT keys2
+	MOVQ qT+0(FP), AX
+	MOVQ d+24(FP), CX
+	SHRQ $1, CX // column steps of 2
+	LEAQ (SI)(R9*1), DI // key 3
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+qk4:
+	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
+	ADDQ R13, R12
+	CMPQ R12, R14
+	CMOVQGT R14, R12 // stay on the last line
+	VMOVUPS 0(AX), Y10 // Q^T[c], rows 0-7
+	VMOVUPS 32(AX), Y11 // rows 8-15
+	VMOVUPS 64(AX), Y12 // Q^T[c+1], rows 0-7
+	VMOVUPS 96(AX), Y13 // rows 8-15
+	VBROADCASTSS 0(SI), Y14 // K[0][c], K[0][c+1]
+	VPSLLD $16, Y14, Y15
+	VFMADD231PS Y15, Y10, Y0
+	VFMADD231PS Y15, Y11, Y1
+	VPAND ·lanesc8+384(SB), Y14, Y14
+	VFMADD231PS Y14, Y12, Y0
+	VFMADD231PS Y14, Y13, Y1
+	VBROADCASTSS 0(SI)(R8*1), Y14 // K[1][c], K[1][c+1]
+	VPSLLD $16, Y14, Y15
+	VFMADD231PS Y15, Y10, Y2
+	VFMADD231PS Y15, Y11, Y3
+	VPAND ·lanesc8+384(SB), Y14, Y14
+	VFMADD231PS Y14, Y12, Y2
+	VFMADD231PS Y14, Y13, Y3
+	VBROADCASTSS 0(SI)(R8*2), Y14 // K[2][c], K[2][c+1]
+	VPSLLD $16, Y14, Y15
+	VFMADD231PS Y15, Y10, Y4
+	VFMADD231PS Y15, Y11, Y5
+	VPAND ·lanesc8+384(SB), Y14, Y14
+	VFMADD231PS Y14, Y12, Y4
+	VFMADD231PS Y14, Y13, Y5
+	VBROADCASTSS 0(DI), Y14 // K[3][c], K[3][c+1]
+	VPSLLD $16, Y14, Y15
+	VFMADD231PS Y15, Y10, Y6
+	VFMADD231PS Y15, Y11, Y7
+	VPAND ·lanesc8+384(SB), Y14, Y14
+	VFMADD231PS Y14, Y12, Y6
+	VFMADD231PS Y14, Y13, Y7
+	ADDQ $128, AX
+	ADDQ $4, SI
+	ADDQ $4, DI
+	DECQ CX
+	JNZ qk4
+	MOVQ d+24(FP), CX
+	SHLQ $1, CX
+	SUBQ CX, SI // back to the group's first key
+	VMOVUPS Y0, 0(BX)
+	VMOVUPS Y1, 32(BX)
+	VMOVUPS Y2, 64(BX)
+	VMOVUPS Y3, 96(BX)
+	VMOVUPS Y4, 128(BX)
+	VMOVUPS Y5, 160(BX)
+	VMOVUPS Y6, 192(BX)
+	VMOVUPS Y7, 224(BX)
+	ADDQ $256, BX
+	SUBQ $4, R11
+	LEAQ (SI)(R8*4), SI
+keys2:
+	CMPQ R11, $2
+	JLT keys1
+	MOVQ qT+0(FP), AX
+	MOVQ d+24(FP), CX
+	SHRQ $1, CX // column steps of 2
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+qk2:
+	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
+	ADDQ R13, R12
+	CMPQ R12, R14
+	CMOVQGT R14, R12 // stay on the last line
+	VMOVUPS 0(AX), Y10 // Q^T[c], rows 0-7
+	VMOVUPS 32(AX), Y11 // rows 8-15
+	VMOVUPS 64(AX), Y12 // Q^T[c+1], rows 0-7
+	VMOVUPS 96(AX), Y13 // rows 8-15
+	VBROADCASTSS 0(SI), Y14 // K[0][c], K[0][c+1]
+	VPSLLD $16, Y14, Y15
+	VFMADD231PS Y15, Y10, Y0
+	VFMADD231PS Y15, Y11, Y1
+	VPAND ·lanesc8+384(SB), Y14, Y14
+	VFMADD231PS Y14, Y12, Y0
+	VFMADD231PS Y14, Y13, Y1
+	VBROADCASTSS 0(SI)(R8*1), Y14 // K[1][c], K[1][c+1]
+	VPSLLD $16, Y14, Y15
+	VFMADD231PS Y15, Y10, Y2
+	VFMADD231PS Y15, Y11, Y3
+	VPAND ·lanesc8+384(SB), Y14, Y14
+	VFMADD231PS Y14, Y12, Y2
+	VFMADD231PS Y14, Y13, Y3
+	ADDQ $128, AX
+	ADDQ $4, SI
+	DECQ CX
+	JNZ qk2
+	MOVQ d+24(FP), CX
+	SHLQ $1, CX
+	SUBQ CX, SI // back to the group's first key
+	VMOVUPS Y0, 0(BX)
+	VMOVUPS Y1, 32(BX)
+	VMOVUPS Y2, 64(BX)
+	VMOVUPS Y3, 96(BX)
+	ADDQ $128, BX
+	SUBQ $2, R11
+	LEAQ (SI)(R8*2), SI
+keys1:
+	CMPQ R11, $1
+	JLT keys0
+	MOVQ qT+0(FP), AX
+	MOVQ d+24(FP), CX
+	SHRQ $1, CX // column steps of 2
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+qk1:
+	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
+	ADDQ R13, R12
+	CMPQ R12, R14
+	CMOVQGT R14, R12 // stay on the last line
+	VMOVUPS 0(AX), Y10 // Q^T[c], rows 0-7
+	VMOVUPS 32(AX), Y11 // rows 8-15
+	VMOVUPS 64(AX), Y12 // Q^T[c+1], rows 0-7
+	VMOVUPS 96(AX), Y13 // rows 8-15
+	VBROADCASTSS 0(SI), Y14 // K[0][c], K[0][c+1]
+	VPSLLD $16, Y14, Y15
+	VFMADD231PS Y15, Y10, Y0
+	VFMADD231PS Y15, Y11, Y1
+	VPAND ·lanesc8+384(SB), Y14, Y14
+	VFMADD231PS Y14, Y12, Y0
+	VFMADD231PS Y14, Y13, Y1
+	ADDQ $128, AX
+	ADDQ $4, SI
+	DECQ CX
+	JNZ qk1
+	MOVQ d+24(FP), CX
+	SHLQ $1, CX
+	SUBQ CX, SI // back to the group's first key
+	VMOVUPS Y0, 0(BX)
+	VMOVUPS Y1, 32(BX)
+	ADDQ $64, BX
+	SUBQ $1, R11
+	LEAQ (SI)(R8*1), SI
+keys0:
+	MOVQ pf+48(FP), DX
+	MOVQ R12, 0(DX)
+	VZEROUPPER
+	RET
+
+// func lanesPVTBF16(p *float32, v unsafe.Pointer, ldv uintptr, n int, o *float32, alpha *float32, d int, pf *lanesPrefetch)
+TEXT ·lanesPVTBF16(SB), NOSPLIT, $0-64
+	MOVQ pf+56(FP), R14
+	MOVQ 0(R14), R9 // prefetch cursor
+	MOVQ 8(R14), R10 // its step per iteration
+	MOVQ 16(R14), R13 // its last line
+	MOVQ v+8(FP), R12
+	MOVQ ldv+16(FP), R8
+	MOVQ o+32(FP), DI
+	MOVQ alpha+40(FP), AX
+	MOVQ d+48(FP), R11
+cols:
+	CMPQ R11, $8
+	JEQ cols4
+	CMPQ R11, $6
+	JLT cols4
+	MOVQ p+0(FP), SI
+	MOVQ R12, DX
+	MOVQ n+24(FP), CX
+	TESTQ AX, AX
+	JZ noalpha6 // nil alpha: O is continued as it is
+	VMOVUPS (AX), Y12 // alpha, rows 0-7
+	VMOVUPS 32(AX), Y13 // rows 8-15
+	VMULPS 0(DI), Y12, Y0 // alpha * O
+	VMULPS 32(DI), Y13, Y1 // alpha * O
+	VMULPS 64(DI), Y12, Y2 // alpha * O
+	VMULPS 96(DI), Y13, Y3 // alpha * O
+	VMULPS 128(DI), Y12, Y4 // alpha * O
+	VMULPS 160(DI), Y13, Y5 // alpha * O
+	VMULPS 192(DI), Y12, Y6 // alpha * O
+	VMULPS 224(DI), Y13, Y7 // alpha * O
+	VMULPS 256(DI), Y12, Y8 // alpha * O
+	VMULPS 288(DI), Y13, Y9 // alpha * O
+	VMULPS 320(DI), Y12, Y10 // alpha * O
+	VMULPS 352(DI), Y13, Y11 // alpha * O
+	JMP pvgo6
+noalpha6:
+	VMOVUPS 0(DI), Y0
+	VMOVUPS 32(DI), Y1
+	VMOVUPS 64(DI), Y2
+	VMOVUPS 96(DI), Y3
+	VMOVUPS 128(DI), Y4
+	VMOVUPS 160(DI), Y5
+	VMOVUPS 192(DI), Y6
+	VMOVUPS 224(DI), Y7
+	VMOVUPS 256(DI), Y8
+	VMOVUPS 288(DI), Y9
+	VMOVUPS 320(DI), Y10
+	VMOVUPS 352(DI), Y11
+pvgo6:
+pv6:
+	PREFETCHT1 (R9) // the following block into L2, spread over the iterations
+	ADDQ R10, R9
+	CMPQ R9, R13
+	CMOVQGT R13, R9 // stay on the last line
+	VMOVUPS 0(SI), Y12 // P^T[i], rows 0-7
+	VMOVUPS 32(SI), Y13 // rows 8-15
+	VBROADCASTSS 0(DX), Y14 // V[i][c0+0], V[i][c0+1]
+	VPSLLD $16, Y14, Y15
+	VFMADD231PS Y15, Y12, Y0
+	VFMADD231PS Y15, Y13, Y1
+	VPAND ·lanesc8+384(SB), Y14, Y14
+	VFMADD231PS Y14, Y12, Y2
+	VFMADD231PS Y14, Y13, Y3
+	VBROADCASTSS 4(DX), Y14 // V[i][c0+2], V[i][c0+3]
+	VPSLLD $16, Y14, Y15
+	VFMADD231PS Y15, Y12, Y4
+	VFMADD231PS Y15, Y13, Y5
+	VPAND ·lanesc8+384(SB), Y14, Y14
+	VFMADD231PS Y14, Y12, Y6
+	VFMADD231PS Y14, Y13, Y7
+	VBROADCASTSS 8(DX), Y14 // V[i][c0+4], V[i][c0+5]
+	VPSLLD $16, Y14, Y15
+	VFMADD231PS Y15, Y12, Y8
+	VFMADD231PS Y15, Y13, Y9
+	VPAND ·lanesc8+384(SB), Y14, Y14
+	VFMADD231PS Y14, Y12, Y10
+	VFMADD231PS Y14, Y13, Y11
+	ADDQ $64, SI
+	ADDQ R8, DX
+	DECQ CX
+	JNZ pv6
+	VMOVUPS Y0, 0(DI)
+	VMOVUPS Y1, 32(DI)
+	VMOVUPS Y2, 64(DI)
+	VMOVUPS Y3, 96(DI)
+	VMOVUPS Y4, 128(DI)
+	VMOVUPS Y5, 160(DI)
+	VMOVUPS Y6, 192(DI)
+	VMOVUPS Y7, 224(DI)
+	VMOVUPS Y8, 256(DI)
+	VMOVUPS Y9, 288(DI)
+	VMOVUPS Y10, 320(DI)
+	VMOVUPS Y11, 352(DI)
+	ADDQ $12, R12
+	ADDQ $384, DI
+	SUBQ $6, R11
+	JNZ cols
+	MOVQ R9, 0(R14)
+	VZEROUPPER
+	RET
+cols4:
+	MOVQ p+0(FP), SI
+	MOVQ R12, DX
+	MOVQ n+24(FP), CX
+	TESTQ AX, AX
+	JZ noalpha4 // nil alpha: O is continued as it is
+	VMOVUPS (AX), Y12 // alpha, rows 0-7
+	VMOVUPS 32(AX), Y13 // rows 8-15
+	VMULPS 0(DI), Y12, Y0 // alpha * O
+	VMULPS 32(DI), Y13, Y1 // alpha * O
+	VMULPS 64(DI), Y12, Y2 // alpha * O
+	VMULPS 96(DI), Y13, Y3 // alpha * O
+	VMULPS 128(DI), Y12, Y4 // alpha * O
+	VMULPS 160(DI), Y13, Y5 // alpha * O
+	VMULPS 192(DI), Y12, Y6 // alpha * O
+	VMULPS 224(DI), Y13, Y7 // alpha * O
+	JMP pvgo4
+noalpha4:
+	VMOVUPS 0(DI), Y0
+	VMOVUPS 32(DI), Y1
+	VMOVUPS 64(DI), Y2
+	VMOVUPS 96(DI), Y3
+	VMOVUPS 128(DI), Y4
+	VMOVUPS 160(DI), Y5
+	VMOVUPS 192(DI), Y6
+	VMOVUPS 224(DI), Y7
+pvgo4:
+pv4:
+	PREFETCHT1 (R9) // the following block into L2, spread over the iterations
+	ADDQ R10, R9
+	CMPQ R9, R13
+	CMOVQGT R13, R9 // stay on the last line
+	VMOVUPS 0(SI), Y12 // P^T[i], rows 0-7
+	VMOVUPS 32(SI), Y13 // rows 8-15
+	VBROADCASTSS 0(DX), Y14 // V[i][c0+0], V[i][c0+1]
+	VPSLLD $16, Y14, Y15
+	VFMADD231PS Y15, Y12, Y0
+	VFMADD231PS Y15, Y13, Y1
+	VPAND ·lanesc8+384(SB), Y14, Y14
+	VFMADD231PS Y14, Y12, Y2
+	VFMADD231PS Y14, Y13, Y3
+	VBROADCASTSS 4(DX), Y14 // V[i][c0+2], V[i][c0+3]
+	VPSLLD $16, Y14, Y15
+	VFMADD231PS Y15, Y12, Y4
+	VFMADD231PS Y15, Y13, Y5
+	VPAND ·lanesc8+384(SB), Y14, Y14
+	VFMADD231PS Y14, Y12, Y6
+	VFMADD231PS Y14, Y13, Y7
+	ADDQ $64, SI
+	ADDQ R8, DX
+	DECQ CX
+	JNZ pv4
+	VMOVUPS Y0, 0(DI)
+	VMOVUPS Y1, 32(DI)
+	VMOVUPS Y2, 64(DI)
+	VMOVUPS Y3, 96(DI)
+	VMOVUPS Y4, 128(DI)
+	VMOVUPS Y5, 160(DI)
+	VMOVUPS Y6, 192(DI)
+	VMOVUPS Y7, 224(DI)
+	ADDQ $8, R12
+	ADDQ $256, DI
+	SUBQ $4, R11
+	JNZ cols
+	MOVQ R9, 0(R14)
+	VZEROUPPER
+	RET
+
+// func lanesBF16MaxAVX2(p unsafe.Pointer, n int, mx *[16]int16)
+TEXT ·lanesBF16MaxAVX2(SB), NOSPLIT, $0-24
+	MOVQ p+0(FP), SI
+	MOVQ n+8(FP), CX
+	MOVQ mx+16(FP), DI
+	VMOVDQU ·lanesc8+576(SB), Y14 // |x| mask
+	VMOVDQU ·lanesc8+608(SB), Y15 // finite bias
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+max32:
+	CMPQ CX, $32
+	JLT max16
+	VPAND 0(SI), Y14, Y2
+	VPADDW Y15, Y2, Y2
+	VPMAXSW Y2, Y0, Y0
+	VPAND 32(SI), Y14, Y3
+	VPADDW Y15, Y3, Y3
+	VPMAXSW Y3, Y1, Y1
+	ADDQ $64, SI
+	SUBQ $32, CX
+	JMP max32
+max16:
+	CMPQ CX, $16
+	JLT max8
+	VPAND (SI), Y14, Y2
+	VPADDW Y15, Y2, Y2
+	VPMAXSW Y2, Y0, Y0
+	ADDQ $32, SI
+	SUBQ $16, CX
+max8:
+	TESTQ CX, CX
+	JZ maxdone
+	VPAND (SI), X14, X2 // the last 8 values (the upper lanes stay 0)
+	VPADDW X15, X2, X2
+	VPMAXSW Y2, Y1, Y1
+maxdone:
+	VPMAXSW Y1, Y0, Y0
+	VMOVDQU Y0, (DI)
 	VZEROUPPER
 	RET
 

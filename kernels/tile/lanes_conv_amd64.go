@@ -12,7 +12,8 @@ import (
 
 // lanesConvOK reports whether the AVX-512 lane kernels may widen chunks
 // between their multiply-adds (bf16 needs AVX-512F only, e4m3fn also
-// haveVBMI). Tests switch it off to compare with the staged path.
+// haveVBMI) and the AVX2 ones read bf16 rows in place. Tests switch it off
+// to compare with the staged path.
 var lanesConvOK = true
 
 // haveVBMI reports whether the CPU runs the AVX512_VBMI e4m3 conversion.

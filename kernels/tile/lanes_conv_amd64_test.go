@@ -288,7 +288,7 @@ func TestLanesUpdatePipelined(t *testing.T) {
 						if nan && noRaw != nil {
 							continue
 						}
-						pipelinedCase(t, rng, "avx512", f, d, n, noRaw, nan, f == RawBF16 && rng.Intn(4) != 0, rng.Intn(5))
+						pipelinedCase(t, rng, "avx512", f, d, n, noRaw, nan, f == RawBF16 && rng.Intn(4) != 0, rng.Intn(5), 200)
 					}
 				}
 			}
@@ -304,7 +304,10 @@ func TestLanesUpdatePipelined(t *testing.T) {
 // 1 all n rows, 2 one K chunk, 3 one row (too few: the next update must
 // widen its first chunk itself unless it needs one row), 4 rows starting
 // one row late (another storage: not to be used).
-func pipelinedCase(t *testing.T, rng *rand.Rand, tn string, f RawFormat, d, n int, noRaw map[int]bool, nan, scan bool, ahead int) {
+//
+// hugeV is the odds (one value in hugeV; 0: none) of a bf16 value of any
+// finite magnitude, which raises the guard's shift.
+func pipelinedCase(t *testing.T, rng *rand.Rand, tn string, f RawFormat, d, n int, noRaw map[int]bool, nan, scan bool, ahead, hugeV int) {
 	t.Helper()
 	m := 1 + rng.Intn(16)
 	updates := 1 + rng.Intn(3)
@@ -331,7 +334,7 @@ func pipelinedCase(t *testing.T, rng *rand.Rand, tn string, f RawFormat, d, n in
 			// elsewhere, Inf and NaN in the nan case.
 			kb := uint16(rng.Intn(0x3e80)) | uint16(rng.Intn(2))<<15
 			vb := uint16(lowp.BF16(float32(rng.NormFloat64())))
-			if rng.Intn(200) == 0 {
+			if hugeV > 0 && rng.Intn(hugeV) == 0 {
 				vb = uint16(rng.Intn(0x7f80)) | uint16(rng.Intn(2))<<15
 			}
 			if nan && rng.Intn(100) == 0 {
@@ -378,10 +381,40 @@ func pipelinedCase(t *testing.T, rng *rand.Rand, tn string, f RawFormat, d, n in
 	if fmt.Sprint(gotG) != fmt.Sprint(wantG) {
 		t.Errorf("%s: guard maxima %x, want %x", name, gotG, wantG)
 	}
-	// The AMX path stages the guarded bf16 value chunks above the guard's
-	// limit and every guarded chunk after them.
-	if noRaw == nil && calls != 0 && !(tn == "amxbf16" && f == RawBF16) {
+	// The AMX and AVX2 paths stage the guarded bf16 value chunks above the
+	// guard's limit and every guarded chunk after them; the AVX2 path
+	// stages e4m3fn rows.
+	staged := tn == "amxbf16" && f == RawBF16 || tn == "avx2" && (f == RawE4M3 || scan && hugeV > 0)
+	if noRaw == nil && calls != 0 && !staged {
 		t.Errorf("%s: %d StageK/StageV calls with every chunk offered as bytes", name, calls)
+	}
+}
+
+// TestLanesAVX2Raw is TestLanesUpdatePipelined on the avx2 tier: bf16
+// chunks offered in place go to the BF16 kernels (lanesQKTBF16,
+// lanesPVTBF16, the guard's scan lanesBF16MaxAVX2), the rest is staged,
+// and the results and guard maxima must equal the staged path's bit for
+// bit. V magnitudes are ordinary (every chunk read in place, also when
+// guarded: no StageK / StageV call may happen), or include rare huge ones
+// that raise the guard's shift mid-block (those chunks and the later
+// guarded ones staged), and Inf and NaN, which the scan must skip; d from
+// 8 (two column groups of 4) to 256, n covering the 5-, 4-, 2- and 1-key
+// groups and partial chunks; e4m3fn rows, which this path stages.
+func TestLanesAVX2Raw(t *testing.T) {
+	useTier(t, "avx2")
+	rng := rand.New(rand.NewSource(5))
+	ch := lanesChunks[lanesAVX2]
+	for _, f := range []RawFormat{RawBF16, RawE4M3} {
+		for _, d := range []int{8, 16, 24, 40, 64, 128, 256} {
+			for _, n := range []int{1, 3, 5, 7, 12, 47, 48, 49, 64, 100, 127, 128} {
+				for _, noRaw := range []map[int]bool{nil, {0: true}, {ch.k: true, -1: true}, {2 * ch.k: true, -1 - ch.v: true}} {
+					for _, hugeV := range []int{0, 200} {
+						nan := hugeV > 0 && noRaw == nil && rng.Intn(2) == 0
+						pipelinedCase(t, rng, "avx2", f, d, n, noRaw, nan, f == RawBF16 && rng.Intn(4) != 0, 0, hugeV)
+					}
+				}
+			}
+		}
 	}
 }
 

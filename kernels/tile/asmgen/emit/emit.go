@@ -20,7 +20,10 @@ var ExpC = []float32{1.0, 0.6931471824645996, 0.24022646248340607, 0.05550328642
 // "r7ffff" and "hi12" (the same for e4m3's 3 mantissa bits), "c16384"
 // (2^14), "sub" (2^-6, the e4m3 subnormal threshold), "c448" (e4m3 max),
 // "b127" (the float32 exponent bias), "eight" (8), "abs" (the float32
-// magnitude mask) and "pinf" (+inf, the first non-finite magnitude).
+// magnitude mask), "pinf" (+inf, the first non-finite magnitude), and two
+// pairs of 16-bit words for bf16 values: "w7fff" (the magnitude mask) and
+// "w80" (0x80, which makes a finite magnitude a positive int16 and an
+// infinite or NaN one negative).
 func Const(n string) (uint32, bool) {
 	switch n {
 	case "ninf":
@@ -51,6 +54,10 @@ func Const(n string) (uint32, bool) {
 		return 0x7fffffff, true
 	case "pinf":
 		return math.Float32bits(float32(math.Inf(1))), true
+	case "w7fff":
+		return 0x7fff7fff, true
+	case "w80":
+		return 0x00800080, true
 	}
 	if len(n) == 2 && n[0] == 'c' && n[1] >= '0' && int(n[1]-'0') < len(ExpC) {
 		return math.Float32bits(ExpC[n[1]-'0']), true

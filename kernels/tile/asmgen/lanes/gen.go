@@ -16,7 +16,8 @@
 //
 //   - Q.K (lanesQKT512, lanesQKT): S^T[i] = sum over c of K[i][c] * Q^T[c]
 //     for a chunk of keys, in groups of 12 (AVX-512; then 8, 4, 2, 1) or 6
-//     (AVX2; then 4, 2, 1) keys, one accumulator per key.
+//     (AVX2; then 4, 2, 1; bf16 keys 5, 4, 2, 1) keys, one accumulator per
+//     key.
 //   - Softmax (lanesSoftmax512, lanesSoftmaxAVX2): vertical online softmax
 //     over n score vectors: scale, prefix mask (key i visible in lane r iff
 //     i < valid[r]), running max, alpha, exp2, row sums, temperature sums
@@ -232,12 +233,20 @@ func main() {
 //     AVX2 exp2 of the avx2 Acc tier (emit.Exp2AVX2).
 //   - lanesPVT: per key 2 loads of P^T, 6 scalar broadcasts of V and 12
 //     multiply-adds.
+//   - lanesQKTBF16, lanesPVTBF16: the same on bf16 rows read in place
+//     (vecISA.bf16): one dword broadcast per two columns, widened by a
+//     shift and a mask; Q.K in groups of 5 keys, as Q^T of both columns
+//     takes four registers. They spare the stager's float32 stores (on
+//     Zen 4 the staging took 15% of a 128-key block), at 94% of the
+//     float32 Q.K kernel's rate.
+//   - lanesBF16MaxAVX2: the V guard's finite-maximum scan of bf16 rows
+//     read in place.
 //
 // One call covers a whole chunk of keys or all columns, so the Go side
 // pays one call per chunk.
 
 // cnames8: the constant table lanesc8, 8 copies of each (32 bytes).
-var cnames8 = []string{"ninf", "lo256", "c0", "c1", "c2", "c3", "c4", "c5", "c6", "b127", "one", "r7fff", "hi16", "r7ffff", "hi12", "c16384", "sub", "c448"}
+var cnames8 = []string{"ninf", "lo256", "c0", "c1", "c2", "c3", "c4", "c5", "c6", "b127", "one", "r7fff", "hi16", "r7ffff", "hi12", "c16384", "sub", "c448", "w7fff", "w80"}
 
 func c8(n string) string {
 	for i, x := range cnames8 {
@@ -258,7 +267,59 @@ func genAVX2(a *asm) {
 	a.f("GLOBL ·lanesc8(SB), RODATA|NOPTR, $%d\n", 32*len(cnames8))
 	genQKT(a, isaAVX2)
 	genSoftmax2(a)
-	genPVT(a)
+	genPVT(a, isaAVX2)
+	genQKT(a, isaAVX2BF16)
+	genPVT(a, isaAVX2BF16)
+	genBF16Max(a)
+}
+
+// genBF16Max emits lanesBF16MaxAVX2(p unsafe.Pointer, n int, mx
+// *[16]int16), n > 0 a multiple of 8: the scan of V's overflow guard over
+// n bf16 values read in place. Lane w of mx ends as the largest |x| + 0x80
+// (16-bit patterns as int16) over the finite values in word lane w of the
+// 16-value steps (8 in the last step when n is odd in 8s), where infinities
+// and NaNs become negative and so never win; 0 where a lane saw none. The
+// caller takes the maximum over the lanes and subtracts 0x80.
+func genBF16Max(a *asm) {
+	a.f("// func lanesBF16MaxAVX2(p unsafe.Pointer, n int, mx *[16]int16)")
+	a.f("TEXT ·lanesBF16MaxAVX2(SB), NOSPLIT, $0-24")
+	a.f("\tMOVQ p+0(FP), SI")
+	a.f("\tMOVQ n+8(FP), CX")
+	a.f("\tMOVQ mx+16(FP), DI")
+	a.f("\tVMOVDQU %s, Y14 // |x| mask", c8("w7fff"))
+	a.f("\tVMOVDQU %s, Y15 // finite bias", c8("w80"))
+	a.f("\tVPXOR Y0, Y0, Y0")
+	a.f("\tVPXOR Y1, Y1, Y1")
+	a.f("max32:")
+	a.f("\tCMPQ CX, $32")
+	a.f("\tJLT max16")
+	for r := 0; r < 2; r++ {
+		a.f("\tVPAND %d(SI), Y14, Y%d", 32*r, 2+r)
+		a.f("\tVPADDW Y15, Y%d, Y%d", 2+r, 2+r)
+		a.f("\tVPMAXSW Y%d, Y%d, Y%d", 2+r, r, r)
+	}
+	a.f("\tADDQ $64, SI")
+	a.f("\tSUBQ $32, CX")
+	a.f("\tJMP max32")
+	a.f("max16:")
+	a.f("\tCMPQ CX, $16")
+	a.f("\tJLT max8")
+	a.f("\tVPAND (SI), Y14, Y2")
+	a.f("\tVPADDW Y15, Y2, Y2")
+	a.f("\tVPMAXSW Y2, Y0, Y0")
+	a.f("\tADDQ $32, SI")
+	a.f("\tSUBQ $16, CX")
+	a.f("max8:")
+	a.f("\tTESTQ CX, CX")
+	a.f("\tJZ maxdone")
+	a.f("\tVPAND (SI), X14, X2 // the last 8 values (the upper lanes stay 0)")
+	a.f("\tVPADDW X15, X2, X2")
+	a.f("\tVPMAXSW Y2, Y1, Y1")
+	a.f("maxdone:")
+	a.f("\tVPMAXSW Y1, Y0, Y0")
+	a.f("\tVMOVDQU Y0, (DI)")
+	a.f("\tVZEROUPPER")
+	a.f("\tRET\n")
 }
 
 // lanesConv offsets (lanes_amd64_test.go checks them), its source
@@ -480,12 +541,16 @@ func loadPf(a *asm, arg, ptr string, regs [3]string) {
 // pvtPrologue emits the head of a P.V kernel of the transposed layout
 // (lanesPVT, lanesPVT512: the same arguments): the prefetch cursor in
 // R14/R9/R10/R13, V column R12, ldv R8, O^T DI, alpha AX, columns left R11.
-func pvtPrologue(a *asm, name string, conv bool) {
+func pvtPrologue(a *asm, name string, conv, bf16 bool) {
 	if conv {
 		a.f("// func %s(p *float32, v *float32, ldv uintptr, n int, o *float32, alpha *float32, d int, pf *lanesPrefetch, cv *lanesConv)", name)
 		a.f("TEXT ·%s(SB), NOSPLIT, $0-72", name)
 	} else {
-		a.f("// func %s(p *float32, v *float32, ldv uintptr, n int, o *float32, alpha *float32, d int, pf *lanesPrefetch)", name)
+		vt := "*float32"
+		if bf16 {
+			vt = "unsafe.Pointer"
+		}
+		a.f("// func %s(p *float32, v %s, ldv uintptr, n int, o *float32, alpha *float32, d int, pf *lanesPrefetch)", name, vt)
 		a.f("TEXT ·%s(SB), NOSPLIT, $0-64", name)
 	}
 	loadPf(a, "pf+56(FP)", "R14", pvPf)
@@ -516,8 +581,8 @@ func qktEpilogue(a *asm) {
 // is 0, 2 or 4), each group over all n >= 1 keys (colBody).
 // GP: SI P^T, DX V row, R8 ldv, CX keys left, DI O^T, AX alpha, R11
 // columns left, R12 V column.
-func genPVT(a *asm) {
-	pvtPrologue(a, "lanesPVT", false)
+func genPVT(a *asm, isa vecISA) {
+	pvtPrologue(a, "lanesPVT"+isa.suffix, false, isa.bf16)
 	a.f("cols:")
 	a.f("\tCMPQ R11, $8")
 	a.f("\tJEQ cols4")
@@ -527,7 +592,7 @@ func genPVT(a *asm) {
 		if C == 4 {
 			a.f("cols4:")
 		}
-		pvtGroup(a, isaAVX2, C)
+		pvtGroup(a, isa, C)
 	}
 	a.f("")
 }
@@ -556,6 +621,21 @@ type vecISA struct {
 	// costs Intel cores (measured on a Xeon with AVX512_FP16) about 6% of
 	// the broadcast multiply-add rate.
 	ld int
+	// bf16 (AVX2 only): the K or V rows are bfloat16, read in place. One
+	// dword broadcast holds the values of two adjacent columns c (low
+	// half) and c+1 (high half); VPSLLD $16 widens the first and a VPAND
+	// with the high-half mask the second, exactly (a bf16 is the high half
+	// of its float32). Q.K then keeps Q^T of both columns in Y10-Y13, so a
+	// group has at most 5 keys (Y0-Y9).
+	bf16 bool
+}
+
+// elem is the size in bytes of one K or V value.
+func (isa vecISA) elem() int {
+	if isa.bf16 {
+		return 2
+	}
+	return 4
 }
 
 // fixedD are the head dimensions whose AVX-512 Q.K kernel has the key
@@ -585,6 +665,14 @@ var (
 		rows:    []string{"(SI)", "(SI)(R8*1)", "(SI)(R8*2)", "(DI)", "(DI)(R8*1)", "(DI)(R8*2)"},
 		perBase: 3,
 		qkCols:  2,
+	}
+	isaAVX2BF16 = vecISA{
+		suffix:  "BF16",
+		groups:  []int{5, 4, 2, 1},
+		rows:    isaAVX2.rows[:5],
+		perBase: 3,
+		qkCols:  2,
+		bf16:    true,
 	}
 	isaAVX512 = vecISA{
 		avx512: true,
@@ -653,6 +741,17 @@ func colBody(a *asm, isa vecISA, B int, pv bool, label string, pf [3]string) {
 		a.f("\tVMOVUPS %d(%s), Y12 // %s, rows 0-7", off, base, what)
 		a.f("\tVMOVUPS %d(%s), Y13 // rows 8-15", off+32, base)
 	}
+	// pair accumulates the two columns in the dword at mem into outputs j
+	// (column c, A^T in ylo) and k (column c+1, A^T in yhi); AVX2 bf16.
+	pair := func(j, k int, ylo, yhi [2]int, mem, what string) {
+		a.f("\tVBROADCASTSS %s, Y14 // %s", mem, what)
+		a.f("\tVPSLLD $16, Y14, Y15")
+		a.f("\tVFMADD231PS Y15, Y%d, Y%d", ylo[0], 2*j)
+		a.f("\tVFMADD231PS Y15, Y%d, Y%d", ylo[1], 2*j+1)
+		a.f("\tVPAND %s, Y14, Y14", c8("hi16"))
+		a.f("\tVFMADD231PS Y14, Y%d, Y%d", yhi[0], 2*k)
+		a.f("\tVFMADD231PS Y14, Y%d, Y%d", yhi[1], 2*k+1)
+	}
 	a.f("%s:", label)
 	pfSteps := 1
 	if isa.avx512 && !pv {
@@ -667,14 +766,34 @@ func colBody(a *asm, isa vecISA, B int, pv bool, label string, pf [3]string) {
 	if isa.avx512 {
 		convUnit(a, cv, label+"cv")
 	}
-	if pv {
+	switch {
+	case pv && isa.bf16:
+		loadA(0, "SI", 24, "P^T[i]")
+		for j := 0; j < B; j += 2 {
+			pair(j, j+1, [2]int{12, 13}, [2]int{12, 13}, fmt.Sprintf("%d(DX)", 2*j), fmt.Sprintf("V[i][c0+%d], V[i][c0+%d]", j, j+1))
+		}
+		a.f("\tADDQ $64, SI")
+		a.f("\tADDQ R8, DX")
+	case pv:
 		loadA(0, "SI", 24, "P^T[i]")
 		for j := 0; j < B; j++ {
 			fma(j, 24, j, fmt.Sprintf("%d(DX)", 4*j), fmt.Sprintf("V[i][c0+%d]", j))
 		}
 		a.f("\tADDQ $64, SI")
 		a.f("\tADDQ R8, DX")
-	} else {
+	case isa.bf16:
+		a.f("\tVMOVUPS 0(AX), Y10 // Q^T[c], rows 0-7")
+		a.f("\tVMOVUPS 32(AX), Y11 // rows 8-15")
+		a.f("\tVMOVUPS 64(AX), Y12 // Q^T[c+1], rows 0-7")
+		a.f("\tVMOVUPS 96(AX), Y13 // rows 8-15")
+		for j := 0; j < B; j++ {
+			pair(j, j, [2]int{10, 11}, [2]int{12, 13}, isa.row(j, 0), fmt.Sprintf("K[%d][c], K[%d][c+1]", j, j))
+		}
+		a.f("\tADDQ $128, AX")
+		for b := 0; b*isa.perBase < B; b++ {
+			a.f("\tADDQ $4, %s", []string{"SI", "DI", "R10"}[b])
+		}
+	default:
 		U := isa.qkCols
 		for u := 0; u < U; u++ {
 			loadA(64*u, "AX", 28+u, fmt.Sprintf("Q^T[c+%d]", u))
@@ -722,7 +841,11 @@ func genQKT(a *asm, isa vecISA) {
 		a.f("// func %s(qT *float32, k *float32, ldk uintptr, d int, s *float32, n int, pf *lanesPrefetch, cv *lanesConv)", name)
 		a.f("TEXT ·%s(SB), NOSPLIT, $0-64", name)
 	} else {
-		a.f("// func %s(qT *float32, k *float32, ldk uintptr, d int, s *float32, n int, pf *lanesPrefetch)", name)
+		kt := "*float32"
+		if isa.bf16 {
+			kt = "unsafe.Pointer"
+		}
+		a.f("// func %s(qT *float32, k %s, ldk uintptr, d int, s *float32, n int, pf *lanesPrefetch)", name, kt)
 		a.f("TEXT ·%s(SB), NOSPLIT, $0-56", name)
 	}
 	loadPf(a, "pf+48(FP)", "DX", qkPf)
@@ -761,17 +884,24 @@ func genQKT(a *asm, isa vecISA) {
 		}
 		colBody(a, isa, B, false, fmt.Sprintf("qk%d", B), qkPf)
 		a.f("\tMOVQ d+24(FP), CX")
-		a.f("\tSHLQ $2, CX")
+		a.f("\tSHLQ $%d, CX", bits.TrailingZeros(uint(isa.elem())))
 		a.f("\tSUBQ CX, SI // back to the group's first key")
 		for y := 0; y < vecs*B; y++ {
 			a.f("\tVMOVUPS %s%d, %d(BX)", isa.reg(), y, width*y)
 		}
 		a.f("\tADDQ $%d, BX", 64*B)
 		a.f("\tSUBQ $%d, R11", B)
-		if x == 0 {
+		switch {
+		case x == 0 && B%3 == 0:
 			a.f("\tLEAQ (SI)(R9*%d), SI // %d keys on", B/3, B)
 			a.f("\tJMP keys%d", B)
-		} else {
+		case x == 0 && B == 5:
+			a.f("\tLEAQ (SI)(R8*4), SI // 5 keys on")
+			a.f("\tADDQ R8, SI")
+			a.f("\tJMP keys%d", B)
+		case x == 0:
+			panic(fmt.Sprintf("no row step for a first key group of %d", B))
+		default:
 			a.f("\tLEAQ (SI)(R8*%d), SI", B)
 		}
 	}
@@ -785,7 +915,7 @@ func genQKT(a *asm, isa vecISA) {
 // GP: SI P^T, DX V row, R8 ldv, CX keys left, DI O^T, AX alpha, R11
 // columns left, R12 V column, R14/R9/R10/R13 the prefetch cursor.
 func genPVT512(a *asm) {
-	pvtPrologue(a, "lanesPVT512", true)
+	pvtPrologue(a, "lanesPVT512", true, false)
 	a.f("cols:")
 	a.f("\tCMPQ R11, $24")
 	a.f("\tJEQ cols24")
@@ -842,7 +972,7 @@ func pvtGroup(a *asm, isa vecISA, C int) {
 	for y := 0; y < vecs*C; y++ {
 		a.f("\tVMOVUPS %s%d, %d(DI)", r, y, width*y)
 	}
-	a.f("\tADDQ $%d, R12", 4*C)
+	a.f("\tADDQ $%d, R12", isa.elem()*C)
 	a.f("\tADDQ $%d, DI", 64*C)
 	a.f("\tSUBQ $%d, R11", C)
 	a.f("\tJNZ cols")

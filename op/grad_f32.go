@@ -53,6 +53,8 @@ func validateSparseF32(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int,
 		"unset with float32 q, k, v (the float32 path has no low-precision MMA)", dtypeName(args.QKDtype)+"/"+dtypeName(args.PVDtype))
 	c.need(args.PartialDtype == (tensor.Dtype{}) || args.PartialDtype == tensor.Float32, "partial_dtype",
 		"unset or float32 with float32 q, k, v (partials stay float32)", dtypeName(args.PartialDtype))
+	c.need(args.Out == nil && args.OutLSE == nil, "out/lse",
+		"unset with float32 q, k, v (the float32 path and the backward allocate their outputs)", "set")
 	scale := resolveScale(c, args.SoftmaxScale, d)
 	temp := resolveTemperature(c, args.Temperature)
 	c.need(present(args.CuSeqlensQ) && present(args.CuSeqlensK), "cu_seqlens_q/cu_seqlens_k",

@@ -50,6 +50,17 @@ type SparseArgs struct {
 	// or Float8E4M3FN; the zero value selects the reference's default.
 	// Not accepted by the NVFP4 entry point.
 	QKDtype, PVDtype tensor.Dtype
+	// Out and OutLSE (FlashInfer's out= and lse=), when set, receive the
+	// output and the natural-log LSE instead of tensors allocated by the
+	// call, and are then Result.Out and Result.LSE: Out a contiguous
+	// BFloat16 [total_q, Hq, D] tensor, OutLSE a contiguous float32
+	// [total_q, Hq], neither a view nor sharing storage with an input or
+	// with each other. A caller that reuses them across calls spares an
+	// allocation per call and, as large fresh allocations are faulted in
+	// page by page, its cost: at 32K tokens and 16 heads the output is 128
+	// MiB. The float32 path (float32 q, k, v) and the backward do not take
+	// them.
+	Out, OutLSE *tensor.Dense
 }
 
 // Result holds the outputs of an attention call. Out and LSE are always

@@ -125,16 +125,26 @@ func (sc *sparseCall) run(ws *attn.Workspace, pool *attn.Pool) *Result {
 		ws = getWorkspace()
 		defer putWorkspace(ws)
 	}
-	res := &Result{}
-	o := make([]lowp.BFloat16, p.TotalQ*p.HQ*p.D)
-	lse := make([]float32, p.TotalQ*p.HQ)
+	res := &Result{Out: sc.out, LSE: sc.outLSE}
+	var o []lowp.BFloat16
+	var lse []float32
+	if res.Out != nil {
+		o = backing[lowp.BFloat16](res.Out)
+	} else {
+		o = make([]lowp.BFloat16, p.TotalQ*p.HQ*p.D)
+		res.Out = tensor.New(tensor.WithShape(p.TotalQ, p.HQ, p.D), tensor.WithBacking(o))
+	}
+	if res.LSE != nil {
+		lse = backing[float32](res.LSE)
+	} else {
+		lse = make([]float32, p.TotalQ*p.HQ)
+		res.LSE = tensor.New(tensor.WithShape(p.TotalQ, p.HQ), tensor.WithBacking(lse))
+	}
 	out := &attn.Output{O: o, LSE: lse}
 	if sc.returnTLSE {
 		out.TLSE = make([]float32, p.TotalQ*p.HQ)
 	}
 	attn.RunPrefill(p, ws, pool, out)
-	res.Out = tensor.New(tensor.WithShape(p.TotalQ, p.HQ, p.D), tensor.WithBacking(o))
-	res.LSE = tensor.New(tensor.WithShape(p.TotalQ, p.HQ), tensor.WithBacking(lse))
 	if sc.returnTLSE {
 		res.TemperatureLSE = tensor.New(tensor.WithShape(p.TotalQ, p.HQ), tensor.WithBacking(out.TLSE))
 	}

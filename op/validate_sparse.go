@@ -5,6 +5,7 @@ import (
 	"math"
 	"runtime"
 	"slices"
+	"unsafe"
 
 	"github.com/sparseattn/msa/kernels/attn"
 	"github.com/sparseattn/msa/kernels/lowp"
@@ -43,6 +44,8 @@ type sparseCall struct {
 	workers    int
 	returnTLSE bool
 	tempFast   bool
+	// out and outLSE are SparseArgs.Out and OutLSE (nil: allocated by run).
+	out, outLSE *tensor.Dense
 }
 
 // resolveScalars applies the reference's scalar checks shared by both
@@ -342,6 +345,11 @@ func validateSparse(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int, ar
 		sc.sched = s
 	}
 
+	sc.out, sc.outLSE = args.Out, args.OutLSE
+	checkOutputs(c, args, totalQ, hq, d, q, k, v, rowPtr, qIdx)
+	if c.err != nil {
+		return nil, c.err
+	}
 	sc.returnTLSE = args.ReturnTemperatureLSE
 	sc.tempFast = sc.returnTLSE && math.Abs(temp-1) <= temperatureFastPathTol
 	invT := float32(0)
@@ -490,4 +498,58 @@ func pagedSeqK(c *checker, seqUsedK tensor.Tensor, cuK, seqK []int32, capacity i
 			fmt.Sprintf("length <= max_num_pages_per_seq * page_size = %d", capacity), n)
 	}
 	return used, c.err == nil
+}
+
+// checkOutputs validates SparseArgs.Out and OutLSE when set: contiguous
+// tensors of exactly the output's dtype and shape, not views, and sharing
+// no storage with each other or with the call's tensor inputs (the
+// kernels write them while reading those).
+func checkOutputs(c *checker, args *SparseArgs, totalQ, hq, d int, inputs ...tensor.Tensor) {
+	outs := []struct {
+		t   *tensor.Dense
+		arg string
+	}{{args.Out, "out"}, {args.OutLSE, "lse"}}
+	if args.Out != nil {
+		outputArg(c, args.Out, "out", BFloat16, totalQ, hq, d)
+	}
+	if args.OutLSE != nil {
+		outputArg(c, args.OutLSE, "lse", tensor.Float32, totalQ, hq)
+	}
+	if c.err != nil {
+		return
+	}
+	named := []struct {
+		t   tensor.Tensor
+		arg string
+	}{{args.CuSeqlensQ, "cu_seqlens_q"}, {args.CuSeqlensK, "cu_seqlens_k"}, {args.PageTable, "page_table"}, {args.SeqUsedK, "seqused_k"}}
+	for i, t := range inputs {
+		named = append(named, struct {
+			t   tensor.Tensor
+			arg string
+		}{t, [...]string{"q", "k", "v", "k2q_row_ptr", "k2q_q_indices"}[min(i, 4)]})
+	}
+	for i, o := range outs {
+		if o.t == nil {
+			continue
+		}
+		if i == 0 && args.OutLSE != nil && overlaps(o.t.Header.Raw, args.OutLSE.Header.Raw) {
+			c.fail("out", "storage of its own (not shared with lse)", "shared with lse")
+			return
+		}
+		for _, in := range named {
+			if dn, ok := in.t.(*tensor.Dense); ok && present(in.t) && overlaps(o.t.Header.Raw, dn.Header.Raw) {
+				c.fail(o.arg, "storage of its own (not shared with an input)", "shared with "+in.arg)
+				return
+			}
+		}
+	}
+}
+
+// overlaps reports whether two byte slices share any byte.
+func overlaps(a, b []byte) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return false
+	}
+	a0, b0 := uintptr(unsafe.Pointer(&a[0])), uintptr(unsafe.Pointer(&b[0]))
+	return a0 < b0+uintptr(len(b)) && b0 < a0+uintptr(len(a))
 }

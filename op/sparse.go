@@ -16,7 +16,9 @@ import (
 // K/V); k2qRowPtr [Hkv, total_rows+1] and k2qQIndices [Hkv, >= total_q*topK]
 // come from BuildK2QCSR. The result's Out is BFloat16 [total_q, Hq, D];
 // LSE (natural log, [total_q, Hq] float32) is always set (the kernels compute
-// it anyway; the reference's return_softmax_lse has no Go counterpart) and
+// it anyway; the reference's return_softmax_lse has no Go counterpart);
+// both are args.Out and args.OutLSE when those are given, else new
+// tensors; and
 // TemperatureLSE when args.ReturnTemperatureLSE is set. Float32 q,
 // k and v (all three) run without any low-precision rounding and give a
 // float32 Out (see grad_f32.go).

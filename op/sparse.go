@@ -16,12 +16,12 @@ import (
 // K/V); k2qRowPtr [Hkv, total_rows+1] and k2qQIndices [Hkv, >= total_q*topK]
 // come from BuildK2QCSR. The result's Out is BFloat16 [total_q, Hq, D];
 // LSE (natural log, [total_q, Hq] float32) is always set (the kernels compute
-// it anyway; the reference's return_softmax_lse has no Go counterpart);
-// both are args.Out and args.OutLSE when those are given, else new
-// tensors; and
-// TemperatureLSE when args.ReturnTemperatureLSE is set. Float32 q,
-// k and v (all three) run without any low-precision rounding and give a
-// float32 Out (see grad_f32.go).
+// it anyway; the reference's return_softmax_lse has no Go counterpart), and
+// TemperatureLSE when args.ReturnTemperatureLSE is set. Out and LSE are
+// args.Out and args.OutLSE when those are given (reuse them across calls
+// to spare an allocation per call), else new tensors. Float32 q, k and v
+// (all three) run without any low-precision rounding and give a float32
+// Out (see grad_f32.go).
 func SparseAttenFunc(q, k, v, k2qRowPtr, k2qQIndices tensor.Tensor, topK int, args SparseArgs) (*Result, error) {
 	if isFloat32(q) {
 		return sparseAttenF32("SparseAttenFunc", q, k, v, k2qRowPtr, k2qQIndices, topK, args)

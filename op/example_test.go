@@ -48,6 +48,37 @@ func ExampleSparseAttenFunc() {
 	// Output: (4, 2, 64) (4, 2)
 }
 
+// Reusing the output across calls (SparseArgs.Out, OutLSE; FlashInfer's
+// out= and lse=): each call writes into the caller's tensors and returns
+// them, so a loop over steps allocates no output.
+func ExampleSparseAttenFunc_out() {
+	q, k, v := bf16(4, 2, 64), bf16(256, 1, 64), bf16(256, 1, 64)
+	cuQ, cuK := i32([]int{2}, 0, 4), i32([]int{2}, 0, 256)
+	q2k := i32([]int{1, 4, 2}, 0, 1, 1, -1, 0, -1, 1, 0)
+	rowPtr, qIdx, err := op.BuildK2QCSR(q2k, cuQ, cuK, 128)
+	if err != nil {
+		panic(err)
+	}
+	out := tensor.New(tensor.WithShape(4, 2, 64), tensor.Of(op.BFloat16))
+	lse := tensor.New(tensor.WithShape(4, 2), tensor.Of(tensor.Float32))
+	args := op.SparseArgs{CuSeqlensQ: cuQ, CuSeqlensK: cuK, Causal: true, Out: out, OutLSE: lse}
+	for step := 0; step < 2; step++ {
+		res, err := op.SparseAttenFunc(q, k, v, rowPtr, qIdx, 2, args)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println(step, res.Out == out, res.LSE == lse)
+	}
+	// An output of the wrong shape is refused, naming the argument.
+	args.Out = tensor.New(tensor.WithShape(4, 2, 32), tensor.Of(op.BFloat16))
+	_, err = op.SparseAttenFunc(q, k, v, rowPtr, qIdx, 2, args)
+	fmt.Println(err)
+	// Output:
+	// 0 true true
+	// 1 true true
+	// SparseAttenFunc: out: expected a contiguous bfloat16 tensor of shape [4 2 64] (not a view), got bfloat16 [4 2 32]
+}
+
 // Graph use: q2k -> CSR -> schedule -> attention -> LSE in one ExprGraph,
 // run by a TapeMachine.
 func ExampleSparseAttention() {

@@ -126,3 +126,36 @@ func TestSparseOutArgsRejected(t *testing.T) {
 		t.Errorf("float32 path with Out: error %v, want one naming out/lse", err)
 	}
 }
+
+// The NVFP4 entry point takes Out and OutLSE too, and refuses an OutLSE on
+// the storage of a global scale.
+func TestSparseOutArgsNVFP4(t *testing.T) {
+	s := sparseSpec{seed: 4, seqQ: []int{3}, seqK: []int{150}, hq: 2, hkv: 1, d: 64, topK: 2, blk: 128,
+		qDt: "bf16", kvDt: "nvfp4", partial: tensor.Float32, kGlobal: 0.5}
+	pr := buildSparse(s)
+	rp, qi, err := BuildK2QCSR(pr.q2k, pr.cuQ, pr.cuK, 128)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := SparseArgs{CuSeqlensQ: pr.cuQ, CuSeqlensK: pr.cuK, PartialDtype: tensor.Float32}
+	want, err := SparseAttenNVFP4KVFunc(pr.q, pr.k, pr.v, pr.kScale, pr.vScale, pr.kGlobal, nil, rp, qi, 2, args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args.Out = bf16T(3, 2, 64)
+	got, err := SparseAttenNVFP4KVFunc(pr.q, pr.k, pr.v, pr.kScale, pr.vScale, pr.kGlobal, nil, rp, qi, 2, args)
+	if err != nil || got.Out != args.Out {
+		t.Fatalf("NVFP4 with Out: %v", err)
+	}
+	sameResult(t, "NVFP4 with Out", want, got)
+	// An OutLSE ([3, 2] float32) whose first float is the K global scale's
+	// storage.
+	g := make([]float32, 6)
+	g[0] = 0.5
+	kg := tensor.New(tensor.WithShape(1), tensor.WithBacking(g[:1]))
+	args.Out, args.OutLSE = nil, tensor.New(tensor.WithShape(3, 2), tensor.WithBacking(g))
+	_, err = SparseAttenNVFP4KVFunc(pr.q, pr.k, pr.v, pr.kScale, pr.vScale, kg, nil, rp, qi, 2, args)
+	if err == nil || !strings.Contains(err.Error(), "shared with k_global_scale") {
+		t.Fatalf("OutLSE on the K global scale: %v, want an error naming k_global_scale", err)
+	}
+}

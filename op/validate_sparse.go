@@ -346,7 +346,11 @@ func validateSparse(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int, ar
 	}
 
 	sc.out, sc.outLSE = args.Out, args.OutLSE
-	checkOutputs(c, args, totalQ, hq, d, q, k, v, rowPtr, qIdx)
+	inputs := []tensor.Tensor{q, k, v, rowPtr, qIdx}
+	if nv != nil {
+		inputs = append(inputs, nv.kScale, nv.vScale, nv.kGlobal, nv.vGlobal)
+	}
+	checkOutputs(c, args, totalQ, hq, d, inputs...)
 	if c.err != nil {
 		return nil, c.err
 	}
@@ -503,7 +507,9 @@ func pagedSeqK(c *checker, seqUsedK tensor.Tensor, cuK, seqK []int32, capacity i
 // checkOutputs validates SparseArgs.Out and OutLSE when set: contiguous
 // tensors of exactly the output's dtype and shape, not views, and sharing
 // no storage with each other or with the call's tensor inputs (the
-// kernels write them while reading those).
+// kernels write them while reading those): inputs are q, k, v, the CSR
+// pair and, for NVFP4 K/V, the four scale tensors, in that order (nil
+// entries are skipped).
 func checkOutputs(c *checker, args *SparseArgs, totalQ, hq, d int, inputs ...tensor.Tensor) {
 	outs := []struct {
 		t   *tensor.Dense
@@ -526,7 +532,7 @@ func checkOutputs(c *checker, args *SparseArgs, totalQ, hq, d int, inputs ...ten
 		named = append(named, struct {
 			t   tensor.Tensor
 			arg string
-		}{t, [...]string{"q", "k", "v", "k2q_row_ptr", "k2q_q_indices"}[min(i, 4)]})
+		}{t, [...]string{"q", "k", "v", "k2q_row_ptr", "k2q_q_indices", "k_scale", "v_scale", "k_global_scale", "v_global_scale"}[min(i, 8)]})
 	}
 	for i, o := range outs {
 		if o.t == nil {

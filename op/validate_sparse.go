@@ -346,11 +346,13 @@ func validateSparse(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int, ar
 	}
 
 	sc.out, sc.outLSE = args.Out, args.OutLSE
-	inputs := []tensor.Tensor{q, k, v, rowPtr, qIdx}
+	inputs := []namedTensor{{"q", q}, {"k", k}, {"v", v}, {"k2q_row_ptr", rowPtr}, {"k2q_q_indices", qIdx},
+		{"cu_seqlens_q", args.CuSeqlensQ}, {"cu_seqlens_k", args.CuSeqlensK}, {"page_table", args.PageTable}, {"seqused_k", args.SeqUsedK}}
 	if nv != nil {
-		inputs = append(inputs, nv.kScale, nv.vScale, nv.kGlobal, nv.vGlobal)
+		inputs = append(inputs, namedTensor{"k_scale", nv.kScale}, namedTensor{"v_scale", nv.vScale},
+			namedTensor{"k_global_scale", nv.kGlobal}, namedTensor{"v_global_scale", nv.vGlobal})
 	}
-	checkOutputs(c, args, totalQ, hq, d, inputs...)
+	checkOutputs(c, args, totalQ, hq, d, inputs)
 	if c.err != nil {
 		return nil, c.err
 	}
@@ -504,17 +506,17 @@ func pagedSeqK(c *checker, seqUsedK tensor.Tensor, cuK, seqK []int32, capacity i
 	return used, c.err == nil
 }
 
+// namedTensor is a call's tensor argument and its name in errors.
+type namedTensor struct {
+	arg string
+	t   tensor.Tensor
+}
+
 // checkOutputs validates SparseArgs.Out and OutLSE when set: contiguous
 // tensors of exactly the output's dtype and shape, not views, and sharing
 // no storage with each other or with the call's tensor inputs (the
-// kernels write them while reading those): inputs are q, k, v, the CSR
-// pair and, for NVFP4 K/V, the four scale tensors, in that order (nil
-// entries are skipped).
-func checkOutputs(c *checker, args *SparseArgs, totalQ, hq, d int, inputs ...tensor.Tensor) {
-	outs := []struct {
-		t   *tensor.Dense
-		arg string
-	}{{args.Out, "out"}, {args.OutLSE, "lse"}}
+// kernels write them while reading those; nil inputs are skipped).
+func checkOutputs(c *checker, args *SparseArgs, totalQ, hq, d int, inputs []namedTensor) {
 	if args.Out != nil {
 		outputArg(c, args.Out, "out", BFloat16, totalQ, hq, d)
 	}
@@ -524,26 +526,17 @@ func checkOutputs(c *checker, args *SparseArgs, totalQ, hq, d int, inputs ...ten
 	if c.err != nil {
 		return
 	}
-	named := []struct {
-		t   tensor.Tensor
-		arg string
-	}{{args.CuSeqlensQ, "cu_seqlens_q"}, {args.CuSeqlensK, "cu_seqlens_k"}, {args.PageTable, "page_table"}, {args.SeqUsedK, "seqused_k"}}
-	for i, t := range inputs {
-		named = append(named, struct {
-			t   tensor.Tensor
-			arg string
-		}{t, [...]string{"q", "k", "v", "k2q_row_ptr", "k2q_q_indices", "k_scale", "v_scale", "k_global_scale", "v_global_scale"}[min(i, 8)]})
+	if args.Out != nil && args.OutLSE != nil && overlaps(args.Out.Header.Raw, args.OutLSE.Header.Raw) {
+		c.fail("out", "storage of its own (not shared with lse)", "shared with lse")
+		return
 	}
-	for i, o := range outs {
-		if o.t == nil {
+	for _, o := range []namedTensor{{"out", args.Out}, {"lse", args.OutLSE}} {
+		od, _ := o.t.(*tensor.Dense)
+		if od == nil {
 			continue
 		}
-		if i == 0 && args.OutLSE != nil && overlaps(o.t.Header.Raw, args.OutLSE.Header.Raw) {
-			c.fail("out", "storage of its own (not shared with lse)", "shared with lse")
-			return
-		}
-		for _, in := range named {
-			if dn, ok := in.t.(*tensor.Dense); ok && present(in.t) && overlaps(o.t.Header.Raw, dn.Header.Raw) {
+		for _, in := range inputs {
+			if id, ok := in.t.(*tensor.Dense); ok && id != nil && overlaps(od.Header.Raw, id.Header.Raw) {
 				c.fail(o.arg, "storage of its own (not shared with an input)", "shared with "+in.arg)
 				return
 			}

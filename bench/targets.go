@@ -187,34 +187,27 @@ func readResultsCSV(path string) ([]map[string]string, error) {
 	return rows, nil
 }
 
-// span is the range of a set of ratios, with the case each came from.
+// span is a set of ratios with the case each came from.
 type span struct {
-	lo, hi float64
-	n      int
-	names  []string
-	vals   []float64
+	names []string
+	vals  []float64
 }
 
 func (s *span) add(name string, x float64) {
-	if s.n == 0 || x < s.lo {
-		s.lo = x
-	}
-	if s.n == 0 || x > s.hi {
-		s.hi = x
-	}
-	s.n++
 	s.names, s.vals = append(s.names, name), append(s.vals, x)
 }
 
-// cell formats s against floor (the lowest value must reach it), naming
-// the cases below it (counting them when more than three).
+// cell formats s's range against floor (the lowest value must reach it),
+// naming the cases below it (counting them when more than three).
 func (s span) cell(floor float64, unit string) string {
-	if s.n == 0 {
+	n := len(s.vals)
+	if n == 0 {
 		return "-"
 	}
-	v := fmt.Sprintf("%.1f%s", s.lo, unit)
-	if s.hi != s.lo {
-		v = fmt.Sprintf("%.1f-%.1f%s", s.lo, s.hi, unit)
+	lo, hi := slices.Min(s.vals), slices.Max(s.vals)
+	v := fmt.Sprintf("%.1f%s", lo, unit)
+	if hi != lo {
+		v = fmt.Sprintf("%.1f-%.1f%s", lo, hi, unit)
 	}
 	var below []string
 	for i, x := range s.vals {
@@ -225,10 +218,10 @@ func (s span) cell(floor float64, unit string) string {
 	switch {
 	case len(below) == 0:
 		return v + verdict(true)
-	case len(below) == s.n && s.n > 1:
+	case len(below) == n && n > 1:
 		return v + verdict(false) + " (all)"
 	case len(below) > 3:
-		return v + verdict(false) + fmt.Sprintf(" (%d of %d cases)", len(below), s.n)
+		return v + verdict(false) + fmt.Sprintf(" (%d of %d cases)", len(below), n)
 	}
 	return v + verdict(false) + " (" + strings.Join(below, ", ") + ")"
 }
@@ -347,7 +340,7 @@ func targetReport(cpu string, sums []targetSummary) string {
 			dense = "not run (no torch?)"
 		}
 		sparse := s.sparseX.cell(targetSparseX, "x")
-		if s.run.torch && s.sparseX.n == 0 {
+		if s.run.torch && len(s.sparseX.vals) == 0 {
 			sparse = "not run (no torch?)"
 		}
 		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %d (%d, %d) |\n", tier, s.run.workers,

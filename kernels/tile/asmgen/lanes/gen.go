@@ -541,16 +541,12 @@ func loadPf(a *asm, arg, ptr string, regs [3]string) {
 // pvtPrologue emits the head of a P.V kernel of the transposed layout
 // (lanesPVT, lanesPVT512: the same arguments): the prefetch cursor in
 // R14/R9/R10/R13, V column R12, ldv R8, O^T DI, alpha AX, columns left R11.
-func pvtPrologue(a *asm, name string, conv, bf16 bool) {
+func pvtPrologue(a *asm, name string, conv bool, isa vecISA) {
 	if conv {
 		a.f("// func %s(p *float32, v *float32, ldv uintptr, n int, o *float32, alpha *float32, d int, pf *lanesPrefetch, cv *lanesConv)", name)
 		a.f("TEXT ·%s(SB), NOSPLIT, $0-72", name)
 	} else {
-		vt := "*float32"
-		if bf16 {
-			vt = "unsafe.Pointer"
-		}
-		a.f("// func %s(p *float32, v %s, ldv uintptr, n int, o *float32, alpha *float32, d int, pf *lanesPrefetch)", name, vt)
+		a.f("// func %s(p *float32, v %s, ldv uintptr, n int, o *float32, alpha *float32, d int, pf *lanesPrefetch)", name, isa.rowsType())
 		a.f("TEXT ·%s(SB), NOSPLIT, $0-64", name)
 	}
 	loadPf(a, "pf+56(FP)", "R14", pvPf)
@@ -582,7 +578,7 @@ func qktEpilogue(a *asm) {
 // GP: SI P^T, DX V row, R8 ldv, CX keys left, DI O^T, AX alpha, R11
 // columns left, R12 V column.
 func genPVT(a *asm, isa vecISA) {
-	pvtPrologue(a, "lanesPVT"+isa.suffix, false, isa.bf16)
+	pvtPrologue(a, "lanesPVT"+isa.suffix, false, isa)
 	a.f("cols:")
 	a.f("\tCMPQ R11, $8")
 	a.f("\tJEQ cols4")
@@ -636,6 +632,14 @@ func (isa vecISA) elem() int {
 		return 2
 	}
 	return 4
+}
+
+// rowsType is the Go type of a kernel's K or V row argument.
+func (isa vecISA) rowsType() string {
+	if isa.bf16 {
+		return "unsafe.Pointer"
+	}
+	return "*float32"
 }
 
 // fixedD are the head dimensions whose AVX-512 Q.K kernel has the key
@@ -766,52 +770,48 @@ func colBody(a *asm, isa vecISA, B int, pv bool, label string, pf [3]string) {
 	if isa.avx512 {
 		convUnit(a, cv, label+"cv")
 	}
-	switch {
-	case pv && isa.bf16:
+	if pv {
 		loadA(0, "SI", 24, "P^T[i]")
-		for j := 0; j < B; j += 2 {
-			pair(j, j+1, [2]int{12, 13}, [2]int{12, 13}, fmt.Sprintf("%d(DX)", 2*j), fmt.Sprintf("V[i][c0+%d], V[i][c0+%d]", j, j+1))
-		}
-		a.f("\tADDQ $64, SI")
-		a.f("\tADDQ R8, DX")
-	case pv:
-		loadA(0, "SI", 24, "P^T[i]")
-		for j := 0; j < B; j++ {
-			fma(j, 24, j, fmt.Sprintf("%d(DX)", 4*j), fmt.Sprintf("V[i][c0+%d]", j))
-		}
-		a.f("\tADDQ $64, SI")
-		a.f("\tADDQ R8, DX")
-	case isa.bf16:
-		a.f("\tVMOVUPS 0(AX), Y10 // Q^T[c], rows 0-7")
-		a.f("\tVMOVUPS 32(AX), Y11 // rows 8-15")
-		a.f("\tVMOVUPS 64(AX), Y12 // Q^T[c+1], rows 0-7")
-		a.f("\tVMOVUPS 96(AX), Y13 // rows 8-15")
-		for j := 0; j < B; j++ {
-			pair(j, j, [2]int{10, 11}, [2]int{12, 13}, isa.row(j, 0), fmt.Sprintf("K[%d][c], K[%d][c+1]", j, j))
-		}
-		a.f("\tADDQ $128, AX")
-		for b := 0; b*isa.perBase < B; b++ {
-			a.f("\tADDQ $4, %s", []string{"SI", "DI", "R10"}[b])
-		}
-	default:
-		U := isa.qkCols
-		for u := 0; u < U; u++ {
-			loadA(64*u, "AX", 28+u, fmt.Sprintf("Q^T[c+%d]", u))
-			if isa.avx512 && u < U-1 {
-				continue // all columns' Q^T first, then the multiply-adds
+		if isa.bf16 {
+			for j := 0; j < B; j += 2 {
+				pair(j, j+1, [2]int{12, 13}, [2]int{12, 13}, fmt.Sprintf("%d(DX)", 2*j), fmt.Sprintf("V[i][c0+%d], V[i][c0+%d]", j, j+1))
 			}
-			for x := 0; x <= u; x++ {
-				if !isa.avx512 && x < u {
-					continue
+		} else {
+			for j := 0; j < B; j++ {
+				fma(j, 24, j, fmt.Sprintf("%d(DX)", 4*j), fmt.Sprintf("V[i][c0+%d]", j))
+			}
+		}
+		a.f("\tADDQ $64, SI")
+		a.f("\tADDQ R8, DX")
+	} else {
+		U := isa.qkCols
+		if isa.bf16 {
+			a.f("\tVMOVUPS 0(AX), Y10 // Q^T[c], rows 0-7")
+			a.f("\tVMOVUPS 32(AX), Y11 // rows 8-15")
+			a.f("\tVMOVUPS 64(AX), Y12 // Q^T[c+1], rows 0-7")
+			a.f("\tVMOVUPS 96(AX), Y13 // rows 8-15")
+			for j := 0; j < B; j++ {
+				pair(j, j, [2]int{10, 11}, [2]int{12, 13}, isa.row(j, 0), fmt.Sprintf("K[%d][c], K[%d][c+1]", j, j))
+			}
+		} else {
+			for u := 0; u < U; u++ {
+				loadA(64*u, "AX", 28+u, fmt.Sprintf("Q^T[c+%d]", u))
+				if isa.avx512 && u < U-1 {
+					continue // all columns' Q^T first, then the multiply-adds
 				}
-				for j := 0; j < B; j++ {
-					fma(j, 28+x, x*B+j, isa.row(j, 4*x), fmt.Sprintf("K[%d][c+%d]", j, x))
+				for x := 0; x <= u; x++ {
+					if !isa.avx512 && x < u {
+						continue
+					}
+					for j := 0; j < B; j++ {
+						fma(j, 28+x, x*B+j, isa.row(j, 4*x), fmt.Sprintf("K[%d][c+%d]", j, x))
+					}
 				}
 			}
 		}
 		a.f("\tADDQ $%d, AX", 64*U)
 		for b := 0; b*isa.perBase < B; b++ {
-			a.f("\tADDQ $%d, %s", 4*U, []string{"SI", "DI", "R10"}[b])
+			a.f("\tADDQ $%d, %s", isa.elem()*U, []string{"SI", "DI", "R10"}[b])
 		}
 	}
 	a.f("\tDECQ CX")
@@ -841,11 +841,7 @@ func genQKT(a *asm, isa vecISA) {
 		a.f("// func %s(qT *float32, k *float32, ldk uintptr, d int, s *float32, n int, pf *lanesPrefetch, cv *lanesConv)", name)
 		a.f("TEXT ·%s(SB), NOSPLIT, $0-64", name)
 	} else {
-		kt := "*float32"
-		if isa.bf16 {
-			kt = "unsafe.Pointer"
-		}
-		a.f("// func %s(qT *float32, k %s, ldk uintptr, d int, s *float32, n int, pf *lanesPrefetch)", name, kt)
+		a.f("// func %s(qT *float32, k %s, ldk uintptr, d int, s *float32, n int, pf *lanesPrefetch)", name, isa.rowsType())
 		a.f("TEXT ·%s(SB), NOSPLIT, $0-56", name)
 	}
 	loadPf(a, "pf+48(FP)", "DX", qkPf)
@@ -915,7 +911,7 @@ func genQKT(a *asm, isa vecISA) {
 // GP: SI P^T, DX V row, R8 ldv, CX keys left, DI O^T, AX alpha, R11
 // columns left, R12 V column, R14/R9/R10/R13 the prefetch cursor.
 func genPVT512(a *asm) {
-	pvtPrologue(a, "lanesPVT512", true, false)
+	pvtPrologue(a, "lanesPVT512", true, isaAVX512)
 	a.f("cols:")
 	a.f("\tCMPQ R11, $24")
 	a.f("\tJEQ cols24")

@@ -94,12 +94,12 @@ func BenchmarkDecodeBlock(b *testing.B) {
 			kv := ops[dt]
 			var vs vScale
 			// BF16 V is guarded: every decoded V chunk is scanned.
-			st := &kvStager{k: &kv[0], v: &kv[1], l: layout, kbuf: kf, vbuf: vf, vs: &vs, acc: la, scan: dt == "bf16"}
+			st := benchStager(&kv[0], &kv[1], layout, kf, vf, &vs, la)
 			// Each update hints the block as its successor, like decode's
 			// next-block hint (prefetch, and the first key rows widened
 			// ahead by the last value chunk's kernels).
 			run("staged="+dt, func() {
-				prefetchNext(la, st.k, st.v, layout, 0, 0, 0, n)
+				prefetchNext(la, st.k, st.v, layout, 0, 0, 0, n, st.foldK)
 				la.updateStaged(st, n, valid)
 			})
 		}
@@ -135,12 +135,12 @@ func BenchmarkDecodeBlock(b *testing.B) {
 				}
 				b.Run(name, func(b *testing.B) {
 					var vs vScale
-					st := &kvStager{k: &k, v: &v, l: layout, kbuf: kf, vbuf: vf, vs: &vs, acc: la, scan: dt == "bf16"}
+					st := benchStager(&k, &v, layout, kf, vf, &vs, la)
 					start := time.Now()
 					for i := 0; i < b.N; i++ {
 						j := i % blocks
 						if pf {
-							prefetchNext(la, &k, &v, layout, 0, 0, (j+1)%blocks*n, n)
+							prefetchNext(la, &k, &v, layout, 0, 0, (j+1)%blocks*n, n, st.foldK)
 						}
 						st.t0 = j * n
 						la.updateStaged(st, n, valid)
@@ -154,6 +154,15 @@ func BenchmarkDecodeBlock(b *testing.B) {
 			}
 		}
 	})
+}
+
+// benchStager is the stager decode gives the lane accumulator la for the
+// K/V operands k and v (decodeTile): BF16 V guarded (every decoded V chunk
+// scanned), e4m3fn rows staged as value / e4m3Fold where the operand's
+// decoder folds (the score scale and output factor are left as they are:
+// the timings do not depend on them).
+func benchStager(k, v *Operand, l *KVLayout, kbuf, vbuf []float32, vs *vScale, la *lanesAcc) *kvStager {
+	return &kvStager{k: k, v: v, l: l, kbuf: kbuf, vbuf: vbuf, vs: vs, acc: la, scan: v.Dtype == BF16, foldK: k.foldsE4M3(), foldV: v.foldsE4M3()}
 }
 
 // BenchmarkPrefillTile measures the compute side of sparse prefill per

@@ -188,7 +188,7 @@ func (ws *Workspace) decodeTile(wk *worker, b, h, a, z, c, kBegin, kEnd, used in
 		case !any:
 		case staged:
 			if next >= 0 {
-				prefetchNext(ra, &p.K, &p.V, &p.KV, b, h, next, min(tile.BlockN, kEnd-next))
+				prefetchNext(ra, &p.K, &p.V, &p.KV, b, h, next, min(tile.BlockN, kEnd-next), foldK)
 			}
 			wk.stage = kvStager{k: &p.K, v: &p.V, l: &p.KV, b: b, h: h, t0: t0, kbuf: wk.kbuf, vbuf: wk.vbuf, vs: vs, acc: ra, scan: !bounded, foldK: foldK, foldV: foldV}
 			ra.updateStaged(&wk.stage, n, wk.valid[:m])

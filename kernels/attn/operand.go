@@ -179,8 +179,9 @@ func (o *Operand) storage(r, c int) (unsafe.Pointer, int) {
 // prefetchNext hints to acc the storage of K/V rows t0..t0+n-1 of sequence
 // b, KV head h: the first contiguous run of rows of each (a whole page
 // block with the HND page layout or one dense sequence), to prefetch, and
-// that run's keys, to widen ahead where the lane kernels can.
-func prefetchNext(acc rowAcc, k, v *Operand, l *KVLayout, b, h, t0, n int) {
+// that run's keys, to widen ahead where the lane kernels can (foldK: the
+// stager stages keys as value / e4m3Fold).
+func prefetchNext(acc rowAcc, k, v *Operand, l *KVLayout, b, h, t0, n int, foldK bool) {
 	if n <= 0 {
 		acc.prefetchNext(nil, 0, nil, 0)
 		acc.widenNext(nil, tile.RawNone, 0)
@@ -190,7 +191,7 @@ func prefetchNext(acc rowAcc, k, v *Operand, l *KVLayout, b, h, t0, n int) {
 	kp, kb := k.storage(r, c)
 	vp, vb := v.storage(r, c)
 	acc.prefetchNext(kp, kb, vp, vb)
-	acc.widenNext(kp, k.rawFormat(), c) // dropped for nil kp or RawNone
+	acc.widenNext(kp, k.rawFormat(foldK), c) // dropped for nil kp or RawNone
 }
 
 // kvStager hands one K/V block (tokens t0.. of sequence b, KV head h) to a
@@ -230,10 +231,10 @@ func (s *kvStager) StageK(i0, i1 int) []float32 {
 }
 
 // RawK returns the storage of key rows [i0, i1) when they are one
-// contiguous run of e4m3fn or bf16 rows decoded by the AVX-512 code
-// (tile.WideningStager: the lane kernels then widen them), else nil.
+// contiguous run of rows the lane kernels widen or read themselves
+// (tile.WideningStager, rawFormat), else nil.
 func (s *kvStager) RawK(i0, i1 int) (unsafe.Pointer, tile.RawFormat) {
-	return s.rawRun(s.k, i0, i1)
+	return s.rawRun(s.k, i0, i1, s.foldK)
 }
 
 // RawV is RawK for the value rows; scan when V's overflow guard scans each
@@ -243,7 +244,7 @@ func (s *kvStager) RawV(i0, i1 int) (unsafe.Pointer, tile.RawFormat, bool) {
 	if !s.scan && s.vs.e != 0 {
 		return nil, tile.RawNone, false
 	}
-	p, f := s.rawRun(s.v, i0, i1)
+	p, f := s.rawRun(s.v, i0, i1, s.foldV)
 	return p, f, s.scan
 }
 
@@ -255,9 +256,10 @@ func (s *kvStager) GuardV(v []float32, maxBits uint32) {
 }
 
 // rawRun returns the storage of rows [i0, i1) of o and its format when
-// they are one run of rows the lane kernels may widen (rawFormat).
-func (s *kvStager) rawRun(o *Operand, i0, i1 int) (unsafe.Pointer, tile.RawFormat) {
-	f := o.rawFormat()
+// they are one run of rows the lane kernels may widen (rawFormat; fold:
+// the stager stages o's rows as value / e4m3Fold).
+func (s *kvStager) rawRun(o *Operand, i0, i1 int, fold bool) (unsafe.Pointer, tile.RawFormat) {
+	f := o.rawFormat(fold)
 	if f == tile.RawNone {
 		return nil, tile.RawNone
 	}
@@ -271,15 +273,19 @@ func (s *kvStager) rawRun(o *Operand, i0, i1 int) (unsafe.Pointer, tile.RawForma
 
 // rawFormat is the format in which the lane kernels may widen o's rows
 // themselves: e4m3fn rows that decodeE4M3 would widen with the VBMI
-// decoder, bf16 rows decoded by the AVX-512 code, and bf16 rows decoded by
-// the AVX2 code (the AVX2 lane kernels read them in place); else
-// tile.RawNone. Every bf16 decoder widens exactly.
-func (o *Operand) rawFormat() tile.RawFormat {
+// decoder, bf16 rows decoded by the AVX-512 code, bf16 rows decoded by the
+// AVX2 code (the AVX2 lane kernels read them in place), and e4m3fn rows
+// the AVX2 code stages folded (fold: decodeE4M3Fold, which the AVX2 lane
+// kernels reproduce between their multiply-adds); else tile.RawNone. Every
+// bf16 decoder widens exactly.
+func (o *Operand) rawFormat(fold bool) tile.RawFormat {
 	switch {
 	case o.Dtype == BF16 && (o.vec == vecAVX512 || o.vec == vecAVX2):
 		return tile.RawBF16
 	case o.vec == vecAVX512 && o.Dtype == E4M3 && e4m3VBMI:
 		return tile.RawE4M3
+	case o.vec == vecAVX2 && o.Dtype == E4M3 && fold:
+		return tile.RawE4M3Div256
 	}
 	return tile.RawNone
 }

@@ -61,7 +61,7 @@ func newDecodeStream(seed int64, dt string, lv vec) *decodeStream {
 	s.blocks = s.k.Rows() / n
 	s.layout = &KVLayout{Hkv: 1, CuK: []int32{0, int32(s.blocks * n)}}
 	var vs vScale
-	s.st = kvStager{k: &s.k, v: &s.v, l: s.layout, kbuf: wk.kbuf, vbuf: wk.vbuf, vs: &vs, acc: la, scan: dt == "bf16"}
+	s.st = *benchStager(&s.k, &s.v, s.layout, wk.kbuf, wk.vbuf, &vs, la)
 	return s
 }
 
@@ -72,7 +72,7 @@ func (s *decodeStream) run(i0, count int, pf bool) {
 	for i := i0; i < i0+count; i++ {
 		j := i % s.blocks
 		if pf {
-			prefetchNext(s.la, &s.k, &s.v, s.layout, 0, 0, (j+1)%s.blocks*n, n)
+			prefetchNext(s.la, &s.k, &s.v, s.layout, 0, 0, (j+1)%s.blocks*n, n, s.st.foldK)
 		}
 		s.st.t0 = j * n
 		s.la.updateStaged(&s.st, n, s.valid)

@@ -83,11 +83,15 @@ type lanesAhead struct {
 	kind, rows int
 }
 
-// lanesConv is a side conversion of the AVX-512 lane kernels: units blocks
-// of 64 values at src (kind: e4m3fn bytes, bf16, or bf16 whose largest
-// finite |x| bits are also folded into max) widened to float32 at dst, one
-// block every per loop iterations (cd counts down to the next). Its layout
-// (offsets 0-64) is fixed by asmgen/lanes/gen.go. src and dst are
+// lanesConv is a side conversion of the lane kernels: units blocks of
+// values at src widened to float32 at dst. The AVX-512 kernels widen a
+// block of 64 values (kind: e4m3fn bytes, bf16, or bf16 whose largest
+// finite |x| bits are also folded into max) every per loop iterations (cd
+// counts down to the next); the AVX2 ones widen e4m3fn bytes to value /
+// 256 (convE4M3Div256) in 8-value units, 16 values per Q.K and 8 per P.V
+// iteration while units are left, and set max's first byte when they meet
+// a NaN byte, which they do not widen to NaN. Its
+// layout (offsets 0-64) is fixed by asmgen/lanes/gen.go. src and dst are
 // addresses, not pointers: the kernels advance them past the end of their
 // buffers, which the caller keeps alive.
 type lanesConv struct {
@@ -100,11 +104,13 @@ type lanesConv struct {
 	max      [16]uint32
 }
 
-// The lanesConv kinds (asmgen/lanes/gen.go: kindE4M3, kindBF16, kindBF16M).
+// The lanesConv kinds (asmgen/lanes/gen.go: kindE4M3, kindBF16, kindBF16M;
+// the AVX2 kernels run convE4M3Div256 only).
 const (
 	convE4M3 = iota
 	convBF16
 	convBF16Max
+	convE4M3Div256
 )
 
 // lanesPrefetch is a prefetch cursor of the lane kernels: every loop
@@ -243,15 +249,21 @@ const (
 	RawNone RawFormat = iota
 	RawE4M3           // float8 e4m3fn, one byte per value
 	RawBF16           // bfloat16, two bytes per value
+	// RawE4M3Div256 is e4m3fn bytes whose staged rows hold value / 256
+	// (exact), as attn's AVX2 decode stages them (it puts the factor back
+	// in its score scale and output normalisation): the AVX2 lane kernels
+	// widen such chunks between their multiply-adds.
+	RawE4M3Div256
 )
 
 // WideningStager is a Stager whose rows can also be read in the narrow
 // format they are decoded from (e4m3fn or bf16). UpdateStaged then widens
-// each chunk inside the lane kernels of the chunk before it (AVX-512, d a
-// multiple of 64; e4m3fn also needs AVX512_VBMI), where the conversion
-// overlaps their multiply-adds, or, with the AVX2 kernels, has bf16 chunks
-// read in place by kernels that widen each value in registers, instead of
-// calling StageK / StageV; the results are bit-identical.
+// each chunk inside the lane kernels of the chunk before it (d a multiple
+// of 64; AVX-512: e4m3fn, which also needs AVX512_VBMI, and bf16; AVX2:
+// RawE4M3Div256 chunks without a NaN byte), where the conversion overlaps
+// their multiply-adds, or, with the AVX2 kernels, has bf16 chunks read in
+// place by kernels that widen each value in registers, instead of calling
+// StageK / StageV; the results are bit-identical.
 type WideningStager interface {
 	Stager
 	// RawK returns the storage of key rows [i0, i1) and its format when
@@ -298,11 +310,18 @@ const GuardLimitBits = (127 + 96) << 23
 //     81.4-84.3%): with 64 K rows the last Q.K chunk has enough loop
 //     iterations to widen the whole first V chunk. The double buffers
 //     hold 2 x 2 x 32 KiB of float32 at d = 128, in L2.
-//   - AVX2 (Zen 3, 32 KiB L1, 512 KiB L2): 48 K rows and 64 V rows; chunks
-//     of 24/16 rows were 5-8% slower (61% against 65-66% of the FMA peak
-//     staged from FP8), whole blocks tie with 48/64 within the noise: the
-//     transposed kernels stream their operands well from L2, and fewer
-//     chunks mean fewer conversion and kernel calls.
+//   - AVX2: 64 K rows and 64 V rows. On Zen 3 (32 KiB L1, 512 KiB L2),
+//     staged by the caller, chunks of 24/16 rows were 5-8% slower (61%
+//     against 65-66% of the FMA peak staged from FP8) than 48/64, and
+//     whole blocks tied with 48/64 within the noise: the transposed
+//     kernels stream their operands well from L2, and fewer chunks mean
+//     fewer conversion and kernel calls. On Zen 4, with the kernels
+//     widening e4m3fn chunks (RawE4M3Div256) and reading bf16 ones in
+//     place, 64/64 beat 48/64 in two alternating rounds (in cache e4m3
+//     74.9-75.6% against 71.3-74.5%, bf16 82.3-82.4% against 80.0%;
+//     streaming e4m3 68.8-70.3% against 67.9-69.2%, bf16 77.9-78.8%
+//     against 75.6-76.5%): a 64-key Q.K chunk has the loop iterations to
+//     widen a whole 64-row chunk, a 48-key one does not.
 //
 // The AMX lane path takes 64 and 64 rows (multiples of its 16-key groups
 // and 32-key steps; a chunk of bf16 operands then fills 16 KiB at d =
@@ -310,7 +329,7 @@ const GuardLimitBits = (127 + 96) << 23
 // branch); its entry only keeps the table total.
 var lanesChunks = [...]struct{ k, v int }{
 	lanesGeneric: {BlockN, BlockN},
-	lanesAVX2:    {48, 64},
+	lanesAVX2:    {64, 64},
 	lanesAVX512:  {64, 64},
 	lanesAMX:     {64, 64},
 }
@@ -421,19 +440,24 @@ func (l *Lanes) PrefetchNext(k unsafe.Pointer, kBytes int, v unsafe.Pointer, vBy
 // returns the same storage and format for at most that many rows; the
 // result is the same either way. The rows must stay unchanged until the
 // next update returns. The hint is consumed by the next update (staged or
-// not) and dropped by Reset; only the AVX-512 kernels act on it (e4m3fn
-// also needs AVX512_VBMI).
+// not) and dropped by Reset; the AVX-512 kernels act on e4m3fn (with
+// AVX512_VBMI) and bf16 rows, the AVX2 ones on RawE4M3Div256 rows.
 func (l *Lanes) WidenNext(k unsafe.Pointer, f RawFormat, rows int) {
 	l.kNext = lanesAhead{}
-	if kind, ok := convKind(f, false); ok && k != nil && rows > 0 {
+	if kind, ok := l.convKind(f, false); ok && k != nil && rows > 0 {
 		l.kNext = lanesAhead{src: uintptr(k), kind: kind, rows: rows}
 	}
 }
 
 // convKind returns the side conversion kind for rows of format f (scan:
-// with the finite-maximum scan of a guarded V chunk), false where the
-// kernels cannot widen them: e4m3fn needs AVX512_VBMI and has no scan.
-func convKind(f RawFormat, scan bool) (int, bool) {
+// with the finite-maximum scan of a guarded V chunk), false where l's
+// kernels cannot widen them: the AVX2 kernels widen RawE4M3Div256 rows
+// without a scan; the others e4m3fn rows without a scan (AVX512_VBMI
+// needed) and bf16 rows.
+func (l *Lanes) convKind(f RawFormat, scan bool) (int, bool) {
+	if l.kern == lanesAVX2 {
+		return convE4M3Div256, f == RawE4M3Div256 && !scan
+	}
 	switch {
 	case f == RawE4M3 && haveVBMI && !scan:
 		return convE4M3, true

@@ -17,10 +17,12 @@ import (
 // row r) = sum over c < d of k[i*ldk/4 + c] * q[r][c] (qT[16c+r]) of n >= 1
 // consecutive keys, one FMA chain per row and key over c in increasing
 // order; d is a multiple of 8. Every loop iteration (two columns of a group
-// of up to 6 keys) prefetches pf's line and advances pf.
+// of up to 6 keys) prefetches pf's line and advances pf, and counts down
+// the side conversion cv as lanesQKT512 does (lanesConv, kind
+// convE4M3Div256).
 //
 //go:noescape
-func lanesQKT(qT *float32, k *float32, ldk uintptr, d int, s *float32, n int, pf *lanesPrefetch)
+func lanesQKT(qT *float32, k *float32, ldk uintptr, d int, s *float32, n int, pf *lanesPrefetch, cv *lanesConv)
 
 // lanesSoftmaxAVX2 is lanesSoftmax512 with the AVX2 exp2 (emit.Exp2AVX2,
 // as the avx2 Acc tier).
@@ -32,10 +34,22 @@ func lanesSoftmaxAVX2(s *float32, n int, st *lanesState)
 // alpha[r]*O[r][c] + sum over i < n of P^T[i][r] * v[i*ldv/4 + c] (p =
 // &s[16*i0], i in increasing order, FMA; O in oT[16c+r]). n >= 1. alpha
 // nil: O is continued without rescaling. Every loop iteration (one key of a
-// group of 6 or 4 columns) prefetches pf's line and advances pf.
+// group of 6 or 4 columns) prefetches pf's line and advances pf, and
+// counts down the side conversion cv.
 //
 //go:noescape
-func lanesPVT(p *float32, v *float32, ldv uintptr, n int, o *float32, alpha *float32, d int, pf *lanesPrefetch)
+func lanesPVT(p *float32, v *float32, ldv uintptr, n int, o *float32, alpha *float32, d int, pf *lanesPrefetch, cv *lanesConv)
+
+// lanesConvRestAVX2 widens the units cv (kind convE4M3Div256) has left.
+//
+//go:noescape
+func lanesConvRestAVX2(cv *lanesConv)
+
+// lanesE4M3NaNAVX2 reports whether the n e4m3fn bytes at p (n > 0, a
+// multiple of 64) hold a NaN.
+//
+//go:noescape
+func lanesE4M3NaNAVX2(p uintptr, n int) bool
 
 // lanesQKTBF16 is lanesQKT for bf16 key rows read in place (k, rows ldk
 // bytes apart), keys in groups of up to 5: each product is widened
@@ -266,7 +280,7 @@ func lanesUpdateStagedSIMD(l *Lanes, src Stager, n int, ahead, pre lanesAhead) {
 		return
 	}
 	d, ch := l.d, lanesChunks[l.kern]
-	if ws, ok := src.(WideningStager); ok && l.kern == lanesAVX512 && lanesConvOK && d%64 == 0 {
+	if ws, ok := src.(WideningStager); ok && lanesConvOK && d%64 == 0 && (l.kern == lanesAVX512 || l.kern == lanesAVX2 && l.offersDiv256(ws, n)) {
 		lanesUpdatePipelined(l, ws, n, ch.k, ch.v, ahead, pre)
 		return
 	}
@@ -291,6 +305,19 @@ func lanesUpdateStagedSIMD(l *Lanes, src Stager, n int, ahead, pre lanesAhead) {
 			lanesPVRange(l, stageRows(src, true, i0, i1, d), i0, i1, i0 == 0)
 		}
 	}
+}
+
+// offersDiv256 reports whether src offers the first K or V chunk of an
+// update of n keys as RawE4M3Div256 rows, which the AVX2 kernels widen
+// between their multiply-adds (lanesUpdatePipelined); otherwise the AVX2
+// update reads bf16 chunks in place and stages the rest.
+func (l *Lanes) offersDiv256(src WideningStager, n int) bool {
+	ch := lanesChunks[l.kern]
+	if _, f := src.RawK(0, min(n, ch.k)); f == RawE4M3Div256 {
+		return true
+	}
+	_, f, _ := src.RawV(0, min(n, ch.v))
+	return f == RawE4M3Div256
 }
 
 // stageRows returns src's staged key (v false) or value rows [i0, i1),
@@ -325,7 +352,7 @@ func lanesSoftmaxRange(l *Lanes, n int) {
 func lanesQKRange(l *Lanes, k []float32, i0, i1 int) {
 	ld := uintptr(l.d * 4)
 	if l.kern == lanesAVX2 {
-		lanesQKT(&l.qT[0], &k[0], ld, l.d, &l.s[i0*16], i1-i0, &l.pfK)
+		lanesQKT(&l.qT[0], &k[0], ld, l.d, &l.s[i0*16], i1-i0, &l.pfK, l.conv())
 		return
 	}
 	qkt512For(l.d)(&l.qT[0], &k[0], ld, l.d, &l.s[i0*16], i1-i0, &l.pfK, l.conv())
@@ -338,7 +365,7 @@ func lanesPVRange(l *Lanes, v []float32, i0, i1 int, first bool) {
 	ld := uintptr(l.d * 4)
 	alpha := l.pvAlpha(first)
 	if l.kern == lanesAVX2 {
-		lanesPVT(&l.s[i0*16], &v[0], ld, i1-i0, &l.oT[0], alpha, l.d, &l.pfV)
+		lanesPVT(&l.s[i0*16], &v[0], ld, i1-i0, &l.oT[0], alpha, l.d, &l.pfV, l.conv())
 		return
 	}
 	lanesPVT512(&l.s[i0*16], &v[0], ld, i1-i0, &l.oT[0], alpha, l.d, &l.pfV, l.conv())

@@ -164,14 +164,31 @@ DATA ·lanesc8+624(SB)/4, $0x00800080 // w80
 DATA ·lanesc8+628(SB)/4, $0x00800080 // w80
 DATA ·lanesc8+632(SB)/4, $0x00800080 // w80
 DATA ·lanesc8+636(SB)/4, $0x00800080 // w80
-GLOBL ·lanesc8(SB), RODATA|NOPTR, $640
+DATA ·lanesc8+640(SB)/4, $0xbfffbfff // wbfff
+DATA ·lanesc8+644(SB)/4, $0xbfffbfff // wbfff
+DATA ·lanesc8+648(SB)/4, $0xbfffbfff // wbfff
+DATA ·lanesc8+652(SB)/4, $0xbfffbfff // wbfff
+DATA ·lanesc8+656(SB)/4, $0xbfffbfff // wbfff
+DATA ·lanesc8+660(SB)/4, $0xbfffbfff // wbfff
+DATA ·lanesc8+664(SB)/4, $0xbfffbfff // wbfff
+DATA ·lanesc8+668(SB)/4, $0xbfffbfff // wbfff
+DATA ·lanesc8+672(SB)/4, $0xfefefefe // bfe
+DATA ·lanesc8+676(SB)/4, $0xfefefefe // bfe
+DATA ·lanesc8+680(SB)/4, $0xfefefefe // bfe
+DATA ·lanesc8+684(SB)/4, $0xfefefefe // bfe
+DATA ·lanesc8+688(SB)/4, $0xfefefefe // bfe
+DATA ·lanesc8+692(SB)/4, $0xfefefefe // bfe
+DATA ·lanesc8+696(SB)/4, $0xfefefefe // bfe
+DATA ·lanesc8+700(SB)/4, $0xfefefefe // bfe
+GLOBL ·lanesc8(SB), RODATA|NOPTR, $704
 
-// func lanesQKT(qT *float32, k *float32, ldk uintptr, d int, s *float32, n int, pf *lanesPrefetch)
-TEXT ·lanesQKT(SB), NOSPLIT, $0-56
+// func lanesQKT(qT *float32, k *float32, ldk uintptr, d int, s *float32, n int, pf *lanesPrefetch, cv *lanesConv)
+TEXT ·lanesQKT(SB), NOSPLIT, $0-64
 	MOVQ pf+48(FP), DX
 	MOVQ 0(DX), R12 // prefetch cursor
 	MOVQ 8(DX), R13 // its step per iteration
 	MOVQ 16(DX), R14 // its last line
+	MOVQ cv+56(FP), R15 // side conversion job
 	MOVQ k+8(FP), SI
 	MOVQ ldk+16(FP), R8
 	MOVQ s+32(FP), BX
@@ -196,56 +213,76 @@ keys6:
 	VXORPS Y9, Y9, Y9
 	VXORPS Y10, Y10, Y10
 	VXORPS Y11, Y11, Y11
+	MOVQ 0(R15), R10 // side conversion source
+	MOVQ 8(R15), DX // and destination
 qk6:
 	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
 	ADDQ R13, R12
 	CMPQ R12, R14
 	CMOVQGT R14, R12 // stay on the last line
+	CMPQ 16(R15), $2 // side conversion: units left
+	JLT qk6cv
+	VPMOVSXBW 0(R10), X15
+	VPSLLW $7, X15, X15
+	VPAND ·lanesc8+640(SB), X15, X15 // float16 bits of value / 256
+	VCVTPH2PS X15, Y15
+	VMOVUPS Y15, 0(DX)
+	VPMOVSXBW 8(R10), X15
+	VPSLLW $7, X15, X15
+	VPAND ·lanesc8+640(SB), X15, X15 // float16 bits of value / 256
+	VCVTPH2PS X15, Y15
+	VMOVUPS Y15, 32(DX)
+	ADDQ $16, R10
+	ADDQ $64, DX
+	SUBQ $2, 16(R15)
+qk6cv:
 	VMOVUPS 0(AX), Y12 // Q^T[c+0], rows 0-7
 	VMOVUPS 32(AX), Y13 // rows 8-15
 	VBROADCASTSS 0(SI), Y14 // K[0][c+0]
 	VFMADD231PS Y14, Y12, Y0
 	VFMADD231PS Y14, Y13, Y1
-	VBROADCASTSS 0(SI)(R8*1), Y15 // K[1][c+0]
-	VFMADD231PS Y15, Y12, Y2
-	VFMADD231PS Y15, Y13, Y3
+	VBROADCASTSS 0(SI)(R8*1), Y14 // K[1][c+0]
+	VFMADD231PS Y14, Y12, Y2
+	VFMADD231PS Y14, Y13, Y3
 	VBROADCASTSS 0(SI)(R8*2), Y14 // K[2][c+0]
 	VFMADD231PS Y14, Y12, Y4
 	VFMADD231PS Y14, Y13, Y5
-	VBROADCASTSS 0(DI), Y15 // K[3][c+0]
-	VFMADD231PS Y15, Y12, Y6
-	VFMADD231PS Y15, Y13, Y7
+	VBROADCASTSS 0(DI), Y14 // K[3][c+0]
+	VFMADD231PS Y14, Y12, Y6
+	VFMADD231PS Y14, Y13, Y7
 	VBROADCASTSS 0(DI)(R8*1), Y14 // K[4][c+0]
 	VFMADD231PS Y14, Y12, Y8
 	VFMADD231PS Y14, Y13, Y9
-	VBROADCASTSS 0(DI)(R8*2), Y15 // K[5][c+0]
-	VFMADD231PS Y15, Y12, Y10
-	VFMADD231PS Y15, Y13, Y11
+	VBROADCASTSS 0(DI)(R8*2), Y14 // K[5][c+0]
+	VFMADD231PS Y14, Y12, Y10
+	VFMADD231PS Y14, Y13, Y11
 	VMOVUPS 64(AX), Y12 // Q^T[c+1], rows 0-7
 	VMOVUPS 96(AX), Y13 // rows 8-15
 	VBROADCASTSS 4(SI), Y14 // K[0][c+1]
 	VFMADD231PS Y14, Y12, Y0
 	VFMADD231PS Y14, Y13, Y1
-	VBROADCASTSS 4(SI)(R8*1), Y15 // K[1][c+1]
-	VFMADD231PS Y15, Y12, Y2
-	VFMADD231PS Y15, Y13, Y3
+	VBROADCASTSS 4(SI)(R8*1), Y14 // K[1][c+1]
+	VFMADD231PS Y14, Y12, Y2
+	VFMADD231PS Y14, Y13, Y3
 	VBROADCASTSS 4(SI)(R8*2), Y14 // K[2][c+1]
 	VFMADD231PS Y14, Y12, Y4
 	VFMADD231PS Y14, Y13, Y5
-	VBROADCASTSS 4(DI), Y15 // K[3][c+1]
-	VFMADD231PS Y15, Y12, Y6
-	VFMADD231PS Y15, Y13, Y7
+	VBROADCASTSS 4(DI), Y14 // K[3][c+1]
+	VFMADD231PS Y14, Y12, Y6
+	VFMADD231PS Y14, Y13, Y7
 	VBROADCASTSS 4(DI)(R8*1), Y14 // K[4][c+1]
 	VFMADD231PS Y14, Y12, Y8
 	VFMADD231PS Y14, Y13, Y9
-	VBROADCASTSS 4(DI)(R8*2), Y15 // K[5][c+1]
-	VFMADD231PS Y15, Y12, Y10
-	VFMADD231PS Y15, Y13, Y11
+	VBROADCASTSS 4(DI)(R8*2), Y14 // K[5][c+1]
+	VFMADD231PS Y14, Y12, Y10
+	VFMADD231PS Y14, Y13, Y11
 	ADDQ $128, AX
 	ADDQ $8, SI
 	ADDQ $8, DI
 	DECQ CX
 	JNZ qk6
+	MOVQ R10, 0(R15)
+	MOVQ DX, 8(R15)
 	MOVQ d+24(FP), CX
 	SHLQ $2, CX
 	SUBQ CX, SI // back to the group's first key
@@ -280,44 +317,64 @@ keys4:
 	VXORPS Y5, Y5, Y5
 	VXORPS Y6, Y6, Y6
 	VXORPS Y7, Y7, Y7
+	MOVQ 0(R15), R10 // side conversion source
+	MOVQ 8(R15), DX // and destination
 qk4:
 	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
 	ADDQ R13, R12
 	CMPQ R12, R14
 	CMOVQGT R14, R12 // stay on the last line
+	CMPQ 16(R15), $2 // side conversion: units left
+	JLT qk4cv
+	VPMOVSXBW 0(R10), X15
+	VPSLLW $7, X15, X15
+	VPAND ·lanesc8+640(SB), X15, X15 // float16 bits of value / 256
+	VCVTPH2PS X15, Y15
+	VMOVUPS Y15, 0(DX)
+	VPMOVSXBW 8(R10), X15
+	VPSLLW $7, X15, X15
+	VPAND ·lanesc8+640(SB), X15, X15 // float16 bits of value / 256
+	VCVTPH2PS X15, Y15
+	VMOVUPS Y15, 32(DX)
+	ADDQ $16, R10
+	ADDQ $64, DX
+	SUBQ $2, 16(R15)
+qk4cv:
 	VMOVUPS 0(AX), Y12 // Q^T[c+0], rows 0-7
 	VMOVUPS 32(AX), Y13 // rows 8-15
 	VBROADCASTSS 0(SI), Y14 // K[0][c+0]
 	VFMADD231PS Y14, Y12, Y0
 	VFMADD231PS Y14, Y13, Y1
-	VBROADCASTSS 0(SI)(R8*1), Y15 // K[1][c+0]
-	VFMADD231PS Y15, Y12, Y2
-	VFMADD231PS Y15, Y13, Y3
+	VBROADCASTSS 0(SI)(R8*1), Y14 // K[1][c+0]
+	VFMADD231PS Y14, Y12, Y2
+	VFMADD231PS Y14, Y13, Y3
 	VBROADCASTSS 0(SI)(R8*2), Y14 // K[2][c+0]
 	VFMADD231PS Y14, Y12, Y4
 	VFMADD231PS Y14, Y13, Y5
-	VBROADCASTSS 0(DI), Y15 // K[3][c+0]
-	VFMADD231PS Y15, Y12, Y6
-	VFMADD231PS Y15, Y13, Y7
+	VBROADCASTSS 0(DI), Y14 // K[3][c+0]
+	VFMADD231PS Y14, Y12, Y6
+	VFMADD231PS Y14, Y13, Y7
 	VMOVUPS 64(AX), Y12 // Q^T[c+1], rows 0-7
 	VMOVUPS 96(AX), Y13 // rows 8-15
 	VBROADCASTSS 4(SI), Y14 // K[0][c+1]
 	VFMADD231PS Y14, Y12, Y0
 	VFMADD231PS Y14, Y13, Y1
-	VBROADCASTSS 4(SI)(R8*1), Y15 // K[1][c+1]
-	VFMADD231PS Y15, Y12, Y2
-	VFMADD231PS Y15, Y13, Y3
+	VBROADCASTSS 4(SI)(R8*1), Y14 // K[1][c+1]
+	VFMADD231PS Y14, Y12, Y2
+	VFMADD231PS Y14, Y13, Y3
 	VBROADCASTSS 4(SI)(R8*2), Y14 // K[2][c+1]
 	VFMADD231PS Y14, Y12, Y4
 	VFMADD231PS Y14, Y13, Y5
-	VBROADCASTSS 4(DI), Y15 // K[3][c+1]
-	VFMADD231PS Y15, Y12, Y6
-	VFMADD231PS Y15, Y13, Y7
+	VBROADCASTSS 4(DI), Y14 // K[3][c+1]
+	VFMADD231PS Y14, Y12, Y6
+	VFMADD231PS Y14, Y13, Y7
 	ADDQ $128, AX
 	ADDQ $8, SI
 	ADDQ $8, DI
 	DECQ CX
 	JNZ qk4
+	MOVQ R10, 0(R15)
+	MOVQ DX, 8(R15)
 	MOVQ d+24(FP), CX
 	SHLQ $2, CX
 	SUBQ CX, SI // back to the group's first key
@@ -342,31 +399,51 @@ keys2:
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
+	MOVQ 0(R15), R10 // side conversion source
+	MOVQ 8(R15), DX // and destination
 qk2:
 	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
 	ADDQ R13, R12
 	CMPQ R12, R14
 	CMOVQGT R14, R12 // stay on the last line
+	CMPQ 16(R15), $2 // side conversion: units left
+	JLT qk2cv
+	VPMOVSXBW 0(R10), X15
+	VPSLLW $7, X15, X15
+	VPAND ·lanesc8+640(SB), X15, X15 // float16 bits of value / 256
+	VCVTPH2PS X15, Y15
+	VMOVUPS Y15, 0(DX)
+	VPMOVSXBW 8(R10), X15
+	VPSLLW $7, X15, X15
+	VPAND ·lanesc8+640(SB), X15, X15 // float16 bits of value / 256
+	VCVTPH2PS X15, Y15
+	VMOVUPS Y15, 32(DX)
+	ADDQ $16, R10
+	ADDQ $64, DX
+	SUBQ $2, 16(R15)
+qk2cv:
 	VMOVUPS 0(AX), Y12 // Q^T[c+0], rows 0-7
 	VMOVUPS 32(AX), Y13 // rows 8-15
 	VBROADCASTSS 0(SI), Y14 // K[0][c+0]
 	VFMADD231PS Y14, Y12, Y0
 	VFMADD231PS Y14, Y13, Y1
-	VBROADCASTSS 0(SI)(R8*1), Y15 // K[1][c+0]
-	VFMADD231PS Y15, Y12, Y2
-	VFMADD231PS Y15, Y13, Y3
+	VBROADCASTSS 0(SI)(R8*1), Y14 // K[1][c+0]
+	VFMADD231PS Y14, Y12, Y2
+	VFMADD231PS Y14, Y13, Y3
 	VMOVUPS 64(AX), Y12 // Q^T[c+1], rows 0-7
 	VMOVUPS 96(AX), Y13 // rows 8-15
 	VBROADCASTSS 4(SI), Y14 // K[0][c+1]
 	VFMADD231PS Y14, Y12, Y0
 	VFMADD231PS Y14, Y13, Y1
-	VBROADCASTSS 4(SI)(R8*1), Y15 // K[1][c+1]
-	VFMADD231PS Y15, Y12, Y2
-	VFMADD231PS Y15, Y13, Y3
+	VBROADCASTSS 4(SI)(R8*1), Y14 // K[1][c+1]
+	VFMADD231PS Y14, Y12, Y2
+	VFMADD231PS Y14, Y13, Y3
 	ADDQ $128, AX
 	ADDQ $8, SI
 	DECQ CX
 	JNZ qk2
+	MOVQ R10, 0(R15)
+	MOVQ DX, 8(R15)
 	MOVQ d+24(FP), CX
 	SHLQ $2, CX
 	SUBQ CX, SI // back to the group's first key
@@ -385,11 +462,29 @@ keys1:
 	SHRQ $1, CX // column steps of 2
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
+	MOVQ 0(R15), R10 // side conversion source
+	MOVQ 8(R15), DX // and destination
 qk1:
 	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
 	ADDQ R13, R12
 	CMPQ R12, R14
 	CMOVQGT R14, R12 // stay on the last line
+	CMPQ 16(R15), $2 // side conversion: units left
+	JLT qk1cv
+	VPMOVSXBW 0(R10), X15
+	VPSLLW $7, X15, X15
+	VPAND ·lanesc8+640(SB), X15, X15 // float16 bits of value / 256
+	VCVTPH2PS X15, Y15
+	VMOVUPS Y15, 0(DX)
+	VPMOVSXBW 8(R10), X15
+	VPSLLW $7, X15, X15
+	VPAND ·lanesc8+640(SB), X15, X15 // float16 bits of value / 256
+	VCVTPH2PS X15, Y15
+	VMOVUPS Y15, 32(DX)
+	ADDQ $16, R10
+	ADDQ $64, DX
+	SUBQ $2, 16(R15)
+qk1cv:
 	VMOVUPS 0(AX), Y12 // Q^T[c+0], rows 0-7
 	VMOVUPS 32(AX), Y13 // rows 8-15
 	VBROADCASTSS 0(SI), Y14 // K[0][c+0]
@@ -397,13 +492,15 @@ qk1:
 	VFMADD231PS Y14, Y13, Y1
 	VMOVUPS 64(AX), Y12 // Q^T[c+1], rows 0-7
 	VMOVUPS 96(AX), Y13 // rows 8-15
-	VBROADCASTSS 4(SI), Y15 // K[0][c+1]
-	VFMADD231PS Y15, Y12, Y0
-	VFMADD231PS Y15, Y13, Y1
+	VBROADCASTSS 4(SI), Y14 // K[0][c+1]
+	VFMADD231PS Y14, Y12, Y0
+	VFMADD231PS Y14, Y13, Y1
 	ADDQ $128, AX
 	ADDQ $8, SI
 	DECQ CX
 	JNZ qk1
+	MOVQ R10, 0(R15)
+	MOVQ DX, 8(R15)
 	MOVQ d+24(FP), CX
 	SHLQ $2, CX
 	SUBQ CX, SI // back to the group's first key
@@ -1030,12 +1127,13 @@ done:
 	VZEROUPPER
 	RET
 
-// func lanesPVT(p *float32, v *float32, ldv uintptr, n int, o *float32, alpha *float32, d int, pf *lanesPrefetch)
-TEXT ·lanesPVT(SB), NOSPLIT, $0-64
+// func lanesPVT(p *float32, v *float32, ldv uintptr, n int, o *float32, alpha *float32, d int, pf *lanesPrefetch, cv *lanesConv)
+TEXT ·lanesPVT(SB), NOSPLIT, $0-72
 	MOVQ pf+56(FP), R14
 	MOVQ 0(R14), R9 // prefetch cursor
 	MOVQ 8(R14), R10 // its step per iteration
 	MOVQ 16(R14), R13 // its last line
+	MOVQ cv+64(FP), R15 // side conversion job
 	MOVQ v+8(FP), R12
 	MOVQ ldv+16(FP), R8
 	MOVQ o+32(FP), DI
@@ -1049,6 +1147,7 @@ cols:
 	MOVQ p+0(FP), SI
 	MOVQ R12, DX
 	MOVQ n+24(FP), CX
+	MOVQ alpha+40(FP), AX // AX holds the conversion's destination in the loop
 	TESTQ AX, AX
 	JZ noalpha6 // nil alpha: O is continued as it is
 	VMOVUPS (AX), Y12 // alpha, rows 0-7
@@ -1080,35 +1179,55 @@ noalpha6:
 	VMOVUPS 320(DI), Y10
 	VMOVUPS 352(DI), Y11
 pvgo6:
+	MOVQ 0(R15), BX // side conversion source
+	MOVQ 8(R15), AX // and destination
 pv6:
 	PREFETCHT1 (R9) // the following block into L2, spread over the iterations
 	ADDQ R10, R9
 	CMPQ R9, R13
 	CMOVQGT R13, R9 // stay on the last line
+	CMPQ 16(R15), $2 // side conversion: units left
+	JLT pv6cv
+	VPMOVSXBW 0(BX), X15
+	VPSLLW $7, X15, X15
+	VPAND ·lanesc8+640(SB), X15, X15 // float16 bits of value / 256
+	VCVTPH2PS X15, Y15
+	VMOVUPS Y15, 0(AX)
+	VPMOVSXBW 8(BX), X15
+	VPSLLW $7, X15, X15
+	VPAND ·lanesc8+640(SB), X15, X15 // float16 bits of value / 256
+	VCVTPH2PS X15, Y15
+	VMOVUPS Y15, 32(AX)
+	ADDQ $16, BX
+	ADDQ $64, AX
+	SUBQ $2, 16(R15)
+pv6cv:
 	VMOVUPS 0(SI), Y12 // P^T[i], rows 0-7
 	VMOVUPS 32(SI), Y13 // rows 8-15
 	VBROADCASTSS 0(DX), Y14 // V[i][c0+0]
 	VFMADD231PS Y14, Y12, Y0
 	VFMADD231PS Y14, Y13, Y1
-	VBROADCASTSS 4(DX), Y15 // V[i][c0+1]
-	VFMADD231PS Y15, Y12, Y2
-	VFMADD231PS Y15, Y13, Y3
+	VBROADCASTSS 4(DX), Y14 // V[i][c0+1]
+	VFMADD231PS Y14, Y12, Y2
+	VFMADD231PS Y14, Y13, Y3
 	VBROADCASTSS 8(DX), Y14 // V[i][c0+2]
 	VFMADD231PS Y14, Y12, Y4
 	VFMADD231PS Y14, Y13, Y5
-	VBROADCASTSS 12(DX), Y15 // V[i][c0+3]
-	VFMADD231PS Y15, Y12, Y6
-	VFMADD231PS Y15, Y13, Y7
+	VBROADCASTSS 12(DX), Y14 // V[i][c0+3]
+	VFMADD231PS Y14, Y12, Y6
+	VFMADD231PS Y14, Y13, Y7
 	VBROADCASTSS 16(DX), Y14 // V[i][c0+4]
 	VFMADD231PS Y14, Y12, Y8
 	VFMADD231PS Y14, Y13, Y9
-	VBROADCASTSS 20(DX), Y15 // V[i][c0+5]
-	VFMADD231PS Y15, Y12, Y10
-	VFMADD231PS Y15, Y13, Y11
+	VBROADCASTSS 20(DX), Y14 // V[i][c0+5]
+	VFMADD231PS Y14, Y12, Y10
+	VFMADD231PS Y14, Y13, Y11
 	ADDQ $64, SI
 	ADDQ R8, DX
 	DECQ CX
 	JNZ pv6
+	MOVQ BX, 0(R15)
+	MOVQ AX, 8(R15)
 	VMOVUPS Y0, 0(DI)
 	VMOVUPS Y1, 32(DI)
 	VMOVUPS Y2, 64(DI)
@@ -1132,6 +1251,7 @@ cols4:
 	MOVQ p+0(FP), SI
 	MOVQ R12, DX
 	MOVQ n+24(FP), CX
+	MOVQ alpha+40(FP), AX // AX holds the conversion's destination in the loop
 	TESTQ AX, AX
 	JZ noalpha4 // nil alpha: O is continued as it is
 	VMOVUPS (AX), Y12 // alpha, rows 0-7
@@ -1155,29 +1275,49 @@ noalpha4:
 	VMOVUPS 192(DI), Y6
 	VMOVUPS 224(DI), Y7
 pvgo4:
+	MOVQ 0(R15), BX // side conversion source
+	MOVQ 8(R15), AX // and destination
 pv4:
 	PREFETCHT1 (R9) // the following block into L2, spread over the iterations
 	ADDQ R10, R9
 	CMPQ R9, R13
 	CMOVQGT R13, R9 // stay on the last line
+	CMPQ 16(R15), $2 // side conversion: units left
+	JLT pv4cv
+	VPMOVSXBW 0(BX), X15
+	VPSLLW $7, X15, X15
+	VPAND ·lanesc8+640(SB), X15, X15 // float16 bits of value / 256
+	VCVTPH2PS X15, Y15
+	VMOVUPS Y15, 0(AX)
+	VPMOVSXBW 8(BX), X15
+	VPSLLW $7, X15, X15
+	VPAND ·lanesc8+640(SB), X15, X15 // float16 bits of value / 256
+	VCVTPH2PS X15, Y15
+	VMOVUPS Y15, 32(AX)
+	ADDQ $16, BX
+	ADDQ $64, AX
+	SUBQ $2, 16(R15)
+pv4cv:
 	VMOVUPS 0(SI), Y12 // P^T[i], rows 0-7
 	VMOVUPS 32(SI), Y13 // rows 8-15
 	VBROADCASTSS 0(DX), Y14 // V[i][c0+0]
 	VFMADD231PS Y14, Y12, Y0
 	VFMADD231PS Y14, Y13, Y1
-	VBROADCASTSS 4(DX), Y15 // V[i][c0+1]
-	VFMADD231PS Y15, Y12, Y2
-	VFMADD231PS Y15, Y13, Y3
+	VBROADCASTSS 4(DX), Y14 // V[i][c0+1]
+	VFMADD231PS Y14, Y12, Y2
+	VFMADD231PS Y14, Y13, Y3
 	VBROADCASTSS 8(DX), Y14 // V[i][c0+2]
 	VFMADD231PS Y14, Y12, Y4
 	VFMADD231PS Y14, Y13, Y5
-	VBROADCASTSS 12(DX), Y15 // V[i][c0+3]
-	VFMADD231PS Y15, Y12, Y6
-	VFMADD231PS Y15, Y13, Y7
+	VBROADCASTSS 12(DX), Y14 // V[i][c0+3]
+	VFMADD231PS Y14, Y12, Y6
+	VFMADD231PS Y14, Y13, Y7
 	ADDQ $64, SI
 	ADDQ R8, DX
 	DECQ CX
 	JNZ pv4
+	MOVQ BX, 0(R15)
+	MOVQ AX, 8(R15)
 	VMOVUPS Y0, 0(DI)
 	VMOVUPS Y1, 32(DI)
 	VMOVUPS Y2, 64(DI)
@@ -1656,6 +1796,54 @@ max8:
 maxdone:
 	VPMAXSW Y1, Y0, Y0
 	VMOVDQU Y0, (DI)
+	VZEROUPPER
+	RET
+
+// func lanesConvRestAVX2(cv *lanesConv)
+TEXT ·lanesConvRestAVX2(SB), NOSPLIT, $0-8
+	MOVQ cv+0(FP), R15
+	MOVQ 16(R15), CX
+	TESTQ CX, CX
+	JEQ rest2done
+	MOVQ 0(R15), SI
+	MOVQ 8(R15), DI
+rest2:
+	VPMOVSXBW 0(SI), X0
+	VPSLLW $7, X0, X0
+	VPAND ·lanesc8+640(SB), X0, X0 // float16 bits of value / 256
+	VCVTPH2PS X0, Y0
+	VMOVUPS Y0, 0(DI)
+	ADDQ $8, SI
+	ADDQ $32, DI
+	DECQ CX
+	JNZ rest2
+	MOVQ SI, 0(R15)
+	MOVQ DI, 8(R15)
+	MOVQ $0, 16(R15)
+rest2done:
+	VZEROUPPER
+	RET
+
+// func lanesE4M3NaNAVX2(p unsafe.Pointer, n int) bool
+TEXT ·lanesE4M3NaNAVX2(SB), NOSPLIT, $0-17
+	MOVQ p+0(FP), SI
+	MOVQ n+8(FP), CX
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+nanscan:
+	VMOVDQU (SI), Y0
+	VMOVDQU 32(SI), Y1
+	VPADDB Y0, Y0, Y0 // 2b: 0xfe for a NaN, at most 0xfc otherwise
+	VPADDB Y1, Y1, Y1
+	VPMAXUB Y0, Y2, Y2
+	VPMAXUB Y1, Y3, Y3
+	ADDQ $64, SI
+	SUBQ $64, CX
+	JNZ nanscan
+	VPMAXUB Y3, Y2, Y2
+	VPCMPEQB ·lanesc8+672(SB), Y2, Y2
+	VPTEST Y2, Y2
+	SETNE ret+16(FP)
 	VZEROUPPER
 	RET
 

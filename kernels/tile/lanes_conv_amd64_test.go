@@ -173,8 +173,13 @@ type rawStager struct {
 func (s *rawStager) widen(dst []float32, x []byte, i0, i1 int) []float32 {
 	n := (i1 - i0) * s.d
 	dst = dst[:n]
-	if s.f == RawE4M3 {
+	if s.f.e4m3() {
 		lowp.DecodeE4M3(dst, unsafe.Slice((*lowp.Float8E4M3FN)(unsafe.Pointer(&x[i0*s.d])), n))
+		if s.f == RawE4M3Div256 {
+			for i := range dst {
+				dst[i] /= 256 // exact: attn's folded AVX2 staging
+			}
+		}
 		return dst
 	}
 	lowp.DecodeBF16(dst, unsafe.Slice((*lowp.BFloat16)(unsafe.Pointer(&x[2*i0*s.d])), n))
@@ -201,8 +206,11 @@ func (s *rawStager) StageV(i0, i1 int) []float32 {
 	return v
 }
 
+// e4m3 reports whether f stores one e4m3fn byte per value.
+func (f RawFormat) e4m3() bool { return f == RawE4M3 || f == RawE4M3Div256 }
+
 func (s *rawStager) raw(x []byte, i0 int) unsafe.Pointer {
-	if s.f == RawE4M3 {
+	if s.f.e4m3() {
 		return unsafe.Pointer(&x[i0*s.d])
 	}
 	return unsafe.Pointer(&x[2*i0*s.d])
@@ -316,13 +324,24 @@ func pipelinedCase(t *testing.T, rng *rand.Rand, tn string, f RawFormat, d, n in
 	if f == RawBF16 {
 		size = 2
 	}
+	ch := lanesChunks[lanesAVX512]
+	if tn == "avx2" {
+		ch = lanesChunks[lanesAVX2]
+	}
 	ks, vs := make([][]byte, updates), make([][]byte, updates)
 	for u := range ks {
 		ks[u], vs[u] = make([]byte, size*n*d), make([]byte, size*n*d)
 		for i := 0; i < n*d; i++ {
-			if f == RawE4M3 {
-				// magnitudes up to 2^-2 (scores stay finite), subnormals included
+			if f.e4m3() {
+				// magnitudes up to 2^-2 (scores stay finite), subnormals
+				// included; in the nan case V has NaNs, and K rarely, in
+				// the second key chunk of the first update and the first
+				// of the second (which WidenNext may offer ahead), so that
+				// the other chunks are still widened
 				ks[u][i] = byte(rng.Intn(0x28) | rng.Intn(2)<<7)
+				if c := i / (ch.k * d); nan && (u == 0 && c == 1 || u == 1 && c == 0) && rng.Intn(500) == 0 {
+					ks[u][i] = 0x7f | byte(rng.Intn(2))<<7
+				}
 				vs[u][i] = byte(rng.Intn(256))
 				if !nan && vs[u][i]&0x7f == 0x7f {
 					vs[u][i] = 0x7e
@@ -358,7 +377,7 @@ func pipelinedCase(t *testing.T, rng *rand.Rand, tn string, f RawFormat, d, n in
 				case 1:
 					l.WidenNext(unsafe.Pointer(&next[0]), f, n)
 				case 2:
-					l.WidenNext(unsafe.Pointer(&next[0]), f, min(n, lanesChunks[lanesAVX512].k))
+					l.WidenNext(unsafe.Pointer(&next[0]), f, min(n, ch.k))
 				case 3:
 					l.WidenNext(unsafe.Pointer(&next[0]), f, 1)
 				case 4:
@@ -383,8 +402,9 @@ func pipelinedCase(t *testing.T, rng *rand.Rand, tn string, f RawFormat, d, n in
 	}
 	// The AMX and AVX2 paths stage the guarded bf16 value chunks above the
 	// guard's limit and every guarded chunk after them; the AVX2 path
-	// stages e4m3fn rows.
-	staged := tn == "amxbf16" && f == RawBF16 || tn == "avx2" && (f == RawE4M3 || scan && hugeV > 0)
+	// stages plain e4m3fn rows, and RawE4M3Div256 chunks that hold a NaN or
+	// whose d is not a multiple of 64.
+	staged := tn == "amxbf16" && f == RawBF16 || tn == "avx2" && (f == RawE4M3 || scan && hugeV > 0 || f == RawE4M3Div256 && (nan || d%64 != 0))
 	if noRaw == nil && calls != 0 && !staged {
 		t.Errorf("%s: %d StageK/StageV calls with every chunk offered as bytes", name, calls)
 	}
@@ -392,25 +412,34 @@ func pipelinedCase(t *testing.T, rng *rand.Rand, tn string, f RawFormat, d, n in
 
 // TestLanesAVX2Raw is TestLanesUpdatePipelined on the avx2 tier: bf16
 // chunks offered in place go to the BF16 kernels (lanesQKTBF16,
-// lanesPVTBF16, the guard's scan lanesBF16MaxAVX2), the rest is staged,
-// and the results and guard maxima must equal the staged path's bit for
-// bit. V magnitudes are ordinary (every chunk read in place, also when
-// guarded: no StageK / StageV call may happen), or include rare huge ones
-// that raise the guard's shift mid-block (those chunks and the later
-// guarded ones staged), and Inf and NaN, which the scan must skip; d from
-// 8 (two column groups of 4) to 256, n covering the 5-, 4-, 2- and 1-key
-// groups and partial chunks; e4m3fn rows, which this path stages.
+// lanesPVTBF16, the guard's scan lanesBF16MaxAVX2); RawE4M3Div256 chunks
+// are widened (to value / 256) by the float32 kernels of the chunk before
+// them, the first key chunk also ahead by the previous update's last value
+// chunk (WidenNext), and a chunk that holds a NaN byte is staged instead;
+// the rest is staged. The results and guard maxima must equal the staged
+// path's bit for bit. V magnitudes are ordinary (every chunk read in place
+// or widened, also when guarded: no StageK / StageV call may happen), or
+// include rare huge ones that raise the guard's shift mid-block (those
+// chunks and the later guarded ones staged), and Inf and NaN, which the
+// scan must skip (e4m3fn: NaN in V and in the second K chunk); d from 8
+// (two column groups of 4) to 256, n covering the 6-, 5-, 4-, 2- and
+// 1-key groups and partial chunks; plain e4m3fn rows, which this path
+// stages.
 func TestLanesAVX2Raw(t *testing.T) {
 	useTier(t, "avx2")
 	rng := rand.New(rand.NewSource(5))
 	ch := lanesChunks[lanesAVX2]
-	for _, f := range []RawFormat{RawBF16, RawE4M3} {
+	for _, f := range []RawFormat{RawBF16, RawE4M3, RawE4M3Div256} {
 		for _, d := range []int{8, 16, 24, 40, 64, 128, 256} {
-			for _, n := range []int{1, 3, 5, 7, 12, 47, 48, 49, 64, 100, 127, 128} {
+			for _, n := range []int{1, 3, 5, 6, 7, 12, 47, 48, 49, 64, 65, 100, 127, 128} {
 				for _, noRaw := range []map[int]bool{nil, {0: true}, {ch.k: true, -1: true}, {2 * ch.k: true, -1 - ch.v: true}} {
 					for _, hugeV := range []int{0, 200} {
 						nan := hugeV > 0 && noRaw == nil && rng.Intn(2) == 0
-						pipelinedCase(t, rng, "avx2", f, d, n, noRaw, nan, f == RawBF16 && rng.Intn(4) != 0, 0, hugeV)
+						ahead := 0
+						if f == RawE4M3Div256 {
+							ahead = rng.Intn(5)
+						}
+						pipelinedCase(t, rng, "avx2", f, d, n, noRaw, nan, f == RawBF16 && rng.Intn(4) != 0, ahead, hugeV)
 					}
 				}
 			}

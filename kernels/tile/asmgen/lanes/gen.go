@@ -225,14 +225,20 @@ func main() {
 
 // AVX2 kernels: each 16-row vector is two ymm halves (rows 0-7, 8-15), so
 // that 16 ymm registers hold 12 accumulators (6 keys or columns), the two
-// halves of Q^T or P^T and two broadcast registers:
+// halves of Q^T or P^T, the broadcast register Y14 and the side
+// conversion's scratch Y15:
 //
 //   - lanesQKT: per column 2 loads of Q, 6 scalar broadcasts of K and 12
-//     multiply-adds.
+//     multiply-adds; per iteration (two columns), while the job has units
+//     left, 16 e4m3fn values of the next chunk widened to value / 256
+//     (convAVX2, f16Core).
 //   - lanesSoftmaxAVX2: lanesSoftmax512 on two halves per vector with the
 //     AVX2 exp2 of the avx2 Acc tier (emit.Exp2AVX2).
 //   - lanesPVT: per key 2 loads of P^T, 6 scalar broadcasts of V and 12
-//     multiply-adds.
+//     multiply-adds, and the side conversion's 16 values as in lanesQKT.
+//     On Zen 4 the conversion inside the loops costs the FP8 decode step
+//     about 1.5 us per 128-key block against 2.2 us staged apart (in cache
+//     75% of the FMA peak against 71.5%).
 //   - lanesQKTBF16, lanesPVTBF16: the same on bf16 rows read in place
 //     (vecISA.bf16): one dword broadcast per two columns, widened by a
 //     shift and a mask; Q.K in groups of 5 keys, as Q^T of both columns
@@ -241,12 +247,15 @@ func main() {
 //     float32 Q.K kernel's rate.
 //   - lanesBF16MaxAVX2: the V guard's finite-maximum scan of bf16 rows
 //     read in place.
+//   - lanesConvRestAVX2: the units of a side conversion its kernel left.
+//   - lanesE4M3NaNAVX2: the NaN scan of an e4m3fn chunk after its side
+//     conversion.
 //
 // One call covers a whole chunk of keys or all columns, so the Go side
 // pays one call per chunk.
 
 // cnames8: the constant table lanesc8, 8 copies of each (32 bytes).
-var cnames8 = []string{"ninf", "lo256", "c0", "c1", "c2", "c3", "c4", "c5", "c6", "b127", "one", "r7fff", "hi16", "r7ffff", "hi12", "c16384", "sub", "c448", "w7fff", "w80"}
+var cnames8 = []string{"ninf", "lo256", "c0", "c1", "c2", "c3", "c4", "c5", "c6", "b127", "one", "r7fff", "hi16", "r7ffff", "hi12", "c16384", "sub", "c448", "w7fff", "w80", "wbfff", "bfe"}
 
 func c8(n string) string {
 	for i, x := range cnames8 {
@@ -271,6 +280,130 @@ func genAVX2(a *asm) {
 	genQKT(a, isaAVX2BF16)
 	genPVT(a, isaAVX2BF16)
 	genBF16Max(a)
+	genConvRestAVX2(a)
+	genE4M3NaN(a)
+}
+
+// genE4M3NaN emits lanesE4M3NaNAVX2(p unsafe.Pointer, n int) bool, n > 0
+// a multiple of 64: whether the n e4m3fn bytes at p hold a NaN (0x7f or
+// 0xff): each byte doubled is 0xfe exactly then, and the unsigned byte
+// maximum of the doubled bytes is compared with it at the end. The Go side
+// scans each chunk after its side conversion (the bytes are then in L1):
+// a NaN test inside the kernels' loops took 4 points of the FMA peak on
+// Zen 4 in cache (a maximum kept in the job, 12), and a scan before the
+// conversion, the bytes' first touch, 6-8% of FP8 decode end to end.
+func genE4M3NaN(a *asm) {
+	a.f("// func lanesE4M3NaNAVX2(p unsafe.Pointer, n int) bool")
+	a.f("TEXT ·lanesE4M3NaNAVX2(SB), NOSPLIT, $0-17")
+	a.f("\tMOVQ p+0(FP), SI")
+	a.f("\tMOVQ n+8(FP), CX")
+	a.f("\tVPXOR Y2, Y2, Y2")
+	a.f("\tVPXOR Y3, Y3, Y3")
+	a.f("nanscan:")
+	a.f("\tVMOVDQU (SI), Y0")
+	a.f("\tVMOVDQU 32(SI), Y1")
+	a.f("\tVPADDB Y0, Y0, Y0 // 2b: 0xfe for a NaN, at most 0xfc otherwise")
+	a.f("\tVPADDB Y1, Y1, Y1")
+	a.f("\tVPMAXUB Y0, Y2, Y2")
+	a.f("\tVPMAXUB Y1, Y3, Y3")
+	a.f("\tADDQ $64, SI")
+	a.f("\tSUBQ $64, CX")
+	a.f("\tJNZ nanscan")
+	a.f("\tVPMAXUB Y3, Y2, Y2")
+	a.f("\tVPCMPEQB %s, Y2, Y2", c8("bfe"))
+	a.f("\tVPTEST Y2, Y2")
+	a.f("\tSETNE ret+16(FP)")
+	a.f("\tVZEROUPPER")
+	a.f("\tRET\n")
+}
+
+// f16Core emits the AVX2 side conversion of n (8 or 16) e4m3fn bytes at
+// register src into n float32 at register dst, each value / 256, the route
+// of attn's AVX2 staging: a byte sign-extended to a word and shifted left
+// by 7, bit 14 cleared, is the float16 of value / 256, which VCVTPH2PS
+// widens exactly (e4m3fn subnormals included). A NaN byte (0x7f, 0xff)
+// becomes +-1.875 instead, so the Go side scans each widened chunk
+// (lanesE4M3NaNAVX2) and stages one that holds a NaN. y is the scratch
+// vector register (x its low half).
+func f16Core(a *asm, n, y int, src, dst string) {
+	for i := 0; i < n/8; i++ {
+		a.f("\tVPMOVSXBW %d(%s), X%d", 8*i, src, y)
+		a.f("\tVPSLLW $7, X%d, X%d", y, y)
+		a.f("\tVPAND %s, X%d, X%d // float16 bits of value / 256", c8("wbfff"), y, y)
+		a.f("\tVCVTPH2PS X%d, Y%d", y, y)
+		a.f("\tVMOVUPS Y%d, %d(%s)", y, 32*i, dst)
+	}
+}
+
+// convAVX2 are the GP registers an AVX2 float32 kernel keeps the side
+// conversion's source and destination addresses in during its loops (the
+// job, lanesConv, in R15; Y15 the scratch vector), and the values each
+// loop iteration widens while the job has units (8-value steps) left: 16,
+// so that a 64-key Q.K chunk (704 iterations at d = 128) covers a 64-row
+// chunk (8192 values). A first form with the AVX-512 kernels' shape (a
+// 64-value unit every few iterations by a countdown, the addresses
+// reloaded from the job for each 8 values, a NaN maximum kept in the job)
+// ran no faster than staging apart on Zen 4 (decode step in cache 73.0% of
+// the FMA peak against 72.9%).
+type convAVX2 struct {
+	src, dst string
+	n        int
+}
+
+var (
+	qkConv2 = convAVX2{src: "R10", dst: "DX", n: 16}
+	pvConv2 = convAVX2{src: "BX", dst: "AX", n: 16}
+)
+
+// load emits the loads of the job's addresses before a loop, store their
+// stores back after it.
+func (r convAVX2) load(a *asm) {
+	a.f("\tMOVQ %d(R15), %s // side conversion source", offCvSrc, r.src)
+	a.f("\tMOVQ %d(R15), %s // and destination", offCvDst, r.dst)
+}
+
+func (r convAVX2) store(a *asm) {
+	a.f("\tMOVQ %s, %d(R15)", r.src, offCvSrc)
+	a.f("\tMOVQ %s, %d(R15)", r.dst, offCvDst)
+}
+
+// step emits one loop iteration's share of the conversion: r.n values
+// while the job has at least r.n/8 units left (a smaller rest is left to
+// lanesConvRestAVX2); label names the skip target.
+func (r convAVX2) step(a *asm, label string) {
+	a.f("\tCMPQ %d(R15), $%d // side conversion: units left", offCvUnits, r.n/8)
+	a.f("\tJLT %s", label)
+	f16Core(a, r.n, 15, r.src, r.dst)
+	a.f("\tADDQ $%d, %s", r.n, r.src)
+	a.f("\tADDQ $%d, %s", 4*r.n, r.dst)
+	a.f("\tSUBQ $%d, %d(R15)", r.n/8, offCvUnits)
+	a.f("%s:", label)
+}
+
+// genConvRestAVX2 emits lanesConvRestAVX2(cv *lanesConv): the job's
+// remaining units (f16Core) with the addresses and the count in registers,
+// stored back at the end.
+func genConvRestAVX2(a *asm) {
+	a.f("// func lanesConvRestAVX2(cv *lanesConv)")
+	a.f("TEXT ·lanesConvRestAVX2(SB), NOSPLIT, $0-8")
+	a.f("\tMOVQ cv+0(FP), R15")
+	a.f("\tMOVQ %d(R15), CX", offCvUnits)
+	a.f("\tTESTQ CX, CX")
+	a.f("\tJEQ rest2done")
+	a.f("\tMOVQ %d(R15), SI", offCvSrc)
+	a.f("\tMOVQ %d(R15), DI", offCvDst)
+	a.f("rest2:")
+	f16Core(a, 8, 0, "SI", "DI")
+	a.f("\tADDQ $8, SI")
+	a.f("\tADDQ $32, DI")
+	a.f("\tDECQ CX")
+	a.f("\tJNZ rest2")
+	a.f("\tMOVQ SI, %d(R15)", offCvSrc)
+	a.f("\tMOVQ DI, %d(R15)", offCvDst)
+	a.f("\tMOVQ $0, %d(R15)", offCvUnits)
+	a.f("rest2done:")
+	a.f("\tVZEROUPPER")
+	a.f("\tRET\n")
 }
 
 // genBF16Max emits lanesBF16MaxAVX2(p unsafe.Pointer, n int, mx
@@ -550,8 +683,11 @@ func pvtPrologue(a *asm, name string, conv bool, isa vecISA) {
 		a.f("TEXT ·%s(SB), NOSPLIT, $0-64", name)
 	}
 	loadPf(a, "pf+56(FP)", "R14", pvPf)
-	if conv {
+	switch {
+	case conv && isa.avx512:
 		convSetup(a, "cv+64(FP)", pvConv)
+	case conv:
+		a.f("\tMOVQ cv+64(FP), %s // side conversion job", pvConv.job)
 	}
 	a.f("\tMOVQ v+8(FP), R12")
 	a.f("\tMOVQ ldv+16(FP), R8")
@@ -578,7 +714,7 @@ func qktEpilogue(a *asm) {
 // GP: SI P^T, DX V row, R8 ldv, CX keys left, DI O^T, AX alpha, R11
 // columns left, R12 V column.
 func genPVT(a *asm, isa vecISA) {
-	pvtPrologue(a, "lanesPVT"+isa.suffix, false, isa)
+	pvtPrologue(a, "lanesPVT"+isa.suffix, isa.conv(), isa)
 	a.f("cols:")
 	a.f("\tCMPQ R11, $8")
 	a.f("\tJEQ cols4")
@@ -625,6 +761,10 @@ type vecISA struct {
 	// group has at most 5 keys (Y0-Y9).
 	bf16 bool
 }
+
+// conv reports whether the ISA's float32 kernels run a side conversion
+// (their last argument cv *lanesConv): all but the AVX2 bf16 ones.
+func (isa vecISA) conv() bool { return !isa.bf16 }
 
 // elem is the size in bytes of one K or V value.
 func (isa vecISA) elem() int {
@@ -731,7 +871,7 @@ func colBody(a *asm, isa vecISA, B int, pv bool, label string, pf [3]string) {
 			a.f("\tVFMADD231PS.BCST %s, Z%d, Z%d // %s", mem, av, j, what)
 			return
 		}
-		b := 14 + u%2
+		b := 14 // Y15 is the side conversion's scratch
 		a.f("\tVBROADCASTSS %s, Y%d // %s", mem, b, what)
 		a.f("\tVFMADD231PS Y%d, Y12, Y%d", b, 2*j)
 		a.f("\tVFMADD231PS Y%d, Y13, Y%d", b, 2*j+1)
@@ -756,6 +896,13 @@ func colBody(a *asm, isa vecISA, B int, pv bool, label string, pf [3]string) {
 		a.f("\tVFMADD231PS Y14, Y%d, Y%d", yhi[0], 2*k)
 		a.f("\tVFMADD231PS Y14, Y%d, Y%d", yhi[1], 2*k+1)
 	}
+	cv2 := qkConv2
+	if pv {
+		cv2 = pvConv2
+	}
+	if !isa.avx512 && isa.conv() {
+		cv2.load(a)
+	}
 	a.f("%s:", label)
 	pfSteps := 1
 	if isa.avx512 && !pv {
@@ -767,8 +914,11 @@ func colBody(a *asm, isa vecISA, B int, pv bool, label string, pf [3]string) {
 		a.f("\tCMPQ %s, %s", pf[0], pf[2])
 		a.f("\tCMOVQGT %s, %s // stay on the last line", pf[2], pf[0])
 	}
-	if isa.avx512 {
+	switch {
+	case isa.avx512:
 		convUnit(a, cv, label+"cv")
+	case isa.conv():
+		cv2.step(a, label+"cv")
 	}
 	if pv {
 		loadA(0, "SI", 24, "P^T[i]")
@@ -816,6 +966,9 @@ func colBody(a *asm, isa vecISA, B int, pv bool, label string, pf [3]string) {
 	}
 	a.f("\tDECQ CX")
 	a.f("\tJNZ %s", label)
+	if !isa.avx512 && isa.conv() {
+		cv2.store(a)
+	}
 }
 
 // AVX-512 kernels: one zmm per 16-row vector, the K or V scalar of each
@@ -837,7 +990,7 @@ func colBody(a *asm, isa vecISA, B int, pv bool, label string, pf [3]string) {
 // prefetch cursor.
 func genQKT(a *asm, isa vecISA) {
 	name := "lanesQKT" + isa.suffix
-	if isa.avx512 {
+	if isa.conv() {
 		a.f("// func %s(qT *float32, k *float32, ldk uintptr, d int, s *float32, n int, pf *lanesPrefetch, cv *lanesConv)", name)
 		a.f("TEXT ·%s(SB), NOSPLIT, $0-64", name)
 	} else {
@@ -845,8 +998,11 @@ func genQKT(a *asm, isa vecISA) {
 		a.f("TEXT ·%s(SB), NOSPLIT, $0-56", name)
 	}
 	loadPf(a, "pf+48(FP)", "DX", qkPf)
-	if isa.avx512 {
+	switch {
+	case isa.avx512:
 		convSetup(a, "cv+56(FP)", qkConv)
+	case isa.conv():
+		a.f("\tMOVQ cv+56(FP), %s // side conversion job", qkConv.job)
 	}
 	a.f("\tMOVQ k+8(FP), SI")
 	a.f("\tMOVQ ldk+16(FP), R8")
@@ -941,6 +1097,9 @@ func pvtGroup(a *asm, isa vecISA, C int) {
 	a.f("\tMOVQ p+0(FP), SI")
 	a.f("\tMOVQ R12, DX")
 	a.f("\tMOVQ n+24(FP), CX")
+	if !isa.avx512 && isa.conv() {
+		a.f("\tMOVQ alpha+40(FP), AX // AX holds the conversion's destination in the loop")
+	}
 	a.f("\tTESTQ AX, AX")
 	a.f("\tJZ noalpha%d // nil alpha: O is continued as it is", C)
 	alpha := func(y int) int { return 25 }

@@ -163,8 +163,9 @@ func (w *DecodeWrapper) usable(fn string) error {
 
 // RunInto is Run writing into out (BFloat16 [B*seqlen_q, Hq, D]) and, when
 // non-nil, lse (float32 [B*seqlen_q, Hq]). Both must be contiguous tensors
-// of exactly that shape (not views into a larger tensor). It does not
-// allocate once the wrapper has run one call of the same shapes.
+// of exactly that shape (not views into a larger tensor) that share no
+// storage with each other or with q, k or v. It does not allocate once the
+// wrapper has run one call of the same shapes.
 func (w *DecodeWrapper) RunInto(q, k, v tensor.Tensor, softmaxScale float64, out, lse *tensor.Dense) error {
 	const fn = "DecodeWrapper.Run"
 	if !w.busy.CompareAndSwap(false, true) {
@@ -191,6 +192,7 @@ func (w *DecodeWrapper) RunInto(q, k, v tensor.Tensor, softmaxScale float64, out
 	if lse != nil {
 		outputArg(c, lse, "lse", tensor.Float32, qs[0], qs[1])
 	}
+	checkDisjoint(c, []namedTensor{{"out", out}, {"lse", lse}}, []namedTensor{{"q", qd}, {"k", kd}, {"v", vd}})
 	checkPages(c, m.pt, m.cols, m.pageSize, m.seqused, ks[0])
 	if c.err != nil {
 		return c.err

@@ -514,8 +514,8 @@ type namedTensor struct {
 
 // checkOutputs validates SparseArgs.Out and OutLSE when set: contiguous
 // tensors of exactly the output's dtype and shape, not views, and sharing
-// no storage with each other or with the call's tensor inputs (the
-// kernels write them while reading those; nil inputs are skipped).
+// no storage with each other or with the call's tensor inputs
+// (checkDisjoint; nil inputs are skipped).
 func checkOutputs(c *checker, args *SparseArgs, totalQ, hq, d int, inputs []namedTensor) {
 	if args.Out != nil {
 		outputArg(c, args.Out, "out", BFloat16, totalQ, hq, d)
@@ -523,20 +523,30 @@ func checkOutputs(c *checker, args *SparseArgs, totalQ, hq, d int, inputs []name
 	if args.OutLSE != nil {
 		outputArg(c, args.OutLSE, "lse", tensor.Float32, totalQ, hq)
 	}
+	checkDisjoint(c, []namedTensor{{"out", args.Out}, {"lse", args.OutLSE}}, inputs)
+}
+
+// checkDisjoint records an error unless the output tensors share no
+// storage with each other or with the inputs (the kernels write the
+// outputs while reading the inputs). Tensors other than non-nil
+// *tensor.Dense are skipped: they hold no storage of ours.
+func checkDisjoint(c *checker, outs, inputs []namedTensor) {
 	if c.err != nil {
 		return
 	}
-	if args.Out != nil && args.OutLSE != nil && overlaps(args.Out.Header.Raw, args.OutLSE.Header.Raw) {
-		c.fail("out", "storage of its own (not shared with lse)", "shared with lse")
-		return
-	}
-	for _, o := range []namedTensor{{"out", args.Out}, {"lse", args.OutLSE}} {
+	for i, o := range outs {
 		od, _ := o.t.(*tensor.Dense)
 		if od == nil {
 			continue
 		}
+		for _, p := range outs[i+1:] {
+			if pd, _ := p.t.(*tensor.Dense); pd != nil && overlaps(od.Header.Raw, pd.Header.Raw) {
+				c.fail(o.arg, "storage of its own (not shared with "+p.arg+")", "shared with "+p.arg)
+				return
+			}
+		}
 		for _, in := range inputs {
-			if id, ok := in.t.(*tensor.Dense); ok && id != nil && overlaps(od.Header.Raw, id.Header.Raw) {
+			if id, _ := in.t.(*tensor.Dense); id != nil && overlaps(od.Header.Raw, id.Header.Raw) {
 				c.fail(o.arg, "storage of its own (not shared with an input)", "shared with "+in.arg)
 				return
 			}

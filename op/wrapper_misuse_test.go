@@ -3,9 +3,11 @@ package op
 import (
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"unsafe"
 
 	"github.com/sparseattn/msa/kernels/lowp"
 	"gorgonia.org/tensor"
@@ -142,6 +144,38 @@ func TestDecodeWrapperRunIntoView(t *testing.T) {
 	lse := tensor.New(tensor.WithShape(rows, s.hq+1), tensor.Of(tensor.Float32))
 	out := tensor.New(tensor.WithShape(rows, s.hq, s.d), tensor.Of(BFloat16))
 	wantArgErr(t, w.RunInto(pr.q, pr.k, pr.v, 0, out, lse), "lse", "shape")
+}
+
+// TestDecodeWrapperRunIntoShared: RunInto refuses an out or lse that
+// shares storage with q, k, v or each other (the kernels write them while
+// reading those), and writes nothing then.
+func TestDecodeWrapperRunIntoShared(t *testing.T) {
+	s := misuseSpec()
+	pr := buildDecode(s)
+	w := plannedWrapper(t, s, pr)
+	defer w.Close()
+	rows := len(s.seqused) * s.seqlenQ
+	qd := pr.q
+	qCopy := slices.Clone(backing[lowp.BFloat16](qd))
+	// q is [rows, Hq, D] BF16, like out.
+	onQ := tensor.New(tensor.WithShape(rows, s.hq, s.d), tensor.WithBacking(backing[lowp.BFloat16](qd)))
+	out := tensor.New(tensor.WithShape(rows, s.hq, s.d), tensor.Of(BFloat16))
+	bytesOf := func(d *tensor.Dense) unsafe.Pointer { return unsafe.Pointer(&d.Header.Raw[0]) }
+	lseOnOut := tensor.New(tensor.WithShape(rows, s.hq), tensor.WithBacking(unsafe.Slice((*float32)(bytesOf(out)), rows*s.hq)))
+	kd := pr.k
+	if len(kd.Header.Raw) < 4*rows*s.hq {
+		t.Fatalf("k has %d bytes, too few for the lse-on-k case", len(kd.Header.Raw))
+	}
+	lseOnK := tensor.New(tensor.WithShape(rows, s.hq), tensor.WithBacking(unsafe.Slice((*float32)(bytesOf(kd)), rows*s.hq)))
+	wantArgErr(t, w.RunInto(pr.q, pr.k, pr.v, 0, onQ, nil), "out", "shared with q")
+	wantArgErr(t, w.RunInto(pr.q, pr.k, pr.v, 0, out, lseOnOut), "out", "shared with lse")
+	wantArgErr(t, w.RunInto(pr.q, pr.k, pr.v, 0, out, lseOnK), "lse", "shared with k")
+	if !slices.Equal(backing[lowp.BFloat16](qd), qCopy) {
+		t.Fatal("q changed by a refused call")
+	}
+	if err := w.RunInto(pr.q, pr.k, pr.v, 0, out, nil); err != nil {
+		t.Fatalf("disjoint out: %v", err)
+	}
 }
 
 // TestDecodeWrapperConcurrentUse (item 14): overlapping calls on one

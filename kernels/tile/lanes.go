@@ -452,11 +452,11 @@ func (l *Lanes) WidenNext(k unsafe.Pointer, f RawFormat, rows int) {
 // convKind returns the side conversion kind for rows of format f (scan:
 // with the finite-maximum scan of a guarded V chunk), false where l's
 // kernels cannot widen them: the AVX2 kernels widen RawE4M3Div256 rows
-// without a scan; the others e4m3fn rows without a scan (AVX512_VBMI
-// needed) and bf16 rows.
+// without a scan (F16C needed); the others e4m3fn rows without a scan
+// (AVX512_VBMI needed) and bf16 rows.
 func (l *Lanes) convKind(f RawFormat, scan bool) (int, bool) {
 	if l.kern == lanesAVX2 {
-		return convE4M3Div256, f == RawE4M3Div256 && !scan
+		return convE4M3Div256, f == RawE4M3Div256 && !scan && haveF16C
 	}
 	switch {
 	case f == RawE4M3 && haveVBMI && !scan:

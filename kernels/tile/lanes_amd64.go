@@ -280,7 +280,7 @@ func lanesUpdateStagedSIMD(l *Lanes, src Stager, n int, ahead, pre lanesAhead) {
 		return
 	}
 	d, ch := l.d, lanesChunks[l.kern]
-	if ws, ok := src.(WideningStager); ok && lanesConvOK && d%64 == 0 && (l.kern == lanesAVX512 || l.kern == lanesAVX2 && l.offersDiv256(ws, n)) {
+	if ws, ok := src.(WideningStager); ok && lanesConvOK && d%64 == 0 && (l.kern == lanesAVX512 || l.kern == lanesAVX2 && haveF16C && l.offersDiv256(ws, n)) {
 		lanesUpdatePipelined(l, ws, n, ch.k, ch.v, ahead, pre)
 		return
 	}

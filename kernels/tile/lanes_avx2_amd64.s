@@ -222,16 +222,14 @@ qk6:
 	CMOVQGT R14, R12 // stay on the last line
 	CMPQ 16(R15), $2 // side conversion: units left
 	JLT qk6cv
-	VPMOVSXBW 0(R10), X15
-	VPSLLW $7, X15, X15
-	VPAND ·lanesc8+640(SB), X15, X15 // float16 bits of value / 256
+	VPMOVSXBW (R10), Y15
+	VPSLLW $7, Y15, Y15
+	VPAND ·lanesc8+640(SB), Y15, Y15 // float16 bits of value / 256
+	VEXTRACTI128 $1, Y15, X14
 	VCVTPH2PS X15, Y15
-	VMOVUPS Y15, 0(DX)
-	VPMOVSXBW 8(R10), X15
-	VPSLLW $7, X15, X15
-	VPAND ·lanesc8+640(SB), X15, X15 // float16 bits of value / 256
-	VCVTPH2PS X15, Y15
-	VMOVUPS Y15, 32(DX)
+	VCVTPH2PS X14, Y14
+	VMOVUPS Y15, (DX)
+	VMOVUPS Y14, 32(DX)
 	ADDQ $16, R10
 	ADDQ $64, DX
 	SUBQ $2, 16(R15)
@@ -326,16 +324,14 @@ qk4:
 	CMOVQGT R14, R12 // stay on the last line
 	CMPQ 16(R15), $2 // side conversion: units left
 	JLT qk4cv
-	VPMOVSXBW 0(R10), X15
-	VPSLLW $7, X15, X15
-	VPAND ·lanesc8+640(SB), X15, X15 // float16 bits of value / 256
+	VPMOVSXBW (R10), Y15
+	VPSLLW $7, Y15, Y15
+	VPAND ·lanesc8+640(SB), Y15, Y15 // float16 bits of value / 256
+	VEXTRACTI128 $1, Y15, X14
 	VCVTPH2PS X15, Y15
-	VMOVUPS Y15, 0(DX)
-	VPMOVSXBW 8(R10), X15
-	VPSLLW $7, X15, X15
-	VPAND ·lanesc8+640(SB), X15, X15 // float16 bits of value / 256
-	VCVTPH2PS X15, Y15
-	VMOVUPS Y15, 32(DX)
+	VCVTPH2PS X14, Y14
+	VMOVUPS Y15, (DX)
+	VMOVUPS Y14, 32(DX)
 	ADDQ $16, R10
 	ADDQ $64, DX
 	SUBQ $2, 16(R15)
@@ -408,16 +404,14 @@ qk2:
 	CMOVQGT R14, R12 // stay on the last line
 	CMPQ 16(R15), $2 // side conversion: units left
 	JLT qk2cv
-	VPMOVSXBW 0(R10), X15
-	VPSLLW $7, X15, X15
-	VPAND ·lanesc8+640(SB), X15, X15 // float16 bits of value / 256
+	VPMOVSXBW (R10), Y15
+	VPSLLW $7, Y15, Y15
+	VPAND ·lanesc8+640(SB), Y15, Y15 // float16 bits of value / 256
+	VEXTRACTI128 $1, Y15, X14
 	VCVTPH2PS X15, Y15
-	VMOVUPS Y15, 0(DX)
-	VPMOVSXBW 8(R10), X15
-	VPSLLW $7, X15, X15
-	VPAND ·lanesc8+640(SB), X15, X15 // float16 bits of value / 256
-	VCVTPH2PS X15, Y15
-	VMOVUPS Y15, 32(DX)
+	VCVTPH2PS X14, Y14
+	VMOVUPS Y15, (DX)
+	VMOVUPS Y14, 32(DX)
 	ADDQ $16, R10
 	ADDQ $64, DX
 	SUBQ $2, 16(R15)
@@ -471,16 +465,14 @@ qk1:
 	CMOVQGT R14, R12 // stay on the last line
 	CMPQ 16(R15), $2 // side conversion: units left
 	JLT qk1cv
-	VPMOVSXBW 0(R10), X15
-	VPSLLW $7, X15, X15
-	VPAND ·lanesc8+640(SB), X15, X15 // float16 bits of value / 256
+	VPMOVSXBW (R10), Y15
+	VPSLLW $7, Y15, Y15
+	VPAND ·lanesc8+640(SB), Y15, Y15 // float16 bits of value / 256
+	VEXTRACTI128 $1, Y15, X14
 	VCVTPH2PS X15, Y15
-	VMOVUPS Y15, 0(DX)
-	VPMOVSXBW 8(R10), X15
-	VPSLLW $7, X15, X15
-	VPAND ·lanesc8+640(SB), X15, X15 // float16 bits of value / 256
-	VCVTPH2PS X15, Y15
-	VMOVUPS Y15, 32(DX)
+	VCVTPH2PS X14, Y14
+	VMOVUPS Y15, (DX)
+	VMOVUPS Y14, 32(DX)
 	ADDQ $16, R10
 	ADDQ $64, DX
 	SUBQ $2, 16(R15)
@@ -1188,16 +1180,14 @@ pv6:
 	CMOVQGT R13, R9 // stay on the last line
 	CMPQ 16(R15), $2 // side conversion: units left
 	JLT pv6cv
-	VPMOVSXBW 0(BX), X15
-	VPSLLW $7, X15, X15
-	VPAND ·lanesc8+640(SB), X15, X15 // float16 bits of value / 256
+	VPMOVSXBW (BX), Y15
+	VPSLLW $7, Y15, Y15
+	VPAND ·lanesc8+640(SB), Y15, Y15 // float16 bits of value / 256
+	VEXTRACTI128 $1, Y15, X14
 	VCVTPH2PS X15, Y15
-	VMOVUPS Y15, 0(AX)
-	VPMOVSXBW 8(BX), X15
-	VPSLLW $7, X15, X15
-	VPAND ·lanesc8+640(SB), X15, X15 // float16 bits of value / 256
-	VCVTPH2PS X15, Y15
-	VMOVUPS Y15, 32(AX)
+	VCVTPH2PS X14, Y14
+	VMOVUPS Y15, (AX)
+	VMOVUPS Y14, 32(AX)
 	ADDQ $16, BX
 	ADDQ $64, AX
 	SUBQ $2, 16(R15)
@@ -1284,16 +1274,14 @@ pv4:
 	CMOVQGT R13, R9 // stay on the last line
 	CMPQ 16(R15), $2 // side conversion: units left
 	JLT pv4cv
-	VPMOVSXBW 0(BX), X15
-	VPSLLW $7, X15, X15
-	VPAND ·lanesc8+640(SB), X15, X15 // float16 bits of value / 256
+	VPMOVSXBW (BX), Y15
+	VPSLLW $7, Y15, Y15
+	VPAND ·lanesc8+640(SB), Y15, Y15 // float16 bits of value / 256
+	VEXTRACTI128 $1, Y15, X14
 	VCVTPH2PS X15, Y15
-	VMOVUPS Y15, 0(AX)
-	VPMOVSXBW 8(BX), X15
-	VPSLLW $7, X15, X15
-	VPAND ·lanesc8+640(SB), X15, X15 // float16 bits of value / 256
-	VCVTPH2PS X15, Y15
-	VMOVUPS Y15, 32(AX)
+	VCVTPH2PS X14, Y14
+	VMOVUPS Y15, (AX)
+	VMOVUPS Y14, 32(AX)
 	ADDQ $16, BX
 	ADDQ $64, AX
 	SUBQ $2, 16(R15)

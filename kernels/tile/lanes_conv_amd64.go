@@ -19,6 +19,10 @@ var lanesConvOK = true
 // haveVBMI reports whether the CPU runs the AVX512_VBMI e4m3 conversion.
 var haveVBMI = cpu.X86.HasAVX512VBMI && cpu.X86.HasAVX512BW
 
+// haveF16C reports whether the CPU runs the AVX2 kernels' e4m3 conversion
+// (VCVTPH2PS).
+var haveF16C = cpu.X86.HasF16C
+
 // conv returns the job of the next kernel call: l.cv while a conversion is
 // set up (lanesUpdatePipelined), else an idle job.
 func (l *Lanes) conv() *lanesConv {

@@ -404,7 +404,7 @@ func pipelinedCase(t *testing.T, rng *rand.Rand, tn string, f RawFormat, d, n in
 	// guard's limit and every guarded chunk after them; the AVX2 path
 	// stages plain e4m3fn rows, and RawE4M3Div256 chunks that hold a NaN or
 	// whose d is not a multiple of 64.
-	staged := tn == "amxbf16" && f == RawBF16 || tn == "avx2" && (f == RawE4M3 || scan && hugeV > 0 || f == RawE4M3Div256 && (nan || d%64 != 0))
+	staged := tn == "amxbf16" && f == RawBF16 || tn == "avx2" && (f == RawE4M3 || scan && hugeV > 0 || f == RawE4M3Div256 && (nan || d%64 != 0 || !haveF16C))
 	if noRaw == nil && calls != 0 && !staged {
 		t.Errorf("%s: %d StageK/StageV calls with every chunk offered as bytes", name, calls)
 	}
@@ -447,6 +447,17 @@ func TestLanesAVX2Raw(t *testing.T) {
 	}
 }
 
+// TestLanesAVX2NoF16C runs RawE4M3Div256 rows, with WidenNext hints, as
+// on an AVX2 CPU without F16C (haveF16C off): every chunk must be staged
+// by the stager instead (no VCVTPH2PS runs) and the results must equal the
+// staged path's.
+func TestLanesAVX2NoF16C(t *testing.T) {
+	useTier(t, "avx2")
+	defer func(v bool) { haveF16C = v }(haveF16C)
+	haveF16C = false
+	stagedWithout(t, "F16C", RawE4M3Div256, lanesChunks[lanesAVX2])
+}
+
 // TestLanesPipelinedNoVBMI runs e4m3fn rows offered raw, with WidenNext
 // hints, as on an AVX-512 CPU without AVX512_VBMI (haveVBMI off): every
 // chunk must be staged by the stager instead (no VBMI instruction runs)
@@ -455,6 +466,15 @@ func TestLanesPipelinedNoVBMI(t *testing.T) {
 	useTier(t, "avx512")
 	defer func(v bool) { haveVBMI = v }(haveVBMI)
 	haveVBMI = false
+	stagedWithout(t, "VBMI", RawE4M3, lanesChunks[lanesAVX512])
+}
+
+// stagedWithout runs two updates of e4m3fn rows of format f offered raw,
+// with WidenNext hints, on a CPU whose conversion feature (named what) is
+// switched off: the results must equal the staged path's and the stager
+// must stage every chunk of ch.
+func stagedWithout(t *testing.T, what string, f RawFormat, ch struct{ k, v int }) {
+	t.Helper()
 	rng := rand.New(rand.NewSource(5))
 	const d, n = 128, 100
 	p := newProblem(rng, d, n, 16, 2, RoundE4M3, false, 1)
@@ -469,12 +489,12 @@ func TestLanesPipelinedNoVBMI(t *testing.T) {
 	run := func(conv bool) (result, int) {
 		defer withConv(conv)()
 		l := p.newLanes(d)
-		st := &rawStager{f: RawE4M3, d: d, kb: make([]float32, BlockN*d), vb: make([]float32, BlockN*d), l: l}
+		st := &rawStager{f: f, d: d, kb: make([]float32, BlockN*d), vb: make([]float32, BlockN*d), l: l}
 		calls := 0
 		for u := range ks {
 			st.k, st.v, st.calls = ks[u], vs[u], 0
 			if u+1 < len(ks) {
-				l.WidenNext(unsafe.Pointer(&ks[u+1][0]), RawE4M3, n)
+				l.WidenNext(unsafe.Pointer(&ks[u+1][0]), f, n)
 			}
 			l.UpdateStaged(n, p.valid[u], st)
 			calls += st.calls
@@ -486,7 +506,6 @@ func TestLanesPipelinedNoVBMI(t *testing.T) {
 	if msg, ok := sameResult(got, want); !ok {
 		t.Error(msg)
 	}
-	ch := lanesChunks[lanesAVX512]
 	wantCalls := 0
 	for u := range ks {
 		nmax := 0
@@ -496,6 +515,6 @@ func TestLanesPipelinedNoVBMI(t *testing.T) {
 		wantCalls += (nmax+ch.k-1)/ch.k + (nmax+ch.v-1)/ch.v
 	}
 	if calls != wantCalls {
-		t.Errorf("%d StageK/StageV calls without VBMI, want %d (every chunk staged)", calls, wantCalls)
+		t.Errorf("%d StageK/StageV calls without %s, want %d (every chunk staged)", calls, what, wantCalls)
 	}
 }

@@ -226,7 +226,8 @@ func main() {
 // AVX2 kernels: each 16-row vector is two ymm halves (rows 0-7, 8-15), so
 // that 16 ymm registers hold 12 accumulators (6 keys or columns), the two
 // halves of Q^T or P^T, the broadcast register Y14 and the side
-// conversion's scratch Y15:
+// conversion's scratch Y15 (and Y14 before the iteration's first
+// broadcast):
 //
 //   - lanesQKT: per column 2 loads of Q, 6 scalar broadcasts of K and 12
 //     multiply-adds; per iteration (two columns), while the job has units
@@ -237,8 +238,8 @@ func main() {
 //   - lanesPVT: per key 2 loads of P^T, 6 scalar broadcasts of V and 12
 //     multiply-adds, and the side conversion's 16 values as in lanesQKT.
 //     On Zen 4 the conversion inside the loops costs the FP8 decode step
-//     about 1.5 us per 128-key block against 2.2 us staged apart (in cache
-//     75% of the FMA peak against 71.5%).
+//     about 1.3 us per 128-key block against 2.2 us staged apart (in cache
+//     76% of the FMA peak against 71.5%).
 //   - lanesQKTBF16, lanesPVTBF16: the same on bf16 rows read in place
 //     (vecISA.bf16): one dword broadcast per two columns, widened by a
 //     shift and a mask; Q.K in groups of 5 keys, as Q^T of both columns
@@ -324,8 +325,21 @@ func genE4M3NaN(a *asm) {
 // widens exactly (e4m3fn subnormals included). A NaN byte (0x7f, 0xff)
 // becomes +-1.875 instead, so the Go side scans each widened chunk
 // (lanesE4M3NaNAVX2) and stages one that holds a NaN. y is the scratch
-// vector register (x its low half).
-func f16Core(a *asm, n, y int, src, dst string) {
+// vector register (x its low half); z, when not negative, a second one,
+// with which 16 values take one widening to words, one shift and one mask
+// on a ymm and a lane extract instead of two of each on xmm halves.
+func f16Core(a *asm, n, y, z int, src, dst string) {
+	if z >= 0 && n == 16 {
+		a.f("\tVPMOVSXBW (%s), Y%d", src, y)
+		a.f("\tVPSLLW $7, Y%d, Y%d", y, y)
+		a.f("\tVPAND %s, Y%d, Y%d // float16 bits of value / 256", c8("wbfff"), y, y)
+		a.f("\tVEXTRACTI128 $1, Y%d, X%d", y, z)
+		a.f("\tVCVTPH2PS X%d, Y%d", y, y)
+		a.f("\tVCVTPH2PS X%d, Y%d", z, z)
+		a.f("\tVMOVUPS Y%d, (%s)", y, dst)
+		a.f("\tVMOVUPS Y%d, 32(%s)", z, dst)
+		return
+	}
 	for i := 0; i < n/8; i++ {
 		a.f("\tVPMOVSXBW %d(%s), X%d", 8*i, src, y)
 		a.f("\tVPSLLW $7, X%d, X%d", y, y)
@@ -337,7 +351,8 @@ func f16Core(a *asm, n, y int, src, dst string) {
 
 // convAVX2 are the GP registers an AVX2 float32 kernel keeps the side
 // conversion's source and destination addresses in during its loops (the
-// job, lanesConv, in R15; Y15 the scratch vector), and the values each
+// job, lanesConv, in R15; Y15 and Y14, the broadcast register, free at the
+// start of an iteration, the scratch vectors), and the values each
 // loop iteration widens while the job has units (8-value steps) left: 16,
 // so that a 64-key Q.K chunk (704 iterations at d = 128) covers a 64-row
 // chunk (8192 values). A first form with the AVX-512 kernels' shape (a
@@ -373,7 +388,7 @@ func (r convAVX2) store(a *asm) {
 func (r convAVX2) step(a *asm, label string) {
 	a.f("\tCMPQ %d(R15), $%d // side conversion: units left", offCvUnits, r.n/8)
 	a.f("\tJLT %s", label)
-	f16Core(a, r.n, 15, r.src, r.dst)
+	f16Core(a, r.n, 15, 14, r.src, r.dst) // Y14, the broadcast register, is free before the iteration's first broadcast
 	a.f("\tADDQ $%d, %s", r.n, r.src)
 	a.f("\tADDQ $%d, %s", 4*r.n, r.dst)
 	a.f("\tSUBQ $%d, %d(R15)", r.n/8, offCvUnits)
@@ -393,7 +408,7 @@ func genConvRestAVX2(a *asm) {
 	a.f("\tMOVQ %d(R15), SI", offCvSrc)
 	a.f("\tMOVQ %d(R15), DI", offCvDst)
 	a.f("rest2:")
-	f16Core(a, 8, 0, "SI", "DI")
+	f16Core(a, 8, 0, -1, "SI", "DI")
 	a.f("\tADDQ $8, SI")
 	a.f("\tADDQ $32, DI")
 	a.f("\tDECQ CX")

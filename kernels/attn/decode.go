@@ -135,8 +135,10 @@ func (ws *Workspace) decodeTile(wk *worker, b, h, a, z, c, kBegin, kEnd, used in
 	bounded := vBounded(&p.V)
 	staged := !ws.noStage
 	// AVX2 stages e4m3fn K and V folded (e4m3Fold) for the lane
-	// accumulator: the factor goes back into the score scale (unless that
-	// would overflow it) and into the output's normalising factor.
+	// accumulator, and its lane kernels widen the chunks offered raw the
+	// same way (tile.RawE4M3Div256): the factor goes back into the score
+	// scale (unless that would overflow it) and into the output's
+	// normalising factor.
 	scale := p.Scale * math.Log2E
 	_, lanes := ra.(*lanesAcc)
 	foldK := lanes && staged && p.K.foldsE4M3() && !math.IsInf(float64(scale*e4m3Fold), 0)

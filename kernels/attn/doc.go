@@ -24,11 +24,13 @@
 // Decode hands each K/V block to its accumulator through kvStager, which
 // decodes the rows the accumulator asks for into the start of the worker's
 // block buffers: tile.Lanes (AVX-512 and AVX2 tiers) asks for a few key or
-// value rows at a time (64 and 64 on AVX-512, 48 and 64 on AVX2); the
-// block accumulator (generic tier, or d not a multiple of 8) takes whole
-// blocks. On AVX-512 kvStager is also a
-// tile.WideningStager: it offers the raw e4m3 or bf16 rows of a chunk that
-// is one contiguous run, and the lane kernels widen them themselves. V's
+// value rows at a time (64 and 64); the block accumulator (generic tier,
+// or d not a multiple of 8) takes whole blocks. kvStager is also a
+// tile.WideningStager: it offers the raw rows of a chunk that is one
+// contiguous run, and the lane kernels widen them themselves (AVX-512:
+// e4m3 with AVX512_VBMI, and bf16; AVX2: e4m3 staged folded, as
+// tile.RawE4M3Div256, between their multiply-adds, and bf16 read in place
+// by the BF16 kernels). V's
 // overflow guard scans each V chunk (vScale.raise; for BF16 the widening
 // itself returns the chunk's largest finite magnitude: decodeBF16Max, or
 // the lane kernels' scan handed to kvStager.GuardV). Before each block

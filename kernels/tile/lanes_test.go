@@ -229,7 +229,7 @@ func TestLanes(t *testing.T) {
 
 // TestLanesTails covers the splits of a block into the Q.K key groups
 // (AVX-512: 12, 8, 4, 2, 1, every combination below 28 keys; AVX2: 6, 4,
-// 2, 1), the staging chunk boundaries (48 and 64 rows) and the P.V
+// 2, 1), the staging chunk boundaries (64 rows; 48 before) and the P.V
 // column groups (AVX-512: 8 alone at d = 8, 16 + 16 at d = 32, 24 + 16 +
 // 16 at d = 56; AVX2: 4 + 4, 6 + 6 + 4 + 4, 6 x 8 + 4 + 4), with all 16
 // rows.

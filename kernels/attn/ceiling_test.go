@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/sparseattn/msa/kernels/lowp"
 	"github.com/sparseattn/msa/kernels/tile"
@@ -25,6 +26,10 @@ import (
 //     into L1 (tile.Lanes.UpdateStaged), as decode runs them, with BF16's V
 //     overflow guard scanning each decoded V chunk and the block hinted as
 //     its own successor (prefetch and keys widened ahead);
+//   - callerstaged=<dtype>: the same with no chunk offered raw, so that
+//     kvStager stages every chunk (the path before the lane kernels widened
+//     or read K/V themselves; on a new machine kind it tells whether their
+//     widening pays);
 //   - dram=<dtype>/prefetch=<off|on>: staged updates streaming over 128 MiB
 //     of K/V blocks (one block per iteration, the mean rate), without and
 //     with the next-block prefetch hint: the memory side on one core.
@@ -102,6 +107,12 @@ func BenchmarkDecodeBlock(b *testing.B) {
 				prefetchNext(la, st.k, st.v, layout, 0, 0, 0, n, st.foldK)
 				la.updateStaged(st, n, valid)
 			})
+			run("callerstaged="+dt, func() {
+				kp, kb := st.k.storage(0, n)
+				vp, vb := st.v.storage(0, n)
+				la.prefetchNext(kp, kb, vp, vb) // no keys widened ahead
+				la.g[0].UpdateStaged(n, valid[:m], callerStaged{st})
+			})
 		}
 		// The same staged updates streaming over dramBlocks blocks of one
 		// dense sequence (128 MiB of K/V: far beyond the caches), with and
@@ -154,6 +165,15 @@ func BenchmarkDecodeBlock(b *testing.B) {
 			}
 		}
 	})
+}
+
+// callerStaged hides a kvStager's raw rows: every chunk is staged by it.
+type callerStaged struct{ *kvStager }
+
+func (callerStaged) RawK(int, int) (unsafe.Pointer, tile.RawFormat) { return nil, tile.RawNone }
+
+func (callerStaged) RawV(int, int) (unsafe.Pointer, tile.RawFormat, bool) {
+	return nil, tile.RawNone, false
 }
 
 // benchStager is the stager decode gives the lane accumulator la for the

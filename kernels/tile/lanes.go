@@ -88,10 +88,10 @@ type lanesAhead struct {
 // block of 64 values (kind: e4m3fn bytes, bf16, or bf16 whose largest
 // finite |x| bits are also folded into max) every per loop iterations (cd
 // counts down to the next); the AVX2 ones widen e4m3fn bytes to value /
-// 256 (convE4M3Div256) in 8-value units, 16 values per Q.K and 8 per P.V
-// iteration while units are left, and set max's first byte when they meet
-// a NaN byte, which they do not widen to NaN. Its
-// layout (offsets 0-64) is fixed by asmgen/lanes/gen.go. src and dst are
+// 256 (convE4M3Div256) in 8-value units, 16 values per loop iteration
+// while units are left (they ignore cd and per), and do not turn a NaN
+// byte into NaN (lanesUpdatePipelined scans each such chunk, widenable).
+// Its layout (offsets 0-64) is fixed by asmgen/lanes/gen.go. src and dst are
 // addresses, not pointers: the kernels advance them past the end of their
 // buffers, which the caller keeps alive.
 type lanesConv struct {

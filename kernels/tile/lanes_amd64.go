@@ -17,9 +17,9 @@ import (
 // row r) = sum over c < d of k[i*ldk/4 + c] * q[r][c] (qT[16c+r]) of n >= 1
 // consecutive keys, one FMA chain per row and key over c in increasing
 // order; d is a multiple of 8. Every loop iteration (two columns of a group
-// of up to 6 keys) prefetches pf's line and advances pf, and counts down
-// the side conversion cv as lanesQKT512 does (lanesConv, kind
-// convE4M3Div256).
+// of up to 6 keys) prefetches pf's line and advances pf, and widens 16
+// values of the side conversion cv (lanesConv, kind convE4M3Div256) while
+// it has units left.
 //
 //go:noescape
 func lanesQKT(qT *float32, k *float32, ldk uintptr, d int, s *float32, n int, pf *lanesPrefetch, cv *lanesConv)
@@ -35,7 +35,7 @@ func lanesSoftmaxAVX2(s *float32, n int, st *lanesState)
 // &s[16*i0], i in increasing order, FMA; O in oT[16c+r]). n >= 1. alpha
 // nil: O is continued without rescaling. Every loop iteration (one key of a
 // group of 6 or 4 columns) prefetches pf's line and advances pf, and
-// counts down the side conversion cv.
+// widens 16 values of the side conversion cv as lanesQKT does.
 //
 //go:noescape
 func lanesPVT(p *float32, v *float32, ldv uintptr, n int, o *float32, alpha *float32, d int, pf *lanesPrefetch, cv *lanesConv)

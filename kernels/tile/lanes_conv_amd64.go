@@ -90,7 +90,7 @@ func pvIters(n, d int) int {
 // (measured on Zen 4: internal/overlap BenchmarkOverlap512). A chunk whose
 // rows are not one run of a format the kernels widen is staged by src as
 // usual, and so is a chunk in which the AVX2 conversion met a NaN byte
-// (convNaN). A guarded V chunk (RawV's scan) has its finite maximum found
+// (widenable). A guarded V chunk (RawV's scan) has its finite maximum found
 // by the same conversion (AVX-512) and goes through src.GuardV at the
 // point where StageV would have run. The values and the order of every
 // product are those of the staged path: bit-identical results.

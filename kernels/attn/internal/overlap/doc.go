@@ -47,6 +47,15 @@
 // spread, before the countdown and the rest loop a real kernel would add.
 // Decode's FP8 ceiling on this core stays the staged one.
 //
+// On AMD EPYC Zen 4 (2026-12-06) the same loop gives fma% 75.4-79.5,
+// fma%-nomul 79.0-82.4, staged% 67.5-68.7, about the Zen 3 figures, while
+// the form the AVX2 lane kernels now ship (tile.lanesQKT / lanesPVT: 16
+// values per step with one ymm word widening, no multiply, the NaN test
+// in a scan apart) keeps 86% of the kernels' rate in attn's
+// BenchmarkDecodeBlock where caller staging keeps 83% (staged=e4m3 75.8%,
+// callerstaged=e4m3 72.8%, kernel 87.7% of the peak): this loop underrates
+// the shipped form, so its Zen 3 reading does not rule the form out there.
+//
 // BenchmarkOverlap512 does the same for the AVX-512 Q.K lane kernel
 // (tile.lanesQKT512: 48 multiply-adds with embedded broadcasts per
 // iteration) and the AVX512_VBMI e4m3 conversion of 64 values, 4 FMA

@@ -1792,10 +1792,10 @@ TEXT ·lanesConvRestAVX2(SB), NOSPLIT, $0-8
 	MOVQ cv+0(FP), R15
 	MOVQ 16(R15), CX
 	TESTQ CX, CX
-	JEQ rest2done
+	JEQ restdone
 	MOVQ 0(R15), SI
 	MOVQ 8(R15), DI
-rest2:
+rest:
 	VPMOVSXBW 0(SI), X0
 	VPSLLW $7, X0, X0
 	VPAND ·lanesc8+640(SB), X0, X0 // float16 bits of value / 256
@@ -1804,11 +1804,13 @@ rest2:
 	ADDQ $8, SI
 	ADDQ $32, DI
 	DECQ CX
-	JNZ rest2
+	JNZ rest
+	JMP reststore
+reststore:
 	MOVQ SI, 0(R15)
 	MOVQ DI, 8(R15)
 	MOVQ $0, 16(R15)
-rest2done:
+restdone:
 	VZEROUPPER
 	RET
 

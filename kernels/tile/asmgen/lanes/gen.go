@@ -360,14 +360,14 @@ func f16Core(a *asm, n, y, z int, src, dst string) {
 // reloaded from the job for each 8 values, a NaN maximum kept in the job)
 // ran no faster than staging apart on Zen 4 (decode step in cache 73.0% of
 // the FMA peak against 72.9%).
-type convAVX2 struct {
-	src, dst string
-	n        int
-}
+type convAVX2 struct{ src, dst string }
+
+// convStepAVX2 is the values an AVX2 kernel's loop iteration widens.
+const convStepAVX2 = 16
 
 var (
-	qkConv2 = convAVX2{src: "R10", dst: "DX", n: 16}
-	pvConv2 = convAVX2{src: "BX", dst: "AX", n: 16}
+	qkConv2 = convAVX2{src: "R10", dst: "DX"}
+	pvConv2 = convAVX2{src: "BX", dst: "AX"}
 )
 
 // load emits the loads of the job's addresses before a loop, store their
@@ -382,43 +382,26 @@ func (r convAVX2) store(a *asm) {
 	a.f("\tMOVQ %s, %d(R15)", r.dst, offCvDst)
 }
 
-// step emits one loop iteration's share of the conversion: r.n values
-// while the job has at least r.n/8 units left (a smaller rest is left to
+// step emits one loop iteration's share of the conversion: convStepAVX2
+// values while the job has that many units' worth left (a smaller rest is left to
 // lanesConvRestAVX2); label names the skip target.
 func (r convAVX2) step(a *asm, label string) {
-	a.f("\tCMPQ %d(R15), $%d // side conversion: units left", offCvUnits, r.n/8)
+	const n = convStepAVX2
+	a.f("\tCMPQ %d(R15), $%d // side conversion: units left", offCvUnits, n/8)
 	a.f("\tJLT %s", label)
-	f16Core(a, r.n, 15, 14, r.src, r.dst) // Y14, the broadcast register, is free before the iteration's first broadcast
-	a.f("\tADDQ $%d, %s", r.n, r.src)
-	a.f("\tADDQ $%d, %s", 4*r.n, r.dst)
-	a.f("\tSUBQ $%d, %d(R15)", r.n/8, offCvUnits)
+	f16Core(a, n, 15, 14, r.src, r.dst) // Y14, the broadcast register, is free before the iteration's first broadcast
+	a.f("\tADDQ $%d, %s", n, r.src)
+	a.f("\tADDQ $%d, %s", 4*n, r.dst)
+	a.f("\tSUBQ $%d, %d(R15)", n/8, offCvUnits)
 	a.f("%s:", label)
 }
 
 // genConvRestAVX2 emits lanesConvRestAVX2(cv *lanesConv): the job's
-// remaining units (f16Core) with the addresses and the count in registers,
-// stored back at the end.
+// remaining 8-value units (f16Core) in genRest's frame.
 func genConvRestAVX2(a *asm) {
-	a.f("// func lanesConvRestAVX2(cv *lanesConv)")
-	a.f("TEXT ·lanesConvRestAVX2(SB), NOSPLIT, $0-8")
-	a.f("\tMOVQ cv+0(FP), R15")
-	a.f("\tMOVQ %d(R15), CX", offCvUnits)
-	a.f("\tTESTQ CX, CX")
-	a.f("\tJEQ rest2done")
-	a.f("\tMOVQ %d(R15), SI", offCvSrc)
-	a.f("\tMOVQ %d(R15), DI", offCvDst)
-	a.f("rest2:")
-	f16Core(a, 8, 0, -1, "SI", "DI")
-	a.f("\tADDQ $8, SI")
-	a.f("\tADDQ $32, DI")
-	a.f("\tDECQ CX")
-	a.f("\tJNZ rest2")
-	a.f("\tMOVQ SI, %d(R15)", offCvSrc)
-	a.f("\tMOVQ DI, %d(R15)", offCvDst)
-	a.f("\tMOVQ $0, %d(R15)", offCvUnits)
-	a.f("rest2done:")
-	a.f("\tVZEROUPPER")
-	a.f("\tRET\n")
+	genRest(a, "lanesConvRestAVX2", func() { a.f("\tMOVQ cv+0(FP), R15") }, nil, []restLoop{
+		{"rest", 8, 32, func() { f16Core(a, 8, 0, -1, "SI", "DI") }},
+	})
 }
 
 // genBF16Max emits lanesBF16MaxAVX2(p unsafe.Pointer, n int, mx
@@ -625,46 +608,64 @@ func convUnit(a *asm, r convRegs, label string) {
 }
 
 // genConvRest emits lanesConvRest512(cv *lanesConv): the job's remaining
-// units in a loop per source format with the addresses and the count in
-// registers (SI, DI, CX; tables BX), stored back at the end.
+// units in genRest's frame, one loop per source format (tables in BX).
 func genConvRest(a *asm) {
 	r := convRegs{job: "R15", tmp: "BX", perm: 0, zero: 1, t: [5]int{2, 3, 4, 5, 6}}
 	maxMem := fmt.Sprintf("%d(%s)", offCvMax, r.job)
-	a.f("// func lanesConvRest512(cv *lanesConv)")
-	a.f("TEXT ·lanesConvRest512(SB), NOSPLIT, $0-8")
-	convSetup(a, "cv+0(FP)", r) // leaves the tables' address in BX
-	a.f("\tMOVQ %d(%s), CX", offCvUnits, r.job)
+	dispatch := func() {
+		a.f("\tMOVQ %d(%s), DX", offCvKind, r.job)
+		a.f("\tCMPQ DX, $%d", kindBF16)
+		a.f("\tJEQ restbf")
+		a.f("\tCMPQ DX, $%d", kindBF16M)
+		a.f("\tJEQ restbm")
+	}
+	genRest(a, "lanesConvRest512", func() { convSetup(a, "cv+0(FP)", r) }, dispatch, []restLoop{
+		{"rest", 64, 256, func() { convCore(a, r, "SI", "BX", "DI", nil) }},
+		{"restbf", 128, 256, func() { bf16Core(a, r, "SI", "DI", false, maxMem, nil) }},
+		{"restbm", 128, 256, func() { bf16Core(a, r, "SI", "DI", true, maxMem, nil) }},
+	})
+}
+
+// restLoop is one loop of a rest kernel (genRest): its label, the bytes of
+// source and of destination one unit takes, and the unit's body (source at
+// SI, destination at DI).
+type restLoop struct {
+	lbl      string
+	src, dst int
+	body     func()
+}
+
+// genRest emits the rest kernel name(cv *lanesConv) of a side conversion:
+// setup (the job pointer into R15, and what the bodies need), then, when
+// the job has units left, its units with the count in CX and the addresses
+// in SI and DI, the loop the first of loops unless dispatch (nil for one
+// loop) jumps to another's label, and the advanced addresses and no units
+// left stored back in the job.
+func genRest(a *asm, name string, setup, dispatch func(), loops []restLoop) {
+	a.f("// func %s(cv *lanesConv)", name)
+	a.f("TEXT ·%s(SB), NOSPLIT, $0-8", name)
+	setup()
+	a.f("\tMOVQ %d(R15), CX", offCvUnits)
 	a.f("\tTESTQ CX, CX")
 	a.f("\tJEQ restdone")
-	a.f("\tMOVQ %d(%s), SI", offCvSrc, r.job)
-	a.f("\tMOVQ %d(%s), DI", offCvDst, r.job)
-	a.f("\tMOVQ %d(%s), DX", offCvKind, r.job)
-	a.f("\tCMPQ DX, $%d", kindBF16)
-	a.f("\tJEQ restbf")
-	a.f("\tCMPQ DX, $%d", kindBF16M)
-	a.f("\tJEQ restbm")
-	// One loop per kind: its label, the unit's bytes of source, its body.
-	for _, k := range []struct {
-		lbl  string
-		step int
-		body func()
-	}{
-		{"rest", 64, func() { convCore(a, r, "SI", "BX", "DI", nil) }},
-		{"restbf", 128, func() { bf16Core(a, r, "SI", "DI", false, maxMem, nil) }},
-		{"restbm", 128, func() { bf16Core(a, r, "SI", "DI", true, maxMem, nil) }},
-	} {
+	a.f("\tMOVQ %d(R15), SI", offCvSrc)
+	a.f("\tMOVQ %d(R15), DI", offCvDst)
+	if dispatch != nil {
+		dispatch()
+	}
+	for _, k := range loops {
 		a.f("%s:", k.lbl)
 		k.body()
-		a.f("\tADDQ $%d, SI", k.step)
-		a.f("\tADDQ $256, DI")
+		a.f("\tADDQ $%d, SI", k.src)
+		a.f("\tADDQ $%d, DI", k.dst)
 		a.f("\tDECQ CX")
 		a.f("\tJNZ %s", k.lbl)
 		a.f("\tJMP reststore")
 	}
 	a.f("reststore:")
-	a.f("\tMOVQ SI, %d(%s)", offCvSrc, r.job)
-	a.f("\tMOVQ DI, %d(%s)", offCvDst, r.job)
-	a.f("\tMOVQ $0, %d(%s)", offCvUnits, r.job)
+	a.f("\tMOVQ SI, %d(R15)", offCvSrc)
+	a.f("\tMOVQ DI, %d(R15)", offCvDst)
+	a.f("\tMOVQ $0, %d(R15)", offCvUnits)
 	a.f("restdone:")
 	a.f("\tVZEROUPPER")
 	a.f("\tRET\n")

@@ -57,6 +57,14 @@ func SetProcessSpin(d time.Duration) { processSpin.Store(int64(max(d, 0))) }
 // (SetSpin; by default the process's, 0 unless SetProcessSpin),
 // yielding to other goroutines as it does, then blocks until a call wakes
 // it.
+//
+// Goroutines block on channels, so that a parked one holds no Go
+// processor. A futex park on a locked thread whose CPU mask the caller
+// steers off its own CPU before the wake started worker 1 in about 21 us
+// instead of 73-90 on the measured guests, but a thread blocked in a raw
+// futex call keeps its processor, and the process's other goroutines then
+// started up to a millisecond late (docs/performance.md, twenty-second
+// session).
 type Pool struct {
 	n  int
 	mu sync.Mutex

@@ -270,3 +270,42 @@ func benchPoolWake(b *testing.B, work, gap, spin time.Duration) {
 	b.ReportMetric(float64(late[len(late)/2])/1e3, "late-us")
 	b.ReportMetric(float64(wall[len(wall)/2])/1e3, "wall-us")
 }
+
+// BenchmarkPoolAfter times what a pool call leaves behind for the rest of
+// the process: after a two-worker call of 1 ms a worker, it starts two new
+// goroutines of 1 ms of work each (as a graph's next node or the bench's
+// reference windows do) and reports how late the second one started
+// (late2-us, the median; late2p90-us, the 90th percentile). A pool whose
+// parked goroutines hold a Go processor shows here: the futex park tried in
+// the twenty-second session (docs/performance.md) gave 167 us and 1.0 ms
+// (the second goroutine waited for the first), the channel pool 15 us and
+// 18-64 us.
+func BenchmarkPoolAfter(b *testing.B) {
+	p := NewPool(2)
+	defer p.Close()
+	p.Run(func(int) {})
+	spinFor := func(d time.Duration) {
+		for t0 := time.Now(); time.Since(t0) < d; {
+		}
+	}
+	late := make([]time.Duration, 0, b.N)
+	for b.Loop() {
+		p.RunN(2, func(int) { spinFor(time.Millisecond) })
+		start := time.Now()
+		var wg sync.WaitGroup
+		var l [2]time.Duration
+		for i := range l {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				l[i] = time.Since(start)
+				spinFor(time.Millisecond)
+			}()
+		}
+		wg.Wait()
+		late = append(late, max(l[0], l[1]))
+	}
+	slices.Sort(late)
+	b.ReportMetric(float64(late[len(late)/2])/1e3, "late2-us")
+	b.ReportMetric(float64(late[len(late)*9/10])/1e3, "late2p90-us")
+}

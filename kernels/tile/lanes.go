@@ -83,15 +83,10 @@ type lanesAhead struct {
 	kind, rows int
 }
 
-// lanesConv is a side conversion of the lane kernels: units blocks of
-// values at src widened to float32 at dst. The AVX-512 kernels widen a
-// block of 64 values (kind: e4m3fn bytes, bf16, or bf16 whose largest
-// finite |x| bits are also folded into max) every per loop iterations (cd
-// counts down to the next); the AVX2 ones widen e4m3fn bytes to value /
-// 256 (convE4M3Div256) in 8-value units, 16 values per loop iteration
-// while units are left (they ignore cd and per), and do not turn a NaN
-// byte into NaN (lanesUpdatePipelined scans each such chunk, widenable).
-// Its layout (offsets 0-64) is fixed by asmgen/lanes/gen.go. src and dst are
+// lanesConv is a side conversion of the AVX-512 lane kernels: units blocks
+// of 64 values at src widened to float32 at dst (kind: e4m3fn bytes, bf16,
+// or bf16 whose largest finite |x| bits are also folded into max), one
+// block every per loop iterations (cd counts down to the next). Its layout (offsets 0-64) is fixed by asmgen/lanes/gen.go. src and dst are
 // addresses, not pointers: the kernels advance them past the end of their
 // buffers, which the caller keeps alive.
 type lanesConv struct {
@@ -104,13 +99,11 @@ type lanesConv struct {
 	max      [16]uint32
 }
 
-// The lanesConv kinds (asmgen/lanes/gen.go: kindE4M3, kindBF16, kindBF16M;
-// the AVX2 kernels run convE4M3Div256 only).
+// The lanesConv kinds (asmgen/lanes/gen.go: kindE4M3, kindBF16, kindBF16M).
 const (
 	convE4M3 = iota
 	convBF16
 	convBF16Max
-	convE4M3Div256
 )
 
 // lanesPrefetch is a prefetch cursor of the lane kernels: every loop
@@ -441,7 +434,8 @@ func (l *Lanes) PrefetchNext(k unsafe.Pointer, kBytes int, v unsafe.Pointer, vBy
 // result is the same either way. The rows must stay unchanged until the
 // next update returns. The hint is consumed by the next update (staged or
 // not) and dropped by Reset; the AVX-512 kernels act on e4m3fn (with
-// AVX512_VBMI) and bf16 rows, the AVX2 ones on RawE4M3Div256 rows.
+// AVX512_VBMI) and bf16 rows (the AVX2 ones read every chunk they can in
+// place, and ignore it).
 func (l *Lanes) WidenNext(k unsafe.Pointer, f RawFormat, rows int) {
 	l.kNext = lanesAhead{}
 	if kind, ok := l.convKind(f, false); ok && k != nil && rows > 0 {
@@ -451,12 +445,11 @@ func (l *Lanes) WidenNext(k unsafe.Pointer, f RawFormat, rows int) {
 
 // convKind returns the side conversion kind for rows of format f (scan:
 // with the finite-maximum scan of a guarded V chunk), false where l's
-// kernels cannot widen them: the AVX2 kernels widen RawE4M3Div256 rows
-// without a scan (F16C needed); the others e4m3fn rows without a scan
-// (AVX512_VBMI needed) and bf16 rows.
+// kernels cannot widen them: the AVX-512 kernels widen e4m3fn rows without
+// a scan (AVX512_VBMI needed) and bf16 rows; the others none.
 func (l *Lanes) convKind(f RawFormat, scan bool) (int, bool) {
-	if l.kern == lanesAVX2 {
-		return convE4M3Div256, f == RawE4M3Div256 && !scan && haveF16C
+	if l.kern != lanesAVX512 {
+		return 0, false
 	}
 	switch {
 	case f == RawE4M3 && haveVBMI && !scan:

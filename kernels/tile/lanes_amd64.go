@@ -17,12 +17,10 @@ import (
 // row r) = sum over c < d of k[i*ldk/4 + c] * q[r][c] (qT[16c+r]) of n >= 1
 // consecutive keys, one FMA chain per row and key over c in increasing
 // order; d is a multiple of 8. Every loop iteration (two columns of a group
-// of up to 6 keys) prefetches pf's line and advances pf, and widens 16
-// values of the side conversion cv (lanesConv, kind convE4M3Div256) while
-// it has units left.
+// of up to 6 keys) prefetches pf's line and advances pf.
 //
 //go:noescape
-func lanesQKT(qT *float32, k *float32, ldk uintptr, d int, s *float32, n int, pf *lanesPrefetch, cv *lanesConv)
+func lanesQKT(qT *float32, k *float32, ldk uintptr, d int, s *float32, n int, pf *lanesPrefetch)
 
 // lanesSoftmaxAVX2 is lanesSoftmax512 with the AVX2 exp2 (emit.Exp2AVX2,
 // as the avx2 Acc tier).
@@ -34,22 +32,10 @@ func lanesSoftmaxAVX2(s *float32, n int, st *lanesState)
 // alpha[r]*O[r][c] + sum over i < n of P^T[i][r] * v[i*ldv/4 + c] (p =
 // &s[16*i0], i in increasing order, FMA; O in oT[16c+r]). n >= 1. alpha
 // nil: O is continued without rescaling. Every loop iteration (one key of a
-// group of 6 or 4 columns) prefetches pf's line and advances pf, and
-// widens 16 values of the side conversion cv as lanesQKT does.
+// group of 6 or 4 columns) prefetches pf's line and advances pf.
 //
 //go:noescape
-func lanesPVT(p *float32, v *float32, ldv uintptr, n int, o *float32, alpha *float32, d int, pf *lanesPrefetch, cv *lanesConv)
-
-// lanesConvRestAVX2 widens the units cv (kind convE4M3Div256) has left.
-//
-//go:noescape
-func lanesConvRestAVX2(cv *lanesConv)
-
-// lanesE4M3NaNAVX2 reports whether the n e4m3fn bytes at p (n > 0, a
-// multiple of 64) hold a NaN.
-//
-//go:noescape
-func lanesE4M3NaNAVX2(p uintptr, n int) bool
+func lanesPVT(p *float32, v *float32, ldv uintptr, n int, o *float32, alpha *float32, d int, pf *lanesPrefetch)
 
 // lanesQKTBF16 is lanesQKT for bf16 key rows read in place (k, rows ldk
 // bytes apart), keys in groups of up to 5: each product is widened
@@ -64,6 +50,25 @@ func lanesQKTBF16(qT *float32, k unsafe.Pointer, ldk uintptr, d int, s *float32,
 //
 //go:noescape
 func lanesPVTBF16(p *float32, v unsafe.Pointer, ldv uintptr, n int, o *float32, alpha *float32, d int, pf *lanesPrefetch)
+
+// lanesQKTE4M3 is lanesQKT for e4m3fn key rows read in place (k, rows ldk
+// bytes apart): each value is looked up in lanesE4M3Div256 (value / 256,
+// as attn's AVX2 decode stages e4m3fn rows) and broadcast from there, so
+// the scores are bit-identical to lanesQKT's on the staged rows.
+//
+//go:noescape
+func lanesQKTE4M3(qT *float32, k unsafe.Pointer, ldk uintptr, d int, s *float32, n int, pf *lanesPrefetch)
+
+// lanesPVTE4M3 is lanesPVT for e4m3fn value rows read in place (v, rows
+// ldv bytes apart), each value looked up as in lanesQKTE4M3:
+// bit-identical to lanesPVT on the staged rows.
+//
+//go:noescape
+func lanesPVTE4M3(p *float32, v unsafe.Pointer, ldv uintptr, n int, o *float32, alpha *float32, d int, pf *lanesPrefetch)
+
+// lanesE4M3Div256 is the kernels' table: the float32 of e4m3fn byte b / 256
+// (lanes_avx2_amd64.s; TestLanesE4M3Table checks it against lowp).
+var lanesE4M3Div256 [256]float32
 
 // lanesBF16MaxAVX2 scans n bf16 values at p (n > 0, a multiple of 8) for
 // the overflow guard: lane w of mx ends as the largest (|x| bits + 0x80)
@@ -84,21 +89,29 @@ func bf16FiniteMax(p unsafe.Pointer, n int) uint32 {
 	return uint32(m) << 16
 }
 
-// rawKeysAVX2 runs the BF16 Q.K kernel on key rows [i0, i1) when src
-// offers them as bf16 rows in place, and reports whether it did (else the
-// chunk is staged).
+// rawKeysAVX2 runs the BF16 or E4M3 Q.K kernel on key rows [i0, i1) when
+// src offers them in place as bf16 or RawE4M3Div256 rows, and reports
+// whether it did (else the chunk is staged).
 func (l *Lanes) rawKeysAVX2(src WideningStager, i0, i1 int) bool {
 	p, f := src.RawK(i0, i1)
-	if p == nil || f != RawBF16 {
+	switch {
+	case p == nil:
+		return false
+	case f == RawBF16:
+		lanesQKTBF16(&l.qT[0], p, uintptr(2*l.d), l.d, &l.s[i0*16], i1-i0, &l.pfK)
+	case f == RawE4M3Div256:
+		lanesQKTE4M3(&l.qT[0], p, uintptr(l.d), l.d, &l.s[i0*16], i1-i0, &l.pfK)
+	default:
 		return false
 	}
-	lanesQKTBF16(&l.qT[0], p, uintptr(2*l.d), l.d, &l.s[i0*16], i1-i0, &l.pfK)
 	return true
 }
 
-// rawValuesAVX2 runs the BF16 P.V kernel on value rows [i0, i1) when it
-// may read them in place, and reports whether it did (else the chunk is
-// staged). A guarded chunk (scan) is scanned first (bf16FiniteMax): one
+// rawValuesAVX2 runs the BF16 or E4M3 P.V kernel on value rows [i0, i1)
+// when it may read them in place, and reports whether it did (else the
+// chunk is staged). RawE4M3Div256 chunks are read in place unless guarded
+// (attn never guards e4m3fn values: they are bounded by 448). A guarded
+// bf16 chunk (scan) is scanned first (bf16FiniteMax): one
 // whose maximum is at most GuardLimitBits goes to GuardV with no values
 // (which leaves it as it is), a larger one is staged, so that the stager
 // scales it and rescales O; and once any value chunk of the accumulation
@@ -106,6 +119,10 @@ func (l *Lanes) rawKeysAVX2(src WideningStager, i0, i1 int) bool {
 // later guarded chunks.
 func (l *Lanes) rawValuesAVX2(src WideningStager, i0, i1 int) bool {
 	p, f, scan := src.RawV(i0, i1)
+	if p != nil && f == RawE4M3Div256 && !scan {
+		lanesPVTE4M3(&l.s[i0*16], p, uintptr(l.d), i1-i0, &l.oT[0], l.pvAlpha(i0 == 0), l.d, &l.pfV)
+		return true
+	}
 	if p == nil || f != RawBF16 || scan && l.vStaged {
 		l.vStaged = true
 		return false
@@ -280,14 +297,15 @@ func lanesUpdateStagedSIMD(l *Lanes, src Stager, n int, ahead, pre lanesAhead) {
 		return
 	}
 	d, ch := l.d, lanesChunks[l.kern]
-	if ws, ok := src.(WideningStager); ok && lanesConvOK && d%64 == 0 && (l.kern == lanesAVX512 || l.kern == lanesAVX2 && haveF16C && l.offersDiv256(ws, n)) {
+	if ws, ok := src.(WideningStager); ok && lanesConvOK && d%64 == 0 && l.kern == lanesAVX512 {
 		lanesUpdatePipelined(l, ws, n, ch.k, ch.v, ahead, pre)
 		return
 	}
-	// With the AVX2 kernels, the bf16 chunks a WideningStager offers in
-	// place go to the BF16 kernels, which widen each value in registers
-	// instead of the stager storing float32 rows (bit-identical); the
-	// other chunks are staged.
+	// With the AVX2 kernels, the bf16 and RawE4M3Div256 chunks a
+	// WideningStager offers in place go to the BF16 and E4M3 kernels, which
+	// widen each value in registers or through their table instead of the
+	// stager storing float32 rows (bit-identical); the other chunks are
+	// staged.
 	raw, _ := src.(WideningStager)
 	if l.kern != lanesAVX2 || !lanesConvOK {
 		raw = nil
@@ -305,19 +323,6 @@ func lanesUpdateStagedSIMD(l *Lanes, src Stager, n int, ahead, pre lanesAhead) {
 			lanesPVRange(l, stageRows(src, true, i0, i1, d), i0, i1, i0 == 0)
 		}
 	}
-}
-
-// offersDiv256 reports whether src offers the first K or V chunk of an
-// update of n keys as RawE4M3Div256 rows, which the AVX2 kernels widen
-// between their multiply-adds (lanesUpdatePipelined); otherwise the AVX2
-// update reads bf16 chunks in place and stages the rest.
-func (l *Lanes) offersDiv256(src WideningStager, n int) bool {
-	ch := lanesChunks[l.kern]
-	if _, f := src.RawK(0, min(n, ch.k)); f == RawE4M3Div256 {
-		return true
-	}
-	_, f, _ := src.RawV(0, min(n, ch.v))
-	return f == RawE4M3Div256
 }
 
 // stageRows returns src's staged key (v false) or value rows [i0, i1),
@@ -352,7 +357,7 @@ func lanesSoftmaxRange(l *Lanes, n int) {
 func lanesQKRange(l *Lanes, k []float32, i0, i1 int) {
 	ld := uintptr(l.d * 4)
 	if l.kern == lanesAVX2 {
-		lanesQKT(&l.qT[0], &k[0], ld, l.d, &l.s[i0*16], i1-i0, &l.pfK, l.conv())
+		lanesQKT(&l.qT[0], &k[0], ld, l.d, &l.s[i0*16], i1-i0, &l.pfK)
 		return
 	}
 	qkt512For(l.d)(&l.qT[0], &k[0], ld, l.d, &l.s[i0*16], i1-i0, &l.pfK, l.conv())
@@ -365,7 +370,7 @@ func lanesPVRange(l *Lanes, v []float32, i0, i1 int, first bool) {
 	ld := uintptr(l.d * 4)
 	alpha := l.pvAlpha(first)
 	if l.kern == lanesAVX2 {
-		lanesPVT(&l.s[i0*16], &v[0], ld, i1-i0, &l.oT[0], alpha, l.d, &l.pfV, l.conv())
+		lanesPVT(&l.s[i0*16], &v[0], ld, i1-i0, &l.oT[0], alpha, l.d, &l.pfV)
 		return
 	}
 	lanesPVT512(&l.s[i0*16], &v[0], ld, i1-i0, &l.oT[0], alpha, l.d, &l.pfV, l.conv())

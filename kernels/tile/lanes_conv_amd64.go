@@ -10,18 +10,14 @@ import (
 	"github.com/sparseattn/msa/kernels/lowp"
 )
 
-// lanesConvOK reports whether the lane kernels may widen chunks between
-// their multiply-adds (AVX-512: bf16 needs AVX-512F only, e4m3fn also
-// haveVBMI; AVX2: RawE4M3Div256 rows) and the AVX2 ones read bf16 rows in
-// place. Tests switch it off to compare with the staged path.
+// lanesConvOK reports whether the AVX-512 lane kernels may widen chunks
+// between their multiply-adds (bf16 needs AVX-512F only, e4m3fn also
+// haveVBMI) and the AVX2 ones read bf16 and RawE4M3Div256 rows in place.
+// Tests switch it off to compare with the staged path.
 var lanesConvOK = true
 
 // haveVBMI reports whether the CPU runs the AVX512_VBMI e4m3 conversion.
 var haveVBMI = cpu.X86.HasAVX512VBMI && cpu.X86.HasAVX512BW
-
-// haveF16C reports whether the CPU runs the AVX2 kernels' e4m3 conversion
-// (VCVTPH2PS).
-var haveF16C = cpu.X86.HasF16C
 
 // conv returns the job of the next kernel call: l.cv while a conversion is
 // set up (lanesUpdatePipelined), else an idle job.
@@ -43,25 +39,6 @@ func qkIters(n, d int) int {
 		}
 	}
 	return g * (d / 4)
-}
-
-// convRest widens the units l.cv has left with l's kernel set.
-func (l *Lanes) convRest() {
-	if l.kern == lanesAVX2 {
-		lanesConvRestAVX2(&l.cv)
-		return
-	}
-	lanesConvRest512(&l.cv)
-}
-
-// widenable reports whether the n values of kind at p were widened right:
-// the AVX2 conversion does not produce NaN, so a chunk of convE4M3Div256
-// bytes that holds a NaN is staged instead. The scan runs after the
-// conversion, whose loads met the bytes first and overlapped the
-// multiply-adds: scanning before it took 6-8% of FP8 decode on Zen 4, the
-// bytes' first touch after the prefetch.
-func widenable(p uintptr, n, kind int) bool {
-	return kind != convE4M3Div256 || !lanesE4M3NaNAVX2(p, n)
 }
 
 // pvIters is the number of loop iterations of lanesPVT512 over n keys: one
@@ -87,11 +64,10 @@ func pvIters(n, d int) int {
 // next chunk (the next K chunk, the first V chunk after the last K chunk,
 // the next V chunk) into the other half of a double buffer between their
 // multiply-adds, where the conversion runs on pipes the FMAs leave free
-// (measured on Zen 4: internal/overlap BenchmarkOverlap512). A chunk whose
-// rows are not one run of a format the kernels widen is staged by src as
-// usual, and so is a chunk in which the AVX2 conversion met a NaN byte
-// (widenable). A guarded V chunk (RawV's scan) has its finite maximum found
-// by the same conversion (AVX-512) and goes through src.GuardV at the
+// (measured on Zen 4: internal/overlap BenchmarkOverlap512); AVX-512 only.
+// A chunk whose rows are not one run of a format the kernels widen is
+// staged by src as usual. A guarded V chunk (RawV's scan) has its finite
+// maximum found by the same conversion and goes through src.GuardV at the
 // point where StageV would have run. The values and the order of every
 // product are those of the staged path: bit-identical results.
 func lanesUpdatePipelined(l *Lanes, src WideningStager, n, ck, cv int, ahead, pre lanesAhead) {
@@ -138,20 +114,15 @@ func lanesUpdatePipelined(l *Lanes, src WideningStager, n, ck, cv int, ahead, pr
 	// iters kernel iterations.
 	setJob := func(t int, p unsafe.Pointer, kind, iters int) []float32 {
 		_, i0, i1, buf := rows(t)
-		l.cv = convJob(uintptr(p), buf, l.convUnits((i1-i0)*d), iters, kind)
+		l.cv = convJob(uintptr(p), buf, (i1-i0)*d/64, iters, kind)
 		return buf[:(i1-i0)*d]
 	}
-	// done finishes the job of chunk buf (n values from raw): its last
-	// units, then the guard; false when the chunk must be staged instead
-	// (widenable).
-	done := func(buf []float32, raw uintptr, n int) bool {
+	// done finishes the job of chunk buf: its last units, then the guard.
+	done := func(buf []float32) {
 		if l.cv.units > 0 {
-			l.convRest()
+			lanesConvRest512(&l.cv)
 		}
 		l.cv.units = 0
-		if !widenable(raw, n, l.cv.kind) {
-			return false
-		}
 		if l.cv.kind == convBF16Max {
 			var m uint32
 			for _, x := range l.cv.max {
@@ -159,7 +130,6 @@ func lanesUpdatePipelined(l *Lanes, src WideningStager, n, ck, cv int, ahead, pr
 			}
 			src.GuardV(buf, m)
 		}
-		return true
 	}
 	var cur []float32
 	_, _, r0, _ := rows(0)
@@ -167,15 +137,14 @@ func lanesUpdatePipelined(l *Lanes, src WideningStager, n, ck, cv int, ahead, pr
 	case p != nil && pre.src == uintptr(p) && pre.kind == kind && pre.rows >= r0:
 		cur = l.kst[0][:r0*d] // widened ahead by the previous update
 	case p != nil:
-		if cur = setJob(0, p, kind, 1); !done(cur, uintptr(p), r0*d) {
-			cur = stage(0)
-		}
+		cur = setJob(0, p, kind, 1)
+		done(cur)
 	default:
 		cur = stage(0)
 	}
 	for t := 0; t < nk+nv; t++ {
 		v, i0, i1, _ := rows(t)
-		iters := qkIters(i1-i0, d) // the AVX2 kernels ignore it (lanesConv)
+		iters := qkIters(i1-i0, d)
 		if v {
 			iters = pvIters(i1-i0, d)
 		}
@@ -193,7 +162,7 @@ func lanesUpdatePipelined(l *Lanes, src WideningStager, n, ck, cv int, ahead, pr
 			// (WidenNext) into kst[0], free since the last Q.K.
 			widened = ahead
 			widened.rows = min(ahead.rows, ck)
-			l.cv = convJob(ahead.src, l.kst[0], l.convUnits(widened.rows*d), iters, ahead.kind)
+			l.cv = convJob(ahead.src, l.kst[0], widened.rows*d/64, iters, ahead.kind)
 		}
 		if v {
 			lanesPVRange(l, cur, i0, i1, i0 == 0)
@@ -204,11 +173,13 @@ func lanesUpdatePipelined(l *Lanes, src WideningStager, n, ck, cv int, ahead, pr
 			}
 		}
 		switch {
-		case p != nil && done(next, uintptr(p), len(next)):
+		case p != nil:
+			done(next)
 			cur = next
 		case t+1 < nk+nv:
 			cur = stage(t + 1)
-		case widened.rows > 0 && done(nil, widened.src, widened.rows*d):
+		case widened.rows > 0:
+			done(nil)
 			l.kPre = widened
 		}
 	}
@@ -219,17 +190,6 @@ func lanesUpdatePipelined(l *Lanes, src WideningStager, n, ck, cv int, ahead, pr
 func widenE4M3VBMI(dst []float32, src []lowp.Float8E4M3FN) {
 	cv := convJob(uintptr(unsafe.Pointer(&src[0])), dst, len(src)/64, 1, convE4M3)
 	lanesConvRest512(&cv)
-}
-
-// convUnits is the number of side conversion units of n values (a
-// multiple of 64): blocks of 64 values for the AVX-512 kernels, 8-value
-// steps for the AVX2 ones (which widen 16 per Q.K and 8 per P.V loop
-// iteration while units are left, and ignore cd and per).
-func (l *Lanes) convUnits(n int) int {
-	if l.kern == lanesAVX2 {
-		return n / 8
-	}
-	return n / 64
 }
 
 // convJob is a side conversion of units 64-value blocks at src of kind

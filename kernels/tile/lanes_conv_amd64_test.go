@@ -402,9 +402,9 @@ func pipelinedCase(t *testing.T, rng *rand.Rand, tn string, f RawFormat, d, n in
 	}
 	// The AMX and AVX2 paths stage the guarded bf16 value chunks above the
 	// guard's limit and every guarded chunk after them; the AVX2 path
-	// stages plain e4m3fn rows, and RawE4M3Div256 chunks that hold a NaN or
-	// whose d is not a multiple of 64.
-	staged := tn == "amxbf16" && f == RawBF16 || tn == "avx2" && (f == RawE4M3 || scan && hugeV > 0 || f == RawE4M3Div256 && (nan || d%64 != 0 || !haveF16C))
+	// stages plain e4m3fn rows (it reads RawE4M3Div256 ones in place, NaN
+	// bytes and any d included).
+	staged := tn == "amxbf16" && f == RawBF16 || tn == "avx2" && (f == RawE4M3 || scan && hugeV > 0)
 	if noRaw == nil && calls != 0 && !staged {
 		t.Errorf("%s: %d StageK/StageV calls with every chunk offered as bytes", name, calls)
 	}
@@ -412,11 +412,10 @@ func pipelinedCase(t *testing.T, rng *rand.Rand, tn string, f RawFormat, d, n in
 
 // TestLanesAVX2Raw is TestLanesUpdatePipelined on the avx2 tier: bf16
 // chunks offered in place go to the BF16 kernels (lanesQKTBF16,
-// lanesPVTBF16, the guard's scan lanesBF16MaxAVX2); RawE4M3Div256 chunks
-// are widened (to value / 256) by the float32 kernels of the chunk before
-// them, the first key chunk also ahead by the previous update's last value
-// chunk (WidenNext), and a chunk that holds a NaN byte is staged instead;
-// the rest is staged. The results and guard maxima must equal the staged
+// lanesPVTBF16, the guard's scan lanesBF16MaxAVX2), RawE4M3Div256 chunks
+// to the E4M3 kernels (lanesQKTE4M3, lanesPVTE4M3: each byte looked up as
+// value / 256, NaN bytes as NaN), whatever WidenNext hints (which this
+// tier ignores); the rest is staged. The results and guard maxima must equal the staged
 // path's bit for bit. V magnitudes are ordinary (every chunk read in place
 // or widened, also when guarded: no StageK / StageV call may happen), or
 // include rare huge ones that raise the guard's shift mid-block (those
@@ -447,15 +446,21 @@ func TestLanesAVX2Raw(t *testing.T) {
 	}
 }
 
-// TestLanesAVX2NoF16C runs RawE4M3Div256 rows, with WidenNext hints, as
-// on an AVX2 CPU without F16C (haveF16C off): every chunk must be staged
-// by the stager instead (no VCVTPH2PS runs) and the results must equal the
-// staged path's.
-func TestLanesAVX2NoF16C(t *testing.T) {
-	useTier(t, "avx2")
-	defer func(v bool) { haveF16C = v }(haveF16C)
-	haveF16C = false
-	stagedWithout(t, "F16C", RawE4M3Div256, lanesChunks[lanesAVX2])
+// TestLanesE4M3Table checks the AVX2 E4M3 kernels' table against lowp:
+// entry b is e4m3fn byte b's value / 256, exactly, and NaN for the two NaN
+// bytes, with the sign and payload bits of lowp's NaN (the bits a staged
+// row holds after decodeE4M3Fold's multiply by 1/256).
+func TestLanesE4M3Table(t *testing.T) {
+	for b := range 256 {
+		x := lowp.Float8E4M3FN(b).Float32()
+		want := math.Float32bits(x / 256)
+		if math.IsNaN(float64(x)) {
+			want = math.Float32bits(x)
+		}
+		if g := math.Float32bits(lanesE4M3Div256[b]); g != want {
+			t.Errorf("lanesE4M3Div256[%#02x] = %#08x, want %#08x", b, g, want)
+		}
+	}
 }
 
 // TestLanesPipelinedNoVBMI runs e4m3fn rows offered raw, with WidenNext

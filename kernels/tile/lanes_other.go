@@ -17,7 +17,4 @@ func lanesUpdateStagedSIMD(l *Lanes, src Stager, n int, ahead, pre lanesAhead) {
 // haveVBMI: no AVX512_VBMI e4m3 conversion on this platform or build.
 const haveVBMI = false
 
-// haveF16C: no F16C e4m3 conversion on this platform or build.
-const haveF16C = false
-
 func widenE4M3VBMI(dst []float32, src []lowp.Float8E4M3FN) { panic("unreachable") }

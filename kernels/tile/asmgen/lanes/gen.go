@@ -43,9 +43,11 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"math/bits"
 	"os"
 
+	"github.com/sparseattn/msa/kernels/lowp"
 	"github.com/sparseattn/msa/kernels/tile/asmgen/emit"
 )
 
@@ -225,38 +227,38 @@ func main() {
 
 // AVX2 kernels: each 16-row vector is two ymm halves (rows 0-7, 8-15), so
 // that 16 ymm registers hold 12 accumulators (6 keys or columns), the two
-// halves of Q^T or P^T, the broadcast register Y14 and the side
-// conversion's scratch Y15 (and Y14 before the iteration's first
-// broadcast):
+// halves of Q^T or P^T and the broadcast registers Y14 and Y15:
 //
 //   - lanesQKT: per column 2 loads of Q, 6 scalar broadcasts of K and 12
-//     multiply-adds; per iteration (two columns), while the job has units
-//     left, 16 e4m3fn values of the next chunk widened to value / 256
-//     (convAVX2, f16Core).
+//     multiply-adds.
 //   - lanesSoftmaxAVX2: lanesSoftmax512 on two halves per vector with the
 //     AVX2 exp2 of the avx2 Acc tier (emit.Exp2AVX2).
 //   - lanesPVT: per key 2 loads of P^T, 6 scalar broadcasts of V and 12
-//     multiply-adds, and the side conversion's 16 values as in lanesQKT.
-//     On Zen 4 the conversion inside the loops costs the FP8 decode step
-//     about 1.3 us per 128-key block against 2.2 us staged apart (in cache
-//     76% of the FMA peak against 71.5%).
+//     multiply-adds.
 //   - lanesQKTBF16, lanesPVTBF16: the same on bf16 rows read in place
 //     (vecISA.bf16): one dword broadcast per two columns, widened by a
 //     shift and a mask; Q.K in groups of 5 keys, as Q^T of both columns
 //     takes four registers. They spare the stager's float32 stores (on
 //     Zen 4 the staging took 15% of a 128-key block), at 94% of the
 //     float32 Q.K kernel's rate.
+//   - lanesQKTE4M3, lanesPVTE4M3: the same on e4m3fn rows read in place
+//     (vecISA.e4m3): each byte indexes a 256-entry float32 table
+//     (lanesE4M3Div256, value / 256, the form attn's AVX2 decode stages)
+//     and the broadcast reads the entry, so the conversion costs two loads
+//     and no vector instruction. On Zen 4 a 128-key FP8 decode block in
+//     cache runs at 86% of the FMA peak this way against 76% with the
+//     F16C conversion (VCVTPH2PS, value / 256 through float16) spread
+//     between the float32 kernels' multiply-adds, which it replaces, and
+//     the table maps the two NaN bytes to NaN, which the float16 route
+//     could not (it needed a NaN scan of every chunk).
 //   - lanesBF16MaxAVX2: the V guard's finite-maximum scan of bf16 rows
 //     read in place.
-//   - lanesConvRestAVX2: the units of a side conversion its kernel left.
-//   - lanesE4M3NaNAVX2: the NaN scan of an e4m3fn chunk after its side
-//     conversion.
 //
 // One call covers a whole chunk of keys or all columns, so the Go side
 // pays one call per chunk.
 
 // cnames8: the constant table lanesc8, 8 copies of each (32 bytes).
-var cnames8 = []string{"ninf", "lo256", "c0", "c1", "c2", "c3", "c4", "c5", "c6", "b127", "one", "r7fff", "hi16", "r7ffff", "hi12", "c16384", "sub", "c448", "w7fff", "w80", "wbfff", "bfe"}
+var cnames8 = []string{"ninf", "lo256", "c0", "c1", "c2", "c3", "c4", "c5", "c6", "b127", "one", "r7fff", "hi16", "r7ffff", "hi12", "c16384", "sub", "c448", "w7fff", "w80"}
 
 func c8(n string) string {
 	for i, x := range cnames8 {
@@ -281,127 +283,26 @@ func genAVX2(a *asm) {
 	genQKT(a, isaAVX2BF16)
 	genPVT(a, isaAVX2BF16)
 	genBF16Max(a)
-	genConvRestAVX2(a)
-	genE4M3NaN(a)
+	genQKT(a, isaAVX2E4M3)
+	genPVT(a, isaAVX2E4M3)
+	genE4M3Table(a)
 }
 
-// genE4M3NaN emits lanesE4M3NaNAVX2(p unsafe.Pointer, n int) bool, n > 0
-// a multiple of 64: whether the n e4m3fn bytes at p hold a NaN (0x7f or
-// 0xff): each byte doubled is 0xfe exactly then, and the unsigned byte
-// maximum of the doubled bytes is compared with it at the end. The Go side
-// scans each chunk after its side conversion (the bytes are then in L1):
-// a NaN test inside the kernels' loops took 4 points of the FMA peak on
-// Zen 4 in cache (a maximum kept in the job, 12), and a scan before the
-// conversion, the bytes' first touch, 6-8% of FP8 decode end to end.
-func genE4M3NaN(a *asm) {
-	a.f("// func lanesE4M3NaNAVX2(p unsafe.Pointer, n int) bool")
-	a.f("TEXT ·lanesE4M3NaNAVX2(SB), NOSPLIT, $0-17")
-	a.f("\tMOVQ p+0(FP), SI")
-	a.f("\tMOVQ n+8(FP), CX")
-	a.f("\tVPXOR Y2, Y2, Y2")
-	a.f("\tVPXOR Y3, Y3, Y3")
-	a.f("nanscan:")
-	a.f("\tVMOVDQU (SI), Y0")
-	a.f("\tVMOVDQU 32(SI), Y1")
-	a.f("\tVPADDB Y0, Y0, Y0 // 2b: 0xfe for a NaN, at most 0xfc otherwise")
-	a.f("\tVPADDB Y1, Y1, Y1")
-	a.f("\tVPMAXUB Y0, Y2, Y2")
-	a.f("\tVPMAXUB Y1, Y3, Y3")
-	a.f("\tADDQ $64, SI")
-	a.f("\tSUBQ $64, CX")
-	a.f("\tJNZ nanscan")
-	a.f("\tVPMAXUB Y3, Y2, Y2")
-	a.f("\tVPCMPEQB %s, Y2, Y2", c8("bfe"))
-	a.f("\tVPTEST Y2, Y2")
-	a.f("\tSETNE ret+16(FP)")
-	a.f("\tVZEROUPPER")
-	a.f("\tRET\n")
-}
-
-// f16Core emits the AVX2 side conversion of n (8 or 16) e4m3fn bytes at
-// register src into n float32 at register dst, each value / 256, the route
-// of attn's AVX2 staging: a byte sign-extended to a word and shifted left
-// by 7, bit 14 cleared, is the float16 of value / 256, which VCVTPH2PS
-// widens exactly (e4m3fn subnormals included). A NaN byte (0x7f, 0xff)
-// becomes +-1.875 instead, so the Go side scans each widened chunk
-// (lanesE4M3NaNAVX2) and stages one that holds a NaN. y is the scratch
-// vector register (x its low half); z, when not negative, a second one,
-// with which 16 values take one widening to words, one shift and one mask
-// on a ymm and a lane extract instead of two of each on xmm halves.
-func f16Core(a *asm, n, y, z int, src, dst string) {
-	if z >= 0 && n == 16 {
-		a.f("\tVPMOVSXBW (%s), Y%d", src, y)
-		a.f("\tVPSLLW $7, Y%d, Y%d", y, y)
-		a.f("\tVPAND %s, Y%d, Y%d // float16 bits of value / 256", c8("wbfff"), y, y)
-		a.f("\tVEXTRACTI128 $1, Y%d, X%d", y, z)
-		a.f("\tVCVTPH2PS X%d, Y%d", y, y)
-		a.f("\tVCVTPH2PS X%d, Y%d", z, z)
-		a.f("\tVMOVUPS Y%d, (%s)", y, dst)
-		a.f("\tVMOVUPS Y%d, 32(%s)", z, dst)
-		return
+// genE4M3Table emits lanesE4M3Div256, the float32 table of the e4m3 kernels
+// (vecISA.e4m3): entry b is the float32 bits of e4m3fn byte b's value /
+// 256, as attn's AVX2 decode stages e4m3fn rows (exact; the two NaN bytes
+// keep the sign and payload of lowp's NaN, which a multiply by 1/256
+// leaves as they are).
+func genE4M3Table(a *asm) {
+	for b := range 256 {
+		x := lowp.Float8E4M3FN(b).Float32()
+		bits := math.Float32bits(x)
+		if !math.IsNaN(float64(x)) {
+			bits = math.Float32bits(x / 256)
+		}
+		a.f("DATA ·lanesE4M3Div256+%d(SB)/4, $0x%08x", 4*b, bits)
 	}
-	for i := 0; i < n/8; i++ {
-		a.f("\tVPMOVSXBW %d(%s), X%d", 8*i, src, y)
-		a.f("\tVPSLLW $7, X%d, X%d", y, y)
-		a.f("\tVPAND %s, X%d, X%d // float16 bits of value / 256", c8("wbfff"), y, y)
-		a.f("\tVCVTPH2PS X%d, Y%d", y, y)
-		a.f("\tVMOVUPS Y%d, %d(%s)", y, 32*i, dst)
-	}
-}
-
-// convAVX2 are the GP registers an AVX2 float32 kernel keeps the side
-// conversion's source and destination addresses in during its loops (the
-// job, lanesConv, in R15; Y15 and Y14, the broadcast register, free at the
-// start of an iteration, the scratch vectors), and the values each
-// loop iteration widens while the job has units (8-value steps) left: 16,
-// so that a 64-key Q.K chunk (704 iterations at d = 128) covers a 64-row
-// chunk (8192 values). A first form with the AVX-512 kernels' shape (a
-// 64-value unit every few iterations by a countdown, the addresses
-// reloaded from the job for each 8 values, a NaN maximum kept in the job)
-// ran no faster than staging apart on Zen 4 (decode step in cache 73.0% of
-// the FMA peak against 72.9%).
-type convAVX2 struct{ src, dst string }
-
-// convStepAVX2 is the values an AVX2 kernel's loop iteration widens.
-const convStepAVX2 = 16
-
-var (
-	qkConv2 = convAVX2{src: "R10", dst: "DX"}
-	pvConv2 = convAVX2{src: "BX", dst: "AX"}
-)
-
-// load emits the loads of the job's addresses before a loop, store their
-// stores back after it.
-func (r convAVX2) load(a *asm) {
-	a.f("\tMOVQ %d(R15), %s // side conversion source", offCvSrc, r.src)
-	a.f("\tMOVQ %d(R15), %s // and destination", offCvDst, r.dst)
-}
-
-func (r convAVX2) store(a *asm) {
-	a.f("\tMOVQ %s, %d(R15)", r.src, offCvSrc)
-	a.f("\tMOVQ %s, %d(R15)", r.dst, offCvDst)
-}
-
-// step emits one loop iteration's share of the conversion: convStepAVX2
-// values while the job has that many units' worth left (a smaller rest is left to
-// lanesConvRestAVX2); label names the skip target.
-func (r convAVX2) step(a *asm, label string) {
-	const n = convStepAVX2
-	a.f("\tCMPQ %d(R15), $%d // side conversion: units left", offCvUnits, n/8)
-	a.f("\tJLT %s", label)
-	f16Core(a, n, 15, 14, r.src, r.dst) // Y14, the broadcast register, is free before the iteration's first broadcast
-	a.f("\tADDQ $%d, %s", n, r.src)
-	a.f("\tADDQ $%d, %s", 4*n, r.dst)
-	a.f("\tSUBQ $%d, %d(R15)", n/8, offCvUnits)
-	a.f("%s:", label)
-}
-
-// genConvRestAVX2 emits lanesConvRestAVX2(cv *lanesConv): the job's
-// remaining 8-value units (f16Core) in genRest's frame.
-func genConvRestAVX2(a *asm) {
-	genRest(a, "lanesConvRestAVX2", func() { a.f("\tMOVQ cv+0(FP), R15") }, nil, []restLoop{
-		{"rest", 8, 32, func() { f16Core(a, 8, 0, -1, "SI", "DI") }},
-	})
+	a.f("GLOBL ·lanesE4M3Div256(SB), RODATA|NOPTR, $1024\n")
 }
 
 // genBF16Max emits lanesBF16MaxAVX2(p unsafe.Pointer, n int, mx
@@ -690,8 +591,8 @@ func loadPf(a *asm, arg, ptr string, regs [3]string) {
 // pvtPrologue emits the head of a P.V kernel of the transposed layout
 // (lanesPVT, lanesPVT512: the same arguments): the prefetch cursor in
 // R14/R9/R10/R13, V column R12, ldv R8, O^T DI, alpha AX, columns left R11.
-func pvtPrologue(a *asm, name string, conv bool, isa vecISA) {
-	if conv {
+func pvtPrologue(a *asm, name string, isa vecISA) {
+	if isa.conv() {
 		a.f("// func %s(p *float32, v *float32, ldv uintptr, n int, o *float32, alpha *float32, d int, pf *lanesPrefetch, cv *lanesConv)", name)
 		a.f("TEXT ·%s(SB), NOSPLIT, $0-72", name)
 	} else {
@@ -700,10 +601,10 @@ func pvtPrologue(a *asm, name string, conv bool, isa vecISA) {
 	}
 	loadPf(a, "pf+56(FP)", "R14", pvPf)
 	switch {
-	case conv && isa.avx512:
+	case isa.conv():
 		convSetup(a, "cv+64(FP)", pvConv)
-	case conv:
-		a.f("\tMOVQ cv+64(FP), %s // side conversion job", pvConv.job)
+	case isa.e4m3:
+		a.f("\tLEAQ ·lanesE4M3Div256(SB), %s // the e4m3fn table", pvE4M3.tab)
 	}
 	a.f("\tMOVQ v+8(FP), R12")
 	a.f("\tMOVQ ldv+16(FP), R8")
@@ -730,7 +631,7 @@ func qktEpilogue(a *asm) {
 // GP: SI P^T, DX V row, R8 ldv, CX keys left, DI O^T, AX alpha, R11
 // columns left, R12 V column.
 func genPVT(a *asm, isa vecISA) {
-	pvtPrologue(a, "lanesPVT"+isa.suffix, isa.conv(), isa)
+	pvtPrologue(a, "lanesPVT"+isa.suffix, isa)
 	a.f("cols:")
 	a.f("\tCMPQ R11, $8")
 	a.f("\tJEQ cols4")
@@ -776,23 +677,48 @@ type vecISA struct {
 	// of its float32). Q.K then keeps Q^T of both columns in Y10-Y13, so a
 	// group has at most 5 keys (Y0-Y9).
 	bf16 bool
+	// e4m3 (AVX2 only): the K or V rows are e4m3fn bytes, read in place.
+	// Each byte is zero-extended into a GP register (MOVBLZX) and indexes
+	// the 256-entry float32 table lanesE4M3Div256 (value / 256, NaN bytes
+	// as NaN), whose entry is the broadcast operand: two loads per value and
+	// no vector instruction besides the multiply-adds.
+	e4m3 bool
 }
 
-// conv reports whether the ISA's float32 kernels run a side conversion
-// (their last argument cv *lanesConv): all but the AVX2 bf16 ones.
-func (isa vecISA) conv() bool { return !isa.bf16 }
+// e4m3Regs are the GP registers of an e4m3 kernel's table lookups: tab the
+// table's address, idx the byte registers, used in turn.
+type e4m3Regs struct {
+	tab string
+	idx []string
+}
+
+var (
+	// Q.K: R10 (a third row base only with AVX-512), and DX and R15
+	// (the prefetch argument's pointer and the conversion job elsewhere)
+	// are free in the loop.
+	qkE4M3 = e4m3Regs{tab: "R10", idx: []string{"DX", "R15"}}
+	// P.V: BX and R15 are free.
+	pvE4M3 = e4m3Regs{tab: "R15", idx: []string{"BX"}}
+)
+
+// conv reports whether the ISA's kernels run a side conversion (their
+// last argument cv *lanesConv): the AVX-512 ones.
+func (isa vecISA) conv() bool { return isa.avx512 }
 
 // elem is the size in bytes of one K or V value.
 func (isa vecISA) elem() int {
-	if isa.bf16 {
+	switch {
+	case isa.bf16:
 		return 2
+	case isa.e4m3:
+		return 1
 	}
 	return 4
 }
 
 // rowsType is the Go type of a kernel's K or V row argument.
 func (isa vecISA) rowsType() string {
-	if isa.bf16 {
+	if isa.elem() < 4 {
 		return "unsafe.Pointer"
 	}
 	return "*float32"
@@ -833,6 +759,14 @@ var (
 		perBase: 3,
 		qkCols:  2,
 		bf16:    true,
+	}
+	isaAVX2E4M3 = vecISA{
+		suffix:  "E4M3",
+		groups:  isaAVX2.groups,
+		rows:    isaAVX2.rows,
+		perBase: 3,
+		qkCols:  2,
+		e4m3:    true,
 	}
 	isaAVX512 = vecISA{
 		avx512: true,
@@ -887,7 +821,17 @@ func colBody(a *asm, isa vecISA, B int, pv bool, label string, pf [3]string) {
 			a.f("\tVFMADD231PS.BCST %s, Z%d, Z%d // %s", mem, av, j, what)
 			return
 		}
-		b := 14 // Y15 is the side conversion's scratch
+		b := 14 + u%2 // broadcast registers in turn
+		if isa.e4m3 {
+			r := qkE4M3
+			if pv {
+				r = pvE4M3
+			}
+			x := r.idx[u%len(r.idx)]
+			a.f("\tMOVBLZX %s, %s // %s", mem, x, what)
+			mem = fmt.Sprintf("(%s)(%s*4)", r.tab, x)
+			what = "its float32 / 256"
+		}
 		a.f("\tVBROADCASTSS %s, Y%d // %s", mem, b, what)
 		a.f("\tVFMADD231PS Y%d, Y12, Y%d", b, 2*j)
 		a.f("\tVFMADD231PS Y%d, Y13, Y%d", b, 2*j+1)
@@ -912,13 +856,6 @@ func colBody(a *asm, isa vecISA, B int, pv bool, label string, pf [3]string) {
 		a.f("\tVFMADD231PS Y14, Y%d, Y%d", yhi[0], 2*k)
 		a.f("\tVFMADD231PS Y14, Y%d, Y%d", yhi[1], 2*k+1)
 	}
-	cv2 := qkConv2
-	if pv {
-		cv2 = pvConv2
-	}
-	if !isa.avx512 && isa.conv() {
-		cv2.load(a)
-	}
 	a.f("%s:", label)
 	pfSteps := 1
 	if isa.avx512 && !pv {
@@ -930,11 +867,8 @@ func colBody(a *asm, isa vecISA, B int, pv bool, label string, pf [3]string) {
 		a.f("\tCMPQ %s, %s", pf[0], pf[2])
 		a.f("\tCMOVQGT %s, %s // stay on the last line", pf[2], pf[0])
 	}
-	switch {
-	case isa.avx512:
+	if isa.conv() {
 		convUnit(a, cv, label+"cv")
-	case isa.conv():
-		cv2.step(a, label+"cv")
 	}
 	if pv {
 		loadA(0, "SI", 24, "P^T[i]")
@@ -944,7 +878,7 @@ func colBody(a *asm, isa vecISA, B int, pv bool, label string, pf [3]string) {
 			}
 		} else {
 			for j := 0; j < B; j++ {
-				fma(j, 24, j, fmt.Sprintf("%d(DX)", 4*j), fmt.Sprintf("V[i][c0+%d]", j))
+				fma(j, 24, j, fmt.Sprintf("%d(DX)", isa.elem()*j), fmt.Sprintf("V[i][c0+%d]", j))
 			}
 		}
 		a.f("\tADDQ $64, SI")
@@ -970,7 +904,7 @@ func colBody(a *asm, isa vecISA, B int, pv bool, label string, pf [3]string) {
 						continue
 					}
 					for j := 0; j < B; j++ {
-						fma(j, 28+x, x*B+j, isa.row(j, 4*x), fmt.Sprintf("K[%d][c+%d]", j, x))
+						fma(j, 28+x, x*B+j, isa.row(j, isa.elem()*x), fmt.Sprintf("K[%d][c+%d]", j, x))
 					}
 				}
 			}
@@ -982,9 +916,6 @@ func colBody(a *asm, isa vecISA, B int, pv bool, label string, pf [3]string) {
 	}
 	a.f("\tDECQ CX")
 	a.f("\tJNZ %s", label)
-	if !isa.avx512 && isa.conv() {
-		cv2.store(a)
-	}
 }
 
 // AVX-512 kernels: one zmm per 16-row vector, the K or V scalar of each
@@ -1015,10 +946,10 @@ func genQKT(a *asm, isa vecISA) {
 	}
 	loadPf(a, "pf+48(FP)", "DX", qkPf)
 	switch {
-	case isa.avx512:
-		convSetup(a, "cv+56(FP)", qkConv)
 	case isa.conv():
-		a.f("\tMOVQ cv+56(FP), %s // side conversion job", qkConv.job)
+		convSetup(a, "cv+56(FP)", qkConv)
+	case isa.e4m3:
+		a.f("\tLEAQ ·lanesE4M3Div256(SB), %s // the e4m3fn table", qkE4M3.tab)
 	}
 	a.f("\tMOVQ k+8(FP), SI")
 	a.f("\tMOVQ ldk+16(FP), R8")
@@ -1052,7 +983,9 @@ func genQKT(a *asm, isa vecISA) {
 		}
 		colBody(a, isa, B, false, fmt.Sprintf("qk%d", B), qkPf)
 		a.f("\tMOVQ d+24(FP), CX")
-		a.f("\tSHLQ $%d, CX", bits.TrailingZeros(uint(isa.elem())))
+		if sh := bits.TrailingZeros(uint(isa.elem())); sh > 0 {
+			a.f("\tSHLQ $%d, CX", sh)
+		}
 		a.f("\tSUBQ CX, SI // back to the group's first key")
 		for y := 0; y < vecs*B; y++ {
 			a.f("\tVMOVUPS %s%d, %d(BX)", isa.reg(), y, width*y)
@@ -1083,7 +1016,7 @@ func genQKT(a *asm, isa vecISA) {
 // GP: SI P^T, DX V row, R8 ldv, CX keys left, DI O^T, AX alpha, R11
 // columns left, R12 V column, R14/R9/R10/R13 the prefetch cursor.
 func genPVT512(a *asm) {
-	pvtPrologue(a, "lanesPVT512", true, isaAVX512)
+	pvtPrologue(a, "lanesPVT512", isaAVX512)
 	a.f("cols:")
 	a.f("\tCMPQ R11, $24")
 	a.f("\tJEQ cols24")
@@ -1113,9 +1046,6 @@ func pvtGroup(a *asm, isa vecISA, C int) {
 	a.f("\tMOVQ p+0(FP), SI")
 	a.f("\tMOVQ R12, DX")
 	a.f("\tMOVQ n+24(FP), CX")
-	if !isa.avx512 && isa.conv() {
-		a.f("\tMOVQ alpha+40(FP), AX // AX holds the conversion's destination in the loop")
-	}
 	a.f("\tTESTQ AX, AX")
 	a.f("\tJZ noalpha%d // nil alpha: O is continued as it is", C)
 	alpha := func(y int) int { return 25 }

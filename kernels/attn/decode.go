@@ -135,7 +135,7 @@ func (ws *Workspace) decodeTile(wk *worker, b, h, a, z, c, kBegin, kEnd, used in
 	bounded := vBounded(&p.V)
 	staged := !ws.noStage
 	// AVX2 stages e4m3fn K and V folded (e4m3Fold) for the lane
-	// accumulator, and its lane kernels widen the chunks offered raw the
+	// accumulator, and its lane kernels read the chunks offered raw the
 	// same way (tile.RawE4M3Div256): the factor goes back into the score
 	// scale (unless that would overflow it) and into the output's
 	// normalising factor.

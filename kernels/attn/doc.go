@@ -28,9 +28,9 @@
 // or d not a multiple of 8) takes whole blocks. kvStager is also a
 // tile.WideningStager: it offers the raw rows of a chunk that is one
 // contiguous run, and the lane kernels widen them themselves (AVX-512:
-// e4m3 with AVX512_VBMI, and bf16; AVX2: e4m3 staged folded, as
-// tile.RawE4M3Div256, between their multiply-adds, and bf16 read in place
-// by the BF16 kernels). V's
+// e4m3 with AVX512_VBMI, and bf16, between their multiply-adds; AVX2:
+// e4m3 read in place as tile.RawE4M3Div256, through a table of the values
+// staging folds, and bf16 read in place). V's
 // overflow guard scans each V chunk (vScale.raise; for BF16 the widening
 // itself returns the chunk's largest finite magnitude: decodeBF16Max, or
 // the lane kernels' scan handed to kvStager.GuardV). Before each block

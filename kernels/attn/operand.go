@@ -275,9 +275,9 @@ func (s *kvStager) rawRun(o *Operand, i0, i1 int, fold bool) (unsafe.Pointer, ti
 // themselves: e4m3fn rows that decodeE4M3 would widen with the VBMI
 // decoder, bf16 rows decoded by the AVX-512 code, bf16 rows decoded by the
 // AVX2 code (the AVX2 lane kernels read them in place), and e4m3fn rows
-// the AVX2 code stages folded (fold: decodeE4M3Fold, which the AVX2 lane
-// kernels reproduce between their multiply-adds); else tile.RawNone. Every
-// bf16 decoder widens exactly.
+// the AVX2 code stages folded (fold: decodeE4M3Fold, whose values the AVX2
+// lane kernels look up in place); else tile.RawNone. Every bf16 decoder
+// widens exactly.
 func (o *Operand) rawFormat(fold bool) tile.RawFormat {
 	switch {
 	case o.Dtype == BF16 && (o.vec == vecAVX512 || o.vec == vecAVX2):

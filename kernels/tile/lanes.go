@@ -245,18 +245,18 @@ const (
 	// RawE4M3Div256 is e4m3fn bytes whose staged rows hold value / 256
 	// (exact), as attn's AVX2 decode stages them (it puts the factor back
 	// in its score scale and output normalisation): the AVX2 lane kernels
-	// widen such chunks between their multiply-adds.
+	// read such chunks in place, each byte through a table of value / 256.
 	RawE4M3Div256
 )
 
 // WideningStager is a Stager whose rows can also be read in the narrow
-// format they are decoded from (e4m3fn or bf16). UpdateStaged then widens
-// each chunk inside the lane kernels of the chunk before it (d a multiple
-// of 64; AVX-512: e4m3fn, which also needs AVX512_VBMI, and bf16; AVX2:
-// RawE4M3Div256 chunks without a NaN byte), where the conversion overlaps
-// their multiply-adds, or, with the AVX2 kernels, has bf16 chunks read in
-// place by kernels that widen each value in registers, instead of calling
-// StageK / StageV; the results are bit-identical.
+// format they are decoded from (e4m3fn or bf16). With the AVX-512 kernels
+// UpdateStaged then widens each chunk inside the lane kernels of the chunk
+// before it (d a multiple of 64; e4m3fn, which also needs AVX512_VBMI, and
+// bf16), where the conversion overlaps their multiply-adds; the AVX2
+// kernels read bf16 and RawE4M3Div256 chunks in place (any d), widening
+// each value in registers or through a table; either way instead of
+// calling StageK / StageV, with bit-identical results.
 type WideningStager interface {
 	Stager
 	// RawK returns the storage of key rows [i0, i1) and its format when
@@ -308,13 +308,15 @@ const GuardLimitBits = (127 + 96) << 23
 //     against 65-66% of the FMA peak staged from FP8) than 48/64, and
 //     whole blocks tied with 48/64 within the noise: the transposed
 //     kernels stream their operands well from L2, and fewer chunks mean
-//     fewer conversion and kernel calls. On Zen 4, with the kernels
-//     widening e4m3fn chunks (RawE4M3Div256) and reading bf16 ones in
-//     place, 64/64 beat 48/64 in two alternating rounds (in cache e4m3
-//     74.9-75.6% against 71.3-74.5%, bf16 82.3-82.4% against 80.0%;
-//     streaming e4m3 68.8-70.3% against 67.9-69.2%, bf16 77.9-78.8%
-//     against 75.6-76.5%): a 64-key Q.K chunk has the loop iterations to
-//     widen a whole 64-row chunk, a 48-key one does not.
+//     fewer conversion and kernel calls. On Zen 4, with the float32
+//     kernels widening e4m3fn chunks between their multiply-adds (the
+//     form before the E4M3 kernels) and bf16 ones read in place, 64/64
+//     beat 48/64 in two alternating rounds (in cache e4m3 74.9-75.6%
+//     against 71.3-74.5%, bf16 82.3-82.4% against 80.0%; streaming e4m3
+//     68.8-70.3% against 67.9-69.2%, bf16 77.9-78.8% against 75.6-76.5%).
+//     With e4m3fn chunks read in place by the E4M3 kernels, 48/48, 64/64,
+//     96/64 and 128/128 are within the noise of each other (in cache
+//     85.8-86.9%, streaming 76.2-79.1%).
 //
 // The AMX lane path takes 64 and 64 rows (multiples of its 16-key groups
 // and 32-key steps; a chunk of bf16 operands then fills 16 KiB at d =

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sparseattn/msa/kernels/tile"
+	"github.com/sparseattn/msa/op"
 )
 
 type config struct {
@@ -30,6 +31,7 @@ type config struct {
 	cases               map[string]bool
 	progress            bool
 	minTime             time.Duration
+	spin                time.Duration // -spin: op.SetWorkerSpin
 	denseMinTime        time.Duration
 	peakTime            time.Duration
 	ref                 *refMeter // paired reference windows (nil with -cpuprofile)
@@ -88,6 +90,7 @@ func parseFlags() (*config, error) {
 	caseList := flag.String("cases", "prefill,nvfp4,decode,graph,backward", "case groups to run: prefill, nvfp4, decode, graph (model graphs: graph.go), backward (float32 training path: backward.go)")
 	flag.BoolVar(&cfg.progress, "progress", false, "draw the '\\r' progress bar on stderr even when stdout or stderr is not a terminal (default there: one line per case on stdout)")
 	flag.DurationVar(&cfg.minTime, "min-time", 0, "minimum timed duration per case (default 1s; 300ms with -quick)")
+	flag.DurationVar(&cfg.spin, "spin", 0, "worker spin (op.SetWorkerSpin): how long idle worker goroutines poll for the next call before they block; 5ms (attn.BackToBackSpin) is what back-to-back callers may set; default 0, the library's default")
 	flag.IntVar(&cfg.verifyRows, "verify-rows", 32, "query rows sampled per prefill case by -verify (decode: rows/16 requests, at least 1)")
 	dense := flag.Bool("dense", true, "measure the Gorgonia dense baseline")
 	flag.IntVar(&cfg.denseMax, "dense-max", 4096, "longest prefill length measured directly by the dense baselines; longer ones are extrapolated by (T/Tm)^2")
@@ -249,6 +252,7 @@ func main() {
 		return
 	}
 	runtime.GOMAXPROCS(cfg.workers)
+	op.SetWorkerSpin(cfg.spin)
 	if cfg.tier != "" {
 		if err := tile.SetTier(cfg.tier); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
@@ -259,7 +263,7 @@ func main() {
 	mi := readMachine(cfg)
 	header := []string{
 		fmt.Sprintf("CPU: %s, %d logical CPUs, %.1f GiB RAM, load average %s at start", mi.cpu, mi.ncpu, mi.memGiB, loadAvg()),
-		fmt.Sprintf("Go %s %s/%s, GOMAXPROCS %d, workers %d", runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0), cfg.workers),
+		fmt.Sprintf("Go %s %s/%s, GOMAXPROCS %d, workers %d, worker spin %v", runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0), cfg.workers, cfg.spin),
 		fmt.Sprintf("kernel tier: %s (supported: %s)", mi.tier, strings.Join(tile.Tiers(), ", ")),
 	}
 	for _, h := range header {

@@ -49,12 +49,19 @@
 //
 // On AMD EPYC Zen 4 (2026-12-06) the same loop gives fma% 75.4-79.5,
 // fma%-nomul 79.0-82.4, staged% 67.5-68.7, about the Zen 3 figures, while
-// the form the AVX2 lane kernels now ship (tile.lanesQKT / lanesPVT: 16
-// values per step with one ymm word widening, no multiply, the NaN test
-// in a scan apart) keeps 86% of the kernels' rate in attn's
-// BenchmarkDecodeBlock where caller staging keeps 83% (staged=e4m3 75.8%,
-// callerstaged=e4m3 72.8%, kernel 87.7% of the peak): this loop underrates
-// the shipped form, so its Zen 3 reading does not rule the form out there.
+// the in-kernel form the AVX2 lane kernels then shipped (16 values per
+// step with one ymm word widening, no multiply, the NaN test in a scan
+// apart) kept 86% of the kernels' rate in attn's BenchmarkDecodeBlock
+// where caller staging kept 83% (staged=e4m3 75.8%, callerstaged=e4m3
+// 72.8%, kernel 87.7% of the peak): this loop underrates that form.
+//
+// The AVX2 decode no longer converts e4m3 with vector instructions at all
+// (twenty-third session): its E4M3 lane kernels (tile.lanesQKTE4M3,
+// lanesPVTE4M3) look each byte up in a float32 table through a general
+// register and broadcast the entry, two loads per value and no vector
+// instruction besides the multiply-adds (staged=e4m3 86.0-86.4% on Zen 4).
+// This probe measures the vector conversion they replaced; it is kept for
+// the AVX-512 side below and as the record of why.
 //
 // BenchmarkOverlap512 does the same for the AVX-512 Q.K lane kernel
 // (tile.lanesQKT512: 48 multiply-adds with embedded broadcasts per

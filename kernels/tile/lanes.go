@@ -86,7 +86,8 @@ type lanesAhead struct {
 // lanesConv is a side conversion of the AVX-512 lane kernels: units blocks
 // of 64 values at src widened to float32 at dst (kind: e4m3fn bytes, bf16,
 // or bf16 whose largest finite |x| bits are also folded into max), one
-// block every per loop iterations (cd counts down to the next). Its layout (offsets 0-64) is fixed by asmgen/lanes/gen.go. src and dst are
+// block every per loop iterations (cd counts down to the next). Its layout
+// (offsets 0-64) is fixed by asmgen/lanes/gen.go. src and dst are
 // addresses, not pointers: the kernels advance them past the end of their
 // buffers, which the caller keeps alive.
 type lanesConv struct {

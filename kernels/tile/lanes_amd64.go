@@ -66,8 +66,10 @@ func lanesQKTE4M3(qT *float32, k unsafe.Pointer, ldk uintptr, d int, s *float32,
 //go:noescape
 func lanesPVTE4M3(p *float32, v unsafe.Pointer, ldv uintptr, n int, o *float32, alpha *float32, d int, pf *lanesPrefetch)
 
-// lanesE4M3Div256 is the kernels' table: the float32 of e4m3fn byte b / 256
-// (lanes_avx2_amd64.s; TestLanesE4M3Table checks it against lowp).
+// lanesE4M3Div256 is the E4M3 kernels' table: entry b is the float32 of
+// e4m3fn byte b / 256. Its contents are the DATA of lanes_avx2_amd64.s
+// (read-only; asmgen/lanes/gen.go computes them with lowp), declared here
+// so that TestLanesE4M3Table can check them.
 var lanesE4M3Div256 [256]float32
 
 // lanesBF16MaxAVX2 scans n bf16 values at p (n > 0, a multiple of 8) for

@@ -271,18 +271,19 @@ func (s *kvStager) rawRun(o *Operand, i0, i1 int, fold bool) (unsafe.Pointer, ti
 	return p, f
 }
 
-// rawFormat is the format in which the lane kernels may widen o's rows
-// themselves: e4m3fn rows that decodeE4M3 would widen with the VBMI
-// decoder, bf16 rows decoded by the AVX-512 code, bf16 rows decoded by the
-// AVX2 code (the AVX2 lane kernels read them in place), and e4m3fn rows
-// the AVX2 code stages folded (fold: decodeE4M3Fold, whose values the AVX2
-// lane kernels look up in place); else tile.RawNone. Every bf16 decoder
-// widens exactly.
+// rawFormat is the format in which the lane kernels may read o's rows
+// themselves: e4m3fn rows decoded by the AVX-512 code (tile.Lanes reads
+// them through its table or widens them with AVX512_VBMI, and has the
+// stager stage them where it can do neither), bf16 rows decoded by the
+// AVX-512 code, bf16 rows decoded by the AVX2 code (the AVX2 lane kernels
+// read them in place), and e4m3fn rows the AVX2 code stages folded (fold:
+// decodeE4M3Fold, whose values the AVX2 lane kernels look up in place);
+// else tile.RawNone. Every e4m3fn and bf16 decoder widens exactly.
 func (o *Operand) rawFormat(fold bool) tile.RawFormat {
 	switch {
 	case o.Dtype == BF16 && (o.vec == vecAVX512 || o.vec == vecAVX2):
 		return tile.RawBF16
-	case o.vec == vecAVX512 && o.Dtype == E4M3 && e4m3VBMI:
+	case o.vec == vecAVX512 && o.Dtype == E4M3:
 		return tile.RawE4M3
 	case o.vec == vecAVX2 && o.Dtype == E4M3 && fold:
 		return tile.RawE4M3Div256

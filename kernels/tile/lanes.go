@@ -72,7 +72,7 @@ type Lanes struct {
 	// vStaged: a value chunk of this accumulation was staged, so the
 	// stager's overflow guard may scale the later ones (the paths that
 	// read bf16 values in place, AMX and AVX2, then stage them too; see
-	// amxRawValues and rawValuesAVX2).
+	// amxRawValues and rawValues).
 	vStaged bool
 }
 
@@ -251,13 +251,15 @@ const (
 )
 
 // WideningStager is a Stager whose rows can also be read in the narrow
-// format they are decoded from (e4m3fn or bf16). With the AVX-512 kernels
-// UpdateStaged then widens each chunk inside the lane kernels of the chunk
-// before it (d a multiple of 64; e4m3fn, which also needs AVX512_VBMI, and
-// bf16), where the conversion overlaps their multiply-adds; the AVX2
-// kernels read bf16 and RawE4M3Div256 chunks in place (any d), widening
-// each value in registers or through a table; either way instead of
-// calling StageK / StageV, with bit-identical results.
+// format they are decoded from (e4m3fn or bf16). UpdateStaged then has the
+// lane kernels read them instead of calling StageK / StageV, with
+// bit-identical results: the AVX2 kernels read bf16 and RawE4M3Div256
+// chunks in place (any d), widening each value in registers or through a
+// table; the AVX-512 kernels read e4m3fn chunks in place through a table
+// on AMD cores (any d), and otherwise widen each bf16 chunk, and e4m3fn
+// chunks where the CPU has AVX512_VBMI, inside the kernels of the chunk
+// before it (d a multiple of 64), where the conversion overlaps their
+// multiply-adds.
 type WideningStager interface {
 	Stager
 	// RawK returns the storage of key rows [i0, i1) and its format when
@@ -303,7 +305,10 @@ const GuardLimitBits = (127 + 96) << 23
 //     against 83.5-86.8% and 86.2-87.4%, bf16 85.4-86.2% against
 //     81.4-84.3%): with 64 K rows the last Q.K chunk has enough loop
 //     iterations to widen the whole first V chunk. The double buffers
-//     hold 2 x 2 x 32 KiB of float32 at d = 128, in L2.
+//     hold 2 x 2 x 32 KiB of float32 at d = 128, in L2. With e4m3fn
+//     chunks read in place (lanesE4M3Table512), 48/48, 64/64, 96/64 and
+//     128/128 are within a point of each other in cache (90.5-91.2%);
+//     streaming varied from run to run (73.7-86.5%) without an order.
 //   - AVX2: 64 K rows and 64 V rows. On Zen 3 (32 KiB L1, 512 KiB L2),
 //     staged by the caller, chunks of 24/16 rows were 5-8% slower (61%
 //     against 65-66% of the FMA peak staged from FP8) than 48/64, and
@@ -436,9 +441,9 @@ func (l *Lanes) PrefetchNext(k unsafe.Pointer, kBytes int, v unsafe.Pointer, vBy
 // returns the same storage and format for at most that many rows; the
 // result is the same either way. The rows must stay unchanged until the
 // next update returns. The hint is consumed by the next update (staged or
-// not) and dropped by Reset; the AVX-512 kernels act on e4m3fn (with
-// AVX512_VBMI) and bf16 rows (the AVX2 ones read every chunk they can in
-// place, and ignore it).
+// not) and dropped by Reset; the AVX-512 kernels act on bf16 rows, and
+// on e4m3fn rows where they widen those ahead (AVX512_VBMI, off the table
+// route); kernels that read the rows in place ignore it.
 func (l *Lanes) WidenNext(k unsafe.Pointer, f RawFormat, rows int) {
 	l.kNext = lanesAhead{}
 	if kind, ok := l.convKind(f, false); ok && k != nil && rows > 0 {
@@ -448,14 +453,16 @@ func (l *Lanes) WidenNext(k unsafe.Pointer, f RawFormat, rows int) {
 
 // convKind returns the side conversion kind for rows of format f (scan:
 // with the finite-maximum scan of a guarded V chunk), false where l's
-// kernels cannot widen them: the AVX-512 kernels widen e4m3fn rows without
-// a scan (AVX512_VBMI needed) and bf16 rows; the others none.
+// kernels do not widen them ahead: the AVX-512 kernels widen e4m3fn rows
+// without a scan (AVX512_VBMI needed, and not on the table route,
+// lanesE4M3Table512, which reads them in place) and bf16 rows; the others
+// none.
 func (l *Lanes) convKind(f RawFormat, scan bool) (int, bool) {
 	if l.kern != lanesAVX512 {
 		return 0, false
 	}
 	switch {
-	case f == RawE4M3 && haveVBMI && !scan:
+	case f == RawE4M3 && haveVBMI && !scan && !lanesE4M3Table512:
 		return convE4M3, true
 	case f == RawBF16 && scan:
 		return convBF16Max, true

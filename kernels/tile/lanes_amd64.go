@@ -66,11 +66,26 @@ func lanesQKTE4M3(qT *float32, k unsafe.Pointer, ldk uintptr, d int, s *float32,
 //go:noescape
 func lanesPVTE4M3(p *float32, v unsafe.Pointer, ldv uintptr, n int, o *float32, alpha *float32, d int, pf *lanesPrefetch)
 
+// lanesQKT512E4M3 and lanesPVT512E4M3 are lanesQKT512 and lanesPVT512 for
+// e4m3fn rows read in place (rows ldk / ldv bytes apart), each value
+// looked up in lanesE4M3F32 and taken as the embedded broadcast of its
+// multiply-add: bit-identical to the float32 kernels on the widened rows.
+//
+//go:noescape
+func lanesQKT512E4M3(qT *float32, k unsafe.Pointer, ldk uintptr, d int, s *float32, n int, pf *lanesPrefetch)
+
+//go:noescape
+func lanesPVT512E4M3(p *float32, v unsafe.Pointer, ldv uintptr, n int, o *float32, alpha *float32, d int, pf *lanesPrefetch)
+
 // lanesE4M3Div256 is the E4M3 kernels' table: entry b is the float32 of
 // e4m3fn byte b / 256. Its contents are the DATA of lanes_avx2_amd64.s
 // (read-only; asmgen/lanes/gen.go computes them with lowp), declared here
 // so that TestLanesE4M3Table can check them.
 var lanesE4M3Div256 [256]float32
+
+// lanesE4M3F32 is the AVX-512 E4M3 kernels' table: entry b is the float32
+// of e4m3fn byte b (lanes_avx2_amd64.s, as lanesE4M3Div256).
+var lanesE4M3F32 [256]float32
 
 // lanesBF16MaxAVX2 scans n bf16 values at p (n > 0, a multiple of 8) for
 // the overflow guard: lane w of mx ends as the largest (|x| bits + 0x80)
@@ -91,41 +106,51 @@ func bf16FiniteMax(p unsafe.Pointer, n int) uint32 {
 	return uint32(m) << 16
 }
 
-// rawKeysAVX2 runs the BF16 or E4M3 Q.K kernel on key rows [i0, i1) when
-// src offers them in place as bf16 or RawE4M3Div256 rows, and reports
-// whether it did (else the chunk is staged).
-func (l *Lanes) rawKeysAVX2(src WideningStager, i0, i1 int) bool {
+// rawKeys runs a Q.K kernel that reads key rows [i0, i1) in place when src
+// offers them in a format l's kernels read (AVX2: bf16 and RawE4M3Div256;
+// AVX-512 on the table route: e4m3fn), and reports whether it did (else
+// the chunk is staged).
+func (l *Lanes) rawKeys(src WideningStager, i0, i1 int) bool {
 	p, f := src.RawK(i0, i1)
+	avx2 := l.kern == lanesAVX2
 	switch {
 	case p == nil:
 		return false
-	case f == RawBF16:
+	case avx2 && f == RawBF16:
 		lanesQKTBF16(&l.qT[0], p, uintptr(2*l.d), l.d, &l.s[i0*16], i1-i0, &l.pfK)
-	case f == RawE4M3Div256:
+	case avx2 && f == RawE4M3Div256:
 		lanesQKTE4M3(&l.qT[0], p, uintptr(l.d), l.d, &l.s[i0*16], i1-i0, &l.pfK)
+	case !avx2 && f == RawE4M3 && lanesE4M3Table512:
+		lanesQKT512E4M3(&l.qT[0], p, uintptr(l.d), l.d, &l.s[i0*16], i1-i0, &l.pfK)
 	default:
 		return false
 	}
 	return true
 }
 
-// rawValuesAVX2 runs the BF16 or E4M3 P.V kernel on value rows [i0, i1)
-// when it may read them in place, and reports whether it did (else the
-// chunk is staged). RawE4M3Div256 chunks are read in place unless guarded
-// (attn never guards e4m3fn values: they are bounded by 448). A guarded
+// rawValues runs a P.V kernel that reads value rows [i0, i1) in place when
+// it may (the formats of rawKeys), and reports whether it did (else the
+// chunk is staged). e4m3fn chunks are read in place unless guarded (attn
+// never guards e4m3fn values: they are bounded by 448). A guarded AVX2
 // bf16 chunk (scan) is scanned first (bf16FiniteMax): one
 // whose maximum is at most GuardLimitBits goes to GuardV with no values
 // (which leaves it as it is), a larger one is staged, so that the stager
 // scales it and rescales O; and once any value chunk of the accumulation
 // was staged (l.vStaged: the guard's shift may have risen), so are its
 // later guarded chunks.
-func (l *Lanes) rawValuesAVX2(src WideningStager, i0, i1 int) bool {
+func (l *Lanes) rawValues(src WideningStager, i0, i1 int) bool {
 	p, f, scan := src.RawV(i0, i1)
-	if p != nil && f == RawE4M3Div256 && !scan {
+	avx2 := l.kern == lanesAVX2
+	switch {
+	case p == nil || scan && f != RawBF16:
+	case avx2 && f == RawE4M3Div256:
 		lanesPVTE4M3(&l.s[i0*16], p, uintptr(l.d), i1-i0, &l.oT[0], l.pvAlpha(i0 == 0), l.d, &l.pfV)
 		return true
+	case !avx2 && f == RawE4M3 && lanesE4M3Table512:
+		lanesPVT512E4M3(&l.s[i0*16], p, uintptr(l.d), i1-i0, &l.oT[0], l.pvAlpha(i0 == 0), l.d, &l.pfV)
+		return true
 	}
-	if p == nil || f != RawBF16 || scan && l.vStaged {
+	if p == nil || !avx2 || f != RawBF16 || scan && l.vStaged {
 		l.vStaged = true
 		return false
 	}
@@ -299,32 +324,46 @@ func lanesUpdateStagedSIMD(l *Lanes, src Stager, n int, ahead, pre lanesAhead) {
 		return
 	}
 	d, ch := l.d, lanesChunks[l.kern]
-	if ws, ok := src.(WideningStager); ok && lanesConvOK && d%64 == 0 && l.kern == lanesAVX512 {
-		lanesUpdatePipelined(l, ws, n, ch.k, ch.v, ahead, pre)
-		return
-	}
-	// With the AVX2 kernels, the bf16 and RawE4M3Div256 chunks a
-	// WideningStager offers in place go to the BF16 and E4M3 kernels, which
-	// widen each value in registers or through their table instead of the
-	// stager storing float32 rows (bit-identical); the other chunks are
-	// staged.
 	raw, _ := src.(WideningStager)
-	if l.kern != lanesAVX2 || !lanesConvOK {
+	if !lanesConvOK {
 		raw = nil
 	}
+	if raw != nil && l.kern == lanesAVX512 && d%64 == 0 && l.widensAhead(raw, n) {
+		lanesUpdatePipelined(l, raw, n, ch.k, ch.v, ahead, pre)
+		return
+	}
+	// The chunks a WideningStager offers in a format l's kernels read in
+	// place go to those kernels (AVX2: bf16 and RawE4M3Div256; AVX-512 on
+	// the table route: e4m3fn), which widen each value in registers or
+	// through their table instead of the stager storing float32 rows
+	// (bit-identical); the other chunks are staged.
 	for i0 := 0; i0 < n; i0 += ch.k {
 		i1 := min(n, i0+ch.k)
-		if raw == nil || !l.rawKeysAVX2(raw, i0, i1) {
+		if raw == nil || !l.rawKeys(raw, i0, i1) {
 			lanesQKRange(l, stageRows(src, false, i0, i1, d), i0, i1)
 		}
 	}
 	lanesSoftmaxRange(l, n)
 	for i0 := 0; i0 < n; i0 += ch.v {
 		i1 := min(n, i0+ch.v)
-		if raw == nil || !l.rawValuesAVX2(raw, i0, i1) {
+		if raw == nil || !l.rawValues(raw, i0, i1) {
 			lanesPVRange(l, stageRows(src, true, i0, i1, d), i0, i1, i0 == 0)
 		}
 	}
+}
+
+// widensAhead reports whether an AVX-512 update of n keys has chunks its
+// float32 kernels widen between their multiply-adds (convKind: bf16, and
+// e4m3fn off the table route), judged by the first K and V chunks
+// (lanesUpdatePipelined); otherwise it runs the loop that reads e4m3fn
+// chunks in place on the table route and stages the rest.
+func (l *Lanes) widensAhead(src WideningStager, n int) bool {
+	ch := lanesChunks[l.kern]
+	_, fk := src.RawK(0, min(n, ch.k))
+	_, fv, scan := src.RawV(0, min(n, ch.v))
+	_, k := l.convKind(fk, false)
+	_, v := l.convKind(fv, scan)
+	return k || v
 }
 
 // stageRows returns src's staged key (v false) or value rows [i0, i1),

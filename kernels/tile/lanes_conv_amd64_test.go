@@ -279,17 +279,30 @@ func (p *problem) newLanes(d int) *Lanes {
 // the last K / V chunk), rows with no visible key, e4m3fn and bf16 rows
 // (random e4m3 bytes: subnormals, zeros and, in one case, NaNs; bf16 V
 // with magnitudes up to 2^127 that raise the guard's shift, and in one
-// case Inf and NaN, which it must skip), the guard on and off.
+// case Inf and NaN, which it must skip), the guard on and off. e4m3fn
+// rows run on both routes of lanesE4M3Table512: widened ahead with VBMI
+// (where the CPU has it), and read in place through the table kernels
+// (lanesQKT512E4M3, lanesPVT512E4M3), where every chunk offered must be
+// read in place, d not a multiple of 64 (8, 24, 40) included.
 func TestLanesUpdatePipelined(t *testing.T) {
 	useTier(t, "avx512")
 	rng := rand.New(rand.NewSource(3))
 	ch := lanesChunks[lanesAVX512]
-	for _, f := range []RawFormat{RawE4M3, RawBF16} {
-		if f == RawE4M3 && !haveVBMI {
-			t.Log("CPU lacks AVX512_VBMI: e4m3fn rows are staged, not compared")
+	for _, route := range []struct {
+		f     RawFormat
+		table bool
+	}{{RawE4M3, false}, {RawE4M3, true}, {RawBF16, false}} {
+		f := route.f
+		if f == RawE4M3 && !route.table && !haveVBMI {
+			t.Log("CPU lacks AVX512_VBMI: e4m3fn rows off the table route are staged, not compared")
 			continue
 		}
-		for _, d := range []int{64, 128, 256} {
+		ds := []int{64, 128, 256}
+		if route.table {
+			ds = append(ds, 8, 24, 40)
+		}
+		restore := withTable512(route.table)
+		for _, d := range ds {
 			for _, n := range []int{1, 12, 47, 48, 49, 64, 100, 127, 128} {
 				for _, noRaw := range []map[int]bool{nil, {0: true}, {ch.k: true, -1: true}, {2 * ch.k: true, -1 - ch.v: true}} {
 					for _, nan := range []bool{false, true} {
@@ -301,6 +314,7 @@ func TestLanesUpdatePipelined(t *testing.T) {
 				}
 			}
 		}
+		restore()
 	}
 }
 
@@ -446,10 +460,11 @@ func TestLanesAVX2Raw(t *testing.T) {
 	}
 }
 
-// TestLanesE4M3Table checks the AVX2 E4M3 kernels' table against lowp:
-// entry b is e4m3fn byte b's value / 256, exactly, and NaN for the two NaN
+// TestLanesE4M3Table checks the E4M3 kernels' tables against lowp: entry
+// b of lanesE4M3F32 (AVX-512) is e4m3fn byte b's value, that of
+// lanesE4M3Div256 (AVX2) the value / 256, exactly, and NaN for the two NaN
 // bytes, with the sign and payload bits of lowp's NaN (the bits a staged
-// row holds after decodeE4M3Fold's multiply by 1/256).
+// row holds, also after decodeE4M3Fold's multiply by 1/256).
 func TestLanesE4M3Table(t *testing.T) {
 	for b := range 256 {
 		x := lowp.Float8E4M3FN(b).Float32()
@@ -460,6 +475,9 @@ func TestLanesE4M3Table(t *testing.T) {
 		if g := math.Float32bits(lanesE4M3Div256[b]); g != want {
 			t.Errorf("lanesE4M3Div256[%#02x] = %#08x, want %#08x", b, g, want)
 		}
+		if g, w := math.Float32bits(lanesE4M3F32[b]), math.Float32bits(x); g != w {
+			t.Errorf("lanesE4M3F32[%#02x] = %#08x, want %#08x", b, g, w)
+		}
 	}
 }
 
@@ -469,9 +487,17 @@ func TestLanesE4M3Table(t *testing.T) {
 // and the results must equal the staged path's.
 func TestLanesPipelinedNoVBMI(t *testing.T) {
 	useTier(t, "avx512")
-	defer func(v bool) { haveVBMI = v }(haveVBMI)
-	haveVBMI = false
+	defer func(v, w bool) { haveVBMI, lanesE4M3Table512 = v, w }(haveVBMI, lanesE4M3Table512)
+	haveVBMI, lanesE4M3Table512 = false, false
 	stagedWithout(t, "VBMI", RawE4M3, lanesChunks[lanesAVX512])
+}
+
+// withTable512 sets lanesE4M3Table512 (the AVX-512 lane kernels' e4m3fn
+// route) to on and returns the function that restores it.
+func withTable512(on bool) func() {
+	old := lanesE4M3Table512
+	lanesE4M3Table512 = on
+	return func() { lanesE4M3Table512 = old }
 }
 
 // stagedWithout runs two updates of e4m3fn rows of format f offered raw,

@@ -213,8 +213,10 @@ func main() {
 		genQKT(a, isaAVX512.withRowStride(4*d))
 	}
 	genSoftmax(a)
-	genPVT512(a)
+	genPVT512(a, isaAVX512)
 	genConvRest(a)
+	genQKT(a, isaAVX512E4M3)
+	genPVT512(a, isaAVX512E4M3)
 	a2 := &asm{}
 	genAVX2(a2)
 	for file, b := range map[string]*asm{"lanes_avx512_amd64.s": a, "lanes_avx2_amd64.s": a2} {
@@ -288,11 +290,11 @@ func genAVX2(a *asm) {
 	genE4M3Table(a)
 }
 
-// genE4M3Table emits lanesE4M3Div256, the float32 table of the e4m3 kernels
-// (vecISA.e4m3): entry b is the float32 bits of e4m3fn byte b's value /
-// 256, as attn's AVX2 decode stages e4m3fn rows (exact; the two NaN bytes
-// keep the sign and payload of lowp's NaN, which a multiply by 1/256
-// leaves as they are).
+// genE4M3Table emits the float32 tables of the e4m3 kernels (vecISA.e4m3):
+// lanesE4M3Div256 (AVX2), whose entry b is the float32 bits of e4m3fn byte
+// b's value / 256, as attn's AVX2 decode stages e4m3fn rows (exact; the
+// two NaN bytes keep the sign and payload of lowp's NaN, which a multiply
+// by 1/256 leaves as they are), and lanesE4M3F32 (AVX-512), the value.
 func genE4M3Table(a *asm) {
 	for b := range 256 {
 		x := lowp.Float8E4M3FN(b).Float32()
@@ -303,6 +305,10 @@ func genE4M3Table(a *asm) {
 		a.f("DATA ·lanesE4M3Div256+%d(SB)/4, $0x%08x", 4*b, bits)
 	}
 	a.f("GLOBL ·lanesE4M3Div256(SB), RODATA|NOPTR, $1024\n")
+	for b := range 256 {
+		a.f("DATA ·lanesE4M3F32+%d(SB)/4, $0x%08x", 4*b, math.Float32bits(lowp.Float8E4M3FN(b).Float32()))
+	}
+	a.f("GLOBL ·lanesE4M3F32(SB), RODATA|NOPTR, $1024\n")
 }
 
 // genBF16Max emits lanesBF16MaxAVX2(p unsafe.Pointer, n int, mx
@@ -604,7 +610,7 @@ func pvtPrologue(a *asm, name string, isa vecISA) {
 	case isa.conv():
 		convSetup(a, "cv+64(FP)", pvConv)
 	case isa.e4m3:
-		a.f("\tLEAQ ·lanesE4M3Div256(SB), %s // the e4m3fn table", pvE4M3.tab)
+		a.f("\tLEAQ ·%s(SB), %s // the e4m3fn table", isa.e4m3Table(), isa.e4m3Regs(true).tab)
 	}
 	a.f("\tMOVQ v+8(FP), R12")
 	a.f("\tMOVQ ldv+16(FP), R8")
@@ -677,11 +683,12 @@ type vecISA struct {
 	// of its float32). Q.K then keeps Q^T of both columns in Y10-Y13, so a
 	// group has at most 5 keys (Y0-Y9).
 	bf16 bool
-	// e4m3 (AVX2 only): the K or V rows are e4m3fn bytes, read in place.
-	// Each byte is zero-extended into a GP register (MOVBLZX) and indexes
-	// the 256-entry float32 table lanesE4M3Div256 (value / 256, NaN bytes
-	// as NaN), whose entry is the broadcast operand: two loads per value and
-	// no vector instruction besides the multiply-adds.
+	// e4m3: the K or V rows are e4m3fn bytes, read in place. Each byte
+	// is zero-extended into a GP register (MOVBLZX) and indexes a
+	// 256-entry float32 table (e4m3Table: value / 256 for AVX2, the value
+	// for AVX-512; NaN bytes as NaN), whose entry is the broadcast operand:
+	// two loads per value and no vector instruction besides the
+	// multiply-adds.
 	e4m3 bool
 }
 
@@ -692,18 +699,34 @@ type e4m3Regs struct {
 	idx []string
 }
 
-var (
-	// Q.K: R10 (a third row base only with AVX-512), and DX and R15
-	// (the prefetch argument's pointer and the conversion job elsewhere)
-	// are free in the loop.
-	qkE4M3 = e4m3Regs{tab: "R10", idx: []string{"DX", "R15"}}
-	// P.V: BX and R15 are free.
-	pvE4M3 = e4m3Regs{tab: "R15", idx: []string{"BX"}}
-)
+// e4m3Regs returns the registers of isa's Q.K (pv false) or P.V e4m3
+// kernel. AVX2 Q.K: R10 (a third row base only with AVX-512), DX (the
+// prefetch argument's pointer, reloaded at the end) and R15 are free in
+// the loop; AVX-512 Q.K: R15 (the side conversion's job in the float32
+// kernels) and DX. P.V: R15 and BX (the conversion's job and scratch in
+// the AVX-512 float32 kernel).
+func (isa vecISA) e4m3Regs(pv bool) e4m3Regs {
+	switch {
+	case pv:
+		return e4m3Regs{tab: "R15", idx: []string{"BX"}}
+	case isa.avx512:
+		return e4m3Regs{tab: "R15", idx: []string{"DX"}}
+	}
+	return e4m3Regs{tab: "R10", idx: []string{"DX", "R15"}}
+}
+
+// e4m3Table is the table of isa's e4m3 kernels: value / 256 for AVX2 (the
+// form attn's AVX2 decode stages), the value for AVX-512.
+func (isa vecISA) e4m3Table() string {
+	if isa.avx512 {
+		return "lanesE4M3F32"
+	}
+	return "lanesE4M3Div256"
+}
 
 // conv reports whether the ISA's kernels run a side conversion (their
-// last argument cv *lanesConv): the AVX-512 ones.
-func (isa vecISA) conv() bool { return isa.avx512 }
+// last argument cv *lanesConv): the AVX-512 float32 ones.
+func (isa vecISA) conv() bool { return isa.avx512 && !isa.e4m3 }
 
 // elem is the size in bytes of one K or V value.
 func (isa vecISA) elem() int {
@@ -779,6 +802,11 @@ var (
 		qkCols:     4,
 		qkPrefetch: 2,
 	}
+	isaAVX512E4M3 = func() vecISA {
+		isa := isaAVX512
+		isa.suffix, isa.e4m3 = "512E4M3", true
+		return isa
+	}()
 )
 
 // reg is the vector register prefix of the ISA.
@@ -817,21 +845,18 @@ func colBody(a *asm, isa vecISA, B int, pv bool, label string, pf [3]string) {
 	// fma accumulates A^T (vector av) times the float at mem into output j;
 	// u alternates the AVX2 broadcast register.
 	fma := func(j, av, u int, mem, what string) {
-		if isa.avx512 {
-			a.f("\tVFMADD231PS.BCST %s, Z%d, Z%d // %s", mem, av, j, what)
-			return
-		}
-		b := 14 + u%2 // broadcast registers in turn
 		if isa.e4m3 {
-			r := qkE4M3
-			if pv {
-				r = pvE4M3
-			}
+			r := isa.e4m3Regs(pv)
 			x := r.idx[u%len(r.idx)]
 			a.f("\tMOVBLZX %s, %s // %s", mem, x, what)
 			mem = fmt.Sprintf("(%s)(%s*4)", r.tab, x)
 			what = "its float32 / 256"
 		}
+		if isa.avx512 {
+			a.f("\tVFMADD231PS.BCST %s, Z%d, Z%d // %s", mem, av, j, what)
+			return
+		}
+		b := 14 + u%2 // broadcast registers in turn
 		a.f("\tVBROADCASTSS %s, Y%d // %s", mem, b, what)
 		a.f("\tVFMADD231PS Y%d, Y12, Y%d", b, 2*j)
 		a.f("\tVFMADD231PS Y%d, Y13, Y%d", b, 2*j+1)
@@ -926,6 +951,12 @@ func colBody(a *asm, isa vecISA, B int, pv bool, label string, pf [3]string) {
 //   - lanesSoftmax512 (genSoftmax).
 //   - lanesPVT512: per key one load of P^T and C multiply-adds into the C
 //     accumulators of a column group.
+//   - lanesQKT512E4M3, lanesPVT512E4M3: the same on e4m3fn rows read in
+//     place (vecISA.e4m3): each byte indexes the float32 table
+//     lanesE4M3F32 and the entry is the embedded broadcast, two loads per
+//     multiply-add and no conversion on the vector pipes (the float32
+//     kernels' side conversion of the next chunk needs AVX512_VBMI and
+//     runs on a shuffle port; tile's lanesE4M3Table512 picks the route).
 
 // genQKT emits the Q.K kernel of isa (lanesQKT, lanesQKT512: qT *float32,
 // k *float32, ldk uintptr, d int, s *float32, n int, pf *lanesPrefetch):
@@ -949,7 +980,7 @@ func genQKT(a *asm, isa vecISA) {
 	case isa.conv():
 		convSetup(a, "cv+56(FP)", qkConv)
 	case isa.e4m3:
-		a.f("\tLEAQ ·lanesE4M3Div256(SB), %s // the e4m3fn table", qkE4M3.tab)
+		a.f("\tLEAQ ·%s(SB), %s // the e4m3fn table", isa.e4m3Table(), isa.e4m3Regs(false).tab)
 	}
 	a.f("\tMOVQ k+8(FP), SI")
 	a.f("\tMOVQ ldk+16(FP), R8")
@@ -1015,8 +1046,8 @@ func genQKT(a *asm, isa vecISA) {
 // 24 are left, then 16, then 8, each group over all n >= 1 keys (colBody).
 // GP: SI P^T, DX V row, R8 ldv, CX keys left, DI O^T, AX alpha, R11
 // columns left, R12 V column, R14/R9/R10/R13 the prefetch cursor.
-func genPVT512(a *asm) {
-	pvtPrologue(a, "lanesPVT512", isaAVX512)
+func genPVT512(a *asm, isa vecISA) {
+	pvtPrologue(a, "lanesPVT"+isa.suffix, isa)
 	a.f("cols:")
 	a.f("\tCMPQ R11, $24")
 	a.f("\tJEQ cols24")
@@ -1027,7 +1058,7 @@ func genPVT512(a *asm) {
 	a.f("\tJMP cols8")
 	for _, C := range []int{24, 16, 8} {
 		a.f("cols%d:", C)
-		pvtGroup(a, isaAVX512, C)
+		pvtGroup(a, isa, C)
 	}
 	a.f("")
 }
@@ -1065,7 +1096,7 @@ func pvtGroup(a *asm, isa vecISA, C int) {
 		a.f("\tVMOVUPS %d(DI), %s%d", width*y, r, y)
 	}
 	a.f("pvgo%d:", C)
-	if isa.avx512 {
+	if isa.conv() {
 		a.f("\tMOVQ %d(%s), %s", offCvTab, pvConv.job, pvConv.tmp)
 		a.f("\tVMOVDQU64 %d(%s), Z%d // the conversion's permutation again (alpha was in Z25)", offTabPerm, pvConv.tmp, pvConv.perm)
 	}

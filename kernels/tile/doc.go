@@ -83,9 +83,14 @@
 // semantics as Acc (same masking, rounding and LSE rules). UpdateStaged
 // takes the block from a Stager a few rows at a time, so that a caller
 // converting K and V from a narrow format converts into a buffer that stays
-// in cache; a WideningStager instead hands the AVX-512 kernels the e4m3fn
-// or bf16 rows themselves, which they widen chunk by chunk between their
-// multiply-adds (bit-identical). PrefetchNext lets the kernels prefetch
+// in cache; a WideningStager instead hands the kernels the e4m3fn or bf16
+// rows themselves (bit-identical): the AVX2 kernels read both in place
+// (e4m3fn through a 256-entry float32 table, bf16 widened in registers);
+// the AVX-512 kernels read e4m3fn in place through a table on AMD cores
+// and otherwise widen e4m3fn (with AVX512_VBMI) and bf16 rows chunk by
+// chunk between their multiply-adds. The environment variable
+// MSA_E4M3_TABLE=1 or 0 forces the AVX-512 e4m3fn route either way, to
+// measure both on a new CPU. PrefetchNext lets the kernels prefetch
 // the following block while they compute, and WidenNext lets them widen
 // its first key rows ahead. Acc.Prefetch is the same kind of hint for the block
 // kernel (prefill: the next tile's query rows).

@@ -238,6 +238,15 @@ type Stager interface {
 // the lane kernels.
 type RawFormat uint8
 
+// EnvE4M3Table is the environment variable that forces how the AVX-512
+// lane kernels take e4m3fn rows a WideningStager offers: MSA_E4M3_TABLE=1
+// reads them in place through a float32 table, 0 widens them with
+// AVX512_VBMI between the multiply-adds (or stages them where the CPU
+// lacks it). Unset, the table is used on AMD cores and VBMI elsewhere. The
+// results are the same bits either way; it exists to measure both routes
+// on a new CPU (BenchmarkDecodeBlock in attn).
+const EnvE4M3Table = "MSA_E4M3_TABLE"
+
 // The formats the lane kernels widen (RawNone: the rows are staged).
 const (
 	RawNone RawFormat = iota

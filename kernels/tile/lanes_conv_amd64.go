@@ -3,6 +3,8 @@
 package tile
 
 import (
+	"fmt"
+	"os"
 	"unsafe"
 
 	"golang.org/x/sys/cpu"
@@ -33,8 +35,25 @@ var haveVBMI = cpu.X86.HasAVX512VBMI && cpu.X86.HasAVX512BW
 // multiply-adds per cycle against two or three load ports, which would
 // bound the table route at 50-75% of their peak; they keep the VBMI route
 // (measured on Emerald Rapids: 62.6% staged, its conversion on port 5),
-// and its caller staging where VBMI is missing. Tests set it both ways.
-var lanesE4M3Table512 = isAMD()
+// and its caller staging where VBMI is missing. EnvE4M3Table overrides
+// the choice; tests set it both ways.
+var lanesE4M3Table512 = e4m3TableRoute(os.Getenv(EnvE4M3Table))
+
+// e4m3TableRoute returns lanesE4M3Table512's value for the environment
+// variable's value env: "1" true, "0" false, "" the vendor's choice
+// (isAMD); anything else is reported on stderr and ignored.
+func e4m3TableRoute(env string) bool {
+	switch env {
+	case "1":
+		return true
+	case "0":
+		return false
+	case "":
+	default:
+		fmt.Fprintf(os.Stderr, "tile: %s=%s ignored: want 0 or 1\n", EnvE4M3Table, env)
+	}
+	return isAMD()
+}
 
 // isAMD reports whether CPUID names the vendor AuthenticAMD.
 func isAMD() bool {

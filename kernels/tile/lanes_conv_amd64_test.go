@@ -492,6 +492,18 @@ func TestLanesPipelinedNoVBMI(t *testing.T) {
 	stagedWithout(t, "VBMI", RawE4M3, lanesChunks[lanesAVX512])
 }
 
+// TestE4M3TableRoute checks MSA_E4M3_TABLE's parsing: 1 and 0 force the
+// AVX-512 e4m3fn route, unset or any other value leaves the vendor's
+// choice.
+func TestE4M3TableRoute(t *testing.T) {
+	amd := isAMD()
+	for env, want := range map[string]bool{"1": true, "0": false, "": amd, "yes": amd} {
+		if got := e4m3TableRoute(env); got != want {
+			t.Errorf("e4m3TableRoute(%q) = %v, want %v", env, got, want)
+		}
+	}
+}
+
 // withTable512 sets lanesE4M3Table512 (the AVX-512 lane kernels' e4m3fn
 // route) to on and returns the function that restores it.
 func withTable512(on bool) func() {

@@ -30,8 +30,8 @@ var haveVBMI = cpu.X86.HasAVX512VBMI && cpu.X86.HasAVX512BW
 // The table route takes two loads per multiply-add: AMD cores (Zen 4:
 // one 512-bit multiply-add per cycle, three load pipes) have the loads to
 // spare, and there it beat the VBMI route (decode block in cache 91.2%
-// of the FMA peak against 85.6-86.5%; FP8 decode end to end 81.5-86.5%
-// of roof on one worker against 77.1-84.1%). Intel cores run two 512-bit
+// of the FMA peak against 85.6-86.5%; FP8 decode end to end 81.0-85.9%
+// of roof on one worker against 77.6-81.9%). Intel cores run two 512-bit
 // multiply-adds per cycle against two or three load ports, which would
 // bound the table route at 50-75% of their peak; they keep the VBMI route
 // (measured on Emerald Rapids: 62.6% staged, its conversion on port 5),

@@ -58,10 +58,6 @@ func Const(n string) (uint32, bool) {
 		return 0x7fff7fff, true
 	case "w80":
 		return 0x00800080, true
-	case "wbfff":
-		return 0xbfffbfff, true
-	case "bfe":
-		return 0xfefefefe, true
 	}
 	if len(n) == 2 && n[0] == 'c' && n[1] >= '0' && int(n[1]-'0') < len(ExpC) {
 		return math.Float32bits(ExpC[n[1]-'0']), true

@@ -112,20 +112,32 @@ func bf16FiniteMax(p unsafe.Pointer, n int) uint32 {
 // the chunk is staged).
 func (l *Lanes) rawKeys(src WideningStager, i0, i1 int) bool {
 	p, f := src.RawK(i0, i1)
-	avx2 := l.kern == lanesAVX2
 	switch {
 	case p == nil:
 		return false
-	case avx2 && f == RawBF16:
+	case l.kern == lanesAVX2 && f == RawBF16:
 		lanesQKTBF16(&l.qT[0], p, uintptr(2*l.d), l.d, &l.s[i0*16], i1-i0, &l.pfK)
-	case avx2 && f == RawE4M3Div256:
-		lanesQKTE4M3(&l.qT[0], p, uintptr(l.d), l.d, &l.s[i0*16], i1-i0, &l.pfK)
-	case !avx2 && f == RawE4M3 && lanesE4M3Table512:
-		lanesQKT512E4M3(&l.qT[0], p, uintptr(l.d), l.d, &l.s[i0*16], i1-i0, &l.pfK)
-	default:
+	case !l.readsE4M3(f):
 		return false
+	case l.kern == lanesAVX2:
+		lanesQKTE4M3(&l.qT[0], p, uintptr(l.d), l.d, &l.s[i0*16], i1-i0, &l.pfK)
+	default:
+		lanesQKT512E4M3(&l.qT[0], p, uintptr(l.d), l.d, &l.s[i0*16], i1-i0, &l.pfK)
 	}
 	return true
+}
+
+// readsE4M3 reports whether l's kernels read e4m3fn rows of format f in
+// place through their table: the AVX2 ones RawE4M3Div256 rows, the
+// AVX-512 ones RawE4M3 rows on the table route (lanesE4M3Table512).
+func (l *Lanes) readsE4M3(f RawFormat) bool {
+	switch l.kern {
+	case lanesAVX2:
+		return f == RawE4M3Div256
+	case lanesAVX512:
+		return f == RawE4M3 && lanesE4M3Table512
+	}
+	return false
 }
 
 // rawValues runs a P.V kernel that reads value rows [i0, i1) in place when
@@ -140,17 +152,15 @@ func (l *Lanes) rawKeys(src WideningStager, i0, i1 int) bool {
 // later guarded chunks.
 func (l *Lanes) rawValues(src WideningStager, i0, i1 int) bool {
 	p, f, scan := src.RawV(i0, i1)
-	avx2 := l.kern == lanesAVX2
-	switch {
-	case p == nil || scan && f != RawBF16:
-	case avx2 && f == RawE4M3Div256:
-		lanesPVTE4M3(&l.s[i0*16], p, uintptr(l.d), i1-i0, &l.oT[0], l.pvAlpha(i0 == 0), l.d, &l.pfV)
-		return true
-	case !avx2 && f == RawE4M3 && lanesE4M3Table512:
-		lanesPVT512E4M3(&l.s[i0*16], p, uintptr(l.d), i1-i0, &l.oT[0], l.pvAlpha(i0 == 0), l.d, &l.pfV)
+	if p != nil && !scan && l.readsE4M3(f) {
+		if l.kern == lanesAVX2 {
+			lanesPVTE4M3(&l.s[i0*16], p, uintptr(l.d), i1-i0, &l.oT[0], l.pvAlpha(i0 == 0), l.d, &l.pfV)
+		} else {
+			lanesPVT512E4M3(&l.s[i0*16], p, uintptr(l.d), i1-i0, &l.oT[0], l.pvAlpha(i0 == 0), l.d, &l.pfV)
+		}
 		return true
 	}
-	if p == nil || !avx2 || f != RawBF16 || scan && l.vStaged {
+	if p == nil || l.kern != lanesAVX2 || f != RawBF16 || scan && l.vStaged {
 		l.vStaged = true
 		return false
 	}

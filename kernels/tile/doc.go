@@ -86,11 +86,10 @@
 // in cache; a WideningStager instead hands the kernels the e4m3fn or bf16
 // rows themselves (bit-identical): the AVX2 kernels read both in place
 // (e4m3fn through a 256-entry float32 table, bf16 widened in registers);
-// the AVX-512 kernels read e4m3fn in place through a table on AMD cores
-// and otherwise widen e4m3fn (with AVX512_VBMI) and bf16 rows chunk by
-// chunk between their multiply-adds. The environment variable
-// MSA_E4M3_TABLE=1 or 0 forces the AVX-512 e4m3fn route either way, to
-// measure both on a new CPU. PrefetchNext lets the kernels prefetch
+// the AVX-512 kernels do the same on AMD cores and otherwise widen
+// e4m3fn (with AVX512_VBMI) and bf16 rows chunk by chunk between their
+// multiply-adds. The environment variable MSA_AVX512_IN_PLACE=1 or 0
+// forces the AVX-512 route either way, to measure both on a new CPU. PrefetchNext lets the kernels prefetch
 // the following block while they compute, and WidenNext lets them widen
 // its first key rows ahead. Acc.Prefetch is the same kind of hint for the block
 // kernel (prefill: the next tile's query rows).

@@ -238,14 +238,15 @@ type Stager interface {
 // the lane kernels.
 type RawFormat uint8
 
-// EnvE4M3Table is the environment variable that forces how the AVX-512
-// lane kernels take e4m3fn rows a WideningStager offers: MSA_E4M3_TABLE=1
-// reads them in place through a float32 table, 0 widens them with
-// AVX512_VBMI between the multiply-adds (or stages them where the CPU
-// lacks it). Unset, the table is used on AMD cores and VBMI elsewhere. The
-// results are the same bits either way; it exists to measure both routes
-// on a new CPU (BenchmarkDecodeBlock in attn).
-const EnvE4M3Table = "MSA_E4M3_TABLE"
+// EnvInPlace512 is the environment variable that forces how the AVX-512
+// lane kernels take the e4m3fn and bf16 rows a WideningStager offers:
+// MSA_AVX512_IN_PLACE=1 reads them in place (e4m3fn through a float32
+// table, bf16 widened in registers), 0 widens them chunk by chunk between
+// the multiply-adds (e4m3fn with AVX512_VBMI, staged where the CPU lacks
+// it). Unset, AMD cores read in place and the others widen. The results
+// are the same bits either way; it exists to measure both routes on a new
+// CPU (BenchmarkDecodeBlock in attn).
+const EnvInPlace512 = "MSA_AVX512_IN_PLACE"
 
 // The formats the lane kernels widen (RawNone: the rows are staged).
 const (
@@ -315,7 +316,7 @@ const GuardLimitBits = (127 + 96) << 23
 //     81.4-84.3%): with 64 K rows the last Q.K chunk has enough loop
 //     iterations to widen the whole first V chunk. The double buffers
 //     hold 2 x 2 x 32 KiB of float32 at d = 128, in L2. With e4m3fn
-//     chunks read in place (lanesE4M3Table512), 48/48, 64/64, 96/64 and
+//     chunks read in place (lanesInPlace512), 48/48, 64/64, 96/64 and
 //     128/128 are within a point of each other in cache (90.5-91.2%);
 //     streaming varied from run to run (73.7-86.5%) without an order.
 //   - AVX2: 64 K rows and 64 V rows. On Zen 3 (32 KiB L1, 512 KiB L2),
@@ -462,16 +463,16 @@ func (l *Lanes) WidenNext(k unsafe.Pointer, f RawFormat, rows int) {
 
 // convKind returns the side conversion kind for rows of format f (scan:
 // with the finite-maximum scan of a guarded V chunk), false where l's
-// kernels do not widen them ahead: the AVX-512 kernels widen e4m3fn rows
-// without a scan (AVX512_VBMI needed, and not on the table route,
-// lanesE4M3Table512, which reads them in place) and bf16 rows; the others
-// none.
+// kernels do not widen them ahead: off the in-place route
+// (lanesInPlace512, which reads both formats in place), the AVX-512
+// kernels widen e4m3fn rows without a scan (AVX512_VBMI needed) and bf16
+// rows; the others none.
 func (l *Lanes) convKind(f RawFormat, scan bool) (int, bool) {
-	if l.kern != lanesAVX512 {
+	if l.kern != lanesAVX512 || lanesInPlace512 {
 		return 0, false
 	}
 	switch {
-	case f == RawE4M3 && haveVBMI && !scan && !lanesE4M3Table512:
+	case f == RawE4M3 && haveVBMI && !scan:
 		return convE4M3, true
 	case f == RawBF16 && scan:
 		return convBF16Max, true

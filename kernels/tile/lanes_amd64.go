@@ -77,6 +77,18 @@ func lanesQKT512E4M3(qT *float32, k unsafe.Pointer, ldk uintptr, d int, s *float
 //go:noescape
 func lanesPVT512E4M3(p *float32, v unsafe.Pointer, ldv uintptr, n int, o *float32, alpha *float32, d int, pf *lanesPrefetch)
 
+// lanesQKT512BF16 and lanesPVT512BF16 are lanesQKT512 and lanesPVT512 for
+// bf16 rows read in place (rows ldk / ldv bytes apart): each dword of two
+// adjacent values is an embedded broadcast twice, widened by a shift (the
+// first value) and by the high-half mask (the second), both exact:
+// bit-identical to the float32 kernels on the widened rows.
+//
+//go:noescape
+func lanesQKT512BF16(qT *float32, k unsafe.Pointer, ldk uintptr, d int, s *float32, n int, pf *lanesPrefetch)
+
+//go:noescape
+func lanesPVT512BF16(p *float32, v unsafe.Pointer, ldv uintptr, n int, o *float32, alpha *float32, d int, pf *lanesPrefetch)
+
 // lanesE4M3Div256 is the E4M3 kernels' table: entry b is the float32 of
 // e4m3fn byte b / 256. Its contents are the DATA of lanes_avx2_amd64.s
 // (read-only; asmgen/lanes/gen.go computes them with lowp), declared here
@@ -107,60 +119,73 @@ func bf16FiniteMax(p unsafe.Pointer, n int) uint32 {
 }
 
 // rawKeys runs a Q.K kernel that reads key rows [i0, i1) in place when src
-// offers them in a format l's kernels read (AVX2: bf16 and RawE4M3Div256;
-// AVX-512 on the table route: e4m3fn), and reports whether it did (else
-// the chunk is staged).
+// offers them in a format l's kernels read (readsRaw), and reports whether
+// it did (else the chunk is staged).
 func (l *Lanes) rawKeys(src WideningStager, i0, i1 int) bool {
 	p, f := src.RawK(i0, i1)
-	switch {
-	case p == nil:
+	if p == nil || !l.readsRaw(f) {
 		return false
-	case l.kern == lanesAVX2 && f == RawBF16:
-		lanesQKTBF16(&l.qT[0], p, uintptr(2*l.d), l.d, &l.s[i0*16], i1-i0, &l.pfK)
-	case !l.readsE4M3(f):
-		return false
-	case l.kern == lanesAVX2:
-		lanesQKTE4M3(&l.qT[0], p, uintptr(l.d), l.d, &l.s[i0*16], i1-i0, &l.pfK)
-	default:
-		lanesQKT512E4M3(&l.qT[0], p, uintptr(l.d), l.d, &l.s[i0*16], i1-i0, &l.pfK)
 	}
+	k := rawKernels[rawKernFor(l.kern, f)]
+	k.qk(&l.qT[0], p, uintptr(k.elem*l.d), l.d, &l.s[i0*16], i1-i0, &l.pfK)
 	return true
 }
 
-// readsE4M3 reports whether l's kernels read e4m3fn rows of format f in
-// place through their table: the AVX2 ones RawE4M3Div256 rows, the
-// AVX-512 ones RawE4M3 rows on the table route (lanesE4M3Table512).
-func (l *Lanes) readsE4M3(f RawFormat) bool {
+// readsRaw reports whether l's kernels read rows of format f in place:
+// the AVX2 ones bf16 and RawE4M3Div256 rows, the AVX-512 ones bf16 and
+// e4m3fn rows on the in-place route (lanesInPlace512).
+func (l *Lanes) readsRaw(f RawFormat) bool {
 	switch l.kern {
 	case lanesAVX2:
-		return f == RawE4M3Div256
+		return f == RawBF16 || f == RawE4M3Div256
 	case lanesAVX512:
-		return f == RawE4M3 && lanesE4M3Table512
+		return (f == RawBF16 || f == RawE4M3) && lanesInPlace512
 	}
 	return false
+}
+
+// rawKern is a pair of lane kernels that read K and V rows of one narrow
+// format in place, elem bytes per value.
+type rawKern struct {
+	qk   func(qT *float32, k unsafe.Pointer, ldk uintptr, d int, s *float32, n int, pf *lanesPrefetch)
+	pv   func(p *float32, v unsafe.Pointer, ldv uintptr, n int, o *float32, alpha *float32, d int, pf *lanesPrefetch)
+	elem int
+}
+
+// rawKernels indexed by rawKernFor.
+var rawKernels = [4]rawKern{
+	{lanesQKTBF16, lanesPVTBF16, 2},
+	{lanesQKTE4M3, lanesPVTE4M3, 1},
+	{lanesQKT512BF16, lanesPVT512BF16, 2},
+	{lanesQKT512E4M3, lanesPVT512E4M3, 1},
+}
+
+// rawKernFor returns the index in rawKernels of kernel set kern's
+// in-place kernels for format f (one readsRaw accepts).
+func rawKernFor(kern lanesKern, f RawFormat) int {
+	i := 0
+	if f != RawBF16 {
+		i = 1
+	}
+	if kern == lanesAVX512 {
+		i += 2
+	}
+	return i
 }
 
 // rawValues runs a P.V kernel that reads value rows [i0, i1) in place when
 // it may (the formats of rawKeys), and reports whether it did (else the
 // chunk is staged). e4m3fn chunks are read in place unless guarded (attn
-// never guards e4m3fn values: they are bounded by 448). A guarded AVX2
-// bf16 chunk (scan) is scanned first (bf16FiniteMax): one
-// whose maximum is at most GuardLimitBits goes to GuardV with no values
-// (which leaves it as it is), a larger one is staged, so that the stager
-// scales it and rescales O; and once any value chunk of the accumulation
-// was staged (l.vStaged: the guard's shift may have risen), so are its
-// later guarded chunks.
+// never guards e4m3fn values: they are bounded by 448). A guarded bf16
+// chunk (scan) is scanned first (bf16FiniteMax): one whose maximum is at
+// most GuardLimitBits goes to GuardV with no values (which leaves it as
+// it is), a larger one is staged, so that the stager scales it and
+// rescales O; and once any value chunk of the accumulation was staged
+// (l.vStaged: the guard's shift may have risen), so are its later guarded
+// chunks.
 func (l *Lanes) rawValues(src WideningStager, i0, i1 int) bool {
 	p, f, scan := src.RawV(i0, i1)
-	if p != nil && !scan && l.readsE4M3(f) {
-		if l.kern == lanesAVX2 {
-			lanesPVTE4M3(&l.s[i0*16], p, uintptr(l.d), i1-i0, &l.oT[0], l.pvAlpha(i0 == 0), l.d, &l.pfV)
-		} else {
-			lanesPVT512E4M3(&l.s[i0*16], p, uintptr(l.d), i1-i0, &l.oT[0], l.pvAlpha(i0 == 0), l.d, &l.pfV)
-		}
-		return true
-	}
-	if p == nil || l.kern != lanesAVX2 || f != RawBF16 || scan && l.vStaged {
+	if p == nil || !l.readsRaw(f) || scan && (f != RawBF16 || l.vStaged) {
 		l.vStaged = true
 		return false
 	}
@@ -172,7 +197,8 @@ func (l *Lanes) rawValues(src WideningStager, i0, i1 int) bool {
 		}
 		src.GuardV(nil, m)
 	}
-	lanesPVTBF16(&l.s[i0*16], p, uintptr(2*l.d), i1-i0, &l.oT[0], l.pvAlpha(i0 == 0), l.d, &l.pfV)
+	k := rawKernels[rawKernFor(l.kern, f)]
+	k.pv(&l.s[i0*16], p, uintptr(k.elem*l.d), i1-i0, &l.oT[0], l.pvAlpha(i0 == 0), l.d, &l.pfV)
 	return true
 }
 
@@ -343,10 +369,9 @@ func lanesUpdateStagedSIMD(l *Lanes, src Stager, n int, ahead, pre lanesAhead) {
 		return
 	}
 	// The chunks a WideningStager offers in a format l's kernels read in
-	// place go to those kernels (AVX2: bf16 and RawE4M3Div256; AVX-512 on
-	// the table route: e4m3fn), which widen each value in registers or
-	// through their table instead of the stager storing float32 rows
-	// (bit-identical); the other chunks are staged.
+	// place (readsRaw) go to those kernels, which widen each value in
+	// registers or through their table instead of the stager storing
+	// float32 rows (bit-identical); the other chunks are staged.
 	for i0 := 0; i0 < n; i0 += ch.k {
 		i1 := min(n, i0+ch.k)
 		if raw == nil || !l.rawKeys(raw, i0, i1) {
@@ -363,10 +388,10 @@ func lanesUpdateStagedSIMD(l *Lanes, src Stager, n int, ahead, pre lanesAhead) {
 }
 
 // widensAhead reports whether an AVX-512 update of n keys has chunks its
-// float32 kernels widen between their multiply-adds (convKind: bf16, and
-// e4m3fn off the table route), judged by the first K and V chunks
-// (lanesUpdatePipelined); otherwise it runs the loop that reads e4m3fn
-// chunks in place on the table route and stages the rest.
+// float32 kernels widen between their multiply-adds (convKind, off the
+// in-place route), judged by the first K and V chunks
+// (lanesUpdatePipelined); otherwise it runs the loop that reads chunks in
+// place (readsRaw) and stages the rest.
 func (l *Lanes) widensAhead(src WideningStager, n int) bool {
 	ch := lanesChunks[l.kern]
 	_, fk := src.RawK(0, min(n, ch.k))

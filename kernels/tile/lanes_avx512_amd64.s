@@ -4721,3 +4721,785 @@ pv8:
 	VZEROUPPER
 	RET
 
+// func lanesQKT512BF16(qT *float32, k unsafe.Pointer, ldk uintptr, d int, s *float32, n int, pf *lanesPrefetch)
+TEXT ·lanesQKT512BF16(SB), NOSPLIT, $0-56
+	MOVQ pf+48(FP), DX
+	MOVQ 0(DX), R12 // prefetch cursor
+	MOVQ 8(DX), R13 // its step per iteration
+	MOVQ 16(DX), R14 // its last line
+	VPBROADCASTD ·lanesc+40(SB), Z27 // high-half mask
+	MOVQ k+8(FP), SI
+	MOVQ ldk+16(FP), R8
+	MOVQ s+32(FP), BX
+	MOVQ n+40(FP), R11
+	LEAQ (R8)(R8*2), R9 // 3*ldk
+keys12:
+	CMPQ R11, $12
+	JLT keys8
+	MOVQ qT+0(FP), AX
+	MOVQ d+24(FP), CX
+	SHRQ $2, CX // column steps of 4
+	LEAQ (SI)(R8*4), DI // key 4
+	LEAQ (DI)(R8*4), R10 // key 8
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	VXORPS Z6, Z6, Z6
+	VXORPS Z7, Z7, Z7
+	VXORPS Z8, Z8, Z8
+	VXORPS Z9, Z9, Z9
+	VXORPS Z10, Z10, Z10
+	VXORPS Z11, Z11, Z11
+qk12:
+	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
+	ADDQ R13, R12
+	CMPQ R12, R14
+	CMOVQGT R14, R12 // stay on the last line
+	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
+	ADDQ R13, R12
+	CMPQ R12, R14
+	CMOVQGT R14, R12 // stay on the last line
+	VMOVUPS 0(AX), Z28 // Q^T[c+0]
+	VMOVUPS 64(AX), Z29 // Q^T[c+1]
+	VMOVUPS 128(AX), Z30 // Q^T[c+2]
+	VMOVUPS 192(AX), Z31 // Q^T[c+3]
+	VPSLLD.BCST $16, 0(SI), Z12 // K[0][c+0], K[0][c+1]: the first widened
+	VFMADD231PS Z12, Z28, Z0
+	VPANDD.BCST 0(SI), Z27, Z13 // the second
+	VFMADD231PS Z13, Z29, Z0
+	VPSLLD.BCST $16, 0(SI)(R8*1), Z14 // K[1][c+0], K[1][c+1]: the first widened
+	VFMADD231PS Z14, Z28, Z1
+	VPANDD.BCST 0(SI)(R8*1), Z27, Z15 // the second
+	VFMADD231PS Z15, Z29, Z1
+	VPSLLD.BCST $16, 0(SI)(R8*2), Z16 // K[2][c+0], K[2][c+1]: the first widened
+	VFMADD231PS Z16, Z28, Z2
+	VPANDD.BCST 0(SI)(R8*2), Z27, Z17 // the second
+	VFMADD231PS Z17, Z29, Z2
+	VPSLLD.BCST $16, 0(SI)(R9*1), Z18 // K[3][c+0], K[3][c+1]: the first widened
+	VFMADD231PS Z18, Z28, Z3
+	VPANDD.BCST 0(SI)(R9*1), Z27, Z19 // the second
+	VFMADD231PS Z19, Z29, Z3
+	VPSLLD.BCST $16, 0(DI), Z12 // K[4][c+0], K[4][c+1]: the first widened
+	VFMADD231PS Z12, Z28, Z4
+	VPANDD.BCST 0(DI), Z27, Z13 // the second
+	VFMADD231PS Z13, Z29, Z4
+	VPSLLD.BCST $16, 0(DI)(R8*1), Z14 // K[5][c+0], K[5][c+1]: the first widened
+	VFMADD231PS Z14, Z28, Z5
+	VPANDD.BCST 0(DI)(R8*1), Z27, Z15 // the second
+	VFMADD231PS Z15, Z29, Z5
+	VPSLLD.BCST $16, 0(DI)(R8*2), Z16 // K[6][c+0], K[6][c+1]: the first widened
+	VFMADD231PS Z16, Z28, Z6
+	VPANDD.BCST 0(DI)(R8*2), Z27, Z17 // the second
+	VFMADD231PS Z17, Z29, Z6
+	VPSLLD.BCST $16, 0(DI)(R9*1), Z18 // K[7][c+0], K[7][c+1]: the first widened
+	VFMADD231PS Z18, Z28, Z7
+	VPANDD.BCST 0(DI)(R9*1), Z27, Z19 // the second
+	VFMADD231PS Z19, Z29, Z7
+	VPSLLD.BCST $16, 0(R10), Z12 // K[8][c+0], K[8][c+1]: the first widened
+	VFMADD231PS Z12, Z28, Z8
+	VPANDD.BCST 0(R10), Z27, Z13 // the second
+	VFMADD231PS Z13, Z29, Z8
+	VPSLLD.BCST $16, 0(R10)(R8*1), Z14 // K[9][c+0], K[9][c+1]: the first widened
+	VFMADD231PS Z14, Z28, Z9
+	VPANDD.BCST 0(R10)(R8*1), Z27, Z15 // the second
+	VFMADD231PS Z15, Z29, Z9
+	VPSLLD.BCST $16, 0(R10)(R8*2), Z16 // K[10][c+0], K[10][c+1]: the first widened
+	VFMADD231PS Z16, Z28, Z10
+	VPANDD.BCST 0(R10)(R8*2), Z27, Z17 // the second
+	VFMADD231PS Z17, Z29, Z10
+	VPSLLD.BCST $16, 0(R10)(R9*1), Z18 // K[11][c+0], K[11][c+1]: the first widened
+	VFMADD231PS Z18, Z28, Z11
+	VPANDD.BCST 0(R10)(R9*1), Z27, Z19 // the second
+	VFMADD231PS Z19, Z29, Z11
+	VPSLLD.BCST $16, 4(SI), Z12 // K[0][c+2], K[0][c+3]: the first widened
+	VFMADD231PS Z12, Z30, Z0
+	VPANDD.BCST 4(SI), Z27, Z13 // the second
+	VFMADD231PS Z13, Z31, Z0
+	VPSLLD.BCST $16, 4(SI)(R8*1), Z14 // K[1][c+2], K[1][c+3]: the first widened
+	VFMADD231PS Z14, Z30, Z1
+	VPANDD.BCST 4(SI)(R8*1), Z27, Z15 // the second
+	VFMADD231PS Z15, Z31, Z1
+	VPSLLD.BCST $16, 4(SI)(R8*2), Z16 // K[2][c+2], K[2][c+3]: the first widened
+	VFMADD231PS Z16, Z30, Z2
+	VPANDD.BCST 4(SI)(R8*2), Z27, Z17 // the second
+	VFMADD231PS Z17, Z31, Z2
+	VPSLLD.BCST $16, 4(SI)(R9*1), Z18 // K[3][c+2], K[3][c+3]: the first widened
+	VFMADD231PS Z18, Z30, Z3
+	VPANDD.BCST 4(SI)(R9*1), Z27, Z19 // the second
+	VFMADD231PS Z19, Z31, Z3
+	VPSLLD.BCST $16, 4(DI), Z12 // K[4][c+2], K[4][c+3]: the first widened
+	VFMADD231PS Z12, Z30, Z4
+	VPANDD.BCST 4(DI), Z27, Z13 // the second
+	VFMADD231PS Z13, Z31, Z4
+	VPSLLD.BCST $16, 4(DI)(R8*1), Z14 // K[5][c+2], K[5][c+3]: the first widened
+	VFMADD231PS Z14, Z30, Z5
+	VPANDD.BCST 4(DI)(R8*1), Z27, Z15 // the second
+	VFMADD231PS Z15, Z31, Z5
+	VPSLLD.BCST $16, 4(DI)(R8*2), Z16 // K[6][c+2], K[6][c+3]: the first widened
+	VFMADD231PS Z16, Z30, Z6
+	VPANDD.BCST 4(DI)(R8*2), Z27, Z17 // the second
+	VFMADD231PS Z17, Z31, Z6
+	VPSLLD.BCST $16, 4(DI)(R9*1), Z18 // K[7][c+2], K[7][c+3]: the first widened
+	VFMADD231PS Z18, Z30, Z7
+	VPANDD.BCST 4(DI)(R9*1), Z27, Z19 // the second
+	VFMADD231PS Z19, Z31, Z7
+	VPSLLD.BCST $16, 4(R10), Z12 // K[8][c+2], K[8][c+3]: the first widened
+	VFMADD231PS Z12, Z30, Z8
+	VPANDD.BCST 4(R10), Z27, Z13 // the second
+	VFMADD231PS Z13, Z31, Z8
+	VPSLLD.BCST $16, 4(R10)(R8*1), Z14 // K[9][c+2], K[9][c+3]: the first widened
+	VFMADD231PS Z14, Z30, Z9
+	VPANDD.BCST 4(R10)(R8*1), Z27, Z15 // the second
+	VFMADD231PS Z15, Z31, Z9
+	VPSLLD.BCST $16, 4(R10)(R8*2), Z16 // K[10][c+2], K[10][c+3]: the first widened
+	VFMADD231PS Z16, Z30, Z10
+	VPANDD.BCST 4(R10)(R8*2), Z27, Z17 // the second
+	VFMADD231PS Z17, Z31, Z10
+	VPSLLD.BCST $16, 4(R10)(R9*1), Z18 // K[11][c+2], K[11][c+3]: the first widened
+	VFMADD231PS Z18, Z30, Z11
+	VPANDD.BCST 4(R10)(R9*1), Z27, Z19 // the second
+	VFMADD231PS Z19, Z31, Z11
+	ADDQ $256, AX
+	ADDQ $8, SI
+	ADDQ $8, DI
+	ADDQ $8, R10
+	DECQ CX
+	JNZ qk12
+	MOVQ d+24(FP), CX
+	SHLQ $1, CX
+	SUBQ CX, SI // back to the group's first key
+	VMOVUPS Z0, 0(BX)
+	VMOVUPS Z1, 64(BX)
+	VMOVUPS Z2, 128(BX)
+	VMOVUPS Z3, 192(BX)
+	VMOVUPS Z4, 256(BX)
+	VMOVUPS Z5, 320(BX)
+	VMOVUPS Z6, 384(BX)
+	VMOVUPS Z7, 448(BX)
+	VMOVUPS Z8, 512(BX)
+	VMOVUPS Z9, 576(BX)
+	VMOVUPS Z10, 640(BX)
+	VMOVUPS Z11, 704(BX)
+	ADDQ $768, BX
+	SUBQ $12, R11
+	LEAQ (SI)(R9*4), SI // 12 keys on
+	JMP keys12
+keys8:
+	CMPQ R11, $8
+	JLT keys4
+	MOVQ qT+0(FP), AX
+	MOVQ d+24(FP), CX
+	SHRQ $2, CX // column steps of 4
+	LEAQ (SI)(R8*4), DI // key 4
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	VXORPS Z6, Z6, Z6
+	VXORPS Z7, Z7, Z7
+qk8:
+	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
+	ADDQ R13, R12
+	CMPQ R12, R14
+	CMOVQGT R14, R12 // stay on the last line
+	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
+	ADDQ R13, R12
+	CMPQ R12, R14
+	CMOVQGT R14, R12 // stay on the last line
+	VMOVUPS 0(AX), Z28 // Q^T[c+0]
+	VMOVUPS 64(AX), Z29 // Q^T[c+1]
+	VMOVUPS 128(AX), Z30 // Q^T[c+2]
+	VMOVUPS 192(AX), Z31 // Q^T[c+3]
+	VPSLLD.BCST $16, 0(SI), Z12 // K[0][c+0], K[0][c+1]: the first widened
+	VFMADD231PS Z12, Z28, Z0
+	VPANDD.BCST 0(SI), Z27, Z13 // the second
+	VFMADD231PS Z13, Z29, Z0
+	VPSLLD.BCST $16, 0(SI)(R8*1), Z14 // K[1][c+0], K[1][c+1]: the first widened
+	VFMADD231PS Z14, Z28, Z1
+	VPANDD.BCST 0(SI)(R8*1), Z27, Z15 // the second
+	VFMADD231PS Z15, Z29, Z1
+	VPSLLD.BCST $16, 0(SI)(R8*2), Z16 // K[2][c+0], K[2][c+1]: the first widened
+	VFMADD231PS Z16, Z28, Z2
+	VPANDD.BCST 0(SI)(R8*2), Z27, Z17 // the second
+	VFMADD231PS Z17, Z29, Z2
+	VPSLLD.BCST $16, 0(SI)(R9*1), Z18 // K[3][c+0], K[3][c+1]: the first widened
+	VFMADD231PS Z18, Z28, Z3
+	VPANDD.BCST 0(SI)(R9*1), Z27, Z19 // the second
+	VFMADD231PS Z19, Z29, Z3
+	VPSLLD.BCST $16, 0(DI), Z12 // K[4][c+0], K[4][c+1]: the first widened
+	VFMADD231PS Z12, Z28, Z4
+	VPANDD.BCST 0(DI), Z27, Z13 // the second
+	VFMADD231PS Z13, Z29, Z4
+	VPSLLD.BCST $16, 0(DI)(R8*1), Z14 // K[5][c+0], K[5][c+1]: the first widened
+	VFMADD231PS Z14, Z28, Z5
+	VPANDD.BCST 0(DI)(R8*1), Z27, Z15 // the second
+	VFMADD231PS Z15, Z29, Z5
+	VPSLLD.BCST $16, 0(DI)(R8*2), Z16 // K[6][c+0], K[6][c+1]: the first widened
+	VFMADD231PS Z16, Z28, Z6
+	VPANDD.BCST 0(DI)(R8*2), Z27, Z17 // the second
+	VFMADD231PS Z17, Z29, Z6
+	VPSLLD.BCST $16, 0(DI)(R9*1), Z18 // K[7][c+0], K[7][c+1]: the first widened
+	VFMADD231PS Z18, Z28, Z7
+	VPANDD.BCST 0(DI)(R9*1), Z27, Z19 // the second
+	VFMADD231PS Z19, Z29, Z7
+	VPSLLD.BCST $16, 4(SI), Z12 // K[0][c+2], K[0][c+3]: the first widened
+	VFMADD231PS Z12, Z30, Z0
+	VPANDD.BCST 4(SI), Z27, Z13 // the second
+	VFMADD231PS Z13, Z31, Z0
+	VPSLLD.BCST $16, 4(SI)(R8*1), Z14 // K[1][c+2], K[1][c+3]: the first widened
+	VFMADD231PS Z14, Z30, Z1
+	VPANDD.BCST 4(SI)(R8*1), Z27, Z15 // the second
+	VFMADD231PS Z15, Z31, Z1
+	VPSLLD.BCST $16, 4(SI)(R8*2), Z16 // K[2][c+2], K[2][c+3]: the first widened
+	VFMADD231PS Z16, Z30, Z2
+	VPANDD.BCST 4(SI)(R8*2), Z27, Z17 // the second
+	VFMADD231PS Z17, Z31, Z2
+	VPSLLD.BCST $16, 4(SI)(R9*1), Z18 // K[3][c+2], K[3][c+3]: the first widened
+	VFMADD231PS Z18, Z30, Z3
+	VPANDD.BCST 4(SI)(R9*1), Z27, Z19 // the second
+	VFMADD231PS Z19, Z31, Z3
+	VPSLLD.BCST $16, 4(DI), Z12 // K[4][c+2], K[4][c+3]: the first widened
+	VFMADD231PS Z12, Z30, Z4
+	VPANDD.BCST 4(DI), Z27, Z13 // the second
+	VFMADD231PS Z13, Z31, Z4
+	VPSLLD.BCST $16, 4(DI)(R8*1), Z14 // K[5][c+2], K[5][c+3]: the first widened
+	VFMADD231PS Z14, Z30, Z5
+	VPANDD.BCST 4(DI)(R8*1), Z27, Z15 // the second
+	VFMADD231PS Z15, Z31, Z5
+	VPSLLD.BCST $16, 4(DI)(R8*2), Z16 // K[6][c+2], K[6][c+3]: the first widened
+	VFMADD231PS Z16, Z30, Z6
+	VPANDD.BCST 4(DI)(R8*2), Z27, Z17 // the second
+	VFMADD231PS Z17, Z31, Z6
+	VPSLLD.BCST $16, 4(DI)(R9*1), Z18 // K[7][c+2], K[7][c+3]: the first widened
+	VFMADD231PS Z18, Z30, Z7
+	VPANDD.BCST 4(DI)(R9*1), Z27, Z19 // the second
+	VFMADD231PS Z19, Z31, Z7
+	ADDQ $256, AX
+	ADDQ $8, SI
+	ADDQ $8, DI
+	DECQ CX
+	JNZ qk8
+	MOVQ d+24(FP), CX
+	SHLQ $1, CX
+	SUBQ CX, SI // back to the group's first key
+	VMOVUPS Z0, 0(BX)
+	VMOVUPS Z1, 64(BX)
+	VMOVUPS Z2, 128(BX)
+	VMOVUPS Z3, 192(BX)
+	VMOVUPS Z4, 256(BX)
+	VMOVUPS Z5, 320(BX)
+	VMOVUPS Z6, 384(BX)
+	VMOVUPS Z7, 448(BX)
+	ADDQ $512, BX
+	SUBQ $8, R11
+	LEAQ (SI)(R8*8), SI
+keys4:
+	CMPQ R11, $4
+	JLT keys2
+	MOVQ qT+0(FP), AX
+	MOVQ d+24(FP), CX
+	SHRQ $2, CX // column steps of 4
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+qk4:
+	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
+	ADDQ R13, R12
+	CMPQ R12, R14
+	CMOVQGT R14, R12 // stay on the last line
+	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
+	ADDQ R13, R12
+	CMPQ R12, R14
+	CMOVQGT R14, R12 // stay on the last line
+	VMOVUPS 0(AX), Z28 // Q^T[c+0]
+	VMOVUPS 64(AX), Z29 // Q^T[c+1]
+	VMOVUPS 128(AX), Z30 // Q^T[c+2]
+	VMOVUPS 192(AX), Z31 // Q^T[c+3]
+	VPSLLD.BCST $16, 0(SI), Z12 // K[0][c+0], K[0][c+1]: the first widened
+	VFMADD231PS Z12, Z28, Z0
+	VPANDD.BCST 0(SI), Z27, Z13 // the second
+	VFMADD231PS Z13, Z29, Z0
+	VPSLLD.BCST $16, 0(SI)(R8*1), Z14 // K[1][c+0], K[1][c+1]: the first widened
+	VFMADD231PS Z14, Z28, Z1
+	VPANDD.BCST 0(SI)(R8*1), Z27, Z15 // the second
+	VFMADD231PS Z15, Z29, Z1
+	VPSLLD.BCST $16, 0(SI)(R8*2), Z16 // K[2][c+0], K[2][c+1]: the first widened
+	VFMADD231PS Z16, Z28, Z2
+	VPANDD.BCST 0(SI)(R8*2), Z27, Z17 // the second
+	VFMADD231PS Z17, Z29, Z2
+	VPSLLD.BCST $16, 0(SI)(R9*1), Z18 // K[3][c+0], K[3][c+1]: the first widened
+	VFMADD231PS Z18, Z28, Z3
+	VPANDD.BCST 0(SI)(R9*1), Z27, Z19 // the second
+	VFMADD231PS Z19, Z29, Z3
+	VPSLLD.BCST $16, 4(SI), Z12 // K[0][c+2], K[0][c+3]: the first widened
+	VFMADD231PS Z12, Z30, Z0
+	VPANDD.BCST 4(SI), Z27, Z13 // the second
+	VFMADD231PS Z13, Z31, Z0
+	VPSLLD.BCST $16, 4(SI)(R8*1), Z14 // K[1][c+2], K[1][c+3]: the first widened
+	VFMADD231PS Z14, Z30, Z1
+	VPANDD.BCST 4(SI)(R8*1), Z27, Z15 // the second
+	VFMADD231PS Z15, Z31, Z1
+	VPSLLD.BCST $16, 4(SI)(R8*2), Z16 // K[2][c+2], K[2][c+3]: the first widened
+	VFMADD231PS Z16, Z30, Z2
+	VPANDD.BCST 4(SI)(R8*2), Z27, Z17 // the second
+	VFMADD231PS Z17, Z31, Z2
+	VPSLLD.BCST $16, 4(SI)(R9*1), Z18 // K[3][c+2], K[3][c+3]: the first widened
+	VFMADD231PS Z18, Z30, Z3
+	VPANDD.BCST 4(SI)(R9*1), Z27, Z19 // the second
+	VFMADD231PS Z19, Z31, Z3
+	ADDQ $256, AX
+	ADDQ $8, SI
+	DECQ CX
+	JNZ qk4
+	MOVQ d+24(FP), CX
+	SHLQ $1, CX
+	SUBQ CX, SI // back to the group's first key
+	VMOVUPS Z0, 0(BX)
+	VMOVUPS Z1, 64(BX)
+	VMOVUPS Z2, 128(BX)
+	VMOVUPS Z3, 192(BX)
+	ADDQ $256, BX
+	SUBQ $4, R11
+	LEAQ (SI)(R8*4), SI
+keys2:
+	CMPQ R11, $2
+	JLT keys1
+	MOVQ qT+0(FP), AX
+	MOVQ d+24(FP), CX
+	SHRQ $2, CX // column steps of 4
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+qk2:
+	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
+	ADDQ R13, R12
+	CMPQ R12, R14
+	CMOVQGT R14, R12 // stay on the last line
+	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
+	ADDQ R13, R12
+	CMPQ R12, R14
+	CMOVQGT R14, R12 // stay on the last line
+	VMOVUPS 0(AX), Z28 // Q^T[c+0]
+	VMOVUPS 64(AX), Z29 // Q^T[c+1]
+	VMOVUPS 128(AX), Z30 // Q^T[c+2]
+	VMOVUPS 192(AX), Z31 // Q^T[c+3]
+	VPSLLD.BCST $16, 0(SI), Z12 // K[0][c+0], K[0][c+1]: the first widened
+	VFMADD231PS Z12, Z28, Z0
+	VPANDD.BCST 0(SI), Z27, Z13 // the second
+	VFMADD231PS Z13, Z29, Z0
+	VPSLLD.BCST $16, 0(SI)(R8*1), Z14 // K[1][c+0], K[1][c+1]: the first widened
+	VFMADD231PS Z14, Z28, Z1
+	VPANDD.BCST 0(SI)(R8*1), Z27, Z15 // the second
+	VFMADD231PS Z15, Z29, Z1
+	VPSLLD.BCST $16, 4(SI), Z12 // K[0][c+2], K[0][c+3]: the first widened
+	VFMADD231PS Z12, Z30, Z0
+	VPANDD.BCST 4(SI), Z27, Z13 // the second
+	VFMADD231PS Z13, Z31, Z0
+	VPSLLD.BCST $16, 4(SI)(R8*1), Z14 // K[1][c+2], K[1][c+3]: the first widened
+	VFMADD231PS Z14, Z30, Z1
+	VPANDD.BCST 4(SI)(R8*1), Z27, Z15 // the second
+	VFMADD231PS Z15, Z31, Z1
+	ADDQ $256, AX
+	ADDQ $8, SI
+	DECQ CX
+	JNZ qk2
+	MOVQ d+24(FP), CX
+	SHLQ $1, CX
+	SUBQ CX, SI // back to the group's first key
+	VMOVUPS Z0, 0(BX)
+	VMOVUPS Z1, 64(BX)
+	ADDQ $128, BX
+	SUBQ $2, R11
+	LEAQ (SI)(R8*2), SI
+keys1:
+	CMPQ R11, $1
+	JLT keys0
+	MOVQ qT+0(FP), AX
+	MOVQ d+24(FP), CX
+	SHRQ $2, CX // column steps of 4
+	VXORPS Z0, Z0, Z0
+qk1:
+	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
+	ADDQ R13, R12
+	CMPQ R12, R14
+	CMOVQGT R14, R12 // stay on the last line
+	PREFETCHT1 (R12) // the following block into L2, spread over the iterations
+	ADDQ R13, R12
+	CMPQ R12, R14
+	CMOVQGT R14, R12 // stay on the last line
+	VMOVUPS 0(AX), Z28 // Q^T[c+0]
+	VMOVUPS 64(AX), Z29 // Q^T[c+1]
+	VMOVUPS 128(AX), Z30 // Q^T[c+2]
+	VMOVUPS 192(AX), Z31 // Q^T[c+3]
+	VPSLLD.BCST $16, 0(SI), Z12 // K[0][c+0], K[0][c+1]: the first widened
+	VFMADD231PS Z12, Z28, Z0
+	VPANDD.BCST 0(SI), Z27, Z13 // the second
+	VFMADD231PS Z13, Z29, Z0
+	VPSLLD.BCST $16, 4(SI), Z12 // K[0][c+2], K[0][c+3]: the first widened
+	VFMADD231PS Z12, Z30, Z0
+	VPANDD.BCST 4(SI), Z27, Z13 // the second
+	VFMADD231PS Z13, Z31, Z0
+	ADDQ $256, AX
+	ADDQ $8, SI
+	DECQ CX
+	JNZ qk1
+	MOVQ d+24(FP), CX
+	SHLQ $1, CX
+	SUBQ CX, SI // back to the group's first key
+	VMOVUPS Z0, 0(BX)
+	ADDQ $64, BX
+	SUBQ $1, R11
+	LEAQ (SI)(R8*1), SI
+keys0:
+	MOVQ pf+48(FP), DX
+	MOVQ R12, 0(DX)
+	VZEROUPPER
+	RET
+
+// func lanesPVT512BF16(p *float32, v unsafe.Pointer, ldv uintptr, n int, o *float32, alpha *float32, d int, pf *lanesPrefetch)
+TEXT ·lanesPVT512BF16(SB), NOSPLIT, $0-64
+	MOVQ pf+56(FP), R14
+	MOVQ 0(R14), R9 // prefetch cursor
+	MOVQ 8(R14), R10 // its step per iteration
+	MOVQ 16(R14), R13 // its last line
+	VPBROADCASTD ·lanesc+40(SB), Z27 // high-half mask
+	MOVQ v+8(FP), R12
+	MOVQ ldv+16(FP), R8
+	MOVQ o+32(FP), DI
+	MOVQ alpha+40(FP), AX
+	MOVQ d+48(FP), R11
+cols:
+	CMPQ R11, $24
+	JEQ cols24
+	CMPQ R11, $40
+	JGE cols24
+	CMPQ R11, $16
+	JGE cols16
+	JMP cols8
+cols24:
+	MOVQ p+0(FP), SI
+	MOVQ R12, DX
+	MOVQ n+24(FP), CX
+	TESTQ AX, AX
+	JZ noalpha24 // nil alpha: O is continued as it is
+	VMOVUPS (AX), Z25 // alpha, lane = row
+	VMULPS 0(DI), Z25, Z0 // alpha * O
+	VMULPS 64(DI), Z25, Z1 // alpha * O
+	VMULPS 128(DI), Z25, Z2 // alpha * O
+	VMULPS 192(DI), Z25, Z3 // alpha * O
+	VMULPS 256(DI), Z25, Z4 // alpha * O
+	VMULPS 320(DI), Z25, Z5 // alpha * O
+	VMULPS 384(DI), Z25, Z6 // alpha * O
+	VMULPS 448(DI), Z25, Z7 // alpha * O
+	VMULPS 512(DI), Z25, Z8 // alpha * O
+	VMULPS 576(DI), Z25, Z9 // alpha * O
+	VMULPS 640(DI), Z25, Z10 // alpha * O
+	VMULPS 704(DI), Z25, Z11 // alpha * O
+	VMULPS 768(DI), Z25, Z12 // alpha * O
+	VMULPS 832(DI), Z25, Z13 // alpha * O
+	VMULPS 896(DI), Z25, Z14 // alpha * O
+	VMULPS 960(DI), Z25, Z15 // alpha * O
+	VMULPS 1024(DI), Z25, Z16 // alpha * O
+	VMULPS 1088(DI), Z25, Z17 // alpha * O
+	VMULPS 1152(DI), Z25, Z18 // alpha * O
+	VMULPS 1216(DI), Z25, Z19 // alpha * O
+	VMULPS 1280(DI), Z25, Z20 // alpha * O
+	VMULPS 1344(DI), Z25, Z21 // alpha * O
+	VMULPS 1408(DI), Z25, Z22 // alpha * O
+	VMULPS 1472(DI), Z25, Z23 // alpha * O
+	JMP pvgo24
+noalpha24:
+	VMOVUPS 0(DI), Z0
+	VMOVUPS 64(DI), Z1
+	VMOVUPS 128(DI), Z2
+	VMOVUPS 192(DI), Z3
+	VMOVUPS 256(DI), Z4
+	VMOVUPS 320(DI), Z5
+	VMOVUPS 384(DI), Z6
+	VMOVUPS 448(DI), Z7
+	VMOVUPS 512(DI), Z8
+	VMOVUPS 576(DI), Z9
+	VMOVUPS 640(DI), Z10
+	VMOVUPS 704(DI), Z11
+	VMOVUPS 768(DI), Z12
+	VMOVUPS 832(DI), Z13
+	VMOVUPS 896(DI), Z14
+	VMOVUPS 960(DI), Z15
+	VMOVUPS 1024(DI), Z16
+	VMOVUPS 1088(DI), Z17
+	VMOVUPS 1152(DI), Z18
+	VMOVUPS 1216(DI), Z19
+	VMOVUPS 1280(DI), Z20
+	VMOVUPS 1344(DI), Z21
+	VMOVUPS 1408(DI), Z22
+	VMOVUPS 1472(DI), Z23
+pvgo24:
+pv24:
+	PREFETCHT1 (R9) // the following block into L2, spread over the iterations
+	ADDQ R10, R9
+	CMPQ R9, R13
+	CMOVQGT R13, R9 // stay on the last line
+	VMOVUPS 0(SI), Z24 // P^T[i]
+	VPSLLD.BCST $16, 0(DX), Z25 // V[i][c0+0], V[i][c0+1]: the first widened
+	VFMADD231PS Z25, Z24, Z0
+	VPANDD.BCST 0(DX), Z27, Z26 // the second
+	VFMADD231PS Z26, Z24, Z1
+	VPSLLD.BCST $16, 4(DX), Z30 // V[i][c0+2], V[i][c0+3]: the first widened
+	VFMADD231PS Z30, Z24, Z2
+	VPANDD.BCST 4(DX), Z27, Z31 // the second
+	VFMADD231PS Z31, Z24, Z3
+	VPSLLD.BCST $16, 8(DX), Z28 // V[i][c0+4], V[i][c0+5]: the first widened
+	VFMADD231PS Z28, Z24, Z4
+	VPANDD.BCST 8(DX), Z27, Z29 // the second
+	VFMADD231PS Z29, Z24, Z5
+	VPSLLD.BCST $16, 12(DX), Z25 // V[i][c0+6], V[i][c0+7]: the first widened
+	VFMADD231PS Z25, Z24, Z6
+	VPANDD.BCST 12(DX), Z27, Z26 // the second
+	VFMADD231PS Z26, Z24, Z7
+	VPSLLD.BCST $16, 16(DX), Z30 // V[i][c0+8], V[i][c0+9]: the first widened
+	VFMADD231PS Z30, Z24, Z8
+	VPANDD.BCST 16(DX), Z27, Z31 // the second
+	VFMADD231PS Z31, Z24, Z9
+	VPSLLD.BCST $16, 20(DX), Z28 // V[i][c0+10], V[i][c0+11]: the first widened
+	VFMADD231PS Z28, Z24, Z10
+	VPANDD.BCST 20(DX), Z27, Z29 // the second
+	VFMADD231PS Z29, Z24, Z11
+	VPSLLD.BCST $16, 24(DX), Z25 // V[i][c0+12], V[i][c0+13]: the first widened
+	VFMADD231PS Z25, Z24, Z12
+	VPANDD.BCST 24(DX), Z27, Z26 // the second
+	VFMADD231PS Z26, Z24, Z13
+	VPSLLD.BCST $16, 28(DX), Z30 // V[i][c0+14], V[i][c0+15]: the first widened
+	VFMADD231PS Z30, Z24, Z14
+	VPANDD.BCST 28(DX), Z27, Z31 // the second
+	VFMADD231PS Z31, Z24, Z15
+	VPSLLD.BCST $16, 32(DX), Z28 // V[i][c0+16], V[i][c0+17]: the first widened
+	VFMADD231PS Z28, Z24, Z16
+	VPANDD.BCST 32(DX), Z27, Z29 // the second
+	VFMADD231PS Z29, Z24, Z17
+	VPSLLD.BCST $16, 36(DX), Z25 // V[i][c0+18], V[i][c0+19]: the first widened
+	VFMADD231PS Z25, Z24, Z18
+	VPANDD.BCST 36(DX), Z27, Z26 // the second
+	VFMADD231PS Z26, Z24, Z19
+	VPSLLD.BCST $16, 40(DX), Z30 // V[i][c0+20], V[i][c0+21]: the first widened
+	VFMADD231PS Z30, Z24, Z20
+	VPANDD.BCST 40(DX), Z27, Z31 // the second
+	VFMADD231PS Z31, Z24, Z21
+	VPSLLD.BCST $16, 44(DX), Z28 // V[i][c0+22], V[i][c0+23]: the first widened
+	VFMADD231PS Z28, Z24, Z22
+	VPANDD.BCST 44(DX), Z27, Z29 // the second
+	VFMADD231PS Z29, Z24, Z23
+	ADDQ $64, SI
+	ADDQ R8, DX
+	DECQ CX
+	JNZ pv24
+	VMOVUPS Z0, 0(DI)
+	VMOVUPS Z1, 64(DI)
+	VMOVUPS Z2, 128(DI)
+	VMOVUPS Z3, 192(DI)
+	VMOVUPS Z4, 256(DI)
+	VMOVUPS Z5, 320(DI)
+	VMOVUPS Z6, 384(DI)
+	VMOVUPS Z7, 448(DI)
+	VMOVUPS Z8, 512(DI)
+	VMOVUPS Z9, 576(DI)
+	VMOVUPS Z10, 640(DI)
+	VMOVUPS Z11, 704(DI)
+	VMOVUPS Z12, 768(DI)
+	VMOVUPS Z13, 832(DI)
+	VMOVUPS Z14, 896(DI)
+	VMOVUPS Z15, 960(DI)
+	VMOVUPS Z16, 1024(DI)
+	VMOVUPS Z17, 1088(DI)
+	VMOVUPS Z18, 1152(DI)
+	VMOVUPS Z19, 1216(DI)
+	VMOVUPS Z20, 1280(DI)
+	VMOVUPS Z21, 1344(DI)
+	VMOVUPS Z22, 1408(DI)
+	VMOVUPS Z23, 1472(DI)
+	ADDQ $48, R12
+	ADDQ $1536, DI
+	SUBQ $24, R11
+	JNZ cols
+	MOVQ R9, 0(R14)
+	VZEROUPPER
+	RET
+cols16:
+	MOVQ p+0(FP), SI
+	MOVQ R12, DX
+	MOVQ n+24(FP), CX
+	TESTQ AX, AX
+	JZ noalpha16 // nil alpha: O is continued as it is
+	VMOVUPS (AX), Z25 // alpha, lane = row
+	VMULPS 0(DI), Z25, Z0 // alpha * O
+	VMULPS 64(DI), Z25, Z1 // alpha * O
+	VMULPS 128(DI), Z25, Z2 // alpha * O
+	VMULPS 192(DI), Z25, Z3 // alpha * O
+	VMULPS 256(DI), Z25, Z4 // alpha * O
+	VMULPS 320(DI), Z25, Z5 // alpha * O
+	VMULPS 384(DI), Z25, Z6 // alpha * O
+	VMULPS 448(DI), Z25, Z7 // alpha * O
+	VMULPS 512(DI), Z25, Z8 // alpha * O
+	VMULPS 576(DI), Z25, Z9 // alpha * O
+	VMULPS 640(DI), Z25, Z10 // alpha * O
+	VMULPS 704(DI), Z25, Z11 // alpha * O
+	VMULPS 768(DI), Z25, Z12 // alpha * O
+	VMULPS 832(DI), Z25, Z13 // alpha * O
+	VMULPS 896(DI), Z25, Z14 // alpha * O
+	VMULPS 960(DI), Z25, Z15 // alpha * O
+	JMP pvgo16
+noalpha16:
+	VMOVUPS 0(DI), Z0
+	VMOVUPS 64(DI), Z1
+	VMOVUPS 128(DI), Z2
+	VMOVUPS 192(DI), Z3
+	VMOVUPS 256(DI), Z4
+	VMOVUPS 320(DI), Z5
+	VMOVUPS 384(DI), Z6
+	VMOVUPS 448(DI), Z7
+	VMOVUPS 512(DI), Z8
+	VMOVUPS 576(DI), Z9
+	VMOVUPS 640(DI), Z10
+	VMOVUPS 704(DI), Z11
+	VMOVUPS 768(DI), Z12
+	VMOVUPS 832(DI), Z13
+	VMOVUPS 896(DI), Z14
+	VMOVUPS 960(DI), Z15
+pvgo16:
+pv16:
+	PREFETCHT1 (R9) // the following block into L2, spread over the iterations
+	ADDQ R10, R9
+	CMPQ R9, R13
+	CMOVQGT R13, R9 // stay on the last line
+	VMOVUPS 0(SI), Z24 // P^T[i]
+	VPSLLD.BCST $16, 0(DX), Z25 // V[i][c0+0], V[i][c0+1]: the first widened
+	VFMADD231PS Z25, Z24, Z0
+	VPANDD.BCST 0(DX), Z27, Z26 // the second
+	VFMADD231PS Z26, Z24, Z1
+	VPSLLD.BCST $16, 4(DX), Z30 // V[i][c0+2], V[i][c0+3]: the first widened
+	VFMADD231PS Z30, Z24, Z2
+	VPANDD.BCST 4(DX), Z27, Z31 // the second
+	VFMADD231PS Z31, Z24, Z3
+	VPSLLD.BCST $16, 8(DX), Z28 // V[i][c0+4], V[i][c0+5]: the first widened
+	VFMADD231PS Z28, Z24, Z4
+	VPANDD.BCST 8(DX), Z27, Z29 // the second
+	VFMADD231PS Z29, Z24, Z5
+	VPSLLD.BCST $16, 12(DX), Z25 // V[i][c0+6], V[i][c0+7]: the first widened
+	VFMADD231PS Z25, Z24, Z6
+	VPANDD.BCST 12(DX), Z27, Z26 // the second
+	VFMADD231PS Z26, Z24, Z7
+	VPSLLD.BCST $16, 16(DX), Z30 // V[i][c0+8], V[i][c0+9]: the first widened
+	VFMADD231PS Z30, Z24, Z8
+	VPANDD.BCST 16(DX), Z27, Z31 // the second
+	VFMADD231PS Z31, Z24, Z9
+	VPSLLD.BCST $16, 20(DX), Z28 // V[i][c0+10], V[i][c0+11]: the first widened
+	VFMADD231PS Z28, Z24, Z10
+	VPANDD.BCST 20(DX), Z27, Z29 // the second
+	VFMADD231PS Z29, Z24, Z11
+	VPSLLD.BCST $16, 24(DX), Z25 // V[i][c0+12], V[i][c0+13]: the first widened
+	VFMADD231PS Z25, Z24, Z12
+	VPANDD.BCST 24(DX), Z27, Z26 // the second
+	VFMADD231PS Z26, Z24, Z13
+	VPSLLD.BCST $16, 28(DX), Z30 // V[i][c0+14], V[i][c0+15]: the first widened
+	VFMADD231PS Z30, Z24, Z14
+	VPANDD.BCST 28(DX), Z27, Z31 // the second
+	VFMADD231PS Z31, Z24, Z15
+	ADDQ $64, SI
+	ADDQ R8, DX
+	DECQ CX
+	JNZ pv16
+	VMOVUPS Z0, 0(DI)
+	VMOVUPS Z1, 64(DI)
+	VMOVUPS Z2, 128(DI)
+	VMOVUPS Z3, 192(DI)
+	VMOVUPS Z4, 256(DI)
+	VMOVUPS Z5, 320(DI)
+	VMOVUPS Z6, 384(DI)
+	VMOVUPS Z7, 448(DI)
+	VMOVUPS Z8, 512(DI)
+	VMOVUPS Z9, 576(DI)
+	VMOVUPS Z10, 640(DI)
+	VMOVUPS Z11, 704(DI)
+	VMOVUPS Z12, 768(DI)
+	VMOVUPS Z13, 832(DI)
+	VMOVUPS Z14, 896(DI)
+	VMOVUPS Z15, 960(DI)
+	ADDQ $32, R12
+	ADDQ $1024, DI
+	SUBQ $16, R11
+	JNZ cols
+	MOVQ R9, 0(R14)
+	VZEROUPPER
+	RET
+cols8:
+	MOVQ p+0(FP), SI
+	MOVQ R12, DX
+	MOVQ n+24(FP), CX
+	TESTQ AX, AX
+	JZ noalpha8 // nil alpha: O is continued as it is
+	VMOVUPS (AX), Z25 // alpha, lane = row
+	VMULPS 0(DI), Z25, Z0 // alpha * O
+	VMULPS 64(DI), Z25, Z1 // alpha * O
+	VMULPS 128(DI), Z25, Z2 // alpha * O
+	VMULPS 192(DI), Z25, Z3 // alpha * O
+	VMULPS 256(DI), Z25, Z4 // alpha * O
+	VMULPS 320(DI), Z25, Z5 // alpha * O
+	VMULPS 384(DI), Z25, Z6 // alpha * O
+	VMULPS 448(DI), Z25, Z7 // alpha * O
+	JMP pvgo8
+noalpha8:
+	VMOVUPS 0(DI), Z0
+	VMOVUPS 64(DI), Z1
+	VMOVUPS 128(DI), Z2
+	VMOVUPS 192(DI), Z3
+	VMOVUPS 256(DI), Z4
+	VMOVUPS 320(DI), Z5
+	VMOVUPS 384(DI), Z6
+	VMOVUPS 448(DI), Z7
+pvgo8:
+pv8:
+	PREFETCHT1 (R9) // the following block into L2, spread over the iterations
+	ADDQ R10, R9
+	CMPQ R9, R13
+	CMOVQGT R13, R9 // stay on the last line
+	VMOVUPS 0(SI), Z24 // P^T[i]
+	VPSLLD.BCST $16, 0(DX), Z25 // V[i][c0+0], V[i][c0+1]: the first widened
+	VFMADD231PS Z25, Z24, Z0
+	VPANDD.BCST 0(DX), Z27, Z26 // the second
+	VFMADD231PS Z26, Z24, Z1
+	VPSLLD.BCST $16, 4(DX), Z30 // V[i][c0+2], V[i][c0+3]: the first widened
+	VFMADD231PS Z30, Z24, Z2
+	VPANDD.BCST 4(DX), Z27, Z31 // the second
+	VFMADD231PS Z31, Z24, Z3
+	VPSLLD.BCST $16, 8(DX), Z28 // V[i][c0+4], V[i][c0+5]: the first widened
+	VFMADD231PS Z28, Z24, Z4
+	VPANDD.BCST 8(DX), Z27, Z29 // the second
+	VFMADD231PS Z29, Z24, Z5
+	VPSLLD.BCST $16, 12(DX), Z25 // V[i][c0+6], V[i][c0+7]: the first widened
+	VFMADD231PS Z25, Z24, Z6
+	VPANDD.BCST 12(DX), Z27, Z26 // the second
+	VFMADD231PS Z26, Z24, Z7
+	ADDQ $64, SI
+	ADDQ R8, DX
+	DECQ CX
+	JNZ pv8
+	VMOVUPS Z0, 0(DI)
+	VMOVUPS Z1, 64(DI)
+	VMOVUPS Z2, 128(DI)
+	VMOVUPS Z3, 192(DI)
+	VMOVUPS Z4, 256(DI)
+	VMOVUPS Z5, 320(DI)
+	VMOVUPS Z6, 384(DI)
+	VMOVUPS Z7, 448(DI)
+	ADDQ $16, R12
+	ADDQ $512, DI
+	SUBQ $8, R11
+	JNZ cols
+	MOVQ R9, 0(R14)
+	VZEROUPPER
+	RET
+

@@ -12,37 +12,47 @@ import (
 	"github.com/sparseattn/msa/kernels/lowp"
 )
 
-// lanesConvOK reports whether the AVX-512 lane kernels may widen chunks
-// between their multiply-adds (bf16 needs AVX-512F only, e4m3fn also
-// haveVBMI) and the AVX2 ones read bf16 and RawE4M3Div256 rows in place.
-// Tests switch it off to compare with the staged path.
+// lanesConvOK reports whether the lane kernels may take the rows a
+// WideningStager offers in their narrow format: the AVX-512 ones widen
+// chunks between their multiply-adds (bf16 needs AVX-512F only, e4m3fn
+// also haveVBMI) or read them in place (lanesInPlace512), the AVX2 ones
+// read bf16 and RawE4M3Div256 rows in place. Tests switch it off to
+// compare with the staged path.
 var lanesConvOK = true
 
 // haveVBMI reports whether the CPU runs the AVX512_VBMI e4m3 conversion.
 var haveVBMI = cpu.X86.HasAVX512VBMI && cpu.X86.HasAVX512BW
 
-// lanesE4M3Table512 selects how the AVX-512 lane kernels take e4m3fn rows
-// a WideningStager offers: read in place through a float32 table
-// (lanesQKT512E4M3, lanesPVT512E4M3: a byte load and the entry's embedded
-// broadcast per multiply-add, no VBMI needed) when true, else widened
-// chunk by chunk between the float32 kernels' multiply-adds with the
-// AVX512_VBMI conversion (lanesUpdatePipelined). Both give the same bits.
-// The table route takes two loads per multiply-add: AMD cores (Zen 4:
-// one 512-bit multiply-add per cycle, three load pipes) have the loads to
-// spare, and there it beat the VBMI route (decode block in cache 91.2%
-// of the FMA peak against 85.6-86.5%; FP8 decode end to end 81.0-85.9%
-// of roof on one worker against 77.6-81.9%). Intel cores run two 512-bit
-// multiply-adds per cycle against two or three load ports, which would
-// bound the table route at 50-75% of their peak; they keep the VBMI route
-// (measured on Emerald Rapids: 62.6% staged, its conversion on port 5),
-// and its caller staging where VBMI is missing. EnvE4M3Table overrides
-// the choice; tests set it both ways.
-var lanesE4M3Table512 = e4m3TableRoute(os.Getenv(EnvE4M3Table))
+// lanesInPlace512 selects how the AVX-512 lane kernels take the e4m3fn and
+// bf16 rows a WideningStager offers. True: read in place
+// (lanesQKT512E4M3 and lanesPVT512E4M3 through a float32 table, a byte
+// load and the entry's embedded broadcast per multiply-add, no VBMI
+// needed; lanesQKT512BF16 and lanesPVT512BF16, a dword broadcast widened
+// by a shift or a mask per multiply-add). False: widened chunk by chunk
+// between the float32 kernels' multiply-adds (lanesUpdatePipelined; e4m3fn
+// with AVX512_VBMI, staged by the caller where VBMI is missing). Both give
+// the same bits.
+//
+// The in-place route spends a second load (e4m3fn) or a vector logic
+// operation (bf16) per multiply-add. AMD cores (Zen 4: one 512-bit
+// multiply-add per cycle, three load pipes, four vector pipes of which
+// two do the multiply-adds) have those to spare, and there it beat the
+// widening route: FP8 decode block in cache 91.2% of the FMA peak against
+// 85.6-86.5%, FP8 decode end to end 81.0-85.9% of roof on one worker
+// against 77.6-81.9%; BF16 block in cache 86.4-86.6% against 84.1-86.1%,
+// BF16 decode end to end 0-3% faster, within the noise on some shapes.
+// Intel cores run two 512-bit multiply-adds per cycle on the ports that
+// also take the vector logic operations, against two or three load
+// ports, which would bound the in-place route at 50-75% of their peak;
+// they keep the widening route (measured on Emerald Rapids: e4m3fn 62.6%
+// staged, its VBMI conversion on port 5). EnvInPlace512 overrides the
+// choice; tests set it both ways.
+var lanesInPlace512 = inPlaceRoute(os.Getenv(EnvInPlace512))
 
-// e4m3TableRoute returns lanesE4M3Table512's value for the environment
+// inPlaceRoute returns lanesInPlace512's value for the environment
 // variable's value env: "1" true, "0" false, "" the vendor's choice
 // (isAMD); anything else is reported on stderr and ignored.
-func e4m3TableRoute(env string) bool {
+func inPlaceRoute(env string) bool {
 	switch env {
 	case "1":
 		return true
@@ -50,7 +60,7 @@ func e4m3TableRoute(env string) bool {
 		return false
 	case "":
 	default:
-		fmt.Fprintf(os.Stderr, "tile: %s=%s ignored: want 0 or 1\n", EnvE4M3Table, env)
+		fmt.Fprintf(os.Stderr, "tile: %s=%s ignored: want 0 or 1\n", EnvInPlace512, env)
 	}
 	return isAMD()
 }

@@ -279,29 +279,31 @@ func (p *problem) newLanes(d int) *Lanes {
 // the last K / V chunk), rows with no visible key, e4m3fn and bf16 rows
 // (random e4m3 bytes: subnormals, zeros and, in one case, NaNs; bf16 V
 // with magnitudes up to 2^127 that raise the guard's shift, and in one
-// case Inf and NaN, which it must skip), the guard on and off. e4m3fn
-// rows run on both routes of lanesE4M3Table512: widened ahead with VBMI
-// (where the CPU has it), and read in place through the table kernels
-// (lanesQKT512E4M3, lanesPVT512E4M3), where every chunk offered must be
-// read in place, d not a multiple of 64 (8, 24, 40) included.
+// case Inf and NaN, which it must skip), the guard on and off. Both
+// formats run on both routes of lanesInPlace512: widened ahead (e4m3fn
+// with VBMI, where the CPU has it), and read in place (lanesQKT512E4M3,
+// lanesPVT512E4M3 through the table; lanesQKT512BF16, lanesPVT512BF16),
+// where every chunk offered must be read in place but the guarded bf16
+// value chunks above the guard's limit and the guarded ones after them,
+// d not a multiple of 64 (8, 24, 40) included.
 func TestLanesUpdatePipelined(t *testing.T) {
 	useTier(t, "avx512")
 	rng := rand.New(rand.NewSource(3))
 	ch := lanesChunks[lanesAVX512]
 	for _, route := range []struct {
-		f     RawFormat
-		table bool
-	}{{RawE4M3, false}, {RawE4M3, true}, {RawBF16, false}} {
+		f       RawFormat
+		inPlace bool
+	}{{RawE4M3, false}, {RawE4M3, true}, {RawBF16, false}, {RawBF16, true}} {
 		f := route.f
-		if f == RawE4M3 && !route.table && !haveVBMI {
-			t.Log("CPU lacks AVX512_VBMI: e4m3fn rows off the table route are staged, not compared")
+		if f == RawE4M3 && !route.inPlace && !haveVBMI {
+			t.Log("CPU lacks AVX512_VBMI: e4m3fn rows off the in-place route are staged, not compared")
 			continue
 		}
 		ds := []int{64, 128, 256}
-		if route.table {
+		if route.inPlace {
 			ds = append(ds, 8, 24, 40)
 		}
-		restore := withTable512(route.table)
+		restore := withInPlace512(route.inPlace)
 		for _, d := range ds {
 			for _, n := range []int{1, 12, 47, 48, 49, 64, 100, 127, 128} {
 				for _, noRaw := range []map[int]bool{nil, {0: true}, {ch.k: true, -1: true}, {2 * ch.k: true, -1 - ch.v: true}} {
@@ -414,11 +416,13 @@ func pipelinedCase(t *testing.T, rng *rand.Rand, tn string, f RawFormat, d, n in
 	if fmt.Sprint(gotG) != fmt.Sprint(wantG) {
 		t.Errorf("%s: guard maxima %x, want %x", name, gotG, wantG)
 	}
-	// The AMX and AVX2 paths stage the guarded bf16 value chunks above the
+	// The AMX path stages bf16 rows; the AVX2 path and the AVX-512 one on
+	// the in-place route stage the guarded bf16 value chunks above the
 	// guard's limit and every guarded chunk after them; the AVX2 path
 	// stages plain e4m3fn rows (it reads RawE4M3Div256 ones in place, NaN
 	// bytes and any d included).
-	staged := tn == "amxbf16" && f == RawBF16 || tn == "avx2" && (f == RawE4M3 || scan && hugeV > 0)
+	inPlace := tn == "avx2" || tn == "avx512" && lanesInPlace512
+	staged := tn == "amxbf16" && f == RawBF16 || tn == "avx2" && f == RawE4M3 || inPlace && f == RawBF16 && scan && hugeV > 0
 	if noRaw == nil && calls != 0 && !staged {
 		t.Errorf("%s: %d StageK/StageV calls with every chunk offered as bytes", name, calls)
 	}
@@ -487,29 +491,29 @@ func TestLanesE4M3Table(t *testing.T) {
 // and the results must equal the staged path's.
 func TestLanesPipelinedNoVBMI(t *testing.T) {
 	useTier(t, "avx512")
-	defer func(v, w bool) { haveVBMI, lanesE4M3Table512 = v, w }(haveVBMI, lanesE4M3Table512)
-	haveVBMI, lanesE4M3Table512 = false, false
+	defer func(v, w bool) { haveVBMI, lanesInPlace512 = v, w }(haveVBMI, lanesInPlace512)
+	haveVBMI, lanesInPlace512 = false, false
 	stagedWithout(t, "VBMI", RawE4M3, lanesChunks[lanesAVX512])
 }
 
-// TestE4M3TableRoute checks MSA_E4M3_TABLE's parsing: 1 and 0 force the
-// AVX-512 e4m3fn route, unset or any other value leaves the vendor's
-// choice.
-func TestE4M3TableRoute(t *testing.T) {
+// TestInPlaceRoute checks MSA_AVX512_IN_PLACE's parsing: 1 and 0 force
+// the AVX-512 route, unset or any other value leaves the vendor's choice.
+func TestInPlaceRoute(t *testing.T) {
 	amd := isAMD()
 	for env, want := range map[string]bool{"1": true, "0": false, "": amd, "yes": amd} {
-		if got := e4m3TableRoute(env); got != want {
-			t.Errorf("e4m3TableRoute(%q) = %v, want %v", env, got, want)
+		if got := inPlaceRoute(env); got != want {
+			t.Errorf("inPlaceRoute(%q) = %v, want %v", env, got, want)
 		}
 	}
 }
 
-// withTable512 sets lanesE4M3Table512 (the AVX-512 lane kernels' e4m3fn
-// route) to on and returns the function that restores it.
-func withTable512(on bool) func() {
-	old := lanesE4M3Table512
-	lanesE4M3Table512 = on
-	return func() { lanesE4M3Table512 = old }
+// withInPlace512 sets lanesInPlace512 (the AVX-512 lane kernels' route
+// for e4m3fn and bf16 rows) to on and returns the function that restores
+// it.
+func withInPlace512(on bool) func() {
+	old := lanesInPlace512
+	lanesInPlace512 = on
+	return func() { lanesInPlace512 = old }
 }
 
 // stagedWithout runs two updates of e4m3fn rows of format f offered raw,

@@ -17,7 +17,7 @@ func lanesUpdateStagedSIMD(l *Lanes, src Stager, n int, ahead, pre lanesAhead) {
 // haveVBMI: no AVX512_VBMI e4m3 conversion on this platform or build.
 const haveVBMI = false
 
-// lanesE4M3Table512: no AVX-512 lane kernels on this platform or build.
-const lanesE4M3Table512 = false
+// lanesInPlace512: no AVX-512 lane kernels on this platform or build.
+const lanesInPlace512 = false
 
 func widenE4M3VBMI(dst []float32, src []lowp.Float8E4M3FN) { panic("unreachable") }

@@ -217,6 +217,8 @@ func main() {
 	genConvRest(a)
 	genQKT(a, isaAVX512E4M3)
 	genPVT512(a, isaAVX512E4M3)
+	genQKT(a, isaAVX512BF16)
+	genPVT512(a, isaAVX512BF16)
 	a2 := &asm{}
 	genAVX2(a2)
 	for file, b := range map[string]*asm{"lanes_avx512_amd64.s": a, "lanes_avx2_amd64.s": a2} {
@@ -606,12 +608,10 @@ func pvtPrologue(a *asm, name string, isa vecISA) {
 		a.f("TEXT ·%s(SB), NOSPLIT, $0-64", name)
 	}
 	loadPf(a, "pf+56(FP)", "R14", pvPf)
-	switch {
-	case isa.conv():
+	if isa.conv() {
 		convSetup(a, "cv+64(FP)", pvConv)
-	case isa.e4m3:
-		a.f("\tLEAQ ·%s(SB), %s // the e4m3fn table", isa.e4m3Table(), isa.e4m3Regs(true).tab)
 	}
+	prologueTables(a, isa, true)
 	a.f("\tMOVQ v+8(FP), R12")
 	a.f("\tMOVQ ldv+16(FP), R8")
 	a.f("\tMOVQ o+32(FP), DI")
@@ -676,12 +676,17 @@ type vecISA struct {
 	// costs Intel cores (measured on a Xeon with AVX512_FP16) about 6% of
 	// the broadcast multiply-add rate.
 	ld int
-	// bf16 (AVX2 only): the K or V rows are bfloat16, read in place. One
-	// dword broadcast holds the values of two adjacent columns c (low
-	// half) and c+1 (high half); VPSLLD $16 widens the first and a VPAND
-	// with the high-half mask the second, exactly (a bf16 is the high half
-	// of its float32). Q.K then keeps Q^T of both columns in Y10-Y13, so a
-	// group has at most 5 keys (Y0-Y9).
+	// bf16: the K or V rows are bfloat16, read in place. One dword holds
+	// the values of two adjacent columns c (low half) and c+1 (high half);
+	// a shift left by 16 widens the first and an AND with the high-half
+	// mask the second, exactly (a bf16 is the high half of its float32).
+	// AVX2 broadcasts the dword once and widens the copy in registers;
+	// Q.K then keeps Q^T of both columns in Y10-Y13, so a group has at most
+	// 5 keys (Y0-Y9). AVX-512 makes the dword the embedded broadcast of
+	// the shift and of the AND (VPSLLD.BCST, VPANDD.BCST with the mask in
+	// bf16Mask), each into a register of its own (bf16Tmp) that the
+	// multiply-add then reads: one load and one vector logic operation
+	// per multiply-add.
 	bf16 bool
 	// e4m3: the K or V rows are e4m3fn bytes, read in place. Each byte
 	// is zero-extended into a GP register (MOVBLZX) and indexes a
@@ -726,7 +731,34 @@ func (isa vecISA) e4m3Table() string {
 
 // conv reports whether the ISA's kernels run a side conversion (their
 // last argument cv *lanesConv): the AVX-512 float32 ones.
-func (isa vecISA) conv() bool { return isa.avx512 && !isa.e4m3 }
+func (isa vecISA) conv() bool { return isa.avx512 && !isa.e4m3 && !isa.bf16 }
+
+// bf16Mask is the zmm register of the AVX-512 bf16 kernels' high-half
+// mask (0xffff0000 in every lane), loaded in their prologue.
+const bf16Mask = 27
+
+// bf16Tmp returns the zmm registers the AVX-512 bf16 Q.K (pv false) or
+// P.V kernel widens its broadcasts into, used in turn: Q.K keeps Z0-Z11
+// (accumulators) and Z28-Z31 (Q^T), P.V Z0-Z23 (accumulators) and Z24
+// (P^T); neither runs a side conversion.
+func (isa vecISA) bf16Tmp(pv bool) []int {
+	if pv {
+		return []int{25, 26, 28, 29, 30, 31}
+	}
+	return []int{12, 13, 14, 15, 16, 17, 18, 19}
+}
+
+// prologueTables emits the loads of the constants isa's kernels keep in
+// registers through the loop (pv: the P.V kernel): an e4m3 kernel's table
+// address, an AVX-512 bf16 kernel's high-half mask.
+func prologueTables(a *asm, isa vecISA, pv bool) {
+	switch {
+	case isa.e4m3:
+		a.f("\tLEAQ ·%s(SB), %s // the e4m3fn table", isa.e4m3Table(), isa.e4m3Regs(pv).tab)
+	case isa.bf16 && isa.avx512:
+		a.f("\tVPBROADCASTD %s, Z%d // high-half mask", c("hi16"), bf16Mask)
+	}
+}
 
 // elem is the size in bytes of one K or V value.
 func (isa vecISA) elem() int {
@@ -807,6 +839,11 @@ var (
 		isa.suffix, isa.e4m3 = "512E4M3", true
 		return isa
 	}()
+	isaAVX512BF16 = func() vecISA {
+		isa := isaAVX512
+		isa.suffix, isa.bf16 = "512BF16", true
+		return isa
+	}()
 )
 
 // reg is the vector register prefix of the ISA.
@@ -873,6 +910,15 @@ func colBody(a *asm, isa vecISA, B int, pv bool, label string, pf [3]string) {
 	// pair accumulates the two columns in the dword at mem into outputs j
 	// (column c, A^T in ylo) and k (column c+1, A^T in yhi); AVX2 bf16.
 	pair := func(j, k int, ylo, yhi [2]int, mem, what string) {
+		if isa.avx512 {
+			t := isa.bf16Tmp(pv)
+			t0, t1 := t[(2*j)%len(t)], t[(2*j+1)%len(t)]
+			a.f("\tVPSLLD.BCST $16, %s, Z%d // %s: the first widened", mem, t0, what)
+			a.f("\tVFMADD231PS Z%d, Z%d, Z%d", t0, ylo[0], j)
+			a.f("\tVPANDD.BCST %s, Z%d, Z%d // the second", mem, bf16Mask, t1)
+			a.f("\tVFMADD231PS Z%d, Z%d, Z%d", t1, yhi[0], k)
+			return
+		}
 		a.f("\tVBROADCASTSS %s, Y14 // %s", mem, what)
 		a.f("\tVPSLLD $16, Y14, Y15")
 		a.f("\tVFMADD231PS Y15, Y%d, Y%d", ylo[0], 2*j)
@@ -899,7 +945,11 @@ func colBody(a *asm, isa vecISA, B int, pv bool, label string, pf [3]string) {
 		loadA(0, "SI", 24, "P^T[i]")
 		if isa.bf16 {
 			for j := 0; j < B; j += 2 {
-				pair(j, j+1, [2]int{12, 13}, [2]int{12, 13}, fmt.Sprintf("%d(DX)", 2*j), fmt.Sprintf("V[i][c0+%d], V[i][c0+%d]", j, j+1))
+				pt := [2]int{12, 13}
+				if isa.avx512 {
+					pt = [2]int{24}
+				}
+				pair(j, j+1, pt, pt, fmt.Sprintf("%d(DX)", 2*j), fmt.Sprintf("V[i][c0+%d], V[i][c0+%d]", j, j+1))
 			}
 		} else {
 			for j := 0; j < B; j++ {
@@ -910,7 +960,17 @@ func colBody(a *asm, isa vecISA, B int, pv bool, label string, pf [3]string) {
 		a.f("\tADDQ R8, DX")
 	} else {
 		U := isa.qkCols
-		if isa.bf16 {
+		switch {
+		case isa.bf16 && isa.avx512:
+			for u := 0; u < U; u++ {
+				loadA(64*u, "AX", 28+u, fmt.Sprintf("Q^T[c+%d]", u))
+			}
+			for x := 0; x < U; x += 2 {
+				for j := 0; j < B; j++ {
+					pair(j, j, [2]int{28 + x}, [2]int{29 + x}, isa.row(j, 2*x), fmt.Sprintf("K[%d][c+%d], K[%d][c+%d]", j, x, j, x+1))
+				}
+			}
+		case isa.bf16:
 			a.f("\tVMOVUPS 0(AX), Y10 // Q^T[c], rows 0-7")
 			a.f("\tVMOVUPS 32(AX), Y11 // rows 8-15")
 			a.f("\tVMOVUPS 64(AX), Y12 // Q^T[c+1], rows 0-7")
@@ -918,7 +978,7 @@ func colBody(a *asm, isa vecISA, B int, pv bool, label string, pf [3]string) {
 			for j := 0; j < B; j++ {
 				pair(j, j, [2]int{10, 11}, [2]int{12, 13}, isa.row(j, 0), fmt.Sprintf("K[%d][c], K[%d][c+1]", j, j))
 			}
-		} else {
+		default:
 			for u := 0; u < U; u++ {
 				loadA(64*u, "AX", 28+u, fmt.Sprintf("Q^T[c+%d]", u))
 				if isa.avx512 && u < U-1 {
@@ -956,7 +1016,14 @@ func colBody(a *asm, isa vecISA, B int, pv bool, label string, pf [3]string) {
 //     lanesE4M3F32 and the entry is the embedded broadcast, two loads per
 //     multiply-add and no conversion on the vector pipes (the float32
 //     kernels' side conversion of the next chunk needs AVX512_VBMI and
-//     runs on a shuffle port; tile's lanesE4M3Table512 picks the route).
+//     runs on a shuffle port; tile's lanesInPlace512 picks the route).
+//   - lanesQKT512BF16, lanesPVT512BF16: the same on bf16 rows read in
+//     place (vecISA.bf16): each dword of two adjacent columns is the
+//     embedded broadcast of a shift (the first column) and of an AND with
+//     the high-half mask (the second), which the multiply-adds then read;
+//     the vector logic runs on the two pipes Zen 4's multiply-adds leave
+//     free (the float32 kernels' side conversion of bf16 chunks is the
+//     other route).
 
 // genQKT emits the Q.K kernel of isa (lanesQKT, lanesQKT512: qT *float32,
 // k *float32, ldk uintptr, d int, s *float32, n int, pf *lanesPrefetch):
@@ -976,12 +1043,10 @@ func genQKT(a *asm, isa vecISA) {
 		a.f("TEXT ·%s(SB), NOSPLIT, $0-56", name)
 	}
 	loadPf(a, "pf+48(FP)", "DX", qkPf)
-	switch {
-	case isa.conv():
+	if isa.conv() {
 		convSetup(a, "cv+56(FP)", qkConv)
-	case isa.e4m3:
-		a.f("\tLEAQ ·%s(SB), %s // the e4m3fn table", isa.e4m3Table(), isa.e4m3Regs(false).tab)
 	}
+	prologueTables(a, isa, false)
 	a.f("\tMOVQ k+8(FP), SI")
 	a.f("\tMOVQ ldk+16(FP), R8")
 	a.f("\tMOVQ s+32(FP), BX")

@@ -119,29 +119,16 @@ func bf16FiniteMax(p unsafe.Pointer, n int) uint32 {
 }
 
 // rawKeys runs a Q.K kernel that reads key rows [i0, i1) in place when src
-// offers them in a format l's kernels read (readsRaw), and reports whether
-// it did (else the chunk is staged).
+// offers them in a format l's kernels read (rawKernFor), and reports
+// whether it did (else the chunk is staged).
 func (l *Lanes) rawKeys(src WideningStager, i0, i1 int) bool {
 	p, f := src.RawK(i0, i1)
-	if p == nil || !l.readsRaw(f) {
+	k, ok := l.rawKernFor(f)
+	if p == nil || !ok {
 		return false
 	}
-	k := rawKernels[rawKernFor(l.kern, f)]
 	k.qk(&l.qT[0], p, uintptr(k.elem*l.d), l.d, &l.s[i0*16], i1-i0, &l.pfK)
 	return true
-}
-
-// readsRaw reports whether l's kernels read rows of format f in place:
-// the AVX2 ones bf16 and RawE4M3Div256 rows, the AVX-512 ones bf16 and
-// e4m3fn rows on the in-place route (lanesInPlace512).
-func (l *Lanes) readsRaw(f RawFormat) bool {
-	switch l.kern {
-	case lanesAVX2:
-		return f == RawBF16 || f == RawE4M3Div256
-	case lanesAVX512:
-		return (f == RawBF16 || f == RawE4M3) && lanesInPlace512
-	}
-	return false
 }
 
 // rawKern is a pair of lane kernels that read K and V rows of one narrow
@@ -152,25 +139,24 @@ type rawKern struct {
 	elem int
 }
 
-// rawKernels indexed by rawKernFor.
-var rawKernels = [4]rawKern{
-	{lanesQKTBF16, lanesPVTBF16, 2},
-	{lanesQKTE4M3, lanesPVTE4M3, 1},
-	{lanesQKT512BF16, lanesPVT512BF16, 2},
-	{lanesQKT512E4M3, lanesPVT512E4M3, 1},
-}
-
-// rawKernFor returns the index in rawKernels of kernel set kern's
-// in-place kernels for format f (one readsRaw accepts).
-func rawKernFor(kern lanesKern, f RawFormat) int {
-	i := 0
-	if f != RawBF16 {
-		i = 1
+// rawKernFor returns the kernels of l's set that read rows of format f in
+// place, and whether there are any: the AVX2 ones read bf16 and
+// RawE4M3Div256 rows, the AVX-512 ones bf16 and e4m3fn rows on the
+// in-place route (lanesInPlace512).
+func (l *Lanes) rawKernFor(f RawFormat) (rawKern, bool) {
+	switch {
+	case l.kern == lanesAVX2 && f == RawBF16:
+		return rawKern{lanesQKTBF16, lanesPVTBF16, 2}, true
+	case l.kern == lanesAVX2 && f == RawE4M3Div256:
+		return rawKern{lanesQKTE4M3, lanesPVTE4M3, 1}, true
+	case l.kern != lanesAVX512 || !lanesInPlace512:
+		return rawKern{}, false
+	case f == RawBF16:
+		return rawKern{lanesQKT512BF16, lanesPVT512BF16, 2}, true
+	case f == RawE4M3:
+		return rawKern{lanesQKT512E4M3, lanesPVT512E4M3, 1}, true
 	}
-	if kern == lanesAVX512 {
-		i += 2
-	}
-	return i
+	return rawKern{}, false
 }
 
 // rawValues runs a P.V kernel that reads value rows [i0, i1) in place when
@@ -185,7 +171,8 @@ func rawKernFor(kern lanesKern, f RawFormat) int {
 // chunks.
 func (l *Lanes) rawValues(src WideningStager, i0, i1 int) bool {
 	p, f, scan := src.RawV(i0, i1)
-	if p == nil || !l.readsRaw(f) || scan && (f != RawBF16 || l.vStaged) {
+	k, ok := l.rawKernFor(f)
+	if p == nil || !ok || scan && (f != RawBF16 || l.vStaged) {
 		l.vStaged = true
 		return false
 	}
@@ -197,7 +184,6 @@ func (l *Lanes) rawValues(src WideningStager, i0, i1 int) bool {
 		}
 		src.GuardV(nil, m)
 	}
-	k := rawKernels[rawKernFor(l.kern, f)]
 	k.pv(&l.s[i0*16], p, uintptr(k.elem*l.d), i1-i0, &l.oT[0], l.pvAlpha(i0 == 0), l.d, &l.pfV)
 	return true
 }
@@ -364,12 +350,12 @@ func lanesUpdateStagedSIMD(l *Lanes, src Stager, n int, ahead, pre lanesAhead) {
 	if !lanesConvOK {
 		raw = nil
 	}
-	if raw != nil && l.kern == lanesAVX512 && d%64 == 0 && l.widensAhead(raw, n) {
+	if raw != nil && l.kern == lanesAVX512 && !lanesInPlace512 && d%64 == 0 && l.widensAhead(raw, n) {
 		lanesUpdatePipelined(l, raw, n, ch.k, ch.v, ahead, pre)
 		return
 	}
 	// The chunks a WideningStager offers in a format l's kernels read in
-	// place (readsRaw) go to those kernels, which widen each value in
+	// place (rawKernFor) go to those kernels, which widen each value in
 	// registers or through their table instead of the stager storing
 	// float32 rows (bit-identical); the other chunks are staged.
 	for i0 := 0; i0 < n; i0 += ch.k {
@@ -391,7 +377,7 @@ func lanesUpdateStagedSIMD(l *Lanes, src Stager, n int, ahead, pre lanesAhead) {
 // float32 kernels widen between their multiply-adds (convKind, off the
 // in-place route), judged by the first K and V chunks
 // (lanesUpdatePipelined); otherwise it runs the loop that reads chunks in
-// place (readsRaw) and stages the rest.
+// place (rawKernFor) and stages the rest.
 func (l *Lanes) widensAhead(src WideningStager, n int) bool {
 	ch := lanesChunks[l.kern]
 	_, fk := src.RawK(0, min(n, ch.k))

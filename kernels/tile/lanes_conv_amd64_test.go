@@ -565,3 +565,54 @@ func stagedWithout(t *testing.T, what string, f RawFormat, ch struct{ k, v int }
 		t.Errorf("%d StageK/StageV calls without %s, want %d (every chunk staged)", calls, what, wantCalls)
 	}
 }
+
+// TestBF16FiniteMax checks the guard's scan of bf16 values read in place
+// (lanesBF16MaxAVX2) against a plain loop: the float32 bits of the largest
+// finite magnitude, 0 when there is none. Lengths cover the 32-,
+// 16- and 8-value steps; the values are random patterns (NaN and Inf
+// included), finite ones of one sign or of both, zeros of either sign,
+// subnormals, the largest finite value, and chunks holding no finite value
+// at all.
+func TestBF16FiniteMax(t *testing.T) {
+	rng := rand.New(rand.NewSource(9))
+	want := func(x []uint16) uint32 {
+		var m uint16
+		for _, v := range x {
+			if a := v & 0x7fff; a < 0x7f80 {
+				m = max(m, a)
+			}
+		}
+		return uint32(m) << 16
+	}
+	gens := map[string]func() uint16{
+		"random":    func() uint16 { return uint16(rng.Intn(1 << 16)) },
+		"finite":    func() uint16 { return uint16(rng.Intn(0x7f80)) | uint16(rng.Intn(2))<<15 },
+		"positive":  func() uint16 { return uint16(rng.Intn(0x7f80)) },
+		"negative":  func() uint16 { return 0x8000 | uint16(rng.Intn(0x7f80)) },
+		"zeros":     func() uint16 { return uint16(rng.Intn(2)) << 15 },
+		"subnormal": func() uint16 { return uint16(rng.Intn(0x80)) | uint16(rng.Intn(2))<<15 },
+		"nonfinite": func() uint16 { return 0x7f80 | uint16(rng.Intn(0x80)) | uint16(rng.Intn(2))<<15 },
+		"rare-nan": func() uint16 {
+			if rng.Intn(1000) == 0 {
+				return 0x7fc0 | uint16(rng.Intn(2))<<15
+			}
+			return uint16(rng.Intn(0x4000)) | uint16(rng.Intn(2))<<15
+		},
+	}
+	for name, gen := range gens {
+		for _, n := range []int{8, 16, 24, 32, 40, 48, 56, 64, 8192, 8200} {
+			for rep := 0; rep < 20; rep++ {
+				x := make([]uint16, n)
+				for i := range x {
+					x[i] = gen()
+				}
+				if rep == 1 && name == "finite" {
+					x[rng.Intn(n)] = 0x7f7f | uint16(rng.Intn(2))<<15 // the largest finite
+				}
+				if got, w := bf16FiniteMax(unsafe.Pointer(&x[0]), n), want(x); got != w {
+					t.Fatalf("%s n=%d: bf16FiniteMax = %#08x, want %#08x", name, n, got, w)
+				}
+			}
+		}
+	}
+}

@@ -31,7 +31,9 @@
 // (vecISA): with AVX-512 the broadcast is the embedded broadcast of the
 // multiply-add (one load per multiply-add, which Zen 4's three load pipes
 // sustain next to its one zmm FMA per cycle); with AVX2 one broadcast
-// feeds the two halves (8 loads per 12 multiply-adds). Every loop
+// feeds the two halves (8 loads per 12 multiply-adds). The same shape
+// reads bf16 (vecISA.bf16) and e4m3fn (vecISA.e4m3) K/V rows in place, on
+// both ISAs. Every loop
 // iteration also prefetches one line of the next block, two in the AVX-512
 // Q.K loop (Lanes.PrefetchNext).
 //

@@ -910,7 +910,8 @@ func colBody(a *asm, isa vecISA, B int, pv bool, label string, pf [3]string) {
 		a.f("\tVMOVUPS %d(%s), Y13 // rows 8-15", off+32, base)
 	}
 	// pair accumulates the two columns in the dword at mem into outputs j
-	// (column c, A^T in ylo) and k (column c+1, A^T in yhi); AVX2 bf16.
+	// (column c, A^T in ylo) and k (column c+1, A^T in yhi) of a bf16
+	// kernel (AVX2: ylo and yhi are ymm halves; AVX-512: one zmm each).
 	pair := func(j, k int, ylo, yhi [2]int, mem, what string) {
 		if isa.avx512 {
 			t := isa.bf16Tmp(pv)

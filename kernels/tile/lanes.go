@@ -71,8 +71,8 @@ type Lanes struct {
 	amxQ bool
 	// vStaged: a value chunk of this accumulation was staged, so the
 	// stager's overflow guard may scale the later ones (the paths that
-	// read bf16 values in place, AMX and AVX2, then stage them too; see
-	// amxRawValues and rawValues).
+	// read bf16 values in place, AMX, AVX2 and AVX-512 on the in-place
+	// route, then stage them too; see amxRawValues and rawValues).
 	vStaged bool
 }
 
@@ -265,11 +265,11 @@ const (
 // lane kernels read them instead of calling StageK / StageV, with
 // bit-identical results: the AVX2 kernels read bf16 and RawE4M3Div256
 // chunks in place (any d), widening each value in registers or through a
-// table; the AVX-512 kernels read e4m3fn chunks in place through a table
-// on AMD cores (any d), and otherwise widen each bf16 chunk, and e4m3fn
-// chunks where the CPU has AVX512_VBMI, inside the kernels of the chunk
-// before it (d a multiple of 64), where the conversion overlaps their
-// multiply-adds.
+// table; the AVX-512 kernels read bf16 and e4m3fn chunks in place the same
+// way on AMD cores (any d), and otherwise widen each bf16 chunk, and
+// e4m3fn chunks where the CPU has AVX512_VBMI, inside the kernels of the
+// chunk before it (d a multiple of 64), where the conversion overlaps
+// their multiply-adds.
 type WideningStager interface {
 	Stager
 	// RawK returns the storage of key rows [i0, i1) and its format when
@@ -451,9 +451,9 @@ func (l *Lanes) PrefetchNext(k unsafe.Pointer, kBytes int, v unsafe.Pointer, vBy
 // returns the same storage and format for at most that many rows; the
 // result is the same either way. The rows must stay unchanged until the
 // next update returns. The hint is consumed by the next update (staged or
-// not) and dropped by Reset; the AVX-512 kernels act on bf16 rows, and
-// on e4m3fn rows where they widen those ahead (AVX512_VBMI, off the table
-// route); kernels that read the rows in place ignore it.
+// not) and dropped by Reset; the AVX-512 kernels off the in-place route
+// act on bf16 rows, and on e4m3fn rows where the CPU has AVX512_VBMI;
+// kernels that read the rows in place ignore it.
 func (l *Lanes) WidenNext(k unsafe.Pointer, f RawFormat, rows int) {
 	l.kNext = lanesAhead{}
 	if kind, ok := l.convKind(f, false); ok && k != nil && rows > 0 {

@@ -461,6 +461,12 @@ func (l *Lanes) WidenNext(k unsafe.Pointer, f RawFormat, rows int) {
 	}
 }
 
+// widensRaw reports whether l's kernels widen the narrow rows a
+// WideningStager offers ahead, between their multiply-adds, rather than
+// read them in place: the AVX-512 ones off the in-place route
+// (lanesInPlace512).
+func (l *Lanes) widensRaw() bool { return l.kern == lanesAVX512 && !lanesInPlace512 }
+
 // convKind returns the side conversion kind for rows of format f (scan:
 // with the finite-maximum scan of a guarded V chunk), false where l's
 // kernels do not widen them ahead: off the in-place route
@@ -468,7 +474,7 @@ func (l *Lanes) WidenNext(k unsafe.Pointer, f RawFormat, rows int) {
 // kernels widen e4m3fn rows without a scan (AVX512_VBMI needed) and bf16
 // rows; the others none.
 func (l *Lanes) convKind(f RawFormat, scan bool) (int, bool) {
-	if l.kern != lanesAVX512 || lanesInPlace512 {
+	if !l.widensRaw() {
 		return 0, false
 	}
 	switch {

@@ -350,7 +350,7 @@ func lanesUpdateStagedSIMD(l *Lanes, src Stager, n int, ahead, pre lanesAhead) {
 	if !lanesConvOK {
 		raw = nil
 	}
-	if raw != nil && l.kern == lanesAVX512 && !lanesInPlace512 && d%64 == 0 && l.widensAhead(raw, n) {
+	if raw != nil && l.widensRaw() && d%64 == 0 && l.widensAhead(raw, n) {
 		lanesUpdatePipelined(l, raw, n, ch.k, ch.v, ahead, pre)
 		return
 	}

@@ -491,37 +491,10 @@ func TestLanesE4M3Table(t *testing.T) {
 // and the results must equal the staged path's.
 func TestLanesPipelinedNoVBMI(t *testing.T) {
 	useTier(t, "avx512")
-	defer func(v, w bool) { haveVBMI, lanesInPlace512 = v, w }(haveVBMI, lanesInPlace512)
-	haveVBMI, lanesInPlace512 = false, false
-	stagedWithout(t, "VBMI", RawE4M3, lanesChunks[lanesAVX512])
-}
-
-// TestInPlaceRoute checks MSA_AVX512_IN_PLACE's parsing: 1 and 0 force
-// the AVX-512 route, unset or any other value leaves the vendor's choice.
-func TestInPlaceRoute(t *testing.T) {
-	amd := isAMD()
-	for env, want := range map[string]bool{"1": true, "0": false, "": amd, "yes": amd} {
-		if got := inPlaceRoute(env); got != want {
-			t.Errorf("inPlaceRoute(%q) = %v, want %v", env, got, want)
-		}
-	}
-}
-
-// withInPlace512 sets lanesInPlace512 (the AVX-512 lane kernels' route
-// for e4m3fn and bf16 rows) to on and returns the function that restores
-// it.
-func withInPlace512(on bool) func() {
-	old := lanesInPlace512
-	lanesInPlace512 = on
-	return func() { lanesInPlace512 = old }
-}
-
-// stagedWithout runs two updates of e4m3fn rows of format f offered raw,
-// with WidenNext hints, on a CPU whose conversion feature (named what) is
-// switched off: the results must equal the staged path's and the stager
-// must stage every chunk of ch.
-func stagedWithout(t *testing.T, what string, f RawFormat, ch struct{ k, v int }) {
-	t.Helper()
+	defer func(v bool) { haveVBMI = v }(haveVBMI)
+	haveVBMI = false
+	defer withInPlace512(false)()
+	ch := lanesChunks[lanesAVX512]
 	rng := rand.New(rand.NewSource(5))
 	const d, n = 128, 100
 	p := newProblem(rng, d, n, 16, 2, RoundE4M3, false, 1)
@@ -536,12 +509,12 @@ func stagedWithout(t *testing.T, what string, f RawFormat, ch struct{ k, v int }
 	run := func(conv bool) (result, int) {
 		defer withConv(conv)()
 		l := p.newLanes(d)
-		st := &rawStager{f: f, d: d, kb: make([]float32, BlockN*d), vb: make([]float32, BlockN*d), l: l}
+		st := &rawStager{f: RawE4M3, d: d, kb: make([]float32, BlockN*d), vb: make([]float32, BlockN*d), l: l}
 		calls := 0
 		for u := range ks {
 			st.k, st.v, st.calls = ks[u], vs[u], 0
 			if u+1 < len(ks) {
-				l.WidenNext(unsafe.Pointer(&ks[u+1][0]), f, n)
+				l.WidenNext(unsafe.Pointer(&ks[u+1][0]), RawE4M3, n)
 			}
 			l.UpdateStaged(n, p.valid[u], st)
 			calls += st.calls
@@ -562,8 +535,28 @@ func stagedWithout(t *testing.T, what string, f RawFormat, ch struct{ k, v int }
 		wantCalls += (nmax+ch.k-1)/ch.k + (nmax+ch.v-1)/ch.v
 	}
 	if calls != wantCalls {
-		t.Errorf("%d StageK/StageV calls without %s, want %d (every chunk staged)", calls, what, wantCalls)
+		t.Errorf("%d StageK/StageV calls without VBMI, want %d (every chunk staged)", calls, wantCalls)
 	}
+}
+
+// TestInPlaceRoute checks MSA_AVX512_IN_PLACE's parsing: 1 and 0 force
+// the AVX-512 route, unset or any other value leaves the vendor's choice.
+func TestInPlaceRoute(t *testing.T) {
+	amd := isAMD()
+	for env, want := range map[string]bool{"1": true, "0": false, "": amd, "yes": amd} {
+		if got := inPlaceRoute(env); got != want {
+			t.Errorf("inPlaceRoute(%q) = %v, want %v", env, got, want)
+		}
+	}
+}
+
+// withInPlace512 sets lanesInPlace512 (the AVX-512 lane kernels' route
+// for e4m3fn and bf16 rows) to on and returns the function that restores
+// it.
+func withInPlace512(on bool) func() {
+	old := lanesInPlace512
+	lanesInPlace512 = on
+	return func() { lanesInPlace512 = old }
 }
 
 // TestBF16FiniteMax checks the guard's scan of bf16 values read in place

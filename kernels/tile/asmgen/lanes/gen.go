@@ -518,65 +518,49 @@ func convUnit(a *asm, r convRegs, label string) {
 	a.f("%s:", label)
 }
 
-// genConvRest emits lanesConvRest512(cv *lanesConv): the job's remaining
-// units in genRest's frame, one loop per source format (tables in BX).
+// genConvRest emits lanesConvRest512(cv *lanesConv): when the job has
+// units left, one loop per source format (tables in BX) with the count in
+// CX and the addresses in SI and DI, then the advanced addresses and no
+// units left stored back in the job.
 func genConvRest(a *asm) {
 	r := convRegs{job: "R15", tmp: "BX", perm: 0, zero: 1, t: [5]int{2, 3, 4, 5, 6}}
 	maxMem := fmt.Sprintf("%d(%s)", offCvMax, r.job)
-	dispatch := func() {
-		a.f("\tMOVQ %d(%s), DX", offCvKind, r.job)
-		a.f("\tCMPQ DX, $%d", kindBF16)
-		a.f("\tJEQ restbf")
-		a.f("\tCMPQ DX, $%d", kindBF16M)
-		a.f("\tJEQ restbm")
-	}
-	genRest(a, "lanesConvRest512", func() { convSetup(a, "cv+0(FP)", r) }, dispatch, []restLoop{
-		{"rest", 64, 256, func() { convCore(a, r, "SI", "BX", "DI", nil) }},
-		{"restbf", 128, 256, func() { bf16Core(a, r, "SI", "DI", false, maxMem, nil) }},
-		{"restbm", 128, 256, func() { bf16Core(a, r, "SI", "DI", true, maxMem, nil) }},
-	})
-}
-
-// restLoop is one loop of a rest kernel (genRest): its label, the bytes of
-// source and of destination one unit takes, and the unit's body (source at
-// SI, destination at DI).
-type restLoop struct {
-	lbl      string
-	src, dst int
-	body     func()
-}
-
-// genRest emits the rest kernel name(cv *lanesConv) of a side conversion:
-// setup (the job pointer into R15, and what the bodies need), then, when
-// the job has units left, its units with the count in CX and the addresses
-// in SI and DI, the loop the first of loops unless dispatch (nil for one
-// loop) jumps to another's label, and the advanced addresses and no units
-// left stored back in the job.
-func genRest(a *asm, name string, setup, dispatch func(), loops []restLoop) {
-	a.f("// func %s(cv *lanesConv)", name)
-	a.f("TEXT ·%s(SB), NOSPLIT, $0-8", name)
-	setup()
-	a.f("\tMOVQ %d(R15), CX", offCvUnits)
+	a.f("// func lanesConvRest512(cv *lanesConv)")
+	a.f("TEXT ·lanesConvRest512(SB), NOSPLIT, $0-8")
+	convSetup(a, "cv+0(FP)", r) // leaves the tables' address in BX
+	a.f("\tMOVQ %d(%s), CX", offCvUnits, r.job)
 	a.f("\tTESTQ CX, CX")
 	a.f("\tJEQ restdone")
-	a.f("\tMOVQ %d(R15), SI", offCvSrc)
-	a.f("\tMOVQ %d(R15), DI", offCvDst)
-	if dispatch != nil {
-		dispatch()
-	}
-	for _, k := range loops {
+	a.f("\tMOVQ %d(%s), SI", offCvSrc, r.job)
+	a.f("\tMOVQ %d(%s), DI", offCvDst, r.job)
+	a.f("\tMOVQ %d(%s), DX", offCvKind, r.job)
+	a.f("\tCMPQ DX, $%d", kindBF16)
+	a.f("\tJEQ restbf")
+	a.f("\tCMPQ DX, $%d", kindBF16M)
+	a.f("\tJEQ restbm")
+	// One loop per kind: its label, the unit's bytes of source (256 of
+	// float32 destination each), its body.
+	for _, k := range []struct {
+		lbl  string
+		step int
+		body func()
+	}{
+		{"rest", 64, func() { convCore(a, r, "SI", "BX", "DI", nil) }},
+		{"restbf", 128, func() { bf16Core(a, r, "SI", "DI", false, maxMem, nil) }},
+		{"restbm", 128, func() { bf16Core(a, r, "SI", "DI", true, maxMem, nil) }},
+	} {
 		a.f("%s:", k.lbl)
 		k.body()
-		a.f("\tADDQ $%d, SI", k.src)
-		a.f("\tADDQ $%d, DI", k.dst)
+		a.f("\tADDQ $%d, SI", k.step)
+		a.f("\tADDQ $256, DI")
 		a.f("\tDECQ CX")
 		a.f("\tJNZ %s", k.lbl)
 		a.f("\tJMP reststore")
 	}
 	a.f("reststore:")
-	a.f("\tMOVQ SI, %d(R15)", offCvSrc)
-	a.f("\tMOVQ DI, %d(R15)", offCvDst)
-	a.f("\tMOVQ $0, %d(R15)", offCvUnits)
+	a.f("\tMOVQ SI, %d(%s)", offCvSrc, r.job)
+	a.f("\tMOVQ DI, %d(%s)", offCvDst, r.job)
+	a.f("\tMOVQ $0, %d(%s)", offCvUnits, r.job)
 	a.f("restdone:")
 	a.f("\tVZEROUPPER")
 	a.f("\tRET\n")

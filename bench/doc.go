@@ -9,8 +9,15 @@
 //
 //	go run ./bench [-quick] [-tiny] [-verify] [-out DIR] [flags]
 //	go run ./bench -targets [-out DIR]
+//	go run ./bench -tables DIR [-into FILE]
 //
 // The second form checks the CPU performance targets: it runs the first
 // form on every supported tier among avx512, avx2 and avx512bf16, on 2
-// workers and on 1, and writes a table of the targets met (targets.go).
+// workers and on 1, and writes a table of the targets met, as Markdown and
+// as CSV (targets.go, targets_csv.go). The third renders the result CSV
+// files of DIR (those targets.csv files and the GPU check's timing.csv) as
+// Markdown tables (tables.go); the directive below regenerates the tables
+// of docs/performance.md from docs/results/.
 package main
+
+//go:generate go run . -tables ../docs/results -into ../docs/performance.md

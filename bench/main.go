@@ -17,8 +17,9 @@ import (
 
 type config struct {
 	quick, verify, tiny bool
-	targets             bool // -targets: the CPU target matrix (targets.go)
-	minTimeSet          bool // -min-time was given
+	targets             bool   // -targets: the CPU target matrix (targets.go)
+	tables, into        string // -tables DIR [-into FILE]: Markdown tables of DIR's result CSVs (tables.go)
+	minTimeSet          bool   // -min-time was given
 	workers             int
 	tier                string
 	shapes              []int
@@ -76,6 +77,8 @@ func parseFlags() (*config, error) {
 	flag.BoolVar(&cfg.quick, "quick", false, "reduced suite (under a minute): prefill 2K/4K, NVFP4 2K, decode batch 8 at 4K")
 	flag.BoolVar(&cfg.verify, "verify", false, "check every case (and the dense baseline) against a float64 reference on sampled rows; exit 1 on failure")
 	flag.BoolVar(&cfg.targets, "targets", false, "run the CPU performance targets: prefill, NVFP4 and decode on every supported tier among avx512, avx2 and avx512bf16, on 1 and 2 workers, each as a child run; print and write (-out DIR, default bench-targets-<time>) the table of targets met (bench/README.md, Targets); takes only -out, -min-time, -torch and -python")
+	flag.StringVar(&cfg.tables, "tables", "", "render the result CSVs of DIR (targets.csv files of -targets, timing.csv files of the GPU check) as Markdown tables and exit; takes only -into")
+	flag.StringVar(&cfg.into, "into", "", "with -tables: replace the generated block of this Markdown file instead of printing the tables")
 	flag.BoolVar(&cfg.tiny, "tiny", false, "tiny shapes for CI (prefill 512, NVFP4 384, decode batch 2 at 1000)")
 	flag.IntVar(&cfg.workers, "workers", runtime.GOMAXPROCS(0), "worker goroutines (op Workers, calibration, PyTorch threads); also sets GOMAXPROCS")
 	flag.StringVar(&cfg.tier, "tier", "", "kernel tier (tile.SetTier): generic, avx2, avx512, avx512bf16, amxbf16; default: automatic")
@@ -106,6 +109,21 @@ func parseFlags() (*config, error) {
 	flag.Parse()
 	if flag.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %v", flag.Args())
+	}
+	if cfg.tables != "" || cfg.into != "" {
+		var other []string
+		flag.Visit(func(f *flag.Flag) {
+			if f.Name != "tables" && f.Name != "into" {
+				other = append(other, "-"+f.Name)
+			}
+		})
+		switch {
+		case cfg.tables == "":
+			return nil, fmt.Errorf("-into %s: want -tables DIR with it", cfg.into)
+		case len(other) > 0:
+			return nil, fmt.Errorf("-tables takes only -into, not %s", strings.Join(other, ", "))
+		}
+		return cfg, nil
 	}
 	if cfg.targets {
 		var other []string
@@ -243,6 +261,13 @@ func main() {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(2)
+	}
+	if cfg.tables != "" {
+		if err := runTables(cfg.tables, cfg.into); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: -tables:", err)
+			os.Exit(1)
+		}
+		return
 	}
 	if cfg.targets {
 		if err := runTargets(cfg); err != nil {

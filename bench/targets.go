@@ -152,7 +152,11 @@ func runTargets(cfg *config) error {
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		return fmt.Errorf("-targets: %v", err)
 	}
-	fmt.Printf("wrote %s\n", path)
+	csvPath := filepath.Join(cfg.out, "targets.csv")
+	if err := writeTargetsCSV(csvPath, mi.cpu, time.Now().UTC().Format("2006-01-02"), sums); err != nil {
+		return fmt.Errorf("-targets: %v", err)
+	}
+	fmt.Printf("wrote %s and %s\n", path, csvPath)
 	if failed {
 		return fmt.Errorf("-targets: some runs failed (see %s)", path)
 	}
@@ -245,7 +249,8 @@ type targetSummary struct {
 	denseX               float64
 	denseNote            string
 	failed, noisy, cases int
-	note                 string // why the run gave no or partial results
+	peak, bw             float64 // calibrated peak (prefill's loop) and read bandwidth of the run, all workers
+	note                 string  // why the run gave no or partial results
 }
 
 func field(row map[string]string, name string) float64 {
@@ -268,6 +273,12 @@ func summarizeTarget(r targetRun, rows []map[string]string, args []string) targe
 		}
 		if row["noise"] != "" {
 			s.noisy++
+		}
+		if p := field(row, "peak_gflops"); row["kind"] != "decode" && p > 0 {
+			s.peak = p
+		}
+		if bw := field(row, "bw_gbps"); bw > 0 {
+			s.bw = bw
 		}
 		switch row["kind"] {
 		case "prefill":

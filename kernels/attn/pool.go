@@ -15,26 +15,22 @@ const MaxWorkers = 256
 
 // BackToBackSpin is a spin time (Pool.SetSpin, SetProcessSpin) for
 // programs that call back to back: after a call the goroutines keep
-// polling for the next one this long before they block. Pools do not spin
-// by default (the process spin starts at 0): on the 2-vCPU machines this
-// package is measured on, polling goroutines lengthened the time a
-// Gorgonia machine spends between nodes (the bench's graph test, nodes
-// covering under half of a small decode step's run in 4 of 20 runs against
-// none when blocking), while the wake-up they save was 10-30 us there.
-//
-// Waking a blocked goroutine cost 100-160 us on one of the 2-vCPU KVM
-// guests this package is measured on and 10-30 us on another
-// (BenchmarkPoolWake; an idle vCPU halts, and the host has to schedule it
-// again), and 73-90 us on the latter when the caller computes meanwhile,
-// as a real call does (its kernel first queues the woken thread on the
-// caller's vCPU): up to 5-8% of a 2 ms decode step, paid on every call,
-// while a polling goroutine starts within a few microseconds. Polling has
-// its own cost there: a 1 ms two-worker call after a 20 ms pause took
-// 2.0-3.7 ms with a polling pool (the caller, woken at the end, queued
-// behind the polling thread on one vCPU) against 1.1 ms blocking. 5 ms covers
-// back-to-back eager calls (one decode step per layer); a polling
-// goroutine yields its thread to any other runnable goroutine
+// polling for the next one this long before they block. 5 ms covers the
+// gap between back-to-back eager calls (one decode step per layer); a
+// polling goroutine yields its thread to any other runnable goroutine
 // (runtime.Gosched) on every turn.
+//
+// Pools do not spin by default (the process spin starts at 0). On 2-vCPU
+// KVM guests waking a blocked goroutine costs 10-160 us, and 73-90 us when
+// the caller computes meanwhile, as a real call does (BenchmarkPoolWake:
+// an idle vCPU halts and the host schedules it again, and the guest first
+// queues the woken thread on the caller's vCPU): up to 5-8% of a 2 ms
+// decode step. Polling costs the rest of the process instead: a 1 ms
+// two-worker call after a 20 ms pause takes 2.0-3.7 ms with a polling pool
+// against 1.1 ms blocking (BenchmarkPoolWake/work=1ms/gap=20ms: the
+// caller, woken at the end, queues behind the polling thread on one vCPU),
+// and a Gorgonia machine's time between nodes grows (`go run ./bench
+// -cases graph -spin 5ms` against `-spin 0`).
 const BackToBackSpin = 5 * time.Millisecond
 
 // processSpin is the spin time of every pool without its own (SetSpin):
@@ -59,12 +55,12 @@ func SetProcessSpin(d time.Duration) { processSpin.Store(int64(max(d, 0))) }
 // it.
 //
 // Goroutines block on channels, so that a parked one holds no Go
-// processor. A futex park on a locked thread whose CPU mask the caller
-// steers off its own CPU before the wake started worker 1 in about 21 us
-// instead of 73-90 on the measured guests, but a thread blocked in a raw
-// futex call keeps its processor, and the process's other goroutines then
-// started up to a millisecond late (docs/performance.md, twenty-second
-// session).
+// processor. A futex park on a locked thread, with the caller steering the
+// thread off its own CPU before the wake, would start worker 1 sooner, but
+// a thread blocked in a raw futex call keeps its Go processor, and the
+// process's other goroutines then start late: BenchmarkPoolAfter measures
+// that toll (the second of two goroutines started after a call waits for
+// the first when a parked worker holds a processor).
 type Pool struct {
 	n  int
 	mu sync.Mutex

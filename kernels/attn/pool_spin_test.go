@@ -222,14 +222,12 @@ func TestCloseIdlePools(t *testing.T) {
 // caller waits for worker 1 at once; with work=1ms each worker computes
 // for 1 ms, as a short decode call does, so the caller's thread stays busy
 // while worker 1 is woken. late-us is the median delay from the call until
-// worker 1 runs, wall-us the median time of the call. Measured on the
-// 2-vCPU Zen 4 KVM guest (docs/performance.md): empty calls 9-17 us parked
-// and 3-11 us polling after a 1 ms gap, 24-29 us after 20 ms (eighth
-// session). With work=1ms (twentieth session) a parked worker 1 started
-// 73-90 us late: the guest's kernel puts the woken thread on the busy
-// caller's vCPU until it migrates. Polling after a 20 ms gap the call took
-// 2.0-3.7 ms: the caller, woken by worker 1 at the end, queued on worker
-// 1's vCPU behind its polling thread.
+// worker 1 runs, wall-us the median time of the call. On a guest whose
+// kernel places the woken thread on the busy caller's vCPU until it
+// migrates, late-us with work=1ms and spin=0 is tens of microseconds and
+// more (docs/performance.md, "Paged decode"); polling after a gap longer
+// than the spin shows the opposite cost, the caller woken at the end
+// queued behind worker 1's polling thread.
 func BenchmarkPoolWake(b *testing.B) {
 	for _, work := range []time.Duration{0, time.Millisecond} {
 		for _, gap := range []time.Duration{time.Millisecond, 20 * time.Millisecond} {
@@ -287,10 +285,9 @@ func quantileUS(ds []time.Duration, q float64) float64 {
 // goroutines of 1 ms of work each (as a graph's next node or the bench's
 // reference windows do) and reports how late the second one started
 // (late2-us, the median; late2p90-us, the 90th percentile). A pool whose
-// parked goroutines hold a Go processor shows here: the futex park tried in
-// the twenty-second session (docs/performance.md) gave 167 us and 1.0 ms
-// (the second goroutine waited for the first), the channel pool 15 us and
-// 18-64 us.
+// parked goroutines hold a Go processor (a raw futex park) shows here as
+// the second goroutine waiting for the first, about a millisecond; the
+// channel pool's parked goroutines hold none.
 func BenchmarkPoolAfter(b *testing.B) {
 	p := NewPool(2)
 	defer p.Close()

@@ -12,10 +12,9 @@ import (
 	"gorgonia.org/tensor"
 )
 
-// Regression tests of the adversarial review's defects (typed-nil tensors,
-// views, scalars, sizes, construction-time checks, error messages,
-// non-finite inputs). The item numbers refer to that review; the
-// DecodeWrapper misuse items are in wrapper_misuse_test.go.
+// Tests of hostile and malformed inputs: typed-nil tensors, views,
+// scalars, sizes, construction-time checks, error messages, non-finite
+// inputs. DecodeWrapper misuse is tested in wrapper_misuse_test.go.
 
 // noPanic runs f and fails the test on a panic.
 func noPanic(t *testing.T, what string, f func()) {
@@ -49,7 +48,7 @@ func gnode(t *testing.T, g *G.ExprGraph, name string, v *tensor.Dense) *G.Node {
 	return n
 }
 
-// TestTypedNilTensors (item 2): a nil *tensor.Dense is an *ArgError for a
+// TestTypedNilTensors: a nil *tensor.Dense is an *ArgError for a
 // required argument and the same as an untyped nil for an optional one, at
 // every entry point.
 func TestTypedNilTensors(t *testing.T) {
@@ -174,7 +173,7 @@ func TestTypedNilTensors(t *testing.T) {
 	wantArgErr(t, err, "scores", "tensor")
 }
 
-// TestEagerViews (item 4, eager side): sliced page_table, seqused_k and q
+// TestEagerViews (eager side): sliced page_table, seqused_k and q
 // views give the result of their materialised copies.
 func TestEagerViews(t *testing.T) {
 	c, _ := validBase(t, true)
@@ -214,7 +213,7 @@ func TestEagerViews(t *testing.T) {
 	sameResult(t, "views", base, res)
 }
 
-// TestConstructionTimeChecks (item 6): overflowing sizes and invalid
+// TestConstructionTimeChecks: overflowing sizes and invalid
 // scalars are rejected when the node is built (or by the eager function),
 // never by a panic or a negative shape at run time.
 func TestConstructionTimeChecks(t *testing.T) {
@@ -305,7 +304,7 @@ func bigPageTable(cols int) *tensor.Dense {
 	return tensor.New(tensor.WithShape(1, cols), tensor.WithBacking(make([]int32, cols)))
 }
 
-// TestPagedKeyCapacityInt32 (item 7): a page table whose capacity
+// TestPagedKeyCapacityInt32: a page table whose capacity
 // max_num_pages_per_seq * page_size exceeds int32 is an error everywhere,
 // not a truncated key length (O = 0, LSE = -inf).
 func TestPagedKeyCapacityInt32(t *testing.T) {
@@ -334,7 +333,7 @@ func TestPagedKeyCapacityInt32(t *testing.T) {
 	wantArgErr(t, err, "page_table", "int32")
 }
 
-// TestScalarRuleEveryEntryPoint (item 8): softmax_scale and
+// TestScalarRuleEveryEntryPoint: softmax_scale and
 // lse_temperature_scale values that are not usable after conversion to
 // float32 get the same error from every entry point; values near the
 // limits that are usable give finite results.
@@ -405,7 +404,7 @@ func TestScalarRuleEveryEntryPoint(t *testing.T) {
 	}
 }
 
-// TestRejectBeforeAllocating (item 9): a CSR too small for cu_seqlens_k is
+// TestRejectBeforeAllocating: a CSR too small for cu_seqlens_k is
 // rejected before the row numbering of cu_seqlens_k is allocated, eagerly
 // and in graph nodes.
 func TestRejectBeforeAllocating(t *testing.T) {
@@ -455,7 +454,7 @@ func TestRejectBeforeAllocating(t *testing.T) {
 	}
 }
 
-// TestMemoryBoundedByWork (item 10): a huge worker count does not allocate
+// TestMemoryBoundedByWork: a huge worker count does not allocate
 // workspaces beyond the work, and a DecodeSchedule node over a huge page
 // table is either rejected or small.
 func TestMemoryBoundedByWork(t *testing.T) {
@@ -494,7 +493,7 @@ func TestMemoryBoundedByWork(t *testing.T) {
 	}
 }
 
-// TestScheduleAccessors (item 11): the accessors take no argument and never
+// TestScheduleAccessors: the accessors take no argument and never
 // panic, on the zero Schedule or a built one.
 func TestScheduleAccessors(t *testing.T) {
 	var z Schedule
@@ -520,7 +519,8 @@ func TestScheduleAccessors(t *testing.T) {
 	}
 }
 
-// TestErrorMessages (item 12): the small error-message defects.
+// TestErrorMessages: error messages name the argument, what was expected
+// and what came, in the cases below.
 func TestErrorMessages(t *testing.T) {
 	c, _ := validBase(t, true)
 	g := G.NewGraph()
@@ -585,7 +585,7 @@ func TestErrorMessages(t *testing.T) {
 	wantArgErr(t, err, "k", "HND")
 }
 
-// TestForwardOnlyGradients (item 13): differentiating through an op of this
+// TestForwardOnlyGradients: differentiating through an op of this
 // package either works or fails with an error naming the op; a LispMachine
 // never reports success with zero gradients upstream of it.
 func TestForwardOnlyGradients(t *testing.T) {
@@ -634,7 +634,7 @@ func TestForwardOnlyGradients(t *testing.T) {
 	}
 }
 
-// TestGraphInputViews (item 4, graph side): input nodes bound to views (a
+// TestGraphInputViews (graph side): input nodes bound to views (a
 // sliced q, a fed-back schedule value bound as a slice of a larger tensor)
 // give the result of their contiguous copies.
 func TestGraphInputViews(t *testing.T) {

@@ -12,7 +12,7 @@ import (
 
 // Tests of the non-finite input policy that docs/semantics.md states
 // ("NaN and Inf in Q, K and V"), of V near the BF16 maximum and of
-// negative softmax scales (items 15 and 16 of the adversarial review).
+// negative softmax scales.
 
 // nonFiniteSpec is a non-causal prefill problem where every query selects
 // both blocks of its sequence.
@@ -163,7 +163,7 @@ func TestNonFiniteV(t *testing.T) {
 	}
 }
 
-// TestVNearBF16MaxOp (item 15, through the op API): V values at the BF16
+// TestVNearBF16MaxOp (through the op API): V values at the BF16
 // maximum give finite outputs that match the reference, prefill and decode.
 func TestVNearBF16MaxOp(t *testing.T) {
 	const big = lowp.BFloat16(0x7f7f) // 3.3895e38
@@ -214,7 +214,7 @@ func TestVNearBF16MaxOp(t *testing.T) {
 	checkDecode(t, ds, dpr, dres)
 }
 
-// TestNegativeScalePrefill (item 16): a negative softmax_scale is accepted
+// TestNegativeScalePrefill: a negative softmax_scale is accepted
 // and matches the reference (the softmax is defined for any real logits).
 func TestNegativeScalePrefill(t *testing.T) {
 	for _, paged := range []bool{false, true} {

@@ -43,7 +43,7 @@ func wantArgErr(t *testing.T, err error, arg, text string) {
 	}
 }
 
-// TestDecodeWrapperRunAfterClose (item 3): Run after Close is an error, not
+// TestDecodeWrapperRunAfterClose: Run after Close is an error, not
 // a panic in the closed pool; Plan reopens the wrapper.
 func TestDecodeWrapperRunAfterClose(t *testing.T) {
 	s := misuseSpec()
@@ -85,9 +85,9 @@ func sliceCols(t *testing.T, m *tensor.Dense, junk int32) *tensor.Dense {
 	return v.(*tensor.Dense)
 }
 
-// TestDecodeWrapperPlanViews (item 4): Plan with a sliced page_table and a
-// sliced seqused_k gives the eager function's result (it used to read the
-// views' raw storage: wrong pages, or an index panic).
+// TestDecodeWrapperPlanViews: Plan with a sliced page_table and a
+// sliced seqused_k gives the eager function's result (reading the views'
+// raw storage instead would give wrong pages, or an index panic).
 func TestDecodeWrapperPlanViews(t *testing.T) {
 	s := misuseSpec()
 	pr := buildDecode(s)
@@ -116,7 +116,7 @@ func TestDecodeWrapperPlanViews(t *testing.T) {
 	checkDecode(t, s, pr, eager)
 }
 
-// TestDecodeWrapperRunIntoView (item 5): RunInto refuses an output view
+// TestDecodeWrapperRunIntoView: RunInto refuses an output view
 // into a larger tensor instead of writing outside the view.
 func TestDecodeWrapperRunIntoView(t *testing.T) {
 	s := misuseSpec()
@@ -178,7 +178,7 @@ func TestDecodeWrapperRunIntoShared(t *testing.T) {
 	}
 }
 
-// TestDecodeWrapperConcurrentUse (item 14): overlapping calls on one
+// TestDecodeWrapperConcurrentUse: overlapping calls on one
 // wrapper get an error; the calls that run give correct results.
 func TestDecodeWrapperConcurrentUse(t *testing.T) {
 	s := misuseSpec()
@@ -218,7 +218,7 @@ func TestDecodeWrapperConcurrentUse(t *testing.T) {
 	w.busy.Store(false)
 }
 
-// TestDecodeWrapperNegativeScale (item 16): a negative softmax_scale is
+// TestDecodeWrapperNegativeScale: a negative softmax_scale is
 // accepted and matches the reference, eager and planned.
 func TestDecodeWrapperNegativeScale(t *testing.T) {
 	s := misuseSpec()
@@ -234,7 +234,7 @@ func TestDecodeWrapperNegativeScale(t *testing.T) {
 	checkDecode(t, s, pr, res)
 }
 
-// TestDecodeScalarRule (item 8): softmax_scale values whose float32 kernel
+// TestDecodeScalarRule: softmax_scale values whose float32 kernel
 // value overflows or vanishes are rejected with the same error by the
 // eager function, Plan and Run.
 func TestDecodeScalarRule(t *testing.T) {
@@ -253,7 +253,7 @@ func TestDecodeScalarRule(t *testing.T) {
 	}
 }
 
-// TestDecodeSizeCaps (item 10, op side): Plan with a huge seqlen_q and no
+// TestDecodeSizeCaps (op side): Plan with a huge seqlen_q and no
 // q fails before allocating its schedule; a BlkKV of MaxInt gives a clear
 // error or a correct result, not an overflow.
 func TestDecodeSizeCaps(t *testing.T) {
@@ -273,5 +273,5 @@ func TestDecodeSizeCaps(t *testing.T) {
 	_, err := SparseDecodeAttenFunc(pr.q, pr.k, pr.v, nil, args.DecodeArgs)
 	wantArgErr(t, err, "blk_kv", "blk_kv <=")
 	_, err = NewDecodeWrapper(0)
-	wantArgErr(t, err, "page_size", "page size") // item 12
+	wantArgErr(t, err, "page_size", "page size")
 }

@@ -78,10 +78,11 @@ func BenchmarkAMXLanesPhases(b *testing.B) {
 
 // BenchmarkAMXWake measures what an AMX kernel (the scores of 128 keys,
 // 32 TDPBF16PS) costs after spin iterations of scalar work, against the
-// spin alone. On the Emerald Rapids where it was written the difference
-// was 225-240 ns after up to ~120 ns of other work and ~500 ns after
-// ~280 ns or more: the AMX unit takes about 300 ns to wake once it has
-// idled for a few hundred nanoseconds.
+// spin alone. On Emerald Rapids the difference is about 230 ns after up
+// to ~120 ns of other work and about 500 ns after ~280 ns or more: the
+// AMX unit takes about 300 ns to wake once it has idled for a few hundred
+// nanoseconds, which is why the AMX conversion loops keep it busy
+// (AWAKE in lanes_amx_amd64.s).
 func BenchmarkAMXWake(b *testing.B) {
 	useTier(b, "amxbf16")
 	const d = 128

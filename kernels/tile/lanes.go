@@ -301,38 +301,25 @@ type WideningStager interface {
 const GuardLimitBits = (127 + 96) << 23
 
 // lanesChunks are the rows UpdateStaged asks for per StageK (a multiple of
-// the 12- and 6-key Q.K groups) and per StageV, per kernel set. They were
-// chosen with BenchmarkDecodeBlock (attn) on the machine kind each set was
-// tuned on:
+// the 12- and 6-key Q.K groups) and per StageV, per kernel set, chosen with
+// `go test ./kernels/attn -run '^$' -bench DecodeBlock -benchtime 4000x`
+// (% of the FMA peak of one 128-key block, in cache and streaming from
+// DRAM):
 //
-//   - AVX-512 (Zen 4, 32 KiB L1, 1 MiB L2): 64 K rows and 64 V rows.
-//     Staged by the caller, in cache (staged=e4m3) 24/16 rows gave 76%,
-//     48/32 and 48/64 78-79%, whole blocks 79-80% of the FMA peak;
-//     streaming from DRAM with the next-block prefetch (dram=e4m3) 24/16
-//     63-64%, 48/64 62-68%, whole blocks 67-69%. With the kernels
-//     widening each next chunk (WideningStager) 64/64 beat 48/64 and
-//     128/64 in three alternating rounds (in cache e4m3 87.4-87.9%
-//     against 83.5-86.8% and 86.2-87.4%, bf16 85.4-86.2% against
-//     81.4-84.3%): with 64 K rows the last Q.K chunk has enough loop
-//     iterations to widen the whole first V chunk. The double buffers
-//     hold 2 x 2 x 32 KiB of float32 at d = 128, in L2. With e4m3fn
-//     chunks read in place (lanesInPlace512), 48/48, 64/64, 96/64 and
-//     128/128 are within a point of each other in cache (90.5-91.2%);
-//     streaming varied from run to run (73.7-86.5%) without an order.
-//   - AVX2: 64 K rows and 64 V rows. On Zen 3 (32 KiB L1, 512 KiB L2),
-//     staged by the caller, chunks of 24/16 rows were 5-8% slower (61%
-//     against 65-66% of the FMA peak staged from FP8) than 48/64, and
-//     whole blocks tied with 48/64 within the noise: the transposed
+//   - AVX-512: 64 K rows and 64 V rows. Where the kernels widen each next
+//     chunk (WideningStager), 64/64 beats 48/64 and 128/64 on Zen 4 with
+//     the route forced (in cache e4m3 87.4-87.9% against 83.5-86.8% and
+//     86.2-87.4%, bf16 85.4-86.2% against 81.4-84.3%): with 64 K rows the
+//     last Q.K chunk has enough loop iterations to widen the whole first V
+//     chunk. The double buffers hold 2 x 2 x 32 KiB of float32 at d = 128,
+//     in L2. Read in place (lanesInPlace512), 48/48 to 128/128 are within
+//     a point of each other.
+//   - AVX2: 64 K rows and 64 V rows. Read in place, 48/48 to 128/128 are
+//     within the noise of each other (in cache 85.8-86.9%, streaming
+//     76.2-79.1% on Zen 4); staged by the caller, 24/16-row chunks are
+//     5-8% slower than 48/64 on Zen 3 (staged=e4m3): the transposed
 //     kernels stream their operands well from L2, and fewer chunks mean
-//     fewer conversion and kernel calls. On Zen 4, with the float32
-//     kernels widening e4m3fn chunks between their multiply-adds (the
-//     form before the E4M3 kernels) and bf16 ones read in place, 64/64
-//     beat 48/64 in two alternating rounds (in cache e4m3 74.9-75.6%
-//     against 71.3-74.5%, bf16 82.3-82.4% against 80.0%; streaming e4m3
-//     68.8-70.3% against 67.9-69.2%, bf16 77.9-78.8% against 75.6-76.5%).
-//     With e4m3fn chunks read in place by the E4M3 kernels, 48/48, 64/64,
-//     96/64 and 128/128 are within the noise of each other (in cache
-//     85.8-86.9%, streaming 76.2-79.1%).
+//     fewer conversion and kernel calls.
 //
 // The AMX lane path takes 64 and 64 rows (multiples of its 16-key groups
 // and 32-key steps; a chunk of bf16 operands then fills 16 KiB at d =
@@ -433,11 +420,11 @@ func (l *Lanes) ScaleO(f float32) {
 // next update prefetch it into L2 line by line (PREFETCHT1), spread over
 // their loop iterations (K during the Q.K kernels, V during the P.V
 // kernels), so that the following block's DRAM reads overlap this block's
-// arithmetic instead of stalling its conversion. On Zen 3, PREFETCHT1 beat
-// PREFETCHT0 by 5-15% end to end, and one burst of prefetches per block
-// (issued between kernels) gained nothing; on Zen 4 the hint lifts the
-// AVX-512 staged updates streaming from DRAM from 55-58% to 62-68% of the
-// FMA peak (BenchmarkDecodeBlock dram=e4m3). The hint is consumed by the
+// arithmetic instead of stalling its conversion: PREFETCHT1 spread over
+// the iterations, rather than PREFETCHT0 or one burst per block between
+// kernels, which were slower end to end. BenchmarkDecodeBlock (attn)
+// shows the hint's gain as dram=<format>/prefetch=on against
+// prefetch=off. The hint is consumed by the
 // next update; the portable code ignores it. Prefetching
 // never faults, but the ranges should lie in memory the caller keeps alive.
 func (l *Lanes) PrefetchNext(k unsafe.Pointer, kBytes int, v unsafe.Pointer, vBytes int) {

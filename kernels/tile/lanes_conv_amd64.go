@@ -36,17 +36,16 @@ var haveVBMI = cpu.X86.HasAVX512VBMI && cpu.X86.HasAVX512BW
 // The in-place route spends a second load (e4m3fn) or a vector logic
 // operation (bf16) per multiply-add. AMD cores (Zen 4: one 512-bit
 // multiply-add per cycle, three load pipes, four vector pipes of which
-// two do the multiply-adds) have those to spare, and there it beat the
-// widening route: FP8 decode block in cache 91.2% of the FMA peak against
-// 85.6-86.5%, FP8 decode end to end 81.0-85.9% of roof on one worker
-// against 77.6-81.9%; BF16 block in cache 86.4-86.6% against 84.1-86.1%,
-// BF16 decode end to end 0-3% faster, within the noise on some shapes.
+// two do the multiply-adds) have those to spare, and there the in-place
+// route is the faster: a decode block in cache reaches about 91% of the
+// FMA peak for e4m3fn and 86% for bf16 against about 86% and 84-86%
+// widened (`MSA_AVX512_IN_PLACE=1` against `=0`, `go test ./kernels/attn
+// -run '^$' -bench 'DecodeBlock/tier=avx512/staged' -benchtime 4000x`).
 // Intel cores run two 512-bit multiply-adds per cycle on the ports that
 // also take the vector logic operations, against two or three load
-// ports, which would bound the in-place route at 50-75% of their peak;
-// they keep the widening route (measured on Emerald Rapids: e4m3fn 62.6%
-// staged, its VBMI conversion on port 5). EnvInPlace512 overrides the
-// choice; tests set it both ways.
+// ports, which would bound the in-place route at 50-75% of their peak, so
+// they keep the widening route (its e4m3fn VBMI conversion runs on port
+// 5). EnvInPlace512 overrides the choice; tests set it both ways.
 var lanesInPlace512 = inPlaceRoute(os.Getenv(EnvInPlace512))
 
 // inPlaceRoute returns lanesInPlace512's value for the environment
@@ -121,7 +120,9 @@ func pvIters(n, d int) int {
 // next chunk (the next K chunk, the first V chunk after the last K chunk,
 // the next V chunk) into the other half of a double buffer between their
 // multiply-adds, where the conversion runs on pipes the FMAs leave free
-// (measured on Zen 4: internal/overlap BenchmarkOverlap512); AVX-512 only.
+// (`go test ./kernels/attn -bench 'DecodeBlock/tier=avx512/staged'` with
+// MSA_AVX512_IN_PLACE=0 against the float32 kernels alone,
+// `.../kernel`); AVX-512 only.
 // A chunk whose rows are not one run of a format the kernels widen is
 // staged by src as usual. A guarded V chunk (RawV's scan) has its finite
 // maximum found by the same conversion and goes through src.GuardV at the

@@ -28,11 +28,11 @@ import (
 // (-GFLOP/s-p50) and the best round as a percentage of reg's best
 // (-%reg). A ratio well under 100 bounds the kernels of that form below
 // the calibrated peak on this core whatever the rest of the code does:
-// on a Xeon with AVX512_FP16 and two 512-bit FMA units (family 6 model
-// 167) bcst reached 79-86% and load 89-96% of reg (three runs of
-// -benchtime 2000x), while on AMD Zen 4, whose 512-bit multiply-adds
-// issue at half that rate and leave the load pipes room, the lane
-// kernels themselves reach 92-94% of the peak.
+// on Intel cores with two 512-bit FMA units bcst and load stay well under
+// reg (79-86% and 89-96% on a Xeon of family 6 model 167), while on AMD
+// Zen 4, whose 512-bit multiply-adds issue at half that rate and leave
+// the load pipes room, the lane kernels themselves reach over 90% of the
+// peak.
 func BenchmarkOperandForms(b *testing.B) {
 	if m, ok := tierMissing("avx512"); !ok || m != "" {
 		b.Skip("no AVX-512 on this CPU")

@@ -244,19 +244,19 @@ func main() {
 //   - lanesQKTBF16, lanesPVTBF16: the same on bf16 rows read in place
 //     (vecISA.bf16): one dword broadcast per two columns, widened by a
 //     shift and a mask; Q.K in groups of 5 keys, as Q^T of both columns
-//     takes four registers. They spare the stager's float32 stores (on
-//     Zen 4 the staging took 15% of a 128-key block), at 94% of the
-//     float32 Q.K kernel's rate.
+//     takes four registers. They spare the stager's float32 stores, at
+//     94% of the float32 Q.K kernel's rate (`go test ./kernels/tile -run
+//     '^$' -bench LanesUpdate`).
 //   - lanesQKTE4M3, lanesPVTE4M3: the same on e4m3fn rows read in place
 //     (vecISA.e4m3): each byte indexes a 256-entry float32 table
 //     (lanesE4M3Div256, value / 256, the form attn's AVX2 decode stages)
 //     and the broadcast reads the entry, so the conversion costs two loads
-//     and no vector instruction. On Zen 4 a 128-key FP8 decode block in
-//     cache runs at 86% of the FMA peak this way against 76% with the
-//     F16C conversion (VCVTPH2PS, value / 256 through float16) spread
-//     between the float32 kernels' multiply-adds, which it replaces, and
-//     the table maps the two NaN bytes to NaN, which the float16 route
-//     could not (it needed a NaN scan of every chunk).
+//     and no vector instruction, which on Zen 4 keeps a 128-key FP8
+//     decode block in cache at about 86% of the FMA peak (`go test
+//     ./kernels/attn -run '^$' -bench 'DecodeBlock/tier=avx2/staged=e4m3'`),
+//     where an F16C conversion (VCVTPH2PS through float16) between the
+//     multiply-adds would compete with them for the FP pipes; the table
+//     also maps the two NaN bytes to NaN, so no chunk needs a NaN scan.
 //   - lanesBF16MaxAVX2: the V guard's finite-maximum scan of bf16 rows
 //     read in place.
 //
@@ -658,9 +658,9 @@ type vecISA struct {
 	// ld, when non-zero, is the key rows' stride in bytes, fixed in the
 	// kernel (suffix "d" and the head dimension): row j of a group is a
 	// displacement from SI alone. Without it the rows are SI, DI, R10
-	// plus an index (R8, 2*R8, R9 = 3*R8), and an indexed memory operand
-	// costs Intel cores (measured on a Xeon with AVX512_FP16) about 6% of
-	// the broadcast multiply-add rate.
+	// plus an index (R8, 2*R8, R9 = 3*R8), and on Intel cores with two
+	// 512-bit FMA units an indexed memory operand lowers the broadcast
+	// multiply-add rate.
 	ld int
 	// bf16: the K or V rows are bfloat16, read in place. One dword holds
 	// the values of two adjacent columns c (low half) and c+1 (high half);

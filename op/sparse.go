@@ -102,13 +102,14 @@ func FreeWorkspaces() {
 // attn.BackToBackSpin (5 ms) suits programs that call back to back.
 //
 // Polling goroutines yield to any other runnable goroutine of the process
-// (on 2 vCPUs they still lengthened the time a Gorgonia machine spends
-// between nodes), and they hold their CPU against other processes: on a
-// machine shared with other work, or where calls are rare, 0 (block at
-// once) gives the CPU back.
-// Blocking costs the next call a wake-up per goroutine (10-160 us measured
-// on 2-vCPU KVM guests, a few microseconds on bare metal), which is what
-// the spin saves on back-to-back calls such as one decode step per layer.
+// (they still lengthen the time a Gorgonia machine spends between nodes
+// on a machine with few CPUs), and they hold their CPU against other
+// processes: on a machine shared with other work, or where calls are rare,
+// 0 (block at once) gives the CPU back.
+// Blocking costs the next call a wake-up per goroutine (10-160 us on
+// 2-vCPU KVM guests, a few microseconds on bare metal; attn
+// BenchmarkPoolWake), which is what the spin saves on back-to-back calls
+// such as one decode step per layer.
 // Negative values count as 0. It applies from each goroutine's next wait.
 func SetWorkerSpin(d time.Duration) { attn.SetProcessSpin(d) }
 

@@ -13,9 +13,9 @@ import (
 	"gorgonia.org/tensor"
 )
 
-// Regression tests of DecodeWrapper misuse: each failed (panicked, raced or
-// returned a wrong result) before the wrapper copied its metadata, checked
-// its outputs and detected concurrent use.
+// Tests of DecodeWrapper misuse: metadata given as views, outputs it must
+// refuse, calls after Close, concurrent calls. Each must end in an error
+// or the right result, never a panic, a race or a wrong result.
 
 func misuseSpec() decodeSpec {
 	return decodeSpec{seed: 5, seqused: []int{70, 33}, seqlenQ: 2, hq: 4, hkv: 2, d: 64, pageSize: 16, dt: "bf16",

@@ -227,3 +227,34 @@ func TestMutations(t *testing.T) {
 		}
 	}
 }
+
+// TestScaleResolution finds the smallest relative error of the softmax
+// scale that the comparison catches on random inputs (logged; GPU_CHECK.md
+// quotes it) and requires at most 2^-14 on BF16 problems and 2^-8 on FP8
+// ones. One float32 ulp of the scale (2^-24 relative) moves every score by
+// less than the float32 rounding of the score itself: no check of float32
+// results can tell it from a correct kernel.
+func TestScaleResolution(t *testing.T) {
+	pm, dm := ProbePrefillMatrix(), ProbeDecodeMatrix()
+	for _, tc := range []struct {
+		p    problem
+		want int // caught at 2^-want at least
+	}{{pm[0], 14}, {dm[1], 14}, {pm[3], 8}, {dm[2], 8}} {
+		if err := tc.p.gen(); err != nil {
+			t.Fatal(err)
+		}
+		ref := tc.p.reference(nil)
+		caught := 0
+		for k := 24; k >= 4 && caught == 0; k-- {
+			f := noFault()
+			f.scale = 1 + math.Ldexp(1, -k)
+			if !ref.Check(asResult(tc.p.reference(f))).OK() {
+				caught = k
+			}
+		}
+		t.Logf("%s: smallest scale error caught 2^-%d relative", tc.p.name(), caught)
+		if caught < tc.want {
+			t.Errorf("%s: a scale error of 2^-%d passes the check", tc.p.name(), tc.want)
+		}
+	}
+}

@@ -64,7 +64,7 @@ type verdict struct {
 
 func (v verdict) ok() bool { return v.diff.OK() && v.probe.OK() }
 
-func check(t *testing.T, p problem, run func() Result) verdict {
+func runCheck(t *testing.T, p problem, run func() Result) verdict {
 	t.Helper()
 	if err := p.gen(); err != nil {
 		t.Fatal(err)
@@ -88,15 +88,13 @@ type mutation struct {
 	probe bool                           // the probes alone must catch it (a mask or selection fault)
 }
 
-func noFault() *fault { return &fault{dropRow: -1, swapSeq: -1} }
-
 func mutations() []mutation {
-	with := func(set func(f *fault)) *fault { f := noFault(); set(f); return f }
+	with := func(set func(f *fault)) *fault { f := &fault{}; set(f); return f }
 	return []mutation{
 		{name: "causal edge one key late", f: with(func(f *fault) { f.causalShift = 1 }), probe: true},
 		{name: "causal edge one key early", f: with(func(f *fault) { f.causalShift = -1 }), probe: true},
-		{name: "selected block dropped", f: with(func(f *fault) { f.dropRow = -2 }), probe: true}, // -2: resolved per problem
-		{name: "two pages swapped", f: with(func(f *fault) { f.swapSeq = -2 }), probe: true},
+		{name: "selected block dropped", f: with(func(f *fault) { f.drop = true }), probe: true},
+		{name: "two pages swapped", f: with(func(f *fault) { f.swap = true }), probe: true},
 		{name: "seqused_k one token long", f: with(func(f *fault) { f.seqUsedShift = 1 }), probe: true},
 		{name: "seqused_k one token short", f: with(func(f *fault) { f.seqUsedShift = -1 }), probe: true},
 		{name: "softmax scale off by one bf16 ulp", f: with(func(f *fault) { f.scale = 1 + 0x1p-8 })},
@@ -124,53 +122,40 @@ func mutations() []mutation {
 	}
 }
 
-// resolve fills the per-problem choices of f (-2): the first (KV head,
-// row) whose first selected block holds attended keys, and the longest
-// sequence for the page swap. It reports whether the fault applies.
+// resolve fills the per-problem choices of a fault: the first (KV head,
+// row) whose first selected block holds attended keys loses it, and the
+// last sequence (the longest) swaps pages. It reports whether the fault
+// applies to the problem.
 func resolve(p problem, m mutation) (*fault, bool) {
 	if m.f == nil {
 		return nil, true
 	}
 	f := *m.f
+	var rows, hkv, lastSeq int
+	var keys func(h, row int, f *fault) []int
 	switch c := p.(type) {
 	case *Prefill:
-		if f.seqUsedShift != 0 || (f.causalShift != 0 && !c.Causal) || (f.swapSeq == -2 && !c.Paged) {
+		if f.seqUsedShift != 0 || (f.causalShift != 0 && !c.Causal) || (f.swap && !c.Paged) {
 			return nil, false
 		}
-		if f.dropRow == -2 {
-			f.dropRow = -1
-			for q := 0; q < c.TotalQ && f.dropRow < 0; q++ {
-				for h := 0; h < c.Hkv; h++ {
-					if len(c.keys(h, q, nil)) > len(c.keys(h, q, &fault{dropRow: q, dropHead: h, swapSeq: -1})) {
-						f.dropRow, f.dropHead = q, h
-						break
-					}
-				}
-			}
-		}
-		if f.swapSeq == -2 {
-			f.swapSeq = len(c.SeqK) - 1
-		}
+		rows, hkv, lastSeq, keys = c.TotalQ, c.Hkv, len(c.SeqK)-1, c.keys
 	case *Decode:
-		if f.causalShift > 0 && c.SeqlenQ == 1 { // the last row's causal limit is seqused_k itself
+		if (f.causalShift > 0 && c.SeqlenQ == 1) || (f.drop && c.TopK == 0) { // one query: its causal limit is seqused_k itself
 			return nil, false
 		}
-		if f.dropRow == -2 {
-			if c.TopK == 0 {
-				return nil, false
-			}
-			f.dropRow = -1
-			for r := 0; r < c.Batch*c.SeqlenQ && f.dropRow < 0; r++ {
-				for h := 0; h < c.Hkv; h++ {
-					if len(c.keys(h, r, nil)) > len(c.keys(h, r, &fault{dropRow: r, dropHead: h, swapSeq: -1})) {
-						f.dropRow, f.dropHead = r, h
-						break
-					}
-				}
+		rows, hkv, lastSeq, keys = c.Batch*c.SeqlenQ, c.Hkv, c.Batch-1, c.keys
+	}
+	f.swapSeq = lastSeq
+	if f.drop {
+		found := false
+		for r := 0; r < rows && !found; r++ {
+			for h := 0; h < hkv && !found; h++ {
+				found = len(keys(h, r, nil)) > len(keys(h, r, &fault{drop: true, dropRow: r, dropHead: h}))
+				f.dropRow, f.dropHead = r, h
 			}
 		}
-		if f.swapSeq == -2 {
-			f.swapSeq = c.Batch - 1
+		if !found {
+			return nil, false
 		}
 	}
 	return &f, true
@@ -186,14 +171,22 @@ func mutationProblems() []problem {
 // TestMutations: the CPU path passes the check on every problem; every
 // fault fails it, and mask / selection faults fail the probes alone.
 func TestMutations(t *testing.T) {
+	exercised := map[string]int{}
+	defer func() {
+		for _, m := range mutations() {
+			if exercised[m.name] == 0 {
+				t.Errorf("%s: applied to none of the problems", m.name)
+			}
+		}
+	}()
 	for _, p := range mutationProblems() {
-		base := check(t, p, p.cpu)
+		base := runCheck(t, p, p.cpu)
 		if !base.ok() {
 			t.Errorf("%s: the CPU path fails the check: %+v probe %+v", p.name(), base.diff, base.probe)
 		}
 		for _, m := range mutations() {
 			f, applies := resolve(p, m)
-			if !applies || (m.f != nil && m.f.dropRow == -2 && f.dropRow < 0) {
+			if !applies {
 				continue
 			}
 			run := func() Result { return asResult(p.reference(f)) }
@@ -204,10 +197,11 @@ func TestMutations(t *testing.T) {
 					tried = tried && m.post(p, r)
 					return r
 				}
-				v := check(t, p, run)
+				v := runCheck(t, p, run)
 				if !tried {
 					continue
 				}
+				exercised[m.name]++
 				if v.ok() {
 					t.Errorf("%s: %s passes the check", p.name(), m.name)
 				}
@@ -215,7 +209,8 @@ func TestMutations(t *testing.T) {
 					!v.diff.OK(), v.diff.MarginO, v.diff.MarginLSE, v.diff.BadMasked, !v.probe.OK())
 				continue
 			}
-			v := check(t, p, run)
+			v := runCheck(t, p, run)
+			exercised[m.name]++
 			if v.ok() {
 				t.Errorf("%s: %s passes the check", p.name(), m.name)
 			}
@@ -246,7 +241,7 @@ func TestScaleResolution(t *testing.T) {
 		ref := tc.p.reference(nil)
 		caught := 0
 		for k := 24; k >= 4 && caught == 0; k-- {
-			f := noFault()
+			f := &fault{}
 			f.scale = 1 + math.Ldexp(1, -k)
 			if !ref.Check(asResult(tc.p.reference(f))).OK() {
 				caught = k
@@ -256,5 +251,29 @@ func TestScaleResolution(t *testing.T) {
 		if caught < tc.want {
 			t.Errorf("%s: a scale error of 2^-%d passes the check", tc.p.name(), tc.want)
 		}
+	}
+}
+
+// TestProbesCPU: every probe problem of the GPU command's matrices passes
+// with the CPU path's results (the probe inputs are valid for every dtype
+// and the recovered sets are the reference's), and its passes cover every
+// token of the longest sequence.
+func TestProbesCPU(t *testing.T) {
+	var ps []problem
+	for _, c := range ProbePrefillMatrix() {
+		ps = append(ps, c)
+	}
+	for _, c := range ProbeDecodeMatrix() {
+		ps = append(ps, c)
+	}
+	for _, p := range ps {
+		v := runCheck(t, p, p.cpu)
+		if !v.probe.OK() || !v.diff.OK() {
+			t.Errorf("%s: CPU path: %+v probe %+v", p.name(), v.diff, v.probe)
+		}
+		if v.probe.Attended == 0 || v.probe.Attended == v.probe.Tokens {
+			t.Errorf("%s: probes attend %d of %d memberships: nothing to tell apart", p.name(), v.probe.Attended, v.probe.Tokens)
+		}
+		t.Logf("%-60s %d passes, %d rows, %d memberships, %d attended", p.name(), p.ProbePasses(), v.probe.Rows, v.probe.Tokens, v.probe.Attended)
 	}
 }

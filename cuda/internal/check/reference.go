@@ -76,9 +76,11 @@ func (s *Store) values() []float64 {
 // fail them. A nil *fault is the contract.
 type fault struct {
 	causalShift  int     // the causal limit moved by this many keys
-	dropHead     int     // KV head of the (head, query row) that loses its first selected block
-	dropRow      int     // query row that loses it; -1: none
-	swapSeq      int     // sequence whose first and last pages are read swapped; -1: none
+	drop         bool    // (dropHead, dropRow) loses its first selected block
+	dropHead     int     // KV head of the (head, query row) that loses it
+	dropRow      int     // query row that loses it
+	swap         bool    // sequence swapSeq reads its first and last pages swapped
+	swapSeq      int     // the sequence (or decode request) of the swap
 	scale        float64 // factor on the softmax scale (0: none)
 	seqUsedShift int     // decode: seqused_k read as seqused_k + this
 }
@@ -90,9 +92,11 @@ func (f *fault) causal() int {
 	return f.causalShift
 }
 
-func (f *fault) drops(h, row int) bool { return f != nil && f.dropRow == row && f.dropHead == h }
+func (f *fault) drops(h, row int) bool {
+	return f != nil && f.drop && f.dropRow == row && f.dropHead == h
+}
 
-func (f *fault) swaps(b int) bool { return f != nil && f.swapSeq == b }
+func (f *fault) swaps(b int) bool { return f != nil && f.swap && f.swapSeq == b }
 
 func (f *fault) scaled(s float64) float64 {
 	if f == nil || f.scale == 0 {

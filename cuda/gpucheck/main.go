@@ -648,7 +648,7 @@ func (r *report) decode(c *check.Decode, seed uint64) {
 		if err == nil {
 			g2, _, err = r.decodeOnce(m, a, c)
 		}
-		split := fmt.Sprintf(" (split %v, %d items)", c.Sched.SplitKV, c.Sched.WorkCount)
+		split := fmt.Sprintf(" (split %v; %d items)", c.Sched.SplitKV, c.Sched.WorkCount) // no comma: a CSV field
 		r.out(c.Name, kern+split, ref.Check(g1), ref.CheckPair(g1, cpu), err == nil && check.Identical(g1, g2), err)
 		if strings.Contains(kern, "msa_decode_d") {
 			break

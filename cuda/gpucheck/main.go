@@ -76,7 +76,7 @@ func main() {
 	only := flag.String("only", "", "run only the cases whose name matches this regular expression")
 	skip := flag.String("skip", "", "skip the cases whose name matches this regular expression")
 	caseTimeout := flag.Duration("case-timeout", 60*time.Second, "a case whose GPU work runs longer than this is reported as hung and the check stops (exit 1)")
-	deviceInfo := flag.Bool("device-info", false, "print one line, \"sm_XY <name>\", of device 0 and exit (2 with the reason when there is no usable GPU)")
+	deviceInfo := flag.Bool("device-info", false, "open device 0, load the kernels, print one line \"sm_XY <name> (kernel family F)\" and exit (2 with the reason when there is no usable GPU)")
 	flag.Parse()
 	if *out == "" {
 		*out = "gpucheck-out"
@@ -107,14 +107,18 @@ func main() {
 		os.Exit(2)
 	}
 	defer dev.Close()
-	if *deviceInfo {
-		fmt.Printf("sm_%d%d %s\n", dev.Major, dev.Minor, dev.Name)
-		return
-	}
 	k, err := cuda.Load(dev)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "gpucheck: %v\n", err)
 		os.Exit(2)
+	}
+	if *deviceInfo {
+		fmt.Printf("sm_%d%d %s (kernel family %s)\n", dev.Major, dev.Minor, dev.Name, k.Arch())
+		if err := k.Close(dev); err != nil {
+			fmt.Fprintf(os.Stderr, "gpucheck: %v\n", err)
+			os.Exit(1)
+		}
+		return
 	}
 	ver, _ := driver.DriverVersion()
 	r := &report{dev: dev, k: k, deadline: start.Add(*budget), workers: max(runtime.NumCPU(), 1), only: onlyRE, skip: skipRE, dir: *out, start: start}

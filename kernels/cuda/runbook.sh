@@ -6,6 +6,8 @@
 #   kernels/cuda/runbook.sh [BINDIR]   BINDIR (default kernels/cuda/bin) holds gpucheck
 #                                      (kernels/cuda/gpucheck.sh --build) and, when built,
 #                                      graph_test.test (kernels/cuda/tagged_build.sh --all-bin BINDIR)
+#                                      and bench (eval "$(kernels/cuda/tagged_build.sh --env)";
+#                                      go build -tags cuda -o BINDIR/bench ./bench)
 #
 # Stages, each a separate process under its own timeout; gpucheck runs with -case-timeout, so a kernel
 # that never finishes (an mbarrier wait that is never satisfied) costs seconds and a HUNG line, and the
@@ -17,9 +19,13 @@
 #   elsewhere: correctness (the whole matrix and the probes)
 #   graph      BINDIR/graph_test.test when it exists (else one line says it is not there)
 #   timing     gpucheck -only '^timing'
+#   bench      BINDIR/bench -device cuda -quick when it exists (else one line says so; a tagged binary
+#              needs libcublas.so.12 and libcudnn.so.8 too: when the loader cannot start it, one line
+#              says which library is missing)
 # Everything goes under $OUT (default ./runbook-out): one directory per stage with gpucheck's report,
 # runbook.log, and summary.txt (the one-screen summary, also printed). The stage limits add up to
-# 415 s at most (each kill 5 s later), so a whole run takes less than 8 minutes.
+# 440 s at most (467 s if every stage ignored its signal and were killed 3 s later), so a whole run
+# takes less than 8 minutes.
 #
 # Exit status: 0 every stage passed, 1 a stage failed or hung, 2 no usable GPU (or no binary).
 set -uo pipefail
@@ -40,7 +46,7 @@ if [[ ! -x "$BIN" ]]; then
     exit 2
 fi
 
-info="$(timeout --kill-after=5 60 "$BIN" -device-info 2> "$OUTDIR/device.err")"
+info="$(timeout --kill-after=3 60 "$BIN" -device-info 2> "$OUTDIR/device.err")"
 rc=$?
 if (( rc != 0 )); then
     why="$(head -n 1 "$OUTDIR/device.err")"
@@ -65,7 +71,7 @@ stage() {
     mkdir -p "$dir"
     STAGES+=("$name")
     t0=$(date +%s)
-    timeout --kill-after=5 "$limit" "$BIN" -out "$dir" -budget "$((limit - 15))s" -case-timeout "$CASE_TIMEOUT" "$@" \
+    timeout --kill-after=3 "$limit" "$BIN" -out "$dir" -budget "$((limit - 15))s" -case-timeout "$CASE_TIMEOUT" "$@" \
         > "$dir/stdout.txt" 2> "$dir/stderr.txt"
     rc=$?
     local took=$(($(date +%s) - t0)) line
@@ -108,7 +114,7 @@ if [[ "$info" == sm_10* ]]; then
     stage prefill-bf16-d128 40 -only "$PRE"
     stage fp8 50 -only "$FP8"
     stage converted 50 -only "$CONV"
-    stage full 80 -skip "$DEC|$PRE|$FP8|$CONV|$NOTIME"
+    stage full 70 -skip "$DEC|$PRE|$FP8|$CONV|$NOTIME"
 else
     stage correctness 240 -skip "$NOTIME"
 fi
@@ -117,7 +123,7 @@ graph="$BINDIR/graph_test.test"
 if [[ -x "$graph" ]]; then
     mkdir -p "$OUTDIR/graph"
     t0=$(date +%s)
-    timeout --kill-after=5 45 "$graph" -test.v -test.timeout 40s > "$OUTDIR/graph/stdout.txt" 2>&1
+    timeout --kill-after=3 45 "$graph" -test.v -test.timeout 40s > "$OUTDIR/graph/stdout.txt" 2>&1
     rc=$?
     line="$(printf '%-18s exit %-3s %4ss  %s passed, %s failed' graph "$rc" "$(($(date +%s) - t0))" \
         "$(grep -c -- '^--- PASS' "$OUTDIR/graph/stdout.txt")" "$(grep -c -- '^--- FAIL' "$OUTDIR/graph/stdout.txt")")"
@@ -128,7 +134,26 @@ fi
 SUMMARY+=("$line")
 echo "$line" >> "$LOG"
 
-stage timing 50 -only "$NOTIME"
+stage timing 40 -only "$NOTIME"
+
+bench="$BINDIR/bench"
+if [[ -x "$bench" ]]; then
+    mkdir -p "$OUTDIR/bench"
+    t0=$(date +%s)
+    timeout --kill-after=3 45 "$bench" -device cuda -quick -out "$OUTDIR/bench" > "$OUTDIR/bench/stdout.txt" 2>&1
+    rc=$?
+    took=$(($(date +%s) - t0))
+    if (( rc == 127 )); then
+        line="$(printf '%-18s not run: %s' bench "$(grep -m 1 'error while loading' "$OUTDIR/bench/stdout.txt")")"
+    else
+        line="$(printf '%-18s exit %-3s %4ss  %s' bench "$rc" "$took" "$(grep -c ' ms median' "$OUTDIR/bench/stdout.txt") cases timed")"
+        (( rc != 0 )) && failed=1
+    fi
+else
+    line="$(printf '%-18s not run: no tagged bench binary at %s (go build -tags cuda -o %s ./bench)' bench "$bench" "$bench")"
+fi
+SUMMARY+=("$line")
+echo "$line" >> "$LOG"
 
 {
     echo "== GPU runbook: $info, $(date -u '+%Y-%m-%d %H:%M UTC'), $(($(date +%s) - start)) s"

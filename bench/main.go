@@ -50,6 +50,7 @@ type config struct {
 	maxKVGiB            float64
 	cpuProfile          string
 	denseCache          map[string]*denseEntry
+	device              string // -device: cpu, or cuda (gpu_cuda.go)
 }
 
 func parseInts(s string) ([]int, error) {
@@ -106,6 +107,7 @@ func parseFlags() (*config, error) {
 	flag.DurationVar(&cfg.torchTimeout, "torch-timeout", 10*time.Minute, "limit for the whole PyTorch run")
 	flag.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of each case's timed op calls (not the baselines) to FILE.<case>")
 	flag.Float64Var(&cfg.maxKVGiB, "max-kv-gib", 2, "skip cases whose K+V storage exceeds this many GiB")
+	flag.StringVar(&cfg.device, "device", "cpu", "cpu, or cuda: time prefill, NVFP4 and decode on GPU 0 (a binary built with -tags cuda; bench/README.md, GPU mode)")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %v", flag.Args())
@@ -171,6 +173,11 @@ func parseFlags() (*config, error) {
 		default:
 			return nil, fmt.Errorf("-cases: unknown group %q (want prefill, nvfp4, decode, graph, backward)", c)
 		}
+	}
+	switch cfg.device {
+	case "cpu", "cuda":
+	default:
+		return nil, fmt.Errorf("-device: want cpu or cuda, got %q", cfg.device)
 	}
 	switch cfg.dtype {
 	case "", "bf16", "fp8":
@@ -275,6 +282,9 @@ func main() {
 			os.Exit(1)
 		}
 		return
+	}
+	if cfg.device == "cuda" {
+		os.Exit(runGPU(cfg))
 	}
 	runtime.GOMAXPROCS(cfg.workers)
 	op.SetWorkerSpin(cfg.spin)

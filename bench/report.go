@@ -397,10 +397,13 @@ func writeCSV(path string, info *machineInfo, cal calibration, rs []*result) err
 	return f.Close()
 }
 
+// benchTitle heads results.md: the CPU run's, or the GPU mode's.
+var benchTitle = "msa CPU benchmark"
+
 func writeMarkdown(path string, hdr []string, rs []*result) error {
 	cols := tableColumns(rs)
 	var b strings.Builder
-	b.WriteString("# msa CPU benchmark\n\n")
+	b.WriteString("# " + benchTitle + "\n\n")
 	for _, h := range hdr {
 		b.WriteString("- " + h + "\n")
 	}

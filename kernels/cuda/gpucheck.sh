@@ -11,8 +11,8 @@
 #   kernels/cuda/gpucheck.sh --ci            build into a temp dir, check that the binary needs no
 #                                            CUDA library at load time (readelf NEEDED) and that
 #                                            DIR is under 64 MiB, then run it: with no driver it
-#                                            must exit 2 with one "no NVIDIA driver" line; with a
-#                                            GPU it must pass
+#                                            must exit 2 with one "no NVIDIA driver" line, and so
+#                                            must kernels/cuda/runbook.sh; with a GPU it must pass
 #
 # The binary (cuda/gpucheck, build tag cuda) opens libcuda.so.1 at run time
 # (dlopen) and links only libc: on a machine without a driver it starts and
@@ -67,7 +67,16 @@ case "${1:-}" in
     cat "$dir/stderr" >&2
     if (( rc == 2 )) && grep -q "no NVIDIA driver" "$dir/stderr" && [[ $(wc -l < "$dir/stderr") -eq 1 ]]; then
         echo "gpucheck.sh: no NVIDIA driver here: the check stopped cleanly (exit 2, one line), as it must" >&2
-        exit 0
+        # The runbook must stop the same way: exit 2, one "no NVIDIA driver" line.
+        OUT="$dir/runbook" "$HERE/runbook.sh" "$dir" > "$dir/runbook.txt" 2>&1
+        rc=$?
+        cat "$dir/runbook.txt" >&2
+        if (( rc == 2 )) && grep -q "no NVIDIA driver" "$dir/runbook.txt" && [[ $(wc -l < "$dir/runbook.txt") -eq 1 ]]; then
+            echo "gpucheck.sh: the runbook stopped cleanly too (exit 2, one line)" >&2
+            exit 0
+        fi
+        echo "gpucheck.sh: FAIL: runbook.sh exited $rc without a GPU (want 2 and one \"no NVIDIA driver\" line)" >&2
+        exit 1
     fi
     [[ -f "$out/gpucheck.md" ]] && cat "$out/gpucheck.md"
     echo "gpucheck.sh: gpucheck exited $rc" >&2

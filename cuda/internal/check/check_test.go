@@ -21,7 +21,7 @@ func TestMatrixCPU(t *testing.T) {
 		if !Identical(a, b) {
 			t.Errorf("%s: CPU path differs between 1 and 2 workers", c.Name)
 		}
-		d := Compare(a, b, c.D, c.Tol)
+		d := c.Reference().CheckPair(a, b)
 		if !d.OK() {
 			t.Errorf("%s: self-compare %+v", c.Name, d)
 		}
@@ -64,7 +64,7 @@ func TestMatrixCPU(t *testing.T) {
 			break
 		}
 	}
-	if d := Compare(got, want, c.D, c.Tol); d.OK() || d.BadMasked != 1 {
+	if d := c.Reference().Check(got); d.OK() || d.BadMasked != 1 {
 		t.Errorf("perturbed result passes: %+v", d)
 	}
 }

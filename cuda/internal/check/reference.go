@@ -1,0 +1,355 @@
+package check
+
+import (
+	"encoding/binary"
+	"math"
+	"runtime"
+	"sync"
+
+	"github.com/sparseattn/msa/cuda"
+	"github.com/sparseattn/msa/kernels/lowp"
+)
+
+// The reference: attention computed in float64 straight from the contract
+// (docs/contract.md), sharing no code with the planner, the CSR builder, the
+// forward schedule or the CPU kernels. For each (query row, query head) it
+// lists the attended key tokens from q2k (or the decode page table), the
+// causal rule and the sequence lengths, reads their K and V rows through the
+// page table, decodes them from the storage encoding (only the scalar
+// BF16 / E4M3 decoders of kernels/lowp are used) and computes the softmax,
+// O and the LSEs exactly (float64), with the tolerance of every element
+// (tolerance.go).
+
+// Reference is the float64 result of a problem and the tolerance of every
+// element.
+type Reference struct {
+	D      int       // head dim
+	O      []float64 // [rows][Hq][D], output scale applied
+	LSE    []float64 // [rows][Hq]; -inf on fully masked rows
+	TLSE   []float64 // [rows][Hq] temperature LSE; nil without temperature
+	TolO   []float64 // absolute tolerance of each O element
+	TolLSE []float64 // absolute tolerance of each LSE
+	TolTLS []float64 // absolute tolerance of each temperature LSE; nil without temperature
+}
+
+// e2m1 are the magnitudes of the NVFP4 element codes 0..7 (contract §6).
+var e2m1 = [8]float64{0, 0.5, 1, 1.5, 2, 3, 4, 6}
+
+// values decodes every element of s to float64 (contract §1 and §6; an
+// NVFP4 value is e2m1 * block scale * global scale, the block scale read
+// from the 128x4 layout).
+func (s *Store) values() []float64 {
+	out := make([]float64, s.Rows*s.D)
+	switch s.Dtype {
+	case cuda.BF16:
+		for i := range out {
+			out[i] = float64(lowp.BFloat16(binary.LittleEndian.Uint16(s.Enc[2*i:])).Float32())
+		}
+	case cuda.E4M3:
+		for i := range out {
+			out[i] = float64(lowp.Float8E4M3FN(s.Enc[i]).Float32())
+		}
+	case cuda.NVFP4:
+		cols := s.D / 16
+		g := float64(s.Global)
+		for r := 0; r < s.Rows; r++ {
+			for e := 0; e < s.D; e++ {
+				nib := s.Enc[(r*s.D+e)/2]
+				if e%2 == 1 {
+					nib >>= 4
+				}
+				c := e / 16
+				off := (r/128*((cols+3)/4)+c/4)*512 + (r%32)*16 + (r%128/32)*4 + c%4
+				v := e2m1[nib&7] * float64(lowp.Float8E4M3FN(s.Scales[off]).Float32()) * g
+				if nib&8 != 0 {
+					v = -v
+				}
+				out[r*s.D+e] = v
+			}
+		}
+	}
+	return out
+}
+
+// fault makes the reference compute what a kernel with one specific bug
+// would: the mutation tests feed such results to the check, which must
+// fail them. A nil *fault is the contract.
+type fault struct {
+	causalShift  int     // the causal limit moved by this many keys
+	drop         bool    // (dropHead, dropRow) loses its first selected block
+	dropHead     int     // KV head of the (head, query row) that loses it
+	dropRow      int     // query row that loses it
+	swap         bool    // sequence swapSeq reads its first and last pages swapped
+	swapSeq      int     // the sequence (or decode request) of the swap
+	scale        float64 // factor on the softmax scale (0: none)
+	seqUsedShift int     // decode: seqused_k read as seqused_k + this
+}
+
+func (f *fault) causal() int {
+	if f == nil {
+		return 0
+	}
+	return f.causalShift
+}
+
+func (f *fault) drops(h, row int) bool {
+	return f != nil && f.drop && f.dropRow == row && f.dropHead == h
+}
+
+func (f *fault) swaps(b int) bool { return f != nil && f.swap && f.swapSeq == b }
+
+func (f *fault) scaled(s float64) float64 {
+	if f == nil || f.scale == 0 {
+		return s
+	}
+	return s * f.scale
+}
+
+// pageCol is the page-table column holding token t of a sequence of
+// seqLen tokens, with fault f: its swap exchanges the first and the last
+// page of the sequence (two pages that are both fully attended or both
+// not hold the same set of (k, v) pairs either way, and attention does not
+// depend on their order, so such a swap would not change the result).
+func pageCol(t, pageSize, seqLen, b int, f *fault) int {
+	col := t / pageSize
+	if last := (seqLen+pageSize-1)/pageSize - 1; f.swaps(b) && last > 0 && (col == 0 || col == last) {
+		col = last - col
+	}
+	return col
+}
+
+// seqOf returns the sequence that owns query row q (cu prefix sums).
+func seqOf(cu []int32, q int) int {
+	b := 0
+	for int(cu[b+1]) <= q {
+		b++
+	}
+	return b
+}
+
+// keys lists the sequence-local key tokens that query row q attends
+// through KV head h (contract §2, §4): the tokens of its selected blocks
+// below seqlen_k and, causal, at most i + seqlen_k - seqlen_q for
+// sequence-local query i.
+func (c *Prefill) keys(h, q int, f *fault) []int {
+	b := seqOf(c.CuQ, q)
+	seqQ, seqK := int(c.CuQ[b+1]-c.CuQ[b]), int(c.SeqK[b])
+	lim := seqK
+	if c.Causal {
+		lim = min(lim, q-int(c.CuQ[b])+seqK-seqQ+1+f.causal())
+	}
+	var out []int
+	dropped := false
+	for j := 0; j < c.TopK; j++ {
+		blk := int(c.Q2K[(h*c.TotalQ+q)*c.TopK+j])
+		if blk < 0 {
+			continue
+		}
+		if !dropped && f.drops(h, q) {
+			dropped = true
+			continue
+		}
+		for t := blk * c.Blk; t < min((blk+1)*c.Blk, lim); t++ {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// kvRow is the K/V row of token t of sequence b at KV head h (contract §4:
+// dense [total_k, Hkv, D], paged [num_pages, Hkv, page_size, D]).
+func (c *Prefill) kvRow(b, t, h int, f *fault) int {
+	if !c.Paged {
+		return (int(c.CuK[b])+t)*c.Hkv + h
+	}
+	page := int(c.PageTable[b*c.MaxPages+pageCol(t, c.PageSize, int(c.SeqK[b]), b, f)])
+	return (page*c.Hkv+h)*c.PageSize + t%c.PageSize
+}
+
+// Reference computes the problem in float64 from its inputs and q2k.
+func (c *Prefill) Reference() *Reference { return c.reference(nil) }
+
+func (c *Prefill) reference(f *fault) *Reference {
+	ar := c.arith()
+	k, v := c.K.values(), c.V.values()
+	q := c.Q.values()
+	ref := newReference(c.TotalQ*c.Hq, c.D, c.Temp > 0)
+	scale := f.scaled(1 / math.Sqrt(float64(c.D)))
+	parallel(c.TotalQ, func(row int) {
+		b := seqOf(c.CuQ, row)
+		for h := 0; h < c.Hkv; h++ {
+			toks := c.keys(h, row, f)
+			rows := make([]int, len(toks))
+			for i, t := range toks {
+				rows[i] = c.kvRow(b, t, h, f)
+			}
+			for g := 0; g < c.QHPK; g++ {
+				idx := row*c.Hq + h*c.QHPK + g
+				ar.row(ref, idx, q[idx*c.D:(idx+1)*c.D], rows, k, v, scale, float64(c.Temp))
+			}
+		}
+	})
+	return ref
+}
+
+// keys lists the request-local key tokens that decode query row r
+// (request b = r / seqlen_q, i = r % seqlen_q) attends through KV head h
+// (contract §7): the tokens at or before its position
+// seqused_k - seqlen_q + i, below seqused_k, and with q2k only those of
+// its selected blocks.
+func (c *Decode) keys(h, r int, f *fault) []int {
+	b, i := r/c.SeqlenQ, r%c.SeqlenQ
+	used := int(c.SeqUsed[b])
+	if f != nil {
+		used += f.seqUsedShift
+	}
+	lim := min(used, used-c.SeqlenQ+i+1+f.causal())
+	var out []int
+	if c.TopK == 0 {
+		for t := 0; t < lim; t++ {
+			out = append(out, t)
+		}
+		return out
+	}
+	rows := c.Batch * c.SeqlenQ
+	dropped := false
+	for j := 0; j < c.TopK; j++ {
+		blk := int(c.Q2K[(h*rows+r)*c.TopK+j])
+		if blk < 0 {
+			continue
+		}
+		if !dropped && f.drops(h, r) {
+			dropped = true
+			continue
+		}
+		for t := blk * c.Blk; t < min((blk+1)*c.Blk, lim); t++ {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// kvRow is the paged K/V row of token t of request b at KV head h.
+func (c *Decode) kvRow(b, t, h int, f *fault) int {
+	page := int(c.PageTable[b*c.MaxPages+pageCol(t, c.PageSize, int(c.SeqUsed[b]), b, f)])
+	return (page*c.Hkv+h)*c.PageSize + t%c.PageSize
+}
+
+// Reference computes the decode problem in float64.
+func (c *Decode) Reference() *Reference { return c.reference(nil) }
+
+func (c *Decode) reference(f *fault) *Reference {
+	ar := c.arith()
+	k, v := c.K.values(), c.V.values()
+	q := c.Q.values()
+	rows := c.Batch * c.SeqlenQ
+	ref := newReference(rows*c.Hq, c.D, false)
+	scale := f.scaled(1 / math.Sqrt(float64(c.D)))
+	parallel(rows, func(r int) {
+		for h := 0; h < c.Hkv; h++ {
+			toks := c.keys(h, r, f)
+			kr := make([]int, len(toks))
+			for i, t := range toks {
+				kr[i] = c.kvRow(r/c.SeqlenQ, t, h, f)
+			}
+			for g := 0; g < c.QHPK; g++ {
+				idx := r*c.Hq + h*c.QHPK + g
+				ar.row(ref, idx, q[idx*c.D:(idx+1)*c.D], kr, k, v, scale, 0)
+			}
+		}
+	})
+	return ref
+}
+
+func newReference(rows, d int, temp bool) *Reference {
+	r := &Reference{D: d, O: make([]float64, rows*d), LSE: make([]float64, rows), TolO: make([]float64, rows*d), TolLSE: make([]float64, rows)}
+	if temp {
+		r.TLSE, r.TolTLS = make([]float64, rows), make([]float64, rows)
+	}
+	return r
+}
+
+// parallel calls fn(i) for i in [0, n) on every CPU.
+func parallel(n int, fn func(i int)) {
+	workers := min(runtime.NumCPU(), n)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	next := 0
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				mu.Lock()
+				i := next
+				next++
+				mu.Unlock()
+				if i >= n {
+					return
+				}
+				fn(i)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// row computes one (query row, query head), index idx, attending the K/V
+// rows kv, into ref: s = scale * q.k, P = exp(s - max), O = sum P v / sum P,
+// LSE = max + ln sum P, the temperature LSE logsumexp(s / temp), and the
+// tolerances of tolerance.go.
+func (a arith) row(ref *Reference, idx int, q []float64, kv []int, k, v []float64, scale, temp float64) {
+	d := len(q)
+	o, tol := ref.O[idx*d:(idx+1)*d], ref.TolO[idx*d:(idx+1)*d]
+	if len(kv) == 0 {
+		ref.LSE[idx] = math.Inf(-1)
+		if ref.TLSE != nil {
+			ref.TLSE[idx] = math.Inf(-1)
+		}
+		return
+	}
+	s := make([]float64, len(kv))
+	maxS, maxSA, maxAbsS := math.Inf(-1), 0.0, 0.0
+	for j, r := range kv {
+		kr := k[r*d : (r+1)*d]
+		var dot, sa float64
+		for e, x := range q {
+			dot += x * kr[e]
+			sa += math.Abs(x * kr[e])
+		}
+		s[j] = scale * dot
+		maxS = math.Max(maxS, s[j])
+		maxSA = math.Max(maxSA, scale*sa)
+		maxAbsS = math.Max(maxAbsS, math.Abs(s[j]))
+	}
+	var l float64
+	absV := make([]float64, d) // sum P |v|
+	sumV := make([]float64, d) // sum |v|
+	for j, r := range kv {
+		p := math.Exp(s[j] - maxS)
+		l += p
+		vr := v[r*d : (r+1)*d]
+		for e, x := range vr {
+			o[e] += p * x
+			absV[e] += p * math.Abs(x)
+			sumV[e] += math.Abs(x)
+		}
+	}
+	lse := maxS + math.Log(l)
+	ref.LSE[idx] = lse
+	errS := a.scoreError(maxSA, maxAbsS)
+	for e := range o {
+		o[e] /= l
+		tol[e] = a.tolO(o[e], absV[e]/l, sumV[e]/l, errS)
+	}
+	ref.TolLSE[idx] = a.tolLSE(lse, errS)
+	if ref.TLSE != nil {
+		mt := maxS / temp
+		var lt float64
+		for _, x := range s {
+			lt += math.Exp(x/temp - mt)
+		}
+		ref.TLSE[idx] = mt + math.Log(lt)
+		ref.TolTLS[idx] = a.tolLSE(ref.TLSE[idx], errS/temp)
+	}
+}

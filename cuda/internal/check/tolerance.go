@@ -1,0 +1,163 @@
+package check
+
+import (
+	"math"
+
+	"github.com/sparseattn/msa/cuda"
+)
+
+// Tolerances: what a kernel that follows the contract may differ from the
+// exact (float64) result, bounded per element from the arithmetic it is
+// allowed to do. kernels/cuda/GPU_CHECK.md gives the same derivation with
+// worked numbers.
+//
+// Unit roundoffs u (round to nearest: |fl(x) - x| <= u |x| for x in the
+// normal range): a format with p significand bits (the implicit one
+// included) has u = 2^-p. Half an ulp is 2^-p relative to the bottom of a
+// binade and 2^-(p+1) only at its top, so BF16 (p = 8) is u = 2^-8, not
+// 2^-9.
+const (
+	uF32  = 0x1p-24 // float32, p = 24
+	uBF16 = 0x1p-8  // bfloat16, p = 8
+	uF16  = 0x1p-11 // float16, p = 11
+	uE4M3 = 0x1p-4  // e4m3fn, p = 4
+	// fE4M3 is the absolute error floor of e4m3 below its smallest normal
+	// 2^-6: subnormals are spaced 2^-9, half a spacing is 2^-10.
+	fE4M3 = 0x1p-10
+	// fF16 is the same floor for float16 (subnormal spacing 2^-24).
+	fF16 = 0x1p-25
+	// fBF16 bounds half the smallest bfloat16 subnormal (2^-133) with room.
+	fBF16 = 0x1p-133
+
+	// uFP8MMA is the relative error of a dot product on FP8 tensor cores
+	// (E4M3 x E4M3, Hopper wgmma and Blackwell tcgen05), relative to the sum
+	// of the magnitudes of its terms. Their accumulator keeps about 14
+	// significant bits per k-group of 32 products before the float32
+	// accumulation (NVIDIA does not document it; DeepSeek-V3 technical
+	// report, section 3.3.2, measured it on H800): truncation to 14 bits
+	// is 2^-13 of the running magnitude per group; 2^-11 allows four such
+	// truncations along one chain (D <= 256 is 8 groups, whose truncation
+	// errors do not all reach the same bound). This is a model of the
+	// hardware, not a proof: the H200 run showed score errors of 1.4e-4 of
+	// the magnitude sum (LSE 9.7e-5 relative, D 128), below 2^-12.
+	uFP8MMA = 0x1p-11
+
+	// uExp bounds the relative error of the exponentials and logarithms a
+	// GPU kernel evaluates (ex2.approx / lg2.approx: 2 ulps of float32 each,
+	// plus the rounding of the argument's multiplication by log2(e)).
+	uExp = 0x1p-21
+)
+
+// arith is the arithmetic a problem's kernels may use: what the contract
+// rounds and where a conforming implementation may differ.
+type arith struct {
+	uQK   float64 // relative error of a score, of the sum of |q_d k_d| scale
+	uP    float64 // rounding of P before P.V (relative)
+	fP    float64 // absolute floor of that rounding (in units of the row max)
+	uPV   float64 // accumulation of P.V (relative to sum P |v|)
+	uPart float64 // rounding of the block-normalised partial O
+	fPart float64 // absolute floor of that rounding, in output units
+	uComb float64 // the combine's float32 arithmetic (relative to sum w |O_s|)
+	nSum  float64 // float32 additions in one row sum (tokens per accumulator)
+	nComb float64 // float32 roundings of an LSE-sized value (partial LSEs, combine)
+}
+
+// newArith derives the arithmetic of Q/K/V dtypes q, kv, P.V accumulations
+// of nAcc terms, partials of dtype part (F32 for decode's split partials)
+// merged over up to slots partials, with V global scale gV.
+//
+//   - Scores: BF16 and converted inputs (BF16 Q with FP8 or NVFP4 K/V, E4M3
+//     Q with NVFP4 K/V) multiply exactly and accumulate D products in
+//     float32: |error| <= D u32 sum |q_d k_d| (the standard gamma_D bound).
+//     E4M3 Q and K use the FP8 tensor cores: uFP8MMA.
+//   - P before P.V: the contract rounds P to BF16 (BF16 P.V) or E4M3 (FP8
+//     P.V); the CPU path keeps BF16 P.V's P in float32. The bound covers
+//     both, and an E4M3 rounding relative to any running row max <= the
+//     final one: |dP| <= u P + floor, the floor (2^-10 of the running max,
+//     at most 2^-10 of the final one) for each token.
+//   - P.V: float32 accumulation of nAcc terms (gamma bound), or uFP8MMA when
+//     P and V are E4M3 on the FP8 tensor cores.
+//   - Partials: one rounding of each slot's normalised O to the partial
+//     dtype; weighted by the combine, |dO| <= u_part sum_s w_s |O_s| <=
+//     u_part sum P |v| / sum P, plus the floor of subnormal partials.
+func newArith(q, kv, part cuda.Dtype, d, nAcc, slots int, gV float64) arith {
+	a := arith{uQK: float64(d) * uF32, uP: uBF16, uPV: float64(nAcc) * uF32, uComb: float64(slots+2) * uF32,
+		nSum: float64(nAcc), nComb: float64(slots + 4)}
+	if q == cuda.E4M3 && kv == cuda.E4M3 {
+		a.uQK = uFP8MMA
+		a.uPV = uFP8MMA
+	}
+	if q == cuda.E4M3 && (kv == cuda.E4M3 || kv == cuda.NVFP4) { // FP8 P.V (docs/semantics.md)
+		a.uP, a.fP = uE4M3, fE4M3
+	}
+	switch part {
+	case cuda.F32:
+		a.uPart = uF32
+	case cuda.BF16:
+		a.uPart = uBF16
+	case cuda.F16:
+		a.uPart, a.fPart = uF16, fF16*gV
+	case cuda.E4M3:
+		a.uPart, a.fPart = uE4M3, fE4M3*gV
+	}
+	return a
+}
+
+func (c *Prefill) arith() arith {
+	gV := 1.0
+	if c.KVD == cuda.NVFP4 {
+		gV = float64(c.V.Global)
+	}
+	return newArith(c.QD, c.KVD, c.PD, c.D, c.Blk, c.TopK, gV)
+}
+
+func (c *Decode) arith() arith {
+	gV := 1.0
+	if c.KVD == cuda.NVFP4 {
+		gV = float64(c.V.Global)
+	}
+	var n int32
+	for _, s := range c.SeqUsed {
+		n = max(n, s)
+	}
+	slots := (int(n) + c.PageSize - 1) / c.PageSize // at most one split per page
+	return newArith(c.QD, c.KVD, cuda.F32, c.D, int(n), slots, gV)
+}
+
+// scoreError bounds the absolute error of every score of a row whose
+// largest sum of |q_d k_d| * scale is maxSA and largest |score| maxAbsS:
+// the dot product's accumulation, the float32 rounding of each input
+// conversion (an NVFP4 value times its global scale, 2^-24 each for q and
+// k) and the scale's multiplication (2^-24 of the score, with room).
+func (a arith) scoreError(maxSA, maxAbsS float64) float64 {
+	return (a.uQK+2*uF32)*maxSA + 2*uF32*maxAbsS
+}
+
+// tolO bounds |O_gpu - O| for an element with exact value o, absSum =
+// sum P |v| / sum P, sumAbs = sum |v| / sum P (P relative to the row max),
+// when every score may be off by errS:
+//
+//   - scores off by errS move each P = exp(s - max) by a factor within
+//     exp(+-2 errS) (the max moves too), and the exponentials are evaluated
+//     to uExp: eps = exp(2 errS) - 1 + uExp relative on every P; O =
+//     sum P v / sum P then moves by at most 2 eps/(1 - eps) * absSum;
+//   - rounding P (uP, floor fP per token), accumulating P.V (uPV),
+//     rounding the partials (uPart, floor fPart) and the combine (uComb)
+//     add u * absSum each (the P floor: fP * sumAbs);
+//   - the output is rounded to BF16: |bf16(x) - x| <= 2^-8 |x| with
+//     |x| <= |o| + R.
+func (a arith) tolO(o, absSum, sumAbs, errS float64) float64 {
+	eps := math.Expm1(2*errS) + uExp
+	r := absSum*(2*eps/(1-eps)+a.uP*(1+eps)+a.uPV+a.uPart+a.uComb) + a.fP*sumAbs + a.fPart
+	return r + uBF16*(math.Abs(o)+r) + fBF16
+}
+
+// tolLSE bounds |LSE_gpu - LSE|: scores off by errS move the
+// log-sum-exp by at most errS; the exponentials and the logarithm add
+// 2 uExp and the row sum's nSum float32 additions nSum * u32 (relative
+// errors of the row sum, absolute on its logarithm); nComb float32
+// roundings of LSE-sized values (the partial LSEs, the combine's max, sum
+// and result) add nComb * u32 * (1 + |lse|).
+func (a arith) tolLSE(lse, errS float64) float64 {
+	return errS + 2*uExp + a.nSum*uF32 + a.nComb*uF32*(1+math.Abs(lse))
+}

@@ -4,7 +4,7 @@
 // the item's rows in tiles of Geo<D>::kRows (32, or 16 for D = 256) and
 // writes O_partial[slot, q, hq, :] and LSE_partial[slot, q, hq] (slot from
 // qsplit_indices: q_idx | slot << 24).
-#include "msa_core.cuh"
+#include "portable/msa_core.cuh"
 
 namespace msa {
 

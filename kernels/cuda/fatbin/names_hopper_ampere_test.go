@@ -1,4 +1,4 @@
-package cudakernels
+package fatbin
 
 import (
 	"fmt"
@@ -18,8 +18,8 @@ import (
 func TestHopperAmpereLaunch(t *testing.T) {
 	pin := regexp.MustCompile(`(?m)^MSA_HA_PIN\((sm\d+), (\w+), (\w+), (\d+), (\d+), (\d+)\)$`)
 	seen := map[string]bool{}
-	for _, f := range []string{"sm90_fwd.cu", "sm90_decode.cu", "sm80_fwd.cu", "sm80_decode.cu"} {
-		src, err := os.ReadFile(f)
+	for _, f := range []string{"sm90/sm90_fwd.cu", "sm90/sm90_decode.cu", "sm80/sm80_fwd.cu", "sm80/sm80_decode.cu"} {
+		src, err := os.ReadFile(filepath.Join("..", f))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -65,25 +65,25 @@ func TestHopperAmpereLaunch(t *testing.T) {
 	}
 }
 
-// TestSM80Conversions compiles and runs sm80_hosttest/conv_test.cpp (the integer E4M3
+// TestE4M3Conversions compiles and runs hosttest/e4m3_conv_test.cpp (the integer E4M3
 // conversions of the sm_80 kernels, checked exhaustively on the host).
-func TestSM80Conversions(t *testing.T) {
+func TestE4M3Conversions(t *testing.T) {
 	cxx, err := exec.LookPath("c++")
 	if err != nil {
 		t.Skip("no C++ compiler")
 	}
 	bin := filepath.Join(t.TempDir(), "conv")
-	if out, err := exec.Command(cxx, "-O2", "-std=c++17", "-o", bin, filepath.Join("sm80_hosttest", "conv_test.cpp")).CombinedOutput(); err != nil {
-		t.Fatalf("building sm80_hosttest/conv_test.cpp: %v\n%s", err, out)
+	if out, err := exec.Command(cxx, "-O2", "-std=c++17", "-o", bin, filepath.Join("..", "hosttest", "e4m3_conv_test.cpp")).CombinedOutput(); err != nil {
+		t.Fatalf("building hosttest/e4m3_conv_test.cpp: %v\n%s", err, out)
 	}
 	out, err := exec.Command(bin).CombinedOutput()
 	if err != nil {
-		t.Fatalf("sm80_hosttest/conv_test: %v\n%s", err, out)
+		t.Fatalf("hosttest/e4m3_conv_test: %v\n%s", err, out)
 	}
 	t.Logf("%s", out)
 }
 
-// TestSM80FragmentEmulation runs sm80_hosttest/frag_emu.py (the ldmatrix / mma.sync
+// TestSM80FragmentEmulation runs hosttest/sm80_frag_emu.py (the ldmatrix / mma.sync
 // fragment and address math of the sm_80 kernels against direct products).
 func TestSM80FragmentEmulation(t *testing.T) {
 	if testing.Short() {
@@ -93,9 +93,9 @@ func TestSM80FragmentEmulation(t *testing.T) {
 	if err != nil {
 		t.Skip("no python3")
 	}
-	out, err := exec.Command(py, filepath.Join("sm80_hosttest", "frag_emu.py")).CombinedOutput()
+	out, err := exec.Command(py, filepath.Join("..", "hosttest", "sm80_frag_emu.py")).CombinedOutput()
 	if err != nil {
-		t.Fatalf("sm80_hosttest/frag_emu.py: %v\n%s", err, out)
+		t.Fatalf("hosttest/sm80_frag_emu.py: %v\n%s", err, out)
 	}
 	t.Logf("%s", out)
 }

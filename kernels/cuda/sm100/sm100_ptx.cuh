@@ -10,7 +10,7 @@
 #define SM100_PTX_CUH
 
 #include <stdint.h>
-#include "sm100_layout.cuh"
+#include "sm100/sm100_layout.cuh"
 
 #if defined(__CUDA_ARCH__) && (defined(__CUDA_ARCH_FEAT_SM100_ALL) || defined(__CUDA_ARCH_FEAT_SM103_ALL) || \
                                (defined(__CUDA_ARCH_FAMILY_SPECIFIC__) && __CUDA_ARCH_FAMILY_SPECIFIC__ == 1000))

@@ -1,15 +1,15 @@
-// sm80_hosttest/conv_test.cpp - host check of the integer E4M3 conversions of
-// sm80_conv.cuh (plain C++, no CUDA): decode of all 256 E4M3 bytes against
+// hosttest/e4m3_conv_test.cpp - host check of the integer E4M3 conversions of
+// e4m3_conv.cuh (plain C++, no CUDA): decode of all 256 E4M3 bytes against
 // the format's definition, encode round trip, and the rounding of 2 million
 // random floats plus every midpoint between neighbouring E4M3 values against
 // a brute-force nearest-value search (ties to even, satfinite at 448).
 // Run by names_hopper_ampere_test.go when a C++ compiler is present:
-//   c++ -O2 -std=c++17 -o /tmp/conv kernels/cuda/sm80_hosttest/conv_test.cpp && /tmp/conv
+//   c++ -O2 -std=c++17 -o /tmp/conv kernels/cuda/hosttest/e4m3_conv_test.cpp && /tmp/conv
 #include <cstdint>
 #include <cstring>
 #include <cmath>
 #include <cstdio>
-#include "../sm80_conv.cuh"
+#include "../shared/e4m3_conv.cuh"
 using namespace msa::tc;
 // reference decode of an e4m3fn byte
 static double ref_val(int b) {

@@ -14,8 +14,8 @@
 #define MSA_SM90_COMMON_CUH
 
 #include <utility>
-#include "msa_tc_abi.h"
-#include "sm80_frag.cuh"
+#include "shared/msa_tc_abi.h"
+#include "shared/tc_frag.cuh"
 #include <cute/arch/mma_sm90_desc.hpp>
 #include <cute/arch/mma_sm90_gmma.hpp>
 

@@ -55,7 +55,7 @@
 #ifndef MSA_TC_ABI_H
 #define MSA_TC_ABI_H
 
-#include "msa_params.h"
+#include "shared/msa_params.h"
 
 #ifdef __CUDACC__
 #include <cuda.h> /* CUtensorMap: 128 bytes, 64-byte aligned */

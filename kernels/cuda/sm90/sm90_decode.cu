@@ -19,7 +19,7 @@
 // Variants: bf16 (BF16 Q/K/V), fp8 (E4M3 Q/K/V; Q.K^T on the e4m3 wgmma,
 // V converted to bf16 in shared memory for P.V) and bf16fp8 (BF16 Q, E4M3
 // K/V converted to bf16 in shared memory).
-#include "sm90_common.cuh"
+#include "sm90/sm90_common.cuh"
 
 namespace msa {
 namespace sm90 {

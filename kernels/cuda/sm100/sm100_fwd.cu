@@ -41,7 +41,7 @@
 //             K-major over the slot's Q tile; arrive on P ready(s)
 //     epilogue wait O done(s); tcgen05.ld of O, times 1/l, partial-dtype
 //             stores; LSE
-#include "sm100_common.cuh"
+#include "sm100/sm100_common.cuh"
 
 namespace msa {
 namespace sm100 {

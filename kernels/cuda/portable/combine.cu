@@ -10,7 +10,7 @@
 // results are bitwise those of the one-column-per-step loop. Empty rows
 // (n = 0, S = 0 or NaN) give O = 0, LSE = -inf. A partial or output pointer
 // that is not 16-byte aligned takes a scalar path with the same arithmetic.
-#include "sm80_frag.cuh"  // msa_common.cuh + the E4M3 conversions without F64 emulation on sm_80
+#include "shared/tc_frag.cuh"  // msa_common.cuh + the E4M3 conversions without F64 emulation on sm_80
 
 namespace msa {
 

@@ -42,7 +42,7 @@
 // output_scale the host passes (applied here without split-KV, by the
 // combine with it), as in decode.cu.
 #include <climits>
-#include "sm100_common.cuh"
+#include "sm100/sm100_common.cuh"
 
 namespace msa {
 namespace sm100 {

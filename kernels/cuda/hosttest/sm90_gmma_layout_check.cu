@@ -6,11 +6,11 @@
 // atoms give, and the descriptor fields (layout type, LBO, SBO) equal
 // make_gmma_desc's. The start-address field is not compared: on the host
 // CuTe cannot convert a shared-memory pointer (it prints "cast_smem_ptr_to_uint
-// not supported" and uses 0). Not part of the fatbin (build.sh compiles only
-// kernels/cuda/*.cu). Run with the pinned toolkit:
+// not supported" and uses 0). Not part of the fatbin (build.sh compiles only the
+// .cu files of the family folders). Run with the pinned toolkit:
 //   CUDA_HOME=$(bash kernels/cuda/build.sh --toolkit); CUTE=$(bash kernels/cuda/build.sh --cutlass)
 //   $CUDA_HOME/bin/nvcc -std=c++17 -arch=sm_90a -I $CUTE -L $CUDA_HOME/lib \
-//       -o /tmp/gmma kernels/cuda/sm80_hosttest/sm90_gmma_layout_check.cu && /tmp/gmma
+//       -o /tmp/gmma kernels/cuda/hosttest/sm90_gmma_layout_check.cu && /tmp/gmma
 // The mirror of gdesc() below must stay in step with sm90_common.cuh.
 #include <cstdio>
 #include <cute/tensor.hpp>

@@ -14,7 +14,7 @@
 // row r's list for the smallest selected id above the previous block, a warp
 // min gives the block, and lane r's row is selected iff its own minimum is it.
 #include <climits>
-#include "msa_core.cuh"
+#include "portable/msa_core.cuh"
 
 namespace msa {
 

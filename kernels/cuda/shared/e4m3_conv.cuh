@@ -1,11 +1,11 @@
-// sm80_conv.cuh - E4M3 conversions without conversion hardware: sm_80 has
+// e4m3_conv.cuh - E4M3 conversions without conversion hardware: sm_80 has
 // no cvt to or from e4m3, and the library conversions there go through an
 // F64 emulation. Integer / fp32-bit forms, exact (E4M3 -> BF16 / FP32) or
 // with the rounding of cvt.rn.satfinite (FP32 -> E4M3). Host-compilable as
-// well (plain C++ without CUDA): sm80_hosttest/conv_test.cpp checks them against a
+// well (plain C++ without CUDA): hosttest/e4m3_conv_test.cpp checks them against a
 // reference over every E4M3 value and millions of roundings.
-#ifndef MSA_SM80_CONV_CUH
-#define MSA_SM80_CONV_CUH
+#ifndef MSA_E4M3_CONV_CUH
+#define MSA_E4M3_CONV_CUH
 
 #include <math.h>
 #include <stdint.h>
@@ -103,4 +103,4 @@ MSA_CONV_FN uint32_t f32_to_e4m3_int(float x) {
 }  // namespace tc
 }  // namespace msa
 
-#endif  // MSA_SM80_CONV_CUH
+#endif  // MSA_E4M3_CONV_CUH

@@ -1,10 +1,11 @@
 // Kernel names and launch geometry of the Hopper (sm_90a: TMA + wgmma) and
 // Ampere (sm_80: mma.sync + ldmatrix + cp.async) tensor-core kernels in
-// Fatbin; design and per-kernel budgets in HOPPER_AMPERE.md. Every name is
-// an extern "C" kernel of sm90_fwd.cu, sm90_decode.cu, sm80_fwd.cu or
-// sm80_decode.cu, with the launch ABI of msa_tc_abi.h.
+// Image; design and per-kernel budgets in kernels/cuda/HOPPER_AMPERE.md.
+// Every name is an extern "C" kernel of sm90/sm90_fwd.cu,
+// sm90/sm90_decode.cu, sm80/sm80_fwd.cu or sm80/sm80_decode.cu, with the
+// launch ABI of shared/msa_tc_abi.h.
 
-package cudakernels
+package fatbin
 
 // Kernel entry points msa_<sm90|sm80>_<fwd|decode>_<variant>_d<D>: every
 // variant (4 prefill, 3 decode) at every head dimension on both

@@ -1,4 +1,4 @@
-// sm80_frag.cuh - what the tensor-core kernels (sm80_*.cu mma.sync, sm90_*.cu
+// tc_frag.cuh - what the tensor-core kernels (sm80_*.cu mma.sync, sm90_*.cu
 // wgmma) share: the variant codes, the per-row work-item metadata, and the
 // online softmax / epilogue on accumulator fragments.
 //
@@ -10,12 +10,12 @@
 // of P.V (m16n8k16 / wgmma k16 register fragment) for keys 16kk..16kk+15 is
 // the four packed pairs (4kk + q), q = 0..3, of that same layout, so P never
 // leaves the registers.
-#ifndef MSA_SM80_FRAG_CUH
-#define MSA_SM80_FRAG_CUH
+#ifndef MSA_TC_FRAG_CUH
+#define MSA_TC_FRAG_CUH
 
 #include <climits>
-#include "msa_common.cuh"
-#include "sm80_conv.cuh"
+#include "shared/msa_common.cuh"
+#include "shared/e4m3_conv.cuh"
 
 namespace msa {
 namespace tc {
@@ -333,4 +333,4 @@ __device__ __forceinline__ KVSource kv_source(uint64_t k, uint64_t v, uint64_t k
 }  // namespace tc
 }  // namespace msa
 
-#endif  // MSA_SM80_FRAG_CUH
+#endif  // MSA_TC_FRAG_CUH

@@ -17,7 +17,7 @@
 // V converted in shared memory), bf16fp8 (BF16 Q, E4M3 K/V converted to bf16),
 // nvfp4 (packed E2M1 K/V with E4M3 block scales dequantised to bf16; BF16 or
 // E4M3 Q).
-#include "sm90_common.cuh"
+#include "sm90/sm90_common.cuh"
 
 namespace msa {
 namespace sm90 {

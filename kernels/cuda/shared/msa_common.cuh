@@ -6,7 +6,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
-#include "msa_params.h"
+#include "shared/msa_params.h"
 
 namespace msa {
 
@@ -194,7 +194,7 @@ __device__ __forceinline__ float load_val(const void* src, long long idx, int dt
 // query range [q_begin, q_begin + q_count) of that row, batch b, KV block
 // jblk), its sequence's query start q0 and lengths, and the block's first
 // key t0 (msa_params.h's or msa_tc_abi.h's MsaFwdParams). fwd_item returns
-// false for w past capacity or work_count. sm80_frag.cuh's fwd_rows, whose
+// false for w past capacity or work_count. tc_frag.cuh's fwd_rows, whose
 // callers check the bounds, reads the same fields on its own.
 struct FwdItem {
     int h, row, q_begin, q_count, b, jblk, q0, seqlen_q, seqlen_k, t0;

@@ -4,7 +4,7 @@
 #ifndef MSA_CORE_CUH
 #define MSA_CORE_CUH
 
-#include "msa_backend.cuh"
+#include "portable/msa_backend.cuh"
 
 namespace msa {
 

@@ -6,9 +6,9 @@
 #ifndef SM100_COMMON_CUH
 #define SM100_COMMON_CUH
 
-#include "msa_common.cuh"
-#include "msa_tc_abi.h"
-#include "sm100_ptx.cuh"
+#include "shared/msa_common.cuh"
+#include "shared/msa_tc_abi.h"
+#include "sm100/sm100_ptx.cuh"
 
 namespace msa {
 namespace sm100 {

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""sm80_hosttest/frag_emu.py - emulation of the sm_80 fragment and address math.
+"""hosttest/sm80_frag_emu.py - emulation of the sm_80 fragment and address math.
 
 Replays qk_chunk / pv_chunk of sm80_common.cuh (swizzled shared-memory rows,
 the per-lane ldmatrix row addresses, the S register indices, the P.V A

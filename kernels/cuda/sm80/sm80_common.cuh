@@ -4,7 +4,7 @@
 // sm_80 SASS also launches on sm_86 / sm_89 parts).
 //
 // CTA: 128 x NC threads; a row tile is 64 query-head rows, warp w owns rows
-// 16(w%4)..16(w%4)+15 (the fragment layout of sm80_frag.cuh) and output
+// 16(w%4)..16(w%4)+15 (the fragment layout of tc_frag.cuh) and output
 // columns [(w/4) D/NC, (w/4 + 1) D/NC). NC = 2 only for the D = 256 decode,
 // whose O accumulator would not fit the registers next to S and P otherwise
 // (both column groups compute the same scores: decode is bound by K/V
@@ -29,8 +29,8 @@
 #ifndef MSA_SM80_COMMON_CUH
 #define MSA_SM80_COMMON_CUH
 
-#include "msa_tc_abi.h"
-#include "sm80_frag.cuh"
+#include "shared/msa_tc_abi.h"
+#include "shared/tc_frag.cuh"
 
 namespace msa {
 namespace sm80 {

@@ -20,7 +20,7 @@
 #ifndef MSA_BACKEND_CUH
 #define MSA_BACKEND_CUH
 
-#include "msa_common.cuh"
+#include "shared/msa_common.cuh"
 
 namespace msa {
 

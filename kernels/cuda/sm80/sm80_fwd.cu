@@ -12,7 +12,7 @@
 // products are the e4m3 products, P is rounded to e4m3 per pv_round and V is
 // exact in bf16); bf16fp8 (BF16 Q, E4M3 K/V); nvfp4 (E2M1 K/V x E4M3 block
 // scale, exact in bf16; BF16 or E4M3 Q; K's global scale on the scores).
-#include "sm80_common.cuh"
+#include "sm80/sm80_common.cuh"
 
 namespace msa {
 namespace sm80 {

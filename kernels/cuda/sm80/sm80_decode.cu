@@ -12,13 +12,13 @@
 // the final BF16 output (times output_scale) and LSE.
 // Variants: bf16 (BF16 Q/K/V), fp8 (E4M3 Q/K/V widened to bf16 exactly, P
 // rounded to e4m3 per pv_round) and bf16fp8 (BF16 Q, E4M3 K/V widened).
-#include "sm80_common.cuh"
+#include "sm80/sm80_common.cuh"
 
 namespace msa {
 namespace sm80 {
 
 // The block stream of one row tile: dense 128-key steps over the chunk, or
-// the sparse block walk (SparseWalk of sm80_frag.cuh, run by warp 0 and
+// the sparse block walk (SparseWalk of tc_frag.cuh, run by warp 0 and
 // broadcast through shared memory).
 struct DecStream {
     const DecRows* R;

@@ -1,16 +1,16 @@
-package cudakernels
+package fatbin
 
 // SM100-family (Blackwell: sm_100 B200, sm_103 B300) tensor-core kernels of
-// sm100_fwd.cu and sm100_decode.cu: extern "C" names and launch data. Their
-// SASS exists only in the sm_100f image of Fatbin (the sm_80 and sm_90a
-// images hold a trap body under the same name). Every kernel takes
+// sm100/sm100_fwd.cu and sm100/sm100_decode.cu: extern "C" names and launch
+// data. Their SASS exists only in the sm_100f cubin of Image (the sm_80 and
+// sm_90a cubins hold a trap body under the same name). Every kernel takes
 // (MsaFwdParams or MsaDecodeParams, MsaTensorMaps) by value as
-// __grid_constant__ parameters (msa_tc_abi.h).
+// __grid_constant__ parameters (shared/msa_tc_abi.h).
 //
 // gates/check_gates.py reads this file: every "msa_*" constant must be a
 // kernel of every image of the fatbin, and DynSmem / TMEMCols of SM100Kernels
 // must equal the gates/sm100.tsv columns (which the sources pin with
-// static_asserts in sm100_layout.cuh).
+// static_asserts in sm100/sm100_layout.cuh).
 const (
 	SM100FwdBF16D64        = "msa_sm100_fwd_bf16_d64"
 	SM100FwdBF16D128       = "msa_sm100_fwd_bf16_d128"
@@ -40,7 +40,7 @@ const (
 
 // SM100Kernel is the launch data of one SM100 tensor-core kernel.
 type SM100Kernel struct {
-	Name     string // extern "C" name in Fatbin
+	Name     string // extern "C" name in Image
 	Algo     string // "fwd" (sparse prefill partials, grid = forward-schedule capacity) or "decode" (grid = decode work_count)
 	Variant  string // "bf16", "fp8" (E4M3 Q/K/V), "bf16fp8" (BF16 Q, E4M3 K/V widened to BF16), "nvfp4" (NVFP4 K/V, BF16 or E4M3 Q; fwd only)
 	HeadDim  int    // D: 64, 128 or 256
@@ -50,7 +50,7 @@ type SM100Kernel struct {
 	RowTile  int    // query-head rows per row tile (fwd: UMMA M = 128; decode: UMMA N = 64)
 }
 
-// SM100Kernels lists every SM100 kernel of Fatbin.
+// SM100Kernels lists every SM100 kernel of Image.
 var SM100Kernels = []SM100Kernel{
 	{Name: SM100FwdBF16D64, Algo: "fwd", Variant: "bf16", HeadDim: 64, Threads: 320, DynSmem: 100352, TMEMCols: 512, RowTile: 128},
 	{Name: SM100FwdBF16D128, Algo: "fwd", Variant: "bf16", HeadDim: 128, Threads: 320, DynSmem: 133120, TMEMCols: 512, RowTile: 128},

@@ -120,8 +120,8 @@ func pvIters(n, d int) int {
 // can be read in their narrow format: the kernels of each chunk widen the
 // next chunk (the next K chunk, the first V chunk after the last K chunk,
 // the next V chunk) into the other half of a double buffer between their
-// multiply-adds, where the conversion runs on pipes the FMAs leave free
-// (measured on Zen 4: internal/overlap BenchmarkOverlap512); AVX-512 only.
+// multiply-adds, where the conversion runs on vector pipes the FMAs leave
+// free; AVX-512 only.
 // A chunk whose rows are not one run of a format the kernels widen is
 // staged by src as usual. A guarded V chunk (RawV's scan) has its finite
 // maximum found by the same conversion and goes through src.GuardV at the

@@ -7,14 +7,15 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unsafe"
 
+	"github.com/sparseattn/msa/internal/calib"
+	"github.com/sparseattn/msa/internal/calib/updatemeter"
 	"github.com/sparseattn/msa/kernels/tile"
 )
 
 // peakTier is the calibration loop that matches a kernel tier: the FP32
 // FMA loop of the same vector width, or VDPBF16PS for the bf16 tier (whose
-// flops count like two FP32 FMAs per bf16 pair, see tile.PeakGFLOPS).
+// flops count like two FP32 FMAs per bf16 pair, see calib.PeakGFLOPS).
 func peakTier(t string) string {
 	switch {
 	case bf16Tier(t):
@@ -63,92 +64,21 @@ type calibration struct {
 	workers     int // this run's worker goroutines, for the noise rules
 }
 
-// measurePeak runs tile.PeakGFLOPS on one goroutine, then on workers
+// measurePeak runs calib.PeakGFLOPS on one goroutine, then on workers
 // goroutines at once (each locked to an OS thread) and sums their rates.
 func measurePeak(tierName string, workers int, dur time.Duration) (one, all float64) {
-	one = tile.PeakGFLOPS(tierName, dur)
+	one = calib.PeakGFLOPS(tile.PeakLoop(tierName), dur)
 	if workers == 1 {
 		return one, one
 	}
-	all = tile.SumOnThreads(workers, func(int) float64 { return tile.PeakGFLOPS(tierName, dur) })
+	all = calib.SumOnThreads(workers, func(int) float64 { return calib.PeakGFLOPS(tile.PeakLoop(tierName), dur) })
 	return one, all
 }
 
-// bwSink keeps the sums alive.
+// bwSink keeps the sums of refMeter.bandwidth alive.
 var bwSink uint64
 
-// measureBandwidth is a STREAM-like read test over a size-byte buffer:
-// workers goroutines each read their contiguous share, either summing it as
-// uint64 with 8 independent accumulators (sum) or scanning it with
-// bytes.IndexByte for a byte that never occurs (scan: the runtime's SIMD
-// loop, which a scalar Go sum cannot match once the data is in cache). Each
-// is the best of passes passes (after one warm-up pass), bytes / wall time.
-func measureBandwidth(size, workers, passes int) (sum, scan float64) {
-	buf := make([]uint64, size/8)
-	for i := range buf { // touch every page; no byte is 0xff
-		buf[i] = uint64(i%251) * 0x0101010101010101
-	}
-	raw := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(buf))), len(buf)*8)
-	chunk := (len(buf)/workers + 7) &^ 7
-	for _, useScan := range []bool{false, true} {
-		best := 0.0
-		for p := 0; p < passes+1; p++ {
-			var wg sync.WaitGroup
-			sums := make([]uint64, workers)
-			t0 := time.Now()
-			for w := 0; w < workers; w++ {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					lo, hi := min(w*chunk, len(buf)), min((w+1)*chunk, len(buf))
-					if useScan {
-						sums[w] = uint64(bytes.IndexByte(raw[lo*8:hi*8], 0xff) + 1)
-					} else {
-						sums[w] = sum8(buf[lo:hi])
-					}
-				}()
-			}
-			wg.Wait()
-			el := time.Since(t0).Seconds()
-			for _, s := range sums {
-				bwSink += s
-			}
-			if p == 0 {
-				continue // warm-up
-			}
-			if r := float64(len(buf)*8) / el / 1e9; r > best {
-				best = r
-			}
-		}
-		if useScan {
-			scan = best
-		} else {
-			sum = best
-		}
-	}
-	return sum, scan
-}
-
-func sum8(s []uint64) uint64 {
-	var a0, a1, a2, a3, a4, a5, a6, a7 uint64
-	for len(s) >= 8 {
-		a0 += s[0]
-		a1 += s[1]
-		a2 += s[2]
-		a3 += s[3]
-		a4 += s[4]
-		a5 += s[5]
-		a6 += s[6]
-		a7 += s[7]
-		s = s[8:]
-	}
-	for _, x := range s {
-		a0 += x
-	}
-	return a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7
-}
-
-func calibrate(cfg *config) calibration {
+func calibrate(cfg *config) (calibration, error) {
 	t0 := time.Now()
 	c := calibration{peakTier: peakTier(tile.Tier()), bwBytes: cfg.bwBytes, ncpu: runtime.NumCPU(), workers: cfg.workers}
 	c.peak1, c.peak = measurePeak(c.peakTier, cfg.workers, cfg.peakTime)
@@ -157,10 +87,13 @@ func calibrate(cfg *config) calibration {
 		c.decodeTier = t
 		c.decPeak1, c.decPeak = measurePeak(t, cfg.workers, cfg.peakTime)
 	}
-	c.bwSum, c.bwScan = measureBandwidth(cfg.bwBytes, cfg.workers, 5)
+	var err error
+	if c.bwSum, c.bwScan, err = calib.ReadBandwidth(cfg.bwBytes, cfg.workers, 5); err != nil {
+		return c, err
+	}
 	c.bw = max(c.bwSum, c.bwScan)
 	c.calibTimeMS = ms(time.Since(t0))
-	return c
+	return c, nil
 }
 
 // peakFor returns the calibration loop and the calibrated peak (all
@@ -181,9 +114,9 @@ func (c calibration) peakFor(kind string) (string, float64) {
 type refMeter struct {
 	cal     calibration // its peakFor names each case's calibration loop
 	workers int
-	buf     []byte                           // read by bandwidth windows, workers contiguous shares
-	off     []int                            // where each worker's next bandwidth chunk starts
-	upd     map[meterKey][]*tile.UpdateMeter // in-cache update meters, one per worker
+	buf     []byte                            // read by bandwidth windows, workers contiguous shares
+	off     []int                             // where each worker's next bandwidth chunk starts
+	upd     map[meterKey][]*updatemeter.Meter // in-cache update meters, one per worker
 }
 
 func newRefMeter(cal calibration, workers, size int) *refMeter {
@@ -205,10 +138,10 @@ func refWindow(rep time.Duration) time.Duration {
 // about dur.
 func (m *refMeter) peak(dur time.Duration, kind string) float64 {
 	tier, _ := m.cal.peakFor(kind)
-	return tile.SumOnThreads(m.workers, func(int) float64 { return tile.SustainedGFLOPS(tier, dur) })
+	return calib.SumOnThreads(m.workers, func(int) float64 { return calib.SustainedGFLOPS(tile.PeakLoop(tier), dur) })
 }
 
-// meterKey selects an in-cache update meter (tile.NewUpdateMeter).
+// meterKey selects an in-cache update meter (updatemeter.New).
 type meterKey struct {
 	rows, d int
 	decode  bool
@@ -216,14 +149,14 @@ type meterKey struct {
 
 // kernel returns the summed sustained GFLOP/s of workers goroutines (each
 // on its own OS thread) running the active tier's in-cache tile update for
-// key (tile.UpdateMeter) for about dur: the rate the op's kernels would
+// key (updatemeter.Meter) for about dur: the rate the op's kernels would
 // reach if memory cost nothing, under the host's conditions of the moment.
 // 0 if no meter can be made for key.
 func (m *refMeter) kernel(dur time.Duration, key meterKey) float64 {
 	us, ok := m.upd[key]
 	if !ok {
 		for range m.workers {
-			u, err := tile.NewUpdateMeter(key.rows, key.d, key.decode)
+			u, err := updatemeter.New(key.rows, key.d, key.decode)
 			if err != nil {
 				us = nil
 				break
@@ -231,14 +164,14 @@ func (m *refMeter) kernel(dur time.Duration, key meterKey) float64 {
 			us = append(us, u)
 		}
 		if m.upd == nil {
-			m.upd = map[meterKey][]*tile.UpdateMeter{}
+			m.upd = map[meterKey][]*updatemeter.Meter{}
 		}
 		m.upd[key] = us
 	}
 	if len(us) == 0 {
 		return 0
 	}
-	return tile.SumOnThreads(len(us), func(w int) float64 { return us[w].Sustained(dur) })
+	return calib.SumOnThreads(len(us), func(w int) float64 { return us[w].Sustained(dur) })
 }
 
 // bandwidth returns the GB/s of workers goroutines scanning their shares of

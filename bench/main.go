@@ -304,12 +304,16 @@ func main() {
 	for _, h := range header {
 		fmt.Println(h)
 	}
-	cal := calibrate(cfg)
+	cal, err := calibrate(cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
 	calLines := []string{
-		fmt.Sprintf("peak (tile.PeakGFLOPS %q): %.0f GFLOP/s on 1 goroutine, %.0f GFLOP/s on %d at once", cal.peakTier, cal.peak1, cal.peak, cfg.workers),
+		fmt.Sprintf("peak (calib.PeakGFLOPS %q): %.0f GFLOP/s on 1 goroutine, %.0f GFLOP/s on %d at once", cal.peakTier, cal.peak1, cal.peak, cfg.workers),
 	}
 	if cal.decodeTier != cal.peakTier {
-		calLines = append(calLines, fmt.Sprintf("decode peak (tile.PeakGFLOPS %q; decode runs FP32 lane kernels): %.0f GFLOP/s on 1 goroutine, %.0f GFLOP/s on %d at once",
+		calLines = append(calLines, fmt.Sprintf("decode peak (calib.PeakGFLOPS %q; decode runs FP32 lane kernels): %.0f GFLOP/s on 1 goroutine, %.0f GFLOP/s on %d at once",
 			cal.decodeTier, cal.decPeak1, cal.decPeak, cfg.workers))
 		if bf16Tier(cal.peakTier) {
 			calLines = append(calLines, bf16PeakNote(cal.peakTier, cal.peak1, cal.decPeak1))

@@ -492,7 +492,7 @@ func runCase(cfg *config, c caseSpec, r *result, prog *progress) error {
 // paired collects, for each timed repetition of a case, the op's rate over
 // a reference rate measured right after it for about as long (refMeter):
 // the sustained FMA peak, the in-cache tile update of the op's kernels
-// (tile.UpdateMeter) and, for decode, the read bandwidth. The medians of
+// (updatemeter.Meter) and, for decode, the read bandwidth. The medians of
 // these ratios are the %peak, %kern and %BW columns. With -cpuprofile no reference windows run (they would
 // fill the profile).
 type paired struct {

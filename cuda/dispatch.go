@@ -4,7 +4,7 @@ import (
 	"fmt"
 )
 
-// Dispatch of the tensor-core kernels (kernels/cuda/msa_tc_abi.h), in plain
+// Dispatch of the tensor-core kernels (kernels/cuda/shared/msa_tc_abi.h), in plain
 // Go so that the choice is unit-tested without a GPU. The cgo launcher
 // (launch.go) looks every name up in the loaded fatbin and runs the portable
 // kernel whenever TCFwdPlan / TCDecodePlan say no or the name is missing.

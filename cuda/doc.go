@@ -1,8 +1,9 @@
-// Package cuda launches the GPU kernels of kernels/cuda (sparse prefill
-// partials, combine, paged decode; portable and tensor-core kernels) through
-// package cuda/driver, which opens libcuda.so.1 at run time: nothing here
-// links a CUDA library, and without a driver Load returns an error wrapping
-// driver.ErrNoDriver.
+// Package cuda is the launch layer of the GPU path: it loads the kernel
+// image that package fatbin (kernels/cuda/fatbin) embeds and launches its
+// kernels (sparse prefill partials, combine, paged decode; portable and
+// tensor-core kernels) through package cuda/driver, which opens
+// libcuda.so.1 at run time: nothing here links a CUDA library, and without a
+// driver Load returns an error wrapping driver.ErrNoDriver.
 //
 // The parameter mirrors and their builders (params.go), the tensor-map
 // geometry and validation (tensormap.go), the dispatch by compute capability
@@ -11,4 +12,9 @@
 // calls (launch.go, device.go) need the build tag "cuda" and a cuda.h at
 // compile time (kernels/cuda/tagged_build.sh or kernels/cuda/gpucheck.sh
 // set the include path); no GPU is needed to build.
+//
+// It launches; it does not hold kernel code or the image. It depends on the
+// kernels' Go side (kernels/plan, kernels/attn) and package fatbin, never on
+// package op: the graph ops (op, build tag "cuda") import it, usually as
+// mcuda, since Gorgonia's own gorgonia.org/gorgonia/cuda sits beside it.
 package cuda

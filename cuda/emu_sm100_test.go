@@ -1,6 +1,6 @@
 package cuda
 
-// Emulation of OUR logic in the SM100 kernels (kernels/cuda/sm100_fwd.cu,
+// Emulation of OUR logic in the SM100 kernels (kernels/cuda/sm100/sm100_fwd.cu,
 // sm100_decode.cu, sm100_common.cuh, sm100_layout.cuh), statement for
 // statement where it is index arithmetic, on the plan package's real
 // schedules, without a GPU: the CTA -> work item mapping, the K/V TMA box
@@ -19,7 +19,7 @@ import (
 	"strconv"
 	"testing"
 
-	cudakernels "github.com/sparseattn/msa/kernels/cuda"
+	"github.com/sparseattn/msa/kernels/cuda/fatbin"
 	"github.com/sparseattn/msa/kernels/plan"
 )
 
@@ -28,7 +28,7 @@ import (
 // MSA_SM100_PIN lines of sm100_layout.cuh, which nvcc checks against the
 // C++ layout with static_assert.
 func TestSM100LayoutPins(t *testing.T) {
-	src, err := os.ReadFile("../kernels/cuda/sm100_layout.cuh")
+	src, err := os.ReadFile("../kernels/cuda/sm100/sm100_layout.cuh")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -637,7 +637,7 @@ func TestEmulatedSM100Ledger(t *testing.T) {
 }
 
 // TestSM100KernelTable checks the SM100 launch data of
-// kernels/cuda/names_sm100.go (what the launcher requests) against the Go
+// kernels/cuda/fatbin/names_sm100.go (what the launcher requests) against the Go
 // layout model and the dispatch names: every table kernel is a name the
 // launcher looks up, runs the modelled block size (decode 128 threads,
 // prefill 128 per softmax warpgroup plus the S and O issuer warps), and
@@ -646,10 +646,10 @@ func TestEmulatedSM100Ledger(t *testing.T) {
 func TestSM100KernelTable(t *testing.T) {
 	names := TCNames(ArchSM100)
 	variants := map[string]SM100Variant{"bf16": SM100BF16, "fp8": SM100FP8, "bf16fp8": SM100BF16FP8, "nvfp4": SM100NVFP4}
-	if len(cudakernels.SM100Kernels) == 0 {
+	if len(fatbin.SM100Kernels) == 0 {
 		t.Fatal("no SM100 kernels in names_sm100.go")
 	}
-	for _, g := range cudakernels.SM100Kernels {
+	for _, g := range fatbin.SM100Kernels {
 		if !slices.Contains(names, g.Name) {
 			t.Errorf("%s: not a name the launcher looks up (TCNames)", g.Name)
 		}

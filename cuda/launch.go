@@ -11,7 +11,7 @@ import (
 	"unsafe"
 
 	"github.com/sparseattn/msa/cuda/driver"
-	cudakernels "github.com/sparseattn/msa/kernels/cuda"
+	"github.com/sparseattn/msa/kernels/cuda/fatbin"
 	"github.com/sparseattn/msa/kernels/plan"
 )
 
@@ -77,11 +77,11 @@ type devBuf struct {
 	size int64
 }
 
-// sm100Table is the SM100 launch data of kernels/cuda/names_sm100.go by
+// sm100Table is the SM100 launch data of kernels/cuda/fatbin/names_sm100.go by
 // kernel name.
-var sm100Table = func() map[string]cudakernels.SM100Kernel {
-	m := map[string]cudakernels.SM100Kernel{}
-	for _, g := range cudakernels.SM100Kernels {
+var sm100Table = func() map[string]fatbin.SM100Kernel {
+	m := map[string]fatbin.SM100Kernel{}
+	for _, g := range fatbin.SM100Kernels {
 		m[g.Name] = g
 	}
 	return m
@@ -103,9 +103,9 @@ func run(ctx Runner, f func() error) error {
 }
 
 var portableNames = []string{
-	cudakernels.SparseFwdD256, cudakernels.SparseFwdD128, cudakernels.SparseFwdD64,
-	cudakernels.DecodeD256, cudakernels.DecodeD128, cudakernels.DecodeD64,
-	cudakernels.CombineD256, cudakernels.CombineD128, cudakernels.CombineD64,
+	fatbin.SparseFwdD256, fatbin.SparseFwdD128, fatbin.SparseFwdD64,
+	fatbin.DecodeD256, fatbin.DecodeD128, fatbin.DecodeD64,
+	fatbin.CombineD256, fatbin.CombineD128, fatbin.CombineD64,
 }
 
 // Load opens the driver, loads the embedded fatbin in the current context,
@@ -153,7 +153,7 @@ func Load(ctx Runner) (*Kernels, error) {
 			}
 			k.arch = a
 		}
-		mod, err := driver.LoadData(cudakernels.Fatbin)
+		mod, err := driver.LoadData(fatbin.Image)
 		if err != nil {
 			if v, verr := driver.DriverVersion(); verr == nil && v < MinDriverCUDA {
 				return fmt.Errorf("cuda: loading the kernel fatbin: the driver supports CUDA %d.%d, the fatbin (CUDA 13.0) needs a driver for CUDA 13.0 or newer (r580+): %w", v/1000, v%1000/10, err)
@@ -435,7 +435,7 @@ func (k *Kernels) tcStep(p *TCPlan, params []byte) (st step, ok bool, why string
 	threads, dyn, known := 0, 0, false
 	if g, ok := sm100Table[p.Name]; ok {
 		threads, dyn, known = g.Threads, g.DynSmem, true
-	} else if g, ok := cudakernels.HopperAmpereLaunch[p.Name]; ok {
+	} else if g, ok := fatbin.HopperAmpereLaunch[p.Name]; ok {
 		threads, dyn, known = g.Threads, g.DynSmem, true
 	}
 	if known {
@@ -591,7 +591,7 @@ func (k *Kernels) prepPrefill(fa *FwdArgs, ca *CombineArgs, csr *plan.CSR, s *pl
 			if !done {
 				fwdRefs = append(fwdRefs, ref{len(steps), len(fps)})
 				fps = append(fps, p)
-				steps = append(steps, step{name: pick(fa.D, cudakernels.SparseFwdD256, cudakernels.SparseFwdD128, cudakernels.SparseFwdD64), grid: int(w.Sched.WorkCount)})
+				steps = append(steps, step{name: pick(fa.D, fatbin.SparseFwdD256, fatbin.SparseFwdD128, fatbin.SparseFwdD64), grid: int(w.Sched.WorkCount)})
 			}
 		}
 		if ca == nil || n == 0 || ca.Hq == 0 {
@@ -611,7 +611,7 @@ func (k *Kernels) prepPrefill(fa *FwdArgs, ca *CombineArgs, csr *plan.CSR, s *pl
 		}
 		combRefs = append(combRefs, ref{len(steps), len(cps)})
 		cps = append(cps, c)
-		steps = append(steps, step{name: pick(ca.D, cudakernels.CombineD256, cudakernels.CombineD128, cudakernels.CombineD64), grid: (n*ca.Hq + Threads/32 - 1) / (Threads / 32)})
+		steps = append(steps, step{name: pick(ca.D, fatbin.CombineD256, fatbin.CombineD128, fatbin.CombineD64), grid: (n*ca.Hq + Threads/32 - 1) / (Threads / 32)})
 	}
 	fAddr, err := uploadParams(k, "fwd.params", fps)
 	if err != nil {
@@ -677,7 +677,7 @@ func (k *Kernels) Combine(ctx Runner, a *CombineArgs, s *plan.FwdSchedule) error
 		if err != nil {
 			return err
 		}
-		return k.launchSteps([]step{{name: pick(a.D, cudakernels.CombineD256, cudakernels.CombineD128, cudakernels.CombineD64),
+		return k.launchSteps([]step{{name: pick(a.D, fatbin.CombineD256, fatbin.CombineD128, fatbin.CombineD64),
 			grid: (rows + Threads/32 - 1) / (Threads / 32), params: pp}})
 	})
 }
@@ -787,7 +787,7 @@ func (k *Kernels) prepDecode(a *DecodeArgs, s *plan.DecodeSchedule) ([]step, err
 			if err != nil {
 				return nil, err
 			}
-			steps = append(steps, step{name: pick(a.D, cudakernels.DecodeD256, cudakernels.DecodeD128, cudakernels.DecodeD64), grid: s.WorkCount, params: pp})
+			steps = append(steps, step{name: pick(a.D, fatbin.DecodeD256, fatbin.DecodeD128, fatbin.DecodeD64), grid: s.WorkCount, params: pp})
 		}
 	}
 	rows := a.Batch * a.SeqlenQ * a.Hq
@@ -796,7 +796,7 @@ func (k *Kernels) prepDecode(a *DecodeArgs, s *plan.DecodeSchedule) ([]step, err
 		if err != nil {
 			return nil, err
 		}
-		steps = append(steps, step{name: pick(a.D, cudakernels.CombineD256, cudakernels.CombineD128, cudakernels.CombineD64),
+		steps = append(steps, step{name: pick(a.D, fatbin.CombineD256, fatbin.CombineD128, fatbin.CombineD64),
 			grid: (rows + Threads/32 - 1) / (Threads / 32), params: cp})
 	}
 	return steps, nil

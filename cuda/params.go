@@ -9,7 +9,7 @@ import (
 	"github.com/sparseattn/msa/kernels/plan"
 )
 
-// Field-by-field mirrors of the C structs in kernels/cuda/msa_params.h (same
+// Field-by-field mirrors of the C structs in kernels/cuda/shared/msa_params.h (same
 // order, same types: uint64 device pointers, then int32, then float32; 0 is
 // a null pointer). TestParamsLayout checks them against the header.
 

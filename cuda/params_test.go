@@ -38,7 +38,7 @@ func cFields(t *testing.T, header, name string) [][2]string {
 // TestParamsLayout checks that the Go mirrors have the C structs' fields, in
 // order, with matching types, and the same size (no implicit padding).
 func TestParamsLayout(t *testing.T) {
-	src, err := os.ReadFile("../kernels/cuda/msa_params.h")
+	src, err := os.ReadFile("../kernels/cuda/shared/msa_params.h")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,6 @@
 package cuda
 
-// Go model of kernels/cuda/sm100_layout.cuh: the shared-memory and
+// Go model of kernels/cuda/sm100/sm100_layout.cuh: the shared-memory and
 // tensor-memory maps of the SM100 (tcgen05) kernels. The launcher takes the
 // dynamic shared memory of a launch from here; TestSM100LayoutPins
 // (emu_sm100_test.go) checks these numbers against the MSA_SM100_PIN lines of

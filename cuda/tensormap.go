@@ -4,7 +4,7 @@ import (
 	"fmt"
 )
 
-// Tensor-map geometry of the tensor-core kernels (kernels/cuda/msa_tc_abi.h),
+// Tensor-map geometry of the tensor-core kernels (kernels/cuda/shared/msa_tc_abi.h),
 // in plain Go so it is validated and unit-tested without a GPU. The cgo
 // launcher (build tag cuda) encodes a validated TensorMapSpec with
 // cuTensorMapEncodeTiled.

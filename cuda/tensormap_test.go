@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	cudakernels "github.com/sparseattn/msa/kernels/cuda"
+	"github.com/sparseattn/msa/kernels/cuda/fatbin"
 	"github.com/sparseattn/msa/kernels/plan"
 )
 
@@ -365,13 +365,13 @@ func cmpInts(a, b []int32) int {
 }
 
 // TestHopperAmpereTable: every kernel of the Hopper / Ampere launch table
-// (kernels/cuda/names_hopper_ampere.go) is a name the launcher looks up for
+// (kernels/cuda/fatbin/names_hopper_ampere.go) is a name the launcher looks up for
 // its family, with a launch the device limits allow.
 func TestHopperAmpereTable(t *testing.T) {
-	if len(cudakernels.HopperAmpereLaunch) == 0 {
+	if len(fatbin.HopperAmpereLaunch) == 0 {
 		t.Fatal("empty Hopper / Ampere launch table")
 	}
-	for name, g := range cudakernels.HopperAmpereLaunch {
+	for name, g := range fatbin.HopperAmpereLaunch {
 		arch := ArchSM90
 		if strings.HasPrefix(name, "msa_sm80_") {
 			arch = ArchSM80

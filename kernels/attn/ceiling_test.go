@@ -8,6 +8,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/sparseattn/msa/internal/calib"
 	"github.com/sparseattn/msa/kernels/lowp"
 	"github.com/sparseattn/msa/kernels/tile"
 )
@@ -38,7 +39,7 @@ import (
 // AMX tiles and read the e4m3fn and bf16 rows themselves, see
 // tile.Lanes). Each reports the best repetition's rate as GFLOP/s of the
 // block's attention math (4*16*128*128 flops, also for the staging-only
-// run, so the times compare) and %peak against tile.PeakGFLOPS of the tier
+// run, so the times compare) and %peak against calib.PeakGFLOPS of the tier
 // (amxbf16: of avx512, the FP32 FMA loop, so that the rows compare). A step's
 // %peak is the ceiling of the end-to-end decode %roof on this machine when
 // memory costs nothing; bench's decode cases report how far below it the
@@ -70,7 +71,7 @@ func BenchmarkDecodeBlock(b *testing.B) {
 		if tn == "amxbf16" {
 			pt = "avx512"
 		}
-		peak := tile.PeakGFLOPS(pt, 50*time.Millisecond)
+		peak := calib.PeakGFLOPS(tile.PeakLoop(pt), 50*time.Millisecond)
 		run := func(name string, f func()) { bestRate(b, name, 4*float64(m*n*d), peak, f) }
 		// Repeated updates of one block keep the running max; the sums
 		// grow by at most n per update and stay finite for any b.N a
@@ -200,7 +201,7 @@ func benchStager(k, v *Operand, l *KVLayout, kbuf, vbuf []float32, vs *vScale, l
 //     that stays in cache.
 //
 // Each reports the best repetition as GFLOP/s of the tile's math
-// (4*128*128*128 flops) and %peak against tile.PeakGFLOPS of the tier (the
+// (4*128*128*128 flops) and %peak against calib.PeakGFLOPS of the tier (the
 // VDPBF16PS peak on avx512bf16): the ceiling of the end-to-end prefill
 // %peak on this machine when the partials' memory traffic (written once,
 // read back by the combine) costs nothing. %peak-mean is the mean over the
@@ -228,7 +229,7 @@ func BenchmarkPrefillTile(b *testing.B) {
 			wk.valid[r] = n
 		}
 		scale := float32(1/math.Sqrt(d)) * math.Log2E
-		peak := tile.PeakGFLOPS(tn, 50*time.Millisecond)
+		peak := calib.PeakGFLOPS(tile.PeakLoop(tn), 50*time.Millisecond)
 		run := func(name string, f func()) { bestRate(b, name, 4*float64(m*n*d), peak, f) }
 		wk.acc.Reset(m, scale, tile.RoundNone, 0)
 		qop.DecodeRows(wk.acc.QRows(0, m), 0, m)

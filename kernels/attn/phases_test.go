@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sparseattn/msa/internal/calib"
+	"github.com/sparseattn/msa/internal/calib/updatemeter"
 	"github.com/sparseattn/msa/kernels/tile"
 )
 
@@ -27,12 +29,12 @@ import (
 //     row stores;
 //   - items%kern: the work items' rate (the call's flops over the items
 //     phase's wall time) over the rate of the same tier's in-cache tile
-//     update on as many goroutines (tile.UpdateMeter) measured right after
+//     update on as many goroutines (updatemeter.Meter) measured right after
 //     each call, the mean over the calls: what the work items lose to
 //     everything but the kernels' in-cache speed, whatever the host's
 //     state;
 //   - %peak: the best call's rate against the tier's peak
-//     (tile.PeakGFLOPS of one goroutine times the workers; the VDPBF16PS
+//     (calib.PeakGFLOPS of one goroutine times the workers; the VDPBF16PS
 //     peak on avx512bf16).
 //
 // CPU profiles mislead here: under -cpuprofile the combine took 3.5x its
@@ -40,7 +42,7 @@ import (
 // store- and stream-heavy phases are too large.
 func BenchmarkPrefillPhases(b *testing.B) {
 	benchTiers(b, []string{"avx2", "avx512", "avx512bf16"}, func(b *testing.B, tn string, lv vec) {
-		peak1 := tile.PeakGFLOPS(tn, 50*time.Millisecond)
+		peak1 := calib.PeakGFLOPS(tile.PeakLoop(tn), 50*time.Millisecond)
 		for _, sub := range []struct{ tokens, workers int }{{8192, 1}, {8192, 2}, {32768, 1}, {32768, 2}} {
 			tokens, workers := sub.tokens, sub.workers
 			b.Run(fmt.Sprintf("tokens=%d/workers=%d", tokens, workers), func(b *testing.B) {
@@ -65,10 +67,10 @@ func BenchmarkPrefillPhases(b *testing.B) {
 				phaseClock = func(i, c time.Duration) { items, comb = items+i, comb+c }
 				itemClock = func(part int, d time.Duration) { parts[part].Add(int64(d)) }
 				defer func() { phaseClock, itemClock = nil, nil }()
-				meters := make([]*tile.UpdateMeter, workers)
+				meters := make([]*updatemeter.Meter, workers)
 				for w := range meters {
 					var err error
-					if meters[w], err = tile.NewUpdateMeter(128, c.d, false); err != nil {
+					if meters[w], err = updatemeter.New(128, c.d, false); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -83,7 +85,7 @@ func BenchmarkPrefillPhases(b *testing.B) {
 					best, total = min(best, e), total+e
 					b.StopTimer()
 					ti := items - i0 // this call's items phase
-					ref := tile.SumOnThreads(workers, func(w int) float64 { return meters[w].Sustained(min(ti, 250*time.Millisecond)) })
+					ref := calib.SumOnThreads(workers, func(w int) float64 { return meters[w].Sustained(min(ti, 250*time.Millisecond)) })
 					kern += flops / ti.Seconds() / 1e9 / ref
 					b.StartTimer()
 				}

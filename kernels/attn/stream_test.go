@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sparseattn/msa/internal/calib"
 	"github.com/sparseattn/msa/kernels/lowp"
 	"github.com/sparseattn/msa/kernels/tile"
 )
@@ -91,7 +92,7 @@ func (s *decodeStream) run(i0, count int, pf bool) {
 func BenchmarkDecodeStream(b *testing.B) {
 	const flopsPerBlock = 4 * 16 * tile.BlockN * 128
 	benchVecLevels(b, func(b *testing.B, tn string, lv vec) {
-		peak := tile.PeakGFLOPS(tn, 50*time.Millisecond)
+		peak := calib.PeakGFLOPS(tile.PeakLoop(tn), 50*time.Millisecond)
 		procs := []int{1}
 		if g := runtime.GOMAXPROCS(0); g > 1 {
 			procs = append(procs, g)

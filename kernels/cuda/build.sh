@@ -4,12 +4,16 @@
 # sm_103), plus compute_80 PTX (portable, JIT-compilable by newer GPUs),
 # from PyPI wheels of a pinned CUDA 13.0 toolkit.
 #
-#   kernels/cuda/build.sh            rebuild kernels/cuda/msa_kernels.fatbin
+#   kernels/cuda/build.sh            rebuild kernels/cuda/fatbin/msa_kernels.fatbin
 #   kernels/cuda/build.sh --check    rebuild into a temp file, verify, compare with the committed fatbin
 #   kernels/cuda/build.sh --toolkit  only install the toolkit (prints CUDA_HOME)
 #   kernels/cuda/build.sh --cutlass  only install the toolkit (prints the CUTLASS/CuTe include dir)
 #
-# Every build fails on register spills, stack frames / local memory (ptxas -v),
+# The sources are the .cu files of the family folders (portable/, sm80/,
+# sm90/, sm100/) with the headers of shared/. Every build fails when a .cu
+# lies outside those folders or a folder includes another family's header
+# (shared/ includes only shared/, a family only shared/ and itself), on
+# register spills, stack frames / local memory (ptxas -v),
 # on LDL/STL instructions in the SASS (cuobjdump -sass) and on PTX of an
 # architecture- or family-specific target; it prints the per-kernel,
 # per-architecture register counts. The per-kernel gates (gates/*.tsv) and
@@ -88,18 +92,44 @@ ARCHS=(sm_80 sm_90a sm_100f)
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/msa-cuda-build.XXXXXX")"
 trap 'rm -rf "$WORK"' EXIT
 
-# One translation unit including every kernels/cuda/*.cu, so that a single
-# module (one cubin per architecture) holds every kernel. The unit lives in a
-# directory of its own with a fixed name; sources are found through -I, so no
-# absolute path of this machine can reach the output.
+# One translation unit including every .cu of the family folders, so that a
+# single module (one cubin per architecture) holds every kernel. The unit
+# lives in a directory of its own with a fixed name; sources are found
+# through -I kernels/cuda (every #include names its folder: "shared/...",
+# "sm100/..."), so no absolute path of this machine can reach the output.
+# The sources are included in the order of their file names, whatever their
+# folder, so the kernels' order in the module (and the bytes of the fatbin)
+# does not depend on which folder a file lives in.
+FAMILIES=(portable sm80 sm90 sm100)
+
+# Layout rules, checked before compiling: every kernel source (.cu outside a
+# hosttest/ folder) is in a family folder, so none is left out of the unit;
+# shared/ includes only shared/, and a family only shared/ and itself.
+layout_ok=1
+while IFS= read -r f; do
+    rel="${f#"$HERE"/}"
+    [[ " ${FAMILIES[*]} " == *" ${rel%%/*} "* && "$rel" == */*.cu && "$rel" != */*/* ]] || {
+        echo "build.sh: FAIL: $rel is a .cu outside the family folders (${FAMILIES[*]})" >&2; layout_ok=0; }
+done < <(find "$HERE" -name '*.cu' -not -path '*/hosttest/*' | LC_ALL=C sort)
+for dir in shared "${FAMILIES[@]}"; do
+    while IFS= read -r line; do
+        inc="${line#*\"}"; inc="${inc%%\"*}"
+        [[ "$inc" == shared/* || "$inc" == "$dir"/* ]] || {
+            echo "build.sh: FAIL: ${line%%:*}: #include \"$inc\": $dir/ may include only shared/ and $dir/" >&2; layout_ok=0; }
+    done < <(cd "$HERE" && grep -H '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$dir"/*.cu "$dir"/*.cuh "$dir"/*.h 2>/dev/null)
+done
+[[ $layout_ok == 1 ]] || exit 1
+
 mkdir -p "$WORK/tu"
 UNIT="$WORK/tu/msa_kernels.cu"
 : > "$UNIT"
-for f in "$HERE"/*.cu; do
-    echo "#include \"$(basename "$f")\"" >> "$UNIT"
+for fam in "${FAMILIES[@]}"; do
+    for f in "$HERE/$fam"/*.cu; do echo "$(basename "$f") $fam/$(basename "$f")"; done
+done | LC_ALL=C sort | while read -r _ rel; do
+    echo "#include \"$rel\"" >> "$UNIT"
 done
 
-OUT_FATBIN="$HERE/msa_kernels.fatbin"
+OUT_FATBIN="$HERE/fatbin/msa_kernels.fatbin"
 [[ "$MODE" == check ]] && OUT_FATBIN="$WORK/msa_kernels.fatbin"
 
 start=$(date +%s)
@@ -167,16 +197,16 @@ normalise_sass() {
 }
 
 if [[ "$MODE" == check ]]; then
-    COMMITTED="$HERE/msa_kernels.fatbin"
+    COMMITTED="$HERE/fatbin/msa_kernels.fatbin"
     [[ -f "$COMMITTED" ]] || { echo "build.sh: --check: $COMMITTED is missing" >&2; exit 1; }
     if cmp -s "$WORK/out.fatbin" "$COMMITTED"; then
         echo "build.sh: --check OK: bit-identical to the committed fatbin ($(stat -c %s "$COMMITTED") bytes)" >&2
         exit 0
     fi
-    # Fallback: the same nvcc from the same pinned wheels has produced
-    # identical bytes in our tests; differing bytes can still come from a
-    # different host (e.g. an embedded temp-file name). Then compare the
-    # normalised SASS, which is what the GPU runs.
+    # Fallback: two builds of the same sources differ in bytes, since nvcc
+    # names the internal-linkage symbols of the compute_80 PTX with a hash
+    # that changes from build to build; compare the normalised SASS, which
+    # is what the GPU runs.
     if diff <(normalise_sass "$WORK/out.fatbin") <(normalise_sass "$COMMITTED") > "$WORK/sass.diff"; then
         echo "build.sh: --check OK: bytes differ but the SASS is identical" >&2
         exit 0

@@ -2,12 +2,12 @@
 # kernels/cuda/ci.sh - the CUDA checks of CI (called by .ci/run when executable).
 # Needs no GPU and no CUDA installation:
 #
-#   1. build.sh --check   rebuild the fatbin from kernels/cuda/*.cu with the pinned
+#   1. build.sh --check   rebuild the fatbin from the family folders' .cu with the pinned
 #                         CUDA 13.0.2 wheels; fail on spills / local memory / LDL/STL /
 #                         missing SASS / arch-specific PTX; the rebuild must match the
-#                         committed msa_kernels.fatbin (bytes, else normalised SASS).
+#                         committed fatbin/msa_kernels.fatbin (bytes, else normalised SASS).
 #   2. gates/check_gates.py   static gates of the committed fatbin: exactly the
-#                         kernels named in kernels/cuda/*.go in every SASS image
+#                         kernels named in kernels/cuda/fatbin/*.go in every SASS image
 #                         (sm_80, sm_90a, sm_100f); per kernel x image the rows of
 #                         gates/*.tsv (required / forbidden instructions, e.g.
 #                         UTCHMMA / UTCQMMA, UTMALDG, LDTM on sm_100f and no
@@ -67,7 +67,7 @@ fi
 t=$(now)
 CUDA_HOME="$("$HERE/build.sh" --toolkit)"
 python3 "$HERE/gates/check_gates.py" --cuobjdump "$CUDA_HOME/bin/cuobjdump" \
-    --fatbin "$HERE/msa_kernels.fatbin" --dir "$HERE"
+    --fatbin "$HERE/fatbin/msa_kernels.fatbin" --dir "$HERE"
 mark "static gates (SASS table)" "$t"
 
 # ---- 3. tagged build / vet / test -c of every package ----------------------------------

@@ -142,8 +142,9 @@ case "$MODE" in
     fi
     mkdir -p "$BIN_DIR"
     t=$(now)
-    # One binary per package with tests; names from the import path (cuda
-    # and kernels/cuda would both be cuda.test).
+    # One binary per package with tests, named from the whole import path
+    # (`go test -c -o dir/` names it from the last element only, which two
+    # packages may share).
     mod="$(go list "${MODFLAGS[@]}" -m)"
     n=0
     for pkg in $(go list "${MODFLAGS[@]}" -tags cuda -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./...); do

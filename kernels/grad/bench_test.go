@@ -104,7 +104,7 @@ func BenchmarkBackward(b *testing.B) {
 
 // BenchmarkGemmTile times the GEMM tiles of the avx512 and avx2 tiers on
 // the backward's tile shape (64 rows, 128 columns, reduction 128) and
-// reports GFLOP/s; compare with tile.PeakGFLOPS of the tier
+// reports GFLOP/s; compare with calib.PeakGFLOPS of the tier
 // (go test ./kernels/tile -bench Peak).
 func BenchmarkGemmTile(b *testing.B) {
 	for _, tier := range gemmTiers {

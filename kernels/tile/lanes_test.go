@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/sparseattn/msa/internal/calib"
 )
 
 // TestLanesStateLayout checks the offsets that asmgen/lanes/gen.go hard-codes.
@@ -355,7 +357,7 @@ func TestLanesEdges(t *testing.T) {
 // keys read in place (4*m*n*d flops), and, for comparison, the Acc path of
 // the same tier at m = 16 including the Block.Load that decode must pay per
 // block (acc+load) and without it (acc). best-GFLOP/s is the fastest single
-// call; %peak compares it with PeakGFLOPS of the tier.
+// call; %peak compares it with calib.PeakGFLOPS of the tier's loop.
 func BenchmarkLanesUpdate(b *testing.B) {
 	for _, tn := range []string{"generic", "avx2", "avx512", "amxbf16"} {
 		for _, d := range []int{64, 128, 256} {
@@ -400,7 +402,7 @@ func BenchmarkLanesUpdate(b *testing.B) {
 					b.ReportMetric(flops*float64(b.N)/el.Seconds()/1e9, "GFLOP/s")
 					bestGF := flops / best.Seconds() / 1e9
 					b.ReportMetric(bestGF, "best-GFLOP/s")
-					if peak := PeakGFLOPS(tn, 50*time.Millisecond); peak > 0 {
+					if peak := calib.PeakGFLOPS(PeakLoop(tn), 50*time.Millisecond); peak > 0 {
 						b.ReportMetric(peak, "peak-GFLOP/s")
 						b.ReportMetric(100*bestGF/peak, "%peak")
 					}

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/sparseattn/msa/internal/calib"
 )
 
 // BenchmarkUpdateParts splits the in-cache bound of Acc.Update on each
@@ -19,7 +21,7 @@ import (
 // with its operands in L1/L2 (best of the repetitions). It reports
 //
 //   - qk%peak, pv%peak: each kernel's rate against the tier's peak
-//     (tile.PeakGFLOPS, the VDPBF16PS peak on avx512bf16);
+//     (calib.PeakGFLOPS of tile.PeakLoop, the VDPBF16PS peak on avx512bf16);
 //   - softmax-ns: one softmax call (6 rows), and softmax%: its share of the
 //     three parts' time;
 //   - bound%peak: the tile's flops (4*6*128*128) over the three parts'
@@ -39,7 +41,7 @@ func BenchmarkUpdateParts(b *testing.B) {
 				b.Skipf("tier %s: CPU lacks %s", c.tier, m)
 			}
 			k := c.k
-			peak := PeakGFLOPS(c.tier, 50*time.Millisecond)
+			peak := calib.PeakGFLOPS(PeakLoop(c.tier), 50*time.Millisecond)
 			rng := rand.New(rand.NewSource(5))
 			// Operands in the tier's layout, as update passes them: steps
 			// are floats (d of Q.K, BlockN of P.V) or bf16 pairs (half as

@@ -1,14 +1,9 @@
 package tile
 
-import (
-	"runtime"
-	"sync"
-	"time"
-)
-
-// PeakGFLOPS measures the multiply-add throughput of one core for a tier with
-// a tight loop of independent accumulators and returns GFLOP/s, the
-// denominator of the "percent of peak" figures:
+// PeakLoop returns the calibration kernel of a tier: a tight loop of
+// independent multiply-add chains on registers only, the denominator of the
+// "percent of peak" figures. The function runs iters iterations and returns
+// the flops it did:
 //
 //   - "avx512": 12 zmm accumulators of VFMADD231PS; one instruction counts
 //     2*16 = 32 flops.
@@ -22,72 +17,16 @@ import (
 //     counts 16*16*32*2 = 16384 flops.
 //   - "generic": scalar Go multiply-adds, 2 flops each.
 //
-// It runs for about dur on the calling goroutine, timing windows of about
-// 0.1-0.5 ms, and returns the best window's rate: on a time-shared machine
-// that is the rate of the core when the goroutine has it, which is also what
-// BenchmarkUpdate's best-window metric reports. It returns 0 for a tier that
-// is unknown or not supported by this CPU.
-func PeakGFLOPS(tier string, dur time.Duration) float64 {
+// It returns nil for a tier that is unknown, has no loop, or is not
+// supported by this CPU. The loops are kernels of the tier's instruction
+// set, generated with the others (asmgen); timing them is package
+// internal/calib's.
+func PeakLoop(tier string) func(iters int) float64 {
 	t := findTier(tier)
 	if t == nil || t.peak == nil || t.missing() != "" {
-		return 0
+		return nil
 	}
-	const iters = 1 << 12
-	t.peak(iters) // warm up (clock ramp, page in the code)
-	best := 0.0
-	start := time.Now()
-	for time.Since(start) < dur {
-		w := time.Now()
-		f := t.peak(iters)
-		if r := f / time.Since(w).Seconds() / 1e9; r > best {
-			best = r
-		}
-	}
-	return best
-}
-
-// SustainedGFLOPS runs the calibration loop of PeakGFLOPS for about dur on
-// the calling goroutine and returns the average rate over the whole
-// interval (all flops / elapsed time) rather than the best window's: on a
-// time-shared machine it includes the time the core was not ours, like a
-// timed op of the same duration does (0 for an unknown or unsupported
-// tier).
-func SustainedGFLOPS(tier string, dur time.Duration) float64 {
-	t := findTier(tier)
-	if t == nil || t.peak == nil || t.missing() != "" {
-		return 0
-	}
-	const iters = 1 << 12
-	f := 0.0
-	start := time.Now()
-	for time.Since(start) < dur {
-		f += t.peak(iters)
-	}
-	return f / time.Since(start).Seconds() / 1e9
-}
-
-// SumOnThreads runs rate(0), ..., rate(n-1) at once, each on its own
-// goroutine locked to an OS thread (as the ops' workers run), and returns
-// the sum of their results: the combined rate of n workers measuring at the
-// same time (PeakGFLOPS, SustainedGFLOPS, UpdateMeter.Sustained).
-func SumOnThreads(n int, rate func(i int) float64) float64 {
-	rates := make([]float64, n)
-	var wg sync.WaitGroup
-	for i := range rates {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
-			rates[i] = rate(i)
-		}()
-	}
-	wg.Wait()
-	all := 0.0
-	for _, r := range rates {
-		all += r
-	}
-	return all
+	return t.peak
 }
 
 // peakSink keeps the generic calibration loop from being optimised away.

@@ -18,8 +18,8 @@ import (
 // not take the same from all code. Each of b.N rounds times, one after the
 // other, for every SIMD tier this CPU has:
 //
-//   - fma: the tier's calibration loop (register-only multiply-adds, as
-//     PeakGFLOPS runs it);
+//   - fma: the tier's calibration loop (register-only multiply-adds,
+//     PeakLoop);
 //   - qk: the Q.K kernels of one register tile against a full block
 //     (simd.scores, 6 rows x 128 keys, D = 128), operands in L1/L2;
 //   - pv: the P.V kernels of the same tile (simd.values);

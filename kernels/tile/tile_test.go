@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sparseattn/msa/internal/calib"
 	"github.com/sparseattn/msa/kernels/lowp"
 )
 
@@ -427,7 +428,7 @@ func TestLoadLayout(t *testing.T) {
 // BenchmarkUpdate times Acc.Update of m query rows against a full block of
 // 128 keys (4*m*n*d flops). GFLOP/s is the mean over b.N; best-GFLOP/s the
 // fastest single Update (robust to other processes on shared cores), and
-// %peak compares it with PeakGFLOPS of the tier (avx512 for the emulated
+// %peak compares it with calib.PeakGFLOPS of the tier's loop (avx512 for the emulated
 // bf16 tier).
 func BenchmarkUpdate(b *testing.B) {
 	for _, tn := range []string{"generic", "avx2", "avx512", "avx512bf16", "avx512bf16-emulated", "amxbf16"} {
@@ -464,7 +465,7 @@ func BenchmarkUpdate(b *testing.B) {
 				// The best single Update is robust to other processes on
 				// shared cores; compare it with the best-window peak.
 				b.ReportMetric(bestGF, "best-GFLOP/s")
-				if peak := PeakGFLOPS(peakTier(tn), 50*time.Millisecond); peak > 0 {
+				if peak := calib.PeakGFLOPS(PeakLoop(peakTier(tn)), 50*time.Millisecond); peak > 0 {
 					b.ReportMetric(peak, "peak-GFLOP/s")
 					b.ReportMetric(100*bestGF/peak, "%peak")
 				}
@@ -492,21 +493,6 @@ func BenchmarkLoad(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				blk.Load(n, k, v)
 			}
-		})
-	}
-}
-
-func BenchmarkPeak(b *testing.B) {
-	for _, tn := range []string{"generic", "avx2", "avx512", "avx512bf16", "amxbf16"} {
-		b.Run("tier="+tn, func(b *testing.B) {
-			if m, ok := tierMissing(tn); !ok || m != "" {
-				b.Skipf("tier %s: CPU lacks %s", tn, m)
-			}
-			var g float64
-			for i := 0; i < b.N; i++ {
-				g = PeakGFLOPS(tn, 20*time.Millisecond)
-			}
-			b.ReportMetric(g, "GFLOP/s")
 		})
 	}
 }

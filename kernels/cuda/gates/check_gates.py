@@ -9,7 +9,7 @@ sm90_sm80.tsv for the Hopper / Ampere tensor-core kernels). All files are
 read and their rows pooled.
 
 1. The expected kernel set is every "msa_*" string constant declared in
-   kernels/cuda/*.go (e.g. `SM100FwdBF16D64 = "msa_sm100_fwd_bf16_d64"`);
+   kernels/cuda/fatbin/*.go (e.g. `SM100FwdBF16D64 = "msa_sm100_fwd_bf16_d64"`);
    every SASS image of the fatbin must hold exactly that set.
 2. Every (kernel, image) pair must match at least one gate row and must pass
    every row it matches.
@@ -36,7 +36,7 @@ field except max_stack, where '-' means 0:
   6  max_regs   maximum registers per thread (cuobjdump -res-usage REG)
   7  max_stack  maximum STACK + LOCAL bytes ('-' = 0: no local memory)
   8  dyn_smem   the dynamic shared memory the launcher requests; the kernel
-                table in kernels/cuda/*.go ({Name: Const, ..., DynSmem: N,
+                table in kernels/cuda/fatbin/*.go ({Name: Const, ..., DynSmem: N,
                 ..., TMEMCols: N}) must say the same, and static + dynamic
                 shared memory must fit in 232448 bytes
   9  tmem_cols  tensor-memory columns the kernel allocates (<= 512); the
@@ -69,17 +69,22 @@ def run(cmd):
     return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
 
 
+def go_files(d):
+    """The Go files of package fatbin (kernels/cuda/fatbin), which name the kernels."""
+    return sorted(glob.glob(os.path.join(d, "fatbin", "*.go")))
+
+
 def expected_kernels(d):
     names = set()
-    for f in sorted(glob.glob(os.path.join(d, "*.go"))):
+    for f in go_files(d):
         for m in re.finditer(r'^\s*[A-Za-z0-9_]+\s*(?:[A-Za-z0-9_.]+\s*)?=\s*"(msa_[a-z0-9_]+)"', open(f).read(), re.M):
             names.add(m.group(1))
     return names
 
 
 def kernel_table(d):
-    """DynSmem / TMEMCols of the kernel tables in kernels/cuda/*.go, by kernel name."""
-    src = "".join(open(f).read() for f in sorted(glob.glob(os.path.join(d, "*.go"))))
+    """DynSmem / TMEMCols of the kernel tables in kernels/cuda/fatbin/*.go, by kernel name."""
+    src = "".join(open(f).read() for f in go_files(d))
     consts = dict(re.findall(r'^\s*([A-Za-z0-9_]+)\s*=\s*"(msa_[a-z0-9_]+)"', src, re.M))
     out = {}
     for m in re.finditer(r"\{Name:\s*([A-Za-z0-9_]+),[^}]*?DynSmem:\s*(\d+),[^}]*?TMEMCols:\s*(\d+)", src):
@@ -189,7 +194,7 @@ def main():
 
     names = expected_kernels(a.dir)
     if not names:
-        sys.exit("check_gates: no msa_* kernel names declared in kernels/cuda/*.go")
+        sys.exit("check_gates: no msa_* kernel names declared in kernels/cuda/fatbin/*.go")
     res = parse_res(run([a.cuobjdump, "-res-usage", a.fatbin]))
     sass_lines = {}
     sass_ops = parse_sass(run([a.cuobjdump, "-sass", a.fatbin]), sass_lines)

@@ -1,0 +1,89 @@
+// sm90_gmma_layout_check.cu - host check (no GPU) that the shared-memory
+// operand layouts and GMMA descriptors of sm90_common.cuh are CuTe's
+// canonical ones: the swizzled byte offset of every element of the Q / K
+// (K-major, 128B and 64B swizzle) and V (MN-major, 128B swizzle, 64-column
+// panels holding all 128 keys) tiles equals the address CuTe's GMMA layout
+// atoms give, and the descriptor fields (layout type, LBO, SBO) equal
+// make_gmma_desc's. The start-address field is not compared: on the host
+// CuTe cannot convert a shared-memory pointer (it prints "cast_smem_ptr_to_uint
+// not supported" and uses 0). Not part of the fatbin (build.sh compiles only the
+// .cu files of the family folders). Run with the pinned toolkit:
+//   CUDA_HOME=$(bash kernels/cuda/build.sh --toolkit); CUTE=$(bash kernels/cuda/build.sh --cutlass)
+//   $CUDA_HOME/bin/nvcc -std=c++17 -arch=sm_90a -I $CUTE -L $CUDA_HOME/lib \
+//       -o /tmp/gmma kernels/cuda/hosttest/sm90_gmma_layout_check.cu && /tmp/gmma
+// The mirror of gdesc() below must stay in step with sm90_common.cuh.
+#include <cstdio>
+#include <cute/tensor.hpp>
+#include <cute/atom/mma_traits_sm90_gmma.hpp>
+using namespace cute;
+// gdesc() of sm90_common.cuh
+template <int SPAN> uint64_t gdesc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+    constexpr uint64_t layout = SPAN == 128 ? 1 : SPAN == 64 ? 2 : 3;
+    return (uint64_t)((addr >> 4) & 0x3FFF) | ((uint64_t)((lbo >> 4) & 0x3FFF) << 16) |
+           ((uint64_t)((sbo >> 4) & 0x3FFF) << 32) | (layout << 62);
+}
+template <class T, class Atom, int R, int COLS, int KSTEP>
+int check_k(const char* name, int span) {
+    // K-major operand R rows x COLS elements, panels of span bytes (tile_to_shape: rows first)
+    auto layout = tile_to_shape(Atom{}, make_shape(Int<R>{}, Int<COLS>{}));
+    int bad = 0;
+    const uint32_t base = 0x4000;
+    {
+        auto tk = make_tensor(make_smem_ptr(reinterpret_cast<T*>(0x10000)), layout);
+        for (int r = 0; r < R; ++r) for (int c = 0; c < COLS; ++c) {
+            int off = (int)(reinterpret_cast<uintptr_t>(raw_pointer_cast(&tk(r, c))) - 0x10000);
+            int b = c * (int)sizeof(T), panel = b / span, cc = b % span;
+            int sw = span == 128 ? (r & 7) : ((r >> 1) & 3);
+            int mine = panel * R * span + r * span + ((((cc >> 4) ^ sw) << 4) | (cc & 15));
+            if (off != mine) { if (bad < 5) printf("%s phys (r %d c %d) cute %d mine %d\n", name, r, c, off, mine); ++bad; }
+        }
+    }
+    for (int k = 0; k < COLS / KSTEP; ++k) {
+        auto t = make_tensor(make_smem_ptr(reinterpret_cast<T*>(base)), layout);
+        auto sub = local_tile(t, make_shape(Int<R>{}, Int<KSTEP>{}), make_coord(0, k));
+        uint64_t ref = GMMA::make_gmma_desc<GMMA::Major::K>(sub);
+        const int bytes = k * 32, pn = bytes / span, in = bytes % span;
+        uint64_t mine = span == 128 ? gdesc<128>(base + pn * R * span + in, 16, 8 * span)
+                                    : gdesc<64>(base + pn * R * span + in, 16, 8 * span);
+        // LBO is ignored by the hardware for swizzled K-major layouts: compare without it
+        uint64_t mask = ~(uint64_t(0x3FFF) << 16) & ~uint64_t(0x3FFF);  // no LBO (ignored), no start address (host: 0)
+        if ((ref & mask) != (mine & mask)) { printf("%s k=%d ref %016llx mine %016llx\n", name, k, (unsigned long long)ref, (unsigned long long)mine); ++bad; }
+    }
+    printf("%s: %d mismatches\n", name, bad);
+    return bad;
+}
+template <int D>
+int check_v() {
+    // V: 128 keys x D bf16, MN-major B operand (N = D contiguous); my layout: panel of 64 columns holds all keys
+    auto layout = tile_to_shape(GMMA::Layout_MN_SW128_Atom<bfloat16_t>{}, make_shape(Int<D>{}, Int<128>{}), Step<_2, _1>{});
+    int bad = 0;
+    const uint32_t base = 0x8000;
+    // physical check: element (n, key) offset vs my swz<128, 128>(key, 2n)
+    auto tv = make_tensor(make_smem_ptr(reinterpret_cast<bfloat16_t*>(0x10000)), layout);
+    for (int n = 0; n < D; ++n) for (int key = 0; key < 128; ++key) {
+        int off = (int)(reinterpret_cast<uintptr_t>(raw_pointer_cast(&tv(n, key))) - 0x10000);
+        int panel = (2 * n) / 128, cc = (2 * n) % 128;
+        int mine = panel * 128 * 128 + key * 128 + ((((cc >> 4) ^ (key & 7)) << 4) | (cc & 15));
+        if (off != mine) { if (bad < 5) printf("V d%d (n %d key %d) cute %d mine %d\n", D, n, key, off, mine); ++bad; }
+    }
+    for (int kk = 0; kk < 8; ++kk) {
+        auto t = make_tensor(make_smem_ptr(reinterpret_cast<bfloat16_t*>(base)), layout);
+        auto sub = local_tile(t, make_shape(Int<D>{}, Int<16>{}), make_coord(0, kk));
+        uint64_t ref = GMMA::make_gmma_desc<GMMA::Major::MN>(sub);
+        uint64_t mine = gdesc<128>(base + kk * 16 * 128, 128 * 128, 8 * 128);
+        { uint64_t mask = ~uint64_t(0x3FFF); if (D == 64) mask &= ~(uint64_t(0x3FFF) << 16); ref &= mask; mine &= mask; }
+        if (ref != mine) { printf("Vdesc d%d kk=%d ref %016llx mine %016llx\n", D, kk, (unsigned long long)ref, (unsigned long long)mine); ++bad; }
+    }
+    printf("V d%d: %d mismatches\n", D, bad);
+    return bad;
+}
+int main() {
+    int bad = 0;
+    bad += check_k<bfloat16_t, GMMA::Layout_K_SW128_Atom<bfloat16_t>, 64, 64, 16>("Q bf16 d64", 128);
+    bad += check_k<bfloat16_t, GMMA::Layout_K_SW128_Atom<bfloat16_t>, 64, 256, 16>("Q bf16 d256", 128);
+    bad += check_k<bfloat16_t, GMMA::Layout_K_SW128_Atom<bfloat16_t>, 128, 128, 16>("K bf16 d128", 128);
+    bad += check_k<float_e4m3_t, GMMA::Layout_K_SW64_Atom<float_e4m3_t>, 128, 64, 32>("K e4m3 d64", 64);
+    bad += check_k<float_e4m3_t, GMMA::Layout_K_SW128_Atom<float_e4m3_t>, 64, 256, 32>("Q e4m3 d256", 128);
+    bad += check_v<64>(); bad += check_v<128>(); bad += check_v<256>();
+    return bad != 0;
+}

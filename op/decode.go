@@ -44,7 +44,13 @@ type DecodeArgs struct {
 	// pages: the batch-invariant mode.
 	FixedSplitSize int
 	// DisableSplitKV (disable_split_kv) never splits a request's keys.
+	// It cannot be combined with a FixedSplitSize.
 	DisableSplitKV bool
+	// MaxWorkspaceBytes caps the bytes of the split-KV partials and the
+	// schedule (see DefaultMaxWorkspaceBytes, used when it is 0); a call or
+	// plan that would need more is an *ArgError before anything is
+	// allocated.
+	MaxWorkspaceBytes int64
 }
 
 // PlanArgs are the keyword arguments of DecodeWrapper.Plan (the
@@ -148,6 +154,7 @@ func validateDecodeMeta(c *checker, args *DecodeArgs, fixedCap bool, q2k tensor.
 		MaxPagesPerSeq: m.cols, FixedCapacity: fixedCap,
 	}
 	checkDecodeSize(c, m.params)
+	checkDecodeWorkspace(c, m.params, m.seqused, d, workspaceLimit(c, args.MaxWorkspaceBytes))
 	if present(q2k) && c.err == nil {
 		qd := c.dense(q2k, "q2k_indices")
 		c.dtype(qd, "q2k_indices", tensor.Int32)

@@ -34,6 +34,7 @@ type attnConfig struct {
 	disableSplit, keepFirst, keepLast      bool
 	reduce                                 HeadReduce
 	layout                                 PagedLayout
+	maxWorkspace                           int64
 	given                                  uint64 // bit optID: the option was given
 }
 

@@ -52,6 +52,7 @@ const (
 	optKeepFirst
 	optKeepLast
 	optKVLayout
+	optMaxWorkspaceBytes
 )
 
 // optNames are the option functions' names, used in errors.
@@ -62,7 +63,7 @@ var optNames = [...]string{
 	optMaxSeqlenK: "MaxSeqlenK", optTopK: "TopK", optTotalQ: "TotalQ", optQheadPerKV: "QheadPerKV",
 	optSeqlenQ: "SeqlenQ", optHeads: "Heads", optPageSize: "PageSize", optFixedSplitSize: "FixedSplitSize",
 	optDisableSplitKV: "DisableSplitKV", optReduce: "Reduce", optKeepFirst: "KeepFirst", optKeepLast: "KeepLast",
-	optKVLayout: "KVLayout",
+	optKVLayout: "KVLayout", optMaxWorkspaceBytes: "MaxWorkspaceBytes",
 }
 
 // applyOptions applies opts for the constructor fn, which accepts the
@@ -221,3 +222,10 @@ func KeepLast() Option { return Option{optKeepLast, func(c *attnConfig) { c.keep
 // [num_pages, page_size, Hkv, D]. For SparseAttention (with Paged),
 // DecodeAttention and WritePagedKV; the CUDA path takes HND only.
 func KVLayout(l PagedLayout) Option { return Option{optKVLayout, func(c *attnConfig) { c.layout = l }} }
+
+// MaxWorkspaceBytes caps the bytes of a DecodeAttention node's split-KV
+// partials and schedule, checked at construction for the longest sequences
+// its page table allows (absent or 0: DefaultMaxWorkspaceBytes).
+func MaxWorkspaceBytes(n int64) Option {
+	return Option{optMaxWorkspaceBytes, func(c *attnConfig) { c.maxWorkspace = n }}
+}

@@ -187,7 +187,7 @@ func checkDecodeQ2K(c *checker, m *decodeMeta) {
 			for k, j := range list {
 				if j < -1 || int(j) >= nb {
 					c.fail(fmt.Sprintf("q2k_indices[%d, %d, %d]", h, gq, k),
-						fmt.Sprintf("-1 or a block id in [0, %d) for request %d", nb, b), j)
+						fmt.Sprintf("-1 or a block id in [0, %d) for request %d (ceil(seqused_k = %d / blk_kv = %d) blocks)", nb, b, m.seqused[b], m.blk), j)
 					return
 				}
 				for _, x := range list[:k] {

@@ -310,6 +310,13 @@ func DecodeAttention(q, k, v, pageTable, seqUsedK, sched, q2k *G.Node, opts ...O
 		if err := nodeCheck(fn, "q2k_indices", q2k, 3, tensor.Int32); err != nil {
 			return nil, err
 		}
+		blk := blkKV
+		if blk == 0 {
+			blk = l.p.PageSize
+		}
+		if err := checkProducerBlk(fn, q2k, blk); err != nil {
+			return nil, err
+		}
 		inputs = append(inputs, q2k)
 	}
 	op := &decodeAttnOp{l: l, sparse: q2k != nil, scale: softmaxScale, blk: blkKV, layout: cfg.layout, maxWS: cfg.maxWorkspace,

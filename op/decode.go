@@ -43,8 +43,8 @@ type DecodeArgs struct {
 	// FixedSplitSize (fixed_split_size) > 0 forces a KV chunk of that many
 	// pages: the batch-invariant mode.
 	FixedSplitSize int
-	// DisableSplitKV (disable_split_kv) never splits a request's keys.
-	// It cannot be combined with a FixedSplitSize.
+	// DisableSplitKV (disable_split_kv) never splits a request's keys
+	// (it overrides a FixedSplitSize).
 	DisableSplitKV bool
 	// MaxWorkspaceBytes caps the bytes of the split-KV partials and the
 	// schedule (see DefaultMaxWorkspaceBytes, used when it is 0); a call or

@@ -120,6 +120,10 @@ func DecodeSchedule(pageTable, seqUsedK *G.Node, opts ...Option) (*G.Node, error
 	if !cfg.has(optSeqlenQ) {
 		cfg.seqlenQ = 1
 	}
+	if cfg.fixedSplit > 0 && cfg.disableSplit {
+		return nil, argErr(fn, "FixedSplitSize/DisableSplitKV", "at most one of FixedSplitSize(n > 0) (a fixed KV split) and DisableSplitKV() (no split)",
+			fmt.Sprintf("FixedSplitSize(%d) and DisableSplitKV()", cfg.fixedSplit))
+	}
 	if err := nodeCheck(fn, "page_table", pageTable, 2, tensor.Int32); err != nil {
 		return nil, err
 	}

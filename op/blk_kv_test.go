@@ -1,6 +1,7 @@
 package op
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -82,4 +83,40 @@ func TestDecodeQ2KNamesBlkKV(t *testing.T) {
 	q2k := tensor.New(tensor.WithShape(s.hkv, totalQ, 1), tensor.WithBacking(ids))
 	_, err := SparseDecodeAttenFunc(pr.q, pr.k, pr.v, q2k, args)
 	wantArgErr(t, err, "q2k_indices[0, 0, 0]", "ceil(seqused_k = 70 / blk_kv = 32) blocks")
+}
+
+// TestDecodeAttentionBlkKVOfProducer: sparse decode over q2k_indices
+// selected by TopKBlocks from BlockScores of another blk_kv is refused at
+// construction, naming both values; the same block size is accepted.
+func TestDecodeAttentionBlkKVOfProducer(t *testing.T) {
+	s := misuseSpec() // B 2, seqlen_q 2, Hq 4, Hkv 2, D 64, page size 16
+	pr := buildDecode(s)
+	g := G.NewGraph()
+	in := func(name string, x *tensor.Dense) *G.Node { return G.NodeFromAny(g, x, G.WithName(name)) }
+	q, pt, su := in("q", pr.q), in("pt", pr.pt), in("su", pr.su)
+	keys := tensor.New(tensor.WithShape(103, s.hkv, s.d), tensor.WithBacking(make([]lowp.BFloat16, 103*s.hkv*s.d)))
+	cuQ := in("cu_q", tensor.New(tensor.WithShape(3), tensor.WithBacking([]int32{0, 2, 4})))
+	cuK := in("cu_k", tensor.New(tensor.WithShape(3), tensor.WithBacking([]int32{0, 70, 103})))
+	sched, err := DecodeSchedule(pt, su, Heads(s.hq, s.hkv), PageSize(s.pageSize), SeqlenQ(s.seqlenQ), Workers(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, blk := range []int{64, 16} {
+		sc, err := BlockScores(q, in(fmt.Sprint("keys", blk), keys), cuQ, cuK, BlkKV(blk), MaxSeqlenK(70))
+		if err != nil {
+			t.Fatal(err)
+		}
+		q2k, err := TopKBlocks(sc, TopK(2))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = DecodeAttention(q, in(fmt.Sprint("k", blk), pr.k), in(fmt.Sprint("v", blk), pr.v), pt, su, sched, q2k)
+		if blk == s.pageSize {
+			if err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		wantNames(t, err, "blk_kv", "blk_kv = 64", "blk_kv = 16")
+	}
 }

@@ -2,10 +2,10 @@ package op
 
 import (
 	"fmt"
-	"runtime"
 	"strings"
 	"testing"
 
+	"github.com/sparseattn/msa/internal/allocs"
 	"github.com/sparseattn/msa/kernels/lowp"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
@@ -29,9 +29,9 @@ func wideDecode() (args DecodeArgs, q, k, v *tensor.Dense) {
 
 // wantWorkspaceErr checks the refusal of a decode workspace over the limit:
 // an *ArgError that names the bytes, the arguments they come from and the
-// knobs that change them, raised before the partials exist (the heap stays
-// far below the gigabytes they would take).
-func wantWorkspaceErr(t *testing.T, err error, before uint64) {
+// knobs that change them, raised before the partials exist (the call
+// allocated at most 1 MiB: the page-table copy of 4 MiB is not made).
+func wantWorkspaceErr(t *testing.T, err error, allocated uint64) {
 	t.Helper()
 	wantArgErr(t, err, "page_table/fixed_split_size", "bytes")
 	for _, s := range []string{"137996795924 bytes", "max_num_pages_per_seq = 1048576", "fixed_split_size = 1",
@@ -40,17 +40,9 @@ func wantWorkspaceErr(t *testing.T, err error, before uint64) {
 			t.Fatalf("error %v: want it to name %q", err, s)
 		}
 	}
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	if ms.HeapSys > before+1<<30 {
-		t.Fatalf("heap grew from %d to %d bytes before the refusal", before, ms.HeapSys)
+	if allocated > 1<<20 {
+		t.Fatalf("the refusal came after %d bytes were allocated", allocated)
 	}
-}
-
-func heapSys() uint64 {
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	return ms.HeapSys
 }
 
 // TestDecodeWorkspaceLimit: the decode entry points computed the partials'
@@ -66,14 +58,14 @@ func TestDecodeWorkspaceLimit(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		before := heapSys()
-		err = w.Plan(PlanArgs{DecodeArgs: args, NumQOHeads: 16, NumKVHeads: 1, HeadDim: 256, EnableCUDAGraph: graph}, nil)
-		wantWorkspaceErr(t, err, before)
+		pa := PlanArgs{DecodeArgs: args, NumQOHeads: 16, NumKVHeads: 1, HeadDim: 256, EnableCUDAGraph: graph}
+		got := allocs.Bytes(1, func() { err = w.Plan(pa, nil) })
+		wantWorkspaceErr(t, err, got)
 		w.Close()
 	}
-	before := heapSys()
-	_, err := SparseDecodeAttenFunc(q, k, v, nil, args)
-	wantWorkspaceErr(t, err, before)
+	var err error
+	got := allocs.Bytes(1, func() { _, err = SparseDecodeAttenFunc(q, k, v, nil, args) })
+	wantWorkspaceErr(t, err, got)
 
 	// The limit is a knob: a smaller one refuses a plan that fits the
 	// default, naming the value given.
@@ -101,10 +93,10 @@ func TestDecodeWorkspaceLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before = heapSys()
-	_, err = DecodeAttention(in("q", q), in("k", k), in("v", v), pt, su, sched, nil)
-	wantWorkspaceErr(t, err, before)
-	_, err = DecodeAttention(in("q", q), in("k", k), in("v", v), pt, su, sched, nil, MaxWorkspaceBytes(1<<40))
+	qn, kn, vn := in("q", q), in("k", k), in("v", v)
+	got = allocs.Bytes(1, func() { _, err = DecodeAttention(qn, kn, vn, pt, su, sched, nil) })
+	wantWorkspaceErr(t, err, got)
+	_, err = DecodeAttention(qn, kn, vn, pt, su, sched, nil, MaxWorkspaceBytes(1<<40))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -240,7 +240,7 @@ func outputArg(c *checker, t *tensor.Dense, arg string, dt tensor.Dtype, shape .
 		c.fail(arg, fmt.Sprintf("a contiguous %s tensor of shape %v", dtypeName(dt), slices.Clone(shape)), "nil")
 		return
 	}
-	if t.Dtype() != dt || !t.Shape().Eq(tensor.Shape(shape)) || t.RequiresIterator() || t.IsMaterializable() ||
+	if t.Dtype() != dt || !shapeIs(t, shape...) || t.RequiresIterator() || t.IsMaterializable() ||
 		len(t.Header.Raw) != n*int(dt.Size()) {
 		c.fail(arg, fmt.Sprintf("a contiguous %s tensor of shape %v (not a view)", dtypeName(dt), slices.Clone(shape)),
 			fmt.Sprintf("%s %v%s", dtypeName(t.Dtype()), []int(t.Shape()), viewDesc(t)))

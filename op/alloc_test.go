@@ -1,14 +1,10 @@
 package op
 
-import "runtime"
+import "github.com/sparseattn/msa/internal/allocs"
 
-// allocDuring returns the bytes allocated on the heap while f runs
-// (runtime.MemStats.TotalAlloc; other goroutines' allocations count too,
-// so callers use generous caps).
-func allocDuring(f func()) uint64 {
-	var a, b runtime.MemStats
-	runtime.ReadMemStats(&a)
-	f()
-	runtime.ReadMemStats(&b)
-	return b.TotalAlloc - a.TotalAlloc
-}
+// allocDuring returns the heap bytes allocated while f runs once, with one
+// P so that other goroutines rarely run meanwhile (allocs.Bytes). f builds
+// graph nodes or runs a call once, so it cannot be repeated for the
+// fewest-of-several measure: a goroutine that allocates meanwhile still
+// counts, and callers use caps far above their bound's error message.
+func allocDuring(f func()) uint64 { return allocs.Bytes(1, f) }

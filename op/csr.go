@@ -2,6 +2,7 @@ package op
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/sparseattn/msa/kernels/plan"
 	"gorgonia.org/tensor"
@@ -37,11 +38,27 @@ func BuildK2QCSR(q2kIndices, cuSeqlensQ, cuSeqlensK tensor.Tensor, blkKV int) (r
 	}
 	csr, err := plan.BuildK2QCSR(nil, int32s(q2k), hkv, totalQ, topK, cuQ, cuK, blkKV)
 	if err != nil {
-		return nil, nil, wrapArg(fn, "q2k_indices", err)
+		return nil, nil, q2kBlockErr(fn, err, cuK, blkKV)
 	}
 	rowPtr = tensor.New(tensor.WithShape(hkv, csr.TotalRows+1), tensor.WithBacking(csr.RowPtr))
 	qIndices = tensor.New(tensor.WithShape(hkv, csr.Stride), tensor.WithBacking(csr.QIdx))
 	return rowPtr, qIndices, nil
+}
+
+// q2kBlockErr is the error of a k2q CSR build from q2k_indices: it names
+// blk_kv and each sequence's block count ceil(seqlen_k / blk_kv), since an id
+// out of range usually means the ids count blocks of another size.
+func q2kBlockErr(fn string, err error, cuK []int32, blk int) error {
+	counts := make([]string, 0, min(len(cuK), 9))
+	for b := 0; b+1 < len(cuK) && b < 8; b++ {
+		n := int(cuK[b+1]) - int(cuK[b])
+		counts = append(counts, fmt.Sprintf("ceil(%d / %d) = %d", n, blk, ceilDiv(max(n, 0), blk)))
+	}
+	if len(cuK) > 9 {
+		counts = append(counts, "...")
+	}
+	return argErr(fn, "q2k_indices", fmt.Sprintf("block ids of blocks of blk_kv = %d keys, per sequence ceil(seqlen_k / blk_kv) blocks: %s "+
+		"(ids selected over blocks of another size need that blk_kv)", blk, strings.Join(counts, ", ")), err.Error())
 }
 
 // compactRowPtr returns the first total+1 pointers of each head of a row

@@ -43,8 +43,14 @@ type DecodeArgs struct {
 	// FixedSplitSize (fixed_split_size) > 0 forces a KV chunk of that many
 	// pages: the batch-invariant mode.
 	FixedSplitSize int
-	// DisableSplitKV (disable_split_kv) never splits a request's keys.
+	// DisableSplitKV (disable_split_kv) never splits a request's keys
+	// (it overrides a FixedSplitSize).
 	DisableSplitKV bool
+	// MaxWorkspaceBytes caps the bytes of the split-KV partials and the
+	// schedule (see DefaultMaxWorkspaceBytes, used when it is 0); a call or
+	// plan that would need more is an *ArgError before anything is
+	// allocated.
+	MaxWorkspaceBytes int64
 }
 
 // PlanArgs are the keyword arguments of DecodeWrapper.Plan (the
@@ -148,6 +154,7 @@ func validateDecodeMeta(c *checker, args *DecodeArgs, fixedCap bool, q2k tensor.
 		MaxPagesPerSeq: m.cols, FixedCapacity: fixedCap,
 	}
 	checkDecodeSize(c, m.params)
+	checkDecodeWorkspace(c, m.params, m.seqused, d, workspaceLimit(c, args.MaxWorkspaceBytes))
 	if present(q2k) && c.err == nil {
 		qd := c.dense(q2k, "q2k_indices")
 		c.dtype(qd, "q2k_indices", tensor.Int32)
@@ -180,7 +187,7 @@ func checkDecodeQ2K(c *checker, m *decodeMeta) {
 			for k, j := range list {
 				if j < -1 || int(j) >= nb {
 					c.fail(fmt.Sprintf("q2k_indices[%d, %d, %d]", h, gq, k),
-						fmt.Sprintf("-1 or a block id in [0, %d) for request %d", nb, b), j)
+						fmt.Sprintf("-1 or a block id in [0, %d) for request %d (ceil(seqused_k = %d / blk_kv = %d) blocks)", nb, b, m.seqused[b], m.blk), j)
 					return
 				}
 				for _, x := range list[:k] {

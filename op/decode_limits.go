@@ -58,3 +58,76 @@ func checkDecodeSize(c *checker, p plan.DecodeParams) {
 			fmt.Sprintf("B = %d, seqlen_q = %d, Hkv = %d, max_num_pages_per_seq = %d, fixed_split_size = %d", p.Batch, p.SeqlenQ, p.Hkv, p.MaxPagesPerSeq, p.FixedSplitPages))
 	}
 }
+
+// DefaultMaxWorkspaceBytes is the most bytes a decode workspace may take
+// unless DecodeArgs.MaxWorkspaceBytes (or the MaxWorkspaceBytes option of
+// the DecodeAttention node) says otherwise: 4 GiB. A decode workspace is
+// the float32 split-KV partials, 4 · partial_rows · Hq · (D + 1) bytes,
+// plus the schedule, 20 · capacity + 16 · B + 4 bytes. Both follow scalar
+// arguments (the page table's width, fixed_split_size, seqused_k), not the
+// size of q, k and v: a one-page K/V with a page table of 2^20 columns and
+// a fixed split of one page asks for 137 GB. The limit turns that into an
+// error before anything is allocated.
+const DefaultMaxWorkspaceBytes int64 = 4 << 30
+
+// workspaceLimit resolves a MaxWorkspaceBytes value: 0 is the default, a
+// negative value an error naming the argument.
+func workspaceLimit(c *checker, n int64) int64 {
+	c.need(n >= 0, "max_workspace_bytes", fmt.Sprintf("0 (the default, %d) or a positive byte count", DefaultMaxWorkspaceBytes), n)
+	if n == 0 {
+		return DefaultMaxWorkspaceBytes
+	}
+	return n
+}
+
+// decodeWorkspaceBytes returns the bytes of a decode workspace with the
+// given schedule capacity and partial rows (see DefaultMaxWorkspaceBytes),
+// or -1 when the count exceeds the int range.
+func decodeWorkspaceBytes(p plan.DecodeParams, d, capacity, partialRows int) int {
+	const huge = 1<<62 - 1
+	partials := mulCap(huge, 4, partialRows, p.HQ, d+1)
+	sched := mulCap(huge, 20, capacity)
+	if partials < 0 || sched < 0 {
+		return -1
+	}
+	return partials + sched + 16*p.Batch + 4
+}
+
+// checkDecodeWorkspace computes the sizes of the decode schedule for
+// seqused_k (the worst case of the shapes when p.FixedCapacity) without
+// allocating and rejects a workspace of more than limit bytes. The error
+// names the bytes, the arguments they come from and the knobs that lower
+// them or raise the limit.
+func checkDecodeWorkspace(c *checker, p plan.DecodeParams, seqused []int32, d int, limit int64) {
+	if c.err != nil {
+		return
+	}
+	var capacity, rows int
+	var err error
+	if p.FixedCapacity {
+		capacity, rows, err = plan.FixedDecodeSizes(p)
+	} else {
+		capacity, rows, _, err = plan.DecodeSizes(seqused, p)
+	}
+	if err != nil {
+		c.err = wrapArg(c.fn, "schedule", err)
+		return
+	}
+	n := decodeWorkspaceBytes(p, d, capacity, rows)
+	if n >= 0 && int64(n) <= limit {
+		return
+	}
+	bytes := fmt.Sprintf("%d bytes", n)
+	if n < 0 {
+		bytes = "more than 2^62 bytes"
+	}
+	mode := "this step's seqused_k"
+	if p.FixedCapacity {
+		mode = "the longest sequence the page table allows (enable_cuda_graph or a graph node)"
+	}
+	c.fail("page_table/fixed_split_size",
+		fmt.Sprintf("a decode workspace of at most MaxWorkspaceBytes = %d bytes (4 · partial_rows · num_qo_heads · (head_dim + 1) float32 partials + 20 · capacity + 16 · B + 4 schedule); "+
+			"raise fixed_split_size, set disable_split_kv, narrow page_table, or raise MaxWorkspaceBytes", limit),
+		fmt.Sprintf("%s: partial_rows = %d, capacity = %d for %s (B = %d, seqlen_q = %d, max_num_pages_per_seq = %d, page_size = %d, fixed_split_size = %d, disable_split_kv = %v), num_qo_heads = %d, num_kv_heads = %d, head_dim = %d",
+			bytes, rows, capacity, mode, p.Batch, p.SeqlenQ, p.MaxPagesPerSeq, p.PageSize, p.FixedSplitPages, p.DisableSplit, p.HQ, p.Hkv, d))
+}

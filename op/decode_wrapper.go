@@ -137,20 +137,27 @@ func (w *DecodeWrapper) Schedule() *plan.DecodeSchedule { return w.sched }
 // the outputs: Out and the natural-log LSE (always set; the reference's
 // return_softmax_lse has no Go counterpart). RunInto reuses caller-owned ones.
 func (w *DecodeWrapper) Run(q, k, v tensor.Tensor, softmaxScale float64) (*Result, error) {
-	if err := w.usable("DecodeWrapper.Run"); err != nil {
+	const fn = "DecodeWrapper.Run"
+	if !w.busy.CompareAndSwap(false, true) {
+		return nil, errBusy(fn)
+	}
+	defer w.busy.Store(false)
+	if err := w.usable(fn); err != nil {
 		return nil, err
 	}
 	rows := w.m.batch * w.m.seqlenQ
 	out := tensor.New(tensor.WithShape(rows, w.m.hq, w.m.d), tensor.WithBacking(make([]lowp.BFloat16, rows*w.m.hq*w.m.d)))
 	lse := tensor.New(tensor.WithShape(rows, w.m.hq), tensor.WithBacking(make([]float32, rows*w.m.hq)))
-	if err := w.RunInto(q, k, v, softmaxScale, out, lse); err != nil {
+	if err := w.runInto(fn, q, k, v, softmaxScale, out, lse); err != nil {
 		return nil, err
 	}
 	return &Result{Out: out, LSE: lse}, nil
 }
 
-// usable reports an unplanned or closed wrapper (read without the busy
-// flag: RunInto checks again under it).
+// usable reports an unplanned or closed wrapper; the caller holds the busy
+// flag, which every method that reads or writes the plan and the pool
+// takes first (Close included), so that a call overlapping another is an
+// error and never a data race.
 func (w *DecodeWrapper) usable(fn string) error {
 	if w.m == nil {
 		return argErr(fn, "wrapper", "a planned wrapper (call Plan before Run)", "unplanned")
@@ -175,6 +182,12 @@ func (w *DecodeWrapper) RunInto(q, k, v tensor.Tensor, softmaxScale float64, out
 	if err := w.usable(fn); err != nil {
 		return err
 	}
+	return w.runInto(fn, q, k, v, softmaxScale, out, lse)
+}
+
+// runInto is RunInto for a caller that holds the busy flag and has checked
+// that the wrapper is usable.
+func (w *DecodeWrapper) runInto(fn string, q, k, v tensor.Tensor, softmaxScale float64, out, lse *tensor.Dense) error {
 	w.c = checker{fn: fn}
 	c := &w.c
 	m := w.m
@@ -227,7 +240,7 @@ func outputArg(c *checker, t *tensor.Dense, arg string, dt tensor.Dtype, shape .
 		c.fail(arg, fmt.Sprintf("a contiguous %s tensor of shape %v", dtypeName(dt), slices.Clone(shape)), "nil")
 		return
 	}
-	if t.Dtype() != dt || !t.Shape().Eq(tensor.Shape(shape)) || t.RequiresIterator() || t.IsMaterializable() ||
+	if t.Dtype() != dt || !shapeIs(t, shape...) || t.RequiresIterator() || t.IsMaterializable() ||
 		len(t.Header.Raw) != n*int(dt.Size()) {
 		c.fail(arg, fmt.Sprintf("a contiguous %s tensor of shape %v (not a view)", dtypeName(dt), slices.Clone(shape)),
 			fmt.Sprintf("%s %v%s", dtypeName(t.Dtype()), []int(t.Shape()), viewDesc(t)))

@@ -24,15 +24,18 @@
 //	TopKBlocks        TopK (required), KeepFirst, KeepLast
 //	DecodeSchedule    Heads, PageSize (required), SeqlenQ, Workers,
 //	                  FixedSplitSize, DisableSplitKV
-//	DecodeAttention   BlkKV, SoftmaxScale, KVLayout, SharedKV
+//	DecodeAttention   BlkKV, SoftmaxScale, KVLayout, SharedKV,
+//	                  MaxWorkspaceBytes
 //	WritePagedKV      SeqlenQ, KVLayout
 //
-// An option a constructor does not take, or a missing required one, is an
-// *ArgError whose Arg is the option's name. A value given to two
-// constructors (FwdSchedule's QheadPerKV and Workers, then SparseAttention's
-// heads and Workers) is compared at construction and a mismatch names it. Every input is validated with the reference's checks plus
-// index range checks; bad input returns an error naming the argument, never
-// a panic.
+// An option a constructor does not take, a missing required one, or one
+// given twice with different arguments is an *ArgError whose Arg is the
+// option's name. A value given to two constructors (FwdSchedule's
+// QheadPerKV and Workers, then SparseAttention's heads and Workers;
+// BlockScores' blk_kv, through TopKBlocks, then K2QCSR's or
+// DecodeAttention's) is compared at construction and a mismatch names it.
+// Every input is validated with the reference's checks plus index range
+// checks; bad input returns an error naming the argument, never a panic.
 //
 // The package is thin: planning lives in kernels/plan, execution in
 // kernels/attn and kernels/tile, numerics in kernels/lowp.

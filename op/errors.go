@@ -3,6 +3,7 @@ package op
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"unsafe"
 
 	"gorgonia.org/tensor"
@@ -159,6 +160,10 @@ func backing[T any](t *tensor.Dense) []T {
 
 // int32s returns the int32 backing of t (nil when t is nil or empty).
 func int32s(t *tensor.Dense) []int32 { return backing[int32](t) }
+
+// shapeIs reports whether t has exactly the given dimensions (tensor.Shape's
+// Eq also equates a vector [n] with [1, n] and [n, 1], another rank).
+func shapeIs(t *tensor.Dense, shape ...int) bool { return slices.Equal([]int(t.Shape()), shape) }
 
 func shapeStr(t *tensor.Dense) string { return fmt.Sprintf("%v", []int(t.Shape())) }
 

@@ -67,7 +67,7 @@ func f32Arg(c *checker, t tensor.Tensor, arg, desc string, shape ...int) []float
 	if !c.dtype(d, arg, tensor.Float32) {
 		return nil
 	}
-	c.need(d.Shape().Eq(tensor.Shape(shape)), arg, "shape "+desc, shapeStr(d))
+	c.need(shapeIs(d, shape...), arg, "shape "+desc, shapeStr(d))
 	if c.err != nil {
 		return nil
 	}

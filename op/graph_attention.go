@@ -34,6 +34,7 @@ type attnConfig struct {
 	disableSplit, keepFirst, keepLast      bool
 	reduce                                 HeadReduce
 	layout                                 PagedLayout
+	maxWorkspace                           int64
 	given                                  uint64 // bit optID: the option was given
 }
 
@@ -252,6 +253,9 @@ func SparseAttention(q, k, v, csr, sched, cuQ, cuK *G.Node, opts ...Option) (*G.
 	if cfg.pageTable == nil && cfg.seqused != nil {
 		return nil, argErr(fn, "seqused_k", "no seqused_k without a page table (Paged(pageTable, seqUsedK) with pageTable != nil)", nodeDesc(cfg.seqused))
 	}
+	if err := checkAttnOptions(fn, &cfg); err != nil {
+		return nil, err
+	}
 	if cfg.pageTable != nil {
 		if err := nodeCheck(fn, "page_table", cfg.pageTable, 2, tensor.Int32); err != nil {
 			return nil, err
@@ -412,3 +416,28 @@ func LSE(out *G.Node) (*G.Node, error) { return lseNode("LSE", out, false) }
 // float32 of the sparse attention node out (T from the Temperature option;
 // equal to LSE when T = 1).
 func TemperatureLSE(out *G.Node) (*G.Node, error) { return lseNode("TemperatureLSE", out, true) }
+
+// checkAttnOptions rejects SparseAttention options that would run as
+// something else than they say or fail only when the graph runs: Paged
+// without a page table (it would run dense), a partial_dtype or an MMA
+// dtype the kernels do not have.
+func checkAttnOptions(fn string, cfg *attnConfig) error {
+	if cfg.has(optPaged) && cfg.pageTable == nil {
+		return argErr(fn, "Paged", "a page_table node (Paged(pageTable, seqUsedK); only seqUsedK may be nil; leave Paged out for dense K/V)",
+			"Paged(nil, nil)")
+	}
+	switch cfg.partial {
+	case tensor.Dtype{}, tensor.Float32, BFloat16, Float16, Float8E4M3FN:
+	default:
+		return argErr(fn, "partial_dtype", "PartialDtype of float32, bfloat16, float16 or float8_e4m3fn", dtypeName(cfg.partial))
+	}
+	for _, m := range []struct {
+		arg string
+		dt  tensor.Dtype
+	}{{"qk_dtype", cfg.qk}, {"pv_dtype", cfg.pv}} {
+		if m.dt != (tensor.Dtype{}) && m.dt != BFloat16 && m.dt != Float8E4M3FN {
+			return argErr(fn, m.arg, "MMADtypes of bfloat16 or float8_e4m3fn (or the zero Dtype: the default)", dtypeName(m.dt))
+		}
+	}
+	return nil
+}

@@ -101,7 +101,7 @@ func (op *csrOp) Do(vals ...G.Value) (G.Value, error) {
 	}
 	csr, err := plan.BuildK2QCSR(nil, int32s(q2k), l.Hkv, l.TotalQ, l.TopK, cuQ, cuK, l.BlkKV)
 	if err != nil {
-		return nil, wrapArg(fn, "q2k_indices", err)
+		return nil, q2kBlockErr(fn, err, cuK, l.BlkKV)
 	}
 	packed := make([]int32, l.Hkv*l.width())
 	for h := 0; h < l.Hkv; h++ {
@@ -155,6 +155,9 @@ func K2QCSR(q2k, cuQ, cuK *G.Node, opts ...Option) (*G.Node, error) {
 	}
 	if cuQ.Shape()[0] != cuK.Shape()[0] || cuQ.Shape()[0] < 1 {
 		return nil, argErr(fn, "cu_seqlens_k", fmt.Sprintf("shape [B + 1] = %v matching cu_seqlens_q", cuQ.Shape()), fmt.Sprint(cuK.Shape()))
+	}
+	if err := checkProducerBlk(fn, q2k, blkKV); err != nil {
+		return nil, err
 	}
 	s := q2k.Shape()
 	batch := cuQ.Shape()[0] - 1

@@ -120,6 +120,10 @@ func DecodeSchedule(pageTable, seqUsedK *G.Node, opts ...Option) (*G.Node, error
 	if !cfg.has(optSeqlenQ) {
 		cfg.seqlenQ = 1
 	}
+	if cfg.fixedSplit > 0 && cfg.disableSplit {
+		return nil, argErr(fn, "FixedSplitSize/DisableSplitKV", "at most one of FixedSplitSize(n > 0) (a fixed KV split) and DisableSplitKV() (no split)",
+			fmt.Sprintf("FixedSplitSize(%d) and DisableSplitKV()", cfg.fixedSplit))
+	}
 	if err := nodeCheck(fn, "page_table", pageTable, 2, tensor.Int32); err != nil {
 		return nil, err
 	}
@@ -163,6 +167,7 @@ type decodeAttnOp struct {
 	scale    float64
 	blk      int
 	layout   PagedLayout
+	maxWS    int64 // MaxWorkspaceBytes (0: the default)
 	inDtypes []tensor.Dtype
 	outShape tensor.Shape
 	st       *attnState
@@ -221,7 +226,7 @@ func (op *decodeAttnOp) prepare(c *checker, qd, kd *tensor.Dense, pt, su tensor.
 	const fn = "DecodeAttention"
 	p := op.l.p
 	args := DecodeArgs{PageTable: pt, SeqUsedK: su, SeqlenQ: p.SeqlenQ, MaxSeqlenK: p.MaxPagesPerSeq * p.PageSize,
-		BlkKV: op.blk, SoftmaxScale: op.scale, Workers: p.Workers, KVLayout: op.layout}
+		BlkKV: op.blk, SoftmaxScale: op.scale, Workers: p.Workers, KVLayout: op.layout, MaxWorkspaceBytes: op.maxWS}
 	hkv, ps := op.layout.dims(kd.Shape())
 	m := validateDecodeMeta(c, &args, false, q2k, qd.Shape()[0], qd.Shape()[1], hkv, qd.Shape()[2], ps, kd.Shape()[0])
 	if c.err != nil {
@@ -248,12 +253,14 @@ func (op *decodeAttnOp) prepare(c *checker, qd, kd *tensor.Dense, pt, su tensor.
 // node. q2k (nil for dense decode) is int32 [Hkv, B*seqlen_q, topK] of
 // blocks of blk_kv tokens. Options: BlkKV (absent or 0: the page size),
 // SoftmaxScale (absent or 0: 1/sqrt(D)), KVLayout (HND, the default, or
-// NHD [num_pages, page_size, Hkv, D]) and SharedKV (k and v must be
-// distinct nodes unless it is given). LSE(node) returns the natural-log LSE
+// NHD [num_pages, page_size, Hkv, D]), SharedKV (k and v must be
+// distinct nodes unless it is given) and MaxWorkspaceBytes (the node's
+// partials for the longest sequences its page table allows, checked here;
+// absent: DefaultMaxWorkspaceBytes). LSE(node) returns the natural-log LSE
 // of the same run.
 func DecodeAttention(q, k, v, pageTable, seqUsedK, sched, q2k *G.Node, opts ...Option) (*G.Node, error) {
 	const fn = "DecodeAttention"
-	cfg, err := applyOptions(fn, opts, optBlkKV, optSoftmaxScale, optSharedKV, optKVLayout)
+	cfg, err := applyOptions(fn, opts, optBlkKV, optSoftmaxScale, optSharedKV, optKVLayout, optMaxWorkspaceBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -298,14 +305,25 @@ func DecodeAttention(q, k, v, pageTable, seqUsedK, sched, q2k *G.Node, opts ...O
 		return nil, argErr(fn, "q/k", fmt.Sprintf("q [%d, %d, D], k %s with Hkv = %d, page_size = %d as planned (%v layout)",
 			l.p.Batch*l.p.SeqlenQ, l.p.HQ, cfg.layout.shape("D"), l.p.Hkv, l.p.PageSize, cfg.layout), fmt.Sprintf("q %v, k %v", qs, ks))
 	}
+	wc := &checker{fn: fn}
+	if checkDecodeWorkspace(wc, l.p, nil, qs[2], workspaceLimit(wc, cfg.maxWorkspace)); wc.err != nil {
+		return nil, wc.err
+	}
 	inputs := []*G.Node{q, k, v, pageTable, seqUsedK, sched}
 	if q2k != nil {
 		if err := nodeCheck(fn, "q2k_indices", q2k, 3, tensor.Int32); err != nil {
 			return nil, err
 		}
+		blk := blkKV
+		if blk == 0 {
+			blk = l.p.PageSize
+		}
+		if err := checkProducerBlk(fn, q2k, blk); err != nil {
+			return nil, err
+		}
 		inputs = append(inputs, q2k)
 	}
-	op := &decodeAttnOp{l: l, sparse: q2k != nil, scale: softmaxScale, blk: blkKV, layout: cfg.layout,
+	op := &decodeAttnOp{l: l, sparse: q2k != nil, scale: softmaxScale, blk: blkKV, layout: cfg.layout, maxWS: cfg.maxWorkspace,
 		outShape: tensor.Shape{qs[0], qs[1], qs[2]}, st: &attnState{}}
 	for _, n := range inputs {
 		if n == nil {

@@ -125,6 +125,33 @@ type topKOp struct {
 	cfg                    TopKConfig
 	topK                   int
 	hkv, totalQ, maxBlocks int
+	blk                    int // blk_kv of the BlockScores node scored (0: not known)
+}
+
+// blockSizer is implemented by the ops whose int32 block ids or float32
+// block scores count blocks of a known number of keys: a node reading them
+// as blocks of another blk_kv would attend to the wrong keys.
+type blockSizer interface {
+	blockKV() (blk int, producer string)
+}
+
+func (op *blockScoresOp) blockKV() (int, string) { return op.cfg.BlkKV, "BlockScores" }
+
+func (op *topKOp) blockKV() (int, string) { return op.blk, "BlockScores node before TopKBlocks" }
+
+// checkProducerBlk rejects a node whose input n holds block ids or scores
+// of blocks of another size than blk, naming blk_kv and both values.
+func checkProducerBlk(fn string, n *G.Node, blk int) error {
+	b, ok := n.Op().(blockSizer)
+	if !ok {
+		return nil
+	}
+	pb, producer := b.blockKV()
+	if pb == 0 || pb == blk {
+		return nil
+	}
+	return argErr(fn, "blk_kv", fmt.Sprintf("blk_kv = %d, the blk_kv of the %s that produced %s (its block ids count blocks of %d keys)", pb, producer, nodeDesc(n), pb),
+		fmt.Sprintf("blk_kv = %d", blk))
 }
 
 func (op *topKOp) Arity() int { return 1 }
@@ -135,7 +162,7 @@ func (op *topKOp) InferShape(...G.DimSizer) (tensor.Shape, error) {
 	return tensor.Shape{op.hkv, op.totalQ, op.topK}, nil
 }
 func (op *topKOp) WriteHash(h hash.Hash) {
-	fmt.Fprintf(h, "msa.TopKBlocks%+v/%d/%d/%d/%d", op.cfg, op.topK, op.hkv, op.totalQ, op.maxBlocks)
+	fmt.Fprintf(h, "msa.TopKBlocks%+v/%d/%d/%d/%d/%d", op.cfg, op.topK, op.hkv, op.totalQ, op.maxBlocks, op.blk)
 }
 func (op *topKOp) Hashcode() uint32 { return hashOf(op) }
 func (op *topKOp) String() string {
@@ -183,7 +210,11 @@ func TopKBlocks(scores *G.Node, opts ...Option) (*G.Node, error) {
 	if s[0] < 1 {
 		return nil, argErr(fn, "scores", "Hkv >= 1", s)
 	}
-	return G.ApplyOp(&topKOp{cfg: cfg, topK: topK, hkv: s[0], totalQ: s[1], maxBlocks: s[2]}, scores)
+	op := &topKOp{cfg: cfg, topK: topK, hkv: s[0], totalQ: s[1], maxBlocks: s[2]}
+	if b, ok := scores.Op().(blockSizer); ok {
+		op.blk, _ = b.blockKV()
+	}
+	return G.ApplyOp(op, scores)
 }
 
 // castOp converts between float32 and BFloat16 element by element.

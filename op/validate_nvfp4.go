@@ -29,9 +29,11 @@ func nvfp4Operands(c *checker, nv *nvfp4Inputs, kd, vd *tensor.Dense, rowsKV, d 
 		name string
 		t    *tensor.Dense
 	}{{"k_scale_128x4", ks}, {"v_scale_128x4", vs}} {
-		c.need(s.t.Shape()[1] >= cols, s.name, fmt.Sprintf("at least D/16 = %d columns", cols), shapeStr(s.t))
-		c.need(s.t.Shape()[0] >= pr && s.t.Shape()[1] >= pc, s.name,
-			fmt.Sprintf("at least (%d, %d) for the 128x4 layout", pr, pc), shapeStr(s.t))
+		// The tiling's offsets depend on its column-tile count, so a wider
+		// (still valid) tiling would be read with the wrong stride.
+		c.need(s.t.Shape()[0] == pr && s.t.Shape()[1] == pc, s.name,
+			fmt.Sprintf("shape exactly (%d, %d): the 128x4 layout of %d scale rows x D/16 = %d columns, padded to multiples of 128 and 4", pr, pc, rowsKV, cols),
+			shapeStr(s.t))
 	}
 	global := func(t tensor.Tensor, arg string) float32 {
 		if !present(t) {

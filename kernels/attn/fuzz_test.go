@@ -3,8 +3,9 @@ package attn
 import (
 	"math"
 	"math/rand/v2"
-	"runtime"
 	"testing"
+
+	"github.com/sparseattn/msa/internal/allocs"
 )
 
 // FuzzRunPrefillDecode runs small prefill and decode calls with
@@ -73,21 +74,14 @@ func FuzzRunPrefillDecode(f *testing.F) {
 	})
 }
 
-// allocatedBy returns the bytes allocated while f ran. The counter is
-// process-wide, so under -fuzz the engine's own goroutines add to it now
-// and then: when the first run exceeds bound, f runs once more and the
-// smaller count is returned (f must be repeatable).
+// allocatedBy returns the bytes allocated while f ran (allocs.Bytes: one
+// P). The counter is process-wide, so under -fuzz the engine's own
+// goroutines add to it now and then: when the first run exceeds bound, f
+// runs once more and the smaller count is returned (f must be repeatable).
 func allocatedBy(f func(), bound uint64) uint64 {
-	measure := func() uint64 {
-		var a, b runtime.MemStats
-		runtime.ReadMemStats(&a)
-		f()
-		runtime.ReadMemStats(&b)
-		return b.TotalAlloc - a.TotalAlloc
-	}
-	got := measure()
+	got := allocs.Bytes(1, f)
 	if got > bound {
-		got = min(got, measure())
+		got = min(got, allocs.Bytes(1, f))
 	}
 	return got
 }

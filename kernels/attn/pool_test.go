@@ -2,8 +2,9 @@ package attn
 
 import (
 	"math/rand/v2"
-	"runtime"
 	"testing"
+
+	"github.com/sparseattn/msa/internal/allocs"
 )
 
 // TestWorkersBoundedByWork is the regression test of Workers = 16384
@@ -21,11 +22,11 @@ func TestWorkersBoundedByWork(t *testing.T) {
 	p, q2k := c.build(t, rand.New(rand.NewPCG(1, 1)), 16384, nil)
 	items := int(p.Sched.WorkCount)
 	out := newOutput(p.TotalQ*p.HQ, p.D)
-	var a, b runtime.MemStats
-	runtime.ReadMemStats(&a)
-	ws := NewWorkspace(16384, p.D)
-	RunPrefill(p, ws, pool, out)
-	runtime.ReadMemStats(&b)
+	var ws *Workspace
+	got := allocs.Bytes(2, func() { // the fewer bytes of two runs: see allocs.Bytes
+		ws = NewWorkspace(16384, p.D)
+		RunPrefill(p, ws, pool, out)
+	})
 	refPrefill(t, p, q2k, out, 1.0/64)
 	if got := pool.Started(); got > max(items, 1) {
 		t.Errorf("%d goroutines started for %d work items", got, items)
@@ -41,7 +42,7 @@ func TestWorkersBoundedByWork(t *testing.T) {
 	}
 	// Per worker: block buffers 3072*d + 67584 bytes plus small scratch.
 	limit := uint64(max(items, 1)*(3072*p.D+80<<10) + 1<<20)
-	if got := b.TotalAlloc - a.TotalAlloc; got > limit {
+	if got > limit {
 		t.Errorf("allocated %d bytes for %d work items, want <= %d", got, items, limit)
 	}
 

@@ -118,19 +118,35 @@ func (p DecodeParams) check() error {
 	return nil
 }
 
+// checkSequsedK validates seqused_k: one entry per request, each in [0,
+// MaxPagesPerSeq*PageSize].
+func checkSequsedK(sequsedK []int32, p DecodeParams) error {
+	if len(sequsedK) != p.Batch {
+		return fmt.Errorf("plan: decode seqused_k has %d elements: expected shape [B] = [%d]", len(sequsedK), p.Batch)
+	}
+	limit := int64(p.MaxPagesPerSeq) * int64(p.PageSize)
+	for b, s := range sequsedK {
+		if s < 0 || int64(s) > limit {
+			return fmt.Errorf("plan: decode seqused_k[%d] = %d: must be in [0, page_table.shape[1]*page_size = %d*%d = %d] for request %d", b, s, p.MaxPagesPerSeq, p.PageSize, limit, b)
+		}
+	}
+	return nil
+}
+
+// pagesOf returns pages_b = max(1, ceil(seqused_k_b/pageSize)).
+func pagesOf(seqused int32, pageSize int) int64 {
+	return max(1, ceilDiv64(int64(seqused), int64(pageSize)))
+}
+
 // decodePages validates seqused_k and returns pages_b = max(1,
 // ceil(seqused_k_b/PageSize)) of every request.
 func decodePages(dst []int32, sequsedK []int32, p DecodeParams) ([]int32, error) {
-	if len(sequsedK) != p.Batch {
-		return nil, fmt.Errorf("plan: decode seqused_k has %d elements: expected shape [B] = [%d]", len(sequsedK), p.Batch)
+	if err := checkSequsedK(sequsedK, p); err != nil {
+		return nil, err
 	}
-	limit := int64(p.MaxPagesPerSeq) * int64(p.PageSize)
 	dst = grow(dst, p.Batch)
 	for b, s := range sequsedK {
-		if s < 0 || int64(s) > limit {
-			return nil, fmt.Errorf("plan: decode seqused_k[%d] = %d: must be in [0, page_table.shape[1]*page_size = %d*%d = %d] for request %d", b, s, p.MaxPagesPerSeq, p.PageSize, limit, b)
-		}
-		dst[b] = int32(max(1, ceilDiv64(int64(s), int64(p.PageSize))))
+		dst[b] = int32(pagesOf(s, p.PageSize))
 	}
 	return dst, nil
 }
@@ -142,8 +158,8 @@ func decodeTiles(p DecodeParams) (int, int, int) {
 }
 
 // decodeChunk applies the chunk rules of contract §7 to this step's
-// pages; split = false means one chunk per request.
-func decodeChunk(pages []int32, p DecodeParams, numQTiles int) (chunk int64, split bool) {
+// seqused_k (checked); split = false means one chunk per request.
+func decodeChunk(sequsedK []int32, p DecodeParams, numQTiles int) (chunk int64, split bool) {
 	if p.DisableSplit || p.Batch == 0 {
 		return 0, false
 	}
@@ -152,17 +168,18 @@ func decodeChunk(pages []int32, p DecodeParams, numQTiles int) (chunk int64, spl
 	}
 	units := mulSat(int64(p.Batch), int64(numQTiles), int64(p.Hkv))
 	var maxP, sum int64
-	for _, n := range pages {
-		maxP = max(maxP, int64(n))
-		sum += int64(n)
+	for _, s := range sequsedK {
+		n := pagesOf(s, p.PageSize)
+		maxP = max(maxP, n)
+		sum += n
 	}
 	if units >= int64(p.Workers) || maxP <= 8 {
 		return 0, false
 	}
 	cost := func(c int64) int64 {
 		var n int64
-		for _, pg := range pages {
-			n += ceilDiv64(int64(pg), c)
+		for _, s := range sequsedK {
+			n += ceilDiv64(pagesOf(s, p.PageSize), c)
 		}
 		return mulSat(n, int64(numQTiles), int64(p.Hkv))
 	}
@@ -233,86 +250,120 @@ func fixedSizes(p DecodeParams) (capacity, partialRows int, err error) {
 	return int(c), int(r), nil
 }
 
+// decodeShape is what BuildDecodeSchedule derives from seqused_k and the
+// params before it fills any buffer.
+type decodeShape struct {
+	qt, nqt, qstride int
+	chunk            int64 // KV chunk in pages
+	splitKV          bool
+	maxChunks        int64 // FixedCapacity: o_indptr step in chunks per request
+	work, maxSplits  int64
+	capacity         int64
+	partialRows      int64
+}
+
+// shapeDecode checks p and seqused_k and computes the schedule's sizes
+// without allocating.
+func shapeDecode(sequsedK []int32, p DecodeParams) (decodeShape, error) {
+	var sh decodeShape
+	if err := p.check(); err != nil {
+		return sh, err
+	}
+	if err := checkSequsedK(sequsedK, p); err != nil {
+		return sh, err
+	}
+	sh.qt, sh.nqt, sh.qstride = decodeTiles(p)
+	chunk, split := decodeChunk(sequsedK, p, sh.nqt)
+	maxChunks, splitPossible := decodeMaxChunks(p, sh.nqt)
+	if !split {
+		chunk = int64(p.MaxPagesPerSeq)
+	}
+	sh.chunk = chunk
+	perReq := mulSat(int64(sh.nqt), int64(p.Hkv)) // items per request and chunk
+	var splitRows int64
+	for b, s := range sequsedK {
+		c := ceilDiv64(pagesOf(s, p.PageSize), chunk)
+		sh.maxSplits = max(sh.maxSplits, c)
+		sh.work = addSat(sh.work, mulSat(c, perReq))
+		if sh.work > maxInt32 {
+			return sh, fmt.Errorf("plan: decode schedule needs more than %d work items (request %d, chunk %d pages)", maxInt32, b, chunk)
+		}
+		splitRows = addSat(splitRows, mulSat(c, int64(sh.qstride)))
+	}
+	if p.FixedCapacity {
+		sh.splitKV = splitPossible
+		c, r, err := fixedSizes(p)
+		if err != nil {
+			return sh, err
+		}
+		sh.capacity, sh.partialRows, sh.maxChunks = int64(c), int64(r), maxChunks
+	} else {
+		sh.splitKV = p.FixedSplitPages > 0 && !p.DisableSplit || sh.maxSplits > 1
+		sh.capacity = sh.work
+		if sh.splitKV {
+			sh.partialRows = splitRows
+			if sh.partialRows > maxInt32 {
+				return sh, fmt.Errorf("plan: decode partial rows = %d: must be <= %d", sh.partialRows, maxInt32)
+			}
+		}
+	}
+	sh.capacity = max(sh.capacity, 1)
+	if sh.work > sh.capacity {
+		return sh, fmt.Errorf("plan: decode schedule needs %d work items, capacity is %d", sh.work, sh.capacity)
+	}
+	return sh, nil
+}
+
+// DecodeSizes returns the Capacity, PartialRows and MaxSplits that
+// BuildDecodeSchedule gives for seqused_k and p (or its error), without
+// building the schedule and without allocating: a caller can check the
+// memory a schedule and its executor's partials will take before any of it
+// exists (see FixedDecodeSizes for the byte counts).
+func DecodeSizes(sequsedK []int32, p DecodeParams) (capacity, partialRows, maxSplits int, err error) {
+	sh, err := shapeDecode(sequsedK, p)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	return int(sh.capacity), int(sh.partialRows), int(sh.maxSplits), nil
+}
+
 // BuildDecodeSchedule builds the decode schedule for seqused_k (one entry per
 // request, each in [0, MaxPagesPerSeq*PageSize]) into dst, reusing its
 // buffers when their capacity fits (dst may be nil). See DecodeSchedule for
 // the rules. On error dst's contents are unspecified.
 func BuildDecodeSchedule(dst *DecodeSchedule, sequsedK []int32, p DecodeParams) (*DecodeSchedule, error) {
-	if err := p.check(); err != nil {
+	sh, err := shapeDecode(sequsedK, p)
+	if err != nil {
 		return nil, err
 	}
 	if dst == nil {
 		dst = &DecodeSchedule{}
 	}
-	pages, err := decodePages(dst.Pages, sequsedK, p)
-	if err != nil {
-		return nil, err
-	}
-	dst.Pages = pages
-	qt, nqt, qstride := decodeTiles(p)
-	chunk, split := decodeChunk(pages, p, nqt)
-	maxChunks, splitPossible := decodeMaxChunks(p, nqt)
-	if !split {
-		chunk = int64(p.MaxPagesPerSeq)
-	}
-	perReq := mulSat(int64(nqt), int64(p.Hkv)) // items per request and chunk
+	dst.Pages, _ = decodePages(dst.Pages, sequsedK, p) // checked by shapeDecode
 	dst.SplitCounts = grow(dst.SplitCounts, p.Batch)
-	var work, maxSplits int64
-	for b, n := range pages {
-		c := ceilDiv64(int64(n), chunk)
-		dst.SplitCounts[b] = int32(c)
-		maxSplits = max(maxSplits, c)
-		work = addSat(work, mulSat(c, perReq))
-		if work > maxInt32 {
-			return nil, fmt.Errorf("plan: decode schedule needs more than %d work items (request %d, chunk %d pages)", maxInt32, b, chunk)
-		}
-	}
-	var capacity, partialRows int64
-	var splitKV bool
-	if p.FixedCapacity {
-		splitKV = splitPossible
-		c, r, err := fixedSizes(p)
-		if err != nil {
-			return nil, err
-		}
-		capacity, partialRows = int64(c), int64(r)
-	} else {
-		splitKV = p.FixedSplitPages > 0 && !p.DisableSplit || maxSplits > 1
-		capacity = work
-		maxChunks = 0 // OIndptr follows SplitCounts
-		if splitKV {
-			for _, c := range dst.SplitCounts {
-				partialRows = addSat(partialRows, mulSat(int64(c), int64(qstride)))
-			}
-			if partialRows > maxInt32 {
-				return nil, fmt.Errorf("plan: decode partial rows = %d: must be <= %d", partialRows, maxInt32)
-			}
-		}
-	}
-	capacity = max(capacity, 1)
-	if work > capacity {
-		return nil, fmt.Errorf("plan: decode schedule needs %d work items, capacity is %d", work, capacity)
+	for b, n := range dst.Pages {
+		dst.SplitCounts[b] = int32(ceilDiv64(int64(n), sh.chunk))
 	}
 	dst.Params = p
-	dst.ChunkPages = int(chunk)
-	dst.SplitKV = splitKV
-	dst.QTile, dst.NumQTiles, dst.QStride = qt, nqt, qstride
-	dst.WorkCount, dst.Capacity = int(work), int(capacity)
-	dst.MaxSplits = int(maxSplits)
-	dst.PartialRows = int(partialRows)
+	dst.ChunkPages = int(sh.chunk)
+	dst.SplitKV = sh.splitKV
+	dst.QTile, dst.NumQTiles, dst.QStride = sh.qt, sh.nqt, sh.qstride
+	dst.WorkCount, dst.Capacity = int(sh.work), int(sh.capacity)
+	dst.MaxSplits = int(sh.maxSplits)
+	dst.PartialRows = int(sh.partialRows)
 	dst.OIndptr = grow(dst.OIndptr, p.Batch+1)
 	clear(dst.OIndptr)
-	if p.FixedCapacity || splitKV {
-		// Checked above: the last offset, partialRows, fits in int32.
+	if p.FixedCapacity || sh.splitKV {
+		// Checked by shapeDecode: the last offset, partialRows, fits in int32.
 		for b := 0; b < p.Batch; b++ {
-			step := maxChunks
+			step := sh.maxChunks
 			if !p.FixedCapacity {
 				step = int64(dst.SplitCounts[b])
 			}
-			dst.OIndptr[b+1] = dst.OIndptr[b] + int32(step*int64(qstride))
+			dst.OIndptr[b+1] = dst.OIndptr[b] + int32(step*int64(sh.qstride))
 		}
 	}
-	n := int(capacity)
+	n := int(sh.capacity)
 	dst.Request = grow(dst.Request, n)
 	dst.QTileIdx = grow(dst.QTileIdx, n)
 	dst.KVTile = grow(dst.KVTile, n)
@@ -320,7 +371,7 @@ func BuildDecodeSchedule(dst *DecodeSchedule, sequsedK []int32, p DecodeParams) 
 	dst.Valid = grow(dst.Valid, n)
 	i := 0
 	for b := 0; b < p.Batch; b++ {
-		for q := 0; q < nqt; q++ {
+		for q := 0; q < sh.nqt; q++ {
 			for kv := int32(0); kv < dst.SplitCounts[b]; kv++ {
 				for h := 0; h < p.Hkv; h++ {
 					dst.Request[i], dst.QTileIdx[i], dst.KVTile[i], dst.KVHead[i], dst.Valid[i] = int32(b), int32(q), kv, int32(h), 1

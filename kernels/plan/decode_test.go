@@ -426,3 +426,35 @@ func TestDecodeRandom(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeSizesMatchBuild: DecodeSizes (which allocates nothing, so that
+// callers can check the memory first) gives the Capacity, PartialRows and
+// MaxSplits of the schedule BuildDecodeSchedule builds, and its errors.
+func TestDecodeSizesMatchBuild(t *testing.T) {
+	n := 0
+	for _, fixed := range []bool{false, true} {
+		for _, split := range []int{0, 1, 3} {
+			for _, disable := range []bool{false, true} {
+				for _, used := range [][]int32{{0}, {1, 700}, {300, 5, 64}, {1 << 12, 1 << 12}, {2000, 2001}} {
+					n++
+					p := DecodeParams{Batch: len(used), SeqlenQ: 1 + n%5, HQ: 8, Hkv: 2, PageSize: 1 + n%17, Workers: 1 + n%9,
+						FixedSplitPages: split, DisableSplit: disable, MaxPagesPerSeq: 4096, FixedCapacity: fixed}
+					c, r, m, err := DecodeSizes(used, p)
+					s, berr := BuildDecodeSchedule(nil, used, p)
+					if (err == nil) != (berr == nil) {
+						t.Fatalf("%+v %v: DecodeSizes error %v, BuildDecodeSchedule error %v", p, used, err, berr)
+					}
+					if err != nil {
+						continue
+					}
+					if c != s.Capacity || r != s.PartialRows || m != s.MaxSplits {
+						t.Fatalf("%+v %v: DecodeSizes = (%d, %d, %d), schedule has (%d, %d, %d)", p, used, c, r, m, s.Capacity, s.PartialRows, s.MaxSplits)
+					}
+				}
+			}
+		}
+	}
+	if _, _, _, err := DecodeSizes([]int32{1 << 30}, DecodeParams{Batch: 1, SeqlenQ: 1, HQ: 1, Hkv: 1, PageSize: 1, Workers: 1, MaxPagesPerSeq: 4}); err == nil {
+		t.Fatal("DecodeSizes accepted a seqused_k beyond the page table")
+	}
+}

@@ -1,0 +1,54 @@
+// Package allocs measures the heap bytes one call allocates, for tests that
+// bound the memory of an entry point.
+package allocs
+
+import (
+	"runtime"
+	"sync/atomic"
+)
+
+// Bytes returns the heap bytes one call of f allocates: the fewest over
+// runs calls (at least 1), each measured as the growth of
+// runtime.MemStats.TotalAlloc across the call, with GOMAXPROCS set to 1
+// while it measures (as testing.AllocsPerRun does).
+//
+// TotalAlloc counts the whole process: a goroutine that allocates during a
+// measurement (the testing framework, the fuzzing engine, a parallel test,
+// a background worker) adds to it, and can only add. f must allocate the
+// same bytes on every call (a repeatable call), so the minimum is f's own
+// allocation unless foreign allocations overlap every one of the runs;
+// with one P the other goroutines run inside a measurement only when f
+// blocks or is preempted. testing.AllocsPerRun counts allocations, not
+// bytes, so it cannot tell a 2^31-row buffer from an error message.
+func Bytes(runs int, f func()) uint64 {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	best := ^uint64(0)
+	var a, b runtime.MemStats
+	for i := 0; i < max(runs, 1); i++ {
+		runtime.ReadMemStats(&a)
+		f()
+		runtime.ReadMemStats(&b)
+		best = min(best, b.TotalAlloc-a.TotalAlloc)
+	}
+	return best
+}
+
+// churnSink keeps Churn's blocks reachable until the next one replaces
+// them, so that the compiler cannot drop the allocations.
+var churnSink atomic.Pointer[[]byte]
+
+// Churn starts a goroutine that allocates 64 KiB blocks without pause until
+// stop is called: the load of a parallel test or of the fuzzing engine,
+// under which a bound on one call's bytes must still hold.
+func Churn() (stop func()) {
+	var done atomic.Bool
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		for !done.Load() {
+			b := make([]byte, 64<<10)
+			churnSink.Store(&b)
+		}
+	}()
+	return func() { done.Store(true); <-exited }
+}

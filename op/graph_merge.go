@@ -20,6 +20,14 @@ type mergeOp struct {
 	sc    mergeScratch
 }
 
+// mergeNode is an op whose value is a merged O and whose merged LSE LSE(node)
+// returns: MergeStates and ContextParallelMerge.
+type mergeNode interface {
+	mergedLSE() *attnState
+}
+
+func (op *mergeOp) mergedLSE() *attnState { return op.st }
+
 func (op *mergeOp) Arity() int { return 2 * op.k }
 func (op *mergeOp) Type() hm.Type {
 	n := op.shape.Dims()

@@ -16,7 +16,10 @@ import (
 func cpDecodeGraph(c comm.Comm, s decodeSpec, pr *decodeProblem) (o, lse *tensor.Dense, err error) {
 	pt, su := cpLocalPages(s, pr, c.Size(), c.Rank())
 	g := G.NewGraph()
+	// Each rank binds tensors of its own (a machine sets the engine of
+	// the values it binds, so ranks in one process must not share them).
 	in := func(name string, t *tensor.Dense) *G.Node {
+		t = t.Clone().(*tensor.Dense)
 		return G.NewTensor(g, t.Dtype(), t.Dims(), G.WithShape(t.Shape()...), G.WithName(name), G.WithValue(t))
 	}
 	q, k, v := in("q", pr.q), in("k", pr.k), in("v", pr.v)

@@ -6,22 +6,24 @@ import (
 	"github.com/sparseattn/msa/kernels/lowp"
 )
 
-// mergeScratch holds the buffers of one merge: the per-source LSEs and
-// weights of one row and the float32 accumulator of one output row.
-// Reused across calls, so a merge of known size allocates nothing.
+// mergeScratch holds the buffers of one merge: the per-source LSEs,
+// weights and row offsets of one row and the float32 accumulator of one
+// output row. Reused across calls, so a merge of known size allocates
+// nothing.
 type mergeScratch struct {
 	l, w []float32
+	off  []int // the offset of each source's row (mergeRow)
 	acc  []float32
 }
 
 func (s *mergeScratch) reserve(k, d int) {
 	if cap(s.w) < k {
-		s.l, s.w = make([]float32, k), make([]float32, k)
+		s.l, s.w, s.off = make([]float32, k), make([]float32, k), make([]int, k)
 	}
 	if cap(s.acc) < d {
 		s.acc = make([]float32, d)
 	}
-	s.l, s.w, s.acc = s.l[:k], s.w[:k], s.acc[:d]
+	s.l, s.w, s.off, s.acc = s.l[:k], s.w[:k], s.off[:k], s.acc[:d]
 }
 
 // mergeWeights computes the merge of one row's partial LSEs l (natural
@@ -66,36 +68,44 @@ type mergeElem interface{ lowp.BFloat16 | float32 }
 
 // mergeInto merges len(srcs) partial results of the same rows into dst:
 // srcs[i] and dst hold rows of d values, lses[i] and dstLSE (nil: not
-// written) one LSE per row. Sources are added in slice order with float32
-// accumulation (a source of weight 0 is skipped, so the O of a fully masked
-// partial is never read), then rounded once to T. The order is fixed, so
-// the result depends on nothing but the inputs.
+// written) one LSE per row. The order of the sources is fixed, so the
+// result depends on nothing but the inputs (mergeRow).
 func mergeInto[T mergeElem](dst []T, dstLSE []float32, srcs [][]T, lses [][]float32, d int, sc *mergeScratch) {
-	k := len(srcs)
-	sc.reserve(k, d)
+	sc.reserve(len(srcs), d)
 	rows := len(lses[0])
 	for r := 0; r < rows; r++ {
 		for i := range lses {
-			sc.l[i] = lses[i][r]
+			sc.l[i], sc.off[i] = lses[i][r], r*d
 		}
-		lse, ok := mergeWeights(sc.l, sc.w)
+		lse := mergeRow(dst[r*d:(r+1)*d], srcs, sc)
 		if dstLSE != nil {
 			dstLSE[r] = lse
 		}
-		out := dst[r*d : (r+1)*d]
-		if !ok {
-			clear(out)
-			continue
-		}
-		acc := sc.acc
-		clear(acc)
-		for i, src := range srcs {
-			if w := sc.w[i]; w != 0 {
-				axpy(acc, w, src[r*d:(r+1)*d])
-			}
-		}
-		store(out, acc)
 	}
+}
+
+// mergeRow merges one row: partial i's LSE is sc.l[i] and its O row
+// srcs[i][sc.off[i]:][:len(out)]. The sources are added in slice order with
+// float32 accumulation (a source of weight 0 is skipped, so the O of a
+// fully masked partial is never read), then rounded once to T; it returns
+// the merged LSE.
+func mergeRow[T mergeElem](out []T, srcs [][]T, sc *mergeScratch) float32 {
+	k, d := len(srcs), len(out)
+	w := sc.w[:k]
+	lse, ok := mergeWeights(sc.l[:k], w)
+	if !ok {
+		clear(out)
+		return lse
+	}
+	acc := sc.acc[:d]
+	clear(acc)
+	for i, s := range srcs {
+		if w[i] != 0 {
+			axpy(acc, w[i], s[sc.off[i]:sc.off[i]+d])
+		}
+	}
+	store(out, acc)
+	return lse
 }
 
 // axpy adds w*src to acc in float32.

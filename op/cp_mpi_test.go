@@ -65,3 +65,15 @@ func TestCPDecodeMPI(t *testing.T) {
 	}
 	t.Logf("rank %d of %d: context-parallel decode (wrapper and graph) equals single-process decode", c.Rank(), c.Size())
 }
+
+func TestCPPrefillMPI(t *testing.T) {
+	c := mpiWorld(t)
+	for _, s := range cpPrefillSpecs() {
+		for _, strat := range []CPStrategy{CPAuto, CPFetchKV, CPSendQueries} {
+			if err := checkCPPrefill(c, s, strat); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	t.Logf("rank %d of %d: context-parallel sparse prefill (auto, fetch-kv, send-queries) equals single-process prefill", c.Rank(), c.Size())
+}

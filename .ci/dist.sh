@@ -50,4 +50,17 @@ for np in 2 4; do
     grep -E 'rank [0-9]+ of' <<<"$out" | sed 's/^ *//' | sort -u
   done
 done
-echo "dist: PASS: comm collectives and context-parallel tests under mpirun -np 2 and -np 4 ($version) in $((SECONDS - start)) s"
+# NCCL (-tags cuda): vet, and its test, which on a machine without a GPU
+# checks the one-line error naming the missing library. The cuda tag needs
+# the CUDA headers kernels/cuda/tagged_build.sh fetches; it is checked here
+# when they are already fetched (kernels/cuda/ci.sh, earlier in .ci/run,
+# fetches them and builds -tags cuda ./..., nccl.go included).
+nccl="NCCL not checked (CUDA headers not fetched)"
+if [ -d "${MSA_CUDA_CACHE:-$HOME/.cache/msa-cuda}/tagged-v1/stubs" ]; then
+  echo "--- go vet -tags cuda ./kernels/comm; go test -tags cuda ./kernels/comm -run NCCL"
+  eval "$(kernels/cuda/tagged_build.sh --env)"
+  go vet -tags cuda ./kernels/comm
+  go test -count=1 -tags cuda -run NCCL -v ./kernels/comm | grep -E '^(--- |ok|FAIL)|no NCCL here' | sed 's/^ *//'
+  nccl="NCCL built and vetted (-tags cuda), not run on a GPU"
+fi
+echo "dist: PASS: comm collectives and context-parallel tests under mpirun -np 2 and -np 4 ($version) in $((SECONDS - start)) s; $nccl"

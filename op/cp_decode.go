@@ -32,7 +32,8 @@ import (
 // page size, layout, block size, softmax scale and topK (comm.Agree): a
 // disagreement, or a rank whose plan failed, gives an error on every rank.
 // An error in RunInto aborts the group (comm.Comm.Abort), so no rank waits
-// on a rank that has stopped.
+// on a rank that has stopped. Like DecodeWrapper it is not safe for
+// concurrent use.
 type CPDecodeWrapper struct {
 	w        *DecodeWrapper
 	c        comm.Comm
@@ -44,6 +45,7 @@ type CPDecodeWrapper struct {
 	srcs     [][]lowp.BFloat16
 	lses     [][]float32
 	sc       mergeScratch
+	planned  bool
 }
 
 // NewCPDecodeWrapper returns an unplanned context-parallel decode wrapper
@@ -65,6 +67,7 @@ func NewCPDecodeWrapper(pageSize int, c comm.Comm) (*CPDecodeWrapper, error) {
 // a *comm.MismatchError instead of waiting.
 func (w *CPDecodeWrapper) Plan(args PlanArgs, q2kIndices tensor.Tensor) error {
 	const fn = "CPDecodeWrapper.Plan"
+	w.planned = false // a failed plan leaves the wrapper unplanned on every rank
 	var err error
 	if args.SeqlenQ > 1 {
 		err = &NotImplementedError{fn, fmt.Sprintf("context-parallel decode with seqlen_q = %d: only seqlen_q = 1 (the causal limits of several query tokens would cut the keys of the other ranks)", args.SeqlenQ)}
@@ -101,6 +104,7 @@ func (w *CPDecodeWrapper) Plan(args PlanArgs, q2kIndices tensor.Tensor) error {
 		}
 	}
 	w.sc.reserve(w.c.Size(), w.d)
+	w.planned = true
 	return nil
 }
 
@@ -143,8 +147,8 @@ func (w *CPDecodeWrapper) RunInto(q, k, v tensor.Tensor, softmaxScale float64, o
 }
 
 func (w *CPDecodeWrapper) run(fn string, q, k, v tensor.Tensor, softmaxScale float64, out, lse *tensor.Dense) error {
-	if w.o == nil {
-		return argErr(fn, "wrapper", "a planned wrapper (call Plan before Run)", "unplanned")
+	if !w.planned {
+		return argErr(fn, "wrapper", "a planned wrapper (call Plan before Run; the last Plan failed or none ran)", "unplanned")
 	}
 	c := &checker{fn: fn}
 	outputArg(c, out, "out", BFloat16, w.rows, w.hq, w.d)

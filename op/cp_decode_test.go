@@ -294,6 +294,29 @@ func TestCPDecodeErrors(t *testing.T) {
 	if _, err := NewCPDecodeWrapper(16, nil); err == nil {
 		t.Error("nil comm: no error")
 	}
+	// Run before a plan, and after a failed one, names the wrapper.
+	cs, _ = comm.NewLocal(1, 0)
+	w, _ := NewCPDecodeWrapper(s.pageSize, cs[0])
+	defer w.Close()
+	o := tensor.New(tensor.WithShape(len(s.seqused), s.hq, s.d), tensor.Of(BFloat16))
+	if err := w.RunInto(pr.q, pr.k, pr.v, 0, o, nil); !errors.As(err, &ae) || ae.Arg != "wrapper" {
+		t.Errorf("Run before Plan: got %v", err)
+	}
+	cs, _ = comm.NewLocal(1, 0)
+	w2, _ := NewCPDecodeWrapper(s.pageSize, cs[0])
+	defer w2.Close()
+	good := PlanArgs{DecodeArgs: DecodeArgs{PageTable: pr.pt, SeqUsedK: pr.su, SeqlenQ: 1, Workers: 2}, NumQOHeads: s.hq, NumKVHeads: s.hkv, HeadDim: s.d}
+	if err := w2.Plan(good, nil); err != nil {
+		t.Fatal(err)
+	}
+	bad := good
+	bad.HeadDim = 3
+	if err := w2.Plan(bad, nil); err == nil {
+		t.Fatal("head_dim 3: no error")
+	}
+	if err := w2.RunInto(pr.q, pr.k, pr.v, 0, o, nil); !errors.As(err, &ae) || ae.Arg != "wrapper" {
+		t.Errorf("Run after a failed Plan: got %v", err)
+	}
 }
 
 // RunInto allocates nothing in the steady state, over both ranks of an

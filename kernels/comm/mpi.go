@@ -85,7 +85,13 @@ type mpiComm struct {
 	reqs    []C.MPI_Request
 	counts  []C.int
 	want    []int
+	pending bool // a collective timed out with its requests still active
 }
+
+// closeWait is how long Close waits for the requests of a collective that
+// timed out (a late peer may still complete them) before giving up on
+// finalising MPI.
+const closeWait = 10 * time.Second
 
 var mpiOnce struct {
 	sync.Mutex
@@ -249,6 +255,7 @@ func (c *mpiComm) wait(op string) error {
 		}
 		el := time.Since(start)
 		if el > c.timeout {
+			c.pending = true // the requests and pins stay for Close
 			return c.fail(op, fmt.Errorf("%w (%v)", ErrTimeout, c.timeout))
 		}
 		if el < time.Millisecond {
@@ -287,7 +294,11 @@ func (c *mpiComm) Abort(err error) {
 	}
 }
 
-// Close frees the duplicated communicator and finalises MPI.
+// Close frees the duplicated communicator and finalises MPI. After a
+// timed-out collective it first waits up to closeWait for that
+// collective's requests (MPI forbids finalising with active ones); if they
+// do not complete it returns an error and leaves MPI unfinalised: the job
+// has lost a rank, and the program should exit with an error.
 func (c *mpiComm) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -298,6 +309,21 @@ func (c *mpiComm) Close() error {
 	mpiOnce.Lock()
 	mpiOnce.world = nil
 	mpiOnce.Unlock()
+	if c.pending {
+		deadline := time.Now().Add(closeWait)
+		for {
+			var flag C.int
+			if e := C.msa_testall(C.int(len(c.reqs)), &c.reqs[0], &flag, &c.counts[0]); e != C.MPI_SUCCESS || flag != 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("comm: Close: a timed-out collective is still pending after %v; MPI is not finalised", closeWait)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		c.pin.Unpin()
+		c.pending = false
+	}
 	C.msa_free(&c.c)
 	if e := C.msa_finalize(); e != C.MPI_SUCCESS {
 		return fmt.Errorf("comm: MPI_Finalize: %s", mpiError(e))

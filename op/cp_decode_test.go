@@ -42,6 +42,43 @@ func cpLocalPages(s decodeSpec, pr *decodeProblem, p, r int) (pt, su *tensor.Den
 	return tensor.New(tensor.WithShape(B, cols), tensor.WithBacking(ptv)), tensor.New(tensor.WithShape(B), tensor.WithBacking(suv))
 }
 
+// cpLocalQ2K is rank r of p's q2k_indices for sparse decode (nil for
+// dense): the blocks of its pages (blk_kv equals the page size), numbered
+// from its first page; blocks of other ranks are -1.
+func cpLocalQ2K(s decodeSpec, pr *decodeProblem, p, r int) *tensor.Dense {
+	if pr.q2k == nil {
+		return nil
+	}
+	if s.blk != s.pageSize {
+		panic("cpLocalQ2K: blk_kv must equal the page size")
+	}
+	B := len(s.seqused)
+	sel := make([]int32, len(pr.q2kv))
+	for h := 0; h < s.hkv; h++ {
+		for b, n := range s.seqused {
+			np := (n + s.pageSize - 1) / s.pageSize
+			first, end := r*np/p, (r+1)*np/p
+			for t := 0; t < s.topK; t++ {
+				i := (h*B+b)*s.topK + t
+				sel[i] = -1
+				if j := int(pr.q2kv[i]); j >= first && j < end {
+					sel[i] = int32(j - first)
+				}
+			}
+		}
+	}
+	return tensor.New(tensor.WithShape(s.hkv, B, s.topK), tensor.WithBacking(sel))
+}
+
+// cpRef is single-process decode of the whole cache.
+func cpRef(s decodeSpec, pr *decodeProblem) (*Result, error) {
+	var q2k tensor.Tensor
+	if pr.q2k != nil {
+		q2k = pr.q2k
+	}
+	return SparseDecodeAttenFunc(pr.q, pr.k, pr.v, q2k, decodeArgs(s, pr))
+}
+
 // cpDecodeRank runs context-parallel decode of s on rank c (two calls,
 // which must agree bit for bit) and returns O and LSE.
 func cpDecodeRank(c comm.Comm, s decodeSpec, pr *decodeProblem) (o, lse *tensor.Dense, err error) {
@@ -52,8 +89,12 @@ func cpDecodeRank(c comm.Comm, s decodeSpec, pr *decodeProblem) (o, lse *tensor.
 	}
 	defer w.Close()
 	args := PlanArgs{DecodeArgs: DecodeArgs{PageTable: pt, SeqUsedK: su, SeqlenQ: 1, Workers: s.workers,
-		FixedSplitSize: s.fixedSplit}, NumQOHeads: s.hq, NumKVHeads: s.hkv, HeadDim: s.d}
-	if err := w.Plan(args, nil); err != nil {
+		FixedSplitSize: s.fixedSplit, BlkKV: s.blk}, NumQOHeads: s.hq, NumKVHeads: s.hkv, HeadDim: s.d}
+	var q2k tensor.Tensor
+	if t := cpLocalQ2K(s, pr, c.Size(), c.Rank()); t != nil {
+		q2k = t
+	}
+	if err := w.Plan(args, q2k); err != nil {
 		return nil, nil, err
 	}
 	rows := len(s.seqused)
@@ -137,7 +178,7 @@ func checkCPDecode(c comm.Comm, s decodeSpec) error {
 	if err != nil {
 		return err
 	}
-	ref, err := SparseDecodeAttenFunc(pr.q, pr.k, pr.v, nil, decodeArgs(s, pr))
+	ref, err := cpRef(s, pr)
 	if err != nil {
 		return err
 	}
@@ -148,13 +189,15 @@ func checkCPDecode(c comm.Comm, s decodeSpec) error {
 	return comm.Agree(c, "the merged decode output", append(append([]byte(nil), o.Header.Raw...), lse.Header.Raw...))
 }
 
-// cpDecodeSpecs are the cases: ragged lengths (one sequence shorter than
+// cpDecodeSpecs are the cases: dense and sparse, ragged lengths (one sequence shorter than
 // the rank count in pages, so some ranks hold none of it), GQA, BF16 and
 // FP8, split-KV on and off within each rank.
 func cpDecodeSpecs() []decodeSpec {
 	return []decodeSpec{
 		{seed: 1, seqused: []int{300, 17, 1000, 5}, seqlenQ: 1, hq: 8, hkv: 2, d: 64, pageSize: 16, dt: "bf16", workers: 2},
 		{seed: 2, seqused: []int{257, 1024}, seqlenQ: 1, hq: 4, hkv: 4, d: 128, pageSize: 32, dt: "e4m3", workers: 2, fixedSplit: 4},
+		// Sparse decode: each rank takes the selected blocks of its pages.
+		{seed: 3, seqused: []int{700, 64, 333}, seqlenQ: 1, hq: 4, hkv: 2, d: 64, pageSize: 32, dt: "bf16", workers: 2, topK: 6, blk: 32},
 	}
 }
 

@@ -55,7 +55,7 @@ func TestCPDecodeMPI(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ref, err := SparseDecodeAttenFunc(pr.q, pr.k, pr.v, nil, decodeArgs(s, pr))
+		ref, err := cpRef(s, pr)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -28,7 +28,11 @@ func cpDecodeGraph(c comm.Comm, s decodeSpec, pr *decodeProblem) (o, lse *tensor
 	if err != nil {
 		return nil, nil, err
 	}
-	att, err := DecodeAttention(q, k, v, ptn, sun, sched, nil)
+	var q2k *G.Node
+	if t := cpLocalQ2K(s, pr, c.Size(), c.Rank()); t != nil {
+		q2k = in("q2k_indices", t)
+	}
+	att, err := DecodeAttention(q, k, v, ptn, sun, sched, q2k, BlkKV(s.blk))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -55,7 +59,7 @@ func cpDecodeGraph(c comm.Comm, s decodeSpec, pr *decodeProblem) (o, lse *tensor
 func TestContextParallelMergeGraph(t *testing.T) {
 	for _, s := range cpDecodeSpecs() {
 		pr := buildDecode(s)
-		ref, err := SparseDecodeAttenFunc(pr.q, pr.k, pr.v, nil, decodeArgs(s, pr))
+		ref, err := cpRef(s, pr)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,15 +9,15 @@ cd "$(dirname "$0")/.."
 start=$SECONDS
 
 if ! command -v mpirun >/dev/null || ! pkg-config --exists ompi-c 2>/dev/null; then
-  echo "--- installing OpenMPI (libopenmpi-dev openmpi-bin)"
+  echo "--- installing OpenMPI (libopenmpi-dev openmpi-bin pkg-config)"
   sudo=""
   if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
   if ! command -v apt-get >/dev/null; then
-    echo "dist: FAIL: OpenMPI is missing and this is not a Debian/Ubuntu machine: install libopenmpi-dev and openmpi-bin (or your MPI's development files and mpirun)"
+    echo "dist: FAIL: OpenMPI is missing and this is not a Debian/Ubuntu machine: install libopenmpi-dev, openmpi-bin and pkg-config (or your MPI's development files and mpirun)"
     exit 1
   fi
   $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq libopenmpi-dev openmpi-bin >/dev/null
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq libopenmpi-dev openmpi-bin pkg-config >/dev/null
 fi
 version=$(mpirun --version 2>/dev/null | head -1)
 echo "--- $version"

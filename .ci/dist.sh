@@ -25,6 +25,10 @@ echo "--- $version"
 echo "--- go vet -tags mpi ./kernels/comm/... ./op/"
 go vet -tags mpi ./kernels/comm/... ./op/
 
+echo "--- go test -race: in-process ranks (kernels/comm, op context-parallel and merge tests)"
+go test -race -count=1 ./kernels/comm
+go test -race -count=1 -run 'Merge|CPDecode|CPSparsePrefill|ContextParallel' ./op
+
 bin=$(mktemp -d)
 trap 'rm -rf "$bin"' EXIT
 go test -c -tags mpi -o "$bin/comm.test" ./kernels/comm

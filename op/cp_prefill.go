@@ -254,6 +254,8 @@ const (
 	cpReqQueries = 2
 )
 
+// run exchanges the requests and replies and computes the result; every
+// rank runs the same sequence of collectives.
 func (cp *cpPrefill) run(fn string) (*Result, *CPPrefillStats, error) {
 	needs := cp.needs()
 	stats := &CPPrefillStats{Peers: make([]CPPeerStats, cp.p)}
@@ -288,7 +290,11 @@ func (cp *cpPrefill) run(fn string) (*Result, *CPPrefillStats, error) {
 	}
 	in := make([][]byte, cp.p)
 	for s := range in {
-		in[s] = make([]byte, all[s*cp.p+cp.r])
+		n := all[s*cp.p+cp.r]
+		if n < 0 {
+			return nil, nil, &CommError{fn, fmt.Errorf("rank %d announced a request of %d bytes", s, n)}
+		}
+		in[s] = make([]byte, n)
 	}
 	if err := cp.c.AllToAllV(reqs, in); err != nil {
 		return nil, nil, &CommError{fn, err}

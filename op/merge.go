@@ -35,9 +35,9 @@ type MergeArgs struct {
 // without D. Weights and the LSE are computed in float64 and O is
 // accumulated in float32 in the order of the slices, then rounded once to
 // the inputs' dtype: the result is identical from run to run and across
-// worker counts and ranks of one architecture. The merged O is within (K + 2) * 2^-24 * max|O_i| of the exact
-// merge of the given partials before that rounding (merge_test.go derives
-// this bound).
+// worker counts and ranks of one architecture. The merged O is within
+// (K + 2) * 2^-24 * max|O_i| of the exact merge of the given partials
+// before that rounding (merge_test.go derives this bound).
 func MergeStatesFunc(outs, lses []tensor.Tensor, args MergeArgs) (*Result, error) {
 	const fn = "MergeStatesFunc"
 	c := &checker{fn: fn}

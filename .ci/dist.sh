@@ -25,9 +25,9 @@ echo "--- $version"
 echo "--- go vet -tags mpi ./kernels/comm/... ./op/"
 go vet -tags mpi ./kernels/comm/... ./op/
 
-echo "--- go test -race: in-process ranks (kernels/comm, op context-parallel and merge tests)"
+# The op context-parallel tests run under -race in .ci/run's race step.
+echo "--- go test -race ./kernels/comm (in-process ranks)"
 go test -race -count=1 ./kernels/comm
-go test -race -count=1 -run 'Merge|CPDecode|CPSparsePrefill|ContextParallel' ./op
 
 bin=$(mktemp -d)
 trap 'rm -rf "$bin"' EXIT

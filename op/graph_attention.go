@@ -395,8 +395,13 @@ func lseNode(fn string, out *G.Node, temp bool) (*G.Node, error) {
 			return nil, argErr(fn, "out", "a SparseAttention node (decode has no temperature LSE)", o.String())
 		}
 		st = o.st
+	case mergeNode:
+		if temp {
+			return nil, argErr(fn, "out", "a SparseAttention node (a merge has no temperature LSE)", fmt.Sprint(o))
+		}
+		st = o.mergedLSE()
 	default:
-		return nil, argErr(fn, "out", "a SparseAttention or decode attention node", fmt.Sprint(out.Op()))
+		return nil, argErr(fn, "out", "a SparseAttention, decode attention or MergeStates node", fmt.Sprint(out.Op()))
 	}
 	if temp {
 		st.needT = true

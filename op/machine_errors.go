@@ -4,7 +4,7 @@ import "errors"
 
 // MachineError returns the error an op of this package reported inside an
 // error returned by a Gorgonia machine's RunAll, so that errors.As finds
-// *ArgError, *NotImplementedError and *ForwardOnlyError:
+// *ArgError, *NotImplementedError, *ForwardOnlyError and *CommError:
 //
 //	if err := m.RunAll(); err != nil {
 //		var ae *op.ArgError
@@ -20,7 +20,7 @@ import "errors"
 func MachineError(err error) error {
 	for e := err; e != nil; {
 		switch e.(type) {
-		case *ArgError, *NotImplementedError, *ForwardOnlyError:
+		case *ArgError, *NotImplementedError, *ForwardOnlyError, *CommError:
 			return e
 		}
 		if w, ok := e.(interface{ Err() error }); ok && w.Err() != nil && w.Err() != e {

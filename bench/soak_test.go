@@ -1,0 +1,129 @@
+package main
+
+import (
+	"math"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// runTinySoak runs a short soak on the tiny shapes with hook injected
+// after every step and returns its failure lines.
+func runTinySoak(t *testing.T, hook func()) []string {
+	t.Helper()
+	soakStepHook = hook
+	defer func() { soakStepHook = nil }()
+	rep, err := soak(soakTiny, 2, 900*time.Millisecond, 30*time.Millisecond, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d steps, heap: %v; goroutines: %v", rep.steps, rep.heap, rep.goroutines)
+	return rep.failures()
+}
+
+func hasFailure(fails []string, name string) bool {
+	return slices.ContainsFunc(fails, func(f string) bool { return strings.HasPrefix(f, name) })
+}
+
+func TestSoakFlat(t *testing.T) {
+	if fails := runTinySoak(t, nil); len(fails) > 0 {
+		t.Fatalf("a clean soak failed: %q", fails)
+	}
+}
+
+// TestSoakDetectsHeapLeak is the detector's mutation test: a step that
+// keeps 16 KiB more every time must fail the heap check by name.
+func TestSoakDetectsHeapLeak(t *testing.T) {
+	var kept [][]byte
+	fails := runTinySoak(t, func() { kept = append(kept, make([]byte, 16<<10)) })
+	if !hasFailure(fails, "Go heap") {
+		t.Fatalf("a leak of 16 KiB per step (%d steps) was not reported: %q", len(kept), fails)
+	}
+	if hasFailure(fails, "goroutine") {
+		t.Fatalf("a heap leak was reported as a goroutine leak: %q", fails)
+	}
+	runtime.KeepAlive(kept)
+}
+
+// TestSoakDetectsGoroutineLeak: a step that leaves one goroutine blocked
+// must fail the goroutine check by name.
+func TestSoakDetectsGoroutineLeak(t *testing.T) {
+	stop := make(chan struct{})
+	defer close(stop)
+	fails := runTinySoak(t, func() { go func() { <-stop }() })
+	if !hasFailure(fails, "goroutine count") {
+		t.Fatalf("a goroutine left per step was not reported: %q", fails)
+	}
+}
+
+func TestCheckGrowth(t *testing.T) {
+	flat := []float64{9, 5, 5, 6, 5, 5, 5, 6, 5} // warm-up peak, then flat
+	cases := []struct {
+		name      string
+		xs        []float64
+		allowance float64
+		judged    bool
+		grew      bool
+	}{
+		{"flat", flat, 0, true, false},
+		{"last third up by the allowance", []float64{5, 5, 5, 5, 5, 5, 5, 7, 5}, 2, true, false},
+		{"last third above the allowance", []float64{5, 5, 5, 5, 5, 5, 5, 7.5, 5}, 2, true, true},
+		{"linear growth", []float64{1, 2, 3, 4, 5, 6, 7, 8, 9}, 2, true, true},
+		{"too few samples", []float64{1, 2, 3, 4, 5, 6, 7, 80}, 0, false, false},
+	}
+	for _, c := range cases {
+		g := checkGrowth("x", "", c.xs, c.allowance, "test")
+		if g.judged != c.judged || g.grew() != c.grew {
+			t.Errorf("%s: judged %v grew %v, want %v %v (%v)", c.name, g.judged, g.grew(), c.judged, c.grew, g)
+		}
+	}
+	r := &soakReport{heap: checkGrowth("Go heap", "MiB", flat[:8], 0, "test"), goroutines: checkGrowth("goroutine count", "", flat, 0, "test")}
+	if fails := r.failures(); len(fails) != 1 || !strings.Contains(fails[0], "not judged") {
+		t.Errorf("an unjudged check must fail the run: %q", fails)
+	}
+}
+
+// TestStepHist: every quantile read from the histogram is within its 2%
+// bucket of the exact nearest-rank quantile, and never above the maximum.
+func TestStepHist(t *testing.T) {
+	var h stepHist
+	var xs []time.Duration
+	r := splitmix{3}
+	for i := 0; i < 5000; i++ {
+		d := time.Duration(float64(time.Microsecond) * math.Exp(float64(r.intn(1<<20))/(1<<20)*14))
+		xs = append(xs, d)
+		h.add(d)
+	}
+	h.add(0)
+	xs = append(xs, 0)
+	slices.Sort(xs)
+	for _, p := range []float64{0.01, 0.5, 0.9, 0.99, 1} {
+		exact := xs[max(int(math.Ceil(p*float64(len(xs))))-1, 0)]
+		got := h.quantile(p)
+		if got < exact || float64(got) > float64(exact)*histRatio+float64(histMin) || got > h.max {
+			t.Errorf("p%v: %v, exact %v", p*100, got, exact)
+		}
+	}
+	var empty stepHist
+	if empty.quantile(0.5) != 0 {
+		t.Error("an empty histogram's quantile must be 0")
+	}
+}
+
+func TestParseStatm(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want int64
+	}{
+		{"52000 4100 900 300 0 8000 0\n", 4100 * 4096},
+		{"52000", -1},
+		{"52000 x 1", -1},
+		{"", -1},
+	} {
+		if got := parseStatm(c.in, 4096); got != c.want {
+			t.Errorf("parseStatm(%q) = %d, want %d", c.in, got, c.want)
+		}
+	}
+}

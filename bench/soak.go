@@ -362,7 +362,7 @@ func runSoak(cfg *config) int {
 	if cfg.out != "" {
 		path := filepath.Join(cfg.out, "soak.csv")
 		if err := os.MkdirAll(cfg.out, 0o755); err == nil {
-			err = writeCSVRows(path, rep.csvRows())
+			err = writeCSVRows(path, rep.rows(true))
 		}
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "bench: soak: writing", path+":", err)

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
 	"time"
 )
 
@@ -33,6 +34,8 @@ func (m *soakMeter) report(l *soakLoop) (*soakReport, error) {
 	return r, nil
 }
 
+// soakHeader names the time series' columns (the CSV's heap and RSS
+// columns are in bytes: heap_live_bytes, rss_bytes).
 var soakHeader = []string{"t_s", "steps", "tokens", "step_p50_ms", "step_p99_ms", "heap_live_mib", "rss_mib", "goroutines", "active", "gc_cycles"}
 
 func msCell(d time.Duration) string {
@@ -42,26 +45,37 @@ func msCell(d time.Duration) string {
 	return fmt.Sprintf("%.3f", ms(d))
 }
 
-func (s soakSample) cells() []string {
+func (s soakSample) cells(bytes bool) []string {
+	size := func(x float64) string {
+		if bytes {
+			return fmt.Sprintf("%.0f", x)
+		}
+		return fmt.Sprintf("%.2f", x/(1<<20))
+	}
 	rss := "-"
 	if s.rss >= 0 {
-		rss = fmt.Sprintf("%.2f", float64(s.rss)/(1<<20))
+		rss = size(float64(s.rss))
 	}
 	return []string{
 		fmt.Sprintf("%.2f", s.at.Seconds()), fmt.Sprint(s.steps), fmt.Sprint(s.tokens),
 		msCell(s.p50), msCell(s.p99),
-		fmt.Sprintf("%.2f", float64(s.heapLive)/(1<<20)), rss,
+		size(float64(s.heapLive)), rss,
 		fmt.Sprint(s.goroutines), fmt.Sprint(s.active), fmt.Sprint(s.gcs),
 	}
 }
 
-// csvRows is the time series with a header row (-out DIR: DIR/soak.csv).
-// Step times are those of the steps since the previous sample ("-" in
-// the first row and wherever no step ended in between).
-func (r *soakReport) csvRows() [][]string {
-	rows := [][]string{soakHeader}
+// rows is the time series with a header row: sizes in MiB for the
+// table, in bytes for the CSV (-out DIR: DIR/soak.csv). Step times are
+// those of the steps since the previous sample ("-" in the first row and
+// wherever no step ended in between).
+func (r *soakReport) rows(bytes bool) [][]string {
+	h := slices.Clone(soakHeader)
+	if bytes {
+		h[5], h[6] = "heap_live_bytes", "rss_bytes"
+	}
+	rows := [][]string{h}
 	for _, s := range r.samples {
-		rows = append(rows, s.cells())
+		rows = append(rows, s.cells(bytes))
 	}
 	return rows
 }
@@ -69,7 +83,7 @@ func (r *soakReport) csvRows() [][]string {
 // print writes the time series table, the totals and the checks.
 func (r *soakReport) print(w io.Writer) {
 	fmt.Fprintln(w)
-	alignRows(w, r.csvRows(), "")
+	alignRows(w, r.rows(false), "")
 	last := r.samples[len(r.samples)-1]
 	secs := last.at.Seconds()
 	fmt.Fprintf(w, "\n%d steps in %.1f s (%.1f steps/s); %d requests admitted, %d finished; tokens: %d prefill + %d decode = %.0f tokens/s\n",

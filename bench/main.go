@@ -284,7 +284,7 @@ func main() {
 		}
 		return
 	}
-	if soakOpts.dur != 0 {
+	if soakMode() {
 		os.Exit(runSoak(cfg))
 	}
 	if cfg.device == "cuda" {

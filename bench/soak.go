@@ -306,21 +306,37 @@ func (l *soakLoop) prime() error {
 	return nil
 }
 
-// checkSoakFlags rejects flags the soak mode does not use.
+// soakMode reports whether any soak flag was given (main then runs the
+// soak mode, which rejects -soak-every or -soak-seed without -soak).
+func soakMode() bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || strings.HasPrefix(f.Name, "soak") })
+	return set
+}
+
+// checkSoakFlags rejects flags the soak mode does not use and durations
+// that are not positive.
 func checkSoakFlags() error {
 	var other []string
+	soakSet := false
 	flag.Visit(func(f *flag.Flag) {
 		switch f.Name {
-		case "soak", "soak-every", "soak-seed", "tiny", "out", "workers", "tier", "spin":
+		case "soak":
+			soakSet = true
+		case "soak-every", "soak-seed", "tiny", "out", "workers", "tier", "spin":
 		default:
 			other = append(other, "-"+f.Name)
 		}
 	})
-	if len(other) > 0 {
+	switch {
+	case !soakSet:
+		return fmt.Errorf("-soak-every and -soak-seed need -soak DURATION")
+	case len(other) > 0:
 		return fmt.Errorf("-soak takes only -tiny, -out, -workers, -tier, -spin, -soak-every and -soak-seed, not %s", strings.Join(other, ", "))
-	}
-	if soakOpts.dur < 0 || soakOpts.every < 0 {
-		return fmt.Errorf("-soak %v, -soak-every %v: want positive durations", soakOpts.dur, soakOpts.every)
+	case soakOpts.dur <= 0:
+		return fmt.Errorf("-soak: want a positive duration, got %v", soakOpts.dur)
+	case soakOpts.every < 0:
+		return fmt.Errorf("-soak-every: want a positive duration (or 0: the duration / 30), got %v", soakOpts.every)
 	}
 	return nil
 }
@@ -348,6 +364,11 @@ func runSoak(cfg *config) int {
 	every := soakOpts.every
 	if every == 0 {
 		every = max(soakOpts.dur/30, 50*time.Millisecond)
+	}
+	if soakOpts.dur < 3*minPerThird*every {
+		fmt.Fprintf(os.Stderr, "bench: -soak %v with samples every %v: want at least %d samples (%d per third), so -soak >= %v\n",
+			soakOpts.dur, every, 3*minPerThird, minPerThird, 3*minPerThird*every)
+		return 2
 	}
 	fmt.Printf("soak: %v, sampled every %v, seed %d, GOMAXPROCS %d, workers %d, kernel tier %s\n",
 		soakOpts.dur, every, soakOpts.seed, runtime.GOMAXPROCS(0), cfg.workers, tile.Tier())

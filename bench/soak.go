@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -69,10 +70,10 @@ var soakStepHook func()
 // soakReq is one request slot. Slots and their page lists are allocated
 // once, so that the loop's own state does not change size with traffic.
 type soakReq struct {
-	active         bool
-	prompt, target int // prompt tokens; prompt + generated tokens
-	length         int // tokens in the cache
-	pages          []int32
+	active bool
+	target int // prompt + generated tokens
+	length int // tokens in the cache
+	pages  []int32
 }
 
 // soakLoop is the state of a soak run: one K and one V cache per layer,
@@ -90,6 +91,8 @@ type soakLoop struct {
 	pt, su, cu     []int32 // page table [B, maxCols], seqused_k [B], cu_seqlens [B+1]
 	out            []lowp.BFloat16
 	lse            []float32
+	lastQ          *tensor.Dense // the last decode step's last layer: q ...
+	lastB          int           // ... and batch (out, pt and su hold the rest)
 	prefillTokens  int64
 	decodeTokens   int64
 	admitted, done int64
@@ -161,7 +164,7 @@ func (l *soakLoop) admit(prompt, gen int) (bool, error) {
 		return false, nil
 	}
 	r := &l.reqs[slot]
-	r.active, r.prompt, r.target, r.length = true, prompt, prompt+gen, prompt
+	r.active, r.target, r.length = true, prompt+gen, prompt
 	r.pages = append(r.pages[:0], l.free[len(l.free)-need:]...)
 	l.free = l.free[:len(l.free)-need]
 	l.admitted++
@@ -206,8 +209,8 @@ func (l *soakLoop) appendKV(layer, n int, pt, cu, su *tensor.Dense) error {
 
 // decode runs one decode step for every active request: append one K/V
 // row per request and layer, re-plan the wrapper for the new lengths,
-// then run every layer. It returns the batch size.
-func (l *soakLoop) decode() (int, error) {
+// then run every layer.
+func (l *soakLoop) decode() error {
 	sh := l.sh
 	cols := sh.maxCols()
 	b := 0
@@ -224,28 +227,98 @@ func (l *soakLoop) decode() (int, error) {
 		b++
 		l.cu[b] = int32(b)
 	}
+	l.lastB = b
 	if b == 0 {
-		return 0, nil
+		return nil
 	}
 	pt, su, cu := i32(l.pt[:b*cols], b, cols), i32(l.su[:b], b), i32(l.cu[:b+1], b+1)
 	for layer := 0; layer < sh.layers; layer++ {
 		if err := l.appendKV(layer, b, pt, cu, su); err != nil {
-			return 0, fmt.Errorf("decode: %w", err)
+			return fmt.Errorf("decode: %w", err)
 		}
 	}
 	err := l.w.Plan(op.PlanArgs{DecodeArgs: op.DecodeArgs{PageTable: pt, SeqUsedK: su, SeqlenQ: 1, Workers: l.workers},
 		NumQOHeads: sh.hq, NumKVHeads: sh.hkv, HeadDim: sh.d}, nil)
 	if err != nil {
-		return 0, fmt.Errorf("decode: Plan: %w", err)
+		return fmt.Errorf("decode: Plan: %w", err)
 	}
 	out := tensor.New(tensor.WithShape(b, sh.hq, sh.d), tensor.WithBacking(l.out[:b*sh.hq*sh.d]))
 	for layer := 0; layer < sh.layers; layer++ {
-		if err := l.w.RunInto(l.rows(b, sh.hq), l.kc[layer], l.vc[layer], 0, out, nil); err != nil {
-			return 0, fmt.Errorf("decode: RunInto (layer %d): %w", layer, err)
+		l.lastQ = l.rows(b, sh.hq)
+		if err := l.w.RunInto(l.lastQ, l.kc[layer], l.vc[layer], 0, out, nil); err != nil {
+			return fmt.Errorf("decode: RunInto (layer %d): %w", layer, err)
 		}
 	}
 	l.decodeTokens += int64(b)
-	return b, nil
+	return nil
+}
+
+// soakTolerance bounds the error of a decode output element O against the
+// float64 reference: |got - want| <= rtol |want| + atol max|v|.
+//
+// The float32 result before the output's BF16 rounding differs from the
+// exact one by delta: the P.V sum and the normalisation over n <= keys
+// terms by at most n u max|v| (u = 2^-24, recursive summation, weights
+// summing to 1); a logit s = q.k / sqrt(D) by at most D u m^2 / sqrt(D)
+// from the dot product plus u |s| <= u sqrt(D) m^2 from the scaling (m:
+// the largest |value| the random data can take, bf16Table's), and a
+// weight moves relatively by twice a logit's error (its own logit and the
+// normalising sum), so O by 4 sqrt(D) m^2 u max|v|; exp and the split-KV
+// rescaling add a few u. Rounding to BF16 then errs by at most its unit
+// roundoff 2^-8 of |O + delta|, so |got - want| <= 2^-8 |want| +
+// (1 + 2^-8) delta: rtol 2^-8, atol (1 + 2^-8)(n + 4 sqrt(D) m^2 + 8) u.
+// The bf16 tiers round P to BF16 before P.V (tile.BF16Products): each
+// weight errs by 2^-8 of itself, the sum by 2^-8 max|v| more.
+func soakTolerance(sh soakShape) tolerance {
+	const u = 1.0 / (1 << 24)
+	tables()
+	m := 0.0
+	for _, x := range bf16Table {
+		m = math.Max(m, math.Abs(bf16Val(x)))
+	}
+	n := float64(sh.promptMax + sh.genMax)
+	t := tolerance{rtol: 1.0 / 256, atol: (1 + 1.0/256) * (n + 4*math.Sqrt(float64(sh.d))*m*m + 8) * u}
+	if tile.BF16Products() {
+		t.atol += 1.0 / 256
+	}
+	return t
+}
+
+// verifyDecode checks every request's output of the last decode step's
+// last layer against the float64 reference over the request's pages (up
+// to its seqused_k), with the suite's decode tolerance: pages are recycled
+// between requests all the time, so a stale page table or a mixed-up page
+// would show here. It must run before the next step overwrites the page
+// table and the output (finish releases pages but writes nothing).
+func (l *soakLoop) verifyDecode(ck *checker) {
+	sh := l.sh
+	if l.lastB == 0 {
+		return
+	}
+	cols, layer, qpk := sh.maxCols(), sh.layers-1, sh.hq/sh.hkv
+	kr := bf16Rows(l.kc[layer].Data().([]lowp.BFloat16))
+	vr := bf16Rows(l.vc[layer].Data().([]lowp.BFloat16))
+	qr := bf16Rows(l.lastQ.Data().([]lowp.BFloat16))
+	scale := 1 / math.Sqrt(float64(sh.d))
+	got := make([]float32, sh.d)
+	for b := 0; b < l.lastB; b++ {
+		n := int(l.su[b])
+		keys, vals := make([][]float64, n), make([][]float64, n)
+		for h := 0; h < sh.hkv; h++ {
+			for t := 0; t < n; t++ {
+				r := (int(l.pt[b*cols+t/sh.page])*sh.hkv+h)*sh.page + t%sh.page
+				keys[t], vals[t] = kr.row(r, sh.d), vr.row(r, sh.d)
+			}
+			maxV := maxAbs(vals)
+			for head := h * qpk; head < (h+1)*qpk; head++ {
+				want := refAttention(qr.row(b*sh.hq+head, sh.d), keys, vals, scale)
+				for i := range got {
+					got[i] = l.out[(b*sh.hq+head)*sh.d+i].Float32()
+				}
+				ck.row(fmt.Sprintf("decode O[batch row %d, head %d] (context %d)", b, head, n), got, want, maxV)
+			}
+		}
+	}
 }
 
 // finish releases the slots and pages of requests that reached their
@@ -272,7 +345,7 @@ func (l *soakLoop) step() error {
 	if _, err := l.admit(prompt, gen); err != nil {
 		return err
 	}
-	if _, err := l.decode(); err != nil {
+	if err := l.decode(); err != nil {
 		return err
 	}
 	l.finish()
@@ -298,7 +371,7 @@ func (l *soakLoop) prime() error {
 	for i := range l.reqs {
 		l.reqs[i].length = l.reqs[i].target - 1 // the positions in between hold the caches' random contents
 	}
-	if _, err := l.decode(); err != nil {
+	if err := l.decode(); err != nil {
 		return fmt.Errorf("priming: %w", err)
 	}
 	l.finish()
@@ -413,6 +486,7 @@ func soak(sh soakShape, workers int, dur, every time.Duration, seed uint64) (*so
 		return nil, err
 	}
 	m := newSoakMeter(int(dur/every) + 2)
+	ck := &checker{tol: soakTolerance(sh)}
 	start := time.Now()
 	m.sample(0, l)
 	next := every
@@ -424,6 +498,7 @@ func soak(sh soakShape, workers int, dur, every time.Duration, seed uint64) (*so
 		m.stepDone(time.Since(t0))
 		el := time.Since(start)
 		if el >= next || el >= dur {
+			l.verifyDecode(ck) // before the sample's GC, which collects its garbage
 			m.sample(el, l)
 			next = el + every
 		}
@@ -431,5 +506,5 @@ func soak(sh soakShape, workers int, dur, every time.Duration, seed uint64) (*so
 			break
 		}
 	}
-	return m.report(l)
+	return m.report(l, ck)
 }

@@ -57,16 +57,15 @@ func (h *stepHist) reset() { *h = stepHist{} }
 
 // soakSample is one point of the soak's time series, taken between steps.
 type soakSample struct {
-	at             time.Duration // since the first sample
-	steps          int64         // steps so far
-	tokens         int64         // prefill + decode tokens so far
-	p50, p99       time.Duration // step times since the previous sample
-	heapLive       uint64        // bytes of live heap objects after a forced GC
-	rss            int64         // resident set size in bytes; -1: unknown on this OS
-	goroutines     int
-	active         int // requests in flight
-	gcs            uint64
-	prefill, dtoks int64
+	at         time.Duration // since the first sample
+	steps      int64         // steps so far
+	tokens     int64         // prefill + decode tokens so far
+	p50, p99   time.Duration // step times since the previous sample
+	heapLive   uint64        // bytes of live heap objects after a forced GC
+	rss        int64         // resident set size in bytes; -1: unknown on this OS
+	goroutines int
+	active     int // requests in flight
+	gcs        uint64
 }
 
 // Metrics read through runtime/metrics. /gc/heap/live:bytes is the heap
@@ -133,7 +132,7 @@ func (m *soakMeter) sample(at time.Duration, l *soakLoop) {
 		p50: m.window.quantile(0.5), p99: m.window.quantile(0.99),
 		heapLive: m.state[0].Value.Uint64(), gcs: m.state[1].Value.Uint64(),
 		goroutines: int(m.state[2].Value.Uint64()),
-		rss:        readRSS(), active: active, prefill: l.prefillTokens, dtoks: l.decodeTokens,
+		rss:        readRSS(), active: active,
 	})
 	m.window.reset()
 	// The GC and this sample's own allocations are not a step's.

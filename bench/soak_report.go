@@ -17,10 +17,11 @@ type soakReport struct {
 	p50, p99, maxStep     time.Duration
 	maxStepAlloc          uint64
 	heap, goroutines      growth
+	verify, verifyDetail  string // the decode outputs checked at each sample (checker.verdict)
 }
 
 // report finishes the run's figures and judges the samples.
-func (m *soakMeter) report(l *soakLoop) (*soakReport, error) {
+func (m *soakMeter) report(l *soakLoop, ck *checker) (*soakReport, error) {
 	if m.steps == 0 {
 		return nil, fmt.Errorf("no step finished within the duration")
 	}
@@ -31,6 +32,7 @@ func (m *soakMeter) report(l *soakLoop) (*soakReport, error) {
 		maxStepAlloc: m.maxStepAlloc,
 	}
 	r.heap, r.goroutines = soakChecks(m.samples, m.maxStepAlloc)
+	r.verify, r.verifyDetail = ck.verdict()
 	return r, nil
 }
 
@@ -96,6 +98,7 @@ func (r *soakReport) print(w io.Writer) {
 		fmt.Fprintf(w, "RSS: %.2f MiB at the first sample, %.2f MiB at the last (reported, not judged)\n",
 			float64(r.samples[0].rss)/(1<<20), float64(last.rss)/(1<<20))
 	}
+	fmt.Fprintf(w, "decode outputs at each sample against float64: %s, %s\n", r.verify, r.verifyDetail)
 	fmt.Fprintln(w, r.heap)
 	fmt.Fprintln(w, r.goroutines)
 }
@@ -103,6 +106,9 @@ func (r *soakReport) print(w io.Writer) {
 // failures lists the checks that failed or could not be made.
 func (r *soakReport) failures() []string {
 	var f []string
+	if r.verify != "ok" {
+		f = append(f, "decode outputs wrong: "+r.verifyDetail)
+	}
 	for _, g := range []growth{r.heap, r.goroutines} {
 		if !g.judged || g.grew() {
 			f = append(f, g.String())

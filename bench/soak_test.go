@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sparseattn/msa/kernels/lowp"
 )
 
 // runTinySoak runs a short soak on the tiny shapes with hook injected
@@ -125,5 +127,45 @@ func TestParseStatm(t *testing.T) {
 		if got := parseStatm(c.in, 4096); got != c.want {
 			t.Errorf("parseStatm(%q) = %d, want %d", c.in, got, c.want)
 		}
+	}
+}
+
+// TestSoakVerifyDecode: the check of the decode outputs passes on the
+// loop's own steps and fails, naming the element, when one output value
+// or one page-table entry is wrong.
+func TestSoakVerifyDecode(t *testing.T) {
+	l, err := newSoakLoop(soakTiny, 2, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.close()
+	for i := 0; i < 40 || l.lastB < 2; i++ {
+		if err := l.step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tol := soakTolerance(soakTiny)
+	ck := &checker{tol: tol}
+	l.verifyDecode(ck)
+	if v, detail := ck.verdict(); v != "ok" {
+		t.Fatalf("clean step: %s", detail)
+	}
+	// One output element off by 2%: far beyond BF16 rounding (2^-8).
+	i := soakTiny.hq*soakTiny.d + 3 // batch row 1, head 0, column 3
+	saved := l.out[i]
+	l.out[i] = lowp.BF16(saved.Float32()*1.02 + 0.05)
+	ck = &checker{tol: tol}
+	l.verifyDecode(ck)
+	if v, detail := ck.verdict(); v != "FAIL" || !strings.Contains(detail, "decode O[batch row 1, head 0]") {
+		t.Errorf("a wrong output element was not reported: %s %s", v, detail)
+	}
+	l.out[i] = saved
+	// Batch row 0 pointed at another request's first page.
+	cols := soakTiny.maxCols()
+	l.pt[0], l.pt[cols] = l.pt[cols], l.pt[0]
+	ck = &checker{tol: tol}
+	l.verifyDecode(ck)
+	if v, detail := ck.verdict(); v != "FAIL" || !strings.Contains(detail, "batch row 0") {
+		t.Errorf("a swapped page was not reported: %s %s", v, detail)
 	}
 }

@@ -81,7 +81,7 @@ func TestCheckGrowth(t *testing.T) {
 			t.Errorf("%s: judged %v grew %v, want %v %v (%v)", c.name, g.judged, g.grew(), c.judged, c.grew, g)
 		}
 	}
-	r := &soakReport{heap: checkGrowth("Go heap", "MiB", flat[:8], 0, "test"), goroutines: checkGrowth("goroutine count", "", flat, 0, "test")}
+	r := &soakReport{heap: checkGrowth("Go heap", "MiB", flat[:8], 0, "test"), goroutines: checkGrowth("goroutine count", "", flat, 0, "test"), verify: "ok"}
 	if fails := r.failures(); len(fails) != 1 || !strings.Contains(fails[0], "not judged") {
 		t.Errorf("an unjudged check must fail the run: %q", fails)
 	}

@@ -103,18 +103,21 @@ func newSoakLoop(sh soakShape, workers int, seed uint64) (*soakLoop, error) {
 	cols := sh.maxCols()
 	numPages := sh.maxBatch * cols
 	tables()
+	// Data streams: 2*layer (K) and 2*layer+1 (V) for the caches, 2*layers
+	// for the arena.
+	stream := func(i int) uint64 { return seed*131 + uint64(i) }
 	for i := 0; i < sh.layers; i++ {
-		for _, c := range []*[]*tensor.Dense{&l.kc, &l.vc} {
+		for j, c := range []*[]*tensor.Dense{&l.kc, &l.vc} {
 			// Random contents, so that a decode step's positions not yet
 			// written (the priming step's) hold finite values.
 			data := make([]lowp.BFloat16, numPages*sh.hkv*sh.page*sh.d)
-			fillTable(data, bf16Table, seed*131+uint64(2*i+len(*c)), workers)
+			fillTable(data, bf16Table, stream(2*i+j), workers)
 			*c = append(*c, tensor.New(tensor.WithShape(numPages, sh.hkv, sh.page, sh.d), tensor.WithBacking(data)))
 		}
 	}
 	rows := max(sh.promptMax, sh.maxBatch)
 	l.arena = make([]lowp.BFloat16, 2*rows*sh.hq*sh.d)
-	fillTable(l.arena, bf16Table, seed*131+7, workers)
+	fillTable(l.arena, bf16Table, stream(2*sh.layers), workers)
 	for p := numPages - 1; p >= 0; p-- {
 		l.free = append(l.free, int32(p))
 	}

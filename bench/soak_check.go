@@ -85,7 +85,10 @@ func unitSuffix(unit string) string {
 // step allocates (maxStepAlloc, measured over the run). A leak of L bytes
 // per step raises the last third's maximum by L times the steps of a
 // third, which passes that bound once the third has more steps than
-// maxStepAlloc / L.
+// maxStepAlloc / L. The runtime's per-P sudog caches (at most 128 of
+// about 96 bytes per P) fill slowly over minutes as goroutines wait on
+// one P and are woken from another: tens of kilobytes at most, well
+// inside the allowance.
 //
 // Goroutine allowance 0: samples are taken between steps, when the ops
 // have returned; the worker goroutines they keep (eager pool, the

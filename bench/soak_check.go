@@ -20,6 +20,10 @@ type growth struct {
 	judged    bool   // false when there are too few samples
 }
 
+// sudogCacheBytes bounds a P's sudog cache: 128 sudogs of under 128 bytes
+// (soakChecks).
+const sudogCacheBytes = 128 * 128
+
 // minPerThird is the fewest samples each third needs to be judged.
 const minPerThird = 3
 
@@ -85,10 +89,13 @@ func unitSuffix(unit string) string {
 // step allocates (maxStepAlloc, measured over the run). A leak of L bytes
 // per step raises the last third's maximum by L times the steps of a
 // third, which passes that bound once the third has more steps than
-// maxStepAlloc / L. The runtime's per-P sudog caches (at most 128 of
-// about 96 bytes per P) fill slowly over minutes as goroutines wait on
-// one P and are woken from another: tens of kilobytes at most, well
-// inside the allowance.
+// maxStepAlloc / L.
+//
+// The runtime adds one term: a goroutine that waits (the ops' callers on
+// their workers) takes a sudog from its P's cache and the waker may
+// return it to another P's, so the per-P caches fill slowly, over
+// minutes, up to their bound of 128 sudogs per P. A sudog is under 128
+// bytes (112 in Go 1.26), so this is at most sudogCacheBytes per P.
 //
 // Goroutine allowance 0: samples are taken between steps, when the ops
 // have returned; the worker goroutines they keep (eager pool, the
@@ -98,14 +105,14 @@ func unitSuffix(unit string) string {
 // RSS is not judged: after the heap is flat it follows the runtime's
 // scavenger (which returns freed pages to the OS in the background) and
 // the kernel, not the program.
-func soakChecks(s []soakSample, maxStepAlloc uint64) (heap, gor growth) {
+func soakChecks(s []soakSample, maxStepAlloc uint64, procs int) (heap, gor growth) {
 	hs := make([]float64, len(s))
 	gs := make([]float64, len(s))
 	for i, x := range s {
 		hs[i], gs[i] = float64(x.heapLive), float64(x.goroutines)
 	}
-	heap = checkGrowth("Go heap (live bytes after GC)", "MiB", hs, float64(maxStepAlloc),
-		"the most one step allocated")
+	heap = checkGrowth("Go heap (live bytes after GC)", "MiB", hs, float64(maxStepAlloc)+float64(procs*sudogCacheBytes),
+		fmt.Sprintf("the most one step allocated + %d Ps x %d KiB of the runtime's sudog caches", procs, sudogCacheBytes>>10))
 	gor = checkGrowth("goroutine count", "", gs, 0,
 		"samples fall between steps, and the ops' worker goroutines are started by priming and reused")
 	return heap, gor

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"runtime"
 	"slices"
 	"time"
 )
@@ -31,7 +32,7 @@ func (m *soakMeter) report(l *soakLoop, ck *checker) (*soakReport, error) {
 		p50: m.all.quantile(0.5), p99: m.all.quantile(0.99), maxStep: m.all.max,
 		maxStepAlloc: m.maxStepAlloc,
 	}
-	r.heap, r.goroutines = soakChecks(m.samples, m.maxStepAlloc)
+	r.heap, r.goroutines = soakChecks(m.samples, m.maxStepAlloc, runtime.GOMAXPROCS(0))
 	r.verify, r.verifyDetail = ck.verdict()
 	return r, nil
 }

@@ -108,6 +108,7 @@ func parseFlags() (*config, error) {
 	flag.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of each case's timed op calls (not the baselines) to FILE.<case>")
 	flag.Float64Var(&cfg.maxKVGiB, "max-kv-gib", 2, "skip cases whose K+V storage exceeds this many GiB")
 	flag.StringVar(&cfg.device, "device", "cpu", "cpu, or cuda: time prefill, NVFP4 and decode on GPU 0 (a binary built with -tags cuda; bench/README.md, GPU mode)")
+	registerSoakFlags()
 	flag.Parse()
 	if flag.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %v", flag.Args())
@@ -282,6 +283,9 @@ func main() {
 			os.Exit(1)
 		}
 		return
+	}
+	if soakMode() {
+		os.Exit(runSoak(cfg))
 	}
 	if cfg.device == "cuda" {
 		os.Exit(runGPU(cfg))

@@ -102,3 +102,14 @@ func (p *Prefill) path() PrefillPath {
 	}
 	return path
 }
+
+// SetProcessPrefillPath sets the path of calls that leave Prefill.Path at
+// PathDefault, in place of MSA_PREFILL_PATH (PathDefault restores auto).
+// It is meant for start-up, tests and benchmarks: it must not run
+// concurrently with RunPrefill.
+func SetProcessPrefillPath(p PrefillPath) {
+	if p == PathDefault {
+		p = PathAuto
+	}
+	processPath = p
+}

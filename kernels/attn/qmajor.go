@@ -26,6 +26,10 @@ import (
 // qmSelBytes bounds the block table of one query window: 4 MiB.
 const qmSelBytes = 4 << 20
 
+// qmWindowOverride, when positive (tests only), replaces the window
+// qmWindow computes.
+var qmWindowOverride int
+
 // qmTask is one query tile: tokens [gq, gq+n) of sequence b, KV head h.
 type qmTask struct{ gq, n, b, h int32 }
 
@@ -38,6 +42,9 @@ func qmTileTokens(qpk int) int { return max(1, 16/qpk) }
 // at least one tile.
 func qmWindow(p *Prefill, slots int) int {
 	w := qmSelBytes / (4 * p.Hkv * slots)
+	if qmWindowOverride > 0 {
+		w = qmWindowOverride
+	}
 	return max(min(w, p.TotalQ), qmTileTokens(p.HQ/p.Hkv), 1)
 }
 

@@ -4,7 +4,10 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
+	"os/exec"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/sparseattn/msa/kernels/lowp"
@@ -490,4 +493,117 @@ func compareQMKV(t *testing.T, pr *qmProblem, refs []qmRef, qm, kv *Output) {
 			t.Fatalf("%v: row %d: LSE %g (query-major) vs %g (KV-major)", pr.c, r, a, b)
 		}
 	}
+}
+
+// TestQueryMajorNoAllocs: once a workspace has run a call, further runs of
+// the query-major path allocate nothing, and the path keeps no partials:
+// its only buffer beyond the workers' scratch is the block table, bounded
+// by qmSelBytes whatever total_q*topK is.
+func TestQueryMajorNoAllocs(t *testing.T) {
+	c := qmCase{seqQ: []int{300, 0, 200}, seqK: []int{300, 50, 400}, hkv: 2, qpk: 4, d: 64, blk: 64, topK: 4,
+		causal: true, qDtype: BF16, kvDtype: E4M3, pattern: "random", invT: 0.5}
+	pr := c.build(t, 5)
+	p := pr.p
+	p.Path = PathQuery
+	pool := NewPool(2)
+	defer pool.Close()
+	ws := NewWorkspace(2, p.D)
+	out := newOutput(p.TotalQ*p.HQ, p.D)
+	out.TLSE = make([]float32, p.TotalQ*p.HQ)
+	for range 3 {
+		RunPrefill(p, ws, pool, out)
+	}
+	if a := testing.AllocsPerRun(10, func() { RunPrefill(p, ws, pool, out) }); a != 0 {
+		t.Fatalf("%v allocations per run", a)
+	}
+	pt := &ws.Partials
+	if len(pt.F32)+len(pt.BF16)+len(pt.F16)+len(pt.E4M3)+len(pt.LSE) != 0 {
+		t.Fatal("the query-major path allocated partials")
+	}
+	if 4*len(ws.sel) > qmSelBytes {
+		t.Fatalf("block table of %d entries exceeds %d bytes", len(ws.sel), qmSelBytes)
+	}
+}
+
+// TestQMWindow: the block table's window shrinks as Hkv*slots grows, so
+// the table stays within qmSelBytes, and never goes below one tile.
+func TestQMWindow(t *testing.T) {
+	for _, tc := range []struct{ totalQ, hkv, qpk, slots int }{
+		{1 << 20, 1, 16, 16}, {1 << 20, 8, 4, 64}, {100, 1, 1, 2}, {1 << 20, 64, 1, 127},
+	} {
+		p := &Prefill{TotalQ: tc.totalQ, Hkv: tc.hkv, HQ: tc.hkv * tc.qpk}
+		w := qmWindow(p, tc.slots)
+		if w < qmTileTokens(tc.qpk) || w > max(tc.totalQ, qmTileTokens(tc.qpk)) || 4*tc.hkv*w*tc.slots > max(qmSelBytes, 4*tc.hkv*tc.slots*qmTileTokens(tc.qpk)) {
+			t.Errorf("%+v: window %d", tc, w)
+		}
+	}
+}
+
+// TestQueryMajorWindows: a call spanning several block-table windows
+// (sequences cut at window boundaries) gives the same bits as one window.
+func TestQueryMajorWindows(t *testing.T) {
+	c := qmCase{seqQ: []int{700, 333}, seqK: []int{900, 333}, hkv: 1, qpk: 2, d: 64, blk: 64, topK: 3,
+		causal: true, qDtype: BF16, kvDtype: BF16, pattern: "local"}
+	pr := c.build(t, 9)
+	want := runPath(pr.p, PathQuery, 2, false)
+	prev := qmWindowOverride
+	qmWindowOverride = 100
+	defer func() { qmWindowOverride = prev }()
+	got := runPath(pr.p, PathQuery, 2, false)
+	if !slices.Equal(got.O, want.O) || !slices.EqualFunc(got.LSE, want.LSE, sameBits) {
+		t.Fatal("windows of 100 queries changed the result")
+	}
+	checkQM(t, pr, pr.reference(), got, false)
+}
+
+// TestPrefillPathParse covers the MSA_PREFILL_PATH values.
+func TestPrefillPathParse(t *testing.T) {
+	for s, want := range map[string]PrefillPath{"": PathAuto, "auto": PathAuto, "query": PathQuery, "kv": PathKV, "bogus": PathAuto, "KV": PathAuto} {
+		if got := pathFromEnv(s); got != want {
+			t.Errorf("pathFromEnv(%q) = %v, want %v", s, got, want)
+		}
+	}
+	if _, err := ParsePrefillPath("bogus"); err == nil {
+		t.Error("ParsePrefillPath(bogus) succeeded")
+	}
+}
+
+// TestPrefillPathEnv runs a child test process per tier this CPU has with
+// MSA_CPU_TIER and MSA_PREFILL_PATH set: the child must come up on that
+// tier and path (read once at start-up), run a call that leaves
+// Prefill.Path at PathDefault on the query-major path, and match the
+// reference.
+func TestPrefillPathEnv(t *testing.T) {
+	if os.Getenv("MSA_ATTN_CHILD") == "1" {
+		c := qmCase{seqQ: []int{40, 9}, seqK: []int{100, 200}, hkv: 2, qpk: 3, d: 64, blk: 64, topK: 3,
+			causal: true, qDtype: E4M3, kvDtype: E4M3, pattern: "sink"}
+		pr := c.build(t, 3)
+		before := PrefillRuns(PathQuery)
+		pool := NewPool(2)
+		defer pool.Close()
+		out := newOutput(pr.p.TotalQ*pr.p.HQ, pr.p.D)
+		RunPrefill(pr.p, NewWorkspace(2, pr.p.D), pool, out)
+		checkQM(t, pr, pr.reference(), out, false)
+		fmt.Printf("TIER=%s PATH=%s QUERY_RUNS=%d\n", tile.Tier(), ProcessPrefillPath(), PrefillRuns(PathQuery)-before)
+		return
+	}
+	prev := tile.Tier()
+	defer func() { _ = tile.SetTier(prev) }()
+	ran := 0
+	for _, tier := range testTiers {
+		if err := tile.SetTier(tier); err != nil {
+			continue // not on this CPU
+		}
+		ran++
+		cmd := exec.Command(os.Args[0], "-test.run=^TestPrefillPathEnv$", "-test.v")
+		cmd.Env = append(os.Environ(), "MSA_ATTN_CHILD=1", tile.EnvTier+"="+tier, EnvPrefillPath+"=query")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("child (%s): %v\n%s", tier, err, out)
+		}
+		if want := fmt.Sprintf("TIER=%s PATH=query QUERY_RUNS=1\n", tier); !strings.Contains(string(out), want) {
+			t.Errorf("child (%s): want %q in\n%s", tier, want, out)
+		}
+	}
+	t.Logf("%d tiers checked in child processes", ran)
 }

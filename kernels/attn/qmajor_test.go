@@ -27,6 +27,7 @@ type qmCase struct {
 	qDtype, kvDtype Dtype // Q: BF16 or E4M3; K/V: BF16, E4M3 or NVFP4
 	pattern         string
 	invT            float32 // 1/T of the temperature LSE, 0: none
+	full            bool    // every list holds min(topK, blocks) blocks (benchmarks)
 }
 
 func (c qmCase) String() string {
@@ -37,19 +38,16 @@ func (c qmCase) String() string {
 // qmProblem is a built case: the call (its CSR and schedule from the
 // planner) and, for the reference, the q2k lists and the decoded values.
 type qmProblem struct {
-	c    qmCase
-	p    *Prefill
-	q2k  []int32     // [Hkv][TotalQ][TopK]
-	q    [][]float64 // [TotalQ*HQ][D]: Q as stored, decoded by lowp
-	k, v [][][][]float64
-	// k[b][h][t], v[b][h][t]: the stored K/V values decoded by lowp (K
-	// times its NVFP4 global scale; V without it, OutputScale applies it)
+	c      qmCase
+	p      *Prefill
+	q2k    []int32 // [Hkv][TotalQ][TopK]
+	kvRows int     // K/V storage rows
 }
 
 // qmSelect returns the q2k list of batch-local query q of a sequence with
 // seqQ queries, seqK keys and nb blocks under pattern; shared is the
 // sequence's common random set of the "uniform" pattern.
-func qmSelect(rng *rand.Rand, pattern string, q, seqQ, seqK, nb, blk, topK int, shared []int32) []int32 {
+func qmSelect(rng *rand.Rand, pattern string, full bool, q, seqQ, seqK, nb, blk, topK int, shared []int32) []int32 {
 	list := make([]int32, 0, topK)
 	add := func(j int) {
 		if j >= 0 && j < nb && len(list) < topK && !slices.Contains(list, int32(j)) {
@@ -75,7 +73,13 @@ func qmSelect(rng *rand.Rand, pattern string, q, seqQ, seqK, nb, blk, topK int, 
 		}
 	}
 	// Fill up with random blocks (future ones included: causal masking
-	// hides them), leaving some entries -1.
+	// hides them), leaving some entries -1; full lists take min(topK, nb)
+	// blocks.
+	if full {
+		for len(list) < min(topK, nb) {
+			add(rng.IntN(nb))
+		}
+	}
 	for n := rng.IntN(topK + 1); len(list) < n && nb > 0; {
 		add(rng.IntN(nb))
 		if rng.IntN(4) == 0 {
@@ -88,7 +92,7 @@ func qmSelect(rng *rand.Rand, pattern string, q, seqQ, seqK, nb, blk, topK int, 
 		at := rng.IntN(len(list) + 1)
 		list = slices.Insert(list, at, -1)
 	}
-	if rng.IntN(16) == 0 {
+	if !full && rng.IntN(16) == 0 {
 		for i := range list {
 			list[i] = -1 // a query with no block: fully masked rows
 		}
@@ -121,7 +125,7 @@ func (c qmCase) build(t testing.TB, seed uint64) *qmProblem {
 				shared = append(shared, int32(j))
 			}
 			for q := range c.seqQ[b] {
-				list := qmSelect(rng, c.pattern, q, c.seqQ[b], c.seqK[b], blocks, c.blk, c.topK, shared)
+				list := qmSelect(rng, c.pattern, c.full, q, c.seqQ[b], c.seqK[b], blocks, c.blk, c.topK, shared)
 				copy(q2k[(h*totalQ+int(cuQ[b])+q)*c.topK:], list)
 			}
 		}
@@ -168,26 +172,14 @@ func (c qmCase) build(t testing.TB, seed uint64) *qmProblem {
 	}
 	kGlobal := float32(0.75) // NVFP4: exact in bf16 products with the e2m1 and e4m3 factors
 	vGlobal := float32(1.5)
-	qop, qdec := qmOperand(t, c.qDtype, gen(totalQ*hq*d, 1), totalQ*hq, d, 1)
-	kop, kdec := qmOperand(t, c.kvDtype, gen(kvRows*d, 1), kvRows, d, kGlobal)
-	vop, vdec := qmOperand(t, c.kvDtype, gen(kvRows*d, 1), kvRows, d, vGlobal)
+	qop := qmOperand(t, c.qDtype, gen(totalQ*hq*d, 1), totalQ*hq, d, 1)
+	kop := qmOperand(t, c.kvDtype, gen(kvRows*d, 1), kvRows, d, kGlobal)
+	vop := qmOperand(t, c.kvDtype, gen(kvRows*d, 1), kvRows, d, vGlobal)
 	outScale := float32(1)
 	if c.kvDtype == NVFP4 {
 		vop.Global, outScale = 1, vGlobal
-		vdec = qmDecode(vop, kvRows, d)
 	}
-	pr.q = qdec
-	pr.k, pr.v = make([][][][]float64, nb), make([][][][]float64, nb)
-	for b := range nb {
-		pr.k[b], pr.v[b] = make([][][]float64, c.hkv), make([][][]float64, c.hkv)
-		for h := range c.hkv {
-			for tk := range c.seqK[b] {
-				r := kv.Row(b, h, tk)
-				pr.k[b][h] = append(pr.k[b][h], kdec[r])
-				pr.v[b][h] = append(pr.v[b][h], vdec[r])
-			}
-		}
-	}
+	pr.kvRows = kvRows
 	seqK := make([]int32, nb)
 	for b, n := range c.seqK {
 		seqK[b] = int32(n)
@@ -204,9 +196,9 @@ func (c qmCase) build(t testing.TB, seed uint64) *qmProblem {
 	return pr
 }
 
-// qmOperand stores x ([rows][d]) in dtype and returns the operand and its
-// values decoded by lowp's scalar conversions (NVFP4: times global).
-func qmOperand(t testing.TB, dt Dtype, x []float32, rows, d int, global float32) (Operand, [][]float64) {
+// qmOperand stores x ([rows][d]) in dtype (NVFP4 with global scale
+// global).
+func qmOperand(t testing.TB, dt Dtype, x []float32, rows, d int, global float32) Operand {
 	t.Helper()
 	o := Operand{Dtype: dt, D: d, Global: 1}
 	switch dt {
@@ -228,7 +220,7 @@ func qmOperand(t testing.TB, dt Dtype, x []float32, rows, d int, global float32)
 		}
 		o.Global = global
 	}
-	return o, qmDecode(o, rows, d)
+	return o
 }
 
 // qmDecode decodes o's rows with lowp's scalar conversions.
@@ -267,6 +259,21 @@ type qmRef struct {
 // when causal, at most q + seqK - seqQ; no CSR, schedule or kernel.
 func (pr *qmProblem) reference() []qmRef {
 	p, c := pr.p, pr.c
+	// Q, K and V as stored, decoded by lowp's scalar conversions: K times
+	// its NVFP4 global scale, V without it (OutputScale applies it).
+	qv := qmDecode(p.Q, p.TotalQ*p.HQ, p.D)
+	kdec, vdec := qmDecode(p.K, pr.kvRows, p.D), qmDecode(p.V, pr.kvRows, p.D)
+	kb, vb := make([][][][]float64, len(c.seqK)), make([][][][]float64, len(c.seqK))
+	for b := range c.seqK {
+		kb[b], vb[b] = make([][][]float64, c.hkv), make([][][]float64, c.hkv)
+		for h := range c.hkv {
+			for tk := range c.seqK[b] {
+				r := p.KV.Row(b, h, tk)
+				kb[b][h] = append(kb[b][h], kdec[r])
+				vb[b][h] = append(vb[b][h], vdec[r])
+			}
+		}
+	}
 	refs := make([]qmRef, p.TotalQ*p.HQ)
 	for b := range c.seqQ {
 		seqQ, seqK := c.seqQ[b], c.seqK[b]
@@ -282,7 +289,7 @@ func (pr *qmProblem) reference() []qmRef {
 						}
 					}
 				}
-				refs[gq*p.HQ+hq] = qmRow(pr.q[gq*p.HQ+hq], pr.k[b][h], pr.v[b][h], keys, float64(p.Scale), float64(p.InvT), float64(p.OutputScale))
+				refs[gq*p.HQ+hq] = qmRow(qv[gq*p.HQ+hq], kb[b][h], vb[b][h], keys, float64(p.Scale), float64(p.InvT), float64(p.OutputScale))
 			}
 		}
 	}
@@ -606,4 +613,42 @@ func TestPrefillPathEnv(t *testing.T) {
 		}
 	}
 	t.Logf("%d tiers checked in child processes", ran)
+}
+
+// TestChoosePath checks the cost model's decisions where they are clear
+// cut (cost.go): one-token tiles with contiguous K/V rows take the
+// query-major path on the float32 SIMD tiers; the bf16-product tiers,
+// strided K/V rows, lanes wasted on unshared blocks and the portable tier
+// keep the KV-major path.
+func TestChoosePath(t *testing.T) {
+	build := func(hkv, qpk int, paged bool, pattern string) *Prefill {
+		c := qmCase{seqQ: []int{512}, seqK: []int{512}, hkv: hkv, qpk: qpk, d: 64, blk: 64, topK: 4,
+			causal: true, paged: paged, qDtype: BF16, kvDtype: BF16, pattern: pattern, full: true}
+		return c.build(t, 1).p
+	}
+	for _, tc := range []struct {
+		tiers    []string
+		hkv, qpk int
+		paged    bool
+		pattern  string
+		want     PrefillPath
+		why      string
+	}{
+		{[]string{"avx2", "avx512"}, 1, 16, false, "random", PathQuery, "one-token tiles, contiguous rows"},
+		{[]string{"avx2", "avx512"}, 2, 16, true, "random", PathQuery, "one-token tiles, HND pages"},
+		{[]string{"avx2", "avx512"}, 2, 16, false, "random", PathKV, "dense KV of 2 KV heads: strided rows"},
+		{[]string{"avx2", "avx512"}, 2, 1, true, "random", PathKV, "16-token tiles, unshared blocks"},
+		{[]string{"avx512bf16"}, 1, 16, false, "random", PathKV, "bf16 products"},
+		{[]string{"generic"}, 1, 16, false, "random", PathKV, "no SIMD lanes"},
+	} {
+		p := build(tc.hkv, tc.qpk, tc.paged, tc.pattern)
+		for _, tier := range tc.tiers {
+			t.Run(tier+"/"+tc.why, func(t *testing.T) {
+				useTier(t, tier)
+				if got := choosePath(p); got != tc.want {
+					t.Errorf("choosePath = %v, want %v (%s)", got, tc.want, tc.why)
+				}
+			})
+		}
+	}
 }

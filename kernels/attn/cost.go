@@ -26,15 +26,16 @@ import "github.com/sparseattn/msa/kernels/tile"
 // token; counted from the CSR rows otherwise) and n the block size:
 //
 //	kv    = E * qpk * (n * kvKeyCost + kvSlotCost)
-//	query = U * roundup16(qpk * tokens) * n * qmKeyCost * strided
+//	query = U * roundup16(qpk * tokens) * n * qmKeyCost * staged
 //
 // auto takes the query-major path when query < kv. The constants are in
 // units of one (row, key) of the float32 lane kernels (qmKeyCost = 1) and
 // come from BenchmarkPrefillPaths on AMD Zen 4 (2 vCPUs, 8K tokens, D 128,
-// 128-key blocks, topK 16): at qpk 16 with one KV head, where U = E and no
-// lane is wasted, the query-major path took 0.77-0.93 of the KV-major
-// time on the avx512 and avx2 tiers, which n/(n + kvSlotCost) = 0.85
-// matches with kvSlotCost = 24.
+// topK 16; docs/performance.md): at qpk 16 with one KV head, where U = E
+// and no lane is wasted, the query-major path took 0.91-0.98 of the
+// KV-major time with 128-key blocks and 0.77-0.92 with 64-key blocks on
+// the avx512 tier (0.90-0.93 on avx2 with 128-key blocks), which
+// n/(n + kvSlotCost) = 0.91 and 0.84 matches with kvSlotCost = 12.
 //
 // Two cases are outside the lane kernels' best case and keep KV-major:
 //
@@ -43,12 +44,13 @@ import "github.com/sparseattn/msa/kernels/tile"
 //     (VDPBF16PS, AMX) while the query-major path's lane kernels stay in
 //     float32 (on avx512bf16 the query-major path took 1.4-2.3x the
 //     KV-major time): kvKeyCost is 0.5 there;
-//   - K/V rows of one KV head that are not contiguous (dense K/V with
-//     several KV heads, or token-major NHD pages): the lane kernels cannot
-//     read a chunk in place and the walk decodes it row by row, for 16
-//     rows, where the KV-major path decodes a block once for every query
-//     of a work item (at qpk 4 and 1 with no lane wasted, the query-major
-//     path took 1.9x and 3.2x the KV-major time): strided is 2.
+//   - K/V the lane kernels cannot read in place: NVFP4, and rows of one
+//     KV head that are not contiguous (dense K/V with several KV heads, or
+//     token-major NHD pages). The walk then decodes each chunk for the 16
+//     rows of one tile, where the KV-major path decodes a block once for
+//     every query of a work item: at qpk 16 with NVFP4 K/V the query-major
+//     path took 2.2x the KV-major time, at qpk 4 and 1 with strided BF16
+//     rows and no lane wasted 1.9x and 3.2x: staged is 2.
 //
 // Where the lane kernels have no SIMD code (the generic tier, other
 // architectures, head dimensions they do not cover: tile.LanesSIMD) the
@@ -59,8 +61,8 @@ const (
 	qmKeyCost  = 1.0
 	kvKeyCost  = 1.0 // float32 block kernel, per (row, key)
 	kvBF16Key  = 0.5 // bf16-product block kernel, per (row, key)
-	kvSlotCost = 24  // one partial row's store, reload and combine
-	qmStrided  = 2.0 // query-major factor for K/V rows read one at a time
+	kvSlotCost = 12  // one partial row's store, reload and combine
+	qmStaged   = 2.0 // query-major factor for K/V the lane kernels cannot read in place
 )
 
 // choosePath returns the cheaper path of p by the model above.
@@ -96,15 +98,22 @@ func choosePath(p *Prefill) PrefillPath {
 	if tile.BF16Products() {
 		key = kvBF16Key
 	}
-	strided := 1.0
-	if l := &p.KV; l.Hkv > 1 && (!l.Paged || l.NHD) {
-		strided = qmStrided
+	staged := 1.0
+	if l := &p.KV; l.Hkv > 1 && (!l.Paged || l.NHD) || !inPlace(&p.K) || !inPlace(&p.V) {
+		staged = qmStaged
 	}
 	rows := float64((qpk*tok + 15) / 16 * 16)
 	kv := float64(entries) * float64(qpk) * (n*key + kvSlotCost)
-	query := float64(visits) * rows * n * qmKeyCost * strided
+	query := float64(visits) * rows * n * qmKeyCost * staged
 	if query < kv {
 		return PathQuery
 	}
 	return PathKV
+}
+
+// inPlace reports whether the lane kernels of the active tier read o's
+// rows in place (Operand.rawFormat): BF16 and E4M3 rows with the AVX2 or
+// AVX-512 kernels.
+func inPlace(o *Operand) bool {
+	return (o.Dtype == BF16 || o.Dtype == E4M3) && vecLevel() != vecGo
 }

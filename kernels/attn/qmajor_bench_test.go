@@ -10,9 +10,9 @@ import (
 )
 
 // BenchmarkPrefillPaths times both prefill paths on one causal sequence
-// (BF16 Q, K, V, 16 query heads, D 128, 128-key blocks, topK 16, full
-// lists, BF16 partials) for GQA 16, 4 and 1 (qpk 16, 4, 1) with dense K/V
-// and, for qpk 4 and 1, also paged K/V (whose rows of one KV head are
+// (BF16 Q, K, V, 16 query heads, D 128, 128-key blocks (also 64 at qpk
+// 16), topK 16, full lists of visible blocks, BF16 partials) for GQA 16, 4 and 1 (qpk 16,
+// 4, 1) with dense K/V and, for qpk 4 and 1, also paged K/V (whose rows of one KV head are
 // contiguous within a page), and the selection patterns of the tests, on
 // the active tier and 2 workers. It reports the best call's rate against
 // the tier's FMA peak (%peak) and which path auto takes (auto=query: 1).
@@ -22,11 +22,11 @@ func BenchmarkPrefillPaths(b *testing.B) {
 	tn := tile.Tier()
 	peak := tile.PeakGFLOPS(tn, 50*time.Millisecond) * workers
 	for _, g := range []struct {
-		hkv, qpk int
-		paged    bool
-	}{{1, 16, false}, {4, 4, false}, {16, 1, false}, {4, 4, true}, {16, 1, true}} {
+		hkv, qpk, blk int
+		paged         bool
+	}{{1, 16, 128, false}, {1, 16, 64, false}, {4, 4, 128, false}, {16, 1, 128, false}, {4, 4, 128, true}, {16, 1, 128, true}} {
 		for _, pattern := range []string{"random", "local", "sink", "uniform"} {
-			c := qmCase{seqQ: []int{tokens}, seqK: []int{tokens}, hkv: g.hkv, qpk: g.qpk, d: 128, blk: 128, topK: 16,
+			c := qmCase{seqQ: []int{tokens}, seqK: []int{tokens}, hkv: g.hkv, qpk: g.qpk, d: 128, blk: g.blk, topK: 16,
 				causal: true, paged: g.paged, qDtype: BF16, kvDtype: BF16, pattern: pattern, full: true}
 			pr := c.build(b, 1)
 			p := pr.p
@@ -36,7 +36,7 @@ func BenchmarkPrefillPaths(b *testing.B) {
 				auto = 1
 			}
 			for _, path := range []PrefillPath{PathKV, PathQuery} {
-				b.Run(fmt.Sprintf("%s/qpk=%d/paged=%v/%s/%s", tn, g.qpk, g.paged, pattern, path), func(b *testing.B) {
+				b.Run(fmt.Sprintf("%s/qpk=%d/blk=%d/paged=%v/%s/%s", tn, g.qpk, g.blk, g.paged, pattern, path), func(b *testing.B) {
 					p.Path = path
 					pool := NewPool(workers)
 					defer pool.Close()

@@ -46,8 +46,9 @@ type qmProblem struct {
 
 // qmSelect returns the q2k list of batch-local query q of a sequence with
 // seqQ queries, seqK keys and nb blocks under pattern; shared is the
-// sequence's common random set of the "uniform" pattern.
-func qmSelect(rng *rand.Rand, pattern string, full bool, q, seqQ, seqK, nb, blk, topK int, shared []int32) []int32 {
+// sequence's common random set of the "uniform" pattern. full lists hold
+// min(topK, visible blocks) blocks, the visible ones (causal) only.
+func qmSelect(rng *rand.Rand, pattern string, full, causal bool, q, seqQ, seqK, nb, blk, topK int, shared []int32) []int32 {
 	list := make([]int32, 0, topK)
 	add := func(j int) {
 		if j >= 0 && j < nb && len(list) < topK && !slices.Contains(list, int32(j)) {
@@ -76,8 +77,14 @@ func qmSelect(rng *rand.Rand, pattern string, full bool, q, seqQ, seqK, nb, blk,
 	// hides them), leaving some entries -1; full lists take min(topK, nb)
 	// blocks.
 	if full {
-		for len(list) < min(topK, nb) {
-			add(rng.IntN(nb))
+		// Among the blocks the query sees (all of them when not causal),
+		// as a model's selection would pick them.
+		vis := nb
+		if causal {
+			vis = diag + 1
+		}
+		for len(list) < min(topK, vis) {
+			add(rng.IntN(vis))
 		}
 	}
 	for n := rng.IntN(topK + 1); len(list) < n && nb > 0; {
@@ -125,7 +132,7 @@ func (c qmCase) build(t testing.TB, seed uint64) *qmProblem {
 				shared = append(shared, int32(j))
 			}
 			for q := range c.seqQ[b] {
-				list := qmSelect(rng, c.pattern, c.full, q, c.seqQ[b], c.seqK[b], blocks, c.blk, c.topK, shared)
+				list := qmSelect(rng, c.pattern, c.full, c.causal, q, c.seqQ[b], c.seqK[b], blocks, c.blk, c.topK, shared)
 				copy(q2k[(h*totalQ+int(cuQ[b])+q)*c.topK:], list)
 			}
 		}
@@ -621,27 +628,28 @@ func TestPrefillPathEnv(t *testing.T) {
 // strided K/V rows, lanes wasted on unshared blocks and the portable tier
 // keep the KV-major path.
 func TestChoosePath(t *testing.T) {
-	build := func(hkv, qpk int, paged bool, pattern string) *Prefill {
+	build := func(hkv, qpk int, paged bool, kv Dtype) *Prefill {
 		c := qmCase{seqQ: []int{512}, seqK: []int{512}, hkv: hkv, qpk: qpk, d: 64, blk: 64, topK: 4,
-			causal: true, paged: paged, qDtype: BF16, kvDtype: BF16, pattern: pattern, full: true}
+			causal: true, paged: paged, qDtype: BF16, kvDtype: kv, pattern: "random", full: true}
 		return c.build(t, 1).p
 	}
 	for _, tc := range []struct {
 		tiers    []string
 		hkv, qpk int
 		paged    bool
-		pattern  string
+		kv       Dtype
 		want     PrefillPath
 		why      string
 	}{
-		{[]string{"avx2", "avx512"}, 1, 16, false, "random", PathQuery, "one-token tiles, contiguous rows"},
-		{[]string{"avx2", "avx512"}, 2, 16, true, "random", PathQuery, "one-token tiles, HND pages"},
-		{[]string{"avx2", "avx512"}, 2, 16, false, "random", PathKV, "dense KV of 2 KV heads: strided rows"},
-		{[]string{"avx2", "avx512"}, 2, 1, true, "random", PathKV, "16-token tiles, unshared blocks"},
-		{[]string{"avx512bf16"}, 1, 16, false, "random", PathKV, "bf16 products"},
-		{[]string{"generic"}, 1, 16, false, "random", PathKV, "no SIMD lanes"},
+		{[]string{"avx2", "avx512"}, 1, 16, false, BF16, PathQuery, "one-token tiles, contiguous rows"},
+		{[]string{"avx2", "avx512"}, 2, 16, true, E4M3, PathQuery, "one-token tiles, HND pages"},
+		{[]string{"avx2", "avx512"}, 2, 16, false, BF16, PathKV, "dense KV of 2 KV heads: strided rows"},
+		{[]string{"avx2", "avx512"}, 1, 16, false, NVFP4, PathKV, "NVFP4 decoded per tile"},
+		{[]string{"avx2", "avx512"}, 2, 1, true, BF16, PathKV, "16-token tiles, unshared blocks"},
+		{[]string{"avx512bf16"}, 1, 16, false, BF16, PathKV, "bf16 products"},
+		{[]string{"generic"}, 1, 16, false, BF16, PathKV, "no SIMD lanes"},
 	} {
-		p := build(tc.hkv, tc.qpk, tc.paged, tc.pattern)
+		p := build(tc.hkv, tc.qpk, tc.paged, tc.kv)
 		for _, tier := range tc.tiers {
 			t.Run(tier+"/"+tc.why, func(t *testing.T) {
 				useTier(t, tier)

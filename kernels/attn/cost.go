@@ -21,55 +21,72 @@ import "github.com/sparseattn/msa/kernels/tile"
 //     tile is one token: the union is the token's own selection and no lane
 //     is wasted; with fewer heads per KV head a tile spans 16/qpk tokens,
 //     and a block only some of them selected wastes the others' lanes.
+//   - K/V that the lane kernels cannot read in place (NVFP4, and rows of
+//     one KV head that are not contiguous: dense K/V with several KV heads,
+//     token-major NHD pages) are decoded chunk by chunk for the 16 rows of
+//     one tile, where the KV-major path decodes a block once for every
+//     query of a work item.
 //
 // With E the CSR entries, U the (tile, block) visits (E when a tile is one
 // token; counted from the CSR rows otherwise) and n the block size:
 //
-//	kv    = E * qpk * (n * kvKeyCost + kvSlotCost)
-//	query = U * roundup16(qpk * tokens) * n * qmKeyCost * staged
+//	kv    = E * qpk * (n * KVKey + KVSlot)
+//	query = U * roundup16(qpk * tokens) * n * QMKey * (Staged if decoded per tile)
 //
-// auto takes the query-major path when query < kv. The constants are in
-// units of one (row, key) of the float32 lane kernels (qmKeyCost = 1) and
-// come from BenchmarkPrefillPaths on AMD Zen 4 (2 vCPUs, 8K tokens, D 128,
-// topK 16; docs/performance.md): at qpk 16 with one KV head, where U = E
-// and no lane is wasted, the query-major path took 0.91-0.98 of the
-// KV-major time with 128-key blocks and 0.77-0.92 with 64-key blocks on
-// the avx512 tier (0.90-0.93 on avx2 with 128-key blocks), which
-// n/(n + kvSlotCost) = 0.91 and 0.84 matches with kvSlotCost = 12.
+// and auto takes the query-major path when query < kv. Where the lane
+// kernels have no SIMD code (the generic tier, other architectures, head
+// dimensions they do not cover: tile.LanesSIMD) the query-major walk packs
+// a whole block for 16 rows with the block kernel, and auto keeps the
+// KV-major path without weighing.
+type pathCosts struct {
+	QMKey  float64 // query-major: one (lane row, key) of the lane kernels
+	KVKey  float64 // KV-major: one (row, key) of the block kernel
+	KVSlot float64 // KV-major: one partial row's store, reload and combine
+	Staged float64 // query-major factor for K/V decoded per tile
+}
+
+// The constants, in units of one (row, key) of the float32 block kernel,
+// measured on AMD Zen 4 (2 vCPUs, 8K tokens, 16 query heads on one KV
+// head, D 128; docs/performance.md has the runs):
 //
-// Two cases are outside the lane kernels' best case and keep KV-major:
-//
-//   - the bf16-product tiers (avx512bf16, amxbf16): their block kernel
-//     runs the products at about twice the FP32 multiply-add rate
-//     (VDPBF16PS, AMX) while the query-major path's lane kernels stay in
-//     float32 (on avx512bf16 the query-major path took 1.4-2.3x the
-//     KV-major time): kvKeyCost is 0.5 there;
-//   - K/V the lane kernels cannot read in place: NVFP4, and rows of one
-//     KV head that are not contiguous (dense K/V with several KV heads, or
-//     token-major NHD pages). The walk then decodes each chunk for the 16
-//     rows of one tile, where the KV-major path decodes a block once for
-//     every query of a work item: at qpk 16 with NVFP4 K/V the query-major
-//     path took 2.2x the KV-major time, at qpk 4 and 1 with strided BF16
-//     rows and no lane wasted 1.9x and 3.2x: staged is 2.
-//
-// Where the lane kernels have no SIMD code (the generic tier, other
-// architectures, head dimensions they do not cover: tile.LanesSIMD) the
-// query-major walk packs a whole block for 16 rows with the block kernel,
-// which the KV-major path amortises over a whole work item: auto keeps
-// the KV-major path without weighing.
-const (
-	qmKeyCost  = 1.0
-	kvKeyCost  = 1.0 // float32 block kernel, per (row, key)
-	kvBF16Key  = 0.5 // bf16-product block kernel, per (row, key)
-	kvSlotCost = 12  // one partial row's store, reload and combine
-	qmStaged   = 2.0 // query-major factor for K/V the lane kernels cannot read in place
+//   - float32 tiers (avx2, avx512): with one-token tiles (U = E, no lane
+//     wasted) and 128-key blocks the query-major path reached 0.80-1.0 of
+//     the KV-major path's share of the FMA peak end to end (go run ./bench
+//     on a busy host, three alternated runs each: medians 0.92 and 0.95 at
+//     2K and 8K tokens with random selections, 1.0 and 0.80 with
+//     correlated ones). Its
+//     lane kernels do not make up for the partials it saves: QMKey = 1.05
+//     and KVSlot = 0, so auto keeps the KV-major path at every shape on
+//     these tiers, and the query-major path runs where it is asked for.
+//     (In BenchmarkPrefillPaths, whose lists also select blocks that lie
+//     wholly in a query's future, which cost the KV-major path a partial
+//     row each and the query-major path nothing, the query-major path was
+//     2-9% faster with 128-key blocks and 8-23% with 64-key blocks.)
+//   - bf16-product tiers (avx512bf16, amxbf16): the block kernel's
+//     products run at about twice the FP32 rate while the lane kernels
+//     stay in float32; the query-major path took 1.4-2.3x the KV-major
+//     time (KVKey = 0.5).
+//   - Staged: NVFP4 K/V took 2.2x (bench, nvfp4kv-bf16q-8k), strided BF16
+//     rows at qpk 4 and 1 with no lane wasted 1.9x and 3.2x the KV-major
+//     time: 2.
+var (
+	float32Costs = pathCosts{QMKey: 1.05, KVKey: 1, KVSlot: 0, Staged: 2}
+	bf16Costs    = pathCosts{QMKey: 1.05, KVKey: 0.5, KVSlot: 0, Staged: 2}
 )
 
-// choosePath returns the cheaper path of p by the model above.
+// choosePath returns the cheaper path of p on the active tier.
 func choosePath(p *Prefill) PrefillPath {
 	if !tile.LanesSIMD(p.D) {
 		return PathKV
 	}
+	if tile.BF16Products() {
+		return bf16Costs.choose(p)
+	}
+	return float32Costs.choose(p)
+}
+
+// choose returns the cheaper path of p by the model with costs m.
+func (m *pathCosts) choose(p *Prefill) PrefillPath {
 	qpk := p.HQ / p.Hkv
 	tok := qmTileTokens(qpk)
 	c := p.CSR
@@ -94,17 +111,13 @@ func choosePath(p *Prefill) PrefillPath {
 		visits = entries
 	}
 	n := float64(p.BlkKV)
-	key := kvKeyCost
-	if tile.BF16Products() {
-		key = kvBF16Key
-	}
 	staged := 1.0
 	if l := &p.KV; l.Hkv > 1 && (!l.Paged || l.NHD) || !inPlace(&p.K) || !inPlace(&p.V) {
-		staged = qmStaged
+		staged = m.Staged
 	}
 	rows := float64((qpk*tok + 15) / 16 * 16)
-	kv := float64(entries) * float64(qpk) * (n*key + kvSlotCost)
-	query := float64(visits) * rows * n * qmKeyCost * staged
+	kv := float64(entries) * float64(qpk) * (n*m.KVKey + m.KVSlot)
+	query := float64(visits) * rows * n * m.QMKey * staged
 	if query < kv {
 		return PathQuery
 	}

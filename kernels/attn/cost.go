@@ -50,11 +50,11 @@ type pathCosts struct {
 // head, D 128; docs/performance.md has the runs):
 //
 //   - float32 tiers (avx2, avx512): with one-token tiles (U = E, no lane
-//     wasted) and 128-key blocks the query-major path reached 0.80-1.0 of
+//     wasted) and 128-key blocks the query-major path reached 0.92-1.04 of
 //     the KV-major path's share of the FMA peak end to end (go run ./bench
-//     on a busy host, three alternated runs each: medians 0.92 and 0.95 at
-//     2K and 8K tokens with random selections, 1.0 and 0.80 with
-//     correlated ones). Its
+//     on a busy host, the paths alternated; ratios of the medians: 0.92
+//     and 0.94 at 2K and 8K tokens with random selections, 1.04 and 0.95
+//     with correlated ones). Its
 //     lane kernels do not make up for the partials it saves: QMKey = 1.05
 //     and KVSlot = 0, so auto keeps the KV-major path at every shape on
 //     these tiers, and the query-major path runs where it is asked for.

@@ -84,7 +84,7 @@ var prefillRuns [4]atomic.Uint64
 // p (PathKV or PathQuery; 0 for the others): a benchmark reads it around
 // its calls to report which path auto chose.
 func PrefillRuns(p PrefillPath) uint64 {
-	if p >= PathDefault && int(p) < len(prefillRuns) {
+	if int(p) < len(prefillRuns) {
 		return prefillRuns[p].Load()
 	}
 	return 0

@@ -3,6 +3,8 @@ package attn
 import (
 	"math"
 	"slices"
+
+	"github.com/sparseattn/msa/kernels/tile"
 )
 
 // The query-major prefill path.
@@ -117,7 +119,9 @@ func (ws *Workspace) queryTasks(p *Prefill) int {
 // none is left.
 func (ws *Workspace) runQueryItems(w int) {
 	wk := ws.worker(w).compute()
-	wk.decodeAcc(true) // scratch before any tile: later runs allocate nothing
+	// The accumulator before any tile, as runDecodeItems: later runs
+	// allocate nothing whichever worker takes what.
+	wk.decodeAcc(tile.LanesSIMD(ws.pf.D))
 	n := int64(len(ws.qtasks))
 	for {
 		i := ws.next.Add(1) - 1

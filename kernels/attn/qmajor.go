@@ -40,10 +40,10 @@ type qmTask struct{ gq, n, b, h int32 }
 func qmTileTokens(qpk int) int { return max(1, 16/qpk) }
 
 // qmWindow returns the query window of the query-major path: the largest
-// number of tokens whose block table (Hkv*W*slots int32) fits qmSelBytes,
-// at least one tile.
+// number of tokens whose block table (Hkv*W*slots int32) and task list (at
+// most Hkv*W tasks of 16 bytes) each fit qmSelBytes, at least one tile.
 func qmWindow(p *Prefill, slots int) int {
-	w := qmSelBytes / (4 * p.Hkv * slots)
+	w := qmSelBytes / (4 * p.Hkv * max(slots, 4))
 	if qmWindowOverride > 0 {
 		w = qmWindowOverride
 	}

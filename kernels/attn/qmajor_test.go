@@ -540,14 +540,16 @@ func TestQueryMajorNoAllocs(t *testing.T) {
 }
 
 // TestQMWindow: the block table's window shrinks as Hkv*slots grows, so
-// the table stays within qmSelBytes, and never goes below one tile.
+// the table and the task list stay within qmSelBytes, and it never goes
+// below one tile.
 func TestQMWindow(t *testing.T) {
 	for _, tc := range []struct{ totalQ, hkv, qpk, slots int }{
-		{1 << 20, 1, 16, 16}, {1 << 20, 8, 4, 64}, {100, 1, 1, 2}, {1 << 20, 64, 1, 127},
+		{1 << 20, 1, 16, 16}, {1 << 20, 8, 4, 64}, {100, 1, 1, 2}, {1 << 20, 64, 1, 127}, {1 << 22, 1, 16, 1},
 	} {
 		p := &Prefill{TotalQ: tc.totalQ, Hkv: tc.hkv, HQ: tc.hkv * tc.qpk}
 		w := qmWindow(p, tc.slots)
-		if w < qmTileTokens(tc.qpk) || w > max(tc.totalQ, qmTileTokens(tc.qpk)) || 4*tc.hkv*w*tc.slots > max(qmSelBytes, 4*tc.hkv*tc.slots*qmTileTokens(tc.qpk)) {
+		one := qmTileTokens(tc.qpk) // tokens of one tile
+		if w < one || w > max(tc.totalQ, one) || 4*tc.hkv*w*tc.slots > max(qmSelBytes, 4*tc.hkv*tc.slots*one) || 16*tc.hkv*w > max(qmSelBytes, 16*tc.hkv*one) {
 			t.Errorf("%+v: window %d", tc, w)
 		}
 	}

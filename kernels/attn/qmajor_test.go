@@ -24,6 +24,7 @@ type qmCase struct {
 	hkv, qpk, d     int
 	blk, topK       int
 	causal, paged   bool
+	nhd             bool  // paged: token-major pages [num_pages, blk, Hkv, D]
 	qDtype, kvDtype Dtype // Q: BF16 or E4M3; K/V: BF16, E4M3 or NVFP4
 	pattern         string
 	invT            float32 // 1/T of the temperature LSE, 0: none
@@ -31,8 +32,8 @@ type qmCase struct {
 }
 
 func (c qmCase) String() string {
-	return fmt.Sprintf("%s/q%s-kv%s/hkv%d-qpk%d-d%d-blk%d-top%d/causal=%v-paged=%v-invT=%g/%v-%v",
-		c.pattern, c.qDtype, c.kvDtype, c.hkv, c.qpk, c.d, c.blk, c.topK, c.causal, c.paged, c.invT, c.seqQ, c.seqK)
+	return fmt.Sprintf("%s/q%s-kv%s/hkv%d-qpk%d-d%d-blk%d-top%d/causal=%v-paged=%v-nhd=%v-invT=%g/%v-%v",
+		c.pattern, c.qDtype, c.kvDtype, c.hkv, c.qpk, c.d, c.blk, c.topK, c.causal, c.paged, c.nhd, c.invT, c.seqQ, c.seqK)
 }
 
 // qmProblem is a built case: the call (its CSR and schedule from the
@@ -165,7 +166,7 @@ func (c qmCase) build(t testing.TB, seed uint64) *qmProblem {
 		for i := range pt {
 			pt[i] = int32(perm[i])
 		}
-		kv = KVLayout{Hkv: c.hkv, Paged: true, PageTable: pt, PTCols: cols, PageSize: c.blk}
+		kv = KVLayout{Hkv: c.hkv, Paged: true, PageTable: pt, PTCols: cols, PageSize: c.blk, NHD: c.nhd}
 		kvRows = nb * cols * c.hkv * c.blk
 	}
 
@@ -419,8 +420,9 @@ func runPath(p *Prefill, path PrefillPath, workers int, tlse bool) *Output {
 }
 
 // qmCases returns the shape matrix: every pattern, dtype combination and
-// GQA ratio 1..16, blk 64 and 128, causal or not, dense or paged, with and
-// without temperature, on ragged batches with empty sequences.
+// GQA ratio 1..16, blk 64 and 128, causal or not, dense or paged (HND and
+// NHD pages), with and without temperature, on ragged batches with empty
+// sequences.
 func qmCases() []qmCase {
 	patterns := []string{"sink", "local", "uniform", "random"}
 	dtypes := [][2]Dtype{{BF16, BF16}, {E4M3, E4M3}, {BF16, E4M3}, {BF16, NVFP4}, {E4M3, NVFP4}}
@@ -438,7 +440,7 @@ func qmCases() []qmCase {
 		bt := batches[i%len(batches)]
 		c := qmCase{
 			seqQ: bt[0], seqK: bt[1], hkv: 1 + i%2, qpk: qpk, d: 64 << (i / 3 % 2),
-			blk: 64 << (i / 2 % 2), topK: 2 + i%3, causal: i%4 != 1, paged: i%5 >= 2,
+			blk: 64 << (i / 2 % 2), topK: 2 + i%3, causal: i%4 != 1, paged: i%5 >= 2, nhd: i%5 == 4,
 			qDtype: dt[0], kvDtype: dt[1], pattern: patterns[i/5%len(patterns)],
 		}
 		if i%3 == 0 {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sparseattn/msa/kernels/attn"
 	"github.com/sparseattn/msa/kernels/tile"
 	"github.com/sparseattn/msa/op"
 )
@@ -26,6 +27,8 @@ type config struct {
 	contexts, batches   []int
 	nvfp4Len            int
 	topK                int
+	selects             []string // prefill selection patterns: random, correlated
+	path                string   // -path: prefill path (attn.ParsePrefillPath), "" keeps MSA_PREFILL_PATH
 	dtype               string
 	page                int
 	out                 string
@@ -88,6 +91,8 @@ func parseFlags() (*config, error) {
 	batches := flag.String("batches", "", "decode batch sizes, comma-separated (default 8,32)")
 	flag.IntVar(&cfg.nvfp4Len, "nvfp4-len", 0, "NVFP4 prefill length (default 8192; 2048 with -quick)")
 	flag.IntVar(&cfg.topK, "topk", 16, "selected blocks per query (4, 8, 16 or 32)")
+	selects := flag.String("select", "random", "prefill selection patterns, comma-separated: random (the diagonal block and uniformly random visible ones) and correlated (BlockScores + TopKBlocks with the first and diagonal blocks kept, on Q and K whose neighbouring tokens are correlated; case names end in -corr)")
+	flag.StringVar(&cfg.path, "path", "", "prefill path: auto, query or kv (attn.SetProcessPrefillPath); default: MSA_PREFILL_PATH, else auto. Each prefill case reports the path that ran")
 	flag.StringVar(&cfg.dtype, "dtype", "", "bf16 or fp8: prefill Q/K/V dtype (NVFP4: Q dtype) and the only decode dtype; default: prefill bf16, decode fp8 and bf16")
 	flag.IntVar(&cfg.page, "page", 128, "decode page size (tokens)")
 	flag.StringVar(&cfg.out, "out", "", "directory for results.csv, results.md and plot.png")
@@ -179,6 +184,25 @@ func parseFlags() (*config, error) {
 	case "cpu", "cuda":
 	default:
 		return nil, fmt.Errorf("-device: want cpu or cuda, got %q", cfg.device)
+	}
+	for _, sel := range strings.Split(*selects, ",") {
+		switch sel = strings.TrimSpace(sel); sel {
+		case "random", "correlated":
+			cfg.selects = append(cfg.selects, sel)
+		case "":
+		default:
+			return nil, fmt.Errorf("-select: unknown pattern %q (want random, correlated)", sel)
+		}
+	}
+	if len(cfg.selects) == 0 {
+		cfg.selects = []string{"random"}
+	}
+	if cfg.path != "" {
+		p, err := attn.ParsePrefillPath(cfg.path)
+		if err != nil {
+			return nil, fmt.Errorf("-path: %v", err)
+		}
+		attn.SetProcessPrefillPath(p)
 	}
 	switch cfg.dtype {
 	case "", "bf16", "fp8":

@@ -141,6 +141,9 @@ func caseLine(r *result) string {
 		return r.err
 	}
 	s := fmt.Sprintf("%s ms median of %d (best %s, worst %s), %s GFLOP/s", f1(r.timeMS), r.reps, f1(r.sp.best), f1(r.sp.worst), f1(r.gflops))
+	if r.path != "" {
+		s += ", path " + r.path
+	}
 	if r.load.ok {
 		s += fmt.Sprintf(", others %.0f%% CPU, steal %.0f%%", 100*r.load.others, 100*r.load.steal)
 	}

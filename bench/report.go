@@ -46,6 +46,7 @@ type result struct {
 	tbf16             torchResult // PyTorch, the same sparse or paged work, BF16 (-torch-bf16)
 	verify            string
 	verifyDetail      string
+	path              string // prefill: the path the timed calls ran (ranPaths)
 	err               string
 }
 

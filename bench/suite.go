@@ -7,6 +7,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/sparseattn/msa/kernels/attn"
 	"github.com/sparseattn/msa/kernels/lowp"
 	"github.com/sparseattn/msa/kernels/tile"
 	"github.com/sparseattn/msa/op"
@@ -27,6 +28,9 @@ type caseSpec struct {
 	D      int
 	TopK   int // prefill only
 	Blk    int // prefill blk_kv
+	// Select is the prefill selection pattern: "random" (causalQ2K) or
+	// "correlated" (correlatedQ2K).
+	Select string
 	Page   int // decode page size
 }
 
@@ -68,15 +72,21 @@ func buildSuite(cfg *config) []caseSpec {
 		decDTs = []string{cfg.dtype}
 	}
 	var cs []caseSpec
-	if cfg.cases["prefill"] {
-		for _, t := range lens {
-			cs = append(cs, caseSpec{Name: fmt.Sprintf("prefill-%s-%s", prefDT, kLabel(t)), Kind: "prefill", DType: prefDT,
-				SeqLen: t, Batch: 1, HQ: hq, HKV: hkv, D: d, TopK: cfg.topK, Blk: 128})
+	for _, sel := range cfg.selects {
+		suffix := ""
+		if sel == "correlated" {
+			suffix = "-corr"
 		}
-	}
-	if cfg.cases["nvfp4"] {
-		cs = append(cs, caseSpec{Name: fmt.Sprintf("nvfp4kv-%sq-%s", prefDT, kLabel(nvLen)), Kind: "nvfp4", DType: prefDT,
-			SeqLen: nvLen, Batch: 1, HQ: hq, HKV: hkv, D: d, TopK: cfg.topK, Blk: 128})
+		if cfg.cases["prefill"] {
+			for _, t := range lens {
+				cs = append(cs, caseSpec{Name: fmt.Sprintf("prefill-%s-%s%s", prefDT, kLabel(t), suffix), Kind: "prefill", DType: prefDT,
+					SeqLen: t, Batch: 1, HQ: hq, HKV: hkv, D: d, TopK: cfg.topK, Blk: 128, Select: sel})
+			}
+		}
+		if cfg.cases["nvfp4"] {
+			cs = append(cs, caseSpec{Name: fmt.Sprintf("nvfp4kv-%sq-%s%s", prefDT, kLabel(nvLen), suffix), Kind: "nvfp4", DType: prefDT,
+				SeqLen: nvLen, Batch: 1, HQ: hq, HKV: hkv, D: d, TopK: cfg.topK, Blk: 128, Select: sel})
+		}
 	}
 	if cfg.cases["decode"] {
 		for _, dt := range decDTs {
@@ -179,13 +189,28 @@ func buildPrefill(cfg *config, c caseSpec) (*prefillProb, error) {
 	T, hq, hkv, d := c.SeqLen, c.HQ, c.HKV, c.D
 	p := &prefillProb{cs: c}
 	seed := uint64(T)*31 + 7
-	qdata, qr := fillQ(c.DType, T*hq*d, seed, cfg.workers)
+	corr := c.Select == "correlated"
+	// fill returns n values of the case's dtype for rows of width values
+	// (correlated: neighbouring rows correlated, see correlatedRows).
+	fill := func(n, width int, s uint64) (any, rowSource) {
+		if corr {
+			return storeRows(c.DType, correlatedRows(n/width, width, s))
+		}
+		return fillQ(c.DType, n, s, cfg.workers)
+	}
+	qdata, qr := fill(T*hq*d, hq*d, seed)
 	p.q = tensor.New(tensor.WithShape(T, hq, d), tensor.WithBacking(qdata))
 	p.qRows = qr
+	var kScore *tensor.Dense // the K that BlockScores rates (correlated)
 	if c.Kind == "nvfp4" {
 		rows := T * hkv
 		quant := func(g float32, s uint64) (*tensor.Dense, *tensor.Dense, rowSource, error) {
-			packed, scales, err := lowp.QuantizeNVFP4(normals(rows*d, s), rows, d, g)
+			x := normals(rows*d, s)
+			if corr && s == seed+1 {
+				x = correlatedRows(T, hkv*d, s)
+				kScore = tensor.New(tensor.WithShape(T, hkv, d), tensor.WithBacking(x))
+			}
+			packed, scales, err := lowp.QuantizeNVFP4(x, rows, d, g)
 			if err != nil {
 				return nil, nil, nil, err
 			}
@@ -204,15 +229,23 @@ func buildPrefill(cfg *config, c caseSpec) (*prefillProb, error) {
 		p.kGlobal = tensor.New(tensor.WithShape(1), tensor.WithBacking([]float32{nvK}))
 		p.vGlobal = tensor.New(tensor.WithShape(1), tensor.WithBacking([]float32{nvV}))
 	} else {
-		kd, kr := fillQ(c.DType, T*hkv*d, seed+1, cfg.workers)
+		kd, kr := fill(T*hkv*d, hkv*d, seed+1)
 		vd, vr := fillQ(c.DType, T*hkv*d, seed+2, cfg.workers)
 		p.k = tensor.New(tensor.WithShape(T, hkv, d), tensor.WithBacking(kd))
 		p.v = tensor.New(tensor.WithShape(T, hkv, d), tensor.WithBacking(vd))
 		p.kRows, p.vRows = kr, vr
+		kScore = p.k
 	}
 	p.cuQ = tensor.New(tensor.WithShape(2), tensor.WithBacking([]int32{0, int32(T)}))
 	p.cuK = tensor.New(tensor.WithShape(2), tensor.WithBacking([]int32{0, int32(T)}))
-	p.q2k, p.pairs = causalQ2K(T, hkv, c.TopK, c.Blk, seed+3)
+	if corr {
+		var err error
+		if p.q2k, p.pairs, err = correlatedQ2K(cfg, c, p.q, kScore, p.cuQ, p.cuK); err != nil {
+			return nil, err
+		}
+	} else {
+		p.q2k, p.pairs = causalQ2K(T, hkv, c.TopK, c.Blk, seed+3)
+	}
 
 	t0 := time.Now()
 	q2k := tensor.New(tensor.WithShape(hkv, T, c.TopK), tensor.WithBacking(p.q2k))
@@ -438,6 +471,7 @@ func runCase(cfg *config, c caseSpec, r *result, prog *progress) error {
 		r.bytes = float64(c.SeqLen*c.HQ*c.D)*elemBytes(c.DType) + c.kvBytes()
 		prog.phase(c.Name, "sparse")
 		var last *op.Result
+		kv0, q0 := attn.PrefillRuns(attn.PathKV), attn.PrefillRuns(attn.PathQuery)
 		err = timeOp(cfg, c, r, 200, false, func() error {
 			last = nil // let the previous output be collected
 			var err error
@@ -447,6 +481,7 @@ func runCase(cfg *config, c caseSpec, r *result, prog *progress) error {
 		if err != nil {
 			return err
 		}
+		r.path = ranPaths(attn.PrefillRuns(attn.PathKV)-kv0, attn.PrefillRuns(attn.PathQuery)-q0)
 		if cfg.verify {
 			prog.phase(c.Name, "verify")
 			r.verify, r.verifyDetail = p.verify(cfg, last.Out.Data().([]lowp.BFloat16))
@@ -568,3 +603,17 @@ func median(xs []float64) float64 {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }
+
+// ranPaths names the prefill paths the timed calls ran, from the calls
+// counted on each (attn.PrefillRuns): "kv", "query" or both.
+func ranPaths(kv, query uint64) string {
+	switch {
+	case kv > 0 && query > 0:
+		return "kv+query"
+	case query > 0:
+		return "query"
+	case kv > 0:
+		return "kv"
+	}
+	return ""
+}

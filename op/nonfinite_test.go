@@ -6,9 +6,18 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/sparseattn/msa/kernels/attn"
 	"github.com/sparseattn/msa/kernels/lowp"
 	"gorgonia.org/tensor"
 )
+
+// withPrefillPath runs the rest of a (sub)test with the process's prefill
+// path set to p (attn.SetProcessPrefillPath).
+func withPrefillPath(t *testing.T, p attn.PrefillPath) {
+	prev := attn.ProcessPrefillPath()
+	attn.SetProcessPrefillPath(p)
+	t.Cleanup(func() { attn.SetProcessPrefillPath(prev) })
+}
 
 // Tests of the non-finite input policy that docs/semantics.md states
 // ("NaN and Inf in Q, K and V"), of V near the BF16 maximum and of
@@ -77,24 +86,43 @@ func TestNonFiniteQ(t *testing.T) {
 }
 
 // TestNonFiniteK: a NaN in K at a visible key makes that key's scores NaN.
-// Prefill drops the (query, block) pair that holds the key, exactly as if
-// the block were not selected; decode drops the KV split that holds it
-// (with DisableSplitKV: the whole request, fully masked).
+// The KV-major prefill path drops the (query, block) pair that holds the
+// key, exactly as if the block were not selected; the query-major path,
+// whose accumulation unit is the whole (query, head) row, masks the rows
+// that selected the block (O = 0, LSE = -inf) and leaves every other row
+// bit-identical; decode drops the KV split that holds it (with
+// DisableSplitKV: the whole request, fully masked).
 func TestNonFiniteK(t *testing.T) {
-	s, pr := nonFiniteSpec()
 	const key = 140 // sequence 0, block 1
-	backing[lowp.BFloat16](pr.k)[key*s.d+7] = bf16NaN
-	res := runSparse(t, s, pr, 2, nil)
-	// Reference: sequence 0's queries (rows 0..5) without block 1.
-	q2k := backing[int32](pr.q2k)
-	for gq := 0; gq < 3; gq++ {
-		for i := 0; i < s.topK; i++ {
-			if q2k[gq*s.topK+i] == 1 {
-				q2k[gq*s.topK+i] = -1
+	t.Run("kv", func(t *testing.T) {
+		withPrefillPath(t, attn.PathKV)
+		s, pr := nonFiniteSpec()
+		backing[lowp.BFloat16](pr.k)[key*s.d+7] = bf16NaN
+		res := runSparse(t, s, pr, 2, nil)
+		// Reference: sequence 0's queries (rows 0..5) without block 1.
+		q2k := backing[int32](pr.q2k)
+		for gq := 0; gq < 3; gq++ {
+			for i := 0; i < s.topK; i++ {
+				if q2k[gq*s.topK+i] == 1 {
+					q2k[gq*s.topK+i] = -1
+				}
 			}
 		}
-	}
-	checkAgainstReference(t, s, pr, res)
+		checkAgainstReference(t, s, pr, res)
+	})
+	t.Run("query", func(t *testing.T) {
+		withPrefillPath(t, attn.PathQuery)
+		s, pr := nonFiniteSpec()
+		clean := runSparse(t, s, pr, 2, nil)
+		backing[lowp.BFloat16](pr.k)[key*s.d+7] = bf16NaN
+		res := runSparse(t, s, pr, 2, nil)
+		for r := 0; r < 6; r++ { // sequence 0's queries select block 1
+			maskedRow(t, "prefill", res, s.d, r)
+		}
+		if !rowsEqual(clean, res, s.d, 6, 10) {
+			t.Fatal("prefill: sequence 1 changed")
+		}
+	})
 
 	ds := misuseSpec()
 	ds.disableSplit = true

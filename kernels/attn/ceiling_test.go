@@ -375,7 +375,7 @@ func bestRate(b *testing.B, name string, flops, peak float64, f func()) {
 // query rows.
 func resetRandomQ(ra rowAcc, m, d int, rng *rand.Rand) {
 	q := make([]float32, d)
-	ra.reset(m, float32(1/math.Sqrt(float64(d)))*math.Log2E, tile.RoundE4M3)
+	ra.reset(m, float32(1/math.Sqrt(float64(d)))*math.Log2E, tile.RoundE4M3, 0)
 	for r := 0; r < m; r++ {
 		for c := range q {
 			q[c] = float32(rng.NormFloat64())

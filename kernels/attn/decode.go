@@ -2,7 +2,6 @@ package attn
 
 import (
 	"math"
-	"slices"
 
 	"github.com/sparseattn/msa/kernels/plan"
 	"github.com/sparseattn/msa/kernels/tile"
@@ -129,119 +128,22 @@ func (ws *Workspace) decodeTile(wk *worker, b, h, a, z, c, kBegin, kEnd, used in
 	p := ws.pd
 	d := p.D
 	qpk := p.HQ / p.Hkv
-	m := (z - a) * qpk
 	totalQ := p.Batch * p.SeqlenQ
-	ra := wk.decodeAcc(tile.LanesSIMD(d))
-	bounded := vBounded(&p.V)
-	staged := !ws.noStage
-	// AVX2 stages e4m3fn K and V folded (e4m3Fold) for the lane
-	// accumulator, and its lane kernels read the chunks offered raw the
-	// same way (tile.RawE4M3Div256): the factor goes back into the score
-	// scale (unless that would overflow it) and into the output's
-	// normalising factor.
-	scale := p.Scale * math.Log2E
-	_, lanes := ra.(*lanesAcc)
-	foldK := lanes && staged && p.K.foldsE4M3() && !math.IsInf(float64(scale*e4m3Fold), 0)
-	foldV := lanes && staged && p.V.foldsE4M3()
-	if foldK {
-		scale *= e4m3Fold
+	// Query i sees keys t < used - SeqlenQ + i + 1.
+	lim := wk.lim[:z-a]
+	for i := range lim {
+		lim[i] = int32(used - p.SeqlenQ + a + i + 1)
 	}
-	oFold := float32(1)
-	if foldV {
-		oFold = e4m3Fold
+	w := keyWalk{
+		K: &p.K, V: &p.V, KV: &p.KV, B: b, H: h, KBegin: kBegin, KEnd: kEnd,
+		Tokens: z - a, QPK: qpk, Q: &p.Q, QRow: (b*p.SeqlenQ+a)*p.HQ + h*qpk, QStep: p.HQ,
+		Lim: lim, TopK: p.TopK, SelStride: p.TopK, BlkKV: p.BlkKV,
+		Scale: p.Scale * math.Log2E, Round: p.PV, Staged: !ws.noStage,
 	}
-	ra.reset(m, scale, p.PV)
-	vs := &wk.vs // the V overflow guard of this tile's accumulation
-	*vs = vScale{}
-	for i := a; i < z; i++ {
-		gq := b*p.SeqlenQ + i
-		for g := 0; g < qpk; g++ {
-			p.Q.DecodeRow(wk.tmp, gq*p.HQ+h*qpk+g)
-			ra.setQ((i-a)*qpk+g, wk.tmp[:d])
-		}
+	if p.Q2K != nil {
+		w.Sel = p.Q2K[(h*totalQ+b*p.SeqlenQ+a)*p.TopK:]
 	}
-	// K and V are decoded inside the update (the accumulators'
-	// updateStaged: tile.Lanes.UpdateStaged asks for a few rows at a time,
-	// so the float32 rows stay in cache; the block accumulator takes whole
-	// blocks), V's overflow guard scanning each decoded chunk unless V is
-	// bounded (kvStager). noStage (tests) decodes whole blocks first and
-	// guards them with vScale.block.
-	// limit(i): keys t < used - SeqlenQ + i + 1 are visible to query i.
-	// next is the first token of the span after this one (-1: none), whose
-	// K/V the update prefetches.
-	span := func(t0, t1 int, sel func(i int) bool, next int) {
-		n := t1 - t0
-		if !staged {
-			loadKV(&p.K, &p.V, &p.KV, b, h, t0, n, wk.kbuf, wk.vbuf)
-		}
-		any := false
-		for i := a; i < z; i++ {
-			v := int32(0)
-			if sel == nil || sel(i) {
-				lim := used - p.SeqlenQ + i + 1
-				v = int32(max(0, min(n, lim-t0)))
-			}
-			for g := 0; g < qpk; g++ {
-				wk.valid[(i-a)*qpk+g] = v
-			}
-			any = any || v > 0
-		}
-		switch {
-		case !any:
-		case staged:
-			if next >= 0 {
-				prefetchNext(ra, &p.K, &p.V, &p.KV, b, h, next, min(tile.BlockN, kEnd-next), foldK)
-			}
-			wk.stage = kvStager{k: &p.K, v: &p.V, l: &p.KV, b: b, h: h, t0: t0, kbuf: wk.kbuf, vbuf: wk.vbuf, vs: vs, acc: ra, scan: !bounded, foldK: foldK, foldV: foldV}
-			ra.updateStaged(&wk.stage, n, wk.valid[:m])
-		default:
-			vs.block(wk.vbuf[:n*d], ra, &p.V)
-			ra.update(wk.kbuf[:n*d], wk.vbuf[:n*d], n, wk.valid[:m])
-		}
-	}
-	if p.Q2K == nil {
-		for t := kBegin; t < kEnd; t += tile.BlockN {
-			next := t + tile.BlockN
-			if next >= kEnd {
-				next = -1
-			}
-			span(t, min(kEnd, t+tile.BlockN), nil, next)
-		}
-	} else {
-		// Union of the blocks the tile's queries selected, ascending.
-		blocks := wk.dst[:0]
-		for i := a; i < z; i++ {
-			sel := p.Q2K[(h*totalQ+b*p.SeqlenQ+i)*p.TopK:][:p.TopK]
-			for _, j := range sel {
-				if j >= 0 && !slices.Contains(blocks, j) {
-					blocks = append(blocks, j)
-				}
-			}
-		}
-		slices.Sort(blocks)
-		for x, j := range blocks {
-			lo := max(kBegin, int(j)*p.BlkKV)
-			hi := min(kEnd, (int(j)+1)*p.BlkKV)
-			selects := func(i int) bool {
-				return slices.Contains(p.Q2K[(h*totalQ+b*p.SeqlenQ+i)*p.TopK:][:p.TopK], j)
-			}
-			for t := lo; t < hi; t += tile.BlockN {
-				next := t + tile.BlockN
-				if next >= hi {
-					next = -1
-					if x+1 < len(blocks) {
-						if nl := max(kBegin, int(blocks[x+1])*p.BlkKV); nl < kEnd {
-							next = nl
-						}
-					}
-				}
-				span(t, min(hi, t+tile.BlockN), selects, next)
-			}
-		}
-		wk.dst = blocks[:0]
-	}
-	ra.finishLSE(wk.lse[:m], wk.inv[:m])
-	vf := vs.factor()
+	ra, f := wk.walk(&w)
 	s := p.Sched
 	for i := a; i < z; i++ {
 		for g := 0; g < qpk; g++ {
@@ -249,11 +151,11 @@ func (ws *Workspace) decodeTile(wk *worker, b, h, a, z, c, kBegin, kEnd, used in
 			hq := h*qpk + g
 			if s.SplitKV {
 				pr := ws.partialRow(b, c, i)*p.HQ + hq
-				ws.Partials.store(pr, ra.o(r), wk.inv[r]*vf*oFold, wk.tmp)
+				ws.Partials.store(pr, ra.o(r), wk.inv[r]*f, wk.tmp)
 				ws.Partials.LSE[pr] = wk.lse[r]
 			} else {
 				row := (b*p.SeqlenQ+i)*p.HQ + hq
-				encodeRow(ws.po, row, d, ra.o(r), wk.inv[r]*vf*oFold, wk.lse[r], ws.Partials.vec)
+				encodeRow(ws.po, row, d, ra.o(r), wk.inv[r]*f, wk.lse[r], ws.Partials.vec)
 			}
 		}
 	}

@@ -38,6 +38,9 @@ type Prefill struct {
 	// OutputScale multiplies O in the combine (the NVFP4 V global scale);
 	// 1 when absent.
 	OutputScale float32
+	// Path selects the KV-major or the query-major execution; PathDefault
+	// takes the process setting (MSA_PREFILL_PATH, see PrefillPath).
+	Path PrefillPath
 }
 
 // Output receives the combined results. O is [TotalQ, HQ, D] BF16, LSE and
@@ -52,25 +55,27 @@ type Output struct {
 // vbuf, blk, acc: 3072*d + 67584 bytes) are allocated by compute on the
 // worker's first work item, so workers that only combine stay small.
 type worker struct {
-	d     int
-	kbuf  []float32 // [BlockN][d]
-	vbuf  []float32 // [BlockN][d]
-	blk   *tile.Block
-	acc   *tile.Acc
-	valid []int32
-	lse   []float32
-	tlse  []float32
-	inv   []float32   // per-row normalisation factors (Acc.FinishLSE)
-	lanes *lanesAcc   // decode accumulators (AVX-512), created on first use
-	block *blockAcc   // decode accumulator over acc/blk otherwise
-	stage kvStager    // decode: the block the accumulator stages
-	vs    vScale      // decode: the current tile's V overflow guard
-	dst   []int32     // partial row of each Acc row (prefill) or output row (decode)
-	hints []tile.Hint // prefill: the next tile's query rows, prefetched by the update
-	ws    []float32
-	ls    []float32
-	tmp   []float32
-	accO  []float32
+	d      int
+	kbuf   []float32 // [BlockN][d]
+	vbuf   []float32 // [BlockN][d]
+	blk    *tile.Block
+	acc    *tile.Acc
+	valid  []int32
+	lse    []float32
+	tlse   []float32
+	inv    []float32   // per-row normalisation factors (Acc.FinishLSE)
+	lanes  *lanesAcc   // decode accumulators (AVX-512), created on first use
+	block  *blockAcc   // decode accumulator over acc/blk otherwise
+	stage  kvStager    // decode: the block the accumulator stages
+	vs     vScale      // decode: the current tile's V overflow guard
+	dst    []int32     // prefill: partial row of each Acc row
+	lim    []int32     // keyWalk: causal limit of each token of the tile
+	blocks []int32     // keyWalk: the union of the tile's selected blocks
+	hints  []tile.Hint // prefill: the next tile's query rows, prefetched by the update
+	ws     []float32
+	ls     []float32
+	tmp    []float32
+	accO   []float32
 }
 
 func newWorker(d, splits int) *worker {
@@ -78,6 +83,7 @@ func newWorker(d, splits int) *worker {
 		d:     d,
 		valid: make([]int32, maxTileRows), lse: make([]float32, maxTileRows),
 		tlse: make([]float32, maxTileRows), dst: make([]int32, maxTileRows), inv: make([]float32, maxTileRows),
+		lim: make([]int32, maxTileRows), blocks: make([]int32, 0, maxTileRows),
 		tmp: make([]float32, d), accO: make([]float32, d), hints: make([]tile.Hint, 0, maxTileRows),
 		ls: make([]float32, splits), ws: make([]float32, splits),
 	}
@@ -103,6 +109,9 @@ type Workspace struct {
 	decOff   []int32       // decode: first partial row of each request
 	Partials Partials      // the partial buffers, sized by the last run
 	tasks    []prefillTask // prefill: the current window's tasks
+	qtasks   []qmTask      // query-major prefill: the current window's tiles
+	sel      []int32       // query-major prefill: the window's block table [Hkv][win][slots]
+	slots    int           // query-major prefill: entries per token in sel
 	win      int           // prefill: query window size W
 	fixedWin int           // tests: W to use instead of windowQueries (0: automatic)
 	noStage  bool          // tests: decode decodes whole blocks, never staged
@@ -113,7 +122,7 @@ type Workspace struct {
 	pd *Decode
 	po *Output
 	// bound entry points, created once so Run does not allocate
-	prefillItem, combineRows, decodeItem, decodeCombine func(int)
+	prefillItem, combineRows, decodeItem, decodeCombine, queryItems func(int)
 }
 
 // NewWorkspace returns a workspace for n workers (at most MaxWorkers) and
@@ -125,6 +134,7 @@ func NewWorkspace(n, d int) *Workspace {
 	ws.combineRows = ws.runCombine
 	ws.decodeItem = ws.runDecodeItems
 	ws.decodeCombine = ws.runDecodeCombine
+	ws.queryItems = ws.runQueryItems
 	return ws
 }
 
@@ -151,8 +161,11 @@ func (ws *Workspace) worker(w int) *worker {
 	return wk
 }
 
-// RunPrefill computes the per-slot partials of every scheduled work item,
-// then combines them into out. pool supplies the goroutines.
+// RunPrefill computes the attention of p into out; pool supplies the
+// goroutines. The query-major path (runQueryMajor, chosen by p.Path or
+// the cost model of choosePath) walks query tiles; the KV-major path,
+// described here, computes the per-slot partials of every scheduled work
+// item, then combines them into out.
 //
 // Long calls run in query windows, so that the partials
 // ([TopK][TotalQ][HQ][D], 2 GiB of BF16 at 32K tokens with topK 16 and 16
@@ -164,6 +177,14 @@ func (ws *Workspace) worker(w int) *worker {
 // results do not depend on W.
 func RunPrefill(p *Prefill, ws *Workspace, pool *Pool, out *Output) {
 	ws.ensure(pool.Workers(), p.D)
+	if p.path() == PathQuery {
+		prefillRuns[PathQuery].Add(1)
+		ws.Partials.vec = vecLevel()
+		p.Q.vec, p.K.vec, p.V.vec = ws.Partials.vec, ws.Partials.vec, ws.Partials.vec
+		ws.runQueryMajor(p, pool, out)
+		return
+	}
+	prefillRuns[PathKV].Add(1)
 	slots := maxSlots(p)
 	w := windowQueries(p, slots)
 	if ws.fixedWin > 0 {

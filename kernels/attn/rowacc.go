@@ -11,13 +11,21 @@ import (
 // share a block) or tile.Lanes groups (query rows in SIMD lanes, K/V read
 // row-major without a transpose; best for the few rows of decode).
 type rowAcc interface {
-	reset(m int, scale float32, round tile.Round)
+	// reset starts an accumulation of m rows; invT > 0 also tracks the
+	// temperature sum (1/T), as tile.Acc.Reset.
+	reset(m int, scale float32, round tile.Round, invT float32)
 	setQ(r int, q []float32)
+	// setQRows sets rows r .. r+n-1 from rows src .. src+n-1 of q (tmp:
+	// scratch of D floats).
+	setQRows(q *Operand, r, src, n int, tmp []float32)
 	update(k, v []float32, n int, valid []int32)
 	// updateStaged is update with the block's rows decoded by src on
 	// demand, a few at a time.
 	updateStaged(src *kvStager, n int, valid []int32)
-	finishLSE(lse, inv []float32)
+	// finishLSE writes the rows' LSEs, their temperature LSEs when tlse is
+	// non-nil and the accumulation tracks them, and the normalising
+	// factors (tile.Acc.FinishLSE).
+	finishLSE(lse, tlse, inv []float32)
 	o(r int) []float32
 	// prefetchNext hints the storage of the block after the next update
 	// (tile.Lanes.PrefetchNext); the block accumulator ignores it.
@@ -34,8 +42,13 @@ type blockAcc struct {
 	blk *tile.Block
 }
 
-func (b *blockAcc) reset(m int, scale float32, round tile.Round) { b.acc.Reset(m, scale, round, 0) }
-func (b *blockAcc) setQ(r int, q []float32)                      { copy(b.acc.Q(r), q) }
+func (b *blockAcc) reset(m int, scale float32, round tile.Round, invT float32) {
+	b.acc.Reset(m, scale, round, invT)
+}
+func (b *blockAcc) setQ(r int, q []float32) { copy(b.acc.Q(r), q) }
+func (b *blockAcc) setQRows(q *Operand, r, src, n int, _ []float32) {
+	q.setQRows(b.acc, r, src, n)
+}
 func (b *blockAcc) update(k, v []float32, n int, valid []int32) {
 	d := len(k) / max(n, 1)
 	b.blk.Load(n, k[:n*d], v[:n*d])
@@ -46,7 +59,7 @@ func (b *blockAcc) update(k, v []float32, n int, valid []int32) {
 func (b *blockAcc) updateStaged(src *kvStager, n int, valid []int32) {
 	b.update(src.StageK(0, n), src.StageV(0, n), n, valid)
 }
-func (b *blockAcc) finishLSE(lse, inv []float32)                          { b.acc.FinishLSE(lse, nil, inv) }
+func (b *blockAcc) finishLSE(lse, tlse, inv []float32)                    { b.acc.FinishLSE(lse, tlse, inv) }
 func (b *blockAcc) prefetchNext(unsafe.Pointer, int, unsafe.Pointer, int) {}
 func (b *blockAcc) widenNext(unsafe.Pointer, tile.RawFormat, int)         {}
 func (b *blockAcc) o(r int) []float32                                     { return b.acc.O(r) }
@@ -79,14 +92,22 @@ func newLanesAcc(d int) *lanesAcc {
 
 func (a *lanesAcc) groups() int { return (a.m + tile.LanesMaxM - 1) / tile.LanesMaxM }
 
-func (a *lanesAcc) reset(m int, scale float32, round tile.Round) {
+func (a *lanesAcc) reset(m int, scale float32, round tile.Round, invT float32) {
 	a.m = m
 	for i := 0; i < a.groups(); i++ {
-		a.g[i].Reset(min(tile.LanesMaxM, m-i*tile.LanesMaxM), scale, round, 0)
+		a.g[i].Reset(min(tile.LanesMaxM, m-i*tile.LanesMaxM), scale, round, invT)
 	}
 }
 
 func (a *lanesAcc) setQ(r int, q []float32) { a.g[r/tile.LanesMaxM].SetQ(r%tile.LanesMaxM, q) }
+
+// setQRows decodes each row into tmp (the lanes hold Q transposed).
+func (a *lanesAcc) setQRows(q *Operand, r, src, n int, tmp []float32) {
+	for i := range n {
+		q.DecodeRow(tmp, src+i)
+		a.setQ(r+i, tmp[:q.D])
+	}
+}
 
 func (a *lanesAcc) update(k, v []float32, n int, valid []int32) {
 	for i := 0; i < a.groups(); i++ {
@@ -115,11 +136,15 @@ func (a *lanesAcc) updateStaged(src *kvStager, n int, valid []int32) {
 	a.update(k, v, n, valid)
 }
 
-func (a *lanesAcc) finishLSE(lse, inv []float32) {
+func (a *lanesAcc) finishLSE(lse, tlse, inv []float32) {
 	for i := 0; i < a.groups(); i++ {
 		lo := i * tile.LanesMaxM
 		hi := min(a.m, lo+tile.LanesMaxM)
-		a.g[i].FinishLSE(lse[lo:hi], nil, inv[lo:hi])
+		var t []float32
+		if tlse != nil {
+			t = tlse[lo:hi]
+		}
+		a.g[i].FinishLSE(lse[lo:hi], t, inv[lo:hi])
 	}
 }
 

@@ -1,0 +1,132 @@
+package attn
+
+import "github.com/sparseattn/msa/kernels/tile"
+
+// The cost model of PathAuto.
+//
+// Both paths compute the same scores and products for every selected
+// (query, head, block) pair; they differ in what else they do and in how
+// many rows their kernels compute:
+//
+//   - KV-major: each selected (query, KV head, block) entry of the CSR
+//     costs qpk rows times the block's keys in the block kernel (tile.Acc,
+//     rows of many queries sharing one loaded block), plus one partial row
+//     per query head: its normalisation and store in the partial dtype,
+//     and its reload and weighted sum in the combine, a cost that does not
+//     scale with the keys.
+//   - Query-major: each (query tile, KV head) visits every block in the
+//     union of its tokens' selections, and the lane kernels compute all 16
+//     lanes of a group (the tile's rows rounded up to 16) for every key of
+//     it, whether a row's token selected the block or not. With qpk >= 16 a
+//     tile is one token: the union is the token's own selection and no lane
+//     is wasted; with fewer heads per KV head a tile spans 16/qpk tokens,
+//     and a block only some of them selected wastes the others' lanes.
+//   - K/V that the lane kernels cannot read in place (NVFP4, and rows of
+//     one KV head that are not contiguous: dense K/V with several KV heads,
+//     token-major NHD pages) are decoded chunk by chunk for the 16 rows of
+//     one tile, where the KV-major path decodes a block once for every
+//     query of a work item.
+//
+// With E the CSR entries, U the (tile, block) visits (E when a tile is one
+// token; counted from the CSR rows otherwise) and n the block size:
+//
+//	kv    = E * qpk * (n * KVKey + KVSlot)
+//	query = U * roundup16(qpk * tokens) * n * QMKey * (Staged if decoded per tile)
+//
+// and auto takes the query-major path when query < kv. Where the lane
+// kernels have no SIMD code (the generic tier, other architectures, head
+// dimensions they do not cover: tile.LanesSIMD) the query-major walk packs
+// a whole block for 16 rows with the block kernel, and auto keeps the
+// KV-major path without weighing.
+type pathCosts struct {
+	QMKey  float64 // query-major: one (lane row, key) of the lane kernels
+	KVKey  float64 // KV-major: one (row, key) of the block kernel
+	KVSlot float64 // KV-major: one partial row's store, reload and combine
+	Staged float64 // query-major factor for K/V decoded per tile
+}
+
+// The constants, in units of one (row, key) of the float32 block kernel,
+// measured on AMD Zen 4 (2 vCPUs, 8K tokens, 16 query heads on one KV
+// head, D 128; docs/performance.md has the runs):
+//
+//   - float32 tiers (avx2, avx512): with one-token tiles (U = E, no lane
+//     wasted) and 128-key blocks the query-major path reached 0.92-1.04 of
+//     the KV-major path's share of the FMA peak end to end (go run ./bench
+//     on a busy host, the paths alternated; ratios of the medians: 0.92
+//     and 0.94 at 2K and 8K tokens with random selections, 1.04 and 0.95
+//     with correlated ones). Its
+//     lane kernels do not make up for the partials it saves: QMKey = 1.05
+//     and KVSlot = 0, so auto keeps the KV-major path at every shape on
+//     these tiers, and the query-major path runs where it is asked for.
+//     (In BenchmarkPrefillPaths, whose lists also select blocks that lie
+//     wholly in a query's future, which cost the KV-major path a partial
+//     row each and the query-major path nothing, the query-major path was
+//     2-9% faster with 128-key blocks and 8-23% with 64-key blocks.)
+//   - bf16-product tiers (avx512bf16, amxbf16): the block kernel's
+//     products run at about twice the FP32 rate while the lane kernels
+//     stay in float32; the query-major path took 1.4-2.3x the KV-major
+//     time (KVKey = 0.5).
+//   - Staged: NVFP4 K/V took 2.2x (bench, nvfp4kv-bf16q-8k), strided BF16
+//     rows at qpk 4 and 1 with no lane wasted 1.9x and 3.2x the KV-major
+//     time: 2.
+var (
+	float32Costs = pathCosts{QMKey: 1.05, KVKey: 1, KVSlot: 0, Staged: 2}
+	bf16Costs    = pathCosts{QMKey: 1.05, KVKey: 0.5, KVSlot: 0, Staged: 2}
+)
+
+// choosePath returns the cheaper path of p on the active tier.
+func choosePath(p *Prefill) PrefillPath {
+	if !tile.LanesSIMD(p.D) {
+		return PathKV
+	}
+	if tile.BF16Products() {
+		return bf16Costs.choose(p)
+	}
+	return float32Costs.choose(p)
+}
+
+// choose returns the cheaper path of p by the model with costs m.
+func (m *pathCosts) choose(p *Prefill) PrefillPath {
+	qpk := p.HQ / p.Hkv
+	tok := qmTileTokens(qpk)
+	c := p.CSR
+	var entries, visits int64
+	for h := 0; h < c.Hkv; h++ {
+		rp := c.RowPtr[h*(c.TotalRows+1) : (h+1)*(c.TotalRows+1)]
+		entries += int64(rp[c.TotalRows])
+		if tok == 1 {
+			continue
+		}
+		for r := 0; r < c.TotalRows; r++ {
+			last := int32(-1)
+			for _, q := range c.QIdx[h*c.Stride+int(rp[r]) : h*c.Stride+int(rp[r+1])] {
+				if t := q / int32(tok); t != last {
+					visits++
+					last = t
+				}
+			}
+		}
+	}
+	if tok == 1 {
+		visits = entries
+	}
+	n := float64(p.BlkKV)
+	staged := 1.0
+	if l := &p.KV; l.Hkv > 1 && (!l.Paged || l.NHD) || !inPlace(&p.K) || !inPlace(&p.V) {
+		staged = m.Staged
+	}
+	rows := float64((qpk*tok + 15) / 16 * 16)
+	kv := float64(entries) * float64(qpk) * (n*m.KVKey + m.KVSlot)
+	query := float64(visits) * rows * n * m.QMKey * staged
+	if query < kv {
+		return PathQuery
+	}
+	return PathKV
+}
+
+// inPlace reports whether the lane kernels of the active tier read o's
+// rows in place (Operand.rawFormat): BF16 and E4M3 rows with the AVX2 or
+// AVX-512 kernels.
+func inPlace(o *Operand) bool {
+	return (o.Dtype == BF16 || o.Dtype == E4M3) && vecLevel() != vecGo
+}

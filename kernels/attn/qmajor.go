@@ -1,0 +1,169 @@
+package attn
+
+import (
+	"math"
+	"slices"
+
+	"github.com/sparseattn/msa/kernels/tile"
+)
+
+// The query-major prefill path.
+//
+// One task computes one query tile of one KV head: the qpk query heads of
+// up to qmTileTokens consecutive tokens of one sequence (16 rows, one
+// group of tile.Lanes lanes, at qpk <= 16). It walks the union of the
+// blocks those tokens selected in ascending block order (keyWalk, the walk
+// sparse decode runs), each row masked to its token's blocks and causal
+// limit, keeps the online softmax across blocks and writes O and the LSEs
+// once: no partials and no combine. Each task writes its own output rows,
+// so the results do not depend on the worker count.
+//
+// The tokens' block lists come from the CSR: for a query window of W
+// tokens, every CSR entry (query q, block j) of the window is scattered to
+// slot QSplit's slot of q's row in a [Hkv][W][slots] table (the slot is
+// the block's rank among the query's blocks, so each row lists its blocks
+// ascending, -1 after the last). The table is the only memory the path
+// needs beyond the workers' scratch, and qmSelBytes bounds it.
+
+// qmSelBytes bounds the block table of one query window: 4 MiB.
+const qmSelBytes = 4 << 20
+
+// qmWindowOverride, when positive (tests only), replaces the window
+// qmWindow computes.
+var qmWindowOverride int
+
+// qmTask is one query tile: tokens [gq, gq+n) of sequence b, KV head h.
+type qmTask struct{ gq, n, b, h int32 }
+
+// qmTileTokens returns the tokens of one query tile: as many as fill the
+// 16 lanes of one tile.Lanes group (one token from qpk = 16 on).
+func qmTileTokens(qpk int) int { return max(1, 16/qpk) }
+
+// qmWindow returns the query window of the query-major path: the largest
+// number of tokens whose block table (Hkv*W*slots int32) and task list (at
+// most Hkv*W tasks of 16 bytes) each fit qmSelBytes, at least one tile.
+func qmWindow(p *Prefill, slots int) int {
+	w := qmSelBytes / (4 * p.Hkv * max(slots, 4))
+	if qmWindowOverride > 0 {
+		w = qmWindowOverride
+	}
+	return max(min(w, p.TotalQ), qmTileTokens(p.HQ/p.Hkv), 1)
+}
+
+// runQueryMajor is RunPrefill's query-major path.
+func (ws *Workspace) runQueryMajor(p *Prefill, pool *Pool, out *Output) {
+	slots := maxSlots(p)
+	w := qmWindow(p, slots)
+	ws.sel = grow(ws.sel, p.Hkv*w*slots)
+	ws.win, ws.slots = w, slots
+	ws.pf, ws.po = p, out
+	for w0 := 0; w0 < p.TotalQ; w0 += w {
+		ws.w0, ws.w1 = w0, min(p.TotalQ, w0+w)
+		ws.scatterWindow(p)
+		if n := ws.queryTasks(p); n > 0 {
+			ws.next.Store(0)
+			pool.RunN(n, ws.queryItems)
+		}
+	}
+	ws.pf, ws.po = nil, nil
+}
+
+// scatterWindow fills the block table of the window [ws.w0, ws.w1) from
+// the schedule's work items, which cover every CSR entry once.
+func (ws *Workspace) scatterWindow(p *Prefill) {
+	s, c := p.Sched, p.CSR
+	sel := ws.sel[:p.Hkv*ws.win*ws.slots]
+	for i := range sel {
+		sel[i] = -1
+	}
+	for i := 0; i < int(s.WorkCount); i++ {
+		m := s.Metadata[i*6 : i*6+6]
+		h, row, qBegin, qCount, b, j := int(m[0]), int(m[1]), int(m[2]), int(m[3]), int(m[4]), m[5]
+		if int(p.CuQ[b]) >= ws.w1 || int(p.CuQ[b+1]) <= ws.w0 {
+			continue
+		}
+		base := h*c.Stride + int(c.RowPtr[h*(c.TotalRows+1)+row]) + qBegin
+		qs := c.QIdx[base : base+qCount] // batch-local, strictly ascending
+		lo, _ := slices.BinarySearch(qs, int32(ws.w0)-p.CuQ[b])
+		hi, _ := slices.BinarySearch(qs, int32(ws.w1)-p.CuQ[b])
+		for e := lo; e < hi; e++ {
+			x := p.Sched.QSplit[base+e]
+			gq := int(p.CuQ[b]+(x&(1<<24-1))) - ws.w0
+			sel[(h*ws.win+gq)*ws.slots+int(x>>24)] = j
+		}
+	}
+}
+
+// queryTasks lists the query tiles of the window [ws.w0, ws.w1): each
+// sequence's tokens in the window cut into tiles from the first, for every
+// KV head. The last tiles are listed first: under a causal mask they see
+// the most keys, and starting with them lets the workers finish together.
+func (ws *Workspace) queryTasks(p *Prefill) int {
+	tok := qmTileTokens(p.HQ / p.Hkv)
+	ws.qtasks = ws.qtasks[:0]
+	for b := len(p.CuQ) - 2; b >= 0; b-- {
+		lo, hi := max(ws.w0, int(p.CuQ[b])), min(ws.w1, int(p.CuQ[b+1]))
+		if lo >= hi {
+			continue
+		}
+		for t := lo + (hi-lo-1)/tok*tok; t >= lo; t -= tok {
+			for h := 0; h < p.Hkv; h++ {
+				ws.qtasks = append(ws.qtasks, qmTask{int32(t), int32(min(tok, hi-t)), int32(b), int32(h)})
+			}
+		}
+	}
+	return len(ws.qtasks)
+}
+
+// runQueryItems takes the window's tiles from the shared counter until
+// none is left.
+func (ws *Workspace) runQueryItems(w int) {
+	wk := ws.worker(w).compute()
+	// The accumulator before any tile, as runDecodeItems: later runs
+	// allocate nothing whichever worker takes what.
+	wk.decodeAcc(tile.LanesSIMD(ws.pf.D))
+	n := int64(len(ws.qtasks))
+	for {
+		i := ws.next.Add(1) - 1
+		if i >= n {
+			return
+		}
+		ws.queryTile(wk, ws.qtasks[i])
+	}
+}
+
+// queryTile computes one query tile and writes its O, LSE and TLSE rows.
+func (ws *Workspace) queryTile(wk *worker, t qmTask) {
+	p, out := ws.pf, ws.po
+	b, h, gq, n := int(t.b), int(t.h), int(t.gq), int(t.n)
+	qpk := p.HQ / p.Hkv
+	seqQ, seqK := int(p.CuQ[b+1]-p.CuQ[b]), int(p.SeqK[b])
+	lim := wk.lim[:n]
+	for i := range lim {
+		l := seqK
+		if p.Causal {
+			// Bottom-right aligned, as visible: t <= q + seqK - seqQ.
+			l = min(l, gq+i-int(p.CuQ[b])+seqK-seqQ+1)
+		}
+		lim[i] = int32(max(l, 0))
+	}
+	kw := keyWalk{
+		K: &p.K, V: &p.V, KV: &p.KV, B: b, H: h, KBegin: 0, KEnd: seqK,
+		Tokens: n, QPK: qpk, Q: &p.Q, QRow: gq*p.HQ + h*qpk, QStep: p.HQ,
+		Lim: lim, Sel: ws.sel[(h*ws.win+gq-ws.w0)*ws.slots:], SelStride: ws.slots, TopK: ws.slots,
+		BlkKV: p.BlkKV, Scale: p.Scale * math.Log2E, Round: p.PV, InvT: p.InvT, Staged: !ws.noStage,
+	}
+	ra, f := wk.walk(&kw)
+	f *= p.OutputScale
+	for r := 0; r < n*qpk; r++ {
+		row := (gq+r/qpk)*p.HQ + h*qpk + r%qpk
+		encodeRow(out, row, p.D, ra.o(r), wk.inv[r]*f, wk.lse[r], ws.Partials.vec)
+		if out.TLSE != nil {
+			if p.InvT > 0 {
+				out.TLSE[row] = wk.tlse[r]
+			} else {
+				out.TLSE[row] = wk.lse[r]
+			}
+		}
+	}
+}

@@ -1,0 +1,677 @@
+package attn
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/kernels/plan"
+	"github.com/sparseattn/msa/kernels/tile"
+)
+
+// qmCase is one sparse prefill problem for the query-major tests: a
+// ragged batch (empty sequences and seqK < seqQ included), dense or paged
+// K/V (pages shuffled), a storage dtype combination and a selection
+// pattern.
+type qmCase struct {
+	seqQ, seqK      []int
+	hkv, qpk, d     int
+	blk, topK       int
+	causal, paged   bool
+	nhd             bool  // paged: token-major pages [num_pages, blk, Hkv, D]
+	qDtype, kvDtype Dtype // Q: BF16 or E4M3; K/V: BF16, E4M3 or NVFP4
+	pattern         string
+	invT            float32 // 1/T of the temperature LSE, 0: none
+	full            bool    // every list holds min(topK, blocks) blocks (benchmarks)
+}
+
+func (c qmCase) String() string {
+	return fmt.Sprintf("%s/q%s-kv%s/hkv%d-qpk%d-d%d-blk%d-top%d/causal=%v-paged=%v-nhd=%v-invT=%g/%v-%v",
+		c.pattern, c.qDtype, c.kvDtype, c.hkv, c.qpk, c.d, c.blk, c.topK, c.causal, c.paged, c.nhd, c.invT, c.seqQ, c.seqK)
+}
+
+// qmProblem is a built case: the call (its CSR and schedule from the
+// planner) and, for the reference, the q2k lists and the decoded values.
+type qmProblem struct {
+	c      qmCase
+	p      *Prefill
+	q2k    []int32 // [Hkv][TotalQ][TopK]
+	kvRows int     // K/V storage rows
+}
+
+// qmSelect returns the q2k list of batch-local query q of a sequence with
+// seqQ queries, seqK keys and nb blocks under pattern; shared is the
+// sequence's common random set of the "uniform" pattern. full lists hold
+// min(topK, visible blocks) blocks, the visible ones (causal) only.
+func qmSelect(rng *rand.Rand, pattern string, full, causal bool, q, seqQ, seqK, nb, blk, topK int, shared []int32) []int32 {
+	list := make([]int32, 0, topK)
+	add := func(j int) {
+		if j >= 0 && j < nb && len(list) < topK && !slices.Contains(list, int32(j)) {
+			list = append(list, int32(j))
+		}
+	}
+	diag := min(nb-1, (q+seqK-seqQ)/blk)
+	if q+seqK-seqQ < 0 {
+		diag = -1
+	}
+	switch pattern {
+	case "sink":
+		add(0)
+		if nb > 0 {
+			add(rng.IntN(nb))
+		}
+	case "local":
+		add(diag)
+		add(diag - 1)
+	case "uniform":
+		for _, j := range shared {
+			add(int(j))
+		}
+	}
+	// Fill up with random blocks (future ones included: causal masking
+	// hides them), leaving some entries -1; full lists take min(topK, nb)
+	// blocks.
+	if full {
+		// Among the blocks the query sees (all of them when not causal),
+		// as a model's selection would pick them.
+		vis := nb
+		if causal {
+			vis = diag + 1
+		}
+		for len(list) < min(topK, vis) {
+			add(rng.IntN(vis))
+		}
+	}
+	for n := rng.IntN(topK + 1); len(list) < n && nb > 0; {
+		add(rng.IntN(nb))
+		if rng.IntN(4) == 0 {
+			break
+		}
+	}
+	rng.Shuffle(len(list), func(a, b int) { list[a], list[b] = list[b], list[a] })
+	for len(list) < topK {
+		// -1 padding anywhere in the list.
+		at := rng.IntN(len(list) + 1)
+		list = slices.Insert(list, at, -1)
+	}
+	if !full && rng.IntN(16) == 0 {
+		for i := range list {
+			list[i] = -1 // a query with no block: fully masked rows
+		}
+	}
+	return list
+}
+
+// build makes the problem: random values quantised to the case's dtypes,
+// the q2k lists of the pattern, the planner's CSR and schedule.
+func (c qmCase) build(t testing.TB, seed uint64) *qmProblem {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, 11))
+	nb := len(c.seqQ)
+	cuQ, cuK := []int32{0}, []int32{0}
+	for b := range nb {
+		cuQ = append(cuQ, cuQ[b]+int32(c.seqQ[b]))
+		cuK = append(cuK, cuK[b]+int32(c.seqK[b]))
+	}
+	totalQ, totalK := int(cuQ[nb]), int(cuK[nb])
+	hq, d := c.hkv*c.qpk, c.d
+	pr := &qmProblem{c: c}
+
+	// Selections.
+	q2k := make([]int32, c.hkv*totalQ*c.topK)
+	for h := range c.hkv {
+		for b := range nb {
+			blocks := (c.seqK[b] + c.blk - 1) / c.blk
+			var shared []int32
+			for _, j := range rng.Perm(max(blocks, 1))[:min(c.topK, max(blocks, 1))] {
+				shared = append(shared, int32(j))
+			}
+			for q := range c.seqQ[b] {
+				list := qmSelect(rng, c.pattern, c.full, c.causal, q, c.seqQ[b], c.seqK[b], blocks, c.blk, c.topK, shared)
+				copy(q2k[(h*totalQ+int(cuQ[b])+q)*c.topK:], list)
+			}
+		}
+	}
+	pr.q2k = q2k
+	rows, err := plan.NewRows(cuK, c.blk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	csr, err := plan.BuildK2QCSR(nil, q2k, c.hkv, totalQ, c.topK, cuQ, cuK, c.blk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp := plan.FwdParams{TotalQ: totalQ, Hkv: c.hkv, QheadPerKV: c.qpk, TopK: c.topK, BlkKV: c.blk, Workers: 2}
+	sched, err := plan.BuildFwdSchedule(nil, csr, rows, cuQ, fp)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// K/V layout: dense, or pages of blk tokens in shuffled order.
+	kv := KVLayout{Hkv: c.hkv, CuK: cuK}
+	kvRows := totalK * c.hkv
+	if c.paged {
+		cols := 1
+		for _, n := range c.seqK {
+			cols = max(cols, (n+c.blk-1)/c.blk)
+		}
+		perm := rng.Perm(nb * cols)
+		pt := make([]int32, nb*cols)
+		for i := range pt {
+			pt[i] = int32(perm[i])
+		}
+		kv = KVLayout{Hkv: c.hkv, Paged: true, PageTable: pt, PTCols: cols, PageSize: c.blk, NHD: c.nhd}
+		kvRows = nb * cols * c.hkv * c.blk
+	}
+
+	// Values: Q rows, then K and V rows in storage order.
+	gen := func(n int, scale float64) []float32 {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(rng.NormFloat64() * scale)
+		}
+		return x
+	}
+	kGlobal := float32(0.75) // NVFP4: exact in bf16 products with the e2m1 and e4m3 factors
+	vGlobal := float32(1.5)
+	qop := qmOperand(t, c.qDtype, gen(totalQ*hq*d, 1), totalQ*hq, d, 1)
+	kop := qmOperand(t, c.kvDtype, gen(kvRows*d, 1), kvRows, d, kGlobal)
+	vop := qmOperand(t, c.kvDtype, gen(kvRows*d, 1), kvRows, d, vGlobal)
+	outScale := float32(1)
+	if c.kvDtype == NVFP4 {
+		vop.Global, outScale = 1, vGlobal
+	}
+	pr.kvRows = kvRows
+	seqK := make([]int32, nb)
+	for b, n := range c.seqK {
+		seqK[b] = int32(n)
+	}
+	pv := tile.RoundNone
+	if c.qDtype == E4M3 {
+		pv = tile.RoundE4M3 // FP8 Q: pv dtype FP8 (also with NVFP4 K/V)
+	}
+	pr.p = &Prefill{
+		Q: qop, K: kop, V: vop, KV: kv, TotalQ: totalQ, HQ: hq, Hkv: c.hkv, D: d, CuQ: cuQ, SeqK: seqK,
+		BlkKV: c.blk, Causal: c.causal, Scale: float32(1 / math.Sqrt(float64(d))), InvT: c.invT, PV: pv,
+		TopK: c.topK, CSR: csr, Sched: sched, Partial: PartialBF16, OutputScale: outScale,
+	}
+	return pr
+}
+
+// qmOperand stores x ([rows][d]) in dtype (NVFP4 with global scale
+// global).
+func qmOperand(t testing.TB, dt Dtype, x []float32, rows, d int, global float32) Operand {
+	t.Helper()
+	o := Operand{Dtype: dt, D: d, Global: 1}
+	switch dt {
+	case BF16:
+		o.BF16 = make([]lowp.BFloat16, len(x))
+		for i, v := range x {
+			o.BF16[i] = lowp.BF16(v)
+		}
+	case E4M3:
+		o.E4M3 = make([]lowp.Float8E4M3FN, len(x))
+		for i, v := range x {
+			o.E4M3[i] = lowp.E4M3(v)
+		}
+	case NVFP4:
+		var err error
+		o.Packed, o.Scales, err = lowp.QuantizeNVFP4(x, rows, d, global)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Global = global
+	}
+	return o
+}
+
+// qmDecode decodes o's rows with lowp's scalar conversions.
+func qmDecode(o Operand, rows, d int) [][]float64 {
+	out := make([][]float64, rows)
+	row := make([]float32, d)
+	for r := range out {
+		out[r] = make([]float64, d)
+		for c := range d {
+			switch o.Dtype {
+			case BF16:
+				row[c] = o.BF16[r*d+c].Float32()
+			case E4M3:
+				row[c] = o.E4M3[r*d+c].Float32()
+			}
+		}
+		if o.Dtype == NVFP4 {
+			lowp.DequantizeNVFP4Row(row, o.Packed, o.Scales, r, d, o.Global)
+		}
+		for c := range d {
+			out[r][c] = float64(row[c])
+		}
+	}
+	return out
+}
+
+// qmRef is the float64 reference of one (query, head) row: O (output
+// scale applied), LSE, temperature LSE and the largest |v| it saw.
+type qmRef struct {
+	o               []float64
+	lse, tlse, vmax float64
+}
+
+// reference computes every row the plain way: the keys of the blocks the
+// query's q2k list names (-1 skipped), below the sequence's key count and,
+// when causal, at most q + seqK - seqQ; no CSR, schedule or kernel.
+func (pr *qmProblem) reference() []qmRef {
+	p, c := pr.p, pr.c
+	// Q, K and V as stored, decoded by lowp's scalar conversions: K times
+	// its NVFP4 global scale, V without it (OutputScale applies it).
+	qv := qmDecode(p.Q, p.TotalQ*p.HQ, p.D)
+	kdec, vdec := qmDecode(p.K, pr.kvRows, p.D), qmDecode(p.V, pr.kvRows, p.D)
+	kb, vb := make([][][][]float64, len(c.seqK)), make([][][][]float64, len(c.seqK))
+	for b := range c.seqK {
+		kb[b], vb[b] = make([][][]float64, c.hkv), make([][][]float64, c.hkv)
+		for h := range c.hkv {
+			for tk := range c.seqK[b] {
+				r := p.KV.Row(b, h, tk)
+				kb[b][h] = append(kb[b][h], kdec[r])
+				vb[b][h] = append(vb[b][h], vdec[r])
+			}
+		}
+	}
+	refs := make([]qmRef, p.TotalQ*p.HQ)
+	for b := range c.seqQ {
+		seqQ, seqK := c.seqQ[b], c.seqK[b]
+		for qi := range seqQ {
+			gq := int(p.CuQ[b]) + qi
+			for hq := range p.HQ {
+				h := hq / c.qpk
+				var keys []int
+				for _, j := range pr.q2k[(h*p.TotalQ+gq)*c.topK:][:c.topK] {
+					for tk := int(j) * c.blk; j >= 0 && tk < (int(j)+1)*c.blk && tk < seqK; tk++ {
+						if !c.causal || tk <= qi+seqK-seqQ {
+							keys = append(keys, tk)
+						}
+					}
+				}
+				refs[gq*p.HQ+hq] = qmRow(qv[gq*p.HQ+hq], kb[b][h], vb[b][h], keys, float64(p.Scale), float64(p.InvT), float64(p.OutputScale))
+			}
+		}
+	}
+	return refs
+}
+
+// qmRow is softmax attention of q over keys, in float64.
+func qmRow(q []float64, k, v [][]float64, keys []int, scale, invT, outScale float64) qmRef {
+	r := qmRef{o: make([]float64, len(q)), lse: math.Inf(-1), tlse: math.Inf(-1)}
+	if len(keys) == 0 {
+		return r
+	}
+	s := make([]float64, len(keys))
+	m := math.Inf(-1)
+	for i, t := range keys {
+		for c := range q {
+			s[i] += q[c] * k[t][c]
+		}
+		s[i] *= scale
+		m = math.Max(m, s[i])
+	}
+	if invT == 0 {
+		invT = 1
+	}
+	sum, tsum := 0.0, 0.0
+	for i, t := range keys {
+		w := math.Exp(s[i] - m)
+		sum += w
+		tsum += math.Exp((s[i] - m) * invT)
+		for c := range r.o {
+			r.o[c] += w * v[t][c]
+			r.vmax = math.Max(r.vmax, math.Abs(v[t][c]*outScale))
+		}
+	}
+	for c := range r.o {
+		r.o[c] *= outScale / sum
+	}
+	r.lse = m + math.Log(sum)
+	r.tlse = m*invT + math.Log(tsum)
+	return r
+}
+
+// qmTol is the allowed |O - reference| of a row: rel*|x| + abs*vmax.
+//
+//   - rel = 2^-8: the BF16 output rounding (half an ulp is 2^-9 relative;
+//     doubled for the float32 arithmetic before it).
+//   - abs: 2^-16 for float32 products (float32 accumulation over at most
+//     a few hundred keys, far below 2^-16 relative to vmax); 2^-8 on the
+//     bf16 tiers, which round P to bf16 (2^-9 relative per probability,
+//     so at most 2^-9 * sum p|v| / sum p <= 2^-9 vmax, doubled).
+//   - FP8 P rounding (pv dtype e4m3) adds 2^-4 + 2^-6: an e4m3 value has 3
+//     mantissa bits, so each normal-range p is rounded within 2^-4 of
+//     itself, at most 2^-4 vmax over the row; p below 2^-6 is subnormal in
+//     e4m3 and rounded within 2^-10 absolute, errors of either sign whose
+//     sum over the at most topK*blk (<= 512) keys of these cases stays
+//     within 2^-6 of the row sum (which is >= 1: the maximum has p = 1).
+//   - partials (KV-major path only): a BF16 partial is rounded to 2^-9
+//     relative of its row, and the combine's weights sum to 1: 2^-8 vmax.
+func qmTol(pv tile.Round, partials bool) (rel, abs float64) {
+	rel, abs = 0x1p-8, 0x1p-16
+	if tile.BF16Products() {
+		abs = 0x1p-8
+	}
+	if pv == tile.RoundE4M3 {
+		abs += 0x1p-4 + 0x1p-6
+	}
+	if partials {
+		abs += 0x1p-8
+	}
+	return rel, abs
+}
+
+// lseTol is the allowed LSE error: 1e-3 relative to max(1, |lse|), as the
+// other prefill tests (float32 scores; bf16 tiers round Q and K to bf16,
+// which moves a score by at most 2^-8 of |q||k| scale).
+const lseTol = 1e-3
+
+// checkQM compares out with the reference rows; partials says that the
+// KV-major path computed it (its partial rounding is allowed for).
+func checkQM(t *testing.T, pr *qmProblem, refs []qmRef, out *Output, partials bool) {
+	t.Helper()
+	p := pr.p
+	rel, abs := qmTol(p.PV, partials)
+	for r, ref := range refs {
+		for c, x := range ref.o {
+			got := float64(out.O[r*p.D+c].Float32())
+			if math.IsNaN(got) || math.IsInf(got, 0) || math.Abs(got-x) > rel*math.Abs(x)+abs*ref.vmax {
+				t.Fatalf("%v: row %d (query %d, head %d) col %d: O = %g, want %g (vmax %g)", pr.c, r, r/p.HQ, r%p.HQ, c, got, x, ref.vmax)
+			}
+		}
+		checkLSE(t, pr, r, "LSE", float64(out.LSE[r]), ref.lse)
+		if out.TLSE != nil {
+			want := ref.tlse
+			if p.InvT == 0 {
+				want = ref.lse
+			}
+			checkLSE(t, pr, r, "TLSE", float64(out.TLSE[r]), want)
+		}
+	}
+}
+
+func checkLSE(t *testing.T, pr *qmProblem, r int, what string, got, want float64) {
+	t.Helper()
+	if math.IsInf(want, -1) != math.IsInf(got, -1) || !math.IsInf(want, -1) && math.Abs(got-want) > lseTol*math.Max(1, math.Abs(want)) {
+		t.Fatalf("%v: row %d: %s = %g, want %g", pr.c, r, what, got, want)
+	}
+}
+
+// runPath runs p on path with the given workers into a new output.
+func runPath(p *Prefill, path PrefillPath, workers int, tlse bool) *Output {
+	pool := NewPool(workers)
+	defer pool.Close()
+	out := newOutput(p.TotalQ*p.HQ, p.D)
+	if tlse {
+		out.TLSE = make([]float32, p.TotalQ*p.HQ)
+	}
+	p.Path = path
+	RunPrefill(p, NewWorkspace(workers, p.D), pool, out)
+	return out
+}
+
+// qmCases returns the shape matrix: every pattern, dtype combination and
+// GQA ratio 1..16, blk 64 and 128, causal or not, dense or paged (HND and
+// NHD pages), with and without temperature, on ragged batches with empty
+// sequences.
+func qmCases() []qmCase {
+	patterns := []string{"sink", "local", "uniform", "random"}
+	dtypes := [][2]Dtype{{BF16, BF16}, {E4M3, E4M3}, {BF16, E4M3}, {BF16, NVFP4}, {E4M3, NVFP4}}
+	qpks := []int{1, 2, 3, 4, 8, 16}
+	batches := [][2][]int{
+		{{37, 0, 70}, {150, 40, 70}},
+		{{130}, {130}},
+		{{20, 9}, {5, 300}}, // seqK < seqQ: the first rows see nothing under causal
+		{{0, 64, 1}, {64, 200, 129}},
+	}
+	var cs []qmCase
+	for i := range 40 {
+		dt := dtypes[i%len(dtypes)]
+		qpk := qpks[i%len(qpks)]
+		bt := batches[i%len(batches)]
+		c := qmCase{
+			seqQ: bt[0], seqK: bt[1], hkv: 1 + i%2, qpk: qpk, d: 64 << (i / 3 % 2),
+			blk: 64 << (i / 2 % 2), topK: 2 + i%3, causal: i%4 != 1, paged: i%5 >= 2, nhd: i%5 == 4,
+			qDtype: dt[0], kvDtype: dt[1], pattern: patterns[i/5%len(patterns)],
+		}
+		if i%3 == 0 {
+			c.invT = 0.5
+		}
+		cs = append(cs, c)
+	}
+	return cs
+}
+
+// TestQueryMajorReference checks the query-major path against the float64
+// reference on the shape matrix, on every tier this CPU has: bit-identical
+// on 1 and 2 workers, and within the summed tolerances of the KV-major
+// path on the same call.
+func TestQueryMajorReference(t *testing.T) {
+	cases := qmCases()
+	if testing.Short() {
+		cases = cases[:10]
+	}
+	for i, c := range cases {
+		pr := c.build(t, uint64(i))
+		refs := pr.reference()
+		tlse := i%2 == 0
+		for _, tier := range testTiers {
+			t.Run(fmt.Sprintf("%d/%s", i, tier), func(t *testing.T) {
+				useTier(t, tier)
+				if tile.Tier() != tier {
+					t.Fatalf("tier %s not active: %s", tier, tile.Tier())
+				}
+				before := PrefillRuns(PathQuery)
+				got2 := runPath(pr.p, PathQuery, 2, tlse)
+				if PrefillRuns(PathQuery) != before+1 {
+					t.Fatal("the query-major path did not run")
+				}
+				checkQM(t, pr, refs, got2, false)
+				got1 := runPath(pr.p, PathQuery, 1, tlse)
+				if !slices.Equal(got1.O, got2.O) || !slices.EqualFunc(got1.LSE, got2.LSE, sameBits) || !slices.EqualFunc(got1.TLSE, got2.TLSE, sameBits) {
+					t.Fatalf("%v: 1 and 2 workers differ", c)
+				}
+				kv := runPath(pr.p, PathKV, 2, tlse)
+				checkQM(t, pr, refs, kv, true)
+				compareQMKV(t, pr, refs, got2, kv)
+			})
+		}
+	}
+}
+
+func sameBits(a, b float32) bool { return math.Float32bits(a) == math.Float32bits(b) }
+
+// compareQMKV checks that the two paths agree directly: within the sum of
+// their tolerances against the reference, with the row's largest |v| taken
+// from the reference.
+func compareQMKV(t *testing.T, pr *qmProblem, refs []qmRef, qm, kv *Output) {
+	t.Helper()
+	p := pr.p
+	r1, a1 := qmTol(p.PV, false)
+	r2, a2 := qmTol(p.PV, true)
+	for r, ref := range refs {
+		for c := range p.D {
+			x, y := float64(qm.O[r*p.D+c].Float32()), float64(kv.O[r*p.D+c].Float32())
+			if math.Abs(x-y) > (r1+r2)*math.Abs(y)+(a1+a2)*ref.vmax {
+				t.Fatalf("%v: row %d col %d: query-major %g, KV-major %g", pr.c, r, c, x, y)
+			}
+		}
+		if a, b := qm.LSE[r], kv.LSE[r]; math.IsInf(float64(a), -1) != math.IsInf(float64(b), -1) {
+			t.Fatalf("%v: row %d: LSE %g (query-major) vs %g (KV-major)", pr.c, r, a, b)
+		}
+	}
+}
+
+// TestQueryMajorNoAllocs: once a workspace has run a call, further runs of
+// the query-major path allocate nothing, and the path keeps no partials:
+// its only buffer beyond the workers' scratch is the block table, bounded
+// by qmSelBytes whatever total_q*topK is.
+func TestQueryMajorNoAllocs(t *testing.T) {
+	c := qmCase{seqQ: []int{300, 0, 200}, seqK: []int{300, 50, 400}, hkv: 2, qpk: 4, d: 64, blk: 64, topK: 4,
+		causal: true, qDtype: BF16, kvDtype: E4M3, pattern: "random", invT: 0.5}
+	pr := c.build(t, 5)
+	p := pr.p
+	p.Path = PathQuery
+	pool := NewPool(2)
+	defer pool.Close()
+	ws := NewWorkspace(2, p.D)
+	out := newOutput(p.TotalQ*p.HQ, p.D)
+	out.TLSE = make([]float32, p.TotalQ*p.HQ)
+	for range 3 {
+		RunPrefill(p, ws, pool, out)
+	}
+	if a := testing.AllocsPerRun(10, func() { RunPrefill(p, ws, pool, out) }); a != 0 {
+		t.Fatalf("%v allocations per run", a)
+	}
+	pt := &ws.Partials
+	if len(pt.F32)+len(pt.BF16)+len(pt.F16)+len(pt.E4M3)+len(pt.LSE) != 0 {
+		t.Fatal("the query-major path allocated partials")
+	}
+	if 4*len(ws.sel) > qmSelBytes {
+		t.Fatalf("block table of %d entries exceeds %d bytes", len(ws.sel), qmSelBytes)
+	}
+}
+
+// TestQMWindow: the block table's window shrinks as Hkv*slots grows, so
+// the table and the task list stay within qmSelBytes, and it never goes
+// below one tile.
+func TestQMWindow(t *testing.T) {
+	for _, tc := range []struct{ totalQ, hkv, qpk, slots int }{
+		{1 << 20, 1, 16, 16}, {1 << 20, 8, 4, 64}, {100, 1, 1, 2}, {1 << 20, 64, 1, 127}, {1 << 22, 1, 16, 1},
+	} {
+		p := &Prefill{TotalQ: tc.totalQ, Hkv: tc.hkv, HQ: tc.hkv * tc.qpk}
+		w := qmWindow(p, tc.slots)
+		one := qmTileTokens(tc.qpk) // tokens of one tile
+		if w < one || w > max(tc.totalQ, one) || 4*tc.hkv*w*tc.slots > max(qmSelBytes, 4*tc.hkv*tc.slots*one) || 16*tc.hkv*w > max(qmSelBytes, 16*tc.hkv*one) {
+			t.Errorf("%+v: window %d", tc, w)
+		}
+	}
+}
+
+// TestQueryMajorWindows: a call spanning several block-table windows
+// (sequences cut at window boundaries) gives the same bits as one window.
+func TestQueryMajorWindows(t *testing.T) {
+	c := qmCase{seqQ: []int{700, 333}, seqK: []int{900, 333}, hkv: 1, qpk: 2, d: 64, blk: 64, topK: 3,
+		causal: true, qDtype: BF16, kvDtype: BF16, pattern: "local"}
+	pr := c.build(t, 9)
+	want := runPath(pr.p, PathQuery, 2, false)
+	prev := qmWindowOverride
+	qmWindowOverride = 100
+	defer func() { qmWindowOverride = prev }()
+	got := runPath(pr.p, PathQuery, 2, false)
+	if !slices.Equal(got.O, want.O) || !slices.EqualFunc(got.LSE, want.LSE, sameBits) {
+		t.Fatal("windows of 100 queries changed the result")
+	}
+	checkQM(t, pr, pr.reference(), got, false)
+}
+
+// TestPrefillPathParse covers the MSA_PREFILL_PATH values.
+func TestPrefillPathParse(t *testing.T) {
+	for s, want := range map[string]PrefillPath{"": PathAuto, "auto": PathAuto, "query": PathQuery, "kv": PathKV, "bogus": PathAuto, "KV": PathAuto} {
+		if got := pathFromEnv(s); got != want {
+			t.Errorf("pathFromEnv(%q) = %v, want %v", s, got, want)
+		}
+	}
+	if _, err := ParsePrefillPath("bogus"); err == nil {
+		t.Error("ParsePrefillPath(bogus) succeeded")
+	}
+}
+
+// TestPrefillPathEnv runs a child test process per tier this CPU has with
+// MSA_CPU_TIER and MSA_PREFILL_PATH set: the child must come up on that
+// tier and path (read once at start-up), run a call that leaves
+// Prefill.Path at PathDefault on the query-major path, and match the
+// reference.
+func TestPrefillPathEnv(t *testing.T) {
+	if os.Getenv("MSA_ATTN_CHILD") == "1" {
+		c := qmCase{seqQ: []int{40, 9}, seqK: []int{100, 200}, hkv: 2, qpk: 3, d: 64, blk: 64, topK: 3,
+			causal: true, qDtype: E4M3, kvDtype: E4M3, pattern: "sink"}
+		pr := c.build(t, 3)
+		before := PrefillRuns(PathQuery)
+		pool := NewPool(2)
+		defer pool.Close()
+		out := newOutput(pr.p.TotalQ*pr.p.HQ, pr.p.D)
+		RunPrefill(pr.p, NewWorkspace(2, pr.p.D), pool, out)
+		checkQM(t, pr, pr.reference(), out, false)
+		fmt.Printf("TIER=%s PATH=%s QUERY_RUNS=%d\n", tile.Tier(), ProcessPrefillPath(), PrefillRuns(PathQuery)-before)
+		return
+	}
+	prev := tile.Tier()
+	defer func() { _ = tile.SetTier(prev) }()
+	ran := 0
+	for _, tier := range testTiers {
+		if err := tile.SetTier(tier); err != nil {
+			continue // not on this CPU
+		}
+		ran++
+		cmd := exec.Command(os.Args[0], "-test.run=^TestPrefillPathEnv$", "-test.v")
+		cmd.Env = append(os.Environ(), "MSA_ATTN_CHILD=1", tile.EnvTier+"="+tier, EnvPrefillPath+"=query")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("child (%s): %v\n%s", tier, err, out)
+		}
+		if want := fmt.Sprintf("TIER=%s PATH=query QUERY_RUNS=1\n", tier); !strings.Contains(string(out), want) {
+			t.Errorf("child (%s): want %q in\n%s", tier, want, out)
+		}
+	}
+	t.Logf("%d tiers checked in child processes", ran)
+}
+
+// TestChoosePath checks the cost model (cost.go): with costs where a
+// partial row is dear, one-token tiles over K/V read in place take the
+// query-major path, while K/V decoded per tile (strided rows, NVFP4) and
+// lanes wasted on unshared blocks keep the KV-major path; with the
+// constants measured for the present tiers every case keeps the KV-major
+// path, as does a tier without SIMD lane kernels.
+func TestChoosePath(t *testing.T) {
+	build := func(hkv, qpk int, paged bool, kv Dtype) *Prefill {
+		c := qmCase{seqQ: []int{512}, seqK: []int{512}, hkv: hkv, qpk: qpk, d: 64, blk: 64, topK: 4,
+			causal: true, paged: paged, qDtype: BF16, kvDtype: kv, pattern: "random", full: true}
+		return c.build(t, 1).p
+	}
+	dear := pathCosts{QMKey: 1, KVKey: 1, KVSlot: 16, Staged: 2}
+	for _, tc := range []struct {
+		hkv, qpk int
+		paged    bool
+		kv       Dtype
+		want     PrefillPath
+		why      string
+	}{
+		{1, 16, false, BF16, PathQuery, "one-token tiles, contiguous rows"},
+		{2, 16, true, E4M3, PathQuery, "one-token tiles, HND pages"},
+		{2, 16, false, BF16, PathKV, "dense KV of 2 KV heads: strided rows"},
+		{1, 16, false, NVFP4, PathKV, "NVFP4 decoded per tile"},
+		{2, 1, true, BF16, PathKV, "16-token tiles, unshared blocks"},
+	} {
+		p := build(tc.hkv, tc.qpk, tc.paged, tc.kv)
+		for _, tier := range []string{"avx2", "avx512"} {
+			t.Run(tier+"/"+tc.why, func(t *testing.T) {
+				useTier(t, tier)
+				if got := dear.choose(p); got != tc.want {
+					t.Errorf("dear partials: %v, want %v (%s)", got, tc.want, tc.why)
+				}
+				if got := choosePath(p); got != PathKV {
+					t.Errorf("measured costs: %v, want kv (%s)", got, tc.why)
+				}
+			})
+		}
+	}
+	p := build(1, 16, false, BF16)
+	for _, tier := range []string{"avx512bf16", "generic"} {
+		t.Run(tier, func(t *testing.T) {
+			useTier(t, tier)
+			if got := choosePath(p); got != PathKV {
+				t.Errorf("%s: %v, want kv", tier, got)
+			}
+		})
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sparseattn/msa/internal/calib"
 	"github.com/sparseattn/msa/kernels/tile"
 )
 
@@ -20,7 +21,7 @@ import (
 func BenchmarkPrefillPaths(b *testing.B) {
 	const tokens, workers = 8192, 2
 	tn := tile.Tier()
-	peak := tile.PeakGFLOPS(tn, 50*time.Millisecond) * workers
+	peak := calib.PeakGFLOPS(tile.PeakLoop(tn), 50*time.Millisecond) * workers
 	for _, g := range []struct {
 		hkv, qpk, blk int
 		paged         bool

@@ -28,7 +28,9 @@ package op
 //   - DecodeAttention (dense and sparse) launches cuda.Decode (plus its
 //     split-KV combine) the same way; the schedule value is copied back to
 //     the host, and for sparse decode q2k_indices too (validation: range and
-//     duplicate checks) while the kernel reads the device copy.
+//     duplicate checks) while the kernel reads the device copy. Its
+//     schedule must come from DecodeSchedule with PlanForCUDA (a split for
+//     the GPU's SMs); a CPU-planned one is refused, naming both paths.
 //   - LSE / TemperatureLSE copy, device to device, the LSE the attention
 //     node left in device memory (state shared through attnState) into their
 //     own preallocated output.

@@ -229,7 +229,7 @@ func gpuCase(cfg *config, dev *cuda.Device, k *cuda.Kernels, c caseSpec, r *resu
 		su := p.su.Data().([]int32)
 		t0 := time.Now()
 		sched, err := plan.BuildDecodeSchedule(nil, su, plan.DecodeParams{Batch: c.Batch, SeqlenQ: 1, HQ: c.HQ, Hkv: c.HKV,
-			PageSize: c.Page, Workers: dev.SMs, MaxPagesPerSeq: p.cols})
+			PageSize: c.Page, Workers: dev.SMs, MaxPagesPerSeq: p.cols, Executor: plan.CUDAExecutor})
 		if err != nil {
 			return err
 		}

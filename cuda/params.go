@@ -378,6 +378,9 @@ func newDecodeKernelParams(a *DecodeArgs, s *plan.DecodeSchedule, dev DecodePlan
 	switch {
 	case s == nil:
 		return p, c, fmt.Errorf("cuda: nil decode schedule")
+	case s.Params.Executor != plan.CUDAExecutor:
+		return p, c, fmt.Errorf("cuda: decode schedule planned for the %v executor (its split follows %d %v workers): the CUDA path runs schedules planned for the %v executor (plan.DecodeParams.Executor, Workers = the GPU's SM count)",
+			s.Params.Executor, s.Params.Workers, s.Params.Executor, plan.CUDAExecutor)
 	case !HeadDimSupported(a.D):
 		return p, c, fmt.Errorf("cuda: head dim %d: "+headDimErr, a.D)
 	case a.Hkv < 1 || a.Hq%a.Hkv != 0 || a.Hq < a.Hkv:

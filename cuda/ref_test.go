@@ -282,7 +282,7 @@ func genDecode(t testing.TB, c *decodeCase, seed uint64) {
 	var err error
 	c.sched, err = plan.BuildDecodeSchedule(nil, c.seqused, plan.DecodeParams{
 		Batch: c.batch, SeqlenQ: c.seqlenQ, HQ: c.hq, Hkv: c.hkv, PageSize: c.pageSize,
-		Workers: 132, FixedSplitPages: c.fixedSplit, MaxPagesPerSeq: c.maxPages})
+		Workers: 132, FixedSplitPages: c.fixedSplit, MaxPagesPerSeq: c.maxPages, Executor: plan.CUDAExecutor})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -258,7 +258,7 @@ func TestOperandAlignment(t *testing.T) {
 			t.Errorf("%s: err = %v, want ok = %v", c.name, err, c.ok)
 		}
 	}
-	ds := &plan.DecodeSchedule{Params: plan.DecodeParams{Batch: 1, SeqlenQ: 1, HQ: 1, Hkv: 1, PageSize: 16}}
+	ds := &plan.DecodeSchedule{Params: plan.DecodeParams{Batch: 1, SeqlenQ: 1, HQ: 1, Hkv: 1, PageSize: 16, Executor: plan.CUDAExecutor}}
 	da := DecodeArgs{Q: 0x10000, K: 0x20008, V: 0x30000, PageTable: 0x100, SequsedK: 0x200, PageTableStride: 1,
 		Batch: 1, SeqlenQ: 1, Hq: 1, Hkv: 1, D: 64, PageSize: 16, QDtype: BF16, KVDtype: BF16}
 	if _, _, err := newDecodeKernelParams(&da, ds, DecodePlanPtrs{}); err == nil || !strings.Contains(err.Error(), "k at") {

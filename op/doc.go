@@ -23,7 +23,7 @@
 //	                  Reduce, Workers
 //	TopKBlocks        TopK (required), KeepFirst, KeepLast
 //	DecodeSchedule    Heads, PageSize (required), SeqlenQ, Workers,
-//	                  FixedSplitSize, DisableSplitKV
+//	                  FixedSplitSize, DisableSplitKV, PlanForCUDA
 //	DecodeAttention   BlkKV, SoftmaxScale, KVLayout, SharedKV,
 //	                  MaxWorkspaceBytes
 //	WritePagedKV      SeqlenQ, KVLayout

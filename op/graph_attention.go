@@ -35,6 +35,7 @@ type attnConfig struct {
 	reduce                                 HeadReduce
 	layout                                 PagedLayout
 	maxWorkspace                           int64
+	cudaSMs                                int    // PlanForCUDA: the GPU's SM count
 	given                                  uint64 // bit optID: the option was given
 }
 

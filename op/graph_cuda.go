@@ -28,7 +28,9 @@ package op
 //   - DecodeAttention (dense and sparse) launches cuda.Decode (plus its
 //     split-KV combine) the same way; the schedule value is copied back to
 //     the host, and for sparse decode q2k_indices too (validation: range and
-//     duplicate checks) while the kernel reads the device copy.
+//     duplicate checks) while the kernel reads the device copy. Its
+//     schedule must come from DecodeSchedule with PlanForCUDA (a split for
+//     the GPU's SMs); a CPU-planned one is refused, naming both paths.
 //   - LSE / TemperatureLSE copy, device to device, the LSE the attention
 //     node left in device memory (state shared through attnState) into their
 //     own preallocated output.
@@ -82,6 +84,7 @@ import (
 	"github.com/sparseattn/msa/cuda/driver"
 	_ "github.com/sparseattn/msa/cuda/driver/initcheck" // before gorgonia.org/cu's init: one clear line without a driver
 	"github.com/sparseattn/msa/kernels/attn"
+	"github.com/sparseattn/msa/kernels/plan"
 	"github.com/sparseattn/msa/kernels/tile"
 	"gorgonia.org/cu"
 	G "gorgonia.org/gorgonia"
@@ -594,13 +597,23 @@ func (op *decodeAttnOp) CUDADo(extern G.External, dev G.Device, prealloc G.Value
 	if op.layout != HND {
 		return nil, nhdOnCUDA(fn, op.layout)
 	}
+	if err := op.executorCheck(plan.CUDAExecutor); err != nil {
+		return nil, err
+	}
 	return withGPU(fn, extern, dev, func(e *gpuEnv) (G.Value, error) {
 		if s := inputs[0].Shape(); s.Dims() != 3 || !mcuda.HeadDimSupported(s[2]) {
-			return e.hostAttention(op, op.st, prealloc, inputs)
+			return e.hostAttention(decodeHostOp{op}, op.st, prealloc, inputs)
 		}
 		return op.gpu(e, prealloc, inputs)
 	})
 }
+
+// decodeHostOp is a decode node run by the CUDA path's host fallback: the
+// CPU executor runs the CUDA-planned schedule (any valid split gives the
+// same attention), so its Do skips the executor check.
+type decodeHostOp struct{ *decodeAttnOp }
+
+func (op decodeHostOp) Do(vals ...G.Value) (G.Value, error) { return op.cpu(vals) }
 
 func (op *decodeAttnOp) gpu(e *gpuEnv, prealloc G.Value, in []G.Value) (G.Value, error) {
 	const fn = "DecodeAttention"

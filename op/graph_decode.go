@@ -104,10 +104,11 @@ func (op *decodeSchedOp) Do(vals ...G.Value) (G.Value, error) {
 // layer) can share it. Options: Heads(num_qo_heads, num_kv_heads) and
 // PageSize (required), SeqlenQ (absent: 1), Workers (numSM; absent or <= 0:
 // runtime.GOMAXPROCS(0); the decode attention node runs on as many
-// goroutines), FixedSplitSize and DisableSplitKV.
+// goroutines), FixedSplitSize, DisableSplitKV and PlanForCUDA (plan for the
+// CUDA path of a GPU with that many SMs; the schedule then runs only there).
 func DecodeSchedule(pageTable, seqUsedK *G.Node, opts ...Option) (*G.Node, error) {
 	const fn = "DecodeSchedule"
-	cfg, err := applyOptions(fn, opts, optHeads, optPageSize, optSeqlenQ, optWorkers, optFixedSplitSize, optDisableSplitKV)
+	cfg, err := applyOptions(fn, opts, optHeads, optPageSize, optSeqlenQ, optWorkers, optFixedSplitSize, optDisableSplitKV, optPlanForCUDA)
 	if err != nil {
 		return nil, err
 	}
@@ -119,6 +120,13 @@ func DecodeSchedule(pageTable, seqUsedK *G.Node, opts ...Option) (*G.Node, error
 	}
 	if !cfg.has(optSeqlenQ) {
 		cfg.seqlenQ = 1
+	}
+	if cfg.has(optPlanForCUDA) && cfg.has(optWorkers) {
+		return nil, argErr(fn, "PlanForCUDA/Workers", "at most one of PlanForCUDA(sms) (the GPU's SM count) and Workers(n) (the CPU path's goroutines)",
+			fmt.Sprintf("PlanForCUDA(%d) and Workers(%d)", cfg.cudaSMs, cfg.workers))
+	}
+	if cfg.has(optPlanForCUDA) && cfg.cudaSMs < 1 {
+		return nil, argErr(fn, "PlanForCUDA", "the GPU's streaming-multiprocessor count, >= 1", cfg.cudaSMs)
 	}
 	if cfg.fixedSplit > 0 && cfg.disableSplit {
 		return nil, argErr(fn, "FixedSplitSize/DisableSplitKV", "at most one of FixedSplitSize(n > 0) (a fixed KV split) and DisableSplitKV() (no split)",
@@ -148,6 +156,9 @@ func DecodeSchedule(pageTable, seqUsedK *G.Node, opts ...Option) (*G.Node, error
 	p := plan.DecodeParams{Batch: pt[0], SeqlenQ: cfg.seqlenQ, HQ: cfg.hq, Hkv: cfg.hkv,
 		PageSize: cfg.pageSize, Workers: workers(cfg.workers), FixedSplitPages: cfg.fixedSplit,
 		DisableSplit: cfg.disableSplit, MaxPagesPerSeq: pt[1]}
+	if cfg.has(optPlanForCUDA) {
+		p.Workers, p.Executor = cfg.cudaSMs, plan.CUDAExecutor
+	}
 	checkDecodeSize(c, p)
 	if c.err != nil {
 		return nil, c.err
@@ -192,6 +203,27 @@ func (op *decodeAttnOp) Hashcode() uint32 { return hashOf(op) }
 func (op *decodeAttnOp) String() string   { return fmt.Sprintf("DecodeAttention{sparse=%v}", op.sparse) }
 
 func (op *decodeAttnOp) Do(vals ...G.Value) (G.Value, error) {
+	if err := op.executorCheck(plan.CPUExecutor); err != nil {
+		return nil, err
+	}
+	return op.cpu(vals)
+}
+
+// executorCheck refuses a schedule planned for another path than run (a
+// CUDA-planned split on the CPU path or the reverse), naming both.
+func (op *decodeAttnOp) executorCheck(run plan.DecodeExecutor) error {
+	planned := op.l.p.Executor
+	if planned == run {
+		return nil
+	}
+	how := map[plan.DecodeExecutor]string{plan.CPUExecutor: "DecodeSchedule without PlanForCUDA", plan.CUDAExecutor: "DecodeSchedule with PlanForCUDA(sms)"}
+	return argErr("DecodeAttention", "schedule", fmt.Sprintf("a schedule planned for the %v path it runs on (%s)", run, how[run]),
+		fmt.Sprintf("one planned for the %v path (%s, %d workers)", planned, how[planned], op.l.p.Workers))
+}
+
+// cpu runs the node on the CPU path with any valid schedule (the CUDA
+// path's host fallback uses it with a CUDA-planned split).
+func (op *decodeAttnOp) cpu(vals []G.Value) (G.Value, error) {
 	const fn = "DecodeAttention"
 	c := &checker{fn: fn}
 	qd, kd, vd := decodeQKVLayout(c, tv(vals[0]), tv(vals[1]), tv(vals[2]), op.layout)

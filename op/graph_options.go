@@ -71,6 +71,7 @@ const (
 	optKeepLast
 	optKVLayout
 	optMaxWorkspaceBytes
+	optPlanForCUDA
 )
 
 // optNames are the option functions' names, used in errors.
@@ -81,7 +82,7 @@ var optNames = [...]string{
 	optMaxSeqlenK: "MaxSeqlenK", optTopK: "TopK", optTotalQ: "TotalQ", optQheadPerKV: "QheadPerKV",
 	optSeqlenQ: "SeqlenQ", optHeads: "Heads", optPageSize: "PageSize", optFixedSplitSize: "FixedSplitSize",
 	optDisableSplitKV: "DisableSplitKV", optReduce: "Reduce", optKeepFirst: "KeepFirst", optKeepLast: "KeepLast",
-	optKVLayout: "KVLayout", optMaxWorkspaceBytes: "MaxWorkspaceBytes",
+	optKVLayout: "KVLayout", optMaxWorkspaceBytes: "MaxWorkspaceBytes", optPlanForCUDA: "PlanForCUDA",
 }
 
 // applyOptions applies opts for the constructor fn, which accepts the
@@ -252,6 +253,18 @@ func FixedSplitSize(n int) Option {
 // request's keys are never split. It conflicts with a FixedSplitSize(n > 0).
 func DisableSplitKV() Option {
 	return newOption(optDisableSplitKV, true, "", func(c *attnConfig) { c.disableSplit = true })
+}
+
+// PlanForCUDA plans a DecodeSchedule node for the CUDA path (the ops'
+// CUDADo under the cuda build tag) of a GPU with sms streaming
+// multiprocessors (the driver's multiprocessor count, e.g. 132 on an H100
+// SXM): the KV split then gives every SM a work item at small batches (see
+// plan.DecodeSchedule) instead of following the CPU's goroutine count. A
+// decode attention node refuses a schedule planned for the other path: one
+// with this option runs only on the CUDA path, one without it only on the
+// CPU path. It conflicts with Workers (goroutines of the CPU path).
+func PlanForCUDA(sms int) Option {
+	return newOption(optPlanForCUDA, sms, fmt.Sprint(sms), func(c *attnConfig) { c.cudaSMs = sms })
 }
 
 // Reduce sets how BlockScores combines the query heads of a group

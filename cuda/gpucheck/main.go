@@ -538,6 +538,7 @@ func (r *report) probeDecode(c *check.Decode, seed uint64) {
 	if r.late(c.Name) {
 		return
 	}
+	c.SMs = r.dev.SMs // the CUDA executor's split for this GPU
 	if err := c.Gen(seed); err != nil {
 		r.probeOut(c.Name, "", check.ProbeDiff{}, err)
 		return
@@ -624,6 +625,7 @@ func (r *report) decode(c *check.Decode, seed uint64) {
 	if r.late(c.Name) {
 		return
 	}
+	c.SMs = r.dev.SMs // the CUDA executor's split for this GPU
 	if err := c.Gen(seed); err != nil {
 		r.out(c.Name, "", check.Diff{}, check.Diff{}, false, err)
 		return
@@ -698,6 +700,13 @@ func (r *report) timings(quick bool) {
 			for _, ctx := range []int{4096, 16384, 65536} {
 				dcs = append(dcs, dcase{dt, b, ctx})
 			}
+		}
+	}
+	// small batches at long contexts: the CUDA executor splits each
+	// request so that every SM has a chunk
+	for _, b := range []int{1, 4, 8} {
+		for _, ctx := range []int{8192, 32768, 131072} {
+			dcs = append(dcs, dcase{cuda.BF16, b, ctx})
 		}
 	}
 	if quick {
@@ -786,6 +795,7 @@ func (r *report) timePrefill(c *check.Prefill, path cuda.Path, fp8 bool) {
 }
 
 func (r *report) timeDecode(c *check.Decode, path cuda.Path, fp8 bool) {
+	c.SMs = r.dev.SMs
 	if err := c.Gen(1); err != nil {
 		r.timeRow(c.Name, "", 0, 0, 0, fp8, err)
 		return

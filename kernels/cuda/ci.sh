@@ -17,6 +17,9 @@
 #                         when gates/sass_table.md is stale.
 #   3. tagged_build.sh --all   go build + go vet -tags cuda ./... and go test -c
 #                         -tags cuda of every package (binaries in a temp dir).
+#   4. tagged_build.sh --graph-bin   the runbook's graph test binary and its cuBLAS / cuDNN
+#                         test shims (checked, under 48 MiB together); the binary must stop
+#                         with one "cannot use the GPU" line here, where there is no driver.
 #
 # Tools are installed on first use into ${MSA_CUDA_CACHE:-$HOME/.cache/msa-cuda}
 # (pip wheels); python3 + pip and gcc come from Debian packages when missing
@@ -74,6 +77,13 @@ mark "static gates (SASS table)" "$t"
 t=$(now)
 "$HERE/tagged_build.sh" --all
 mark "tagged build --all" "$t"
+
+# ---- 4. the runbook's graph test binary with its test shims ------------------------------
+t=$(now)
+GRAPH_BIN="$(mktemp -d "${TMPDIR:-/tmp}/msa-graph-bin.XXXXXX")"
+"$HERE/tagged_build.sh" --graph-bin "$GRAPH_BIN"
+rm -rf "$GRAPH_BIN"
+mark "graph test binary + shims" "$t"
 
 echo >&2
 echo "ci.sh: timings" >&2

@@ -5,7 +5,8 @@
 #
 #   kernels/cuda/runbook.sh [BINDIR]   BINDIR (default kernels/cuda/bin) holds gpucheck
 #                                      (kernels/cuda/gpucheck.sh --build) and, when built,
-#                                      graph_test.test (kernels/cuda/tagged_build.sh --all-bin BINDIR)
+#                                      graph_test.test with its shims/ (kernels/cuda/tagged_build.sh
+#                                      --graph-bin BINDIR)
 #                                      and bench (eval "$(kernels/cuda/tagged_build.sh --env)";
 #                                      go build -tags cuda -o BINDIR/bench ./bench)
 #
@@ -17,7 +18,9 @@
 #     decode-bf16-d128, prefill-bf16-d128, fp8, converted (BF16 Q with FP8 or NVFP4 K/V, FP8 Q with
 #     NVFP4 K/V), full (the rest of the matrix and the probes)
 #   elsewhere: correctness (the whole matrix and the probes)
-#   graph      BINDIR/graph_test.test when it exists (else one line says it is not there)
+#   graph      BINDIR/graph_test.test -test.run '^TestCUDA' when it exists (else one line says it is not
+#              there), with BINDIR/shims first on LD_LIBRARY_PATH (cuBLAS / cuDNN test shims: the
+#              Gorgonia engine creates their handles; the graph's ops never call them)
 #   timing     gpucheck -only '^timing'
 #   bench      BINDIR/bench -device cuda -quick when it exists (else one line says so; a tagged binary
 #              needs libcublas.so.12 and libcudnn.so.8 too: when the loader cannot start it, one line
@@ -123,13 +126,14 @@ graph="$BINDIR/graph_test.test"
 if [[ -x "$graph" ]]; then
     mkdir -p "$OUTDIR/graph"
     t0=$(date +%s)
-    timeout --kill-after=3 45 "$graph" -test.v -test.timeout 40s > "$OUTDIR/graph/stdout.txt" 2>&1
+    LD_LIBRARY_PATH="$BINDIR/shims${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" timeout --kill-after=3 45 \
+        "$graph" -test.run '^TestCUDA' -test.v -test.timeout 40s > "$OUTDIR/graph/stdout.txt" 2>&1
     rc=$?
     line="$(printf '%-18s exit %-3s %4ss  %s passed, %s failed' graph "$rc" "$(($(date +%s) - t0))" \
         "$(grep -c -- '^--- PASS' "$OUTDIR/graph/stdout.txt")" "$(grep -c -- '^--- FAIL' "$OUTDIR/graph/stdout.txt")")"
     (( rc != 0 )) && failed=1
 else
-    line="$(printf '%-18s not run: no tagged graph_test binary at %s (kernels/cuda/tagged_build.sh --all-bin builds it)' graph "$graph")"
+    line="$(printf '%-18s not run: no tagged graph_test binary at %s (kernels/cuda/tagged_build.sh --graph-bin builds it)' graph "$graph")"
 fi
 SUMMARY+=("$line")
 echo "$line" >> "$LOG"

@@ -11,6 +11,22 @@
 #   kernels/cuda/tagged_build.sh --test-bin DIR   the default mode, leaving cuda.test in DIR
 #   kernels/cuda/tagged_build.sh --all-bin DIR    --all, leaving every <pkg>.test in DIR
 #                                           (e.g. op.test, graph_test.test for the GPU check)
+#   kernels/cuda/tagged_build.sh --graph-bin DIR  DIR/graph_test.test (-tags cuda) and DIR/shims/
+#                                           (the cuBLAS / cuDNN test shims below) for the runbook's
+#                                           graph stage on a machine with only a driver; then runs
+#                                           the binary here against the libcuda link stub and
+#                                           fails unless it stops with one "cannot use the GPU" line
+#
+# Test shims (--graph-bin, DIR/shims: libcublas.so.12, libcudnn.so.8): test scaffolding for the
+# runbook's graph stage, never a runtime for users. Gorgonia's CUDA engine (gorgonia.org/gorgonia
+# v0.9.18 cuda/external.go) calls cudnnCreate when it starts, cublasCreate_v2 on its worker
+# thread and cudnnDestroy / cublasDestroy_v2 when it closes; the shims make those four succeed
+# (a dummy handle). Every other symbol of the two headers is exported too (so the loader
+# resolves the binary) and, if ever called, prints one line naming itself and returns
+# CUBLAS_STATUS_NOT_SUPPORTED (15) / CUDNN_STATUS_NOT_SUPPORTED (9). The graph ops' CUDADo never
+# call cuBLAS or cuDNN; Gorgonia's own G.Mul on the CUDA machine does (linAlgBinOp.CUDADo ->
+# Engine.MatMul -> cublasSgemm_v2), so a graph with Gorgonia matmuls needs the real libraries
+# (libcublas.so.12 with libcublasLt.so.12, several hundred MB: more than a device run carries).
 #
 # What it installs into ${MSA_CUDA_CACHE:-$HOME/.cache/msa-cuda}/tagged-v1:
 #   - headers only, unpacked from pinned PyPI wheels (no library is used):
@@ -64,21 +80,57 @@ PY
 # make_stub NAME SONAME HEADER INCLUDE_DIRS... : a shared library defining
 # every function HEADER declares (after preprocessing, so *_v2 aliases are
 # the names really referenced).
-make_stub() {
-    local name="$1" soname="$2" header="$3"; shift 3
-    local out="$T/stubs/lib$name.so"
-    [[ -f "$out" ]] && return
-    mkdir -p "$T/stubs"
+# header_functions HEADER INCLUDE_DIRS... : the function names HEADER declares
+# (after preprocessing), one a line.
+header_functions() {
+    local header="$1"; shift
     local incs=()
     for d in "$@"; do incs+=(-I "$d"); done
     echo "#include <$header>" | gcc -E -P "${incs[@]}" -x c - \
         | tr '\n' ' ' | tr ';' '\n' \
         | grep -oE '^[^{}]*\b(cu|cublas|cudnn)[A-Za-z0-9_]*[[:space:]]*\(' \
-        | grep -oE '\b(cu|cublas|cudnn)[A-Za-z0-9_]*[[:space:]]*\($' | tr -d ' (' | sort -u \
+        | grep -oE '\b(cu|cublas|cudnn)[A-Za-z0-9_]*[[:space:]]*\($' | tr -d ' (' | sort -u
+}
+
+make_stub() {
+    local name="$1" soname="$2" header="$3"; shift 3
+    local out="$T/stubs/lib$name.so"
+    [[ -f "$out" ]] && return
+    mkdir -p "$T/stubs"
+    header_functions "$header" "$@" \
         | awk '{ printf "int %s(void) { return 999; }\n", $1 }' > "$T/stubs/$name.c"
     gcc -shared -fPIC -w -Wl,-soname,"$soname" -o "$T/stubs/$soname" "$T/stubs/$name.c"
     ln -sf "$soname" "$out"
     echo "tagged_build.sh: stub $soname: $(wc -l < "$T/stubs/$name.c") symbols" >&2
+}
+
+# make_shim DIR SONAME STATUS HEADER INCLUDE_DIRS... : a test shim (see the
+# header of this file) in DIR: create/destroy succeed, the error-string
+# functions return a constant string, every other function prints its name
+# once per call and returns STATUS.
+make_shim() {
+    local dir="$1" soname="$2" status="$3" header="$4"; shift 4
+    local c="$dir/${soname%%.so*}.c"
+    {
+        echo '#include <stdio.h>'
+        echo 'static int handle;'
+        echo 'static int shim_called(const char *f, int status) {'
+        echo '    fprintf(stderr, "msa test shim: %s called: this library is test scaffolding (kernels/cuda/tagged_build.sh --graph-bin), not the real one\n", f);'
+        echo '    return status;'
+        echo '}'
+        echo 'int cublasCreate_v2(void **h) { *h = &handle; return 0; }'
+        echo 'int cublasDestroy_v2(void *h) { (void)h; return 0; }'
+        echo 'int cudnnCreate(void **h) { *h = &handle; return 0; }'
+        echo 'int cudnnDestroy(void *h) { (void)h; return 0; }'
+        echo 'const char *cudnnGetErrorString(int s) { (void)s; return "msa test shim: cuDNN is not provided"; }'
+        echo 'const char *cublasGetStatusName(int s) { (void)s; return "msa test shim: cuBLAS is not provided"; }'
+        echo 'const char *cublasGetStatusString(int s) { (void)s; return "msa test shim: cuBLAS is not provided"; }'
+        header_functions "$header" "$@" \
+            | grep -vxE 'cublasCreate_v2|cublasDestroy_v2|cudnnCreate|cudnnDestroy|cudnnGetErrorString|cublasGetStatusName|cublasGetStatusString' \
+            | awk -v st="$status" '{ printf "int %s(void) { return shim_called(\"%s\", %s); }\n", $1, $1, st }'
+    } > "$c"
+    gcc -shared -fPIC -w -Wl,-soname,"$soname" -o "$dir/$soname" "$c"
+    rm -f "$c"
 }
 
 setup() {
@@ -128,6 +180,44 @@ go build "${MODFLAGS[@]}" -tags cuda ./...
 echo "tagged_build.sh: go build -tags cuda ./... OK ($(( $(now) - t )) s)" >&2
 
 case "$MODE" in
+--graph-bin)
+    BIN_DIR="${2:?--graph-bin needs a directory}"
+    mkdir -p "$BIN_DIR/shims"
+    make_shim "$BIN_DIR/shims" libcublas.so.12 15 cublas_v2.h "$T/cublas12/include" "$T/cuda12/include" "$T/crt12/include" "$T/cccl12/include"
+    make_shim "$BIN_DIR/shims" libcudnn.so.8 9 cudnn.h "$T/cudnn8/include" "$T/cuda12/include" "$T/crt12/include" "$T/cccl12/include"
+    # The shims do what Gorgonia's engine needs and nothing else.
+    python3 - "$BIN_DIR/shims" <<'PY'
+import ctypes, sys
+d = sys.argv[1]
+for lib, create, other, status in (("libcublas.so.12", "cublasCreate_v2", "cublasSgemm_v2", 15),
+                                   ("libcudnn.so.8", "cudnnCreate", "cudnnConvolutionForward", 9)):
+    so = ctypes.CDLL(f"{d}/{lib}")
+    h = ctypes.c_void_p()
+    if getattr(so, create)(ctypes.byref(h)) != 0 or not h.value:
+        sys.exit(f"tagged_build.sh: FAIL: shim {lib}: {create} did not succeed with a handle")
+    if getattr(so, other)() != status:
+        sys.exit(f"tagged_build.sh: FAIL: shim {lib}: {other} did not return {status}")
+PY
+    go test "${MODFLAGS[@]}" -tags cuda -c -o "$BIN_DIR/graph_test.test" ./graph_test
+    size=$(du -cb "$BIN_DIR/graph_test.test" "$BIN_DIR/shims"/*.so.* | tail -n 1 | cut -f 1)
+    echo "tagged_build.sh: $BIN_DIR/graph_test.test + shims/: $((size / 1048576)) MiB" >&2
+    if (( size > 48 * 1048576 )); then
+        echo "tagged_build.sh: FAIL: the graph binary and its shims take $size bytes (a device run carries 64 MiB with the rest)" >&2
+        exit 1
+    fi
+    # Here (no GPU): against the libcuda link stub the binary must stop
+    # before any test with one line from cuda/driver/initcheck.
+    rc=0
+    LD_LIBRARY_PATH="$BIN_DIR/shims:$T/stubs" "$BIN_DIR/graph_test.test" -test.run '^TestCUDA' > "$BIN_DIR/nodriver.txt" 2>&1 || rc=$?
+    if (( rc == 2 )) && [[ $(wc -l < "$BIN_DIR/nodriver.txt") -eq 1 ]] && grep -q "cannot use the GPU" "$BIN_DIR/nodriver.txt"; then
+        echo "tagged_build.sh: without a driver graph_test.test stops cleanly: $(cat "$BIN_DIR/nodriver.txt")" >&2
+        rm -f "$BIN_DIR/nodriver.txt"
+    else
+        echo "tagged_build.sh: FAIL: graph_test.test without a driver exited $rc (want 2 and one \"cannot use the GPU\" line):" >&2
+        cat "$BIN_DIR/nodriver.txt" >&2
+        exit 1
+    fi
+    ;;
 --all | --all-bin)
     t=$(now)
     go vet "${MODFLAGS[@]}" -tags cuda ./...

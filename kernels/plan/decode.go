@@ -2,6 +2,32 @@ package plan
 
 import "fmt"
 
+// DecodeExecutor is the path a decode schedule is planned for. The
+// automatic chunk rule differs between them (see DecodeSchedule), and a
+// schedule runs only on the executor it was planned for: ValidateDecodeSchedule
+// refuses a schedule whose Executor differs from the caller's, naming both.
+type DecodeExecutor int
+
+const (
+	// CPUExecutor: items run as goroutine tasks; Workers is the goroutine
+	// count (the zero value, the default).
+	CPUExecutor DecodeExecutor = iota
+	// CUDAExecutor: each item is one CTA of a GPU kernel; Workers is the
+	// GPU's streaming-multiprocessor count.
+	CUDAExecutor
+)
+
+// String names the executor ("cpu", "cuda").
+func (e DecodeExecutor) String() string {
+	switch e {
+	case CPUExecutor:
+		return "cpu"
+	case CUDAExecutor:
+		return "cuda"
+	}
+	return fmt.Sprintf("DecodeExecutor(%d)", int(e))
+}
+
 // DecodeParams are the shapes and options of a paged decode schedule
 // (contract §7). Request b owns query rows b*SeqlenQ .. (b+1)*SeqlenQ-1.
 type DecodeParams struct {
@@ -18,12 +44,27 @@ type DecodeParams struct {
 	// OIndptr, SplitKV and the length of every buffer depend only on the
 	// params, never on seqused_k, so they do not change between steps.
 	FixedCapacity bool
+	// Executor is the path the schedule is planned for (CPUExecutor by
+	// default); with CUDAExecutor, Workers is the GPU's SM count.
+	Executor DecodeExecutor
 }
 
 // autoMinChunkPages is the smallest chunk the automatic rule picks when it
 // splits (the binary search starts at max(16, 128/page) and the skew rule
 // never goes below 16).
 const autoMinChunkPages = 16
+
+// gpuMinChunkTokens is the smallest chunk, in tokens, the CUDA executor's
+// automatic rule picks. A CTA's fixed traffic is its Q rows plus a float32
+// partial row of D+1 values per (query, head) written and read back by the
+// combine: for the bench shape (16 query heads per KV head, D 128, BF16
+// K/V) that is 16*129*4*2 = 16.5 KB against 2*128*128*2 = 64 KB of K/V per
+// 128 tokens, so smaller chunks would spend more on partials than on keys.
+const gpuMinChunkTokens = 128
+
+// maxAutoSplits bounds the chunks of one request under the automatic rule
+// (chunk >= ceil(max_pages/256)): it bounds the combine's work per row.
+const maxAutoSplits = 256
 
 // DecodeSchedule is a FlashInfer-style split-KV decode schedule.
 //
@@ -51,6 +92,17 @@ const autoMinChunkPages = 16
 // then chunk >= ceil(max_pages/256). When there is no split, ChunkPages =
 // MaxPagesPerSeq (one chunk covers any length) and SplitCounts are all 1.
 //
+// CUDAExecutor's automatic rule (Workers = SMs) gives every SM an item
+// where the context allows: no split when Batch*NumQTiles*Hkv >= Workers
+// or max_b pages_b <= minChunk = max(1, ceil(128/PageSize)); otherwise the
+// largest chunk >= minChunk with sum_b ceil(pages_b/chunk)*NumQTiles*Hkv >=
+// Workers (binary search; items then stay below 2*Workers: at most two
+// per SM on average), or minChunk when even minChunk
+// gives fewer items than Workers (a short context: the cap); then chunk >=
+// ceil(max_pages/256), and no split when chunk >= max_pages. There is no
+// skew rule: with at least one item per SM a long request is already cut
+// finer than the SMs' share of the batch.
+//
 // SplitKV says whether items write float32 partials (row OIndptr[b] +
 // split*QStride + q of a [PartialRows, Hq, D] buffer, LSE alike) that a
 // combine step (contract §5, n = SplitCounts[b]) merges; when false every
@@ -62,7 +114,9 @@ const autoMinChunkPages = 16
 // FixedCapacity: with M = ceil(MaxPagesPerSeq/minChunk) chunks per request
 // at most (minChunk = FixedSplitPages, or 16 in automatic mode; M = 1 when no
 // split can happen under the params: DisableSplit, or automatic mode with
-// Batch*NumQTiles*Hkv >= Workers or MaxPagesPerSeq <= 16), Capacity =
+// Batch*NumQTiles*Hkv >= Workers or MaxPagesPerSeq <= 16; for
+// CUDAExecutor in automatic mode M = min(ceil(MaxPagesPerSeq/minChunk), 256)
+// with its minChunk, and 1 when MaxPagesPerSeq <= minChunk), Capacity =
 // Batch*NumQTiles*Hkv*M, OIndptr[b] = b*M*QStride, PartialRows =
 // Batch*M*QStride when split is possible (then SplitKV is true on every step,
 // even when no request splits) and 0 otherwise. ChunkPages, SplitCounts,
@@ -114,6 +168,8 @@ func (p DecodeParams) check() error {
 		return fmt.Errorf("plan: decode fixed_split_size = %d: must be >= 0 (0 = automatic)", p.FixedSplitPages)
 	case p.MaxPagesPerSeq < 1 || p.MaxPagesPerSeq > maxInt32:
 		return fmt.Errorf("plan: decode page_table.shape[1] (max pages per sequence) = %d: must be >= 1", p.MaxPagesPerSeq)
+	case p.Executor != CPUExecutor && p.Executor != CUDAExecutor:
+		return fmt.Errorf("plan: decode executor = %v: must be %v or %v", p.Executor, CPUExecutor, CUDAExecutor)
 	}
 	return nil
 }
@@ -173,15 +229,18 @@ func decodeChunk(sequsedK []int32, p DecodeParams, numQTiles int) (chunk int64, 
 		maxP = max(maxP, n)
 		sum += n
 	}
-	if units >= int64(p.Workers) || maxP <= 8 {
-		return 0, false
-	}
 	cost := func(c int64) int64 {
 		var n int64
 		for _, s := range sequsedK {
 			n += ceilDiv64(pagesOf(s, p.PageSize), c)
 		}
 		return mulSat(n, int64(numQTiles), int64(p.Hkv))
+	}
+	if p.Executor == CUDAExecutor {
+		return gpuChunk(p, units, maxP, cost)
+	}
+	if units >= int64(p.Workers) || maxP <= 8 {
+		return 0, false
 	}
 	lo := max(int64(autoMinChunkPages), 128/int64(p.PageSize))
 	hi := max(lo, maxP) // cost(hi) = units < Workers
@@ -198,7 +257,41 @@ func decodeChunk(sequsedK []int32, p DecodeParams, numQTiles int) (chunk int64, 
 	if 2*maxP*b >= 3*sum && sum >= 4*b {
 		chunk = min(chunk, max(autoMinChunkPages, sum/(4*b)))
 	}
-	chunk = max(chunk, ceilDiv64(maxP, 256))
+	chunk = max(chunk, ceilDiv64(maxP, maxAutoSplits))
+	if chunk >= maxP {
+		return 0, false
+	}
+	return chunk, true
+}
+
+// gpuMinChunk is CUDAExecutor's smallest automatic chunk in pages.
+func gpuMinChunk(pageSize int) int64 {
+	return max(1, ceilDiv64(gpuMinChunkTokens, int64(pageSize)))
+}
+
+// gpuChunk is CUDAExecutor's automatic chunk rule (see DecodeSchedule):
+// the largest chunk that still gives every one of the Workers SMs an item.
+// cost(c), the item count at chunk c, does not increase with c.
+func gpuChunk(p DecodeParams, units, maxP int64, cost func(int64) int64) (int64, bool) {
+	minC := gpuMinChunk(p.PageSize)
+	if units >= int64(p.Workers) || maxP <= minC {
+		return 0, false
+	}
+	w := int64(p.Workers)
+	chunk := minC
+	if cost(minC) >= w {
+		lo, hi := minC, maxP // cost(lo) >= w > units = cost(maxP)
+		for lo < hi {
+			mid := lo + (hi-lo+1)/2
+			if cost(mid) >= w {
+				lo = mid
+			} else {
+				hi = mid - 1
+			}
+		}
+		chunk = lo
+	}
+	chunk = max(chunk, ceilDiv64(maxP, maxAutoSplits))
 	if chunk >= maxP {
 		return 0, false
 	}
@@ -215,6 +308,13 @@ func decodeMaxChunks(p DecodeParams, numQTiles int) (int64, bool) {
 		return ceilDiv64(int64(p.MaxPagesPerSeq), int64(p.FixedSplitPages)), true
 	}
 	units := mulSat(int64(p.Batch), int64(numQTiles), int64(p.Hkv))
+	if p.Executor == CUDAExecutor {
+		minC := gpuMinChunk(p.PageSize)
+		if units >= int64(p.Workers) || int64(p.MaxPagesPerSeq) <= minC {
+			return 1, false
+		}
+		return min(ceilDiv64(int64(p.MaxPagesPerSeq), minC), maxAutoSplits), true
+	}
 	if units >= int64(p.Workers) || p.MaxPagesPerSeq <= autoMinChunkPages {
 		return 1, false
 	}
@@ -518,6 +618,7 @@ func paramsDiff(a, b DecodeParams) string {
 		{"Hkv", a.Hkv, b.Hkv}, {"PageSize", a.PageSize, b.PageSize}, {"Workers", a.Workers, b.Workers},
 		{"FixedSplitPages", a.FixedSplitPages, b.FixedSplitPages}, {"DisableSplit", a.DisableSplit, b.DisableSplit},
 		{"MaxPagesPerSeq", a.MaxPagesPerSeq, b.MaxPagesPerSeq}, {"FixedCapacity", a.FixedCapacity, b.FixedCapacity},
+		{"Executor", a.Executor, b.Executor},
 	} {
 		if d.x != d.y {
 			return fmt.Sprintf("%s planned as %v, got %v", d.name, d.x, d.y)

@@ -106,6 +106,33 @@ func DecodeMatrix() []*Decode {
 	}
 	out = append(out, &Decode{Name: "decode/bf16q-nvfp4kv/d64/gqa4/sq2/page64/dense/auto-split", QD: cuda.BF16, KVD: cuda.NVFP4, D: 64,
 		Batch: 8, SeqlenQ: 2, Hkv: 4, QHPK: 4, PageSize: 64, SeqUsed: []int32{64, 200, 1000, 3, 700, 128, 129, 900}})
+	return append(out, LongDecodeCases()...)
+}
+
+// LongDecodeCases are batch-1 and small-batch decodes of long contexts at
+// the bench shape, each with the CUDA executor's automatic split (every SM
+// gets a chunk of the one request) and without a split (one CTA per
+// request and head): the same inputs must give the same attention either way.
+func LongDecodeCases() []*Decode {
+	var out []*Decode
+	for _, c := range []struct {
+		name   string
+		qd, kd cuda.Dtype
+		seq    []int32
+	}{
+		{"bf16/b1/32K", cuda.BF16, cuda.BF16, []int32{32768}},
+		{"fp8/b1/24K", cuda.E4M3, cuda.E4M3, []int32{24000}},
+		{"bf16q-fp8kv/b2/ragged", cuda.BF16, cuda.E4M3, []int32{20000, 3001}},
+	} {
+		for _, noSplit := range []bool{false, true} {
+			split := "auto-split"
+			if noSplit {
+				split = "no-split"
+			}
+			out = append(out, &Decode{Name: fmt.Sprintf("decode/long/%s/d128/gqa16/page128/%s", c.name, split), QD: c.qd, KVD: c.kd, D: BenchD,
+				Batch: len(c.seq), SeqlenQ: 1, Hkv: BenchHkv, QHPK: BenchHq / BenchHkv, PageSize: BenchPage, SeqUsed: c.seq, NoSplit: noSplit})
+		}
+	}
 	return out
 }
 

@@ -1,0 +1,67 @@
+package op
+
+import (
+	"testing"
+
+	"github.com/sparseattn/msa/kernels/plan"
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+)
+
+// TestPlanForCUDAOption: PlanForCUDA plans the decode schedule node with
+// the CUDA executor's split (every SM gets an item at batch 1), a decode
+// node with such a schedule refuses the CPU path naming both paths, and the
+// option's bad values and its conflict with Workers are errors.
+func TestPlanForCUDAOption(t *testing.T) {
+	const pages, page = 256, 128 // batch 1 x 32K tokens
+	g := G.NewGraph()
+	ptv := make([]int32, pages)
+	for i := range ptv {
+		ptv[i] = int32(i)
+	}
+	pt := gnode(t, g, "pt", i32T([]int{1, pages}, ptv...))
+	su := gnode(t, g, "su", i32T([]int{1}, pages*page))
+	_, err := DecodeSchedule(pt, su, Heads(16, 1), PageSize(page), PlanForCUDA(0))
+	wantArgErr(t, err, "PlanForCUDA", "streaming-multiprocessor count")
+	_, err = DecodeSchedule(pt, su, Heads(16, 1), PageSize(page), PlanForCUDA(132), Workers(8))
+	wantArgErr(t, err, "PlanForCUDA/Workers", "at most one")
+
+	sched, err := DecodeSchedule(pt, su, Heads(16, 1), PageSize(page), PlanForCUDA(132))
+	if err != nil {
+		t.Fatal(err)
+	}
+	so := sched.Op().(*decodeSchedOp)
+	if so.l.p.Executor != plan.CUDAExecutor || so.l.p.Workers != 132 {
+		t.Fatalf("planned params %+v", so.l.p)
+	}
+	v, err := so.Do(pt.Value(), su.Value())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := so.l.unpack(v.(*tensor.Dense).Data().([]int32))
+	if s.WorkCount < 132 || !s.SplitKV {
+		t.Fatalf("CUDA plan at batch 1 x 32K: %d items (chunk %d pages), want >= 132", s.WorkCount, s.ChunkPages)
+	}
+	cpuSched, err := DecodeSchedule(pt, su, Heads(16, 1), PageSize(page), Workers(132))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cv, err := cpuSched.Op().(*decodeSchedOp).Do(pt.Value(), su.Value())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cs := cpuSched.Op().(*decodeSchedOp).l.unpack(cv.(*tensor.Dense).Data().([]int32)); cs.WorkCount >= 132 {
+		t.Fatalf("the CPU rule with 132 workers gives %d items: the test above cannot tell the rules apart", cs.WorkCount)
+	}
+
+	q := G.NewTensor(g, BFloat16, 3, G.WithShape(1, 16, 128), G.WithName("q"))
+	k := G.NewTensor(g, BFloat16, 4, G.WithShape(pages, 1, page, 128), G.WithName("k"))
+	vn := G.NewTensor(g, BFloat16, 4, G.WithShape(pages, 1, page, 128), G.WithName("v"))
+	out, err := DecodeAttention(q, k, vn, pt, su, sched, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = out.Op().(*decodeAttnOp).Do()
+	wantArgErr(t, err, "schedule", "planned for the cuda path")
+	wantArgErr(t, err, "schedule", "runs on (DecodeSchedule without PlanForCUDA)")
+}

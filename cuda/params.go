@@ -556,9 +556,12 @@ const DefaultItemWaves = 4
 // ctas CTAs or more (the launcher passes DefaultItemWaves x the SM count):
 // the schedule's chunk target is chosen for the CPU path's workers and the
 // whole problem, and on a GPU a window of a long prefill can hold fewer
-// items than the device has SMs (on the H200, 2026-12-04: 49 CTAs of
-// one-CTA-per-SM kernels per 4K-query window at 32K tokens, the prefill 3x
-// slower per pair than at 8K).
+// items than the device has SMs (a 4K-query window of the benchmark's
+// 32K-token prefill holds a few dozen items of one-CTA-per-SM kernels,
+// against 132 SMs on an H100 or H200), and most SMs would idle. The GPU
+// check's "prefill ... 8K" and "32K" timing rows compare the two lengths
+// per pair (kernels/cuda/gpucheck.sh -only '^timing'; H200 results in
+// docs/results/gpu-h200-sm90a.csv).
 //
 // P is the window's entry count over ctas, rounded up to a whole number
 // of row tiles (tileRows / qhpk queries, at least 1), so pieces fill the

@@ -17,7 +17,7 @@ package op
 //     unchanged (same validation, same results), and its value is copied
 //     into the preallocated device output. The plan inputs are small int32
 //     tensors; BlockScores, the casts and WritePagedKV copy their whole
-//     operands and are therefore slow on this path (no kernel yet).
+//     operands and are therefore slow on this path (no GPU kernel).
 //   - SparseAttention launches the fatbin kernels through package cuda
 //     (SparseForward for the per-slot partials, then Combine) with the
 //     device pointers of q/k/v, cu_seqlens, page table, seqused_k, NVFP4
@@ -37,7 +37,7 @@ package op
 //   - Head dims 64, 128 and 256 all have GPU kernels (D = 256 with a
 //     smaller row tile, see kernels/cuda/README.md). A configuration the
 //     kernels lack (a head dim outside mcuda.HeadDimSupported; the op
-//     layer accepts none today) would run the CPU Do on host copies of
+//     layer accepts none) would run the CPU Do on host copies of
 //     every input and copy O (and, for the accessors, the LSE) back.
 //
 // Module loading: the embedded fatbin is loaded lazily, once per CUDA
@@ -140,7 +140,7 @@ func (op *decodeSchedOp) CUDADo(extern G.External, dev G.Device, prealloc G.Valu
 	return hostCUDADo("DecodeSchedule", op, extern, dev, prealloc, inputs)
 }
 
-// CUDADo scores blocks on the host (no GPU kernel yet).
+// CUDADo scores blocks on the host (no GPU kernel).
 func (op *blockScoresOp) CUDADo(extern G.External, dev G.Device, prealloc G.Value, inputs ...G.Value) (G.Value, error) {
 	return hostCUDADo("BlockScores", op, extern, dev, prealloc, inputs)
 }
@@ -150,12 +150,12 @@ func (op *topKOp) CUDADo(extern G.External, dev G.Device, prealloc G.Value, inpu
 	return hostCUDADo("TopKBlocks", op, extern, dev, prealloc, inputs)
 }
 
-// CUDADo casts on the host (no GPU kernel yet).
+// CUDADo casts on the host (no GPU kernel).
 func (op *castOp) CUDADo(extern G.External, dev G.Device, prealloc G.Value, inputs ...G.Value) (G.Value, error) {
 	return hostCUDADo(op.String(), op, extern, dev, prealloc, inputs)
 }
 
-// CUDADo appends to the paged cache on the host (no GPU kernel yet).
+// CUDADo appends to the paged cache on the host (no GPU kernel).
 func (op *writePagedKVOp) CUDADo(extern G.External, dev G.Device, prealloc G.Value, inputs ...G.Value) (G.Value, error) {
 	return hostCUDADo("WritePagedKV", op, extern, dev, prealloc, inputs)
 }

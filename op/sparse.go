@@ -107,7 +107,7 @@ func FreeWorkspaces() {
 // processes: on a machine shared with other work, or where calls are rare,
 // 0 (block at once) gives the CPU back.
 // Blocking costs the next call a wake-up per goroutine (10-160 us on
-// 2-vCPU KVM guests, a few microseconds on bare metal; attn
+// small virtual machines, a few microseconds on bare metal; attn
 // BenchmarkPoolWake), which is what the spin saves on back-to-back calls
 // such as one decode step per layer.
 // Negative values count as 0. It applies from each goroutine's next wait.

@@ -41,7 +41,7 @@ func TestWorkerSpinAndFree(t *testing.T) {
 // DecodeWrapper, 8 requests of 4096 tokens, GQA 16, D = 128, FP8, 2
 // workers) with the workers blocking between calls (spin=0) and polling
 // for the next one (attn.BackToBackSpin, 5 ms): the difference is the
-// wake-up of the blocked goroutines, which on 2-vCPU KVM guests costs
+// wake-up of the blocked goroutines, which on small virtual machines costs
 // 10-160 us a call (attn BenchmarkPoolWake).
 func BenchmarkDecodeBackToBack(b *testing.B) {
 	used := make([]int, 8)

@@ -6,11 +6,11 @@ import (
 	"testing"
 )
 
-// TestDecodeWrapperRunCloseRace: Run read the wrapper's pool and plan
-// before taking the busy flag, so a Close (or Plan) on another goroutine
-// raced with it (go test -race reported it). Every call now takes the flag
-// first: Run gets a result, the concurrent-use error or the closed-wrapper
-// error, never a race. CI runs it under -race.
+// TestDecodeWrapperRunCloseRace checks that Run racing a Close (or Plan) on
+// another goroutine is safe: every call takes the busy flag before it reads
+// the wrapper's pool and plan, so Run gets a result, the concurrent-use
+// error or the closed-wrapper error, never a data race. CI runs it under
+// -race.
 func TestDecodeWrapperRunCloseRace(t *testing.T) {
 	s := misuseSpec()
 	pr := buildDecode(s)

@@ -46,13 +46,15 @@ type pathCosts struct {
 }
 
 // The constants, in units of one (row, key) of the float32 block kernel,
-// measured on AMD Zen 4 (2 vCPUs, 8K tokens, 16 query heads on one KV
-// head, D 128; docs/performance.md has the runs):
+// come from both paths run end to end on AMD Zen 4 at 8K tokens, 16 query
+// heads on one KV head, D 128 (`go run ./bench -cases prefill,nvfp4 -path
+// query` against `-path kv`, and `go test ./kernels/attn -run '^$' -bench
+// PrefillPaths`):
 //
 //   - float32 tiers (avx2, avx512): with one-token tiles (U = E, no lane
-//     wasted) and 128-key blocks the query-major path reached 0.92-1.04 of
-//     the KV-major path's share of the FMA peak end to end (go run ./bench
-//     on a busy host, the paths alternated; ratios of the medians: 0.92
+//     wasted) and 128-key blocks the query-major path reaches 0.92-1.04 of
+//     the KV-major path's share of the FMA peak end to end (ratios of the
+//     medians, the paths alternated: 0.92
 //     and 0.94 at 2K and 8K tokens with random selections, 1.04 and 0.95
 //     with correlated ones). Its
 //     lane kernels do not make up for the partials it saves: QMKey = 1.05
@@ -60,13 +62,13 @@ type pathCosts struct {
 //     these tiers, and the query-major path runs where it is asked for.
 //     (In BenchmarkPrefillPaths, whose lists also select blocks that lie
 //     wholly in a query's future, which cost the KV-major path a partial
-//     row each and the query-major path nothing, the query-major path was
+//     row each and the query-major path nothing, the query-major path is
 //     2-9% faster with 128-key blocks and 8-23% with 64-key blocks.)
 //   - bf16-product tiers (avx512bf16, amxbf16): the block kernel's
 //     products run at about twice the FP32 rate while the lane kernels
-//     stay in float32; the query-major path took 1.4-2.3x the KV-major
+//     stay in float32; the query-major path takes 1.4-2.3x the KV-major
 //     time (KVKey = 0.5).
-//   - Staged: NVFP4 K/V took 2.2x (bench, nvfp4kv-bf16q-8k), strided BF16
+//   - Staged: NVFP4 K/V takes 2.2x (bench, nvfp4kv-bf16q-8k), strided BF16
 //     rows at qpk 4 and 1 with no lane wasted 1.9x and 3.2x the KV-major
 //     time: 2.
 var (

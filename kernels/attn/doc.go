@@ -37,4 +37,9 @@
 // decode also hints the storage of the next one (prefetchNext), which the
 // lane kernels prefetch into L2 a line or two per loop iteration. Prefill,
 // whose blocks serve many tiles, decodes whole blocks (loadKV).
+//
+// It imports kernels/plan, kernels/tile and kernels/lowp only. It must not
+// depend on op (it knows no graph and relies on op's validation), on
+// kernels/grad or kernels/comm, on the GPU packages (cuda, kernels/cuda), or,
+// outside tests, on the measuring packages of internal/.
 package attn

@@ -11,11 +11,10 @@ import (
 // hugeMem is an anonymous private mapping of its own, advised to be backed
 // by transparent huge pages (madvise MADV_HUGEPAGE): the storage of large
 // partial buffers (growHuge). It lives outside the Go heap so that the
-// advice stays on this buffer: advising part of the heap instead left the
-// hint on memory the runtime later handed to other objects and released
-// to the OS in pieces (splitting huge pages), and a prefill call after a
-// larger one then ran up to 5 points of peak slower on Zen 4 (8K after 2K
-// and 4K in the bench). The mapping is unmapped by release, or by a
+// advice stays on this buffer: advice on part of the heap stays on memory
+// the runtime later hands to other objects and releases to the OS in
+// pieces (splitting huge pages), so a prefill call after a larger one
+// would find its partials on 4 KiB pages again. The mapping is unmapped by release, or by a
 // cleanup once the handle is unreachable.
 //
 // The Go garbage collector does not count these mappings when it decides

@@ -107,13 +107,10 @@ const hugeMinBytes = 8 << 20
 // mapping is unmapped, so its slice must not be used again). Prefill's
 // work items write a tile's rows in eight 4 KiB runs scattered over a
 // window's partials (256 MiB) and the combine reads each row's slots from
-// as many places, so with 4 KiB pages most runs cost a TLB miss. Measured
-// on Zen 4 with THP in its "madvise" mode, avx512bf16: huge pages cut the
-// stores' share of the work items from 7.4-8.1% to 6.2-6.5% (attn
-// BenchmarkPrefillPhases, 8K, two alternating rounds, with the advice on
-// the heap buffer that came first), and with these mappings the bench's
-// prefill sequence ran at 69.3-72.1% of peak against 67.6-71.7% without
-// huge pages (two alternating rounds; see hugeMem for why not the heap).
+// as many places, so with 4 KiB pages most runs cost a TLB miss, which a
+// huge page saves (the store% of `go test ./kernels/attn -run '^$' -bench
+// PrefillPhases` shows it, with THP in its "madvise" or "always" mode).
+// See hugeMem for why the mapping is not part of the Go heap.
 func growHuge[T any](s []T, n int, h **hugeMem) []T {
 	if cap(s) >= n {
 		return s[:n]

@@ -37,9 +37,9 @@ import (
 //     (calib.PeakGFLOPS of one goroutine times the workers; the VDPBF16PS
 //     peak on avx512bf16).
 //
-// CPU profiles mislead here: under -cpuprofile the combine took 3.5x its
-// wall time without it on a KVM guest, so a profile's shares for the
-// store- and stream-heavy phases are too large.
+// CPU profiles mislead here: on a virtual machine -cpuprofile inflates
+// the combine's wall time several times over, so a profile's shares for
+// the store- and stream-heavy phases are too large.
 func BenchmarkPrefillPhases(b *testing.B) {
 	benchTiers(b, []string{"avx2", "avx512", "avx512bf16"}, func(b *testing.B, tn string, lv vec) {
 		peak1 := calib.PeakGFLOPS(tile.PeakLoop(tn), 50*time.Millisecond)

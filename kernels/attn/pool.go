@@ -20,17 +20,17 @@ const MaxWorkers = 256
 // polling goroutine yields its thread to any other runnable goroutine
 // (runtime.Gosched) on every turn.
 //
-// Pools do not spin by default (the process spin starts at 0). On 2-vCPU
-// KVM guests waking a blocked goroutine costs 10-160 us, and 73-90 us when
-// the caller computes meanwhile, as a real call does (BenchmarkPoolWake:
-// an idle vCPU halts and the host schedules it again, and the guest first
-// queues the woken thread on the caller's vCPU): up to 5-8% of a 2 ms
-// decode step. Polling costs the rest of the process instead: a 1 ms
-// two-worker call after a 20 ms pause takes 2.0-3.7 ms with a polling pool
-// against 1.1 ms blocking (BenchmarkPoolWake/work=1ms/gap=20ms: the
-// caller, woken at the end, queues behind the polling thread on one vCPU),
-// and a Gorgonia machine's time between nodes grows (`go run ./bench
-// -cases graph -spin 5ms` against `-spin 0`).
+// Pools do not spin by default (the process spin starts at 0). Waking a
+// blocked goroutine costs a few microseconds on bare metal and 10-160 us
+// on small virtual machines, where an idle vCPU halts until the host
+// schedules it again and the guest may queue the woken thread on the
+// busy caller's vCPU: up to 5-8% of a 2 ms decode step. Polling costs the
+// rest of the process instead: after a pause longer than the spin, the
+// caller, woken at the end of a short call, can queue behind a polling
+// thread (a 1 ms two-worker call then takes up to about 3x as long on two
+// vCPUs), and a Gorgonia machine's time between nodes grows.
+// `go test ./kernels/attn -run '^$' -bench PoolWake` measures both costs,
+// `go run ./bench -cases graph -spin 5ms` against `-spin 0` the graph's.
 const BackToBackSpin = 5 * time.Millisecond
 
 // processSpin is the spin time of every pool without its own (SetSpin):

@@ -7,9 +7,8 @@ import (
 	"github.com/sparseattn/msa/internal/allocs"
 )
 
-// TestWorkersBoundedByWork is the regression test of Workers = 16384
-// allocating a workspace per requested worker (about 4 GiB) for an 8-query
-// call: the pool is capped at MaxWorkers, a run starts no more goroutines
+// TestWorkersBoundedByWork checks that Workers = 16384 does not allocate a
+// workspace per requested worker (about 4 GiB) for an 8-query call: the pool is capped at MaxWorkers, a run starts no more goroutines
 // than it has work items, and per-worker scratch exists only for workers
 // that ran.
 func TestWorkersBoundedByWork(t *testing.T) {

@@ -219,8 +219,8 @@ func RunPrefill(p *Prefill, ws *Workspace, pool *Pool, out *Output) {
 
 // phaseClock, when set (by benchmarks only; nil otherwise), is given the
 // wall time of each query window's two phases: the work items (partials)
-// and the combine. CPU profiles are no substitute on a VM: under
-// -cpuprofile the combine was measured at 3.5x its unprofiled wall time.
+// and the combine. CPU profiles are no substitute: on a virtual machine
+// -cpuprofile inflates the store-heavy combine several times over.
 var phaseClock func(items, combine time.Duration)
 
 // The parts of a work item that itemClock times.
@@ -252,12 +252,13 @@ const MaxPartialBytes = 256 << 20
 
 // streamPartialBytes is the size of a query window's partials from which
 // prefill stores them non-temporally (Partials.stream): 16 MiB, beyond the
-// L2 caches and half of a typical L3. Measured on Zen 4 at 8K tokens (256
-// MiB windows; attn BenchmarkPrefillPhases, avx512bf16 tier, alternating
-// runs): the stores' share of the work items fell from 10.2-11.1% to
-// 7.3-8.5% and the call ran 1-3 points of peak faster, although the
-// combine, which then finds none of its rows in L3, went from 4.5-5.4% to
-// 6.2-6.9% of it.
+// L2 caches and half of a typical L3, so cached rows would be evicted
+// before the combine reads them. Streaming lowers the stores' share of the
+// work items by about 3 points and gains 1-3 points of peak per call,
+// although the combine, which then finds none of its rows in L3, grows by
+// about 1.5 points: compare store% and combine% of
+// `go test ./kernels/attn -run '^$' -bench 'PrefillPhases/tier=avx512bf16'`
+// with this constant at 16 MiB and above the window size.
 const streamPartialBytes = 16 << 20
 
 // minWindow is the smallest query window: windows end in a barrier (all
@@ -280,10 +281,10 @@ func maxSlots(p *Prefill) int {
 // partial slots per (query, head): all queries when their partials fit in
 // MaxPartialBytes, else the largest window that
 // fits, raised to minWindow queries as long as that stays within 4x the
-// cap (at least one query). Measured on the 2-vCPU development VM, many
-// small windows (64-256 queries, partials in cache) were no faster end to
-// end — every window reloads its K/V blocks and ends in a barrier — and
-// slower with two workers; see docs/performance.md.
+// cap (at least one query). The windows are as large as the cap allows
+// because small windows (64-256 queries, partials in cache) are not faster
+// end to end: every window reloads its K/V blocks and ends in a barrier,
+// which costs more the more workers wait at it.
 func windowQueries(p *Prefill, slots int) int {
 	perQuery := max(slots*p.HQ*p.D*p.Partial.Size(), 1)
 	w := MaxPartialBytes / perQuery

@@ -11,8 +11,8 @@ import (
 // bf16Max is the largest finite bfloat16, 3.3895e38.
 var bf16Max = lowp.BFloat16(0x7f7f).Float32()
 
-// TestPrefillVNearBF16Max is the regression test of V near the BF16 maximum
-// giving O = +Inf (the unnormalised float32 P.V sum overflowed): in every
+// TestPrefillVNearBF16Max checks that V near the BF16 maximum does not give
+// O = +Inf (an unnormalised float32 P.V sum would overflow): in every
 // tier this CPU has, the prefill output matches the float64 reference and
 // is finite, for V at the BF16 maximum (both signs) and for ordinary V
 // mixed with huge blocks.

@@ -62,4 +62,8 @@
 // plain Go loops (matmul.go); the exponentials and the dS scaling have
 // AVX2 kernels (vec_amd64.s), and the temperature LSE uses the AVX2 dot
 // kernels there.
+//
+// It imports kernels/plan, kernels/attn (its Pool and the K/V layout
+// KVLayout) and kernels/tile (the tiers) only, and must not depend on op,
+// kernels/comm or the GPU packages.
 package grad

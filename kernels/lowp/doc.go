@@ -32,4 +32,7 @@
 // The slice decoders ([DecodeBF16], [DecodeF16], [DecodeE4M3],
 // [DecodeNVFP4Row]) are the hot paths of the attention kernels: they are
 // table lookups or shifts with no per-element branches.
+//
+// It imports only the standard library and must not depend on any package
+// of this module: every other package builds on it.
 package lowp

@@ -11,9 +11,9 @@ import (
 // see allocs.Bytes for why other goroutines' allocations do not count.
 func allocated(f func()) uint64 { return allocs.Bytes(3, f) }
 
-// TestCountRowsBeforeAllocation is the regression test of a 1-row CSR with
-// cu_seqlens_k = [0, 2^31-2] and blk_kv 1, which used to be rejected only
-// after NewRows had allocated for 2^31-2 rows (a fatal out-of-memory):
+// TestCountRowsBeforeAllocation checks that a 1-row CSR with
+// cu_seqlens_k = [0, 2^31-2] and blk_kv 1 is rejected before anything is
+// allocated for its 2^31-2 rows (which would be a fatal out-of-memory):
 // CountRows gives the row count without allocating, so the caller rejects
 // the CSR shape first. Another goroutine allocates throughout, as other
 // tests and benchmarks do on a loaded machine: the bounds are on the calls'
@@ -55,9 +55,9 @@ func TestCountRowsBeforeAllocation(t *testing.T) {
 	}
 }
 
-// TestDecodeParamsRange checks the int32 ranges of the decode params that a
-// zero batch used to let through (seqlen_q and num_qo_heads of any size,
-// then a wrapped QStride), and that FixedDecodeSizes agrees with the built
+// TestDecodeParamsRange checks the int32 ranges of the decode params, with
+// a zero batch too (seqlen_q and num_qo_heads of any size would wrap
+// QStride), and that FixedDecodeSizes agrees with the built
 // schedules without allocating.
 func TestDecodeParamsRange(t *testing.T) {
 	p := dp(0, 1, 4, 4)
@@ -92,7 +92,7 @@ func TestDecodeParamsRange(t *testing.T) {
 
 // TestValidateDecodeChunkPages rejects a caller-supplied schedule whose
 // ChunkPages does not fit in int32 (its products with the split counts
-// used to be able to wrap).
+// could wrap).
 func TestValidateDecodeChunkPages(t *testing.T) {
 	p := dp(2, 1, 64, 100)
 	seq := pagesToSeq(40, 90)

@@ -25,4 +25,8 @@
 // fits (graph ops reuse them between runs). Validators check everything an
 // executor indexes with, so a schedule that validates can be run without
 // further bounds reasoning.
+//
+// It must not depend on any package of this module, so that the CPU path
+// (kernels/attn) and the GPU launch layer (cuda) share its structures and
+// its validation as they are.
 package plan

@@ -422,7 +422,7 @@ func (l *Lanes) ScaleO(f float32) {
 // kernels), so that the following block's DRAM reads overlap this block's
 // arithmetic instead of stalling its conversion: PREFETCHT1 spread over
 // the iterations, rather than PREFETCHT0 or one burst per block between
-// kernels, which were slower end to end. BenchmarkDecodeBlock (attn)
+// kernels, which are slower end to end. BenchmarkDecodeBlock (attn)
 // shows the hint's gain as dram=<format>/prefetch=on against
 // prefetch=off. The hint is consumed by the
 // next update; the portable code ignores it. Prefetching

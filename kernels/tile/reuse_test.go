@@ -49,7 +49,7 @@ func TestAccReuse(t *testing.T) {
 					}
 				}
 				// run accumulates; with settle it reads O before the first
-				// update, which zeroes it the way Reset used to, so that the
+				// update, which zeroes it as a zeroing Reset would, so that the
 				// updates rescale zeros instead of writing O: the reference
 				// for the first-update kernels.
 				run := func(a *Acc, m, updates int, settle bool) ([]float32, []float32) {

@@ -230,11 +230,11 @@ func (a *Acc) Update(b *Block, valid []int32) {
 // so that their DRAM reads overlap the arithmetic. At most 16 ranges are
 // kept; the hint is consumed by the next Update, and the portable tier
 // ignores it. Prefetching never faults, but the ranges should lie in
-// memory the caller keeps alive. Measured on Zen 4 (attn
-// BenchmarkPrefillTile stream): a tile gathering its query rows from a
-// large Q runs at 70% of the FMA peak without the hint and 74-77% with
-// it; prefetching the partial rows the tile writes afterwards (for
-// ownership) was 2 points slower and is not done.
+// memory the caller keeps alive. On Zen 4 a tile gathering its query rows
+// from a large Q runs at 70% of the FMA peak without the hint and 74-77%
+// with it; prefetching the partial rows the tile writes afterwards (for
+// ownership) is 2 points slower and is not done (`go test ./kernels/attn
+// -run '^$' -bench PrefillTile`, its stream cases).
 func (a *Acc) Prefetch(h []Hint) { a.pf.set(h) }
 
 // Finish normalises every row. lse[r] receives the natural-log log-sum-exp of

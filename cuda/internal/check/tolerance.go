@@ -38,8 +38,9 @@ const (
 	// is 2^-13 of the running magnitude per group; 2^-11 allows four such
 	// truncations along one chain (D <= 256 is 8 groups, whose truncation
 	// errors do not all reach the same bound). This is a model of the
-	// hardware, not a proof: the H200 run showed score errors of 1.4e-4 of
-	// the magnitude sum (LSE 9.7e-5 relative, D 128), below 2^-12.
+	// hardware, not a proof: on an H200 the score errors are 1.4e-4 of the
+	// magnitude sum (the LSE's 9.7e-5 relative error at D 128 in
+	// docs/gpucheck-h200.md), below 2^-12.
 	uFP8MMA = 0x1p-11
 
 	// uExp bounds the relative error of the exponentials and logarithms a

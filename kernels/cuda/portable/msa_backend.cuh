@@ -91,13 +91,13 @@ struct PortableBackend {
     }
 };
 
-// The backend every kernel instantiates, chosen per compilation target. Only
-// the portable backend exists today; an SM100 backend (tcgen05 + TMA) slots
-// in here for the sm_100a image without touching the kernels.
+// The backend every portable kernel instantiates, chosen per compilation target.
+// Every target takes the portable backend: the tensor-core kernels are families
+// of their own (sm80/, sm90/, sm100/), not backends of these kernels.
 #if defined(__CUDA_ARCH_FEAT_SM100_ALL)
-using ArchBackend = PortableBackend;  // sm_100a: replace with the tcgen05 backend
+using ArchBackend = PortableBackend;  // sm_100f: tensor-core kernels in sm100/
 #elif defined(__CUDA_ARCH_FEAT_SM90_ALL)
-using ArchBackend = PortableBackend;  // sm_90a: a wgmma backend would go here
+using ArchBackend = PortableBackend;  // sm_90a: tensor-core kernels in sm90/
 #else
 using ArchBackend = PortableBackend;
 #endif

@@ -238,6 +238,9 @@ func TestQPlanValidateRejects(t *testing.T) {
 		"mask count":            func(p *QPlan) { p.Masks = p.Masks[1:] },
 		"decreasing tile start": func(p *QPlan) { p.TilePtr[1] = p.TilePtr[2] + 1 },
 	}
+	if err := qp.Validate(c.cuQ, nil, c.hkv, c.qhpk, c.blk); err != nil {
+		t.Errorf("without key lengths: %v", err)
+	}
 	for name, mut := range muts {
 		p := &QPlan{TileTokens: qp.TileTokens, Tiles: append([]int32(nil), qp.Tiles...), TilePtr: append([]int32(nil), qp.TilePtr...),
 			Blocks: append([]int32(nil), qp.Blocks...), Masks: append([]uint64(nil), qp.Masks...)}

@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"math"
 	"math/bits"
 	"slices"
 
@@ -179,14 +180,16 @@ func seqOfTile(base []int, tile int) int {
 // cu_seqlens_q), hkv and the tile size; that the tiles of each (sequence,
 // KV head) cover its tokens exactly once; TilePtr's offsets; each tile's
 // block ids strictly ascending in [0, ceil(seqK[b]/blkKV)) (seqK: each
-// sequence's key count); and each mask non-zero with no bit at or past the
-// tile's token count.
+// sequence's key count; nil checks only that ids are non-negative: the
+// launcher has no host copy of seqused_k, and the kernel skips a block
+// that starts at or past its sequence's end); and each mask non-zero with
+// no bit at or past the tile's token count.
 func (p *QPlan) Validate(cuQ, seqK []int32, hkv, qpk, blkKV int) error {
 	nb := len(cuQ) - 1
 	switch {
 	case p == nil:
 		return fmt.Errorf("cuda: query-major plan: nil")
-	case nb < 1 || len(seqK) != nb:
+	case nb < 1 || seqK != nil && len(seqK) != nb:
 		return fmt.Errorf("cuda: query-major plan: %d sequences in cu_seqlens_q, %d key lengths: expected B >= 1 of each", nb, len(seqK))
 	case hkv < 1 || qpk < 1 || blkKV < 1:
 		return fmt.Errorf("cuda: query-major plan: Hkv %d, qhead_per_kv %d, blk_kv %d: must be >= 1", hkv, qpk, blkKV)
@@ -213,7 +216,10 @@ func (p *QPlan) Validate(cuQ, seqK []int32, hkv, qpk, blkKV int) error {
 		if lo > hi {
 			return fmt.Errorf("cuda: query-major plan: tile %d: pointers %d > %d", t, lo, hi)
 		}
-		nblk := (int(seqK[b]) + blkKV - 1) / blkKV
+		nblk := math.MaxInt32
+		if seqK != nil {
+			nblk = (int(seqK[b]) + blkKV - 1) / blkKV
+		}
 		prev := int32(-1)
 		for i := lo; i < hi; i++ {
 			j, m := p.Blocks[i], p.Masks[i]

@@ -17,12 +17,15 @@ import (
 )
 
 // qCases are the prefill cases plus GQA extremes: one head per KV head (64
-// tokens per tile) and 128 heads per KV head (one token, two 64-row passes).
+// tokens per tile), three (21 tokens, a 63-row tile) and 128 heads per KV
+// head (one token, two 64-row passes).
 func qCases() []*prefillCase {
 	cs := prefillCases()
 	cs = append(cs,
 		&prefillCase{name: "bf16/dense/causal/qpk1", cuQ: []int32{0, 150, 171}, cuK: []int32{0, 400, 1000}, hkv: 2, qhpk: 1, d: 64, topK: 3, blk: 96,
 			causal: true, qd: BF16, kvd: BF16, pd: F32, round: RoundBF16},
+		&prefillCase{name: "bf16/dense/qpk3", cuQ: []int32{0, 50, 95}, cuK: []int32{0, 300, 500}, hkv: 1, qhpk: 3, d: 64, topK: 4, blk: 64,
+			qd: BF16, kvd: BF16, pd: F32, round: RoundBF16},
 		&prefillCase{name: "bf16/paged/causal/qpk128", cuQ: []int32{0, 5, 9}, cuK: []int32{0, 300, 700}, hkv: 1, qhpk: 128, d: 64, topK: 2, blk: 128,
 			causal: true, paged: true, pageSize: 32, qd: BF16, kvd: BF16, pd: F32, round: RoundBF16, temp: 1.3})
 	return cs

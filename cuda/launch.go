@@ -59,8 +59,9 @@ type Kernels struct {
 	bufs     map[string]*devBuf
 	tmaps    map[string]driver.TensorMap
 	path     Path
-	gen      uint64   // bumped by every scratch upload: a Prepared is valid while it is unchanged
-	last     []string // kernels of the last call (for the GPU check's report)
+	prefill  PrefillPath // MSA_CUDA_PREFILL (SetPrefillPath)
+	gen      uint64      // bumped by every scratch upload: a Prepared is valid while it is unchanged
+	last     []string    // kernels of the last call (for the GPU check's report)
 	closed   bool
 	fallback map[string]string            // tensor-core kernel -> why it did not run (last time)
 	memFree  func(driver.DevicePtr) error // driver.MemFree; replaced by tests
@@ -145,6 +146,9 @@ func Load(ctx Runner) (*Kernels, error) {
 			}
 			k.waves = n
 		}
+		if k.prefill, err = prefillPathFromEnv(); err != nil {
+			return err
+		}
 		k.arch = ArchFor(k.major, k.minor)
 		if v := os.Getenv("MSA_CUDA_ARCH"); v != "" {
 			a, ok := ParseArch(v)
@@ -168,7 +172,7 @@ func Load(ctx Runner) (*Kernels, error) {
 			}
 			k.fns[name] = fn
 		}
-		for _, name := range TCNames(k.arch) {
+		for _, name := range append(TCNames(k.arch), QFwdNames(k.arch)...) {
 			fn, err := mod.Function(name)
 			if driver.IsNotFound(err) {
 				continue
@@ -221,6 +225,23 @@ func (k *Kernels) SetPath(p Path) {
 	k.mu.Lock()
 	k.path = p
 	k.mu.Unlock()
+}
+
+// SetPrefillPath selects the sparse prefill's path for later
+// SparsePrefill / PrepareSparsePrefill calls (Load sets it from
+// MSA_CUDA_PREFILL, default kv). The query path falls back to the KV path,
+// recording why in Fallbacks, where its kernel cannot run.
+func (k *Kernels) SetPrefillPath(p PrefillPath) {
+	k.mu.Lock()
+	k.prefill = p
+	k.mu.Unlock()
+}
+
+// PrefillPath is the sparse prefill path of later calls.
+func (k *Kernels) PrefillPath() PrefillPath {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.prefill
 }
 
 // LastKernels lists the kernels the last SparseForward / SparsePrefill /
@@ -503,6 +524,15 @@ func (k *Kernels) prepPrefill(fa *FwdArgs, ca *CombineArgs, csr *plan.CSR, s *pl
 	}
 	if len(s.Metadata) < s.Capacity*plan.MetaFields {
 		return nil, fmt.Errorf("cuda: forward schedule metadata has %d entries: expected %d", len(s.Metadata), s.Capacity*plan.MetaFields)
+	}
+	if k.prefill == PrefillQuery && ca != nil && cuQ != nil {
+		steps, why, err := k.prepQueryPrefill(fa, ca, csr, s, cuQ)
+		if err != nil || why == "" {
+			return steps, err
+		}
+		if v, ok := FwdVariant(fa.QDtype, fa.KVDtype); ok {
+			k.fallback[QFwdName(v, fa.D)] = why
+		}
 	}
 	wins := []FwdWindow{{Q0: 0, Q1: fa.TotalQ, Sched: s}}
 	if cuQ != nil {

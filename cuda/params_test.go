@@ -51,6 +51,7 @@ func TestParamsLayout(t *testing.T) {
 		{"MsaFwdParams", reflect.TypeOf(fwdKernelParams{})},
 		{"MsaCombineParams", reflect.TypeOf(combineKernelParams{})},
 		{"MsaDecodeParams", reflect.TypeOf(decodeKernelParams{})},
+		{"MsaQFwdParams", reflect.TypeOf(qfwdKernelParams{})},
 	} {
 		fields := cFields(t, string(src), c.cname)
 		if len(fields) != c.typ.NumField() {

@@ -67,6 +67,8 @@ type report struct {
 	mu       sync.Mutex // guards the tables against the watchdog
 	caseName string     // the case in flight, for the watchdog
 	caseFrom time.Time
+
+	prefillDefault cuda.PrefillPath // the prefill path Load read from MSA_CUDA_PREFILL
 }
 
 func main() {
@@ -121,7 +123,8 @@ func main() {
 		return
 	}
 	ver, _ := driver.DriverVersion()
-	r := &report{dev: dev, k: k, deadline: start.Add(*budget), workers: max(runtime.NumCPU(), 1), only: onlyRE, skip: skipRE, dir: *out, start: start}
+	r := &report{dev: dev, k: k, deadline: start.Add(*budget), workers: max(runtime.NumCPU(), 1), only: onlyRE, skip: skipRE, dir: *out, start: start,
+		prefillDefault: k.PrefillPath()}
 	header := fmt.Sprintf("GPU: %s (sm_%d%d, %d SMs, %.0f GiB), driver CUDA %d.%d, kernel family %s, tensor-core kernels in the fatbin: %d",
 		dev.Name, dev.Major, dev.Minor, dev.SMs, float64(dev.Memory)/(1<<30), ver/1000, ver%1000/10, k.Arch(), len(k.TensorCoreKernels()))
 	fmt.Println(header)
@@ -153,7 +156,7 @@ func main() {
 	}
 	fb := k.Fallbacks()
 	for n, why := range fb {
-		fmt.Printf("fallback: %s -> portable: %s\n", n, why)
+		fmt.Printf("fallback: %s did not run: %s\n", n, why)
 	}
 	if err := k.Close(dev); err != nil {
 		fmt.Fprintf(os.Stderr, "gpucheck: %v\n", err)
@@ -455,8 +458,8 @@ func (r *report) prefill(c *check.Prefill, seed uint64, windowed bool) {
 			r.out(c.Name, "free", check.Diff{}, check.Diff{}, false, err)
 		}
 	}()
-	for _, path := range r.paths() {
-		r.k.SetPath(path)
+	for _, md := range r.modes(true) {
+		r.apply(md)
 		g1, kern, err := pr.once(r, c, pr.window)
 		var g2 check.Result
 		if err == nil {
@@ -471,17 +474,17 @@ func (r *report) prefill(c *check.Prefill, seed uint64, windowed bool) {
 			break
 		}
 	}
-	r.k.SetPath(cuda.PathAuto)
+	r.restore()
 }
 
 // probe runs the probe passes of a case on every path: set(pass) loads the
 // pass's inputs, run uploads and runs them on the current path, and
 // check compares a result with the reference's attended sets.
-func (r *report) probe(name string, passes int, set func(pass int) error, run func() (check.Result, string, error),
+func (r *report) probe(name string, prefill bool, passes int, set func(pass int) error, run func() (check.Result, string, error),
 	checkPass func(pass int, got check.Result) check.ProbeDiff) {
 	r.begin(name)
 	defer r.begin("")
-	paths := r.paths()
+	paths := r.modes(prefill)
 	diffs := make([]check.ProbeDiff, len(paths))
 	kerns := make([]string, len(paths))
 	errs := make([]error, len(paths))
@@ -494,7 +497,7 @@ func (r *report) probe(name string, passes int, set func(pass int) error, run fu
 			if errs[i] != nil || (i > 0 && strings.Contains(kerns[0], "msa_sparse_fwd")) || (i > 0 && strings.Contains(kerns[0], "msa_decode_d")) {
 				continue
 			}
-			r.k.SetPath(path)
+			r.apply(path)
 			g, kern, err := run()
 			kerns[i], errs[i] = kern, err
 			if err == nil {
@@ -502,7 +505,7 @@ func (r *report) probe(name string, passes int, set func(pass int) error, run fu
 			}
 		}
 	}
-	r.k.SetPath(cuda.PathAuto)
+	r.restore()
 	for i := range paths {
 		if kerns[i] == "" && errs[i] == nil {
 			continue
@@ -520,7 +523,7 @@ func (r *report) probePrefill(c *check.Prefill, seed uint64) {
 		r.probeOut(c.Name, "", check.ProbeDiff{}, err)
 		return
 	}
-	r.probe(c.Name, c.ProbePasses(), c.SetProbe, func() (check.Result, string, error) {
+	r.probe(c.Name, true, c.ProbePasses(), c.SetProbe, func() (check.Result, string, error) {
 		pr, err := r.uploadPrefill(c)
 		if err != nil {
 			return check.Result{}, "", err
@@ -543,7 +546,7 @@ func (r *report) probeDecode(c *check.Decode, seed uint64) {
 		r.probeOut(c.Name, "", check.ProbeDiff{}, err)
 		return
 	}
-	r.probe(c.Name, c.ProbePasses(), c.SetProbe, func() (check.Result, string, error) {
+	r.probe(c.Name, false, c.ProbePasses(), c.SetProbe, func() (check.Result, string, error) {
 		m := &mem{dev: r.dev}
 		a := r.decodeArgs(m, c)
 		if m.err != nil {
@@ -678,16 +681,22 @@ func (r *report) timings(quick bool) {
 		pcs = pcs[:1]
 	}
 	for _, pc := range pcs {
-		for _, path := range r.paths() {
-			name := pc.name
-			if path == cuda.PathPortable {
-				name += " (portable)"
-			}
+		var c *check.Prefill // generated once, timed on every mode
+		var genErr error
+		for _, md := range r.modes(true) {
+			name := pc.name + md.label()
 			if r.late("timing " + name) {
 				continue
 			}
-			c := check.TimingPrefill(name, pc.T, pc.q, pc.kv)
-			r.timePrefill(c, path, pc.fp8)
+			if c == nil {
+				c = check.TimingPrefill(pc.name, pc.T, pc.q, pc.kv)
+				genErr = c.GenCausal(1)
+			}
+			if genErr != nil {
+				r.timeRow(name, "", 0, 0, 0, pc.fp8, genErr)
+				continue
+			}
+			r.timePrefill(c, name, md, pc.fp8)
 		}
 	}
 	type dcase struct {
@@ -748,12 +757,9 @@ func (r *report) timeRow(name, kern string, ms, flop, bytes float64, fp8 bool, e
 	r.timingMD = append(r.timingMD, fmt.Sprintf("| %s | %s | %.3f | %.1f | %.1f%% of %.0f | %.0f | %.1f%% |", name, kern, ms, tf, 100*tf/peak, peak, gbs, 100*gbs/peakHBMGBs))
 }
 
-func (r *report) timePrefill(c *check.Prefill, path cuda.Path, fp8 bool) {
-	if err := c.GenCausal(1); err != nil {
-		r.timeRow(c.Name, "", 0, 0, 0, fp8, err)
-		return
-	}
-	r.begin("timing " + c.Name)
+// timePrefill times generated case c (GenCausal) in mode md, reported as name.
+func (r *report) timePrefill(c *check.Prefill, name string, md runMode, fp8 bool) {
+	r.begin("timing " + name)
 	defer r.begin("")
 	m := &mem{dev: r.dev}
 	defer m.free()
@@ -773,14 +779,14 @@ func (r *report) timePrefill(c *check.Prefill, path cuda.Path, fp8 bool) {
 		ca.OutputScale = m.putF32(c.V.Global)
 	}
 	if m.err != nil {
-		r.timeRow(c.Name, "", 0, 0, 0, fp8, m.err)
+		r.timeRow(name, "", 0, 0, 0, fp8, m.err)
 		return
 	}
-	r.k.SetPath(path)
-	defer r.k.SetPath(cuda.PathAuto)
+	r.apply(md)
+	defer r.restore()
 	pl, err := r.k.PrepareSparsePrefill(r.dev, a, ca, c.CSR, c.Sched, c.CuQ, window)
 	if err != nil {
-		r.timeRow(c.Name, "", 0, 0, 0, fp8, err)
+		r.timeRow(name, "", 0, 0, 0, fp8, err)
 		return
 	}
 	kern := strings.Join(dedup(pl.Kernels()), "+")
@@ -788,10 +794,14 @@ func (r *report) timePrefill(c *check.Prefill, path cuda.Path, fp8 bool) {
 	if err == nil {
 		err = r.checkFinite(ca.Out, rows*c.D)
 	}
-	// bytes: Q, K, V read once, O written, partials written and read back
+	// bytes: Q, K, V read once, O written, and on the KV-major path the
+	// partials written and read back
 	es := map[cuda.Dtype]float64{cuda.BF16: 2, cuda.E4M3: 1, cuda.NVFP4: 0.5 + 1.0/16}
-	bytes := float64(rows*c.D)*(es[c.QD]+2) + 2*float64(c.TotalQ*c.Hkv*c.D)*es[c.KVD] + 2*float64(check.SlotRows(c))*float64(c.Hq/c.Hkv)*float64(c.D*2+4)
-	r.timeRow(c.Name, kern, ms, c.FLOP(), bytes, fp8, err)
+	bytes := float64(rows*c.D)*(es[c.QD]+2) + 2*float64(c.TotalQ*c.Hkv*c.D)*es[c.KVD]
+	if !strings.Contains(kern, "_qfwd_") {
+		bytes += 2 * float64(check.SlotRows(c)) * float64(c.Hq/c.Hkv) * float64(c.D*2+4)
+	}
+	r.timeRow(name, kern, ms, c.FLOP(), bytes, fp8, err)
 }
 
 func (r *report) timeDecode(c *check.Decode, path cuda.Path, fp8 bool) {

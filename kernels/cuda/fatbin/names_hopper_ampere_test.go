@@ -18,7 +18,7 @@ import (
 func TestHopperAmpereLaunch(t *testing.T) {
 	pin := regexp.MustCompile(`(?m)^MSA_HA_PIN\((sm\d+), (\w+), (\w+), (\d+), (\d+), (\d+)\)$`)
 	seen := map[string]bool{}
-	for _, f := range []string{"sm90/sm90_fwd.cu", "sm90/sm90_decode.cu", "sm80/sm80_fwd.cu", "sm80/sm80_decode.cu"} {
+	for _, f := range []string{"sm90/sm90_fwd.cu", "sm90/sm90_decode.cu", "sm80/sm80_fwd.cu", "sm80/sm80_decode.cu", "sm80/sm80_qfwd.cu"} {
 		src, err := os.ReadFile(filepath.Join("..", f))
 		if err != nil {
 			t.Fatal(err)
@@ -59,9 +59,10 @@ func TestHopperAmpereLaunch(t *testing.T) {
 			t.Errorf("%s: %d threads", name, l.Threads)
 		}
 	}
-	// 2 architectures x (4 fwd + 3 decode variants) x 3 head dims
-	if len(HopperAmpereLaunch) != 42 {
-		t.Errorf("%d kernels in the table, want 42 (per architecture: 12 fwd + 9 decode)", len(HopperAmpereLaunch))
+	// 2 architectures x (4 fwd + 3 decode variants) x 3 head dims, and the
+	// 4 query-major variants x 3 head dims
+	if len(HopperAmpereLaunch) != 54 {
+		t.Errorf("%d kernels in the table, want 54 (per architecture: 12 fwd + 9 decode; 12 query-major)", len(HopperAmpereLaunch))
 	}
 }
 

@@ -117,10 +117,47 @@ typedef struct MsaDecodeParams {
     int32_t pad0;
 } MsaDecodeParams;
 
+/* Query-major sparse prefill (sm80/sm80_qfwd.cu). Grid: (num_tiles), block
+ * 128 (256 at D = 256). Tile t (cuda.QPlan): tiles[4t..4t+3] = (batch, KV
+ * head, first token as a global query row, tokens); its blocks are
+ * blocks[tile_ptr[t] .. tile_ptr[t+1]), ascending batch-local block ids of
+ * blk_kv keys, and bit k of masks[i] says whether token k of the tile
+ * selected blocks[i]. Row idx of a tile is token idx / qhead_per_kv, query
+ * head h * qhead_per_kv + idx % qhead_per_kv. The CTA writes the final
+ * BF16 output (times output_scale), LSE and temperature LSE of its rows:
+ * no partials, no combine. */
+typedef struct MsaQFwdParams {
+    uint64_t q;              /* [total_q, Hq, D] bf16 | e4m3 */
+    uint64_t k;              /* as in MsaFwdParams */
+    uint64_t v;
+    uint64_t k_scale;        /* nvfp4 block scales; 0 otherwise */
+    uint64_t v_scale;
+    uint64_t k_global_scale; /* float[1] nullable (applied to the scores) */
+    uint64_t output_scale;   /* float[1] nullable (NVFP4 V global scale) */
+    uint64_t cu_seqlens_q;   /* int32 [B+1] */
+    uint64_t cu_seqlens_k;   /* int32 [B+1] */
+    uint64_t seqused_k;      /* int32 [B] nullable */
+    uint64_t page_table;     /* int32 [B, page_table_stride] nullable (0 = dense K/V) */
+    uint64_t tiles;          /* int32 [num_tiles, 4] */
+    uint64_t tile_ptr;       /* int32 [num_tiles+1] */
+    uint64_t blocks;         /* int32 [tile_ptr[num_tiles]] */
+    uint64_t masks;          /* uint64 [tile_ptr[num_tiles]] token masks */
+    uint64_t out;            /* bf16 [total_q, Hq, D] */
+    uint64_t lse;            /* float [total_q, Hq] */
+    uint64_t tlse;           /* float [total_q, Hq] nullable */
+    int32_t total_q, num_heads_q, num_heads_kv, head_dim;
+    int32_t qhead_per_kv, blk_kv, page_size, page_table_stride;
+    int32_t num_batch, num_tiles, q_dtype, kv_dtype;
+    int32_t causal, pv_round;
+    float softmax_scale_log2; /* softmax_scale * log2(e) */
+    float inv_temperature;    /* 1/T; 0: the temperature LSE equals the LSE */
+} MsaQFwdParams;
+
 #ifdef __cplusplus
 static_assert(sizeof(MsaFwdParams) == 17 * 8 + 20 * 4 + 2 * 4, "MsaFwdParams layout");
 static_assert(sizeof(MsaCombineParams) == 9 * 8 + 10 * 4, "MsaCombineParams layout");
 static_assert(sizeof(MsaDecodeParams) == 20 * 8 + 18 * 4 + 8, "MsaDecodeParams layout");
+static_assert(sizeof(MsaQFwdParams) == 18 * 8 + 14 * 4 + 2 * 4, "MsaQFwdParams layout");
 #endif
 
 #endif /* MSA_PARAMS_H */

@@ -1,0 +1,154 @@
+package cuda
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/sparseattn/msa/kernels/plan"
+)
+
+// PrefillPath selects the algorithm of a sparse prefill on the GPU.
+type PrefillPath int
+
+// Prefill paths.
+const (
+	// PrefillKV is the KV-major path: one CTA per forward-schedule item
+	// (a KV block and the queries that selected it) writes per-slot
+	// partials, the combine merges them.
+	PrefillKV PrefillPath = iota
+	// PrefillQuery is the query-major path (QPlan, sm80/sm80_qfwd.cu):
+	// one CTA per query tile x KV head writes the output and LSE once.
+	PrefillQuery
+)
+
+// PrefillEnv is the environment variable Load reads the prefill path
+// from: "kv" (the default, also when unset) or "query".
+const PrefillEnv = "MSA_CUDA_PREFILL"
+
+// String is the name ParsePrefillPath reads.
+func (p PrefillPath) String() string {
+	if p == PrefillQuery {
+		return "query"
+	}
+	return "kv"
+}
+
+// ParsePrefillPath parses "kv" or "query" ("" is kv).
+func ParsePrefillPath(s string) (PrefillPath, error) {
+	switch s {
+	case "", "kv":
+		return PrefillKV, nil
+	case "query":
+		return PrefillQuery, nil
+	}
+	return PrefillKV, fmt.Errorf("cuda: %s=%q: want kv or query", PrefillEnv, s)
+}
+
+// prefillPathFromEnv is the one place the prefill path is read from the
+// environment (Load).
+func prefillPathFromEnv() (PrefillPath, error) { return ParsePrefillPath(os.Getenv(PrefillEnv)) }
+
+// qfwdKernelParams mirrors MsaQFwdParams.
+type qfwdKernelParams struct {
+	Q, K, V, KScale, VScale, KGlobalScale, OutputScale uint64
+	CuSeqlensQ, CuSeqlensK, SequsedK, PageTable        uint64
+	Tiles, TilePtr, Blocks, Masks                      uint64
+	Out, LSE, TLSE                                     uint64
+	TotalQ, NumHeadsQ, NumHeadsKV, HeadDim             int32
+	QheadPerKV, BlkKV, PageSize, PageTableStride       int32
+	NumBatch, NumTiles, QDtype, KVDtype                int32
+	Causal, PVRound                                    int32
+	SoftmaxScaleLog2, InvTemperature                   float32
+}
+
+// QPlanPtrs are the device copies of a QPlan's arrays.
+type QPlanPtrs struct {
+	Tiles, TilePtr, Blocks, Masks uint64
+}
+
+// QFwdName is the query-major kernel of variant v at head dim d
+// (msa_sm80_qfwd_<v>_d<d>: mma.sync, run by every tensor-core family).
+func QFwdName(v TCVariant, d int) string { return TCName(ArchSM80, "qfwd", v, d) }
+
+// QFwdNames lists the query-major kernels the launcher looks up on family
+// a: all of them on the tensor-core families, none on the portable one.
+func QFwdNames(a Arch) []string {
+	if a == ArchPortable {
+		return nil
+	}
+	var out []string
+	for _, d := range []int{64, 128, 256} {
+		for _, v := range []TCVariant{VarBF16, VarFP8, VarBF16FP8, VarNVFP4} {
+			out = append(out, QFwdName(v, d))
+		}
+	}
+	return out
+}
+
+// QFwdPlan decides whether the prefill of fa can run on the query-major
+// kernel of family arch with a plan of tiles CTAs (why is the reason when
+// it cannot; the KV-major path then runs). It applies the limits of the
+// tensor-core prefill (TCFwdPlan: dtype variant, P rounding, blk_kv,
+// alignment, tensor-map shapes) and names the query-major kernel.
+func QFwdPlan(arch Arch, fa *FwdArgs, tiles int) (TCPlan, string) {
+	if arch == ArchPortable {
+		return TCPlan{}, "no query-major kernel for this GPU (the portable family)"
+	}
+	p, why := TCFwdPlan(ArchSM80, fa, tiles)
+	if why != "" {
+		return TCPlan{}, why
+	}
+	v, _ := FwdVariant(fa.QDtype, fa.KVDtype)
+	p.Name = QFwdName(v, fa.D)
+	p.SmemBytes = 0 // the launch table's
+	return p, ""
+}
+
+// newQFwdKernelParams validates the prefill (fa, ca against csr and s, with
+// the KV-major path's checks and errors: newFwdKernelParams and
+// newCombineKernelParams), checks the output alignment and fills the
+// query-major parameter block for the plan qp at dev.
+func newQFwdKernelParams(fa *FwdArgs, ca *CombineArgs, csr *plan.CSR, s *plan.FwdSchedule, qp *QPlan, dev QPlanPtrs) (qfwdKernelParams, error) {
+	var p qfwdKernelParams
+	f, err := newFwdKernelParams(fa, csr, s, FwdPlanPtrs{})
+	if err != nil {
+		return p, err
+	}
+	if _, err := newCombineKernelParams(ca, 0); err != nil {
+		return p, err
+	}
+	switch {
+	case ca.Hq != fa.Hq || ca.Hkv != fa.Hkv || ca.D != fa.D || ca.TotalQ != fa.TotalQ:
+		return p, fmt.Errorf("cuda: query-major prefill: combine arguments (total_q %d, Hq %d, Hkv %d, D %d) disagree with the forward's (%d, %d, %d, %d)",
+			ca.TotalQ, ca.Hq, ca.Hkv, ca.D, fa.TotalQ, fa.Hq, fa.Hkv, fa.D)
+	case ca.Out == 0 || ca.LSE == 0:
+		return p, fmt.Errorf("cuda: query-major prefill: out and lse are required")
+	case qp == nil:
+		return p, fmt.Errorf("cuda: query-major prefill: nil plan")
+	}
+	// BF16 pairs and float LSEs are stored 4 bytes at a time.
+	for _, c := range []alignReq{{"out", ca.Out, 4}, {"lse", ca.LSE, 4}, {"tlse", ca.TLSE, 4}, {"output_scale", ca.OutputScale, 4}} {
+		if err := checkAlign(c.name, c.ptr, c.align); err != nil {
+			return p, err
+		}
+	}
+	if err := fits32("query tiles", qp.NumTiles()); err != nil {
+		return p, err
+	}
+	p = qfwdKernelParams{
+		Q: f.Q, K: f.K, V: f.V, KScale: f.KScale, VScale: f.VScale, KGlobalScale: f.KGlobalScale, OutputScale: ca.OutputScale,
+		CuSeqlensQ: f.CuSeqlensQ, CuSeqlensK: f.CuSeqlensK, SequsedK: f.SequsedK, PageTable: f.PageTable,
+		Tiles: dev.Tiles, TilePtr: dev.TilePtr, Blocks: dev.Blocks, Masks: dev.Masks,
+		Out: ca.Out, LSE: ca.LSE, TLSE: ca.TLSE,
+		TotalQ: f.TotalQ, NumHeadsQ: f.NumHeadsQ, NumHeadsKV: f.NumHeadsKV, HeadDim: f.HeadDim,
+		QheadPerKV: f.QheadPerKV, BlkKV: f.BlkKV, PageSize: f.PageSize, PageTableStride: f.PageTableStride,
+		NumBatch: f.NumBatch, NumTiles: int32(qp.NumTiles()), QDtype: f.QDtype, KVDtype: f.KVDtype,
+		Causal: f.Causal, PVRound: f.PVRound, SoftmaxScaleLog2: f.SoftmaxScaleLog2,
+	}
+	// The temperature LSE as the KV-major path computes it: with a
+	// temperature, 1/T; without, the kernel writes the LSE there.
+	if ca.TLSE != 0 && fa.Temperature > 0 {
+		p.InvTemperature = 1 / fa.Temperature
+	}
+	return p, nil
+}

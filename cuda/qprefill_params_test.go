@@ -1,0 +1,138 @@
+package cuda
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/sparseattn/msa/kernels/cuda/fatbin"
+)
+
+func TestPrefillPathParse(t *testing.T) {
+	for s, want := range map[string]PrefillPath{"": PrefillKV, "kv": PrefillKV, "query": PrefillQuery} {
+		got, err := ParsePrefillPath(s)
+		if err != nil || got != want {
+			t.Errorf("ParsePrefillPath(%q) = %v, %v: want %v", s, got, err, want)
+		}
+		if s != "" && got.String() != s {
+			t.Errorf("%v.String() = %q, want %q", got, got.String(), s)
+		}
+	}
+	for _, s := range []string{"auto", "Query", "q"} {
+		if _, err := ParsePrefillPath(s); err == nil || !strings.Contains(err.Error(), PrefillEnv) {
+			t.Errorf("ParsePrefillPath(%q): error %v, want one naming %s", s, err, PrefillEnv)
+		}
+	}
+	t.Setenv(PrefillEnv, "query")
+	if p, err := prefillPathFromEnv(); err != nil || p != PrefillQuery {
+		t.Errorf("%s=query: %v, %v", PrefillEnv, p, err)
+	}
+}
+
+// TestQFwdNames: every query-major kernel name is in the launch table
+// (so in the fatbin's name list), on every tensor-core family.
+func TestQFwdNames(t *testing.T) {
+	if QFwdNames(ArchPortable) != nil {
+		t.Error("query-major kernels listed for the portable family")
+	}
+	for _, a := range []Arch{ArchSM80, ArchSM90, ArchSM100} {
+		names := QFwdNames(a)
+		if len(names) != 12 || !slices.Contains(names, "msa_sm80_qfwd_bf16_d128") || !slices.Contains(names, "msa_sm80_qfwd_nvfp4_d256") {
+			t.Errorf("QFwdNames(%s) = %v", a, names)
+		}
+		for _, n := range names {
+			if _, ok := fatbin.HopperAmpereLaunch[n]; !ok {
+				t.Errorf("%s: not in HopperAmpereLaunch", n)
+			}
+		}
+	}
+}
+
+func qArgs() (*FwdArgs, *CombineArgs) {
+	fa := &FwdArgs{Q: 1 << 20, K: 2 << 20, V: 3 << 20, CuSeqlensQ: 4 << 20, CuSeqlensK: 5 << 20, OPartial: 6 << 20, LSEPartial: 7 << 20,
+		TotalQ: 300, Hq: 8, Hkv: 2, D: 128, BlkKV: 128, TopK: 8, NumBatch: 2, QDtype: BF16, KVDtype: BF16, PartialDtype: F32,
+		PVRound: RoundBF16, Causal: true, KVRows: 1000}
+	ca := &CombineArgs{OPartial: fa.OPartial, LSEPartial: fa.LSEPartial, Out: 8 << 20, LSE: 9 << 20, TotalQ: 300, Hq: 8, Hkv: 2, D: 128, TopK: 8, PartialDtype: F32}
+	return fa, ca
+}
+
+func TestQFwdPlan(t *testing.T) {
+	fa, _ := qArgs()
+	for _, a := range []Arch{ArchSM80, ArchSM90, ArchSM100} {
+		p, why := QFwdPlan(a, fa, 10)
+		if why != "" || p.Name != "msa_sm80_qfwd_bf16_d128" || p.GridBlocks != 10 {
+			t.Errorf("%s: %+v, %q", a, p, why)
+		}
+	}
+	if _, why := QFwdPlan(ArchPortable, fa, 10); why == "" {
+		t.Error("portable family: query-major plan accepted")
+	}
+	fp8 := *fa
+	fp8.QDtype, fp8.KVDtype = E4M3, E4M3
+	if _, why := QFwdPlan(ArchSM90, &fp8, 10); why == "" {
+		t.Error("fp8 variant with BF16 P rounding accepted")
+	}
+	fp8.PVRound = RoundE4M3
+	if p, why := QFwdPlan(ArchSM90, &fp8, 10); why != "" || p.Name != "msa_sm80_qfwd_fp8_d128" {
+		t.Errorf("fp8: %+v, %q", p, why)
+	}
+	mis := *fa
+	mis.Q += 8
+	if _, why := QFwdPlan(ArchSM90, &mis, 10); why == "" {
+		t.Error("misaligned Q accepted")
+	}
+}
+
+// TestQFwdParamsErrors: the query-major path refuses what the KV-major
+// path refuses, with the same error, and checks its own outputs.
+func TestQFwdParamsErrors(t *testing.T) {
+	c := prefillCases()[1]
+	genPrefill(t, c, 9)
+	qp, err := BuildQPlan(c.csr, c.sched, c.cuQ, c.hkv, c.qhpk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := func() (*FwdArgs, *CombineArgs) {
+		fa, ca := qArgs()
+		fa.TotalQ, ca.TotalQ = c.totalQ, c.totalQ
+		fa.Hq, fa.Hkv, ca.Hq, ca.Hkv = c.hq, c.hkv, c.hq, c.hkv
+		return fa, ca
+	}
+	fa, ca := base()
+	p, err := newQFwdKernelParams(fa, ca, c.csr, c.sched, qp, QPlanPtrs{Tiles: 1 << 24, TilePtr: 2 << 24, Blocks: 3 << 24, Masks: 4 << 24})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.NumTiles != int32(qp.NumTiles()) || p.Out != ca.Out || p.Tiles != 1<<24 || p.Masks != 4<<24 || p.QheadPerKV != int32(c.qhpk) || p.Causal != 1 {
+		t.Errorf("params %+v", p)
+	}
+	for name, mut := range map[string]func(fa *FwdArgs, ca *CombineArgs){
+		"head dim":        func(fa *FwdArgs, ca *CombineArgs) { fa.D = 96 },
+		"blk_kv":          func(fa *FwdArgs, ca *CombineArgs) { fa.BlkKV = 129 },
+		"Hq not multiple": func(fa *FwdArgs, ca *CombineArgs) { fa.Hq = 7 },
+		"q dtype":         func(fa *FwdArgs, ca *CombineArgs) { fa.QDtype = F16 },
+		"misaligned k":    func(fa *FwdArgs, ca *CombineArgs) { fa.K += 2 },
+	} {
+		fa, ca := base()
+		mut(fa, ca)
+		_, kvErr := newFwdKernelParams(fa, c.csr, c.sched, FwdPlanPtrs{})
+		_, qErr := newQFwdKernelParams(fa, ca, c.csr, c.sched, qp, QPlanPtrs{})
+		if kvErr == nil || qErr == nil || kvErr.Error() != qErr.Error() {
+			t.Errorf("%s: KV-major error %v, query-major error %v: want the same error", name, kvErr, qErr)
+		}
+	}
+	for name, mut := range map[string]func(fa *FwdArgs, ca *CombineArgs){
+		"no out":         func(fa *FwdArgs, ca *CombineArgs) { ca.Out = 0 },
+		"misaligned lse": func(fa *FwdArgs, ca *CombineArgs) { ca.LSE += 2 },
+		"combine Hq":     func(fa *FwdArgs, ca *CombineArgs) { ca.Hq, ca.Hkv = fa.Hq*2, fa.Hkv*2 },
+	} {
+		fa, ca := base()
+		mut(fa, ca)
+		if _, err := newQFwdKernelParams(fa, ca, c.csr, c.sched, qp, QPlanPtrs{}); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	if _, err := newQFwdKernelParams(fa, ca, c.csr, c.sched, nil, QPlanPtrs{}); err == nil {
+		t.Error("nil plan accepted")
+	}
+}

@@ -1,0 +1,241 @@
+package cuda
+
+import (
+	"fmt"
+	"math"
+	"math/bits"
+	"slices"
+
+	"github.com/sparseattn/msa/kernels/plan"
+)
+
+// The query-major prefill path (kernels/cuda/sm80/sm80_qfwd.cu): one CTA
+// per query tile x KV head walks the union of the blocks the tile's tokens
+// selected, in ascending block order, each row masked to the blocks its
+// token selected and to its causal limit, keeps the online softmax in
+// registers and writes O, LSE and the temperature LSE once: no partials,
+// no combine. QPlan is the host half: the tiles and their block lists in
+// the layout the kernel reads, built from the k2q CSR and the forward
+// schedule (whose items cover every CSR entry once).
+
+// QTileRows is the row tile of the query-major kernel: 64 query-head rows
+// (four warps of 16, the mma.sync fragment of shared/tc_frag.cuh).
+const QTileRows = 64
+
+// QTileFields is the number of int32 fields of one query tile in
+// QPlan.Tiles: batch, KV head, first token (a global query row) and the
+// number of tokens.
+const QTileFields = 4
+
+// QTileTokens returns the tokens of one query-major tile for qpk query
+// heads per KV head: as many whole tokens as fill 64 rows, at least one
+// (qpk > 64: the CTA takes the token's rows in several 64-row passes, all
+// sharing the token's selection).
+func QTileTokens(qpk int) int { return max(1, QTileRows/max(qpk, 1)) }
+
+// QPlan is the block table of a query-major prefill.
+//
+// Tile t covers tokens [Tiles[4t+2], Tiles[4t+2]+Tiles[4t+3]) of sequence
+// Tiles[4t] for KV head Tiles[4t+1]; its blocks are Blocks[TilePtr[t]:
+// TilePtr[t+1]], strictly ascending batch-local block ids, and Masks[i]
+// has bit k set iff token k of the tile selected Blocks[i]. The tiles of
+// every (sequence, KV head) cover each of its tokens exactly once, so
+// every output row is written once, tokens without a selected block
+// included (O = 0, LSE = -inf). Tiles are listed with the longest block
+// lists first, so the CTAs that run longest start first.
+type QPlan struct {
+	TileTokens int      // tokens per full tile (QTileTokens)
+	Tiles      []int32  // [NumTiles][QTileFields]
+	TilePtr    []int32  // [NumTiles+1] offsets into Blocks
+	Blocks     []int32  // block ids
+	Masks      []uint64 // per block of a tile: bit k = token k of the tile selected it
+}
+
+// NumTiles is the number of query tiles (CTAs of the launch).
+func (p *QPlan) NumTiles() int { return len(p.Tiles) / QTileFields }
+
+// BuildQPlan builds the query-major block table of the schedule s of csr
+// for sequences cuQ ([B+1], host copy of cu_seqlens_q), hkv KV heads and
+// qpk query heads per KV head.
+func BuildQPlan(csr *plan.CSR, s *plan.FwdSchedule, cuQ []int32, hkv, qpk int) (*QPlan, error) {
+	switch {
+	case csr == nil || s == nil:
+		return nil, fmt.Errorf("cuda: query-major plan: nil CSR or forward schedule")
+	case hkv < 1 || csr.Hkv != hkv:
+		return nil, fmt.Errorf("cuda: query-major plan: CSR Hkv = %d: expected Hkv = %d >= 1", csr.Hkv, hkv)
+	case qpk < 1:
+		return nil, fmt.Errorf("cuda: query-major plan: qhead_per_kv = %d: must be >= 1", qpk)
+	case len(cuQ) < 2:
+		return nil, fmt.Errorf("cuda: query-major plan: cu_seqlens_q has %d entries: expected B+1 >= 2", len(cuQ))
+	case len(s.Metadata) < int(s.WorkCount)*plan.MetaFields || s.WorkCount < 0:
+		return nil, fmt.Errorf("cuda: query-major plan: schedule has %d metadata entries for %d items", len(s.Metadata), s.WorkCount)
+	}
+	nb := len(cuQ) - 1
+	tok := QTileTokens(qpk)
+	// Tiles of each sequence, from its first token; tileBase[b] is the
+	// first tile index of sequence b (per KV head).
+	tileBase := make([]int, nb+1)
+	for b := 0; b < nb; b++ {
+		n := int(cuQ[b+1]) - int(cuQ[b])
+		if n < 0 || cuQ[b] < 0 {
+			return nil, fmt.Errorf("cuda: query-major plan: cu_seqlens_q[%d..%d] = %d, %d: expected non-negative, non-decreasing", b, b+1, cuQ[b], cuQ[b+1])
+		}
+		tileBase[b+1] = tileBase[b] + (n+tok-1)/tok
+	}
+	nt := tileBase[nb] * hkv // tile (per sequence tiles) x KV head: index tile*hkv + h
+	// Counting sort of the CSR entries by (tile, head): entry = block<<6 | token in tile.
+	count := make([]int32, nt+1)
+	type item struct{ h, base, n, b int }
+	items := make([]item, 0, s.WorkCount)
+	for i := 0; i < int(s.WorkCount); i++ {
+		m := s.Metadata[i*plan.MetaFields : (i+1)*plan.MetaFields]
+		h, row, qBegin, qCount, b, j := int(m[0]), int(m[1]), int(m[2]), int(m[3]), int(m[4]), m[5]
+		if h < 0 || h >= hkv || row < 0 || row >= csr.TotalRows || b < 0 || b >= nb || j < 0 || qCount < 0 {
+			return nil, fmt.Errorf("cuda: query-major plan: schedule item %d: (head %d, row %d, batch %d, block %d, count %d) out of range", i, h, row, b, j, qCount)
+		}
+		rp := h*(csr.TotalRows+1) + row
+		if rp >= len(csr.RowPtr) {
+			return nil, fmt.Errorf("cuda: query-major plan: schedule item %d: CSR row %d of head %d past RowPtr (%d entries)", i, row, h, len(csr.RowPtr))
+		}
+		base := h*csr.Stride + int(csr.RowPtr[rp]) + qBegin
+		if base < 0 || base+qCount > len(csr.QIdx) || base+qCount > (h+1)*csr.Stride {
+			return nil, fmt.Errorf("cuda: query-major plan: schedule item %d: entries [%d, %d) outside head %d of the CSR", i, base, base+qCount, h)
+		}
+		seq := int(cuQ[b+1] - cuQ[b])
+		for _, q := range csr.QIdx[base : base+qCount] {
+			if q < 0 || int(q) >= seq {
+				return nil, fmt.Errorf("cuda: query-major plan: schedule item %d: query %d outside sequence %d of %d tokens", i, q, b, seq)
+			}
+			count[(tileBase[b]+int(q)/tok)*hkv+h+1]++
+		}
+		items = append(items, item{h, base, qCount, b})
+	}
+	for i := 1; i <= nt; i++ {
+		count[i] += count[i-1]
+	}
+	ent := make([]uint64, count[nt])
+	fill := slices.Clone(count[:nt])
+	for idx, it := range items {
+		j := uint64(s.Metadata[idx*plan.MetaFields+5])
+		for _, q := range csr.QIdx[it.base : it.base+it.n] {
+			t := (tileBase[it.b]+int(q)/tok)*hkv + it.h
+			ent[fill[t]] = j<<6 | uint64(int(q)%tok)
+			fill[t]++
+		}
+	}
+	// Per (tile, head): sort, merge equal blocks into one token mask.
+	type tileList struct {
+		blocks []int32
+		masks  []uint64
+	}
+	lists := make([]tileList, nt)
+	for t := 0; t < nt; t++ {
+		e := ent[count[t]:count[t+1]]
+		slices.Sort(e)
+		var l tileList
+		for _, x := range e {
+			j, k := int32(x>>6), x&63
+			if n := len(l.blocks); n > 0 && l.blocks[n-1] == j {
+				if l.masks[n-1]&(1<<k) != 0 {
+					return nil, fmt.Errorf("cuda: query-major plan: block %d listed twice for one query (KV head %d): the schedule covers a CSR entry twice", j, t%hkv)
+				}
+				l.masks[n-1] |= 1 << k
+				continue
+			}
+			l.blocks = append(l.blocks, j)
+			l.masks = append(l.masks, 1<<k)
+		}
+		lists[t] = l
+	}
+	order := make([]int, nt)
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return len(lists[b].blocks) - len(lists[a].blocks) })
+	p := &QPlan{TileTokens: tok, Tiles: make([]int32, 0, nt*QTileFields), TilePtr: make([]int32, 1, nt+1)}
+	for _, t := range order {
+		tile, h := t/hkv, t%hkv
+		b := seqOfTile(tileBase, tile)
+		first := int(cuQ[b]) + (tile-tileBase[b])*tok
+		n := min(tok, int(cuQ[b+1])-first)
+		p.Tiles = append(p.Tiles, int32(b), int32(h), int32(first), int32(n))
+		p.Blocks = append(p.Blocks, lists[t].blocks...)
+		p.Masks = append(p.Masks, lists[t].masks...)
+		p.TilePtr = append(p.TilePtr, int32(len(p.Blocks)))
+	}
+	if err := fits32("query-major block entries", len(p.Blocks)); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// seqOfTile returns the sequence b whose tiles [base[b], base[b+1]) hold tile.
+func seqOfTile(base []int, tile int) int {
+	b, _ := slices.BinarySearch(base, tile+1)
+	return b - 1
+}
+
+// Validate checks every index the query-major kernel reads: the tiles'
+// sequences, heads and token ranges against cuQ (host copy of
+// cu_seqlens_q), hkv and the tile size; that the tiles of each (sequence,
+// KV head) cover its tokens exactly once; TilePtr's offsets; each tile's
+// block ids strictly ascending in [0, ceil(seqK[b]/blkKV)) (seqK: each
+// sequence's key count; nil checks only that ids are non-negative: the
+// launcher has no host copy of seqused_k, and the kernel skips a block
+// that starts at or past its sequence's end); and each mask non-zero with
+// no bit at or past the tile's token count.
+func (p *QPlan) Validate(cuQ, seqK []int32, hkv, qpk, blkKV int) error {
+	nb := len(cuQ) - 1
+	switch {
+	case p == nil:
+		return fmt.Errorf("cuda: query-major plan: nil")
+	case nb < 1 || seqK != nil && len(seqK) != nb:
+		return fmt.Errorf("cuda: query-major plan: %d sequences in cu_seqlens_q, %d key lengths: expected B >= 1 of each", nb, len(seqK))
+	case hkv < 1 || qpk < 1 || blkKV < 1:
+		return fmt.Errorf("cuda: query-major plan: Hkv %d, qhead_per_kv %d, blk_kv %d: must be >= 1", hkv, qpk, blkKV)
+	case p.TileTokens != QTileTokens(qpk):
+		return fmt.Errorf("cuda: query-major plan: %d tokens per tile: expected %d for qhead_per_kv %d", p.TileTokens, QTileTokens(qpk), qpk)
+	case len(p.Tiles)%QTileFields != 0 || len(p.TilePtr) != p.NumTiles()+1:
+		return fmt.Errorf("cuda: query-major plan: %d tile fields, %d tile pointers: expected 4 per tile and tiles+1", len(p.Tiles), len(p.TilePtr))
+	case len(p.Masks) != len(p.Blocks):
+		return fmt.Errorf("cuda: query-major plan: %d masks for %d blocks", len(p.Masks), len(p.Blocks))
+	case p.TilePtr[0] != 0 || int(p.TilePtr[len(p.TilePtr)-1]) != len(p.Blocks):
+		return fmt.Errorf("cuda: query-major plan: tile pointers run from %d to %d: expected 0 to %d", p.TilePtr[0], p.TilePtr[len(p.TilePtr)-1], len(p.Blocks))
+	}
+	covered := make([]int32, int(cuQ[nb])*hkv)
+	for t := 0; t < p.NumTiles(); t++ {
+		f := p.Tiles[t*QTileFields : (t+1)*QTileFields]
+		b, h, first, n := int(f[0]), int(f[1]), int(f[2]), int(f[3])
+		if b < 0 || b >= nb || h < 0 || h >= hkv || n < 1 || n > p.TileTokens || first < int(cuQ[b]) || first+n > int(cuQ[b+1]) {
+			return fmt.Errorf("cuda: query-major plan: tile %d: (batch %d, head %d, tokens [%d, %d)) outside the sequences or longer than %d tokens", t, b, h, first, first+n, p.TileTokens)
+		}
+		for q := first; q < first+n; q++ {
+			covered[q*hkv+h]++
+		}
+		lo, hi := p.TilePtr[t], p.TilePtr[t+1]
+		if lo > hi {
+			return fmt.Errorf("cuda: query-major plan: tile %d: pointers %d > %d", t, lo, hi)
+		}
+		nblk := math.MaxInt32
+		if seqK != nil {
+			nblk = (int(seqK[b]) + blkKV - 1) / blkKV
+		}
+		prev := int32(-1)
+		for i := lo; i < hi; i++ {
+			j, m := p.Blocks[i], p.Masks[i]
+			if j <= prev || int(j) >= nblk {
+				return fmt.Errorf("cuda: query-major plan: tile %d: block %d after %d: expected ascending ids in [0, %d)", t, j, prev, nblk)
+			}
+			if m == 0 || bits.Len64(m) > n {
+				return fmt.Errorf("cuda: query-major plan: tile %d, block %d: token mask %#x: expected non-zero bits below %d", t, j, m, n)
+			}
+			prev = j
+		}
+	}
+	for i, c := range covered {
+		if c != 1 {
+			return fmt.Errorf("cuda: query-major plan: query %d, KV head %d is in %d tiles: expected exactly 1", i/hkv, i%hkv, c)
+		}
+	}
+	return nil
+}

@@ -5,7 +5,6 @@ package main
 import (
 	"encoding/binary"
 	"fmt"
-	"math"
 	"os"
 	"time"
 	"unsafe"
@@ -100,45 +99,6 @@ func runGPU(cfg *config) int {
 	return 0
 }
 
-// devMem is the device memory of one case.
-type devMem struct {
-	dev  *cuda.Device
-	ptrs []uint64
-	err  error
-}
-
-func (m *devMem) alloc(n int) uint64 {
-	if m.err != nil {
-		return 0
-	}
-	p, err := m.dev.Alloc(n)
-	m.err = err
-	m.ptrs = append(m.ptrs, p)
-	return p
-}
-
-func (m *devMem) put(b []byte) uint64 {
-	if m.err != nil {
-		return 0
-	}
-	p, err := m.dev.Put(b)
-	m.err = err
-	m.ptrs = append(m.ptrs, p)
-	return p
-}
-
-func (m *devMem) putI32(v []int32) uint64 {
-	b := make([]byte, 4*len(v))
-	for i, x := range v {
-		binary.LittleEndian.PutUint32(b[4*i:], uint32(x))
-	}
-	return m.put(b)
-}
-
-func (m *devMem) putF32(f float32) uint64 {
-	return m.put(binary.LittleEndian.AppendUint32(nil, math.Float32bits(f)))
-}
-
 // bytesOf is the storage of a BF16, E4M3 or byte slice (nil for any
 // other, which the upload then rejects as empty).
 func bytesOf(x any) []byte {
@@ -164,8 +124,8 @@ func dtypeOf(s string) cuda.Dtype {
 // gpuCase builds case c on the host (the CPU run's inputs), uploads it and
 // its plan, and times the kernels.
 func gpuCase(cfg *config, dev *cuda.Device, k *cuda.Kernels, c caseSpec, r *result) error {
-	m := &devMem{dev: dev}
-	defer func() { dev.Free(m.ptrs...) }()
+	m := cuda.NewArena(dev)
+	defer m.Free()
 	var pl *cuda.Prepared
 	var out uint64
 	var outElems int
@@ -201,22 +161,22 @@ func gpuCase(cfg *config, dev *cuda.Device, k *cuda.Kernels, c caseSpec, r *resu
 		} else if qd == cuda.E4M3 {
 			round = cuda.RoundE4M3 // FP8 P.V (docs/contract.md section 4)
 		}
-		a := &cuda.FwdArgs{Q: m.put(bytesOf(p.q.Data())), K: m.put(bytesOf(p.k.Data())), V: m.put(bytesOf(p.v.Data())),
-			CuSeqlensQ: m.putI32(cu), CuSeqlensK: m.putI32(cu), TotalQ: T, Hq: c.HQ, Hkv: c.HKV, D: c.D, BlkKV: c.Blk, TopK: c.TopK,
+		a := &cuda.FwdArgs{Q: m.Put(bytesOf(p.q.Data())), K: m.Put(bytesOf(p.k.Data())), V: m.Put(bytesOf(p.v.Data())),
+			CuSeqlensQ: m.PutI32(cu), CuSeqlensK: m.PutI32(cu), TotalQ: T, Hq: c.HQ, Hkv: c.HKV, D: c.D, BlkKV: c.Blk, TopK: c.TopK,
 			NumBatch: 1, QDtype: qd, KVDtype: kvd, PartialDtype: cuda.BF16, PVRound: round, Causal: true, KVRows: T}
 		window := cuda.WindowQueries(T, c.TopK, c.HQ, c.D, 2)
 		ob, lb := cuda.PartialBytes(window, c.TopK, c.HQ, c.D, 2)
-		a.OPartial, a.LSEPartial = m.alloc(int(ob)), m.alloc(int(lb))
+		a.OPartial, a.LSEPartial = m.Alloc(int(ob)), m.Alloc(int(lb))
 		outElems = T * c.HQ * c.D
-		out = m.alloc(2 * outElems)
-		ca := &cuda.CombineArgs{OPartial: a.OPartial, LSEPartial: a.LSEPartial, Out: out, LSE: m.alloc(4 * T * c.HQ),
+		out = m.Alloc(2 * outElems)
+		ca := &cuda.CombineArgs{OPartial: a.OPartial, LSEPartial: a.LSEPartial, Out: out, LSE: m.Alloc(4 * T * c.HQ),
 			TotalQ: T, Hq: c.HQ, Hkv: c.HKV, D: c.D, TopK: c.TopK, PartialDtype: cuda.BF16}
 		if c.Kind == "nvfp4" {
-			a.KScale, a.VScale, a.KGlobalScale = m.put(bytesOf(p.kScale.Data())), m.put(bytesOf(p.vScale.Data())), m.putF32(nvK)
-			ca.OutputScale = m.putF32(nvV)
+			a.KScale, a.VScale, a.KGlobalScale = m.Put(bytesOf(p.kScale.Data())), m.Put(bytesOf(p.vScale.Data())), m.PutF32(nvK)
+			ca.OutputScale = m.PutF32(nvV)
 		}
-		if m.err != nil {
-			return m.err
+		if m.Err() != nil {
+			return m.Err()
 		}
 		if pl, err = k.PrepareSparsePrefill(dev, a, ca, csr, sched, cu, window); err != nil {
 			return err
@@ -240,17 +200,17 @@ func gpuCase(cfg *config, dev *cuda.Device, k *cuda.Kernels, c caseSpec, r *resu
 			round = cuda.RoundE4M3
 		}
 		outElems = c.Batch * c.HQ * c.D
-		out = m.alloc(2 * outElems)
-		a := &cuda.DecodeArgs{Q: m.put(bytesOf(p.q.Data())), K: m.put(bytesOf(p.k.Data())), V: m.put(bytesOf(p.v.Data())),
-			SequsedK: m.putI32(su), PageTable: m.putI32(p.ptv), Out: out, LSE: m.alloc(4 * c.Batch * c.HQ),
+		out = m.Alloc(2 * outElems)
+		a := &cuda.DecodeArgs{Q: m.Put(bytesOf(p.q.Data())), K: m.Put(bytesOf(p.k.Data())), V: m.Put(bytesOf(p.v.Data())),
+			SequsedK: m.PutI32(su), PageTable: m.PutI32(p.ptv), Out: out, LSE: m.Alloc(4 * c.Batch * c.HQ),
 			Batch: c.Batch, SeqlenQ: 1, Hq: c.HQ, Hkv: c.HKV, D: c.D, PageSize: c.Page, PageTableStride: p.cols,
 			QDtype: dt, KVDtype: dt, PVRound: round, NumPages: c.Batch * p.cols}
 		if sched.SplitKV {
-			a.OPartial = m.alloc(sched.PartialRows * c.HQ * c.D * 4)
-			a.LSEPartial = m.alloc(sched.PartialRows * c.HQ * 4)
+			a.OPartial = m.Alloc(sched.PartialRows * c.HQ * c.D * 4)
+			a.LSEPartial = m.Alloc(sched.PartialRows * c.HQ * 4)
 		}
-		if m.err != nil {
-			return m.err
+		if m.Err() != nil {
+			return m.Err()
 		}
 		if pl, err = k.PrepareDecode(dev, a, sched); err != nil {
 			return err

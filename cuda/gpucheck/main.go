@@ -168,52 +168,13 @@ func main() {
 	}
 }
 
-// mem is the device memory of one case.
-type mem struct {
-	dev  *cuda.Device
-	ptrs []uint64
-	err  error
-}
-
-func (m *mem) alloc(n int) uint64 {
-	if m.err != nil {
-		return 0
-	}
-	p, err := m.dev.Alloc(n)
-	m.err = err
-	m.ptrs = append(m.ptrs, p)
-	return p
-}
-
-func (m *mem) put(b []byte) uint64 {
-	if m.err != nil {
-		return 0
-	}
-	p, err := m.dev.Put(b)
-	m.err = err
-	m.ptrs = append(m.ptrs, p)
-	return p
-}
-
-func (m *mem) putI32(v []int32) uint64 {
-	b := make([]byte, 4*len(v))
-	for i, x := range v {
-		binary.LittleEndian.PutUint32(b[4*i:], uint32(x))
-	}
-	return m.put(b)
-}
-
-func (m *mem) putF32(f float32) uint64 {
-	b := make([]byte, 4)
-	binary.LittleEndian.PutUint32(b, math.Float32bits(f))
-	return m.put(b)
-}
-
-func (m *mem) free() error { return m.dev.Free(m.ptrs...) }
+// mem is the device memory of one case, with the read-back of its
+// results.
+type mem struct{ *cuda.Arena }
 
 func (m *mem) result(o, lse, tlse uint64, rows, d int) (check.Result, error) {
 	var r check.Result
-	ob, err := m.dev.Get(o, rows*d*2)
+	ob, err := m.Device().Get(o, rows*d*2)
 	if err != nil {
 		return r, err
 	}
@@ -222,7 +183,7 @@ func (m *mem) result(o, lse, tlse uint64, rows, d int) (check.Result, error) {
 		r.O[i] = math.Float32frombits(uint32(binary.LittleEndian.Uint16(ob[2*i:])) << 16)
 	}
 	get := func(p uint64) ([]float32, error) {
-		b, err := m.dev.Get(p, rows*4)
+		b, err := m.Device().Get(p, rows*4)
 		if err != nil {
 			return nil, err
 		}
@@ -379,16 +340,16 @@ type prefillRun struct {
 // uploadPrefill copies case c's inputs and plan to the device and
 // allocates its partials and outputs.
 func (r *report) uploadPrefill(c *check.Prefill) (*prefillRun, error) {
-	m := &mem{dev: r.dev}
+	m := &mem{cuda.NewArena(r.dev)}
 	B := len(c.CuQ) - 1
-	a := &cuda.FwdArgs{Q: m.put(c.Q.Enc), K: m.put(c.K.Enc), V: m.put(c.V.Enc), CuSeqlensQ: m.putI32(c.CuQ), CuSeqlensK: m.putI32(c.CuK),
+	a := &cuda.FwdArgs{Q: m.Put(c.Q.Enc), K: m.Put(c.K.Enc), V: m.Put(c.V.Enc), CuSeqlensQ: m.PutI32(c.CuQ), CuSeqlensK: m.PutI32(c.CuK),
 		TotalQ: c.TotalQ, Hq: c.Hq, Hkv: c.Hkv, D: c.D, BlkKV: c.Blk, TopK: c.TopK, NumBatch: B,
 		QDtype: c.QD, KVDtype: c.KVD, PartialDtype: c.PD, PVRound: c.Round(), Causal: c.Causal, KVRows: c.KVRows()}
 	if c.KVD == cuda.NVFP4 {
-		a.KScale, a.VScale, a.KGlobalScale = m.put(c.K.Scales), m.put(c.V.Scales), m.putF32(c.K.Global)
+		a.KScale, a.VScale, a.KGlobalScale = m.Put(c.K.Scales), m.Put(c.V.Scales), m.PutF32(c.K.Global)
 	}
 	if c.Paged {
-		a.PageTable, a.SequsedK, a.PageSize, a.PageTableStride = m.putI32(c.PageTable), m.putI32(c.SeqK), c.PageSize, c.MaxPages
+		a.PageTable, a.SequsedK, a.PageSize, a.PageTableStride = m.PutI32(c.PageTable), m.PutI32(c.SeqK), c.PageSize, c.MaxPages
 	}
 	slots := 1
 	for _, n := range c.Sched.SplitCounts {
@@ -396,22 +357,22 @@ func (r *report) uploadPrefill(c *check.Prefill) (*prefillRun, error) {
 	}
 	window := cuda.WindowQueries(c.TotalQ, slots, c.Hq, c.D, partialBytes(c.PD))
 	ob, lb := cuda.PartialBytes(window, slots, c.Hq, c.D, partialBytes(c.PD))
-	a.OPartial, a.LSEPartial = m.alloc(int(ob)), m.alloc(int(lb))
+	a.OPartial, a.LSEPartial = m.Alloc(int(ob)), m.Alloc(int(lb))
 	if c.Temp > 0 {
-		a.TLSEPartial, a.Temperature = m.alloc(int(lb)), c.Temp
+		a.TLSEPartial, a.Temperature = m.Alloc(int(lb)), c.Temp
 	}
 	rows := c.TotalQ * c.Hq
 	ca := &cuda.CombineArgs{OPartial: a.OPartial, LSEPartial: a.LSEPartial, TLSEPartial: a.TLSEPartial,
-		Out: m.alloc(rows * c.D * 2), LSE: m.alloc(rows * 4), TotalQ: c.TotalQ, Hq: c.Hq, Hkv: c.Hkv, D: c.D, TopK: c.TopK, PartialDtype: c.PD}
+		Out: m.Alloc(rows * c.D * 2), LSE: m.Alloc(rows * 4), TotalQ: c.TotalQ, Hq: c.Hq, Hkv: c.Hkv, D: c.D, TopK: c.TopK, PartialDtype: c.PD}
 	if c.Temp > 0 {
-		ca.TLSE = m.alloc(rows * 4)
+		ca.TLSE = m.Alloc(rows * 4)
 	}
 	if c.KVD == cuda.NVFP4 {
-		ca.OutputScale = m.putF32(c.V.Global)
+		ca.OutputScale = m.PutF32(c.V.Global)
 	}
-	if m.err != nil {
-		err := m.err
-		m.free()
+	if m.Err() != nil {
+		err := m.Err()
+		m.Free()
 		return nil, err
 	}
 	return &prefillRun{m: m, a: a, ca: ca, window: window, rows: rows}, nil
@@ -454,7 +415,7 @@ func (r *report) prefill(c *check.Prefill, seed uint64, windowed bool) {
 		return
 	}
 	defer func() {
-		if err := pr.m.free(); err != nil {
+		if err := pr.m.Free(); err != nil {
 			r.out(c.Name, "free", check.Diff{}, check.Diff{}, false, err)
 		}
 	}()
@@ -529,7 +490,7 @@ func (r *report) probePrefill(c *check.Prefill, seed uint64) {
 			return check.Result{}, "", err
 		}
 		g, kern, err := pr.once(r, c, pr.window)
-		if ferr := pr.m.free(); err == nil {
+		if ferr := pr.m.Free(); err == nil {
 			err = ferr
 		}
 		return g, kern, err
@@ -547,15 +508,15 @@ func (r *report) probeDecode(c *check.Decode, seed uint64) {
 		return
 	}
 	r.probe(c.Name, false, c.ProbePasses(), c.SetProbe, func() (check.Result, string, error) {
-		m := &mem{dev: r.dev}
+		m := &mem{cuda.NewArena(r.dev)}
 		a := r.decodeArgs(m, c)
-		if m.err != nil {
-			err := m.err
-			m.free()
+		if m.Err() != nil {
+			err := m.Err()
+			m.Free()
 			return check.Result{}, "", err
 		}
 		g, kern, err := r.decodeOnce(m, a, c)
-		if ferr := m.free(); err == nil {
+		if ferr := m.Free(); err == nil {
 			err = ferr
 		}
 		return g, kern, err
@@ -591,21 +552,21 @@ func dedup(s []string) []string {
 
 func (r *report) decodeArgs(m *mem, c *check.Decode) *cuda.DecodeArgs {
 	rows := c.Batch * c.SeqlenQ * c.Hq
-	a := &cuda.DecodeArgs{Q: m.put(c.Q.Enc), K: m.put(c.K.Enc), V: m.put(c.V.Enc),
-		SequsedK: m.putI32(c.SeqUsed), PageTable: m.putI32(c.PageTable),
-		Out: m.alloc(rows * c.D * 2), LSE: m.alloc(rows * 4),
+	a := &cuda.DecodeArgs{Q: m.Put(c.Q.Enc), K: m.Put(c.K.Enc), V: m.Put(c.V.Enc),
+		SequsedK: m.PutI32(c.SeqUsed), PageTable: m.PutI32(c.PageTable),
+		Out: m.Alloc(rows * c.D * 2), LSE: m.Alloc(rows * 4),
 		Batch: c.Batch, SeqlenQ: c.SeqlenQ, Hq: c.Hq, Hkv: c.Hkv, D: c.D, PageSize: c.PageSize,
 		PageTableStride: c.MaxPages, QDtype: c.QD, KVDtype: c.KVD, PVRound: c.Round(), NumPages: c.NumPages}
 	if c.KVD == cuda.NVFP4 {
-		a.KScale, a.VScale = m.put(c.K.Scales), m.put(c.V.Scales)
-		a.KGlobalScale, a.OutputScale = m.putF32(c.K.Global), m.putF32(c.V.Global)
+		a.KScale, a.VScale = m.Put(c.K.Scales), m.Put(c.V.Scales)
+		a.KGlobalScale, a.OutputScale = m.PutF32(c.K.Global), m.PutF32(c.V.Global)
 	}
 	if c.Q2K != nil {
-		a.Q2K, a.TopK, a.BlkKV = m.putI32(c.Q2K), c.TopK, c.Blk
+		a.Q2K, a.TopK, a.BlkKV = m.PutI32(c.Q2K), c.TopK, c.Blk
 	}
 	if c.Sched.SplitKV {
-		a.OPartial = m.alloc(c.Sched.PartialRows * c.Hq * c.D * 4)
-		a.LSEPartial = m.alloc(c.Sched.PartialRows * c.Hq * 4)
+		a.OPartial = m.Alloc(c.Sched.PartialRows * c.Hq * c.D * 4)
+		a.LSEPartial = m.Alloc(c.Sched.PartialRows * c.Hq * 4)
 	}
 	return a
 }
@@ -639,15 +600,15 @@ func (r *report) decode(c *check.Decode, seed uint64) {
 	}
 	r.begin(c.Name)
 	defer r.begin("")
-	m := &mem{dev: r.dev}
+	m := &mem{cuda.NewArena(r.dev)}
 	defer func() {
-		if err := m.free(); err != nil {
+		if err := m.Free(); err != nil {
 			r.out(c.Name, "free", check.Diff{}, check.Diff{}, false, err)
 		}
 	}()
 	a := r.decodeArgs(m, c)
-	if m.err != nil {
-		r.out(c.Name, "", check.Diff{}, check.Diff{}, false, m.err)
+	if m.Err() != nil {
+		r.out(c.Name, "", check.Diff{}, check.Diff{}, false, m.Err())
 		return
 	}
 	for _, path := range r.paths() {
@@ -761,25 +722,25 @@ func (r *report) timeRow(name, kern string, ms, flop, bytes float64, fp8 bool, e
 func (r *report) timePrefill(c *check.Prefill, name string, md runMode, fp8 bool) {
 	r.begin("timing " + name)
 	defer r.begin("")
-	m := &mem{dev: r.dev}
-	defer m.free()
-	a := &cuda.FwdArgs{Q: m.put(c.Q.Enc), K: m.put(c.K.Enc), V: m.put(c.V.Enc), CuSeqlensQ: m.putI32(c.CuQ), CuSeqlensK: m.putI32(c.CuK),
+	m := &mem{cuda.NewArena(r.dev)}
+	defer m.Free()
+	a := &cuda.FwdArgs{Q: m.Put(c.Q.Enc), K: m.Put(c.K.Enc), V: m.Put(c.V.Enc), CuSeqlensQ: m.PutI32(c.CuQ), CuSeqlensK: m.PutI32(c.CuK),
 		TotalQ: c.TotalQ, Hq: c.Hq, Hkv: c.Hkv, D: c.D, BlkKV: c.Blk, TopK: c.TopK, NumBatch: 1,
 		QDtype: c.QD, KVDtype: c.KVD, PartialDtype: c.PD, PVRound: c.Round(), Causal: true, KVRows: c.KVRows()}
 	if c.KVD == cuda.NVFP4 {
-		a.KScale, a.VScale, a.KGlobalScale = m.put(c.K.Scales), m.put(c.V.Scales), m.putF32(c.K.Global)
+		a.KScale, a.VScale, a.KGlobalScale = m.Put(c.K.Scales), m.Put(c.V.Scales), m.PutF32(c.K.Global)
 	}
 	window := cuda.WindowQueries(c.TotalQ, c.TopK, c.Hq, c.D, 2)
 	ob, lb := cuda.PartialBytes(window, c.TopK, c.Hq, c.D, 2)
-	a.OPartial, a.LSEPartial = m.alloc(int(ob)), m.alloc(int(lb))
+	a.OPartial, a.LSEPartial = m.Alloc(int(ob)), m.Alloc(int(lb))
 	rows := c.TotalQ * c.Hq
-	ca := &cuda.CombineArgs{OPartial: a.OPartial, LSEPartial: a.LSEPartial, Out: m.alloc(rows * c.D * 2), LSE: m.alloc(rows * 4),
+	ca := &cuda.CombineArgs{OPartial: a.OPartial, LSEPartial: a.LSEPartial, Out: m.Alloc(rows * c.D * 2), LSE: m.Alloc(rows * 4),
 		TotalQ: c.TotalQ, Hq: c.Hq, Hkv: c.Hkv, D: c.D, TopK: c.TopK, PartialDtype: c.PD}
 	if c.KVD == cuda.NVFP4 {
-		ca.OutputScale = m.putF32(c.V.Global)
+		ca.OutputScale = m.PutF32(c.V.Global)
 	}
-	if m.err != nil {
-		r.timeRow(name, "", 0, 0, 0, fp8, m.err)
+	if m.Err() != nil {
+		r.timeRow(name, "", 0, 0, 0, fp8, m.Err())
 		return
 	}
 	r.apply(md)
@@ -812,11 +773,11 @@ func (r *report) timeDecode(c *check.Decode, path cuda.Path, fp8 bool) {
 	}
 	r.begin("timing " + c.Name)
 	defer r.begin("")
-	m := &mem{dev: r.dev}
-	defer m.free()
+	m := &mem{cuda.NewArena(r.dev)}
+	defer m.Free()
 	a := r.decodeArgs(m, c)
-	if m.err != nil {
-		r.timeRow(c.Name, "", 0, 0, 0, fp8, m.err)
+	if m.Err() != nil {
+		r.timeRow(c.Name, "", 0, 0, 0, fp8, m.Err())
 		return
 	}
 	r.k.SetPath(path)

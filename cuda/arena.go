@@ -1,0 +1,66 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"encoding/binary"
+	"math"
+)
+
+// Arena collects the device buffers of one call or test case, so that
+// setting up many arguments needs one error check and one release: each
+// allocation or upload is recorded, the first error sticks (later calls do
+// nothing and return 0), and Free releases every buffer recorded.
+type Arena struct {
+	dev  *Device
+	ptrs []uint64
+	err  error
+}
+
+// NewArena returns an empty arena on dev.
+func NewArena(dev *Device) *Arena { return &Arena{dev: dev} }
+
+// Device is the device the arena allocates on.
+func (a *Arena) Device() *Device { return a.dev }
+
+// Err is the first error an allocation or upload returned, or nil.
+func (a *Arena) Err() error { return a.err }
+
+// Alloc allocates n bytes of device memory (contents unspecified).
+func (a *Arena) Alloc(n int) uint64 {
+	if a.err != nil {
+		return 0
+	}
+	p, err := a.dev.Alloc(n)
+	a.err = err
+	a.ptrs = append(a.ptrs, p)
+	return p
+}
+
+// Put uploads b to a new device buffer.
+func (a *Arena) Put(b []byte) uint64 {
+	if a.err != nil {
+		return 0
+	}
+	p, err := a.dev.Put(b)
+	a.err = err
+	a.ptrs = append(a.ptrs, p)
+	return p
+}
+
+// PutI32 uploads v as little-endian int32 values.
+func (a *Arena) PutI32(v []int32) uint64 {
+	b := make([]byte, 4*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(b[4*i:], uint32(x))
+	}
+	return a.Put(b)
+}
+
+// PutF32 uploads one float32 (a scale read by a kernel).
+func (a *Arena) PutF32(f float32) uint64 {
+	return a.Put(binary.LittleEndian.AppendUint32(nil, math.Float32bits(f)))
+}
+
+// Free releases every buffer the arena recorded.
+func (a *Arena) Free() error { return a.dev.Free(a.ptrs...) }

@@ -25,13 +25,16 @@ import (
 // in one process on one rank's workers. Every rank builds the whole
 // problem from fixed seeds and keeps its share, as the op tests do.
 //
-//   - time_ms: the slowest rank's median call time (decode: one
-//     CPDecodeWrapper.RunInto, a layer of a step; prefill: one
-//     CPSparsePrefill, its planning and exchanges included);
-//   - single_ms: the single-process op on the whole problem with one rank's
-//     workers (prefill: BuildK2QCSR and SparseAttenFunc, as CPSparsePrefill
-//     plans inside its call too), timed on rank 0 while the others wait;
-//   - speedup = single_ms / time_ms, efficiency = speedup / P;
+//   - time_ms, time_min_ms: the slowest rank's median and fastest call
+//     time (decode: one CPDecodeWrapper.RunInto, a layer of a step;
+//     prefill: one CPSparsePrefill, its planning and exchanges included);
+//   - single_ms, single_min_ms: the same for the single-process op on the
+//     whole problem with one rank's workers (prefill: BuildK2QCSR and
+//     SparseAttenFunc, as CPSparsePrefill plans inside its call too), timed
+//     on rank 0 while the others wait;
+//   - speedup = single_min_ms / time_min_ms (the least disturbed calls: on
+//     a shared machine the medians carry the other jobs' load),
+//     efficiency = speedup / P;
 //   - bytes_recv_max: the most payload bytes one rank received from the
 //     others per call (decode: the all-gathered partials; prefill: the
 //     replies and requests of CPPrefillStats), bytes_recv_total: the sum
@@ -124,11 +127,11 @@ func checkCPFlags(cfg *config) (cpShapes, error) {
 type cpRow struct {
 	kind, shape, strategy string
 	ranks                 int
-	timeMS, singleMS      float64
+	time, single          cpTime
 	recvMax, recvTotal    int64
 }
 
-const cpHeader = "machine,date,command,transport,case,ranks,workers_per_rank,shape,strategy,time_ms,single_ms,speedup,efficiency,bytes_recv_max,bytes_recv_total,load_1m"
+const cpHeader = "machine,date,command,transport,case,ranks,workers_per_rank,shape,strategy,time_ms,time_min_ms,single_ms,single_min_ms,speedup,efficiency,bytes_recv_max,bytes_recv_total,load_1m"
 
 // runCP runs the distributed mode and returns the exit code.
 func runCP(cfg *config) int {
@@ -232,40 +235,46 @@ func cpBarrier(c comm.Comm) error {
 	return c.AllGather(one[:], make([]byte, c.Size()))
 }
 
-// cpSingle times f on rank 0 (its median over the reps) while the other
-// ranks wait, and gives every rank the time.
-func cpSingle(c comm.Comm, f func() error) (float64, error) {
-	var ms float64
+// cpTime is a case's median and fastest call time in milliseconds.
+type cpTime struct{ med, min float64 }
+
+// cpSingle times f on rank 0 while the other ranks wait, and gives every
+// rank the times.
+func cpSingle(c comm.Comm, f func() error) (cpTime, error) {
+	var t cpTime
 	if c.Rank() == 0 {
-		t, err := cpMedian(f)
-		if err != nil {
-			return 0, err
+		var err error
+		if t, err = cpTimes(f); err != nil {
+			return t, err
 		}
-		ms = t
 	}
-	got, err := cpGather(c, ms)
+	med, err := cpGather(c, t.med)
 	if err != nil {
-		return 0, err
+		return t, err
 	}
-	return got[0], nil
+	mins, err := cpGather(c, t.min)
+	if err != nil {
+		return t, err
+	}
+	return cpTime{med[0], mins[0]}, nil
 }
 
-// cpMedian runs f once untimed, then -cp-reps times, and returns the median
-// time in milliseconds.
-func cpMedian(f func() error) (float64, error) {
+// cpTimes runs f once untimed, then -cp-reps times, and returns the median
+// and the fastest time.
+func cpTimes(f func() error) (cpTime, error) {
 	if err := f(); err != nil {
-		return 0, err
+		return cpTime{}, err
 	}
 	ts := make([]float64, cpOpts.reps)
 	for i := range ts {
 		t0 := time.Now()
 		if err := f(); err != nil {
-			return 0, err
+			return cpTime{}, err
 		}
 		ts[i] = float64(time.Since(t0).Nanoseconds()) / 1e6
 	}
 	slices.Sort(ts)
-	return ts[len(ts)/2], nil
+	return cpTime{ts[len(ts)/2], ts[0]}, nil
 }
 
 // cpGather all-gathers one float64 per rank.
@@ -289,11 +298,15 @@ func cpTimed(c comm.Comm, row cpRow, run func() error, recv func() int64) (cpRow
 	if err := cpBarrier(c); err != nil {
 		return row, err
 	}
-	ms, err := cpMedian(run)
+	t, err := cpTimes(run)
 	if err != nil {
 		return row, err
 	}
-	times, err := cpGather(c, ms)
+	meds, err := cpGather(c, t.med)
+	if err != nil {
+		return row, err
+	}
+	mins, err := cpGather(c, t.min)
 	if err != nil {
 		return row, err
 	}
@@ -301,7 +314,7 @@ func cpTimed(c comm.Comm, row cpRow, run func() error, recv func() int64) (cpRow
 	if err != nil {
 		return row, err
 	}
-	row.ranks, row.timeMS = c.Size(), slices.Max(times)
+	row.ranks, row.time = c.Size(), cpTime{slices.Max(meds), slices.Max(mins)}
 	for _, r := range recvs {
 		row.recvMax, row.recvTotal = max(row.recvMax, int64(r)), row.recvTotal+int64(r)
 	}
@@ -333,10 +346,10 @@ func writeCPRows(cfg *config, transport string, p int, rows []cpRow) error {
 	}
 	var b strings.Builder
 	for _, r := range rows {
-		speedup := r.singleMS / r.timeMS
-		fmt.Fprintf(&b, "%q,%s,%q,%s,%s,%d,%d,%s,%s,%.3f,%.3f,%.3f,%.3f,%d,%d,%s\n", fmt.Sprintf("%s, %d CPUs", mi.cpu, cpuCount()),
+		speedup := r.single.min / r.time.min
+		fmt.Fprintf(&b, "%q,%s,%q,%s,%s,%d,%d,%s,%s,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%d,%d,%s\n", fmt.Sprintf("%s, %d CPUs", mi.cpu, cpuCount()),
 			time.Now().UTC().Format("2006-01-02"), cmd, transport, r.kind, r.ranks, cpOpts.workers, r.shape, r.strategy,
-			r.timeMS, r.singleMS, speedup, speedup/float64(r.ranks), r.recvMax, r.recvTotal, loadAvg())
+			r.time.med, r.time.min, r.single.med, r.single.min, speedup, speedup/float64(r.ranks), r.recvMax, r.recvTotal, loadAvg())
 	}
 	if cpOpts.csv == "" {
 		fmt.Print(cpHeader + "\n" + b.String())

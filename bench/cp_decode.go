@@ -52,7 +52,7 @@ func cpDecode(c comm.Comm, s cpShapes) (cpRow, error) {
 		single = func() error { return w.RunInto(q, k, v, 0, out, lse) }
 	}
 	var err error
-	if row.singleMS, err = cpSingle(c, single); err != nil {
+	if row.single, err = cpSingle(c, single); err != nil {
 		return row, err
 	}
 

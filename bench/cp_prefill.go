@@ -67,8 +67,8 @@ func newCPPrefillProb(c comm.Comm, s cpShapes) *cpPrefillProb {
 }
 
 // run times CPSparsePrefill with the strategy st on every rank.
-func (pf *cpPrefillProb) run(c comm.Comm, st op.CPStrategy, singleMS float64) (cpRow, error) {
-	row := cpRow{kind: "cp-prefill", shape: pf.shape, strategy: st.String(), singleMS: singleMS}
+func (pf *cpPrefillProb) run(c comm.Comm, st op.CPStrategy, single cpTime) (cpRow, error) {
+	row := cpRow{kind: "cp-prefill", shape: pf.shape, strategy: st.String(), single: single}
 	if pf.shardErr != nil {
 		return row, pf.shardErr
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/binary"
+	"errors"
 	"flag"
 	"fmt"
 	"math"
@@ -196,12 +197,17 @@ func cpAllRanks(ranks []comm.Comm, s cpShapes) ([]cpRow, error) {
 		}()
 	}
 	wg.Wait()
+	// The cause, not a rank that only saw the group aborted by it.
+	var first error
 	for _, err := range errs {
-		if err != nil {
+		if err != nil && !errors.Is(err, comm.ErrAborted) {
 			return nil, err
 		}
+		if first == nil {
+			first = err
+		}
 	}
-	return rows, nil
+	return rows, first
 }
 
 // cpRank is one rank's share of the mode: decode, then prefill with each

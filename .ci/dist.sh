@@ -54,6 +54,21 @@ for np in 2 4; do
     grep -E 'rank [0-9]+ of' <<<"$out" | sed 's/^ *//' | sort -u
   done
 done
+# The bench's distributed mode (bench/cp.go) on tiny shapes: it runs under
+# mpirun and writes one CSV row per case (decode, prefill x 3 strategies).
+go build -tags mpi -o "$bin/bench" ./bench
+echo "--- mpirun -np 2 bench -cp -tiny -cp-reps 1"
+out=$(timeout 120 mpirun "${flags[@]}" -np 2 "$bin/bench" -cp -tiny -cp-reps 1 2>&1) || {
+  echo "$out"
+  echo "dist: FAIL: bench -cp under mpirun -np 2"
+  exit 1
+}
+rows=$(grep -c ',mpi,cp-' <<<"$out" || true)
+if [ "$rows" != 4 ]; then
+  echo "$out"
+  echo "dist: FAIL: bench -cp under mpirun -np 2 wrote $rows rows, want 4"
+  exit 1
+fi
 # NCCL (-tags cuda): vet, and its test, which on a machine without a GPU
 # checks the one-line error naming the missing library. The cuda tag needs
 # the CUDA headers kernels/cuda/tagged_build.sh fetches; it is checked here
@@ -67,4 +82,4 @@ if [ -d "${MSA_CUDA_CACHE:-$HOME/.cache/msa-cuda}/tagged-v1/stubs" ]; then
   go test -count=1 -tags cuda -run NCCL -v ./kernels/comm | grep -E '^(--- |ok|FAIL)|no NCCL here' | sed 's/^ *//'
   nccl="NCCL built and vetted (-tags cuda), not run on a GPU"
 fi
-echo "dist: PASS: comm collectives and context-parallel tests under mpirun -np 2 and -np 4 ($version) in $((SECONDS - start)) s; $nccl"
+echo "dist: PASS: comm collectives and context-parallel tests under mpirun -np 2 and -np 4, bench -cp under -np 2 ($version) in $((SECONDS - start)) s; $nccl"

@@ -114,6 +114,7 @@ func parseFlags() (*config, error) {
 	flag.Float64Var(&cfg.maxKVGiB, "max-kv-gib", 2, "skip cases whose K+V storage exceeds this many GiB")
 	flag.StringVar(&cfg.device, "device", "cpu", "cpu, or cuda: time prefill, NVFP4 and decode on GPU 0 (a binary built with -tags cuda; bench/README.md, GPU mode)")
 	registerSoakFlags()
+	registerCPFlags()
 	flag.Parse()
 	if flag.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %v", flag.Args())
@@ -307,6 +308,9 @@ func main() {
 			os.Exit(1)
 		}
 		return
+	}
+	if cpMode() {
+		os.Exit(runCP(cfg))
 	}
 	if soakMode() {
 		os.Exit(runSoak(cfg))

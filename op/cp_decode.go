@@ -23,10 +23,14 @@ import (
 // Each rank plans with its own page table and seqused_k: the number of
 // tokens of each sequence it holds (0 when it holds none: the row's
 // page-table entries must still be valid pages; its partial is then
-// masked). Decode queries sit at the end of the context, so every key a
-// rank holds is visible: seqlen_q must be 1 (with seqlen_q > 1 the causal
-// limits of the last tokens would cut the other ranks' keys). Sparse
-// decode takes each rank's q2k_indices over the blocks of its own tokens.
+// masked). With seqlen_q = 1 the split is free: the query sits at the end
+// of the context and sees every key. With seqlen_q > 1 (speculative or
+// chunked decode) query i of a request sits at position L - seqlen_q + i
+// and sees the keys up to it, so the ranks must hold each sequence's
+// tokens in rank order (rank 0 the first, the highest rank the last);
+// Plan then gathers every rank's seqused_k and cuts each query's keys on
+// this rank at its causal limit (cpDecodeRows). Sparse decode takes each
+// rank's q2k_indices over the blocks of its own tokens.
 //
 // Plan checks collectively that every rank planned the same B, Hq, Hkv, D,
 // page size, layout, block size, softmax scale and topK (comm.Agree): a
@@ -68,12 +72,7 @@ func NewCPDecodeWrapper(pageSize int, c comm.Comm) (*CPDecodeWrapper, error) {
 func (w *CPDecodeWrapper) Plan(args PlanArgs, q2kIndices tensor.Tensor) error {
 	const fn = "CPDecodeWrapper.Plan"
 	w.planned = false // a failed plan leaves the wrapper unplanned on every rank
-	var err error
-	if args.SeqlenQ > 1 {
-		err = &NotImplementedError{fn, fmt.Sprintf("context-parallel decode with seqlen_q = %d: only seqlen_q = 1 (the causal limits of several query tokens would cut the keys of the other ranks)", args.SeqlenQ)}
-	} else {
-		err = w.w.Plan(args, q2kIndices)
-	}
+	err := w.w.Plan(args, q2kIndices)
 	digest := []byte(fmt.Sprintf("plan failed on rank %d", w.c.Rank()))
 	if err == nil {
 		m := w.w.m
@@ -88,6 +87,29 @@ func (w *CPDecodeWrapper) Plan(args PlanArgs, q2kIndices tensor.Tensor) error {
 		return err
 	case aerr != nil:
 		return &CommError{fn, aerr}
+	}
+	if m := w.w.m; m.seqlenQ > 1 {
+		// Replan with one row per query token, each cut at its causal limit.
+		rows, q2k, err := cpDecodeRows(w.c, m, args)
+		if err != nil {
+			return &CommError{fn, err}
+		}
+		var rowsQ2K tensor.Tensor
+		if q2k != nil {
+			rowsQ2K = q2k
+		}
+		err = w.w.Plan(rows, rowsQ2K)
+		digest := []byte("row plan ok")
+		if err != nil {
+			digest = []byte(fmt.Sprintf("row plan failed on rank %d", w.c.Rank()))
+		}
+		aerr := comm.Agree(w.c, "the per-token decode plan", digest)
+		switch {
+		case err != nil:
+			return err
+		case aerr != nil:
+			return &CommError{fn, aerr}
+		}
 	}
 	m := w.w.m
 	w.rows, w.hq, w.d = m.batch*m.seqlenQ, m.hq, m.d

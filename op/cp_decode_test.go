@@ -52,14 +52,14 @@ func cpLocalQ2K(s decodeSpec, pr *decodeProblem, p, r int) *tensor.Dense {
 	if s.blk != s.pageSize {
 		panic("cpLocalQ2K: blk_kv must equal the page size")
 	}
-	B := len(s.seqused)
+	totalQ := len(s.seqused) * s.seqlenQ
 	sel := make([]int32, len(pr.q2kv))
 	for h := 0; h < s.hkv; h++ {
-		for b, n := range s.seqused {
-			np := (n + s.pageSize - 1) / s.pageSize
+		for gq := 0; gq < totalQ; gq++ {
+			np := (s.seqused[gq/s.seqlenQ] + s.pageSize - 1) / s.pageSize
 			first, end := r*np/p, (r+1)*np/p
 			for t := 0; t < s.topK; t++ {
-				i := (h*B+b)*s.topK + t
+				i := (h*totalQ+gq)*s.topK + t
 				sel[i] = -1
 				if j := int(pr.q2kv[i]); j >= first && j < end {
 					sel[i] = int32(j - first)
@@ -67,7 +67,7 @@ func cpLocalQ2K(s decodeSpec, pr *decodeProblem, p, r int) *tensor.Dense {
 			}
 		}
 	}
-	return tensor.New(tensor.WithShape(s.hkv, B, s.topK), tensor.WithBacking(sel))
+	return tensor.New(tensor.WithShape(s.hkv, totalQ, s.topK), tensor.WithBacking(sel))
 }
 
 // cpRef is single-process decode of the whole cache.
@@ -88,7 +88,7 @@ func cpDecodeRank(c comm.Comm, s decodeSpec, pr *decodeProblem) (o, lse *tensor.
 		return nil, nil, err
 	}
 	defer w.Close()
-	args := PlanArgs{DecodeArgs: DecodeArgs{PageTable: pt, SeqUsedK: su, SeqlenQ: 1, Workers: s.workers,
+	args := PlanArgs{DecodeArgs: DecodeArgs{PageTable: pt, SeqUsedK: su, SeqlenQ: s.seqlenQ, Workers: s.workers,
 		FixedSplitSize: s.fixedSplit, BlkKV: s.blk}, NumQOHeads: s.hq, NumKVHeads: s.hkv, HeadDim: s.d}
 	var q2k tensor.Tensor
 	if t := cpLocalQ2K(s, pr, c.Size(), c.Rank()); t != nil {
@@ -97,7 +97,7 @@ func cpDecodeRank(c comm.Comm, s decodeSpec, pr *decodeProblem) (o, lse *tensor.
 	if err := w.Plan(args, q2k); err != nil {
 		return nil, nil, err
 	}
-	rows := len(s.seqused)
+	rows := len(s.seqused) * s.seqlenQ
 	var outs [2]*tensor.Dense
 	for i := range outs {
 		o = tensor.New(tensor.WithShape(rows, s.hq, s.d), tensor.Of(BFloat16))
@@ -201,6 +201,18 @@ func cpDecodeSpecs() []decodeSpec {
 	}
 }
 
+// cpDecodeMultiSpecs are cases of seqlen_q > 1 (the wrapper only: the
+// graph's ContextParallelMerge takes seqlen_q = 1): ragged lengths where
+// a rank's share ends inside the query tokens' positions (17 tokens in
+// 16-token pages on 4 ranks: the last rank holds one token), so the causal
+// limits cut a rank's keys; dense and sparse.
+func cpDecodeMultiSpecs() []decodeSpec {
+	return []decodeSpec{
+		{seed: 4, seqused: []int{300, 17, 1000, 5}, seqlenQ: 4, hq: 8, hkv: 2, d: 64, pageSize: 16, dt: "bf16", workers: 2},
+		{seed: 5, seqused: []int{700, 64, 333}, seqlenQ: 3, hq: 4, hkv: 2, d: 64, pageSize: 32, dt: "bf16", workers: 2, topK: 6, blk: 32},
+	}
+}
+
 // onRanks runs f on every rank of cs, each in its own goroutine.
 func onRanks(cs []comm.Comm, f func(c comm.Comm) error) []error {
 	errs := make([]error, len(cs))
@@ -217,7 +229,7 @@ func onRanks(cs []comm.Comm, f func(c comm.Comm) error) []error {
 }
 
 func TestCPDecodeLocal(t *testing.T) {
-	for _, s := range cpDecodeSpecs() {
+	for _, s := range append(cpDecodeSpecs(), cpDecodeMultiSpecs()...) {
 		for _, p := range []int{1, 2, 3, 4} {
 			cs, _ := comm.NewLocal(p, 0)
 			for r, err := range onRanks(cs, func(c comm.Comm) error { return checkCPDecode(c, s) }) {
@@ -297,20 +309,18 @@ func TestCPDecodeErrors(t *testing.T) {
 	if !errors.As(errs[0], &me) {
 		t.Errorf("rank 0 beside a failed plan: got %v", errs[0])
 	}
+	// Ranks that disagree on seqlen_q (each plan valid on its own).
 	cs, _ = comm.NewLocal(2, 0)
 	errs = onRanks(cs, func(c comm.Comm) error {
+		pt, su := cpLocalPages(s, pr, 2, c.Rank())
 		w, _ := NewCPDecodeWrapper(s.pageSize, c)
 		defer w.Close()
-		var ni *NotImplementedError
-		if err := w.Plan(PlanArgs{DecodeArgs: DecodeArgs{PageTable: pr.pt, SeqUsedK: pr.su, SeqlenQ: 2},
-			NumQOHeads: s.hq, NumKVHeads: s.hkv, HeadDim: s.d}, nil); !errors.As(err, &ni) {
-			return fmt.Errorf("seqlen_q = 2: got %v, want a NotImplementedError", err)
-		}
-		return nil
+		return w.Plan(PlanArgs{DecodeArgs: DecodeArgs{PageTable: pt, SeqUsedK: su, SeqlenQ: 1 + c.Rank(), Workers: 2},
+			NumQOHeads: s.hq, NumKVHeads: s.hkv, HeadDim: s.d}, nil)
 	})
-	for _, err := range errs {
-		if err != nil {
-			t.Error(err)
+	for r, err := range errs {
+		if !errors.As(err, &me) || err.Error() != errs[0].Error() || !strings.Contains(err.Error(), "seqlen_q") {
+			t.Errorf("rank %d, seqlen_q 1 and 2: got %v, want the same MismatchError on both", r, err)
 		}
 	}
 	cs, _ = comm.NewLocal(2, 0)

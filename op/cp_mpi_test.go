@@ -63,7 +63,12 @@ func TestCPDecodeMPI(t *testing.T) {
 			t.Fatalf("graph: %v", err)
 		}
 	}
-	t.Logf("rank %d of %d: context-parallel decode (wrapper and graph) equals single-process decode", c.Rank(), c.Size())
+	for _, s := range cpDecodeMultiSpecs() {
+		if err := checkCPDecode(c, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("rank %d of %d: context-parallel decode (wrapper and graph; seqlen_q 1, 3 and 4) equals single-process decode", c.Rank(), c.Size())
 }
 
 func TestCPPrefillMPI(t *testing.T) {
@@ -75,5 +80,10 @@ func TestCPPrefillMPI(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("rank %d of %d: context-parallel sparse prefill (auto, fetch-kv, send-queries) equals single-process prefill", c.Rank(), c.Size())
+	for _, s := range cpPrefillSpecs() {
+		if err := checkCPPrefillGraph(c, s, CPAuto); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("rank %d of %d: context-parallel sparse prefill (auto, fetch-kv, send-queries; eager and graph) equals single-process prefill", c.Rank(), c.Size())
 }

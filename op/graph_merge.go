@@ -21,7 +21,7 @@ type mergeOp struct {
 }
 
 // mergeNode is an op whose value is a merged O and whose merged LSE LSE(node)
-// returns: MergeStates and ContextParallelMerge.
+// returns: MergeStates, ContextParallelMerge and ContextParallelPrefill.
 type mergeNode interface {
 	mergedLSE() *attnState
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # kernels/cuda/gpucheck.sh - the GPU check of a bare machine (kernels/cuda/GPU_CHECK.md).
 #
-#   kernels/cuda/gpucheck.sh --build [DIR]   build DIR/gpucheck (default kernels/cuda/bin) on any
+#   kernels/cuda/gpucheck.sh --build [DIR]   build DIR/gpucheck and DIR/kernels_comm.test (the
+#                                            runbook's NCCL stage; default kernels/cuda/bin) on any
 #                                            machine with Go and gcc; no GPU, no CUDA library
 #   kernels/cuda/gpucheck.sh [DIR [FLAGS]]   run DIR/gpucheck on the GPU machine: needs an NVIDIA
 #                                            driver and nothing else (no Go, toolkit, cuBLAS,
@@ -38,12 +39,18 @@ build() {  # DIR
     [[ -f "$cuda_home/include/cuda.h" ]] || { echo "gpucheck.sh: no cuda.h under $cuda_home/include" >&2; exit 1; }
     (cd "$ROOT" && CGO_ENABLED=1 CGO_CFLAGS="-I$cuda_home/include" CGO_LDFLAGS="" \
         go build -tags cuda -trimpath -ldflags=-s -o "$dir/gpucheck" ./cuda/gpucheck)
-    local needed
-    needed="$(readelf -d "$dir/gpucheck" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | xargs)"
-    echo "gpucheck.sh: built $dir/gpucheck ($(stat -c %s "$dir/gpucheck") bytes; NEEDED: $needed)" >&2
-    if grep -Eq 'libcuda|libcudart|libcublas|libcudnn|libnvrtc' <<<"$needed"; then
-        echo "gpucheck.sh: FAIL: the binary links a CUDA library at load time ($needed)" >&2; exit 1
-    fi
+    # The runbook's one-rank NCCL stage: kernels/comm's tests, which open libcuda.so.1 and
+    # libnccl.so.2 at run time like gpucheck.
+    (cd "$ROOT" && CGO_ENABLED=1 CGO_CFLAGS="-I$cuda_home/include" CGO_LDFLAGS="" \
+        go test -c -tags cuda -trimpath -ldflags=-s -o "$dir/kernels_comm.test" ./kernels/comm)
+    local needed b
+    for b in gpucheck kernels_comm.test; do
+        needed="$(readelf -d "$dir/$b" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | xargs)"
+        echo "gpucheck.sh: built $dir/$b ($(stat -c %s "$dir/$b") bytes; NEEDED: $needed)" >&2
+        if grep -Eq 'libcuda|libcudart|libcublas|libcudnn|libnvrtc|libnccl' <<<"$needed"; then
+            echo "gpucheck.sh: FAIL: $b links a CUDA library at load time ($needed)" >&2; exit 1
+        fi
+    done
     local size
     size=$(du -sb "$dir" | cut -f1)
     if (( size >= MAX_DIR_BYTES )); then

@@ -159,6 +159,35 @@ fi
 SUMMARY+=("$line")
 echo "$line" >> "$LOG"
 
+# Stage nccl, after the stages above (its 30 s limit, 33 s if killed, comes on top of their
+# total): the one-rank NCCL run, BINDIR/kernels_comm.test -test.run NCCL, the collectives on a
+# one-rank group on GPU 0 (gpucheck.sh --build builds the binary; it opens libcuda.so.1 and
+# libnccl.so.2 at run time). libnccl.so.2 is not carried (the nvidia-nccl-cu12 wheel is over
+# 300 MB against a 64 MiB carry): the test then checks the one-line error naming the library and
+# skips, and the stage says so; MSA_NCCL_LIB_DIR names a directory holding libnccl.so.2 where the
+# machine has one.
+ncclbin="$BINDIR/kernels_comm.test"
+if [[ -x "$ncclbin" ]]; then
+    mkdir -p "$OUTDIR/nccl"
+    t0=$(date +%s)
+    LD_LIBRARY_PATH="${MSA_NCCL_LIB_DIR:+$MSA_NCCL_LIB_DIR:}${LD_LIBRARY_PATH:-}" timeout --kill-after=3 30 \
+        "$ncclbin" -test.run 'NCCL' -test.v -test.timeout 25s > "$OUTDIR/nccl/stdout.txt" 2>&1
+    rc=$?
+    took=$(($(date +%s) - t0))
+    if (( rc == 0 )) && grep -q -- '^--- SKIP: TestNCCLOneRank' "$OUTDIR/nccl/stdout.txt"; then
+        line="$(printf '%-18s not run: %s' nccl "$(grep -m 1 -o 'no NCCL here: .*' "$OUTDIR/nccl/stdout.txt")")"
+    else
+        line="$(printf '%-18s exit %-3s %4ss  %s passed, %s failed' nccl "$rc" "$took" \
+            "$(grep -c -- '^--- PASS' "$OUTDIR/nccl/stdout.txt")" "$(grep -c -- '^--- FAIL' "$OUTDIR/nccl/stdout.txt")")"
+        (( rc == 124 || rc == 137 )) && line+="  KILLED after 30s"
+        (( rc != 0 )) && failed=1
+    fi
+else
+    line="$(printf '%-18s not run: no tagged kernels_comm.test at %s (kernels/cuda/gpucheck.sh --build builds it)' nccl "$ncclbin")"
+fi
+SUMMARY+=("$line")
+echo "$line" >> "$LOG"
+
 {
     echo "== GPU runbook: $info, $(date -u '+%Y-%m-%d %H:%M UTC'), $(($(date +%s) - start)) s"
     printf '%s\n' "${SUMMARY[@]}"

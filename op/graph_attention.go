@@ -381,10 +381,13 @@ func (op *lseOp) Do(vals ...G.Value) (G.Value, error) {
 	return t, nil
 }
 
+// lseProducers names the nodes whose LSE the accessors read.
+const lseProducers = "a SparseAttention, DecodeAttention, MergeStates, ContextParallelMerge or ContextParallelPrefill node"
+
 // lseNode builds an accessor node.
 func lseNode(fn string, out *G.Node, temp bool) (*G.Node, error) {
 	if out == nil {
-		return nil, argErr(fn, "out", "a SparseAttention or decode attention node", "nil")
+		return nil, argErr(fn, "out", lseProducers, "nil")
 	}
 	var st *attnState
 	var fwd *sparseAttnOp
@@ -402,7 +405,7 @@ func lseNode(fn string, out *G.Node, temp bool) (*G.Node, error) {
 		}
 		st = o.mergedLSE()
 	default:
-		return nil, argErr(fn, "out", "a SparseAttention, decode attention or MergeStates node", fmt.Sprint(out.Op()))
+		return nil, argErr(fn, "out", lseProducers, fmt.Sprint(out.Op()))
 	}
 	if temp {
 		st.needT = true

@@ -18,9 +18,14 @@ import (
 // workspace once; Run reuses them for every layer whose shapes match and
 // allocates nothing in the steady state (RunInto with caller-owned outputs).
 //
-// Plan snapshots page_table, seqused_k and q2k_indices: changing those
-// tensors afterwards has no effect on Run. For the next decode step call
-// Plan again with the new metadata; it reuses the schedule, pool and
+// Plan snapshots page_table, seqused_k and q2k_indices. Run compares the
+// page_table and seqused_k tensors given to Plan with the snapshot (O(B *
+// max_num_pages_per_seq), no allocation) and refuses to run a stale plan:
+// after AppendPagedKV or WritePagedKV added tokens to those tensors, or a
+// page was assigned, Run returns a *StalePlanError instead of attending
+// over the planned lengths. (A view given to Plan is copied there and
+// cannot be watched.) For the next decode step call Plan again with the
+// new metadata; it reuses the schedule, pool and
 // workspace buffers when they are large enough (with EnableCUDAGraph they
 // are sized for the worst case once, so re-planning never reallocates
 // them). Run refuses inputs that do not match the plan (other shapes, batch,
@@ -39,9 +44,12 @@ type DecodeWrapper struct {
 	pool     *attn.Pool
 	ws       *attn.Workspace
 	snap     decodeSnapshot
-	p        attn.Decode
-	out      attn.Output
-	c        checker
+	// src holds the page_table and seqused_k storage given to Plan, which
+	// Run compares with the snapshot to detect a stale plan.
+	src struct{ pt, seqused []int32 }
+	p   attn.Decode
+	out attn.Output
+	c   checker
 }
 
 // decodeSnapshot holds the wrapper's own copies of the planned metadata.
@@ -124,6 +132,7 @@ func (w *DecodeWrapper) Plan(args PlanArgs, q2kIndices tensor.Tensor) error {
 		w.ws = attn.NewWorkspace(w.pool.Workers(), m.d)
 	}
 	w.ws.Reserve(m.d, s.PartialRows*m.hq, max(s.MaxSplits, 1))
+	w.src.pt, w.src.seqused = m.pt, m.seqused
 	w.snap.take(m)
 	w.args, w.m, w.sched = args, m, s
 	return nil
@@ -191,6 +200,9 @@ func (w *DecodeWrapper) runInto(fn string, q, k, v tensor.Tensor, softmaxScale f
 	w.c = checker{fn: fn}
 	c := &w.c
 	m := w.m
+	if err := w.stale(fn); err != nil {
+		return err
+	}
 	qd, kd, vd := decodeQKVLayout(c, q, k, v, m.layout)
 	if c.err != nil {
 		return c.err
@@ -222,6 +234,22 @@ func (w *DecodeWrapper) runInto(fn string, q, k, v tensor.Tensor, softmaxScale f
 	w.out = attn.Output{O: backing[lowp.BFloat16](out), LSE: backing[float32](lse)}
 	attn.RunDecode(&w.p, w.ws, w.pool, &w.out)
 	w.out = attn.Output{}
+	return nil
+}
+
+// stale returns a *StalePlanError when the page_table or seqused_k given
+// to Plan no longer hold the planned values.
+func (w *DecodeWrapper) stale(fn string) error {
+	for b, x := range w.src.seqused {
+		if y := w.m.seqused[b]; x != y {
+			return &StalePlanError{Func: fn, Arg: fmt.Sprintf("seqused_k[%d]", b), Planned: y, Now: x}
+		}
+	}
+	for i, x := range w.src.pt {
+		if y := w.m.pt[i]; x != y {
+			return &StalePlanError{Func: fn, Arg: fmt.Sprintf("page_table[%d, %d]", i/w.m.cols, i%w.m.cols), Planned: y, Now: x}
+		}
+	}
 	return nil
 }
 

@@ -236,13 +236,9 @@ func decodeQKVLayout(c *checker, q, k, v tensor.Tensor, l PagedLayout) (qd, kd, 
 		return
 	}
 	hkv, ps := l.dims(kd.Shape())
-	if hkv < 1 || qd.Shape()[1]%hkv != 0 {
-		c.fail("k", fmt.Sprintf("the paged %v layout %s with Hkv = %s dividing Hq = q.shape[1] = %d%s", l, l.shape("D"), l.hkvDim(), qd.Shape()[1], l.other()),
-			"k "+shapeStr(kd)+" (q "+shapeStr(qd)+")")
-		return
-	}
-	if !slices.Contains(supportedQheadPerKV, qd.Shape()[1]/hkv) {
-		c.err = &NotImplementedError{c.fn, fmt.Sprintf("qhead_per_kv must be in {1, 2, 4, 8, 16}, got %d", qd.Shape()[1]/hkv)}
+	if checkHeads(c, "k", qd, kd, hkv, false, func() string {
+		return fmt.Sprintf("the paged %v layout %s (Hkv = %s%s)", l, l.shape("D"), l.hkvDim(), l.other())
+	}); c.err != nil {
 		return
 	}
 	if ps < 1 {

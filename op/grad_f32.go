@@ -89,7 +89,7 @@ func validateSparseF32(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int,
 		return nil, c.err
 	}
 	hkv := kd.Shape()[1]
-	c.need(hkv >= 1 && hq >= 1 && hq%hkv == 0, "q/k", fmt.Sprintf("Hq = q.shape[1] divisible by Hkv = k.shape[1] (k layout %s)", kShape), "q "+shapeStr(qd)+", k "+shapeStr(kd))
+	checkHeads(c, "q/k", qd, kd, hkv, true, func() string { return "the layout " + kShape + " (Hkv = k.shape[1])" })
 	c.need(topK >= 1 && topK <= maxTopK, "topK", fmt.Sprintf("1 <= topK <= %d", maxTopK), topK)
 	totalKeys := -1
 	if !paged {

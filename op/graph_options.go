@@ -137,7 +137,11 @@ func SharedKV() Option {
 }
 
 // Causal applies bottom-right aligned causal masking (causal). For
-// SparseAttention and BlockScores; decode is always causal.
+// SparseAttention and BlockScores; decode is always causal. BlockScores
+// with Causal() selects only visible blocks, SparseAttention with Causal()
+// masks the later keys inside the selected blocks: a SparseAttention whose
+// CSR descends from a BlockScores node must take Causal() exactly when that
+// node does (otherwise an *ArgError naming Causal and both stages).
 func Causal() Option { return newOption(optCausal, true, "", func(c *attnConfig) { c.causal = true }) }
 
 // SoftmaxScale sets softmax_scale (default 1/sqrt(D)). For SparseAttention,

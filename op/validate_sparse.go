@@ -247,13 +247,11 @@ func validateSparse(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int, ar
 		hkvDim = kvl.hkvDim()
 		c.need(ps == blk, "k", fmt.Sprintf("the paged %v layout %s with page_size = blk_kv = %d%s", kvl, kShape, blk, kvl.other()), shapeStr(kd))
 	}
-	c.need(hkv >= 1 && hq%hkv == 0, "k", fmt.Sprintf("the layout %s with Hkv = %s dividing Hq = q.shape[1] = %d (Hq divisible by Hkv)", kShape, hkvDim, hq), "k "+shapeStr(kd)+" (q "+shapeStr(qd)+")")
+	qpk := checkHeads(c, "k", qd, kd, hkv, false, func() string {
+		return fmt.Sprintf("the %slayout %s (Hkv = %s)", pagedWord(paged, kvl), kShape, hkvDim)
+	})
 	if c.err != nil {
 		return nil, c.err
-	}
-	qpk := hq / hkv
-	if !slices.Contains(supportedQheadPerKV, qpk) {
-		return nil, &NotImplementedError{fn, fmt.Sprintf("qhead_per_kv = Hq/Hkv must be in {1, 2, 4, 8, 16}, got %d", qpk)}
 	}
 	c.need(topK >= 1 && topK <= maxTopK, "topK", fmt.Sprintf("1 <= topK <= %d", maxTopK), topK)
 

@@ -5,22 +5,21 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sparseattn/msa/kernels/lowp"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
 
 // transpose01 returns x [a, b, c] laid out as [b, a, c] (a copy).
-func transpose01(x *tensor.Dense) *tensor.Dense {
-	s := x.Shape()
-	src := backing[lowp.BFloat16](x)
-	dst := make([]lowp.BFloat16, len(src))
-	for i := 0; i < s[0]; i++ {
-		for j := 0; j < s[1]; j++ {
-			copy(dst[(j*s[0]+i)*s[2]:][:s[2]], src[(i*s[1]+j)*s[2]:][:s[2]])
-		}
+func transpose01(t *testing.T, x *tensor.Dense) *tensor.Dense {
+	t.Helper()
+	y := x.Clone().(*tensor.Dense)
+	if err := y.T(1, 0, 2); err != nil {
+		t.Fatal(err)
 	}
-	return tensor.New(tensor.WithShape(s[1], s[0], s[2]), tensor.WithBacking(dst))
+	if err := y.Transpose(); err != nil {
+		t.Fatal(err)
+	}
+	return y
 }
 
 // TestTransposedQNamesLayout: q given as [Hq, total_q, D] instead of
@@ -30,7 +29,7 @@ func transpose01(x *tensor.Dense) *tensor.Dense {
 // decode entry points.
 func TestTransposedQNamesLayout(t *testing.T) {
 	c, _ := validBase(t, false) // q [10, 4, 128], k Hkv = 2
-	_, err := SparseAttenFunc(transpose01(c.q.(*tensor.Dense)), c.k, c.v, c.rp, c.qi, c.topK, c.args)
+	_, err := SparseAttenFunc(transpose01(t, c.q.(*tensor.Dense)), c.k, c.v, c.rp, c.qi, c.topK, c.args)
 	var ne *NotImplementedError
 	if !errors.As(err, &ne) {
 		t.Fatalf("transposed q: %v, want a *NotImplementedError (Hq/Hkv = 5)", err)
@@ -40,7 +39,7 @@ func TestTransposedQNamesLayout(t *testing.T) {
 	// q [B * seqlen_q, Hq, D] = [2, 8, 64], Hkv 4
 	s := decodeSpec{seed: 5, seqused: []int{70}, seqlenQ: 2, hq: 8, hkv: 4, d: 64, pageSize: 16, dt: "bf16", workers: 2}
 	pr := buildDecode(s)
-	_, err = SparseDecodeAttenFunc(transpose01(pr.q), pr.k, pr.v, nil, decodeArgs(s, pr))
+	_, err = SparseDecodeAttenFunc(transpose01(t, pr.q), pr.k, pr.v, nil, decodeArgs(s, pr))
 	wantArgErr(t, err, "q", "[total_q, Hq, D]")
 	wantLayoutFirst(t, err)
 }

@@ -403,11 +403,7 @@ func (op *writePagedKVOp) Do(vals ...G.Value) (G.Value, error) {
 	// G.Let) is updated at O(new tokens) and returned as the node's value.
 	// A view was materialised by c.dense into a private copy: the write
 	// lands in that copy, which is returned.
-	if op.dt == BFloat16 {
-		scatterRows(backing[lowp.BFloat16](cache), backing[lowp.BFloat16](nw), dst, hkv, headStride(op.layout, ps), d)
-	} else {
-		scatterRows(backing[lowp.Float8E4M3FN](cache), backing[lowp.Float8E4M3FN](nw), dst, hkv, headStride(op.layout, ps), d)
-	}
+	scatterKV(cache, nw, 0, dst, op.layout, hkv, ps, d)
 	return cache, nil
 }
 

@@ -1,0 +1,195 @@
+package op
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/sparseattn/msa/kernels/lowp"
+	"gorgonia.org/tensor"
+)
+
+// randBF16 returns a BFloat16 [n, hkv, d] tensor of random values.
+func randBF16(rng *rand.Rand, n, hkv, d int) *tensor.Dense {
+	x := make([]lowp.BFloat16, n*hkv*d)
+	for i := range x {
+		x[i] = lowp.BF16(float32(rng.NormFloat64()))
+	}
+	return tensor.New(tensor.WithShape(n, hkv, d), tensor.WithBacking(x))
+}
+
+// TestPagedKVCacheContents runs admissions, prompt appends, decode steps
+// and evictions on caches of both layouts and checks every held token's
+// keys and values, read through the page table with the layout's own
+// index formula, against a model of each request's tokens, and the page
+// accounting (held pages + free pages = NumPages, no page held twice).
+func TestPagedKVCacheContents(t *testing.T) {
+	const hkv, d, ps, maxBatch = 2, 8, 4, 3
+	for _, layout := range []PagedLayout{HND, NHD} {
+		t.Run(fmt.Sprint(layout), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(7, uint64(layout)))
+			kc, err := NewPagedKVCache(PagedKVCacheConfig{NumPages: 24, PageSize: ps, KVHeads: hkv, HeadDim: d,
+				MaxBatch: maxBatch, MaxPagesPerSeq: 8, Layout: layout})
+			if err != nil {
+				t.Fatal(err)
+			}
+			model := make([][2][]lowp.BFloat16, maxBatch) // per row: K and V token rows
+			// add appends rows [first, first+n) of k and v to row seq's model.
+			add := func(seq int, k, v *tensor.Dense, first, n int) {
+				w := hkv * d
+				model[seq][0] = append(model[seq][0], backing[lowp.BFloat16](k)[first*w:(first+n)*w]...)
+				model[seq][1] = append(model[seq][1], backing[lowp.BFloat16](v)[first*w:(first+n)*w]...)
+			}
+			for round := 0; round < 6; round++ {
+				for seq := 0; seq < maxBatch; seq++ {
+					if kc.Len(seq) == 0 && rng.IntN(2) == 0 {
+						if _, err := kc.Admit(); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+				for seq := 0; seq < maxBatch; seq++ {
+					if !kc.admitted[seq] || kc.Len(seq) > 0 {
+						continue
+					}
+					n := 1 + rng.IntN(9)
+					k, v := randBF16(rng, n, hkv, d), randBF16(rng, n, hkv, d)
+					if err := kc.Append(seq, k, v); err != nil {
+						t.Fatal(err)
+					}
+					add(seq, k, v, 0, n)
+				}
+				for step := 0; step < 2; step++ {
+					k, v := randBF16(rng, maxBatch, hkv, d), randBF16(rng, maxBatch, hkv, d)
+					if err := kc.AppendStep(k, v); err != nil {
+						t.Fatal(err)
+					}
+					for seq := 0; seq < maxBatch; seq++ {
+						if kc.admitted[seq] {
+							add(seq, k, v, seq, 1)
+						}
+					}
+				}
+				checkCache(t, kc, model)
+				if seq := rng.IntN(maxBatch); kc.admitted[seq] && kc.Len(seq) > 12 {
+					if err := kc.Free(seq); err != nil {
+						t.Fatal(err)
+					}
+					model[seq] = [2][]lowp.BFloat16{}
+				}
+			}
+		})
+	}
+}
+
+// checkCache compares every held token with the model and checks the
+// page accounting.
+func checkCache(t *testing.T, kc *PagedKVCache, model [][2][]lowp.BFloat16) {
+	t.Helper()
+	cfg := kc.Config()
+	hkv, d, ps, cols := cfg.KVHeads, cfg.HeadDim, cfg.PageSize, cfg.MaxPagesPerSeq
+	pt, su := int32s(kc.PageTable()), int32s(kc.SeqUsedK())
+	held := map[int32]bool{}
+	for seq := range model {
+		if int(su[seq])*hkv*d != len(model[seq][0]) {
+			t.Fatalf("row %d: seqused_k %d, model holds %d tokens", seq, su[seq], len(model[seq][0])/(hkv*d))
+		}
+		for j := 0; j < ceilDiv(int(su[seq]), ps); j++ {
+			p := pt[seq*cols+j]
+			if p < 0 || int(p) >= cfg.NumPages || held[p] {
+				t.Fatalf("row %d column %d: page %d out of range or held twice", seq, j, p)
+			}
+			held[p] = true
+		}
+		for pos := 0; pos < int(su[seq]); pos++ {
+			page, slot := int(pt[seq*cols+pos/ps]), pos%ps
+			for h := 0; h < hkv; h++ {
+				off := ((page*hkv+h)*ps + slot) * d
+				if cfg.Layout == NHD {
+					off = ((page*ps+slot)*hkv + h) * d
+				}
+				for i, pool := range []*tensor.Dense{kc.K(), kc.V()} {
+					got := backing[lowp.BFloat16](pool)[off : off+d]
+					want := model[seq][i][(pos*hkv+h)*d:][:d]
+					if !bytes.Equal(bf16Bytes(got), bf16Bytes(want)) {
+						t.Fatalf("row %d position %d head %d: %s differs", seq, pos, h, []string{"K", "V"}[i])
+					}
+				}
+			}
+		}
+	}
+	if len(held)+kc.FreePages() != cfg.NumPages {
+		t.Fatalf("%d pages held + %d free != NumPages = %d", len(held), kc.FreePages(), cfg.NumPages)
+	}
+}
+
+func bf16Bytes(x []lowp.BFloat16) []byte {
+	b := make([]byte, 0, 2*len(x))
+	for _, v := range x {
+		b = append(b, byte(v), byte(v>>8))
+	}
+	return b
+}
+
+// TestPagedKVCacheRefusals: every misuse is an *ArgError naming the
+// argument, and a refused append leaves the cache as it was (no page taken,
+// no token counted, no byte written).
+func TestPagedKVCacheRefusals(t *testing.T) {
+	const hkv, d, ps = 1, 8, 4
+	rng := rand.New(rand.NewPCG(3, 3))
+	kc, err := NewPagedKVCache(PagedKVCacheConfig{NumPages: 4, PageSize: ps, KVHeads: hkv, HeadDim: d, MaxBatch: 2, MaxPagesPerSeq: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := kc.Admit()
+	b, _ := kc.Admit()
+	if err := kc.Append(a, randBF16(rng, 6, hkv, d), randBF16(rng, 6, hkv, d)); err != nil {
+		t.Fatal(err)
+	}
+	snapshot := func() string {
+		return fmt.Sprint(int32s(kc.PageTable()), int32s(kc.SeqUsedK()), kc.FreePages(), kc.K().Header.Raw, kc.V().Header.Raw)
+	}
+	before := snapshot()
+	_, err = kc.Admit()
+	wantArgErr(t, err, "MaxBatch", "MaxBatch = 2")
+	// b may take 2 more pages; 3 are needed.
+	err = kc.Append(b, randBF16(rng, 9, hkv, d), randBF16(rng, 9, hkv, d))
+	wantNames(t, err, "NumPages", "NumPages = 4", "out of pages")
+	err = kc.Append(a, randBF16(rng, 7, hkv, d), randBF16(rng, 7, hkv, d))
+	wantNames(t, err, "seq 0", "MaxPagesPerSeq * PageSize = 12")
+	err = kc.Append(a, randBF16(rng, 2, hkv, d), randBF16(rng, 3, hkv, d))
+	wantArgErr(t, err, "v", "k's shape")
+	err = kc.Append(a, randBF16(rng, 2, 2, d), randBF16(rng, 2, 2, d))
+	wantArgErr(t, err, "k", "KVHeads = 1")
+	err = kc.Append(a, fp8T(2, hkv, d), fp8T(2, hkv, d))
+	wantArgErr(t, err, "k", "bfloat16")
+	err = kc.AppendStep(randBF16(rng, 3, hkv, d), randBF16(rng, 3, hkv, d))
+	wantArgErr(t, err, "k", "MaxBatch = 2")
+	if err := kc.Free(b); err != nil {
+		t.Fatal(err)
+	}
+	err = kc.Append(b, randBF16(rng, 1, hkv, d), randBF16(rng, 1, hkv, d))
+	wantArgErr(t, err, "seq", "admitted row")
+	wantArgErr(t, kc.Free(b), "seq", "admitted row")
+	wantArgErr(t, kc.Free(-1), "seq", "admitted row")
+	if after := snapshot(); after != before {
+		t.Fatal("a refused call changed the cache")
+	}
+
+	for _, c := range []struct {
+		cfg PagedKVCacheConfig
+		arg string
+	}{
+		{PagedKVCacheConfig{PageSize: 4, KVHeads: 1, HeadDim: 8, MaxBatch: 1}, "NumPages"},
+		{PagedKVCacheConfig{NumPages: 2, PageSize: 4, KVHeads: 1, HeadDim: 8}, "MaxBatch"},
+		{PagedKVCacheConfig{NumPages: 2, PageSize: 4, KVHeads: 1, HeadDim: 8, MaxBatch: 1, MaxPagesPerSeq: 3}, "MaxPagesPerSeq"},
+		{PagedKVCacheConfig{NumPages: 2, PageSize: 4, KVHeads: 1, HeadDim: 8, MaxBatch: 1, Dtype: tensor.Float32}, "Dtype"},
+		{PagedKVCacheConfig{NumPages: 2, PageSize: 4, KVHeads: 1, HeadDim: 8, MaxBatch: 1, Layout: 7}, "kv_layout"},
+		{PagedKVCacheConfig{NumPages: 1 << 30, PageSize: 1 << 30, KVHeads: 1 << 30, HeadDim: 8, MaxBatch: 1, MaxPagesPerSeq: 1}, "NumPages"},
+		{PagedKVCacheConfig{NumPages: 1 << 20, PageSize: 1, KVHeads: 1, HeadDim: 1, MaxBatch: 1 << 20}, "MaxBatch"},
+	} {
+		_, err := NewPagedKVCache(c.cfg)
+		wantArgErr(t, err, c.arg, "")
+	}
+}

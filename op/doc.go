@@ -17,7 +17,8 @@
 // attention node's side results without computing anything twice.
 //
 // The eager functions take the reference's keyword arguments as structs
-// (SparseArgs, DecodeArgs, PlanArgs, BlockScoreConfig, TopKConfig). The
+// (SparseArgs, DecodeArgs, PlanArgs, BlockScoreConfig, TopKConfig), except
+// the eager one-call forms, which take the options of their graph forms. The
 // graph constructors take their input nodes positionally and everything
 // else as functional options of the one type Option:
 //

@@ -21,7 +21,9 @@ import (
 // required option the same way; an option given twice must have the same
 // arguments both times (different ones are an *ArgError naming both calls
 // rather than the last one silently winning). The options each constructor
-// takes are listed in its documentation and in package op's overview.
+// takes are listed in its documentation and in package op's overview; the
+// one-call forms (SelectBlocks, BlockSparseAttention and their eager forms)
+// take those of the stages they chain.
 type Option struct {
 	id   optID
 	val  any    // the option's arguments (comparable): a repeat must equal it

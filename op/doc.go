@@ -7,7 +7,8 @@
 // The common case is one call: BlockSparseAttention (graph) and
 // BlockSparseAttentionFunc (eager) select each query's blocks from the
 // scores of q and k and attend to them; SelectBlocks and SelectBlocksFunc
-// stop after the selection. For decode, PagedKVCache holds a serving
+// stop after the selection; DenseAttention and DenseAttentionFunc attend
+// to every key on the same kernels. For decode, PagedKVCache holds a serving
 // loop's pages, page table and seqused_k, and DecodeWrapper plans and runs
 // the attention over them.
 //
@@ -39,6 +40,8 @@
 //	                  SoftmaxScale, Reduce, Workers, KeepFirst, KeepLast
 //	BlockSparseAttention  those of SelectBlocks and Temperature,
 //	                  PartialDtype, MMADtypes, SharedKV
+//	DenseAttention    MaxSeqlenK (required), BlkKV, Causal, SoftmaxScale,
+//	                  Temperature, PartialDtype, MMADtypes, Workers, SharedKV
 //
 // An option a constructor does not take, a missing required one, or one
 // given twice with different arguments is an *ArgError whose Arg is the

@@ -65,11 +65,7 @@ func ExampleBlockSparseAttention() {
 		panic(err)
 	}
 	fmt.Println(csr.Dims(), sched.Dims())
-	m := G.NewTapeMachine(g)
-	defer m.Close()
-	if err := m.RunAll(); err != nil {
-		panic(err)
-	}
+	runTape(g)
 	fmt.Println(out.Value().Shape())
 
 	// Causal() is given once and reaches both stages; a required option
@@ -80,4 +76,39 @@ func ExampleBlockSparseAttention() {
 	// 2 1
 	// (10, 4, 64)
 	// BlockSparseAttention (SelectBlocks): MaxSeqlenK: expected the MaxSeqlenK(...) option (it fixes the scores' and the CSR's shapes), got none
+}
+
+// Dense varlen prefill on the same kernels: every key of each sequence
+// (causal here), eager and graph, for models that mix dense and sparse
+// layers.
+func ExampleDenseAttentionFunc() {
+	q, k, v := bf16(10, 4, 64), bf16(500, 2, 64), bf16(500, 2, 64)
+	cuQ, cuK := i32([]int{3}, 0, 6, 10), i32([]int{3}, 0, 300, 500)
+	res, err := op.DenseAttentionFunc(q, k, v, cuQ, cuK, op.Causal())
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(res.Out.Shape())
+
+	g := G.NewGraph()
+	in := func(name string, t *tensor.Dense) *G.Node { return G.NodeFromAny(g, t, G.WithName(name)) }
+	out, err := op.DenseAttention(in("q", q), in("k", k), in("v", v), in("cu_q", cuQ), in("cu_k", cuK),
+		op.MaxSeqlenK(300), op.Causal())
+	if err != nil {
+		panic(err)
+	}
+	runTape(g)
+	fmt.Println(out.Value().Shape())
+	// Output:
+	// (10, 4, 64)
+	// (10, 4, 64)
+}
+
+// runTape runs g once on a TapeMachine.
+func runTape(g *G.ExprGraph) {
+	m := G.NewTapeMachine(g)
+	defer m.Close()
+	if err := m.RunAll(); err != nil {
+		panic(err)
+	}
 }

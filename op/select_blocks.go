@@ -28,6 +28,27 @@ var (
 	attnLayerOpts = []optID{optCausal, optSoftmaxScale, optTemperature, optPartialDtype, optMMADtypes, optWorkers, optSharedKV}
 )
 
+// need is a required option of a one-call form and why it is required.
+type need struct {
+	id  optID
+	why string
+}
+
+// applyNeeding is applyOptions for fn followed by the check that every
+// option of needs is given.
+func applyNeeding(fn string, opts []Option, allowed []optID, needs ...need) (attnConfig, error) {
+	cfg, err := applyOptions(fn, opts, allowed...)
+	if err != nil {
+		return cfg, err
+	}
+	for _, n := range needs {
+		if err := cfg.required(fn, n.id, n.why); err != nil {
+			return cfg, err
+		}
+	}
+	return cfg, nil
+}
+
 // union returns the option kinds of a and then those of b not in a.
 func union(a, b []optID) []optID {
 	out := slices.Clone(a)
@@ -78,14 +99,8 @@ func inStage(fn string, err error) error {
 // An error of a stage names SelectBlocks and the stage.
 func SelectBlocks(q, k, cuQ, cuK *G.Node, opts ...Option) (csr, sched *G.Node, err error) {
 	const fn = "SelectBlocks"
-	cfg, err := applyOptions(fn, opts, selectOpts...)
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := cfg.required(fn, optTopK, "the blocks each query selects"); err != nil {
-		return nil, nil, err
-	}
-	if err := cfg.required(fn, optMaxSeqlenK, "it fixes the scores' and the CSR's shapes"); err != nil {
+	if _, err := applyNeeding(fn, opts, selectOpts, need{optTopK, "the blocks each query selects"},
+		need{optMaxSeqlenK, "it fixes the scores' and the CSR's shapes"}); err != nil {
 		return nil, nil, err
 	}
 	scores, err := BlockScores(q, k, cuQ, cuK, pick(opts, scoreOpts)...)
@@ -96,15 +111,32 @@ func SelectBlocks(q, k, cuQ, cuK *G.Node, opts ...Option) (csr, sched *G.Node, e
 	if err != nil {
 		return nil, nil, inStage(fn, err)
 	}
+	// BlockScores has checked that Hkv = k.shape[1] divides Hq.
+	return csrSchedule(fn, q, k, q2k, cuQ, cuK, opts)
+}
+
+// csrSchedule adds K2QCSR and FwdSchedule (QheadPerKV = Hq / Hkv, which
+// the caller has checked) after a q2k_indices node, with the options of
+// opts that apply to them: the stages the one-call graph forms share.
+func csrSchedule(fn string, q, k, q2k, cuQ, cuK *G.Node, opts []Option) (csr, sched *G.Node, err error) {
 	if csr, err = K2QCSR(q2k, cuQ, cuK, pick(opts, csrOpts)...); err != nil {
 		return nil, nil, inStage(fn, err)
 	}
-	// BlockScores has checked that Hkv = k.shape[1] divides Hq.
 	qpk := q.Shape()[1] / k.Shape()[1]
 	if sched, err = FwdSchedule(csr, cuQ, cuK, append(pick(opts, schedOpts), QheadPerKV(qpk))...); err != nil {
 		return nil, nil, inStage(fn, err)
 	}
 	return csr, sched, nil
+}
+
+// attend adds SparseAttention over csr and sched with the options of opts
+// that apply to it, naming fn in its errors.
+func attend(fn string, q, k, v, csr, sched, cuQ, cuK *G.Node, opts []Option) (*G.Node, error) {
+	out, err := SparseAttention(q, k, v, csr, sched, cuQ, cuK, pick(opts, attnLayerOpts)...)
+	if err != nil {
+		return nil, inStage(fn, err)
+	}
+	return out, nil
 }
 
 // BlockSparseAttention adds a block-sparse attention layer that selects
@@ -124,11 +156,7 @@ func BlockSparseAttention(q, k, v, cuQ, cuK *G.Node, opts ...Option) (*G.Node, e
 	if err != nil {
 		return nil, inStage(fn, err)
 	}
-	out, err := SparseAttention(q, k, v, csr, sched, cuQ, cuK, pick(opts, attnLayerOpts)...)
-	if err != nil {
-		return nil, inStage(fn, err)
-	}
-	return out, nil
+	return attend(fn, q, k, v, csr, sched, cuQ, cuK, opts)
 }
 
 // Selection is the block selection of SelectBlocksFunc: q2k_indices, the
@@ -166,11 +194,8 @@ func (s *Selection) Args() SparseArgs {
 // stage.
 func SelectBlocksFunc(q, k, cuSeqlensQ, cuSeqlensK tensor.Tensor, opts ...Option) (*Selection, error) {
 	const fn = "SelectBlocksFunc"
-	cfg, err := applyOptions(fn, opts, selectOpts...)
+	cfg, err := applyNeeding(fn, opts, selectOpts, need{optTopK, "the blocks each query selects"})
 	if err != nil {
-		return nil, err
-	}
-	if err := cfg.required(fn, optTopK, "the blocks each query selects"); err != nil {
 		return nil, err
 	}
 	blk := cfg.blkKV

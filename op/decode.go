@@ -35,7 +35,7 @@ type DecodeArgs struct {
 	// NonCausal requests non-causal decode, which (as in the reference) is
 	// not implemented.
 	NonCausal bool
-	// SoftmaxScale: 0 means 1/sqrt(D).
+	// SoftmaxScale: 0 means DefaultSoftmaxScale(D) = 1/sqrt(D).
 	SoftmaxScale float64
 	// Workers plays the SM count of the split-KV rules; <= 0 uses
 	// runtime.GOMAXPROCS(0).

@@ -310,8 +310,16 @@ func TestDecodeWrapperStale(t *testing.T) {
 	if _, err := w.Run(pr.q, pr.k, pr.v, 0); err == nil || !strings.Contains(err.Error(), "Plan") {
 		t.Fatalf("unplanned run: %v", err)
 	}
+	if info := w.Schedule(); info.Capacity != 0 || info.SplitCounts != nil {
+		t.Fatalf("schedule before Plan: %+v", info)
+	}
 	if err := w.Plan(planArgs(s, pr), nil); err != nil {
 		t.Fatal(err)
+	}
+	// fixed_split_size 4 pages: 100 and 300 keys in pages of 16 are 7 and
+	// 19 pages, so 2 and 5 chunks.
+	if info := w.Schedule(); !info.SplitKV || info.ChunkPages != 4 || fmt.Sprint(info.SplitCounts) != "[2 5]" || info.MaxSplits != 5 || info.WorkItems < 7 {
+		t.Fatalf("schedule: %+v", info)
 	}
 	res, err := w.Run(pr.q, pr.k, pr.v, 0)
 	if err != nil {

@@ -138,8 +138,33 @@ func (w *DecodeWrapper) Plan(args PlanArgs, q2kIndices tensor.Tensor) error {
 	return nil
 }
 
-// Schedule returns the current decode schedule (read-only).
-func (w *DecodeWrapper) Schedule() *plan.DecodeSchedule { return w.sched }
+// DecodePlanInfo describes the schedule of a DecodeWrapper's current plan.
+type DecodePlanInfo struct {
+	// WorkItems is the number of valid work items; Capacity the number of
+	// work-item slots (with EnableCUDAGraph, fixed for the worst case, so
+	// re-planning never changes it).
+	WorkItems, Capacity int
+	// ChunkPages is the KV chunk of a work item in pages; SplitKV whether
+	// a request's keys are split over several work items whose partial
+	// results are combined.
+	ChunkPages int
+	SplitKV    bool
+	// SplitCounts is the number of KV chunks of each request ([B], a
+	// copy); MaxSplits the largest.
+	SplitCounts []int32
+	MaxSplits   int
+}
+
+// Schedule describes the current plan's schedule (the zero value before
+// the first Plan).
+func (w *DecodeWrapper) Schedule() DecodePlanInfo {
+	s := w.sched
+	if s == nil || w.m == nil {
+		return DecodePlanInfo{}
+	}
+	return DecodePlanInfo{WorkItems: s.WorkCount, Capacity: s.Capacity, ChunkPages: s.ChunkPages, SplitKV: s.SplitKV,
+		SplitCounts: slices.Clone(s.SplitCounts[:w.m.batch]), MaxSplits: s.MaxSplits}
+}
 
 // Run computes decode attention for q [B*seqlen_q, Hq, D] against paged k,
 // v using the plan. softmaxScale 0 means the planned scale. It allocates

@@ -153,3 +153,23 @@ func runOnce(g *G.ExprGraph) error {
 	defer m.Close()
 	return m.RunAll()
 }
+
+// TestDefaultSoftmaxScale: SoftmaxScale(DefaultSoftmaxScale(D)) gives the
+// bits of the absent option (the zero value's default); another scale
+// does not.
+func TestDefaultSoftmaxScale(t *testing.T) {
+	s := sparseSpec{seed: 71, seqQ: []int{5}, seqK: []int{90}, hq: 2, hkv: 1, d: 64, blk: 64, qDt: "bf16", kvDt: "bf16"}
+	pr := buildSparse(s)
+	res := map[float64]*Result{}
+	for _, x := range []float64{0, DefaultSoftmaxScale(64), 0.2} {
+		r, err := DenseAttentionFunc(pr.q, pr.k, pr.v, pr.cuQ, pr.cuK, SoftmaxScale(x))
+		if err != nil {
+			t.Fatal(err)
+		}
+		res[x] = r
+	}
+	sameResult(t, "DefaultSoftmaxScale(64) vs 0", res[0], res[DefaultSoftmaxScale(64)])
+	if bytes.Equal(res[0].LSE.Header.Raw, res[0.2].LSE.Header.Raw) {
+		t.Fatal("softmax scale 0.2 gives the default's LSE")
+	}
+}

@@ -146,7 +146,8 @@ func SharedKV() Option {
 // node does (otherwise an *ArgError naming Causal and both stages).
 func Causal() Option { return newOption(optCausal, true, "", func(c *attnConfig) { c.causal = true }) }
 
-// SoftmaxScale sets softmax_scale (default 1/sqrt(D)). For SparseAttention,
+// SoftmaxScale sets softmax_scale (default DefaultSoftmaxScale(D) =
+// 1/sqrt(D)). For SparseAttention,
 // DecodeAttention and BlockScores.
 func SoftmaxScale(x float64) Option {
 	return newOption(optSoftmaxScale, x, fmt.Sprint(x), func(c *attnConfig) { c.scale = x })

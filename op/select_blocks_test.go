@@ -101,3 +101,66 @@ func TestOneCallRefusals(t *testing.T) {
 	_, err = BlockSparseAttention(qn, kn, vn, cq, ck, TopK(100), MaxSeqlenK(300))
 	wantNames(t, err, "topK", "BlockSparseAttention (SelectBlocks (TopKBlocks))")
 }
+
+// TestOneCallGradients: with float32 q, k, v the one-call graph forms are
+// differentiable; G.Grad of sum(out) gives the gradients of
+// SparseAttenBackwardFunc over the same selection (dOut = 1).
+func TestOneCallGradients(t *testing.T) {
+	q, k, v, cuQ, cuK := selectProblem("f32")
+	opts := []Option{BlkKV(64), Causal(), Workers(2)}
+	sel, err := SelectBlocksFunc(q, k, cuQ, cuK, append(opts, TopK(2))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dense := &Selection{TopK: 5, BlkKV: 64, Causal: true, cuQ: cuQ, cuK: cuK, workers: 2}
+	q2k := make([]int32, 2*10*dense.TopK)
+	allBlocks(q2k, int32s(cuQ), []int32{300, 200}, 2, dense.TopK, 64, true)
+	dense.Q2K = tensor.New(tensor.WithShape(2, 10, dense.TopK), tensor.WithBacking(q2k))
+	if dense.RowPtr, dense.QIndices, err = BuildK2QCSR(dense.Q2K, cuQ, cuK, 64); err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range map[string]struct {
+		sel   *Selection
+		build func(q, k, v, cq, ck *G.Node) (*G.Node, error)
+	}{
+		"BlockSparseAttention": {sel, func(q, k, v, cq, ck *G.Node) (*G.Node, error) {
+			return BlockSparseAttention(q, k, v, cq, ck, append(opts, TopK(2), MaxSeqlenK(300))...)
+		}},
+		"DenseAttention": {dense, func(q, k, v, cq, ck *G.Node) (*G.Node, error) {
+			return DenseAttention(q, k, v, cq, ck, append(opts, MaxSeqlenK(300))...)
+		}},
+	} {
+		g := G.NewGraph()
+		in := func(name string, x *tensor.Dense) *G.Node { return G.NodeFromAny(g, x, G.WithName(name)) }
+		qn, kn, vn := in("q", q), in("k", k), in("v", v)
+		out, err := c.build(qn, kn, vn, in("cu_q", cuQ), in("cu_k", cuK))
+		if err != nil {
+			t.Fatal(err)
+		}
+		grads, err := G.Grad(G.Must(G.Sum(out)), qn, kn, vn)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if err := runOnce(g); err != nil {
+			t.Fatal(err)
+		}
+		fwd, err := SparseAttenFunc(q, k, v, c.sel.RowPtr, c.sel.QIndices, c.sel.TopK, c.sel.Args())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ones := make([]float32, 10*4*64)
+		for i := range ones {
+			ones[i] = 1
+		}
+		want, err := SparseAttenBackwardFunc(q, k, v, fwd.Out, fwd.LSE, tensor.New(tensor.WithShape(10, 4, 64), tensor.WithBacking(ones)), nil,
+			c.sel.RowPtr, c.sel.QIndices, c.sel.TopK, c.sel.Args())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, w := range []*tensor.Dense{want.DQ, want.DK, want.DV} {
+			if !bytes.Equal(grads[i].Value().(*tensor.Dense).Header.Raw, w.Header.Raw) {
+				t.Fatalf("%s: the gradient of input %d differs from SparseAttenBackwardFunc's", name, i)
+			}
+		}
+	}
+}

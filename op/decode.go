@@ -83,6 +83,18 @@ type decodeMeta struct {
 	params                     plan.DecodeParams
 }
 
+// pageTableArgs checks that pageTable and seqUsedK are int32 tensors of
+// ranks 2 ([B, max_num_pages_per_seq]) and 1 ([B]), both required.
+func pageTableArgs(c *checker, pageTable, seqUsedK tensor.Tensor) (pt, su *tensor.Dense) {
+	pt = c.dense(pageTable, "page_table")
+	c.dtype(pt, "page_table", tensor.Int32)
+	c.rank(pt, "page_table", "[B, max_num_pages_per_seq]", 2)
+	su = c.dense(seqUsedK, "seqused_k")
+	c.dtype(su, "seqused_k", tensor.Int32)
+	c.rank(su, "seqused_k", "[B]", 1)
+	return pt, su
+}
+
 // validateDecodeMeta mirrors _validate_sparse_decode_inputs for the
 // metadata, with this package's extensions (any page size, any
 // qhead_per_kv in {1,2,4,8,16}, index range checks).
@@ -97,15 +109,7 @@ func validateDecodeMeta(c *checker, args *DecodeArgs, fixedCap bool, q2k tensor.
 		c.fail("causal", "true (decode attention currently supports only causal=True)", false)
 		return nil
 	}
-	pt := c.dense(args.PageTable, "page_table")
-	if c.err == nil && pt == nil {
-		c.fail("page_table", "a tensor (decode attention requires page_table)", "nil")
-	}
-	c.dtype(pt, "page_table", tensor.Int32)
-	c.rank(pt, "page_table", "[B, max_num_pages_per_seq]", 2)
-	su := c.dense(args.SeqUsedK, "seqused_k")
-	c.dtype(su, "seqused_k", tensor.Int32)
-	c.rank(su, "seqused_k", "[B]", 1)
+	pt, su := pageTableArgs(c, args.PageTable, args.SeqUsedK)
 	if c.err != nil {
 		return nil
 	}

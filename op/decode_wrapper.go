@@ -225,7 +225,7 @@ func (w *DecodeWrapper) runInto(fn string, q, k, v tensor.Tensor, softmaxScale f
 	w.c = checker{fn: fn}
 	c := &w.c
 	m := w.m
-	if err := w.stale(fn); err != nil {
+	if err := staleMeta(fn, w.src.seqused, m.seqused, w.src.pt, m.pt, m.cols); err != nil {
 		return err
 	}
 	qd, kd, vd := decodeQKVLayout(c, q, k, v, m.layout)
@@ -262,17 +262,18 @@ func (w *DecodeWrapper) runInto(fn string, q, k, v tensor.Tensor, softmaxScale f
 	return nil
 }
 
-// stale returns a *StalePlanError when the page_table or seqused_k given
-// to Plan no longer hold the planned values.
-func (w *DecodeWrapper) stale(fn string) error {
-	for b, x := range w.src.seqused {
-		if y := w.m.seqused[b]; x != y {
+// staleMeta returns a *StalePlanError naming the first entry in which the
+// seqused_k or page table given to Plan (srcSU, srcPT) differs from the
+// plan's copy (planSU, planPT; cols columns per page-table row).
+func staleMeta(fn string, srcSU, planSU, srcPT, planPT []int32, cols int) error {
+	for b, x := range srcSU {
+		if y := planSU[b]; x != y {
 			return &StalePlanError{Func: fn, Arg: fmt.Sprintf("seqused_k[%d]", b), Planned: y, Now: x}
 		}
 	}
-	for i, x := range w.src.pt {
-		if y := w.m.pt[i]; x != y {
-			return &StalePlanError{Func: fn, Arg: fmt.Sprintf("page_table[%d, %d]", i/w.m.cols, i%w.m.cols), Planned: y, Now: x}
+	for i, x := range srcPT {
+		if y := planPT[i]; x != y {
+			return &StalePlanError{Func: fn, Arg: fmt.Sprintf("page_table[%d, %d]", i/cols, i%cols), Planned: y, Now: x}
 		}
 	}
 	return nil

@@ -10,7 +10,8 @@
 // stop after the selection; DenseAttention and DenseAttentionFunc attend
 // to every key on the same kernels. For decode, PagedKVCache holds a serving
 // loop's pages, page table and seqused_k, and DecodeWrapper plans and runs
-// the attention over them.
+// the attention over them; PagedPrefillWrapper plans and runs a chunked
+// prefill over the same cache.
 //
 // The building blocks stay for the other cases: a graph builds the k2q CSR
 // from q2k_indices (K2QCSR), then the forward schedule (FwdSchedule), then

@@ -78,3 +78,38 @@ func ExamplePagedKVCache() {
 	// evicted 0 admitted 0 free pages: 3 [0 9]
 	// PagedKVCache.Append: NumPages: expected 4 free pages for the new tokens (the pool has NumPages = 4; Free finished requests or make a larger cache), got 3 free: out of pages
 }
+
+// Chunked prefill onto a paged cache: a prompt of 40 tokens is prefilled
+// in two chunks; each chunk's keys and values are appended first, then
+// its queries attend (causally) to every key of the request so far.
+func ExamplePagedPrefillWrapper() {
+	const hq, hkv, d, pageSize = 4, 1, 64, 16
+	cache, err := op.NewPagedKVCache(op.PagedKVCacheConfig{NumPages: 8, PageSize: pageSize,
+		KVHeads: hkv, HeadDim: d, MaxBatch: 1})
+	if err != nil {
+		panic(err)
+	}
+	seq, _ := cache.Admit()
+	w, err := op.NewPagedPrefillWrapper(pageSize)
+	if err != nil {
+		panic(err)
+	}
+	for _, chunk := range []int{24, 16} {
+		if err := cache.Append(seq, bf16(chunk, hkv, d), bf16(chunk, hkv, d)); err != nil {
+			panic(err)
+		}
+		cuQ := i32([]int{2}, 0, int32(chunk))
+		if err := w.Plan(op.PrefillPlanArgs{CuSeqlensQ: cuQ, PageTable: cache.PageTable(), SeqUsedK: cache.SeqUsedK(),
+			NumQOHeads: hq, NumKVHeads: hkv, HeadDim: d, Causal: true}, nil); err != nil {
+			panic(err)
+		}
+		res, err := w.Run(bf16(chunk, hq, d), cache.K(), cache.V(), 0)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println("keys", cache.Len(seq), "out", res.Out.Shape())
+	}
+	// Output:
+	// keys 24 out (24, 4, 64)
+	// keys 40 out (16, 4, 64)
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"strings"
 	"sync/atomic"
 
 	"github.com/sparseattn/msa/kernels/attn"
@@ -70,9 +71,16 @@ func (s *decodeSnapshot) take(m *decodeMeta) {
 	}
 }
 
-// errBusy is returned by a call that overlaps another call on one wrapper.
+// errBusy is returned by a call that overlaps another call on one
+// DecodeWrapper, PagedPrefillWrapper or PagedKVCache; fn is
+// "Type.Method". The argument it names is the cache or the wrapper.
 func errBusy(fn string) error {
-	return argErr(fn, "wrapper", "no concurrent call on the same DecodeWrapper (it is not safe for concurrent use)",
+	typ, _, _ := strings.Cut(fn, ".")
+	arg := "wrapper"
+	if typ == "PagedKVCache" {
+		arg = "cache"
+	}
+	return argErr(fn, arg, "no concurrent call on the same "+typ+" (it is not safe for concurrent use)",
 		"a call already in progress")
 }
 

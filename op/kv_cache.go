@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sync/atomic"
 
 	"github.com/sparseattn/msa/kernels/lowp"
 	"gorgonia.org/tensor"
@@ -47,8 +48,11 @@ type PagedKVCacheConfig struct {
 // plan a DecodeWrapper with them after the step's appends (a plan made
 // before an append is refused by Run with a *StalePlanError), and run it
 // on K and V. Rows of free slots have seqused_k 0 (their decode rows give
-// O = 0, LSE = -inf). A PagedKVCache is not safe for concurrent use.
+// O = 0, LSE = -inf). A PagedKVCache is not safe for concurrent use: a
+// call that changes it (Admit, Append, AppendStep, Free) made while another
+// is in progress returns an error instead of racing.
 type PagedKVCache struct {
+	busy      atomic.Bool
 	cfg       PagedKVCacheConfig
 	cols      int
 	k, v      *tensor.Dense
@@ -152,6 +156,10 @@ func (kc *PagedKVCache) Len(seq int) int {
 // Admit takes the lowest free row of the batch for a new request and
 // returns its index; it holds no page until tokens are appended.
 func (kc *PagedKVCache) Admit() (int, error) {
+	if !kc.busy.CompareAndSwap(false, true) {
+		return 0, errBusy("PagedKVCache.Admit")
+	}
+	defer kc.busy.Store(false)
 	seq := slices.Index(kc.admitted, false)
 	if seq < 0 {
 		return 0, argErr("PagedKVCache.Admit", "MaxBatch", fmt.Sprintf("a free row (MaxBatch = %d; Free a finished request first)", kc.cfg.MaxBatch),
@@ -165,6 +173,10 @@ func (kc *PagedKVCache) Admit() (int, error) {
 // page-table row is reset and its seqused_k is 0. The row can be admitted
 // again.
 func (kc *PagedKVCache) Free(seq int) error {
+	if !kc.busy.CompareAndSwap(false, true) {
+		return errBusy("PagedKVCache.Free")
+	}
+	defer kc.busy.Store(false)
 	if err := kc.admittedRow("PagedKVCache.Free", seq); err != nil {
 		return err
 	}
@@ -193,6 +205,10 @@ func (kc *PagedKVCache) admittedRow(fn string, seq int) error {
 // decode step), taking pages from the pool as needed.
 func (kc *PagedKVCache) Append(seq int, k, v tensor.Tensor) error {
 	const fn = "PagedKVCache.Append"
+	if !kc.busy.CompareAndSwap(false, true) {
+		return errBusy(fn)
+	}
+	defer kc.busy.Store(false)
 	if err := kc.admittedRow(fn, seq); err != nil {
 		return err
 	}
@@ -209,6 +225,10 @@ func (kc *PagedKVCache) Append(seq int, k, v tensor.Tensor) error {
 // are padding and are not written.
 func (kc *PagedKVCache) AppendStep(k, v tensor.Tensor) error {
 	const fn = "PagedKVCache.AppendStep"
+	if !kc.busy.CompareAndSwap(false, true) {
+		return errBusy(fn)
+	}
+	defer kc.busy.Store(false)
 	kd, vd, rows, err := kc.newKV(fn, k, v)
 	if err != nil {
 		return err

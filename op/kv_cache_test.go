@@ -173,6 +173,11 @@ func TestPagedKVCacheRefusals(t *testing.T) {
 	wantArgErr(t, err, "seq", "admitted row")
 	wantArgErr(t, kc.Free(b), "seq", "admitted row")
 	wantArgErr(t, kc.Free(-1), "seq", "admitted row")
+	kc.busy.Store(true) // a call in progress on another goroutine
+	_, err = kc.Admit()
+	wantNames(t, err, "cache", "PagedKVCache (it is not safe")
+	wantArgErr(t, kc.Append(a, randBF16(rng, 1, hkv, d), randBF16(rng, 1, hkv, d)), "cache", "no concurrent call")
+	kc.busy.Store(false)
 	if after := snapshot(); after != before {
 		t.Fatal("a refused call changed the cache")
 	}

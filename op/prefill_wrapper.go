@@ -2,6 +2,7 @@ package op
 
 import (
 	"fmt"
+	"sync/atomic"
 
 	"github.com/sparseattn/msa/kernels/tile"
 	"gorgonia.org/tensor"
@@ -46,9 +47,12 @@ type PrefillPlanArgs struct {
 // most 128), and dense prefill selects every page of a request, so a
 // request may hold at most 64 pages. Like DecodeWrapper, Run refuses a
 // plan made stale by a later change of the page table or seqused_k given to
-// Plan (a *StalePlanError). Not safe for concurrent use.
+// Plan (a *StalePlanError). It is not safe for concurrent use: a call made
+// while another call on the same wrapper is in progress returns an error
+// instead of racing.
 type PagedPrefillWrapper struct {
 	pageSize int
+	busy     atomic.Bool
 	planned  bool
 	args     SparseArgs
 	topK     int
@@ -74,6 +78,10 @@ func NewPagedPrefillWrapper(pageSize int) (*PagedPrefillWrapper, error) {
 // k2q CSR and the schedule.
 func (w *PagedPrefillWrapper) Plan(args PrefillPlanArgs, q2kIndices tensor.Tensor) error {
 	const fn = "PagedPrefillWrapper.Plan"
+	if !w.busy.CompareAndSwap(false, true) {
+		return errBusy(fn)
+	}
+	defer w.busy.Store(false)
 	w.planned = false
 	c := &checker{fn: fn}
 	c.need(args.NumQOHeads > 0 && args.NumKVHeads > 0 && args.HeadDim > 0 && args.NumQOHeads%args.NumKVHeads == 0,
@@ -134,6 +142,10 @@ func (w *PagedPrefillWrapper) blockLists(fn string, q2kIndices tensor.Tensor, cu
 		c := &checker{fn: fn}
 		qd := c.dense(q2kIndices, "q2k_indices")
 		c.rank(qd, "q2k_indices", "[Hkv, total_q, topK]", 3)
+		if c.err == nil {
+			want := fmt.Sprintf("[Hkv = num_kv_heads = %d, total_q = %d, topK]", args.NumKVHeads, cuQ[len(cuQ)-1])
+			c.need(qd.Shape()[0] == args.NumKVHeads && qd.Shape()[1] == int(cuQ[len(cuQ)-1]), "q2k_indices", want, shapeStr(qd))
+		}
 		if c.err != nil {
 			return nil, 0, c.err
 		}
@@ -157,6 +169,10 @@ func (w *PagedPrefillWrapper) blockLists(fn string, q2kIndices tensor.Tensor, cu
 // result over the plan's blocks. softmaxScale 0 means the planned scale.
 func (w *PagedPrefillWrapper) Run(q, k, v tensor.Tensor, softmaxScale float64) (*Result, error) {
 	const fn = "PagedPrefillWrapper.Run"
+	if !w.busy.CompareAndSwap(false, true) {
+		return nil, errBusy(fn)
+	}
+	defer w.busy.Store(false)
 	if !w.planned {
 		return nil, argErr(fn, "wrapper", "a planned wrapper (call Plan before Run)", "unplanned")
 	}

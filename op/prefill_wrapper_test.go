@@ -87,6 +87,11 @@ func TestPagedPrefillWrapperRefusals(t *testing.T) {
 	args.SeqUsedK = i32T([]int{2}, 260, 20)
 	err = w4.Plan(args, nil)
 	wantNames(t, err, "max_seqlen_k", "64 * blk_kv = 256")
+	wantArgErr(t, w.Plan(prefillArgs(s, pr), i32T([]int{2, 7, 2})), "q2k_indices", "num_kv_heads = 1")
+	w.busy.Store(true) // a call in progress on another goroutine
+	_, err = w.Run(pr.q, pr.k, pr.v, 0)
+	wantArgErr(t, err, "wrapper", "no concurrent call")
+	w.busy.Store(false)
 	args = prefillArgs(s, pr)
 	args.NumKVHeads = 3
 	wantArgErr(t, w.Plan(args, nil), "num_qo_heads/num_kv_heads/head_dim", "divisible")

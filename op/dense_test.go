@@ -78,17 +78,7 @@ func TestDenseAttentionMatchesReference(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ref := referenceSparse(everyBlock(*fp.refWith(fp.qf, fp.kf, fp.vf)))
-			o := backing[float32](res.Out)
-			for r, row := range ref.o {
-				for c, w := range row {
-					// The bound of TestSparseAttenF32MatchesReference: float32
-					// rounding of the scores and of the weighted sums.
-					if e := math.Abs(float64(o[r*s.d+c]) - w); !(e <= 2e-6*fp.maxV*float64(s.d)/16) {
-						t.Fatalf("float32: O[%d][%d] = %v, want %v", r, c, o[r*s.d+c], w)
-					}
-				}
-			}
+			checkF32EveryKey(t, fp, res)
 			denseGraphSame(t, fp.q, fp.k, fp.v, fp.cuQ, fp.cuK, res, append(opts, MaxSeqlenK(300))...)
 		})
 	}
@@ -171,5 +161,23 @@ func TestDefaultSoftmaxScale(t *testing.T) {
 	sameResult(t, "DefaultSoftmaxScale(64) vs 0", res[0], res[DefaultSoftmaxScale(64)])
 	if bytes.Equal(res[0].LSE.Header.Raw, res[0.2].LSE.Header.Raw) {
 		t.Fatal("softmax scale 0.2 gives the default's LSE")
+	}
+}
+
+// checkF32EveryKey compares a float32 result with the float64 reference
+// over every key of each query's sequence (causal per the problem).
+func checkF32EveryKey(t *testing.T, fp *f32Problem, res *Result) {
+	t.Helper()
+	d := fp.spec.d
+	ref := referenceSparse(everyBlock(*fp.refWith(fp.qf, fp.kf, fp.vf)))
+	o := backing[float32](res.Out)
+	for r, row := range ref.o {
+		for c, w := range row {
+			// The bound of TestSparseAttenF32MatchesReference: float32
+			// rounding of the scores and of the weighted sums.
+			if e := math.Abs(float64(o[r*d+c]) - w); !(e <= 2e-6*fp.maxV*float64(d)/16) {
+				t.Fatalf("float32: O[%d][%d] = %v, want %v", r, c, o[r*d+c], w)
+			}
+		}
 	}
 }

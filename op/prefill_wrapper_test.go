@@ -47,6 +47,19 @@ func TestPagedPrefillWrapper(t *testing.T) {
 			}
 			pr.ref = *everyBlock(pr.ref)
 			checkAgainstReference(t, s, pr, res)
+
+			// float32 q, k, v: the float32 kernels over the same plan.
+			fp := newF32Problem(s)
+			args := prefillArgs(s, fp.sparseProblem)
+			args.PartialDtype = tensor.Dtype{}
+			if err := w.Plan(args, nil); err != nil {
+				t.Fatal(err)
+			}
+			res, err = w.Run(fp.q, fp.k, fp.v, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkF32EveryKey(t, fp, res)
 		})
 	}
 }

@@ -47,6 +47,16 @@ func TestPagedPrefillWrapper(t *testing.T) {
 			}
 			pr.ref = *everyBlock(pr.ref)
 			checkAgainstReference(t, s, pr, res)
+			nhd := prefillArgs(s, pr)
+			nhd.KVLayout = NHD
+			if err := w.Plan(nhd, nil); err != nil {
+				t.Fatal(err)
+			}
+			got, err := w.Run(pr.q, toNHD(t, pr.k), toNHD(t, pr.v), 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sameResult(t, "NHD cache vs HND", res, got)
 
 			// float32 q, k, v: the float32 kernels over the same plan.
 			fp := newF32Problem(s)

@@ -63,6 +63,11 @@ type PagedKVCache struct {
 	dst       []int   // scratch: the cache rows of one append
 }
 
+// maxPoolBytes caps the bytes of a cache's K (and of its V) pool: 16 TiB
+// (or the int range), beyond the memory of any machine, so that a mistyped
+// size is an error rather than a failed allocation's panic.
+const maxPoolBytes = min(1<<44, math.MaxInt)
+
 // NewPagedKVCache allocates the pages of cfg (2 * NumPages * PageSize *
 // KVHeads * HeadDim elements) and an empty page table.
 func NewPagedKVCache(cfg PagedKVCacheConfig) (*PagedKVCache, error) {
@@ -88,8 +93,9 @@ func NewPagedKVCache(cfg PagedKVCacheConfig) (*PagedKVCache, error) {
 		cols = cfg.NumPages
 	}
 	pageCapacity(c, cols, cfg.PageSize)
-	elems := mulCap(math.MaxInt, cfg.NumPages, cfg.PageSize, cfg.KVHeads, cfg.HeadDim)
-	c.need(elems >= 0, "NumPages", "a pool of NumPages * PageSize * KVHeads * HeadDim elements that fits an int", cfg.NumPages)
+	elems := mulCap(maxPoolBytes/int(cfg.Dtype.Size()), cfg.NumPages, cfg.PageSize, cfg.KVHeads, cfg.HeadDim)
+	c.need(elems >= 0, "NumPages", fmt.Sprintf("a pool of NumPages * PageSize * KVHeads * HeadDim elements of at most %d bytes each for K and V", maxPoolBytes),
+		fmt.Sprintf("%d * %d * %d * %d", cfg.NumPages, cfg.PageSize, cfg.KVHeads, cfg.HeadDim))
 	c.need(mulCap(maxInt32, cfg.MaxBatch, cols) >= 0, "MaxBatch",
 		fmt.Sprintf("a page table of MaxBatch * MaxPagesPerSeq <= %d entries", maxInt32), fmt.Sprintf("%d * %d", cfg.MaxBatch, cols))
 	if c.err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/sparseattn/msa/kernels/lowp"
@@ -197,4 +198,96 @@ func TestPagedKVCacheRefusals(t *testing.T) {
 		_, err := NewPagedKVCache(c.cfg)
 		wantArgErr(t, err, c.arg, "")
 	}
+}
+
+// FuzzPagedKVCache drives a small cache (6 pages of 3 tokens, 3 rows of at
+// most 4 pages) with admissions, appends, decode steps and frees read from
+// the input, against a model of each row's tokens: a call fails exactly
+// when the model says it must (row not admitted, row full, batch full, out
+// of pages), a failed call changes nothing, and every held token reads
+// back through the page table (checkCache).
+func FuzzPagedKVCache(f *testing.F) {
+	f.Add([]byte{0, 0, 1, 0, 7, 2, 2, 1, 0, 5, 3, 0, 0, 1, 1, 9})
+	f.Add([]byte{0, 0, 0, 0, 1, 1, 8, 1, 2, 8, 1, 0, 4, 2, 3, 1, 2})
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		const hkv, d, ps, rows, cols, pages = 1, 2, 3, 3, 4, 6
+		kc, err := NewPagedKVCache(PagedKVCacheConfig{NumPages: pages, PageSize: ps, KVHeads: hkv, HeadDim: d, MaxBatch: rows, MaxPagesPerSeq: cols})
+		if err != nil {
+			t.Fatal(err)
+		}
+		model := make([][2][]lowp.BFloat16, rows)
+		admitted := make([]bool, rows)
+		next := 0 // distinct token values
+		tokens := func(n int) *tensor.Dense {
+			x := make([]lowp.BFloat16, n*hkv*d)
+			for i := range x {
+				next++
+				x[i] = lowp.BF16(float32(next))
+			}
+			return tensor.New(tensor.WithShape(n, hkv, d), tensor.WithBacking(x))
+		}
+		held := func() int {
+			n := 0
+			for _, m := range model {
+				n += ceilDiv(len(m[0])/(hkv*d), ps)
+			}
+			return n
+		}
+		for i := 0; i+2 < len(ops) && i < 90; i += 3 {
+			seq, n := int(ops[i+1])%rows, int(ops[i+2])%8
+			var err error
+			var ok bool
+			switch ops[i] % 4 {
+			case 0:
+				free := slices.Index(admitted, false)
+				var got int
+				got, err = kc.Admit()
+				if ok = free >= 0; ok {
+					if got != free {
+						t.Fatalf("Admit = %d, want the lowest free row %d", got, free)
+					}
+					admitted[free] = true
+				}
+			case 1, 2:
+				step := ops[i]%4 == 2
+				need, fits := 0, true
+				for b := range model {
+					if !admitted[b] || (!step && b != seq) {
+						continue
+					}
+					have := len(model[b][0]) / (hkv * d)
+					fits = fits && have+n <= cols*ps
+					need += ceilDiv(have+n, ps) - ceilDiv(have, ps)
+				}
+				ok = (step || admitted[seq]) && fits && need <= pages-held()
+				if step {
+					k, v := tokens(rows*n), tokens(rows*n)
+					if err = kc.AppendStep(k, v); ok {
+						for b := range model {
+							if admitted[b] {
+								w := n * hkv * d
+								model[b][0] = append(model[b][0], backing[lowp.BFloat16](k)[b*w:(b+1)*w]...)
+								model[b][1] = append(model[b][1], backing[lowp.BFloat16](v)[b*w:(b+1)*w]...)
+							}
+						}
+					}
+				} else {
+					k, v := tokens(n), tokens(n)
+					if err = kc.Append(seq, k, v); ok {
+						model[seq][0] = append(model[seq][0], backing[lowp.BFloat16](k)...)
+						model[seq][1] = append(model[seq][1], backing[lowp.BFloat16](v)...)
+					}
+				}
+			case 3:
+				err = kc.Free(seq)
+				if ok = admitted[seq]; ok {
+					admitted[seq], model[seq] = false, [2][]lowp.BFloat16{}
+				}
+			}
+			if (err == nil) != ok {
+				t.Fatalf("op %d (%d, seq %d, n %d): error %v, model expects success = %v", i/3, ops[i]%4, seq, n, err, ok)
+			}
+			checkCache(t, kc, model)
+		}
+	})
 }

@@ -3,6 +3,7 @@ package op
 import (
 	"bytes"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	G "gorgonia.org/gorgonia"
@@ -160,6 +161,32 @@ func TestOneCallGradients(t *testing.T) {
 		for i, w := range []*tensor.Dense{want.DQ, want.DK, want.DV} {
 			if !bytes.Equal(grads[i].Value().(*tensor.Dense).Header.Raw, w.Header.Raw) {
 				t.Fatalf("%s: the gradient of input %d differs from SparseAttenBackwardFunc's", name, i)
+			}
+		}
+	}
+}
+
+// TestOneCallOptionsReachAStage: every option a one-call form accepts is
+// passed on to a stage that takes it (an accepted option no stage reads
+// would be silently ignored).
+func TestOneCallOptionsReachAStage(t *testing.T) {
+	for _, c := range []struct {
+		form     string
+		accepted []optID
+		stages   [][]optID
+	}{
+		{"SelectBlocks", selectOpts, [][]optID{scoreOpts, topKOpts, csrOpts, schedOpts}},
+		{"BlockSparseAttention", union(selectOpts, attnLayerOpts), [][]optID{scoreOpts, topKOpts, csrOpts, schedOpts, attnLayerOpts}},
+		// MaxSeqlenK, BlkKV and Causal also size and fill the block list.
+		{"DenseAttention", denseOpts, [][]optID{csrOpts, schedOpts, attnLayerOpts}},
+	} {
+		var read []optID
+		for _, s := range c.stages {
+			read = union(read, s)
+		}
+		for _, id := range c.accepted {
+			if !slices.Contains(read, id) {
+				t.Errorf("%s accepts %s, which no stage takes", c.form, optNames[id])
 			}
 		}
 	}

@@ -71,8 +71,9 @@ func denseTopK(fn string, maxSeqK, blk int) (int, error) {
 // three), cuSeqlensQ and cuSeqlensK int32 [B+1]; the result is
 // SparseAttenFunc's. Options: BlkKV (the kernels' key block, default
 // 128), Causal, SoftmaxScale, Temperature (also returns the temperature
-// LSE), PartialDtype, MMADtypes, Workers, MaxSeqlenK (absent: derived).
-// A sequence may have at most 64 * blk_kv keys.
+// LSE), PartialDtype, MMADtypes, Workers, MaxSeqlenK (absent: derived; a
+// given value is checked against the key lengths). A sequence may have at
+// most 64 * blk_kv keys.
 func DenseAttentionFunc(q, k, v, cuSeqlensQ, cuSeqlensK tensor.Tensor, opts ...Option) (*Result, error) {
 	const fn = "DenseAttentionFunc"
 	cfg, err := applyOptions(fn, opts, denseEagerOpts...)
@@ -103,7 +104,6 @@ func DenseAttentionFunc(q, k, v, cuSeqlensQ, cuSeqlensK tensor.Tensor, opts ...O
 		seqK[b] = cuK[b+1] - cuK[b]
 		maxSeqK = max(maxSeqK, int(seqK[b]))
 	}
-	maxSeqK = max(maxSeqK, cfg.maxSeqlenK)
 	topK, err := denseTopK(fn, maxSeqK, blk)
 	if err != nil {
 		return nil, err

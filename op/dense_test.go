@@ -116,6 +116,10 @@ func TestDenseAttentionRefusals(t *testing.T) {
 	wantNames(t, err, "SharedKV", "DenseAttentionFunc")
 	_, err = DenseAttentionFunc(pr.q, pr.k, pr.v, pr.cuQ, pr.cuK, MaxSeqlenK(100))
 	wantNames(t, err, "max_seqlen_k", "DenseAttentionFunc (SparseAttenFunc)")
+	// A generous bound is only a bound: the block lists follow the lengths.
+	if _, err := DenseAttentionFunc(pr.q, pr.k, pr.v, pr.cuQ, pr.cuK, MaxSeqlenK(1<<20)); err != nil {
+		t.Fatalf("MaxSeqlenK(1 << 20) over 300 keys: %v", err)
+	}
 
 	g := G.NewGraph()
 	in := func(name string, x *tensor.Dense) *G.Node { return G.NodeFromAny(g, x, G.WithName(name)) }

@@ -128,7 +128,7 @@ func validateDecodeMeta(c *checker, args *DecodeArgs, fixedCap bool, q2k tensor.
 	}
 	m.seqlenQ = args.SeqlenQ
 	if totalQ >= 0 {
-		c.need(totalQ == m.batch*m.seqlenQ, "q", fmt.Sprintf("shape[0] == batch * seqlen_q = %d", m.batch*m.seqlenQ), totalQ)
+		c.need(totalQ == m.batch*m.seqlenQ, "q", fmt.Sprintf("[B * seqlen_q, Hq, D] with B * seqlen_q = %d * %d = %d", m.batch, m.seqlenQ, m.batch*m.seqlenQ), fmt.Sprintf("q.shape[0] = %d", totalQ))
 	}
 	m.pt, m.seqused = int32s(pt), int32s(su)
 	for b, x := range m.seqused {

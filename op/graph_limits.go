@@ -43,7 +43,7 @@ func nodeDesc(n *G.Node) string {
 // supported, naming q (before any scalar rule that depends on D).
 func headDimCheck(fn string, q *G.Node) error {
 	if d := q.Shape()[2]; !slices.Contains(supportedHeadDims, d) {
-		return argErr(fn, "q", fmt.Sprintf("head dimension D = q.shape[2] in %v", supportedHeadDims), fmt.Sprintf("shape %v", q.Shape()))
+		return argErr(fn, "q", fmt.Sprintf("[total_q, Hq, D] with head dimension D = q.shape[2] in %v", supportedHeadDims), fmt.Sprintf("shape %v", q.Shape()))
 	}
 	return nil
 }

@@ -42,6 +42,10 @@ func TestTransposedQNamesLayout(t *testing.T) {
 	_, err = SparseDecodeAttenFunc(transpose01(t, pr.q), pr.k, pr.v, nil, decodeArgs(s, pr))
 	wantArgErr(t, err, "q", "[total_q, Hq, D]")
 	wantLayoutFirst(t, err)
+
+	// Rows other than B * seqlen_q: the layout in letters, then the count.
+	_, err = SparseDecodeAttenFunc(bf16T(3, 8, 64), pr.k, pr.v, nil, decodeArgs(s, pr))
+	wantArgErr(t, err, "q", "[B * seqlen_q, Hq, D] with B * seqlen_q = 1 * 2 = 2")
 }
 
 // wantLayoutFirst checks that err states q's layout in letters before the

@@ -171,7 +171,7 @@ func validateSparse(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int, ar
 		return nil, c.err
 	}
 	totalQ, hq, d := qd.Shape()[0], qd.Shape()[1], qd.Shape()[2]
-	c.need(slices.Contains(supportedHeadDims, d), "q", fmt.Sprintf("head dimension D in %v", supportedHeadDims), fmt.Sprintf("D = %d (shape %s)", d, shapeStr(qd)))
+	c.need(slices.Contains(supportedHeadDims, d), "q", fmt.Sprintf("[total_q, Hq, D] with head dimension D in %v", supportedHeadDims), fmt.Sprintf("D = %d (shape %s)", d, shapeStr(qd)))
 	if c.err != nil {
 		return nil, c.err
 	}
@@ -214,7 +214,6 @@ func validateSparse(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int, ar
 		c.dtype(vd, "v", tensor.Uint8)
 		c.need(kd.Shape().Eq(vd.Shape()), "k, v", "the same shape", "k "+shapeStr(kd)+", v "+shapeStr(vd))
 	}
-	c.need(slices.Contains(supportedHeadDims, d), "q", fmt.Sprintf("head dimension D in %v", supportedHeadDims), d)
 	if c.err != nil {
 		return nil, c.err
 	}

@@ -71,6 +71,17 @@ func (s *decodeSnapshot) take(m *decodeMeta) {
 	}
 }
 
+// acquire takes busy, the in-progress flag of a DecodeWrapper,
+// PagedPrefillWrapper or PagedKVCache, for the call fn, or returns
+// errBusy(fn) when another call holds it; the caller releases it with
+// busy.Store(false).
+func acquire(busy *atomic.Bool, fn string) error {
+	if !busy.CompareAndSwap(false, true) {
+		return errBusy(fn)
+	}
+	return nil
+}
+
 // errBusy is returned by a call that overlaps another call on one
 // DecodeWrapper, PagedPrefillWrapper or PagedKVCache; fn is
 // "Type.Method". The argument it names is the cache or the wrapper.
@@ -104,8 +115,8 @@ func NewDecodeWrapper(pageSize int) (*DecodeWrapper, error) {
 // decode.
 func (w *DecodeWrapper) Plan(args PlanArgs, q2kIndices tensor.Tensor) error {
 	const fn = "DecodeWrapper.Plan"
-	if !w.busy.CompareAndSwap(false, true) {
-		return errBusy(fn)
+	if err := acquire(&w.busy, fn); err != nil {
+		return err
 	}
 	defer w.busy.Store(false)
 	c := &checker{fn: fn}
@@ -180,8 +191,8 @@ func (w *DecodeWrapper) Schedule() DecodePlanInfo {
 // return_softmax_lse has no Go counterpart). RunInto reuses caller-owned ones.
 func (w *DecodeWrapper) Run(q, k, v tensor.Tensor, softmaxScale float64) (*Result, error) {
 	const fn = "DecodeWrapper.Run"
-	if !w.busy.CompareAndSwap(false, true) {
-		return nil, errBusy(fn)
+	if err := acquire(&w.busy, fn); err != nil {
+		return nil, err
 	}
 	defer w.busy.Store(false)
 	if err := w.usable(fn); err != nil {
@@ -217,8 +228,8 @@ func (w *DecodeWrapper) usable(fn string) error {
 // wrapper has run one call of the same shapes.
 func (w *DecodeWrapper) RunInto(q, k, v tensor.Tensor, softmaxScale float64, out, lse *tensor.Dense) error {
 	const fn = "DecodeWrapper.Run"
-	if !w.busy.CompareAndSwap(false, true) {
-		return errBusy(fn)
+	if err := acquire(&w.busy, fn); err != nil {
+		return err
 	}
 	defer w.busy.Store(false)
 	if err := w.usable(fn); err != nil {

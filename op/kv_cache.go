@@ -162,8 +162,8 @@ func (kc *PagedKVCache) Len(seq int) int {
 // Admit takes the lowest free row of the batch for a new request and
 // returns its index; it holds no page until tokens are appended.
 func (kc *PagedKVCache) Admit() (int, error) {
-	if !kc.busy.CompareAndSwap(false, true) {
-		return 0, errBusy("PagedKVCache.Admit")
+	if err := acquire(&kc.busy, "PagedKVCache.Admit"); err != nil {
+		return 0, err
 	}
 	defer kc.busy.Store(false)
 	seq := slices.Index(kc.admitted, false)
@@ -179,8 +179,8 @@ func (kc *PagedKVCache) Admit() (int, error) {
 // page-table row is reset and its seqused_k is 0. The row can be admitted
 // again.
 func (kc *PagedKVCache) Free(seq int) error {
-	if !kc.busy.CompareAndSwap(false, true) {
-		return errBusy("PagedKVCache.Free")
+	if err := acquire(&kc.busy, "PagedKVCache.Free"); err != nil {
+		return err
 	}
 	defer kc.busy.Store(false)
 	if err := kc.admittedRow("PagedKVCache.Free", seq); err != nil {
@@ -211,8 +211,8 @@ func (kc *PagedKVCache) admittedRow(fn string, seq int) error {
 // decode step), taking pages from the pool as needed.
 func (kc *PagedKVCache) Append(seq int, k, v tensor.Tensor) error {
 	const fn = "PagedKVCache.Append"
-	if !kc.busy.CompareAndSwap(false, true) {
-		return errBusy(fn)
+	if err := acquire(&kc.busy, fn); err != nil {
+		return err
 	}
 	defer kc.busy.Store(false)
 	if err := kc.admittedRow(fn, seq); err != nil {
@@ -231,8 +231,8 @@ func (kc *PagedKVCache) Append(seq int, k, v tensor.Tensor) error {
 // are padding and are not written.
 func (kc *PagedKVCache) AppendStep(k, v tensor.Tensor) error {
 	const fn = "PagedKVCache.AppendStep"
-	if !kc.busy.CompareAndSwap(false, true) {
-		return errBusy(fn)
+	if err := acquire(&kc.busy, fn); err != nil {
+		return err
 	}
 	defer kc.busy.Store(false)
 	kd, vd, rows, err := kc.newKV(fn, k, v)

@@ -78,8 +78,8 @@ func NewPagedPrefillWrapper(pageSize int) (*PagedPrefillWrapper, error) {
 // k2q CSR and the schedule.
 func (w *PagedPrefillWrapper) Plan(args PrefillPlanArgs, q2kIndices tensor.Tensor) error {
 	const fn = "PagedPrefillWrapper.Plan"
-	if !w.busy.CompareAndSwap(false, true) {
-		return errBusy(fn)
+	if err := acquire(&w.busy, fn); err != nil {
+		return err
 	}
 	defer w.busy.Store(false)
 	w.planned = false
@@ -169,8 +169,8 @@ func (w *PagedPrefillWrapper) blockLists(fn string, q2kIndices tensor.Tensor, cu
 // result over the plan's blocks. softmaxScale 0 means the planned scale.
 func (w *PagedPrefillWrapper) Run(q, k, v tensor.Tensor, softmaxScale float64) (*Result, error) {
 	const fn = "PagedPrefillWrapper.Run"
-	if !w.busy.CompareAndSwap(false, true) {
-		return nil, errBusy(fn)
+	if err := acquire(&w.busy, fn); err != nil {
+		return nil, err
 	}
 	defer w.busy.Store(false)
 	if !w.planned {

@@ -191,6 +191,12 @@ func runSparseBlock(t *testing.T, topK int) (x []float32, w blockWeights, scores
 // compareOut checks |got - want| <= blockTol * max|want| and logs the error.
 func compareOut(t *testing.T, what string, got []float32, want []float64) {
 	t.Helper()
+	compareTol(t, what, got, want, blockTol)
+}
+
+// compareTol checks |got - want| <= tol * max|want| and logs the error.
+func compareTol(t *testing.T, what string, got []float32, want []float64, tol float64) {
+	t.Helper()
 	if len(got) != len(want) {
 		t.Fatalf("%s: %d values, want %d", what, len(got), len(want))
 	}
@@ -203,8 +209,8 @@ func compareOut(t *testing.T, what string, got []float32, want []float64) {
 		}
 	}
 	t.Logf("%s: max |err| = %.3g, max |ref| = %.3g (relative %.2g)", what, maxErr, maxRef, maxErr/maxRef)
-	if maxErr > blockTol*maxRef {
-		t.Fatalf("%s: max |err| %.3g > %.3g * max |ref| %.3g", what, maxErr, blockTol, maxRef)
+	if maxErr > tol*maxRef {
+		t.Fatalf("%s: max |err| %.3g > %.3g * max |ref| %.3g", what, maxErr, tol, maxRef)
 	}
 }
 

@@ -35,7 +35,7 @@ type DecodeArgs struct {
 	// NonCausal requests non-causal decode, which (as in the reference) is
 	// not implemented.
 	NonCausal bool
-	// SoftmaxScale: 0 means 1/sqrt(D).
+	// SoftmaxScale: 0 means DefaultSoftmaxScale(D) = 1/sqrt(D).
 	SoftmaxScale float64
 	// Workers plays the SM count of the split-KV rules; <= 0 uses
 	// runtime.GOMAXPROCS(0).
@@ -83,6 +83,18 @@ type decodeMeta struct {
 	params                     plan.DecodeParams
 }
 
+// pageTableArgs checks that pageTable and seqUsedK are int32 tensors of
+// ranks 2 ([B, max_num_pages_per_seq]) and 1 ([B]), both required.
+func pageTableArgs(c *checker, pageTable, seqUsedK tensor.Tensor) (pt, su *tensor.Dense) {
+	pt = c.dense(pageTable, "page_table")
+	c.dtype(pt, "page_table", tensor.Int32)
+	c.rank(pt, "page_table", "[B, max_num_pages_per_seq]", 2)
+	su = c.dense(seqUsedK, "seqused_k")
+	c.dtype(su, "seqused_k", tensor.Int32)
+	c.rank(su, "seqused_k", "[B]", 1)
+	return pt, su
+}
+
 // validateDecodeMeta mirrors _validate_sparse_decode_inputs for the
 // metadata, with this package's extensions (any page size, any
 // qhead_per_kv in {1,2,4,8,16}, index range checks).
@@ -97,15 +109,7 @@ func validateDecodeMeta(c *checker, args *DecodeArgs, fixedCap bool, q2k tensor.
 		c.fail("causal", "true (decode attention currently supports only causal=True)", false)
 		return nil
 	}
-	pt := c.dense(args.PageTable, "page_table")
-	if c.err == nil && pt == nil {
-		c.fail("page_table", "a tensor (decode attention requires page_table)", "nil")
-	}
-	c.dtype(pt, "page_table", tensor.Int32)
-	c.rank(pt, "page_table", "[B, max_num_pages_per_seq]", 2)
-	su := c.dense(args.SeqUsedK, "seqused_k")
-	c.dtype(su, "seqused_k", tensor.Int32)
-	c.rank(su, "seqused_k", "[B]", 1)
+	pt, su := pageTableArgs(c, args.PageTable, args.SeqUsedK)
 	if c.err != nil {
 		return nil
 	}
@@ -124,7 +128,7 @@ func validateDecodeMeta(c *checker, args *DecodeArgs, fixedCap bool, q2k tensor.
 	}
 	m.seqlenQ = args.SeqlenQ
 	if totalQ >= 0 {
-		c.need(totalQ == m.batch*m.seqlenQ, "q", fmt.Sprintf("shape[0] == batch * seqlen_q = %d", m.batch*m.seqlenQ), totalQ)
+		c.need(totalQ == m.batch*m.seqlenQ, "q", fmt.Sprintf("[B * seqlen_q, Hq, D] with B * seqlen_q = %d * %d = %d", m.batch, m.seqlenQ, m.batch*m.seqlenQ), fmt.Sprintf("q.shape[0] = %d", totalQ))
 	}
 	m.pt, m.seqused = int32s(pt), int32s(su)
 	for b, x := range m.seqused {
@@ -236,13 +240,9 @@ func decodeQKVLayout(c *checker, q, k, v tensor.Tensor, l PagedLayout) (qd, kd, 
 		return
 	}
 	hkv, ps := l.dims(kd.Shape())
-	if hkv < 1 || qd.Shape()[1]%hkv != 0 {
-		c.fail("k", fmt.Sprintf("the paged %v layout %s with Hkv = %s dividing Hq = q.shape[1] = %d%s", l, l.shape("D"), l.hkvDim(), qd.Shape()[1], l.other()),
-			"k "+shapeStr(kd)+" (q "+shapeStr(qd)+")")
-		return
-	}
-	if !slices.Contains(supportedQheadPerKV, qd.Shape()[1]/hkv) {
-		c.err = &NotImplementedError{c.fn, fmt.Sprintf("qhead_per_kv must be in {1, 2, 4, 8, 16}, got %d", qd.Shape()[1]/hkv)}
+	if checkHeads(c, "k", qd, kd, hkv, false, func() string {
+		return fmt.Sprintf("the paged %v layout %s (Hkv = %s%s)", l, l.shape("D"), l.hkvDim(), l.other())
+	}); c.err != nil {
 		return
 	}
 	if ps < 1 {

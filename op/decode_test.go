@@ -2,6 +2,7 @@ package op
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -309,8 +310,16 @@ func TestDecodeWrapperStale(t *testing.T) {
 	if _, err := w.Run(pr.q, pr.k, pr.v, 0); err == nil || !strings.Contains(err.Error(), "Plan") {
 		t.Fatalf("unplanned run: %v", err)
 	}
+	if info := w.Schedule(); info.Capacity != 0 || info.SplitCounts != nil {
+		t.Fatalf("schedule before Plan: %+v", info)
+	}
 	if err := w.Plan(planArgs(s, pr), nil); err != nil {
 		t.Fatal(err)
+	}
+	// fixed_split_size 4 pages: 100 and 300 keys in pages of 16 are 7 and
+	// 19 pages, so 2 and 5 chunks.
+	if info := w.Schedule(); !info.SplitKV || info.ChunkPages != 4 || fmt.Sprint(info.SplitCounts) != "[2 5]" || info.MaxSplits != 5 || info.WorkItems < 7 {
+		t.Fatalf("schedule: %+v", info)
 	}
 	res, err := w.Run(pr.q, pr.k, pr.v, 0)
 	if err != nil {
@@ -318,18 +327,35 @@ func TestDecodeWrapperStale(t *testing.T) {
 	}
 	checkDecode(t, s, pr, res)
 
-	// Changing the metadata tensors after Plan has no effect on Run.
+	// A later AppendPagedKV on the planned metadata makes the plan stale:
+	// Run refuses it (it would attend over the planned lengths) and names
+	// the changed entry; so does a page-table entry changed after Plan.
 	su := backing[int32](pr.su)
-	su[0] = 120
+	su[0]++
+	cuNew := i32T([]int{3}, 0, 1, 1)
+	// (into a copy of the cache: the reference below reads pr.k's keys)
+	if err := AppendPagedKV(pr.k.Clone().(*tensor.Dense), bf16T(1, s.hkv, s.d), pr.pt, cuNew, pr.su, HND); err != nil {
+		t.Fatal(err)
+	}
+	var stale *StalePlanError
+	if _, err := w.Run(pr.q, pr.k, pr.v, 0); !errors.As(err, &stale) || stale.Arg != "seqused_k[0]" ||
+		stale.Planned != 100 || stale.Now != 101 || !strings.Contains(err.Error(), "call Plan again") {
+		t.Fatalf("run after AppendPagedKV without Plan: %v", err)
+	}
+	su[0] = 100
 	ptv := backing[int32](pr.pt)
-	old := ptv[0]
-	ptv[0] = 1 << 20
+	old := ptv[1]
+	ptv[1]++
+	if _, err := w.Run(pr.q, pr.k, pr.v, 0); !errors.As(err, &stale) || stale.Arg != "page_table[0, 1]" {
+		t.Fatalf("run after a page-table change without Plan: %v", err)
+	}
+	ptv[1] = old
 	res, err = w.Run(pr.q, pr.k, pr.v, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ptv[0] = old
 	checkDecode(t, s, pr, res)
+	su[0] = 120
 	// Plan again for the new lengths: correct.
 	s.seqused[0] = 120
 	if err := w.Plan(planArgs(s, pr), nil); err != nil {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"strings"
 	"sync/atomic"
 
 	"github.com/sparseattn/msa/kernels/attn"
@@ -18,9 +19,14 @@ import (
 // workspace once; Run reuses them for every layer whose shapes match and
 // allocates nothing in the steady state (RunInto with caller-owned outputs).
 //
-// Plan snapshots page_table, seqused_k and q2k_indices: changing those
-// tensors afterwards has no effect on Run. For the next decode step call
-// Plan again with the new metadata; it reuses the schedule, pool and
+// Plan snapshots page_table, seqused_k and q2k_indices. Run compares the
+// page_table and seqused_k tensors given to Plan with the snapshot (O(B *
+// max_num_pages_per_seq), no allocation) and refuses to run a stale plan:
+// after AppendPagedKV or WritePagedKV added tokens to those tensors, or a
+// page was assigned, Run returns a *StalePlanError instead of attending
+// over the planned lengths. (A view given to Plan is copied there and
+// cannot be watched.) For the next decode step call Plan again with the
+// new metadata; it reuses the schedule, pool and
 // workspace buffers when they are large enough (with EnableCUDAGraph they
 // are sized for the worst case once, so re-planning never reallocates
 // them). Run refuses inputs that do not match the plan (other shapes, batch,
@@ -39,9 +45,12 @@ type DecodeWrapper struct {
 	pool     *attn.Pool
 	ws       *attn.Workspace
 	snap     decodeSnapshot
-	p        attn.Decode
-	out      attn.Output
-	c        checker
+	// src holds the page_table and seqused_k storage given to Plan, which
+	// Run compares with the snapshot to detect a stale plan.
+	src struct{ pt, seqused []int32 }
+	p   attn.Decode
+	out attn.Output
+	c   checker
 }
 
 // decodeSnapshot holds the wrapper's own copies of the planned metadata.
@@ -62,9 +71,27 @@ func (s *decodeSnapshot) take(m *decodeMeta) {
 	}
 }
 
-// errBusy is returned by a call that overlaps another call on one wrapper.
+// acquire takes busy, the in-progress flag of a DecodeWrapper,
+// PagedPrefillWrapper or PagedKVCache, for the call fn, or returns
+// errBusy(fn) when another call holds it; the caller releases it with
+// busy.Store(false).
+func acquire(busy *atomic.Bool, fn string) error {
+	if !busy.CompareAndSwap(false, true) {
+		return errBusy(fn)
+	}
+	return nil
+}
+
+// errBusy is returned by a call that overlaps another call on one
+// DecodeWrapper, PagedPrefillWrapper or PagedKVCache; fn is
+// "Type.Method". The argument it names is the cache or the wrapper.
 func errBusy(fn string) error {
-	return argErr(fn, "wrapper", "no concurrent call on the same DecodeWrapper (it is not safe for concurrent use)",
+	typ, _, _ := strings.Cut(fn, ".")
+	arg := "wrapper"
+	if typ == "PagedKVCache" {
+		arg = "cache"
+	}
+	return argErr(fn, arg, "no concurrent call on the same "+typ+" (it is not safe for concurrent use)",
 		"a call already in progress")
 }
 
@@ -88,8 +115,8 @@ func NewDecodeWrapper(pageSize int) (*DecodeWrapper, error) {
 // decode.
 func (w *DecodeWrapper) Plan(args PlanArgs, q2kIndices tensor.Tensor) error {
 	const fn = "DecodeWrapper.Plan"
-	if !w.busy.CompareAndSwap(false, true) {
-		return errBusy(fn)
+	if err := acquire(&w.busy, fn); err != nil {
+		return err
 	}
 	defer w.busy.Store(false)
 	c := &checker{fn: fn}
@@ -124,13 +151,39 @@ func (w *DecodeWrapper) Plan(args PlanArgs, q2kIndices tensor.Tensor) error {
 		w.ws = attn.NewWorkspace(w.pool.Workers(), m.d)
 	}
 	w.ws.Reserve(m.d, s.PartialRows*m.hq, max(s.MaxSplits, 1))
+	w.src.pt, w.src.seqused = m.pt, m.seqused
 	w.snap.take(m)
 	w.args, w.m, w.sched = args, m, s
 	return nil
 }
 
-// Schedule returns the current decode schedule (read-only).
-func (w *DecodeWrapper) Schedule() *plan.DecodeSchedule { return w.sched }
+// DecodePlanInfo describes the schedule of a DecodeWrapper's current plan.
+type DecodePlanInfo struct {
+	// WorkItems is the number of valid work items; Capacity the number of
+	// work-item slots (with EnableCUDAGraph, fixed for the worst case, so
+	// re-planning never changes it).
+	WorkItems, Capacity int
+	// ChunkPages is the KV chunk of a work item in pages; SplitKV whether
+	// a request's keys are split over several work items whose partial
+	// results are combined.
+	ChunkPages int
+	SplitKV    bool
+	// SplitCounts is the number of KV chunks of each request ([B], a
+	// copy); MaxSplits the largest.
+	SplitCounts []int32
+	MaxSplits   int
+}
+
+// Schedule describes the current plan's schedule (the zero value before
+// the first Plan).
+func (w *DecodeWrapper) Schedule() DecodePlanInfo {
+	s := w.sched
+	if s == nil || w.m == nil {
+		return DecodePlanInfo{}
+	}
+	return DecodePlanInfo{WorkItems: s.WorkCount, Capacity: s.Capacity, ChunkPages: s.ChunkPages, SplitKV: s.SplitKV,
+		SplitCounts: slices.Clone(s.SplitCounts[:w.m.batch]), MaxSplits: s.MaxSplits}
+}
 
 // Run computes decode attention for q [B*seqlen_q, Hq, D] against paged k,
 // v using the plan. softmaxScale 0 means the planned scale. It allocates
@@ -138,8 +191,8 @@ func (w *DecodeWrapper) Schedule() *plan.DecodeSchedule { return w.sched }
 // return_softmax_lse has no Go counterpart). RunInto reuses caller-owned ones.
 func (w *DecodeWrapper) Run(q, k, v tensor.Tensor, softmaxScale float64) (*Result, error) {
 	const fn = "DecodeWrapper.Run"
-	if !w.busy.CompareAndSwap(false, true) {
-		return nil, errBusy(fn)
+	if err := acquire(&w.busy, fn); err != nil {
+		return nil, err
 	}
 	defer w.busy.Store(false)
 	if err := w.usable(fn); err != nil {
@@ -175,8 +228,8 @@ func (w *DecodeWrapper) usable(fn string) error {
 // wrapper has run one call of the same shapes.
 func (w *DecodeWrapper) RunInto(q, k, v tensor.Tensor, softmaxScale float64, out, lse *tensor.Dense) error {
 	const fn = "DecodeWrapper.Run"
-	if !w.busy.CompareAndSwap(false, true) {
-		return errBusy(fn)
+	if err := acquire(&w.busy, fn); err != nil {
+		return err
 	}
 	defer w.busy.Store(false)
 	if err := w.usable(fn); err != nil {
@@ -191,6 +244,9 @@ func (w *DecodeWrapper) runInto(fn string, q, k, v tensor.Tensor, softmaxScale f
 	w.c = checker{fn: fn}
 	c := &w.c
 	m := w.m
+	if err := staleMeta(fn, w.src.seqused, m.seqused, w.src.pt, m.pt, m.cols); err != nil {
+		return err
+	}
 	qd, kd, vd := decodeQKVLayout(c, q, k, v, m.layout)
 	if c.err != nil {
 		return c.err
@@ -222,6 +278,23 @@ func (w *DecodeWrapper) runInto(fn string, q, k, v tensor.Tensor, softmaxScale f
 	w.out = attn.Output{O: backing[lowp.BFloat16](out), LSE: backing[float32](lse)}
 	attn.RunDecode(&w.p, w.ws, w.pool, &w.out)
 	w.out = attn.Output{}
+	return nil
+}
+
+// staleMeta returns a *StalePlanError naming the first entry in which the
+// seqused_k or page table given to Plan (srcSU, srcPT) differs from the
+// plan's copy (planSU, planPT; cols columns per page-table row).
+func staleMeta(fn string, srcSU, planSU, srcPT, planPT []int32, cols int) error {
+	for b, x := range srcSU {
+		if y := planSU[b]; x != y {
+			return &StalePlanError{Func: fn, Arg: fmt.Sprintf("seqused_k[%d]", b), Planned: y, Now: x}
+		}
+	}
+	for i, x := range srcPT {
+		if y := planPT[i]; x != y {
+			return &StalePlanError{Func: fn, Arg: fmt.Sprintf("page_table[%d, %d]", i/cols, i%cols), Planned: y, Now: x}
+		}
+	}
 	return nil
 }
 

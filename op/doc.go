@@ -4,13 +4,23 @@
 // (sparse_atten_func, sparse_atten_nvfp4_kv_func, sparse_decode_atten_func,
 // SparseDecodePagedAttentionWrapper).
 //
-// A graph builds the k2q CSR from q2k_indices (K2QCSR), then the forward
-// schedule (FwdSchedule), then the attention node (SparseAttention); LSE and
-// TemperatureLSE read the attention node's side results without computing
-// anything twice.
+// The common case is one call: BlockSparseAttention (graph) and
+// BlockSparseAttentionFunc (eager) select each query's blocks from the
+// scores of q and k and attend to them; SelectBlocks and SelectBlocksFunc
+// stop after the selection; DenseAttention and DenseAttentionFunc attend
+// to every key on the same kernels. For decode, PagedKVCache holds a serving
+// loop's pages, page table and seqused_k, and DecodeWrapper plans and runs
+// the attention over them; PagedPrefillWrapper plans and runs a chunked
+// prefill over the same cache.
+//
+// The building blocks stay for the other cases: a graph builds the k2q CSR
+// from q2k_indices (K2QCSR), then the forward schedule (FwdSchedule), then
+// the attention node (SparseAttention); LSE and TemperatureLSE read the
+// attention node's side results without computing anything twice.
 //
 // The eager functions take the reference's keyword arguments as structs
-// (SparseArgs, DecodeArgs, PlanArgs, BlockScoreConfig, TopKConfig). The
+// (SparseArgs, DecodeArgs, PlanArgs, BlockScoreConfig, TopKConfig), except
+// the eager one-call forms, which take the options of their graph forms. The
 // graph constructors take their input nodes positionally and everything
 // else as functional options of the one type Option:
 //
@@ -27,13 +37,20 @@
 //	DecodeAttention   BlkKV, SoftmaxScale, KVLayout, SharedKV,
 //	                  MaxWorkspaceBytes
 //	WritePagedKV      SeqlenQ, KVLayout
+//	SelectBlocks      TopK, MaxSeqlenK (required), BlkKV, Causal,
+//	                  SoftmaxScale, Reduce, Workers, KeepFirst, KeepLast
+//	BlockSparseAttention  those of SelectBlocks and Temperature,
+//	                  PartialDtype, MMADtypes, SharedKV
+//	DenseAttention    MaxSeqlenK (required), BlkKV, Causal, SoftmaxScale,
+//	                  Temperature, PartialDtype, MMADtypes, Workers, SharedKV
 //
 // An option a constructor does not take, a missing required one, or one
 // given twice with different arguments is an *ArgError whose Arg is the
 // option's name. A value given to two constructors (FwdSchedule's
 // QheadPerKV and Workers, then SparseAttention's heads and Workers;
 // BlockScores' blk_kv, through TopKBlocks, then K2QCSR's or
-// DecodeAttention's) is compared at construction and a mismatch names it.
+// DecodeAttention's; BlockScores' Causal, then SparseAttention's) is
+// compared at construction and a mismatch names it.
 // Every input is validated with the reference's checks plus index range
 // checks; bad input returns an error naming the argument, never a panic.
 //

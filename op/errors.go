@@ -35,6 +35,23 @@ func (e *NotImplementedError) Error() string {
 	return fmt.Sprintf("%s: not implemented: %s", e.Func, e.What)
 }
 
+// StalePlanError reports a DecodeWrapper run whose plan no longer matches
+// the metadata it was made from: the page_table or seqused_k tensor given
+// to Plan changed afterwards (AppendPagedKV or WritePagedKV added tokens,
+// or a page was assigned). Call Plan again with the current metadata.
+type StalePlanError struct {
+	Func    string // the entry point, e.g. "DecodeWrapper.Run"
+	Arg     string // the first changed entry, e.g. "seqused_k[0]"
+	Planned int32  // its value at Plan
+	Now     int32  // its value at this call
+}
+
+// Error names the changed entry, both values and the remedy.
+func (e *StalePlanError) Error() string {
+	return fmt.Sprintf("%s: stale plan: %s was %d at Plan and is %d now (the metadata changed after Plan, e.g. by AppendPagedKV or WritePagedKV); call Plan again before Run",
+		e.Func, e.Arg, e.Planned, e.Now)
+}
+
 // ForwardOnlyError reports an attempt to differentiate through an op of
 // this package that has no gradient: FP8 or NVFP4 attention, decode
 // attention, the graph LSE nodes and the planning ops' metadata inputs

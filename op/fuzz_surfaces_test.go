@@ -275,7 +275,7 @@ func FuzzGraphOptions(f *testing.F) {
 			func() Option { return KeepLast() }, func() Option { return KVLayout(PagedLayout(z.pick(3))) },
 			func() Option { return MaxWorkspaceBytes(int64(z.intArg(0))) },
 		}
-		which := z.pick(6)
+		which := z.pick(9)
 		var opts []Option
 		for n := z.pick(6); n > 0; n-- {
 			opts = append(opts, makers[z.pick(len(makers))]())
@@ -292,6 +292,12 @@ func FuzzGraphOptions(f *testing.F) {
 			_, err = DecodeSchedule(pt, su, opts...)
 		case 4:
 			_, err = SparseAttention(q, k, v, csr, sched, cuQ, cuK, opts...)
+		case 6:
+			_, _, err = SelectBlocks(q, k, cuQ, cuK, opts...)
+		case 7:
+			_, err = BlockSparseAttention(q, k, v, cuQ, cuK, opts...)
+		case 8:
+			_, err = DenseAttention(q, k, v, cuQ, cuK, opts...)
 		default:
 			_, err = FwdSchedule(csr, cuQ, cuK, opts...)
 		}

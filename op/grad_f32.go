@@ -6,8 +6,6 @@ import (
 
 	"github.com/sparseattn/msa/kernels/attn"
 	"github.com/sparseattn/msa/kernels/grad"
-	"github.com/sparseattn/msa/kernels/plan"
-	"github.com/sparseattn/msa/kernels/tile"
 	"gorgonia.org/tensor"
 )
 
@@ -30,11 +28,14 @@ func isFloat32(t tensor.Tensor) bool {
 	return ok && d != nil && d.Dtype() == tensor.Float32
 }
 
-// validateSparseF32 validates a float32 sparse attention call: the checks of
-// validateSparse, except that q, k and v are float32 with any head
-// dimension D >= 1 and any GQA ratio, qk_dtype/pv_dtype are not accepted
-// and partial_dtype must be unset or float32 (the float32 path keeps every
-// intermediate in float32).
+// validateSparseF32 validates a float32 sparse attention call (the eager
+// and graph forward and backward): its own dtype and scalar rules (q, k
+// and v float32 with any head dimension D >= 1, no qk_dtype/pv_dtype,
+// partial_dtype unset or float32: the float32 path keeps every
+// intermediate in float32; HND paged layout only), then the rules every
+// sparse entry point shares (checkSparseKV) with any GQA ratio. A given
+// schedule is checked though the float32 kernels split the work
+// themselves, so that a wrong one is an error on every path.
 func validateSparseF32(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int, args *SparseArgs) (*f32Call, error) {
 	c := &checker{fn: fn}
 	qd, kd, vd := c.dense(q, "q"), c.dense(k, "k"), c.dense(v, "v")
@@ -48,7 +49,7 @@ func validateSparseF32(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int,
 		return nil, c.err
 	}
 	totalQ, hq, d := qd.Shape()[0], qd.Shape()[1], qd.Shape()[2]
-	c.need(d >= 1, "q", "head dimension D >= 1", shapeStr(qd))
+	c.need(d >= 1, "q", "[total_q, Hq, D] with head dimension D >= 1", shapeStr(qd))
 	c.need(args.QKDtype == (tensor.Dtype{}) && args.PVDtype == (tensor.Dtype{}), "qk_dtype/pv_dtype",
 		"unset with float32 q, k, v (the float32 path has no low-precision MMA)", dtypeName(args.QKDtype)+"/"+dtypeName(args.PVDtype))
 	c.need(args.PartialDtype == (tensor.Dtype{}) || args.PartialDtype == tensor.Float32, "partial_dtype",
@@ -66,91 +67,18 @@ func validateSparseF32(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int,
 	if args.KVLayout != HND {
 		return nil, &NotImplementedError{fn, fmt.Sprintf("the %v paged K/V layout with float32 q, k, v (the float32 path and its gradients take HND [num_pages, Hkv, page_size, D])", args.KVLayout)}
 	}
-	wantK, kShape := 3, "[total_k, Hkv, D]"
-	if paged {
-		wantK, kShape = 4, "[num_pages, Hkv, page_size, D]"
-	}
-	c.rank(kd, "k", kShape, wantK)
-	c.rank(vd, "v", kShape, wantK)
-	if c.err != nil {
-		return nil, c.err
-	}
-	c.need(kd.Shape().Eq(vd.Shape()), "k, v", "the same shape", "k "+shapeStr(kd)+", v "+shapeStr(vd))
-	c.need(kd.Shape()[wantK-1] == d, "k", fmt.Sprintf("last dimension D = %d in shape %s", d, kShape), shapeStr(kd))
-	blk := args.BlkKV
-	if blk == 0 {
-		blk = 128
-	}
-	c.need(blk >= 1 && blk <= tile.BlockN, "blk_kv", fmt.Sprintf("1 <= blk_kv <= %d", tile.BlockN), blk)
-	if paged {
-		c.need(kd.Shape()[2] == blk, "k", fmt.Sprintf("the paged HND layout %s with page_size = blk_kv = %d", kShape, blk), shapeStr(kd))
-	}
-	if c.err != nil {
-		return nil, c.err
-	}
-	hkv := kd.Shape()[1]
-	c.need(hkv >= 1 && hq >= 1 && hq%hkv == 0, "q/k", fmt.Sprintf("Hq = q.shape[1] divisible by Hkv = k.shape[1] (k layout %s)", kShape), "q "+shapeStr(qd)+", k "+shapeStr(kd))
-	c.need(topK >= 1 && topK <= maxTopK, "topK", fmt.Sprintf("1 <= topK <= %d", maxTopK), topK)
-	totalKeys := -1
-	if !paged {
-		totalKeys = kd.Shape()[0]
-	}
-	rp, qi, cuQ, cuK, err := csrAndSeqlens(c, rowPtr, qIdx, args, hkv, totalQ, topK, totalKeys)
-	if err != nil {
+	in := newSparseInputs(qd, kd, vd, args)
+	if err := in.checkSparseKV(c, rowPtr, qIdx, topK, args, sparseRules{last: "D", lastK: d, headsArg: "q/k", anyRatio: true}); err != nil {
 		return nil, err
 	}
-	batch := len(cuQ) - 1
-	fc := &f32Call{q: backing[float32](qd), k: backing[float32](kd), v: backing[float32](vd), workers: workers(args.Workers)}
-	fc.p = grad.Problem{TotalQ: totalQ, HQ: hq, Hkv: hkv, D: d, CuQ: cuQ, CuK: cuK, BlkKV: blk, TopK: topK,
-		Causal: args.Causal, Scale: scale}
-	seqK := make([]int32, batch)
-	if !paged {
-		c.need(!present(args.SeqUsedK), "seqused_k", "nil without page_table (seqused_k is only supported together with page_table)", "a tensor")
-		fc.p.TotalK = kd.Shape()[0]
-		for b := range seqK {
-			seqK[b] = cuK[b+1] - cuK[b]
-		}
+	fc := &f32Call{q: backing[float32](qd), k: backing[float32](kd), v: backing[float32](vd), workers: in.workers}
+	fc.p = grad.Problem{TotalQ: totalQ, HQ: hq, Hkv: in.hkv, D: d, CuQ: in.cuQ, CuK: in.cuK, BlkKV: in.blk, TopK: topK,
+		Causal: args.Causal, Scale: scale, CSR: &in.csr}
+	if paged {
+		fc.p.Paged, fc.p.PageTable, fc.p.PTCols, fc.p.PageSize, fc.p.NumPages = true, in.pt, in.cols, in.ps, in.numPages
+		fc.p.SeqUsedK = in.used
 	} else {
-		pt := c.dense(args.PageTable, "page_table")
-		c.dtype(pt, "page_table", tensor.Int32)
-		c.rank(pt, "page_table", "[B, max_num_pages_per_seq]", 2)
-		if c.err != nil {
-			return nil, c.err
-		}
-		c.need(pt.Shape()[0] == batch, "page_table", fmt.Sprintf("shape [B = %d, max_num_pages_per_seq]", batch), shapeStr(pt))
-		ps, cols := kd.Shape()[2], pt.Shape()[1]
-		if !pageCapacity(c, cols, ps) {
-			return nil, c.err
-		}
-		fc.p.Paged, fc.p.PageTable, fc.p.PTCols, fc.p.PageSize, fc.p.NumPages = true, int32s(pt), cols, ps, kd.Shape()[0]
-		su, ok := pagedSeqK(c, args.SeqUsedK, cuK, seqK, cols*ps)
-		if !ok {
-			return nil, c.err
-		}
-		fc.p.SeqUsedK = su
-		checkPages(c, fc.p.PageTable, cols, ps, seqK, fc.p.NumPages)
-	}
-	maxSeq(c, "max_seqlen_q", args.MaxSeqlenQ, cuQ)
-	maxSeqK(c, "max_seqlen_k", args.MaxSeqlenK, seqK)
-	if c.err != nil {
-		return nil, c.err
-	}
-	rows, err := plan.NewRows(cuK, blk)
-	if err != nil {
-		return nil, wrapArg(fn, "cu_seqlens_k", err)
-	}
-	csr, err := csrView(fn, rp, qi, rows, totalQ, topK, cuQ)
-	if err != nil {
-		return nil, err
-	}
-	fc.p.CSR = &csr
-	if args.Schedule != nil {
-		// The float32 kernels split the work themselves; a given schedule
-		// is still checked so that a wrong one is an error on every path.
-		fp := plan.FwdParams{TotalQ: totalQ, Hkv: hkv, QheadPerKV: hq / hkv, TopK: topK, BlkKV: blk, Workers: fc.workers}
-		if err := args.Schedule.validate(fn, &csr, rows, cuQ, fp); err != nil {
-			return nil, err
-		}
+		fc.p.TotalK = kd.Shape()[0]
 	}
 	fc.retTLSE = args.ReturnTemperatureLSE
 	if fc.retTLSE && math.Abs(temp-1) > temperatureFastPathTol {

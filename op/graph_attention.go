@@ -220,7 +220,8 @@ func (op *sparseAttnOp) Do(vals ...G.Value) (G.Value, error) {
 // [total_q, Hq, D]; LSE(node) and TemperatureLSE(node) expose the side
 // results computed by the same run. Options: Causal, SoftmaxScale,
 // Temperature, PartialDtype, MMADtypes, Workers, Paged, KVLayout (with
-// Paged), NVFP4KV, SharedKV.
+// Paged), NVFP4KV, SharedKV. After a BlockScores -> TopKBlocks -> K2QCSR
+// chain, Causal() must match the BlockScores node's.
 // With float32 q, k and v (all three)
 // the node runs without low-precision rounding, its value is float32, and
 // it is differentiable with respect to q, k and v (graph_grad.go).
@@ -240,6 +241,9 @@ func SparseAttention(q, k, v, csr, sched, cuQ, cuK *G.Node, opts ...Option) (*G.
 	}
 	l, err := csrOf(fn, csr)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkScoredCausal(fn, csr, cfg.causal); err != nil {
 		return nil, err
 	}
 	if err := sameKVErr(fn, k, v, &cfg); err != nil {

@@ -58,8 +58,11 @@ type csrProducer interface{ csrLayout() csrLayout }
 // cu_seqlens_k.
 type csrOp struct {
 	opBase
-	l csrLayout
+	l      csrLayout
+	scored scoredKey // causality of the BlockScores node q2k descends from
 }
+
+func (op *csrOp) scoredCausal() scoredKey { return op.scored }
 
 func (op *csrOp) csrLayout() csrLayout { return op.l }
 func (op *csrOp) Arity() int           { return 3 }
@@ -69,7 +72,7 @@ func (op *csrOp) Type() hm.Type {
 func (op *csrOp) InferShape(...G.DimSizer) (tensor.Shape, error) {
 	return tensor.Shape{op.l.Hkv, op.l.width()}, nil
 }
-func (op *csrOp) WriteHash(h hash.Hash) { fmt.Fprintf(h, "msa.K2QCSR%+v", op.l) }
+func (op *csrOp) WriteHash(h hash.Hash) { fmt.Fprintf(h, "msa.K2QCSR%+v/%+v", op.l, op.scored) }
 func (op *csrOp) Hashcode() uint32      { return hashOf(op) }
 func (op *csrOp) String() string {
 	return fmt.Sprintf("K2QCSR{blk_kv=%d, rows<=%d}", op.l.BlkKV, op.l.RowCap)
@@ -168,7 +171,7 @@ func K2QCSR(q2k, cuQ, cuK *G.Node, opts ...Option) (*G.Node, error) {
 	if err := l.size(fn, "max_seqlen_k", batch, ceilDiv(maxSeqlenK, blkKV)); err != nil {
 		return nil, err
 	}
-	return G.ApplyOp(&csrOp{l: l}, q2k, cuQ, cuK)
+	return G.ApplyOp(&csrOp{l: l, scored: scoredBy(q2k)}, q2k, cuQ, cuK)
 }
 
 // packCSROp packs a caller-supplied (k2q_row_ptr, k2q_q_indices) pair into

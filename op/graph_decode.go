@@ -284,7 +284,7 @@ func (op *decodeAttnOp) prepare(c *checker, qd, kd *tensor.Dense, pt, su tensor.
 // table and seqused_k nodes the schedule was built from, and the schedule
 // node. q2k (nil for dense decode) is int32 [Hkv, B*seqlen_q, topK] of
 // blocks of blk_kv tokens. Options: BlkKV (absent or 0: the page size),
-// SoftmaxScale (absent or 0: 1/sqrt(D)), KVLayout (HND, the default, or
+// SoftmaxScale (absent or 0: DefaultSoftmaxScale(D)), KVLayout (HND, the default, or
 // NHD [num_pages, page_size, Hkv, D]), SharedKV (k and v must be
 // distinct nodes unless it is given) and MaxWorkspaceBytes (the node's
 // partials for the longest sequences its page table allows, checked here;

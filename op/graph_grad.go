@@ -461,7 +461,7 @@ func (op *attnGradOp) Do(vals ...G.Value) (G.Value, error) {
 func attnHeadDimCheck(fn string, q *G.Node) error {
 	if q.Dtype() == tensor.Float32 {
 		if q.Shape()[2] < 1 {
-			return argErr(fn, "q", "head dimension D = q.shape[2] >= 1", fmt.Sprintf("shape %v", q.Shape()))
+			return argErr(fn, "q", "[total_q, Hq, D] with head dimension D = q.shape[2] >= 1", fmt.Sprintf("shape %v", q.Shape()))
 		}
 		return nil
 	}

@@ -3,6 +3,7 @@ package op
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	G "gorgonia.org/gorgonia"
 )
@@ -27,18 +28,22 @@ func valueSize(fn, arg, what string, dims ...int) (int, error) {
 // nodeDesc describes a node for error messages: its op (or "input"), name,
 // dtype and shape.
 func nodeDesc(n *G.Node) string {
-	kind := "input node"
-	if n.Op() != nil {
-		kind = fmt.Sprintf("%v node", n.Op())
+	if n.Op() == nil {
+		// Gorgonia names an unnamed input node after its nil op, which
+		// formats as "%!s(<nil>)()"; say it has no name instead.
+		if name := n.Name(); !strings.HasPrefix(name, "%!") {
+			return fmt.Sprintf("input node %q (%s %v)", name, dtypeName(n.Dtype()), n.Shape())
+		}
+		return fmt.Sprintf("unnamed input node (%s %v; G.WithName names it in errors)", dtypeName(n.Dtype()), n.Shape())
 	}
-	return fmt.Sprintf("%s %q (%s %v)", kind, n.Name(), dtypeName(n.Dtype()), n.Shape())
+	return fmt.Sprintf("%v node %q (%s %v)", n.Op(), n.Name(), dtypeName(n.Dtype()), n.Shape())
 }
 
 // headDimCheck rejects a q node whose head dimension D = q.shape[2] is not
 // supported, naming q (before any scalar rule that depends on D).
 func headDimCheck(fn string, q *G.Node) error {
 	if d := q.Shape()[2]; !slices.Contains(supportedHeadDims, d) {
-		return argErr(fn, "q", fmt.Sprintf("head dimension D = q.shape[2] in %v", supportedHeadDims), fmt.Sprintf("shape %v", q.Shape()))
+		return argErr(fn, "q", fmt.Sprintf("[total_q, Hq, D] with head dimension D = q.shape[2] in %v", supportedHeadDims), fmt.Sprintf("shape %v", q.Shape()))
 	}
 	return nil
 }

@@ -21,7 +21,9 @@ import (
 // required option the same way; an option given twice must have the same
 // arguments both times (different ones are an *ArgError naming both calls
 // rather than the last one silently winning). The options each constructor
-// takes are listed in its documentation and in package op's overview.
+// takes are listed in its documentation and in package op's overview; the
+// one-call forms (SelectBlocks, BlockSparseAttention and their eager forms)
+// take those of the stages they chain.
 type Option struct {
 	id   optID
 	val  any    // the option's arguments (comparable): a repeat must equal it
@@ -138,10 +140,15 @@ func SharedKV() Option {
 }
 
 // Causal applies bottom-right aligned causal masking (causal). For
-// SparseAttention and BlockScores; decode is always causal.
+// SparseAttention and BlockScores; decode is always causal. BlockScores
+// with Causal() selects only visible blocks, SparseAttention with Causal()
+// masks the later keys inside the selected blocks: a SparseAttention whose
+// CSR descends from a BlockScores node must take Causal() exactly when that
+// node does (otherwise an *ArgError naming Causal and both stages).
 func Causal() Option { return newOption(optCausal, true, "", func(c *attnConfig) { c.causal = true }) }
 
-// SoftmaxScale sets softmax_scale (default 1/sqrt(D)). For SparseAttention,
+// SoftmaxScale sets softmax_scale (default DefaultSoftmaxScale(D) =
+// 1/sqrt(D)). For SparseAttention,
 // DecodeAttention and BlockScores.
 func SoftmaxScale(x float64) Option {
 	return newOption(optSoftmaxScale, x, fmt.Sprint(x), func(c *attnConfig) { c.scale = x })

@@ -125,7 +125,8 @@ type topKOp struct {
 	cfg                    TopKConfig
 	topK                   int
 	hkv, totalQ, maxBlocks int
-	blk                    int // blk_kv of the BlockScores node scored (0: not known)
+	blk                    int       // blk_kv of the BlockScores node scored (0: not known)
+	scored                 scoredKey // causality of that BlockScores node
 }
 
 // blockSizer is implemented by the ops whose int32 block ids or float32
@@ -138,6 +139,45 @@ type blockSizer interface {
 func (op *blockScoresOp) blockKV() (int, string) { return op.cfg.BlkKV, "BlockScores" }
 
 func (op *topKOp) blockKV() (int, string) { return op.blk, "BlockScores node before TopKBlocks" }
+
+// scoredKey records whether the block ids a node holds were selected from
+// causal BlockScores (known false: not selected by a BlockScores node of
+// this graph, e.g. fed as an input).
+type scoredKey struct{ known, causal bool }
+
+// scoreSource is implemented by the ops whose value descends from a
+// BlockScores node: the causality it scored with, which the attention must
+// share (checkScoredCausal).
+type scoreSource interface{ scoredCausal() scoredKey }
+
+func (op *blockScoresOp) scoredCausal() scoredKey { return scoredKey{true, op.cfg.Causal} }
+func (op *topKOp) scoredCausal() scoredKey        { return op.scored }
+
+// scoredBy returns the causality of the BlockScores node n descends from.
+func scoredBy(n *G.Node) scoredKey {
+	if s, ok := n.Op().(scoreSource); ok {
+		return s.scoredCausal()
+	}
+	return scoredKey{}
+}
+
+// checkScoredCausal rejects an attention whose causality differs from that
+// of the BlockScores node that selected its blocks: without Causal() a
+// query would also attend to the later keys of the blocks causal scores
+// chose; with Causal() after non-causal scores, blocks entirely after a
+// query are selected and then masked, silently spending its topK.
+func checkScoredCausal(fn string, csr *G.Node, causal bool) error {
+	sk := scoredBy(csr)
+	if !sk.known || sk.causal == causal {
+		return nil
+	}
+	if sk.causal {
+		return argErr(fn, "Causal", fmt.Sprintf("Causal() on %s as on the BlockScores node that selected the blocks of %s (causal scores; without it each query also attends to the later keys of its blocks)", fn, nodeDesc(csr)),
+			"no Causal()")
+	}
+	return argErr(fn, "Causal", fmt.Sprintf("Causal() on the BlockScores node that selected the blocks of %s as well, or on neither (non-causal scores select blocks after a query, which causal attention masks entirely)", nodeDesc(csr)),
+		"Causal() on "+fn+" only")
+}
 
 // checkProducerBlk rejects a node whose input n holds block ids or scores
 // of blocks of another size than blk, naming blk_kv and both values.
@@ -162,7 +202,7 @@ func (op *topKOp) InferShape(...G.DimSizer) (tensor.Shape, error) {
 	return tensor.Shape{op.hkv, op.totalQ, op.topK}, nil
 }
 func (op *topKOp) WriteHash(h hash.Hash) {
-	fmt.Fprintf(h, "msa.TopKBlocks%+v/%d/%d/%d/%d/%d", op.cfg, op.topK, op.hkv, op.totalQ, op.maxBlocks, op.blk)
+	fmt.Fprintf(h, "msa.TopKBlocks%+v/%d/%d/%d/%d/%d/%+v", op.cfg, op.topK, op.hkv, op.totalQ, op.maxBlocks, op.blk, op.scored)
 }
 func (op *topKOp) Hashcode() uint32 { return hashOf(op) }
 func (op *topKOp) String() string {
@@ -214,6 +254,7 @@ func TopKBlocks(scores *G.Node, opts ...Option) (*G.Node, error) {
 	if b, ok := scores.Op().(blockSizer); ok {
 		op.blk, _ = b.blockKV()
 	}
+	op.scored = scoredBy(scores)
 	return G.ApplyOp(op, scores)
 }
 
@@ -362,11 +403,7 @@ func (op *writePagedKVOp) Do(vals ...G.Value) (G.Value, error) {
 	// G.Let) is updated at O(new tokens) and returned as the node's value.
 	// A view was materialised by c.dense into a private copy: the write
 	// lands in that copy, which is returned.
-	if op.dt == BFloat16 {
-		scatterRows(backing[lowp.BFloat16](cache), backing[lowp.BFloat16](nw), dst, hkv, headStride(op.layout, ps), d)
-	} else {
-		scatterRows(backing[lowp.Float8E4M3FN](cache), backing[lowp.Float8E4M3FN](nw), dst, hkv, headStride(op.layout, ps), d)
-	}
+	scatterKV(cache, nw, 0, dst, op.layout, hkv, ps, d)
 	return cache, nil
 }
 

@@ -20,7 +20,8 @@ type SparseArgs struct {
 	BlkKV int
 	// Causal applies bottom-right aligned causal masking.
 	Causal bool
-	// SoftmaxScale (softmax_scale): 0 means 1/sqrt(D).
+	// SoftmaxScale (softmax_scale): 0 means DefaultSoftmaxScale(D) =
+	// 1/sqrt(D).
 	SoftmaxScale float64
 	// Temperature (lse_temperature_scale, T): 0 means 1. The graph
 	// option of the same name sets it on a SparseAttention node.

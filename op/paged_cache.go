@@ -105,12 +105,19 @@ func AppendPagedKV(cache, newKV, pageTable, cuSeqlensNew, seqUsedK tensor.Tensor
 			dst[int(cuv[b])+i] = row
 		}
 	}
-	if cd.Dtype() == BFloat16 {
-		scatterRows(backing[lowp.BFloat16](cd), backing[lowp.BFloat16](nd), dst, hkv, headStride(layout, ps), d)
-	} else {
-		scatterRows(backing[lowp.Float8E4M3FN](cd), backing[lowp.Float8E4M3FN](nd), dst, hkv, headStride(layout, ps), d)
-	}
+	scatterKV(cd, nd, 0, dst, layout, hkv, ps, d)
 	return nil
+}
+
+// scatterKV writes rows first, first+1, ... of nw ([rows, hkv, d], the
+// dtype of cache: BFloat16 or Float8E4M3FN) into the paged cache: row
+// first+r at cache row dst[r] + h*headStride for every head h.
+func scatterKV(cache, nw *tensor.Dense, first int, dst []int, l PagedLayout, hkv, ps, d int) {
+	if cache.Dtype() == BFloat16 {
+		scatterRows(backing[lowp.BFloat16](cache), backing[lowp.BFloat16](nw)[first*hkv*d:], dst, hkv, headStride(l, ps), d)
+		return
+	}
+	scatterRows(backing[lowp.Float8E4M3FN](cache), backing[lowp.Float8E4M3FN](nw)[first*hkv*d:], dst, hkv, headStride(l, ps), d)
 }
 
 // kvRow is the cache row of head 0 at slot of page in the given layout.

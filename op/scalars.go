@@ -20,6 +20,12 @@ const scaleRule = "a nonzero value whose float32 softmax_scale*log2(e) is finite
 // temperatureRule is the expected-value text of a temperature error.
 const temperatureRule = "a value > 0 whose float32 value and float32 1/T are finite and nonzero (T in about [3e-39, 3.4e38])"
 
+// DefaultSoftmaxScale is the softmax scale every entry point uses when its
+// SoftmaxScale is 0 (or the option is absent): 1/sqrt(headDim), the
+// scaled dot-product attention's. Passing its value explicitly gives the
+// same result bit for bit.
+func DefaultSoftmaxScale(headDim int) float64 { return 1 / math.Sqrt(float64(headDim)) }
+
 // resolveScale applies the default (0 means 1/sqrt(d)) and the scale rule:
 // the result is any nonzero float64 whose kernel value float32(x*log2(e))
 // is finite and nonzero. Negative scales are accepted (the softmax is
@@ -29,7 +35,7 @@ func resolveScale(c *checker, x float64, d int) float64 {
 		if d <= 0 {
 			return 0 // the caller reports the head dimension
 		}
-		x = 1 / math.Sqrt(float64(d))
+		x = DefaultSoftmaxScale(d)
 	}
 	k := float32(x * math.Log2E)
 	if x == 0 || math.IsNaN(x) || math.IsInf(float64(k), 0) || k == 0 || float32(x) == 0 {

@@ -125,7 +125,7 @@ func validateBlockScores(fn string, q, k, cuSeqlensQ, cuSeqlensK tensor.Tensor, 
 	s := &blockScorer{totalQ: qs[0], hq: qs[1], d: qs[2], hkv: ks[1], q: qd, k: kd,
 		causal: cfg.Causal, reduce: cfg.Reduce, workers: workers(cfg.Workers)}
 	c.need(s.d >= 1 && ks[2] == s.d, "k", fmt.Sprintf("head dimension D = %d (from q) >= 1", s.d), shapeStr(kd))
-	c.need(s.hkv >= 1 && s.hq >= 1 && s.hq%s.hkv == 0, "q", fmt.Sprintf("Hq divisible by Hkv = %d", s.hkv), shapeStr(qd))
+	checkHeads(c, "q", qd, kd, s.hkv, true, func() string { return "the layout [total_k, Hkv, D]" })
 	c.need(cfg.Reduce == ReduceMax || cfg.Reduce == ReduceMean, "reduce", "ReduceMax or ReduceMean", cfg.Reduce)
 	if c.err != nil {
 		return nil, c.err

@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/sparseattn/msa/kernels/lowp"
+	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
 
@@ -129,12 +130,24 @@ func NewNVFP4(data []float32, globalScale float32, shape ...int) (*NVFP4, error)
 	}, nil
 }
 
-// Float32s returns the elements of t as float32 in row-major order of its
-// shape (views are read through their strides): BFloat16, Float8E4M3FN,
-// Float16 and float32 tensors are widened exactly; float64 is rounded to
-// nearest. It returns an *ArgError for a nil tensor or another dtype.
-func Float32s(t tensor.Tensor) ([]float32, error) {
+// Float32s returns the elements of a tensor or of a Gorgonia value (a
+// node's Value(): a *tensor.Dense or a scalar) as float32, in row-major
+// order of its shape (views are read through their strides): BFloat16,
+// Float8E4M3FN, Float16 and float32 values are widened exactly; float64 is
+// rounded to nearest. It returns an *ArgError for a nil value or another
+// dtype.
+func Float32s(v G.Value) ([]float32, error) {
 	c := &checker{fn: "Float32s"}
+	if _, ok := v.(tensor.Tensor); !ok && v != nil {
+		switch x := v.Data().(type) {
+		case float32:
+			return []float32{x}, nil
+		case float64:
+			return []float32{float32(x)}, nil
+		}
+		return nil, argErr(c.fn, "t", "a tensor or a float32 or float64 scalar value", fmt.Sprintf("%T", v))
+	}
+	t, _ := v.(tensor.Tensor)
 	d := c.dense(t, "t")
 	c.dtype(d, "t", BFloat16, Float8E4M3FN, Float16, tensor.Float32, tensor.Float64)
 	if c.err != nil {

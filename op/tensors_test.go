@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/sparseattn/msa/kernels/lowp"
+	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
 
@@ -122,5 +123,32 @@ func TestFloat32sView(t *testing.T) {
 		if got[i] != want[i] {
 			t.Fatalf("got %v, want %v", got, want)
 		}
+	}
+}
+
+// TestFloat32sGorgoniaValue: Float32s takes a node's Value() as it is (a
+// *tensor.Dense or a Gorgonia scalar), not only a tensor.Tensor.
+func TestFloat32sGorgoniaValue(t *testing.T) {
+	g := G.NewGraph()
+	x := G.NodeFromAny(g, tensor.New(tensor.WithShape(2), tensor.WithBacking([]float32{1.5, -2})), G.WithName("x"))
+	s := G.NewScalar(g, tensor.Float64, G.WithName("s"), G.WithValue(0.25))
+	sum, err := G.Sum(x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := runOnce(g); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		v    G.Value
+		want []float32
+	}{{x.Value(), []float32{1.5, -2}}, {sum.Value(), []float32{-0.5}}, {s.Value(), []float32{0.25}}} {
+		got, err := Float32s(c.v)
+		if err != nil || len(got) != len(c.want) || got[0] != c.want[0] {
+			t.Fatalf("Float32s(%v) = %v, %v; want %v", c.v, got, err, c.want)
+		}
+	}
+	if _, err := Float32s(G.NewI(3)); err == nil {
+		t.Fatal("Float32s of an int scalar: no error")
 	}
 }

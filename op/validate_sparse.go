@@ -154,8 +154,10 @@ func pvRound(pv tensor.Dtype) tile.Round {
 	return tile.RoundNone
 }
 
-// validateSparse validates the inputs of a sparse prefill call and prepares
-// it. nv is nil for the BF16/FP8 entry point.
+// validateSparse validates the inputs of a low-precision sparse prefill
+// call (eager and graph) and prepares it: its dtype and scalar rules, then
+// the rules every sparse entry point shares (checkSparseKV). nv is nil for
+// the BF16/FP8 entry point.
 func validateSparse(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int, args *SparseArgs, nv *nvfp4Inputs) (*sparseCall, error) {
 	c := &checker{fn: fn}
 	qd := c.dense(q, "q")
@@ -169,7 +171,7 @@ func validateSparse(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int, ar
 		return nil, c.err
 	}
 	totalQ, hq, d := qd.Shape()[0], qd.Shape()[1], qd.Shape()[2]
-	c.need(slices.Contains(supportedHeadDims, d), "q", fmt.Sprintf("head dimension D in %v", supportedHeadDims), fmt.Sprintf("D = %d (shape %s)", d, shapeStr(qd)))
+	c.need(slices.Contains(supportedHeadDims, d), "q", fmt.Sprintf("[total_q, Hq, D] with head dimension D in %v", supportedHeadDims), fmt.Sprintf("D = %d (shape %s)", d, shapeStr(qd)))
 	if c.err != nil {
 		return nil, c.err
 	}
@@ -212,95 +214,21 @@ func validateSparse(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int, ar
 		c.dtype(vd, "v", tensor.Uint8)
 		c.need(kd.Shape().Eq(vd.Shape()), "k, v", "the same shape", "k "+shapeStr(kd)+", v "+shapeStr(vd))
 	}
-	c.need(slices.Contains(supportedHeadDims, d), "q", fmt.Sprintf("head dimension D in %v", supportedHeadDims), d)
 	if c.err != nil {
 		return nil, c.err
 	}
-	wantK := 3
-	kShape := "[total_k, Hkv, D]"
-	lastK := d
+	in := newSparseInputs(qd, kd, vd, args)
+	r := sparseRules{last: "D", lastK: d, headsArg: "k", layoutHint: true, build: true}
 	if nv != nil {
-		kShape, lastK = "[total_k, Hkv, D/2]", d/2
+		r.last, r.lastK = "D/2", d/2
 	}
-	if paged {
-		wantK, kShape = 4, kvl.shape("D")
-		if nv != nil {
-			kShape = kvl.shape("D/2")
-		}
-	}
-	c.rank(kd, "k", kShape, wantK)
-	c.rank(vd, "v", kShape, wantK)
-	if c.err != nil {
-		return nil, c.err
-	}
-	c.need(kd.Shape().Eq(vd.Shape()), "k, v", "the same shape", "k "+shapeStr(kd)+", v "+shapeStr(vd))
-	c.need(kd.Shape()[wantK-1] == lastK, "k", fmt.Sprintf("last dimension %d in shape %s", lastK, kShape), shapeStr(kd))
-	blk := args.BlkKV
-	if blk == 0 {
-		blk = 128
-	}
-	c.need(blk >= 1 && blk <= tile.BlockN, "blk_kv", fmt.Sprintf("1 <= blk_kv <= %d", tile.BlockN), blk)
-	hkv, hkvDim := kd.Shape()[1], "k.shape[1]"
-	if paged {
-		var ps int
-		hkv, ps = kvl.dims(kd.Shape())
-		hkvDim = kvl.hkvDim()
-		c.need(ps == blk, "k", fmt.Sprintf("the paged %v layout %s with page_size = blk_kv = %d%s", kvl, kShape, blk, kvl.other()), shapeStr(kd))
-	}
-	c.need(hkv >= 1 && hq%hkv == 0, "k", fmt.Sprintf("the layout %s with Hkv = %s dividing Hq = q.shape[1] = %d (Hq divisible by Hkv)", kShape, hkvDim, hq), "k "+shapeStr(kd)+" (q "+shapeStr(qd)+")")
-	if c.err != nil {
-		return nil, c.err
-	}
-	qpk := hq / hkv
-	if !slices.Contains(supportedQheadPerKV, qpk) {
-		return nil, &NotImplementedError{fn, fmt.Sprintf("qhead_per_kv = Hq/Hkv must be in {1, 2, 4, 8, 16}, got %d", qpk)}
-	}
-	c.need(topK >= 1 && topK <= maxTopK, "topK", fmt.Sprintf("1 <= topK <= %d", maxTopK), topK)
-
-	// Metadata.
-	totalKeys := -1
-	if !paged {
-		totalKeys = kd.Shape()[0]
-	}
-	rp, qi, cuQ, cuK, err := csrAndSeqlens(c, rowPtr, qIdx, args, hkv, totalQ, topK, totalKeys)
-	if err != nil {
+	if err := in.checkSparseKV(c, rowPtr, qIdx, topK, args, r); err != nil {
 		return nil, err
 	}
-	batch := len(cuQ) - 1
-	sc.batch = batch
-
-	// K/V layout and effective key lengths.
-	seqK := make([]int32, batch)
-	layout := attn.KVLayout{Hkv: hkv, Paged: paged, CuK: cuK}
-	if !paged {
-		c.need(!present(args.SeqUsedK), "seqused_k", "nil without page_table (seqused_k is only supported together with page_table)", "a tensor")
-		for b := range seqK {
-			seqK[b] = cuK[b+1] - cuK[b]
-		}
-	} else {
-		pt := c.dense(args.PageTable, "page_table")
-		c.dtype(pt, "page_table", tensor.Int32)
-		c.rank(pt, "page_table", "[B, max_num_pages_per_seq]", 2)
-		if c.err != nil {
-			return nil, c.err
-		}
-		c.need(pt.Shape()[0] == batch, "page_table", fmt.Sprintf("shape [B = %d, max_num_pages_per_seq]", batch), shapeStr(pt))
-		_, ps := kvl.dims(kd.Shape())
-		cols := pt.Shape()[1]
-		if !pageCapacity(c, cols, ps) {
-			return nil, c.err
-		}
-		layout.PageTable, layout.PTCols, layout.PageSize, layout.NHD = int32s(pt), cols, ps, kvl == NHD
-		if _, ok := pagedSeqK(c, args.SeqUsedK, cuK, seqK, cols*ps); !ok {
-			return nil, c.err
-		}
-		numPages := kd.Shape()[0]
-		checkPages(c, layout.PageTable, cols, ps, seqK, numPages)
-	}
-	maxSeq(c, "max_seqlen_q", args.MaxSeqlenQ, cuQ)
-	maxSeqK(c, "max_seqlen_k", args.MaxSeqlenK, seqK)
-	if c.err != nil {
-		return nil, c.err
+	sc.batch, sc.workers, sc.fp, sc.rows, sc.csr, sc.sched = in.batch, in.workers, in.fp, in.rows, in.csr, in.sched
+	layout := attn.KVLayout{Hkv: in.hkv, Paged: paged, CuK: in.cuK}
+	if paged {
+		layout.PageTable, layout.PTCols, layout.PageSize, layout.NHD = in.pt, in.cols, in.ps, kvl == NHD
 	}
 
 	// NVFP4 operands or BF16/FP8 operands.
@@ -318,31 +246,6 @@ func validateSparse(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int, ar
 		if err != nil {
 			return nil, err
 		}
-	}
-
-	// CSR and schedule.
-	rows, err := csrRows(fn, rp, cuK, blk)
-	if err != nil {
-		return nil, err
-	}
-	sc.csr, err = csrView(fn, rp, qi, rows, totalQ, topK, cuQ)
-	if err != nil {
-		return nil, err
-	}
-	sc.rows = rows
-	sc.workers = workers(args.Workers)
-	sc.fp = plan.FwdParams{TotalQ: totalQ, Hkv: hkv, QheadPerKV: qpk, TopK: topK, BlkKV: blk, Workers: sc.workers}
-	if args.Schedule != nil {
-		if err := args.Schedule.validate(fn, &sc.csr, rows, cuQ, sc.fp); err != nil {
-			return nil, err
-		}
-		sc.sched = &args.Schedule.s
-	} else {
-		s, err := plan.BuildFwdSchedule(nil, &sc.csr, rows, cuQ, sc.fp)
-		if err != nil {
-			return nil, wrapArg(fn, "schedule", err)
-		}
-		sc.sched = s
 	}
 
 	sc.out, sc.outLSE = args.Out, args.OutLSE
@@ -365,8 +268,8 @@ func validateSparse(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int, ar
 	_ = qk
 	sc.p = attn.Prefill{
 		Q: operand(qd, d), K: kop, V: vop, KV: layout,
-		TotalQ: totalQ, HQ: hq, Hkv: hkv, D: d,
-		CuQ: cuQ, SeqK: seqK, BlkKV: blk, Causal: args.Causal,
+		TotalQ: totalQ, HQ: hq, Hkv: in.hkv, D: d,
+		CuQ: in.cuQ, SeqK: in.seqK, BlkKV: in.blk, Causal: args.Causal,
 		Scale: float32(scale), InvT: invT, PV: pvRound(pv), TopK: topK,
 		CSR: &sc.csr, Sched: sc.sched, Partial: pdt, OutputScale: outScale,
 	}

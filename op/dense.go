@@ -1,0 +1,248 @@
+package op
+
+import (
+	"fmt"
+	"hash"
+	"slices"
+
+	"github.com/chewxy/hm"
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+)
+
+// This file holds dense varlen prefill attention (every key of the
+// sequence, causal or not) on the sparse kernels: each query selects every
+// block it can see, so a model whose layers mix dense and sparse attention
+// uses one package and one numerics. A sequence may have at most
+// maxTopK * blk_kv keys (64 blocks: 8192 keys with the default blk_kv of
+// 128). Dense paged decode is DecodeAttention and SparseDecodeAttenFunc
+// without q2k_indices.
+
+// Options of the dense attention layer, eager and graph (which adds
+// SharedKV, a graph option).
+var (
+	denseEagerOpts = []optID{optMaxSeqlenK, optBlkKV, optCausal, optSoftmaxScale, optTemperature, optPartialDtype, optMMADtypes, optWorkers}
+	denseOpts      = append(slices.Clone(denseEagerOpts), optSharedKV)
+)
+
+// allBlocks fills q2k [Hkv][total_q][topK] with every block each query of
+// the batch can see (causal: the blocks whose first key it sees), ascending
+// and -1 padded.
+func allBlocks(q2k []int32, cuQ, seqK []int32, hkv, topK, blk int, causal bool) {
+	totalQ := int(cuQ[len(cuQ)-1])
+	for i := range q2k {
+		q2k[i] = -1
+	}
+	for b := 0; b+1 < len(cuQ); b++ {
+		seqQ, n := int(cuQ[b+1]-cuQ[b]), int(seqK[b])
+		for i := 0; i < seqQ; i++ {
+			last := ceilDiv(n, blk) // blocks past the sequence's keys hold none
+			if see := i + n - seqQ; causal && see < 0 {
+				last = 0 // bottom-right aligned: query i sees keys t <= see
+			} else if causal {
+				last = min(last, see/blk+1)
+			}
+			for h := 0; h < hkv; h++ {
+				row := q2k[(h*totalQ+int(cuQ[b])+i)*topK:][:topK]
+				for j := 0; j < last; j++ {
+					row[j] = int32(j)
+				}
+			}
+		}
+	}
+}
+
+// denseTopK returns the topK that selects every block of sequences of at
+// most maxSeqK keys, or an *ArgError naming max_seqlen_k when that exceeds
+// maxTopK blocks.
+func denseTopK(fn string, maxSeqK, blk int) (int, error) {
+	topK := max(1, ceilDiv(maxSeqK, blk))
+	if topK > maxTopK {
+		return 0, argErr(fn, "max_seqlen_k", fmt.Sprintf("at most %d * blk_kv = %d keys per sequence (dense attention selects every block, at most %d)", maxTopK, maxTopK*blk, maxTopK),
+			maxSeqK)
+	}
+	return topK, nil
+}
+
+// DenseAttentionFunc runs dense varlen prefill attention: each query of
+// sequence b attends every key of that sequence (with Causal(), those at
+// or before its bottom-right aligned position). q is [total_q, Hq, D], k
+// and v [total_k, Hkv, D] (BFloat16, Float8E4M3FN, or float32 for all
+// three), cuSeqlensQ and cuSeqlensK int32 [B+1]; the result is
+// SparseAttenFunc's. Options: BlkKV (the kernels' key block, default
+// 128), Causal, SoftmaxScale, Temperature (also returns the temperature
+// LSE), PartialDtype, MMADtypes, Workers, MaxSeqlenK (absent: derived; a
+// given value is checked against the key lengths). A sequence may have at
+// most 64 * blk_kv keys.
+func DenseAttentionFunc(q, k, v, cuSeqlensQ, cuSeqlensK tensor.Tensor, opts ...Option) (*Result, error) {
+	const fn = "DenseAttentionFunc"
+	cfg, err := applyOptions(fn, opts, denseEagerOpts...)
+	if err != nil {
+		return nil, err
+	}
+	c := &checker{fn: fn}
+	qd, kd := c.dense(q, "q"), c.dense(k, "k")
+	c.rank(qd, "q", "[total_q, Hq, D]", 3)
+	c.rank(kd, "k", "[total_k, Hkv, D]", 3)
+	if c.err != nil {
+		return nil, c.err
+	}
+	cuQ := cuSeqlens(c, cuSeqlensQ, "cu_seqlens_q", qd.Shape()[0], fmt.Sprintf("total_q = %d", qd.Shape()[0]))
+	cuK := cuSeqlens(c, cuSeqlensK, "cu_seqlens_k", kd.Shape()[0], fmt.Sprintf("total_k = %d", kd.Shape()[0]))
+	c.need(len(cuK) == len(cuQ), "cu_seqlens_k", fmt.Sprintf("shape [B + 1] = [%d] matching cu_seqlens_q", len(cuQ)), len(cuK))
+	blk := cfg.blkKV
+	if blk == 0 {
+		blk = 128
+	}
+	c.need(blk >= 1 && blk <= 128, "blk_kv", "1 <= blk_kv <= 128", blk)
+	if c.err != nil {
+		return nil, c.err
+	}
+	seqK := make([]int32, len(cuK)-1)
+	maxSeqK := 0
+	for b := range seqK {
+		seqK[b] = cuK[b+1] - cuK[b]
+		maxSeqK = max(maxSeqK, int(seqK[b]))
+	}
+	topK, err := denseTopK(fn, maxSeqK, blk)
+	if err != nil {
+		return nil, err
+	}
+	hkv, totalQ := kd.Shape()[1], qd.Shape()[0]
+	if _, err := valueSize(fn, "q", "q2k_indices Hkv * total_q * topK", hkv, totalQ, topK); err != nil {
+		return nil, err
+	}
+	q2k := make([]int32, hkv*totalQ*topK)
+	allBlocks(q2k, cuQ, seqK, hkv, topK, blk, cfg.causal)
+	rp, qi, err := BuildK2QCSR(tensor.New(tensor.WithShape(hkv, totalQ, topK), tensor.WithBacking(q2k)), cuSeqlensQ, cuSeqlensK, blk)
+	if err != nil {
+		return nil, inStage(fn, err)
+	}
+	args := SparseArgs{CuSeqlensQ: cuSeqlensQ, CuSeqlensK: cuSeqlensK, MaxSeqlenK: cfg.maxSeqlenK, BlkKV: blk, Causal: cfg.causal,
+		SoftmaxScale: cfg.scale, Temperature: cfg.temperature, ReturnTemperatureLSE: cfg.has(optTemperature),
+		PartialDtype: cfg.partial, QKDtype: cfg.qk, PVDtype: cfg.pv, Workers: cfg.workers}
+	res, err := SparseAttenFunc(q, k, v, rp, qi, topK, args)
+	if err != nil {
+		return nil, inStage(fn, err)
+	}
+	return res, nil
+}
+
+// allBlocksOp makes the q2k_indices of dense attention in a graph from
+// cu_seqlens_q and cu_seqlens_k.
+type allBlocksOp struct {
+	opBase
+	hkv, totalQ, topK, blk int
+	causal                 bool
+}
+
+func (op *allBlocksOp) Arity() int { return 2 }
+func (op *allBlocksOp) Type() hm.Type {
+	return fnType(tt(1, tensor.Int32), tt(1, tensor.Int32), tt(3, tensor.Int32))
+}
+func (op *allBlocksOp) InferShape(...G.DimSizer) (tensor.Shape, error) {
+	return tensor.Shape{op.hkv, op.totalQ, op.topK}, nil
+}
+func (op *allBlocksOp) WriteHash(h hash.Hash) { fmt.Fprintf(h, "msa.AllBlocks%+v", *op) }
+func (op *allBlocksOp) Hashcode() uint32      { return hashOf(op) }
+func (op *allBlocksOp) String() string {
+	return fmt.Sprintf("AllBlocks{blk_kv=%d, causal=%v}", op.blk, op.causal)
+}
+
+// blockKV and scoredCausal let K2QCSR and SparseAttention compare their
+// blk_kv and Causal with the ones the blocks were listed for.
+func (op *allBlocksOp) blockKV() (int, string) { return op.blk, "DenseAttention's block list" }
+func (op *allBlocksOp) scoredCausal() scoredKey {
+	return scoredKey{true, op.causal}
+}
+
+// DiffWRT reports no differentiable input: the block list is integer data.
+func (op *allBlocksOp) DiffWRT(n int) []bool { return noDiff(n) }
+
+// DoDiff does nothing: the block list's inputs are integer data.
+func (op *allBlocksOp) DoDiff(G.ExecutionContext, G.Nodes, *G.Node) error { return nil }
+
+func (op *allBlocksOp) Do(vals ...G.Value) (G.Value, error) {
+	const fn = "DenseAttention"
+	if len(vals) != 2 {
+		return nil, argErr(fn, "inputs", "2 values", len(vals))
+	}
+	c := &checker{fn: fn}
+	cuQ := cuSeqlens(c, tv(vals[0]), "cu_seqlens_q", op.totalQ, fmt.Sprintf("total_q = %d", op.totalQ))
+	cuK := cuSeqlens(c, tv(vals[1]), "cu_seqlens_k", -1, "")
+	c.need(len(cuK) == len(cuQ), "cu_seqlens_k", fmt.Sprintf("shape [B + 1] = [%d] matching cu_seqlens_q", len(cuQ)), len(cuK))
+	if c.err != nil {
+		return nil, c.err
+	}
+	seqK := make([]int32, len(cuK)-1)
+	for b := range seqK {
+		seqK[b] = cuK[b+1] - cuK[b]
+		if int(seqK[b]) > op.topK*op.blk {
+			return nil, argErr(fn, fmt.Sprintf("cu_seqlens_k (sequence %d)", b),
+				fmt.Sprintf("at most %d keys (MaxSeqlenK given at graph construction, rounded up to blocks of %d)", op.topK*op.blk, op.blk), seqK[b])
+		}
+	}
+	q2k := make([]int32, op.hkv*op.totalQ*op.topK)
+	allBlocks(q2k, cuQ, seqK, op.hkv, op.topK, op.blk, op.causal)
+	return tensor.New(tensor.WithShape(op.hkv, op.totalQ, op.topK), tensor.WithBacking(q2k)), nil
+}
+
+// DenseAttention adds dense varlen prefill attention to the graph (see
+// DenseAttentionFunc): a block list selecting every block each query can
+// see, K2QCSR, FwdSchedule and SparseAttention. q is [total_q, Hq, D], k
+// and v [total_k, Hkv, D], cuQ and cuK int32 [B+1]; the node's value is
+// SparseAttention's (float32 and differentiable with float32 q, k, v).
+// Options: MaxSeqlenK (required: it fixes the block list's shape; at most
+// 64 * blk_kv), BlkKV (default 128), Causal, SoftmaxScale, Temperature,
+// PartialDtype, MMADtypes, Workers, SharedKV. An error of a stage names
+// DenseAttention and the stage.
+func DenseAttention(q, k, v, cuQ, cuK *G.Node, opts ...Option) (*G.Node, error) {
+	const fn = "DenseAttention"
+	cfg, err := applyNeeding(fn, opts, denseOpts, need{optMaxSeqlenK, "it fixes the block list's shape"})
+	if err != nil {
+		return nil, err
+	}
+	if err := nodeCheck(fn, "q", q, 3, BFloat16, Float8E4M3FN, tensor.Float32); err != nil {
+		return nil, err
+	}
+	if err := nodeCheck(fn, "k", k, 3, BFloat16, Float8E4M3FN, tensor.Float32); err != nil {
+		return nil, err
+	}
+	if err := nodeCheck(fn, "cu_seqlens_q", cuQ, 1, tensor.Int32); err != nil {
+		return nil, err
+	}
+	if err := nodeCheck(fn, "cu_seqlens_k", cuK, 1, tensor.Int32); err != nil {
+		return nil, err
+	}
+	blk := cfg.blkKV
+	if blk == 0 {
+		blk = 128
+	}
+	if blk < 1 || blk > 128 {
+		return nil, argErr(fn, "blk_kv", "1 <= blk_kv <= 128", blk)
+	}
+	if cfg.maxSeqlenK < 1 {
+		return nil, argErr(fn, "max_seqlen_k", ">= 1", cfg.maxSeqlenK)
+	}
+	topK, err := denseTopK(fn, cfg.maxSeqlenK, blk)
+	if err != nil {
+		return nil, err
+	}
+	ks := k.Shape()
+	if ks[1] < 1 || q.Shape()[1]%ks[1] != 0 {
+		return nil, argErr(fn, "q/k", "q [total_q, Hq, D], k [total_k, Hkv, D] with Hq divisible by Hkv", fmt.Sprintf("q %v, k %v", q.Shape(), ks))
+	}
+	op := &allBlocksOp{hkv: ks[1], totalQ: q.Shape()[0], topK: topK, blk: blk, causal: cfg.causal}
+	if _, err := valueSize(fn, "max_seqlen_k", "q2k_indices Hkv * total_q * ceil(max_seqlen_k / blk_kv)", op.hkv, op.totalQ, op.topK); err != nil {
+		return nil, err
+	}
+	q2k, err := G.ApplyOp(op, cuQ, cuK)
+	if err != nil {
+		return nil, err
+	}
+	csr, sched, err := csrSchedule(fn, q, k, q2k, cuQ, cuK, opts)
+	if err != nil {
+		return nil, err
+	}
+	return attend(fn, q, k, v, csr, sched, cuQ, cuK, opts)
+}

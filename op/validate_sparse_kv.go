@@ -1,0 +1,168 @@
+package op
+
+import (
+	"fmt"
+
+	"github.com/sparseattn/msa/kernels/plan"
+	"github.com/sparseattn/msa/kernels/tile"
+	"gorgonia.org/tensor"
+)
+
+// sparseInputs is the part of a sparse attention call that every entry
+// point validates with the same rules (checkSparseKV): the K/V layout, the
+// block size, the head counts, the CSR, the sequence lengths, the page
+// table and the schedule. The low-precision forward (validateSparse) and
+// the float32 forward and backward (validateSparseF32), eager and graph,
+// check their dtypes and scalars first and then call checkSparseKV.
+type sparseInputs struct {
+	qd, kd, vd    *tensor.Dense
+	totalQ, hq, d int
+	paged         bool
+	layout        PagedLayout
+
+	// Set by checkSparseKV.
+	hkv, qpk, blk, batch  int
+	pt                    []int32 // page table (paged)
+	cols, ps, numPages    int     // page-table columns, page size, pages of k (paged)
+	used                  []int32 // seqused_k's values (nil when absent)
+	seqK, cuQ, cuK        []int32 // effective key lengths and the prefix sums
+	rows                  *plan.Rows
+	csr                   plan.CSR
+	workers               int
+	fp                    plan.FwdParams
+	sched                 *plan.FwdSchedule // the given or built schedule (nil: float32, none given)
+	kShape, kvHeadsOfDesc string
+}
+
+// sparseRules are the rules in which the entry points differ.
+type sparseRules struct {
+	last       string // k's last dimension in letters: "D", or "D/2" for packed NVFP4
+	lastK      int    // its value
+	headsArg   string // the argument a head-count mismatch names
+	anyRatio   bool   // any qhead_per_kv (float32) instead of supportedQheadPerKV
+	layoutHint bool   // say how to select the other paged layout
+	build      bool   // build a schedule when args.Schedule is nil
+}
+
+// newSparseInputs returns the inputs of a call whose q, k and v are dense
+// tensors with q of rank 3.
+func newSparseInputs(qd, kd, vd *tensor.Dense, args *SparseArgs) *sparseInputs {
+	s := qd.Shape()
+	return &sparseInputs{qd: qd, kd: kd, vd: vd, totalQ: s[0], hq: s[1], d: s[2],
+		paged: present(args.PageTable), layout: args.KVLayout}
+}
+
+// checkSparseKV validates everything after the dtypes and scalars: k's and
+// v's layout, blk_kv, the head counts, topK, the CSR and cu_seqlens, the
+// page table and seqused_k, max_seqlen_q/k, and the schedule (validated
+// when given, built when r.build). It returns c's error or the first
+// planning error.
+func (in *sparseInputs) checkSparseKV(c *checker, rowPtr, qIdx tensor.Tensor, topK int, args *SparseArgs, r sparseRules) error {
+	fn, kd, vd := c.fn, in.kd, in.vd
+	wantK, kShape := 3, "[total_k, Hkv, "+r.last+"]"
+	if in.paged {
+		wantK, kShape = 4, in.layout.shape(r.last)
+	}
+	in.kShape = kShape
+	c.rank(kd, "k", kShape, wantK)
+	c.rank(vd, "v", kShape, wantK)
+	if c.err != nil {
+		return c.err
+	}
+	c.need(kd.Shape().Eq(vd.Shape()), "k, v", "the same shape", "k "+shapeStr(kd)+", v "+shapeStr(vd))
+	c.need(kd.Shape()[wantK-1] == r.lastK, "k", fmt.Sprintf("last dimension %s = %d in shape %s", r.last, r.lastK, kShape), shapeStr(kd))
+	in.blk = args.BlkKV
+	if in.blk == 0 {
+		in.blk = 128
+	}
+	c.need(in.blk >= 1 && in.blk <= tile.BlockN, "blk_kv", fmt.Sprintf("1 <= blk_kv <= %d", tile.BlockN), in.blk)
+	in.hkv, in.kvHeadsOfDesc = kd.Shape()[1], "k.shape[1]"
+	if in.paged {
+		var ps int
+		in.hkv, ps = in.layout.dims(kd.Shape())
+		in.kvHeadsOfDesc = in.layout.hkvDim()
+		hint := ""
+		if r.layoutHint {
+			hint = in.layout.other()
+		}
+		c.need(ps == in.blk, "k", fmt.Sprintf("the paged %v layout %s with page_size = blk_kv = %d%s", in.layout, kShape, in.blk, hint), shapeStr(kd))
+	}
+	if c.err != nil {
+		return c.err
+	}
+	in.qpk = checkHeads(c, r.headsArg, in.qd, kd, in.hkv, r.anyRatio, func() string {
+		return fmt.Sprintf("the %slayout %s (Hkv = %s)", pagedWord(in.paged, in.layout), kShape, in.kvHeadsOfDesc)
+	})
+	if c.err != nil {
+		return c.err
+	}
+	c.need(topK >= 1 && topK <= maxTopK, "topK", fmt.Sprintf("1 <= topK <= %d", maxTopK), topK)
+	totalKeys := -1
+	if !in.paged {
+		totalKeys = kd.Shape()[0]
+	}
+	rp, qi, cuQ, cuK, err := csrAndSeqlens(c, rowPtr, qIdx, args, in.hkv, in.totalQ, topK, totalKeys)
+	if err != nil {
+		return err
+	}
+	in.cuQ, in.cuK, in.batch = cuQ, cuK, len(cuQ)-1
+	if err := in.checkKeyLengths(c, args); err != nil {
+		return err
+	}
+	if in.rows, err = csrRows(fn, rp, cuK, in.blk); err != nil {
+		return err
+	}
+	if in.csr, err = csrView(fn, rp, qi, in.rows, in.totalQ, topK, cuQ); err != nil {
+		return err
+	}
+	in.workers = workers(args.Workers)
+	in.fp = plan.FwdParams{TotalQ: in.totalQ, Hkv: in.hkv, QheadPerKV: in.qpk, TopK: topK, BlkKV: in.blk, Workers: in.workers}
+	switch {
+	case args.Schedule != nil:
+		if err := args.Schedule.validate(fn, &in.csr, in.rows, cuQ, in.fp); err != nil {
+			return err
+		}
+		in.sched = &args.Schedule.s
+	case r.build:
+		if in.sched, err = plan.BuildFwdSchedule(nil, &in.csr, in.rows, cuQ, in.fp); err != nil {
+			return wrapArg(fn, "schedule", err)
+		}
+	}
+	return nil
+}
+
+// checkKeyLengths sets the effective key length of every sequence: from
+// cu_seqlens_k for dense K/V, from seqused_k or the page table's capacity
+// for paged K/V (whose page table and pages it checks), and checks
+// max_seqlen_q and max_seqlen_k against the lengths.
+func (in *sparseInputs) checkKeyLengths(c *checker, args *SparseArgs) error {
+	in.seqK = make([]int32, in.batch)
+	if !in.paged {
+		c.need(!present(args.SeqUsedK), "seqused_k", "nil without page_table (seqused_k is only supported together with page_table)", "a tensor")
+		for b := range in.seqK {
+			in.seqK[b] = in.cuK[b+1] - in.cuK[b]
+		}
+	} else {
+		pt := c.dense(args.PageTable, "page_table")
+		c.dtype(pt, "page_table", tensor.Int32)
+		c.rank(pt, "page_table", "[B, max_num_pages_per_seq]", 2)
+		if c.err != nil {
+			return c.err
+		}
+		c.need(pt.Shape()[0] == in.batch, "page_table", fmt.Sprintf("shape [B = %d, max_num_pages_per_seq]", in.batch), shapeStr(pt))
+		_, in.ps = in.layout.dims(in.kd.Shape())
+		in.cols = pt.Shape()[1]
+		if !pageCapacity(c, in.cols, in.ps) {
+			return c.err
+		}
+		in.pt, in.numPages = int32s(pt), in.kd.Shape()[0]
+		var ok bool
+		if in.used, ok = pagedSeqK(c, args.SeqUsedK, in.cuK, in.seqK, in.cols*in.ps); !ok {
+			return c.err
+		}
+		checkPages(c, in.pt, in.cols, in.ps, in.seqK, in.numPages)
+	}
+	maxSeq(c, "max_seqlen_q", args.MaxSeqlenQ, in.cuQ)
+	maxSeqK(c, "max_seqlen_k", args.MaxSeqlenK, in.seqK)
+	return c.err
+}

@@ -313,6 +313,23 @@ func torchDTypes(cfg *config) []string {
 	return []string{"fp32"}
 }
 
+// refBLASFix says how to give PyTorch an optimised BLAS.
+const refBLASFix = "apt-get install libopenblas0 switches Debian's libblas.so.3 to OpenBLAS; a pip torch wheel brings MKL and oneDNN"
+
+// isRefBLAS reports whether the BLAS library PyTorch loaded (its real path,
+// symlinks resolved) is the reference implementation: Debian installs it as
+// .../blas/libblas.so.3, while OpenBLAS, BLIS and MKL provide the same name
+// under their own directories (openblas-pthread/libblas.so.3, ...).
+func isRefBLAS(path string) bool {
+	low := strings.ToLower(path)
+	for _, opt := range []string{"openblas", "blis", "mkl", "atlas"} {
+		if strings.Contains(low, opt) {
+			return false
+		}
+	}
+	return strings.Contains(low, "/blas/libblas")
+}
+
 // blasName names the BLAS library PyTorch's FP32 matmul went to.
 func blasName(path string) string {
 	low := strings.ToLower(path)
@@ -325,8 +342,8 @@ func blasName(path string) string {
 		return "BLIS (" + path + ")"
 	case strings.Contains(low, "mkl"):
 		return "MKL (" + path + ")"
-	case strings.Contains(low, "/blas/libblas"):
-		return "the reference BLAS, unoptimised (" + path + "; apt-get install libopenblas0 switches Debian's libblas.so.3 to OpenBLAS)"
+	case isRefBLAS(path):
+		return "the reference BLAS, unoptimised (" + path + "; " + refBLASFix + ")"
 	}
 	return path
 }
@@ -383,13 +400,17 @@ func runTorch(cfg *config, rs []*result, prog *progress) (status string) {
 	if rep.Error != "" {
 		return "PyTorch baseline skipped: " + rep.Error
 	}
-	applyTorch(plans, rep.Results)
+	ref := isRefBLAS(rep.BLAS)
+	applyTorch(plans, rep.Results, ref)
 	sdpa := "no scaled_dot_product_attention (matmul + softmax instead)"
 	if rep.SDPA {
 		sdpa = "scaled_dot_product_attention"
 	}
 	s := fmt.Sprintf("PyTorch %s baselines: %d threads, %d measurements in %.1f s; %s; oneDNN %v; FP32 matmul BLAS: %s",
 		rep.Version, rep.Threads, len(req), time.Since(t0).Seconds(), sdpa, rep.OneDNN, blasName(rep.BLAS))
+	if ref {
+		s += "; WARNING: PyTorch's matmuls ran on the reference BLAS, unoptimised: the speed-ups over PyTorch (marked !) overstate ours; " + refBLASFix
+	}
 	if ls.ok {
 		s += fmt.Sprintf("; meanwhile others used %.0f%% and steal %.0f%% of the CPUs", 100*ls.others, 100*ls.steal)
 		if ls.others > noisyOthers || ls.steal > noisySteal {
@@ -400,7 +421,8 @@ func runTorch(cfg *config, rs []*result, prog *progress) (status string) {
 }
 
 // applyTorch fills the results' PyTorch columns from the measurements.
-func applyTorch(plans []torchPlan, got map[string]torchMeasure) {
+// refBLAS marks every filled result as measured on the reference BLAS.
+func applyTorch(plans []torchPlan, got map[string]torchMeasure, refBLAS bool) {
 	for _, p := range plans {
 		m, ok := got[p.id]
 		switch {
@@ -422,11 +444,15 @@ func applyTorch(plans []torchPlan, got map[string]torchMeasure) {
 			p.dst.ms = m.MS * scale
 			p.dst.extrap = p.extrap
 			p.dst.method = m.Method
+			p.dst.refBLAS = refBLAS
 			spread := ""
 			if m.Best > 0 {
 				spread = fmt.Sprintf(", %d reps, max/min %.2f", m.Reps, m.Worst/m.Best)
 			}
 			p.dst.note = fmt.Sprintf("%s: %s, %s%s", p.what, m.Method, p.note, spread)
+			if refBLAS {
+				p.dst.note += ", on the reference BLAS (unoptimised)"
+			}
 		}
 	}
 }

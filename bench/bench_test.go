@@ -357,8 +357,12 @@ func TestProgressLines(t *testing.T) {
 func plotResults() []*result {
 	mk := func(kind, dt string, T, batch int, gf, xd float64, ex bool) *result {
 		name := fmt.Sprintf("%s-%s-b%d-%d", kind, dt, batch, T)
-		return &result{c: caseSpec{Name: name, Kind: kind, DType: dt, SeqLen: T, Batch: batch}, timeMS: 1, gflops: gf, pctPeak: 40,
-			speedupDense: xd, denseExtrap: ex, torch: torchResult{speedup: xd / 2, extrap: ex}, tsparse: torchResult{speedup: 3}}
+		r := &result{c: caseSpec{Name: name, Kind: kind, DType: dt, SeqLen: T, Batch: batch}, timeMS: 1, gflops: gf, pctPeak: 40,
+			denseMS: xd, speedupDense: xd, denseExtrap: ex, torch: torchResult{ms: xd / 2, speedup: xd / 2, extrap: ex}, tsparse: torchResult{ms: 3, speedup: 3}}
+		if kind == "decode" {
+			r.pctRoof = 70
+		}
+		return r
 	}
 	return []*result{
 		mk("prefill", "bf16", 2048, 1, 100, 10, false),
@@ -392,6 +396,10 @@ func TestPlotPanels(t *testing.T) {
 	}
 	if !slices.Equal(names, []string{"decode fp8 b8", "decode bf16 b32"}) {
 		t.Fatalf("decode series %v", names)
+	}
+	// Decode is judged by its roofline, prefill by the compute peak.
+	if got := dec.series[0].pts[0].label; got != "70%" || !strings.Contains(dec.title, "roofline") {
+		t.Fatalf("decode label %q, title %q: want the paired %%roof", got, dec.title)
 	}
 	if len(pre.series) != 2 || pre.series[0].pts[0].label != "40%" {
 		t.Fatalf("prefill series %+v", pre.series)
@@ -439,6 +447,19 @@ func TestPlotPanels(t *testing.T) {
 	// Only decode results: one row.
 	if got := buildPanels(calibration{peak: 250}, plotResults()[3:]); len(got) != 2 {
 		t.Fatalf("decode only: %d panels", len(got))
+	}
+	// The time panel: one bar series per baseline that ran, ours first;
+	// none without a timed case.
+	if tp, err := timePlot(plotResults()); err != nil || tp == nil || strings.Contains(tp.Title.Text, "reference BLAS") {
+		t.Fatalf("time panel %v, %v", tp, err)
+	}
+	if tp, err := timePlot(plotResults()[6:]); err != nil || tp != nil {
+		t.Fatalf("time panel of no timed case: %v, %v", tp, err)
+	}
+	rb := plotResults()
+	rb[0].tsparse.refBLAS = true
+	if got := buildPanels(calibration{}, rb)[1].title; !strings.Contains(got, "reference BLAS") {
+		t.Fatalf("speed-up title against the reference BLAS: %q", got)
 	}
 	path := filepath.Join(t.TempDir(), "plot.png")
 	if err := writePlot(path, calibration{peak: 250, peakTier: "avx512"}, plotResults()); err != nil {

@@ -88,11 +88,11 @@ var baselines = []struct {
 func buildPanels(cal calibration, rs []*result) []panel {
 	var out []panel
 	for _, fam := range []struct {
-		name, xLabel string
-		kinds        map[string]bool
+		name, xLabel, limit string
+		kinds               map[string]bool
 	}{
-		{"prefill", "tokens (one causal sequence)", map[string]bool{"prefill": true, "nvfp4": true}},
-		{"decode", "context length (tokens per request)", map[string]bool{"decode": true}},
+		{"prefill", "tokens (one causal sequence)", "paired % of the compute peak", map[string]bool{"prefill": true, "nvfp4": true}},
+		{"decode", "context length (tokens per request)", "paired % of the roofline min(peak, bandwidth x flops/bytes)", map[string]bool{"decode": true}},
 	} {
 		var sel []*result
 		for _, r := range rs {
@@ -117,11 +117,11 @@ func buildPanels(cal calibration, rs []*result) []panel {
 				names = append(names, n)
 			}
 			label := ""
-			switch {
-			case r.pctPeak > 100:
+			switch lim := limitPct(r); {
+			case lim > 100:
 				label = "noisy"
-			case r.pctPeak > 0:
-				label = fmt.Sprintf("%.0f%%", r.pctPeak)
+			case lim > 0:
+				label = fmt.Sprintf("%.0f%%", lim)
 			}
 			x := float64(r.c.SeqLen)
 			xset[x] = true
@@ -133,7 +133,7 @@ func buildPanels(cal calibration, rs []*result) []panel {
 			xs = append(xs, x)
 		}
 		sort.Float64s(xs)
-		p := panel{title: fam.name + ": effective GFLOP/s (labels: paired %peak)", xLabel: fam.xLabel, yLabel: "GFLOP/s",
+		p := panel{title: fam.name + ": effective GFLOP/s\nlabels: " + fam.limit, xLabel: fam.xLabel, yLabel: "GFLOP/s",
 			yMax: dataMax * 1.3, xs: xs}
 		if cal.peak > 0 {
 			if cal.peak <= peakOnScale*dataMax {
@@ -141,7 +141,7 @@ func buildPanels(cal calibration, rs []*result) []panel {
 				p.peakLabel = fmt.Sprintf("peak %s: %.0f GFLOP/s", cal.peakTier, cal.peak)
 				p.yMax = max(p.yMax, cal.peak*1.15)
 			} else {
-				p.title += fmt.Sprintf("; peak %.0f GFLOP/s (%s) is above the axis", cal.peak, cal.peakTier)
+				p.title += fmt.Sprintf("\npeak %.0f GFLOP/s (%s) is above the axis", cal.peak, cal.peakTier)
 			}
 		}
 		noisy := 0
@@ -151,14 +151,14 @@ func buildPanels(cal calibration, rs []*result) []panel {
 			}
 		}
 		if noisy > 0 {
-			p.title += fmt.Sprintf("; NOISY: %d of %d points", noisy, len(sel))
+			p.title += fmt.Sprintf("\nNOISY: %d of %d points", noisy, len(sel))
 		}
 		for _, n := range names {
 			p.series = append(p.series, *gf[n])
 		}
 		out = append(out, p)
 
-		sp := panel{title: fam.name + ": speedup over each baseline (hollow, dashed: extrapolated)", xLabel: fam.xLabel,
+		sp := panel{title: fam.name + ": speed-up over each baseline\nhollow, dashed: baseline extrapolated" + refBLASTitle(sel, "not real speed-ups"), xLabel: fam.xLabel,
 			yLabel: "baseline time / op time", logY: true, xs: xs, yMin: math.Inf(1)}
 		for bi, b := range baselines {
 			for si, n := range names {
@@ -192,11 +192,136 @@ func buildPanels(cal calibration, rs []*result) []panel {
 	return out
 }
 
-// writePlot draws the panels, two per row, into a PNG file.
+// refBLASTitle is the title line, saying what, of a panel whose PyTorch
+// baselines ran on the reference BLAS; "" when none did.
+func refBLASTitle(rs []*result, what string) string {
+	for _, r := range rs {
+		if r.torch.refBLAS || r.tsparse.refBLAS || r.tbf16.refBLAS {
+			return "\nPyTorch ran on the reference BLAS (unoptimised): " + what
+		}
+	}
+	return ""
+}
+
+// timeBars are the bars of the time panel, ours first.
+var timeBars = []struct {
+	name string
+	get  func(r *result) (ms float64, extrap bool)
+}{
+	{"msa (this op)", func(r *result) (float64, bool) { return r.timeMS, false }},
+	{"Gorgonia dense", func(r *result) (float64, bool) { return r.denseMS, r.denseExtrap }},
+	{"PyTorch dense FP32", func(r *result) (float64, bool) { return r.torch.ms, r.torch.extrap }},
+	{"PyTorch same work FP32", func(r *result) (float64, bool) { return r.tsparse.ms, r.tsparse.extrap }},
+	{"PyTorch same work BF16", func(r *result) (float64, bool) { return r.tbf16.ms, r.tbf16.extrap }},
+}
+
+// timePlot is the panel read first: per case, our time next to each
+// peer's, as bars on a log axis (lower is better); a hollow bar is an
+// extrapolated baseline. It is nil when no case has a time.
+func timePlot(rs []*result) (*plot.Plot, error) {
+	var sel []*result
+	for _, r := range rs {
+		if r.err == "" && r.timeMS > 0 {
+			sel = append(sel, r)
+		}
+	}
+	if len(sel) == 0 {
+		return nil, nil
+	}
+	used := make([]bool, len(timeBars))
+	lo, hi := math.Inf(1), 0.0
+	for _, r := range sel {
+		for i, b := range timeBars {
+			if ms, _ := b.get(r); ms > 0 {
+				used[i] = true
+				lo, hi = min(lo, ms), max(hi, ms)
+			}
+		}
+	}
+	var idx []int
+	for i, u := range used {
+		if u {
+			idx = append(idx, i)
+		}
+	}
+	p := plot.New()
+	p.Title.Text = "time per case, lower is better: msa next to each baseline\nhollow: baseline extrapolated in length" + refBLASTitle(sel, "its times are not a fair peer")
+	p.Title.TextStyle.Font.Size = vg.Points(13)
+	p.Title.Padding = vg.Points(6)
+	p.Y.Label.Text = "ms (log scale)"
+	p.Y.Scale = plot.LogScale{}
+	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	// The floor a fifth of a decade below the shortest bar, so that it shows.
+	p.Y.Min = math.Pow(10, math.Floor(math.Log10(lo)-0.2))
+	// A decade of headroom above the data for the legend.
+	p.Y.Max = math.Pow(10, math.Ceil(math.Log10(hi))+1)
+	var ticks []plot.Tick
+	for i, r := range sel {
+		ticks = append(ticks, plot.Tick{Value: float64(i), Label: r.c.Name})
+	}
+	p.X.Tick.Marker = plot.ConstantTicks(ticks)
+	p.X.Tick.Label.Rotation = math.Pi / 8
+	p.X.Tick.Label.XAlign = draw.XRight
+	p.X.Tick.Label.YAlign = draw.YCenter
+	p.X.Min, p.X.Max = -0.6, float64(len(sel))-0.4
+	p.Legend.Top = true
+	p.Legend.Left = true
+	p.Legend.TextStyle.Font.Size = vg.Points(11)
+	p.Add(plotter.NewGrid())
+	// Bars side by side within 0.8 of each case's slot, drawn as wide
+	// lines from the axis floor: gonum's bar chart starts at zero, which a
+	// log axis cannot show.
+	slot := 0.8 / float64(len(idx))
+	barW := vg.Points(float64(max(2, min(14, 600/(len(sel)*len(idx))))))
+	for k, bi := range idx {
+		col := plotutil.Color(k)
+		var legendLine *plotter.Line
+		for i, r := range sel {
+			ms, extrap := timeBars[bi].get(r)
+			if ms <= 0 {
+				continue
+			}
+			x := float64(i) - 0.4 + slot*(float64(k)+0.5)
+			l, err := plotter.NewLine(plotter.XYs{{X: x, Y: p.Y.Min}, {X: x, Y: ms}})
+			if err != nil {
+				return nil, err
+			}
+			l.Color = col
+			l.Width = barW
+			p.Add(l)
+			if extrap {
+				// Hollow: the bar's inside in white, its outline in colour.
+				in, err := plotter.NewLine(plotter.XYs{{X: x, Y: p.Y.Min}, {X: x, Y: ms / 1.06}})
+				if err != nil {
+					return nil, err
+				}
+				in.Color = color.White
+				in.Width = barW - vg.Points(3)
+				p.Add(in)
+			}
+			if legendLine == nil {
+				legendLine = l
+			}
+		}
+		if legendLine != nil {
+			ll := *legendLine
+			ll.Width = vg.Points(8)
+			p.Legend.Add(timeBars[bi].name, &ll)
+		}
+	}
+	return p, nil
+}
+
+// writePlot draws the time panel across the top and the family panels
+// below it, two per row, into a PNG file.
 func writePlot(path string, cal calibration, rs []*result) error {
 	panels := buildPanels(cal, rs)
 	if len(panels) == 0 {
 		return nil
+	}
+	tp, err := timePlot(rs)
+	if err != nil {
+		return err
 	}
 	var plots []*plot.Plot
 	for _, pn := range panels {
@@ -217,8 +342,20 @@ func writePlot(path string, cal calibration, rs []*result) error {
 			}
 		}
 	}
-	img := vgimg.New(vg.Length(cols)*8*vg.Inch, vg.Length(rows)*6*vg.Inch)
-	dc := draw.New(img)
+	top := vg.Length(0)
+	if tp != nil {
+		top = 6 * vg.Inch
+	}
+	img := vgimg.New(vg.Length(cols)*8*vg.Inch, vg.Length(rows)*6*vg.Inch+top)
+	full := draw.New(img)
+	dc := full
+	if tp != nil {
+		// The canvas's origin is bottom left: the grid below, the time
+		// panel in the top strip.
+		dc = draw.Crop(full, 0, 0, 0, -top)
+		tc := draw.Crop(full, 2*vg.Millimeter, -2*vg.Millimeter, vg.Length(rows)*6*vg.Inch+4*vg.Millimeter, -2*vg.Millimeter)
+		tp.Draw(tc)
+	}
 	t := draw.Tiles{Rows: rows, Cols: cols, PadX: 6 * vg.Millimeter, PadY: 6 * vg.Millimeter,
 		PadTop: 2 * vg.Millimeter, PadBottom: 2 * vg.Millimeter, PadLeft: 2 * vg.Millimeter, PadRight: 2 * vg.Millimeter}
 	canvases := plot.Align(grid, t, dc)
@@ -262,7 +399,11 @@ func (pn panel) render() (*plot.Plot, error) {
 	p.Y.Min, p.Y.Max = pn.yMin, pn.yMax
 	p.Legend.Top = true
 	p.Legend.Left = true
-	p.Legend.TextStyle.Font.Size = vg.Points(8)
+	p.Title.TextStyle.Font.Size = vg.Points(13)
+	p.Title.Padding = vg.Points(6)
+	p.Legend.TextStyle.Font.Size = vg.Points(11)
+	p.Legend.Padding = vg.Points(2)
+	p.Legend.ThumbnailWidth = vg.Points(24)
 	p.Add(plotter.NewGrid())
 	dashes := []vg.Length{vg.Points(5), vg.Points(3)}
 	if pn.peak > 0 && len(pn.xs) > 0 {
@@ -319,7 +460,7 @@ func (pn panel) render() (*plot.Plot, error) {
 				return nil, err
 			}
 			for i := range lb.TextStyle {
-				lb.TextStyle[i].Font.Size = vg.Points(7)
+				lb.TextStyle[i].Font.Size = vg.Points(10)
 				lb.TextStyle[i].Color = col
 			}
 			lb.Offset = vg.Point{X: vg.Points(5), Y: vg.Points(3)}

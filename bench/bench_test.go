@@ -530,7 +530,8 @@ func TestTermTableWidth(t *testing.T) {
 	for _, name := range []string{"prefill-bf16-32k-corr", "decode-bf16-b32-64k"} {
 		r := &result{c: caseSpec{Name: name, Kind: "prefill"}, timeMS: 12345, gflops: 1234, pctPeak: 99.9, denseMS: 9e6, denseExtrap: true,
 			torch: torchResult{ms: 9e6, extrap: true, refBLAS: true}, tsparse: torchResult{ms: 9e6, refBLAS: true},
-			tbf16: torchResult{ms: 9e6, refBLAS: true}, noise: []string{"spread", "load"}, verify: "ok", denseVerify: "FAIL"}
+			tbf16: torchResult{ms: 9e6, refBLAS: true}, noise: []string{"spread", "load"}, verify: "ok", denseVerify: "FAIL",
+			denseNote: strings.Repeat("a long note on how the dense baseline was measured ", 5)}
 		r.derive(calibration{ncpu: 2, workers: 2})
 		r.noise = []string{"spread", "load"}
 		rs = append(rs, r)
@@ -538,9 +539,9 @@ func TestTermTableWidth(t *testing.T) {
 	var buf bytes.Buffer
 	printTable(&buf, rs)
 	lines := strings.Split(buf.String(), "\n")
-	for _, l := range lines[:len(rs)+2] {
+	for _, l := range lines {
 		if len(l) > termWidth {
-			t.Errorf("table line of %d > %d columns: %q", len(l), termWidth, l)
+			t.Errorf("line of %d > %d columns: %q", len(l), termWidth, l)
 		}
 	}
 	legend := buf.String()[strings.Index(buf.String(), "Columns:"):]
@@ -575,10 +576,17 @@ func TestRefBLAS(t *testing.T) {
 		}
 	}
 	r := &result{c: caseSpec{Name: "c"}, timeMS: 1}
-	applyTorch([]torchPlan{{dst: &r.torch, id: "d", factor: 1, what: "PyTorch dense FP32"}},
-		map[string]torchMeasure{"d": {MS: 2, Method: "sdpa"}}, true)
+	applyTorch([]torchPlan{{dst: &r.torch, id: "d", factor: 1, what: "PyTorch dense FP32"},
+		{dst: &r.tsparse, id: "s", factor: 1, what: "PyTorch same sparse work FP32"},
+		{dst: &r.tbf16, id: "b", factor: 1, what: "PyTorch same sparse work BF16"}},
+		map[string]torchMeasure{"d": {MS: 2, Method: "matmul+softmax"}, "s": {MS: 3, Method: "oneDNN linear+softmax (fastest of ...)"},
+			"b": {MS: 4, Method: "gather"}}, true)
 	r.derive(calibration{ncpu: 2, workers: 2})
 	if !r.torch.refBLAS || !strings.Contains(r.torch.note, "reference BLAS") || termColumns[5].cell(r) != "2.00x!" {
 		t.Fatalf("reference BLAS run: %+v, cell %q", r.torch, termColumns[5].cell(r))
+	}
+	// oneDNN and BF16 do not go through the BLAS: unmarked.
+	if r.tsparse.refBLAS || r.tbf16.refBLAS || termColumns[6].cell(r) != "3.00x" {
+		t.Fatalf("oneDNN or BF16 result marked: %+v %+v", r.tsparse, r.tbf16)
 	}
 }

@@ -253,8 +253,8 @@ func timePlot(rs []*result) (*plot.Plot, error) {
 	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
 	// The floor a fifth of a decade below the shortest bar, so that it shows.
 	p.Y.Min = math.Pow(10, math.Floor(math.Log10(lo)-0.2))
-	// A decade of headroom above the data for the legend.
-	p.Y.Max = math.Pow(10, math.Ceil(math.Log10(hi))+1)
+	// Two thirds of a decade of headroom above the data for the legend.
+	p.Y.Max = math.Pow(10, math.Log10(hi)+0.67)
 	var ticks []plot.Tick
 	for i, r := range sel {
 		ticks = append(ticks, plot.Tick{Value: float64(i), Label: r.c.Name})

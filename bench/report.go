@@ -348,7 +348,20 @@ func printTable(w io.Writer, rs []*result) {
 			fmt.Fprintln(w, wl)
 		}
 	}
-	printNotes(w, rs, "")
+	// The notes too, each case's wrapped with a hanging indent.
+	var notes strings.Builder
+	printNotes(&notes, rs, "")
+	for _, l := range strings.Split(strings.TrimRight(notes.String(), "\n"), "\n") {
+		for i, wl := range wrap(l, termWidth-2) {
+			if i > 0 {
+				wl = "  " + wl
+			}
+			fmt.Fprintln(w, wl)
+		}
+		if l == "" {
+			fmt.Fprintln(w)
+		}
+	}
 }
 
 // legend explains the table's markers and gives the run's noise verdict.

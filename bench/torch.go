@@ -409,7 +409,7 @@ func runTorch(cfg *config, rs []*result, prog *progress) (status string) {
 	s := fmt.Sprintf("PyTorch %s baselines: %d threads, %d measurements in %.1f s; %s; oneDNN %v; FP32 matmul BLAS: %s",
 		rep.Version, rep.Threads, len(req), time.Since(t0).Seconds(), sdpa, rep.OneDNN, blasName(rep.BLAS))
 	if ref {
-		s += "; WARNING: PyTorch's matmuls ran on the reference BLAS, unoptimised: the speed-ups over PyTorch (marked !) overstate ours; " + refBLASFix
+		s += "; WARNING: PyTorch's matmuls ran on the reference BLAS, unoptimised: the FP32 speed-ups over PyTorch computed through it (marked !) overstate ours; " + refBLASFix
 	}
 	if ls.ok {
 		s += fmt.Sprintf("; meanwhile others used %.0f%% and steal %.0f%% of the CPUs", 100*ls.others, 100*ls.steal)
@@ -421,7 +421,9 @@ func runTorch(cfg *config, rs []*result, prog *progress) (status string) {
 }
 
 // applyTorch fills the results' PyTorch columns from the measurements.
-// refBLAS marks every filled result as measured on the reference BLAS.
+// With refBLAS (PyTorch loaded the reference BLAS), it marks the FP32
+// results whose matmuls went to that BLAS: not those computed through
+// oneDNN, nor the BF16 ones (torch sends BF16 matmuls to oneDNN).
 func applyTorch(plans []torchPlan, got map[string]torchMeasure, refBLAS bool) {
 	for _, p := range plans {
 		m, ok := got[p.id]
@@ -444,13 +446,13 @@ func applyTorch(plans []torchPlan, got map[string]torchMeasure, refBLAS bool) {
 			p.dst.ms = m.MS * scale
 			p.dst.extrap = p.extrap
 			p.dst.method = m.Method
-			p.dst.refBLAS = refBLAS
+			p.dst.refBLAS = refBLAS && strings.HasSuffix(p.what, "FP32") && !strings.HasPrefix(m.Method, "oneDNN")
 			spread := ""
 			if m.Best > 0 {
 				spread = fmt.Sprintf(", %d reps, max/min %.2f", m.Reps, m.Worst/m.Best)
 			}
 			p.dst.note = fmt.Sprintf("%s: %s, %s%s", p.what, m.Method, p.note, spread)
-			if refBLAS {
+			if p.dst.refBLAS {
 				p.dst.note += ", on the reference BLAS (unoptimised)"
 			}
 		}

@@ -590,3 +590,20 @@ func TestRefBLAS(t *testing.T) {
 		t.Fatalf("oneDNN or BF16 result marked: %+v %+v", r.tsparse, r.tbf16)
 	}
 }
+
+// %lim: decode by its paired %roof, or without one (GPU mode) by the larger
+// of %peak and %BW; prefill by %peak alone.
+func TestLimitPct(t *testing.T) {
+	for _, c := range []struct {
+		r    result
+		want float64
+	}{
+		{result{c: caseSpec{Kind: "decode"}, pctPeak: 20, pctBW: 70, pctRoof: 75}, 75},
+		{result{c: caseSpec{Kind: "decode"}, pctPeak: 20, pctBW: 70}, 70},
+		{result{c: caseSpec{Kind: "prefill"}, pctPeak: 20, pctBW: 70, pctRoof: 90}, 20},
+	} {
+		if got := limitPct(&c.r); got != c.want {
+			t.Errorf("%s %%peak %v %%BW %v %%roof %v: %%lim %v, want %v", c.r.c.Kind, c.r.pctPeak, c.r.pctBW, c.r.pctRoof, got, c.want)
+		}
+	}
+}

@@ -234,10 +234,15 @@ const termWidth = 100
 
 // limitPct is the share of the limit that judges a case: the compute peak
 // for prefill (%peak), the roofline min(peak, bandwidth x flops/bytes) for
-// decode (%roof), both paired.
+// decode (%roof), both paired. Where no paired %roof was measured (the GPU
+// mode) it is the larger of %peak and %BW, which is what the roofline
+// share comes to.
 func limitPct(r *result) float64 {
 	if r.c.Kind == "decode" {
-		return r.pctRoof
+		if r.pctRoof > 0 {
+			return r.pctRoof
+		}
+		return max(r.pctPeak, r.pctBW)
 	}
 	return r.pctPeak
 }

@@ -10,7 +10,7 @@ import (
 	"gorgonia.org/tensor"
 )
 
-// DecodeArgs are the keyword arguments of SparseDecodeAttenFunc (the
+// DecodeArgs are the keyword arguments of DecodeAttentionFunc (the
 // reference's names in each comment); every field is used. DecodeWrapper.Plan
 // takes them inside PlanArgs, with the plan-only arguments.
 type DecodeArgs struct {
@@ -55,11 +55,11 @@ type DecodeArgs struct {
 
 // PlanArgs are the keyword arguments of DecodeWrapper.Plan (the
 // reference's SparseDecodePagedAttentionWrapper.plan): the run-time
-// arguments shared with SparseDecodeAttenFunc plus those only a plan has,
+// arguments shared with DecodeAttentionFunc plus those only a plan has,
 // because it runs before q, k and v exist. Every field is used.
 type PlanArgs struct {
 	// DecodeArgs holds page_table, seqused_k, seqlen_q, max_seqlen_k and
-	// the other arguments of SparseDecodeAttenFunc. Its SoftmaxScale is the
+	// the other arguments of DecodeAttentionFunc. Its SoftmaxScale is the
 	// planned scale that Run uses when given 0.
 	DecodeArgs
 	// NumQOHeads, NumKVHeads, HeadDim (num_qo_heads, num_kv_heads,
@@ -265,15 +265,15 @@ func decodeRun(m *decodeMeta, qd, kd, vd *tensor.Dense, s *plan.DecodeSchedule) 
 	}
 }
 
-// SparseDecodeAttenFunc runs paged decode attention (the reference's
+// DecodeAttentionFunc runs paged decode attention (the reference's
 // sparse_decode_atten_func): q [B*seqlen_q, Hq, D], k, v [num_pages, Hkv,
 // page_size, D], all float8_e4m3fn or all bfloat16 (or bf16 q with fp8
 // k/v). q2kIndices nil selects dense decode; [Hkv, B*seqlen_q, topK]
 // selects sparse decode over blocks of args.BlkKV tokens. Causal only. The
 // result's Out is BFloat16 [B*seqlen_q, Hq, D] and LSE the natural-log LSE
 // [B*seqlen_q, Hq] float32 (always set).
-func SparseDecodeAttenFunc(q, k, v, q2kIndices tensor.Tensor, args DecodeArgs) (*Result, error) {
-	const fn = "SparseDecodeAttenFunc"
+func DecodeAttentionFunc(q, k, v, q2kIndices tensor.Tensor, args DecodeArgs) (*Result, error) {
+	const fn = "DecodeAttentionFunc"
 	c := &checker{fn: fn}
 	checkLayout(c, args.KVLayout, true)
 	if c.err != nil {

@@ -22,7 +22,7 @@ import (
 // Plan snapshots page_table, seqused_k and q2k_indices. Run compares the
 // page_table and seqused_k tensors given to Plan with the snapshot (O(B *
 // max_num_pages_per_seq), no allocation) and refuses to run a stale plan:
-// after AppendPagedKV or WritePagedKV added tokens to those tensors, or a
+// after WritePagedKVFunc or WritePagedKV added tokens to those tensors, or a
 // page was assigned, Run returns a *StalePlanError instead of attending
 // over the planned lengths. (A view given to Plan is copied there and
 // cannot be watched.) For the next decode step call Plan again with the

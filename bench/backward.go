@@ -15,14 +15,14 @@ import (
 )
 
 // The backward group times the float32 training path of the sparse prefill
-// (package grad's kernels through op.SparseAttenFunc with float32 q, k, v
-// and op.SparseAttenBackwardFunc) on the prefill group's workload: one
+// (package grad's kernels through op.SparseAttentionFunc with float32 q, k, v
+// and op.SparseAttentionBackwardFunc) on the prefill group's workload: one
 // causal sequence of T tokens, Hq 16, Hkv 1, D 128, blk_kv 128, topK
 // (-topk) blocks per query (causalQ2K), on 1 and 2 workers. Backward flops
 // are counted as 2.5x the forward's (the FlashAttention convention: the
 // backward recomputes QK^T and does four more products of that size); the
 // forward's are 4*D per visible (query, head, key). The BF16 forward
-// (op.SparseAttenFunc with BF16 inputs and a prebuilt schedule) of the same
+// (op.SparseAttentionFunc with BF16 inputs and a prebuilt schedule) of the same
 // problem is timed too, for the ratio to the inference kernels. Besides
 // wall-clock GFLOP/s the table gives GFLOP per CPU-second of this process
 // (getrusage, all workers): on a machine shared with other processes the
@@ -110,7 +110,7 @@ func runBackwardGroup(cfg *config) error {
 // timeBackward times the BF16 forward, the float32 forward and the float32
 // backward of one case on w workers.
 func timeBackward(cfg *config, c caseSpec, p *prefillProb, q, k, v, dO *tensor.Dense, w int, minTime time.Duration, r *backwardRow) error {
-	sched, err := op.PrepareSparseFwdSchedule(p.rowPtr, p.qIdx, op.ScheduleArgs{
+	sched, err := op.FwdScheduleFunc(p.rowPtr, p.qIdx, op.ScheduleArgs{
 		CuSeqlensQ: p.cuQ, CuSeqlensK: p.cuK, TotalQ: c.SeqLen, TopK: c.TopK, QheadPerKV: c.HQ / c.HKV, BlkKV: c.Blk, Workers: w})
 	if err != nil {
 		return err
@@ -127,7 +127,7 @@ func timeBackward(cfg *config, c caseSpec, p *prefillProb, q, k, v, dO *tensor.D
 	}()
 	cpuB := readCPUSample().self
 	if r.fwdBF16, _, r.repsBF16, err = timeIt(minTime, minReps, 1000, func() error {
-		_, err := op.SparseAttenFunc(p.q, p.k, p.v, p.rowPtr, p.qIdx, c.TopK, bf)
+		_, err := op.SparseAttentionFunc(p.q, p.k, p.v, p.rowPtr, p.qIdx, c.TopK, bf)
 		return err
 	}, rec(0)); err != nil {
 		return err
@@ -138,14 +138,14 @@ func timeBackward(cfg *config, c caseSpec, p *prefillProb, q, k, v, dO *tensor.D
 	r.cpuBF16 = (cpu0 - cpuB) / float64(r.repsBF16+1)
 	if r.fwdF32, _, r.repsF32, err = timeIt(minTime, minReps, 1000, func() error {
 		var err error
-		res, err = op.SparseAttenFunc(q, k, v, p.rowPtr, p.qIdx, c.TopK, args)
+		res, err = op.SparseAttentionFunc(q, k, v, p.rowPtr, p.qIdx, c.TopK, args)
 		return err
 	}, rec(1)); err != nil {
 		return err
 	}
 	cpu1 := readCPUSample().self
 	r.bwd, _, r.rB, err = timeIt(minTime, minReps, 1000, func() error {
-		_, err := op.SparseAttenBackwardFunc(q, k, v, res.Out, res.LSE, dO, nil, p.rowPtr, p.qIdx, c.TopK, args)
+		_, err := op.SparseAttentionBackwardFunc(q, k, v, res.Out, res.LSE, dO, nil, p.rowPtr, p.qIdx, c.TopK, args)
 		return err
 	}, rec(2))
 	cpu2 := readCPUSample().self
@@ -154,7 +154,7 @@ func timeBackward(cfg *config, c caseSpec, p *prefillProb, q, k, v, dO *tensor.D
 	if err != nil || !cfg.verify {
 		return err
 	}
-	gr, err := op.SparseAttenBackwardFunc(q, k, v, res.Out, res.LSE, dO, nil, p.rowPtr, p.qIdx, c.TopK, args)
+	gr, err := op.SparseAttentionBackwardFunc(q, k, v, res.Out, res.LSE, dO, nil, p.rowPtr, p.qIdx, c.TopK, args)
 	if err != nil {
 		return err
 	}

@@ -22,17 +22,18 @@ import (
 
 // The distributed mode (-cp, -cp-ranks) times context-parallel decode
 // (op.CPDecodeWrapper) and context-parallel sparse prefill
-// (op.CPSparsePrefill, each strategy) on P ranks against the same problem
-// in one process on one rank's workers. Every rank builds the whole
+// (op.ContextParallelPrefillFunc, each strategy) on P ranks against the
+// same problem in one process on one rank's workers. Every rank builds the whole
 // problem from fixed seeds and keeps its share, as the op tests do.
 //
 //   - time_ms, time_min_ms: the slowest rank's median and fastest call
 //     time (decode: one CPDecodeWrapper.RunInto, a layer of a step;
-//     prefill: one CPSparsePrefill, its planning and exchanges included);
+//     prefill: one ContextParallelPrefillFunc, its planning and exchanges
+//     included);
 //   - single_ms, single_min_ms: the same for the single-process op on the
-//     whole problem with one rank's workers (prefill: BuildK2QCSR and
-//     SparseAttenFunc, as CPSparsePrefill plans inside its call too), timed
-//     on rank 0 while the others wait;
+//     whole problem with one rank's workers (prefill: K2QCSRFunc and
+//     SparseAttentionFunc, as ContextParallelPrefillFunc plans inside its
+//     call too), timed on rank 0 while the others wait;
 //   - speedup = single_min_ms / time_min_ms (the least disturbed calls: on
 //     a shared machine the medians carry the other jobs' load),
 //     efficiency = speedup / P;

@@ -37,11 +37,11 @@ func newCPPrefillProb(c comm.Comm, s cpShapes) *cpPrefillProb {
 		cu := int32Tensor(pf.cu, 2)
 		q2k := int32Tensor(pf.q2k, s.hkv, T, s.topK)
 		pf.single = func() error {
-			rp, qi, err := op.BuildK2QCSR(q2k, cu, cu, s.blk)
+			rp, qi, err := op.K2QCSRFunc(q2k, cu, cu, s.blk)
 			if err != nil {
 				return err
 			}
-			_, err = op.SparseAttenFunc(pf.q, pf.k, pf.v, rp, qi, s.topK, op.SparseArgs{CuSeqlensQ: cu, CuSeqlensK: cu,
+			_, err = op.SparseAttentionFunc(pf.q, pf.k, pf.v, rp, qi, s.topK, op.SparseArgs{CuSeqlensQ: cu, CuSeqlensK: cu,
 				BlkKV: s.blk, Causal: true, Workers: cpOpts.workers, Out: out, OutLSE: lse})
 			return err
 		}
@@ -66,7 +66,7 @@ func newCPPrefillProb(c comm.Comm, s cpShapes) *cpPrefillProb {
 	return pf
 }
 
-// run times CPSparsePrefill with the strategy st on every rank.
+// run times ContextParallelPrefillFunc with the strategy st on every rank.
 func (pf *cpPrefillProb) run(c comm.Comm, st op.CPStrategy, single cpTime) (cpRow, error) {
 	row := cpRow{kind: "cp-prefill", shape: pf.shape, strategy: st.String(), single: single}
 	if pf.shardErr != nil {
@@ -76,7 +76,7 @@ func (pf *cpPrefillProb) run(c comm.Comm, st op.CPStrategy, single cpTime) (cpRo
 	var stats *op.CPPrefillStats
 	call := func() error {
 		var err error
-		_, stats, err = op.CPSparsePrefill(c, pf.lq, pf.lk, pf.lv, pf.lsel, args)
+		_, stats, err = op.ContextParallelPrefillFunc(c, pf.lq, pf.lk, pf.lv, pf.lsel, args)
 		return err
 	}
 	// The bytes are the same on every call: the last call's.

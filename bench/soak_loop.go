@@ -150,9 +150,9 @@ func (l *soakLoop) admit(prompt, gen int) (bool, error) {
 	ptT, su := i32(pt, 1, cols), i32([]int32{int32(prompt)}, 1)
 	cu := i32([]int32{0, int32(prompt)}, 2)
 	q2k, _ := causalQ2K(prompt, sh.hkv, sh.topK, sh.page, l.rng.Uint64())
-	rowPtr, qIdx, err := op.BuildK2QCSR(i32(q2k, sh.hkv, prompt, sh.topK), cu, cu, sh.page)
+	rowPtr, qIdx, err := op.K2QCSRFunc(i32(q2k, sh.hkv, prompt, sh.topK), cu, cu, sh.page)
 	if err != nil {
-		return false, fmt.Errorf("prefill: BuildK2QCSR: %w", err)
+		return false, fmt.Errorf("prefill: K2QCSRFunc: %w", err)
 	}
 	out := tensor.New(tensor.WithShape(prompt, sh.hq, sh.d), tensor.WithBacking(l.out[:prompt*sh.hq*sh.d]))
 	lse := tensor.New(tensor.WithShape(prompt, sh.hq), tensor.WithBacking(l.lse[:prompt*sh.hq]))
@@ -160,11 +160,11 @@ func (l *soakLoop) admit(prompt, gen int) (bool, error) {
 		if err := l.appendKV(layer, prompt, ptT, cu, su); err != nil {
 			return false, fmt.Errorf("prefill: %w", err)
 		}
-		_, err := op.SparseAttenFunc(l.rows(prompt, sh.hq), l.kc[layer], l.vc[layer], rowPtr, qIdx, sh.topK, op.SparseArgs{
+		_, err := op.SparseAttentionFunc(l.rows(prompt, sh.hq), l.kc[layer], l.vc[layer], rowPtr, qIdx, sh.topK, op.SparseArgs{
 			CuSeqlensQ: cu, CuSeqlensK: cu, PageTable: ptT, SeqUsedK: su, BlkKV: sh.page, Causal: true,
 			Workers: l.workers, Out: out, OutLSE: lse})
 		if err != nil {
-			return false, fmt.Errorf("prefill: SparseAttenFunc (layer %d): %w", layer, err)
+			return false, fmt.Errorf("prefill: SparseAttentionFunc (layer %d): %w", layer, err)
 		}
 	}
 	return true, nil
@@ -173,8 +173,8 @@ func (l *soakLoop) admit(prompt, gen int) (bool, error) {
 // appendKV writes n new K and V rows into layer's caches.
 func (l *soakLoop) appendKV(layer, n int, pt, cu, su *tensor.Dense) error {
 	for _, c := range []*tensor.Dense{l.kc[layer], l.vc[layer]} {
-		if err := op.AppendPagedKV(c, l.rows(n, l.sh.hkv), pt, cu, su, op.HND); err != nil {
-			return fmt.Errorf("AppendPagedKV (layer %d): %w", layer, err)
+		if err := op.WritePagedKVFunc(c, l.rows(n, l.sh.hkv), pt, cu, su, op.HND); err != nil {
+			return fmt.Errorf("WritePagedKVFunc (layer %d): %w", layer, err)
 		}
 	}
 	return nil

@@ -250,11 +250,11 @@ func buildPrefill(cfg *config, c caseSpec) (*prefillProb, error) {
 	t0 := time.Now()
 	q2k := tensor.New(tensor.WithShape(hkv, T, c.TopK), tensor.WithBacking(p.q2k))
 	var err error
-	p.rowPtr, p.qIdx, err = op.BuildK2QCSR(q2k, p.cuQ, p.cuK, c.Blk)
+	p.rowPtr, p.qIdx, err = op.K2QCSRFunc(q2k, p.cuQ, p.cuK, c.Blk)
 	if err != nil {
 		return nil, err
 	}
-	p.sched, err = op.PrepareSparseFwdSchedule(p.rowPtr, p.qIdx, op.ScheduleArgs{
+	p.sched, err = op.FwdScheduleFunc(p.rowPtr, p.qIdx, op.ScheduleArgs{
 		CuSeqlensQ: p.cuQ, CuSeqlensK: p.cuK, TotalQ: T, TopK: c.TopK, QheadPerKV: hq / hkv, BlkKV: c.Blk, Workers: cfg.workers})
 	if err != nil {
 		return nil, err
@@ -312,9 +312,9 @@ func (p *prefillProb) run(cfg *config) (*op.Result, error) {
 	args := op.SparseArgs{CuSeqlensQ: p.cuQ, CuSeqlensK: p.cuK, BlkKV: c.Blk, Causal: true, Schedule: p.sched, Workers: cfg.workers,
 		Out: p.out, OutLSE: p.lse}
 	if c.Kind == "nvfp4" {
-		return op.SparseAttenNVFP4KVFunc(p.q, p.k, p.v, p.kScale, p.vScale, p.kGlobal, p.vGlobal, p.rowPtr, p.qIdx, c.TopK, args)
+		return op.SparseAttentionNVFP4KVFunc(p.q, p.k, p.v, p.kScale, p.vScale, p.kGlobal, p.vGlobal, p.rowPtr, p.qIdx, c.TopK, args)
 	}
-	return op.SparseAttenFunc(p.q, p.k, p.v, p.rowPtr, p.qIdx, c.TopK, args)
+	return op.SparseAttentionFunc(p.q, p.k, p.v, p.rowPtr, p.qIdx, c.TopK, args)
 }
 
 // sampleRows returns up to n distinct indices in [0, total): the first,

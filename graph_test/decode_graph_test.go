@@ -15,7 +15,7 @@ import (
 // again in a LispMachine):
 // one DecodeSchedule node shared by every layer's DecodeAttention node,
 // several steps, seqused_k growing each step through gorgonia.Let. Every
-// layer's output and LSE must equal the eager SparseDecodeAttenFunc.
+// layer's output and LSE must equal the eager DecodeAttentionFunc.
 func TestDecodeLoopGraph(t *testing.T) {
 	for _, machine := range []string{"tape", "lisp"} {
 		t.Run(machine, func(t *testing.T) { decodeLoop(t, machine) })
@@ -75,7 +75,7 @@ func decodeLoop(t *testing.T, machine string) {
 		}
 		must(t, m.RunAll())
 		for i, l := range ls {
-			want, err := op.SparseDecodeAttenFunc(l.q, l.k, l.v, nil, op.DecodeArgs{
+			want, err := op.DecodeAttentionFunc(l.q, l.k, l.v, nil, op.DecodeArgs{
 				PageTable: ptT, SeqUsedK: i32([]int{batch}, append([]int32{}, used...)), SeqlenQ: seqlenQ,
 				MaxSeqlenK: cols * pageSize, Workers: 2, FixedSplitSize: 2})
 			must(t, err)

@@ -26,9 +26,9 @@ func TestSparseGraphMatchesEager(t *testing.T) {
 	cuK := i32([]int{4}, prefix(seqK))
 
 	// Eager reference.
-	rp, qi, err := op.BuildK2QCSR(q2k, cuQ, cuK, blk)
+	rp, qi, err := op.K2QCSRFunc(q2k, cuQ, cuK, blk)
 	must(t, err)
-	want, err := op.SparseAttenFunc(q, k, v, rp, qi, topK, op.SparseArgs{
+	want, err := op.SparseAttentionFunc(q, k, v, rp, qi, topK, op.SparseArgs{
 		CuSeqlensQ: cuQ, CuSeqlensK: cuK, Causal: true, Temperature: 0.7,
 		ReturnTemperatureLSE: true, Workers: workers,
 	})

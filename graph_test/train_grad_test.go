@@ -88,14 +88,14 @@ func (c *gradCase) eager(t *testing.T) *op.Gradients { return c.eagerLSE(t, nil,
 // (withO false: of sum(LSE * wl) alone, dOut = 0; wl nil: no LSE term).
 func (c *gradCase) eagerLSE(t *testing.T, wl *tensor.Dense, withO bool) *op.Gradients {
 	t.Helper()
-	rp, qi, err := op.BuildK2QCSR(c.q2k, c.cuQ, c.cuK, c.blk)
+	rp, qi, err := op.K2QCSRFunc(c.q2k, c.cuQ, c.cuK, c.blk)
 	must(t, err)
 	args := op.SparseArgs{CuSeqlensQ: c.cuQ, CuSeqlensK: c.cuK, BlkKV: c.blk, Causal: c.causal,
 		Workers: 2}
 	if c.paged {
 		args.PageTable, args.SeqUsedK = c.pageTable, c.seqused
 	}
-	res, err := op.SparseAttenFunc(c.q, c.k, c.v, rp, qi, c.topK, args)
+	res, err := op.SparseAttentionFunc(c.q, c.k, c.v, rp, qi, c.topK, args)
 	must(t, err)
 	dOut := c.w
 	if !withO {
@@ -105,7 +105,7 @@ func (c *gradCase) eagerLSE(t *testing.T, wl *tensor.Dense, withO bool) *op.Grad
 	if wl != nil {
 		dLSE = wl
 	}
-	gr, err := op.SparseAttenBackwardFunc(c.q, c.k, c.v, res.Out, res.LSE, dOut, dLSE, rp, qi, c.topK, args)
+	gr, err := op.SparseAttentionBackwardFunc(c.q, c.k, c.v, res.Out, res.LSE, dOut, dLSE, rp, qi, c.topK, args)
 	must(t, err)
 	return gr
 }

@@ -54,7 +54,7 @@ func gnode(t *testing.T, g *G.ExprGraph, name string, v *tensor.Dense) *G.Node {
 func TestTypedNilTensors(t *testing.T) {
 	var nd *tensor.Dense
 	c, _ := validBase(t, false)
-	base, err := SparseAttenFunc(c.q, c.k, c.v, c.rp, c.qi, c.topK, c.args)
+	base, err := SparseAttentionFunc(c.q, c.k, c.v, c.rp, c.qi, c.topK, c.args)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func TestTypedNilTensors(t *testing.T) {
 			x.args.CuSeqlensQ = nd
 		}
 		noPanic(t, arg, func() {
-			_, err := SparseAttenFunc(x.q, x.k, x.v, x.rp, x.qi, x.topK, x.args)
+			_, err := SparseAttentionFunc(x.q, x.k, x.v, x.rp, x.qi, x.topK, x.args)
 			var ae *ArgError
 			if !errors.As(err, &ae) || !strings.Contains(ae.Arg, arg) {
 				t.Fatalf("typed-nil %s: error %v, want an *ArgError naming it", arg, err)
@@ -85,7 +85,7 @@ func TestTypedNilTensors(t *testing.T) {
 	// Optional page_table and seqused_k: a typed nil is absent.
 	x := c
 	x.args.PageTable = nd
-	res, err := SparseAttenFunc(x.q, x.k, x.v, x.rp, x.qi, x.topK, x.args)
+	res, err := SparseAttentionFunc(x.q, x.k, x.v, x.rp, x.qi, x.topK, x.args)
 	if err != nil {
 		t.Fatalf("typed-nil page_table with dense k: %v", err)
 	}
@@ -95,8 +95,8 @@ func TestTypedNilTensors(t *testing.T) {
 	withNil.args.SeqUsedK = nd
 	untyped := pc
 	untyped.args.SeqUsedK = nil
-	r1, err1 := SparseAttenFunc(withNil.q, withNil.k, withNil.v, withNil.rp, withNil.qi, withNil.topK, withNil.args)
-	r2, err2 := SparseAttenFunc(untyped.q, untyped.k, untyped.v, untyped.rp, untyped.qi, untyped.topK, untyped.args)
+	r1, err1 := SparseAttentionFunc(withNil.q, withNil.k, withNil.v, withNil.rp, withNil.qi, withNil.topK, withNil.args)
+	r2, err2 := SparseAttentionFunc(untyped.q, untyped.k, untyped.v, untyped.rp, untyped.qi, untyped.topK, untyped.args)
 	if (err1 == nil) != (err2 == nil) || (err1 != nil && err1.Error() != err2.Error()) {
 		t.Fatalf("typed-nil seqused_k: %v, untyped nil: %v", err1, err2)
 	}
@@ -108,45 +108,45 @@ func TestTypedNilTensors(t *testing.T) {
 	ns := sparseSpec{seed: 4, seqQ: []int{3}, seqK: []int{150}, hq: 2, hkv: 1, d: 64, topK: 2, blk: 128,
 		qDt: "bf16", kvDt: "nvfp4", partial: tensor.Float32}
 	npr := buildSparse(ns)
-	rp, qi, err := BuildK2QCSR(npr.q2k, npr.cuQ, npr.cuK, 128)
+	rp, qi, err := K2QCSRFunc(npr.q2k, npr.cuQ, npr.cuK, 128)
 	if err != nil {
 		t.Fatal(err)
 	}
 	nargs := SparseArgs{CuSeqlensQ: npr.cuQ, CuSeqlensK: npr.cuK, PartialDtype: tensor.Float32}
-	nbase, err := SparseAttenNVFP4KVFunc(npr.q, npr.k, npr.v, npr.kScale, npr.vScale, nil, nil, rp, qi, 2, nargs)
+	nbase, err := SparseAttentionNVFP4KVFunc(npr.q, npr.k, npr.v, npr.kScale, npr.vScale, nil, nil, rp, qi, 2, nargs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	nres, err := SparseAttenNVFP4KVFunc(npr.q, npr.k, npr.v, npr.kScale, npr.vScale, nd, nd, rp, qi, 2, nargs)
+	nres, err := SparseAttentionNVFP4KVFunc(npr.q, npr.k, npr.v, npr.kScale, npr.vScale, nd, nd, rp, qi, 2, nargs)
 	if err != nil {
 		t.Fatalf("typed-nil global scales: %v", err)
 	}
 	sameResult(t, "typed-nil global scales", nbase, nres)
-	_, err = SparseAttenNVFP4KVFunc(npr.q, npr.k, npr.v, nd, npr.vScale, nil, nil, rp, qi, 2, nargs)
+	_, err = SparseAttentionNVFP4KVFunc(npr.q, npr.k, npr.v, nd, npr.vScale, nil, nil, rp, qi, 2, nargs)
 	wantArgErr(t, err, "k_scale_128x4", "tensor")
 
 	// Decode: q2k optional (dense decode), page_table and seqused_k required.
 	s := misuseSpec()
 	pr := buildDecode(s)
 	args := decodeArgs(s, pr)
-	dbase, err := SparseDecodeAttenFunc(pr.q, pr.k, pr.v, nil, args)
+	dbase, err := DecodeAttentionFunc(pr.q, pr.k, pr.v, nil, args)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dres, err := SparseDecodeAttenFunc(pr.q, pr.k, pr.v, nd, args)
+	dres, err := DecodeAttentionFunc(pr.q, pr.k, pr.v, nd, args)
 	if err != nil {
 		t.Fatalf("typed-nil q2k_indices: %v", err)
 	}
 	sameResult(t, "typed-nil q2k_indices", dbase, dres)
 	a2 := args
 	a2.PageTable = nd
-	_, err = SparseDecodeAttenFunc(pr.q, pr.k, pr.v, nil, a2)
+	_, err = DecodeAttentionFunc(pr.q, pr.k, pr.v, nil, a2)
 	wantArgErr(t, err, "page_table", "tensor")
 	a2 = args
 	a2.SeqUsedK = nd
-	_, err = SparseDecodeAttenFunc(pr.q, pr.k, pr.v, nil, a2)
+	_, err = DecodeAttentionFunc(pr.q, pr.k, pr.v, nil, a2)
 	wantArgErr(t, err, "seqused_k", "tensor")
-	_, err = SparseDecodeAttenFunc(nd, pr.k, pr.v, nil, args)
+	_, err = DecodeAttentionFunc(nd, pr.k, pr.v, nil, args)
 	wantArgErr(t, err, "q", "tensor")
 	w, _ := NewDecodeWrapper(s.pageSize)
 	defer w.Close()
@@ -163,9 +163,9 @@ func TestTypedNilTensors(t *testing.T) {
 	wantArgErr(t, w.RunInto(pr.q, pr.k, pr.v, 0, nd, nil), "out", "contiguous")
 
 	// CSR build, schedule and block selection.
-	_, _, err = BuildK2QCSR(nd, pr.su, pr.su, 128)
+	_, _, err = K2QCSRFunc(nd, pr.su, pr.su, 128)
 	wantArgErr(t, err, "q2k_indices", "tensor")
-	_, err = PrepareSparseFwdSchedule(nd, c.qi, ScheduleArgs{CuSeqlensQ: c.args.CuSeqlensQ, CuSeqlensK: c.args.CuSeqlensK, TotalQ: 10, TopK: 4, QheadPerKV: 2})
+	_, err = FwdScheduleFunc(nd, c.qi, ScheduleArgs{CuSeqlensQ: c.args.CuSeqlensQ, CuSeqlensK: c.args.CuSeqlensK, TotalQ: 10, TopK: 4, QheadPerKV: 2})
 	wantArgErr(t, err, "k2q_row_ptr", "tensor")
 	_, err = BlockScoresFunc(nd, c.k, c.args.CuSeqlensQ, c.args.CuSeqlensK, BlockScoreConfig{})
 	wantArgErr(t, err, "q", "tensor")
@@ -177,7 +177,7 @@ func TestTypedNilTensors(t *testing.T) {
 // views give the result of their materialised copies.
 func TestEagerViews(t *testing.T) {
 	c, _ := validBase(t, true)
-	base, err := SparseAttenFunc(c.q, c.k, c.v, c.rp, c.qi, c.topK, c.args)
+	base, err := SparseAttentionFunc(c.q, c.k, c.v, c.rp, c.qi, c.topK, c.args)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +206,7 @@ func TestEagerViews(t *testing.T) {
 		t.Fatal(err)
 	}
 	x.q = qv
-	res, err := SparseAttenFunc(x.q, x.k, x.v, x.rp, x.qi, x.topK, x.args)
+	res, err := SparseAttentionFunc(x.q, x.k, x.v, x.rp, x.qi, x.topK, x.args)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -312,16 +312,16 @@ func TestPagedKeyCapacityInt32(t *testing.T) {
 	pt := bigPageTable(cols)
 	cuQ, cuK := i32T([]int{2}, 0, 1), i32T([]int{2}, 0, 128)
 	q2k := i32T([]int{1, 1, 1}, 0)
-	rp, qi, err := BuildK2QCSR(q2k, cuQ, cuK, 128)
+	rp, qi, err := K2QCSRFunc(q2k, cuQ, cuK, 128)
 	if err != nil {
 		t.Fatal(err)
 	}
 	q, k := bf16T(1, 1, 64), bf16T(1, 1, 128, 64)
-	_, err = SparseAttenFunc(q, k, k, rp, qi, 1, SparseArgs{CuSeqlensQ: cuQ, CuSeqlensK: cuK, PageTable: pt})
+	_, err = SparseAttentionFunc(q, k, k, rp, qi, 1, SparseArgs{CuSeqlensQ: cuQ, CuSeqlensK: cuK, PageTable: pt})
 	wantArgErr(t, err, "page_table", "int32")
 	dk := bf16T(1, 1, 128, 64)
 	args := DecodeArgs{PageTable: pt, SeqUsedK: i32T([]int{1}, 1), SeqlenQ: 1, MaxSeqlenK: 1}
-	_, err = SparseDecodeAttenFunc(q, dk, dk, nil, args)
+	_, err = DecodeAttentionFunc(q, dk, dk, nil, args)
 	wantArgErr(t, err, "page_table", "int32")
 	w, _ := NewDecodeWrapper(128)
 	defer w.Close()
@@ -342,7 +342,7 @@ func TestScalarRuleEveryEntryPoint(t *testing.T) {
 	ns := sparseSpec{seed: 4, seqQ: []int{3}, seqK: []int{150}, hq: 2, hkv: 1, d: 64, topK: 2, blk: 128,
 		qDt: "bf16", kvDt: "nvfp4", partial: tensor.Float32}
 	npr := buildSparse(ns)
-	nrp, nqi, err := BuildK2QCSR(npr.q2k, npr.cuQ, npr.cuK, 128)
+	nrp, nqi, err := K2QCSRFunc(npr.q2k, npr.cuQ, npr.cuK, 128)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -370,10 +370,10 @@ func TestScalarRuleEveryEntryPoint(t *testing.T) {
 	for _, x := range []float64{1e39, -1e39, 3e38, 1e-46, -1e-46, math.NaN(), math.Inf(1), math.Inf(-1), math.MaxFloat64} {
 		a := c.args
 		a.SoftmaxScale = x
-		_, err := SparseAttenFunc(c.q, c.k, c.v, c.rp, c.qi, c.topK, a)
+		_, err := SparseAttentionFunc(c.q, c.k, c.v, c.rp, c.qi, c.topK, a)
 		wantArgErr(t, err, "softmax_scale", scaleRule)
 		na := SparseArgs{CuSeqlensQ: npr.cuQ, CuSeqlensK: npr.cuK, SoftmaxScale: x}
-		_, err = SparseAttenNVFP4KVFunc(npr.q, npr.k, npr.v, npr.kScale, npr.vScale, nil, nil, nrp, nqi, 2, na)
+		_, err = SparseAttentionNVFP4KVFunc(npr.q, npr.k, npr.v, npr.kScale, npr.vScale, nil, nil, nrp, nqi, 2, na)
 		wantArgErr(t, err, "softmax_scale", scaleRule)
 		_, err = BlockScoresFunc(c.q, c.k, c.args.CuSeqlensQ, c.args.CuSeqlensK, BlockScoreConfig{SoftmaxScale: x})
 		wantArgErr(t, err, "softmax_scale", scaleRule)
@@ -387,10 +387,10 @@ func TestScalarRuleEveryEntryPoint(t *testing.T) {
 	for _, x := range []float64{1e-39, 1e39, -1, math.NaN(), math.Inf(1), math.Inf(-1), 1e-320} {
 		a := c.args
 		a.Temperature, a.ReturnTemperatureLSE = x, true
-		_, err := SparseAttenFunc(c.q, c.k, c.v, c.rp, c.qi, c.topK, a)
+		_, err := SparseAttentionFunc(c.q, c.k, c.v, c.rp, c.qi, c.topK, a)
 		wantArgErr(t, err, "lse_temperature_scale", temperatureRule)
 		na := SparseArgs{CuSeqlensQ: npr.cuQ, CuSeqlensK: npr.cuK, Temperature: x, ReturnTemperatureLSE: true}
-		_, err = SparseAttenNVFP4KVFunc(npr.q, npr.k, npr.v, npr.kScale, npr.vScale, nil, nil, nrp, nqi, 2, na)
+		_, err = SparseAttentionNVFP4KVFunc(npr.q, npr.k, npr.v, npr.kScale, npr.vScale, nil, nil, nrp, nqi, 2, na)
 		wantArgErr(t, err, "lse_temperature_scale", temperatureRule)
 		_, err = SparseAttention(qn, kn, vn, csr, sched, cuQ, cuK, Temperature(x))
 		wantArgErr(t, err, "lse_temperature_scale", temperatureRule)
@@ -414,7 +414,7 @@ func TestRejectBeforeAllocating(t *testing.T) {
 		cuK := i32T([]int{2}, 0, n)
 		var err error
 		alloc := allocDuring(func() {
-			_, err = PrepareSparseFwdSchedule(rp, qi, ScheduleArgs{CuSeqlensQ: cuQ, CuSeqlensK: cuK, TotalQ: 1, TopK: 1, QheadPerKV: 1, BlkKV: 1})
+			_, err = FwdScheduleFunc(rp, qi, ScheduleArgs{CuSeqlensQ: cuQ, CuSeqlensK: cuK, TotalQ: 1, TopK: 1, QheadPerKV: 1, BlkKV: 1})
 		})
 		if err == nil || alloc > 1<<20 {
 			t.Fatalf("cu_seqlens_k [0, %d]: error %v after %d bytes", n, err, alloc)
@@ -462,19 +462,19 @@ func TestMemoryBoundedByWork(t *testing.T) {
 	a := c.args
 	a.Workers = 16384
 	var err error
-	alloc := allocDuring(func() { _, err = SparseAttenFunc(c.q, c.k, c.v, c.rp, c.qi, c.topK, a) })
+	alloc := allocDuring(func() { _, err = SparseAttentionFunc(c.q, c.k, c.v, c.rp, c.qi, c.topK, a) })
 	if err != nil {
 		t.Fatal(err)
 	}
 	if alloc > 64<<20 {
-		t.Fatalf("SparseAttenFunc with 16384 workers allocated %d bytes", alloc)
+		t.Fatalf("SparseAttentionFunc with 16384 workers allocated %d bytes", alloc)
 	}
 	s := misuseSpec()
 	s.workers = 16384
 	pr := buildDecode(s)
 	alloc = allocDuring(func() { _ = runDecodeSpec(t, s, pr) })
 	if alloc > 64<<20 {
-		t.Fatalf("SparseDecodeAttenFunc with 16384 workers allocated %d bytes", alloc)
+		t.Fatalf("DecodeAttentionFunc with 16384 workers allocated %d bytes", alloc)
 	}
 	w, _ := NewDecodeWrapper(s.pageSize)
 	defer w.Close()
@@ -503,7 +503,7 @@ func TestScheduleAccessors(t *testing.T) {
 		}
 	}
 	c, _ := validBase(t, false)
-	s, err := PrepareSparseFwdSchedule(c.rp, c.qi, ScheduleArgs{CuSeqlensQ: c.args.CuSeqlensQ, CuSeqlensK: c.args.CuSeqlensK,
+	s, err := FwdScheduleFunc(c.rp, c.qi, ScheduleArgs{CuSeqlensQ: c.args.CuSeqlensQ, CuSeqlensK: c.args.CuSeqlensK,
 		TotalQ: 10, TopK: 4, QheadPerKV: 2, Workers: 2})
 	if err != nil {
 		t.Fatal(err)
@@ -561,11 +561,11 @@ func TestErrorMessages(t *testing.T) {
 
 	// D = 0 (or unsupported) names q, not softmax_scale.
 	q0, k0 := bf16T(10, 4, 0), bf16T(300, 2, 0)
-	_, err = SparseAttenFunc(q0, k0, k0, c.rp, c.qi, 4, SparseArgs{CuSeqlensQ: c.args.CuSeqlensQ, CuSeqlensK: c.args.CuSeqlensK})
+	_, err = SparseAttentionFunc(q0, k0, k0, c.rp, c.qi, 4, SparseArgs{CuSeqlensQ: c.args.CuSeqlensQ, CuSeqlensK: c.args.CuSeqlensK})
 	wantArgErr(t, err, "q", "head dimension")
 	s := misuseSpec()
 	pr := buildDecode(s)
-	_, err = SparseDecodeAttenFunc(bf16T(4, 4, 0), bf16T(5, 2, 16, 0), bf16T(5, 2, 16, 0), nil, decodeArgs(s, pr))
+	_, err = DecodeAttentionFunc(bf16T(4, 4, 0), bf16T(5, 2, 16, 0), bf16T(5, 2, 16, 0), nil, decodeArgs(s, pr))
 	if err == nil || strings.Contains(err.Error(), "softmax_scale") || !strings.Contains(err.Error(), "head dimension") {
 		t.Fatalf("decode with D = 0: %v", err)
 	}
@@ -578,10 +578,10 @@ func TestErrorMessages(t *testing.T) {
 		s := x.Shape()
 		return tensor.New(tensor.WithShape(s[0], s[2], s[1], s[3]), tensor.WithBacking(backing[lowp.BFloat16](x)))
 	}
-	_, err = SparseDecodeAttenFunc(pr.q, nhd(pr.k), nhd(pr.v), nil, decodeArgs(s, pr))
+	_, err = DecodeAttentionFunc(pr.q, nhd(pr.k), nhd(pr.v), nil, decodeArgs(s, pr))
 	wantArgErr(t, err, "k", "HND layout [num_pages, Hkv, page_size, D]")
 	pk := c.k.(*tensor.Dense)
-	_, err = SparseAttenFunc(c.q, nhd(pk), nhd(c.v.(*tensor.Dense)), c.rp, c.qi, 4, c.args)
+	_, err = SparseAttentionFunc(c.q, nhd(pk), nhd(c.v.(*tensor.Dense)), c.rp, c.qi, 4, c.args)
 	wantArgErr(t, err, "k", "HND")
 }
 

@@ -50,12 +50,12 @@ func benchPrefill(b *testing.B, n, topK int) (func() *Result, float64) {
 	}
 	cu := tensor.New(tensor.WithShape(2), tensor.WithBacking([]int32{0, int32(n)}))
 	q2kT := tensor.New(tensor.WithShape(1, n, topK), tensor.WithBacking(q2k))
-	rp, qi, err := BuildK2QCSR(q2kT, cu, cu, blk)
+	rp, qi, err := K2QCSRFunc(q2kT, cu, cu, blk)
 	if err != nil {
 		b.Fatal(err)
 	}
 	return func() *Result {
-		res, err := SparseAttenFunc(q, k, v, rp, qi, topK, SparseArgs{CuSeqlensQ: cu, CuSeqlensK: cu, Causal: true})
+		res, err := SparseAttentionFunc(q, k, v, rp, qi, topK, SparseArgs{CuSeqlensQ: cu, CuSeqlensK: cu, Causal: true})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -55,7 +55,7 @@ func TestK2QCSRBlkKVOfProducer(t *testing.T) {
 	ids := tensor.New(tensor.WithShape(1, 1, 2), tensor.WithBacking([]int32{0, 5}))
 	cq := tensor.New(tensor.WithShape(2), tensor.WithBacking([]int32{0, 1}))
 	ck := tensor.New(tensor.WithShape(2), tensor.WithBacking([]int32{0, keys}))
-	_, _, err := BuildK2QCSR(ids, cq, ck, 128)
+	_, _, err := K2QCSRFunc(ids, cq, ck, 128)
 	wantArgErr(t, err, "q2k_indices", "blk_kv = 128")
 	if !strings.Contains(err.Error(), "ceil(500 / 128) = 4") {
 		t.Fatalf("error %v does not count the blocks", err)
@@ -81,7 +81,7 @@ func TestDecodeQ2KNamesBlkKV(t *testing.T) {
 	ids := make([]int32, s.hkv*totalQ)
 	ids[0] = 3 // request 0 has seqused_k = 70: ceil(70 / 32) = 3 blocks
 	q2k := tensor.New(tensor.WithShape(s.hkv, totalQ, 1), tensor.WithBacking(ids))
-	_, err := SparseDecodeAttenFunc(pr.q, pr.k, pr.v, q2k, args)
+	_, err := DecodeAttentionFunc(pr.q, pr.k, pr.v, q2k, args)
 	wantArgErr(t, err, "q2k_indices[0, 0, 0]", "ceil(seqused_k = 70 / blk_kv = 32) blocks")
 }
 

@@ -172,6 +172,9 @@ func (w *CPDecodeWrapper) run(fn string, q, k, v tensor.Tensor, softmaxScale flo
 	if !w.planned {
 		return argErr(fn, "wrapper", "a planned wrapper (call Plan before Run; the last Plan failed or none ran)", "unplanned")
 	}
+	if isFloat32(q) {
+		return &NotImplementedError{fn, "float32 q, k, v in context-parallel decode (its merge is BFloat16; DecodeWrapper and DecodeAttentionFunc take float32)"}
+	}
 	c := &checker{fn: fn}
 	outputArg(c, out, "out", BFloat16, w.rows, w.hq, w.d)
 	if lse != nil {

@@ -76,7 +76,7 @@ func cpRef(s decodeSpec, pr *decodeProblem) (*Result, error) {
 	if pr.q2k != nil {
 		q2k = pr.q2k
 	}
-	return SparseDecodeAttenFunc(pr.q, pr.k, pr.v, q2k, decodeArgs(s, pr))
+	return DecodeAttentionFunc(pr.q, pr.k, pr.v, q2k, decodeArgs(s, pr))
 }
 
 // cpDecodeRank runs context-parallel decode of s on rank c (two calls,
@@ -259,7 +259,7 @@ func TestCPDecodeCheckCatchesMissingRank(t *testing.T) {
 	if err := w.RunInto(pr.q, pr.k, pr.v, 0, o, lse); err != nil {
 		t.Fatal(err)
 	}
-	ref, _ := SparseDecodeAttenFunc(pr.q, pr.k, pr.v, nil, decodeArgs(s, pr))
+	ref, _ := DecodeAttentionFunc(pr.q, pr.k, pr.v, nil, decodeArgs(s, pr))
 	if compareDecode(s, pr.maxV, o, lse, ref.Out, ref.LSE) == nil {
 		t.Fatal("half of the context passed the comparison with the whole")
 	}

@@ -39,7 +39,7 @@ func (s CPStrategy) String() string {
 	return fmt.Sprintf("CPStrategy(%d)", int(s))
 }
 
-// CPPrefillArgs are the arguments of CPSparsePrefill that every rank
+// CPPrefillArgs are the arguments of ContextParallelPrefillFunc that every rank
 // passes alike (checked collectively).
 type CPPrefillArgs struct {
 	// CuSeqlensQ, CuSeqlensK: the whole batch's prefix sums [B+1];
@@ -47,7 +47,7 @@ type CPPrefillArgs struct {
 	CuSeqlensQ, CuSeqlensK []int32
 	// BlkKV: tokens per key block, 1..128 (0: 128).
 	BlkKV int
-	// Causal: bottom-right causal masking, as in SparseAttenFunc.
+	// Causal: bottom-right causal masking, as in SparseAttentionFunc.
 	Causal bool
 	// SoftmaxScale: 0 means 1/sqrt(D).
 	SoftmaxScale float64
@@ -98,16 +98,16 @@ type cpPrefill struct {
 	pool    [2][]byte // K, V pages: own pages, then fetched ones
 }
 
-// CPSparsePrefill computes one rank's share of block-sparse prefill
+// ContextParallelPrefillFunc computes one rank's share of block-sparse prefill
 // attention with the batch's context spread over the ranks of c
 // (CPPrefillShard says which keys and queries each rank holds): q is the
 // rank's queries [shard.Queries(), Hq, D], k and v its keys [shard.Keys(),
-// Hkv, D] (dense, BF16 or FP8 as SparseAttenFunc takes them) and q2k its
+// Hkv, D] (dense, BF16 or FP8 as SparseAttentionFunc takes them) and q2k its
 // queries' block selection [Hkv, shard.Queries(), topK] with the
 // sequences' block ids (sequence-local over the whole sequence, -1 for an
 // unused entry). It returns the attention of the rank's queries over every
 // rank's keys (Out BFloat16 [shard.Queries(), Hq, D], LSE float32), equal
-// to SparseAttenFunc over the whole batch within the merge's rounding
+// to SparseAttentionFunc over the whole batch within the merge's rounding
 // (docs/distributed.md), identical from run to run.
 //
 // From q2k the rank knows which remote blocks its queries need; for each
@@ -122,8 +122,8 @@ type cpPrefill struct {
 // batch, head counts, dtypes, block size, masking, scale) or a rank whose
 // inputs are invalid gives an error on every rank, and an error after that
 // aborts the group (comm.Comm.Abort).
-func CPSparsePrefill(c comm.Comm, q, k, v, q2k tensor.Tensor, args CPPrefillArgs) (*Result, *CPPrefillStats, error) {
-	const fn = "CPSparsePrefill"
+func ContextParallelPrefillFunc(c comm.Comm, q, k, v, q2k tensor.Tensor, args CPPrefillArgs) (*Result, *CPPrefillStats, error) {
+	const fn = "ContextParallelPrefillFunc"
 	if c == nil {
 		return nil, nil, argErr(fn, "comm", "a comm.Comm", "nil")
 	}

@@ -10,7 +10,7 @@ import (
 )
 
 // buildOwnPages copies the rank's key blocks into pages [page, Hkv, blk,
-// D] (HND, the paged layout of SparseAttenFunc), in (sequence, block)
+// D] (HND, the paged layout of SparseAttentionFunc), in (sequence, block)
 // order.
 func (cp *cpPrefill) buildOwnPages() {
 	cp.ownPage = map[[2]int]int{}
@@ -82,14 +82,14 @@ func (cp *cpPrefill) attend(fn string, qb []byte, seqs []int, pool [2][]byte, np
 		return tensor.New(tensor.WithShape(shape...), tensor.WithBacking(v))
 	}
 	cuQT, cuKT := i32(cuQ, B+1), i32(cuK, B+1)
-	rowPtr, qIdx, err := BuildK2QCSR(i32(sel, cp.hkv, n, cp.tk), cuQT, cuKT, cp.blk)
+	rowPtr, qIdx, err := K2QCSRFunc(i32(sel, cp.hkv, n, cp.tk), cuQT, cuKT, cp.blk)
 	if err != nil {
 		return nil, err
 	}
 	q := bytesTensor(cp.qdt, slices.Clone(qb), n, cp.hq, cp.d)
 	k := bytesTensor(cp.kvdt, pool[0][:npages*cp.hkv*cp.blk*cp.d*cp.ekv], npages, cp.hkv, cp.blk, cp.d)
 	v := bytesTensor(cp.kvdt, pool[1][:npages*cp.hkv*cp.blk*cp.d*cp.ekv], npages, cp.hkv, cp.blk, cp.d)
-	return SparseAttenFunc(q, k, v, rowPtr, qIdx, cp.tk, SparseArgs{CuSeqlensQ: cuQT, CuSeqlensK: cuKT, BlkKV: cp.blk, Causal: causal,
+	return SparseAttentionFunc(q, k, v, rowPtr, qIdx, cp.tk, SparseArgs{CuSeqlensQ: cuQT, CuSeqlensK: cuKT, BlkKV: cp.blk, Causal: causal,
 		SoftmaxScale: cp.args.SoftmaxScale, PageTable: i32(pt, B, cols), SeqUsedK: i32(su, B), Workers: cp.args.Workers})
 }
 

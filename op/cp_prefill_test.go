@@ -87,7 +87,7 @@ func cpPrefillRank(c comm.Comm, s sparseSpec, pr *sparseProblem, strat CPStrateg
 	var st *CPPrefillStats
 	for i := range res {
 		var err error
-		res[i], st, err = CPSparsePrefill(c, q, k, v, q2k, args)
+		res[i], st, err = ContextParallelPrefillFunc(c, q, k, v, q2k, args)
 		if err != nil {
 			return nil, nil, nil, err
 		}
@@ -147,11 +147,11 @@ func checkCPPrefill(c comm.Comm, s sparseSpec, strat CPStrategy) error {
 	if err != nil {
 		return err
 	}
-	rp, qi, err := BuildK2QCSR(pr.q2k, pr.cuQ, pr.cuK, s.blk)
+	rp, qi, err := K2QCSRFunc(pr.q2k, pr.cuQ, pr.cuK, s.blk)
 	if err != nil {
 		return err
 	}
-	want, err := SparseAttenFunc(pr.q, pr.k, pr.v, rp, qi, s.topK, SparseArgs{CuSeqlensQ: pr.cuQ, CuSeqlensK: pr.cuK, BlkKV: s.blk, Causal: s.causal, Workers: 2})
+	want, err := SparseAttentionFunc(pr.q, pr.k, pr.v, rp, qi, s.topK, SparseArgs{CuSeqlensQ: pr.cuQ, CuSeqlensK: pr.cuK, BlkKV: s.blk, Causal: s.causal, Workers: 2})
 	if err != nil {
 		return err
 	}
@@ -247,16 +247,16 @@ func TestCPSparsePrefillCheckCatchesMissingPeer(t *testing.T) {
 	errs := onRanks(cs, func(c comm.Comm) error {
 		if c.Rank() == 1 {
 			_, q1, k1, v1, s1 := cpRankInputs(s, pr, 2, 1)
-			_, _, err := CPSparsePrefill(c, q1, k1, v1, s1, CPPrefillArgs{CuSeqlensQ: cuQ, CuSeqlensK: cuK, BlkKV: s.blk})
+			_, _, err := ContextParallelPrefillFunc(c, q1, k1, v1, s1, CPPrefillArgs{CuSeqlensQ: cuQ, CuSeqlensK: cuK, BlkKV: s.blk})
 			return err
 		}
-		res, _, err := CPSparsePrefill(c, q, k, v, tensor.New(tensor.WithShape(s.hkv, nq, s.topK), tensor.WithBacking(sel)),
+		res, _, err := ContextParallelPrefillFunc(c, q, k, v, tensor.New(tensor.WithShape(s.hkv, nq, s.topK), tensor.WithBacking(sel)),
 			CPPrefillArgs{CuSeqlensQ: cuQ, CuSeqlensK: cuK, BlkKV: s.blk})
 		if err != nil {
 			return err
 		}
-		rp, qi, _ := BuildK2QCSR(pr.q2k, pr.cuQ, pr.cuK, s.blk)
-		want, err := SparseAttenFunc(pr.q, pr.k, pr.v, rp, qi, s.topK, SparseArgs{CuSeqlensQ: pr.cuQ, CuSeqlensK: pr.cuK, BlkKV: s.blk})
+		rp, qi, _ := K2QCSRFunc(pr.q2k, pr.cuQ, pr.cuK, s.blk)
+		want, err := SparseAttentionFunc(pr.q, pr.k, pr.v, rp, qi, s.topK, SparseArgs{CuSeqlensQ: pr.cuQ, CuSeqlensK: pr.cuK, BlkKV: s.blk})
 		if err != nil {
 			return err
 		}
@@ -285,7 +285,7 @@ func TestCPSparsePrefillErrors(t *testing.T) {
 		if c.Rank() == 1 {
 			args.Causal = !s.causal
 		}
-		_, _, err := CPSparsePrefill(c, q, k, v, q2k, args)
+		_, _, err := ContextParallelPrefillFunc(c, q, k, v, q2k, args)
 		return err
 	})
 	for r, err := range errs {
@@ -302,7 +302,7 @@ func TestCPSparsePrefillErrors(t *testing.T) {
 			sel[5] = 99
 			q2k = tensor.New(tensor.WithShape(q2k.Shape()...), tensor.WithBacking(sel))
 		}
-		_, _, err := CPSparsePrefill(c, q, k, v, q2k, CPPrefillArgs{CuSeqlensQ: cuQ, CuSeqlensK: cuK, BlkKV: s.blk, Causal: s.causal})
+		_, _, err := ContextParallelPrefillFunc(c, q, k, v, q2k, CPPrefillArgs{CuSeqlensQ: cuQ, CuSeqlensK: cuK, BlkKV: s.blk, Causal: s.causal})
 		return err
 	})
 	var ae *ArgError
@@ -330,12 +330,12 @@ func TestCPSparsePrefillErrors(t *testing.T) {
 		{q, k, q, q2k, CPPrefillArgs{CuSeqlensQ: cuQ, CuSeqlensK: cuK, BlkKV: s.blk}, "v"},
 		{q, k, v, nil, CPPrefillArgs{CuSeqlensQ: cuQ, CuSeqlensK: cuK, BlkKV: s.blk}, "q2k_indices"},
 	} {
-		_, _, err := CPSparsePrefill(cs[0], tc.q, tc.k, tc.v, tc.q2k, tc.args)
+		_, _, err := ContextParallelPrefillFunc(cs[0], tc.q, tc.k, tc.v, tc.q2k, tc.args)
 		if !errors.As(err, &ae) || ae.Arg != tc.arg {
 			t.Errorf("got %v, want an ArgError naming %s", err, tc.arg)
 		}
 	}
-	if _, _, err := CPSparsePrefill(nil, q, k, v, q2k, CPPrefillArgs{}); err == nil {
+	if _, _, err := ContextParallelPrefillFunc(nil, q, k, v, q2k, CPPrefillArgs{}); err == nil {
 		t.Error("nil comm: no error")
 	}
 	if _, err := CPPrefillShard(cuQ, cuK, 64, 2, 2); err == nil {

@@ -8,14 +8,14 @@ import (
 	"gorgonia.org/tensor"
 )
 
-// BuildK2QCSR inverts q2k_indices [Hkv, total_q, topK] (batch-local block
+// K2QCSRFunc inverts q2k_indices [Hkv, total_q, topK] (batch-local block
 // ids, -1 = unused) into the k2q CSR (the reference's
 // sparse_index_utils.build_k2q_csr): k2q_row_ptr [Hkv, total_rows+1] and
 // k2q_q_indices [Hkv, total_q*topK], rows numbered block-major then batch,
 // query indices ascending within a row and -1 after the last valid entry.
 // blkKV 0 means 128. Ids out of range and duplicate ids are rejected.
-func BuildK2QCSR(q2kIndices, cuSeqlensQ, cuSeqlensK tensor.Tensor, blkKV int) (rowPtr, qIndices *tensor.Dense, err error) {
-	const fn = "BuildK2QCSR"
+func K2QCSRFunc(q2kIndices, cuSeqlensQ, cuSeqlensK tensor.Tensor, blkKV int) (rowPtr, qIndices *tensor.Dense, err error) {
+	const fn = "K2QCSRFunc"
 	c := &checker{fn: fn}
 	q2k := c.dense(q2kIndices, "q2k_indices")
 	c.dtype(q2k, "q2k_indices", tensor.Int32)

@@ -10,7 +10,7 @@ import (
 	"gorgonia.org/tensor"
 )
 
-// DecodeArgs are the keyword arguments of SparseDecodeAttenFunc (the
+// DecodeArgs are the keyword arguments of DecodeAttentionFunc (the
 // reference's names in each comment); every field is used. DecodeWrapper.Plan
 // takes them inside PlanArgs, with the plan-only arguments.
 type DecodeArgs struct {
@@ -55,11 +55,11 @@ type DecodeArgs struct {
 
 // PlanArgs are the keyword arguments of DecodeWrapper.Plan (the
 // reference's SparseDecodePagedAttentionWrapper.plan): the run-time
-// arguments shared with SparseDecodeAttenFunc plus those only a plan has,
+// arguments shared with DecodeAttentionFunc plus those only a plan has,
 // because it runs before q, k and v exist. Every field is used.
 type PlanArgs struct {
 	// DecodeArgs holds page_table, seqused_k, seqlen_q, max_seqlen_k and
-	// the other arguments of SparseDecodeAttenFunc. Its SoftmaxScale is the
+	// the other arguments of DecodeAttentionFunc. Its SoftmaxScale is the
 	// planned scale that Run uses when given 0.
 	DecodeArgs
 	// NumQOHeads, NumKVHeads, HeadDim (num_qo_heads, num_kv_heads,
@@ -205,29 +205,48 @@ func checkDecodeQ2K(c *checker, m *decodeMeta) {
 	}
 }
 
+// The q dtypes of decode: the low-precision ones everywhere, float32 in the
+// eager decode and the wrapper.
+var (
+	decodeQDtypes    = []tensor.Dtype{BFloat16, Float8E4M3FN}
+	decodeQDtypesF32 = []tensor.Dtype{BFloat16, Float8E4M3FN, tensor.Float32}
+)
+
 // decodeQKV validates q, k, v of a decode call with HND pages and returns
 // their shapes.
 func decodeQKV(c *checker, q, k, v tensor.Tensor) (qd, kd, vd *tensor.Dense) {
-	return decodeQKVLayout(c, q, k, v, HND)
+	return decodeQKVLayout(c, q, k, v, HND, false)
 }
 
 // decodeQKVLayout validates q, k, v of a decode call with pages of layout l
-// and returns their shapes.
-func decodeQKVLayout(c *checker, q, k, v tensor.Tensor, l PagedLayout) (qd, kd, vd *tensor.Dense) {
+// and returns their shapes. f32 accepts float32 q, k, v (all three) as well
+// (the eager decode and the wrapper; the graph op and the CUDA path do not).
+func decodeQKVLayout(c *checker, q, k, v tensor.Tensor, l PagedLayout, f32 bool) (qd, kd, vd *tensor.Dense) {
 	qd, kd, vd = c.dense(q, "q"), c.dense(k, "k"), c.dense(v, "v")
 	c.rank(qd, "q", "[total_q, Hq, D]", 3)
 	c.rank(kd, "k", l.shape("D"), 4)
 	c.rank(vd, "v", l.shape("D"), 4)
-	c.dtype(qd, "q", BFloat16, Float8E4M3FN)
-	c.dtype(kd, "k", BFloat16, Float8E4M3FN)
-	c.dtype(vd, "v", BFloat16, Float8E4M3FN)
+	if c.err == nil && f32 && isFloat32(qd) {
+		if !isFloat32(kd) || !isFloat32(vd) {
+			c.fail("q, k, v", "float32 k and v with float32 q (float32 is not mixed with other dtypes)",
+				"q float32, k "+dtypeName(kd.Dtype())+", v "+dtypeName(vd.Dtype()))
+		}
+	} else {
+		dts := decodeQDtypes
+		if f32 {
+			dts = decodeQDtypesF32
+		}
+		c.dtype(qd, "q", dts...)
+		c.dtype(kd, "k", BFloat16, Float8E4M3FN)
+		c.dtype(vd, "v", BFloat16, Float8E4M3FN)
+	}
 	if c.err != nil {
 		return
 	}
 	// Checks below format their messages only on failure: Run is a hot path.
 	mixed := qd.Dtype() == BFloat16 && kd.Dtype() == Float8E4M3FN && vd.Dtype() == Float8E4M3FN
 	if !mixed && (qd.Dtype() != kd.Dtype() || kd.Dtype() != vd.Dtype()) {
-		c.fail("q, k, v", "one dtype (float8_e4m3fn or bfloat16), or bf16 q with fp8 k/v", dtypeName(qd.Dtype())+", "+dtypeName(kd.Dtype())+", "+dtypeName(vd.Dtype()))
+		c.fail("q, k, v", "one dtype (float8_e4m3fn, bfloat16 or, eager, float32), or bf16 q with fp8 k/v", dtypeName(qd.Dtype())+", "+dtypeName(kd.Dtype())+", "+dtypeName(vd.Dtype()))
 		return
 	}
 	if !kd.Shape().Eq(vd.Shape()) {
@@ -265,21 +284,23 @@ func decodeRun(m *decodeMeta, qd, kd, vd *tensor.Dense, s *plan.DecodeSchedule) 
 	}
 }
 
-// SparseDecodeAttenFunc runs paged decode attention (the reference's
+// DecodeAttentionFunc runs paged decode attention (the reference's
 // sparse_decode_atten_func): q [B*seqlen_q, Hq, D], k, v [num_pages, Hkv,
 // page_size, D], all float8_e4m3fn or all bfloat16 (or bf16 q with fp8
-// k/v). q2kIndices nil selects dense decode; [Hkv, B*seqlen_q, topK]
-// selects sparse decode over blocks of args.BlkKV tokens. Causal only. The
-// result's Out is BFloat16 [B*seqlen_q, Hq, D] and LSE the natural-log LSE
+// k/v), or all float32. q2kIndices nil selects dense decode; [Hkv,
+// B*seqlen_q, topK] selects sparse decode over blocks of args.BlkKV tokens.
+// Causal only. The result's Out is BFloat16 [B*seqlen_q, Hq, D] (float32
+// with float32 q, k, v, computed without low-precision rounding on the
+// float32 prefill's kernels, HND layout only) and LSE the natural-log LSE
 // [B*seqlen_q, Hq] float32 (always set).
-func SparseDecodeAttenFunc(q, k, v, q2kIndices tensor.Tensor, args DecodeArgs) (*Result, error) {
-	const fn = "SparseDecodeAttenFunc"
+func DecodeAttentionFunc(q, k, v, q2kIndices tensor.Tensor, args DecodeArgs) (*Result, error) {
+	const fn = "DecodeAttentionFunc"
 	c := &checker{fn: fn}
 	checkLayout(c, args.KVLayout, true)
 	if c.err != nil {
 		return nil, c.err
 	}
-	qd, kd, vd := decodeQKVLayout(c, q, k, v, args.KVLayout)
+	qd, kd, vd := decodeQKVLayout(c, q, k, v, args.KVLayout, true)
 	if c.err != nil {
 		return nil, c.err
 	}
@@ -287,6 +308,13 @@ func SparseDecodeAttenFunc(q, k, v, q2kIndices tensor.Tensor, args DecodeArgs) (
 	m := validateDecodeMeta(c, &args, false, q2kIndices, qd.Shape()[0], qd.Shape()[1], hkv, qd.Shape()[2], ps, kd.Shape()[0])
 	if c.err != nil {
 		return nil, c.err
+	}
+	if isFloat32(qd) {
+		out, lse := newDecodeOutputs(true, m.batch*m.seqlenQ, m.hq, m.d)
+		if err := decodeF32(fn, m, qd, kd, vd, m.scale, backing[float32](out), backing[float32](lse)); err != nil {
+			return nil, err
+		}
+		return &Result{Out: out, LSE: lse}, nil
 	}
 	s, err := plan.BuildDecodeSchedule(nil, m.seqused, m.params)
 	if err != nil {

@@ -7,9 +7,9 @@ import (
 )
 
 // Size limits of paged decode. Decode serves a few new tokens per request;
-// these caps keep the memory that Plan, SparseDecodeAttenFunc and the
+// these caps keep the memory that Plan, DecodeAttentionFunc and the
 // DecodeSchedule node allocate from scalar arguments bounded (see
-// docs/limitations.md). SparseAttenFunc serves long query sequences.
+// docs/limitations.md). SparseAttentionFunc serves long query sequences.
 const (
 	// maxDecodeQueryRows caps B * seqlen_q * Hq, the (query, head) rows
 	// of one decode call (a q of at most 2 GiB at D = 256).

@@ -163,7 +163,7 @@ func runDecodeSpec(t testing.TB, s decodeSpec, pr *decodeProblem) *Result {
 	if pr.q2k != nil {
 		q2k = pr.q2k
 	}
-	res, err := SparseDecodeAttenFunc(pr.q, pr.k, pr.v, q2k, decodeArgs(s, pr))
+	res, err := DecodeAttentionFunc(pr.q, pr.k, pr.v, q2k, decodeArgs(s, pr))
 	if err != nil {
 		t.Fatalf("%v: %v", s, err)
 	}
@@ -327,20 +327,20 @@ func TestDecodeWrapperStale(t *testing.T) {
 	}
 	checkDecode(t, s, pr, res)
 
-	// A later AppendPagedKV on the planned metadata makes the plan stale:
+	// A later WritePagedKVFunc on the planned metadata makes the plan stale:
 	// Run refuses it (it would attend over the planned lengths) and names
 	// the changed entry; so does a page-table entry changed after Plan.
 	su := backing[int32](pr.su)
 	su[0]++
 	cuNew := i32T([]int{3}, 0, 1, 1)
 	// (into a copy of the cache: the reference below reads pr.k's keys)
-	if err := AppendPagedKV(pr.k.Clone().(*tensor.Dense), bf16T(1, s.hkv, s.d), pr.pt, cuNew, pr.su, HND); err != nil {
+	if err := WritePagedKVFunc(pr.k.Clone().(*tensor.Dense), bf16T(1, s.hkv, s.d), pr.pt, cuNew, pr.su, HND); err != nil {
 		t.Fatal(err)
 	}
 	var stale *StalePlanError
 	if _, err := w.Run(pr.q, pr.k, pr.v, 0); !errors.As(err, &stale) || stale.Arg != "seqused_k[0]" ||
 		stale.Planned != 100 || stale.Now != 101 || !strings.Contains(err.Error(), "call Plan again") {
-		t.Fatalf("run after AppendPagedKV without Plan: %v", err)
+		t.Fatalf("run after WritePagedKVFunc without Plan: %v", err)
 	}
 	su[0] = 100
 	ptv := backing[int32](pr.pt)
@@ -457,12 +457,12 @@ func TestDecodeMaxSeqlenKDerived(t *testing.T) {
 	want := runDecodeSpec(t, s, pr)
 	args := decodeArgs(s, pr)
 	args.MaxSeqlenK = 0
-	got, err := SparseDecodeAttenFunc(pr.q, pr.k, pr.v, nil, args)
+	got, err := DecodeAttentionFunc(pr.q, pr.k, pr.v, nil, args)
 	if err != nil {
 		t.Fatal(err)
 	}
 	sameResult(t, "max_seqlen_k 0", want, got)
 	args.MaxSeqlenK = -1
-	_, err = SparseDecodeAttenFunc(pr.q, pr.k, pr.v, nil, args)
+	_, err = DecodeAttentionFunc(pr.q, pr.k, pr.v, nil, args)
 	wantArgErr(t, err, "max_seqlen_k", "0 (derived")
 }

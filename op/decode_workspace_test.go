@@ -49,7 +49,7 @@ func wantWorkspaceErr(t *testing.T, err error, allocated uint64) {
 // size only when allocating them, so a wide page table with a small fixed
 // split killed the process (fatal error: out of memory) instead of
 // returning an error. Plan (with and without EnableCUDAGraph),
-// SparseDecodeAttenFunc and the DecodeAttention node now refuse it first,
+// DecodeAttentionFunc and the DecodeAttention node now refuse it first,
 // and MaxWorkspaceBytes moves the limit.
 func TestDecodeWorkspaceLimit(t *testing.T) {
 	args, q, k, v := wideDecode()
@@ -64,7 +64,7 @@ func TestDecodeWorkspaceLimit(t *testing.T) {
 		w.Close()
 	}
 	var err error
-	got := allocs.Bytes(1, func() { _, err = SparseDecodeAttenFunc(q, k, v, nil, args) })
+	got := allocs.Bytes(1, func() { _, err = DecodeAttentionFunc(q, k, v, nil, args) })
 	wantWorkspaceErr(t, err, got)
 
 	// The limit is a knob: a smaller one refuses a plan that fits the
@@ -72,14 +72,14 @@ func TestDecodeWorkspaceLimit(t *testing.T) {
 	small := args
 	small.PageTable = tensor.New(tensor.WithShape(1, 64), tensor.WithBacking(make([]int32, 64)))
 	small.SeqUsedK = tensor.New(tensor.WithShape(1), tensor.WithBacking([]int32{64}))
-	if _, err := SparseDecodeAttenFunc(q, k, v, nil, small); err != nil {
+	if _, err := DecodeAttentionFunc(q, k, v, nil, small); err != nil {
 		t.Fatal(err)
 	}
 	small.MaxWorkspaceBytes = 1 << 10
-	_, err = SparseDecodeAttenFunc(q, k, v, nil, small)
+	_, err = DecodeAttentionFunc(q, k, v, nil, small)
 	wantArgErr(t, err, "page_table/fixed_split_size", "MaxWorkspaceBytes = 1024")
 	small.MaxWorkspaceBytes = -1
-	_, err = SparseDecodeAttenFunc(q, k, v, nil, small)
+	_, err = DecodeAttentionFunc(q, k, v, nil, small)
 	wantArgErr(t, err, "max_workspace_bytes", "0 (the default")
 
 	// The graph node is sized for the worst case of its shapes at

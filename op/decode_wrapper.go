@@ -22,7 +22,7 @@ import (
 // Plan snapshots page_table, seqused_k and q2k_indices. Run compares the
 // page_table and seqused_k tensors given to Plan with the snapshot (O(B *
 // max_num_pages_per_seq), no allocation) and refuses to run a stale plan:
-// after AppendPagedKV or WritePagedKV added tokens to those tensors, or a
+// after WritePagedKVFunc or WritePagedKV added tokens to those tensors, or a
 // page was assigned, Run returns a *StalePlanError instead of attending
 // over the planned lengths. (A view given to Plan is copied there and
 // cannot be watched.) For the next decode step call Plan again with the
@@ -189,6 +189,9 @@ func (w *DecodeWrapper) Schedule() DecodePlanInfo {
 // v using the plan. softmaxScale 0 means the planned scale. It allocates
 // the outputs: Out and the natural-log LSE (always set; the reference's
 // return_softmax_lse has no Go counterpart). RunInto reuses caller-owned ones.
+// q, k and v take the dtypes of DecodeAttentionFunc, float32 included (Out
+// is then float32; the float32 path takes the HND layout and allocates its
+// schedule per call).
 func (w *DecodeWrapper) Run(q, k, v tensor.Tensor, softmaxScale float64) (*Result, error) {
 	const fn = "DecodeWrapper.Run"
 	if err := acquire(&w.busy, fn); err != nil {
@@ -198,9 +201,7 @@ func (w *DecodeWrapper) Run(q, k, v tensor.Tensor, softmaxScale float64) (*Resul
 	if err := w.usable(fn); err != nil {
 		return nil, err
 	}
-	rows := w.m.batch * w.m.seqlenQ
-	out := tensor.New(tensor.WithShape(rows, w.m.hq, w.m.d), tensor.WithBacking(make([]lowp.BFloat16, rows*w.m.hq*w.m.d)))
-	lse := tensor.New(tensor.WithShape(rows, w.m.hq), tensor.WithBacking(make([]float32, rows*w.m.hq)))
+	out, lse := newDecodeOutputs(isFloat32(q), w.m.batch*w.m.seqlenQ, w.m.hq, w.m.d)
 	if err := w.runInto(fn, q, k, v, softmaxScale, out, lse); err != nil {
 		return nil, err
 	}
@@ -221,11 +222,12 @@ func (w *DecodeWrapper) usable(fn string) error {
 	return nil
 }
 
-// RunInto is Run writing into out (BFloat16 [B*seqlen_q, Hq, D]) and, when
+// RunInto is Run writing into out (BFloat16 [B*seqlen_q, Hq, D]; float32
+// with float32 q, k, v) and, when
 // non-nil, lse (float32 [B*seqlen_q, Hq]). Both must be contiguous tensors
 // of exactly that shape (not views into a larger tensor) that share no
-// storage with each other or with q, k or v. It does not allocate once the
-// wrapper has run one call of the same shapes.
+// storage with each other or with q, k or v. With low-precision q, k, v it
+// does not allocate once the wrapper has run one call of the same shapes.
 func (w *DecodeWrapper) RunInto(q, k, v tensor.Tensor, softmaxScale float64, out, lse *tensor.Dense) error {
 	const fn = "DecodeWrapper.Run"
 	if err := acquire(&w.busy, fn); err != nil {
@@ -247,7 +249,7 @@ func (w *DecodeWrapper) runInto(fn string, q, k, v tensor.Tensor, softmaxScale f
 	if err := staleMeta(fn, w.src.seqused, m.seqused, w.src.pt, m.pt, m.cols); err != nil {
 		return err
 	}
-	qd, kd, vd := decodeQKVLayout(c, q, k, v, m.layout)
+	qd, kd, vd := decodeQKVLayout(c, q, k, v, m.layout, true)
 	if c.err != nil {
 		return c.err
 	}
@@ -257,7 +259,12 @@ func (w *DecodeWrapper) runInto(fn string, q, k, v tensor.Tensor, softmaxScale f
 			m.batch*m.seqlenQ, m.hq, m.d, m.layout.shape("D"), m.hkv, m.pageSize, m.d, m.layout), "q "+shapeStr(qd)+", k "+shapeStr(kd))
 		return c.err
 	}
-	outputArg(c, out, "out", BFloat16, qs[0], qs[1], qs[2])
+	f32 := isFloat32(qd)
+	outDtype := BFloat16
+	if f32 {
+		outDtype = tensor.Float32
+	}
+	outputArg(c, out, "out", outDtype, qs[0], qs[1], qs[2])
 	if lse != nil {
 		outputArg(c, lse, "lse", tensor.Float32, qs[0], qs[1])
 	}
@@ -272,6 +279,15 @@ func (w *DecodeWrapper) runInto(fn string, q, k, v tensor.Tensor, softmaxScale f
 		if c.err != nil {
 			return c.err
 		}
+	}
+	if f32 {
+		var l []float32
+		if lse != nil {
+			l = backing[float32](lse)
+		} else {
+			l = make([]float32, qs[0]*qs[1])
+		}
+		return decodeF32(fn, m, qd, kd, vd, scale, backing[float32](out), l)
 	}
 	w.p = decodeRun(m, qd, kd, vd, w.sched)
 	w.p.Scale = float32(scale)

@@ -15,7 +15,7 @@ import (
 // block it can see, so a model whose layers mix dense and sparse attention
 // uses one package and one numerics. A sequence may have at most
 // maxTopK * blk_kv keys (64 blocks: 8192 keys with the default blk_kv of
-// 128). Dense paged decode is DecodeAttention and SparseDecodeAttenFunc
+// 128). Dense paged decode is DecodeAttention and DecodeAttentionFunc
 // without q2k_indices.
 
 // Options of the dense attention layer, eager and graph (which adds
@@ -69,7 +69,7 @@ func denseTopK(fn string, maxSeqK, blk int) (int, error) {
 // or before its bottom-right aligned position). q is [total_q, Hq, D], k
 // and v [total_k, Hkv, D] (BFloat16, Float8E4M3FN, or float32 for all
 // three), cuSeqlensQ and cuSeqlensK int32 [B+1]; the result is
-// SparseAttenFunc's. Options: BlkKV (the kernels' key block, default
+// SparseAttentionFunc's. Options: BlkKV (the kernels' key block, default
 // 128), Causal, SoftmaxScale, Temperature (also returns the temperature
 // LSE), PartialDtype, MMADtypes, Workers, MaxSeqlenK (absent: derived; a
 // given value is checked against the key lengths). A sequence may have at
@@ -114,14 +114,14 @@ func DenseAttentionFunc(q, k, v, cuSeqlensQ, cuSeqlensK tensor.Tensor, opts ...O
 	}
 	q2k := make([]int32, hkv*totalQ*topK)
 	allBlocks(q2k, cuQ, seqK, hkv, topK, blk, cfg.causal)
-	rp, qi, err := BuildK2QCSR(tensor.New(tensor.WithShape(hkv, totalQ, topK), tensor.WithBacking(q2k)), cuSeqlensQ, cuSeqlensK, blk)
+	rp, qi, err := K2QCSRFunc(tensor.New(tensor.WithShape(hkv, totalQ, topK), tensor.WithBacking(q2k)), cuSeqlensQ, cuSeqlensK, blk)
 	if err != nil {
 		return nil, inStage(fn, err)
 	}
 	args := SparseArgs{CuSeqlensQ: cuSeqlensQ, CuSeqlensK: cuSeqlensK, MaxSeqlenK: cfg.maxSeqlenK, BlkKV: blk, Causal: cfg.causal,
 		SoftmaxScale: cfg.scale, Temperature: cfg.temperature, ReturnTemperatureLSE: cfg.has(optTemperature),
 		PartialDtype: cfg.partial, QKDtype: cfg.qk, PVDtype: cfg.pv, Workers: cfg.workers}
-	res, err := SparseAttenFunc(q, k, v, rp, qi, topK, args)
+	res, err := SparseAttentionFunc(q, k, v, rp, qi, topK, args)
 	if err != nil {
 		return nil, inStage(fn, err)
 	}

@@ -115,7 +115,7 @@ func TestDenseAttentionRefusals(t *testing.T) {
 	_, err = DenseAttentionFunc(pr.q, pr.k, pr.v, pr.cuQ, pr.cuK, SharedKV())
 	wantNames(t, err, "SharedKV", "DenseAttentionFunc")
 	_, err = DenseAttentionFunc(pr.q, pr.k, pr.v, pr.cuQ, pr.cuK, MaxSeqlenK(100))
-	wantNames(t, err, "max_seqlen_k", "DenseAttentionFunc (SparseAttenFunc)")
+	wantNames(t, err, "max_seqlen_k", "DenseAttentionFunc (SparseAttentionFunc)")
 	// A generous bound is only a bound: the block lists follow the lengths.
 	if _, err := DenseAttentionFunc(pr.q, pr.k, pr.v, pr.cuQ, pr.cuK, MaxSeqlenK(1<<20)); err != nil {
 		t.Fatalf("MaxSeqlenK(1 << 20) over 300 keys: %v", err)

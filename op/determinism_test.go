@@ -41,11 +41,11 @@ func TestSparseScheduleReuse(t *testing.T) {
 	s := sparseSpec{seed: 5, seqQ: []int{20, 9}, seqK: []int{300, 140}, hq: 4, hkv: 1, d: 64,
 		topK: 4, blk: 128, causal: true, qDt: "e4m3", kvDt: "e4m3", partial: BFloat16}
 	pr := buildSparse(s)
-	rp, qi, err := BuildK2QCSR(pr.q2k, pr.cuQ, pr.cuK, 128)
+	rp, qi, err := K2QCSRFunc(pr.q2k, pr.cuQ, pr.cuK, 128)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sched, err := PrepareSparseFwdSchedule(rp, qi, ScheduleArgs{CuSeqlensQ: pr.cuQ, CuSeqlensK: pr.cuK,
+	sched, err := FwdScheduleFunc(rp, qi, ScheduleArgs{CuSeqlensQ: pr.cuQ, CuSeqlensK: pr.cuK,
 		TotalQ: 29, TopK: 4, QheadPerKV: 4, Workers: 2})
 	if err != nil {
 		t.Fatal(err)
@@ -63,16 +63,16 @@ func TestSparseScheduleReuse(t *testing.T) {
 	s2 := s
 	s2.seed = 6
 	pr2 := buildSparse(s2)
-	rp2, qi2, err := BuildK2QCSR(pr2.q2k, pr2.cuQ, pr2.cuK, 128)
+	rp2, qi2, err := K2QCSRFunc(pr2.q2k, pr2.cuQ, pr2.cuK, 128)
 	if err != nil {
 		t.Fatal(err)
 	}
-	other, err := PrepareSparseFwdSchedule(rp2, qi2, ScheduleArgs{CuSeqlensQ: pr2.cuQ, CuSeqlensK: pr2.cuK,
+	other, err := FwdScheduleFunc(rp2, qi2, ScheduleArgs{CuSeqlensQ: pr2.cuQ, CuSeqlensK: pr2.cuK,
 		TotalQ: 29, TopK: 4, QheadPerKV: 4, Workers: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = SparseAttenFunc(pr.q, pr.k, pr.v, rp, qi, 4, SparseArgs{CuSeqlensQ: pr.cuQ, CuSeqlensK: pr.cuK, Causal: true, Schedule: other})
+	_, err = SparseAttentionFunc(pr.q, pr.k, pr.v, rp, qi, 4, SparseArgs{CuSeqlensQ: pr.cuQ, CuSeqlensK: pr.cuK, Causal: true, Schedule: other})
 	if err == nil {
 		t.Fatal("a schedule built for a different CSR was accepted")
 	}

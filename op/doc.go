@@ -18,6 +18,14 @@
 // the attention node (SparseAttention); LSE and TemperatureLSE read the
 // attention node's side results without computing anything twice.
 //
+// Names follow one rule: a graph constructor is named for what it adds
+// (SparseAttention, K2QCSR, FwdSchedule, DecodeAttention, WritePagedKV) and
+// its eager form is that name + Func (SparseAttentionFunc, K2QCSRFunc,
+// FwdScheduleFunc, DecodeAttentionFunc, WritePagedKVFunc); each eager
+// function's doc names the reference function it mirrors. The earlier
+// reference-style names (SparseAttenFunc, BuildK2QCSR, ...) remain as
+// deprecated forwarders.
+//
 // The eager functions take the reference's keyword arguments as structs
 // (SparseArgs, DecodeArgs, PlanArgs, BlockScoreConfig, TopKConfig), except
 // the eager one-call forms, which take the options of their graph forms. The

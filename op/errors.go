@@ -12,7 +12,7 @@ import (
 // ArgError reports an invalid argument: which one, what was expected and
 // what was received.
 type ArgError struct {
-	Func     string // the entry point, e.g. "SparseAttenFunc"
+	Func     string // the entry point, e.g. "SparseAttentionFunc"
 	Arg      string // the argument, e.g. "k2q_row_ptr"
 	Expected string // what the argument must be
 	Got      string // what was passed
@@ -37,7 +37,7 @@ func (e *NotImplementedError) Error() string {
 
 // StalePlanError reports a DecodeWrapper run whose plan no longer matches
 // the metadata it was made from: the page_table or seqused_k tensor given
-// to Plan changed afterwards (AppendPagedKV or WritePagedKV added tokens,
+// to Plan changed afterwards (WritePagedKVFunc or WritePagedKV added tokens,
 // or a page was assigned). Call Plan again with the current metadata.
 type StalePlanError struct {
 	Func    string // the entry point, e.g. "DecodeWrapper.Run"
@@ -48,7 +48,7 @@ type StalePlanError struct {
 
 // Error names the changed entry, both values and the remedy.
 func (e *StalePlanError) Error() string {
-	return fmt.Sprintf("%s: stale plan: %s was %d at Plan and is %d now (the metadata changed after Plan, e.g. by AppendPagedKV or WritePagedKV); call Plan again before Run",
+	return fmt.Sprintf("%s: stale plan: %s was %d at Plan and is %d now (the metadata changed after Plan, e.g. by WritePagedKVFunc or WritePagedKV); call Plan again before Run",
 		e.Func, e.Arg, e.Planned, e.Now)
 }
 

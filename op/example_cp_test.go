@@ -101,7 +101,7 @@ func ExampleCPDecodeWrapper() {
 // block 0 (an attention sink), so rank 1 needs block 0 from rank 0: the
 // cost model fetches it (one block serves 128 queries). The ranks' results
 // equal single-process prefill within the merge's rounding.
-func ExampleCPSparsePrefill() {
+func ExampleContextParallelPrefillFunc() {
 	const n, blk, hq, d = 256, 64, 2, 64
 	q := bf16(n, hq, d)
 	k, v := patternBF16(n, 1, d, 3), patternBF16(n, 1, d, 4)
@@ -134,7 +134,7 @@ func ExampleCPSparsePrefill() {
 			q0, q1 := sh.QueryBegin[0], sh.QueryEnd[0]
 			k0, k1 := sh.KeyBegin[0], sh.KeyEnd[0]
 			mySel := i32([]int{1, q1 - q0, 2}, sel[2*q0:2*q1]...)
-			results[r], stats[r], err = op.CPSparsePrefill(c, tokenRows(q, q0, q1), tokenRows(k, k0, k1), tokenRows(v, k0, k1), mySel, args)
+			results[r], stats[r], err = op.ContextParallelPrefillFunc(c, tokenRows(q, q0, q1), tokenRows(k, k0, k1), tokenRows(v, k0, k1), mySel, args)
 			if err != nil {
 				panic(err)
 			}
@@ -142,11 +142,11 @@ func ExampleCPSparsePrefill() {
 	}
 	wg.Wait()
 
-	rowPtr, qIdx, err := op.BuildK2QCSR(i32([]int{1, n, 2}, sel...), i32([]int{2}, cu...), i32([]int{2}, cu...), blk)
+	rowPtr, qIdx, err := op.K2QCSRFunc(i32([]int{1, n, 2}, sel...), i32([]int{2}, cu...), i32([]int{2}, cu...), blk)
 	if err != nil {
 		panic(err)
 	}
-	whole, err := op.SparseAttenFunc(q, k, v, rowPtr, qIdx, 2, op.SparseArgs{
+	whole, err := op.SparseAttentionFunc(q, k, v, rowPtr, qIdx, 2, op.SparseArgs{
 		CuSeqlensQ: i32([]int{2}, cu...), CuSeqlensK: i32([]int{2}, cu...), BlkKV: blk, Causal: true})
 	if err != nil {
 		panic(err)

@@ -32,11 +32,11 @@ func ExampleMergeStatesFunc_sharedPrefix() {
 			}
 		}
 		cuQ, cuK := i32([]int{2}, 0, suf), i32([]int{2}, 0, int32(n))
-		rowPtr, qIdx, err := op.BuildK2QCSR(i32([]int{hkv, suf, blocks}, q2k...), cuQ, cuK, 128)
+		rowPtr, qIdx, err := op.K2QCSRFunc(i32([]int{hkv, suf, blocks}, q2k...), cuQ, cuK, 128)
 		if err != nil {
 			panic(err)
 		}
-		res, err := op.SparseAttenFunc(q, k, v, rowPtr, qIdx, blocks, op.SparseArgs{
+		res, err := op.SparseAttentionFunc(q, k, v, rowPtr, qIdx, blocks, op.SparseArgs{
 			CuSeqlensQ: cuQ, CuSeqlensK: cuK, Causal: causal})
 		if err != nil {
 			panic(err)

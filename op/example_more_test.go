@@ -44,7 +44,7 @@ func input(g *G.ExprGraph, name string, t *tensor.Dense) *G.Node {
 }
 
 // Graph decode over a paged cache: the prompt is written eagerly with
-// AppendPagedKV, then each decode step's graph appends the new token's key
+// WritePagedKVFunc, then each decode step's graph appends the new token's key
 // and value with WritePagedKV (in place) and attends with DecodeAttention
 // under a DecodeSchedule, all recomputed after a G.Let of the new token and
 // the new seqused_k.
@@ -65,7 +65,7 @@ func ExampleDecodeAttention() {
 
 	// The prompt: 3 tokens, eagerly.
 	prompt := func(x *tensor.Dense, rows []float32) {
-		if err := op.AppendPagedKV(x, mustBF16(rows, 3, 1, d), pageTable, ints([]int{2}, 0, 3), ints([]int{1}, 3), op.HND); err != nil {
+		if err := op.WritePagedKVFunc(x, mustBF16(rows, 3, 1, d), pageTable, ints([]int{2}, 0, 3), ints([]int{1}, 3), op.HND); err != nil {
 			panic(err)
 		}
 	}
@@ -182,20 +182,20 @@ func ExampleBlockScores() {
 // same) and values 1..8. Dense decode averages all 8 values (LSE = ln 8);
 // sparse decode with blocks of 2 tokens, selecting blocks 1 and 3 (tokens
 // 2, 3, 6, 7), averages 3, 4, 7 and 8 (LSE = ln 4).
-func ExampleSparseDecodeAttenFunc() {
+func ExampleDecodeAttentionFunc() {
 	const d, ps = 64, 4
 	q := mustBF16(make([]float32, d), 1, 1, d) // [B*seqlen_q, Hq, D]
 	k := mustBF16(make([]float32, 2*ps*d), 2, 1, ps, d)
 	// Page 1 holds tokens 0..3, page 0 tokens 4..7.
 	v := mustBF16(rowsOf(d, 5, 6, 7, 8, 1, 2, 3, 4), 2, 1, ps, d)
 	args := op.DecodeArgs{PageTable: ints([]int{1, 2}, 1, 0), SeqUsedK: ints([]int{1}, 8), SeqlenQ: 1}
-	dense, err := op.SparseDecodeAttenFunc(q, k, v, nil, args)
+	dense, err := op.DecodeAttentionFunc(q, k, v, nil, args)
 	if err != nil {
 		panic(err)
 	}
 	args.BlkKV = 2
 	q2k := ints([]int{1, 1, 2}, 3, 1) // [Hkv, B*seqlen_q, topK]
-	sparse, err := op.SparseDecodeAttenFunc(q, k, v, q2k, args)
+	sparse, err := op.DecodeAttentionFunc(q, k, v, q2k, args)
 	if err != nil {
 		panic(err)
 	}
@@ -221,7 +221,7 @@ func ExampleSparseDecodeAttenFunc() {
 // 1.5). The scales are padded to the 128x4 layout: 128 rows, 4 columns. A
 // query of zeros weighs the 4 keys equally: O is their mean, 3.75, with
 // V's global scale applied; LSE = ln 4.
-func ExampleSparseAttenNVFP4KVFunc() {
+func ExampleSparseAttentionNVFP4KVFunc() {
 	const keys, d = 4, 64
 	vals := rowsOf(d, 1.5, 3, 4.5, 6)
 	k, err := op.NewNVFP4(vals, 0.5, keys, 1, d) // [total_k, Hkv, D] -> Data [total_k, Hkv, D/2]
@@ -235,11 +235,11 @@ func ExampleSparseAttenNVFP4KVFunc() {
 	fmt.Println("packed V:", v.Data.Shape(), "scales:", v.Scale.Shape(), "first scale byte:", fmt.Sprintf("%#x", v.Scale.Data().([]uint8)[0]))
 	q := mustBF16(make([]float32, d), 1, 1, d)
 	cuQ, cuK := ints([]int{2}, 0, 1), ints([]int{2}, 0, keys)
-	rowPtr, qIdx, err := op.BuildK2QCSR(ints([]int{1, 1, 1}, 0), cuQ, cuK, 0)
+	rowPtr, qIdx, err := op.K2QCSRFunc(ints([]int{1, 1, 1}, 0), cuQ, cuK, 0)
 	if err != nil {
 		panic(err)
 	}
-	res, err := op.SparseAttenNVFP4KVFunc(q, k.Data, v.Data, k.Scale, v.Scale, k.Global, v.Global, rowPtr, qIdx, 1,
+	res, err := op.SparseAttentionNVFP4KVFunc(q, k.Data, v.Data, k.Scale, v.Scale, k.Global, v.Global, rowPtr, qIdx, 1,
 		op.SparseArgs{CuSeqlensQ: cuQ, CuSeqlensK: cuK})
 	if err != nil {
 		panic(err)
@@ -252,7 +252,7 @@ func ExampleSparseAttenNVFP4KVFunc() {
 	// O = 3.75, LSE = 1.3863
 }
 
-// A CSR built outside the graph (here by BuildK2QCSR) wrapped by
+// A CSR built outside the graph (here by K2QCSRFunc) wrapped by
 // PackK2QCSR for FwdSchedule and SparseAttention. Three queries over one
 // sequence of 4 keys in blocks of 2: q0 selects block 0, q1 block 1, q2
 // both. Rows are blocks (block-major, then sequence): row 0 lists queries
@@ -264,7 +264,7 @@ func ExamplePackK2QCSR() {
 	const d = 64
 	cuQ, cuK := ints([]int{2}, 0, 3), ints([]int{2}, 0, 4)
 	q2k := ints([]int{1, 3, 2}, 0, -1, 1, -1, 0, 1) // [Hkv, total_q, topK]
-	rowPtr, qIdx, err := op.BuildK2QCSR(q2k, cuQ, cuK, 2)
+	rowPtr, qIdx, err := op.K2QCSRFunc(q2k, cuQ, cuK, 2)
 	if err != nil {
 		panic(err)
 	}

@@ -40,7 +40,7 @@ func ExampleSelectBlocksFunc() {
 	}
 	args := sel.Args()
 	args.PartialDtype = tensor.Float32
-	res, err := op.SparseAttenFunc(q, k, v, sel.RowPtr, sel.QIndices, sel.TopK, args)
+	res, err := op.SparseAttentionFunc(q, k, v, sel.RowPtr, sel.QIndices, sel.TopK, args)
 	if err != nil {
 		panic(err)
 	}

@@ -25,11 +25,11 @@ func ExampleNewBF16() {
 	cuQ := tensor.New(tensor.WithShape(2), tensor.WithBacking([]int32{0, 1}))
 	cuK := tensor.New(tensor.WithShape(2), tensor.WithBacking([]int32{0, keys}))
 	q2k := tensor.New(tensor.WithShape(1, 1, 1), tensor.WithBacking([]int32{0})) // block 0
-	rowPtr, qIdx, err := op.BuildK2QCSR(q2k, cuQ, cuK, 128)
+	rowPtr, qIdx, err := op.K2QCSRFunc(q2k, cuQ, cuK, 128)
 	if err != nil {
 		panic(err)
 	}
-	res, err := op.SparseAttenFunc(q, k, v, rowPtr, qIdx, 1, op.SparseArgs{
+	res, err := op.SparseAttentionFunc(q, k, v, rowPtr, qIdx, 1, op.SparseArgs{
 		CuSeqlensQ: cuQ, CuSeqlensK: cuK,
 	})
 	if err != nil {
@@ -47,18 +47,18 @@ func ExampleNewBF16() {
 // Filling a paged cache eagerly: a prompt of 3 tokens for request 0 and 1
 // token for request 1, then one decode token each. Pages hold 2 tokens;
 // request 0 owns pages 2 and 0, request 1 owns page 1.
-func ExampleAppendPagedKV() {
+func ExampleWritePagedKVFunc() {
 	const hkv, ps, d = 1, 2, 2
 	cache, _ := op.NewBF16(make([]float32, 3*hkv*ps*d), 3, hkv, ps, d)
 	pageTable := tensor.New(tensor.WithShape(2, 2), tensor.WithBacking([]int32{2, 0, 1, -1}))
 	i32 := func(v ...int32) *tensor.Dense { return tensor.New(tensor.WithShape(len(v)), tensor.WithBacking(v)) }
 
 	prompt, _ := op.NewBF16([]float32{1, 1, 2, 2, 3, 3, 7, 7}, 4, hkv, d) // rows: r0 t0..t2, r1 t0
-	if err := op.AppendPagedKV(cache, prompt, pageTable, i32(0, 3, 4), i32(3, 1), op.HND); err != nil {
+	if err := op.WritePagedKVFunc(cache, prompt, pageTable, i32(0, 3, 4), i32(3, 1), op.HND); err != nil {
 		panic(err)
 	}
 	step, _ := op.NewBF16([]float32{4, 4, 8, 8}, 2, hkv, d) // r0 t3, r1 t1
-	if err := op.AppendPagedKV(cache, step, pageTable, i32(0, 1, 2), i32(4, 2), op.HND); err != nil {
+	if err := op.WritePagedKVFunc(cache, step, pageTable, i32(0, 1, 2), i32(4, 2), op.HND); err != nil {
 		panic(err)
 	}
 	c, _ := op.Float32s(cache)

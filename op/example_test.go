@@ -29,16 +29,16 @@ func i32(shape []int, v ...int32) *tensor.Dense {
 // Eager, operator-level use: one sequence of 4 queries over 256 keys (two
 // blocks of 128), one KV head shared by 2 query heads, each query selecting
 // up to 2 blocks.
-func ExampleSparseAttenFunc() {
+func ExampleSparseAttentionFunc() {
 	q, k, v := bf16(4, 2, 64), bf16(256, 1, 64), bf16(256, 1, 64)
 	cuQ, cuK := i32([]int{2}, 0, 4), i32([]int{2}, 0, 256)
 	// q2k_indices [Hkv=1, total_q=4, topK=2]: -1 marks an unused slot.
 	q2k := i32([]int{1, 4, 2}, 0, 1, 1, -1, 0, -1, 1, 0)
-	rowPtr, qIdx, err := op.BuildK2QCSR(q2k, cuQ, cuK, 128)
+	rowPtr, qIdx, err := op.K2QCSRFunc(q2k, cuQ, cuK, 128)
 	if err != nil {
 		panic(err)
 	}
-	res, err := op.SparseAttenFunc(q, k, v, rowPtr, qIdx, 2, op.SparseArgs{
+	res, err := op.SparseAttentionFunc(q, k, v, rowPtr, qIdx, 2, op.SparseArgs{
 		CuSeqlensQ: cuQ, CuSeqlensK: cuK, Causal: true,
 	})
 	if err != nil {
@@ -51,11 +51,11 @@ func ExampleSparseAttenFunc() {
 // Reusing the output across calls (SparseArgs.Out, OutLSE; FlashInfer's
 // out= and lse=): each call writes into the caller's tensors and returns
 // them, so a loop over steps allocates no output.
-func ExampleSparseAttenFunc_out() {
+func ExampleSparseAttentionFunc_out() {
 	q, k, v := bf16(4, 2, 64), bf16(256, 1, 64), bf16(256, 1, 64)
 	cuQ, cuK := i32([]int{2}, 0, 4), i32([]int{2}, 0, 256)
 	q2k := i32([]int{1, 4, 2}, 0, 1, 1, -1, 0, -1, 1, 0)
-	rowPtr, qIdx, err := op.BuildK2QCSR(q2k, cuQ, cuK, 128)
+	rowPtr, qIdx, err := op.K2QCSRFunc(q2k, cuQ, cuK, 128)
 	if err != nil {
 		panic(err)
 	}
@@ -63,7 +63,7 @@ func ExampleSparseAttenFunc_out() {
 	lse := tensor.New(tensor.WithShape(4, 2), tensor.Of(tensor.Float32))
 	args := op.SparseArgs{CuSeqlensQ: cuQ, CuSeqlensK: cuK, Causal: true, Out: out, OutLSE: lse}
 	for step := 0; step < 2; step++ {
-		res, err := op.SparseAttenFunc(q, k, v, rowPtr, qIdx, 2, args)
+		res, err := op.SparseAttentionFunc(q, k, v, rowPtr, qIdx, 2, args)
 		if err != nil {
 			panic(err)
 		}
@@ -71,12 +71,12 @@ func ExampleSparseAttenFunc_out() {
 	}
 	// An output of the wrong shape is refused, naming the argument.
 	args.Out = tensor.New(tensor.WithShape(4, 2, 32), tensor.Of(op.BFloat16))
-	_, err = op.SparseAttenFunc(q, k, v, rowPtr, qIdx, 2, args)
+	_, err = op.SparseAttentionFunc(q, k, v, rowPtr, qIdx, 2, args)
 	fmt.Println(err)
 	// Output:
 	// 0 true true
 	// 1 true true
-	// SparseAttenFunc: out: expected a contiguous bfloat16 tensor of shape [4 2 64] (not a view), got bfloat16 [4 2 32]
+	// SparseAttentionFunc: out: expected a contiguous bfloat16 tensor of shape [4 2 64] (not a view), got bfloat16 [4 2 32]
 }
 
 // Graph use: q2k -> CSR -> schedule -> attention -> LSE in one ExprGraph,

@@ -239,7 +239,7 @@ func denseBytes(ts ...*tensor.Dense) int {
 	return n
 }
 
-// FuzzAPIPrefill fuzzes SparseAttenFunc over tensor variants, scalars,
+// FuzzAPIPrefill fuzzes SparseAttentionFunc over tensor variants, scalars,
 // worker counts and options of a small valid problem.
 func FuzzAPIPrefill(f *testing.F) {
 	f.Add([]byte{})
@@ -255,9 +255,9 @@ func FuzzAPIPrefill(f *testing.F) {
 			hq: gqa[0], hkv: gqa[1], d: []int{64, 128}[z.pick(2)], topK: 1 + z.pick(3), blk: 128, causal: z.bit(), paged: z.bit(),
 			qDt: dts[0], kvDt: dts[1], partial: []tensor.Dtype{tensor.Float32, BFloat16, Float16, Float8E4M3FN}[z.pick(4)]}
 		pr := buildSparse(s)
-		rp, qi, err := BuildK2QCSR(pr.q2k, pr.cuQ, pr.cuK, s.blk)
+		rp, qi, err := K2QCSRFunc(pr.q2k, pr.cuQ, pr.cuK, s.blk)
 		if err != nil {
-			t.Fatalf("%v: BuildK2QCSR: %v", s, err)
+			t.Fatalf("%v: K2QCSRFunc: %v", s, err)
 		}
 		// mustFail: the call is invalid and must be rejected; mayFail: the
 		// fuzzer changed something whose validity depends on the data
@@ -312,7 +312,7 @@ func FuzzAPIPrefill(f *testing.F) {
 		}
 		in := denseBytes(pr.q, pr.k, pr.v, rp, qi, pr.cuQ, pr.cuK, pr.pageTable, pr.seqused)
 		var res *Result
-		alloc := allocDuring(func() { res, err = SparseAttenFunc(q, k, v, rpT, qiT, topK, args) })
+		alloc := allocDuring(func() { res, err = SparseAttentionFunc(q, k, v, rpT, qiT, topK, args) })
 		if alloc > allocCap(in) {
 			t.Fatalf("%v: allocated %d bytes (inputs %d bytes)", s, alloc, in)
 		}
@@ -356,7 +356,7 @@ const (
 	dopCount
 )
 
-// FuzzAPIDecode fuzzes SparseDecodeAttenFunc and a DecodeWrapper driven
+// FuzzAPIDecode fuzzes DecodeAttentionFunc and a DecodeWrapper driven
 // through a fuzzer-chosen sequence of Plan, Run, RunInto, Close and
 // metadata overwrites, with tensor variants and scalars.
 func FuzzAPIDecode(f *testing.F) {
@@ -410,9 +410,9 @@ func FuzzAPIDecode(f *testing.F) {
 		}
 		var res *Result
 		var err error
-		alloc := allocDuring(func() { res, err = SparseDecodeAttenFunc(q, k, v, q2k, args) })
+		alloc := allocDuring(func() { res, err = DecodeAttentionFunc(q, k, v, q2k, args) })
 		if alloc > allocCap(in) {
-			t.Fatalf("%v: SparseDecodeAttenFunc allocated %d bytes", s, alloc)
+			t.Fatalf("%v: DecodeAttentionFunc allocated %d bytes", s, alloc)
 		}
 		switch {
 		case err != nil:

@@ -119,7 +119,7 @@ func fuzzGraphPrefill(t *testing.T, z *fz) {
 			csr, err = K2QCSR(gnode(t, g, "q2k", pr.q2k), cuQ, cuK, BlkKV(blk), MaxSeqlenK(maxSeqlenK))
 			return
 		}
-		rp, qi, err = BuildK2QCSR(pr.q2k, pr.cuQ, pr.cuK, s.blk)
+		rp, qi, err = K2QCSRFunc(pr.q2k, pr.cuQ, pr.cuK, s.blk)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -194,11 +194,11 @@ func fuzzGraphPrefill(t *testing.T, z *fz) {
 		return
 	}
 	if rp == nil {
-		if rp, qi, err = BuildK2QCSR(pr.q2k, pr.cuQ, pr.cuK, effBlk); err != nil {
-			t.Fatalf("graph ran, BuildK2QCSR fails: %v", err)
+		if rp, qi, err = K2QCSRFunc(pr.q2k, pr.cuQ, pr.cuK, effBlk); err != nil {
+			t.Fatalf("graph ran, K2QCSRFunc fails: %v", err)
 		}
 	}
-	want, err := SparseAttenFunc(pr.q, pr.k, pr.v, rp, qi, csrTopK, args)
+	want, err := SparseAttentionFunc(pr.q, pr.k, pr.v, rp, qi, csrTopK, args)
 	if err != nil {
 		t.Fatalf("graph ran, eager call fails: %v", err)
 	}

@@ -11,7 +11,7 @@ import (
 	"gorgonia.org/tensor"
 )
 
-// Fuzz targets of the newest surfaces: AppendPagedKV against an
+// Fuzz targets of the newest surfaces: WritePagedKVFunc against an
 // independent model of the cache positions, the NVFP4 scale tensors' shapes,
 // the float32 backward over tensor variants and scalars, and option lists
 // (repeats and conflicts included) on every graph constructor.
@@ -84,7 +84,7 @@ func FuzzAppendPagedKV(f *testing.F) {
 		}
 		cache := tensor.New(tensor.WithShape(cacheShape...), tensor.WithBacking(cacheV))
 		before := slices.Clone(cacheV)
-		err := AppendPagedKV(cache, tensor.New(tensor.WithShape(total, hkv, d), tensor.WithBacking(newV)),
+		err := WritePagedKVFunc(cache, tensor.New(tensor.WithShape(total, hkv, d), tensor.WithBacking(newV)),
 			tensor.New(tensor.WithShape(batch, cols), tensor.WithBacking(pt)), tensor.New(tensor.WithShape(batch+1), tensor.WithBacking(cu)),
 			tensor.New(tensor.WithShape(batch), tensor.WithBacking(used)), layout)
 		switch {
@@ -103,7 +103,7 @@ func FuzzAppendPagedKV(f *testing.F) {
 	})
 }
 
-// FuzzNVFP4ScaleShapes gives SparseAttenNVFP4KVFunc k_scale and v_scale
+// FuzzNVFP4ScaleShapes gives SparseAttentionNVFP4KVFunc k_scale and v_scale
 // tensors of fuzzer-chosen shapes (the exact padded one, more or fewer
 // rows or columns, a wider valid tiling): only the exact shape is
 // accepted, and then the result matches the reference.
@@ -118,7 +118,7 @@ func FuzzNVFP4ScaleShapes(f *testing.F) {
 			hq: 4, hkv: 2, d: []int{64, 128, 256}[z.pick(3)], topK: 2, blk: 128, causal: z.bit(),
 			qDt: "bf16", kvDt: "nvfp4", partial: tensor.Float32}
 		pr := buildSparse(s)
-		rp, qi, err := BuildK2QCSR(pr.q2k, pr.cuQ, pr.cuK, s.blk)
+		rp, qi, err := K2QCSRFunc(pr.q2k, pr.cuQ, pr.cuK, s.blk)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -140,7 +140,7 @@ func FuzzNVFP4ScaleShapes(f *testing.F) {
 		ks, kExact := reshape(pr.kScale)
 		vs, vExact := reshape(pr.vScale)
 		args := SparseArgs{CuSeqlensQ: pr.cuQ, CuSeqlensK: pr.cuK, BlkKV: s.blk, Causal: s.causal, PartialDtype: s.partial, Workers: 2}
-		res, err := SparseAttenNVFP4KVFunc(pr.q, pr.k, pr.v, ks, vs, nil, nil, rp, qi, s.topK, args)
+		res, err := SparseAttentionNVFP4KVFunc(pr.q, pr.k, pr.v, ks, vs, nil, nil, rp, qi, s.topK, args)
 		switch {
 		case kExact && vExact && err != nil:
 			t.Fatalf("%v: exact scale shapes refused: %v", s, err)
@@ -169,12 +169,12 @@ func FuzzSparseAttenBackward(f *testing.F) {
 		s := sparseSpec{seed: uint64(z.u8()), seqQ: []int{z.pick(9), 1 + z.pick(9)}, seqK: []int{z.pick(60), 1 + z.pick(60)},
 			hq: 4, hkv: 2, d: 16, topK: 1 + z.pick(3), blk: 16, causal: z.bit(), paged: z.bit()}
 		fp := newF32Problem(s)
-		rp, qi, err := BuildK2QCSR(fp.q2k, fp.cuQ, fp.cuK, s.blk)
+		rp, qi, err := K2QCSRFunc(fp.q2k, fp.cuQ, fp.cuK, s.blk)
 		if err != nil {
 			t.Fatal(err)
 		}
 		a := fp.args()
-		res, err := SparseAttenFunc(fp.q, fp.k, fp.v, rp, qi, s.topK, a)
+		res, err := SparseAttentionFunc(fp.q, fp.k, fp.v, rp, qi, s.topK, a)
 		if err != nil {
 			t.Fatalf("%v: forward: %v", s, err)
 		}
@@ -184,7 +184,7 @@ func FuzzSparseAttenBackward(f *testing.F) {
 			dO[i] = float32(i%13) - 6
 		}
 		dOut := tensor.New(tensor.WithShape(totalQ, s.hq, s.d), tensor.WithBacking(dO))
-		want, err := SparseAttenBackwardFunc(fp.q, fp.k, fp.v, res.Out, res.LSE, dOut, nil, rp, qi, s.topK, a)
+		want, err := SparseAttentionBackwardFunc(fp.q, fp.k, fp.v, res.Out, res.LSE, dOut, nil, rp, qi, s.topK, a)
 		if err != nil {
 			t.Fatalf("%v: backward: %v", s, err)
 		}
@@ -217,7 +217,7 @@ func FuzzSparseAttenBackward(f *testing.F) {
 			dO[z.pick(len(dO))] = float32([]float64{math.NaN(), math.Inf(1)}[z.pick(2)])
 			changed = true
 		}
-		g, err := SparseAttenBackwardFunc(q, k, v, out, lse, dOutT, dLSE, rpT, qiT, topK, a)
+		g, err := SparseAttentionBackwardFunc(q, k, v, out, lse, dOutT, dLSE, rpT, qiT, topK, a)
 		if err != nil {
 			if !mustFail && !changed {
 				t.Fatalf("%v: valid backward refused: %v", s, err)

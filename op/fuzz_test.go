@@ -55,7 +55,7 @@ func FuzzSparseAttenFunc(f *testing.F) {
 		if stage%2 == 0 {
 			fuzzMutate([]*tensor.Dense{pr.q2k, pr.cuQ, pr.cuK}, which, idx, val)
 		}
-		rp, qi, err := BuildK2QCSR(pr.q2k, pr.cuQ, pr.cuK, 128)
+		rp, qi, err := K2QCSRFunc(pr.q2k, pr.cuQ, pr.cuK, 128)
 		if err != nil {
 			return
 		}
@@ -66,7 +66,7 @@ func FuzzSparseAttenFunc(f *testing.F) {
 		if stage%2 == 1 {
 			fuzzMutate([]*tensor.Dense{rp, qi, pr.cuQ, pr.cuK, pr.pageTable, pr.seqused}, which, idx, val)
 		}
-		res, err := SparseAttenFunc(pr.q, pr.k, pr.v, rp, qi, 3, args)
+		res, err := SparseAttentionFunc(pr.q, pr.k, pr.v, rp, qi, 3, args)
 		if err != nil {
 			return
 		}
@@ -92,11 +92,11 @@ func FuzzBuildK2QCSR(f *testing.F) {
 		}
 		cuQ := i32T([]int{3}, 0, 2, 3)
 		cuK := i32T([]int{3}, 0, int32(lenA%1000), int32(lenA%1000)+int32(lenB%1000))
-		rp, qi, err := BuildK2QCSR(i32T([]int{1, totalQ, k}, q2k...), cuQ, cuK, 128)
+		rp, qi, err := K2QCSRFunc(i32T([]int{1, totalQ, k}, q2k...), cuQ, cuK, 128)
 		if err != nil {
 			return
 		}
-		if _, err := PrepareSparseFwdSchedule(rp, qi, ScheduleArgs{CuSeqlensQ: cuQ, CuSeqlensK: cuK, TotalQ: totalQ, TopK: k, QheadPerKV: 1, Workers: 2}); err != nil {
+		if _, err := FwdScheduleFunc(rp, qi, ScheduleArgs{CuSeqlensQ: cuQ, CuSeqlensK: cuK, TotalQ: totalQ, TopK: k, QheadPerKV: 1, Workers: 2}); err != nil {
 			t.Fatalf("schedule of a built CSR fails: %v", err)
 		}
 	})
@@ -113,7 +113,7 @@ func FuzzSparseAttenNVFP4KVFunc(f *testing.F) {
 		s := sparseSpec{seed: seed, seqQ: []int{3, int(seed % 5)}, seqK: []int{150, int(seed % 200)}, hq: 2, hkv: 1, d: 64,
 			topK: 2, blk: 128, paged: seed%2 == 1, causal: true, qDt: "bf16", kvDt: "nvfp4", partial: tensor.Float32, kGlobal: 0.5}
 		pr := buildSparse(s)
-		rp, qi, err := BuildK2QCSR(pr.q2k, pr.cuQ, pr.cuK, 128)
+		rp, qi, err := K2QCSRFunc(pr.q2k, pr.cuQ, pr.cuK, 128)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -131,7 +131,7 @@ func FuzzSparseAttenNVFP4KVFunc(f *testing.F) {
 		if s.paged {
 			args.PageTable, args.SeqUsedK = pr.pageTable, pr.seqused
 		}
-		res, err := SparseAttenNVFP4KVFunc(pr.q, pr.k, pr.v, ks, vs, kg, nil, rp, qi, 2, args)
+		res, err := SparseAttentionNVFP4KVFunc(pr.q, pr.k, pr.v, ks, vs, kg, nil, rp, qi, 2, args)
 		if err != nil {
 			return
 		}
@@ -212,7 +212,7 @@ func FuzzSparseDecodeAttenFunc(f *testing.F) {
 		if pr.q2k != nil {
 			q2k = pr.q2k
 		}
-		res, err := SparseDecodeAttenFunc(pr.q, pr.k, pr.v, q2k, args)
+		res, err := DecodeAttentionFunc(pr.q, pr.k, pr.v, q2k, args)
 		if err != nil {
 			return
 		}
@@ -230,7 +230,7 @@ func FuzzPrepareSparseFwdSchedule(f *testing.F) {
 		s := sparseSpec{seed: seed, seqQ: []int{4, int(seed % 6)}, seqK: []int{260, int(seed%300) + 1}, hq: 4, hkv: 2, d: 64,
 			topK: 3, blk: 128, qDt: "bf16", kvDt: "bf16", partial: tensor.Float32}
 		pr := buildSparse(s)
-		rp, qi, err := BuildK2QCSR(pr.q2k, pr.cuQ, pr.cuK, 128)
+		rp, qi, err := K2QCSRFunc(pr.q2k, pr.cuQ, pr.cuK, 128)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -238,7 +238,7 @@ func FuzzPrepareSparseFwdSchedule(f *testing.F) {
 		if target%2 == 0 {
 			fuzzMutate([]*tensor.Dense{rp, qi}, which, idx, val)
 		}
-		sched, err := PrepareSparseFwdSchedule(rp, qi, ScheduleArgs{CuSeqlensQ: pr.cuQ, CuSeqlensK: pr.cuK, TotalQ: totalQ,
+		sched, err := FwdScheduleFunc(rp, qi, ScheduleArgs{CuSeqlensQ: pr.cuQ, CuSeqlensK: pr.cuK, TotalQ: totalQ,
 			TopK: 3, QheadPerKV: 2, Workers: 1 + int(seed%3)})
 		if err != nil {
 			return
@@ -246,7 +246,7 @@ func FuzzPrepareSparseFwdSchedule(f *testing.F) {
 		if target%2 == 1 {
 			fuzzMutate([]*tensor.Dense{sched.SchedulerMetadata(), sched.WorkCount(), sched.QSplitIndices(), sched.SplitCounts()}, which, idx, val)
 		}
-		res, err := SparseAttenFunc(pr.q, pr.k, pr.v, rp, qi, 3, SparseArgs{CuSeqlensQ: pr.cuQ, CuSeqlensK: pr.cuK,
+		res, err := SparseAttentionFunc(pr.q, pr.k, pr.v, rp, qi, 3, SparseArgs{CuSeqlensQ: pr.cuQ, CuSeqlensK: pr.cuK,
 			Schedule: sched})
 		if err != nil {
 			return

@@ -103,12 +103,12 @@ func runGolden(t *testing.T, c *golden.Case) {
 		if q2k != nil {
 			qk = q2k
 		}
-		res, err = SparseDecodeAttenFunc(q, k, v, qk, DecodeArgs{PageTable: pt, SeqUsedK: su, SeqlenQ: c.SeqlenQ,
+		res, err = DecodeAttentionFunc(q, k, v, qk, DecodeArgs{PageTable: pt, SeqUsedK: su, SeqlenQ: c.SeqlenQ,
 			MaxSeqlenK: len(c.PageTable[0]) * c.PageSize, BlkKV: c.BlkKV, SoftmaxScale: scale, Workers: 2})
 	default:
 		cuQ := tensor.New(tensor.WithShape(len(c.CuSeqlensQ)), tensor.WithBacking(append([]int32{}, c.CuSeqlensQ...)))
 		cuK := tensor.New(tensor.WithShape(len(c.CuSeqlensK)), tensor.WithBacking(append([]int32{}, c.CuSeqlensK...)))
-		rp, qi, e := BuildK2QCSR(q2k, cuQ, cuK, c.BlkKV)
+		rp, qi, e := K2QCSRFunc(q2k, cuQ, cuK, c.BlkKV)
 		if e != nil {
 			t.Fatal(e)
 		}
@@ -129,7 +129,7 @@ func runGolden(t *testing.T, c *golden.Case) {
 			if c.VGlobalScale != 0 {
 				vg = tensor.New(tensor.WithShape(1), tensor.WithBacking([]float32{float32(c.VGlobalScale)}))
 			}
-			res, err = SparseAttenNVFP4KVFunc(q, k, v, by(c.KScale), by(c.VScale), kg, vg, rp, qi, c.TopK, args)
+			res, err = SparseAttentionNVFP4KVFunc(q, k, v, by(c.KScale), by(c.VScale), kg, vg, rp, qi, c.TopK, args)
 			// FP8 Q runs P.V in FP8 (P rounded to e4m3), as the reference's
 			// FP8 pair dequantisation does; BF16 Q keeps P in float32.
 			pvFP8 = c.QDtype == golden.DtypeE4M3
@@ -147,7 +147,7 @@ func runGolden(t *testing.T, c *golden.Case) {
 				}
 			}
 		} else {
-			res, err = SparseAttenFunc(q, k, v, rp, qi, c.TopK, args)
+			res, err = SparseAttentionFunc(q, k, v, rp, qi, c.TopK, args)
 		}
 	}
 	if err != nil {

@@ -16,9 +16,9 @@ type Gradients struct {
 	DQ, DK, DV *tensor.Dense
 }
 
-// SparseAttenBackwardFunc computes the gradients of SparseAttenFunc with
+// SparseAttentionBackwardFunc computes the gradients of SparseAttentionFunc with
 // float32 q, k, v: given the forward's out and lse (natural-log LSE, as
-// SparseAttenFunc returns them in Result.Out and Result.LSE) and the gradients
+// SparseAttentionFunc returns them in Result.Out and Result.LSE) and the gradients
 // dOut ([total_q, Hq, D] float32) and dLSE ([total_q, Hq] float32, nil
 // when the LSE is not used by the loss), it returns dQ, dK and dV. q, k,
 // v, the CSR and args must be those of the forward call (the temperature
@@ -28,8 +28,8 @@ type Gradients struct {
 // the page pool: a page referenced by several sequences (or several times)
 // receives the sum of their contributions; pages no query reaches are 0.
 // See docs/semantics.md (Gradients) for the definitions.
-func SparseAttenBackwardFunc(q, k, v, out, lse, dOut, dLSE, k2qRowPtr, k2qQIndices tensor.Tensor, topK int, args SparseArgs) (*Gradients, error) {
-	const fn = "SparseAttenBackwardFunc"
+func SparseAttentionBackwardFunc(q, k, v, out, lse, dOut, dLSE, k2qRowPtr, k2qQIndices tensor.Tensor, topK int, args SparseArgs) (*Gradients, error) {
+	const fn = "SparseAttentionBackwardFunc"
 	args.ReturnTemperatureLSE = false
 	fc, err := validateSparseF32(fn, q, k, v, k2qRowPtr, k2qQIndices, topK, &args)
 	if err != nil {

@@ -9,7 +9,7 @@ import (
 	"gorgonia.org/tensor"
 )
 
-// This file holds the float32 path of SparseAttenFunc and of the
+// This file holds the float32 path of SparseAttentionFunc and of the
 // SparseAttention graph op: Q, K and V stay float32 (no BF16 rounding),
 // the forward and backward run on package grad's kernels.
 
@@ -126,7 +126,7 @@ func (fc *f32Call) forward(fn string, ws *grad.Workspace) (*Result, error) {
 	return res, nil
 }
 
-// sparseAttenF32 is SparseAttenFunc for float32 q, k, v.
+// sparseAttenF32 is SparseAttentionFunc for float32 q, k, v.
 func sparseAttenF32(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int, args SparseArgs) (*Result, error) {
 	fc, err := validateSparseF32(fn, q, k, v, rowPtr, qIdx, topK, &args)
 	if err != nil {

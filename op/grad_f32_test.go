@@ -95,17 +95,17 @@ func f32Specs() []sparseSpec {
 	return out
 }
 
-// TestSparseAttenF32MatchesReference compares the float32 SparseAttenFunc
+// TestSparseAttenF32MatchesReference compares the float32 SparseAttentionFunc
 // (O, LSE, temperature LSE) with the float64 reference.
 func TestSparseAttenF32MatchesReference(t *testing.T) {
 	var worstO, worstL float64
 	for _, s := range f32Specs() {
 		fp := newF32Problem(s)
-		rp, qi, err := BuildK2QCSR(fp.q2k, fp.cuQ, fp.cuK, s.blk)
+		rp, qi, err := K2QCSRFunc(fp.q2k, fp.cuQ, fp.cuK, s.blk)
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := SparseAttenFunc(fp.q, fp.k, fp.v, rp, qi, s.topK, fp.args())
+		res, err := SparseAttentionFunc(fp.q, fp.k, fp.v, rp, qi, s.topK, fp.args())
 		if err != nil {
 			t.Fatalf("%v: %v", s, err)
 		}
@@ -159,7 +159,7 @@ func refLoss(rc *refCase, w, wl []float64) float64 {
 }
 
 // TestSparseAttenBackwardF32FiniteDifferences checks the float32
-// SparseAttenBackwardFunc against central differences of the float64
+// SparseAttentionBackwardFunc against central differences of the float64
 // reference loss sum(W*O) + sum(WL*LSE), at sampled elements of q, k, v,
 // on the float32 specs (dense and paged, GQA 1..16, causal or not,
 // ragged with an empty sequence, -1 padding from buildSparse).
@@ -186,15 +186,15 @@ func TestSparseAttenBackwardF32FiniteDifferences(t *testing.T) {
 			}
 			dLSE = tensor.New(tensor.WithShape(totalQ, s.hq), tensor.WithBacking(wlf))
 		}
-		rp, qi, err := BuildK2QCSR(fp.q2k, fp.cuQ, fp.cuK, s.blk)
+		rp, qi, err := K2QCSRFunc(fp.q2k, fp.cuQ, fp.cuK, s.blk)
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := SparseAttenFunc(fp.q, fp.k, fp.v, rp, qi, s.topK, fp.args())
+		res, err := SparseAttentionFunc(fp.q, fp.k, fp.v, rp, qi, s.topK, fp.args())
 		if err != nil {
 			t.Fatal(err)
 		}
-		gr, err := SparseAttenBackwardFunc(fp.q, fp.k, fp.v, res.Out, res.LSE,
+		gr, err := SparseAttentionBackwardFunc(fp.q, fp.k, fp.v, res.Out, res.LSE,
 			tensor.New(tensor.WithShape(totalQ, s.hq, s.d), tensor.WithBacking(wf)), dLSE, rp, qi, s.topK, fp.args())
 		if err != nil {
 			t.Fatalf("%v: %v", s, err)
@@ -244,7 +244,7 @@ func TestSparseAttenBackwardF32FiniteDifferences(t *testing.T) {
 func TestSparseAttenF32Errors(t *testing.T) {
 	fp := newF32Problem(f32Specs()[0])
 	s := fp.spec
-	rp, qi, err := BuildK2QCSR(fp.q2k, fp.cuQ, fp.cuK, s.blk)
+	rp, qi, err := K2QCSRFunc(fp.q2k, fp.cuQ, fp.cuK, s.blk)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,17 +259,17 @@ func TestSparseAttenF32Errors(t *testing.T) {
 	} {
 		a := fp.args()
 		tc.edit(&a)
-		if _, err := SparseAttenFunc(fp.q, tc.k, fp.v, rp, qi, s.topK, a); err == nil {
+		if _, err := SparseAttentionFunc(fp.q, tc.k, fp.v, rp, qi, s.topK, a); err == nil {
 			t.Errorf("%s: no error", name)
 		} else if _, ok := err.(*ArgError); !ok {
 			t.Errorf("%s: %T %v", name, err, err)
 		}
 	}
-	res, err := SparseAttenFunc(fp.q, fp.k, fp.v, rp, qi, s.topK, fp.args())
+	res, err := SparseAttentionFunc(fp.q, fp.k, fp.v, rp, qi, s.topK, fp.args())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := SparseAttenBackwardFunc(fp.q, fp.k, fp.v, res.Out, res.LSE, res.LSE, nil, rp, qi, s.topK, fp.args()); err == nil {
+	if _, err := SparseAttentionBackwardFunc(fp.q, fp.k, fp.v, res.Out, res.LSE, res.LSE, nil, rp, qi, s.topK, fp.args()); err == nil {
 		t.Error("backward with an LSE-shaped dOut: no error")
 	} else if !strings.Contains(err.Error(), "dOut") {
 		t.Errorf("backward error does not name dOut: %v", err)

@@ -36,10 +36,10 @@ func (op *cpPrefillOp) String() string {
 	return fmt.Sprintf("ContextParallelPrefill{rank=%d/%d, %v}", op.c.Rank(), op.c.Size(), op.args.Strategy)
 }
 
-// Do runs CPSparsePrefill on the node's inputs (which checks the metadata
-// collectively and aborts the group on a later error).
+// Do runs ContextParallelPrefillFunc on the node's inputs (which checks the
+// metadata collectively and aborts the group on a later error).
 func (op *cpPrefillOp) Do(vals ...G.Value) (G.Value, error) {
-	res, _, err := CPSparsePrefill(op.c, tv(vals[0]), tv(vals[1]), tv(vals[2]), tv(vals[3]), op.args)
+	res, _, err := ContextParallelPrefillFunc(op.c, tv(vals[0]), tv(vals[1]), tv(vals[2]), tv(vals[3]), op.args)
 	if err != nil {
 		return nil, err
 	}
@@ -52,12 +52,12 @@ func (op *cpPrefillOp) Do(vals ...G.Value) (G.Value, error) {
 // ContextParallelPrefill adds context-parallel block-sparse prefill to a
 // graph: q, k, v and q2k are this rank's queries [queries, Hq, D], keys and
 // values [keys, Hkv, D] (BF16 or FP8) and its queries' selection [Hkv,
-// queries, topK] int32, as CPSparsePrefill takes them (CPPrefillShard says
-// which rows a rank holds). Every rank of c builds the same graph and runs
+// queries, topK] int32, as ContextParallelPrefillFunc takes them
+// (CPPrefillShard says which rows a rank holds). Every rank of c builds the same graph and runs
 // it in step. The node's value is the attention of the rank's queries
 // over every rank's keys (BFloat16 [queries, Hq, D]) and LSE(node) its
-// LSE; the exchanges and their checks are CPSparsePrefill's, run when the
-// graph runs. The node is forward-only. The shapes are checked against
+// LSE; the exchanges and their checks are ContextParallelPrefillFunc's, run
+// when the graph runs. The node is forward-only. The shapes are checked against
 // the rank's shard here; a rank that fails here never joins the exchange,
 // so the others' graphs return comm.ErrTimeout.
 func ContextParallelPrefill(q, k, v, q2k *G.Node, c comm.Comm, args CPPrefillArgs) (*G.Node, error) {

@@ -52,11 +52,11 @@ func checkCPPrefillGraph(c comm.Comm, s sparseSpec, strat CPStrategy) error {
 	if err != nil {
 		return err
 	}
-	rp, qi, err := BuildK2QCSR(pr.q2k, pr.cuQ, pr.cuK, s.blk)
+	rp, qi, err := K2QCSRFunc(pr.q2k, pr.cuQ, pr.cuK, s.blk)
 	if err != nil {
 		return err
 	}
-	want, err := SparseAttenFunc(pr.q, pr.k, pr.v, rp, qi, s.topK, SparseArgs{CuSeqlensQ: pr.cuQ, CuSeqlensK: pr.cuK, BlkKV: s.blk, Causal: s.causal, Workers: 2})
+	want, err := SparseAttentionFunc(pr.q, pr.k, pr.v, rp, qi, s.topK, SparseArgs{CuSeqlensQ: pr.cuQ, CuSeqlensK: pr.cuK, BlkKV: s.blk, Causal: s.causal, Workers: 2})
 	if err != nil {
 		return err
 	}

@@ -218,7 +218,7 @@ func (op *packCSROp) Do(vals ...G.Value) (G.Value, error) {
 }
 
 // PackK2QCSR wraps a caller-built CSR (rowPtr [Hkv, total_rows+1],
-// qIndices [Hkv, >= total_q*topK], e.g. from BuildK2QCSR) as the CSR value
+// qIndices [Hkv, >= total_q*topK], e.g. from K2QCSRFunc) as the CSR value
 // FwdSchedule and SparseAttention read. Options: TopK (required), TotalQ
 // (absent: qIndices.shape[1] / topK) and BlkKV (absent or 0: 128), which
 // must be those the CSR was built with.

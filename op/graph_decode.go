@@ -226,7 +226,7 @@ func (op *decodeAttnOp) executorCheck(run plan.DecodeExecutor) error {
 func (op *decodeAttnOp) cpu(vals []G.Value) (G.Value, error) {
 	const fn = "DecodeAttention"
 	c := &checker{fn: fn}
-	qd, kd, vd := decodeQKVLayout(c, tv(vals[0]), tv(vals[1]), tv(vals[2]), op.layout)
+	qd, kd, vd := decodeQKVLayout(c, tv(vals[0]), tv(vals[1]), tv(vals[2]), op.layout, false)
 	if c.err != nil {
 		return nil, c.err
 	}

@@ -219,7 +219,7 @@ func TopK(n int) Option {
 }
 
 // TotalQ sets total_q for PackK2QCSR; absent, it is
-// k2q_q_indices.shape[1] / topK (the exact size BuildK2QCSR returns).
+// k2q_q_indices.shape[1] / topK (the exact size K2QCSRFunc returns).
 func TotalQ(n int) Option {
 	return newOption(optTotalQ, n, fmt.Sprint(n), func(c *attnConfig) { c.totalQ = n })
 }

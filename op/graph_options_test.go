@@ -95,15 +95,15 @@ func TestSparseAttentionGraphOptions(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				rp, qi, err := BuildK2QCSR(pr.q2k, pr.cuQ, pr.cuK, s.blk)
+				rp, qi, err := K2QCSRFunc(pr.q2k, pr.cuQ, pr.cuK, s.blk)
 				if err != nil {
 					t.Fatal(err)
 				}
 				var want *Result
 				if s.kvDt == "nvfp4" {
-					want, err = SparseAttenNVFP4KVFunc(pr.q, pr.k, pr.v, pr.kScale, pr.vScale, kgT, vgT, rp, qi, s.topK, args)
+					want, err = SparseAttentionNVFP4KVFunc(pr.q, pr.k, pr.v, pr.kScale, pr.vScale, kgT, vgT, rp, qi, s.topK, args)
 				} else {
-					want, err = SparseAttenFunc(pr.q, pr.k, pr.v, rp, qi, s.topK, args)
+					want, err = SparseAttentionFunc(pr.q, pr.k, pr.v, rp, qi, s.topK, args)
 				}
 				if err != nil {
 					t.Fatal(err)

@@ -424,7 +424,7 @@ func (op *writePagedKVOp) OverwritesInput() int { return 0 }
 // of the result; feed the node to DecodeAttention. Do not read the cache
 // input node anywhere else in the same graph (it would see the cache before
 // or after the write depending on the execution order). For a prompt of
-// ragged length, use the eager AppendPagedKV before the first decode step.
+// ragged length, use the eager WritePagedKVFunc before the first decode step.
 // Options: SeqlenQ (absent: newKV.shape[0] / B) and KVLayout (the cache's
 // layout: HND [num_pages, Hkv, page_size, D], the default, or NHD
 // [num_pages, page_size, Hkv, D]).

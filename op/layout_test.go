@@ -53,24 +53,24 @@ func TestNHDSparseMatchesHND(t *testing.T) {
 		s := sparseSpec{seed: 21, seqQ: []int{6, 9}, seqK: []int{130, 70}, hq: 8, hkv: 2, d: 64, topK: 3, blk: 32,
 			paged: true, causal: true, qDt: q, kvDt: kv, partial: tensor.Float32}
 		pr := buildSparse(s)
-		rp, qi, err := BuildK2QCSR(pr.q2k, pr.cuQ, pr.cuK, s.blk)
+		rp, qi, err := K2QCSRFunc(pr.q2k, pr.cuQ, pr.cuK, s.blk)
 		if err != nil {
 			t.Fatal(err)
 		}
 		args := SparseArgs{CuSeqlensQ: pr.cuQ, CuSeqlensK: pr.cuK, BlkKV: s.blk, Causal: true, PartialDtype: tensor.Float32,
 			PageTable: pr.pageTable, SeqUsedK: pr.seqused, Workers: 2, Temperature: 2, ReturnTemperatureLSE: true}
-		want, err := SparseAttenFunc(pr.q, pr.k, pr.v, rp, qi, s.topK, args)
+		want, err := SparseAttentionFunc(pr.q, pr.k, pr.v, rp, qi, s.topK, args)
 		if err != nil {
 			t.Fatal(err)
 		}
 		args.KVLayout = NHD
-		got, err := SparseAttenFunc(pr.q, toNHD(t, pr.k), toNHD(t, pr.v), rp, qi, s.topK, args)
+		got, err := SparseAttentionFunc(pr.q, toNHD(t, pr.k), toNHD(t, pr.v), rp, qi, s.topK, args)
 		if err != nil {
 			t.Fatal(err)
 		}
 		sameResult(t, kv+" NHD vs HND", want, got)
 		// HND-shaped pages under NHD name the layout.
-		_, err = SparseAttenFunc(pr.q, pr.k, pr.v, rp, qi, s.topK, args)
+		_, err = SparseAttentionFunc(pr.q, pr.k, pr.v, rp, qi, s.topK, args)
 		wantArgErr(t, err, "k", "NHD layout [num_pages, page_size, Hkv, D]")
 
 		// The graph op with the KVLayout option.
@@ -138,18 +138,18 @@ func TestNHDNVFP4MatchesHND(t *testing.T) {
 	}
 	hk, hv := quant(hnd[0], pages, hkv, ps, d), quant(hnd[1], pages, hkv, ps, d)
 	nk, nv := quant(nhd[0], pages, ps, hkv, d), quant(nhd[1], pages, ps, hkv, d)
-	rp, qi, err := BuildK2QCSR(pr.q2k, pr.cuQ, pr.cuK, s.blk)
+	rp, qi, err := K2QCSRFunc(pr.q2k, pr.cuQ, pr.cuK, s.blk)
 	if err != nil {
 		t.Fatal(err)
 	}
 	args := SparseArgs{CuSeqlensQ: pr.cuQ, CuSeqlensK: pr.cuK, BlkKV: s.blk, PartialDtype: tensor.Float32,
 		PageTable: pr.pageTable, SeqUsedK: pr.seqused, Workers: 2}
-	want, err := SparseAttenNVFP4KVFunc(pr.q, hk.Data, hv.Data, hk.Scale, hv.Scale, hk.Global, hv.Global, rp, qi, s.topK, args)
+	want, err := SparseAttentionNVFP4KVFunc(pr.q, hk.Data, hv.Data, hk.Scale, hv.Scale, hk.Global, hv.Global, rp, qi, s.topK, args)
 	if err != nil {
 		t.Fatal(err)
 	}
 	args.KVLayout = NHD
-	got, err := SparseAttenNVFP4KVFunc(pr.q, nk.Data, nv.Data, nk.Scale, nv.Scale, nk.Global, nv.Global, rp, qi, s.topK, args)
+	got, err := SparseAttentionNVFP4KVFunc(pr.q, nk.Data, nv.Data, nk.Scale, nv.Scale, nk.Global, nv.Global, rp, qi, s.topK, args)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,12 +171,12 @@ func TestNHDDecodeMatchesHND(t *testing.T) {
 		nk, nv := toNHD(t, pr.k), toNHD(t, pr.v)
 		args := decodeArgs(s, pr)
 		args.KVLayout = NHD
-		got, err := SparseDecodeAttenFunc(pr.q, nk, nv, q2k, args)
+		got, err := DecodeAttentionFunc(pr.q, nk, nv, q2k, args)
 		if err != nil {
 			t.Fatal(err)
 		}
 		sameResult(t, "decode NHD vs HND", want, got)
-		_, err = SparseDecodeAttenFunc(pr.q, pr.k, pr.v, q2k, args)
+		_, err = DecodeAttentionFunc(pr.q, pr.k, pr.v, q2k, args)
 		wantArgErr(t, err, "k", "NHD layout")
 
 		w, err := NewDecodeWrapper(s.pageSize)
@@ -223,10 +223,10 @@ func TestNHDDecodeMatchesHND(t *testing.T) {
 func TestNHDRejections(t *testing.T) {
 	c, _ := validBase(t, false)
 	c.args.KVLayout = NHD
-	_, err := SparseAttenFunc(c.q, c.k, c.v, c.rp, c.qi, c.topK, c.args)
+	_, err := SparseAttentionFunc(c.q, c.k, c.v, c.rp, c.qi, c.topK, c.args)
 	wantArgErr(t, err, "kv_layout", "without page_table")
 	c.args.KVLayout = PagedLayout(7)
-	_, err = SparseAttenFunc(c.q, c.k, c.v, c.rp, c.qi, c.topK, c.args)
+	_, err = SparseAttentionFunc(c.q, c.k, c.v, c.rp, c.qi, c.topK, c.args)
 	wantArgErr(t, err, "kv_layout", "HND or NHD")
 
 	f32 := func(shape ...int) *tensor.Dense {
@@ -239,7 +239,7 @@ func TestNHDRejections(t *testing.T) {
 	args := SparseArgs{CuSeqlensQ: i32T([]int{2}, 0, 2), CuSeqlensK: i32T([]int{2}, 0, 16), BlkKV: 16,
 		PageTable: i32T([]int{1, 1}, 0), KVLayout: NHD}
 	rp, qi := i32T([]int{1, 2}, 0, 0), i32T([]int{1, 2})
-	_, err = SparseAttenFunc(f32(2, 1, 64), f32(1, 16, 1, 64), f32(1, 16, 1, 64), rp, qi, 1, args)
+	_, err = SparseAttentionFunc(f32(2, 1, 64), f32(1, 16, 1, 64), f32(1, 16, 1, 64), rp, qi, 1, args)
 	var ne *NotImplementedError
 	if !errors.As(err, &ne) || ne.What == "" {
 		t.Fatalf("float32 with NHD: got %v, want a NotImplementedError naming the layout", err)
@@ -260,7 +260,7 @@ func errorsNames(err error, arg string) bool {
 	return errors.As(err, &ae) && ae.Arg == arg
 }
 
-// TestNHDCacheWriters: AppendPagedKV and WritePagedKV with the NHD layout
+// TestNHDCacheWriters: WritePagedKVFunc and WritePagedKV with the NHD layout
 // write the same values as with HND, transposed.
 func TestNHDCacheWriters(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
@@ -283,23 +283,23 @@ func TestNHDCacheWriters(t *testing.T) {
 	cacheN := toNHD(t, cacheH)
 	nw := bf(5, 2, 8)
 	pt := i32T([]int{2, 2}, 0, 1, 2, -1)
-	if err := AppendPagedKV(cacheH, nw, pt, i32T([]int{3}, 0, 3, 5), i32T([]int{2}, 6, 2), HND); err != nil {
+	if err := WritePagedKVFunc(cacheH, nw, pt, i32T([]int{3}, 0, 3, 5), i32T([]int{2}, 6, 2), HND); err != nil {
 		t.Fatal(err)
 	}
-	if err := AppendPagedKV(cacheN, nw, pt, i32T([]int{3}, 0, 3, 5), i32T([]int{2}, 6, 2), NHD); err != nil {
+	if err := WritePagedKVFunc(cacheN, nw, pt, i32T([]int{3}, 0, 3, 5), i32T([]int{2}, 6, 2), NHD); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(toNHD(t, cacheH).Header.Raw, cacheN.Header.Raw) {
-		t.Fatal("AppendPagedKV: NHD cache differs from the transposed HND cache")
+		t.Fatal("WritePagedKVFunc: NHD cache differs from the transposed HND cache")
 	}
-	err := AppendPagedKV(cacheH, nw, pt, i32T([]int{3}, 0, 3, 5), i32T([]int{2}, 6, 2), NHD)
+	err := WritePagedKVFunc(cacheH, nw, pt, i32T([]int{3}, 0, 3, 5), i32T([]int{2}, 6, 2), NHD)
 	wantArgErr(t, err, "new_kv", "NHD layout")
 
 	// The graph op: one decode step of B = 2 into both layouts.
 	step := bf(2, 2, 8)
 	su := i32T([]int{2}, 7, 3)
 	want := toNHD(t, cacheH)
-	if err := AppendPagedKV(cacheH, step, pt, i32T([]int{3}, 0, 1, 2), su, HND); err != nil {
+	if err := WritePagedKVFunc(cacheH, step, pt, i32T([]int{3}, 0, 1, 2), su, HND); err != nil {
 		t.Fatal(err)
 	}
 	g := G.NewGraph()

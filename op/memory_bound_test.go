@@ -41,7 +41,7 @@ func TestMemoryBoundedByData(t *testing.T) {
 			a := decodeArgs(s, pr)
 			edit(&a, x)
 			in := denseBytes(pr.q, pr.k, pr.v, pr.pt, pr.su, pr.q2k)
-			res, err := SparseDecodeAttenFunc(pr.q, pr.k, pr.v, q2kOrNil(pr), a)
+			res, err := DecodeAttentionFunc(pr.q, pr.k, pr.v, q2kOrNil(pr), a)
 			if err != nil {
 				return in, 0, err
 			}
@@ -76,7 +76,7 @@ func TestMemoryBoundedByData(t *testing.T) {
 		causal: true, qDt: "bf16", kvDt: "bf16", partial: tensor.Float32}
 	prefillRun := func(edit func(a *SparseArgs, x int)) boundRun {
 		pr := buildSparse(pre)
-		rp, qi, err := BuildK2QCSR(pr.q2k, pr.cuQ, pr.cuK, pre.blk)
+		rp, qi, err := K2QCSRFunc(pr.q2k, pr.cuQ, pr.cuK, pre.blk)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -84,7 +84,7 @@ func TestMemoryBoundedByData(t *testing.T) {
 			a := SparseArgs{CuSeqlensQ: pr.cuQ, CuSeqlensK: pr.cuK, BlkKV: pre.blk, Causal: true, PartialDtype: pre.partial, Workers: 2}
 			edit(&a, x)
 			in := denseBytes(pr.q, pr.k, pr.v, rp, qi, pr.cuQ, pr.cuK)
-			res, err := SparseAttenFunc(pr.q, pr.k, pr.v, rp, qi, pre.topK, a)
+			res, err := SparseAttentionFunc(pr.q, pr.k, pr.v, rp, qi, pre.topK, a)
 			if err != nil {
 				return in, 0, err
 			}
@@ -99,29 +99,29 @@ func TestMemoryBoundedByData(t *testing.T) {
 		run   boundRun
 		extra uint64 // allowance beyond allocCap: the workspace limit the case sets
 	}{
-		{"SparseDecodeAttenFunc fixed_split_size", []int{1, 2, 7, 1 << 16, maxI32},
+		{"DecodeAttentionFunc fixed_split_size", []int{1, 2, 7, 1 << 16, maxI32},
 			decRun(dec, 0, func(a *DecodeArgs, x int) { a.FixedSplitSize = x }), 0},
-		{"SparseDecodeAttenFunc fixed_split_size, wide page table", []int{1, 3, maxI32},
+		{"DecodeAttentionFunc fixed_split_size, wide page table", []int{1, 3, maxI32},
 			decRun(dec, wide, func(a *DecodeArgs, x int) { a.FixedSplitSize = x }), 0},
-		{"SparseDecodeAttenFunc workers", []int{1, 3, 256, 1 << 20, 1 << 40},
+		{"DecodeAttentionFunc workers", []int{1, 3, 256, 1 << 20, 1 << 40},
 			decRun(dec, 0, func(a *DecodeArgs, x int) { a.Workers = x }), 0},
-		{"SparseDecodeAttenFunc max_seqlen_k", []int{0, 700, 1 << 20, maxI32},
+		{"DecodeAttentionFunc max_seqlen_k", []int{0, 700, 1 << 20, maxI32},
 			decRun(dec, 0, func(a *DecodeArgs, x int) { a.MaxSeqlenK = x }), 0},
-		{"SparseDecodeAttenFunc blk_kv", []int{16, 64, 1 << 20, maxI32},
+		{"DecodeAttentionFunc blk_kv", []int{16, 64, 1 << 20, maxI32},
 			decRun(sparse, 0, func(a *DecodeArgs, x int) { a.BlkKV = x }), 0},
 		{"DecodeWrapper EnableCUDAGraph fixed_split_size, wide page table", []int{1, 3, 64, maxI32},
 			planRun(dec, wide, func(a *PlanArgs, x int) { a.FixedSplitSize, a.MaxWorkspaceBytes = x, wsLimit }), wsLimit},
 		{"DecodeWrapper EnableCUDAGraph workers", []int{1, 1 << 40},
 			planRun(dec, 0, func(a *PlanArgs, x int) { a.Workers = x }), 0},
-		{"SparseAttenFunc workers", []int{1, 3, 256, 1 << 40},
+		{"SparseAttentionFunc workers", []int{1, 3, 256, 1 << 40},
 			prefillRun(func(a *SparseArgs, x int) { a.Workers = x }), 0},
-		{"SparseAttenFunc max_seqlen_q", []int{0, 40, maxI32},
+		{"SparseAttentionFunc max_seqlen_q", []int{0, 40, maxI32},
 			prefillRun(func(a *SparseArgs, x int) { a.MaxSeqlenQ = x }), 0},
-		{"SparseAttenFunc max_seqlen_k", []int{0, 300, maxI32},
+		{"SparseAttentionFunc max_seqlen_k", []int{0, 300, maxI32},
 			prefillRun(func(a *SparseArgs, x int) { a.MaxSeqlenK = x }), 0},
-		{"BuildK2QCSR blk_kv", []int{1, 16, 128, maxI32}, func(x int) (int, int, error) {
+		{"K2QCSRFunc blk_kv", []int{1, 16, 128, maxI32}, func(x int) (int, int, error) {
 			in := denseBytes(prq.q2k, prq.cuQ, prq.cuK)
-			rp, qi, err := BuildK2QCSR(prq.q2k, prq.cuQ, prq.cuK, x)
+			rp, qi, err := K2QCSRFunc(prq.q2k, prq.cuQ, prq.cuK, x)
 			if err != nil {
 				return in, 0, err
 			}

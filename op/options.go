@@ -4,8 +4,8 @@ import (
 	"gorgonia.org/tensor"
 )
 
-// SparseArgs holds the keyword arguments of SparseAttenFunc and
-// SparseAttenNVFP4KVFunc (the reference's names in snake case are given in
+// SparseArgs holds the keyword arguments of SparseAttentionFunc and
+// SparseAttentionNVFP4KVFunc (the reference's names in snake case are given in
 // each comment). Zero values select the reference's defaults.
 type SparseArgs struct {
 	// CuSeqlensQ, CuSeqlensK: int32 [B+1] prefix sums (cu_seqlens_q/k).

@@ -17,7 +17,7 @@ import (
 func TestSparseOutArgs(t *testing.T) {
 	for _, paged := range []bool{false, true} {
 		c, _ := validBase(t, paged)
-		want, err := SparseAttenFunc(c.q, c.k, c.v, c.rp, c.qi, c.topK, c.args)
+		want, err := SparseAttentionFunc(c.q, c.k, c.v, c.rp, c.qi, c.topK, c.args)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -32,7 +32,7 @@ func TestSparseOutArgs(t *testing.T) {
 		args := c.args
 		args.Out, args.OutLSE = out, lse
 		for call := 0; call < 2; call++ {
-			got, err := SparseAttenFunc(c.q, c.k, c.v, c.rp, c.qi, c.topK, args)
+			got, err := SparseAttentionFunc(c.q, c.k, c.v, c.rp, c.qi, c.topK, args)
 			if err != nil {
 				t.Fatalf("paged=%v call %d: %v", paged, call, err)
 			}
@@ -54,7 +54,7 @@ func TestSparseOutArgs(t *testing.T) {
 		}
 		// Out alone: the LSE is allocated as before.
 		args.OutLSE = nil
-		got, err := SparseAttenFunc(c.q, c.k, c.v, c.rp, c.qi, c.topK, args)
+		got, err := SparseAttentionFunc(c.q, c.k, c.v, c.rp, c.qi, c.topK, args)
 		if err != nil || got.Out != out || got.LSE == nil || got.LSE == lse {
 			t.Fatalf("paged=%v, Out only: %v (Out given %v, LSE allocated %v)", paged, err, got != nil && got.Out == out, got != nil && got.LSE != nil && got.LSE != lse)
 		}
@@ -66,7 +66,7 @@ func TestSparseOutArgs(t *testing.T) {
 // of them on the float32 path.
 func TestSparseOutArgsRejected(t *testing.T) {
 	c, _ := validBase(t, false)
-	res, err := SparseAttenFunc(c.q, c.k, c.v, c.rp, c.qi, c.topK, c.args)
+	res, err := SparseAttentionFunc(c.q, c.k, c.v, c.rp, c.qi, c.topK, c.args)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +110,7 @@ func TestSparseOutArgsRejected(t *testing.T) {
 			copy(backing[int32](args.CuSeqlensQ.(*tensor.Dense)), backing[int32](c.args.CuSeqlensQ.(*tensor.Dense)))
 		}
 		args.Out, args.OutLSE = tc.out, tc.lse
-		_, err := SparseAttenFunc(c.q, c.k, c.v, c.rp, c.qi, c.topK, args)
+		_, err := SparseAttentionFunc(c.q, c.k, c.v, c.rp, c.qi, c.topK, args)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: error %v, want one containing %q", tc.name, err, tc.want)
 		}
@@ -122,7 +122,7 @@ func TestSparseOutArgsRejected(t *testing.T) {
 	v32 := tensor.New(tensor.WithShape(kd...), tensor.Of(tensor.Float32))
 	args := c.args
 	args.Out = f32(tq, hq, d)
-	if _, err := SparseAttenFunc(q32, k32, v32, c.rp, c.qi, c.topK, args); err == nil || !strings.Contains(err.Error(), "out/lse") {
+	if _, err := SparseAttentionFunc(q32, k32, v32, c.rp, c.qi, c.topK, args); err == nil || !strings.Contains(err.Error(), "out/lse") {
 		t.Errorf("float32 path with Out: error %v, want one naming out/lse", err)
 	}
 }
@@ -133,17 +133,17 @@ func TestSparseOutArgsNVFP4(t *testing.T) {
 	s := sparseSpec{seed: 4, seqQ: []int{3}, seqK: []int{150}, hq: 2, hkv: 1, d: 64, topK: 2, blk: 128,
 		qDt: "bf16", kvDt: "nvfp4", partial: tensor.Float32, kGlobal: 0.5}
 	pr := buildSparse(s)
-	rp, qi, err := BuildK2QCSR(pr.q2k, pr.cuQ, pr.cuK, 128)
+	rp, qi, err := K2QCSRFunc(pr.q2k, pr.cuQ, pr.cuK, 128)
 	if err != nil {
 		t.Fatal(err)
 	}
 	args := SparseArgs{CuSeqlensQ: pr.cuQ, CuSeqlensK: pr.cuK, PartialDtype: tensor.Float32}
-	want, err := SparseAttenNVFP4KVFunc(pr.q, pr.k, pr.v, pr.kScale, pr.vScale, pr.kGlobal, nil, rp, qi, 2, args)
+	want, err := SparseAttentionNVFP4KVFunc(pr.q, pr.k, pr.v, pr.kScale, pr.vScale, pr.kGlobal, nil, rp, qi, 2, args)
 	if err != nil {
 		t.Fatal(err)
 	}
 	args.Out = bf16T(3, 2, 64)
-	got, err := SparseAttenNVFP4KVFunc(pr.q, pr.k, pr.v, pr.kScale, pr.vScale, pr.kGlobal, nil, rp, qi, 2, args)
+	got, err := SparseAttentionNVFP4KVFunc(pr.q, pr.k, pr.v, pr.kScale, pr.vScale, pr.kGlobal, nil, rp, qi, 2, args)
 	if err != nil || got.Out != args.Out {
 		t.Fatalf("NVFP4 with Out: %v", err)
 	}
@@ -154,7 +154,7 @@ func TestSparseOutArgsNVFP4(t *testing.T) {
 	g[0] = 0.5
 	kg := tensor.New(tensor.WithShape(1), tensor.WithBacking(g[:1]))
 	args.Out, args.OutLSE = nil, tensor.New(tensor.WithShape(3, 2), tensor.WithBacking(g))
-	_, err = SparseAttenNVFP4KVFunc(pr.q, pr.k, pr.v, pr.kScale, pr.vScale, kg, nil, rp, qi, 2, args)
+	_, err = SparseAttentionNVFP4KVFunc(pr.q, pr.k, pr.v, pr.kScale, pr.vScale, kg, nil, rp, qi, 2, args)
 	if err == nil || !strings.Contains(err.Error(), "shared with k_global_scale") {
 		t.Fatalf("OutLSE on the K global scale: %v, want an error naming k_global_scale", err)
 	}

@@ -7,7 +7,7 @@ import (
 	"gorgonia.org/tensor"
 )
 
-// AppendPagedKV writes new keys (or values) into a paged K/V cache in place:
+// WritePagedKVFunc writes new keys (or values) into a paged K/V cache in place:
 // the eager counterpart of the graph op WritePagedKV, for a prefill's prompt
 // as well as for a decode step.
 //
@@ -30,8 +30,8 @@ import (
 // O(cache). Two requests whose rows map to the same cache position are
 // rejected. layout is the cache's layout, the one the attention calls are
 // given (SparseArgs.KVLayout, DecodeArgs.KVLayout).
-func AppendPagedKV(cache, newKV, pageTable, cuSeqlensNew, seqUsedK tensor.Tensor, layout PagedLayout) error {
-	const fn = "AppendPagedKV"
+func WritePagedKVFunc(cache, newKV, pageTable, cuSeqlensNew, seqUsedK tensor.Tensor, layout PagedLayout) error {
+	const fn = "WritePagedKVFunc"
 	c := &checker{fn: fn}
 	if checkLayout(c, layout, true); c.err != nil {
 		return c.err

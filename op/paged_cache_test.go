@@ -43,10 +43,10 @@ func TestAppendPagedKVPrefillThenDecode(t *testing.T) {
 		}
 		return x
 	}
-	if err := AppendPagedKV(cache, rows(4, 0), pt, i32(0, 3, 4), i32(3, 1), HND); err != nil {
+	if err := WritePagedKVFunc(cache, rows(4, 0), pt, i32(0, 3, 4), i32(3, 1), HND); err != nil {
 		t.Fatal(err)
 	}
-	if err := AppendPagedKV(cache, rows(2, 4), pt, i32(0, 1, 2), i32(4, 2), HND); err != nil {
+	if err := WritePagedKVFunc(cache, rows(2, 4), pt, i32(0, 1, 2), i32(4, 2), HND); err != nil {
 		t.Fatal(err)
 	}
 	got, _ := Float32s(cache)
@@ -98,7 +98,7 @@ func TestAppendPagedKVErrors(t *testing.T) {
 		{"collision", cache, two, dupPT, i32(0, 1, 2), i32(1, 1), "page_table"},
 	}
 	for _, tc := range cases {
-		err := AppendPagedKV(tc.cache, tc.nw, tc.pt, tc.cu, tc.used, HND)
+		err := WritePagedKVFunc(tc.cache, tc.nw, tc.pt, tc.cu, tc.used, HND)
 		var ae *ArgError
 		if !errors.As(err, &ae) || ae.Arg != tc.arg {
 			t.Errorf("%s: got %v, want an *ArgError for %s", tc.name, err, tc.arg)

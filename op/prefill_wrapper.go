@@ -15,7 +15,7 @@ type PrefillPlanArgs struct {
 	CuSeqlensQ tensor.Tensor
 	// PageTable: int32 [B, max_num_pages_per_seq]; SeqUsedK: int32 [B],
 	// each request's key count already including the chunk's tokens (as
-	// AppendPagedKV and PagedKVCache leave them).
+	// WritePagedKVFunc and PagedKVCache leave them).
 	PageTable, SeqUsedK tensor.Tensor
 	// KVLayout is the cache's layout, HND (the zero value) or NHD.
 	KVLayout PagedLayout
@@ -115,11 +115,11 @@ func (w *PagedPrefillWrapper) Plan(args PrefillPlanArgs, q2kIndices tensor.Tenso
 	if err != nil {
 		return err
 	}
-	rp, qi, err := BuildK2QCSR(q2k, args.CuSeqlensQ, cuKT, w.pageSize)
+	rp, qi, err := K2QCSRFunc(q2k, args.CuSeqlensQ, cuKT, w.pageSize)
 	if err != nil {
 		return inStage(fn, err)
 	}
-	sched, err := PrepareSparseFwdSchedule(rp, qi, ScheduleArgs{CuSeqlensQ: args.CuSeqlensQ, CuSeqlensK: cuKT,
+	sched, err := FwdScheduleFunc(rp, qi, ScheduleArgs{CuSeqlensQ: args.CuSeqlensQ, CuSeqlensK: cuKT,
 		TotalQ: int(cuQ[batch]), TopK: topK, QheadPerKV: args.NumQOHeads / args.NumKVHeads, BlkKV: w.pageSize, Workers: args.Workers})
 	if err != nil {
 		return inStage(fn, err)
@@ -165,7 +165,7 @@ func (w *PagedPrefillWrapper) blockLists(fn string, q2kIndices tensor.Tensor, cu
 }
 
 // Run computes the planned prefill for q [total_q, Hq, D] against the
-// paged k and v of the cache (the planned layout): SparseAttenFunc's
+// paged k and v of the cache (the planned layout): SparseAttentionFunc's
 // result over the plan's blocks. softmaxScale 0 means the planned scale.
 func (w *PagedPrefillWrapper) Run(q, k, v tensor.Tensor, softmaxScale float64) (*Result, error) {
 	const fn = "PagedPrefillWrapper.Run"
@@ -188,7 +188,7 @@ func (w *PagedPrefillWrapper) Run(q, k, v tensor.Tensor, softmaxScale float64) (
 	if softmaxScale != 0 {
 		args.SoftmaxScale = softmaxScale
 	}
-	res, err := SparseAttenFunc(q, k, v, w.rp, w.qi, w.topK, args)
+	res, err := SparseAttentionFunc(q, k, v, w.rp, w.qi, w.topK, args)
 	if err != nil {
 		return nil, inStage(fn, err)
 	}

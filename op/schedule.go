@@ -72,7 +72,7 @@ func (s *Schedule) validate(fn string, csr *plan.CSR, rows *plan.Rows, cuQ []int
 	return nil
 }
 
-// ScheduleArgs are the arguments of PrepareSparseFwdSchedule besides the CSR.
+// ScheduleArgs are the arguments of FwdScheduleFunc besides the CSR.
 type ScheduleArgs struct {
 	// CuSeqlensQ, CuSeqlensK: int32 [B+1].
 	CuSeqlensQ, CuSeqlensK tensor.Tensor
@@ -88,12 +88,12 @@ type ScheduleArgs struct {
 	Workers int
 }
 
-// PrepareSparseFwdSchedule builds a forward schedule for a k2q CSR (the
+// FwdScheduleFunc builds a forward schedule for a k2q CSR (the
 // reference's prepare_sparse_fwd_schedule_and_split). Pass the result as
 // SparseArgs.Schedule to reuse it across calls with the same metadata and
 // the same Workers.
-func PrepareSparseFwdSchedule(k2qRowPtr, k2qQIndices tensor.Tensor, args ScheduleArgs) (*Schedule, error) {
-	const fn = "PrepareSparseFwdSchedule"
+func FwdScheduleFunc(k2qRowPtr, k2qQIndices tensor.Tensor, args ScheduleArgs) (*Schedule, error) {
+	const fn = "FwdScheduleFunc"
 	c := &checker{fn: fn}
 	cuQ := cuSeqlens(c, args.CuSeqlensQ, "cu_seqlens_q", args.TotalQ, fmt.Sprintf("total_q = %d", args.TotalQ))
 	cuK := cuSeqlens(c, args.CuSeqlensK, "cu_seqlens_k", -1, "")

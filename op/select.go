@@ -13,7 +13,7 @@ import (
 
 // In-graph block selection (beyond the reference, which takes q2k_indices
 // as an input): BlockScores rates every (KV head, query, key block) and
-// TopKBlocks turns the ratings into q2k_indices for K2QCSR / BuildK2QCSR.
+// TopKBlocks turns the ratings into q2k_indices for K2QCSR / K2QCSRFunc.
 
 // HeadReduce says how BlockScores combines the query heads of one GQA group
 // (all of them share one q2k list).

@@ -161,13 +161,13 @@ func BlockSparseAttention(q, k, v, cuQ, cuK *G.Node, opts ...Option) (*G.Node, e
 
 // Selection is the block selection of SelectBlocksFunc: q2k_indices, the
 // k2q CSR built from it and its forward schedule, with the arguments
-// SparseAttenFunc needs to use them (Args).
+// SparseAttentionFunc needs to use them (Args).
 type Selection struct {
 	// Q2K is q2k_indices int32 [Hkv, total_q, topK] (TopKBlocksFunc's).
 	Q2K *tensor.Dense
-	// RowPtr and QIndices are the k2q CSR (BuildK2QCSR's).
+	// RowPtr and QIndices are the k2q CSR (K2QCSRFunc's).
 	RowPtr, QIndices *tensor.Dense
-	// Schedule is the forward schedule (PrepareSparseFwdSchedule's); nil
+	// Schedule is the forward schedule (FwdScheduleFunc's); nil
 	// for float32 q and k, whose kernels split the work themselves.
 	Schedule *Schedule
 	// TopK and BlkKV are the selection's topK and blk_kv; Causal whether
@@ -188,7 +188,7 @@ func (s *Selection) Args() SparseArgs {
 }
 
 // SelectBlocksFunc is the eager form of SelectBlocks: BlockScoresFunc,
-// TopKBlocksFunc, BuildK2QCSR and PrepareSparseFwdSchedule in one call,
+// TopKBlocksFunc, K2QCSRFunc and FwdScheduleFunc in one call,
 // with SelectBlocks' options (TopK required; MaxSeqlenK absent: derived
 // from cu_seqlens_k). An error of a stage names SelectBlocksFunc and the
 // stage.
@@ -211,7 +211,7 @@ func SelectBlocksFunc(q, k, cuSeqlensQ, cuSeqlensK tensor.Tensor, opts ...Option
 	if err != nil {
 		return nil, inStage(fn, err)
 	}
-	rp, qi, err := BuildK2QCSR(q2k, cuSeqlensQ, cuSeqlensK, blk)
+	rp, qi, err := K2QCSRFunc(q2k, cuSeqlensQ, cuSeqlensK, blk)
 	if err != nil {
 		return nil, inStage(fn, err)
 	}
@@ -222,7 +222,7 @@ func SelectBlocksFunc(q, k, cuSeqlensQ, cuSeqlensK tensor.Tensor, opts ...Option
 	}
 	// BlockScoresFunc has checked q and k: rank 3, Hkv dividing Hq.
 	qs, ks := q.Shape(), k.Shape()
-	s.Schedule, err = PrepareSparseFwdSchedule(rp, qi, ScheduleArgs{CuSeqlensQ: cuSeqlensQ, CuSeqlensK: cuSeqlensK,
+	s.Schedule, err = FwdScheduleFunc(rp, qi, ScheduleArgs{CuSeqlensQ: cuSeqlensQ, CuSeqlensK: cuSeqlensK,
 		TotalQ: qs[0], TopK: cfg.topK, QheadPerKV: qs[1] / ks[1], BlkKV: blk, Workers: cfg.workers})
 	if err != nil {
 		return nil, inStage(fn, err)
@@ -231,7 +231,7 @@ func SelectBlocksFunc(q, k, cuSeqlensQ, cuSeqlensK tensor.Tensor, opts ...Option
 }
 
 // BlockSparseAttentionFunc is the eager form of BlockSparseAttention:
-// SelectBlocksFunc on q and k, then SparseAttenFunc of q, k, v over the
+// SelectBlocksFunc on q and k, then SparseAttentionFunc of q, k, v over the
 // selection, with BlockSparseAttention's options (TopK required;
 // Temperature also returns the temperature LSE). SharedKV is a graph
 // option (it has no eager meaning) and is refused here.
@@ -249,7 +249,7 @@ func BlockSparseAttentionFunc(q, k, v, cuSeqlensQ, cuSeqlensK tensor.Tensor, opt
 	args := sel.Args()
 	args.SoftmaxScale, args.Temperature, args.ReturnTemperatureLSE = cfg.scale, cfg.temperature, cfg.has(optTemperature)
 	args.PartialDtype, args.QKDtype, args.PVDtype = cfg.partial, cfg.qk, cfg.pv
-	res, err := SparseAttenFunc(q, k, v, sel.RowPtr, sel.QIndices, sel.TopK, args)
+	res, err := SparseAttentionFunc(q, k, v, sel.RowPtr, sel.QIndices, sel.TopK, args)
 	if err != nil {
 		return nil, inStage(fn, err)
 	}

@@ -45,12 +45,12 @@ func TestBlockSparseAttentionMatchesChain(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rp, qi, err := BuildK2QCSR(q2k, cuQ, cuK, 64)
+		rp, qi, err := K2QCSRFunc(q2k, cuQ, cuK, 64)
 		if err != nil {
 			t.Fatal(err)
 		}
 		args := SparseArgs{CuSeqlensQ: cuQ, CuSeqlensK: cuK, BlkKV: 64, Causal: true, Workers: 2, SoftmaxScale: 0.1}
-		want, err := SparseAttenFunc(q, k, v, rp, qi, 2, args)
+		want, err := SparseAttentionFunc(q, k, v, rp, qi, 2, args)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -86,9 +86,9 @@ func TestOneCallRefusals(t *testing.T) {
 	_, err = SelectBlocksFunc(q, k, cuQ, cuK, BlkKV(64))
 	wantNames(t, err, "TopK", "SelectBlocksFunc")
 	_, err = SelectBlocksFunc(q, k, cuQ, cuK, TopK(2), BlkKV(256))
-	wantNames(t, err, "blk_kv", "SelectBlocksFunc (PrepareSparseFwdSchedule)")
+	wantNames(t, err, "blk_kv", "SelectBlocksFunc (FwdScheduleFunc)")
 	_, err = BlockSparseAttentionFunc(q, k, v, cuQ, cuK, TopK(2), PartialDtype(tensor.Int32))
-	wantNames(t, err, "partial_dtype", "BlockSparseAttentionFunc (SparseAttenFunc)")
+	wantNames(t, err, "partial_dtype", "BlockSparseAttentionFunc (SparseAttentionFunc)")
 
 	g := G.NewGraph()
 	in := func(name string, x *tensor.Dense) *G.Node { return G.NodeFromAny(g, x, G.WithName(name)) }
@@ -105,7 +105,7 @@ func TestOneCallRefusals(t *testing.T) {
 
 // TestOneCallGradients: with float32 q, k, v the one-call graph forms are
 // differentiable; G.Grad of sum(out) gives the gradients of
-// SparseAttenBackwardFunc over the same selection (dOut = 1).
+// SparseAttentionBackwardFunc over the same selection (dOut = 1).
 func TestOneCallGradients(t *testing.T) {
 	q, k, v, cuQ, cuK := selectProblem("f32")
 	opts := []Option{BlkKV(64), Causal(), Workers(2)}
@@ -117,7 +117,7 @@ func TestOneCallGradients(t *testing.T) {
 	q2k := make([]int32, 2*10*dense.TopK)
 	allBlocks(q2k, int32s(cuQ), []int32{300, 200}, 2, dense.TopK, 64, true)
 	dense.Q2K = tensor.New(tensor.WithShape(2, 10, dense.TopK), tensor.WithBacking(q2k))
-	if dense.RowPtr, dense.QIndices, err = BuildK2QCSR(dense.Q2K, cuQ, cuK, 64); err != nil {
+	if dense.RowPtr, dense.QIndices, err = K2QCSRFunc(dense.Q2K, cuQ, cuK, 64); err != nil {
 		t.Fatal(err)
 	}
 	for name, c := range map[string]struct {
@@ -145,7 +145,7 @@ func TestOneCallGradients(t *testing.T) {
 		if err := runOnce(g); err != nil {
 			t.Fatal(err)
 		}
-		fwd, err := SparseAttenFunc(q, k, v, c.sel.RowPtr, c.sel.QIndices, c.sel.TopK, c.sel.Args())
+		fwd, err := SparseAttentionFunc(q, k, v, c.sel.RowPtr, c.sel.QIndices, c.sel.TopK, c.sel.Args())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -153,14 +153,14 @@ func TestOneCallGradients(t *testing.T) {
 		for i := range ones {
 			ones[i] = 1
 		}
-		want, err := SparseAttenBackwardFunc(q, k, v, fwd.Out, fwd.LSE, tensor.New(tensor.WithShape(10, 4, 64), tensor.WithBacking(ones)), nil,
+		want, err := SparseAttentionBackwardFunc(q, k, v, fwd.Out, fwd.LSE, tensor.New(tensor.WithShape(10, 4, 64), tensor.WithBacking(ones)), nil,
 			c.sel.RowPtr, c.sel.QIndices, c.sel.TopK, c.sel.Args())
 		if err != nil {
 			t.Fatal(err)
 		}
 		for i, w := range []*tensor.Dense{want.DQ, want.DK, want.DV} {
 			if !bytes.Equal(grads[i].Value().(*tensor.Dense).Header.Raw, w.Header.Raw) {
-				t.Fatalf("%s: the gradient of input %d differs from SparseAttenBackwardFunc's", name, i)
+				t.Fatalf("%s: the gradient of input %d differs from SparseAttentionBackwardFunc's", name, i)
 			}
 		}
 	}

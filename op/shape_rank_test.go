@@ -22,17 +22,17 @@ func TestOutputAndGradientRanks(t *testing.T) {
 
 	fs := sparseSpec{seed: 9, seqQ: []int{1}, seqK: []int{40}, hq: 4, hkv: 2, d: 16, topK: 1, blk: 16}
 	fp := newF32Problem(fs)
-	rp, qi, err := BuildK2QCSR(fp.q2k, fp.cuQ, fp.cuK, fs.blk)
+	rp, qi, err := K2QCSRFunc(fp.q2k, fp.cuQ, fp.cuK, fs.blk)
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := SparseAttenFunc(fp.q, fp.k, fp.v, rp, qi, fs.topK, fp.args())
+	res, err := SparseAttentionFunc(fp.q, fp.k, fp.v, rp, qi, fs.topK, fp.args())
 	if err != nil {
 		t.Fatal(err)
 	}
 	dOut := tensor.New(tensor.WithShape(1, 4, 16), tensor.WithBacking(make([]float32, 64)))
-	_, err = SparseAttenBackwardFunc(fp.q, fp.k, fp.v, res.Out, flat, dOut, nil, rp, qi, fs.topK, fp.args())
+	_, err = SparseAttentionBackwardFunc(fp.q, fp.k, fp.v, res.Out, flat, dOut, nil, rp, qi, fs.topK, fp.args())
 	wantArgErr(t, err, "lse", "[total_q, Hq] = [1, 4]")
-	_, err = SparseAttenBackwardFunc(fp.q, fp.k, fp.v, res.Out, res.LSE, dOut, flat, rp, qi, fs.topK, fp.args())
+	_, err = SparseAttentionBackwardFunc(fp.q, fp.k, fp.v, res.Out, res.LSE, dOut, flat, rp, qi, fs.topK, fp.args())
 	wantArgErr(t, err, "dLSE", "[total_q, Hq] = [1, 4]")
 }

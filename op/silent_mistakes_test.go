@@ -29,7 +29,7 @@ func transpose01(t *testing.T, x *tensor.Dense) *tensor.Dense {
 // decode entry points.
 func TestTransposedQNamesLayout(t *testing.T) {
 	c, _ := validBase(t, false) // q [10, 4, 128], k Hkv = 2
-	_, err := SparseAttenFunc(transpose01(t, c.q.(*tensor.Dense)), c.k, c.v, c.rp, c.qi, c.topK, c.args)
+	_, err := SparseAttentionFunc(transpose01(t, c.q.(*tensor.Dense)), c.k, c.v, c.rp, c.qi, c.topK, c.args)
 	var ne *NotImplementedError
 	if !errors.As(err, &ne) {
 		t.Fatalf("transposed q: %v, want a *NotImplementedError (Hq/Hkv = 5)", err)
@@ -39,12 +39,12 @@ func TestTransposedQNamesLayout(t *testing.T) {
 	// q [B * seqlen_q, Hq, D] = [2, 8, 64], Hkv 4
 	s := decodeSpec{seed: 5, seqused: []int{70}, seqlenQ: 2, hq: 8, hkv: 4, d: 64, pageSize: 16, dt: "bf16", workers: 2}
 	pr := buildDecode(s)
-	_, err = SparseDecodeAttenFunc(transpose01(t, pr.q), pr.k, pr.v, nil, decodeArgs(s, pr))
+	_, err = DecodeAttentionFunc(transpose01(t, pr.q), pr.k, pr.v, nil, decodeArgs(s, pr))
 	wantArgErr(t, err, "q", "[total_q, Hq, D]")
 	wantLayoutFirst(t, err)
 
 	// Rows other than B * seqlen_q: the layout in letters, then the count.
-	_, err = SparseDecodeAttenFunc(bf16T(3, 8, 64), pr.k, pr.v, nil, decodeArgs(s, pr))
+	_, err = DecodeAttentionFunc(bf16T(3, 8, 64), pr.k, pr.v, nil, decodeArgs(s, pr))
 	wantArgErr(t, err, "q", "[B * seqlen_q, Hq, D] with B * seqlen_q = 1 * 2 = 2")
 }
 

@@ -9,12 +9,12 @@ import (
 	"gorgonia.org/tensor"
 )
 
-// SparseAttenFunc runs CSR block-sparse varlen attention on the CPU (the
+// SparseAttentionFunc runs CSR block-sparse varlen attention on the CPU (the
 // reference's sparse_atten_func). q is [total_q, Hq, D] BFloat16 or
 // Float8E4M3FN; k and v are dense [total_k, Hkv, D] or, with
 // args.PageTable, paged [num_pages, Hkv, blk_kv, D] (BF16 Q may use FP8
 // K/V); k2qRowPtr [Hkv, total_rows+1] and k2qQIndices [Hkv, >= total_q*topK]
-// come from BuildK2QCSR. The result's Out is BFloat16 [total_q, Hq, D];
+// come from K2QCSRFunc. The result's Out is BFloat16 [total_q, Hq, D];
 // LSE (natural log, [total_q, Hq] float32) is always set (the kernels compute
 // it anyway; the reference's return_softmax_lse has no Go counterpart), and
 // TemperatureLSE when args.ReturnTemperatureLSE is set. Out and LSE are
@@ -22,27 +22,27 @@ import (
 // to spare an allocation per call), else new tensors. Float32 q, k and v
 // (all three) run without any low-precision rounding and give a float32
 // Out (see grad_f32.go).
-func SparseAttenFunc(q, k, v, k2qRowPtr, k2qQIndices tensor.Tensor, topK int, args SparseArgs) (*Result, error) {
+func SparseAttentionFunc(q, k, v, k2qRowPtr, k2qQIndices tensor.Tensor, topK int, args SparseArgs) (*Result, error) {
 	if isFloat32(q) {
-		return sparseAttenF32("SparseAttenFunc", q, k, v, k2qRowPtr, k2qQIndices, topK, args)
+		return sparseAttenF32("SparseAttentionFunc", q, k, v, k2qRowPtr, k2qQIndices, topK, args)
 	}
-	sc, err := validateSparse("SparseAttenFunc", q, k, v, k2qRowPtr, k2qQIndices, topK, &args, nil)
+	sc, err := validateSparse("SparseAttentionFunc", q, k, v, k2qRowPtr, k2qQIndices, topK, &args, nil)
 	if err != nil {
 		return nil, err
 	}
 	return sc.run(nil, nil), nil
 }
 
-// SparseAttenNVFP4KVFunc is SparseAttenFunc with packed NVFP4 K/V (the
+// SparseAttentionNVFP4KVFunc is SparseAttentionFunc with packed NVFP4 K/V (the
 // reference's sparse_atten_nvfp4_kv_func): k and v are uint8
 // [total_k, Hkv, D/2] or [num_pages, Hkv, blk_kv, D/2], two E2M1 values per
 // byte (element 2i in the low nibble); kScale and vScale hold one E4M3 scale
 // per 16 elements in the cuBLAS 128x4 tiled layout; kGlobal and vGlobal are
 // optional float32 global scales (nil for none). K's global scale applies
 // before the scores, V's in the combine.
-func SparseAttenNVFP4KVFunc(q, k, v, kScale, vScale, kGlobal, vGlobal, k2qRowPtr, k2qQIndices tensor.Tensor, topK int, args SparseArgs) (*Result, error) {
+func SparseAttentionNVFP4KVFunc(q, k, v, kScale, vScale, kGlobal, vGlobal, k2qRowPtr, k2qQIndices tensor.Tensor, topK int, args SparseArgs) (*Result, error) {
 	nv := &nvfp4Inputs{kScale: kScale, vScale: vScale, kGlobal: kGlobal, vGlobal: vGlobal}
-	sc, err := validateSparse("SparseAttenNVFP4KVFunc", q, k, v, k2qRowPtr, k2qQIndices, topK, &args, nv)
+	sc, err := validateSparse("SparseAttentionNVFP4KVFunc", q, k, v, k2qRowPtr, k2qQIndices, topK, &args, nv)
 	if err != nil {
 		return nil, err
 	}

@@ -61,7 +61,7 @@ func TestNVFP4ScaleWidth(t *testing.T) {
 		qDt: "bf16", kvDt: "nvfp4", partial: tensor.Float32}
 	pr := buildSparse(s)
 	checkAgainstReference(t, s, pr, runSparse(t, s, pr, 2, nil))
-	rp, qi, err := BuildK2QCSR(pr.q2k, pr.cuQ, pr.cuK, s.blk)
+	rp, qi, err := K2QCSRFunc(pr.q2k, pr.cuQ, pr.cuK, s.blk)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,11 +69,11 @@ func TestNVFP4ScaleWidth(t *testing.T) {
 	rows, cols := pr.kScale.Shape()[0], pr.kScale.Shape()[1]
 	want := fmt.Sprintf("shape exactly (%d, %d)", rows, cols)
 	wide := widenScales(pr.kScale, cols, 8)
-	_, err = SparseAttenNVFP4KVFunc(pr.q, pr.k, pr.v, wide, pr.vScale, nil, nil, rp, qi, s.topK, args)
+	_, err = SparseAttentionNVFP4KVFunc(pr.q, pr.k, pr.v, wide, pr.vScale, nil, nil, rp, qi, s.topK, args)
 	wantArgErr(t, err, "k_scale_128x4", want)
-	_, err = SparseAttenNVFP4KVFunc(pr.q, pr.k, pr.v, pr.kScale, widenScales(pr.vScale, cols, 8), nil, nil, rp, qi, s.topK, args)
+	_, err = SparseAttentionNVFP4KVFunc(pr.q, pr.k, pr.v, pr.kScale, widenScales(pr.vScale, cols, 8), nil, nil, rp, qi, s.topK, args)
 	wantArgErr(t, err, "v_scale_128x4", want)
 	tall := tensor.New(tensor.WithShape(rows+128, cols), tensor.WithBacking(append(slices.Clone(backing[uint8](pr.kScale)), make([]uint8, 128*cols)...)))
-	_, err = SparseAttenNVFP4KVFunc(pr.q, pr.k, pr.v, tall, pr.vScale, nil, nil, rp, qi, s.topK, args)
+	_, err = SparseAttentionNVFP4KVFunc(pr.q, pr.k, pr.v, tall, pr.vScale, nil, nil, rp, qi, s.topK, args)
 	wantArgErr(t, err, "k_scale_128x4", want)
 }

@@ -42,13 +42,13 @@ func oTolerance(partial tensor.Dtype, pvFP8 bool) (rtol, atol float64) {
 	return
 }
 
-// runSparse builds the CSR, runs SparseAttenFunc (or the NVFP4 variant)
+// runSparse builds the CSR, runs SparseAttentionFunc (or the NVFP4 variant)
 // and returns the result.
 func runSparse(t testing.TB, s sparseSpec, pr *sparseProblem, workers int, sched *Schedule) *Result {
 	t.Helper()
-	rp, qi, err := BuildK2QCSR(pr.q2k, pr.cuQ, pr.cuK, s.blk)
+	rp, qi, err := K2QCSRFunc(pr.q2k, pr.cuQ, pr.cuK, s.blk)
 	if err != nil {
-		t.Fatalf("%v: BuildK2QCSR: %v", s, err)
+		t.Fatalf("%v: K2QCSRFunc: %v", s, err)
 	}
 	args := SparseArgs{
 		CuSeqlensQ: pr.cuQ, CuSeqlensK: pr.cuK, BlkKV: s.blk, Causal: s.causal,
@@ -68,9 +68,9 @@ func runSparse(t testing.TB, s sparseSpec, pr *sparseProblem, workers int, sched
 		if pr.vGlobal != nil {
 			vg = pr.vGlobal
 		}
-		res, err = SparseAttenNVFP4KVFunc(pr.q, pr.k, pr.v, pr.kScale, pr.vScale, kg, vg, rp, qi, s.topK, args)
+		res, err = SparseAttentionNVFP4KVFunc(pr.q, pr.k, pr.v, pr.kScale, pr.vScale, kg, vg, rp, qi, s.topK, args)
 	} else {
-		res, err = SparseAttenFunc(pr.q, pr.k, pr.v, rp, qi, s.topK, args)
+		res, err = SparseAttentionFunc(pr.q, pr.k, pr.v, rp, qi, s.topK, args)
 	}
 	if err != nil {
 		t.Fatalf("%v: %v", s, err)
@@ -128,7 +128,7 @@ func checkLSE(t testing.TB, s sparseSpec, what string, row int, got, want float6
 	}
 }
 
-// TestSparseMatrix compares SparseAttenFunc with the float64 reference over
+// TestSparseMatrix compares SparseAttentionFunc with the float64 reference over
 // ragged batches with empty sequences, -1 padding, causal and non-causal,
 // dense and paged (shuffled page tables, trimmed page-table capacity),
 // every dtype path and partial dtype, every GQA ratio, several topK and D.

@@ -83,7 +83,7 @@ func NewE4M3Sat(data []float32, shape ...int) (*tensor.Dense, error) {
 }
 
 // NVFP4 is one NVFP4-quantised K or V tensor in the form
-// SparseAttenNVFP4KVFunc takes: Data (uint8, the given shape with the last
+// SparseAttentionNVFP4KVFunc takes: Data (uint8, the given shape with the last
 // dimension halved: two e2m1 values per byte, even element in the low
 // nibble), Scale (uint8 [round_up(rows, 128), round_up(D/16, 4)], the e4m3
 // block scales of every 16 elements in the 128x4 tiled layout, rows = the

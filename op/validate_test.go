@@ -21,7 +21,7 @@ func validBase(t *testing.T, paged bool) (call, *sparseProblem) {
 	s := sparseSpec{seed: 9, seqQ: []int{6, 4}, seqK: []int{200, 100}, hq: 4, hkv: 2, d: 128, topK: 4, blk: 128,
 		paged: paged, qDt: "bf16", kvDt: "bf16", partial: BFloat16}
 	pr := buildSparse(s)
-	rp, qi, err := BuildK2QCSR(pr.q2k, pr.cuQ, pr.cuK, 128)
+	rp, qi, err := K2QCSRFunc(pr.q2k, pr.cuQ, pr.cuK, 128)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,11 +133,11 @@ func TestSparseValidation(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			c, _ := validBase(t, tc.paged)
-			if _, err := SparseAttenFunc(c.q, c.k, c.v, c.rp, c.qi, c.topK, c.args); err != nil {
+			if _, err := SparseAttentionFunc(c.q, c.k, c.v, c.rp, c.qi, c.topK, c.args); err != nil {
 				t.Fatalf("base call fails: %v", err)
 			}
 			tc.mutate(&c)
-			_, err := SparseAttenFunc(c.q, c.k, c.v, c.rp, c.qi, c.topK, c.args)
+			_, err := SparseAttentionFunc(c.q, c.k, c.v, c.rp, c.qi, c.topK, c.args)
 			if err == nil {
 				t.Fatal("accepted")
 			}
@@ -159,7 +159,7 @@ func TestBuildK2QCSRValidation(t *testing.T) {
 	cuQ := i32T([]int{3}, 0, 2, 3)
 	cuK := i32T([]int{3}, 0, 300, 400)
 	good := i32T([]int{1, 3, 2}, 0, 2, 1, -1, 0, -1)
-	if _, _, err := BuildK2QCSR(good, cuQ, cuK, 128); err != nil {
+	if _, _, err := K2QCSRFunc(good, cuQ, cuK, 128); err != nil {
 		t.Fatal(err)
 	}
 	for name, q2k := range map[string]*tensor.Dense{
@@ -168,7 +168,7 @@ func TestBuildK2QCSRValidation(t *testing.T) {
 		"duplicate":    i32T([]int{1, 3, 2}, 1, 1, 1, -1, 0, -1),
 		"below -1":     i32T([]int{1, 3, 2}, -2, 1, 1, -1, 0, -1),
 	} {
-		if _, _, err := BuildK2QCSR(q2k, cuQ, cuK, 128); err == nil || !strings.Contains(err.Error(), "q2k_indices") {
+		if _, _, err := K2QCSRFunc(q2k, cuQ, cuK, 128); err == nil || !strings.Contains(err.Error(), "q2k_indices") {
 			t.Errorf("%s: got %v", name, err)
 		}
 	}

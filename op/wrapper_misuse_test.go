@@ -109,7 +109,7 @@ func TestDecodeWrapperPlanViews(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkDecode(t, s, pr, res)
-	eager, err := SparseDecodeAttenFunc(pr.q, pr.k, pr.v, nil, args.DecodeArgs)
+	eager, err := DecodeAttentionFunc(pr.q, pr.k, pr.v, nil, args.DecodeArgs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,7 +245,7 @@ func TestDecodeScalarRule(t *testing.T) {
 	for _, x := range []float64{1e39, 3e38, -1e39, 1e-50, math.NaN(), math.Inf(1), math.Inf(-1)} {
 		args := decodeArgs(s, pr)
 		args.SoftmaxScale = x
-		_, err := SparseDecodeAttenFunc(pr.q, pr.k, pr.v, nil, args)
+		_, err := DecodeAttentionFunc(pr.q, pr.k, pr.v, nil, args)
 		wantArgErr(t, err, "softmax_scale", scaleRule)
 		wantArgErr(t, w.Plan(planOf(s, args), nil), "softmax_scale", scaleRule)
 		_, err = w.Run(pr.q, pr.k, pr.v, x)
@@ -270,7 +270,7 @@ func TestDecodeSizeCaps(t *testing.T) {
 	}
 	args = planArgs(s, pr)
 	args.BlkKV = math.MaxInt
-	_, err := SparseDecodeAttenFunc(pr.q, pr.k, pr.v, nil, args.DecodeArgs)
+	_, err := DecodeAttentionFunc(pr.q, pr.k, pr.v, nil, args.DecodeArgs)
 	wantArgErr(t, err, "blk_kv", "blk_kv <=")
 	_, err = NewDecodeWrapper(0)
 	wantArgErr(t, err, "page_size", "page size")

@@ -55,27 +55,10 @@ func (im *Implementation) Sgemm(tA, tB gblas.Transpose, m, n, k int, alpha float
 		}
 		im.Implementation.Sgemm(tA, tB, m, n-n16, k, alpha, a, lda, bt, ldb, beta, c[n16:], ldc)
 	}
-	// A row-major m x k: packed when transposed.
-	ap, lap := a, lda
-	if aT {
-		ap, lap = transpose(a, lda, k, m), k
-	}
-	// B row-major k x n16 scaled by alpha: packed when transposed or scaled.
-	bp, lbp := b, ldb
-	if bT || alpha != 1 {
-		bp, lbp = make([]float32, k*n16), n16
-		for t := range k {
-			row := bp[t*n16 : (t+1)*n16]
-			for j := range row {
-				if bT {
-					row[j] = alpha * b[j*ldb+t]
-				} else {
-					row[j] = alpha * b[t*ldb+j]
-				}
-			}
-		}
-	}
-	im.parallelRows(m, func(tl *grad.GEMMTiler, r0, r1 int) {
+	bp := packB(b, ldb, bT, k, n16, alpha)
+	lap := k + aPad
+	im.parallelRows(m, lap, func(tl *grad.GEMMTiler, ap []float32, r0, r1 int) {
+		packA(ap, lap, a, lda, aT, r0, r1, k)
 		cr := c[r0*ldc:]
 		if beta != 0 && beta != 1 {
 			for r := range r1 - r0 {
@@ -85,11 +68,49 @@ func (im *Implementation) Sgemm(tA, tB gblas.Transpose, m, n, k int, alpha float
 				}
 			}
 		}
-		// The arguments were checked above, so Gemm cannot fail.
-		if err := tl.Gemm(r1-r0, n16, k, ap[r0*lap:], lap, bp, lbp, cr, ldc, beta != 0); err != nil {
-			panic(err)
+		for j0 := 0; j0 < n16; j0 += panelCols {
+			w := min(panelCols, n16-j0)
+			// The arguments were checked above, so Gemm cannot fail.
+			if err := tl.Gemm(r1-r0, w, k, ap, lap, bp[j0*k:], w, cr[j0:], ldc, beta != 0); err != nil {
+				panic(err)
+			}
 		}
 	})
+}
+
+// panelCols is the width of a packed panel of B: one 8x32 AVX-512 tile
+// (two 16-column tiles on AVX2).
+const panelCols = 32
+
+// packB returns alpha*op(B) (k x n16) as consecutive column panels of
+// panelCols columns (the last one possibly 16), each k rows of its width
+// stored contiguously: the tiles then read B sequentially. Row-major B
+// with a leading dimension of a power-of-two size maps the panel's rows
+// to a few cache sets, which the packing avoids.
+func packB(b []float32, ldb int, bT bool, k, n16 int, alpha float32) []float32 {
+	bp := make([]float32, k*n16)
+	for j0 := 0; j0 < n16; j0 += panelCols {
+		w := min(panelCols, n16-j0)
+		p := bp[j0*k : j0*k+k*w]
+		for t := range k {
+			row := p[t*w : (t+1)*w]
+			if bT {
+				for j := range row {
+					row[j] = alpha * b[(j0+j)*ldb+t]
+				}
+				continue
+			}
+			src := b[t*ldb+j0 : t*ldb+j0+w]
+			if alpha == 1 {
+				copy(row, src)
+				continue
+			}
+			for j, v := range src {
+				row[j] = alpha * v
+			}
+		}
+	}
+	return bp
 }
 
 // fastSgemm reports whether the tiles can take an Sgemm call: its
@@ -120,22 +141,30 @@ func validTrans(t gblas.Transpose) bool {
 
 func isTrans(t gblas.Transpose) bool { return t == gblas.Trans || t == gblas.ConjTrans }
 
-// transpose returns the rows x cols row-major transpose of the cols x rows
-// matrix x (ld elements per row).
-func transpose(x []float32, ld, cols, rows int) []float32 {
-	out := make([]float32, rows*cols)
-	for t := range cols {
-		src := x[t*ld : t*ld+rows]
-		for r, v := range src {
-			out[r*cols+t] = v
+// aPad is the padding of a packed row of A: rows k+16 elements apart do
+// not all map to one cache set when k is a power of two, as the eight
+// rows a tile reads at once would.
+const aPad = 16
+
+// packA copies rows [r0, r1) of op(A) (k columns) to ap, lap elements per
+// row.
+func packA(ap []float32, lap int, a []float32, lda int, aT bool, r0, r1, k int) {
+	for r := r0; r < r1; r++ {
+		dst := ap[(r-r0)*lap : (r-r0)*lap+k]
+		if !aT {
+			copy(dst, a[r*lda:r*lda+k])
+			continue
+		}
+		for t := range dst {
+			dst[t] = a[t*lda+r]
 		}
 	}
-	return out
 }
 
 // parallelRows calls fn on blocks of rowBlock rows of [0, m) on the
-// implementation's goroutines, each with its own tiler.
-func (im *Implementation) parallelRows(m int, fn func(tl *grad.GEMMTiler, r0, r1 int)) {
+// implementation's goroutines, each with its own tiler and a buffer of
+// rowBlock rows of lap elements for its rows of A.
+func (im *Implementation) parallelRows(m, lap int, fn func(tl *grad.GEMMTiler, ap []float32, r0, r1 int)) {
 	blocks := (m + rowBlock - 1) / rowBlock
 	workers := im.Workers
 	if workers <= 0 {
@@ -151,6 +180,7 @@ func (im *Implementation) parallelRows(m int, fn func(tl *grad.GEMMTiler, r0, r1
 			defer wg.Done()
 			tl := getTiler()
 			defer tilers.Put(tl)
+			ap := make([]float32, rowBlock*lap)
 			for {
 				next.Lock()
 				i := nb
@@ -159,7 +189,7 @@ func (im *Implementation) parallelRows(m int, fn func(tl *grad.GEMMTiler, r0, r1
 				if i >= blocks {
 					return
 				}
-				fn(tl, i*rowBlock, min(m, (i+1)*rowBlock))
+				fn(tl, ap, i*rowBlock, min(m, (i+1)*rowBlock))
 			}
 		}()
 	}

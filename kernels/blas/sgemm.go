@@ -55,28 +55,41 @@ func (im *Implementation) Sgemm(tA, tB gblas.Transpose, m, n, k int, alpha float
 		}
 		im.Implementation.Sgemm(tA, tB, m, n-n16, k, alpha, a, lda, bt, ldb, beta, c[n16:], ldc)
 	}
-	bp := packB(b, ldb, bT, k, n16, alpha)
+	// Small m reads each panel of B once or twice: packing it would cost
+	// as much as the product.
+	packed := bT || alpha != 1 || m > smallM
+	bp := b
+	if packed {
+		bp = packB(b, ldb, bT, k, n16, alpha)
+	}
 	lap := k + aPad
-	im.parallelRows(m, lap, func(tl *grad.GEMMTiler, ap []float32, r0, r1 int) {
+	im.parallel(m, n16, lap, func(tl *grad.GEMMTiler, ap []float32, r0, r1, j0, j1 int) {
 		packA(ap, lap, a, lda, aT, r0, r1, k)
 		cr := c[r0*ldc:]
 		if beta != 0 && beta != 1 {
 			for r := range r1 - r0 {
-				row := cr[r*ldc : r*ldc+n16]
+				row := cr[r*ldc+j0 : r*ldc+j1]
 				for j := range row {
 					row[j] *= beta
 				}
 			}
 		}
-		for j0 := 0; j0 < n16; j0 += panelCols {
-			w := min(panelCols, n16-j0)
+		for p0 := j0; p0 < j1; p0 += panelCols {
+			w := min(panelCols, j1-p0)
+			bw, ldw := bp[p0:], ldb
+			if packed {
+				bw, ldw = bp[p0*k:], w
+			}
 			// The arguments were checked above, so Gemm cannot fail.
-			if err := tl.Gemm(r1-r0, w, k, ap, lap, bp[j0*k:], w, cr[j0:], ldc, beta != 0); err != nil {
+			if err := tl.Gemm(r1-r0, w, k, ap, lap, bw, ldw, cr[p0:], ldc, beta != 0); err != nil {
 				panic(err)
 			}
 		}
 	})
 }
+
+// smallM is the largest m whose B is used in place (two 8-row groups).
+const smallM = 16
 
 // panelCols is the width of a packed panel of B: one 8x32 AVX-512 tile
 // (two 16-column tiles on AVX2).
@@ -161,18 +174,28 @@ func packA(ap []float32, lap int, a []float32, lda int, aT bool, r0, r1, k int) 
 	}
 }
 
-// parallelRows calls fn on blocks of rowBlock rows of [0, m) on the
-// implementation's goroutines, each with its own tiler and a buffer of
-// rowBlock rows of lap elements for its rows of A.
-func (im *Implementation) parallelRows(m, lap int, fn func(tl *grad.GEMMTiler, ap []float32, r0, r1 int)) {
+// parallel calls fn on the blocks of C, rowBlock rows [r0, r1) by
+// column chunks [j0, j1) of whole panels, on the implementation's
+// goroutines, each with its own tiler and a buffer of rowBlock rows of
+// lap elements for its rows of A. Columns are split only when there are
+// too few row blocks to keep every goroutine busy (decode's few rows).
+func (im *Implementation) parallel(m, n16, lap int, fn func(tl *grad.GEMMTiler, ap []float32, r0, r1, j0, j1 int)) {
 	blocks := (m + rowBlock - 1) / rowBlock
 	workers := im.Workers
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
-	workers = min(workers, blocks)
+	panels := (n16 + panelCols - 1) / panelCols
+	chunks := 1
+	if blocks < 2*workers {
+		chunks = min(panels, (2*workers+blocks-1)/blocks)
+	}
+	chunkCols := (panels + chunks - 1) / chunks * panelCols
+	chunks = (n16 + chunkCols - 1) / chunkCols
+	items := blocks * chunks
+	workers = min(workers, items)
 	var next sync.Mutex
-	nb := 0
+	ni := 0
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Add(1)
@@ -183,13 +206,14 @@ func (im *Implementation) parallelRows(m, lap int, fn func(tl *grad.GEMMTiler, a
 			ap := make([]float32, rowBlock*lap)
 			for {
 				next.Lock()
-				i := nb
-				nb++
+				i := ni
+				ni++
 				next.Unlock()
-				if i >= blocks {
+				if i >= items {
 					return
 				}
-				fn(tl, ap, i*rowBlock, min(m, (i+1)*rowBlock))
+				rb, cb := i/chunks, i%chunks
+				fn(tl, ap, rb*rowBlock, min(m, (rb+1)*rowBlock), cb*chunkCols, min(n16, (cb+1)*chunkCols))
 			}
 		}()
 	}

@@ -101,7 +101,7 @@ func TestSgemm(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	im := New()
 	trans := []gblas.Transpose{gblas.NoTrans, gblas.Trans, gblas.ConjTrans}
-	shapes := [][3]int{{1, 1, 1}, {3, 5, 7}, {64, 64, 64}, {65, 47, 33}, {17, 16, 40}, {100, 33, 129}, {8, 48, 200}, {130, 160, 31}, {257, 32, 64}}
+	shapes := [][3]int{{1, 1, 1}, {3, 5, 7}, {64, 64, 64}, {65, 47, 33}, {17, 16, 40}, {100, 33, 129}, {8, 48, 200}, {16, 100, 300}, {130, 160, 31}, {257, 32, 64}}
 	scal := [][2]float32{{1, 0}, {1, 1}, {0.5, -1.5}, {-2, 0}, {0, 0.25}}
 	for _, sh := range shapes {
 		for _, tA := range trans {

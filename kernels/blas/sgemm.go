@@ -41,7 +41,7 @@ var tilers sync.Pool
 // on the SIMD GEMM tiles, the rest on Gonum's Sgemm. Each element of
 // op(A)*op(B) is one FMA chain in k order starting from beta*C, with alpha
 // folded into B (alpha*op(B) is rounded once per element).
-func (im *Implementation) Sgemm(tA, tB gblas.Transpose, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+func (im Implementation) Sgemm(tA, tB gblas.Transpose, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	n16 := n &^ (grad.GEMMCols - 1)
 	if !fastSgemm(tA, tB, m, n, k, alpha, a, lda, b, ldb, c, ldc) || n16 == 0 {
 		im.Implementation.Sgemm(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
@@ -179,7 +179,7 @@ func packA(ap []float32, lap int, a []float32, lda int, aT bool, r0, r1, k int) 
 // goroutines, each with its own tiler and a buffer of rowBlock rows of
 // lap elements for its rows of A. Columns are split only when there are
 // too few row blocks to keep every goroutine busy (decode's few rows).
-func (im *Implementation) parallel(m, n16, lap int, fn func(tl *grad.GEMMTiler, ap []float32, r0, r1, j0, j1 int)) {
+func (im Implementation) parallel(m, n16, lap int, fn func(tl *grad.GEMMTiler, ap []float32, r0, r1, j0, j1 int)) {
 	blocks := (m + rowBlock - 1) / rowBlock
 	workers := im.Workers
 	if workers <= 0 {

@@ -159,3 +159,9 @@ func TestSgemmBadInput(t *testing.T) {
 		}()
 	}
 }
+
+// The value and the pointer both are a tensor.BLAS with the tiled Sgemm.
+var (
+	_ tensor.BLAS = Implementation{}
+	_ tensor.BLAS = New()
+)

@@ -12,8 +12,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sparseattn/msa/bench/graphprof"
+	"gonum.org/v1/gonum/blas/gonum"
 	G "gorgonia.org/gorgonia"
+
+	"github.com/sparseattn/msa/bench/graphprof"
+	msablas "github.com/sparseattn/msa/kernels/blas"
 )
 
 // Flags of the graph group (registered here so that parseFlags sees them).
@@ -23,6 +26,7 @@ var (
 	graphContexts = flag.String("graph-contexts", "", "graph group: decode contexts (default 4k,16k; 4k with -quick, 1000 with -tiny; full size: 4k,16k,64k)")
 	graphModel    = flag.Int("graph-model", 0, "graph group: d_model (default 1024; 256 with -quick and -tiny; full size: 2048)")
 	graphLayers   = flag.Int("graph-layers", 4, "graph group: decode layers")
+	graphBLAS     = flag.String("graph-blas", "gonum", "graph group: BLAS of Gorgonia's matmuls, a list of gonum (Gorgonia's default, pure Go) and msa (kernels/blas, the SIMD GEMM tiles); cases on msa end in -msablas")
 	graphMachines = flag.String("graph-machines", "tape,lisp", "graph group: machines for the prefill layer (tape, lisp); decode always runs in a TapeMachine")
 )
 
@@ -38,6 +42,7 @@ type graphCase struct {
 	topK    int
 	blk     int
 	page    int
+	blas    string // "gonum" or "msa" (-graph-blas)
 }
 
 // tokens is the number of tokens one run processes.
@@ -116,6 +121,13 @@ func graphSuite(cfg *config) ([]graphCase, error) {
 			return nil, fmt.Errorf("-graph-machines: unknown machine %q (want tape, lisp)", m)
 		}
 	}
+	var blases []string
+	for _, b := range strings.Split(*graphBLAS, ",") {
+		if b != "gonum" && b != "msa" {
+			return nil, fmt.Errorf("-graph-blas: unknown BLAS %q (want gonum, msa)", b)
+		}
+		blases = append(blases, b)
+	}
 	dm := graphDims{model: model, hq: 16, hkv: 1, d: 128}
 	var cs []graphCase
 	for _, t := range lens {
@@ -130,7 +142,26 @@ func graphSuite(cfg *config) ([]graphCase, error) {
 				machine: "tape", seqLen: t, batch: b, layers: *graphLayers, dm: dm, page: cfg.page})
 		}
 	}
-	return cs, nil
+	var all []graphCase
+	for _, b := range blases {
+		for _, c := range cs {
+			c.blas = b
+			if b == "msa" {
+				c.name += "-msablas"
+			}
+			all = append(all, c)
+		}
+	}
+	return all, nil
+}
+
+// useGraphBLAS makes name (gonum or msa) the BLAS of Gorgonia and tensor.
+func useGraphBLAS(name string) {
+	if name == "msa" {
+		G.Use(msablas.New())
+		return
+	}
+	G.Use(gonum.Implementation{})
 }
 
 // runGraphGroup runs the graph cases, prints their table and per-kind
@@ -147,7 +178,10 @@ func runGraphGroup(cfg *config, header []string) error {
 	for _, c := range cs {
 		r := &graphResult{c: c}
 		rs = append(rs, r)
-		if err := runGraphCase(cfg, r, prog); err != nil {
+		useGraphBLAS(c.blas)
+		err := runGraphCase(cfg, r, prog)
+		useGraphBLAS("gonum")
+		if err != nil {
 			r.err = err.Error()
 			failed = true
 		}

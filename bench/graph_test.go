@@ -74,3 +74,34 @@ func TestGraphPrefillCase(t *testing.T) {
 		}
 	}
 }
+
+// TestGraphSuiteBLAS checks that -graph-blas lists every case once per
+// BLAS, names the kernels/blas cases with -msablas, and rejects an
+// unknown BLAS by name.
+func TestGraphSuiteBLAS(t *testing.T) {
+	prev := *graphBLAS
+	t.Cleanup(func() { *graphBLAS = prev })
+	cfg := graphTestConfig()
+	cfg.tiny = true
+	*graphBLAS = "gonum,msa"
+	cs, err := graphSuite(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msa := 0
+	for _, c := range cs {
+		if c.blas == "msa" {
+			msa++
+			if !strings.HasSuffix(c.name, "-msablas") {
+				t.Errorf("case %s on msa lacks -msablas", c.name)
+			}
+		}
+	}
+	if msa == 0 || 2*msa != len(cs) {
+		t.Errorf("%d cases, %d on msa: want half", len(cs), msa)
+	}
+	*graphBLAS = "openblas"
+	if _, err := graphSuite(cfg); err == nil || !strings.Contains(err.Error(), `-graph-blas: unknown BLAS "openblas"`) {
+		t.Errorf("unknown BLAS: error %v", err)
+	}
+}

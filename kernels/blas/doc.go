@@ -1,0 +1,17 @@
+// Package blas is a gorgonia.org/tensor BLAS implementation whose float32
+// matrix product (Sgemm) runs the register-blocked SIMD GEMM tiles of
+// kernels/grad on all cores: the matrix multiplications of a Gorgonia
+// graph (a model's Q/K/V/O projections) then run near the CPU's FMA peak
+// instead of at the speed of Gonum's pure-Go BLAS. Every other routine,
+// Dgemm included, is Gonum's pure-Go implementation
+// (gonum.org/v1/gonum/blas/gonum), as are Sgemm calls the tiles cannot
+// take (CPUs without AVX2+FMA, purego builds, the portable tile tier,
+// tiny products). Pure Go and assembly; no cgo.
+//
+// Select it for both Gorgonia and tensor with one call:
+//
+//	gorgonia.Use(blas.New())
+//
+// Invalid arguments panic with Gonum's messages, as the blas.Float32
+// interface prescribes (it has no error results).
+package blas

@@ -38,8 +38,8 @@ func refAttention(q []float64, keys, vals [][]float64, scale float64) []float64 
 
 // tolerance of an output element: |got - want| <= rtol*|want| + atol*maxV,
 // maxV the largest |v| among the value rows the query attended. The terms
-// mirror the op tests: BF16 output rounding (rtol 2^-8, twice the 2^-9
-// rounding error), float32 arithmetic over thousands of keys (1e-4), BF16
+// mirror the op tests: BF16 output rounding (rtol 2^-8, the unit roundoff
+// of round to nearest with BF16's 8-bit significand), float32 arithmetic over thousands of keys (1e-4), BF16
 // partials (2^-8), FP8 rounding of P before P.V (1/14), bf16 rounding of P
 // in the avx512bf16 tier (2^-8).
 type tolerance struct{ rtol, atol float64 }

@@ -3,7 +3,6 @@
 package main
 
 import (
-	"encoding/binary"
 	"fmt"
 	"os"
 	"time"
@@ -221,7 +220,7 @@ func gpuCase(cfg *config, dev *cuda.Device, k *cuda.Kernels, c caseSpec, r *resu
 	if err := timeGPU(cfg, dev, pl, r); err != nil {
 		return err
 	}
-	return finiteOut(dev, out, outElems)
+	return cuda.CheckFiniteBF16(dev, out, outElems)
 }
 
 // timeGPU times pl's launches like the CPU run times a call: at least 3
@@ -240,24 +239,6 @@ func timeGPU(cfg *config, dev *cuda.Device, pl *cuda.Prepared, r *result) error 
 	r.timeMS, r.bestMS = median(r.samples), r.samples[0]
 	for _, t := range r.samples {
 		r.bestMS = min(r.bestMS, t)
-	}
-	return nil
-}
-
-// finiteOut reads the BF16 output back: a timing of kernels that wrote NaN
-// or Inf is an error, not a speed.
-func finiteOut(dev *cuda.Device, out uint64, n int) error {
-	if err := cuda.Synchronize(dev); err != nil {
-		return err
-	}
-	b, err := dev.Get(out, 2*n)
-	if err != nil {
-		return err
-	}
-	for i := 0; i < n; i++ {
-		if binary.LittleEndian.Uint16(b[2*i:])&0x7f80 == 0x7f80 {
-			return fmt.Errorf("output element %d is not finite after the timed runs", i)
-		}
 	}
 	return nil
 }

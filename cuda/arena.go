@@ -4,6 +4,7 @@ package cuda
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math"
 )
 
@@ -64,3 +65,22 @@ func (a *Arena) PutF32(f float32) uint64 {
 
 // Free releases every buffer the arena recorded.
 func (a *Arena) Free() error { return a.dev.Free(a.ptrs...) }
+
+// CheckFiniteBF16 waits for dev's work and reads n BF16 values back from
+// out: a timed run whose kernels wrote NaN or Inf (or nothing, where the
+// buffer started as 0xff bytes, a NaN pattern) is an error, not a speed.
+func CheckFiniteBF16(dev *Device, out uint64, n int) error {
+	if err := Synchronize(dev); err != nil {
+		return err
+	}
+	b, err := dev.Get(out, 2*n)
+	if err != nil {
+		return err
+	}
+	for i := 0; i < n; i++ {
+		if binary.LittleEndian.Uint16(b[2*i:])&0x7f80 == 0x7f80 {
+			return fmt.Errorf("output element %d is not finite after the timed runs", i)
+		}
+	}
+	return nil
+}

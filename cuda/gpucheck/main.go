@@ -753,7 +753,7 @@ func (r *report) timePrefill(c *check.Prefill, name string, md runMode, fp8 bool
 	kern := strings.Join(dedup(pl.Kernels()), "+")
 	ms, err := r.dev.Time(5, func() error { return pl.Launch(r.dev) }) // kernels only: the plan is uploaded
 	if err == nil {
-		err = r.checkFinite(ca.Out, rows*c.D)
+		err = cuda.CheckFiniteBF16(r.dev, ca.Out, rows*c.D)
 	}
 	// bytes: Q, K, V read once, O written, and on the KV-major path the
 	// partials written and read back
@@ -790,28 +790,9 @@ func (r *report) timeDecode(c *check.Decode, path cuda.Path, fp8 bool) {
 	kern := strings.Join(dedup(pl.Kernels()), "+")
 	ms, err := r.dev.Time(20, func() error { return pl.Launch(r.dev) })
 	if err == nil {
-		err = r.checkFinite(a.Out, c.Batch*c.SeqlenQ*c.Hq*c.D)
+		err = cuda.CheckFiniteBF16(r.dev, a.Out, c.Batch*c.SeqlenQ*c.Hq*c.D)
 	}
 	r.timeRow(c.Name, kern, ms, c.FLOP(), c.Bytes(), fp8, err)
-}
-
-// checkFinite reads n BF16 outputs back after a timed run: a timing of
-// kernels that wrote NaN / Inf (or nothing: the buffers start as 0xff, a
-// NaN pattern) is reported as an error, not as a speed.
-func (r *report) checkFinite(out uint64, n int) error {
-	if err := cuda.Synchronize(r.dev); err != nil {
-		return err
-	}
-	b, err := r.dev.Get(out, 2*n)
-	if err != nil {
-		return err
-	}
-	for i := 0; i < n; i++ {
-		if binary.LittleEndian.Uint16(b[2*i:])&0x7f80 == 0x7f80 {
-			return fmt.Errorf("output element %d is not finite after the timed runs", i)
-		}
-	}
-	return nil
 }
 
 func (r *report) write(dir, header string, took time.Duration) error {

@@ -298,23 +298,31 @@ func windowQueries(p *Prefill, slots int) int {
 // current window: entries [e0, e1) of the item's CSR row range.
 type prefillTask struct{ item, e0, e1 int32 }
 
+// itemWindow returns where work item i's queries that lie in the window
+// [ws.w0, ws.w1) sit among its CSR entries: entries [base+lo, base+hi) of
+// QIdx and QSplit (lo == hi when none does).
+func (ws *Workspace) itemWindow(p *Prefill, i int) (base, lo, hi int) {
+	c := p.CSR
+	m := p.Sched.Metadata[i*6 : i*6+6]
+	h, row, qBegin, qCount, b := int(m[0]), int(m[1]), int(m[2]), int(m[3]), int(m[4])
+	if int(p.CuQ[b]) >= ws.w1 || int(p.CuQ[b+1]) <= ws.w0 {
+		return 0, 0, 0
+	}
+	base = h*c.Stride + int(c.RowPtr[h*(c.TotalRows+1)+row]) + qBegin
+	qs := c.QIdx[base : base+qCount] // batch-local, strictly ascending
+	lo, _ = slices.BinarySearch(qs, int32(ws.w0)-p.CuQ[b])
+	hi, _ = slices.BinarySearch(qs, int32(ws.w1)-p.CuQ[b])
+	return base, lo, hi
+}
+
 // windowTasks lists the tasks of the window [ws.w0, ws.w1), largest first
 // (so that the last tasks to start are short and the workers finish
 // together; the order changes no result), and returns their number.
 func (ws *Workspace) windowTasks(p *Prefill) int {
-	s, c := p.Sched, p.CSR
 	ws.tasks = ws.tasks[:0]
-	for i := 0; i < int(s.WorkCount); i++ {
-		m := s.Metadata[i*6 : i*6+6]
-		h, row, qBegin, qCount, b := int(m[0]), int(m[1]), int(m[2]), int(m[3]), int(m[4])
-		if int(p.CuQ[b]) >= ws.w1 || int(p.CuQ[b+1]) <= ws.w0 {
-			continue
-		}
-		base := h*c.Stride + int(c.RowPtr[h*(c.TotalRows+1)+row]) + qBegin
-		qs := c.QIdx[base : base+qCount] // batch-local, strictly ascending
-		lo, _ := slices.BinarySearch(qs, int32(ws.w0)-p.CuQ[b])
-		hi, _ := slices.BinarySearch(qs, int32(ws.w1)-p.CuQ[b])
-		if lo < hi {
+	for i := 0; i < int(p.Sched.WorkCount); i++ {
+		if _, lo, hi := ws.itemWindow(p, i); lo < hi {
+			qBegin := int(p.Sched.Metadata[i*6+2])
 			ws.tasks = append(ws.tasks, prefillTask{int32(i), int32(qBegin + lo), int32(qBegin + hi)})
 		}
 	}

@@ -2,7 +2,6 @@ package attn
 
 import (
 	"math"
-	"slices"
 
 	"github.com/sparseattn/msa/kernels/tile"
 )
@@ -71,21 +70,15 @@ func (ws *Workspace) runQueryMajor(p *Prefill, pool *Pool, out *Output) {
 // scatterWindow fills the block table of the window [ws.w0, ws.w1) from
 // the schedule's work items, which cover every CSR entry once.
 func (ws *Workspace) scatterWindow(p *Prefill) {
-	s, c := p.Sched, p.CSR
+	s := p.Sched
 	sel := ws.sel[:p.Hkv*ws.win*ws.slots]
 	for i := range sel {
 		sel[i] = -1
 	}
 	for i := 0; i < int(s.WorkCount); i++ {
+		base, lo, hi := ws.itemWindow(p, i)
 		m := s.Metadata[i*6 : i*6+6]
-		h, row, qBegin, qCount, b, j := int(m[0]), int(m[1]), int(m[2]), int(m[3]), int(m[4]), m[5]
-		if int(p.CuQ[b]) >= ws.w1 || int(p.CuQ[b+1]) <= ws.w0 {
-			continue
-		}
-		base := h*c.Stride + int(c.RowPtr[h*(c.TotalRows+1)+row]) + qBegin
-		qs := c.QIdx[base : base+qCount] // batch-local, strictly ascending
-		lo, _ := slices.BinarySearch(qs, int32(ws.w0)-p.CuQ[b])
-		hi, _ := slices.BinarySearch(qs, int32(ws.w1)-p.CuQ[b])
+		h, b, j := int(m[0]), int(m[4]), m[5]
 		for e := lo; e < hi; e++ {
 			x := p.Sched.QSplit[base+e]
 			gq := int(p.CuQ[b]+(x&(1<<24-1))) - ws.w0

@@ -74,7 +74,7 @@ func TestE4M3Conversions(t *testing.T) {
 		t.Skip("no C++ compiler")
 	}
 	bin := filepath.Join(t.TempDir(), "conv")
-	if out, err := exec.Command(cxx, "-O2", "-std=c++17", "-o", bin, filepath.Join("..", "hosttest", "e4m3_conv_test.cpp")).CombinedOutput(); err != nil {
+	if out, err := exec.Command(cxx, "-O2", "-std=c++17", "-I", "..", "-o", bin, filepath.Join("..", "hosttest", "e4m3_conv_test.cpp")).CombinedOutput(); err != nil {
 		t.Fatalf("building hosttest/e4m3_conv_test.cpp: %v\n%s", err, out)
 	}
 	out, err := exec.Command(bin).CombinedOutput()

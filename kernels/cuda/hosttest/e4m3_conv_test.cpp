@@ -4,12 +4,12 @@
 // random floats plus every midpoint between neighbouring E4M3 values against
 // a brute-force nearest-value search (ties to even, satfinite at 448).
 // Run by names_hopper_ampere_test.go when a C++ compiler is present:
-//   c++ -O2 -std=c++17 -o /tmp/conv kernels/cuda/hosttest/e4m3_conv_test.cpp && /tmp/conv
+//   c++ -O2 -std=c++17 -I kernels/cuda -o /tmp/conv kernels/cuda/hosttest/e4m3_conv_test.cpp && /tmp/conv
 #include <cstdint>
 #include <cstring>
 #include <cmath>
 #include <cstdio>
-#include "../shared/e4m3_conv.cuh"
+#include "shared/e4m3_conv.cuh"
 using namespace msa::tc;
 // reference decode of an e4m3fn byte
 static double ref_val(int b) {

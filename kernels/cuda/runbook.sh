@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# kernels/cuda/runbook.sh - one run on a lent GPU machine that has an NVIDIA driver and nothing
+# kernels/cuda/runbook.sh - one run on a GPU machine that has an NVIDIA driver and nothing
 # else: the check's correctness matrix and probes, the graph test, the timing (kernels/cuda/GPU_CHECK.md,
 # "Runbook").
 #

@@ -11,7 +11,6 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/sparseattn/msa/kernels/comm"
@@ -178,26 +177,18 @@ func runCP(cfg *config) int {
 // cpAllRanks runs every case on each of the given ranks (one per
 // goroutine) and returns rank 0's rows (nil when rank 0 is elsewhere).
 func cpAllRanks(ranks []comm.Comm, s cpShapes) ([]cpRow, error) {
-	var (
-		wg   sync.WaitGroup
-		errs = make([]error, len(ranks))
-		rows []cpRow
-	)
-	for i, c := range ranks {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r, err := cpRank(c, s)
-			if err != nil {
-				c.Abort(err)
-				errs[i] = fmt.Errorf("rank %d: %w", c.Rank(), err)
-			}
-			if c.Rank() == 0 {
-				rows = r
-			}
-		}()
-	}
-	wg.Wait()
+	var rows []cpRow
+	errs := comm.Each(ranks, func(c comm.Comm) error {
+		r, err := cpRank(c, s)
+		if c.Rank() == 0 {
+			rows = r
+		}
+		if err != nil {
+			c.Abort(err)
+			return fmt.Errorf("rank %d: %w", c.Rank(), err)
+		}
+		return nil
+	})
 	// The cause, not a rank that only saw the group aborted by it.
 	var first error
 	for _, err := range errs {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/sparseattn/msa/kernels/comm"
@@ -213,26 +212,11 @@ func cpDecodeMultiSpecs() []decodeSpec {
 	}
 }
 
-// onRanks runs f on every rank of cs, each in its own goroutine.
-func onRanks(cs []comm.Comm, f func(c comm.Comm) error) []error {
-	errs := make([]error, len(cs))
-	var wg sync.WaitGroup
-	for i, c := range cs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = f(c)
-		}()
-	}
-	wg.Wait()
-	return errs
-}
-
 func TestCPDecodeLocal(t *testing.T) {
 	for _, s := range append(cpDecodeSpecs(), cpDecodeMultiSpecs()...) {
 		for _, p := range []int{1, 2, 3, 4} {
 			cs, _ := comm.NewLocal(p, 0)
-			for r, err := range onRanks(cs, func(c comm.Comm) error { return checkCPDecode(c, s) }) {
+			for r, err := range comm.Each(cs, func(c comm.Comm) error { return checkCPDecode(c, s) }) {
 				if err != nil {
 					t.Errorf("P=%d rank %d: %v", p, r, err)
 				}
@@ -281,7 +265,7 @@ func TestCPDecodeErrors(t *testing.T) {
 			NumQOHeads: hq, NumKVHeads: s.hkv, HeadDim: s.d}, nil)
 	}
 	cs, _ := comm.NewLocal(3, 0)
-	errs := onRanks(cs, func(c comm.Comm) error {
+	errs := comm.Each(cs, func(c comm.Comm) error {
 		hq := s.hq
 		if c.Rank() == 2 {
 			hq = 2 * s.hq
@@ -295,7 +279,7 @@ func TestCPDecodeErrors(t *testing.T) {
 		}
 	}
 	cs, _ = comm.NewLocal(2, 0)
-	errs = onRanks(cs, func(c comm.Comm) error {
+	errs = comm.Each(cs, func(c comm.Comm) error {
 		if c.Rank() == 1 {
 			return plan(c, s.hq, tensor.New(tensor.WithShape(4), tensor.WithBacking([]int32{-1, 0, 0, 0})))
 		}
@@ -311,7 +295,7 @@ func TestCPDecodeErrors(t *testing.T) {
 	}
 	// Ranks that disagree on seqlen_q (each plan valid on its own).
 	cs, _ = comm.NewLocal(2, 0)
-	errs = onRanks(cs, func(c comm.Comm) error {
+	errs = comm.Each(cs, func(c comm.Comm) error {
 		pt, su := cpLocalPages(s, pr, 2, c.Rank())
 		w, _ := NewCPDecodeWrapper(s.pageSize, c)
 		defer w.Close()
@@ -324,7 +308,7 @@ func TestCPDecodeErrors(t *testing.T) {
 		}
 	}
 	cs, _ = comm.NewLocal(2, 0)
-	errs = onRanks(cs, func(c comm.Comm) error {
+	errs = comm.Each(cs, func(c comm.Comm) error {
 		pt, su := cpLocalPages(s, pr, 2, c.Rank())
 		w, _ := NewCPDecodeWrapper(s.pageSize, c)
 		defer w.Close()
@@ -380,7 +364,7 @@ func TestCPDecodeNoAllocs(t *testing.T) {
 	cs, _ := comm.NewLocal(2, 0)
 	ws := make([]*CPDecodeWrapper, 2)
 	outs, lses := make([]*tensor.Dense, 2), make([]*tensor.Dense, 2)
-	for r, err := range onRanks(cs, func(c comm.Comm) error {
+	for r, err := range comm.Each(cs, func(c comm.Comm) error {
 		pt, su := cpLocalPages(s, pr, 2, c.Rank())
 		w, _ := NewCPDecodeWrapper(s.pageSize, c)
 		ws[c.Rank()] = w

@@ -32,7 +32,7 @@ func TestCPSparsePrefillAutoChoice(t *testing.T) {
 		pr := buildSparse(s)
 		cs, _ := comm.NewLocal(2, 0)
 		stats := make([]*CPPrefillStats, 2)
-		for r, err := range onRanks(cs, func(c comm.Comm) error {
+		for r, err := range comm.Each(cs, func(c comm.Comm) error {
 			var err error
 			_, _, stats[c.Rank()], err = cpPrefillRank(c, s, pr, CPAuto)
 			return err
@@ -208,7 +208,7 @@ func TestCPSparsePrefillLocal(t *testing.T) {
 		for _, p := range []int{1, 2, 3, 4} {
 			for _, strat := range []CPStrategy{CPAuto, CPFetchKV, CPSendQueries} {
 				cs, _ := comm.NewLocal(p, 0)
-				for r, err := range onRanks(cs, func(c comm.Comm) error { return checkCPPrefill(c, s, strat) }) {
+				for r, err := range comm.Each(cs, func(c comm.Comm) error { return checkCPPrefill(c, s, strat) }) {
 					if err != nil {
 						t.Errorf("P=%d rank %d: %v", p, r, err)
 					}
@@ -244,7 +244,7 @@ func TestCPSparsePrefillCheckCatchesMissingPeer(t *testing.T) {
 	}
 	_ = cuQ
 	cs, _ := comm.NewLocal(2, 0)
-	errs := onRanks(cs, func(c comm.Comm) error {
+	errs := comm.Each(cs, func(c comm.Comm) error {
 		if c.Rank() == 1 {
 			_, q1, k1, v1, s1 := cpRankInputs(s, pr, 2, 1)
 			_, _, err := ContextParallelPrefillFunc(c, q1, k1, v1, s1, CPPrefillArgs{CuSeqlensQ: cuQ, CuSeqlensK: cuK, BlkKV: s.blk})
@@ -279,7 +279,7 @@ func TestCPSparsePrefillErrors(t *testing.T) {
 	// Ranks disagreeing on the batch, or a rank with a bad selection: an
 	// error on every rank.
 	cs, _ := comm.NewLocal(2, 0)
-	errs := onRanks(cs, func(c comm.Comm) error {
+	errs := comm.Each(cs, func(c comm.Comm) error {
 		_, q, k, v, q2k := cpRankInputs(s, pr, 2, c.Rank())
 		args := CPPrefillArgs{CuSeqlensQ: cuQ, CuSeqlensK: cuK, BlkKV: s.blk, Causal: s.causal}
 		if c.Rank() == 1 {
@@ -295,7 +295,7 @@ func TestCPSparsePrefillErrors(t *testing.T) {
 		}
 	}
 	cs, _ = comm.NewLocal(2, 0)
-	errs = onRanks(cs, func(c comm.Comm) error {
+	errs = comm.Each(cs, func(c comm.Comm) error {
 		_, q, k, v, q2k := cpRankInputs(s, pr, 2, c.Rank())
 		if c.Rank() == 1 {
 			sel := slices.Clone(int32s(q2k))

@@ -70,7 +70,7 @@ func TestContextParallelPrefillGraph(t *testing.T) {
 	for _, s := range cpPrefillSpecs() {
 		for _, p := range []int{1, 2, 3} {
 			cs, _ := comm.NewLocal(p, 0)
-			for r, err := range onRanks(cs, func(c comm.Comm) error { return checkCPPrefillGraph(c, s, CPAuto) }) {
+			for r, err := range comm.Each(cs, func(c comm.Comm) error { return checkCPPrefillGraph(c, s, CPAuto) }) {
 				if err != nil {
 					t.Errorf("P=%d rank %d: %v", p, r, err)
 				}
@@ -109,7 +109,7 @@ func TestContextParallelPrefillErrors(t *testing.T) {
 		t.Errorf("short cu_seqlens_k: got %v", err)
 	}
 	// Ranks with different strategies: the same MismatchError on both.
-	errs := onRanks(cs, func(c comm.Comm) error {
+	errs := comm.Each(cs, func(c comm.Comm) error {
 		_, q, k, v, q2k := cpRankInputs(s, pr, 2, c.Rank())
 		g := G.NewGraph()
 		in := func(name string, t *tensor.Dense) *G.Node {

@@ -65,7 +65,7 @@ func TestContextParallelMergeGraph(t *testing.T) {
 		}
 		for _, p := range []int{1, 3} {
 			cs, _ := comm.NewLocal(p, 0)
-			for r, err := range onRanks(cs, func(c comm.Comm) error {
+			for r, err := range comm.Each(cs, func(c comm.Comm) error {
 				o, lse, err := cpDecodeGraph(c, s, pr)
 				if err != nil {
 					return err
@@ -109,7 +109,7 @@ func TestContextParallelMergeErrors(t *testing.T) {
 	}
 	// A failing node aborts the group: the other rank's node fails too.
 	cs, _ = comm.NewLocal(2, 0)
-	errs := onRanks(cs, func(c comm.Comm) error {
+	errs := comm.Each(cs, func(c comm.Comm) error {
 		g := G.NewGraph()
 		d := 8
 		if c.Rank() == 1 {

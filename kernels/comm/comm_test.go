@@ -4,26 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 )
-
-// onRanks runs f on every rank of cs in its own goroutine and returns the
-// errors by rank.
-func onRanks(cs []Comm, f func(c Comm) error) []error {
-	errs := make([]error, len(cs))
-	var wg sync.WaitGroup
-	for i, c := range cs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = f(c)
-		}()
-	}
-	wg.Wait()
-	return errs
-}
 
 // pattern is rank r's deterministic buffer of n bytes for peer j.
 func pattern(r, j, n int) []byte {
@@ -96,7 +79,7 @@ func TestLocalCollectives(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for r, err := range onRanks(cs, checkCollectives) {
+		for r, err := range Each(cs, checkCollectives) {
 			if err != nil {
 				t.Errorf("n=%d rank %d: %v", n, r, err)
 			}
@@ -109,7 +92,7 @@ func TestLocalCollectives(t *testing.T) {
 func TestLocalTimeoutAndAbort(t *testing.T) {
 	cs, _ := NewLocal(3, 50*time.Millisecond)
 	start := time.Now()
-	errs := onRanks(cs[:2], func(c Comm) error { return c.AllGather(make([]byte, 4), make([]byte, 12)) })
+	errs := Each(cs[:2], func(c Comm) error { return c.AllGather(make([]byte, 4), make([]byte, 12)) })
 	if time.Since(start) > 5*time.Second {
 		t.Errorf("ranks waited %v for a missing peer", time.Since(start))
 	}
@@ -131,7 +114,7 @@ func TestLocalTimeoutAndAbort(t *testing.T) {
 
 	cs, _ = NewLocal(3, time.Minute)
 	start = time.Now()
-	errs = onRanks(cs, func(c Comm) error {
+	errs = Each(cs, func(c Comm) error {
 		if c.Rank() == 1 {
 			c.Abort(errors.New("rank 1 failed its attention"))
 			return nil
@@ -150,7 +133,7 @@ func TestLocalTimeoutAndAbort(t *testing.T) {
 
 func TestLocalErrors(t *testing.T) {
 	cs, _ := NewLocal(2, time.Minute)
-	errs := onRanks(cs, func(c Comm) error {
+	errs := Each(cs, func(c Comm) error {
 		s := [][]byte{make([]byte, 2), make([]byte, 2)}
 		rv := [][]byte{make([]byte, 2), make([]byte, 2)}
 		if c.Rank() == 0 {

@@ -198,3 +198,20 @@ func (c *local) Close() error {
 	c.failed = ErrClosed
 	return nil
 }
+
+// Each runs f on every rank of an in-process group (NewLocal's ranks), one
+// goroutine per rank, waits for all of them and returns each rank's error,
+// indexed like ranks.
+func Each(ranks []Comm, f func(c Comm) error) []error {
+	errs := make([]error, len(ranks))
+	var wg sync.WaitGroup
+	for i, c := range ranks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = f(c)
+		}()
+	}
+	wg.Wait()
+	return errs
+}

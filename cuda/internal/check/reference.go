@@ -30,6 +30,12 @@ type Reference struct {
 	TolO   []float64 // absolute tolerance of each O element
 	TolLSE []float64 // absolute tolerance of each LSE
 	TolTLS []float64 // absolute tolerance of each temperature LSE; nil without temperature
+	// The statistical model of each element (stat.go): standard deviation
+	// and coherent part of its error before the final rounding.
+	SigO, BiasO     []float64 // [rows][Hq][D]
+	PreO            []float64 // [rows][Hq][D] the bound's pre-rounding part (caps the model's deviation)
+	SigLSE, BiasLSE []float64 // [rows][Hq]
+	SigTLS, BiasTLS []float64 // [rows][Hq]; nil without temperature
 }
 
 // e2m1 are the magnitudes of the NVFP4 element codes 0..7 (contract §6).
@@ -183,9 +189,10 @@ func (c *Prefill) reference(f *fault) *Reference {
 			for i, t := range toks {
 				rows[i] = c.kvRow(b, t, h, f)
 			}
+			slots := slotsOf(toks, c.Blk) // one partial per selected block
 			for g := 0; g < c.QHPK; g++ {
 				idx := row*c.Hq + h*c.QHPK + g
-				ar.row(ref, idx, q[idx*c.D:(idx+1)*c.D], rows, k, v, scale, float64(c.Temp))
+				ar.row(ref, idx, q[idx*c.D:(idx+1)*c.D], rows, slots, k, v, scale, float64(c.Temp))
 			}
 		}
 	})
@@ -252,19 +259,38 @@ func (c *Decode) reference(f *fault) *Reference {
 			for i, t := range toks {
 				kr[i] = c.kvRow(r/c.SeqlenQ, t, h, f)
 			}
+			slots := slotsOf(toks, c.PageSize) // a split never divides a page
 			for g := 0; g < c.QHPK; g++ {
 				idx := r*c.Hq + h*c.QHPK + g
-				ar.row(ref, idx, q[idx*c.D:(idx+1)*c.D], kr, k, v, scale, 0)
+				ar.row(ref, idx, q[idx*c.D:(idx+1)*c.D], kr, slots, k, v, scale, 0)
 			}
 		}
 	})
 	return ref
 }
 
+// slotsOf numbers the partials the tokens fall in: tokens of one block of
+// size blk share a slot, numbered in order of first appearance.
+func slotsOf(toks []int, blk int) []int {
+	out := make([]int, len(toks))
+	id := map[int]int{}
+	for i, t := range toks {
+		s, ok := id[t/blk]
+		if !ok {
+			s = len(id)
+			id[t/blk] = s
+		}
+		out[i] = s
+	}
+	return out
+}
+
 func newReference(rows, d int, temp bool) *Reference {
-	r := &Reference{D: d, O: make([]float64, rows*d), LSE: make([]float64, rows), TolO: make([]float64, rows*d), TolLSE: make([]float64, rows)}
+	r := &Reference{D: d, O: make([]float64, rows*d), LSE: make([]float64, rows), TolO: make([]float64, rows*d), TolLSE: make([]float64, rows),
+		SigO: make([]float64, rows*d), BiasO: make([]float64, rows*d), PreO: make([]float64, rows*d), SigLSE: make([]float64, rows), BiasLSE: make([]float64, rows)}
 	if temp {
 		r.TLSE, r.TolTLS = make([]float64, rows), make([]float64, rows)
+		r.SigTLS, r.BiasTLS = make([]float64, rows), make([]float64, rows)
 	}
 	return r
 }
@@ -295,10 +321,11 @@ func parallel(n int, fn func(i int)) {
 }
 
 // row computes one (query row, query head), index idx, attending the K/V
-// rows kv, into ref: s = scale * q.k, P = exp(s - max), O = sum P v / sum P,
-// LSE = max + ln sum P, the temperature LSE logsumexp(s / temp), and the
-// tolerances of tolerance.go.
-func (a arith) row(ref *Reference, idx int, q []float64, kv []int, k, v []float64, scale, temp float64) {
+// rows kv (in partial slot[j]), into ref: s = scale * q.k, P = exp(s -
+// max), O = sum P v / sum P, LSE = max + ln sum P, the temperature LSE
+// logsumexp(s / temp), the tolerances of tolerance.go and the statistical
+// model of stat.go.
+func (a arith) row(ref *Reference, idx int, q []float64, kv, slot []int, k, v []float64, scale, temp float64) {
 	d := len(q)
 	o, tol := ref.O[idx*d:(idx+1)*d], ref.TolO[idx*d:(idx+1)*d]
 	if len(kv) == 0 {
@@ -309,29 +336,33 @@ func (a arith) row(ref *Reference, idx int, q []float64, kv []int, k, v []float6
 		return
 	}
 	s := make([]float64, len(kv))
+	sa := make([]float64, len(kv))  // scale * sum_d |q_d k_d|
+	ssq := make([]float64, len(kv)) // sum_d (scale q_d k_d)^2
 	maxS, maxSA, maxAbsS := math.Inf(-1), 0.0, 0.0
 	for j, r := range kv {
 		kr := k[r*d : (r+1)*d]
-		var dot, sa float64
+		var dot, abs, sq float64
 		for e, x := range q {
 			dot += x * kr[e]
-			sa += math.Abs(x * kr[e])
+			abs += math.Abs(x * kr[e])
+			sq += x * kr[e] * x * kr[e]
 		}
-		s[j] = scale * dot
+		s[j], sa[j], ssq[j] = scale*dot, scale*abs, scale*scale*sq
 		maxS = math.Max(maxS, s[j])
-		maxSA = math.Max(maxSA, scale*sa)
+		maxSA = math.Max(maxSA, sa[j])
 		maxAbsS = math.Max(maxAbsS, math.Abs(s[j]))
 	}
 	var l float64
+	p := make([]float64, len(kv))
 	absV := make([]float64, d) // sum P |v|
 	sumV := make([]float64, d) // sum |v|
 	for j, r := range kv {
-		p := math.Exp(s[j] - maxS)
-		l += p
+		p[j] = math.Exp(s[j] - maxS)
+		l += p[j]
 		vr := v[r*d : (r+1)*d]
 		for e, x := range vr {
-			o[e] += p * x
-			absV[e] += p * math.Abs(x)
+			o[e] += p[j] * x
+			absV[e] += p[j] * math.Abs(x)
 			sumV[e] += math.Abs(x)
 		}
 	}
@@ -341,8 +372,12 @@ func (a arith) row(ref *Reference, idx int, q []float64, kv []int, k, v []float6
 	for e := range o {
 		o[e] /= l
 		tol[e] = a.tolO(o[e], absV[e]/l, sumV[e]/l, errS)
+		ref.PreO[idx*d+e] = a.preO(absV[e]/l, sumV[e]/l, errS)
 	}
 	ref.TolLSE[idx] = a.tolLSE(lse, errS)
+	st := stats{sigO: ref.SigO[idx*d : (idx+1)*d], biasO: ref.BiasO[idx*d : (idx+1)*d]}
+	a.rowStats(&st, s, sa, ssq, p, slot, v, kv, o, l, maxS, temp)
+	ref.SigLSE[idx], ref.BiasLSE[idx] = st.sigLSE, st.biasLSE
 	if ref.TLSE != nil {
 		mt := maxS / temp
 		var lt float64
@@ -351,5 +386,6 @@ func (a arith) row(ref *Reference, idx int, q []float64, kv []int, k, v []float6
 		}
 		ref.TLSE[idx] = mt + math.Log(lt)
 		ref.TolTLS[idx] = a.tolLSE(ref.TLSE[idx], errS/temp)
+		ref.SigTLS[idx], ref.BiasTLS[idx] = st.sigTLS, st.biasTLS
 	}
 }

@@ -61,6 +61,14 @@ type arith struct {
 	uComb float64 // the combine's float32 arithmetic (relative to sum w |O_s|)
 	nSum  float64 // float32 additions in one row sum (tokens per accumulator)
 	nComb float64 // float32 roundings of an LSE-sized value (partial LSEs, combine)
+	// The statistical model (stat.go) also needs to know which errors are
+	// coherent and how the row sum is split.
+	fp8QK    bool    // Q.K on the FP8 tensor cores (truncating accumulator)
+	fp8PV    bool    // P.V on the FP8 tensor cores
+	sumSlots bool    // each partial sums its own slot's P (prefill); decode may sum a whole row
+	pPart    int     // significand bits of the partial dtype
+	minPart  int     // log2 of its subnormal spacing
+	gV       float64 // V's global scale (partials are stored without it)
 }
 
 // newArith derives the arithmetic of Q/K/V dtypes q, kv, P.V accumulations
@@ -85,21 +93,22 @@ func newArith(q, kv, part cuda.Dtype, d, nAcc, slots int, gV float64) arith {
 	a := arith{uQK: float64(d) * uF32, uP: uBF16, uPV: float64(nAcc) * uF32, uComb: float64(slots+2) * uF32,
 		nSum: float64(nAcc), nComb: float64(slots + 4)}
 	if q == cuda.E4M3 && kv == cuda.E4M3 {
-		a.uQK = uFP8MMA
-		a.uPV = uFP8MMA
+		a.uQK, a.uPV = uFP8MMA, uFP8MMA
+		a.fp8QK, a.fp8PV = true, true
 	}
 	if q == cuda.E4M3 && (kv == cuda.E4M3 || kv == cuda.NVFP4) { // FP8 P.V (docs/semantics.md)
 		a.uP, a.fP = uE4M3, fE4M3
 	}
+	a.gV = gV
 	switch part {
 	case cuda.F32:
-		a.uPart = uF32
+		a.uPart, a.pPart, a.minPart = uF32, 24, -149
 	case cuda.BF16:
-		a.uPart = uBF16
+		a.uPart, a.pPart, a.minPart = uBF16, 8, -133
 	case cuda.F16:
-		a.uPart, a.fPart = uF16, fF16*gV
+		a.uPart, a.fPart, a.pPart, a.minPart = uF16, fF16*gV, 11, -24
 	case cuda.E4M3:
-		a.uPart, a.fPart = uE4M3, fE4M3*gV
+		a.uPart, a.fPart, a.pPart, a.minPart = uE4M3, fE4M3*gV, 4, -9
 	}
 	return a
 }
@@ -109,7 +118,9 @@ func (c *Prefill) arith() arith {
 	if c.KVD == cuda.NVFP4 {
 		gV = float64(c.V.Global)
 	}
-	return newArith(c.QD, c.KVD, c.PD, c.D, c.Blk, c.TopK, gV)
+	a := newArith(c.QD, c.KVD, c.PD, c.D, c.Blk, c.TopK, gV)
+	a.sumSlots = true
+	return a
 }
 
 func (c *Decode) arith() arith {
@@ -148,9 +159,15 @@ func (a arith) scoreError(maxSA, maxAbsS float64) float64 {
 //   - the output is rounded to BF16: |bf16(x) - x| <= 2^-8 |x| with
 //     |x| <= |o| + R.
 func (a arith) tolO(o, absSum, sumAbs, errS float64) float64 {
-	eps := math.Expm1(2*errS) + uExp
-	r := absSum*(2*eps/(1-eps)+a.uP*(1+eps)+a.uPV+a.uPart+a.uComb) + a.fP*sumAbs + a.fPart
+	r := a.preO(absSum, sumAbs, errS)
 	return r + uBF16*(math.Abs(o)+r) + fBF16
+}
+
+// preO is R of tolO: the bound on an element's error before its rounding
+// to BF16 (the statistical criterion's deviation never exceeds it).
+func (a arith) preO(absSum, sumAbs, errS float64) float64 {
+	eps := math.Expm1(2*errS) + uExp
+	return absSum*(2*eps/(1-eps)+a.uP*(1+eps)+a.uPV+a.uPart+a.uComb) + a.fP*sumAbs + a.fPart
 }
 
 // tolLSE bounds |LSE_gpu - LSE|: scores off by errS move the

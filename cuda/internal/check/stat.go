@@ -1,0 +1,311 @@
+package check
+
+import (
+	"math"
+
+	"github.com/sparseattn/msa/kernels/lowp"
+)
+
+// The statistical criterion, next to the per-element bound of
+// tolerance.go. The bound adds every rounding at its worst with the same
+// sign; a kernel's roundings are independent and mostly cancel, so its
+// errors sit far inside the bound and a kernel with a small systematic
+// fault (a biased exponential, P rounded to a coarser format, a scale off
+// by a small factor) can still pass it. The criterion models the error of
+// every element as
+//
+//	e = r + b + n
+//
+// where n is the sum of independent roundings (standard deviation sigma,
+// the roundings adding in quadrature), b the coherent part (roundings that
+// move every term of a sum the same way, adding linearly) and r the final
+// rounding of the result to its output format (BF16 for O, float32 for
+// the LSEs), which the reference computes exactly. A case passes it when
+//
+//   - max: every element lies within the rounding of [o - t, o + t], t =
+//     z_N sigma + b, of the exact value o: |got - o| <= max(|rnd(o - t) -
+//     o|, |rnd(o + t) - o|), rounding being monotone; and
+//   - RMS: the root mean square of the errors over the case's N elements is
+//     at most k_N times the model's expected RMS, sqrt(mean(rho^2 + v +
+//     ulp sqrt(v) / 2)), v = sigma^2 + b^2, rho = |rnd(o) - o|: rho^2 is
+//     the rounding error of an unperturbed result, v the pre-rounding
+//     error, and ulp sqrt(v) / 2 bounds what crossing a rounding midpoint
+//     adds (a perturbation d crosses one only where o lies within |d| of
+//     it, turning rho into ulp - rho: at most 2 |d| ulp, and E|d| <=
+//     sqrt(v); with sigma >> ulp the three terms exceed sigma^2 + ulp^2/12).
+//
+// Both criteria apply to the comparison with the CPU path too, with twice
+// the max tolerance and twice the expected RMS (each side within its own).
+
+// Rounding model: a rounding to nearest of x is uniform on +-ulp/2 with
+// ulp <= 2u|x| (u = 2^-p, tolerance.go), so its standard deviation is at
+// most u|x|/sqrt(3).
+const invSqrt3 = 0.57735026918962576
+
+const (
+	// uEx2 is the relative error of ex2.approx.f32 (2 ulps of float32);
+	// the argument's rounding adds 2^-24 |s - max| relative (the exponent
+	// (s - max) log2(e) is off by 2^-24 of itself, ln 2 log2(e) = 1).
+	uEx2 = 0x1p-22
+	// uLg2 is the absolute error of lg2.approx.f32 in the LSE's units.
+	uLg2 = 0x1p-22
+
+	// alphaMax is the probability, under the model, that a correct kernel
+	// fails the max criterion on one case: z_N = sqrt(2 ln(2N / alphaMax))
+	// for N elements. A sum of independent uniform roundings is
+	// sub-Gaussian with its own variance (sinh(x)/x <= exp(x^2/6)), so
+	// P(|n| > z sigma) <= 2 exp(-z^2/2) for each element and the union over
+	// N elements is alphaMax. N = 10^6 gives z = 7.5.
+	alphaMax = 1e-6
+	// tailX sets the RMS criterion's sampling allowance: the mean of N
+	// squared sub-Gaussian errors exceeds its expectation by more than
+	// 2 sqrt(x/N) + 2x/N relative with probability at most e^-x
+	// (Laurent-Massart's chi-square bound); x = 14 is e^-14 < 10^-6.
+	tailX = 14
+	// kModel is the safety factor on the expected RMS: the model is first
+	// order (products of two relative errors, below 2^-7 of the terms at
+	// BF16's u, are left out) and assumes the roundings of one row
+	// independent; 1.25 covers both with room, and is small enough that
+	// P rounded to E4M3 instead of BF16 (16 times the P term) or an
+	// exponential biased by 2^-12 fails (mutation_test.go).
+	kModel = 1.25
+)
+
+// zMax is the number of standard deviations the max criterion allows over
+// n elements.
+func zMax(n int) float64 { return math.Sqrt(2 * math.Log(2*float64(max(n, 1))/alphaMax)) }
+
+// kRMS is the factor on the expected RMS over n elements.
+func kRMS(n int) float64 {
+	x := float64(tailX) / float64(max(n, 1))
+	return kModel * math.Sqrt(1+2*math.Sqrt(x)+2*x)
+}
+
+// rounding is the final rounding of a quantity: to BF16 (O) or float32
+// (LSE), the spacing of its values around x, and the neighbours of a
+// value of the format (next toward -inf and toward +inf).
+type rounding struct {
+	round func(x float64) float64
+	ulp   func(x float64) float64
+	next  func(g float64) (down, up float64)
+}
+
+var (
+	roundO = rounding{
+		round: func(x float64) float64 { return float64(lowp.BF16(float32(x)).Float32()) },
+		ulp:   func(x float64) float64 { return spacing(x, 8, -133) },
+		next: func(g float64) (float64, float64) {
+			f := float32(g)
+			step := func(toward float32) float64 { // BF16 is float32's upper half: step its bits
+				n := math.Nextafter32(f, toward)
+				b := math.Float32bits(n)
+				if math.Abs(float64(n)) > math.Abs(float64(f)) { // away from zero: up to the next BF16
+					b = (b + 0xffff) &^ 0xffff
+				} else {
+					b &^= 0xffff
+				}
+				return float64(math.Float32frombits(b))
+			}
+			return step(float32(math.Inf(-1))), step(float32(math.Inf(1)))
+		},
+	}
+	roundLSE = rounding{
+		round: func(x float64) float64 { return float64(float32(x)) },
+		ulp:   func(x float64) float64 { return spacing(x, 24, -149) },
+		next: func(g float64) (float64, float64) {
+			f := float32(g)
+			return float64(math.Nextafter32(f, float32(math.Inf(-1)))), float64(math.Nextafter32(f, float32(math.Inf(1))))
+		},
+	}
+)
+
+// need is the smallest deviation from the exact value o of a pre-rounding
+// value that rounds to g: 0 when g is o's own rounding, else the distance
+// from o to g's rounding interval (half-way to each neighbour). The max
+// criterion's margin is the allowed deviation over this.
+func (r rounding) need(o, g float64) float64 {
+	down, up := r.next(g)
+	lo, hi := (g+down)/2, (g+up)/2
+	return math.Max(0, math.Max(lo-o, o-hi))
+}
+
+// spacing is the distance between neighbouring values of a format with p
+// significand bits around x, at least 2^minExp (the subnormal spacing).
+func spacing(x float64, p, minExp int) float64 {
+	_, e := math.Frexp(math.Abs(x)) // |x| in [2^(e-1), 2^e)
+	return math.Ldexp(1, max(e-p, minExp))
+}
+
+// maxErr is the max criterion's tolerance of an element with exact value
+// o, pre-rounding deviation at most t.
+func (r rounding) maxErr(o, t float64) float64 {
+	return math.Max(math.Abs(r.round(o-t)-o), math.Abs(r.round(o+t)-o))
+}
+
+// meanSq is the model's expected squared error of an element with exact
+// value o, independent deviation sigma and coherent deviation b.
+func (r rounding) meanSq(o, sigma, b float64) float64 {
+	rho := r.round(o) - o
+	v := sigma*sigma + b*b
+	return rho*rho + v + r.ulp(o)*math.Sqrt(v)/2
+}
+
+// stats holds, for one row, the standard deviation and the coherent part
+// of the pre-rounding error of each O channel and of the LSEs.
+type stats struct {
+	sigO, biasO     []float64
+	sigLSE, biasLSE float64
+	sigTLS, biasTLS float64
+}
+
+// sdRound is the standard deviation of a rounding to nearest of a value x
+// known to the reference, in a format with p significand bits and
+// subnormal spacing 2^minExp: uniform on +-spacing/2.
+func sdRound(x float64, p, minExp int) float64 { return spacing(x, p, minExp) * 0.28867513459481287 } // 1/sqrt(12)
+
+// rowStats derives the statistical model of one row from the same
+// arithmetic as the bound (arith, tolerance.go). Per attended token j with
+// score s_j, P_j = exp(s_j - m), l = sum P, O = sum P v / l:
+//
+//   - score: float32 accumulation of D products (sequential, the worst
+//     order: rounding k adds an error of its partial sum S_k, and sum_k
+//     S_k^2 is D/2 sum_d p_d^2 for random-signed products p_d), two input
+//     conversions (NVFP4 times its global scale) and the scale product:
+//     sigma_s^2 = u32^2/3 ((D/2 + 2) sum_d p_d^2 + s^2). Coherent: the
+//     float32 constants scale and log2(e) are one rounding each, shared by
+//     every score: b_s = 2 u32 |s|; E4M3 Q.K on the FP8 tensor cores
+//     truncates (toward zero, the same way for every large score), so its
+//     whole model error uFP8MMA * sum_d |p_d| is coherent.
+//   - exponential: sigma_e^2 = (uEx2^2 + (u32 |s - m|)^2) / 3 relative.
+//   - a score or exponential error d_j moves O by sum_j P_j d_j (v_j - O) / l
+//     (the max cancels) and the LSE by sum_j P_j d_j / l.
+//   - P rounded before P.V: u_P P / sqrt(3) (P is rounded against a
+//     running max, so its spacing is only bounded by 2 u_P P), with the
+//     floor f_P / sqrt(3) below 2^-6 (E4M3's subnormals); it moves the
+//     numerator only, sum_j dP_j v_j / l; the model takes max(v^2,
+//     (v - O)^2) so that a kernel that sums the rounded P is covered too.
+//   - P.V accumulation: u32^2/3 nAcc A^2 (partial sums at most l A), or
+//     one FP8 tensor-core truncation uFP8MMA A / sqrt(3).
+//   - partials: slot s (a selected block; a page in decode) with weight
+//     w_s = l_s / l holds the normalised O_s, a value the reference knows:
+//     its rounding to the partial dtype has standard deviation
+//     spacing(O_s) / sqrt(12), weighted by w_s; the combine's float32 sums
+//     add (slots + 2) u32^2 A^2 / 3.
+//   - LSE: the row sum of n positive terms (each partial's own in prefill,
+//     the whole row in decode: an unsplit kernel sums it all) has sum_k
+//     S_k^2 = n l^2 / 3 for terms of similar size in any order: u32^2 n / 9
+//     on its logarithm. Each partial's LSE m_s + ln l_s and the combine's
+//     ln sum + max are two float32 roundings of known values (ln l_s at
+//     most ln n_s) and one lg2.approx (uLg2) each; the partials' weigh
+//     w_s.
+//
+// BF16 P rounding does not enter the LSE: the contract accumulates the row
+// sum from unrounded P. It is the largest pre-rounding term of BF16 O.
+func (a arith) rowStats(st *stats, s, sa, ssq []float64, p []float64, slot []int, v []float64, kv []int, o []float64, l, m, temp float64) {
+	d := len(o)
+	nSlots := 0
+	for _, x := range slot {
+		nSlots = max(nSlots, x+1)
+	}
+	sig2S := make([]float64, len(s))
+	biasS := make([]float64, len(s))
+	for j := range s {
+		sig2S[j] = uF32 * uF32 / 3 * ((float64(d)/2+2)*ssq[j] + s[j]*s[j])
+		biasS[j] = 2 * uF32 * math.Abs(s[j])
+		if a.fp8QK {
+			biasS[j] += uFP8MMA * sa[j]
+		}
+	}
+	// Per slot: row sum and numerator.
+	ls := make([]float64, nSlots)
+	num := make([]float64, nSlots*d)
+	for j, r := range kv {
+		ls[slot[j]] += p[j]
+		vr := v[r*d : (r+1)*d]
+		for c, x := range vr {
+			num[slot[j]*d+c] += p[j] * x
+		}
+	}
+	for i := range st.sigO {
+		st.sigO[i], st.biasO[i] = 0, 0
+	}
+	absV := make([]float64, d)
+	for j, r := range kv {
+		vr := v[r*d : (r+1)*d]
+		w := p[j] / l
+		se := (uEx2*uEx2 + math.Pow(uF32*(s[j]-m), 2)) / 3
+		sp := (a.uP * a.uP * p[j] * p[j]) / 3
+		if p[j] < 0x1p-6 {
+			sp += a.fP * a.fP / 3
+		}
+		for c, x := range vr {
+			dv := x - o[c]
+			st.sigO[c] += w*w*(sig2S[j]+se)*dv*dv + sp*math.Max(x*x, dv*dv)/(l*l)
+			st.biasO[c] += w * biasS[j] * math.Abs(dv)
+			absV[c] += w * math.Abs(x)
+		}
+	}
+	pv := uF32 * uF32 / 3 * a.nSum
+	if a.fp8PV {
+		pv = uFP8MMA * uFP8MMA / 3
+	}
+	comb := uF32 * uF32 / 3 * float64(nSlots+2)
+	for c := range o {
+		part := 0.0
+		for sl := range ls {
+			if ls[sl] == 0 {
+				continue
+			}
+			w := ls[sl] / l
+			sd := a.gV * sdRound(num[sl*d+c]/ls[sl]/a.gV, a.pPart, a.minPart)
+			part += w * w * sd * sd
+		}
+		st.sigO[c] = math.Sqrt(st.sigO[c] + (pv+comb)*absV[c]*absV[c] + part)
+	}
+	st.sigLSE, st.biasLSE = a.lseStats(s, sig2S, biasS, slot, nSlots, m, 1)
+	if temp > 0 {
+		st.sigTLS, st.biasTLS = a.lseStats(s, sig2S, biasS, slot, nSlots, m, temp)
+	}
+}
+
+// lseStats is the LSE part of rowStats for scores s / temp.
+func (a arith) lseStats(s, sig2S, biasS []float64, slot []int, nSlots int, m, temp float64) (sigma, bias float64) {
+	mt := m / temp
+	pt := make([]float64, len(s))
+	ls := make([]float64, nSlots) // slot sums
+	ns := make([]float64, nSlots) // slot token counts
+	var l float64
+	for j, x := range s {
+		pt[j] = math.Exp(x/temp - mt)
+		l += pt[j]
+		ls[slot[j]] += pt[j]
+		ns[slot[j]]++
+	}
+	var v float64
+	for j, x := range s {
+		w := pt[j] / l
+		se := (uEx2*uEx2 + math.Pow(uF32*(x-m)/temp, 2)) / 3
+		v += w * w * (sig2S[j]/(temp*temp) + se)
+		bias += w * biasS[j] / temp
+	}
+	// final: the combine's (or an unsplit kernel's) ln l and m + ln l
+	rnd := func(x float64) float64 { return sdRound(x, 24, -149) }
+	lse := mt + math.Log(l)
+	fin := rnd(math.Log(l))*rnd(math.Log(l)) + rnd(lse)*rnd(lse) + uLg2*uLg2/3
+	v += fin
+	for sl, x := range ls {
+		if x == 0 {
+			continue
+		}
+		w, lseS := x/l, mt+math.Log(x)
+		r1, r2 := rnd(math.Log(ns[sl])), rnd(lseS)
+		v += w * w * (r1*r1 + r2*r2 + uLg2*uLg2/3)
+		if a.sumSlots {
+			v += w * w * uF32 * uF32 * ns[sl] / 9
+		}
+	}
+	if !a.sumSlots {
+		v += uF32 * uF32 * float64(len(s)) / 9
+	}
+	return math.Sqrt(v), bias
+}

@@ -56,7 +56,7 @@ func ratio(tol, err float64) float64 {
 // its own tolerance.
 func (r *Reference) Check(got Result) Diff {
 	return r.compare(got, func(i int) float64 { return r.O[i] }, func(i int) float64 { return r.LSE[i] },
-		func(i int) float64 { return r.TLSE[i] }, 1)
+		func(i int) float64 { return r.TLSE[i] }, cmpOpts{k: 1})
 }
 
 // CheckPair compares got with cpu, the CPU path's result on the same
@@ -65,7 +65,7 @@ func (r *Reference) Check(got Result) Diff {
 // expected RMS).
 func (r *Reference) CheckPair(got, cpu Result) Diff {
 	return r.compare(got, func(i int) float64 { return float64(cpu.O[i]) }, func(i int) float64 { return float64(cpu.LSE[i]) },
-		func(i int) float64 { return float64(cpu.TLSE[i]) }, 2)
+		func(i int) float64 { return float64(cpu.TLSE[i]) }, cmpOpts{k: 2})
 }
 
 // quantity accumulates the comparison of one quantity (O, or the LSEs).
@@ -79,6 +79,8 @@ type quantity struct {
 	badStat                int
 	sumSq, sumExp          float64
 	n                      int
+	tols                   *[]float64 // when set, collects every element's statistical max tolerance
+	roundingsOnly          bool       // cmpOpts.roundingsOnly
 }
 
 func newQuantity(rd rounding, n int, k float64) *quantity {
@@ -86,16 +88,27 @@ func newQuantity(rd rounding, n int, k float64) *quantity {
 }
 
 // add compares got g with want w for an element of exact value o, bound
-// tol (pre-rounding part pre) and model (sig, bias); it reports false for
-// a non-finite value.
-func (q *quantity) add(g, w, o, tol, pre, sig, bias float64) bool {
+// tol (pre-rounding part pre) and model (sig, bias, rnd); it reports false
+// for a non-finite value.
+func (q *quantity) add(g, w, o, tol, pre, sig, bias float64, rnd lseRounding) bool {
 	if math.IsNaN(g) || math.IsInf(g, 0) || math.IsNaN(w) || math.IsInf(w, 0) {
 		return false
 	}
+	if q.roundingsOnly {
+		sig, bias = 0, 0
+	}
 	e, den := math.Abs(g-w), 1+math.Abs(w)
 	tol *= q.k
-	dev := math.Min(q.z*sig+bias, pre) // the allowed pre-rounding deviation
+	// The allowed pre-rounding deviation: z_N standard deviations of the
+	// independent part, the roundings' part at most their hard bound (each
+	// part within its own allowance but for alphaMax), plus the coherent
+	// part; never beyond the per-element bound's.
+	all := math.Hypot(sig, rnd.sd)
+	dev := math.Min(math.Min(q.z*all, q.z*sig+math.Min(q.z*rnd.sd, rnd.bound))+bias, pre)
 	st := q.k * q.rd.maxErr(o, dev)
+	if q.tols != nil {
+		*q.tols = append(*q.tols, st/den)
+	}
 	q.maxAbs, q.maxRel = math.Max(q.maxAbs, e), math.Max(q.maxRel, e/den)
 	q.tolRel, q.statTol = math.Max(q.tolRel, tol/den), math.Max(q.statTol, st/den)
 	if e > 0 {
@@ -118,7 +131,7 @@ func (q *quantity) add(g, w, o, tol, pre, sig, bias float64) bool {
 		q.badStat++
 	}
 	q.sumSq += e * e / (den * den)
-	q.sumExp += q.k * q.k * q.rd.meanSq(o, sig, bias) / (den * den)
+	q.sumExp += q.k * q.k * q.rd.meanSq(o, all, bias) / (den * den)
 	q.n++
 	return true
 }
@@ -131,7 +144,23 @@ func (q *quantity) rms() (err, tol float64) {
 	return math.Sqrt(q.sumSq / float64(q.n)), kRMS(q.n) * math.Sqrt(q.sumExp/float64(q.n))
 }
 
-func (r *Reference) compare(got Result, wantO, wantLSE, wantTLSE func(int) float64, k float64) Diff {
+// cmpOpts are compare's options: k = 1 against the reference, 2 against
+// the CPU path; only rows that attend at least minKeys keys (and the fully
+// masked rows) are compared, z_N counting every attended row; tolsO and
+// tolsLSE, when set, collect every element's statistical max tolerance;
+// roundingsOnly leaves out every deviation but the LSE's own float32
+// roundings (what a kernel that computes exactly up to its output format's
+// roundings may err: the noise floor of the comparison).
+type cmpOpts struct {
+	roundingsOnly  bool
+	k              float64
+	minKeys        int32
+	tolsO, tolsLSE *[]float64
+}
+
+// compare compares got with want under opt.
+func (r *Reference) compare(got Result, wantO, wantLSE, wantTLSE func(int) float64, opt cmpOpts) Diff {
+	k, minKeys := opt.k, opt.minKeys
 	d := Diff{MarginO: math.Inf(1), MarginLSE: math.Inf(1), StatMarginO: math.Inf(1), StatMarginLSE: math.Inf(1)}
 	if len(got.O) != len(r.O) || len(got.LSE) != len(r.LSE) || (r.TLSE != nil && len(got.TLSE) != len(r.TLSE)) {
 		d.NaN = len(r.LSE) // a result of the wrong shape fails every row
@@ -148,6 +177,8 @@ func (r *Reference) compare(got Result, wantO, wantLSE, wantTLSE func(int) float
 		nL *= 2
 	}
 	qo, ql := newQuantity(roundO, rows*r.D, k), newQuantity(roundLSE, nL, k)
+	qo.tols, ql.tols = opt.tolsO, opt.tolsLSE
+	qo.roundingsOnly, ql.roundingsOnly = opt.roundingsOnly, opt.roundingsOnly
 	for row := range r.LSE {
 		o := got.O[row*r.D : (row+1)*r.D]
 		if math.IsInf(r.LSE[row], -1) {
@@ -161,15 +192,18 @@ func (r *Reference) compare(got Result, wantO, wantLSE, wantTLSE func(int) float
 			}
 			continue
 		}
-		if !ql.add(float64(got.LSE[row]), wantLSE(row), r.LSE[row], r.TolLSE[row], r.TolLSE[row], r.SigLSE[row], r.BiasLSE[row]) {
+		if r.Keys[row] < minKeys {
+			continue
+		}
+		if !ql.add(float64(got.LSE[row]), wantLSE(row), r.LSE[row], r.TolLSE[row], r.TolLSE[row], r.SigLSE[row], r.BiasLSE[row], r.RndLSE[row]) {
 			d.NaN++
 		}
-		if r.TLSE != nil && !ql.add(float64(got.TLSE[row]), wantTLSE(row), r.TLSE[row], r.TolTLS[row], r.TolTLS[row], r.SigTLS[row], r.BiasTLS[row]) {
+		if r.TLSE != nil && !ql.add(float64(got.TLSE[row]), wantTLSE(row), r.TLSE[row], r.TolTLS[row], r.TolTLS[row], r.SigTLS[row], r.BiasTLS[row], r.RndTLS[row]) {
 			d.NaN++
 		}
 		for e, x := range o {
 			i := row*r.D + e
-			if !qo.add(float64(x), wantO(i), r.O[i], r.TolO[i], r.PreO[i], r.SigO[i], r.BiasO[i]) {
+			if !qo.add(float64(x), wantO(i), r.O[i], r.TolO[i], r.PreO[i], r.SigO[i], r.BiasO[i], lseRounding{}) {
 				d.NaN++
 			}
 		}

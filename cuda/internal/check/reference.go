@@ -36,6 +36,8 @@ type Reference struct {
 	PreO            []float64 // [rows][Hq][D] the bound's pre-rounding part (caps the model's deviation)
 	SigLSE, BiasLSE []float64 // [rows][Hq]
 	SigTLS, BiasTLS []float64 // [rows][Hq]; nil without temperature
+	RndLSE, RndTLS  []lseRounding
+	Keys            []int32 // [rows][Hq] attended keys
 }
 
 // e2m1 are the magnitudes of the NVFP4 element codes 0..7 (contract §6).
@@ -287,10 +289,10 @@ func slotsOf(toks []int, blk int) []int {
 
 func newReference(rows, d int, temp bool) *Reference {
 	r := &Reference{D: d, O: make([]float64, rows*d), LSE: make([]float64, rows), TolO: make([]float64, rows*d), TolLSE: make([]float64, rows),
-		SigO: make([]float64, rows*d), BiasO: make([]float64, rows*d), PreO: make([]float64, rows*d), SigLSE: make([]float64, rows), BiasLSE: make([]float64, rows)}
+		SigO: make([]float64, rows*d), BiasO: make([]float64, rows*d), PreO: make([]float64, rows*d), SigLSE: make([]float64, rows), BiasLSE: make([]float64, rows), RndLSE: make([]lseRounding, rows), Keys: make([]int32, rows)}
 	if temp {
 		r.TLSE, r.TolTLS = make([]float64, rows), make([]float64, rows)
-		r.SigTLS, r.BiasTLS = make([]float64, rows), make([]float64, rows)
+		r.SigTLS, r.BiasTLS, r.RndTLS = make([]float64, rows), make([]float64, rows), make([]lseRounding, rows)
 	}
 	return r
 }
@@ -328,6 +330,7 @@ func parallel(n int, fn func(i int)) {
 func (a arith) row(ref *Reference, idx int, q []float64, kv, slot []int, k, v []float64, scale, temp float64) {
 	d := len(q)
 	o, tol := ref.O[idx*d:(idx+1)*d], ref.TolO[idx*d:(idx+1)*d]
+	ref.Keys[idx] = int32(len(kv))
 	if len(kv) == 0 {
 		ref.LSE[idx] = math.Inf(-1)
 		if ref.TLSE != nil {
@@ -377,7 +380,7 @@ func (a arith) row(ref *Reference, idx int, q []float64, kv, slot []int, k, v []
 	ref.TolLSE[idx] = a.tolLSE(lse, errS)
 	st := stats{sigO: ref.SigO[idx*d : (idx+1)*d], biasO: ref.BiasO[idx*d : (idx+1)*d]}
 	a.rowStats(&st, s, sa, ssq, p, slot, v, kv, o, l, maxS, temp)
-	ref.SigLSE[idx], ref.BiasLSE[idx] = st.sigLSE, st.biasLSE
+	ref.SigLSE[idx], ref.BiasLSE[idx], ref.RndLSE[idx] = st.sigLSE, st.biasLSE, st.rndLSE
 	if ref.TLSE != nil {
 		mt := maxS / temp
 		var lt float64
@@ -386,6 +389,6 @@ func (a arith) row(ref *Reference, idx int, q []float64, kv, slot []int, k, v []
 		}
 		ref.TLSE[idx] = mt + math.Log(lt)
 		ref.TolTLS[idx] = a.tolLSE(ref.TLSE[idx], errS/temp)
-		ref.SigTLS[idx], ref.BiasTLS[idx] = st.sigTLS, st.biasTLS
+		ref.SigTLS[idx], ref.BiasTLS[idx], ref.RndTLS[idx] = st.sigTLS, st.biasTLS, st.rndTLS
 	}
 }

@@ -47,8 +47,10 @@ const (
 	// the argument's rounding adds 2^-24 |s - max| relative (the exponent
 	// (s - max) log2(e) is off by 2^-24 of itself, ln 2 log2(e) = 1).
 	uEx2 = 0x1p-22
-	// uLg2 is the absolute error of lg2.approx.f32 in the LSE's units.
-	uLg2 = 0x1p-22
+	// uLg2 bounds the absolute error of lg2.approx.f32 in the LSE's units
+	// (2^-22.6 in log2 units, the CUDA C++ Programming Guide's bound for
+	// __log2f, times ln 2: 1.1e-7 < 2^-23).
+	uLg2 = 0x1p-23
 
 	// alphaMax is the probability, under the model, that a correct kernel
 	// fails the max criterion on one case: z_N = sqrt(2 ln(2N / alphaMax))
@@ -156,7 +158,15 @@ type stats struct {
 	sigO, biasO     []float64
 	sigLSE, biasLSE float64
 	sigTLS, biasTLS float64
+	rndLSE, rndTLS  lseRounding
 }
+
+// lseRounding is the part of an LSE's error that is a few float32
+// roundings of LSE-sized values and logarithms (each partial's m + ln l_s,
+// the combine's ln and sum): standard deviation sd and hard bound bound
+// (the sum of the half spacings and uLg2). A few bounded terms stay within
+// their sum, which for them is less than z_N standard deviations.
+type lseRounding struct{ sd, bound float64 }
 
 // sdRound is the standard deviation of a rounding to nearest of a value x
 // known to the reference, in a format with p significand bits and
@@ -191,10 +201,11 @@ func sdRound(x float64, p, minExp int) float64 { return spacing(x, p, minExp) * 
 //     its rounding to the partial dtype has standard deviation
 //     spacing(O_s) / sqrt(12), weighted by w_s; the combine's float32 sums
 //     add (slots + 2) u32^2 A^2 / 3.
-//   - LSE: the row sum of n positive terms (each partial's own in prefill,
-//     the whole row in decode: an unsplit kernel sums it all) has sum_k
-//     S_k^2 = n l^2 / 3 for terms of similar size in any order: u32^2 n / 9
-//     on its logarithm. Each partial's LSE m_s + ln l_s and the combine's
+//   - LSE: every kernel sums P by tiles (a selected block in prefill, a
+//     page in decode, at most 128 keys) and then adds the tiles' sums. A
+//     float32 sum of n positive terms of similar size has sum_k S_k^2 =
+//     n l^2 / 3 in any order: u32^2 n / 9 on its logarithm, for each
+//     tile's n_s (weighted w_s) and for the slots' sums. Each partial's LSE m_s + ln l_s and the combine's
 //     ln sum + max are two float32 roundings of known values (ln l_s at
 //     most ln n_s) and one lg2.approx (uLg2) each; the partials' weigh
 //     w_s.
@@ -238,6 +249,9 @@ func (a arith) rowStats(st *stats, s, sa, ssq []float64, p []float64, slot []int
 		if p[j] < 0x1p-6 {
 			sp += a.fP * a.fP / 3
 		}
+		if s[j] == m { // the row max has P = 1 (its tile sets the running max), exact in every format
+			sp = 0
+		}
 		for c, x := range vr {
 			dv := x - o[c]
 			st.sigO[c] += w*w*(sig2S[j]+se)*dv*dv + sp*math.Max(x*x, dv*dv)/(l*l)
@@ -262,14 +276,16 @@ func (a arith) rowStats(st *stats, s, sa, ssq []float64, p []float64, slot []int
 		}
 		st.sigO[c] = math.Sqrt(st.sigO[c] + (pv+comb)*absV[c]*absV[c] + part)
 	}
-	st.sigLSE, st.biasLSE = a.lseStats(s, sig2S, biasS, slot, nSlots, m, 1)
+	st.sigLSE, st.biasLSE, st.rndLSE = lseStats(s, sig2S, biasS, slot, nSlots, m, 1)
 	if temp > 0 {
-		st.sigTLS, st.biasTLS = a.lseStats(s, sig2S, biasS, slot, nSlots, m, temp)
+		st.sigTLS, st.biasTLS, st.rndTLS = lseStats(s, sig2S, biasS, slot, nSlots, m, temp)
 	}
 }
 
-// lseStats is the LSE part of rowStats for scores s / temp.
-func (a arith) lseStats(s, sig2S, biasS []float64, slot []int, nSlots int, m, temp float64) (sigma, bias float64) {
+// lseStats is the LSE part of rowStats for scores s / temp: the
+// independent many-term part (scores, exponentials, row sums), the
+// coherent part and the roundings.
+func lseStats(s, sig2S, biasS []float64, slot []int, nSlots int, m, temp float64) (sigma, bias float64, rnd lseRounding) {
 	mt := m / temp
 	pt := make([]float64, len(s))
 	ls := make([]float64, nSlots) // slot sums
@@ -288,24 +304,24 @@ func (a arith) lseStats(s, sig2S, biasS []float64, slot []int, nSlots int, m, te
 		v += w * w * (sig2S[j]/(temp*temp) + se)
 		bias += w * biasS[j] / temp
 	}
-	// final: the combine's (or an unsplit kernel's) ln l and m + ln l
-	rnd := func(x float64) float64 { return sdRound(x, 24, -149) }
-	lse := mt + math.Log(l)
-	fin := rnd(math.Log(l))*rnd(math.Log(l)) + rnd(lse)*rnd(lse) + uLg2*uLg2/3
-	v += fin
+	v += uF32 * uF32 * float64(nSlots) / 9 // the sum of the slots' sums
+	// ln x and m + ln x rounded to float32, one lg2.approx, weighted by w:
+	// the combine's (w = 1) and each partial's (ln l_s at most ln n_s).
+	var rv float64
+	round := func(w, lnX, lse float64) {
+		a, b := sdRound(lnX, 24, -149), sdRound(lse, 24, -149)
+		rv += w * w * (a*a + b*b + uLg2*uLg2/3)
+		rnd.bound += w * (spacing(lnX, 24, -149)/2 + spacing(lse, 24, -149)/2 + uLg2)
+	}
+	round(1, math.Log(l), mt+math.Log(l))
 	for sl, x := range ls {
 		if x == 0 {
 			continue
 		}
-		w, lseS := x/l, mt+math.Log(x)
-		r1, r2 := rnd(math.Log(ns[sl])), rnd(lseS)
-		v += w * w * (r1*r1 + r2*r2 + uLg2*uLg2/3)
-		if a.sumSlots {
-			v += w * w * uF32 * uF32 * ns[sl] / 9
-		}
+		w := x / l
+		round(w, math.Log(ns[sl]), mt+math.Log(x))
+		v += w * w * uF32 * uF32 * ns[sl] / 9
 	}
-	if !a.sumSlots {
-		v += uF32 * uF32 * float64(len(s)) / 9
-	}
-	return math.Sqrt(v), bias
+	rnd.sd = math.Sqrt(rv)
+	return math.Sqrt(v), bias, rnd
 }

@@ -63,12 +63,11 @@ type arith struct {
 	nComb float64 // float32 roundings of an LSE-sized value (partial LSEs, combine)
 	// The statistical model (stat.go) also needs to know which errors are
 	// coherent and how the row sum is split.
-	fp8QK    bool    // Q.K on the FP8 tensor cores (truncating accumulator)
-	fp8PV    bool    // P.V on the FP8 tensor cores
-	sumSlots bool    // each partial sums its own slot's P (prefill); decode may sum a whole row
-	pPart    int     // significand bits of the partial dtype
-	minPart  int     // log2 of its subnormal spacing
-	gV       float64 // V's global scale (partials are stored without it)
+	fp8QK   bool    // Q.K on the FP8 tensor cores (truncating accumulator)
+	fp8PV   bool    // P.V on the FP8 tensor cores
+	pPart   int     // significand bits of the partial dtype
+	minPart int     // log2 of its subnormal spacing
+	gV      float64 // V's global scale (partials are stored without it)
 }
 
 // newArith derives the arithmetic of Q/K/V dtypes q, kv, P.V accumulations
@@ -118,9 +117,7 @@ func (c *Prefill) arith() arith {
 	if c.KVD == cuda.NVFP4 {
 		gV = float64(c.V.Global)
 	}
-	a := newArith(c.QD, c.KVD, c.PD, c.D, c.Blk, c.TopK, gV)
-	a.sumSlots = true
-	return a
+	return newArith(c.QD, c.KVD, c.PD, c.D, c.Blk, c.TopK, gV)
 }
 
 func (c *Decode) arith() arith {

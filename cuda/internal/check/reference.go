@@ -91,6 +91,26 @@ type fault struct {
 	swapSeq      int     // the sequence (or decode request) of the swap
 	scale        float64 // factor on the softmax scale (0: none)
 	seqUsedShift int     // decode: seqused_k read as seqused_k + this
+	expBias      float64 // P = exp((s - max)(1 + expBias)): an exponential biased with its argument
+	pE4M3        bool    // P rounded to E4M3 before P.V (the row sum unrounded)
+	kNear        float64 // the first 16 keys of sequence swapSeq read from a near copy: K (1 +- kNear)
+}
+
+// nearRows applies fault f's near-copy K to k: rows of the first 16
+// tokens of sequence b (row(t, h) locates them) get every element scaled
+// by 1 +- kNear, the sign alternating with the element.
+func (f *fault) nearRows(k []float64, d, hkv, n, b int, row func(t, h int) int) {
+	if f == nil || f.kNear == 0 {
+		return
+	}
+	for h := 0; h < hkv; h++ {
+		for t := 0; t < min(16, n); t++ {
+			r := row(t, h)
+			for e := 0; e < d; e++ {
+				k[r*d+e] *= 1 + f.kNear*float64(1-2*((e+t)%2))
+			}
+		}
+	}
 }
 
 func (f *fault) causal() int {
@@ -105,6 +125,22 @@ func (f *fault) drops(h, row int) bool {
 }
 
 func (f *fault) swaps(b int) bool { return f != nil && f.swap && f.swapSeq == b }
+
+// exp is the exponent the faulty kernel exponentiates for x = s - max.
+func (f *fault) exp(x float64) float64 {
+	if f == nil {
+		return x
+	}
+	return x * (1 + f.expBias)
+}
+
+// round is the P the faulty kernel multiplies V with.
+func (f *fault) round(p float64) float64 {
+	if f == nil || !f.pE4M3 {
+		return p
+	}
+	return float64(lowp.E4M3Sat(float32(p)).Float32())
+}
 
 func (f *fault) scaled(s float64) float64 {
 	if f == nil || f.scale == 0 {
@@ -181,6 +217,10 @@ func (c *Prefill) reference(f *fault) *Reference {
 	ar := c.arith()
 	k, v := c.K.values(), c.V.values()
 	q := c.Q.values()
+	if f != nil {
+		b := f.swapSeq
+		f.nearRows(k, c.D, c.Hkv, int(c.SeqK[b]), b, func(t, h int) int { return c.kvRow(b, t, h, nil) })
+	}
 	ref := newReference(c.TotalQ*c.Hq, c.D, c.Temp > 0)
 	scale := f.scaled(1 / math.Sqrt(float64(c.D)))
 	parallel(c.TotalQ, func(row int) {
@@ -194,7 +234,7 @@ func (c *Prefill) reference(f *fault) *Reference {
 			slots := slotsOf(toks, c.Blk) // one partial per selected block
 			for g := 0; g < c.QHPK; g++ {
 				idx := row*c.Hq + h*c.QHPK + g
-				ar.row(ref, idx, q[idx*c.D:(idx+1)*c.D], rows, slots, k, v, scale, float64(c.Temp))
+				ar.row(ref, idx, q[idx*c.D:(idx+1)*c.D], rows, slots, k, v, scale, float64(c.Temp), f)
 			}
 		}
 	})
@@ -251,6 +291,10 @@ func (c *Decode) reference(f *fault) *Reference {
 	ar := c.arith()
 	k, v := c.K.values(), c.V.values()
 	q := c.Q.values()
+	if f != nil {
+		b := f.swapSeq
+		f.nearRows(k, c.D, c.Hkv, int(c.SeqUsed[b]), b, func(t, h int) int { return c.kvRow(b, t, h, nil) })
+	}
 	rows := c.Batch * c.SeqlenQ
 	ref := newReference(rows*c.Hq, c.D, false)
 	scale := f.scaled(1 / math.Sqrt(float64(c.D)))
@@ -264,7 +308,7 @@ func (c *Decode) reference(f *fault) *Reference {
 			slots := slotsOf(toks, c.PageSize) // a split never divides a page
 			for g := 0; g < c.QHPK; g++ {
 				idx := r*c.Hq + h*c.QHPK + g
-				ar.row(ref, idx, q[idx*c.D:(idx+1)*c.D], kr, slots, k, v, scale, 0)
+				ar.row(ref, idx, q[idx*c.D:(idx+1)*c.D], kr, slots, k, v, scale, 0, f)
 			}
 		}
 	})
@@ -326,8 +370,8 @@ func parallel(n int, fn func(i int)) {
 // rows kv (in partial slot[j]), into ref: s = scale * q.k, P = exp(s -
 // max), O = sum P v / sum P, LSE = max + ln sum P, the temperature LSE
 // logsumexp(s / temp), the tolerances of tolerance.go and the statistical
-// model of stat.go.
-func (a arith) row(ref *Reference, idx int, q []float64, kv, slot []int, k, v []float64, scale, temp float64) {
+// model of stat.go; with fault f's exponential and P rounding (nil: none).
+func (a arith) row(ref *Reference, idx int, q []float64, kv, slot []int, k, v []float64, scale, temp float64, f *fault) {
 	d := len(q)
 	o, tol := ref.O[idx*d:(idx+1)*d], ref.TolO[idx*d:(idx+1)*d]
 	ref.Keys[idx] = int32(len(kv))
@@ -360,11 +404,12 @@ func (a arith) row(ref *Reference, idx int, q []float64, kv, slot []int, k, v []
 	absV := make([]float64, d) // sum P |v|
 	sumV := make([]float64, d) // sum |v|
 	for j, r := range kv {
-		p[j] = math.Exp(s[j] - maxS)
+		p[j] = math.Exp(f.exp(s[j] - maxS))
 		l += p[j]
+		pv := f.round(p[j])
 		vr := v[r*d : (r+1)*d]
 		for e, x := range vr {
-			o[e] += p[j] * x
+			o[e] += pv * x
 			absV[e] += p[j] * math.Abs(x)
 			sumV[e] += math.Abs(x)
 		}

@@ -203,9 +203,12 @@ func (m *mem) result(o, lse, tlse uint64, rows, d int) (check.Result, error) {
 }
 
 // Columns of gpucheck.csv: errors, tolerances and margins against the
-// reference, the comparison with the CPU path, masked rows, determinism.
-const csvHeader = "case,kernels,max_rel_o,tol_o,margin_o,max_rel_lse,tol_lse,margin_lse,bad_o,bad_lse,masked_rows,bad_masked,nan," +
-	"cpu_max_rel_o,cpu_max_rel_lse,cpu_ok,deterministic,status"
+// reference under both criteria (the per-element bound; the statistical
+// criterion's max tolerance and RMS), the comparison with the CPU path,
+// masked rows, determinism.
+const csvHeader = "case,kernels,max_rel_o,tol_o,margin_o,max_rel_lse,tol_lse,margin_lse,bad_o,bad_lse," +
+	"stat_tol_o,stat_margin_o,rms_o,rms_tol_o,rms_margin_o,stat_tol_lse,stat_margin_lse,rms_lse,rms_tol_lse,rms_margin_lse,bad_stat_o,bad_stat_lse," +
+	"masked_rows,bad_masked,nan,cpu_max_rel_o,cpu_max_rel_lse,cpu_ok,deterministic,status"
 
 // probeHeader are the columns of probes.csv.
 const probeHeader = "case,kernels,rows,tokens,attended,wrong_tokens,wrong_counts,status,first_mismatch"
@@ -230,6 +233,10 @@ func (r *report) out(name, kernels string, d, cpu check.Diff, det bool, err erro
 	switch {
 	case err != nil:
 		status = "ERROR: " + strings.ReplaceAll(err.Error(), ",", ";")
+	case !d.BoundOK():
+		status = "FAIL (bound)"
+	case !d.StatOK():
+		status = "FAIL (statistical)"
 	case !d.OK():
 		status = "FAIL"
 	case !cpu.OK():
@@ -242,13 +249,20 @@ func (r *report) out(name, kernels string, d, cpu check.Diff, det bool, err erro
 	if status != "ok" {
 		r.failed++
 	}
-	fmt.Printf("%-70s %-44s O %.2e (tol %.2e, margin %s) LSE %.2e (tol %.2e, margin %s) masked %d %s\n", name, kernels,
-		d.MaxRelO, d.TolO, margin(d.MarginO), d.MaxRelLSE, d.TolLSE, margin(d.MarginLSE), d.Masked, status)
-	r.rows = append(r.rows, fmt.Sprintf("%s,%s,%.3e,%.3e,%s,%.3e,%.3e,%s,%d,%d,%d,%d,%d,%.3e,%.3e,%v,%v,%s", name, kernels,
-		d.MaxRelO, d.TolO, margin(d.MarginO), d.MaxRelLSE, d.TolLSE, margin(d.MarginLSE), d.BadO, d.BadLSE, d.Masked, d.BadMasked, d.NaN,
-		cpu.MaxRelO, cpu.MaxRelLSE, cpu.OK(), det, status))
-	r.md = append(r.md, fmt.Sprintf("| %s | %s | %.2e | %.2e | %s | %.2e | %.2e | %s | %d | %v | %v | %s |", name, kernels,
-		d.MaxRelO, d.TolO, margin(d.MarginO), d.MaxRelLSE, d.TolLSE, margin(d.MarginLSE), d.Masked, cpu.OK(), det, status))
+	fmt.Printf("%-70s %-44s O %.2e (bound %.2e margin %s; stat %.2e margin %s; RMS %.2e tol %.2e margin %s) "+
+		"LSE %.2e (bound %.2e margin %s; stat %.2e margin %s; RMS %.2e tol %.2e margin %s) masked %d %s\n", name, kernels,
+		d.MaxRelO, d.TolO, margin(d.MarginO), d.StatTolO, margin(d.StatMarginO), d.RMSO, d.RMSTolO, margin(d.RMSMarginO()),
+		d.MaxRelLSE, d.TolLSE, margin(d.MarginLSE), d.StatTolLSE, margin(d.StatMarginLSE), d.RMSLSE, d.RMSTolLSE, margin(d.RMSMarginLSE()),
+		d.Masked, status)
+	r.rows = append(r.rows, fmt.Sprintf("%s,%s,%.3e,%.3e,%s,%.3e,%.3e,%s,%d,%d,%.3e,%s,%.3e,%.3e,%s,%.3e,%s,%.3e,%.3e,%s,%d,%d,%d,%d,%d,%.3e,%.3e,%v,%v,%s",
+		name, kernels, d.MaxRelO, d.TolO, margin(d.MarginO), d.MaxRelLSE, d.TolLSE, margin(d.MarginLSE), d.BadO, d.BadLSE,
+		d.StatTolO, margin(d.StatMarginO), d.RMSO, d.RMSTolO, margin(d.RMSMarginO()),
+		d.StatTolLSE, margin(d.StatMarginLSE), d.RMSLSE, d.RMSTolLSE, margin(d.RMSMarginLSE()), d.BadStatO, d.BadStatLSE,
+		d.Masked, d.BadMasked, d.NaN, cpu.MaxRelO, cpu.MaxRelLSE, cpu.OK(), det, status))
+	r.md = append(r.md, fmt.Sprintf("| %s | %s | %.2e | %.2e | %s | %.2e | %s | %.2e | %.2e | %s | %.2e | %.2e | %s | %.2e | %s | %.2e | %.2e | %s | %d | %v | %v | %s |",
+		name, kernels, d.MaxRelO, d.TolO, margin(d.MarginO), d.StatTolO, margin(d.StatMarginO), d.RMSO, d.RMSTolO, margin(d.RMSMarginO()),
+		d.MaxRelLSE, d.TolLSE, margin(d.MarginLSE), d.StatTolLSE, margin(d.StatMarginLSE), d.RMSLSE, d.RMSTolLSE, margin(d.RMSMarginLSE()),
+		d.Masked, cpu.OK(), det, status))
 }
 
 // probeOut records a probe row.
@@ -297,7 +311,7 @@ func (r *report) watchdog(limit time.Duration) {
 		if name != "" && since > limit {
 			r.failed++
 			r.rows = append(r.rows, blankRow(csvHeader, name, "HUNG (GPU work did not finish)"))
-			r.md = append(r.md, fmt.Sprintf("| %s |%s HUNG: GPU work did not finish in %v |", name, strings.Repeat(" |", 10), limit))
+			r.md = append(r.md, fmt.Sprintf("| %s |%s HUNG: GPU work did not finish in %v |", name, strings.Repeat(" |", 20), limit))
 			if err := r.write(r.dir, r.header, time.Since(r.start)); err != nil {
 				fmt.Fprintf(os.Stderr, "gpucheck: writing the report: %v\n", err)
 			}
@@ -322,7 +336,7 @@ func (r *report) late(name string) bool {
 	if time.Now().After(r.deadline) {
 		r.skipped++
 		r.rows = append(r.rows, blankRow(csvHeader, name, "skipped (time budget)"))
-		r.md = append(r.md, fmt.Sprintf("| %s |%s skipped (time budget) |", name, strings.Repeat(" |", 10)))
+		r.md = append(r.md, fmt.Sprintf("| %s |%s skipped (time budget) |", name, strings.Repeat(" |", 20)))
 		return true
 	}
 	return false
@@ -814,12 +828,15 @@ func (r *report) write(dir, header string, took time.Duration) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# GPU check, %s\n\n%s\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), header)
 	fmt.Fprintf(&b, "%d failed, %d skipped, %.0f s.\n\n", r.failed, r.skipped, took.Seconds())
-	b.WriteString("## Correctness vs the float64 reference\n\nErrors are max |gpu-ref|/(1+|ref|); tol is the largest tolerance applied in the same measure " +
-		"(each element has its own, derived from the arithmetic: kernels/cuda/GPU_CHECK.md); margin is the smallest tolerance/error over the elements " +
-		"(below 1 fails); masked = rows that attend no key (checked O = 0, LSE = -inf); vs CPU = within twice the tolerance of the CPU path (kernels/attn); " +
-		"deterministic = two runs bit-identical.\n\n")
-	b.WriteString("| case | kernels | err O | tol O | margin O | err LSE | tol LSE | margin LSE | masked | vs CPU | deterministic | status |\n" +
-		"|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|---|\n")
+	b.WriteString("## Correctness vs the float64 reference\n\nTwo criteria, both must hold (kernels/cuda/GPU_CHECK.md, \"Tolerances\"). " +
+		"err is the max |gpu-ref|/(1+|ref|); bound is the largest per-element bound applied in the same measure (each element has its own, " +
+		"derived from the arithmetic) and its margin the smallest bound/error over the elements; stat is the largest statistical max tolerance " +
+		"and its margin the smallest allowed/needed pre-rounding deviation; RMS is the root mean square error, RMS tol k_N times the model's " +
+		"expected RMS, and its margin RMS tol/RMS. A margin below 1 fails. masked = rows that attend no key (checked O = 0, LSE = -inf); " +
+		"vs CPU = within both criteria (doubled) of the CPU path (kernels/attn); deterministic = two runs bit-identical.\n\n")
+	b.WriteString("| case | kernels | err O | bound O | margin | stat O | margin | RMS O | RMS tol O | margin | err LSE | bound LSE | margin | " +
+		"stat LSE | margin | RMS LSE | RMS tol LSE | margin | masked | vs CPU | deterministic | status |\n" +
+		"|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|\n")
 	b.WriteString(strings.Join(r.md, "\n"))
 	b.WriteString("\n\n## Probes: attended token sets (Q = 0, position-coded V)\n\nrows = (query row, head) pairs over all passes; " +
 		"tokens = memberships checked; wrong tokens = memberships that differ from the reference's set; wrong counts = rows whose exp(LSE) is not the set's size.\n\n")

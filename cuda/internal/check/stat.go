@@ -205,10 +205,12 @@ func sdRound(x float64, p, minExp int) float64 { return spacing(x, p, minExp) * 
 //     page in decode, at most 128 keys) and then adds the tiles' sums. A
 //     float32 sum of n positive terms of similar size has sum_k S_k^2 =
 //     n l^2 / 3 in any order: u32^2 n / 9 on its logarithm, for each
-//     tile's n_s (weighted w_s) and for the slots' sums. Each partial's LSE m_s + ln l_s and the combine's
-//     ln sum + max are two float32 roundings of known values (ln l_s at
-//     most ln n_s) and one lg2.approx (uLg2) each; the partials' weigh
-//     w_s.
+//     tile's n_s (weighted w_s) and for the slots' sums. Each partial's
+//     LSE and the combine's are computed in log2 units: log2 l
+//     (lg2.approx, uLg2), m log2(e) + log2 l and the product by ln 2, three
+//     float32 roundings of known values (log2 l_s at most log2 n_s), the
+//     partials' weighted w_s. These few bounded roundings are kept apart
+//     (lseRounding): the max criterion allows them at most their sum.
 //
 // BF16 P rounding does not enter the LSE: the contract accumulates the row
 // sum from unrounded P. It is the largest pre-rounding term of BF16 O.
@@ -305,13 +307,17 @@ func lseStats(s, sig2S, biasS []float64, slot []int, nSlots int, m, temp float64
 		bias += w * biasS[j] / temp
 	}
 	v += uF32 * uF32 * float64(nSlots) / 9 // the sum of the slots' sums
-	// ln x and m + ln x rounded to float32, one lg2.approx, weighted by w:
-	// the combine's (w = 1) and each partial's (ln l_s at most ln n_s).
+	// Kernels work in log2 units: log2 x (lg2.approx, rounded), m log2(e) +
+	// log2 x (rounded) and the product by ln 2 (rounded), weighted by w:
+	// the combine's (w = 1) and each partial's (x = l_s, log2 l_s at most
+	// log2 n_s). In the LSE's units a rounding of a log2-unit value y is
+	// ln 2 times its spacing around y.
 	var rv float64
 	round := func(w, lnX, lse float64) {
-		a, b := sdRound(lnX, 24, -149), sdRound(lse, 24, -149)
-		rv += w * w * (a*a + b*b + uLg2*uLg2/3)
-		rnd.bound += w * (spacing(lnX, 24, -149)/2 + spacing(lse, 24, -149)/2 + uLg2)
+		y1, y2 := lnX*math.Log2E, lse*math.Log2E
+		a, b, c := math.Ln2*sdRound(y1, 24, -149), math.Ln2*sdRound(y2, 24, -149), sdRound(lse, 24, -149)
+		rv += w * w * (a*a + b*b + c*c + uLg2*uLg2/3)
+		rnd.bound += w * (math.Ln2*(spacing(y1, 24, -149)+spacing(y2, 24, -149))/2 + spacing(lse, 24, -149)/2 + uLg2)
 	}
 	round(1, math.Log(l), mt+math.Log(l))
 	for sl, x := range ls {

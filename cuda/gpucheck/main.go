@@ -2,8 +2,9 @@
 
 // Command gpucheck is the GPU check of a bare machine: it needs an NVIDIA
 // driver (libcuda.so.1, opened at run time) and nothing else. It compares
-// every kernel family with an independent float64 reference, each element
-// within a tolerance derived from the arithmetic, and with the CPU path
+// every kernel family with an independent float64 reference under two
+// criteria derived from the arithmetic (each element within its bound;
+// each element and the RMS within the statistical model), and with the CPU path
 // (package kernels/attn) on the same inputs over a shape matrix; recovers
 // the attended token sets from exact probes (Q = 0, position-coded V) and
 // compares them token by token with the reference's; checks fully masked

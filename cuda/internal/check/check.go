@@ -1,7 +1,7 @@
 // Package check holds the GPU check's problems and everything about them
 // that needs no GPU: input generation, an independent float64 reference
-// (reference.go) with a tolerance derived for every element
-// (tolerance.go), the exact probes of the mask and the block selection
+// (reference.go) with a per-element bound (tolerance.go) and a statistical
+// criterion (stat.go) derived from the arithmetic, the exact probes of the mask and the block selection
 // (probe.go), the CPU path (package kernels/attn, the same code the ops run
 // on the CPU) on the same inputs as a second comparison, and the FLOP /
 // byte counts of the timing table. The GPU side is cuda/gpucheck (build

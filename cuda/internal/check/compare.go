@@ -192,18 +192,18 @@ func (r *Reference) compare(got Result, wantO, wantLSE, wantTLSE func(int) float
 			}
 			continue
 		}
-		if r.Keys[row] < minKeys {
+		if r.keys[row] < minKeys {
 			continue
 		}
-		if !ql.add(float64(got.LSE[row]), wantLSE(row), r.LSE[row], r.TolLSE[row], r.TolLSE[row], r.SigLSE[row], r.BiasLSE[row], r.RndLSE[row]) {
+		if !ql.add(float64(got.LSE[row]), wantLSE(row), r.LSE[row], r.TolLSE[row], r.TolLSE[row], r.sigLSE[row], r.biasLSE[row], r.rndLSE[row]) {
 			d.NaN++
 		}
-		if r.TLSE != nil && !ql.add(float64(got.TLSE[row]), wantTLSE(row), r.TLSE[row], r.TolTLS[row], r.TolTLS[row], r.SigTLS[row], r.BiasTLS[row], r.RndTLS[row]) {
+		if r.TLSE != nil && !ql.add(float64(got.TLSE[row]), wantTLSE(row), r.TLSE[row], r.TolTLS[row], r.TolTLS[row], r.sigTLS[row], r.biasTLS[row], r.rndTLS[row]) {
 			d.NaN++
 		}
 		for e, x := range o {
 			i := row*r.D + e
-			if !qo.add(float64(x), wantO(i), r.O[i], r.TolO[i], r.PreO[i], r.SigO[i], r.BiasO[i], lseRounding{}) {
+			if !qo.add(float64(x), wantO(i), r.O[i], r.TolO[i], r.preO[i], r.sigO[i], r.biasO[i], lseRounding{}) {
 				d.NaN++
 			}
 		}

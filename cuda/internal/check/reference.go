@@ -32,12 +32,12 @@ type Reference struct {
 	TolTLS []float64 // absolute tolerance of each temperature LSE; nil without temperature
 	// The statistical model of each element (stat.go): standard deviation
 	// and coherent part of its error before the final rounding.
-	SigO, BiasO     []float64 // [rows][Hq][D]
-	PreO            []float64 // [rows][Hq][D] the bound's pre-rounding part (caps the model's deviation)
-	SigLSE, BiasLSE []float64 // [rows][Hq]
-	SigTLS, BiasTLS []float64 // [rows][Hq]; nil without temperature
-	RndLSE, RndTLS  []lseRounding
-	Keys            []int32 // [rows][Hq] attended keys
+	sigO, biasO     []float64     // [rows][Hq][D]
+	preO            []float64     // [rows][Hq][D] the bound's pre-rounding part (caps the model's deviation)
+	sigLSE, biasLSE []float64     // [rows][Hq]
+	sigTLS, biasTLS []float64     // [rows][Hq]; nil without temperature
+	rndLSE, rndTLS  []lseRounding // [rows][Hq] the LSEs' own roundings
+	keys            []int32       // [rows][Hq] attended keys
 }
 
 // e2m1 are the magnitudes of the NVFP4 element codes 0..7 (contract §6).
@@ -333,10 +333,10 @@ func slotsOf(toks []int, blk int) []int {
 
 func newReference(rows, d int, temp bool) *Reference {
 	r := &Reference{D: d, O: make([]float64, rows*d), LSE: make([]float64, rows), TolO: make([]float64, rows*d), TolLSE: make([]float64, rows),
-		SigO: make([]float64, rows*d), BiasO: make([]float64, rows*d), PreO: make([]float64, rows*d), SigLSE: make([]float64, rows), BiasLSE: make([]float64, rows), RndLSE: make([]lseRounding, rows), Keys: make([]int32, rows)}
+		sigO: make([]float64, rows*d), biasO: make([]float64, rows*d), preO: make([]float64, rows*d), sigLSE: make([]float64, rows), biasLSE: make([]float64, rows), rndLSE: make([]lseRounding, rows), keys: make([]int32, rows)}
 	if temp {
 		r.TLSE, r.TolTLS = make([]float64, rows), make([]float64, rows)
-		r.SigTLS, r.BiasTLS, r.RndTLS = make([]float64, rows), make([]float64, rows), make([]lseRounding, rows)
+		r.sigTLS, r.biasTLS, r.rndTLS = make([]float64, rows), make([]float64, rows), make([]lseRounding, rows)
 	}
 	return r
 }
@@ -374,7 +374,7 @@ func parallel(n int, fn func(i int)) {
 func (a arith) row(ref *Reference, idx int, q []float64, kv, slot []int, k, v []float64, scale, temp float64, f *fault) {
 	d := len(q)
 	o, tol := ref.O[idx*d:(idx+1)*d], ref.TolO[idx*d:(idx+1)*d]
-	ref.Keys[idx] = int32(len(kv))
+	ref.keys[idx] = int32(len(kv))
 	if len(kv) == 0 {
 		ref.LSE[idx] = math.Inf(-1)
 		if ref.TLSE != nil {
@@ -420,12 +420,12 @@ func (a arith) row(ref *Reference, idx int, q []float64, kv, slot []int, k, v []
 	for e := range o {
 		o[e] /= l
 		tol[e] = a.tolO(o[e], absV[e]/l, sumV[e]/l, errS)
-		ref.PreO[idx*d+e] = a.preO(absV[e]/l, sumV[e]/l, errS)
+		ref.preO[idx*d+e] = a.preO(absV[e]/l, sumV[e]/l, errS)
 	}
 	ref.TolLSE[idx] = a.tolLSE(lse, errS)
-	st := stats{sigO: ref.SigO[idx*d : (idx+1)*d], biasO: ref.BiasO[idx*d : (idx+1)*d]}
+	st := stats{sigO: ref.sigO[idx*d : (idx+1)*d], biasO: ref.biasO[idx*d : (idx+1)*d]}
 	a.rowStats(&st, s, sa, ssq, p, slot, v, kv, o, l, maxS, temp)
-	ref.SigLSE[idx], ref.BiasLSE[idx], ref.RndLSE[idx] = st.sigLSE, st.biasLSE, st.rndLSE
+	ref.sigLSE[idx], ref.biasLSE[idx], ref.rndLSE[idx] = st.sigLSE, st.biasLSE, st.rndLSE
 	if ref.TLSE != nil {
 		mt := maxS / temp
 		var lt float64
@@ -434,6 +434,6 @@ func (a arith) row(ref *Reference, idx int, q []float64, kv, slot []int, k, v []
 		}
 		ref.TLSE[idx] = mt + math.Log(lt)
 		ref.TolTLS[idx] = a.tolLSE(ref.TLSE[idx], errS/temp)
-		ref.SigTLS[idx], ref.BiasTLS[idx], ref.RndTLS[idx] = st.sigTLS, st.biasTLS, st.rndTLS
+		ref.sigTLS[idx], ref.biasTLS[idx], ref.rndTLS[idx] = st.sigTLS, st.biasTLS, st.rndTLS
 	}
 }

@@ -22,9 +22,11 @@ import (
 // rounding of the result to its output format (BF16 for O, float32 for
 // the LSEs), which the reference computes exactly. A case passes it when
 //
-//   - max: every element lies within the rounding of [o - t, o + t], t =
-//     z_N sigma + b, of the exact value o: |got - o| <= max(|rnd(o - t) -
-//     o|, |rnd(o + t) - o|), rounding being monotone; and
+//   - max: every element lies within the rounding of [o - t, o + t] of the
+//     exact value o: |got - o| <= max(|rnd(o - t) - o|, |rnd(o + t) - o|),
+//     rounding being monotone; t = z_N sigma + b, the LSE's few own
+//     roundings allowed at most their sum (lseRounding), and t never beyond
+//     the per-element bound's pre-rounding part; and
 //   - RMS: the root mean square of the errors over the case's N elements is
 //     at most k_N times the model's expected RMS, sqrt(mean(rho^2 + v +
 //     ulp sqrt(v) / 2)), v = sigma^2 + b^2, rho = |rnd(o) - o|: rho^2 is
@@ -37,15 +39,15 @@ import (
 // Both criteria apply to the comparison with the CPU path too, with twice
 // the max tolerance and twice the expected RMS (each side within its own).
 
-// Rounding model: a rounding to nearest of x is uniform on +-ulp/2 with
-// ulp <= 2u|x| (u = 2^-p, tolerance.go), so its standard deviation is at
-// most u|x|/sqrt(3).
-const invSqrt3 = 0.57735026918962576
+// Rounding model: a rounding to nearest of x is uniform on +-spacing/2
+// with spacing <= 2u|x| (u = 2^-p, tolerance.go), so its standard
+// deviation is at most u|x|/sqrt(3), and exactly spacing(x)/sqrt(12)
+// where the reference knows x (sdRound).
 
 const (
 	// uEx2 is the relative error of ex2.approx.f32 (2 ulps of float32);
 	// the argument's rounding adds 2^-24 |s - max| relative (the exponent
-	// (s - max) log2(e) is off by 2^-24 of itself, ln 2 log2(e) = 1).
+	// (s - max) log2(e) is off by 2^-24 of itself, and ln(2) log2(e) = 1).
 	uEx2 = 0x1p-22
 	// uLg2 bounds the absolute error of lg2.approx.f32 in the LSE's units
 	// (2^-22.6 in log2 units, the CUDA C++ Programming Guide's bound for
@@ -69,7 +71,7 @@ const (
 	// BF16's u, are left out) and assumes the roundings of one row
 	// independent; 1.25 covers both with room, and is small enough that
 	// P rounded to E4M3 instead of BF16 (16 times the P term) or an
-	// exponential biased by 2^-12 fails (mutation_test.go).
+	// exponential biased by 2^-19 of its argument fails (mutation_test.go).
 	kModel = 1.25
 )
 

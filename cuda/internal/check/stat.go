@@ -248,7 +248,8 @@ func (a arith) rowStats(st *stats, s, sa, ssq []float64, p []float64, slot []int
 	for j, r := range kv {
 		vr := v[r*d : (r+1)*d]
 		w := p[j] / l
-		se := (uEx2*uEx2 + math.Pow(uF32*(s[j]-m), 2)) / 3
+		e := uF32 * (s[j] - m)
+		se := (uEx2*uEx2 + e*e) / 3
 		sp := (a.uP * a.uP * p[j] * p[j]) / 3
 		if p[j] < 0x1p-6 {
 			sp += a.fP * a.fP / 3
@@ -256,10 +257,12 @@ func (a arith) rowStats(st *stats, s, sa, ssq []float64, p []float64, slot []int
 		if s[j] == m { // the row max has P = 1 (its tile sets the running max), exact in every format
 			sp = 0
 		}
+		ks, kp, kb := w*w*(sig2S[j]+se), sp/(l*l), w*biasS[j]
 		for c, x := range vr {
 			dv := x - o[c]
-			st.sigO[c] += w*w*(sig2S[j]+se)*dv*dv + sp*math.Max(x*x, dv*dv)/(l*l)
-			st.biasO[c] += w * biasS[j] * math.Abs(dv)
+			x2, d2 := x*x, dv*dv
+			st.sigO[c] += ks*d2 + kp*max(x2, d2)
+			st.biasO[c] += kb * math.Abs(dv)
 			absV[c] += w * math.Abs(x)
 		}
 	}
@@ -304,7 +307,8 @@ func lseStats(s, sig2S, biasS []float64, slot []int, nSlots int, m, temp float64
 	var v float64
 	for j, x := range s {
 		w := pt[j] / l
-		se := (uEx2*uEx2 + math.Pow(uF32*(x-m)/temp, 2)) / 3
+		e := uF32 * (x - m) / temp
+		se := (uEx2*uEx2 + e*e) / 3
 		v += w * w * (sig2S[j]/(temp*temp) + se)
 		bias += w * biasS[j] / temp
 	}

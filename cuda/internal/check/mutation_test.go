@@ -106,7 +106,7 @@ func mutations() []mutation {
 		{name: "softmax scale off by 2^-18 relative", f: with(func(f *fault) { f.scale = 1 + 0x1p-18 }), stat: true},
 		{name: "exponential biased 2^-19 of its argument", f: with(func(f *fault) { f.expBias = 0x1p-19 }), stat: true},
 		{name: "P rounded to E4M3 instead of BF16", f: with(func(f *fault) { f.pE4M3 = true }), stat: true},
-		{name: "16 keys' K from a near copy (2^-12 relative)", f: with(func(f *fault) { f.kNear = 0x1p-12 }), stat: true},
+		{name: "16 keys' K from a near copy (2^-11 relative)", f: with(func(f *fault) { f.kNear = 0x1p-11 }), stat: true},
 		{name: "LSE of a masked row finite", post: func(p problem, r Result) bool {
 			for i, x := range r.LSE {
 				if math.IsInf(float64(x), -1) {

@@ -201,8 +201,10 @@ func sdRound(x float64, p, minExp int) float64 { return spacing(x, p, minExp) * 
 //   - partials: slot s (a selected block; a page in decode) with weight
 //     w_s = l_s / l holds the normalised O_s, a value the reference knows:
 //     its rounding to the partial dtype has standard deviation
-//     spacing(O_s) / sqrt(12), weighted by w_s; the combine's float32 sums
-//     add (slots + 2) u32^2 A^2 / 3.
+//     spacing(O_s) / sqrt(12), weighted by w_s; its merge weight (an
+//     exponential of lse_s - lse, in the combine or a running rescale) is
+//     off by sdMerge relative, moving O by w_s (O_s - O) and the LSE by
+//     w_s; the combine's float32 sums add (slots + 2) u32^2 A^2 / 3.
 //   - LSE: every kernel sums P by tiles (a selected block in prefill, a
 //     page in decode, at most 128 keys) and then adds the tiles' sums. A
 //     float32 sum of n positive terms of similar size has sum_k S_k^2 =
@@ -212,7 +214,9 @@ func sdRound(x float64, p, minExp int) float64 { return spacing(x, p, minExp) * 
 //     (lg2.approx, uLg2), m log2(e) + log2 l and the product by ln 2, three
 //     float32 roundings of known values (log2 l_s at most log2 n_s), the
 //     partials' weighted w_s. These few bounded roundings are kept apart
-//     (lseRounding): the max criterion allows them at most their sum.
+//     (lseRounding): the max criterion allows them at most their sum. A
+//     running max rescales the sum by an exponential each time a slot
+//     raises it (1 + ln(slots) times in no particular order): uEx2 each.
 //
 // BF16 P rounding does not enter the LSE: the contract accumulates the row
 // sum from unrounded P. It is the largest pre-rounding term of BF16 O.
@@ -277,9 +281,10 @@ func (a arith) rowStats(st *stats, s, sa, ssq []float64, p []float64, slot []int
 			if ls[sl] == 0 {
 				continue
 			}
-			w := ls[sl] / l
-			sd := a.gV * sdRound(num[sl*d+c]/ls[sl]/a.gV, a.pPart, a.minPart)
-			part += w * w * sd * sd
+			w, os := ls[sl]/l, num[sl*d+c]/ls[sl]
+			sd := a.gV * sdRound(os/a.gV, a.pPart, a.minPart)
+			dw := os - o[c]
+			part += w * w * (sd*sd + sdMerge(w)*dw*dw)
 		}
 		st.sigO[c] = math.Sqrt(st.sigO[c] + (pv+comb)*absV[c]*absV[c] + part)
 	}
@@ -287,6 +292,14 @@ func (a arith) rowStats(st *stats, s, sa, ssq []float64, p []float64, slot []int
 	if temp > 0 {
 		st.sigTLS, st.biasTLS, st.rndTLS = lseStats(s, sig2S, biasS, slot, nSlots, m, temp)
 	}
+}
+
+// sdMerge is the variance of the relative error of a slot's merge weight
+// w = exp(lse_s - lse) (the combine's, or a running rescale's): the
+// exponential's uEx2 and the rounding of its argument, 2^-24 |ln w|.
+func sdMerge(w float64) float64 {
+	e := uF32 * math.Log(w)
+	return (uEx2*uEx2 + e*e) / 3
 }
 
 // lseStats is the LSE part of rowStats for scores s / temp: the
@@ -332,8 +345,12 @@ func lseStats(s, sig2S, biasS []float64, slot []int, nSlots int, m, temp float64
 		}
 		w := x / l
 		round(w, math.Log(ns[sl]), mt+math.Log(x))
-		v += w * w * uF32 * uF32 * ns[sl] / 9
+		v += w * w * (uF32*uF32*ns[sl]/9 + sdMerge(w))
 	}
+	// A running max rescales the sum so far by exp2(m_old - m_new): one
+	// exponential's error on a part of l each time a slot raises the max,
+	// about 1 + ln(slots) times for slots in no particular order.
+	v += uEx2 * uEx2 / 3 * (1 + math.Log(float64(nSlots)))
 	rnd.sd = math.Sqrt(rv)
 	return math.Sqrt(v), bias, rnd
 }

@@ -127,7 +127,11 @@ func (q *quantity) add(g, w, o, tol, pre, sig, bias float64, rnd lseRounding) bo
 	if e > tol {
 		q.bad++
 	}
-	if e > st {
+	// Against the reference: the result must be the rounding of a value
+	// within dev of o (rounding is monotone: between rnd(o - dev) and
+	// rnd(o + dev)); against the CPU path, within twice the largest error
+	// that allows.
+	if (q.k == 1 && (g < q.rd.round(o-dev) || g > q.rd.round(o+dev))) || (q.k != 1 && e > st) {
 		q.badStat++
 	}
 	q.sumSq += e * e / (den * den)

@@ -22,11 +22,12 @@ import (
 // rounding of the result to its output format (BF16 for O, float32 for
 // the LSEs), which the reference computes exactly. A case passes it when
 //
-//   - max: every element lies within the rounding of [o - t, o + t] of the
-//     exact value o: |got - o| <= max(|rnd(o - t) - o|, |rnd(o + t) - o|),
-//     rounding being monotone; t = z_N sigma + b, the LSE's few own
-//     roundings allowed at most their sum (lseRounding), and t never beyond
-//     the per-element bound's pre-rounding part; and
+//   - max: every element is the rounding of a value in [o - t, o + t]
+//     around the exact value o: rnd(o - t) <= got <= rnd(o + t), rounding
+//     being monotone (against the CPU path: |got - cpu| at most twice
+//     max(|rnd(o - t) - o|, |rnd(o + t) - o|)); t = z_N sigma + b, the
+//     LSE's few own roundings allowed at most their sum (lseRounding), and
+//     t never beyond the per-element bound's pre-rounding part; and
 //   - RMS: the root mean square of the errors over the case's N elements is
 //     at most k_N times the model's expected RMS, sqrt(mean(rho^2 + v +
 //     ulp sqrt(v) / 2)), v = sigma^2 + b^2, rho = |rnd(o) - o|: rho^2 is

@@ -71,6 +71,7 @@ type worker struct {
 	dst    []int32     // prefill: partial row of each Acc row
 	lim    []int32     // keyWalk: causal limit of each token of the tile
 	blocks []int32     // keyWalk: the union of the tile's selected blocks
+	qmKV   KVLayout    // query-major: the layout of the K/V block cache's head
 	hints  []tile.Hint // prefill: the next tile's query rows, prefetched by the update
 	ws     []float32
 	ls     []float32
@@ -112,6 +113,7 @@ type Workspace struct {
 	qtasks   []qmTask      // query-major prefill: the current window's tiles
 	sel      []int32       // query-major prefill: the window's block table [Hkv][win][slots]
 	slots    int           // query-major prefill: entries per token in sel
+	cache    qmCache       // query-major prefill: the K/V block cache
 	win      int           // prefill: query window size W
 	fixedWin int           // tests: W to use instead of windowQueries (0: automatic)
 	noStage  bool          // tests: decode decodes whole blocks, never staged
@@ -122,7 +124,7 @@ type Workspace struct {
 	pd *Decode
 	po *Output
 	// bound entry points, created once so Run does not allocate
-	prefillItem, combineRows, decodeItem, decodeCombine, queryItems func(int)
+	prefillItem, combineRows, decodeItem, decodeCombine, queryItems, cacheItems func(int)
 }
 
 // NewWorkspace returns a workspace for n workers (at most MaxWorkers) and
@@ -135,6 +137,7 @@ func NewWorkspace(n, d int) *Workspace {
 	ws.decodeItem = ws.runDecodeItems
 	ws.decodeCombine = ws.runDecodeCombine
 	ws.queryItems = ws.runQueryItems
+	ws.cacheItems = ws.runCacheItems
 	return ws
 }
 

@@ -56,15 +56,37 @@ func (ws *Workspace) runQueryMajor(p *Prefill, pool *Pool, out *Output) {
 	ws.sel = grow(ws.sel, p.Hkv*w*slots)
 	ws.win, ws.slots = w, slots
 	ws.pf, ws.po = p, out
+	c := &ws.cache
+	c.start(p, p.Scale*math.Log2E)
 	for w0 := 0; w0 < p.TotalQ; w0 += w {
 		ws.w0, ws.w1 = w0, min(p.TotalQ, w0+w)
 		ws.scatterWindow(p)
-		if n := ws.queryTasks(p); n > 0 {
-			ws.next.Store(0)
-			pool.RunN(n, ws.queryItems)
+		if !c.use {
+			ws.runQueryTiles(p, pool, 0, p.Hkv)
+			continue
 		}
+		// KV heads in groups whose visited blocks fit the cache: convert
+		// the group's blocks, then run its tiles.
+		ws.markWindow(p)
+		for h0 := 0; h0 < p.Hkv; h0 = c.h1 {
+			c.group(p, h0)
+			if n := len(c.todo); n > 0 {
+				ws.next.Store(0)
+				pool.RunN(n, ws.cacheItems)
+			}
+			ws.runQueryTiles(p, pool, c.h0, c.h1)
+		}
+		c.on = false
 	}
 	ws.pf, ws.po = nil, nil
+}
+
+// runQueryTiles runs the window's query tiles of KV heads [h0, h1).
+func (ws *Workspace) runQueryTiles(p *Prefill, pool *Pool, h0, h1 int) {
+	if n := ws.queryTasks(p, h0, h1); n > 0 {
+		ws.next.Store(0)
+		pool.RunN(n, ws.queryItems)
+	}
 }
 
 // scatterWindow fills the block table of the window [ws.w0, ws.w1) from
@@ -87,11 +109,11 @@ func (ws *Workspace) scatterWindow(p *Prefill) {
 	}
 }
 
-// queryTasks lists the query tiles of the window [ws.w0, ws.w1): each
-// sequence's tokens in the window cut into tiles from the first, for every
-// KV head. The last tiles are listed first: under a causal mask they see
+// queryTasks lists the query tiles of the window [ws.w0, ws.w1) and KV
+// heads [h0, h1): each sequence's tokens in the window cut into tiles
+// from the first, for every KV head. The last tiles are listed first: under a causal mask they see
 // the most keys, and starting with them lets the workers finish together.
-func (ws *Workspace) queryTasks(p *Prefill) int {
+func (ws *Workspace) queryTasks(p *Prefill, h0, h1 int) int {
 	tok := qmTileTokens(p.HQ / p.Hkv)
 	ws.qtasks = ws.qtasks[:0]
 	for b := len(p.CuQ) - 2; b >= 0; b-- {
@@ -100,7 +122,7 @@ func (ws *Workspace) queryTasks(p *Prefill) int {
 			continue
 		}
 		for t := lo + (hi-lo-1)/tok*tok; t >= lo; t -= tok {
-			for h := 0; h < p.Hkv; h++ {
+			for h := h0; h < h1; h++ {
 				ws.qtasks = append(ws.qtasks, qmTask{int32(t), int32(min(tok, hi-t)), int32(b), int32(h)})
 			}
 		}
@@ -146,8 +168,16 @@ func (ws *Workspace) queryTile(wk *worker, t qmTask) {
 		Lim: lim, Sel: ws.sel[(h*ws.win+gq-ws.w0)*ws.slots:], SelStride: ws.slots, TopK: ws.slots,
 		BlkKV: p.BlkKV, Scale: p.Scale * math.Log2E, Round: p.PV, InvT: p.InvT, Staged: !ws.noStage,
 	}
+	vf := float32(1)
+	if c := &ws.cache; c.on {
+		// Head h's blocks, converted once for the window (qmcache.go).
+		c.layout(&wk.qmKV, h, len(p.CuQ)-1, p.BlkKV)
+		kw.K, kw.V, kw.KV, kw.H = &c.k, &c.v, &wk.qmKV, 0
+		kw.Scale *= c.kFactor
+		vf = c.vFactor
+	}
 	ra, f := wk.walk(&kw)
-	f *= p.OutputScale
+	f *= p.OutputScale * vf
 	for r := 0; r < n*qpk; r++ {
 		row := (gq+r/qpk)*p.HQ + h*qpk + r%qpk
 		encodeRow(out, row, p.D, ra.o(r), wk.inv[r]*f, wk.lse[r], ws.Partials.vec)

@@ -675,3 +675,121 @@ func TestChoosePath(t *testing.T) {
 		})
 	}
 }
+
+// TestQueryMajorCache runs calls whose K/V go through the block cache
+// (qmcache.go: rows one KV head apart, NVFP4) with the cache's capacity
+// at its default, at a few blocks (KV heads in groups) and at one block
+// (every head too large: decoded per tile), on every tier this CPU has.
+// Every run matches the reference; BF16 and E4M3 rows, copied into the
+// cache, give the same bits at every capacity, and so do NVFP4 rows with
+// power-of-two global scales, which fold into the score scale (K) and the
+// output factor (V) exactly.
+func TestQueryMajorCache(t *testing.T) {
+	cases := []qmCase{
+		{seqQ: []int{150, 0, 90}, seqK: []int{300, 40, 90}, hkv: 3, qpk: 2, d: 64, blk: 64, topK: 3,
+			causal: true, qDtype: BF16, kvDtype: BF16, pattern: "random", invT: 0.5},
+		{seqQ: []int{200}, seqK: []int{260}, hkv: 2, qpk: 16, d: 64, blk: 64, topK: 4,
+			causal: true, paged: true, nhd: true, qDtype: E4M3, kvDtype: E4M3, pattern: "uniform"},
+		{seqQ: []int{130, 70}, seqK: []int{130, 300}, hkv: 2, qpk: 4, d: 128, blk: 64, topK: 3,
+			causal: true, qDtype: BF16, kvDtype: NVFP4, pattern: "local"},
+		{seqQ: []int{96}, seqK: []int{200}, hkv: 1, qpk: 8, d: 64, blk: 128, topK: 2,
+			causal: false, qDtype: E4M3, kvDtype: NVFP4, pattern: "sink"},
+	}
+	prev := qmCacheSlotsOverride
+	defer func() { qmCacheSlotsOverride = prev }()
+	for i, c := range cases {
+		pr := c.build(t, uint64(40+i))
+		if !needsCache(pr.p) {
+			t.Fatalf("%v: does not use the cache", c)
+		}
+		exact := c.kvDtype != NVFP4
+		if !exact && i == 3 {
+			// Requantise K with global 0.5 and V with global 2 (OutputScale
+			// stays 1.5): both folds are exact.
+			pr.p.K = qmOperand(t, NVFP4, qmFloats(pr.p.K, pr.kvRows), pr.kvRows, c.d, 0.5)
+			pr.p.V = qmOperand(t, NVFP4, qmFloats(pr.p.V, pr.kvRows), pr.kvRows, c.d, 2)
+			exact = true
+		}
+		refs := pr.reference()
+		for _, tier := range testTiers {
+			t.Run(fmt.Sprintf("%d/%s", i, tier), func(t *testing.T) {
+				useTier(t, tier)
+				var want *Output
+				for _, slots := range []int{0, 3, 1} {
+					qmCacheSlotsOverride = slots
+					got := runPath(pr.p, PathQuery, 2, true)
+					checkQM(t, pr, refs, got, false)
+					if want == nil {
+						want = got
+					} else if exact && (!slices.Equal(got.O, want.O) || !slices.EqualFunc(got.LSE, want.LSE, sameBits)) {
+						t.Fatalf("%v: a cache of %d blocks changed the result", c, slots)
+					}
+				}
+			})
+		}
+	}
+}
+
+// qmFloats returns o's rows decoded to float32 (rows x D).
+func qmFloats(o Operand, rows int) []float32 {
+	x := make([]float32, 0, rows*o.D)
+	for _, r := range qmDecode(o, rows, o.D) {
+		for _, v := range r {
+			x = append(x, float32(v))
+		}
+	}
+	return x
+}
+
+// TestQMCacheGroups checks how the cache groups KV heads: from the first
+// head on, as many as fit its capacity together, at least one, and a
+// head whose blocks alone exceed it runs without the cache; the slots of
+// a group are dense and every listed block is one the slot table names.
+func TestQMCacheGroups(t *testing.T) {
+	c := qmCase{seqQ: []int{256}, seqK: []int{256}, hkv: 4, qpk: 1, d: 64, blk: 64, topK: 4,
+		causal: false, paged: true, nhd: true, qDtype: BF16, kvDtype: BF16, pattern: "random", full: true}
+	p := c.build(t, 7).p
+	ws := NewWorkspace(1, p.D)
+	ws.sel = grow(ws.sel, p.Hkv*p.TotalQ*p.TopK)
+	ws.win, ws.slots, ws.w0, ws.w1 = p.TotalQ, p.TopK, 0, p.TotalQ
+	ws.scatterWindow(p)
+	cc := &ws.cache
+	cc.start(p, 1)
+	ws.markWindow(p)
+	for h, n := range cc.counts {
+		if n != 4 {
+			t.Fatalf("head %d: %d blocks marked, want all 4", h, n)
+		}
+	}
+	for _, tc := range []struct {
+		slots  int
+		groups [][2]int
+		on     []bool
+	}{
+		{16, [][2]int{{0, 4}}, []bool{true}},
+		{9, [][2]int{{0, 2}, {2, 4}}, []bool{true, true}},
+		{4, [][2]int{{0, 1}, {1, 2}, {2, 3}, {3, 4}}, []bool{true, true, true, true}},
+		{3, [][2]int{{0, 1}, {1, 2}, {2, 3}, {3, 4}}, []bool{false, false, false, false}},
+	} {
+		cc.slots = tc.slots
+		var groups [][2]int
+		var on []bool
+		for h0 := 0; h0 < p.Hkv; h0 = cc.h1 {
+			ws.markWindow(p)
+			cc.group(p, h0)
+			groups = append(groups, [2]int{cc.h0, cc.h1})
+			on = append(on, cc.on)
+			for i, x := range cc.todo {
+				if x.s != int32(i) || cc.pt[(int(x.h)*1+int(x.b))*cc.cols+int(x.j)] != x.s {
+					t.Fatalf("slots %d: block %d: %+v", tc.slots, i, x)
+				}
+			}
+			if cc.on && len(cc.todo) != 4*(cc.h1-cc.h0) {
+				t.Fatalf("slots %d: %d blocks listed for heads [%d, %d)", tc.slots, len(cc.todo), cc.h0, cc.h1)
+			}
+		}
+		if !slices.Equal(groups, tc.groups) || !slices.Equal(on, tc.on) {
+			t.Errorf("slots %d: groups %v on %v, want %v %v", tc.slots, groups, on, tc.groups, tc.on)
+		}
+	}
+}

@@ -23,9 +23,13 @@ import "github.com/sparseattn/msa/kernels/tile"
 //     and a block only some of them selected wastes the others' lanes.
 //   - K/V that the lane kernels cannot read in place (NVFP4, and rows of
 //     one KV head that are not contiguous: dense K/V with several KV heads,
-//     token-major NHD pages) are decoded chunk by chunk for the 16 rows of
-//     one tile, where the KV-major path decodes a block once for every
-//     query of a work item.
+//     token-major NHD pages) go through the block cache (qmcache.go): each
+//     block a query window visits is converted once, as the KV-major path
+//     decodes a block once per work item, and the tiles read the copy in
+//     place. The conversion is left out of the model (one pass over the
+//     window's blocks, against U * 16 lane rows of products over them).
+//     Where the cache cannot hold the blocks of one KV head, the tiles
+//     decode K/V chunk by chunk for their 16 rows: Staged.
 //
 // With E the CSR entries, U the (tile, block) visits (E when a tile is one
 // token; counted from the CSR rows otherwise) and n the block size:
@@ -68,9 +72,12 @@ type pathCosts struct {
 //     products run at about twice the FP32 rate while the lane kernels
 //     stay in float32; the query-major path takes 1.4-2.3x the KV-major
 //     time (KVKey = 0.5).
-//   - Staged: NVFP4 K/V takes 2.2x (bench, nvfp4kv-bf16q-8k), strided BF16
-//     rows at qpk 4 and 1 with no lane wasted 1.9x and 3.2x the KV-major
-//     time: 2.
+//   - Staged: K/V decoded per tile, without the block cache, took 2.2x
+//     the KV-major time on NVFP4 K/V (bench, nvfp4kv-bf16q-8k) and 1.9x
+//     and 3.2x on strided BF16 rows at qpk 4 and 1 with no lane wasted: 2.
+//     Through the cache NVFP4 K/V at qpk 16 takes 1.02x the KV-major CPU
+//     time (random selections, 8K tokens, 1 worker), as BF16 K/V read in
+//     place does (1.00x): QMKey covers it.
 var (
 	float32Costs = pathCosts{QMKey: 1.05, KVKey: 1, KVSlot: 0, Staged: 2}
 	bf16Costs    = pathCosts{QMKey: 1.05, KVKey: 0.5, KVSlot: 0, Staged: 2}
@@ -114,7 +121,7 @@ func (m *pathCosts) choose(p *Prefill) PrefillPath {
 	}
 	n := float64(p.BlkKV)
 	staged := 1.0
-	if l := &p.KV; l.Hkv > 1 && (!l.Paged || l.NHD) || !inPlace(&p.K) || !inPlace(&p.V) {
+	if needsCache(p) && !cacheHoldsHead(p) {
 		staged = m.Staged
 	}
 	rows := float64((qpk*tok + 15) / 16 * 16)
@@ -124,11 +131,4 @@ func (m *pathCosts) choose(p *Prefill) PrefillPath {
 		return PathQuery
 	}
 	return PathKV
-}
-
-// inPlace reports whether the lane kernels of the active tier read o's
-// rows in place (Operand.rawFormat): BF16 and E4M3 rows with the AVX2 or
-// AVX-512 kernels.
-func inPlace(o *Operand) bool {
-	return (o.Dtype == BF16 || o.Dtype == E4M3) && vecLevel() != vecGo
 }

@@ -627,11 +627,12 @@ func TestPrefillPathEnv(t *testing.T) {
 }
 
 // TestChoosePath checks the cost model (cost.go): with costs where a
-// partial row is dear, one-token tiles over K/V read in place take the
-// query-major path, while K/V decoded per tile (strided rows, NVFP4) and
-// lanes wasted on unshared blocks keep the KV-major path; with the
-// constants measured for the present tiers every case keeps the KV-major
-// path, as does a tier without SIMD lane kernels.
+// partial row is dear, one-token tiles take the query-major path, over
+// K/V read in place or converted once into the block cache (strided rows,
+// NVFP4), while lanes wasted on unshared blocks, and K/V decoded per tile
+// where the cache cannot hold a KV head's blocks, keep the KV-major path;
+// with the constants measured for the present tiers every case keeps the
+// KV-major path, as does a tier without SIMD lane kernels.
 func TestChoosePath(t *testing.T) {
 	build := func(hkv, qpk int, paged bool, kv Dtype) *Prefill {
 		c := qmCase{seqQ: []int{512}, seqK: []int{512}, hkv: hkv, qpk: qpk, d: 64, blk: 64, topK: 4,
@@ -639,23 +640,30 @@ func TestChoosePath(t *testing.T) {
 		return c.build(t, 1).p
 	}
 	dear := pathCosts{QMKey: 1, KVKey: 1, KVSlot: 16, Staged: 2}
+	prev := qmCacheSlotsOverride
+	defer func() { qmCacheSlotsOverride = prev }()
 	for _, tc := range []struct {
 		hkv, qpk int
 		paged    bool
 		kv       Dtype
+		slots    int // cache capacity in blocks (0: the default)
 		want     PrefillPath
 		why      string
 	}{
-		{1, 16, false, BF16, PathQuery, "one-token tiles, contiguous rows"},
-		{2, 16, true, E4M3, PathQuery, "one-token tiles, HND pages"},
-		{2, 16, false, BF16, PathKV, "dense KV of 2 KV heads: strided rows"},
-		{1, 16, false, NVFP4, PathKV, "NVFP4 decoded per tile"},
-		{2, 1, true, BF16, PathKV, "16-token tiles, unshared blocks"},
+		{1, 16, false, BF16, 0, PathQuery, "one-token tiles, contiguous rows"},
+		{2, 16, true, E4M3, 0, PathQuery, "one-token tiles, HND pages"},
+		{2, 16, false, BF16, 0, PathQuery, "dense KV of 2 KV heads: strided rows, cached"},
+		{1, 16, false, NVFP4, 0, PathQuery, "NVFP4 converted once into the cache"},
+		{1, 16, false, NVFP4, 7, PathKV, "NVFP4 decoded per tile: 8 blocks, cache of 7"},
+		{2, 16, false, BF16, 7, PathKV, "strided rows decoded per tile: 8 blocks, cache of 7"},
+		{1, 16, false, NVFP4, 8, PathQuery, "NVFP4: 8 blocks, cache of 8"},
+		{2, 1, true, BF16, 0, PathKV, "16-token tiles, unshared blocks"},
 	} {
 		p := build(tc.hkv, tc.qpk, tc.paged, tc.kv)
 		for _, tier := range []string{"avx2", "avx512"} {
 			t.Run(tier+"/"+tc.why, func(t *testing.T) {
 				useTier(t, tier)
+				qmCacheSlotsOverride = tc.slots
 				if got := dear.choose(p); got != tc.want {
 					t.Errorf("dear partials: %v, want %v (%s)", got, tc.want, tc.why)
 				}
@@ -665,6 +673,7 @@ func TestChoosePath(t *testing.T) {
 			})
 		}
 	}
+	qmCacheSlotsOverride = prev
 	p := build(1, 16, false, BF16)
 	for _, tier := range []string{"avx512bf16", "generic"} {
 		t.Run(tier, func(t *testing.T) {

@@ -44,22 +44,21 @@ var qmCacheSlotsOverride int
 
 // qmCache is the query-major path's K/V block cache (see above).
 type qmCache struct {
-	use      bool // the call converts K/V through the cache
-	on       bool // the current head group runs on the cache
-	src      [2]Operand
-	k, v     Operand // the cached rows: BF16 or E4M3, BlkKV rows per slot
-	kFactor  float32 // K's global scale, folded into the score scale
-	vFactor  float32 // V's global scale, folded into the output factor
-	pt       []int32 // [Hkv][B][cols] slot of (h, b, block j); -1: none
-	cols     int     // blocks of the longest sequence
-	slots    int     // slots the cache may hold (qmCacheBytes)
-	kb       []lowp.BFloat16
-	vb       []lowp.BFloat16
-	k8, v8   []lowp.Float8E4M3FN
-	todo     []qmBlock // the current group's blocks to convert
-	counts   []int     // [Hkv] blocks of each KV head the window visits
-	h0, h1   int       // the current head group [h0, h1)
-	rowBytes int       // bytes of one cached K row plus one V row
+	use     bool // the call converts K/V through the cache
+	on      bool // the current head group runs on the cache
+	src     [2]Operand
+	k, v    Operand // the cached rows: BF16 or E4M3, BlkKV rows per slot
+	kFactor float32 // K's global scale, folded into the score scale
+	vFactor float32 // V's global scale, folded into the output factor
+	pt      []int32 // [Hkv][B][cols] slot of (h, b, block j); -1: none
+	cols    int     // blocks of the longest sequence
+	slots   int     // slots the cache may hold (qmCacheBytes)
+	kb      []lowp.BFloat16
+	vb      []lowp.BFloat16
+	k8, v8  []lowp.Float8E4M3FN
+	todo    []qmBlock // the current group's blocks to convert
+	counts  []int     // [Hkv] blocks of each KV head the window visits
+	h0, h1  int       // the current head group [h0, h1)
 }
 
 // qmBlock is a block to convert into the cache: block j of sequence b,
@@ -109,14 +108,7 @@ func (c *qmCache) start(p *Prefill, scale float32) {
 		return
 	}
 	d := p.D
-	c.rowBytes = 0
-	for i := range c.src {
-		c.rowBytes += d * cachedDtype(&c.src[i]).size()
-	}
-	c.slots = max(qmCacheBytes/(c.rowBytes*p.BlkKV), 1)
-	if qmCacheSlotsOverride > 0 {
-		c.slots = qmCacheSlotsOverride
-	}
+	c.slots = qmCacheSlots(p)
 	c.cols = 1
 	for _, n := range p.SeqK {
 		c.cols = max(c.cols, (int(n)+p.BlkKV-1)/p.BlkKV)
@@ -124,6 +116,25 @@ func (c *qmCache) start(p *Prefill, scale float32) {
 	c.pt = grow(c.pt, p.Hkv*(len(p.CuQ)-1)*c.cols)
 	c.k = Operand{Dtype: cachedDtype(&p.K), D: d, Global: 1, vec: p.K.vec}
 	c.v = Operand{Dtype: cachedDtype(&p.V), D: d, Global: 1, vec: p.V.vec}
+}
+
+// qmCacheSlots returns the number of blocks the cache of p may hold.
+func qmCacheSlots(p *Prefill) int {
+	if qmCacheSlotsOverride > 0 {
+		return qmCacheSlotsOverride
+	}
+	row := p.D * (cachedDtype(&p.K).size() + cachedDtype(&p.V).size())
+	return max(qmCacheBytes/(row*max(p.BlkKV, 1)), 1)
+}
+
+// cacheHoldsHead reports whether the cache of p holds every block of one
+// KV head: then no head of any window is decoded per tile.
+func cacheHoldsHead(p *Prefill) bool {
+	n := 0
+	for _, k := range p.SeqK {
+		n += (int(k) + p.BlkKV - 1) / p.BlkKV
+	}
+	return n <= qmCacheSlots(p)
 }
 
 // size returns the bytes of one element of dtype d (BF16 or E4M3).

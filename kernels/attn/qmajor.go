@@ -2,6 +2,7 @@ package attn
 
 import (
 	"math"
+	"slices"
 
 	"github.com/sparseattn/msa/kernels/tile"
 )
@@ -39,28 +40,62 @@ type qmTask struct{ gq, n, b, h int32 }
 func qmTileTokens(qpk int) int { return max(1, 16/qpk) }
 
 // qmWindow returns the query window of the query-major path: the largest
-// number of tokens whose block table (Hkv*W*slots int32) and task list (at
-// most Hkv*W tasks of 16 bytes) each fit qmSelBytes, at least one tile.
+// number of tokens whose block table (Hkv*W*slots int32, W rounded up to
+// the end of a tile: W + tokens - 1 rows) and task list (at most Hkv*W
+// tasks of 16 bytes) each fit qmSelBytes, at least one tile.
 func qmWindow(p *Prefill, slots int) int {
-	w := qmSelBytes / (4 * p.Hkv * max(slots, 4))
+	tok := qmTileTokens(p.HQ / p.Hkv)
+	w := qmSelBytes/(4*p.Hkv*max(slots, 4)) - (tok - 1)
 	if qmWindowOverride > 0 {
 		w = qmWindowOverride
 	}
-	return max(min(w, p.TotalQ), qmTileTokens(p.HQ/p.Hkv), 1)
+	return max(min(w, p.TotalQ), tok, 1)
 }
 
-// runQueryMajor is RunPrefill's query-major path.
-func (ws *Workspace) runQueryMajor(p *Prefill, pool *Pool, out *Output) {
+// tileEnd returns x moved up to the end of the query tile that holds
+// token x (tiles are cut from each sequence's first token): x itself at a
+// tile boundary, outside every sequence or at p.TotalQ.
+func tileEnd(p *Prefill, x, tok int) int {
+	b, _ := slices.BinarySearch(p.CuQ, int32(x)+1)
+	b-- // the last sequence that starts at or before x
+	if b < 0 || b >= len(p.CuQ)-1 || x >= int(p.CuQ[b+1]) {
+		return x
+	}
+	off := x - int(p.CuQ[b])
+	return min(int(p.CuQ[b+1]), int(p.CuQ[b])+(off+tok-1)/tok*tok)
+}
+
+// runQueryMajor runs the query-major tiles of p: every tile (auto false,
+// PathQuery), or those the cost model gives the query-major path (auto,
+// PathAuto), recording each tile's choice for the KV-major part
+// (ws.kvRow). It returns whether some tile ran query-major and whether
+// some tile was left to the KV-major path.
+func (ws *Workspace) runQueryMajor(p *Prefill, pool *Pool, out *Output, auto bool) (anyQuery, anyKV bool) {
 	slots := maxSlots(p)
 	w := qmWindow(p, slots)
-	ws.sel = grow(ws.sel, p.Hkv*w*slots)
-	ws.win, ws.slots = w, slots
+	tok := qmTileTokens(p.HQ / p.Hkv)
+	ws.win, ws.slots = w+tok-1, slots
+	ws.sel = grow(ws.sel, p.Hkv*ws.win*slots)
 	ws.pf, ws.po = p, out
+	ws.auto = auto
+	if auto {
+		ws.startChoices(p, tok)
+	}
 	c := &ws.cache
 	c.start(p, p.Scale*math.Log2E)
-	for w0 := 0; w0 < p.TotalQ; w0 += w {
-		ws.w0, ws.w1 = w0, min(p.TotalQ, w0+w)
+	for w0 := 0; w0 < p.TotalQ; w0 = ws.w1 {
+		// Windows end at tile ends, so that a tile's lists are whole.
+		ws.w0, ws.w1 = w0, tileEnd(p, min(p.TotalQ, w0+w), tok)
 		ws.scatterWindow(p)
+		if auto {
+			q, kv := ws.chooseWindow(p, tok)
+			anyQuery, anyKV = anyQuery || q, anyKV || kv
+			if !q {
+				continue
+			}
+		} else {
+			anyQuery = anyQuery || ws.w1 > ws.w0
+		}
 		if !c.use {
 			ws.runQueryTiles(p, pool, 0, p.Hkv)
 			continue
@@ -79,6 +114,7 @@ func (ws *Workspace) runQueryMajor(p *Prefill, pool *Pool, out *Output) {
 		c.on = false
 	}
 	ws.pf, ws.po = nil, nil
+	return anyQuery, anyKV
 }
 
 // runQueryTiles runs the window's query tiles of KV heads [h0, h1).
@@ -110,8 +146,9 @@ func (ws *Workspace) scatterWindow(p *Prefill) {
 }
 
 // queryTasks lists the query tiles of the window [ws.w0, ws.w1) and KV
-// heads [h0, h1): each sequence's tokens in the window cut into tiles
-// from the first, for every KV head. The last tiles are listed first: under a causal mask they see
+// heads [h0, h1) that run query-major: each sequence's tokens in the
+// window cut into tiles from the sequence's first (the window starts at a
+// tile boundary), for every KV head. The last tiles are listed first: under a causal mask they see
 // the most keys, and starting with them lets the workers finish together.
 func (ws *Workspace) queryTasks(p *Prefill, h0, h1 int) int {
 	tok := qmTileTokens(p.HQ / p.Hkv)
@@ -123,6 +160,9 @@ func (ws *Workspace) queryTasks(p *Prefill, h0, h1 int) int {
 		}
 		for t := lo + (hi-lo-1)/tok*tok; t >= lo; t -= tok {
 			for h := h0; h < h1; h++ {
+				if ws.auto && ws.tileKV[ws.tileIndex(h, b, t-int(p.CuQ[b]))] {
+					continue
+				}
 				ws.qtasks = append(ws.qtasks, qmTask{int32(t), int32(min(tok, hi-t)), int32(b), int32(h)})
 			}
 		}

@@ -20,8 +20,9 @@ import (
 // active tier and 2 workers. It reports the best call's rate against the
 // tier's FMA peak (%peak), its wall time (best-ms), the median CPU time of
 // the process per call (cpu-ms, where the platform gives it: on a shared
-// host it counts this process's cycles only), and which path auto takes
-// (auto=query: 1). Run it with -benchtime=3x.
+// host it counts this process's cycles only), and which paths auto runs
+// (auto-query: 0 KV-major only, 1 query-major only, 0.5 both). Run it
+// with -benchtime=3x.
 func BenchmarkPrefillPaths(b *testing.B) {
 	const tokens, workers = 8192, 2
 	tn := tile.Tier()
@@ -38,10 +39,7 @@ func BenchmarkPrefillPaths(b *testing.B) {
 			pr := c.build(b, 1)
 			p := pr.p
 			flops := 4 * float64(p.D*g.qpk) * float64(visiblePairs(pr))
-			auto := 0.0
-			if choosePath(p) == PathQuery {
-				auto = 1
-			}
+			auto := autoShare(p, workers)
 			for _, path := range []PrefillPath{PathKV, PathQuery} {
 				b.Run(fmt.Sprintf("%s/kv=%s/qpk=%d/blk=%d/paged=%v/%s/%s", tn, g.kv, g.qpk, g.blk, g.paged, pattern, path), func(b *testing.B) {
 					p.Path = path
@@ -67,7 +65,7 @@ func BenchmarkPrefillPaths(b *testing.B) {
 						slices.Sort(cpu)
 						b.ReportMetric(float64(cpu[len(cpu)/2].Microseconds())/1e3, "cpu-ms")
 					}
-					b.ReportMetric(auto, "auto=query")
+					b.ReportMetric(auto, "auto-query")
 				})
 			}
 		}
@@ -97,4 +95,18 @@ func visiblePairs(pr *qmProblem) int64 {
 		}
 	}
 	return n
+}
+
+// autoShare runs p once with PathAuto and returns which paths ran: 0
+// KV-major only, 1 query-major only, 0.5 both (on tiles of their own).
+func autoShare(p *Prefill, workers int) float64 {
+	kv0, q0 := PrefillRuns(PathKV), PrefillRuns(PathQuery)
+	runPath(p, PathAuto, workers, false)
+	switch kv, q := PrefillRuns(PathKV) > kv0, PrefillRuns(PathQuery) > q0; {
+	case kv && q:
+		return 0.5
+	case q:
+		return 1
+	}
+	return 0
 }

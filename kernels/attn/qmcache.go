@@ -146,7 +146,7 @@ func (d Dtype) size() int {
 }
 
 // markWindow marks in the slot table every block some query of the
-// window [ws.w0, ws.w1) selected and may see (0; -1 elsewhere) and
+// window [ws.w0, ws.w1) in a query-major tile selected and may see (0; -1 elsewhere) and
 // counts the marked blocks of each KV head in c.counts.
 func (ws *Workspace) markWindow(p *Prefill) {
 	c := &ws.cache
@@ -163,6 +163,9 @@ func (ws *Workspace) markWindow(p *Prefill) {
 			seqQ, seqK := int(p.CuQ[b+1]-p.CuQ[b]), int(p.SeqK[b])
 			pt := c.pt[(h*nb+b)*c.cols:][:c.cols]
 			for gq := lo; gq < hi; gq++ {
+				if ws.auto && ws.tileKV[ws.tileIndex(h, b, gq-int(p.CuQ[b]))] {
+					continue // a KV-major tile's token
+				}
 				lim := seqK
 				if p.Causal {
 					lim = min(lim, gq-int(p.CuQ[b])+seqK-seqQ+1)

@@ -514,7 +514,8 @@ func compareQMKV(t *testing.T, pr *qmProblem, refs []qmRef, qm, kv *Output) {
 // TestQueryMajorNoAllocs: once a workspace has run a call, further runs of
 // the query-major path allocate nothing, and the path keeps no partials:
 // its only buffer beyond the workers' scratch is the block table, bounded
-// by qmSelBytes whatever total_q*topK is.
+// by qmSelBytes whatever total_q*topK is. Auto calls split between both
+// paths allocate nothing either.
 func TestQueryMajorNoAllocs(t *testing.T) {
 	c := qmCase{seqQ: []int{300, 0, 200}, seqK: []int{300, 50, 400}, hkv: 2, qpk: 4, d: 64, blk: 64, topK: 4,
 		causal: true, qDtype: BF16, kvDtype: E4M3, pattern: "random", invT: 0.5}
@@ -538,6 +539,23 @@ func TestQueryMajorNoAllocs(t *testing.T) {
 	}
 	if 4*len(ws.sel) > qmSelBytes {
 		t.Fatalf("block table of %d entries exceeds %d bytes", len(ws.sel), qmSelBytes)
+	}
+	// Auto, split between both paths (every tile with a future or
+	// out-of-range entry query-major, the others KV-major).
+	prev := costsOverride
+	costsOverride = &float32Costs
+	defer func() { costsOverride = prev }()
+	useTier(t, "avx512")
+	p.Path = PathAuto
+	kv0, q0 := PrefillRuns(PathKV), PrefillRuns(PathQuery)
+	for range 3 {
+		RunPrefill(p, ws, pool, out)
+	}
+	if PrefillRuns(PathKV) != kv0+3 || PrefillRuns(PathQuery) != q0+3 {
+		t.Fatal("auto did not run both paths")
+	}
+	if a := testing.AllocsPerRun(10, func() { RunPrefill(p, ws, pool, out) }); a != 0 {
+		t.Fatalf("auto: %v allocations per run", a)
 	}
 }
 

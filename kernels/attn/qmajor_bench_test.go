@@ -39,9 +39,12 @@ func BenchmarkPrefillPaths(b *testing.B) {
 			pr := c.build(b, 1)
 			p := pr.p
 			flops := 4 * float64(p.D*g.qpk) * float64(visiblePairs(pr))
-			auto := autoShare(p, workers)
+			auto := -1.0 // autoShare, run once per case that is benchmarked
 			for _, path := range []PrefillPath{PathKV, PathQuery} {
 				b.Run(fmt.Sprintf("%s/kv=%s/qpk=%d/blk=%d/paged=%v/%s/%s", tn, g.kv, g.qpk, g.blk, g.paged, pattern, path), func(b *testing.B) {
+					if auto < 0 {
+						auto = autoShare(p, workers)
+					}
 					p.Path = path
 					pool := NewPool(workers)
 					defer pool.Close()

@@ -74,12 +74,14 @@ type pathCosts struct {
 //     and 0.94 at 2K and 8K tokens with random selections, 1.04 and 0.95
 //     with correlated ones). Its
 //     lane kernels do not make up for the partials it saves: QMKey = 1.05
-//     and KVSlot = 0, so auto keeps the KV-major path at every shape on
-//     these tiers, and the query-major path runs where it is asked for.
-//     (In BenchmarkPrefillPaths, whose lists also select blocks that lie
-//     wholly in a query's future, which cost the KV-major path a partial
-//     row each and the query-major path nothing, the query-major path is
-//     2-9% faster with 128-key blocks and 8-23% with 64-key blocks.)
+//     and KVSlot = 0, so auto keeps the KV-major path on these tiers for
+//     every tile whose tokens see all the blocks they selected, and gives
+//     the query-major path only tiles whose lists name blocks none of
+//     their tokens sees. (In BenchmarkPrefillPaths, whose lists also
+//     select blocks that lie wholly in a query's future, which cost the
+//     KV-major path a partial row each and the query-major path nothing,
+//     the query-major path is 2-9% faster with 128-key blocks and 8-23%
+//     with 64-key blocks.)
 //   - bf16-product tiers (avx512bf16, amxbf16): the block kernel's
 //     products run at about twice the FP32 rate while the lane kernels
 //     stay in float32; the query-major path takes 1.4-2.3x the KV-major
@@ -87,9 +89,10 @@ type pathCosts struct {
 //   - Staged: K/V decoded per tile, without the block cache, took 2.2x
 //     the KV-major time on NVFP4 K/V (bench, nvfp4kv-bf16q-8k) and 1.9x
 //     and 3.2x on strided BF16 rows at qpk 4 and 1 with no lane wasted: 2.
-//     Through the cache NVFP4 K/V at qpk 16 takes 1.02x the KV-major CPU
-//     time (random selections, 8K tokens, 1 worker), as BF16 K/V read in
-//     place does (1.00x): QMKey covers it.
+//     Through the block cache NVFP4 K/V at qpk 16 takes 1.00-1.03x the
+//     KV-major CPU time per call, as BF16 K/V read in place does
+//     (0.99-1.01x; BenchmarkPrefillPaths' cpu-ms, random selections, 2
+//     workers, docs/performance.md): QMKey covers it.
 var (
 	float32Costs = pathCosts{QMKey: 1.05, KVKey: 1, KVSlot: 0, Staged: 2}
 	bf16Costs    = pathCosts{QMKey: 1.05, KVKey: 0.5, KVSlot: 0, Staged: 2}

@@ -176,10 +176,11 @@ func (ws *Workspace) worker(w int) *worker {
 }
 
 // RunPrefill computes the attention of p into out; pool supplies the
-// goroutines. The query-major path (runQueryMajor, chosen by p.Path or
-// the cost model of choosePath) walks query tiles; the KV-major path,
-// described here, computes the per-slot partials of every scheduled work
-// item, then combines them into out.
+// goroutines. The query-major path (runQueryMajor: every tile under
+// PathQuery, under PathAuto the tiles the cost model of cost.go gives it)
+// walks query tiles; the KV-major path (runKVMajor, over the other tiles'
+// rows), described here, computes the per-slot partials of every scheduled
+// work item, then combines them into out.
 //
 // Long calls run in query windows, so that the partials
 // ([TopK][TotalQ][HQ][D], 2 GiB of BF16 at 32K tokens with topK 16 and 16

@@ -22,8 +22,10 @@ import (
 // tokens, every CSR entry (query q, block j) of the window is scattered to
 // slot QSplit's slot of q's row in a [Hkv][W][slots] table (the slot is
 // the block's rank among the query's blocks, so each row lists its blocks
-// ascending, -1 after the last). The table is the only memory the path
-// needs beyond the workers' scratch, and qmSelBytes bounds it.
+// ascending, -1 after the last). Windows end at tile ends. Beyond the
+// workers' scratch the path needs that table (qmSelBytes bounds it), the
+// K/V block cache where K/V are not read in place (qmcache.go,
+// qmCacheBytes) and, under auto, the per-tile choices (qmchoice.go).
 
 // qmSelBytes bounds the block table of one query window: 4 MiB.
 const qmSelBytes = 4 << 20

@@ -560,8 +560,8 @@ func TestQueryMajorNoAllocs(t *testing.T) {
 }
 
 // TestQMWindow: the block table's window shrinks as Hkv*slots grows, so
-// the table and the task list stay within qmSelBytes, and it never goes
-// below one tile.
+// the table (with room for a window rounded up to a tile end) and the
+// task list stay within qmSelBytes, and it never goes below one tile.
 func TestQMWindow(t *testing.T) {
 	for _, tc := range []struct{ totalQ, hkv, qpk, slots int }{
 		{1 << 20, 1, 16, 16}, {1 << 20, 8, 4, 64}, {100, 1, 1, 2}, {1 << 20, 64, 1, 127}, {1 << 22, 1, 16, 1},
@@ -569,7 +569,8 @@ func TestQMWindow(t *testing.T) {
 		p := &Prefill{TotalQ: tc.totalQ, Hkv: tc.hkv, HQ: tc.hkv * tc.qpk}
 		w := qmWindow(p, tc.slots)
 		one := qmTileTokens(tc.qpk) // tokens of one tile
-		if w < one || w > max(tc.totalQ, one) || 4*tc.hkv*w*tc.slots > max(qmSelBytes, 4*tc.hkv*tc.slots*one) || 16*tc.hkv*w > max(qmSelBytes, 16*tc.hkv*one) {
+		rows := w + one - 1         // the table's rows: windows end at tile ends
+		if w < one || w > max(tc.totalQ, one) || 4*tc.hkv*rows*tc.slots > max(qmSelBytes, 4*tc.hkv*tc.slots*(2*one-1)) || 16*tc.hkv*rows > max(qmSelBytes, 16*tc.hkv*(2*one-1)) {
 			t.Errorf("%+v: window %d", tc, w)
 		}
 	}
@@ -797,6 +798,25 @@ func TestAutoPerTile(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestAutoGeneric: where the lane kernels have no SIMD code auto does not
+// weigh the paths: every call runs the KV-major path alone, even under
+// costs that would give every tile to the query-major path.
+func TestAutoGeneric(t *testing.T) {
+	useTier(t, "generic")
+	c := qmCase{seqQ: []int{100}, seqK: []int{100}, hkv: 1, qpk: 16, d: 64, blk: 64, topK: 2,
+		causal: true, qDtype: BF16, kvDtype: BF16, pattern: "local", full: true}
+	pr := c.build(t, 2)
+	prev := costsOverride
+	costsOverride = &pathCosts{QMKey: 1e-3, KVKey: 1, Staged: 1}
+	defer func() { costsOverride = prev }()
+	kv0, q0 := PrefillRuns(PathKV), PrefillRuns(PathQuery)
+	out := runAuto(pr.p, 2, 0)
+	if PrefillRuns(PathKV) != kv0+1 || PrefillRuns(PathQuery) != q0 {
+		t.Fatal("auto on the generic tier did not run the KV-major path alone")
+	}
+	checkQM(t, pr, pr.reference(), out, true)
 }
 
 // runAuto runs p with PathAuto on the given workers into a new output

@@ -121,8 +121,8 @@ type Workspace struct {
 	tileKV   []bool     // [Hkv][tiles] the tile runs KV-major
 	tileBase []int32    // [B+1] first tile of each sequence
 	tileTok  int        // tokens per tile
-	stamp    []int32    // [blocks] last tile that counted the block
-	stampID  int32      // the current tile's stamp
+	stamp    []int64    // [blocks] last tile that counted the block
+	stampID  int64      // the current tile's stamp
 	costs    *pathCosts // the active tier's constants
 	staged   bool       // query-major tiles would decode K/V per tile
 	win      int        // prefill: query window size W

@@ -150,8 +150,9 @@ func (ws *Workspace) scatterWindow(p *Prefill) {
 // queryTasks lists the query tiles of the window [ws.w0, ws.w1) and KV
 // heads [h0, h1) that run query-major: each sequence's tokens in the
 // window cut into tiles from the sequence's first (the window starts at a
-// tile boundary), for every KV head. The last tiles are listed first: under a causal mask they see
-// the most keys, and starting with them lets the workers finish together.
+// tile boundary), for every KV head. The last tiles are listed first:
+// under a causal mask they see the most keys, and starting with them lets
+// the workers finish together.
 func (ws *Workspace) queryTasks(p *Prefill, h0, h1 int) int {
 	tok := qmTileTokens(p.HQ / p.Hkv)
 	ws.qtasks = ws.qtasks[:0]

@@ -1034,3 +1034,38 @@ func TestQMCacheGroups(t *testing.T) {
 		}
 	}
 }
+
+// TestQueryMajorCacheNaN: a NaN among NVFP4 K's block scales (e4m3fn
+// 0x7f) reaches the tiles through the block cache as it does decoded per
+// tile: the rows that see it are masked the same way, bit for bit.
+func TestQueryMajorCacheNaN(t *testing.T) {
+	c := qmCase{seqQ: []int{96}, seqK: []int{200}, hkv: 1, qpk: 8, d: 64, blk: 64, topK: 2,
+		causal: true, qDtype: BF16, kvDtype: NVFP4, pattern: "local"}
+	pr := c.build(t, 8)
+	p := pr.p
+	p.K = qmOperand(t, NVFP4, qmFloats(p.K, pr.kvRows), pr.kvRows, c.d, 0.5)
+	p.K.Scales[lowp.Scale128x4Offset(90, 1, c.d/16)] = 0x7f // key 90: a NaN block scale
+	prev := qmCacheSlotsOverride
+	defer func() { qmCacheSlotsOverride = prev }()
+	for _, tier := range testTiers {
+		t.Run(tier, func(t *testing.T) {
+			useTier(t, tier)
+			qmCacheSlotsOverride = 0
+			cached := runPath(p, PathQuery, 2, false)
+			qmCacheSlotsOverride = 1
+			decoded := runPath(p, PathQuery, 2, false)
+			masked := 0
+			for r, l := range cached.LSE {
+				if math.IsInf(float64(l), -1) {
+					masked++
+				}
+				if !sameBits(l, decoded.LSE[r]) {
+					t.Fatalf("row %d: LSE %g cached, %g decoded per tile", r, l, decoded.LSE[r])
+				}
+			}
+			if !slices.Equal(cached.O, decoded.O) || masked == 0 {
+				t.Fatalf("outputs differ or no row masked (%d)", masked)
+			}
+		})
+	}
+}

@@ -13,7 +13,8 @@ const (
 	// PathDefault takes the process setting: MSA_PREFILL_PATH, or PathAuto
 	// when it is unset.
 	PathDefault PrefillPath = iota
-	// PathAuto chooses per call with the cost model of choosePath.
+	// PathAuto chooses per query tile with the cost model of cost.go: a
+	// call may run both paths, each over its own tiles' rows.
 	PathAuto
 	// PathKV is the KV-major path: work items (KV block x query chunk)
 	// write per-slot partials, a combine merges them.
@@ -90,15 +91,16 @@ func PrefillRuns(p PrefillPath) uint64 {
 	return 0
 }
 
-// path returns the path p runs: its own, else the process's, with auto
-// resolved by choosePath.
+// path returns the path p runs: its own, else the process's; auto stays
+// auto (chosen per tile, qmchoice.go) where the model weighs the paths and
+// becomes kv elsewhere (weighs).
 func (p *Prefill) path() PrefillPath {
 	path := p.Path
 	if path == PathDefault {
 		path = processPath
 	}
-	if path == PathAuto {
-		path = choosePath(p)
+	if path == PathAuto && !weighs(p) {
+		path = PathKV
 	}
 	return path
 }

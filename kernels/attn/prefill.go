@@ -71,6 +71,8 @@ type worker struct {
 	dst    []int32     // prefill: partial row of each Acc row
 	lim    []int32     // keyWalk: causal limit of each token of the tile
 	blocks []int32     // keyWalk: the union of the tile's selected blocks
+	kept   []int32     // prefill: the entries of one Acc pass (kvRow)
+	qmKV   KVLayout    // query-major: the layout of the K/V block cache's head
 	hints  []tile.Hint // prefill: the next tile's query rows, prefetched by the update
 	ws     []float32
 	ls     []float32
@@ -83,7 +85,7 @@ func newWorker(d, splits int) *worker {
 		d:     d,
 		valid: make([]int32, maxTileRows), lse: make([]float32, maxTileRows),
 		tlse: make([]float32, maxTileRows), dst: make([]int32, maxTileRows), inv: make([]float32, maxTileRows),
-		lim: make([]int32, maxTileRows), blocks: make([]int32, 0, maxTileRows),
+		lim: make([]int32, maxTileRows), blocks: make([]int32, 0, maxTileRows), kept: make([]int32, 0, maxTileRows),
 		tmp: make([]float32, d), accO: make([]float32, d), hints: make([]tile.Hint, 0, maxTileRows),
 		ls: make([]float32, splits), ws: make([]float32, splits),
 	}
@@ -112,17 +114,28 @@ type Workspace struct {
 	qtasks   []qmTask      // query-major prefill: the current window's tiles
 	sel      []int32       // query-major prefill: the window's block table [Hkv][win][slots]
 	slots    int           // query-major prefill: entries per token in sel
-	win      int           // prefill: query window size W
-	fixedWin int           // tests: W to use instead of windowQueries (0: automatic)
-	noStage  bool          // tests: decode decodes whole blocks, never staged
-	w0, w1   int           // prefill: the current window [w0, w1)
+	cache    qmCache       // query-major prefill: the K/V block cache
+	// auto: per-tile path choices of the call (qmchoice.go)
+	auto     bool       // the query-major part chooses per tile
+	mixed    bool       // the KV-major part computes only tileKV's tiles
+	tileKV   []bool     // [Hkv][tiles] the tile runs KV-major
+	tileBase []int32    // [B+1] first tile of each sequence
+	tileTok  int        // tokens per tile
+	stamp    []int64    // [blocks] last tile that counted the block
+	stampID  int64      // the current tile's stamp
+	costs    *pathCosts // the active tier's constants
+	staged   bool       // query-major tiles would decode K/V per tile
+	win      int        // prefill: query window size W
+	fixedWin int        // tests: W to use instead of windowQueries (0: automatic)
+	noStage  bool       // tests: decode decodes whole blocks, never staged
+	w0, w1   int        // prefill: the current window [w0, w1)
 	next     atomic.Int64
 	// prefill / decode of the current call
 	pf *Prefill
 	pd *Decode
 	po *Output
 	// bound entry points, created once so Run does not allocate
-	prefillItem, combineRows, decodeItem, decodeCombine, queryItems func(int)
+	prefillItem, combineRows, decodeItem, decodeCombine, queryItems, cacheItems func(int)
 }
 
 // NewWorkspace returns a workspace for n workers (at most MaxWorkers) and
@@ -135,6 +148,7 @@ func NewWorkspace(n, d int) *Workspace {
 	ws.decodeItem = ws.runDecodeItems
 	ws.decodeCombine = ws.runDecodeCombine
 	ws.queryItems = ws.runQueryItems
+	ws.cacheItems = ws.runCacheItems
 	return ws
 }
 
@@ -162,10 +176,11 @@ func (ws *Workspace) worker(w int) *worker {
 }
 
 // RunPrefill computes the attention of p into out; pool supplies the
-// goroutines. The query-major path (runQueryMajor, chosen by p.Path or
-// the cost model of choosePath) walks query tiles; the KV-major path,
-// described here, computes the per-slot partials of every scheduled work
-// item, then combines them into out.
+// goroutines. The query-major path (runQueryMajor: every tile under
+// PathQuery, under PathAuto the tiles the cost model of cost.go gives it)
+// walks query tiles; the KV-major path (runKVMajor, over the other tiles'
+// rows), described here, computes the per-slot partials of every scheduled
+// work item, then combines them into out.
 //
 // Long calls run in query windows, so that the partials
 // ([TopK][TotalQ][HQ][D], 2 GiB of BF16 at 32K tokens with topK 16 and 16
@@ -177,13 +192,28 @@ func (ws *Workspace) worker(w int) *worker {
 // results do not depend on W.
 func RunPrefill(p *Prefill, ws *Workspace, pool *Pool, out *Output) {
 	ws.ensure(pool.Workers(), p.D)
-	if p.path() == PathQuery {
-		prefillRuns[PathQuery].Add(1)
+	ws.mixed = false
+	if path := p.path(); path != PathKV {
 		ws.Partials.vec = vecLevel()
 		p.Q.vec, p.K.vec, p.V.vec = ws.Partials.vec, ws.Partials.vec, ws.Partials.vec
-		ws.runQueryMajor(p, pool, out)
-		return
+		q, kv := ws.runQueryMajor(p, pool, out, path == PathAuto)
+		if path == PathQuery || q && !kv {
+			prefillRuns[PathQuery].Add(1)
+			return
+		}
+		if q {
+			// Both kinds of tiles: the KV-major part computes the rest.
+			prefillRuns[PathQuery].Add(1)
+			ws.mixed = true
+		}
 	}
+	ws.runKVMajor(p, pool, out)
+	ws.mixed = false
+}
+
+// runKVMajor is RunPrefill's KV-major path (over the rows of the tiles
+// left to it when ws.mixed).
+func (ws *Workspace) runKVMajor(p *Prefill, pool *Pool, out *Output) {
 	prefillRuns[PathKV].Add(1)
 	slots := maxSlots(p)
 	w := windowQueries(p, slots)
@@ -321,7 +351,7 @@ func (ws *Workspace) itemWindow(p *Prefill, i int) (base, lo, hi int) {
 func (ws *Workspace) windowTasks(p *Prefill) int {
 	ws.tasks = ws.tasks[:0]
 	for i := 0; i < int(p.Sched.WorkCount); i++ {
-		if _, lo, hi := ws.itemWindow(p, i); lo < hi {
+		if base, lo, hi := ws.itemWindow(p, i); lo < hi && ws.itemHasKVRow(p, i, base, lo, hi) {
 			qBegin := int(p.Sched.Metadata[i*6+2])
 			ws.tasks = append(ws.tasks, prefillTask{int32(i), int32(qBegin + lo), int32(qBegin + hi)})
 		}
@@ -330,6 +360,21 @@ func (ws *Workspace) windowTasks(p *Prefill) int {
 		return cmp.Compare(b.e1-b.e0, a.e1-a.e0)
 	})
 	return len(ws.tasks)
+}
+
+// itemHasKVRow reports whether some query of entries [base+lo, base+hi)
+// of work item i is one the KV-major part computes (kvRow).
+func (ws *Workspace) itemHasKVRow(p *Prefill, i, base, lo, hi int) bool {
+	if !ws.mixed {
+		return true
+	}
+	h, b := int(p.Sched.Metadata[i*6]), int(p.Sched.Metadata[i*6+4])
+	for _, q := range p.CSR.QIdx[base+lo : base+hi] {
+		if ws.kvRow(h, b, int(q)) {
+			return true
+		}
+	}
+	return false
 }
 
 // runPrefillItems takes the window's tasks from the shared counter until
@@ -379,12 +424,23 @@ func (ws *Workspace) prefillItemRun(wk *worker, h, row, qBegin, qCount, b, j int
 	perTile := maxTileRows / qpk
 	c := p.CSR
 	base := h*c.Stride + int(c.RowPtr[h*(c.TotalRows+1)+row]) + qBegin
-	for e0 := 0; e0 < qCount; e0 += perTile {
-		cnt := min(perTile, qCount-e0)
+	for e0 := 0; e0 < qCount; {
+		// The next perTile entries whose rows this part computes (all of
+		// them unless a query-major part took some tiles: kvRow).
+		kept := wk.kept[:0]
+		for ; e0 < qCount && len(kept) < perTile; e0++ {
+			if ws.kvRow(h, b, int(c.QIdx[base+e0])) {
+				kept = append(kept, int32(e0))
+			}
+		}
+		cnt := len(kept)
+		if cnt == 0 {
+			break
+		}
 		m := cnt * qpk
 		wk.acc.Reset(m, scale, p.PV, p.InvT)
-		for e := 0; e < cnt; e++ {
-			idx := base + e0 + e
+		for e, ke := range kept {
+			idx := base + int(ke)
 			q := int(c.QIdx[idx])
 			slot := int(p.Sched.QSplit[idx] >> 24)
 			gq := qBase + q
@@ -403,7 +459,7 @@ func (ws *Workspace) prefillItemRun(wk *worker, h, row, qBegin, qCount, b, j int
 			// While the tile computes, prefetch the query rows of the
 			// next tile (gathered by query index, the tile's DRAM misses).
 			hs := wk.hints[:0]
-			for e := e0 + perTile; e < min(qCount, e0+2*perTile); e++ {
+			for e := e0; e < min(qCount, e0+perTile); e++ {
 				gq := qBase + int(c.QIdx[base+e])
 				if ptr, nb := p.Q.storage(gq*p.HQ+h*qpk, qpk); ptr != nil {
 					hs = append(hs, tile.Hint{Addr: ptr, Bytes: nb})
@@ -466,7 +522,17 @@ func (ws *Workspace) runCombine(w int) {
 		}
 		q0 := ws.w0 + int(t)*combineChunk
 		for gq := q0; gq < min(ws.w1, q0+combineChunk); gq++ {
+			b := -1 // the sequence of gq when a query-major part ran
+			if ws.mixed {
+				b, _ = slices.BinarySearch(p.CuQ, int32(gq)+1)
+				if b--; b < 0 || b >= len(p.CuQ)-1 || gq >= int(p.CuQ[b+1]) {
+					b = -1 // outside every sequence: the KV-major part's
+				}
+			}
 			for hq := 0; hq < p.HQ; hq++ {
+				if b >= 0 && !ws.kvRow(hq/qpk, b, gq-int(p.CuQ[b])) {
+					continue // written by a query-major tile
+				}
 				ns := int(p.Sched.SplitCounts[gq*p.Hkv+hq/qpk])
 				ns = min(ns, p.TopK)
 				row := gq*p.HQ + hq          // output row

@@ -2,6 +2,7 @@ package attn
 
 import (
 	"math"
+	"slices"
 
 	"github.com/sparseattn/msa/kernels/tile"
 )
@@ -21,8 +22,10 @@ import (
 // tokens, every CSR entry (query q, block j) of the window is scattered to
 // slot QSplit's slot of q's row in a [Hkv][W][slots] table (the slot is
 // the block's rank among the query's blocks, so each row lists its blocks
-// ascending, -1 after the last). The table is the only memory the path
-// needs beyond the workers' scratch, and qmSelBytes bounds it.
+// ascending, -1 after the last). Windows end at tile ends. Beyond the
+// workers' scratch the path needs that table (qmSelBytes bounds it), the
+// K/V block cache where K/V are not read in place (qmcache.go,
+// qmCacheBytes) and, under auto, the per-tile choices (qmchoice.go).
 
 // qmSelBytes bounds the block table of one query window: 4 MiB.
 const qmSelBytes = 4 << 20
@@ -39,32 +42,89 @@ type qmTask struct{ gq, n, b, h int32 }
 func qmTileTokens(qpk int) int { return max(1, 16/qpk) }
 
 // qmWindow returns the query window of the query-major path: the largest
-// number of tokens whose block table (Hkv*W*slots int32) and task list (at
-// most Hkv*W tasks of 16 bytes) each fit qmSelBytes, at least one tile.
+// number of tokens whose block table (Hkv*W*slots int32, W rounded up to
+// the end of a tile: W + tokens - 1 rows) and task list (at most Hkv*W
+// tasks of 16 bytes) each fit qmSelBytes, at least one tile.
 func qmWindow(p *Prefill, slots int) int {
-	w := qmSelBytes / (4 * p.Hkv * max(slots, 4))
+	tok := qmTileTokens(p.HQ / p.Hkv)
+	w := qmSelBytes/(4*p.Hkv*max(slots, 4)) - (tok - 1)
 	if qmWindowOverride > 0 {
 		w = qmWindowOverride
 	}
-	return max(min(w, p.TotalQ), qmTileTokens(p.HQ/p.Hkv), 1)
+	return max(min(w, p.TotalQ), tok, 1)
 }
 
-// runQueryMajor is RunPrefill's query-major path.
-func (ws *Workspace) runQueryMajor(p *Prefill, pool *Pool, out *Output) {
+// tileEnd returns x moved up to the end of the query tile that holds
+// token x (tiles are cut from each sequence's first token): x itself at a
+// tile boundary, outside every sequence or at p.TotalQ.
+func tileEnd(p *Prefill, x, tok int) int {
+	b, _ := slices.BinarySearch(p.CuQ, int32(x)+1)
+	b-- // the last sequence that starts at or before x
+	if b < 0 || b >= len(p.CuQ)-1 || x >= int(p.CuQ[b+1]) {
+		return x
+	}
+	off := x - int(p.CuQ[b])
+	return min(int(p.CuQ[b+1]), int(p.CuQ[b])+(off+tok-1)/tok*tok)
+}
+
+// runQueryMajor runs the query-major tiles of p: every tile (auto false,
+// PathQuery), or those the cost model gives the query-major path (auto,
+// PathAuto), recording each tile's choice for the KV-major part
+// (ws.kvRow). It returns whether some tile ran query-major and whether
+// some tile was left to the KV-major path.
+func (ws *Workspace) runQueryMajor(p *Prefill, pool *Pool, out *Output, auto bool) (anyQuery, anyKV bool) {
 	slots := maxSlots(p)
 	w := qmWindow(p, slots)
-	ws.sel = grow(ws.sel, p.Hkv*w*slots)
-	ws.win, ws.slots = w, slots
+	tok := qmTileTokens(p.HQ / p.Hkv)
+	ws.win, ws.slots = w+tok-1, slots
+	ws.sel = grow(ws.sel, p.Hkv*ws.win*slots)
 	ws.pf, ws.po = p, out
-	for w0 := 0; w0 < p.TotalQ; w0 += w {
-		ws.w0, ws.w1 = w0, min(p.TotalQ, w0+w)
+	ws.auto = auto
+	if auto {
+		ws.startChoices(p, tok)
+	}
+	c := &ws.cache
+	c.start(p, p.Scale*math.Log2E)
+	for w0 := 0; w0 < p.TotalQ; w0 = ws.w1 {
+		// Windows end at tile ends, so that a tile's lists are whole.
+		ws.w0, ws.w1 = w0, tileEnd(p, min(p.TotalQ, w0+w), tok)
 		ws.scatterWindow(p)
-		if n := ws.queryTasks(p); n > 0 {
-			ws.next.Store(0)
-			pool.RunN(n, ws.queryItems)
+		if auto {
+			q, kv := ws.chooseWindow(p, tok)
+			anyQuery, anyKV = anyQuery || q, anyKV || kv
+			if !q {
+				continue
+			}
+		} else {
+			anyQuery = anyQuery || ws.w1 > ws.w0
 		}
+		if !c.use {
+			ws.runQueryTiles(p, pool, 0, p.Hkv)
+			continue
+		}
+		// KV heads in groups whose visited blocks fit the cache: convert
+		// the group's blocks, then run its tiles.
+		ws.markWindow(p)
+		for h0 := 0; h0 < p.Hkv; h0 = c.h1 {
+			c.group(p, h0)
+			if n := len(c.todo); n > 0 {
+				ws.next.Store(0)
+				pool.RunN(n, ws.cacheItems)
+			}
+			ws.runQueryTiles(p, pool, c.h0, c.h1)
+		}
+		c.on = false
 	}
 	ws.pf, ws.po = nil, nil
+	return anyQuery, anyKV
+}
+
+// runQueryTiles runs the window's query tiles of KV heads [h0, h1).
+func (ws *Workspace) runQueryTiles(p *Prefill, pool *Pool, h0, h1 int) {
+	if n := ws.queryTasks(p, h0, h1); n > 0 {
+		ws.next.Store(0)
+		pool.RunN(n, ws.queryItems)
+	}
 }
 
 // scatterWindow fills the block table of the window [ws.w0, ws.w1) from
@@ -87,11 +147,13 @@ func (ws *Workspace) scatterWindow(p *Prefill) {
 	}
 }
 
-// queryTasks lists the query tiles of the window [ws.w0, ws.w1): each
-// sequence's tokens in the window cut into tiles from the first, for every
-// KV head. The last tiles are listed first: under a causal mask they see
-// the most keys, and starting with them lets the workers finish together.
-func (ws *Workspace) queryTasks(p *Prefill) int {
+// queryTasks lists the query tiles of the window [ws.w0, ws.w1) and KV
+// heads [h0, h1) that run query-major: each sequence's tokens in the
+// window cut into tiles from the sequence's first (the window starts at a
+// tile boundary), for every KV head. The last tiles are listed first:
+// under a causal mask they see the most keys, and starting with them lets
+// the workers finish together.
+func (ws *Workspace) queryTasks(p *Prefill, h0, h1 int) int {
 	tok := qmTileTokens(p.HQ / p.Hkv)
 	ws.qtasks = ws.qtasks[:0]
 	for b := len(p.CuQ) - 2; b >= 0; b-- {
@@ -100,7 +162,10 @@ func (ws *Workspace) queryTasks(p *Prefill) int {
 			continue
 		}
 		for t := lo + (hi-lo-1)/tok*tok; t >= lo; t -= tok {
-			for h := 0; h < p.Hkv; h++ {
+			for h := h0; h < h1; h++ {
+				if ws.auto && ws.tileKV[ws.tileIndex(h, b, t-int(p.CuQ[b]))] {
+					continue
+				}
 				ws.qtasks = append(ws.qtasks, qmTask{int32(t), int32(min(tok, hi-t)), int32(b), int32(h)})
 			}
 		}
@@ -146,8 +211,16 @@ func (ws *Workspace) queryTile(wk *worker, t qmTask) {
 		Lim: lim, Sel: ws.sel[(h*ws.win+gq-ws.w0)*ws.slots:], SelStride: ws.slots, TopK: ws.slots,
 		BlkKV: p.BlkKV, Scale: p.Scale * math.Log2E, Round: p.PV, InvT: p.InvT, Staged: !ws.noStage,
 	}
+	vf := float32(1)
+	if c := &ws.cache; c.on {
+		// Head h's blocks, converted once for the window (qmcache.go).
+		c.layout(&wk.qmKV, h, len(p.CuQ)-1, p.BlkKV)
+		kw.K, kw.V, kw.KV, kw.H = &c.k, &c.v, &wk.qmKV, 0
+		kw.Scale *= c.kFactor
+		vf = c.vFactor
+	}
 	ra, f := wk.walk(&kw)
-	f *= p.OutputScale
+	f *= p.OutputScale * vf
 	for r := 0; r < n*qpk; r++ {
 		row := (gq+r/qpk)*p.HQ + h*qpk + r%qpk
 		encodeRow(out, row, p.D, ra.o(r), wk.inv[r]*f, wk.lse[r], ws.Partials.vec)

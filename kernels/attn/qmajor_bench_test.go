@@ -3,6 +3,7 @@ package attn
 import (
 	"fmt"
 	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -11,13 +12,17 @@ import (
 )
 
 // BenchmarkPrefillPaths times both prefill paths on one causal sequence
-// (BF16 Q, K, V, 16 query heads, D 128, 128-key blocks (also 64 at qpk
-// 16), topK 16, full lists of visible blocks, BF16 partials) for GQA 16, 4 and 1 (qpk 16,
-// 4, 1) with dense K/V and, for qpk 4 and 1, also paged K/V (whose rows of one KV head are
-// contiguous within a page), and the selection patterns of the tests, on
-// the active tier and 2 workers. It reports the best call's rate against
-// the tier's FMA peak (%peak) and which path auto takes (auto=query: 1).
-// Run it with -benchtime=3x.
+// (BF16 Q, 16 query heads, D 128, 128-key blocks (also 64 at qpk 16),
+// topK 16, full lists of visible blocks, BF16 partials) for GQA 16, 4 and
+// 1 (qpk 16, 4, 1) with dense BF16 K/V and, for qpk 4 and 1, also paged
+// K/V (whose rows of one KV head are contiguous within a page), and dense
+// NVFP4 K/V at qpk 16, and the selection patterns of the tests, on the
+// active tier and 2 workers. It reports the best call's rate against the
+// tier's FMA peak (%peak), its wall time (best-ms), the median CPU time of
+// the process per call (cpu-ms, where the platform gives it: on a shared
+// host it counts this process's cycles only), and which paths auto runs
+// (auto-query: 0 KV-major only, 1 query-major only, 0.5 both). Run it
+// with -benchtime=3x.
 func BenchmarkPrefillPaths(b *testing.B) {
 	const tokens, workers = 8192, 2
 	tn := tile.Tier()
@@ -25,19 +30,21 @@ func BenchmarkPrefillPaths(b *testing.B) {
 	for _, g := range []struct {
 		hkv, qpk, blk int
 		paged         bool
-	}{{1, 16, 128, false}, {1, 16, 64, false}, {4, 4, 128, false}, {16, 1, 128, false}, {4, 4, 128, true}, {16, 1, 128, true}} {
+		kv            Dtype
+	}{{1, 16, 128, false, BF16}, {1, 16, 64, false, BF16}, {4, 4, 128, false, BF16}, {16, 1, 128, false, BF16},
+		{4, 4, 128, true, BF16}, {16, 1, 128, true, BF16}, {1, 16, 128, false, NVFP4}} {
 		for _, pattern := range []string{"random", "local", "sink", "uniform"} {
 			c := qmCase{seqQ: []int{tokens}, seqK: []int{tokens}, hkv: g.hkv, qpk: g.qpk, d: 128, blk: g.blk, topK: 16,
-				causal: true, paged: g.paged, qDtype: BF16, kvDtype: BF16, pattern: pattern, full: true}
+				causal: true, paged: g.paged, qDtype: BF16, kvDtype: g.kv, pattern: pattern, full: true}
 			pr := c.build(b, 1)
 			p := pr.p
 			flops := 4 * float64(p.D*g.qpk) * float64(visiblePairs(pr))
-			auto := 0.0
-			if choosePath(p) == PathQuery {
-				auto = 1
-			}
+			auto := -1.0 // autoShare, run once per case that is benchmarked
 			for _, path := range []PrefillPath{PathKV, PathQuery} {
-				b.Run(fmt.Sprintf("%s/qpk=%d/blk=%d/paged=%v/%s/%s", tn, g.qpk, g.blk, g.paged, pattern, path), func(b *testing.B) {
+				b.Run(fmt.Sprintf("%s/kv=%s/qpk=%d/blk=%d/paged=%v/%s/%s", tn, g.kv, g.qpk, g.blk, g.paged, pattern, path), func(b *testing.B) {
+					if auto < 0 {
+						auto = autoShare(p, workers)
+					}
 					p.Path = path
 					pool := NewPool(workers)
 					defer pool.Close()
@@ -45,14 +52,23 @@ func BenchmarkPrefillPaths(b *testing.B) {
 					out := newOutput(p.TotalQ*p.HQ, p.D)
 					RunPrefill(p, ws, pool, out) // warm-up
 					best := time.Duration(math.MaxInt64)
+					cpu := make([]time.Duration, 0, b.N)
 					for range b.N {
+						c0, cpuOK := processCPU()
 						t0 := time.Now()
 						RunPrefill(p, ws, pool, out)
 						best = min(best, time.Since(t0))
+						if c1, ok := processCPU(); ok && cpuOK {
+							cpu = append(cpu, c1-c0)
+						}
 					}
 					b.ReportMetric(100*flops/best.Seconds()/1e9/peak, "%peak")
 					b.ReportMetric(float64(best.Microseconds())/1e3, "best-ms")
-					b.ReportMetric(auto, "auto=query")
+					if len(cpu) > 0 {
+						slices.Sort(cpu)
+						b.ReportMetric(float64(cpu[len(cpu)/2].Microseconds())/1e3, "cpu-ms")
+					}
+					b.ReportMetric(auto, "auto-query")
 				})
 			}
 		}
@@ -82,4 +98,18 @@ func visiblePairs(pr *qmProblem) int64 {
 		}
 	}
 	return n
+}
+
+// autoShare runs p once with PathAuto and returns which paths ran: 0
+// KV-major only, 1 query-major only, 0.5 both (on tiles of their own).
+func autoShare(p *Prefill, workers int) float64 {
+	kv0, q0 := PrefillRuns(PathKV), PrefillRuns(PathQuery)
+	runPath(p, PathAuto, workers, false)
+	switch kv, q := PrefillRuns(PathKV) > kv0, PrefillRuns(PathQuery) > q0; {
+	case kv && q:
+		return 0.5
+	case q:
+		return 1
+	}
+	return 0
 }

@@ -514,7 +514,8 @@ func compareQMKV(t *testing.T, pr *qmProblem, refs []qmRef, qm, kv *Output) {
 // TestQueryMajorNoAllocs: once a workspace has run a call, further runs of
 // the query-major path allocate nothing, and the path keeps no partials:
 // its only buffer beyond the workers' scratch is the block table, bounded
-// by qmSelBytes whatever total_q*topK is.
+// by qmSelBytes whatever total_q*topK is. Auto calls split between both
+// paths allocate nothing either.
 func TestQueryMajorNoAllocs(t *testing.T) {
 	c := qmCase{seqQ: []int{300, 0, 200}, seqK: []int{300, 50, 400}, hkv: 2, qpk: 4, d: 64, blk: 64, topK: 4,
 		causal: true, qDtype: BF16, kvDtype: E4M3, pattern: "random", invT: 0.5}
@@ -539,11 +540,28 @@ func TestQueryMajorNoAllocs(t *testing.T) {
 	if 4*len(ws.sel) > qmSelBytes {
 		t.Fatalf("block table of %d entries exceeds %d bytes", len(ws.sel), qmSelBytes)
 	}
+	// Auto, split between both paths (every tile with a future or
+	// out-of-range entry query-major, the others KV-major).
+	prev := costsOverride
+	costsOverride = &float32Costs
+	defer func() { costsOverride = prev }()
+	useTier(t, "avx512")
+	p.Path = PathAuto
+	kv0, q0 := PrefillRuns(PathKV), PrefillRuns(PathQuery)
+	for range 3 {
+		RunPrefill(p, ws, pool, out)
+	}
+	if PrefillRuns(PathKV) != kv0+3 || PrefillRuns(PathQuery) != q0+3 {
+		t.Fatal("auto did not run both paths")
+	}
+	if a := testing.AllocsPerRun(10, func() { RunPrefill(p, ws, pool, out) }); a != 0 {
+		t.Fatalf("auto: %v allocations per run", a)
+	}
 }
 
 // TestQMWindow: the block table's window shrinks as Hkv*slots grows, so
-// the table and the task list stay within qmSelBytes, and it never goes
-// below one tile.
+// the table (with room for a window rounded up to a tile end) and the
+// task list stay within qmSelBytes, and it never goes below one tile.
 func TestQMWindow(t *testing.T) {
 	for _, tc := range []struct{ totalQ, hkv, qpk, slots int }{
 		{1 << 20, 1, 16, 16}, {1 << 20, 8, 4, 64}, {100, 1, 1, 2}, {1 << 20, 64, 1, 127}, {1 << 22, 1, 16, 1},
@@ -551,7 +569,8 @@ func TestQMWindow(t *testing.T) {
 		p := &Prefill{TotalQ: tc.totalQ, Hkv: tc.hkv, HQ: tc.hkv * tc.qpk}
 		w := qmWindow(p, tc.slots)
 		one := qmTileTokens(tc.qpk) // tokens of one tile
-		if w < one || w > max(tc.totalQ, one) || 4*tc.hkv*w*tc.slots > max(qmSelBytes, 4*tc.hkv*tc.slots*one) || 16*tc.hkv*w > max(qmSelBytes, 16*tc.hkv*one) {
+		rows := w + one - 1         // the table's rows: windows end at tile ends
+		if w < one || w > max(tc.totalQ, one) || 4*tc.hkv*rows*tc.slots > max(qmSelBytes, 4*tc.hkv*tc.slots*(2*one-1)) || 16*tc.hkv*rows > max(qmSelBytes, 16*tc.hkv*(2*one-1)) {
 			t.Errorf("%+v: window %d", tc, w)
 		}
 	}
@@ -626,51 +645,426 @@ func TestPrefillPathEnv(t *testing.T) {
 	t.Logf("%d tiers checked in child processes", ran)
 }
 
-// TestChoosePath checks the cost model (cost.go): with costs where a
-// partial row is dear, one-token tiles over K/V read in place take the
-// query-major path, while K/V decoded per tile (strided rows, NVFP4) and
-// lanes wasted on unshared blocks keep the KV-major path; with the
-// constants measured for the present tiers every case keeps the KV-major
-// path, as does a tier without SIMD lane kernels.
-func TestChoosePath(t *testing.T) {
-	build := func(hkv, qpk int, paged bool, kv Dtype) *Prefill {
-		c := qmCase{seqQ: []int{512}, seqK: []int{512}, hkv: hkv, qpk: qpk, d: 64, blk: 64, topK: 4,
-			causal: true, paged: paged, qDtype: BF16, kvDtype: kv, pattern: "random", full: true}
-		return c.build(t, 1).p
-	}
-	dear := pathCosts{QMKey: 1, KVKey: 1, KVSlot: 16, Staged: 2}
+// TestTileChoiceVerdict checks the model's verdict on single tiles and
+// the factor its debug string names: lanes wasted on blocks only some
+// tokens selected, the kernels' rates, K/V decoded per tile, and entries
+// no token sees.
+func TestTileChoiceVerdict(t *testing.T) {
+	dear := pathCosts{QMKey: 1, KVKey: 1, KVSlot: 16, Staged: 2} // rate 0.8 at n 64
 	for _, tc := range []struct {
-		hkv, qpk int
-		paged    bool
-		kv       Dtype
-		want     PrefillPath
-		why      string
+		m                           pathCosts
+		entries, union, tokens, qpk int
+		staged                      bool
+		want                        PrefillPath
+		by                          string
 	}{
-		{1, 16, false, BF16, PathQuery, "one-token tiles, contiguous rows"},
-		{2, 16, true, E4M3, PathQuery, "one-token tiles, HND pages"},
-		{2, 16, false, BF16, PathKV, "dense KV of 2 KV heads: strided rows"},
-		{1, 16, false, NVFP4, PathKV, "NVFP4 decoded per tile"},
-		{2, 1, true, BF16, PathKV, "16-token tiles, unshared blocks"},
+		{float32Costs, 16, 16, 1, 16, false, PathKV, "decided by rate"}, // no lane wasted, lane kernels 1.05
+		{dear, 16, 16, 1, 16, false, PathQuery, "decided by rate"},      // partial rows dear
+		{dear, 16, 16, 1, 16, true, PathKV, "decided by rate (K/V decoded per tile)"},
+		{dear, 64, 40, 16, 1, false, PathKV, "decided by lanes"},           // 16-token tile, unshared blocks: 10x
+		{dear, 64, 3, 16, 1, false, PathQuery, "decided by lanes"},         // shared blocks: 0.75 x 0.8
+		{float32Costs, 16, 4, 1, 16, false, PathQuery, "decided by lanes"}, // most entries unseen
+		{float32Costs, 3, 0, 1, 16, false, PathQuery, "decided by lanes"},  // nothing visible
+		{bf16Costs, 16, 16, 1, 16, false, PathKV, "decided by rate"},       // bf16 block kernel
 	} {
-		p := build(tc.hkv, tc.qpk, tc.paged, tc.kv)
-		for _, tier := range []string{"avx2", "avx512"} {
-			t.Run(tier+"/"+tc.why, func(t *testing.T) {
-				useTier(t, tier)
-				if got := dear.choose(p); got != tc.want {
-					t.Errorf("dear partials: %v, want %v (%s)", got, tc.want, tc.why)
+		c := tc.m.choose(tc.entries, tc.union, tc.tokens, tc.qpk, 64, tc.staged)
+		s := c.String()
+		if c.path() != tc.want || !strings.HasSuffix(s, tc.by) || !strings.HasPrefix(s, tc.want.String()+":") {
+			t.Errorf("%+v: %s, want %v %s", tc, s, tc.want, tc.by)
+		}
+	}
+}
+
+// tileStats returns, for every tile (KV head h, sequence b, tile i cut
+// from the sequence's first token) of a built problem, its entries and its
+// union of visible blocks, computed from the q2k lists the plain way.
+func tileStats(pr *qmProblem) map[[3]int][2]int {
+	p, c := pr.p, pr.c
+	tok := qmTileTokens(c.qpk)
+	st := map[[3]int][2]int{}
+	for h := range c.hkv {
+		for b := range c.seqQ {
+			seqQ, seqK := c.seqQ[b], c.seqK[b]
+			for t0 := 0; t0 < seqQ; t0 += tok {
+				n := min(tok, seqQ-t0)
+				lim := seqK
+				if c.causal {
+					lim = min(lim, t0+n-1+seqK-seqQ+1)
 				}
-				if got := choosePath(p); got != PathKV {
-					t.Errorf("measured costs: %v, want kv (%s)", got, tc.why)
+				entries, seen := 0, map[int32]bool{}
+				for q := t0; q < t0+n; q++ {
+					for _, j := range pr.q2k[(h*p.TotalQ+int(p.CuQ[b])+q)*c.topK:][:c.topK] {
+						if j >= 0 {
+							entries++
+							if int(j)*c.blk < lim {
+								seen[j] = true
+							}
+						}
+					}
+				}
+				st[[3]int{h, b, t0 / tok}] = [2]int{entries, len(seen)}
+			}
+		}
+	}
+	return st
+}
+
+// autoChoices runs p with PathAuto on 2 workers under costs m and returns
+// the recorded choice of every tile (true: KV-major) and the output.
+func autoChoices(t *testing.T, pr *qmProblem, m *pathCosts) (map[[3]int]bool, *Output) {
+	t.Helper()
+	p := pr.p
+	prev := costsOverride
+	costsOverride = m
+	defer func() { costsOverride = prev }()
+	pool := NewPool(2)
+	defer pool.Close()
+	ws := NewWorkspace(2, p.D)
+	out := newOutput(p.TotalQ*p.HQ, p.D)
+	out.TLSE = make([]float32, p.TotalQ*p.HQ)
+	p.Path = PathAuto
+	RunPrefill(p, ws, pool, out)
+	got := map[[3]int]bool{}
+	tok := qmTileTokens(pr.c.qpk)
+	for h := range pr.c.hkv {
+		for b := range pr.c.seqQ {
+			for q := 0; q < pr.c.seqQ[b]; q += tok {
+				got[[3]int{h, b, q / tok}] = ws.tileKV[ws.tileIndex(h, b, q)]
+			}
+		}
+	}
+	return got, out
+}
+
+// TestAutoPerTile checks auto's choice per query tile on the sink, local,
+// uniform and random selection patterns at GQA 16, 4 and 1 (tiles of 1, 4
+// and 16 tokens), against the model applied to each tile's lists counted
+// the plain way (tileStats): with the measured float32 constants, with
+// partial rows made dear, and with a threshold at the median tile, which
+// splits a call between both paths. Whole-pattern expectations: one-token
+// tiles keep the KV-major path under the measured constants where their
+// token sees every block it selected (the lists of early tokens also
+// select future blocks, which cost the KV-major path rows and the
+// query-major path nothing) and take the query-major one when partial
+// rows are dear; most 16-token tiles of random lists waste lanes and stay
+// KV-major even then, while most local ones (neighbouring tokens select
+// the same blocks) go query-major.
+func TestAutoPerTile(t *testing.T) {
+	useTier(t, "avx512")
+	dear := pathCosts{QMKey: 1, KVKey: 1, KVSlot: 16, Staged: 2}
+	for _, g := range []struct{ hkv, qpk int }{{1, 16}, {2, 4}, {2, 1}} {
+		for _, pattern := range []string{"sink", "local", "uniform", "random"} {
+			// topK 2: a local list is the diagonal block and the one before.
+			c := qmCase{seqQ: []int{1000, 0, 77}, seqK: []int{1000, 20, 500}, hkv: g.hkv, qpk: g.qpk, d: 64, blk: 64, topK: 2,
+				causal: true, qDtype: BF16, kvDtype: BF16, pattern: pattern, full: true}
+			pr := c.build(t, 3)
+			st := tileStats(pr)
+			var wastes []float64
+			for _, x := range st {
+				wastes = append(wastes, dear.choose(x[0], x[1], qmTileTokens(g.qpk), g.qpk, 64, false).waste)
+			}
+			slices.Sort(wastes)
+			median := pathCosts{QMKey: 1 / wastes[len(wastes)/2], KVKey: 1, Staged: 2}
+			for name, m := range map[string]*pathCosts{"measured": &float32Costs, "dear": &dear, "median": &median} {
+				t.Run(fmt.Sprintf("qpk%d/%s/%s", g.qpk, pattern, name), func(t *testing.T) {
+					got, _ := autoChoices(t, pr, m)
+					kvTiles, seenAll, seenAllKV := 0, 0, 0
+					for k, x := range st {
+						want := m.choose(x[0], x[1], qmTileTokens(g.qpk), g.qpk, 64, false)
+						if got[k] != (want.path() == PathKV) {
+							t.Fatalf("tile %v: KV-major %v, want %s", k, got[k], want)
+						}
+						if got[k] {
+							kvTiles++
+						}
+						if x[0] == x[1] {
+							seenAll++
+							if got[k] {
+								seenAllKV++
+							}
+						}
+					}
+					switch {
+					case g.qpk == 16 && name == "measured" && (seenAllKV != seenAll || seenAll == 0):
+						t.Errorf("%d of %d one-token tiles that see all their blocks query-major under the measured costs", seenAll-seenAllKV, seenAll)
+					case g.qpk == 16 && name == "dear" && kvTiles != 0:
+						t.Errorf("%d of %d one-token tiles KV-major with dear partial rows", kvTiles, len(st))
+					case g.qpk == 1 && name == "dear" && pattern == "random" && 2*kvTiles < len(st):
+						t.Errorf("only %d of %d random 16-token tiles KV-major", kvTiles, len(st))
+					case g.qpk == 1 && name == "dear" && pattern == "local" && 2*kvTiles > len(st):
+						t.Errorf("%d of %d local 16-token tiles KV-major", kvTiles, len(st))
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestAutoGeneric: where the lane kernels have no SIMD code auto does not
+// weigh the paths: every call runs the KV-major path alone, even under
+// costs that would give every tile to the query-major path.
+func TestAutoGeneric(t *testing.T) {
+	useTier(t, "generic")
+	c := qmCase{seqQ: []int{100}, seqK: []int{100}, hkv: 1, qpk: 16, d: 64, blk: 64, topK: 2,
+		causal: true, qDtype: BF16, kvDtype: BF16, pattern: "local", full: true}
+	pr := c.build(t, 2)
+	prev := costsOverride
+	costsOverride = &pathCosts{QMKey: 1e-3, KVKey: 1, Staged: 1}
+	defer func() { costsOverride = prev }()
+	kv0, q0 := PrefillRuns(PathKV), PrefillRuns(PathQuery)
+	out := runAuto(pr.p, 2, 0)
+	if PrefillRuns(PathKV) != kv0+1 || PrefillRuns(PathQuery) != q0 {
+		t.Fatal("auto on the generic tier did not run the KV-major path alone")
+	}
+	checkQM(t, pr, pr.reference(), out, true)
+}
+
+// runAuto runs p with PathAuto on the given workers into a new output
+// (with TLSE), the KV-major part in query windows of fixedWin (0: its
+// own).
+func runAuto(p *Prefill, workers, fixedWin int) *Output {
+	pool := NewPool(workers)
+	defer pool.Close()
+	ws := NewWorkspace(workers, p.D)
+	ws.fixedWin = fixedWin
+	out := newOutput(p.TotalQ*p.HQ, p.D)
+	out.TLSE = make([]float32, p.TotalQ*p.HQ)
+	p.Path = PathAuto
+	RunPrefill(p, ws, pool, out)
+	return out
+}
+
+// TestAutoMixed runs calls that auto splits between the paths (the model's
+// threshold at the median tile) on the shape matrix, on every tier with
+// SIMD lane kernels this CPU has: each row has the bits of the path that
+// its tile took (the same call run on that path alone), on 1 and 2
+// workers and with small query windows on both parts, and the call counts
+// as a run of both paths.
+func TestAutoMixed(t *testing.T) {
+	cases := qmCases()
+	if testing.Short() {
+		cases = cases[:10]
+	}
+	mixedCalls := 0
+	defer func() {
+		if mixedCalls == 0 {
+			t.Error("no call ran both paths")
+		}
+	}()
+	for i, c := range cases {
+		pr := c.build(t, uint64(100+i))
+		st := tileStats(pr)
+		var wastes []float64
+		for _, x := range st {
+			wastes = append(wastes, float32Costs.choose(x[0], x[1], qmTileTokens(c.qpk), c.qpk, float64(c.blk), false).waste)
+		}
+		slices.Sort(wastes)
+		m := &pathCosts{QMKey: 1 / wastes[len(wastes)/2], KVKey: 1, Staged: 1}
+		if stagedCall(pr.p) {
+			continue // the threshold above assumes no Staged factor
+		}
+		refs := pr.reference()
+		for _, tier := range testTiers[1:] {
+			t.Run(fmt.Sprintf("%d/%s", i, tier), func(t *testing.T) {
+				useTier(t, tier)
+				if !weighs(pr.p) {
+					t.Skip("no SIMD lane kernels: auto does not weigh")
+				}
+				qm := runPath(pr.p, PathQuery, 2, true)
+				kv := runPath(pr.p, PathKV, 2, true)
+				kv0, q0 := PrefillRuns(PathKV), PrefillRuns(PathQuery)
+				choice, got := autoChoices(t, pr, m)
+				mixed := PrefillRuns(PathKV) == kv0+1 && PrefillRuns(PathQuery) == q0+1
+				prev, prevOverride := costsOverride, qmWindowOverride
+				costsOverride, qmWindowOverride = m, 7
+				defer func() { costsOverride, qmWindowOverride = prev, prevOverride }()
+				small := runAuto(pr.p, 1, 0)
+				if s2 := runAuto(pr.p, 1, 5); !slices.Equal(s2.O, small.O) || !slices.EqualFunc(s2.LSE, small.LSE, sameBits) {
+					t.Fatalf("%v: a KV-major window of 5 queries changed the result", c)
+				}
+				p := pr.p
+				kvTiles := 0
+				for k, isKV := range choice {
+					if isKV {
+						kvTiles++
+					}
+					h, b, i := k[0], k[1], k[2]
+					tok := qmTileTokens(c.qpk)
+					for q := i * tok; q < min((i+1)*tok, c.seqQ[b]); q++ {
+						for g := range c.qpk {
+							r := (int(p.CuQ[b])+q)*p.HQ + h*c.qpk + g
+							want := qm
+							if isKV {
+								want = kv
+							}
+							for _, o := range []*Output{got, small} {
+								if !slices.Equal(o.O[r*p.D:(r+1)*p.D], want.O[r*p.D:(r+1)*p.D]) || !sameBits(o.LSE[r], want.LSE[r]) || !sameBits(o.TLSE[r], want.TLSE[r]) {
+									t.Fatalf("%v: row %d (tile %v, KV-major %v) differs from its path's", c, r, k, isKV)
+								}
+							}
+						}
+					}
+				}
+				checkQM(t, pr, refs, got, true)
+				if mixed {
+					mixedCalls++
+				}
+				if kvTiles > 0 && kvTiles < len(choice) && !mixed {
+					t.Errorf("%v: %d of %d tiles KV-major, but the call did not count as both paths", c, kvTiles, len(choice))
 				}
 			})
 		}
 	}
-	p := build(1, 16, false, BF16)
-	for _, tier := range []string{"avx512bf16", "generic"} {
+}
+
+// TestQueryMajorCache runs calls whose K/V go through the block cache
+// (qmcache.go: rows one KV head apart, NVFP4) with the cache's capacity
+// at its default, at a few blocks (KV heads in groups) and at one block
+// (every head too large: decoded per tile), on every tier this CPU has.
+// Every run matches the reference; BF16 and E4M3 rows, copied into the
+// cache, give the same bits at every capacity, and so do NVFP4 rows with
+// power-of-two global scales, which fold into the score scale (K) and the
+// output factor (V) exactly.
+func TestQueryMajorCache(t *testing.T) {
+	cases := []qmCase{
+		{seqQ: []int{150, 0, 90}, seqK: []int{300, 40, 90}, hkv: 3, qpk: 2, d: 64, blk: 64, topK: 3,
+			causal: true, qDtype: BF16, kvDtype: BF16, pattern: "random", invT: 0.5},
+		{seqQ: []int{200}, seqK: []int{260}, hkv: 2, qpk: 16, d: 64, blk: 64, topK: 4,
+			causal: true, paged: true, nhd: true, qDtype: E4M3, kvDtype: E4M3, pattern: "uniform"},
+		{seqQ: []int{130, 70}, seqK: []int{130, 300}, hkv: 2, qpk: 4, d: 128, blk: 64, topK: 3,
+			causal: true, qDtype: BF16, kvDtype: NVFP4, pattern: "local"},
+		{seqQ: []int{96}, seqK: []int{200}, hkv: 1, qpk: 8, d: 64, blk: 128, topK: 2,
+			causal: false, qDtype: E4M3, kvDtype: NVFP4, pattern: "sink"},
+	}
+	prev := qmCacheSlotsOverride
+	defer func() { qmCacheSlotsOverride = prev }()
+	for i, c := range cases {
+		pr := c.build(t, uint64(40+i))
+		if !needsCache(pr.p) {
+			t.Fatalf("%v: does not use the cache", c)
+		}
+		exact := c.kvDtype != NVFP4
+		if !exact && i == 3 {
+			// Requantise K with global 0.5 and V with global 2 (OutputScale
+			// stays 1.5): both folds are exact.
+			pr.p.K = qmOperand(t, NVFP4, qmFloats(pr.p.K, pr.kvRows), pr.kvRows, c.d, 0.5)
+			pr.p.V = qmOperand(t, NVFP4, qmFloats(pr.p.V, pr.kvRows), pr.kvRows, c.d, 2)
+			exact = true
+		}
+		refs := pr.reference()
+		for _, tier := range testTiers {
+			t.Run(fmt.Sprintf("%d/%s", i, tier), func(t *testing.T) {
+				useTier(t, tier)
+				var want *Output
+				for _, slots := range []int{0, 3, 1} {
+					qmCacheSlotsOverride = slots
+					got := runPath(pr.p, PathQuery, 2, true)
+					checkQM(t, pr, refs, got, false)
+					if want == nil {
+						want = got
+					} else if exact && (!slices.Equal(got.O, want.O) || !slices.EqualFunc(got.LSE, want.LSE, sameBits)) {
+						t.Fatalf("%v: a cache of %d blocks changed the result", c, slots)
+					}
+				}
+			})
+		}
+	}
+}
+
+// qmFloats returns o's rows decoded to float32 (rows x D).
+func qmFloats(o Operand, rows int) []float32 {
+	x := make([]float32, 0, rows*o.D)
+	for _, r := range qmDecode(o, rows, o.D) {
+		for _, v := range r {
+			x = append(x, float32(v))
+		}
+	}
+	return x
+}
+
+// TestQMCacheGroups checks how the cache groups KV heads: from the first
+// head on, as many as fit its capacity together, at least one, and a
+// head whose blocks alone exceed it runs without the cache; the slots of
+// a group are dense and every listed block is one the slot table names.
+func TestQMCacheGroups(t *testing.T) {
+	c := qmCase{seqQ: []int{256}, seqK: []int{256}, hkv: 4, qpk: 1, d: 64, blk: 64, topK: 4,
+		causal: false, paged: true, nhd: true, qDtype: BF16, kvDtype: BF16, pattern: "random", full: true}
+	p := c.build(t, 7).p
+	ws := NewWorkspace(1, p.D)
+	ws.sel = grow(ws.sel, p.Hkv*p.TotalQ*p.TopK)
+	ws.win, ws.slots, ws.w0, ws.w1 = p.TotalQ, p.TopK, 0, p.TotalQ
+	ws.scatterWindow(p)
+	cc := &ws.cache
+	cc.start(p, 1)
+	ws.markWindow(p)
+	for h, n := range cc.counts {
+		if n != 4 {
+			t.Fatalf("head %d: %d blocks marked, want all 4", h, n)
+		}
+	}
+	for _, tc := range []struct {
+		slots  int
+		groups [][2]int
+		on     []bool
+	}{
+		{16, [][2]int{{0, 4}}, []bool{true}},
+		{9, [][2]int{{0, 2}, {2, 4}}, []bool{true, true}},
+		{4, [][2]int{{0, 1}, {1, 2}, {2, 3}, {3, 4}}, []bool{true, true, true, true}},
+		{3, [][2]int{{0, 1}, {1, 2}, {2, 3}, {3, 4}}, []bool{false, false, false, false}},
+	} {
+		cc.slots = tc.slots
+		var groups [][2]int
+		var on []bool
+		for h0 := 0; h0 < p.Hkv; h0 = cc.h1 {
+			ws.markWindow(p)
+			cc.group(p, h0)
+			groups = append(groups, [2]int{cc.h0, cc.h1})
+			on = append(on, cc.on)
+			for i, x := range cc.todo {
+				if x.s != int32(i) || cc.pt[(int(x.h)*1+int(x.b))*cc.cols+int(x.j)] != x.s {
+					t.Fatalf("slots %d: block %d: %+v", tc.slots, i, x)
+				}
+			}
+			if cc.on && len(cc.todo) != 4*(cc.h1-cc.h0) {
+				t.Fatalf("slots %d: %d blocks listed for heads [%d, %d)", tc.slots, len(cc.todo), cc.h0, cc.h1)
+			}
+		}
+		if !slices.Equal(groups, tc.groups) || !slices.Equal(on, tc.on) {
+			t.Errorf("slots %d: groups %v on %v, want %v %v", tc.slots, groups, on, tc.groups, tc.on)
+		}
+	}
+}
+
+// TestQueryMajorCacheNaN: a NaN among NVFP4 K's block scales (e4m3fn
+// 0x7f) reaches the tiles through the block cache as it does decoded per
+// tile: the rows that see it are masked the same way, bit for bit.
+func TestQueryMajorCacheNaN(t *testing.T) {
+	c := qmCase{seqQ: []int{96}, seqK: []int{200}, hkv: 1, qpk: 8, d: 64, blk: 64, topK: 2,
+		causal: true, qDtype: BF16, kvDtype: NVFP4, pattern: "local"}
+	pr := c.build(t, 8)
+	p := pr.p
+	p.K = qmOperand(t, NVFP4, qmFloats(p.K, pr.kvRows), pr.kvRows, c.d, 0.5)
+	p.K.Scales[lowp.Scale128x4Offset(90, 1, c.d/16)] = 0x7f // key 90: a NaN block scale
+	prev := qmCacheSlotsOverride
+	defer func() { qmCacheSlotsOverride = prev }()
+	for _, tier := range testTiers {
 		t.Run(tier, func(t *testing.T) {
 			useTier(t, tier)
-			if got := choosePath(p); got != PathKV {
-				t.Errorf("%s: %v, want kv", tier, got)
+			qmCacheSlotsOverride = 0
+			cached := runPath(p, PathQuery, 2, false)
+			qmCacheSlotsOverride = 1
+			decoded := runPath(p, PathQuery, 2, false)
+			masked := 0
+			for r, l := range cached.LSE {
+				if math.IsInf(float64(l), -1) {
+					masked++
+				}
+				if !sameBits(l, decoded.LSE[r]) {
+					t.Fatalf("row %d: LSE %g cached, %g decoded per tile", r, l, decoded.LSE[r])
+				}
+			}
+			if !slices.Equal(cached.O, decoded.O) || masked == 0 {
+				t.Fatalf("outputs differ or no row masked (%d)", masked)
 			}
 		})
 	}

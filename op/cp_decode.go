@@ -14,11 +14,13 @@ import (
 // CPDecodeWrapper is context-parallel paged decode: each sequence's K/V
 // pages are spread over the ranks of a comm.Comm, every rank runs the
 // decode of a DecodeWrapper over its own pages, and one all-gather of the
-// partial (O, LSE) pairs, B*Hq*(2*D + 4) bytes per rank, lets every rank
+// partial (O, LSE) pairs, B*Hq*(2*D + 4) + 4 bytes per rank (B*Hq*(4*D
+// + 4) + 4 with float32 q, k, v), lets every rank
 // merge them (in rank order, MergeStatesFunc's arithmetic) into the result
-// over the whole context. Plan once per step, RunInto per layer: RunInto
-// allocates nothing in the steady state (the transport's own calls
-// included for comm.NewLocal).
+// over the whole context. Plan once per step, RunInto per layer: with
+// low-precision q, k, v RunInto allocates nothing in the steady state (the
+// transport's own calls included for comm.NewLocal); with float32 q, k, v
+// it allocates what DecodeWrapper.RunInto does.
 //
 // Each rank plans with its own page table and seqused_k: the number of
 // tokens of each sequence it holds (0 when it holds none: the row's
@@ -43,13 +45,70 @@ type CPDecodeWrapper struct {
 	c        comm.Comm
 	rows, hq int
 	d        int
-	send     []byte // this rank's LSE [rows*Hq] float32 then O [rows*Hq*D] bf16
-	recv     []byte // every rank's send, in rank order
-	o, lse   *tensor.Dense
-	srcs     [][]lowp.BFloat16
-	lses     [][]float32
-	sc       mergeScratch
-	planned  bool
+	// send is this rank's partial: a 4-byte tag (the O element size, so
+	// that ranks running different dtypes are an error, not a misread),
+	// the LSE [rows*Hq] float32, then O [rows*Hq*D], BFloat16 or float32;
+	// it is sized for float32 and a BFloat16 run sends its prefix. recv
+	// holds every rank's send in rank order.
+	send, recv []byte
+	bf16       cpPartials[lowp.BFloat16]
+	f32        cpPartials[float32]
+	sc         mergeScratch
+	planned    bool
+}
+
+// cpPartials are the views of one output dtype T into a CPDecodeWrapper's
+// send and recv buffers: this rank's o and lse, every rank's srcs and
+// lses, and seg, the bytes one rank sends.
+type cpPartials[T mergeElem] struct {
+	seg    int
+	o, lse *tensor.Dense
+	srcs   [][]T
+	lses   [][]float32
+}
+
+// cpTagBytes is the size of the tag that leads each rank's partial.
+const cpTagBytes = 4
+
+// view points p at send and recv for partials of rows*hq rows of d
+// elements of T.
+func (p *cpPartials[T]) view(send, recv []byte, ranks, rows, hq, d int) {
+	var z T
+	nl := rows * hq * 4
+	p.seg = cpTagBytes + nl + rows*hq*d*int(unsafe.Sizeof(z))
+	p.lse = tensor.New(tensor.WithShape(rows, hq), tensor.WithBacking(viewAs[float32](send[cpTagBytes:][:nl])))
+	p.o = tensor.New(tensor.WithShape(rows, hq, d), tensor.WithBacking(viewAs[T](send[cpTagBytes+nl:p.seg])))
+	p.srcs, p.lses = make([][]T, ranks), make([][]float32, ranks)
+	for r := range ranks {
+		seg := recv[r*p.seg : (r+1)*p.seg]
+		p.lses[r], p.srcs[r] = viewAs[float32](seg[cpTagBytes:][:nl]), viewAs[T](seg[cpTagBytes+nl:])
+	}
+}
+
+// exchange runs this rank's decode into p's send views, all-gathers the
+// partials and merges them into out and lse (nil: not written).
+func (p *cpPartials[T]) exchange(w *CPDecodeWrapper, fn string, q, k, v tensor.Tensor, softmaxScale float64, out, lse *tensor.Dense) error {
+	if err := w.w.RunInto(q, k, v, softmaxScale, p.o, p.lse); err != nil {
+		return err
+	}
+	var z T
+	tag := uint32(unsafe.Sizeof(z))
+	binary.LittleEndian.PutUint32(w.send, tag)
+	if err := w.c.AllGather(w.send[:p.seg], w.recv[:w.c.Size()*p.seg]); err != nil {
+		return &CommError{fn, err}
+	}
+	for r := range w.c.Size() {
+		if got := binary.LittleEndian.Uint32(w.recv[r*p.seg:]); got != tag {
+			return argErr(fn, "q, k, v", fmt.Sprintf("the dtype class of every rank (this rank's outputs have %d-byte elements)", tag),
+				fmt.Sprintf("rank %d's partial tagged %d", r, got))
+		}
+	}
+	var l []float32
+	if lse != nil {
+		l = backing[float32](lse)
+	}
+	mergeInto(backing[T](out), l, p.srcs, p.lses, w.d, &w.sc)
+	return nil
 }
 
 // NewCPDecodeWrapper returns an unplanned context-parallel decode wrapper
@@ -113,17 +172,11 @@ func (w *CPDecodeWrapper) Plan(args PlanArgs, q2kIndices tensor.Tensor) error {
 	}
 	m := w.w.m
 	w.rows, w.hq, w.d = m.batch*m.seqlenQ, m.hq, m.d
-	nl, no := w.rows*w.hq*4, w.rows*w.hq*w.d*2
-	if len(w.send) != nl+no {
+	if n := cpTagBytes + w.rows*w.hq*(4+4*w.d); len(w.send) != n || w.f32.o == nil || !w.f32.o.Shape().Eq(tensor.Shape{w.rows, w.hq, w.d}) {
 		p := w.c.Size()
-		w.send, w.recv = make([]byte, nl+no), make([]byte, p*(nl+no))
-		w.lse = tensor.New(tensor.WithShape(w.rows, w.hq), tensor.WithBacking(viewAs[float32](w.send[:nl])))
-		w.o = tensor.New(tensor.WithShape(w.rows, w.hq, w.d), tensor.WithBacking(viewAs[lowp.BFloat16](w.send[nl:])))
-		w.srcs, w.lses = make([][]lowp.BFloat16, p), make([][]float32, p)
-		for r := 0; r < p; r++ {
-			seg := w.recv[r*(nl+no) : (r+1)*(nl+no)]
-			w.lses[r], w.srcs[r] = viewAs[float32](seg[:nl]), viewAs[lowp.BFloat16](seg[nl:])
-		}
+		w.send, w.recv = make([]byte, n), make([]byte, p*n)
+		w.bf16.view(w.send, w.recv, p, w.rows, w.hq, w.d)
+		w.f32.view(w.send, w.recv, p, w.rows, w.hq, w.d)
 	}
 	w.sc.reserve(w.c.Size(), w.d)
 	w.planned = true
@@ -155,9 +208,9 @@ func viewAs[T any](b []byte) []T {
 
 // RunInto computes this rank's partial decode of q [B, Hq, D] against its
 // k, v pages (DecodeWrapper.RunInto), all-gathers the partials and writes
-// the merged result over every rank's pages into out (BFloat16 [B, Hq, D])
-// and, when non-nil, lse (float32 [B, Hq]); every rank gets the same
-// result. softmaxScale 0 means the planned scale. On an error the group is
+// the merged result over every rank's pages into out (BFloat16 [B, Hq, D];
+// float32 with float32 q, k, v, which every rank must then run) and, when
+// non-nil, lse (float32 [B, Hq]); every rank gets the same result. softmaxScale 0 means the planned scale. On an error the group is
 // aborted.
 func (w *CPDecodeWrapper) RunInto(q, k, v tensor.Tensor, softmaxScale float64, out, lse *tensor.Dense) error {
 	const fn = "CPDecodeWrapper.Run"
@@ -172,11 +225,13 @@ func (w *CPDecodeWrapper) run(fn string, q, k, v tensor.Tensor, softmaxScale flo
 	if !w.planned {
 		return argErr(fn, "wrapper", "a planned wrapper (call Plan before Run; the last Plan failed or none ran)", "unplanned")
 	}
-	if isFloat32(q) {
-		return &NotImplementedError{fn, "float32 q, k, v in context-parallel decode (its merge is BFloat16; DecodeWrapper and DecodeAttentionFunc take float32)"}
-	}
 	c := &checker{fn: fn}
-	outputArg(c, out, "out", BFloat16, w.rows, w.hq, w.d)
+	f32 := isFloat32(q)
+	outDtype := BFloat16
+	if f32 {
+		outDtype = tensor.Float32
+	}
+	outputArg(c, out, "out", outDtype, w.rows, w.hq, w.d)
 	if lse != nil {
 		outputArg(c, lse, "lse", tensor.Float32, w.rows, w.hq)
 	}
@@ -184,14 +239,10 @@ func (w *CPDecodeWrapper) run(fn string, q, k, v tensor.Tensor, softmaxScale flo
 	if c.err != nil {
 		return c.err
 	}
-	if err := w.w.RunInto(q, k, v, softmaxScale, w.o, w.lse); err != nil {
-		return err
+	if f32 {
+		return w.f32.exchange(w, fn, q, k, v, softmaxScale, out, lse)
 	}
-	if err := w.c.AllGather(w.send, w.recv); err != nil {
-		return &CommError{fn, err}
-	}
-	mergeInto(backing[lowp.BFloat16](out), backing[float32](lse), w.srcs, w.lses, w.d, &w.sc)
-	return nil
+	return w.bf16.exchange(w, fn, q, k, v, softmaxScale, out, lse)
 }
 
 // Close releases the decode wrapper's goroutines (not the Comm, which the

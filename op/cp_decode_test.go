@@ -97,9 +97,13 @@ func cpDecodeRank(c comm.Comm, s decodeSpec, pr *decodeProblem) (o, lse *tensor.
 		return nil, nil, err
 	}
 	rows := len(s.seqused) * s.seqlenQ
+	outDtype := BFloat16
+	if isFloat32(pr.q) {
+		outDtype = tensor.Float32
+	}
 	var outs [2]*tensor.Dense
 	for i := range outs {
-		o = tensor.New(tensor.WithShape(rows, s.hq, s.d), tensor.Of(BFloat16))
+		o = tensor.New(tensor.WithShape(rows, s.hq, s.d), tensor.Of(outDtype))
 		lse = tensor.New(tensor.WithShape(rows, s.hq), tensor.Of(tensor.Float32))
 		if err := w.RunInto(pr.q, pr.k, pr.v, 0, o, lse); err != nil {
 			return nil, nil, err

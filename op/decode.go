@@ -220,7 +220,8 @@ func decodeQKV(c *checker, q, k, v tensor.Tensor) (qd, kd, vd *tensor.Dense) {
 
 // decodeQKVLayout validates q, k, v of a decode call with pages of layout l
 // and returns their shapes. f32 accepts float32 q, k, v (all three) as well
-// (the eager decode and the wrapper; the graph op and the CUDA path do not).
+// (every decode entry point of the CPU path; the CUDA kernels take the
+// low-precision dtypes only).
 func decodeQKVLayout(c *checker, q, k, v tensor.Tensor, l PagedLayout, f32 bool) (qd, kd, vd *tensor.Dense) {
 	qd, kd, vd = c.dense(q, "q"), c.dense(k, "k"), c.dense(v, "v")
 	c.rank(qd, "q", "[total_q, Hq, D]", 3)
@@ -291,7 +292,7 @@ func decodeRun(m *decodeMeta, qd, kd, vd *tensor.Dense, s *plan.DecodeSchedule) 
 // B*seqlen_q, topK] selects sparse decode over blocks of args.BlkKV tokens.
 // Causal only. The result's Out is BFloat16 [B*seqlen_q, Hq, D] (float32
 // with float32 q, k, v, computed without low-precision rounding on the
-// float32 prefill's kernels, HND layout only) and LSE the natural-log LSE
+// float32 prefill's kernels, in both layouts) and LSE the natural-log LSE
 // [B*seqlen_q, Hq] float32 (always set).
 func DecodeAttentionFunc(q, k, v, q2kIndices tensor.Tensor, args DecodeArgs) (*Result, error) {
 	const fn = "DecodeAttentionFunc"

@@ -16,8 +16,9 @@ import (
 // DecodeWrapper is the plan/run helper of paged decode attention (the
 // reference's SparseDecodePagedAttentionWrapper). Plan validates the
 // metadata, copies it and builds the schedule, the worker pool and every
-// workspace once; Run reuses them for every layer whose shapes match and
-// allocates nothing in the steady state (RunInto with caller-owned outputs).
+// workspace once; Run reuses them for every layer whose shapes match and,
+// with low-precision q, k, v, allocates nothing in the steady state
+// (RunInto with caller-owned outputs; RunInto says what float32 takes).
 //
 // Plan snapshots page_table, seqused_k and q2k_indices. Run compares the
 // page_table and seqused_k tensors given to Plan with the snapshot (O(B *
@@ -51,6 +52,12 @@ type DecodeWrapper struct {
 	p   attn.Decode
 	out attn.Output
 	c   checker
+	// f32 is the float32 path's state, prepared by the first float32 Run
+	// after each Plan (f32Planned) and reused by the Runs after it; f32LSE
+	// takes the LSE when RunInto is given none.
+	f32        f32Decode
+	f32Planned bool
+	f32LSE     []float32
 }
 
 // decodeSnapshot holds the wrapper's own copies of the planned metadata.
@@ -154,6 +161,7 @@ func (w *DecodeWrapper) Plan(args PlanArgs, q2kIndices tensor.Tensor) error {
 	w.src.pt, w.src.seqused = m.pt, m.seqused
 	w.snap.take(m)
 	w.args, w.m, w.sched = args, m, s
+	w.f32Planned = false
 	return nil
 }
 
@@ -190,8 +198,7 @@ func (w *DecodeWrapper) Schedule() DecodePlanInfo {
 // the outputs: Out and the natural-log LSE (always set; the reference's
 // return_softmax_lse has no Go counterpart). RunInto reuses caller-owned ones.
 // q, k and v take the dtypes of DecodeAttentionFunc, float32 included (Out
-// is then float32; the float32 path takes the HND layout and allocates its
-// schedule per call).
+// is then float32).
 func (w *DecodeWrapper) Run(q, k, v tensor.Tensor, softmaxScale float64) (*Result, error) {
 	const fn = "DecodeWrapper.Run"
 	if err := acquire(&w.busy, fn); err != nil {
@@ -228,6 +235,12 @@ func (w *DecodeWrapper) usable(fn string) error {
 // of exactly that shape (not views into a larger tensor) that share no
 // storage with each other or with q, k or v. With low-precision q, k, v it
 // does not allocate once the wrapper has run one call of the same shapes.
+// With float32 q, k, v the first Run after a Plan derives the float32
+// forward's block lists and k2q CSR from the plan (reusing the previous
+// plan's buffers when they are large enough) and the Runs after it reuse
+// them; the allocations left per Run are those of the float32 forward's
+// own per-call set-up in package grad (a fixed number, independent of the
+// shapes).
 func (w *DecodeWrapper) RunInto(q, k, v tensor.Tensor, softmaxScale float64, out, lse *tensor.Dense) error {
 	const fn = "DecodeWrapper.Run"
 	if err := acquire(&w.busy, fn); err != nil {
@@ -281,13 +294,7 @@ func (w *DecodeWrapper) runInto(fn string, q, k, v tensor.Tensor, softmaxScale f
 		}
 	}
 	if f32 {
-		var l []float32
-		if lse != nil {
-			l = backing[float32](lse)
-		} else {
-			l = make([]float32, qs[0]*qs[1])
-		}
-		return decodeF32(fn, m, qd, kd, vd, scale, backing[float32](out), l)
+		return w.runF32(fn, qd, kd, vd, scale, out, lse)
 	}
 	w.p = decodeRun(m, qd, kd, vd, w.sched)
 	w.p.Scale = float32(scale)
@@ -295,6 +302,26 @@ func (w *DecodeWrapper) runInto(fn string, q, k, v tensor.Tensor, softmaxScale f
 	attn.RunDecode(&w.p, w.ws, w.pool, &w.out)
 	w.out = attn.Output{}
 	return nil
+}
+
+// runF32 is runInto's float32 path: it prepares the float32 forward once
+// per plan and then reuses it (and its buffers) for every Run.
+func (w *DecodeWrapper) runF32(fn string, qd, kd, vd *tensor.Dense, scale float64, out, lse *tensor.Dense) error {
+	m := w.m
+	if !w.f32Planned {
+		if err := w.f32.prepare(fn, m, w.pool); err != nil {
+			return err
+		}
+		w.f32Planned = true
+	}
+	var l []float32
+	if lse != nil {
+		l = backing[float32](lse)
+	} else {
+		w.f32LSE = grow(w.f32LSE, m.batch*m.seqlenQ*m.hq)
+		l = w.f32LSE
+	}
+	return w.f32.run(fn, m, qd, kd, vd, scale, backing[float32](out), l)
 }
 
 // staleMeta returns a *StalePlanError naming the first entry in which the

@@ -594,14 +594,17 @@ func (op *decodeAttnOp) CUDADo(extern G.External, dev G.Device, prealloc G.Value
 	if len(inputs) != op.Arity() {
 		return nil, argErr(fn, "inputs", fmt.Sprintf("%d values", op.Arity()), len(inputs))
 	}
-	if op.layout != HND {
+	// Float32 q, k, v run on the host (the CUDA kernels take the
+	// low-precision dtypes), in either layout.
+	f32 := op.outDtype() == tensor.Float32
+	if op.layout != HND && !f32 {
 		return nil, nhdOnCUDA(fn, op.layout)
 	}
 	if err := op.executorCheck(plan.CUDAExecutor); err != nil {
 		return nil, err
 	}
 	return withGPU(fn, extern, dev, func(e *gpuEnv) (G.Value, error) {
-		if s := inputs[0].Shape(); s.Dims() != 3 || !mcuda.HeadDimSupported(s[2]) {
+		if s := inputs[0].Shape(); f32 || s.Dims() != 3 || !mcuda.HeadDimSupported(s[2]) {
 			return e.hostAttention(decodeHostOp{op}, op.st, prealloc, inputs)
 		}
 		return op.gpu(e, prealloc, inputs)

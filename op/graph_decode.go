@@ -182,6 +182,7 @@ type decodeAttnOp struct {
 	inDtypes []tensor.Dtype
 	outShape tensor.Shape
 	st       *attnState
+	f32      f32Decode // the float32 path's buffers, guarded by st.mu
 }
 
 func (op *decodeAttnOp) Arity() int { return len(op.inDtypes) }
@@ -191,7 +192,16 @@ func (op *decodeAttnOp) Type() hm.Type {
 	for i, dt := range op.inDtypes {
 		ts = append(ts, tt(dims[i], dt))
 	}
-	return fnType(append(ts, tt(3, BFloat16))...)
+	return fnType(append(ts, tt(3, op.outDtype()))...)
+}
+
+// outDtype is the dtype of the node's value: float32 with float32 q, k, v,
+// else BFloat16.
+func (op *decodeAttnOp) outDtype() tensor.Dtype {
+	if op.inDtypes[0] == tensor.Float32 {
+		return tensor.Float32
+	}
+	return BFloat16
 }
 func (op *decodeAttnOp) InferShape(...G.DimSizer) (tensor.Shape, error) {
 	return op.outShape.Clone(), nil
@@ -226,7 +236,7 @@ func (op *decodeAttnOp) executorCheck(run plan.DecodeExecutor) error {
 func (op *decodeAttnOp) cpu(vals []G.Value) (G.Value, error) {
 	const fn = "DecodeAttention"
 	c := &checker{fn: fn}
-	qd, kd, vd := decodeQKVLayout(c, tv(vals[0]), tv(vals[1]), tv(vals[2]), op.layout, false)
+	qd, kd, vd := decodeQKVLayout(c, tv(vals[0]), tv(vals[1]), tv(vals[2]), op.layout, true)
 	if c.err != nil {
 		return nil, c.err
 	}
@@ -238,11 +248,26 @@ func (op *decodeAttnOp) cpu(vals []G.Value) (G.Value, error) {
 	if err != nil {
 		return nil, err
 	}
+	if isFloat32(qd) != (op.outDtype() == tensor.Float32) {
+		// The node's value type follows the dtype it was built with.
+		return nil, argErr(fn, "q", "a value of the dtype the node was built with, "+dtypeName(op.inDtypes[0]), dtypeName(qd.Dtype()))
+	}
 	p := op.l.p
 	op.st.mu.Lock()
 	defer op.st.mu.Unlock()
 	pool := attn.AcquirePool(p.Workers)
 	defer attn.ReleasePool(pool)
+	if isFloat32(qd) {
+		out, lse := newDecodeOutputs(true, m.batch*m.seqlenQ, m.hq, m.d)
+		if err := op.f32.prepare(fn, m, pool); err != nil {
+			return nil, err
+		}
+		if err := op.f32.run(fn, m, qd, kd, vd, m.scale, backing[float32](out), backing[float32](lse)); err != nil {
+			return nil, err
+		}
+		op.st.lse = lse
+		return out, nil
+	}
 	if op.st.ws == nil {
 		op.st.ws = attn.NewWorkspace(pool.Workers(), m.d)
 	}
@@ -280,7 +305,9 @@ func (op *decodeAttnOp) prepare(c *checker, qd, kd *tensor.Dense, pt, su tensor.
 }
 
 // DecodeAttention adds paged decode attention: q [B*seqlen_q, Hq, D], k, v
-// [num_pages, Hkv, page_size, D] (float8_e4m3fn or bfloat16), the page
+// [num_pages, Hkv, page_size, D] (float8_e4m3fn or bfloat16, or bf16 q
+// with fp8 k/v; or all float32, whose value is then float32, computed on
+// the float32 prefill's kernels as DecodeAttentionFunc does), the page
 // table and seqused_k nodes the schedule was built from, and the schedule
 // node. q2k (nil for dense decode) is int32 [Hkv, B*seqlen_q, topK] of
 // blocks of blk_kv tokens. Options: BlkKV (absent or 0: the page size),
@@ -311,17 +338,21 @@ func DecodeAttention(q, k, v, pageTable, seqUsedK, sched, q2k *G.Node, opts ...O
 	if !ok {
 		return nil, argErr(fn, "sched", "a node made by DecodeSchedule", nodeDesc(sched))
 	}
-	if err := nodeCheck(fn, "q", q, 3, BFloat16, Float8E4M3FN); err != nil {
+	if err := nodeCheck(fn, "q", q, 3, BFloat16, Float8E4M3FN, tensor.Float32); err != nil {
 		return nil, err
 	}
 	if err := headDimCheck(fn, q); err != nil {
 		return nil, err
 	}
+	kvDtypes := []tensor.Dtype{BFloat16, Float8E4M3FN}
+	if q.Dtype() == tensor.Float32 {
+		kvDtypes = []tensor.Dtype{tensor.Float32} // float32 is not mixed with other dtypes
+	}
 	for _, x := range []struct {
 		n    *G.Node
 		name string
 	}{{k, "k"}, {v, "v"}} {
-		if err := nodeCheck(fn, x.name, x.n, 4, BFloat16, Float8E4M3FN); err != nil {
+		if err := nodeCheck(fn, x.name, x.n, 4, kvDtypes...); err != nil {
 			return nil, err
 		}
 	}

@@ -22,6 +22,8 @@ func toNHD(t *testing.T, x *tensor.Dense) *tensor.Dense {
 		return toNHDOf[lowp.Float8E4M3FN](x)
 	case tensor.Uint8:
 		return toNHDOf[uint8](x)
+	case tensor.Float32:
+		return toNHDOf[float32](x)
 	}
 	t.Fatalf("toNHD: dtype %v", x.Dtype())
 	return nil

@@ -3,6 +3,7 @@ package op
 import (
 	"encoding/binary"
 	"fmt"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"math"
 	"unsafe"
 
@@ -99,15 +100,15 @@ func (p *cpPartials[T]) exchange(w *CPDecodeWrapper, fn string, q, k, v tensor.T
 	}
 	for r := range w.c.Size() {
 		if got := binary.LittleEndian.Uint32(w.recv[r*p.seg:]); got != tag {
-			return argErr(fn, "q, k, v", fmt.Sprintf("the dtype class of every rank (this rank's outputs have %d-byte elements)", tag),
+			return validate.ArgErr(fn, "q, k, v", fmt.Sprintf("the dtype class of every rank (this rank's outputs have %d-byte elements)", tag),
 				fmt.Sprintf("rank %d's partial tagged %d", r, got))
 		}
 	}
 	var l []float32
 	if lse != nil {
-		l = backing[float32](lse)
+		l = validate.Backing[float32](lse)
 	}
-	mergeInto(backing[T](out), l, p.srcs, p.lses, w.d, &w.sc)
+	mergeInto(validate.Backing[T](out), l, p.srcs, p.lses, w.d, &w.sc)
 	return nil
 }
 
@@ -115,7 +116,7 @@ func (p *cpPartials[T]) exchange(w *CPDecodeWrapper, fn string, q, k, v tensor.T
 // for pages of pageSize tokens on the group c.
 func NewCPDecodeWrapper(pageSize int, c comm.Comm) (*CPDecodeWrapper, error) {
 	if c == nil {
-		return nil, argErr("NewCPDecodeWrapper", "comm", "a comm.Comm", "nil")
+		return nil, validate.ArgErr("NewCPDecodeWrapper", "comm", "a comm.Comm", "nil")
 	}
 	w, err := NewDecodeWrapper(pageSize)
 	if err != nil {
@@ -223,9 +224,9 @@ func (w *CPDecodeWrapper) RunInto(q, k, v tensor.Tensor, softmaxScale float64, o
 
 func (w *CPDecodeWrapper) run(fn string, q, k, v tensor.Tensor, softmaxScale float64, out, lse *tensor.Dense) error {
 	if !w.planned {
-		return argErr(fn, "wrapper", "a planned wrapper (call Plan before Run; the last Plan failed or none ran)", "unplanned")
+		return validate.ArgErr(fn, "wrapper", "a planned wrapper (call Plan before Run; the last Plan failed or none ran)", "unplanned")
 	}
-	c := &checker{fn: fn}
+	c := &validate.Checker{Fn: fn}
 	f32 := isFloat32(q)
 	outDtype := BFloat16
 	if f32 {
@@ -236,8 +237,8 @@ func (w *CPDecodeWrapper) run(fn string, q, k, v tensor.Tensor, softmaxScale flo
 		outputArg(c, lse, "lse", tensor.Float32, w.rows, w.hq)
 	}
 	checkDisjoint(c, []namedTensor{{"out", out}, {"lse", lse}}, []namedTensor{{"q", q}, {"k", k}, {"v", v}})
-	if c.err != nil {
-		return c.err
+	if c.Err != nil {
+		return c.Err
 	}
 	if f32 {
 		return w.f32.exchange(w, fn, q, k, v, softmaxScale, out, lse)

@@ -3,6 +3,7 @@ package op
 import (
 	"errors"
 	"fmt"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"math"
 	"strings"
 	"testing"
@@ -148,7 +149,7 @@ func cpDecodeTol(s decodeSpec, maxV float64) float64 {
 // float32 LSEs, within 2*(n + 4)*2^-24 in ln S plus the roundings of
 // |LSE| (4 * 2^-24 * |LSE|).
 func compareDecode(s decodeSpec, maxV float64, got, gotLSE, want, wantLSE *tensor.Dense) error {
-	g, w := backing[lowp.BFloat16](got), backing[lowp.BFloat16](want)
+	g, w := validate.Backing[lowp.BFloat16](got), validate.Backing[lowp.BFloat16](want)
 	tol := cpDecodeTol(s, maxV)
 	for i := range w {
 		if d := math.Abs(float64(g[i].Float32() - w[i].Float32())); !(d <= tol) {
@@ -159,7 +160,7 @@ func compareDecode(s decodeSpec, maxV float64, got, gotLSE, want, wantLSE *tenso
 	for _, x := range s.seqused {
 		n = max(n, x)
 	}
-	gl, wl := backing[float32](gotLSE), backing[float32](wantLSE)
+	gl, wl := validate.Backing[float32](gotLSE), validate.Backing[float32](wantLSE)
 	for i := range wl {
 		if math.IsInf(float64(wl[i]), -1) && math.IsInf(float64(gl[i]), -1) {
 			continue

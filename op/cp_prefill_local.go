@@ -1,6 +1,7 @@
 package op
 
 import (
+	"github.com/sparseattn/msa/op/internal/validate"
 	"maps"
 	"math"
 	"slices"
@@ -176,8 +177,8 @@ func (cp *cpPrefill) finish(fn string, needs []*cpNeed, got [][]byte) (*Result, 
 		return nil, err
 	}
 	// Sources: the local partial, then each peer that attended queries.
-	srcs := [][]lowp.BFloat16{backing[lowp.BFloat16](local.Out)}
-	srcL := [][]float32{backing[float32](local.LSE)}
+	srcs := [][]lowp.BFloat16{validate.Backing[lowp.BFloat16](local.Out)}
+	srcL := [][]float32{validate.Backing[float32](local.LSE)}
 	var rowOf [][]int
 	for s, n := range needs {
 		if s == cp.r || n.strat != CPSendQueries || got[s] == nil {
@@ -197,7 +198,7 @@ func (cp *cpPrefill) finish(fn string, needs []*cpNeed, got [][]byte) (*Result, 
 	}
 	var sc mergeScratch
 	sc.reserve(len(srcs), cp.d)
-	o, l := backing[lowp.BFloat16](out), backing[float32](lse)
+	o, l := validate.Backing[lowp.BFloat16](out), validate.Backing[float32](lse)
 	ninf := float32(math.Inf(-1))
 	for ql := 0; ql < nq; ql++ {
 		for h := 0; h < cp.hq; h++ {

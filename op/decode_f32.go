@@ -5,6 +5,7 @@ import (
 	"github.com/sparseattn/msa/kernels/grad"
 	"github.com/sparseattn/msa/kernels/lowp"
 	"github.com/sparseattn/msa/kernels/plan"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 
@@ -61,7 +62,7 @@ func (f *f32Decode) prepare(fn string, m *decodeMeta, pool *attn.Pool) error {
 		blk = max(blk, denseDecodeBlk)
 		topK = 1
 		for _, s := range m.seqused {
-			topK = max(topK, ceilDiv(int(s), blk))
+			topK = max(topK, validate.CeilDiv(int(s), blk))
 		}
 		f.q2k = grow(f.q2k, m.hkv*totalQ*topK)
 		allBlocks(f.q2k, f.cuQ, m.seqused, m.hkv, topK, blk, true)
@@ -70,7 +71,7 @@ func (f *f32Decode) prepare(fn string, m *decodeMeta, pool *attn.Pool) error {
 	csr, err := plan.BuildK2QCSR(f.csr, q2k, m.hkv, totalQ, topK, f.cuQ, f.cuK, blk)
 	if err != nil {
 		f.csr = nil // its contents are unspecified after an error
-		return wrapArg(fn, "q2k_indices", err)
+		return validate.WrapArg(fn, "q2k_indices", err)
 	}
 	f.csr = csr
 	pt := m.pt
@@ -94,7 +95,7 @@ func (f *f32Decode) renumber(m *decodeMeta) {
 	f.src, f.pt = f.src[:0], grow(f.pt, len(m.pt))
 	clear(f.pt)
 	for b := 0; b < m.batch; b++ {
-		for c := range ceilDiv(int(m.seqused[b]), m.pageSize) {
+		for c := range validate.CeilDiv(int(m.seqused[b]), m.pageSize) {
 			f.pt[b*m.cols+c] = int32(len(f.src))
 			f.src = append(f.src, m.pt[b*m.cols+c])
 		}
@@ -107,14 +108,14 @@ func (f *f32Decode) renumber(m *decodeMeta) {
 // layout) with the given softmax scale into o ([B*seqlen_q, Hq, D]) and
 // lse ([B*seqlen_q, Hq]).
 func (f *f32Decode) run(fn string, m *decodeMeta, qd, kd, vd *tensor.Dense, scale float64, o, lse []float32) error {
-	k, v := backing[float32](kd), backing[float32](vd)
+	k, v := validate.Backing[float32](kd), validate.Backing[float32](vd)
 	f.p.NumPages, f.p.Scale = kd.Shape()[0], scale
 	if m.layout == NHD {
 		nhdToHND(f.kh, k, f.src, m.hkv, m.pageSize, m.d)
 		nhdToHND(f.vh, v, f.src, m.hkv, m.pageSize, m.d)
 		k, v, f.p.NumPages = f.kh, f.vh, len(f.src)
 	}
-	if err := f.ws.Forward(&f.p, backing[float32](qd), k, v, o, lse); err != nil {
+	if err := f.ws.Forward(&f.p, validate.Backing[float32](qd), k, v, o, lse); err != nil {
 		return &ArgError{Func: fn, Arg: "q, k, v", Expected: "a consistent float32 decode call", Got: err.Error()}
 	}
 	return nil

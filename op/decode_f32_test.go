@@ -3,6 +3,7 @@ package op
 import (
 	"errors"
 	"fmt"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"math"
 	"testing"
 
@@ -61,7 +62,7 @@ func decodeF32Err(s decodeSpec, pr *decodeProblem, out, lse *tensor.Dense, extra
 		return fmt.Errorf("out dtype %v, want float32", out.Dtype())
 	}
 	ref := referenceDecode(s, pr)
-	o, l := backing[float32](out), backing[float32](lse)
+	o, l := validate.Backing[float32](out), validate.Backing[float32](lse)
 	oTol := (decodeF32OTol*float64(s.d) + extraO) * pr.maxV
 	for r, row := range ref.o {
 		for c, w := range row {
@@ -204,7 +205,7 @@ func TestDecodeF32ReferenceCatchesErrors(t *testing.T) {
 	widenDecode(pr)
 	short := buildDecode(s)
 	widenDecode(short)
-	su := backing[int32](short.su)
+	su := validate.Backing[int32](short.su)
 	for b := range su {
 		su[b] = max(su[b]-1, int32(s.seqlenQ))
 	}
@@ -241,12 +242,12 @@ func TestDecodeWrapperF32Allocs(t *testing.T) {
 			run()
 			got := testing.AllocsPerRun(10, run)
 			f := &w.f32
-			fk, fv := backing[float32](k), backing[float32](v)
+			fk, fv := validate.Backing[float32](k), validate.Backing[float32](v)
 			if l == NHD {
 				fk, fv = f.kh, f.vh
 			}
 			kernel := testing.AllocsPerRun(10, func() {
-				if err := f.ws.Forward(&f.p, backing[float32](pr.q), fk, fv, backing[float32](out), backing[float32](lse)); err != nil {
+				if err := f.ws.Forward(&f.p, validate.Backing[float32](pr.q), fk, fv, validate.Backing[float32](out), validate.Backing[float32](lse)); err != nil {
 					t.Fatal(err)
 				}
 			})
@@ -297,9 +298,9 @@ func TestDecodeF32Errors(t *testing.T) {
 		t.Errorf("float32 q with a bfloat16 out: got %v, want an *ArgError on out", err)
 	}
 	// The CUDA kernels' check keeps the low-precision dtype rules.
-	c := &checker{fn: "DecodeAttention"}
-	if decodeQKVLayout(c, pr.q, pr.k, pr.v, HND, false); !errors.As(c.err, &ae) || ae.Arg != "q" {
-		t.Errorf("float32 q where float32 is not taken: got %v, want an *ArgError on q", c.err)
+	c := &validate.Checker{Fn: "DecodeAttention"}
+	if decodeQKVLayout(c, pr.q, pr.k, pr.v, HND, false); !errors.As(c.Err, &ae) || ae.Arg != "q" {
+		t.Errorf("float32 q where float32 is not taken: got %v, want an *ArgError on q", c.Err)
 	}
 }
 

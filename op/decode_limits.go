@@ -2,6 +2,7 @@ package op
 
 import (
 	"fmt"
+	"github.com/sparseattn/msa/op/internal/validate"
 
 	"github.com/sparseattn/msa/kernels/plan"
 )
@@ -25,9 +26,9 @@ const (
 // checkDecodeRows rejects a decode request with more than
 // maxDecodeQueryRows (query, head) rows, before anything sized by them is
 // allocated.
-func checkDecodeRows(c *checker, batch, seqlenQ, hq int) {
-	if c.err == nil && mulCap(maxDecodeQueryRows, batch, seqlenQ, hq) < 0 {
-		c.fail("seqlen_q", fmt.Sprintf("batch * seqlen_q * num_qo_heads <= %d (decode is for a few queries per request)", maxDecodeQueryRows),
+func checkDecodeRows(c *validate.Checker, batch, seqlenQ, hq int) {
+	if c.Err == nil && validate.MulCap(maxDecodeQueryRows, batch, seqlenQ, hq) < 0 {
+		c.Fail("seqlen_q", fmt.Sprintf("batch * seqlen_q * num_qo_heads <= %d (decode is for a few queries per request)", maxDecodeQueryRows),
 			fmt.Sprintf("%d * %d * %d", batch, seqlenQ, hq))
 	}
 }
@@ -43,18 +44,18 @@ func decodeItemBound(p plan.DecodeParams) int {
 	switch {
 	case p.DisableSplit:
 	case p.FixedSplitPages > 0:
-		chunks = ceilDiv(p.MaxPagesPerSeq, p.FixedSplitPages)
+		chunks = validate.CeilDiv(p.MaxPagesPerSeq, p.FixedSplitPages)
 	default:
-		chunks = ceilDiv(p.MaxPagesPerSeq, decodeAutoMinChunk)
+		chunks = validate.CeilDiv(p.MaxPagesPerSeq, decodeAutoMinChunk)
 	}
-	return mulCap(maxDecodeItems, p.Batch, ceilDiv(p.SeqlenQ, qTile), p.Hkv, max(chunks, 1))
+	return validate.MulCap(maxDecodeItems, p.Batch, validate.CeilDiv(p.SeqlenQ, qTile), p.Hkv, max(chunks, 1))
 }
 
 // checkDecodeSize rejects decode parameters whose schedule could exceed
 // maxDecodeItems work items.
-func checkDecodeSize(c *checker, p plan.DecodeParams) {
-	if c.err == nil && decodeItemBound(p) < 0 {
-		c.fail("page_table/fixed_split_size", fmt.Sprintf("a schedule of at most %d work items (B * q_tiles * Hkv * ceil(max_num_pages_per_seq / smallest chunk)); raise fixed_split_size or page_size", maxDecodeItems),
+func checkDecodeSize(c *validate.Checker, p plan.DecodeParams) {
+	if c.Err == nil && decodeItemBound(p) < 0 {
+		c.Fail("page_table/fixed_split_size", fmt.Sprintf("a schedule of at most %d work items (B * q_tiles * Hkv * ceil(max_num_pages_per_seq / smallest chunk)); raise fixed_split_size or page_size", maxDecodeItems),
 			fmt.Sprintf("B = %d, seqlen_q = %d, Hkv = %d, max_num_pages_per_seq = %d, fixed_split_size = %d", p.Batch, p.SeqlenQ, p.Hkv, p.MaxPagesPerSeq, p.FixedSplitPages))
 	}
 }
@@ -72,8 +73,8 @@ const DefaultMaxWorkspaceBytes int64 = 4 << 30
 
 // workspaceLimit resolves a MaxWorkspaceBytes value: 0 is the default, a
 // negative value an error naming the argument.
-func workspaceLimit(c *checker, n int64) int64 {
-	c.need(n >= 0, "max_workspace_bytes", fmt.Sprintf("0 (the default, %d) or a positive byte count", DefaultMaxWorkspaceBytes), n)
+func workspaceLimit(c *validate.Checker, n int64) int64 {
+	c.Need(n >= 0, "max_workspace_bytes", fmt.Sprintf("0 (the default, %d) or a positive byte count", DefaultMaxWorkspaceBytes), n)
 	if n == 0 {
 		return DefaultMaxWorkspaceBytes
 	}
@@ -85,8 +86,8 @@ func workspaceLimit(c *checker, n int64) int64 {
 // or -1 when the count exceeds the int range.
 func decodeWorkspaceBytes(p plan.DecodeParams, d, capacity, partialRows int) int {
 	const huge = 1<<62 - 1
-	partials := mulCap(huge, 4, partialRows, p.HQ, d+1)
-	sched := mulCap(huge, 20, capacity)
+	partials := validate.MulCap(huge, 4, partialRows, p.HQ, d+1)
+	sched := validate.MulCap(huge, 20, capacity)
 	if partials < 0 || sched < 0 {
 		return -1
 	}
@@ -98,8 +99,8 @@ func decodeWorkspaceBytes(p plan.DecodeParams, d, capacity, partialRows int) int
 // allocating and rejects a workspace of more than limit bytes. The error
 // names the bytes, the arguments they come from and the knobs that lower
 // them or raise the limit.
-func checkDecodeWorkspace(c *checker, p plan.DecodeParams, seqused []int32, d int, limit int64) {
-	if c.err != nil {
+func checkDecodeWorkspace(c *validate.Checker, p plan.DecodeParams, seqused []int32, d int, limit int64) {
+	if c.Err != nil {
 		return
 	}
 	var capacity, rows int
@@ -110,7 +111,7 @@ func checkDecodeWorkspace(c *checker, p plan.DecodeParams, seqused []int32, d in
 		capacity, rows, _, err = plan.DecodeSizes(seqused, p)
 	}
 	if err != nil {
-		c.err = wrapArg(c.fn, "schedule", err)
+		c.Err = validate.WrapArg(c.Fn, "schedule", err)
 		return
 	}
 	n := decodeWorkspaceBytes(p, d, capacity, rows)
@@ -125,7 +126,7 @@ func checkDecodeWorkspace(c *checker, p plan.DecodeParams, seqused []int32, d in
 	if p.FixedCapacity {
 		mode = "the longest sequence the page table allows (enable_cuda_graph or a graph node)"
 	}
-	c.fail("page_table/fixed_split_size",
+	c.Fail("page_table/fixed_split_size",
 		fmt.Sprintf("a decode workspace of at most MaxWorkspaceBytes = %d bytes (4 · partial_rows · num_qo_heads · (head_dim + 1) float32 partials + 20 · capacity + 16 · B + 4 schedule); "+
 			"raise fixed_split_size, set disable_split_kv, narrow page_table, or raise MaxWorkspaceBytes", limit),
 		fmt.Sprintf("%s: partial_rows = %d, capacity = %d for %s (B = %d, seqlen_q = %d, max_num_pages_per_seq = %d, page_size = %d, fixed_split_size = %d, disable_split_kv = %v), num_qo_heads = %d, num_kv_heads = %d, head_dim = %d",

@@ -2,6 +2,7 @@ package op
 
 import (
 	"fmt"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"runtime"
 	"slices"
 	"strings"
@@ -51,7 +52,7 @@ type DecodeWrapper struct {
 	src struct{ pt, seqused []int32 }
 	p   attn.Decode
 	out attn.Output
-	c   checker
+	c   validate.Checker
 	// f32 is the float32 path's state, prepared by the first float32 Run
 	// after each Plan (f32Planned) and reused by the Runs after it; f32LSE
 	// takes the LSE when RunInto is given none.
@@ -98,7 +99,7 @@ func errBusy(fn string) error {
 	if typ == "PagedKVCache" {
 		arg = "cache"
 	}
-	return argErr(fn, arg, "no concurrent call on the same "+typ+" (it is not safe for concurrent use)",
+	return validate.ArgErr(fn, arg, "no concurrent call on the same "+typ+" (it is not safe for concurrent use)",
 		"a call already in progress")
 }
 
@@ -110,8 +111,8 @@ func errBusy(fn string) error {
 // (0: the page size). The reference constructor's causal is the
 // NonCausal field of the plan's arguments (causal only, as there).
 func NewDecodeWrapper(pageSize int) (*DecodeWrapper, error) {
-	if pageSize < 1 || pageSize > maxInt32 {
-		return nil, argErr("NewDecodeWrapper", "page_size", fmt.Sprintf("a page size in [1, %d]", maxInt32), pageSize)
+	if pageSize < 1 || pageSize > validate.MaxInt32 {
+		return nil, validate.ArgErr("NewDecodeWrapper", "page_size", fmt.Sprintf("a page size in [1, %d]", validate.MaxInt32), pageSize)
 	}
 	return &DecodeWrapper{pageSize: pageSize}, nil
 }
@@ -126,29 +127,29 @@ func (w *DecodeWrapper) Plan(args PlanArgs, q2kIndices tensor.Tensor) error {
 		return err
 	}
 	defer w.busy.Store(false)
-	c := &checker{fn: fn}
-	c.need(args.NumQOHeads > 0 && args.NumKVHeads > 0 && args.HeadDim > 0, "num_qo_heads/num_kv_heads/head_dim",
+	c := &validate.Checker{Fn: fn}
+	c.Need(args.NumQOHeads > 0 && args.NumKVHeads > 0 && args.HeadDim > 0, "num_qo_heads/num_kv_heads/head_dim",
 		"positive values (decode plan requires num_qo_heads, num_kv_heads, and head_dim)",
 		fmt.Sprintf("%d/%d/%d", args.NumQOHeads, args.NumKVHeads, args.HeadDim))
-	if c.err != nil {
-		return c.err
+	if c.Err != nil {
+		return c.Err
 	}
-	c.need(slices.Contains(supportedHeadDims, args.HeadDim), "head_dim", fmt.Sprintf("one of %v", supportedHeadDims), args.HeadDim)
-	c.need(args.NumQOHeads%args.NumKVHeads == 0, "num_qo_heads", fmt.Sprintf("divisible by num_kv_heads = %d", args.NumKVHeads), args.NumQOHeads)
-	if c.err == nil && !slices.Contains(supportedQheadPerKV, args.NumQOHeads/args.NumKVHeads) {
-		return &NotImplementedError{fn, fmt.Sprintf("qhead_per_kv must be in {1, 2, 4, 8, 16}, got %d", args.NumQOHeads/args.NumKVHeads)}
+	c.Need(slices.Contains(supportedHeadDims, args.HeadDim), "head_dim", fmt.Sprintf("one of %v", supportedHeadDims), args.HeadDim)
+	c.Need(args.NumQOHeads%args.NumKVHeads == 0, "num_qo_heads", fmt.Sprintf("divisible by num_kv_heads = %d", args.NumKVHeads), args.NumQOHeads)
+	if c.Err == nil && !slices.Contains(supportedQheadPerKV, args.NumQOHeads/args.NumKVHeads) {
+		return &NotImplementedError{Func: fn, What: fmt.Sprintf("qhead_per_kv must be in {1, 2, 4, 8, 16}, got %d", args.NumQOHeads/args.NumKVHeads)}
 	}
-	if c.err != nil {
-		return c.err
+	if c.Err != nil {
+		return c.Err
 	}
 	m := validateDecodeMeta(c, &args.DecodeArgs, args.EnableCUDAGraph, q2kIndices, -1, args.NumQOHeads, args.NumKVHeads, args.HeadDim, w.pageSize, -1)
-	if c.err != nil {
-		return c.err
+	if c.Err != nil {
+		return c.Err
 	}
 	s, err := plan.BuildDecodeSchedule(w.sched, m.seqused, m.params)
 	if err != nil {
 		w.m = nil // w.sched's contents are unspecified after an error
-		return wrapArg(fn, "schedule", err)
+		return validate.WrapArg(fn, "schedule", err)
 	}
 	if w.pool == nil || w.pool.Workers() != m.params.Workers {
 		w.closePool()
@@ -221,10 +222,10 @@ func (w *DecodeWrapper) Run(q, k, v tensor.Tensor, softmaxScale float64) (*Resul
 // error and never a data race.
 func (w *DecodeWrapper) usable(fn string) error {
 	if w.m == nil {
-		return argErr(fn, "wrapper", "a planned wrapper (call Plan before Run)", "unplanned")
+		return validate.ArgErr(fn, "wrapper", "a planned wrapper (call Plan before Run)", "unplanned")
 	}
 	if w.pool == nil {
-		return argErr(fn, "wrapper", "an open wrapper (call Plan again after Close)", "closed")
+		return validate.ArgErr(fn, "wrapper", "an open wrapper (call Plan again after Close)", "closed")
 	}
 	return nil
 }
@@ -256,21 +257,21 @@ func (w *DecodeWrapper) RunInto(q, k, v tensor.Tensor, softmaxScale float64, out
 // runInto is RunInto for a caller that holds the busy flag and has checked
 // that the wrapper is usable.
 func (w *DecodeWrapper) runInto(fn string, q, k, v tensor.Tensor, softmaxScale float64, out, lse *tensor.Dense) error {
-	w.c = checker{fn: fn}
+	w.c = validate.Checker{Fn: fn}
 	c := &w.c
 	m := w.m
 	if err := staleMeta(fn, w.src.seqused, m.seqused, w.src.pt, m.pt, m.cols); err != nil {
 		return err
 	}
 	qd, kd, vd := decodeQKVLayout(c, q, k, v, m.layout, true)
-	if c.err != nil {
-		return c.err
+	if c.Err != nil {
+		return c.Err
 	}
 	qs, ks := qd.Shape(), kd.Shape()
 	if hkv, ps := m.layout.dims(ks); qs[0] != m.batch*m.seqlenQ || qs[1] != m.hq || qs[2] != m.d || hkv != m.hkv || ps != m.pageSize {
-		c.fail("q/k", fmt.Sprintf("the planned shapes q [%d, %d, %d], k %s with Hkv = %d, page_size = %d, D = %d (%v layout)",
-			m.batch*m.seqlenQ, m.hq, m.d, m.layout.shape("D"), m.hkv, m.pageSize, m.d, m.layout), "q "+shapeStr(qd)+", k "+shapeStr(kd))
-		return c.err
+		c.Fail("q/k", fmt.Sprintf("the planned shapes q [%d, %d, %d], k %s with Hkv = %d, page_size = %d, D = %d (%v layout)",
+			m.batch*m.seqlenQ, m.hq, m.d, m.layout.shape("D"), m.hkv, m.pageSize, m.d, m.layout), "q "+validate.ShapeStr(qd)+", k "+validate.ShapeStr(kd))
+		return c.Err
 	}
 	f32 := isFloat32(qd)
 	outDtype := BFloat16
@@ -283,14 +284,14 @@ func (w *DecodeWrapper) runInto(fn string, q, k, v tensor.Tensor, softmaxScale f
 	}
 	checkDisjoint(c, []namedTensor{{"out", out}, {"lse", lse}}, []namedTensor{{"q", qd}, {"k", kd}, {"v", vd}})
 	checkPages(c, m.pt, m.cols, m.pageSize, m.seqused, ks[0])
-	if c.err != nil {
-		return c.err
+	if c.Err != nil {
+		return c.Err
 	}
 	scale := m.scale
 	if softmaxScale != 0 {
-		scale = resolveScale(c, softmaxScale, m.d)
-		if c.err != nil {
-			return c.err
+		scale = validate.ResolveScale(c, softmaxScale, m.d)
+		if c.Err != nil {
+			return c.Err
 		}
 	}
 	if f32 {
@@ -298,7 +299,7 @@ func (w *DecodeWrapper) runInto(fn string, q, k, v tensor.Tensor, softmaxScale f
 	}
 	w.p = decodeRun(m, qd, kd, vd, w.sched)
 	w.p.Scale = float32(scale)
-	w.out = attn.Output{O: backing[lowp.BFloat16](out), LSE: backing[float32](lse)}
+	w.out = attn.Output{O: validate.Backing[lowp.BFloat16](out), LSE: validate.Backing[float32](lse)}
 	attn.RunDecode(&w.p, w.ws, w.pool, &w.out)
 	w.out = attn.Output{}
 	return nil
@@ -316,12 +317,12 @@ func (w *DecodeWrapper) runF32(fn string, qd, kd, vd *tensor.Dense, scale float6
 	}
 	var l []float32
 	if lse != nil {
-		l = backing[float32](lse)
+		l = validate.Backing[float32](lse)
 	} else {
 		w.f32LSE = grow(w.f32LSE, m.batch*m.seqlenQ*m.hq)
 		l = w.f32LSE
 	}
-	return w.f32.run(fn, m, qd, kd, vd, scale, backing[float32](out), l)
+	return w.f32.run(fn, m, qd, kd, vd, scale, validate.Backing[float32](out), l)
 }
 
 // staleMeta returns a *StalePlanError naming the first entry in which the
@@ -344,8 +345,8 @@ func staleMeta(fn string, srcSU, planSU, srcPT, planPT []int32, cols int) error 
 // outputArg records an error unless t is a contiguous tensor of dtype dt
 // and exactly the given shape, whose storage is exactly that shape (a view
 // into a larger tensor would be written outside the view).
-func outputArg(c *checker, t *tensor.Dense, arg string, dt tensor.Dtype, shape ...int) {
-	if c.err != nil {
+func outputArg(c *validate.Checker, t *tensor.Dense, arg string, dt tensor.Dtype, shape ...int) {
+	if c.Err != nil {
 		return
 	}
 	n := 1
@@ -353,13 +354,13 @@ func outputArg(c *checker, t *tensor.Dense, arg string, dt tensor.Dtype, shape .
 		n *= x
 	}
 	if t == nil {
-		c.fail(arg, fmt.Sprintf("a contiguous %s tensor of shape %v", dtypeName(dt), slices.Clone(shape)), "nil")
+		c.Fail(arg, fmt.Sprintf("a contiguous %s tensor of shape %v", validate.DtypeName(dt), slices.Clone(shape)), "nil")
 		return
 	}
-	if t.Dtype() != dt || !shapeIs(t, shape...) || t.RequiresIterator() || t.IsMaterializable() ||
+	if t.Dtype() != dt || !validate.ShapeIs(t, shape...) || t.RequiresIterator() || t.IsMaterializable() ||
 		len(t.Header.Raw) != n*int(dt.Size()) {
-		c.fail(arg, fmt.Sprintf("a contiguous %s tensor of shape %v (not a view)", dtypeName(dt), slices.Clone(shape)),
-			fmt.Sprintf("%s %v%s", dtypeName(t.Dtype()), []int(t.Shape()), viewDesc(t)))
+		c.Fail(arg, fmt.Sprintf("a contiguous %s tensor of shape %v (not a view)", validate.DtypeName(dt), slices.Clone(shape)),
+			fmt.Sprintf("%s %v%s", validate.DtypeName(t.Dtype()), []int(t.Shape()), viewDesc(t)))
 	}
 }
 

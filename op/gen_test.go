@@ -2,6 +2,7 @@ package op
 
 import (
 	"fmt"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"math"
 	"math/rand/v2"
 
@@ -29,7 +30,7 @@ type sparseSpec struct {
 
 func (s sparseSpec) String() string {
 	return fmt.Sprintf("seed=%d seqQ=%v seqK=%v hq=%d hkv=%d d=%d topK=%d causal=%v paged=%v q=%s kv=%s partial=%v pv=%v T=%v",
-		s.seed, s.seqQ, s.seqK, s.hq, s.hkv, s.d, s.topK, s.causal, s.paged, s.qDt, s.kvDt, dtypeName(s.partial), dtypeName(s.pv), s.temperature)
+		s.seed, s.seqQ, s.seqK, s.hq, s.hkv, s.d, s.topK, s.causal, s.paged, s.qDt, s.kvDt, validate.DtypeName(s.partial), validate.DtypeName(s.pv), s.temperature)
 }
 
 // sparseProblem holds the generated tensors and the reference inputs.

@@ -2,6 +2,7 @@ package op
 
 import (
 	"fmt"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"math"
 
 	"github.com/sparseattn/msa/kernels/attn"
@@ -37,41 +38,41 @@ func isFloat32(t tensor.Tensor) bool {
 // schedule is checked though the float32 kernels split the work
 // themselves, so that a wrong one is an error on every path.
 func validateSparseF32(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int, args *SparseArgs) (*f32Call, error) {
-	c := &checker{fn: fn}
-	qd, kd, vd := c.dense(q, "q"), c.dense(k, "k"), c.dense(v, "v")
-	c.dtype(qd, "q", tensor.Float32)
-	if c.err == nil && kd != nil && vd != nil && (kd.Dtype() != tensor.Float32 || vd.Dtype() != tensor.Float32) {
-		c.fail("q", "float32 k and v with float32 q (float32 is not mixed with other dtypes)",
-			"q float32, k "+dtypeName(kd.Dtype())+", v "+dtypeName(vd.Dtype()))
+	c := &validate.Checker{Fn: fn}
+	qd, kd, vd := c.Dense(q, "q"), c.Dense(k, "k"), c.Dense(v, "v")
+	c.Dtype(qd, "q", tensor.Float32)
+	if c.Err == nil && kd != nil && vd != nil && (kd.Dtype() != tensor.Float32 || vd.Dtype() != tensor.Float32) {
+		c.Fail("q", "float32 k and v with float32 q (float32 is not mixed with other dtypes)",
+			"q float32, k "+validate.DtypeName(kd.Dtype())+", v "+validate.DtypeName(vd.Dtype()))
 	}
-	c.rank(qd, "q", "[total_q, Hq, D]", 3)
-	if c.err != nil {
-		return nil, c.err
+	c.Rank(qd, "q", "[total_q, Hq, D]", 3)
+	if c.Err != nil {
+		return nil, c.Err
 	}
 	totalQ, hq, d := qd.Shape()[0], qd.Shape()[1], qd.Shape()[2]
-	c.need(d >= 1, "q", "[total_q, Hq, D] with head dimension D >= 1", shapeStr(qd))
-	c.need(args.QKDtype == (tensor.Dtype{}) && args.PVDtype == (tensor.Dtype{}), "qk_dtype/pv_dtype",
-		"unset with float32 q, k, v (the float32 path has no low-precision MMA)", dtypeName(args.QKDtype)+"/"+dtypeName(args.PVDtype))
-	c.need(args.PartialDtype == (tensor.Dtype{}) || args.PartialDtype == tensor.Float32, "partial_dtype",
-		"unset or float32 with float32 q, k, v (partials stay float32)", dtypeName(args.PartialDtype))
-	c.need(args.Out == nil && args.OutLSE == nil, "out/lse",
+	c.Need(d >= 1, "q", "[total_q, Hq, D] with head dimension D >= 1", validate.ShapeStr(qd))
+	c.Need(args.QKDtype == (tensor.Dtype{}) && args.PVDtype == (tensor.Dtype{}), "qk_dtype/pv_dtype",
+		"unset with float32 q, k, v (the float32 path has no low-precision MMA)", validate.DtypeName(args.QKDtype)+"/"+validate.DtypeName(args.PVDtype))
+	c.Need(args.PartialDtype == (tensor.Dtype{}) || args.PartialDtype == tensor.Float32, "partial_dtype",
+		"unset or float32 with float32 q, k, v (partials stay float32)", validate.DtypeName(args.PartialDtype))
+	c.Need(args.Out == nil && args.OutLSE == nil, "out/lse",
 		"unset with float32 q, k, v (the float32 path and the backward allocate their outputs)", "set")
-	scale := resolveScale(c, args.SoftmaxScale, d)
-	temp := resolveTemperature(c, args.Temperature)
-	c.need(present(args.CuSeqlensQ) && present(args.CuSeqlensK), "cu_seqlens_q/cu_seqlens_k",
+	scale := validate.ResolveScale(c, args.SoftmaxScale, d)
+	temp := validate.ResolveTemperature(c, args.Temperature)
+	c.Need(validate.Present(args.CuSeqlensQ) && validate.Present(args.CuSeqlensK), "cu_seqlens_q/cu_seqlens_k",
 		"CSR varlen metadata: pass cu_seqlens_q and cu_seqlens_k", "nil")
-	if c.err != nil {
-		return nil, c.err
+	if c.Err != nil {
+		return nil, c.Err
 	}
-	paged := present(args.PageTable)
+	paged := validate.Present(args.PageTable)
 	if args.KVLayout != HND {
-		return nil, &NotImplementedError{fn, fmt.Sprintf("the %v paged K/V layout with float32 q, k, v (the float32 path and its gradients take HND [num_pages, Hkv, page_size, D])", args.KVLayout)}
+		return nil, &NotImplementedError{Func: fn, What: fmt.Sprintf("the %v paged K/V layout with float32 q, k, v (the float32 path and its gradients take HND [num_pages, Hkv, page_size, D])", args.KVLayout)}
 	}
 	in := newSparseInputs(qd, kd, vd, args)
 	if err := in.checkSparseKV(c, rowPtr, qIdx, topK, args, sparseRules{last: "D", lastK: d, headsArg: "q/k", anyRatio: true}); err != nil {
 		return nil, err
 	}
-	fc := &f32Call{q: backing[float32](qd), k: backing[float32](kd), v: backing[float32](vd), workers: in.workers}
+	fc := &f32Call{q: validate.Backing[float32](qd), k: validate.Backing[float32](kd), v: validate.Backing[float32](vd), workers: in.workers}
 	fc.p = grad.Problem{TotalQ: totalQ, HQ: hq, Hkv: in.hkv, D: d, CuQ: in.cuQ, CuK: in.cuK, BlkKV: in.blk, TopK: topK,
 		Causal: args.Causal, Scale: scale, CSR: &in.csr}
 	if paged {

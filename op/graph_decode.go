@@ -2,6 +2,7 @@ package op
 
 import (
 	"fmt"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"hash"
 	"slices"
 
@@ -82,15 +83,15 @@ func (op *decodeSchedOp) String() string {
 
 func (op *decodeSchedOp) Do(vals ...G.Value) (G.Value, error) {
 	const fn = "DecodeSchedule"
-	c := &checker{fn: fn}
-	su := c.dense(tv(vals[1]), "seqused_k")
-	c.dtype(su, "seqused_k", tensor.Int32)
-	if c.err != nil {
-		return nil, c.err
+	c := &validate.Checker{Fn: fn}
+	su := c.Dense(tv(vals[1]), "seqused_k")
+	c.Dtype(su, "seqused_k", tensor.Int32)
+	if c.Err != nil {
+		return nil, c.Err
 	}
-	s, err := plan.BuildDecodeSchedule(nil, int32s(su), op.l.p)
+	s, err := plan.BuildDecodeSchedule(nil, validate.Int32s(su), op.l.p)
 	if err != nil {
-		return nil, wrapArg(fn, "seqused_k", err)
+		return nil, validate.WrapArg(fn, "seqused_k", err)
 	}
 	v := op.l.pack(s)
 	return tensor.New(tensor.WithShape(len(v)), tensor.WithBacking(v)), nil
@@ -122,14 +123,14 @@ func DecodeSchedule(pageTable, seqUsedK *G.Node, opts ...Option) (*G.Node, error
 		cfg.seqlenQ = 1
 	}
 	if cfg.has(optPlanForCUDA) && cfg.has(optWorkers) {
-		return nil, argErr(fn, "PlanForCUDA/Workers", "at most one of PlanForCUDA(sms) (the GPU's SM count) and Workers(n) (the CPU path's goroutines)",
+		return nil, validate.ArgErr(fn, "PlanForCUDA/Workers", "at most one of PlanForCUDA(sms) (the GPU's SM count) and Workers(n) (the CPU path's goroutines)",
 			fmt.Sprintf("PlanForCUDA(%d) and Workers(%d)", cfg.cudaSMs, cfg.workers))
 	}
 	if cfg.has(optPlanForCUDA) && cfg.cudaSMs < 1 {
-		return nil, argErr(fn, "PlanForCUDA", "the GPU's streaming-multiprocessor count, >= 1", cfg.cudaSMs)
+		return nil, validate.ArgErr(fn, "PlanForCUDA", "the GPU's streaming-multiprocessor count, >= 1", cfg.cudaSMs)
 	}
 	if cfg.fixedSplit > 0 && cfg.disableSplit {
-		return nil, argErr(fn, "FixedSplitSize/DisableSplitKV", "at most one of FixedSplitSize(n > 0) (a fixed KV split) and DisableSplitKV() (no split)",
+		return nil, validate.ArgErr(fn, "FixedSplitSize/DisableSplitKV", "at most one of FixedSplitSize(n > 0) (a fixed KV split) and DisableSplitKV() (no split)",
 			fmt.Sprintf("FixedSplitSize(%d) and DisableSplitKV()", cfg.fixedSplit))
 	}
 	if err := nodeCheck(fn, "page_table", pageTable, 2, tensor.Int32); err != nil {
@@ -140,17 +141,17 @@ func DecodeSchedule(pageTable, seqUsedK *G.Node, opts ...Option) (*G.Node, error
 	}
 	pt := pageTable.Shape()
 	if seqUsedK.Shape()[0] != pt[0] {
-		return nil, argErr(fn, "seqused_k", fmt.Sprintf("shape [B] = [%d]", pt[0]), seqUsedK.Shape())
+		return nil, validate.ArgErr(fn, "seqused_k", fmt.Sprintf("shape [B] = [%d]", pt[0]), seqUsedK.Shape())
 	}
 	if cfg.hkv < 1 || cfg.hq%cfg.hkv != 0 || !slices.Contains(supportedQheadPerKV, cfg.hq/cfg.hkv) {
-		return nil, argErr(fn, "num_qo_heads/num_kv_heads", "a ratio in {1, 2, 4, 8, 16}", fmt.Sprintf("%d/%d", cfg.hq, cfg.hkv))
+		return nil, validate.ArgErr(fn, "num_qo_heads/num_kv_heads", "a ratio in {1, 2, 4, 8, 16}", fmt.Sprintf("%d/%d", cfg.hq, cfg.hkv))
 	}
-	c := &checker{fn: fn}
-	c.need(cfg.seqlenQ >= 1, "seqlen_q", ">= 1", cfg.seqlenQ)
-	c.need(cfg.pageSize >= 1 && cfg.pageSize <= maxInt32, "page_size", fmt.Sprintf("1 <= page_size <= %d", maxInt32), cfg.pageSize)
-	c.need(cfg.fixedSplit >= 0 && cfg.fixedSplit <= maxInt32, "fixed_split_size",
-		fmt.Sprintf("0 (automatic) <= fixed_split_size <= %d", maxInt32), cfg.fixedSplit)
-	c.need(pt[1] >= 1, "page_table", "at least one column", fmt.Sprint(pt))
+	c := &validate.Checker{Fn: fn}
+	c.Need(cfg.seqlenQ >= 1, "seqlen_q", ">= 1", cfg.seqlenQ)
+	c.Need(cfg.pageSize >= 1 && cfg.pageSize <= validate.MaxInt32, "page_size", fmt.Sprintf("1 <= page_size <= %d", validate.MaxInt32), cfg.pageSize)
+	c.Need(cfg.fixedSplit >= 0 && cfg.fixedSplit <= validate.MaxInt32, "fixed_split_size",
+		fmt.Sprintf("0 (automatic) <= fixed_split_size <= %d", validate.MaxInt32), cfg.fixedSplit)
+	c.Need(pt[1] >= 1, "page_table", "at least one column", fmt.Sprint(pt))
 	pageCapacity(c, pt[1], cfg.pageSize)
 	checkDecodeRows(c, pt[0], cfg.seqlenQ, cfg.hq)
 	p := plan.DecodeParams{Batch: pt[0], SeqlenQ: cfg.seqlenQ, HQ: cfg.hq, Hkv: cfg.hkv,
@@ -160,12 +161,12 @@ func DecodeSchedule(pageTable, seqUsedK *G.Node, opts ...Option) (*G.Node, error
 		p.Workers, p.Executor = cfg.cudaSMs, plan.CUDAExecutor
 	}
 	checkDecodeSize(c, p)
-	if c.err != nil {
-		return nil, c.err
+	if c.Err != nil {
+		return nil, c.Err
 	}
 	l, err := newDecodeLayout(p)
 	if err != nil {
-		return nil, wrapArg(fn, "config", err)
+		return nil, validate.WrapArg(fn, "config", err)
 	}
 	return G.ApplyOp(&decodeSchedOp{l: l}, pageTable, seqUsedK)
 }
@@ -227,7 +228,7 @@ func (op *decodeAttnOp) executorCheck(run plan.DecodeExecutor) error {
 		return nil
 	}
 	how := map[plan.DecodeExecutor]string{plan.CPUExecutor: "DecodeSchedule without PlanForCUDA", plan.CUDAExecutor: "DecodeSchedule with PlanForCUDA(sms)"}
-	return argErr("DecodeAttention", "schedule", fmt.Sprintf("a schedule planned for the %v path it runs on (%s)", run, how[run]),
+	return validate.ArgErr("DecodeAttention", "schedule", fmt.Sprintf("a schedule planned for the %v path it runs on (%s)", run, how[run]),
 		fmt.Sprintf("one planned for the %v path (%s, %d workers)", planned, how[planned], op.l.p.Workers))
 }
 
@@ -235,22 +236,22 @@ func (op *decodeAttnOp) executorCheck(run plan.DecodeExecutor) error {
 // path's host fallback uses it with a CUDA-planned split).
 func (op *decodeAttnOp) cpu(vals []G.Value) (G.Value, error) {
 	const fn = "DecodeAttention"
-	c := &checker{fn: fn}
+	c := &validate.Checker{Fn: fn}
 	qd, kd, vd := decodeQKVLayout(c, tv(vals[0]), tv(vals[1]), tv(vals[2]), op.layout, true)
-	if c.err != nil {
-		return nil, c.err
+	if c.Err != nil {
+		return nil, c.Err
 	}
 	var q2k tensor.Tensor
 	if op.sparse {
 		q2k = tv(vals[6])
 	}
-	m, s, err := op.prepare(c, qd, kd, tv(vals[3]), tv(vals[4]), c.dense(tv(vals[5]), "schedule"), q2k)
+	m, s, err := op.prepare(c, qd, kd, tv(vals[3]), tv(vals[4]), c.Dense(tv(vals[5]), "schedule"), q2k)
 	if err != nil {
 		return nil, err
 	}
 	if isFloat32(qd) != (op.outDtype() == tensor.Float32) {
 		// The node's value type follows the dtype it was built with.
-		return nil, argErr(fn, "q", "a value of the dtype the node was built with, "+dtypeName(op.inDtypes[0]), dtypeName(qd.Dtype()))
+		return nil, validate.ArgErr(fn, "q", "a value of the dtype the node was built with, "+validate.DtypeName(op.inDtypes[0]), validate.DtypeName(qd.Dtype()))
 	}
 	p := op.l.p
 	op.st.mu.Lock()
@@ -262,7 +263,7 @@ func (op *decodeAttnOp) cpu(vals []G.Value) (G.Value, error) {
 		if err := op.f32.prepare(fn, m, pool); err != nil {
 			return nil, err
 		}
-		if err := op.f32.run(fn, m, qd, kd, vd, m.scale, backing[float32](out), backing[float32](lse)); err != nil {
+		if err := op.f32.run(fn, m, qd, kd, vd, m.scale, validate.Backing[float32](out), validate.Backing[float32](lse)); err != nil {
 			return nil, err
 		}
 		op.st.lse = lse
@@ -279,27 +280,27 @@ func (op *decodeAttnOp) cpu(vals []G.Value) (G.Value, error) {
 
 // prepare validates the metadata inputs of a decode attention node
 // (already on the host) and unpacks the schedule; CPU and GPU paths share it.
-func (op *decodeAttnOp) prepare(c *checker, qd, kd *tensor.Dense, pt, su tensor.Tensor, sv *tensor.Dense, q2k tensor.Tensor) (*decodeMeta, *plan.DecodeSchedule, error) {
+func (op *decodeAttnOp) prepare(c *validate.Checker, qd, kd *tensor.Dense, pt, su tensor.Tensor, sv *tensor.Dense, q2k tensor.Tensor) (*decodeMeta, *plan.DecodeSchedule, error) {
 	const fn = "DecodeAttention"
 	p := op.l.p
 	args := DecodeArgs{PageTable: pt, SeqUsedK: su, SeqlenQ: p.SeqlenQ, MaxSeqlenK: p.MaxPagesPerSeq * p.PageSize,
 		BlkKV: op.blk, SoftmaxScale: op.scale, Workers: p.Workers, KVLayout: op.layout, MaxWorkspaceBytes: op.maxWS}
 	hkv, ps := op.layout.dims(kd.Shape())
 	m := validateDecodeMeta(c, &args, false, q2k, qd.Shape()[0], qd.Shape()[1], hkv, qd.Shape()[2], ps, kd.Shape()[0])
-	if c.err != nil {
-		return nil, nil, c.err
+	if c.Err != nil {
+		return nil, nil, c.Err
 	}
 	m.params = p
-	c.dtype(sv, "schedule", tensor.Int32)
-	if c.err != nil {
-		return nil, nil, c.err
+	c.Dtype(sv, "schedule", tensor.Int32)
+	if c.Err != nil {
+		return nil, nil, c.Err
 	}
 	if sv.DataSize() != op.l.len() {
-		return nil, nil, argErr(fn, "schedule", fmt.Sprintf("a DecodeSchedule value of %d elements", op.l.len()), sv.DataSize())
+		return nil, nil, validate.ArgErr(fn, "schedule", fmt.Sprintf("a DecodeSchedule value of %d elements", op.l.len()), sv.DataSize())
 	}
-	s := op.l.unpack(int32s(sv))
+	s := op.l.unpack(validate.Int32s(sv))
 	if err := plan.ValidateDecodeSchedule(s, m.seqused, p); err != nil {
-		return nil, nil, wrapArg(fn, "schedule", err)
+		return nil, nil, validate.WrapArg(fn, "schedule", err)
 	}
 	return m, s, nil
 }
@@ -323,20 +324,20 @@ func DecodeAttention(q, k, v, pageTable, seqUsedK, sched, q2k *G.Node, opts ...O
 	if err != nil {
 		return nil, err
 	}
-	lc := &checker{fn: fn}
-	if checkLayout(lc, cfg.layout, true); lc.err != nil {
-		return nil, lc.err
+	lc := &validate.Checker{Fn: fn}
+	if checkLayout(lc, cfg.layout, true); lc.Err != nil {
+		return nil, lc.Err
 	}
 	blkKV, softmaxScale := cfg.blkKV, cfg.scale
 	if err := sameKVErr(fn, k, v, &cfg); err != nil {
 		return nil, err
 	}
 	if sched == nil {
-		return nil, argErr(fn, "sched", "a DecodeSchedule node", "nil")
+		return nil, validate.ArgErr(fn, "sched", "a DecodeSchedule node", "nil")
 	}
 	so, ok := sched.Op().(*decodeSchedOp)
 	if !ok {
-		return nil, argErr(fn, "sched", "a node made by DecodeSchedule", nodeDesc(sched))
+		return nil, validate.ArgErr(fn, "sched", "a node made by DecodeSchedule", nodeDesc(sched))
 	}
 	if err := nodeCheck(fn, "q", q, 3, BFloat16, Float8E4M3FN, tensor.Float32); err != nil {
 		return nil, err
@@ -356,21 +357,21 @@ func DecodeAttention(q, k, v, pageTable, seqUsedK, sched, q2k *G.Node, opts ...O
 			return nil, err
 		}
 	}
-	if blkKV < 0 || blkKV > maxInt32 {
-		return nil, argErr(fn, "blk_kv", fmt.Sprintf("0 (the page size) <= blk_kv <= %d", maxInt32), blkKV)
+	if blkKV < 0 || blkKV > validate.MaxInt32 {
+		return nil, validate.ArgErr(fn, "blk_kv", fmt.Sprintf("0 (the page size) <= blk_kv <= %d", validate.MaxInt32), blkKV)
 	}
-	if err := checkScalars(fn, softmaxScale, 0, q.Shape()[2]); err != nil {
+	if err := validate.CheckScalars(fn, softmaxScale, 0, q.Shape()[2]); err != nil {
 		return nil, err
 	}
 	l := so.l
 	qs, ks := q.Shape(), k.Shape()
 	if hkv, ps := cfg.layout.dims(ks); qs[0] != l.p.Batch*l.p.SeqlenQ || qs[1] != l.p.HQ || hkv != l.p.Hkv || ps != l.p.PageSize {
-		return nil, argErr(fn, "q/k", fmt.Sprintf("q [%d, %d, D], k %s with Hkv = %d, page_size = %d as planned (%v layout)",
+		return nil, validate.ArgErr(fn, "q/k", fmt.Sprintf("q [%d, %d, D], k %s with Hkv = %d, page_size = %d as planned (%v layout)",
 			l.p.Batch*l.p.SeqlenQ, l.p.HQ, cfg.layout.shape("D"), l.p.Hkv, l.p.PageSize, cfg.layout), fmt.Sprintf("q %v, k %v", qs, ks))
 	}
-	wc := &checker{fn: fn}
-	if checkDecodeWorkspace(wc, l.p, nil, qs[2], workspaceLimit(wc, cfg.maxWorkspace)); wc.err != nil {
-		return nil, wc.err
+	wc := &validate.Checker{Fn: fn}
+	if checkDecodeWorkspace(wc, l.p, nil, qs[2], workspaceLimit(wc, cfg.maxWorkspace)); wc.Err != nil {
+		return nil, wc.Err
 	}
 	inputs := []*G.Node{q, k, v, pageTable, seqUsedK, sched}
 	if q2k != nil {
@@ -390,7 +391,7 @@ func DecodeAttention(q, k, v, pageTable, seqUsedK, sched, q2k *G.Node, opts ...O
 		outShape: tensor.Shape{qs[0], qs[1], qs[2]}, st: &attnState{}}
 	for _, n := range inputs {
 		if n == nil {
-			return nil, argErr(fn, "input", "a node", "nil")
+			return nil, validate.ArgErr(fn, "input", "a node", "nil")
 		}
 		op.inDtypes = append(op.inDtypes, n.Dtype())
 	}

@@ -3,6 +3,7 @@ package op
 import (
 	"bytes"
 	"errors"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"math/rand/v2"
 	"testing"
 
@@ -32,7 +33,7 @@ func toNHD(t *testing.T, x *tensor.Dense) *tensor.Dense {
 func toNHDOf[T any](x *tensor.Dense) *tensor.Dense {
 	s := x.Shape()
 	pages, hkv, ps, w := s[0], s[1], s[2], s[3]
-	src := backing[T](x)
+	src := validate.Backing[T](x)
 	dst := make([]T, len(src))
 	for p := 0; p < pages; p++ {
 		for h := 0; h < hkv; h++ {

@@ -3,6 +3,7 @@ package op
 import (
 	"errors"
 	"fmt"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -160,8 +161,8 @@ func TestMergeStatesFuncReference(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if msg := checkMerge(mc, got, backing[float32](res.LSE), u); msg != "" {
-				t.Errorf("%s K=%d: %s", dtypeName(dt), k, msg)
+			if msg := checkMerge(mc, got, validate.Backing[float32](res.LSE), u); msg != "" {
+				t.Errorf("%s K=%d: %s", validate.DtypeName(dt), k, msg)
 			}
 			// The check catches an error of 2x its tolerance in one element.
 			r := 0
@@ -170,8 +171,8 @@ func TestMergeStatesFuncReference(t *testing.T) {
 			}
 			bad := append([]float32(nil), got...)
 			bad[r*mc.d] += float32(2 * mergeTol(k, 4, 4, u))
-			if checkMerge(mc, bad, backing[float32](res.LSE), u) == "" {
-				t.Errorf("%s K=%d: a perturbed result passed the check", dtypeName(dt), k)
+			if checkMerge(mc, bad, validate.Backing[float32](res.LSE), u) == "" {
+				t.Errorf("%s K=%d: a perturbed result passed the check", validate.DtypeName(dt), k)
 			}
 			// Run to run and with caller-owned outputs: identical bits.
 			out := tensor.New(tensor.WithShape(mc.rows, 1, mc.d), tensor.Of(dt))
@@ -180,7 +181,7 @@ func TestMergeStatesFuncReference(t *testing.T) {
 				t.Fatal(err)
 			}
 			if string(out.Header.Raw) != string(res.Out.Header.Raw) || string(lse.Header.Raw) != string(res.LSE.Header.Raw) {
-				t.Errorf("%s K=%d: a second merge differs", dtypeName(dt), k)
+				t.Errorf("%s K=%d: a second merge differs", validate.DtypeName(dt), k)
 			}
 		}
 	}
@@ -197,7 +198,7 @@ func TestMergeStatesFuncOne(t *testing.T) {
 	}
 	for r := 0; r < mc.rows; r++ {
 		l := mc.l[0][r]
-		if g := backing[float32](res.LSE)[r]; g != l && !(math.IsInf(float64(l), -1) && math.IsInf(float64(g), -1)) {
+		if g := validate.Backing[float32](res.LSE)[r]; g != l && !(math.IsInf(float64(l), -1) && math.IsInf(float64(g), -1)) {
 			t.Fatalf("row %d: LSE %v, want %v", r, g, l)
 		}
 	}

@@ -2,6 +2,7 @@ package op
 
 import (
 	"fmt"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"math"
 	"runtime"
 	"slices"
@@ -95,14 +96,14 @@ type blockScorer struct {
 func selFloat32s(t *tensor.Dense) []float32 {
 	switch t.Dtype() {
 	case tensor.Float32:
-		return backing[float32](t)
+		return validate.Backing[float32](t)
 	case BFloat16:
-		src := backing[lowp.BFloat16](t)
+		src := validate.Backing[lowp.BFloat16](t)
 		dst := make([]float32, len(src))
 		lowp.DecodeBF16(dst, src)
 		return dst
 	default:
-		src := backing[lowp.Float8E4M3FN](t)
+		src := validate.Backing[lowp.Float8E4M3FN](t)
 		dst := make([]float32, len(src))
 		lowp.DecodeE4M3(dst, src)
 		return dst
@@ -112,38 +113,38 @@ func selFloat32s(t *tensor.Dense) []float32 {
 // validateBlockScores checks q, k, cu_seqlens and the config. With derive,
 // MaxSeqlenK 0 is taken from cu_seqlens_k.
 func validateBlockScores(fn string, q, k, cuSeqlensQ, cuSeqlensK tensor.Tensor, cfg BlockScoreConfig, derive bool) (*blockScorer, error) {
-	c := &checker{fn: fn}
-	qd, kd := c.dense(q, "q"), c.dense(k, "k")
-	c.dtype(qd, "q", BFloat16, Float8E4M3FN, tensor.Float32)
-	c.dtype(kd, "k", BFloat16, Float8E4M3FN, tensor.Float32)
-	c.rank(qd, "q", "[total_q, Hq, D]", 3)
-	c.rank(kd, "k", "[total_k, Hkv, D]", 3)
-	if c.err != nil {
-		return nil, c.err
+	c := &validate.Checker{Fn: fn}
+	qd, kd := c.Dense(q, "q"), c.Dense(k, "k")
+	c.Dtype(qd, "q", BFloat16, Float8E4M3FN, tensor.Float32)
+	c.Dtype(kd, "k", BFloat16, Float8E4M3FN, tensor.Float32)
+	c.Rank(qd, "q", "[total_q, Hq, D]", 3)
+	c.Rank(kd, "k", "[total_k, Hkv, D]", 3)
+	if c.Err != nil {
+		return nil, c.Err
 	}
 	qs, ks := qd.Shape(), kd.Shape()
 	s := &blockScorer{totalQ: qs[0], hq: qs[1], d: qs[2], hkv: ks[1], q: qd, k: kd,
 		causal: cfg.Causal, reduce: cfg.Reduce, workers: workers(cfg.Workers)}
-	c.need(s.d >= 1 && ks[2] == s.d, "k", fmt.Sprintf("head dimension D = %d (from q) >= 1", s.d), shapeStr(kd))
+	c.Need(s.d >= 1 && ks[2] == s.d, "k", fmt.Sprintf("head dimension D = %d (from q) >= 1", s.d), validate.ShapeStr(kd))
 	checkHeads(c, "q", qd, kd, s.hkv, true, func() string { return "the layout [total_k, Hkv, D]" })
-	c.need(cfg.Reduce == ReduceMax || cfg.Reduce == ReduceMean, "reduce", "ReduceMax or ReduceMean", cfg.Reduce)
-	if c.err != nil {
-		return nil, c.err
+	c.Need(cfg.Reduce == ReduceMax || cfg.Reduce == ReduceMean, "reduce", "ReduceMax or ReduceMean", cfg.Reduce)
+	if c.Err != nil {
+		return nil, c.Err
 	}
 	s.cuQ = cuSeqlens(c, cuSeqlensQ, "cu_seqlens_q", s.totalQ, fmt.Sprintf("total_q = %d", s.totalQ))
 	s.cuK = cuSeqlens(c, cuSeqlensK, "cu_seqlens_k", ks[0], fmt.Sprintf("total_k = %d", ks[0]))
-	if c.err != nil {
-		return nil, c.err
+	if c.Err != nil {
+		return nil, c.Err
 	}
-	c.need(len(s.cuK) == len(s.cuQ), "cu_seqlens_k", fmt.Sprintf("shape [B + 1] = [%d] matching cu_seqlens_q", len(s.cuQ)), len(s.cuK))
+	c.Need(len(s.cuK) == len(s.cuQ), "cu_seqlens_k", fmt.Sprintf("shape [B + 1] = [%d] matching cu_seqlens_q", len(s.cuQ)), len(s.cuK))
 	s.blk = cfg.BlkKV
 	if s.blk == 0 {
 		s.blk = 128
 	}
-	c.need(s.blk >= 1 && s.blk <= maxInt32, "blk_kv", fmt.Sprintf("1 <= blk_kv <= %d", maxInt32), s.blk)
-	s.scale = float32(resolveScale(c, cfg.SoftmaxScale, s.d))
-	if c.err != nil {
-		return nil, c.err
+	c.Need(s.blk >= 1 && s.blk <= validate.MaxInt32, "blk_kv", fmt.Sprintf("1 <= blk_kv <= %d", validate.MaxInt32), s.blk)
+	s.scale = float32(validate.ResolveScale(c, cfg.SoftmaxScale, s.d))
+	if c.Err != nil {
+		return nil, c.Err
 	}
 	longest := 0
 	for b := 0; b+1 < len(s.cuK); b++ {
@@ -153,14 +154,14 @@ func validateBlockScores(fn string, q, k, cuSeqlensQ, cuSeqlensK tensor.Tensor, 
 	if maxK == 0 && derive {
 		maxK = max(longest, 1)
 	}
-	c.need(maxK >= 1 && maxK <= max(ks[0], 1), "max_seqlen_k", fmt.Sprintf("1 <= max_seqlen_k <= total_k = k.shape[0] = %d", ks[0]), maxK)
-	c.need(longest <= maxK, "max_seqlen_k", fmt.Sprintf(">= the longest key sequence in cu_seqlens_k (%d)", longest), maxK)
-	s.maxBlocks = ceilDiv(maxK, s.blk)
-	if c.err == nil && mulCap(maxGraphValue, s.hkv, s.totalQ, s.maxBlocks) < 0 {
-		c.fail("max_seqlen_k", fmt.Sprintf("scores [Hkv, total_q, ceil(max_seqlen_k / blk_kv)] of at most %d elements", maxGraphValue),
+	c.Need(maxK >= 1 && maxK <= max(ks[0], 1), "max_seqlen_k", fmt.Sprintf("1 <= max_seqlen_k <= total_k = k.shape[0] = %d", ks[0]), maxK)
+	c.Need(longest <= maxK, "max_seqlen_k", fmt.Sprintf(">= the longest key sequence in cu_seqlens_k (%d)", longest), maxK)
+	s.maxBlocks = validate.CeilDiv(maxK, s.blk)
+	if c.Err == nil && validate.MulCap(maxGraphValue, s.hkv, s.totalQ, s.maxBlocks) < 0 {
+		c.Fail("max_seqlen_k", fmt.Sprintf("scores [Hkv, total_q, ceil(max_seqlen_k / blk_kv)] of at most %d elements", maxGraphValue),
 			fmt.Sprintf("[%d, %d, %d]", s.hkv, s.totalQ, s.maxBlocks))
 	}
-	return s, c.err
+	return s, c.Err
 }
 
 // run computes the scores [Hkv][total_q][max_blocks].
@@ -369,16 +370,16 @@ func topKBlocks(scores []float32, rows, maxBlocks, topK int, cfg TopKConfig) []i
 
 // validateTopK checks the scores tensor and topK.
 func validateTopK(fn string, scores tensor.Tensor, topK int) (*tensor.Dense, error) {
-	c := &checker{fn: fn}
-	sd := c.dense(scores, "scores")
-	c.dtype(sd, "scores", tensor.Float32)
-	c.rank(sd, "scores", "[Hkv, total_q, max_blocks]", 3)
-	c.need(topK >= 1 && topK <= maxTopK, "topK", fmt.Sprintf("1 <= topK <= %d", maxTopK), topK)
-	if c.err != nil {
-		return nil, c.err
+	c := &validate.Checker{Fn: fn}
+	sd := c.Dense(scores, "scores")
+	c.Dtype(sd, "scores", tensor.Float32)
+	c.Rank(sd, "scores", "[Hkv, total_q, max_blocks]", 3)
+	c.Need(topK >= 1 && topK <= maxTopK, "topK", fmt.Sprintf("1 <= topK <= %d", maxTopK), topK)
+	if c.Err != nil {
+		return nil, c.Err
 	}
-	c.need(sd.Shape()[0] >= 1, "scores", "Hkv >= 1", shapeStr(sd))
-	return sd, c.err
+	c.Need(sd.Shape()[0] >= 1, "scores", "Hkv >= 1", validate.ShapeStr(sd))
+	return sd, c.Err
 }
 
 // TopKBlocksFunc selects up to topK blocks per (KV head, query) from
@@ -395,6 +396,6 @@ func TopKBlocksFunc(scores tensor.Tensor, topK int, cfg TopKConfig) (*tensor.Den
 		return nil, err
 	}
 	s := sd.Shape()
-	out := topKBlocks(backing[float32](sd), s[0]*s[1], s[2], topK, cfg)
+	out := topKBlocks(validate.Backing[float32](sd), s[0]*s[1], s[2], topK, cfg)
 	return tensor.New(tensor.WithShape(s[0], s[1], topK), tensor.WithBacking(out)), nil
 }

@@ -2,6 +2,7 @@ package op
 
 import (
 	"errors"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"math"
 	"strings"
 	"testing"
@@ -62,7 +63,7 @@ func i32T(shape []int, v ...int32) *tensor.Dense {
 
 func modI32(t tensor.Tensor, i int, x int32) *tensor.Dense {
 	d := t.(*tensor.Dense).Clone().(*tensor.Dense)
-	backing[int32](d)[i] = x
+	validate.Backing[int32](d)[i] = x
 	return d
 }
 

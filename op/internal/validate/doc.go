@@ -1,0 +1,13 @@
+// Package validate is the argument checking every entry point of package
+// op reports through: the error types (ArgError, NotImplementedError,
+// StalePlanError, ForwardOnlyError, which op exports under the same names
+// as aliases, so errors.As with an *op.ArgError matches them), the Checker
+// that keeps the first failure of a validation sequence, the tensor
+// accessors validation needs (Dense views, dtypes, ranks, shapes, the
+// low-precision tensor dtypes and their names) and the scalar rules
+// (softmax scale, temperature, size caps) that give one value one answer
+// in the eager functions, the graph constructors and ops, the wrappers and
+// the CUDA path. It owns no attention semantics: it must not depend on
+// package op or any other op/internal package, on Gorgonia's graph, or on
+// the kernels beyond kernels/lowp's element types.
+package validate

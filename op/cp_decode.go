@@ -136,8 +136,8 @@ func (w *CPDecodeWrapper) Plan(args PlanArgs, q2kIndices tensor.Tensor) error {
 	digest := []byte(fmt.Sprintf("plan failed on rank %d", w.c.Rank()))
 	if err == nil {
 		m := w.w.m
-		digest = binary.LittleEndian.AppendUint64(nil, math.Float64bits(m.scale))
-		for _, x := range []int{m.batch, m.seqlenQ, m.hq, m.hkv, m.d, m.pageSize, int(m.layout), m.blk, m.topK} {
+		digest = binary.LittleEndian.AppendUint64(nil, math.Float64bits(m.Scale))
+		for _, x := range []int{m.Batch, m.SeqlenQ, m.HQ, m.Hkv, m.D, m.PageSize, int(args.KVLayout), m.Blk, m.TopK} {
 			digest = binary.LittleEndian.AppendUint64(digest, uint64(x))
 		}
 	}
@@ -148,7 +148,7 @@ func (w *CPDecodeWrapper) Plan(args PlanArgs, q2kIndices tensor.Tensor) error {
 	case aerr != nil:
 		return &CommError{fn, aerr}
 	}
-	if m := w.w.m; m.seqlenQ > 1 {
+	if m := w.w.m; m.SeqlenQ > 1 {
 		// Replan with one row per query token, each cut at its causal limit.
 		rows, q2k, err := cpDecodeRows(w.c, m, args)
 		if err != nil {
@@ -172,7 +172,7 @@ func (w *CPDecodeWrapper) Plan(args PlanArgs, q2kIndices tensor.Tensor) error {
 		}
 	}
 	m := w.w.m
-	w.rows, w.hq, w.d = m.batch*m.seqlenQ, m.hq, m.d
+	w.rows, w.hq, w.d = m.Batch*m.SeqlenQ, m.HQ, m.D
 	if n := cpTagBytes + w.rows*w.hq*(4+4*w.d); len(w.send) != n || w.f32.o == nil || !w.f32.o.Shape().Eq(tensor.Shape{w.rows, w.hq, w.d}) {
 		p := w.c.Size()
 		w.send, w.recv = make([]byte, n), make([]byte, p*n)

@@ -2,6 +2,7 @@ package op
 
 import (
 	"encoding/binary"
+	"github.com/sparseattn/msa/op/internal/decode"
 
 	"github.com/sparseattn/msa/kernels/comm"
 	"gorgonia.org/tensor"
@@ -19,10 +20,10 @@ import (
 // single-process decode, cut at the rank's share. One all-gather of every
 // rank's seqused_k (4*B bytes) gives L and a. Sparse decode keeps in each
 // row's selection only the blocks that start before the row's limit.
-func cpDecodeRows(c comm.Comm, m *decodeMeta, args PlanArgs) (PlanArgs, *tensor.Dense, error) {
-	B, sq := m.batch, m.seqlenQ
+func cpDecodeRows(c comm.Comm, m *decode.Meta, args PlanArgs) (PlanArgs, *tensor.Dense, error) {
+	B, sq := m.Batch, m.SeqlenQ
 	send := make([]byte, 4*B)
-	for b, n := range m.seqused {
+	for b, n := range m.SeqUsed {
 		binary.LittleEndian.PutUint32(send[4*b:], uint32(n))
 	}
 	recv := make([]byte, c.Size()*len(send))
@@ -30,7 +31,7 @@ func cpDecodeRows(c comm.Comm, m *decodeMeta, args PlanArgs) (PlanArgs, *tensor.
 		return args, nil, err
 	}
 	used := func(r, b int) int { return int(int32(binary.LittleEndian.Uint32(recv[(r*B+b)*4:]))) }
-	pt := make([]int32, B*sq*m.cols)
+	pt := make([]int32, B*sq*m.Cols)
 	su := make([]int32, B*sq)
 	for b := 0; b < B; b++ {
 		total, before := 0, 0
@@ -40,27 +41,27 @@ func cpDecodeRows(c comm.Comm, m *decodeMeta, args PlanArgs) (PlanArgs, *tensor.
 				before += used(r, b)
 			}
 		}
-		n := int(m.seqused[b])
+		n := int(m.SeqUsed[b])
 		for i := 0; i < sq; i++ {
 			row := b*sq + i
-			copy(pt[row*m.cols:(row+1)*m.cols], m.pt[b*m.cols:(b+1)*m.cols])
+			copy(pt[row*m.Cols:(row+1)*m.Cols], m.PT[b*m.Cols:(b+1)*m.Cols])
 			su[row] = int32(min(n, max(0, total-sq+i+1-before)))
 		}
 	}
 	out := args
-	out.PageTable = tensor.New(tensor.WithShape(B*sq, m.cols), tensor.WithBacking(pt))
+	out.PageTable = tensor.New(tensor.WithShape(B*sq, m.Cols), tensor.WithBacking(pt))
 	out.SeqUsedK = tensor.New(tensor.WithShape(B*sq), tensor.WithBacking(su))
 	out.SeqlenQ = 1
-	if m.q2k == nil {
+	if m.Q2K == nil {
 		return out, nil, nil
 	}
-	sel := make([]int32, len(m.q2k))
-	for i, j := range m.q2k {
-		row := (i / m.topK) % (B * sq) // q2k is [Hkv, B*seqlen_q, topK]
+	sel := make([]int32, len(m.Q2K))
+	for i, j := range m.Q2K {
+		row := (i / m.TopK) % (B * sq) // q2k is [Hkv, B*seqlen_q, topK]
 		sel[i] = -1
-		if j >= 0 && int(j)*m.blk < int(su[row]) {
+		if j >= 0 && int(j)*m.Blk < int(su[row]) {
 			sel[i] = j
 		}
 	}
-	return out, tensor.New(tensor.WithShape(m.hkv, B*sq, m.topK), tensor.WithBacking(sel)), nil
+	return out, tensor.New(tensor.WithShape(m.Hkv, B*sq, m.TopK), tensor.WithBacking(sel)), nil
 }

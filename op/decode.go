@@ -2,6 +2,7 @@ package op
 
 import (
 	"fmt"
+	"github.com/sparseattn/msa/op/internal/decode"
 	"github.com/sparseattn/msa/op/internal/validate"
 	"slices"
 
@@ -72,138 +73,17 @@ type PlanArgs struct {
 	EnableCUDAGraph bool
 }
 
-// decodeMeta is validated decode metadata (everything but Q/K/V).
-type decodeMeta struct {
-	batch, seqlenQ, hkv, hq, d int
-	pageSize, cols, numPages   int
-	blk                        int
-	layout                     PagedLayout
-	pt, seqused, q2k           []int32
-	topK                       int
-	scale                      float64
-	params                     plan.DecodeParams
-}
-
-// pageTableArgs checks that pageTable and seqUsedK are int32 tensors of
-// ranks 2 ([B, max_num_pages_per_seq]) and 1 ([B]), both required.
-func pageTableArgs(c *validate.Checker, pageTable, seqUsedK tensor.Tensor) (pt, su *tensor.Dense) {
-	pt = c.Dense(pageTable, "page_table")
-	c.Dtype(pt, "page_table", tensor.Int32)
-	c.Rank(pt, "page_table", "[B, max_num_pages_per_seq]", 2)
-	su = c.Dense(seqUsedK, "seqused_k")
-	c.Dtype(su, "seqused_k", tensor.Int32)
-	c.Rank(su, "seqused_k", "[B]", 1)
-	return pt, su
-}
-
-// validateDecodeMeta mirrors _validate_sparse_decode_inputs for the
-// metadata, with this package's extensions (any page size, any
-// qhead_per_kv in {1,2,4,8,16}, index range checks).
-// fixedCap is enable_cuda_graph (Plan only).
-func validateDecodeMeta(c *validate.Checker, args *DecodeArgs, fixedCap bool, q2k tensor.Tensor, totalQ, hq, hkv, d, pageSize, numPages int) *decodeMeta {
-	m := &decodeMeta{hq: hq, hkv: hkv, d: d, pageSize: pageSize, numPages: numPages, layout: args.KVLayout}
+// validateDecodeMeta checks args.KVLayout and validates the rest of the
+// decode metadata (decode.Validate).
+func validateDecodeMeta(c *validate.Checker, args *DecodeArgs, fixedCap bool, q2k tensor.Tensor, totalQ, hq, hkv, d, pageSize, numPages int) *decode.Meta {
 	checkLayout(c, args.KVLayout, true)
 	if c.Err != nil {
 		return nil
 	}
-	if args.NonCausal {
-		c.Fail("causal", "true (decode attention currently supports only causal=True)", false)
-		return nil
-	}
-	pt, su := pageTableArgs(c, args.PageTable, args.SeqUsedK)
-	if c.Err != nil {
-		return nil
-	}
-	m.batch, m.cols = pt.Shape()[0], pt.Shape()[1]
-	c.Need(m.cols >= 1, "page_table", "at least one column", validate.ShapeStr(pt))
-	pageCapacity(c, m.cols, pageSize)
-	c.Need(su.Shape()[0] == m.batch, "seqused_k", fmt.Sprintf("shape [B] = [%d]", m.batch), validate.ShapeStr(su))
-	c.Need(args.SeqlenQ > 0, "seqlen_q", "a positive value", args.SeqlenQ)
-	c.Need(args.MaxSeqlenK >= 0, "max_seqlen_k", "0 (derived from seqused_k) or a positive value", args.MaxSeqlenK)
-	if c.Err != nil {
-		return nil
-	}
-	checkDecodeRows(c, m.batch, args.SeqlenQ, hq)
-	if c.Err != nil {
-		return nil
-	}
-	m.seqlenQ = args.SeqlenQ
-	if totalQ >= 0 {
-		c.Need(totalQ == m.batch*m.seqlenQ, "q", fmt.Sprintf("[B * seqlen_q, Hq, D] with B * seqlen_q = %d * %d = %d", m.batch, m.seqlenQ, m.batch*m.seqlenQ), fmt.Sprintf("q.shape[0] = %d", totalQ))
-	}
-	m.pt, m.seqused = validate.Int32s(pt), validate.Int32s(su)
-	for b, x := range m.seqused {
-		if x < 0 || int(x) > m.cols*pageSize {
-			c.Fail(fmt.Sprintf("seqused_k[%d]", b), fmt.Sprintf("0 <= seqused_k <= max_num_pages_per_seq * page_size = %d", m.cols*pageSize), x)
-			return nil
-		}
-		if args.MaxSeqlenK > 0 && int(x) > args.MaxSeqlenK {
-			c.Fail(fmt.Sprintf("seqused_k[%d]", b), fmt.Sprintf("<= max_seqlen_k = %d", args.MaxSeqlenK), x)
-			return nil
-		}
-	}
-	if c.Err != nil {
-		return nil
-	}
-	checkPages(c, m.pt, m.cols, pageSize, m.seqused, numPages)
-	m.blk = args.BlkKV
-	if m.blk == 0 {
-		m.blk = pageSize
-	}
-	c.Need(m.blk >= 1 && m.blk <= validate.MaxInt32, "blk_kv", fmt.Sprintf("1 <= blk_kv <= %d", validate.MaxInt32), m.blk)
-	c.Need(args.FixedSplitSize >= 0 && args.FixedSplitSize <= validate.MaxInt32, "fixed_split_size",
-		fmt.Sprintf("0 (automatic) <= fixed_split_size <= %d", validate.MaxInt32), args.FixedSplitSize)
-	m.params = plan.DecodeParams{
-		Batch: m.batch, SeqlenQ: m.seqlenQ, HQ: hq, Hkv: hkv, PageSize: pageSize,
-		Workers: workers(args.Workers), FixedSplitPages: args.FixedSplitSize, DisableSplit: args.DisableSplitKV,
-		MaxPagesPerSeq: m.cols, FixedCapacity: fixedCap,
-	}
-	checkDecodeSize(c, m.params)
-	checkDecodeWorkspace(c, m.params, m.seqused, d, workspaceLimit(c, args.MaxWorkspaceBytes))
-	if validate.Present(q2k) && c.Err == nil {
-		qd := c.Dense(q2k, "q2k_indices")
-		c.Dtype(qd, "q2k_indices", tensor.Int32)
-		c.Rank(qd, "q2k_indices", "[Hkv, total_q, topK]", 3)
-		if c.Err != nil {
-			return nil
-		}
-		s := qd.Shape()
-		c.Need(s[0] == hkv && s[1] == m.batch*m.seqlenQ && s[2] >= 1 && s[2] <= maxTopK, "q2k_indices",
-			fmt.Sprintf("shape [Hkv = %d, total_q = %d, 1 <= topK <= %d]", hkv, m.batch*m.seqlenQ, maxTopK), validate.ShapeStr(qd))
-		if c.Err != nil {
-			return nil
-		}
-		m.q2k, m.topK = validate.Int32s(qd), s[2]
-		checkDecodeQ2K(c, m)
-	}
-	m.scale = validate.ResolveScale(c, args.SoftmaxScale, d)
-	return m
-}
-
-// checkDecodeQ2K rejects sparse-decode block ids outside the request's
-// blocks and duplicates within one list.
-func checkDecodeQ2K(c *validate.Checker, m *decodeMeta) {
-	totalQ := m.batch * m.seqlenQ
-	for h := 0; h < m.hkv && c.Err == nil; h++ {
-		for gq := 0; gq < totalQ && c.Err == nil; gq++ {
-			b := gq / m.seqlenQ
-			nb := validate.CeilDiv(int(m.seqused[b]), m.blk)
-			list := m.q2k[(h*totalQ+gq)*m.topK : (h*totalQ+gq+1)*m.topK]
-			for k, j := range list {
-				if j < -1 || int(j) >= nb {
-					c.Fail(fmt.Sprintf("q2k_indices[%d, %d, %d]", h, gq, k),
-						fmt.Sprintf("-1 or a block id in [0, %d) for request %d (ceil(seqused_k = %d / blk_kv = %d) blocks)", nb, b, m.seqused[b], m.blk), j)
-					return
-				}
-				for _, x := range list[:k] {
-					if j >= 0 && x == j {
-						c.Fail(fmt.Sprintf("q2k_indices[%d, %d, %d]", h, gq, k), "no duplicate block ids in one list", j)
-						return
-					}
-				}
-			}
-		}
-	}
+	in := decode.Input{PageTable: args.PageTable, SeqUsedK: args.SeqUsedK, NHD: args.KVLayout == NHD, SeqlenQ: args.SeqlenQ,
+		MaxSeqlenK: args.MaxSeqlenK, BlkKV: args.BlkKV, NonCausal: args.NonCausal, SoftmaxScale: args.SoftmaxScale,
+		Workers: args.Workers, FixedSplitSize: args.FixedSplitSize, DisableSplitKV: args.DisableSplitKV, MaxWorkspaceBytes: args.MaxWorkspaceBytes}
+	return decode.Validate(c, &in, fixedCap, q2k, totalQ, hq, hkv, d, pageSize, numPages)
 }
 
 // The q dtypes of decode: the low-precision ones everywhere, float32 in the
@@ -273,16 +153,16 @@ func decodeQKVLayout(c *validate.Checker, q, k, v tensor.Tensor, l PagedLayout, 
 }
 
 // decodeRun binds validated tensors to an attn.Decode.
-func decodeRun(m *decodeMeta, qd, kd, vd *tensor.Dense, s *plan.DecodeSchedule) attn.Decode {
+func decodeRun(m *decode.Meta, qd, kd, vd *tensor.Dense, s *plan.DecodeSchedule) attn.Decode {
 	pv := BFloat16
 	if vd.Dtype() == Float8E4M3FN && qd.Dtype() == Float8E4M3FN {
 		pv = Float8E4M3FN
 	}
 	return attn.Decode{
-		Q: operand(qd, m.d), K: operand(kd, m.d), V: operand(vd, m.d),
-		KV:    attn.KVLayout{Hkv: m.hkv, Paged: true, PageTable: m.pt, PTCols: m.cols, PageSize: m.pageSize, NHD: m.layout == NHD},
-		Batch: m.batch, SeqlenQ: m.seqlenQ, HQ: m.hq, Hkv: m.hkv, D: m.d, SeqUsed: m.seqused,
-		Scale: float32(m.scale), PV: pvRound(pv), Sched: s, Q2K: m.q2k, TopK: m.topK, BlkKV: m.blk,
+		Q: operand(qd, m.D), K: operand(kd, m.D), V: operand(vd, m.D),
+		KV:    attn.KVLayout{Hkv: m.Hkv, Paged: true, PageTable: m.PT, PTCols: m.Cols, PageSize: m.PageSize, NHD: m.NHD},
+		Batch: m.Batch, SeqlenQ: m.SeqlenQ, HQ: m.HQ, Hkv: m.Hkv, D: m.D, SeqUsed: m.SeqUsed,
+		Scale: float32(m.Scale), PV: pvRound(pv), Sched: s, Q2K: m.Q2K, TopK: m.TopK, BlkKV: m.Blk,
 	}
 }
 
@@ -312,20 +192,20 @@ func DecodeAttentionFunc(q, k, v, q2kIndices tensor.Tensor, args DecodeArgs) (*R
 		return nil, c.Err
 	}
 	if isFloat32(qd) {
-		out, lse := newDecodeOutputs(true, m.batch*m.seqlenQ, m.hq, m.d)
-		if err := decodeF32(fn, m, qd, kd, vd, m.scale, validate.Backing[float32](out), validate.Backing[float32](lse)); err != nil {
+		out, lse := newDecodeOutputs(true, m.Batch*m.SeqlenQ, m.HQ, m.D)
+		if err := decode.F32Once(fn, m, qd, kd, vd, m.Scale, validate.Backing[float32](out), validate.Backing[float32](lse)); err != nil {
 			return nil, err
 		}
 		return &Result{Out: out, LSE: lse}, nil
 	}
-	s, err := plan.BuildDecodeSchedule(nil, m.seqused, m.params)
+	s, err := plan.BuildDecodeSchedule(nil, m.SeqUsed, m.Params)
 	if err != nil {
 		return nil, validate.WrapArg(fn, "schedule", err)
 	}
 	p := decodeRun(m, qd, kd, vd, s)
-	pool := attn.AcquirePool(m.params.Workers)
+	pool := attn.AcquirePool(m.Params.Workers)
 	defer attn.ReleasePool(pool)
-	ws := attn.NewWorkspace(pool.Workers(), m.d)
+	ws := attn.NewWorkspace(pool.Workers(), m.D)
 	return runDecode(&p, ws, pool, nil, nil), nil
 }
 
@@ -341,4 +221,15 @@ func runDecode(p *attn.Decode, ws *attn.Workspace, pool *attn.Pool, out, lse *te
 	o := attn.Output{O: validate.Backing[lowp.BFloat16](out), LSE: validate.Backing[float32](lse)}
 	attn.RunDecode(p, ws, pool, &o)
 	return &Result{Out: out, LSE: lse}
+}
+
+// newDecodeOutputs allocates the outputs of a decode call: Out of q's
+// precision class (float32 for float32 q, else BFloat16) and the float32
+// LSE.
+func newDecodeOutputs(f32 bool, rows, hq, d int) (out, lse *tensor.Dense) {
+	lse = tensor.New(tensor.WithShape(rows, hq), tensor.WithBacking(make([]float32, rows*hq)))
+	if f32 {
+		return tensor.New(tensor.WithShape(rows, hq, d), tensor.WithBacking(make([]float32, rows*hq*d))), lse
+	}
+	return tensor.New(tensor.WithShape(rows, hq, d), tensor.WithBacking(make([]lowp.BFloat16, rows*hq*d))), lse
 }

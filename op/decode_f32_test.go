@@ -244,10 +244,10 @@ func TestDecodeWrapperF32Allocs(t *testing.T) {
 			f := &w.f32
 			fk, fv := validate.Backing[float32](k), validate.Backing[float32](v)
 			if l == NHD {
-				fk, fv = f.kh, f.vh
+				fk, fv = f.KH, f.VH
 			}
 			kernel := testing.AllocsPerRun(10, func() {
-				if err := f.ws.Forward(&f.p, validate.Backing[float32](pr.q), fk, fv, validate.Backing[float32](out), validate.Backing[float32](lse)); err != nil {
+				if err := f.Workspace.Forward(&f.Problem, validate.Backing[float32](pr.q), fk, fv, validate.Backing[float32](out), validate.Backing[float32](lse)); err != nil {
 					t.Fatal(err)
 				}
 			})

@@ -2,6 +2,7 @@ package op
 
 import (
 	"fmt"
+	"github.com/sparseattn/msa/op/internal/decode"
 	"github.com/sparseattn/msa/op/internal/validate"
 	"runtime"
 	"slices"
@@ -42,11 +43,11 @@ type DecodeWrapper struct {
 	pageSize int
 	busy     atomic.Bool
 	args     PlanArgs
-	m        *decodeMeta
+	m        *decode.Meta
 	sched    *plan.DecodeSchedule
 	pool     *attn.Pool
 	ws       *attn.Workspace
-	snap     decodeSnapshot
+	snap     decode.Snapshot
 	// src holds the page_table and seqused_k storage given to Plan, which
 	// Run compares with the snapshot to detect a stale plan.
 	src struct{ pt, seqused []int32 }
@@ -54,29 +55,9 @@ type DecodeWrapper struct {
 	out attn.Output
 	c   validate.Checker
 	// f32 is the float32 path's state, prepared by the first float32 Run
-	// after each Plan (f32Planned) and reused by the Runs after it; f32LSE
-	// takes the LSE when RunInto is given none.
-	f32        f32Decode
+	// after each Plan (f32Planned) and reused by the Runs after it.
+	f32        decode.F32
 	f32Planned bool
-	f32LSE     []float32
-}
-
-// decodeSnapshot holds the wrapper's own copies of the planned metadata.
-type decodeSnapshot struct {
-	pt, seqused, q2k []int32
-}
-
-// take copies m's metadata into the snapshot's buffers (reused when large
-// enough) and points m at the copies.
-func (s *decodeSnapshot) take(m *decodeMeta) {
-	s.pt = append(s.pt[:0], m.pt...)
-	s.seqused = append(s.seqused[:0], m.seqused...)
-	s.q2k = append(s.q2k[:0], m.q2k...)
-	m.pt, m.seqused = s.pt, s.seqused
-	m.q2k = nil
-	if m.topK > 0 {
-		m.q2k = s.q2k
-	}
 }
 
 // acquire takes busy, the in-progress flag of a DecodeWrapper,
@@ -146,21 +127,21 @@ func (w *DecodeWrapper) Plan(args PlanArgs, q2kIndices tensor.Tensor) error {
 	if c.Err != nil {
 		return c.Err
 	}
-	s, err := plan.BuildDecodeSchedule(w.sched, m.seqused, m.params)
+	s, err := plan.BuildDecodeSchedule(w.sched, m.SeqUsed, m.Params)
 	if err != nil {
 		w.m = nil // w.sched's contents are unspecified after an error
 		return validate.WrapArg(fn, "schedule", err)
 	}
-	if w.pool == nil || w.pool.Workers() != m.params.Workers {
+	if w.pool == nil || w.pool.Workers() != m.Params.Workers {
 		w.closePool()
-		w.pool = attn.NewPool(m.params.Workers)
+		w.pool = attn.NewPool(m.Params.Workers)
 	}
-	if w.ws == nil || w.m == nil || w.m.d != m.d {
-		w.ws = attn.NewWorkspace(w.pool.Workers(), m.d)
+	if w.ws == nil || w.m == nil || w.m.D != m.D {
+		w.ws = attn.NewWorkspace(w.pool.Workers(), m.D)
 	}
-	w.ws.Reserve(m.d, s.PartialRows*m.hq, max(s.MaxSplits, 1))
-	w.src.pt, w.src.seqused = m.pt, m.seqused
-	w.snap.take(m)
+	w.ws.Reserve(m.D, s.PartialRows*m.HQ, max(s.MaxSplits, 1))
+	w.src.pt, w.src.seqused = m.PT, m.SeqUsed
+	w.snap.Take(m)
 	w.args, w.m, w.sched = args, m, s
 	w.f32Planned = false
 	return nil
@@ -191,7 +172,7 @@ func (w *DecodeWrapper) Schedule() DecodePlanInfo {
 		return DecodePlanInfo{}
 	}
 	return DecodePlanInfo{WorkItems: s.WorkCount, Capacity: s.Capacity, ChunkPages: s.ChunkPages, SplitKV: s.SplitKV,
-		SplitCounts: slices.Clone(s.SplitCounts[:w.m.batch]), MaxSplits: s.MaxSplits}
+		SplitCounts: slices.Clone(s.SplitCounts[:w.m.Batch]), MaxSplits: s.MaxSplits}
 }
 
 // Run computes decode attention for q [B*seqlen_q, Hq, D] against paged k,
@@ -209,7 +190,7 @@ func (w *DecodeWrapper) Run(q, k, v tensor.Tensor, softmaxScale float64) (*Resul
 	if err := w.usable(fn); err != nil {
 		return nil, err
 	}
-	out, lse := newDecodeOutputs(isFloat32(q), w.m.batch*w.m.seqlenQ, w.m.hq, w.m.d)
+	out, lse := newDecodeOutputs(isFloat32(q), w.m.Batch*w.m.SeqlenQ, w.m.HQ, w.m.D)
 	if err := w.runInto(fn, q, k, v, softmaxScale, out, lse); err != nil {
 		return nil, err
 	}
@@ -260,17 +241,17 @@ func (w *DecodeWrapper) runInto(fn string, q, k, v tensor.Tensor, softmaxScale f
 	w.c = validate.Checker{Fn: fn}
 	c := &w.c
 	m := w.m
-	if err := staleMeta(fn, w.src.seqused, m.seqused, w.src.pt, m.pt, m.cols); err != nil {
+	if err := decode.StaleMeta(fn, w.src.seqused, m.SeqUsed, w.src.pt, m.PT, m.Cols); err != nil {
 		return err
 	}
-	qd, kd, vd := decodeQKVLayout(c, q, k, v, m.layout, true)
+	qd, kd, vd := decodeQKVLayout(c, q, k, v, w.args.KVLayout, true)
 	if c.Err != nil {
 		return c.Err
 	}
 	qs, ks := qd.Shape(), kd.Shape()
-	if hkv, ps := m.layout.dims(ks); qs[0] != m.batch*m.seqlenQ || qs[1] != m.hq || qs[2] != m.d || hkv != m.hkv || ps != m.pageSize {
+	if hkv, ps := w.args.KVLayout.dims(ks); qs[0] != m.Batch*m.SeqlenQ || qs[1] != m.HQ || qs[2] != m.D || hkv != m.Hkv || ps != m.PageSize {
 		c.Fail("q/k", fmt.Sprintf("the planned shapes q [%d, %d, %d], k %s with Hkv = %d, page_size = %d, D = %d (%v layout)",
-			m.batch*m.seqlenQ, m.hq, m.d, m.layout.shape("D"), m.hkv, m.pageSize, m.d, m.layout), "q "+validate.ShapeStr(qd)+", k "+validate.ShapeStr(kd))
+			m.Batch*m.SeqlenQ, m.HQ, m.D, w.args.KVLayout.shape("D"), m.Hkv, m.PageSize, m.D, w.args.KVLayout), "q "+validate.ShapeStr(qd)+", k "+validate.ShapeStr(kd))
 		return c.Err
 	}
 	f32 := isFloat32(qd)
@@ -283,13 +264,13 @@ func (w *DecodeWrapper) runInto(fn string, q, k, v tensor.Tensor, softmaxScale f
 		outputArg(c, lse, "lse", tensor.Float32, qs[0], qs[1])
 	}
 	checkDisjoint(c, []namedTensor{{"out", out}, {"lse", lse}}, []namedTensor{{"q", qd}, {"k", kd}, {"v", vd}})
-	checkPages(c, m.pt, m.cols, m.pageSize, m.seqused, ks[0])
+	validate.CheckPages(c, m.PT, m.Cols, m.PageSize, m.SeqUsed, ks[0])
 	if c.Err != nil {
 		return c.Err
 	}
-	scale := m.scale
+	scale := m.Scale
 	if softmaxScale != 0 {
-		scale = validate.ResolveScale(c, softmaxScale, m.d)
+		scale = validate.ResolveScale(c, softmaxScale, m.D)
 		if c.Err != nil {
 			return c.Err
 		}
@@ -310,7 +291,7 @@ func (w *DecodeWrapper) runInto(fn string, q, k, v tensor.Tensor, softmaxScale f
 func (w *DecodeWrapper) runF32(fn string, qd, kd, vd *tensor.Dense, scale float64, out, lse *tensor.Dense) error {
 	m := w.m
 	if !w.f32Planned {
-		if err := w.f32.prepare(fn, m, w.pool); err != nil {
+		if err := w.f32.Prepare(fn, m, w.pool); err != nil {
 			return err
 		}
 		w.f32Planned = true
@@ -319,27 +300,9 @@ func (w *DecodeWrapper) runF32(fn string, qd, kd, vd *tensor.Dense, scale float6
 	if lse != nil {
 		l = validate.Backing[float32](lse)
 	} else {
-		w.f32LSE = grow(w.f32LSE, m.batch*m.seqlenQ*m.hq)
-		l = w.f32LSE
+		l = w.f32.ScratchLSE(m.Batch * m.SeqlenQ * m.HQ)
 	}
-	return w.f32.run(fn, m, qd, kd, vd, scale, validate.Backing[float32](out), l)
-}
-
-// staleMeta returns a *StalePlanError naming the first entry in which the
-// seqused_k or page table given to Plan (srcSU, srcPT) differs from the
-// plan's copy (planSU, planPT; cols columns per page-table row).
-func staleMeta(fn string, srcSU, planSU, srcPT, planPT []int32, cols int) error {
-	for b, x := range srcSU {
-		if y := planSU[b]; x != y {
-			return &StalePlanError{Func: fn, Arg: fmt.Sprintf("seqused_k[%d]", b), Planned: y, Now: x}
-		}
-	}
-	for i, x := range srcPT {
-		if y := planPT[i]; x != y {
-			return &StalePlanError{Func: fn, Arg: fmt.Sprintf("page_table[%d, %d]", i/cols, i%cols), Planned: y, Now: x}
-		}
-	}
-	return nil
+	return w.f32.Run(fn, m, qd, kd, vd, scale, validate.Backing[float32](out), l)
 }
 
 // outputArg records an error unless t is a contiguous tensor of dtype dt

@@ -2,6 +2,7 @@ package op
 
 import (
 	"fmt"
+	"github.com/sparseattn/msa/op/internal/blocks"
 	"github.com/sparseattn/msa/op/internal/validate"
 	"hash"
 	"slices"
@@ -15,7 +16,7 @@ import (
 // sequence, causal or not) on the sparse kernels: each query selects every
 // block it can see, so a model whose layers mix dense and sparse attention
 // uses one package and one numerics. A sequence may have at most
-// maxTopK * blk_kv keys (64 blocks: 8192 keys with the default blk_kv of
+// validate.MaxTopK * blk_kv keys (64 blocks: 8192 keys with the default blk_kv of
 // 128). Dense paged decode is DecodeAttention and DecodeAttentionFunc
 // without q2k_indices.
 
@@ -26,40 +27,13 @@ var (
 	denseOpts      = append(slices.Clone(denseEagerOpts), optSharedKV)
 )
 
-// allBlocks fills q2k [Hkv][total_q][topK] with every block each query of
-// the batch can see (causal: the blocks whose first key it sees), ascending
-// and -1 padded.
-func allBlocks(q2k []int32, cuQ, seqK []int32, hkv, topK, blk int, causal bool) {
-	totalQ := int(cuQ[len(cuQ)-1])
-	for i := range q2k {
-		q2k[i] = -1
-	}
-	for b := 0; b+1 < len(cuQ); b++ {
-		seqQ, n := int(cuQ[b+1]-cuQ[b]), int(seqK[b])
-		for i := 0; i < seqQ; i++ {
-			last := validate.CeilDiv(n, blk) // blocks past the sequence's keys hold none
-			if see := i + n - seqQ; causal && see < 0 {
-				last = 0 // bottom-right aligned: query i sees keys t <= see
-			} else if causal {
-				last = min(last, see/blk+1)
-			}
-			for h := 0; h < hkv; h++ {
-				row := q2k[(h*totalQ+int(cuQ[b])+i)*topK:][:topK]
-				for j := 0; j < last; j++ {
-					row[j] = int32(j)
-				}
-			}
-		}
-	}
-}
-
 // denseTopK returns the topK that selects every block of sequences of at
 // most maxSeqK keys, or an *ArgError naming max_seqlen_k when that exceeds
-// maxTopK blocks.
+// validate.MaxTopK blocks.
 func denseTopK(fn string, maxSeqK, blk int) (int, error) {
 	topK := max(1, validate.CeilDiv(maxSeqK, blk))
-	if topK > maxTopK {
-		return 0, validate.ArgErr(fn, "max_seqlen_k", fmt.Sprintf("at most %d * blk_kv = %d keys per sequence (dense attention selects every block, at most %d)", maxTopK, maxTopK*blk, maxTopK),
+	if topK > validate.MaxTopK {
+		return 0, validate.ArgErr(fn, "max_seqlen_k", fmt.Sprintf("at most %d * blk_kv = %d keys per sequence (dense attention selects every block, at most %d)", validate.MaxTopK, validate.MaxTopK*blk, validate.MaxTopK),
 			maxSeqK)
 	}
 	return topK, nil
@@ -114,7 +88,7 @@ func DenseAttentionFunc(q, k, v, cuSeqlensQ, cuSeqlensK tensor.Tensor, opts ...O
 		return nil, err
 	}
 	q2k := make([]int32, hkv*totalQ*topK)
-	allBlocks(q2k, cuQ, seqK, hkv, topK, blk, cfg.causal)
+	blocks.All(q2k, cuQ, seqK, hkv, topK, blk, cfg.causal)
 	rp, qi, err := K2QCSRFunc(tensor.New(tensor.WithShape(hkv, totalQ, topK), tensor.WithBacking(q2k)), cuSeqlensQ, cuSeqlensK, blk)
 	if err != nil {
 		return nil, inStage(fn, err)
@@ -184,7 +158,7 @@ func (op *allBlocksOp) Do(vals ...G.Value) (G.Value, error) {
 		}
 	}
 	q2k := make([]int32, op.hkv*op.totalQ*op.topK)
-	allBlocks(q2k, cuQ, seqK, op.hkv, op.topK, op.blk, op.causal)
+	blocks.All(q2k, cuQ, seqK, op.hkv, op.topK, op.blk, op.causal)
 	return tensor.New(tensor.WithShape(op.hkv, op.totalQ, op.topK), tensor.WithBacking(q2k)), nil
 }
 

@@ -319,7 +319,7 @@ func SparseAttention(q, k, v, csr, sched, cuQ, cuK *G.Node, opts ...Option) (*G.
 			return nil, validate.ArgErr(fn, "Workers", fmt.Sprintf("the Workers option equal to FwdSchedule's workers = %d (or absent: it is then taken from the schedule)", so.s.workers), cfg.workers)
 		}
 	}
-	ws := workers(cfg.workers)
+	ws := validate.WorkerCount(cfg.workers)
 	sl := newSchedLayout(l, qs[1]/hkv, ws)
 	if sched.Shape()[0] != sl.len() {
 		return nil, validate.ArgErr(fn, "sched", fmt.Sprintf("a FwdSchedule value of %d elements for this CSR and qhead_per_kv", sl.len()), fmt.Sprint(sched.Shape()))

@@ -166,8 +166,8 @@ func K2QCSR(q2k, cuQ, cuK *G.Node, opts ...Option) (*G.Node, error) {
 	s := q2k.Shape()
 	batch := cuQ.Shape()[0] - 1
 	l := csrLayout{Hkv: s[0], TotalQ: s[1], TopK: s[2], BlkKV: blkKV}
-	if l.Hkv < 1 || l.TopK < 1 || l.TopK > maxTopK {
-		return nil, validate.ArgErr(fn, "q2k_indices", fmt.Sprintf("shape [Hkv >= 1, total_q, 1 <= topK <= %d]", maxTopK), fmt.Sprint(s))
+	if l.Hkv < 1 || l.TopK < 1 || l.TopK > validate.MaxTopK {
+		return nil, validate.ArgErr(fn, "q2k_indices", fmt.Sprintf("shape [Hkv >= 1, total_q, 1 <= topK <= %d]", validate.MaxTopK), fmt.Sprint(s))
 	}
 	if err := l.size(fn, "max_seqlen_k", batch, validate.CeilDiv(maxSeqlenK, blkKV)); err != nil {
 		return nil, err
@@ -249,8 +249,8 @@ func PackK2QCSR(rowPtr, qIndices *G.Node, opts ...Option) (*G.Node, error) {
 	if rs[0] != qs[0] || rs[0] < 1 || rs[1] < 1 {
 		return nil, validate.ArgErr(fn, "k2q_q_indices", fmt.Sprintf("leading dimension Hkv = %d", rs[0]), fmt.Sprint(qs))
 	}
-	if topK < 1 || topK > maxTopK {
-		return nil, validate.ArgErr(fn, "topK", fmt.Sprintf("1 <= topK <= %d", maxTopK), fmt.Sprint(topK))
+	if topK < 1 || topK > validate.MaxTopK {
+		return nil, validate.ArgErr(fn, "topK", fmt.Sprintf("1 <= topK <= %d", validate.MaxTopK), fmt.Sprint(topK))
 	}
 	if !cfg.has(optTotalQ) {
 		totalQ = qs[1] / topK

@@ -680,17 +680,17 @@ func (op *decodeAttnOp) gpu(e *gpuEnv, prealloc G.Value, in []G.Value) (G.Value,
 		if da.Q2K, err = e.devPtr(in[6], "q2k_indices"); err != nil {
 			return nil, err
 		}
-		da.TopK, da.BlkKV = m.topK, m.blk
+		da.TopK, da.BlkKV = m.TopK, m.Blk
 	}
 	ds := devState(op.st, e.ctxID, true)
 	ds.lseOK, ds.tlseOK = false, false
-	rows := int64(m.batch) * int64(m.seqlenQ) * int64(m.hq)
+	rows := int64(m.Batch) * int64(m.SeqlenQ) * int64(m.HQ)
 	if err := ds.lse.ensure(cuMemory{}, fn, "LSE", rows*4); err != nil {
 		return nil, err
 	}
 	if s.SplitKV {
-		pr := int64(s.PartialRows) * int64(m.hq)
-		if err := ds.oPart.ensure(cuMemory{}, fn, "O partials", pr*int64(m.d)*4); err != nil {
+		pr := int64(s.PartialRows) * int64(m.HQ)
+		if err := ds.oPart.ensure(cuMemory{}, fn, "O partials", pr*int64(m.D)*4); err != nil {
 			return nil, err
 		}
 		if err := ds.lsePart.ensure(cuMemory{}, fn, "LSE partials", pr*4); err != nil {
@@ -699,8 +699,8 @@ func (op *decodeAttnOp) gpu(e *gpuEnv, prealloc G.Value, in []G.Value) (G.Value,
 		da.OPartial, da.LSEPartial = uint64(ds.oPart.ptr), uint64(ds.lsePart.ptr)
 	}
 	da.LSE = uint64(ds.lse.ptr)
-	da.Batch, da.SeqlenQ, da.Hq, da.Hkv, da.D = m.batch, m.seqlenQ, m.hq, m.hkv, m.d
-	da.PageSize, da.PageTableStride = m.pageSize, m.cols
+	da.Batch, da.SeqlenQ, da.Hq, da.Hkv, da.D = m.Batch, m.SeqlenQ, m.HQ, m.Hkv, m.D
+	da.PageSize, da.PageTableStride = m.PageSize, m.Cols
 	da.QDtype, da.KVDtype, da.PVRound, da.SoftmaxScale = dtypeCode(qd.Dtype()), dtypeCode(kd.Dtype()), roundCode(run.PV), run.Scale
 	if s := kd.Shape(); s.Dims() > 0 {
 		da.NumPages = s[0]

@@ -2,6 +2,7 @@ package op
 
 import (
 	"fmt"
+	"github.com/sparseattn/msa/op/internal/decode"
 	"github.com/sparseattn/msa/op/internal/validate"
 	"hash"
 	"slices"
@@ -152,15 +153,15 @@ func DecodeSchedule(pageTable, seqUsedK *G.Node, opts ...Option) (*G.Node, error
 	c.Need(cfg.fixedSplit >= 0 && cfg.fixedSplit <= validate.MaxInt32, "fixed_split_size",
 		fmt.Sprintf("0 (automatic) <= fixed_split_size <= %d", validate.MaxInt32), cfg.fixedSplit)
 	c.Need(pt[1] >= 1, "page_table", "at least one column", fmt.Sprint(pt))
-	pageCapacity(c, pt[1], cfg.pageSize)
-	checkDecodeRows(c, pt[0], cfg.seqlenQ, cfg.hq)
+	validate.PageCapacity(c, pt[1], cfg.pageSize)
+	decode.CheckRows(c, pt[0], cfg.seqlenQ, cfg.hq)
 	p := plan.DecodeParams{Batch: pt[0], SeqlenQ: cfg.seqlenQ, HQ: cfg.hq, Hkv: cfg.hkv,
-		PageSize: cfg.pageSize, Workers: workers(cfg.workers), FixedSplitPages: cfg.fixedSplit,
+		PageSize: cfg.pageSize, Workers: validate.WorkerCount(cfg.workers), FixedSplitPages: cfg.fixedSplit,
 		DisableSplit: cfg.disableSplit, MaxPagesPerSeq: pt[1]}
 	if cfg.has(optPlanForCUDA) {
 		p.Workers, p.Executor = cfg.cudaSMs, plan.CUDAExecutor
 	}
-	checkDecodeSize(c, p)
+	decode.CheckSize(c, p)
 	if c.Err != nil {
 		return nil, c.Err
 	}
@@ -183,7 +184,7 @@ type decodeAttnOp struct {
 	inDtypes []tensor.Dtype
 	outShape tensor.Shape
 	st       *attnState
-	f32      f32Decode // the float32 path's buffers, guarded by st.mu
+	f32      decode.F32 // the float32 path's buffers, guarded by st.mu
 }
 
 func (op *decodeAttnOp) Arity() int { return len(op.inDtypes) }
@@ -259,18 +260,18 @@ func (op *decodeAttnOp) cpu(vals []G.Value) (G.Value, error) {
 	pool := attn.AcquirePool(p.Workers)
 	defer attn.ReleasePool(pool)
 	if isFloat32(qd) {
-		out, lse := newDecodeOutputs(true, m.batch*m.seqlenQ, m.hq, m.d)
-		if err := op.f32.prepare(fn, m, pool); err != nil {
+		out, lse := newDecodeOutputs(true, m.Batch*m.SeqlenQ, m.HQ, m.D)
+		if err := op.f32.Prepare(fn, m, pool); err != nil {
 			return nil, err
 		}
-		if err := op.f32.run(fn, m, qd, kd, vd, m.scale, validate.Backing[float32](out), validate.Backing[float32](lse)); err != nil {
+		if err := op.f32.Run(fn, m, qd, kd, vd, m.Scale, validate.Backing[float32](out), validate.Backing[float32](lse)); err != nil {
 			return nil, err
 		}
 		op.st.lse = lse
 		return out, nil
 	}
 	if op.st.ws == nil {
-		op.st.ws = attn.NewWorkspace(pool.Workers(), m.d)
+		op.st.ws = attn.NewWorkspace(pool.Workers(), m.D)
 	}
 	run := decodeRun(m, qd, kd, vd, s)
 	res := runDecode(&run, op.st.ws, pool, nil, nil)
@@ -280,7 +281,7 @@ func (op *decodeAttnOp) cpu(vals []G.Value) (G.Value, error) {
 
 // prepare validates the metadata inputs of a decode attention node
 // (already on the host) and unpacks the schedule; CPU and GPU paths share it.
-func (op *decodeAttnOp) prepare(c *validate.Checker, qd, kd *tensor.Dense, pt, su tensor.Tensor, sv *tensor.Dense, q2k tensor.Tensor) (*decodeMeta, *plan.DecodeSchedule, error) {
+func (op *decodeAttnOp) prepare(c *validate.Checker, qd, kd *tensor.Dense, pt, su tensor.Tensor, sv *tensor.Dense, q2k tensor.Tensor) (*decode.Meta, *plan.DecodeSchedule, error) {
 	const fn = "DecodeAttention"
 	p := op.l.p
 	args := DecodeArgs{PageTable: pt, SeqUsedK: su, SeqlenQ: p.SeqlenQ, MaxSeqlenK: p.MaxPagesPerSeq * p.PageSize,
@@ -290,7 +291,7 @@ func (op *decodeAttnOp) prepare(c *validate.Checker, qd, kd *tensor.Dense, pt, s
 	if c.Err != nil {
 		return nil, nil, c.Err
 	}
-	m.params = p
+	m.Params = p
 	c.Dtype(sv, "schedule", tensor.Int32)
 	if c.Err != nil {
 		return nil, nil, c.Err
@@ -299,7 +300,7 @@ func (op *decodeAttnOp) prepare(c *validate.Checker, qd, kd *tensor.Dense, pt, s
 		return nil, nil, validate.ArgErr(fn, "schedule", fmt.Sprintf("a DecodeSchedule value of %d elements", op.l.len()), sv.DataSize())
 	}
 	s := op.l.unpack(validate.Int32s(sv))
-	if err := plan.ValidateDecodeSchedule(s, m.seqused, p); err != nil {
+	if err := plan.ValidateDecodeSchedule(s, m.SeqUsed, p); err != nil {
 		return nil, nil, validate.WrapArg(fn, "schedule", err)
 	}
 	return m, s, nil
@@ -370,7 +371,7 @@ func DecodeAttention(q, k, v, pageTable, seqUsedK, sched, q2k *G.Node, opts ...O
 			l.p.Batch*l.p.SeqlenQ, l.p.HQ, cfg.layout.shape("D"), l.p.Hkv, l.p.PageSize, cfg.layout), fmt.Sprintf("q %v, k %v", qs, ks))
 	}
 	wc := &validate.Checker{Fn: fn}
-	if checkDecodeWorkspace(wc, l.p, nil, qs[2], workspaceLimit(wc, cfg.maxWorkspace)); wc.Err != nil {
+	if decode.CheckWorkspace(wc, l.p, nil, qs[2], decode.WorkspaceLimit(wc, cfg.maxWorkspace)); wc.Err != nil {
 		return nil, wc.Err
 	}
 	inputs := []*G.Node{q, k, v, pageTable, seqUsedK, sched}

@@ -145,7 +145,7 @@ func FwdSchedule(csr, cuQ, cuK *G.Node, opts ...Option) (*G.Node, error) {
 	if !slices.Contains(supportedQheadPerKV, qheadPerKV) {
 		return nil, validate.ArgErr(fn, "qhead_per_kv", "one of 1, 2, 4, 8, 16", fmt.Sprint(qheadPerKV))
 	}
-	sl := newSchedLayout(l, qheadPerKV, workers(workerCount))
+	sl := newSchedLayout(l, qheadPerKV, validate.WorkerCount(workerCount))
 	if _, err := valueSize(fn, "csr", "a schedule value 1 + 6 * capacity + Hkv * stride + total_q * Hkv", sl.len()); err != nil {
 		return nil, err
 	}

@@ -244,8 +244,8 @@ func TopKBlocks(scores *G.Node, opts ...Option) (*G.Node, error) {
 	if err := nodeCheck(fn, "scores", scores, 3, tensor.Float32); err != nil {
 		return nil, err
 	}
-	if topK < 1 || topK > maxTopK {
-		return nil, validate.ArgErr(fn, "topK", fmt.Sprintf("1 <= topK <= %d", maxTopK), topK)
+	if topK < 1 || topK > validate.MaxTopK {
+		return nil, validate.ArgErr(fn, "topK", fmt.Sprintf("1 <= topK <= %d", validate.MaxTopK), topK)
 	}
 	s := scores.Shape()
 	if s[0] < 1 {

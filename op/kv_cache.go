@@ -93,7 +93,7 @@ func NewPagedKVCache(cfg PagedKVCacheConfig) (*PagedKVCache, error) {
 	if cols == 0 {
 		cols = cfg.NumPages
 	}
-	pageCapacity(c, cols, cfg.PageSize)
+	validate.PageCapacity(c, cols, cfg.PageSize)
 	elems := validate.MulCap(maxPoolBytes/int(cfg.Dtype.Size()), cfg.NumPages, cfg.PageSize, cfg.KVHeads, cfg.HeadDim)
 	c.Need(elems >= 0, "NumPages", fmt.Sprintf("a pool of NumPages * PageSize * KVHeads * HeadDim elements of at most %d bytes each for K and V", maxPoolBytes),
 		fmt.Sprintf("%d * %d * %d * %d", cfg.NumPages, cfg.PageSize, cfg.KVHeads, cfg.HeadDim))

@@ -2,6 +2,8 @@ package op
 
 import (
 	"fmt"
+	"github.com/sparseattn/msa/op/internal/blocks"
+	"github.com/sparseattn/msa/op/internal/decode"
 	"github.com/sparseattn/msa/op/internal/validate"
 	"sync/atomic"
 
@@ -90,14 +92,14 @@ func (w *PagedPrefillWrapper) Plan(args PrefillPlanArgs, q2kIndices tensor.Tenso
 		fmt.Sprintf("%d/%d/%d", args.NumQOHeads, args.NumKVHeads, args.HeadDim))
 	checkLayout(c, args.KVLayout, true)
 	cuQ := cuSeqlens(c, args.CuSeqlensQ, "cu_seqlens_q", -1, "")
-	pt, su := pageTableArgs(c, args.PageTable, args.SeqUsedK)
+	pt, su := decode.PageTableArgs(c, args.PageTable, args.SeqUsedK)
 	if c.Err != nil {
 		return c.Err
 	}
 	batch, cols := len(cuQ)-1, pt.Shape()[1]
 	c.Need(pt.Shape()[0] == batch, "page_table", fmt.Sprintf("shape [B = %d, max_num_pages_per_seq]", batch), validate.ShapeStr(pt))
 	c.Need(su.Shape()[0] == batch, "seqused_k", fmt.Sprintf("shape [B] = [%d]", batch), validate.ShapeStr(su))
-	if !pageCapacity(c, cols, w.pageSize) {
+	if !validate.PageCapacity(c, cols, w.pageSize) {
 		return c.Err
 	}
 	used := validate.Int32s(su)
@@ -161,7 +163,7 @@ func (w *PagedPrefillWrapper) blockLists(fn string, q2kIndices tensor.Tensor, cu
 		return nil, 0, err
 	}
 	q2k := make([]int32, args.NumKVHeads*totalQ*topK)
-	allBlocks(q2k, cuQ, used, args.NumKVHeads, topK, w.pageSize, args.Causal)
+	blocks.All(q2k, cuQ, used, args.NumKVHeads, topK, w.pageSize, args.Causal)
 	return tensor.New(tensor.WithShape(args.NumKVHeads, totalQ, topK), tensor.WithBacking(q2k)), topK, nil
 }
 
@@ -177,7 +179,7 @@ func (w *PagedPrefillWrapper) Run(q, k, v tensor.Tensor, softmaxScale float64) (
 	if !w.planned {
 		return nil, validate.ArgErr(fn, "wrapper", "a planned wrapper (call Plan before Run)", "unplanned")
 	}
-	if err := staleMeta(fn, w.src.su, w.su, w.src.pt, w.pt, w.cols); err != nil {
+	if err := decode.StaleMeta(fn, w.src.su, w.su, w.src.pt, w.pt, w.cols); err != nil {
 		return nil, err
 	}
 	if validate.Present(q) {

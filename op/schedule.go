@@ -104,7 +104,7 @@ func FwdScheduleFunc(k2qRowPtr, k2qQIndices tensor.Tensor, args ScheduleArgs) (*
 	}
 	c.Need(len(cuK) == len(cuQ), "cu_seqlens_k", fmt.Sprintf("shape [B + 1] = [%d] matching cu_seqlens_q", len(cuQ)), len(cuK))
 	c.Need(args.TotalQ >= 0, "TotalQ", ">= 0", args.TotalQ)
-	c.Need(args.TopK >= 1 && args.TopK <= maxTopK, "topK", fmt.Sprintf("1 <= topK <= %d", maxTopK), args.TopK)
+	c.Need(args.TopK >= 1 && args.TopK <= validate.MaxTopK, "topK", fmt.Sprintf("1 <= topK <= %d", validate.MaxTopK), args.TopK)
 	c.Need(slices.Contains(supportedQheadPerKV, args.QheadPerKV), "qhead_per_kv", "one of 1, 2, 4, 8, 16", args.QheadPerKV)
 	blk := args.BlkKV
 	if blk == 0 {
@@ -128,7 +128,7 @@ func FwdScheduleFunc(k2qRowPtr, k2qQIndices tensor.Tensor, args ScheduleArgs) (*
 	if err != nil {
 		return nil, err
 	}
-	p := plan.FwdParams{TotalQ: args.TotalQ, Hkv: hkv, QheadPerKV: args.QheadPerKV, TopK: args.TopK, BlkKV: blk, Workers: workers(args.Workers)}
+	p := plan.FwdParams{TotalQ: args.TotalQ, Hkv: hkv, QheadPerKV: args.QheadPerKV, TopK: args.TopK, BlkKV: blk, Workers: validate.WorkerCount(args.Workers)}
 	s, err := plan.BuildFwdSchedule(nil, &csr, rows, cuQ, p)
 	if err != nil {
 		return nil, validate.WrapArg(fn, "schedule", err)

@@ -124,7 +124,7 @@ func validateBlockScores(fn string, q, k, cuSeqlensQ, cuSeqlensK tensor.Tensor, 
 	}
 	qs, ks := qd.Shape(), kd.Shape()
 	s := &blockScorer{totalQ: qs[0], hq: qs[1], d: qs[2], hkv: ks[1], q: qd, k: kd,
-		causal: cfg.Causal, reduce: cfg.Reduce, workers: workers(cfg.Workers)}
+		causal: cfg.Causal, reduce: cfg.Reduce, workers: validate.WorkerCount(cfg.Workers)}
 	c.Need(s.d >= 1 && ks[2] == s.d, "k", fmt.Sprintf("head dimension D = %d (from q) >= 1", s.d), validate.ShapeStr(kd))
 	checkHeads(c, "q", qd, kd, s.hkv, true, func() string { return "the layout [total_k, Hkv, D]" })
 	c.Need(cfg.Reduce == ReduceMax || cfg.Reduce == ReduceMean, "reduce", "ReduceMax or ReduceMean", cfg.Reduce)
@@ -374,7 +374,7 @@ func validateTopK(fn string, scores tensor.Tensor, topK int) (*tensor.Dense, err
 	sd := c.Dense(scores, "scores")
 	c.Dtype(sd, "scores", tensor.Float32)
 	c.Rank(sd, "scores", "[Hkv, total_q, max_blocks]", 3)
-	c.Need(topK >= 1 && topK <= maxTopK, "topK", fmt.Sprintf("1 <= topK <= %d", maxTopK), topK)
+	c.Need(topK >= 1 && topK <= validate.MaxTopK, "topK", fmt.Sprintf("1 <= topK <= %d", validate.MaxTopK), topK)
 	if c.Err != nil {
 		return nil, c.Err
 	}

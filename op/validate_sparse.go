@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"github.com/sparseattn/msa/op/internal/validate"
 	"math"
-	"runtime"
 	"slices"
 	"unsafe"
 
@@ -21,7 +20,6 @@ var (
 	supportedHeadDims = []int{64, 128, 256}
 	// supportedQheadPerKV are the GQA ratios Hq/Hkv (as in the reference).
 	supportedQheadPerKV = []int{1, 2, 4, 8, 16}
-	maxTopK             = 64
 )
 
 // temperatureFastPathTol is the reference's
@@ -125,14 +123,6 @@ func cuSeqlens(c *validate.Checker, t tensor.Tensor, arg string, limit int, limi
 		return nil
 	}
 	return cu
-}
-
-// workers resolves the worker count (usable_SM_count).
-func workers(n int) int {
-	if n <= 0 {
-		return runtime.GOMAXPROCS(0)
-	}
-	return n
 }
 
 // operand wraps a validated BF16 or FP8 tensor as an attn.Operand of head dim d.
@@ -275,34 +265,6 @@ func validateSparse(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int, ar
 		CSR: &sc.csr, Sched: sc.sched, Partial: pdt, OutputScale: outScale,
 	}
 	return sc, nil
-}
-
-// checkPages checks that every page a sequence uses is in [0, numPages).
-// Entries past a sequence's last used page are not read and not checked.
-func checkPages(c *validate.Checker, pt []int32, cols, ps int, seqK []int32, numPages int) {
-	if numPages < 0 || c.Err != nil { // numPages < 0: not known yet (decode Plan), checked at Run
-		return
-	}
-	for b, n := range seqK {
-		used := (int(n) + ps - 1) / ps
-		for j := 0; j < used; j++ {
-			if x := pt[b*cols+j]; x < 0 || int(x) >= numPages {
-				c.Fail(fmt.Sprintf("page_table[%d, %d]", b, j), fmt.Sprintf("a page index in [0, num_pages = %d)", numPages), x)
-				return
-			}
-		}
-	}
-}
-
-// pageCapacity checks that a page table's key capacity
-// max_num_pages_per_seq * page_size fits the int32 key lengths of the
-// kernels (it is the key length of a paged sequence without seqused_k).
-func pageCapacity(c *validate.Checker, cols, ps int) bool {
-	if c.Err == nil && validate.MulCap(validate.MaxInt32, cols, ps) < 0 {
-		c.Fail("page_table", fmt.Sprintf("max_num_pages_per_seq * page_size <= %d (key lengths are int32)", validate.MaxInt32),
-			fmt.Sprintf("%d columns * page_size %d", cols, ps))
-	}
-	return c.Err == nil
 }
 
 // maxSeq checks an optional max_seqlen argument against prefix sums.

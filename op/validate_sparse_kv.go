@@ -97,7 +97,7 @@ func (in *sparseInputs) checkSparseKV(c *validate.Checker, rowPtr, qIdx tensor.T
 	if c.Err != nil {
 		return c.Err
 	}
-	c.Need(topK >= 1 && topK <= maxTopK, "topK", fmt.Sprintf("1 <= topK <= %d", maxTopK), topK)
+	c.Need(topK >= 1 && topK <= validate.MaxTopK, "topK", fmt.Sprintf("1 <= topK <= %d", validate.MaxTopK), topK)
 	totalKeys := -1
 	if !in.paged {
 		totalKeys = kd.Shape()[0]
@@ -116,7 +116,7 @@ func (in *sparseInputs) checkSparseKV(c *validate.Checker, rowPtr, qIdx tensor.T
 	if in.csr, err = csrView(fn, rp, qi, in.rows, in.totalQ, topK, cuQ); err != nil {
 		return err
 	}
-	in.workers = workers(args.Workers)
+	in.workers = validate.WorkerCount(args.Workers)
 	in.fp = plan.FwdParams{TotalQ: in.totalQ, Hkv: in.hkv, QheadPerKV: in.qpk, TopK: topK, BlkKV: in.blk, Workers: in.workers}
 	switch {
 	case args.Schedule != nil:
@@ -153,7 +153,7 @@ func (in *sparseInputs) checkKeyLengths(c *validate.Checker, args *SparseArgs) e
 		c.Need(pt.Shape()[0] == in.batch, "page_table", fmt.Sprintf("shape [B = %d, max_num_pages_per_seq]", in.batch), validate.ShapeStr(pt))
 		_, in.ps = in.layout.dims(in.kd.Shape())
 		in.cols = pt.Shape()[1]
-		if !pageCapacity(c, in.cols, in.ps) {
+		if !validate.PageCapacity(c, in.cols, in.ps) {
 			return c.Err
 		}
 		in.pt, in.numPages = validate.Int32s(pt), in.kd.Shape()[0]
@@ -161,7 +161,7 @@ func (in *sparseInputs) checkKeyLengths(c *validate.Checker, args *SparseArgs) e
 		if in.used, ok = pagedSeqK(c, args.SeqUsedK, in.cuK, in.seqK, in.cols*in.ps); !ok {
 			return c.Err
 		}
-		checkPages(c, in.pt, in.cols, in.ps, in.seqK, in.numPages)
+		validate.CheckPages(c, in.pt, in.cols, in.ps, in.seqK, in.numPages)
 	}
 	maxSeq(c, "max_seqlen_q", args.MaxSeqlenQ, in.cuQ)
 	maxSeqK(c, "max_seqlen_k", args.MaxSeqlenK, in.seqK)

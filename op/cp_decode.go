@@ -3,6 +3,7 @@ package op
 import (
 	"encoding/binary"
 	"fmt"
+	"github.com/sparseattn/msa/op/internal/merge"
 	"github.com/sparseattn/msa/op/internal/validate"
 	"math"
 	"unsafe"
@@ -54,14 +55,14 @@ type CPDecodeWrapper struct {
 	send, recv []byte
 	bf16       cpPartials[lowp.BFloat16]
 	f32        cpPartials[float32]
-	sc         mergeScratch
+	sc         merge.Scratch
 	planned    bool
 }
 
 // cpPartials are the views of one output dtype T into a CPDecodeWrapper's
 // send and recv buffers: this rank's o and lse, every rank's srcs and
 // lses, and seg, the bytes one rank sends.
-type cpPartials[T mergeElem] struct {
+type cpPartials[T merge.Elem] struct {
 	seg    int
 	o, lse *tensor.Dense
 	srcs   [][]T
@@ -108,7 +109,7 @@ func (p *cpPartials[T]) exchange(w *CPDecodeWrapper, fn string, q, k, v tensor.T
 	if lse != nil {
 		l = validate.Backing[float32](lse)
 	}
-	mergeInto(validate.Backing[T](out), l, p.srcs, p.lses, w.d, &w.sc)
+	merge.Into(validate.Backing[T](out), l, p.srcs, p.lses, w.d, &w.sc)
 	return nil
 }
 
@@ -179,7 +180,7 @@ func (w *CPDecodeWrapper) Plan(args PlanArgs, q2kIndices tensor.Tensor) error {
 		w.bf16.view(w.send, w.recv, p, w.rows, w.hq, w.d)
 		w.f32.view(w.send, w.recv, p, w.rows, w.hq, w.d)
 	}
-	w.sc.reserve(w.c.Size(), w.d)
+	w.sc.Reserve(w.c.Size(), w.d)
 	w.planned = true
 	return nil
 }

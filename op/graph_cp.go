@@ -2,6 +2,7 @@ package op
 
 import (
 	"fmt"
+	"github.com/sparseattn/msa/op/internal/merge"
 	"github.com/sparseattn/msa/op/internal/validate"
 	"hash"
 
@@ -21,7 +22,7 @@ type cpMergeOp struct {
 	st    *attnState
 	// Guarded by st.mu: the all-gather buffers and their views.
 	send, recv []byte
-	sc         mergeScratch
+	sc         merge.Scratch
 }
 
 func (op *cpMergeOp) mergedLSE() *attnState { return op.st }
@@ -88,13 +89,13 @@ func (op *cpMergeOp) do(vals []G.Value) (G.Value, error) {
 		for r := range srcs {
 			srcs[r] = viewAs[lowp.BFloat16](seg(r)[nl:])
 		}
-		mergeInto(validate.Backing[lowp.BFloat16](out), validate.Backing[float32](lse), srcs, lses, d, &op.sc)
+		merge.Into(validate.Backing[lowp.BFloat16](out), validate.Backing[float32](lse), srcs, lses, d, &op.sc)
 	} else {
 		srcs := make([][]float32, p)
 		for r := range srcs {
 			srcs[r] = viewAs[float32](seg(r)[nl:])
 		}
-		mergeInto(validate.Backing[float32](out), validate.Backing[float32](lse), srcs, lses, d, &op.sc)
+		merge.Into(validate.Backing[float32](out), validate.Backing[float32](lse), srcs, lses, d, &op.sc)
 	}
 	op.st.lse = lse
 	return out, nil

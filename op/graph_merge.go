@@ -2,6 +2,7 @@ package op
 
 import (
 	"fmt"
+	"github.com/sparseattn/msa/op/internal/merge"
 	"github.com/sparseattn/msa/op/internal/validate"
 	"hash"
 
@@ -18,7 +19,7 @@ type mergeOp struct {
 	dt    tensor.Dtype
 	shape tensor.Shape
 	st    *attnState
-	sc    mergeScratch
+	sc    merge.Scratch
 }
 
 // mergeNode is an op whose value is a merged O and whose merged LSE LSE(node)

@@ -2,6 +2,7 @@ package op
 
 import (
 	"fmt"
+	"github.com/sparseattn/msa/op/internal/merge"
 	"github.com/sparseattn/msa/op/internal/validate"
 	"slices"
 
@@ -70,7 +71,7 @@ func MergeStatesFunc(outs, lses []tensor.Tensor, args MergeArgs) (*Result, error
 	if lse == nil {
 		lse = tensor.New(tensor.WithShape(slices.Clone(lshape)...), tensor.Of(tensor.Float32))
 	}
-	var sc mergeScratch
+	var sc merge.Scratch
 	mergeDense(out, lse, os, ls, &sc)
 	return &Result{Out: out, LSE: lse}, nil
 }
@@ -112,7 +113,7 @@ func mergeInputs(c *validate.Checker, outs, lses []tensor.Tensor) (os, ls []*ten
 }
 
 // mergeDense runs mergeInto on checked dense tensors.
-func mergeDense(out, lse *tensor.Dense, os, ls []*tensor.Dense, sc *mergeScratch) {
+func mergeDense(out, lse *tensor.Dense, os, ls []*tensor.Dense, sc *merge.Scratch) {
 	s := os[0].Shape()
 	d := s[s.Dims()-1]
 	lv := make([][]float32, len(ls))
@@ -121,9 +122,9 @@ func mergeDense(out, lse *tensor.Dense, os, ls []*tensor.Dense, sc *mergeScratch
 	}
 	switch os[0].Dtype() {
 	case BFloat16:
-		mergeInto(validate.Backing[lowp.BFloat16](out), validate.Backing[float32](lse), denseSlices[lowp.BFloat16](os), lv, d, sc)
+		merge.Into(validate.Backing[lowp.BFloat16](out), validate.Backing[float32](lse), denseSlices[lowp.BFloat16](os), lv, d, sc)
 	default:
-		mergeInto(validate.Backing[float32](out), validate.Backing[float32](lse), denseSlices[float32](os), lv, d, sc)
+		merge.Into(validate.Backing[float32](out), validate.Backing[float32](lse), denseSlices[float32](os), lv, d, sc)
 	}
 }
 

@@ -3,6 +3,7 @@ package op
 import (
 	"errors"
 	"fmt"
+	"github.com/sparseattn/msa/op/internal/merge"
 	"github.com/sparseattn/msa/op/internal/validate"
 	"math"
 	"math/rand/v2"
@@ -247,9 +248,9 @@ func TestMergeIntoAllocs(t *testing.T) {
 		srcs[i] = bf16s(mc.o[i])
 	}
 	dst, lse := make([]lowp.BFloat16, mc.rows*mc.d), make([]float32, mc.rows)
-	var sc mergeScratch
-	mergeInto(dst, lse, srcs, mc.l, mc.d, &sc)
-	if n := testing.AllocsPerRun(10, func() { mergeInto(dst, lse, srcs, mc.l, mc.d, &sc) }); n != 0 {
+	var sc merge.Scratch
+	merge.Into(dst, lse, srcs, mc.l, mc.d, &sc)
+	if n := testing.AllocsPerRun(10, func() { merge.Into(dst, lse, srcs, mc.l, mc.d, &sc) }); n != 0 {
 		t.Fatalf("%v allocations per merge", n)
 	}
 }

@@ -3,12 +3,12 @@ package op
 import (
 	"bytes"
 	"errors"
-	"github.com/sparseattn/msa/op/internal/validate"
 	"math"
 	"strings"
 	"testing"
 
 	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/op/internal/validate"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )

@@ -3,13 +3,14 @@ package op
 import (
 	"encoding/binary"
 	"fmt"
-	"github.com/sparseattn/msa/op/internal/merge"
-	"github.com/sparseattn/msa/op/internal/validate"
 	"math"
 	"unsafe"
 
 	"github.com/sparseattn/msa/kernels/comm"
 	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/op/internal/decode"
+	"github.com/sparseattn/msa/op/internal/merge"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 
@@ -33,7 +34,7 @@ import (
 // and sees the keys up to it, so the ranks must hold each sequence's
 // tokens in rank order (rank 0 the first, the highest rank the last);
 // Plan then gathers every rank's seqused_k and cuts each query's keys on
-// this rank at its causal limit (cpDecodeRows). Sparse decode takes each
+// this rank at its causal limit (decode.CPRows). Sparse decode takes each
 // rank's q2k_indices over the blocks of its own tokens.
 //
 // Plan checks collectively that every rank planned the same B, Hq, Hkv, D,
@@ -151,10 +152,12 @@ func (w *CPDecodeWrapper) Plan(args PlanArgs, q2kIndices tensor.Tensor) error {
 	}
 	if m := w.w.m; m.SeqlenQ > 1 {
 		// Replan with one row per query token, each cut at its causal limit.
-		rows, q2k, err := cpDecodeRows(w.c, m, args)
+		pt, su, q2k, err := decode.CPRows(w.c, m)
 		if err != nil {
 			return &CommError{fn, err}
 		}
+		rows := args
+		rows.PageTable, rows.SeqUsedK, rows.SeqlenQ = pt, su, 1
 		var rowsQ2K tensor.Tensor
 		if q2k != nil {
 			rowsQ2K = q2k

@@ -3,7 +3,6 @@ package op
 import (
 	"errors"
 	"fmt"
-	"github.com/sparseattn/msa/op/internal/validate"
 	"math"
 	"strings"
 	"testing"
@@ -11,6 +10,7 @@ import (
 	"github.com/sparseattn/msa/kernels/comm"
 	"github.com/sparseattn/msa/kernels/lowp"
 	"github.com/sparseattn/msa/kernels/tile"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 

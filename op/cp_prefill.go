@@ -3,11 +3,11 @@ package op
 import (
 	"encoding/binary"
 	"fmt"
-	"github.com/sparseattn/msa/op/internal/validate"
 	"math"
 	"slices"
 
 	"github.com/sparseattn/msa/kernels/comm"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 

@@ -1,13 +1,13 @@
 package op
 
 import (
-	"github.com/sparseattn/msa/op/internal/merge"
-	"github.com/sparseattn/msa/op/internal/validate"
 	"maps"
 	"math"
 	"slices"
 
 	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/op/internal/merge"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 

@@ -3,13 +3,13 @@ package op
 import (
 	"errors"
 	"fmt"
-	"github.com/sparseattn/msa/op/internal/validate"
 	"math"
 	"slices"
 	"testing"
 
 	"github.com/sparseattn/msa/kernels/comm"
 	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 

@@ -2,6 +2,7 @@ package op
 
 import (
 	"fmt"
+
 	"github.com/sparseattn/msa/op/internal/validate"
 )
 

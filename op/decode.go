@@ -2,13 +2,13 @@ package op
 
 import (
 	"fmt"
-	"github.com/sparseattn/msa/op/internal/decode"
-	"github.com/sparseattn/msa/op/internal/validate"
 	"slices"
 
 	"github.com/sparseattn/msa/kernels/attn"
 	"github.com/sparseattn/msa/kernels/lowp"
 	"github.com/sparseattn/msa/kernels/plan"
+	"github.com/sparseattn/msa/op/internal/decode"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 

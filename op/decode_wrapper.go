@@ -2,8 +2,6 @@ package op
 
 import (
 	"fmt"
-	"github.com/sparseattn/msa/op/internal/decode"
-	"github.com/sparseattn/msa/op/internal/validate"
 	"runtime"
 	"slices"
 	"strings"
@@ -12,6 +10,8 @@ import (
 	"github.com/sparseattn/msa/kernels/attn"
 	"github.com/sparseattn/msa/kernels/lowp"
 	"github.com/sparseattn/msa/kernels/plan"
+	"github.com/sparseattn/msa/op/internal/decode"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 

@@ -2,11 +2,11 @@ package op
 
 import (
 	"bytes"
-	"github.com/sparseattn/msa/op/internal/validate"
 	"testing"
 	"unsafe"
 
 	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 

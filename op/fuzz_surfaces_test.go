@@ -2,12 +2,12 @@ package op
 
 import (
 	"bytes"
-	"github.com/sparseattn/msa/op/internal/validate"
 	"math"
 	"slices"
 	"testing"
 
 	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/op/internal/validate"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )

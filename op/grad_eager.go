@@ -2,10 +2,10 @@ package op
 
 import (
 	"fmt"
-	"github.com/sparseattn/msa/op/internal/validate"
 
 	"github.com/sparseattn/msa/kernels/attn"
 	"github.com/sparseattn/msa/kernels/grad"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 

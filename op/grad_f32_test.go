@@ -1,13 +1,13 @@
 package op
 
 import (
-	"github.com/sparseattn/msa/op/internal/validate"
 	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
 
 	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 

@@ -2,12 +2,12 @@ package op
 
 import (
 	"fmt"
-	"github.com/sparseattn/msa/op/internal/validate"
 	"hash"
 	"slices"
 
 	"github.com/chewxy/hm"
 	"github.com/sparseattn/msa/kernels/comm"
+	"github.com/sparseattn/msa/op/internal/validate"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )

@@ -3,10 +3,10 @@ package op
 import (
 	"errors"
 	"fmt"
-	"github.com/sparseattn/msa/op/internal/validate"
 	"testing"
 
 	"github.com/sparseattn/msa/kernels/comm"
+	"github.com/sparseattn/msa/op/internal/validate"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )

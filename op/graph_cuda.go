@@ -75,7 +75,6 @@ package op
 
 import (
 	"fmt"
-	"github.com/sparseattn/msa/op/internal/validate"
 	"reflect"
 	"runtime"
 	"sync"
@@ -87,6 +86,7 @@ import (
 	"github.com/sparseattn/msa/kernels/attn"
 	"github.com/sparseattn/msa/kernels/plan"
 	"github.com/sparseattn/msa/kernels/tile"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/cu"
 	G "gorgonia.org/gorgonia"
 	gcuda "gorgonia.org/gorgonia/cuda"

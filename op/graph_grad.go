@@ -2,13 +2,13 @@ package op
 
 import (
 	"fmt"
-	"github.com/sparseattn/msa/op/internal/validate"
 	"hash"
 	"sync"
 
 	"github.com/chewxy/hm"
 	"github.com/sparseattn/msa/kernels/grad"
 	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/op/internal/validate"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )

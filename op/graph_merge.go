@@ -2,11 +2,11 @@ package op
 
 import (
 	"fmt"
-	"github.com/sparseattn/msa/op/internal/merge"
-	"github.com/sparseattn/msa/op/internal/validate"
 	"hash"
 
 	"github.com/chewxy/hm"
+	"github.com/sparseattn/msa/op/internal/merge"
+	"github.com/sparseattn/msa/op/internal/validate"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )

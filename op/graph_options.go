@@ -2,10 +2,10 @@ package op
 
 import (
 	"fmt"
-	"github.com/sparseattn/msa/op/internal/validate"
 	"slices"
 	"strings"
 
+	"github.com/sparseattn/msa/op/internal/validate"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )

@@ -2,12 +2,12 @@ package op
 
 import (
 	"fmt"
-	"github.com/sparseattn/msa/op/internal/validate"
 	"math"
 	"slices"
 	"sync/atomic"
 
 	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 

@@ -3,12 +3,12 @@ package op
 import (
 	"bytes"
 	"fmt"
-	"github.com/sparseattn/msa/op/internal/validate"
 	"math/rand/v2"
 	"slices"
 	"testing"
 
 	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 

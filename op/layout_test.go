@@ -3,11 +3,11 @@ package op
 import (
 	"bytes"
 	"errors"
-	"github.com/sparseattn/msa/op/internal/validate"
 	"math/rand/v2"
 	"testing"
 
 	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/op/internal/validate"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )

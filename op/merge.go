@@ -2,11 +2,11 @@ package op
 
 import (
 	"fmt"
-	"github.com/sparseattn/msa/op/internal/merge"
-	"github.com/sparseattn/msa/op/internal/validate"
 	"slices"
 
 	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/op/internal/merge"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 

@@ -3,14 +3,14 @@ package op
 import (
 	"errors"
 	"fmt"
-	"github.com/sparseattn/msa/op/internal/merge"
-	"github.com/sparseattn/msa/op/internal/validate"
 	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
 
 	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/op/internal/merge"
+	"github.com/sparseattn/msa/op/internal/validate"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )

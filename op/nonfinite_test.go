@@ -2,13 +2,13 @@ package op
 
 import (
 	"bytes"
-	"github.com/sparseattn/msa/op/internal/validate"
 	"math"
 	"slices"
 	"testing"
 
 	"github.com/sparseattn/msa/kernels/attn"
 	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 

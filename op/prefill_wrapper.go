@@ -2,12 +2,12 @@ package op
 
 import (
 	"fmt"
-	"github.com/sparseattn/msa/op/internal/blocks"
-	"github.com/sparseattn/msa/op/internal/decode"
-	"github.com/sparseattn/msa/op/internal/validate"
 	"sync/atomic"
 
 	"github.com/sparseattn/msa/kernels/tile"
+	"github.com/sparseattn/msa/op/internal/blocks"
+	"github.com/sparseattn/msa/op/internal/decode"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 

@@ -3,9 +3,9 @@ package op
 import (
 	"errors"
 	"fmt"
-	"github.com/sparseattn/msa/op/internal/validate"
 	"testing"
 
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 

@@ -2,13 +2,13 @@ package op
 
 import (
 	"fmt"
-	"github.com/sparseattn/msa/op/internal/validate"
 	"math"
 	"runtime"
 	"slices"
 	"sync"
 
 	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 

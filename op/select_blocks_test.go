@@ -2,12 +2,12 @@ package op
 
 import (
 	"bytes"
-	"github.com/sparseattn/msa/op/internal/blocks"
-	"github.com/sparseattn/msa/op/internal/validate"
 	"math/rand/v2"
 	"slices"
 	"testing"
 
+	"github.com/sparseattn/msa/op/internal/blocks"
+	"github.com/sparseattn/msa/op/internal/validate"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )

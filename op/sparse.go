@@ -1,12 +1,12 @@
 package op
 
 import (
-	"github.com/sparseattn/msa/op/internal/validate"
 	"sync"
 	"time"
 
 	"github.com/sparseattn/msa/kernels/attn"
 	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 

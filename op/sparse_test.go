@@ -1,12 +1,12 @@
 package op
 
 import (
-	"github.com/sparseattn/msa/op/internal/validate"
 	"math"
 	"testing"
 
 	"github.com/sparseattn/msa/kernels/lowp"
 	"github.com/sparseattn/msa/kernels/tile"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 

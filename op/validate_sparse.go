@@ -2,7 +2,6 @@ package op
 
 import (
 	"fmt"
-	"github.com/sparseattn/msa/op/internal/validate"
 	"math"
 	"slices"
 	"unsafe"
@@ -11,6 +10,7 @@ import (
 	"github.com/sparseattn/msa/kernels/lowp"
 	"github.com/sparseattn/msa/kernels/plan"
 	"github.com/sparseattn/msa/kernels/tile"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 

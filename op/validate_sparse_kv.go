@@ -2,10 +2,10 @@ package op
 
 import (
 	"fmt"
-	"github.com/sparseattn/msa/op/internal/validate"
 
 	"github.com/sparseattn/msa/kernels/plan"
 	"github.com/sparseattn/msa/kernels/tile"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 

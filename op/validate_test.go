@@ -2,12 +2,12 @@ package op
 
 import (
 	"errors"
-	"github.com/sparseattn/msa/op/internal/validate"
 	"math"
 	"strings"
 	"testing"
 
 	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 

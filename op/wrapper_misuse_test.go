@@ -2,7 +2,6 @@ package op
 
 import (
 	"errors"
-	"github.com/sparseattn/msa/op/internal/validate"
 	"math"
 	"slices"
 	"strings"
@@ -11,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 

@@ -2,9 +2,9 @@ package decode
 
 import (
 	"fmt"
-	"github.com/sparseattn/msa/op/internal/validate"
 
 	"github.com/sparseattn/msa/kernels/plan"
+	"github.com/sparseattn/msa/op/internal/validate"
 )
 
 // Size limits of paged decode. Decode serves a few new tokens per request;

@@ -1,15 +1,15 @@
-package op
+package decode
 
 import (
 	"encoding/binary"
-	"github.com/sparseattn/msa/op/internal/decode"
 
 	"github.com/sparseattn/msa/kernels/comm"
 	"gorgonia.org/tensor"
 )
 
-// cpDecodeRows turns a rank's plan of seqlen_q > 1 query tokens per
-// request into one of seqlen_q = 1 rows that a DecodeWrapper runs
+// CPRows turns a rank's plan of seqlen_q > 1 query tokens per request
+// (CPDecodeWrapper's) into the page table, seqused_k and (sparse)
+// q2k_indices of a plan of seqlen_q = 1 rows that a DecodeWrapper runs
 // unchanged: query i of request b becomes row b*seqlen_q+i (q's row order
 // already) with the request's page-table row and, as its seqused_k, the
 // number of this rank's keys that query sees. Query i of a request of L
@@ -20,7 +20,7 @@ import (
 // single-process decode, cut at the rank's share. One all-gather of every
 // rank's seqused_k (4*B bytes) gives L and a. Sparse decode keeps in each
 // row's selection only the blocks that start before the row's limit.
-func cpDecodeRows(c comm.Comm, m *decode.Meta, args PlanArgs) (PlanArgs, *tensor.Dense, error) {
+func CPRows(c comm.Comm, m *Meta) (pageTable, seqUsedK, q2k *tensor.Dense, err error) {
 	B, sq := m.Batch, m.SeqlenQ
 	send := make([]byte, 4*B)
 	for b, n := range m.SeqUsed {
@@ -28,7 +28,7 @@ func cpDecodeRows(c comm.Comm, m *decode.Meta, args PlanArgs) (PlanArgs, *tensor
 	}
 	recv := make([]byte, c.Size()*len(send))
 	if err := c.AllGather(send, recv); err != nil {
-		return args, nil, err
+		return nil, nil, nil, err
 	}
 	used := func(r, b int) int { return int(int32(binary.LittleEndian.Uint32(recv[(r*B+b)*4:]))) }
 	pt := make([]int32, B*sq*m.Cols)
@@ -48,12 +48,10 @@ func cpDecodeRows(c comm.Comm, m *decode.Meta, args PlanArgs) (PlanArgs, *tensor
 			su[row] = int32(min(n, max(0, total-sq+i+1-before)))
 		}
 	}
-	out := args
-	out.PageTable = tensor.New(tensor.WithShape(B*sq, m.Cols), tensor.WithBacking(pt))
-	out.SeqUsedK = tensor.New(tensor.WithShape(B*sq), tensor.WithBacking(su))
-	out.SeqlenQ = 1
+	pageTable = tensor.New(tensor.WithShape(B*sq, m.Cols), tensor.WithBacking(pt))
+	seqUsedK = tensor.New(tensor.WithShape(B*sq), tensor.WithBacking(su))
 	if m.Q2K == nil {
-		return out, nil, nil
+		return pageTable, seqUsedK, nil, nil
 	}
 	sel := make([]int32, len(m.Q2K))
 	for i, j := range m.Q2K {
@@ -63,5 +61,5 @@ func cpDecodeRows(c comm.Comm, m *decode.Meta, args PlanArgs) (PlanArgs, *tensor
 			sel[i] = j
 		}
 	}
-	return out, tensor.New(tensor.WithShape(m.Hkv, B*sq, m.TopK), tensor.WithBacking(sel)), nil
+	return pageTable, seqUsedK, tensor.New(tensor.WithShape(m.Hkv, B*sq, m.TopK), tensor.WithBacking(sel)), nil
 }

@@ -3,8 +3,6 @@ package op
 import (
 	"fmt"
 
-	"github.com/sparseattn/msa/kernels/attn"
-	"github.com/sparseattn/msa/kernels/grad"
 	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
@@ -37,7 +35,7 @@ func SparseAttentionBackwardFunc(q, k, v, out, lse, dOut, dLSE, k2qRowPtr, k2qQI
 		return nil, err
 	}
 	c := &validate.Checker{Fn: fn}
-	p := &fc.p
+	p := &fc.Problem
 	qShape := fmt.Sprintf("[total_q, Hq, D] = [%d, %d, %d]", p.TotalQ, p.HQ, p.D)
 	rowShape := fmt.Sprintf("[total_q, Hq] = [%d, %d]", p.TotalQ, p.HQ)
 	o := f32Arg(c, out, "out", qShape, p.TotalQ, p.HQ, p.D)
@@ -50,7 +48,7 @@ func SparseAttentionBackwardFunc(q, k, v, out, lse, dOut, dLSE, k2qRowPtr, k2qQI
 	if c.Err != nil {
 		return nil, c.Err
 	}
-	dq, dk, dv, err := fc.backward(fn, nil, o, l, do, dl)
+	dq, dk, dv, err := fc.Backward(fn, nil, o, l, do, dl)
 	if err != nil {
 		return nil, err
 	}
@@ -73,17 +71,4 @@ func f32Arg(c *validate.Checker, t tensor.Tensor, arg, desc string, shape ...int
 		return nil
 	}
 	return validate.Backing[float32](d)
-}
-
-// backward runs the float32 backward of a validated call and returns new
-// dQ, dK and dV slices. ws may be nil.
-func (fc *f32Call) backward(fn string, ws *grad.Workspace, o, lse, dO, dLSE []float32) (dq, dk, dv []float32, err error) {
-	ws, pool := fc.gradWorkspace(ws)
-	defer attn.ReleasePool(pool)
-	dq = make([]float32, len(fc.q))
-	dk, dv = make([]float32, len(fc.k)), make([]float32, len(fc.v))
-	if err := ws.Backward(&fc.p, fc.q, fc.k, fc.v, o, lse, dO, dLSE, dq, dk, dv); err != nil {
-		return nil, nil, nil, &ArgError{Func: fn, Arg: "inputs", Expected: "a consistent float32 backward call", Got: err.Error()}
-	}
-	return dq, dk, dv, nil
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/chewxy/hm"
 	"github.com/sparseattn/msa/kernels/grad"
 	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/op/internal/gradimpl"
 	"github.com/sparseattn/msa/op/internal/validate"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
@@ -54,7 +55,7 @@ func (op *sparseAttnOp) outDtype() tensor.Dtype {
 // gradCall validates the node's input values as a float32 call. With widen
 // set, BFloat16 q, k and v are decoded to float32 first (the backward of a
 // BFloat16 node).
-func (op *sparseAttnOp) gradCall(fn string, vals []G.Value, widen bool) (*f32Call, error) {
+func (op *sparseAttnOp) gradCall(fn string, vals []G.Value, widen bool) (*gradimpl.Call, error) {
 	if len(vals) < op.Arity() {
 		return nil, validate.ArgErr(fn, "inputs", fmt.Sprintf("%d values", op.Arity()), len(vals))
 	}
@@ -169,7 +170,7 @@ func (op *sparseAttnOp) doF32(vals []G.Value) (G.Value, error) {
 	if err != nil {
 		return nil, err
 	}
-	res, err := fc.forward(fn, op.st.g.workspace())
+	res, err := forwardF32(fn, fc, op.st.g.workspace())
 	if err != nil {
 		return nil, err
 	}
@@ -302,7 +303,7 @@ func (op *sparseAttnOp) backward(fn string, vals []G.Value, o, lse, dO, dLSE G.V
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	p := &fc.p
+	p := &fc.Problem
 	qs, rs := tensor.Shape{p.TotalQ, p.HQ, p.D}, tensor.Shape{p.TotalQ, p.HQ}
 	ov, err := f32Values(fn, "out", o, qs)
 	if err != nil {
@@ -322,7 +323,7 @@ func (op *sparseAttnOp) backward(fn string, vals []G.Value, o, lse, dO, dLSE G.V
 			return nil, nil, nil, err
 		}
 	}
-	return fc.backward(fn, op.st.g.workspace(), ov, lv, dv0, dl)
+	return fc.Backward(fn, op.st.g.workspace(), ov, lv, dv0, dl)
 }
 
 // addGrad adds g to the float32 or BFloat16 gradient value d in place.

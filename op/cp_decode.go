@@ -236,9 +236,9 @@ func (w *CPDecodeWrapper) run(fn string, q, k, v tensor.Tensor, softmaxScale flo
 	if f32 {
 		outDtype = tensor.Float32
 	}
-	outputArg(c, out, "out", outDtype, w.rows, w.hq, w.d)
+	validate.OutputArg(c, out, "out", outDtype, w.rows, w.hq, w.d)
 	if lse != nil {
-		outputArg(c, lse, "lse", tensor.Float32, w.rows, w.hq)
+		validate.OutputArg(c, lse, "lse", tensor.Float32, w.rows, w.hq)
 	}
 	checkDisjoint(c, []namedTensor{{"out", out}, {"lse", lse}}, []namedTensor{{"q", q}, {"k", k}, {"v", v}})
 	if c.Err != nil {

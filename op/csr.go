@@ -21,8 +21,8 @@ func K2QCSRFunc(q2kIndices, cuSeqlensQ, cuSeqlensK tensor.Tensor, blkKV int) (ro
 	q2k := c.Dense(q2kIndices, "q2k_indices")
 	c.Dtype(q2k, "q2k_indices", tensor.Int32)
 	c.Rank(q2k, "q2k_indices", "[Hkv, total_q, topK]", 3)
-	cuQ := cuSeqlens(c, cuSeqlensQ, "cu_seqlens_q", -1, "")
-	cuK := cuSeqlens(c, cuSeqlensK, "cu_seqlens_k", -1, "")
+	cuQ := validate.CuSeqlens(c, cuSeqlensQ, "cu_seqlens_q", -1, "")
+	cuK := validate.CuSeqlens(c, cuSeqlensK, "cu_seqlens_k", -1, "")
 	if c.Err != nil {
 		return nil, nil, c.Err
 	}

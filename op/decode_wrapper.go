@@ -259,9 +259,9 @@ func (w *DecodeWrapper) runInto(fn string, q, k, v tensor.Tensor, softmaxScale f
 	if f32 {
 		outDtype = tensor.Float32
 	}
-	outputArg(c, out, "out", outDtype, qs[0], qs[1], qs[2])
+	validate.OutputArg(c, out, "out", outDtype, qs[0], qs[1], qs[2])
 	if lse != nil {
-		outputArg(c, lse, "lse", tensor.Float32, qs[0], qs[1])
+		validate.OutputArg(c, lse, "lse", tensor.Float32, qs[0], qs[1])
 	}
 	checkDisjoint(c, []namedTensor{{"out", out}, {"lse", lse}}, []namedTensor{{"q", qd}, {"k", kd}, {"v", vd}})
 	validate.CheckPages(c, m.PT, m.Cols, m.PageSize, m.SeqUsed, ks[0])
@@ -303,39 +303,6 @@ func (w *DecodeWrapper) runF32(fn string, qd, kd, vd *tensor.Dense, scale float6
 		l = w.f32.ScratchLSE(m.Batch * m.SeqlenQ * m.HQ)
 	}
 	return w.f32.Run(fn, m, qd, kd, vd, scale, validate.Backing[float32](out), l)
-}
-
-// outputArg records an error unless t is a contiguous tensor of dtype dt
-// and exactly the given shape, whose storage is exactly that shape (a view
-// into a larger tensor would be written outside the view).
-func outputArg(c *validate.Checker, t *tensor.Dense, arg string, dt tensor.Dtype, shape ...int) {
-	if c.Err != nil {
-		return
-	}
-	n := 1
-	for _, x := range shape {
-		n *= x
-	}
-	if t == nil {
-		c.Fail(arg, fmt.Sprintf("a contiguous %s tensor of shape %v", validate.DtypeName(dt), slices.Clone(shape)), "nil")
-		return
-	}
-	if t.Dtype() != dt || !validate.ShapeIs(t, shape...) || t.RequiresIterator() || t.IsMaterializable() ||
-		len(t.Header.Raw) != n*int(dt.Size()) {
-		c.Fail(arg, fmt.Sprintf("a contiguous %s tensor of shape %v (not a view)", validate.DtypeName(dt), slices.Clone(shape)),
-			fmt.Sprintf("%s %v%s", validate.DtypeName(t.Dtype()), []int(t.Shape()), viewDesc(t)))
-	}
-}
-
-// viewDesc describes the view state of t for error messages.
-func viewDesc(t *tensor.Dense) string {
-	switch {
-	case t.IsMaterializable():
-		return " (a view)"
-	case t.RequiresIterator():
-		return " (not contiguous)"
-	}
-	return ""
 }
 
 // Close releases the wrapper's goroutines; it waits for a call in progress

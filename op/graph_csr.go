@@ -87,8 +87,8 @@ func (op *csrOp) Do(vals ...G.Value) (G.Value, error) {
 	c := &validate.Checker{Fn: fn}
 	q2k := c.Dense(tv(vals[0]), "q2k_indices")
 	c.Dtype(q2k, "q2k_indices", tensor.Int32)
-	cuQ := cuSeqlens(c, tv(vals[1]), "cu_seqlens_q", op.l.TotalQ, fmt.Sprintf("total_q = %d", op.l.TotalQ))
-	cuK := cuSeqlens(c, tv(vals[2]), "cu_seqlens_k", -1, "")
+	cuQ := validate.CuSeqlens(c, tv(vals[1]), "cu_seqlens_q", op.l.TotalQ, fmt.Sprintf("total_q = %d", op.l.TotalQ))
+	cuK := validate.CuSeqlens(c, tv(vals[2]), "cu_seqlens_k", -1, "")
 	if c.Err != nil {
 		return nil, c.Err
 	}

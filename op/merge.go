@@ -52,10 +52,10 @@ func MergeStatesFunc(outs, lses []tensor.Tensor, args MergeArgs) (*Result, error
 	lshape := oshape[:len(oshape)-1]
 	out, lse := args.Out, args.OutLSE
 	if out != nil {
-		outputArg(c, out, "out", dt, oshape...)
+		validate.OutputArg(c, out, "out", dt, oshape...)
 	}
 	if lse != nil {
-		outputArg(c, lse, "lse", tensor.Float32, lshape...)
+		validate.OutputArg(c, lse, "lse", tensor.Float32, lshape...)
 	}
 	ins := make([]namedTensor, 0, 2*len(os))
 	for i := range os {

@@ -91,7 +91,7 @@ func (w *PagedPrefillWrapper) Plan(args PrefillPlanArgs, q2kIndices tensor.Tenso
 		"num_qo_heads/num_kv_heads/head_dim", "positive values with num_qo_heads divisible by num_kv_heads",
 		fmt.Sprintf("%d/%d/%d", args.NumQOHeads, args.NumKVHeads, args.HeadDim))
 	checkLayout(c, args.KVLayout, true)
-	cuQ := cuSeqlens(c, args.CuSeqlensQ, "cu_seqlens_q", -1, "")
+	cuQ := validate.CuSeqlens(c, args.CuSeqlensQ, "cu_seqlens_q", -1, "")
 	pt, su := decode.PageTableArgs(c, args.PageTable, args.SeqUsedK)
 	if c.Err != nil {
 		return c.Err

@@ -131,8 +131,8 @@ func validateBlockScores(fn string, q, k, cuSeqlensQ, cuSeqlensK tensor.Tensor, 
 	if c.Err != nil {
 		return nil, c.Err
 	}
-	s.cuQ = cuSeqlens(c, cuSeqlensQ, "cu_seqlens_q", s.totalQ, fmt.Sprintf("total_q = %d", s.totalQ))
-	s.cuK = cuSeqlens(c, cuSeqlensK, "cu_seqlens_k", ks[0], fmt.Sprintf("total_k = %d", ks[0]))
+	s.cuQ = validate.CuSeqlens(c, cuSeqlensQ, "cu_seqlens_q", s.totalQ, fmt.Sprintf("total_q = %d", s.totalQ))
+	s.cuK = validate.CuSeqlens(c, cuSeqlensK, "cu_seqlens_k", ks[0], fmt.Sprintf("total_k = %d", ks[0]))
 	if c.Err != nil {
 		return nil, c.Err
 	}

@@ -100,31 +100,6 @@ func resolveMMADtypes(c *validate.Checker, q, k, v *tensor.Dense, qkDt, pvDt ten
 	return
 }
 
-// cuSeqlens mirrors _validate_cu_seqlens and additionally checks the values:
-// non-negative, non-decreasing, last entry <= limit (when limit >= 0).
-func cuSeqlens(c *validate.Checker, t tensor.Tensor, arg string, limit int, limitDesc string) []int32 {
-	d := c.Dense(t, arg)
-	if !c.Dtype(d, arg, tensor.Int32) || !c.Rank(d, arg, "[B + 1]", 1) {
-		return nil
-	}
-	c.Need(d.Shape()[0] >= 1, arg, "at least one element", validate.ShapeStr(d))
-	cu := validate.Int32s(d)
-	if c.Err != nil {
-		return nil
-	}
-	for i, x := range cu {
-		if x < 0 || (i > 0 && x < cu[i-1]) {
-			c.Fail(fmt.Sprintf("%s[%d]", arg, i), "non-negative, non-decreasing prefix sums", fmt.Sprint(cu))
-			return nil
-		}
-	}
-	if limit >= 0 && int(cu[len(cu)-1]) > limit {
-		c.Fail(fmt.Sprintf("%s[%d]", arg, len(cu)-1), "<= "+limitDesc, cu[len(cu)-1])
-		return nil
-	}
-	return cu
-}
-
 // operand wraps a validated BF16 or FP8 tensor as an attn.Operand of head dim d.
 func operand(t *tensor.Dense, d int) attn.Operand {
 	switch t.Dtype() {
@@ -267,40 +242,6 @@ func validateSparse(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int, ar
 	return sc, nil
 }
 
-// maxSeq checks an optional max_seqlen argument against prefix sums.
-func maxSeq(c *validate.Checker, arg string, m int, cu []int32) {
-	if c.Err != nil || len(cu) == 0 {
-		return
-	}
-	c.Need(m >= 0, arg, "0 (derive) or a positive maximum", m)
-	if m <= 0 {
-		return
-	}
-	for b := 0; b+1 < len(cu); b++ {
-		if int(cu[b+1]-cu[b]) > m {
-			c.Fail(arg, fmt.Sprintf(">= every sequence length (sequence %d has %d)", b, cu[b+1]-cu[b]), m)
-			return
-		}
-	}
-}
-
-// maxSeqK checks max_seqlen_k against the effective key lengths.
-func maxSeqK(c *validate.Checker, arg string, m int, lens []int32) {
-	if c.Err != nil {
-		return
-	}
-	c.Need(m >= 0, arg, "0 (derive) or a positive maximum", m)
-	if m <= 0 {
-		return
-	}
-	for b, n := range lens {
-		if int(n) > m {
-			c.Fail(arg, fmt.Sprintf(">= every key length (sequence %d has %d)", b, n), m)
-			return
-		}
-	}
-}
-
 // csrAndSeqlens validates the k2q CSR tensors against Hkv, total_q and topK
 // and the cu_seqlens pair (totalKeys < 0: paged, no total_k check), for
 // every sparse prefill entry point; the error is c's or a topK mismatch.
@@ -315,8 +256,8 @@ func csrAndSeqlens(c *validate.Checker, rowPtr, qIdx tensor.Tensor, args *Sparse
 		return nil, nil, nil, nil, topKMismatch(c.Fn, qi.Shape()[1], totalQ, topK, "")
 	}
 	c.Need(rp.Shape()[1] >= 1, "k2q_row_ptr", "at least one row pointer column", validate.ShapeStr(rp))
-	cuQ = cuSeqlens(c, args.CuSeqlensQ, "cu_seqlens_q", totalQ, fmt.Sprintf("total_q = %d", totalQ))
-	cuK = cuSeqlens(c, args.CuSeqlensK, "cu_seqlens_k", totalKeys, fmt.Sprintf("total_k = %d", totalKeys))
+	cuQ = validate.CuSeqlens(c, args.CuSeqlensQ, "cu_seqlens_q", totalQ, fmt.Sprintf("total_q = %d", totalQ))
+	cuK = validate.CuSeqlens(c, args.CuSeqlensK, "cu_seqlens_k", totalKeys, fmt.Sprintf("total_k = %d", totalKeys))
 	if c.Err != nil {
 		return nil, nil, nil, nil, c.Err
 	}
@@ -379,10 +320,10 @@ type namedTensor struct {
 // (checkDisjoint; nil inputs are skipped).
 func checkOutputs(c *validate.Checker, args *SparseArgs, totalQ, hq, d int, inputs []namedTensor) {
 	if args.Out != nil {
-		outputArg(c, args.Out, "out", BFloat16, totalQ, hq, d)
+		validate.OutputArg(c, args.Out, "out", BFloat16, totalQ, hq, d)
 	}
 	if args.OutLSE != nil {
-		outputArg(c, args.OutLSE, "lse", tensor.Float32, totalQ, hq)
+		validate.OutputArg(c, args.OutLSE, "lse", tensor.Float32, totalQ, hq)
 	}
 	checkDisjoint(c, []namedTensor{{"out", args.Out}, {"lse", args.OutLSE}}, inputs)
 }

@@ -163,7 +163,7 @@ func (in *sparseInputs) checkKeyLengths(c *validate.Checker, args *SparseArgs) e
 		}
 		validate.CheckPages(c, in.pt, in.cols, in.ps, in.seqK, in.numPages)
 	}
-	maxSeq(c, "max_seqlen_q", args.MaxSeqlenQ, in.cuQ)
-	maxSeqK(c, "max_seqlen_k", args.MaxSeqlenK, in.seqK)
+	validate.MaxSeq(c, "max_seqlen_q", args.MaxSeqlenQ, in.cuQ)
+	validate.MaxSeqK(c, "max_seqlen_k", args.MaxSeqlenK, in.seqK)
 	return c.Err
 }

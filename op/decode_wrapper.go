@@ -221,8 +221,8 @@ func (w *DecodeWrapper) usable(fn string) error {
 // forward's block lists and k2q CSR from the plan (reusing the previous
 // plan's buffers when they are large enough) and the Runs after it reuse
 // them; the allocations left per Run are those of the float32 forward's
-// own per-call set-up in package grad (a fixed number, independent of the
-// shapes).
+// own per-call set-up in package grad (a fixed number of allocations,
+// their sizes proportional to the query rows and key blocks).
 func (w *DecodeWrapper) RunInto(q, k, v tensor.Tensor, softmaxScale float64, out, lse *tensor.Dense) error {
 	const fn = "DecodeWrapper.Run"
 	if err := acquire(&w.busy, fn); err != nil {

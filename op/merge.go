@@ -112,7 +112,7 @@ func mergeInputs(c *validate.Checker, outs, lses []tensor.Tensor) (os, ls []*ten
 	return os, ls
 }
 
-// mergeDense runs mergeInto on checked dense tensors.
+// mergeDense runs merge.Into on checked dense tensors.
 func mergeDense(out, lse *tensor.Dense, os, ls []*tensor.Dense, sc *merge.Scratch) {
 	s := os[0].Shape()
 	d := s[s.Dims()-1]

@@ -152,7 +152,7 @@ func grow[T any](buf []T, n int) []T {
 	return make([]T, n)
 }
 
-// F32Once runs validated float32 decode (m from validateDecodeMeta) once,
+// F32Once runs validated float32 decode (m from Validate) once,
 // with buffers of its own, into o and lse.
 func F32Once(fn string, m *Meta, qd, kd, vd *tensor.Dense, scale float64, o, lse []float32) error {
 	pool := attn.AcquirePool(m.Params.Workers)

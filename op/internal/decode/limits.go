@@ -75,7 +75,7 @@ func WorkspaceLimit(c *validate.Checker, n int64) int64 {
 }
 
 // workspaceBytes returns the bytes of a decode workspace with the
-// given schedule capacity and partial rows (see DefaultMaxWorkspaceBytes),
+// given schedule capacity and partial rows (see op.DefaultMaxWorkspaceBytes),
 // or -1 when the count exceeds the int range.
 func workspaceBytes(p plan.DecodeParams, d, capacity, partialRows int) int {
 	const huge = 1<<62 - 1

@@ -74,6 +74,7 @@
 // op/internal, one concern per package, none of which imports op:
 // validate (the error types, exported here as aliases, and the rules every
 // entry point shares), decode (decode metadata, limits, stale plans, the
-// float32 path), gradimpl (float32 forward and backward execution), merge
-// (the (O, LSE) merge) and blocks (dense attention's block lists).
+// float32 path), gradimpl (float32 forward and backward execution),
+// selection (block scores and top-k selection), merge (the (O, LSE) merge)
+// and blocks (dense attention's block lists).
 package op

@@ -6,6 +6,7 @@ import (
 
 	"github.com/chewxy/hm"
 	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/op/internal/selection"
 	"github.com/sparseattn/msa/op/internal/validate"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
@@ -49,11 +50,11 @@ func (op *blockScoresOp) Do(vals ...G.Value) (G.Value, error) {
 	if err != nil {
 		return nil, err
 	}
-	if s.hkv != op.hkv || s.totalQ != op.totalQ {
+	if s.Hkv != op.hkv || s.TotalQ != op.totalQ {
 		return nil, validate.ArgErr(fn, "q/k", fmt.Sprintf("total_q = %d, Hkv = %d as at graph construction", op.totalQ, op.hkv),
-			fmt.Sprintf("total_q = %d, Hkv = %d", s.totalQ, s.hkv))
+			fmt.Sprintf("total_q = %d, Hkv = %d", s.TotalQ, s.Hkv))
 	}
-	return tensor.New(tensor.WithShape(op.hkv, op.totalQ, op.maxBlocks), tensor.WithBacking(s.run())), nil
+	return tensor.New(tensor.WithShape(op.hkv, op.totalQ, op.maxBlocks), tensor.WithBacking(s.Run())), nil
 }
 
 // BlockScores adds block scoring (see BlockScoresFunc for the formula) to
@@ -222,7 +223,7 @@ func (op *topKOp) Do(vals ...G.Value) (G.Value, error) {
 	if s := sd.Shape(); s[0] != op.hkv || s[1] != op.totalQ || s[2] != op.maxBlocks {
 		return nil, validate.ArgErr(fn, "scores", fmt.Sprintf("shape [%d, %d, %d] as at graph construction", op.hkv, op.totalQ, op.maxBlocks), validate.ShapeStr(sd))
 	}
-	out := topKBlocks(validate.Backing[float32](sd), op.hkv*op.totalQ, op.maxBlocks, op.topK, op.cfg)
+	out := selection.TopK(validate.Backing[float32](sd), op.hkv*op.totalQ, op.maxBlocks, op.topK, op.cfg.KeepFirst, op.cfg.KeepLast)
 	return tensor.New(tensor.WithShape(op.hkv, op.totalQ, op.topK), tensor.WithBacking(out)), nil
 }
 

@@ -10,13 +10,13 @@ import (
 
 // Meta is validated decode metadata (everything but Q/K/V).
 type Meta struct {
-	Batch, SeqlenQ, Hkv, HQ, D int
-	PageSize, Cols, NumPages   int
-	Blk                        int
+	Batch, SeqlenQ, Hkv, HQ, D int  // B, queries per request, heads, head dim
+	PageSize, Cols, NumPages   int  // tokens per page, page-table columns, k's pages (-1: unknown at Plan)
+	Blk                        int  // tokens per sparse block (blk_kv)
 	NHD                        bool // token-major pages [num_pages, page_size, Hkv, D]
 	PT, SeqUsed, Q2K           []int32
-	TopK                       int
-	Scale                      float64
+	TopK                       int     // entries per q2k list; 0 for dense decode (Q2K nil)
+	Scale                      float64 // the resolved softmax scale
 	Params                     plan.DecodeParams
 }
 
@@ -58,8 +58,9 @@ func CheckQ2K(c *validate.Checker, m *Meta) {
 	}
 }
 
-// Input is the metadata of a decode call: op's DecodeArgs with the layout
-// as NHD (the layout itself is checked by op).
+// Input is the metadata of a decode call: op's DecodeArgs (the fields
+// mean what they mean there) with the layout as NHD (the layout itself is
+// checked by op).
 type Input struct {
 	PageTable, SeqUsedK        tensor.Tensor
 	NHD                        bool

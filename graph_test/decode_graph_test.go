@@ -3,6 +3,7 @@ package graphtest
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/sparseattn/msa/kernels/lowp"
@@ -12,17 +13,33 @@ import (
 )
 
 // TestDecodeLoopGraph runs a multi-layer decode loop in one TapeMachine (and
-// again in a LispMachine):
+// again in a LispMachine), with BF16 and with float32 q, k, v:
 // one DecodeSchedule node shared by every layer's DecodeAttention node,
 // several steps, seqused_k growing each step through gorgonia.Let. Every
 // layer's output and LSE must equal the eager DecodeAttentionFunc.
 func TestDecodeLoopGraph(t *testing.T) {
 	for _, machine := range []string{"tape", "lisp"} {
-		t.Run(machine, func(t *testing.T) { decodeLoop(t, machine) })
+		for _, dt := range []tensor.Dtype{op.BFloat16, tensor.Float32} {
+			t.Run(machine+"/"+dt.String(), func(t *testing.T) { decodeLoop(t, machine, dt) })
+		}
 	}
 }
 
-func decodeLoop(t *testing.T, machine string) {
+// randOf returns a random tensor of dtype dt: BFloat16 or float32.
+func randOf(rng *rand.Rand, dt tensor.Dtype, shape ...int) *tensor.Dense {
+	x := randBF16(rng, shape...)
+	if dt != tensor.Float32 {
+		return x
+	}
+	src := x.Data().([]lowp.BFloat16)
+	data := make([]float32, len(src))
+	for i, b := range src {
+		data[i] = b.Float32() + float32(rng.NormFloat64())*0x1p-10 // below BF16's spacing
+	}
+	return tensor.New(tensor.WithShape(shape...), tensor.WithBacking(data))
+}
+
+func decodeLoop(t *testing.T, machine string, dt tensor.Dtype) {
 	rng := rand.New(rand.NewPCG(4, 4))
 	const (
 		batch, seqlenQ, hq, hkv, d, pageSize, layers, steps = 3, 2, 8, 2, 64, 16, 3, 4
@@ -49,9 +66,9 @@ func decodeLoop(t *testing.T, machine string) {
 	ls := make([]layer, layers)
 	for i := range ls {
 		l := &ls[i]
-		l.q = randBF16(rng, batch*seqlenQ, hq, d)
-		l.k = randBF16(rng, numPages, hkv, pageSize, d)
-		l.v = randBF16(rng, numPages, hkv, pageSize, d)
+		l.q = randOf(rng, dt, batch*seqlenQ, hq, d)
+		l.k = randOf(rng, dt, numPages, hkv, pageSize, d)
+		l.v = randOf(rng, dt, numPages, hkv, pageSize, d)
 		// Input names must be unique: Gorgonia merges input nodes with the
 		// same name, type and shape into one.
 		l.qn = input(g, fmt.Sprintf("q%d", i), l.q)
@@ -70,7 +87,7 @@ func decodeLoop(t *testing.T, machine string) {
 		}
 		must(t, G.Let(usedN, i32([]int{batch}, append([]int32{}, used...))))
 		for i := range ls { // new queries every step
-			ls[i].q = randBF16(rng, batch*seqlenQ, hq, d)
+			ls[i].q = randOf(rng, dt, batch*seqlenQ, hq, d)
 			must(t, G.Let(ls[i].qn, ls[i].q))
 		}
 		must(t, m.RunAll())
@@ -81,9 +98,11 @@ func decodeLoop(t *testing.T, machine string) {
 			must(t, err)
 			sameBits(t, "decode out", l.out.Value().(*tensor.Dense), want.Out)
 			sameBits(t, "decode lse", l.lse.Value().(*tensor.Dense), want.LSE)
+			if o := l.out.Value().(*tensor.Dense); o.Dtype() != dt { // Out keeps q's dtype (BF16 or float32)
+				t.Fatalf("decode out dtype %v for %v q, k, v", o.Dtype(), dt)
+			}
 			if step == steps-1 && i == 0 {
-				o := l.out.Value().(*tensor.Dense).Data().([]lowp.BFloat16)
-				if o[0] == 0 && o[1] == 0 {
+				if o := l.out.Value().(*tensor.Dense).Header.Raw; !slices.ContainsFunc(o[:8], func(b byte) bool { return b != 0 }) {
 					t.Fatal("decode output is zero")
 				}
 			}

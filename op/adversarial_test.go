@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/op/internal/validate"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
@@ -183,7 +184,7 @@ func TestEagerViews(t *testing.T) {
 	}
 	x := c
 	x.args.PageTable = sliceCols(t, c.args.PageTable.(*tensor.Dense), -7)
-	su := backing[int32](c.args.SeqUsedK.(*tensor.Dense))
+	su := validate.Backing[int32](c.args.SeqUsedK.(*tensor.Dense))
 	su2 := tensor.New(tensor.WithShape(len(su), 2), tensor.WithBacking([]int32{su[0], 1 << 30, su[1], 1 << 30}))
 	col, err := su2.Slice(nil, tensor.S(0))
 	if err != nil {
@@ -194,7 +195,7 @@ func TestEagerViews(t *testing.T) {
 	qd := c.q.(*tensor.Dense)
 	s := qd.Shape()
 	wide := make([]lowp.BFloat16, s[0]*s[1]*2*s[2])
-	src := backing[lowp.BFloat16](qd)
+	src := validate.Backing[lowp.BFloat16](qd)
 	for r := 0; r < s[0]*s[1]; r++ {
 		copy(wide[r*2*s[2]:], src[r*s[2]:(r+1)*s[2]])
 		for i := 0; i < s[2]; i++ {
@@ -278,7 +279,7 @@ func TestConstructionTimeChecks(t *testing.T) {
 	_, err = DecodeAttention(dq, dk, dv, pt, su, ds, nil, BlkKV(math.MaxInt))
 	wantArgErr(t, err, "blk_kv", "blk_kv")
 	_, err = DecodeAttention(dq, dk, dv, pt, su, ds, nil, SoftmaxScale(math.NaN()))
-	wantArgErr(t, err, "softmax_scale", scaleRule)
+	wantArgErr(t, err, "softmax_scale", validate.ScaleRule)
 	out, err := DecodeAttention(dq, dk, dv, pt, su, ds, nil, SoftmaxScale(-0.2))
 	if err != nil {
 		t.Fatalf("negative softmax_scale rejected: %v", err)
@@ -371,29 +372,29 @@ func TestScalarRuleEveryEntryPoint(t *testing.T) {
 		a := c.args
 		a.SoftmaxScale = x
 		_, err := SparseAttentionFunc(c.q, c.k, c.v, c.rp, c.qi, c.topK, a)
-		wantArgErr(t, err, "softmax_scale", scaleRule)
+		wantArgErr(t, err, "softmax_scale", validate.ScaleRule)
 		na := SparseArgs{CuSeqlensQ: npr.cuQ, CuSeqlensK: npr.cuK, SoftmaxScale: x}
 		_, err = SparseAttentionNVFP4KVFunc(npr.q, npr.k, npr.v, npr.kScale, npr.vScale, nil, nil, nrp, nqi, 2, na)
-		wantArgErr(t, err, "softmax_scale", scaleRule)
+		wantArgErr(t, err, "softmax_scale", validate.ScaleRule)
 		_, err = BlockScoresFunc(c.q, c.k, c.args.CuSeqlensQ, c.args.CuSeqlensK, BlockScoreConfig{SoftmaxScale: x})
-		wantArgErr(t, err, "softmax_scale", scaleRule)
+		wantArgErr(t, err, "softmax_scale", validate.ScaleRule)
 		_, err = SparseAttention(qn, kn, vn, csr, sched, cuQ, cuK, SoftmaxScale(x))
-		wantArgErr(t, err, "softmax_scale", scaleRule)
+		wantArgErr(t, err, "softmax_scale", validate.ScaleRule)
 		_, err = BlockScores(qn, kn, cuQ, cuK, MaxSeqlenK(200), SoftmaxScale(x))
-		wantArgErr(t, err, "softmax_scale", scaleRule)
+		wantArgErr(t, err, "softmax_scale", validate.ScaleRule)
 		_, err = DecodeAttention(dq, dk, dv, pt, su, ds, nil, SoftmaxScale(x))
-		wantArgErr(t, err, "softmax_scale", scaleRule)
+		wantArgErr(t, err, "softmax_scale", validate.ScaleRule)
 	}
 	for _, x := range []float64{1e-39, 1e39, -1, math.NaN(), math.Inf(1), math.Inf(-1), 1e-320} {
 		a := c.args
 		a.Temperature, a.ReturnTemperatureLSE = x, true
 		_, err := SparseAttentionFunc(c.q, c.k, c.v, c.rp, c.qi, c.topK, a)
-		wantArgErr(t, err, "lse_temperature_scale", temperatureRule)
+		wantArgErr(t, err, "lse_temperature_scale", validate.TemperatureRule)
 		na := SparseArgs{CuSeqlensQ: npr.cuQ, CuSeqlensK: npr.cuK, Temperature: x, ReturnTemperatureLSE: true}
 		_, err = SparseAttentionNVFP4KVFunc(npr.q, npr.k, npr.v, npr.kScale, npr.vScale, nil, nil, nrp, nqi, 2, na)
-		wantArgErr(t, err, "lse_temperature_scale", temperatureRule)
+		wantArgErr(t, err, "lse_temperature_scale", validate.TemperatureRule)
 		_, err = SparseAttention(qn, kn, vn, csr, sched, cuQ, cuK, Temperature(x))
-		wantArgErr(t, err, "lse_temperature_scale", temperatureRule)
+		wantArgErr(t, err, "lse_temperature_scale", validate.TemperatureRule)
 	}
 	// Usable extremes: finite LSE and temperature LSE against the reference.
 	for _, sc := range []struct{ scale, temp float64 }{{1e-30, 1e-30}, {-3, 1e30}, {50, 0.5}} {
@@ -576,7 +577,7 @@ func TestErrorMessages(t *testing.T) {
 	// NHD K: the error names k and the expected HND layout.
 	nhd := func(x *tensor.Dense) *tensor.Dense {
 		s := x.Shape()
-		return tensor.New(tensor.WithShape(s[0], s[2], s[1], s[3]), tensor.WithBacking(backing[lowp.BFloat16](x)))
+		return tensor.New(tensor.WithShape(s[0], s[2], s[1], s[3]), tensor.WithBacking(validate.Backing[lowp.BFloat16](x)))
 	}
 	_, err = DecodeAttentionFunc(pr.q, nhd(pr.k), nhd(pr.v), nil, decodeArgs(s, pr))
 	wantArgErr(t, err, "k", "HND layout [num_pages, Hkv, page_size, D]")
@@ -627,7 +628,7 @@ func TestForwardOnlyGradients(t *testing.T) {
 	if gerr != nil {
 		t.Fatalf("LispMachine succeeded without a gradient for w: %v", gerr)
 	}
-	for _, x := range backing[float32](gv.(*tensor.Dense)) {
+	for _, x := range validate.Backing[float32](gv.(*tensor.Dense)) {
 		if x == 0 {
 			t.Fatalf("LispMachine succeeded with zero gradients for w: %v", gv)
 		}

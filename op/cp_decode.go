@@ -8,17 +8,22 @@ import (
 
 	"github.com/sparseattn/msa/kernels/comm"
 	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/op/internal/decode"
+	"github.com/sparseattn/msa/op/internal/merge"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 
 // CPDecodeWrapper is context-parallel paged decode: each sequence's K/V
 // pages are spread over the ranks of a comm.Comm, every rank runs the
 // decode of a DecodeWrapper over its own pages, and one all-gather of the
-// partial (O, LSE) pairs, B*Hq*(2*D + 4) bytes per rank, lets every rank
+// partial (O, LSE) pairs, B*Hq*(2*D + 4) + 4 bytes per rank (B*Hq*(4*D
+// + 4) + 4 with float32 q, k, v), lets every rank
 // merge them (in rank order, MergeStatesFunc's arithmetic) into the result
-// over the whole context. Plan once per step, RunInto per layer: RunInto
-// allocates nothing in the steady state (the transport's own calls
-// included for comm.NewLocal).
+// over the whole context. Plan once per step, RunInto per layer: with
+// low-precision q, k, v RunInto allocates nothing in the steady state (the
+// transport's own calls included for comm.NewLocal); with float32 q, k, v
+// it allocates what DecodeWrapper.RunInto does.
 //
 // Each rank plans with its own page table and seqused_k: the number of
 // tokens of each sequence it holds (0 when it holds none: the row's
@@ -29,7 +34,7 @@ import (
 // and sees the keys up to it, so the ranks must hold each sequence's
 // tokens in rank order (rank 0 the first, the highest rank the last);
 // Plan then gathers every rank's seqused_k and cuts each query's keys on
-// this rank at its causal limit (cpDecodeRows). Sparse decode takes each
+// this rank at its causal limit (decode.CPRows). Sparse decode takes each
 // rank's q2k_indices over the blocks of its own tokens.
 //
 // Plan checks collectively that every rank planned the same B, Hq, Hkv, D,
@@ -43,20 +48,77 @@ type CPDecodeWrapper struct {
 	c        comm.Comm
 	rows, hq int
 	d        int
-	send     []byte // this rank's LSE [rows*Hq] float32 then O [rows*Hq*D] bf16
-	recv     []byte // every rank's send, in rank order
-	o, lse   *tensor.Dense
-	srcs     [][]lowp.BFloat16
-	lses     [][]float32
-	sc       mergeScratch
-	planned  bool
+	// send is this rank's partial: a 4-byte tag (the O element size, so
+	// that ranks running different dtypes are an error, not a misread),
+	// the LSE [rows*Hq] float32, then O [rows*Hq*D], BFloat16 or float32;
+	// it is sized for float32 and a BFloat16 run sends its prefix. recv
+	// holds every rank's send in rank order.
+	send, recv []byte
+	bf16       cpPartials[lowp.BFloat16]
+	f32        cpPartials[float32]
+	sc         merge.Scratch
+	planned    bool
+}
+
+// cpPartials are the views of one output dtype T into a CPDecodeWrapper's
+// send and recv buffers: this rank's o and lse, every rank's srcs and
+// lses, and seg, the bytes one rank sends.
+type cpPartials[T merge.Elem] struct {
+	seg    int
+	o, lse *tensor.Dense
+	srcs   [][]T
+	lses   [][]float32
+}
+
+// cpTagBytes is the size of the tag that leads each rank's partial.
+const cpTagBytes = 4
+
+// view points p at send and recv for partials of rows*hq rows of d
+// elements of T.
+func (p *cpPartials[T]) view(send, recv []byte, ranks, rows, hq, d int) {
+	var z T
+	nl := rows * hq * 4
+	p.seg = cpTagBytes + nl + rows*hq*d*int(unsafe.Sizeof(z))
+	p.lse = tensor.New(tensor.WithShape(rows, hq), tensor.WithBacking(viewAs[float32](send[cpTagBytes:][:nl])))
+	p.o = tensor.New(tensor.WithShape(rows, hq, d), tensor.WithBacking(viewAs[T](send[cpTagBytes+nl:p.seg])))
+	p.srcs, p.lses = make([][]T, ranks), make([][]float32, ranks)
+	for r := range ranks {
+		seg := recv[r*p.seg : (r+1)*p.seg]
+		p.lses[r], p.srcs[r] = viewAs[float32](seg[cpTagBytes:][:nl]), viewAs[T](seg[cpTagBytes+nl:])
+	}
+}
+
+// exchange runs this rank's decode into p's send views, all-gathers the
+// partials and merges them into out and lse (nil: not written).
+func (p *cpPartials[T]) exchange(w *CPDecodeWrapper, fn string, q, k, v tensor.Tensor, softmaxScale float64, out, lse *tensor.Dense) error {
+	if err := w.w.RunInto(q, k, v, softmaxScale, p.o, p.lse); err != nil {
+		return err
+	}
+	var z T
+	tag := uint32(unsafe.Sizeof(z))
+	binary.LittleEndian.PutUint32(w.send, tag)
+	if err := w.c.AllGather(w.send[:p.seg], w.recv[:w.c.Size()*p.seg]); err != nil {
+		return &CommError{fn, err}
+	}
+	for r := range w.c.Size() {
+		if got := binary.LittleEndian.Uint32(w.recv[r*p.seg:]); got != tag {
+			return validate.ArgErr(fn, "q, k, v", fmt.Sprintf("the dtype class of every rank (this rank's outputs have %d-byte elements)", tag),
+				fmt.Sprintf("rank %d's partial tagged %d", r, got))
+		}
+	}
+	var l []float32
+	if lse != nil {
+		l = validate.Backing[float32](lse)
+	}
+	merge.Into(validate.Backing[T](out), l, p.srcs, p.lses, w.d, &w.sc)
+	return nil
 }
 
 // NewCPDecodeWrapper returns an unplanned context-parallel decode wrapper
 // for pages of pageSize tokens on the group c.
 func NewCPDecodeWrapper(pageSize int, c comm.Comm) (*CPDecodeWrapper, error) {
 	if c == nil {
-		return nil, argErr("NewCPDecodeWrapper", "comm", "a comm.Comm", "nil")
+		return nil, validate.ArgErr("NewCPDecodeWrapper", "comm", "a comm.Comm", "nil")
 	}
 	w, err := NewDecodeWrapper(pageSize)
 	if err != nil {
@@ -76,8 +138,8 @@ func (w *CPDecodeWrapper) Plan(args PlanArgs, q2kIndices tensor.Tensor) error {
 	digest := []byte(fmt.Sprintf("plan failed on rank %d", w.c.Rank()))
 	if err == nil {
 		m := w.w.m
-		digest = binary.LittleEndian.AppendUint64(nil, math.Float64bits(m.scale))
-		for _, x := range []int{m.batch, m.seqlenQ, m.hq, m.hkv, m.d, m.pageSize, int(m.layout), m.blk, m.topK} {
+		digest = binary.LittleEndian.AppendUint64(nil, math.Float64bits(m.Scale))
+		for _, x := range []int{m.Batch, m.SeqlenQ, m.HQ, m.Hkv, m.D, m.PageSize, int(args.KVLayout), m.Blk, m.TopK} {
 			digest = binary.LittleEndian.AppendUint64(digest, uint64(x))
 		}
 	}
@@ -88,12 +150,14 @@ func (w *CPDecodeWrapper) Plan(args PlanArgs, q2kIndices tensor.Tensor) error {
 	case aerr != nil:
 		return &CommError{fn, aerr}
 	}
-	if m := w.w.m; m.seqlenQ > 1 {
+	if m := w.w.m; m.SeqlenQ > 1 {
 		// Replan with one row per query token, each cut at its causal limit.
-		rows, q2k, err := cpDecodeRows(w.c, m, args)
+		pt, su, q2k, err := decode.CPRows(w.c, m)
 		if err != nil {
 			return &CommError{fn, err}
 		}
+		rows := args
+		rows.PageTable, rows.SeqUsedK, rows.SeqlenQ = pt, su, 1
 		var rowsQ2K tensor.Tensor
 		if q2k != nil {
 			rowsQ2K = q2k
@@ -112,20 +176,14 @@ func (w *CPDecodeWrapper) Plan(args PlanArgs, q2kIndices tensor.Tensor) error {
 		}
 	}
 	m := w.w.m
-	w.rows, w.hq, w.d = m.batch*m.seqlenQ, m.hq, m.d
-	nl, no := w.rows*w.hq*4, w.rows*w.hq*w.d*2
-	if len(w.send) != nl+no {
+	w.rows, w.hq, w.d = m.Batch*m.SeqlenQ, m.HQ, m.D
+	if n := cpTagBytes + w.rows*w.hq*(4+4*w.d); len(w.send) != n || w.f32.o == nil || !w.f32.o.Shape().Eq(tensor.Shape{w.rows, w.hq, w.d}) {
 		p := w.c.Size()
-		w.send, w.recv = make([]byte, nl+no), make([]byte, p*(nl+no))
-		w.lse = tensor.New(tensor.WithShape(w.rows, w.hq), tensor.WithBacking(viewAs[float32](w.send[:nl])))
-		w.o = tensor.New(tensor.WithShape(w.rows, w.hq, w.d), tensor.WithBacking(viewAs[lowp.BFloat16](w.send[nl:])))
-		w.srcs, w.lses = make([][]lowp.BFloat16, p), make([][]float32, p)
-		for r := 0; r < p; r++ {
-			seg := w.recv[r*(nl+no) : (r+1)*(nl+no)]
-			w.lses[r], w.srcs[r] = viewAs[float32](seg[:nl]), viewAs[lowp.BFloat16](seg[nl:])
-		}
+		w.send, w.recv = make([]byte, n), make([]byte, p*n)
+		w.bf16.view(w.send, w.recv, p, w.rows, w.hq, w.d)
+		w.f32.view(w.send, w.recv, p, w.rows, w.hq, w.d)
 	}
-	w.sc.reserve(w.c.Size(), w.d)
+	w.sc.Reserve(w.c.Size(), w.d)
 	w.planned = true
 	return nil
 }
@@ -155,9 +213,9 @@ func viewAs[T any](b []byte) []T {
 
 // RunInto computes this rank's partial decode of q [B, Hq, D] against its
 // k, v pages (DecodeWrapper.RunInto), all-gathers the partials and writes
-// the merged result over every rank's pages into out (BFloat16 [B, Hq, D])
-// and, when non-nil, lse (float32 [B, Hq]); every rank gets the same
-// result. softmaxScale 0 means the planned scale. On an error the group is
+// the merged result over every rank's pages into out (BFloat16 [B, Hq, D];
+// float32 with float32 q, k, v, which every rank must then run) and, when
+// non-nil, lse (float32 [B, Hq]); every rank gets the same result. softmaxScale 0 means the planned scale. On an error the group is
 // aborted.
 func (w *CPDecodeWrapper) RunInto(q, k, v tensor.Tensor, softmaxScale float64, out, lse *tensor.Dense) error {
 	const fn = "CPDecodeWrapper.Run"
@@ -170,28 +228,26 @@ func (w *CPDecodeWrapper) RunInto(q, k, v tensor.Tensor, softmaxScale float64, o
 
 func (w *CPDecodeWrapper) run(fn string, q, k, v tensor.Tensor, softmaxScale float64, out, lse *tensor.Dense) error {
 	if !w.planned {
-		return argErr(fn, "wrapper", "a planned wrapper (call Plan before Run; the last Plan failed or none ran)", "unplanned")
+		return validate.ArgErr(fn, "wrapper", "a planned wrapper (call Plan before Run; the last Plan failed or none ran)", "unplanned")
 	}
-	if isFloat32(q) {
-		return &NotImplementedError{fn, "float32 q, k, v in context-parallel decode (its merge is BFloat16; DecodeWrapper and DecodeAttentionFunc take float32)"}
+	c := &validate.Checker{Fn: fn}
+	f32 := isFloat32(q)
+	outDtype := BFloat16
+	if f32 {
+		outDtype = tensor.Float32
 	}
-	c := &checker{fn: fn}
-	outputArg(c, out, "out", BFloat16, w.rows, w.hq, w.d)
+	validate.OutputArg(c, out, "out", outDtype, w.rows, w.hq, w.d)
 	if lse != nil {
-		outputArg(c, lse, "lse", tensor.Float32, w.rows, w.hq)
+		validate.OutputArg(c, lse, "lse", tensor.Float32, w.rows, w.hq)
 	}
 	checkDisjoint(c, []namedTensor{{"out", out}, {"lse", lse}}, []namedTensor{{"q", q}, {"k", k}, {"v", v}})
-	if c.err != nil {
-		return c.err
+	if c.Err != nil {
+		return c.Err
 	}
-	if err := w.w.RunInto(q, k, v, softmaxScale, w.o, w.lse); err != nil {
-		return err
+	if f32 {
+		return w.f32.exchange(w, fn, q, k, v, softmaxScale, out, lse)
 	}
-	if err := w.c.AllGather(w.send, w.recv); err != nil {
-		return &CommError{fn, err}
-	}
-	mergeInto(backing[lowp.BFloat16](out), backing[float32](lse), w.srcs, w.lses, w.d, &w.sc)
-	return nil
+	return w.bf16.exchange(w, fn, q, k, v, softmaxScale, out, lse)
 }
 
 // Close releases the decode wrapper's goroutines (not the Comm, which the

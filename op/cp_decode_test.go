@@ -10,6 +10,7 @@ import (
 	"github.com/sparseattn/msa/kernels/comm"
 	"github.com/sparseattn/msa/kernels/lowp"
 	"github.com/sparseattn/msa/kernels/tile"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 
@@ -97,9 +98,13 @@ func cpDecodeRank(c comm.Comm, s decodeSpec, pr *decodeProblem) (o, lse *tensor.
 		return nil, nil, err
 	}
 	rows := len(s.seqused) * s.seqlenQ
+	outDtype := BFloat16
+	if isFloat32(pr.q) {
+		outDtype = tensor.Float32
+	}
 	var outs [2]*tensor.Dense
 	for i := range outs {
-		o = tensor.New(tensor.WithShape(rows, s.hq, s.d), tensor.Of(BFloat16))
+		o = tensor.New(tensor.WithShape(rows, s.hq, s.d), tensor.Of(outDtype))
 		lse = tensor.New(tensor.WithShape(rows, s.hq), tensor.Of(tensor.Float32))
 		if err := w.RunInto(pr.q, pr.k, pr.v, 0, o, lse); err != nil {
 			return nil, nil, err
@@ -144,7 +149,7 @@ func cpDecodeTol(s decodeSpec, maxV float64) float64 {
 // float32 LSEs, within 2*(n + 4)*2^-24 in ln S plus the roundings of
 // |LSE| (4 * 2^-24 * |LSE|).
 func compareDecode(s decodeSpec, maxV float64, got, gotLSE, want, wantLSE *tensor.Dense) error {
-	g, w := backing[lowp.BFloat16](got), backing[lowp.BFloat16](want)
+	g, w := validate.Backing[lowp.BFloat16](got), validate.Backing[lowp.BFloat16](want)
 	tol := cpDecodeTol(s, maxV)
 	for i := range w {
 		if d := math.Abs(float64(g[i].Float32() - w[i].Float32())); !(d <= tol) {
@@ -155,7 +160,7 @@ func compareDecode(s decodeSpec, maxV float64, got, gotLSE, want, wantLSE *tenso
 	for _, x := range s.seqused {
 		n = max(n, x)
 	}
-	gl, wl := backing[float32](gotLSE), backing[float32](wantLSE)
+	gl, wl := validate.Backing[float32](gotLSE), validate.Backing[float32](wantLSE)
 	for i := range wl {
 		if math.IsInf(float64(wl[i]), -1) && math.IsInf(float64(gl[i]), -1) {
 			continue

@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/sparseattn/msa/kernels/comm"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 
@@ -125,7 +126,7 @@ type cpPrefill struct {
 func ContextParallelPrefillFunc(c comm.Comm, q, k, v, q2k tensor.Tensor, args CPPrefillArgs) (*Result, *CPPrefillStats, error) {
 	const fn = "ContextParallelPrefillFunc"
 	if c == nil {
-		return nil, nil, argErr(fn, "comm", "a comm.Comm", "nil")
+		return nil, nil, validate.ArgErr(fn, "comm", "a comm.Comm", "nil")
 	}
 	cp, err := newCPPrefill(fn, c, q, k, v, q2k, args)
 	digest := []byte(fmt.Sprintf("inputs invalid on rank %d", c.Rank()))
@@ -148,43 +149,43 @@ func ContextParallelPrefillFunc(c comm.Comm, q, k, v, q2k tensor.Tensor, args CP
 }
 
 func newCPPrefill(fn string, c comm.Comm, q, k, v, q2k tensor.Tensor, args CPPrefillArgs) (*cpPrefill, error) {
-	ch := &checker{fn: fn}
+	ch := &validate.Checker{Fn: fn}
 	cp := &cpPrefill{c: c, p: c.Size(), r: c.Rank(), args: args, blk: args.BlkKV}
 	if cp.blk == 0 {
 		cp.blk = 128
 	}
 	cp.lq, cp.lk = cpSeqlens(ch, args.CuSeqlensQ, args.CuSeqlensK)
-	ch.need(cp.blk >= 1 && cp.blk <= 128, "blk_kv", "1 <= blk_kv <= 128 (0: 128)", args.BlkKV)
-	ch.need(args.Strategy >= CPAuto && args.Strategy <= CPSendQueries, "strategy", "CPAuto, CPFetchKV or CPSendQueries", int(args.Strategy))
-	qd, kd, vd, sd := ch.dense(q, "q"), ch.dense(k, "k"), ch.dense(v, "v"), ch.dense(q2k, "q2k_indices")
-	ch.dtype(qd, "q", BFloat16, Float8E4M3FN)
-	if !ch.dtype(kd, "k", BFloat16, Float8E4M3FN) {
-		return nil, ch.err
+	ch.Need(cp.blk >= 1 && cp.blk <= 128, "blk_kv", "1 <= blk_kv <= 128 (0: 128)", args.BlkKV)
+	ch.Need(args.Strategy >= CPAuto && args.Strategy <= CPSendQueries, "strategy", "CPAuto, CPFetchKV or CPSendQueries", int(args.Strategy))
+	qd, kd, vd, sd := ch.Dense(q, "q"), ch.Dense(k, "k"), ch.Dense(v, "v"), ch.Dense(q2k, "q2k_indices")
+	ch.Dtype(qd, "q", BFloat16, Float8E4M3FN)
+	if !ch.Dtype(kd, "k", BFloat16, Float8E4M3FN) {
+		return nil, ch.Err
 	}
-	ch.dtype(vd, "v", kd.Dtype())
-	ch.dtype(sd, "q2k_indices", tensor.Int32)
-	ch.rank(qd, "q", "[queries, Hq, D]", 3)
-	ch.rank(kd, "k", "[keys, Hkv, D]", 3)
-	ch.rank(sd, "q2k_indices", "[Hkv, queries, topK]", 3)
-	if ch.err != nil {
-		return nil, ch.err
+	ch.Dtype(vd, "v", kd.Dtype())
+	ch.Dtype(sd, "q2k_indices", tensor.Int32)
+	ch.Rank(qd, "q", "[queries, Hq, D]", 3)
+	ch.Rank(kd, "k", "[keys, Hkv, D]", 3)
+	ch.Rank(sd, "q2k_indices", "[Hkv, queries, topK]", 3)
+	if ch.Err != nil {
+		return nil, ch.Err
 	}
 	cp.sh = cpShard(cp.lq, cp.lk, cp.blk, cp.p, cp.r)
 	nq, nk := cp.sh.Queries(), cp.sh.Keys()
 	qs, ks, ss := qd.Shape(), kd.Shape(), sd.Shape()
 	cp.hq, cp.hkv, cp.d, cp.tk = qs[1], ks[1], qs[2], ss[2]
-	ch.need(qs[0] == nq, "q", fmt.Sprintf("[%d, Hq, D]: the %d queries rank %d holds (CPPrefillShard)", nq, nq, cp.r), fmt.Sprint(qs))
-	ch.need(ks[0] == nk && ks[2] == cp.d, "k", fmt.Sprintf("[%d, Hkv, D = %d]: the %d keys rank %d holds", nk, cp.d, nk, cp.r), fmt.Sprint(ks))
-	ch.need(vd.Shape().Eq(ks), "v", fmt.Sprintf("shape %v (that of k)", ks), fmt.Sprint(vd.Shape()))
-	ch.need(ss[0] == cp.hkv && ss[1] == nq && cp.tk >= 1 && cp.tk <= 64, "q2k_indices",
+	ch.Need(qs[0] == nq, "q", fmt.Sprintf("[%d, Hq, D]: the %d queries rank %d holds (CPPrefillShard)", nq, nq, cp.r), fmt.Sprint(qs))
+	ch.Need(ks[0] == nk && ks[2] == cp.d, "k", fmt.Sprintf("[%d, Hkv, D = %d]: the %d keys rank %d holds", nk, cp.d, nk, cp.r), fmt.Sprint(ks))
+	ch.Need(vd.Shape().Eq(ks), "v", fmt.Sprintf("shape %v (that of k)", ks), fmt.Sprint(vd.Shape()))
+	ch.Need(ss[0] == cp.hkv && ss[1] == nq && cp.tk >= 1 && cp.tk <= 64, "q2k_indices",
 		fmt.Sprintf("[Hkv = %d, %d, topK in 1..64]", cp.hkv, nq), fmt.Sprint(ss))
-	ch.need(cp.hkv >= 1 && cp.hq%cp.hkv == 0, "q", fmt.Sprintf("Hq a multiple of Hkv = %d", cp.hkv), cp.hq)
-	if ch.err != nil {
-		return nil, ch.err
+	ch.Need(cp.hkv >= 1 && cp.hq%cp.hkv == 0, "q", fmt.Sprintf("Hq a multiple of Hkv = %d", cp.hkv), cp.hq)
+	if ch.Err != nil {
+		return nil, ch.Err
 	}
 	cp.qdt, cp.kvdt = qd.Dtype(), kd.Dtype()
 	cp.eq, cp.ekv = int(cp.qdt.Size()), int(cp.kvdt.Size())
-	cp.qb, cp.kb, cp.vb, cp.q2k = qd.Header.Raw, kd.Header.Raw, vd.Header.Raw, int32s(sd)
+	cp.qb, cp.kb, cp.vb, cp.q2k = qd.Header.Raw, kd.Header.Raw, vd.Header.Raw, validate.Int32s(sd)
 	B := len(cp.lq)
 	cp.nb, cp.q0, cp.k0 = make([]int, B), make([]int, B+1), make([]int, B+1)
 	for b := 0; b < B; b++ {
@@ -199,7 +200,7 @@ func newCPPrefill(fn string, c comm.Comm, q, k, v, q2k tensor.Tensor, args CPPre
 				row := cp.q2k[(h*nq+ql)*cp.tk : (h*nq+ql+1)*cp.tk]
 				for t, j := range row {
 					if j < -1 || int(j) >= cp.nb[b] || (j >= 0 && slices.Contains(row[:t], j)) {
-						return nil, argErr(fn, fmt.Sprintf("q2k_indices[%d][%d][%d]", h, ql, t),
+						return nil, validate.ArgErr(fn, fmt.Sprintf("q2k_indices[%d][%d][%d]", h, ql, t),
 							fmt.Sprintf("-1 or a block id of sequence %d in [0, %d), not repeated in its list", b, cp.nb[b]), j)
 					}
 				}
@@ -215,7 +216,7 @@ func (cp *cpPrefill) digest() []byte {
 	for _, x := range []int{cp.p, cp.blk, cp.hq, cp.hkv, cp.d, cp.tk, cp.eq, cp.ekv, int(cp.args.Strategy), len(cp.lq)} {
 		d = binary.LittleEndian.AppendUint64(d, uint64(x))
 	}
-	d = append(d, dtypeName(cp.qdt)+"/"+dtypeName(cp.kvdt)...)
+	d = append(d, validate.DtypeName(cp.qdt)+"/"+validate.DtypeName(cp.kvdt)...)
 	if cp.args.Causal {
 		d = append(d, 1)
 	}

@@ -6,6 +6,8 @@ import (
 	"slices"
 
 	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/op/internal/merge"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 
@@ -176,8 +178,8 @@ func (cp *cpPrefill) finish(fn string, needs []*cpNeed, got [][]byte) (*Result, 
 		return nil, err
 	}
 	// Sources: the local partial, then each peer that attended queries.
-	srcs := [][]lowp.BFloat16{backing[lowp.BFloat16](local.Out)}
-	srcL := [][]float32{backing[float32](local.LSE)}
+	srcs := [][]lowp.BFloat16{validate.Backing[lowp.BFloat16](local.Out)}
+	srcL := [][]float32{validate.Backing[float32](local.LSE)}
 	var rowOf [][]int
 	for s, n := range needs {
 		if s == cp.r || n.strat != CPSendQueries || got[s] == nil {
@@ -195,21 +197,21 @@ func (cp *cpPrefill) finish(fn string, needs []*cpNeed, got [][]byte) (*Result, 
 		}
 		rowOf = append(rowOf, idx)
 	}
-	var sc mergeScratch
-	sc.reserve(len(srcs), cp.d)
-	o, l := backing[lowp.BFloat16](out), backing[float32](lse)
+	var sc merge.Scratch
+	sc.Reserve(len(srcs), cp.d)
+	o, l := validate.Backing[lowp.BFloat16](out), validate.Backing[float32](lse)
 	ninf := float32(math.Inf(-1))
 	for ql := 0; ql < nq; ql++ {
 		for h := 0; h < cp.hq; h++ {
 			row := ql*cp.hq + h
-			sc.l[0], sc.off[0] = srcL[0][row], row*cp.d
+			sc.Source(0, srcL[0][row], row*cp.d)
 			for k, idx := range rowOf {
-				sc.l[k+1], sc.off[k+1] = ninf, 0
+				sc.Source(k+1, ninf, 0)
 				if i := idx[ql]; i >= 0 {
-					sc.l[k+1], sc.off[k+1] = srcL[k+1][i*cp.hq+h], (i*cp.hq+h)*cp.d
+					sc.Source(k+1, srcL[k+1][i*cp.hq+h], (i*cp.hq+h)*cp.d)
 				}
 			}
-			l[row] = mergeRow(o[row*cp.d:(row+1)*cp.d], srcs, &sc)
+			l[row] = merge.Row(o[row*cp.d:(row+1)*cp.d], srcs, &sc)
 		}
 	}
 	return &Result{Out: out, LSE: lse}, nil

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sparseattn/msa/kernels/comm"
 	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 
@@ -50,7 +51,7 @@ func TestCPSparsePrefillAutoChoice(t *testing.T) {
 // cpRankInputs slices rank r of p's q, k, v and q2k out of the whole
 // batch's problem.
 func cpRankInputs(s sparseSpec, pr *sparseProblem, p, r int) (sh *CPShard, q, k, v, q2k *tensor.Dense) {
-	cuQ, cuK := int32s(pr.cuQ), int32s(pr.cuK)
+	cuQ, cuK := validate.Int32s(pr.cuQ), validate.Int32s(pr.cuK)
 	sh, err := CPPrefillShard(cuQ, cuK, s.blk, p, r)
 	if err != nil {
 		panic(err)
@@ -67,7 +68,7 @@ func cpRankInputs(s sparseSpec, pr *sparseProblem, p, r int) (sh *CPShard, q, k,
 	q = rows(pr.q, sh.QueryBegin, sh.QueryEnd, cuQ)
 	k = rows(pr.k, sh.KeyBegin, sh.KeyEnd, cuK)
 	v = rows(pr.v, sh.KeyBegin, sh.KeyEnd, cuK)
-	all := int32s(pr.q2k)
+	all := validate.Int32s(pr.q2k)
 	totalQ := int(cuQ[len(cuQ)-1])
 	var sel []int32
 	for h := 0; h < s.hkv; h++ {
@@ -82,7 +83,7 @@ func cpRankInputs(s sparseSpec, pr *sparseProblem, p, r int) (sh *CPShard, q, k,
 // bit) and returns its shard, result and stats.
 func cpPrefillRank(c comm.Comm, s sparseSpec, pr *sparseProblem, strat CPStrategy) (*CPShard, *Result, *CPPrefillStats, error) {
 	sh, q, k, v, q2k := cpRankInputs(s, pr, c.Size(), c.Rank())
-	args := CPPrefillArgs{CuSeqlensQ: int32s(pr.cuQ), CuSeqlensK: int32s(pr.cuK), BlkKV: s.blk, Causal: s.causal, Workers: 2, Strategy: strat}
+	args := CPPrefillArgs{CuSeqlensQ: validate.Int32s(pr.cuQ), CuSeqlensK: validate.Int32s(pr.cuK), BlkKV: s.blk, Causal: s.causal, Workers: 2, Strategy: strat}
 	var res [2]*Result
 	var st *CPPrefillStats
 	for i := range res {
@@ -108,9 +109,9 @@ func cpPrefillRank(c comm.Comm, s sparseSpec, pr *sparseProblem, strat CPStrateg
 // topK+P terms in different orders, 2*(topK+P)*2^-24*max|V|. LSEs: float32
 // merges of up to topK+P terms, 2*(topK+P+4)*2^-24 + 4*2^-24*|LSE|.
 func comparePrefill(s sparseSpec, pr *sparseProblem, p int, sh *CPShard, got *Result, want *Result) error {
-	cuQ := int32s(pr.cuQ)
-	g, w := backing[lowp.BFloat16](got.Out), backing[lowp.BFloat16](want.Out)
-	gl, wl := backing[float32](got.LSE), backing[float32](want.LSE)
+	cuQ := validate.Int32s(pr.cuQ)
+	g, w := validate.Backing[lowp.BFloat16](got.Out), validate.Backing[lowp.BFloat16](want.Out)
+	gl, wl := validate.Backing[float32](got.LSE), validate.Backing[float32](want.LSE)
 	tol := (3*0x1p-8 + 2*float64(s.topK+p)*0x1p-24) * pr.maxV
 	row := s.hq * s.d
 	ql := 0
@@ -167,9 +168,9 @@ func checkCPPrefill(c comm.Comm, s sparseSpec, strat CPStrategy) error {
 // q2k), so a sparse selection never moves a peer's whole share; and the
 // forced strategy, or auto's cheaper one, was used.
 func cpCheckStats(s sparseSpec, pr *sparseProblem, c comm.Comm, st *CPPrefillStats, strat CPStrategy) error {
-	cuQ, cuK := int32s(pr.cuQ), int32s(pr.cuK)
+	cuQ, cuK := validate.Int32s(pr.cuQ), validate.Int32s(pr.cuK)
 	sh, _ := CPPrefillShard(cuQ, cuK, s.blk, c.Size(), c.Rank())
-	q2k, totalQ := int32s(pr.q2k), int(cuQ[len(cuQ)-1])
+	q2k, totalQ := validate.Int32s(pr.q2k), int(cuQ[len(cuQ)-1])
 	want := make([]int64, c.Size())
 	seen := map[[2]int]bool{}
 	e := int64(s.hkv * s.d * int(pr.k.Dtype().Size()) * 2)
@@ -226,8 +227,8 @@ func TestCPSparsePrefillCheckCatchesMissingPeer(t *testing.T) {
 	pr := buildSparse(s)
 	sh, q, k, v, q2k := cpRankInputs(s, pr, 2, 0)
 	// Selections of rank 1's blocks dropped: rank 0 alone.
-	sel := slices.Clone(int32s(q2k))
-	cuQ, cuK := int32s(pr.cuQ), int32s(pr.cuK)
+	sel := slices.Clone(validate.Int32s(q2k))
+	cuQ, cuK := validate.Int32s(pr.cuQ), validate.Int32s(pr.cuK)
 	nq := sh.Queries()
 	ql := 0
 	for b := range sh.QueryBegin {
@@ -275,7 +276,7 @@ func TestCPSparsePrefillCheckCatchesMissingPeer(t *testing.T) {
 func TestCPSparsePrefillErrors(t *testing.T) {
 	s := cpPrefillSpecs()[0]
 	pr := buildSparse(s)
-	cuQ, cuK := int32s(pr.cuQ), int32s(pr.cuK)
+	cuQ, cuK := validate.Int32s(pr.cuQ), validate.Int32s(pr.cuK)
 	// Ranks disagreeing on the batch, or a rank with a bad selection: an
 	// error on every rank.
 	cs, _ := comm.NewLocal(2, 0)
@@ -298,7 +299,7 @@ func TestCPSparsePrefillErrors(t *testing.T) {
 	errs = comm.Each(cs, func(c comm.Comm) error {
 		_, q, k, v, q2k := cpRankInputs(s, pr, 2, c.Rank())
 		if c.Rank() == 1 {
-			sel := slices.Clone(int32s(q2k))
+			sel := slices.Clone(validate.Int32s(q2k))
 			sel[5] = 99
 			q2k = tensor.New(tensor.WithShape(q2k.Shape()...), tensor.WithBacking(sel))
 		}

@@ -2,6 +2,8 @@ package op
 
 import (
 	"fmt"
+
+	"github.com/sparseattn/msa/op/internal/validate"
 )
 
 // CPShard is the part of a batch that one rank holds in context-parallel
@@ -36,33 +38,33 @@ func sumRanges(a, b []int) int {
 // B+1, seqlen_q <= seqlen_k per sequence) with key blocks of blkKV tokens.
 func CPPrefillShard(cuSeqlensQ, cuSeqlensK []int32, blkKV, ranks, rank int) (*CPShard, error) {
 	const fn = "CPPrefillShard"
-	c := &checker{fn: fn}
+	c := &validate.Checker{Fn: fn}
 	lq, lk := cpSeqlens(c, cuSeqlensQ, cuSeqlensK)
-	c.need(blkKV >= 1 && blkKV <= 128, "blk_kv", "1 <= blk_kv <= 128", blkKV)
-	c.need(ranks >= 1, "ranks", ">= 1", ranks)
-	c.need(rank >= 0 && rank < ranks, "rank", fmt.Sprintf("0 <= rank < ranks = %d", ranks), rank)
-	if c.err != nil {
-		return nil, c.err
+	c.Need(blkKV >= 1 && blkKV <= 128, "blk_kv", "1 <= blk_kv <= 128", blkKV)
+	c.Need(ranks >= 1, "ranks", ">= 1", ranks)
+	c.Need(rank >= 0 && rank < ranks, "rank", fmt.Sprintf("0 <= rank < ranks = %d", ranks), rank)
+	if c.Err != nil {
+		return nil, c.Err
 	}
 	return cpShard(lq, lk, blkKV, ranks, rank), nil
 }
 
 // cpSeqlens checks the global cu_seqlens pair and returns the lengths.
-func cpSeqlens(c *checker, cuQ, cuK []int32) (lq, lk []int) {
-	c.need(len(cuQ) >= 2, "cu_seqlens_q", "int32 prefix sums of length B+1 >= 2", len(cuQ))
-	c.need(len(cuK) == len(cuQ), "cu_seqlens_k", fmt.Sprintf("length B+1 = %d (that of cu_seqlens_q)", len(cuQ)), len(cuK))
-	if c.err != nil {
+func cpSeqlens(c *validate.Checker, cuQ, cuK []int32) (lq, lk []int) {
+	c.Need(len(cuQ) >= 2, "cu_seqlens_q", "int32 prefix sums of length B+1 >= 2", len(cuQ))
+	c.Need(len(cuK) == len(cuQ), "cu_seqlens_k", fmt.Sprintf("length B+1 = %d (that of cu_seqlens_q)", len(cuQ)), len(cuK))
+	if c.Err != nil {
 		return nil, nil
 	}
-	c.need(cuQ[0] == 0, "cu_seqlens_q", "a first element of 0", cuQ[0])
-	c.need(cuK[0] == 0, "cu_seqlens_k", "a first element of 0", cuK[0])
+	c.Need(cuQ[0] == 0, "cu_seqlens_q", "a first element of 0", cuQ[0])
+	c.Need(cuK[0] == 0, "cu_seqlens_k", "a first element of 0", cuK[0])
 	B := len(cuQ) - 1
 	lq, lk = make([]int, B), make([]int, B)
-	for b := 0; b < B && c.err == nil; b++ {
+	for b := 0; b < B && c.Err == nil; b++ {
 		lq[b], lk[b] = int(cuQ[b+1])-int(cuQ[b]), int(cuK[b+1])-int(cuK[b])
-		c.need(lq[b] >= 0, fmt.Sprintf("cu_seqlens_q[%d]", b+1), fmt.Sprintf(">= cu_seqlens_q[%d] = %d", b, cuQ[b]), cuQ[b+1])
-		c.need(lk[b] >= 0, fmt.Sprintf("cu_seqlens_k[%d]", b+1), fmt.Sprintf(">= cu_seqlens_k[%d] = %d", b, cuK[b]), cuK[b+1])
-		c.need(lq[b] <= lk[b], fmt.Sprintf("cu_seqlens_q (sequence %d)", b),
+		c.Need(lq[b] >= 0, fmt.Sprintf("cu_seqlens_q[%d]", b+1), fmt.Sprintf(">= cu_seqlens_q[%d] = %d", b, cuQ[b]), cuQ[b+1])
+		c.Need(lk[b] >= 0, fmt.Sprintf("cu_seqlens_k[%d]", b+1), fmt.Sprintf(">= cu_seqlens_k[%d] = %d", b, cuK[b]), cuK[b+1])
+		c.Need(lq[b] <= lk[b], fmt.Sprintf("cu_seqlens_q (sequence %d)", b),
 			fmt.Sprintf("seqlen_q <= seqlen_k = %d (queries sit at the last key positions)", lk[b]), lq[b])
 	}
 	return lq, lk

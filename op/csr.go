@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/sparseattn/msa/kernels/plan"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 
@@ -16,27 +17,27 @@ import (
 // blkKV 0 means 128. Ids out of range and duplicate ids are rejected.
 func K2QCSRFunc(q2kIndices, cuSeqlensQ, cuSeqlensK tensor.Tensor, blkKV int) (rowPtr, qIndices *tensor.Dense, err error) {
 	const fn = "K2QCSRFunc"
-	c := &checker{fn: fn}
-	q2k := c.dense(q2kIndices, "q2k_indices")
-	c.dtype(q2k, "q2k_indices", tensor.Int32)
-	c.rank(q2k, "q2k_indices", "[Hkv, total_q, topK]", 3)
-	cuQ := cuSeqlens(c, cuSeqlensQ, "cu_seqlens_q", -1, "")
-	cuK := cuSeqlens(c, cuSeqlensK, "cu_seqlens_k", -1, "")
-	if c.err != nil {
-		return nil, nil, c.err
+	c := &validate.Checker{Fn: fn}
+	q2k := c.Dense(q2kIndices, "q2k_indices")
+	c.Dtype(q2k, "q2k_indices", tensor.Int32)
+	c.Rank(q2k, "q2k_indices", "[Hkv, total_q, topK]", 3)
+	cuQ := validate.CuSeqlens(c, cuSeqlensQ, "cu_seqlens_q", -1, "")
+	cuK := validate.CuSeqlens(c, cuSeqlensK, "cu_seqlens_k", -1, "")
+	if c.Err != nil {
+		return nil, nil, c.Err
 	}
 	if blkKV == 0 {
 		blkKV = 128
 	}
-	c.need(blkKV >= 1, "blk_kv", ">= 1", blkKV)
-	c.need(len(cuK) == len(cuQ), "cu_seqlens_k", fmt.Sprintf("shape [B + 1] = [%d] matching cu_seqlens_q", len(cuQ)), len(cuK))
+	c.Need(blkKV >= 1, "blk_kv", ">= 1", blkKV)
+	c.Need(len(cuK) == len(cuQ), "cu_seqlens_k", fmt.Sprintf("shape [B + 1] = [%d] matching cu_seqlens_q", len(cuQ)), len(cuK))
 	s := q2k.Shape()
 	hkv, totalQ, topK := s[0], s[1], s[2]
-	c.need(hkv >= 1 && topK >= 1, "q2k_indices", "Hkv >= 1 and topK >= 1", shapeStr(q2k))
-	if c.err != nil {
-		return nil, nil, c.err
+	c.Need(hkv >= 1 && topK >= 1, "q2k_indices", "Hkv >= 1 and topK >= 1", validate.ShapeStr(q2k))
+	if c.Err != nil {
+		return nil, nil, c.Err
 	}
-	csr, err := plan.BuildK2QCSR(nil, int32s(q2k), hkv, totalQ, topK, cuQ, cuK, blkKV)
+	csr, err := plan.BuildK2QCSR(nil, validate.Int32s(q2k), hkv, totalQ, topK, cuQ, cuK, blkKV)
 	if err != nil {
 		return nil, nil, q2kBlockErr(fn, err, cuK, blkKV)
 	}
@@ -52,12 +53,12 @@ func q2kBlockErr(fn string, err error, cuK []int32, blk int) error {
 	counts := make([]string, 0, min(len(cuK), 9))
 	for b := 0; b+1 < len(cuK) && b < 8; b++ {
 		n := int(cuK[b+1]) - int(cuK[b])
-		counts = append(counts, fmt.Sprintf("ceil(%d / %d) = %d", n, blk, ceilDiv(max(n, 0), blk)))
+		counts = append(counts, fmt.Sprintf("ceil(%d / %d) = %d", n, blk, validate.CeilDiv(max(n, 0), blk)))
 	}
 	if len(cuK) > 9 {
 		counts = append(counts, "...")
 	}
-	return argErr(fn, "q2k_indices", fmt.Sprintf("block ids of blocks of blk_kv = %d keys, per sequence ceil(seqlen_k / blk_kv) blocks: %s "+
+	return validate.ArgErr(fn, "q2k_indices", fmt.Sprintf("block ids of blocks of blk_kv = %d keys, per sequence ceil(seqlen_k / blk_kv) blocks: %s "+
 		"(ids selected over blocks of another size need that blk_kv)", blk, strings.Join(counts, ", ")), err.Error())
 }
 
@@ -86,7 +87,7 @@ func compactRowPtr(fn string, rp []int32, hkv, capRows, total, blk int) ([]int32
 // blkMismatch is the error of a CSR whose row count does not match the
 // blk_kv and cu_seqlens_k of the call: it names both values given twice.
 func blkMismatch(fn string, have, want, blk int, detail string) error {
-	return argErr(fn, "k2q_row_ptr/blk_kv",
+	return validate.ArgErr(fn, "k2q_row_ptr/blk_kv",
 		fmt.Sprintf("a CSR built for the same blk_kv and cu_seqlens_k (blk_kv = %d gives total_rows = %d)", blk, want),
 		fmt.Sprintf("k2q_row_ptr was built for a different blk_kv or cu_seqlens_k: it has %d rows, blk_kv = %d gives %d%s", have, blk, want, detail))
 }
@@ -101,18 +102,18 @@ func topKMismatch(fn string, stride, totalQ, topK int, detail string) error {
 	if detail != "" {
 		got += ": " + detail
 	}
-	return argErr(fn, "topK/k2q_q_indices",
+	return validate.ArgErr(fn, "topK/k2q_q_indices",
 		fmt.Sprintf("topK equal to q2k_indices.shape[2] of the CSR's build (k2q_q_indices.shape[1] >= total_q * topK = %d)", totalQ*topK), got)
 }
 
 // csrTensors checks the dtype and rank of a caller-supplied CSR pair.
-func csrTensors(c *checker, rowPtr, qIdx tensor.Tensor) (rp, qi *tensor.Dense) {
-	rp = c.dense(rowPtr, "k2q_row_ptr")
-	qi = c.dense(qIdx, "k2q_q_indices")
-	c.dtype(rp, "k2q_row_ptr", tensor.Int32)
-	c.dtype(qi, "k2q_q_indices", tensor.Int32)
-	c.rank(rp, "k2q_row_ptr", "[Hkv, total_rows + 1]", 2)
-	c.rank(qi, "k2q_q_indices", "[Hkv, >= total_q * topK]", 2)
+func csrTensors(c *validate.Checker, rowPtr, qIdx tensor.Tensor) (rp, qi *tensor.Dense) {
+	rp = c.Dense(rowPtr, "k2q_row_ptr")
+	qi = c.Dense(qIdx, "k2q_q_indices")
+	c.Dtype(rp, "k2q_row_ptr", tensor.Int32)
+	c.Dtype(qi, "k2q_q_indices", tensor.Int32)
+	c.Rank(rp, "k2q_row_ptr", "[Hkv, total_rows + 1]", 2)
+	c.Rank(qi, "k2q_q_indices", "[Hkv, >= total_q * topK]", 2)
 	return rp, qi
 }
 
@@ -123,14 +124,14 @@ func csrTensors(c *checker, rowPtr, qIdx tensor.Tensor) (rp, qi *tensor.Dense) {
 func csrRows(fn string, rp *tensor.Dense, cuK []int32, blk int) (*plan.Rows, error) {
 	total, err := plan.CountRows(cuK, blk)
 	if err != nil {
-		return nil, wrapArg(fn, "cu_seqlens_k", err)
+		return nil, validate.WrapArg(fn, "cu_seqlens_k", err)
 	}
 	if rp.Shape()[1]-1 < total {
 		return nil, blkMismatch(fn, rp.Shape()[1]-1, total, blk, "")
 	}
 	rows, err := plan.NewRows(cuK, blk)
 	if err != nil {
-		return nil, wrapArg(fn, "cu_seqlens_k", err)
+		return nil, validate.WrapArg(fn, "cu_seqlens_k", err)
 	}
 	return rows, nil
 }
@@ -143,17 +144,17 @@ func csrView(fn string, rp, qi *tensor.Dense, rows *plan.Rows, totalQ, topK int,
 	if rp.Shape()[1]-1 < rows.Total {
 		return plan.CSR{}, blkMismatch(fn, rp.Shape()[1]-1, rows.Total, rows.BlkKV, "")
 	}
-	rpc, err := compactRowPtr(fn, int32s(rp), hkv, rp.Shape()[1]-1, rows.Total, rows.BlkKV)
+	rpc, err := compactRowPtr(fn, validate.Int32s(rp), hkv, rp.Shape()[1]-1, rows.Total, rows.BlkKV)
 	if err != nil {
 		return plan.CSR{}, err
 	}
-	csr := plan.CSR{Hkv: hkv, TotalRows: rows.Total, Stride: qi.Shape()[1], RowPtr: rpc, QIdx: int32s(qi)}
+	csr := plan.CSR{Hkv: hkv, TotalRows: rows.Total, Stride: qi.Shape()[1], RowPtr: rpc, QIdx: validate.Int32s(qi)}
 	if err := plan.ValidateCSR(&csr, totalQ, topK, cuQ, rows); err != nil {
 		if csr.Stride != totalQ*topK && totalQ > 0 && csr.Stride%totalQ == 0 {
 			// The most likely cause: topK differs from the CSR's.
 			return plan.CSR{}, topKMismatch(fn, csr.Stride, totalQ, topK, err.Error())
 		}
-		return plan.CSR{}, wrapArg(fn, "k2q_row_ptr/k2q_q_indices", err)
+		return plan.CSR{}, validate.WrapArg(fn, "k2q_row_ptr/k2q_q_indices", err)
 	}
 	return csr, nil
 }

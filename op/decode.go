@@ -7,6 +7,8 @@ import (
 	"github.com/sparseattn/msa/kernels/attn"
 	"github.com/sparseattn/msa/kernels/lowp"
 	"github.com/sparseattn/msa/kernels/plan"
+	"github.com/sparseattn/msa/op/internal/decode"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 
@@ -71,138 +73,17 @@ type PlanArgs struct {
 	EnableCUDAGraph bool
 }
 
-// decodeMeta is validated decode metadata (everything but Q/K/V).
-type decodeMeta struct {
-	batch, seqlenQ, hkv, hq, d int
-	pageSize, cols, numPages   int
-	blk                        int
-	layout                     PagedLayout
-	pt, seqused, q2k           []int32
-	topK                       int
-	scale                      float64
-	params                     plan.DecodeParams
-}
-
-// pageTableArgs checks that pageTable and seqUsedK are int32 tensors of
-// ranks 2 ([B, max_num_pages_per_seq]) and 1 ([B]), both required.
-func pageTableArgs(c *checker, pageTable, seqUsedK tensor.Tensor) (pt, su *tensor.Dense) {
-	pt = c.dense(pageTable, "page_table")
-	c.dtype(pt, "page_table", tensor.Int32)
-	c.rank(pt, "page_table", "[B, max_num_pages_per_seq]", 2)
-	su = c.dense(seqUsedK, "seqused_k")
-	c.dtype(su, "seqused_k", tensor.Int32)
-	c.rank(su, "seqused_k", "[B]", 1)
-	return pt, su
-}
-
-// validateDecodeMeta mirrors _validate_sparse_decode_inputs for the
-// metadata, with this package's extensions (any page size, any
-// qhead_per_kv in {1,2,4,8,16}, index range checks).
-// fixedCap is enable_cuda_graph (Plan only).
-func validateDecodeMeta(c *checker, args *DecodeArgs, fixedCap bool, q2k tensor.Tensor, totalQ, hq, hkv, d, pageSize, numPages int) *decodeMeta {
-	m := &decodeMeta{hq: hq, hkv: hkv, d: d, pageSize: pageSize, numPages: numPages, layout: args.KVLayout}
+// validateDecodeMeta checks args.KVLayout and validates the rest of the
+// decode metadata (decode.Validate).
+func validateDecodeMeta(c *validate.Checker, args *DecodeArgs, fixedCap bool, q2k tensor.Tensor, totalQ, hq, hkv, d, pageSize, numPages int) *decode.Meta {
 	checkLayout(c, args.KVLayout, true)
-	if c.err != nil {
+	if c.Err != nil {
 		return nil
 	}
-	if args.NonCausal {
-		c.fail("causal", "true (decode attention currently supports only causal=True)", false)
-		return nil
-	}
-	pt, su := pageTableArgs(c, args.PageTable, args.SeqUsedK)
-	if c.err != nil {
-		return nil
-	}
-	m.batch, m.cols = pt.Shape()[0], pt.Shape()[1]
-	c.need(m.cols >= 1, "page_table", "at least one column", shapeStr(pt))
-	pageCapacity(c, m.cols, pageSize)
-	c.need(su.Shape()[0] == m.batch, "seqused_k", fmt.Sprintf("shape [B] = [%d]", m.batch), shapeStr(su))
-	c.need(args.SeqlenQ > 0, "seqlen_q", "a positive value", args.SeqlenQ)
-	c.need(args.MaxSeqlenK >= 0, "max_seqlen_k", "0 (derived from seqused_k) or a positive value", args.MaxSeqlenK)
-	if c.err != nil {
-		return nil
-	}
-	checkDecodeRows(c, m.batch, args.SeqlenQ, hq)
-	if c.err != nil {
-		return nil
-	}
-	m.seqlenQ = args.SeqlenQ
-	if totalQ >= 0 {
-		c.need(totalQ == m.batch*m.seqlenQ, "q", fmt.Sprintf("[B * seqlen_q, Hq, D] with B * seqlen_q = %d * %d = %d", m.batch, m.seqlenQ, m.batch*m.seqlenQ), fmt.Sprintf("q.shape[0] = %d", totalQ))
-	}
-	m.pt, m.seqused = int32s(pt), int32s(su)
-	for b, x := range m.seqused {
-		if x < 0 || int(x) > m.cols*pageSize {
-			c.fail(fmt.Sprintf("seqused_k[%d]", b), fmt.Sprintf("0 <= seqused_k <= max_num_pages_per_seq * page_size = %d", m.cols*pageSize), x)
-			return nil
-		}
-		if args.MaxSeqlenK > 0 && int(x) > args.MaxSeqlenK {
-			c.fail(fmt.Sprintf("seqused_k[%d]", b), fmt.Sprintf("<= max_seqlen_k = %d", args.MaxSeqlenK), x)
-			return nil
-		}
-	}
-	if c.err != nil {
-		return nil
-	}
-	checkPages(c, m.pt, m.cols, pageSize, m.seqused, numPages)
-	m.blk = args.BlkKV
-	if m.blk == 0 {
-		m.blk = pageSize
-	}
-	c.need(m.blk >= 1 && m.blk <= maxInt32, "blk_kv", fmt.Sprintf("1 <= blk_kv <= %d", maxInt32), m.blk)
-	c.need(args.FixedSplitSize >= 0 && args.FixedSplitSize <= maxInt32, "fixed_split_size",
-		fmt.Sprintf("0 (automatic) <= fixed_split_size <= %d", maxInt32), args.FixedSplitSize)
-	m.params = plan.DecodeParams{
-		Batch: m.batch, SeqlenQ: m.seqlenQ, HQ: hq, Hkv: hkv, PageSize: pageSize,
-		Workers: workers(args.Workers), FixedSplitPages: args.FixedSplitSize, DisableSplit: args.DisableSplitKV,
-		MaxPagesPerSeq: m.cols, FixedCapacity: fixedCap,
-	}
-	checkDecodeSize(c, m.params)
-	checkDecodeWorkspace(c, m.params, m.seqused, d, workspaceLimit(c, args.MaxWorkspaceBytes))
-	if present(q2k) && c.err == nil {
-		qd := c.dense(q2k, "q2k_indices")
-		c.dtype(qd, "q2k_indices", tensor.Int32)
-		c.rank(qd, "q2k_indices", "[Hkv, total_q, topK]", 3)
-		if c.err != nil {
-			return nil
-		}
-		s := qd.Shape()
-		c.need(s[0] == hkv && s[1] == m.batch*m.seqlenQ && s[2] >= 1 && s[2] <= maxTopK, "q2k_indices",
-			fmt.Sprintf("shape [Hkv = %d, total_q = %d, 1 <= topK <= %d]", hkv, m.batch*m.seqlenQ, maxTopK), shapeStr(qd))
-		if c.err != nil {
-			return nil
-		}
-		m.q2k, m.topK = int32s(qd), s[2]
-		checkDecodeQ2K(c, m)
-	}
-	m.scale = resolveScale(c, args.SoftmaxScale, d)
-	return m
-}
-
-// checkDecodeQ2K rejects sparse-decode block ids outside the request's
-// blocks and duplicates within one list.
-func checkDecodeQ2K(c *checker, m *decodeMeta) {
-	totalQ := m.batch * m.seqlenQ
-	for h := 0; h < m.hkv && c.err == nil; h++ {
-		for gq := 0; gq < totalQ && c.err == nil; gq++ {
-			b := gq / m.seqlenQ
-			nb := ceilDiv(int(m.seqused[b]), m.blk)
-			list := m.q2k[(h*totalQ+gq)*m.topK : (h*totalQ+gq+1)*m.topK]
-			for k, j := range list {
-				if j < -1 || int(j) >= nb {
-					c.fail(fmt.Sprintf("q2k_indices[%d, %d, %d]", h, gq, k),
-						fmt.Sprintf("-1 or a block id in [0, %d) for request %d (ceil(seqused_k = %d / blk_kv = %d) blocks)", nb, b, m.seqused[b], m.blk), j)
-					return
-				}
-				for _, x := range list[:k] {
-					if j >= 0 && x == j {
-						c.fail(fmt.Sprintf("q2k_indices[%d, %d, %d]", h, gq, k), "no duplicate block ids in one list", j)
-						return
-					}
-				}
-			}
-		}
-	}
+	in := decode.Input{PageTable: args.PageTable, SeqUsedK: args.SeqUsedK, NHD: args.KVLayout == NHD, SeqlenQ: args.SeqlenQ,
+		MaxSeqlenK: args.MaxSeqlenK, BlkKV: args.BlkKV, NonCausal: args.NonCausal, SoftmaxScale: args.SoftmaxScale,
+		Workers: args.Workers, FixedSplitSize: args.FixedSplitSize, DisableSplitKV: args.DisableSplitKV, MaxWorkspaceBytes: args.MaxWorkspaceBytes}
+	return decode.Validate(c, &in, fixedCap, q2k, totalQ, hq, hkv, d, pageSize, numPages)
 }
 
 // The q dtypes of decode: the low-precision ones everywhere, float32 in the
@@ -214,73 +95,74 @@ var (
 
 // decodeQKV validates q, k, v of a decode call with HND pages and returns
 // their shapes.
-func decodeQKV(c *checker, q, k, v tensor.Tensor) (qd, kd, vd *tensor.Dense) {
+func decodeQKV(c *validate.Checker, q, k, v tensor.Tensor) (qd, kd, vd *tensor.Dense) {
 	return decodeQKVLayout(c, q, k, v, HND, false)
 }
 
 // decodeQKVLayout validates q, k, v of a decode call with pages of layout l
 // and returns their shapes. f32 accepts float32 q, k, v (all three) as well
-// (the eager decode and the wrapper; the graph op and the CUDA path do not).
-func decodeQKVLayout(c *checker, q, k, v tensor.Tensor, l PagedLayout, f32 bool) (qd, kd, vd *tensor.Dense) {
-	qd, kd, vd = c.dense(q, "q"), c.dense(k, "k"), c.dense(v, "v")
-	c.rank(qd, "q", "[total_q, Hq, D]", 3)
-	c.rank(kd, "k", l.shape("D"), 4)
-	c.rank(vd, "v", l.shape("D"), 4)
-	if c.err == nil && f32 && isFloat32(qd) {
+// (every decode entry point of the CPU path; the CUDA kernels take the
+// low-precision dtypes only).
+func decodeQKVLayout(c *validate.Checker, q, k, v tensor.Tensor, l PagedLayout, f32 bool) (qd, kd, vd *tensor.Dense) {
+	qd, kd, vd = c.Dense(q, "q"), c.Dense(k, "k"), c.Dense(v, "v")
+	c.Rank(qd, "q", "[total_q, Hq, D]", 3)
+	c.Rank(kd, "k", l.shape("D"), 4)
+	c.Rank(vd, "v", l.shape("D"), 4)
+	if c.Err == nil && f32 && isFloat32(qd) {
 		if !isFloat32(kd) || !isFloat32(vd) {
-			c.fail("q, k, v", "float32 k and v with float32 q (float32 is not mixed with other dtypes)",
-				"q float32, k "+dtypeName(kd.Dtype())+", v "+dtypeName(vd.Dtype()))
+			c.Fail("q, k, v", "float32 k and v with float32 q (float32 is not mixed with other dtypes)",
+				"q float32, k "+validate.DtypeName(kd.Dtype())+", v "+validate.DtypeName(vd.Dtype()))
 		}
 	} else {
 		dts := decodeQDtypes
 		if f32 {
 			dts = decodeQDtypesF32
 		}
-		c.dtype(qd, "q", dts...)
-		c.dtype(kd, "k", BFloat16, Float8E4M3FN)
-		c.dtype(vd, "v", BFloat16, Float8E4M3FN)
+		c.Dtype(qd, "q", dts...)
+		c.Dtype(kd, "k", BFloat16, Float8E4M3FN)
+		c.Dtype(vd, "v", BFloat16, Float8E4M3FN)
 	}
-	if c.err != nil {
+	if c.Err != nil {
 		return
 	}
 	// Checks below format their messages only on failure: Run is a hot path.
 	mixed := qd.Dtype() == BFloat16 && kd.Dtype() == Float8E4M3FN && vd.Dtype() == Float8E4M3FN
 	if !mixed && (qd.Dtype() != kd.Dtype() || kd.Dtype() != vd.Dtype()) {
-		c.fail("q, k, v", "one dtype (float8_e4m3fn, bfloat16 or, eager, float32), or bf16 q with fp8 k/v", dtypeName(qd.Dtype())+", "+dtypeName(kd.Dtype())+", "+dtypeName(vd.Dtype()))
+		c.Fail("q, k, v", "one dtype (float8_e4m3fn, bfloat16 or, eager, float32), or bf16 q with fp8 k/v", validate.DtypeName(qd.Dtype())+", "+validate.DtypeName(kd.Dtype())+", "+validate.DtypeName(vd.Dtype()))
 		return
 	}
 	if !kd.Shape().Eq(vd.Shape()) {
-		c.fail("k, v", "the same shape", "k "+shapeStr(kd)+", v "+shapeStr(vd))
+		c.Fail("k, v", "the same shape", "k "+validate.ShapeStr(kd)+", v "+validate.ShapeStr(vd))
 		return
 	}
 	d := qd.Shape()[2]
 	if !slices.Contains(supportedHeadDims, d) || kd.Shape()[3] != d {
-		c.fail("q, k", fmt.Sprintf("the same head dimension D in %v", supportedHeadDims), fmt.Sprintf("q D = %d, k D = %d", d, kd.Shape()[3]))
+		c.Fail("q, k", fmt.Sprintf("the same head dimension D in %v", supportedHeadDims), fmt.Sprintf("q D = %d, k D = %d", d, kd.Shape()[3]))
 		return
 	}
 	hkv, ps := l.dims(kd.Shape())
 	if checkHeads(c, "k", qd, kd, hkv, false, func() string {
 		return fmt.Sprintf("the paged %v layout %s (Hkv = %s%s)", l, l.shape("D"), l.hkvDim(), l.other())
-	}); c.err != nil {
+	}); c.Err != nil {
 		return
 	}
 	if ps < 1 {
-		c.fail("k", "page_size >= 1", shapeStr(kd))
+		c.Fail("k", "page_size >= 1", validate.ShapeStr(kd))
 	}
 	return
 }
 
 // decodeRun binds validated tensors to an attn.Decode.
-func decodeRun(m *decodeMeta, qd, kd, vd *tensor.Dense, s *plan.DecodeSchedule) attn.Decode {
+func decodeRun(m *decode.Meta, qd, kd, vd *tensor.Dense, s *plan.DecodeSchedule) attn.Decode {
 	pv := BFloat16
 	if vd.Dtype() == Float8E4M3FN && qd.Dtype() == Float8E4M3FN {
 		pv = Float8E4M3FN
 	}
 	return attn.Decode{
-		Q: operand(qd, m.d), K: operand(kd, m.d), V: operand(vd, m.d),
-		KV:    attn.KVLayout{Hkv: m.hkv, Paged: true, PageTable: m.pt, PTCols: m.cols, PageSize: m.pageSize, NHD: m.layout == NHD},
-		Batch: m.batch, SeqlenQ: m.seqlenQ, HQ: m.hq, Hkv: m.hkv, D: m.d, SeqUsed: m.seqused,
-		Scale: float32(m.scale), PV: pvRound(pv), Sched: s, Q2K: m.q2k, TopK: m.topK, BlkKV: m.blk,
+		Q: operand(qd, m.D), K: operand(kd, m.D), V: operand(vd, m.D),
+		KV:    attn.KVLayout{Hkv: m.Hkv, Paged: true, PageTable: m.PT, PTCols: m.Cols, PageSize: m.PageSize, NHD: m.NHD},
+		Batch: m.Batch, SeqlenQ: m.SeqlenQ, HQ: m.HQ, Hkv: m.Hkv, D: m.D, SeqUsed: m.SeqUsed,
+		Scale: float32(m.Scale), PV: pvRound(pv), Sched: s, Q2K: m.Q2K, TopK: m.TopK, BlkKV: m.Blk,
 	}
 }
 
@@ -291,39 +173,39 @@ func decodeRun(m *decodeMeta, qd, kd, vd *tensor.Dense, s *plan.DecodeSchedule) 
 // B*seqlen_q, topK] selects sparse decode over blocks of args.BlkKV tokens.
 // Causal only. The result's Out is BFloat16 [B*seqlen_q, Hq, D] (float32
 // with float32 q, k, v, computed without low-precision rounding on the
-// float32 prefill's kernels, HND layout only) and LSE the natural-log LSE
+// float32 prefill's kernels, in both layouts) and LSE the natural-log LSE
 // [B*seqlen_q, Hq] float32 (always set).
 func DecodeAttentionFunc(q, k, v, q2kIndices tensor.Tensor, args DecodeArgs) (*Result, error) {
 	const fn = "DecodeAttentionFunc"
-	c := &checker{fn: fn}
+	c := &validate.Checker{Fn: fn}
 	checkLayout(c, args.KVLayout, true)
-	if c.err != nil {
-		return nil, c.err
+	if c.Err != nil {
+		return nil, c.Err
 	}
 	qd, kd, vd := decodeQKVLayout(c, q, k, v, args.KVLayout, true)
-	if c.err != nil {
-		return nil, c.err
+	if c.Err != nil {
+		return nil, c.Err
 	}
 	hkv, ps := args.KVLayout.dims(kd.Shape())
 	m := validateDecodeMeta(c, &args, false, q2kIndices, qd.Shape()[0], qd.Shape()[1], hkv, qd.Shape()[2], ps, kd.Shape()[0])
-	if c.err != nil {
-		return nil, c.err
+	if c.Err != nil {
+		return nil, c.Err
 	}
 	if isFloat32(qd) {
-		out, lse := newDecodeOutputs(true, m.batch*m.seqlenQ, m.hq, m.d)
-		if err := decodeF32(fn, m, qd, kd, vd, m.scale, backing[float32](out), backing[float32](lse)); err != nil {
+		out, lse := newDecodeOutputs(true, m.Batch*m.SeqlenQ, m.HQ, m.D)
+		if err := decode.F32Once(fn, m, qd, kd, vd, m.Scale, validate.Backing[float32](out), validate.Backing[float32](lse)); err != nil {
 			return nil, err
 		}
 		return &Result{Out: out, LSE: lse}, nil
 	}
-	s, err := plan.BuildDecodeSchedule(nil, m.seqused, m.params)
+	s, err := plan.BuildDecodeSchedule(nil, m.SeqUsed, m.Params)
 	if err != nil {
-		return nil, wrapArg(fn, "schedule", err)
+		return nil, validate.WrapArg(fn, "schedule", err)
 	}
 	p := decodeRun(m, qd, kd, vd, s)
-	pool := attn.AcquirePool(m.params.Workers)
+	pool := attn.AcquirePool(m.Params.Workers)
 	defer attn.ReleasePool(pool)
-	ws := attn.NewWorkspace(pool.Workers(), m.d)
+	ws := attn.NewWorkspace(pool.Workers(), m.D)
 	return runDecode(&p, ws, pool, nil, nil), nil
 }
 
@@ -336,7 +218,18 @@ func runDecode(p *attn.Decode, ws *attn.Workspace, pool *attn.Pool, out, lse *te
 	if lse == nil {
 		lse = tensor.New(tensor.WithShape(rows, p.HQ), tensor.WithBacking(make([]float32, rows*p.HQ)))
 	}
-	o := attn.Output{O: backing[lowp.BFloat16](out), LSE: backing[float32](lse)}
+	o := attn.Output{O: validate.Backing[lowp.BFloat16](out), LSE: validate.Backing[float32](lse)}
 	attn.RunDecode(p, ws, pool, &o)
 	return &Result{Out: out, LSE: lse}
+}
+
+// newDecodeOutputs allocates the outputs of a decode call: Out of q's
+// precision class (float32 for float32 q, else BFloat16) and the float32
+// LSE.
+func newDecodeOutputs(f32 bool, rows, hq, d int) (out, lse *tensor.Dense) {
+	lse = tensor.New(tensor.WithShape(rows, hq), tensor.WithBacking(make([]float32, rows*hq)))
+	if f32 {
+		return tensor.New(tensor.WithShape(rows, hq, d), tensor.WithBacking(make([]float32, rows*hq*d))), lse
+	}
+	return tensor.New(tensor.WithShape(rows, hq, d), tensor.WithBacking(make([]lowp.BFloat16, rows*hq*d))), lse
 }

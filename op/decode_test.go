@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 
@@ -176,8 +177,8 @@ func checkDecode(t testing.TB, s decodeSpec, pr *decodeProblem, res *Result) {
 	// Split partials are float32: only the BF16 output rounding and, on the
 	// FP8 path, the e4m3 rounding of P count (see oTolerance).
 	rtol, atol := oTolerance(tensor.Float32, s.dt == "e4m3")
-	o := backing[lowp.BFloat16](res.Out)
-	lse := backing[float32](res.LSE)
+	o := validate.Backing[lowp.BFloat16](res.Out)
+	lse := validate.Backing[float32](res.LSE)
 	bad := 0
 	for row := range ref.o {
 		for c := 0; c < s.d; c++ {
@@ -264,7 +265,7 @@ func TestDecodeSplitMatchesUnsplit(t *testing.T) {
 	checkDecode(t, s, pr, a)
 	checkDecode(t, s2, pr, b)
 	checkDecode(t, s3, pr, c)
-	if bytes.Equal(bytesOf(backing[lowp.BFloat16](a.Out)), bytesOf(backing[lowp.BFloat16](b.Out))) {
+	if bytes.Equal(bytesOf(validate.Backing[lowp.BFloat16](a.Out)), bytesOf(validate.Backing[lowp.BFloat16](b.Out))) {
 		t.Log("split and unsplit happen to be bit-identical")
 	}
 }
@@ -286,10 +287,10 @@ func TestDecodeBatchInvariant(t *testing.T) {
 		*p1 = *pr
 		p1.pt = tensor.New(tensor.WithShape(1, pr.cols), tensor.WithBacking(append([]int32{}, pr.ptv[b*pr.cols:(b+1)*pr.cols]...)))
 		p1.su = tensor.New(tensor.WithShape(1), tensor.WithBacking([]int32{int32(full.seqused[b])}))
-		p1.q = tensor.New(tensor.WithShape(3, 16, 128), tensor.WithBacking(append([]lowp.Float8E4M3FN{}, backing[lowp.Float8E4M3FN](pr.q)[b*row:(b+1)*row]...)))
+		p1.q = tensor.New(tensor.WithShape(3, 16, 128), tensor.WithBacking(append([]lowp.Float8E4M3FN{}, validate.Backing[lowp.Float8E4M3FN](pr.q)[b*row:(b+1)*row]...)))
 		res := runDecodeSpec(t, one, p1)
-		got := bytesOf(backing[lowp.BFloat16](res.Out))
-		want := bytesOf(backing[lowp.BFloat16](all.Out)[b*row : (b+1)*row])
+		got := bytesOf(validate.Backing[lowp.BFloat16](res.Out))
+		want := bytesOf(validate.Backing[lowp.BFloat16](all.Out)[b*row : (b+1)*row])
 		if !bytes.Equal(got, want) {
 			t.Fatalf("request %d: output depends on the batch", b)
 		}
@@ -330,7 +331,7 @@ func TestDecodeWrapperStale(t *testing.T) {
 	// A later WritePagedKVFunc on the planned metadata makes the plan stale:
 	// Run refuses it (it would attend over the planned lengths) and names
 	// the changed entry; so does a page-table entry changed after Plan.
-	su := backing[int32](pr.su)
+	su := validate.Backing[int32](pr.su)
 	su[0]++
 	cuNew := i32T([]int{3}, 0, 1, 1)
 	// (into a copy of the cache: the reference below reads pr.k's keys)
@@ -343,7 +344,7 @@ func TestDecodeWrapperStale(t *testing.T) {
 		t.Fatalf("run after WritePagedKVFunc without Plan: %v", err)
 	}
 	su[0] = 100
-	ptv := backing[int32](pr.pt)
+	ptv := validate.Backing[int32](pr.pt)
 	old := ptv[1]
 	ptv[1]++
 	if _, err := w.Run(pr.q, pr.k, pr.v, 0); !errors.As(err, &stale) || stale.Arg != "page_table[0, 1]" {

@@ -10,14 +10,17 @@ import (
 	"github.com/sparseattn/msa/kernels/attn"
 	"github.com/sparseattn/msa/kernels/lowp"
 	"github.com/sparseattn/msa/kernels/plan"
+	"github.com/sparseattn/msa/op/internal/decode"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 
 // DecodeWrapper is the plan/run helper of paged decode attention (the
 // reference's SparseDecodePagedAttentionWrapper). Plan validates the
 // metadata, copies it and builds the schedule, the worker pool and every
-// workspace once; Run reuses them for every layer whose shapes match and
-// allocates nothing in the steady state (RunInto with caller-owned outputs).
+// workspace once; Run reuses them for every layer whose shapes match and,
+// with low-precision q, k, v, allocates nothing in the steady state
+// (RunInto with caller-owned outputs; RunInto says what float32 takes).
 //
 // Plan snapshots page_table, seqused_k and q2k_indices. Run compares the
 // page_table and seqused_k tensors given to Plan with the snapshot (O(B *
@@ -40,35 +43,21 @@ type DecodeWrapper struct {
 	pageSize int
 	busy     atomic.Bool
 	args     PlanArgs
-	m        *decodeMeta
+	m        *decode.Meta
 	sched    *plan.DecodeSchedule
 	pool     *attn.Pool
 	ws       *attn.Workspace
-	snap     decodeSnapshot
+	snap     decode.Snapshot
 	// src holds the page_table and seqused_k storage given to Plan, which
 	// Run compares with the snapshot to detect a stale plan.
 	src struct{ pt, seqused []int32 }
 	p   attn.Decode
 	out attn.Output
-	c   checker
-}
-
-// decodeSnapshot holds the wrapper's own copies of the planned metadata.
-type decodeSnapshot struct {
-	pt, seqused, q2k []int32
-}
-
-// take copies m's metadata into the snapshot's buffers (reused when large
-// enough) and points m at the copies.
-func (s *decodeSnapshot) take(m *decodeMeta) {
-	s.pt = append(s.pt[:0], m.pt...)
-	s.seqused = append(s.seqused[:0], m.seqused...)
-	s.q2k = append(s.q2k[:0], m.q2k...)
-	m.pt, m.seqused = s.pt, s.seqused
-	m.q2k = nil
-	if m.topK > 0 {
-		m.q2k = s.q2k
-	}
+	c   validate.Checker
+	// f32 is the float32 path's state, prepared by the first float32 Run
+	// after each Plan (f32Planned) and reused by the Runs after it.
+	f32        decode.F32
+	f32Planned bool
 }
 
 // acquire takes busy, the in-progress flag of a DecodeWrapper,
@@ -91,7 +80,7 @@ func errBusy(fn string) error {
 	if typ == "PagedKVCache" {
 		arg = "cache"
 	}
-	return argErr(fn, arg, "no concurrent call on the same "+typ+" (it is not safe for concurrent use)",
+	return validate.ArgErr(fn, arg, "no concurrent call on the same "+typ+" (it is not safe for concurrent use)",
 		"a call already in progress")
 }
 
@@ -103,8 +92,8 @@ func errBusy(fn string) error {
 // (0: the page size). The reference constructor's causal is the
 // NonCausal field of the plan's arguments (causal only, as there).
 func NewDecodeWrapper(pageSize int) (*DecodeWrapper, error) {
-	if pageSize < 1 || pageSize > maxInt32 {
-		return nil, argErr("NewDecodeWrapper", "page_size", fmt.Sprintf("a page size in [1, %d]", maxInt32), pageSize)
+	if pageSize < 1 || pageSize > validate.MaxInt32 {
+		return nil, validate.ArgErr("NewDecodeWrapper", "page_size", fmt.Sprintf("a page size in [1, %d]", validate.MaxInt32), pageSize)
 	}
 	return &DecodeWrapper{pageSize: pageSize}, nil
 }
@@ -119,41 +108,42 @@ func (w *DecodeWrapper) Plan(args PlanArgs, q2kIndices tensor.Tensor) error {
 		return err
 	}
 	defer w.busy.Store(false)
-	c := &checker{fn: fn}
-	c.need(args.NumQOHeads > 0 && args.NumKVHeads > 0 && args.HeadDim > 0, "num_qo_heads/num_kv_heads/head_dim",
+	c := &validate.Checker{Fn: fn}
+	c.Need(args.NumQOHeads > 0 && args.NumKVHeads > 0 && args.HeadDim > 0, "num_qo_heads/num_kv_heads/head_dim",
 		"positive values (decode plan requires num_qo_heads, num_kv_heads, and head_dim)",
 		fmt.Sprintf("%d/%d/%d", args.NumQOHeads, args.NumKVHeads, args.HeadDim))
-	if c.err != nil {
-		return c.err
+	if c.Err != nil {
+		return c.Err
 	}
-	c.need(slices.Contains(supportedHeadDims, args.HeadDim), "head_dim", fmt.Sprintf("one of %v", supportedHeadDims), args.HeadDim)
-	c.need(args.NumQOHeads%args.NumKVHeads == 0, "num_qo_heads", fmt.Sprintf("divisible by num_kv_heads = %d", args.NumKVHeads), args.NumQOHeads)
-	if c.err == nil && !slices.Contains(supportedQheadPerKV, args.NumQOHeads/args.NumKVHeads) {
-		return &NotImplementedError{fn, fmt.Sprintf("qhead_per_kv must be in {1, 2, 4, 8, 16}, got %d", args.NumQOHeads/args.NumKVHeads)}
+	c.Need(slices.Contains(supportedHeadDims, args.HeadDim), "head_dim", fmt.Sprintf("one of %v", supportedHeadDims), args.HeadDim)
+	c.Need(args.NumQOHeads%args.NumKVHeads == 0, "num_qo_heads", fmt.Sprintf("divisible by num_kv_heads = %d", args.NumKVHeads), args.NumQOHeads)
+	if c.Err == nil && !slices.Contains(supportedQheadPerKV, args.NumQOHeads/args.NumKVHeads) {
+		return &NotImplementedError{Func: fn, What: fmt.Sprintf("qhead_per_kv must be in {1, 2, 4, 8, 16}, got %d", args.NumQOHeads/args.NumKVHeads)}
 	}
-	if c.err != nil {
-		return c.err
+	if c.Err != nil {
+		return c.Err
 	}
 	m := validateDecodeMeta(c, &args.DecodeArgs, args.EnableCUDAGraph, q2kIndices, -1, args.NumQOHeads, args.NumKVHeads, args.HeadDim, w.pageSize, -1)
-	if c.err != nil {
-		return c.err
+	if c.Err != nil {
+		return c.Err
 	}
-	s, err := plan.BuildDecodeSchedule(w.sched, m.seqused, m.params)
+	s, err := plan.BuildDecodeSchedule(w.sched, m.SeqUsed, m.Params)
 	if err != nil {
 		w.m = nil // w.sched's contents are unspecified after an error
-		return wrapArg(fn, "schedule", err)
+		return validate.WrapArg(fn, "schedule", err)
 	}
-	if w.pool == nil || w.pool.Workers() != m.params.Workers {
+	if w.pool == nil || w.pool.Workers() != m.Params.Workers {
 		w.closePool()
-		w.pool = attn.NewPool(m.params.Workers)
+		w.pool = attn.NewPool(m.Params.Workers)
 	}
-	if w.ws == nil || w.m == nil || w.m.d != m.d {
-		w.ws = attn.NewWorkspace(w.pool.Workers(), m.d)
+	if w.ws == nil || w.m == nil || w.m.D != m.D {
+		w.ws = attn.NewWorkspace(w.pool.Workers(), m.D)
 	}
-	w.ws.Reserve(m.d, s.PartialRows*m.hq, max(s.MaxSplits, 1))
-	w.src.pt, w.src.seqused = m.pt, m.seqused
-	w.snap.take(m)
+	w.ws.Reserve(m.D, s.PartialRows*m.HQ, max(s.MaxSplits, 1))
+	w.src.pt, w.src.seqused = m.PT, m.SeqUsed
+	w.snap.Take(m)
 	w.args, w.m, w.sched = args, m, s
+	w.f32Planned = false
 	return nil
 }
 
@@ -182,7 +172,7 @@ func (w *DecodeWrapper) Schedule() DecodePlanInfo {
 		return DecodePlanInfo{}
 	}
 	return DecodePlanInfo{WorkItems: s.WorkCount, Capacity: s.Capacity, ChunkPages: s.ChunkPages, SplitKV: s.SplitKV,
-		SplitCounts: slices.Clone(s.SplitCounts[:w.m.batch]), MaxSplits: s.MaxSplits}
+		SplitCounts: slices.Clone(s.SplitCounts[:w.m.Batch]), MaxSplits: s.MaxSplits}
 }
 
 // Run computes decode attention for q [B*seqlen_q, Hq, D] against paged k,
@@ -190,8 +180,7 @@ func (w *DecodeWrapper) Schedule() DecodePlanInfo {
 // the outputs: Out and the natural-log LSE (always set; the reference's
 // return_softmax_lse has no Go counterpart). RunInto reuses caller-owned ones.
 // q, k and v take the dtypes of DecodeAttentionFunc, float32 included (Out
-// is then float32; the float32 path takes the HND layout and allocates its
-// schedule per call).
+// is then float32).
 func (w *DecodeWrapper) Run(q, k, v tensor.Tensor, softmaxScale float64) (*Result, error) {
 	const fn = "DecodeWrapper.Run"
 	if err := acquire(&w.busy, fn); err != nil {
@@ -201,7 +190,7 @@ func (w *DecodeWrapper) Run(q, k, v tensor.Tensor, softmaxScale float64) (*Resul
 	if err := w.usable(fn); err != nil {
 		return nil, err
 	}
-	out, lse := newDecodeOutputs(isFloat32(q), w.m.batch*w.m.seqlenQ, w.m.hq, w.m.d)
+	out, lse := newDecodeOutputs(isFloat32(q), w.m.Batch*w.m.SeqlenQ, w.m.HQ, w.m.D)
 	if err := w.runInto(fn, q, k, v, softmaxScale, out, lse); err != nil {
 		return nil, err
 	}
@@ -214,10 +203,10 @@ func (w *DecodeWrapper) Run(q, k, v tensor.Tensor, softmaxScale float64) (*Resul
 // error and never a data race.
 func (w *DecodeWrapper) usable(fn string) error {
 	if w.m == nil {
-		return argErr(fn, "wrapper", "a planned wrapper (call Plan before Run)", "unplanned")
+		return validate.ArgErr(fn, "wrapper", "a planned wrapper (call Plan before Run)", "unplanned")
 	}
 	if w.pool == nil {
-		return argErr(fn, "wrapper", "an open wrapper (call Plan again after Close)", "closed")
+		return validate.ArgErr(fn, "wrapper", "an open wrapper (call Plan again after Close)", "closed")
 	}
 	return nil
 }
@@ -228,6 +217,12 @@ func (w *DecodeWrapper) usable(fn string) error {
 // of exactly that shape (not views into a larger tensor) that share no
 // storage with each other or with q, k or v. With low-precision q, k, v it
 // does not allocate once the wrapper has run one call of the same shapes.
+// With float32 q, k, v the first Run after a Plan derives the float32
+// forward's block lists and k2q CSR from the plan (reusing the previous
+// plan's buffers when they are large enough) and the Runs after it reuse
+// them; the allocations left per Run are those of the float32 forward's
+// own per-call set-up in package grad (a fixed number of allocations,
+// their sizes proportional to the query rows and key blocks).
 func (w *DecodeWrapper) RunInto(q, k, v tensor.Tensor, softmaxScale float64, out, lse *tensor.Dense) error {
 	const fn = "DecodeWrapper.Run"
 	if err := acquire(&w.busy, fn); err != nil {
@@ -243,108 +238,71 @@ func (w *DecodeWrapper) RunInto(q, k, v tensor.Tensor, softmaxScale float64, out
 // runInto is RunInto for a caller that holds the busy flag and has checked
 // that the wrapper is usable.
 func (w *DecodeWrapper) runInto(fn string, q, k, v tensor.Tensor, softmaxScale float64, out, lse *tensor.Dense) error {
-	w.c = checker{fn: fn}
+	w.c = validate.Checker{Fn: fn}
 	c := &w.c
 	m := w.m
-	if err := staleMeta(fn, w.src.seqused, m.seqused, w.src.pt, m.pt, m.cols); err != nil {
+	if err := decode.StaleMeta(fn, w.src.seqused, m.SeqUsed, w.src.pt, m.PT, m.Cols); err != nil {
 		return err
 	}
-	qd, kd, vd := decodeQKVLayout(c, q, k, v, m.layout, true)
-	if c.err != nil {
-		return c.err
+	qd, kd, vd := decodeQKVLayout(c, q, k, v, w.args.KVLayout, true)
+	if c.Err != nil {
+		return c.Err
 	}
 	qs, ks := qd.Shape(), kd.Shape()
-	if hkv, ps := m.layout.dims(ks); qs[0] != m.batch*m.seqlenQ || qs[1] != m.hq || qs[2] != m.d || hkv != m.hkv || ps != m.pageSize {
-		c.fail("q/k", fmt.Sprintf("the planned shapes q [%d, %d, %d], k %s with Hkv = %d, page_size = %d, D = %d (%v layout)",
-			m.batch*m.seqlenQ, m.hq, m.d, m.layout.shape("D"), m.hkv, m.pageSize, m.d, m.layout), "q "+shapeStr(qd)+", k "+shapeStr(kd))
-		return c.err
+	if hkv, ps := w.args.KVLayout.dims(ks); qs[0] != m.Batch*m.SeqlenQ || qs[1] != m.HQ || qs[2] != m.D || hkv != m.Hkv || ps != m.PageSize {
+		c.Fail("q/k", fmt.Sprintf("the planned shapes q [%d, %d, %d], k %s with Hkv = %d, page_size = %d, D = %d (%v layout)",
+			m.Batch*m.SeqlenQ, m.HQ, m.D, w.args.KVLayout.shape("D"), m.Hkv, m.PageSize, m.D, w.args.KVLayout), "q "+validate.ShapeStr(qd)+", k "+validate.ShapeStr(kd))
+		return c.Err
 	}
 	f32 := isFloat32(qd)
 	outDtype := BFloat16
 	if f32 {
 		outDtype = tensor.Float32
 	}
-	outputArg(c, out, "out", outDtype, qs[0], qs[1], qs[2])
+	validate.OutputArg(c, out, "out", outDtype, qs[0], qs[1], qs[2])
 	if lse != nil {
-		outputArg(c, lse, "lse", tensor.Float32, qs[0], qs[1])
+		validate.OutputArg(c, lse, "lse", tensor.Float32, qs[0], qs[1])
 	}
 	checkDisjoint(c, []namedTensor{{"out", out}, {"lse", lse}}, []namedTensor{{"q", qd}, {"k", kd}, {"v", vd}})
-	checkPages(c, m.pt, m.cols, m.pageSize, m.seqused, ks[0])
-	if c.err != nil {
-		return c.err
+	validate.CheckPages(c, m.PT, m.Cols, m.PageSize, m.SeqUsed, ks[0])
+	if c.Err != nil {
+		return c.Err
 	}
-	scale := m.scale
+	scale := m.Scale
 	if softmaxScale != 0 {
-		scale = resolveScale(c, softmaxScale, m.d)
-		if c.err != nil {
-			return c.err
+		scale = validate.ResolveScale(c, softmaxScale, m.D)
+		if c.Err != nil {
+			return c.Err
 		}
 	}
 	if f32 {
-		var l []float32
-		if lse != nil {
-			l = backing[float32](lse)
-		} else {
-			l = make([]float32, qs[0]*qs[1])
-		}
-		return decodeF32(fn, m, qd, kd, vd, scale, backing[float32](out), l)
+		return w.runF32(fn, qd, kd, vd, scale, out, lse)
 	}
 	w.p = decodeRun(m, qd, kd, vd, w.sched)
 	w.p.Scale = float32(scale)
-	w.out = attn.Output{O: backing[lowp.BFloat16](out), LSE: backing[float32](lse)}
+	w.out = attn.Output{O: validate.Backing[lowp.BFloat16](out), LSE: validate.Backing[float32](lse)}
 	attn.RunDecode(&w.p, w.ws, w.pool, &w.out)
 	w.out = attn.Output{}
 	return nil
 }
 
-// staleMeta returns a *StalePlanError naming the first entry in which the
-// seqused_k or page table given to Plan (srcSU, srcPT) differs from the
-// plan's copy (planSU, planPT; cols columns per page-table row).
-func staleMeta(fn string, srcSU, planSU, srcPT, planPT []int32, cols int) error {
-	for b, x := range srcSU {
-		if y := planSU[b]; x != y {
-			return &StalePlanError{Func: fn, Arg: fmt.Sprintf("seqused_k[%d]", b), Planned: y, Now: x}
+// runF32 is runInto's float32 path: it prepares the float32 forward once
+// per plan and then reuses it (and its buffers) for every Run.
+func (w *DecodeWrapper) runF32(fn string, qd, kd, vd *tensor.Dense, scale float64, out, lse *tensor.Dense) error {
+	m := w.m
+	if !w.f32Planned {
+		if err := w.f32.Prepare(fn, m, w.pool); err != nil {
+			return err
 		}
+		w.f32Planned = true
 	}
-	for i, x := range srcPT {
-		if y := planPT[i]; x != y {
-			return &StalePlanError{Func: fn, Arg: fmt.Sprintf("page_table[%d, %d]", i/cols, i%cols), Planned: y, Now: x}
-		}
+	var l []float32
+	if lse != nil {
+		l = validate.Backing[float32](lse)
+	} else {
+		l = w.f32.ScratchLSE(m.Batch * m.SeqlenQ * m.HQ)
 	}
-	return nil
-}
-
-// outputArg records an error unless t is a contiguous tensor of dtype dt
-// and exactly the given shape, whose storage is exactly that shape (a view
-// into a larger tensor would be written outside the view).
-func outputArg(c *checker, t *tensor.Dense, arg string, dt tensor.Dtype, shape ...int) {
-	if c.err != nil {
-		return
-	}
-	n := 1
-	for _, x := range shape {
-		n *= x
-	}
-	if t == nil {
-		c.fail(arg, fmt.Sprintf("a contiguous %s tensor of shape %v", dtypeName(dt), slices.Clone(shape)), "nil")
-		return
-	}
-	if t.Dtype() != dt || !shapeIs(t, shape...) || t.RequiresIterator() || t.IsMaterializable() ||
-		len(t.Header.Raw) != n*int(dt.Size()) {
-		c.fail(arg, fmt.Sprintf("a contiguous %s tensor of shape %v (not a view)", dtypeName(dt), slices.Clone(shape)),
-			fmt.Sprintf("%s %v%s", dtypeName(t.Dtype()), []int(t.Shape()), viewDesc(t)))
-	}
-}
-
-// viewDesc describes the view state of t for error messages.
-func viewDesc(t *tensor.Dense) string {
-	switch {
-	case t.IsMaterializable():
-		return " (a view)"
-	case t.RequiresIterator():
-		return " (not contiguous)"
-	}
-	return ""
+	return w.f32.Run(fn, m, qd, kd, vd, scale, validate.Backing[float32](out), l)
 }
 
 // Close releases the wrapper's goroutines; it waits for a call in progress

@@ -6,6 +6,8 @@ import (
 	"slices"
 
 	"github.com/chewxy/hm"
+	"github.com/sparseattn/msa/op/internal/blocks"
+	"github.com/sparseattn/msa/op/internal/validate"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
@@ -14,7 +16,7 @@ import (
 // sequence, causal or not) on the sparse kernels: each query selects every
 // block it can see, so a model whose layers mix dense and sparse attention
 // uses one package and one numerics. A sequence may have at most
-// maxTopK * blk_kv keys (64 blocks: 8192 keys with the default blk_kv of
+// validate.MaxTopK * blk_kv keys (64 blocks: 8192 keys with the default blk_kv of
 // 128). Dense paged decode is DecodeAttention and DecodeAttentionFunc
 // without q2k_indices.
 
@@ -25,40 +27,13 @@ var (
 	denseOpts      = append(slices.Clone(denseEagerOpts), optSharedKV)
 )
 
-// allBlocks fills q2k [Hkv][total_q][topK] with every block each query of
-// the batch can see (causal: the blocks whose first key it sees), ascending
-// and -1 padded.
-func allBlocks(q2k []int32, cuQ, seqK []int32, hkv, topK, blk int, causal bool) {
-	totalQ := int(cuQ[len(cuQ)-1])
-	for i := range q2k {
-		q2k[i] = -1
-	}
-	for b := 0; b+1 < len(cuQ); b++ {
-		seqQ, n := int(cuQ[b+1]-cuQ[b]), int(seqK[b])
-		for i := 0; i < seqQ; i++ {
-			last := ceilDiv(n, blk) // blocks past the sequence's keys hold none
-			if see := i + n - seqQ; causal && see < 0 {
-				last = 0 // bottom-right aligned: query i sees keys t <= see
-			} else if causal {
-				last = min(last, see/blk+1)
-			}
-			for h := 0; h < hkv; h++ {
-				row := q2k[(h*totalQ+int(cuQ[b])+i)*topK:][:topK]
-				for j := 0; j < last; j++ {
-					row[j] = int32(j)
-				}
-			}
-		}
-	}
-}
-
 // denseTopK returns the topK that selects every block of sequences of at
 // most maxSeqK keys, or an *ArgError naming max_seqlen_k when that exceeds
-// maxTopK blocks.
+// validate.MaxTopK blocks.
 func denseTopK(fn string, maxSeqK, blk int) (int, error) {
-	topK := max(1, ceilDiv(maxSeqK, blk))
-	if topK > maxTopK {
-		return 0, argErr(fn, "max_seqlen_k", fmt.Sprintf("at most %d * blk_kv = %d keys per sequence (dense attention selects every block, at most %d)", maxTopK, maxTopK*blk, maxTopK),
+	topK := max(1, validate.CeilDiv(maxSeqK, blk))
+	if topK > validate.MaxTopK {
+		return 0, validate.ArgErr(fn, "max_seqlen_k", fmt.Sprintf("at most %d * blk_kv = %d keys per sequence (dense attention selects every block, at most %d)", validate.MaxTopK, validate.MaxTopK*blk, validate.MaxTopK),
 			maxSeqK)
 	}
 	return topK, nil
@@ -80,23 +55,23 @@ func DenseAttentionFunc(q, k, v, cuSeqlensQ, cuSeqlensK tensor.Tensor, opts ...O
 	if err != nil {
 		return nil, err
 	}
-	c := &checker{fn: fn}
-	qd, kd := c.dense(q, "q"), c.dense(k, "k")
-	c.rank(qd, "q", "[total_q, Hq, D]", 3)
-	c.rank(kd, "k", "[total_k, Hkv, D]", 3)
-	if c.err != nil {
-		return nil, c.err
+	c := &validate.Checker{Fn: fn}
+	qd, kd := c.Dense(q, "q"), c.Dense(k, "k")
+	c.Rank(qd, "q", "[total_q, Hq, D]", 3)
+	c.Rank(kd, "k", "[total_k, Hkv, D]", 3)
+	if c.Err != nil {
+		return nil, c.Err
 	}
-	cuQ := cuSeqlens(c, cuSeqlensQ, "cu_seqlens_q", qd.Shape()[0], fmt.Sprintf("total_q = %d", qd.Shape()[0]))
-	cuK := cuSeqlens(c, cuSeqlensK, "cu_seqlens_k", kd.Shape()[0], fmt.Sprintf("total_k = %d", kd.Shape()[0]))
-	c.need(len(cuK) == len(cuQ), "cu_seqlens_k", fmt.Sprintf("shape [B + 1] = [%d] matching cu_seqlens_q", len(cuQ)), len(cuK))
+	cuQ := validate.CuSeqlens(c, cuSeqlensQ, "cu_seqlens_q", qd.Shape()[0], fmt.Sprintf("total_q = %d", qd.Shape()[0]))
+	cuK := validate.CuSeqlens(c, cuSeqlensK, "cu_seqlens_k", kd.Shape()[0], fmt.Sprintf("total_k = %d", kd.Shape()[0]))
+	c.Need(len(cuK) == len(cuQ), "cu_seqlens_k", fmt.Sprintf("shape [B + 1] = [%d] matching cu_seqlens_q", len(cuQ)), len(cuK))
 	blk := cfg.blkKV
 	if blk == 0 {
 		blk = 128
 	}
-	c.need(blk >= 1 && blk <= 128, "blk_kv", "1 <= blk_kv <= 128", blk)
-	if c.err != nil {
-		return nil, c.err
+	c.Need(blk >= 1 && blk <= 128, "blk_kv", "1 <= blk_kv <= 128", blk)
+	if c.Err != nil {
+		return nil, c.Err
 	}
 	seqK := make([]int32, len(cuK)-1)
 	maxSeqK := 0
@@ -113,7 +88,7 @@ func DenseAttentionFunc(q, k, v, cuSeqlensQ, cuSeqlensK tensor.Tensor, opts ...O
 		return nil, err
 	}
 	q2k := make([]int32, hkv*totalQ*topK)
-	allBlocks(q2k, cuQ, seqK, hkv, topK, blk, cfg.causal)
+	blocks.All(q2k, cuQ, seqK, hkv, topK, blk, cfg.causal)
 	rp, qi, err := K2QCSRFunc(tensor.New(tensor.WithShape(hkv, totalQ, topK), tensor.WithBacking(q2k)), cuSeqlensQ, cuSeqlensK, blk)
 	if err != nil {
 		return nil, inStage(fn, err)
@@ -165,25 +140,25 @@ func (op *allBlocksOp) DoDiff(G.ExecutionContext, G.Nodes, *G.Node) error { retu
 func (op *allBlocksOp) Do(vals ...G.Value) (G.Value, error) {
 	const fn = "DenseAttention"
 	if len(vals) != 2 {
-		return nil, argErr(fn, "inputs", "2 values", len(vals))
+		return nil, validate.ArgErr(fn, "inputs", "2 values", len(vals))
 	}
-	c := &checker{fn: fn}
-	cuQ := cuSeqlens(c, tv(vals[0]), "cu_seqlens_q", op.totalQ, fmt.Sprintf("total_q = %d", op.totalQ))
-	cuK := cuSeqlens(c, tv(vals[1]), "cu_seqlens_k", -1, "")
-	c.need(len(cuK) == len(cuQ), "cu_seqlens_k", fmt.Sprintf("shape [B + 1] = [%d] matching cu_seqlens_q", len(cuQ)), len(cuK))
-	if c.err != nil {
-		return nil, c.err
+	c := &validate.Checker{Fn: fn}
+	cuQ := validate.CuSeqlens(c, tv(vals[0]), "cu_seqlens_q", op.totalQ, fmt.Sprintf("total_q = %d", op.totalQ))
+	cuK := validate.CuSeqlens(c, tv(vals[1]), "cu_seqlens_k", -1, "")
+	c.Need(len(cuK) == len(cuQ), "cu_seqlens_k", fmt.Sprintf("shape [B + 1] = [%d] matching cu_seqlens_q", len(cuQ)), len(cuK))
+	if c.Err != nil {
+		return nil, c.Err
 	}
 	seqK := make([]int32, len(cuK)-1)
 	for b := range seqK {
 		seqK[b] = cuK[b+1] - cuK[b]
 		if int(seqK[b]) > op.topK*op.blk {
-			return nil, argErr(fn, fmt.Sprintf("cu_seqlens_k (sequence %d)", b),
+			return nil, validate.ArgErr(fn, fmt.Sprintf("cu_seqlens_k (sequence %d)", b),
 				fmt.Sprintf("at most %d keys (MaxSeqlenK given at graph construction, rounded up to blocks of %d)", op.topK*op.blk, op.blk), seqK[b])
 		}
 	}
 	q2k := make([]int32, op.hkv*op.totalQ*op.topK)
-	allBlocks(q2k, cuQ, seqK, op.hkv, op.topK, op.blk, op.causal)
+	blocks.All(q2k, cuQ, seqK, op.hkv, op.topK, op.blk, op.causal)
 	return tensor.New(tensor.WithShape(op.hkv, op.totalQ, op.topK), tensor.WithBacking(q2k)), nil
 }
 
@@ -219,10 +194,10 @@ func DenseAttention(q, k, v, cuQ, cuK *G.Node, opts ...Option) (*G.Node, error) 
 		blk = 128
 	}
 	if blk < 1 || blk > 128 {
-		return nil, argErr(fn, "blk_kv", "1 <= blk_kv <= 128", blk)
+		return nil, validate.ArgErr(fn, "blk_kv", "1 <= blk_kv <= 128", blk)
 	}
 	if cfg.maxSeqlenK < 1 {
-		return nil, argErr(fn, "max_seqlen_k", ">= 1", cfg.maxSeqlenK)
+		return nil, validate.ArgErr(fn, "max_seqlen_k", ">= 1", cfg.maxSeqlenK)
 	}
 	topK, err := denseTopK(fn, cfg.maxSeqlenK, blk)
 	if err != nil {
@@ -230,7 +205,7 @@ func DenseAttention(q, k, v, cuQ, cuK *G.Node, opts ...Option) (*G.Node, error) 
 	}
 	ks := k.Shape()
 	if ks[1] < 1 || q.Shape()[1]%ks[1] != 0 {
-		return nil, argErr(fn, "q/k", "q [total_q, Hq, D], k [total_k, Hkv, D] with Hq divisible by Hkv", fmt.Sprintf("q %v, k %v", q.Shape(), ks))
+		return nil, validate.ArgErr(fn, "q/k", "q [total_q, Hq, D], k [total_k, Hkv, D] with Hq divisible by Hkv", fmt.Sprintf("q %v, k %v", q.Shape(), ks))
 	}
 	op := &allBlocksOp{hkv: ks[1], totalQ: q.Shape()[0], topK: topK, blk: blk, causal: cfg.causal}
 	if _, err := valueSize(fn, "max_seqlen_k", "q2k_indices Hkv * total_q * ceil(max_seqlen_k / blk_kv)", op.hkv, op.totalQ, op.topK); err != nil {

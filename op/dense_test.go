@@ -7,6 +7,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/sparseattn/msa/op/internal/validate"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
@@ -17,7 +18,7 @@ func everyBlock(rc refCase) *refCase {
 	totalQ := int(rc.cuQ[len(rc.cuQ)-1])
 	rc.topK = 1
 	for _, n := range rc.seqK {
-		rc.topK = max(rc.topK, ceilDiv(n, rc.blk))
+		rc.topK = max(rc.topK, validate.CeilDiv(n, rc.blk))
 	}
 	rc.q2k = make([]int32, rc.hkv*totalQ*rc.topK)
 	for h := 0; h < rc.hkv; h++ {
@@ -26,7 +27,7 @@ func everyBlock(rc refCase) *refCase {
 				row := rc.q2k[(h*totalQ+int(q))*rc.topK:][:rc.topK]
 				for j := range row {
 					row[j] = -1
-					if j < ceilDiv(rc.seqK[b], rc.blk) {
+					if j < validate.CeilDiv(rc.seqK[b], rc.blk) {
 						row[j] = int32(j)
 					}
 				}
@@ -174,7 +175,7 @@ func checkF32EveryKey(t *testing.T, fp *f32Problem, res *Result) {
 	t.Helper()
 	d := fp.spec.d
 	ref := referenceSparse(everyBlock(*fp.refWith(fp.qf, fp.kf, fp.vf)))
-	o := backing[float32](res.Out)
+	o := validate.Backing[float32](res.Out)
 	for r, row := range ref.o {
 		for c, w := range row {
 			// The bound of TestSparseAttenF32MatchesReference: float32

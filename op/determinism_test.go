@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 
@@ -27,9 +28,9 @@ func TestSparseDeterministic(t *testing.T) {
 	ref := runSparse(t, s, pr, 1, nil)
 	for _, w := range []int{1, 2, 3, 2} {
 		res := runSparse(t, s, pr, w, nil)
-		if !bytes.Equal(bytesOf(backing[lowp.BFloat16](res.Out)), bytesOf(backing[lowp.BFloat16](ref.Out))) ||
-			!bytes.Equal(bytesOf(backing[float32](res.LSE)), bytesOf(backing[float32](ref.LSE))) ||
-			!bytes.Equal(bytesOf(backing[float32](res.TemperatureLSE)), bytesOf(backing[float32](ref.TemperatureLSE))) {
+		if !bytes.Equal(bytesOf(validate.Backing[lowp.BFloat16](res.Out)), bytesOf(validate.Backing[lowp.BFloat16](ref.Out))) ||
+			!bytes.Equal(bytesOf(validate.Backing[float32](res.LSE)), bytesOf(validate.Backing[float32](ref.LSE))) ||
+			!bytes.Equal(bytesOf(validate.Backing[float32](res.TemperatureLSE)), bytesOf(validate.Backing[float32](ref.TemperatureLSE))) {
 			t.Fatalf("workers=%d: results differ from the 1-worker run", w)
 		}
 	}
@@ -53,7 +54,7 @@ func TestSparseScheduleReuse(t *testing.T) {
 	fresh := runSparse(t, s, pr, 2, nil)
 	for i := 0; i < 2; i++ {
 		res := runSparse(t, s, pr, 2, sched)
-		if !bytes.Equal(bytesOf(backing[lowp.BFloat16](res.Out)), bytesOf(backing[lowp.BFloat16](fresh.Out))) {
+		if !bytes.Equal(bytesOf(validate.Backing[lowp.BFloat16](res.Out)), bytesOf(validate.Backing[lowp.BFloat16](fresh.Out))) {
 			t.Fatal("reused schedule gives a different result")
 		}
 	}

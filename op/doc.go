@@ -63,5 +63,18 @@
 // checks; bad input returns an error naming the argument, never a panic.
 //
 // The package is thin: planning lives in kernels/plan, execution in
-// kernels/attn and kernels/tile, numerics in kernels/lowp.
+// kernels/attn, kernels/tile and kernels/grad, numerics in kernels/lowp.
+// Its own files are grouped by concern: graph_*.go the graph nodes (their
+// CUDA path in graph_cuda*.go), the eager functions in files named for
+// what they compute (sparse.go, dense.go, select*.go, csr.go, schedule.go,
+// merge.go), decode*.go, prefill_wrapper.go, paged_cache.go and
+// kv_cache.go the decode and prefill wrappers and the cache, grad_*.go the
+// gradients, cp_*.go and graph_cp*.go context parallelism, validate_*.go
+// the sparse-argument checks. What these declarations run sits in
+// op/internal, one concern per package, none of which imports op:
+// validate (the error types, exported here as aliases, and the rules every
+// entry point shares), decode (decode metadata, limits, stale plans, the
+// float32 path), gradimpl (float32 forward and backward execution),
+// selection (block scores and top-k selection), merge (the (O, LSE) merge)
+// and blocks (dense attention's block lists).
 package op

@@ -7,6 +7,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 
@@ -557,7 +558,7 @@ func FuzzAPIDecode(f *testing.F) {
 			case dopScribble:
 				// Plan copied the metadata: scribbling on the caller's
 				// tensors must not change Run.
-				pt, su := backing[int32](pr.pt), backing[int32](pr.su)
+				pt, su := validate.Backing[int32](pr.pt), validate.Backing[int32](pr.su)
 				spt, ssu := append([]int32(nil), pt...), append([]int32(nil), su...)
 				for i := range pt {
 					pt[i] = -3

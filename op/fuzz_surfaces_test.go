@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/op/internal/validate"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
@@ -134,7 +135,7 @@ func FuzzNVFP4ScaleShapes(f *testing.F) {
 				return widenScales(x, cols, c), false // a valid tiling of a wider matrix
 			}
 			v := make([]uint8, r*c)
-			copy(v, backing[uint8](x))
+			copy(v, validate.Backing[uint8](x))
 			return tensor.New(tensor.WithShape(r, c), tensor.WithBacking(v)), dr == 0 && dc == 0
 		}
 		ks, kExact := reshape(pr.kScale)

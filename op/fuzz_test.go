@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 
@@ -12,25 +13,25 @@ import (
 func fuzzMutate(ts []*tensor.Dense, which uint8, idx uint16, val int32) {
 	var live []*tensor.Dense
 	for _, t := range ts {
-		if t != nil && len(backing[int32](t)) > 0 {
+		if t != nil && len(validate.Backing[int32](t)) > 0 {
 			live = append(live, t)
 		}
 	}
 	if len(live) == 0 {
 		return
 	}
-	d := backing[int32](live[int(which)%len(live)])
+	d := validate.Backing[int32](live[int(which)%len(live)])
 	d[int(idx)%len(d)] = val
 }
 
 // noNaN fails when an output holds NaN.
 func noNaN(t *testing.T, res *Result) {
-	for i, x := range backing[lowp.BFloat16](res.Out) {
+	for i, x := range validate.Backing[lowp.BFloat16](res.Out) {
 		if math.IsNaN(float64(x.Float32())) {
 			t.Fatalf("NaN in out[%d]", i)
 		}
 	}
-	for i, x := range backing[float32](res.LSE) {
+	for i, x := range validate.Backing[float32](res.LSE) {
 		if math.IsNaN(float64(x)) {
 			t.Fatalf("NaN in lse[%d]", i)
 		}
@@ -123,7 +124,7 @@ func FuzzSparseAttenNVFP4KVFunc(f *testing.F) {
 		case 1: // scale tensor too small
 			ks = tensor.New(tensor.WithShape(1, 4), tensor.WithBacking(make([]uint8, 4)))
 		case 2: // scale bytes: NaN / max scales
-			b := backing[uint8](vs)
+			b := validate.Backing[uint8](vs)
 			b[int(idx)%len(b)] = uint8(val)
 		}
 		kg := tensor.New(tensor.WithShape(1), tensor.WithBacking([]float32{g}))

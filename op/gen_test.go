@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 
 	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 
@@ -29,7 +30,7 @@ type sparseSpec struct {
 
 func (s sparseSpec) String() string {
 	return fmt.Sprintf("seed=%d seqQ=%v seqK=%v hq=%d hkv=%d d=%d topK=%d causal=%v paged=%v q=%s kv=%s partial=%v pv=%v T=%v",
-		s.seed, s.seqQ, s.seqK, s.hq, s.hkv, s.d, s.topK, s.causal, s.paged, s.qDt, s.kvDt, dtypeName(s.partial), dtypeName(s.pv), s.temperature)
+		s.seed, s.seqQ, s.seqK, s.hq, s.hkv, s.d, s.topK, s.causal, s.paged, s.qDt, s.kvDt, validate.DtypeName(s.partial), validate.DtypeName(s.pv), s.temperature)
 }
 
 // sparseProblem holds the generated tensors and the reference inputs.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/sparseattn/msa/internal/golden"
 	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 
@@ -154,8 +155,8 @@ func runGolden(t *testing.T, c *golden.Case) {
 		t.Fatal(err)
 	}
 	rtol, atol := oTolerance(tensor.Float32, pvFP8)
-	o := backing[lowp.BFloat16](res.Out)
-	lse := backing[float32](res.LSE)
+	o := validate.Backing[lowp.BFloat16](res.Out)
+	lse := validate.Backing[float32](res.LSE)
 	bad := 0
 	for i, want := range c.O {
 		got := float64(o[i].Float32())
@@ -170,7 +171,7 @@ func runGolden(t *testing.T, c *golden.Case) {
 		checkLSE(t, sparseSpec{}, "LSE", i, float64(lse[i]), want, &bad)
 	}
 	if c.LSETemperature != nil {
-		tl := backing[float32](res.TemperatureLSE)
+		tl := validate.Backing[float32](res.TemperatureLSE)
 		for i, want := range c.LSETemperature {
 			checkLSE(t, sparseSpec{}, "TemperatureLSE", i, float64(tl[i]), want, &bad)
 		}

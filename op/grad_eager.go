@@ -3,8 +3,7 @@ package op
 import (
 	"fmt"
 
-	"github.com/sparseattn/msa/kernels/attn"
-	"github.com/sparseattn/msa/kernels/grad"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 
@@ -35,21 +34,21 @@ func SparseAttentionBackwardFunc(q, k, v, out, lse, dOut, dLSE, k2qRowPtr, k2qQI
 	if err != nil {
 		return nil, err
 	}
-	c := &checker{fn: fn}
-	p := &fc.p
+	c := &validate.Checker{Fn: fn}
+	p := &fc.Problem
 	qShape := fmt.Sprintf("[total_q, Hq, D] = [%d, %d, %d]", p.TotalQ, p.HQ, p.D)
 	rowShape := fmt.Sprintf("[total_q, Hq] = [%d, %d]", p.TotalQ, p.HQ)
 	o := f32Arg(c, out, "out", qShape, p.TotalQ, p.HQ, p.D)
 	l := f32Arg(c, lse, "lse", rowShape, p.TotalQ, p.HQ)
 	do := f32Arg(c, dOut, "dOut", qShape, p.TotalQ, p.HQ, p.D)
 	var dl []float32
-	if present(dLSE) {
+	if validate.Present(dLSE) {
 		dl = f32Arg(c, dLSE, "dLSE", rowShape, p.TotalQ, p.HQ)
 	}
-	if c.err != nil {
-		return nil, c.err
+	if c.Err != nil {
+		return nil, c.Err
 	}
-	dq, dk, dv, err := fc.backward(fn, nil, o, l, do, dl)
+	dq, dk, dv, err := fc.Backward(fn, nil, o, l, do, dl)
 	if err != nil {
 		return nil, err
 	}
@@ -62,27 +61,14 @@ func SparseAttentionBackwardFunc(q, k, v, out, lse, dOut, dLSE, k2qRowPtr, k2qQI
 
 // f32Arg checks that t is a float32 tensor of the given shape and returns
 // its backing.
-func f32Arg(c *checker, t tensor.Tensor, arg, desc string, shape ...int) []float32 {
-	d := c.dense(t, arg)
-	if !c.dtype(d, arg, tensor.Float32) {
+func f32Arg(c *validate.Checker, t tensor.Tensor, arg, desc string, shape ...int) []float32 {
+	d := c.Dense(t, arg)
+	if !c.Dtype(d, arg, tensor.Float32) {
 		return nil
 	}
-	c.need(shapeIs(d, shape...), arg, "shape "+desc, shapeStr(d))
-	if c.err != nil {
+	c.Need(validate.ShapeIs(d, shape...), arg, "shape "+desc, validate.ShapeStr(d))
+	if c.Err != nil {
 		return nil
 	}
-	return backing[float32](d)
-}
-
-// backward runs the float32 backward of a validated call and returns new
-// dQ, dK and dV slices. ws may be nil.
-func (fc *f32Call) backward(fn string, ws *grad.Workspace, o, lse, dO, dLSE []float32) (dq, dk, dv []float32, err error) {
-	ws, pool := fc.gradWorkspace(ws)
-	defer attn.ReleasePool(pool)
-	dq = make([]float32, len(fc.q))
-	dk, dv = make([]float32, len(fc.k)), make([]float32, len(fc.v))
-	if err := ws.Backward(&fc.p, fc.q, fc.k, fc.v, o, lse, dO, dLSE, dq, dk, dv); err != nil {
-		return nil, nil, nil, &ArgError{Func: fn, Arg: "inputs", Expected: "a consistent float32 backward call", Got: err.Error()}
-	}
-	return dq, dk, dv, nil
+	return validate.Backing[float32](d)
 }

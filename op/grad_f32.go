@@ -4,23 +4,15 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/sparseattn/msa/kernels/attn"
 	"github.com/sparseattn/msa/kernels/grad"
+	"github.com/sparseattn/msa/op/internal/gradimpl"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 
 // This file holds the float32 path of SparseAttentionFunc and of the
 // SparseAttention graph op: Q, K and V stay float32 (no BF16 rounding),
 // the forward and backward run on package grad's kernels.
-
-// f32Call is a validated float32 sparse attention call.
-type f32Call struct {
-	p       grad.Problem
-	q, k, v []float32
-	workers int
-	retTLSE bool
-	invT    float64 // 1/T of the temperature LSE; 0 when it equals the LSE
-}
 
 // isFloat32 reports whether t is a non-nil float32 dense tensor.
 func isFloat32(t tensor.Tensor) bool {
@@ -36,92 +28,71 @@ func isFloat32(t tensor.Tensor) bool {
 // sparse entry point shares (checkSparseKV) with any GQA ratio. A given
 // schedule is checked though the float32 kernels split the work
 // themselves, so that a wrong one is an error on every path.
-func validateSparseF32(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int, args *SparseArgs) (*f32Call, error) {
-	c := &checker{fn: fn}
-	qd, kd, vd := c.dense(q, "q"), c.dense(k, "k"), c.dense(v, "v")
-	c.dtype(qd, "q", tensor.Float32)
-	if c.err == nil && kd != nil && vd != nil && (kd.Dtype() != tensor.Float32 || vd.Dtype() != tensor.Float32) {
-		c.fail("q", "float32 k and v with float32 q (float32 is not mixed with other dtypes)",
-			"q float32, k "+dtypeName(kd.Dtype())+", v "+dtypeName(vd.Dtype()))
+func validateSparseF32(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int, args *SparseArgs) (*gradimpl.Call, error) {
+	c := &validate.Checker{Fn: fn}
+	qd, kd, vd := c.Dense(q, "q"), c.Dense(k, "k"), c.Dense(v, "v")
+	c.Dtype(qd, "q", tensor.Float32)
+	if c.Err == nil && kd != nil && vd != nil && (kd.Dtype() != tensor.Float32 || vd.Dtype() != tensor.Float32) {
+		c.Fail("q", "float32 k and v with float32 q (float32 is not mixed with other dtypes)",
+			"q float32, k "+validate.DtypeName(kd.Dtype())+", v "+validate.DtypeName(vd.Dtype()))
 	}
-	c.rank(qd, "q", "[total_q, Hq, D]", 3)
-	if c.err != nil {
-		return nil, c.err
+	c.Rank(qd, "q", "[total_q, Hq, D]", 3)
+	if c.Err != nil {
+		return nil, c.Err
 	}
 	totalQ, hq, d := qd.Shape()[0], qd.Shape()[1], qd.Shape()[2]
-	c.need(d >= 1, "q", "[total_q, Hq, D] with head dimension D >= 1", shapeStr(qd))
-	c.need(args.QKDtype == (tensor.Dtype{}) && args.PVDtype == (tensor.Dtype{}), "qk_dtype/pv_dtype",
-		"unset with float32 q, k, v (the float32 path has no low-precision MMA)", dtypeName(args.QKDtype)+"/"+dtypeName(args.PVDtype))
-	c.need(args.PartialDtype == (tensor.Dtype{}) || args.PartialDtype == tensor.Float32, "partial_dtype",
-		"unset or float32 with float32 q, k, v (partials stay float32)", dtypeName(args.PartialDtype))
-	c.need(args.Out == nil && args.OutLSE == nil, "out/lse",
+	c.Need(d >= 1, "q", "[total_q, Hq, D] with head dimension D >= 1", validate.ShapeStr(qd))
+	c.Need(args.QKDtype == (tensor.Dtype{}) && args.PVDtype == (tensor.Dtype{}), "qk_dtype/pv_dtype",
+		"unset with float32 q, k, v (the float32 path has no low-precision MMA)", validate.DtypeName(args.QKDtype)+"/"+validate.DtypeName(args.PVDtype))
+	c.Need(args.PartialDtype == (tensor.Dtype{}) || args.PartialDtype == tensor.Float32, "partial_dtype",
+		"unset or float32 with float32 q, k, v (partials stay float32)", validate.DtypeName(args.PartialDtype))
+	c.Need(args.Out == nil && args.OutLSE == nil, "out/lse",
 		"unset with float32 q, k, v (the float32 path and the backward allocate their outputs)", "set")
-	scale := resolveScale(c, args.SoftmaxScale, d)
-	temp := resolveTemperature(c, args.Temperature)
-	c.need(present(args.CuSeqlensQ) && present(args.CuSeqlensK), "cu_seqlens_q/cu_seqlens_k",
+	scale := validate.ResolveScale(c, args.SoftmaxScale, d)
+	temp := validate.ResolveTemperature(c, args.Temperature)
+	c.Need(validate.Present(args.CuSeqlensQ) && validate.Present(args.CuSeqlensK), "cu_seqlens_q/cu_seqlens_k",
 		"CSR varlen metadata: pass cu_seqlens_q and cu_seqlens_k", "nil")
-	if c.err != nil {
-		return nil, c.err
+	if c.Err != nil {
+		return nil, c.Err
 	}
-	paged := present(args.PageTable)
+	paged := validate.Present(args.PageTable)
 	if args.KVLayout != HND {
-		return nil, &NotImplementedError{fn, fmt.Sprintf("the %v paged K/V layout with float32 q, k, v (the float32 path and its gradients take HND [num_pages, Hkv, page_size, D])", args.KVLayout)}
+		return nil, &NotImplementedError{Func: fn, What: fmt.Sprintf("the %v paged K/V layout with float32 q, k, v (the float32 path and its gradients take HND [num_pages, Hkv, page_size, D])", args.KVLayout)}
 	}
 	in := newSparseInputs(qd, kd, vd, args)
 	if err := in.checkSparseKV(c, rowPtr, qIdx, topK, args, sparseRules{last: "D", lastK: d, headsArg: "q/k", anyRatio: true}); err != nil {
 		return nil, err
 	}
-	fc := &f32Call{q: backing[float32](qd), k: backing[float32](kd), v: backing[float32](vd), workers: in.workers}
-	fc.p = grad.Problem{TotalQ: totalQ, HQ: hq, Hkv: in.hkv, D: d, CuQ: in.cuQ, CuK: in.cuK, BlkKV: in.blk, TopK: topK,
+	fc := &gradimpl.Call{Q: validate.Backing[float32](qd), K: validate.Backing[float32](kd), V: validate.Backing[float32](vd), Workers: in.workers}
+	fc.Problem = grad.Problem{TotalQ: totalQ, HQ: hq, Hkv: in.hkv, D: d, CuQ: in.cuQ, CuK: in.cuK, BlkKV: in.blk, TopK: topK,
 		Causal: args.Causal, Scale: scale, CSR: &in.csr}
 	if paged {
-		fc.p.Paged, fc.p.PageTable, fc.p.PTCols, fc.p.PageSize, fc.p.NumPages = true, in.pt, in.cols, in.ps, in.numPages
-		fc.p.SeqUsedK = in.used
+		fc.Problem.Paged, fc.Problem.PageTable, fc.Problem.PTCols, fc.Problem.PageSize, fc.Problem.NumPages = true, in.pt, in.cols, in.ps, in.numPages
+		fc.Problem.SeqUsedK = in.used
 	} else {
-		fc.p.TotalK = kd.Shape()[0]
+		fc.Problem.TotalK = kd.Shape()[0]
 	}
-	fc.retTLSE = args.ReturnTemperatureLSE
-	if fc.retTLSE && math.Abs(temp-1) > temperatureFastPathTol {
-		fc.invT = 1 / temp
+	fc.RetTLSE = args.ReturnTemperatureLSE
+	if fc.RetTLSE && math.Abs(temp-1) > temperatureFastPathTol {
+		fc.InvT = 1 / temp
 	}
 	return fc, nil
 }
 
-// gradWorkspace returns ws (or a new workspace) running on a pool of the
-// call's worker count (attn.AcquirePool); the caller releases the pool.
-func (fc *f32Call) gradWorkspace(ws *grad.Workspace) (*grad.Workspace, *attn.Pool) {
-	pool := attn.AcquirePool(fc.workers)
-	if ws == nil {
-		return grad.NewWorkspace(pool), pool
+// forwardF32 runs fc's float32 forward (ws may be nil) and returns its
+// outputs as tensors.
+func forwardF32(fn string, fc *gradimpl.Call, ws *grad.Workspace) (*Result, error) {
+	o, lse, tlse, err := fc.Forward(fn, ws)
+	if err != nil {
+		return nil, err
 	}
-	ws.SetPool(pool)
-	return ws, pool
-}
-
-// forward runs the float32 forward: O float32 [total_q, Hq, D] and the LSE
-// (always computed: the backward needs it); the temperature LSE when
-// requested. ws may be nil.
-func (fc *f32Call) forward(fn string, ws *grad.Workspace) (*Result, error) {
-	ws, pool := fc.gradWorkspace(ws)
-	defer attn.ReleasePool(pool)
-	p := &fc.p
-	o := make([]float32, p.TotalQ*p.HQ*p.D)
-	lse := make([]float32, p.TotalQ*p.HQ)
-	if err := ws.Forward(p, fc.q, fc.k, fc.v, o, lse); err != nil {
-		return nil, &ArgError{Func: fn, Arg: "q, k, v", Expected: "a consistent float32 call", Got: err.Error()}
-	}
+	p := &fc.Problem
 	res := &Result{
 		Out: tensor.New(tensor.WithShape(p.TotalQ, p.HQ, p.D), tensor.WithBacking(o)),
 		LSE: tensor.New(tensor.WithShape(p.TotalQ, p.HQ), tensor.WithBacking(lse)),
 	}
-	if fc.retTLSE {
-		t := make([]float32, len(lse))
-		if fc.invT == 0 {
-			copy(t, lse)
-		} else if err := ws.TemperatureLSE(p, fc.q, fc.k, fc.invT, t); err != nil {
-			return nil, &ArgError{Func: fn, Arg: "q, k", Expected: "a consistent float32 call", Got: err.Error()}
-		}
-		res.TemperatureLSE = tensor.New(tensor.WithShape(p.TotalQ, p.HQ), tensor.WithBacking(t))
+	if tlse != nil {
+		res.TemperatureLSE = tensor.New(tensor.WithShape(p.TotalQ, p.HQ), tensor.WithBacking(tlse))
 	}
 	return res, nil
 }
@@ -132,7 +103,7 @@ func sparseAttenF32(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int, ar
 	if err != nil {
 		return nil, err
 	}
-	res, err := fc.forward(fn, nil)
+	res, err := forwardF32(fn, fc, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 
@@ -21,7 +22,7 @@ type f32Problem struct {
 
 // widenTest decodes a BF16 tensor to float32 and float64 copies.
 func widenTest(t *tensor.Dense) (*tensor.Dense, []float64) {
-	src := backing[lowp.BFloat16](t)
+	src := validate.Backing[lowp.BFloat16](t)
 	dst := make([]float32, len(src))
 	lowp.DecodeBF16(dst, src)
 	f := make([]float64, len(dst))
@@ -46,10 +47,10 @@ func (fp *f32Problem) refWith(q, k, v []float64) *refCase {
 	rc := fp.ref
 	s := fp.spec
 	d := s.d
-	cuK := int32s(fp.cuK)
+	cuK := validate.Int32s(fp.cuK)
 	rowOf := func(b, h, t int) int { return (int(cuK[b])+t)*s.hkv + h }
 	if s.paged {
-		pt := int32s(fp.pageTable)
+		pt := validate.Int32s(fp.pageTable)
 		cols := fp.pageTable.Shape()[1]
 		ps := s.blk
 		rowOf = func(b, h, t int) int { return (int(pt[b*cols+t/ps])*s.hkv+h)*ps + t%ps }
@@ -113,7 +114,7 @@ func TestSparseAttenF32MatchesReference(t *testing.T) {
 			t.Fatalf("%v: out dtype %v", s, res.Out.Dtype())
 		}
 		ref := referenceSparse(fp.refWith(fp.qf, fp.kf, fp.vf))
-		o := backing[float32](res.Out)
+		o := validate.Backing[float32](res.Out)
 		for r, row := range ref.o {
 			for c, w := range row {
 				e := math.Abs(float64(o[r*s.d+c]) - w)
@@ -123,7 +124,7 @@ func TestSparseAttenF32MatchesReference(t *testing.T) {
 				}
 			}
 		}
-		for name, pair := range map[string][2]any{"LSE": {backing[float32](res.LSE), ref.lse}, "TLSE": {backing[float32](res.TemperatureLSE), ref.tlse}} {
+		for name, pair := range map[string][2]any{"LSE": {validate.Backing[float32](res.LSE), ref.lse}, "TLSE": {validate.Backing[float32](res.TemperatureLSE), ref.tlse}} {
 			got, want := pair[0].([]float32), pair[1].([]float64)
 			for i, w := range want {
 				g := float64(got[i])
@@ -203,7 +204,7 @@ func TestSparseAttenBackwardF32FiniteDifferences(t *testing.T) {
 			name string
 			x    []float64
 			g    []float32
-		}{{"dQ", fp.qf, backing[float32](gr.DQ)}, {"dK", fp.kf, backing[float32](gr.DK)}, {"dV", fp.vf, backing[float32](gr.DV)}} {
+		}{{"dQ", fp.qf, validate.Backing[float32](gr.DQ)}, {"dK", fp.kf, validate.Backing[float32](gr.DK)}, {"dV", fp.vf, validate.Backing[float32](gr.DV)}} {
 			// Probe the largest gradients and random elements.
 			probes := rng.Perm(len(c.x))[:min(4, len(c.x))]
 			big := 0

@@ -7,6 +7,7 @@ import (
 
 	"github.com/chewxy/hm"
 	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/op/internal/validate"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
@@ -52,16 +53,16 @@ func (op *lseOp) SymDiff(inputs G.Nodes, output, gradNode *G.Node) (G.Nodes, err
 		return nil, err
 	}
 	if len(inputs) != 1 || gradNode == nil {
-		return nil, argErr("LSE.SymDiff", "inputs", "1 input and the output gradient", len(inputs))
+		return nil, validate.ArgErr("LSE.SymDiff", "inputs", "1 input and the output gradient", len(inputs))
 	}
 	if gradNode.Dtype() != tensor.Float32 {
-		return nil, argErr("LSE.SymDiff", "gradient", "a float32 LSE gradient", dtypeName(gradNode.Dtype()))
+		return nil, validate.ArgErr("LSE.SymDiff", "gradient", "a float32 LSE gradient", validate.DtypeName(gradNode.Dtype()))
 	}
 	if op.outDt != tensor.Float32 {
 		// O's gradient would be the sum of the LSE's (zero) contribution and
 		// dO in O's dtype, and Gorgonia has no BFloat16 arithmetic.
-		return nil, argErr("LSE.SymDiff", "out", "a float32 SparseAttention node: G.Grad cannot pass an LSE gradient to a BFloat16 one, "+
-			"since O's gradient would be a BFloat16 sum (use float32 q, k, v, or a LispMachine's backward)", dtypeName(op.outDt))
+		return nil, validate.ArgErr("LSE.SymDiff", "out", "a float32 SparseAttention node: G.Grad cannot pass an LSE gradient to a BFloat16 one, "+
+			"since O's gradient would be a BFloat16 sum (use float32 q, k, v, or a LispMachine's backward)", validate.DtypeName(op.outDt))
 	}
 	c, err := G.ApplyOp(&lseGradOp{st: op.st, shape: inputs[0].Shape().Clone(), outDt: op.outDt}, gradNode)
 	if err != nil {
@@ -80,7 +81,7 @@ func (op *lseOp) DoDiff(_ G.ExecutionContext, _ G.Nodes, output *G.Node) error {
 		return zeroGradOnly(output)
 	}
 	if output == nil {
-		return argErr(fn, "output", "the LSE node", "nil")
+		return validate.ArgErr(fn, "output", "the LSE node", "nil")
 	}
 	d, err := output.Grad()
 	if err != nil || d == nil {
@@ -185,7 +186,7 @@ func (op *lseGradOp) String() string                                 { return "L
 // run: a machine may have added into the previous value in place).
 func (op *lseGradOp) Do(vals ...G.Value) (G.Value, error) {
 	if len(vals) != 1 {
-		return nil, argErr(op.String(), "inputs", "1 value", len(vals))
+		return nil, validate.ArgErr(op.String(), "inputs", "1 value", len(vals))
 	}
 	if op.zero == nil {
 		n := op.shape.TotalSize()

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/op/internal/validate"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
@@ -80,7 +81,7 @@ func zeroGradOnly(output *G.Node) error {
 		return forwardOnly(output)
 	}
 	if t.Dtype() == tensor.Float32 {
-		for _, x := range backing[float32](t) {
+		for _, x := range validate.Backing[float32](t) {
 			if x != 0 {
 				return forwardOnly(output)
 			}
@@ -108,7 +109,7 @@ func (op *castOp) DiffWRT(n int) []bool {
 // the rounding of CastToBF16 is treated as the identity).
 func (op *castOp) SymDiff(inputs G.Nodes, output, gradNode *G.Node) (G.Nodes, error) {
 	if len(inputs) != 1 || gradNode == nil {
-		return nil, argErr(op.String()+".SymDiff", "inputs", "1 input and the output gradient", len(inputs))
+		return nil, validate.ArgErr(op.String()+".SymDiff", "inputs", "1 input and the output gradient", len(inputs))
 	}
 	g, err := G.ApplyOp(&castOp{from: op.to, to: op.from, shape: op.shape.Clone()}, gradNode)
 	if err != nil {
@@ -122,7 +123,7 @@ func (op *castOp) SymDiff(inputs G.Nodes, output, gradNode *G.Node) (G.Nodes, er
 func (op *castOp) DoDiff(_ G.ExecutionContext, inputs G.Nodes, output *G.Node) error {
 	fn := op.String() + ".DoDiff"
 	if len(inputs) != 1 || output == nil {
-		return argErr(fn, "inputs", "1 input and the output", len(inputs))
+		return validate.ArgErr(fn, "inputs", "1 input and the output", len(inputs))
 	}
 	dOut, err := output.Grad()
 	if err != nil {
@@ -139,13 +140,13 @@ func (op *castOp) DoDiff(_ G.ExecutionContext, inputs G.Nodes, output *G.Node) e
 	var g []float32
 	switch od.Dtype() {
 	case tensor.Float32:
-		g = backing[float32](od)
+		g = validate.Backing[float32](od)
 	case BFloat16:
-		src := backing[lowp.BFloat16](od)
+		src := validate.Backing[lowp.BFloat16](od)
 		g = make([]float32, len(src))
 		lowp.DecodeBF16(g, src)
 	default:
-		return argErr(fn, "output gradient", "dtype float32 or bfloat16", dtypeName(od.Dtype()))
+		return validate.ArgErr(fn, "output gradient", "dtype float32 or bfloat16", validate.DtypeName(od.Dtype()))
 	}
 	return addGrad(fn, fmt.Sprint(inputs[0].Name()), dIn, g)
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/chewxy/hm"
 	"github.com/sparseattn/msa/kernels/attn"
+	"github.com/sparseattn/msa/op/internal/validate"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
@@ -44,7 +45,7 @@ func sameKVErr(fn string, k, v *G.Node, cfg *attnConfig) error {
 	if k == nil || k != v || cfg.sharedKV {
 		return nil
 	}
-	return argErr(fn, "v", "a node distinct from k (Gorgonia merges unnamed input nodes of equal type and shape: name them, e.g. G.WithName(\"v\")), or the SharedKV() option if k and v are meant to be one tensor", "the same node as k ("+nodeDesc(k)+")")
+	return validate.ArgErr(fn, "v", "a node distinct from k (Gorgonia merges unnamed input nodes of equal type and shape: name them, e.g. G.WithName(\"v\")), or the SharedKV() option if k and v are meant to be one tensor", "the same node as k ("+nodeDesc(k)+")")
 }
 
 // attnState is shared by an attention node and its LSE accessor nodes: the
@@ -143,17 +144,17 @@ func (op *sparseAttnOp) call(fn string, in inputFunc) (*sparseCall, attnSlots, e
 	}
 	l := op.sched.csr
 	if ts[3].Dtype() != tensor.Int32 || ts[3].DataSize() != l.Hkv*l.width() {
-		return nil, sl, argErr(fn, "csr", fmt.Sprintf("an int32 CSR value of %d elements", l.Hkv*l.width()), ts[3].DataSize())
+		return nil, sl, validate.ArgErr(fn, "csr", fmt.Sprintf("an int32 CSR value of %d elements", l.Hkv*l.width()), ts[3].DataSize())
 	}
 	if ts[4].Dtype() != tensor.Int32 || ts[4].DataSize() != op.sched.len() {
-		return nil, sl, argErr(fn, "schedule", fmt.Sprintf("an int32 schedule value of %d elements", op.sched.len()), ts[4].DataSize())
+		return nil, sl, validate.ArgErr(fn, "schedule", fmt.Sprintf("an int32 schedule value of %d elements", op.sched.len()), ts[4].DataSize())
 	}
-	rp, qi := l.split(int32s(ts[3]))
+	rp, qi := l.split(validate.Int32s(ts[3]))
 	args := SparseArgs{
 		CuSeqlensQ: ts[5], CuSeqlensK: ts[6], BlkKV: l.BlkKV, Causal: op.cfg.causal,
 		SoftmaxScale: op.cfg.scale, Temperature: op.cfg.temperature,
 		ReturnTemperatureLSE: op.st.needT, PartialDtype: op.cfg.partial,
-		Schedule: &Schedule{s: *op.sched.unpack(int32s(ts[4])), hkv: l.Hkv}, Workers: op.cfg.workers,
+		Schedule: &Schedule{s: *op.sched.unpack(validate.Int32s(ts[4])), hkv: l.Hkv}, Workers: op.cfg.workers,
 		QKDtype: op.cfg.qk, PVDtype: op.cfg.pv, KVLayout: op.cfg.layout,
 	}
 	// Optional inputs: absent ones have slot -1 and leave their field a nil
@@ -194,7 +195,7 @@ func (op *sparseAttnOp) call(fn string, in inputFunc) (*sparseCall, attnSlots, e
 func (op *sparseAttnOp) Do(vals ...G.Value) (G.Value, error) {
 	const fn = "SparseAttention"
 	if len(vals) != op.Arity() {
-		return nil, argErr(fn, "inputs", fmt.Sprintf("%d values", op.Arity()), len(vals))
+		return nil, validate.ArgErr(fn, "inputs", fmt.Sprintf("%d values", op.Arity()), len(vals))
 	}
 	if op.outDtype() == tensor.Float32 {
 		return op.doF32(vals)
@@ -232,12 +233,12 @@ func SparseAttention(q, k, v, csr, sched, cuQ, cuK *G.Node, opts ...Option) (*G.
 	if err != nil {
 		return nil, err
 	}
-	lc := &checker{fn: fn}
-	if checkLayout(lc, cfg.layout, cfg.pageTable != nil); lc.err != nil {
-		return nil, lc.err
+	lc := &validate.Checker{Fn: fn}
+	if checkLayout(lc, cfg.layout, cfg.pageTable != nil); lc.Err != nil {
+		return nil, lc.Err
 	}
 	if cfg.layout == NHD && q != nil && q.Dtype() == tensor.Float32 {
-		return nil, &NotImplementedError{fn, "the NHD paged K/V layout with float32 q, k, v (the float32 path and its gradients take HND [num_pages, Hkv, page_size, D])"}
+		return nil, &NotImplementedError{Func: fn, What: "the NHD paged K/V layout with float32 q, k, v (the float32 path and its gradients take HND [num_pages, Hkv, page_size, D])"}
 	}
 	l, err := csrOf(fn, csr)
 	if err != nil {
@@ -256,7 +257,7 @@ func SparseAttention(q, k, v, csr, sched, cuQ, cuK *G.Node, opts ...Option) (*G.
 		return nil, err
 	}
 	if cfg.pageTable == nil && cfg.seqused != nil {
-		return nil, argErr(fn, "seqused_k", "no seqused_k without a page table (Paged(pageTable, seqUsedK) with pageTable != nil)", nodeDesc(cfg.seqused))
+		return nil, validate.ArgErr(fn, "seqused_k", "no seqused_k without a page table (Paged(pageTable, seqUsedK) with pageTable != nil)", nodeDesc(cfg.seqused))
 	}
 	if err := checkAttnOptions(fn, &cfg); err != nil {
 		return nil, err
@@ -271,7 +272,7 @@ func SparseAttention(q, k, v, csr, sched, cuQ, cuK *G.Node, opts ...Option) (*G.
 			}
 		}
 	}
-	if err := checkScalars(fn, cfg.scale, cfg.temperature, q.Shape()[2]); err != nil {
+	if err := validate.CheckScalars(fn, cfg.scale, cfg.temperature, q.Shape()[2]); err != nil {
 		return nil, err
 	}
 	kv := []tensor.Dtype{BFloat16, Float8E4M3FN}
@@ -293,13 +294,13 @@ func SparseAttention(q, k, v, csr, sched, cuQ, cuK *G.Node, opts ...Option) (*G.
 	qs, ks := q.Shape(), k.Shape()
 	if cfg.pageTable != nil {
 		if hkv, ps := cfg.layout.dims(ks); hkv != l.Hkv || ps != l.BlkKV {
-			return nil, argErr(fn, "k", fmt.Sprintf("the paged %v layout %s with Hkv = %d, page_size = blk_kv = %d%s", cfg.layout, cfg.layout.shape("D"), l.Hkv, l.BlkKV, cfg.layout.other()), fmt.Sprint(ks))
+			return nil, validate.ArgErr(fn, "k", fmt.Sprintf("the paged %v layout %s with Hkv = %d, page_size = blk_kv = %d%s", cfg.layout, cfg.layout.shape("D"), l.Hkv, l.BlkKV, cfg.layout.other()), fmt.Sprint(ks))
 		}
 	} else if ks[1] != l.Hkv {
-		return nil, argErr(fn, "k", fmt.Sprintf("Hkv = k.shape[1] = %d as in the CSR", l.Hkv), fmt.Sprint(ks))
+		return nil, validate.ArgErr(fn, "k", fmt.Sprintf("Hkv = k.shape[1] = %d as in the CSR", l.Hkv), fmt.Sprint(ks))
 	}
 	if qs[0] != l.TotalQ || qs[1]%l.Hkv != 0 {
-		return nil, argErr(fn, "q", fmt.Sprintf("[total_q = %d, Hq divisible by Hkv = %d, D] consistent with the CSR", l.TotalQ, l.Hkv), fmt.Sprint(qs))
+		return nil, validate.ArgErr(fn, "q", fmt.Sprintf("[total_q = %d, Hq divisible by Hkv = %d, D] consistent with the CSR", l.TotalQ, l.Hkv), fmt.Sprint(qs))
 	}
 	hkv := l.Hkv
 	if err := nodeCheck(fn, "sched", sched, 1, tensor.Int32); err != nil {
@@ -310,18 +311,18 @@ func SparseAttention(q, k, v, csr, sched, cuQ, cuK *G.Node, opts ...Option) (*G.
 		// them and name the mismatched one; an absent Workers option takes
 		// the schedule's.
 		if so.s.qpk != qs[1]/hkv {
-			return nil, argErr(fn, "QheadPerKV", fmt.Sprintf("FwdSchedule's QheadPerKV(%d) option equal to the attention's q.shape[1] / k.shape[1] = %d / %d = %d", so.s.qpk, qs[1], hkv, qs[1]/hkv), so.s.qpk)
+			return nil, validate.ArgErr(fn, "QheadPerKV", fmt.Sprintf("FwdSchedule's QheadPerKV(%d) option equal to the attention's q.shape[1] / k.shape[1] = %d / %d = %d", so.s.qpk, qs[1], hkv, qs[1]/hkv), so.s.qpk)
 		}
 		if cfg.workers <= 0 {
 			cfg.workers = so.s.workers
 		} else if cfg.workers != so.s.workers {
-			return nil, argErr(fn, "Workers", fmt.Sprintf("the Workers option equal to FwdSchedule's workers = %d (or absent: it is then taken from the schedule)", so.s.workers), cfg.workers)
+			return nil, validate.ArgErr(fn, "Workers", fmt.Sprintf("the Workers option equal to FwdSchedule's workers = %d (or absent: it is then taken from the schedule)", so.s.workers), cfg.workers)
 		}
 	}
-	ws := workers(cfg.workers)
+	ws := validate.WorkerCount(cfg.workers)
 	sl := newSchedLayout(l, qs[1]/hkv, ws)
 	if sched.Shape()[0] != sl.len() {
-		return nil, argErr(fn, "sched", fmt.Sprintf("a FwdSchedule value of %d elements for this CSR and qhead_per_kv", sl.len()), fmt.Sprint(sched.Shape()))
+		return nil, validate.ArgErr(fn, "sched", fmt.Sprintf("a FwdSchedule value of %d elements for this CSR and qhead_per_kv", sl.len()), fmt.Sprint(sched.Shape()))
 	}
 	inputs := []*G.Node{q, k, v, csr, sched, cuQ, cuK}
 	if cfg.pageTable != nil {
@@ -342,7 +343,7 @@ func SparseAttention(q, k, v, csr, sched, cuQ, cuK *G.Node, opts ...Option) (*G.
 	op := &sparseAttnOp{cfg: cfg, sched: sl, outShape: tensor.Shape{qs[0], qs[1], qs[2]}, st: &attnState{}}
 	for i, n := range inputs {
 		if n == nil {
-			return nil, argErr(fn, fmt.Sprintf("input %d", i), "a node", "nil")
+			return nil, validate.ArgErr(fn, fmt.Sprintf("input %d", i), "a node", "nil")
 		}
 		op.inDtypes = append(op.inDtypes, n.Dtype())
 		op.inDims = append(op.inDims, n.Shape().Dims())
@@ -380,7 +381,7 @@ func (op *lseOp) Do(vals ...G.Value) (G.Value, error) {
 		t = op.st.tlse
 	}
 	if t == nil {
-		return nil, argErr(op.String(), "attention", "an attention node that has run before this node", "no result")
+		return nil, validate.ArgErr(op.String(), "attention", "an attention node that has run before this node", "no result")
 	}
 	return t, nil
 }
@@ -391,7 +392,7 @@ const lseProducers = "a SparseAttention, DecodeAttention, MergeStates, ContextPa
 // lseNode builds an accessor node.
 func lseNode(fn string, out *G.Node, temp bool) (*G.Node, error) {
 	if out == nil {
-		return nil, argErr(fn, "out", lseProducers, "nil")
+		return nil, validate.ArgErr(fn, "out", lseProducers, "nil")
 	}
 	var st *attnState
 	var fwd *sparseAttnOp
@@ -400,16 +401,16 @@ func lseNode(fn string, out *G.Node, temp bool) (*G.Node, error) {
 		st, fwd = o.st, o
 	case *decodeAttnOp:
 		if temp {
-			return nil, argErr(fn, "out", "a SparseAttention node (decode has no temperature LSE)", o.String())
+			return nil, validate.ArgErr(fn, "out", "a SparseAttention node (decode has no temperature LSE)", o.String())
 		}
 		st = o.st
 	case mergeNode:
 		if temp {
-			return nil, argErr(fn, "out", "a SparseAttention node (a merge has no temperature LSE)", fmt.Sprint(o))
+			return nil, validate.ArgErr(fn, "out", "a SparseAttention node (a merge has no temperature LSE)", fmt.Sprint(o))
 		}
 		st = o.mergedLSE()
 	default:
-		return nil, argErr(fn, "out", lseProducers, fmt.Sprint(out.Op()))
+		return nil, validate.ArgErr(fn, "out", lseProducers, fmt.Sprint(out.Op()))
 	}
 	if temp {
 		st.needT = true
@@ -436,20 +437,20 @@ func TemperatureLSE(out *G.Node) (*G.Node, error) { return lseNode("TemperatureL
 // dtype the kernels do not have.
 func checkAttnOptions(fn string, cfg *attnConfig) error {
 	if cfg.has(optPaged) && cfg.pageTable == nil {
-		return argErr(fn, "Paged", "a page_table node (Paged(pageTable, seqUsedK); only seqUsedK may be nil; leave Paged out for dense K/V)",
+		return validate.ArgErr(fn, "Paged", "a page_table node (Paged(pageTable, seqUsedK); only seqUsedK may be nil; leave Paged out for dense K/V)",
 			"Paged(nil, nil)")
 	}
 	switch cfg.partial {
 	case tensor.Dtype{}, tensor.Float32, BFloat16, Float16, Float8E4M3FN:
 	default:
-		return argErr(fn, "partial_dtype", "PartialDtype of float32, bfloat16, float16 or float8_e4m3fn", dtypeName(cfg.partial))
+		return validate.ArgErr(fn, "partial_dtype", "PartialDtype of float32, bfloat16, float16 or float8_e4m3fn", validate.DtypeName(cfg.partial))
 	}
 	for _, m := range []struct {
 		arg string
 		dt  tensor.Dtype
 	}{{"qk_dtype", cfg.qk}, {"pv_dtype", cfg.pv}} {
 		if m.dt != (tensor.Dtype{}) && m.dt != BFloat16 && m.dt != Float8E4M3FN {
-			return argErr(fn, m.arg, "MMADtypes of bfloat16 or float8_e4m3fn (or the zero Dtype: the default)", dtypeName(m.dt))
+			return validate.ArgErr(fn, m.arg, "MMADtypes of bfloat16 or float8_e4m3fn (or the zero Dtype: the default)", validate.DtypeName(m.dt))
 		}
 	}
 	return nil

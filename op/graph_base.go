@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 
 	"github.com/chewxy/hm"
+	"github.com/sparseattn/msa/op/internal/validate"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
@@ -69,7 +70,7 @@ func fnType(ts ...hm.Type) hm.Type { return hm.NewFnType(ts...) }
 // nodeCheck validates a graph input's dtype and rank at construction time.
 func nodeCheck(fn, arg string, n *G.Node, dims int, dts ...tensor.Dtype) error {
 	if n == nil {
-		return argErr(fn, arg, "a node", "nil")
+		return validate.ArgErr(fn, arg, "a node", "nil")
 	}
 	ok := false
 	for _, dt := range dts {
@@ -83,12 +84,12 @@ func nodeCheck(fn, arg string, n *G.Node, dims int, dts ...tensor.Dtype) error {
 			if i > 0 {
 				names += " or "
 			}
-			names += dtypeName(dt)
+			names += validate.DtypeName(dt)
 		}
-		return argErr(fn, arg, "dtype "+names, dtypeName(n.Dtype()))
+		return validate.ArgErr(fn, arg, "dtype "+names, validate.DtypeName(n.Dtype()))
 	}
 	if dims > 0 && n.Shape().Dims() != dims {
-		return argErr(fn, arg, fmt.Sprintf("rank %d", dims), fmt.Sprintf("shape %v", n.Shape()))
+		return validate.ArgErr(fn, arg, fmt.Sprintf("rank %d", dims), fmt.Sprintf("shape %v", n.Shape()))
 	}
 	return nil
 }
@@ -99,7 +100,7 @@ func nodeCheck(fn, arg string, n *G.Node, dims int, dts ...tensor.Dtype) error {
 func denseOf(fn, arg string, v G.Value) (*tensor.Dense, error) {
 	d, ok := v.(*tensor.Dense)
 	if !ok || d == nil {
-		return nil, argErr(fn, arg, "a *tensor.Dense value", fmt.Sprintf("%T", v))
+		return nil, validate.ArgErr(fn, arg, "a *tensor.Dense value", fmt.Sprintf("%T", v))
 	}
 	if d.IsMaterializable() {
 		if m, ok := d.Materialize().(*tensor.Dense); ok {

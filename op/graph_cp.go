@@ -7,6 +7,8 @@ import (
 	"github.com/chewxy/hm"
 	"github.com/sparseattn/msa/kernels/comm"
 	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/op/internal/merge"
+	"github.com/sparseattn/msa/op/internal/validate"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
@@ -20,7 +22,7 @@ type cpMergeOp struct {
 	st    *attnState
 	// Guarded by st.mu: the all-gather buffers and their views.
 	send, recv []byte
-	sc         mergeScratch
+	sc         merge.Scratch
 }
 
 func (op *cpMergeOp) mergedLSE() *attnState { return op.st }
@@ -50,17 +52,17 @@ func (op *cpMergeOp) Do(vals ...G.Value) (G.Value, error) {
 
 func (op *cpMergeOp) do(vals []G.Value) (G.Value, error) {
 	const fn = "ContextParallelMerge"
-	c := &checker{fn: fn}
-	o, l := c.dense(tv(vals[0]), "out"), c.dense(tv(vals[1]), "lse")
-	c.dtype(o, "out", op.dt)
-	c.dtype(l, "lse", tensor.Float32)
-	if c.err != nil {
-		return nil, c.err
+	c := &validate.Checker{Fn: fn}
+	o, l := c.Dense(tv(vals[0]), "out"), c.Dense(tv(vals[1]), "lse")
+	c.Dtype(o, "out", op.dt)
+	c.Dtype(l, "lse", tensor.Float32)
+	if c.Err != nil {
+		return nil, c.Err
 	}
-	c.need(o.Shape().Eq(op.shape), "out", fmt.Sprintf("shape %v", op.shape), o.Shape())
-	c.need(l.Shape().Eq(op.shape[:2]), "lse", fmt.Sprintf("shape %v", []int(op.shape[:2])), l.Shape())
-	if c.err != nil {
-		return nil, c.err
+	c.Need(o.Shape().Eq(op.shape), "out", fmt.Sprintf("shape %v", op.shape), o.Shape())
+	c.Need(l.Shape().Eq(op.shape[:2]), "lse", fmt.Sprintf("shape %v", []int(op.shape[:2])), l.Shape())
+	if c.Err != nil {
+		return nil, c.Err
 	}
 	op.st.mu.Lock()
 	defer op.st.mu.Unlock()
@@ -87,13 +89,13 @@ func (op *cpMergeOp) do(vals []G.Value) (G.Value, error) {
 		for r := range srcs {
 			srcs[r] = viewAs[lowp.BFloat16](seg(r)[nl:])
 		}
-		mergeInto(backing[lowp.BFloat16](out), backing[float32](lse), srcs, lses, d, &op.sc)
+		merge.Into(validate.Backing[lowp.BFloat16](out), validate.Backing[float32](lse), srcs, lses, d, &op.sc)
 	} else {
 		srcs := make([][]float32, p)
 		for r := range srcs {
 			srcs[r] = viewAs[float32](seg(r)[nl:])
 		}
-		mergeInto(backing[float32](out), backing[float32](lse), srcs, lses, d, &op.sc)
+		merge.Into(validate.Backing[float32](out), validate.Backing[float32](lse), srcs, lses, d, &op.sc)
 	}
 	op.st.lse = lse
 	return out, nil
@@ -112,7 +114,7 @@ func (op *cpMergeOp) do(vals []G.Value) (G.Value, error) {
 func ContextParallelMerge(out, lse *G.Node, c comm.Comm) (*G.Node, error) {
 	const fn = "ContextParallelMerge"
 	if c == nil {
-		return nil, argErr(fn, "comm", "a comm.Comm", "nil")
+		return nil, validate.ArgErr(fn, "comm", "a comm.Comm", "nil")
 	}
 	if err := nodeCheck(fn, "out", out, 3, BFloat16, tensor.Float32); err != nil {
 		return nil, err
@@ -122,7 +124,7 @@ func ContextParallelMerge(out, lse *G.Node, c comm.Comm) (*G.Node, error) {
 	}
 	s := out.Shape()
 	if !lse.Shape().Eq(s[:2]) {
-		return nil, argErr(fn, "lse", fmt.Sprintf("shape %v (out's [total_q, Hq])", []int(s[:2])), lse.Shape())
+		return nil, validate.ArgErr(fn, "lse", fmt.Sprintf("shape %v (out's [total_q, Hq])", []int(s[:2])), lse.Shape())
 	}
 	op := &cpMergeOp{c: c, dt: out.Dtype(), shape: s.Clone(), st: &attnState{}}
 	return G.ApplyOp(op, out, lse)

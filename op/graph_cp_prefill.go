@@ -7,6 +7,7 @@ import (
 
 	"github.com/chewxy/hm"
 	"github.com/sparseattn/msa/kernels/comm"
+	"github.com/sparseattn/msa/op/internal/validate"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
@@ -63,7 +64,7 @@ func (op *cpPrefillOp) Do(vals ...G.Value) (G.Value, error) {
 func ContextParallelPrefill(q, k, v, q2k *G.Node, c comm.Comm, args CPPrefillArgs) (*G.Node, error) {
 	const fn = "ContextParallelPrefill"
 	if c == nil {
-		return nil, argErr(fn, "comm", "a comm.Comm", "nil")
+		return nil, validate.ArgErr(fn, "comm", "a comm.Comm", "nil")
 	}
 	if err := nodeCheck(fn, "q", q, 3, BFloat16, Float8E4M3FN); err != nil {
 		return nil, err
@@ -88,11 +89,11 @@ func ContextParallelPrefill(q, k, v, q2k *G.Node, c comm.Comm, args CPPrefillArg
 	qs, ks := q.Shape(), k.Shape()
 	switch {
 	case qs[0] != sh.Queries():
-		return nil, argErr(fn, "q", fmt.Sprintf("[%d, Hq, D]: the queries rank %d holds (CPPrefillShard)", sh.Queries(), c.Rank()), qs)
+		return nil, validate.ArgErr(fn, "q", fmt.Sprintf("[%d, Hq, D]: the queries rank %d holds (CPPrefillShard)", sh.Queries(), c.Rank()), qs)
 	case ks[0] != sh.Keys():
-		return nil, argErr(fn, "k", fmt.Sprintf("[%d, Hkv, D]: the keys rank %d holds (CPPrefillShard)", sh.Keys(), c.Rank()), ks)
+		return nil, validate.ArgErr(fn, "k", fmt.Sprintf("[%d, Hkv, D]: the keys rank %d holds (CPPrefillShard)", sh.Keys(), c.Rank()), ks)
 	case !v.Shape().Eq(ks):
-		return nil, argErr(fn, "v", fmt.Sprintf("shape %v (that of k)", ks), v.Shape())
+		return nil, validate.ArgErr(fn, "v", fmt.Sprintf("shape %v (that of k)", ks), v.Shape())
 	}
 	args.CuSeqlensQ, args.CuSeqlensK = slices.Clone(args.CuSeqlensQ), slices.Clone(args.CuSeqlensK)
 	op := &cpPrefillOp{c: c, args: args, qdt: q.Dtype(), kvdt: k.Dtype(), shape: qs.Clone(), st: &attnState{}}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/sparseattn/msa/kernels/comm"
+	"github.com/sparseattn/msa/op/internal/validate"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
@@ -19,7 +20,7 @@ func cpPrefillGraph(c comm.Comm, s sparseSpec, pr *sparseProblem, strat CPStrate
 	in := func(name string, t *tensor.Dense) *G.Node {
 		return G.NewTensor(g, t.Dtype(), t.Dims(), G.WithShape(t.Shape()...), G.WithName(name), G.WithValue(t))
 	}
-	args := CPPrefillArgs{CuSeqlensQ: int32s(pr.cuQ), CuSeqlensK: int32s(pr.cuK), BlkKV: s.blk, Causal: s.causal, Workers: 2, Strategy: strat}
+	args := CPPrefillArgs{CuSeqlensQ: validate.Int32s(pr.cuQ), CuSeqlensK: validate.Int32s(pr.cuK), BlkKV: s.blk, Causal: s.causal, Workers: 2, Strategy: strat}
 	att, err := ContextParallelPrefill(in("q", q), in("k", k), in("v", v), in("q2k_indices", q2k), c, args)
 	if err != nil {
 		return nil, nil, err
@@ -91,7 +92,7 @@ func TestContextParallelPrefillErrors(t *testing.T) {
 		return G.NewTensor(g, t.Dtype(), t.Dims(), G.WithShape(t.Shape()...), G.WithName(name), G.WithValue(t))
 	}
 	qn, kn, vn, sn := in("q", q), in("k", k), in("v", v), in("q2k", q2k)
-	args := CPPrefillArgs{CuSeqlensQ: int32s(pr.cuQ), CuSeqlensK: int32s(pr.cuK), BlkKV: s.blk, Causal: s.causal}
+	args := CPPrefillArgs{CuSeqlensQ: validate.Int32s(pr.cuQ), CuSeqlensK: validate.Int32s(pr.cuK), BlkKV: s.blk, Causal: s.causal}
 	var ae *ArgError
 	if _, err := ContextParallelPrefill(qn, kn, vn, sn, nil, args); !errors.As(err, &ae) || ae.Arg != "comm" {
 		t.Errorf("nil comm: got %v", err)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/chewxy/hm"
 	"github.com/sparseattn/msa/kernels/plan"
+	"github.com/sparseattn/msa/op/internal/validate"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
@@ -81,28 +82,28 @@ func (op *csrOp) String() string {
 func (op *csrOp) Do(vals ...G.Value) (G.Value, error) {
 	const fn = "K2QCSR"
 	if len(vals) != 3 {
-		return nil, argErr(fn, "inputs", "3 values", len(vals))
+		return nil, validate.ArgErr(fn, "inputs", "3 values", len(vals))
 	}
-	c := &checker{fn: fn}
-	q2k := c.dense(tv(vals[0]), "q2k_indices")
-	c.dtype(q2k, "q2k_indices", tensor.Int32)
-	cuQ := cuSeqlens(c, tv(vals[1]), "cu_seqlens_q", op.l.TotalQ, fmt.Sprintf("total_q = %d", op.l.TotalQ))
-	cuK := cuSeqlens(c, tv(vals[2]), "cu_seqlens_k", -1, "")
-	if c.err != nil {
-		return nil, c.err
+	c := &validate.Checker{Fn: fn}
+	q2k := c.Dense(tv(vals[0]), "q2k_indices")
+	c.Dtype(q2k, "q2k_indices", tensor.Int32)
+	cuQ := validate.CuSeqlens(c, tv(vals[1]), "cu_seqlens_q", op.l.TotalQ, fmt.Sprintf("total_q = %d", op.l.TotalQ))
+	cuK := validate.CuSeqlens(c, tv(vals[2]), "cu_seqlens_k", -1, "")
+	if c.Err != nil {
+		return nil, c.Err
 	}
 	l := op.l
 	// Count the rows before building: the build allocates memory that
 	// grows with them.
 	total, err := plan.CountRows(cuK, l.BlkKV)
 	if err != nil {
-		return nil, wrapArg(fn, "cu_seqlens_k", err)
+		return nil, validate.WrapArg(fn, "cu_seqlens_k", err)
 	}
 	if total > l.RowCap {
-		return nil, argErr(fn, "cu_seqlens_k",
+		return nil, validate.ArgErr(fn, "cu_seqlens_k",
 			fmt.Sprintf("at most %d CSR rows (B * ceil(max_seqlen_k / blk_kv) given at graph construction)", l.RowCap), total)
 	}
-	csr, err := plan.BuildK2QCSR(nil, int32s(q2k), l.Hkv, l.TotalQ, l.TopK, cuQ, cuK, l.BlkKV)
+	csr, err := plan.BuildK2QCSR(nil, validate.Int32s(q2k), l.Hkv, l.TotalQ, l.TopK, cuQ, cuK, l.BlkKV)
 	if err != nil {
 		return nil, q2kBlockErr(fn, err, cuK, l.BlkKV)
 	}
@@ -151,13 +152,13 @@ func K2QCSR(q2k, cuQ, cuK *G.Node, opts ...Option) (*G.Node, error) {
 		blkKV = 128
 	}
 	if blkKV < 1 || blkKV > 128 {
-		return nil, argErr(fn, "blk_kv", "1 <= blk_kv <= 128", fmt.Sprint(blkKV))
+		return nil, validate.ArgErr(fn, "blk_kv", "1 <= blk_kv <= 128", fmt.Sprint(blkKV))
 	}
-	if maxSeqlenK < 1 || maxSeqlenK > maxInt32 {
-		return nil, argErr(fn, "max_seqlen_k", fmt.Sprintf("1 <= max_seqlen_k <= %d (key lengths are int32)", maxInt32), fmt.Sprint(maxSeqlenK))
+	if maxSeqlenK < 1 || maxSeqlenK > validate.MaxInt32 {
+		return nil, validate.ArgErr(fn, "max_seqlen_k", fmt.Sprintf("1 <= max_seqlen_k <= %d (key lengths are int32)", validate.MaxInt32), fmt.Sprint(maxSeqlenK))
 	}
 	if cuQ.Shape()[0] != cuK.Shape()[0] || cuQ.Shape()[0] < 1 {
-		return nil, argErr(fn, "cu_seqlens_k", fmt.Sprintf("shape [B + 1] = %v matching cu_seqlens_q", cuQ.Shape()), fmt.Sprint(cuK.Shape()))
+		return nil, validate.ArgErr(fn, "cu_seqlens_k", fmt.Sprintf("shape [B + 1] = %v matching cu_seqlens_q", cuQ.Shape()), fmt.Sprint(cuK.Shape()))
 	}
 	if err := checkProducerBlk(fn, q2k, blkKV); err != nil {
 		return nil, err
@@ -165,10 +166,10 @@ func K2QCSR(q2k, cuQ, cuK *G.Node, opts ...Option) (*G.Node, error) {
 	s := q2k.Shape()
 	batch := cuQ.Shape()[0] - 1
 	l := csrLayout{Hkv: s[0], TotalQ: s[1], TopK: s[2], BlkKV: blkKV}
-	if l.Hkv < 1 || l.TopK < 1 || l.TopK > maxTopK {
-		return nil, argErr(fn, "q2k_indices", fmt.Sprintf("shape [Hkv >= 1, total_q, 1 <= topK <= %d]", maxTopK), fmt.Sprint(s))
+	if l.Hkv < 1 || l.TopK < 1 || l.TopK > validate.MaxTopK {
+		return nil, validate.ArgErr(fn, "q2k_indices", fmt.Sprintf("shape [Hkv >= 1, total_q, 1 <= topK <= %d]", validate.MaxTopK), fmt.Sprint(s))
 	}
-	if err := l.size(fn, "max_seqlen_k", batch, ceilDiv(maxSeqlenK, blkKV)); err != nil {
+	if err := l.size(fn, "max_seqlen_k", batch, validate.CeilDiv(maxSeqlenK, blkKV)); err != nil {
 		return nil, err
 	}
 	return G.ApplyOp(&csrOp{l: l, scored: scoredBy(q2k)}, q2k, cuQ, cuK)
@@ -195,18 +196,18 @@ func (op *packCSROp) String() string        { return "PackK2QCSR" }
 
 func (op *packCSROp) Do(vals ...G.Value) (G.Value, error) {
 	const fn = "PackK2QCSR"
-	c := &checker{fn: fn}
-	rp := c.dense(tv(vals[0]), "k2q_row_ptr")
-	qi := c.dense(tv(vals[1]), "k2q_q_indices")
-	if c.err != nil {
-		return nil, c.err
+	c := &validate.Checker{Fn: fn}
+	rp := c.Dense(tv(vals[0]), "k2q_row_ptr")
+	qi := c.Dense(tv(vals[1]), "k2q_q_indices")
+	if c.Err != nil {
+		return nil, c.Err
 	}
 	l := op.l
-	r, q := int32s(rp), int32s(qi)
-	c.need(len(r) == l.Hkv*(l.RowCap+1), "k2q_row_ptr", fmt.Sprintf("%d elements", l.Hkv*(l.RowCap+1)), len(r))
-	c.need(len(q) == l.Hkv*l.Stride, "k2q_q_indices", fmt.Sprintf("%d elements", l.Hkv*l.Stride), len(q))
-	if c.err != nil {
-		return nil, c.err
+	r, q := validate.Int32s(rp), validate.Int32s(qi)
+	c.Need(len(r) == l.Hkv*(l.RowCap+1), "k2q_row_ptr", fmt.Sprintf("%d elements", l.Hkv*(l.RowCap+1)), len(r))
+	c.Need(len(q) == l.Hkv*l.Stride, "k2q_q_indices", fmt.Sprintf("%d elements", l.Hkv*l.Stride), len(q))
+	if c.Err != nil {
+		return nil, c.Err
 	}
 	packed := make([]int32, l.Hkv*l.width())
 	for h := 0; h < l.Hkv; h++ {
@@ -242,20 +243,20 @@ func PackK2QCSR(rowPtr, qIndices *G.Node, opts ...Option) (*G.Node, error) {
 		blkKV = 128
 	}
 	if blkKV < 1 || blkKV > 128 {
-		return nil, argErr(fn, "blk_kv", "1 <= blk_kv <= 128", fmt.Sprint(blkKV))
+		return nil, validate.ArgErr(fn, "blk_kv", "1 <= blk_kv <= 128", fmt.Sprint(blkKV))
 	}
 	rs, qs := rowPtr.Shape(), qIndices.Shape()
 	if rs[0] != qs[0] || rs[0] < 1 || rs[1] < 1 {
-		return nil, argErr(fn, "k2q_q_indices", fmt.Sprintf("leading dimension Hkv = %d", rs[0]), fmt.Sprint(qs))
+		return nil, validate.ArgErr(fn, "k2q_q_indices", fmt.Sprintf("leading dimension Hkv = %d", rs[0]), fmt.Sprint(qs))
 	}
-	if topK < 1 || topK > maxTopK {
-		return nil, argErr(fn, "topK", fmt.Sprintf("1 <= topK <= %d", maxTopK), fmt.Sprint(topK))
+	if topK < 1 || topK > validate.MaxTopK {
+		return nil, validate.ArgErr(fn, "topK", fmt.Sprintf("1 <= topK <= %d", validate.MaxTopK), fmt.Sprint(topK))
 	}
 	if !cfg.has(optTotalQ) {
 		totalQ = qs[1] / topK
 	}
-	if totalQ < 0 || mulCap(qs[1], totalQ, topK) < 0 {
-		return nil, argErr(fn, "total_q", fmt.Sprintf("0 <= total_q with total_q * topK <= k2q_q_indices.shape[1] = %d", qs[1]), fmt.Sprintf("total_q = %d, topK = %d", totalQ, topK))
+	if totalQ < 0 || validate.MulCap(qs[1], totalQ, topK) < 0 {
+		return nil, validate.ArgErr(fn, "total_q", fmt.Sprintf("0 <= total_q with total_q * topK <= k2q_q_indices.shape[1] = %d", qs[1]), fmt.Sprintf("total_q = %d, topK = %d", totalQ, topK))
 	}
 	l := csrLayout{Hkv: rs[0], RowCap: rs[1] - 1, Stride: qs[1], TotalQ: totalQ, TopK: topK, BlkKV: blkKV}
 	if _, err := valueSize(fn, "k2q_row_ptr", "a packed CSR value Hkv * (rows + 1 + stride)", l.Hkv, l.width()); err != nil {
@@ -267,11 +268,11 @@ func PackK2QCSR(rowPtr, qIndices *G.Node, opts ...Option) (*G.Node, error) {
 // csrOf returns the layout of a CSR node.
 func csrOf(fn string, csr *G.Node) (csrLayout, error) {
 	if csr == nil {
-		return csrLayout{}, argErr(fn, "csr", "a node", "nil")
+		return csrLayout{}, validate.ArgErr(fn, "csr", "a node", "nil")
 	}
 	p, ok := csr.Op().(csrProducer)
 	if !ok {
-		return csrLayout{}, argErr(fn, "csr", "a node made by K2QCSR or PackK2QCSR", nodeDesc(csr))
+		return csrLayout{}, validate.ArgErr(fn, "csr", "a node made by K2QCSR or PackK2QCSR", nodeDesc(csr))
 	}
 	return p.csrLayout(), nil
 }

@@ -86,6 +86,7 @@ import (
 	"github.com/sparseattn/msa/kernels/attn"
 	"github.com/sparseattn/msa/kernels/plan"
 	"github.com/sparseattn/msa/kernels/tile"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/cu"
 	G "gorgonia.org/gorgonia"
 	gcuda "gorgonia.org/gorgonia/cuda"
@@ -177,11 +178,11 @@ type gpuEnv struct {
 func withGPU(fn string, extern G.External, dev G.Device, body func(e *gpuEnv) (G.Value, error)) (v G.Value, err error) {
 	m, ok := extern.(G.CUDAMachine)
 	if !ok || m == nil {
-		return nil, argErr(fn, "extern", "a CUDA machine (gorgonia.CUDAMachine)", fmt.Sprintf("%T", extern))
+		return nil, validate.ArgErr(fn, "extern", "a CUDA machine (gorgonia.CUDAMachine)", fmt.Sprintf("%T", extern))
 	}
 	engs := m.Engines()
 	if int(dev) < 0 || int(dev) >= len(engs) {
-		return nil, argErr(fn, "device", fmt.Sprintf("a device in [0, %d)", len(engs)), int(dev))
+		return nil, validate.ArgErr(fn, "device", fmt.Sprintf("a device in [0, %d)", len(engs)), int(dev))
 	}
 	eng := &engs[int(dev)]
 	e := &gpuEnv{fn: fn, extern: extern, dev: dev, eng: eng, ctx: eng.Context().CUDAContext()}
@@ -240,7 +241,7 @@ func (e *gpuEnv) hostDo(op G.Op, prealloc G.Value, inputs []G.Value) (G.Value, e
 	}
 	od, ok := out.(*tensor.Dense)
 	if !ok {
-		return nil, argErr(e.fn, "value", "a *tensor.Dense", fmt.Sprintf("%T", out))
+		return nil, validate.ArgErr(e.fn, "value", "a *tensor.Dense", fmt.Sprintf("%T", out))
 	}
 	return e.toDevice(od, prealloc)
 }
@@ -270,7 +271,7 @@ func (e *gpuEnv) devPtr(v G.Value, arg string) (uint64, error) {
 		return 0, nil
 	}
 	if !onDevice(v) {
-		return 0, argErr(e.fn, arg, "a value in device memory", fmt.Sprintf("%T on the host", v))
+		return 0, validate.ArgErr(e.fn, arg, "a value in device memory", fmt.Sprintf("%T on the host", v))
 	}
 	return uint64(v.Uintptr()), nil
 }
@@ -278,7 +279,7 @@ func (e *gpuEnv) devPtr(v G.Value, arg string) (uint64, error) {
 // toHost returns a host *tensor.Dense with v's dtype, shape and data.
 func (e *gpuEnv) toHost(v G.Value, arg string) (*tensor.Dense, error) {
 	if v == nil {
-		return nil, argErr(e.fn, arg, "a value", "nil")
+		return nil, validate.ArgErr(e.fn, arg, "a value", "nil")
 	}
 	if !onDevice(v) {
 		return denseOf(e.fn, arg, v)
@@ -298,7 +299,7 @@ func (e *gpuEnv) toHost(v G.Value, arg string) (*tensor.Dense, error) {
 func (e *gpuEnv) output(prealloc G.Value, dt tensor.Dtype, s tensor.Shape) (G.Value, error) {
 	if prealloc != nil {
 		if prealloc.Dtype() != dt || !prealloc.Shape().Eq(s) {
-			return nil, argErr(e.fn, "prealloc", fmt.Sprintf("%s %v", dtypeName(dt), s), fmt.Sprintf("%s %v", dtypeName(prealloc.Dtype()), prealloc.Shape()))
+			return nil, validate.ArgErr(e.fn, "prealloc", fmt.Sprintf("%s %v", validate.DtypeName(dt), s), fmt.Sprintf("%s %v", validate.DtypeName(prealloc.Dtype()), prealloc.Shape()))
 		}
 		return prealloc, nil
 	}
@@ -323,7 +324,7 @@ func (e *gpuEnv) toDevice(h *tensor.Dense, prealloc G.Value) (G.Value, error) {
 	if !onDevice(out) && prealloc != nil {
 		pd, ok := out.(*tensor.Dense)
 		if !ok {
-			return nil, argErr(e.fn, "prealloc", "a *tensor.Dense", fmt.Sprintf("%T", out))
+			return nil, validate.ArgErr(e.fn, "prealloc", "a *tensor.Dense", fmt.Sprintf("%T", out))
 		}
 		copy(pd.Header.Raw, h.Header.Raw)
 		return out, nil
@@ -450,7 +451,7 @@ func dtypeCode(dt tensor.Dtype) mcuda.Dtype {
 func (op *sparseAttnOp) CUDADo(extern G.External, dev G.Device, prealloc G.Value, inputs ...G.Value) (G.Value, error) {
 	const fn = "SparseAttention"
 	if len(inputs) != op.Arity() {
-		return nil, argErr(fn, "inputs", fmt.Sprintf("%d values", op.Arity()), len(inputs))
+		return nil, validate.ArgErr(fn, "inputs", fmt.Sprintf("%d values", op.Arity()), len(inputs))
 	}
 	if op.cfg.layout != HND {
 		return nil, nhdOnCUDA(fn, op.cfg.layout)
@@ -582,7 +583,7 @@ func (op *sparseAttnOp) gpu(e *gpuEnv, prealloc G.Value, in []G.Value) (G.Value,
 // nhdOnCUDA is the error of a paged layout other than HND on the CUDA path:
 // the kernels address HND pages only.
 func nhdOnCUDA(fn string, l PagedLayout) error {
-	return &NotImplementedError{fn, fmt.Sprintf("the %v paged K/V layout %s on the CUDA path (its kernels take HND [num_pages, Hkv, page_size, D]; the CPU path takes both)", l, l.shape("D"))}
+	return &NotImplementedError{Func: fn, What: fmt.Sprintf("the %v paged K/V layout %s on the CUDA path (its kernels take HND [num_pages, Hkv, page_size, D]; the CPU path takes both)", l, l.shape("D"))}
 }
 
 // ---- DecodeAttention -------------------------------------------------------------
@@ -592,16 +593,19 @@ func nhdOnCUDA(fn string, l PagedLayout) error {
 func (op *decodeAttnOp) CUDADo(extern G.External, dev G.Device, prealloc G.Value, inputs ...G.Value) (G.Value, error) {
 	const fn = "DecodeAttention"
 	if len(inputs) != op.Arity() {
-		return nil, argErr(fn, "inputs", fmt.Sprintf("%d values", op.Arity()), len(inputs))
+		return nil, validate.ArgErr(fn, "inputs", fmt.Sprintf("%d values", op.Arity()), len(inputs))
 	}
-	if op.layout != HND {
+	// Float32 q, k, v run on the host (the CUDA kernels take the
+	// low-precision dtypes), in either layout.
+	f32 := op.outDtype() == tensor.Float32
+	if op.layout != HND && !f32 {
 		return nil, nhdOnCUDA(fn, op.layout)
 	}
 	if err := op.executorCheck(plan.CUDAExecutor); err != nil {
 		return nil, err
 	}
 	return withGPU(fn, extern, dev, func(e *gpuEnv) (G.Value, error) {
-		if s := inputs[0].Shape(); s.Dims() != 3 || !mcuda.HeadDimSupported(s[2]) {
+		if s := inputs[0].Shape(); f32 || s.Dims() != 3 || !mcuda.HeadDimSupported(s[2]) {
 			return e.hostAttention(decodeHostOp{op}, op.st, prealloc, inputs)
 		}
 		return op.gpu(e, prealloc, inputs)
@@ -617,10 +621,10 @@ func (op decodeHostOp) Do(vals ...G.Value) (G.Value, error) { return op.cpu(vals
 
 func (op *decodeAttnOp) gpu(e *gpuEnv, prealloc G.Value, in []G.Value) (G.Value, error) {
 	const fn = "DecodeAttention"
-	c := &checker{fn: fn}
+	c := &validate.Checker{Fn: fn}
 	qd, kd, vd := decodeQKV(c, tv(in[0]), tv(in[1]), tv(in[2]))
-	if c.err != nil {
-		return nil, c.err
+	if c.Err != nil {
+		return nil, c.Err
 	}
 	pt, err := e.toHost(in[3], "page_table")
 	if err != nil {
@@ -637,7 +641,7 @@ func (op *decodeAttnOp) gpu(e *gpuEnv, prealloc G.Value, in []G.Value) (G.Value,
 	var q2k tensor.Tensor // host copy for validation; the kernel reads in[6] on the device
 	if op.sparse {
 		if len(in) < 7 {
-			return nil, argErr(fn, "inputs", "q2k_indices as input 6", len(in))
+			return nil, validate.ArgErr(fn, "inputs", "q2k_indices as input 6", len(in))
 		}
 		h, err := e.toHost(in[6], "q2k_indices")
 		if err != nil {
@@ -676,17 +680,17 @@ func (op *decodeAttnOp) gpu(e *gpuEnv, prealloc G.Value, in []G.Value) (G.Value,
 		if da.Q2K, err = e.devPtr(in[6], "q2k_indices"); err != nil {
 			return nil, err
 		}
-		da.TopK, da.BlkKV = m.topK, m.blk
+		da.TopK, da.BlkKV = m.TopK, m.Blk
 	}
 	ds := devState(op.st, e.ctxID, true)
 	ds.lseOK, ds.tlseOK = false, false
-	rows := int64(m.batch) * int64(m.seqlenQ) * int64(m.hq)
+	rows := int64(m.Batch) * int64(m.SeqlenQ) * int64(m.HQ)
 	if err := ds.lse.ensure(cuMemory{}, fn, "LSE", rows*4); err != nil {
 		return nil, err
 	}
 	if s.SplitKV {
-		pr := int64(s.PartialRows) * int64(m.hq)
-		if err := ds.oPart.ensure(cuMemory{}, fn, "O partials", pr*int64(m.d)*4); err != nil {
+		pr := int64(s.PartialRows) * int64(m.HQ)
+		if err := ds.oPart.ensure(cuMemory{}, fn, "O partials", pr*int64(m.D)*4); err != nil {
 			return nil, err
 		}
 		if err := ds.lsePart.ensure(cuMemory{}, fn, "LSE partials", pr*4); err != nil {
@@ -695,8 +699,8 @@ func (op *decodeAttnOp) gpu(e *gpuEnv, prealloc G.Value, in []G.Value) (G.Value,
 		da.OPartial, da.LSEPartial = uint64(ds.oPart.ptr), uint64(ds.lsePart.ptr)
 	}
 	da.LSE = uint64(ds.lse.ptr)
-	da.Batch, da.SeqlenQ, da.Hq, da.Hkv, da.D = m.batch, m.seqlenQ, m.hq, m.hkv, m.d
-	da.PageSize, da.PageTableStride = m.pageSize, m.cols
+	da.Batch, da.SeqlenQ, da.Hq, da.Hkv, da.D = m.Batch, m.SeqlenQ, m.HQ, m.Hkv, m.D
+	da.PageSize, da.PageTableStride = m.PageSize, m.Cols
 	da.QDtype, da.KVDtype, da.PVRound, da.SoftmaxScale = dtypeCode(qd.Dtype()), dtypeCode(kd.Dtype()), roundCode(run.PV), run.Scale
 	if s := kd.Shape(); s.Dims() > 0 {
 		da.NumPages = s[0]
@@ -734,7 +738,7 @@ func (op *lseOp) CUDADo(extern G.External, dev G.Device, prealloc G.Value, input
 			}
 			if ok {
 				if size > src.size {
-					return nil, argErr(fn, "attention", fmt.Sprintf("an LSE of %d bytes", size), src.size)
+					return nil, validate.ArgErr(fn, "attention", fmt.Sprintf("an LSE of %d bytes", size), src.size)
 				}
 				dst, err := e.devPtr(out, "out")
 				if err != nil {
@@ -753,7 +757,7 @@ func (op *lseOp) CUDADo(extern G.External, dev G.Device, prealloc G.Value, input
 			h = op.st.tlse
 		}
 		if h == nil {
-			return nil, argErr(fn, "attention", "an attention node that has run before this node", "no result")
+			return nil, validate.ArgErr(fn, "attention", "an attention node that has run before this node", "no result")
 		}
 		return e.toDevice(h, out)
 	})

@@ -8,6 +8,8 @@ import (
 	"github.com/chewxy/hm"
 	"github.com/sparseattn/msa/kernels/attn"
 	"github.com/sparseattn/msa/kernels/plan"
+	"github.com/sparseattn/msa/op/internal/decode"
+	"github.com/sparseattn/msa/op/internal/validate"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
@@ -82,15 +84,15 @@ func (op *decodeSchedOp) String() string {
 
 func (op *decodeSchedOp) Do(vals ...G.Value) (G.Value, error) {
 	const fn = "DecodeSchedule"
-	c := &checker{fn: fn}
-	su := c.dense(tv(vals[1]), "seqused_k")
-	c.dtype(su, "seqused_k", tensor.Int32)
-	if c.err != nil {
-		return nil, c.err
+	c := &validate.Checker{Fn: fn}
+	su := c.Dense(tv(vals[1]), "seqused_k")
+	c.Dtype(su, "seqused_k", tensor.Int32)
+	if c.Err != nil {
+		return nil, c.Err
 	}
-	s, err := plan.BuildDecodeSchedule(nil, int32s(su), op.l.p)
+	s, err := plan.BuildDecodeSchedule(nil, validate.Int32s(su), op.l.p)
 	if err != nil {
-		return nil, wrapArg(fn, "seqused_k", err)
+		return nil, validate.WrapArg(fn, "seqused_k", err)
 	}
 	v := op.l.pack(s)
 	return tensor.New(tensor.WithShape(len(v)), tensor.WithBacking(v)), nil
@@ -122,14 +124,14 @@ func DecodeSchedule(pageTable, seqUsedK *G.Node, opts ...Option) (*G.Node, error
 		cfg.seqlenQ = 1
 	}
 	if cfg.has(optPlanForCUDA) && cfg.has(optWorkers) {
-		return nil, argErr(fn, "PlanForCUDA/Workers", "at most one of PlanForCUDA(sms) (the GPU's SM count) and Workers(n) (the CPU path's goroutines)",
+		return nil, validate.ArgErr(fn, "PlanForCUDA/Workers", "at most one of PlanForCUDA(sms) (the GPU's SM count) and Workers(n) (the CPU path's goroutines)",
 			fmt.Sprintf("PlanForCUDA(%d) and Workers(%d)", cfg.cudaSMs, cfg.workers))
 	}
 	if cfg.has(optPlanForCUDA) && cfg.cudaSMs < 1 {
-		return nil, argErr(fn, "PlanForCUDA", "the GPU's streaming-multiprocessor count, >= 1", cfg.cudaSMs)
+		return nil, validate.ArgErr(fn, "PlanForCUDA", "the GPU's streaming-multiprocessor count, >= 1", cfg.cudaSMs)
 	}
 	if cfg.fixedSplit > 0 && cfg.disableSplit {
-		return nil, argErr(fn, "FixedSplitSize/DisableSplitKV", "at most one of FixedSplitSize(n > 0) (a fixed KV split) and DisableSplitKV() (no split)",
+		return nil, validate.ArgErr(fn, "FixedSplitSize/DisableSplitKV", "at most one of FixedSplitSize(n > 0) (a fixed KV split) and DisableSplitKV() (no split)",
 			fmt.Sprintf("FixedSplitSize(%d) and DisableSplitKV()", cfg.fixedSplit))
 	}
 	if err := nodeCheck(fn, "page_table", pageTable, 2, tensor.Int32); err != nil {
@@ -140,32 +142,32 @@ func DecodeSchedule(pageTable, seqUsedK *G.Node, opts ...Option) (*G.Node, error
 	}
 	pt := pageTable.Shape()
 	if seqUsedK.Shape()[0] != pt[0] {
-		return nil, argErr(fn, "seqused_k", fmt.Sprintf("shape [B] = [%d]", pt[0]), seqUsedK.Shape())
+		return nil, validate.ArgErr(fn, "seqused_k", fmt.Sprintf("shape [B] = [%d]", pt[0]), seqUsedK.Shape())
 	}
 	if cfg.hkv < 1 || cfg.hq%cfg.hkv != 0 || !slices.Contains(supportedQheadPerKV, cfg.hq/cfg.hkv) {
-		return nil, argErr(fn, "num_qo_heads/num_kv_heads", "a ratio in {1, 2, 4, 8, 16}", fmt.Sprintf("%d/%d", cfg.hq, cfg.hkv))
+		return nil, validate.ArgErr(fn, "num_qo_heads/num_kv_heads", "a ratio in {1, 2, 4, 8, 16}", fmt.Sprintf("%d/%d", cfg.hq, cfg.hkv))
 	}
-	c := &checker{fn: fn}
-	c.need(cfg.seqlenQ >= 1, "seqlen_q", ">= 1", cfg.seqlenQ)
-	c.need(cfg.pageSize >= 1 && cfg.pageSize <= maxInt32, "page_size", fmt.Sprintf("1 <= page_size <= %d", maxInt32), cfg.pageSize)
-	c.need(cfg.fixedSplit >= 0 && cfg.fixedSplit <= maxInt32, "fixed_split_size",
-		fmt.Sprintf("0 (automatic) <= fixed_split_size <= %d", maxInt32), cfg.fixedSplit)
-	c.need(pt[1] >= 1, "page_table", "at least one column", fmt.Sprint(pt))
-	pageCapacity(c, pt[1], cfg.pageSize)
-	checkDecodeRows(c, pt[0], cfg.seqlenQ, cfg.hq)
+	c := &validate.Checker{Fn: fn}
+	c.Need(cfg.seqlenQ >= 1, "seqlen_q", ">= 1", cfg.seqlenQ)
+	c.Need(cfg.pageSize >= 1 && cfg.pageSize <= validate.MaxInt32, "page_size", fmt.Sprintf("1 <= page_size <= %d", validate.MaxInt32), cfg.pageSize)
+	c.Need(cfg.fixedSplit >= 0 && cfg.fixedSplit <= validate.MaxInt32, "fixed_split_size",
+		fmt.Sprintf("0 (automatic) <= fixed_split_size <= %d", validate.MaxInt32), cfg.fixedSplit)
+	c.Need(pt[1] >= 1, "page_table", "at least one column", fmt.Sprint(pt))
+	validate.PageCapacity(c, pt[1], cfg.pageSize)
+	decode.CheckRows(c, pt[0], cfg.seqlenQ, cfg.hq)
 	p := plan.DecodeParams{Batch: pt[0], SeqlenQ: cfg.seqlenQ, HQ: cfg.hq, Hkv: cfg.hkv,
-		PageSize: cfg.pageSize, Workers: workers(cfg.workers), FixedSplitPages: cfg.fixedSplit,
+		PageSize: cfg.pageSize, Workers: validate.WorkerCount(cfg.workers), FixedSplitPages: cfg.fixedSplit,
 		DisableSplit: cfg.disableSplit, MaxPagesPerSeq: pt[1]}
 	if cfg.has(optPlanForCUDA) {
 		p.Workers, p.Executor = cfg.cudaSMs, plan.CUDAExecutor
 	}
-	checkDecodeSize(c, p)
-	if c.err != nil {
-		return nil, c.err
+	decode.CheckSize(c, p)
+	if c.Err != nil {
+		return nil, c.Err
 	}
 	l, err := newDecodeLayout(p)
 	if err != nil {
-		return nil, wrapArg(fn, "config", err)
+		return nil, validate.WrapArg(fn, "config", err)
 	}
 	return G.ApplyOp(&decodeSchedOp{l: l}, pageTable, seqUsedK)
 }
@@ -182,6 +184,7 @@ type decodeAttnOp struct {
 	inDtypes []tensor.Dtype
 	outShape tensor.Shape
 	st       *attnState
+	f32      decode.F32 // the float32 path's buffers, guarded by st.mu
 }
 
 func (op *decodeAttnOp) Arity() int { return len(op.inDtypes) }
@@ -191,7 +194,16 @@ func (op *decodeAttnOp) Type() hm.Type {
 	for i, dt := range op.inDtypes {
 		ts = append(ts, tt(dims[i], dt))
 	}
-	return fnType(append(ts, tt(3, BFloat16))...)
+	return fnType(append(ts, tt(3, op.outDtype()))...)
+}
+
+// outDtype is the dtype of the node's value: float32 with float32 q, k, v,
+// else BFloat16.
+func (op *decodeAttnOp) outDtype() tensor.Dtype {
+	if op.inDtypes[0] == tensor.Float32 {
+		return tensor.Float32
+	}
+	return BFloat16
 }
 func (op *decodeAttnOp) InferShape(...G.DimSizer) (tensor.Shape, error) {
 	return op.outShape.Clone(), nil
@@ -217,7 +229,7 @@ func (op *decodeAttnOp) executorCheck(run plan.DecodeExecutor) error {
 		return nil
 	}
 	how := map[plan.DecodeExecutor]string{plan.CPUExecutor: "DecodeSchedule without PlanForCUDA", plan.CUDAExecutor: "DecodeSchedule with PlanForCUDA(sms)"}
-	return argErr("DecodeAttention", "schedule", fmt.Sprintf("a schedule planned for the %v path it runs on (%s)", run, how[run]),
+	return validate.ArgErr("DecodeAttention", "schedule", fmt.Sprintf("a schedule planned for the %v path it runs on (%s)", run, how[run]),
 		fmt.Sprintf("one planned for the %v path (%s, %d workers)", planned, how[planned], op.l.p.Workers))
 }
 
@@ -225,26 +237,41 @@ func (op *decodeAttnOp) executorCheck(run plan.DecodeExecutor) error {
 // path's host fallback uses it with a CUDA-planned split).
 func (op *decodeAttnOp) cpu(vals []G.Value) (G.Value, error) {
 	const fn = "DecodeAttention"
-	c := &checker{fn: fn}
-	qd, kd, vd := decodeQKVLayout(c, tv(vals[0]), tv(vals[1]), tv(vals[2]), op.layout, false)
-	if c.err != nil {
-		return nil, c.err
+	c := &validate.Checker{Fn: fn}
+	qd, kd, vd := decodeQKVLayout(c, tv(vals[0]), tv(vals[1]), tv(vals[2]), op.layout, true)
+	if c.Err != nil {
+		return nil, c.Err
 	}
 	var q2k tensor.Tensor
 	if op.sparse {
 		q2k = tv(vals[6])
 	}
-	m, s, err := op.prepare(c, qd, kd, tv(vals[3]), tv(vals[4]), c.dense(tv(vals[5]), "schedule"), q2k)
+	m, s, err := op.prepare(c, qd, kd, tv(vals[3]), tv(vals[4]), c.Dense(tv(vals[5]), "schedule"), q2k)
 	if err != nil {
 		return nil, err
+	}
+	if isFloat32(qd) != (op.outDtype() == tensor.Float32) {
+		// The node's value type follows the dtype it was built with.
+		return nil, validate.ArgErr(fn, "q", "a value of the dtype the node was built with, "+validate.DtypeName(op.inDtypes[0]), validate.DtypeName(qd.Dtype()))
 	}
 	p := op.l.p
 	op.st.mu.Lock()
 	defer op.st.mu.Unlock()
 	pool := attn.AcquirePool(p.Workers)
 	defer attn.ReleasePool(pool)
+	if isFloat32(qd) {
+		out, lse := newDecodeOutputs(true, m.Batch*m.SeqlenQ, m.HQ, m.D)
+		if err := op.f32.Prepare(fn, m, pool); err != nil {
+			return nil, err
+		}
+		if err := op.f32.Run(fn, m, qd, kd, vd, m.Scale, validate.Backing[float32](out), validate.Backing[float32](lse)); err != nil {
+			return nil, err
+		}
+		op.st.lse = lse
+		return out, nil
+	}
 	if op.st.ws == nil {
-		op.st.ws = attn.NewWorkspace(pool.Workers(), m.d)
+		op.st.ws = attn.NewWorkspace(pool.Workers(), m.D)
 	}
 	run := decodeRun(m, qd, kd, vd, s)
 	res := runDecode(&run, op.st.ws, pool, nil, nil)
@@ -254,33 +281,35 @@ func (op *decodeAttnOp) cpu(vals []G.Value) (G.Value, error) {
 
 // prepare validates the metadata inputs of a decode attention node
 // (already on the host) and unpacks the schedule; CPU and GPU paths share it.
-func (op *decodeAttnOp) prepare(c *checker, qd, kd *tensor.Dense, pt, su tensor.Tensor, sv *tensor.Dense, q2k tensor.Tensor) (*decodeMeta, *plan.DecodeSchedule, error) {
+func (op *decodeAttnOp) prepare(c *validate.Checker, qd, kd *tensor.Dense, pt, su tensor.Tensor, sv *tensor.Dense, q2k tensor.Tensor) (*decode.Meta, *plan.DecodeSchedule, error) {
 	const fn = "DecodeAttention"
 	p := op.l.p
 	args := DecodeArgs{PageTable: pt, SeqUsedK: su, SeqlenQ: p.SeqlenQ, MaxSeqlenK: p.MaxPagesPerSeq * p.PageSize,
 		BlkKV: op.blk, SoftmaxScale: op.scale, Workers: p.Workers, KVLayout: op.layout, MaxWorkspaceBytes: op.maxWS}
 	hkv, ps := op.layout.dims(kd.Shape())
 	m := validateDecodeMeta(c, &args, false, q2k, qd.Shape()[0], qd.Shape()[1], hkv, qd.Shape()[2], ps, kd.Shape()[0])
-	if c.err != nil {
-		return nil, nil, c.err
+	if c.Err != nil {
+		return nil, nil, c.Err
 	}
-	m.params = p
-	c.dtype(sv, "schedule", tensor.Int32)
-	if c.err != nil {
-		return nil, nil, c.err
+	m.Params = p
+	c.Dtype(sv, "schedule", tensor.Int32)
+	if c.Err != nil {
+		return nil, nil, c.Err
 	}
 	if sv.DataSize() != op.l.len() {
-		return nil, nil, argErr(fn, "schedule", fmt.Sprintf("a DecodeSchedule value of %d elements", op.l.len()), sv.DataSize())
+		return nil, nil, validate.ArgErr(fn, "schedule", fmt.Sprintf("a DecodeSchedule value of %d elements", op.l.len()), sv.DataSize())
 	}
-	s := op.l.unpack(int32s(sv))
-	if err := plan.ValidateDecodeSchedule(s, m.seqused, p); err != nil {
-		return nil, nil, wrapArg(fn, "schedule", err)
+	s := op.l.unpack(validate.Int32s(sv))
+	if err := plan.ValidateDecodeSchedule(s, m.SeqUsed, p); err != nil {
+		return nil, nil, validate.WrapArg(fn, "schedule", err)
 	}
 	return m, s, nil
 }
 
 // DecodeAttention adds paged decode attention: q [B*seqlen_q, Hq, D], k, v
-// [num_pages, Hkv, page_size, D] (float8_e4m3fn or bfloat16), the page
+// [num_pages, Hkv, page_size, D] (float8_e4m3fn or bfloat16, or bf16 q
+// with fp8 k/v; or all float32, whose value is then float32, computed on
+// the float32 prefill's kernels as DecodeAttentionFunc does), the page
 // table and seqused_k nodes the schedule was built from, and the schedule
 // node. q2k (nil for dense decode) is int32 [Hkv, B*seqlen_q, topK] of
 // blocks of blk_kv tokens. Options: BlkKV (absent or 0: the page size),
@@ -296,50 +325,54 @@ func DecodeAttention(q, k, v, pageTable, seqUsedK, sched, q2k *G.Node, opts ...O
 	if err != nil {
 		return nil, err
 	}
-	lc := &checker{fn: fn}
-	if checkLayout(lc, cfg.layout, true); lc.err != nil {
-		return nil, lc.err
+	lc := &validate.Checker{Fn: fn}
+	if checkLayout(lc, cfg.layout, true); lc.Err != nil {
+		return nil, lc.Err
 	}
 	blkKV, softmaxScale := cfg.blkKV, cfg.scale
 	if err := sameKVErr(fn, k, v, &cfg); err != nil {
 		return nil, err
 	}
 	if sched == nil {
-		return nil, argErr(fn, "sched", "a DecodeSchedule node", "nil")
+		return nil, validate.ArgErr(fn, "sched", "a DecodeSchedule node", "nil")
 	}
 	so, ok := sched.Op().(*decodeSchedOp)
 	if !ok {
-		return nil, argErr(fn, "sched", "a node made by DecodeSchedule", nodeDesc(sched))
+		return nil, validate.ArgErr(fn, "sched", "a node made by DecodeSchedule", nodeDesc(sched))
 	}
-	if err := nodeCheck(fn, "q", q, 3, BFloat16, Float8E4M3FN); err != nil {
+	if err := nodeCheck(fn, "q", q, 3, BFloat16, Float8E4M3FN, tensor.Float32); err != nil {
 		return nil, err
 	}
 	if err := headDimCheck(fn, q); err != nil {
 		return nil, err
 	}
+	kvDtypes := []tensor.Dtype{BFloat16, Float8E4M3FN}
+	if q.Dtype() == tensor.Float32 {
+		kvDtypes = []tensor.Dtype{tensor.Float32} // float32 is not mixed with other dtypes
+	}
 	for _, x := range []struct {
 		n    *G.Node
 		name string
 	}{{k, "k"}, {v, "v"}} {
-		if err := nodeCheck(fn, x.name, x.n, 4, BFloat16, Float8E4M3FN); err != nil {
+		if err := nodeCheck(fn, x.name, x.n, 4, kvDtypes...); err != nil {
 			return nil, err
 		}
 	}
-	if blkKV < 0 || blkKV > maxInt32 {
-		return nil, argErr(fn, "blk_kv", fmt.Sprintf("0 (the page size) <= blk_kv <= %d", maxInt32), blkKV)
+	if blkKV < 0 || blkKV > validate.MaxInt32 {
+		return nil, validate.ArgErr(fn, "blk_kv", fmt.Sprintf("0 (the page size) <= blk_kv <= %d", validate.MaxInt32), blkKV)
 	}
-	if err := checkScalars(fn, softmaxScale, 0, q.Shape()[2]); err != nil {
+	if err := validate.CheckScalars(fn, softmaxScale, 0, q.Shape()[2]); err != nil {
 		return nil, err
 	}
 	l := so.l
 	qs, ks := q.Shape(), k.Shape()
 	if hkv, ps := cfg.layout.dims(ks); qs[0] != l.p.Batch*l.p.SeqlenQ || qs[1] != l.p.HQ || hkv != l.p.Hkv || ps != l.p.PageSize {
-		return nil, argErr(fn, "q/k", fmt.Sprintf("q [%d, %d, D], k %s with Hkv = %d, page_size = %d as planned (%v layout)",
+		return nil, validate.ArgErr(fn, "q/k", fmt.Sprintf("q [%d, %d, D], k %s with Hkv = %d, page_size = %d as planned (%v layout)",
 			l.p.Batch*l.p.SeqlenQ, l.p.HQ, cfg.layout.shape("D"), l.p.Hkv, l.p.PageSize, cfg.layout), fmt.Sprintf("q %v, k %v", qs, ks))
 	}
-	wc := &checker{fn: fn}
-	if checkDecodeWorkspace(wc, l.p, nil, qs[2], workspaceLimit(wc, cfg.maxWorkspace)); wc.err != nil {
-		return nil, wc.err
+	wc := &validate.Checker{Fn: fn}
+	if decode.CheckWorkspace(wc, l.p, nil, qs[2], decode.WorkspaceLimit(wc, cfg.maxWorkspace)); wc.Err != nil {
+		return nil, wc.Err
 	}
 	inputs := []*G.Node{q, k, v, pageTable, seqUsedK, sched}
 	if q2k != nil {
@@ -359,7 +392,7 @@ func DecodeAttention(q, k, v, pageTable, seqUsedK, sched, q2k *G.Node, opts ...O
 		outShape: tensor.Shape{qs[0], qs[1], qs[2]}, st: &attnState{}}
 	for _, n := range inputs {
 		if n == nil {
-			return nil, argErr(fn, "input", "a node", "nil")
+			return nil, validate.ArgErr(fn, "input", "a node", "nil")
 		}
 		op.inDtypes = append(op.inDtypes, n.Dtype())
 	}

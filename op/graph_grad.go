@@ -8,6 +8,8 @@ import (
 	"github.com/chewxy/hm"
 	"github.com/sparseattn/msa/kernels/grad"
 	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/op/internal/gradimpl"
+	"github.com/sparseattn/msa/op/internal/validate"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
@@ -53,9 +55,9 @@ func (op *sparseAttnOp) outDtype() tensor.Dtype {
 // gradCall validates the node's input values as a float32 call. With widen
 // set, BFloat16 q, k and v are decoded to float32 first (the backward of a
 // BFloat16 node).
-func (op *sparseAttnOp) gradCall(fn string, vals []G.Value, widen bool) (*f32Call, error) {
+func (op *sparseAttnOp) gradCall(fn string, vals []G.Value, widen bool) (*gradimpl.Call, error) {
 	if len(vals) < op.Arity() {
-		return nil, argErr(fn, "inputs", fmt.Sprintf("%d values", op.Arity()), len(vals))
+		return nil, validate.ArgErr(fn, "inputs", fmt.Sprintf("%d values", op.Arity()), len(vals))
 	}
 	var ts [7]*tensor.Dense
 	for i, arg := range []string{"q", "k", "v", "csr", "schedule", "cu_seqlens_q", "cu_seqlens_k"} {
@@ -67,17 +69,17 @@ func (op *sparseAttnOp) gradCall(fn string, vals []G.Value, widen bool) (*f32Cal
 	}
 	l := op.sched.csr
 	if ts[3].Dtype() != tensor.Int32 || ts[3].DataSize() != l.Hkv*l.width() {
-		return nil, argErr(fn, "csr", fmt.Sprintf("an int32 CSR value of %d elements", l.Hkv*l.width()), ts[3].DataSize())
+		return nil, validate.ArgErr(fn, "csr", fmt.Sprintf("an int32 CSR value of %d elements", l.Hkv*l.width()), ts[3].DataSize())
 	}
 	if ts[4].Dtype() != tensor.Int32 || ts[4].DataSize() != op.sched.len() {
-		return nil, argErr(fn, "schedule", fmt.Sprintf("an int32 schedule value of %d elements", op.sched.len()), ts[4].DataSize())
+		return nil, validate.ArgErr(fn, "schedule", fmt.Sprintf("an int32 schedule value of %d elements", op.sched.len()), ts[4].DataSize())
 	}
-	rp, qi := l.split(int32s(ts[3]))
+	rp, qi := l.split(validate.Int32s(ts[3]))
 	args := SparseArgs{
 		CuSeqlensQ: ts[5], CuSeqlensK: ts[6], BlkKV: l.BlkKV, Causal: op.cfg.causal,
 		SoftmaxScale: op.cfg.scale, Temperature: op.cfg.temperature,
 		ReturnTemperatureLSE: op.st.needT, PartialDtype: op.cfg.partial,
-		Schedule: &Schedule{s: *op.sched.unpack(int32s(ts[4])), hkv: l.Hkv}, Workers: op.cfg.workers,
+		Schedule: &Schedule{s: *op.sched.unpack(validate.Int32s(ts[4])), hkv: l.Hkv}, Workers: op.cfg.workers,
 		QKDtype: op.cfg.qk, PVDtype: op.cfg.pv,
 	}
 	sl := op.slots()
@@ -116,9 +118,9 @@ func (op *sparseAttnOp) gradCall(fn string, vals []G.Value, widen bool) (*f32Cal
 // widenBF16 decodes a BFloat16 tensor to a new float32 tensor.
 func widenBF16(fn, arg string, t *tensor.Dense) (*tensor.Dense, error) {
 	if t.Dtype() != BFloat16 {
-		return nil, argErr(fn, arg, "dtype bfloat16", dtypeName(t.Dtype()))
+		return nil, validate.ArgErr(fn, arg, "dtype bfloat16", validate.DtypeName(t.Dtype()))
 	}
-	src := backing[lowp.BFloat16](t)
+	src := validate.Backing[lowp.BFloat16](t)
 	dst := make([]float32, len(src))
 	lowp.DecodeBF16(dst, src)
 	return tensor.New(tensor.WithShape(t.Shape().Clone()...), tensor.WithBacking(dst)), nil
@@ -132,19 +134,19 @@ func f32Values(fn, arg string, v G.Value, shape tensor.Shape) ([]float32, error)
 		return nil, err
 	}
 	if !d.Shape().Eq(shape) {
-		return nil, argErr(fn, arg, fmt.Sprintf("shape %v", shape), shapeStr(d))
+		return nil, validate.ArgErr(fn, arg, fmt.Sprintf("shape %v", shape), validate.ShapeStr(d))
 	}
 	switch d.Dtype() {
 	case tensor.Float32:
-		return backing[float32](d), nil
+		return validate.Backing[float32](d), nil
 	case BFloat16:
 		w, err := widenBF16(fn, arg, d)
 		if err != nil {
 			return nil, err
 		}
-		return backing[float32](w), nil
+		return validate.Backing[float32](w), nil
 	}
-	return nil, argErr(fn, arg, "dtype float32 or bfloat16", dtypeName(d.Dtype()))
+	return nil, validate.ArgErr(fn, arg, "dtype float32 or bfloat16", validate.DtypeName(d.Dtype()))
 }
 
 // asDtype wraps float32 data as a tensor of dtype dt (float32, or
@@ -168,7 +170,7 @@ func (op *sparseAttnOp) doF32(vals []G.Value) (G.Value, error) {
 	if err != nil {
 		return nil, err
 	}
-	res, err := fc.forward(fn, op.st.g.workspace())
+	res, err := forwardF32(fn, fc, op.st.g.workspace())
 	if err != nil {
 		return nil, err
 	}
@@ -216,7 +218,7 @@ func (op *sparseAttnOp) SymDiff(inputs G.Nodes, output, gradNode *G.Node) (G.Nod
 		return nil, err
 	}
 	if len(inputs) != op.Arity() || output == nil || gradNode == nil {
-		return nil, argErr("SparseAttention.SymDiff", "inputs", fmt.Sprintf("%d inputs, the output and its gradient", op.Arity()), len(inputs))
+		return nil, validate.ArgErr("SparseAttention.SymDiff", "inputs", fmt.Sprintf("%d inputs, the output and its gradient", op.Arity()), len(inputs))
 	}
 	lse, err := LSE(output)
 	if err != nil {
@@ -254,7 +256,7 @@ func (op *sparseAttnOp) DoDiff(_ G.ExecutionContext, inputs G.Nodes, output *G.N
 		return err
 	}
 	if len(inputs) != op.Arity() || output == nil {
-		return argErr(fn, "inputs", fmt.Sprintf("%d inputs and the output", op.Arity()), len(inputs))
+		return validate.ArgErr(fn, "inputs", fmt.Sprintf("%d inputs and the output", op.Arity()), len(inputs))
 	}
 	vals := make([]G.Value, len(inputs))
 	for i, n := range inputs {
@@ -269,7 +271,7 @@ func (op *sparseAttnOp) DoDiff(_ G.ExecutionContext, inputs G.Nodes, output *G.N
 	op.st.dlse = nil
 	op.st.mu.Unlock()
 	if lse == nil {
-		return argErr(fn, "forward", "the forward to have run before the backward", "no LSE")
+		return validate.ArgErr(fn, "forward", "the forward to have run before the backward", "no LSE")
 	}
 	var dl G.Value
 	if dlse != nil {
@@ -301,7 +303,7 @@ func (op *sparseAttnOp) backward(fn string, vals []G.Value, o, lse, dO, dLSE G.V
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	p := &fc.p
+	p := &fc.Problem
 	qs, rs := tensor.Shape{p.TotalQ, p.HQ, p.D}, tensor.Shape{p.TotalQ, p.HQ}
 	ov, err := f32Values(fn, "out", o, qs)
 	if err != nil {
@@ -321,7 +323,7 @@ func (op *sparseAttnOp) backward(fn string, vals []G.Value, o, lse, dO, dLSE G.V
 			return nil, nil, nil, err
 		}
 	}
-	return fc.backward(fn, op.st.g.workspace(), ov, lv, dv0, dl)
+	return fc.Backward(fn, op.st.g.workspace(), ov, lv, dv0, dl)
 }
 
 // addGrad adds g to the float32 or BFloat16 gradient value d in place.
@@ -331,16 +333,16 @@ func addGrad(fn, arg string, d G.Value, g []float32) error {
 		return err
 	}
 	if t.DataSize() != len(g) {
-		return argErr(fn, arg+" gradient", fmt.Sprintf("%d elements", len(g)), t.DataSize())
+		return validate.ArgErr(fn, arg+" gradient", fmt.Sprintf("%d elements", len(g)), t.DataSize())
 	}
 	switch t.Dtype() {
 	case tensor.Float32:
-		x := backing[float32](t)
+		x := validate.Backing[float32](t)
 		for i, v := range g {
 			x[i] += v
 		}
 	case BFloat16:
-		x := backing[lowp.BFloat16](t)
+		x := validate.Backing[lowp.BFloat16](t)
 		w := make([]float32, len(x))
 		lowp.DecodeBF16(w, x)
 		for i, v := range g {
@@ -348,7 +350,7 @@ func addGrad(fn, arg string, d G.Value, g []float32) error {
 		}
 		lowp.EncodeBF16(x, w)
 	default:
-		return argErr(fn, arg+" gradient", "dtype float32 or bfloat16", dtypeName(t.Dtype()))
+		return validate.ArgErr(fn, arg+" gradient", "dtype float32 or bfloat16", validate.DtypeName(t.Dtype()))
 	}
 	return nil
 }
@@ -403,7 +405,7 @@ func (op *attnBwdOp) Do(vals ...G.Value) (G.Value, error) {
 	const fn = "SparseAttentionBackward"
 	n := op.fwd.Arity()
 	if len(vals) != op.Arity() {
-		return nil, argErr(fn, "inputs", fmt.Sprintf("%d values", op.Arity()), len(vals))
+		return nil, validate.ArgErr(fn, "inputs", fmt.Sprintf("%d values", op.Arity()), len(vals))
 	}
 	var dl G.Value
 	if op.dlse {
@@ -450,7 +452,7 @@ func (op *attnGradOp) Do(vals ...G.Value) (G.Value, error) {
 		t = op.bw.st.dv
 	}
 	if t == nil {
-		return nil, argErr(op.String(), "backward", "a SparseAttentionBackward node that has run before this node", "no result")
+		return nil, validate.ArgErr(op.String(), "backward", "a SparseAttentionBackward node that has run before this node", "no result")
 	}
 	return t, nil
 }
@@ -461,7 +463,7 @@ func (op *attnGradOp) Do(vals ...G.Value) (G.Value, error) {
 func attnHeadDimCheck(fn string, q *G.Node) error {
 	if q.Dtype() == tensor.Float32 {
 		if q.Shape()[2] < 1 {
-			return argErr(fn, "q", "[total_q, Hq, D] with head dimension D = q.shape[2] >= 1", fmt.Sprintf("shape %v", q.Shape()))
+			return validate.ArgErr(fn, "q", "[total_q, Hq, D] with head dimension D = q.shape[2] >= 1", fmt.Sprintf("shape %v", q.Shape()))
 		}
 		return nil
 	}

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/sparseattn/msa/op/internal/validate"
 	G "gorgonia.org/gorgonia"
 )
 
@@ -18,9 +19,9 @@ const maxGraphValue = 1 << 28
 // valueSize returns the product of the dimensions of a graph value, or an
 // ArgError naming arg when it exceeds maxGraphValue.
 func valueSize(fn, arg, what string, dims ...int) (int, error) {
-	n := mulCap(maxGraphValue, dims...)
+	n := validate.MulCap(maxGraphValue, dims...)
 	if n < 0 {
-		return 0, argErr(fn, arg, fmt.Sprintf("%s of at most %d elements", what, maxGraphValue), fmt.Sprintf("%v", dims))
+		return 0, validate.ArgErr(fn, arg, fmt.Sprintf("%s of at most %d elements", what, maxGraphValue), fmt.Sprintf("%v", dims))
 	}
 	return n, nil
 }
@@ -32,18 +33,18 @@ func nodeDesc(n *G.Node) string {
 		// Gorgonia names an unnamed input node after its nil op, which
 		// formats as "%!s(<nil>)()"; say it has no name instead.
 		if name := n.Name(); !strings.HasPrefix(name, "%!") {
-			return fmt.Sprintf("input node %q (%s %v)", name, dtypeName(n.Dtype()), n.Shape())
+			return fmt.Sprintf("input node %q (%s %v)", name, validate.DtypeName(n.Dtype()), n.Shape())
 		}
-		return fmt.Sprintf("unnamed input node (%s %v; G.WithName names it in errors)", dtypeName(n.Dtype()), n.Shape())
+		return fmt.Sprintf("unnamed input node (%s %v; G.WithName names it in errors)", validate.DtypeName(n.Dtype()), n.Shape())
 	}
-	return fmt.Sprintf("%v node %q (%s %v)", n.Op(), n.Name(), dtypeName(n.Dtype()), n.Shape())
+	return fmt.Sprintf("%v node %q (%s %v)", n.Op(), n.Name(), validate.DtypeName(n.Dtype()), n.Shape())
 }
 
 // headDimCheck rejects a q node whose head dimension D = q.shape[2] is not
 // supported, naming q (before any scalar rule that depends on D).
 func headDimCheck(fn string, q *G.Node) error {
 	if d := q.Shape()[2]; !slices.Contains(supportedHeadDims, d) {
-		return argErr(fn, "q", fmt.Sprintf("[total_q, Hq, D] with head dimension D = q.shape[2] in %v", supportedHeadDims), fmt.Sprintf("shape %v", q.Shape()))
+		return validate.ArgErr(fn, "q", fmt.Sprintf("[total_q, Hq, D] with head dimension D = q.shape[2] in %v", supportedHeadDims), fmt.Sprintf("shape %v", q.Shape()))
 	}
 	return nil
 }

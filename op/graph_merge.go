@@ -5,6 +5,8 @@ import (
 	"hash"
 
 	"github.com/chewxy/hm"
+	"github.com/sparseattn/msa/op/internal/merge"
+	"github.com/sparseattn/msa/op/internal/validate"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
@@ -17,7 +19,7 @@ type mergeOp struct {
 	dt    tensor.Dtype
 	shape tensor.Shape
 	st    *attnState
-	sc    mergeScratch
+	sc    merge.Scratch
 }
 
 // mergeNode is an op whose value is a merged O and whose merged LSE LSE(node)
@@ -52,10 +54,10 @@ func (op *mergeOp) Do(vals ...G.Value) (G.Value, error) {
 	for i := 0; i < op.k; i++ {
 		outs[i], lses[i] = tv(vals[i]), tv(vals[op.k+i])
 	}
-	c := &checker{fn: "MergeStates"}
+	c := &validate.Checker{Fn: "MergeStates"}
 	os, ls := mergeInputs(c, outs, lses)
-	if c.err != nil {
-		return nil, c.err
+	if c.Err != nil {
+		return nil, c.Err
 	}
 	out := tensor.New(tensor.WithShape(op.shape.Clone()...), tensor.Of(op.dt))
 	lse := tensor.New(tensor.WithShape(op.shape[:op.shape.Dims()-1].Clone()...), tensor.Of(tensor.Float32))
@@ -76,17 +78,17 @@ func (op *mergeOp) Do(vals ...G.Value) (G.Value, error) {
 func MergeStates(outs, lses []*G.Node) (*G.Node, error) {
 	const fn = "MergeStates"
 	if len(outs) < 1 {
-		return nil, argErr(fn, "outs", "at least one partial output node", len(outs))
+		return nil, validate.ArgErr(fn, "outs", "at least one partial output node", len(outs))
 	}
 	if len(lses) != len(outs) {
-		return nil, argErr(fn, "lses", fmt.Sprintf("one LSE node per partial output (%d)", len(outs)), len(lses))
+		return nil, validate.ArgErr(fn, "lses", fmt.Sprintf("one LSE node per partial output (%d)", len(outs)), len(lses))
 	}
 	if err := nodeCheck(fn, "outs[0]", outs[0], 0, BFloat16, tensor.Float32); err != nil {
 		return nil, err
 	}
 	dt, s := outs[0].Dtype(), outs[0].Shape()
 	if s.Dims() != 3 || s[2] < 1 {
-		return nil, argErr(fn, "outs[0]", "shape [total_q, Hq, D] with D >= 1", s)
+		return nil, validate.ArgErr(fn, "outs[0]", "shape [total_q, Hq, D] with D >= 1", s)
 	}
 	for i, o := range outs {
 		arg := fmt.Sprintf("outs[%d]", i)
@@ -94,7 +96,7 @@ func MergeStates(outs, lses []*G.Node) (*G.Node, error) {
 			return nil, err
 		}
 		if !o.Shape().Eq(s) {
-			return nil, argErr(fn, arg, fmt.Sprintf("shape %v (that of outs[0])", s), o.Shape())
+			return nil, validate.ArgErr(fn, arg, fmt.Sprintf("shape %v (that of outs[0])", s), o.Shape())
 		}
 	}
 	for i, l := range lses {
@@ -103,7 +105,7 @@ func MergeStates(outs, lses []*G.Node) (*G.Node, error) {
 			return nil, err
 		}
 		if !l.Shape().Eq(s[:s.Dims()-1]) {
-			return nil, argErr(fn, arg, fmt.Sprintf("shape %v (outs' shape without D)", []int(s[:s.Dims()-1])), l.Shape())
+			return nil, validate.ArgErr(fn, arg, fmt.Sprintf("shape %v (outs' shape without D)", []int(s[:s.Dims()-1])), l.Shape())
 		}
 	}
 	op := &mergeOp{k: len(outs), dt: dt, shape: s.Clone(), st: &attnState{}}

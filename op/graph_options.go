@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/sparseattn/msa/op/internal/validate"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
@@ -95,19 +96,19 @@ func applyOptions(fn string, opts []Option, allowed ...optID) (attnConfig, error
 	first := map[optID]Option{}
 	for _, o := range opts {
 		if o.set == nil {
-			return cfg, argErr(fn, "opts", "options made by this package's option functions", "a zero Option")
+			return cfg, validate.ArgErr(fn, "opts", "options made by this package's option functions", "a zero Option")
 		}
 		if !slices.Contains(allowed, o.id) {
 			names := make([]string, len(allowed))
 			for i, id := range allowed {
 				names[i] = optNames[id]
 			}
-			return cfg, argErr(fn, optNames[o.id], fmt.Sprintf("one of the options %s takes (%s)", fn, strings.Join(names, ", ")),
+			return cfg, validate.ArgErr(fn, optNames[o.id], fmt.Sprintf("one of the options %s takes (%s)", fn, strings.Join(names, ", ")),
 				optNames[o.id]+", which does not apply to "+fn)
 		}
 		if f, ok := first[o.id]; ok {
 			if f.val != o.val {
-				return cfg, argErr(fn, optNames[o.id], fmt.Sprintf("one value for the %s option (it may be repeated with the same arguments)", optNames[o.id]),
+				return cfg, validate.ArgErr(fn, optNames[o.id], fmt.Sprintf("one value for the %s option (it may be repeated with the same arguments)", optNames[o.id]),
 					f.call+" and "+o.call)
 			}
 			continue
@@ -127,7 +128,7 @@ func (c *attnConfig) required(fn string, id optID, what string) error {
 	if c.has(id) {
 		return nil
 	}
-	return argErr(fn, optNames[id], fmt.Sprintf("the %s(...) option (%s)", optNames[id], what), "none")
+	return validate.ArgErr(fn, optNames[id], fmt.Sprintf("the %s(...) option (%s)", optNames[id], what), "none")
 }
 
 // SharedKV declares that k and v are intentionally the same node (one
@@ -163,13 +164,13 @@ func Temperature(t float64) Option {
 // PartialDtype sets partial_dtype: float32, BFloat16 (default), Float16 or
 // Float8E4M3FN. For SparseAttention.
 func PartialDtype(dt tensor.Dtype) Option {
-	return newOption(optPartialDtype, dt, dtypeName(dt), func(c *attnConfig) { c.partial = dt })
+	return newOption(optPartialDtype, dt, validate.DtypeName(dt), func(c *attnConfig) { c.partial = dt })
 }
 
 // MMADtypes sets qk_dtype and pv_dtype (zero Dtype = reference default).
 // For SparseAttention.
 func MMADtypes(qk, pv tensor.Dtype) Option {
-	return newOption(optMMADtypes, [2]tensor.Dtype{qk, pv}, dtypeName(qk)+", "+dtypeName(pv), func(c *attnConfig) { c.qk, c.pv = qk, pv })
+	return newOption(optMMADtypes, [2]tensor.Dtype{qk, pv}, validate.DtypeName(qk)+", "+validate.DtypeName(pv), func(c *attnConfig) { c.qk, c.pv = qk, pv })
 }
 
 // Workers caps the goroutines (usable_SM_count; <= 0 uses

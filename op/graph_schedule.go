@@ -7,6 +7,7 @@ import (
 
 	"github.com/chewxy/hm"
 	"github.com/sparseattn/msa/kernels/plan"
+	"github.com/sparseattn/msa/op/internal/validate"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
@@ -74,26 +75,26 @@ func (op *schedOp) String() string {
 
 func (op *schedOp) Do(vals ...G.Value) (G.Value, error) {
 	const fn = "FwdSchedule"
-	c := &checker{fn: fn}
-	packed := c.dense(tv(vals[0]), "csr")
+	c := &validate.Checker{Fn: fn}
+	packed := c.Dense(tv(vals[0]), "csr")
 	l := op.s.csr
-	cuQ := cuSeqlens(c, tv(vals[1]), "cu_seqlens_q", l.TotalQ, fmt.Sprintf("total_q = %d", l.TotalQ))
-	cuK := cuSeqlens(c, tv(vals[2]), "cu_seqlens_k", -1, "")
-	if c.err != nil {
-		return nil, c.err
+	cuQ := validate.CuSeqlens(c, tv(vals[1]), "cu_seqlens_q", l.TotalQ, fmt.Sprintf("total_q = %d", l.TotalQ))
+	cuK := validate.CuSeqlens(c, tv(vals[2]), "cu_seqlens_k", -1, "")
+	if c.Err != nil {
+		return nil, c.Err
 	}
 	total, err := plan.CountRows(cuK, l.BlkKV)
 	if err != nil {
-		return nil, wrapArg(fn, "cu_seqlens_k", err)
+		return nil, validate.WrapArg(fn, "cu_seqlens_k", err)
 	}
 	if total > l.RowCap {
-		return nil, argErr(fn, "cu_seqlens_k", fmt.Sprintf("at most %d CSR rows", l.RowCap), total)
+		return nil, validate.ArgErr(fn, "cu_seqlens_k", fmt.Sprintf("at most %d CSR rows", l.RowCap), total)
 	}
 	rows, err := plan.NewRows(cuK, l.BlkKV)
 	if err != nil {
-		return nil, wrapArg(fn, "cu_seqlens_k", err)
+		return nil, validate.WrapArg(fn, "cu_seqlens_k", err)
 	}
-	rp, qi := l.split(int32s(packed))
+	rp, qi := l.split(validate.Int32s(packed))
 	rpc, err := compactRowPtr(fn, rp, l.Hkv, l.RowCap, rows.Total, l.BlkKV)
 	if err != nil {
 		return nil, err
@@ -101,7 +102,7 @@ func (op *schedOp) Do(vals ...G.Value) (G.Value, error) {
 	csr := plan.CSR{Hkv: l.Hkv, TotalRows: rows.Total, Stride: l.Stride, RowPtr: rpc, QIdx: qi}
 	built, err := plan.BuildFwdSchedule(nil, &csr, rows, cuQ, op.s.params())
 	if err != nil {
-		return nil, wrapArg(fn, "csr", err)
+		return nil, validate.WrapArg(fn, "csr", err)
 	}
 	out := make([]int32, op.s.len())
 	dst := op.s.unpack(out)
@@ -142,9 +143,9 @@ func FwdSchedule(csr, cuQ, cuK *G.Node, opts ...Option) (*G.Node, error) {
 		return nil, err
 	}
 	if !slices.Contains(supportedQheadPerKV, qheadPerKV) {
-		return nil, argErr(fn, "qhead_per_kv", "one of 1, 2, 4, 8, 16", fmt.Sprint(qheadPerKV))
+		return nil, validate.ArgErr(fn, "qhead_per_kv", "one of 1, 2, 4, 8, 16", fmt.Sprint(qheadPerKV))
 	}
-	sl := newSchedLayout(l, qheadPerKV, workers(workerCount))
+	sl := newSchedLayout(l, qheadPerKV, validate.WorkerCount(workerCount))
 	if _, err := valueSize(fn, "csr", "a schedule value 1 + 6 * capacity + Hkv * stride + total_q * Hkv", sl.len()); err != nil {
 		return nil, err
 	}

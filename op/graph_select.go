@@ -6,6 +6,8 @@ import (
 
 	"github.com/chewxy/hm"
 	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/op/internal/selection"
+	"github.com/sparseattn/msa/op/internal/validate"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
@@ -42,17 +44,17 @@ func (op *blockScoresOp) String() string {
 func (op *blockScoresOp) Do(vals ...G.Value) (G.Value, error) {
 	const fn = "BlockScores"
 	if len(vals) != 4 {
-		return nil, argErr(fn, "inputs", "4 values", len(vals))
+		return nil, validate.ArgErr(fn, "inputs", "4 values", len(vals))
 	}
 	s, err := validateBlockScores(fn, tv(vals[0]), tv(vals[1]), tv(vals[2]), tv(vals[3]), op.cfg, false)
 	if err != nil {
 		return nil, err
 	}
-	if s.hkv != op.hkv || s.totalQ != op.totalQ {
-		return nil, argErr(fn, "q/k", fmt.Sprintf("total_q = %d, Hkv = %d as at graph construction", op.totalQ, op.hkv),
-			fmt.Sprintf("total_q = %d, Hkv = %d", s.totalQ, s.hkv))
+	if s.Hkv != op.hkv || s.TotalQ != op.totalQ {
+		return nil, validate.ArgErr(fn, "q/k", fmt.Sprintf("total_q = %d, Hkv = %d as at graph construction", op.totalQ, op.hkv),
+			fmt.Sprintf("total_q = %d, Hkv = %d", s.TotalQ, s.Hkv))
 	}
-	return tensor.New(tensor.WithShape(op.hkv, op.totalQ, op.maxBlocks), tensor.WithBacking(s.run())), nil
+	return tensor.New(tensor.WithShape(op.hkv, op.totalQ, op.maxBlocks), tensor.WithBacking(s.Run())), nil
 }
 
 // BlockScores adds block scoring (see BlockScoresFunc for the formula) to
@@ -91,28 +93,28 @@ func BlockScores(q, k, cuQ, cuK *G.Node, opts ...Option) (*G.Node, error) {
 	if cfg.BlkKV == 0 {
 		cfg.BlkKV = 128
 	}
-	if cfg.BlkKV < 1 || cfg.BlkKV > maxInt32 {
-		return nil, argErr(fn, "blk_kv", fmt.Sprintf("1 <= blk_kv <= %d", maxInt32), cfg.BlkKV)
+	if cfg.BlkKV < 1 || cfg.BlkKV > validate.MaxInt32 {
+		return nil, validate.ArgErr(fn, "blk_kv", fmt.Sprintf("1 <= blk_kv <= %d", validate.MaxInt32), cfg.BlkKV)
 	}
 	if cfg.MaxSeqlenK < 1 || cfg.MaxSeqlenK > max(k.Shape()[0], 1) {
-		return nil, argErr(fn, "max_seqlen_k", fmt.Sprintf("1 <= max_seqlen_k <= total_k = k.shape[0] = %d (it fixes the output shape)", k.Shape()[0]), cfg.MaxSeqlenK)
+		return nil, validate.ArgErr(fn, "max_seqlen_k", fmt.Sprintf("1 <= max_seqlen_k <= total_k = k.shape[0] = %d (it fixes the output shape)", k.Shape()[0]), cfg.MaxSeqlenK)
 	}
 	if cfg.Reduce != ReduceMax && cfg.Reduce != ReduceMean {
-		return nil, argErr(fn, "reduce", "ReduceMax or ReduceMean", cfg.Reduce)
+		return nil, validate.ArgErr(fn, "reduce", "ReduceMax or ReduceMean", cfg.Reduce)
 	}
 	qs, ks := q.Shape(), k.Shape()
 	if ks[1] < 1 || qs[1]%ks[1] != 0 || qs[2] != ks[2] || qs[2] < 1 {
-		return nil, argErr(fn, "q/k", "q [total_q, Hq, D], k [total_k, Hkv, D] with Hq divisible by Hkv and one D >= 1",
+		return nil, validate.ArgErr(fn, "q/k", "q [total_q, Hq, D], k [total_k, Hkv, D] with Hq divisible by Hkv and one D >= 1",
 			fmt.Sprintf("q %v, k %v", qs, ks))
 	}
 	if cuQ.Shape()[0] != cuK.Shape()[0] || cuQ.Shape()[0] < 1 {
-		return nil, argErr(fn, "cu_seqlens_k", fmt.Sprintf("shape [B + 1] = %v matching cu_seqlens_q", cuQ.Shape()), cuK.Shape())
+		return nil, validate.ArgErr(fn, "cu_seqlens_k", fmt.Sprintf("shape [B + 1] = %v matching cu_seqlens_q", cuQ.Shape()), cuK.Shape())
 	}
-	if err := checkScalars(fn, cfg.SoftmaxScale, 0, qs[2]); err != nil {
+	if err := validate.CheckScalars(fn, cfg.SoftmaxScale, 0, qs[2]); err != nil {
 		return nil, err
 	}
 	op := &blockScoresOp{cfg: cfg, qDt: q.Dtype(), kDt: k.Dtype(), hkv: ks[1], totalQ: qs[0],
-		maxBlocks: ceilDiv(cfg.MaxSeqlenK, cfg.BlkKV)}
+		maxBlocks: validate.CeilDiv(cfg.MaxSeqlenK, cfg.BlkKV)}
 	if _, err := valueSize(fn, "max_seqlen_k", "scores [Hkv, total_q, ceil(max_seqlen_k / blk_kv)]", op.hkv, op.totalQ, op.maxBlocks); err != nil {
 		return nil, err
 	}
@@ -172,10 +174,10 @@ func checkScoredCausal(fn string, csr *G.Node, causal bool) error {
 		return nil
 	}
 	if sk.causal {
-		return argErr(fn, "Causal", fmt.Sprintf("Causal() on %s as on the BlockScores node that selected the blocks of %s (causal scores; without it each query also attends to the later keys of its blocks)", fn, nodeDesc(csr)),
+		return validate.ArgErr(fn, "Causal", fmt.Sprintf("Causal() on %s as on the BlockScores node that selected the blocks of %s (causal scores; without it each query also attends to the later keys of its blocks)", fn, nodeDesc(csr)),
 			"no Causal()")
 	}
-	return argErr(fn, "Causal", fmt.Sprintf("Causal() on the BlockScores node that selected the blocks of %s as well, or on neither (non-causal scores select blocks after a query, which causal attention masks entirely)", nodeDesc(csr)),
+	return validate.ArgErr(fn, "Causal", fmt.Sprintf("Causal() on the BlockScores node that selected the blocks of %s as well, or on neither (non-causal scores select blocks after a query, which causal attention masks entirely)", nodeDesc(csr)),
 		"Causal() on "+fn+" only")
 }
 
@@ -190,7 +192,7 @@ func checkProducerBlk(fn string, n *G.Node, blk int) error {
 	if pb == 0 || pb == blk {
 		return nil
 	}
-	return argErr(fn, "blk_kv", fmt.Sprintf("blk_kv = %d, the blk_kv of the %s that produced %s (its block ids count blocks of %d keys)", pb, producer, nodeDesc(n), pb),
+	return validate.ArgErr(fn, "blk_kv", fmt.Sprintf("blk_kv = %d, the blk_kv of the %s that produced %s (its block ids count blocks of %d keys)", pb, producer, nodeDesc(n), pb),
 		fmt.Sprintf("blk_kv = %d", blk))
 }
 
@@ -212,16 +214,16 @@ func (op *topKOp) String() string {
 func (op *topKOp) Do(vals ...G.Value) (G.Value, error) {
 	const fn = "TopKBlocks"
 	if len(vals) != 1 {
-		return nil, argErr(fn, "inputs", "1 value", len(vals))
+		return nil, validate.ArgErr(fn, "inputs", "1 value", len(vals))
 	}
 	sd, err := validateTopK(fn, tv(vals[0]), op.topK)
 	if err != nil {
 		return nil, err
 	}
 	if s := sd.Shape(); s[0] != op.hkv || s[1] != op.totalQ || s[2] != op.maxBlocks {
-		return nil, argErr(fn, "scores", fmt.Sprintf("shape [%d, %d, %d] as at graph construction", op.hkv, op.totalQ, op.maxBlocks), shapeStr(sd))
+		return nil, validate.ArgErr(fn, "scores", fmt.Sprintf("shape [%d, %d, %d] as at graph construction", op.hkv, op.totalQ, op.maxBlocks), validate.ShapeStr(sd))
 	}
-	out := topKBlocks(backing[float32](sd), op.hkv*op.totalQ, op.maxBlocks, op.topK, op.cfg)
+	out := selection.TopK(validate.Backing[float32](sd), op.hkv*op.totalQ, op.maxBlocks, op.topK, op.cfg.KeepFirst, op.cfg.KeepLast)
 	return tensor.New(tensor.WithShape(op.hkv, op.totalQ, op.topK), tensor.WithBacking(out)), nil
 }
 
@@ -243,12 +245,12 @@ func TopKBlocks(scores *G.Node, opts ...Option) (*G.Node, error) {
 	if err := nodeCheck(fn, "scores", scores, 3, tensor.Float32); err != nil {
 		return nil, err
 	}
-	if topK < 1 || topK > maxTopK {
-		return nil, argErr(fn, "topK", fmt.Sprintf("1 <= topK <= %d", maxTopK), topK)
+	if topK < 1 || topK > validate.MaxTopK {
+		return nil, validate.ArgErr(fn, "topK", fmt.Sprintf("1 <= topK <= %d", validate.MaxTopK), topK)
 	}
 	s := scores.Shape()
 	if s[0] < 1 {
-		return nil, argErr(fn, "scores", "Hkv >= 1", s)
+		return nil, validate.ArgErr(fn, "scores", "Hkv >= 1", s)
 	}
 	op := &topKOp{cfg: cfg, topK: topK, hkv: s[0], totalQ: s[1], maxBlocks: s[2]}
 	if b, ok := scores.Op().(blockSizer); ok {
@@ -275,7 +277,7 @@ func (op *castOp) WriteHash(h hash.Hash) {
 }
 func (op *castOp) Hashcode() uint32 { return hashOf(op) }
 func (op *castOp) String() string {
-	return fmt.Sprintf("Cast{%s->%s}", dtypeName(op.from), dtypeName(op.to))
+	return fmt.Sprintf("Cast{%s->%s}", validate.DtypeName(op.from), validate.DtypeName(op.to))
 }
 
 func (op *castOp) Do(vals ...G.Value) (G.Value, error) {
@@ -284,24 +286,24 @@ func (op *castOp) Do(vals ...G.Value) (G.Value, error) {
 		fn = "CastFromBF16"
 	}
 	if len(vals) != 1 {
-		return nil, argErr(fn, "inputs", "1 value", len(vals))
+		return nil, validate.ArgErr(fn, "inputs", "1 value", len(vals))
 	}
-	c := &checker{fn: fn}
-	x := c.dense(tv(vals[0]), "x")
-	c.dtype(x, "x", op.from)
-	if c.err != nil {
-		return nil, c.err
+	c := &validate.Checker{Fn: fn}
+	x := c.Dense(tv(vals[0]), "x")
+	c.Dtype(x, "x", op.from)
+	if c.Err != nil {
+		return nil, c.Err
 	}
 	if !x.Shape().Eq(op.shape) {
-		return nil, argErr(fn, "x", fmt.Sprintf("shape %v as at graph construction", op.shape), shapeStr(x))
+		return nil, validate.ArgErr(fn, "x", fmt.Sprintf("shape %v as at graph construction", op.shape), validate.ShapeStr(x))
 	}
 	if op.to == BFloat16 {
-		src := backing[float32](x)
+		src := validate.Backing[float32](x)
 		dst := make([]lowp.BFloat16, len(src))
 		lowp.EncodeBF16(dst, src)
 		return tensor.New(tensor.WithShape(op.shape...), tensor.WithBacking(dst)), nil
 	}
-	src := backing[lowp.BFloat16](x)
+	src := validate.Backing[lowp.BFloat16](x)
 	dst := make([]float32, len(src))
 	lowp.DecodeBF16(dst, src)
 	return tensor.New(tensor.WithShape(op.shape...), tensor.WithBacking(dst)), nil
@@ -312,7 +314,7 @@ func castNode(fn string, x *G.Node, from, to tensor.Dtype) (*G.Node, error) {
 		return nil, err
 	}
 	if x.Shape().Dims() < 1 {
-		return nil, argErr(fn, "x", "a tensor of rank >= 1 (custom dtypes have no scalars)", x.Shape())
+		return nil, validate.ArgErr(fn, "x", "a tensor of rank >= 1 (custom dtypes have no scalars)", x.Shape())
 	}
 	return G.ApplyOp(&castOp{from: from, to: to, shape: x.Shape().Clone()}, x)
 }
@@ -357,44 +359,44 @@ func (op *writePagedKVOp) String() string {
 func (op *writePagedKVOp) Do(vals ...G.Value) (G.Value, error) {
 	const fn = "WritePagedKV"
 	if len(vals) != 4 {
-		return nil, argErr(fn, "inputs", "4 values", len(vals))
+		return nil, validate.ArgErr(fn, "inputs", "4 values", len(vals))
 	}
-	c := &checker{fn: fn}
-	cache, nw := c.dense(tv(vals[0]), "cache"), c.dense(tv(vals[1]), "new")
-	pt, su := c.dense(tv(vals[2]), "page_table"), c.dense(tv(vals[3]), "seqused_k")
-	c.dtype(cache, "cache", op.dt)
-	c.dtype(nw, "new", op.dt)
-	c.dtype(pt, "page_table", tensor.Int32)
-	c.dtype(su, "seqused_k", tensor.Int32)
-	c.rank(pt, "page_table", "[B, max_num_pages_per_seq]", 2)
-	c.rank(su, "seqused_k", "[B]", 1)
-	if c.err != nil {
-		return nil, c.err
+	c := &validate.Checker{Fn: fn}
+	cache, nw := c.Dense(tv(vals[0]), "cache"), c.Dense(tv(vals[1]), "new")
+	pt, su := c.Dense(tv(vals[2]), "page_table"), c.Dense(tv(vals[3]), "seqused_k")
+	c.Dtype(cache, "cache", op.dt)
+	c.Dtype(nw, "new", op.dt)
+	c.Dtype(pt, "page_table", tensor.Int32)
+	c.Dtype(su, "seqused_k", tensor.Int32)
+	c.Rank(pt, "page_table", "[B, max_num_pages_per_seq]", 2)
+	c.Rank(su, "seqused_k", "[B]", 1)
+	if c.Err != nil {
+		return nil, c.Err
 	}
 	cs := op.cacheShape
 	numPages, d := cs[0], cs[3]
 	hkv, ps := op.layout.dims(cs)
 	batch, cols := pt.Shape()[0], pt.Shape()[1]
-	c.need(cache.Shape().Eq(cs), "cache", fmt.Sprintf("shape %v as at graph construction", cs), shapeStr(cache))
-	c.need(su.Shape()[0] == batch, "seqused_k", fmt.Sprintf("shape [B] = [%d]", batch), shapeStr(su))
-	c.need(nw.Shape().Eq(tensor.Shape{batch * op.seqlenQ, hkv, d}), "new",
-		fmt.Sprintf("shape [B * seqlen_q, Hkv, D] = [%d, %d, %d]", batch*op.seqlenQ, hkv, d), shapeStr(nw))
-	if c.err != nil {
-		return nil, c.err
+	c.Need(cache.Shape().Eq(cs), "cache", fmt.Sprintf("shape %v as at graph construction", cs), validate.ShapeStr(cache))
+	c.Need(su.Shape()[0] == batch, "seqused_k", fmt.Sprintf("shape [B] = [%d]", batch), validate.ShapeStr(su))
+	c.Need(nw.Shape().Eq(tensor.Shape{batch * op.seqlenQ, hkv, d}), "new",
+		fmt.Sprintf("shape [B * seqlen_q, Hkv, D] = [%d, %d, %d]", batch*op.seqlenQ, hkv, d), validate.ShapeStr(nw))
+	if c.Err != nil {
+		return nil, c.Err
 	}
-	ptv, used := int32s(pt), int32s(su)
+	ptv, used := validate.Int32s(pt), validate.Int32s(su)
 	// dst[r] is the cache row of head 0 of new row r.
 	dst := make([]int, batch*op.seqlenQ)
 	for b := 0; b < batch; b++ {
 		for i := 0; i < op.seqlenQ; i++ {
 			pos := int(used[b]) - op.seqlenQ + i
 			if pos < 0 || pos >= cols*ps {
-				return nil, argErr(fn, fmt.Sprintf("seqused_k[%d]", b),
+				return nil, validate.ArgErr(fn, fmt.Sprintf("seqused_k[%d]", b),
 					fmt.Sprintf("seqlen_q = %d <= seqused_k <= max_num_pages_per_seq * page_size = %d", op.seqlenQ, cols*ps), used[b])
 			}
 			page := int(ptv[b*cols+pos/ps])
 			if page < 0 || page >= numPages {
-				return nil, argErr(fn, fmt.Sprintf("page_table[%d, %d]", b, pos/ps), fmt.Sprintf("a page in [0, %d)", numPages), page)
+				return nil, validate.ArgErr(fn, fmt.Sprintf("page_table[%d, %d]", b, pos/ps), fmt.Sprintf("a page in [0, %d)", numPages), page)
 			}
 			dst[b*op.seqlenQ+i] = kvRow(op.layout, page, pos%ps, hkv, ps)
 		}
@@ -434,9 +436,9 @@ func WritePagedKV(cache, newKV, pageTable, seqUsedK *G.Node, opts ...Option) (*G
 	if err != nil {
 		return nil, err
 	}
-	lc := &checker{fn: fn}
-	if checkLayout(lc, o.layout, true); lc.err != nil {
-		return nil, lc.err
+	lc := &validate.Checker{Fn: fn}
+	if checkLayout(lc, o.layout, true); lc.Err != nil {
+		return nil, lc.Err
 	}
 	if err := nodeCheck(fn, "cache", cache, 4, BFloat16, Float8E4M3FN); err != nil {
 		return nil, err
@@ -457,11 +459,11 @@ func WritePagedKV(cache, newKV, pageTable, seqUsedK *G.Node, opts ...Option) (*G
 		seqlenQ = ns[0] / b
 	}
 	if seqlenQ < 1 {
-		return nil, argErr(fn, "seqlen_q", ">= 1", seqlenQ)
+		return nil, validate.ArgErr(fn, "seqlen_q", ">= 1", seqlenQ)
 	}
 	hkv, _ := o.layout.dims(cs)
 	if ns[0] != b*seqlenQ || ns[1] != hkv || ns[2] != cs[3] || seqUsedK.Shape()[0] != b {
-		return nil, argErr(fn, "new", fmt.Sprintf("shape [B * seqlen_q, Hkv, D] = [%d, %d, %d] (cache %v, %v layout)", b*seqlenQ, hkv, cs[3], cs, o.layout), ns)
+		return nil, validate.ArgErr(fn, "new", fmt.Sprintf("shape [B * seqlen_q, Hkv, D] = [%d, %d, %d] (cache %v, %v layout)", b*seqlenQ, hkv, cs[3], cs, o.layout), ns)
 	}
 	return G.ApplyOp(&writePagedKVOp{seqlenQ: seqlenQ, dt: cache.Dtype(), cacheShape: cs.Clone(), layout: o.layout}, cache, newKV, pageTable, seqUsedK)
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 
@@ -17,8 +18,8 @@ import (
 // mistake) the error names q and says so; otherwise it names arg, the
 // argument the entry point blames for a head-count mismatch. It returns
 // qhead_per_kv (0 after an error).
-func checkHeads(c *checker, arg string, qd, kd *tensor.Dense, hkv int, anyRatio bool, kLayout func() string) int {
-	if c.err != nil {
+func checkHeads(c *validate.Checker, arg string, qd, kd *tensor.Dense, hkv int, anyRatio bool, kLayout func() string) int {
+	if c.Err != nil {
 		return 0
 	}
 	hq := qd.Shape()[1]
@@ -28,16 +29,16 @@ func checkHeads(c *checker, arg string, qd, kd *tensor.Dense, hkv int, anyRatio 
 	if fits(hq) {
 		return hq / hkv
 	}
-	got := "q " + shapeStr(qd) + ", k " + shapeStr(kd)
+	got := "q " + validate.ShapeStr(qd) + ", k " + validate.ShapeStr(kd)
 	if fits(qd.Shape()[0]) {
 		arg = "q"
 		got += fmt.Sprintf(" (q.shape[0] = %d would fit: is q laid out [Hq, total_q, D]?)", qd.Shape()[0])
 	}
 	if hkv < 1 || hq < 1 || hq%hkv != 0 {
-		c.fail(arg, fmt.Sprintf("q [total_q, Hq, D] and k in %s with Hq = q.shape[1] divisible by Hkv = %d", kLayout(), hkv), got)
+		c.Fail(arg, fmt.Sprintf("q [total_q, Hq, D] and k in %s with Hq = q.shape[1] divisible by Hkv = %d", kLayout(), hkv), got)
 		return 0
 	}
-	c.err = &NotImplementedError{c.fn, fmt.Sprintf("q [total_q, Hq, D] and k in %s give qhead_per_kv = Hq/Hkv = %d/%d = %d; supported are 1, 2, 4, 8, 16; got %s",
+	c.Err = &NotImplementedError{Func: c.Fn, What: fmt.Sprintf("q [total_q, Hq, D] and k in %s give qhead_per_kv = Hq/Hkv = %d/%d = %d; supported are 1, 2, 4, 8, 16; got %s",
 		kLayout(), hq, hkv, hq/hkv, got)}
 	return 0
 }

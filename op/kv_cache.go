@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 
@@ -71,35 +72,35 @@ const maxPoolBytes = min(1<<44, math.MaxInt)
 // NewPagedKVCache allocates the pages of cfg (2 * NumPages * PageSize *
 // KVHeads * HeadDim elements) and an empty page table.
 func NewPagedKVCache(cfg PagedKVCacheConfig) (*PagedKVCache, error) {
-	c := &checker{fn: "NewPagedKVCache"}
+	c := &validate.Checker{Fn: "NewPagedKVCache"}
 	for _, f := range []struct {
 		name string
 		v    int
 	}{{"NumPages", cfg.NumPages}, {"PageSize", cfg.PageSize}, {"KVHeads", cfg.KVHeads}, {"HeadDim", cfg.HeadDim}, {"MaxBatch", cfg.MaxBatch}} {
-		c.need(f.v >= 1 && f.v <= maxInt32, f.name, fmt.Sprintf("1 <= %s <= %d", f.name, maxInt32), f.v)
+		c.Need(f.v >= 1 && f.v <= validate.MaxInt32, f.name, fmt.Sprintf("1 <= %s <= %d", f.name, validate.MaxInt32), f.v)
 	}
-	c.need(cfg.MaxPagesPerSeq >= 0 && cfg.MaxPagesPerSeq <= cfg.NumPages, "MaxPagesPerSeq",
+	c.Need(cfg.MaxPagesPerSeq >= 0 && cfg.MaxPagesPerSeq <= cfg.NumPages, "MaxPagesPerSeq",
 		fmt.Sprintf("0 (NumPages) <= MaxPagesPerSeq <= NumPages = %d", cfg.NumPages), cfg.MaxPagesPerSeq)
 	if cfg.Dtype == (tensor.Dtype{}) {
 		cfg.Dtype = BFloat16
 	}
-	c.need(cfg.Dtype == BFloat16 || cfg.Dtype == Float8E4M3FN, "Dtype", "BFloat16 or Float8E4M3FN", dtypeName(cfg.Dtype))
+	c.Need(cfg.Dtype == BFloat16 || cfg.Dtype == Float8E4M3FN, "Dtype", "BFloat16 or Float8E4M3FN", validate.DtypeName(cfg.Dtype))
 	checkLayout(c, cfg.Layout, true)
-	if c.err != nil {
-		return nil, c.err
+	if c.Err != nil {
+		return nil, c.Err
 	}
 	cols := cfg.MaxPagesPerSeq
 	if cols == 0 {
 		cols = cfg.NumPages
 	}
-	pageCapacity(c, cols, cfg.PageSize)
-	elems := mulCap(maxPoolBytes/int(cfg.Dtype.Size()), cfg.NumPages, cfg.PageSize, cfg.KVHeads, cfg.HeadDim)
-	c.need(elems >= 0, "NumPages", fmt.Sprintf("a pool of NumPages * PageSize * KVHeads * HeadDim elements of at most %d bytes each for K and V", maxPoolBytes),
+	validate.PageCapacity(c, cols, cfg.PageSize)
+	elems := validate.MulCap(maxPoolBytes/int(cfg.Dtype.Size()), cfg.NumPages, cfg.PageSize, cfg.KVHeads, cfg.HeadDim)
+	c.Need(elems >= 0, "NumPages", fmt.Sprintf("a pool of NumPages * PageSize * KVHeads * HeadDim elements of at most %d bytes each for K and V", maxPoolBytes),
 		fmt.Sprintf("%d * %d * %d * %d", cfg.NumPages, cfg.PageSize, cfg.KVHeads, cfg.HeadDim))
-	c.need(mulCap(maxInt32, cfg.MaxBatch, cols) >= 0, "MaxBatch",
-		fmt.Sprintf("a page table of MaxBatch * MaxPagesPerSeq <= %d entries", maxInt32), fmt.Sprintf("%d * %d", cfg.MaxBatch, cols))
-	if c.err != nil {
-		return nil, c.err
+	c.Need(validate.MulCap(validate.MaxInt32, cfg.MaxBatch, cols) >= 0, "MaxBatch",
+		fmt.Sprintf("a page table of MaxBatch * MaxPagesPerSeq <= %d entries", validate.MaxInt32), fmt.Sprintf("%d * %d", cfg.MaxBatch, cols))
+	if c.Err != nil {
+		return nil, c.Err
 	}
 	shape := []int{cfg.NumPages, cfg.KVHeads, cfg.PageSize, cfg.HeadDim}
 	if cfg.Layout == NHD {
@@ -168,7 +169,7 @@ func (kc *PagedKVCache) Admit() (int, error) {
 	defer kc.busy.Store(false)
 	seq := slices.Index(kc.admitted, false)
 	if seq < 0 {
-		return 0, argErr("PagedKVCache.Admit", "MaxBatch", fmt.Sprintf("a free row (MaxBatch = %d; Free a finished request first)", kc.cfg.MaxBatch),
+		return 0, validate.ArgErr("PagedKVCache.Admit", "MaxBatch", fmt.Sprintf("a free row (MaxBatch = %d; Free a finished request first)", kc.cfg.MaxBatch),
 			fmt.Sprintf("all %d rows admitted", kc.cfg.MaxBatch))
 	}
 	kc.admitted[seq] = true
@@ -187,7 +188,7 @@ func (kc *PagedKVCache) Free(seq int) error {
 		return err
 	}
 	row := kc.ptv[seq*kc.cols : (seq+1)*kc.cols]
-	held := ceilDiv(int(kc.used[seq]), kc.cfg.PageSize)
+	held := validate.CeilDiv(int(kc.used[seq]), kc.cfg.PageSize)
 	for j := held - 1; j >= 0; j-- {
 		kc.free = append(kc.free, row[j])
 	}
@@ -201,7 +202,7 @@ func (kc *PagedKVCache) Free(seq int) error {
 // admittedRow returns an *ArgError unless seq is an admitted row.
 func (kc *PagedKVCache) admittedRow(fn string, seq int) error {
 	if seq < 0 || seq >= len(kc.admitted) || !kc.admitted[seq] {
-		return argErr(fn, "seq", fmt.Sprintf("an admitted row in [0, MaxBatch = %d) (Admit returns one)", kc.cfg.MaxBatch), seq)
+		return validate.ArgErr(fn, "seq", fmt.Sprintf("an admitted row in [0, MaxBatch = %d) (Admit returns one)", kc.cfg.MaxBatch), seq)
 	}
 	return nil
 }
@@ -240,7 +241,7 @@ func (kc *PagedKVCache) AppendStep(k, v tensor.Tensor) error {
 		return err
 	}
 	if rows%kc.cfg.MaxBatch != 0 {
-		return argErr(fn, "k", fmt.Sprintf("[MaxBatch * s, KVHeads, HeadDim] with MaxBatch = %d", kc.cfg.MaxBatch), shapeStr(kd))
+		return validate.ArgErr(fn, "k", fmt.Sprintf("[MaxBatch * s, KVHeads, HeadDim] with MaxBatch = %d", kc.cfg.MaxBatch), validate.ShapeStr(kd))
 	}
 	return kc.write(fn, kd, vd, 0, kc.cfg.MaxBatch-1, rows/kc.cfg.MaxBatch)
 }
@@ -248,19 +249,19 @@ func (kc *PagedKVCache) AppendStep(k, v tensor.Tensor) error {
 // newKV checks an append's k and v: dense tensors of the cache's dtype and
 // one shape [rows, KVHeads, HeadDim].
 func (kc *PagedKVCache) newKV(fn string, k, v tensor.Tensor) (kd, vd *tensor.Dense, rows int, err error) {
-	c := &checker{fn: fn}
-	kd, vd = c.dense(k, "k"), c.dense(v, "v")
-	c.dtype(kd, "k", kc.cfg.Dtype)
-	c.dtype(vd, "v", kc.cfg.Dtype)
-	c.rank(kd, "k", "[n, KVHeads, HeadDim]", 3)
-	c.rank(vd, "v", "[n, KVHeads, HeadDim]", 3)
-	if c.err != nil {
-		return nil, nil, 0, c.err
+	c := &validate.Checker{Fn: fn}
+	kd, vd = c.Dense(k, "k"), c.Dense(v, "v")
+	c.Dtype(kd, "k", kc.cfg.Dtype)
+	c.Dtype(vd, "v", kc.cfg.Dtype)
+	c.Rank(kd, "k", "[n, KVHeads, HeadDim]", 3)
+	c.Rank(vd, "v", "[n, KVHeads, HeadDim]", 3)
+	if c.Err != nil {
+		return nil, nil, 0, c.Err
 	}
 	want := fmt.Sprintf("[n, KVHeads = %d, HeadDim = %d]", kc.cfg.KVHeads, kc.cfg.HeadDim)
-	c.need(kd.Shape()[1] == kc.cfg.KVHeads && kd.Shape()[2] == kc.cfg.HeadDim, "k", want, shapeStr(kd))
-	c.need(shapeIs(vd, kd.Shape()...), "v", "k's shape "+shapeStr(kd), shapeStr(vd))
-	return kd, vd, kd.Shape()[0], c.err
+	c.Need(kd.Shape()[1] == kc.cfg.KVHeads && kd.Shape()[2] == kc.cfg.HeadDim, "k", want, validate.ShapeStr(kd))
+	c.Need(validate.ShapeIs(vd, kd.Shape()...), "v", "k's shape "+validate.ShapeStr(kd), validate.ShapeStr(vd))
+	return kd, vd, kd.Shape()[0], c.Err
 }
 
 // write appends rows s tokens to each admitted row b in [first, last],
@@ -276,13 +277,13 @@ func (kc *PagedKVCache) write(fn string, kd, vd *tensor.Dense, first, last, s in
 		}
 		n := int(kc.used[b]) + s
 		if n > capacity {
-			return argErr(fn, fmt.Sprintf("seq %d", b), fmt.Sprintf("at most MaxPagesPerSeq * PageSize = %d tokens", capacity),
+			return validate.ArgErr(fn, fmt.Sprintf("seq %d", b), fmt.Sprintf("at most MaxPagesPerSeq * PageSize = %d tokens", capacity),
 				fmt.Sprintf("%d held + %d new", kc.used[b], s))
 		}
-		need += ceilDiv(n, ps) - ceilDiv(int(kc.used[b]), ps)
+		need += validate.CeilDiv(n, ps) - validate.CeilDiv(int(kc.used[b]), ps)
 	}
 	if need > len(kc.free) {
-		return argErr(fn, "NumPages", fmt.Sprintf("%d free pages for the new tokens (the pool has NumPages = %d; Free finished requests or make a larger cache)",
+		return validate.ArgErr(fn, "NumPages", fmt.Sprintf("%d free pages for the new tokens (the pool has NumPages = %d; Free finished requests or make a larger cache)",
 			need, kc.cfg.NumPages), fmt.Sprintf("%d free: out of pages", len(kc.free)))
 	}
 	hkv, d := kc.cfg.KVHeads, kc.cfg.HeadDim

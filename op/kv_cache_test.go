@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 
@@ -39,8 +40,8 @@ func TestPagedKVCacheContents(t *testing.T) {
 			// add appends rows [first, first+n) of k and v to row seq's model.
 			add := func(seq int, k, v *tensor.Dense, first, n int) {
 				w := hkv * d
-				model[seq][0] = append(model[seq][0], backing[lowp.BFloat16](k)[first*w:(first+n)*w]...)
-				model[seq][1] = append(model[seq][1], backing[lowp.BFloat16](v)[first*w:(first+n)*w]...)
+				model[seq][0] = append(model[seq][0], validate.Backing[lowp.BFloat16](k)[first*w:(first+n)*w]...)
+				model[seq][1] = append(model[seq][1], validate.Backing[lowp.BFloat16](v)[first*w:(first+n)*w]...)
 			}
 			for round := 0; round < 6; round++ {
 				for seq := 0; seq < maxBatch; seq++ {
@@ -90,13 +91,13 @@ func checkCache(t *testing.T, kc *PagedKVCache, model [][2][]lowp.BFloat16) {
 	t.Helper()
 	cfg := kc.Config()
 	hkv, d, ps, cols := cfg.KVHeads, cfg.HeadDim, cfg.PageSize, cfg.MaxPagesPerSeq
-	pt, su := int32s(kc.PageTable()), int32s(kc.SeqUsedK())
+	pt, su := validate.Int32s(kc.PageTable()), validate.Int32s(kc.SeqUsedK())
 	held := map[int32]bool{}
 	for seq := range model {
 		if int(su[seq])*hkv*d != len(model[seq][0]) {
 			t.Fatalf("row %d: seqused_k %d, model holds %d tokens", seq, su[seq], len(model[seq][0])/(hkv*d))
 		}
-		for j := 0; j < ceilDiv(int(su[seq]), ps); j++ {
+		for j := 0; j < validate.CeilDiv(int(su[seq]), ps); j++ {
 			p := pt[seq*cols+j]
 			if p < 0 || int(p) >= cfg.NumPages || held[p] {
 				t.Fatalf("row %d column %d: page %d out of range or held twice", seq, j, p)
@@ -111,7 +112,7 @@ func checkCache(t *testing.T, kc *PagedKVCache, model [][2][]lowp.BFloat16) {
 					off = ((page*ps+slot)*hkv + h) * d
 				}
 				for i, pool := range []*tensor.Dense{kc.K(), kc.V()} {
-					got := backing[lowp.BFloat16](pool)[off : off+d]
+					got := validate.Backing[lowp.BFloat16](pool)[off : off+d]
 					want := model[seq][i][(pos*hkv+h)*d:][:d]
 					if !bytes.Equal(bf16Bytes(got), bf16Bytes(want)) {
 						t.Fatalf("row %d position %d head %d: %s differs", seq, pos, h, []string{"K", "V"}[i])
@@ -149,7 +150,7 @@ func TestPagedKVCacheRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	snapshot := func() string {
-		return fmt.Sprint(int32s(kc.PageTable()), int32s(kc.SeqUsedK()), kc.FreePages(), kc.K().Header.Raw, kc.V().Header.Raw)
+		return fmt.Sprint(validate.Int32s(kc.PageTable()), validate.Int32s(kc.SeqUsedK()), kc.FreePages(), kc.K().Header.Raw, kc.V().Header.Raw)
 	}
 	before := snapshot()
 	_, err = kc.Admit()
@@ -229,7 +230,7 @@ func FuzzPagedKVCache(f *testing.F) {
 		held := func() int {
 			n := 0
 			for _, m := range model {
-				n += ceilDiv(len(m[0])/(hkv*d), ps)
+				n += validate.CeilDiv(len(m[0])/(hkv*d), ps)
 			}
 			return n
 		}
@@ -257,7 +258,7 @@ func FuzzPagedKVCache(f *testing.F) {
 					}
 					have := len(model[b][0]) / (hkv * d)
 					fits = fits && have+n <= cols*ps
-					need += ceilDiv(have+n, ps) - ceilDiv(have, ps)
+					need += validate.CeilDiv(have+n, ps) - validate.CeilDiv(have, ps)
 				}
 				ok = (step || admitted[seq]) && fits && need <= pages-held()
 				if step {
@@ -266,16 +267,16 @@ func FuzzPagedKVCache(f *testing.F) {
 						for b := range model {
 							if admitted[b] {
 								w := n * hkv * d
-								model[b][0] = append(model[b][0], backing[lowp.BFloat16](k)[b*w:(b+1)*w]...)
-								model[b][1] = append(model[b][1], backing[lowp.BFloat16](v)[b*w:(b+1)*w]...)
+								model[b][0] = append(model[b][0], validate.Backing[lowp.BFloat16](k)[b*w:(b+1)*w]...)
+								model[b][1] = append(model[b][1], validate.Backing[lowp.BFloat16](v)[b*w:(b+1)*w]...)
 							}
 						}
 					}
 				} else {
 					k, v := tokens(n), tokens(n)
 					if err = kc.Append(seq, k, v); ok {
-						model[seq][0] = append(model[seq][0], backing[lowp.BFloat16](k)...)
-						model[seq][1] = append(model[seq][1], backing[lowp.BFloat16](v)...)
+						model[seq][0] = append(model[seq][0], validate.Backing[lowp.BFloat16](k)...)
+						model[seq][1] = append(model[seq][1], validate.Backing[lowp.BFloat16](v)...)
 					}
 				}
 			case 3:

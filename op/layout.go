@@ -3,6 +3,7 @@ package op
 import (
 	"fmt"
 
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 
@@ -71,12 +72,12 @@ func (l PagedLayout) other() string {
 
 // checkLayout records an error unless l is a known layout, and rejects NHD
 // without a page table (dense K/V has one layout).
-func checkLayout(c *checker, l PagedLayout, paged bool) {
+func checkLayout(c *validate.Checker, l PagedLayout, paged bool) {
 	if l != HND && l != NHD {
-		c.fail("kv_layout", "HND or NHD", l)
+		c.Fail("kv_layout", "HND or NHD", l)
 		return
 	}
 	if l == NHD && !paged {
-		c.fail("kv_layout", "HND (the default) without page_table: dense K/V [total_k, Hkv, D] has one layout", l)
+		c.Fail("kv_layout", "HND (the default) without page_table: dense K/V [total_k, Hkv, D] has one layout", l)
 	}
 }

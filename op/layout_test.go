@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/op/internal/validate"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
@@ -22,6 +23,8 @@ func toNHD(t *testing.T, x *tensor.Dense) *tensor.Dense {
 		return toNHDOf[lowp.Float8E4M3FN](x)
 	case tensor.Uint8:
 		return toNHDOf[uint8](x)
+	case tensor.Float32:
+		return toNHDOf[float32](x)
 	}
 	t.Fatalf("toNHD: dtype %v", x.Dtype())
 	return nil
@@ -30,7 +33,7 @@ func toNHD(t *testing.T, x *tensor.Dense) *tensor.Dense {
 func toNHDOf[T any](x *tensor.Dense) *tensor.Dense {
 	s := x.Shape()
 	pages, hkv, ps, w := s[0], s[1], s[2], s[3]
-	src := backing[T](x)
+	src := validate.Backing[T](x)
 	dst := make([]T, len(src))
 	for p := 0; p < pages; p++ {
 		for h := 0; h < hkv; h++ {

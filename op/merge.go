@@ -5,6 +5,8 @@ import (
 	"slices"
 
 	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/op/internal/merge"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 
@@ -40,28 +42,28 @@ type MergeArgs struct {
 // before that rounding (merge_test.go derives this bound).
 func MergeStatesFunc(outs, lses []tensor.Tensor, args MergeArgs) (*Result, error) {
 	const fn = "MergeStatesFunc"
-	c := &checker{fn: fn}
+	c := &validate.Checker{Fn: fn}
 	os, ls := mergeInputs(c, outs, lses)
-	if c.err != nil {
-		return nil, c.err
+	if c.Err != nil {
+		return nil, c.Err
 	}
 	oshape := os[0].Shape()
 	dt := os[0].Dtype()
 	lshape := oshape[:len(oshape)-1]
 	out, lse := args.Out, args.OutLSE
 	if out != nil {
-		outputArg(c, out, "out", dt, oshape...)
+		validate.OutputArg(c, out, "out", dt, oshape...)
 	}
 	if lse != nil {
-		outputArg(c, lse, "lse", tensor.Float32, lshape...)
+		validate.OutputArg(c, lse, "lse", tensor.Float32, lshape...)
 	}
 	ins := make([]namedTensor, 0, 2*len(os))
 	for i := range os {
 		ins = append(ins, namedTensor{fmt.Sprintf("outs[%d]", i), os[i]}, namedTensor{fmt.Sprintf("lses[%d]", i), ls[i]})
 	}
 	checkDisjoint(c, []namedTensor{{"out", out}, {"lse", lse}}, ins)
-	if c.err != nil {
-		return nil, c.err
+	if c.Err != nil {
+		return nil, c.Err
 	}
 	if out == nil {
 		out = tensor.New(tensor.WithShape(oshape.Clone()...), tensor.Of(dt))
@@ -69,7 +71,7 @@ func MergeStatesFunc(outs, lses []tensor.Tensor, args MergeArgs) (*Result, error
 	if lse == nil {
 		lse = tensor.New(tensor.WithShape(slices.Clone(lshape)...), tensor.Of(tensor.Float32))
 	}
-	var sc mergeScratch
+	var sc merge.Scratch
 	mergeDense(out, lse, os, ls, &sc)
 	return &Result{Out: out, LSE: lse}, nil
 }
@@ -79,50 +81,50 @@ func MergeStatesFunc(outs, lses []tensor.Tensor, args MergeArgs) (*Result, error
 // rank >= 2 with a head dimension of at least 1, every LSE float32 of the
 // outputs' shape without the last dimension. Errors name the argument
 // (outs[i], lses[i]).
-func mergeInputs(c *checker, outs, lses []tensor.Tensor) (os, ls []*tensor.Dense) {
-	c.need(len(outs) >= 1, "outs", "at least one partial output", len(outs))
-	c.need(len(lses) == len(outs), "lses", fmt.Sprintf("one LSE per partial output (%d)", len(outs)), len(lses))
-	if c.err != nil {
+func mergeInputs(c *validate.Checker, outs, lses []tensor.Tensor) (os, ls []*tensor.Dense) {
+	c.Need(len(outs) >= 1, "outs", "at least one partial output", len(outs))
+	c.Need(len(lses) == len(outs), "lses", fmt.Sprintf("one LSE per partial output (%d)", len(outs)), len(lses))
+	if c.Err != nil {
 		return nil, nil
 	}
 	os, ls = make([]*tensor.Dense, len(outs)), make([]*tensor.Dense, len(outs))
 	for i := range outs {
 		oa, la := fmt.Sprintf("outs[%d]", i), fmt.Sprintf("lses[%d]", i)
-		os[i], ls[i] = c.dense(outs[i], oa), c.dense(lses[i], la)
-		if c.err != nil {
+		os[i], ls[i] = c.Dense(outs[i], oa), c.Dense(lses[i], la)
+		if c.Err != nil {
 			return nil, nil
 		}
 		if i == 0 {
-			c.dtype(os[0], oa, BFloat16, tensor.Float32)
+			c.Dtype(os[0], oa, BFloat16, tensor.Float32)
 			s := os[0].Shape()
-			c.need(s.Dims() >= 2 && s[s.Dims()-1] >= 1, oa, "shape [..., D] of rank >= 2 with D >= 1 (e.g. [total_q, Hq, D])", fmt.Sprint(s))
+			c.Need(s.Dims() >= 2 && s[s.Dims()-1] >= 1, oa, "shape [..., D] of rank >= 2 with D >= 1 (e.g. [total_q, Hq, D])", fmt.Sprint(s))
 		} else {
-			c.need(os[i].Dtype() == os[0].Dtype(), oa, "dtype "+dtypeName(os[0].Dtype())+" (that of outs[0])", dtypeName(os[i].Dtype()))
-			c.need(os[i].Shape().Eq(os[0].Shape()), oa, fmt.Sprintf("shape %v (that of outs[0])", os[0].Shape()), fmt.Sprint(os[i].Shape()))
+			c.Need(os[i].Dtype() == os[0].Dtype(), oa, "dtype "+validate.DtypeName(os[0].Dtype())+" (that of outs[0])", validate.DtypeName(os[i].Dtype()))
+			c.Need(os[i].Shape().Eq(os[0].Shape()), oa, fmt.Sprintf("shape %v (that of outs[0])", os[0].Shape()), fmt.Sprint(os[i].Shape()))
 		}
-		c.dtype(ls[i], la, tensor.Float32)
-		if c.err != nil {
+		c.Dtype(ls[i], la, tensor.Float32)
+		if c.Err != nil {
 			return nil, nil
 		}
 		s := os[0].Shape()
-		c.need(ls[i].Shape().Eq(s[:s.Dims()-1]), la, fmt.Sprintf("shape %v (outs' shape without D)", []int(s[:s.Dims()-1])), fmt.Sprint(ls[i].Shape()))
+		c.Need(ls[i].Shape().Eq(s[:s.Dims()-1]), la, fmt.Sprintf("shape %v (outs' shape without D)", []int(s[:s.Dims()-1])), fmt.Sprint(ls[i].Shape()))
 	}
 	return os, ls
 }
 
-// mergeDense runs mergeInto on checked dense tensors.
-func mergeDense(out, lse *tensor.Dense, os, ls []*tensor.Dense, sc *mergeScratch) {
+// mergeDense runs merge.Into on checked dense tensors.
+func mergeDense(out, lse *tensor.Dense, os, ls []*tensor.Dense, sc *merge.Scratch) {
 	s := os[0].Shape()
 	d := s[s.Dims()-1]
 	lv := make([][]float32, len(ls))
 	for i := range ls {
-		lv[i] = backing[float32](ls[i])
+		lv[i] = validate.Backing[float32](ls[i])
 	}
 	switch os[0].Dtype() {
 	case BFloat16:
-		mergeInto(backing[lowp.BFloat16](out), backing[float32](lse), denseSlices[lowp.BFloat16](os), lv, d, sc)
+		merge.Into(validate.Backing[lowp.BFloat16](out), validate.Backing[float32](lse), denseSlices[lowp.BFloat16](os), lv, d, sc)
 	default:
-		mergeInto(backing[float32](out), backing[float32](lse), denseSlices[float32](os), lv, d, sc)
+		merge.Into(validate.Backing[float32](out), validate.Backing[float32](lse), denseSlices[float32](os), lv, d, sc)
 	}
 }
 
@@ -130,7 +132,7 @@ func mergeDense(out, lse *tensor.Dense, os, ls []*tensor.Dense, sc *mergeScratch
 func denseSlices[T any](ts []*tensor.Dense) [][]T {
 	r := make([][]T, len(ts))
 	for i, t := range ts {
-		r[i] = backing[T](t)
+		r[i] = validate.Backing[T](t)
 	}
 	return r
 }

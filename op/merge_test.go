@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/op/internal/merge"
+	"github.com/sparseattn/msa/op/internal/validate"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
@@ -160,8 +162,8 @@ func TestMergeStatesFuncReference(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if msg := checkMerge(mc, got, backing[float32](res.LSE), u); msg != "" {
-				t.Errorf("%s K=%d: %s", dtypeName(dt), k, msg)
+			if msg := checkMerge(mc, got, validate.Backing[float32](res.LSE), u); msg != "" {
+				t.Errorf("%s K=%d: %s", validate.DtypeName(dt), k, msg)
 			}
 			// The check catches an error of 2x its tolerance in one element.
 			r := 0
@@ -170,8 +172,8 @@ func TestMergeStatesFuncReference(t *testing.T) {
 			}
 			bad := append([]float32(nil), got...)
 			bad[r*mc.d] += float32(2 * mergeTol(k, 4, 4, u))
-			if checkMerge(mc, bad, backing[float32](res.LSE), u) == "" {
-				t.Errorf("%s K=%d: a perturbed result passed the check", dtypeName(dt), k)
+			if checkMerge(mc, bad, validate.Backing[float32](res.LSE), u) == "" {
+				t.Errorf("%s K=%d: a perturbed result passed the check", validate.DtypeName(dt), k)
 			}
 			// Run to run and with caller-owned outputs: identical bits.
 			out := tensor.New(tensor.WithShape(mc.rows, 1, mc.d), tensor.Of(dt))
@@ -180,7 +182,7 @@ func TestMergeStatesFuncReference(t *testing.T) {
 				t.Fatal(err)
 			}
 			if string(out.Header.Raw) != string(res.Out.Header.Raw) || string(lse.Header.Raw) != string(res.LSE.Header.Raw) {
-				t.Errorf("%s K=%d: a second merge differs", dtypeName(dt), k)
+				t.Errorf("%s K=%d: a second merge differs", validate.DtypeName(dt), k)
 			}
 		}
 	}
@@ -197,7 +199,7 @@ func TestMergeStatesFuncOne(t *testing.T) {
 	}
 	for r := 0; r < mc.rows; r++ {
 		l := mc.l[0][r]
-		if g := backing[float32](res.LSE)[r]; g != l && !(math.IsInf(float64(l), -1) && math.IsInf(float64(g), -1)) {
+		if g := validate.Backing[float32](res.LSE)[r]; g != l && !(math.IsInf(float64(l), -1) && math.IsInf(float64(g), -1)) {
 			t.Fatalf("row %d: LSE %v, want %v", r, g, l)
 		}
 	}
@@ -246,9 +248,9 @@ func TestMergeIntoAllocs(t *testing.T) {
 		srcs[i] = bf16s(mc.o[i])
 	}
 	dst, lse := make([]lowp.BFloat16, mc.rows*mc.d), make([]float32, mc.rows)
-	var sc mergeScratch
-	mergeInto(dst, lse, srcs, mc.l, mc.d, &sc)
-	if n := testing.AllocsPerRun(10, func() { mergeInto(dst, lse, srcs, mc.l, mc.d, &sc) }); n != 0 {
+	var sc merge.Scratch
+	merge.Into(dst, lse, srcs, mc.l, mc.d, &sc)
+	if n := testing.AllocsPerRun(10, func() { merge.Into(dst, lse, srcs, mc.l, mc.d, &sc) }); n != 0 {
 		t.Fatalf("%v allocations per merge", n)
 	}
 }

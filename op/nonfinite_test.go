@@ -8,6 +8,7 @@ import (
 
 	"github.com/sparseattn/msa/kernels/attn"
 	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 
@@ -29,7 +30,7 @@ func nonFiniteSpec() (sparseSpec, *sparseProblem) {
 	s := sparseSpec{seed: 21, seqQ: []int{3, 2}, seqK: []int{256, 200}, hq: 2, hkv: 1, d: 64, topK: 2, blk: 128,
 		qDt: "bf16", kvDt: "bf16", partial: tensor.Float32}
 	pr := buildSparse(s)
-	q2k := backing[int32](pr.q2k)
+	q2k := validate.Backing[int32](pr.q2k)
 	for i := range q2k {
 		q2k[i] = int32(i % 2)
 	}
@@ -40,20 +41,20 @@ var bf16NaN = lowp.BF16(float32(math.NaN()))
 
 // rowsEqual reports whether rows [r0, r1) of O (D columns) and LSE match.
 func rowsEqual(a, b *Result, d, r0, r1 int) bool {
-	oa, ob := backing[lowp.BFloat16](a.Out), backing[lowp.BFloat16](b.Out)
-	la, lb := backing[float32](a.LSE), backing[float32](b.LSE)
+	oa, ob := validate.Backing[lowp.BFloat16](a.Out), validate.Backing[lowp.BFloat16](b.Out)
+	la, lb := validate.Backing[float32](a.LSE), validate.Backing[float32](b.LSE)
 	return slices.Equal(oa[r0*d:r1*d], ob[r0*d:r1*d]) && slices.Equal(la[r0:r1], lb[r0:r1])
 }
 
 // maskedRow fails unless row r is all zero with LSE = -inf.
 func maskedRow(t *testing.T, what string, res *Result, d, r int) {
 	t.Helper()
-	for c, x := range backing[lowp.BFloat16](res.Out)[r*d : (r+1)*d] {
+	for c, x := range validate.Backing[lowp.BFloat16](res.Out)[r*d : (r+1)*d] {
 		if x.Float32() != 0 {
 			t.Fatalf("%s: O[%d][%d] = %v, want 0", what, r, c, x.Float32())
 		}
 	}
-	if l := backing[float32](res.LSE)[r]; !math.IsInf(float64(l), -1) {
+	if l := validate.Backing[float32](res.LSE)[r]; !math.IsInf(float64(l), -1) {
 		t.Fatalf("%s: LSE[%d] = %v, want -inf", what, r, l)
 	}
 }
@@ -66,7 +67,7 @@ func TestNonFiniteQ(t *testing.T) {
 		s, pr := nonFiniteSpec()
 		clean := runSparse(t, s, pr, 2, nil)
 		const row = 3 // query 1, head 1
-		backing[lowp.BFloat16](pr.q)[row*s.d+5] = lowp.BF16(x)
+		validate.Backing[lowp.BFloat16](pr.q)[row*s.d+5] = lowp.BF16(x)
 		res := runSparse(t, s, pr, 2, nil)
 		maskedRow(t, "prefill", res, s.d, row)
 		if !rowsEqual(clean, res, s.d, 0, row) || !rowsEqual(clean, res, s.d, row+1, 10) {
@@ -76,7 +77,7 @@ func TestNonFiniteQ(t *testing.T) {
 		ds := misuseSpec()
 		dpr := buildDecode(ds)
 		dclean := runDecodeSpec(t, ds, dpr)
-		backing[lowp.BFloat16](dpr.q)[row*ds.d+5] = lowp.BF16(x)
+		validate.Backing[lowp.BFloat16](dpr.q)[row*ds.d+5] = lowp.BF16(x)
 		dres := runDecodeSpec(t, ds, dpr)
 		maskedRow(t, "decode", dres, ds.d, row)
 		if !rowsEqual(dclean, dres, ds.d, 0, row) || !rowsEqual(dclean, dres, ds.d, row+1, 16) {
@@ -97,10 +98,10 @@ func TestNonFiniteK(t *testing.T) {
 	t.Run("kv", func(t *testing.T) {
 		withPrefillPath(t, attn.PathKV)
 		s, pr := nonFiniteSpec()
-		backing[lowp.BFloat16](pr.k)[key*s.d+7] = bf16NaN
+		validate.Backing[lowp.BFloat16](pr.k)[key*s.d+7] = bf16NaN
 		res := runSparse(t, s, pr, 2, nil)
 		// Reference: sequence 0's queries (rows 0..5) without block 1.
-		q2k := backing[int32](pr.q2k)
+		q2k := validate.Backing[int32](pr.q2k)
 		for gq := 0; gq < 3; gq++ {
 			for i := 0; i < s.topK; i++ {
 				if q2k[gq*s.topK+i] == 1 {
@@ -114,7 +115,7 @@ func TestNonFiniteK(t *testing.T) {
 		withPrefillPath(t, attn.PathQuery)
 		s, pr := nonFiniteSpec()
 		clean := runSparse(t, s, pr, 2, nil)
-		backing[lowp.BFloat16](pr.k)[key*s.d+7] = bf16NaN
+		validate.Backing[lowp.BFloat16](pr.k)[key*s.d+7] = bf16NaN
 		res := runSparse(t, s, pr, 2, nil)
 		for r := 0; r < 6; r++ { // sequence 0's queries select block 1
 			maskedRow(t, "prefill", res, s.d, r)
@@ -129,7 +130,7 @@ func TestNonFiniteK(t *testing.T) {
 	dpr := buildDecode(ds)
 	dclean := runDecodeSpec(t, ds, dpr)
 	page := dpr.ptv[0*dpr.cols+1] // request 0, token 16..31
-	backing[lowp.BFloat16](dpr.k)[((int(page)*ds.hkv+0)*ds.pageSize+3)*ds.d] = bf16NaN
+	validate.Backing[lowp.BFloat16](dpr.k)[((int(page)*ds.hkv+0)*ds.pageSize+3)*ds.d] = bf16NaN
 	dres := runDecodeSpec(t, ds, dpr)
 	// Request 0 is rows 0..3 (2 queries x 4 heads); KV head 0 serves
 	// query heads 0 and 1.
@@ -155,9 +156,9 @@ func TestNonFiniteV(t *testing.T) {
 		s, pr := nonFiniteSpec()
 		clean := runSparse(t, s, pr, 2, nil)
 		const key, col = 140, 9
-		backing[lowp.BFloat16](pr.v)[key*s.d+col] = lowp.BF16(x)
+		validate.Backing[lowp.BFloat16](pr.v)[key*s.d+col] = lowp.BF16(x)
 		res := runSparse(t, s, pr, 2, nil)
-		o, oc := backing[lowp.BFloat16](res.Out), backing[lowp.BFloat16](clean.Out)
+		o, oc := validate.Backing[lowp.BFloat16](res.Out), validate.Backing[lowp.BFloat16](clean.Out)
 		for r := 0; r < 10; r++ {
 			for c := 0; c < s.d; c++ {
 				got := float64(o[r*s.d+c].Float32())
@@ -180,13 +181,13 @@ func TestNonFiniteV(t *testing.T) {
 	s := sparseSpec{seed: 3, seqQ: []int{2}, seqK: []int{256}, hq: 1, hkv: 1, d: 64, topK: 2, blk: 128, causal: true,
 		qDt: "bf16", kvDt: "bf16", partial: tensor.Float32}
 	pr := buildSparse(s)
-	q2k := backing[int32](pr.q2k)
+	q2k := validate.Backing[int32](pr.q2k)
 	for i := range q2k {
 		q2k[i] = int32(i % 2)
 	}
-	backing[lowp.BFloat16](pr.v)[255*s.d+3] = bf16NaN
+	validate.Backing[lowp.BFloat16](pr.v)[255*s.d+3] = bf16NaN
 	res := runSparse(t, s, pr, 1, nil)
-	if got := backing[lowp.BFloat16](res.Out)[3].Float32(); !math.IsNaN(float64(got)) {
+	if got := validate.Backing[lowp.BFloat16](res.Out)[3].Float32(); !math.IsNaN(float64(got)) {
 		t.Fatalf("causally hidden NaN key in a read block: O[0][3] = %v, want NaN (docs/semantics.md)", got)
 	}
 }
@@ -198,7 +199,7 @@ func TestVNearBF16MaxOp(t *testing.T) {
 	s := sparseSpec{seed: 8, seqQ: []int{5, 4}, seqK: []int{300, 200}, hq: 4, hkv: 2, d: 64, topK: 3, blk: 128, causal: true,
 		qDt: "bf16", kvDt: "bf16", partial: tensor.Float32}
 	pr := buildSparse(s)
-	v := backing[lowp.BFloat16](pr.v)
+	v := validate.Backing[lowp.BFloat16](pr.v)
 	for i := range v {
 		if i%3 == 0 {
 			v[i] = big
@@ -207,7 +208,7 @@ func TestVNearBF16MaxOp(t *testing.T) {
 		}
 	}
 	pr.ref.v = func(b, h, tok int) []float64 {
-		r := (int(backing[int32](pr.cuK)[b])+tok)*s.hkv + h
+		r := (int(validate.Backing[int32](pr.cuK)[b])+tok)*s.hkv + h
 		out := make([]float64, s.d)
 		for c := range out {
 			out[c] = float64(v[r*s.d+c].Float32())
@@ -216,7 +217,7 @@ func TestVNearBF16MaxOp(t *testing.T) {
 	}
 	pr.maxV = float64(big.Float32())
 	res := runSparse(t, s, pr, 2, nil)
-	for i, x := range backing[lowp.BFloat16](res.Out) {
+	for i, x := range validate.Backing[lowp.BFloat16](res.Out) {
 		if f := float64(x.Float32()); math.IsInf(f, 0) || math.IsNaN(f) {
 			t.Fatalf("prefill O[%d] = %v", i, f)
 		}
@@ -225,7 +226,7 @@ func TestVNearBF16MaxOp(t *testing.T) {
 
 	ds := misuseSpec()
 	dpr := buildDecode(ds)
-	dv := backing[lowp.BFloat16](dpr.v)
+	dv := validate.Backing[lowp.BFloat16](dpr.v)
 	for i := range dv {
 		if i%2 == 0 {
 			dv[i] = big
@@ -234,7 +235,7 @@ func TestVNearBF16MaxOp(t *testing.T) {
 	}
 	dpr.maxV = float64(big.Float32())
 	dres := runDecodeSpec(t, ds, dpr)
-	for i, x := range backing[lowp.BFloat16](dres.Out) {
+	for i, x := range validate.Backing[lowp.BFloat16](dres.Out) {
 		if f := float64(x.Float32()); math.IsInf(f, 0) || math.IsNaN(f) {
 			t.Fatalf("decode O[%d] = %v", i, f)
 		}

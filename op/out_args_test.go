@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 
@@ -23,11 +24,11 @@ func TestSparseOutArgs(t *testing.T) {
 		}
 		shape := want.Out.Shape()
 		out, lse := bf16T(shape...), tensor.New(tensor.WithShape(shape[0], shape[1]), tensor.Of(tensor.Float32))
-		for i := range backing[lowp.BFloat16](out) {
-			backing[lowp.BFloat16](out)[i] = lowp.BF16(float32(i))
+		for i := range validate.Backing[lowp.BFloat16](out) {
+			validate.Backing[lowp.BFloat16](out)[i] = lowp.BF16(float32(i))
 		}
-		for i := range backing[float32](lse) {
-			backing[float32](lse)[i] = float32(math.NaN())
+		for i := range validate.Backing[float32](lse) {
+			validate.Backing[float32](lse)[i] = float32(math.NaN())
 		}
 		args := c.args
 		args.Out, args.OutLSE = out, lse
@@ -39,13 +40,13 @@ func TestSparseOutArgs(t *testing.T) {
 			if got.Out != out || got.LSE != lse {
 				t.Fatalf("paged=%v call %d: Result.Out/LSE are not the given tensors", paged, call)
 			}
-			wo, go_ := backing[lowp.BFloat16](want.Out), backing[lowp.BFloat16](out)
+			wo, go_ := validate.Backing[lowp.BFloat16](want.Out), validate.Backing[lowp.BFloat16](out)
 			for i := range wo {
 				if wo[i] != go_[i] {
 					t.Fatalf("paged=%v call %d: Out[%d] = %v, want %v", paged, call, i, go_[i].Float32(), wo[i].Float32())
 				}
 			}
-			wl, gl := backing[float32](want.LSE), backing[float32](lse)
+			wl, gl := validate.Backing[float32](want.LSE), validate.Backing[float32](lse)
 			for i := range wl {
 				if math.Float32bits(wl[i]) != math.Float32bits(gl[i]) {
 					t.Fatalf("paged=%v call %d: LSE[%d] = %v, want %v", paged, call, i, gl[i], wl[i])
@@ -84,10 +85,10 @@ func TestSparseOutArgsRejected(t *testing.T) {
 		return v.(*tensor.Dense)
 	}
 	// An Out on q's storage: q is [total_q, Hq, D] BF16 too.
-	onQ := tensor.New(tensor.WithShape(tq, hq, d), tensor.WithBacking(backing[lowp.BFloat16](c.q.(*tensor.Dense))))
+	onQ := tensor.New(tensor.WithShape(tq, hq, d), tensor.WithBacking(validate.Backing[lowp.BFloat16](c.q.(*tensor.Dense))))
 	out := bf16T(tq, hq, d)
 	lseOnOut := tensor.New(tensor.WithShape(tq, hq),
-		tensor.WithBacking(unsafe.Slice((*float32)(unsafe.Pointer(&backing[lowp.BFloat16](out)[0])), tq*hq)))
+		tensor.WithBacking(unsafe.Slice((*float32)(unsafe.Pointer(&validate.Backing[lowp.BFloat16](out)[0])), tq*hq)))
 	onCuQ := tensor.New(tensor.WithShape(tq, hq), tensor.WithBacking(make([]float32, tq*hq)))
 	cases := []struct {
 		name     string
@@ -106,8 +107,8 @@ func TestSparseOutArgsRejected(t *testing.T) {
 	for _, tc := range cases {
 		args := c.args
 		if tc.name == "lse on cu_seqlens_q" {
-			args.CuSeqlensQ = tensor.New(tensor.WithShape(3), tensor.WithBacking(unsafe.Slice((*int32)(unsafe.Pointer(&backing[float32](onCuQ)[0])), 3)))
-			copy(backing[int32](args.CuSeqlensQ.(*tensor.Dense)), backing[int32](c.args.CuSeqlensQ.(*tensor.Dense)))
+			args.CuSeqlensQ = tensor.New(tensor.WithShape(3), tensor.WithBacking(unsafe.Slice((*int32)(unsafe.Pointer(&validate.Backing[float32](onCuQ)[0])), 3)))
+			copy(validate.Backing[int32](args.CuSeqlensQ.(*tensor.Dense)), validate.Backing[int32](c.args.CuSeqlensQ.(*tensor.Dense)))
 		}
 		args.Out, args.OutLSE = tc.out, tc.lse
 		_, err := SparseAttentionFunc(c.q, c.k, c.v, c.rp, c.qi, c.topK, args)

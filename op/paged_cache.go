@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 
@@ -32,74 +33,74 @@ import (
 // given (SparseArgs.KVLayout, DecodeArgs.KVLayout).
 func WritePagedKVFunc(cache, newKV, pageTable, cuSeqlensNew, seqUsedK tensor.Tensor, layout PagedLayout) error {
 	const fn = "WritePagedKVFunc"
-	c := &checker{fn: fn}
-	if checkLayout(c, layout, true); c.err != nil {
-		return c.err
+	c := &validate.Checker{Fn: fn}
+	if checkLayout(c, layout, true); c.Err != nil {
+		return c.Err
 	}
-	if present(cache) {
+	if validate.Present(cache) {
 		if d, ok := cache.(*tensor.Dense); ok && d.IsMaterializable() {
-			return argErr(fn, "cache", "a tensor that owns its storage (it is written in place)", "a view")
+			return validate.ArgErr(fn, "cache", "a tensor that owns its storage (it is written in place)", "a view")
 		}
 	}
-	cd := c.dense(cache, "cache")
-	nd := c.dense(newKV, "new_kv")
-	pt := c.dense(pageTable, "page_table")
-	cu := c.dense(cuSeqlensNew, "cu_seqlens_new")
-	su := c.dense(seqUsedK, "seqused_k")
-	c.dtype(cd, "cache", BFloat16, Float8E4M3FN)
+	cd := c.Dense(cache, "cache")
+	nd := c.Dense(newKV, "new_kv")
+	pt := c.Dense(pageTable, "page_table")
+	cu := c.Dense(cuSeqlensNew, "cu_seqlens_new")
+	su := c.Dense(seqUsedK, "seqused_k")
+	c.Dtype(cd, "cache", BFloat16, Float8E4M3FN)
 	if cd != nil {
-		c.dtype(nd, "new_kv", cd.Dtype())
+		c.Dtype(nd, "new_kv", cd.Dtype())
 	}
-	c.dtype(pt, "page_table", tensor.Int32)
-	c.dtype(cu, "cu_seqlens_new", tensor.Int32)
-	c.dtype(su, "seqused_k", tensor.Int32)
-	c.rank(cd, "cache", layout.shape("D"), 4)
-	c.rank(nd, "new_kv", "[total_new, Hkv, D]", 3)
-	c.rank(pt, "page_table", "[B, max_num_pages_per_seq]", 2)
-	c.rank(cu, "cu_seqlens_new", "[B+1]", 1)
-	c.rank(su, "seqused_k", "[B]", 1)
-	if c.err != nil {
-		return c.err
+	c.Dtype(pt, "page_table", tensor.Int32)
+	c.Dtype(cu, "cu_seqlens_new", tensor.Int32)
+	c.Dtype(su, "seqused_k", tensor.Int32)
+	c.Rank(cd, "cache", layout.shape("D"), 4)
+	c.Rank(nd, "new_kv", "[total_new, Hkv, D]", 3)
+	c.Rank(pt, "page_table", "[B, max_num_pages_per_seq]", 2)
+	c.Rank(cu, "cu_seqlens_new", "[B+1]", 1)
+	c.Rank(su, "seqused_k", "[B]", 1)
+	if c.Err != nil {
+		return c.Err
 	}
 	cs := cd.Shape()
 	numPages, d := cs[0], cs[3]
 	hkv, ps := layout.dims(cs)
 	batch, cols := pt.Shape()[0], pt.Shape()[1]
-	c.need(cu.Shape()[0] == batch+1, "cu_seqlens_new", fmt.Sprintf("shape [B+1] = [%d]", batch+1), shapeStr(cu))
-	c.need(su.Shape()[0] == batch, "seqused_k", fmt.Sprintf("shape [B] = [%d]", batch), shapeStr(su))
+	c.Need(cu.Shape()[0] == batch+1, "cu_seqlens_new", fmt.Sprintf("shape [B+1] = [%d]", batch+1), validate.ShapeStr(cu))
+	c.Need(su.Shape()[0] == batch, "seqused_k", fmt.Sprintf("shape [B] = [%d]", batch), validate.ShapeStr(su))
 	ns := nd.Shape()
-	c.need(ns[1] == hkv && ns[2] == d, "new_kv", fmt.Sprintf("shape [total_new, Hkv, D] = [total_new, %d, %d] (cache %s, %v layout)", hkv, d, shapeStr(cd), layout), shapeStr(nd))
-	if c.err != nil {
-		return c.err
+	c.Need(ns[1] == hkv && ns[2] == d, "new_kv", fmt.Sprintf("shape [total_new, Hkv, D] = [total_new, %d, %d] (cache %s, %v layout)", hkv, d, validate.ShapeStr(cd), layout), validate.ShapeStr(nd))
+	if c.Err != nil {
+		return c.Err
 	}
-	cuv, used, ptv := int32s(cu), int32s(su), int32s(pt)
-	c.need(cuv[0] == 0, "cu_seqlens_new[0]", "0", cuv[0])
-	c.need(int(cuv[batch]) == ns[0], fmt.Sprintf("cu_seqlens_new[%d]", batch), fmt.Sprintf("total_new = new_kv.shape[0] = %d", ns[0]), cuv[batch])
-	for b := 0; b < batch && c.err == nil; b++ {
-		c.need(cuv[b+1] >= cuv[b], fmt.Sprintf("cu_seqlens_new[%d]", b+1), fmt.Sprintf("non-decreasing (>= %d)", cuv[b]), cuv[b+1])
+	cuv, used, ptv := validate.Int32s(cu), validate.Int32s(su), validate.Int32s(pt)
+	c.Need(cuv[0] == 0, "cu_seqlens_new[0]", "0", cuv[0])
+	c.Need(int(cuv[batch]) == ns[0], fmt.Sprintf("cu_seqlens_new[%d]", batch), fmt.Sprintf("total_new = new_kv.shape[0] = %d", ns[0]), cuv[batch])
+	for b := 0; b < batch && c.Err == nil; b++ {
+		c.Need(cuv[b+1] >= cuv[b], fmt.Sprintf("cu_seqlens_new[%d]", b+1), fmt.Sprintf("non-decreasing (>= %d)", cuv[b]), cuv[b+1])
 	}
-	if c.err != nil {
-		return c.err
+	if c.Err != nil {
+		return c.Err
 	}
-	capacity := mulCap(1<<62, cols, ps)
+	capacity := validate.MulCap(1<<62, cols, ps)
 	// dst[r] is the cache row of head 0 of new row r.
 	dst := make([]int, ns[0])
 	seen := make(map[int]int, ns[0])
 	for b := 0; b < batch; b++ {
 		n := int(cuv[b+1] - cuv[b])
 		if int(used[b]) < n || (capacity >= 0 && int(used[b]) > capacity) {
-			return argErr(fn, fmt.Sprintf("seqused_k[%d]", b),
+			return validate.ArgErr(fn, fmt.Sprintf("seqused_k[%d]", b),
 				fmt.Sprintf("n_b = %d <= seqused_k <= max_num_pages_per_seq * page_size = %d", n, capacity), used[b])
 		}
 		for i := 0; i < n; i++ {
 			pos := int(used[b]) - n + i
 			page := int(ptv[b*cols+pos/ps])
 			if page < 0 || page >= numPages {
-				return argErr(fn, fmt.Sprintf("page_table[%d, %d]", b, pos/ps), fmt.Sprintf("a page in [0, %d)", numPages), page)
+				return validate.ArgErr(fn, fmt.Sprintf("page_table[%d, %d]", b, pos/ps), fmt.Sprintf("a page in [0, %d)", numPages), page)
 			}
 			row := kvRow(layout, page, pos%ps, hkv, ps)
 			if prev, dup := seen[row]; dup {
-				return argErr(fn, "page_table", fmt.Sprintf("distinct cache positions for the new rows (rows %d and %d both map to page %d slot %d)", prev, int(cuv[b])+i, page, pos%ps), "a collision")
+				return validate.ArgErr(fn, "page_table", fmt.Sprintf("distinct cache positions for the new rows (rows %d and %d both map to page %d slot %d)", prev, int(cuv[b])+i, page, pos%ps), "a collision")
 			}
 			seen[row] = int(cuv[b]) + i
 			dst[int(cuv[b])+i] = row
@@ -114,10 +115,10 @@ func WritePagedKVFunc(cache, newKV, pageTable, cuSeqlensNew, seqUsedK tensor.Ten
 // first+r at cache row dst[r] + h*headStride for every head h.
 func scatterKV(cache, nw *tensor.Dense, first int, dst []int, l PagedLayout, hkv, ps, d int) {
 	if cache.Dtype() == BFloat16 {
-		scatterRows(backing[lowp.BFloat16](cache), backing[lowp.BFloat16](nw)[first*hkv*d:], dst, hkv, headStride(l, ps), d)
+		scatterRows(validate.Backing[lowp.BFloat16](cache), validate.Backing[lowp.BFloat16](nw)[first*hkv*d:], dst, hkv, headStride(l, ps), d)
 		return
 	}
-	scatterRows(backing[lowp.Float8E4M3FN](cache), backing[lowp.Float8E4M3FN](nw)[first*hkv*d:], dst, hkv, headStride(l, ps), d)
+	scatterRows(validate.Backing[lowp.Float8E4M3FN](cache), validate.Backing[lowp.Float8E4M3FN](nw)[first*hkv*d:], dst, hkv, headStride(l, ps), d)
 }
 
 // kvRow is the cache row of head 0 at slot of page in the given layout.

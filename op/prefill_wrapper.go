@@ -5,6 +5,9 @@ import (
 	"sync/atomic"
 
 	"github.com/sparseattn/msa/kernels/tile"
+	"github.com/sparseattn/msa/op/internal/blocks"
+	"github.com/sparseattn/msa/op/internal/decode"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 
@@ -67,7 +70,7 @@ type PagedPrefillWrapper struct {
 // pageSize tokens (1 to 128: the sparse kernels' key block).
 func NewPagedPrefillWrapper(pageSize int) (*PagedPrefillWrapper, error) {
 	if pageSize < 1 || pageSize > tile.BlockN {
-		return nil, argErr("NewPagedPrefillWrapper", "page_size", fmt.Sprintf("1 <= page_size <= %d (a page is a key block of the sparse kernels)", tile.BlockN), pageSize)
+		return nil, validate.ArgErr("NewPagedPrefillWrapper", "page_size", fmt.Sprintf("1 <= page_size <= %d (a page is a key block of the sparse kernels)", tile.BlockN), pageSize)
 	}
 	return &PagedPrefillWrapper{pageSize: pageSize}, nil
 }
@@ -83,29 +86,29 @@ func (w *PagedPrefillWrapper) Plan(args PrefillPlanArgs, q2kIndices tensor.Tenso
 	}
 	defer w.busy.Store(false)
 	w.planned = false
-	c := &checker{fn: fn}
-	c.need(args.NumQOHeads > 0 && args.NumKVHeads > 0 && args.HeadDim > 0 && args.NumQOHeads%args.NumKVHeads == 0,
+	c := &validate.Checker{Fn: fn}
+	c.Need(args.NumQOHeads > 0 && args.NumKVHeads > 0 && args.HeadDim > 0 && args.NumQOHeads%args.NumKVHeads == 0,
 		"num_qo_heads/num_kv_heads/head_dim", "positive values with num_qo_heads divisible by num_kv_heads",
 		fmt.Sprintf("%d/%d/%d", args.NumQOHeads, args.NumKVHeads, args.HeadDim))
 	checkLayout(c, args.KVLayout, true)
-	cuQ := cuSeqlens(c, args.CuSeqlensQ, "cu_seqlens_q", -1, "")
-	pt, su := pageTableArgs(c, args.PageTable, args.SeqUsedK)
-	if c.err != nil {
-		return c.err
+	cuQ := validate.CuSeqlens(c, args.CuSeqlensQ, "cu_seqlens_q", -1, "")
+	pt, su := decode.PageTableArgs(c, args.PageTable, args.SeqUsedK)
+	if c.Err != nil {
+		return c.Err
 	}
 	batch, cols := len(cuQ)-1, pt.Shape()[1]
-	c.need(pt.Shape()[0] == batch, "page_table", fmt.Sprintf("shape [B = %d, max_num_pages_per_seq]", batch), shapeStr(pt))
-	c.need(su.Shape()[0] == batch, "seqused_k", fmt.Sprintf("shape [B] = [%d]", batch), shapeStr(su))
-	if !pageCapacity(c, cols, w.pageSize) {
-		return c.err
+	c.Need(pt.Shape()[0] == batch, "page_table", fmt.Sprintf("shape [B = %d, max_num_pages_per_seq]", batch), validate.ShapeStr(pt))
+	c.Need(su.Shape()[0] == batch, "seqused_k", fmt.Sprintf("shape [B] = [%d]", batch), validate.ShapeStr(su))
+	if !validate.PageCapacity(c, cols, w.pageSize) {
+		return c.Err
 	}
-	used := int32s(su)
+	used := validate.Int32s(su)
 	cuK := make([]int32, batch+1)
 	maxK := 0
 	for b, n := range used {
 		if n < 0 || int(n) > cols*w.pageSize {
-			c.fail(fmt.Sprintf("seqused_k[%d]", b), fmt.Sprintf("0 <= seqused_k <= max_num_pages_per_seq * page_size = %d", cols*w.pageSize), n)
-			return c.err
+			c.Fail(fmt.Sprintf("seqused_k[%d]", b), fmt.Sprintf("0 <= seqused_k <= max_num_pages_per_seq * page_size = %d", cols*w.pageSize), n)
+			return c.Err
 		}
 		cuK[b+1] = cuK[b] + n
 		maxK = max(maxK, int(n))
@@ -124,8 +127,8 @@ func (w *PagedPrefillWrapper) Plan(args PrefillPlanArgs, q2kIndices tensor.Tenso
 	if err != nil {
 		return inStage(fn, err)
 	}
-	w.pt, w.su = append(w.pt[:0], int32s(pt)...), append(w.su[:0], used...)
-	w.src.pt, w.src.su, w.cols = int32s(pt), used, cols
+	w.pt, w.su = append(w.pt[:0], validate.Int32s(pt)...), append(w.su[:0], used...)
+	w.src.pt, w.src.su, w.cols = validate.Int32s(pt), used, cols
 	w.args = SparseArgs{CuSeqlensQ: args.CuSeqlensQ, CuSeqlensK: cuKT, BlkKV: w.pageSize, Causal: args.Causal,
 		SoftmaxScale: args.SoftmaxScale, PartialDtype: args.PartialDtype, PageTable: tensor.New(tensor.WithShape(batch, cols), tensor.WithBacking(w.pt)),
 		SeqUsedK: tensor.New(tensor.WithShape(batch), tensor.WithBacking(w.su)), KVLayout: args.KVLayout,
@@ -138,16 +141,16 @@ func (w *PagedPrefillWrapper) Plan(args PrefillPlanArgs, q2kIndices tensor.Tenso
 // blockLists returns the q2k_indices of the plan: every page each query
 // can see (q2kIndices nil) or q2kIndices itself, and its topK.
 func (w *PagedPrefillWrapper) blockLists(fn string, q2kIndices tensor.Tensor, cuQ, used []int32, maxK int, args PrefillPlanArgs) (tensor.Tensor, int, error) {
-	if present(q2kIndices) {
-		c := &checker{fn: fn}
-		qd := c.dense(q2kIndices, "q2k_indices")
-		c.rank(qd, "q2k_indices", "[Hkv, total_q, topK]", 3)
-		if c.err == nil {
+	if validate.Present(q2kIndices) {
+		c := &validate.Checker{Fn: fn}
+		qd := c.Dense(q2kIndices, "q2k_indices")
+		c.Rank(qd, "q2k_indices", "[Hkv, total_q, topK]", 3)
+		if c.Err == nil {
 			want := fmt.Sprintf("[Hkv = num_kv_heads = %d, total_q = %d, topK]", args.NumKVHeads, cuQ[len(cuQ)-1])
-			c.need(qd.Shape()[0] == args.NumKVHeads && qd.Shape()[1] == int(cuQ[len(cuQ)-1]), "q2k_indices", want, shapeStr(qd))
+			c.Need(qd.Shape()[0] == args.NumKVHeads && qd.Shape()[1] == int(cuQ[len(cuQ)-1]), "q2k_indices", want, validate.ShapeStr(qd))
 		}
-		if c.err != nil {
-			return nil, 0, c.err
+		if c.Err != nil {
+			return nil, 0, c.Err
 		}
 		return q2kIndices, qd.Shape()[2], nil
 	}
@@ -160,7 +163,7 @@ func (w *PagedPrefillWrapper) blockLists(fn string, q2kIndices tensor.Tensor, cu
 		return nil, 0, err
 	}
 	q2k := make([]int32, args.NumKVHeads*totalQ*topK)
-	allBlocks(q2k, cuQ, used, args.NumKVHeads, topK, w.pageSize, args.Causal)
+	blocks.All(q2k, cuQ, used, args.NumKVHeads, topK, w.pageSize, args.Causal)
 	return tensor.New(tensor.WithShape(args.NumKVHeads, totalQ, topK), tensor.WithBacking(q2k)), topK, nil
 }
 
@@ -174,14 +177,14 @@ func (w *PagedPrefillWrapper) Run(q, k, v tensor.Tensor, softmaxScale float64) (
 	}
 	defer w.busy.Store(false)
 	if !w.planned {
-		return nil, argErr(fn, "wrapper", "a planned wrapper (call Plan before Run)", "unplanned")
+		return nil, validate.ArgErr(fn, "wrapper", "a planned wrapper (call Plan before Run)", "unplanned")
 	}
-	if err := staleMeta(fn, w.src.su, w.su, w.src.pt, w.pt, w.cols); err != nil {
+	if err := decode.StaleMeta(fn, w.src.su, w.su, w.src.pt, w.pt, w.cols); err != nil {
 		return nil, err
 	}
-	if present(q) {
+	if validate.Present(q) {
 		if qd, ok := q.(*tensor.Dense); ok && qd.Dims() == 3 && (qd.Shape()[1] != w.hq || qd.Shape()[2] != w.d) {
-			return nil, argErr(fn, "q", fmt.Sprintf("[total_q, Hq = %d, D = %d] as planned", w.hq, w.d), shapeStr(qd))
+			return nil, validate.ArgErr(fn, "q", fmt.Sprintf("[total_q, Hq = %d, D = %d] as planned", w.hq, w.d), validate.ShapeStr(qd))
 		}
 	}
 	args := w.args

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 
@@ -92,7 +93,7 @@ func TestPagedPrefillWrapperRefusals(t *testing.T) {
 	if err := w.Plan(prefillArgs(s, pr), nil); err != nil {
 		t.Fatal(err)
 	}
-	su := int32s(pr.seqused)
+	su := validate.Int32s(pr.seqused)
 	su[1]--
 	var stale *StalePlanError
 	if _, err := w.Run(pr.q, pr.k, pr.v, 0); !errors.As(err, &stale) || stale.Arg != "seqused_k[1]" {

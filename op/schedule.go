@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/sparseattn/msa/kernels/plan"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 
@@ -67,7 +68,7 @@ func (s *Schedule) Capacity() int { return s.s.Capacity }
 
 func (s *Schedule) validate(fn string, csr *plan.CSR, rows *plan.Rows, cuQ []int32, p plan.FwdParams) error {
 	if err := plan.ValidateFwdSchedule(&s.s, csr, rows, cuQ, p); err != nil {
-		return wrapArg(fn, "schedule", err)
+		return validate.WrapArg(fn, "schedule", err)
 	}
 	return nil
 }
@@ -94,30 +95,30 @@ type ScheduleArgs struct {
 // the same Workers.
 func FwdScheduleFunc(k2qRowPtr, k2qQIndices tensor.Tensor, args ScheduleArgs) (*Schedule, error) {
 	const fn = "FwdScheduleFunc"
-	c := &checker{fn: fn}
-	cuQ := cuSeqlens(c, args.CuSeqlensQ, "cu_seqlens_q", args.TotalQ, fmt.Sprintf("total_q = %d", args.TotalQ))
-	cuK := cuSeqlens(c, args.CuSeqlensK, "cu_seqlens_k", -1, "")
+	c := &validate.Checker{Fn: fn}
+	cuQ := validate.CuSeqlens(c, args.CuSeqlensQ, "cu_seqlens_q", args.TotalQ, fmt.Sprintf("total_q = %d", args.TotalQ))
+	cuK := validate.CuSeqlens(c, args.CuSeqlensK, "cu_seqlens_k", -1, "")
 	rp, qi := csrTensors(c, k2qRowPtr, k2qQIndices)
-	if c.err != nil {
-		return nil, c.err
+	if c.Err != nil {
+		return nil, c.Err
 	}
-	c.need(len(cuK) == len(cuQ), "cu_seqlens_k", fmt.Sprintf("shape [B + 1] = [%d] matching cu_seqlens_q", len(cuQ)), len(cuK))
-	c.need(args.TotalQ >= 0, "TotalQ", ">= 0", args.TotalQ)
-	c.need(args.TopK >= 1 && args.TopK <= maxTopK, "topK", fmt.Sprintf("1 <= topK <= %d", maxTopK), args.TopK)
-	c.need(slices.Contains(supportedQheadPerKV, args.QheadPerKV), "qhead_per_kv", "one of 1, 2, 4, 8, 16", args.QheadPerKV)
+	c.Need(len(cuK) == len(cuQ), "cu_seqlens_k", fmt.Sprintf("shape [B + 1] = [%d] matching cu_seqlens_q", len(cuQ)), len(cuK))
+	c.Need(args.TotalQ >= 0, "TotalQ", ">= 0", args.TotalQ)
+	c.Need(args.TopK >= 1 && args.TopK <= validate.MaxTopK, "topK", fmt.Sprintf("1 <= topK <= %d", validate.MaxTopK), args.TopK)
+	c.Need(slices.Contains(supportedQheadPerKV, args.QheadPerKV), "qhead_per_kv", "one of 1, 2, 4, 8, 16", args.QheadPerKV)
 	blk := args.BlkKV
 	if blk == 0 {
 		blk = 128
 	}
-	c.need(blk >= 1 && blk <= 128, "blk_kv", "1 <= blk_kv <= 128", blk)
+	c.Need(blk >= 1 && blk <= 128, "blk_kv", "1 <= blk_kv <= 128", blk)
 	hkv := 0
-	if c.err == nil {
+	if c.Err == nil {
 		hkv = rp.Shape()[0]
-		c.need(qi.Shape()[0] == hkv && hkv >= 1, "k2q_q_indices", fmt.Sprintf("leading dimension Hkv = %d", hkv), shapeStr(qi))
-		c.need(qi.Shape()[1] >= args.TotalQ*args.TopK, "k2q_q_indices", fmt.Sprintf("shape[1] >= total_q * topK = %d", args.TotalQ*args.TopK), qi.Shape()[1])
+		c.Need(qi.Shape()[0] == hkv && hkv >= 1, "k2q_q_indices", fmt.Sprintf("leading dimension Hkv = %d", hkv), validate.ShapeStr(qi))
+		c.Need(qi.Shape()[1] >= args.TotalQ*args.TopK, "k2q_q_indices", fmt.Sprintf("shape[1] >= total_q * topK = %d", args.TotalQ*args.TopK), qi.Shape()[1])
 	}
-	if c.err != nil {
-		return nil, c.err
+	if c.Err != nil {
+		return nil, c.Err
 	}
 	rows, err := csrRows(fn, rp, cuK, blk)
 	if err != nil {
@@ -127,10 +128,10 @@ func FwdScheduleFunc(k2qRowPtr, k2qQIndices tensor.Tensor, args ScheduleArgs) (*
 	if err != nil {
 		return nil, err
 	}
-	p := plan.FwdParams{TotalQ: args.TotalQ, Hkv: hkv, QheadPerKV: args.QheadPerKV, TopK: args.TopK, BlkKV: blk, Workers: workers(args.Workers)}
+	p := plan.FwdParams{TotalQ: args.TotalQ, Hkv: hkv, QheadPerKV: args.QheadPerKV, TopK: args.TopK, BlkKV: blk, Workers: validate.WorkerCount(args.Workers)}
 	s, err := plan.BuildFwdSchedule(nil, &csr, rows, cuQ, p)
 	if err != nil {
-		return nil, wrapArg(fn, "schedule", err)
+		return nil, validate.WrapArg(fn, "schedule", err)
 	}
 	return &Schedule{s: *s, hkv: hkv}, nil
 }

@@ -2,12 +2,9 @@ package op
 
 import (
 	"fmt"
-	"math"
-	"runtime"
-	"slices"
-	"sync"
 
-	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/op/internal/selection"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 
@@ -80,196 +77,58 @@ type TopKConfig struct {
 	KeepLast bool
 }
 
-// blockScorer is a validated BlockScores request.
-type blockScorer struct {
-	totalQ, hq, hkv, d, blk, maxBlocks int
-	cuQ, cuK                           []int32
-	q, k                               *tensor.Dense
-	causal                             bool
-	scale                              float32
-	reduce                             HeadReduce
-	workers                            int
-}
-
-// selFloat32s decodes a float32, BFloat16 or Float8E4M3FN tensor.
-func selFloat32s(t *tensor.Dense) []float32 {
-	switch t.Dtype() {
-	case tensor.Float32:
-		return backing[float32](t)
-	case BFloat16:
-		src := backing[lowp.BFloat16](t)
-		dst := make([]float32, len(src))
-		lowp.DecodeBF16(dst, src)
-		return dst
-	default:
-		src := backing[lowp.Float8E4M3FN](t)
-		dst := make([]float32, len(src))
-		lowp.DecodeE4M3(dst, src)
-		return dst
-	}
-}
-
 // validateBlockScores checks q, k, cu_seqlens and the config. With derive,
 // MaxSeqlenK 0 is taken from cu_seqlens_k.
-func validateBlockScores(fn string, q, k, cuSeqlensQ, cuSeqlensK tensor.Tensor, cfg BlockScoreConfig, derive bool) (*blockScorer, error) {
-	c := &checker{fn: fn}
-	qd, kd := c.dense(q, "q"), c.dense(k, "k")
-	c.dtype(qd, "q", BFloat16, Float8E4M3FN, tensor.Float32)
-	c.dtype(kd, "k", BFloat16, Float8E4M3FN, tensor.Float32)
-	c.rank(qd, "q", "[total_q, Hq, D]", 3)
-	c.rank(kd, "k", "[total_k, Hkv, D]", 3)
-	if c.err != nil {
-		return nil, c.err
+func validateBlockScores(fn string, q, k, cuSeqlensQ, cuSeqlensK tensor.Tensor, cfg BlockScoreConfig, derive bool) (*selection.Scorer, error) {
+	c := &validate.Checker{Fn: fn}
+	qd, kd := c.Dense(q, "q"), c.Dense(k, "k")
+	c.Dtype(qd, "q", BFloat16, Float8E4M3FN, tensor.Float32)
+	c.Dtype(kd, "k", BFloat16, Float8E4M3FN, tensor.Float32)
+	c.Rank(qd, "q", "[total_q, Hq, D]", 3)
+	c.Rank(kd, "k", "[total_k, Hkv, D]", 3)
+	if c.Err != nil {
+		return nil, c.Err
 	}
 	qs, ks := qd.Shape(), kd.Shape()
-	s := &blockScorer{totalQ: qs[0], hq: qs[1], d: qs[2], hkv: ks[1], q: qd, k: kd,
-		causal: cfg.Causal, reduce: cfg.Reduce, workers: workers(cfg.Workers)}
-	c.need(s.d >= 1 && ks[2] == s.d, "k", fmt.Sprintf("head dimension D = %d (from q) >= 1", s.d), shapeStr(kd))
-	checkHeads(c, "q", qd, kd, s.hkv, true, func() string { return "the layout [total_k, Hkv, D]" })
-	c.need(cfg.Reduce == ReduceMax || cfg.Reduce == ReduceMean, "reduce", "ReduceMax or ReduceMean", cfg.Reduce)
-	if c.err != nil {
-		return nil, c.err
+	s := &selection.Scorer{TotalQ: qs[0], HQ: qs[1], D: qs[2], Hkv: ks[1], Q: qd, K: kd,
+		Causal: cfg.Causal, Mean: cfg.Reduce == ReduceMean, Workers: validate.WorkerCount(cfg.Workers)}
+	c.Need(s.D >= 1 && ks[2] == s.D, "k", fmt.Sprintf("head dimension D = %d (from q) >= 1", s.D), validate.ShapeStr(kd))
+	checkHeads(c, "q", qd, kd, s.Hkv, true, func() string { return "the layout [total_k, Hkv, D]" })
+	c.Need(cfg.Reduce == ReduceMax || cfg.Reduce == ReduceMean, "reduce", "ReduceMax or ReduceMean", cfg.Reduce)
+	if c.Err != nil {
+		return nil, c.Err
 	}
-	s.cuQ = cuSeqlens(c, cuSeqlensQ, "cu_seqlens_q", s.totalQ, fmt.Sprintf("total_q = %d", s.totalQ))
-	s.cuK = cuSeqlens(c, cuSeqlensK, "cu_seqlens_k", ks[0], fmt.Sprintf("total_k = %d", ks[0]))
-	if c.err != nil {
-		return nil, c.err
+	s.CuQ = validate.CuSeqlens(c, cuSeqlensQ, "cu_seqlens_q", s.TotalQ, fmt.Sprintf("total_q = %d", s.TotalQ))
+	s.CuK = validate.CuSeqlens(c, cuSeqlensK, "cu_seqlens_k", ks[0], fmt.Sprintf("total_k = %d", ks[0]))
+	if c.Err != nil {
+		return nil, c.Err
 	}
-	c.need(len(s.cuK) == len(s.cuQ), "cu_seqlens_k", fmt.Sprintf("shape [B + 1] = [%d] matching cu_seqlens_q", len(s.cuQ)), len(s.cuK))
-	s.blk = cfg.BlkKV
-	if s.blk == 0 {
-		s.blk = 128
+	c.Need(len(s.CuK) == len(s.CuQ), "cu_seqlens_k", fmt.Sprintf("shape [B + 1] = [%d] matching cu_seqlens_q", len(s.CuQ)), len(s.CuK))
+	s.Blk = cfg.BlkKV
+	if s.Blk == 0 {
+		s.Blk = 128
 	}
-	c.need(s.blk >= 1 && s.blk <= maxInt32, "blk_kv", fmt.Sprintf("1 <= blk_kv <= %d", maxInt32), s.blk)
-	s.scale = float32(resolveScale(c, cfg.SoftmaxScale, s.d))
-	if c.err != nil {
-		return nil, c.err
+	c.Need(s.Blk >= 1 && s.Blk <= validate.MaxInt32, "blk_kv", fmt.Sprintf("1 <= blk_kv <= %d", validate.MaxInt32), s.Blk)
+	s.Scale = float32(validate.ResolveScale(c, cfg.SoftmaxScale, s.D))
+	if c.Err != nil {
+		return nil, c.Err
 	}
 	longest := 0
-	for b := 0; b+1 < len(s.cuK); b++ {
-		longest = max(longest, int(s.cuK[b+1]-s.cuK[b]))
+	for b := 0; b+1 < len(s.CuK); b++ {
+		longest = max(longest, int(s.CuK[b+1]-s.CuK[b]))
 	}
 	maxK := cfg.MaxSeqlenK
 	if maxK == 0 && derive {
 		maxK = max(longest, 1)
 	}
-	c.need(maxK >= 1 && maxK <= max(ks[0], 1), "max_seqlen_k", fmt.Sprintf("1 <= max_seqlen_k <= total_k = k.shape[0] = %d", ks[0]), maxK)
-	c.need(longest <= maxK, "max_seqlen_k", fmt.Sprintf(">= the longest key sequence in cu_seqlens_k (%d)", longest), maxK)
-	s.maxBlocks = ceilDiv(maxK, s.blk)
-	if c.err == nil && mulCap(maxGraphValue, s.hkv, s.totalQ, s.maxBlocks) < 0 {
-		c.fail("max_seqlen_k", fmt.Sprintf("scores [Hkv, total_q, ceil(max_seqlen_k / blk_kv)] of at most %d elements", maxGraphValue),
-			fmt.Sprintf("[%d, %d, %d]", s.hkv, s.totalQ, s.maxBlocks))
+	c.Need(maxK >= 1 && maxK <= max(ks[0], 1), "max_seqlen_k", fmt.Sprintf("1 <= max_seqlen_k <= total_k = k.shape[0] = %d", ks[0]), maxK)
+	c.Need(longest <= maxK, "max_seqlen_k", fmt.Sprintf(">= the longest key sequence in cu_seqlens_k (%d)", longest), maxK)
+	s.MaxBlocks = validate.CeilDiv(maxK, s.Blk)
+	if c.Err == nil && validate.MulCap(maxGraphValue, s.Hkv, s.TotalQ, s.MaxBlocks) < 0 {
+		c.Fail("max_seqlen_k", fmt.Sprintf("scores [Hkv, total_q, ceil(max_seqlen_k / blk_kv)] of at most %d elements", maxGraphValue),
+			fmt.Sprintf("[%d, %d, %d]", s.Hkv, s.TotalQ, s.MaxBlocks))
 	}
-	return s, c.err
-}
-
-// run computes the scores [Hkv][total_q][max_blocks].
-func (s *blockScorer) run() []float32 {
-	out := make([]float32, s.hkv*s.totalQ*s.maxBlocks)
-	ninf := float32(math.Inf(-1))
-	for i := range out {
-		out[i] = ninf
-	}
-	q, k := selFloat32s(s.q), selFloat32s(s.k)
-	d, hkv, hq, blk := s.d, s.hkv, s.hq, s.blk
-	qpk := hq / hkv
-	batch := len(s.cuQ) - 1
-	// Mean keys per (sequence, block, head): [b][j][h][D], float32 sums in
-	// token order (deterministic).
-	meanOff := make([]int, batch+1)
-	for b := 0; b < batch; b++ {
-		nb := (int(s.cuK[b+1]-s.cuK[b]) + blk - 1) / blk
-		meanOff[b+1] = meanOff[b] + nb
-	}
-	means := make([]float32, meanOff[batch]*hkv*d)
-	for b := 0; b < batch; b++ {
-		sk := int(s.cuK[b+1] - s.cuK[b])
-		for j := 0; j*blk < sk; j++ {
-			n := min(blk, sk-j*blk)
-			inv := 1 / float32(n)
-			for h := 0; h < hkv; h++ {
-				m := means[((meanOff[b]+j)*hkv+h)*d:][:d]
-				for t := j * blk; t < j*blk+n; t++ {
-					row := k[((int(s.cuK[b])+t)*hkv+h)*d:][:d]
-					for c, x := range row {
-						m[c] += x
-					}
-				}
-				for c := range m {
-					m[c] *= inv
-				}
-			}
-		}
-	}
-	// One task per (sequence, query row); rows are independent.
-	type task struct{ b, gq int }
-	tasks := make(chan task, 256)
-	var wg sync.WaitGroup
-	nw := max(1, min(s.workers, runtime.GOMAXPROCS(0), s.totalQ))
-	for w := 0; w < nw; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for tk := range tasks {
-				s.scoreRow(out, q, means[meanOff[tk.b]*hkv*d:], tk.b, tk.gq, qpk)
-			}
-		}()
-	}
-	for b := 0; b < batch; b++ {
-		for gq := int(s.cuQ[b]); gq < int(s.cuQ[b+1]); gq++ {
-			tasks <- task{b, gq}
-		}
-	}
-	close(tasks)
-	wg.Wait()
-	return out
-}
-
-// scoreRow fills the scores of one query row for every KV head.
-func (s *blockScorer) scoreRow(out, q, means []float32, b, gq, qpk int) {
-	d, hkv, blk := s.d, s.hkv, s.blk
-	sq := int(s.cuQ[b+1] - s.cuQ[b])
-	sk := int(s.cuK[b+1] - s.cuK[b])
-	nb := (sk + blk - 1) / blk
-	visible := nb
-	if s.causal {
-		last := gq - int(s.cuQ[b]) + sk - sq // last visible key
-		if last < 0 {
-			visible = 0
-		} else {
-			visible = min(nb, last/blk+1)
-		}
-	}
-	for h := 0; h < hkv; h++ {
-		dst := out[(h*s.totalQ+gq)*s.maxBlocks:][:s.maxBlocks]
-		for j := 0; j < visible; j++ {
-			m := means[(j*hkv+h)*d:][:d]
-			var acc float32
-			if s.reduce == ReduceMax {
-				acc = float32(math.Inf(-1))
-			}
-			for g := 0; g < qpk; g++ {
-				qr := q[(gq*s.hq+h*qpk+g)*d:][:d]
-				var dot float32
-				for c, x := range qr {
-					dot += x * m[c]
-				}
-				dot *= s.scale
-				if s.reduce == ReduceMax {
-					// NaN propagates: a NaN score is never selected.
-					if dot > acc || dot != dot {
-						acc = dot
-					}
-				} else {
-					acc += dot
-				}
-			}
-			if s.reduce == ReduceMean {
-				acc /= float32(qpk)
-			}
-			dst[j] = acc
-		}
-	}
+	return s, c.Err
 }
 
 // BlockScoresFunc rates every key block for every query and KV head (the
@@ -293,92 +152,21 @@ func BlockScoresFunc(q, k, cuSeqlensQ, cuSeqlensK tensor.Tensor, cfg BlockScoreC
 	if err != nil {
 		return nil, err
 	}
-	return tensor.New(tensor.WithShape(s.hkv, s.totalQ, s.maxBlocks), tensor.WithBacking(s.run())), nil
-}
-
-// selectable reports whether TopKBlocks may pick a block with score x: a
-// finite score (-inf marks an invisible block; NaN and +inf only arise from
-// non-finite inputs and are never selected).
-func selectable(x float32) bool { return !math.IsInf(float64(x), 0) && x == x }
-
-// better reports whether block a (score sa) ranks before block b (score
-// sb): higher score first, then lower block id.
-func better(sa float32, a int, sb float32, b int) bool {
-	return sa > sb || (sa == sb && a < b)
-}
-
-// topKRow selects the blocks of one score row into dst (len topK): forced
-// blocks first, then the best remaining scores (ties: lower block id),
-// then sorted ascending with -1 padding.
-func topKRow(dst []int32, row []float32, cfg TopKConfig) {
-	topK := len(dst)
-	n := 0
-	if cfg.KeepLast && n < topK {
-		for j := len(row) - 1; j >= 0; j-- {
-			if selectable(row[j]) {
-				dst[n] = int32(j)
-				n++
-				break
-			}
-		}
-	}
-	if cfg.KeepFirst && n < topK && len(row) > 0 && selectable(row[0]) && !slices.Contains(dst[:n], int32(0)) {
-		dst[n] = 0
-		n++
-	}
-	forced := n
-	// Insertion into a sorted list of the best topK-forced candidates.
-	for j, x := range row {
-		if !selectable(x) || slices.Contains(dst[:forced], int32(j)) {
-			continue
-		}
-		if n == topK && (forced == topK || !better(x, j, row[dst[n-1]], int(dst[n-1]))) {
-			continue
-		}
-		p := n
-		if n < topK {
-			n++
-		} else {
-			p = topK - 1
-		}
-		for p > forced && better(x, j, row[dst[p-1]], int(dst[p-1])) {
-			dst[p] = dst[p-1]
-			p--
-		}
-		dst[p] = int32(j)
-	}
-	// Ascending order, -1 padding.
-	for i := 1; i < n; i++ {
-		for p := i; p > 0 && dst[p] < dst[p-1]; p-- {
-			dst[p], dst[p-1] = dst[p-1], dst[p]
-		}
-	}
-	for i := n; i < topK; i++ {
-		dst[i] = -1
-	}
-}
-
-// topKBlocks runs topKRow over [rows][maxBlocks] scores.
-func topKBlocks(scores []float32, rows, maxBlocks, topK int, cfg TopKConfig) []int32 {
-	out := make([]int32, rows*topK)
-	for r := 0; r < rows; r++ {
-		topKRow(out[r*topK:(r+1)*topK], scores[r*maxBlocks:(r+1)*maxBlocks], cfg)
-	}
-	return out
+	return tensor.New(tensor.WithShape(s.Hkv, s.TotalQ, s.MaxBlocks), tensor.WithBacking(s.Run())), nil
 }
 
 // validateTopK checks the scores tensor and topK.
 func validateTopK(fn string, scores tensor.Tensor, topK int) (*tensor.Dense, error) {
-	c := &checker{fn: fn}
-	sd := c.dense(scores, "scores")
-	c.dtype(sd, "scores", tensor.Float32)
-	c.rank(sd, "scores", "[Hkv, total_q, max_blocks]", 3)
-	c.need(topK >= 1 && topK <= maxTopK, "topK", fmt.Sprintf("1 <= topK <= %d", maxTopK), topK)
-	if c.err != nil {
-		return nil, c.err
+	c := &validate.Checker{Fn: fn}
+	sd := c.Dense(scores, "scores")
+	c.Dtype(sd, "scores", tensor.Float32)
+	c.Rank(sd, "scores", "[Hkv, total_q, max_blocks]", 3)
+	c.Need(topK >= 1 && topK <= validate.MaxTopK, "topK", fmt.Sprintf("1 <= topK <= %d", validate.MaxTopK), topK)
+	if c.Err != nil {
+		return nil, c.Err
 	}
-	c.need(sd.Shape()[0] >= 1, "scores", "Hkv >= 1", shapeStr(sd))
-	return sd, c.err
+	c.Need(sd.Shape()[0] >= 1, "scores", "Hkv >= 1", validate.ShapeStr(sd))
+	return sd, c.Err
 }
 
 // TopKBlocksFunc selects up to topK blocks per (KV head, query) from
@@ -395,6 +183,6 @@ func TopKBlocksFunc(scores tensor.Tensor, topK int, cfg TopKConfig) (*tensor.Den
 		return nil, err
 	}
 	s := sd.Shape()
-	out := topKBlocks(backing[float32](sd), s[0]*s[1], s[2], topK, cfg)
+	out := selection.TopK(validate.Backing[float32](sd), s[0]*s[1], s[2], topK, cfg.KeepFirst, cfg.KeepLast)
 	return tensor.New(tensor.WithShape(s[0], s[1], topK), tensor.WithBacking(out)), nil
 }

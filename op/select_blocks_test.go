@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/sparseattn/msa/op/internal/blocks"
+	"github.com/sparseattn/msa/op/internal/validate"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
@@ -115,7 +117,7 @@ func TestOneCallGradients(t *testing.T) {
 	}
 	dense := &Selection{TopK: 5, BlkKV: 64, Causal: true, cuQ: cuQ, cuK: cuK, workers: 2}
 	q2k := make([]int32, 2*10*dense.TopK)
-	allBlocks(q2k, int32s(cuQ), []int32{300, 200}, 2, dense.TopK, 64, true)
+	blocks.All(q2k, validate.Int32s(cuQ), []int32{300, 200}, 2, dense.TopK, 64, true)
 	dense.Q2K = tensor.New(tensor.WithShape(2, 10, dense.TopK), tensor.WithBacking(q2k))
 	if dense.RowPtr, dense.QIndices, err = K2QCSRFunc(dense.Q2K, cuQ, cuK, 64); err != nil {
 		t.Fatal(err)

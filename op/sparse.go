@@ -6,6 +6,7 @@ import (
 
 	"github.com/sparseattn/msa/kernels/attn"
 	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 
@@ -132,13 +133,13 @@ func (sc *sparseCall) run(ws *attn.Workspace, pool *attn.Pool) *Result {
 	var o []lowp.BFloat16
 	var lse []float32
 	if res.Out != nil {
-		o = backing[lowp.BFloat16](res.Out)
+		o = validate.Backing[lowp.BFloat16](res.Out)
 	} else {
 		o = make([]lowp.BFloat16, p.TotalQ*p.HQ*p.D)
 		res.Out = tensor.New(tensor.WithShape(p.TotalQ, p.HQ, p.D), tensor.WithBacking(o))
 	}
 	if res.LSE != nil {
-		lse = backing[float32](res.LSE)
+		lse = validate.Backing[float32](res.LSE)
 	} else {
 		lse = make([]float32, p.TotalQ*p.HQ)
 		res.LSE = tensor.New(tensor.WithShape(p.TotalQ, p.HQ), tensor.WithBacking(lse))

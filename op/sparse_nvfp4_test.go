@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 
@@ -37,7 +38,7 @@ func TestSparseNVFP4(t *testing.T) {
 // whose first cols columns hold t's scales.
 func widenScales(t *tensor.Dense, cols, width int) *tensor.Dense {
 	rows := t.Shape()[0]
-	src := backing[uint8](t)
+	src := validate.Backing[uint8](t)
 	dst := make([]uint8, rows*width)
 	for i := range dst {
 		dst[i] = 0x7e // e4m3 448: a junk scale far from the real ones
@@ -73,7 +74,7 @@ func TestNVFP4ScaleWidth(t *testing.T) {
 	wantArgErr(t, err, "k_scale_128x4", want)
 	_, err = SparseAttentionNVFP4KVFunc(pr.q, pr.k, pr.v, pr.kScale, widenScales(pr.vScale, cols, 8), nil, nil, rp, qi, s.topK, args)
 	wantArgErr(t, err, "v_scale_128x4", want)
-	tall := tensor.New(tensor.WithShape(rows+128, cols), tensor.WithBacking(append(slices.Clone(backing[uint8](pr.kScale)), make([]uint8, 128*cols)...)))
+	tall := tensor.New(tensor.WithShape(rows+128, cols), tensor.WithBacking(append(slices.Clone(validate.Backing[uint8](pr.kScale)), make([]uint8, 128*cols)...)))
 	_, err = SparseAttentionNVFP4KVFunc(pr.q, pr.k, pr.v, tall, pr.vScale, nil, nil, rp, qi, s.topK, args)
 	wantArgErr(t, err, "k_scale_128x4", want)
 }

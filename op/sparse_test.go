@@ -6,6 +6,7 @@ import (
 
 	"github.com/sparseattn/msa/kernels/lowp"
 	"github.com/sparseattn/msa/kernels/tile"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 
@@ -84,8 +85,8 @@ func checkAgainstReference(t testing.TB, s sparseSpec, pr *sparseProblem, res *R
 	ref := referenceSparse(&pr.ref)
 	pvFP8 := s.pv == Float8E4M3FN || (s.pv == (tensor.Dtype{}) && s.qDt == "e4m3")
 	rtol, atol := oTolerance(s.partial, pvFP8)
-	o := backing[lowp.BFloat16](res.Out)
-	lse := backing[float32](res.LSE)
+	o := validate.Backing[lowp.BFloat16](res.Out)
+	lse := validate.Backing[float32](res.LSE)
 	d := s.d
 	bad := 0
 	for row := range ref.o {
@@ -101,7 +102,7 @@ func checkAgainstReference(t testing.TB, s sparseSpec, pr *sparseProblem, res *R
 		}
 		checkLSE(t, s, "LSE", row, float64(lse[row]), ref.lse[row], &bad)
 		if s.temperature != 0 {
-			checkLSE(t, s, "TemperatureLSE", row, float64(backing[float32](res.TemperatureLSE)[row]), ref.tlse[row], &bad)
+			checkLSE(t, s, "TemperatureLSE", row, float64(validate.Backing[float32](res.TemperatureLSE)[row]), ref.tlse[row], &bad)
 		}
 	}
 	if bad > 0 {

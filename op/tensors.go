@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/op/internal/validate"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
@@ -23,19 +24,19 @@ const maxTensorElems = 1 << 40
 // value each) and returns the element count.
 func checkData(fn string, n int, shape []int) (int, error) {
 	if len(shape) == 0 {
-		return 0, argErr(fn, "shape", "at least one dimension", "none")
+		return 0, validate.ArgErr(fn, "shape", "at least one dimension", "none")
 	}
 	for i, s := range shape {
 		if s < 0 {
-			return 0, argErr(fn, fmt.Sprintf("shape[%d]", i), ">= 0", s)
+			return 0, validate.ArgErr(fn, fmt.Sprintf("shape[%d]", i), ">= 0", s)
 		}
 	}
-	total := mulCap(maxTensorElems, shape...)
+	total := validate.MulCap(maxTensorElems, shape...)
 	if total < 0 {
-		return 0, argErr(fn, "shape", fmt.Sprintf("at most %d elements", maxTensorElems), shape)
+		return 0, validate.ArgErr(fn, "shape", fmt.Sprintf("at most %d elements", maxTensorElems), shape)
 	}
 	if total != n {
-		return 0, argErr(fn, "data", fmt.Sprintf("%d elements (the product of shape %v)", total, shape), n)
+		return 0, validate.ArgErr(fn, "data", fmt.Sprintf("%d elements (the product of shape %v)", total, shape), n)
 	}
 	return total, nil
 }
@@ -110,15 +111,15 @@ func NewNVFP4(data []float32, globalScale float32, shape ...int) (*NVFP4, error)
 	}
 	d := shape[len(shape)-1]
 	if d <= 0 || d%lowp.NVFP4BlockSize != 0 {
-		return nil, argErr(fn, "shape", fmt.Sprintf("a last dimension (D) that is a positive multiple of %d", lowp.NVFP4BlockSize), shape)
+		return nil, validate.ArgErr(fn, "shape", fmt.Sprintf("a last dimension (D) that is a positive multiple of %d", lowp.NVFP4BlockSize), shape)
 	}
 	if !(globalScale > 0) || math.IsInf(float64(globalScale), 1) {
-		return nil, argErr(fn, "globalScale", "a finite number > 0", globalScale)
+		return nil, validate.ArgErr(fn, "globalScale", "a finite number > 0", globalScale)
 	}
 	rows := len(data) / d
 	packed, scales, err := lowp.QuantizeNVFP4(data, rows, d, globalScale)
 	if err != nil {
-		return nil, argErr(fn, "data", "quantisable values", err)
+		return nil, validate.ArgErr(fn, "data", "quantisable values", err)
 	}
 	ps := append([]int(nil), shape...)
 	ps[len(ps)-1] = d / 2
@@ -137,7 +138,7 @@ func NewNVFP4(data []float32, globalScale float32, shape ...int) (*NVFP4, error)
 // rounded to nearest. It returns an *ArgError for a nil value or another
 // dtype.
 func Float32s(v G.Value) ([]float32, error) {
-	c := &checker{fn: "Float32s"}
+	c := &validate.Checker{Fn: "Float32s"}
 	if _, ok := v.(tensor.Tensor); !ok && v != nil {
 		switch x := v.Data().(type) {
 		case float32:
@@ -145,13 +146,13 @@ func Float32s(v G.Value) ([]float32, error) {
 		case float64:
 			return []float32{float32(x)}, nil
 		}
-		return nil, argErr(c.fn, "t", "a tensor or a float32 or float64 scalar value", fmt.Sprintf("%T", v))
+		return nil, validate.ArgErr(c.Fn, "t", "a tensor or a float32 or float64 scalar value", fmt.Sprintf("%T", v))
 	}
 	t, _ := v.(tensor.Tensor)
-	d := c.dense(t, "t")
-	c.dtype(d, "t", BFloat16, Float8E4M3FN, Float16, tensor.Float32, tensor.Float64)
-	if c.err != nil {
-		return nil, c.err
+	d := c.Dense(t, "t")
+	c.Dtype(d, "t", BFloat16, Float8E4M3FN, Float16, tensor.Float32, tensor.Float64)
+	if c.Err != nil {
+		return nil, c.Err
 	}
 	n := d.Shape().TotalSize()
 	if d.IsScalar() {
@@ -160,15 +161,15 @@ func Float32s(v G.Value) ([]float32, error) {
 	out := make([]float32, n)
 	switch d.Dtype() {
 	case BFloat16:
-		lowp.DecodeBF16(out, backing[lowp.BFloat16](d)[:n])
+		lowp.DecodeBF16(out, validate.Backing[lowp.BFloat16](d)[:n])
 	case Float8E4M3FN:
-		lowp.DecodeE4M3(out, backing[lowp.Float8E4M3FN](d)[:n])
+		lowp.DecodeE4M3(out, validate.Backing[lowp.Float8E4M3FN](d)[:n])
 	case Float16:
-		lowp.DecodeF16(out, backing[lowp.Float16](d)[:n])
+		lowp.DecodeF16(out, validate.Backing[lowp.Float16](d)[:n])
 	case tensor.Float32:
-		copy(out, backing[float32](d)[:n])
+		copy(out, validate.Backing[float32](d)[:n])
 	default:
-		for i, x := range backing[float64](d)[:n] {
+		for i, x := range validate.Backing[float64](d)[:n] {
 			out[i] = float32(x)
 		}
 	}

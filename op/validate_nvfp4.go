@@ -6,6 +6,7 @@ import (
 
 	"github.com/sparseattn/msa/kernels/attn"
 	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 
@@ -13,15 +14,15 @@ import (
 // (_validate_csr_varlen_nvfp4_kv_inputs) and returns the K and V operands
 // and the combine's output scale (the V global scale). rowsKV is the number
 // of flattened scale rows: total_k*Hkv (dense) or num_pages*Hkv*page_size.
-func nvfp4Operands(c *checker, nv *nvfp4Inputs, kd, vd *tensor.Dense, rowsKV, d int) (k, v attn.Operand, outScale float32, err error) {
-	ks := c.dense(nv.kScale, "k_scale_128x4")
-	vs := c.dense(nv.vScale, "v_scale_128x4")
-	c.dtype(ks, "k_scale_128x4", tensor.Uint8)
-	c.dtype(vs, "v_scale_128x4", tensor.Uint8)
-	c.rank(ks, "k_scale_128x4", "rank-2 128x4 tiled", 2)
-	c.rank(vs, "v_scale_128x4", "rank-2 128x4 tiled", 2)
-	if c.err != nil {
-		return k, v, 0, c.err
+func nvfp4Operands(c *validate.Checker, nv *nvfp4Inputs, kd, vd *tensor.Dense, rowsKV, d int) (k, v attn.Operand, outScale float32, err error) {
+	ks := c.Dense(nv.kScale, "k_scale_128x4")
+	vs := c.Dense(nv.vScale, "v_scale_128x4")
+	c.Dtype(ks, "k_scale_128x4", tensor.Uint8)
+	c.Dtype(vs, "v_scale_128x4", tensor.Uint8)
+	c.Rank(ks, "k_scale_128x4", "rank-2 128x4 tiled", 2)
+	c.Rank(vs, "v_scale_128x4", "rank-2 128x4 tiled", 2)
+	if c.Err != nil {
+		return k, v, 0, c.Err
 	}
 	cols := d / 16
 	pr, pc := lowp.Scale128x4Shape(rowsKV, cols)
@@ -31,35 +32,35 @@ func nvfp4Operands(c *checker, nv *nvfp4Inputs, kd, vd *tensor.Dense, rowsKV, d 
 	}{{"k_scale_128x4", ks}, {"v_scale_128x4", vs}} {
 		// The tiling's offsets depend on its column-tile count, so a wider
 		// (still valid) tiling would be read with the wrong stride.
-		c.need(s.t.Shape()[0] == pr && s.t.Shape()[1] == pc, s.name,
+		c.Need(s.t.Shape()[0] == pr && s.t.Shape()[1] == pc, s.name,
 			fmt.Sprintf("shape exactly (%d, %d): the 128x4 layout of %d scale rows x D/16 = %d columns, padded to multiples of 128 and 4", pr, pc, rowsKV, cols),
-			shapeStr(s.t))
+			validate.ShapeStr(s.t))
 	}
 	global := func(t tensor.Tensor, arg string) float32 {
-		if !present(t) {
+		if !validate.Present(t) {
 			return 1
 		}
-		g := c.dense(t, arg)
-		if !c.dtype(g, arg, tensor.Float32) {
+		g := c.Dense(t, arg)
+		if !c.Dtype(g, arg, tensor.Float32) {
 			return 1
 		}
-		vals := backing[float32](g)
-		c.need(len(vals) >= 1, arg, "at least one element", shapeStr(g))
-		if c.err != nil {
+		vals := validate.Backing[float32](g)
+		c.Need(len(vals) >= 1, arg, "at least one element", validate.ShapeStr(g))
+		if c.Err != nil {
 			return 1
 		}
 		x := vals[0]
-		c.need(!math.IsNaN(float64(x)) && !math.IsInf(float64(x), 0), arg, "a finite global scale", x)
+		c.Need(!math.IsNaN(float64(x)) && !math.IsInf(float64(x), 0), arg, "a finite global scale", x)
 		return x
 	}
 	kg := global(nv.kGlobal, "k_global_scale")
 	vg := global(nv.vGlobal, "v_global_scale")
-	if c.err != nil {
-		return k, v, 0, c.err
+	if c.Err != nil {
+		return k, v, 0, c.Err
 	}
 	// Scales are read through the padded column count of the layout, so the
 	// operands see exactly the tensor's storage.
-	k = attn.Operand{Dtype: attn.NVFP4, D: d, Packed: backing[uint8](kd), Scales: backing[uint8](ks), Global: kg}
-	v = attn.Operand{Dtype: attn.NVFP4, D: d, Packed: backing[uint8](vd), Scales: backing[uint8](vs), Global: 1}
+	k = attn.Operand{Dtype: attn.NVFP4, D: d, Packed: validate.Backing[uint8](kd), Scales: validate.Backing[uint8](ks), Global: kg}
+	v = attn.Operand{Dtype: attn.NVFP4, D: d, Packed: validate.Backing[uint8](vd), Scales: validate.Backing[uint8](vs), Global: 1}
 	return k, v, vg, nil
 }

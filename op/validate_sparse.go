@@ -3,7 +3,6 @@ package op
 import (
 	"fmt"
 	"math"
-	"runtime"
 	"slices"
 	"unsafe"
 
@@ -11,6 +10,7 @@ import (
 	"github.com/sparseattn/msa/kernels/lowp"
 	"github.com/sparseattn/msa/kernels/plan"
 	"github.com/sparseattn/msa/kernels/tile"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 
@@ -20,7 +20,6 @@ var (
 	supportedHeadDims = []int{64, 128, 256}
 	// supportedQheadPerKV are the GQA ratios Hq/Hkv (as in the reference).
 	supportedQheadPerKV = []int{1, 2, 4, 8, 16}
-	maxTopK             = 64
 )
 
 // temperatureFastPathTol is the reference's
@@ -50,9 +49,9 @@ type sparseCall struct {
 
 // resolveScalars applies the reference's scalar checks shared by both
 // sparse entry points.
-func resolveScalars(c *checker, args *SparseArgs, d int) (scale, temp float64, pdt attn.PartialDtype) {
-	scale = resolveScale(c, args.SoftmaxScale, d)
-	temp = resolveTemperature(c, args.Temperature)
+func resolveScalars(c *validate.Checker, args *SparseArgs, d int) (scale, temp float64, pdt attn.PartialDtype) {
+	scale = validate.ResolveScale(c, args.SoftmaxScale, d)
+	temp = validate.ResolveTemperature(c, args.Temperature)
 	switch args.PartialDtype {
 	case tensor.Float32:
 		pdt = attn.PartialF32
@@ -63,18 +62,18 @@ func resolveScalars(c *checker, args *SparseArgs, d int) (scale, temp float64, p
 	case Float8E4M3FN:
 		pdt = attn.PartialE4M3
 	default:
-		c.fail("partial_dtype", "one of float32 / bfloat16 / float16 / float8_e4m3fn", dtypeName(args.PartialDtype))
+		c.Fail("partial_dtype", "one of float32 / bfloat16 / float16 / float8_e4m3fn", validate.DtypeName(args.PartialDtype))
 	}
 	return
 }
 
 // resolveMMADtypes mirrors _resolve_forward_mma_dtypes.
-func resolveMMADtypes(c *checker, q, k, v *tensor.Dense, qkDt, pvDt tensor.Dtype) (qk, pv tensor.Dtype) {
-	if c.err != nil {
+func resolveMMADtypes(c *validate.Checker, q, k, v *tensor.Dense, qkDt, pvDt tensor.Dtype) (qk, pv tensor.Dtype) {
+	if c.Err != nil {
 		return
 	}
 	mma := func(arg string, dt tensor.Dtype) {
-		c.need(dt == BFloat16 || dt == Float8E4M3FN, arg, "bfloat16 or float8_e4m3fn", dtypeName(dt))
+		c.Need(dt == BFloat16 || dt == Float8E4M3FN, arg, "bfloat16 or float8_e4m3fn", validate.DtypeName(dt))
 	}
 	qk = qkDt
 	if qk == (tensor.Dtype{}) {
@@ -90,57 +89,24 @@ func resolveMMADtypes(c *checker, q, k, v *tensor.Dense, qkDt, pvDt tensor.Dtype
 		}
 	}
 	mma("pv_dtype", pv)
-	if c.err != nil {
+	if c.Err != nil {
 		return
 	}
-	c.need(q.Dtype() == qk, "qk_dtype", "the q storage dtype "+dtypeName(q.Dtype())+" (Q fp8->bf16 staging is not supported)", dtypeName(qk))
-	c.need(k.Dtype() == qk || (k.Dtype() == Float8E4M3FN && qk == BFloat16), "k",
-		"a K storage/qk_dtype combination equal, or fp8 K with bf16 qk_dtype", dtypeName(k.Dtype())+" with qk_dtype "+dtypeName(qk))
-	c.need(v.Dtype() == pv || (v.Dtype() == Float8E4M3FN && pv == BFloat16), "v",
-		"a V storage/pv_dtype combination equal, or fp8 V with bf16 pv_dtype", dtypeName(v.Dtype())+" with pv_dtype "+dtypeName(pv))
+	c.Need(q.Dtype() == qk, "qk_dtype", "the q storage dtype "+validate.DtypeName(q.Dtype())+" (Q fp8->bf16 staging is not supported)", validate.DtypeName(qk))
+	c.Need(k.Dtype() == qk || (k.Dtype() == Float8E4M3FN && qk == BFloat16), "k",
+		"a K storage/qk_dtype combination equal, or fp8 K with bf16 qk_dtype", validate.DtypeName(k.Dtype())+" with qk_dtype "+validate.DtypeName(qk))
+	c.Need(v.Dtype() == pv || (v.Dtype() == Float8E4M3FN && pv == BFloat16), "v",
+		"a V storage/pv_dtype combination equal, or fp8 V with bf16 pv_dtype", validate.DtypeName(v.Dtype())+" with pv_dtype "+validate.DtypeName(pv))
 	return
-}
-
-// cuSeqlens mirrors _validate_cu_seqlens and additionally checks the values:
-// non-negative, non-decreasing, last entry <= limit (when limit >= 0).
-func cuSeqlens(c *checker, t tensor.Tensor, arg string, limit int, limitDesc string) []int32 {
-	d := c.dense(t, arg)
-	if !c.dtype(d, arg, tensor.Int32) || !c.rank(d, arg, "[B + 1]", 1) {
-		return nil
-	}
-	c.need(d.Shape()[0] >= 1, arg, "at least one element", shapeStr(d))
-	cu := int32s(d)
-	if c.err != nil {
-		return nil
-	}
-	for i, x := range cu {
-		if x < 0 || (i > 0 && x < cu[i-1]) {
-			c.fail(fmt.Sprintf("%s[%d]", arg, i), "non-negative, non-decreasing prefix sums", fmt.Sprint(cu))
-			return nil
-		}
-	}
-	if limit >= 0 && int(cu[len(cu)-1]) > limit {
-		c.fail(fmt.Sprintf("%s[%d]", arg, len(cu)-1), "<= "+limitDesc, cu[len(cu)-1])
-		return nil
-	}
-	return cu
-}
-
-// workers resolves the worker count (usable_SM_count).
-func workers(n int) int {
-	if n <= 0 {
-		return runtime.GOMAXPROCS(0)
-	}
-	return n
 }
 
 // operand wraps a validated BF16 or FP8 tensor as an attn.Operand of head dim d.
 func operand(t *tensor.Dense, d int) attn.Operand {
 	switch t.Dtype() {
 	case BFloat16:
-		return attn.Operand{Dtype: attn.BF16, D: d, BF16: backing[lowp.BFloat16](t), Global: 1}
+		return attn.Operand{Dtype: attn.BF16, D: d, BF16: validate.Backing[lowp.BFloat16](t), Global: 1}
 	default:
-		return attn.Operand{Dtype: attn.E4M3, D: d, E4M3: backing[lowp.Float8E4M3FN](t), Global: 1}
+		return attn.Operand{Dtype: attn.E4M3, D: d, E4M3: validate.Backing[lowp.Float8E4M3FN](t), Global: 1}
 	}
 }
 
@@ -159,63 +125,63 @@ func pvRound(pv tensor.Dtype) tile.Round {
 // the rules every sparse entry point shares (checkSparseKV). nv is nil for
 // the BF16/FP8 entry point.
 func validateSparse(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int, args *SparseArgs, nv *nvfp4Inputs) (*sparseCall, error) {
-	c := &checker{fn: fn}
-	qd := c.dense(q, "q")
-	kd := c.dense(k, "k")
-	vd := c.dense(v, "v")
-	if c.err != nil {
-		return nil, c.err
+	c := &validate.Checker{Fn: fn}
+	qd := c.Dense(q, "q")
+	kd := c.Dense(k, "k")
+	vd := c.Dense(v, "v")
+	if c.Err != nil {
+		return nil, c.Err
 	}
-	c.rank(qd, "q", "[total_q, Hq, D]", 3)
-	if c.err != nil {
-		return nil, c.err
+	c.Rank(qd, "q", "[total_q, Hq, D]", 3)
+	if c.Err != nil {
+		return nil, c.Err
 	}
 	totalQ, hq, d := qd.Shape()[0], qd.Shape()[1], qd.Shape()[2]
-	c.need(slices.Contains(supportedHeadDims, d), "q", fmt.Sprintf("[total_q, Hq, D] with head dimension D in %v", supportedHeadDims), fmt.Sprintf("D = %d (shape %s)", d, shapeStr(qd)))
-	if c.err != nil {
-		return nil, c.err
+	c.Need(slices.Contains(supportedHeadDims, d), "q", fmt.Sprintf("[total_q, Hq, D] with head dimension D in %v", supportedHeadDims), fmt.Sprintf("D = %d (shape %s)", d, validate.ShapeStr(qd)))
+	if c.Err != nil {
+		return nil, c.Err
 	}
 	sc := &sparseCall{}
 	scale, temp, pdt := resolveScalars(c, args, d)
 	var qk, pv tensor.Dtype
 	if nv == nil {
-		c.dtype(qd, "q", BFloat16, Float8E4M3FN)
-		if c.err != nil {
-			return nil, c.err
+		c.Dtype(qd, "q", BFloat16, Float8E4M3FN)
+		if c.Err != nil {
+			return nil, c.Err
 		}
 		qk, pv = resolveMMADtypes(c, qd, kd, vd, args.QKDtype, args.PVDtype)
 	} else {
-		c.need(args.QKDtype == (tensor.Dtype{}) && args.PVDtype == (tensor.Dtype{}), "qk_dtype/pv_dtype",
-			"unset (the NVFP4 K/V entry point has no MMA dtype options)", dtypeName(args.QKDtype)+"/"+dtypeName(args.PVDtype))
-		c.dtype(qd, "q", BFloat16, Float8E4M3FN)
+		c.Need(args.QKDtype == (tensor.Dtype{}) && args.PVDtype == (tensor.Dtype{}), "qk_dtype/pv_dtype",
+			"unset (the NVFP4 K/V entry point has no MMA dtype options)", validate.DtypeName(args.QKDtype)+"/"+validate.DtypeName(args.PVDtype))
+		c.Dtype(qd, "q", BFloat16, Float8E4M3FN)
 		pv = qd.Dtype()
 	}
-	c.need(present(args.CuSeqlensQ) && present(args.CuSeqlensK), "cu_seqlens_q/cu_seqlens_k",
+	c.Need(validate.Present(args.CuSeqlensQ) && validate.Present(args.CuSeqlensK), "cu_seqlens_q/cu_seqlens_k",
 		"CSR varlen metadata: pass cu_seqlens_q and cu_seqlens_k", "nil")
-	if c.err != nil {
-		return nil, c.err
+	if c.Err != nil {
+		return nil, c.Err
 	}
 
 	// Q/K/V dtypes and shapes.
-	paged := present(args.PageTable)
+	paged := validate.Present(args.PageTable)
 	kvl := args.KVLayout
 	checkLayout(c, kvl, paged)
-	if c.err != nil {
-		return nil, c.err
+	if c.Err != nil {
+		return nil, c.Err
 	}
 	if nv == nil {
 		mixed := qd.Dtype() == BFloat16 && kd.Dtype() == Float8E4M3FN && vd.Dtype() == Float8E4M3FN
-		c.need(mixed || (qd.Dtype() == kd.Dtype() && qd.Dtype() == vd.Dtype()), "q, k, v",
-			"the same dtype, except q=bf16 with fp8_e4m3 K/V cache", dtypeName(qd.Dtype())+", "+dtypeName(kd.Dtype())+", "+dtypeName(vd.Dtype()))
-		c.need(kd.Dims() >= 1 && vd.Dims() >= 1 && kd.Shape()[kd.Dims()-1] == d && vd.Shape()[vd.Dims()-1] == d,
-			"k, v", fmt.Sprintf("the head dimension of q (%d)", d), "k "+shapeStr(kd)+", v "+shapeStr(vd))
+		c.Need(mixed || (qd.Dtype() == kd.Dtype() && qd.Dtype() == vd.Dtype()), "q, k, v",
+			"the same dtype, except q=bf16 with fp8_e4m3 K/V cache", validate.DtypeName(qd.Dtype())+", "+validate.DtypeName(kd.Dtype())+", "+validate.DtypeName(vd.Dtype()))
+		c.Need(kd.Dims() >= 1 && vd.Dims() >= 1 && kd.Shape()[kd.Dims()-1] == d && vd.Shape()[vd.Dims()-1] == d,
+			"k, v", fmt.Sprintf("the head dimension of q (%d)", d), "k "+validate.ShapeStr(kd)+", v "+validate.ShapeStr(vd))
 	} else {
-		c.dtype(kd, "k", tensor.Uint8)
-		c.dtype(vd, "v", tensor.Uint8)
-		c.need(kd.Shape().Eq(vd.Shape()), "k, v", "the same shape", "k "+shapeStr(kd)+", v "+shapeStr(vd))
+		c.Dtype(kd, "k", tensor.Uint8)
+		c.Dtype(vd, "v", tensor.Uint8)
+		c.Need(kd.Shape().Eq(vd.Shape()), "k, v", "the same shape", "k "+validate.ShapeStr(kd)+", v "+validate.ShapeStr(vd))
 	}
-	if c.err != nil {
-		return nil, c.err
+	if c.Err != nil {
+		return nil, c.Err
 	}
 	in := newSparseInputs(qd, kd, vd, args)
 	r := sparseRules{last: "D", lastK: d, headsArg: "k", layoutHint: true, build: true}
@@ -256,8 +222,8 @@ func validateSparse(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int, ar
 			namedTensor{"k_global_scale", nv.kGlobal}, namedTensor{"v_global_scale", nv.vGlobal})
 	}
 	checkOutputs(c, args, totalQ, hq, d, inputs)
-	if c.err != nil {
-		return nil, c.err
+	if c.Err != nil {
+		return nil, c.Err
 	}
 	sc.returnTLSE = args.ReturnTemperatureLSE
 	sc.tempFast = sc.returnTLSE && math.Abs(temp-1) <= temperatureFastPathTol
@@ -276,95 +242,28 @@ func validateSparse(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int, ar
 	return sc, nil
 }
 
-// checkPages checks that every page a sequence uses is in [0, numPages).
-// Entries past a sequence's last used page are not read and not checked.
-func checkPages(c *checker, pt []int32, cols, ps int, seqK []int32, numPages int) {
-	if numPages < 0 || c.err != nil { // numPages < 0: not known yet (decode Plan), checked at Run
-		return
-	}
-	for b, n := range seqK {
-		used := (int(n) + ps - 1) / ps
-		for j := 0; j < used; j++ {
-			if x := pt[b*cols+j]; x < 0 || int(x) >= numPages {
-				c.fail(fmt.Sprintf("page_table[%d, %d]", b, j), fmt.Sprintf("a page index in [0, num_pages = %d)", numPages), x)
-				return
-			}
-		}
-	}
-}
-
-// pageCapacity checks that a page table's key capacity
-// max_num_pages_per_seq * page_size fits the int32 key lengths of the
-// kernels (it is the key length of a paged sequence without seqused_k).
-func pageCapacity(c *checker, cols, ps int) bool {
-	if c.err == nil && mulCap(maxInt32, cols, ps) < 0 {
-		c.fail("page_table", fmt.Sprintf("max_num_pages_per_seq * page_size <= %d (key lengths are int32)", maxInt32),
-			fmt.Sprintf("%d columns * page_size %d", cols, ps))
-	}
-	return c.err == nil
-}
-
-// maxSeq checks an optional max_seqlen argument against prefix sums.
-func maxSeq(c *checker, arg string, m int, cu []int32) {
-	if c.err != nil || len(cu) == 0 {
-		return
-	}
-	c.need(m >= 0, arg, "0 (derive) or a positive maximum", m)
-	if m <= 0 {
-		return
-	}
-	for b := 0; b+1 < len(cu); b++ {
-		if int(cu[b+1]-cu[b]) > m {
-			c.fail(arg, fmt.Sprintf(">= every sequence length (sequence %d has %d)", b, cu[b+1]-cu[b]), m)
-			return
-		}
-	}
-}
-
-// maxSeqK checks max_seqlen_k against the effective key lengths.
-func maxSeqK(c *checker, arg string, m int, lens []int32) {
-	if c.err != nil {
-		return
-	}
-	c.need(m >= 0, arg, "0 (derive) or a positive maximum", m)
-	if m <= 0 {
-		return
-	}
-	for b, n := range lens {
-		if int(n) > m {
-			c.fail(arg, fmt.Sprintf(">= every key length (sequence %d has %d)", b, n), m)
-			return
-		}
-	}
-}
-
-// wrapArg turns a planning error into an ArgError of the entry point.
-func wrapArg(fn, arg string, err error) error {
-	return &ArgError{Func: fn, Arg: arg, Expected: "valid metadata", Got: err.Error()}
-}
-
 // csrAndSeqlens validates the k2q CSR tensors against Hkv, total_q and topK
 // and the cu_seqlens pair (totalKeys < 0: paged, no total_k check), for
 // every sparse prefill entry point; the error is c's or a topK mismatch.
-func csrAndSeqlens(c *checker, rowPtr, qIdx tensor.Tensor, args *SparseArgs, hkv, totalQ, topK, totalKeys int) (rp, qi *tensor.Dense, cuQ, cuK []int32, err error) {
+func csrAndSeqlens(c *validate.Checker, rowPtr, qIdx tensor.Tensor, args *SparseArgs, hkv, totalQ, topK, totalKeys int) (rp, qi *tensor.Dense, cuQ, cuK []int32, err error) {
 	rp, qi = csrTensors(c, rowPtr, qIdx)
-	if c.err != nil {
-		return nil, nil, nil, nil, c.err
+	if c.Err != nil {
+		return nil, nil, nil, nil, c.Err
 	}
-	c.need(rp.Shape()[0] == hkv && qi.Shape()[0] == hkv, "k2q_row_ptr/k2q_q_indices",
-		fmt.Sprintf("leading dimension Hkv = %d", hkv), "k2q_row_ptr "+shapeStr(rp)+", k2q_q_indices "+shapeStr(qi))
-	if c.err == nil && qi.Shape()[1] < totalQ*topK {
-		return nil, nil, nil, nil, topKMismatch(c.fn, qi.Shape()[1], totalQ, topK, "")
+	c.Need(rp.Shape()[0] == hkv && qi.Shape()[0] == hkv, "k2q_row_ptr/k2q_q_indices",
+		fmt.Sprintf("leading dimension Hkv = %d", hkv), "k2q_row_ptr "+validate.ShapeStr(rp)+", k2q_q_indices "+validate.ShapeStr(qi))
+	if c.Err == nil && qi.Shape()[1] < totalQ*topK {
+		return nil, nil, nil, nil, topKMismatch(c.Fn, qi.Shape()[1], totalQ, topK, "")
 	}
-	c.need(rp.Shape()[1] >= 1, "k2q_row_ptr", "at least one row pointer column", shapeStr(rp))
-	cuQ = cuSeqlens(c, args.CuSeqlensQ, "cu_seqlens_q", totalQ, fmt.Sprintf("total_q = %d", totalQ))
-	cuK = cuSeqlens(c, args.CuSeqlensK, "cu_seqlens_k", totalKeys, fmt.Sprintf("total_k = %d", totalKeys))
-	if c.err != nil {
-		return nil, nil, nil, nil, c.err
+	c.Need(rp.Shape()[1] >= 1, "k2q_row_ptr", "at least one row pointer column", validate.ShapeStr(rp))
+	cuQ = validate.CuSeqlens(c, args.CuSeqlensQ, "cu_seqlens_q", totalQ, fmt.Sprintf("total_q = %d", totalQ))
+	cuK = validate.CuSeqlens(c, args.CuSeqlensK, "cu_seqlens_k", totalKeys, fmt.Sprintf("total_k = %d", totalKeys))
+	if c.Err != nil {
+		return nil, nil, nil, nil, c.Err
 	}
-	c.need(len(cuK) == len(cuQ), "cu_seqlens_k", fmt.Sprintf("shape [B + 1] = [%d] matching cu_seqlens_q", len(cuQ)), len(cuK))
-	if c.err != nil {
-		return nil, nil, nil, nil, c.err
+	c.Need(len(cuK) == len(cuQ), "cu_seqlens_k", fmt.Sprintf("shape [B + 1] = [%d] matching cu_seqlens_q", len(cuQ)), len(cuK))
+	if c.Err != nil {
+		return nil, nil, nil, nil, c.Err
 	}
 	return rp, qi, cuQ, cuK, nil
 }
@@ -375,38 +274,38 @@ func csrAndSeqlens(c *checker, rowPtr, qIdx tensor.Tensor, args *SparseArgs, hkv
 // checks that cu_seqlens_k, from which the CSR rows come, fits the page
 // table. It returns seqused_k's values (nil when absent) and whether c is
 // still free of errors; it is shared by every paged prefill entry point.
-func pagedSeqK(c *checker, seqUsedK tensor.Tensor, cuK, seqK []int32, capacity int) ([]int32, bool) {
+func pagedSeqK(c *validate.Checker, seqUsedK tensor.Tensor, cuK, seqK []int32, capacity int) ([]int32, bool) {
 	batch := len(seqK)
 	for b := range seqK {
 		seqK[b] = int32(capacity)
 	}
 	var used []int32
-	if present(seqUsedK) {
-		su := c.dense(seqUsedK, "seqused_k")
-		c.dtype(su, "seqused_k", tensor.Int32)
-		c.rank(su, "seqused_k", "[B]", 1)
-		if c.err != nil {
+	if validate.Present(seqUsedK) {
+		su := c.Dense(seqUsedK, "seqused_k")
+		c.Dtype(su, "seqused_k", tensor.Int32)
+		c.Rank(su, "seqused_k", "[B]", 1)
+		if c.Err != nil {
 			return nil, false
 		}
-		c.need(su.Shape()[0] == batch, "seqused_k", fmt.Sprintf("shape [B] = [%d]", batch), shapeStr(su))
-		if c.err != nil {
+		c.Need(su.Shape()[0] == batch, "seqused_k", fmt.Sprintf("shape [B] = [%d]", batch), validate.ShapeStr(su))
+		if c.Err != nil {
 			return nil, false
 		}
-		used = int32s(su)
+		used = validate.Int32s(su)
 		for b, x := range used {
 			if x < 0 || int(x) > capacity {
-				c.fail(fmt.Sprintf("seqused_k[%d]", b), fmt.Sprintf("0 <= seqused_k <= max_num_pages_per_seq * page_size = %d", capacity), x)
+				c.Fail(fmt.Sprintf("seqused_k[%d]", b), fmt.Sprintf("0 <= seqused_k <= max_num_pages_per_seq * page_size = %d", capacity), x)
 				return nil, false
 			}
 			seqK[b] = x
 		}
 	}
-	for b := 0; b < batch && c.err == nil; b++ {
+	for b := 0; b < batch && c.Err == nil; b++ {
 		n := int(cuK[b+1] - cuK[b])
-		c.need(n <= capacity, fmt.Sprintf("cu_seqlens_k (sequence %d)", b),
+		c.Need(n <= capacity, fmt.Sprintf("cu_seqlens_k (sequence %d)", b),
 			fmt.Sprintf("length <= max_num_pages_per_seq * page_size = %d", capacity), n)
 	}
-	return used, c.err == nil
+	return used, c.Err == nil
 }
 
 // namedTensor is a call's tensor argument and its name in errors.
@@ -419,12 +318,12 @@ type namedTensor struct {
 // tensors of exactly the output's dtype and shape, not views, and sharing
 // no storage with each other or with the call's tensor inputs
 // (checkDisjoint; nil inputs are skipped).
-func checkOutputs(c *checker, args *SparseArgs, totalQ, hq, d int, inputs []namedTensor) {
+func checkOutputs(c *validate.Checker, args *SparseArgs, totalQ, hq, d int, inputs []namedTensor) {
 	if args.Out != nil {
-		outputArg(c, args.Out, "out", BFloat16, totalQ, hq, d)
+		validate.OutputArg(c, args.Out, "out", BFloat16, totalQ, hq, d)
 	}
 	if args.OutLSE != nil {
-		outputArg(c, args.OutLSE, "lse", tensor.Float32, totalQ, hq)
+		validate.OutputArg(c, args.OutLSE, "lse", tensor.Float32, totalQ, hq)
 	}
 	checkDisjoint(c, []namedTensor{{"out", args.Out}, {"lse", args.OutLSE}}, inputs)
 }
@@ -433,8 +332,8 @@ func checkOutputs(c *checker, args *SparseArgs, totalQ, hq, d int, inputs []name
 // storage with each other or with the inputs (the kernels write the
 // outputs while reading the inputs). Tensors other than non-nil
 // *tensor.Dense are skipped: they hold no storage of ours.
-func checkDisjoint(c *checker, outs, inputs []namedTensor) {
-	if c.err != nil {
+func checkDisjoint(c *validate.Checker, outs, inputs []namedTensor) {
+	if c.Err != nil {
 		return
 	}
 	for i, o := range outs {
@@ -444,13 +343,13 @@ func checkDisjoint(c *checker, outs, inputs []namedTensor) {
 		}
 		for _, p := range outs[i+1:] {
 			if pd, _ := p.t.(*tensor.Dense); pd != nil && overlaps(od.Header.Raw, pd.Header.Raw) {
-				c.fail(o.arg, "storage of its own (not shared with "+p.arg+")", "shared with "+p.arg)
+				c.Fail(o.arg, "storage of its own (not shared with "+p.arg+")", "shared with "+p.arg)
 				return
 			}
 		}
 		for _, in := range inputs {
 			if id, _ := in.t.(*tensor.Dense); id != nil && overlaps(od.Header.Raw, id.Header.Raw) {
-				c.fail(o.arg, "storage of its own (not shared with an input)", "shared with "+in.arg)
+				c.Fail(o.arg, "storage of its own (not shared with an input)", "shared with "+in.arg)
 				return
 			}
 		}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/sparseattn/msa/kernels/plan"
 	"github.com/sparseattn/msa/kernels/tile"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 
@@ -49,7 +50,7 @@ type sparseRules struct {
 func newSparseInputs(qd, kd, vd *tensor.Dense, args *SparseArgs) *sparseInputs {
 	s := qd.Shape()
 	return &sparseInputs{qd: qd, kd: kd, vd: vd, totalQ: s[0], hq: s[1], d: s[2],
-		paged: present(args.PageTable), layout: args.KVLayout}
+		paged: validate.Present(args.PageTable), layout: args.KVLayout}
 }
 
 // checkSparseKV validates everything after the dtypes and scalars: k's and
@@ -57,25 +58,25 @@ func newSparseInputs(qd, kd, vd *tensor.Dense, args *SparseArgs) *sparseInputs {
 // page table and seqused_k, max_seqlen_q/k, and the schedule (validated
 // when given, built when r.build). It returns c's error or the first
 // planning error.
-func (in *sparseInputs) checkSparseKV(c *checker, rowPtr, qIdx tensor.Tensor, topK int, args *SparseArgs, r sparseRules) error {
-	fn, kd, vd := c.fn, in.kd, in.vd
+func (in *sparseInputs) checkSparseKV(c *validate.Checker, rowPtr, qIdx tensor.Tensor, topK int, args *SparseArgs, r sparseRules) error {
+	fn, kd, vd := c.Fn, in.kd, in.vd
 	wantK, kShape := 3, "[total_k, Hkv, "+r.last+"]"
 	if in.paged {
 		wantK, kShape = 4, in.layout.shape(r.last)
 	}
 	in.kShape = kShape
-	c.rank(kd, "k", kShape, wantK)
-	c.rank(vd, "v", kShape, wantK)
-	if c.err != nil {
-		return c.err
+	c.Rank(kd, "k", kShape, wantK)
+	c.Rank(vd, "v", kShape, wantK)
+	if c.Err != nil {
+		return c.Err
 	}
-	c.need(kd.Shape().Eq(vd.Shape()), "k, v", "the same shape", "k "+shapeStr(kd)+", v "+shapeStr(vd))
-	c.need(kd.Shape()[wantK-1] == r.lastK, "k", fmt.Sprintf("last dimension %s = %d in shape %s", r.last, r.lastK, kShape), shapeStr(kd))
+	c.Need(kd.Shape().Eq(vd.Shape()), "k, v", "the same shape", "k "+validate.ShapeStr(kd)+", v "+validate.ShapeStr(vd))
+	c.Need(kd.Shape()[wantK-1] == r.lastK, "k", fmt.Sprintf("last dimension %s = %d in shape %s", r.last, r.lastK, kShape), validate.ShapeStr(kd))
 	in.blk = args.BlkKV
 	if in.blk == 0 {
 		in.blk = 128
 	}
-	c.need(in.blk >= 1 && in.blk <= tile.BlockN, "blk_kv", fmt.Sprintf("1 <= blk_kv <= %d", tile.BlockN), in.blk)
+	c.Need(in.blk >= 1 && in.blk <= tile.BlockN, "blk_kv", fmt.Sprintf("1 <= blk_kv <= %d", tile.BlockN), in.blk)
 	in.hkv, in.kvHeadsOfDesc = kd.Shape()[1], "k.shape[1]"
 	if in.paged {
 		var ps int
@@ -85,18 +86,18 @@ func (in *sparseInputs) checkSparseKV(c *checker, rowPtr, qIdx tensor.Tensor, to
 		if r.layoutHint {
 			hint = in.layout.other()
 		}
-		c.need(ps == in.blk, "k", fmt.Sprintf("the paged %v layout %s with page_size = blk_kv = %d%s", in.layout, kShape, in.blk, hint), shapeStr(kd))
+		c.Need(ps == in.blk, "k", fmt.Sprintf("the paged %v layout %s with page_size = blk_kv = %d%s", in.layout, kShape, in.blk, hint), validate.ShapeStr(kd))
 	}
-	if c.err != nil {
-		return c.err
+	if c.Err != nil {
+		return c.Err
 	}
 	in.qpk = checkHeads(c, r.headsArg, in.qd, kd, in.hkv, r.anyRatio, func() string {
 		return fmt.Sprintf("the %slayout %s (Hkv = %s)", pagedWord(in.paged, in.layout), kShape, in.kvHeadsOfDesc)
 	})
-	if c.err != nil {
-		return c.err
+	if c.Err != nil {
+		return c.Err
 	}
-	c.need(topK >= 1 && topK <= maxTopK, "topK", fmt.Sprintf("1 <= topK <= %d", maxTopK), topK)
+	c.Need(topK >= 1 && topK <= validate.MaxTopK, "topK", fmt.Sprintf("1 <= topK <= %d", validate.MaxTopK), topK)
 	totalKeys := -1
 	if !in.paged {
 		totalKeys = kd.Shape()[0]
@@ -115,7 +116,7 @@ func (in *sparseInputs) checkSparseKV(c *checker, rowPtr, qIdx tensor.Tensor, to
 	if in.csr, err = csrView(fn, rp, qi, in.rows, in.totalQ, topK, cuQ); err != nil {
 		return err
 	}
-	in.workers = workers(args.Workers)
+	in.workers = validate.WorkerCount(args.Workers)
 	in.fp = plan.FwdParams{TotalQ: in.totalQ, Hkv: in.hkv, QheadPerKV: in.qpk, TopK: topK, BlkKV: in.blk, Workers: in.workers}
 	switch {
 	case args.Schedule != nil:
@@ -125,7 +126,7 @@ func (in *sparseInputs) checkSparseKV(c *checker, rowPtr, qIdx tensor.Tensor, to
 		in.sched = &args.Schedule.s
 	case r.build:
 		if in.sched, err = plan.BuildFwdSchedule(nil, &in.csr, in.rows, cuQ, in.fp); err != nil {
-			return wrapArg(fn, "schedule", err)
+			return validate.WrapArg(fn, "schedule", err)
 		}
 	}
 	return nil
@@ -135,34 +136,34 @@ func (in *sparseInputs) checkSparseKV(c *checker, rowPtr, qIdx tensor.Tensor, to
 // cu_seqlens_k for dense K/V, from seqused_k or the page table's capacity
 // for paged K/V (whose page table and pages it checks), and checks
 // max_seqlen_q and max_seqlen_k against the lengths.
-func (in *sparseInputs) checkKeyLengths(c *checker, args *SparseArgs) error {
+func (in *sparseInputs) checkKeyLengths(c *validate.Checker, args *SparseArgs) error {
 	in.seqK = make([]int32, in.batch)
 	if !in.paged {
-		c.need(!present(args.SeqUsedK), "seqused_k", "nil without page_table (seqused_k is only supported together with page_table)", "a tensor")
+		c.Need(!validate.Present(args.SeqUsedK), "seqused_k", "nil without page_table (seqused_k is only supported together with page_table)", "a tensor")
 		for b := range in.seqK {
 			in.seqK[b] = in.cuK[b+1] - in.cuK[b]
 		}
 	} else {
-		pt := c.dense(args.PageTable, "page_table")
-		c.dtype(pt, "page_table", tensor.Int32)
-		c.rank(pt, "page_table", "[B, max_num_pages_per_seq]", 2)
-		if c.err != nil {
-			return c.err
+		pt := c.Dense(args.PageTable, "page_table")
+		c.Dtype(pt, "page_table", tensor.Int32)
+		c.Rank(pt, "page_table", "[B, max_num_pages_per_seq]", 2)
+		if c.Err != nil {
+			return c.Err
 		}
-		c.need(pt.Shape()[0] == in.batch, "page_table", fmt.Sprintf("shape [B = %d, max_num_pages_per_seq]", in.batch), shapeStr(pt))
+		c.Need(pt.Shape()[0] == in.batch, "page_table", fmt.Sprintf("shape [B = %d, max_num_pages_per_seq]", in.batch), validate.ShapeStr(pt))
 		_, in.ps = in.layout.dims(in.kd.Shape())
 		in.cols = pt.Shape()[1]
-		if !pageCapacity(c, in.cols, in.ps) {
-			return c.err
+		if !validate.PageCapacity(c, in.cols, in.ps) {
+			return c.Err
 		}
-		in.pt, in.numPages = int32s(pt), in.kd.Shape()[0]
+		in.pt, in.numPages = validate.Int32s(pt), in.kd.Shape()[0]
 		var ok bool
 		if in.used, ok = pagedSeqK(c, args.SeqUsedK, in.cuK, in.seqK, in.cols*in.ps); !ok {
-			return c.err
+			return c.Err
 		}
-		checkPages(c, in.pt, in.cols, in.ps, in.seqK, in.numPages)
+		validate.CheckPages(c, in.pt, in.cols, in.ps, in.seqK, in.numPages)
 	}
-	maxSeq(c, "max_seqlen_q", args.MaxSeqlenQ, in.cuQ)
-	maxSeqK(c, "max_seqlen_k", args.MaxSeqlenK, in.seqK)
-	return c.err
+	validate.MaxSeq(c, "max_seqlen_q", args.MaxSeqlenQ, in.cuQ)
+	validate.MaxSeqK(c, "max_seqlen_k", args.MaxSeqlenK, in.seqK)
+	return c.Err
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 
@@ -62,7 +63,7 @@ func i32T(shape []int, v ...int32) *tensor.Dense {
 
 func modI32(t tensor.Tensor, i int, x int32) *tensor.Dense {
 	d := t.(*tensor.Dense).Clone().(*tensor.Dense)
-	backing[int32](d)[i] = x
+	validate.Backing[int32](d)[i] = x
 	return d
 }
 

@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 
@@ -73,7 +74,7 @@ func sliceCols(t *testing.T, m *tensor.Dense, junk int32) *tensor.Dense {
 	for i := range wide {
 		wide[i] = junk
 	}
-	src := backing[int32](m)
+	src := validate.Backing[int32](m)
 	for r := 0; r < rows; r++ {
 		copy(wide[r*(cols+5):], src[r*cols:(r+1)*cols])
 	}
@@ -125,8 +126,8 @@ func TestDecodeWrapperRunIntoView(t *testing.T) {
 	defer w.Close()
 	rows := len(s.seqused) * s.seqlenQ
 	parent := tensor.New(tensor.WithShape(rows, s.hq, 3*s.d), tensor.WithBacking(make([]lowp.BFloat16, rows*s.hq*3*s.d)))
-	for i := range backing[lowp.BFloat16](parent) {
-		backing[lowp.BFloat16](parent)[i] = lowp.BFloat16(0x3f80) // 1.0
+	for i := range validate.Backing[lowp.BFloat16](parent) {
+		validate.Backing[lowp.BFloat16](parent)[i] = lowp.BFloat16(0x3f80) // 1.0
 	}
 	view, err := parent.Slice(nil, nil, tensor.S(0, s.d))
 	if err != nil {
@@ -134,7 +135,7 @@ func TestDecodeWrapperRunIntoView(t *testing.T) {
 	}
 	err = w.RunInto(pr.q, pr.k, pr.v, 0, view.(*tensor.Dense), nil)
 	wantArgErr(t, err, "out", "contiguous")
-	for i, x := range backing[lowp.BFloat16](parent) {
+	for i, x := range validate.Backing[lowp.BFloat16](parent) {
 		if x != 0x3f80 {
 			t.Fatalf("parent element %d overwritten", i)
 		}
@@ -156,9 +157,9 @@ func TestDecodeWrapperRunIntoShared(t *testing.T) {
 	defer w.Close()
 	rows := len(s.seqused) * s.seqlenQ
 	qd := pr.q
-	qCopy := slices.Clone(backing[lowp.BFloat16](qd))
+	qCopy := slices.Clone(validate.Backing[lowp.BFloat16](qd))
 	// q is [rows, Hq, D] BF16, like out.
-	onQ := tensor.New(tensor.WithShape(rows, s.hq, s.d), tensor.WithBacking(backing[lowp.BFloat16](qd)))
+	onQ := tensor.New(tensor.WithShape(rows, s.hq, s.d), tensor.WithBacking(validate.Backing[lowp.BFloat16](qd)))
 	out := tensor.New(tensor.WithShape(rows, s.hq, s.d), tensor.Of(BFloat16))
 	bytesOf := func(d *tensor.Dense) unsafe.Pointer { return unsafe.Pointer(&d.Header.Raw[0]) }
 	lseOnOut := tensor.New(tensor.WithShape(rows, s.hq), tensor.WithBacking(unsafe.Slice((*float32)(bytesOf(out)), rows*s.hq)))
@@ -170,7 +171,7 @@ func TestDecodeWrapperRunIntoShared(t *testing.T) {
 	wantArgErr(t, w.RunInto(pr.q, pr.k, pr.v, 0, onQ, nil), "out", "shared with q")
 	wantArgErr(t, w.RunInto(pr.q, pr.k, pr.v, 0, out, lseOnOut), "out", "shared with lse")
 	wantArgErr(t, w.RunInto(pr.q, pr.k, pr.v, 0, out, lseOnK), "lse", "shared with k")
-	if !slices.Equal(backing[lowp.BFloat16](qd), qCopy) {
+	if !slices.Equal(validate.Backing[lowp.BFloat16](qd), qCopy) {
 		t.Fatal("q changed by a refused call")
 	}
 	if err := w.RunInto(pr.q, pr.k, pr.v, 0, out, nil); err != nil {
@@ -246,10 +247,10 @@ func TestDecodeScalarRule(t *testing.T) {
 		args := decodeArgs(s, pr)
 		args.SoftmaxScale = x
 		_, err := DecodeAttentionFunc(pr.q, pr.k, pr.v, nil, args)
-		wantArgErr(t, err, "softmax_scale", scaleRule)
-		wantArgErr(t, w.Plan(planOf(s, args), nil), "softmax_scale", scaleRule)
+		wantArgErr(t, err, "softmax_scale", validate.ScaleRule)
+		wantArgErr(t, w.Plan(planOf(s, args), nil), "softmax_scale", validate.ScaleRule)
 		_, err = w.Run(pr.q, pr.k, pr.v, x)
-		wantArgErr(t, err, "softmax_scale", scaleRule)
+		wantArgErr(t, err, "softmax_scale", validate.ScaleRule)
 	}
 }
 

@@ -1,4 +1,4 @@
-package op
+package decode
 
 import (
 	"encoding/binary"
@@ -7,8 +7,9 @@ import (
 	"gorgonia.org/tensor"
 )
 
-// cpDecodeRows turns a rank's plan of seqlen_q > 1 query tokens per
-// request into one of seqlen_q = 1 rows that a DecodeWrapper runs
+// CPRows turns a rank's plan of seqlen_q > 1 query tokens per request
+// (CPDecodeWrapper's) into the page table, seqused_k and (sparse)
+// q2k_indices of a plan of seqlen_q = 1 rows that a DecodeWrapper runs
 // unchanged: query i of request b becomes row b*seqlen_q+i (q's row order
 // already) with the request's page-table row and, as its seqused_k, the
 // number of this rank's keys that query sees. Query i of a request of L
@@ -19,18 +20,18 @@ import (
 // single-process decode, cut at the rank's share. One all-gather of every
 // rank's seqused_k (4*B bytes) gives L and a. Sparse decode keeps in each
 // row's selection only the blocks that start before the row's limit.
-func cpDecodeRows(c comm.Comm, m *decodeMeta, args PlanArgs) (PlanArgs, *tensor.Dense, error) {
-	B, sq := m.batch, m.seqlenQ
+func CPRows(c comm.Comm, m *Meta) (pageTable, seqUsedK, q2k *tensor.Dense, err error) {
+	B, sq := m.Batch, m.SeqlenQ
 	send := make([]byte, 4*B)
-	for b, n := range m.seqused {
+	for b, n := range m.SeqUsed {
 		binary.LittleEndian.PutUint32(send[4*b:], uint32(n))
 	}
 	recv := make([]byte, c.Size()*len(send))
 	if err := c.AllGather(send, recv); err != nil {
-		return args, nil, err
+		return nil, nil, nil, err
 	}
 	used := func(r, b int) int { return int(int32(binary.LittleEndian.Uint32(recv[(r*B+b)*4:]))) }
-	pt := make([]int32, B*sq*m.cols)
+	pt := make([]int32, B*sq*m.Cols)
 	su := make([]int32, B*sq)
 	for b := 0; b < B; b++ {
 		total, before := 0, 0
@@ -40,27 +41,25 @@ func cpDecodeRows(c comm.Comm, m *decodeMeta, args PlanArgs) (PlanArgs, *tensor.
 				before += used(r, b)
 			}
 		}
-		n := int(m.seqused[b])
+		n := int(m.SeqUsed[b])
 		for i := 0; i < sq; i++ {
 			row := b*sq + i
-			copy(pt[row*m.cols:(row+1)*m.cols], m.pt[b*m.cols:(b+1)*m.cols])
+			copy(pt[row*m.Cols:(row+1)*m.Cols], m.PT[b*m.Cols:(b+1)*m.Cols])
 			su[row] = int32(min(n, max(0, total-sq+i+1-before)))
 		}
 	}
-	out := args
-	out.PageTable = tensor.New(tensor.WithShape(B*sq, m.cols), tensor.WithBacking(pt))
-	out.SeqUsedK = tensor.New(tensor.WithShape(B*sq), tensor.WithBacking(su))
-	out.SeqlenQ = 1
-	if m.q2k == nil {
-		return out, nil, nil
+	pageTable = tensor.New(tensor.WithShape(B*sq, m.Cols), tensor.WithBacking(pt))
+	seqUsedK = tensor.New(tensor.WithShape(B*sq), tensor.WithBacking(su))
+	if m.Q2K == nil {
+		return pageTable, seqUsedK, nil, nil
 	}
-	sel := make([]int32, len(m.q2k))
-	for i, j := range m.q2k {
-		row := (i / m.topK) % (B * sq) // q2k is [Hkv, B*seqlen_q, topK]
+	sel := make([]int32, len(m.Q2K))
+	for i, j := range m.Q2K {
+		row := (i / m.TopK) % (B * sq) // q2k is [Hkv, B*seqlen_q, topK]
 		sel[i] = -1
-		if j >= 0 && int(j)*m.blk < int(su[row]) {
+		if j >= 0 && int(j)*m.Blk < int(su[row]) {
 			sel[i] = j
 		}
 	}
-	return out, tensor.New(tensor.WithShape(m.hkv, B*sq, m.topK), tensor.WithBacking(sel)), nil
+	return pageTable, seqUsedK, tensor.New(tensor.WithShape(m.Hkv, B*sq, m.TopK), tensor.WithBacking(sel)), nil
 }

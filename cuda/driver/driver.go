@@ -531,6 +531,9 @@ const (
 	FuncAttrSharedSizeBytes       = C.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES
 	FuncAttrNumRegs               = C.CU_FUNC_ATTRIBUTE_NUM_REGS
 	FuncAttrMaxDynamicSharedBytes = C.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+	// FuncAttrPreferredSharedCarveout is the percentage of the unified L1 /
+	// shared storage a kernel prefers as shared memory (a hint).
+	FuncAttrPreferredSharedCarveout = C.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT
 )
 
 // SetAttribute sets a CUfunction_attribute.

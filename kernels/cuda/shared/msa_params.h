@@ -117,6 +117,19 @@ typedef struct MsaDecodeParams {
     int32_t pad0;
 } MsaDecodeParams;
 
+/* Pipelined paged decode (sm90/sm90_decode_pipe.cu): the decode block plus
+ * what its fused combine reads. With split_kv, the CTA of work item w
+ * writes its float partials, then adds 1 to counters[(b*num_q_tiles + qt)*
+ * num_heads_kv + h] (num_q_tiles = ceil(seqlen_q / q_tile)); the CTA that
+ * brings it to split_counts[b] merges the group's partials into out / lse
+ * (combine.cu's mode-1 arithmetic) and sets the counter back to 0, so the
+ * counters (zeroed once when allocated) need no reset between launches. */
+typedef struct MsaDecodePipeParams {
+    MsaDecodeParams d;
+    uint64_t split_counts;   /* int32 [B] (split_kv only) */
+    uint64_t counters;       /* int32 [B * num_q_tiles * Hkv], all 0 between launches (split_kv only) */
+} MsaDecodePipeParams;
+
 /* Query-major sparse prefill (sm80/sm80_qfwd.cu). Grid: (num_tiles), block
  * 128 (256 at D = 256). Tile t (cuda.QPlan): tiles[4t..4t+3] = (batch, KV
  * head, first token as a global query row, tokens); its blocks are
@@ -157,6 +170,7 @@ typedef struct MsaQFwdParams {
 static_assert(sizeof(MsaFwdParams) == 17 * 8 + 20 * 4 + 2 * 4, "MsaFwdParams layout");
 static_assert(sizeof(MsaCombineParams) == 9 * 8 + 10 * 4, "MsaCombineParams layout");
 static_assert(sizeof(MsaDecodeParams) == 20 * 8 + 18 * 4 + 8, "MsaDecodeParams layout");
+static_assert(sizeof(MsaDecodePipeParams) == 256, "MsaDecodePipeParams layout (the tensor-map offset of the other kernels)");
 static_assert(sizeof(MsaQFwdParams) == 18 * 8 + 14 * 4 + 2 * 4, "MsaQFwdParams layout");
 #endif
 

@@ -25,14 +25,14 @@ const (
 type pipeMut int
 
 const (
-	pipeOK       pipeMut = iota
-	pipeMutWait          // cp.async.wait_group S instead of S-1
-	pipeMutSlot          // span n+S-1 issued into slot n % S (still being read)
-	pipeMutPage          // page of key t0+j read from page_table[t0/page + j/page + 1] at page boundaries
-	pipeMutReset            // the combining CTA leaves its counter at n
-	pipeMutLast           // a CTA combines when it saw n instead of n-1
-	pipeMutSwizzle            // the landing swizzle drops the row bits
-	pipeMutSpanEnd            // a span covers 64 keys even at the end of a block
+	pipeOK         pipeMut = iota
+	pipeMutWait            // cp.async.wait_group S instead of S-1
+	pipeMutSlot            // span n+S-1 issued into slot n % S (still being read)
+	pipeMutPage            // page of key t0+j read from page_table[t0/page + j/page + 1] at page boundaries
+	pipeMutReset           // the combining CTA leaves its counter at n
+	pipeMutLast            // a CTA combines when it saw n instead of n-1
+	pipeMutSwizzle         // the landing swizzle drops the row bits
+	pipeMutSpanEnd         // a span covers 64 keys even at the end of a block
 )
 
 func (m pipeMut) String() string {

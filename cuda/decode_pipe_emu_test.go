@@ -28,7 +28,7 @@ const (
 	pipeOK         pipeMut = iota
 	pipeMutWait            // cp.async.wait_group S instead of S-1
 	pipeMutSlot            // span n+S-1 issued into slot n % S (still being read)
-	pipeMutPage            // page of key t0+j read from page_table[t0/page + j/page + 1] at page boundaries
+	pipeMutPage            // the first key of a page (after the first page) read through the previous page-table entry
 	pipeMutReset           // the combining CTA leaves its counter at n
 	pipeMutLast            // a CTA combines when it saw n instead of n-1
 	pipeMutSwizzle         // the landing swizzle drops the row bits

@@ -104,9 +104,11 @@ __device__ __forceinline__ void fence_regs(uint32_t (&r)[N]) {
 }
 
 // ---- cp.async (16 bytes, L2 only) with zero fill: src_bytes = 0 writes 16 zero
-// bytes and reads nothing; completion is tracked by commit groups.
+// bytes and reads nothing; completion is tracked by commit groups. The
+// L2::128B hint fetches whole 128-byte lines (the neighbouring chunks of a
+// K/V row are copied by the neighbouring threads).
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool live) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(live ? 16 : 0) : "memory");
+    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(live ? 16 : 0) : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N>

@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"math"
 	"os"
 
 	"github.com/sparseattn/msa/kernels/cuda/fatbin"
@@ -48,12 +49,14 @@ func ParseDecodeKernel(s string) (DecodeKernel, error) {
 // environment (Load).
 func decodeKernelFromEnv() (DecodeKernel, error) { return ParseDecodeKernel(os.Getenv(DecodeEnv)) }
 
-// decodePipeKernelParams mirrors MsaDecodePipeParams (256 bytes: the
-// decode block, then the fused combine's split counts and counters).
+// decodePipeKernelParams mirrors MsaDecodePipeParams (the decode block,
+// then the fused combine's split counts, counters and counter stride).
 type decodePipeKernelParams struct {
-	Decode      decodeKernelParams
-	SplitCounts uint64 // int32 [Batch]
-	Counters    uint64 // int32 [PipeCounters], 0 between launches
+	Decode        decodeKernelParams
+	SplitCounts   uint64 // int32 [Batch]
+	Counters      uint64 // int32 [PipeCounters], 0 between launches
+	CounterStride int32  // counters per (request, q tile, KV head) group
+	pad0          int32
 }
 
 // PipeName is the pipelined decode kernel of variant v at head dim d.
@@ -74,14 +77,47 @@ func PipeNames(a Arch) []string {
 	return out
 }
 
+// PipeBlock is the split block of the pipelined kernel's two-level fused
+// combine for a request of n splits: all n for n <= 16, else ceil(sqrt(n)),
+// so that no CTA merges more than max(16, ~sqrt(n)) partials
+// (pipe_block of sm90_decode_pipe.cu).
+func PipeBlock(n int) int {
+	if n <= 16 {
+		return max(n, 1)
+	}
+	g := int(math.Sqrt(float64(n)))
+	for g*g < n {
+		g++
+	}
+	for g > 1 && (g-1)*(g-1) >= n {
+		g--
+	}
+	return g
+}
+
+// PipeCounterStride is the counters of one (request, q tile, KV head)
+// group of schedule s: the group's block count plus one per split block, at
+// most 1 + ceil(sqrt(max splits)) (1 + 1 below 17 splits).
+func PipeCounterStride(s *plan.DecodeSchedule) int {
+	n := s.MaxSplits
+	for _, c := range s.SplitCounts {
+		n = max(n, int(c))
+	}
+	blocks := 1
+	for m := 17; m <= n; m++ { // the block count is not monotone in n: take the largest
+		blocks = max(blocks, (m+PipeBlock(m)-1)/PipeBlock(m))
+	}
+	return 1 + blocks
+}
+
 // PipeCounters is the number of int32 counters the fused combine of
-// schedule s uses: one per (request, q tile, KV head) group, 0 when s does
-// not split KV (no combine).
+// schedule s uses: PipeCounterStride per (request, q tile, KV head) group,
+// 0 when s does not split KV (no combine).
 func PipeCounters(s *plan.DecodeSchedule) int {
 	if s == nil || !s.SplitKV {
 		return 0
 	}
-	return s.Params.Batch * s.NumQTiles * s.Params.Hkv
+	return s.Params.Batch * s.NumQTiles * s.Params.Hkv * PipeCounterStride(s)
 }
 
 // TCDecodePipePlan decides whether the decode of a runs on family arch's
@@ -112,10 +148,10 @@ func TCDecodePipePlan(arch Arch, a *DecodeArgs) (name string, l fatbin.PipeLaunc
 }
 
 // newDecodePipeParams is the pipelined kernel's block: p plus the device
-// split counts and counters (both 0 when p does not split KV).
-func newDecodePipeParams(p decodeKernelParams, splitCounts, counters uint64) decodePipeKernelParams {
-	if p.SplitKV == 0 {
-		splitCounts, counters = 0, 0
+// split counts and counters of schedule s (none when s does not split KV).
+func newDecodePipeParams(p decodeKernelParams, s *plan.DecodeSchedule, splitCounts, counters uint64) decodePipeKernelParams {
+	if p.SplitKV == 0 || s == nil || !s.SplitKV {
+		return decodePipeKernelParams{Decode: p}
 	}
-	return decodePipeKernelParams{Decode: p, SplitCounts: splitCounts, Counters: counters}
+	return decodePipeKernelParams{Decode: p, SplitCounts: splitCounts, Counters: counters, CounterStride: int32(PipeCounterStride(s))}
 }

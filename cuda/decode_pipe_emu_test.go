@@ -5,7 +5,7 @@ package cuda
 // (SpanGen), the cp.async ring (slot of each span, commit-group accounting,
 // wait depth), the page-to-stage copy (issue_span: page lookup per key,
 // zero-filled tail rows, the swizzled landing offsets) and the fused
-// combine's counter protocol, with the attention itself in float64 against
+// two-level combine's counter protocol, with the attention itself in float64 against
 // the direct reference. Each emulator takes a mutation so the test can show
 // that a broken index formula is caught.
 
@@ -33,11 +33,12 @@ const (
 	pipeMutLast            // a CTA combines when it saw n instead of n-1
 	pipeMutSwizzle         // the landing swizzle drops the row bits
 	pipeMutSpanEnd         // a span covers 64 keys even at the end of a block
+	pipeMutBlock           // a block merged into split kt/G instead of its first split kt/G*G
 )
 
 func (m pipeMut) String() string {
 	return [...]string{"none", "wait depth S", "issue into the slot being read", "page index", "counter not reset",
-		"last-CTA test", "swizzle", "span end"}[m]
+		"last-CTA test", "swizzle", "span end", "block's first split"}[m]
 }
 
 // pipeSpan is Span: keys [t0, t0+nk), mask bit r = row r of the tile attends them.
@@ -246,7 +247,12 @@ func pipeEmu(c *decodeCase, stages int, rng *rand.Rand, mut pipeMut) (o [][]floa
 	outWrites := make([]int, rows*c.hq)
 	ps := newPartialSet()
 	counters := make([]int, PipeCounters(s))
-	combined := map[int]int{}
+	stride := 1
+	if s.SplitKV {
+		stride = PipeCounterStride(s)
+	}
+	combined := map[int]int{}    // group (its first counter) -> final merges
+	blockMerged := map[int]int{} // partial row -> in-place block merges
 	order := rng.Perm(s.WorkCount)
 	for _, w := range order {
 		b, qt, kt, h := int(s.Request[w]), int(s.QTileIdx[w]), int(s.KVTile[w]), int(s.KVHead[w])
@@ -300,44 +306,83 @@ func pipeEmu(c *decodeCase, stages int, rng *rand.Rand, mut pipeMut) (o [][]floa
 		if !s.SplitKV {
 			continue
 		}
-		// fused combine: count this split; the CTA completing the group merges it
+		// fused two-level combine: count this split in its block; the CTA
+		// completing a block merges it in place (into the block's first
+		// split), then counts the block; the CTA completing the group merges
+		// the blocks into the output (one block: straight into the output)
 		n := max(int(s.SplitCounts[b]), 0)
-		g := (b*s.NumQTiles+qt)*c.hkv + h
-		before := counters[g]
-		counters[g]++
-		last := before == n-1
-		if mut == pipeMutLast {
-			last = before == n
+		G := max(PipeBlock(n), 1)
+		nblk, s0 := (n+G-1)/G, kt/G*G
+		if mut == pipeMutBlock {
+			s0 = kt / G
 		}
-		if !last {
+		base := ((b*s.NumQTiles+qt)*c.hkv + h) * stride
+		arrive := func(ci, want int) bool {
+			before := counters[ci]
+			counters[ci]++
+			last := before == want-1
+			if mut == pipeMutLast {
+				last = before == want
+			}
+			if last && mut != pipeMutReset {
+				counters[ci] = 0
+			}
+			return last
+		}
+		// merge is merge_row for every row of the item: cnt splits from
+		// split first, sstep apart; final: into the output, else in place
+		// into split first's partial row.
+		merge := func(first, sstep, cnt int, final bool) error {
+			for idx := 0; idx < nrows; idx++ {
+				i, hq := i0+idx/c.qhpk, h*c.qhpk+idx%c.qhpk
+				var prow []int
+				for k := 0; k < cnt; k++ {
+					r := (int(s.OIndptr[b])+(first+k*sstep)*s.QStride+i)*c.hq + hq
+					if ps.written[r] != 1 || (sstep > 1 && blockMerged[r] != 1) {
+						return fmt.Errorf("b %d: merging partial row %d (split %d): written %d times, block-merged %d times",
+							b, r, first+k*sstep, ps.written[r], blockMerged[r])
+					}
+					prow = append(prow, r)
+				}
+				mo, ml := combineEmu(ps, prow, c.d)
+				if final {
+					gid := (b*c.seqlenQ+i)*c.hq + hq
+					o[gid], lse[gid] = mo, ml
+					outWrites[gid]++
+				} else {
+					ps.o[prow[0]], ps.lse[prow[0]] = mo, ml
+					blockMerged[prow[0]]++
+				}
+			}
+			return nil
+		}
+		if !arrive(base+1+kt/G, min(G, n-s0)) {
 			continue
 		}
-		if mut != pipeMutReset {
-			counters[g] = 0
-		}
-		combined[g]++
-		for idx := 0; idx < nrows; idx++ { // combine_row
-			i, hq := i0+idx/c.qhpk, h*c.qhpk+idx%c.qhpk
-			gid := (b*c.seqlenQ+i)*c.hq + hq
-			prow0, pstep := (int(s.OIndptr[b])+i)*c.hq+hq, s.QStride*c.hq
-			var prow []int
-			for sp := 0; sp < n; sp++ {
-				r := prow0 + sp*pstep
-				if ps.written[r] != 1 {
-					return nil, nil, fmt.Errorf("group %d combines partial row %d (split %d) written %d times", g, r, sp, ps.written[r])
-				}
-				prow = append(prow, r)
+		if nblk == 1 {
+			combined[base]++
+			if err := merge(0, 1, n, true); err != nil {
+				return nil, nil, err
 			}
-			o[gid], lse[gid] = combineEmu(ps, prow, c.d)
-			outWrites[gid]++
+			continue
+		}
+		if err := merge(s0, 1, min(G, n-s0), false); err != nil {
+			return nil, nil, err
+		}
+		if !arrive(base, nblk) {
+			continue
+		}
+		combined[base]++
+		if err := merge(0, G, nblk, true); err != nil {
+			return nil, nil, err
 		}
 	}
-	for g, v := range counters {
+	for ci, v := range counters {
 		if v != 0 {
-			return nil, nil, fmt.Errorf("counter %d is %d after the launch, want 0", g, v)
+			return nil, nil, fmt.Errorf("counter %d is %d after the launch, want 0", ci, v)
 		}
-		if s.SplitKV && combined[g] != 1 {
-			return nil, nil, fmt.Errorf("group %d combined %d times, want once", g, combined[g])
+		if ci%stride == 0 && combined[ci] != 1 {
+			return nil, nil, fmt.Errorf("group %d combined %d times, want once", ci/stride, combined[ci])
 		}
 	}
 	for r, n := range outWrites {
@@ -433,7 +478,7 @@ func TestPipeRing(t *testing.T) {
 // reference.
 func TestPipeEmulationMutations(t *testing.T) {
 	cases := pipeCases()
-	for m := pipeMutWait; m <= pipeMutSpanEnd; m++ {
+	for m := pipeMutWait; m <= pipeMutBlock; m++ {
 		caught := false
 		for i, c := range cases {
 			genDecode(t, c, uint64(100+i))

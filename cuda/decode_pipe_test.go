@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"math"
 	"os"
 	"regexp"
 	"slices"
@@ -31,24 +32,25 @@ func TestParseDecodeKernel(t *testing.T) {
 }
 
 // TestDecodePipeParamsLayout pins MsaDecodePipeParams: the decode block,
-// then split_counts and counters, 256 bytes in all.
+// then split_counts, counters, counter_stride and a pad, 264 bytes in all.
 func TestDecodePipeParamsLayout(t *testing.T) {
 	src, err := os.ReadFile("../kernels/cuda/shared/msa_params.h")
 	if err != nil {
 		t.Fatal(err)
 	}
 	fields := cFields(t, string(src), "MsaDecodePipeParams")
-	want := [][2]string{{"MsaDecodeParams", "d"}, {"uint64_t", "splitcounts"}, {"uint64_t", "counters"}}
+	want := [][2]string{{"MsaDecodeParams", "d"}, {"uint64_t", "splitcounts"}, {"uint64_t", "counters"}, {"int32_t", "counterstride"}, {"int32_t", "pad0"}}
 	if !slices.Equal(fields, want) {
 		t.Fatalf("MsaDecodePipeParams fields %v, want %v", fields, want)
 	}
-	if !regexp.MustCompile(`sizeof\(MsaDecodePipeParams\) == 256`).Match(src) {
-		t.Error("msa_params.h does not static_assert the 256-byte MsaDecodePipeParams")
+	if !regexp.MustCompile(`sizeof\(MsaDecodePipeParams\) == 264`).Match(src) {
+		t.Error("msa_params.h does not static_assert the 264-byte MsaDecodePipeParams")
 	}
 	var p decodePipeKernelParams
-	if unsafe.Sizeof(p) != 256 || unsafe.Offsetof(p.SplitCounts) != unsafe.Sizeof(p.Decode) || unsafe.Offsetof(p.Counters) != 248 {
-		t.Errorf("decodePipeKernelParams: size %d, split_counts at %d, counters at %d; want 256, %d, 248",
-			unsafe.Sizeof(p), unsafe.Offsetof(p.SplitCounts), unsafe.Offsetof(p.Counters), unsafe.Sizeof(p.Decode))
+	d := unsafe.Sizeof(p.Decode)
+	if unsafe.Sizeof(p) != 264 || unsafe.Offsetof(p.SplitCounts) != d || unsafe.Offsetof(p.Counters) != d+8 || unsafe.Offsetof(p.CounterStride) != d+16 {
+		t.Errorf("decodePipeKernelParams: size %d, split_counts at %d, counters at %d, counter_stride at %d; want 264, %d, %d, %d",
+			unsafe.Sizeof(p), unsafe.Offsetof(p.SplitCounts), unsafe.Offsetof(p.Counters), unsafe.Offsetof(p.CounterStride), d, d+8, d+16)
 	}
 }
 
@@ -99,8 +101,12 @@ func TestPipeCounters(t *testing.T) {
 	if !s.SplitKV || s.NumQTiles < 2 {
 		t.Fatalf("want a split schedule with several q tiles, got split %v, %d tiles", s.SplitKV, s.NumQTiles)
 	}
-	if got, want := PipeCounters(s), 3*s.NumQTiles*2; got != want {
-		t.Errorf("PipeCounters = %d, want batch x q tiles x Hkv = %d", got, want)
+	if got, want := PipeCounters(s), 3*s.NumQTiles*2*PipeCounterStride(s); got != want {
+		t.Errorf("PipeCounters = %d, want batch x q tiles x Hkv x stride = %d", got, want)
+	}
+	q := newDecodePipeParams(decodeKernelParams{SplitKV: 1}, s, 64, 128)
+	if q.SplitCounts != 64 || q.Counters != 128 || int(q.CounterStride) != PipeCounterStride(s) {
+		t.Errorf("split block: %+v", q)
 	}
 	p.FixedSplitPages, p.DisableSplit = 0, true
 	if s, err = plan.BuildDecodeSchedule(s, []int32{1600, 30, 0}, p); err != nil {
@@ -109,11 +115,29 @@ func TestPipeCounters(t *testing.T) {
 	if PipeCounters(s) != 0 || PipeCounters(nil) != 0 {
 		t.Error("no counters without a split")
 	}
-	q := newDecodePipeParams(decodeKernelParams{SplitKV: 0}, 64, 128)
-	if q.SplitCounts != 0 || q.Counters != 0 {
+	if q = newDecodePipeParams(decodeKernelParams{SplitKV: 0}, s, 64, 128); q.SplitCounts != 0 || q.Counters != 0 || q.CounterStride != 0 {
 		t.Error("a block without split-KV must carry no counters")
 	}
-	if q = newDecodePipeParams(decodeKernelParams{SplitKV: 1}, 64, 128); q.SplitCounts != 64 || q.Counters != 128 {
-		t.Errorf("split block: %+v", q)
+}
+
+// TestPipeBlock pins the two-level combine's blocks: every split in
+// exactly one block, at most 16 (n <= 16) or ceil(sqrt(n)) splits per
+// block and as many blocks, and the stride covering every count up to the
+// schedule's largest.
+func TestPipeBlock(t *testing.T) {
+	for n := 1; n <= 3000; n++ {
+		g := PipeBlock(n)
+		nblk := (n + g - 1) / g
+		c := int(math.Ceil(math.Sqrt(float64(n))))
+		switch {
+		case n <= 16 && (g != n || nblk != 1):
+			t.Fatalf("n %d: block %d, %d blocks; want one block of all", n, g, nblk)
+		case n > 16 && (g != c || nblk > c || (nblk-1)*g >= n):
+			t.Fatalf("n %d: block %d, %d blocks; want ceil(sqrt(n)) = %d, at most as many blocks, none empty", n, g, nblk, c)
+		}
+		s := &plan.DecodeSchedule{MaxSplits: n}
+		if st := PipeCounterStride(s); st < 1+nblk {
+			t.Fatalf("n %d: stride %d < 1 + %d blocks", n, st, nblk)
+		}
 	}
 }

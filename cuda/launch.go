@@ -907,7 +907,7 @@ func (k *Kernels) pipeStep(a *DecodeArgs, s *plan.DecodeSchedule, p decodeKernel
 			return step{}, "", err
 		}
 	}
-	pp := newDecodePipeParams(p, splitCounts, counters)
+	pp := newDecodePipeParams(p, s, splitCounts, counters)
 	return step{name: name, grid: s.WorkCount, tc: true, kern: kern, smem: l.DynSmem, value: append([]byte(nil), driver.Bytes(&pp)...), nomaps: true}, "", nil
 }
 

@@ -268,6 +268,43 @@ func (k *Kernels) DecodeKernel() DecodeKernel {
 	return k.decode
 }
 
+// PipeOccupancy returns, per pipelined decode kernel found in the fatbin,
+// how many of its CTAs the driver can keep resident on one SM at its
+// launch geometry (the design needs fatbin.PipeCTAsPerSM). It raises each
+// kernel's shared-memory attributes first, as a launch would.
+func (k *Kernels) PipeOccupancy(ctx Runner) (map[string]int, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if err := k.check(); err != nil {
+		return nil, err
+	}
+	out := map[string]int{}
+	err := run(ctx, func() error {
+		for _, name := range PipeNames(k.arch) {
+			kern, ok := k.tc[name]
+			l, known := fatbin.DecodePipeLaunch[name]
+			if !ok || !known {
+				continue
+			}
+			if err := kern.fn.SetAttribute(driver.FuncAttrMaxDynamicSharedBytes, l.DynSmem); err != nil {
+				return fmt.Errorf("cuda: %s: %w", name, err)
+			}
+			if err := kern.fn.SetAttribute(driver.FuncAttrPreferredSharedCarveout, 100); err != nil {
+				return fmt.Errorf("cuda: %s: %w", name, err)
+			}
+			kern.smemSet = l.DynSmem
+			k.tc[name] = kern
+			n, err := kern.fn.ActiveBlocksPerSM(l.Threads, l.DynSmem)
+			if err != nil {
+				return fmt.Errorf("cuda: %s: %w", name, err)
+			}
+			out[name] = n
+		}
+		return nil
+	})
+	return out, err
+}
+
 // LastKernels lists the kernels the last SparseForward / SparsePrefill /
 // Combine / Decode call launched, in order.
 func (k *Kernels) LastKernels() []string {

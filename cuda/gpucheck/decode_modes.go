@@ -2,7 +2,13 @@
 
 package main
 
-import "github.com/sparseattn/msa/cuda"
+import (
+	"fmt"
+	"sort"
+
+	"github.com/sparseattn/msa/cuda"
+	"github.com/sparseattn/msa/kernels/cuda/fatbin"
+)
 
 // decodeMode is one way of running a decode case: the kernel path and, on
 // the tensor-core path, the sm_90a decode kernel (MSA_CUDA_DECODE old or
@@ -48,3 +54,30 @@ func (r *report) applyDecode(m decodeMode) {
 // restoreDecode selects the tensor-core path and the decode kernel Load
 // read from MSA_CUDA_DECODE.
 func (r *report) restoreDecode() { r.applyDecode(decodeMode{cuda.PathAuto, r.decodeDefault}) }
+
+// pipeOccupancy prints how many CTAs of each pipelined decode kernel the
+// driver keeps resident per SM; fewer than the design's
+// fatbin.PipeCTAsPerSM is a failure (its shared memory or registers grew).
+func (r *report) pipeOccupancy() {
+	occ, err := r.k.PipeOccupancy(r.dev)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err != nil {
+		r.failed++
+		fmt.Printf("occupancy: ERROR %v\n", err)
+		return
+	}
+	names := make([]string, 0, len(occ))
+	for n := range occ {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		status := "ok"
+		if occ[n] < fatbin.PipeCTAsPerSM {
+			r.failed++
+			status = fmt.Sprintf("FAIL: want >= %d", fatbin.PipeCTAsPerSM)
+		}
+		fmt.Printf("occupancy: %s %d CTAs per SM (%s)\n", n, occ[n], status)
+	}
+}

@@ -131,6 +131,7 @@ func main() {
 	fmt.Println(header)
 	r.header = header
 	go r.watchdog(*caseTimeout)
+	r.pipeOccupancy()
 
 	for i, c := range check.PrefillMatrix() {
 		if *quick && !strings.Contains(c.Name, "/d128/") {

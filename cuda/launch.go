@@ -59,9 +59,10 @@ type Kernels struct {
 	bufs     map[string]*devBuf
 	tmaps    map[string]driver.TensorMap
 	path     Path
-	prefill  PrefillPath // MSA_CUDA_PREFILL (SetPrefillPath)
-	gen      uint64      // bumped by every scratch upload: a Prepared is valid while it is unchanged
-	last     []string    // kernels of the last call (for the GPU check's report)
+	prefill  PrefillPath  // MSA_CUDA_PREFILL (SetPrefillPath)
+	decode   DecodeKernel // MSA_CUDA_DECODE (SetDecodeKernel)
+	gen      uint64       // bumped by every scratch upload: a Prepared is valid while it is unchanged
+	last     []string     // kernels of the last call (for the GPU check's report)
 	closed   bool
 	fallback map[string]string            // tensor-core kernel -> why it did not run (last time)
 	memFree  func(driver.DevicePtr) error // driver.MemFree; replaced by tests
@@ -117,6 +118,8 @@ var portableNames = []string{
 // MSA_CUDA_ARCH=sm80 runs the sm_80 kernels from their compute_80 PTX.
 // MSA_CUDA_ITEM_WAVES (1 to 64, default DefaultItemWaves) sets how many
 // CTAs per SM each prefill window's work items are cut into.
+// MSA_CUDA_PREFILL (kv, query) sets the prefill path and MSA_CUDA_DECODE
+// (old, new; DecodeEnv) the sm_90a decode kernel; a bad value is an error.
 func Load(ctx Runner) (*Kernels, error) {
 	if err := driver.Open(); err != nil {
 		return nil, err
@@ -149,6 +152,9 @@ func Load(ctx Runner) (*Kernels, error) {
 		if k.prefill, err = prefillPathFromEnv(); err != nil {
 			return err
 		}
+		if k.decode, err = decodeKernelFromEnv(); err != nil {
+			return err
+		}
 		k.arch = ArchFor(k.major, k.minor)
 		if v := os.Getenv("MSA_CUDA_ARCH"); v != "" {
 			a, ok := ParseArch(v)
@@ -172,7 +178,7 @@ func Load(ctx Runner) (*Kernels, error) {
 			}
 			k.fns[name] = fn
 		}
-		for _, name := range append(TCNames(k.arch), QFwdNames(k.arch)...) {
+		for _, name := range append(append(TCNames(k.arch), QFwdNames(k.arch)...), PipeNames(k.arch)...) {
 			fn, err := mod.Function(name)
 			if driver.IsNotFound(err) {
 				continue
@@ -242,6 +248,61 @@ func (k *Kernels) PrefillPath() PrefillPath {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return k.prefill
+}
+
+// SetDecodeKernel selects the sm_90a decode kernel of later Decode /
+// PrepareDecode calls (Load sets it from MSA_CUDA_DECODE, default old). The
+// new kernel falls back to the old one, recording why in Fallbacks, where
+// it does not apply (other families, D = 256, a kernel missing from the
+// fatbin).
+func (k *Kernels) SetDecodeKernel(d DecodeKernel) {
+	k.mu.Lock()
+	k.decode = d
+	k.mu.Unlock()
+}
+
+// DecodeKernel is the sm_90a decode kernel of later calls.
+func (k *Kernels) DecodeKernel() DecodeKernel {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.decode
+}
+
+// PipeOccupancy returns, per pipelined decode kernel found in the fatbin,
+// how many of its CTAs the driver can keep resident on one SM at its
+// launch geometry (the design needs fatbin.PipeCTAsPerSM). It raises each
+// kernel's shared-memory attributes first, as a launch would.
+func (k *Kernels) PipeOccupancy(ctx Runner) (map[string]int, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if err := k.check(); err != nil {
+		return nil, err
+	}
+	out := map[string]int{}
+	err := run(ctx, func() error {
+		for _, name := range PipeNames(k.arch) {
+			kern, ok := k.tc[name]
+			l, known := fatbin.DecodePipeLaunch[name]
+			if !ok || !known {
+				continue
+			}
+			if err := kern.fn.SetAttribute(driver.FuncAttrMaxDynamicSharedBytes, l.DynSmem); err != nil {
+				return fmt.Errorf("cuda: %s: %w", name, err)
+			}
+			if err := kern.fn.SetAttribute(driver.FuncAttrPreferredSharedCarveout, 100); err != nil {
+				return fmt.Errorf("cuda: %s: %w", name, err)
+			}
+			kern.smemSet = l.DynSmem
+			k.tc[name] = kern
+			n, err := kern.fn.ActiveBlocksPerSM(l.Threads, l.DynSmem)
+			if err != nil {
+				return fmt.Errorf("cuda: %s: %w", name, err)
+			}
+			out[name] = n
+		}
+		return nil
+	})
+	return out, err
 }
 
 // LastKernels lists the kernels the last SparseForward / SparsePrefill /
@@ -351,6 +412,7 @@ type step struct {
 	smem   int
 	value  []byte
 	maps   [3]driver.TensorMap
+	nomaps bool // the kernel takes its parameter block only (no tensor maps)
 }
 
 // Prepared is a launch sequence whose inputs (plan arrays, parameter
@@ -395,7 +457,11 @@ func (k *Kernels) launchSteps(steps []step) error {
 		if st.tc {
 			cfg := driver.LaunchConfig{Grid: driver.Dim3{X: uint32(st.grid), Y: 1, Z: 1},
 				Block: driver.Dim3{X: uint32(st.kern.threads), Y: 1, Z: 1}, SharedBytes: uint32(st.smem)}
-			err = driver.Launch(st.kern.fn, cfg, st.value, driver.Bytes(&st.maps))
+			if st.nomaps {
+				err = driver.Launch(st.kern.fn, cfg, st.value)
+			} else {
+				err = driver.Launch(st.kern.fn, cfg, st.value, driver.Bytes(&st.maps))
+			}
 		} else {
 			fn, ok := k.fns[st.name]
 			if !ok {
@@ -798,6 +864,16 @@ func (k *Kernels) prepDecode(a *DecodeArgs, s *plan.DecodeSchedule) ([]step, err
 		return nil, err
 	}
 	var steps []step
+	if k.decode == DecodeNew && k.path == PathAuto && s.WorkCount > 0 {
+		st, why, err := k.pipeStep(a, s, p, dev.SplitCounts)
+		if err != nil {
+			return nil, err
+		}
+		if why == "" {
+			return []step{st}, nil // the combine is fused
+		}
+		k.fallback["msa_sm90_decpipe"] = why
+	}
 	if s.WorkCount > 0 {
 		done := false
 		if k.path == PathAuto && k.arch != ArchPortable {
@@ -830,6 +906,71 @@ func (k *Kernels) prepDecode(a *DecodeArgs, s *plan.DecodeSchedule) ([]step, err
 			grid: (rows + Threads/32 - 1) / (Threads / 32), params: cp})
 	}
 	return steps, nil
+}
+
+// pipeStep returns the launch of the pipelined decode, or why it cannot run
+// (the old kernels then run). It grows the fused combine's counters to the
+// schedule's PipeCounters, zeroed when allocated: the kernel leaves them 0.
+func (k *Kernels) pipeStep(a *DecodeArgs, s *plan.DecodeSchedule, p decodeKernelParams, splitCounts uint64) (step, string, error) {
+	name, l, why := TCDecodePipePlan(k.arch, a)
+	if why != "" {
+		return step{}, why, nil
+	}
+	kern, found := k.tc[name]
+	switch {
+	case !found:
+		return step{}, name + " is not in the fatbin", nil
+	case kern.threads != l.Threads:
+		return step{}, fmt.Sprintf("%s: launch table says %d threads, the kernel's launch bound %d", name, l.Threads, kern.threads), nil
+	case l.DynSmem > k.smemOpt:
+		return step{}, fmt.Sprintf("%s needs %d B of shared memory, the device allows %d", name, l.DynSmem, k.smemOpt), nil
+	}
+	if kern.smemSet < l.DynSmem {
+		if err := kern.fn.SetAttribute(driver.FuncAttrMaxDynamicSharedBytes, l.DynSmem); err != nil {
+			return step{}, err.Error(), nil
+		}
+		// All of the unified L1 / shared storage as shared memory, so that
+		// two CTAs' rings fit on one SM.
+		if err := kern.fn.SetAttribute(driver.FuncAttrPreferredSharedCarveout, 100); err != nil {
+			return step{}, err.Error(), nil
+		}
+		kern.smemSet = l.DynSmem
+		k.tc[name] = kern
+	}
+	var counters uint64
+	if n := PipeCounters(s); n > 0 {
+		var err error
+		if counters, err = k.zeroed("decode.counters", int64(n)*4); err != nil {
+			return step{}, "", err
+		}
+	}
+	pp := newDecodePipeParams(p, s, splitCounts, counters)
+	return step{name: name, grid: s.WorkCount, tc: true, kern: kern, smem: l.DynSmem, value: append([]byte(nil), driver.Bytes(&pp)...), nomaps: true}, "", nil
+}
+
+// zeroed returns the scratch buffer named role of at least n bytes; a buffer
+// is zero-filled when it is allocated and otherwise left as the kernels left
+// it (the fused combine's counters return to 0 at the end of every launch).
+func (k *Kernels) zeroed(role string, n int64) (uint64, error) {
+	if b := k.bufs[role]; b != nil && b.size >= n {
+		return uint64(b.ptr), nil
+	}
+	if b := k.bufs[role]; b != nil {
+		delete(k.bufs, role)
+		if err := driver.MemFree(b.ptr); err != nil {
+			return 0, err
+		}
+	}
+	ptr, err := driver.MemAlloc(n)
+	if err != nil {
+		return 0, fmt.Errorf("cuda: allocating %d bytes for %s: %w", n, role, err)
+	}
+	k.bufs[role] = &devBuf{ptr: ptr, size: n}
+	k.gen++ // a prepared launch holding the old buffer is stale
+	if err := driver.MemsetD8(ptr, 0, n); err != nil {
+		return 0, fmt.Errorf("cuda: zeroing %s: %w", role, err)
+	}
+	return uint64(ptr), nil
 }
 
 // PrepareDecode uploads what Decode would and returns its launches.

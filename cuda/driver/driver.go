@@ -58,6 +58,7 @@ typedef struct {
 	CUresult (*moduleGetFunction)(CUfunction*, CUmodule, const char*);
 	CUresult (*funcSetAttribute)(CUfunction, CUfunction_attribute, int);
 	CUresult (*funcGetAttribute)(int*, CUfunction_attribute, CUfunction);
+	CUresult (*occupancyMaxBlocks)(int*, CUfunction, int, size_t);
 	CUresult (*launchKernelEx)(const CUlaunchConfig*, CUfunction, void**, void**);
 	CUresult (*tensorMapEncodeTiled)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*, const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
 	CUresult (*eventCreate)(CUevent*, unsigned int);
@@ -109,6 +110,7 @@ static int msa_open(const char* path, const char** err) {
 	SYM(moduleGetFunction, "cuModuleGetFunction");
 	SYM(funcSetAttribute, "cuFuncSetAttribute");
 	SYM(funcGetAttribute, "cuFuncGetAttribute");
+	SYM(occupancyMaxBlocks, "cuOccupancyMaxActiveBlocksPerMultiprocessor");
 	SYM(launchKernelEx, "cuLaunchKernelEx");
 	SYM(tensorMapEncodeTiled, "cuTensorMapEncodeTiled");
 	SYM(eventCreate, "cuEventCreate");
@@ -160,6 +162,7 @@ static CUresult msa_module_unload(uintptr_t m) { return MSA_CALL(msa_d.moduleUnl
 static CUresult msa_module_function(uintptr_t* f, uintptr_t m, const char* name) { CUfunction x = NULL; CUresult r = MSA_CALL(msa_d.moduleGetFunction, &x, (CUmodule)m, name); *f = (uintptr_t)x; return r; }
 static CUresult msa_func_set_attr(uintptr_t f, int a, int v) { return MSA_CALL(msa_d.funcSetAttribute, (CUfunction)f, (CUfunction_attribute)a, v); }
 static CUresult msa_func_get_attr(int* v, int a, uintptr_t f) { return MSA_CALL(msa_d.funcGetAttribute, v, (CUfunction_attribute)a, (CUfunction)f); }
+static CUresult msa_occupancy(int* n, uintptr_t f, int threads, size_t smem) { return MSA_CALL(msa_d.occupancyMaxBlocks, n, (CUfunction)f, threads, smem); }
 
 // msa_launch launches f with cuLaunchKernelEx; cluster dims of 0 mean no
 // cluster attribute. params holds nparams pointers to the argument values.
@@ -531,6 +534,9 @@ const (
 	FuncAttrSharedSizeBytes       = C.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES
 	FuncAttrNumRegs               = C.CU_FUNC_ATTRIBUTE_NUM_REGS
 	FuncAttrMaxDynamicSharedBytes = C.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+	// FuncAttrPreferredSharedCarveout is the percentage of the unified L1 /
+	// shared storage a kernel prefers as shared memory (a hint).
+	FuncAttrPreferredSharedCarveout = C.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT
 )
 
 // SetAttribute sets a CUfunction_attribute.
@@ -543,6 +549,15 @@ func (f Function) Attribute(attr int) (int, error) {
 	var v C.int
 	err := check("cuFuncGetAttribute", C.msa_func_get_attr(&v, C.int(attr), C.uintptr_t(f)))
 	return int(v), err
+}
+
+// ActiveBlocksPerSM is how many CTAs of f with threads threads and smem
+// bytes of dynamic shared memory can be resident on one SM
+// (cuOccupancyMaxActiveBlocksPerMultiprocessor).
+func (f Function) ActiveBlocksPerSM(threads, smem int) (int, error) {
+	var n C.int
+	err := check("cuOccupancyMaxActiveBlocksPerMultiprocessor", C.msa_occupancy(&n, C.uintptr_t(f), C.int(threads), C.size_t(smem)))
+	return int(n), err
 }
 
 // Dim3 is a grid, block or cluster shape.

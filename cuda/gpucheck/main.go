@@ -69,7 +69,8 @@ type report struct {
 	caseName string     // the case in flight, for the watchdog
 	caseFrom time.Time
 
-	prefillDefault cuda.PrefillPath // the prefill path Load read from MSA_CUDA_PREFILL
+	prefillDefault cuda.PrefillPath  // the prefill path Load read from MSA_CUDA_PREFILL
+	decodeDefault  cuda.DecodeKernel // the decode kernel Load read from MSA_CUDA_DECODE
 }
 
 func main() {
@@ -125,12 +126,13 @@ func main() {
 	}
 	ver, _ := driver.DriverVersion()
 	r := &report{dev: dev, k: k, deadline: start.Add(*budget), workers: max(runtime.NumCPU(), 1), only: onlyRE, skip: skipRE, dir: *out, start: start,
-		prefillDefault: k.PrefillPath()}
+		prefillDefault: k.PrefillPath(), decodeDefault: k.DecodeKernel()}
 	header := fmt.Sprintf("GPU: %s (sm_%d%d, %d SMs, %.0f GiB), driver CUDA %d.%d, kernel family %s, tensor-core kernels in the fatbin: %d",
 		dev.Name, dev.Major, dev.Minor, dev.SMs, float64(dev.Memory)/(1<<30), ver/1000, ver%1000/10, k.Arch(), len(k.TensorCoreKernels()))
 	fmt.Println(header)
 	r.header = header
 	go r.watchdog(*caseTimeout)
+	r.pipeOccupancy()
 
 	for i, c := range check.PrefillMatrix() {
 		if *quick && !strings.Contains(c.Name, "/d128/") {
@@ -148,7 +150,13 @@ func main() {
 		r.probePrefill(c, uint64(i+101))
 	}
 	for i, c := range check.ProbeDecodeMatrix() {
-		r.probeDecode(c, uint64(i+101))
+		for _, md := range r.decodeModes() {
+			if md.path == cuda.PathAuto { // the probes check the kernels of the tensor-core path
+				r.applyDecode(md)
+				r.probeDecode(c, uint64(i+101), md.label())
+			}
+		}
+		r.restoreDecode()
 	}
 	r.timings(*quick)
 	if err := r.write(*out, header, time.Since(start)); err != nil {
@@ -513,16 +521,17 @@ func (r *report) probePrefill(c *check.Prefill, seed uint64) {
 }
 
 // probeDecode runs the probe passes of decode case c.
-func (r *report) probeDecode(c *check.Decode, seed uint64) {
-	if r.late(c.Name) {
+func (r *report) probeDecode(c *check.Decode, seed uint64, label string) {
+	name := c.Name + label
+	if r.late(name) {
 		return
 	}
 	c.SMs = r.dev.SMs // the CUDA executor's split for this GPU
 	if err := c.Gen(seed); err != nil {
-		r.probeOut(c.Name, "", check.ProbeDiff{}, err)
+		r.probeOut(name, "", check.ProbeDiff{}, err)
 		return
 	}
-	r.probe(c.Name, false, c.ProbePasses(), c.SetProbe, func() (check.Result, string, error) {
+	r.probe(name, false, c.ProbePasses(), c.SetProbe, func() (check.Result, string, error) {
 		m := &mem{cuda.NewArena(r.dev)}
 		a := r.decodeArgs(m, c)
 		if m.Err() != nil {
@@ -546,13 +555,6 @@ func partialBytes(d cuda.Dtype) int {
 		return 2
 	}
 	return 1
-}
-
-func (r *report) paths() []cuda.Path {
-	if len(r.k.TensorCoreKernels()) == 0 {
-		return []cuda.Path{cuda.PathPortable}
-	}
-	return []cuda.Path{cuda.PathAuto, cuda.PathPortable}
 }
 
 func dedup(s []string) []string {
@@ -626,9 +628,13 @@ func (r *report) decode(c *check.Decode, seed uint64) {
 		r.out(c.Name, "", check.Diff{}, check.Diff{}, false, m.Err())
 		return
 	}
-	for _, path := range r.paths() {
-		r.k.SetPath(path)
+	defer r.restoreDecode()
+	for _, md := range r.decodeModes() {
+		r.applyDecode(md)
 		g1, kern, err := r.decodeOnce(m, a, c)
+		if md.kernel == cuda.DecodeNew && err == nil && !strings.Contains(kern, "_decpipe_") {
+			continue // the new kernel does not apply here (Fallbacks says why): the old kernel's row covers it
+		}
 		var g2 check.Result
 		if err == nil {
 			g2, _, err = r.decodeOnce(m, a, c)
@@ -639,7 +645,6 @@ func (r *report) decode(c *check.Decode, seed uint64) {
 			break
 		}
 	}
-	r.k.SetPath(cuda.PathAuto)
 }
 
 // timings times the kernel families at the bench's default shapes.
@@ -679,34 +684,47 @@ func (r *report) timings(quick bool) {
 		dt         cuda.Dtype
 		batch, ctx int
 	}
-	var dcs []dcase
-	for _, dt := range []cuda.Dtype{cuda.E4M3, cuda.BF16} {
-		for _, b := range []int{8, 32} {
-			for _, ctx := range []int{4096, 16384, 65536} {
-				dcs = append(dcs, dcase{dt, b, ctx})
-			}
-		}
-	}
-	// small batches at long contexts: the CUDA executor splits each
-	// request so that every SM has a chunk
+	// The A/B targets of the sm_90a decode kernels first: batch 32 x 64K
+	// (BF16 and FP8 K/V), then small batches at long contexts (the CUDA
+	// executor splits each request so that every SM has a chunk); then the
+	// rest of the grid.
+	dcs := []dcase{{cuda.BF16, 32, 65536}, {cuda.E4M3, 32, 65536}}
 	for _, b := range []int{1, 4, 8} {
 		for _, ctx := range []int{8192, 32768, 131072} {
 			dcs = append(dcs, dcase{cuda.BF16, b, ctx})
+		}
+	}
+	for _, dt := range []cuda.Dtype{cuda.E4M3, cuda.BF16} {
+		for _, b := range []int{8, 32} {
+			for _, ctx := range []int{4096, 16384, 65536} {
+				if b == 32 && ctx == 65536 {
+					continue
+				}
+				dcs = append(dcs, dcase{dt, b, ctx})
+			}
 		}
 	}
 	if quick {
 		dcs = dcs[:1]
 	}
 	for _, dc := range dcs {
-		for _, path := range r.paths() {
-			name := fmt.Sprintf("decode %s b%d %dK", dc.dt, dc.batch, dc.ctx/1024)
-			if path == cuda.PathPortable {
-				name += " (portable)"
-			}
+		var c *check.Decode // generated once, timed on every mode
+		var genErr error
+		for _, md := range r.decodeModes() {
+			name := fmt.Sprintf("decode %s b%d %dK", dc.dt, dc.batch, dc.ctx/1024) + md.label()
 			if r.late("timing " + name) {
 				continue
 			}
-			r.timeDecode(check.TimingDecode(name, dc.batch, dc.ctx, dc.dt), path, dc.dt == cuda.E4M3)
+			if c == nil {
+				c = check.TimingDecode(fmt.Sprintf("decode %s b%d %dK", dc.dt, dc.batch, dc.ctx/1024), dc.batch, dc.ctx, dc.dt)
+				c.SMs = r.dev.SMs
+				genErr = c.Gen(1)
+			}
+			if genErr != nil {
+				r.timeRow(name, "", 0, 0, 0, dc.dt == cuda.E4M3, genErr)
+				continue
+			}
+			r.timeDecode(c, name, md, dc.dt == cuda.E4M3)
 		}
 	}
 }
@@ -780,26 +798,24 @@ func (r *report) timePrefill(c *check.Prefill, name string, md runMode, fp8 bool
 	r.timeRow(name, kern, ms, c.FLOP(), bytes, fp8, err)
 }
 
-func (r *report) timeDecode(c *check.Decode, path cuda.Path, fp8 bool) {
-	c.SMs = r.dev.SMs
-	if err := c.Gen(1); err != nil {
-		r.timeRow(c.Name, "", 0, 0, 0, fp8, err)
-		return
-	}
-	r.begin("timing " + c.Name)
+// timeDecode times generated case c in mode md, reported as name; the
+// bytes are the minimum traffic (every K/V byte once, Q read, O written),
+// so GB/s over the HBM peak is the fraction of bandwidth reached.
+func (r *report) timeDecode(c *check.Decode, name string, md decodeMode, fp8 bool) {
+	r.begin("timing " + name)
 	defer r.begin("")
 	m := &mem{cuda.NewArena(r.dev)}
 	defer m.Free()
 	a := r.decodeArgs(m, c)
 	if m.Err() != nil {
-		r.timeRow(c.Name, "", 0, 0, 0, fp8, m.Err())
+		r.timeRow(name, "", 0, 0, 0, fp8, m.Err())
 		return
 	}
-	r.k.SetPath(path)
-	defer r.k.SetPath(cuda.PathAuto)
+	r.applyDecode(md)
+	defer r.restoreDecode()
 	pl, err := r.k.PrepareDecode(r.dev, a, c.Sched)
 	if err != nil {
-		r.timeRow(c.Name, "", 0, 0, 0, fp8, err)
+		r.timeRow(name, "", 0, 0, 0, fp8, err)
 		return
 	}
 	kern := strings.Join(dedup(pl.Kernels()), "+")
@@ -807,7 +823,7 @@ func (r *report) timeDecode(c *check.Decode, path cuda.Path, fp8 bool) {
 	if err == nil {
 		err = cuda.CheckFiniteBF16(r.dev, a.Out, c.Batch*c.SeqlenQ*c.Hq*c.D)
 	}
-	r.timeRow(c.Name, kern, ms, c.FLOP(), c.Bytes(), fp8, err)
+	r.timeRow(name, kern, ms, c.FLOP(), c.Bytes(), fp8, err)
 }
 
 func (r *report) write(dir, header string, took time.Duration) error {

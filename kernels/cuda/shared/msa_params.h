@@ -117,6 +117,22 @@ typedef struct MsaDecodeParams {
     int32_t pad0;
 } MsaDecodeParams;
 
+/* Pipelined paged decode (sm90/sm90_decode_pipe.cu): the decode block plus
+ * what its fused combine reads. With split_kv, group g = (b*num_q_tiles +
+ * qt)*num_heads_kv + h (num_q_tiles = ceil(seqlen_q / q_tile)) owns
+ * counter_stride counters at counters[g*counter_stride]: [0] counts the
+ * merged split blocks, [1 + k] the splits of block k (blocks of
+ * pipe_block(split_counts[b]) splits, at most counter_stride - 1 of them).
+ * The CTA that completes a counter sets it back to 0, so the counters
+ * (zeroed once when allocated) need no reset between launches. */
+typedef struct MsaDecodePipeParams {
+    MsaDecodeParams d;
+    uint64_t split_counts;   /* int32 [B] (split_kv only) */
+    uint64_t counters;       /* int32 [B * num_q_tiles * Hkv * counter_stride], all 0 between launches (split_kv only) */
+    int32_t counter_stride;  /* 1 + the most split blocks of a request */
+    int32_t pad0;
+} MsaDecodePipeParams;
+
 /* Query-major sparse prefill (sm80/sm80_qfwd.cu). Grid: (num_tiles), block
  * 128 (256 at D = 256). Tile t (cuda.QPlan): tiles[4t..4t+3] = (batch, KV
  * head, first token as a global query row, tokens); its blocks are
@@ -157,6 +173,7 @@ typedef struct MsaQFwdParams {
 static_assert(sizeof(MsaFwdParams) == 17 * 8 + 20 * 4 + 2 * 4, "MsaFwdParams layout");
 static_assert(sizeof(MsaCombineParams) == 9 * 8 + 10 * 4, "MsaCombineParams layout");
 static_assert(sizeof(MsaDecodeParams) == 20 * 8 + 18 * 4 + 8, "MsaDecodeParams layout");
+static_assert(sizeof(MsaDecodePipeParams) == 264, "MsaDecodePipeParams layout");
 static_assert(sizeof(MsaQFwdParams) == 18 * 8 + 14 * 4 + 2 * 4, "MsaQFwdParams layout");
 #endif
 

@@ -80,20 +80,22 @@ __device__ __forceinline__ float quad_sum(float x) {
     return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
-// One softmax block (<= 128 keys) folded into the state, in base 2 like
+// One softmax block (<= 128 keys, 2*NS) folded into the state, in base 2 like
 // block_update (msa_core.cuh): keys [0, lim[i]) of the block are visible to
 // row i; the sum uses the unrounded P; P is rounded per pv_round and packed
 // into the P.V A fragment pa. alpha[i] rescales the row's output accumulator
 // (1 when the block has no visible key for the row: the row is untouched).
 // Every lane executes every shuffle (no divergent exits).
-__device__ __forceinline__ void softmax_block(float (&s)[64], const int (&lim)[2], float scale_log2, float invT,
-                                              int pv_round, Soft& st, uint32_t (&pa)[32], float (&alpha)[2]) {
+// NS = keys/2 score registers: 64 for a 128-key block, 32 for 64 keys.
+template <int NS>
+__device__ __forceinline__ void softmax_block(float (&s)[NS], const int (&lim)[2], float scale_log2, float invT,
+                                              int pv_round, Soft& st, uint32_t (&pa)[NS / 2], float (&alpha)[2]) {
     const int t = threadIdx.x & 3;
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
         float mx = -INFINITY;
 #pragma unroll
-        for (int j = 0; j < 16; ++j)
+        for (int j = 0; j < NS / 4; ++j)
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
                 const int key = 8 * j + 2 * t + e;
@@ -106,7 +108,7 @@ __device__ __forceinline__ void softmax_block(float (&s)[64], const int (&lim)[2
         const float mnew = empty ? st.m[i] : fmaxf(st.m[i], mx);
         float sum = 0.f, tsum = 0.f;
 #pragma unroll
-        for (int j = 0; j < 16; ++j) {
+        for (int j = 0; j < NS / 4; ++j) {
             float pr[2];
 #pragma unroll
             for (int e = 0; e < 2; ++e) {

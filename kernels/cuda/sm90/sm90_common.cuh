@@ -103,6 +103,17 @@ __device__ __forceinline__ void fence_regs(uint32_t (&r)[N]) {
     for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
 }
 
+// ---- cp.async (16 bytes, L2 only) with zero fill: src_bytes = 0 writes 16 zero
+// bytes and reads nothing; completion is tracked by commit groups. The
+// L2::128B hint fetches whole 128-byte lines (the neighbouring chunks of a
+// K/V row are copied by the neighbouring threads).
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool live) {
+    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(live ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+
 // ---- geometry of one kernel instance -------------------------------------------------
 template <int D, int VAR>
 struct Geo90 {
@@ -331,12 +342,21 @@ __device__ __forceinline__ void mma_rs(const uint32_t* a, uint64_t b, float (&d)
     Op::fma(a[0], a[1], a[2], a[3], b, d[I]..., sc);
 }
 
-// S[64 rows x 128 keys] = Q K^T (warpgroup-collective; s in the fragment layout).
-template <int D, int VAR>
-__device__ __forceinline__ void qk(uint32_t sQ, uint32_t sK, float (&s)[64]) {
+// S[64 rows x KEYS keys] = Q K^T (warpgroup-collective; s in the fragment
+// layout). sK is a K tile of KEYS rows (panels of [KEYS][span]).
+template <int VAR, int KEYS> struct QkOp;
+template <int VAR> struct QkOp<VAR, 128> {
+    using type = typename std::conditional<VAR == kVarFP8, cute::SM90::GMMA::MMA_64x128x32_F32E4M3E4M3_SS_TN<>,
+                                           cute::SM90::GMMA::MMA_64x128x16_F32BF16BF16_SS<gm::Major::K, gm::Major::K>>::type;
+};
+template <int VAR> struct QkOp<VAR, 64> {
+    using type = typename std::conditional<VAR == kVarFP8, cute::SM90::GMMA::MMA_64x64x32_F32E4M3E4M3_SS_TN<>,
+                                           cute::SM90::GMMA::MMA_64x64x16_F32BF16BF16_SS<gm::Major::K, gm::Major::K>>::type;
+};
+template <int D, int VAR, int KEYS = kBlk>
+__device__ __forceinline__ void qk(uint32_t sQ, uint32_t sK, float (&s)[KEYS / 2]) {
     using G = Geo90<D, VAR>;
-    using Op = typename std::conditional<G::kQkFp8, cute::SM90::GMMA::MMA_64x128x32_F32E4M3E4M3_SS_TN<>,
-                                         cute::SM90::GMMA::MMA_64x128x16_F32BF16BF16_SS<gm::Major::K, gm::Major::K>>::type;
+    using Op = typename QkOp<VAR, KEYS>::type;
     constexpr int SP = G::kQkSpan;
     fence_regs(s);
     cute::warpgroup_arrive();
@@ -344,8 +364,8 @@ __device__ __forceinline__ void qk(uint32_t sQ, uint32_t sK, float (&s)[64]) {
     for (int kk = 0; kk < G::kQkRow / 32; ++kk) {  // 32 bytes of K per instruction (k16 bf16, k32 e4m3)
         const int pn = kk * 32 / SP, in = kk * 32 % SP;
         const uint64_t da = gdesc<SP>(sQ + pn * kTileRows * SP + in, 16, 8 * SP);
-        const uint64_t db = gdesc<SP>(sK + pn * kBlk * SP + in, 16, 8 * SP);
-        mma_ss<Op>(da, db, s, kk == 0 ? gm::ScaleOut::Zero : gm::ScaleOut::One, std::make_index_sequence<64>{});
+        const uint64_t db = gdesc<SP>(sK + pn * KEYS * SP + in, 16, 8 * SP);
+        mma_ss<Op>(da, db, s, kk == 0 ? gm::ScaleOut::Zero : gm::ScaleOut::One, std::make_index_sequence<KEYS / 2>{});
     }
     cute::warpgroup_commit_batch();
     cute::warpgroup_wait<0>();
@@ -357,17 +377,18 @@ template <> struct PvOp<64> { using type = cute::SM90::GMMA::MMA_64x64x16_F32BF1
 template <> struct PvOp<128> { using type = cute::SM90::GMMA::MMA_64x128x16_F32BF16BF16_RS<gm::Major::K, gm::Major::MN>; };
 template <> struct PvOp<256> { using type = cute::SM90::GMMA::MMA_64x256x16_F32BF16BF16_RS<gm::Major::K, gm::Major::MN>; };
 
-// O[64 x N] (+)= P V with P (bf16, registers) as the A operand and V (bf16,
-// MN-major: 8 keys x 128 B per swizzle atom, LBO = next 64 columns, SBO = next
-// 8 keys); sV is the panel of the first of the N columns.
-template <int N>
-__device__ __forceinline__ void pv(uint32_t (&pa)[32], uint32_t sV, float (&o)[N / 2], bool accumulate) {
+// O[64 x N] (+)= P V with P (bf16, registers: KEYS/4 packed pairs) as the A
+// operand and V (bf16, MN-major: 8 keys x 128 B per swizzle atom, LBO = next
+// 64 columns = one panel of KEYS rows, SBO = next 8 keys); sV is the panel
+// of the first of the N columns.
+template <int N, int KEYS = kBlk>
+__device__ __forceinline__ void pv(uint32_t (&pa)[KEYS / 4], uint32_t sV, float (&o)[N / 2], bool accumulate) {
     fence_regs(o);
     fence_regs(pa);
     cute::warpgroup_arrive();
 #pragma unroll
-    for (int kk = 0; kk < kBlk / 16; ++kk) {
-        const uint64_t db = gdesc<128>(sV + kk * 16 * 128, kBlk * 128, 8 * 128);
+    for (int kk = 0; kk < KEYS / 16; ++kk) {
+        const uint64_t db = gdesc<128>(sV + kk * 16 * 128, KEYS * 128, 8 * 128);
         mma_rs<typename PvOp<N>::type>(pa + 4 * kk, db, o, (kk == 0 && !accumulate) ? gm::ScaleOut::Zero : gm::ScaleOut::One,
                                        std::make_index_sequence<N / 2>{});
     }

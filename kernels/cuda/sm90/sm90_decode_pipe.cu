@@ -1,0 +1,461 @@
+// sm90_decode_pipe.cu - paged decode on sm_90a built for the HBM bandwidth
+// limit: the work items, rows, masks and outputs of sm90_decode.cu (dense and
+// sparse q2k decode, split-KV), with a deeper cp.async ring, two CTAs per SM
+// and the split-KV combine fused into the kernel.
+//
+// One CTA of one warpgroup (128 threads) per decode work item; every thread
+// loads, converts and multiplies (no producer warp: cp.async needs no TMA
+// issuer, and 128 threads keep the register file open for two CTAs).
+//
+// Stream: for each 64-row tile of the item's query-head rows, the item's keys
+// are cut into spans of kPipeKeys = 64 keys - the KV chunk in order (dense),
+// or each selected block of blk_kv keys in ascending block order (sparse,
+// SparseWalk) - and span n lands in ring slot n % S. A slot holds the raw K
+// and V rows of its span (64 x row bytes each, swizzled as the wgmma operand
+// or as the raw landing buffer of a converted operand); rows past the span's
+// key count are zero-filled by cp.async itself, so no key of another page and
+// no NaN reaches P.V. With page_size 128 a span is half a page; with 16- or
+// 32-token pages it is 4 or 2 pages: the copy of row j reads page
+// page_table[(t0 + j) / page_size], so any page size and any page order work.
+//
+// Ring accounting (cp.async commit groups, no mbarriers): the prologue
+// issues spans 0 .. S-2, one commit group each; iteration n issues span
+// n+S-1 into slot (n-1) % S (freed by the barrier that closed iteration
+// n-1) and commits, then waits with cp.async.wait_group S-1: n+S groups are
+// committed, so groups 0 .. n, and span n with them, are complete. A group
+// is committed whether or not a span was left to issue (empty groups
+// complete at once), so the count never depends on the stream length; the
+// consumer stops at the first span the stream does not have, which was
+// never issued, and never waits on it. Two generators walk the same stream,
+// one S-1 spans ahead for the loads and one for the products, so no span
+// descriptor is stored in shared memory. The ring is drained (wait_group 0)
+// before the epilogue reuses it.
+//
+// Bytes in flight (Little's law): HBM at 4.8 TB/s (H200) with ~1 us of
+// loaded latency needs 4.8 MB in flight, 36 KB per SM of 132. Each CTA keeps
+// S-1 spans in flight while it computes one: BF16 D 128 is 32 KB a span
+// (K + V), 3 stages -> 64 KB per CTA, 128 KB per SM with two CTAs; E4M3 D 128
+// is 16 KB a span, 4 stages -> 48 KB per CTA, 96 KB per SM.
+//
+// Occupancy (two CTAs per SM): shared memory 2 x (kSmem + 1 KB reserved per
+// CTA) <= 228 KB per SM, i.e. kSmem <= 113 KB = 115712 B (static_assert in
+// PipeCfg, checked again by the Go table's test); registers 2 CTAs x 128
+// threads x 256 (255 rounded to the allocation unit of 8) = 65536, the whole
+// register file, so any register count ptxas picks leaves room for two CTAs
+// (__launch_bounds__(128, 2) states it; the gate caps the count at 255 and
+// forbids spills).
+//
+// Products on the tensor cores as in sm90_decode.cu: the 64 M rows are the
+// item's query-head rows (qhead_per_kv heads x queries of the q tile), Q.K^T
+// with K from the ring (bf16, or the e4m3 wgmma for fp8), P.V with V (bf16)
+// from the ring. E4M3 operands of a bf16 product (V of fp8; K and V of
+// bf16fp8) are widened into one bf16 buffer per operand by all 128 threads
+// right after their span lands, while the next S-1 spans are still loading.
+//
+// Epilogue: the normalised O tile goes through shared memory (padded rows)
+// and leaves in 16-byte float4 stores (split-KV partials) or 8-byte BF16
+// stores (final output); LSE from the fragment owners. Fused combine (split
+// KV), in two levels so that no single CTA reads all the partials of a
+// request cut into many splits (batch 1 at 128K: ~130 splits): the n
+// splits of a (request, q tile, KV head) group form blocks of pipe_block(n)
+// ~ sqrt(n) splits. Every thread fences its partial stores, thread 0 adds 1
+// to its block's counter (msa_params.h, MsaDecodePipeParams); the CTA that
+// completes a block resets that counter to 0 and merges the block's
+// partials in place into the block's first split, then counts the block at
+// the group's counter; the CTA that completes the group resets it and
+// merges the blocks into the output. One block (n <= 16): the block's last
+// CTA writes the output directly. Merges read with L2 (coherent) loads, one
+// warp per row, in combine.cu's mode-1 arithmetic.
+// Variants: bf16, fp8, bf16fp8 at D = 64 and 128 (D = 256 stays on
+// sm90_decode.cu).
+#include "sm90/sm90_common.cuh"
+
+namespace msa {
+namespace sm90 {
+
+constexpr int kPipeKeys = 64;         // keys per span = ring stage = softmax block
+constexpr int kPipeThreads = 128;     // one warpgroup
+constexpr int kPipeCTAs = 2;          // CTAs per SM the budgets are sized for
+constexpr int kSmemPerSM = 233472;    // 228 KB of shared memory per sm_90 SM
+constexpr int kSmemReservedCTA = 1024;  // reserved by the system per CTA
+
+template <int D, int VAR>
+struct PipeCfg {
+    using G = Geo90<D, VAR>;
+    static constexpr int kRawOp = kPipeKeys * G::kRawRow;  // one operand (K or V) of one span as stored
+    static constexpr int kStage = 2 * kRawOp;
+    static constexpr bool kCvtK = !G::kKDirect, kCvtV = !G::kVDirect;  // widened to bf16 in shared memory
+    static constexpr int kCvtOp = kPipeKeys * 2 * D;
+    static constexpr int kQ = kTileRows * G::kQkRow;
+    static constexpr int kBudget = kSmemPerSM / kPipeCTAs - kSmemReservedCTA;  // 115712 B per CTA
+    static constexpr int kFixed = (kCvtK ? kCvtOp : 0) + (kCvtV ? kCvtOp : 0) + kQ + 1024;  // + 1024-byte alignment
+    static constexpr int kStages = kFixed + 4 * kStage <= kBudget ? 4 : 3;
+    static constexpr int kOffK = kStages * kStage;                    // widened K (bf16fp8)
+    static constexpr int kOffV = kOffK + (kCvtK ? kCvtOp : 0);        // widened V (fp8, bf16fp8)
+    static constexpr int kOffQ = kOffV + (kCvtV ? kCvtOp : 0);
+    static constexpr int kSmem = kOffQ + kQ + 1024;
+    static constexpr int kOStride = D + 4;  // floats per staged O row: conflict-free float2 writes, 16-byte rows
+    static_assert(kSmem <= kBudget, "two CTAs per SM");
+    static_assert(kTileRows * kOStride * 4 <= kStages * kStage, "the O tile is staged in the drained ring");
+    static_assert(kStage % 1024 == 0 && kCvtOp % 1024 == 0, "1024-byte aligned operand panels");
+};
+
+// One span of the stream: keys [t0, t0 + nk) of the sequence; bit r of mask:
+// row r of the tile attends them (sparse decode; all ones for dense).
+struct Span {
+    int t0, nk;
+    unsigned long long mask;
+};
+
+// The span stream of one row tile. Every thread runs it with the same
+// values (SparseWalk is warp-collective and warp-uniform), so its branches
+// never diverge.
+struct SpanGen {
+    SparseWalk walk;  // walk.q2k == nullptr: dense
+    int t, hi, prev;
+    unsigned long long mask;
+    bool done;
+    __device__ __forceinline__ void start() {
+        prev = -1;
+        done = false;
+        if (walk.q2k) {
+            t = hi = 0;
+        } else {
+            t = walk.kv_begin;
+            hi = walk.kv_end;
+            mask = ~0ull;
+        }
+    }
+    __device__ __forceinline__ bool next(const DecRows& R, int rt, Span& s) {
+        if (walk.q2k) {
+#pragma unroll 1
+            while (t >= hi && !done) {
+                const int j = walk.next(R, rt, prev, mask);
+                if (j == INT_MAX) {
+                    done = true;
+                    break;
+                }
+                t = (int)max((long long)walk.kv_begin, j * walk.blk);
+                hi = (int)min((long long)walk.kv_end, (j + 1) * walk.blk);
+                prev = j;
+            }
+        }
+        if (t >= hi) return false;
+        s = Span{t, min(kPipeKeys, hi - t), mask};
+        t += kPipeKeys;
+        return true;
+    }
+};
+
+// Issue the cp.async copies of span s into a ring slot (K at 0, V at
+// kRawOp), 16 bytes per copy, rows >= s.nk zero-filled.
+template <int D, int VAR>
+__device__ __forceinline__ void issue_span(uint8_t* slot, const KVSource& src, const Span& s, int tid) {
+    using G = Geo90<D, VAR>;
+    using C = PipeCfg<D, VAR>;
+    constexpr int cpr = G::kRawRow / 16;
+    const uint8_t* kb = reinterpret_cast<const uint8_t*>(src.k);
+    const uint8_t* vb = reinterpret_cast<const uint8_t*>(src.v);
+    const uint32_t dst = smem_u32(slot);
+#pragma unroll 4
+    for (int i = tid; i < kPipeKeys * cpr; i += kPipeThreads) {
+        const int j = i / cpr, c = i % cpr;
+        const bool live = j < s.nk;
+        long long elem = 0, srow = 0;
+        if (live) src.locate(s.t0 + j, D, elem, srow);
+        const long long g = srow * G::kRawRow + 16 * c;
+        const uint32_t off = swz<G::kRawSpan, kPipeKeys>(j, 16 * c);
+        cp_async16(dst + off, kb + g, live);
+        cp_async16(dst + C::kRawOp + off, vb + g, live);
+    }
+}
+
+// Four E4M3 bytes -> four bf16 (exact: e4m3 -> f16 -> f32 -> bf16 lose nothing).
+__device__ __forceinline__ uint2 e4m3x4_to_bf16x4(uint32_t u) {
+    const __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(u & 0xFFFFu), __NV_E4M3);
+    const __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(u >> 16), __NV_E4M3);
+    const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&lo));
+    const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&hi));
+    return make_uint2(pack_bf16x2(a.x, a.y), pack_bf16x2(b.x, b.y));
+}
+
+// Widen one landed E4M3 operand (64 rows of D bytes, raw swizzle) into the
+// bf16 operand layout (64 rows of 2D bytes, 128-byte swizzle): 16 raw bytes
+// per step become two 16-byte chunks. Zero-filled rows stay zero.
+template <int D, int VAR>
+__device__ __forceinline__ void widen_span(uint8_t* dst, const uint8_t* raw, int tid) {
+    using G = Geo90<D, VAR>;
+    constexpr int cpr = D / 16;
+#pragma unroll 2
+    for (int i = tid; i < kPipeKeys * cpr; i += kPipeThreads) {
+        const int j = i / cpr, c = i % cpr;
+        const uint4 u = *reinterpret_cast<const uint4*>(raw + swz<G::kRawSpan, kPipeKeys>(j, 16 * c));
+        const uint2 a = e4m3x4_to_bf16x4(u.x), b = e4m3x4_to_bf16x4(u.y), e = e4m3x4_to_bf16x4(u.z), f = e4m3x4_to_bf16x4(u.w);
+        *reinterpret_cast<uint4*>(dst + swz<128, kPipeKeys>(j, 32 * c)) = make_uint4(a.x, a.y, b.x, b.y);
+        *reinterpret_cast<uint4*>(dst + swz<128, kPipeKeys>(j, 32 * c + 16)) = make_uint4(e.x, e.y, f.x, f.y);
+    }
+}
+
+// Split blocks of the two-level fused combine: the n splits of a group are
+// cut into blocks of pipe_block(n) consecutive splits (all n for n <= 16,
+// else ceil(sqrt(n))), so there are ceil(n / pipe_block(n)) <= ceil(sqrt(n))
+// blocks (cuda.PipeBlock computes the same).
+__device__ __forceinline__ int pipe_block(int n) {
+    if (n <= 16) return n;
+    int g = (int)sqrtf((float)n);
+    while (g * g < n) ++g;
+    while (g > 1 && (g - 1) * (g - 1) >= n) --g;
+    return g;
+}
+
+// Merge, for one (query, head) row of the group, the partials of cnt splits
+// s0, s0 + sstep, ... (combine.cu's mode-1 arithmetic: weights exp(lse - m)
+// / S, one fma per split in split order) by one warp with L2 loads (other
+// CTAs of this grid wrote them). kFinal: into the BF16 output (times
+// oscale) and LSE; else in place into split s0's partial row (a block's
+// merged partial). Lane l owns columns [4l, 4l + 4). Every partial of a
+// decode item is written (O = 0, LSE = -inf when empty), so no split is
+// skipped and the O loads of a row are independent of each other.
+template <int D, bool kFinal>
+__device__ __forceinline__ void merge_row(const MsaDecodeParams& p, const DecRows& R, int b, int idx, int s0, int sstep, int cnt,
+                                          float oscale, int lane) {
+    const int i = R.i0 + idx / R.qhpk, hq = R.h * R.qhpk + idx % R.qhpk;
+    const long long prow0 = ((long long)reinterpret_cast<const int*>(p.o_indptr)[b] + i) * R.Hq + hq;
+    const long long pstep = (long long)sstep * p.q_stride * R.Hq;  // partial rows from one merged split to the next
+    const long long first = prow0 + (long long)s0 * p.q_stride * R.Hq;
+    float* lse_p = reinterpret_cast<float*>(p.lse_partial);
+    float* o_p = reinterpret_cast<float*>(p.o_partial);
+    float mx = -INFINITY;
+    for (int k = lane; k < cnt; k += 32) mx = fmaxf(mx, __ldcg(lse_p + first + k * pstep));
+    mx = warp_max(mx);
+    if (mx == -INFINITY) mx = 0.f;
+    float sum = 0.f;
+    for (int k = lane; k < cnt; k += 32) sum += expf(__ldcg(lse_p + first + k * pstep) - mx);
+    sum = warp_sum(sum);
+    const bool empty = cnt == 0 || !(sum > 0.f);
+    float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (!empty && lane < D / 4) {
+        const float invS = 1.f / sum;
+#pragma unroll 8
+        for (int k = 0; k < cnt; ++k) {
+            const long long r = first + k * pstep;
+            const float w = expf(__ldcg(lse_p + r) - mx) * invS;
+            const float4 v = __ldcg(reinterpret_cast<const float4*>(o_p + r * D) + lane);
+            o.x = fmaf(w, v.x, o.x);
+            o.y = fmaf(w, v.y, o.y);
+            o.z = fmaf(w, v.z, o.z);
+            o.w = fmaf(w, v.w, o.w);
+        }
+    }
+    const float lse = empty ? -INFINITY : mx + logf(sum);
+    __syncwarp();  // every lane's reads of split s0's row are done before it is overwritten
+    if (kFinal) {
+        const long long gid = (R.qbase + i) * R.Hq + hq;
+        if (lane < D / 4)
+            *reinterpret_cast<uint2*>(reinterpret_cast<__nv_bfloat16*>(p.out) + gid * D + 4 * lane) =
+                make_uint2(pack_bf16x2(o.x * oscale, o.y * oscale), pack_bf16x2(o.z * oscale, o.w * oscale));
+        if (lane == 0) reinterpret_cast<float*>(p.lse)[gid] = lse;
+    } else {
+        if (lane < D / 4) *(reinterpret_cast<float4*>(o_p + first * D) + lane) = o;
+        if (lane == 0) lse_p[first] = lse;
+    }
+}
+
+// Count one arrival at counter c of expected n (thread 0) and tell the CTA
+// whether it was the last; the last resets the counter for the next launch.
+// Callers fence their partial stores and synchronise before.
+__device__ __forceinline__ bool arrive_last(int* c, int n, int* flag) {
+    if (threadIdx.x == 0) {
+        const int before = atomicAdd(c, 1);
+        *flag = before == n - 1;
+        if (*flag) atomicExch(c, 0);  // every arrival is in: ready for the next launch
+    }
+    __syncthreads();
+    const bool last = *flag;
+    if (last) __threadfence();  // the others' partials, published before their arrivals
+    return last;
+}
+
+template <int D, int VAR>
+__device__ __forceinline__ void pipe_impl(const MsaDecodePipeParams& pp) {
+    using C = PipeCfg<D, VAR>;
+    constexpr int S = C::kStages;
+    const MsaDecodeParams& p = pp.d;
+    extern __shared__ __align__(16) uint8_t smem_dyn[];
+    uint8_t* base = smem_dyn + ((1024 - (smem_u32(smem_dyn) & 1023)) & 1023);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    DecodeItem item;
+    if (!decode_item(p, blockIdx.x, item)) return;
+    const int h = item.h, b = item.b;
+    const DecRows R = dec_rows(p, item, D);
+    const int* page_row = reinterpret_cast<const int*>(p.page_table) + (long long)b * p.page_table_stride;
+    const KVSource src = kv_source(p.k, p.v, p.k_scale, p.v_scale, page_row, 0, h, p.num_heads_kv, p.page_size, p.kv_dtype);
+    const SparseWalk walk{p.q2k ? reinterpret_cast<const int*>(p.q2k) +
+                                      ((long long)h * p.batch * p.seqlen_q + (long long)b * p.seqlen_q) * p.top_k
+                                : nullptr,
+                          (long long)p.blk_kv, p.top_k, item.kv_begin, item.kv_end};
+    uint8_t* sQ = base + C::kOffQ;
+    const float scale = p.softmax_scale_log2;
+    const float oscale = p.output_scale ? *reinterpret_cast<const float*>(p.output_scale) : 1.f;
+    const int t = lane & 3;
+
+#pragma unroll 1
+    for (int rt = 0; rt < R.nrows; rt += kTileRows) {
+        __syncthreads();  // the previous tile's epilogue is done with the ring and Q
+        load_q_tile<D, VAR>(sQ, reinterpret_cast<const void*>(p.q), p.q_dtype, R, rt, tid, kPipeThreads);
+        SpanGen gi{walk}, gc{walk};  // issue (S-1 spans ahead) and consume
+        gi.start();
+        gc.start();
+#pragma unroll 1
+        for (int n = 0; n < S - 1; ++n) {
+            Span s;
+            if (gi.next(R, rt, s)) issue_span<D, VAR>(base + n * C::kStage, src, s, tid);
+            cp_async_commit();
+        }
+        long long orow[2];
+        int lim[2], rr[2];
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            long long qoff;
+            int qi;
+            rr[i] = 16 * warp + (lane >> 2) + 8 * i;
+            R.row(rt + rr[i], qoff, orow[i], lim[i], qi);
+        }
+        Soft st;
+        st.reset();
+        float o[D / 2];
+#pragma unroll
+        for (int e = 0; e < D / 2; ++e) o[e] = 0.f;
+#pragma unroll 1
+        for (int n = 0;; ++n) {
+            Span s;
+            if (gi.next(R, rt, s)) issue_span<D, VAR>(base + ((n + S - 1) % S) * C::kStage, src, s, tid);
+            cp_async_commit();
+            Span c;
+            if (!gc.next(R, rt, c)) break;
+            cp_async_wait<S - 1>();
+            fence_async_smem();  // cp.async (generic proxy) writes -> wgmma reads
+            __syncthreads();
+            uint8_t* slot = base + (n % S) * C::kStage;
+            uint8_t* sK = C::kCvtK ? base + C::kOffK : slot;
+            uint8_t* sV = C::kCvtV ? base + C::kOffV : slot + C::kRawOp;
+            if (C::kCvtK || C::kCvtV) {
+                if (C::kCvtK) widen_span<D, VAR>(sK, slot, tid);
+                if (C::kCvtV) widen_span<D, VAR>(sV, slot + C::kRawOp, tid);
+                fence_async_smem();
+                __syncthreads();
+            }
+            float sc[kPipeKeys / 2];
+            qk<D, VAR, kPipeKeys>(smem_u32(sQ), smem_u32(sK), sc);
+            int bl[2];
+#pragma unroll
+            for (int i = 0; i < 2; ++i) bl[i] = block_lim(lim[i], c.t0, c.nk, (c.mask >> rr[i]) & 1ull);
+            uint32_t pa[kPipeKeys / 4];
+            float alpha[2];
+            softmax_block(sc, bl, scale, 0.f, p.pv_round, st, pa, alpha);
+#pragma unroll
+            for (int j = 0; j < D / 8; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) o[4 * j + e] *= alpha[e >> 1];
+            pv<D, kPipeKeys>(pa, smem_u32(sV), o, true);
+            __syncthreads();  // every read of slot n % S is complete: iteration n+1 refills it
+        }
+        cp_async_wait<0>();
+        __syncthreads();
+
+        // ---- epilogue: O / l staged in the drained ring, rows leave in vectors
+        float* sO = reinterpret_cast<float*>(base);
+        float* lse_out = reinterpret_cast<float*>(p.split_kv ? p.lse_partial : p.lse);
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            float lse, tlse;
+            const float inv = finish(st, i, 0.f, lse, tlse);
+#pragma unroll
+            for (int j = 0; j < D / 8; ++j)
+                *reinterpret_cast<float2*>(sO + rr[i] * C::kOStride + 8 * j + 2 * t) = make_float2(o[4 * j + 2 * i] * inv, o[4 * j + 2 * i + 1] * inv);
+            if (orow[i] >= 0 && t == 0) lse_out[orow[i]] = lse;
+        }
+        __syncthreads();
+        const int rows = min(kTileRows, R.nrows - rt);
+#pragma unroll 1
+        for (int r = warp; r < rows; r += kPipeThreads / 32) {
+            long long qoff, orr;
+            int lm, qi;
+            R.row(rt + r, qoff, orr, lm, qi);
+#pragma unroll
+            for (int c = lane; c < D / 4; c += 32) {
+                const float4 v = *reinterpret_cast<const float4*>(sO + r * C::kOStride + 4 * c);
+                if (p.split_kv)
+                    *(reinterpret_cast<float4*>(reinterpret_cast<float*>(p.o_partial) + orr * D) + c) = v;
+                else
+                    *reinterpret_cast<uint2*>(reinterpret_cast<__nv_bfloat16*>(p.out) + orr * D + 4 * c) =
+                        make_uint2(pack_bf16x2(v.x * oscale, v.y * oscale), pack_bf16x2(v.z * oscale, v.w * oscale));
+            }
+        }
+    }
+    if (!p.split_kv) return;
+
+    // ---- fused two-level combine of the (request, q tile, KV head) group:
+    // the last CTA of each split block merges the block in place (into the
+    // block's first split), the last block merger merges the blocks.
+    __threadfence();  // this thread's partial stores are visible device-wide before the count
+    __syncthreads();
+    int* flag = reinterpret_cast<int*>(sQ);  // Q is no longer read
+    const int n = max(reinterpret_cast<const int*>(pp.split_counts)[b], 0);
+    const int G = max(pipe_block(n), 1), nblk = (n + G - 1) / G, s0 = item.kt / G * G;
+    const int nqt = (p.seqlen_q + p.q_tile - 1) / p.q_tile;
+    int* cnt = reinterpret_cast<int*>(pp.counters) + (((long long)b * nqt + item.qt) * p.num_heads_kv + h) * pp.counter_stride;
+    if (!arrive_last(cnt + 1 + item.kt / G, min(G, n - s0), flag)) return;
+    if (nblk == 1) {
+#pragma unroll 1
+        for (int idx = warp; idx < R.nrows; idx += kPipeThreads / 32) merge_row<D, true>(p, R, b, idx, 0, 1, n, oscale, lane);
+        return;
+    }
+#pragma unroll 1
+    for (int idx = warp; idx < R.nrows; idx += kPipeThreads / 32) merge_row<D, false>(p, R, b, idx, s0, 1, min(G, n - s0), oscale, lane);
+    __threadfence();
+    __syncthreads();  // also: every thread has read the flag before arrive_last rewrites it
+    if (!arrive_last(cnt, nblk, flag)) return;
+#pragma unroll 1
+    for (int idx = warp; idx < R.nrows; idx += kPipeThreads / 32) merge_row<D, true>(p, R, b, idx, 0, G, nblk, oscale, lane);
+}
+
+template <int D, int VAR>
+__device__ __forceinline__ void pipe_entry(const MsaDecodePipeParams& p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    pipe_impl<D, VAR>(p);
+#else
+    asm volatile("trap;");  // sm_90a kernel: no body for other targets
+#endif
+}
+
+}  // namespace sm90
+}  // namespace msa
+
+#define MSA_SM90_DECPIPE(NAME, D, VAR)                                                                                      \
+    extern "C" __global__ void __launch_bounds__(msa::sm90::kPipeThreads, msa::sm90::kPipeCTAs)                             \
+        msa_sm90_decpipe_##NAME##_d##D(const __grid_constant__ MsaDecodePipeParams p) {                                    \
+        msa::sm90::pipe_entry<D, VAR>(p);                                                                                    \
+    }
+
+MSA_SM90_DECPIPE(bf16, 64, msa::tc::kVarBF16)
+MSA_SM90_DECPIPE(bf16, 128, msa::tc::kVarBF16)
+MSA_SM90_DECPIPE(fp8, 64, msa::tc::kVarFP8)
+MSA_SM90_DECPIPE(fp8, 128, msa::tc::kVarFP8)
+MSA_SM90_DECPIPE(bf16fp8, 64, msa::tc::kVarBF16FP8)
+MSA_SM90_DECPIPE(bf16fp8, 128, msa::tc::kVarBF16FP8)
+
+// Launch geometry (threads, dynamic shared memory, ring stages), the same
+// numbers as the DecodePipeLaunch table of names_decode_pipe.go (its test
+// reads these lines).
+#define MSA_PIPE_PIN(VAR, D, THREADS, SMEM, STAGES)                                                                   \
+    static_assert(msa::sm90::kPipeThreads == (THREADS) && msa::sm90::PipeCfg<D, msa::tc::kVar_##VAR>::kSmem == (SMEM) && \
+                      msa::sm90::PipeCfg<D, msa::tc::kVar_##VAR>::kStages == (STAGES),                                  \
+                  "geometry of msa_sm90_decpipe_" #VAR "_d" #D " (names_decode_pipe.go)");
+MSA_PIPE_PIN(bf16, 64, 128, 74752, 4)
+MSA_PIPE_PIN(bf16, 128, 128, 115712, 3)
+MSA_PIPE_PIN(fp8, 64, 128, 46080, 4)
+MSA_PIPE_PIN(fp8, 128, 128, 91136, 4)
+MSA_PIPE_PIN(bf16fp8, 64, 128, 58368, 4)
+MSA_PIPE_PIN(bf16fp8, 128, 128, 115712, 4)
+#undef MSA_PIPE_PIN

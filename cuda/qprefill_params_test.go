@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -9,7 +10,7 @@ import (
 )
 
 func TestPrefillPathParse(t *testing.T) {
-	for s, want := range map[string]PrefillPath{"": PrefillKV, "kv": PrefillKV, "query": PrefillQuery} {
+	for s, want := range map[string]PrefillPath{"": PrefillKV, "kv": PrefillKV, "query": PrefillQuery, "query80": PrefillQuery80} {
 		got, err := ParsePrefillPath(s)
 		if err != nil || got != want {
 			t.Errorf("ParsePrefillPath(%q) = %v, %v: want %v", s, got, err, want)
@@ -27,17 +28,40 @@ func TestPrefillPathParse(t *testing.T) {
 	if p, err := prefillPathFromEnv(); err != nil || p != PrefillQuery {
 		t.Errorf("%s=query: %v, %v", PrefillEnv, p, err)
 	}
+	// the family each path's query-major kernel comes from
+	for _, c := range []struct {
+		p        PrefillPath
+		dev, got Arch
+		ok       bool
+	}{
+		{PrefillKV, ArchSM90, ArchSM90, false},
+		{PrefillQuery, ArchSM90, ArchSM90, true},
+		{PrefillQuery, ArchSM100, ArchSM100, true},
+		{PrefillQuery80, ArchSM90, ArchSM80, true},
+		{PrefillQuery80, ArchSM100, ArchSM80, true},
+		{PrefillQuery80, ArchPortable, ArchPortable, true},
+	} {
+		if a, ok := c.p.queryArch(c.dev); a != c.got || ok != c.ok {
+			t.Errorf("%s on %s: query-major family %s, %v: want %s, %v", c.p, c.dev, a, ok, c.got, c.ok)
+		}
+	}
 }
 
 // TestQFwdNames: every query-major kernel name is in the launch table
-// (so in the fatbin's name list), on every tensor-core family.
+// (so in the fatbin's name list), on every tensor-core family; sm90 adds
+// its BF16 kernels.
 func TestQFwdNames(t *testing.T) {
 	if QFwdNames(ArchPortable) != nil {
 		t.Error("query-major kernels listed for the portable family")
 	}
 	for _, a := range []Arch{ArchSM80, ArchSM90, ArchSM100} {
 		names := QFwdNames(a)
-		if len(names) != 12 || !slices.Contains(names, "msa_sm80_qfwd_bf16_d128") || !slices.Contains(names, "msa_sm80_qfwd_nvfp4_d256") {
+		want := 12
+		if a == ArchSM90 {
+			want = 15
+		}
+		if len(names) != want || !slices.Contains(names, "msa_sm80_qfwd_bf16_d128") || !slices.Contains(names, "msa_sm80_qfwd_nvfp4_d256") ||
+			slices.Contains(names, "msa_sm90_qfwd_bf16_d64") != (a == ArchSM90) {
 			t.Errorf("QFwdNames(%s) = %v", a, names)
 		}
 		for _, n := range names {
@@ -58,10 +82,19 @@ func qArgs() (*FwdArgs, *CombineArgs) {
 
 func TestQFwdPlan(t *testing.T) {
 	fa, _ := qArgs()
-	for _, a := range []Arch{ArchSM80, ArchSM90, ArchSM100} {
-		p, why := QFwdPlan(a, fa, 10)
-		if why != "" || p.Name != "msa_sm80_qfwd_bf16_d128" || p.GridBlocks != 10 {
+	for _, a := range []Arch{ArchSM80, ArchSM100} {
+		p, why := QFwdPlan(a, fa, 11)
+		if why != "" || p.Name != "msa_sm80_qfwd_bf16_d128" || p.GridBlocks != 11 {
 			t.Errorf("%s: %+v, %q", a, p, why)
+		}
+	}
+	// sm90, BF16: the wgmma kernel, two tiles per CTA at D 64 and 128, one at 256
+	for d, grid := range map[int]int{64: 6, 128: 6, 256: 11} {
+		f := *fa
+		f.D = d
+		p, why := QFwdPlan(ArchSM90, &f, 11)
+		if want := fmt.Sprintf("msa_sm90_qfwd_bf16_d%d", d); why != "" || p.Name != want || p.GridBlocks != grid {
+			t.Errorf("sm90 D %d: %+v, %q: want %s on %d CTAs", d, p, why, want, grid)
 		}
 	}
 	if _, why := QFwdPlan(ArchPortable, fa, 10); why == "" {

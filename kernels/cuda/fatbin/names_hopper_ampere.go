@@ -123,4 +123,7 @@ var HopperAmpereLaunch = map[string]HALaunch{
 	SM80QFwdNVFP4D64:      {Threads: 128, DynSmem: 18448},
 	SM80QFwdNVFP4D128:     {Threads: 128, DynSmem: 36880},
 	SM80QFwdNVFP4D256:     {Threads: 256, DynSmem: 73744},
+	SM90QFwdBF16D64:       {Threads: 384, DynSmem: 182272},
+	SM90QFwdBF16D128:      {Threads: 384, DynSmem: 231424},
+	SM90QFwdBF16D256:      {Threads: 160, DynSmem: 230400},
 }

@@ -13,6 +13,17 @@
 // compile time (kernels/cuda/tagged_build.sh or kernels/cuda/gpucheck.sh
 // set the include path); no GPU is needed to build.
 //
+// A sparse prefill takes one of two paths (PrefillPath, read from
+// MSA_CUDA_PREFILL by Load, or SetPrefillPath): kv (the default) runs the
+// KV-major partials kernels and the combine; query runs the query-major
+// kernel over a QPlan (qprefill_plan.go) and writes O and LSE once, on the
+// family's own query-major kernel where it has one for the dtypes (the
+// sm_90a wgmma kernel for BF16 on Hopper, QFwdName) and on the mma.sync
+// kernel of sm80_qfwd.cu otherwise; query80 runs that mma.sync kernel on
+// every family, so one run on a Hopper GPU can time both query-major
+// kernels. MSA_CUDA_ARCH (portable, sm80, sm90, sm100) overrides the
+// kernel family of every launch, not only the prefill's.
+//
 // It launches; it does not hold kernel code or the image. It depends on the
 // kernels' Go side (kernels/plan, kernels/attn) and package fatbin, never on
 // package op: the graph ops (op, build tag "cuda") import it, usually as

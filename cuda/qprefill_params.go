@@ -19,9 +19,8 @@ const (
 	PrefillKV PrefillPath = iota
 	// PrefillQuery is the query-major path (QPlan): one CTA per query tile
 	// x KV head writes the output and LSE once, on the family's own
-	// query-major kernel where it has one for the dtypes (QFwdName: the
-	// sm_90a wgmma kernel for BF16 on Hopper), else on the mma.sync kernel
-	// of sm80/sm80_qfwd.cu.
+	// query-major kernel (QFwdName: the sm_90a wgmma kernels on Hopper,
+	// the mma.sync kernels of sm80/sm80_qfwd.cu elsewhere).
 	PrefillQuery
 	// PrefillQuery80 is the query-major path on the mma.sync kernel of
 	// sm80/sm80_qfwd.cu on every tensor-core family, so that one run on a
@@ -95,11 +94,11 @@ type QPlanPtrs struct {
 }
 
 // QFwdName is the query-major kernel family a runs for variant v at head
-// dim d: msa_sm90_qfwd_bf16_d<d> (TMA + wgmma, sm90/sm90_qfwd.cu) for BF16
-// on sm90; otherwise msa_sm80_qfwd_<v>_d<d> (mma.sync, run by every
-// tensor-core family: the FP8, BF16 + FP8 and NVFP4 variants on Hopper).
+// dim d: msa_sm90_qfwd_<v>_d<d> (TMA + wgmma, sm90/sm90_qfwd.cu) on sm90;
+// msa_sm80_qfwd_<v>_d<d> (mma.sync, sm80/sm80_qfwd.cu, whose body every
+// tensor-core image holds) on the other families.
 func QFwdName(a Arch, v TCVariant, d int) string {
-	if a == ArchSM90 && v == VarBF16 {
+	if a == ArchSM90 {
 		return TCName(ArchSM90, "qfwd", v, d)
 	}
 	return TCName(ArchSM80, "qfwd", v, d)
@@ -116,9 +115,9 @@ func QFwdNames(a Arch) []string {
 	for _, d := range []int{64, 128, 256} {
 		for _, v := range []TCVariant{VarBF16, VarFP8, VarBF16FP8, VarNVFP4} {
 			out = append(out, QFwdName(ArchSM80, v, d))
-		}
-		if a == ArchSM90 {
-			out = append(out, QFwdName(ArchSM90, VarBF16, d))
+			if a == ArchSM90 {
+				out = append(out, QFwdName(ArchSM90, v, d))
+			}
 		}
 	}
 	return out

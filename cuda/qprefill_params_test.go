@@ -49,7 +49,7 @@ func TestPrefillPathParse(t *testing.T) {
 
 // TestQFwdNames: every query-major kernel name is in the launch table
 // (so in the fatbin's name list), on every tensor-core family; sm90 adds
-// its BF16 kernels.
+// its own.
 func TestQFwdNames(t *testing.T) {
 	if QFwdNames(ArchPortable) != nil {
 		t.Error("query-major kernels listed for the portable family")
@@ -58,10 +58,10 @@ func TestQFwdNames(t *testing.T) {
 		names := QFwdNames(a)
 		want := 12
 		if a == ArchSM90 {
-			want = 15
+			want = 24
 		}
 		if len(names) != want || !slices.Contains(names, "msa_sm80_qfwd_bf16_d128") || !slices.Contains(names, "msa_sm80_qfwd_nvfp4_d256") ||
-			slices.Contains(names, "msa_sm90_qfwd_bf16_d64") != (a == ArchSM90) {
+			slices.Contains(names, "msa_sm90_qfwd_bf16_d64") != (a == ArchSM90) || slices.Contains(names, "msa_sm90_qfwd_nvfp4_d256") != (a == ArchSM90) {
 			t.Errorf("QFwdNames(%s) = %v", a, names)
 		}
 		for _, n := range names {
@@ -106,8 +106,11 @@ func TestQFwdPlan(t *testing.T) {
 		t.Error("fp8 variant with BF16 P rounding accepted")
 	}
 	fp8.PVRound = RoundE4M3
-	if p, why := QFwdPlan(ArchSM90, &fp8, 10); why != "" || p.Name != "msa_sm80_qfwd_fp8_d128" {
+	if p, why := QFwdPlan(ArchSM90, &fp8, 10); why != "" || p.Name != "msa_sm90_qfwd_fp8_d128" || p.GridBlocks != 5 {
 		t.Errorf("fp8: %+v, %q", p, why)
+	}
+	if p, why := QFwdPlan(ArchSM80, &fp8, 10); why != "" || p.Name != "msa_sm80_qfwd_fp8_d128" || p.GridBlocks != 10 {
+		t.Errorf("fp8 on the sm80 kernel: %+v, %q", p, why)
 	}
 	mis := *fa
 	mis.Q += 8

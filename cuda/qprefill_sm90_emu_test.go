@@ -4,10 +4,11 @@ package cuda
 // (kernels/cuda/sm90/sm90_qfwd.cu) adds to the query-major path whose plan,
 // rows and walk qprefill_emu_test.go already emulates:
 //
-//  1. the mbarrier protocol of its K, V and Q rings: the producer warp and
-//     the four consumer warps as the kernel orders their waits, arrives,
-//     fills and reads, run under many interleavings for walks of 0 to 9
-//     blocks and 1 to 3 passes; every wait must be released by an arrive
+//  1. the mbarrier protocol of its K, V and Q rings in the twelve
+//     configurations (variant x head dim: slots, overlap, rings widened by
+//     the consumers): the producer warp and the four consumer warps as the
+//     kernel orders their waits, arrives, fills and reads, run under many
+//     interleavings for walks of 0 to 9 blocks and 1 to 3 passes; every wait must be released by an arrive
 //     (no hang), a slot is refilled only after all four warps released it,
 //     and a warp reads only the stage it waits for;
 //  2. the wgmma fragment ownership the consumer relies on: the kernel's
@@ -56,6 +57,7 @@ func (b *pbar) done(parity int) bool { return b.phase&1 != parity }
 type ringProto struct {
 	ks, vs              int
 	overlap             bool
+	kConv, vConv        bool // the landing slot is widened into an operand buffer and released at once
 	fullPar, emptyPar   func(k, n int) int
 	emptyCount          int
 	qemptyBeforeLastUse bool // mutation: Q released before the epilogue's reads
@@ -122,7 +124,8 @@ func producerOps(p ringProto, passes, n int) []ringOp {
 	return ops
 }
 
-// consumerOps is one consumer warp's sequence in qfwd_consumer.
+// consumerOps is one consumer warp's sequence in qfwd_consumer (with
+// QOperands' k_ready / k_done / v_ready / v_done).
 func consumerOps(p ringProto, passes, n int) []ringOp {
 	B := ringBars{p}
 	var ops []ringOp
@@ -132,9 +135,29 @@ func consumerOps(p ringProto, passes, n int) []ringOp {
 	rel := func(ring, slot, stage, bar int) {
 		ops = append(ops, ringOp{kind: opRelease, ring: ring, slot: slot, stage: stage}, ringOp{kind: opArrive, bar: bar})
 	}
-	vWait := func(k int) {
+	kReady := func(k int) {
+		ops = append(ops, ringOp{kind: opWait, bar: B.kfull(k), parity: p.fullPar(k, p.ks)})
+		use(ringK, k%p.ks, k)
+		if p.kConv {
+			rel(ringK, k%p.ks, k, B.kempty(k))
+		}
+	}
+	kDone := func(k int) {
+		if !p.kConv {
+			rel(ringK, k%p.ks, k, B.kempty(k))
+		}
+	}
+	vReady := func(k int) {
 		ops = append(ops, ringOp{kind: opWait, bar: B.vfull(k), parity: p.fullPar(k, p.vs)})
 		use(ringV, k%p.vs, k)
+		if p.vConv {
+			rel(ringV, k%p.vs, k, B.vempty(k))
+		}
+	}
+	vDone := func(k int) {
+		if !p.vConv {
+			rel(ringV, k%p.vs, k, B.vempty(k))
+		}
 	}
 	k := 0
 	for pass := 0; pass < passes; pass++ {
@@ -142,25 +165,24 @@ func consumerOps(p ringProto, passes, n int) []ringOp {
 		use(ringQ, 0, pass)
 		pk := -1
 		for j := 0; j < n; j++ {
-			ops = append(ops, ringOp{kind: opWait, bar: B.kfull(k), parity: p.fullPar(k, p.ks)})
-			use(ringK, k%p.ks, k)
+			kReady(k)
 			if p.overlap && pk >= 0 {
-				vWait(pk)
-				rel(ringK, k%p.ks, k, B.kempty(k))
-				rel(ringV, pk%p.vs, pk, B.vempty(pk))
+				vReady(pk)
+				kDone(k)
+				vDone(pk)
 			} else {
-				rel(ringK, k%p.ks, k, B.kempty(k))
+				kDone(k)
 				if !p.overlap {
-					vWait(k)
-					rel(ringV, k%p.vs, k, B.vempty(k))
+					vReady(k)
+					vDone(k)
 				}
 			}
 			pk = k
 			k++
 		}
 		if p.overlap && pk >= 0 {
-			vWait(pk)
-			rel(ringV, pk%p.vs, pk, B.vempty(pk))
+			vReady(pk)
+			vDone(pk)
 		}
 		if p.qemptyBeforeLastUse {
 			rel(ringQ, 0, pass, B.qempty())
@@ -241,14 +263,72 @@ func runRings(p ringProto, passes, n int, pick func(runnable []int) int) error {
 	}
 }
 
-// ringProtos are the kernel's three configurations (QFwdCfg: D 64, 128, 256).
+// sm90QFwdGeometry mirrors QFwdCfg of sm90_qfwd.cu for variant v at head
+// dim d: pipelines per CTA, ring slots, which rings are widened by the
+// consumers, and the dynamic shared memory (checked against the launch
+// table, which the kernel pins with static_asserts).
+func sm90QFwdGeometry(v TCVariant, d int) (p ringProto, pipes, smem int) {
+	qkRow, raw := 2*d, d // bytes per Q / K operand row, per stored K / V row
+	switch v {
+	case VarFP8:
+		qkRow = d
+	case VarBF16:
+		raw = 2 * d
+	case VarNVFP4:
+		raw = d / 2
+	}
+	p.kConv, p.vConv = v == VarBF16FP8 || v == VarNVFP4, v != VarBF16
+	pipes = 2
+	if d == 256 {
+		pipes = 1
+	}
+	p.overlap = d != 256
+	pipe := func(ks, vs int) int {
+		kl, vl, ops := 128*qkRow, 128*2*d, 0
+		if p.kConv {
+			kl, ops = 128*raw, ops+128*qkRow
+		}
+		if p.vConv {
+			vl, ops = 128*raw, ops+128*2*d
+		}
+		return (ks*kl + vs*vl + ops + 64*qkRow + 8*(2*ks+2*vs+2) + 1023) / 1024 * 1024
+	}
+	budget := (232448 - 1024) / pipes
+	for _, c := range [][2]int{{3, 2}, {3, 1}, {2, 1}, {1, 1}} {
+		if pipe(c[0], c[1]) <= budget {
+			p.ks, p.vs = c[0], c[1]
+			break
+		}
+	}
+	p.fullPar, p.emptyPar, p.emptyCount = fullParity, emptyParity, 4
+	return p, pipes, pipes * pipe(p.ks, p.vs)
+}
+
+// ringProtos are the kernel's twelve configurations, by kernel name.
 func ringProtos() map[string]ringProto {
-	base := ringProto{fullPar: fullParity, emptyPar: emptyParity, emptyCount: 4}
-	d64, d128, d256 := base, base, base
-	d64.ks, d64.vs, d64.overlap = 3, 2, true
-	d128.ks, d128.vs, d128.overlap = 2, 1, true
-	d256.ks, d256.vs, d256.overlap = 2, 1, false
-	return map[string]ringProto{"d64": d64, "d128": d128, "d256": d256}
+	out := map[string]ringProto{}
+	for _, v := range []TCVariant{VarBF16, VarFP8, VarBF16FP8, VarNVFP4} {
+		for _, d := range []int{64, 128, 256} {
+			p, _, _ := sm90QFwdGeometry(v, d)
+			out[QFwdName(ArchSM90, v, d)] = p
+		}
+	}
+	return out
+}
+
+// TestSM90QFwdGeometry: the emulated ring configurations are the kernel's
+// (their shared memory is the launch table's) and its grid's tiles per CTA.
+func TestSM90QFwdGeometry(t *testing.T) {
+	for _, v := range []TCVariant{VarBF16, VarFP8, VarBF16FP8, VarNVFP4} {
+		for _, d := range []int{64, 128, 256} {
+			name := QFwdName(ArchSM90, v, d)
+			p, pipes, smem := sm90QFwdGeometry(v, d)
+			l := fatbin.HopperAmpereLaunch[name]
+			if p.ks == 0 || smem != l.DynSmem || pipes != fatbin.SM90QFwdTilesPerCTA[name] {
+				t.Errorf("%s: emulated rings %d / %d, %d pipelines, %d B; the launch table says %d B, %d tiles per CTA", name, p.ks, p.vs, pipes, smem, l.DynSmem, fatbin.SM90QFwdTilesPerCTA[name])
+			}
+		}
+	}
 }
 
 // checkRings runs p over walks of 0..9 blocks and 1..3 passes, with the
@@ -620,7 +700,7 @@ func TestEmulatedSM90QueryMajorPrefill(t *testing.T) {
 		}
 		// the kernel and grid the Go launch picks for this head dim
 		fa, _ := qArgs()
-		fa.D = c.d
+		fa.D, fa.QDtype, fa.KVDtype, fa.PVRound = c.d, c.qd, c.kvd, c.round
 		tp, why := QFwdPlan(ArchSM90, fa, qp.NumTiles())
 		pipes := fatbin.SM90QFwdTilesPerCTA[tp.Name]
 		if why != "" || pipes < 1 {

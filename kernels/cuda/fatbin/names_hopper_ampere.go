@@ -126,4 +126,13 @@ var HopperAmpereLaunch = map[string]HALaunch{
 	SM90QFwdBF16D64:       {Threads: 384, DynSmem: 182272},
 	SM90QFwdBF16D128:      {Threads: 384, DynSmem: 231424},
 	SM90QFwdBF16D256:      {Threads: 160, DynSmem: 230400},
+	SM90QFwdFP8D64:        {Threads: 384, DynSmem: 124928},
+	SM90QFwdFP8D128:       {Threads: 384, DynSmem: 215040},
+	SM90QFwdFP8D256:       {Threads: 160, DynSmem: 214016},
+	SM90QFwdBF16FP8D64:    {Threads: 384, DynSmem: 165888},
+	SM90QFwdBF16FP8D128:   {Threads: 384, DynSmem: 231424},
+	SM90QFwdBF16FP8D256:   {Threads: 160, DynSmem: 230400},
+	SM90QFwdNVFP4D64:      {Threads: 384, DynSmem: 124928},
+	SM90QFwdNVFP4D128:     {Threads: 384, DynSmem: 231424},
+	SM90QFwdNVFP4D256:     {Threads: 160, DynSmem: 230400},
 }

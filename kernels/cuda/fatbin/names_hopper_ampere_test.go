@@ -59,10 +59,12 @@ func TestHopperAmpereLaunch(t *testing.T) {
 			t.Errorf("%s: %d threads", name, l.Threads)
 		}
 	}
-	// 2 architectures x (4 fwd + 3 decode variants) x 3 head dims, the
-	// 4 sm80 query-major variants x 3 head dims and the sm90 BF16 one x 3
-	if len(HopperAmpereLaunch) != 57 {
-		t.Errorf("%d kernels in the table, want 57 (per architecture: 12 fwd + 9 decode; 12 + 3 query-major)", len(HopperAmpereLaunch))
+	// 2 architectures x (4 fwd + 3 decode + 4 query-major variants) x 3 head dims
+	if len(HopperAmpereLaunch) != 66 {
+		t.Errorf("%d kernels in the table, want 66 (per architecture: 12 fwd + 9 decode + 12 query-major)", len(HopperAmpereLaunch))
+	}
+	if len(SM90QFwdTilesPerCTA) != 12 {
+		t.Errorf("SM90QFwdTilesPerCTA has %d kernels, want the 12 sm90 query-major ones", len(SM90QFwdTilesPerCTA))
 	}
 	for name, n := range SM90QFwdTilesPerCTA {
 		l, ok := HopperAmpereLaunch[name]

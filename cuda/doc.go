@@ -17,10 +17,9 @@
 // MSA_CUDA_PREFILL by Load, or SetPrefillPath): kv (the default) runs the
 // KV-major partials kernels and the combine; query runs the query-major
 // kernel over a QPlan (qprefill_plan.go) and writes O and LSE once, on the
-// family's own query-major kernel where it has one for the dtypes (the
-// sm_90a wgmma kernel for BF16 on Hopper, QFwdName) and on the mma.sync
-// kernel of sm80_qfwd.cu otherwise; query80 runs that mma.sync kernel on
-// every family, so one run on a Hopper GPU can time both query-major
+// family's own query-major kernel (QFwdName: the sm_90a wgmma kernels on
+// Hopper, the mma.sync kernels of sm80_qfwd.cu elsewhere); query80 runs
+// the mma.sync kernels on every family, so one run on a Hopper GPU can time both query-major
 // kernels. MSA_CUDA_ARCH (portable, sm80, sm90, sm100) overrides the
 // kernel family of every launch, not only the prefill's.
 //

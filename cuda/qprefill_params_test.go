@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -88,13 +89,18 @@ func TestQFwdPlan(t *testing.T) {
 			t.Errorf("%s: %+v, %q", a, p, why)
 		}
 	}
-	// sm90, BF16: the wgmma kernel, two tiles per CTA at D 64 and 128, one at 256
+	// sm90, BF16: the wgmma kernel, two tiles per CTA at D 64 and 128, one
+	// at 256, reading the K / V tensor maps the sm90 KV-major kernels read
 	for d, grid := range map[int]int{64: 6, 128: 6, 256: 11} {
 		f := *fa
 		f.D = d
 		p, why := QFwdPlan(ArchSM90, &f, 11)
 		if want := fmt.Sprintf("msa_sm90_qfwd_bf16_d%d", d); why != "" || p.Name != want || p.GridBlocks != grid {
 			t.Errorf("sm90 D %d: %+v, %q: want %s on %d CTAs", d, p, why, want, grid)
+		}
+		kv, _ := TCFwdPlan(ArchSM90, &f, 11)
+		if !reflect.DeepEqual(p.K, kv.K) || !reflect.DeepEqual(p.V, kv.V) {
+			t.Errorf("sm90 D %d: query-major K / V maps %+v / %+v, the sm90 prefill's %+v / %+v", d, p.K, p.V, kv.K, kv.V)
 		}
 	}
 	if _, why := QFwdPlan(ArchPortable, fa, 10); why == "" {

@@ -135,30 +135,23 @@ func consumerOps(p ringProto, passes, n int) []ringOp {
 	rel := func(ring, slot, stage, bar int) {
 		ops = append(ops, ringOp{kind: opRelease, ring: ring, slot: slot, stage: stage}, ringOp{kind: opArrive, bar: bar})
 	}
-	kReady := func(k int) {
-		ops = append(ops, ringOp{kind: opWait, bar: B.kfull(k), parity: p.fullPar(k, p.ks)})
-		use(ringK, k%p.ks, k)
-		if p.kConv {
-			rel(ringK, k%p.ks, k, B.kempty(k))
+	// ready / done of one ring (QOperands' k_ready / k_done, v_ready / v_done)
+	ready := func(ring, k, n, full, empty int, conv bool) {
+		ops = append(ops, ringOp{kind: opWait, bar: full, parity: p.fullPar(k, n)})
+		use(ring, k%n, k)
+		if conv {
+			rel(ring, k%n, k, empty)
 		}
 	}
-	kDone := func(k int) {
-		if !p.kConv {
-			rel(ringK, k%p.ks, k, B.kempty(k))
+	done := func(ring, k, n, empty int, conv bool) {
+		if !conv {
+			rel(ring, k%n, k, empty)
 		}
 	}
-	vReady := func(k int) {
-		ops = append(ops, ringOp{kind: opWait, bar: B.vfull(k), parity: p.fullPar(k, p.vs)})
-		use(ringV, k%p.vs, k)
-		if p.vConv {
-			rel(ringV, k%p.vs, k, B.vempty(k))
-		}
-	}
-	vDone := func(k int) {
-		if !p.vConv {
-			rel(ringV, k%p.vs, k, B.vempty(k))
-		}
-	}
+	kReady := func(k int) { ready(ringK, k, p.ks, B.kfull(k), B.kempty(k), p.kConv) }
+	kDone := func(k int) { done(ringK, k, p.ks, B.kempty(k), p.kConv) }
+	vReady := func(k int) { ready(ringV, k, p.vs, B.vfull(k), B.vempty(k), p.vConv) }
+	vDone := func(k int) { done(ringV, k, p.vs, B.vempty(k), p.vConv) }
 	k := 0
 	for pass := 0; pass < passes; pass++ {
 		ops = append(ops, ringOp{kind: opWait, bar: B.qfull(), parity: pass & 1})

@@ -202,19 +202,24 @@ struct QOperands {
     const KVSource& src;
     int wt, bar;  // thread index in the warpgroup, its named barrier
 
+    // Widen a landed slot into the operand buffer op (after every warp's
+    // previous wgmma read of op), release the slot at once.
+    __device__ __forceinline__ uint32_t widen(uint8_t* op, const uint8_t* land, const uint8_t* scales, int t0, int nkeys,
+                                              uint32_t empty) const {
+        named_bar(bar, 128);
+        convert_block<D, VAR>(op, land, scales, src, t0, nkeys, wt, 128);
+        fence_async_smem();
+        warp_release(empty);
+        named_bar(bar, 128);
+        return smem_u32(op);
+    }
     // K of stage k ready for Q.K^T: landed; for a converted variant widened
-    // into the K operand (after every warp's previous Q.K^T) and its landing
-    // slot released at once. Returns the operand's shared address.
+    // into the K operand. Returns the operand's shared address.
     __device__ __forceinline__ uint32_t k_ready(int k, int t0, int nkeys) const {
         uint8_t* land = base + C::kOffK + (k % C::kKS) * C::kKLand;
         mbar_wait(B.kfull(k), full_parity(k, C::kKS));
         if (G::kKDirect) return smem_u32(land);
-        named_bar(bar, 128);
-        convert_block<D, VAR>(base + C::kOffKOp, land, src.k_scale, src, t0, nkeys, wt, 128);
-        fence_async_smem();
-        warp_release(B.kempty(k));
-        named_bar(bar, 128);
-        return smem_u32(base + C::kOffKOp);
+        return widen(base + C::kOffKOp, land, src.k_scale, t0, nkeys, B.kempty(k));
     }
     // Q.K^T of stage k complete in this warp: release a directly used slot.
     __device__ __forceinline__ void k_done(int k) const {
@@ -222,25 +227,17 @@ struct QOperands {
     }
     // V of stage k ready for P.V: landed and rows past the block's end zero
     // (P is 0 there, and 0 * NaN is NaN); for a converted variant widened
-    // into the V operand (rows past the end become zero) and the landing
-    // slot released at once.
+    // into the V operand (rows past the end become zero).
     __device__ __forceinline__ uint32_t v_ready(int k, int t0, int nkeys) const {
         uint8_t* land = base + C::kOffV + (k % C::kVS) * C::kVLand;
         mbar_wait(B.vfull(k), full_parity(k, C::kVS));
-        if (G::kVDirect) {
-            if (nkeys < kBlk) {
-                zero_tail<D>(land, nkeys, wt, 128);
-                fence_async_smem();
-                named_bar(bar, 128);
-            }
-            return smem_u32(land);
+        if (!G::kVDirect) return widen(base + C::kOffVOp, land, src.v_scale, t0, nkeys, B.vempty(k));
+        if (nkeys < kBlk) {
+            zero_tail<D>(land, nkeys, wt, 128);
+            fence_async_smem();
+            named_bar(bar, 128);
         }
-        named_bar(bar, 128);
-        convert_block<D, VAR>(base + C::kOffVOp, land, src.v_scale, src, t0, nkeys, wt, 128);
-        fence_async_smem();
-        warp_release(B.vempty(k));
-        named_bar(bar, 128);
-        return smem_u32(base + C::kOffVOp);
+        return smem_u32(land);
     }
     __device__ __forceinline__ void v_done(int k) const {
         if (G::kVDirect) warp_release(B.vempty(k));

@@ -13,6 +13,16 @@
 // compile time (kernels/cuda/tagged_build.sh or kernels/cuda/gpucheck.sh
 // set the include path); no GPU is needed to build.
 //
+// A sparse prefill takes one of two paths (PrefillPath, read from
+// MSA_CUDA_PREFILL by Load, or SetPrefillPath): kv (the default) runs the
+// KV-major partials kernels and the combine; query runs the query-major
+// kernel over a QPlan (qprefill_plan.go) and writes O and LSE once, on the
+// family's own query-major kernel (QFwdName: the sm_90a wgmma kernels on
+// Hopper, the mma.sync kernels of sm80_qfwd.cu elsewhere); query80 runs
+// the mma.sync kernels on every family, so one run on a Hopper GPU can time both query-major
+// kernels. MSA_CUDA_ARCH (portable, sm80, sm90, sm100) overrides the
+// kernel family of every launch, not only the prefill's.
+//
 // It launches; it does not hold kernel code or the image. It depends on the
 // kernels' Go side (kernels/plan, kernels/attn) and package fatbin, never on
 // package op: the graph ops (op, build tag "cuda") import it, usually as

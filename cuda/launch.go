@@ -591,13 +591,13 @@ func (k *Kernels) prepPrefill(fa *FwdArgs, ca *CombineArgs, csr *plan.CSR, s *pl
 	if len(s.Metadata) < s.Capacity*plan.MetaFields {
 		return nil, fmt.Errorf("cuda: forward schedule metadata has %d entries: expected %d", len(s.Metadata), s.Capacity*plan.MetaFields)
 	}
-	if k.prefill == PrefillQuery && ca != nil && cuQ != nil {
-		steps, why, err := k.prepQueryPrefill(fa, ca, csr, s, cuQ)
+	if qa, ok := k.prefill.queryArch(k.arch); ok && ca != nil && cuQ != nil {
+		steps, why, err := k.prepQueryPrefill(fa, ca, csr, s, cuQ, qa)
 		if err != nil || why == "" {
 			return steps, err
 		}
 		if v, ok := FwdVariant(fa.QDtype, fa.KVDtype); ok {
-			k.fallback[QFwdName(v, fa.D)] = why
+			k.fallback[QFwdName(qa, v, fa.D)] = why
 		}
 	}
 	wins := []FwdWindow{{Q0: 0, Q1: fa.TotalQ, Sched: s}}

@@ -6,15 +6,17 @@ import (
 	"unsafe"
 
 	"github.com/sparseattn/msa/cuda/driver"
+	"github.com/sparseattn/msa/kernels/cuda/fatbin"
 	"github.com/sparseattn/msa/kernels/plan"
 )
 
-// prepQueryPrefill returns the query-major launch of a sparse prefill: one
-// kernel over the QPlan's tiles writing ca.Out, ca.LSE and ca.TLSE (the
+// prepQueryPrefill returns the query-major launch of a sparse prefill on
+// the query-major kernel of family arch (QFwdPlan): one kernel over the
+// QPlan's tiles writing ca.Out, ca.LSE and ca.TLSE (the
 // partial buffers and the window are not used). why is the reason when the
 // query-major kernel cannot run (the caller then runs the KV-major path);
 // err is a bad input, refused with the KV-major path's errors.
-func (k *Kernels) prepQueryPrefill(fa *FwdArgs, ca *CombineArgs, csr *plan.CSR, s *plan.FwdSchedule, cuQ []int32) (steps []step, why string, err error) {
+func (k *Kernels) prepQueryPrefill(fa *FwdArgs, ca *CombineArgs, csr *plan.CSR, s *plan.FwdSchedule, cuQ []int32, arch Arch) (steps []step, why string, err error) {
 	if _, err := newFwdKernelParams(fa, csr, s, FwdPlanPtrs{}); err != nil {
 		return nil, "", err
 	}
@@ -28,9 +30,13 @@ func (k *Kernels) prepQueryPrefill(fa *FwdArgs, ca *CombineArgs, csr *plan.CSR, 
 	if err := qp.Validate(cuQ, nil, fa.Hkv, fa.Hq/fa.Hkv, fa.BlkKV); err != nil {
 		return nil, "", err
 	}
-	tp, why := QFwdPlan(k.arch, fa, qp.NumTiles())
+	tp, why := QFwdPlan(arch, fa, qp.NumTiles())
 	if why != "" {
 		return nil, why, nil
+	}
+	if _, sm90 := fatbin.SM90QFwdTilesPerCTA[tp.Name]; sm90 && !aligned(ca.Out, 16) {
+		// the sm90 kernel stores O 16 bytes at a time; the sm80 one 4
+		tp, _ = QFwdPlan(ArchSM80, fa, qp.NumTiles())
 	}
 	var dev QPlanPtrs
 	for _, u := range []struct {

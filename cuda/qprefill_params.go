@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/sparseattn/msa/kernels/cuda/fatbin"
 	"github.com/sparseattn/msa/kernels/plan"
 )
 
@@ -16,32 +17,58 @@ const (
 	// (a KV block and the queries that selected it) writes per-slot
 	// partials, the combine merges them.
 	PrefillKV PrefillPath = iota
-	// PrefillQuery is the query-major path (QPlan, sm80/sm80_qfwd.cu):
-	// one CTA per query tile x KV head writes the output and LSE once.
+	// PrefillQuery is the query-major path (QPlan): one CTA per query tile
+	// x KV head writes the output and LSE once, on the family's own
+	// query-major kernel (QFwdName: the sm_90a wgmma kernels on Hopper,
+	// the mma.sync kernels of sm80/sm80_qfwd.cu elsewhere).
 	PrefillQuery
+	// PrefillQuery80 is the query-major path on the mma.sync kernel of
+	// sm80/sm80_qfwd.cu on every tensor-core family, so that one run on a
+	// Hopper GPU can time both query-major kernels.
+	PrefillQuery80
 )
 
 // PrefillEnv is the environment variable Load reads the prefill path
-// from: "kv" (the default, also when unset) or "query".
+// from: "kv" (the default, also when unset), "query" or "query80".
 const PrefillEnv = "MSA_CUDA_PREFILL"
 
 // String is the name ParsePrefillPath reads.
 func (p PrefillPath) String() string {
-	if p == PrefillQuery {
+	switch p {
+	case PrefillQuery:
 		return "query"
+	case PrefillQuery80:
+		return "query80"
 	}
 	return "kv"
 }
 
-// ParsePrefillPath parses "kv" or "query" ("" is kv).
+// ParsePrefillPath parses "kv", "query" or "query80" ("" is kv).
 func ParsePrefillPath(s string) (PrefillPath, error) {
 	switch s {
 	case "", "kv":
 		return PrefillKV, nil
 	case "query":
 		return PrefillQuery, nil
+	case "query80":
+		return PrefillQuery80, nil
 	}
-	return PrefillKV, fmt.Errorf("cuda: %s=%q: want kv or query", PrefillEnv, s)
+	return PrefillKV, fmt.Errorf("cuda: %s=%q: want kv, query or query80", PrefillEnv, s)
+}
+
+// queryArch is the family whose query-major kernel path p runs on a
+// device of family a (ok false: p is not a query-major path).
+func (p PrefillPath) queryArch(a Arch) (Arch, bool) {
+	switch p {
+	case PrefillQuery:
+		return a, true
+	case PrefillQuery80:
+		if a == ArchPortable {
+			return a, true
+		}
+		return ArchSM80, true
+	}
+	return a, false
 }
 
 // prefillPathFromEnv is the one place the prefill path is read from the
@@ -66,12 +93,20 @@ type QPlanPtrs struct {
 	Tiles, TilePtr, Blocks, Masks uint64
 }
 
-// QFwdName is the query-major kernel of variant v at head dim d
-// (msa_sm80_qfwd_<v>_d<d>: mma.sync, run by every tensor-core family).
-func QFwdName(v TCVariant, d int) string { return TCName(ArchSM80, "qfwd", v, d) }
+// QFwdName is the query-major kernel family a runs for variant v at head
+// dim d: msa_sm90_qfwd_<v>_d<d> (TMA + wgmma, sm90/sm90_qfwd.cu) on sm90;
+// msa_sm80_qfwd_<v>_d<d> (mma.sync, sm80/sm80_qfwd.cu, whose body every
+// tensor-core image holds) on the other families.
+func QFwdName(a Arch, v TCVariant, d int) string {
+	if a == ArchSM90 {
+		return TCName(ArchSM90, "qfwd", v, d)
+	}
+	return TCName(ArchSM80, "qfwd", v, d)
+}
 
 // QFwdNames lists the query-major kernels the launcher looks up on family
-// a: all of them on the tensor-core families, none on the portable one.
+// a: the sm80 ones on every tensor-core family, the sm90 ones too on sm90,
+// none on the portable family.
 func QFwdNames(a Arch) []string {
 	if a == ArchPortable {
 		return nil
@@ -79,17 +114,22 @@ func QFwdNames(a Arch) []string {
 	var out []string
 	for _, d := range []int{64, 128, 256} {
 		for _, v := range []TCVariant{VarBF16, VarFP8, VarBF16FP8, VarNVFP4} {
-			out = append(out, QFwdName(v, d))
+			out = append(out, QFwdName(ArchSM80, v, d))
+			if a == ArchSM90 {
+				out = append(out, QFwdName(ArchSM90, v, d))
+			}
 		}
 	}
 	return out
 }
 
 // QFwdPlan decides whether the prefill of fa can run on the query-major
-// kernel of family arch with a plan of tiles CTAs (why is the reason when
-// it cannot; the KV-major path then runs). It applies the limits of the
-// tensor-core prefill (TCFwdPlan: dtype variant, P rounding, blk_kv,
-// alignment, tensor-map shapes) and names the query-major kernel.
+// kernel of family arch with a plan of tiles query tiles (why is the
+// reason when it cannot; the KV-major path then runs). It applies the
+// limits of the tensor-core prefill (TCFwdPlan: dtype variant, P
+// rounding, blk_kv, alignment, tensor-map shapes), names the query-major
+// kernel (QFwdName) and sizes the grid: one CTA per tile, or per
+// fatbin.SM90QFwdTilesPerCTA tiles.
 func QFwdPlan(arch Arch, fa *FwdArgs, tiles int) (TCPlan, string) {
 	if arch == ArchPortable {
 		return TCPlan{}, "no query-major kernel for this GPU (the portable family)"
@@ -99,7 +139,10 @@ func QFwdPlan(arch Arch, fa *FwdArgs, tiles int) (TCPlan, string) {
 		return TCPlan{}, why
 	}
 	v, _ := FwdVariant(fa.QDtype, fa.KVDtype)
-	p.Name = QFwdName(v, fa.D)
+	p.Name = QFwdName(arch, v, fa.D)
+	if n, ok := fatbin.SM90QFwdTilesPerCTA[p.Name]; ok {
+		p.GridBlocks = (tiles + n - 1) / n
+	}
 	p.SmemBytes = 0 // the launch table's
 	return p, ""
 }

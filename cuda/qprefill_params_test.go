@@ -1,6 +1,8 @@
 package cuda
 
 import (
+	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -9,7 +11,7 @@ import (
 )
 
 func TestPrefillPathParse(t *testing.T) {
-	for s, want := range map[string]PrefillPath{"": PrefillKV, "kv": PrefillKV, "query": PrefillQuery} {
+	for s, want := range map[string]PrefillPath{"": PrefillKV, "kv": PrefillKV, "query": PrefillQuery, "query80": PrefillQuery80} {
 		got, err := ParsePrefillPath(s)
 		if err != nil || got != want {
 			t.Errorf("ParsePrefillPath(%q) = %v, %v: want %v", s, got, err, want)
@@ -27,17 +29,40 @@ func TestPrefillPathParse(t *testing.T) {
 	if p, err := prefillPathFromEnv(); err != nil || p != PrefillQuery {
 		t.Errorf("%s=query: %v, %v", PrefillEnv, p, err)
 	}
+	// the family each path's query-major kernel comes from
+	for _, c := range []struct {
+		p        PrefillPath
+		dev, got Arch
+		ok       bool
+	}{
+		{PrefillKV, ArchSM90, ArchSM90, false},
+		{PrefillQuery, ArchSM90, ArchSM90, true},
+		{PrefillQuery, ArchSM100, ArchSM100, true},
+		{PrefillQuery80, ArchSM90, ArchSM80, true},
+		{PrefillQuery80, ArchSM100, ArchSM80, true},
+		{PrefillQuery80, ArchPortable, ArchPortable, true},
+	} {
+		if a, ok := c.p.queryArch(c.dev); a != c.got || ok != c.ok {
+			t.Errorf("%s on %s: query-major family %s, %v: want %s, %v", c.p, c.dev, a, ok, c.got, c.ok)
+		}
+	}
 }
 
 // TestQFwdNames: every query-major kernel name is in the launch table
-// (so in the fatbin's name list), on every tensor-core family.
+// (so in the fatbin's name list), on every tensor-core family; sm90 adds
+// its own.
 func TestQFwdNames(t *testing.T) {
 	if QFwdNames(ArchPortable) != nil {
 		t.Error("query-major kernels listed for the portable family")
 	}
 	for _, a := range []Arch{ArchSM80, ArchSM90, ArchSM100} {
 		names := QFwdNames(a)
-		if len(names) != 12 || !slices.Contains(names, "msa_sm80_qfwd_bf16_d128") || !slices.Contains(names, "msa_sm80_qfwd_nvfp4_d256") {
+		want := 12
+		if a == ArchSM90 {
+			want = 24
+		}
+		if len(names) != want || !slices.Contains(names, "msa_sm80_qfwd_bf16_d128") || !slices.Contains(names, "msa_sm80_qfwd_nvfp4_d256") ||
+			slices.Contains(names, "msa_sm90_qfwd_bf16_d64") != (a == ArchSM90) || slices.Contains(names, "msa_sm90_qfwd_nvfp4_d256") != (a == ArchSM90) {
 			t.Errorf("QFwdNames(%s) = %v", a, names)
 		}
 		for _, n := range names {
@@ -58,10 +83,24 @@ func qArgs() (*FwdArgs, *CombineArgs) {
 
 func TestQFwdPlan(t *testing.T) {
 	fa, _ := qArgs()
-	for _, a := range []Arch{ArchSM80, ArchSM90, ArchSM100} {
-		p, why := QFwdPlan(a, fa, 10)
-		if why != "" || p.Name != "msa_sm80_qfwd_bf16_d128" || p.GridBlocks != 10 {
+	for _, a := range []Arch{ArchSM80, ArchSM100} {
+		p, why := QFwdPlan(a, fa, 11)
+		if why != "" || p.Name != "msa_sm80_qfwd_bf16_d128" || p.GridBlocks != 11 {
 			t.Errorf("%s: %+v, %q", a, p, why)
+		}
+	}
+	// sm90, BF16: the wgmma kernel, two tiles per CTA at D 64 and 128, one
+	// at 256, reading the K / V tensor maps the sm90 KV-major kernels read
+	for d, grid := range map[int]int{64: 6, 128: 6, 256: 11} {
+		f := *fa
+		f.D = d
+		p, why := QFwdPlan(ArchSM90, &f, 11)
+		if want := fmt.Sprintf("msa_sm90_qfwd_bf16_d%d", d); why != "" || p.Name != want || p.GridBlocks != grid {
+			t.Errorf("sm90 D %d: %+v, %q: want %s on %d CTAs", d, p, why, want, grid)
+		}
+		kv, _ := TCFwdPlan(ArchSM90, &f, 11)
+		if !reflect.DeepEqual(p.K, kv.K) || !reflect.DeepEqual(p.V, kv.V) {
+			t.Errorf("sm90 D %d: query-major K / V maps %+v / %+v, the sm90 prefill's %+v / %+v", d, p.K, p.V, kv.K, kv.V)
 		}
 	}
 	if _, why := QFwdPlan(ArchPortable, fa, 10); why == "" {
@@ -73,8 +112,11 @@ func TestQFwdPlan(t *testing.T) {
 		t.Error("fp8 variant with BF16 P rounding accepted")
 	}
 	fp8.PVRound = RoundE4M3
-	if p, why := QFwdPlan(ArchSM90, &fp8, 10); why != "" || p.Name != "msa_sm80_qfwd_fp8_d128" {
+	if p, why := QFwdPlan(ArchSM90, &fp8, 10); why != "" || p.Name != "msa_sm90_qfwd_fp8_d128" || p.GridBlocks != 5 {
 		t.Errorf("fp8: %+v, %q", p, why)
+	}
+	if p, why := QFwdPlan(ArchSM80, &fp8, 10); why != "" || p.Name != "msa_sm80_qfwd_fp8_d128" || p.GridBlocks != 10 {
+		t.Errorf("fp8 on the sm80 kernel: %+v, %q", p, why)
 	}
 	mis := *fa
 	mis.Q += 8

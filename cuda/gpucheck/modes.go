@@ -19,21 +19,34 @@ func (m runMode) label() string {
 		return " (portable)"
 	case m.prefill == cuda.PrefillQuery:
 		return " (query)"
+	case m.prefill == cuda.PrefillQuery80:
+		return " (query80)"
 	}
 	return " (kv)"
 }
 
 // modes lists the modes of a case: the portable kernels alone where the
 // device has no tensor-core kernels; else the tensor-core kernels (for a
-// prefill, KV-major then query-major) and the portable kernels.
+// prefill, KV-major then query-major; on sm90 also the query-major path on
+// the sm80 mma.sync kernel, next to the wgmma one) and the portable kernels.
 func (r *report) modes(prefill bool) []runMode {
-	if len(r.k.TensorCoreKernels()) == 0 {
+	return prefillModes(len(r.k.TensorCoreKernels()) > 0, r.k.Arch(), prefill)
+}
+
+// prefillModes is modes for a device with (tc) or without tensor-core
+// kernels, of family a.
+func prefillModes(tc bool, a cuda.Arch, prefill bool) []runMode {
+	if !tc {
 		return []runMode{{cuda.PathPortable, cuda.PrefillKV}}
 	}
 	if !prefill {
 		return []runMode{{cuda.PathAuto, cuda.PrefillKV}, {cuda.PathPortable, cuda.PrefillKV}}
 	}
-	return []runMode{{cuda.PathAuto, cuda.PrefillKV}, {cuda.PathAuto, cuda.PrefillQuery}, {cuda.PathPortable, cuda.PrefillKV}}
+	ms := []runMode{{cuda.PathAuto, cuda.PrefillKV}, {cuda.PathAuto, cuda.PrefillQuery}}
+	if a == cuda.ArchSM90 {
+		ms = append(ms, runMode{cuda.PathAuto, cuda.PrefillQuery80})
+	}
+	return append(ms, runMode{cuda.PathPortable, cuda.PrefillKV})
 }
 
 // apply selects mode m for the next launches.

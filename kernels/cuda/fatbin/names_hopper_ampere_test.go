@@ -18,7 +18,7 @@ import (
 func TestHopperAmpereLaunch(t *testing.T) {
 	pin := regexp.MustCompile(`(?m)^MSA_HA_PIN\((sm\d+), (\w+), (\w+), (\d+), (\d+), (\d+)\)$`)
 	seen := map[string]bool{}
-	for _, f := range []string{"sm90/sm90_fwd.cu", "sm90/sm90_decode.cu", "sm80/sm80_fwd.cu", "sm80/sm80_decode.cu", "sm80/sm80_qfwd.cu"} {
+	for _, f := range []string{"sm90/sm90_fwd.cu", "sm90/sm90_decode.cu", "sm80/sm80_fwd.cu", "sm80/sm80_decode.cu", "sm80/sm80_qfwd.cu", "sm90/sm90_qfwd.cu"} {
 		src, err := os.ReadFile(filepath.Join("..", f))
 		if err != nil {
 			t.Fatal(err)
@@ -59,10 +59,22 @@ func TestHopperAmpereLaunch(t *testing.T) {
 			t.Errorf("%s: %d threads", name, l.Threads)
 		}
 	}
-	// 2 architectures x (4 fwd + 3 decode variants) x 3 head dims, and the
-	// 4 query-major variants x 3 head dims
-	if len(HopperAmpereLaunch) != 54 {
-		t.Errorf("%d kernels in the table, want 54 (per architecture: 12 fwd + 9 decode; 12 query-major)", len(HopperAmpereLaunch))
+	// 2 architectures x (4 fwd + 3 decode + 4 query-major variants) x 3 head dims
+	if len(HopperAmpereLaunch) != 66 {
+		t.Errorf("%d kernels in the table, want 66 (per architecture: 12 fwd + 9 decode + 12 query-major)", len(HopperAmpereLaunch))
+	}
+	if len(SM90QFwdTilesPerCTA) != 12 {
+		t.Errorf("SM90QFwdTilesPerCTA has %d kernels, want the 12 sm90 query-major ones", len(SM90QFwdTilesPerCTA))
+	}
+	for name, n := range SM90QFwdTilesPerCTA {
+		l, ok := HopperAmpereLaunch[name]
+		want := 128*n + 32 // consumer warpgroups and a producer warp
+		if n > 1 {
+			want = 128*n + 128 // a whole producer warpgroup (setmaxnreg)
+		}
+		if !ok || n < 1 || l.Threads != want {
+			t.Errorf("%s: %d tiles per CTA with geometry %+v: want one consumer warpgroup per tile and a producer warp (warpgroup with two tiles)", name, n, l)
+		}
 	}
 }
 

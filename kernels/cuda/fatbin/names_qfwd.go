@@ -19,3 +19,34 @@ const (
 	SM80QFwdNVFP4D128   = "msa_sm80_qfwd_nvfp4_d128"
 	SM80QFwdNVFP4D256   = "msa_sm80_qfwd_nvfp4_d256"
 )
+
+// Kernel entry points msa_sm90_qfwd_<variant>_d<D> of sm90/sm90_qfwd.cu:
+// the query-major sparse prefill on TMA + mbarrier rings and wgmma, real
+// bodies only in the sm_90a image (a trap elsewhere). Each CTA runs
+// SM90QFwdTilesPerCTA consecutive query tiles (one consumer warpgroup
+// each). Geometry in HopperAmpereLaunch.
+const (
+	SM90QFwdBF16D64     = "msa_sm90_qfwd_bf16_d64"
+	SM90QFwdBF16D128    = "msa_sm90_qfwd_bf16_d128"
+	SM90QFwdBF16D256    = "msa_sm90_qfwd_bf16_d256"
+	SM90QFwdFP8D64      = "msa_sm90_qfwd_fp8_d64"
+	SM90QFwdFP8D128     = "msa_sm90_qfwd_fp8_d128"
+	SM90QFwdFP8D256     = "msa_sm90_qfwd_fp8_d256"
+	SM90QFwdBF16FP8D64  = "msa_sm90_qfwd_bf16fp8_d64"
+	SM90QFwdBF16FP8D128 = "msa_sm90_qfwd_bf16fp8_d128"
+	SM90QFwdBF16FP8D256 = "msa_sm90_qfwd_bf16fp8_d256"
+	SM90QFwdNVFP4D64    = "msa_sm90_qfwd_nvfp4_d64"
+	SM90QFwdNVFP4D128   = "msa_sm90_qfwd_nvfp4_d128"
+	SM90QFwdNVFP4D256   = "msa_sm90_qfwd_nvfp4_d256"
+)
+
+// SM90QFwdTilesPerCTA is the number of query tiles one CTA of an sm90
+// query-major kernel runs (its pipelines, QFwdCfg::kPipes of
+// sm90_qfwd.cu: two at D 64 and 128, one at D 256): the grid is
+// ceil(tiles / this).
+var SM90QFwdTilesPerCTA = map[string]int{
+	SM90QFwdBF16D64: 2, SM90QFwdBF16D128: 2, SM90QFwdBF16D256: 1,
+	SM90QFwdFP8D64: 2, SM90QFwdFP8D128: 2, SM90QFwdFP8D256: 1,
+	SM90QFwdBF16FP8D64: 2, SM90QFwdBF16FP8D128: 2, SM90QFwdBF16FP8D256: 1,
+	SM90QFwdNVFP4D64: 2, SM90QFwdNVFP4D128: 2, SM90QFwdNVFP4D256: 1,
+}

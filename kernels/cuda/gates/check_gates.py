@@ -5,7 +5,8 @@
 
 Data-driven: the checks live in kernels/cuda/gates/*.tsv (one file per owner:
 sm100.tsv for the tcgen05 kernels, portable.tsv for the portable kernels,
-sm90_sm80.tsv for the Hopper / Ampere tensor-core kernels). All files are
+sm90_sm80.tsv for the Hopper / Ampere tensor-core kernels, sm80_qfwd.tsv and
+sm90_qfwd.tsv for the query-major prefill). All files are
 read and their rows pooled.
 
 1. The expected kernel set is every "msa_*" string constant declared in
@@ -37,7 +38,8 @@ field except max_stack, where '-' means 0:
   7  max_stack  maximum STACK + LOCAL bytes ('-' = 0: no local memory)
   8  dyn_smem   the dynamic shared memory the launcher requests; the kernel
                 table in kernels/cuda/fatbin/*.go ({Name: Const, ..., DynSmem: N,
-                ..., TMEMCols: N}) must say the same, and static + dynamic
+                ..., TMEMCols: N}, or HopperAmpereLaunch's Const: {Threads: N,
+                DynSmem: N}) must say the same, and static + dynamic
                 shared memory must fit in 232448 bytes
   9  tmem_cols  tensor-memory columns the kernel allocates (<= 512); the
                 kernel table must say the same, and every tcgen05.alloc of
@@ -89,6 +91,9 @@ def kernel_table(d):
     out = {}
     for m in re.finditer(r"\{Name:\s*([A-Za-z0-9_]+),[^}]*?DynSmem:\s*(\d+),[^}]*?TMEMCols:\s*(\d+)", src):
         out[consts.get(m.group(1), m.group(1))] = (int(m.group(2)), int(m.group(3)))
+    # HopperAmpereLaunch (names_hopper_ampere.go): `Const: {Threads: N, DynSmem: M}`, no tensor memory
+    for m in re.finditer(r"^\s*([A-Za-z0-9_]+):\s*\{Threads:\s*\d+,\s*DynSmem:\s*(\d+)\}", src, re.M):
+        out[consts.get(m.group(1), m.group(1))] = (int(m.group(2)), 0)
     return out
 
 

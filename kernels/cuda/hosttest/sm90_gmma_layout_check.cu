@@ -12,6 +12,13 @@
 //   $CUDA_HOME/bin/nvcc -std=c++17 -arch=sm_90a -I $CUTE -L $CUDA_HOME/lib \
 //       -o /tmp/gmma kernels/cuda/hosttest/sm90_gmma_layout_check.cu && /tmp/gmma
 // The mirror of gdesc() below must stay in step with sm90_common.cuh.
+// It also checks the register fragments the consumers index (tc_frag.cuh,
+// sm90_qfwd.cu; emulated by cuda/qprefill_sm90_emu_test.go's accRC / aRC):
+// register r of warpgroup thread t (warp w, lane l) of the m64nN f32
+// accumulator holds row 16w + l/4 + 8((r/2)%2), column 8(r/4) + 2(l%4) + r%2
+// (CuTe's CLayout_64xN), and half h of register q of the register A
+// operand of m64nNk16 holds row 16w + l/4 + 8(q%2), k 8(q/2) + 2(l%4) + h
+// (ALayout_64x16).
 #include <cstdio>
 #include <cute/tensor.hpp>
 #include <cute/atom/mma_traits_sm90_gmma.hpp>
@@ -77,8 +84,32 @@ int check_v() {
     printf("V d%d: %d mismatches\n", D, bad);
     return bad;
 }
+template <int N>
+int check_acc() {
+    int bad = 0;
+    auto c = GMMA::CLayout_64xN<N>{};  // (thread, value) -> m + 64 n
+    for (int t = 0; t < 128; ++t) for (int r = 0; r < N / 2; ++r) {
+        const int idx = c(t, r), w = t / 32, l = t % 32;
+        const int row = 16 * w + l / 4 + 8 * ((r / 2) % 2), col = 8 * (r / 4) + 2 * (l % 4) + r % 2;
+        if (idx % 64 != row || idx / 64 != col) { if (bad < 5) printf("acc N %d t %d r %d: cute (%d, %d) mine (%d, %d)\n", N, t, r, idx % 64, idx / 64, row, col); ++bad; }
+    }
+    printf("accumulator 64x%d: %d mismatches\n", N, bad);
+    return bad;
+}
+int check_a_regs() {
+    int bad = 0;
+    auto a = GMMA::ALayout_64x16{};  // (thread, value) -> m + 64 k; value 2q + h
+    for (int t = 0; t < 128; ++t) for (int q = 0; q < 4; ++q) for (int h = 0; h < 2; ++h) {
+        const int idx = a(t, 2 * q + h), w = t / 32, l = t % 32;
+        const int row = 16 * w + l / 4 + 8 * (q % 2), k = 8 * (q / 2) + 2 * (l % 4) + h;
+        if (idx % 64 != row || idx / 64 != k) { if (bad < 5) printf("A t %d q %d h %d: cute (%d, %d) mine (%d, %d)\n", t, q, h, idx % 64, idx / 64, row, k); ++bad; }
+    }
+    printf("register A 64x16: %d mismatches\n", bad);
+    return bad;
+}
 int main() {
     int bad = 0;
+    bad += check_acc<64>(); bad += check_acc<128>(); bad += check_acc<256>(); bad += check_a_regs();
     bad += check_k<bfloat16_t, GMMA::Layout_K_SW128_Atom<bfloat16_t>, 64, 64, 16>("Q bf16 d64", 128);
     bad += check_k<bfloat16_t, GMMA::Layout_K_SW128_Atom<bfloat16_t>, 64, 256, 16>("Q bf16 d256", 128);
     bad += check_k<bfloat16_t, GMMA::Layout_K_SW128_Atom<bfloat16_t>, 128, 128, 16>("K bf16 d128", 128);

@@ -80,16 +80,18 @@ __device__ __forceinline__ float quad_sum(float x) {
     return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
-// One softmax block (<= 128 keys, 2*NS) folded into the state, in base 2 like
+// One softmax block (<= 128 keys: NS = keys/2 score registers, 64 for a
+// 128-key block, 32 for 64 keys) folded into the state, in base 2 like
 // block_update (msa_core.cuh): keys [0, lim[i]) of the block are visible to
-// row i; the sum uses the unrounded P; P is rounded per pv_round and packed
-// into the P.V A fragment pa. alpha[i] rescales the row's output accumulator
-// (1 when the block has no visible key for the row: the row is untouched).
-// Every lane executes every shuffle (no divergent exits).
-// NS = keys/2 score registers: 64 for a 128-key block, 32 for 64 keys.
+// row i; the sum uses the unrounded P; s is left holding P rounded per
+// pv_round (0 for invisible keys). alpha[i] rescales the row's output
+// accumulator (1 when the block has no visible key for the row: the row is
+// untouched). Every lane executes every shuffle (no divergent exits). It
+// reads and writes s and the state only, so it may run while a wgmma still
+// reads the previous block's P fragment and accumulates the output.
 template <int NS>
-__device__ __forceinline__ void softmax_block(float (&s)[NS], const int (&lim)[2], float scale_log2, float invT,
-                                              int pv_round, Soft& st, uint32_t (&pa)[NS / 2], float (&alpha)[2]) {
+__device__ __forceinline__ void softmax_fold(float (&s)[NS], const int (&lim)[2], float scale_log2, float invT,
+                                             int pv_round, Soft& st, float (&alpha)[2]) {
     const int t = threadIdx.x & 3;
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
@@ -108,18 +110,16 @@ __device__ __forceinline__ void softmax_block(float (&s)[NS], const int (&lim)[2
         const float mnew = empty ? st.m[i] : fmaxf(st.m[i], mx);
         float sum = 0.f, tsum = 0.f;
 #pragma unroll
-        for (int j = 0; j < NS / 4; ++j) {
-            float pr[2];
+        for (int j = 0; j < NS / 4; ++j)
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
                 const float x = s[4 * j + 2 * i + e];
                 const bool vis = x != -INFINITY;
-                pr[e] = vis ? exp2f(x - mnew) : 0.f;
-                sum += pr[e];
+                const float pr = vis ? exp2f(x - mnew) : 0.f;
+                sum += pr;
                 if (invT > 0.f && vis) tsum += exp2f((x - mnew) * invT);
+                s[4 * j + 2 * i + e] = round_p_tc(pr, pv_round);
             }
-            pa[2 * j + i] = pack_bf16x2(round_p_tc(pr[0], pv_round), round_p_tc(pr[1], pv_round));  // A fragment pair of (row i, keys 8j+2t..)
-        }
         sum = quad_sum(sum);
         if (invT > 0.f) {
             tsum = quad_sum(tsum);
@@ -129,6 +129,24 @@ __device__ __forceinline__ void softmax_block(float (&s)[NS], const int (&lim)[2
         st.l[i] = st.l[i] * alpha[i] + sum;
         st.m[i] = mnew;
     }
+}
+
+// Pack the rounded P of softmax_fold into the P.V A fragment: pair 2j + i
+// is (row i, keys 8j + 2t, 8j + 2t + 1).
+template <int NS>
+__device__ __forceinline__ void pack_p(const float (&s)[NS], uint32_t (&pa)[NS / 2]) {
+#pragma unroll
+    for (int j = 0; j < NS / 4; ++j)
+#pragma unroll
+        for (int i = 0; i < 2; ++i) pa[2 * j + i] = pack_bf16x2(s[4 * j + 2 * i], s[4 * j + 2 * i + 1]);
+}
+
+// softmax_fold, then P into the A fragment pa.
+template <int NS>
+__device__ __forceinline__ void softmax_block(float (&s)[NS], const int (&lim)[2], float scale_log2, float invT,
+                                              int pv_round, Soft& st, uint32_t (&pa)[NS / 2], float (&alpha)[2]) {
+    softmax_fold(s, lim, scale_log2, invT, pv_round, st, alpha);
+    pack_p(s, pa);
 }
 
 // Final normalisation of row i (tile.Acc.Finish): 1/l, natural-log LSE and
@@ -208,6 +226,44 @@ __device__ __forceinline__ void store_decode_rows(const MsaDecodeParams& p, cons
         }
         if (write_lse && (lane & 3) == 0) reinterpret_cast<float*>(p.split_kv ? p.lse_partial : p.lse)[orow[i]] = lse;
     }
+}
+
+// The rows of a query tile: row idx is token idx / qhpk (tok), head
+// h * qhpk + idx % qhpk; output row qrow * Hq + hq; key bound lim.
+struct QRows {
+    long long first;  // global query row of the tile's first token
+    int local0;       // its index in the sequence
+    int h, qhpk, Hq, D, nrows, seqlen_k, seqlen_q, causal;
+    __device__ __forceinline__ void row(int idx, long long& qoff, long long& orow, int& lim, int& tok) const {
+        qoff = -1; orow = -1; lim = 0; tok = 0;
+        if (idx >= nrows) return;
+        tok = idx / qhpk;
+        const int hq = h * qhpk + idx % qhpk;
+        const long long qrow = first + tok;
+        orow = qrow * Hq + hq;
+        qoff = orow * D;
+        lim = seqlen_k;
+        if (causal) lim = min(lim, local0 + tok + seqlen_k - seqlen_q + 1);  // bottom-right aligned
+    }
+};
+
+// The rows of query tile t of a query-major launch (tile fields b, h,
+// first row, tokens); b is the tile's sequence.
+__device__ __forceinline__ QRows q_tile_rows(const MsaQFwdParams& p, int t, int D, int& b) {
+    const int* tile = reinterpret_cast<const int*>(p.tiles) + 4 * t;
+    b = tile[0];
+    const int* cu_q = reinterpret_cast<const int*>(p.cu_seqlens_q);
+    const int* cu_k = reinterpret_cast<const int*>(p.cu_seqlens_k);
+    QRows R;
+    R.first = tile[2];
+    R.local0 = tile[2] - cu_q[b];
+    R.seqlen_q = cu_q[b + 1] - cu_q[b];
+    if (p.seqused_k) R.seqlen_k = reinterpret_cast<const int*>(p.seqused_k)[b];
+    else if (p.page_table) R.seqlen_k = p.page_table_stride * p.page_size;
+    else R.seqlen_k = cu_k[b + 1] - cu_k[b];
+    R.h = tile[1]; R.qhpk = p.qhead_per_kv; R.Hq = p.num_heads_q; R.D = D;
+    R.nrows = tile[3] * p.qhead_per_kv; R.causal = p.causal;
+    return R;
 }
 
 // The rows of a forward work item (sparse_fwd.cu's prologue): row idx of the

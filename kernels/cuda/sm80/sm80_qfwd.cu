@@ -26,25 +26,6 @@
 namespace msa {
 namespace sm80 {
 
-// The rows of a query tile: row idx is token idx / qhpk (tok), head
-// h * qhpk + idx % qhpk; output row qrow * Hq + hq; key bound lim.
-struct QRows {
-    long long first;  // global query row of the tile's first token
-    int local0;       // its index in the sequence
-    int h, qhpk, Hq, D, nrows, seqlen_k, seqlen_q, causal;
-    __device__ __forceinline__ void row(int idx, long long& qoff, long long& orow, int& lim, int& tok) const {
-        qoff = -1; orow = -1; lim = 0; tok = 0;
-        if (idx >= nrows) return;
-        tok = idx / qhpk;
-        const int hq = h * qhpk + idx % qhpk;
-        const long long qrow = first + tok;
-        orow = qrow * Hq + hq;
-        qoff = orow * D;
-        lim = seqlen_k;
-        if (causal) lim = min(lim, local0 + tok + seqlen_k - seqlen_q + 1);  // bottom-right aligned
-    }
-};
-
 // The block stream of one 64-row pass: the tile's blocks in list order,
 // blocks that start at or past the sequence's end skipped (the plan never
 // lists them; an empty block would end attend's stream). The mask of a
@@ -102,21 +83,11 @@ __device__ __forceinline__ void qfwd_impl(const MsaQFwdParams& p) {
     extern __shared__ __align__(16) uint8_t smem[];
     const int t = blockIdx.x;
     if (t >= p.num_tiles) return;
-    const int* tile = reinterpret_cast<const int*>(p.tiles) + 4 * t;
-    const int b = tile[0], h = tile[1], first = tile[2], ntok = tile[3];
-    const int* cu_q = reinterpret_cast<const int*>(p.cu_seqlens_q);
-    const int* cu_k = reinterpret_cast<const int*>(p.cu_seqlens_k);
-    QRows R;
-    R.first = first;
-    R.local0 = first - cu_q[b];
-    R.seqlen_q = cu_q[b + 1] - cu_q[b];
-    if (p.seqused_k) R.seqlen_k = reinterpret_cast<const int*>(p.seqused_k)[b];
-    else if (p.page_table) R.seqlen_k = p.page_table_stride * p.page_size;
-    else R.seqlen_k = cu_k[b + 1] - cu_k[b];
-    R.h = h; R.qhpk = p.qhead_per_kv; R.Hq = p.num_heads_q; R.D = D;
-    R.nrows = ntok * p.qhead_per_kv; R.causal = p.causal;
+    int b;
+    const QRows R = q_tile_rows(p, t, D, b);
+    const int h = R.h;
     const int* page_row = p.page_table ? reinterpret_cast<const int*>(p.page_table) + (long long)b * p.page_table_stride : nullptr;
-    const long long dense0 = p.page_table ? 0 : cu_k[b];
+    const long long dense0 = p.page_table ? 0 : reinterpret_cast<const int*>(p.cu_seqlens_k)[b];
     const KVSource src = kv_source(p.k, p.v, p.k_scale, p.v_scale, page_row, dense0, h, p.num_heads_kv, p.page_size, p.kv_dtype);
     float scale = p.softmax_scale_log2;
     if (VAR == kVarNVFP4 && p.k_global_scale) scale *= *reinterpret_cast<const float*>(p.k_global_scale);

@@ -269,6 +269,26 @@ __device__ __forceinline__ void produce_block(const MsaTensorMaps& maps, uint8_t
     }
 }
 
+// Producer warp: land one operand (K or V, map / base pointer of that
+// operand) of keys [t0, t0+nkeys) and complete its own barrier `full`
+// (count 1), as produce_block does for both.
+template <int D, int VAR>
+__device__ __forceinline__ void produce_operand(const CUtensorMap* map, const void* base, uint8_t* land, uint32_t full,
+                                                const BlockLoc& L, const KVSource& src, int t0, int nkeys) {
+    const int lane = threadIdx.x & 31;
+    if (L.tma_ok(t0, nkeys)) {
+        if (lane == 0) {
+            mbar_arrive_tx(full, tma_bytes<D, VAR>(L, nkeys));
+            tma_block<D, VAR>(map, smem_u32(land), full, L, t0, nkeys);
+        }
+    } else {
+        manual_block<D, VAR>(land, base, src, t0, nkeys);
+        fence_async_smem();
+        __syncwarp();
+        if (lane == 0) mbar_arrive(full);
+    }
+}
+
 // ---- consumers: operand preparation ---------------------------------------------------
 // Convert a landed raw block (e4m3 or packed e2m1 bytes) into a bf16 operand
 // (K-major / MN-major share the row layout: rows = keys, SPAN 128); rows >= nkeys
@@ -353,8 +373,10 @@ template <int VAR> struct QkOp<VAR, 64> {
     using type = typename std::conditional<VAR == kVarFP8, cute::SM90::GMMA::MMA_64x64x32_F32E4M3E4M3_SS_TN<>,
                                            cute::SM90::GMMA::MMA_64x64x16_F32BF16BF16_SS<gm::Major::K, gm::Major::K>>::type;
 };
+// Issued as one wgmma group and not waited for: s may be read only after
+// cute::warpgroup_wait lets the group complete and fence_regs(s).
 template <int D, int VAR, int KEYS = kBlk>
-__device__ __forceinline__ void qk(uint32_t sQ, uint32_t sK, float (&s)[KEYS / 2]) {
+__device__ __forceinline__ void qk_issue(uint32_t sQ, uint32_t sK, float (&s)[KEYS / 2]) {
     using G = Geo90<D, VAR>;
     using Op = typename QkOp<VAR, KEYS>::type;
     constexpr int SP = G::kQkSpan;
@@ -368,6 +390,13 @@ __device__ __forceinline__ void qk(uint32_t sQ, uint32_t sK, float (&s)[KEYS / 2
         mma_ss<Op>(da, db, s, kk == 0 ? gm::ScaleOut::Zero : gm::ScaleOut::One, std::make_index_sequence<KEYS / 2>{});
     }
     cute::warpgroup_commit_batch();
+    fence_regs(s);
+}
+
+// S = Q K^T, complete on return.
+template <int D, int VAR, int KEYS = kBlk>
+__device__ __forceinline__ void qk(uint32_t sQ, uint32_t sK, float (&s)[KEYS / 2]) {
+    qk_issue<D, VAR, KEYS>(sQ, sK, s);
     cute::warpgroup_wait<0>();
     fence_regs(s);
 }
@@ -380,9 +409,11 @@ template <> struct PvOp<256> { using type = cute::SM90::GMMA::MMA_64x256x16_F32B
 // O[64 x N] (+)= P V with P (bf16, registers: KEYS/4 packed pairs) as the A
 // operand and V (bf16, MN-major: 8 keys x 128 B per swizzle atom, LBO = next
 // 64 columns = one panel of KEYS rows, SBO = next 8 keys); sV is the panel
-// of the first of the N columns.
+// of the first of the N columns. Issued as one wgmma group and not waited
+// for: o may be read and pa rewritten only after cute::warpgroup_wait lets
+// the group complete and fence_regs(o), fence_regs(pa).
 template <int N, int KEYS = kBlk>
-__device__ __forceinline__ void pv(uint32_t (&pa)[KEYS / 4], uint32_t sV, float (&o)[N / 2], bool accumulate) {
+__device__ __forceinline__ void pv_issue(uint32_t (&pa)[KEYS / 4], uint32_t sV, float (&o)[N / 2], bool accumulate) {
     fence_regs(o);
     fence_regs(pa);
     cute::warpgroup_arrive();
@@ -393,6 +424,14 @@ __device__ __forceinline__ void pv(uint32_t (&pa)[KEYS / 4], uint32_t sV, float 
                                        std::make_index_sequence<N / 2>{});
     }
     cute::warpgroup_commit_batch();
+    fence_regs(o);
+    fence_regs(pa);
+}
+
+// O (+)= P V, complete on return.
+template <int N, int KEYS = kBlk>
+__device__ __forceinline__ void pv(uint32_t (&pa)[KEYS / 4], uint32_t sV, float (&o)[N / 2], bool accumulate) {
+    pv_issue<N, KEYS>(pa, sV, o, accumulate);
     cute::warpgroup_wait<0>();
     fence_regs(o);
     fence_regs(pa);

@@ -17,11 +17,21 @@ import (
 // across runs and worker counts. Backward returns an error, and writes
 // nothing, when p or a tensor length is inconsistent.
 func (ws *Workspace) Backward(p *Problem, q, k, v, o, lse, dO, dLSE, dQ, dK, dV []float32) error {
-	dv, err := p.derive()
+	if err := ws.prep.Prepare(p); err != nil {
+		return err
+	}
+	return ws.BackwardPrepared(&ws.prep, q, k, v, o, lse, dO, dLSE, dQ, dK, dV)
+}
+
+// BackwardPrepared is Backward on a prepared problem (see Prepared),
+// without the per-call set-up: a training step prepares its problem once
+// for the forward and the backward.
+func (ws *Workspace) BackwardPrepared(pp *Prepared, q, k, v, o, lse, dO, dLSE, dQ, dK, dV []float32) error {
+	p, dv, err := pp.run()
 	if err != nil {
 		return err
 	}
-	if err := p.checkTensors(dv,
+	if err := p.checkTensors(
 		tensorArg{name: "q", x: q, kind: kindQ}, tensorArg{name: "k", x: k, kind: kindKV},
 		tensorArg{name: "v", x: v, kind: kindKV}, tensorArg{name: "o", x: o, kind: kindQ},
 		tensorArg{name: "lse", x: lse, kind: kindRow}, tensorArg{name: "dO", x: dO, kind: kindQ},
@@ -31,15 +41,14 @@ func (ws *Workspace) Backward(p *Problem, q, k, v, o, lse, dO, dLSE, dQ, dK, dV 
 		return err
 	}
 	ws.ensure(dv.qpk, p.BlkKV, p.D)
-	ws.buildQueryLists(p, dv)
-	bw := &backwardCall{p: p, dv: dv, q: q, k: k, v: v, lse: lse, dO: dO, dQ: dQ, dK: dK, dV: dV}
+	bw := &backwardCall{pp: pp, p: p, dv: dv, q: q, k: k, v: v, lse: lse, dO: dO, dQ: dQ, dK: dK, dV: dV}
 
 	// Delta - dLSE per (query, head): rowsum(dO * O) in float64.
 	nRows := p.TotalQ * p.HQ
 	ws.delta = growF32(ws.delta, nRows)
 	bw.dlt = ws.delta
 	chunks := (nRows + 255) / 256
-	ws.parallel(chunks, func(_ *worker, c int) {
+	ws.parallel(chunks, funcTask(func(_ *worker, c int) {
 		for r := c * 256; r < min(nRows, (c+1)*256); r++ {
 			var s float64
 			for i, x := range dO[r*p.D : (r+1)*p.D] {
@@ -50,7 +59,7 @@ func (ws *Workspace) Backward(p *Problem, q, k, v, o, lse, dO, dLSE, dQ, dK, dV 
 			}
 			bw.dlt[r] = float32(s)
 		}
-	})
+	}))
 
 	// dK/dV: one item per (KV head, CSR row), largest rows first.
 	tr := p.CSR.TotalRows
@@ -74,28 +83,29 @@ func (ws *Workspace) Backward(p *Problem, q, k, v, o, lse, dO, dLSE, dQ, dK, dV 
 		clear(dV)
 		bw.outK, bw.outV = dK, dV
 	}
-	ws.parallel(len(ws.items), func(wk *worker, i int) {
+	ws.parallel(len(ws.items), funcTask(func(wk *worker, i int) {
 		it := int(ws.items[i])
 		bw.blockItem(wk, it/tr, it%tr)
-	})
+	}))
 	if p.Paged {
 		ws.scatterPages(p, dv, dK, dV)
 	}
 
 	// dQ: one item per chunk of queries.
 	chunks = (p.TotalQ + queryChunk - 1) / queryChunk
-	ws.parallel(chunks, func(wk *worker, c int) {
+	ws.parallel(chunks, funcTask(func(wk *worker, c int) {
 		for gq := c * queryChunk; gq < min(p.TotalQ, (c+1)*queryChunk); gq++ {
 			for h := 0; h < p.Hkv; h++ {
-				bw.queryItem(ws, wk, gq, h)
+				bw.queryItem(wk, gq, h)
 			}
 		}
-	})
+	}))
 	return nil
 }
 
 // backwardCall holds the arguments of one Backward call.
 type backwardCall struct {
+	pp                     *Prepared
 	p                      *Problem
 	dv                     *derived
 	q, k, v, lse, dO, dlt  []float32
@@ -194,7 +204,7 @@ func (bw *backwardCall) blockItem(wk *worker, h, r int) {
 
 // queryItem computes dQ of global query row gq for the query heads of KV
 // head h over the query's selected blocks, in ascending block order.
-func (bw *backwardCall) queryItem(ws *Workspace, wk *worker, gq, h int) {
+func (bw *backwardCall) queryItem(wk *worker, gq, h int) {
 	p, dv := bw.p, bw.dv
 	d, qpk := p.D, dv.qpk
 	row0 := gq*p.HQ + h*qpk
@@ -206,7 +216,7 @@ func (bw *backwardCall) queryItem(ws *Workspace, wk *worker, gq, h int) {
 		seqQ, seqK := int(p.CuQ[b+1]-p.CuQ[b]), int(dv.seqK[b])
 		i := gq - int(p.CuQ[b])
 		scale := float32(p.Scale)
-		for _, r := range ws.queryBlocks(p.TotalQ, h, gq) {
+		for _, r := range bw.pp.queryBlocks(h, gq) {
 			t0 := int(dv.rows.Block[r]) * p.BlkKV
 			n := visible(i, seqQ, seqK, p.Causal, t0, p.BlkKV)
 			if n == 0 {

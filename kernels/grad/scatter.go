@@ -10,7 +10,7 @@ package grad
 func (ws *Workspace) scatterPages(p *Problem, dv *derived, dK, dV []float32) {
 	ws.buildPageRefs(p, dv)
 	d, ps := p.D, p.PageSize
-	ws.parallel(p.NumPages, func(_ *worker, pg int) {
+	ws.parallel(p.NumPages, funcTask(func(_ *worker, pg int) {
 		for h := 0; h < p.Hkv; h++ {
 			base := (pg*p.Hkv + h) * ps * d
 			dk, dvp := dK[base:base+ps*d], dV[base:base+ps*d]
@@ -31,7 +31,7 @@ func (ws *Workspace) scatterPages(p *Problem, dv *derived, dK, dV []float32) {
 				}
 			}
 		}
-	})
+	}))
 }
 
 // buildPageRefs lists, for every page, the page-table entries (b*PTCols +

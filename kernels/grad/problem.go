@@ -47,7 +47,7 @@ type Problem struct {
 
 // derived holds what a validated Problem implies.
 type derived struct {
-	rows   *plan.Rows
+	rows   plan.Rows
 	seqK   []int32 // [B] seqlen_k_b
 	qBatch []int32 // [TotalQ] sequence of each query row, -1 outside
 	kv     attn.KVLayout
@@ -85,10 +85,10 @@ func (p *Problem) derive(dv *derived) error {
 	if int64(p.TotalQ)*int64(p.HQ)*int64(p.D) > math.MaxInt32*8 {
 		return errorf("q has total_q*head_q*head_dim = %d*%d*%d elements: too large", p.TotalQ, p.HQ, p.D)
 	}
-	rows, err := plan.NewRows(p.CuK, p.BlkKV)
-	if err != nil {
+	if err := dv.rows.Reset(p.CuK, p.BlkKV); err != nil {
 		return errorf("%v", err)
 	}
+	rows := &dv.rows
 	if len(p.CuQ) != len(p.CuK) {
 		return errorf("cu_seqlens_q has %d elements: expected [B + 1] = %d like cu_seqlens_k", len(p.CuQ), len(p.CuK))
 	}
@@ -96,7 +96,7 @@ func (p *Problem) derive(dv *derived) error {
 		return errorf("%v", err)
 	}
 	nb := rows.NumSeq
-	dv.rows, dv.qpk = rows, p.HQ/p.Hkv
+	dv.qpk = p.HQ / p.Hkv
 	dv.seqK, dv.qBatch = growI32(dv.seqK, nb), growI32(dv.qBatch, p.TotalQ)
 	for i := range dv.qBatch {
 		dv.qBatch[i] = -1

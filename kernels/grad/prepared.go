@@ -7,7 +7,7 @@ import "github.com/sparseattn/msa/kernels/plan"
 // q-major block list of every (query, KV head), the K/V addressing), for
 // calls that run it many times: ForwardPrepared, BackwardPrepared and
 // TemperatureLSEPrepared then do no per-call set-up and allocate nothing
-// once their workspace is warm. It is the plan half of a plan/run split;
+// once their workspace is warm (has run the same problem before). It is the plan half of a plan/run split;
 // Forward, Backward and TemperatureLSE prepare their Problem on every call.
 //
 // Prepare copies the metadata it reads (cu_seqlens, page table, seqused_k,

@@ -28,6 +28,7 @@ type Workspace struct {
 	fwd     forwardCall
 	tb      transposeCall
 	tl      temperatureCall
+	bw      backwardCall
 
 	delta      []float32 // [TotalQ][HQ] rowsum(dO * O)
 	items      []int32   // dK/dV work items h*TotalRows+r, largest first
@@ -120,12 +121,6 @@ func (ws *Workspace) setSIMD(d int) {
 type task interface {
 	item(wk *worker, i int)
 }
-
-// funcTask is a task given as a function.
-type funcTask func(wk *worker, i int)
-
-// item runs f.
-func (f funcTask) item(wk *worker, i int) { f(wk, i) }
 
 // parallel runs t.item(worker, i) for every i in [0, n) on the pool; items
 // are taken from a shared counter. Every item must write a disjoint part

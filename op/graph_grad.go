@@ -32,7 +32,8 @@ import (
 // gradState is the float32 state of a SparseAttention node (a field of
 // attnState, guarded by its mutex).
 type gradState struct {
-	ws *grad.Workspace
+	ws   *grad.Workspace
+	prep grad.Prepared // the forward's and the backward's prepared problem, buffers kept between runs
 }
 
 // workspace returns the node's grad workspace, creating it on first use.
@@ -170,6 +171,7 @@ func (op *sparseAttnOp) doF32(vals []G.Value) (G.Value, error) {
 	if err != nil {
 		return nil, err
 	}
+	fc.Prep = &op.st.g.prep
 	res, err := forwardF32(fn, fc, op.st.g.workspace())
 	if err != nil {
 		return nil, err
@@ -323,6 +325,7 @@ func (op *sparseAttnOp) backward(fn string, vals []G.Value, o, lse, dO, dLSE G.V
 			return nil, nil, nil, err
 		}
 	}
+	fc.Prep = &op.st.g.prep
 	return fc.Backward(fn, op.st.g.workspace(), ov, lv, dv0, dl)
 }
 

@@ -17,11 +17,21 @@ import (
 // across runs and worker counts. Backward returns an error, and writes
 // nothing, when p or a tensor length is inconsistent.
 func (ws *Workspace) Backward(p *Problem, q, k, v, o, lse, dO, dLSE, dQ, dK, dV []float32) error {
-	dv, err := p.derive()
+	if err := ws.prep.Prepare(p); err != nil {
+		return err
+	}
+	return ws.BackwardPrepared(&ws.prep, q, k, v, o, lse, dO, dLSE, dQ, dK, dV)
+}
+
+// BackwardPrepared is Backward on a prepared problem (see Prepared),
+// without the per-call set-up: a training step prepares its problem once
+// for the forward and the backward.
+func (ws *Workspace) BackwardPrepared(pp *Prepared, q, k, v, o, lse, dO, dLSE, dQ, dK, dV []float32) error {
+	p, dv, err := pp.run()
 	if err != nil {
 		return err
 	}
-	if err := p.checkTensors(dv,
+	if err := p.checkTensors(
 		tensorArg{name: "q", x: q, kind: kindQ}, tensorArg{name: "k", x: k, kind: kindKV},
 		tensorArg{name: "v", x: v, kind: kindKV}, tensorArg{name: "o", x: o, kind: kindQ},
 		tensorArg{name: "lse", x: lse, kind: kindRow}, tensorArg{name: "dO", x: dO, kind: kindQ},
@@ -31,26 +41,16 @@ func (ws *Workspace) Backward(p *Problem, q, k, v, o, lse, dO, dLSE, dQ, dK, dV 
 		return err
 	}
 	ws.ensure(dv.qpk, p.BlkKV, p.D)
-	ws.buildQueryLists(p, dv)
-	bw := &backwardCall{p: p, dv: dv, q: q, k: k, v: v, lse: lse, dO: dO, dQ: dQ, dK: dK, dV: dV}
+	ws.bw = backwardCall{ws: ws, pp: pp, p: p, dv: dv, q: q, k: k, v: v, o: o, lse: lse, dO: dO, dLSE: dLSE, dQ: dQ, dK: dK, dV: dV}
+	defer func() { ws.bw = backwardCall{} }() // keep no reference to the caller's tensors
+	bw := &ws.bw
 
 	// Delta - dLSE per (query, head): rowsum(dO * O) in float64.
 	nRows := p.TotalQ * p.HQ
 	ws.delta = growF32(ws.delta, nRows)
 	bw.dlt = ws.delta
-	chunks := (nRows + 255) / 256
-	ws.parallel(chunks, func(_ *worker, c int) {
-		for r := c * 256; r < min(nRows, (c+1)*256); r++ {
-			var s float64
-			for i, x := range dO[r*p.D : (r+1)*p.D] {
-				s += float64(x) * float64(o[r*p.D+i])
-			}
-			if dLSE != nil {
-				s -= float64(dLSE[r])
-			}
-			bw.dlt[r] = float32(s)
-		}
-	})
+	bw.phase = phaseDelta
+	ws.parallel((nRows+deltaChunk-1)/deltaChunk, bw)
 
 	// dK/dV: one item per (KV head, CSR row), largest rows first.
 	tr := p.CSR.TotalRows
@@ -74,28 +74,74 @@ func (ws *Workspace) Backward(p *Problem, q, k, v, o, lse, dO, dLSE, dQ, dK, dV 
 		clear(dV)
 		bw.outK, bw.outV = dK, dV
 	}
-	ws.parallel(len(ws.items), func(wk *worker, i int) {
-		it := int(ws.items[i])
-		bw.blockItem(wk, it/tr, it%tr)
-	})
+	bw.phase = phaseBlocks
+	ws.parallel(len(ws.items), bw)
 	if p.Paged {
-		ws.scatterPages(p, dv, dK, dV)
+		ws.buildPageRefs(p, dv)
+		bw.phase = phaseScatter
+		ws.parallel(p.NumPages, bw)
 	}
 
 	// dQ: one item per chunk of queries.
-	chunks = (p.TotalQ + queryChunk - 1) / queryChunk
-	ws.parallel(chunks, func(wk *worker, c int) {
-		for gq := c * queryChunk; gq < min(p.TotalQ, (c+1)*queryChunk); gq++ {
+	bw.phase = phaseQueries
+	ws.parallel((p.TotalQ+queryChunk-1)/queryChunk, bw)
+	return nil
+}
+
+// deltaChunk is the number of (query, head) rows of one Delta work item.
+const deltaChunk = 256
+
+// The phases of a backward run, in order (backwardCall.item).
+const (
+	phaseDelta   = iota // Delta - dLSE of deltaChunk rows
+	phaseBlocks         // dK/dV of one (KV head, CSR row)
+	phaseScatter        // paged: one page of dK/dV from the staged blocks
+	phaseQueries        // dQ of queryChunk query rows
+)
+
+// item runs work item i of the current phase.
+func (bw *backwardCall) item(wk *worker, i int) {
+	p := bw.p
+	switch bw.phase {
+	case phaseDelta:
+		bw.deltaItem(i)
+	case phaseBlocks:
+		tr := p.CSR.TotalRows
+		it := int(bw.ws.items[i])
+		bw.blockItem(wk, it/tr, it%tr)
+	case phaseScatter:
+		bw.ws.scatterPage(p, bw.dv, bw.dK, bw.dV, i)
+	default:
+		for gq := i * queryChunk; gq < min(p.TotalQ, (i+1)*queryChunk); gq++ {
 			for h := 0; h < p.Hkv; h++ {
-				bw.queryItem(ws, wk, gq, h)
+				bw.queryItem(wk, gq, h)
 			}
 		}
-	})
-	return nil
+	}
+}
+
+// deltaItem computes Delta - dLSE = rowsum(dO * O) - dLSE, in float64, of
+// (query, head) rows c*deltaChunk onwards.
+func (bw *backwardCall) deltaItem(c int) {
+	d := bw.p.D
+	for r := c * deltaChunk; r < min(len(bw.dlt), (c+1)*deltaChunk); r++ {
+		var s float64
+		for i, x := range bw.dO[r*d : (r+1)*d] {
+			s += float64(x) * float64(bw.o[r*d+i])
+		}
+		if bw.dLSE != nil {
+			s -= float64(bw.dLSE[r])
+		}
+		bw.dlt[r] = float32(s)
+	}
 }
 
 // backwardCall holds the arguments of one Backward call.
 type backwardCall struct {
+	ws                     *Workspace
+	phase                  int // the work items parallel runs (phaseDelta, ...)
+	o, dLSE                []float32
+	pp                     *Prepared
 	p                      *Problem
 	dv                     *derived
 	q, k, v, lse, dO, dlt  []float32
@@ -194,7 +240,7 @@ func (bw *backwardCall) blockItem(wk *worker, h, r int) {
 
 // queryItem computes dQ of global query row gq for the query heads of KV
 // head h over the query's selected blocks, in ascending block order.
-func (bw *backwardCall) queryItem(ws *Workspace, wk *worker, gq, h int) {
+func (bw *backwardCall) queryItem(wk *worker, gq, h int) {
 	p, dv := bw.p, bw.dv
 	d, qpk := p.D, dv.qpk
 	row0 := gq*p.HQ + h*qpk
@@ -206,7 +252,7 @@ func (bw *backwardCall) queryItem(ws *Workspace, wk *worker, gq, h int) {
 		seqQ, seqK := int(p.CuQ[b+1]-p.CuQ[b]), int(dv.seqK[b])
 		i := gq - int(p.CuQ[b])
 		scale := float32(p.Scale)
-		for _, r := range ws.queryBlocks(p.TotalQ, h, gq) {
+		for _, r := range bw.pp.queryBlocks(h, gq) {
 			t0 := int(dv.rows.Block[r]) * p.BlkKV
 			n := visible(i, seqQ, seqK, p.Causal, t0, p.BlkKV)
 			if n == 0 {

@@ -6,7 +6,13 @@
 // A Problem describes one call with the shapes and the planning data of the
 // forward (the k2q CSR of package plan, cu_seqlens, an optional page table).
 // A Workspace runs calls on an attn.Pool and keeps its buffers between
-// calls.
+// calls. Forward, Backward and TemperatureLSE validate their Problem and
+// derive what it implies (row numbering, per-query block lists) on every
+// call; a caller that runs the same metadata many times (a decode plan, a
+// training step's forward and backward) prepares it once in a Prepared
+// and runs ForwardPrepared, BackwardPrepared or TemperatureLSEPrepared,
+// which skip that set-up and, once the workspace is warm, allocate
+// nothing.
 //
 // # Definitions
 //

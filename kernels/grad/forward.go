@@ -15,34 +15,57 @@ import "math"
 // workers. Forward returns an error, and writes nothing, when p or a tensor
 // length is inconsistent.
 func (ws *Workspace) Forward(p *Problem, q, k, v, o, lse []float32) error {
-	dv, err := p.derive()
+	if err := ws.prep.Prepare(p); err != nil {
+		return err
+	}
+	return ws.ForwardPrepared(&ws.prep, q, k, v, o, lse)
+}
+
+// ForwardPrepared is Forward on a prepared problem (see Prepared): the
+// same results, bit for bit, without the per-call set-up; once ws has run
+// a problem of the same shapes it allocates nothing.
+func (ws *Workspace) ForwardPrepared(pp *Prepared, q, k, v, o, lse []float32) error {
+	p, dv, err := pp.run()
 	if err != nil {
 		return err
 	}
-	if err := p.checkTensors(dv,
+	if err := p.checkTensors(
 		tensorArg{name: "q", x: q, kind: kindQ}, tensorArg{name: "k", x: k, kind: kindKV},
 		tensorArg{name: "v", x: v, kind: kindKV}, tensorArg{name: "o", x: o, kind: kindQ},
 		tensorArg{name: "lse", x: lse, kind: kindRow}); err != nil {
 		return err
 	}
 	ws.ensure(dv.qpk, p.BlkKV, p.D)
-	ws.buildQueryLists(p, dv)
 	kt, _, tsz := ws.transposeBlocks(p, dv, k, nil)
-	chunks := (p.TotalQ + queryChunk - 1) / queryChunk
-	ws.parallel(chunks, func(wk *worker, c int) {
-		for gq := c * queryChunk; gq < min(p.TotalQ, (c+1)*queryChunk); gq++ {
-			for h := 0; h < p.Hkv; h++ {
-				ws.forwardRow(wk, p, dv, gq, h, q, k, v, o, lse, kt, tsz)
-			}
-		}
-	})
+	ws.fwd = forwardCall{pp: pp, q: q, k: k, v: v, o: o, lse: lse, kt: kt, tsz: tsz}
+	ws.parallel((p.TotalQ+queryChunk-1)/queryChunk, &ws.fwd)
+	ws.fwd = forwardCall{} // keep no reference to the caller's tensors
 	return nil
 }
 
-// forwardRow computes O and LSE of global query row gq for the query heads
-// of KV head h. kt holds the transposed K blocks (transposeBlocks) on the
-// SIMD tiers, else nil.
-func (ws *Workspace) forwardRow(wk *worker, p *Problem, dv *derived, gq, h int, q, k, v, o, lse, kt []float32, tsz int) {
+// forwardCall holds the arguments of one forward run. kt holds the
+// transposed K blocks (transposeBlocks) on the SIMD tiers, else nil.
+type forwardCall struct {
+	pp                  *Prepared
+	q, k, v, o, lse, kt []float32
+	tsz                 int
+}
+
+// item computes query chunk c (queryChunk rows, every KV head).
+func (fc *forwardCall) item(wk *worker, c int) {
+	p := &fc.pp.p
+	for gq := c * queryChunk; gq < min(p.TotalQ, (c+1)*queryChunk); gq++ {
+		for h := 0; h < p.Hkv; h++ {
+			fc.row(wk, gq, h)
+		}
+	}
+}
+
+// row computes O and LSE of global query row gq for the query heads of KV
+// head h.
+func (fc *forwardCall) row(wk *worker, gq, h int) {
+	p, dv := &fc.pp.p, &fc.pp.dv
+	q, k, v, o, lse, kt, tsz := fc.q, fc.k, fc.v, fc.o, fc.lse, fc.kt, fc.tsz
 	d, qpk := p.D, dv.qpk
 	row0 := gq*p.HQ + h*qpk // first (query, head) row of the group
 	ninf := float32(math.Inf(-1))
@@ -57,7 +80,7 @@ func (ws *Workspace) forwardRow(wk *worker, p *Problem, dv *derived, gq, h int, 
 		i := gq - int(p.CuQ[b])
 		scale := float32(p.Scale)
 		cnt := wk.cnt[:qpk]
-		for _, r := range ws.queryBlocks(p.TotalQ, h, gq) {
+		for _, r := range fc.pp.queryBlocks(h, gq) {
 			t0 := int(dv.rows.Block[r]) * p.BlkKV
 			n := visible(i, seqQ, seqK, p.Causal, t0, p.BlkKV)
 			if n == 0 {

@@ -200,17 +200,32 @@ func (ws *Workspace) transposeBlocks(p *Problem, dv *derived, k, v []float32) (k
 		ws.vt = growF32(ws.vt, nb*sz)
 		vt = ws.vt
 	}
-	ws.parallel(nb, func(wk *worker, i int) {
-		h, r := i/tr, i%tr
-		b := int(dv.rows.Batch[r])
-		t0 := int(dv.rows.Block[r]) * p.BlkKV
-		n := max(0, min(p.BlkKV, int(dv.seqK[b])-t0))
-		blockT(kt[i*sz:(i+1)*sz], ld, dv.blockKV(k, p.D, b, h, t0, n, wk.kb), n, p.D)
-		if v != nil {
-			blockT(vt[i*sz:(i+1)*sz], ld, dv.blockKV(v, p.D, b, h, t0, n, wk.vb), n, p.D)
-		}
-	})
+	ws.tb = transposeCall{p: p, dv: dv, k: k, v: v, kt: kt, vt: vt, sz: sz, ld: ld}
+	ws.parallel(nb, &ws.tb)
+	ws.tb = transposeCall{} // keep no reference to the caller's tensors
 	return kt, vt, sz
+}
+
+// transposeCall holds the arguments of one transposeBlocks run.
+type transposeCall struct {
+	p            *Problem
+	dv           *derived
+	k, v, kt, vt []float32
+	sz, ld       int
+}
+
+// item transposes block i = h*TotalRows + r of K (and V when given).
+func (tc *transposeCall) item(wk *worker, i int) {
+	p, dv, sz := tc.p, tc.dv, tc.sz
+	tr := p.CSR.TotalRows
+	h, r := i/tr, i%tr
+	b := int(dv.rows.Batch[r])
+	t0 := int(dv.rows.Block[r]) * p.BlkKV
+	n := max(0, min(p.BlkKV, int(dv.seqK[b])-t0))
+	blockT(tc.kt[i*sz:(i+1)*sz], tc.ld, dv.blockKV(tc.k, p.D, b, h, t0, n, wk.kb), n, p.D)
+	if tc.v != nil {
+		blockT(tc.vt[i*sz:(i+1)*sz], tc.ld, dv.blockKV(tc.v, p.D, b, h, t0, n, wk.vb), n, p.D)
+	}
 }
 
 // blockTOf returns transposed block (h, r) of x (transposeBlocks), nil

@@ -47,57 +47,57 @@ type Problem struct {
 
 // derived holds what a validated Problem implies.
 type derived struct {
-	rows   *plan.Rows
+	rows   plan.Rows
 	seqK   []int32 // [B] seqlen_k_b
 	qBatch []int32 // [TotalQ] sequence of each query row, -1 outside
 	kv     attn.KVLayout
 	qpk    int
-	kvRows int // rows of [.., D] in K/V: TotalK*Hkv or NumPages*Hkv*PageSize
+	// Paged: the largest page id the call reads and its page-table index
+	// (maxAt = -1 when it reads none), checked against NumPages per call.
+	maxPage, maxAt int
 }
 
 // errorf formats an error of this package.
 func errorf(format string, a ...any) error { return fmt.Errorf("grad: "+format, a...) }
 
-// derive validates p and returns its derived data.
-func (p *Problem) derive() (*derived, error) {
-	if p == nil {
-		return nil, errorf("problem is nil")
-	}
+// derive validates p's metadata and fills dv with its derived data,
+// reusing dv's buffers. The values a prepared problem's calls may change
+// (Scale, NumPages) are checked by checkRun.
+func (p *Problem) derive(dv *derived) error {
 	switch {
 	case p.TotalQ < 0:
-		return nil, errorf("total_q = %d: must be >= 0", p.TotalQ)
+		return errorf("total_q = %d: must be >= 0", p.TotalQ)
 	case p.Hkv < 1:
-		return nil, errorf("head_kv = %d: must be >= 1", p.Hkv)
+		return errorf("head_kv = %d: must be >= 1", p.Hkv)
 	case p.HQ < p.Hkv || p.HQ%p.Hkv != 0:
-		return nil, errorf("head_q = %d: must be a positive multiple of head_kv = %d", p.HQ, p.Hkv)
+		return errorf("head_q = %d: must be a positive multiple of head_kv = %d", p.HQ, p.Hkv)
 	case p.D < 1:
-		return nil, errorf("head_dim = %d: must be >= 1", p.D)
+		return errorf("head_dim = %d: must be >= 1", p.D)
 	case p.BlkKV < 1:
-		return nil, errorf("blk_kv = %d: must be >= 1", p.BlkKV)
+		return errorf("blk_kv = %d: must be >= 1", p.BlkKV)
 	case p.TopK < 1:
-		return nil, errorf("topK = %d: must be >= 1", p.TopK)
-	case math.IsNaN(p.Scale) || math.IsInf(p.Scale, 0):
-		return nil, errorf("softmax_scale = %v: must be finite", p.Scale)
+		return errorf("topK = %d: must be >= 1", p.TopK)
 	case p.CSR == nil:
-		return nil, errorf("k2q CSR is nil")
+		return errorf("k2q CSR is nil")
 	case p.CSR.Hkv != p.Hkv:
-		return nil, errorf("k2q CSR has %d KV heads: expected head_kv = %d", p.CSR.Hkv, p.Hkv)
+		return errorf("k2q CSR has %d KV heads: expected head_kv = %d", p.CSR.Hkv, p.Hkv)
 	}
 	if int64(p.TotalQ)*int64(p.HQ)*int64(p.D) > math.MaxInt32*8 {
-		return nil, errorf("q has total_q*head_q*head_dim = %d*%d*%d elements: too large", p.TotalQ, p.HQ, p.D)
+		return errorf("q has total_q*head_q*head_dim = %d*%d*%d elements: too large", p.TotalQ, p.HQ, p.D)
 	}
-	rows, err := plan.NewRows(p.CuK, p.BlkKV)
-	if err != nil {
-		return nil, errorf("%v", err)
+	if err := dv.rows.Reset(p.CuK, p.BlkKV); err != nil {
+		return errorf("%v", err)
 	}
+	rows := &dv.rows
 	if len(p.CuQ) != len(p.CuK) {
-		return nil, errorf("cu_seqlens_q has %d elements: expected [B + 1] = %d like cu_seqlens_k", len(p.CuQ), len(p.CuK))
+		return errorf("cu_seqlens_q has %d elements: expected [B + 1] = %d like cu_seqlens_k", len(p.CuQ), len(p.CuK))
 	}
 	if err := plan.ValidateCSR(p.CSR, p.TotalQ, p.TopK, p.CuQ, rows); err != nil {
-		return nil, errorf("%v", err)
+		return errorf("%v", err)
 	}
 	nb := rows.NumSeq
-	dv := &derived{rows: rows, qpk: p.HQ / p.Hkv, seqK: make([]int32, nb), qBatch: make([]int32, p.TotalQ)}
+	dv.qpk = p.HQ / p.Hkv
+	dv.seqK, dv.qBatch = growI32(dv.seqK, nb), growI32(dv.qBatch, p.TotalQ)
 	for i := range dv.qBatch {
 		dv.qBatch[i] = -1
 	}
@@ -106,10 +106,7 @@ func (p *Problem) derive() (*derived, error) {
 			dv.qBatch[q] = int32(b)
 		}
 	}
-	if err := p.deriveKV(dv); err != nil {
-		return nil, err
-	}
-	return dv, nil
+	return p.deriveKV(dv)
 }
 
 // deriveKV checks the K/V addressing (dense offsets or page table) and sets
@@ -125,14 +122,13 @@ func (p *Problem) deriveKV(dv *derived) error {
 		}
 		copy(dv.seqK, dv.rows.SeqlenK)
 		dv.kv = attn.KVLayout{Hkv: p.Hkv, CuK: p.CuK}
-		dv.kvRows = p.TotalK * p.Hkv
 		return nil
 	}
 	switch {
 	case p.PageSize < 1:
 		return errorf("page_size = %d: must be >= 1", p.PageSize)
-	case p.PTCols < 0 || p.NumPages < 0:
-		return errorf("page_table.shape[1] = %d, num_pages = %d: must be >= 0", p.PTCols, p.NumPages)
+	case p.PTCols < 0:
+		return errorf("page_table.shape[1] = %d: must be >= 0", p.PTCols)
 	case int64(len(p.PageTable)) != int64(nb)*int64(p.PTCols):
 		return errorf("page_table has %d elements: expected [B, max_pages] = [%d, %d]", len(p.PageTable), nb, p.PTCols)
 	case int64(p.PTCols)*int64(p.PageSize) > math.MaxInt32:
@@ -142,6 +138,7 @@ func (p *Problem) deriveKV(dv *derived) error {
 	if p.SeqUsedK != nil && len(p.SeqUsedK) != nb {
 		return errorf("seqused_k has %d elements: expected [B] = %d", len(p.SeqUsedK), nb)
 	}
+	dv.maxPage, dv.maxAt = -1, -1
 	for b := 0; b < nb; b++ {
 		s := full
 		if p.SeqUsedK != nil {
@@ -153,14 +150,44 @@ func (p *Problem) deriveKV(dv *derived) error {
 		dv.seqK[b] = s
 		used := (int(s) + p.PageSize - 1) / p.PageSize
 		for c := 0; c < used; c++ {
-			if x := p.PageTable[b*p.PTCols+c]; x < 0 || int(x) >= p.NumPages {
-				return errorf("page_table[%d, %d] = %d: must be a page index in [0, num_pages = %d)", b, c, x, p.NumPages)
+			i := b*p.PTCols + c
+			if x := p.PageTable[i]; x < 0 {
+				return errorf("page_table[%d, %d] = %d: must be a page index >= 0", b, c, x)
+			} else if int(x) > dv.maxPage {
+				dv.maxPage, dv.maxAt = int(x), i
 			}
 		}
 	}
 	dv.kv = attn.KVLayout{Hkv: p.Hkv, Paged: true, PageTable: p.PageTable, PTCols: p.PTCols, PageSize: p.PageSize}
-	dv.kvRows = p.NumPages * p.Hkv * p.PageSize
 	return nil
+}
+
+// checkRun checks the values a prepared problem's calls may change: the
+// softmax scale and, when paged, that the pool holds every page the page
+// table names (O(1): derive recorded the largest).
+func (p *Problem) checkRun(dv *derived) error {
+	if math.IsNaN(p.Scale) || math.IsInf(p.Scale, 0) {
+		return errorf("softmax_scale = %v: must be finite", p.Scale)
+	}
+	if !p.Paged {
+		return nil
+	}
+	if p.NumPages < 0 {
+		return errorf("num_pages = %d: must be >= 0", p.NumPages)
+	}
+	if dv.maxPage >= p.NumPages {
+		return errorf("page_table[%d, %d] = %d: must be a page index in [0, num_pages = %d)", dv.maxAt/p.PTCols, dv.maxAt%p.PTCols, dv.maxPage, p.NumPages)
+	}
+	return nil
+}
+
+// kvRows returns the rows of [.., D] in K/V: TotalK*Hkv (dense) or
+// NumPages*Hkv*PageSize (paged).
+func (p *Problem) kvRows() int {
+	if p.Paged {
+		return p.NumPages * p.Hkv * p.PageSize
+	}
+	return p.TotalK * p.Hkv
 }
 
 // Tensor kinds of a call: how a tensor's expected length is computed.
@@ -179,30 +206,39 @@ type tensorArg struct {
 }
 
 // checkTensors checks the length of every tensor argument of a call.
-func (p *Problem) checkTensors(dv *derived, args ...tensorArg) error {
+func (p *Problem) checkTensors(args ...tensorArg) error {
 	for _, a := range args {
 		if a.optional && a.x == nil {
 			continue
 		}
-		var want int
-		var shape string
-		switch a.kind {
-		case kindQ:
-			want = p.TotalQ * p.HQ * p.D
-			shape = fmt.Sprintf("[total_q, Hq, D] = [%d, %d, %d]", p.TotalQ, p.HQ, p.D)
-		case kindKV:
-			want = dv.kvRows * p.D
-			shape = fmt.Sprintf("[total_k, Hkv, D] = [%d, %d, %d]", p.TotalK, p.Hkv, p.D)
-			if p.Paged {
-				shape = fmt.Sprintf("[num_pages, Hkv, page_size, D] = [%d, %d, %d, %d]", p.NumPages, p.Hkv, p.PageSize, p.D)
-			}
-		default:
-			want = p.TotalQ * p.HQ
-			shape = fmt.Sprintf("[total_q, Hq] = [%d, %d]", p.TotalQ, p.HQ)
-		}
-		if len(a.x) != want {
-			return errorf("%s has %d elements: expected %s = %d", a.name, len(a.x), shape, want)
+		if want := p.tensorLen(a.kind); len(a.x) != want {
+			return errorf("%s has %d elements: expected %s = %d", a.name, len(a.x), p.tensorShape(a.kind), want)
 		}
 	}
 	return nil
+}
+
+// tensorLen returns the number of elements of a tensor of the given kind.
+func (p *Problem) tensorLen(kind int) int {
+	switch kind {
+	case kindQ:
+		return p.TotalQ * p.HQ * p.D
+	case kindKV:
+		return p.kvRows() * p.D
+	}
+	return p.TotalQ * p.HQ
+}
+
+// tensorShape names the shape of a tensor of the given kind, for errors
+// (formatted only then: the checks of a call allocate nothing).
+func (p *Problem) tensorShape(kind int) string {
+	switch {
+	case kind == kindQ:
+		return fmt.Sprintf("[total_q, Hq, D] = [%d, %d, %d]", p.TotalQ, p.HQ, p.D)
+	case kind == kindKV && p.Paged:
+		return fmt.Sprintf("[num_pages, Hkv, page_size, D] = [%d, %d, %d, %d]", p.NumPages, p.Hkv, p.PageSize, p.D)
+	case kind == kindKV:
+		return fmt.Sprintf("[total_k, Hkv, D] = [%d, %d, %d]", p.TotalK, p.Hkv, p.D)
+	}
+	return fmt.Sprintf("[total_q, Hq] = [%d, %d]", p.TotalQ, p.HQ)
 }

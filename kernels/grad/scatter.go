@@ -1,37 +1,35 @@
 package grad
 
-// scatterPages reduces the staged block gradients of a paged call into the
-// page pools dK and dV. Page pg, KV head h, slot i receives the sum of the
+// scatterPage reduces the staged block gradients of a paged call into
+// page pg of the page pools dK and dV (buildPageRefs lists the uses of
+// every page first). Page pg, KV head h, slot i receives the sum of the
 // staged rows of every token that page-table entry (b, col) = pg maps to it
 // (token t = col*PageSize + i of sequence b, for tokens inside the CSR's
 // blocks and below seqlen_k_b), added in ascending (b, col) order, so pages
 // shared between sequences (or used twice by one) accumulate
 // deterministically. Pages nobody reaches are zero.
-func (ws *Workspace) scatterPages(p *Problem, dv *derived, dK, dV []float32) {
-	ws.buildPageRefs(p, dv)
+func (ws *Workspace) scatterPage(p *Problem, dv *derived, dK, dV []float32, pg int) {
 	d, ps := p.D, p.PageSize
-	ws.parallel(p.NumPages, func(_ *worker, pg int) {
-		for h := 0; h < p.Hkv; h++ {
-			base := (pg*p.Hkv + h) * ps * d
-			dk, dvp := dK[base:base+ps*d], dV[base:base+ps*d]
-			clear(dk)
-			clear(dvp)
-			for _, ref := range ws.pageRefs[ws.pageRefPtr[pg]:ws.pageRefPtr[pg+1]] {
-				b, col := int(ref)/p.PTCols, int(ref)%p.PTCols
-				lim := min(int(dv.seqK[b]), int(dv.rows.Count[b])*p.BlkKV)
-				for i := 0; i < ps; i++ {
-					t := col*ps + i
-					if t >= lim {
-						break
-					}
-					r := dv.rows.RowOf(b, t/p.BlkKV)
-					src := ((r*p.Hkv+h)*p.BlkKV + t%p.BlkKV) * d
-					addTo(dk[i*d:(i+1)*d], ws.stageK[src:src+d])
-					addTo(dvp[i*d:(i+1)*d], ws.stageV[src:src+d])
+	for h := 0; h < p.Hkv; h++ {
+		base := (pg*p.Hkv + h) * ps * d
+		dk, dvp := dK[base:base+ps*d], dV[base:base+ps*d]
+		clear(dk)
+		clear(dvp)
+		for _, ref := range ws.pageRefs[ws.pageRefPtr[pg]:ws.pageRefPtr[pg+1]] {
+			b, col := int(ref)/p.PTCols, int(ref)%p.PTCols
+			lim := min(int(dv.seqK[b]), int(dv.rows.Count[b])*p.BlkKV)
+			for i := 0; i < ps; i++ {
+				t := col*ps + i
+				if t >= lim {
+					break
 				}
+				r := dv.rows.RowOf(b, t/p.BlkKV)
+				src := ((r*p.Hkv+h)*p.BlkKV + t%p.BlkKV) * d
+				addTo(dk[i*d:(i+1)*d], ws.stageK[src:src+d])
+				addTo(dvp[i*d:(i+1)*d], ws.stageV[src:src+d])
 			}
 		}
-	})
+	}
 }
 
 // buildPageRefs lists, for every page, the page-table entries (b*PTCols +

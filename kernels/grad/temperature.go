@@ -14,11 +14,20 @@ import (
 // for any number of workers. It is forward-only: no gradient flows from
 // the temperature LSE.
 func (ws *Workspace) TemperatureLSE(p *Problem, q, k []float32, invT float64, tlse []float32) error {
-	dv, err := p.derive()
+	if err := ws.prep.Prepare(p); err != nil {
+		return err
+	}
+	return ws.TemperatureLSEPrepared(&ws.prep, q, k, invT, tlse)
+}
+
+// TemperatureLSEPrepared is TemperatureLSE on a prepared problem (see
+// Prepared), without the per-call set-up.
+func (ws *Workspace) TemperatureLSEPrepared(pp *Prepared, q, k []float32, invT float64, tlse []float32) error {
+	p, dv, err := pp.run()
 	if err != nil {
 		return err
 	}
-	if err := p.checkTensors(dv,
+	if err := p.checkTensors(
 		tensorArg{name: "q", x: q, kind: kindQ}, tensorArg{name: "k", x: k, kind: kindKV},
 		tensorArg{name: "tlse", x: tlse, kind: kindRow}); err != nil {
 		return err
@@ -27,29 +36,40 @@ func (ws *Workspace) TemperatureLSE(p *Problem, q, k []float32, invT float64, tl
 		return errorf("1/T = %v: must be finite and > 0", invT)
 	}
 	ws.ensure(dv.qpk, p.BlkKV, p.D)
-	ws.buildQueryLists(p, dv)
-	chunks := (p.TotalQ + queryChunk - 1) / queryChunk
-	ws.parallel(chunks, func(wk *worker, c int) {
-		for gq := c * queryChunk; gq < min(p.TotalQ, (c+1)*queryChunk); gq++ {
-			for h := 0; h < p.Hkv; h++ {
-				ws.temperatureRow(wk, p, dv, gq, h, q, k, invT, tlse)
-			}
-		}
-	})
+	ws.tl = temperatureCall{pp: pp, q: q, k: k, tlse: tlse, invT: invT}
+	ws.parallel((p.TotalQ+queryChunk-1)/queryChunk, &ws.tl)
+	ws.tl = temperatureCall{} // keep no reference to the caller's tensors
 	return nil
 }
 
-// temperatureRow computes the temperature LSE of global query row gq for
-// the query heads of KV head h: two passes over the query's blocks (the
-// maximum, then the sum), in ascending block order.
-func (ws *Workspace) temperatureRow(wk *worker, p *Problem, dv *derived, gq, h int, q, k []float32, invT float64, tlse []float32) {
+// temperatureCall holds the arguments of one TemperatureLSE run.
+type temperatureCall struct {
+	pp         *Prepared
+	q, k, tlse []float32
+	invT       float64
+}
+
+// item computes query chunk c (queryChunk rows, every KV head).
+func (tc *temperatureCall) item(wk *worker, c int) {
+	p := &tc.pp.p
+	for gq := c * queryChunk; gq < min(p.TotalQ, (c+1)*queryChunk); gq++ {
+		for h := 0; h < p.Hkv; h++ {
+			tc.row(wk, gq, h)
+		}
+	}
+}
+
+// row computes the temperature LSE of global query row gq for the query
+// heads of KV head h: two passes over the query's blocks (the maximum,
+// then the sum), in ascending block order.
+func (tc *temperatureCall) row(wk *worker, gq, h int) {
+	p, dv := &tc.pp.p, &tc.pp.dv
+	q, k, invT, tlse := tc.q, tc.k, tc.invT, tc.tlse
 	d, qpk, ld := p.D, dv.qpk, wk.ld
 	row0 := gq*p.HQ + h*qpk
-	mx := make([]float64, 2*qpk)
-	sum := mx[qpk:]
-	mx = mx[:qpk]
+	mx, sum := wk.mx64[:qpk], wk.sum64[:qpk]
 	for r := range mx {
-		mx[r] = math.Inf(-1)
+		mx[r], sum[r] = math.Inf(-1), 0
 	}
 	if b := int(dv.qBatch[gq]); b >= 0 {
 		qr := q[row0*d : (row0+qpk)*d]
@@ -58,7 +78,7 @@ func (ws *Workspace) temperatureRow(wk *worker, p *Problem, dv *derived, gq, h i
 		scale := float32(p.Scale)
 		cnt := wk.cnt[:qpk]
 		for pass := 0; pass < 2; pass++ {
-			for _, r := range ws.queryBlocks(p.TotalQ, h, gq) {
+			for _, r := range tc.pp.queryBlocks(h, gq) {
 				t0 := int(dv.rows.Block[r]) * p.BlkKV
 				n := visible(i, seqQ, seqK, p.Causal, t0, p.BlkKV)
 				if n == 0 {

@@ -21,11 +21,15 @@ type Workspace struct {
 	pool    *attn.Pool
 	workers []*worker
 	next    atomic.Int64
+	task    task      // the items parallel runs
+	nItems  int       // their number
+	runFn   func(int) // ws.runItems, bound on first use so that runs allocate nothing
+	prep    Prepared  // the problem of Forward, Backward and TemperatureLSE
+	fwd     forwardCall
+	tb      transposeCall
+	tl      temperatureCall
+	bw      backwardCall
 
-	// q-major view of the CSR: for KV head h and global query row q, the CSR
-	// rows (KV blocks) q selected are qRow[qPtr[h*(TotalQ+1)+q] :
-	// qPtr[h*(TotalQ+1)+q+1]], ascending (ascending block order).
-	qPtr, qRow []int32
 	delta      []float32 // [TotalQ][HQ] rowsum(dO * O)
 	items      []int32   // dK/dV work items h*TotalRows+r, largest first
 	stageK     []float32 // paged: [TotalRows][Hkv][BlkKV][D] block gradients
@@ -65,6 +69,7 @@ type worker struct {
 	acc         []float32      // [qpk][d] O or dQ accumulator
 	lse, dlt    []float32      // [tileRows] LSE and Delta - dLSE of each row
 	mx, sum     []float32      // [qpk] running max and sum (forward)
+	mx64, sum64 []float64      // [qpk] maximum and sum (temperature LSE)
 	cnt         []int32        // [tileRows] visible keys of each row
 }
 
@@ -95,6 +100,7 @@ func (ws *Workspace) ensure(qpk, blk, d int) {
 			acc: make([]float32, qpk*d),
 			lse: make([]float32, tr), dlt: make([]float32, tr),
 			mx: make([]float32, qpk), sum: make([]float32, qpk),
+			mx64: make([]float64, qpk), sum64: make([]float64, qpk),
 			cnt: make([]int32, tr),
 		}
 	}
@@ -109,73 +115,39 @@ func (ws *Workspace) setSIMD(d int) {
 	}
 }
 
-// parallel runs fn(worker, i) for every i in [0, n) on the pool; items are
-// taken from a shared counter. Every item must write a disjoint part of the
-// outputs.
-func (ws *Workspace) parallel(n int, fn func(wk *worker, i int)) {
+// task is the work of one parallel run: item i of it on a worker's
+// scratch. The calls keep theirs in Workspace fields and pass pointers to
+// them, so that starting a run allocates nothing.
+type task interface {
+	item(wk *worker, i int)
+}
+
+// parallel runs t.item(worker, i) for every i in [0, n) on the pool; items
+// are taken from a shared counter. Every item must write a disjoint part
+// of the outputs.
+func (ws *Workspace) parallel(n int, t task) {
 	if n <= 0 {
 		return
 	}
+	if ws.runFn == nil {
+		ws.runFn = ws.runItems
+	}
 	ws.next.Store(0)
-	ws.pool.Run(func(w int) {
-		wk := ws.workers[w]
-		for {
-			i := ws.next.Add(1) - 1
-			if i >= int64(n) {
-				return
-			}
-			fn(wk, int(i))
-		}
-	})
+	ws.task, ws.nItems = t, n
+	ws.pool.Run(ws.runFn)
+	ws.task = nil
 }
 
-// buildQueryLists fills qPtr/qRow, the q-major transpose of the CSR.
-func (ws *Workspace) buildQueryLists(p *Problem, dv *derived) {
-	c := p.CSR
-	tr := c.TotalRows
-	nq := p.TotalQ
-	ws.qPtr = growI32(ws.qPtr, p.Hkv*(nq+1))
-	clear(ws.qPtr)
-	nnz := 0
-	for h := 0; h < p.Hkv; h++ {
-		nnz += int(c.RowPtr[h*(tr+1)+tr])
+// runItems is worker w's loop of a parallel run.
+func (ws *Workspace) runItems(w int) {
+	wk := ws.workers[w]
+	for {
+		i := ws.next.Add(1) - 1
+		if i >= int64(ws.nItems) {
+			return
+		}
+		ws.task.item(wk, int(i))
 	}
-	ws.qRow = growI32(ws.qRow, nnz)
-	base := 0
-	for h := 0; h < p.Hkv; h++ {
-		rp := c.RowPtr[h*(tr+1) : (h+1)*(tr+1)]
-		qi := c.QIdx[h*c.Stride : (h+1)*c.Stride]
-		qp := ws.qPtr[h*(nq+1) : (h+1)*(nq+1)]
-		for r := 0; r < tr; r++ {
-			b := dv.rows.Batch[r]
-			for _, q := range qi[rp[r]:rp[r+1]] {
-				qp[p.CuQ[b]+q+1]++
-			}
-		}
-		qp[0] = int32(base)
-		for q := 0; q < nq; q++ {
-			qp[q+1] += qp[q]
-		}
-		// Scatter with qp[q] as the cursor of q, then shift back.
-		for r := 0; r < tr; r++ {
-			b := dv.rows.Batch[r]
-			for _, q := range qi[rp[r]:rp[r+1]] {
-				g := p.CuQ[b] + q
-				ws.qRow[qp[g]] = int32(r)
-				qp[g]++
-			}
-		}
-		copy(qp[1:], qp[:nq])
-		qp[0] = int32(base)
-		base = int(qp[nq])
-	}
-}
-
-// queryBlocks returns the CSR rows selected by global query row q for KV
-// head h, ascending.
-func (ws *Workspace) queryBlocks(totalQ, h, q int) []int32 {
-	i := h*(totalQ+1) + q
-	return ws.qRow[ws.qPtr[i]:ws.qPtr[i+1]]
 }
 
 // blockKV returns tokens t0 .. t0+n-1 of sequence b, KV head h of x as

@@ -26,8 +26,9 @@ type Rows struct {
 	SeqlenK   []int32 // [NumSeq] seqlen_k_b = cuK[b+1]-cuK[b]
 	MaxBlocks int     // max_b rows_b
 
-	base []int32 // [NumSeq+1] prefix sum of Count
-	perm []int32 // [Total] perm[base[b]+j] = row of (b, j)
+	base   []int32 // [NumSeq+1] prefix sum of Count
+	perm   []int32 // [Total] perm[base[b]+j] = row of (b, j)
+	active []int32 // [NumSeq] scratch of Reset
 }
 
 // CountRows validates cu_seqlens_k and blk_kv like NewRows and returns
@@ -56,17 +57,28 @@ func CountRows(cuK []int32, blkKV int) (int, error) {
 // one element, be non-negative and non-decreasing (cuK[0] need not be 0, as
 // in the reference); blkKV must be >= 1 and the total row count must fit in
 // int32. Everything is checked (CountRows) before anything is allocated; the
-// result holds 12*(B+1) + 12*total_rows bytes.
+// result holds 16*(B+1) + 12*total_rows bytes.
 func NewRows(cuK []int32, blkKV int) (*Rows, error) {
-	total, err := CountRows(cuK, blkKV)
-	if err != nil {
+	r := new(Rows)
+	if err := r.Reset(cuK, blkKV); err != nil {
 		return nil, err
 	}
+	return r, nil
+}
+
+// Reset rebuilds r as NewRows(cuK, blkKV) builds a new numbering, in r's
+// buffers where their capacity fits, so that a caller that renumbers for
+// every call allocates only when the batch or the row count grows past
+// what r has held. On error r is unchanged.
+func (r *Rows) Reset(cuK []int32, blkKV int) error {
+	total, err := CountRows(cuK, blkKV)
+	if err != nil {
+		return err
+	}
 	nb := len(cuK) - 1
-	r := &Rows{NumSeq: nb, BlkKV: blkKV, Total: total}
-	r.Count = make([]int32, nb)
-	r.SeqlenK = make([]int32, nb)
-	r.base = make([]int32, nb+1)
+	r.NumSeq, r.BlkKV, r.Total, r.MaxBlocks = nb, blkKV, total, 0
+	r.Count, r.SeqlenK, r.base = grow(r.Count, nb), grow(r.SeqlenK, nb), grow(r.base, nb+1)
+	r.base[0] = 0
 	for b := 0; b < nb; b++ {
 		l := cuK[b+1] - cuK[b]
 		n := int32(ceilDiv64(int64(l), int64(blkKV)))
@@ -75,15 +87,14 @@ func NewRows(cuK []int32, blkKV int) (*Rows, error) {
 		r.base[b+1] = r.base[b] + n
 		r.MaxBlocks = max(r.MaxBlocks, int(n))
 	}
-	r.Batch = make([]int32, r.Total)
-	r.Block = make([]int32, r.Total)
-	r.perm = make([]int32, r.Total)
-	active := make([]int32, 0, nb)
+	r.Batch, r.Block, r.perm = grow(r.Batch, r.Total), grow(r.Block, r.Total), grow(r.perm, r.Total)
+	active := grow(r.active, nb)[:0]
 	for b := 0; b < nb; b++ {
 		if r.Count[b] > 0 {
 			active = append(active, int32(b))
 		}
 	}
+	r.active = active
 	row := 0
 	for j := int32(0); len(active) > 0; j++ {
 		n := 0
@@ -99,7 +110,7 @@ func NewRows(cuK []int32, blkKV int) (*Rows, error) {
 		}
 		active = active[:n]
 	}
-	return r, nil
+	return nil
 }
 
 // RowOf returns the row of (sequence b, block j), or -1 when (b, j) has no

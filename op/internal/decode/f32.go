@@ -29,9 +29,10 @@ const denseBlk = 128
 
 // F32 holds what a float32 decode call derives from its metadata
 // (the query and key prefix sums, dense decode's block lists, the k2q CSR,
-// the renumbered NHD page table) and the buffers it runs with. A
-// DecodeWrapper keeps one and prepares it once per plan, so that its Runs
-// reuse everything; Prepare reuses the buffers whose capacity fits.
+// the renumbered NHD page table, the prepared float32 forward) and the
+// buffers it runs with. A DecodeWrapper keeps one and prepares it once per
+// plan, so that its Runs reuse everything and allocate nothing once warm;
+// Prepare reuses the buffers whose capacity fits.
 type F32 struct {
 	cuQ, cuK []int32
 	q2k      []int32 // dense decode's block lists [Hkv, total_q, topK]
@@ -42,10 +43,10 @@ type F32 struct {
 	KH, VH  []float32
 	lse     []float32 // ScratchLSE
 	pool    *attn.Pool
-	// Workspace runs Problem, the prepared float32 forward call (its
-	// NumPages and Scale are set per Run).
+	// Workspace runs Prepared, the float32 forward call prepared from the
+	// plan's metadata (its scale and number of pages are set per Run).
 	Workspace *grad.Workspace
-	Problem   grad.Problem
+	Prepared  grad.Prepared
 }
 
 // Prepare derives the float32 forward's problem from validated decode
@@ -85,9 +86,12 @@ func (f *F32) Prepare(fn string, m *Meta, pool *attn.Pool) error {
 	if f.Workspace == nil || f.pool != pool {
 		f.Workspace, f.pool = grad.NewWorkspace(pool), pool
 	}
-	f.Problem = grad.Problem{TotalQ: totalQ, HQ: m.HQ, Hkv: m.Hkv, D: m.D, CuQ: f.cuQ, CuK: f.cuK,
+	p := grad.Problem{TotalQ: totalQ, HQ: m.HQ, Hkv: m.Hkv, D: m.D, CuQ: f.cuQ, CuK: f.cuK,
 		Paged: true, PageTable: pt, PTCols: m.Cols, PageSize: m.PageSize, SeqUsedK: m.SeqUsed,
 		BlkKV: blk, TopK: topK, Causal: true, CSR: csr}
+	if err := f.Prepared.Prepare(&p); err != nil {
+		return &validate.ArgError{Func: fn, Arg: "page_table, seqused_k", Expected: "a consistent float32 decode plan", Got: err.Error()}
+	}
 	return nil
 }
 
@@ -112,13 +116,14 @@ func (f *F32) renumber(m *Meta) {
 // lse ([B*seqlen_q, Hq]).
 func (f *F32) Run(fn string, m *Meta, qd, kd, vd *tensor.Dense, scale float64, o, lse []float32) error {
 	k, v := validate.Backing[float32](kd), validate.Backing[float32](vd)
-	f.Problem.NumPages, f.Problem.Scale = kd.Shape()[0], scale
+	numPages := kd.Shape()[0]
 	if m.NHD {
 		nhdToHND(f.KH, k, f.src, m.Hkv, m.PageSize, m.D)
 		nhdToHND(f.VH, v, f.src, m.Hkv, m.PageSize, m.D)
-		k, v, f.Problem.NumPages = f.KH, f.VH, len(f.src)
+		k, v, numPages = f.KH, f.VH, len(f.src)
 	}
-	if err := f.Workspace.Forward(&f.Problem, validate.Backing[float32](qd), k, v, o, lse); err != nil {
+	f.Prepared.SetRun(scale, numPages)
+	if err := f.Workspace.ForwardPrepared(&f.Prepared, validate.Backing[float32](qd), k, v, o, lse); err != nil {
 		return &validate.ArgError{Func: fn, Arg: "q, k, v", Expected: "a consistent float32 decode call", Got: err.Error()}
 	}
 	return nil

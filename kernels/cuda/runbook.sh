@@ -92,17 +92,24 @@ tally() {
     local dir="$1"
     [[ -f "$dir/gpucheck.csv" ]] || { echo "no report"; return; }
     awk -F, '
+        BEGIN { split("5 8 12 17 15 20", col, " ") }
         FNR == 1 { next }
         FILENAME ~ /gpucheck.csv$/ {
             if ($NF == "ok") ok++; else if ($NF ~ /^skipped/) skip++; else bad++
-            if ($5 != "" && $5 != "exact" && (mo == "" || $5 + 0 < mo)) mo = $5 + 0
-            if ($8 != "" && $8 != "exact" && (ml == "" || $8 + 0 < ml)) ml = $8 + 0
+            # margins (tolerance / error): the per-element bound (columns 5, 8),
+            # the statistical max (12, 17) and the RMS criterion (15, 20)
+            for (k = 1; k <= 6; k++) {
+                c = col[k]
+                if ($c != "" && $c != "exact" && (mn[k] == "" || $c + 0 < mn[k])) mn[k] = $c + 0
+            }
         }
         FILENAME ~ /probes.csv$/ { if ($8 == "ok") pok++; else pbad++ }
         FILENAME ~ /timing.csv$/ { if ($NF == "ok") tok++; else if ($NF ~ /^skipped/) skip++; else tbad++ }
         END {
             printf "compare %d ok %d failed; probes %d ok %d failed; timing %d ok %d failed; %d skipped", ok, bad, pok, pbad, tok, tbad, skip
-            if (mo != "") printf "; min margin O %.3g LSE %.3g", mo, ml
+            if (mn[1] != "") printf "; min margin O %.3g LSE %.3g (bound)", mn[1], mn[2]
+            if (mn[3] != "") printf ", O %.3g LSE %.3g (statistical max)", mn[3], mn[4]
+            if (mn[5] != "") printf ", O %.3g LSE %.3g (RMS)", mn[5], mn[6]
         }' "$dir/gpucheck.csv" "$dir/probes.csv" "$dir/timing.csv" 2> /dev/null
 }
 

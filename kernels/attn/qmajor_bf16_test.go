@@ -43,3 +43,28 @@ func TestQueryMajorBF16Lanes(t *testing.T) {
 		}
 	}
 }
+
+// TestQueryMajorBF16NoAllocs: on the avx512bf16 tier, once a workspace has
+// run a call, further query-major calls on the bf16-product lanes
+// allocate nothing (bf16 K/V read in place, e4m3fn K/V staged).
+func TestQueryMajorBF16NoAllocs(t *testing.T) {
+	useTier(t, "avx512bf16")
+	for _, kv := range []Dtype{BF16, E4M3} {
+		c := qmCase{seqQ: []int{300, 0, 200}, seqK: []int{300, 50, 400}, hkv: 2, qpk: 4, d: 64, blk: 64, topK: 4,
+			causal: true, qDtype: BF16, kvDtype: kv, pattern: "random", invT: 0.5}
+		p := c.build(t, 5).p
+		p.Path = PathQuery
+		pool := NewPool(2)
+		ws := NewWorkspace(2, p.D)
+		out := newOutput(p.TotalQ*p.HQ, p.D)
+		out.TLSE = make([]float32, p.TotalQ*p.HQ)
+		for range 3 {
+			RunPrefill(p, ws, pool, out)
+		}
+		a := testing.AllocsPerRun(10, func() { RunPrefill(p, ws, pool, out) })
+		pool.Close()
+		if a != 0 {
+			t.Fatalf("K/V %s: %v allocations per run", kv, a)
+		}
+	}
+}

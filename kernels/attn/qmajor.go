@@ -34,6 +34,11 @@ const qmSelBytes = 4 << 20
 // qmWindow computes.
 var qmWindowOverride int
 
+// qmFloat32Lanes, when true (tests and benchmarks only), keeps the
+// float32 lane kernels on the query-major path where it would ask for bf16
+// products (runQueryItems), to compare both.
+var qmFloat32Lanes bool
+
 // qmTask is one query tile: tokens [gq, gq+n) of sequence b, KV head h.
 type qmTask struct{ gq, n, b, h int32 }
 
@@ -179,7 +184,15 @@ func (ws *Workspace) runQueryItems(w int) {
 	wk := ws.worker(w).compute()
 	// The accumulator before any tile, as runDecodeItems: later runs
 	// allocate nothing whichever worker takes what.
-	wk.decodeAcc(tile.LanesSIMD(ws.pf.D))
+	acc := wk.decodeAcc(tile.LanesSIMD(ws.pf.D))
+	// The query-major tiles multiply in bf16 where the tier has lane
+	// kernels for it (tile.Lanes.SetBF16Products: avx512bf16), as the
+	// KV-major path's block kernel does on that tier; decode, which shares
+	// the worker's lanes, keeps its float32 products.
+	if la, ok := acc.(*lanesAcc); ok && !qmFloat32Lanes {
+		la.bf16Products(true)
+		defer la.bf16Products(false)
+	}
 	n := int64(len(ws.qtasks))
 	for {
 		i := ws.next.Add(1) - 1
@@ -187,6 +200,14 @@ func (ws *Workspace) runQueryItems(w int) {
 			return
 		}
 		ws.queryTile(wk, ws.qtasks[i])
+	}
+}
+
+// bf16Products asks every lane group for bf16 products from its next
+// Reset on (on), or for the float32 lane kernels again.
+func (a *lanesAcc) bf16Products(on bool) {
+	for _, g := range a.g {
+		g.SetBF16Products(on)
 	}
 }
 

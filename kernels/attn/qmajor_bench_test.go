@@ -21,8 +21,9 @@ import (
 // tier's FMA peak (%peak), its wall time (best-ms), the median CPU time of
 // the process per call (cpu-ms, where the platform gives it: on a shared
 // host it counts this process's cycles only), and which paths auto runs
-// (auto-query: 0 KV-major only, 1 query-major only, 0.5 both). Run it
-// with -benchtime=3x.
+// (auto-query: 0 KV-major only, 1 query-major only, 0.5 both); on
+// avx512bf16 also the query-major path on the float32 lane kernels
+// (benchPaths). Run it with -benchtime=3x.
 func BenchmarkPrefillPaths(b *testing.B) {
 	const tokens, workers = 8192, 2
 	tn := tile.Tier()
@@ -40,11 +41,14 @@ func BenchmarkPrefillPaths(b *testing.B) {
 			p := pr.p
 			flops := 4 * float64(p.D*g.qpk) * float64(visiblePairs(pr))
 			auto := -1.0 // autoShare, run once per case that is benchmarked
-			for _, path := range []PrefillPath{PathKV, PathQuery} {
-				b.Run(fmt.Sprintf("%s/kv=%s/qpk=%d/blk=%d/paged=%v/%s/%s", tn, g.kv, g.qpk, g.blk, g.paged, pattern, path), func(b *testing.B) {
+			for _, run := range benchPaths(tn) {
+				path := run.path
+				b.Run(fmt.Sprintf("%s/kv=%s/qpk=%d/blk=%d/paged=%v/%s/%s%s", tn, g.kv, g.qpk, g.blk, g.paged, pattern, path, run.lanes), func(b *testing.B) {
 					if auto < 0 {
 						auto = autoShare(p, workers)
 					}
+					defer func(f bool) { qmFloat32Lanes = f }(qmFloat32Lanes)
+					qmFloat32Lanes = run.lanes == "-f32lanes"
 					p.Path = path
 					pool := NewPool(workers)
 					defer pool.Close()
@@ -73,6 +77,25 @@ func BenchmarkPrefillPaths(b *testing.B) {
 			}
 		}
 	}
+}
+
+// benchPaths returns the runs of BenchmarkPrefillPaths on tier tn: the
+// KV-major path and the query-major one, and on avx512bf16, whose
+// query-major tiles multiply in bf16 (runQueryItems), also the
+// query-major path on the float32 lane kernels (lanes "-f32lanes").
+func benchPaths(tn string) []struct {
+	path  PrefillPath
+	lanes string
+} {
+	runs := []struct {
+		path  PrefillPath
+		lanes string
+	}{{PathKV, ""}, {PathQuery, ""}}
+	if tn == "avx512bf16" {
+		runs = append(runs, runs[1])
+		runs[2].lanes = "-f32lanes"
+	}
+	return runs
 }
 
 // visiblePairs counts the (query, key) pairs inside the selected blocks

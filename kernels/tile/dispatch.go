@@ -25,6 +25,10 @@ type tier struct {
 	// lane path, lanes_amx_amd64.go) for head dimensions that are a
 	// multiple of 32.
 	amxLanes bool
+	// bf16Lanes: Lanes that ask for bf16 products (SetBF16Products) run
+	// them on VDPBF16PS (lanes_bf16_amd64.go) for head dimensions that are
+	// a multiple of 32.
+	bf16Lanes bool
 }
 
 // ISA names a vector instruction set of amd64 that a tier's kernels use.

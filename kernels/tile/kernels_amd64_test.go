@@ -155,7 +155,8 @@ func TestRounding(t *testing.T) {
 // TestBF16Encoding disassembles this test binary with GNU objdump (skipped
 // when absent) and checks that every VDPBF16PS and VCVTNE2PS2BF16 emitted as
 // BYTE directives decodes to the registers named in its comment in the
-// generated assembly and in the AMX lane path's.
+// generated assembly (the Acc kernels and the bf16-product lane kernels)
+// and in the AMX lane path's.
 func TestBF16Encoding(t *testing.T) {
 	objdump, err := exec.LookPath("objdump")
 	if err != nil {
@@ -175,7 +176,7 @@ func TestBF16Encoding(t *testing.T) {
 		}
 	}
 	var src []byte
-	for _, f := range []string{"kernels_avx512_amd64.s", "lanes_amx_amd64.s"} {
+	for _, f := range []string{"kernels_avx512_amd64.s", "lanes_amx_amd64.s", "lanes_bf16_amd64.s"} {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)

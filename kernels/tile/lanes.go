@@ -26,10 +26,15 @@ const LanesMaxM = 16
 // at 16c+r): a column of Q, or a key's P^T (which the softmax writes lane
 // = row), is one zmm (AVX-512 kernels, lanes_avx512_amd64.s; tiers avx512,
 // avx512bf16, avx512bf16-emulated, all of which use the float32 lane
-// kernels) or two ymm halves (AVX2 kernels, lanes_avx2_amd64.s; avx2 tier)
+// kernels unless the caller asks for bf16 products, SetBF16Products) or two ymm halves (AVX2 kernels, lanes_avx2_amd64.s; avx2 tier)
 // shared by the broadcast K or V scalars of several keys or columns. Each
 // lane sums its row's dot product in column order and its P.V sums in key
 // order, one FMA per product. The portable code uses the same layout.
+//
+// On the avx512bf16 tier, for d a multiple of 32, a Lanes whose caller
+// asks for bf16 products (SetBF16Products: the query-major prefill, not
+// decode) runs both products on VDPBF16PS with the same lane layout
+// (lanes_bf16_amd64.go), with the rounding of that tier's Acc.
 //
 // On the amxbf16 tier, for d a multiple of 32, both products run on AMX
 // tiles instead (the AMX lane path, lanes_amx_amd64.go): the same softmax
@@ -74,6 +79,8 @@ type Lanes struct {
 	// read bf16 values in place, AMX, AVX2 and AVX-512 on the in-place
 	// route, then stage them too; see amxRawValues and rawValues).
 	vStaged bool
+	// bf16 asks for the bf16-product lane kernels (SetBF16Products).
+	bf16 bool
 }
 
 // lanesAhead names rows rows of narrow keys at src whose side conversion
@@ -122,6 +129,7 @@ const (
 	lanesAVX2                     // lanes_avx2_amd64.s
 	lanesAVX512                   // lanes_avx512_amd64.s
 	lanesAMX                      // lanes_amx_amd64.go: AMX tiles (amxbf16 tier)
+	lanesBF16                     // lanes_bf16_amd64.go: VDPBF16PS (avx512bf16 tier, SetBF16Products)
 )
 
 // lanesState is the per-lane state read and written by the softmax kernel;
@@ -152,6 +160,21 @@ func NewLanes(d int) *Lanes {
 	}
 }
 
+// SetBF16Products chooses, for the accumulations that start after it
+// (Reset), between the float32 lane kernels (off, the default) and the
+// bf16-product ones (on) where the active tier has them: on the
+// avx512bf16 tier, for d a multiple of 32, Q, K and V are rounded to bf16
+// (nearest even), P is rounded as the accumulation's Round and then to
+// bf16, and both products run on VDPBF16PS with float32 accumulation
+// (lanes_bf16_amd64.go), the rounding of the avx512bf16 tier's Acc. Other
+// tiers and head dimensions keep their kernels (the amxbf16 tier its AMX
+// lane path either way).
+func (l *Lanes) SetBF16Products(on bool) { l.bf16 = on }
+
+// BF16Lanes reports whether the current accumulation runs the
+// bf16-product lane kernels (SetBF16Products).
+func (l *Lanes) BF16Lanes() bool { return l.kern == lanesBF16 }
+
 // D returns the head dimension.
 func (l *Lanes) D() int { return l.d }
 
@@ -169,6 +192,9 @@ func (l *Lanes) Reset(m int, scale float32, round Round, invT float32) {
 	}
 	l.m, l.round, l.temp = m, round, invT > 0
 	l.kern = lanesKernFor(l.d)
+	if l.bf16 && l.kern == lanesAVX512 && lanesBF16OK(l.d) {
+		l.kern = lanesBF16
+	}
 	l.st.scale, l.st.round = scale, int32(round)
 	l.st.invT = 0
 	if l.temp {
@@ -330,6 +356,7 @@ var lanesChunks = [...]struct{ k, v int }{
 	lanesAVX2:    {64, 64},
 	lanesAVX512:  {64, 64},
 	lanesAMX:     {64, 64},
+	lanesBF16:    {64, 64},
 }
 
 // UpdateStaged is Update with the block's n keys and values taken from src

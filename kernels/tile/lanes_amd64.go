@@ -279,8 +279,13 @@ func lanesKernFor(d int) lanesKern {
 // lanesUpdateSIMD is Lanes.Update with the lane kernels over the first n
 // keys (n = max valid, >= 1).
 func lanesUpdateSIMD(l *Lanes, k, v []float32, n int) {
-	if l.kern == lanesAMX {
+	switch l.kern {
+	case lanesAMX:
 		lanesUpdateAMX(l, k, v, n)
+		l.prefetchIdle()
+		return
+	case lanesBF16:
+		lanesUpdateBF16(l, k, v, n)
 		l.prefetchIdle()
 		return
 	}
@@ -312,13 +317,18 @@ func (l *Lanes) prefetchSteps(n int) {
 // of each: AVX-512, ceil(n/12) key groups x d/4 column quads x 2 steps and
 // n keys x ceil(d/24) column groups; AVX2,
 // ceil(n/6) key groups x d/2 column pairs and n keys x ceil(d/6) column
-// groups; the AMX lane path, whose conversion kernels prefetch instead
+// groups; the bf16-product kernels, whose keys are prefetched at once
+// (amxPrefetchNow) and whose values bf16PairsMax prefetches (n/2 pairs x
+// d/32 iterations x 2 lines); the AMX lane path, whose conversion kernels prefetch instead
 // (two lines an iteration), e4m3Rows' n*d/64 iterations for the keys and
 // e4m3Pairs' n*d/128 for the values (bf16PairsMax, with twice as many
 // iterations, is done with them halfway).
 func (l *Lanes) prefetchIters(n int) (qk, pv int) {
-	if l.kern == lanesAMX {
+	switch l.kern {
+	case lanesAMX:
 		return max(1, n*l.d/64*2), max(1, n*l.d/128*2)
+	case lanesBF16:
+		return 1, max(1, n*l.d/32)
 	}
 	if l.kern == lanesAVX512 {
 		return (n + 11) / 12 * (l.d / 4) * 2, n * ((l.d + 23) / 24)
@@ -341,8 +351,12 @@ func (l *Lanes) prefetchIdle() { l.pfK, l.pfV = l.idleCursor(), l.idleCursor() }
 func lanesUpdateStagedSIMD(l *Lanes, src Stager, n int, ahead, pre lanesAhead) {
 	l.prefetchSteps(n)
 	defer l.prefetchIdle()
-	if l.kern == lanesAMX {
+	switch l.kern {
+	case lanesAMX:
 		lanesUpdateStagedAMX(l, src, n)
+		return
+	case lanesBF16:
+		lanesUpdateStagedBF16(l, src, n)
 		return
 	}
 	d, ch := l.d, lanesChunks[l.kern]

@@ -158,10 +158,12 @@ func (l *Lanes) amxRawScores(a *amxLanes, src WideningStager, i0, i1 int) bool {
 
 // amxRawValues converts value rows [i0, i1) to pairs from their storage
 // when src offers it (an odd last row goes through a copy with a zero
-// partner) and adds their P.V to O; false: the rows must be staged.
+// partner) and adds their P.V to O (amxPV; bf16PV for the bf16-product
+// kernels, which share these operands); false: the rows must be staged.
 //
-//   - e4m3fn rows (d a multiple of 64, AVX512_VBMI) need no overflow
-//     guard: e4m3Pairs converts them;
+//   - e4m3fn rows (AMX lane path, d a multiple of 64, AVX512_VBMI) need no
+//     overflow guard: e4m3Pairs converts them (it keeps the AMX unit
+//     awake, so the bf16-product kernels stage them instead);
 //   - bf16 rows are interleaved as they are (bf16PairsMax), which also
 //     finds the chunk's largest finite magnitude. A guarded chunk (scan)
 //     whose maximum is at most GuardLimitBits is handed to GuardV with no
@@ -180,7 +182,7 @@ func (l *Lanes) amxRawValues(a *amxLanes, src WideningStager, i0, i1 int, last b
 	case p == nil:
 		l.vStaged = true
 		return false
-	case f == RawE4M3 && !scan && haveVBMI && d%64 == 0:
+	case f == RawE4M3 && !scan && haveVBMI && d%64 == 0 && l.kern == lanesAMX:
 		e4m3Pairs(unsafe.Pointer(&dst[0]), uintptr(4*d), p, uintptr(d), c/2, d, &E4M3Tab, &a.cfg, &l.pfV)
 		if c%2 != 0 {
 			t := a.tail8[:2*d]
@@ -207,7 +209,11 @@ func (l *Lanes) amxRawValues(a *amxLanes, src WideningStager, i0, i1 int, last b
 		l.vStaged = true
 		return false
 	}
-	l.amxPV(a, i0, i1, last)
+	if l.kern == lanesBF16 {
+		l.bf16PV(a, i0, i1, i0 == 0)
+	} else {
+		l.amxPV(a, i0, i1, last)
+	}
 	return true
 }
 

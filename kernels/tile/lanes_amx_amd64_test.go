@@ -15,7 +15,16 @@ import (
 
 // checkLanesAMX runs p with a Lanes accumulator on the amxbf16 tier (the
 // AMX lane path for d a multiple of 32, else the float32 lane kernels) and
-// checks it as TestBF16Tier checks the bf16 tiers' block path:
+// checks it with checkLanesBF16Path.
+func checkLanesAMX(t *testing.T, lanes map[int]*Lanes, p *problem) {
+	checkLanesBF16Path(t, lanes, p, "amxbf16", lanesAMX)
+}
+
+// checkLanesBF16Path runs p with a Lanes accumulator that asks for bf16
+// products (SetBF16Products) on tier tn, whose kernel set for d a multiple
+// of 32 must be kern (the AMX lane path on amxbf16, the bf16-product
+// kernels on avx512bf16; else the float32 lane kernels), and checks it as
+// TestBF16Tier checks the bf16 tiers' block path:
 //
 //   - UpdateStaged equals Update bit for bit (the chunks run the same
 //     products in the same order), also with every bf16 operand buffer and
@@ -29,23 +38,24 @@ import (
 //     TDPBF16PS's order of additions differs);
 //   - against the generic tier on the original inputs within bf16 error
 //     (2^-8 relative per operand).
-func checkLanesAMX(t *testing.T, lanes map[int]*Lanes, p *problem) {
+func checkLanesBF16Path(t *testing.T, lanes map[int]*Lanes, p *problem, tn string, kern lanesKern) {
 	l := lanes[p.d]
 	if l == nil {
 		l = NewLanes(p.d)
+		l.SetBF16Products(true)
 		lanes[p.d] = l
 	}
 	useTier(t, "generic")
 	pr := p.bf16Inputs()
 	wantR := pr.run()
 	want := p.run()
-	useTier(t, "amxbf16")
+	useTier(t, tn)
 	got := p.runLanes(l)
-	if p.d%32 == 0 && l.kern != lanesAMX {
-		t.Fatalf("d = %d: kernel set %d, want the AMX lane path", p.d, l.kern)
+	if p.d%32 == 0 && l.kern != kern {
+		t.Fatalf("d = %d: kernel set %d, want %d", p.d, l.kern, kern)
 	}
 	if msg, ok := sameResult(p.runLanesStaged(t, l), got); !ok {
-		t.Errorf("amxbf16 Lanes: UpdateStaged differs from Update: %s", msg)
+		t.Errorf("%s Lanes: UpdateStaged differs from Update: %s", tn, msg)
 	}
 	if a := l.amx; a != nil {
 		nan := math.Float32bits(float32(math.NaN()))
@@ -61,16 +71,16 @@ func checkLanesAMX(t *testing.T, lanes map[int]*Lanes, p *problem) {
 			l.s[i] = float32(math.NaN())
 		}
 		if msg, ok := sameResult(p.runLanesStaged(t, l), got); !ok {
-			t.Errorf("amxbf16 Lanes: with stale NaN in its buffers: %s", msg)
+			t.Errorf("%s Lanes: with stale NaN in its buffers: %s", tn, msg)
 		}
 	}
 	if p.d%32 != 0 {
 		return // the float32 lane kernels: TestLanes
 	}
-	compare(t, "amxbf16 Lanes vs generic on bf16 inputs", got, wantR, pr.tolerance(math.Ldexp(1, -22), math.Ldexp(1, -20)))
+	compare(t, tn+" Lanes vs generic on bf16 inputs", got, wantR, pr.tolerance(math.Ldexp(1, -22), math.Ldexp(1, -20)))
 	tol := p.tolerance(math.Ldexp(1, -8)/math.Sqrt(float64(p.d)), math.Ldexp(1, -8))
 	tol.flip = math.Max(tol.flip, pr.tolerance(0, 0).flip)
-	compare(t, "amxbf16 Lanes vs generic", got, want, tol)
+	compare(t, tn+" Lanes vs generic", got, want, tol)
 }
 
 // TestLanesAMX runs the Lanes test grid on the amxbf16 tier (checkLanesAMX).

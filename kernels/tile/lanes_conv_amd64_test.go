@@ -382,6 +382,15 @@ func pipelinedCase(t *testing.T, rng *rand.Rand, tn string, f RawFormat, d, n in
 	run := func(conv bool) (result, int, []uint32) {
 		defer withConv(conv)()
 		l := p.newLanes(d)
+		if tn == "avx512bf16" {
+			// The bf16-product kernels (SetBF16Products) from the next
+			// Reset on: the Q rows are set again after it.
+			l.SetBF16Products(true)
+			l.Reset(p.m, p.scale, p.round, p.invT)
+			for r := 0; r < p.m; r++ {
+				l.SetQ(r, p.q[r*d:(r+1)*d])
+			}
+		}
 		calls := 0
 		st := &rawStager{f: f, d: d, kb: make([]float32, BlockN*d), vb: make([]float32, BlockN*d), noRaw: noRaw, scan: scan, l: l, hide: !conv}
 		for u := range ks {
@@ -422,7 +431,11 @@ func pipelinedCase(t *testing.T, rng *rand.Rand, tn string, f RawFormat, d, n in
 	// stages plain e4m3fn rows (it reads RawE4M3Div256 ones in place, NaN
 	// bytes and any d included).
 	inPlace := tn == "avx2" || tn == "avx512" && lanesInPlace512
-	staged := tn == "amxbf16" && f == RawBF16 || tn == "avx2" && f == RawE4M3 || inPlace && f == RawBF16 && scan && hugeV > 0
+	// The bf16-product kernels (avx512bf16 here) read bf16 keys in place
+	// and interleave bf16 value chunks as the AMX path does; they stage
+	// e4m3fn rows.
+	bf16Lanes := tn == "avx512bf16"
+	staged := tn == "amxbf16" && f == RawBF16 || tn == "avx2" && f == RawE4M3 || (inPlace || bf16Lanes) && f == RawBF16 && scan && hugeV > 0 || bf16Lanes && f == RawE4M3
 	if noRaw == nil && calls != 0 && !staged {
 		t.Errorf("%s: %d StageK/StageV calls with every chunk offered as bytes", name, calls)
 	}

@@ -10,6 +10,9 @@ type amxLanes struct{}
 // lanesKernFor: no lane kernels on this platform or build.
 func lanesKernFor(d int) lanesKern { return lanesGeneric }
 
+// lanesBF16OK: no bf16-product lane kernels on this platform or build.
+func lanesBF16OK(d int) bool { return false }
+
 func lanesUpdateSIMD(l *Lanes, k, v []float32, n int) { lanesUpdateGeneric(l, k, v, n) }
 
 func lanesUpdateStagedSIMD(l *Lanes, src Stager, n int, ahead, pre lanesAhead) { panic("unreachable") }

@@ -354,14 +354,18 @@ func TestLanesEdges(t *testing.T) {
 }
 
 // BenchmarkLanesUpdate times Lanes.Update of m = 16 rows against n = 128
-// keys read in place (4*m*n*d flops), and, for comparison, the Acc path of
+// keys read in place (4*m*n*d flops; on avx512bf16 also with bf16 products,
+// lanes-bf16: SetBF16Products), and, for comparison, the Acc path of
 // the same tier at m = 16 including the Block.Load that decode must pay per
 // block (acc+load) and without it (acc). best-GFLOP/s is the fastest single
 // call; %peak compares it with calib.PeakGFLOPS of the tier's loop.
 func BenchmarkLanesUpdate(b *testing.B) {
-	for _, tn := range []string{"generic", "avx2", "avx512", "amxbf16"} {
+	for _, tn := range []string{"generic", "avx2", "avx512", "avx512bf16", "amxbf16"} {
 		for _, d := range []int{64, 128, 256} {
-			for _, path := range []string{"lanes", "acc+load", "acc"} {
+			for _, path := range []string{"lanes", "lanes-bf16", "acc+load", "acc"} {
+				if path == "lanes-bf16" && tn != "avx512bf16" {
+					continue // the bf16-product lane kernels run on avx512bf16 only
+				}
 				const m, n = 16, 128
 				b.Run(fmt.Sprintf("tier=%s/path=%s/m=%d/n=%d/d=%d", tn, path, m, n, d), func(b *testing.B) {
 					useTier(b, tn)
@@ -371,6 +375,7 @@ func BenchmarkLanesUpdate(b *testing.B) {
 						p.valid[0][r] = n
 					}
 					l := NewLanes(d)
+					l.SetBF16Products(path == "lanes-bf16")
 					l.Reset(m, p.scale, RoundNone, 0)
 					blk := NewBlock(d)
 					blk.Load(n, p.k[0], p.v[0])
@@ -382,7 +387,7 @@ func BenchmarkLanesUpdate(b *testing.B) {
 					}
 					var step func()
 					switch path {
-					case "lanes":
+					case "lanes", "lanes-bf16":
 						step = func() { l.Update(p.k[0], p.v[0], n, p.valid[0]) }
 					case "acc+load":
 						step = func() { blk.Load(n, p.k[0], p.v[0]); a.Update(blk, p.valid[0]) }

@@ -101,7 +101,7 @@ func simdTiers() []*tier {
 	return []*tier{
 		{name: "amxbf16", missing: missingAMX, bf16: true, load: loadBF16, update: amxUpdate, peak: amxPeakFlops, isa: ISAAVX512, amxLanes: true},
 		{name: "avx512bf16", missing: missingBF16, bf16: true, load: loadBF16, update: kbf16.update,
-			peak: func(n int) float64 { peakbf16(n); return float64(n) * 12 * 64 }, isa: ISAAVX512},
+			peak: func(n int) float64 { peakbf16(n); return float64(n) * 12 * 64 }, isa: ISAAVX512, bf16Lanes: true},
 		{name: "avx512", missing: missingAVX512, load: load512, update: k512.update,
 			peak: func(n int) float64 { peak512(n); return float64(n) * 12 * 32 }, isa: ISAAVX512},
 		{name: "avx2", missing: missingAVX2, load: load256, update: k256.update,

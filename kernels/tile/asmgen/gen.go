@@ -11,7 +11,7 @@
 // committed; regenerate after editing this file.
 //
 // AVX512_BF16 instructions are unknown to the Go assembler; VDPBF16PS is
-// emitted as BYTE directives (EVEX encoding computed by dpbf16Bytes) with the
+// emitted as BYTE directives (EVEX encoding computed by emit.DPBF16Bytes) with the
 // instruction in a comment. Every bf16 kernel is also emitted in an
 // "emulated" variant that replaces VDPBF16PS by two AVX-512F FMAs with the
 // same arithmetic (odd pair element first, then even, each rounded to fp32),
@@ -110,39 +110,6 @@ const (
 	dotBF16Emu
 )
 
-// dpbf16Bytes encodes VDPBF16PS zmm(dst), zmm(src1), zmm(src2) (EVEX.512.F3.0F38.W0 52 /r).
-func dpbf16Bytes(dst, src1, src2 int) string { return evex0F38(0x2, 0x52, dst, src1, src2) }
-
-// cvtne2ps2bf16Bytes encodes VCVTNE2PS2BF16 zmm(dst), zmm(src1), zmm(src2)
-// (EVEX.512.F2.0F38.W0 72 /r): words 0-15 of dst are src2 rounded to bf16
-// (nearest even), words 16-31 are src1.
-func cvtne2ps2bf16Bytes(dst, src1, src2 int) string { return evex0F38(0x3, 0x72, dst, src1, src2) }
-
-// evex0F38 encodes a register-only EVEX.512.W0 instruction of map 0F38 with
-// prefix pp (2 = F3, 3 = F2), no masking: zmm(dst) = op(zmm(src1), zmm(src2)).
-func evex0F38(pp, opcode, dst, src1, src2 int) string {
-	p0 := 0x02 // mm = 0F38
-	if dst&8 == 0 {
-		p0 |= 0x80 // R~
-	}
-	if src2&16 == 0 {
-		p0 |= 0x40 // X~ (bit 4 of rm in register form)
-	}
-	if src2&8 == 0 {
-		p0 |= 0x20 // B~
-	}
-	if dst&16 == 0 {
-		p0 |= 0x10 // R'~
-	}
-	p1 := (^src1&15)<<3 | 0x04 | pp // W0, vvvv~, 1, pp
-	p2 := 0x40                      // z=0, L'L = 512, b = 0, aaa = 0
-	if src1&16 == 0 {
-		p2 |= 0x08 // V'~
-	}
-	modrm := 0xC0 | (dst&7)<<3 | src2&7
-	return fmt.Sprintf("BYTE $0x62; BYTE $0x%02X; BYTE $0x%02X; BYTE $0x%02X; BYTE $0x%02X; BYTE $0x%02X", p0, p1, p2, opcode, modrm)
-}
-
 // mac emits acc += a*b for the selected dot kind (register numbers; for the
 // ymm plan only dotFMA is used).
 func (a *asm) mac(p plan, k dot, acc, x, y int) {
@@ -150,7 +117,7 @@ func (a *asm) mac(p plan, k dot, acc, x, y int) {
 	case dotFMA:
 		a.f("\tVFMADD231PS %s%d, %s%d, %s%d", p.vec, x, p.vec, y, p.vec, acc)
 	case dotBF16:
-		a.f("\t%s // VDPBF16PS Z%d, Z%d, Z%d (Intel order: zmm%d += bf16dot(zmm%d, zmm%d))", dpbf16Bytes(acc, x, y), y, x, acc, acc, x, y)
+		a.f("\t%s // VDPBF16PS Z%d, Z%d, Z%d (Intel order: zmm%d += bf16dot(zmm%d, zmm%d))", emit.DPBF16Bytes(acc, x, y), y, x, acc, acc, x, y)
 	case dotBF16Emu:
 		// Z30, Z31 are free in the 6x4 plan; odd halves first, as VDPBF16PS.
 		a.f("\tVPSRLD $16, Z%d, Z30; VPSLLD $16, Z30, Z30", x)
@@ -535,7 +502,7 @@ func genSoftmax512(a *asm, name string, mode int) {
 		}
 		switch mode {
 		case storePackBF:
-			a.f("\t%s // VCVTNE2PS2BF16 Z3, Z30, Z3 (Intel order: zmm3 = bf16(zmm3) low, bf16(zmm30) high)", cvtne2ps2bf16Bytes(3, 30, 3))
+			a.f("\t%s // VCVTNE2PS2BF16 Z3, Z30, Z3 (Intel order: zmm3 = bf16(zmm3) low, bf16(zmm30) high)", emit.CvtNE2PS2BF16Bytes(3, 30, 3))
 			a.f("\tVMOVDQU32 Z3, (AX) // 32 bf16 values, in place")
 			a.f("\tADDQ $64, AX")
 		case storePack:
@@ -882,7 +849,7 @@ func genPeak(a *asm, name, vec string, k dot) {
 	a.f("loop:")
 	for i := 0; i < 12; i++ {
 		if k == dotBF16 {
-			a.f("\t%s // VDPBF16PS Z13, Z12, Z%d", dpbf16Bytes(i, 12, 13), i)
+			a.f("\t%s // VDPBF16PS Z13, Z12, Z%d", emit.DPBF16Bytes(i, 12, 13), i)
 		} else {
 			a.f("\tVFMADD231PS %s12, %s13, %s%d", vec, vec, vec, i)
 		}

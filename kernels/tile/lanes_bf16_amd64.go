@@ -1,0 +1,136 @@
+//go:build amd64 && !purego
+
+package tile
+
+import "unsafe"
+
+// The bf16-product lane kernels: Lanes on the avx512bf16 tier when its
+// caller asks for them (SetBF16Products; head dimensions that are a
+// multiple of 32). The lane layout and softmax are those of the float32
+// lane kernels (scores and P transposed in Lanes.s, O transposed in
+// Lanes.oT), and the operands those of the AMX lane path, in the
+// buffers of amxLanes (cfg and pa unused):
+//
+//   - S^T = Q.K^T (lanesQKBF16): the query pairs qb ([d/2][16]: pair p of
+//     lane r = Q[r][2p], Q[r][2p+1]) times each key's pairs broadcast,
+//     the keys as bf16 rows (converted into kb, or read in place where the
+//     stager offers bf16 rows);
+//   - O^T = alpha*O^T + P.V (lanesPVBF16): P's key pairs pt ([n/2][16]:
+//     pair j of lane r = P[r][2j], P[r][2j+1], bf16Pairs of the transposed
+//     P) times the value pairs vb broadcast ([n/2][d]: rows 2j and 2j+1
+//     interleaved column by column), value chunk by value chunk like the
+//     float32 P.V kernels.
+//
+// Every conversion rounds to nearest even (VCVTNE2PS2BF16): Q, K and V
+// to bf16, P as the accumulation's Round (softmax) and then to bf16, the
+// row sums taken from the unrounded P; the products of two bf16 values
+// are exact and VDPBF16PS accumulates them in float32, odd element first.
+// That is what the avx512bf16 tier's Acc computes per product (the
+// KV-major prefill's rounding), so both paths carry the same bf16 error.
+// The reference of both kernels is lanesQKBF16Go and lanesPVBF16Go
+// (lanes_bf16_amd64_test.go), which they match bit for bit.
+
+//go:noescape
+func lanesQKBF16(qb *uint32, k unsafe.Pointer, ldk uintptr, pairs int, s *float32, n int)
+
+//go:noescape
+func lanesPVBF16(pp *uint32, vb unsafe.Pointer, ldv uintptr, pairs int, o *float32, alpha *float32, d int)
+
+// lanesBF16OK reports whether d runs the bf16-product lane kernels under
+// the active tier (avx512bf16, tier.bf16Lanes), when asked for.
+func lanesBF16OK(d int) bool { return d%32 == 0 && active.bf16Lanes }
+
+// bf16Scores converts key rows [i0, i1) (k, [i1-i0][d] float32) to bf16
+// and computes their transposed scores into l.s.
+func (l *Lanes) bf16Scores(a *amxLanes, k []float32, i0, i1 int) {
+	d := l.d
+	bf16Rows(unsafe.Pointer(&a.kb[i0*d]), &k[0], (i1-i0)*d)
+	lanesQKBF16(&a.qb[0], unsafe.Pointer(&a.kb[i0*d]), uintptr(2*d), d/2, &l.s[i0*16], i1-i0)
+}
+
+// bf16RawScores computes the transposed scores of key rows [i0, i1) from
+// their storage when src offers them as bf16 rows (the kernel reads them
+// in place); false: the rows must be staged.
+func (l *Lanes) bf16RawScores(a *amxLanes, src WideningStager, i0, i1 int) bool {
+	if src == nil {
+		return false
+	}
+	p, f := src.RawK(i0, i1)
+	if p == nil || f != RawBF16 {
+		return false
+	}
+	l.amxPrefetchNow(&l.pfK)
+	lanesQKBF16(&a.qb[0], p, uintptr(2*l.d), l.d/2, &l.s[i0*16], i1-i0)
+	return true
+}
+
+// bf16Probs turns the softmax's transposed P (l.s, n key vectors) into
+// P's key pairs (pt), an odd last key paired with P = 0.
+func (l *Lanes) bf16Probs(a *amxLanes, n int) {
+	if n%2 != 0 {
+		clear(l.s[n*16 : (n+1)*16])
+	}
+	bf16Pairs(unsafe.Pointer(&a.pt[0]), 64, &l.s[0], 64, (n+1)/2, 16)
+}
+
+// bf16Values converts value rows [i0, i1) (v, [i1-i0][d] float32; i0
+// even) to pairs, an odd last row with a zero partner (a finite value for
+// its P = 0), and adds their P.V to O (bf16PV).
+func (l *Lanes) bf16Values(a *amxLanes, v []float32, i0, i1 int, first bool) {
+	d := l.d
+	c := i1 - i0
+	dst := a.vb[i0/2*d:]
+	bf16Pairs(unsafe.Pointer(&dst[0]), uintptr(4*d), &v[0], uintptr(4*d), c/2, d)
+	if c%2 != 0 {
+		copy(a.tail[:d], v[(c-1)*d:c*d])
+		bf16Pairs(unsafe.Pointer(&dst[c/2*d]), uintptr(4*d), &a.tail[0], uintptr(4*d), 1, d)
+	}
+	l.bf16PV(a, i0, i1, first)
+}
+
+// bf16PV adds the P.V of keys [i0, i1) (i0 even), whose value pairs are
+// in vb, to O^T, scaling O^T by the update's alpha first when first (the
+// block's first value chunk).
+func (l *Lanes) bf16PV(a *amxLanes, i0, i1 int, first bool) {
+	d := l.d
+	lanesPVBF16(&a.pt[i0/2*16], unsafe.Pointer(&a.vb[i0/2*d]), uintptr(4*d), (i1-i0+1)/2, &l.oT[0], l.pvAlpha(first), d)
+}
+
+// lanesUpdateBF16 is Lanes.Update on the bf16-product kernels over the
+// first n keys.
+func lanesUpdateBF16(l *Lanes, k, v []float32, n int) {
+	a := l.amxState()
+	l.amxQueries(a)
+	l.bf16Scores(a, k, 0, n)
+	lanesSoftmax512(&l.s[0], n, &l.st)
+	l.bf16Probs(a, n)
+	l.bf16Values(a, v, 0, n, true)
+}
+
+// lanesUpdateStagedBF16 is Lanes.UpdateStaged on the bf16-product kernels:
+// the key and value rows taken in chunks of lanesChunks[lanesBF16] rows,
+// bf16 rows from their storage where the stager offers them
+// (bf16RawScores, amxRawValues with its V guard), the others staged to
+// float32 and converted while in cache. Value chunks are added to O one
+// after the other, so that a V overflow guard raised by a later chunk
+// (Stager.StageV, ScaleO) rescales what the earlier ones added.
+func lanesUpdateStagedBF16(l *Lanes, src Stager, n int) {
+	a := l.amxState()
+	l.amxQueries(a)
+	d, ch := l.d, lanesChunks[lanesBF16]
+	ws, _ := src.(WideningStager)
+	for i0 := 0; i0 < n; i0 += ch.k {
+		i1 := min(n, i0+ch.k)
+		if !l.bf16RawScores(a, ws, i0, i1) {
+			l.bf16Scores(a, stageRows(src, false, i0, i1, d), i0, i1)
+		}
+	}
+	lanesSoftmax512(&l.s[0], n, &l.st)
+	l.bf16Probs(a, n)
+	for i0 := 0; i0 < n; i0 += ch.v {
+		i1 := min(n, i0+ch.v)
+		if !l.amxRawValues(a, ws, i0, i1, i1 == n) {
+			l.bf16Values(a, stageRows(src, true, i0, i1, d), i0, i1, i0 == 0)
+		}
+	}
+}

@@ -23,6 +23,13 @@
 // kernels. MSA_CUDA_ARCH (portable, sm80, sm90, sm100) overrides the
 // kernel family of every launch, not only the prefill's.
 //
+// Paged decode takes one of two kernels on sm_90 (DecodeKernel, read from
+// MSA_CUDA_DECODE by Load, or SetDecodeKernel): old (the default) runs the
+// first sm_90a decode and its combine kernel; new runs the pipelined decode
+// of sm90_decode_pipe.cu (cp.async ring, two CTAs per SM, the split-KV
+// combine fused into the kernel; decode_pipe.go holds its plan and counter
+// sizing), which has been built and gated but not yet timed on a GPU.
+//
 // It launches; it does not hold kernel code or the image. It depends on the
 // kernels' Go side (kernels/plan, kernels/attn) and package fatbin, never on
 // package op: the graph ops (op, build tag "cuda") import it, usually as

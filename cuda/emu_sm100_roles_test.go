@@ -14,6 +14,8 @@ package cuda
 
 import (
 	"fmt"
+	"os"
+	"strings"
 	"testing"
 )
 
@@ -380,6 +382,7 @@ func permutations(n int) [][]int {
 // 7 row tiles and both K/V paths (TMA, converted), and checks that each
 // mutation of the kernel's rules is caught under some order.
 func TestEmulatedSM100Roles(t *testing.T) {
+	checkOneIssuer(t)
 	land := func(b *mbar) {
 		b.arriveExpectTx(t, 64)
 		b.deliver(64)
@@ -419,6 +422,34 @@ func TestEmulatedSM100Roles(t *testing.T) {
 			emuFwdRoles(t, m.slots, 5, false, m.mut, landFT(t), landFT(t), func(int) {})
 		}) {
 			t.Errorf("role emulation accepted: %s", m.name)
+		}
+	}
+}
+
+// checkOneIssuer checks sm100_fwd.cu's text: every tcgen05.mma (umma<) and
+// tcgen05.commit (umma_commit) of the prefill lies in the MMA warp's lane-0
+// block, the role the emulation's issuerRole models (the decode kernel's
+// products are all issued by its thread 0).
+func checkOneIssuer(t *testing.T) {
+	t.Helper()
+	b, err := os.ReadFile("../kernels/cuda/sm100/sm100_fwd.cu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := string(b)
+	const open, end = "    if (warp == L::mma_warp) {\n", "\n    } else {\n        // ---- softmax warpgroup"
+	i := strings.Index(src, open)
+	j := strings.Index(src, end)
+	if i < 0 || j < i {
+		t.Fatal("sm100_fwd.cu: no MMA warp block followed by the softmax warpgroups")
+	}
+	block := src[i:j]
+	if !strings.Contains(block, "if (lane == 0) {") {
+		t.Error("sm100_fwd.cu: the MMA warp block does not restrict issuing to lane 0")
+	}
+	for _, call := range []string{"umma<", "umma_commit("} {
+		if n, in := strings.Count(src, call), strings.Count(block, call); n == 0 || n != in {
+			t.Errorf("sm100_fwd.cu: %d %s calls, %d of them in the MMA warp's block", n, call, in)
 		}
 	}
 }

@@ -42,14 +42,30 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t byt
 __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
     asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
 }
-// Whether the phase of the given parity has completed (one probe; the
-// hardware may suspend the thread for a bounded time inside it).
-__device__ __forceinline__ bool mbar_test(uint32_t bar, uint32_t parity) {
+// Whether the phase of the given parity has completed. mbar_try may
+// suspend the thread for a bounded, system-dependent time while the phase
+// is incomplete (the wait loop); mbar_test returns at once (the MMA
+// issuer's poll of two barriers, where a suspension on one would delay the
+// other).
+__device__ __forceinline__ bool mbar_try(uint32_t bar, uint32_t parity) {
     uint32_t ok;
     asm volatile(
         "{\n"
         ".reg .pred done;\n"
         "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 done, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, done;\n"
+        "}\n"
+        : "=r"(ok)
+        : "r"(bar), "r"(parity)
+        : "memory");
+    return ok != 0;
+}
+__device__ __forceinline__ bool mbar_test(uint32_t bar, uint32_t parity) {
+    uint32_t ok;
+    asm volatile(
+        "{\n"
+        ".reg .pred done;\n"
+        "mbarrier.test_wait.parity.acquire.cta.shared::cta.b64 done, [%1], %2;\n"
         "selp.u32 %0, 1, 0, done;\n"
         "}\n"
         : "=r"(ok)
@@ -111,9 +127,9 @@ __device__ __forceinline__ uint32_t wait_code(WaitKernel k, uint32_t site, uint3
 // Block until the phase of the given parity has completed; trap after
 // kWaitTimeoutNs (see above). `site` names the barrier in the timeout code.
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity, WaitKernel k, uint32_t site) {
-    if (mbar_test(bar, parity)) return;
+    if (mbar_try(bar, parity)) return;
     WaitClock clock;
-    while (!mbar_test(bar, parity)) clock.tick(wait_code(k, site, parity));
+    while (!mbar_try(bar, parity)) clock.tick(wait_code(k, site, parity));
 }
 
 // Named barrier `id` (1..15) over `threads` threads (a multiple of 32).

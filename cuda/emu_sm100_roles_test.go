@@ -382,7 +382,16 @@ func permutations(n int) [][]int {
 // 7 row tiles and both K/V paths (TMA, converted), and checks that each
 // mutation of the kernel's rules is caught under some order.
 func TestEmulatedSM100Roles(t *testing.T) {
-	checkOneIssuer(t)
+	b, err := os.ReadFile("../kernels/cuda/sm100/sm100_fwd.cu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkOneIssuer(t, string(b))
+	// Mutation: a commit issued by the softmax warpgroups too.
+	twoIssuers := strings.Replace(string(b), "mbar_arrive(p_ready(slot));", "mbar_arrive(p_ready(slot)); umma_commit(o_done(slot));", 1)
+	if twoIssuers == string(b) || !failsOn(func(t *testing.T) { checkOneIssuer(t, twoIssuers) }) {
+		t.Error("single-issuer check accepted a second tcgen05.commit site")
+	}
 	land := func(b *mbar) {
 		b.arriveExpectTx(t, 64)
 		b.deliver(64)
@@ -430,13 +439,8 @@ func TestEmulatedSM100Roles(t *testing.T) {
 // tcgen05.commit (umma_commit) of the prefill lies in the MMA warp's lane-0
 // block, the role the emulation's issuerRole models (the decode kernel's
 // products are all issued by its thread 0).
-func checkOneIssuer(t *testing.T) {
+func checkOneIssuer(t *testing.T, src string) {
 	t.Helper()
-	b, err := os.ReadFile("../kernels/cuda/sm100/sm100_fwd.cu")
-	if err != nil {
-		t.Fatal(err)
-	}
-	src := string(b)
 	const open, end = "    if (warp == L::mma_warp) {\n", "\n    } else {\n        // ---- softmax warpgroup"
 	i := strings.Index(src, open)
 	j := strings.Index(src, end)

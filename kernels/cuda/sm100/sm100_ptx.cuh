@@ -82,9 +82,10 @@ __device__ __forceinline__ bool mbar_test(uint32_t bar, uint32_t parity) {
 // debugger or a core dump: kernel family << 16 | site << 8 | parity) and
 // executes trap, so the launch (and every later call on the context)
 // returns an error to the host instead of never returning. Ten seconds is
-// far above any legitimate wait inside one CTA (a CTA's whole work is one
-// K/V block against at most a few hundred row tiles, milliseconds), and
-// above the compute-preemption time slices a waiting CTA may sit out. The
+// far above any legitimate wait inside one CTA (each wait covers one TMA
+// tile, one product or one row tile's softmax / epilogue of a neighbour
+// warpgroup: microseconds), and above the compute-preemption time slices a
+// waiting CTA may sit out. The
 // timer is read once every 1024 failed probes, so a wait that succeeds on
 // its first probe costs nothing extra. Tensor memory held by the trapping
 // CTA is not deallocated: the trap makes the context unusable, and the

@@ -186,8 +186,9 @@ func (r *fwdRoles) run(roles []role, order []int) {
 // issuerRole is the MMA warp's lane 0 (sm100_fwd.cu): the K/V TMA, then a
 // poll of two in-order chains, S(ns) once Q ready of its slot (and, tile 0
 // of the TMA variants, K) has completed, O(no) once P ready of its slot
-// (and V) has. One step per try: the scheduler's interleavings cover the
-// timings in which either chain's barrier completes first.
+// (and V) has. One try is one iteration of the kernel's poll (S, then O);
+// the scheduler's interleavings cover the timings in which either chain's
+// barrier completes first.
 type issuerRole struct {
 	r            *fwdRoles
 	landK        func(*mbar)
@@ -222,7 +223,7 @@ func (q *issuerRole) try() (ran, done bool) {
 			}
 			q.issueS(q.ns)
 			q.ns++
-			return true, false
+			ran = true
 		}
 	}
 	if q.no < q.ns {
@@ -236,10 +237,10 @@ func (q *issuerRole) try() (ran, done bool) {
 			}
 			q.issueO(q.no)
 			q.no++
-			return true, false
+			ran = true
 		}
 	}
-	return false, false
+	return ran, false
 }
 
 // issueS is S(i) = Q K^T into slot i % slots's S columns, committed to S

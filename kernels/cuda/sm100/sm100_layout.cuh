@@ -127,10 +127,12 @@ MSA_HD constexpr uint32_t umma_idesc(bool f8, int m, int n, bool a_mn, bool b_mn
 }
 // MN-major operands (bit 15 / 16 = 1) are used for the V tile of the
 // prefill's O = P V (B operand) and for V^T and P^T of the decode's O^T
-// (A and B), FP8 (E4M3, kind::f8f6f4) included. The instruction descriptor
-// allows MN-major for E4M3, E5M2, INT8, F16, BF16 and TF32 sources; only the
-// sub-byte kind::f8f6f4 types (E2M3, E3M2, E2M1) must be K-major (CUTLASS
-// cute/arch/mma_sm100_desc.hpp, UMMA::InstrDescriptor a_major / b_major;
+// (A and B), FP8 (E4M3, kind::f8f6f4) included. The PTX ISA's tcgen05
+// instruction-descriptor table lists "Transpose A / B Matrix" for
+// kind::f8f6f4 as for kind::f16, and CUTLASS states MN-major is valid for
+// E4M3, E5M2, INT8, F16, BF16 and TF32 sources, the sub-byte kind::f8f6f4
+// types (E2M3, E3M2, E2M1) being K-major only
+// (cute/arch/mma_sm100_desc.hpp, UMMA::InstrDescriptor a_major / b_major;
 // unlike Hopper's wgmma, which transposes only 16-bit types and made FA3
 // transpose FP8 V in shared memory). The NVFP4 variants dequantise to BF16
 // before any MMA, so no sub-byte operand reaches a descriptor here.

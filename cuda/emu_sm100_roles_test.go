@@ -1,9 +1,10 @@
 package cuda
 
 // The warp roles of the SM100 prefill kernel (sm100_fwd.cu) as the
-// emulation runs them: the S warp's and the O warp's issuing lanes and one
-// softmax warpgroup per pipeline slot, each a program of steps that run when the
-// mbarrier phase they wait for has completed. A scheduler interleaves the
+// emulation runs them: the MMA warp's lane 0 (the CTA's only tcgen05.mma /
+// tcgen05.commit issuer, polling the S and O chains) and one softmax
+// warpgroup per pipeline slot, each running steps when the mbarrier phase
+// they wait for has completed. A scheduler interleaves the
 // roles under every priority order, so the barrier ledger (parities, phase
 // overruns, deadlocks) and the buffer hand-offs (which Q or P a slot's
 // shared-memory tile holds when an MMA reads it, which S or O a slot's
@@ -13,6 +14,8 @@ package cuda
 
 import (
 	"fmt"
+	"os"
+	"strings"
 	"testing"
 )
 
@@ -33,10 +36,10 @@ type fwdMutation int
 
 const (
 	mutNone           fwdMutation = iota
-	mutSkipQReadyWait             // the S issuer issues S(i) without waiting for Q ready
+	mutSkipQReadyWait             // the issuer issues S(i) without waiting for Q ready
 	mutGatherBeforeO              // a warpgroup gathers its next Q before O(i) has completed
 	mutOneSBuffer                 // both slots' S in the same TMEM columns
-	mutSkipPReadyWait             // the O issuer issues O(j) without waiting for P ready
+	mutSkipPReadyWait             // the issuer issues O(j) without waiting for P ready
 )
 
 // fwdRoles is the state of one work item's CTA: the barriers, what each
@@ -75,8 +78,7 @@ func (r *fwdRoles) fail(format string, args ...any) {
 // once per tile in the first order only.
 func emuFwdRoles(t *testing.T, slots, tiles int, conv bool, mut fwdMutation, landK, landV func(*mbar), epilogue func(int)) {
 	t.Helper()
-	roles := slots + 2
-	for oi, order := range permutations(roles) {
+	for oi, order := range permutations(slots + 1) {
 		r := &fwdRoles{t: t, slots: slots, tiles: tiles, conv: conv, mut: mut, landV: landV,
 			barK: &mbar{name: "K", count: 1}, barV: &mbar{name: "V", count: 1}}
 		for s := 0; s < slots; s++ {
@@ -92,11 +94,11 @@ func emuFwdRoles(t *testing.T, slots, tiles int, conv bool, mut fwdMutation, lan
 		if oi == 0 {
 			ep = epilogue
 		}
-		progs := [][]roleStep{r.sProgram(landK), r.oProgram()}
+		roles := []role{&issuerRole{r: r, landK: landK}}
 		for s := 0; s < slots; s++ {
-			progs = append(progs, r.softmaxProgram(s, ep))
+			roles = append(roles, &progRole{r: r, order: order, prog: r.softmaxProgram(s, ep)})
 		}
-		r.run(progs, order)
+		r.run(roles, order)
 		for _, b := range append([]*mbar{r.barK, r.barV}, append(append(r.qReady, r.sDone...), append(r.pReady, r.oDone...)...)...) {
 			if b.completed != b.waited {
 				r.fail("order %v: barrier %s completed %d phases, %d waited", order, b.name, b.completed, b.waited)
@@ -105,111 +107,178 @@ func emuFwdRoles(t *testing.T, slots, tiles int, conv bool, mut fwdMutation, lan
 	}
 }
 
-// run interleaves the programs: at each step the first role in `order`
-// whose next step can run (its barrier phase has completed) runs it.
-func (r *fwdRoles) run(progs [][]roleStep, order []int) {
+// role is one thread group of the CTA: try runs its next step if that step
+// can run now, and reports whether it ran and whether the role has ended.
+type role interface {
+	try() (ran, done bool)
+}
+
+// progRole runs a fixed program of steps.
+type progRole struct {
+	r     *fwdRoles
+	order []int
+	prog  []roleStep
+	pc    int
+}
+
+func (p *progRole) try() (ran, done bool) {
+	r := p.r
+	if p.pc == len(p.prog) {
+		return false, true
+	}
+	st := p.prog[p.pc]
+	if st.observe {
+		if !r.observe(st.bar, st.parity, p.order) {
+			return false, false
+		}
+	} else if st.bar != nil {
+		if st.bar.completed < st.bar.waited+1 {
+			return false, false // blocked on an incomplete phase
+		}
+		st.bar.wait(r.t, st.parity)
+	}
+	if st.act != nil {
+		st.act()
+	}
+	p.pc++
+	return true, false
+}
+
+// observe is an observing wait on b (a second waiter that does not consume
+// phases): phase 0 must have completed and no later phase.
+func (r *fwdRoles) observe(b *mbar, parity uint32, order []int) bool {
+	if b.completed < 1 {
+		return false
+	}
+	if parity != 0 || b.completed != 1 {
+		r.fail("order %v: observing wait on %s with parity %d after %d phases", order, b.name, parity, b.completed)
+	}
+	return true
+}
+
+// run interleaves the roles: at each step the first role in `order` whose
+// next step can run runs it; when none can and some has not ended, every
+// role waits on a phase that never completes (a hang on the GPU, which the
+// kernel's bounded waits turn into a trap).
+func (r *fwdRoles) run(roles []role, order []int) {
 	r.t.Helper()
-	pc := make([]int, len(progs))
 	for {
 		ran, done := false, true
 		for _, ri := range order {
-			if pc[ri] == len(progs[ri]) {
-				continue
+			rr, dd := roles[ri].try()
+			if !dd {
+				done = false
 			}
-			done = false
-			st := progs[ri][pc[ri]]
-			if st.observe {
-				if st.bar.completed < 1 {
-					continue
-				}
-				if st.parity != 0 || st.bar.completed != 1 {
-					r.fail("order %v: observing wait on %s with parity %d after %d phases", order, st.bar.name, st.parity, st.bar.completed)
-				}
-			} else if st.bar != nil {
-				if st.bar.completed < st.bar.waited+1 {
-					continue // blocked on an incomplete phase
-				}
-				st.bar.wait(r.t, st.parity)
+			if rr {
+				ran = true
+				break
 			}
-			if st.act != nil {
-				st.act()
-			}
-			pc[ri]++
-			ran = true
-			break
 		}
 		if done {
 			return
 		}
 		if !ran {
-			r.fail("order %v: deadlock, every role waits (program counters %v)", order, pc)
+			r.fail("order %v: deadlock, every role waits", order)
 		}
 	}
 }
 
-// sProgram is the S warp's lane 0: the K/V TMA, then S(i) for i = 0, 1, ...
-func (r *fwdRoles) sProgram(landK func(*mbar)) []roleStep {
-	S, tiles, conv, mut := r.slots, r.tiles, r.conv, r.mut
-	p := []roleStep{{act: func() {
-		landK(r.barK)
-		if !conv {
+// issuerRole is the MMA warp's lane 0 (sm100_fwd.cu): the K/V TMA, then a
+// poll of two in-order chains, S(ns) once Q ready of its slot (and, tile 0
+// of the TMA variants, K) has completed, O(no) once P ready of its slot
+// (and V) has. One try is one iteration of the kernel's poll (S, then O);
+// the scheduler's interleavings cover the timings in which either chain's
+// barrier completes first.
+type issuerRole struct {
+	r            *fwdRoles
+	landK        func(*mbar)
+	started      bool
+	ns, no       int
+	kSeen, vSeen bool
+}
+
+func (q *issuerRole) try() (ran, done bool) {
+	r := q.r
+	S, tiles := r.slots, r.tiles
+	if !q.started {
+		q.landK(r.barK)
+		if !r.conv {
 			r.landV(r.barV)
 		}
-	}}}
-	for i := 0; i < tiles; i++ {
-		s := r.sCols(i % S)
-		if mut != mutSkipQReadyWait {
-			p = append(p, roleStep{bar: r.qReady[i%S], parity: uint32((i / S) & 1)})
-		}
-		if !conv && i == 0 {
-			p = append(p, roleStep{bar: r.barK, parity: 0, act: func() { r.kReady = true }})
-		}
-		p = append(p, roleStep{act: func() {
-			if !r.kReady {
-				r.fail("S(%d) issued before the K tile is complete", i)
-			}
-			if r.qp[i%S] != fmt.Sprintf("Q%d", i) {
-				r.fail("S(%d) reads slot %d's tile holding %q", i, i%S, r.qp[i%S])
-			}
-			if r.tmS[s] != "" && !r.tmSRead[s] {
-				r.fail("S(%d) overwrites %s in slot %d's S columns before it was read", i, r.tmS[s], s)
-			}
-			r.tmS[s], r.tmSRead[s] = fmt.Sprintf("S%d", i), false
-			r.qpBusy[i%S] = fmt.Sprintf("S%d", i)
-			r.sDone[i%S].commit(r.t)
-		}})
+		q.kSeen, q.vSeen, q.started = r.conv, r.conv, true
+		return true, false
 	}
-	return p
+	if q.no == tiles {
+		return false, true
+	}
+	if q.ns < tiles {
+		if !q.kSeen && r.barK.completed >= 1 {
+			r.barK.wait(r.t, 0)
+			r.kReady, q.kSeen = true, true
+		}
+		b := r.qReady[q.ns%S]
+		if q.kSeen && (r.mut == mutSkipQReadyWait || b.completed >= b.waited+1) {
+			if r.mut != mutSkipQReadyWait {
+				b.wait(r.t, uint32((q.ns/S)&1))
+			}
+			q.issueS(q.ns)
+			q.ns++
+			ran = true
+		}
+	}
+	if q.no < q.ns {
+		if !q.vSeen && r.barV.completed >= 1 {
+			q.vSeen = r.observe(r.barV, 0, nil)
+		}
+		b := r.pReady[q.no%S]
+		if q.vSeen && (r.mut == mutSkipPReadyWait || b.completed >= b.waited+1) {
+			if r.mut != mutSkipPReadyWait {
+				b.wait(r.t, uint32((q.no/S)&1))
+			}
+			q.issueO(q.no)
+			q.no++
+			ran = true
+		}
+	}
+	return ran, false
 }
 
-// oProgram is the O warp's lane 0: O(j) for j = 0, 1, ...
-func (r *fwdRoles) oProgram() []roleStep {
-	S, tiles, conv, mut := r.slots, r.tiles, r.conv, r.mut
-	var p []roleStep
-	for j := 0; j < tiles; j++ {
-		s := j % S
-		if mut != mutSkipPReadyWait {
-			p = append(p, roleStep{bar: r.pReady[s], parity: uint32((j / S) & 1)})
-		}
-		if !conv && j == 0 { // the O issuer observes the V TMA itself too
-			p = append(p, roleStep{bar: r.barV, parity: 0, observe: true})
-		}
-		p = append(p, roleStep{act: func() {
-			if !r.vReady {
-				r.fail("O(%d) issued before the V tile is complete", j)
-			}
-			if r.qp[s] != fmt.Sprintf("P%d", j) {
-				r.fail("O(%d) reads slot %d's tile holding %q", j, s, r.qp[s])
-			}
-			if r.tmO[s] != "" && !r.tmORead[s] {
-				r.fail("O(%d) overwrites %s in slot %d's O columns before it was read", j, r.tmO[s], s)
-			}
-			r.tmO[s], r.tmORead[s] = fmt.Sprintf("O%d", j), false
-			r.qpBusy[s] = fmt.Sprintf("O%d", j)
-			r.oDone[s].commit(r.t)
-		}})
+// issueS is S(i) = Q K^T into slot i % slots's S columns, committed to S
+// done: it checks what the product reads and overwrites.
+func (q *issuerRole) issueS(i int) {
+	r := q.r
+	S := r.slots
+	s := r.sCols(i % S)
+	if !r.kReady {
+		r.fail("S(%d) issued before the K tile is complete", i)
 	}
-	return p
+	if r.qp[i%S] != fmt.Sprintf("Q%d", i) {
+		r.fail("S(%d) reads slot %d's tile holding %q", i, i%S, r.qp[i%S])
+	}
+	if r.tmS[s] != "" && !r.tmSRead[s] {
+		r.fail("S(%d) overwrites %s in slot %d's S columns before it was read", i, r.tmS[s], s)
+	}
+	r.tmS[s], r.tmSRead[s] = fmt.Sprintf("S%d", i), false
+	r.qpBusy[i%S] = fmt.Sprintf("S%d", i)
+	r.sDone[i%S].commit(r.t)
+}
+
+// issueO is O(j) = P V into slot j % slots's O columns, committed to O done.
+func (q *issuerRole) issueO(j int) {
+	r := q.r
+	s := j % r.slots
+	if !r.vReady {
+		r.fail("O(%d) issued before the V tile is complete", j)
+	}
+	if r.qp[s] != fmt.Sprintf("P%d", j) {
+		r.fail("O(%d) reads slot %d's tile holding %q", j, s, r.qp[s])
+	}
+	if r.tmO[s] != "" && !r.tmORead[s] {
+		r.fail("O(%d) overwrites %s in slot %d's O columns before it was read", j, r.tmO[s], s)
+	}
+	r.tmO[s], r.tmORead[s] = fmt.Sprintf("O%d", j), false
+	r.qpBusy[s] = fmt.Sprintf("O%d", j)
+	r.oDone[s].commit(r.t)
 }
 
 // softmaxProgram is softmax warpgroup s: the first Q gather (warpgroup 0 of
@@ -314,6 +383,16 @@ func permutations(n int) [][]int {
 // 7 row tiles and both K/V paths (TMA, converted), and checks that each
 // mutation of the kernel's rules is caught under some order.
 func TestEmulatedSM100Roles(t *testing.T) {
+	b, err := os.ReadFile("../kernels/cuda/sm100/sm100_fwd.cu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkOneIssuer(t, string(b))
+	// Mutation: a commit issued by the softmax warpgroups too.
+	twoIssuers := strings.Replace(string(b), "mbar_arrive(p_ready(slot));", "mbar_arrive(p_ready(slot)); umma_commit(o_done(slot));", 1)
+	if twoIssuers == string(b) || !failsOn(func(t *testing.T) { checkOneIssuer(t, twoIssuers) }) {
+		t.Error("single-issuer check accepted a second tcgen05.commit site")
+	}
 	land := func(b *mbar) {
 		b.arriveExpectTx(t, 64)
 		b.deliver(64)
@@ -353,6 +432,29 @@ func TestEmulatedSM100Roles(t *testing.T) {
 			emuFwdRoles(t, m.slots, 5, false, m.mut, landFT(t), landFT(t), func(int) {})
 		}) {
 			t.Errorf("role emulation accepted: %s", m.name)
+		}
+	}
+}
+
+// checkOneIssuer checks sm100_fwd.cu's text: every tcgen05.mma (umma<) and
+// tcgen05.commit (umma_commit) of the prefill lies in the MMA warp's lane-0
+// block, the role the emulation's issuerRole models (the decode kernel's
+// products are all issued by its thread 0).
+func checkOneIssuer(t *testing.T, src string) {
+	t.Helper()
+	const open, end = "    if (warp == L::mma_warp) {\n", "\n    } else {\n        // ---- softmax warpgroup"
+	i := strings.Index(src, open)
+	j := strings.Index(src, end)
+	if i < 0 || j < i {
+		t.Fatal("sm100_fwd.cu: no MMA warp block followed by the softmax warpgroups")
+	}
+	block := src[i:j]
+	if !strings.Contains(block, "if (lane == 0) {") {
+		t.Error("sm100_fwd.cu: the MMA warp block does not restrict issuing to lane 0")
+	}
+	for _, call := range []string{"umma<", "umma_commit("} {
+		if n, in := strings.Count(src, call), strings.Count(block, call); n == 0 || n != in {
+			t.Errorf("sm100_fwd.cu: %d %s calls, %d of them in the MMA warp's block", n, call, in)
 		}
 	}
 }

@@ -52,6 +52,8 @@ func TestSM100LayoutPins(t *testing.T) {
 		switch p[1] + "." + p[4] {
 		case "FwdLayout.smem_bytes":
 			got = uint64(SM100Fwd(v, d).SmemBytes)
+		case "FwdLayout.map_bytes":
+			got = uint64(SM100Fwd(v, d).MapBytes)
 		case "FwdLayout.tmem_cols":
 			got = uint64(SM100Fwd(v, d).TmemCols)
 		case "FwdLayout.idesc_qk":
@@ -123,7 +125,7 @@ func TestSM100MemoryRegions(t *testing.T) {
 					region{fmt.Sprintf("O%d", sl), l.TmemO[sl], l.TmemO[sl] + d})
 			}
 			checkDisjoint(t, what+" TMEM", trs, l.TmemCols)
-			if l.Slots < 1 || l.Slots > 2 || l.Threads != 128*l.Slots+64 {
+			if l.Slots < 1 || l.Slots > 2 || l.Threads != 128*l.Slots+32 { // softmax warpgroups + the one MMA warp
 				t.Errorf("%s: %d slots, %d threads", what, l.Slots, l.Threads)
 			}
 			rs := []region{{"Q/P", l.QPOff, l.QPOff + l.QPBytes}, {"K", l.KOff, l.KOff + l.KVBytes}, {"V", l.VOff, l.VOff + l.KVBytes},
@@ -640,7 +642,7 @@ func TestEmulatedSM100Ledger(t *testing.T) {
 // kernels/cuda/fatbin/names_sm100.go (what the launcher requests) against the Go
 // layout model and the dispatch names: every table kernel is a name the
 // launcher looks up, runs the modelled block size (decode 128 threads,
-// prefill 128 per softmax warpgroup plus the S and O issuer warps), and
+// prefill 128 per softmax warpgroup plus the one MMA-issuer warp), and
 // has the modelled shared memory and tensor-memory columns where the model
 // covers its layout.
 func TestSM100KernelTable(t *testing.T) {

@@ -27,7 +27,16 @@ const (
 	sm100AlignSlack = 1024
 	sm100DecRows    = 64
 	tmemColumns     = 512
+	// sm100SmemPerSM is the shared memory of one SM100-family SM (228 KiB);
+	// sm100SoleCtaSmem the smallest request two CTAs cannot share (the
+	// prefill allocates all tmemColumns, so it must run alone on its SM).
+	sm100SmemPerSM   = 233472
+	sm100SoleCtaSmem = sm100SmemPerSM/2 + 1024
 )
+
+// sm100ResidentBySmem is resident_by_smem: an upper bound on the CTAs of
+// one kernel resident on an SM, from their dynamic shared memory alone.
+func sm100ResidentBySmem(smem int) int { return sm100SmemPerSM / smem }
 
 func alignUp(x, a int) int { return (x + a - 1) / a * a }
 
@@ -78,7 +87,8 @@ type SM100FwdLayout struct {
 	RawBytes      int    // bytes of one raw tile; 0 unless the variant converts K/V to BF16
 	BarOff        int    // offset of the mbarriers: K ready, V ready, then per slot Q ready, S done, P ready, O done
 	TmemSlot      int    // offset of the word that receives the tensor-memory address
-	SmemBytes     int    // dynamic shared memory the launcher requests, alignment slack included
+	MapBytes      int    // bytes of the shared-memory map, alignment slack included
+	SmemBytes     int    // dynamic shared memory the launcher requests: MapBytes raised to sm100SoleCtaSmem
 	TmemS         [2]int // tensor-memory column of slot s's S (FP32, 128 lanes x 128 keys)
 	TmemO         [2]int // tensor-memory column of slot s's O (128 lanes x D)
 	TmemCols      int    // tensor-memory columns allocated: next power of 2 >= Slots (128 + D)
@@ -91,7 +101,7 @@ type SM100FwdLayout struct {
 	IdescPV       uint32 // UMMA instruction descriptor of O = P V
 	Slots         int    // pipeline slots (softmax warpgroups, Q/P tiles, S/O pairs): 2 when both fit, else 1
 	QP1Off        int    // offset of slot 1's Q/P tile (Slots = 2), after the one-slot map
-	Threads       int    // block size: 128 per softmax warpgroup plus the S and O issuer warps
+	Threads       int    // block size: 128 per softmax warpgroup plus the MMA warp (the one tcgen05.mma issuer)
 }
 
 // fwdNumBars is FwdLayout::num_bars, the prefill kernel's mbarriers: K and
@@ -124,7 +134,9 @@ func SM100Fwd(v SM100Variant, d int) SM100FwdLayout {
 		l.Slots = 2
 		l.SmemBytes = l.QP1Off + l.QPBytes + sm100AlignSlack
 	}
-	l.Threads = 128*l.Slots + 64
+	l.MapBytes = l.SmemBytes
+	l.SmemBytes = max(l.MapBytes, sm100SoleCtaSmem)
+	l.Threads = 128*l.Slots + 32
 	for s := 0; s < l.Slots; s++ {
 		l.TmemS[s] = sm100BlockKeys * s
 		l.TmemO[s] = sm100BlockKeys*l.Slots + d*s

@@ -29,7 +29,10 @@
 //   thread 0: TMA K and V (4-D paged map, boxes of min(128, page_size)
 //   keys), S^T MMA once K landed; all: softmax, P^T store, V rows past the
 //   block's keys zeroed, O^T rescale; thread 0: O^T MMA. The V load overlaps
-//   S^T and the softmax.
+//   S^T and the softmax. Thread 0 is the CTA's only tcgen05.mma /
+//   tcgen05.commit issuer. Every mbarrier wait is bounded (sm100_ptx.cuh
+//   mbar_wait): a timeout traps with the code kWaitDecode << 16 | site << 8
+//   | parity, site = the barrier index (K 0, V 1, MMA 2; stage 1's K 3, V 4).
 // Launcher preconditions (else the portable msa_decode_d*): paged_ok(page
 // size, blk_kv, box span) of sm100_layout.cuh; fp8: E4M3 Q, K and V and
 // pv_round = E4M3 (P is an E4M3 operand); bf16: BF16 Q, K and V; bf16fp8:
@@ -125,7 +128,9 @@ __device__ __forceinline__ void dec_body(const MsaDecodeParams& p, const MsaTens
     __syncthreads();
     tc_fence_after();
     const uint32_t tmem = *tmem_slot;
-    const uint32_t lane_base = (uint32_t)(warp * 32) << 16;
+    // tcgen05.ld / st: warp w may access only TMEM lanes 32 (w % 4) .. +31
+    // (dec_lane_base; kThreads = 128, so w % 4 = w and thread t owns lane t).
+    const uint32_t lane_base = dec_lane_base(warp);
 
     KVGeom g;
     g.page_row = reinterpret_cast<const int*>(p.page_table) + (long long)b * p.page_table_stride;
@@ -262,10 +267,11 @@ __device__ __forceinline__ void dec_body(const MsaDecodeParams& p, const MsaTens
             const uint32_t sKs = (!kConv && st) ? sK1 : sK, sVs = (!kConv && st) ? sV1 : sV;
             const uint32_t rawK = (S == 2 && st) ? sRK1 : sRaw, rawV = S == 2 ? (st ? sRV1 : sRV0) : sRaw;
             const uint32_t bk = st ? bar_k1 : bar_k, bv = st ? bar_v1 : bar_v;
+            const uint32_t site_k = st ? L::num_bars : L::bar_k, site_v = st ? L::num_bars + 1 : L::bar_v;
             // NVFP4: the block-scale row of key tid (sm100_common.cuh KVGeom)
             const long long srow = (V == kNVFP4 && tid < nk) ? g.scale_row(t0 + tid) : 0;
             if constexpr (kConv) {  // raw E4M3 / NVFP4 K -> BF16 K (rows past the block's keys: zero)
-                mbar_wait(bk, par);
+                mbar_wait(bk, par, kWaitDecode, site_k);
                 convert_kv_row<V, D>(sKs, rawK, tid, tid < nk, reinterpret_cast<const uint8_t*>(p.k_scale), srow);
                 fence_proxy_async();
                 __syncthreads();  // K is visible to the MMA; one stage: the staging tile is free for V
@@ -274,7 +280,7 @@ __device__ __forceinline__ void dec_body(const MsaDecodeParams& p, const MsaTens
 
             // ---- S^T = K Q^T ----
             if (tid == 0) {
-                if constexpr (!kConv) mbar_wait(bk, par);
+                if constexpr (!kConv) mbar_wait(bk, par, kWaitDecode, site_k);
                 tc_fence_after();
 #pragma unroll
                 for (int k = 0; k < L::qk_steps; ++k)
@@ -286,7 +292,7 @@ __device__ __forceinline__ void dec_body(const MsaDecodeParams& p, const MsaTens
                                 L::idesc_qk, k > 0 ? 1u : 0u);
                 umma_commit(bar_mma);
             }
-            mbar_wait(bar_mma, mma_parity(2 * nvis));
+            mbar_wait(bar_mma, mma_parity(2 * nvis), kWaitDecode, L::bar_mma);
             __syncwarp();
             tc_fence_after();
             // ---- masked, scaled scores of key tid for the R rows ----
@@ -347,7 +353,7 @@ __device__ __forceinline__ void dec_body(const MsaDecodeParams& p, const MsaTens
             s_red[warp * R + 2 * lane + 1] = s[1];
 
             // ---- V landed: rows past the block's keys to zero (P = 0 never meets stale data) ----
-            mbar_wait(bv, par);
+            mbar_wait(bv, par, kWaitDecode, site_v);
             if constexpr (kConv)
                 convert_kv_row<V, D>(sVs, rawV, tid, tid < nk, reinterpret_cast<const uint8_t*>(p.v_scale), srow);
             else if (tid >= nk)
@@ -357,6 +363,7 @@ __device__ __forceinline__ void dec_body(const MsaDecodeParams& p, const MsaTens
             if (rescale) {
 #pragma unroll 1
                 for (int j = 0; j < L::o_mmas; ++j) {
+                    if (!dec_lane_holds_d(D, j, warp)) continue;  // warp-uniform: phantom lanes (D = 64) stay untouched
 #pragma unroll
                     for (int c0 = 0; c0 < R; c0 += 32) {
                         float o[32];
@@ -392,7 +399,7 @@ __device__ __forceinline__ void dec_body(const MsaDecodeParams& p, const MsaTens
                 }
                 umma_commit(bar_mma);
             }
-            mbar_wait(bar_mma, mma_parity(2 * nvis + 1));
+            mbar_wait(bar_mma, mma_parity(2 * nvis + 1), kWaitDecode, L::bar_mma);
             __syncwarp();
             tc_fence_after();
             ++nvis;
@@ -416,7 +423,7 @@ __device__ __forceinline__ void dec_body(const MsaDecodeParams& p, const MsaTens
 #pragma unroll 1
         for (int j = 0; j < L::o_mmas; ++j) {
             const int d = 128 * j + tid;
-            if (128 * j + 32 * warp >= D) continue;  // warp-uniform: lanes past D (D = 64) hold no output
+            if (!dec_lane_holds_d(D, j, warp)) continue;  // warp-uniform: lanes past D (D = 64) hold no output
 #pragma unroll
             for (int c0 = 0; c0 < R; c0 += 32) {
                 float o[32];

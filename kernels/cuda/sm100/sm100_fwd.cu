@@ -11,21 +11,21 @@
 // Warp-specialised pipeline (FwdLayout: `slots` = 2 where two Q/P tiles and
 // two S/O pairs fit, else 1). Row tile i (128 query-head rows) belongs to
 // pipeline slot s = i % slots, its n-th use n = i / slots.
-//   S warp (warp 4*slots): allocates TMEM; lane 0 issues the K and V TMA
-//     tiles (converted variants: raw K only), then S(i) = Q K^T for i = 0,
-//     1, ... into slot s's S columns once Q ready(s) completes use n,
-//     committed to S done(s).
-//   O warp (warp 4*slots + 1): lane 0 issues O(j) = P V for j = 0, 1, ...
-//     into slot s's O columns once P ready(s) completes, committed to
-//     O done(s). Two independent in-order issuers: one slot's O never waits
-//     behind the other slot's S (which waits for that slot's epilogue), and
-//     with two slots one slot's product runs on the tensor cores while the
-//     other slot's warpgroup is in its softmax or epilogue.
-//     Each issuer must stay one thread walking the row tiles in order: S(1)
-//     relies on K (and, converted, on V) through the same thread's earlier
-//     wait for Q ready(0), and O(j > 0) sees the complete V tile through the
-//     O thread's earlier wait for P ready(0) (warpgroup 1 publishes its
-//     first Q before warpgroup 0 has converted K and V).
+//   MMA warp (warp 4*slots): allocates (and frees) TMEM; lane 0 is the one
+//     thread of the CTA that issues tcgen05.mma and tcgen05.commit, as in
+//     every SM100 attention anchor (CUTLASS example 77, FlashAttention-4,
+//     FlashMLA): it issues the K and V TMA tiles (converted variants: raw
+//     K only), then polls two in-order chains: S(i) = Q K^T into slot s's
+//     S columns once Q ready(s) completes use n (committed to S done(s)),
+//     and O(j) = P V into slot s's O columns once P ready(s) completes
+//     (committed to O done(s)). With two slots one slot's product runs on
+//     the tensor cores while the other slot's warpgroup is in its softmax
+//     or epilogue. S(1) relies on K (and, converted, on V) through the
+//     thread's earlier test of Q ready(0) / K ready, O(j > 0) on the V tile
+//     through its earlier test of V ready (warpgroup 1 publishes its first
+//     Q before warpgroup 0 has converted K and V).
+//     Every wait is bounded (sm100_ptx.cuh mbar_wait, WaitClock): a wrong
+//     phase protocol traps with a site code instead of hanging.
 //   softmax warpgroup s (warps 4s..4s+3, thread t = row t = TMEM lane t):
 //     gather  every thread cp.asyncs its own Q row of the slot's next row
 //             tile into the slot's swizzled K-major Q tile (padding rows
@@ -104,54 +104,76 @@ __device__ __forceinline__ void fwd_body(const MsaFwdParams& p, const MsaTensorM
     const int ntiles = (nrows + kTileM - 1) / kTileM;
 
     if (warp == L::mma_warp) {
-        // ---- S issuer (lane 0): K/V TMA, then S(i) = Q K^T for every row tile ----
+        // ---- the MMA warp, lane 0: the K/V TMA, then every S(i) = Q K^T and
+        // O(j) = P V of the CTA, and every tcgen05.commit ----
         if (lane == 0) {
             tma_prefetch_map(&maps.k);
             tma_prefetch_map(&maps.v);
             issue_kv_tile<L::raw_row, kStorageBytes>(kConv ? sRaw : sK, &maps.k, bar_k, g, t0, nkeys);
             if constexpr (!kConv) issue_kv_tile<L::raw_row, kStorageBytes>(sV, &maps.v, bar_v, g, t0, nkeys);
+            // Two in-order chains polled by one thread: S(ns) once Q ready
+            // of its slot has completed (and, tile 0 of the TMA variants,
+            // K has landed), O(no) once P ready of its slot has completed.
+            // Polling instead of a fixed order keeps the chains independent:
+            // one slot's O never waits behind the other slot's S (which
+            // waits for that slot's epilogue and next gather). S(ns) is
+            // always ahead of O(ns) (P ready needs S done). A tested phase
+            // is never ambiguous: Q ready(s)'s next phase needs the epilogue
+            // of tile ns, which needs S(ns); P ready(s)'s next phase needs
+            // S(no + kSlots), which needs the epilogue of tile no, which
+            // needs O(no). tcgen05.commit tracks every earlier MMA of this
+            // thread, so S done may also wait for an O in flight: a later
+            // arrival, never a missing one.
+            bool k_seen = kConv;  // the converted K/V is covered by Q ready(0)
+            bool v_seen = kConv;
+            int ns = 0, no = 0;
+            WaitClock clock;
 #pragma unroll 1
-            for (int i = 0; i < ntiles; ++i) {
-                const int s = i % kSlots;
-                const uint32_t sQ = qp_tile(s);
-                mbar_wait(q_ready(s), slot_parity(i / kSlots));  // tile 0: also the converted K/V
-                if (!kConv && i == 0) mbar_wait(bar_k, kv_parity(0));
-                tc_fence_after();
+            while (no < ntiles) {
+                bool progressed = false;
+                if (ns < ntiles) {
+                    const int s = ns % kSlots;
+                    if (!k_seen) k_seen = mbar_test(bar_k, kv_parity(0));
+                    if (k_seen && mbar_test(q_ready(s), slot_parity(ns / kSlots))) {
+                        const uint32_t sQ = qp_tile(s);
+                        tc_fence_after();
 #pragma unroll
-                for (int k = 0; k < L::qk_steps; ++k)
-                    umma<L::f8>(tmem + L::tmem_s_col(s),
-                                umma_smem_desc(sQ + kmajor_step_offset(k, L::q_row_bytes, kTileM), kmajor_lbo(),
-                                               kmajor_sbo(L::q_row_bytes), span_of(L::q_row_bytes)),
-                                umma_smem_desc(sK + kmajor_step_offset(k, L::kv_row, kBlockKeys), kmajor_lbo(),
-                                               kmajor_sbo(L::kv_row), span_of(L::kv_row)),
-                                L::idesc_qk, k > 0 ? 1u : 0u);
-                umma_commit(s_done(s));  // this thread's MMAs: S(i) (and its earlier S)
-            }
-        }
-        __syncwarp();
-    } else if (warp == L::pv_warp) {
-        // ---- O issuer (lane 0): O(j) = P V for every row tile, independent of
-        // the S chain, so a slot's O never waits behind the other slot's S ----
-        if (lane == 0) {
-#pragma unroll 1
-            for (int j = 0; j < ntiles; ++j) {
-                const int s = j % kSlots;
-                const uint32_t sP = qp_tile(s);
-                mbar_wait(p_ready(s), slot_parity(j / kSlots));
-                // The V TMA, observed by this thread too (warpgroup 0 waited for
-                // it before P ready; the phase has completed, so this is free).
-                if (!kConv && j == 0) mbar_wait(bar_v, kv_parity(0));
-                tc_fence_after();
+                        for (int k = 0; k < L::qk_steps; ++k)
+                            umma<L::f8>(tmem + L::tmem_s_col(s),
+                                        umma_smem_desc(sQ + kmajor_step_offset(k, L::q_row_bytes, kTileM), kmajor_lbo(),
+                                                       kmajor_sbo(L::q_row_bytes), span_of(L::q_row_bytes)),
+                                        umma_smem_desc(sK + kmajor_step_offset(k, L::kv_row, kBlockKeys), kmajor_lbo(),
+                                                       kmajor_sbo(L::kv_row), span_of(L::kv_row)),
+                                        L::idesc_qk, k > 0 ? 1u : 0u);
+                        umma_commit(s_done(s));
+                        ++ns;
+                        progressed = true;
+                    }
+                }
+                if (no < ns) {
+                    const int s = no % kSlots;
+                    // V: warpgroup 0 waited for it before P ready(0); this
+                    // thread observes the completed phase too.
+                    if (!v_seen) v_seen = mbar_test(bar_v, kv_parity(0));
+                    if (v_seen && mbar_test(p_ready(s), slot_parity(no / kSlots))) {
+                        const uint32_t sP = qp_tile(s);
+                        tc_fence_after();
 #pragma unroll
-                for (int k = 0; k < L::pv_steps; ++k)
-                    umma<L::f8>(tmem + L::tmem_o_col(s),
-                                umma_smem_desc(sP + kmajor_step_offset(k, L::p_row_bytes, kTileM), kmajor_lbo(),
-                                               kmajor_sbo(L::p_row_bytes), span_of(L::p_row_bytes)),
-                                umma_smem_desc(sV + mnmajor_step_offset(k, L::keys_per_pv_step, L::kv_row),
-                                               mnmajor_lbo(L::kv_row, kBlockKeys), mnmajor_sbo(L::kv_row),
-                                               span_of(L::kv_row)),
-                                L::idesc_pv, k > 0 ? 1u : 0u);
-                umma_commit(o_done(s));
+                        for (int k = 0; k < L::pv_steps; ++k)
+                            umma<L::f8>(tmem + L::tmem_o_col(s),
+                                        umma_smem_desc(sP + kmajor_step_offset(k, L::p_row_bytes, kTileM), kmajor_lbo(),
+                                                       kmajor_sbo(L::p_row_bytes), span_of(L::p_row_bytes)),
+                                        umma_smem_desc(sV + mnmajor_step_offset(k, L::keys_per_pv_step, L::kv_row),
+                                                       mnmajor_lbo(L::kv_row, kBlockKeys), mnmajor_sbo(L::kv_row),
+                                                       span_of(L::kv_row)),
+                                        L::idesc_pv, k > 0 ? 1u : 0u);
+                        umma_commit(o_done(s));
+                        ++no;
+                        progressed = true;
+                    }
+                }
+                if (progressed) clock = WaitClock();
+                else clock.tick(wait_code(kWaitFwd, L::num_bars, 0));  // site num_bars: the issuer's poll
             }
         }
         __syncwarp();
@@ -159,7 +181,7 @@ __device__ __forceinline__ void fwd_body(const MsaFwdParams& p, const MsaTensorM
         // ---- softmax warpgroup `slot`: row tiles slot, slot + kSlots, ... ----
         const int slot = tid >> 7, rtid = tid & (kTileM - 1);
         const uint32_t sQP = qp_tile(slot);
-        const uint32_t lane_base = (uint32_t)((warp & 3) * 32) << 16;
+        const uint32_t lane_base = fwd_lane_base(warp);  // rows 32 (warp % 4) .. +31 = this warp's TMEM lanes
         const uint32_t tS = tmem + lane_base + L::tmem_s_col(slot), tO = tmem + lane_base + L::tmem_o_col(slot);
         float scale = p.softmax_scale_log2;
         if (V == kNVFP4 && p.k_global_scale) scale *= *reinterpret_cast<const float*>(p.k_global_scale);
@@ -189,11 +211,11 @@ __device__ __forceinline__ void fwd_body(const MsaFwdParams& p, const MsaTensorM
             if (kConv && slot == 0) {  // K and V to bf16 once per item, thread t converts key t
                 const bool valid = rtid < nkeys;
                 const long long srow = (V == kNVFP4 && valid) ? g.scale_row(t0 + rtid) : 0;
-                mbar_wait(bar_k, kv_parity(0));
+                mbar_wait(bar_k, kv_parity(0), kWaitFwd, L::bar_k);
                 convert_kv_row<V, D>(sK, sRaw, rtid, valid, reinterpret_cast<const uint8_t*>(p.k_scale), srow);
                 named_bar_sync(1, kTileM);  // the staging tile is free again
                 if (rtid == 0) issue_kv_tile<L::raw_row, kStorageBytes>(sRaw, &maps.v, bar_v, g, t0, nkeys);
-                mbar_wait(bar_v, kv_parity(0));
+                mbar_wait(bar_v, kv_parity(0), kWaitFwd, L::bar_v);
                 convert_kv_row<V, D>(sV, sRaw, rtid, valid, reinterpret_cast<const uint8_t*>(p.v_scale), srow);
             }
             publish_q();
@@ -212,7 +234,7 @@ __device__ __forceinline__ void fwd_body(const MsaFwdParams& p, const MsaTensorM
                 lim = seqlen_k;
                 if (p.causal) lim = min(lim, ql + seqlen_k - seqlen_q + 1);
             }
-            mbar_wait(s_done(slot), slot_parity(n));
+            mbar_wait(s_done(slot), slot_parity(n), kWaitFwd, L::bar_s + slot);
             __syncwarp();
             tc_fence_after();
 
@@ -270,14 +292,14 @@ __device__ __forceinline__ void fwd_body(const MsaFwdParams& p, const MsaTensorM
                 }
             }
             if (!kConv && i == 0) {  // V landed; clear the rows past the block's keys
-                mbar_wait(bar_v, kv_parity(0));
+                mbar_wait(bar_v, kv_parity(0), kWaitFwd, L::bar_v);
                 if (rtid >= nkeys) zero_row<L::kv_row, kBlockKeys>(sV, rtid);
             }
             fence_proxy_async();
             tc_fence_before();
             mbar_arrive(p_ready(slot));  // P stored and S read: O(i) may run, S(i + kSlots) may overwrite S
 
-            mbar_wait(o_done(slot), slot_parity(n));
+            mbar_wait(o_done(slot), slot_parity(n), kWaitFwd, L::bar_o + slot);
             __syncwarp();
             tc_fence_after();
             const bool more = i + kSlots < ntiles;

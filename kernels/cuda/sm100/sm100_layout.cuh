@@ -39,6 +39,25 @@ constexpr int kKStepBytes = 32; // UMMA K per instruction: 16 bf16 or 32 e4m3 = 
 constexpr int kMaxDynSmem = 232448;
 constexpr int kAlignSlack = 1024;  // the dynamic smem base is aligned up to 1024 in the kernel
 
+// ---- residency and tensor memory ----------------------------------------------------
+// An SM of the SM100 family (sm_100, sm_103) has 228 KiB of shared memory
+// and 512 tensor-memory columns, shared by the CTAs resident on it. A CTA
+// whose tcgen05.alloc finds too few free columns blocks in the allocator
+// until a neighbour frees its columns, so every kernel here keeps
+//   resident CTAs per SM x TMEM columns per CTA <= 512.
+// The residency bound used is shared memory alone, counted without the
+// per-CTA reservation of the driver (a reservation only lowers residency):
+// floor(kSmemPerSM / dynamic smem). The prefill allocates all 512 columns,
+// so it requests at least kSoleCtaSmem = 228 KiB / 2 + 1 KiB, which no two
+// CTAs can share (2 x 117760 > 233472, and smaller carveouts hold fewer);
+// a decode CTA allocates <= 256 columns and at most 512 / cols of them fit
+// by their own shared memory (static_asserts of both layouts, and
+// TestSM100Residency on the Go kernel table).
+constexpr int kSmemPerSM = 233472;
+constexpr int kTmemColsPerSM = 512;
+constexpr int kSoleCtaSmem = kSmemPerSM / 2 + 1024;
+MSA_HD constexpr int resident_by_smem(int smem_bytes) { return kSmemPerSM / smem_bytes; }
+
 MSA_HD constexpr int imin(int a, int b) { return a < b ? a : b; }
 MSA_HD constexpr int imax(int a, int b) { return a > b ? a : b; }
 MSA_HD constexpr int align_up(int x, int a) { return (x + a - 1) / a * a; }
@@ -106,6 +125,17 @@ MSA_HD constexpr uint32_t umma_idesc(bool f8, int m, int n, bool a_mn, bool b_mn
     return (1u << 4) | ((f8 ? 0u : 1u) << 7) | ((f8 ? 0u : 1u) << 10) | ((a_mn ? 1u : 0u) << 15) |
            ((b_mn ? 1u : 0u) << 16) | ((uint32_t)(n >> 3) << 17) | ((uint32_t)(m >> 4) << 24);
 }
+// MN-major operands (bit 15 / 16 = 1) are used for the V tile of the
+// prefill's O = P V (B operand) and for V^T and P^T of the decode's O^T
+// (A and B), FP8 (E4M3, kind::f8f6f4) included. The PTX ISA's tcgen05
+// instruction-descriptor table lists "Transpose A / B Matrix" for
+// kind::f8f6f4 as for kind::f16, and CUTLASS states MN-major is valid for
+// E4M3, E5M2, INT8, F16, BF16 and TF32 sources, the sub-byte kind::f8f6f4
+// types (E2M3, E3M2, E2M1) being K-major only
+// (cute/arch/mma_sm100_desc.hpp, UMMA::InstrDescriptor a_major / b_major;
+// unlike Hopper's wgmma, which transposes only 16-bit types and made FA3
+// transpose FP8 V in shared memory). The NVFP4 variants dequantise to BF16
+// before any MMA, so no sub-byte operand reaches a descriptor here.
 MSA_HD constexpr bool umma_shape_ok(int m, int n) {
     return (m == 64 && n % 8 == 0 && n >= 8 && n <= 256) || (m == 128 && n % 16 == 0 && n >= 16 && n <= 256);
 }
@@ -115,9 +145,9 @@ MSA_HD constexpr bool umma_shape_ok(int m, int n) {
 // processed in row tiles of 128 (kTileM) against one K/V block of 128 keys.
 // Warp-specialised: `slots` softmax warpgroups (128 threads each; thread t
 // of warpgroup s owns row t of the row tiles s, s + slots, ..., TMEM lane t)
-// and two MMA warps: warp 4 * slots (TMEM allocation, the K/V TMA, and lane
-// 0 issues every S = Q K^T) and warp 4 * slots + 1 (lane 0 issues every
-// O = P V). Slot s has its own Q/P tile in shared memory,
+// and one MMA warp, warp 4 * slots: TMEM allocation, and its lane 0 issues
+// the K/V TMA and every S = Q K^T and O = P V (the CTA's only tcgen05.mma /
+// tcgen05.commit thread). Slot s has its own Q/P tile in shared memory,
 // its own S and O in tensor memory and its own mbarriers, so the tensor
 // cores compute one slot's S = Q K^T or O = P V while the other slot's
 // warpgroup runs its softmax or epilogue (two slots when both tiles fit in
@@ -163,10 +193,13 @@ struct FwdLayout {
     static constexpr int qp1_off = align_up(one_slot_end, 1024);
     static constexpr int slots =
         qp1_off + qp_bytes + kAlignSlack <= kMaxDynSmem && 2 * (kBlockKeys + D) <= 512 ? 2 : 1;
-    static constexpr int smem_bytes = (slots == 2 ? qp1_off + qp_bytes : one_slot_end) + kAlignSlack;  // what the launcher requests
-    static constexpr int mma_warp = 4 * slots;     // TMEM, K/V TMA, S = Q K^T
-    static constexpr int pv_warp = 4 * slots + 1;  // O = P V
-    static constexpr int threads = 128 * slots + 64;
+    // What the launcher requests: the map plus alignment slack, raised to
+    // kSoleCtaSmem so that one CTA (which allocates all 512 TMEM columns)
+    // is alone on its SM.
+    static constexpr int map_bytes = (slots == 2 ? qp1_off + qp_bytes : one_slot_end) + kAlignSlack;
+    static constexpr int smem_bytes = imax(map_bytes, kSoleCtaSmem);
+    static constexpr int mma_warp = 4 * slots;  // TMEM, K/V TMA, every MMA and commit (lane 0)
+    static constexpr int threads = 128 * slots + 32;
     static constexpr int tmem_cols = pow2_ceil(slots * (kBlockKeys + D));
     MSA_HD static constexpr int tmem_s_col(int s) { return kBlockKeys * s; }
     MSA_HD static constexpr int tmem_o_col(int s) { return kBlockKeys * slots + D * s; }
@@ -182,6 +215,7 @@ struct FwdLayout {
     static constexpr int boxes = blocks_of(raw_row);
     static_assert(smem_bytes <= kMaxDynSmem, "dynamic shared memory");
     static_assert(tmem_cols <= 512 && tmem_o_col(slots - 1) + D <= tmem_cols, "tensor memory columns");
+    static_assert(resident_by_smem(smem_bytes) * tmem_cols <= kTmemColsPerSM, "co-resident CTAs' TMEM");
     static_assert(umma_shape_ok(kTileM, kBlockKeys) && umma_shape_ok(kTileM, D), "UMMA shape");
     static_assert(q_row_bytes == kv_row, "Q and K rows have one layout");
 };
@@ -279,11 +313,28 @@ struct DecLayout {
     static constexpr int smem_bytes = (stages == 2 ? two_stage_end : one_stage_end) + kAlignSlack;
     static_assert(smem_bytes <= kMaxDynSmem, "dynamic shared memory");
     static_assert(tmem_cols <= 512 && tmem_o_col + o_mmas * kDecRows <= tmem_cols, "tensor memory columns");
+    static_assert(resident_by_smem(smem_bytes) * tmem_cols <= kTmemColsPerSM, "co-resident CTAs' TMEM");
     static_assert(umma_shape_ok(kBlockKeys, kDecRows) && umma_shape_ok(o_m, kDecRows), "UMMA shape");
     // D = 64: the phantom upper atoms of the O^T A operand stay inside shared memory.
     static_assert(v_off + o_mmas * o_atoms * kBlockKeys * box_span <= red_off, "O^T A operand inside the tile map");
     static_assert(p_row_bytes <= 128, "P^T rows fit one swizzle atom (one N atom)");
 };
+
+// ---- tensor-memory lane ownership ------------------------------------------------
+// tcgen05.ld / tcgen05.st of a warp reach only the lane quarter of its warp
+// rank modulo 4: warp w accesses lanes 32 (w % 4) .. 32 (w % 4) + 31, and a
+// thread reads the lane of its own lane id in that quarter. The lane field
+// of a TMEM address is bits [16, 32).
+MSA_HD constexpr uint32_t tmem_lane_base(int warp) { return (uint32_t)((warp & 3) * 32) << 16; }
+// Decode: lane t of S^T is key t; lane t of O^T block j is element 128 j + t
+// of D. For D = 64 the one O^T product is M = 128 with lanes 64..127
+// phantom (their A atoms read the P^T region): warps 2 and 3 hold no
+// element of D there, and neither rescale nor store those lanes.
+MSA_HD constexpr uint32_t dec_lane_base(int warp) { return tmem_lane_base(warp); }
+MSA_HD constexpr bool dec_lane_holds_d(int d, int j, int warp) { return 128 * j + 32 * (warp & 3) < d; }
+// Prefill: softmax warpgroup s's warp 4 s + q reads lanes 32 q .. +31: row
+// 32 q + lane of the slot's row tile.
+MSA_HD constexpr uint32_t fwd_lane_base(int warp) { return tmem_lane_base(warp); }
 
 // ---- TMA boxes of one K/V block and the transaction ledger ----------------------
 // Dense K/V: one box column per span, `kBlockKeys` rows starting at the
@@ -324,24 +375,26 @@ MSA_HD constexpr uint32_t slot_parity(int use) { return (uint32_t)(use & 1); }
 // Pinned values, checked by the compiler here and by cuda/emu_sm100_test.go
 // (which parses these lines): MSA_SM100_PIN(layout, variant, D, field, value).
 #define MSA_SM100_PIN(L, V, D, F, X) static_assert(msa::sm100::L<msa::sm100::V, D>::F == (X), #L " " #V " " #D " " #F)
-MSA_SM100_PIN(FwdLayout, kBF16, 64, smem_bytes, 100352);
+MSA_SM100_PIN(FwdLayout, kBF16, 64, smem_bytes, 117760);
 MSA_SM100_PIN(FwdLayout, kBF16, 128, smem_bytes, 133120);
 MSA_SM100_PIN(FwdLayout, kBF16, 256, smem_bytes, 197720);
-MSA_SM100_PIN(FwdLayout, kFP8, 64, smem_bytes, 51200);
-MSA_SM100_PIN(FwdLayout, kFP8, 128, smem_bytes, 67584);
-MSA_SM100_PIN(FwdLayout, kFP8, 256, smem_bytes, 99416);
-MSA_SM100_PIN(FwdLayout, kBF16FP8, 64, smem_bytes, 108544);
+MSA_SM100_PIN(FwdLayout, kFP8, 64, smem_bytes, 117760);
+MSA_SM100_PIN(FwdLayout, kFP8, 128, smem_bytes, 117760);
+MSA_SM100_PIN(FwdLayout, kFP8, 256, smem_bytes, 117760);
+MSA_SM100_PIN(FwdLayout, kBF16FP8, 64, smem_bytes, 117760);
 MSA_SM100_PIN(FwdLayout, kBF16FP8, 128, smem_bytes, 149504);
 MSA_SM100_PIN(FwdLayout, kBF16FP8, 256, smem_bytes, 230488);
-MSA_SM100_PIN(FwdLayout, kNVFP4, 64, smem_bytes, 104448);
+MSA_SM100_PIN(FwdLayout, kNVFP4, 64, smem_bytes, 117760);
 MSA_SM100_PIN(FwdLayout, kNVFP4, 128, smem_bytes, 141312);
 MSA_SM100_PIN(FwdLayout, kNVFP4, 256, smem_bytes, 214104);
 MSA_SM100_PIN(FwdLayout, kBF16, 64, tmem_cols, 512);
+MSA_SM100_PIN(FwdLayout, kFP8, 64, map_bytes, 51200);
+MSA_SM100_PIN(FwdLayout, kBF16, 128, map_bytes, 133120);
 MSA_SM100_PIN(FwdLayout, kBF16, 128, slots, 2);
 MSA_SM100_PIN(FwdLayout, kBF16, 128, num_bars, 10);
 MSA_SM100_PIN(FwdLayout, kFP8, 256, slots, 1);
-MSA_SM100_PIN(FwdLayout, kBF16, 128, threads, 320);
-MSA_SM100_PIN(FwdLayout, kNVFP4, 256, threads, 192);
+MSA_SM100_PIN(FwdLayout, kBF16, 128, threads, 288);
+MSA_SM100_PIN(FwdLayout, kNVFP4, 256, threads, 160);
 MSA_SM100_PIN(FwdLayout, kBF16, 256, slots, 1);
 MSA_SM100_PIN(FwdLayout, kBF16, 128, tmem_cols, 512);
 MSA_SM100_PIN(FwdLayout, kBF16, 256, tmem_cols, 512);

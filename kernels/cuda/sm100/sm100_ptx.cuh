@@ -42,17 +42,95 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t byt
 __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
     asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
 }
-// Block until the phase of the given parity has completed.
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+// Whether the phase of the given parity has completed. mbar_try may
+// suspend the thread for a bounded, system-dependent time while the phase
+// is incomplete (the wait loop); mbar_test returns at once (the MMA
+// issuer's poll of two barriers, where a suspension on one would delay the
+// other).
+__device__ __forceinline__ bool mbar_try(uint32_t bar, uint32_t parity) {
+    uint32_t ok;
     asm volatile(
         "{\n"
         ".reg .pred done;\n"
-        "WAIT_%=:\n"
-        "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT_%=;\n"
-        "}\n" ::"r"(bar),
-        "r"(parity)
+        "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 done, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, done;\n"
+        "}\n"
+        : "=r"(ok)
+        : "r"(bar), "r"(parity)
         : "memory");
+    return ok != 0;
+}
+__device__ __forceinline__ bool mbar_test(uint32_t bar, uint32_t parity) {
+    uint32_t ok;
+    asm volatile(
+        "{\n"
+        ".reg .pred done;\n"
+        "mbarrier.test_wait.parity.acquire.cta.shared::cta.b64 done, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, done;\n"
+        "}\n"
+        : "=r"(ok)
+        : "r"(bar), "r"(parity)
+        : "memory");
+    return ok != 0;
+}
+
+// ---- bounded waits ----------------------------------------------------------------
+// Every mbarrier wait of the SM100 kernels is bounded: a phase protocol
+// that is wrong on real hardware must fail the launch, not hang the GPU.
+// A wait that has not seen its phase after kWaitTimeoutNs of the global
+// timer stores its site code in msa_sm100_wait_timeout (readable with a
+// debugger or a core dump: kernel family << 16 | site << 8 | parity) and
+// executes trap, so the launch (and every later call on the context)
+// returns an error to the host instead of never returning. Ten seconds is
+// far above any legitimate wait inside one CTA (each wait covers one TMA
+// tile, one product or one row tile's softmax / epilogue of a neighbour
+// warpgroup: microseconds), and above the compute-preemption time slices a
+// waiting CTA may sit out. The
+// timer is read once every 1024 failed probes, so a wait that succeeds on
+// its first probe costs nothing extra. Tensor memory held by the trapping
+// CTA is not deallocated: the trap makes the context unusable, and the
+// driver reclaims the hardware state when the context is destroyed.
+// Hardware barriers (__syncthreads, bar.sync) cannot be bounded this way;
+// every one of them is reached by all its threads unconditionally.
+constexpr uint64_t kWaitTimeoutNs = 10000000000ull;
+enum WaitKernel : uint32_t { kWaitFwd = 1, kWaitDecode = 2 };
+
+__device__ unsigned int msa_sm100_wait_timeout;
+
+__device__ __forceinline__ uint64_t global_timer_ns() {
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+// Deadline of a wait that has missed its first probes.
+struct WaitClock {
+    uint64_t start = 0;
+    uint32_t probes = 0;
+    // Count one failed probe; on the timeout, record `code` and trap.
+    __device__ __forceinline__ void tick(uint32_t code) {
+        if ((++probes & 1023u) != 0) return;
+        const uint64_t now = global_timer_ns();
+        if (start == 0) {
+            start = now;
+        } else if (now - start > kWaitTimeoutNs) {
+            atomicExch(&msa_sm100_wait_timeout, code);
+            __threadfence_system();
+            asm volatile("trap;");
+        }
+    }
+};
+
+__device__ __forceinline__ uint32_t wait_code(WaitKernel k, uint32_t site, uint32_t parity) {
+    return ((uint32_t)k << 16) | (site << 8) | parity;
+}
+
+// Block until the phase of the given parity has completed; trap after
+// kWaitTimeoutNs (see above). `site` names the barrier in the timeout code.
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity, WaitKernel k, uint32_t site) {
+    if (mbar_try(bar, parity)) return;
+    WaitClock clock;
+    while (!mbar_try(bar, parity)) clock.tick(wait_code(k, site, parity));
 }
 
 // Named barrier `id` (1..15) over `threads` threads (a multiple of 32).

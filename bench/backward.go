@@ -268,7 +268,7 @@ const backwardTermLegend = "Columns: case the float32 training case (T tokens); 
 	"bwd_ms median backward time; bf16_GF, f32_GF and bwd_GF wall-clock GFLOP/s of the BF16 forward, " +
 	"the float32 forward and the float32 backward; b/f32 and b/bf16 the backward's GFLOP/s as a share of " +
 	"each forward's; fwd_2w and bwd_2w the 1-worker time / the 2-worker time; " +
-	"verify the backward's column sums against dO (-verify; \"-\" without it; a failure's detail follows the table); " +
+	"verify two exact sum rules of the gradients (-verify; \"-\" without it; a failure's detail follows the table); " +
 	"noise NOISY when the noise rules flag a pass (the reasons follow the table). " +
 	"Every figure (forward times, GFLOP per CPU-second, the other processes' CPU share, load): " +
 	"backward.csv with -out."

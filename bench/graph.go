@@ -194,7 +194,9 @@ func runGraphGroup(cfg *config, header []string) error {
 		r := &graphResult{c: c}
 		rs = append(rs, r)
 		useGraphBLAS(c.blas)
+		stop := profile(cfg, c.name) // -cpuprofile: the case's runs and eager replays
 		err := runGraphCase(cfg, r, prog)
+		stop()
 		useGraphBLAS("gonum")
 		if err != nil {
 			r.err = err.Error()

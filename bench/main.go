@@ -110,7 +110,7 @@ func parseFlags() (*config, error) {
 	flag.StringVar(&cfg.python, "python", "/usr/bin/python3", "Python interpreter with torch")
 	flag.BoolVar(&cfg.torchBF16, "torch-bf16", true, "also time PyTorch's same sparse/paged work in BF16 (columns tbf16_ms, x_tbf16)")
 	flag.DurationVar(&cfg.torchTimeout, "torch-timeout", 10*time.Minute, "limit for the whole PyTorch run")
-	flag.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of each case's timed op calls (not the baselines) to FILE.<case>")
+	flag.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of each case's timed op calls (not the baselines; graph cases: their runs and eager replays) to FILE.<case>")
 	flag.Float64Var(&cfg.maxKVGiB, "max-kv-gib", 2, "skip cases whose K+V storage exceeds this many GiB")
 	flag.StringVar(&cfg.device, "device", "cpu", "cpu, or cuda: time prefill, NVFP4 and decode on GPU 0 (a binary built with -tags cuda; bench/README.md, GPU mode)")
 	registerSoakFlags()

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# OpenBLAS check: the bench's -tags openblas variant (gonum's netlib cgo
-# binding to the system's OpenBLAS, bench/blas_openblas.go). Installs
+# OpenBLAS check: the -tags openblas variant of kernels/blas and the bench
+# (blas.OpenBLAS: gonum's netlib cgo binding to the system's OpenBLAS). Installs
 # libopenblas-dev from the Debian packages when the linker cannot find
 # -lopenblas, vets and tests the tagged build, and runs the tiny graph
 # group on the three BLAS side by side (gonum, msa, openblas).
@@ -21,9 +21,10 @@ if ! links; then
   links || { echo "openblas: FAIL: -lopenblas still does not link after installing libopenblas-dev"; exit 1; }
 fi
 
-echo "--- go vet -tags openblas ./bench"
-CGO_ENABLED=1 go vet -tags openblas ./bench
-echo "--- go test -tags openblas ./bench -run 'OpenBLAS|GraphSuiteBLAS|TableWidth'"
-CGO_ENABLED=1 go test -count=1 -tags openblas ./bench -run 'OpenBLAS|GraphSuiteBLAS|TableWidth'
+echo "--- go vet -tags openblas ./kernels/blas ./bench"
+CGO_ENABLED=1 go vet -tags openblas ./kernels/blas ./bench
+echo "--- go test -tags openblas ./kernels/blas; ./bench -run 'GraphSuiteBLAS|TableWidth'"
+CGO_ENABLED=1 go test -count=1 -tags openblas ./kernels/blas
+CGO_ENABLED=1 go test -count=1 -tags openblas ./bench -run 'GraphSuiteBLAS|TableWidth'
 echo "--- go run -tags openblas ./bench -tiny -cases graph -graph-machines tape -graph-blas gonum,msa,openblas"
 CGO_ENABLED=1 go run -tags openblas ./bench -tiny -cases graph -graph-machines tape -graph-blas gonum,msa,openblas -torch off

@@ -126,8 +126,8 @@ func graphSuite(cfg *config) ([]graphCase, error) {
 		switch b = strings.TrimSpace(b); b {
 		case "gonum", "msa":
 		case "openblas":
-			if _, err := openBLAS(); err != nil {
-				return nil, err
+			if _, err := msablas.OpenBLAS(); err != nil {
+				return nil, fmt.Errorf("-graph-blas openblas: %w", err)
 			}
 		default:
 			return nil, fmt.Errorf("-graph-blas: unknown BLAS %q (want gonum, msa, openblas)", b)
@@ -171,7 +171,7 @@ func useGraphBLAS(name string) {
 	case "msa":
 		G.Use(msablas.New())
 	case "openblas":
-		if b, err := openBLAS(); err == nil {
+		if b, err := msablas.OpenBLAS(); err == nil {
 			G.Use(b)
 		}
 	default:

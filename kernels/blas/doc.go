@@ -18,6 +18,11 @@
 //
 //	gorgonia.Use(blas.New())
 //
+// Built with -tags openblas (cgo, OpenBLAS's development files), OpenBLAS
+// returns gonum's netlib binding to the system's OpenBLAS instead, for
+// gorgonia.Use the same way; without the tag it returns ErrNoOpenBLAS.
+// docs/performance.md ("Whole graphs") compares the three.
+//
 // Invalid arguments panic with Gonum's messages, as the blas.Float32
 // interface prescribes (it has no error results).
 package blas

@@ -26,7 +26,7 @@ var (
 	graphContexts = flag.String("graph-contexts", "", "graph group: decode contexts (default 4k,16k; 4k with -quick, 1000 with -tiny; full size: 4k,16k,64k)")
 	graphModel    = flag.Int("graph-model", 0, "graph group: d_model (default 1024; 256 with -quick and -tiny; full size: 2048)")
 	graphLayers   = flag.Int("graph-layers", 4, "graph group: decode layers")
-	graphBLAS     = flag.String("graph-blas", "gonum", "graph group: BLAS of Gorgonia's matmuls, a list of gonum (Gorgonia's default, pure Go), msa (kernels/blas, the SIMD GEMM tiles) and openblas (gonum's netlib binding to OpenBLAS; -tags openblas); cases on msa end in -msablas, on openblas in -openblas")
+	graphBLAS     = flag.String("graph-blas", "gonum,msa", "graph group: BLAS of Gorgonia's matmuls, a list of gonum (Gorgonia's default, pure Go), msa (kernels/blas, the SIMD GEMM tiles, the recommended default) and openblas (gonum's netlib binding to OpenBLAS; -tags openblas); cases on msa end in -msablas, on openblas in -openblas")
 	graphMachines = flag.String("graph-machines", "tape,lisp", "graph group: machines for the prefill layer (tape, lisp); decode always runs in a TapeMachine")
 )
 

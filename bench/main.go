@@ -395,9 +395,11 @@ func main() {
 		r.derive(cal)
 	}
 	header = append(header, torchStatus)
-	fmt.Println(torchStatus)
-	fmt.Println()
-	printTable(os.Stdout, rs)
+	if len(rs) > 0 { // -cases with only the graph or backward group: no table of their own here
+		fmt.Println(torchStatus)
+		fmt.Println()
+		printTable(os.Stdout, rs)
+	}
 	fmt.Printf("\nwall time %.1f s, load average %s at the end\n", time.Since(wall).Seconds(), loadAvg())
 	if cfg.out != "" {
 		if err := writeOutputs(cfg.out, mi, cal, header, rs); err != nil {

@@ -7,6 +7,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+if ! command -v cc >/dev/null; then
+  echo "openblas: FAIL: no C compiler (cc): cgo and this check need one"
+  exit 1
+fi
 links() { echo 'int main(void){return 0;}' | cc -x c - -lopenblas -o /dev/null 2>/dev/null; }
 if ! links; then
   echo "--- installing OpenBLAS (libopenblas-dev)"

@@ -334,7 +334,7 @@ func main() {
 		fmt.Sprintf("kernel tier: %s (supported: %s)", mi.tier, strings.Join(tile.Tiers(), ", ")),
 	}
 	for _, h := range header {
-		fmt.Println(h)
+		printWrapped(os.Stdout, h, "  ")
 	}
 	cal, err := calibrate(cfg)
 	if err != nil {
@@ -355,7 +355,7 @@ func main() {
 		fmt.Sprintf("read bandwidth (%d goroutines over a %d MiB buffer, best of 5): %.1f GB/s (uint64 sum %.1f, bytes.IndexByte scan %.1f)",
 			cfg.workers, cal.bwBytes>>20, cal.bw, cal.bwSum, cal.bwScan))
 	for _, h := range calLines {
-		fmt.Println(h)
+		printWrapped(os.Stdout, h, "  ")
 	}
 	header = append(header, calLines...)
 

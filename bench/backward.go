@@ -2,11 +2,13 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/sparseattn/msa/kernels/lowp"
@@ -101,6 +103,12 @@ func runBackwardGroup(cfg *config) error {
 		debug.FreeOSMemory()
 	}
 	printBackwardTable(os.Stdout, cfg, rows)
+	if cfg.out != "" {
+		if err := writeBackwardCSV(cfg.out, rows); err != nil {
+			return err
+		}
+		fmt.Printf("wrote %s/backward.csv\n", cfg.out)
+	}
 	if failed {
 		return fmt.Errorf("a backward case failed")
 	}
@@ -205,57 +213,134 @@ func verifyBackward(res *op.Result, dO *tensor.Dense, gr *op.Gradients) string {
 
 func abs(x float64) float64 { return max(x, -x) }
 
-// printBackwardTable prints the group's table: GFLOP/s of each pass, the
-// backward's ratio to both forwards and the 2-worker scaling.
-func printBackwardTable(w *os.File, cfg *config, rows []*backwardRow) {
-	fmt.Fprintf(w, "\nbackward group: float32 training path, Hq 16, Hkv 1, D 128, causal, topK %d, blk_kv 128; median times; backward flops = 2.5 x forward\n", cfg.topK)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "case\tworkers\tfwd bf16 ms\tGFLOP/s\tfwd f32 ms\tGFLOP/s\tbwd ms\tGFLOP/s\tbwd/fwd f32\tbwd/fwd bf16\tscaling fwd f32\tscaling bwd\tfwd bf16 GFLOP/CPU-s\tfwd f32 GFLOP/CPU-s\tbwd GFLOP/CPU-s\tbwd/fwd f32 per CPU-s\tbwd/fwd bf16 per CPU-s\tverify\tothers CPU\tload\tnoise\t")
-	gf := func(flops float64, d time.Duration) float64 {
-		if d <= 0 {
+// backwardFigures is one row's derived figures: GFLOP/s wall-clock and
+// per CPU-second of each pass, the backward's ratios and the 2-worker
+// scaling ("-" on one worker).
+type backwardFigures struct {
+	gfBF16, gfF32, gfBwd    float64 // wall-clock GFLOP/s
+	cpuBF16, cpuF32, cpuBwd float64 // GFLOP per CPU-second (0: unknown)
+	bwdF32, bwdBF16         float64 // backward / forward GFLOP/s, %
+	scaleFwd, scaleBwd      string  // 1-worker time / this row's
+}
+
+// figures derives a row's figures; one maps a case to its 1-worker row.
+func (r *backwardRow) figures(one map[string]*backwardRow) backwardFigures {
+	rate := func(flops, sec float64) float64 { // 0 where the time is unknown
+		if sec <= 0 {
 			return 0
 		}
-		return flops / d.Seconds() / 1e9
+		return flops / sec / 1e9
 	}
+	f := backwardFigures{gfBF16: rate(r.flops, r.fwdBF16.Seconds()), gfF32: rate(r.flops, r.fwdF32.Seconds()),
+		gfBwd: rate(2.5*r.flops, r.bwd.Seconds()), cpuBF16: rate(r.flops, r.cpuBF16), cpuF32: rate(r.flops, r.cpuF32),
+		cpuBwd: rate(2.5*r.flops, r.cpuBwd), scaleFwd: "-", scaleBwd: "-"}
+	if f.gfF32 > 0 {
+		f.bwdF32 = 100 * f.gfBwd / f.gfF32
+	}
+	if f.gfBF16 > 0 {
+		f.bwdBF16 = 100 * f.gfBwd / f.gfBF16
+	}
+	if o := one[r.name]; o != nil && r.workers > 1 && o.err == nil && r.fwdF32 > 0 && r.bwd > 0 {
+		f.scaleFwd = fmt.Sprintf("%.2fx", o.fwdF32.Seconds()/r.fwdF32.Seconds())
+		f.scaleBwd = fmt.Sprintf("%.2fx", o.bwd.Seconds()/r.bwd.Seconds())
+	}
+	return f
+}
+
+// oneWorker maps each case to its 1-worker row.
+func oneWorker(rows []*backwardRow) map[string]*backwardRow {
 	one := map[string]*backwardRow{}
 	for _, r := range rows {
 		if r.workers == 1 {
 			one[r.name] = r
 		}
 	}
+	return one
+}
+
+// backwardTermHeader is the terminal table's columns; backward.csv
+// (backwardCSVHeader) has every figure.
+var backwardTermHeader = []string{"case", "w", "bwd_ms", "bf16_GF", "f32_GF", "bwd_GF", "b/f32", "b/bf16", "fwd_2w", "bwd_2w",
+	"verify", "noise"}
+
+// backwardTermLegend explains every column of backwardTermHeader.
+const backwardTermLegend = "Columns: case the float32 training case (T tokens); w workers; " +
+	"bwd_ms median backward time; bf16_GF, f32_GF and bwd_GF wall-clock GFLOP/s of the BF16 forward, " +
+	"the float32 forward and the float32 backward; b/f32 and b/bf16 the backward's GFLOP/s as a share of " +
+	"each forward's; fwd_2w and bwd_2w the 1-worker time / the 2-worker time; " +
+	"verify two exact sum rules of the gradients (-verify; \"-\" without it; a failure's detail follows the table); " +
+	"noise NOISY when the noise rules flag a pass (the reasons follow the table). " +
+	"Every figure (forward times, GFLOP per CPU-second, the other processes' CPU share, load): " +
+	"backward.csv with -out."
+
+// printBackwardTable prints the group's table within termWidth columns:
+// GFLOP/s of each pass, the backward's ratio to both forwards and the
+// 2-worker scaling, then the legend and the rows' failure and noise
+// details.
+func printBackwardTable(w io.Writer, cfg *config, rows []*backwardRow) {
+	fmt.Fprintln(w)
+	printWrapped(w, fmt.Sprintf("backward group: float32 training path, Hq 16, Hkv 1, D 128, causal, topK %d, blk_kv 128; "+
+		"median times; backward flops = 2.5 x forward", cfg.topK), "")
+	one := oneWorker(rows)
+	table := [][]string{backwardTermHeader}
+	var details []string
 	for _, r := range rows {
 		if r.err != nil {
-			fmt.Fprintf(tw, "%s\t%d\terror: %v\t\t\t\t\t\t\t\t\t\t\t\t\n", r.name, r.workers, r.err)
+			table = append(table, []string{r.name, strconv.Itoa(r.workers), "error", "", "", "", "", "", "", "", "", ""})
+			details = append(details, fmt.Sprintf("%s workers %d: error: %v", r.name, r.workers, r.err))
 			continue
 		}
-		fb, ff, bw := gf(r.flops, r.fwdBF16), gf(r.flops, r.fwdF32), gf(2.5*r.flops, r.bwd)
-		sf, sb := "-", "-"
-		if o := one[r.name]; o != nil && r.workers > 1 && o.err == nil {
-			sf = fmt.Sprintf("%.2fx", o.fwdF32.Seconds()/r.fwdF32.Seconds())
-			sb = fmt.Sprintf("%.2fx", o.bwd.Seconds()/r.bwd.Seconds())
+		f := r.figures(one)
+		verify, noise := verifyCell(r.verify), backwardNoise(r)
+		if strings.HasPrefix(verify, "FAIL") {
+			details = append(details, fmt.Sprintf("%s workers %d: verify %s", r.name, r.workers, verify))
+			verify = "FAIL"
 		}
-		others := "?"
-		if r.load.ok {
-			others = pct(100*r.load.others) + "%"
+		if noise != "ok" {
+			details = append(details, fmt.Sprintf("%s workers %d: %s", r.name, r.workers, noise))
+			noise = "NOISY"
 		}
-		perCPU := func(flops, sec float64) float64 {
-			if sec <= 0 {
-				return 0
-			}
-			return flops / sec / 1e9
-		}
-		pb, pf, pw := perCPU(r.flops, r.cpuBF16), perCPU(r.flops, r.cpuF32), perCPU(2.5*r.flops, r.cpuBwd)
-		share := func(a, b float64) float64 { // 0 where the CPU time is unknown
-			if b <= 0 {
-				return 0
-			}
-			return 100 * a / b
-		}
-		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.0f%%\t%.0f%%\t%s\t%s\t%.1f\t%.1f\t%.1f\t%.0f%%\t%.0f%%\t%s\t%s\t%.1f->%.1f\t%s\t\n",
-			r.name, r.workers, ms(r.fwdBF16), fb, ms(r.fwdF32), ff, ms(r.bwd), bw, 100*bw/ff, 100*bw/fb, sf, sb,
-			pb, pf, pw, share(pw, pf), share(pw, pb), verifyCell(r.verify), others, r.load.loadStart, r.load.loadEnd, backwardNoise(r))
+		table = append(table, []string{r.name, strconv.Itoa(r.workers), f1(ms(r.bwd)), f1(f.gfBF16), f1(f.gfF32), f1(f.gfBwd),
+			fmt.Sprintf("%.0f%%", f.bwdF32), fmt.Sprintf("%.0f%%", f.bwdBF16), f.scaleFwd, f.scaleBwd, verify, noise})
 	}
-	tw.Flush()
+	alignRows(w, table, "")
+	for _, d := range details {
+		printWrapped(w, d, "  ")
+	}
+	fmt.Fprintln(w)
+	printWrapped(w, backwardTermLegend, "")
+}
+
+// backwardCSVHeader is backward.csv's columns: every figure of a row.
+var backwardCSVHeader = []string{"case", "workers", "fwd_bf16_ms", "fwd_f32_ms", "bwd_ms", "reps_bf16", "reps_f32", "reps_bwd",
+	"fwd_bf16_gflops", "fwd_f32_gflops", "bwd_gflops", "bwd_over_fwd_f32_pct", "bwd_over_fwd_bf16_pct", "scaling_fwd_f32",
+	"scaling_bwd", "fwd_bf16_gflop_per_cpu_s", "fwd_f32_gflop_per_cpu_s", "bwd_gflop_per_cpu_s", "others_cpu_pct",
+	"load", "verify", "noise", "error"}
+
+// writeBackwardCSV writes dir/backward.csv: every figure of every row.
+func writeBackwardCSV(dir string, rows []*backwardRow) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	one := oneWorker(rows)
+	out := [][]string{backwardCSVHeader}
+	for _, r := range rows {
+		if r.err != nil {
+			out = append(out, append([]string{r.name, strconv.Itoa(r.workers)}, make([]string, len(backwardCSVHeader)-3)...))
+			out[len(out)-1] = append(out[len(out)-1], r.err.Error())
+			continue
+		}
+		f := r.figures(one)
+		others := ""
+		if r.load.ok {
+			others = num(100 * r.load.others)
+		}
+		out = append(out, []string{r.name, strconv.Itoa(r.workers), num(ms(r.fwdBF16)), num(ms(r.fwdF32)), num(ms(r.bwd)),
+			strconv.Itoa(r.repsBF16), strconv.Itoa(r.repsF32), strconv.Itoa(r.rB), num(f.gfBF16), num(f.gfF32), num(f.gfBwd),
+			num(f.bwdF32), num(f.bwdBF16), f.scaleFwd, f.scaleBwd, num(f.cpuBF16), num(f.cpuF32), num(f.cpuBwd), others,
+			fmt.Sprintf("%.2f-%.2f", r.load.loadStart, r.load.loadEnd), r.verify, backwardNoise(r), ""})
+	}
+	return writeCSVRows(filepath.Join(dir, "backward.csv"), out)
 }
 
 // backwardNoise is the noise column: "ok", or NOISY with the reasons of

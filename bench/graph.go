@@ -26,7 +26,7 @@ var (
 	graphContexts = flag.String("graph-contexts", "", "graph group: decode contexts (default 4k,16k; 4k with -quick, 1000 with -tiny; full size: 4k,16k,64k)")
 	graphModel    = flag.Int("graph-model", 0, "graph group: d_model (default 1024; 256 with -quick and -tiny; full size: 2048)")
 	graphLayers   = flag.Int("graph-layers", 4, "graph group: decode layers")
-	graphBLAS     = flag.String("graph-blas", "gonum", "graph group: BLAS of Gorgonia's matmuls, a list of gonum (Gorgonia's default, pure Go) and msa (kernels/blas, the SIMD GEMM tiles); cases on msa end in -msablas")
+	graphBLAS     = flag.String("graph-blas", "gonum,msa", "graph group: BLAS of Gorgonia's matmuls, a list of gonum (Gorgonia's default, pure Go), msa (kernels/blas, the SIMD GEMM tiles, the recommended default) and openblas (gonum's netlib binding to OpenBLAS; -tags openblas); cases on msa end in -msablas, on openblas in -openblas")
 	graphMachines = flag.String("graph-machines", "tape,lisp", "graph group: machines for the prefill layer (tape, lisp); decode always runs in a TapeMachine")
 )
 
@@ -42,7 +42,7 @@ type graphCase struct {
 	topK    int
 	blk     int
 	page    int
-	blas    string // "gonum" or "msa" (-graph-blas)
+	blas    string // "gonum", "msa" or "openblas" (-graph-blas)
 }
 
 // tokens is the number of tokens one run processes.
@@ -123,8 +123,14 @@ func graphSuite(cfg *config) ([]graphCase, error) {
 	}
 	var blases []string
 	for _, b := range strings.Split(*graphBLAS, ",") {
-		if b != "gonum" && b != "msa" {
-			return nil, fmt.Errorf("-graph-blas: unknown BLAS %q (want gonum, msa)", b)
+		switch b = strings.TrimSpace(b); b {
+		case "gonum", "msa":
+		case "openblas":
+			if _, err := msablas.OpenBLAS(); err != nil {
+				return nil, fmt.Errorf("-graph-blas openblas: %w", err)
+			}
+		default:
+			return nil, fmt.Errorf("-graph-blas: unknown BLAS %q (want gonum, msa, openblas)", b)
 		}
 		blases = append(blases, b)
 	}
@@ -146,8 +152,11 @@ func graphSuite(cfg *config) ([]graphCase, error) {
 	for _, b := range blases {
 		for _, c := range cs {
 			c.blas = b
-			if b == "msa" {
+			switch b {
+			case "msa":
 				c.name += "-msablas"
+			case "openblas":
+				c.name += "-openblas"
 			}
 			all = append(all, c)
 		}
@@ -155,13 +164,19 @@ func graphSuite(cfg *config) ([]graphCase, error) {
 	return all, nil
 }
 
-// useGraphBLAS makes name (gonum or msa) the BLAS of Gorgonia and tensor.
+// useGraphBLAS makes name (gonum, msa or openblas, checked by graphSuite)
+// the BLAS of Gorgonia and tensor.
 func useGraphBLAS(name string) {
-	if name == "msa" {
+	switch name {
+	case "msa":
 		G.Use(msablas.New())
-		return
+	case "openblas":
+		if b, err := msablas.OpenBLAS(); err == nil {
+			G.Use(b)
+		}
+	default:
+		G.Use(gonum.Implementation{})
 	}
-	G.Use(gonum.Implementation{})
 }
 
 // runGraphGroup runs the graph cases, prints their table and per-kind
@@ -179,7 +194,9 @@ func runGraphGroup(cfg *config, header []string) error {
 		r := &graphResult{c: c}
 		rs = append(rs, r)
 		useGraphBLAS(c.blas)
+		stop := profile(cfg, c.name) // -cpuprofile: the case's runs and eager replays
 		err := runGraphCase(cfg, r, prog)
+		stop()
 		useGraphBLAS("gonum")
 		if err != nil {
 			r.err = err.Error()

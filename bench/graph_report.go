@@ -93,28 +93,79 @@ func alignRows(w io.Writer, rows [][]string, indent string) {
 	}
 }
 
-// printGraphTable writes the graph table, then each case's breakdown.
+// graphTermHeader is the terminal table's columns: the ones a reader
+// compares at a glance, within termWidth columns. graph.csv and graph.md
+// keep every column (graphHeader, graphCSVHeader).
+var graphTermHeader = []string{"case", "tok/s", "ms/run", "eager_ms", "ovh", "allocs", "MB", "RSS_GB", "noise"}
+
+// graphTermLegend explains every column of graphTermHeader.
+const graphTermLegend = "Columns: case the graph case (-msablas and -openblas: Gorgonia's matmuls on that BLAS); " +
+	"tok/s tokens per second (prefill: T / ms/run; decode: batch / ms/run); " +
+	"ms/run median RunAll time (decode: one step of all layers); " +
+	"eager_ms the same nodes' ops called one after another outside the machine on that run's inputs " +
+	"(median of these replays); ovh median over the runs of run time / its replay; " +
+	"allocs and MB allocations and megabytes per run (decode: per step), Let and Reset included; " +
+	"RSS_GB the process's peak resident set over the case (VmHWM); " +
+	"noise NOISY when the noise rules (bench/README.md, \"Noise\") flag the RunAll times or the load " +
+	"(the reasons follow the case's breakdown). " +
+	"Every column (min-max, runs, start RSS, setup, load): graph.csv and graph.md with -out."
+
+// termCells is a case's row of the terminal table.
+func (r *graphResult) termCells() []string {
+	if r.err != "" {
+		return []string{r.c.name, "error", "", "", "", "", "", "", ""}
+	}
+	tps := 0.0
+	if s := r.med.Seconds(); s > 0 {
+		tps = float64(r.c.tokens()) / s
+	}
+	noise := "ok"
+	if r.noisy != "" {
+		noise = "NOISY"
+	}
+	return []string{r.c.name, f1(tps), f1(ms(r.med)), f1(ms(r.eagerMed)), fmt.Sprintf("%.2f", r.overhead),
+		f1(r.allocs), f1(r.bytes / 1e6), fmt.Sprintf("%.2f", r.peakRSS/1e9), noise}
+}
+
+// printWrapped writes text wrapped to termWidth columns, continuation
+// lines indented by indent.
+func printWrapped(w io.Writer, text, indent string) {
+	for i, l := range wrap(text, termWidth-len(indent)) {
+		if i > 0 {
+			l = indent + l
+		}
+		fmt.Fprintln(w, l)
+	}
+}
+
+// printGraphTable writes the graph table, then each case's breakdown and
+// the legend, every line within termWidth columns.
 func printGraphTable(w io.Writer, rs []*graphResult) {
 	fmt.Fprintln(w, "Graph cases (Gorgonia graphs with the ops; every run profiled node by node):")
-	rows := [][]string{graphHeader}
+	rows := [][]string{graphTermHeader}
 	for _, r := range rs {
-		rows = append(rows, r.cells())
+		rows = append(rows, r.termCells())
 	}
 	alignRows(w, rows, "")
 	for _, r := range rs {
+		fmt.Fprintln(w)
 		if r.err != "" {
-			fmt.Fprintf(w, "\n%s: ERROR: %s\n", r.c.name, r.err)
+			printWrapped(w, fmt.Sprintf("%s: ERROR: %s", r.c.name, r.err), "  ")
 			continue
 		}
-		fmt.Fprintf(w, "\n%s: %s; %s; per run, by op kind (nodes cover %.1f%% of RunAll):\n", r.c.name, r.describe(),
-			r.noiseNote, 100*float64(r.attrib)/float64(max(r.attrib+r.unattributed, 1)))
+		head := fmt.Sprintf("%s: %s; %s", r.c.name, r.describe(), r.noiseNote)
+		if r.noisy != "" {
+			head += "; NOISY: " + r.noisy
+		}
+		printWrapped(w, fmt.Sprintf("%s; per run, by op kind (nodes cover %.1f%% of RunAll):", head,
+			100*float64(r.attrib)/float64(max(r.attrib+r.unattributed, 1))), "  ")
 		alignRows(w, append([][]string{kindHeader}, r.kindRows()...), "  ")
 	}
-	fmt.Fprintln(w, "\nms/run: median RunAll time (decode: one step of all layers); min-max over the runs. eager_ms: after every run, the same")
-	fmt.Fprintln(w, "nodes' ops are called one after another outside the machine on that run's inputs (median of these replays); overhead:")
-	fmt.Fprintln(w, "median over the runs of run time / its replay. allocs and MB per run (decode: per step) include Let and Reset. peak RSS:")
-	fmt.Fprintln(w, "the process's VmHWM over the case (in parentheses its RSS at the start: the benchmark's own buffers). noisy: the")
-	fmt.Fprintln(w, "benchmark's noise rules (bench/README.md, \"Noise\") on the RunAll times and the machine's load around the case.")
+	fmt.Fprintln(w)
+	printWrapped(w, graphTermLegend, "")
+	printWrapped(w, "Breakdown: kind the op kind of the nodes; nodes how many; graph_ms their time per run "+
+		"inside the machine; share of the run; eager_ms the same ops' replay; (machine: between nodes) the "+
+		"RunAll time no node accounts for.", "")
 }
 
 // describe states a case's shape.

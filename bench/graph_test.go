@@ -1,9 +1,12 @@
 package main
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
+
+	msablas "github.com/sparseattn/msa/kernels/blas"
 )
 
 // graphTestConfig is a minimal configuration for running graph cases in
@@ -100,8 +103,19 @@ func TestGraphSuiteBLAS(t *testing.T) {
 	if msa == 0 || 2*msa != len(cs) {
 		t.Errorf("%d cases, %d on msa: want half", len(cs), msa)
 	}
-	*graphBLAS = "openblas"
-	if _, err := graphSuite(cfg); err == nil || !strings.Contains(err.Error(), `-graph-blas: unknown BLAS "openblas"`) {
+	*graphBLAS = "mkl"
+	if _, err := graphSuite(cfg); err == nil || !strings.Contains(err.Error(), `-graph-blas: unknown BLAS "mkl"`) {
 		t.Errorf("unknown BLAS: error %v", err)
+	}
+	*graphBLAS = "gonum,openblas"
+	cs, err = graphSuite(cfg)
+	if _, noLib := msablas.OpenBLAS(); noLib != nil {
+		if !errors.Is(err, msablas.ErrNoOpenBLAS) || !strings.Contains(err.Error(), "-graph-blas openblas: ") {
+			t.Errorf("openblas in a build without it: error %v, want -graph-blas openblas: %v", err, noLib)
+		}
+		return
+	}
+	if err != nil || !strings.HasSuffix(cs[len(cs)-1].name, "-openblas") {
+		t.Errorf("openblas: error %v, last case %v", err, cs)
 	}
 }

@@ -110,7 +110,7 @@ func parseFlags() (*config, error) {
 	flag.StringVar(&cfg.python, "python", "/usr/bin/python3", "Python interpreter with torch")
 	flag.BoolVar(&cfg.torchBF16, "torch-bf16", true, "also time PyTorch's same sparse/paged work in BF16 (columns tbf16_ms, x_tbf16)")
 	flag.DurationVar(&cfg.torchTimeout, "torch-timeout", 10*time.Minute, "limit for the whole PyTorch run")
-	flag.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of each case's timed op calls (not the baselines) to FILE.<case>")
+	flag.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of each case's timed op calls (not the baselines; graph cases: their runs and eager replays) to FILE.<case>")
 	flag.Float64Var(&cfg.maxKVGiB, "max-kv-gib", 2, "skip cases whose K+V storage exceeds this many GiB")
 	flag.StringVar(&cfg.device, "device", "cpu", "cpu, or cuda: time prefill, NVFP4 and decode on GPU 0 (a binary built with -tags cuda; bench/README.md, GPU mode)")
 	registerSoakFlags()
@@ -334,7 +334,7 @@ func main() {
 		fmt.Sprintf("kernel tier: %s (supported: %s)", mi.tier, strings.Join(tile.Tiers(), ", ")),
 	}
 	for _, h := range header {
-		fmt.Println(h)
+		printWrapped(os.Stdout, h, "  ")
 	}
 	cal, err := calibrate(cfg)
 	if err != nil {
@@ -355,7 +355,7 @@ func main() {
 		fmt.Sprintf("read bandwidth (%d goroutines over a %d MiB buffer, best of 5): %.1f GB/s (uint64 sum %.1f, bytes.IndexByte scan %.1f)",
 			cfg.workers, cal.bwBytes>>20, cal.bw, cal.bwSum, cal.bwScan))
 	for _, h := range calLines {
-		fmt.Println(h)
+		printWrapped(os.Stdout, h, "  ")
 	}
 	header = append(header, calLines...)
 
@@ -395,9 +395,11 @@ func main() {
 		r.derive(cal)
 	}
 	header = append(header, torchStatus)
-	fmt.Println(torchStatus)
-	fmt.Println()
-	printTable(os.Stdout, rs)
+	if len(rs) > 0 { // -cases with only the graph or backward group: no table of their own here
+		fmt.Println(torchStatus)
+		fmt.Println()
+		printTable(os.Stdout, rs)
+	}
 	fmt.Printf("\nwall time %.1f s, load average %s at the end\n", time.Since(wall).Seconds(), loadAvg())
 	if cfg.out != "" {
 		if err := writeOutputs(cfg.out, mi, cal, header, rs); err != nil {

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# OpenBLAS check: the -tags openblas variant of kernels/blas and the bench
+# (blas.OpenBLAS: gonum's netlib cgo binding to the system's OpenBLAS). Installs
+# libopenblas-dev from the Debian packages when the linker cannot find
+# -lopenblas, vets and tests the tagged build, and runs the tiny graph
+# group on the three BLAS side by side (gonum, msa, openblas).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v cc >/dev/null; then
+  echo "openblas: FAIL: no C compiler (cc): cgo and this check need one"
+  exit 1
+fi
+links() { echo 'int main(void){return 0;}' | cc -x c - -lopenblas -o /dev/null 2>/dev/null; }
+if ! links; then
+  echo "--- installing OpenBLAS (libopenblas-dev)"
+  sudo=""
+  if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+  if ! command -v apt-get >/dev/null; then
+    echo "openblas: FAIL: -lopenblas does not link and this is not a Debian/Ubuntu machine: install OpenBLAS's development files"
+    exit 1
+  fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq libopenblas-dev >/dev/null
+  links || { echo "openblas: FAIL: -lopenblas still does not link after installing libopenblas-dev"; exit 1; }
+fi
+
+echo "--- go vet -tags openblas ./kernels/blas ./bench"
+CGO_ENABLED=1 go vet -tags openblas ./kernels/blas ./bench
+echo "--- go test -tags openblas ./kernels/blas; ./bench -run 'GraphSuiteBLAS|TableWidth'"
+CGO_ENABLED=1 go test -count=1 -tags openblas ./kernels/blas
+CGO_ENABLED=1 go test -count=1 -tags openblas ./bench -run 'GraphSuiteBLAS|TableWidth'
+echo "--- go run -tags openblas ./bench -tiny -cases graph -graph-machines tape -graph-blas gonum,msa,openblas"
+CGO_ENABLED=1 go run -tags openblas ./bench -tiny -cases graph -graph-machines tape -graph-blas gonum,msa,openblas -torch off

@@ -122,7 +122,11 @@ var (
 
 // tierCosts maps each tier that weighs the paths to its constants; the
 // generic tier has none, since it has no SIMD lane kernels and auto keeps
-// the KV-major path there without weighing (weighs).
+// the KV-major path there without weighing (weighs): its query-major path,
+// which packs a block for 16 rows with the block kernel, took 1.14x and
+// 1.15x the KV-major CPU time at 128- and 64-key blocks (medians of two
+// runs, random lists, the command above with MSA_CPU_TIER=generic and
+// -benchtime 1x; in docs/results/pathcost/amd-zen4.csv).
 var tierCosts = map[string]*pathCosts{
 	"avx2":       &avx2Costs,
 	"avx512":     &avx512Costs,

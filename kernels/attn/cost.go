@@ -22,8 +22,10 @@ import (
 //   - Query-major: each (query tile, KV head) visits every block in the
 //     union of its tokens' selections, and the lane kernels compute all 16
 //     lanes of a group (the tile's rows rounded up to 16) for every key of
-//     it, whether a row's token selected the block or not. With qpk >= 16 a
-//     tile is one token: the union is the token's own selection and no lane
+//     it, whether a row's token selected the block or not, plus each lane
+//     row's work per block that does not scale with the keys (the block's
+//     set-up and the online softmax's rescale). With qpk >= 16 a tile is
+//     one token: the union is the token's own selection and no lane
 //     is wasted; with fewer heads per KV head a tile spans 16/qpk tokens,
 //     and a block only some of them selected wastes the others' lanes.
 //   - K/V that the lane kernels cannot read in place (NVFP4, and rows of

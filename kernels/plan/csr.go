@@ -165,7 +165,7 @@ type CSRScratch struct {
 
 // ValidateCSRInto is ValidateCSR with its scratch taken from s (nil: a
 // fresh one): the same checks and the same errors, and no allocation once
-// s has held a call of the same total_q, except to format an error.
+// s has held a call of at least this total_q, except to format an error.
 func ValidateCSRInto(s *CSRScratch, c *CSR, totalQ, topK int, cuQ []int32, rows *Rows) error {
 	if c == nil {
 		return fmt.Errorf("plan: k2q CSR is nil")

@@ -22,8 +22,10 @@ import (
 //   - Query-major: each (query tile, KV head) visits every block in the
 //     union of its tokens' selections, and the lane kernels compute all 16
 //     lanes of a group (the tile's rows rounded up to 16) for every key of
-//     it, whether a row's token selected the block or not. With qpk >= 16 a
-//     tile is one token: the union is the token's own selection and no lane
+//     it, whether a row's token selected the block or not, plus each lane
+//     row's work per block that does not scale with the keys (the block's
+//     set-up and the online softmax's rescale). With qpk >= 16 a tile is
+//     one token: the union is the token's own selection and no lane
 //     is wasted; with fewer heads per KV head a tile spans 16/qpk tokens,
 //     and a block only some of them selected wastes the others' lanes.
 //   - K/V that the lane kernels cannot read in place (NVFP4, and rows of
@@ -41,7 +43,7 @@ import (
 // its union that some token may see and n the block size:
 //
 //	kv    = E * qpk * (n * KVKey + KVSlot)
-//	query = U * roundup16(qpk * tokens) * n * QMKey * (Staged if decoded per tile)
+//	query = U * roundup16(qpk * tokens) * (n * QMKey + QMSlot) * (Staged if decoded per tile)
 //
 // and the tile takes the query-major path when query < kv. One call then
 // runs both kinds of work: the query-major tiles first (runQueryMajor),
@@ -56,47 +58,83 @@ import (
 // weighing.
 type pathCosts struct {
 	QMKey  float64 // query-major: one (lane row, key) of the lane kernels
+	QMSlot float64 // query-major: one lane row's work per block that does not scale with its keys
 	KVKey  float64 // KV-major: one (row, key) of the block kernel
 	KVSlot float64 // KV-major: one partial row's store, reload and combine
 	Staged float64 // query-major factor for K/V decoded per tile
 }
 
-// The constants, in units of one (row, key) of the float32 block kernel,
-// come from both paths run end to end on AMD Zen 4 at 8K tokens, 16 query
-// heads on one KV head, D 128 (`go run ./bench -cases prefill,nvfp4 -path
-// query` against `-path kv`, and `go test ./kernels/attn -run '^$' -bench
-// PrefillPaths`):
+// The constants are CPU time in nanoseconds per unit on AMD Zen 4 (AMD
+// EPYC family 25 model 17, 2 workers), fitted per tier to both paths run
+// end to end at 8K tokens, 16 query heads on one KV head (one-token tiles:
+// no lane wasted, U the entries a token sees), D 128, BF16 Q and K/V, topK
+// 16, random and local selections, 128- and 64-key blocks:
 //
-//   - float32 tiers (avx2, avx512): with one-token tiles (U = E, no lane
-//     wasted) and 128-key blocks the query-major path reaches 0.92-1.04 of
-//     the KV-major path's share of the FMA peak end to end (ratios of the
-//     medians, the paths alternated: 0.92
-//     and 0.94 at 2K and 8K tokens with random selections, 1.04 and 0.95
-//     with correlated ones). Its
-//     lane kernels do not make up for the partials it saves: QMKey = 1.05
-//     and KVSlot = 0, so auto keeps the KV-major path on these tiers for
-//     every tile whose tokens see all the blocks they selected, and gives
-//     the query-major path only tiles whose lists name blocks none of
-//     their tokens sees. (In BenchmarkPrefillPaths, whose lists also
-//     select blocks that lie wholly in a query's future, which cost the
-//     KV-major path a partial row each and the query-major path nothing,
-//     the query-major path is 2-9% faster with 128-key blocks and 8-23%
-//     with 64-key blocks.)
-//   - bf16-product tiers (avx512bf16, amxbf16): the block kernel's
-//     products run at about twice the FP32 rate while the lane kernels
-//     stay in float32; the query-major path takes 1.4-2.3x the KV-major
-//     time (KVKey = 0.5).
-//   - Staged: K/V decoded per tile, without the block cache, took 2.2x
-//     the KV-major time on NVFP4 K/V (bench, nvfp4kv-bf16q-8k) and 1.9x
-//     and 3.2x on strided BF16 rows at qpk 4 and 1 with no lane wasted: 2.
-//     Through the block cache NVFP4 K/V at qpk 16 takes 1.00-1.03x the
-//     KV-major CPU time per call, as BF16 K/V read in place does
-//     (0.99-1.01x; BenchmarkPrefillPaths' cpu-ms, random selections, 2
-//     workers, docs/performance.md): QMKey covers it.
+//	MSA_CPU_TIER=<tier> go test ./kernels/attn -run '^$' -benchtime 3x \
+//	    -bench 'PrefillPaths/<tier>$/kv=(?i)bf16/qpk=16/blk=/paged=false/(random|local)/'
+//
+// reading its cpu-ms (process CPU time per call, median of the calls; the
+// host is shared, so CPU time rather than wall time), two alternated runs
+// per tier. The KV-major time is fitted, least squares over the four
+// cases, as 16 * (U * n * KVKey + E * KVSlot) (the keys of the blocks a
+// token sees, a partial row for every entry, seen or not), the
+// query-major time as 16 * U * (n * QMKey + QMSlot); the counts E and U
+// are the benchmark's (its entries and union metrics), and the data,
+// counts and fits are in docs/results/pathcost/amd-zen4.csv. Only the ratio
+// (QMKey + QMSlot/n) / (KVKey + KVSlot/n), the rate of tileChoice, decides.
+// The fits' residuals reach 5% and the two runs of a tier differ by as
+// much: the per-key constants are known to a few percent, the per-row
+// ones (fixed mostly by the difference between the block sizes) to tens of
+// percent, and a rate within 5% of 1 is a tie, where either path costs
+// about the same. One-token tiles that see all their blocks take the
+// query-major path at 64-key blocks on every measured tier (the partial
+// rows the KV-major path writes cost more than the lane kernels' extra
+// time per key) and, at 128-key blocks, the KV-major path on avx512bf16,
+// whose rate is the farthest from a tie. The kernels alone, in cache on
+// one thread (go test ./kernels/tile -run '^$' -benchtime 3000x -bench
+// 'LanesUpdate/tier=(avx2|avx512|avx512bf16)$/path=/m=16/n=128/d=128$',
+// best-GFLOP/s), show the same order on avx512bf16: the bf16-product lane
+// kernels reach 152 GFLOP/s, the float32 ones 112 and the bf16 block
+// kernel 136 with its block load (200 without it).
+//
+// Staged, K/V decoded per tile without the block cache, is a factor on the
+// lane kernels' rate, measured with the float32 lane kernels: 2.2x the
+// KV-major time on NVFP4 K/V (bench, nvfp4kv-bf16q-8k) and 1.9x and 3.2x
+// on strided BF16 rows at qpk 4 and 1 with no lane wasted; through the
+// block cache NVFP4 K/V took the time of BF16 K/V read in place, which the
+// other constants cover.
 var (
-	float32Costs = pathCosts{QMKey: 1.05, KVKey: 1, KVSlot: 0, Staged: 2}
-	bf16Costs    = pathCosts{QMKey: 1.05, KVKey: 0.5, KVSlot: 0, Staged: 2}
+	// avx2: rate 0.93 at 64-key blocks, 1.00 at 128.
+	avx2Costs = pathCosts{QMKey: 5.59, QMSlot: 17.8, KVKey: 5.18, KVSlot: 72.1, Staged: 2}
+	// avx512: rate 0.95 at 64-key blocks, 1.04 at 128.
+	avx512Costs = pathCosts{QMKey: 5.05, QMSlot: 65.5, KVKey: 4.27, KVSlot: 137, Staged: 2}
+	// avx512bf16, whose query-major tiles run the bf16-product lane kernels
+	// (VDPBF16PS, tile.Lanes.SetBF16Products) as its block kernel runs bf16
+	// products: rate 0.97 at 64-key blocks, 1.11 at 128 (with the float32
+	// lane kernels it was 1.66 and 1.77: QMKey 4.48, QMSlot 108).
+	avx512bf16Costs = pathCosts{QMKey: 3.02, QMSlot: 37.5, KVKey: 2.29, KVSlot: 90.4, Staged: 2}
+	// amxbf16 is unmeasured: no CPU with AMX was available. Its constants
+	// are in other units (one (row, key) of the float32 block kernel) and
+	// assume its block kernel's products at twice the float32 rate and its
+	// lane path no faster than the float32 lane kernels: rate 2.1, so auto
+	// keeps the KV-major path for every tile whose tokens see the blocks
+	// they selected.
+	amxbf16Costs = pathCosts{QMKey: 1.05, KVKey: 0.5, KVSlot: 0, Staged: 2}
 )
+
+// tierCosts maps each tier that weighs the paths to its constants; the
+// generic tier has none, since it has no SIMD lane kernels and auto keeps
+// the KV-major path there without weighing (weighs): its query-major path,
+// which packs a block for 16 rows with the block kernel, took 1.14x and
+// 1.15x the KV-major CPU time at 128- and 64-key blocks (medians of two
+// runs, random lists, the command above with MSA_CPU_TIER=generic and
+// -benchtime 1x; in docs/results/pathcost/amd-zen4.csv).
+var tierCosts = map[string]*pathCosts{
+	"avx2":       &avx2Costs,
+	"avx512":     &avx512Costs,
+	"avx512bf16": &avx512bf16Costs,
+	"amxbf16":    &amxbf16Costs,
+}
 
 // weighs reports whether auto weighs the paths on the active tier for p:
 // not where the lane kernels have no SIMD code, where it keeps the
@@ -112,10 +150,16 @@ func activeCosts() *pathCosts {
 	if costsOverride != nil {
 		return costsOverride
 	}
-	if tile.BF16Products() {
-		return &bf16Costs
+	if c, ok := tierCosts[tile.Tier()]; ok {
+		return c
 	}
-	return &float32Costs
+	// The tiers without constants of their own: the emulated bf16 tier
+	// (tests on CPUs without AVX512_BF16) chooses as avx512bf16 does, and
+	// the generic tier, which never weighs (weighs), as avx512.
+	if tile.BF16Products() {
+		return &avx512bf16Costs
+	}
+	return &avx512Costs
 }
 
 // tileChoice is the cost model's verdict on one query tile (one KV head):
@@ -126,7 +170,7 @@ type tileChoice struct {
 	lanes   int     // lane rows the query-major path computes per block
 	qpk     int     // rows the KV-major path computes per entry
 	waste   float64 // (union * lanes) / (entries * qpk): work the lanes add
-	rate    float64 // QMKey * Staged / (KVKey + KVSlot/n): cost per row-key
+	rate    float64 // (QMKey + QMSlot/n) * Staged / (KVKey + KVSlot/n): cost per row-key
 	staged  bool    // the tile would decode K/V per tile (no cache)
 }
 
@@ -135,7 +179,7 @@ type tileChoice struct {
 // of n keys; staged says that its K/V would be decoded per tile.
 func (m *pathCosts) choose(entries, union, tokens, qpk int, n float64, staged bool) tileChoice {
 	c := tileChoice{entries: entries, union: union, lanes: (qpk*tokens + 15) / 16 * 16, qpk: qpk, staged: staged}
-	c.rate = m.QMKey / (m.KVKey + m.KVSlot/n)
+	c.rate = (m.QMKey + m.QMSlot/n) / (m.KVKey + m.KVSlot/n)
 	if staged {
 		c.rate *= m.Staged
 	}

@@ -21,7 +21,9 @@ import (
 // tier's FMA peak (%peak), its wall time (best-ms), the median CPU time of
 // the process per call (cpu-ms, where the platform gives it: on a shared
 // host it counts this process's cycles only), and which paths auto runs
-// (auto-query: 0 KV-major only, 1 query-major only, 0.5 both); on
+// (auto-query: 0 KV-major only, 1 query-major only, 0.5 both), and the
+// cost model's counts summed over the call's tiles (entries, union: the E
+// and U of cost.go, which fits its constants to them); on
 // avx512bf16 also the query-major path on the float32 lane kernels
 // (benchPaths). Run it with -benchtime=3x.
 func BenchmarkPrefillPaths(b *testing.B) {
@@ -40,6 +42,12 @@ func BenchmarkPrefillPaths(b *testing.B) {
 			pr := c.build(b, 1)
 			p := pr.p
 			flops := 4 * float64(p.D*g.qpk) * float64(visiblePairs(pr))
+			// The cost model's counts over the call's tiles (cost.go fits
+			// its constants to them): CSR entries and visible union blocks.
+			var entries, union int
+			for _, x := range tileStats(pr) {
+				entries, union = entries+x[0], union+x[1]
+			}
 			auto := -1.0 // autoShare, run once per case that is benchmarked
 			for _, run := range benchPaths(tn) {
 				path := run.path
@@ -73,6 +81,8 @@ func BenchmarkPrefillPaths(b *testing.B) {
 						b.ReportMetric(float64(cpu[len(cpu)/2].Microseconds())/1e3, "cpu-ms")
 					}
 					b.ReportMetric(auto, "auto-query")
+					b.ReportMetric(float64(entries), "entries")
+					b.ReportMetric(float64(union), "union")
 				})
 			}
 		}

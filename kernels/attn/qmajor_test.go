@@ -541,9 +541,10 @@ func TestQueryMajorNoAllocs(t *testing.T) {
 		t.Fatalf("block table of %d entries exceeds %d bytes", len(ws.sel), qmSelBytes)
 	}
 	// Auto, split between both paths (every tile with a future or
-	// out-of-range entry query-major, the others KV-major).
+	// out-of-range entry query-major, the others KV-major, under lane
+	// kernels slightly dearer than the block kernel and free partial rows).
 	prev := costsOverride
-	costsOverride = &float32Costs
+	costsOverride = &slowLanes
 	defer func() { costsOverride = prev }()
 	useTier(t, "avx512")
 	p.Path = PathAuto
@@ -645,33 +646,76 @@ func TestPrefillPathEnv(t *testing.T) {
 	t.Logf("%d tiers checked in child processes", ran)
 }
 
+// slowLanes are costs for tests whose expectations must not move with the
+// measured constants: lane kernels 5% dearer than the block kernel per
+// (row, key) and no cost but keys on either path (rate 1.05), so a
+// one-token tile takes the query-major path only where some of its
+// entries are blocks its token does not see.
+var slowLanes = pathCosts{QMKey: 1.05, KVKey: 1, Staged: 2}
+
 // TestTileChoiceVerdict checks the model's verdict on single tiles and
 // the factor its debug string names: lanes wasted on blocks only some
 // tokens selected, the kernels' rates, K/V decoded per tile, and entries
-// no token sees.
+// no token sees; and the verdicts the measured constants give one-token
+// tiles with no lane wasted (16 query heads per KV head), which follow
+// from their rates (cost.go): at 64-key blocks the partial rows the
+// KV-major path writes outweigh the lane kernels' extra time on every
+// measured tier; at 128-key blocks avx512bf16's bf16 block kernel wins
+// (rate 1.11).
 func TestTileChoiceVerdict(t *testing.T) {
 	dear := pathCosts{QMKey: 1, KVKey: 1, KVSlot: 16, Staged: 2} // rate 0.8 at n 64
+	// Faster lane kernels whose per-block work per lane row is dear: rate
+	// 0.9 + 16/64 = 1.15 at n 64, 0.9 without the per-block term.
+	blockDear := pathCosts{QMKey: 0.9, QMSlot: 16, KVKey: 1, Staged: 2}
 	for _, tc := range []struct {
+		name                        string
 		m                           pathCosts
 		entries, union, tokens, qpk int
+		n                           float64
 		staged                      bool
 		want                        PrefillPath
 		by                          string
 	}{
-		{float32Costs, 16, 16, 1, 16, false, PathKV, "decided by rate"}, // no lane wasted, lane kernels 1.05
-		{dear, 16, 16, 1, 16, false, PathQuery, "decided by rate"},      // partial rows dear
-		{dear, 16, 16, 1, 16, true, PathKV, "decided by rate (K/V decoded per tile)"},
-		{dear, 64, 40, 16, 1, false, PathKV, "decided by lanes"},           // 16-token tile, unshared blocks: 10x
-		{dear, 64, 3, 16, 1, false, PathQuery, "decided by lanes"},         // shared blocks: 0.75 x 0.8
-		{float32Costs, 16, 4, 1, 16, false, PathQuery, "decided by lanes"}, // most entries unseen
-		{float32Costs, 3, 0, 1, 16, false, PathQuery, "decided by lanes"},  // nothing visible
-		{bf16Costs, 16, 16, 1, 16, false, PathKV, "decided by rate"},       // bf16 block kernel
+		{"slow lanes", slowLanes, 16, 16, 1, 16, 64, false, PathKV, "decided by rate"}, // no lane wasted, lane kernels 1.05
+		{"dear", dear, 16, 16, 1, 16, 64, false, PathQuery, "decided by rate"},         // partial rows dear
+		{"dear", dear, 16, 16, 1, 16, 64, true, PathKV, "decided by rate (K/V decoded per tile)"},
+		{"block dear", blockDear, 16, 16, 1, 16, 64, false, PathKV, "decided by rate"},
+		{"block dear", blockDear, 16, 16, 1, 16, 1024, false, PathQuery, "decided by rate"},     // 0.916 at n 1024
+		{"dear", dear, 64, 40, 16, 1, 64, false, PathKV, "decided by lanes"},                    // 16-token tile, unshared blocks: 10x
+		{"dear", dear, 64, 3, 16, 1, 64, false, PathQuery, "decided by lanes"},                  // shared blocks: 0.75 x 0.8
+		{"slow lanes", slowLanes, 16, 4, 1, 16, 64, false, PathQuery, "decided by lanes"},       // most entries unseen
+		{"slow lanes", slowLanes, 3, 0, 1, 16, 64, false, PathQuery, "decided by lanes"},        // nothing visible
+		{"avx2", avx2Costs, 16, 16, 1, 16, 64, false, PathQuery, "decided by rate"},             // rate 0.93
+		{"avx512", avx512Costs, 16, 16, 1, 16, 64, false, PathQuery, "decided by rate"},         // rate 0.95
+		{"avx512bf16", avx512bf16Costs, 16, 16, 1, 16, 64, false, PathQuery, "decided by rate"}, // rate 0.97
+		{"avx512bf16", avx512bf16Costs, 16, 16, 1, 16, 128, false, PathKV, "decided by rate"},   // rate 1.11
+		{"avx512bf16", avx512bf16Costs, 16, 16, 1, 16, 128, true, PathKV, "decided by rate (K/V decoded per tile)"},
+		{"amxbf16", amxbf16Costs, 16, 16, 1, 16, 64, false, PathKV, "decided by rate"}, // unmeasured: rate 2.1
 	} {
-		c := tc.m.choose(tc.entries, tc.union, tc.tokens, tc.qpk, 64, tc.staged)
+		c := tc.m.choose(tc.entries, tc.union, tc.tokens, tc.qpk, tc.n, tc.staged)
 		s := c.String()
 		if c.path() != tc.want || !strings.HasSuffix(s, tc.by) || !strings.HasPrefix(s, tc.want.String()+":") {
-			t.Errorf("%+v: %s, want %v %s", tc, s, tc.want, tc.by)
+			t.Errorf("%s %+v: %s, want %v %s", tc.name, tc, s, tc.want, tc.by)
 		}
+	}
+}
+
+// TestTierCosts: each tier this CPU has weighs the paths with its own
+// constants (the emulated bf16 tier with avx512bf16's), and the tiers'
+// constants differ where their kernels do.
+func TestTierCosts(t *testing.T) {
+	want := map[string]*pathCosts{"avx2": &avx2Costs, "avx512": &avx512Costs, "avx512bf16": &avx512bf16Costs,
+		"avx512bf16-emulated": &avx512bf16Costs, "amxbf16": &amxbf16Costs}
+	for tier, w := range want {
+		t.Run(tier, func(t *testing.T) {
+			useTier(t, tier) // skips the tiers this CPU lacks
+			if got := activeCosts(); got != w {
+				t.Errorf("costs %+v, want %+v", *got, *w)
+			}
+		})
+	}
+	if avx2Costs == avx512Costs || avx512Costs == avx512bf16Costs {
+		t.Error("tiers share constants")
 	}
 }
 
@@ -739,14 +783,17 @@ func autoChoices(t *testing.T, pr *qmProblem, m *pathCosts) (map[[3]int]bool, *O
 // TestAutoPerTile checks auto's choice per query tile on the sink, local,
 // uniform and random selection patterns at GQA 16, 4 and 1 (tiles of 1, 4
 // and 16 tokens), against the model applied to each tile's lists counted
-// the plain way (tileStats): with the measured float32 constants, with
-// partial rows made dear, and with a threshold at the median tile, which
-// splits a call between both paths. Whole-pattern expectations: one-token
-// tiles keep the KV-major path under the measured constants where their
-// token sees every block it selected (the lists of early tokens also
-// select future blocks, which cost the KV-major path rows and the
-// query-major path nothing) and take the query-major one when partial
-// rows are dear; most 16-token tiles of random lists waste lanes and stay
+// the plain way (tileStats): with lane kernels slightly dearer than the
+// block kernel and free partial rows (slowLanes), with the measured avx512
+// constants, with partial rows made dear, and with a threshold at the
+// median tile, which splits a call between both paths. Whole-pattern
+// expectations: one-token tiles keep the KV-major path under slowLanes
+// where their token sees every block it selected (the lists of early
+// tokens also select future blocks, which cost the KV-major path rows and
+// the query-major path nothing) and take the query-major one when partial
+// rows are dear, and under the measured avx512 constants, whose rate at
+// these 64-key blocks is 0.95 (the partial rows outweigh the lane
+// kernels' extra time); most 16-token tiles of random lists waste lanes and stay
 // KV-major even then, while most local ones (neighbouring tokens select
 // the same blocks) go query-major.
 func TestAutoPerTile(t *testing.T) {
@@ -765,7 +812,7 @@ func TestAutoPerTile(t *testing.T) {
 			}
 			slices.Sort(wastes)
 			median := pathCosts{QMKey: 1 / wastes[len(wastes)/2], KVKey: 1, Staged: 2}
-			for name, m := range map[string]*pathCosts{"measured": &float32Costs, "dear": &dear, "median": &median} {
+			for name, m := range map[string]*pathCosts{"slowlanes": &slowLanes, "measured": &avx512Costs, "dear": &dear, "median": &median} {
 				t.Run(fmt.Sprintf("qpk%d/%s/%s", g.qpk, pattern, name), func(t *testing.T) {
 					got, _ := autoChoices(t, pr, m)
 					kvTiles, seenAll, seenAllKV := 0, 0, 0
@@ -785,10 +832,10 @@ func TestAutoPerTile(t *testing.T) {
 						}
 					}
 					switch {
-					case g.qpk == 16 && name == "measured" && (seenAllKV != seenAll || seenAll == 0):
-						t.Errorf("%d of %d one-token tiles that see all their blocks query-major under the measured costs", seenAll-seenAllKV, seenAll)
-					case g.qpk == 16 && name == "dear" && kvTiles != 0:
-						t.Errorf("%d of %d one-token tiles KV-major with dear partial rows", kvTiles, len(st))
+					case g.qpk == 16 && name == "slowlanes" && (seenAllKV != seenAll || seenAll == 0):
+						t.Errorf("%d of %d one-token tiles that see all their blocks query-major under slow lanes", seenAll-seenAllKV, seenAll)
+					case g.qpk == 16 && (name == "dear" || name == "measured") && kvTiles != 0:
+						t.Errorf("%d of %d one-token tiles KV-major with %s partial rows", kvTiles, len(st), name)
 					case g.qpk == 1 && name == "dear" && pattern == "random" && 2*kvTiles < len(st):
 						t.Errorf("only %d of %d random 16-token tiles KV-major", kvTiles, len(st))
 					case g.qpk == 1 && name == "dear" && pattern == "local" && 2*kvTiles > len(st):
@@ -856,7 +903,7 @@ func TestAutoMixed(t *testing.T) {
 		st := tileStats(pr)
 		var wastes []float64
 		for _, x := range st {
-			wastes = append(wastes, float32Costs.choose(x[0], x[1], qmTileTokens(c.qpk), c.qpk, float64(c.blk), false).waste)
+			wastes = append(wastes, slowLanes.choose(x[0], x[1], qmTileTokens(c.qpk), c.qpk, float64(c.blk), false).waste)
 		}
 		slices.Sort(wastes)
 		m := &pathCosts{QMKey: 1 / wastes[len(wastes)/2], KVKey: 1, Staged: 1}

@@ -83,6 +83,10 @@ func TestPreparedMatchesForward(t *testing.T) {
 			{"ForwardPrepared", func() error { return ws.ForwardPrepared(&pp, q, k, v, po, plse) }},
 			{"TemperatureLSEPrepared", func() error { return ws.TemperatureLSEPrepared(&pp, q, k, 0.5, ptl) }},
 			{"BackwardPrepared", func() error { return ws.BackwardPrepared(&pp, q, k, v, po, plse, dO, nil, pdq, pdk, pdv) }},
+			// The non-prepared calls prepare into the workspace's Prepared,
+			// whose buffers (the CSR check's scratch included) are reused.
+			{"Forward", func() error { return ws.Forward(p, q, k, v, po, plse) }},
+			{"Backward", func() error { return ws.Backward(p, q, k, v, po, plse, dO, nil, pdq, pdk, pdv) }},
 		} {
 			if n := testing.AllocsPerRun(10, func() {
 				if err := c.run(); err != nil {

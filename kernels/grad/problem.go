@@ -48,8 +48,9 @@ type Problem struct {
 // derived holds what a validated Problem implies.
 type derived struct {
 	rows   plan.Rows
-	seqK   []int32 // [B] seqlen_k_b
-	qBatch []int32 // [TotalQ] sequence of each query row, -1 outside
+	csrChk plan.CSRScratch // ValidateCSRInto's scratch, reused by every Prepare
+	seqK   []int32         // [B] seqlen_k_b
+	qBatch []int32         // [TotalQ] sequence of each query row, -1 outside
 	kv     attn.KVLayout
 	qpk    int
 	// Paged: the largest page id the call reads and its page-table index
@@ -92,7 +93,7 @@ func (p *Problem) derive(dv *derived) error {
 	if len(p.CuQ) != len(p.CuK) {
 		return errorf("cu_seqlens_q has %d elements: expected [B + 1] = %d like cu_seqlens_k", len(p.CuQ), len(p.CuK))
 	}
-	if err := plan.ValidateCSR(p.CSR, p.TotalQ, p.TopK, p.CuQ, rows); err != nil {
+	if err := plan.ValidateCSRInto(&dv.csrChk, p.CSR, p.TotalQ, p.TopK, p.CuQ, rows); err != nil {
 		return errorf("%v", err)
 	}
 	nb := rows.NumSeq

@@ -150,8 +150,23 @@ func clearSeen(seen []int32, list []int32) {
 // non-decreasing with the last <= Stride, every entry of row r a valid
 // batch-local query of row r's sequence, entries strictly ascending within a
 // row, and at most topK blocks per (query, head). Entries after the last
-// valid entry of a head are not read and not checked.
+// valid entry of a head are not read and not checked. It allocates its
+// scratch (total_q counters) per call; ValidateCSRInto reuses a caller's.
 func ValidateCSR(c *CSR, totalQ, topK int, cuQ []int32, rows *Rows) error {
+	var s CSRScratch
+	return ValidateCSRInto(&s, c, totalQ, topK, cuQ, rows)
+}
+
+// CSRScratch is the reusable scratch of ValidateCSRInto. The zero value is
+// ready to use; it grows to the largest total_q it has checked.
+type CSRScratch struct {
+	cnt []int32 // [total_q] blocks counted per global query row
+}
+
+// ValidateCSRInto is ValidateCSR with its scratch taken from s (nil: a
+// fresh one): the same checks and the same errors, and no allocation once
+// s has held a call of at least this total_q, except to format an error.
+func ValidateCSRInto(s *CSRScratch, c *CSR, totalQ, topK int, cuQ []int32, rows *Rows) error {
 	if c == nil {
 		return fmt.Errorf("plan: k2q CSR is nil")
 	}
@@ -180,10 +195,14 @@ func ValidateCSR(c *CSR, totalQ, topK int, cuQ []int32, rows *Rows) error {
 	if int64(len(c.QIdx)) != int64(c.Hkv)*int64(c.Stride) {
 		return fmt.Errorf("plan: k2q_q_indices has %d elements: expected [Hkv, stride] = [%d, %d]", len(c.QIdx), c.Hkv, c.Stride)
 	}
-	if _, err := queryBatches(cuQ, totalQ, rows.NumSeq); err != nil {
+	if err := checkQueryBatches(cuQ, totalQ, rows.NumSeq); err != nil {
 		return err
 	}
-	cnt := make([]int32, totalQ)
+	if s == nil {
+		s = &CSRScratch{}
+	}
+	s.cnt = grow(s.cnt, totalQ)
+	cnt := s.cnt
 	for h := 0; h < c.Hkv; h++ {
 		rp := c.RowPtr[h*(tr+1) : (h+1)*(tr+1)]
 		qi := c.QIdx[h*c.Stride : (h+1)*c.Stride]

@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"fmt"
 	"math/rand"
 	"slices"
 	"testing"
@@ -189,11 +190,23 @@ func TestValidateCSRRejects(t *testing.T) {
 		c.RowPtr, c.QIdx = slices.Clone(good.RowPtr), slices.Clone(good.QIdx)
 		return &c
 	}
+	// validate runs ValidateCSR and ValidateCSRInto on one scratch reused
+	// by every call of the test (dirty from the previous call, refusals
+	// included) and requires the same verdict, message for message.
+	var scratch CSRScratch
+	validate := func(c *CSR, totalQ, topK int, cuQ []int32, rows *Rows) error {
+		t.Helper()
+		err := ValidateCSR(c, totalQ, topK, cuQ, rows)
+		if into := ValidateCSRInto(&scratch, c, totalQ, topK, cuQ, rows); fmt.Sprint(into) != fmt.Sprint(err) {
+			t.Errorf("ValidateCSRInto: %v; ValidateCSR: %v", into, err)
+		}
+		return err
+	}
 	check := func(c *CSR, subs ...string) {
 		t.Helper()
-		wantErr(t, ValidateCSR(c, p.totalQ, p.topK, p.cuQ, rows), subs...)
+		wantErr(t, validate(c, p.totalQ, p.topK, p.cuQ, rows), subs...)
 	}
-	if err := ValidateCSR(good, p.totalQ, p.topK, p.cuQ, rows); err != nil {
+	if err := validate(good, p.totalQ, p.topK, p.cuQ, rows); err != nil {
 		t.Fatal(err)
 	}
 	// A wider stride with garbage in the tail is accepted.
@@ -201,13 +214,13 @@ func TestValidateCSRRejects(t *testing.T) {
 	copy(wide.QIdx[0:4], good.QIdx[0:4])
 	copy(wide.QIdx[9:12], good.QIdx[6:9])
 	wide.QIdx[17] = 99
-	if err := ValidateCSR(wide, p.totalQ, p.topK, p.cuQ, rows); err != nil {
+	if err := validate(wide, p.totalQ, p.topK, p.cuQ, rows); err != nil {
 		t.Fatal(err)
 	}
-	wantErr(t, ValidateCSR(nil, 3, 2, p.cuQ, rows), "CSR is nil")
-	wantErr(t, ValidateCSR(good, 3, 2, p.cuQ, nil), "rows is nil")
-	wantErr(t, ValidateCSR(good, -1, 2, p.cuQ, rows), "total_q = -1")
-	wantErr(t, ValidateCSR(good, 3, 0, p.cuQ, rows), "topK = 0")
+	wantErr(t, validate(nil, 3, 2, p.cuQ, rows), "CSR is nil")
+	wantErr(t, validate(good, 3, 2, p.cuQ, nil), "rows is nil")
+	wantErr(t, validate(good, -1, 2, p.cuQ, rows), "total_q = -1")
+	wantErr(t, validate(good, 3, 0, p.cuQ, rows), "topK = 0")
 	c := clone()
 	c.Hkv = 0
 	check(c, "head dimension = 0")
@@ -241,8 +254,45 @@ func TestValidateCSRRejects(t *testing.T) {
 	c = clone()
 	c.QIdx[3] = 1
 	check(c, "k2q_q_indices[h=0, 3] = 1", "strictly ascending")
-	wantErr(t, ValidateCSR(good, 3, 2, []int32{0, 4}, rows), "cu_seqlens_q[1] = 4", "total_q = 3")
-	wantErr(t, ValidateCSR(good, 3, 2, []int32{0, 1, 3}, rows), "cu_seqlens_q has 3 elements")
+	wantErr(t, validate(good, 3, 2, []int32{0, 4}, rows), "cu_seqlens_q[1] = 4", "total_q = 3")
+	wantErr(t, validate(good, 3, 2, []int32{0, 1, 3}, rows), "cu_seqlens_q has 3 elements")
 	// more than topK blocks for one query: query 0 selects blocks 0 and 1 in head 0; topK = 1
-	wantErr(t, ValidateCSR(good, 3, 1, p.cuQ, rows), "query 0 of sequence 0 (global query row 0)", "more than topK = 1")
+	wantErr(t, validate(good, 3, 1, p.cuQ, rows), "query 0 of sequence 0 (global query row 0)", "more than topK = 1")
+	// The scratch comes out of the topK refusal above holding counts; the
+	// next call must not see them.
+	if err := validate(good, p.totalQ, p.topK, p.cuQ, rows); err != nil {
+		t.Fatalf("after a refusal: %v", err)
+	}
+}
+
+// TestValidateCSRIntoAllocs: with a scratch that has held a call of the
+// same total_q, ValidateCSRInto allocates nothing on an accepted CSR, while
+// ValidateCSR allocates its counters per call (the difference the scratch
+// exists for); a smaller total_q after a larger one reuses the scratch.
+func TestValidateCSRIntoAllocs(t *testing.T) {
+	p := problem{hkv: 2, totalQ: 3, topK: 2, blkKV: 2, cuQ: []int32{0, 3}, cuK: []int32{0, 5},
+		q2k: []int32{0, 1, -1, 2, 2, -1, 1, -1, -1, -1, 0, 2}}
+	rows, err := NewRows(p.cuK, p.blkKV)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := BuildK2QCSR(nil, p.q2k, p.hkv, p.totalQ, p.topK, p.cuQ, p.cuK, p.blkKV)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := CSRScratch{cnt: make([]int32, 64)}
+	run := func() {
+		if err := ValidateCSRInto(&s, c, p.totalQ, p.topK, p.cuQ, rows); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := testing.AllocsPerRun(10, run); n != 0 {
+		t.Errorf("ValidateCSRInto with a warm scratch allocates %v per call, want 0", n)
+	}
+	if n := testing.AllocsPerRun(10, func() { _ = ValidateCSR(c, p.totalQ, p.topK, p.cuQ, rows) }); n < 1 {
+		t.Errorf("ValidateCSR allocates %v per call, want its counters", n)
+	}
+	if err := ValidateCSRInto(nil, c, p.totalQ, p.topK, p.cuQ, rows); err != nil {
+		t.Errorf("nil scratch: %v", err)
+	}
 }

@@ -10,8 +10,9 @@
 // reference's tensors.
 //
 //   - Rows / NewRows: the block-major CSR row numbering (contract §2).
-//   - CSR / BuildK2QCSR / ValidateCSR: the k2q CSR, the inverse of
-//     q2k_indices, and the checks for a caller-supplied CSR.
+//   - CSR / BuildK2QCSR / ValidateCSR / ValidateCSRInto: the k2q CSR, the
+//     inverse of q2k_indices, and the checks for a caller-supplied CSR
+//     (ValidateCSRInto with a reusable CSRScratch, allocating nothing).
 //   - FwdSchedule / BuildFwdSchedule / ValidateFwdSchedule: the forward work
 //     items (contract §3) with deterministic slots: the slot of a (query, head)'s
 //     block is its rank among that query's selected blocks in ascending block

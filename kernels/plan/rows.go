@@ -143,14 +143,8 @@ func checkCuSeqlens(name string, cu []int32) error {
 // of every global query row, -1 for rows outside every sequence (rows before
 // cuQ[0]).
 func queryBatches(cuQ []int32, totalQ, nb int) ([]int32, error) {
-	if err := checkCuSeqlens("cu_seqlens_q", cuQ); err != nil {
+	if err := checkQueryBatches(cuQ, totalQ, nb); err != nil {
 		return nil, err
-	}
-	if len(cuQ) != nb+1 {
-		return nil, fmt.Errorf("plan: cu_seqlens_q has %d elements: must have shape [B + 1] = [%d] matching cu_seqlens_k", len(cuQ), nb+1)
-	}
-	if int64(cuQ[nb]) > int64(totalQ) {
-		return nil, fmt.Errorf("plan: cu_seqlens_q[%d] = %d: must be <= total_q = %d", nb, cuQ[nb], totalQ)
 	}
 	qb := make([]int32, totalQ)
 	for i := range qb {
@@ -162,6 +156,22 @@ func queryBatches(cuQ []int32, totalQ, nb int) ([]int32, error) {
 		}
 	}
 	return qb, nil
+}
+
+// checkQueryBatches checks cu_seqlens_q against total_q and the nb
+// sequences of cu_seqlens_k, the checks of queryBatches without its
+// result.
+func checkQueryBatches(cuQ []int32, totalQ, nb int) error {
+	if err := checkCuSeqlens("cu_seqlens_q", cuQ); err != nil {
+		return err
+	}
+	if len(cuQ) != nb+1 {
+		return fmt.Errorf("plan: cu_seqlens_q has %d elements: must have shape [B + 1] = [%d] matching cu_seqlens_k", len(cuQ), nb+1)
+	}
+	if int64(cuQ[nb]) > int64(totalQ) {
+		return fmt.Errorf("plan: cu_seqlens_q[%d] = %d: must be <= total_q = %d", nb, cuQ[nb], totalQ)
+	}
+	return nil
 }
 
 // mulSat returns the product of non-negative factors, saturated at

@@ -163,11 +163,14 @@ func loadRowsMax(o *Operand, l *KVLayout, b, h, t0, n int, dst []float32) uint32
 }
 
 // storage returns the bytes that hold rows r..r+c-1 (nil for NVFP4, whose
-// rows need their scales too, and for an empty range).
+// rows need their scales too, for an empty range, and for a negative r: a
+// page-table slot of -1, such as a block the query-major block cache holds
+// no copy of because no token of the window may see it, is never read, so
+// a prefetch hint for it is dropped).
 func (o *Operand) storage(r, c int) (unsafe.Pointer, int) {
 	d := o.D
 	switch {
-	case c <= 0:
+	case c <= 0 || r < 0:
 	case o.Dtype == E4M3 && (r+c)*d <= len(o.E4M3):
 		return unsafe.Pointer(&o.E4M3[r*d]), c * d
 	case o.Dtype == BF16 && (r+c)*d <= len(o.BF16):

@@ -30,19 +30,20 @@ type Scorer struct {
 const rowChunk = 64
 
 // scratch is the memory of one Run, kept in a pool between calls: the
-// decoded q and k (when they are not float32), the transposed block
-// means and each worker's GEMM tiler and row buffers.
+// decoded k (when it is not float32), the transposed block means and each
+// worker's GEMM tiler and row buffers.
 type scratch struct {
-	q, k, means []float32
-	workers     []*workerScratch
+	k, means []float32
+	workers  []*workerScratch
 }
 
-// workerScratch is one worker's tiler, its accumulated scores (acc), one
-// query head's products (dot), both rowChunk x padded blocks, and a
-// D-length row of key sums.
+// workerScratch is one worker's tiler, its accumulated scores (acc) and
+// one query head's products (dot), both rowChunk x padded blocks, a
+// D-length row of key sums and, for a q that is not float32, its decoded
+// rows (rowChunk x the group's heads x D).
 type workerScratch struct {
-	tiler         *grad.GEMMTiler
-	acc, dot, sum []float32
+	tiler              *grad.GEMMTiler
+	acc, dot, sum, qch []float32
 }
 
 var scratches = sync.Pool{New: func() any { return new(scratch) }}
@@ -115,11 +116,11 @@ func (s *Scorer) Run() []float32 {
 	nw := max(1, min(s.Workers, runtime.GOMAXPROCS(0)))
 	sc := scratches.Get().(*scratch)
 	defer scratches.Put(sc)
-	q := float32s(s.Q, sc.q, nw)
-	k := float32s(s.K, sc.k, nw)
-	if s.Q.Dtype() != tensor.Float32 {
-		sc.q = q
+	var q []float32 // nil: each scoring task decodes its own rows
+	if s.Q.Dtype() == tensor.Float32 {
+		q = validate.Backing[float32](s.Q)
 	}
+	k := float32s(s.K, sc.k, nw)
 	if s.K.Dtype() != tensor.Float32 {
 		sc.k = k
 	}
@@ -145,6 +146,9 @@ func (s *Scorer) Run() []float32 {
 		ws.acc = grow(ws.acc, rowChunk*widest)
 		ws.dot = grow(ws.dot, rowChunk*widest)
 		ws.sum = grow(ws.sum, d)
+		if q == nil {
+			ws.qch = grow(ws.qch, rowChunk*s.HQ/hkv*d)
+		}
 	}
 	parallel(firstBlock[batch], nw, func(w, task int) {
 		b := 0
@@ -196,7 +200,8 @@ func (s *Scorer) blockMeans(mt, k []float32, b, j int, sum []float32) {
 
 // scoreRows fills the scores of KV head h for the query rows [gq0,
 // gq0+rowChunk) of sequence b (clipped to the sequence); mt is the
-// sequence's transposed means.
+// sequence's transposed means, q the float32 queries or nil, when the
+// rows are decoded here into ws.qch.
 func (s *Scorer) scoreRows(out, q, mt []float32, ws *workerScratch, b, h, gq0 int) {
 	d, hq, blk := s.D, s.HQ, s.Blk
 	qpk := hq / s.Hkv
@@ -210,10 +215,15 @@ func (s *Scorer) scoreRows(out, q, mt []float32, ws *workerScratch, b, h, gq0 in
 	rows := min(rowChunk, int(s.CuQ[b+1])-gq0)
 	m := mt[h*d*ld : (h+1)*d*ld]
 	acc, dot := ws.acc[:rows*ld], ws.dot[:rows*ld]
+	// Row r of A is query row gq0+r, head h*qpk+g: a[r*lda+g*D:].
+	a, lda := ws.qch, qpk*d
+	if q != nil {
+		a, lda = q[(gq0*hq+h*qpk)*d:], hq*d
+	} else {
+		s.decodeRows(a, gq0, rows, h*qpk, qpk*d)
+	}
 	for g := 0; g < qpk; g++ {
-		// Row r of A is query row gq0+r, head h*qpk+g: stride Hq*D.
-		a := q[(gq0*hq+h*qpk+g)*d:]
-		s.products(ws, rows, ld, a, hq*d, m, dot)
+		s.products(ws, rows, ld, a[g*d:], lda, m, dot)
 		for i, x := range dot {
 			x *= s.Scale
 			switch {
@@ -246,6 +256,19 @@ func (s *Scorer) scoreRows(out, q, mt []float32, ws *workerScratch, b, h, gq0 in
 			}
 		} else {
 			copy(dst, src)
+		}
+	}
+}
+
+// decodeRows decodes n elements of q (the heads [h0, h0+n/D)) of each of
+// the query rows [gq0, gq0+rows) into dst, n per row.
+func (s *Scorer) decodeRows(dst []float32, gq0, rows, h0, n int) {
+	for r := 0; r < rows; r++ {
+		at := ((gq0+r)*s.HQ + h0) * s.D
+		if s.Q.Dtype() == validate.BFloat16 {
+			lowp.DecodeBF16(dst[r*n:][:n], validate.Backing[lowp.BFloat16](s.Q)[at:][:n])
+		} else {
+			lowp.DecodeE4M3(dst[r*n:][:n], validate.Backing[lowp.Float8E4M3FN](s.Q)[at:][:n])
 		}
 	}
 }

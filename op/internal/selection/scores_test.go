@@ -6,15 +6,17 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/sparseattn/msa/kernels/lowp"
 	"github.com/sparseattn/msa/kernels/tile"
 	"gorgonia.org/tensor"
 )
 
-// scorerCase is a ragged float32 batch: a sequence longer than two row
-// chunks with more blocks than one GEMM column group, a partial last
-// block, an empty key sequence, an empty query sequence, seqlen_q >
-// seqlen_k, and two rows past cu_seqlens_q[B].
-func scorerCase(t *testing.T, causal, mean bool) (*Scorer, []float32, []float32) {
+// scorerCase is a ragged batch: a sequence longer than two row chunks
+// with more blocks than one GEMM column group, a partial last block, an
+// empty key sequence, an empty query sequence, seqlen_q > seqlen_k, and
+// two rows past cu_seqlens_q[B]. q and k are stored as dt ("f32", "bf16"
+// or "e4m3"); the returned slices hold their float32 values.
+func scorerCase(t *testing.T, dt string, causal, mean bool) (*Scorer, []float32, []float32) {
 	t.Helper()
 	seqQ := []int{150, 5, 0, 40, 9}
 	seqK := []int{330, 0, 40, 20, 50}
@@ -35,9 +37,28 @@ func scorerCase(t *testing.T, causal, mean bool) (*Scorer, []float32, []float32)
 	}
 	s := &Scorer{TotalQ: totalQ, HQ: hq, Hkv: hkv, D: d, Blk: blk, MaxBlocks: (330 + blk - 1) / blk,
 		CuQ: cuQ, CuK: cuK, Causal: causal, Scale: 0.3, Mean: mean, Workers: 3,
-		Q: tensor.New(tensor.WithShape(totalQ, hq, d), tensor.WithBacking(q)),
-		K: tensor.New(tensor.WithShape(totalK, hkv, d), tensor.WithBacking(k))}
+		Q: stored(dt, q, totalQ, hq, d), K: stored(dt, k, totalK, hkv, d)}
 	return s, q, k
+}
+
+// stored returns x as a tensor of dtype dt ("f32", "bf16" or "e4m3"),
+// rounding x in place to the values the tensor holds.
+func stored(dt string, x []float32, shape ...int) *tensor.Dense {
+	switch dt {
+	case "bf16":
+		b := make([]lowp.BFloat16, len(x))
+		lowp.EncodeBF16(b, x)
+		lowp.DecodeBF16(x, b)
+		return tensor.New(tensor.WithShape(shape...), tensor.WithBacking(b))
+	case "e4m3":
+		b := make([]lowp.Float8E4M3FN, len(x))
+		for i, f := range x {
+			b[i] = lowp.E4M3(f)
+		}
+		lowp.DecodeE4M3(x, b)
+		return tensor.New(tensor.WithShape(shape...), tensor.WithBacking(b))
+	}
+	return tensor.New(tensor.WithShape(shape...), tensor.WithBacking(x))
 }
 
 // refScores is Run's formula in float64 from the float32 block means
@@ -106,8 +127,8 @@ func refScores(s *Scorer, q, k []float32) (want, bound []float64) {
 }
 
 // TestRunWithinBound: on every tile tier this CPU has (the GEMM tiles and
-// the generic multiply-add loop), causal and not, both head reductions,
-// every score is within the derived bound of the float64 formula, -inf
+// the generic multiply-add loop), q and k in float32, bfloat16 and
+// e4m3fn, causal and not, both head reductions, every score is within the derived bound of the float64 formula, -inf
 // exactly where the block is invisible, and the bits do not depend on the
 // worker count.
 func TestRunWithinBound(t *testing.T) {
@@ -118,22 +139,26 @@ func TestRunWithinBound(t *testing.T) {
 		if err := tile.SetTier(tier); err != nil {
 			t.Fatal(err)
 		}
-		for _, causal := range []bool{false, true} {
-			for _, mean := range []bool{false, true} {
-				s, q, k := scorerCase(t, causal, mean)
+		for _, c := range []struct {
+			dt           string
+			causal, mean bool
+		}{{"f32", false, false}, {"f32", true, true}, {"bf16", true, false}, {"bf16", false, true}, {"e4m3", true, true}} {
+			dt, causal, mean := c.dt, c.causal, c.mean
+			s, q, k := scorerCase(t, dt, causal, mean)
+			{
 				got := s.Run()
 				want, bound := refScores(s, q, k)
 				for i, w := range want {
 					x := float64(got[i])
 					if math.IsInf(w, -1) != math.IsInf(x, -1) || math.Abs(x-w) > bound[i] {
-						t.Fatalf("%s causal=%v mean=%v: score %d = %v, want %v ± %.3g", tier, causal, mean, i, x, w, bound[i])
+						t.Fatalf("%s %s causal=%v mean=%v: score %d = %v, want %v ± %.3g", tier, dt, causal, mean, i, x, w, bound[i])
 					}
 				}
 				for _, w := range []int{1, 2, 5} {
 					s.Workers = w
 					for i, x := range s.Run() {
 						if math.Float32bits(x) != math.Float32bits(got[i]) {
-							t.Fatalf("%s causal=%v mean=%v: workers=%d differs at %d", tier, causal, mean, w, i)
+							t.Fatalf("%s %s causal=%v mean=%v: workers=%d differs at %d", tier, dt, causal, mean, w, i)
 						}
 					}
 				}
@@ -147,7 +172,7 @@ func TestRunWithinBound(t *testing.T) {
 // block's scores NaN for every row of the sequence that sees it.
 func TestRunNaN(t *testing.T) {
 	for _, mean := range []bool{false, true} {
-		s, q, k := scorerCase(t, false, mean)
+		s, q, k := scorerCase(t, "f32", false, mean)
 		const row, kvh = 70, 1 // a row of the second row chunk of sequence 0
 		qpk := s.HQ / s.Hkv
 		q[(row*s.HQ+kvh*qpk+qpk-1)*s.D+3] = float32(math.NaN()) // the group's last head

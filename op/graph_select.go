@@ -260,7 +260,10 @@ func TopKBlocks(scores *G.Node, opts ...Option) (*G.Node, error) {
 	return G.ApplyOp(op, scores)
 }
 
-// castOp converts between float32 and BFloat16 element by element.
+// castOp converts between float32 and BFloat16 element by element, split
+// over GOMAXPROCS goroutines for large tensors. Every Do returns a new
+// tensor, as the other ops here do: a value a caller kept from an earlier
+// run of the graph must not change under it.
 type castOp struct {
 	opBase
 	from, to tensor.Dtype
@@ -300,12 +303,12 @@ func (op *castOp) Do(vals ...G.Value) (G.Value, error) {
 	if op.to == BFloat16 {
 		src := validate.Backing[float32](x)
 		dst := make([]lowp.BFloat16, len(src))
-		lowp.EncodeBF16(dst, src)
+		lowp.EncodeBF16Workers(dst, src, 0)
 		return tensor.New(tensor.WithShape(op.shape...), tensor.WithBacking(dst)), nil
 	}
 	src := validate.Backing[lowp.BFloat16](x)
 	dst := make([]float32, len(src))
-	lowp.DecodeBF16(dst, src)
+	lowp.DecodeBF16Workers(dst, src, 0)
 	return tensor.New(tensor.WithShape(op.shape...), tensor.WithBacking(dst)), nil
 }
 

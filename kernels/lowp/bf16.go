@@ -40,10 +40,29 @@ func DecodeBF16(dst []float32, src []BFloat16) {
 }
 
 // EncodeBF16 writes BF16(src[i]) to dst[i] for every element of src; dst
-// must be at least as long as src (it panics otherwise).
+// must be at least as long as src (it panics otherwise). The loop is
+// unrolled by four and branch-free (the NaN case is a conditional move).
 func EncodeBF16(dst []BFloat16, src []float32) {
 	dst = dst[:len(src)]
-	for i, f := range src {
-		dst[i] = BF16(f)
+	i := 0
+	for ; i+4 <= len(src); i += 4 {
+		s, d := src[i:i+4:i+4], dst[i:i+4:i+4]
+		d[0] = bf16Bits(math.Float32bits(s[0]))
+		d[1] = bf16Bits(math.Float32bits(s[1]))
+		d[2] = bf16Bits(math.Float32bits(s[2]))
+		d[3] = bf16Bits(math.Float32bits(s[3]))
 	}
+	for ; i < len(src); i++ {
+		dst[i] = bf16Bits(math.Float32bits(src[i]))
+	}
+}
+
+// bf16Bits is BF16 on the bits of a float32, written so that the compiler
+// selects the NaN result without a branch.
+func bf16Bits(b uint32) BFloat16 {
+	r := (b + 0x7fff + (b>>16)&1) >> 16
+	if b&0x7fffffff > 0x7f800000 {
+		r = b>>16&0x8000 | 0x7fc0
+	}
+	return BFloat16(r)
 }

@@ -6,7 +6,8 @@
 // blocks, then the best scores, ascending and -1 padded). op's
 // BlockScoresFunc, TopKBlocksFunc, their graph nodes and the one-call
 // SelectBlocks and BlockSparseAttention validate the arguments and run
-// these. It depends on op/internal/validate and kernels/lowp's decoders;
+// these. It depends on op/internal/validate, kernels/lowp's decoders and
+// kernels/grad's GEMM tiles (GEMMTiler, for the query-by-mean products);
 // it must not depend on package op, on the other op/internal packages, on
-// the attention kernels or on Gorgonia.
+// the forward attention kernels or on Gorgonia.
 package selection

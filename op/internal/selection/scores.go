@@ -4,7 +4,9 @@ import (
 	"math"
 	"runtime"
 	"sync"
+	"sync/atomic"
 
+	"github.com/sparseattn/msa/kernels/grad"
 	"github.com/sparseattn/msa/kernels/lowp"
 	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
@@ -22,129 +24,275 @@ type Scorer struct {
 	Workers                            int
 }
 
-// float32s decodes a float32, BFloat16 or Float8E4M3FN tensor.
-func float32s(t *tensor.Dense) []float32 {
+// rowChunk is the query rows of one scoring task: 64 rows of a 128-wide
+// head are 32 KiB of q, and a 2K-token sequence gives 32 tasks per KV
+// head to share among the workers.
+const rowChunk = 64
+
+// scratch is the memory of one Run, kept in a pool between calls: the
+// decoded k (when it is not float32), the transposed block means and each
+// worker's GEMM tiler and row buffers.
+type scratch struct {
+	k, means []float32
+	workers  []*workerScratch
+}
+
+// workerScratch is one worker's tiler, its accumulated scores (acc) and
+// one query head's products (dot), both rowChunk x padded blocks, a
+// D-length row of key sums and, for a q that is not float32, its decoded
+// rows (rowChunk x the group's heads x D).
+type workerScratch struct {
+	tiler              *grad.GEMMTiler
+	acc, dot, sum, qch []float32
+}
+
+var scratches = sync.Pool{New: func() any { return new(scratch) }}
+
+// grow returns buf resized to n elements, reusing its memory when it is
+// large enough.
+func grow(buf []float32, n int) []float32 {
+	if cap(buf) < n {
+		return make([]float32, n)
+	}
+	return buf[:n]
+}
+
+// float32s decodes a float32, BFloat16 or Float8E4M3FN tensor into buf
+// (a float32 tensor is returned as it is).
+func float32s(t *tensor.Dense, buf []float32, workers int) []float32 {
 	switch t.Dtype() {
 	case tensor.Float32:
 		return validate.Backing[float32](t)
 	case validate.BFloat16:
 		src := validate.Backing[lowp.BFloat16](t)
-		dst := make([]float32, len(src))
-		lowp.DecodeBF16(dst, src)
+		dst := grow(buf, len(src))
+		lowp.DecodeBF16Workers(dst, src, workers)
 		return dst
 	default:
 		src := validate.Backing[lowp.Float8E4M3FN](t)
-		dst := make([]float32, len(src))
+		dst := grow(buf, len(src))
 		lowp.DecodeE4M3(dst, src)
 		return dst
 	}
 }
 
+// parallel runs fn(w, i) for every i < n on nw goroutines (w < nw is the
+// goroutine's index), handing out i in increasing order.
+func parallel(n, nw int, fn func(w, i int)) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for w := range nw {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+				fn(w, i)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// padBlocks is the leading dimension of a sequence's transposed means: its
+// block count rounded up to the GEMM column granularity.
+func padBlocks(nb int) int { return (nb + grad.GEMMCols - 1) &^ (grad.GEMMCols - 1) }
+
 // Run computes the scores [Hkv][total_q][max_blocks].
+//
+// The block means are float32 sums in token order times 1/n, as the
+// formula is written; each (query head, block) dot product over D is one
+// FMA chain in D order on kernels/grad's GEMM tiles (a plain multiply-add
+// loop where the tile tier has none), then scaled and reduced over the
+// group's heads in head order. Every score is computed by one goroutine
+// in a fixed order, so the bits do not depend on the worker count.
 func (s *Scorer) Run() []float32 {
 	out := make([]float32, s.Hkv*s.TotalQ*s.MaxBlocks)
 	ninf := float32(math.Inf(-1))
 	for i := range out {
 		out[i] = ninf
 	}
-	q, k := float32s(s.Q), float32s(s.K)
-	d, hkv, hq, blk := s.D, s.Hkv, s.HQ, s.Blk
-	qpk := hq / hkv
+	d, hkv, blk := s.D, s.Hkv, s.Blk
 	batch := len(s.CuQ) - 1
-	// Mean keys per (sequence, block, head): [b][j][h][D], float32 sums in
-	// token order (deterministic).
-	meanOff := make([]int, batch+1)
-	for b := 0; b < batch; b++ {
-		nb := (int(s.CuK[b+1]-s.CuK[b]) + blk - 1) / blk
-		meanOff[b+1] = meanOff[b] + nb
+	nw := max(1, min(s.Workers, runtime.GOMAXPROCS(0)))
+	sc := scratches.Get().(*scratch)
+	defer scratches.Put(sc)
+	var q []float32 // nil: each scoring task decodes its own rows
+	if s.Q.Dtype() == tensor.Float32 {
+		q = validate.Backing[float32](s.Q)
 	}
-	means := make([]float32, meanOff[batch]*hkv*d)
+	k := float32s(s.K, sc.k, nw)
+	if s.K.Dtype() != tensor.Float32 {
+		sc.k = k
+	}
+	// The means of sequence b, KV head h, transposed: a [D x padBlocks(nb)]
+	// row-major matrix at off[b] + h*D*padBlocks(nb); the padding columns
+	// are zero and their products are never read.
+	off := make([]int, batch+1)
+	firstBlock := make([]int, batch+1) // (b, j) tasks: b's blocks start at firstBlock[b]
+	widest := 0
 	for b := 0; b < batch; b++ {
-		sk := int(s.CuK[b+1] - s.CuK[b])
-		for j := 0; j*blk < sk; j++ {
-			n := min(blk, sk-j*blk)
-			inv := 1 / float32(n)
-			for h := 0; h < hkv; h++ {
-				m := means[((meanOff[b]+j)*hkv+h)*d:][:d]
-				for t := j * blk; t < j*blk+n; t++ {
-					row := k[((int(s.CuK[b])+t)*hkv+h)*d:][:d]
-					for c, x := range row {
-						m[c] += x
-					}
-				}
-				for c := range m {
-					m[c] *= inv
-				}
-			}
+		nb := validate.CeilDiv(int(s.CuK[b+1]-s.CuK[b]), blk)
+		off[b+1] = off[b] + hkv*d*padBlocks(nb)
+		firstBlock[b+1] = firstBlock[b] + nb
+		widest = max(widest, padBlocks(nb))
+	}
+	means := grow(sc.means, off[batch])
+	sc.means = means
+	clear(means)
+	for len(sc.workers) < nw {
+		sc.workers = append(sc.workers, new(workerScratch))
+	}
+	for _, ws := range sc.workers[:nw] {
+		ws.acc = grow(ws.acc, rowChunk*widest)
+		ws.dot = grow(ws.dot, rowChunk*widest)
+		ws.sum = grow(ws.sum, d)
+		if q == nil {
+			ws.qch = grow(ws.qch, rowChunk*s.HQ/hkv*d)
 		}
 	}
-	// One task per (sequence, query row); rows are independent.
-	type task struct{ b, gq int }
-	tasks := make(chan task, 256)
-	var wg sync.WaitGroup
-	nw := max(1, min(s.Workers, runtime.GOMAXPROCS(0), s.TotalQ))
-	for w := 0; w < nw; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for tk := range tasks {
-				s.scoreRow(out, q, means[meanOff[tk.b]*hkv*d:], tk.b, tk.gq, qpk)
-			}
-		}()
-	}
-	for b := 0; b < batch; b++ {
-		for gq := int(s.CuQ[b]); gq < int(s.CuQ[b+1]); gq++ {
-			tasks <- task{b, gq}
+	parallel(firstBlock[batch], nw, func(w, task int) {
+		b := 0
+		for firstBlock[b+1] <= task {
+			b++
 		}
+		s.blockMeans(means[off[b]:off[b+1]], k, b, task-firstBlock[b], sc.workers[w].sum)
+	})
+	// Scoring tasks: (sequence, KV head, chunk of rowChunk query rows).
+	firstTask := make([]int, batch+1)
+	for b := 0; b < batch; b++ {
+		firstTask[b+1] = firstTask[b] + hkv*validate.CeilDiv(int(s.CuQ[b+1]-s.CuQ[b]), rowChunk)
 	}
-	close(tasks)
-	wg.Wait()
+	parallel(firstTask[batch], nw, func(w, task int) {
+		b := 0
+		for firstTask[b+1] <= task {
+			b++
+		}
+		task -= firstTask[b]
+		h, chunk := task%hkv, task/hkv
+		s.scoreRows(out, q, means[off[b]:off[b+1]], sc.workers[w], b, h, int(s.CuQ[b])+chunk*rowChunk)
+	})
 	return out
 }
 
-// scoreRow fills the scores of one query row for every KV head.
-func (s *Scorer) scoreRow(out, q, means []float32, b, gq, qpk int) {
+// blockMeans writes the mean key of block j of sequence b for every KV
+// head into column j of the sequence's transposed means mt; sum is a
+// D-length scratch row.
+func (s *Scorer) blockMeans(mt, k []float32, b, j int, sum []float32) {
 	d, hkv, blk := s.D, s.Hkv, s.Blk
-	sq := int(s.CuQ[b+1] - s.CuQ[b])
 	sk := int(s.CuK[b+1] - s.CuK[b])
-	nb := (sk + blk - 1) / blk
-	visible := nb
-	if s.Causal {
-		last := gq - int(s.CuQ[b]) + sk - sq // last visible key
-		if last < 0 {
-			visible = 0
-		} else {
-			visible = min(nb, last/blk+1)
+	ld := padBlocks(validate.CeilDiv(sk, blk))
+	n := min(blk, sk-j*blk)
+	inv := 1 / float32(n)
+	for h := 0; h < hkv; h++ {
+		clear(sum)
+		for t := j * blk; t < j*blk+n; t++ {
+			row := k[((int(s.CuK[b])+t)*hkv+h)*d:][:d]
+			for c, x := range row {
+				sum[c] += x
+			}
+		}
+		m := mt[h*d*ld:]
+		for c, x := range sum {
+			m[c*ld+j] = x * inv
 		}
 	}
-	for h := 0; h < hkv; h++ {
-		dst := out[(h*s.TotalQ+gq)*s.MaxBlocks:][:s.MaxBlocks]
-		for j := 0; j < visible; j++ {
-			m := means[(j*hkv+h)*d:][:d]
-			var acc float32
-			if !s.Mean {
-				acc = float32(math.Inf(-1))
+}
+
+// scoreRows fills the scores of KV head h for the query rows [gq0,
+// gq0+rowChunk) of sequence b (clipped to the sequence); mt is the
+// sequence's transposed means, q the float32 queries or nil, when the
+// rows are decoded here into ws.qch.
+func (s *Scorer) scoreRows(out, q, mt []float32, ws *workerScratch, b, h, gq0 int) {
+	d, hq, blk := s.D, s.HQ, s.Blk
+	qpk := hq / s.Hkv
+	sq := int(s.CuQ[b+1] - s.CuQ[b])
+	sk := int(s.CuK[b+1] - s.CuK[b])
+	nb := validate.CeilDiv(sk, blk)
+	if nb == 0 {
+		return
+	}
+	ld := padBlocks(nb)
+	rows := min(rowChunk, int(s.CuQ[b+1])-gq0)
+	m := mt[h*d*ld : (h+1)*d*ld]
+	acc, dot := ws.acc[:rows*ld], ws.dot[:rows*ld]
+	// Row r of A is query row gq0+r, head h*qpk+g: a[r*lda+g*D:].
+	a, lda := ws.qch, qpk*d
+	if q != nil {
+		a, lda = q[(gq0*hq+h*qpk)*d:], hq*d
+	} else {
+		s.decodeRows(a, gq0, rows, h*qpk, qpk*d)
+	}
+	for g := 0; g < qpk; g++ {
+		s.products(ws, rows, ld, a[g*d:], lda, m, dot)
+		for i, x := range dot {
+			x *= s.Scale
+			switch {
+			case s.Mean && g == 0:
+				acc[i] = 0 + x // 0 + x: a -0 product sums to +0 as in a running sum from 0
+			case s.Mean:
+				acc[i] += x
+			case g == 0 || x > acc[i] || x != x:
+				// NaN propagates: a NaN score is never selected.
+				acc[i] = x
 			}
-			for g := 0; g < qpk; g++ {
-				qr := q[(gq*s.HQ+h*qpk+g)*d:][:d]
-				var dot float32
-				for c, x := range qr {
-					dot += x * m[c]
-				}
-				dot *= s.Scale
-				if !s.Mean {
-					// NaN propagates: a NaN score is never selected.
-					if dot > acc || dot != dot {
-						acc = dot
-					}
-				} else {
-					acc += dot
-				}
+		}
+	}
+	for r := 0; r < rows; r++ {
+		gq := gq0 + r
+		visible := nb
+		if s.Causal {
+			last := gq - int(s.CuQ[b]) + sk - sq // last visible key
+			if last < 0 {
+				visible = 0
+			} else {
+				visible = min(nb, last/blk+1)
 			}
-			if s.Mean {
-				acc /= float32(qpk)
+		}
+		dst := out[(h*s.TotalQ+gq)*s.MaxBlocks:][:visible]
+		src := acc[r*ld:][:visible]
+		if s.Mean {
+			for j, x := range src {
+				dst[j] = x / float32(qpk)
 			}
-			dst[j] = acc
+		} else {
+			copy(dst, src)
+		}
+	}
+}
+
+// decodeRows decodes n elements of q (the heads [h0, h0+n/D)) of each of
+// the query rows [gq0, gq0+rows) into dst, n per row.
+func (s *Scorer) decodeRows(dst []float32, gq0, rows, h0, n int) {
+	for r := 0; r < rows; r++ {
+		at := ((gq0+r)*s.HQ + h0) * s.D
+		if s.Q.Dtype() == validate.BFloat16 {
+			lowp.DecodeBF16(dst[r*n:][:n], validate.Backing[lowp.BFloat16](s.Q)[at:][:n])
+		} else {
+			lowp.DecodeE4M3(dst[r*n:][:n], validate.Backing[lowp.Float8E4M3FN](s.Q)[at:][:n])
+		}
+	}
+}
+
+// products sets dot[r*ld+j] = sum_c a[r*lda+c] * m[c*ld+j] for r < rows,
+// j < ld, one FMA chain in c order per element on the GEMM tiles, or a
+// multiply-add loop in c order where the tile tier has none.
+func (s *Scorer) products(ws *workerScratch, rows, ld int, a []float32, lda int, m, dot []float32) {
+	d := s.D
+	if ws.tiler == nil && grad.GEMMAvailable() {
+		ws.tiler, _ = grad.NewGEMMTiler()
+	}
+	if ws.tiler != nil && ws.tiler.Gemm(rows, ld, d, a, lda, m, ld, dot, ld, false) == nil {
+		return
+	}
+	for r := 0; r < rows; r++ {
+		qr := a[r*lda:][:d]
+		dr := dot[r*ld:][:ld]
+		clear(dr)
+		for c, x := range qr {
+			mr := m[c*ld:][:ld]
+			for j, y := range mr {
+				dr[j] += x * y
+			}
 		}
 	}
 }

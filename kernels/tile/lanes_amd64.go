@@ -281,11 +281,11 @@ func lanesKernFor(d int) lanesKern {
 func lanesUpdateSIMD(l *Lanes, k, v []float32, n int) {
 	switch l.kern {
 	case lanesAMX:
-		lanesUpdateAMX(l, k, v, n)
+		amxPath.update(l, k, v, n)
 		l.prefetchIdle()
 		return
 	case lanesBF16:
-		lanesUpdateBF16(l, k, v, n)
+		bf16LanesPath.update(l, k, v, n)
 		l.prefetchIdle()
 		return
 	}
@@ -353,10 +353,10 @@ func lanesUpdateStagedSIMD(l *Lanes, src Stager, n int, ahead, pre lanesAhead) {
 	defer l.prefetchIdle()
 	switch l.kern {
 	case lanesAMX:
-		lanesUpdateStagedAMX(l, src, n)
+		amxPath.updateStaged(l, src, n)
 		return
 	case lanesBF16:
-		lanesUpdateStagedBF16(l, src, n)
+		bf16LanesPath.updateStaged(l, src, n)
 		return
 	}
 	d, ch := l.d, lanesChunks[l.kern]

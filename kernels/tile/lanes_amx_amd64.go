@@ -240,46 +240,6 @@ func (l *Lanes) amxPrefetchNow(pf *lanesPrefetch) {
 	*pf = l.idleCursor()
 }
 
-// lanesUpdateAMX is Lanes.Update on the AMX lane path over the first n keys.
-func lanesUpdateAMX(l *Lanes, k, v []float32, n int) {
-	a := l.amxState()
-	l.amxQueries(a)
-	l.amxScores(a, k, 0, n)
-	lanesSoftmax512(&l.s[0], n, &l.st)
-	l.amxProbs(a, n)
-	l.amxValues(a, v, 0, n, true)
-}
-
-// lanesUpdateStagedAMX is Lanes.UpdateStaged on the AMX lane path (the
-// caller has spread the prefetch hints over its conversion kernels,
-// prefetchSteps): the key
-// and value rows taken in chunks of lanesChunks[lanesAMX] rows, from their
-// storage where the stager offers it (amxRawScores, amxRawValues), else
-// staged to float32 and converted while in cache. Value chunks are added
-// to O one after the other, like the lane kernels', so that a V overflow
-// guard raised by a later chunk (Stager.StageV, ScaleO) rescales what the
-// earlier ones added.
-func lanesUpdateStagedAMX(l *Lanes, src Stager, n int) {
-	a := l.amxState()
-	l.amxQueries(a)
-	d, ch := l.d, lanesChunks[lanesAMX]
-	ws, _ := src.(WideningStager)
-	for i0 := 0; i0 < n; i0 += ch.k {
-		i1 := min(n, i0+ch.k)
-		if !l.amxRawScores(a, ws, i0, i1) {
-			l.amxScores(a, stageRows(src, false, i0, i1, d), i0, i1)
-		}
-	}
-	lanesSoftmax512(&l.s[0], n, &l.st)
-	l.amxProbs(a, n)
-	for i0 := 0; i0 < n; i0 += ch.v {
-		i1 := min(n, i0+ch.v)
-		if !l.amxRawValues(a, ws, i0, i1, i1 == n) {
-			l.amxValues(a, stageRows(src, true, i0, i1, d), i0, i1, i1 == n)
-		}
-	}
-}
-
 //go:noescape
 func e4m3Rows(dst unsafe.Pointer, src unsafe.Pointer, n int, tab *E4M3Tables, cfg *amxConfig, pf *lanesPrefetch)
 

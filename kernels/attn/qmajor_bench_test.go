@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sparseattn/msa/internal/calib"
+	"github.com/sparseattn/msa/internal/cputime"
 	"github.com/sparseattn/msa/kernels/tile"
 )
 
@@ -66,11 +67,11 @@ func BenchmarkPrefillPaths(b *testing.B) {
 					best := time.Duration(math.MaxInt64)
 					cpu := make([]time.Duration, 0, b.N)
 					for range b.N {
-						c0, cpuOK := processCPU()
+						c0, cpuOK := cputime.Process()
 						t0 := time.Now()
 						RunPrefill(p, ws, pool, out)
 						best = min(best, time.Since(t0))
-						if c1, ok := processCPU(); ok && cpuOK {
+						if c1, ok := cputime.Process(); ok && cpuOK {
 							cpu = append(cpu, c1-c0)
 						}
 					}

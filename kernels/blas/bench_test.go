@@ -12,6 +12,7 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/sparseattn/msa/internal/calib"
+	"github.com/sparseattn/msa/internal/cputime"
 	"github.com/sparseattn/msa/kernels/tile"
 )
 
@@ -58,11 +59,11 @@ func BenchmarkSgemm(b *testing.B) {
 			b.Run(fmt.Sprintf("%dx%dx%d/%s", m, n, k, impl.name), func(b *testing.B) {
 				best, bestCPU := time.Duration(1<<62), time.Duration(1<<62)
 				for b.Loop() {
-					c0, cpuOK := processCPU()
+					c0, cpuOK := cputime.Process()
 					t0 := time.Now()
 					impl.im.Sgemm(gblas.NoTrans, gblas.NoTrans, m, n, k, 1, a, k, bm, n, 0, c, n)
 					best = min(best, time.Since(t0))
-					if c1, ok := processCPU(); ok && cpuOK && c1 > c0 {
+					if c1, ok := cputime.Process(); ok && cpuOK && c1 > c0 {
 						bestCPU = min(bestCPU, c1-c0)
 					}
 				}

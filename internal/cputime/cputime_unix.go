@@ -1,15 +1,13 @@
 //go:build unix
 
-package blas
+package cputime
 
 import (
 	"syscall"
 	"time"
 )
 
-// processCPU returns the CPU time (user + system) of this process, all
-// threads, and true.
-func processCPU() (time.Duration, bool) {
+func process() (time.Duration, bool) {
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
 		return 0, false

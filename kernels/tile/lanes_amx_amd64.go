@@ -110,14 +110,7 @@ func (l *Lanes) amxProbs(a *amxLanes, n int) {
 // amxValues converts value rows [i0, i1) (v, [i1-i0][d] float32; i0 a
 // multiple of 32) to pairs and adds their P.V to O (amxPV).
 func (l *Lanes) amxValues(a *amxLanes, v []float32, i0, i1 int, last bool) {
-	d := l.d
-	c := i1 - i0
-	dst := a.vb[i0/2*d:]
-	bf16Pairs(unsafe.Pointer(&dst[0]), uintptr(4*d), &v[0], uintptr(4*d), c/2, d)
-	if c%2 != 0 {
-		copy(a.tail[:d], v[(c-1)*d:c*d])
-		bf16Pairs(unsafe.Pointer(&dst[c/2*d]), uintptr(4*d), &a.tail[0], uintptr(4*d), 1, d)
-	}
+	a.valuePairs(v, i0, i1, l.d)
 	l.amxPV(a, i0, i1, last)
 }
 

@@ -77,14 +77,7 @@ func (l *Lanes) bf16Probs(a *amxLanes, n int) {
 // even) to pairs, an odd last row with a zero partner (a finite value for
 // its P = 0), and adds their P.V to O (bf16PV).
 func (l *Lanes) bf16Values(a *amxLanes, v []float32, i0, i1 int, first bool) {
-	d := l.d
-	c := i1 - i0
-	dst := a.vb[i0/2*d:]
-	bf16Pairs(unsafe.Pointer(&dst[0]), uintptr(4*d), &v[0], uintptr(4*d), c/2, d)
-	if c%2 != 0 {
-		copy(a.tail[:d], v[(c-1)*d:c*d])
-		bf16Pairs(unsafe.Pointer(&dst[c/2*d]), uintptr(4*d), &a.tail[0], uintptr(4*d), 1, d)
-	}
+	a.valuePairs(v, i0, i1, l.d)
 	l.bf16PV(a, i0, i1, first)
 }
 

@@ -2,6 +2,8 @@
 
 package tile
 
+import "unsafe"
+
 // bf16Path is a lane path whose products take bf16 operands: the AMX tiles
 // (amxbf16 tier) or the VDPBF16PS kernels (avx512bf16, SetBF16Products).
 // Both share the query conversion, the softmax, the chunking and the raw
@@ -25,6 +27,19 @@ var (
 	bf16LanesPath = bf16Path{lanesBF16, (*Lanes).bf16Scores, (*Lanes).bf16RawScores, (*Lanes).bf16Probs,
 		func(l *Lanes, a *amxLanes, v []float32, i0, i1, n int) { l.bf16Values(a, v, i0, i1, i0 == 0) }}
 )
+
+// valuePairs converts value rows [i0, i1) (v, [i1-i0][d] float32; i0
+// even) to bf16 key pairs in vb, the B operand both paths' P.V reads; an
+// odd last row gets a zero partner (a finite value for its P = 0).
+func (a *amxLanes) valuePairs(v []float32, i0, i1, d int) {
+	c := i1 - i0
+	dst := a.vb[i0/2*d:]
+	bf16Pairs(unsafe.Pointer(&dst[0]), uintptr(4*d), &v[0], uintptr(4*d), c/2, d)
+	if c%2 != 0 {
+		copy(a.tail[:d], v[(c-1)*d:c*d])
+		bf16Pairs(unsafe.Pointer(&dst[c/2*d]), uintptr(4*d), &a.tail[0], uintptr(4*d), 1, d)
+	}
+}
 
 // update is Lanes.Update on the path over the first n keys.
 func (p *bf16Path) update(l *Lanes, k, v []float32, n int) {

@@ -321,9 +321,16 @@ func TestProgressLines(t *testing.T) {
 	if strings.Contains(out, "\r") {
 		t.Fatalf("line mode wrote a carriage return: %q", out)
 	}
-	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	var lines []string // each entry's first line (the others are indented)
+	for _, l := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+		if strings.HasPrefix(l, "[") {
+			lines = append(lines, l)
+		} else if len(lines) > 0 {
+			lines[len(lines)-1] += " " + strings.TrimSpace(l)
+		}
+	}
 	if len(lines) != 3 {
-		t.Fatalf("want 3 lines, got %d: %q", len(lines), out)
+		t.Fatalf("want 3 entries, got %d: %q", len(lines), out)
 	}
 	for i, want := range []string{"[1/3", "[2/3", "[3/3"} {
 		if !strings.HasPrefix(lines[i], want) {

@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"runtime"
@@ -417,6 +418,7 @@ func procStatus(field string) float64 {
 // *graphProgress shows nothing.
 type graphProgress struct {
 	total, done, last int
+	w                 io.Writer
 }
 
 func newGraphProgress(total int, force bool) *graphProgress {
@@ -426,15 +428,15 @@ func newGraphProgress(total int, force bool) *graphProgress {
 			return nil
 		}
 	}
-	return &graphProgress{total: total}
+	return &graphProgress{total: total, w: os.Stderr}
 }
 
 func (p *graphProgress) phase(name, what string) {
 	if p == nil {
 		return
 	}
-	line := fmt.Sprintf("graph %d/%d %s: %s", p.done+1, p.total, name, what)
-	fmt.Fprintf(os.Stderr, "\r%s%s", line, strings.Repeat(" ", max(0, p.last-len(line))))
+	line := fitWidth(fmt.Sprintf("graph %d/%d %s: %s", p.done+1, p.total, name, what))
+	fmt.Fprintf(p.w, "\r%s%s", line, strings.Repeat(" ", max(0, p.last-len(line))))
 	p.last = len(line)
 }
 
@@ -446,6 +448,6 @@ func (p *graphProgress) step() {
 
 func (p *graphProgress) finish() {
 	if p != nil {
-		fmt.Fprintf(os.Stderr, "\r%s\r", strings.Repeat(" ", p.last))
+		fmt.Fprintf(p.w, "\r%s\r", strings.Repeat(" ", p.last))
 	}
 }

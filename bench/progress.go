@@ -61,7 +61,7 @@ func (p *progress) phase(name, what string) {
 	if fill < width {
 		bar += ">" + strings.Repeat(" ", width-fill-1)
 	}
-	line := fmt.Sprintf("[%s] %d/%d %5.0fs %s: %s", bar, p.done, p.total, p.elapsed(), name, what)
+	line := fitWidth(fmt.Sprintf("[%s] %d/%d %5.0fs %s: %s", bar, p.done, p.total, p.elapsed(), name, what))
 	pad := ""
 	if len(line) < p.last {
 		pad = strings.Repeat(" ", p.last-len(line))
@@ -103,7 +103,7 @@ func (p *progress) note(name, text string) {
 		p.phase(name, text)
 		return
 	}
-	fmt.Fprintf(p.w, "[%d/%d %4.0fs] %s: %s\n", p.done, p.total, p.elapsed(), name, text)
+	p.line(name, text)
 }
 
 // noteWriter passes the lines written to it to p.note (the PyTorch
@@ -131,8 +131,41 @@ func (w *noteWriter) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
+// line prints one entry of the line mode, "[done/total elapsed] name:
+// text", wrapped at spaces into lines of at most termWidth columns.
 func (p *progress) line(name, text string) {
-	fmt.Fprintf(p.w, "[%d/%d %4.0fs] %s: %s\n", p.done, p.total, p.elapsed(), name, text)
+	head := fmt.Sprintf("[%d/%d %4.0fs] %s: ", p.done, p.total, p.elapsed(), name)
+	for _, l := range wrapIndent(head+text, termWidth, progressIndent) {
+		fmt.Fprintln(p.w, l)
+	}
+}
+
+// progressIndent starts the continuation lines of a progress entry, so
+// that each entry's first line is the only one starting with '['.
+const progressIndent = "    "
+
+// wrapIndent is wrap with the lines after the first indented by indent,
+// every line at most width bytes long (a single word longer than that
+// stays whole).
+func wrapIndent(text string, width int, indent string) []string {
+	lines := wrap(text, width)
+	if len(lines) <= 1 {
+		return lines
+	}
+	rest := wrap(strings.Join(lines[1:], " "), width-len(indent))
+	for i := range rest {
+		rest[i] = indent + rest[i]
+	}
+	return append(lines[:1], rest...)
+}
+
+// fitWidth cuts a progress bar line to termWidth columns (the bar is
+// redrawn in place with '\r', which a wrapped line would break).
+func fitWidth(line string) string {
+	if r := []rune(line); len(r) > termWidth {
+		return string(r[:termWidth])
+	}
+	return line
 }
 
 // caseLine summarises a finished case for the line mode.

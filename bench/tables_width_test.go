@@ -112,3 +112,50 @@ func TestBackwardTableWidth(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Progress entries fit in termWidth columns: a case line at its longest
+// (long name, load, noise and verify notes) wraps into indented lines, a
+// PyTorch note too, and the redrawn bar (the run's and the graph group's)
+// is cut to the width.
+func TestProgressWidth(t *testing.T) {
+	var buf bytes.Buffer
+	p := newProgressTo(120, false, &buf)
+	p.done = 99
+	r := &result{c: caseSpec{Name: "prefill-fp8-32k-corr-nvfp4-long"}, timeMS: 98765.4, reps: 500, gflops: 12345.6, path: "query+kv",
+		sp:   spread{best: 98765.4, worst: 99999.9},
+		load: loadStats{ok: true, others: 0.95, steal: 0.45, loadEnd: 12.25}, noise: []string{"spread", "load", "steal", "ratio"},
+		verify: "FAIL: head 15 row 2047: max |err| 1.2e-01 > tol 3.9e-03"}
+	p.step(r)
+	p.note("PyTorch", strings.Repeat("dense FP32 attention over 32768 tokens, 16 heads: 12345.6 ms; ", 3))
+	p.step(&result{c: caseSpec{Name: "decode-fp8-b32-64k"}, err: strings.Repeat("skipped: K+V is 3 GiB, over the memory limit; ", 4)})
+	out := buf.String()
+	for _, l := range overWide(out) {
+		t.Errorf("progress line of %d > %d columns: %q", len([]rune(l)), termWidth, l)
+	}
+	entries := 0
+	for _, l := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+		if strings.HasPrefix(l, "[") {
+			entries++
+		} else if !strings.HasPrefix(l, progressIndent) {
+			t.Errorf("continuation line %q is not indented", l)
+		}
+	}
+	if entries != 3 {
+		t.Errorf("want 3 entries (each one line starting with '['), got %d:\n%s", entries, out)
+	}
+	if flat := strings.Join(strings.Fields(out), " "); !strings.Contains(flat, "verify FAIL: head 15 row 2047") ||
+		!strings.Contains(flat, "NOISY (spread, load, steal, ratio)") {
+		t.Errorf("the wrapped case line lost its notes:\n%s", out)
+	}
+
+	buf.Reset()
+	b := newProgressTo(120, true, &buf)
+	b.phase(strings.Repeat("graph-prefill-32k-lisp-openblas", 2), "eager replay 499")
+	gp := &graphProgress{total: 120, w: &buf}
+	gp.phase(strings.Repeat("graph-decode-L12-b32-64k-openblas", 3), "eager replay 499")
+	for _, seg := range strings.Split(buf.String(), "\r") {
+		if n := len([]rune(seg)); n > termWidth {
+			t.Errorf("bar line of %d > %d columns: %q", n, termWidth, seg)
+		}
+	}
+}

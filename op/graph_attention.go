@@ -7,6 +7,7 @@ import (
 
 	"github.com/chewxy/hm"
 	"github.com/sparseattn/msa/kernels/attn"
+	"github.com/sparseattn/msa/kernels/lowp"
 	"github.com/sparseattn/msa/op/internal/validate"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
@@ -60,6 +61,10 @@ type attnState struct {
 	dlse []float32
 	ws   *attn.Workspace
 	g    gradState // float32 forward and backward (graph_grad.go)
+	// o and lseBuf are a BFloat16 forward's O and LSE storage, kept
+	// across runs (graph_outbuf.go).
+	o      ownedBuf[lowp.BFloat16]
+	lseBuf ownedBuf[float32]
 }
 
 // sparseAttnOp is the sparse prefill attention node.
@@ -209,6 +214,8 @@ func (op *sparseAttnOp) Do(vals ...G.Value) (G.Value, error) {
 	if op.st.ws == nil {
 		op.st.ws = attn.NewWorkspace(sc.workers, sc.p.D)
 	}
+	p := &sc.p
+	sc.out, sc.outLSE = op.st.o.dense(p.TotalQ, p.HQ, p.D), op.st.lseBuf.dense(p.TotalQ, p.HQ)
 	res := sc.run(op.st.ws, nil)
 	op.st.lse, op.st.tlse, op.st.dlse = res.LSE, res.TemperatureLSE, nil
 	return res.Out, nil
@@ -219,7 +226,10 @@ func (op *sparseAttnOp) Do(vals ...G.Value) (G.Value, error) {
 // Float8E4M3FN; k, v are [total_k, Hkv, D] (or paged / NVFP4 per the
 // options); cuQ, cuK are int32 [B+1]. The node's value is O, BFloat16
 // [total_q, Hq, D]; LSE(node) and TemperatureLSE(node) expose the side
-// results computed by the same run. Options: Causal, SoftmaxScale,
+// results computed by the same run. The BFloat16 node keeps O's and
+// LSE's storage across runs: their values are valid until the node runs
+// again, which rewrites them in place (tensor.Clone them to keep them).
+// Options: Causal, SoftmaxScale,
 // Temperature, PartialDtype, MMADtypes, Workers, Paged, KVLayout (with
 // Paged), NVFP4KV, SharedKV. After a BlockScores -> TopKBlocks -> K2QCSR
 // chain, Causal() must match the BlockScores node's.

@@ -261,13 +261,14 @@ func TopKBlocks(scores *G.Node, opts ...Option) (*G.Node, error) {
 }
 
 // castOp converts between float32 and BFloat16 element by element, split
-// over GOMAXPROCS goroutines for large tensors. Every Do returns a new
-// tensor, as the other ops here do: a value a caller kept from an earlier
-// run of the graph must not change under it.
+// over GOMAXPROCS goroutines for large tensors. Its output storage is kept
+// across runs (graph_outbuf.go: a value is valid until the node's next
+// run).
 type castOp struct {
 	opBase
 	from, to tensor.Dtype
 	shape    tensor.Shape
+	out      castBufs
 }
 
 func (op *castOp) Arity() int { return 1 }
@@ -301,15 +302,13 @@ func (op *castOp) Do(vals ...G.Value) (G.Value, error) {
 		return nil, validate.ArgErr(fn, "x", fmt.Sprintf("shape %v as at graph construction", op.shape), validate.ShapeStr(x))
 	}
 	if op.to == BFloat16 {
-		src := validate.Backing[float32](x)
-		dst := make([]lowp.BFloat16, len(src))
-		lowp.EncodeBF16Workers(dst, src, 0)
-		return tensor.New(tensor.WithShape(op.shape...), tensor.WithBacking(dst)), nil
+		out := op.out.bf16.dense(op.shape...)
+		lowp.EncodeBF16Workers(validate.Backing[lowp.BFloat16](out), validate.Backing[float32](x), 0)
+		return out, nil
 	}
-	src := validate.Backing[lowp.BFloat16](x)
-	dst := make([]float32, len(src))
-	lowp.DecodeBF16Workers(dst, src, 0)
-	return tensor.New(tensor.WithShape(op.shape...), tensor.WithBacking(dst)), nil
+	out := op.out.f32.dense(op.shape...)
+	lowp.DecodeBF16Workers(validate.Backing[float32](out), validate.Backing[lowp.BFloat16](x), 0)
+	return out, nil
 }
 
 func castNode(fn string, x *G.Node, from, to tensor.Dtype) (*G.Node, error) {
@@ -324,13 +323,16 @@ func castNode(fn string, x *G.Node, from, to tensor.Dtype) (*G.Node, error) {
 
 // CastToBF16 rounds a float32 node of rank >= 1 to BFloat16 (round to
 // nearest even, NaN stays NaN): the bridge from Gorgonia's float32
-// arithmetic (G.Mul projections) to the attention ops' operands.
+// arithmetic (G.Mul projections) to the attention ops' operands. The
+// node keeps its output storage across runs: its value is valid until the
+// node runs again, which rewrites it in place (tensor.Clone it to keep it).
 func CastToBF16(x *G.Node) (*G.Node, error) {
 	return castNode("CastToBF16", x, tensor.Float32, BFloat16)
 }
 
 // CastFromBF16 widens a BFloat16 node of rank >= 1 (e.g. an attention
-// output) to float32, exactly, so Gorgonia's built-in ops can use it.
+// output) to float32, exactly, so Gorgonia's built-in ops can use it. Its
+// value, like CastToBF16's, is rewritten in place by the node's next run.
 func CastFromBF16(x *G.Node) (*G.Node, error) {
 	return castNode("CastFromBF16", x, BFloat16, tensor.Float32)
 }

@@ -20,9 +20,20 @@ if ! links; then
     echo "openblas: FAIL: -lopenblas does not link and this is not a Debian/Ubuntu machine: install OpenBLAS's development files"
     exit 1
   fi
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq libopenblas-dev >/dev/null
+  # apt's output (including debconf's note about a missing apt-utils, which
+  # is harmless) is shown only when a step fails.
+  log=$(mktemp)
+  trap 'rm -f "$log"' EXIT
+  for step in "update -qq" "install -y -qq libopenblas-dev"; do
+    # shellcheck disable=SC2086 # step holds apt-get's arguments
+    if ! DEBIAN_FRONTEND=noninteractive $sudo apt-get $step >"$log" 2>&1; then
+      cat "$log"
+      echo "openblas: FAIL: apt-get $step failed (output above): install OpenBLAS's development files by hand"
+      exit 1
+    fi
+  done
   links || { echo "openblas: FAIL: -lopenblas still does not link after installing libopenblas-dev"; exit 1; }
+  echo "--- installed: $(dpkg-query -W -f '${Package} ${Version}' libopenblas-dev)"
 fi
 
 echo "--- go vet -tags openblas ./kernels/blas ./bench"

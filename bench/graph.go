@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"slices"
@@ -17,6 +18,7 @@ import (
 	G "gorgonia.org/gorgonia"
 
 	"github.com/sparseattn/msa/bench/graphprof"
+	"github.com/sparseattn/msa/internal/cputime"
 	msablas "github.com/sparseattn/msa/kernels/blas"
 )
 
@@ -73,6 +75,8 @@ type graphResult struct {
 	noisy                string    // why the row is noisy (noiseVerdict), or ""
 	prof                 graphprof.Report
 	setupMS              float64 // graph construction and the machine
+	cpuReps              []float64     // process CPU time of each RunAll (ns; empty where unknown)
+	cpuMed               time.Duration // their median (0 when unknown)
 	err                  string
 	kindGraph, kindEager map[string]time.Duration // per run
 	kindOrder            []string
@@ -188,7 +192,7 @@ func runGraphGroup(cfg *config, header []string) error {
 	if err != nil {
 		return err
 	}
-	prog := newGraphProgress(len(cs), cfg.progress)
+	prog := newGraphProgress(len(cs)+len(pairCases(cs)), cfg.progress)
 	var rs []*graphResult
 	failed := false
 	for _, c := range cs {
@@ -207,14 +211,20 @@ func runGraphGroup(cfg *config, header []string) error {
 		debug.FreeOSMemory()
 		prog.step()
 	}
+	ps, pairsFailed := runPairsGroup(cfg, cs, prog)
+	failed = failed || pairsFailed
 	prog.finish()
 	fmt.Println()
 	printGraphTable(os.Stdout, rs)
+	printBLASPairs(os.Stdout, ps)
 	if cfg.out != "" {
 		if err := writeGraphOutputs(cfg.out, header, rs); err != nil {
 			return err
 		}
-		fmt.Printf("wrote %s/graph.csv, graph-kinds.csv, graph.md, graph-<case>.png\n", cfg.out)
+		if err := writeCSVRows(filepath.Join(cfg.out, "graph-pairs.csv"), pairCSVRows(ps)); err != nil {
+			return err
+		}
+		fmt.Printf("wrote %s/graph.csv, graph-kinds.csv, graph-pairs.csv, graph.md, graph-<case>.png\n", cfg.out)
 	}
 	if failed {
 		return fmt.Errorf("a graph case failed (see the notes)")
@@ -257,6 +267,40 @@ func (gr *graphRunner) run() (time.Duration, error) {
 	return d, gr.after()
 }
 
+// newGraphRunner builds case c's graph and its step hooks; start makes
+// the machine.
+func newGraphRunner(cfg *config, c graphCase) (*graphRunner, error) {
+	gr := &graphRunner{machine: c.machine}
+	seed := uint64(c.seqLen)*7 + uint64(c.batch)
+	switch c.kind {
+	case "prefill":
+		pg, err := buildPrefillGraph(c.seqLen, c.dm, c.topK, c.blk, cfg.workers, seed)
+		if err != nil {
+			return nil, err
+		}
+		gr.g = pg.g
+		gr.before = func() error { return pg.in.next(pg.x) }
+		gr.after = func() error { return nil }
+	case "decode":
+		dg, err := buildDecodeGraph(c.batch, c.seqLen, c.layers, c.page, c.dm, 512, cfg.workers, seed)
+		if err != nil {
+			return nil, err
+		}
+		gr.g = dg.g
+		gr.before, gr.after = dg.prepareStep, dg.finishStep
+	default:
+		return nil, fmt.Errorf("unknown graph case kind %q", c.kind)
+	}
+	return gr, nil
+}
+
+// start makes a TapeMachine (a LispMachine is made per run).
+func (gr *graphRunner) start() {
+	if gr.machine == "tape" {
+		gr.m = G.NewTapeMachine(gr.g)
+	}
+}
+
 func (gr *graphRunner) close() {
 	if gr.m != nil {
 		gr.m.Close()
@@ -276,35 +320,16 @@ func runGraphCase(cfg *config, r *graphResult, prog *graphProgress) error {
 	resetPeakRSS()
 	prog.phase(c.name, "build")
 	t0 := time.Now()
-	gr := &graphRunner{machine: c.machine}
-	defer gr.close()
-	seed := uint64(c.seqLen)*7 + uint64(c.batch)
-	switch c.kind {
-	case "prefill":
-		pg, err := buildPrefillGraph(c.seqLen, c.dm, c.topK, c.blk, cfg.workers, seed)
-		if err != nil {
-			return err
-		}
-		gr.g = pg.g
-		gr.before = func() error { return pg.in.next(pg.x) }
-		gr.after = func() error { return nil }
-	case "decode":
-		dg, err := buildDecodeGraph(c.batch, c.seqLen, c.layers, c.page, c.dm, 512, cfg.workers, seed)
-		if err != nil {
-			return err
-		}
-		gr.g = dg.g
-		gr.before, gr.after = dg.prepareStep, dg.finishStep
-	default:
-		return fmt.Errorf("unknown graph case kind %q", c.kind)
+	gr, err := newGraphRunner(cfg, c)
+	if err != nil {
+		return err
 	}
+	defer gr.close()
 	p, err := graphprof.Attach(gr.g, graphprof.Capture())
 	if err != nil {
 		return err
 	}
-	if c.machine == "tape" {
-		gr.m = G.NewTapeMachine(gr.g)
-	}
+	gr.start()
 	r.setupMS = ms(time.Since(t0))
 
 	prog.phase(c.name, "warm-up")
@@ -322,7 +347,11 @@ func runGraphCase(cfg *config, r *graphResult, prog *graphProgress) error {
 	start := time.Now()
 	for len(r.reps) < 3 || (time.Since(start) < cfg.minTime && len(r.reps) < 500) {
 		runtime.ReadMemStats(&ms0)
+		cpu0, cpuOK := cputime.Process()
 		d, err := gr.run()
+		if cpu1, ok := cputime.Process(); ok && cpuOK {
+			r.cpuReps = append(r.cpuReps, float64(cpu1-cpu0))
+		}
 		runtime.ReadMemStats(&ms1)
 		if err != nil {
 			return err
@@ -361,6 +390,9 @@ func runGraphCase(cfg *config, r *graphResult, prog *graphProgress) error {
 	s := append([]time.Duration(nil), r.reps...)
 	sort.Slice(s, func(a, b int) bool { return s[a] < s[b] })
 	r.med, r.lo, r.hi = s[len(s)/2], s[0], s[len(s)-1]
+	if len(r.cpuReps) > 0 {
+		r.cpuMed = time.Duration(median(r.cpuReps))
+	}
 	r.eagerMed = graphprof.EagerResult{Reps: r.eagerReps}.Median()
 	r.overhead = median(ratios)
 	r.peakRSS = procStatus("VmHWM:")

@@ -171,16 +171,20 @@ func printGraphTable(w io.Writer, rs []*graphResult) {
 // describe states a case's shape.
 func (r *graphResult) describe() string {
 	c := r.c
-	if c.kind == "prefill" {
-		return fmt.Sprintf("one layer, T = %d, d_model %d, Hq %d, Hkv %d, D %d, topK %d, %s machine, %d runs",
-			c.seqLen, c.dm.model, c.dm.hq, c.dm.hkv, c.dm.d, c.topK, c.machine, len(r.reps))
+	cpu := ""
+	if r.cpuMed > 0 {
+		cpu = fmt.Sprintf(", process CPU %s ms per run (median)", f1(ms(r.cpuMed)))
 	}
-	return fmt.Sprintf("one decode step, %d layers, batch %d, context %d (+1 per step), d_model %d, Hq %d, Hkv %d, D %d, page %d, BF16 cache, %d steps",
-		c.layers, c.batch, c.seqLen, c.dm.model, c.dm.hq, c.dm.hkv, c.dm.d, c.page, len(r.reps))
+	if c.kind == "prefill" {
+		return fmt.Sprintf("one layer, T = %d, d_model %d, Hq %d, Hkv %d, D %d, topK %d, %s machine, %d runs%s",
+			c.seqLen, c.dm.model, c.dm.hq, c.dm.hkv, c.dm.d, c.topK, c.machine, len(r.reps), cpu)
+	}
+	return fmt.Sprintf("one decode step, %d layers, batch %d, context %d (+1 per step), d_model %d, Hq %d, Hkv %d, D %d, page %d, BF16 cache, %d steps%s",
+		c.layers, c.batch, c.seqLen, c.dm.model, c.dm.hq, c.dm.hkv, c.dm.d, c.page, len(r.reps), cpu)
 }
 
 var graphCSVHeader = []string{"case", "kind", "machine", "tokens", "seq_len", "batch", "layers", "d_model", "hq", "hkv", "d",
-	"runs", "time_ms", "min_ms", "max_ms", "tokens_per_s", "eager_ms", "eager_reps", "overhead", "allocs_per_run", "bytes_per_run",
+	"runs", "time_ms", "min_ms", "max_ms", "cpu_ms", "tokens_per_s", "eager_ms", "eager_reps", "overhead", "allocs_per_run", "bytes_per_run",
 	"peak_rss_bytes", "start_rss_bytes", "attributed_ms", "machine_ms", "setup_ms", "load", "noisy", "error"}
 
 func writeGraphOutputs(dir string, header []string, rs []*graphResult) error {
@@ -198,7 +202,7 @@ func writeGraphOutputs(dir string, header []string, rs []*graphResult) error {
 		}
 		main = append(main, []string{c.name, c.kind, c.machine, strconv.Itoa(c.tokens()), strconv.Itoa(c.seqLen), strconv.Itoa(c.batch),
 			strconv.Itoa(c.layers), strconv.Itoa(c.dm.model), strconv.Itoa(c.dm.hq), strconv.Itoa(c.dm.hkv), strconv.Itoa(c.dm.d),
-			strconv.Itoa(len(r.reps)), num(ms(r.med)), num(ms(r.lo)), num(ms(r.hi)), tps, num(ms(r.eagerMed)), strconv.Itoa(len(r.eagerReps)),
+			strconv.Itoa(len(r.reps)), num(ms(r.med)), num(ms(r.lo)), num(ms(r.hi)), num(ms(r.cpuMed)), tps, num(ms(r.eagerMed)), strconv.Itoa(len(r.eagerReps)),
 			num(r.overhead), num(r.allocs), num(r.bytes), num(r.peakRSS), num(r.rssStart), num(ms(r.attrib)), num(ms(r.unattributed)), num(r.setupMS),
 			fmt.Sprintf("%.2f-%.2f", r.ls.loadStart, r.ls.loadEnd), r.noisy, r.err})
 		if r.err == "" {

@@ -159,3 +159,38 @@ func TestProgressWidth(t *testing.T) {
 		}
 	}
 }
+
+// The BLAS pairs table fits in termWidth columns with the longest case
+// names, large times and an error, explains every column, and pairs only
+// the cases whose Gonum counterpart is in the suite.
+func TestBLASPairsTable(t *testing.T) {
+	cs := []graphCase{{name: "graph-prefill-32k-lisp", blas: "gonum"}, {name: "graph-prefill-32k-lisp-msablas", blas: "msa"},
+		{name: "graph-prefill-32k-lisp-openblas", blas: "openblas"}, {name: "graph-decode-L12-b32-64k-msablas", blas: "msa"}}
+	ps := pairCases(cs)
+	if len(ps) != 2 || ps[0].base != "graph-prefill-32k-lisp" || ps[1].c.blas != "openblas" {
+		t.Fatalf("pairCases = %+v, want the msa and openblas cases of graph-prefill-32k-lisp (the decode case has no gonum run)", ps)
+	}
+	for i := range 7 {
+		ps[0].gonumMS, ps[0].blasMS = append(ps[0].gonumMS, 987654.3), append(ps[0].blasMS, 98765.4)
+		ps[0].wallX, ps[0].cpuX = append(ps[0].wallX, 10+float64(i)), append(ps[0].cpuX, 12.5)
+		ps[0].gonumCPU, ps[0].blasCPU = append(ps[0].gonumCPU, 1975308.6), append(ps[0].blasCPU, 158024.6)
+	}
+	ps[0].loadStart, ps[0].loadEnd = 12.25, 13.5
+	ps[1].err = strings.Repeat("the graph failed to build; ", 6)
+	var buf bytes.Buffer
+	printBLASPairs(&buf, ps)
+	out := buf.String()
+	for _, l := range overWide(out) {
+		t.Errorf("line of %d > %d columns: %q", len([]rune(l)), termWidth, l)
+	}
+	legendNames(t, out[strings.Index(out, "Columns:"):], pairHeader)
+	flat := strings.Join(strings.Fields(out), " ")
+	for _, want := range []string{"13.00 10.00-16.00 12.50 12.25-13.50", "ERROR: the graph failed"} {
+		if !strings.Contains(flat, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if rows := pairCSVRows(ps); len(rows) != 8 || rows[2][3] != "msa" || rows[1][3] != "gonum" {
+		t.Errorf("graph-pairs.csv rows: want a header and 7 pairs, the second run first on msa; got %q", rows)
+	}
+}

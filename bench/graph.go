@@ -74,7 +74,7 @@ type graphResult struct {
 	noiseNote            string    // describeNoise
 	noisy                string    // why the row is noisy (noiseVerdict), or ""
 	prof                 graphprof.Report
-	setupMS              float64 // graph construction and the machine
+	setupMS              float64       // graph construction and the machine
 	cpuReps              []float64     // process CPU time of each RunAll (ns; empty where unknown)
 	cpuMed               time.Duration // their median (0 when unknown)
 	err                  string

@@ -23,9 +23,16 @@ func BF16(f float32) BFloat16 {
 func (x BFloat16) Float32() float32 { return math.Float32frombits(uint32(x) << 16) }
 
 // DecodeBF16 writes the float32 value of every element of src to dst, which
-// must be at least as long as src (it panics otherwise).
+// must be at least as long as src (it panics otherwise); 16 elements per
+// instruction group with AVX-512, as EncodeBF16.
 func DecodeBF16(dst []float32, src []BFloat16) {
 	dst = dst[:len(src)]
+	i := decodeBF16SIMD(dst, src)
+	decodeBF16Go(dst[i:], src[i:])
+}
+
+// decodeBF16Go is DecodeBF16's portable loop (len(dst) == len(src)).
+func decodeBF16Go(dst []float32, src []BFloat16) {
 	i := 0
 	for ; i+4 <= len(src); i += 4 {
 		s, d := src[i:i+4:i+4], dst[i:i+4:i+4]
@@ -40,10 +47,18 @@ func DecodeBF16(dst []float32, src []BFloat16) {
 }
 
 // EncodeBF16 writes BF16(src[i]) to dst[i] for every element of src; dst
-// must be at least as long as src (it panics otherwise). The loop is
-// unrolled by four and branch-free (the NaN case is a conditional move).
+// must be at least as long as src (it panics otherwise). With AVX-512 it
+// converts 16 elements per instruction group (bf16_amd64.s); elsewhere,
+// and on the last len(src) % 16 elements, the loop is unrolled by four and
+// branch-free (the NaN case is a conditional move).
 func EncodeBF16(dst []BFloat16, src []float32) {
 	dst = dst[:len(src)]
+	i := encodeBF16SIMD(dst, src)
+	encodeBF16Go(dst[i:], src[i:])
+}
+
+// encodeBF16Go is EncodeBF16's portable loop (len(dst) == len(src)).
+func encodeBF16Go(dst []BFloat16, src []float32) {
 	i := 0
 	for ; i+4 <= len(src); i += 4 {
 		s, d := src[i:i+4:i+4], dst[i:i+4:i+4]

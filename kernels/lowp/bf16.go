@@ -24,7 +24,7 @@ func (x BFloat16) Float32() float32 { return math.Float32frombits(uint32(x) << 1
 
 // DecodeBF16 writes the float32 value of every element of src to dst, which
 // must be at least as long as src (it panics otherwise); 16 elements per
-// instruction group with AVX-512, as EncodeBF16.
+// loop step with AVX-512, as EncodeBF16.
 func DecodeBF16(dst []float32, src []BFloat16) {
 	dst = dst[:len(src)]
 	i := decodeBF16SIMD(dst, src)
@@ -48,7 +48,7 @@ func decodeBF16Go(dst []float32, src []BFloat16) {
 
 // EncodeBF16 writes BF16(src[i]) to dst[i] for every element of src; dst
 // must be at least as long as src (it panics otherwise). With AVX-512 it
-// converts 16 elements per instruction group (bf16_amd64.s); elsewhere,
+// converts 16 elements per loop step (bf16_amd64.s); elsewhere,
 // and on the last len(src) % 16 elements, the loop is unrolled by four and
 // branch-free (the NaN case is a conditional move).
 func EncodeBF16(dst []BFloat16, src []float32) {

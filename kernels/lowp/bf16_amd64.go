@@ -2,7 +2,7 @@
 
 package lowp
 
-// The BF16 slice conversions run 32 elements per step with AVX-512
+// The BF16 slice conversions run 16 elements per step with AVX-512
 // (F, BW, DQ) where the CPU and the OS support it, and the portable loops
 // of bf16.go elsewhere and on the tail. The package must not depend on
 // anything outside the standard library, so it reads the CPU's features

@@ -10,7 +10,7 @@ import (
 // CPU has them) equal the portable loops bit for bit on random bit
 // patterns with NaNs of both signs and payloads, infinities, subnormals,
 // zeros, ties and values that round up to infinity, for every length up to
-// 100 (both kernel steps of 32 and 16 and the portable tail) at every
+// 100 (several 16-element kernel steps and every portable tail) at every
 // start offset modulo 16 elements, and write nothing past len(src).
 func TestBF16SIMD(t *testing.T) {
 	t.Logf("AVX-512 kernels: %v", haveAVX512)

@@ -116,6 +116,9 @@ func graphSuite(cfg *config) ([]graphCase, error) {
 	if *graphLayers < 1 {
 		return nil, fmt.Errorf("-graph-layers must be >= 1")
 	}
+	if *graphPairs < 0 {
+		return nil, fmt.Errorf("-graph-pairs must be >= 0 (0: no BLAS pairs); got %d", *graphPairs)
+	}
 	var machines []string
 	for _, m := range strings.Split(*graphMachines, ",") {
 		switch m = strings.TrimSpace(m); m {
@@ -192,7 +195,11 @@ func runGraphGroup(cfg *config, header []string) error {
 	if err != nil {
 		return err
 	}
-	prog := newGraphProgress(len(cs)+len(pairCases(cs)), cfg.progress)
+	npairs := 0
+	if *graphPairs > 0 {
+		npairs = len(pairCases(cs))
+	}
+	prog := newGraphProgress(len(cs)+npairs, cfg.progress)
 	var rs []*graphResult
 	failed := false
 	for _, c := range cs {

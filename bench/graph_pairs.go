@@ -157,9 +157,10 @@ func printBLASPairs(w io.Writer, ps []blasPair) {
 }
 
 // runPairsGroup runs the BLAS pairs of the suite's cases (none when
-// -graph-pairs is 0 or Gonum is not in -graph-blas).
+// -graph-pairs is 0, which graphSuite checked is not negative, or Gonum is
+// not in -graph-blas).
 func runPairsGroup(cfg *config, cs []graphCase, prog *graphProgress) ([]blasPair, bool) {
-	if *graphPairs <= 0 {
+	if *graphPairs == 0 {
 		return nil, false
 	}
 	ps := pairCases(cs)

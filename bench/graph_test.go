@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -117,5 +118,33 @@ func TestGraphSuiteBLAS(t *testing.T) {
 	}
 	if err != nil || !strings.HasSuffix(cs[len(cs)-1].name, "-openblas") {
 		t.Errorf("openblas: error %v, last case %v", err, cs)
+	}
+}
+
+// TestGraphBLASPairs runs two BLAS pairs of the tiny prefill layer (Gonum
+// against kernels/blas, the order alternating) and checks each pair's
+// times and ratios; a negative -graph-pairs is refused by name.
+func TestGraphBLASPairs(t *testing.T) {
+	cfg := graphTestConfig()
+	dm := graphDims{model: 128, hq: 16, hkv: 1, d: 128}
+	c := graphCase{name: "graph-prefill-512-tape-msablas", kind: "prefill", machine: "tape", seqLen: 512, batch: 1, layers: 1, dm: dm,
+		topK: 2, blk: 128, blas: "msa"}
+	p := blasPair{c: c, base: "graph-prefill-512-tape"}
+	if err := runBLASPairs(cfg, &p, 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	if len(p.wallX) != 2 || len(p.gonumMS) != 2 || len(p.blasMS) != 2 {
+		t.Fatalf("want 2 pairs, got %+v", p)
+	}
+	for i, x := range p.wallX {
+		if !(p.gonumMS[i] > 0 && p.blasMS[i] > 0) || math.Abs(x-p.gonumMS[i]/p.blasMS[i]) > 1e-9 {
+			t.Errorf("pair %d: gonum %v ms, msa %v ms, x_wall %v", i, p.gonumMS[i], p.blasMS[i], x)
+		}
+	}
+	prev := *graphPairs
+	t.Cleanup(func() { *graphPairs = prev })
+	*graphPairs = -1
+	if _, err := graphSuite(cfg); err == nil || !strings.Contains(err.Error(), "-graph-pairs must be >= 0") {
+		t.Errorf("-graph-pairs -1: error %v", err)
 	}
 }

@@ -19,8 +19,11 @@ import (
 // Aliasing rule (documented on each such constructor): the value of such a
 // node, and a value read from it with Value(), is valid until the node's
 // next run, which overwrites it in place; copy it (tensor.Clone) to keep it
-// longer. Within one run nothing else writes it: the machine hands a
-// value's register to another node only after the value's last reader ran.
+// longer. Within one run nothing else writes it before its last reader
+// ran: only then may the machine hand its register to a later node, whose
+// op may write its own value into the storage (UsePreallocDo); that value
+// too is then valid until the next run. Storage is fully rewritten by each
+// run (the eager Out arguments' contract, which these nodes use).
 // Each Do wraps the storage in a new *tensor.Dense, so a machine that
 // recycles the header of a value it unbinds (tensor.ReturnTensor) cannot
 // detach the storage from the op. Two machines must not run one graph at

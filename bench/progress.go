@@ -134,8 +134,8 @@ func (w *noteWriter) Write(b []byte) (int, error) {
 // line prints one entry of the line mode, "[done/total elapsed] name:
 // text", wrapped at spaces into lines of at most termWidth columns.
 func (p *progress) line(name, text string) {
-	head := fmt.Sprintf("[%d/%d %4.0fs] %s: ", p.done, p.total, p.elapsed(), name)
-	for _, l := range wrapIndent(head+text, termWidth, progressIndent) {
+	head := fmt.Sprintf("[%d/%d %4.0fs] %s:", p.done, p.total, p.elapsed(), name)
+	for _, l := range wrapAfter(head, text, termWidth, progressIndent) {
 		fmt.Fprintln(p.w, l)
 	}
 }
@@ -144,19 +144,20 @@ func (p *progress) line(name, text string) {
 // that each entry's first line is the only one starting with '['.
 const progressIndent = "    "
 
-// wrapIndent is wrap with the lines after the first indented by indent,
-// every line at most width bytes long (a single word longer than that
-// stays whole).
-func wrapIndent(text string, width int, indent string) []string {
-	lines := wrap(text, width)
-	if len(lines) <= 1 {
-		return lines
+// wrapAfter returns head (kept as it is, padding included) followed by the
+// words of text, wrapped at spaces into lines of at most width bytes, the
+// lines after the first indented by indent (a single word longer than a
+// line stays whole).
+func wrapAfter(head, text string, width int, indent string) []string {
+	lines := []string{head}
+	for _, w := range strings.Fields(text) {
+		if last := lines[len(lines)-1]; len(last)+1+len(w) > width {
+			lines = append(lines, indent+w)
+		} else {
+			lines[len(lines)-1] = last + " " + w
+		}
 	}
-	rest := wrap(strings.Join(lines[1:], " "), width-len(indent))
-	for i := range rest {
-		rest[i] = indent + rest[i]
-	}
-	return append(lines[:1], rest...)
+	return lines
 }
 
 // fitWidth cuts a progress bar line to termWidth columns (the bar is

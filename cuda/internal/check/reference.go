@@ -232,9 +232,10 @@ func (c *Prefill) reference(f *fault) *Reference {
 				rows[i] = c.kvRow(b, t, h, f)
 			}
 			slots := slotsOf(toks, c.Blk) // one partial per selected block
+			tiles := ar.acc.tilesOf(toks)
 			for g := 0; g < c.QHPK; g++ {
 				idx := row*c.Hq + h*c.QHPK + g
-				ar.row(ref, idx, q[idx*c.D:(idx+1)*c.D], rows, slots, k, v, scale, float64(c.Temp), f)
+				ar.row(ref, idx, q[idx*c.D:(idx+1)*c.D], rows, slots, tiles, k, v, scale, float64(c.Temp), f)
 			}
 		}
 	})
@@ -306,9 +307,10 @@ func (c *Decode) reference(f *fault) *Reference {
 				kr[i] = c.kvRow(r/c.SeqlenQ, t, h, f)
 			}
 			slots := slotsOf(toks, c.PageSize) // a split never divides a page
+			tiles := ar.acc.tilesOf(toks)
 			for g := 0; g < c.QHPK; g++ {
 				idx := r*c.Hq + h*c.QHPK + g
-				ar.row(ref, idx, q[idx*c.D:(idx+1)*c.D], kr, slots, k, v, scale, 0, f)
+				ar.row(ref, idx, q[idx*c.D:(idx+1)*c.D], kr, slots, tiles, k, v, scale, 0, f)
 			}
 		}
 	})
@@ -317,14 +319,18 @@ func (c *Decode) reference(f *fault) *Reference {
 
 // slotsOf numbers the partials the tokens fall in: tokens of one block of
 // size blk share a slot, numbered in order of first appearance.
-func slotsOf(toks []int, blk int) []int {
+func slotsOf(toks []int, blk int) []int { return numberBy(toks, func(t int) int { return t / blk }) }
+
+// numberBy numbers the groups key puts the tokens in, in order of first
+// appearance.
+func numberBy(toks []int, key func(t int) int) []int {
 	out := make([]int, len(toks))
 	id := map[int]int{}
 	for i, t := range toks {
-		s, ok := id[t/blk]
+		s, ok := id[key(t)]
 		if !ok {
 			s = len(id)
-			id[t/blk] = s
+			id[key(t)] = s
 		}
 		out[i] = s
 	}
@@ -367,12 +373,13 @@ func parallel(n int, fn func(i int)) {
 }
 
 // row computes one (query row, query head), index idx, attending the K/V
-// rows kv (in partial slot[j]), into ref: s = scale * q.k, P = exp(s -
+// rows kv (in partial slot[j] and row-sum tile tile[j]), into ref: s = scale * q.k, P = exp(s -
 // max), O = sum P v / sum P, LSE = max + ln sum P, the temperature LSE
 // logsumexp(s / temp), the tolerances of tolerance.go and the statistical
 // model of stat.go; with fault f's exponential and P rounding (nil: none).
-func (a arith) row(ref *Reference, idx int, q []float64, kv, slot []int, k, v []float64, scale, temp float64, f *fault) {
+func (a arith) row(ref *Reference, idx int, q []float64, kv, slot, tile []int, k, v []float64, scale, temp float64, f *fault) {
 	d := len(q)
+	a = a.forRow(len(kv))
 	o, tol := ref.O[idx*d:(idx+1)*d], ref.TolO[idx*d:(idx+1)*d]
 	ref.keys[idx] = int32(len(kv))
 	if len(kv) == 0 {
@@ -424,7 +431,7 @@ func (a arith) row(ref *Reference, idx int, q []float64, kv, slot []int, k, v []
 	}
 	ref.TolLSE[idx] = a.tolLSE(lse, errS)
 	st := stats{sigO: ref.sigO[idx*d : (idx+1)*d], biasO: ref.biasO[idx*d : (idx+1)*d]}
-	a.rowStats(&st, s, sa, ssq, p, slot, v, kv, o, l, maxS, temp)
+	a.rowStats(&st, s, sa, ssq, p, slot, tile, v, kv, o, l, maxS, temp)
 	ref.sigLSE[idx], ref.biasLSE[idx], ref.rndLSE[idx] = st.sigLSE, st.biasLSE, st.rndLSE
 	if ref.TLSE != nil {
 		mt := maxS / temp

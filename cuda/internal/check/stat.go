@@ -221,11 +221,11 @@ func sdRound(x float64, p, minExp int) float64 { return spacing(x, p, minExp) * 
 //
 // BF16 P rounding does not enter the LSE: the contract accumulates the row
 // sum from unrounded P. It is the largest pre-rounding term of BF16 O.
-func (a arith) rowStats(st *stats, s, sa, ssq []float64, p []float64, slot []int, v []float64, kv []int, o []float64, l, m, temp float64) {
+func (a arith) rowStats(st *stats, s, sa, ssq []float64, p []float64, slot, tile []int, v []float64, kv []int, o []float64, l, m, temp float64) {
 	d := len(o)
-	nSlots := 0
-	for _, x := range slot {
-		nSlots = max(nSlots, x+1)
+	nSlots, nTiles := 0, 0
+	for j := range slot {
+		nSlots, nTiles = max(nSlots, slot[j]+1), max(nTiles, tile[j]+1)
 	}
 	sig2S := make([]float64, len(s))
 	biasS := make([]float64, len(s))
@@ -271,9 +271,9 @@ func (a arith) rowStats(st *stats, s, sa, ssq []float64, p []float64, slot []int
 			absV[c] += w * math.Abs(x)
 		}
 	}
-	pv := uF32 * uF32 / 3 * a.nSum
+	pv := uF32 * uF32 / 3 * float64(a.acc.pvTerms(len(kv)))
 	if a.fp8PV {
-		pv = uFP8MMA * uFP8MMA / 3
+		pv = math.Max(pv, uFP8MMA*uFP8MMA/3)
 	}
 	comb := uF32 * uF32 / 3 * float64(nSlots+2)
 	for c := range o {
@@ -289,9 +289,9 @@ func (a arith) rowStats(st *stats, s, sa, ssq []float64, p []float64, slot []int
 		}
 		st.sigO[c] = math.Sqrt(st.sigO[c] + (pv+comb)*absV[c]*absV[c] + part)
 	}
-	st.sigLSE, st.biasLSE, st.rndLSE = lseStats(s, sig2S, biasS, slot, nSlots, m, 1)
+	st.sigLSE, st.biasLSE, st.rndLSE = lseStats(s, sig2S, biasS, slot, nSlots, tile, nTiles, m, 1)
 	if temp > 0 {
-		st.sigTLS, st.biasTLS, st.rndTLS = lseStats(s, sig2S, biasS, slot, nSlots, m, temp)
+		st.sigTLS, st.biasTLS, st.rndTLS = lseStats(s, sig2S, biasS, slot, nSlots, tile, nTiles, m, temp)
 	}
 }
 
@@ -305,18 +305,23 @@ func sdMerge(w float64) float64 {
 
 // lseStats is the LSE part of rowStats for scores s / temp: the
 // independent many-term part (scores, exponentials, row sums), the
-// coherent part and the roundings.
-func lseStats(s, sig2S, biasS []float64, slot []int, nSlots int, m, temp float64) (sigma, bias float64, rnd lseRounding) {
+// coherent part and the roundings. Token j is in partial slot[j] (of
+// nSlots) and row-sum tile tile[j] (of nTiles, accum.go).
+func lseStats(s, sig2S, biasS []float64, slot []int, nSlots int, tile []int, nTiles int, m, temp float64) (sigma, bias float64, rnd lseRounding) {
 	mt := m / temp
 	pt := make([]float64, len(s))
 	ls := make([]float64, nSlots) // slot sums
 	ns := make([]float64, nSlots) // slot token counts
+	lt := make([]float64, nTiles) // tile sums
+	nt := make([]float64, nTiles) // tile token counts
 	var l float64
 	for j, x := range s {
 		pt[j] = math.Exp(x/temp - mt)
 		l += pt[j]
 		ls[slot[j]] += pt[j]
 		ns[slot[j]]++
+		lt[tile[j]] += pt[j]
+		nt[tile[j]]++
 	}
 	var v float64
 	for j, x := range s {
@@ -326,7 +331,11 @@ func lseStats(s, sig2S, biasS []float64, slot []int, nSlots int, m, temp float64
 		v += w * w * (sig2S[j]/(temp*temp) + se)
 		bias += w * biasS[j] / temp
 	}
-	v += uF32 * uF32 * float64(nSlots) / 9 // the sum of the slots' sums
+	v += uF32 * uF32 * float64(nTiles) / 9 // the sum of the tiles' sums
+	for t, x := range lt {
+		w := x / l
+		v += w * w * uF32 * uF32 * nt[t] / 9 // each tile's own float32 sum
+	}
 	// Kernels work in log2 units: log2 x (lg2.approx, rounded), m log2(e) +
 	// log2 x (rounded) and the product by ln 2 (rounded), weighted by w:
 	// the combine's (w = 1) and each partial's (x = l_s, log2 l_s at most
@@ -346,12 +355,12 @@ func lseStats(s, sig2S, biasS []float64, slot []int, nSlots int, m, temp float64
 		}
 		w := x / l
 		round(w, math.Log(ns[sl]), mt+math.Log(x))
-		v += w * w * (uF32*uF32*ns[sl]/9 + sdMerge(w))
+		v += w * w * sdMerge(w)
 	}
 	// A running max rescales the sum so far by exp2(m_old - m_new): one
-	// exponential's error on a part of l each time a slot raises the max,
-	// about 1 + ln(slots) times for slots in no particular order.
-	v += uEx2 * uEx2 / 3 * (1 + math.Log(float64(nSlots)))
+	// exponential's error on a part of l each time a tile raises the max,
+	// about 1 + ln(tiles) times for tiles in no particular order.
+	v += uEx2 * uEx2 / 3 * (1 + math.Log(float64(max(nTiles, nSlots))))
 	rnd.sd = math.Sqrt(rv)
 	return math.Sqrt(v), bias, rnd
 }

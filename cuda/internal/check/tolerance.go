@@ -55,11 +55,11 @@ type arith struct {
 	uQK   float64 // relative error of a score, of the sum of |q_d k_d| scale
 	uP    float64 // rounding of P before P.V (relative)
 	fP    float64 // absolute floor of that rounding (in units of the row max)
-	uPV   float64 // accumulation of P.V (relative to sum P |v|)
+	uPV   float64 // accumulation of P.V (relative to sum P |v|; forRow)
 	uPart float64 // rounding of the block-normalised partial O
 	fPart float64 // absolute floor of that rounding, in output units
 	uComb float64 // the combine's float32 arithmetic (relative to sum w |O_s|)
-	nSum  float64 // float32 additions in one row sum (tokens per accumulator)
+	nSum  float64 // float32 roundings of one row sum (forRow)
 	nComb float64 // float32 roundings of an LSE-sized value (partial LSEs, combine)
 	// The statistical model (stat.go) also needs to know which errors are
 	// coherent and how the row sum is split.
@@ -68,11 +68,15 @@ type arith struct {
 	pPart   int     // significand bits of the partial dtype
 	minPart int     // log2 of its subnormal spacing
 	gV      float64 // V's global scale (partials are stored without it)
+	acc     accumModel
 }
 
-// newArith derives the arithmetic of Q/K/V dtypes q, kv, P.V accumulations
-// of nAcc terms, partials of dtype part (F32 for decode's split partials)
-// merged over up to slots partials, with V global scale gV.
+// newArith derives the arithmetic of Q/K/V dtypes q, kv, head dim d,
+// partials of dtype part (F32 for decode's split partials) merged over up
+// to slots partials, with V global scale gV, accumulated as acc says (the
+// worst of the kernels that may run the problem, accum.go). The terms that
+// depend on a row's key count (the P.V chain and the row sum) are set per
+// row by forRow.
 //
 //   - Scores: BF16 and converted inputs (BF16 Q with FP8 or NVFP4 K/V, E4M3
 //     Q with NVFP4 K/V) multiply exactly and accumulate D products in
@@ -83,17 +87,17 @@ type arith struct {
 //     both, and an E4M3 rounding relative to any running row max <= the
 //     final one: |dP| <= u P + floor, the floor (2^-10 of the running max,
 //     at most 2^-10 of the final one) for each token.
-//   - P.V: float32 accumulation of nAcc terms (gamma bound), or uFP8MMA when
-//     P and V are E4M3 on the FP8 tensor cores.
+//   - P.V: float32 accumulation along the kernel's chain (forRow), or
+//     uFP8MMA when a kernel that may run the problem multiplies E4M3 P and
+//     V on the FP8 tensor cores (the larger of the two).
 //   - Partials: one rounding of each slot's normalised O to the partial
 //     dtype; weighted by the combine, |dO| <= u_part sum_s w_s |O_s| <=
 //     u_part sum P |v| / sum P, plus the floor of subnormal partials.
-func newArith(q, kv, part cuda.Dtype, d, nAcc, slots int, gV float64) arith {
-	a := arith{uQK: float64(d) * uF32, uP: uBF16, uPV: float64(nAcc) * uF32, uComb: float64(slots+2) * uF32,
-		nSum: float64(nAcc), nComb: float64(slots + 4)}
+func newArith(q, kv, part cuda.Dtype, d, slots int, gV float64, acc accumModel) arith {
+	a := arith{uQK: float64(d) * uF32, uP: uBF16, uComb: float64(slots+2) * uF32, nComb: float64(slots + 4), acc: acc}
 	if q == cuda.E4M3 && kv == cuda.E4M3 {
-		a.uQK, a.uPV = uFP8MMA, uFP8MMA
-		a.fp8QK, a.fp8PV = true, true
+		a.uQK = uFP8MMA
+		a.fp8QK, a.fp8PV = true, acc.pvFP8
 	}
 	if q == cuda.E4M3 && (kv == cuda.E4M3 || kv == cuda.NVFP4) { // FP8 P.V (docs/semantics.md)
 		a.uP, a.fP = uE4M3, fE4M3
@@ -112,12 +116,25 @@ func newArith(q, kv, part cuda.Dtype, d, nAcc, slots int, gV float64) arith {
 	return a
 }
 
+// forRow is the arithmetic of a row of n attended keys: a row of n keys
+// has at most n products in a P.V chain (the chain's own length when
+// shorter: a block) and one rescale per row-sum tile (pvTerms), and at
+// most sumTerms roundings in its row sum (accum.go).
+func (a arith) forRow(n int) arith {
+	a.uPV = float64(a.acc.pvTerms(n)) * uF32
+	if a.fp8PV {
+		a.uPV = math.Max(a.uPV, uFP8MMA)
+	}
+	a.nSum = float64(a.acc.sumTerms(n))
+	return a
+}
+
 func (c *Prefill) arith() arith {
 	gV := 1.0
 	if c.KVD == cuda.NVFP4 {
 		gV = float64(c.V.Global)
 	}
-	return newArith(c.QD, c.KVD, c.PD, c.D, c.Blk, c.TopK, gV)
+	return newArith(c.QD, c.KVD, c.PD, c.D, c.TopK, gV, mustModel(modelOf(true, c.QD, c.KVD, c.D, c.Blk)))
 }
 
 func (c *Decode) arith() arith {
@@ -130,7 +147,21 @@ func (c *Decode) arith() arith {
 		n = max(n, s)
 	}
 	slots := (int(n) + c.PageSize - 1) / c.PageSize // at most one split per page
-	return newArith(c.QD, c.KVD, cuda.F32, c.D, int(n), slots, gV)
+	blk := 0                                        // dense decode: no blocks, tiles from the chunk's start
+	if c.TopK > 0 {
+		blk = c.Blk
+	}
+	return newArith(c.QD, c.KVD, cuda.F32, c.D, slots, gV, mustModel(modelOf(false, c.QD, c.KVD, c.D, blk)))
+}
+
+// mustModel panics on a problem no table entry covers: the matrices are
+// fixed and TestAccumCoversFatbin proves every kernel has an entry, so
+// this is a bug of the table, not an input error.
+func mustModel(m accumModel, err error) accumModel {
+	if err != nil {
+		panic(err)
+	}
+	return m
 }
 
 // scoreError bounds the absolute error of every score of a row whose

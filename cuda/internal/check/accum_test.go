@@ -1,0 +1,168 @@
+package check
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/sparseattn/msa/cuda"
+)
+
+// kernelsDir is kernels/cuda from this package's directory.
+var kernelsDir = filepath.Join("..", "..", "..", "kernels", "cuda")
+
+// fatbinNames reads every kernel name the fatbin package's name tables
+// declare: the string constants "msa_..." of its (non-test) Go files, with
+// the file that declares each.
+func fatbinNames(t *testing.T) map[string]string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(kernelsDir, "fatbin", "*.go"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no Go files in %s: %v", filepath.Join(kernelsDir, "fatbin"), err)
+	}
+	out := map[string]string{}
+	fs := token.NewFileSet()
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		file, err := parser.ParseFile(fs, f, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(file, func(n ast.Node) bool {
+			if lit, ok := n.(*ast.BasicLit); ok && lit.Kind == token.STRING {
+				if s, err := strconv.Unquote(lit.Value); err == nil && strings.HasPrefix(s, "msa_") && !strings.ContainsAny(s, " .") {
+					out[s] = filepath.Base(f)
+				}
+			}
+			return true
+		})
+	}
+	return out
+}
+
+// TestAccumCoversFatbin: every kernel the fatbin names has an entry in the
+// accumulation table (a new kernel or variant without one fails here), and
+// every entry covers at least one of them (no entry for a kernel that is
+// gone).
+func TestAccumCoversFatbin(t *testing.T) {
+	names := fatbinNames(t)
+	if len(names) < 100 {
+		t.Fatalf("only %d kernel names in the fatbin tables", len(names))
+	}
+	sorted := make([]string, 0, len(names))
+	for n := range names {
+		sorted = append(sorted, n)
+	}
+	sort.Strings(sorted)
+	used := make([]bool, len(accums))
+	for _, n := range sorted {
+		hit := -1
+		for i, a := range accums {
+			if a.pattern.MatchString(n) {
+				if hit >= 0 {
+					t.Errorf("%s matches two entries of accums: %s and %s", n, accums[hit].pattern, a.pattern)
+				}
+				hit = i
+				used[i] = true
+			}
+		}
+		if hit < 0 {
+			t.Errorf("kernel %s (kernels/cuda/fatbin/%s) has no entry in accums (cuda/internal/check/accum.go): read how it "+
+				"accumulates (keys per float32 row-sum tile, what one P.V accumulator spans, FP8 P.V, where it rounds partials) "+
+				"and add an entry whose src quotes the source lines that show it", n, names[n])
+		}
+	}
+	for i, a := range accums {
+		if !used[i] {
+			t.Errorf("accums entry %s matches no kernel of the fatbin", a.pattern)
+		}
+	}
+}
+
+// TestAccumSources: each entry's quoted source lines are in their files
+// (an entry whose kernel changed its accumulation is read again), and its
+// fields are consistent.
+func TestAccumSources(t *testing.T) {
+	cache := map[string]string{}
+	for _, a := range accums {
+		if len(a.src) == 0 {
+			t.Errorf("%s: no source line", a.pattern)
+		}
+		for _, s := range a.src {
+			file, text, ok := strings.Cut(s, ": ")
+			if !ok {
+				t.Errorf("%s: src %q is not \"file: text\"", a.pattern, s)
+				continue
+			}
+			body, seen := cache[file]
+			if !seen {
+				b, err := os.ReadFile(filepath.Join(kernelsDir, file))
+				if err != nil {
+					t.Errorf("%s: %v", a.pattern, err)
+				}
+				body = string(b)
+				cache[file] = body
+			}
+			if !strings.Contains(body, text) {
+				t.Errorf("%s: kernels/cuda/%s no longer holds %q: read the kernel again and update its entry", a.pattern, file, text)
+			}
+		}
+		if (a.chain == chainNone) != (a.sumTile == 0) || a.sumTile < 0 || a.sumTile > 128 {
+			t.Errorf("%s: chain %d with row-sum tile %d", a.pattern, a.chain, a.sumTile)
+		}
+		if a.partials != "block" && a.partials != "split" && a.partials != "none" {
+			t.Errorf("%s: partials %q", a.pattern, a.partials)
+		}
+	}
+}
+
+// TestAccumModel: the model of a problem is the worst of its candidates,
+// and the per-row counts follow it: a query-major prefill kernel chains P.V
+// over the whole row, a per-block one over one block; a row of n keys has
+// at most n products in a chain.
+func TestAccumModel(t *testing.T) {
+	m, err := modelOf(true, cuda.BF16, cuda.BF16, 128, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !m.rowPV || m.sumTile != 128 || m.pvFP8 {
+		t.Errorf("BF16 prefill: %+v, want row P.V chains (qfwd), 128-key tiles, no FP8 P.V", m)
+	}
+	if got := m.pvTerms(1); got != 2 {
+		t.Errorf("pvTerms(1) = %d, want 1 product and 1 rescale", got)
+	}
+	if got := m.pvTerms(300); got != 300+3 {
+		t.Errorf("pvTerms(300) = %d, want 303", got)
+	}
+	if got := m.sumTerms(300); got != 128+2*3 {
+		t.Errorf("sumTerms(300) = %d, want 134", got)
+	}
+	block := accumModel{sumTile: 128, blk: 64}
+	if got := block.pvTerms(300); got != 64+1 {
+		t.Errorf("a per-block chain of a 300-key row: %d terms, want 65", got)
+	}
+	if m, _ := modelOf(false, cuda.E4M3, cuda.E4M3, 64, 0); !m.pvFP8 || !m.rowPV {
+		t.Errorf("FP8 decode: %+v, want FP8 P.V (sm100) and row chains", m)
+	}
+	if m, _ := modelOf(true, cuda.BF16, cuda.E4M3, 64, 128); m.pvFP8 {
+		t.Errorf("BF16 Q with E4M3 K/V: %+v, P.V is never on the FP8 tensor cores", m)
+	}
+	if _, err := accumOf("msa_sm90_newkernel_bf16_d64"); err == nil || !strings.Contains(err.Error(), "msa_sm90_newkernel_bf16_d64") {
+		t.Errorf("a kernel without an entry: %v", err)
+	}
+	if got := (accumModel{sumTile: 128, blk: 64}).tilesOf([]int{0, 63, 64, 200, 70}); !slices.Equal(got, []int{0, 0, 1, 2, 1}) {
+		t.Errorf("tiles of 128 keys never across 64-key blocks: %v", got)
+	}
+	if got := (accumModel{sumTile: 64}).tilesOf([]int{0, 63, 64, 200}); !slices.Equal(got, []int{0, 0, 1, 2}) {
+		t.Errorf("64-key tiles: %v", got)
+	}
+}

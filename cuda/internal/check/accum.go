@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strings"
 
 	"github.com/sparseattn/msa/cuda"
 )
@@ -108,7 +109,7 @@ var accums = []accum{
 		"sm90/sm90_decode.cu: float s[64];"}},
 	// Spans of kPipeKeys = 64 keys, O rescaled across spans; the fused
 	// combine sums the partials' weights in float32.
-	{pattern: re(`^msa_sm90_decpipe_(bf16|fp8|bf16fp8|nvfp4)_d(64|128|256)$`), chain: chainRow, sumTile: 64, partials: "split", src: []string{
+	{pattern: re(`^msa_sm90_decpipe_(bf16|fp8|bf16fp8)_d(64|128)$`), chain: chainRow, sumTile: 64, partials: "split", src: []string{
 		"sm90/sm90_decode_pipe.cu: constexpr int kPipeKeys = 64;",
 		"sm90/sm90_decode_pipe.cu: softmax_block(sc, bl, scale, 0.f, p.pv_round, st, pa, alpha);",
 		"sm90/sm90_decode_pipe.cu: sum += expf(__ldcg(lse_p + first + k * pstep) - mx);"}},
@@ -151,25 +152,36 @@ func accumOf(name string) (accum, error) {
 
 // candidates lists the kernels that may run a problem (prefill or decode,
 // Q and K/V dtypes, head dim d), whichever the dispatcher picks: the
-// portable kernel and every tensor-core family with a variant for the
-// dtypes.
+// portable kernels and every tensor-core kernel the launcher looks up on
+// any family (cuda.TCNames, QFwdNames, PipeNames) for the dtypes' variant.
 func candidates(prefill bool, q, kv cuda.Dtype, d int) []string {
+	var names []string
+	for _, a := range []cuda.Arch{cuda.ArchSM80, cuda.ArchSM90, cuda.ArchSM100} {
+		names = append(append(append(names, cuda.TCNames(a)...), cuda.QFwdNames(a)...), cuda.PipeNames(a)...)
+	}
+	var out []string
 	if prefill {
-		out := []string{fmt.Sprintf("msa_sparse_fwd_d%d", d)}
-		if v, ok := cuda.FwdVariant(q, kv); ok {
-			for _, a := range []string{"sm80_fwd", "sm80_qfwd", "sm90_fwd", "sm90_qfwd", "sm100_fwd"} {
-				out = append(out, fmt.Sprintf("msa_%s_%s_d%d", a, v, d))
+		out = append(out, fmt.Sprintf("msa_sparse_fwd_d%d", d))
+	} else {
+		out = append(out, fmt.Sprintf("msa_decode_d%d", d), fmt.Sprintf("msa_combine_d%d", d))
+	}
+	seen := map[string]bool{}
+	for _, n := range names {
+		var v cuda.TCVariant
+		var ok bool
+		switch {
+		case prefill && (strings.Contains(n, "_fwd_") || strings.Contains(n, "_qfwd_")):
+			v, ok = cuda.FwdVariant(q, kv)
+		case !prefill && (strings.Contains(n, "_decode_") || strings.Contains(n, "_decpipe_")):
+			for _, a := range []cuda.Arch{cuda.ArchSM80, cuda.ArchSM90, cuda.ArchSM100} {
+				if strings.HasPrefix(n, "msa_"+a.String()+"_") {
+					v, ok = cuda.DecodeVariant(a, q, kv)
+				}
 			}
 		}
-		return out
-	}
-	out := []string{fmt.Sprintf("msa_decode_d%d", d), fmt.Sprintf("msa_combine_d%d", d)}
-	for _, a := range []cuda.Arch{cuda.ArchSM80, cuda.ArchSM90, cuda.ArchSM100} {
-		if v, ok := cuda.DecodeVariant(a, q, kv); ok {
-			out = append(out, cuda.TCName(a, "decode", v, d))
-			if a == cuda.ArchSM90 {
-				out = append(out, fmt.Sprintf("msa_sm90_decpipe_%s_d%d", v, d))
-			}
+		if ok && strings.HasSuffix(n, fmt.Sprintf("_%s_d%d", v, d)) && !seen[n] {
+			seen[n] = true
+			out = append(out, n)
 		}
 	}
 	return out
@@ -179,15 +191,14 @@ func candidates(prefill bool, q, kv cuda.Dtype, d int) []string {
 // problem: the worst accumulation over the kernels that may run it.
 type accumModel struct {
 	sumTile int  // longest float32 partial row sum (keys)
+	minTile int  // shortest visit (keys folded with one running max)
 	rowPV   bool // some kernel keeps one P.V accumulator over the row's keys
 	blk     int  // keys per block (a chainBlock accumulator's most)
 	pvFP8   bool // some kernel runs P.V on the FP8 tensor cores
 }
 
 // modelOf combines the entries of the candidates of a problem. A candidate
-// without an entry (a name the dispatcher could form for a kernel the
-// fatbin does not hold, or a new kernel: TestAccumCoversFatbin fails on
-// the latter) is an error.
+// without an entry (a kernel the launcher gained without one) is an error.
 func modelOf(prefill bool, q, kv cuda.Dtype, d, blk int) (accumModel, error) {
 	m := accumModel{blk: blk}
 	for _, name := range candidates(prefill, q, kv, d) {
@@ -196,6 +207,9 @@ func modelOf(prefill bool, q, kv cuda.Dtype, d, blk int) (accumModel, error) {
 			return m, err
 		}
 		m.sumTile = max(m.sumTile, a.sumTile)
+		if a.sumTile > 0 && (m.minTile == 0 || a.sumTile < m.minTile) {
+			m.minTile = a.sumTile
+		}
 		m.rowPV = m.rowPV || a.chain == chainRow
 		m.pvFP8 = m.pvFP8 || a.pvFP8
 	}
@@ -232,3 +246,20 @@ func (m accumModel) tileOf(t int) int {
 // tilesOf numbers the row-sum tiles of sequence-local key tokens toks (in
 // order of first appearance).
 func (m accumModel) tilesOf(toks []int) []int { return numberBy(toks, m.tileOf) }
+
+// oneVisit reports whether every kernel that may run the problem folds
+// the tokens toks (sequence-local) in one visit, with one running max: all
+// in one tile of minTile keys (and one block, which every kernel visits
+// alone).
+func (m accumModel) oneVisit(toks []int) bool {
+	t := m.minTile
+	if m.blk > 0 {
+		t = min(t, m.blk)
+	}
+	for _, x := range toks {
+		if x/t != toks[0]/t {
+			return false
+		}
+	}
+	return true
+}

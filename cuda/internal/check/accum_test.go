@@ -156,6 +156,23 @@ func TestAccumModel(t *testing.T) {
 	if m, _ := modelOf(true, cuda.BF16, cuda.E4M3, 64, 128); m.pvFP8 {
 		t.Errorf("BF16 Q with E4M3 K/V: %+v, P.V is never on the FP8 tensor cores", m)
 	}
+	// Every kernel the launcher may look up, for every dtype pair and head
+	// dim, has an entry (a kernel it gains without one fails here).
+	for _, q := range []cuda.Dtype{cuda.BF16, cuda.E4M3} {
+		for _, kv := range []cuda.Dtype{cuda.BF16, cuda.E4M3, cuda.NVFP4} {
+			for _, d := range []int{64, 128, 256} {
+				for _, prefill := range []bool{true, false} {
+					if _, err := modelOf(prefill, q, kv, d, 64); err != nil {
+						t.Error(err)
+					}
+				}
+			}
+		}
+	}
+	if c := candidates(false, cuda.BF16, cuda.BF16, 128); !slices.Contains(c, "msa_sm90_decpipe_bf16_d128") || !slices.Contains(c, "msa_sm100_decode_bf16_d128") ||
+		slices.Contains(c, "msa_sm90_decode_bf16fp8_d128") || slices.Contains(c, "msa_sm90_fwd_bf16_d128") {
+		t.Errorf("BF16 decode D 128 candidates: %v", c)
+	}
 	if _, err := accumOf("msa_sm90_newkernel_bf16_d64"); err == nil || !strings.Contains(err.Error(), "msa_sm90_newkernel_bf16_d64") {
 		t.Errorf("a kernel without an entry: %v", err)
 	}

@@ -105,7 +105,15 @@ func (q *quantity) add(g, w, o, tol, pre, sig, bias float64, rnd lseRounding) bo
 	// part; never beyond the per-element bound's.
 	all := math.Hypot(sig, rnd.sd)
 	dev := math.Min(math.Min(q.z*all, q.z*sig+math.Min(q.z*rnd.sd, rnd.bound))+bias, pre)
-	st := q.k * q.rd.maxErr(o, dev)
+	// The statistical max tolerance: against the reference, the largest
+	// |rnd(x) - o| over x in [o - dev, o + dev]; against the CPU path, whose
+	// result is also the rounding of a value in that interval, the width
+	// rnd(o + dev) - rnd(o - dev) of the set both lie in (rounding is
+	// monotone), at most twice the former.
+	st := q.rd.maxErr(o, dev)
+	if q.k != 1 {
+		st = q.rd.width(o, dev)
+	}
 	if q.tols != nil {
 		*q.tols = append(*q.tols, st/den)
 	}
@@ -129,8 +137,7 @@ func (q *quantity) add(g, w, o, tol, pre, sig, bias float64, rnd lseRounding) bo
 	}
 	// Against the reference: the result must be the rounding of a value
 	// within dev of o (rounding is monotone: between rnd(o - dev) and
-	// rnd(o + dev)); against the CPU path, within twice the largest error
-	// that allows.
+	// rnd(o + dev)); against the CPU path, within the width of that set.
 	if (q.k == 1 && (g < q.rd.round(o-dev) || g > q.rd.round(o+dev))) || (q.k != 1 && e > st) {
 		q.badStat++
 	}

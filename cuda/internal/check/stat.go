@@ -147,6 +147,10 @@ func (r rounding) maxErr(o, t float64) float64 {
 	return math.Max(math.Abs(r.round(o-t)-o), math.Abs(r.round(o+t)-o))
 }
 
+// width is the most two roundings of values in [o - t, o + t] differ:
+// rnd(o + t) - rnd(o - t).
+func (r rounding) width(o, t float64) float64 { return r.round(o+t) - r.round(o-t) }
+
 // meanSq is the model's expected squared error of an element with exact
 // value o, independent deviation sigma and coherent deviation b.
 func (r rounding) meanSq(o, sigma, b float64) float64 {
@@ -256,7 +260,14 @@ func (a arith) rowStats(st *stats, s, sa, ssq []float64, p []float64, slot, tile
 		e := uF32 * (s[j] - m)
 		se := (uEx2*uEx2 + e*e) / 3
 		sp := (a.uP * a.uP * p[j] * p[j]) / 3
-		if p[j] < 0x1p-6 {
+		if a.exactP {
+			// P = exp(s - m) against the final max: the spacing of its
+			// rounding is known, taken at P (1 + 2^-12) so that a P the
+			// scores' and the exponential's errors move across a binade edge
+			// rounds with the coarser one.
+			sd := sdRound(p[j]*(1+0x1p-12), a.pP, a.minP)
+			sp = sd * sd
+		} else if p[j] < 0x1p-6 {
 			sp += a.fP * a.fP / 3
 		}
 		if s[j] == m { // the row max has P = 1 (its tile sets the running max), exact in every format
@@ -284,6 +295,9 @@ func (a arith) rowStats(st *stats, s, sa, ssq []float64, p []float64, slot, tile
 			}
 			w, os := ls[sl]/l, num[sl*d+c]/ls[sl]
 			sd := a.gV * sdRound(os/a.gV, a.pPart, a.minPart)
+			if a.onePart { // that rounding is the output's, which the criterion takes exactly
+				sd = 0
+			}
 			dw := os - o[c]
 			part += w * w * (sd*sd + sdMerge(w)*dw*dw)
 		}

@@ -69,6 +69,12 @@ type arith struct {
 	minPart int     // log2 of its subnormal spacing
 	gV      float64 // V's global scale (partials are stored without it)
 	acc     accumModel
+	onePart bool // the row's one BF16 partial is the output's rounding (row, reference.go)
+	// exactP: every kernel rounds the row's P against its final max (one
+	// visit, one partial), so the reference knows each rounded value.
+	exactP bool
+	pP     int // significand bits of P's rounding before P.V (BF16 8, E4M3 4)
+	minP   int // log2 of its subnormal spacing
 }
 
 // newArith derives the arithmetic of Q/K/V dtypes q, kv, head dim d,
@@ -94,13 +100,13 @@ type arith struct {
 //     dtype; weighted by the combine, |dO| <= u_part sum_s w_s |O_s| <=
 //     u_part sum P |v| / sum P, plus the floor of subnormal partials.
 func newArith(q, kv, part cuda.Dtype, d, slots int, gV float64, acc accumModel) arith {
-	a := arith{uQK: float64(d) * uF32, uP: uBF16, uComb: float64(slots+2) * uF32, nComb: float64(slots + 4), acc: acc}
+	a := arith{uQK: float64(d) * uF32, uP: uBF16, pP: 8, minP: -133, uComb: float64(slots+2) * uF32, nComb: float64(slots + 4), acc: acc}
 	if q == cuda.E4M3 && kv == cuda.E4M3 {
 		a.uQK = uFP8MMA
 		a.fp8QK, a.fp8PV = true, acc.pvFP8
 	}
 	if q == cuda.E4M3 && (kv == cuda.E4M3 || kv == cuda.NVFP4) { // FP8 P.V (docs/semantics.md)
-		a.uP, a.fP = uE4M3, fE4M3
+		a.uP, a.fP, a.pP, a.minP = uE4M3, fE4M3, 4, -9
 	}
 	a.gV = gV
 	switch part {
@@ -173,29 +179,43 @@ func (a arith) scoreError(maxSA, maxAbsS float64) float64 {
 	return (a.uQK+2*uF32)*maxSA + 2*uF32*maxAbsS
 }
 
-// tolO bounds |O_gpu - O| for an element with exact value o, absSum =
-// sum P |v| / sum P, sumAbs = sum |v| / sum P (P relative to the row max),
+// oSums are the sums over a row's keys that bound one O element (P
+// relative to the row max, l = sum P).
+type oSums struct {
+	absSum float64 // sum P |v| / l
+	sumAbs float64 // sum |v| / l
+	// maxPV and maxV: the least P |v| / l and |v| / l of a key that may hold
+	// the row max in the kernel's arithmetic (its score within 2 errS of the
+	// max). That key's P is exp(0) = 1 (within the exponential's error,
+	// which eps covers) when it is rounded before P.V: exact in BF16 and
+	// E4M3, so its share leaves the P rounding's terms.
+	maxPV, maxV float64
+}
+
+// tolO bounds |O_gpu - O| for an element with exact value o and sums w,
 // when every score may be off by errS:
 //
 //   - scores off by errS move each P = exp(s - max) by a factor within
 //     exp(+-2 errS) (the max moves too), and the exponentials are evaluated
 //     to uExp: eps = exp(2 errS) - 1 + uExp relative on every P; O =
 //     sum P v / sum P then moves by at most 2 eps/(1 - eps) * absSum;
-//   - rounding P (uP, floor fP per token), accumulating P.V (uPV),
-//     rounding the partials (uPart, floor fPart) and the combine (uComb)
-//     add u * absSum each (the P floor: fP * sumAbs);
-//   - the output is rounded to BF16: |bf16(x) - x| <= 2^-8 |x| with
-//     |x| <= |o| + R.
-func (a arith) tolO(o, absSum, sumAbs, errS float64) float64 {
-	r := a.preO(absSum, sumAbs, errS)
-	return r + uBF16*(math.Abs(o)+r) + fBF16
+//   - rounding P (uP, floor fP per token) adds uP (absSum - maxPV) and
+//     fP (sumAbs - maxV): the row max's own P is 1, exact;
+//   - accumulating P.V (uPV), rounding the partials (uPart, floor fPart)
+//     and the combine (uComb) add u * absSum each;
+//   - the output is rounded to BF16, monotonically: the result lies
+//     between bf16(o - R) and bf16(o + R), so |O_gpu - o| is at most the
+//     larger of |bf16(o -+ R) - o| (exactly: no 2^-8 (|o| + R) allowance
+//     for the rounding, whose actual size the reference knows).
+func (a arith) tolO(o float64, w oSums, errS float64) float64 {
+	return roundO.maxErr(o, a.preO(w, errS))
 }
 
 // preO is R of tolO: the bound on an element's error before its rounding
 // to BF16 (the statistical criterion's deviation never exceeds it).
-func (a arith) preO(absSum, sumAbs, errS float64) float64 {
+func (a arith) preO(w oSums, errS float64) float64 {
 	eps := math.Expm1(2*errS) + uExp
-	return absSum*(2*eps/(1-eps)+a.uP*(1+eps)+a.uPV+a.uPart+a.uComb) + a.fP*sumAbs + a.fPart
+	return w.absSum*(2*eps/(1-eps)+a.uPV+a.uPart+a.uComb) + a.uP*(1+eps)*(w.absSum-w.maxPV) + a.fP*(w.sumAbs-w.maxV) + a.fPart
 }
 
 // tolLSE bounds |LSE_gpu - LSE|: scores off by errS move the

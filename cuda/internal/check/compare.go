@@ -61,8 +61,8 @@ func (r *Reference) Check(got Result) Diff {
 
 // CheckPair compares got with cpu, the CPU path's result on the same
 // inputs: both lie within the reference's tolerance of the exact result,
-// so they may differ by twice that (and their RMS difference by twice the
-// expected RMS).
+// so they may differ by twice the bound, by the width of the statistical
+// max criterion's set of roundings, and in RMS by twice the expected RMS.
 func (r *Reference) CheckPair(got, cpu Result) Diff {
 	return r.compare(got, func(i int) float64 { return float64(cpu.O[i]) }, func(i int) float64 { return float64(cpu.LSE[i]) },
 		func(i int) float64 { return float64(cpu.TLSE[i]) }, cmpOpts{k: 2})

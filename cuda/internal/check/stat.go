@@ -24,8 +24,9 @@ import (
 //
 //   - max: every element is the rounding of a value in [o - t, o + t]
 //     around the exact value o: rnd(o - t) <= got <= rnd(o + t), rounding
-//     being monotone (against the CPU path: |got - cpu| at most twice
-//     max(|rnd(o - t) - o|, |rnd(o + t) - o|)); t = z_N sigma + b, the
+//     being monotone (against the CPU path, whose result is such a
+//     rounding too: |got - cpu| at most rnd(o + t) - rnd(o - t)); t =
+//     z_N sigma + b, the
 //     LSE's few own roundings allowed at most their sum (lseRounding), and
 //     t never beyond the per-element bound's pre-rounding part; and
 //   - RMS: the root mean square of the errors over the case's N elements is
@@ -37,8 +38,9 @@ import (
 //     it, turning rho into ulp - rho: at most 2 |d| ulp, and E|d| <=
 //     sqrt(v); with sigma >> ulp the three terms exceed sigma^2 + ulp^2/12).
 //
-// Both criteria apply to the comparison with the CPU path too, with twice
-// the max tolerance and twice the expected RMS (each side within its own).
+// Both criteria apply to the comparison with the CPU path too, with the
+// max criterion's width and twice the expected RMS (each side within its
+// own).
 
 // Rounding model: a rounding to nearest of x is uniform on +-spacing/2
 // with spacing <= 2u|x| (u = 2^-p, tolerance.go), so its standard
@@ -198,11 +200,17 @@ func sdRound(x float64, p, minExp int) float64 { return spacing(x, p, minExp) * 
 //     (the max cancels) and the LSE by sum_j P_j d_j / l.
 //   - P rounded before P.V: u_P P / sqrt(3) (P is rounded against a
 //     running max, so its spacing is only bounded by 2 u_P P), with the
-//     floor f_P / sqrt(3) below 2^-6 (E4M3's subnormals); it moves the
+//     floor f_P / sqrt(3) below 2^-6 (E4M3's subnormals); where every
+//     kernel folds the row in one visit and one partial (exactP), P is
+//     rounded against the final max and its spacing is known:
+//     spacing(P) / sqrt(12); the row max's own P is 1, exact; it moves the
 //     numerator only, sum_j dP_j v_j / l; the model takes max(v^2,
 //     (v - O)^2) so that a kernel that sums the rounded P is covered too.
-//   - P.V accumulation: u32^2/3 nAcc A^2 (partial sums at most l A), or
-//     one FP8 tensor-core truncation uFP8MMA A / sqrt(3).
+//   - P.V accumulation: u32^2/3 n_PV A^2 (partial sums at most l A; n_PV
+//     the row's chain terms, accum.go pvTerms), and at least one FP8
+//     tensor-core truncation uFP8MMA A / sqrt(3) where a kernel runs E4M3
+//     P.V there. A row in one BF16 partial has no partial rounding of its
+//     own: it is the output's (onePart).
 //   - partials: slot s (a selected block; a page in decode) with weight
 //     w_s = l_s / l holds the normalised O_s, a value the reference knows:
 //     its rounding to the partial dtype has standard deviation
@@ -210,11 +218,13 @@ func sdRound(x float64, p, minExp int) float64 { return spacing(x, p, minExp) * 
 //     exponential of lse_s - lse, in the combine or a running rescale) is
 //     off by sdMerge relative, moving O by w_s (O_s - O) and the LSE by
 //     w_s; the combine's float32 sums add (slots + 2) u32^2 A^2 / 3.
-//   - LSE: every kernel sums P by tiles (a selected block in prefill, a
-//     page in decode, at most 128 keys) and then adds the tiles' sums. A
-//     float32 sum of n positive terms of similar size has sum_k S_k^2 =
-//     n l^2 / 3 in any order: u32^2 n / 9 on its logarithm, for each
-//     tile's n_s (weighted w_s) and for the slots' sums. Each partial's
+//   - LSE: every kernel sums P by tiles of at most sumTile keys (the
+//     accumulation table, accum.go: the longest of the kernels that may
+//     run the problem, never across a block) and then adds the tiles'
+//     sums. A float32 sum of n positive terms of similar size has
+//     sum_k S_k^2 = n l^2 / 3 in any order: u32^2 n / 9 on its logarithm,
+//     for each tile's n_t (weighted w_t = l_t / l) and for the tiles'
+//     sum. Each partial's
 //     LSE and the combine's are computed in log2 units: log2 l
 //     (lg2.approx, uLg2), m log2(e) + log2 l and the product by ln 2, three
 //     float32 roundings of known values (log2 l_s at most log2 n_s), the

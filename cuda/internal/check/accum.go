@@ -55,7 +55,10 @@ type accum struct {
 
 // accums is the table, one entry per kernel name pattern. src lists the
 // source lines that show the accumulation ("file: text", file under
-// kernels/cuda; TestAccumSources requires each text in its file).
+// kernels/cuda; TestAccumSources requires each text in its file), the
+// BF16 P.V of the fp8 variants included: a variant that moves P.V to the
+// FP8 tensor cores (E4M3 P and V on wgmma / tcgen05 kind::f8f6f4) changes
+// those lines and needs pvFP8, or a new name and entry of its own.
 var accums = []accum{
 	// The portable mainloop: 4 keys per lane and a 32-lane tree make a
 	// block's sum (kBlockN = 128 keys), which joins the running sum;
@@ -96,21 +99,25 @@ var accums = []accum{
 	// dtype.
 	{pattern: re(`^msa_sm90_fwd_(bf16|fp8|bf16fp8|nvfp4)_d(64|128|256)$`), prefill: true, chain: chainBlock, sumTile: 128, partials: "block", src: []string{
 		"sm90/sm90_fwd.cu: softmax_block(s, lim, scale, invT, p.pv_round, st, pa, alpha);",
-		"sm90/sm90_fwd.cu: float s[64];"}},
+		"sm90/sm90_fwd.cu: float s[64];",
+		"sm90/sm90_fwd.cu: and the E4M3-rounded P are exact in bf16, so P.V runs on the bf16 wgmma"}},
 	// One O accumulator over the whole walk (rescaled per 128-key block),
 	// written once.
 	{pattern: re(`^msa_sm90_qfwd_(bf16|fp8|bf16fp8|nvfp4)_d(64|128|256)$`), prefill: true, chain: chainRow, sumTile: 128, partials: "none", src: []string{
 		"sm90/sm90_qfwd.cu: softmax_fold(s, bl, scale, invT, p.pv_round, st, alpha);",
 		"sm90/sm90_qfwd.cu: rescale(o, alpha);",
-		"sm90/sm90_qfwd.cu: float s[64];"}},
+		"sm90/sm90_qfwd.cu: float s[64];",
+		"sm90/sm90_qfwd.cu: so P.V runs on the bf16 wgmma);"}},
 	// 128-key spans of the item's chunk, O rescaled across spans.
 	{pattern: re(`^msa_sm90_decode_(bf16|fp8|bf16fp8)_d(64|128|256)$`), chain: chainRow, sumTile: 128, partials: "split", src: []string{
 		"sm90/sm90_decode.cu: softmax_block(s, bl, scale, 0.f, p.pv_round, st, pa, alpha);",
-		"sm90/sm90_decode.cu: float s[64];"}},
+		"sm90/sm90_decode.cu: float s[64];",
+		"sm90/sm90_decode.cu: V converted to bf16 in shared memory for P.V)"}},
 	// Spans of kPipeKeys = 64 keys, O rescaled across spans; the fused
 	// combine sums the partials' weights in float32.
 	{pattern: re(`^msa_sm90_decpipe_(bf16|fp8|bf16fp8)_d(64|128)$`), chain: chainRow, sumTile: 64, partials: "split", src: []string{
 		"sm90/sm90_decode_pipe.cu: constexpr int kPipeKeys = 64;",
+		"sm90/sm90_decode_pipe.cu: P.V with V (bf16)",
 		"sm90/sm90_decode_pipe.cu: softmax_block(sc, bl, scale, 0.f, p.pv_round, st, pa, alpha);",
 		"sm90/sm90_decode_pipe.cu: sum += expf(__ldcg(lse_p + first + k * pstep) - mx);"}},
 	// Thread = row: a sequential sum over the item's block of up to

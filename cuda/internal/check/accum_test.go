@@ -1,6 +1,7 @@
 package check
 
 import (
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -49,79 +50,129 @@ func fatbinNames(t *testing.T) map[string]string {
 	return out
 }
 
-// TestAccumCoversFatbin: every kernel the fatbin names has an entry in the
-// accumulation table (a new kernel or variant without one fails here), and
-// every entry covers at least one of them (no entry for a kernel that is
-// gone).
-func TestAccumCoversFatbin(t *testing.T) {
-	names := fatbinNames(t)
-	if len(names) < 100 {
-		t.Fatalf("only %d kernel names in the fatbin tables", len(names))
-	}
+// coverage checks table against the kernel names: every name matched by
+// exactly one entry and every entry matching a name; it returns one line
+// per failure.
+func coverage(names map[string]string, table []accum) []string {
 	sorted := make([]string, 0, len(names))
 	for n := range names {
 		sorted = append(sorted, n)
 	}
 	sort.Strings(sorted)
-	used := make([]bool, len(accums))
+	var out []string
+	used := make([]bool, len(table))
 	for _, n := range sorted {
 		hit := -1
-		for i, a := range accums {
+		for i, a := range table {
 			if a.pattern.MatchString(n) {
 				if hit >= 0 {
-					t.Errorf("%s matches two entries of accums: %s and %s", n, accums[hit].pattern, a.pattern)
+					out = append(out, fmt.Sprintf("%s matches two entries of accums: %s and %s", n, table[hit].pattern, a.pattern))
 				}
 				hit = i
 				used[i] = true
 			}
 		}
 		if hit < 0 {
-			t.Errorf("kernel %s (kernels/cuda/fatbin/%s) has no entry in accums (cuda/internal/check/accum.go): read how it "+
+			out = append(out, fmt.Sprintf("kernel %s (kernels/cuda/fatbin/%s) has no entry in accums (cuda/internal/check/accum.go): read how it "+
 				"accumulates (keys per float32 row-sum tile, what one P.V accumulator spans, FP8 P.V, where it rounds partials) "+
-				"and add an entry whose src quotes the source lines that show it", n, names[n])
+				"and add an entry whose src quotes the source lines that show it", n, names[n]))
 		}
 	}
-	for i, a := range accums {
+	for i, a := range table {
 		if !used[i] {
-			t.Errorf("accums entry %s matches no kernel of the fatbin", a.pattern)
+			out = append(out, fmt.Sprintf("accums entry %s matches no kernel of the fatbin", a.pattern))
 		}
+	}
+	return out
+}
+
+// TestAccumCoversFatbin: every kernel the fatbin names has an entry in the
+// accumulation table (a new kernel or variant without one fails here), and
+// every entry covers at least one of them (no entry for a kernel that is
+// gone). The check itself fails a table without the decpipe entry, with an
+// entry for no kernel, and with two entries for one kernel.
+func TestAccumCoversFatbin(t *testing.T) {
+	names := fatbinNames(t)
+	if len(names) < 100 {
+		t.Fatalf("only %d kernel names in the fatbin tables", len(names))
+	}
+	for _, e := range coverage(names, accums) {
+		t.Error(e)
+	}
+	var noPipe []accum
+	for _, a := range accums {
+		if !strings.Contains(a.pattern.String(), "decpipe") {
+			noPipe = append(noPipe, a)
+		}
+	}
+	if e := coverage(names, noPipe); len(e) != 6 || !strings.Contains(e[0], "msa_sm90_decpipe_") {
+		t.Errorf("a table without the decpipe entry: %d failures %q, want its 6 kernels", len(e), e)
+	}
+	gone := append(slices.Clone(accums), accum{pattern: re(`^msa_sm70_fwd_d64$`)})
+	if e := coverage(names, gone); len(e) != 1 || !strings.Contains(e[0], "matches no kernel") {
+		t.Errorf("an entry for no kernel: %q", e)
+	}
+	twice := append(slices.Clone(accums), accum{pattern: re(`^msa_combine_d64$`)})
+	if e := coverage(names, twice); len(e) != 1 || !strings.Contains(e[0], "two entries") {
+		t.Errorf("two entries for one kernel: %q", e)
 	}
 }
 
-// TestAccumSources: each entry's quoted source lines are in their files
-// (an entry whose kernel changed its accumulation is read again), and its
-// fields are consistent.
-func TestAccumSources(t *testing.T) {
+// sourceErrors checks each entry of table: its quoted source lines are in
+// their files and its fields are consistent; one line per failure.
+func sourceErrors(table []accum) []string {
+	var out []string
 	cache := map[string]string{}
-	for _, a := range accums {
+	for _, a := range table {
 		if len(a.src) == 0 {
-			t.Errorf("%s: no source line", a.pattern)
+			out = append(out, fmt.Sprintf("%s: no source line", a.pattern))
 		}
 		for _, s := range a.src {
 			file, text, ok := strings.Cut(s, ": ")
 			if !ok {
-				t.Errorf("%s: src %q is not \"file: text\"", a.pattern, s)
+				out = append(out, fmt.Sprintf("%s: src %q is not \"file: text\"", a.pattern, s))
 				continue
 			}
 			body, seen := cache[file]
 			if !seen {
 				b, err := os.ReadFile(filepath.Join(kernelsDir, file))
 				if err != nil {
-					t.Errorf("%s: %v", a.pattern, err)
+					out = append(out, fmt.Sprintf("%s: %v", a.pattern, err))
 				}
 				body = string(b)
 				cache[file] = body
 			}
 			if !strings.Contains(body, text) {
-				t.Errorf("%s: kernels/cuda/%s no longer holds %q: read the kernel again and update its entry", a.pattern, file, text)
+				out = append(out, fmt.Sprintf("%s: kernels/cuda/%s no longer holds %q: read the kernel again and update its entry", a.pattern, file, text))
 			}
 		}
 		if (a.chain == chainNone) != (a.sumTile == 0) || a.sumTile < 0 || a.sumTile > 128 {
-			t.Errorf("%s: chain %d with row-sum tile %d", a.pattern, a.chain, a.sumTile)
+			out = append(out, fmt.Sprintf("%s: chain %d with row-sum tile %d", a.pattern, a.chain, a.sumTile))
 		}
 		if a.partials != "block" && a.partials != "split" && a.partials != "none" {
-			t.Errorf("%s: partials %q", a.pattern, a.partials)
+			out = append(out, fmt.Sprintf("%s: partials %q", a.pattern, a.partials))
 		}
+	}
+	return out
+}
+
+// TestAccumSources: each entry's quoted source lines are in their files
+// (an entry whose kernel changed its accumulation is read again), and its
+// fields are consistent; an entry quoting a line its file lacks, or with a
+// row-sum tile and no P.V, fails the check.
+func TestAccumSources(t *testing.T) {
+	for _, e := range sourceErrors(accums) {
+		t.Error(e)
+	}
+	bad := accums[0]
+	bad.src = []string{"portable/msa_core.cuh: sum += p * 2;"}
+	if e := sourceErrors([]accum{bad}); len(e) != 1 || !strings.Contains(e[0], "no longer holds") {
+		t.Errorf("a quoted line the file lacks: %q", e)
+	}
+	bad = accums[0]
+	bad.chain = chainNone
+	if e := sourceErrors([]accum{bad}); len(e) != 1 || !strings.Contains(e[0], "row-sum tile") {
+		t.Errorf("no P.V with a row-sum tile: %q", e)
 	}
 }
 

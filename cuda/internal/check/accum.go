@@ -224,21 +224,42 @@ func modelOf(prefill bool, q, kv cuda.Dtype, d, blk int) (accumModel, error) {
 }
 
 // pvTerms bounds the float32 roundings on the way of one product into the
-// P.V result of a row of n keys: the keys of its longest chain (a block,
-// or all n) and one rescale by the running max per tile of sumTile keys.
-func (m accumModel) pvTerms(n int) int {
+// P.V result of a row of n keys folded in visits visits (visits): the keys
+// of its longest chain (a block, or all n) and one rescale by the running
+// max per visit.
+func (m accumModel) pvTerms(n, visits int) int {
 	c := n
 	if !m.rowPV {
 		c = min(n, m.blk)
 	}
-	return c + (c+m.sumTile-1)/m.sumTile
+	return c + visits
 }
 
-// sumTerms bounds the float32 roundings of a row sum of n keys: the tile's
-// own (at most min(n, sumTile) - 1 additions, and the addition of a tile's
-// sum and the rescale of the running sum for each tile).
-func (m accumModel) sumTerms(n int) int {
-	return min(n, m.sumTile) + 2*((n+m.sumTile-1)/m.sumTile)
+// sumTerms bounds the float32 roundings of a row sum of n keys folded in
+// visits visits: a visit's own (at most min(n, sumTile) - 1 additions),
+// and per visit the addition of its sum to the running sum and the
+// running sum's rescale.
+func (m accumModel) sumTerms(n, visits int) int {
+	return min(n, m.sumTile) + 2*visits
+}
+
+// visits bounds the number of visits (tiles folded with one running max)
+// in which any kernel that may run the problem folds tokens toks (slot[j]:
+// their partial, a block in prefill, a page in decode): the distinct
+// (slot, tile of the shortest tile length) pairs. A kernel's tiles start at
+// its block or at its split's first key, and a split never divides a
+// page, so within a slot its tiles are no more than these.
+func (m accumModel) visits(toks, slot []int) int {
+	f := m.minTile
+	if m.blk > 0 {
+		f = min(f, m.blk)
+	}
+	type key struct{ s, t int }
+	seen := map[key]bool{}
+	for j, t := range toks {
+		seen[key{slot[j], t / f}] = true
+	}
+	return len(seen)
 }
 
 // tileOf numbers the row-sum tile of key token t (tiles of sumTile keys,

@@ -188,18 +188,30 @@ func TestAccumModel(t *testing.T) {
 	if !m.rowPV || m.sumTile != 128 || m.pvFP8 {
 		t.Errorf("BF16 prefill: %+v, want row P.V chains (qfwd), 128-key tiles, no FP8 P.V", m)
 	}
-	if got := m.pvTerms(1); got != 2 {
-		t.Errorf("pvTerms(1) = %d, want 1 product and 1 rescale", got)
+	if got := m.pvTerms(1, 1); got != 2 {
+		t.Errorf("pvTerms(1, 1) = %d, want 1 product and 1 rescale", got)
 	}
-	if got := m.pvTerms(300); got != 300+3 {
-		t.Errorf("pvTerms(300) = %d, want 303", got)
+	if got := m.pvTerms(300, 5); got != 300+5 {
+		t.Errorf("pvTerms(300, 5) = %d, want 305", got)
 	}
-	if got := m.sumTerms(300); got != 128+2*3 {
-		t.Errorf("sumTerms(300) = %d, want 134", got)
+	if got := m.sumTerms(300, 5); got != 128+2*5 {
+		t.Errorf("sumTerms(300, 5) = %d, want 138", got)
 	}
-	block := accumModel{sumTile: 128, blk: 64}
-	if got := block.pvTerms(300); got != 64+1 {
-		t.Errorf("a per-block chain of a 300-key row: %d terms, want 65", got)
+	block := accumModel{sumTile: 128, minTile: 64, blk: 64}
+	if got := block.pvTerms(300, 5); got != 64+5 {
+		t.Errorf("a per-block chain of a 300-key row: %d terms, want 69", got)
+	}
+	// Eight keys in eight blocks are eight visits, whatever the tile length.
+	if got := block.visits([]int{0, 64, 128, 192, 256, 320, 384, 448}, []int{0, 1, 2, 3, 4, 5, 6, 7}); got != 8 {
+		t.Errorf("one key in each of 8 blocks: %d visits", got)
+	}
+	// 128 contiguous keys in two pages of a 64-key tile: 2 visits; split at
+	// a page of 16 the tiles restart, (page, tile) pairs count them.
+	if got := (accumModel{sumTile: 128, minTile: 64}).visits([]int{0, 63, 64, 127}, []int{0, 0, 1, 1}); got != 2 {
+		t.Errorf("128 keys in two 64-key pages: %d visits", got)
+	}
+	if got := (accumModel{sumTile: 128, minTile: 64}).visits([]int{0, 16, 32, 48}, []int{0, 1, 2, 3}); got != 4 {
+		t.Errorf("one 64-key tile over four pages: %d visits, want one per page", got)
 	}
 	if m, _ := modelOf(false, cuda.E4M3, cuda.E4M3, 64, 0); !m.pvFP8 || !m.rowPV {
 		t.Errorf("FP8 decode: %+v, want FP8 P.V (sm100) and row chains", m)

@@ -235,6 +235,7 @@ func (c *Prefill) reference(f *fault) *Reference {
 			tiles := ar.acc.tilesOf(toks)
 			a := ar
 			a.exactP = a.acc.oneVisit(toks) && onePartial(slots)
+			a.visits = a.acc.visits(toks, slots)
 			for g := 0; g < c.QHPK; g++ {
 				idx := row*c.Hq + h*c.QHPK + g
 				a.row(ref, idx, q[idx*c.D:(idx+1)*c.D], rows, slots, tiles, k, v, scale, float64(c.Temp), f)
@@ -312,6 +313,7 @@ func (c *Decode) reference(f *fault) *Reference {
 			tiles := ar.acc.tilesOf(toks)
 			a := ar
 			a.exactP = a.acc.oneVisit(toks) && onePartial(slots)
+			a.visits = a.acc.visits(toks, slots)
 			for g := 0; g < c.QHPK; g++ {
 				idx := r*c.Hq + h*c.QHPK + g
 				a.row(ref, idx, q[idx*c.D:(idx+1)*c.D], kr, slots, tiles, k, v, scale, 0, f)

@@ -292,7 +292,7 @@ func (a arith) rowStats(st *stats, s, sa, ssq []float64, p []float64, slot, tile
 			absV[c] += w * math.Abs(x)
 		}
 	}
-	pv := uF32 * uF32 / 3 * float64(a.acc.pvTerms(len(kv)))
+	pv := uF32 * uF32 / 3 * a.nPV
 	if a.fp8PV {
 		pv = math.Max(pv, uFP8MMA*uFP8MMA/3)
 	}

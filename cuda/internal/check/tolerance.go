@@ -60,6 +60,7 @@ type arith struct {
 	fPart float64 // absolute floor of that rounding, in output units
 	uComb float64 // the combine's float32 arithmetic (relative to sum w |O_s|)
 	nSum  float64 // float32 roundings of one row sum (forRow)
+	nPV   float64 // float32 roundings of a product's way into P.V (forRow)
 	nComb float64 // float32 roundings of an LSE-sized value (partial LSEs, combine)
 	// The statistical model (stat.go) also needs to know which errors are
 	// coherent and how the row sum is split.
@@ -73,6 +74,7 @@ type arith struct {
 	// exactP: every kernel rounds the row's P against its final max (one
 	// visit, one partial), so the reference knows each rounded value.
 	exactP bool
+	visits int // the row's visits (accum.go), set with exactP
 	pP     int // significand bits of P's rounding before P.V (BF16 8, E4M3 4)
 	minP   int // log2 of its subnormal spacing
 }
@@ -122,16 +124,17 @@ func newArith(q, kv, part cuda.Dtype, d, slots int, gV float64, acc accumModel) 
 	return a
 }
 
-// forRow is the arithmetic of a row of n attended keys: a row of n keys
-// has at most n products in a P.V chain (the chain's own length when
-// shorter: a block) and one rescale per row-sum tile (pvTerms), and at
-// most sumTerms roundings in its row sum (accum.go).
+// forRow is the arithmetic of a row of n attended keys folded in
+// a.visits visits (accum.go): a row of n keys has at most n products in a
+// P.V chain (the chain's own length when shorter: a block) and one rescale
+// per visit (pvTerms), and at most sumTerms roundings in its row sum.
 func (a arith) forRow(n int) arith {
-	a.uPV = float64(a.acc.pvTerms(n)) * uF32
+	a.nPV = float64(a.acc.pvTerms(n, a.visits))
+	a.uPV = a.nPV * uF32
 	if a.fp8PV {
 		a.uPV = math.Max(a.uPV, uFP8MMA)
 	}
-	a.nSum = float64(a.acc.sumTerms(n))
+	a.nSum = float64(a.acc.sumTerms(n, a.visits))
 	return a
 }
 

@@ -50,7 +50,13 @@ type accum struct {
 	// block's normalised O in the partial dtype), "split" (float32 split
 	// partials), "none" (O written once, rounded to BF16 only).
 	partials string
-	src      []string
+	// pRound is what P is before P.V: "pv_round" (float32, BF16 or E4M3 as
+	// the launch's pv_round says: the portable kernels), "bf16" (packed to
+	// BF16 for the tensor cores, E4M3-rounded first for fp8: exact in
+	// BF16), "e4m3" for FP8 P.V, "none" without P.V. The model allows BF16 P everywhere (the
+	// contract), E4M3 for FP8 P.V; the field records the kernel.
+	pRound string
+	src    []string
 }
 
 // accums is the table, one entry per kernel name pattern. src lists the
@@ -64,58 +70,58 @@ var accums = []accum{
 	// block's sum (kBlockN = 128 keys), which joins the running sum;
 	// sparse_fwd.cu folds one item's block and stores it normalised in the
 	// partial dtype.
-	{pattern: re(`^msa_sparse_fwd_d(64|128|256)$`), prefill: true, chain: chainBlock, sumTile: 128, partials: "block", src: []string{
+	{pattern: re(`^msa_sparse_fwd_d(64|128|256)$`), prefill: true, chain: chainBlock, sumTile: 128, partials: "block", pRound: "pv_round", src: []string{
 		"shared/msa_common.cuh: constexpr int kBlockN = 128;",
 		"portable/msa_core.cuh: sum += p;",
 		"portable/msa_core.cuh: st.l[r] = st.l[r] * alpha + sum;",
 		"portable/sparse_fwd.cu: block_update<D, Backend>(sm, st, src, t0, nkeys, scale, p.inv_temperature, p.pv_round);"}},
 	// Every 128-key step of the split folds into one RowState.
-	{pattern: re(`^msa_decode_d(64|128|256)$`), chain: chainRow, sumTile: 128, partials: "split", src: []string{
+	{pattern: re(`^msa_decode_d(64|128|256)$`), chain: chainRow, sumTile: 128, partials: "split", pRound: "pv_round", src: []string{
 		"portable/decode.cu: block_update<D, Backend>(sm, st, src, t0, min(kBlockN, kv_end - t0), scale, 0.f, p.pv_round);",
 		"portable/msa_core.cuh: for (int e = 0; e < D / 32; ++e) st.acc[r][e] *= alpha;"}},
 	// Float32 sums of the partials' weights (the model's u_comb).
-	{pattern: re(`^msa_combine_d(64|128|256)$`), chain: chainNone, partials: "none", src: []string{
+	{pattern: re(`^msa_combine_d(64|128|256)$`), chain: chainNone, partials: "none", pRound: "none", src: []string{
 		"portable/combine.cu: sum += expf(lse[rows.row(s)] - mx);"}},
 	// The tensor-core softmax (shared/tc_frag.cuh): a quad_sum of a block
 	// of up to 128 keys (float s[64]) joins the running sum; P packed to
 	// BF16 (E4M3-rounded first for fp8: exact in BF16). sm80_fwd.cu runs
 	// attend() on one block per item (kAccumulate = false).
-	{pattern: re(`^msa_sm80_fwd_(bf16|fp8|bf16fp8|nvfp4)_d(64|128|256)$`), prefill: true, chain: chainBlock, sumTile: 128, partials: "block", src: []string{
+	{pattern: re(`^msa_sm80_fwd_(bf16|fp8|bf16fp8|nvfp4)_d(64|128|256)$`), prefill: true, chain: chainBlock, sumTile: 128, partials: "block", pRound: "bf16", src: []string{
 		"shared/tc_frag.cuh: st.l[i] = st.l[i] * alpha[i] + sum;",
 		"shared/tc_frag.cuh: pa[2 * j + i] = pack_bf16x2(s[4 * j + 2 * i], s[4 * j + 2 * i + 1]);",
 		"sm80/sm80_common.cuh: float s[64];",
 		"sm80/sm80_common.cuh: kAccumulate = false: a single block"}},
 	// attend() over the union of the tile's selected blocks, O rescaled and
 	// accumulated across blocks, written once.
-	{pattern: re(`^msa_sm80_qfwd_(bf16|fp8|bf16fp8|nvfp4)_d(64|128|256)$`), prefill: true, chain: chainRow, sumTile: 128, partials: "none", src: []string{
+	{pattern: re(`^msa_sm80_qfwd_(bf16|fp8|bf16fp8|nvfp4)_d(64|128|256)$`), prefill: true, chain: chainRow, sumTile: 128, partials: "none", pRound: "bf16", src: []string{
 		"sm80/sm80_common.cuh: for (int e = 0; e < 4; ++e) o[4 * j + e] *= alpha[e >> 1];",
 		"sm80/sm80_qfwd.cu: The mainloop is attend() of sm80_common.cuh"}},
 	// attend() in 128-key steps over the item's KV chunk, float partials
 	// when split.
-	{pattern: re(`^msa_sm80_decode_(bf16|fp8|bf16fp8)_d(64|128|256)$`), chain: chainRow, sumTile: 128, partials: "split", src: []string{
+	{pattern: re(`^msa_sm80_decode_(bf16|fp8|bf16fp8)_d(64|128|256)$`), chain: chainRow, sumTile: 128, partials: "split", pRound: "bf16", src: []string{
 		"sm80/sm80_decode.cu: [kv_begin, kv_end) in 128-key steps (dense)",
 		"sm80/sm80_common.cuh: softmax_block(s, bl, scale_log2, invT, pv_round, st, pa, alpha);"}},
 	// The item's block of up to 128 keys, stored normalised in the partial
 	// dtype.
-	{pattern: re(`^msa_sm90_fwd_(bf16|fp8|bf16fp8|nvfp4)_d(64|128|256)$`), prefill: true, chain: chainBlock, sumTile: 128, partials: "block", src: []string{
+	{pattern: re(`^msa_sm90_fwd_(bf16|fp8|bf16fp8|nvfp4)_d(64|128|256)$`), prefill: true, chain: chainBlock, sumTile: 128, partials: "block", pRound: "bf16", src: []string{
 		"sm90/sm90_fwd.cu: softmax_block(s, lim, scale, invT, p.pv_round, st, pa, alpha);",
 		"sm90/sm90_fwd.cu: float s[64];",
 		"sm90/sm90_fwd.cu: and the E4M3-rounded P are exact in bf16, so P.V runs on the bf16 wgmma"}},
 	// One O accumulator over the whole walk (rescaled per 128-key block),
 	// written once.
-	{pattern: re(`^msa_sm90_qfwd_(bf16|fp8|bf16fp8|nvfp4)_d(64|128|256)$`), prefill: true, chain: chainRow, sumTile: 128, partials: "none", src: []string{
+	{pattern: re(`^msa_sm90_qfwd_(bf16|fp8|bf16fp8|nvfp4)_d(64|128|256)$`), prefill: true, chain: chainRow, sumTile: 128, partials: "none", pRound: "bf16", src: []string{
 		"sm90/sm90_qfwd.cu: softmax_fold(s, bl, scale, invT, p.pv_round, st, alpha);",
 		"sm90/sm90_qfwd.cu: rescale(o, alpha);",
 		"sm90/sm90_qfwd.cu: float s[64];",
 		"sm90/sm90_qfwd.cu: so P.V runs on the bf16 wgmma);"}},
 	// 128-key spans of the item's chunk, O rescaled across spans.
-	{pattern: re(`^msa_sm90_decode_(bf16|fp8|bf16fp8)_d(64|128|256)$`), chain: chainRow, sumTile: 128, partials: "split", src: []string{
+	{pattern: re(`^msa_sm90_decode_(bf16|fp8|bf16fp8)_d(64|128|256)$`), chain: chainRow, sumTile: 128, partials: "split", pRound: "bf16", src: []string{
 		"sm90/sm90_decode.cu: softmax_block(s, bl, scale, 0.f, p.pv_round, st, pa, alpha);",
 		"sm90/sm90_decode.cu: float s[64];",
 		"sm90/sm90_decode.cu: V converted to bf16 in shared memory for P.V)"}},
 	// Spans of kPipeKeys = 64 keys, O rescaled across spans; the fused
 	// combine sums the partials' weights in float32.
-	{pattern: re(`^msa_sm90_decpipe_(bf16|fp8|bf16fp8)_d(64|128)$`), chain: chainRow, sumTile: 64, partials: "split", src: []string{
+	{pattern: re(`^msa_sm90_decpipe_(bf16|fp8|bf16fp8)_d(64|128)$`), chain: chainRow, sumTile: 64, partials: "split", pRound: "bf16", src: []string{
 		"sm90/sm90_decode_pipe.cu: constexpr int kPipeKeys = 64;",
 		"sm90/sm90_decode_pipe.cu: P.V with V (bf16)",
 		"sm90/sm90_decode_pipe.cu: softmax_block(sc, bl, scale, 0.f, p.pv_round, st, pa, alpha);",
@@ -124,14 +130,14 @@ var accums = []accum{
 	// kBlockKeys = 128 keys; P rounded to BF16 (kind::f16 P.V), or to E4M3
 	// for fp8 (kind::f8f6f4: P.V on the FP8 tensor cores); partials
 	// normalised in the partial dtype.
-	{pattern: re(`^msa_sm100_fwd_(bf16|bf16fp8|nvfp4)_d(64|128|256)$`), prefill: true, chain: chainBlock, sumTile: 128, partials: "block", src: sm100FwdSrc},
-	{pattern: re(`^msa_sm100_fwd_fp8_d(64|128|256)$`), prefill: true, chain: chainBlock, sumTile: 128, pvFP8: true, partials: "block", src: slices.Concat(sm100FwdSrc, []string{
+	{pattern: re(`^msa_sm100_fwd_(bf16|bf16fp8|nvfp4)_d(64|128|256)$`), prefill: true, chain: chainBlock, sumTile: 128, partials: "block", pRound: "bf16", src: sm100FwdSrc},
+	{pattern: re(`^msa_sm100_fwd_fp8_d(64|128|256)$`), prefill: true, chain: chainBlock, sumTile: 128, pvFP8: true, partials: "block", pRound: "e4m3", src: slices.Concat(sm100FwdSrc, []string{
 		"sm100/sm100_layout.cuh: kFP8:     E4M3 Q/K/V, kind::f8f6f4 for both products"})},
 	// A 128-key block's sum (butterfly and 4-warp exchange) joins the
 	// running sum; O^T accumulates in tensor memory across the visits; fp8:
 	// E4M3 P on kind::f8f6f4.
-	{pattern: re(`^msa_sm100_decode_(bf16|bf16fp8|nvfp4)_d(64|128|256)$`), chain: chainRow, sumTile: 128, partials: "split", src: sm100DecSrc},
-	{pattern: re(`^msa_sm100_decode_fp8_d(64|128|256)$`), chain: chainRow, sumTile: 128, pvFP8: true, partials: "split", src: slices.Concat(sm100DecSrc, []string{
+	{pattern: re(`^msa_sm100_decode_(bf16|bf16fp8|nvfp4)_d(64|128|256)$`), chain: chainRow, sumTile: 128, partials: "split", pRound: "bf16", src: sm100DecSrc},
+	{pattern: re(`^msa_sm100_decode_fp8_d(64|128|256)$`), chain: chainRow, sumTile: 128, pvFP8: true, partials: "split", pRound: "e4m3", src: slices.Concat(sm100DecSrc, []string{
 		"sm100/sm100_decode.cu: pv_round = E4M3 (P is an E4M3 operand)"})},
 }
 

@@ -149,6 +149,9 @@ func sourceErrors(table []accum) []string {
 		if (a.chain == chainNone) != (a.sumTile == 0) || a.sumTile < 0 || a.sumTile > 128 {
 			out = append(out, fmt.Sprintf("%s: chain %d with row-sum tile %d", a.pattern, a.chain, a.sumTile))
 		}
+		if ok := map[string]bool{"pv_round": true, "bf16": true, "e4m3": true, "none": true}[a.pRound]; !ok || (a.pRound == "e4m3") != a.pvFP8 || (a.pRound == "none") != (a.chain == chainNone) {
+			out = append(out, fmt.Sprintf("%s: P before P.V %q with FP8 P.V %v and chain %d", a.pattern, a.pRound, a.pvFP8, a.chain))
+		}
 		if a.partials != "block" && a.partials != "split" && a.partials != "none" {
 			out = append(out, fmt.Sprintf("%s: partials %q", a.pattern, a.partials))
 		}
@@ -158,8 +161,9 @@ func sourceErrors(table []accum) []string {
 
 // TestAccumSources: each entry's quoted source lines are in their files
 // (an entry whose kernel changed its accumulation is read again), and its
-// fields are consistent; an entry quoting a line its file lacks, or with a
-// row-sum tile and no P.V, fails the check.
+// fields are consistent; an entry quoting a line its file lacks, with a
+// row-sum tile and no P.V, or with FP8 P.V and a P that is not E4M3 fails
+// the check.
 func TestAccumSources(t *testing.T) {
 	for _, e := range sourceErrors(accums) {
 		t.Error(e)
@@ -171,8 +175,13 @@ func TestAccumSources(t *testing.T) {
 	}
 	bad = accums[0]
 	bad.chain = chainNone
-	if e := sourceErrors([]accum{bad}); len(e) != 1 || !strings.Contains(e[0], "row-sum tile") {
-		t.Errorf("no P.V with a row-sum tile: %q", e)
+	if e := sourceErrors([]accum{bad}); len(e) != 2 || !strings.Contains(e[0], "row-sum tile") || !strings.Contains(e[1], "P before P.V") {
+		t.Errorf("no P.V with a row-sum tile and a P: %q", e)
+	}
+	bad = accums[0]
+	bad.pvFP8 = true
+	if e := sourceErrors([]accum{bad}); len(e) != 1 || !strings.Contains(e[0], "FP8 P.V true") {
+		t.Errorf("FP8 P.V with P per pv_round: %q", e)
 	}
 }
 

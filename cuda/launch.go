@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/sparseattn/msa/cuda/driver"
@@ -45,24 +46,28 @@ const (
 // stream; the synchronous host-to-device copies of the next call are ordered
 // after the previous kernels, so the scratch buffers can be reused.
 type Kernels struct {
-	mu       sync.Mutex
-	mod      driver.Module
-	arch     Arch
-	major    int
-	minor    int
-	devName  string
-	smemOpt  int // opt-in dynamic shared memory per block
-	sms      int // streaming multiprocessors (SplitForOccupancy)
-	waves    int // prefill CTAs per SM and window (SplitForOccupancy)
-	fns      map[string]driver.Function
-	tc       map[string]tcKernel
-	bufs     map[string]*devBuf
-	tmaps    map[string]driver.TensorMap
-	path     Path
-	prefill  PrefillPath  // MSA_CUDA_PREFILL (SetPrefillPath)
-	decode   DecodeKernel // MSA_CUDA_DECODE (SetDecodeKernel)
-	gen      uint64       // bumped by every scratch upload: a Prepared is valid while it is unchanged
-	last     []string     // kernels of the last call (for the GPU check's report)
+	mu      sync.Mutex
+	mod     driver.Module
+	arch    Arch
+	major   int
+	minor   int
+	devName string
+	smemOpt int // opt-in dynamic shared memory per block
+	sms     int // streaming multiprocessors (SplitForOccupancy)
+	waves   int // prefill CTAs per SM and window (SplitForOccupancy)
+	fns     map[string]driver.Function
+	tc      map[string]tcKernel
+	bufs    map[string]*devBuf
+	tmaps   map[string]driver.TensorMap
+	path    Path
+	prefill PrefillPath  // MSA_CUDA_PREFILL (SetPrefillPath)
+	decode  DecodeKernel // MSA_CUDA_DECODE (SetDecodeKernel)
+	gen     uint64       // bumped by every scratch upload: a Prepared is valid while it is unchanged
+	last    []string     // kernels of the last call (for the GPU check's report)
+	prev    []string     // kernels of the call before (a trap surfaces one call late)
+	// waitWord is the host-mapped word the SM100 kernels' timed-out waits
+	// write their site code to (sm100_wait.go); zero off SM100.
+	waitWord driver.HostMapped
 	closed   bool
 	fallback map[string]string            // tensor-core kernel -> why it did not run (last time)
 	memFree  func(driver.DevicePtr) error // driver.MemFree; replaced by tests
@@ -171,6 +176,11 @@ func Load(ctx Runner) (*Kernels, error) {
 			return fmt.Errorf("cuda: loading the kernel fatbin on sm_%d%d (SASS for sm_80, sm_90a, sm_100f; PTX for compute_80): %w", k.major, k.minor, err)
 		}
 		k.mod = mod
+		if k.arch == ArchSM100 {
+			if err := k.setWaitWord(mod); err != nil {
+				return err
+			}
+		}
 		for _, name := range portableNames {
 			fn, err := mod.Function(name)
 			if err != nil {
@@ -201,10 +211,62 @@ func Load(ctx Runner) (*Kernels, error) {
 		if k.mod != 0 {
 			err = errors.Join(err, run(ctx, k.mod.Unload))
 		}
-		return nil, err
+		return nil, errors.Join(err, run(ctx, func() error { return driver.FreeHostMapped(k.waitWord) }))
 	}
 	return k, nil
 }
+
+// setWaitWord gives the SM100 kernels of mod a host-mapped word for the
+// site code of a timed-out mbarrier wait (sm100_wait.go): it stores the
+// word's device address in their SM100WaitSymbol once. A module without
+// the symbol (a fatbin built before it) leaves the word unset: a timeout
+// then reports the driver's error alone.
+func (k *Kernels) setWaitWord(mod driver.Module) error {
+	g, size, err := mod.Global(SM100WaitSymbol)
+	if driver.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("cuda: %w", err)
+	}
+	if size != 8 {
+		return fmt.Errorf("cuda: %s is %d bytes in the fatbin, want a device pointer (8)", SM100WaitSymbol, size)
+	}
+	w, err := driver.AllocHostMapped(4)
+	if err != nil {
+		return fmt.Errorf("cuda: the SM100 wait word: %w", err)
+	}
+	k.waitWord = w
+	dev := uint64(w.Device)
+	if err := driver.MemcpyHtoD(g, unsafe.Pointer(&dev), 8); err != nil {
+		return fmt.Errorf("cuda: setting %s: %w", SM100WaitSymbol, err)
+	}
+	return nil
+}
+
+// waitCode is the site code a timed-out SM100 wait left in the
+// host-mapped word (0: none, or no word).
+func (k *Kernels) waitCode() uint32 {
+	if k.waitWord.Host == nil {
+		return 0
+	}
+	return atomic.LoadUint32((*uint32)(k.waitWord.Host))
+}
+
+// Explain returns err as an *SM100WaitTimeout (naming the kernel, the
+// barrier and the parity, and wrapping err) when an SM100 kernel's bounded
+// mbarrier wait timed out, else err unchanged. The trap of such a wait
+// fails the launch sequence asynchronously, so a caller that sees a driver
+// error at a later synchronising call (a copy, an event, cuCtxSynchronize)
+// passes it here; the launches of k do it themselves.
+func (k *Kernels) Explain(err error) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return sm100WaitError(k.waitCode(), k.recent(), err)
+}
+
+// recent lists the kernels of the last two calls, oldest first.
+func (k *Kernels) recent() []string { return append(append([]string(nil), k.prev...), k.last...) }
 
 // Arch is the kernel family Load chose for the device.
 func (k *Kernels) Arch() Arch { return k.arch }
@@ -354,6 +416,10 @@ func (k *Kernels) Close(ctx Runner) error {
 			}
 			k.mod = 0
 		}
+		if err := driver.FreeHostMapped(k.waitWord); err != nil {
+			errs = append(errs, fmt.Errorf("cuda: freeing the SM100 wait word: %w", err))
+		}
+		k.waitWord = driver.HostMapped{}
 		return errors.Join(errs...)
 	})
 }
@@ -450,6 +516,7 @@ func (pl *Prepared) Launch(ctx Runner) error {
 }
 
 func (k *Kernels) launchSteps(steps []step) error {
+	k.prev = append(k.prev[:0], k.last...)
 	k.last = k.last[:0]
 	for i := range steps {
 		st := &steps[i]
@@ -472,7 +539,7 @@ func (k *Kernels) launchSteps(steps []step) error {
 			err = driver.Launch(fn, cfg, driver.Bytes(&arg))
 		}
 		if err != nil {
-			return fmt.Errorf("cuda: launching %s on %d CTAs: %w", st.name, st.grid, err)
+			return sm100WaitError(k.waitCode(), k.recent(), fmt.Errorf("cuda: launching %s on %d CTAs: %w", st.name, st.grid, err))
 		}
 		k.last = append(k.last, st.name)
 	}

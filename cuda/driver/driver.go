@@ -53,9 +53,13 @@ typedef struct {
 	CUresult (*memcpyDtoH)(void*, CUdeviceptr, size_t);
 	CUresult (*memcpyDtoD)(CUdeviceptr, CUdeviceptr, size_t);
 	CUresult (*memsetD8)(CUdeviceptr, unsigned char, size_t);
+	CUresult (*memHostAlloc)(void**, size_t, unsigned int);
+	CUresult (*memHostGetDevicePointer)(CUdeviceptr*, void*, unsigned int);
+	CUresult (*memFreeHost)(void*);
 	CUresult (*moduleLoadData)(CUmodule*, const void*);
 	CUresult (*moduleUnload)(CUmodule);
 	CUresult (*moduleGetFunction)(CUfunction*, CUmodule, const char*);
+	CUresult (*moduleGetGlobal)(CUdeviceptr*, size_t*, CUmodule, const char*);
 	CUresult (*funcSetAttribute)(CUfunction, CUfunction_attribute, int);
 	CUresult (*funcGetAttribute)(int*, CUfunction_attribute, CUfunction);
 	CUresult (*occupancyMaxBlocks)(int*, CUfunction, int, size_t);
@@ -105,9 +109,13 @@ static int msa_open(const char* path, const char** err) {
 	SYM(memcpyDtoH, "cuMemcpyDtoH_v2");
 	SYM(memcpyDtoD, "cuMemcpyDtoD_v2");
 	SYM(memsetD8, "cuMemsetD8_v2");
+	SYM(memHostAlloc, "cuMemHostAlloc");
+	SYM(memHostGetDevicePointer, "cuMemHostGetDevicePointer_v2");
+	SYM(memFreeHost, "cuMemFreeHost");
 	SYM(moduleLoadData, "cuModuleLoadData");
 	SYM(moduleUnload, "cuModuleUnload");
 	SYM(moduleGetFunction, "cuModuleGetFunction");
+	SYM(moduleGetGlobal, "cuModuleGetGlobal_v2");
 	SYM(funcSetAttribute, "cuFuncSetAttribute");
 	SYM(funcGetAttribute, "cuFuncGetAttribute");
 	SYM(occupancyMaxBlocks, "cuOccupancyMaxActiveBlocksPerMultiprocessor");
@@ -157,6 +165,10 @@ static CUresult msa_htod(CUdeviceptr d, const void* s, size_t n) { return MSA_CA
 static CUresult msa_dtoh(void* d, CUdeviceptr s, size_t n) { return MSA_CALL(msa_d.memcpyDtoH, d, s, n); }
 static CUresult msa_dtod(CUdeviceptr d, CUdeviceptr s, size_t n) { return MSA_CALL(msa_d.memcpyDtoD, d, s, n); }
 static CUresult msa_memset8(CUdeviceptr d, unsigned char v, size_t n) { return MSA_CALL(msa_d.memsetD8, d, v, n); }
+static CUresult msa_host_alloc_mapped(void** p, size_t n) { return MSA_CALL(msa_d.memHostAlloc, p, n, CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE); }
+static CUresult msa_host_device_ptr(CUdeviceptr* d, void* p) { return MSA_CALL(msa_d.memHostGetDevicePointer, d, p, 0); }
+static CUresult msa_free_host(void* p) { return MSA_CALL(msa_d.memFreeHost, p); }
+static CUresult msa_module_global(CUdeviceptr* d, size_t* n, uintptr_t m, const char* name) { return MSA_CALL(msa_d.moduleGetGlobal, d, n, (CUmodule)m, name); }
 static CUresult msa_module_load(uintptr_t* m, const void* img) { CUmodule x = NULL; CUresult r = MSA_CALL(msa_d.moduleLoadData, &x, img); *m = (uintptr_t)x; return r; }
 static CUresult msa_module_unload(uintptr_t m) { return MSA_CALL(msa_d.moduleUnload, (CUmodule)m); }
 static CUresult msa_module_function(uintptr_t* f, uintptr_t m, const char* name) { CUfunction x = NULL; CUresult r = MSA_CALL(msa_d.moduleGetFunction, &x, (CUmodule)m, name); *f = (uintptr_t)x; return r; }
@@ -526,6 +538,55 @@ func (m Module) Function(name string) (Function, error) {
 	var f C.uintptr_t
 	err := check("cuModuleGetFunction("+name+")", C.msa_module_function(&f, C.uintptr_t(m), cs))
 	return Function(f), err
+}
+
+// Global is the device address and size of the module's __device__
+// variable name; a missing symbol gives an error for which IsNotFound is
+// true.
+func (m Module) Global(name string) (DevicePtr, int64, error) {
+	cs := C.CString(name)
+	defer C.free(unsafe.Pointer(cs))
+	var d C.CUdeviceptr
+	var n C.size_t
+	err := check("cuModuleGetGlobal("+name+")", C.msa_module_global(&d, &n, C.uintptr_t(m), cs))
+	return DevicePtr(d), int64(n), err
+}
+
+// HostMapped is page-locked host memory mapped into the device's address
+// space (cuMemHostAlloc with DEVICEMAP | PORTABLE): the host reads and
+// writes it at Host, kernels at Device. It stays readable by the host when
+// the context has failed (a kernel trapped), which device memory does not.
+type HostMapped struct {
+	Host   unsafe.Pointer // C memory: never moved by the Go runtime
+	Device DevicePtr
+	Size   int
+}
+
+// AllocHostMapped allocates n zeroed bytes of host-mapped memory; free it
+// with FreeHostMapped.
+func AllocHostMapped(n int) (HostMapped, error) {
+	if n <= 0 {
+		return HostMapped{}, fmt.Errorf("cuMemHostAlloc: size %d, want > 0", n)
+	}
+	var p unsafe.Pointer
+	if err := check("cuMemHostAlloc", C.msa_host_alloc_mapped(&p, C.size_t(n))); err != nil {
+		return HostMapped{}, err
+	}
+	C.memset(p, 0, C.size_t(n))
+	var d C.CUdeviceptr
+	if err := check("cuMemHostGetDevicePointer", C.msa_host_device_ptr(&d, p)); err != nil {
+		return HostMapped{}, errors.Join(err, check("cuMemFreeHost", C.msa_free_host(p)))
+	}
+	return HostMapped{Host: p, Device: DevicePtr(d), Size: n}, nil
+}
+
+// FreeHostMapped frees memory of AllocHostMapped (a zero HostMapped is a
+// no-op).
+func FreeHostMapped(h HostMapped) error {
+	if h.Host == nil {
+		return nil
+	}
+	return check("cuMemFreeHost", C.msa_free_host(h.Host))
 }
 
 // Function attributes used by this module.

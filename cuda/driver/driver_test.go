@@ -43,6 +43,18 @@ func TestWithoutDriver(t *testing.T) {
 	if err := Launch(0, LaunchConfig{Grid: Dim3{1, 1, 1}, Block: Dim3{32, 1, 1}}, make([]byte, 232), make([]byte, 384)); err == nil {
 		t.Error("Launch without a driver")
 	}
+	if h, err := AllocHostMapped(4); err == nil || h.Host != nil {
+		t.Error("AllocHostMapped without a driver")
+	}
+	if _, err := AllocHostMapped(0); err == nil || !strings.Contains(err.Error(), "size 0") {
+		t.Errorf("AllocHostMapped(0): %v", err)
+	}
+	if err := FreeHostMapped(HostMapped{}); err != nil {
+		t.Errorf("FreeHostMapped of nothing: %v", err)
+	}
+	if _, _, err := Module(0).Global("msa_sm100_wait_word"); err == nil {
+		t.Error("Module.Global without a driver")
+	}
 	var e *Error
 	if _, err := DeviceCount(); !errors.As(err, &e) || e.Call != "cuDeviceGetCount" {
 		t.Errorf("error %v is not a *driver.Error of cuDeviceGetCount", err)

@@ -409,7 +409,7 @@ func (p *prefillRun) once(r *report, c *check.Prefill, w int) (res check.Result,
 	}
 	kern = strings.Join(dedup(r.k.LastKernels()), "+")
 	if err := cuda.Synchronize(r.dev); err != nil {
-		return res, kern, err
+		return res, kern, r.k.Explain(err) // names a timed-out SM100 wait's site
 	}
 	res, err = p.m.result(p.ca.Out, p.ca.LSE, p.ca.TLSE, p.rows, c.D)
 	return res, kern, err
@@ -595,7 +595,7 @@ func (r *report) decodeOnce(m *mem, a *cuda.DecodeArgs, c *check.Decode) (res ch
 	}
 	kern = strings.Join(dedup(r.k.LastKernels()), "+")
 	if err := cuda.Synchronize(r.dev); err != nil {
-		return res, kern, err
+		return res, kern, r.k.Explain(err) // names a timed-out SM100 wait's site
 	}
 	res, err = m.result(a.Out, a.LSE, 0, c.Batch*c.SeqlenQ*c.Hq, c.D)
 	return res, kern, err
@@ -733,6 +733,7 @@ func (r *report) timeRow(name, kern string, ms, flop, bytes float64, fp8 bool, e
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err != nil {
+		err = r.k.Explain(err) // names a timed-out SM100 wait's site
 		r.failed++
 		fmt.Printf("timing %-36s ERROR %v\n", name, err)
 		r.timing = append(r.timing, fmt.Sprintf("%s,%s,,,,,,ERROR: %s", name, kern, strings.ReplaceAll(err.Error(), ",", ";")))

@@ -61,8 +61,8 @@ func (r *Reference) Check(got Result) Diff {
 
 // CheckPair compares got with cpu, the CPU path's result on the same
 // inputs: both lie within the reference's tolerance of the exact result,
-// so they may differ by twice that (and their RMS difference by twice the
-// expected RMS).
+// so they may differ by twice the bound, by the width of the statistical
+// max criterion's set of roundings, and in RMS by twice the expected RMS.
 func (r *Reference) CheckPair(got, cpu Result) Diff {
 	return r.compare(got, func(i int) float64 { return float64(cpu.O[i]) }, func(i int) float64 { return float64(cpu.LSE[i]) },
 		func(i int) float64 { return float64(cpu.TLSE[i]) }, cmpOpts{k: 2})
@@ -105,7 +105,15 @@ func (q *quantity) add(g, w, o, tol, pre, sig, bias float64, rnd lseRounding) bo
 	// part; never beyond the per-element bound's.
 	all := math.Hypot(sig, rnd.sd)
 	dev := math.Min(math.Min(q.z*all, q.z*sig+math.Min(q.z*rnd.sd, rnd.bound))+bias, pre)
-	st := q.k * q.rd.maxErr(o, dev)
+	// The statistical max tolerance: against the reference, the largest
+	// |rnd(x) - o| over x in [o - dev, o + dev]; against the CPU path, whose
+	// result is also the rounding of a value in that interval, the width
+	// rnd(o + dev) - rnd(o - dev) of the set both lie in (rounding is
+	// monotone), at most twice the former.
+	st := q.rd.maxErr(o, dev)
+	if q.k != 1 {
+		st = q.rd.width(o, dev)
+	}
 	if q.tols != nil {
 		*q.tols = append(*q.tols, st/den)
 	}
@@ -129,8 +137,7 @@ func (q *quantity) add(g, w, o, tol, pre, sig, bias float64, rnd lseRounding) bo
 	}
 	// Against the reference: the result must be the rounding of a value
 	// within dev of o (rounding is monotone: between rnd(o - dev) and
-	// rnd(o + dev)); against the CPU path, within twice the largest error
-	// that allows.
+	// rnd(o + dev)); against the CPU path, within the width of that set.
 	if (q.k == 1 && (g < q.rd.round(o-dev) || g > q.rd.round(o+dev))) || (q.k != 1 && e > st) {
 		q.badStat++
 	}

@@ -87,12 +87,33 @@ func must(err error) {
 }
 
 // ratioRow is one (case, quantity, criterion) of the comparison: tol is
-// the RMS tolerance, or the max criterion's tolerance of the median
-// element (largest: of the worst-placed element).
+// the RMS tolerance, or the max criterion's tolerance of the median element
+// ("max") or of the worst-placed element ("max (largest)", on rows of one
+// or a few keys, where nothing averages); floor is the noise floor there
+// (the tolerance the output format's roundings alone give).
 type ratioRow struct {
 	name, quantity, criterion string
-	tol, largest, obs, floor  float64
+	tol, floor, obs           float64
 	why                       string // "" within h200Factor
+}
+
+// argmax is the index of the largest element of x (0 when empty).
+func argmax(x []float64) int {
+	i := 0
+	for j, v := range x {
+		if v > x[i] {
+			i = j
+		}
+	}
+	return i
+}
+
+// at is x[i], 0 when x is empty.
+func at(x []float64, i int) float64 {
+	if i >= len(x) {
+		return 0
+	}
+	return x[i]
 }
 
 // Reasons a statistical tolerance exceeds h200Factor times the H200's worst
@@ -147,9 +168,10 @@ func median(x []float64) float64 {
 }
 
 // TestStatTolerancesVsH200: every statistical tolerance of a case with
-// H200 observations is within h200Factor of the worst observed error, or
-// one of the checked reasons says why not; the table is logged (GPU_CHECK.md
-// quotes it).
+// H200 observations (the RMS tolerance, and the max criterion's of both its
+// median and its worst-placed element) is within h200Factor of the worst
+// observed error, or one of the checked reasons says why not; the table is
+// logged (GPU_CHECK.md quotes it).
 func TestStatTolerancesVsH200(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the whole matrix's reference")
@@ -171,9 +193,12 @@ func TestStatTolerancesVsH200(t *testing.T) {
 		d := r.compare(res, wO, wL, wT, cmpOpts{k: 2, tolsO: &tolsO, tolsLSE: &tolsL})
 		r.compare(res, wO, wL, wT, cmpOpts{k: 2, tolsO: &floorO, tolsLSE: &floorL, roundingsOnly: true})
 		fO, fL := median(floorO), median(floorL)
+		lO, lL := argmax(tolsO), argmax(tolsL) // the worst-placed elements, and the noise floor there
 		xs := []ratioRow{
-			{c.name, "O", "max", median(tolsO), d.StatTolO, ob.o, fO, ""}, {c.name, "O", "rms", d.RMSTolO, d.RMSTolO, ob.o, fO, ""},
-			{c.name, "LSE", "max", median(tolsL), d.StatTolLSE, ob.lse, fL, ""}, {c.name, "LSE", "rms", d.RMSTolLSE, d.RMSTolLSE, ob.lse, fL, ""},
+			{c.name, "O", "max", median(tolsO), fO, ob.o, ""}, {c.name, "O", "max (largest)", d.StatTolO, at(floorO, lO), ob.o, ""},
+			{c.name, "O", "rms", d.RMSTolO, fO, ob.o, ""},
+			{c.name, "LSE", "max", median(tolsL), fL, ob.lse, ""}, {c.name, "LSE", "max (largest)", d.StatTolLSE, at(floorL, lL), ob.lse, ""},
+			{c.name, "LSE", "rms", d.RMSTolLSE, fL, ob.lse, ""},
 		}
 		var whys []string
 		for i := range xs {
@@ -183,7 +208,7 @@ func TestStatTolerancesVsH200(t *testing.T) {
 				n = len(tolsO)
 			}
 			if x.tol > h200Factor*x.obs {
-				if x.criterion == "max" && x.obs <= x.floor {
+				if x.criterion != "rms" && x.obs <= x.floor {
 					x.why = whyFloor
 				} else if x.why = explain(c, ob, x.quantity, x.criterion, n); x.why == "" {
 					t.Errorf("%s %s %s: statistical tolerance %.2e is %.1f times the H200's worst error %.2e, and no reason explains it",
@@ -192,9 +217,9 @@ func TestStatTolerancesVsH200(t *testing.T) {
 				whys = append(whys, fmt.Sprintf("%s %s: %s", x.quantity, x.criterion, x.why))
 			}
 		}
-		rows = append(rows, fmt.Sprintf("| %s | %.2e | %.2e / %.2e | %.1f | %.2e | %.1f | %.2e | %.2e | %.2e / %.2e | %.1f | %.2e | %.1f | %s |", c.name,
-			ob.o, xs[0].tol, xs[0].largest, xs[0].tol/ob.o, xs[1].tol, xs[1].tol/ob.o,
-			ob.lse, fL, xs[2].tol, xs[2].largest, xs[2].tol/ob.lse, xs[3].tol, xs[3].tol/ob.lse, strings.Join(whys, "; ")))
+		rows = append(rows, fmt.Sprintf("| %s | %.2e | %.2e / %.2e | %.1f / %.1f | %.2e | %.1f | %.2e | %.2e | %.2e / %.2e | %.1f / %.1f | %.2e | %.1f | %s |", c.name,
+			ob.o, xs[0].tol, xs[1].tol, xs[0].tol/ob.o, xs[1].tol/ob.o, xs[2].tol, xs[2].tol/ob.o,
+			ob.lse, fL, xs[3].tol, xs[4].tol, xs[3].tol/ob.lse, xs[4].tol/ob.lse, xs[5].tol, xs[5].tol/ob.lse, strings.Join(whys, "; ")))
 	}
 	if seen != len(obs) {
 		t.Errorf("h200-observed.csv has %d cases, the matrices %d of them", len(obs), seen)

@@ -232,9 +232,13 @@ func (c *Prefill) reference(f *fault) *Reference {
 				rows[i] = c.kvRow(b, t, h, f)
 			}
 			slots := slotsOf(toks, c.Blk) // one partial per selected block
+			tiles := ar.acc.tilesOf(toks)
+			a := ar
+			a.exactP = a.acc.oneVisit(toks) && onePartial(slots)
+			a.visits = a.acc.visits(toks, slots)
 			for g := 0; g < c.QHPK; g++ {
 				idx := row*c.Hq + h*c.QHPK + g
-				ar.row(ref, idx, q[idx*c.D:(idx+1)*c.D], rows, slots, k, v, scale, float64(c.Temp), f)
+				a.row(ref, idx, q[idx*c.D:(idx+1)*c.D], rows, slots, tiles, k, v, scale, float64(c.Temp), f)
 			}
 		}
 	})
@@ -306,25 +310,43 @@ func (c *Decode) reference(f *fault) *Reference {
 				kr[i] = c.kvRow(r/c.SeqlenQ, t, h, f)
 			}
 			slots := slotsOf(toks, c.PageSize) // a split never divides a page
+			tiles := ar.acc.tilesOf(toks)
+			a := ar
+			a.exactP = a.acc.oneVisit(toks) && onePartial(slots)
+			a.visits = a.acc.visits(toks, slots)
 			for g := 0; g < c.QHPK; g++ {
 				idx := r*c.Hq + h*c.QHPK + g
-				ar.row(ref, idx, q[idx*c.D:(idx+1)*c.D], kr, slots, k, v, scale, 0, f)
+				a.row(ref, idx, q[idx*c.D:(idx+1)*c.D], kr, slots, tiles, k, v, scale, 0, f)
 			}
 		}
 	})
 	return ref
 }
 
+// onePartial reports whether every token is in slot 0.
+func onePartial(slot []int) bool {
+	for _, x := range slot {
+		if x != 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // slotsOf numbers the partials the tokens fall in: tokens of one block of
 // size blk share a slot, numbered in order of first appearance.
-func slotsOf(toks []int, blk int) []int {
+func slotsOf(toks []int, blk int) []int { return numberBy(toks, func(t int) int { return t / blk }) }
+
+// numberBy numbers the groups key puts the tokens in, in order of first
+// appearance.
+func numberBy(toks []int, key func(t int) int) []int {
 	out := make([]int, len(toks))
 	id := map[int]int{}
 	for i, t := range toks {
-		s, ok := id[t/blk]
+		s, ok := id[key(t)]
 		if !ok {
 			s = len(id)
-			id[t/blk] = s
+			id[key(t)] = s
 		}
 		out[i] = s
 	}
@@ -367,12 +389,13 @@ func parallel(n int, fn func(i int)) {
 }
 
 // row computes one (query row, query head), index idx, attending the K/V
-// rows kv (in partial slot[j]), into ref: s = scale * q.k, P = exp(s -
+// rows kv (in partial slot[j] and row-sum tile tile[j]), into ref: s = scale * q.k, P = exp(s -
 // max), O = sum P v / sum P, LSE = max + ln sum P, the temperature LSE
 // logsumexp(s / temp), the tolerances of tolerance.go and the statistical
 // model of stat.go; with fault f's exponential and P rounding (nil: none).
-func (a arith) row(ref *Reference, idx int, q []float64, kv, slot []int, k, v []float64, scale, temp float64, f *fault) {
+func (a arith) row(ref *Reference, idx int, q []float64, kv, slot, tile []int, k, v []float64, scale, temp float64, f *fault) {
 	d := len(q)
+	a = a.forRow(len(kv))
 	o, tol := ref.O[idx*d:(idx+1)*d], ref.TolO[idx*d:(idx+1)*d]
 	ref.keys[idx] = int32(len(kv))
 	if len(kv) == 0 {
@@ -417,14 +440,37 @@ func (a arith) row(ref *Reference, idx int, q []float64, kv, slot []int, k, v []
 	lse := maxS + math.Log(l)
 	ref.LSE[idx] = lse
 	errS := a.scoreError(maxSA, maxAbsS)
+	// The keys that may hold the row max in a kernel's arithmetic: their
+	// least P |v| and |v| per channel leave the P rounding's terms (oSums).
+	maxPV, maxV := make([]float64, d), make([]float64, d)
+	for e := range maxPV {
+		maxPV[e], maxV[e] = math.Inf(1), math.Inf(1)
+	}
+	for j, r := range kv {
+		if s[j] < maxS-2*errS {
+			continue
+		}
+		for e, x := range v[r*d : (r+1)*d] {
+			maxPV[e], maxV[e] = math.Min(maxPV[e], p[j]*math.Abs(x)), math.Min(maxV[e], math.Abs(x))
+		}
+	}
+	// A row in one partial of BF16 (V without a global scale): the combine
+	// passes that partial through with weight exp(0) * (1 / exp(0)) = 1
+	// (within float32 ulps, far below half a BF16 spacing), so its BF16
+	// rounding is the output's: one rounding, which tolO and the max
+	// criterion take exactly, not two.
+	if a.pPart == 8 && a.gV == 1 && onePartial(slot) {
+		a.uPart, a.fPart, a.onePart = 0, 0, true
+	}
 	for e := range o {
 		o[e] /= l
-		tol[e] = a.tolO(o[e], absV[e]/l, sumV[e]/l, errS)
-		ref.preO[idx*d+e] = a.preO(absV[e]/l, sumV[e]/l, errS)
+		w := oSums{absSum: absV[e] / l, sumAbs: sumV[e] / l, maxPV: maxPV[e] / l, maxV: maxV[e] / l}
+		tol[e] = a.tolO(o[e], w, errS)
+		ref.preO[idx*d+e] = a.preO(w, errS)
 	}
 	ref.TolLSE[idx] = a.tolLSE(lse, errS)
 	st := stats{sigO: ref.sigO[idx*d : (idx+1)*d], biasO: ref.biasO[idx*d : (idx+1)*d]}
-	a.rowStats(&st, s, sa, ssq, p, slot, v, kv, o, l, maxS, temp)
+	a.rowStats(&st, s, sa, ssq, p, slot, tile, v, kv, o, l, maxS, temp)
 	ref.sigLSE[idx], ref.biasLSE[idx], ref.rndLSE[idx] = st.sigLSE, st.biasLSE, st.rndLSE
 	if ref.TLSE != nil {
 		mt := maxS / temp

@@ -24,8 +24,9 @@ import (
 //
 //   - max: every element is the rounding of a value in [o - t, o + t]
 //     around the exact value o: rnd(o - t) <= got <= rnd(o + t), rounding
-//     being monotone (against the CPU path: |got - cpu| at most twice
-//     max(|rnd(o - t) - o|, |rnd(o + t) - o|)); t = z_N sigma + b, the
+//     being monotone (against the CPU path, whose result is such a
+//     rounding too: |got - cpu| at most rnd(o + t) - rnd(o - t)); t =
+//     z_N sigma + b, the
 //     LSE's few own roundings allowed at most their sum (lseRounding), and
 //     t never beyond the per-element bound's pre-rounding part; and
 //   - RMS: the root mean square of the errors over the case's N elements is
@@ -37,8 +38,9 @@ import (
 //     it, turning rho into ulp - rho: at most 2 |d| ulp, and E|d| <=
 //     sqrt(v); with sigma >> ulp the three terms exceed sigma^2 + ulp^2/12).
 //
-// Both criteria apply to the comparison with the CPU path too, with twice
-// the max tolerance and twice the expected RMS (each side within its own).
+// Both criteria apply to the comparison with the CPU path too, with the
+// max criterion's width and twice the expected RMS (each side within its
+// own).
 
 // Rounding model: a rounding to nearest of x is uniform on +-spacing/2
 // with spacing <= 2u|x| (u = 2^-p, tolerance.go), so its standard
@@ -147,6 +149,10 @@ func (r rounding) maxErr(o, t float64) float64 {
 	return math.Max(math.Abs(r.round(o-t)-o), math.Abs(r.round(o+t)-o))
 }
 
+// width is the most two roundings of values in [o - t, o + t] differ:
+// rnd(o + t) - rnd(o - t).
+func (r rounding) width(o, t float64) float64 { return r.round(o+t) - r.round(o-t) }
+
 // meanSq is the model's expected squared error of an element with exact
 // value o, independent deviation sigma and coherent deviation b.
 func (r rounding) meanSq(o, sigma, b float64) float64 {
@@ -194,11 +200,17 @@ func sdRound(x float64, p, minExp int) float64 { return spacing(x, p, minExp) * 
 //     (the max cancels) and the LSE by sum_j P_j d_j / l.
 //   - P rounded before P.V: u_P P / sqrt(3) (P is rounded against a
 //     running max, so its spacing is only bounded by 2 u_P P), with the
-//     floor f_P / sqrt(3) below 2^-6 (E4M3's subnormals); it moves the
+//     floor f_P / sqrt(3) below 2^-6 (E4M3's subnormals); where every
+//     kernel folds the row in one visit and one partial (exactP), P is
+//     rounded against the final max and its spacing is known:
+//     spacing(P) / sqrt(12); the row max's own P is 1, exact; it moves the
 //     numerator only, sum_j dP_j v_j / l; the model takes max(v^2,
 //     (v - O)^2) so that a kernel that sums the rounded P is covered too.
-//   - P.V accumulation: u32^2/3 nAcc A^2 (partial sums at most l A), or
-//     one FP8 tensor-core truncation uFP8MMA A / sqrt(3).
+//   - P.V accumulation: u32^2/3 n_PV A^2 (partial sums at most l A; n_PV
+//     the row's chain terms, accum.go pvTerms), and at least one FP8
+//     tensor-core truncation uFP8MMA A / sqrt(3) where a kernel runs E4M3
+//     P.V there. A row in one BF16 partial has no partial rounding of its
+//     own: it is the output's (onePart).
 //   - partials: slot s (a selected block; a page in decode) with weight
 //     w_s = l_s / l holds the normalised O_s, a value the reference knows:
 //     its rounding to the partial dtype has standard deviation
@@ -206,11 +218,13 @@ func sdRound(x float64, p, minExp int) float64 { return spacing(x, p, minExp) * 
 //     exponential of lse_s - lse, in the combine or a running rescale) is
 //     off by sdMerge relative, moving O by w_s (O_s - O) and the LSE by
 //     w_s; the combine's float32 sums add (slots + 2) u32^2 A^2 / 3.
-//   - LSE: every kernel sums P by tiles (a selected block in prefill, a
-//     page in decode, at most 128 keys) and then adds the tiles' sums. A
-//     float32 sum of n positive terms of similar size has sum_k S_k^2 =
-//     n l^2 / 3 in any order: u32^2 n / 9 on its logarithm, for each
-//     tile's n_s (weighted w_s) and for the slots' sums. Each partial's
+//   - LSE: every kernel sums P by tiles of at most sumTile keys (the
+//     accumulation table, accum.go: the longest of the kernels that may
+//     run the problem, never across a block) and then adds the tiles'
+//     sums. A float32 sum of n positive terms of similar size has
+//     sum_k S_k^2 = n l^2 / 3 in any order: u32^2 n / 9 on its logarithm,
+//     for each tile's n_t (weighted w_t = l_t / l) and for the tiles'
+//     sum. Each partial's
 //     LSE and the combine's are computed in log2 units: log2 l
 //     (lg2.approx, uLg2), m log2(e) + log2 l and the product by ln 2, three
 //     float32 roundings of known values (log2 l_s at most log2 n_s), the
@@ -221,11 +235,11 @@ func sdRound(x float64, p, minExp int) float64 { return spacing(x, p, minExp) * 
 //
 // BF16 P rounding does not enter the LSE: the contract accumulates the row
 // sum from unrounded P. It is the largest pre-rounding term of BF16 O.
-func (a arith) rowStats(st *stats, s, sa, ssq []float64, p []float64, slot []int, v []float64, kv []int, o []float64, l, m, temp float64) {
+func (a arith) rowStats(st *stats, s, sa, ssq []float64, p []float64, slot, tile []int, v []float64, kv []int, o []float64, l, m, temp float64) {
 	d := len(o)
-	nSlots := 0
-	for _, x := range slot {
-		nSlots = max(nSlots, x+1)
+	nSlots, nTiles := 0, 0
+	for j := range slot {
+		nSlots, nTiles = max(nSlots, slot[j]+1), max(nTiles, tile[j]+1)
 	}
 	sig2S := make([]float64, len(s))
 	biasS := make([]float64, len(s))
@@ -256,7 +270,14 @@ func (a arith) rowStats(st *stats, s, sa, ssq []float64, p []float64, slot []int
 		e := uF32 * (s[j] - m)
 		se := (uEx2*uEx2 + e*e) / 3
 		sp := (a.uP * a.uP * p[j] * p[j]) / 3
-		if p[j] < 0x1p-6 {
+		if a.exactP {
+			// P = exp(s - m) against the final max: the spacing of its
+			// rounding is known, taken at P (1 + 2^-12) so that a P the
+			// scores' and the exponential's errors move across a binade edge
+			// rounds with the coarser one.
+			sd := sdRound(p[j]*(1+0x1p-12), a.pP, a.minP)
+			sp = sd * sd
+		} else if p[j] < 0x1p-6 {
 			sp += a.fP * a.fP / 3
 		}
 		if s[j] == m { // the row max has P = 1 (its tile sets the running max), exact in every format
@@ -271,9 +292,9 @@ func (a arith) rowStats(st *stats, s, sa, ssq []float64, p []float64, slot []int
 			absV[c] += w * math.Abs(x)
 		}
 	}
-	pv := uF32 * uF32 / 3 * a.nSum
+	pv := uF32 * uF32 / 3 * a.nPV
 	if a.fp8PV {
-		pv = uFP8MMA * uFP8MMA / 3
+		pv = math.Max(pv, uFP8MMA*uFP8MMA/3)
 	}
 	comb := uF32 * uF32 / 3 * float64(nSlots+2)
 	for c := range o {
@@ -284,14 +305,17 @@ func (a arith) rowStats(st *stats, s, sa, ssq []float64, p []float64, slot []int
 			}
 			w, os := ls[sl]/l, num[sl*d+c]/ls[sl]
 			sd := a.gV * sdRound(os/a.gV, a.pPart, a.minPart)
+			if a.onePart { // that rounding is the output's, which the criterion takes exactly
+				sd = 0
+			}
 			dw := os - o[c]
 			part += w * w * (sd*sd + sdMerge(w)*dw*dw)
 		}
 		st.sigO[c] = math.Sqrt(st.sigO[c] + (pv+comb)*absV[c]*absV[c] + part)
 	}
-	st.sigLSE, st.biasLSE, st.rndLSE = lseStats(s, sig2S, biasS, slot, nSlots, m, 1)
+	st.sigLSE, st.biasLSE, st.rndLSE = lseStats(s, sig2S, biasS, slot, nSlots, tile, nTiles, m, 1)
 	if temp > 0 {
-		st.sigTLS, st.biasTLS, st.rndTLS = lseStats(s, sig2S, biasS, slot, nSlots, m, temp)
+		st.sigTLS, st.biasTLS, st.rndTLS = lseStats(s, sig2S, biasS, slot, nSlots, tile, nTiles, m, temp)
 	}
 }
 
@@ -305,18 +329,23 @@ func sdMerge(w float64) float64 {
 
 // lseStats is the LSE part of rowStats for scores s / temp: the
 // independent many-term part (scores, exponentials, row sums), the
-// coherent part and the roundings.
-func lseStats(s, sig2S, biasS []float64, slot []int, nSlots int, m, temp float64) (sigma, bias float64, rnd lseRounding) {
+// coherent part and the roundings. Token j is in partial slot[j] (of
+// nSlots) and row-sum tile tile[j] (of nTiles, accum.go).
+func lseStats(s, sig2S, biasS []float64, slot []int, nSlots int, tile []int, nTiles int, m, temp float64) (sigma, bias float64, rnd lseRounding) {
 	mt := m / temp
 	pt := make([]float64, len(s))
 	ls := make([]float64, nSlots) // slot sums
 	ns := make([]float64, nSlots) // slot token counts
+	lt := make([]float64, nTiles) // tile sums
+	nt := make([]float64, nTiles) // tile token counts
 	var l float64
 	for j, x := range s {
 		pt[j] = math.Exp(x/temp - mt)
 		l += pt[j]
 		ls[slot[j]] += pt[j]
 		ns[slot[j]]++
+		lt[tile[j]] += pt[j]
+		nt[tile[j]]++
 	}
 	var v float64
 	for j, x := range s {
@@ -326,7 +355,11 @@ func lseStats(s, sig2S, biasS []float64, slot []int, nSlots int, m, temp float64
 		v += w * w * (sig2S[j]/(temp*temp) + se)
 		bias += w * biasS[j] / temp
 	}
-	v += uF32 * uF32 * float64(nSlots) / 9 // the sum of the slots' sums
+	v += uF32 * uF32 * float64(nTiles) / 9 // the sum of the tiles' sums
+	for t, x := range lt {
+		w := x / l
+		v += w * w * uF32 * uF32 * nt[t] / 9 // each tile's own float32 sum
+	}
 	// Kernels work in log2 units: log2 x (lg2.approx, rounded), m log2(e) +
 	// log2 x (rounded) and the product by ln 2 (rounded), weighted by w:
 	// the combine's (w = 1) and each partial's (x = l_s, log2 l_s at most
@@ -346,12 +379,12 @@ func lseStats(s, sig2S, biasS []float64, slot []int, nSlots int, m, temp float64
 		}
 		w := x / l
 		round(w, math.Log(ns[sl]), mt+math.Log(x))
-		v += w * w * (uF32*uF32*ns[sl]/9 + sdMerge(w))
+		v += w * w * sdMerge(w)
 	}
 	// A running max rescales the sum so far by exp2(m_old - m_new): one
-	// exponential's error on a part of l each time a slot raises the max,
-	// about 1 + ln(slots) times for slots in no particular order.
-	v += uEx2 * uEx2 / 3 * (1 + math.Log(float64(nSlots)))
+	// exponential's error on a part of l each time a tile raises the max,
+	// about 1 + ln(tiles) times for tiles in no particular order.
+	v += uEx2 * uEx2 / 3 * (1 + math.Log(float64(max(nTiles, nSlots))))
 	rnd.sd = math.Sqrt(rv)
 	return math.Sqrt(v), bias, rnd
 }

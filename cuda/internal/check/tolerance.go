@@ -55,11 +55,12 @@ type arith struct {
 	uQK   float64 // relative error of a score, of the sum of |q_d k_d| scale
 	uP    float64 // rounding of P before P.V (relative)
 	fP    float64 // absolute floor of that rounding (in units of the row max)
-	uPV   float64 // accumulation of P.V (relative to sum P |v|)
+	uPV   float64 // accumulation of P.V (relative to sum P |v|; forRow)
 	uPart float64 // rounding of the block-normalised partial O
 	fPart float64 // absolute floor of that rounding, in output units
 	uComb float64 // the combine's float32 arithmetic (relative to sum w |O_s|)
-	nSum  float64 // float32 additions in one row sum (tokens per accumulator)
+	nSum  float64 // float32 roundings of one row sum (forRow)
+	nPV   float64 // float32 roundings of a product's way into P.V (forRow)
 	nComb float64 // float32 roundings of an LSE-sized value (partial LSEs, combine)
 	// The statistical model (stat.go) also needs to know which errors are
 	// coherent and how the row sum is split.
@@ -68,11 +69,22 @@ type arith struct {
 	pPart   int     // significand bits of the partial dtype
 	minPart int     // log2 of its subnormal spacing
 	gV      float64 // V's global scale (partials are stored without it)
+	acc     accumModel
+	onePart bool // the row's one BF16 partial is the output's rounding (row, reference.go)
+	// exactP: every kernel rounds the row's P against its final max (one
+	// visit, one partial), so the reference knows each rounded value.
+	exactP bool
+	visits int // the row's visits (accum.go), set with exactP
+	pP     int // significand bits of P's rounding before P.V (BF16 8, E4M3 4)
+	minP   int // log2 of its subnormal spacing
 }
 
-// newArith derives the arithmetic of Q/K/V dtypes q, kv, P.V accumulations
-// of nAcc terms, partials of dtype part (F32 for decode's split partials)
-// merged over up to slots partials, with V global scale gV.
+// newArith derives the arithmetic of Q/K/V dtypes q, kv, head dim d,
+// partials of dtype part (F32 for decode's split partials) merged over up
+// to slots partials, with V global scale gV, accumulated as acc says (the
+// worst of the kernels that may run the problem, accum.go). The terms that
+// depend on a row's key count (the P.V chain and the row sum) are set per
+// row by forRow.
 //
 //   - Scores: BF16 and converted inputs (BF16 Q with FP8 or NVFP4 K/V, E4M3
 //     Q with NVFP4 K/V) multiply exactly and accumulate D products in
@@ -83,20 +95,20 @@ type arith struct {
 //     both, and an E4M3 rounding relative to any running row max <= the
 //     final one: |dP| <= u P + floor, the floor (2^-10 of the running max,
 //     at most 2^-10 of the final one) for each token.
-//   - P.V: float32 accumulation of nAcc terms (gamma bound), or uFP8MMA when
-//     P and V are E4M3 on the FP8 tensor cores.
+//   - P.V: float32 accumulation along the kernel's chain (forRow), or
+//     uFP8MMA when a kernel that may run the problem multiplies E4M3 P and
+//     V on the FP8 tensor cores (the larger of the two).
 //   - Partials: one rounding of each slot's normalised O to the partial
 //     dtype; weighted by the combine, |dO| <= u_part sum_s w_s |O_s| <=
 //     u_part sum P |v| / sum P, plus the floor of subnormal partials.
-func newArith(q, kv, part cuda.Dtype, d, nAcc, slots int, gV float64) arith {
-	a := arith{uQK: float64(d) * uF32, uP: uBF16, uPV: float64(nAcc) * uF32, uComb: float64(slots+2) * uF32,
-		nSum: float64(nAcc), nComb: float64(slots + 4)}
+func newArith(q, kv, part cuda.Dtype, d, slots int, gV float64, acc accumModel) arith {
+	a := arith{uQK: float64(d) * uF32, uP: uBF16, pP: 8, minP: -133, uComb: float64(slots+2) * uF32, nComb: float64(slots + 4), acc: acc}
 	if q == cuda.E4M3 && kv == cuda.E4M3 {
-		a.uQK, a.uPV = uFP8MMA, uFP8MMA
-		a.fp8QK, a.fp8PV = true, true
+		a.uQK = uFP8MMA
+		a.fp8QK, a.fp8PV = true, acc.pvFP8
 	}
 	if q == cuda.E4M3 && (kv == cuda.E4M3 || kv == cuda.NVFP4) { // FP8 P.V (docs/semantics.md)
-		a.uP, a.fP = uE4M3, fE4M3
+		a.uP, a.fP, a.pP, a.minP = uE4M3, fE4M3, 4, -9
 	}
 	a.gV = gV
 	switch part {
@@ -112,12 +124,26 @@ func newArith(q, kv, part cuda.Dtype, d, nAcc, slots int, gV float64) arith {
 	return a
 }
 
+// forRow is the arithmetic of a row of n attended keys folded in
+// a.visits visits (accum.go): a row of n keys has at most n products in a
+// P.V chain (the chain's own length when shorter: a block) and one rescale
+// per visit (pvTerms), and at most sumTerms roundings in its row sum.
+func (a arith) forRow(n int) arith {
+	a.nPV = float64(a.acc.pvTerms(n, a.visits))
+	a.uPV = a.nPV * uF32
+	if a.fp8PV {
+		a.uPV = math.Max(a.uPV, uFP8MMA)
+	}
+	a.nSum = float64(a.acc.sumTerms(n, a.visits))
+	return a
+}
+
 func (c *Prefill) arith() arith {
 	gV := 1.0
 	if c.KVD == cuda.NVFP4 {
 		gV = float64(c.V.Global)
 	}
-	return newArith(c.QD, c.KVD, c.PD, c.D, c.Blk, c.TopK, gV)
+	return newArith(c.QD, c.KVD, c.PD, c.D, c.TopK, gV, mustModel(modelOf(true, c.QD, c.KVD, c.D, c.Blk)))
 }
 
 func (c *Decode) arith() arith {
@@ -130,7 +156,21 @@ func (c *Decode) arith() arith {
 		n = max(n, s)
 	}
 	slots := (int(n) + c.PageSize - 1) / c.PageSize // at most one split per page
-	return newArith(c.QD, c.KVD, cuda.F32, c.D, int(n), slots, gV)
+	blk := 0                                        // dense decode: no blocks, tiles from the chunk's start
+	if c.TopK > 0 {
+		blk = c.Blk
+	}
+	return newArith(c.QD, c.KVD, cuda.F32, c.D, slots, gV, mustModel(modelOf(false, c.QD, c.KVD, c.D, blk)))
+}
+
+// mustModel panics on a problem no table entry covers: the matrices are
+// fixed and TestAccumCoversFatbin proves every kernel has an entry, so
+// this is a bug of the table, not an input error.
+func mustModel(m accumModel, err error) accumModel {
+	if err != nil {
+		panic(err)
+	}
+	return m
 }
 
 // scoreError bounds the absolute error of every score of a row whose
@@ -142,29 +182,43 @@ func (a arith) scoreError(maxSA, maxAbsS float64) float64 {
 	return (a.uQK+2*uF32)*maxSA + 2*uF32*maxAbsS
 }
 
-// tolO bounds |O_gpu - O| for an element with exact value o, absSum =
-// sum P |v| / sum P, sumAbs = sum |v| / sum P (P relative to the row max),
+// oSums are the sums over a row's keys that bound one O element (P
+// relative to the row max, l = sum P).
+type oSums struct {
+	absSum float64 // sum P |v| / l
+	sumAbs float64 // sum |v| / l
+	// maxPV and maxV: the least P |v| / l and |v| / l of a key that may hold
+	// the row max in the kernel's arithmetic (its score within 2 errS of the
+	// max). That key's P is exp(0) = 1 (within the exponential's error,
+	// which eps covers) when it is rounded before P.V: exact in BF16 and
+	// E4M3, so its share leaves the P rounding's terms.
+	maxPV, maxV float64
+}
+
+// tolO bounds |O_gpu - O| for an element with exact value o and sums w,
 // when every score may be off by errS:
 //
 //   - scores off by errS move each P = exp(s - max) by a factor within
 //     exp(+-2 errS) (the max moves too), and the exponentials are evaluated
 //     to uExp: eps = exp(2 errS) - 1 + uExp relative on every P; O =
 //     sum P v / sum P then moves by at most 2 eps/(1 - eps) * absSum;
-//   - rounding P (uP, floor fP per token), accumulating P.V (uPV),
-//     rounding the partials (uPart, floor fPart) and the combine (uComb)
-//     add u * absSum each (the P floor: fP * sumAbs);
-//   - the output is rounded to BF16: |bf16(x) - x| <= 2^-8 |x| with
-//     |x| <= |o| + R.
-func (a arith) tolO(o, absSum, sumAbs, errS float64) float64 {
-	r := a.preO(absSum, sumAbs, errS)
-	return r + uBF16*(math.Abs(o)+r) + fBF16
+//   - rounding P (uP, floor fP per token) adds uP (absSum - maxPV) and
+//     fP (sumAbs - maxV): the row max's own P is 1, exact;
+//   - accumulating P.V (uPV), rounding the partials (uPart, floor fPart)
+//     and the combine (uComb) add u * absSum each;
+//   - the output is rounded to BF16, monotonically: the result lies
+//     between bf16(o - R) and bf16(o + R), so |O_gpu - o| is at most the
+//     larger of |bf16(o -+ R) - o| (exactly: no 2^-8 (|o| + R) allowance
+//     for the rounding, whose actual size the reference knows).
+func (a arith) tolO(o float64, w oSums, errS float64) float64 {
+	return roundO.maxErr(o, a.preO(w, errS))
 }
 
 // preO is R of tolO: the bound on an element's error before its rounding
 // to BF16 (the statistical criterion's deviation never exceeds it).
-func (a arith) preO(absSum, sumAbs, errS float64) float64 {
+func (a arith) preO(w oSums, errS float64) float64 {
 	eps := math.Expm1(2*errS) + uExp
-	return absSum*(2*eps/(1-eps)+a.uP*(1+eps)+a.uPV+a.uPart+a.uComb) + a.fP*sumAbs + a.fPart
+	return w.absSum*(2*eps/(1-eps)+a.uPV+a.uPart+a.uComb) + a.uP*(1+eps)*(w.absSum-w.maxPV) + a.fP*(w.sumAbs-w.maxV) + a.fPart
 }
 
 // tolLSE bounds |LSE_gpu - LSE|: scores off by errS move the

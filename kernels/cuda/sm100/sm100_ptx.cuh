@@ -78,10 +78,14 @@ __device__ __forceinline__ bool mbar_test(uint32_t bar, uint32_t parity) {
 // Every mbarrier wait of the SM100 kernels is bounded: a phase protocol
 // that is wrong on real hardware must fail the launch, not hang the GPU.
 // A wait that has not seen its phase after kWaitTimeoutNs of the global
-// timer stores its site code in msa_sm100_wait_timeout (readable with a
-// debugger or a core dump: kernel family << 16 | site << 8 | parity) and
+// timer stores its site code (kernel family << 16 | site << 8 | parity) in
+// msa_sm100_wait_timeout (readable with a debugger or a core dump) and,
+// when the host has set msa_sm100_wait_word, in that host-mapped word, and
 // executes trap, so the launch (and every later call on the context)
-// returns an error to the host instead of never returning. Ten seconds is
+// returns an error to the host instead of never returning. After the trap
+// the context is dead and no device global can be read; the host-mapped
+// word is ordinary pinned host memory the launch layer reads to name the
+// site (cuda/sm100_wait.go decodes it). Ten seconds is
 // far above any legitimate wait inside one CTA (each wait covers one TMA
 // tile, one product or one row tile's softmax / epilogue of a neighbour
 // warpgroup: microseconds), and above the compute-preemption time slices a
@@ -96,6 +100,9 @@ constexpr uint64_t kWaitTimeoutNs = 10000000000ull;
 enum WaitKernel : uint32_t { kWaitFwd = 1, kWaitDecode = 2 };
 
 __device__ unsigned int msa_sm100_wait_timeout;
+// Device address of a host-mapped word (cuMemHostAlloc DEVICEMAP) the host
+// stores once per module through cuModuleGetGlobal; null: none.
+__device__ unsigned int* msa_sm100_wait_word;
 
 __device__ __forceinline__ uint64_t global_timer_ns() {
     uint64_t t;
@@ -115,6 +122,9 @@ struct WaitClock {
             start = now;
         } else if (now - start > kWaitTimeoutNs) {
             atomicExch(&msa_sm100_wait_timeout, code);
+            // A plain store: system-scope atomics on host memory need
+            // hostNativeAtomicSupported, and one code (any) is enough.
+            if (unsigned int* w = msa_sm100_wait_word) *reinterpret_cast<volatile unsigned int*>(w) = code;
             __threadfence_system();
             asm volatile("trap;");
         }

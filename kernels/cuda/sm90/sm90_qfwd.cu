@@ -115,8 +115,13 @@ struct QFwdCfg {
     static constexpr int kKS = kSlots.ks, kVS = kSlots.vs, kLS = kSlots.ls;
     static constexpr int kCons = 128 * kPipes;
     static constexpr int kThreads = kCons + (kPipes == 2 ? 128 : 32);
-    static constexpr int kProdRegs = 56, kConsRegs = 224;  // setmaxnreg (two pipelines)
-    static_assert(kPipes == 1 || 128 * kProdRegs + kCons * kConsRegs <= 65536, "register file");
+    // setmaxnreg (two pipelines): the 384 x 168 registers the CTA starts
+    // with, redistributed. PV8 moves 16 per consumer thread (its P
+    // fragment is 16 registers, not 32) to the producer, whose
+    // transposition keeps 16 loaded words and 4 built ones live next to
+    // the walk's state (at 56 or 72 ptxas spills there; 88 spills nothing).
+    static constexpr int kProdRegs = PV8 ? 88 : 56, kConsRegs = PV8 ? 208 : 224;
+    static_assert(kPipes == 1 || 128 * kProdRegs + kCons * kConsRegs <= 384 * 168, "register file");
     // pipeline-relative offsets: K ring (the operand where TMA lands it as
     // such, else raw rows), V ring (as K; PV8: the transposed V), converted
     // K operand, converted V operand (PV8: the V landing ring), Q, barriers

@@ -392,9 +392,38 @@ func aRC(t, q, h int) (row, k int) {
 }
 
 // sm90Frag is the kernel's belief of its fragment rows: fragment row i of
-// warp w, lane l (qfwd_consumer: 16 * warp + (lane >> 2) + 8 * i).
+// warp w, lane l (qfwd_consumer: 16 * warp + (lane >> 2) + 8 * i); pv8,
+// when set, runs P.V as the fp8pv kernels do.
 type sm90Frag struct {
 	rowOf func(w, l, i int) int
+	pv8   *pv8Map
+}
+
+// pv8Map is what the fp8pv kernels (sm90_fp8_vt.cuh) believe of the e4m3
+// P.V operands: the key of column k of the transposed V (vt_key) and the
+// score register that byte b of register 4kc + q of the P operand takes
+// (pack_p_e4m3).
+type pv8Map struct {
+	vtKey   func(k int) int
+	packReg func(kc, q, b int) int
+}
+
+// kernelPV8 is sm90_fp8_vt.cuh's mapping.
+func kernelPV8() *pv8Map {
+	return &pv8Map{
+		vtKey: func(k int) int {
+			return 32*(k>>5) + 8*(2*((k>>4)&1)+((k>>1)&1)) + 2*((k>>2)&3) + k&1
+		},
+		packReg: func(kc, q, b int) int { return 16*kc + 8*(q>>1) + 4*(b>>1) + 2*(q&1) + b&1 },
+	}
+}
+
+// a8RC is the hardware's register A operand of wgmma m64nNk32 (E4M3,
+// CuTe's ALayout_64x32): byte b of 32-bit register q (0..3) of thread t
+// holds row 16w + l/4 + 8(q%2), k 16(q/2) + 4(l%4) + b.
+func a8RC(t, q, b int) (row, k int) {
+	w, l := t/32, t%32
+	return 16*w + l/4 + 8*(q%2), 16*(q/2) + 4*(l%4) + b
 }
 
 func kernelFrag() sm90Frag { return sm90Frag{rowOf: func(w, l, i int) int { return 16*w + l/4 + 8*i }} }
@@ -569,7 +598,31 @@ func emuSM90Pass(c *prefillCase, qp *QPlan, tl, b, h, rt, span int, invT float64
 		}
 		// pack_p into the hardware's register A operand: P as the wgmma reads it.
 		var phw [64][128]float64
+		// V as the wgmma reads it: vhw[key] of operand column key (the
+		// fp8pv transposed V: V[vt_key(k)], keys past the block zero).
+		vhw := vs
+		if fr.pv8 != nil {
+			vhw = make([][]float32, 128)
+			for k := range vhw {
+				if key := fr.pv8.vtKey(k); key >= 0 && key < nkeys {
+					vhw[k] = vs[key]
+				}
+			}
+			for t := range th {
+				for kc := 0; kc < 4; kc++ {
+					for q := 0; q < 4; q++ {
+						for bb := 0; bb < 4; bb++ {
+							r, k := a8RC(t, q, bb)
+							phw[r][32*kc+k] = p[t][fr.pv8.packReg(kc, q, bb)]
+						}
+					}
+				}
+			}
+		}
 		for t := range th {
+			if fr.pv8 != nil {
+				break
+			}
 			for kk := 0; kk < 8; kk++ {
 				for q := 0; q < 4; q++ {
 					pair := 4*kk + q // pa index 2j + i
@@ -586,8 +639,8 @@ func emuSM90Pass(c *prefillCase, qp *QPlan, tl, b, h, rt, span int, invT float64
 			for reg := range th[t].o {
 				hr, hc := accRC(t, reg)
 				o := th[t].o[reg] * alpha[t][(reg/2)%2]
-				for key, vr := range vs {
-					if pk := phw[hr][key]; pk != 0 {
+				for key, vr := range vhw {
+					if pk := phw[hr][key]; pk != 0 && vr != nil {
 						o += pk * float64(vr[hc])
 					}
 				}
@@ -715,6 +768,66 @@ func TestEmulatedSM90QueryMajorPrefill(t *testing.T) {
 		}
 		if qEmuMismatch(c, emuSM90QueryMajor(c, qp, pipes, tp.GridBlocks-1, kernelFrag())) == "" {
 			t.Errorf("%s: a grid one CTA short went unnoticed", c.name)
+		}
+	}
+}
+
+// TestEmulatedSM90QueryMajorFP8PV runs every query-major case with P.V as
+// the fp8pv kernels do it (P packed by pack_p_e4m3 into the hardware's
+// e4m3 register operand, V through the transposed operand's key order) in
+// float64 against the reference, on the fp8pv kernels' CTA mapping. The
+// mapping is first checked to cover every (row, key) of the operand once;
+// a transposed V in natural key order, or P packed as the bf16 fragment
+// pairs, must be caught.
+func TestEmulatedSM90QueryMajorFP8PV(t *testing.T) {
+	m := kernelPV8()
+	seen := map[[2]int]int{}
+	for th := 0; th < 128; th++ {
+		for kc := 0; kc < 4; kc++ {
+			for q := 0; q < 4; q++ {
+				for b := 0; b < 4; b++ {
+					r, k := a8RC(th, q, b)
+					reg := m.packReg(kc, q, b)
+					hr, hk := accRC(th, reg)
+					seen[[2]int{r, 32*kc + k}]++
+					if hr != r || hk != m.vtKey(32*kc+k) {
+						t.Fatalf("thread %d, k-group %d, register %d byte %d: operand (%d, column %d = key %d), score register %d holds (%d, key %d)",
+							th, kc, q, b, r, 32*kc+k, m.vtKey(32*kc+k), reg, hr, hk)
+					}
+				}
+			}
+		}
+	}
+	if len(seen) != 64*128 {
+		t.Fatalf("e4m3 A operand covers %d of %d elements", len(seen), 64*128)
+	}
+	natural := &pv8Map{vtKey: func(k int) int { return k }, packReg: m.packReg}
+	bf16Pairs := &pv8Map{vtKey: m.vtKey, packReg: func(kc, q, b int) int { return 16*kc + 4*q + b }}
+	for i, c := range qCases() {
+		genPrefill(t, c, uint64(i+1))
+		qp, err := BuildQPlan(c.csr, c.sched, c.cuQ, c.hkv, c.qhpk)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		name := QFwdFP8PVName(c.d)
+		pipes := fatbin.SM90QFwdTilesPerCTA[name]
+		if pipes < 1 {
+			t.Fatalf("%s: no fp8pv kernel at D %d", c.name, c.d)
+		}
+		grid := (qp.NumTiles() + pipes - 1) / pipes
+		fr := kernelFrag()
+		fr.pv8 = m
+		if msg := qEmuMismatch(c, emuSM90QueryMajor(c, qp, pipes, grid, fr)); msg != "" {
+			t.Fatalf("%s: %s", c.name, msg)
+		}
+		if i > 0 {
+			continue // the mutations on the first case
+		}
+		for mname, mut := range map[string]*pv8Map{"transposed V in natural key order": natural, "P packed as bf16 pairs": bf16Pairs} {
+			fr.pv8 = mut
+			if qEmuMismatch(c, emuSM90QueryMajor(c, qp, pipes, grid, fr)) == "" {
+				t.Errorf("%s: %s went unnoticed", c.name, mname)
+			}
 		}
 	}
 }

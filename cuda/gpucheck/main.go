@@ -443,7 +443,17 @@ func (r *report) prefill(c *check.Prefill, seed uint64, windowed bool) {
 			r.out(c.Name, "free", check.Diff{}, check.Diff{}, false, err)
 		}
 	}()
+	var ref8 *check.Reference // the fp8pv kernels' bounds (P.V accumulated over the walk on FP8)
 	for _, md := range r.prefillCaseModes(c.QD == cuda.E4M3 && c.KVD == cuda.E4M3) {
+		ref := ref
+		if md.fp8pv == cuda.FP8PVFP8 {
+			if ref8 == nil {
+				c.PV8Walk = true
+				ref8 = c.Reference()
+				c.PV8Walk = false
+			}
+			ref = ref8
+		}
 		r.apply(md)
 		g1, kern, err := pr.once(r, c, pr.window)
 		var g2 check.Result

@@ -273,7 +273,7 @@ func (a arith) rowStats(st *stats, s, sa, ssq []float64, p []float64, slot []int
 	}
 	pv := uF32 * uF32 / 3 * a.nSum
 	if a.fp8PV {
-		pv = uFP8MMA * uFP8MMA / 3
+		pv = a.uPV * a.uPV / 3 // uFP8MMA, or uFP8Walk (coherent truncations, their bound taken as the width)
 	}
 	comb := uF32 * uF32 / 3 * float64(nSlots+2)
 	for c := range o {

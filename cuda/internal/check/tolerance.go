@@ -117,7 +117,37 @@ func (c *Prefill) arith() arith {
 	if c.KVD == cuda.NVFP4 {
 		gV = float64(c.V.Global)
 	}
-	return newArith(c.QD, c.KVD, c.PD, c.D, c.Blk, c.TopK, gV)
+	a := newArith(c.QD, c.KVD, c.PD, c.D, c.Blk, c.TopK, gV)
+	if c.PV8Walk && a.fp8PV {
+		a.uPV = uFP8Walk(c.walkGroups())
+	}
+	return a
+}
+
+// uFP8Walk is uPV for the sm_90a query-major fp8pv kernels, which keep
+// O in the e4m3 wgmma's accumulator over the whole walk of a query tile
+// (as FlashAttention-3 does) instead of one block: every k-group of 32
+// keys of the walk (masked keys included: the accumulator passes through
+// the truncating adder whatever the products) may truncate the running
+// sum to about 14 bits, 2^-13 of its magnitude <= sum P |v| (P relative
+// to the running max, rescaled by alpha <= 1 between blocks). Truncation
+// has one sign, so the errors add: groups * 2^-13, the worst case, which
+// the DeepSeek-V3 measurement (about 2% at K = 4096, 128 groups: 128 *
+// 2^-13 = 1.6%) shows is reached. The P rounding is unchanged (uP, fP:
+// the kernel converts the unrounded P with the same cvt.rn.satfinite
+// round_p applies, no scale), so only this term differs from the widened-V
+// kernel, whose float32 accumulation uFP8MMA more than covers.
+func uFP8Walk(groups int) float64 { return max(uFP8MMA, float64(groups)*0x1p-13) }
+
+// walkGroups bounds the k-groups (32 keys) of a query tile's walk: the
+// union of its tokens' blocks is at most every block of the longest
+// sequence.
+func (c *Prefill) walkGroups() int {
+	n := 0
+	for _, s := range c.SeqK {
+		n = max(n, (int(s)+c.Blk-1)/c.Blk)
+	}
+	return n * ((c.Blk + 31) / 32)
 }
 
 func (c *Decode) arith() arith {

@@ -13,7 +13,8 @@
 // (its other warps exit). The producer warpgroup is whole so that
 // setmaxnreg can move registers: 384 threads compile at 168 registers, the
 // producer warpgroup drops to 56 and the consumers rise to 224 (per SM
-// sub-partition: one producer and two consumer warps, 56 + 2 x 224 <= 512).
+// sub-partition: one producer and two consumer warps, 56 + 2 x 224 = 3 x
+// 168); fp8pv 88 and 208 (its producer transposes V).
 //
 // Producer warp, per 64-row pass of its tile: the Q rows (16-byte loads of
 // the pass's rows, scattered when Hkv > 1, stored in the K-major swizzled
@@ -45,16 +46,25 @@
 //
 // Rings per pipeline (K slots / V slots): the first of 3 / 2, 3 / 1, 2 / 1,
 // 1 / 1 that fits (QFwdCfg; V needs fewer slots than K: V_j is read one
-// step after K_j). The stage counter k runs over all passes of the tile;
+// step after K_j); fp8pv (K / transposed V / V landing) 3 / 2 / 2, 3 / 2 /
+// 1, 2 / 2 / 1, 2 / 1 / 1, 1 / 1 / 1. The stage counter k runs over all passes of the tile;
 // slot k % n, phase (k / n) & 1 (cuda/qprefill_sm90_emu_test.go emulates
-// this protocol in all twelve configurations, every wait against its
+// this protocol in all fifteen configurations, every wait against its
 // arrive, for walks of any length including none).
 //
 // Variants (the dtype a template parameter, no runtime switch in the loop):
 // bf16 (BF16 Q/K/V: TMA lands K and V as the wgmma operands); fp8 (E4M3
 // Q/K/V: Q.K^T on the e4m3 wgmma straight from the landed K; V widened to
 // BF16 in shared memory by the consumers, exact, as is the E4M3-rounded P,
-// so P.V runs on the bf16 wgmma); bf16fp8 (BF16 Q, E4M3 K/V widened to
+// so P.V runs on the bf16 wgmma); fp8pv (the same inputs, both products on
+// the e4m3 wgmma, as FlashAttention-3 does: the producer warp lands V in a
+// landing ring and transposes each block, one step behind its TMA and
+// flushed at the end of each pass, into the V ring in the K-major layout
+// the e4m3 B operand needs; the consumers convert P to E4M3 straight into
+// the register A operand, with the key order of the transposed V chosen so
+// that no byte crosses a thread: sm90_fp8_vt.cuh; O accumulates over the
+// whole walk in the wgmma's accumulator; the A/B alternative to fp8 behind
+// MSA_CUDA_FP8PV until a GPU has timed both); bf16fp8 (BF16 Q, E4M3 K/V widened to
 // BF16); nvfp4 (packed E2M1 K/V with E4M3 block scales widened to BF16, K's
 // global scale on the scores, V's in output_scale; BF16 or E4M3 Q). A
 // widened operand has its own buffer: the consumers convert the landed

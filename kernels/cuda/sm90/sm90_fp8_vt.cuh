@@ -143,7 +143,7 @@ template <> struct PvPath<true> {
     static constexpr int kRegs = 16;
     // softmax_fold leaves P unrounded; pack_p_e4m3's conversion is the
     // E4M3 rounding (the same cvt.rn.satfinite round_p would apply).
-    __device__ __forceinline__ static int round_mode(int) { return 0; }
+    __device__ __forceinline__ static int round_mode(int) { return MSA_ROUND_NONE; }
     __device__ __forceinline__ static void pack(const float (&s)[64], uint32_t (&pa)[kRegs]) { pack_p_e4m3(s, pa); }
     template <int N>
     __device__ __forceinline__ static void issue(uint32_t (&pa)[kRegs], uint32_t sV, float (&o)[N / 2], bool acc) {

@@ -30,6 +30,13 @@
 // combine fused into the kernel; decode_pipe.go holds its plan and counter
 // sizing), which has been built and gated but not yet timed on a GPU.
 //
+// The sm_90a query-major kernel of the fp8 variant runs P.V one of two
+// ways (FP8PV, read from MSA_CUDA_FP8PV by Load, or SetFP8PV): widen (the
+// default) widens V to BF16 and runs P.V on the bf16 wgmma; fp8 runs the
+// msa_sm90_qfwd_fp8pv_* kernels, whose producer warp transposes V in
+// shared memory for the e4m3 wgmma, built, gated and emulated but not yet
+// timed on a GPU.
+//
 // It launches; it does not hold kernel code or the image. It depends on the
 // kernels' Go side (kernels/plan, kernels/attn) and package fatbin, never on
 // package op: the graph ops (op, build tag "cuda") import it, usually as

@@ -62,6 +62,7 @@ type Kernels struct {
 	path    Path
 	prefill PrefillPath  // MSA_CUDA_PREFILL (SetPrefillPath)
 	decode  DecodeKernel // MSA_CUDA_DECODE (SetDecodeKernel)
+	fp8pv   FP8PV        // MSA_CUDA_FP8PV (SetFP8PV)
 	gen     uint64       // bumped by every scratch upload: a Prepared is valid while it is unchanged
 	last    []string     // kernels of the last call (for the GPU check's report)
 	prev    []string     // kernels of the call before (a trap surfaces one call late)
@@ -124,7 +125,9 @@ var portableNames = []string{
 // MSA_CUDA_ITEM_WAVES (1 to 64, default DefaultItemWaves) sets how many
 // CTAs per SM each prefill window's work items are cut into.
 // MSA_CUDA_PREFILL (kv, query) sets the prefill path and MSA_CUDA_DECODE
-// (old, new; DecodeEnv) the sm_90a decode kernel; a bad value is an error.
+// (old, new; DecodeEnv) the sm_90a decode kernel, MSA_CUDA_FP8PV (widen,
+// fp8; FP8PVEnv) the sm_90a query-major fp8 kernel's P.V; a bad value is
+// an error.
 func Load(ctx Runner) (*Kernels, error) {
 	if err := driver.Open(); err != nil {
 		return nil, err
@@ -158,6 +161,9 @@ func Load(ctx Runner) (*Kernels, error) {
 			return err
 		}
 		if k.decode, err = decodeKernelFromEnv(); err != nil {
+			return err
+		}
+		if k.fp8pv, err = fp8pvFromEnv(); err != nil {
 			return err
 		}
 		k.arch = ArchFor(k.major, k.minor)

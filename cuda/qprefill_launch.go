@@ -38,6 +38,14 @@ func (k *Kernels) prepQueryPrefill(fa *FwdArgs, ca *CombineArgs, csr *plan.CSR, 
 		// the sm90 kernel stores O 16 bytes at a time; the sm80 one 4
 		tp, _ = QFwdPlan(ArchSM80, fa, qp.NumTiles())
 	}
+	if name := qfwdKernelFor(tp.Name, k.fp8pv); name != tp.Name {
+		// same grid, parameters and tensor maps; the launch table's geometry
+		if _, ok := k.tc[name]; ok {
+			tp.Name = name
+		} else {
+			k.fallback[name] = "not in the fatbin (" + FP8PVEnv + "=fp8 runs the widened-V kernel)"
+		}
+	}
 	var dev QPlanPtrs
 	for _, u := range []struct {
 		role string
@@ -67,4 +75,21 @@ func (k *Kernels) prepQueryPrefill(fa *FwdArgs, ca *CombineArgs, csr *plan.CSR, 
 		return nil, why, nil
 	}
 	return []step{st}, "", nil
+}
+
+// SetFP8PV selects how the sm_90a query-major fp8 kernel runs P.V in later
+// sparse prefills (Load sets it from MSA_CUDA_FP8PV, default widen).
+// FP8PVFP8 falls back to the widened-V kernel, recording why in Fallbacks,
+// where the fp8pv kernel is missing from the fatbin.
+func (k *Kernels) SetFP8PV(m FP8PV) {
+	k.mu.Lock()
+	k.fp8pv = m
+	k.mu.Unlock()
+}
+
+// FP8PV is the FP8 P.V mode of later calls.
+func (k *Kernels) FP8PV() FP8PV {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.fp8pv
 }

@@ -119,6 +119,9 @@ func QFwdNames(a Arch) []string {
 				out = append(out, QFwdName(ArchSM90, v, d))
 			}
 		}
+		if a == ArchSM90 {
+			out = append(out, QFwdFP8PVName(d))
+		}
 	}
 	return out
 }

@@ -4,9 +4,10 @@ package cuda
 // (kernels/cuda/sm90/sm90_qfwd.cu) adds to the query-major path whose plan,
 // rows and walk qprefill_emu_test.go already emulates:
 //
-//  1. the mbarrier protocol of its K, V and Q rings in the twelve
+//  1. the mbarrier protocol of its K, V and Q rings in the fifteen
 //     configurations (variant x head dim: slots, overlap, rings widened by
-//     the consumers): the producer warp and the four consumer warps as the
+//     the consumers; the fp8pv kernels' V landing ring and the producer's
+//     transposition one step behind its TMA): the producer warp and the four consumer warps as the
 //     kernel orders their waits, arrives, fills and reads, run under many
 //     interleavings for walks of 0 to 9 blocks and 1 to 3 passes; every wait must be released by an arrive
 //     (no hang), a slot is refilled only after all four warps released it,
@@ -61,6 +62,12 @@ type ringProto struct {
 	fullPar, emptyPar   func(k, n int) int
 	emptyCount          int
 	qemptyBeforeLastUse bool // mutation: Q released before the epilogue's reads
+	// fp8pv: V lands in a ring of ls slots and the producer transposes
+	// each stage into the V ring one step after its TMA (flushed at the
+	// end of each pass); the mutations drop the flush or, with one
+	// landing slot, issue the TMA before the pending transposition.
+	pv8, noFlush, tmaFirst bool
+	ls                     int
 }
 
 // The parity functions of sm90_qfwd.cu (full_parity, empty_parity).
@@ -72,6 +79,7 @@ const (
 	ringK = iota
 	ringV
 	ringQ
+	ringL // fp8pv: the V landing ring
 )
 
 type ringOpKind int
@@ -88,6 +96,7 @@ type ringOp struct {
 	kind              ringOpKind
 	bar, parity       int
 	ring, slot, stage int
+	readers           int // opRelease: readers it stands for (0: one warp)
 }
 
 type ringBars struct{ p ringProto }
@@ -98,6 +107,8 @@ func (r ringBars) vfull(k int) int  { return 2*r.p.ks + k%r.p.vs }
 func (r ringBars) vempty(k int) int { return 2*r.p.ks + r.p.vs + k%r.p.vs }
 func (r ringBars) qfull() int       { return 2*r.p.ks + 2*r.p.vs }
 func (r ringBars) qempty() int      { return 2*r.p.ks + 2*r.p.vs + 1 }
+func (r ringBars) lfull(k int) int  { return 2*r.p.ks + 2*r.p.vs + 2 + k%max(r.p.ls, 1) }
+func (r ringBars) count() int       { return 2*r.p.ks + 2*r.p.vs + 2 + r.p.ls }
 
 // producerOps is qfwd_producer's sequence for passes passes of a walk of n blocks.
 func producerOps(p ringProto, passes, n int) []ringOp {
@@ -109,19 +120,51 @@ func producerOps(p ringProto, passes, n int) []ringOp {
 			ops = append(ops, ringOp{kind: opWait, bar: B.qempty(), parity: (pass - 1) & 1})
 		}
 		ops = append(ops, ringOp{kind: opFill, ring: ringQ, stage: pass}, ringOp{kind: opArrive, bar: B.qfull()})
+		pend := -1
 		for j := 0; j < n; j++ {
 			if k >= p.ks {
 				ops = append(ops, ringOp{kind: opWait, bar: B.kempty(k), parity: p.emptyPar(k, p.ks)})
 			}
 			ops = append(ops, ringOp{kind: opFill, ring: ringK, slot: k % p.ks, stage: k}, ringOp{kind: opArrive, bar: B.kfull(k)})
+			if p.pv8 {
+				// qfwd_producer's PV8 branch and qfwd_transpose_v
+				first := p.ls == 1 && !p.tmaFirst
+				if first && pend >= 0 {
+					ops = append(ops, transposeOps(p, pend)...)
+				}
+				ops = append(ops, ringOp{kind: opFill, ring: ringL, slot: k % p.ls, stage: k}, ringOp{kind: opArrive, bar: B.lfull(k)})
+				if !first && pend >= 0 {
+					ops = append(ops, transposeOps(p, pend)...)
+				}
+				pend = k
+				k++
+				continue
+			}
 			if k >= p.vs {
 				ops = append(ops, ringOp{kind: opWait, bar: B.vempty(k), parity: p.emptyPar(k, p.vs)})
 			}
 			ops = append(ops, ringOp{kind: opFill, ring: ringV, slot: k % p.vs, stage: k}, ringOp{kind: opArrive, bar: B.vfull(k)})
 			k++
 		}
+		if pend >= 0 && !p.noFlush {
+			ops = append(ops, transposeOps(p, pend)...)
+		}
 	}
 	return ops
+}
+
+// transposeOps is qfwd_transpose_v of stage k: wait for its landing and
+// for the consumers' release of the V slot, read the landing slot (the
+// producer is its only reader, so it frees it), write the V slot.
+func transposeOps(p ringProto, k int) []ringOp {
+	B := ringBars{p}
+	ops := []ringOp{{kind: opWait, bar: B.lfull(k), parity: p.fullPar(k, p.ls)}}
+	if k >= p.vs {
+		ops = append(ops, ringOp{kind: opWait, bar: B.vempty(k), parity: p.emptyPar(k, p.vs)})
+	}
+	return append(ops, ringOp{kind: opUse, ring: ringL, slot: k % p.ls, stage: k},
+		ringOp{kind: opRelease, ring: ringL, slot: k % p.ls, stage: k, readers: 4},
+		ringOp{kind: opFill, ring: ringV, slot: k % p.vs, stage: k}, ringOp{kind: opArrive, bar: B.vfull(k)})
 }
 
 // consumerOps is one consumer warp's sequence in qfwd_consumer (with
@@ -193,7 +236,7 @@ func consumerOps(p ringProto, passes, n int) []ringOp {
 // violation or hang.
 func runRings(p ringProto, passes, n int, pick func(runnable []int) int) error {
 	B := ringBars{p}
-	bars := make([]*pbar, B.qempty()+1)
+	bars := make([]*pbar, B.count())
 	for i := range bars {
 		bars[i] = &pbar{count: 1, pending: 1}
 	}
@@ -205,7 +248,7 @@ func runRings(p ringProto, passes, n int, pick func(runnable []int) int) error {
 	}
 	bars[B.qempty()] = &pbar{count: 4, pending: 4}
 	type slot struct{ stage, released int }
-	slots := [3][]slot{make([]slot, p.ks), make([]slot, p.vs), make([]slot, 1)}
+	slots := [4][]slot{make([]slot, p.ks), make([]slot, p.vs), make([]slot, 1), make([]slot, p.ls)}
 	for r := range slots {
 		for i := range slots[r] {
 			slots[r][i] = slot{stage: -1, released: 4}
@@ -251,16 +294,17 @@ func runRings(p ringProto, passes, n int, pick func(runnable []int) int) error {
 				return fmt.Errorf("ring %d slot %d: warp %d reads stage %d, the slot holds %d", op.ring, op.slot, a-1, op.stage, s.stage)
 			}
 		case opRelease:
-			s.released++
+			s.released += max(op.readers, 1)
 		}
 	}
 }
 
 // sm90QFwdGeometry mirrors QFwdCfg of sm90_qfwd.cu for variant v at head
-// dim d: pipelines per CTA, ring slots, which rings are widened by the
-// consumers, and the dynamic shared memory (checked against the launch
-// table, which the kernel pins with static_asserts).
-func sm90QFwdGeometry(v TCVariant, d int) (p ringProto, pipes, smem int) {
+// dim d (pv8: the fp8pv kernel, v = VarFP8): pipelines per CTA, ring
+// slots, which rings are widened by the consumers, and the dynamic shared
+// memory (checked against the launch table, which the kernel pins with
+// static_asserts).
+func sm90QFwdGeometry(v TCVariant, d int, pv8 bool) (p ringProto, pipes, smem int) {
 	qkRow, raw := 2*d, d // bytes per Q / K operand row, per stored K / V row
 	switch v {
 	case VarFP8:
@@ -270,13 +314,14 @@ func sm90QFwdGeometry(v TCVariant, d int) (p ringProto, pipes, smem int) {
 	case VarNVFP4:
 		raw = d / 2
 	}
-	p.kConv, p.vConv = v == VarBF16FP8 || v == VarNVFP4, v != VarBF16
+	p.kConv, p.vConv = v == VarBF16FP8 || v == VarNVFP4, v != VarBF16 && !pv8
+	p.pv8 = pv8
 	pipes = 2
 	if d == 256 {
 		pipes = 1
 	}
 	p.overlap = d != 256
-	pipe := func(ks, vs int) int {
+	pipe := func(ks, vs, ls int) int {
 		kl, vl, ops := 128*qkRow, 128*2*d, 0
 		if p.kConv {
 			kl, ops = 128*raw, ops+128*qkRow
@@ -284,27 +329,54 @@ func sm90QFwdGeometry(v TCVariant, d int) (p ringProto, pipes, smem int) {
 		if p.vConv {
 			vl, ops = 128*raw, ops+128*2*d
 		}
-		return (ks*kl + vs*vl + ops + 64*qkRow + 8*(2*ks+2*vs+2) + 1023) / 1024 * 1024
+		if pv8 { // V ring: the transposed E4M3 V; ls landing slots of raw rows
+			vl, ops = 128*raw, ops+ls*128*raw
+		}
+		return (ks*kl + vs*vl + ops + 64*qkRow + 8*(2*ks+2*vs+2+ls) + 1023) / 1024 * 1024
 	}
 	budget := (232448 - 1024) / pipes
-	for _, c := range [][2]int{{3, 2}, {3, 1}, {2, 1}, {1, 1}} {
-		if pipe(c[0], c[1]) <= budget {
-			p.ks, p.vs = c[0], c[1]
+	cands := [][3]int{{3, 2, 0}, {3, 1, 0}, {2, 1, 0}, {1, 1, 0}}
+	if pv8 {
+		cands = [][3]int{{3, 2, 2}, {3, 2, 1}, {2, 2, 1}, {2, 1, 1}, {1, 1, 1}}
+	}
+	c := cands[len(cands)-1]
+	for _, x := range cands {
+		if pipe(x[0], x[1], x[2]) <= budget {
+			c = x
 			break
 		}
 	}
+	p.ks, p.vs, p.ls = c[0], c[1], c[2]
 	p.fullPar, p.emptyPar, p.emptyCount = fullParity, emptyParity, 4
-	return p, pipes, pipes * pipe(p.ks, p.vs)
+	return p, pipes, pipes * pipe(p.ks, p.vs, p.ls)
 }
 
-// ringProtos are the kernel's twelve configurations, by kernel name.
+// sm90QKernel is one sm90 query-major kernel: name, variant, head dim and
+// whether it is an fp8pv kernel.
+type sm90QKernel struct {
+	name string
+	v    TCVariant
+	d    int
+	pv8  bool
+}
+
+// sm90QFwdKernels lists the fifteen sm90 query-major kernels.
+func sm90QFwdKernels() (out []sm90QKernel) {
+	for _, d := range []int{64, 128, 256} {
+		for _, v := range []TCVariant{VarBF16, VarFP8, VarBF16FP8, VarNVFP4} {
+			out = append(out, sm90QKernel{QFwdName(ArchSM90, v, d), v, d, false})
+		}
+		out = append(out, sm90QKernel{QFwdFP8PVName(d), VarFP8, d, true})
+	}
+	return out
+}
+
+// ringProtos are the kernels' fifteen configurations, by kernel name.
 func ringProtos() map[string]ringProto {
 	out := map[string]ringProto{}
-	for _, v := range []TCVariant{VarBF16, VarFP8, VarBF16FP8, VarNVFP4} {
-		for _, d := range []int{64, 128, 256} {
-			p, _, _ := sm90QFwdGeometry(v, d)
-			out[QFwdName(ArchSM90, v, d)] = p
-		}
+	for _, k := range sm90QFwdKernels() {
+		p, _, _ := sm90QFwdGeometry(k.v, k.d, k.pv8)
+		out[k.name] = p
 	}
 	return out
 }
@@ -312,14 +384,12 @@ func ringProtos() map[string]ringProto {
 // TestSM90QFwdGeometry: the emulated ring configurations are the kernel's
 // (their shared memory is the launch table's) and its grid's tiles per CTA.
 func TestSM90QFwdGeometry(t *testing.T) {
-	for _, v := range []TCVariant{VarBF16, VarFP8, VarBF16FP8, VarNVFP4} {
-		for _, d := range []int{64, 128, 256} {
-			name := QFwdName(ArchSM90, v, d)
-			p, pipes, smem := sm90QFwdGeometry(v, d)
-			l := fatbin.HopperAmpereLaunch[name]
-			if p.ks == 0 || smem != l.DynSmem || pipes != fatbin.SM90QFwdTilesPerCTA[name] {
-				t.Errorf("%s: emulated rings %d / %d, %d pipelines, %d B; the launch table says %d B, %d tiles per CTA", name, p.ks, p.vs, pipes, smem, l.DynSmem, fatbin.SM90QFwdTilesPerCTA[name])
-			}
+	for _, k := range sm90QFwdKernels() {
+		name := k.name
+		p, pipes, smem := sm90QFwdGeometry(k.v, k.d, k.pv8)
+		l := fatbin.HopperAmpereLaunch[name]
+		if p.ks == 0 || smem != l.DynSmem || pipes != fatbin.SM90QFwdTilesPerCTA[name] {
+			t.Errorf("%s: emulated rings %d / %d / %d, %d pipelines, %d B; the launch table says %d B, %d tiles per CTA", name, p.ks, p.vs, p.ls, pipes, smem, l.DynSmem, fatbin.SM90QFwdTilesPerCTA[name])
 		}
 	}
 }
@@ -370,6 +440,24 @@ func TestSM90QFwdRingProtocol(t *testing.T) {
 				t.Errorf("%s: mutation %q not caught", name, mname)
 			}
 		}
+		if !p.pv8 {
+			continue
+		}
+		// fp8pv: the pending transposition left past the pass must hang;
+		// with one landing slot, the next TMA before it overwrites the
+		// landed block still to be transposed.
+		q := p
+		q.noFlush = true
+		if err := checkRings(q); err == nil {
+			t.Errorf("%s: mutation \"no flush at the end of a pass\" not caught", name)
+		}
+		for ls := 1; ls <= 2; ls++ {
+			q := p
+			q.ls, q.tmaFirst = ls, true
+			if err := checkRings(q); (err == nil) == (ls == 1) {
+				t.Errorf("%s: TMA before the pending transposition with %d landing slots: %v", name, ls, err)
+			}
+		}
 	}
 }
 
@@ -392,9 +480,38 @@ func aRC(t, q, h int) (row, k int) {
 }
 
 // sm90Frag is the kernel's belief of its fragment rows: fragment row i of
-// warp w, lane l (qfwd_consumer: 16 * warp + (lane >> 2) + 8 * i).
+// warp w, lane l (qfwd_consumer: 16 * warp + (lane >> 2) + 8 * i); pv8,
+// when set, runs P.V as the fp8pv kernels do.
 type sm90Frag struct {
 	rowOf func(w, l, i int) int
+	pv8   *pv8Map
+}
+
+// pv8Map is what the fp8pv kernels (sm90_fp8_vt.cuh) believe of the e4m3
+// P.V operands: the key of column k of the transposed V (vt_key) and the
+// score register that byte b of register 4kc + q of the P operand takes
+// (pack_p_e4m3).
+type pv8Map struct {
+	vtKey   func(k int) int
+	packReg func(kc, q, b int) int
+}
+
+// kernelPV8 is sm90_fp8_vt.cuh's mapping.
+func kernelPV8() *pv8Map {
+	return &pv8Map{
+		vtKey: func(k int) int {
+			return 32*(k>>5) + 8*(2*((k>>4)&1)+((k>>1)&1)) + 2*((k>>2)&3) + k&1
+		},
+		packReg: func(kc, q, b int) int { return 16*kc + 8*(q>>1) + 4*(b>>1) + 2*(q&1) + b&1 },
+	}
+}
+
+// a8RC is the hardware's register A operand of wgmma m64nNk32 (E4M3,
+// CuTe's ALayout_64x32): byte b of 32-bit register q (0..3) of thread t
+// holds row 16w + l/4 + 8(q%2), k 16(q/2) + 4(l%4) + b.
+func a8RC(t, q, b int) (row, k int) {
+	w, l := t/32, t%32
+	return 16*w + l/4 + 8*(q%2), 16*(q/2) + 4*(l%4) + b
 }
 
 func kernelFrag() sm90Frag { return sm90Frag{rowOf: func(w, l, i int) int { return 16*w + l/4 + 8*i }} }
@@ -569,7 +686,31 @@ func emuSM90Pass(c *prefillCase, qp *QPlan, tl, b, h, rt, span int, invT float64
 		}
 		// pack_p into the hardware's register A operand: P as the wgmma reads it.
 		var phw [64][128]float64
+		// V as the wgmma reads it: vhw[key] of operand column key (the
+		// fp8pv transposed V: V[vt_key(k)], keys past the block zero).
+		vhw := vs
+		if fr.pv8 != nil {
+			vhw = make([][]float32, 128)
+			for k := range vhw {
+				if key := fr.pv8.vtKey(k); key >= 0 && key < nkeys {
+					vhw[k] = vs[key]
+				}
+			}
+			for t := range th {
+				for kc := 0; kc < 4; kc++ {
+					for q := 0; q < 4; q++ {
+						for bb := 0; bb < 4; bb++ {
+							r, k := a8RC(t, q, bb)
+							phw[r][32*kc+k] = p[t][fr.pv8.packReg(kc, q, bb)]
+						}
+					}
+				}
+			}
+		}
 		for t := range th {
+			if fr.pv8 != nil {
+				break
+			}
 			for kk := 0; kk < 8; kk++ {
 				for q := 0; q < 4; q++ {
 					pair := 4*kk + q // pa index 2j + i
@@ -586,8 +727,8 @@ func emuSM90Pass(c *prefillCase, qp *QPlan, tl, b, h, rt, span int, invT float64
 			for reg := range th[t].o {
 				hr, hc := accRC(t, reg)
 				o := th[t].o[reg] * alpha[t][(reg/2)%2]
-				for key, vr := range vs {
-					if pk := phw[hr][key]; pk != 0 {
+				for key, vr := range vhw {
+					if pk := phw[hr][key]; pk != 0 && vr != nil {
 						o += pk * float64(vr[hc])
 					}
 				}
@@ -715,6 +856,66 @@ func TestEmulatedSM90QueryMajorPrefill(t *testing.T) {
 		}
 		if qEmuMismatch(c, emuSM90QueryMajor(c, qp, pipes, tp.GridBlocks-1, kernelFrag())) == "" {
 			t.Errorf("%s: a grid one CTA short went unnoticed", c.name)
+		}
+	}
+}
+
+// TestEmulatedSM90QueryMajorFP8PV runs every query-major case with P.V as
+// the fp8pv kernels do it (P packed by pack_p_e4m3 into the hardware's
+// e4m3 register operand, V through the transposed operand's key order) in
+// float64 against the reference, on the fp8pv kernels' CTA mapping. The
+// mapping is first checked to cover every (row, key) of the operand once;
+// a transposed V in natural key order, or P packed as the bf16 fragment
+// pairs, must be caught.
+func TestEmulatedSM90QueryMajorFP8PV(t *testing.T) {
+	m := kernelPV8()
+	seen := map[[2]int]int{}
+	for th := 0; th < 128; th++ {
+		for kc := 0; kc < 4; kc++ {
+			for q := 0; q < 4; q++ {
+				for b := 0; b < 4; b++ {
+					r, k := a8RC(th, q, b)
+					reg := m.packReg(kc, q, b)
+					hr, hk := accRC(th, reg)
+					seen[[2]int{r, 32*kc + k}]++
+					if hr != r || hk != m.vtKey(32*kc+k) {
+						t.Fatalf("thread %d, k-group %d, register %d byte %d: operand (%d, column %d = key %d), score register %d holds (%d, key %d)",
+							th, kc, q, b, r, 32*kc+k, m.vtKey(32*kc+k), reg, hr, hk)
+					}
+				}
+			}
+		}
+	}
+	if len(seen) != 64*128 {
+		t.Fatalf("e4m3 A operand covers %d of %d elements", len(seen), 64*128)
+	}
+	natural := &pv8Map{vtKey: func(k int) int { return k }, packReg: m.packReg}
+	bf16Pairs := &pv8Map{vtKey: m.vtKey, packReg: func(kc, q, b int) int { return 16*kc + 4*q + b }}
+	for i, c := range qCases() {
+		genPrefill(t, c, uint64(i+1))
+		qp, err := BuildQPlan(c.csr, c.sched, c.cuQ, c.hkv, c.qhpk)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		name := QFwdFP8PVName(c.d)
+		pipes := fatbin.SM90QFwdTilesPerCTA[name]
+		if pipes < 1 {
+			t.Fatalf("%s: no fp8pv kernel at D %d", c.name, c.d)
+		}
+		grid := (qp.NumTiles() + pipes - 1) / pipes
+		fr := kernelFrag()
+		fr.pv8 = m
+		if msg := qEmuMismatch(c, emuSM90QueryMajor(c, qp, pipes, grid, fr)); msg != "" {
+			t.Fatalf("%s: %s", c.name, msg)
+		}
+		if i > 0 {
+			continue // the mutations on the first case
+		}
+		for mname, mut := range map[string]*pv8Map{"transposed V in natural key order": natural, "P packed as bf16 pairs": bf16Pairs} {
+			fr.pv8 = mut
+			if qEmuMismatch(c, emuSM90QueryMajor(c, qp, pipes, grid, fr)) == "" {
+				t.Errorf("%s: %s went unnoticed", c.name, mname)
+			}
 		}
 	}
 }

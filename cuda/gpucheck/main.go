@@ -71,6 +71,7 @@ type report struct {
 
 	prefillDefault cuda.PrefillPath  // the prefill path Load read from MSA_CUDA_PREFILL
 	decodeDefault  cuda.DecodeKernel // the decode kernel Load read from MSA_CUDA_DECODE
+	fp8pvDefault   cuda.FP8PV        // the FP8 P.V mode Load read from MSA_CUDA_FP8PV
 }
 
 func main() {
@@ -126,7 +127,7 @@ func main() {
 	}
 	ver, _ := driver.DriverVersion()
 	r := &report{dev: dev, k: k, deadline: start.Add(*budget), workers: max(runtime.NumCPU(), 1), only: onlyRE, skip: skipRE, dir: *out, start: start,
-		prefillDefault: k.PrefillPath(), decodeDefault: k.DecodeKernel()}
+		prefillDefault: k.PrefillPath(), decodeDefault: k.DecodeKernel(), fp8pvDefault: k.FP8PV()}
 	header := fmt.Sprintf("GPU: %s (sm_%d%d, %d SMs, %.0f GiB), driver CUDA %d.%d, kernel family %s, tensor-core kernels in the fatbin: %d",
 		dev.Name, dev.Major, dev.Minor, dev.SMs, float64(dev.Memory)/(1<<30), ver/1000, ver%1000/10, k.Arch(), len(k.TensorCoreKernels()))
 	fmt.Println(header)
@@ -442,7 +443,17 @@ func (r *report) prefill(c *check.Prefill, seed uint64, windowed bool) {
 			r.out(c.Name, "free", check.Diff{}, check.Diff{}, false, err)
 		}
 	}()
-	for _, md := range r.modes(true) {
+	var ref8 *check.Reference // the fp8pv kernels' bounds (P.V accumulated over the walk on FP8)
+	for _, md := range r.prefillCaseModes(c.QD == cuda.E4M3 && c.KVD == cuda.E4M3) {
+		ref := ref
+		if md.fp8pv == cuda.FP8PVFP8 {
+			if ref8 == nil {
+				c.PV8Walk = true
+				ref8 = c.Reference()
+				c.PV8Walk = false
+			}
+			ref = ref8
+		}
 		r.apply(md)
 		g1, kern, err := pr.once(r, c, pr.window)
 		var g2 check.Result
@@ -664,7 +675,7 @@ func (r *report) timings(quick bool) {
 	for _, pc := range pcs {
 		var c *check.Prefill // generated once, timed on every mode
 		var genErr error
-		for _, md := range r.modes(true) {
+		for _, md := range r.prefillCaseModes(pc.q == cuda.E4M3 && pc.kv == cuda.E4M3) {
 			name := pc.name + md.label()
 			if r.late("timing " + name) {
 				continue

@@ -110,10 +110,18 @@ var accums = []accum{
 	// One O accumulator over the whole walk (rescaled per 128-key block),
 	// written once.
 	{pattern: re(`^msa_sm90_qfwd_(bf16|fp8|bf16fp8|nvfp4)_d(64|128|256)$`), prefill: true, chain: chainRow, sumTile: 128, partials: "none", pRound: "bf16", src: []string{
-		"sm90/sm90_qfwd.cu: softmax_fold(s, bl, scale, invT, p.pv_round, st, alpha);",
+		"sm90/sm90_qfwd.cu: softmax_fold(s, bl, scale, invT, pv_round, st, alpha);",
 		"sm90/sm90_qfwd.cu: rescale(o, alpha);",
 		"sm90/sm90_qfwd.cu: float s[64];",
 		"sm90/sm90_qfwd.cu: so P.V runs on the bf16 wgmma);"}},
+	// fp8pv: the same walk with P rounded to E4M3 in the register A operand
+	// and P.V on the e4m3 wgmma, O accumulated over the whole walk in the
+	// FP8 tensor cores' accumulator (Prefill.PV8Walk takes its truncations).
+	{pattern: re(`^msa_sm90_qfwd_fp8pv_d(64|128|256)$`), prefill: true, chain: chainRow, sumTile: 128, pvFP8: true, partials: "none", pRound: "e4m3", src: []string{
+		"sm90/sm90_qfwd.cu: softmax_fold(s, bl, scale, invT, pv_round, st, alpha);",
+		"sm90/sm90_qfwd.cu: rescale(o, alpha);",
+		"sm90/sm90_qfwd.cu: whole walk in the wgmma's accumulator",
+		"sm90/sm90_fp8_vt.cuh: asm(\"cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\" : \"=h\"(r) : \"f\"(hi), \"f\"(lo));"}},
 	// 128-key spans of the item's chunk, O rescaled across spans.
 	{pattern: re(`^msa_sm90_decode_(bf16|fp8|bf16fp8)_d(64|128|256)$`), chain: chainRow, sumTile: 128, partials: "split", pRound: "bf16", src: []string{
 		"sm90/sm90_decode.cu: softmax_block(s, bl, scale, 0.f, p.pv_round, st, pa, alpha);",

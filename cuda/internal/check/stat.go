@@ -294,7 +294,9 @@ func (a arith) rowStats(st *stats, s, sa, ssq []float64, p []float64, slot, tile
 	}
 	pv := uF32 * uF32 / 3 * a.nPV
 	if a.fp8PV {
-		pv = math.Max(pv, uFP8MMA*uFP8MMA/3)
+		// uFP8MMA, or uFP8Walk (coherent truncations, their bound taken as the width)
+		u := math.Max(uFP8MMA, a.fp8Walk)
+		pv = math.Max(pv, u*u/3)
 	}
 	comb := uF32 * uF32 / 3 * float64(nSlots+2)
 	for c := range o {

@@ -70,7 +70,8 @@ type arith struct {
 	minPart int     // log2 of its subnormal spacing
 	gV      float64 // V's global scale (partials are stored without it)
 	acc     accumModel
-	onePart bool // the row's one BF16 partial is the output's rounding (row, reference.go)
+	fp8Walk float64 // uFP8Walk when P.V accumulates over the whole walk on the FP8 tensor cores (Prefill.PV8Walk), else 0
+	onePart bool    // the row's one BF16 partial is the output's rounding (row, reference.go)
 	// exactP: every kernel rounds the row's P against its final max (one
 	// visit, one partial), so the reference knows each rounded value.
 	exactP bool
@@ -132,7 +133,7 @@ func (a arith) forRow(n int) arith {
 	a.nPV = float64(a.acc.pvTerms(n, a.visits))
 	a.uPV = a.nPV * uF32
 	if a.fp8PV {
-		a.uPV = math.Max(a.uPV, uFP8MMA)
+		a.uPV = math.Max(a.uPV, math.Max(uFP8MMA, a.fp8Walk))
 	}
 	a.nSum = float64(a.acc.sumTerms(n, a.visits))
 	return a
@@ -143,7 +144,37 @@ func (c *Prefill) arith() arith {
 	if c.KVD == cuda.NVFP4 {
 		gV = float64(c.V.Global)
 	}
-	return newArith(c.QD, c.KVD, c.PD, c.D, c.TopK, gV, mustModel(modelOf(true, c.QD, c.KVD, c.D, c.Blk)))
+	a := newArith(c.QD, c.KVD, c.PD, c.D, c.TopK, gV, mustModel(modelOf(true, c.QD, c.KVD, c.D, c.Blk)))
+	if c.PV8Walk && a.fp8PV {
+		a.fp8Walk = uFP8Walk(c.walkGroups())
+	}
+	return a
+}
+
+// uFP8Walk is uPV for the sm_90a query-major fp8pv kernels, which keep
+// O in the e4m3 wgmma's accumulator over the whole walk of a query tile
+// (as FlashAttention-3 does) instead of one block: every k-group of 32
+// keys of the walk (masked keys included: the accumulator passes through
+// the truncating adder whatever the products) may truncate the running
+// sum to about 14 bits, 2^-13 of its magnitude <= sum P |v| (P relative
+// to the running max, rescaled by alpha <= 1 between blocks). Truncation
+// has one sign, so the errors add: groups * 2^-13, the worst case, which
+// the DeepSeek-V3 measurement (about 2% at K = 4096, 128 groups: 128 *
+// 2^-13 = 1.6%) shows is reached. The P rounding is unchanged (uP, fP:
+// the kernel converts the unrounded P with the same cvt.rn.satfinite
+// round_p applies, no scale), so only this term differs from the widened-V
+// kernel, whose float32 accumulation uFP8MMA more than covers.
+func uFP8Walk(groups int) float64 { return max(uFP8MMA, float64(groups)*0x1p-13) }
+
+// walkGroups bounds the k-groups (32 keys) of a query tile's walk: the
+// union of its tokens' blocks is at most every block of the longest
+// sequence.
+func (c *Prefill) walkGroups() int {
+	n := 0
+	for _, s := range c.SeqK {
+		n = max(n, (int(s)+c.Blk-1)/c.Blk)
+	}
+	return n * ((c.Blk + 31) / 32)
 }
 
 func (c *Decode) arith() arith {

@@ -135,4 +135,7 @@ var HopperAmpereLaunch = map[string]HALaunch{
 	SM90QFwdNVFP4D64:      {Threads: 384, DynSmem: 124928},
 	SM90QFwdNVFP4D128:     {Threads: 384, DynSmem: 231424},
 	SM90QFwdNVFP4D256:     {Threads: 160, DynSmem: 230400},
+	SM90QFwdFP8PVD64:      {Threads: 384, DynSmem: 124928},
+	SM90QFwdFP8PVD128:     {Threads: 384, DynSmem: 215040},
+	SM90QFwdFP8PVD256:     {Threads: 160, DynSmem: 214016},
 }

@@ -59,12 +59,13 @@ func TestHopperAmpereLaunch(t *testing.T) {
 			t.Errorf("%s: %d threads", name, l.Threads)
 		}
 	}
-	// 2 architectures x (4 fwd + 3 decode + 4 query-major variants) x 3 head dims
-	if len(HopperAmpereLaunch) != 66 {
-		t.Errorf("%d kernels in the table, want 66 (per architecture: 12 fwd + 9 decode + 12 query-major)", len(HopperAmpereLaunch))
+	// 2 architectures x (4 fwd + 3 decode + 4 query-major variants) x 3
+	// head dims, and the sm90 fp8pv query-major kernels at 3 head dims
+	if len(HopperAmpereLaunch) != 69 {
+		t.Errorf("%d kernels in the table, want 69 (per architecture: 12 fwd + 9 decode + 12 query-major; sm90: 3 fp8pv)", len(HopperAmpereLaunch))
 	}
-	if len(SM90QFwdTilesPerCTA) != 12 {
-		t.Errorf("SM90QFwdTilesPerCTA has %d kernels, want the 12 sm90 query-major ones", len(SM90QFwdTilesPerCTA))
+	if len(SM90QFwdTilesPerCTA) != 15 {
+		t.Errorf("SM90QFwdTilesPerCTA has %d kernels, want the 15 sm90 query-major ones (12 and 3 fp8pv)", len(SM90QFwdTilesPerCTA))
 	}
 	for name, n := range SM90QFwdTilesPerCTA {
 		l, ok := HopperAmpereLaunch[name]

@@ -40,6 +40,16 @@ const (
 	SM90QFwdNVFP4D256   = "msa_sm90_qfwd_nvfp4_d256"
 )
 
+// Kernel entry points msa_sm90_qfwd_fp8pv_d<D> of sm90/sm90_qfwd.cu: the
+// fp8 query-major kernels with P.V on the e4m3 wgmma (V transposed in
+// shared memory by the producer warp), the A/B alternative to
+// msa_sm90_qfwd_fp8_d* (V widened to BF16) selected by MSA_CUDA_FP8PV.
+const (
+	SM90QFwdFP8PVD64  = "msa_sm90_qfwd_fp8pv_d64"
+	SM90QFwdFP8PVD128 = "msa_sm90_qfwd_fp8pv_d128"
+	SM90QFwdFP8PVD256 = "msa_sm90_qfwd_fp8pv_d256"
+)
+
 // SM90QFwdTilesPerCTA is the number of query tiles one CTA of an sm90
 // query-major kernel runs (its pipelines, QFwdCfg::kPipes of
 // sm90_qfwd.cu: two at D 64 and 128, one at D 256): the grid is
@@ -49,4 +59,5 @@ var SM90QFwdTilesPerCTA = map[string]int{
 	SM90QFwdFP8D64: 2, SM90QFwdFP8D128: 2, SM90QFwdFP8D256: 1,
 	SM90QFwdBF16FP8D64: 2, SM90QFwdBF16FP8D128: 2, SM90QFwdBF16FP8D256: 1,
 	SM90QFwdNVFP4D64: 2, SM90QFwdNVFP4D128: 2, SM90QFwdNVFP4D256: 1,
+	SM90QFwdFP8PVD64: 2, SM90QFwdFP8PVD128: 2, SM90QFwdFP8PVD256: 1,
 }

@@ -19,7 +19,16 @@
 // (CuTe's CLayout_64xN), and half h of register q of the register A
 // operand of m64nNk16 holds row 16w + l/4 + 8(q%2), k 8(q/2) + 2(l%4) + h
 // (ALayout_64x16).
+// For the fp8pv kernels (sm90_fp8_vt.cuh) it checks the transposed V
+// (D rows x 128 e4m3 key columns, K-major, 128-byte swizzle) and its
+// descriptors against CuTe's Layout_K_SW128_Atom<float_e4m3_t>, the
+// producer's transposition (vt_transpose, mirrored below byte for byte:
+// every operand byte holds V[vt_key(k)][n], keys >= nkeys zero, every byte
+// written once), and the P packing (pack_p_e4m3): byte b of register q of
+// thread t, placed by CuTe's ALayout_64x32 at (row m, k), must be the
+// score register that CLayout_64x128 places at (m, vt_key(k)).
 #include <cstdio>
+#include <vector>
 #include <cute/tensor.hpp>
 #include <cute/atom/mma_traits_sm90_gmma.hpp>
 using namespace cute;
@@ -107,8 +116,83 @@ int check_a_regs() {
     printf("register A 64x16: %d mismatches\n", bad);
     return bad;
 }
+// vt_key and the byte selection of sm90_fp8_vt.cuh.
+int vt_key(int k) { return 32 * (k >> 5) + 8 * (2 * ((k >> 4) & 1) + ((k >> 1) & 1)) + 2 * ((k >> 2) & 3) + (k & 1); }
+// __byte_perm on words held as byte codes (int: any value, -1 = zero byte)
+struct W4 { int b[4]; };
+W4 byte_perm(const W4& x, const W4& y, unsigned sel) {
+    W4 r;
+    for (int i = 0; i < 4; ++i) { const int n = (sel >> (4 * i)) & 7; r.b[i] = n < 4 ? x.b[n] : y.b[n - 4]; }
+    return r;
+}
+// swz of sm90_common.cuh
+int swz(int span, int R, int row, int c) {
+    const int panel = c / span, cc = c % span;
+    const int sw = span == 128 ? (row & 7) : span == 64 ? ((row >> 1) & 3) : ((row >> 2) & 1);
+    return panel * R * span + row * span + ((((cc >> 4) ^ sw) << 4) | (cc & 15));
+}
+// vt_transpose<D> with byte codes: land holds code key * D + n at the
+// landing layout (CuTe's K-major e4m3 atom of span min(128, D)); returns
+// the number of wrong, missing or twice-written operand bytes.
+template <int D>
+int check_vt_transpose(int nkeys) {
+    using LandAtom = typename std::conditional<D == 64, GMMA::Layout_K_SW64_Atom<float_e4m3_t>, GMMA::Layout_K_SW128_Atom<float_e4m3_t>>::type;
+    auto land_l = tile_to_shape(LandAtom{}, make_shape(Int<128>{}, Int<D>{}));
+    auto vt_l = tile_to_shape(GMMA::Layout_K_SW128_Atom<float_e4m3_t>{}, make_shape(Int<D>{}, Int<128>{}));
+    std::vector<int> land(128 * D, -2), vt(128 * D, -3), writes(128 * D, 0);
+    for (int key = 0; key < 128; ++key) for (int n = 0; n < D; ++n) land[land_l(key, n)] = key * D + n;
+    constexpr int span = D < 128 ? D : 128, cg = D / 4, iters = 128 / 16 * cg / 32;
+    for (int lane = 0; lane < 32; ++lane) for (int it = 0; it < iters; ++it) {
+        const int task = 32 * it + lane, c = task % cg, G = task / cg;
+        W4 in[16];
+        for (int j = 0; j < 16; ++j) for (int e = 0; e < 4; ++e)
+            in[j].b[e] = 16 * G + j < nkeys ? land[swz(span, 128, 16 * G + j, 4 * c) + e] : -1;
+        const int rot = (c >> 1) & 3;
+        for (int q = 0; q < 4; ++q) {
+            const int col = (q + rot) & 3;
+            const unsigned sel = (unsigned)col | (unsigned)(col + 4) << 4;
+            for (int x = 0; x < 4; ++x) {
+                W4 w = byte_perm(byte_perm(in[2 * x], in[2 * x + 1], sel), byte_perm(in[2 * x + 8], in[2 * x + 9], sel), 0x5410);
+                for (int e = 0; e < 4; ++e) { const int o = swz(128, D, 4 * c + col, 16 * G + 4 * x + e); vt[o] = w.b[e]; ++writes[o]; }
+            }
+        }
+    }
+    int bad = 0;
+    for (int n = 0; n < D; ++n) for (int k = 0; k < 128; ++k) {
+        const int o = vt_l(n, k), key = vt_key(k), want = key < nkeys ? key * D + n : -1;
+        if (vt[o] != want || writes[o] != 1) { if (bad < 5) printf("vt d%d nkeys %d (n %d k %d): holds %d (%d writes), want %d\n", D, nkeys, n, k, vt[o], writes[o], want); ++bad; }
+    }
+    return bad;
+}
+template <int D>
+int check_vt() {
+    int bad = check_k<float_e4m3_t, GMMA::Layout_K_SW128_Atom<float_e4m3_t>, D, 128, 32>(D == 64 ? "Vt e4m3 d64" : D == 128 ? "Vt e4m3 d128" : "Vt e4m3 d256", 128);
+    int t = 0;
+    for (int nkeys : {128, 77, 1}) t += check_vt_transpose<D>(nkeys);
+    printf("vt_transpose d%d: %d mismatches\n", D, t);
+    return bad + t;
+}
+// pack_p_e4m3: register 4kc + q, byte b <- score register 16kc + 8(q/2) + 4(b/2) + 2(q%2) + b%2.
+int check_p_e4m3() {
+    int bad = 0;
+    auto a = GMMA::ALayout_64x32{};     // (thread, value) -> m + 64 k; value b + 4q
+    auto c = GMMA::CLayout_64xN<128>{};  // the score accumulator of a 128-key block
+    for (int kc = 0; kc < 4; ++kc) for (int t = 0; t < 128; ++t) for (int q = 0; q < 4; ++q) for (int b = 0; b < 4; ++b) {
+        const int ia = a(t, b + 4 * q), m = ia % 64, k = 32 * kc + ia / 64;
+        const int r = 16 * kc + 8 * (q >> 1) + 4 * (b >> 1) + 2 * (q & 1) + (b & 1);
+        const int ic = c(t, r);
+        if (ic % 64 != m || ic / 64 != vt_key(k)) { if (bad < 5) printf("P e4m3 kc %d t %d q %d b %d: A wants (%d, key %d), register %d holds (%d, %d)\n", kc, t, q, b, m, vt_key(k), r, ic % 64, ic / 64); ++bad; }
+    }
+    // vt_key is a permutation of each 32-key group
+    std::vector<int> hit(128, 0);
+    for (int k = 0; k < 128; ++k) if (vt_key(k) / 32 == k / 32) ++hit[vt_key(k)];
+    for (int k = 0; k < 128; ++k) if (hit[k] != 1) { if (bad < 5) printf("vt_key: key %d taken %d times\n", k, hit[k]); ++bad; }
+    printf("register A e4m3 64x32 (P pack): %d mismatches\n", bad);
+    return bad;
+}
 int main() {
     int bad = 0;
+    bad += check_p_e4m3(); bad += check_vt<64>(); bad += check_vt<128>(); bad += check_vt<256>();
     bad += check_acc<64>(); bad += check_acc<128>(); bad += check_acc<256>(); bad += check_a_regs();
     bad += check_k<bfloat16_t, GMMA::Layout_K_SW128_Atom<bfloat16_t>, 64, 64, 16>("Q bf16 d64", 128);
     bad += check_k<bfloat16_t, GMMA::Layout_K_SW128_Atom<bfloat16_t>, 64, 256, 16>("Q bf16 d256", 128);

@@ -13,7 +13,8 @@
 // (its other warps exit). The producer warpgroup is whole so that
 // setmaxnreg can move registers: 384 threads compile at 168 registers, the
 // producer warpgroup drops to 56 and the consumers rise to 224 (per SM
-// sub-partition: one producer and two consumer warps, 56 + 2 x 224 <= 512).
+// sub-partition: one producer and two consumer warps, 56 + 2 x 224 = 3 x
+// 168); fp8pv 88 and 208 (its producer transposes V).
 //
 // Producer warp, per 64-row pass of its tile: the Q rows (16-byte loads of
 // the pass's rows, scattered when Hkv > 1, stored in the K-major swizzled
@@ -45,69 +46,115 @@
 //
 // Rings per pipeline (K slots / V slots): the first of 3 / 2, 3 / 1, 2 / 1,
 // 1 / 1 that fits (QFwdCfg; V needs fewer slots than K: V_j is read one
-// step after K_j). The stage counter k runs over all passes of the tile;
+// step after K_j); fp8pv (K / transposed V / V landing) 3 / 2 / 2, 3 / 2 /
+// 1, 2 / 2 / 1, 2 / 1 / 1, 1 / 1 / 1. The stage counter k runs over all passes of the tile;
 // slot k % n, phase (k / n) & 1 (cuda/qprefill_sm90_emu_test.go emulates
-// this protocol in all twelve configurations, every wait against its
+// this protocol in all fifteen configurations, every wait against its
 // arrive, for walks of any length including none).
 //
 // Variants (the dtype a template parameter, no runtime switch in the loop):
 // bf16 (BF16 Q/K/V: TMA lands K and V as the wgmma operands); fp8 (E4M3
 // Q/K/V: Q.K^T on the e4m3 wgmma straight from the landed K; V widened to
 // BF16 in shared memory by the consumers, exact, as is the E4M3-rounded P,
-// so P.V runs on the bf16 wgmma); bf16fp8 (BF16 Q, E4M3 K/V widened to
+// so P.V runs on the bf16 wgmma); fp8pv (the same inputs, both products on
+// the e4m3 wgmma, as FlashAttention-3 does: the producer warp lands V in a
+// landing ring and transposes each block, one step behind its TMA and
+// flushed at the end of each pass, into the V ring in the K-major layout
+// the e4m3 B operand needs; the consumers convert P to E4M3 straight into
+// the register A operand, with the key order of the transposed V chosen so
+// that no byte crosses a thread: sm90_fp8_vt.cuh; O accumulates over the
+// whole walk in the wgmma's accumulator; the A/B alternative to fp8 behind
+// MSA_CUDA_FP8PV until a GPU has timed both); bf16fp8 (BF16 Q, E4M3 K/V widened to
 // BF16); nvfp4 (packed E2M1 K/V with E4M3 block scales widened to BF16, K's
 // global scale on the scores, V's in output_scale; BF16 or E4M3 Q). A
 // widened operand has its own buffer: the consumers convert the landed
 // slot into it and release the slot at once.
 #include "sm90/sm90_common.cuh"
+#include "sm90/sm90_fp8_vt.cuh"
 
 namespace msa {
 namespace sm90 {
 
-// Bytes of one pipeline with ks K slots and vs V slots of variant VAR.
-template <int D, int VAR>
-constexpr int qfwd_pipe_bytes(int ks, int vs) {
+// Bytes of one pipeline with ks K slots, vs V slots and (P.V on the e4m3
+// wgmma, PV8) ls V landing slots of variant VAR.
+template <int D, int VAR, bool PV8>
+constexpr int qfwd_pipe_bytes(int ks, int vs, int ls) {
     using G = Geo90<D, VAR>;
-    const int kland = G::kKDirect ? G::kKBytes : G::kRawBytes, vland = G::kVDirect ? G::kVBytes : G::kRawBytes;
-    const int ops = (G::kKDirect ? 0 : G::kKBytes) + (G::kVDirect ? 0 : G::kVBytes);
-    return (ks * kland + vs * vland + ops + G::kQBytes + 8 * (2 * ks + 2 * vs + 2) + 1023) / 1024 * 1024;
+    const int kland = G::kKDirect ? G::kKBytes : G::kRawBytes;
+    const int vland = !PV8 && G::kVDirect ? G::kVBytes : G::kRawBytes;  // PV8: the transposed V (E4M3, as many bytes)
+    const int ops = (G::kKDirect ? 0 : G::kKBytes) + (PV8 ? ls * G::kRawBytes : G::kVDirect ? 0 : G::kVBytes);
+    const int bars = 2 * ks + 2 * vs + 2 + (PV8 ? ls : 0);
+    return (ks * kland + vs * vland + ops + G::kQBytes + 8 * bars + 1023) / 1024 * 1024;
 }
 
-template <int D, int VAR>
+// Ring slots of one pipeline: K, V (as the consumers read it) and V
+// landing (PV8 only).
+struct QSlots {
+    int ks, vs, ls;
+};
+// The first ring configuration whose pipeline fits budget bytes: K slots
+// first (V_j is read one step after K_j, so V needs fewer slots), then,
+// for PV8, transposed V slots before landing slots (a second transposed
+// slot lets the producer transpose V_j while the consumers' P.V of
+// V_{j-1} runs; a second landing slot only lets the TMA of V_j start
+// before the transposition of V_{j-1}).
+template <int D, int VAR, bool PV8>
+constexpr QSlots qfwd_slots(int budget) {
+    constexpr QSlots widen[] = {{3, 2, 0}, {3, 1, 0}, {2, 1, 0}, {1, 1, 0}};
+    constexpr QSlots pv8[] = {{3, 2, 2}, {3, 2, 1}, {2, 2, 1}, {2, 1, 1}, {1, 1, 1}};
+    const QSlots* c = PV8 ? pv8 : widen;
+    const int n = PV8 ? 5 : 4;
+    for (int i = 0; i < n - 1; ++i)
+        if (qfwd_pipe_bytes<D, VAR, PV8>(c[i].ks, c[i].vs, c[i].ls) <= budget) return c[i];
+    return c[n - 1];
+}
+
+// PV8: P.V on the e4m3 wgmma (fp8 only: sm90_fp8_vt.cuh; the producer
+// transposes each landed V block into the V ring); otherwise the bf16
+// wgmma with P as bf16 (fp8: V widened to BF16 by the consumers).
+template <int D, int VAR, bool PV8 = false>
 struct QFwdCfg {
     using G = Geo90<D, VAR>;
+    static_assert(!PV8 || VAR == kVarFP8, "P.V on the e4m3 wgmma needs E4M3 P and V (the fp8 variant)");
     static constexpr int kPipes = D == 256 ? 1 : 2;  // 64-row tiles (consumer warpgroups) per CTA
     static constexpr bool kOverlap = D != 256;       // Q.K^T of block j overlaps the softmax / P.V of j - 1
-    // Ring slots: the first of (3, 2), (3, 1), (2, 1), (1, 1) whose
-    // pipelines fit the dynamic shared memory next to the 1 KB the CTA
+    // The pipelines fit the dynamic shared memory next to the 1 KB the CTA
     // reserves (static + dynamic <= 227 KB).
     static constexpr int kBudget = (232448 - 1024) / kPipes;
-    static constexpr int kKS = qfwd_pipe_bytes<D, VAR>(3, 2) <= kBudget || qfwd_pipe_bytes<D, VAR>(3, 1) <= kBudget ? 3
-                               : qfwd_pipe_bytes<D, VAR>(2, 1) <= kBudget                                           ? 2
-                                                                                                                     : 1;
-    static constexpr int kVS = kKS == 3 && qfwd_pipe_bytes<D, VAR>(3, 2) <= kBudget ? 2 : 1;
+    static constexpr QSlots kSlots = qfwd_slots<D, VAR, PV8>(kBudget);
+    static constexpr int kKS = kSlots.ks, kVS = kSlots.vs, kLS = kSlots.ls;
     static constexpr int kCons = 128 * kPipes;
     static constexpr int kThreads = kCons + (kPipes == 2 ? 128 : 32);
-    static constexpr int kProdRegs = 56, kConsRegs = 224;  // setmaxnreg (two pipelines)
-    static_assert(kPipes == 1 || 128 * kProdRegs + kCons * kConsRegs <= 65536, "register file");
-    // pipeline-relative offsets: landing rings (operands where TMA lands
-    // them as such, else raw rows), converted operands, Q, barriers
+    // setmaxnreg (two pipelines): the 384 x 168 registers the CTA starts
+    // with, redistributed. PV8 moves 16 per consumer thread (its P
+    // fragment is 16 registers, not 32) to the producer, whose
+    // transposition keeps 16 loaded words and 4 built ones live next to
+    // the walk's state (at 56 or 72 ptxas spills there; 88 spills nothing).
+    static constexpr int kProdRegs = PV8 ? 88 : 56, kConsRegs = PV8 ? 208 : 224;
+    static_assert(kPipes == 1 || 128 * kProdRegs + kCons * kConsRegs <= 384 * 168, "register file");
+    // pipeline-relative offsets: K ring (the operand where TMA lands it as
+    // such, else raw rows), V ring (as K; PV8: the transposed V), converted
+    // K operand, converted V operand (PV8: the V landing ring), Q, barriers
     static constexpr int kKLand = G::kKDirect ? G::kKBytes : G::kRawBytes;
-    static constexpr int kVLand = G::kVDirect ? G::kVBytes : G::kRawBytes;
+    static constexpr int kVLand = !PV8 && G::kVDirect ? G::kVBytes : G::kRawBytes;
     static constexpr int kOffK = 0;
     static constexpr int kOffV = kOffK + kKS * kKLand;
     static constexpr int kOffKOp = kOffV + kVS * kVLand;
     static constexpr int kOffVOp = kOffKOp + (G::kKDirect ? 0 : G::kKBytes);
-    static constexpr int kOffQ = kOffVOp + (G::kVDirect ? 0 : G::kVBytes);
+    static constexpr int kOffQ = kOffVOp + (PV8 ? kLS * G::kRawBytes : G::kVDirect ? 0 : G::kVBytes);
     static constexpr int kOffBar = kOffQ + G::kQBytes;
-    // O is staged as BF16 rows (2D bytes) in the Q buffer, or in the
-    // converted V operand where Q is E4M3 (half the bytes)
-    static constexpr int kOffStage = G::kQkFp8 ? kOffVOp : kOffQ;
-    static constexpr int kPipeBytes = qfwd_pipe_bytes<D, VAR>(kKS, kVS);  // next pipeline 1024-aligned
+    static constexpr int kBars = 2 * kKS + 2 * kVS + 2 + kLS;
+    // O is staged as BF16 rows (2D bytes) in the Q buffer, or where Q is
+    // E4M3 (half the bytes) in the converted V operand, or for PV8 in the
+    // first transposed V slot (128 keys x D bytes = 64 rows x 2D): none is
+    // read or written by anyone else until the Q buffer is released.
+    static constexpr int kOffStage = PV8 ? kOffV : G::kQkFp8 ? kOffVOp : kOffQ;
+    static constexpr int kPipeBytes = qfwd_pipe_bytes<D, VAR, PV8>(kKS, kVS, kLS);  // next pipeline 1024-aligned
     static constexpr int kSmem = kPipes * kPipeBytes;
     static_assert(kPipeBytes <= kBudget, "sm_90 dynamic shared memory");
-    static_assert(kOffBar + 8 * (2 * kKS + 2 * kVS + 2) <= kPipeBytes, "pipeline layout");
+    static_assert(kOffBar + 8 * kBars <= kPipeBytes, "pipeline layout");
     static_assert(!G::kQkFp8 || !G::kVDirect, "E4M3 Q stages O in the converted V operand");
+    static_assert(!PV8 || kTileRows * 2 * D <= kVLand, "PV8 stages O in a transposed V slot");
 };
 
 // The walk of one tile: its entries [lo, hi) of the plan's block list;
@@ -137,14 +184,17 @@ __device__ __forceinline__ QWalk q_walk(const MsaQFwdParams& p, int t, const QRo
 
 // Barrier addresses and ring positions of stage k.
 struct QRings {
-    uint32_t bars;  // kfull[KS], kempty[KS], vfull[VS], vempty[VS], qfull, qempty
-    int ks, vs;
+    uint32_t bars;  // kfull[KS], kempty[KS], vfull[VS], vempty[VS], qfull, qempty, lfull[LS]
+    int ks, vs, ls;
     __device__ __forceinline__ uint32_t kfull(int k) const { return bars + 8 * (k % ks); }
     __device__ __forceinline__ uint32_t kempty(int k) const { return bars + 8 * (ks + k % ks); }
     __device__ __forceinline__ uint32_t vfull(int k) const { return bars + 8 * (2 * ks + k % vs); }
     __device__ __forceinline__ uint32_t vempty(int k) const { return bars + 8 * (2 * ks + vs + k % vs); }
     __device__ __forceinline__ uint32_t qfull() const { return bars + 8 * (2 * ks + 2 * vs); }
     __device__ __forceinline__ uint32_t qempty() const { return bars + 8 * (2 * ks + 2 * vs + 1); }
+    // PV8: V landing slot of stage k complete (TMA bytes, or the fallback
+    // copy); the producer itself transposes and so frees it.
+    __device__ __forceinline__ uint32_t lfull(int k) const { return bars + 8 * (2 * ks + 2 * vs + 2 + k % ls); }
 };
 // Parity a full barrier of a ring of n slots completes for stage k, and
 // the parity of the empty barrier's completion that frees the slot for
@@ -152,10 +202,26 @@ struct QRings {
 __device__ __forceinline__ uint32_t full_parity(int k, int n) { return (uint32_t)(k / n) & 1u; }
 __device__ __forceinline__ uint32_t empty_parity(int k, int n) { return (uint32_t)(k / n - 1) & 1u; }
 
-template <int D, int VAR>
+// PV8 producer: transpose the landed V of stage k (nkeys keys) into its
+// slot of the V ring, once the landing is complete and the consumers have
+// released the slot's previous stage; then complete vfull (count 1).
+template <int D, int VAR, bool PV8>
+__device__ __forceinline__ void qfwd_transpose_v(uint8_t* base, const QRings& B, int k, int nkeys) {
+    using C = QFwdCfg<D, VAR, PV8>;
+    const int lane = threadIdx.x & 31;
+    mbar_wait(B.lfull(k), full_parity(k, C::kLS));
+    if (k >= C::kVS) mbar_wait(B.vempty(k), empty_parity(k, C::kVS));
+    vt_transpose<D>(base + C::kOffV + (k % C::kVS) * C::kVLand, base + C::kOffVOp + (k % C::kLS) * Geo90<D, VAR>::kRawBytes, nkeys,
+                    lane);
+    fence_async_smem();  // the operand to wgmma; the landing slot's reads before its next TMA write
+    __syncwarp();
+    if (lane == 0) mbar_arrive(B.vfull(k));
+}
+
+template <int D, int VAR, bool PV8>
 __device__ __forceinline__ void qfwd_producer(const MsaQFwdParams& p, const MsaTensorMaps& maps, uint8_t* base, const QRings& B,
                                               const QRows& R, const QWalk& W, const BlockLoc& L, const KVSource& src) {
-    using C = QFwdCfg<D, VAR>;
+    using C = QFwdCfg<D, VAR, PV8>;
     const int lane = threadIdx.x & 31;
     int k = 0;
 #pragma unroll 1
@@ -165,6 +231,11 @@ __device__ __forceinline__ void qfwd_producer(const MsaQFwdParams& p, const MsaT
         fence_async_smem();
         __syncwarp();
         if (lane == 0) mbar_arrive(B.qfull());
+        // PV8: the stage whose landed V is still to be transposed (one
+        // step behind its TMA, so the copy overlaps the next issue), and
+        // its key count; -1 for none. Flushed before the pass ends: the
+        // consumers need it before they release the Q buffer.
+        int pend = -1, pn = 0;
 #pragma unroll 1
         for (int i = W.lo; i < W.hi; ++i) {
             int t0, nkeys;
@@ -172,10 +243,23 @@ __device__ __forceinline__ void qfwd_producer(const MsaQFwdParams& p, const MsaT
             if (!W.at(i, t0, nkeys, m)) continue;
             if (k >= C::kKS) mbar_wait(B.kempty(k), empty_parity(k, C::kKS));
             produce_operand<D, VAR>(&maps.k, src.k, base + C::kOffK + (k % C::kKS) * C::kKLand, B.kfull(k), L, src, t0, nkeys);
-            if (k >= C::kVS) mbar_wait(B.vempty(k), empty_parity(k, C::kVS));
-            produce_operand<D, VAR>(&maps.v, src.v, base + C::kOffV + (k % C::kVS) * C::kVLand, B.vfull(k), L, src, t0, nkeys);
+            if constexpr (PV8) {
+                // landing slot k % LS last held stage k - LS, transposed at
+                // step k - LS + 1: before this TMA when LS = 1
+                if (C::kLS == 1 && pend >= 0) qfwd_transpose_v<D, VAR, PV8>(base, B, pend, pn);
+                produce_operand<D, VAR>(&maps.v, src.v, base + C::kOffVOp + (k % C::kLS) * Geo90<D, VAR>::kRawBytes, B.lfull(k), L, src,
+                                        t0, nkeys);
+                if (C::kLS > 1 && pend >= 0) qfwd_transpose_v<D, VAR, PV8>(base, B, pend, pn);
+                pend = k;
+                pn = nkeys;
+            } else {
+                if (k >= C::kVS) mbar_wait(B.vempty(k), empty_parity(k, C::kVS));
+                produce_operand<D, VAR>(&maps.v, src.v, base + C::kOffV + (k % C::kVS) * C::kVLand, B.vfull(k), L, src, t0, nkeys);
+            }
             ++k;
         }
+        if constexpr (PV8)
+            if (pend >= 0) qfwd_transpose_v<D, VAR, PV8>(base, B, pend, pn);
     }
 }
 
@@ -193,9 +277,9 @@ __device__ __forceinline__ void warp_release(uint32_t bar) {
 }
 
 // A block's operands as the consumer warpgroup of one pipeline sees them.
-template <int D, int VAR>
+template <int D, int VAR, bool PV8>
 struct QOperands {
-    using C = QFwdCfg<D, VAR>;
+    using C = QFwdCfg<D, VAR, PV8>;
     using G = Geo90<D, VAR>;
     uint8_t* base;
     const QRings& B;
@@ -227,10 +311,12 @@ struct QOperands {
     }
     // V of stage k ready for P.V: landed and rows past the block's end zero
     // (P is 0 there, and 0 * NaN is NaN); for a converted variant widened
-    // into the V operand (rows past the end become zero).
+    // into the V operand (rows past the end become zero); PV8: transposed
+    // by the producer (keys past the end zero).
     __device__ __forceinline__ uint32_t v_ready(int k, int t0, int nkeys) const {
         uint8_t* land = base + C::kOffV + (k % C::kVS) * C::kVLand;
         mbar_wait(B.vfull(k), full_parity(k, C::kVS));
+        if (PV8) return smem_u32(land);
         if (!G::kVDirect) return widen(base + C::kOffVOp, land, src.v_scale, t0, nkeys, B.vempty(k));
         if (nkeys < kBlk) {
             zero_tail<D>(land, nkeys, wt, 128);
@@ -240,7 +326,7 @@ struct QOperands {
         return smem_u32(land);
     }
     __device__ __forceinline__ void v_done(int k) const {
-        if (G::kVDirect) warp_release(B.vempty(k));
+        if (PV8 || G::kVDirect) warp_release(B.vempty(k));
     }
 };
 
@@ -289,13 +375,15 @@ __device__ __forceinline__ void store_tile(const MsaQFwdParams& p, const QRows& 
 }
 
 // Consumer warpgroup of one pipeline.
-template <int D, int VAR>
-__device__ __forceinline__ void qfwd_consumer(const MsaQFwdParams& p, const QOperands<D, VAR>& X, const QRows& R, const QWalk& W) {
-    using C = QFwdCfg<D, VAR>;
+template <int D, int VAR, bool PV8>
+__device__ __forceinline__ void qfwd_consumer(const MsaQFwdParams& p, const QOperands<D, VAR, PV8>& X, const QRows& R, const QWalk& W) {
+    using C = QFwdCfg<D, VAR, PV8>;
+    using PV = PvPath<PV8>;
     const int warp = X.wt >> 5, lane = X.wt & 31;
     float scale = p.softmax_scale_log2;
     if (VAR == kVarNVFP4 && p.k_global_scale) scale *= *reinterpret_cast<const float*>(p.k_global_scale);
     const float invT = p.inv_temperature;
+    const int pv_round = PV::round_mode(p.pv_round);
     const float oscale = p.output_scale ? *reinterpret_cast<const float*>(p.output_scale) : 1.f;
     const uint32_t aQ = smem_u32(X.base + C::kOffQ);
     int k = 0;
@@ -314,7 +402,7 @@ __device__ __forceinline__ void qfwd_consumer(const MsaQFwdParams& p, const QOpe
 #pragma unroll
         for (int e = 0; e < D / 2; ++e) o[e] = 0.f;
         float s[64];
-        uint32_t pa[32];
+        uint32_t pa[PV::kRegs];
         mbar_wait(X.B.qfull(), (uint32_t)pass & 1u);
         // pk: the stage whose P is in pa (overlap: its P.V is still to run),
         // (pt0, pn) its keys; -1 before the first.
@@ -329,26 +417,29 @@ __device__ __forceinline__ void qfwd_consumer(const MsaQFwdParams& p, const QOpe
             float alpha[2];
             qk_issue<D, VAR>(aQ, X.k_ready(k, t0, nkeys), s);
             if (C::kOverlap && pk >= 0) {
-                pv_issue<D>(pa, X.v_ready(pk, pt0, pn), o, true);
+                PV::template issue<D>(pa, X.v_ready(pk, pt0, pn), o, true);
                 cute::warpgroup_wait<1>();  // S_k complete; P.V of stage pk may still run
                 fence_regs(s);
                 X.k_done(k);
-                softmax_fold(s, bl, scale, invT, p.pv_round, st, alpha);
+                softmax_fold(s, bl, scale, invT, pv_round, st, alpha);
                 cute::warpgroup_wait<0>();
                 fence_regs(o);
                 fence_regs(pa);
                 X.v_done(pk);
                 rescale(o, alpha);
-                pack_p(s, pa);
+                PV::pack(s, pa);
             } else {
                 cute::warpgroup_wait<0>();
                 fence_regs(s);
                 X.k_done(k);
-                softmax_fold(s, bl, scale, invT, p.pv_round, st, alpha);
+                softmax_fold(s, bl, scale, invT, pv_round, st, alpha);
                 rescale(o, alpha);
-                pack_p(s, pa);
+                PV::pack(s, pa);
                 if (!C::kOverlap) {
-                    pv<D>(pa, X.v_ready(k, t0, nkeys), o, true);
+                    PV::template issue<D>(pa, X.v_ready(k, t0, nkeys), o, true);
+                    cute::warpgroup_wait<0>();
+                    fence_regs(o);
+                    fence_regs(pa);
                     X.v_done(k);
                 }
             }
@@ -358,7 +449,10 @@ __device__ __forceinline__ void qfwd_consumer(const MsaQFwdParams& p, const QOpe
             ++k;
         }
         if (C::kOverlap && pk >= 0) {
-            pv<D>(pa, X.v_ready(pk, pt0, pn), o, true);
+            PV::template issue<D>(pa, X.v_ready(pk, pt0, pn), o, true);
+            cute::warpgroup_wait<0>();
+            fence_regs(o);
+            fence_regs(pa);
             X.v_done(pk);
         }
         store_tile<D>(p, R, rt, X.base + C::kOffStage, st, o, orow, oscale, X.wt, X.bar);
@@ -374,9 +468,9 @@ __device__ __forceinline__ void qfwd_source(const MsaQFwdParams& p, int b, int h
     L = BlockLoc{page_row != nullptr, page_row, p.page_size, h, dense_row0};
 }
 
-template <int D, int VAR>
+template <int D, int VAR, bool PV8>
 __device__ __forceinline__ void qfwd_impl(const MsaQFwdParams& p, const MsaTensorMaps& maps) {
-    using C = QFwdCfg<D, VAR>;
+    using C = QFwdCfg<D, VAR, PV8>;
     extern __shared__ __align__(1024) uint8_t smem_q[];
     // Role of the warp, made warp-uniform for the compiler (shuffle from
     // lane 0) so that the wgmma of a consumer are not on a divergent path.
@@ -385,7 +479,7 @@ __device__ __forceinline__ void qfwd_impl(const MsaQFwdParams& p, const MsaTenso
     // Pipeline: the consumer warpgroup's index, or the producer warp's.
     const int pipe = producer ? __shfl_sync(0xffffffffu, (int)((threadIdx.x - C::kCons) >> 5), 0) : wg;
     uint8_t* base = smem_q + pipe * C::kPipeBytes;  // 1024-byte aligned (the 128-byte swizzle atoms)
-    const QRings B{smem_u32(base + C::kOffBar), C::kKS, C::kVS};
+    const QRings B{smem_u32(base + C::kOffBar), C::kKS, C::kVS, C::kLS};
     if (!producer && (threadIdx.x & 127) == 0) {
         for (int i = 0; i < C::kKS; ++i) {
             mbar_init(B.kfull(i), 1);
@@ -397,6 +491,7 @@ __device__ __forceinline__ void qfwd_impl(const MsaQFwdParams& p, const MsaTenso
         }
         mbar_init(B.qfull(), 1);
         mbar_init(B.qempty(), 4);
+        for (int i = 0; i < C::kLS; ++i) mbar_init(B.lfull(i), 1);
         mbar_init_fence();
     }
     __syncthreads();
@@ -411,7 +506,7 @@ __device__ __forceinline__ void qfwd_impl(const MsaQFwdParams& p, const MsaTenso
         KVSource src;
         BlockLoc L;
         qfwd_source(p, b, R.h, src, L);
-        qfwd_producer<D, VAR>(p, maps, base, B, R, q_walk(p, t, R), L, src);
+        qfwd_producer<D, VAR, PV8>(p, maps, base, B, R, q_walk(p, t, R), L, src);
         return;
     }
     if (C::kPipes > 1) setmaxnreg_inc<C::kConsRegs>();
@@ -422,45 +517,61 @@ __device__ __forceinline__ void qfwd_impl(const MsaQFwdParams& p, const MsaTenso
     KVSource src;
     BlockLoc L;
     qfwd_source(p, b, R.h, src, L);
-    const QOperands<D, VAR> X{base, B, src, (int)(threadIdx.x & 127), 1 + pipe};
-    qfwd_consumer<D, VAR>(p, X, R, q_walk(p, t, R));
+    const QOperands<D, VAR, PV8> X{base, B, src, (int)(threadIdx.x & 127), 1 + pipe};
+    qfwd_consumer<D, VAR, PV8>(p, X, R, q_walk(p, t, R));
 }
 
-template <int D, int VAR>
+template <int D, int VAR, bool PV8>
 __device__ __forceinline__ void qfwd_entry(const MsaQFwdParams& p, const MsaTensorMaps& maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    qfwd_impl<D, VAR>(p, maps);
+    qfwd_impl<D, VAR, PV8>(p, maps);
 #else
     asm volatile("trap;");  // sm_90a kernel: no body for other targets
 #endif
 }
 
+// Kernel-name variants: the dtype variant and the P.V mode (fp8pv: the
+// fp8 variant with P.V on the e4m3 wgmma, the A/B alternative to fp8's
+// widened V until a GPU has timed both).
+template <int NAMEVAR> struct QName;
+enum { kQ_bf16, kQ_fp8, kQ_bf16fp8, kQ_nvfp4, kQ_fp8pv };
+template <> struct QName<kQ_bf16> { static constexpr int var = kVarBF16; static constexpr bool pv8 = false; };
+template <> struct QName<kQ_fp8> { static constexpr int var = kVarFP8; static constexpr bool pv8 = false; };
+template <> struct QName<kQ_bf16fp8> { static constexpr int var = kVarBF16FP8; static constexpr bool pv8 = false; };
+template <> struct QName<kQ_nvfp4> { static constexpr int var = kVarNVFP4; static constexpr bool pv8 = false; };
+template <> struct QName<kQ_fp8pv> { static constexpr int var = kVarFP8; static constexpr bool pv8 = true; };
+template <int D, int NAMEVAR>
+using QFwdCfgOf = QFwdCfg<D, QName<NAMEVAR>::var, QName<NAMEVAR>::pv8>;
+
 }  // namespace sm90
 }  // namespace msa
 
-#define MSA_SM90_QFWD(NAME, D, VAR)                                                                                    \
-    extern "C" __global__ void __launch_bounds__(msa::sm90::QFwdCfg<D, VAR>::kThreads, 1)                               \
+#define MSA_SM90_QFWD(NAME, D)                                                                                              \
+    extern "C" __global__ void __launch_bounds__(msa::sm90::QFwdCfgOf<D, msa::sm90::kQ_##NAME>::kThreads, 1)               \
         msa_sm90_qfwd_##NAME##_d##D(const __grid_constant__ MsaQFwdParams p, const __grid_constant__ MsaTensorMaps maps) { \
-        msa::sm90::qfwd_entry<D, VAR>(p, maps);                                                                       \
+        msa::sm90::qfwd_entry<D, msa::sm90::QName<msa::sm90::kQ_##NAME>::var, msa::sm90::QName<msa::sm90::kQ_##NAME>::pv8>(p, maps); \
     }
 
-MSA_SM90_QFWD(bf16, 64, msa::tc::kVarBF16)
-MSA_SM90_QFWD(bf16, 128, msa::tc::kVarBF16)
-MSA_SM90_QFWD(bf16, 256, msa::tc::kVarBF16)
-MSA_SM90_QFWD(fp8, 64, msa::tc::kVarFP8)
-MSA_SM90_QFWD(fp8, 128, msa::tc::kVarFP8)
-MSA_SM90_QFWD(fp8, 256, msa::tc::kVarFP8)
-MSA_SM90_QFWD(bf16fp8, 64, msa::tc::kVarBF16FP8)
-MSA_SM90_QFWD(bf16fp8, 128, msa::tc::kVarBF16FP8)
-MSA_SM90_QFWD(bf16fp8, 256, msa::tc::kVarBF16FP8)
-MSA_SM90_QFWD(nvfp4, 64, msa::tc::kVarNVFP4)
-MSA_SM90_QFWD(nvfp4, 128, msa::tc::kVarNVFP4)
-MSA_SM90_QFWD(nvfp4, 256, msa::tc::kVarNVFP4)
+MSA_SM90_QFWD(bf16, 64)
+MSA_SM90_QFWD(bf16, 128)
+MSA_SM90_QFWD(bf16, 256)
+MSA_SM90_QFWD(fp8, 64)
+MSA_SM90_QFWD(fp8, 128)
+MSA_SM90_QFWD(fp8, 256)
+MSA_SM90_QFWD(bf16fp8, 64)
+MSA_SM90_QFWD(bf16fp8, 128)
+MSA_SM90_QFWD(bf16fp8, 256)
+MSA_SM90_QFWD(nvfp4, 64)
+MSA_SM90_QFWD(nvfp4, 128)
+MSA_SM90_QFWD(nvfp4, 256)
+MSA_SM90_QFWD(fp8pv, 64)
+MSA_SM90_QFWD(fp8pv, 128)
+MSA_SM90_QFWD(fp8pv, 256)
 
 // Launch geometry (threads, dynamic shared memory), the same numbers as the
 // HopperAmpereLaunch table of names_hopper_ampere.go (its test reads these lines).
 #define MSA_HA_PIN(ARCH, ALGO, VAR, D, THREADS, SMEM)                                                       \
-    static_assert(msa::sm90::QFwdCfg<D, msa::tc::kVar_##VAR>::kThreads == (THREADS) && msa::sm90::QFwdCfg<D, msa::tc::kVar_##VAR>::kSmem == (SMEM), \
+    static_assert(msa::sm90::QFwdCfgOf<D, msa::sm90::kQ_##VAR>::kThreads == (THREADS) && msa::sm90::QFwdCfgOf<D, msa::sm90::kQ_##VAR>::kSmem == (SMEM), \
                   "geometry of msa_" #ARCH "_" #ALGO "_" #VAR "_d" #D " (names_hopper_ampere.go)");
 MSA_HA_PIN(sm90, qfwd, bf16, 64, 384, 182272)
 MSA_HA_PIN(sm90, qfwd, bf16, 128, 384, 231424)
@@ -474,4 +585,7 @@ MSA_HA_PIN(sm90, qfwd, bf16fp8, 256, 160, 230400)
 MSA_HA_PIN(sm90, qfwd, nvfp4, 64, 384, 124928)
 MSA_HA_PIN(sm90, qfwd, nvfp4, 128, 384, 231424)
 MSA_HA_PIN(sm90, qfwd, nvfp4, 256, 160, 230400)
+MSA_HA_PIN(sm90, qfwd, fp8pv, 64, 384, 124928)
+MSA_HA_PIN(sm90, qfwd, fp8pv, 128, 384, 215040)
+MSA_HA_PIN(sm90, qfwd, fp8pv, 256, 160, 214016)
 #undef MSA_HA_PIN

@@ -53,6 +53,7 @@ type Kernels struct {
 	devName  string
 	smemOpt  int // opt-in dynamic shared memory per block
 	sms      int // streaming multiprocessors (SplitForOccupancy)
+	l2       int // L2 cache bytes (KV2Window)
 	waves    int // prefill CTAs per SM and window (SplitForOccupancy)
 	fns      map[string]driver.Function
 	tc       map[string]tcKernel
@@ -141,6 +142,9 @@ func Load(ctx Runner) (*Kernels, error) {
 		if k.sms, err = dev.Attribute(driver.AttrMultiprocessorCount); err != nil {
 			return err
 		}
+		if k.l2, err = dev.Attribute(driver.AttrL2CacheSizeBytes); err != nil {
+			return err
+		}
 		k.waves = DefaultItemWaves
 		if v := os.Getenv("MSA_CUDA_ITEM_WAVES"); v != "" {
 			n, err := strconv.Atoi(v)
@@ -178,7 +182,7 @@ func Load(ctx Runner) (*Kernels, error) {
 			}
 			k.fns[name] = fn
 		}
-		for _, name := range append(append(TCNames(k.arch), QFwdNames(k.arch)...), PipeNames(k.arch)...) {
+		for _, name := range append(append(append(TCNames(k.arch), QFwdNames(k.arch)...), PipeNames(k.arch)...), KV2Names(k.arch)...) {
 			fn, err := mod.Function(name)
 			if driver.IsNotFound(err) {
 				continue
@@ -524,6 +528,8 @@ func (k *Kernels) tcStep(p *TCPlan, params []byte) (st step, ok bool, why string
 		threads, dyn, known = g.Threads, g.DynSmem, true
 	} else if g, ok := fatbin.HopperAmpereLaunch[p.Name]; ok {
 		threads, dyn, known = g.Threads, g.DynSmem, true
+	} else if g, ok := fatbin.Fwd2Launch[p.Name]; ok {
+		threads, dyn, known = g.Threads, g.DynSmem, true
 	}
 	if known {
 		if threads != kern.threads {
@@ -600,6 +606,10 @@ func (k *Kernels) prepPrefill(fa *FwdArgs, ca *CombineArgs, csr *plan.CSR, s *pl
 			k.fallback[QFwdName(qa, v, fa.D)] = why
 		}
 	}
+	kv2, window, kv2Counters, kv2Sched, err := k.kv2Setup(fa, ca, window)
+	if err != nil {
+		return nil, err
+	}
 	wins := []FwdWindow{{Q0: 0, Q1: fa.TotalQ, Sched: s}}
 	if cuQ != nil {
 		var err error
@@ -669,6 +679,15 @@ func (k *Kernels) prepPrefill(fa *FwdArgs, ca *CombineArgs, csr *plan.CSR, s *pl
 		p.LSEPartial -= shift * 4
 		if p.TLSEPartial != 0 {
 			p.TLSEPartial -= shift * 4
+		}
+		if kv2 != "" {
+			// The fused combine merges every row of the window: no combine launch.
+			st, why := k.kv2Step(kv2, fa, ca, p, int(w.Sched.WorkCount), sc, kv2Counters, kv2Sched, w.Q0)
+			if why == "" {
+				steps = append(steps, st)
+				continue
+			}
+			k.fallback[kv2] = why
 		}
 		if w.Sched.WorkCount > 0 {
 			done := false

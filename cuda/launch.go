@@ -119,7 +119,7 @@ var portableNames = []string{
 // MSA_CUDA_ARCH=sm80 runs the sm_80 kernels from their compute_80 PTX.
 // MSA_CUDA_ITEM_WAVES (1 to 64, default DefaultItemWaves) sets how many
 // CTAs per SM each prefill window's work items are cut into.
-// MSA_CUDA_PREFILL (kv, query) sets the prefill path and MSA_CUDA_DECODE
+// MSA_CUDA_PREFILL (kv, kv2, query, query80) sets the prefill path and MSA_CUDA_DECODE
 // (old, new; DecodeEnv) the sm_90a decode kernel; a bad value is an error.
 func Load(ctx Runner) (*Kernels, error) {
 	if err := driver.Open(); err != nil {

@@ -247,7 +247,7 @@ func emuKV2Window(s *kv2Shared, w *FwdWindow, ctas int, rng *rand.Rand) error {
 		}
 		for i := 0; i < 2; i++ {
 			x.kvfull[i], x.kvempty[i] = newEmuBar(1), newEmuBar(emptyCount)
-			x.qfull[i], x.qempty[i] = newEmuBar(1), newEmuBar(4)
+			x.qfull[i], x.qempty[i] = newEmuBar(32), newEmuBar(4) // qfull: one cp.async arrive per producer lane
 			x.stage[i] = -2
 		}
 		r.spawn(fmt.Sprintf("cta%d/producer", cta), func(a *emuActor) error { return kv2Producer(s, x, w, count, grid, a) })
@@ -316,7 +316,9 @@ func kv2Producer(s *kv2Shared, x *kv2CTA, w *FwdWindow, count, grid int, a *emuA
 				return fmt.Errorf("Q tile (%d, %d) gathered into warpgroup %d's buffer while it is read", it, rt, g)
 			}
 			x.q[g] = [2]int{it, rt}
-			x.qfull[g].arrive()
+			for lane := 0; lane < 32; lane++ {
+				x.qfull[g].arrive()
+			}
 			qn[g]++
 			u++
 			a.yield()

@@ -17,10 +17,12 @@
 // the transaction bytes, one empty barrier counting the 8 consumer warps)
 // and publishes the item id in the stage's slot: item k uses stage k % 2,
 // so item k + 1's K/V loads while item k computes. It then gathers the
-// item's Q row tiles (64 query-head rows each) into the Q buffer of the
-// consumer warpgroup that takes the tile (tile u of the CTA's sequence goes
-// to warpgroup u % 2; a Q buffer per warpgroup with a full barrier and an
-// empty barrier counting its 4 warps). A past-the-end item id (-1) in a
+// item's Q row tiles (64 query-head rows each, scattered queries: cp.async
+// 16-byte copies whose completion arrives on the buffer's full barrier, so
+// the whole tile is in flight at once) into the Q buffer of the consumer
+// warpgroup that takes the tile (tile u of the CTA's sequence goes to
+// warpgroup u % 2; a Q buffer per warpgroup with a full barrier counting the
+// 32 producer lanes and an empty barrier counting its 4 warps). A past-the-end item id (-1) in a
 // stage tells the consumers to stop.
 //
 // Consumer warpgroup, per tile: S = Q K^T (wgmma, shared x shared), Q
@@ -95,6 +97,33 @@ __device__ __forceinline__ void fwd2_source(const MsaFwdParams& p, int b, int h,
     L = BlockLoc{page_row != nullptr, page_row, p.page_size, h, dense_row0};
 }
 
+// Gather Q rows [rt, rt + 64) of an item into the K-major swizzled Q
+// buffer with cp.async (16-byte chunks, zero fill for padding rows) and
+// let qfull (count 32) complete when they land: each lane arrives through
+// cp.async.mbarrier.arrive.noinc once its own copies are done, so the
+// producer issues the whole tile without waiting and goes on. Lanes first
+// fetch the query offsets of rows lane and lane + 32, then each
+// instruction covers 32 / cpr whole rows (lane % cpr is the chunk).
+template <int D>
+__device__ __forceinline__ void fwd2_gather_q(uint8_t* sQ, const __nv_bfloat16* q, const FwdRows5& R, int rt, int lane, uint32_t qfull) {
+    constexpr int cpr = 2 * D / 16, rpi = 32 / cpr, span = 2 * D < 128 ? 2 * D : 128;
+    long long qo[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        long long orow;
+        int lim, qi;
+        R.row(rt + lane + 32 * i, qo[i], orow, lim, qi);
+    }
+    const int c = lane % cpr;
+#pragma unroll 8
+    for (int r0 = 0; r0 < kTileRows; r0 += rpi) {
+        const int r = r0 + lane / cpr;
+        const long long off = __shfl_sync(0xffffffffu, r0 < 32 ? qo[0] : qo[1], r & 31);  // rpi divides 32: one half per step
+        cp_async16(smem_u32(sQ + swz<span, kTileRows>(r, 16 * c)), q + (off >= 0 ? off + 8 * c : 0), off >= 0);
+    }
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(qfull) : "memory");
+}
+
 // Producer warp: items from the scheduler into the K/V ring, their Q tiles
 // into the consumers' Q buffers; then the scheduler's reset.
 template <int D, int VAR>
@@ -139,11 +168,8 @@ __device__ __forceinline__ void fwd2_producer(const MsaFwd2Params& P, const MsaT
             const int g = u % C::kWG;
             const int qn = g == 0 ? qn0 : qn1;
             if (qn > 0) mbar_wait(B.qempty(g), (uint32_t)(qn - 1) & 1u);
-            load_q_tile<D, VAR>(base + C::kOffQ + g * Geo90<D, VAR>::kQBytes, reinterpret_cast<const void*>(p.q), p.q_dtype, R, rt,
-                                lane, 32);
-            fence_async_smem();
-            __syncwarp();
-            if (lane == 0) mbar_arrive(B.qfull(g));
+            fwd2_gather_q<D>(base + C::kOffQ + g * Geo90<D, VAR>::kQBytes, reinterpret_cast<const __nv_bfloat16*>(p.q), R, rt, lane,
+                             B.qfull(g));
             if (g == 0) ++qn0;
             else ++qn1;
         }
@@ -324,6 +350,7 @@ __device__ __forceinline__ void fwd2_consumer(const MsaFwd2Params& P, uint8_t* b
         for (int rt = 0; rt < nrows; rt += kTileRows, ++u) {
             if (u % C::kWG != g) continue;
             mbar_wait(B.qfull(g), (uint32_t)qn & 1u);
+            fence_async_smem();  // the producer's cp.async (generic proxy) writes before this warp's wgmma reads
             ++qn;
             float s[64];
             qk<D, VAR>(aQ, smem_u32(sK), s);
@@ -377,7 +404,7 @@ __device__ __forceinline__ void fwd2_impl(const MsaFwd2Params& P, const MsaTenso
             mbar_init(B.kvempty(s), C::kCons / 32);
         }
         for (int g = 0; g < C::kWG; ++g) {
-            mbar_init(B.qfull(g), 1);
+            mbar_init(B.qfull(g), 32);  // one cp.async arrive per producer lane
             mbar_init(B.qempty(g), 4);
         }
         mbar_init_fence();

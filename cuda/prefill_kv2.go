@@ -26,14 +26,14 @@ func KV2Names(a Arch) []string {
 	if a != ArchSM90 {
 		return nil
 	}
-	return []string{fatbin.SM90Fwd2BF16D64, fatbin.SM90Fwd2BF16D128}
+	return []string{fatbin.SM90Fwd2BF16D64, fatbin.SM90Fwd2BF16D128, fatbin.SM90Fwd2FP8D64, fatbin.SM90Fwd2FP8D128}
 }
 
 // KV2Plan returns the kv2 kernel and its launch geometry for a prefill of
 // fa and ca on family arch, or why it cannot run (the prefill then runs
-// msa_sm90_fwd_* and the combine). The kernel exists for BF16 Q/K/V at
-// D = 64 and 128 with F32 or BF16 partials; it stores 16-byte vectors of
-// the partial and output rows.
+// msa_sm90_fwd_* and the combine). The kernel exists for BF16 and FP8
+// (E4M3 Q/K/V, P rounded to E4M3) at D = 64 and 128 with F32 or BF16
+// partials; it stores 16-byte vectors of the partial and output rows.
 func KV2Plan(arch Arch, fa *FwdArgs, ca *CombineArgs) (name string, l fatbin.HALaunch, why string) {
 	v, ok := FwdVariant(fa.QDtype, fa.KVDtype)
 	switch {
@@ -41,8 +41,14 @@ func KV2Plan(arch Arch, fa *FwdArgs, ca *CombineArgs) (name string, l fatbin.HAL
 		return "", l, fmt.Sprintf("kv2 is an sm_90a kernel, this GPU runs the %v family", arch)
 	case ca == nil:
 		return "", l, "kv2 fuses the combine: a forward without its combine runs msa_sm90_fwd_*"
-	case !ok || v != VarBF16:
-		return "", l, fmt.Sprintf("kv2 has BF16 Q/K/V only, not Q %s, K/V %s", fa.QDtype, fa.KVDtype)
+	case !ok || v != VarBF16 && v != VarFP8:
+		return "", l, fmt.Sprintf("kv2 has BF16 and FP8 (E4M3 Q/K/V) only, not Q %s, K/V %s", fa.QDtype, fa.KVDtype)
+	case v == VarFP8 && fa.PVRound != RoundE4M3:
+		return "", l, "the fp8 variant rounds P to e4m3 (pv_round must be E4M3)"
+	case fa.BlkKV > 128:
+		return "", l, "blk_kv above 128"
+	case !aligned(fa.Q, 16):
+		return "", l, "Q not 16-byte aligned (its rows are gathered in 16-byte copies)"
 	case fa.D != 64 && fa.D != 128:
 		return "", l, fmt.Sprintf("head dim %d: kv2 has D = 64 and 128", fa.D)
 	case fa.PartialDtype != F32 && fa.PartialDtype != BF16:

@@ -52,7 +52,13 @@ func TestKV2Plan(t *testing.T) {
 	}{
 		{"sm100", ArchSM100, nil, "sm_90a"},
 		{"no combine", ArchSM90, func(fa *FwdArgs, ca *CombineArgs) *CombineArgs { return nil }, "combine"},
-		{"fp8", ArchSM90, func(fa *FwdArgs, ca *CombineArgs) *CombineArgs { fa.QDtype, fa.KVDtype = E4M3, E4M3; return ca }, "BF16 Q/K/V"},
+		{"bf16fp8", ArchSM90, func(fa *FwdArgs, ca *CombineArgs) *CombineArgs { fa.KVDtype = E4M3; return ca }, "BF16 and FP8"},
+		{"fp8 bf16 P", ArchSM90, func(fa *FwdArgs, ca *CombineArgs) *CombineArgs {
+			fa.QDtype, fa.KVDtype, fa.PVRound = E4M3, E4M3, RoundBF16
+			return ca
+		}, "e4m3"},
+		{"blk 256", ArchSM90, func(fa *FwdArgs, ca *CombineArgs) *CombineArgs { fa.BlkKV = 256; return ca }, "blk_kv"},
+		{"q misaligned", ArchSM90, func(fa *FwdArgs, ca *CombineArgs) *CombineArgs { fa.Q += 2; return ca }, "Q not"},
 		{"d256", ArchSM90, func(fa *FwdArgs, ca *CombineArgs) *CombineArgs { fa.D, ca.D = 256, 256; return ca }, "head dim 256"},
 		{"f16 partials", ArchSM90, func(fa *FwdArgs, ca *CombineArgs) *CombineArgs {
 			fa.PartialDtype, ca.PartialDtype = F16, F16
@@ -68,6 +74,11 @@ func TestKV2Plan(t *testing.T) {
 		if _, _, why := KV2Plan(c.arch, fa, ca); !strings.Contains(why, c.want) {
 			t.Errorf("%s: why %q, want it to mention %q", c.what, why, c.want)
 		}
+	}
+	fa, ca = good()
+	fa.QDtype, fa.KVDtype, fa.PVRound, fa.D, ca.D = E4M3, E4M3, RoundE4M3, 64, 64
+	if name, _, why := KV2Plan(ArchSM90, fa, ca); why != "" || name != fatbin.SM90Fwd2FP8D64 {
+		t.Errorf("fp8 d64: %q %q", name, why)
 	}
 	// every kernel the launcher looks up has launch data, and only sm90 has any
 	for _, n := range KV2Names(ArchSM90) {

@@ -5,12 +5,14 @@
 
 package fatbin
 
-// Kernel entry points msa_sm90_fwd2_<variant>_d<D>: BF16 Q/K/V at head dims
-// 64 and 128 (the other variants and D = 256 run msa_sm90_fwd_* and the
-// combine).
+// Kernel entry points msa_sm90_fwd2_<variant>_d<D>: BF16 and FP8 (E4M3
+// Q/K/V) at head dims 64 and 128 (the other variants and D = 256 run
+// msa_sm90_fwd_* and the combine).
 const (
 	SM90Fwd2BF16D64  = "msa_sm90_fwd2_bf16_d64"
 	SM90Fwd2BF16D128 = "msa_sm90_fwd2_bf16_d128"
+	SM90Fwd2FP8D64   = "msa_sm90_fwd2_fp8_d64"
+	SM90Fwd2FP8D128  = "msa_sm90_fwd2_fp8_d128"
 )
 
 // Fwd2Launch holds the geometry of the kernels above (one CTA per SM at
@@ -20,4 +22,6 @@ const (
 var Fwd2Launch = map[string]HALaunch{
 	SM90Fwd2BF16D64:  {Threads: 288, DynSmem: 115784},
 	SM90Fwd2BF16D128: {Threads: 288, DynSmem: 230472},
+	SM90Fwd2FP8D64:   {Threads: 288, DynSmem: 107592},
+	SM90Fwd2FP8D128:  {Threads: 288, DynSmem: 214088},
 }

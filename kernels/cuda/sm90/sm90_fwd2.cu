@@ -48,13 +48,16 @@
 // counters (any order of the CTAs' arrivals) and the arithmetic against
 // the float64 reference.
 //
-// Variants: BF16 Q/K/V at D = 64 and 128 with F32 or BF16 partials (the
-// dtype and D are template parameters; the partial dtype is chosen once per
-// CTA, outside the loop). FP8, BF16 Q + E4M3 K/V, NVFP4 K/V, D = 256 and
-// F16 / E4M3 partials run on msa_sm90_fwd_* + msa_combine_* (the launcher
-// records why in Kernels.Fallbacks): their converted operands and wider rows
-// do not fit the two-stage ring, two Q buffers and two staging buffers in
-// 227 KB without a different layout.
+// Variants: BF16 Q/K/V and FP8 (E4M3 Q/K/V: Q.K^T on the e4m3 wgmma from
+// the landed K, V widened to bf16 in shared memory by the consumers once
+// per item, exact, as is the E4M3-rounded P, so P.V runs on the bf16
+// wgmma) at D = 64 and 128, with F32 or BF16 partials (the dtype and D are
+// template parameters; the partial dtype is chosen once per CTA, outside
+// the loop). BF16 Q + E4M3 K/V, NVFP4 K/V, D = 256 and F16 / E4M3
+// partials run on msa_sm90_fwd_* + msa_combine_* (the launcher records why
+// in Kernels.Fallbacks): their widened operands and wider rows do not fit
+// the two-stage ring, two Q buffers and two staging buffers in 227 KB
+// without a different layout.
 #include "sm90/sm90_ring.cuh"
 
 namespace msa {
@@ -63,12 +66,16 @@ namespace sm90 {
 template <int D, int VAR>
 struct Fwd2Cfg {
     using G = Geo90<D, VAR>;
-    static_assert(VAR == kVarBF16 && (D == 64 || D == 128), "sm90_fwd2: BF16 Q/K/V at D 64 / 128 only");
+    static_assert((VAR == kVarBF16 || VAR == kVarFP8) && (D == 64 || D == 128), "sm90_fwd2: BF16 or FP8 at D 64 / 128 only");
     static constexpr int kWG = 2;      // consumer warpgroups
     static constexpr int kStages = 2;  // K/V ring
     static constexpr int kCons = 128 * kWG;
     static constexpr int kThreads = kCons + 32;
-    static constexpr int kStageBytes = G::kKBytes + G::kVBytes;  // K and V land as the wgmma operands
+    // one stage: K operand, V operand (bf16), then the landing buffer of a
+    // converted operand (FP8: the E4M3 V rows, widened into the V operand)
+    static constexpr int kStageBytes = G::kStageBytes;
+    static constexpr int kOffKRaw = G::kKBytes + G::kVBytes;
+    static constexpr int kOffVRaw = kOffKRaw + (G::kKDirect ? 0 : G::kRawBytes);
     static constexpr int kORow = 4 * D;                          // staged partial row (F32; BF16 uses half)
     static constexpr int kOffQ = kStages * kStageBytes;
     static constexpr int kOffO = kOffQ + kWG * G::kQBytes;
@@ -104,9 +111,10 @@ __device__ __forceinline__ void fwd2_source(const MsaFwdParams& p, int b, int h,
 // producer issues the whole tile without waiting and goes on. Lanes first
 // fetch the query offsets of rows lane and lane + 32, then each
 // instruction covers 32 / cpr whole rows (lane % cpr is the chunk).
-template <int D>
-__device__ __forceinline__ void fwd2_gather_q(uint8_t* sQ, const __nv_bfloat16* q, const FwdRows5& R, int rt, int lane, uint32_t qfull) {
-    constexpr int cpr = 2 * D / 16, rpi = 32 / cpr, span = 2 * D < 128 ? 2 * D : 128;
+template <int D, int VAR>
+__device__ __forceinline__ void fwd2_gather_q(uint8_t* sQ, const uint8_t* q, const FwdRows5& R, int rt, int lane, uint32_t qfull) {
+    using G = Geo90<D, VAR>;  // Q rows are stored in the Q.K^T operand type (BF16, or E4M3 for fp8)
+    constexpr int cpr = G::kQkRow / 16, rpi = 32 / cpr, span = G::kQkSpan;
     long long qo[2];
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
@@ -119,7 +127,7 @@ __device__ __forceinline__ void fwd2_gather_q(uint8_t* sQ, const __nv_bfloat16* 
     for (int r0 = 0; r0 < kTileRows; r0 += rpi) {
         const int r = r0 + lane / cpr;
         const long long off = __shfl_sync(0xffffffffu, r0 < 32 ? qo[0] : qo[1], r & 31);  // rpi divides 32: one half per step
-        cp_async16(smem_u32(sQ + swz<span, kTileRows>(r, 16 * c)), q + (off >= 0 ? off + 8 * c : 0), off >= 0);
+        cp_async16(smem_u32(sQ + swz<span, kTileRows>(r, 16 * c)), q + (off >= 0 ? off * G::kQkEs + 16 * c : 0), off >= 0);
     }
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(qfull) : "memory");
 }
@@ -162,14 +170,16 @@ __device__ __forceinline__ void fwd2_producer(const MsaFwd2Params& P, const MsaT
         KVSource src;
         BlockLoc L;
         fwd2_source(p, b, h, src, L);
-        produce_block<D, VAR>(maps, sK, sK + Geo90<D, VAR>::kKBytes, B.kvfull(st), L, src, t0, nkeys);
+        using G = Geo90<D, VAR>;
+        produce_block<D, VAR>(maps, G::kKDirect ? sK : sK + C::kOffKRaw, G::kVDirect ? sK + G::kKBytes : sK + C::kOffVRaw, B.kvfull(st), L,
+                              src, t0, nkeys);
 #pragma unroll 1
         for (int rt = 0; rt < R.r.nrows; rt += kTileRows, ++u) {
             const int g = u % C::kWG;
             const int qn = g == 0 ? qn0 : qn1;
             if (qn > 0) mbar_wait(B.qempty(g), (uint32_t)(qn - 1) & 1u);
-            fwd2_gather_q<D>(base + C::kOffQ + g * Geo90<D, VAR>::kQBytes, reinterpret_cast<const __nv_bfloat16*>(p.q), R, rt, lane,
-                             B.qfull(g));
+            fwd2_gather_q<D, VAR>(base + C::kOffQ + g * Geo90<D, VAR>::kQBytes, reinterpret_cast<const uint8_t*>(p.q), R, rt, lane,
+                                  B.qfull(g));
             if (g == 0) ++qn0;
             else ++qn1;
         }
@@ -340,9 +350,15 @@ __device__ __forceinline__ void fwd2_consumer(const MsaFwd2Params& P, uint8_t* b
         const FwdRows5 R{fwd_rows_at(p, D, w, b, t0, nkeys, h)};
         uint8_t* sK = base + st * C::kStageBytes;
         uint8_t* sV = sK + G::kKBytes;
-        if (nkeys > 0 && nkeys < kBlk) {  // V rows past the block's end: P is 0 there, and 0 * NaN is NaN
-            zero_tail<D>(sV, nkeys, threadIdx.x, C::kCons);
-            fence_async_smem();
+        if (nkeys > 0 && (!G::kVDirect || nkeys < kBlk)) {
+            // FP8: widen the landed E4M3 V into the bf16 V operand (rows past
+            // the block's end zero); BF16: zero V rows past the block's end
+            // (P is 0 there, and 0 * NaN is NaN). All 256 consumer threads,
+            // then every warpgroup sees the operand.
+            KVSource src;
+            BlockLoc L;
+            fwd2_source(p, b, h, src, L);
+            prepare_block<D, VAR>(sK, sV, sK + C::kOffKRaw, sK + C::kOffVRaw, src, t0, nkeys, threadIdx.x, C::kCons);
             named_bar(1, C::kCons);
         }
         const int nrows = nkeys > 0 ? R.r.nrows : 0;
@@ -440,6 +456,8 @@ __device__ __forceinline__ void fwd2_entry(const MsaFwd2Params& P, const MsaTens
 
 MSA_SM90_FWD2(bf16, 64, msa::tc::kVarBF16)
 MSA_SM90_FWD2(bf16, 128, msa::tc::kVarBF16)
+MSA_SM90_FWD2(fp8, 64, msa::tc::kVarFP8)
+MSA_SM90_FWD2(fp8, 128, msa::tc::kVarFP8)
 
 // Launch geometry (threads, dynamic shared memory), the same numbers as the
 // Fwd2Launch table of fatbin/names_fwd2.go (its test reads these lines).
@@ -449,4 +467,6 @@ MSA_SM90_FWD2(bf16, 128, msa::tc::kVarBF16)
                   "geometry of msa_sm90_fwd2_" #VAR "_d" #D " (names_fwd2.go)");
 MSA_FWD2_PIN(bf16, 64, 288, 115784)
 MSA_FWD2_PIN(bf16, 128, 288, 230472)
+MSA_FWD2_PIN(fp8, 64, 288, 107592)
+MSA_FWD2_PIN(fp8, 128, 288, 214088)
 #undef MSA_FWD2_PIN

@@ -22,8 +22,8 @@
 // the mma.sync kernels on every family, so one run on a Hopper GPU can time both query-major
 // kernels; kv2 runs the KV-major schedule on the persistent sm_90a kernel
 // of sm90_fwd2.cu, which merges each row's partials itself (no combine
-// launch; prefill_kv2.go holds its plan and window sizing; BF16 at D 64 /
-// 128, the KV path elsewhere). MSA_CUDA_ARCH (portable, sm80, sm90, sm100) overrides the
+// launch; prefill_kv2.go holds its plan and window sizing; BF16 and FP8
+// at D 64 / 128, the KV path elsewhere). MSA_CUDA_ARCH (portable, sm80, sm90, sm100) overrides the
 // kernel family of every launch, not only the prefill's.
 //
 // Paged decode takes one of two kernels on sm_90 (DecodeKernel, read from

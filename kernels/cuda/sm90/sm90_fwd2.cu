@@ -22,8 +22,13 @@
 // the whole tile is in flight at once) into the Q buffer of the consumer
 // warpgroup that takes the tile (tile u of the CTA's sequence goes to
 // warpgroup u % 2; a Q buffer per warpgroup with a full barrier counting the
-// 32 producer lanes and an empty barrier counting its 4 warps). A past-the-end item id (-1) in a
-// stage tells the consumers to stop.
+// 32 producer lanes and an empty barrier counting its 4 warps). A
+// past-the-end item id (-1) in a stage tells the consumers to stop.
+// (Q is not loaded by TMA: an item's rows are scattered queries, one box
+// per query; O partials are not stored by TMA either, their rows being
+// scattered slots. Not yet here: FlashAttention-3's overlap of one tile's
+// Q.K^T with the previous tile's softmax inside a warpgroup, which needs a
+// second score tile in registers beyond the 224 available.)
 //
 // Consumer warpgroup, per tile: S = Q K^T (wgmma, shared x shared), Q
 // buffer released at once (the producer gathers the next tile while this

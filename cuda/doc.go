@@ -13,14 +13,17 @@
 // compile time (kernels/cuda/tagged_build.sh or kernels/cuda/gpucheck.sh
 // set the include path); no GPU is needed to build.
 //
-// A sparse prefill takes one of two paths (PrefillPath, read from
+// A sparse prefill takes one of several paths (PrefillPath, read from
 // MSA_CUDA_PREFILL by Load, or SetPrefillPath): kv (the default) runs the
 // KV-major partials kernels and the combine; query runs the query-major
 // kernel over a QPlan (qprefill_plan.go) and writes O and LSE once, on the
 // family's own query-major kernel (QFwdName: the sm_90a wgmma kernels on
 // Hopper, the mma.sync kernels of sm80_qfwd.cu elsewhere); query80 runs
 // the mma.sync kernels on every family, so one run on a Hopper GPU can time both query-major
-// kernels. MSA_CUDA_ARCH (portable, sm80, sm90, sm100) overrides the
+// kernels; kv2 runs the KV-major schedule on the persistent sm_90a kernel
+// of sm90_fwd2.cu, which merges each row's partials itself (no combine
+// launch; prefill_kv2.go holds its plan and window sizing; BF16 and FP8
+// at D 64 / 128, the KV path elsewhere). MSA_CUDA_ARCH (portable, sm80, sm90, sm100) overrides the
 // kernel family of every launch, not only the prefill's.
 //
 // Paged decode takes one of two kernels on sm_90 (DecodeKernel, read from

@@ -54,6 +54,7 @@ type Kernels struct {
 	devName string
 	smemOpt int // opt-in dynamic shared memory per block
 	sms     int // streaming multiprocessors (SplitForOccupancy)
+	l2      int // L2 cache bytes (KV2Window)
 	waves   int // prefill CTAs per SM and window (SplitForOccupancy)
 	fns     map[string]driver.Function
 	tc      map[string]tcKernel
@@ -124,10 +125,10 @@ var portableNames = []string{
 // MSA_CUDA_ARCH=sm80 runs the sm_80 kernels from their compute_80 PTX.
 // MSA_CUDA_ITEM_WAVES (1 to 64, default DefaultItemWaves) sets how many
 // CTAs per SM each prefill window's work items are cut into.
-// MSA_CUDA_PREFILL (kv, query) sets the prefill path and MSA_CUDA_DECODE
-// (old, new; DecodeEnv) the sm_90a decode kernel, MSA_CUDA_FP8PV (widen,
-// fp8; FP8PVEnv) the sm_90a query-major fp8 kernel's P.V; a bad value is
-// an error.
+// MSA_CUDA_PREFILL (kv, kv2, query, query80) sets the prefill path and
+// MSA_CUDA_DECODE (old, new; DecodeEnv) the sm_90a decode kernel,
+// MSA_CUDA_FP8PV (widen, fp8; FP8PVEnv) the sm_90a query-major fp8
+// kernel's P.V; a bad value is an error.
 func Load(ctx Runner) (*Kernels, error) {
 	if err := driver.Open(); err != nil {
 		return nil, err
@@ -147,6 +148,9 @@ func Load(ctx Runner) (*Kernels, error) {
 			return err
 		}
 		if k.sms, err = dev.Attribute(driver.AttrMultiprocessorCount); err != nil {
+			return err
+		}
+		if k.l2, err = dev.Attribute(driver.AttrL2CacheSizeBytes); err != nil {
 			return err
 		}
 		k.waves = DefaultItemWaves
@@ -194,7 +198,7 @@ func Load(ctx Runner) (*Kernels, error) {
 			}
 			k.fns[name] = fn
 		}
-		for _, name := range append(append(TCNames(k.arch), QFwdNames(k.arch)...), PipeNames(k.arch)...) {
+		for _, name := range append(append(append(TCNames(k.arch), QFwdNames(k.arch)...), PipeNames(k.arch)...), KV2Names(k.arch)...) {
 			fn, err := mod.Function(name)
 			if driver.IsNotFound(err) {
 				continue
@@ -597,6 +601,8 @@ func (k *Kernels) tcStep(p *TCPlan, params []byte) (st step, ok bool, why string
 		threads, dyn, known = g.Threads, g.DynSmem, true
 	} else if g, ok := fatbin.HopperAmpereLaunch[p.Name]; ok {
 		threads, dyn, known = g.Threads, g.DynSmem, true
+	} else if g, ok := fatbin.Fwd2Launch[p.Name]; ok {
+		threads, dyn, known = g.Threads, g.DynSmem, true
 	}
 	if known {
 		if threads != kern.threads {
@@ -673,6 +679,10 @@ func (k *Kernels) prepPrefill(fa *FwdArgs, ca *CombineArgs, csr *plan.CSR, s *pl
 			k.fallback[QFwdName(qa, v, fa.D)] = why
 		}
 	}
+	kv2, window, kv2Counters, kv2Sched, err := k.kv2Setup(fa, ca, window)
+	if err != nil {
+		return nil, err
+	}
 	wins := []FwdWindow{{Q0: 0, Q1: fa.TotalQ, Sched: s}}
 	if cuQ != nil {
 		var err error
@@ -742,6 +752,15 @@ func (k *Kernels) prepPrefill(fa *FwdArgs, ca *CombineArgs, csr *plan.CSR, s *pl
 		p.LSEPartial -= shift * 4
 		if p.TLSEPartial != 0 {
 			p.TLSEPartial -= shift * 4
+		}
+		if kv2 != "" {
+			// The fused combine merges every row of the window: no combine launch.
+			st, why := k.kv2Step(kv2, fa, ca, p, int(w.Sched.WorkCount), sc, kv2Counters, kv2Sched, w.Q0)
+			if why == "" {
+				steps = append(steps, st)
+				continue
+			}
+			k.fallback[kv2] = why
 		}
 		if w.Sched.WorkCount > 0 {
 			done := false

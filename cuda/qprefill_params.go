@@ -26,10 +26,14 @@ const (
 	// sm80/sm80_qfwd.cu on every tensor-core family, so that one run on a
 	// Hopper GPU can time both query-major kernels.
 	PrefillQuery80
+	// PrefillKV2 is the KV-major path on the persistent sm_90a kernel with
+	// the combine fused (sm90/sm90_fwd2.cu, KV2Plan); elsewhere, and for
+	// the variants it does not have, the KV path.
+	PrefillKV2
 )
 
 // PrefillEnv is the environment variable Load reads the prefill path
-// from: "kv" (the default, also when unset), "query" or "query80".
+// from: "kv" (the default, also when unset), "kv2", "query" or "query80".
 const PrefillEnv = "MSA_CUDA_PREFILL"
 
 // String is the name ParsePrefillPath reads.
@@ -39,11 +43,13 @@ func (p PrefillPath) String() string {
 		return "query"
 	case PrefillQuery80:
 		return "query80"
+	case PrefillKV2:
+		return "kv2"
 	}
 	return "kv"
 }
 
-// ParsePrefillPath parses "kv", "query" or "query80" ("" is kv).
+// ParsePrefillPath parses "kv", "kv2", "query" or "query80" ("" is kv).
 func ParsePrefillPath(s string) (PrefillPath, error) {
 	switch s {
 	case "", "kv":
@@ -52,8 +58,10 @@ func ParsePrefillPath(s string) (PrefillPath, error) {
 		return PrefillQuery, nil
 	case "query80":
 		return PrefillQuery80, nil
+	case "kv2":
+		return PrefillKV2, nil
 	}
-	return PrefillKV, fmt.Errorf("cuda: %s=%q: want kv, query or query80", PrefillEnv, s)
+	return PrefillKV, fmt.Errorf("cuda: %s=%q: want kv, kv2, query or query80", PrefillEnv, s)
 }
 
 // queryArch is the family whose query-major kernel path p runs on a

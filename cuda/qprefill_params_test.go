@@ -11,7 +11,7 @@ import (
 )
 
 func TestPrefillPathParse(t *testing.T) {
-	for s, want := range map[string]PrefillPath{"": PrefillKV, "kv": PrefillKV, "query": PrefillQuery, "query80": PrefillQuery80} {
+	for s, want := range map[string]PrefillPath{"": PrefillKV, "kv": PrefillKV, "kv2": PrefillKV2, "query": PrefillQuery, "query80": PrefillQuery80} {
 		got, err := ParsePrefillPath(s)
 		if err != nil || got != want {
 			t.Errorf("ParsePrefillPath(%q) = %v, %v: want %v", s, got, err, want)
@@ -20,7 +20,7 @@ func TestPrefillPathParse(t *testing.T) {
 			t.Errorf("%v.String() = %q, want %q", got, got.String(), s)
 		}
 	}
-	for _, s := range []string{"auto", "Query", "q"} {
+	for _, s := range []string{"auto", "Query", "q", "KV2", "kv3"} {
 		if _, err := ParsePrefillPath(s); err == nil || !strings.Contains(err.Error(), PrefillEnv) {
 			t.Errorf("ParsePrefillPath(%q): error %v, want one naming %s", s, err, PrefillEnv)
 		}

@@ -141,6 +141,11 @@ func genPrefill(t testing.TB, c *prefillCase, seed uint64) {
 			}
 		}
 	}
+	rebuildSchedule(t, c)
+}
+
+// rebuildSchedule builds the CSR and forward schedule of c's selection q2k.
+func rebuildSchedule(t testing.TB, c *prefillCase) {
 	var err error
 	c.csr, err = plan.BuildK2QCSR(nil, c.q2k, c.hkv, c.totalQ, c.topK, c.cuQ, c.cuK, c.blk)
 	if err != nil {

@@ -388,6 +388,7 @@ const (
 	AttrComputeCapMajor      Attr = C.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
 	AttrComputeCapMinor      Attr = C.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR
 	AttrMaxSharedPerBlockOpt Attr = C.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
+	AttrL2CacheSizeBytes     Attr = C.CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE
 )
 
 // Attribute returns the value of attribute a.

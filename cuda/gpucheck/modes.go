@@ -24,6 +24,8 @@ func (m runMode) label() string {
 		return " (query)"
 	case m.prefill == cuda.PrefillQuery80:
 		return " (query80)"
+	case m.prefill == cuda.PrefillKV2:
+		return " (kv2)"
 	}
 	return " (kv)"
 }
@@ -31,7 +33,8 @@ func (m runMode) label() string {
 // modes lists the modes of a case: the portable kernels alone where the
 // device has no tensor-core kernels; else the tensor-core kernels (for a
 // prefill, KV-major then query-major; on sm90 also the query-major path on
-// the sm80 mma.sync kernel, next to the wgmma one) and the portable kernels.
+// the sm80 mma.sync kernel, next to the wgmma one, and the persistent
+// KV-major kernel with the fused combine, kv2) and the portable kernels.
 func (r *report) modes(prefill bool) []runMode {
 	return prefillModes(len(r.k.TensorCoreKernels()) > 0, r.k.Arch(), prefill)
 }
@@ -47,7 +50,7 @@ func prefillModes(tc bool, a cuda.Arch, prefill bool) []runMode {
 	}
 	ms := []runMode{{path: cuda.PathAuto, prefill: cuda.PrefillKV}, {path: cuda.PathAuto, prefill: cuda.PrefillQuery}}
 	if a == cuda.ArchSM90 {
-		ms = append(ms, runMode{path: cuda.PathAuto, prefill: cuda.PrefillQuery80})
+		ms = append(ms, runMode{path: cuda.PathAuto, prefill: cuda.PrefillQuery80}, runMode{path: cuda.PathAuto, prefill: cuda.PrefillKV2})
 	}
 	return append(ms, runMode{path: cuda.PathPortable, prefill: cuda.PrefillKV})
 }

@@ -107,6 +107,14 @@ var accums = []accum{
 		"sm90/sm90_fwd.cu: softmax_block(s, lim, scale, invT, p.pv_round, st, pa, alpha);",
 		"sm90/sm90_fwd.cu: float s[64];",
 		"sm90/sm90_fwd.cu: and the E4M3-rounded P are exact in bf16, so P.V runs on the bf16 wgmma"}},
+	// kv2: the same work items as sm90_fwd (one block of up to 128 keys,
+	// stored normalised in the partial dtype), merged in the kernel with the
+	// combine's mode-0 arithmetic.
+	{pattern: re(`^msa_sm90_fwd2_(bf16|fp8)_d(64|128)$`), prefill: true, chain: chainBlock, sumTile: 128, partials: "block", pRound: "bf16", src: []string{
+		"sm90/sm90_fwd2.cu: softmax_block(s, lim, scale, invT, p.pv_round, sm, pa, alpha);",
+		"sm90/sm90_fwd2.cu: float s[64];",
+		"sm90/sm90_fwd2.cu: // FP8: widen the landed E4M3 V into the bf16 V operand (rows past",
+		"sm90/sm90_fwd2.cu: // out / lse / tlse, by one warp: combine.cu's mode-0 arithmetic with the"}},
 	// One O accumulator over the whole walk (rescaled per 128-key block),
 	// written once.
 	{pattern: re(`^msa_sm90_qfwd_(bf16|fp8|bf16fp8|nvfp4)_d(64|128|256)$`), prefill: true, chain: chainRow, sumTile: 128, partials: "none", pRound: "bf16", src: []string{
@@ -191,7 +199,7 @@ func candidates(prefill bool, q, kv cuda.Dtype, d int) []string {
 		var v cuda.TCVariant
 		var ok bool
 		switch {
-		case prefill && (strings.Contains(n, "_fwd_") || strings.Contains(n, "_qfwd_")):
+		case prefill && (strings.Contains(n, "_fwd_") || strings.Contains(n, "_fwd2_") || strings.Contains(n, "_qfwd_")):
 			v, ok = cuda.FwdVariant(q, kv)
 		case !prefill && (strings.Contains(n, "_decode_") || strings.Contains(n, "_decpipe_")):
 			for _, a := range []cuda.Arch{cuda.ArchSM80, cuda.ArchSM90, cuda.ArchSM100} {

@@ -133,6 +133,33 @@ typedef struct MsaDecodePipeParams {
     int32_t pad0;
 } MsaDecodePipeParams;
 
+/* KV-major sparse prefill with the combine fused (sm90/sm90_fwd2.cu), one
+ * launch per query window [q0, q0 + f.total_q). Grid: persistent, at most
+ * one CTA per SM; the CTAs take the window's work items (f.metadata,
+ * f.work_count) in order from the tile scheduler sched[0] (an atomic
+ * counter). f's partial pointers are shifted by -q0 rows as for
+ * msa_sparse_fwd (slot s of global row g = (query, query head) is partial
+ * row s * f.total_q * Hq + g). counters[g] (shifted by -q0 * Hq) counts the
+ * slots of row g written so far; the CTA that writes the last of the
+ * split_counts[query * Hkv + head_kv] slots resets it to 0 and merges the
+ * row into out / lse / tlse (combine.cu's mode-0 arithmetic); rows with no
+ * slot get O = 0 and LSE = -inf. sched[1] counts the CTAs that fetched
+ * their last item; the last one sets sched[0] and sched[1] back to 0. So
+ * counters and sched (zeroed once when allocated) need no reset between
+ * launches, and no combine launch follows. Partial dtype F32 or BF16. */
+typedef struct MsaFwd2Params {
+    MsaFwdParams f;
+    uint64_t out;          /* bf16 [total rows, Hq, D], global query rows */
+    uint64_t lse;          /* float [total rows, Hq] */
+    uint64_t tlse;         /* float [total rows, Hq] nullable */
+    uint64_t output_scale; /* float[1] nullable (NVFP4 V global scale) */
+    uint64_t split_counts; /* int32 [total rows, Hkv], global query rows */
+    uint64_t counters;     /* int32 [f.total_q * Hq], shifted by -q0 * Hq; 0 between launches */
+    uint64_t sched;        /* int32 [2]; 0 between launches */
+    int32_t q0;            /* first global query row of the window */
+    int32_t pad0;
+} MsaFwd2Params;
+
 /* Query-major sparse prefill (sm80/sm80_qfwd.cu). Grid: (num_tiles), block
  * 128 (256 at D = 256). Tile t (cuda.QPlan): tiles[4t..4t+3] = (batch, KV
  * head, first token as a global query row, tokens); its blocks are
@@ -174,6 +201,7 @@ static_assert(sizeof(MsaFwdParams) == 17 * 8 + 20 * 4 + 2 * 4, "MsaFwdParams lay
 static_assert(sizeof(MsaCombineParams) == 9 * 8 + 10 * 4, "MsaCombineParams layout");
 static_assert(sizeof(MsaDecodeParams) == 20 * 8 + 18 * 4 + 8, "MsaDecodeParams layout");
 static_assert(sizeof(MsaDecodePipeParams) == 264, "MsaDecodePipeParams layout");
+static_assert(sizeof(MsaFwd2Params) == sizeof(MsaFwdParams) + 7 * 8 + 2 * 4, "MsaFwd2Params layout");
 static_assert(sizeof(MsaQFwdParams) == 18 * 8 + 14 * 4 + 2 * 4, "MsaQFwdParams layout");
 #endif
 

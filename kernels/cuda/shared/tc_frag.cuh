@@ -287,8 +287,9 @@ struct FwdRows {
     }
 };
 
-__device__ __forceinline__ FwdRows fwd_rows(const MsaFwdParams& p, int D, int& b, int& t0, int& nkeys, int& h) {
-    const int w = blockIdx.x;
+// fwd_rows_at: the rows of work item w (a persistent CTA walks several);
+// fwd_rows: of the CTA's own item blockIdx.x.
+__device__ __forceinline__ FwdRows fwd_rows_at(const MsaFwdParams& p, int D, int w, int& b, int& t0, int& nkeys, int& h) {
     const int* meta = reinterpret_cast<const int*>(p.metadata) + 6 * w;
     h = meta[0];
     const int row = meta[1], q_begin = meta[2], q_count = meta[3], jblk = meta[5];
@@ -308,6 +309,10 @@ __device__ __forceinline__ FwdRows fwd_rows(const MsaFwdParams& p, int D, int& b
     r.h = h; r.qhpk = p.qhead_per_kv; r.Hq = p.num_heads_q; r.D = D; r.total_q = p.total_q;
     r.nrows = q_count * p.qhead_per_kv; r.causal = p.causal;
     return r;
+}
+
+__device__ __forceinline__ FwdRows fwd_rows(const MsaFwdParams& p, int D, int& b, int& t0, int& nkeys, int& h) {
+    return fwd_rows_at(p, D, blockIdx.x, b, t0, nkeys, h);
 }
 
 // The rows of a decode work item (decode.cu's prologue).

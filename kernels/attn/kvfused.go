@@ -74,6 +74,29 @@ func fusedWindow(p *Prefill, slots, workers int) int {
 	return max(min(w, p.TotalQ), 1)
 }
 
+// fusedMutation, when non-zero (mutation tests only), breaks the fused
+// combine on purpose: mutSkipCombine leaves window 1 uncombined,
+// mutEarlyCombine merges a window when one of its tasks is still left.
+var fusedMutation int
+
+// The mutations of fusedMutation.
+const (
+	mutSkipCombine = iota + 1
+	mutEarlyCombine
+)
+
+// mergeAt returns the number of window k's tasks left when it is
+// combined: 0 (its last task done), unless fusedMutation says otherwise.
+func (ws *Workspace) mergeAt(k int) int32 {
+	switch {
+	case fusedMutation == mutSkipCombine && k == 1:
+		return -1 // never
+	case fusedMutation == mutEarlyCombine:
+		return min(1, ws.winStart[k+1]-ws.winStart[k]-1)
+	}
+	return 0
+}
+
 // winCombined marks a window whose combine is done in Workspace.winLeft.
 const winCombined = -1
 
@@ -86,8 +109,11 @@ func (ws *Workspace) runFused(p *Prefill, pool *Pool, slots, w int) {
 	ws.Partials.stream = false // read back from the cache by the combine
 	t0 := time.Now()
 	if n := ws.fusedTasks(p); n > 0 {
+		ws.fillBlockCache(p, pool)
+		ws.cacheOn = true
 		ws.next.Store(0)
 		pool.RunN(n, ws.fusedItems)
+		ws.cacheOn = false
 	}
 	if phaseClock != nil {
 		phaseClock(time.Since(t0), 0) // the combine runs inside the items
@@ -187,8 +213,11 @@ func (ws *Workspace) runFusedItems(w int) {
 			m := p.Sched.Metadata[int(t.item)*6 : int(t.item)*6+6]
 			ws.prefillItemRun(wk, int(m[0]), int(m[1]), int(t.e0), int(t.e1-t.e0), int(m[4]), int(m[5]), w0, pbase)
 		}
-		if ws.winLeft[k].Add(-1) == 0 {
+		left := ws.winLeft[k].Add(-1)
+		if left == ws.mergeAt(k) {
 			ws.combineQueries(wk, w0, min(p.TotalQ, w0+ws.win), w0, pbase)
+		}
+		if left == 0 {
 			ws.winLeft[k].Store(winCombined)
 		}
 	}

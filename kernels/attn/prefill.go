@@ -132,6 +132,12 @@ type Workspace struct {
 	winStart []int32        // fused: [windows+1] first task of each window in tasks
 	winFill  []int32        // fused: scratch of fusedTasks
 	winLeft  []atomic.Int32 // fused: [windows] tasks left, then winCombined
+	cacheOn  bool           // fused: tasks read their blocks from kvBlocks
+	kvBase   []int32        // fused: [B+1] first block of each sequence
+	kvSlot   []int32        // fused: [Hkv][blocks] entry of kvBlocks, -1 none
+	kvList   []int32        // fused: a work item of each cached block
+	kvBlocks []kvBlock      // fused: the block cache (kvblocks.go)
+	kvBlockD int            // head dimension of kvBlocks
 	noStage  bool           // tests: decode decodes whole blocks, never staged
 	w0, w1   int            // prefill: the current window [w0, w1)
 	next     atomic.Int64
@@ -140,7 +146,7 @@ type Workspace struct {
 	pd *Decode
 	po *Output
 	// bound entry points, created once so Run does not allocate
-	prefillItem, combineRows, decodeItem, decodeCombine, queryItems, cacheItems, fusedItems func(int)
+	prefillItem, combineRows, decodeItem, decodeCombine, queryItems, cacheItems, fusedItems, blockItems func(int)
 }
 
 // NewWorkspace returns a workspace for n workers (at most MaxWorkers) and
@@ -155,6 +161,7 @@ func NewWorkspace(n, d int) *Workspace {
 	ws.queryItems = ws.runQueryItems
 	ws.cacheItems = ws.runCacheItems
 	ws.fusedItems = ws.runFusedItems
+	ws.blockItems = ws.runBlockItems
 	return ws
 }
 
@@ -229,7 +236,7 @@ func (ws *Workspace) runKVMajor(p *Prefill, pool *Pool, out *Output) {
 	if mode == combineDefault {
 		mode = defaultCombine
 	}
-	if mode == combineFused {
+	if mode == combineFused && ws.cacheFits(p) {
 		w := fusedWindow(p, slots, pool.Workers())
 		if ws.fixedWin > 0 {
 			w = ws.fixedWin
@@ -423,7 +430,6 @@ func (ws *Workspace) runPrefillItems(w int) {
 // of query gq, query head hq at row pbase + (s*ws.win + gq-w0)*HQ + hq).
 func (ws *Workspace) prefillItemRun(wk *worker, h, row, qBegin, qCount, b, j, w0, pbase int) {
 	p := ws.pf
-	d := p.D
 	seqK := int(p.SeqK[b])
 	t0 := j * p.BlkKV
 	n := min(p.BlkKV, seqK-t0)
@@ -434,11 +440,13 @@ func (ws *Workspace) prefillItemRun(wk *worker, h, row, qBegin, qCount, b, j, w0
 	if itemClock != nil {
 		clk = time.Now()
 	}
-	loadKV(&p.K, &p.V, &p.KV, b, h, t0, n, wk.kbuf, wk.vbuf)
-	var vs vScale // one block per accumulation: nothing to rescale
-	vs.block(wk.vbuf[:n*d], nil, &p.V)
-	wk.blk.Load(n, wk.kbuf[:n*d], wk.vbuf[:n*d])
-	vf := vs.factor()
+	blk := wk.blk
+	var vf float32 // the factor V's overflow guard leaves to the rows
+	if c := ws.cachedBlock(p, h, b, j); c != nil {
+		blk, vf = c.blk, c.vf
+	} else {
+		vf = loadBlock(p, h, b, j, wk.kbuf, wk.vbuf, wk.blk)
+	}
 	lap(partLoad, &clk)
 
 	qpk := p.HQ / p.Hkv
@@ -490,7 +498,7 @@ func (ws *Workspace) prefillItemRun(wk *worker, h, row, qBegin, qCount, b, j, w0
 				}
 			}
 			wk.acc.Prefetch(hs)
-			wk.acc.Update(wk.blk, wk.valid[:m])
+			wk.acc.Update(blk, wk.valid[:m])
 		}
 		lap(partUpdate, &clk)
 		wk.acc.FinishLSE(wk.lse[:m], wk.tlse[:m], wk.inv[:m])

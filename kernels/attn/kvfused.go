@@ -18,15 +18,32 @@ import (
 // tasks: the worker that finishes a window's last task combines that
 // window at once, while its partials are still cached, and the other
 // workers go on with the next window's tasks. The windows' partials live
-// in a ring of fusedRing buffers; a task of window k waits (rarely: a
-// window's combine is a few per cent of its items) until window
-// k-fusedRing, the previous user of its buffer, is combined.
+// in a ring of fusedRing buffers; a task of window k waits until window
+// k-fusedRing, the previous user of its buffer, is combined. Each K/V
+// block is decoded and packed once per call into a block cache
+// (kvblocks.go), which the tasks of every window read.
 //
 // A partial row and a combined row are computed exactly as in the
 // separate form: each partial row by its own (query, block) work (Acc rows
 // are independent of the tile they share), each output row by combineRow
 // over the row's slots in increasing slot order. Which worker runs what,
 // and when, changes no bit.
+//
+// The fused form is not the default (defaultCombine): on AMD Zen 4 it
+// takes more process CPU time than the separate form at 8K and 32K
+// tokens, random and local selection, BF16 and NVFP4 K/V, on both the
+// avx512 and avx512bf16 tiers (BenchmarkKVCombine; figures in
+// docs/results/kvcombine/amd-zen4.csv). Its partial stores and combine do
+// get cheaper (in a CPU profile the BF16 partial stores fall from 13% to
+// 3% of the call at 8K, local selection), but with 16 partial rows of
+// 256 bytes per (query, block), an L2 of 1 MiB holds the partials of a
+// few queries only, so a window gives each block the queries of a few
+// tokens: tiles of 16-48 rows instead of 128, whose smaller kernel shapes,
+// per-tile set-up and re-reads of the block from the cache cost more than
+// the partial traffic saved; and on two workers, the window's one
+// combining worker makes the other wait for the ring. Windows sized to
+// L3 instead (129 and 384 queries) came within 2-4% of the separate form
+// without passing it.
 
 // combineMode selects the KV-major path's combine.
 type combineMode uint8
@@ -38,8 +55,9 @@ const (
 )
 
 // defaultCombine is the form the KV-major path runs unless a test or a
-// benchmark sets Workspace.combine.
-const defaultCombine = combineFused
+// benchmark sets Workspace.combine: the separate one, which measured
+// faster (see above).
+const defaultCombine = combineSeparate
 
 // fusedRing is the number of query windows whose partials a fused call
 // holds at once: the window being combined and the one the other workers

@@ -70,9 +70,9 @@ func fusedCase(t testing.TB, pd PartialDtype) *Prefill {
 		sk[b] = int32(n)
 	}
 	return &Prefill{
-		Q: Operand{Dtype: BF16, D: d, BF16: randBF16(totalQ * hq * d)},
-		K: Operand{Dtype: BF16, D: d, BF16: randBF16(totalK * hkv * d)},
-		V: Operand{Dtype: BF16, D: d, BF16: randBF16(totalK * hkv * d)},
+		Q:  Operand{Dtype: BF16, D: d, BF16: randBF16(totalQ * hq * d)},
+		K:  Operand{Dtype: BF16, D: d, BF16: randBF16(totalK * hkv * d)},
+		V:  Operand{Dtype: BF16, D: d, BF16: randBF16(totalK * hkv * d)},
 		KV: KVLayout{Hkv: hkv, CuK: cuK}, TotalQ: totalQ, HQ: hq, Hkv: hkv, D: d, CuQ: cuQ, SeqK: sk,
 		BlkKV: blk, Causal: true, Scale: 0.125, InvT: 1 / 1.7, TopK: topK, CSR: csr, Sched: sched,
 		Partial: pd, OutputScale: 1, Path: PathKV,
@@ -194,5 +194,53 @@ func TestFusedAllocs(t *testing.T) {
 	}
 	if !ws.cacheFits(p) {
 		t.Fatal("the small call does not fit the block cache")
+	}
+}
+
+// TestFusedCombineMixed checks the fused combine on calls that auto splits
+// between the paths (the model's threshold at the median tile, as in
+// TestAutoMixed), where the KV-major part computes and combines only the
+// rows of its own tiles: the same bits as the separate combine on 1 and 3
+// workers and windows of 1 and 5 queries and the automatic one.
+func TestFusedCombineMixed(t *testing.T) {
+	cases := qmCases()[:8]
+	mixed := 0
+	for i, c := range cases {
+		pr := c.build(t, uint64(300+i))
+		if stagedCall(pr.p) {
+			continue // the threshold below assumes no Staged factor
+		}
+		var wastes []float64
+		for _, x := range tileStats(pr) {
+			wastes = append(wastes, slowLanes.choose(x[0], x[1], qmTileTokens(c.qpk), c.qpk, float64(c.blk), false).waste)
+		}
+		slices.Sort(wastes)
+		m := &pathCosts{QMKey: 1 / wastes[len(wastes)/2], KVKey: 1, Staged: 1}
+		for _, tier := range testTiers[1:] {
+			t.Run(fmt.Sprintf("%d/%s", i, tier), func(t *testing.T) {
+				useTier(t, tier)
+				if !weighs(pr.p) {
+					t.Skip("no SIMD lane kernels: auto does not weigh")
+				}
+				defer func(prev *pathCosts) { costsOverride = prev }(costsOverride)
+				costsOverride = m
+				pr.p.Path = PathAuto
+				kv0, q0 := PrefillRuns(PathKV), PrefillRuns(PathQuery)
+				want := runCombineMode(pr.p, combineSeparate, 0, 2)
+				if PrefillRuns(PathKV) == kv0+1 && PrefillRuns(PathQuery) == q0+1 {
+					mixed++
+				}
+				for _, win := range []int{0, 1, 5} {
+					for _, workers := range []int{1, 3} {
+						if got := runCombineMode(pr.p, combineFused, win, workers); !sameOutput(got, want) {
+							t.Fatalf("%v, window %d, %d workers: the fused combine differs from the separate one", c, win, workers)
+						}
+					}
+				}
+			})
+		}
+	}
+	if haveAsm && mixed == 0 {
+		t.Error("no call ran both paths")
 	}
 }

@@ -202,7 +202,10 @@ func (ws *Workspace) worker(w int) *worker {
 // item whose queries fall in the window (prefillTask), then combine the
 // window's queries, and the next window reuses the buffer. Every partial
 // row and every combined row is computed exactly as with one window, so the
-// results do not depend on W.
+// results do not depend on W. The fused form of the KV-major path
+// (kvfused.go: small windows, each combined by the worker that finishes
+// its last work item) gives the same bits; it is selectable for
+// measurements (Workspace.combine) and not the default.
 func RunPrefill(p *Prefill, ws *Workspace, pool *Pool, out *Output) {
 	ws.ensure(pool.Workers(), p.D)
 	ws.mixed = false
@@ -340,7 +343,8 @@ func maxSlots(p *Prefill) int {
 // cap (at least one query). The windows are as large as the cap allows
 // because small windows (64-256 queries, partials in cache) are not faster
 // end to end: every window reloads its K/V blocks and ends in a barrier,
-// which costs more the more workers wait at it.
+// which costs more the more workers wait at it. The fused form
+// (kvfused.go), which has neither cost, is not faster either.
 func windowQueries(p *Prefill, slots int) int {
 	perQuery := max(slots*p.HQ*p.D*p.Partial.Size(), 1)
 	w := MaxPartialBytes / perQuery

@@ -36,15 +36,25 @@ func blockCacheBytes(d int) int {
 }
 
 // callBlocks returns the number of K/V blocks of p over its sequences and
-// KV heads, and sets ws.kvBase[b] to the first block of sequence b.
+// KV heads (per sequence, its keys' blocks and any block a work item
+// names beyond them) and sets ws.kvBase[b] to the first block of
+// sequence b.
 func (ws *Workspace) callBlocks(p *Prefill) int {
 	nb := len(p.CuQ) - 1
 	ws.kvBase = grow(ws.kvBase, nb+1)
-	ws.kvBase[0] = 0
+	base := ws.kvBase
+	base[0] = 0
 	for b := 0; b < nb; b++ {
-		ws.kvBase[b+1] = ws.kvBase[b] + (max(p.SeqK[b], 0)+int32(p.BlkKV)-1)/int32(p.BlkKV)
+		base[b+1] = (max(p.SeqK[b], 0) + int32(p.BlkKV) - 1) / int32(p.BlkKV)
 	}
-	return p.Hkv * int(ws.kvBase[nb])
+	for i := 0; i < int(p.Sched.WorkCount); i++ {
+		b, j := p.Sched.Metadata[i*6+4], p.Sched.Metadata[i*6+5]
+		base[b+1] = max(base[b+1], j+1)
+	}
+	for b := 0; b < nb; b++ {
+		base[b+1] += base[b]
+	}
+	return p.Hkv * int(base[nb])
 }
 
 // cacheFits reports whether the block cache can hold every block of p.

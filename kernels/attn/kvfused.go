@@ -228,8 +228,7 @@ func (ws *Workspace) runFusedItems(w int) {
 		}
 		w0, pbase := k*ws.win, (k%fusedRing)*ws.ringRows
 		if t.item >= 0 {
-			m := p.Sched.Metadata[int(t.item)*6 : int(t.item)*6+6]
-			ws.prefillItemRun(wk, int(m[0]), int(m[1]), int(t.e0), int(t.e1-t.e0), int(m[4]), int(m[5]), w0, pbase)
+			ws.runTask(wk, t, w0, pbase)
 		}
 		left := ws.winLeft[k].Add(-1)
 		if left == ws.mergeAt(k) {

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/sparseattn/msa/kernels/lowp"
 	"github.com/sparseattn/msa/kernels/plan"
 )
 
@@ -33,46 +32,16 @@ func fusedCase(t testing.TB, pd PartialDtype) *Prefill {
 	if err != nil {
 		t.Fatal(err)
 	}
-	q2k := make([]int32, hkv*totalQ*topK)
-	for h := range hkv {
-		for b := range seqQ {
-			nb := int(rows.Count[b])
-			for q := int(cuQ[b]); q < int(cuQ[b+1]); q++ {
-				list := q2k[(h*totalQ+q)*topK : (h*totalQ+q+1)*topK]
-				perm := rng.Perm(max(nb, 1))
-				for k := range list {
-					list[k] = -1
-					if k < nb && q%9 != 0 && rng.IntN(6) != 0 {
-						list[k] = int32(perm[k])
-					}
-				}
-			}
-		}
-	}
-	csr, err := plan.BuildK2QCSR(nil, q2k, hkv, totalQ, topK, cuQ, cuK, blk)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fp := plan.FwdParams{TotalQ: totalQ, Hkv: hkv, QheadPerKV: qpk, TopK: topK, BlkKV: blk, Workers: 2}
-	sched, err := plan.BuildFwdSchedule(nil, csr, rows, cuQ, fp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	randBF16 := func(n int) []lowp.BFloat16 {
-		s := make([]lowp.BFloat16, n)
-		for i := range s {
-			s[i] = lowp.BF16(float32(rng.NormFloat64()))
-		}
-		return s
-	}
+	q2k := randomLists(rng, hkv, topK, cuQ, rows, func(q int) bool { return q%9 == 0 })
+	csr, sched := planCall(t, q2k, hkv, qpk, topK, blk, cuQ, cuK, rows)
 	sk := make([]int32, len(seqK))
 	for b, n := range seqK {
 		sk[b] = int32(n)
 	}
 	return &Prefill{
-		Q:  Operand{Dtype: BF16, D: d, BF16: randBF16(totalQ * hq * d)},
-		K:  Operand{Dtype: BF16, D: d, BF16: randBF16(totalK * hkv * d)},
-		V:  Operand{Dtype: BF16, D: d, BF16: randBF16(totalK * hkv * d)},
+		Q:  Operand{Dtype: BF16, D: d, BF16: randBF16(rng, totalQ*hq*d)},
+		K:  Operand{Dtype: BF16, D: d, BF16: randBF16(rng, totalK*hkv*d)},
+		V:  Operand{Dtype: BF16, D: d, BF16: randBF16(rng, totalK*hkv*d)},
 		KV: KVLayout{Hkv: hkv, CuK: cuK}, TotalQ: totalQ, HQ: hq, Hkv: hkv, D: d, CuQ: cuQ, SeqK: sk,
 		BlkKV: blk, Causal: true, Scale: 0.125, InvT: 1 / 1.7, TopK: topK, CSR: csr, Sched: sched,
 		Partial: pd, OutputScale: 1, Path: PathKV,

@@ -413,7 +413,6 @@ func (ws *Workspace) itemHasKVRow(p *Prefill, i, base, lo, hi int) bool {
 // runPrefillItems takes the window's tasks from the shared counter until
 // none is left.
 func (ws *Workspace) runPrefillItems(w int) {
-	p := ws.pf
 	wk := ws.worker(w).compute()
 	n := int64(len(ws.tasks))
 	for {
@@ -421,10 +420,15 @@ func (ws *Workspace) runPrefillItems(w int) {
 		if i >= n {
 			return
 		}
-		t := ws.tasks[i]
-		m := p.Sched.Metadata[int(t.item)*6 : int(t.item)*6+6]
-		ws.prefillItemRun(wk, int(m[0]), int(m[1]), int(t.e0), int(t.e1-t.e0), int(m[4]), int(m[5]), ws.w0, 0)
+		ws.runTask(wk, ws.tasks[i], ws.w0, 0)
 	}
+}
+
+// runTask runs task t of the window that starts at query w0, whose
+// partial rows start at row pbase (prefillItemRun).
+func (ws *Workspace) runTask(wk *worker, t prefillTask, w0, pbase int) {
+	m := ws.pf.Sched.Metadata[int(t.item)*6 : int(t.item)*6+6]
+	ws.prefillItemRun(wk, int(m[0]), int(m[1]), int(t.e0), int(t.e1-t.e0), int(m[4]), int(m[5]), w0, pbase)
 }
 
 // prefillItemRun computes work item (h, row, qBegin, qCount, b, j): the

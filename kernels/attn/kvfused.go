@@ -1,7 +1,6 @@
 package attn
 
 import (
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -220,11 +219,7 @@ func (ws *Workspace) runFusedItems(w int) {
 		t := ws.tasks[i]
 		k := int(t.win)
 		if k >= fusedRing {
-			// The buffer's previous window: its tasks were all taken before
-			// this one, by workers that wait only on earlier windows.
-			for ws.winLeft[k-fusedRing].Load() != winCombined {
-				runtime.Gosched()
-			}
+			ws.awaitCombined(k - fusedRing)
 		}
 		w0, pbase := k*ws.win, (k%fusedRing)*ws.ringRows
 		if t.item >= 0 {
@@ -236,6 +231,25 @@ func (ws *Workspace) runFusedItems(w int) {
 		}
 		if left == 0 {
 			ws.winLeft[k].Store(winCombined)
+			ws.winMu.Lock()
+			ws.winCond.Broadcast()
+			ws.winMu.Unlock()
 		}
 	}
+}
+
+// awaitCombined returns once window k is combined. The buffer's previous
+// window's tasks were all taken before the caller's, by workers that wait
+// only on earlier windows, so it comes. The caller blocks rather than
+// polls: the wait lasts as long as the combining worker is off its CPU,
+// which on a busy host can be a whole scheduler slice.
+func (ws *Workspace) awaitCombined(k int) {
+	if ws.winLeft[k].Load() == winCombined {
+		return
+	}
+	ws.winMu.Lock()
+	for ws.winLeft[k].Load() != winCombined {
+		ws.winCond.Wait()
+	}
+	ws.winMu.Unlock()
 }

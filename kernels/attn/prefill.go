@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"math"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -132,6 +133,8 @@ type Workspace struct {
 	winStart []int32        // fused: [windows+1] first task of each window in tasks
 	winFill  []int32        // fused: scratch of fusedTasks
 	winLeft  []atomic.Int32 // fused: [windows] tasks left, then winCombined
+	winMu    sync.Mutex     // fused: guards the waits for winLeft (winCond)
+	winCond  sync.Cond      // fused: signalled when a window is combined
 	cacheOn  bool           // fused: tasks read their blocks from kvBlocks
 	kvBase   []int32        // fused: [B+1] first block of each sequence
 	kvSlot   []int32        // fused: [Hkv][blocks] entry of kvBlocks, -1 none
@@ -153,6 +156,7 @@ type Workspace struct {
 // head dimension d. It allocates no per-worker scratch yet.
 func NewWorkspace(n, d int) *Workspace {
 	ws := &Workspace{}
+	ws.winCond.L = &ws.winMu
 	ws.ensure(n, d)
 	ws.prefillItem = ws.runPrefillItems
 	ws.combineRows = ws.runCombine

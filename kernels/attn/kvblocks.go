@@ -15,10 +15,10 @@ import "github.com/sparseattn/msa/kernels/tile"
 // per-task load. The cache holds at most maxBlockCacheBytes; a call that
 // needs more runs the separate form (runKVMajor).
 
-// maxBlockCacheBytes bounds the fused form's block cache: 64 MiB, the
+// maxBlockCacheBytes bounds the fused form's block cache: 128 MiB, the
 // blocks of 32K keys on one KV head at D 128 (256 blocks of 128 keys,
-// about 224 KiB each on avx512bf16 with their scratch).
-const maxBlockCacheBytes = 64 << 20
+// 272 KiB each with their scratch by blockCacheBytes) with room to spare.
+const maxBlockCacheBytes = 128 << 20
 
 // kvBlock is one cached K/V block: packed, its V rows, and the factor its
 // normalised rows still need (V's overflow guard).

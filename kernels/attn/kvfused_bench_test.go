@@ -70,6 +70,9 @@ func kvCombineAB(b *testing.B, p *Prefill, workers, mult int) {
 		ws[i].combine = m
 	}
 	ws[1].fixedWin = mult * fusedWindow(p, maxSlots(p), workers)
+	if !ws[1].cacheFits(p) {
+		b.Fatal("the call's blocks exceed the fused form's block cache: it would run the separate form")
+	}
 	out := newOutput(p.TotalQ*p.HQ, p.D)
 	for _, w := range ws {
 		RunPrefill(p, w, pool, out) // warm-up: buffers, pages

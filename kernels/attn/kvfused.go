@@ -29,20 +29,21 @@ import (
 // and when, changes no bit.
 //
 // The fused form is not the default (defaultCombine): on AMD Zen 4 it
-// takes more process CPU time than the separate form at 8K and 32K
-// tokens, random and local selection, BF16 and NVFP4 K/V, on both the
-// avx512 and avx512bf16 tiers (BenchmarkKVCombine; figures in
+// takes more process CPU time than the separate form in most cases, at
+// 8K tokens 0.96-1.28x and at 32K 1.27-1.73x and more (random and local
+// selection, BF16 and NVFP4 K/V, 1 and 2 workers, the avx512 and
+// avx512bf16 tiers; BenchmarkKVCombine, figures in
 // docs/results/kvcombine/amd-zen4.csv). Its partial stores and combine do
 // get cheaper (in a CPU profile the BF16 partial stores fall from 13% to
 // 3% of the call at 8K, local selection), but with 16 partial rows of
-// 256 bytes per (query, block), an L2 of 1 MiB holds the partials of a
-// few queries only, so a window gives each block the queries of a few
-// tokens: tiles of 16-48 rows instead of 128, whose smaller kernel shapes,
-// per-tile set-up and re-reads of the block from the cache cost more than
-// the partial traffic saved; and on two workers, the window's one
-// combining worker makes the other wait for the ring. Windows sized to
-// L3 instead (129 and 384 queries) came within 2-4% of the separate form
-// without passing it.
+// 256 bytes per (query, block) an L2 of 1 MiB holds the partials of a few
+// queries only, so a window gives each block the queries of one to three
+// tokens: tiles of 16-48 rows instead of 128, whose smaller kernel
+// shapes and per-tile set-up cost more than the partial traffic saved,
+// and every such tile reads its block from the block cache, which at 32K
+// tokens (68 MiB) is beyond the L3. Windows sized to the L3 instead (129
+// and 384 queries, partials not in L2) came within 2-4% of the separate
+// form at 8K without passing it.
 
 // combineMode selects the KV-major path's combine.
 type combineMode uint8

@@ -30,7 +30,8 @@ import (
 //
 // The fused form is not the default (defaultCombine): on AMD Zen 4 it
 // takes more process CPU time than the separate form in most cases, at
-// 8K tokens 0.96-1.28x and at 32K 1.27-1.73x and more (random and local
+// 8K tokens 0.96-1.28x (less in 4 of 16 cases, by 0.5-4%, within the
+// spread of the shared host) and at 32K 1.08-1.73x (random and local
 // selection, BF16 and NVFP4 K/V, 1 and 2 workers, the avx512 and
 // avx512bf16 tiers; BenchmarkKVCombine, figures in
 // docs/results/kvcombine/amd-zen4.csv). Its partial stores and combine do

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"math"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -116,32 +117,46 @@ type Workspace struct {
 	slots    int           // query-major prefill: entries per token in sel
 	cache    qmCache       // query-major prefill: the K/V block cache
 	// auto: per-tile path choices of the call (qmchoice.go)
-	auto     bool       // the query-major part chooses per tile
-	mixed    bool       // the KV-major part computes only tileKV's tiles
-	tileKV   []bool     // [Hkv][tiles] the tile runs KV-major
-	tileBase []int32    // [B+1] first tile of each sequence
-	tileTok  int        // tokens per tile
-	stamp    []int64    // [blocks] last tile that counted the block
-	stampID  int64      // the current tile's stamp
-	costs    *pathCosts // the active tier's constants
-	staged   bool       // query-major tiles would decode K/V per tile
-	win      int        // prefill: query window size W
-	fixedWin int        // tests: W to use instead of windowQueries (0: automatic)
-	noStage  bool       // tests: decode decodes whole blocks, never staged
-	w0, w1   int        // prefill: the current window [w0, w1)
+	auto     bool           // the query-major part chooses per tile
+	mixed    bool           // the KV-major part computes only tileKV's tiles
+	tileKV   []bool         // [Hkv][tiles] the tile runs KV-major
+	tileBase []int32        // [B+1] first tile of each sequence
+	tileTok  int            // tokens per tile
+	stamp    []int64        // [blocks] last tile that counted the block
+	stampID  int64          // the current tile's stamp
+	costs    *pathCosts     // the active tier's constants
+	staged   bool           // query-major tiles would decode K/V per tile
+	win      int            // prefill: query window size W
+	fixedWin int            // tests: W to use instead of windowQueries / fusedWindow (0: automatic)
+	combine  combineMode    // tests, benchmarks: the KV-major combine (0: defaultCombine)
+	ringRows int            // fused: partial rows of one window's buffer in the ring
+	winStart []int32        // fused: [windows+1] first task of each window in tasks
+	winFill  []int32        // fused: scratch of fusedTasks
+	winLeft  []atomic.Int32 // fused: [windows] tasks left, then winCombined
+	winMu    sync.Mutex     // fused: guards the waits for winLeft (winCond)
+	winCond  sync.Cond      // fused: signalled when a window is combined
+	cacheOn  bool           // fused: tasks read their blocks from kvBlocks
+	kvBase   []int32        // fused: [B+1] first block of each sequence
+	kvSlot   []int32        // fused: [Hkv][blocks] entry of kvBlocks, -1 none
+	kvList   []int32        // fused: a work item of each cached block
+	kvBlocks []kvBlock      // fused: the block cache (kvblocks.go)
+	kvBlockD int            // head dimension of kvBlocks
+	noStage  bool           // tests: decode decodes whole blocks, never staged
+	w0, w1   int            // prefill: the current window [w0, w1)
 	next     atomic.Int64
 	// prefill / decode of the current call
 	pf *Prefill
 	pd *Decode
 	po *Output
 	// bound entry points, created once so Run does not allocate
-	prefillItem, combineRows, decodeItem, decodeCombine, queryItems, cacheItems func(int)
+	prefillItem, combineRows, decodeItem, decodeCombine, queryItems, cacheItems, fusedItems, blockItems func(int)
 }
 
 // NewWorkspace returns a workspace for n workers (at most MaxWorkers) and
 // head dimension d. It allocates no per-worker scratch yet.
 func NewWorkspace(n, d int) *Workspace {
 	ws := &Workspace{}
+	ws.winCond.L = &ws.winMu
 	ws.ensure(n, d)
 	ws.prefillItem = ws.runPrefillItems
 	ws.combineRows = ws.runCombine
@@ -149,6 +164,8 @@ func NewWorkspace(n, d int) *Workspace {
 	ws.decodeCombine = ws.runDecodeCombine
 	ws.queryItems = ws.runQueryItems
 	ws.cacheItems = ws.runCacheItems
+	ws.fusedItems = ws.runFusedItems
+	ws.blockItems = ws.runBlockItems
 	return ws
 }
 
@@ -189,7 +206,10 @@ func (ws *Workspace) worker(w int) *worker {
 // item whose queries fall in the window (prefillTask), then combine the
 // window's queries, and the next window reuses the buffer. Every partial
 // row and every combined row is computed exactly as with one window, so the
-// results do not depend on W.
+// results do not depend on W. The fused form of the KV-major path
+// (kvfused.go: small windows, each combined by the worker that finishes
+// its last work item) gives the same bits; it is selectable for
+// measurements (Workspace.combine) and not the default.
 func RunPrefill(p *Prefill, ws *Workspace, pool *Pool, out *Output) {
 	ws.ensure(pool.Workers(), p.D)
 	ws.mixed = false
@@ -216,19 +236,32 @@ func RunPrefill(p *Prefill, ws *Workspace, pool *Pool, out *Output) {
 func (ws *Workspace) runKVMajor(p *Prefill, pool *Pool, out *Output) {
 	prefillRuns[PathKV].Add(1)
 	slots := maxSlots(p)
+	ws.Partials.vec = vecLevel()
+	p.Q.vec, p.K.vec, p.V.vec = ws.Partials.vec, ws.Partials.vec, ws.Partials.vec
+	ws.pf, ws.po = p, out
+	mode := ws.combine
+	if mode == combineDefault {
+		mode = defaultCombine
+	}
+	if mode == combineFused && ws.cacheFits(p) {
+		w := fusedWindow(p, slots, pool.Workers())
+		if ws.fixedWin > 0 {
+			w = ws.fixedWin
+		}
+		ws.runFused(p, pool, slots, w)
+		ws.pf, ws.po = nil, nil
+		return
+	}
 	w := windowQueries(p, slots)
 	if ws.fixedWin > 0 {
 		w = ws.fixedWin
 	}
 	ws.Partials.Ensure(p.Partial, p.D, slots*w*p.HQ, p.InvT > 0)
-	ws.Partials.vec = vecLevel()
 	// A window's partial rows are read back by the combine only after the
 	// whole window's work items: beyond the caches, their stores bypass
 	// them (no read for ownership of each line, no eviction of the blocks
 	// and query rows the items reuse).
 	ws.Partials.stream = slots*w*p.HQ*p.D*p.Partial.Size() >= streamPartialBytes
-	p.Q.vec, p.K.vec, p.V.vec = ws.Partials.vec, ws.Partials.vec, ws.Partials.vec
-	ws.pf, ws.po = p, out
 	ws.win = w
 	for w0 := 0; w0 < p.TotalQ; w0 += w {
 		ws.w0, ws.w1 = w0, min(p.TotalQ, w0+w)
@@ -314,7 +347,8 @@ func maxSlots(p *Prefill) int {
 // cap (at least one query). The windows are as large as the cap allows
 // because small windows (64-256 queries, partials in cache) are not faster
 // end to end: every window reloads its K/V blocks and ends in a barrier,
-// which costs more the more workers wait at it.
+// which costs more the more workers wait at it. The fused form
+// (kvfused.go), which has neither cost, is not faster either.
 func windowQueries(p *Prefill, slots int) int {
 	perQuery := max(slots*p.HQ*p.D*p.Partial.Size(), 1)
 	w := MaxPartialBytes / perQuery
@@ -326,7 +360,10 @@ func windowQueries(p *Prefill, slots int) int {
 
 // prefillTask is the part of work item item whose queries lie in the
 // current window: entries [e0, e1) of the item's CSR row range.
-type prefillTask struct{ item, e0, e1 int32 }
+// win is the task's window in the fused form (runFused), which lists the
+// tasks of every window at once; item -1 marks a window's combine-only
+// task (a window without work).
+type prefillTask struct{ item, e0, e1, win int32 }
 
 // itemWindow returns where work item i's queries that lie in the window
 // [ws.w0, ws.w1) sit among its CSR entries: entries [base+lo, base+hi) of
@@ -353,7 +390,7 @@ func (ws *Workspace) windowTasks(p *Prefill) int {
 	for i := 0; i < int(p.Sched.WorkCount); i++ {
 		if base, lo, hi := ws.itemWindow(p, i); lo < hi && ws.itemHasKVRow(p, i, base, lo, hi) {
 			qBegin := int(p.Sched.Metadata[i*6+2])
-			ws.tasks = append(ws.tasks, prefillTask{int32(i), int32(qBegin + lo), int32(qBegin + hi)})
+			ws.tasks = append(ws.tasks, prefillTask{item: int32(i), e0: int32(qBegin + lo), e1: int32(qBegin + hi)})
 		}
 	}
 	slices.SortStableFunc(ws.tasks, func(a, b prefillTask) int {
@@ -380,7 +417,6 @@ func (ws *Workspace) itemHasKVRow(p *Prefill, i, base, lo, hi int) bool {
 // runPrefillItems takes the window's tasks from the shared counter until
 // none is left.
 func (ws *Workspace) runPrefillItems(w int) {
-	p := ws.pf
 	wk := ws.worker(w).compute()
 	n := int64(len(ws.tasks))
 	for {
@@ -388,18 +424,24 @@ func (ws *Workspace) runPrefillItems(w int) {
 		if i >= n {
 			return
 		}
-		t := ws.tasks[i]
-		m := p.Sched.Metadata[int(t.item)*6 : int(t.item)*6+6]
-		ws.prefillItemRun(wk, int(m[0]), int(m[1]), int(t.e0), int(t.e1-t.e0), int(m[4]), int(m[5]))
+		ws.runTask(wk, ws.tasks[i], ws.w0, 0)
 	}
+}
+
+// runTask runs task t of the window that starts at query w0, whose
+// partial rows start at row pbase (prefillItemRun).
+func (ws *Workspace) runTask(wk *worker, t prefillTask, w0, pbase int) {
+	m := ws.pf.Sched.Metadata[int(t.item)*6 : int(t.item)*6+6]
+	ws.prefillItemRun(wk, int(m[0]), int(m[1]), int(t.e0), int(t.e1-t.e0), int(m[4]), int(m[5]), w0, pbase)
 }
 
 // prefillItemRun computes work item (h, row, qBegin, qCount, b, j): the
 // block j of sequence b for KV head h against the queries of CSR row row
-// in [qBegin, qBegin+qCount).
-func (ws *Workspace) prefillItemRun(wk *worker, h, row, qBegin, qCount, b, j int) {
+// in [qBegin, qBegin+qCount). The queries lie in the window that starts at
+// query w0, whose partial rows start at row pbase of the partials (slot s
+// of query gq, query head hq at row pbase + (s*ws.win + gq-w0)*HQ + hq).
+func (ws *Workspace) prefillItemRun(wk *worker, h, row, qBegin, qCount, b, j, w0, pbase int) {
 	p := ws.pf
-	d := p.D
 	seqK := int(p.SeqK[b])
 	t0 := j * p.BlkKV
 	n := min(p.BlkKV, seqK-t0)
@@ -410,11 +452,13 @@ func (ws *Workspace) prefillItemRun(wk *worker, h, row, qBegin, qCount, b, j int
 	if itemClock != nil {
 		clk = time.Now()
 	}
-	loadKV(&p.K, &p.V, &p.KV, b, h, t0, n, wk.kbuf, wk.vbuf)
-	var vs vScale // one block per accumulation: nothing to rescale
-	vs.block(wk.vbuf[:n*d], nil, &p.V)
-	wk.blk.Load(n, wk.kbuf[:n*d], wk.vbuf[:n*d])
-	vf := vs.factor()
+	blk := wk.blk
+	var vf float32 // the factor V's overflow guard leaves to the rows
+	if c := ws.cachedBlock(p, h, b, j); c != nil {
+		blk, vf = c.blk, c.vf
+	} else {
+		vf = loadBlock(p, h, b, j, wk.kbuf, wk.vbuf, wk.blk)
+	}
 	lap(partLoad, &clk)
 
 	qpk := p.HQ / p.Hkv
@@ -451,7 +495,7 @@ func (ws *Workspace) prefillItemRun(wk *worker, h, row, qBegin, qCount, b, j int
 			for g := 0; g < qpk; g++ {
 				rr := e*qpk + g
 				wk.valid[rr] = v
-				wk.dst[rr] = int32((slot*ws.win+gq-ws.w0)*p.HQ + h*qpk + g)
+				wk.dst[rr] = int32(pbase + (slot*ws.win+gq-w0)*p.HQ + h*qpk + g)
 			}
 		}
 		lap(partSetQ, &clk)
@@ -466,7 +510,7 @@ func (ws *Workspace) prefillItemRun(wk *worker, h, row, qBegin, qCount, b, j int
 				}
 			}
 			wk.acc.Prefetch(hs)
-			wk.acc.Update(wk.blk, wk.valid[:m])
+			wk.acc.Update(blk, wk.valid[:m])
 		}
 		lap(partUpdate, &clk)
 		wk.acc.FinishLSE(wk.lse[:m], wk.tlse[:m], wk.inv[:m])
@@ -503,58 +547,74 @@ func visible(q, seqQ, seqK int, causal bool, t0, n int) int {
 const combineChunk = 16
 
 // runCombine merges the partial slots of every (query, head) of the
-// current window (contract §5).
+// current window (contract §5), combineChunk queries per task.
 func (ws *Workspace) runCombine(w int) {
-	p, out := ws.pf, ws.po
-	wk := ws.worker(w)
-	if cap(wk.ws) < p.TopK {
-		wk.ws = make([]float32, p.TopK)
-		wk.ls = make([]float32, p.TopK)
-	}
-	qpk := p.HQ / p.Hkv
+	wk := ws.combiner(w)
 	tasks := int64(ws.combineTasks())
-	pt := &ws.Partials
-	plane := ws.win * p.HQ // partial rows of one slot
 	for {
 		t := ws.next.Add(1) - 1
 		if t >= tasks {
 			return
 		}
 		q0 := ws.w0 + int(t)*combineChunk
-		for gq := q0; gq < min(ws.w1, q0+combineChunk); gq++ {
-			b := -1 // the sequence of gq when a query-major part ran
-			if ws.mixed {
-				b, _ = slices.BinarySearch(p.CuQ, int32(gq)+1)
-				if b--; b < 0 || b >= len(p.CuQ)-1 || gq >= int(p.CuQ[b+1]) {
-					b = -1 // outside every sequence: the KV-major part's
-				}
+		ws.combineQueries(wk, q0, min(ws.w1, q0+combineChunk), ws.w0, 0)
+	}
+}
+
+// combiner returns worker w's scratch with room for the combine's slot
+// weights (allocated once).
+func (ws *Workspace) combiner(w int) *worker {
+	wk := ws.worker(w)
+	if k := ws.pf.TopK; cap(wk.ws) < k {
+		wk.ws = make([]float32, k)
+		wk.ls = make([]float32, k)
+	}
+	return wk
+}
+
+// combineQueries merges the partial slots of every head of queries [q0,
+// q1) of the window that starts at query w0 and whose partial rows start
+// at row base (prefillItemRun's layout) into the output. Each output row
+// merges its slots in increasing slot order (combineRow), whoever calls
+// it and whenever: the bits do not depend on the window or the worker.
+func (ws *Workspace) combineQueries(wk *worker, q0, q1, w0, base int) {
+	p, out := ws.pf, ws.po
+	qpk := p.HQ / p.Hkv
+	pt := &ws.Partials
+	plane := ws.win * p.HQ // partial rows of one slot
+	for gq := q0; gq < q1; gq++ {
+		b := -1 // the sequence of gq when a query-major part ran
+		if ws.mixed {
+			b, _ = slices.BinarySearch(p.CuQ, int32(gq)+1)
+			if b--; b < 0 || b >= len(p.CuQ)-1 || gq >= int(p.CuQ[b+1]) {
+				b = -1 // outside every sequence: the KV-major part's
 			}
-			for hq := 0; hq < p.HQ; hq++ {
-				if b >= 0 && !ws.kvRow(hq/qpk, b, gq-int(p.CuQ[b])) {
-					continue // written by a query-major tile
-				}
-				ns := int(p.Sched.SplitCounts[gq*p.Hkv+hq/qpk])
-				ns = min(ns, p.TopK)
-				row := gq*p.HQ + hq          // output row
-				prow := (gq-ws.w0)*p.HQ + hq // partial row within a slot
-				ls := wk.ls[:ns]
-				for s := range ls {
-					ls[s] = pt.LSE[s*plane+prow]
-				}
-				combineRow(pt, ls, wk.ws[:ns], plane, prow, p.D, p.OutputScale, wk, out.O[row*p.D:(row+1)*p.D], &out.LSE[row])
-				if out.TLSE != nil {
-					if p.InvT > 0 {
-						for s := range ls {
-							ls[s] = pt.TLSE[s*plane+prow]
-						}
-						l, ok := mergeLSE(ls, wk.ws[:ns], pt.vec)
-						if !ok {
-							l = float32(math.Inf(-1))
-						}
-						out.TLSE[row] = l
-					} else {
-						out.TLSE[row] = out.LSE[row]
+		}
+		for hq := 0; hq < p.HQ; hq++ {
+			if b >= 0 && !ws.kvRow(hq/qpk, b, gq-int(p.CuQ[b])) {
+				continue // written by a query-major tile
+			}
+			ns := int(p.Sched.SplitCounts[gq*p.Hkv+hq/qpk])
+			ns = min(ns, p.TopK)
+			row := gq*p.HQ + hq              // output row
+			prow := base + (gq-w0)*p.HQ + hq // partial row within a slot
+			ls := wk.ls[:ns]
+			for s := range ls {
+				ls[s] = pt.LSE[s*plane+prow]
+			}
+			combineRow(pt, ls, wk.ws[:ns], plane, prow, p.D, p.OutputScale, wk, out.O[row*p.D:(row+1)*p.D], &out.LSE[row])
+			if out.TLSE != nil {
+				if p.InvT > 0 {
+					for s := range ls {
+						ls[s] = pt.TLSE[s*plane+prow]
 					}
+					l, ok := mergeLSE(ls, wk.ws[:ns], pt.vec)
+					if !ok {
+						l = float32(math.Inf(-1))
+					}
+					out.TLSE[row] = l
+				} else {
+					out.TLSE[row] = out.LSE[row]
 				}
 			}
 		}

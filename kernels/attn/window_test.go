@@ -55,41 +55,11 @@ func TestPrefillWindows(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Random distinct blocks per (head, query), -1 padded.
-	q2k := make([]int32, hkv*totalQ*topK)
-	for h := 0; h < hkv; h++ {
-		for b := range seqQ {
-			nb := int(rows.Count[b])
-			for q := int(cuQ[b]); q < int(cuQ[b+1]); q++ {
-				list := q2k[(h*totalQ+q)*topK : (h*totalQ+q+1)*topK]
-				perm := rng.Perm(nb)
-				for k := range list {
-					list[k] = -1
-					if k < len(perm) && rng.IntN(6) != 0 {
-						list[k] = int32(perm[k])
-					}
-				}
-			}
-		}
-	}
-	csr, err := plan.BuildK2QCSR(nil, q2k, hkv, totalQ, topK, cuQ, cuK, blk)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fp := plan.FwdParams{TotalQ: totalQ, Hkv: hkv, QheadPerKV: qpk, TopK: topK, BlkKV: blk, Workers: 2}
-	sched, err := plan.BuildFwdSchedule(nil, csr, rows, cuQ, fp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	randBF16 := func(n int) []lowp.BFloat16 {
-		s := make([]lowp.BFloat16, n)
-		for i := range s {
-			s[i] = lowp.BF16(float32(rng.NormFloat64()))
-		}
-		return s
-	}
-	q := Operand{Dtype: BF16, D: d, BF16: randBF16(totalQ * hq * d)}
-	k := Operand{Dtype: BF16, D: d, BF16: randBF16(totalQ * hkv * d)}
-	v := Operand{Dtype: BF16, D: d, BF16: randBF16(totalQ * hkv * d)}
+	q2k := randomLists(rng, hkv, topK, cuQ, rows, func(int) bool { return false })
+	csr, sched := planCall(t, q2k, hkv, qpk, topK, blk, cuQ, cuK, rows)
+	q := Operand{Dtype: BF16, D: d, BF16: randBF16(rng, totalQ*hq*d)}
+	k := Operand{Dtype: BF16, D: d, BF16: randBF16(rng, totalQ*hkv*d)}
+	v := Operand{Dtype: BF16, D: d, BF16: randBF16(rng, totalQ*hkv*d)}
 	seqK := make([]int32, len(seqQ))
 	for b := range seqQ {
 		seqK[b] = cuK[b+1] - cuK[b]
@@ -146,4 +116,53 @@ func TestPrefillWindows(t *testing.T) {
 			t.Fatalf("causal=%v: only %d of %d outputs non-zero", causal, nz, len(want.o))
 		}
 	}
+}
+
+// randomLists returns q2k lists ([hkv][TotalQ][topK]) of random distinct
+// blocks of each query's sequence, each entry -1 with probability 1/6,
+// and all -1 for the queries (global index) that empty selects.
+func randomLists(rng *rand.Rand, hkv, topK int, cuQ []int32, rows *plan.Rows, empty func(q int) bool) []int32 {
+	totalQ := int(cuQ[len(cuQ)-1])
+	q2k := make([]int32, hkv*totalQ*topK)
+	for h := range hkv {
+		for b := 0; b < len(cuQ)-1; b++ {
+			nb := int(rows.Count[b])
+			for q := int(cuQ[b]); q < int(cuQ[b+1]); q++ {
+				list := q2k[(h*totalQ+q)*topK : (h*totalQ+q+1)*topK]
+				perm := rng.Perm(nb)
+				for k := range list {
+					list[k] = -1
+					if k < len(perm) && !empty(q) && rng.IntN(6) != 0 {
+						list[k] = int32(perm[k])
+					}
+				}
+			}
+		}
+	}
+	return q2k
+}
+
+// planCall builds the k2q CSR and the forward schedule of q2k.
+func planCall(t testing.TB, q2k []int32, hkv, qpk, topK, blk int, cuQ, cuK []int32, rows *plan.Rows) (*plan.CSR, *plan.FwdSchedule) {
+	t.Helper()
+	totalQ := int(cuQ[len(cuQ)-1])
+	csr, err := plan.BuildK2QCSR(nil, q2k, hkv, totalQ, topK, cuQ, cuK, blk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp := plan.FwdParams{TotalQ: totalQ, Hkv: hkv, QheadPerKV: qpk, TopK: topK, BlkKV: blk, Workers: 2}
+	sched, err := plan.BuildFwdSchedule(nil, csr, rows, cuQ, fp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return csr, sched
+}
+
+// randBF16 returns n standard normal values as BF16.
+func randBF16(rng *rand.Rand, n int) []lowp.BFloat16 {
+	s := make([]lowp.BFloat16, n)
+	for i := range s {
+		s[i] = lowp.BF16(float32(rng.NormFloat64()))
+	}
+	return s
 }

@@ -65,3 +65,37 @@ func TestPlanForCUDAOption(t *testing.T) {
 	wantArgErr(t, err, "schedule", "planned for the cuda path")
 	wantArgErr(t, err, "schedule", "runs on (DecodeSchedule without PlanForCUDA)")
 }
+
+// TestCPUPlanRefusedOnCUDA is the reverse of TestPlanForCUDAOption's last
+// check: a decode node whose schedule was planned for the CPU path (its
+// split follows goroutine workers) is refused by the CUDA path's check
+// (CUDADo runs it before touching the GPU) with an error naming both
+// paths, and accepted by the CPU path's.
+func TestCPUPlanRefusedOnCUDA(t *testing.T) {
+	const pages, page = 16, 128
+	g := G.NewGraph()
+	ptv := make([]int32, pages)
+	for i := range ptv {
+		ptv[i] = int32(i)
+	}
+	pt := gnode(t, g, "pt", i32T([]int{1, pages}, ptv...))
+	su := gnode(t, g, "su", i32T([]int{1}, pages*page))
+	sched, err := DecodeSchedule(pt, su, Heads(16, 1), PageSize(page), Workers(8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := G.NewTensor(g, BFloat16, 3, G.WithShape(1, 16, 128), G.WithName("q"))
+	k := G.NewTensor(g, BFloat16, 4, G.WithShape(pages, 1, page, 128), G.WithName("k"))
+	v := G.NewTensor(g, BFloat16, 4, G.WithShape(pages, 1, page, 128), G.WithName("v"))
+	out, err := DecodeAttention(q, k, v, pt, su, sched, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	da := out.Op().(*decodeAttnOp)
+	err = da.executorCheck(plan.CUDAExecutor)
+	wantArgErr(t, err, "schedule", "planned for the cuda path it runs on (DecodeSchedule with PlanForCUDA(sms))")
+	wantArgErr(t, err, "schedule", "one planned for the cpu path (DecodeSchedule without PlanForCUDA, 8 workers)")
+	if err := da.executorCheck(plan.CPUExecutor); err != nil {
+		t.Errorf("CPU-planned schedule on the CPU path: %v", err)
+	}
+}

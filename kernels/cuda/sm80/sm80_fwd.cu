@@ -50,21 +50,13 @@ __device__ __forceinline__ void fwd_impl(const MsaFwdParams& p) {
     for (int rt = 0; rt < R.r.nrows; rt += kTileRows) {
         __syncthreads();  // the previous tile's readers of the Q tile are done
         load_q<D, 128>(smem + Cfg80<D, VAR>::kOffQ, reinterpret_cast<const void*>(p.q), p.q_dtype, R, rt);
-        long long orow[2];
-        int lim[2], rr[2];
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            long long qoff;
-            int qi;
-            rr[i] = 16 * warp + (lane >> 2) + 8 * i;
-            R.row(rt + rr[i], qoff, orow[i], lim[i], qi);
-        }
+        const FragRows fr = frag_rows(R, rt, warp, lane);
         Soft st;
         st.reset();
         float o[D / 2];
         NoNext nx;
-        attend<D, VAR, 1, false>(smem, src, Blk{t0, nkeys, ~0ull}, nx, lim, rr, scale, invT, p.pv_round, st, o);
-        store_fwd_rows<D>(p, st, invT, o, orow, lane);
+        attend<D, VAR, 1, false>(smem, src, Blk{t0, nkeys, ~0ull}, nx, fr.lim, fr.rr, scale, invT, p.pv_round, st, o);
+        store_fwd_rows<D>(p, st, invT, o, fr.orow, lane);
     }
 }
 

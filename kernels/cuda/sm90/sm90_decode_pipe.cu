@@ -312,20 +312,11 @@ __device__ __forceinline__ void pipe_impl(const MsaDecodePipeParams& pp) {
             if (gi.next(R, rt, s)) issue_span<D, VAR>(base + n * C::kStage, src, s, tid);
             cp_async_commit();
         }
-        long long orow[2];
-        int lim[2], rr[2];
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            long long qoff;
-            int qi;
-            rr[i] = 16 * warp + (lane >> 2) + 8 * i;
-            R.row(rt + rr[i], qoff, orow[i], lim[i], qi);
-        }
+        const FragRows fr = frag_rows(R, rt, warp, lane);
         Soft st;
         st.reset();
         float o[D / 2];
-#pragma unroll
-        for (int e = 0; e < D / 2; ++e) o[e] = 0.f;
+        zero_frag(o);
 #pragma unroll 1
         for (int n = 0;; ++n) {
             Span s;
@@ -349,7 +340,7 @@ __device__ __forceinline__ void pipe_impl(const MsaDecodePipeParams& pp) {
             qk<D, VAR, kPipeKeys>(smem_u32(sQ), smem_u32(sK), sc);
             int bl[2];
 #pragma unroll
-            for (int i = 0; i < 2; ++i) bl[i] = block_lim(lim[i], c.t0, c.nk, (c.mask >> rr[i]) & 1ull);
+            for (int i = 0; i < 2; ++i) bl[i] = block_lim(fr.lim[i], c.t0, c.nk, (c.mask >> fr.rr[i]) & 1ull);
             uint32_t pa[kPipeKeys / 4];
             float alpha[2];
             softmax_block(sc, bl, scale, 0.f, p.pv_round, st, pa, alpha);
@@ -372,8 +363,8 @@ __device__ __forceinline__ void pipe_impl(const MsaDecodePipeParams& pp) {
             const float inv = finish(st, i, 0.f, lse, tlse);
 #pragma unroll
             for (int j = 0; j < D / 8; ++j)
-                *reinterpret_cast<float2*>(sO + rr[i] * C::kOStride + 8 * j + 2 * t) = make_float2(o[4 * j + 2 * i] * inv, o[4 * j + 2 * i + 1] * inv);
-            if (orow[i] >= 0 && t == 0) lse_out[orow[i]] = lse;
+                *reinterpret_cast<float2*>(sO + fr.rr[i] * C::kOStride + 8 * j + 2 * t) = make_float2(o[4 * j + 2 * i] * inv, o[4 * j + 2 * i + 1] * inv);
+            if (fr.orow[i] >= 0 && t == 0) lse_out[fr.orow[i]] = lse;
         }
         __syncthreads();
         const int rows = min(kTileRows, R.nrows - rt);

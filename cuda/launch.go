@@ -303,8 +303,8 @@ func (k *Kernels) PrefillPath() PrefillPath {
 // SetDecodeKernel selects the sm_90a decode kernel of later Decode /
 // PrepareDecode calls (Load sets it from MSA_CUDA_DECODE, default old). The
 // new kernel falls back to the old one, recording why in Fallbacks, where
-// it does not apply (other families, D = 256, a kernel missing from the
-// fatbin).
+// it does not apply (other families, dtypes without a variant, a kernel
+// missing from the fatbin).
 func (k *Kernels) SetDecodeKernel(d DecodeKernel) {
 	k.mu.Lock()
 	k.decode = d

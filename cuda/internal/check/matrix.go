@@ -74,9 +74,9 @@ func tempName(t float32) string {
 }
 
 // DecodeMatrix is the decode correctness matrix: BF16, FP8 and BF16 Q with
-// FP8 K/V (the tensor-core variants) and NVFP4 K/V (the pipelined sm_90a decode; portable on other
-// families), dense and sparse (q2k),
-// split-KV and not, D 64 / 128 / 256, GQA 1 to 16, several query tokens.
+// FP8 K/V (the tensor-core variants) and NVFP4 K/V (the pipelined sm_90a
+// decode; portable on other families), dense and sparse (q2k), split-KV
+// and not, D 64 / 128 / 256, GQA 1 to 16, several query tokens.
 func DecodeMatrix() []*Decode {
 	var out []*Decode
 	i := 0

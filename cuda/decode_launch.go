@@ -100,27 +100,20 @@ func (k *Kernels) prepDecode(a *DecodeArgs, s *plan.DecodeSchedule) ([]step, err
 	if s == nil {
 		return nil, fmt.Errorf("cuda: nil decode schedule")
 	}
-	var dev DecodePlanPtrs
+	// One call per array (a table of pointers into dev would move dev to
+	// the heap on every call).
 	var err error
-	if dev.Request, err = k.uploadInt32("decode.request", s.Request); err != nil {
-		return nil, err
+	up := func(role string, v []int32) uint64 {
+		var p uint64
+		if err == nil {
+			p, err = k.uploadInt32(role, v)
+		}
+		return p
 	}
-	if dev.QTileIdx, err = k.uploadInt32("decode.qtile", s.QTileIdx); err != nil {
-		return nil, err
-	}
-	if dev.KVTile, err = k.uploadInt32("decode.kvtile", s.KVTile); err != nil {
-		return nil, err
-	}
-	if dev.KVHead, err = k.uploadInt32("decode.kvhead", s.KVHead); err != nil {
-		return nil, err
-	}
-	if dev.Valid, err = k.uploadInt32("decode.valid", s.Valid); err != nil {
-		return nil, err
-	}
-	if dev.OIndptr, err = k.uploadInt32("decode.o_indptr", s.OIndptr); err != nil {
-		return nil, err
-	}
-	if dev.SplitCounts, err = k.uploadInt32("decode.split_counts", s.SplitCounts); err != nil {
+	dev := DecodePlanPtrs{Request: up("decode.request", s.Request), QTileIdx: up("decode.qtile", s.QTileIdx),
+		KVTile: up("decode.kvtile", s.KVTile), KVHead: up("decode.kvhead", s.KVHead), Valid: up("decode.valid", s.Valid),
+		OIndptr: up("decode.o_indptr", s.OIndptr), SplitCounts: up("decode.split_counts", s.SplitCounts)}
+	if err != nil {
 		return nil, err
 	}
 	d := &k.dec

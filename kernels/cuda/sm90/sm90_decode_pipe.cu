@@ -170,6 +170,18 @@ __device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, bool li
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(live ? 4 : 0) : "memory");
 }
 
+// Store row of key j of span s (its page from the page table; 0 for a key
+// past the span's end, whose copies zero-fill and read nothing) and whether
+// the key is live.
+template <int D>
+__device__ __forceinline__ bool span_row(const KVSource& src, const Span& s, int j, long long& srow) {
+    long long elem = 0;
+    srow = 0;
+    if (j >= s.nk) return false;
+    src.locate(s.t0 + j, D, elem, srow);
+    return true;
+}
+
 // Issue the cp.async copies of span s into a ring slot (K at 0, V at
 // kRawOp), 16 bytes per copy, rows >= s.nk zero-filled.
 template <int D, int VAR>
@@ -183,9 +195,8 @@ __device__ __forceinline__ void issue_span(uint8_t* slot, const KVSource& src, c
 #pragma unroll 4
     for (int i = tid; i < kPipeKeys * cpr; i += kPipeThreads) {
         const int j = i / cpr, c = i % cpr;
-        const bool live = j < s.nk;
-        long long elem = 0, srow = 0;
-        if (live) src.locate(s.t0 + j, D, elem, srow);
+        long long srow;
+        const bool live = span_row<D>(src, s, j, srow);
         const long long g = srow * G::kRawRow + 16 * c;
         const uint32_t off = swz<G::kRawSpan, kPipeKeys>(j, 16 * c);
         cp_async16(dst + off, kb + g, live);
@@ -196,10 +207,9 @@ __device__ __forceinline__ void issue_span(uint8_t* slot, const KVSource& src, c
 #pragma unroll 1
         for (int i = tid; i < kPipeKeys * gpr; i += kPipeThreads) {
             const int j = i / gpr, q = i % gpr;
-            const bool live = j < s.nk;
-            long long elem = 0, srow = 0;
-            if (live) src.locate(s.t0 + j, D, elem, srow);
-            const long long g = live ? scale128x4(srow, 4 * q, D >> 4) : 0;
+            long long srow;
+            const bool live = span_row<D>(src, s, j, srow);
+            const long long g = scale128x4(srow, 4 * q, D >> 4);
             const uint32_t off = 2 * C::kRawOp + j * C::kScaleRow + 4 * q;
             cp_async4(dst + off, src.k_scale + g, live);
             cp_async4(dst + C::kScaleOp + off, src.v_scale + g, live);

@@ -314,6 +314,12 @@ struct FwdRows {
         lim = seqlen_k;
         if (causal) lim = min(lim, ql + seqlen_k - seqlen_q + 1);
     }
+    // The same with the row() signature of DecRows and QRows (the Q loaders'
+    // and frag_rows' interface); a forward row reports query 0.
+    __device__ __forceinline__ void row(int idx, long long& qoff, long long& orow, int& lim, int& i) const {
+        row(idx, qoff, orow, lim);
+        i = 0;
+    }
 };
 
 __device__ __forceinline__ FwdRows fwd_rows(const MsaFwdParams& p, int D, int& b, int& t0, int& nkeys, int& h) {

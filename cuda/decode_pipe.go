@@ -69,12 +69,22 @@ func PipeNames(a Arch) []string {
 		return nil
 	}
 	var out []string
-	for _, d := range []int{64, 128} {
-		for _, v := range []TCVariant{VarBF16, VarFP8, VarBF16FP8} {
+	for _, d := range []int{64, 128, 256} {
+		for _, v := range []TCVariant{VarBF16, VarFP8, VarBF16FP8, VarNVFP4} {
 			out = append(out, PipeName(v, d))
 		}
 	}
 	return out
+}
+
+// pipeVariant is the pipelined kernel's variant for Q dtype q and K/V dtype
+// kv: the sm_90a variants of DecodeVariant, and NVFP4 K/V with BF16 or E4M3
+// Q, which the old sm_90a decode lacks.
+func pipeVariant(q, kv Dtype) (TCVariant, bool) {
+	if kv == NVFP4 && (q == BF16 || q == E4M3) {
+		return VarNVFP4, true
+	}
+	return DecodeVariant(ArchSM90, q, kv)
 }
 
 // PipeBlock is the split block of the pipelined kernel's two-level fused
@@ -128,12 +138,12 @@ func TCDecodePipePlan(arch Arch, a *DecodeArgs) (name string, l fatbin.PipeLaunc
 	if arch != ArchSM90 {
 		return "", l, fmt.Sprintf("the pipelined decode is an sm_90a kernel, this GPU runs the %v family", arch)
 	}
-	v, ok := DecodeVariant(arch, a.QDtype, a.KVDtype)
+	v, ok := pipeVariant(a.QDtype, a.KVDtype)
 	switch {
 	case !ok:
 		return "", l, fmt.Sprintf("no pipelined decode variant for Q %s, K/V %s", a.QDtype, a.KVDtype)
-	case a.D != 64 && a.D != 128:
-		return "", l, fmt.Sprintf("head dim %d: the pipelined decode has D = 64 and 128", a.D)
+	case !HeadDimSupported(a.D):
+		return "", l, fmt.Sprintf("head dim %d: the pipelined decode has D = 64, 128 and 256", a.D)
 	case v == VarFP8 && a.PVRound != RoundE4M3:
 		return "", l, "the fp8 variant rounds P to e4m3 (pv_round must be E4M3)"
 	case !aligned(a.Q, 16) || !aligned(a.K, 16) || !aligned(a.V, 16):

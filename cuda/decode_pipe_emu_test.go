@@ -6,14 +6,19 @@ package cuda
 // wait depth), the page-to-stage copy (issue_span: page lookup per key,
 // zero-filled tail rows, the swizzled landing offsets) and the fused
 // two-level combine's counter protocol, with the attention itself in float64 against
-// the direct reference. Each emulator takes a mutation so the test can show
-// that a broken index formula is caught.
+// the direct reference. NVFP4 K/V also go through the ring's block-scale
+// copies and the unpacking to bf16 (widen_span_fp4), whose values must equal
+// the reference's dequantised rows. Each emulator takes a mutation so the
+// test can show that a broken index formula is caught.
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/sparseattn/msa/kernels/lowp"
 )
 
 const (
@@ -25,20 +30,23 @@ const (
 type pipeMut int
 
 const (
-	pipeOK         pipeMut = iota
-	pipeMutWait            // cp.async.wait_group S instead of S-1
-	pipeMutSlot            // span n+S-1 issued into slot n % S (still being read)
-	pipeMutPage            // the first key of a page (after the first page) read through the previous page-table entry
-	pipeMutReset           // the combining CTA leaves its counter at n
-	pipeMutLast            // a CTA combines when it saw n instead of n-1
-	pipeMutSwizzle         // the landing swizzle drops the row bits
-	pipeMutSpanEnd         // a span covers 64 keys even at the end of a block
-	pipeMutBlock           // a block merged into split kt/G instead of its first split kt/G*G
+	pipeOK            pipeMut = iota
+	pipeMutWait               // cp.async.wait_group S instead of S-1
+	pipeMutSlot               // span n+S-1 issued into slot n % S (still being read)
+	pipeMutPage               // the first key of a page (after the first page) read through the previous page-table entry
+	pipeMutReset              // the combining CTA leaves its counter at n
+	pipeMutLast               // a CTA combines when it saw n instead of n-1
+	pipeMutSwizzle            // the landing swizzle drops the row bits
+	pipeMutSpanEnd            // a span covers 64 keys even at the end of a block
+	pipeMutBlock              // a block merged into split kt/G instead of its first split kt/G*G
+	pipeMutScaleRow           // NVFP4: a key's block scales copied from the sequence's first page
+	pipeMutScaleBlock         // NVFP4: raw chunk c unpacked with scale block c instead of 2c (+1)
+	pipeMutNibble             // NVFP4: the two elements of a byte unpacked high nibble first
 )
 
 func (m pipeMut) String() string {
 	return [...]string{"none", "wait depth S", "issue into the slot being read", "page index", "counter not reset",
-		"last-CTA test", "swizzle", "span end", "block's first split"}[m]
+		"last-CTA test", "swizzle", "span end", "block's first split", "scale row", "scale block", "nibble order"}[m]
 }
 
 // pipeSpan is Span: keys [t0, t0+nk), mask bit r = row r of the tile attends them.
@@ -190,7 +198,8 @@ func swz(span, rows, row, col int, mut pipeMut) int {
 // checks that every byte is written once, then reads every (key, byte) back
 // through the swizzle as the wgmma descriptors do and compares it with the
 // paged cache: store row of (b, h, t0+j) at byte col, 0 past nk.
-func landEmu(c *decodeCase, b, h int, s pipeSpan, rawRow int, mut pipeMut) error {
+// It returns the landed tile: per shared byte, the global byte it holds (-1: zero fill).
+func landEmu(c *decodeCase, b, h int, s pipeSpan, rawRow int, mut pipeMut) ([]int, error) {
 	span := min(rawRow, 128)
 	cpr := rawRow / 16
 	smem := make([]int, pipeKeys*rawRow)
@@ -214,7 +223,7 @@ func landEmu(c *decodeCase, b, h int, s pipeSpan, rawRow int, mut pipeMut) error
 		off := swz(span, pipeKeys, j, 16*ch, mut)
 		for k := 0; k < 16; k++ {
 			if smem[off+k] != -2 {
-				return fmt.Errorf("span %+v: shared byte %d written twice", s, off+k)
+				return nil, fmt.Errorf("span %+v: shared byte %d written twice", s, off+k)
 			}
 			smem[off+k] = -1
 			if live {
@@ -229,7 +238,112 @@ func landEmu(c *decodeCase, b, h int, s pipeSpan, rawRow int, mut pipeMut) error
 				want = c.pagedRow(b, h, s.t0+j)*rawRow + col
 			}
 			if got := smem[swz(span, pipeKeys, j, col, 0)]; got != want {
-				return fmt.Errorf("span %+v: key %d byte %d reads global byte %d, want %d", s, j, col, got, want)
+				return nil, fmt.Errorf("span %+v: key %d byte %d reads global byte %d, want %d", s, j, col, got, want)
+			}
+		}
+	}
+	return smem, nil
+}
+
+// landScalesEmu is issue_span's NVFP4 block-scale copies for one operand of
+// span s: per key j and group q of 4 scales (D/64 groups a row), 4 bytes
+// from Scale128x4Offset(store row of the key, 4q, D/16) into slot bytes
+// j*D/16 + 4q, zero filled past nk. It checks that every slot byte is
+// written once and returns the slot's scale bytes.
+func landScalesEmu(c *decodeCase, st *kvStore, b, h int, s pipeSpan, mut pipeMut) ([]byte, error) {
+	rowS, gpr := c.d/16, c.d/64
+	out, writes := make([]byte, pipeKeys*rowS), make([]int, pipeKeys*rowS)
+	for i := 0; i < pipeKeys*gpr; i++ {
+		j, q := i/gpr, i%gpr
+		off := j*rowS + 4*q
+		for k := 0; k < 4; k++ {
+			writes[off+k]++
+		}
+		if j >= s.nk {
+			continue
+		}
+		t := s.t0 + j
+		page := int(c.pageTable[b*c.maxPages+t/c.pageSize])
+		if mut == pipeMutScaleRow {
+			page = int(c.pageTable[b*c.maxPages])
+		}
+		src := lowp.Scale128x4Offset((page*c.hkv+h)*c.pageSize+t%c.pageSize, 4*q, rowS)
+		copy(out[off:off+4], st.scales[src:src+4])
+	}
+	for i, n := range writes {
+		if n != 1 {
+			return nil, fmt.Errorf("span %+v: scale byte %d written %d times", s, i, n)
+		}
+	}
+	return out, nil
+}
+
+// widenFp4Emu is widen_span_fp4 for one operand: the 128 threads' steps
+// (chunk i: key j = i / (D/32), 16 raw bytes c = i % (D/32), read through
+// the raw swizzle) unpack 32 elements with scale blocks 2c and 2c+1 into
+// four 16-byte bf16 chunks at swz<128>(j, 64c + 16q). It checks that every
+// bf16 element is written once and is exact in bf16, then reads the tile
+// back as the wgmma descriptors do (element e of key j at swz<128>(j, 2e))
+// and compares it, times the global scale (applied by the kernel to the
+// scores and the output), with the reference's dequantised rows: equal in
+// float32, both being E2M1 x block scale x global scale in that order.
+func widenFp4Emu(c *decodeCase, st *kvStore, b, h int, s pipeSpan, tile []int, sc []byte, mut pipeMut) error {
+	d, rawRow := c.d, c.d/2
+	span, cpr := min(rawRow, 128), d/32
+	raw := func(off int) byte {
+		if g := tile[off]; g >= 0 {
+			return st.enc[g]
+		}
+		return 0
+	}
+	dst, writes := make([]float32, pipeKeys*d), make([]int, pipeKeys*d) // by bf16 element of the 2D-byte rows
+	for i := 0; i < pipeKeys*cpr; i++ {
+		j, cc := i/cpr, i%cpr
+		var u [16]byte
+		base := swz(span, pipeKeys, j, 16*cc, 0)
+		for k := range u {
+			u[k] = raw(base + k)
+		}
+		blk := 2 * cc
+		if mut == pipeMutScaleBlock {
+			blk = cc
+		}
+		s0 := lowp.Float8E4M3FN(sc[j*(d/16)+blk]).Float32()
+		s1 := lowp.Float8E4M3FN(sc[j*(d/16)+blk+1]).Float32()
+		for q := 0; q < 4; q++ {
+			sf := s0
+			if q >= 2 {
+				sf = s1
+			}
+			w := binary.LittleEndian.Uint32(u[4*q:])
+			for e := 0; e < 8; e++ {
+				nib := uint8(w>>(4*e)) & 15
+				if mut == pipeMutNibble {
+					nib = uint8(w>>(4*(e^1))) & 15
+				}
+				f := lowp.E2M1Value(nib) * sf
+				if lowp.BF16(f).Float32() != f {
+					return fmt.Errorf("span %+v: key %d element %d = %v is not exact in bf16", s, j, 32*cc+8*q+e, f)
+				}
+				o := (swz(128, pipeKeys, j, 64*cc+16*q, 0) + 2*e) / 2
+				dst[o] = f
+				writes[o]++
+			}
+		}
+	}
+	for i, n := range writes {
+		if n != 1 {
+			return fmt.Errorf("span %+v: bf16 element %d of the widened tile written %d times", s, i, n)
+		}
+	}
+	for j := 0; j < pipeKeys; j++ {
+		for e := 0; e < d; e++ {
+			var want float32
+			if j < s.nk {
+				want = st.row(c.pagedRow(b, h, s.t0+j))[e]
+			}
+			if got := dst[swz(128, pipeKeys, j, 2*e, 0)/2] * st.gscale; got != want {
+				return fmt.Errorf("span %+v: key %d element %d unpacks to %v (x global scale), want %v", s, j, e, got, want)
 			}
 		}
 	}
@@ -275,8 +389,20 @@ func pipeEmu(c *decodeCase, stages int, rng *rand.Rand, mut pipeMut) (o [][]floa
 			}
 			keys := make([][]int, pipeRows)
 			for _, sp := range spans {
-				if err := landEmu(c, b, h, sp, rawRow, mut); err != nil {
+				tile, err := landEmu(c, b, h, sp, rawRow, mut)
+				if err != nil {
 					return nil, nil, fmt.Errorf("item %d: %w", w, err)
+				}
+				if c.kvd == NVFP4 { // K and V land at the same offsets; each has its scales
+					for _, st := range []*kvStore{c.k, c.v} {
+						sc, err := landScalesEmu(c, st, b, h, sp, mut)
+						if err == nil {
+							err = widenFp4Emu(c, st, b, h, sp, tile, sc, mut)
+						}
+						if err != nil {
+							return nil, nil, fmt.Errorf("item %d: %w", w, err)
+						}
+					}
 				}
 				for r := 0; r < pipeRows && rt+r < nrows; r++ {
 					i := i0 + (rt+r)/c.qhpk
@@ -393,32 +519,28 @@ func pipeEmu(c *decodeCase, stages int, rng *rand.Rand, mut pipeMut) (o [][]floa
 	return o, lse, nil
 }
 
-// pipeCases are decodeCases at the pipelined kernel's head dims (64, 128),
-// plus a batch-1 long context that splits over the SMs and a case with
-// 16-token pages (4 pages per span) and a chunk ending mid-page.
+// pipeCases are the decodeCases, plus a batch-1 long context that splits
+// over the SMs, a case with 16-token pages (4 pages per span) and a chunk
+// ending mid-page, and NVFP4 K/V at D 128 (E4M3 Q, 16-token pages) and
+// D 256 (sparse, blocks straddling spans and chunks).
 func pipeCases() []*decodeCase {
-	var out []*decodeCase
-	for _, c := range decodeCases() {
-		if c.d <= 128 {
-			out = append(out, c)
-		}
-	}
-	return append(out,
+	return append(decodeCases(),
 		&decodeCase{name: "bf16/b1/long/auto-split", batch: 1, seqlenQ: 1, hkv: 1, qhpk: 16, d: 128, pageSize: 128,
 			seqused: []int32{40000 + 77}, qd: BF16, kvd: BF16, round: RoundBF16},
 		&decodeCase{name: "bf16fp8/page16/fixed-split", batch: 3, seqlenQ: 2, hkv: 2, qhpk: 8, d: 64, pageSize: 16, fixedSplit: 5,
 			seqused: []int32{1000, 81, 0}, qd: BF16, kvd: E4M3, round: RoundBF16},
 		&decodeCase{name: "bf16/q2k/blk200/page16", batch: 2, seqlenQ: 3, hkv: 1, qhpk: 16, d: 128, pageSize: 16, fixedSplit: 7,
 			topK: 6, blk: 200, seqused: []int32{2500, 333}, qd: BF16, kvd: BF16, round: RoundBF16},
+		&decodeCase{name: "nvfp4/e4m3q/d128/page16/fixed-split", batch: 2, seqlenQ: 1, hkv: 2, qhpk: 8, d: 128, pageSize: 16, fixedSplit: 5,
+			seqused: []int32{900, 77}, qd: E4M3, kvd: NVFP4, round: RoundBF16},
+		&decodeCase{name: "nvfp4/q2k/d256/blk96/page32", batch: 2, seqlenQ: 2, hkv: 1, qhpk: 4, d: 256, pageSize: 32, fixedSplit: 3,
+			topK: 4, blk: 96, seqused: []int32{1300, 200}, qd: BF16, kvd: NVFP4, round: RoundBF16},
 	)
 }
 
 // pipeStages is PipeCfg::kStages of the kernel a case runs on (the launch table).
 func pipeStages(t *testing.T, c *decodeCase) int {
-	v, ok := DecodeVariant(ArchSM90, c.qd, c.kvd)
-	if !ok {
-		return 4 // NVFP4 cases: the index logic at the deepest ring
-	}
+	v, _ := pipeVariant(c.qd, c.kvd)
 	name, l, why := TCDecodePipePlan(ArchSM90, &DecodeArgs{QDtype: c.qd, KVDtype: c.kvd, D: c.d, PVRound: c.round})
 	if why != "" {
 		t.Fatalf("%s: %s (%s)", c.name, why, v)
@@ -455,10 +577,11 @@ func TestPipeDecodeEmulation(t *testing.T) {
 }
 
 // TestPipeRing checks the ring for every stream length from 0 to 13 spans at
-// 3 and 4 stages: span n is read from slot n % S, after its group completed,
-// and no span is overwritten before it is read.
+// every stage count of the launch table (3, 4, 7, 8): span n is read from
+// slot n % S, after its group completed, and no span is overwritten before
+// it is read.
 func TestPipeRing(t *testing.T) {
-	for _, S := range []int{3, 4} {
+	for _, S := range []int{3, 4, 7, 8} {
 		for n := 0; n <= 13; n++ {
 			slots, err := ringEmu(n, S, pipeOK)
 			if err != nil {
@@ -478,7 +601,7 @@ func TestPipeRing(t *testing.T) {
 // reference.
 func TestPipeEmulationMutations(t *testing.T) {
 	cases := pipeCases()
-	for m := pipeMutWait; m <= pipeMutBlock; m++ {
+	for m := pipeMutWait; m <= pipeMutNibble; m++ {
 		caught := false
 		for i, c := range cases {
 			genDecode(t, c, uint64(100+i))

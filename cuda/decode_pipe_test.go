@@ -66,8 +66,8 @@ func TestTCDecodePipePlan(t *testing.T) {
 		want string
 	}{
 		"sm100":      {ArchSM100, func(*DecodeArgs) {}, "sm_90a kernel"},
-		"d256":       {ArchSM90, func(a *DecodeArgs) { a.D = 256 }, "head dim 256"},
-		"nvfp4":      {ArchSM90, func(a *DecodeArgs) { a.KVDtype = NVFP4 }, "no pipelined decode variant"},
+		"d96":        {ArchSM90, func(a *DecodeArgs) { a.D = 96 }, "head dim 96"},
+		"f16 q":      {ArchSM90, func(a *DecodeArgs) { a.QDtype, a.KVDtype = F16, NVFP4 }, "no pipelined decode variant"},
 		"fp8 round":  {ArchSM90, func(a *DecodeArgs) { a.QDtype, a.KVDtype = E4M3, E4M3 }, "pv_round must be E4M3"},
 		"misaligned": {ArchSM90, func(a *DecodeArgs) { a.K = 8 }, "16-byte aligned"},
 	} {
@@ -75,6 +75,24 @@ func TestTCDecodePipePlan(t *testing.T) {
 		c.mod(&a)
 		if name, _, why := TCDecodePipePlan(c.arch, &a); !strings.Contains(why, c.want) || name != "" {
 			t.Errorf("%s: %q, why %q; want a refusal containing %q", what, name, why, c.want)
+		}
+	}
+	for _, c := range []struct {
+		q, kv Dtype
+		d     int
+		want  string
+	}{
+		{BF16, BF16, 256, fatbin.SM90DecPipeBF16D256}, {E4M3, E4M3, 256, fatbin.SM90DecPipeFP8D256},
+		{BF16, E4M3, 256, fatbin.SM90DecPipeBF16FP8D256}, {BF16, NVFP4, 64, fatbin.SM90DecPipeNVFP4D64},
+		{E4M3, NVFP4, 128, fatbin.SM90DecPipeNVFP4D128}, {BF16, NVFP4, 256, fatbin.SM90DecPipeNVFP4D256},
+	} {
+		a := ok
+		a.QDtype, a.KVDtype, a.D = c.q, c.kv, c.d
+		if c.q == E4M3 && c.kv == E4M3 {
+			a.PVRound = RoundE4M3
+		}
+		if name, l, why := TCDecodePipePlan(ArchSM90, &a); why != "" || name != c.want || l != fatbin.DecodePipeLaunch[c.want] {
+			t.Errorf("Q %s, K/V %s, D %d: %q %+v, why %q; want %s", c.q, c.kv, c.d, name, l, why, c.want)
 		}
 	}
 	names := PipeNames(ArchSM90)

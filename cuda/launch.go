@@ -73,6 +73,56 @@ type Kernels struct {
 	closed   bool
 	fallback map[string]string            // tensor-core kernel -> why it did not run (last time)
 	memFree  func(driver.DevicePtr) error // driver.MemFree; replaced by tests
+	drv      driverCalls                  // the other driver calls of a launch; replaced by tests
+	argv     [2][]byte                    // kernel arguments of the launch in progress (launchSteps)
+	dec      decodeState                  // Decode's parameter blocks, steps and launch choices (decode_launch.go)
+}
+
+// driverCalls are the driver calls the launch path makes per call; a nil
+// field is the driver's function. Tests replace them with recording fakes
+// so that the launch path runs without a GPU.
+type driverCalls struct {
+	memAlloc func(n int64) (driver.DevicePtr, error)
+	htod     func(dst driver.DevicePtr, src unsafe.Pointer, n int64) error
+	memset   func(p driver.DevicePtr, v byte, n int64) error
+	launch   func(f driver.Function, cfg driver.LaunchConfig, args [][]byte) error
+}
+
+func (k *Kernels) memAlloc(n int64) (driver.DevicePtr, error) {
+	if k.drv.memAlloc != nil {
+		return k.drv.memAlloc(n)
+	}
+	return driver.MemAlloc(n)
+}
+
+func (k *Kernels) free(p driver.DevicePtr) error {
+	if k.memFree != nil {
+		return k.memFree(p)
+	}
+	return driver.MemFree(p)
+}
+
+func (k *Kernels) htod(dst driver.DevicePtr, src unsafe.Pointer, n int64) error {
+	if k.drv.htod != nil {
+		return k.drv.htod(dst, src, n)
+	}
+	return driver.MemcpyHtoD(dst, src, n)
+}
+
+func (k *Kernels) memset(p driver.DevicePtr, v byte, n int64) error {
+	if k.drv.memset != nil {
+		return k.drv.memset(p, v, n)
+	}
+	return driver.MemsetD8(p, v, n)
+}
+
+// launchArgs launches f with the argument blocks args (a slice of k.argv:
+// storage the Kernels owns, so that a launch allocates nothing).
+func (k *Kernels) launchArgs(f driver.Function, cfg driver.LaunchConfig, args [][]byte) error {
+	if k.drv.launch != nil {
+		return k.drv.launch(f, cfg, args)
+	}
+	return driver.Launch(f, cfg, args...)
 }
 
 type tcKernel struct {
@@ -325,8 +375,8 @@ func (k *Kernels) PrefillPath() PrefillPath {
 // SetDecodeKernel selects the sm_90a decode kernel of later Decode /
 // PrepareDecode calls (Load sets it from MSA_CUDA_DECODE, default old). The
 // new kernel falls back to the old one, recording why in Fallbacks, where
-// it does not apply (other families, D = 256, a kernel missing from the
-// fatbin).
+// it does not apply (other families, dtypes without a variant, a kernel
+// missing from the fatbin).
 func (k *Kernels) SetDecodeKernel(d DecodeKernel) {
 	k.mu.Lock()
 	k.decode = d
@@ -409,17 +459,14 @@ func (k *Kernels) Close(ctx Runner) error {
 	k.closed = true
 	return run(ctx, func() error {
 		var errs []error
-		free := driver.MemFree
-		if k.memFree != nil {
-			free = k.memFree
-		}
 		for role, b := range k.bufs {
-			if err := free(b.ptr); err != nil {
+			if err := k.free(b.ptr); err != nil {
 				errs = append(errs, fmt.Errorf("cuda: freeing %s: %w", role, err))
 			}
 		}
 		k.bufs = map[string]*devBuf{}
 		k.tmaps = map[string]driver.TensorMap{}
+		k.dec.choices = nil
 		if k.mod != 0 {
 			if err := k.mod.Unload(); err != nil {
 				errs = append(errs, fmt.Errorf("cuda: unloading the module: %w", err))
@@ -442,11 +489,11 @@ func (k *Kernels) upload(role string, src unsafe.Pointer, n int64) (uint64, erro
 	if b == nil || b.size < need {
 		if b != nil {
 			delete(k.bufs, role)
-			if err := driver.MemFree(b.ptr); err != nil {
+			if err := k.free(b.ptr); err != nil {
 				return 0, err
 			}
 		}
-		ptr, err := driver.MemAlloc(need)
+		ptr, err := k.memAlloc(need)
 		if err != nil {
 			return 0, fmt.Errorf("cuda: allocating %d bytes for %s: %w", need, role, err)
 		}
@@ -455,7 +502,7 @@ func (k *Kernels) upload(role string, src unsafe.Pointer, n int64) (uint64, erro
 	}
 	k.gen++
 	if n > 0 {
-		if err := driver.MemcpyHtoD(b.ptr, src, n); err != nil {
+		if err := k.htod(b.ptr, src, n); err != nil {
 			return 0, fmt.Errorf("cuda: uploading %s: %w", role, err)
 		}
 	}
@@ -500,6 +547,14 @@ type Prepared struct {
 	k     *Kernels
 	gen   uint64
 	steps []step
+	fn    func() error // launches steps: made once, so that Launch allocates nothing
+}
+
+// newPrepared returns a Prepared of k for the steps Prepare* will fill in.
+func newPrepared(k *Kernels) *Prepared {
+	pl := &Prepared{k: k}
+	pl.fn = func() error { return k.launchSteps(pl.steps) }
+	return pl
 }
 
 // Kernels lists the kernels Launch starts, in order.
@@ -522,7 +577,7 @@ func (pl *Prepared) Launch(ctx Runner) error {
 	if pl.gen != k.gen {
 		return errors.New("cuda: stale prepared launch: its scratch buffers were reused by a later call")
 	}
-	return run(ctx, func() error { return k.launchSteps(pl.steps) })
+	return run(ctx, pl.fn)
 }
 
 func (k *Kernels) launchSteps(steps []step) error {
@@ -534,20 +589,23 @@ func (k *Kernels) launchSteps(steps []step) error {
 		if st.tc {
 			cfg := driver.LaunchConfig{Grid: driver.Dim3{X: uint32(st.grid), Y: 1, Z: 1},
 				Block: driver.Dim3{X: uint32(st.kern.threads), Y: 1, Z: 1}, SharedBytes: uint32(st.smem)}
+			k.argv[0] = st.value
 			if st.nomaps {
-				err = driver.Launch(st.kern.fn, cfg, st.value)
+				err = k.launchArgs(st.kern.fn, cfg, k.argv[:1])
 			} else {
-				err = driver.Launch(st.kern.fn, cfg, st.value, driver.Bytes(&st.maps))
+				k.argv[1] = driver.Bytes(&st.maps)
+				err = k.launchArgs(st.kern.fn, cfg, k.argv[:2])
 			}
 		} else {
 			fn, ok := k.fns[st.name]
 			if !ok {
 				return fmt.Errorf("cuda: kernel %s not loaded", st.name)
 			}
-			arg := st.params
 			cfg := driver.LaunchConfig{Grid: driver.Dim3{X: uint32(st.grid), Y: 1, Z: 1}, Block: driver.Dim3{X: Threads, Y: 1, Z: 1}}
-			err = driver.Launch(fn, cfg, driver.Bytes(&arg))
+			k.argv[0] = driver.Bytes(&st.params)
+			err = k.launchArgs(fn, cfg, k.argv[:1])
 		}
+		k.argv = [2][]byte{}
 		if err != nil {
 			return sm100WaitError(k.waitCode(), k.recent(), fmt.Errorf("cuda: launching %s on %d CTAs: %w", st.name, st.grid, err))
 		}
@@ -589,39 +647,9 @@ func (k *Kernels) tensorMap(s TensorMapSpec) (driver.TensorMap, error) {
 // ok false and the reason it cannot run (the caller runs the portable
 // kernel). The dynamic shared memory attribute is raised as needed.
 func (k *Kernels) tcStep(p *TCPlan, params []byte) (st step, ok bool, why string) {
-	kern, found := k.tc[p.Name]
-	if !found {
-		return st, false, "not in the fatbin"
-	}
-	smem := p.SmemBytes
-	// The kernel engineers' launch data (names_sm100.go,
-	// names_hopper_ampere.go) wins over the Go model.
-	threads, dyn, known := 0, 0, false
-	if g, ok := sm100Table[p.Name]; ok {
-		threads, dyn, known = g.Threads, g.DynSmem, true
-	} else if g, ok := fatbin.HopperAmpereLaunch[p.Name]; ok {
-		threads, dyn, known = g.Threads, g.DynSmem, true
-	} else if g, ok := fatbin.Fwd2Launch[p.Name]; ok {
-		threads, dyn, known = g.Threads, g.DynSmem, true
-	}
-	if known {
-		if threads != kern.threads {
-			return st, false, fmt.Sprintf("launch table says %d threads, the kernel's launch bound %d", threads, kern.threads)
-		}
-		smem = dyn
-	}
-	if smem == 0 {
-		smem = k.smemOpt // geometry not known here: the device's opt-in maximum always suffices
-	}
-	if smem > k.smemOpt {
-		return st, false, fmt.Sprintf("needs %d B of shared memory, the device allows %d", smem, k.smemOpt)
-	}
-	if smem > 48<<10 && kern.smemSet < smem {
-		if err := kern.fn.SetAttribute(driver.FuncAttrMaxDynamicSharedBytes, smem); err != nil {
-			return st, false, err.Error()
-		}
-		kern.smemSet = smem
-		k.tc[p.Name] = kern
+	kern, smem, why := k.tcKernel(p.Name, p.SmemBytes)
+	if why != "" {
+		return st, false, why
 	}
 	st = step{name: p.Name, grid: p.GridBlocks, tc: true, kern: kern, smem: smem, value: append([]byte(nil), params...)}
 	for i, s := range []TensorMapSpec{p.Q, p.K, p.V} {
@@ -632,6 +660,46 @@ func (k *Kernels) tcStep(p *TCPlan, params []byte) (st step, ok bool, why string
 		st.maps[i] = m
 	}
 	return st, true, ""
+}
+
+// tcKernel returns the loaded tensor-core kernel name and the dynamic
+// shared memory it launches with (smem from the Go model, overridden by the
+// kernel tables), raising its attribute as needed, or why it cannot run.
+func (k *Kernels) tcKernel(name string, smem int) (kern tcKernel, dyn int, why string) {
+	kern, found := k.tc[name]
+	if !found {
+		return kern, 0, "not in the fatbin"
+	}
+	// The kernel engineers' launch data (names_sm100.go,
+	// names_hopper_ampere.go) wins over the Go model.
+	threads, tdyn, known := 0, 0, false
+	if g, ok := sm100Table[name]; ok {
+		threads, tdyn, known = g.Threads, g.DynSmem, true
+	} else if g, ok := fatbin.HopperAmpereLaunch[name]; ok {
+		threads, tdyn, known = g.Threads, g.DynSmem, true
+	} else if g, ok := fatbin.Fwd2Launch[name]; ok {
+		threads, tdyn, known = g.Threads, g.DynSmem, true
+	}
+	if known {
+		if threads != kern.threads {
+			return kern, 0, fmt.Sprintf("launch table says %d threads, the kernel's launch bound %d", threads, kern.threads)
+		}
+		smem = tdyn
+	}
+	if smem == 0 {
+		smem = k.smemOpt // geometry not known here: the device's opt-in maximum always suffices
+	}
+	if smem > k.smemOpt {
+		return kern, 0, fmt.Sprintf("needs %d B of shared memory, the device allows %d", smem, k.smemOpt)
+	}
+	if smem > 48<<10 && kern.smemSet < smem {
+		if err := kern.fn.SetAttribute(driver.FuncAttrMaxDynamicSharedBytes, smem); err != nil {
+			return kern, 0, err.Error()
+		}
+		kern.smemSet = smem
+		k.tc[name] = kern
+	}
+	return kern, smem, ""
 }
 
 // pick returns the kernel for head dim d (validated by the params builders).
@@ -894,7 +962,7 @@ func (k *Kernels) PrepareSparsePrefill(ctx Runner, fa *FwdArgs, ca *CombineArgs,
 	if err := checkPrefillArgs(fa, ca, s, cuQ); err != nil {
 		return nil, err
 	}
-	pl := &Prepared{k: k}
+	pl := newPrepared(k)
 	err := run(ctx, func() error {
 		var err error
 		pl.steps, err = k.prepPrefill(fa, ca, csr, s, cuQ, window)
@@ -922,178 +990,6 @@ func (k *Kernels) SparsePrefill(ctx Runner, fa *FwdArgs, ca *CombineArgs, csr *p
 	}
 	return run(ctx, func() error {
 		steps, err := k.prepPrefill(fa, ca, csr, s, cuQ, window)
-		if err != nil {
-			return err
-		}
-		return k.launchSteps(steps)
-	})
-}
-
-// prepDecode uploads the decode schedule and parameter blocks and returns
-// the decode launch and, for a split-KV schedule, its combine.
-func (k *Kernels) prepDecode(a *DecodeArgs, s *plan.DecodeSchedule) ([]step, error) {
-	if s == nil {
-		return nil, fmt.Errorf("cuda: nil decode schedule")
-	}
-	var dev DecodePlanPtrs
-	var err error
-	for _, u := range []struct {
-		role string
-		dst  *uint64
-		v    []int32
-	}{
-		{"decode.request", &dev.Request, s.Request}, {"decode.qtile", &dev.QTileIdx, s.QTileIdx},
-		{"decode.kvtile", &dev.KVTile, s.KVTile}, {"decode.kvhead", &dev.KVHead, s.KVHead},
-		{"decode.valid", &dev.Valid, s.Valid}, {"decode.o_indptr", &dev.OIndptr, s.OIndptr},
-		{"decode.split_counts", &dev.SplitCounts, s.SplitCounts},
-	} {
-		if *u.dst, err = k.uploadInt32(u.role, u.v); err != nil {
-			return nil, err
-		}
-	}
-	p, c, err := newDecodeKernelParams(a, s, dev)
-	if err != nil {
-		return nil, err
-	}
-	var steps []step
-	if k.decode == DecodeNew && k.path == PathAuto && s.WorkCount > 0 {
-		st, why, err := k.pipeStep(a, s, p, dev.SplitCounts)
-		if err != nil {
-			return nil, err
-		}
-		if why == "" {
-			return []step{st}, nil // the combine is fused
-		}
-		k.fallback["msa_sm90_decpipe"] = why
-	}
-	if s.WorkCount > 0 {
-		done := false
-		if k.path == PathAuto && k.arch != ArchPortable {
-			tp, why := TCDecodePlan(k.arch, a, s.WorkCount)
-			if why == "" {
-				var st step
-				if st, done, why = k.tcStep(&tp, driver.Bytes(&p)); done {
-					steps = append(steps, st)
-				}
-			}
-			if v, ok := DecodeVariant(k.arch, a.QDtype, a.KVDtype); ok && !done {
-				k.fallback[TCName(k.arch, "decode", v, a.D)] = why
-			}
-		}
-		if !done {
-			pp, err := k.upload("decode.params", unsafe.Pointer(&p), int64(unsafe.Sizeof(p)))
-			if err != nil {
-				return nil, err
-			}
-			steps = append(steps, step{name: pick(a.D, fatbin.DecodeD256, fatbin.DecodeD128, fatbin.DecodeD64), grid: s.WorkCount, params: pp})
-		}
-	}
-	rows := a.Batch * a.SeqlenQ * a.Hq
-	if s.SplitKV && rows > 0 {
-		cp, err := k.upload("decode.combine_params", unsafe.Pointer(&c), int64(unsafe.Sizeof(c)))
-		if err != nil {
-			return nil, err
-		}
-		steps = append(steps, step{name: pick(a.D, fatbin.CombineD256, fatbin.CombineD128, fatbin.CombineD64),
-			grid: (rows + Threads/32 - 1) / (Threads / 32), params: cp})
-	}
-	return steps, nil
-}
-
-// pipeStep returns the launch of the pipelined decode, or why it cannot run
-// (the old kernels then run). It grows the fused combine's counters to the
-// schedule's PipeCounters, zeroed when allocated: the kernel leaves them 0.
-func (k *Kernels) pipeStep(a *DecodeArgs, s *plan.DecodeSchedule, p decodeKernelParams, splitCounts uint64) (step, string, error) {
-	name, l, why := TCDecodePipePlan(k.arch, a)
-	if why != "" {
-		return step{}, why, nil
-	}
-	kern, found := k.tc[name]
-	switch {
-	case !found:
-		return step{}, name + " is not in the fatbin", nil
-	case kern.threads != l.Threads:
-		return step{}, fmt.Sprintf("%s: launch table says %d threads, the kernel's launch bound %d", name, l.Threads, kern.threads), nil
-	case l.DynSmem > k.smemOpt:
-		return step{}, fmt.Sprintf("%s needs %d B of shared memory, the device allows %d", name, l.DynSmem, k.smemOpt), nil
-	}
-	if kern.smemSet < l.DynSmem {
-		if err := kern.fn.SetAttribute(driver.FuncAttrMaxDynamicSharedBytes, l.DynSmem); err != nil {
-			return step{}, err.Error(), nil
-		}
-		// All of the unified L1 / shared storage as shared memory, so that
-		// two CTAs' rings fit on one SM.
-		if err := kern.fn.SetAttribute(driver.FuncAttrPreferredSharedCarveout, 100); err != nil {
-			return step{}, err.Error(), nil
-		}
-		kern.smemSet = l.DynSmem
-		k.tc[name] = kern
-	}
-	var counters uint64
-	if n := PipeCounters(s); n > 0 {
-		var err error
-		if counters, err = k.zeroed("decode.counters", int64(n)*4); err != nil {
-			return step{}, "", err
-		}
-	}
-	pp := newDecodePipeParams(p, s, splitCounts, counters)
-	return step{name: name, grid: s.WorkCount, tc: true, kern: kern, smem: l.DynSmem, value: append([]byte(nil), driver.Bytes(&pp)...), nomaps: true}, "", nil
-}
-
-// zeroed returns the scratch buffer named role of at least n bytes; a buffer
-// is zero-filled when it is allocated and otherwise left as the kernels left
-// it (the fused combine's counters return to 0 at the end of every launch).
-func (k *Kernels) zeroed(role string, n int64) (uint64, error) {
-	if b := k.bufs[role]; b != nil && b.size >= n {
-		return uint64(b.ptr), nil
-	}
-	if b := k.bufs[role]; b != nil {
-		delete(k.bufs, role)
-		if err := driver.MemFree(b.ptr); err != nil {
-			return 0, err
-		}
-	}
-	ptr, err := driver.MemAlloc(n)
-	if err != nil {
-		return 0, fmt.Errorf("cuda: allocating %d bytes for %s: %w", n, role, err)
-	}
-	k.bufs[role] = &devBuf{ptr: ptr, size: n}
-	k.gen++ // a prepared launch holding the old buffer is stale
-	if err := driver.MemsetD8(ptr, 0, n); err != nil {
-		return 0, fmt.Errorf("cuda: zeroing %s: %w", role, err)
-	}
-	return uint64(ptr), nil
-}
-
-// PrepareDecode uploads what Decode would and returns its launches.
-func (k *Kernels) PrepareDecode(ctx Runner, a *DecodeArgs, s *plan.DecodeSchedule) (*Prepared, error) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if err := k.check(); err != nil {
-		return nil, err
-	}
-	pl := &Prepared{k: k}
-	err := run(ctx, func() error {
-		var err error
-		pl.steps, err = k.prepDecode(a, s)
-		return err
-	})
-	pl.gen = k.gen
-	return pl, err
-}
-
-// Decode launches the paged decode of s and, for a split-KV schedule, the
-// combine of its float32 partials into a.Out / a.LSE. With a.Q2K != 0 it is
-// sparse decode: each query row attends only the blocks of a.BlkKV tokens
-// it selected (a.Q2K stays in device memory).
-func (k *Kernels) Decode(ctx Runner, a *DecodeArgs, s *plan.DecodeSchedule) error {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if err := k.check(); err != nil {
-		return err
-	}
-	return run(ctx, func() error {
-		steps, err := k.prepDecode(a, s)
 		if err != nil {
 			return err
 		}

@@ -56,8 +56,9 @@ func (r *report) applyDecode(m decodeMode) {
 func (r *report) restoreDecode() { r.applyDecode(decodeMode{cuda.PathAuto, r.decodeDefault}) }
 
 // pipeOccupancy prints how many CTAs of each pipelined decode kernel the
-// driver keeps resident per SM; fewer than the design's
-// fatbin.PipeCTAsPerSM is a failure (its shared memory or registers grew).
+// driver keeps resident per SM; fewer than the kernel's design
+// (fatbin.DecodePipeLaunch's CTAs: PipeCTAsPerSM, one at D = 256) is a
+// failure (its shared memory or registers grew).
 func (r *report) pipeOccupancy() {
 	occ, err := r.k.PipeOccupancy(r.dev)
 	r.mu.Lock()
@@ -74,9 +75,9 @@ func (r *report) pipeOccupancy() {
 	sort.Strings(names)
 	for _, n := range names {
 		status := "ok"
-		if occ[n] < fatbin.PipeCTAsPerSM {
+		if want := fatbin.DecodePipeLaunch[n].CTAs; occ[n] < want {
 			r.failed++
-			status = fmt.Sprintf("FAIL: want >= %d", fatbin.PipeCTAsPerSM)
+			status = fmt.Sprintf("FAIL: want >= %d", want)
 		}
 		fmt.Printf("occupancy: %s %d CTAs per SM (%s)\n", n, occ[n], status)
 	}

@@ -6,7 +6,8 @@
 #                                           + go test -c -tags cuda ./cuda
 #   kernels/cuda/tagged_build.sh --all      go build + go vet -tags cuda ./... and go test -c -tags cuda
 #                                           of EVERY package with tests (binaries in a temp dir,
-#                                           or in $MSA_TEST_BIN_DIR when set)
+#                                           or in $MSA_TEST_BIN_DIR when set), then runs the
+#                                           launch-layer tests of cuda.test that need no driver
 #   kernels/cuda/tagged_build.sh --env      only print the environment (eval-able)
 #   kernels/cuda/tagged_build.sh --test-bin DIR   the default mode, leaving cuda.test in DIR
 #   kernels/cuda/tagged_build.sh --all-bin DIR    --all, leaving every <pkg>.test in DIR
@@ -245,6 +246,12 @@ PY
         n=$((n + 1))
     done
     echo "tagged_build.sh: $n test binaries compiled with -tags cuda ($(( $(now) - t )) s) in $BIN_DIR" >&2
+    # The launch layer's tests that need no driver (a recording fake of the
+    # driver calls): 0 allocations per decode call, Close, no-driver errors.
+    t=$(now)
+    "$BIN_DIR/cuda.test" -test.count=1 \
+        -test.run '^(TestDecodeRunAllocatesNothing|TestPrepareDecodeOwnsItsSteps|TestCloseFreesAll|TestKernelsClosedConcurrent|TestNoDriver)$'
+    echo "tagged_build.sh: driverless launch tests of cuda.test OK ($(( $(now) - t )) s)" >&2
     ;;
 *)
     t=$(now)

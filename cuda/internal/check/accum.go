@@ -137,7 +137,7 @@ var accums = []accum{
 		"sm90/sm90_decode.cu: V converted to bf16 in shared memory for P.V)"}},
 	// Spans of kPipeKeys = 64 keys, O rescaled across spans; the fused
 	// combine sums the partials' weights in float32.
-	{pattern: re(`^msa_sm90_decpipe_(bf16|fp8|bf16fp8)_d(64|128)$`), chain: chainRow, sumTile: 64, partials: "split", pRound: "bf16", src: []string{
+	{pattern: re(`^msa_sm90_decpipe_(bf16|fp8|bf16fp8|nvfp4)_d(64|128|256)$`), chain: chainRow, sumTile: 64, partials: "split", pRound: "bf16", src: []string{
 		"sm90/sm90_decode_pipe.cu: constexpr int kPipeKeys = 64;",
 		"sm90/sm90_decode_pipe.cu: P.V with V (bf16)",
 		"sm90/sm90_decode_pipe.cu: softmax_block(sc, bl, scale, 0.f, p.pv_round, st, pa, alpha);",

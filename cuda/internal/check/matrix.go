@@ -74,8 +74,9 @@ func tempName(t float32) string {
 }
 
 // DecodeMatrix is the decode correctness matrix: BF16, FP8 and BF16 Q with
-// FP8 K/V (the tensor-core variants) and NVFP4 K/V (portable), dense and sparse (q2k),
-// split-KV and not, D 64 / 128 / 256, GQA 1 to 16, several query tokens.
+// FP8 K/V (the tensor-core variants) and NVFP4 K/V (the pipelined sm_90a
+// decode; portable on other families), dense and sparse (q2k), split-KV
+// and not, D 64 / 128 / 256, GQA 1 to 16, several query tokens.
 func DecodeMatrix() []*Decode {
 	var out []*Decode
 	i := 0
@@ -106,6 +107,11 @@ func DecodeMatrix() []*Decode {
 	}
 	out = append(out, &Decode{Name: "decode/bf16q-nvfp4kv/d64/gqa4/sq2/page64/dense/auto-split", QD: cuda.BF16, KVD: cuda.NVFP4, D: 64,
 		Batch: 8, SeqlenQ: 2, Hkv: 4, QHPK: 4, PageSize: 64, SeqUsed: []int32{64, 200, 1000, 3, 700, 128, 129, 900}})
+	// NVFP4 K/V at D 128 and 256 (the pipelined sm_90a decode's NVFP4 variants; portable elsewhere)
+	out = append(out, &Decode{Name: "decode/fp8q-nvfp4kv/d128/gqa8/sq1/page16/dense/fixed-split4", QD: cuda.E4M3, KVD: cuda.NVFP4, D: 128,
+		Batch: 3, SeqlenQ: 1, Hkv: 2, QHPK: 8, PageSize: 16, FixedSplit: 4, SeqUsed: []int32{900, 77, 2000}},
+		&Decode{Name: "decode/bf16q-nvfp4kv/d256/gqa4/sq2/page32/sparse/auto-split", QD: cuda.BF16, KVD: cuda.NVFP4, D: 256,
+			Batch: 2, SeqlenQ: 2, Hkv: 1, QHPK: 4, PageSize: 32, TopK: 4, Blk: 96, SeqUsed: []int32{1300, 200}})
 	return append(out, LongDecodeCases()...)
 }
 

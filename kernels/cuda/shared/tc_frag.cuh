@@ -228,6 +228,35 @@ __device__ __forceinline__ void store_decode_rows(const MsaDecodeParams& p, cons
     }
 }
 
+// The thread's two fragment rows in a 64-row tile whose first row is rt
+// (see the fragment layout at the top): rr[i] = 16 warp + lane/4 + 8i is
+// the row within the tile, and orow, lim and tok are what Rows::row gives
+// for row rt + rr[i]: its output row (-1: none), its key bound and its query
+// (the token of a query tile, the query of a decode item).
+struct FragRows {
+    long long orow[2];
+    int lim[2], rr[2], tok[2];
+};
+
+template <class Rows>
+__device__ __forceinline__ FragRows frag_rows(const Rows& R, int rt, int warp, int lane) {
+    FragRows f;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        long long qoff;
+        f.rr[i] = 16 * warp + (lane >> 2) + 8 * i;
+        R.row(rt + f.rr[i], qoff, f.orow[i], f.lim[i], f.tok[i]);
+    }
+    return f;
+}
+
+// A zeroed output accumulator fragment.
+template <int N>
+__device__ __forceinline__ void zero_frag(float (&o)[N]) {
+#pragma unroll
+    for (int e = 0; e < N; ++e) o[e] = 0.f;
+}
+
 // The rows of a query tile: row idx is token idx / qhpk (tok), head
 // h * qhpk + idx % qhpk; output row qrow * Hq + hq; key bound lim.
 struct QRows {
@@ -284,6 +313,12 @@ struct FwdRows {
         orow = ((long long)slot * total_q + qrow) * Hq + hq;
         lim = seqlen_k;
         if (causal) lim = min(lim, ql + seqlen_k - seqlen_q + 1);
+    }
+    // The same with the row() signature of DecRows and QRows (the Q loaders'
+    // and frag_rows' interface); a forward row reports query 0.
+    __device__ __forceinline__ void row(int idx, long long& qoff, long long& orow, int& lim, int& i) const {
+        row(idx, qoff, orow, lim);
+        i = 0;
     }
 };
 

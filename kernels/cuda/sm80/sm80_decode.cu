@@ -87,26 +87,17 @@ __device__ __forceinline__ void decode_impl(const MsaDecodeParams& p) {
     for (int rt = 0; rt < R.nrows; rt += kTileRows) {
         __syncthreads();  // the previous tile's readers of the Q tile are done
         load_q<D, C::kThreads>(smem + C::kOffQ, reinterpret_cast<const void*>(p.q), p.q_dtype, R, rt);
-        long long orow[2];
-        int lim[2], rr[2];
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            long long qoff;
-            int qi;
-            rr[i] = 16 * warp + (lane >> 2) + 8 * i;
-            R.row(rt + rr[i], qoff, orow[i], lim[i], qi);
-        }
+        const FragRows fr = frag_rows(R, rt, warp, lane);
         DecStream ds{&R, walk, p.q2k != 0, rt, 0, -1, reinterpret_cast<int*>(smem + C::kOffMisc + 8),
                      reinterpret_cast<unsigned long long*>(smem + C::kOffMisc)};
         const Blk first = ds.first();
         Soft st;
         st.reset();
         float o[DO / 2];
-#pragma unroll
-        for (int e = 0; e < DO / 2; ++e) o[e] = 0.f;
-        attend<D, VAR, NC, true>(smem, src, first, ds, lim, rr, scale, 0.f, p.pv_round, st, o);
+        zero_frag(o);
+        attend<D, VAR, NC, true>(smem, src, first, ds, fr.lim, fr.rr, scale, 0.f, p.pv_round, st, o);
         cp_async_wait_all();  // the Q copies of a tile without blocks
-        store_decode_rows<D, DO>(p, st, o, orow, col0, lane, cg == 0, oscale);
+        store_decode_rows<D, DO>(p, st, o, fr.orow, col0, lane, cg == 0, oscale);
     }
 }
 

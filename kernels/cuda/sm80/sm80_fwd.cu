@@ -17,15 +17,6 @@
 namespace msa {
 namespace sm80 {
 
-// FwdRows with the row() signature of DecRows (the Q loader's interface).
-struct FwdRowsQ {
-    FwdRows r;
-    __device__ __forceinline__ void row(int idx, long long& qoff, long long& orow, int& lim, int& i) const {
-        r.row(idx, qoff, orow, lim);
-        i = 0;
-    }
-};
-
 struct NoNext {
     __device__ __forceinline__ Blk operator()(const Blk&) const { return Blk{0, 0, 0ull}; }
 };
@@ -36,7 +27,7 @@ __device__ __forceinline__ void fwd_impl(const MsaFwdParams& p) {
     const int w = blockIdx.x;
     if (w >= p.capacity || w >= *reinterpret_cast<const int*>(p.work_count)) return;
     int b, t0, nkeys, h;
-    const FwdRowsQ R{fwd_rows(p, D, b, t0, nkeys, h)};
+    const FwdRows R = fwd_rows(p, D, b, t0, nkeys, h);
     if (nkeys <= 0) return;  // defensive: the schedule never emits empty blocks
     const int* page_row = p.page_table ? reinterpret_cast<const int*>(p.page_table) + (long long)b * p.page_table_stride : nullptr;
     const long long dense0 = p.page_table ? 0 : reinterpret_cast<const int*>(p.cu_seqlens_k)[b];
@@ -47,24 +38,16 @@ __device__ __forceinline__ void fwd_impl(const MsaFwdParams& p) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 
 #pragma unroll 1
-    for (int rt = 0; rt < R.r.nrows; rt += kTileRows) {
+    for (int rt = 0; rt < R.nrows; rt += kTileRows) {
         __syncthreads();  // the previous tile's readers of the Q tile are done
         load_q<D, 128>(smem + Cfg80<D, VAR>::kOffQ, reinterpret_cast<const void*>(p.q), p.q_dtype, R, rt);
-        long long orow[2];
-        int lim[2], rr[2];
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            long long qoff;
-            int qi;
-            rr[i] = 16 * warp + (lane >> 2) + 8 * i;
-            R.row(rt + rr[i], qoff, orow[i], lim[i], qi);
-        }
+        const FragRows fr = frag_rows(R, rt, warp, lane);
         Soft st;
         st.reset();
         float o[D / 2];
         NoNext nx;
-        attend<D, VAR, 1, false>(smem, src, Blk{t0, nkeys, ~0ull}, nx, lim, rr, scale, invT, p.pv_round, st, o);
-        store_fwd_rows<D>(p, st, invT, o, orow, lane);
+        attend<D, VAR, 1, false>(smem, src, Blk{t0, nkeys, ~0ull}, nx, fr.lim, fr.rr, scale, invT, p.pv_round, st, o);
+        store_fwd_rows<D>(p, st, invT, o, fr.orow, lane);
     }
 }
 

@@ -100,25 +100,17 @@ __device__ __forceinline__ void qfwd_impl(const MsaQFwdParams& p) {
     for (int rt = 0; rt < R.nrows; rt += kTileRows) {
         __syncthreads();  // the previous pass's readers of the Q tile are done
         load_q<D, C::kThreads>(smem + C::kOffQ, reinterpret_cast<const void*>(p.q), p.q_dtype, R, rt);
-        long long orow[2];
-        int lim[2], rr[2], tok[2];
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            long long qoff;
-            rr[i] = 16 * warp + (lane >> 2) + 8 * i;
-            R.row(rt + rr[i], qoff, orow[i], lim[i], tok[i]);
-        }
+        const FragRows fr = frag_rows(R, rt, warp, lane);
         QStream qs{reinterpret_cast<const int*>(p.blocks), reinterpret_cast<const unsigned long long*>(p.masks), lo, hi,
-                   p.blk_kv, R.seqlen_k, {tok[0], tok[1]}, {rr[0], rr[1]}};
+                   p.blk_kv, R.seqlen_k, {fr.tok[0], fr.tok[1]}, {fr.rr[0], fr.rr[1]}};
         const Blk first_blk = qs.get();
         Soft st;
         st.reset();
         float o[DO / 2];
-#pragma unroll
-        for (int e = 0; e < DO / 2; ++e) o[e] = 0.f;
-        attend<D, VAR, NC, true>(smem, src, first_blk, qs, lim, rr, scale, p.inv_temperature, p.pv_round, st, o);
+        zero_frag(o);
+        attend<D, VAR, NC, true>(smem, src, first_blk, qs, fr.lim, fr.rr, scale, p.inv_temperature, p.pv_round, st, o);
         cp_async_wait_all();  // the Q copies of a pass without blocks
-        store_q_rows<D, DO>(p, st, o, orow, col0, lane, cg == 0, oscale);
+        store_q_rows<D, DO>(p, st, o, fr.orow, col0, lane, cg == 0, oscale);
     }
 }
 

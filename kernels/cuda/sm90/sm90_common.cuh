@@ -165,15 +165,6 @@ __device__ __forceinline__ void load_q_tile(uint8_t* sQ, const void* q, int q_dt
     }
 }
 
-// Adapter giving FwdRows the 5-argument row() of DecRows.
-struct FwdRows5 {
-    FwdRows r;
-    __device__ __forceinline__ void row(int idx, long long& qoff, long long& orow, int& lim, int& i) const {
-        r.row(idx, qoff, orow, lim);
-        i = 0;
-    }
-};
-
 // ---- K/V block loads (producer warp) ------------------------------------------------
 // Where keys [t0, t0+nkeys) of one (sequence, KV head) live, and whether the
 // ABI's boxes cover them without two boxes writing the same shared rows.

@@ -156,20 +156,11 @@ __device__ __forceinline__ void decode_impl(const MsaDecodeParams& p, const MsaT
         load_q_tile<D, VAR>(sQ, reinterpret_cast<const void*>(p.q), p.q_dtype, R, rt, tid, C::kCons);
         fence_async_smem();
         named_bar(2, C::kCons);
-        long long orow[2];
-        int lim[2], rr[2];
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            long long qoff;
-            int qi;
-            rr[i] = 16 * warp + (lane >> 2) + 8 * i;
-            R.row(rt + rr[i], qoff, orow[i], lim[i], qi);
-        }
+        const FragRows fr = frag_rows(R, rt, warp, lane);
         Soft st;
         st.reset();
         float o[DO / 2];
-#pragma unroll
-        for (int e = 0; e < DO / 2; ++e) o[e] = 0.f;
+        zero_frag(o);
 #pragma unroll 1
         for (;;) {
             const uint32_t sidx = n % S;
@@ -188,7 +179,7 @@ __device__ __forceinline__ void decode_impl(const MsaDecodeParams& p, const MsaT
             qk<D, VAR>(smem_u32(sQ), smem_u32(sb + C::kK), s);
             int bl[2];
 #pragma unroll
-            for (int i = 0; i < 2; ++i) bl[i] = block_lim(lim[i], d.t0, d.nkeys, (d.mask >> rr[i]) & 1ull);
+            for (int i = 0; i < 2; ++i) bl[i] = block_lim(fr.lim[i], d.t0, d.nkeys, (d.mask >> fr.rr[i]) & 1ull);
             uint32_t pa[32];
             float alpha[2];
             softmax_block(s, bl, scale, 0.f, p.pv_round, st, pa, alpha);
@@ -201,7 +192,7 @@ __device__ __forceinline__ void decode_impl(const MsaDecodeParams& p, const MsaT
             if (lane == 0) mbar_arrive(bar0 + 8 * (S + sidx));  // this warp's reads of the stage are complete
             ++n;
         }
-        store_decode_rows<D, DO>(p, st, o, orow, col0, lane, wg == 0, oscale);
+        store_decode_rows<D, DO>(p, st, o, fr.orow, col0, lane, wg == 0, oscale);
     }
 }
 

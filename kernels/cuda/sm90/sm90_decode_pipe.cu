@@ -35,15 +35,27 @@
 // loaded latency needs 4.8 MB in flight, 36 KB per SM of 132. Each CTA keeps
 // S-1 spans in flight while it computes one: BF16 D 128 is 32 KB a span
 // (K + V), 3 stages -> 64 KB per CTA, 128 KB per SM with two CTAs; E4M3 D 128
-// is 16 KB a span, 4 stages -> 48 KB per CTA, 96 KB per SM.
+// is 16 KB a span, 4 stages -> 48 KB per CTA, 96 KB per SM. NVFP4 spans are
+// small (D 128: 8 KB of packed K/V + 1 KB of block scales), so its ring may
+// hold up to 8 stages: 7 at D 128 -> 54 KB per CTA, 108 KB per SM.
 //
-// Occupancy (two CTAs per SM): shared memory 2 x (kSmem + 1 KB reserved per
-// CTA) <= 228 KB per SM, i.e. kSmem <= 113 KB = 115712 B (static_assert in
-// PipeCfg, checked again by the Go table's test); registers 2 CTAs x 128
-// threads x 256 (255 rounded to the allocation unit of 8) = 65536, the whole
-// register file, so any register count ptxas picks leaves room for two CTAs
-// (__launch_bounds__(128, 2) states it; the gate caps the count at 255 and
-// forbids spills).
+// Occupancy (two CTAs per SM at D <= 128): shared memory 2 x (kSmem + 1 KB
+// reserved per CTA) <= 228 KB per SM, i.e. kSmem <= 113 KB = 115712 B
+// (static_assert in PipeCfg, checked again by the Go table's test);
+// registers 2 CTAs x 128 threads x 256 (255 rounded to the allocation unit
+// of 8) = 65536, the whole register file, so any register count ptxas picks
+// leaves room for two CTAs (__launch_bounds__(128, 2) states it; the gate
+// caps the count at 255 and forbids spills). D 256 runs one CTA per SM: a
+// BF16 span is 64 KB and the Q tile 32 KB, so two CTAs could not hold two
+// stages each; one CTA of 227 KB holds 3 BF16 stages (128 KB in flight,
+// as two CTAs at D 128) or 4 E4M3 / NVFP4 stages, and its 128 threads keep
+// the 128-float O fragment, S and P in registers (<= 255, no spills).
+//
+// NVFP4 K/V (BF16 or E4M3 Q): a span's slot also holds the rows' e4m3
+// block scales (D/16 a row, 4-byte cp.async copies out of the 128x4 scale
+// layout, zero-filled like the rows), so the unpacking to bf16 (e2m1 x
+// scale, exact in bf16) reads nothing from global memory; the K global
+// scale multiplies the scores, the V global scale (output_scale) the output.
 //
 // Products on the tensor cores as in sm90_decode.cu: the 64 M rows are the
 // item's query-head rows (qhead_per_kv heads x queries of the q tile), Q.K^T
@@ -66,8 +78,7 @@
 // merges the blocks into the output. One block (n <= 16): the block's last
 // CTA writes the output directly. Merges read with L2 (coherent) loads, one
 // warp per row, in combine.cu's mode-1 arithmetic.
-// Variants: bf16, fp8, bf16fp8 at D = 64 and 128 (D = 256 stays on
-// sm90_decode.cu).
+// Variants: bf16, fp8, bf16fp8 and nvfp4 at D = 64, 128 and 256.
 #include "sm90/sm90_common.cuh"
 
 namespace msa {
@@ -82,20 +93,26 @@ constexpr int kSmemReservedCTA = 1024;  // reserved by the system per CTA
 template <int D, int VAR>
 struct PipeCfg {
     using G = Geo90<D, VAR>;
+    static constexpr bool kFp4 = VAR == kVarNVFP4;
+    static constexpr int kCTAs = D == 256 ? 1 : kPipeCTAs;  // CTAs per SM (see the top)
     static constexpr int kRawOp = kPipeKeys * G::kRawRow;  // one operand (K or V) of one span as stored
-    static constexpr int kStage = 2 * kRawOp;
+    static constexpr int kScaleRow = kFp4 ? D / 16 : 0;     // NVFP4 e4m3 block scales of one row
+    static constexpr int kScaleOp = kPipeKeys * kScaleRow;  // K (or V) scales of one span, after both operands
+    static constexpr int kStage = (2 * kRawOp + 2 * kScaleOp + 1023) / 1024 * 1024;
     static constexpr bool kCvtK = !G::kKDirect, kCvtV = !G::kVDirect;  // widened to bf16 in shared memory
     static constexpr int kCvtOp = kPipeKeys * 2 * D;
     static constexpr int kQ = kTileRows * G::kQkRow;
-    static constexpr int kBudget = kSmemPerSM / kPipeCTAs - kSmemReservedCTA;  // 115712 B per CTA
+    static constexpr int kBudget = kSmemPerSM / kCTAs - kSmemReservedCTA;  // 115712 B per CTA (232448 B at one CTA)
     static constexpr int kFixed = (kCvtK ? kCvtOp : 0) + (kCvtV ? kCvtOp : 0) + kQ + 1024;  // + 1024-byte alignment
-    static constexpr int kStages = kFixed + 4 * kStage <= kBudget ? 4 : 3;
+    static constexpr int kMaxStages = kFp4 ? 8 : 4;
+    static constexpr int kFit = (kBudget - kFixed) / kStage;
+    static constexpr int kStages = kFit < kMaxStages ? kFit : kMaxStages;
     static constexpr int kOffK = kStages * kStage;                    // widened K (bf16fp8)
     static constexpr int kOffV = kOffK + (kCvtK ? kCvtOp : 0);        // widened V (fp8, bf16fp8)
     static constexpr int kOffQ = kOffV + (kCvtV ? kCvtOp : 0);
     static constexpr int kSmem = kOffQ + kQ + 1024;
     static constexpr int kOStride = D + 4;  // floats per staged O row: conflict-free float2 writes, 16-byte rows
-    static_assert(kSmem <= kBudget, "two CTAs per SM");
+    static_assert(kStages >= 2 && kSmem <= kBudget, "kCTAs CTAs per SM, each with a ring of at least two stages");
     static_assert(kTileRows * kOStride * 4 <= kStages * kStage, "the O tile is staged in the drained ring");
     static_assert(kStage % 1024 == 0 && kCvtOp % 1024 == 0, "1024-byte aligned operand panels");
 };
@@ -147,6 +164,24 @@ struct SpanGen {
     }
 };
 
+// 4-byte cp.async (L1-allocating: the only size the .cg form lacks) with
+// zero fill, for the NVFP4 block scales of a span.
+__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, bool live) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(live ? 4 : 0) : "memory");
+}
+
+// Store row of key j of span s (its page from the page table; 0 for a key
+// past the span's end, whose copies zero-fill and read nothing) and whether
+// the key is live.
+template <int D>
+__device__ __forceinline__ bool span_row(const KVSource& src, const Span& s, int j, long long& srow) {
+    long long elem = 0;
+    srow = 0;
+    if (j >= s.nk) return false;
+    src.locate(s.t0 + j, D, elem, srow);
+    return true;
+}
+
 // Issue the cp.async copies of span s into a ring slot (K at 0, V at
 // kRawOp), 16 bytes per copy, rows >= s.nk zero-filled.
 template <int D, int VAR>
@@ -160,13 +195,53 @@ __device__ __forceinline__ void issue_span(uint8_t* slot, const KVSource& src, c
 #pragma unroll 4
     for (int i = tid; i < kPipeKeys * cpr; i += kPipeThreads) {
         const int j = i / cpr, c = i % cpr;
-        const bool live = j < s.nk;
-        long long elem = 0, srow = 0;
-        if (live) src.locate(s.t0 + j, D, elem, srow);
+        long long srow;
+        const bool live = span_row<D>(src, s, j, srow);
         const long long g = srow * G::kRawRow + 16 * c;
         const uint32_t off = swz<G::kRawSpan, kPipeKeys>(j, 16 * c);
         cp_async16(dst + off, kb + g, live);
         cp_async16(dst + C::kRawOp + off, vb + g, live);
+    }
+    if (C::kFp4) {  // the rows' block scales: 4 consecutive scales (64 elements) are 4 contiguous bytes of the 128x4 layout
+        constexpr int gpr = D / 64;
+#pragma unroll 1
+        for (int i = tid; i < kPipeKeys * gpr; i += kPipeThreads) {
+            const int j = i / gpr, q = i % gpr;
+            long long srow;
+            const bool live = span_row<D>(src, s, j, srow);
+            const long long g = scale128x4(srow, 4 * q, D >> 4);
+            const uint32_t off = 2 * C::kRawOp + j * C::kScaleRow + 4 * q;
+            cp_async4(dst + off, src.k_scale + g, live);
+            cp_async4(dst + C::kScaleOp + off, src.v_scale + g, live);
+        }
+    }
+}
+
+// Widen one landed NVFP4 operand (64 rows of D/2 bytes, raw swizzle, and
+// the rows' D/16 e4m3 block scales at sc) into the bf16 operand layout (64
+// rows of 2D bytes, 128-byte swizzle): 16 raw bytes (32 elements, two scale
+// blocks) per step become four 16-byte chunks. e2m1 x e4m3 is exact in bf16
+// (at most 2 + 4 significant bits); zero-filled rows and scales stay zero.
+template <int D, int VAR>
+__device__ __forceinline__ void widen_span_fp4(uint8_t* dst, const uint8_t* raw, const uint8_t* sc, int tid) {
+    using G = Geo90<D, VAR>;
+    constexpr int cpr = D / 32;
+#pragma unroll 2
+    for (int i = tid; i < kPipeKeys * cpr; i += kPipeThreads) {
+        const int j = i / cpr, c = i % cpr;
+        const uint4 u = *reinterpret_cast<const uint4*>(raw + swz<G::kRawSpan, kPipeKeys>(j, 16 * c));
+        const uint16_t s2 = *reinterpret_cast<const uint16_t*>(sc + j * (D / 16) + 2 * c);
+        const float s0 = e4m3_to_f32((uint8_t)(s2 & 0xFF)), s1 = e4m3_to_f32((uint8_t)(s2 >> 8));
+        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            const float sf = q < 2 ? s0 : s1;
+            float f[8];
+#pragma unroll
+            for (int e = 0; e < 8; ++e) f[e] = e2m1_to_f32(w[q] >> (4 * e)) * sf;
+            *reinterpret_cast<uint4*>(dst + swz<128, kPipeKeys>(j, 64 * c + 16 * q)) =
+                make_uint4(pack_bf16x2(f[0], f[1]), pack_bf16x2(f[2], f[3]), pack_bf16x2(f[4], f[5]), pack_bf16x2(f[6], f[7]));
+        }
     }
 }
 
@@ -233,18 +308,24 @@ __device__ __forceinline__ void merge_row(const MsaDecodeParams& p, const DecRow
     for (int k = lane; k < cnt; k += 32) sum += expf(__ldcg(lse_p + first + k * pstep) - mx);
     sum = warp_sum(sum);
     const bool empty = cnt == 0 || !(sum > 0.f);
-    float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+    constexpr int NV = (D / 4 + 31) / 32;  // float4 columns per lane: lane + 32v, v < NV
+    float4 o[NV];
+#pragma unroll
+    for (int v = 0; v < NV; ++v) o[v] = make_float4(0.f, 0.f, 0.f, 0.f);
     if (!empty && lane < D / 4) {
         const float invS = 1.f / sum;
 #pragma unroll 8
         for (int k = 0; k < cnt; ++k) {
             const long long r = first + k * pstep;
             const float w = expf(__ldcg(lse_p + r) - mx) * invS;
-            const float4 v = __ldcg(reinterpret_cast<const float4*>(o_p + r * D) + lane);
-            o.x = fmaf(w, v.x, o.x);
-            o.y = fmaf(w, v.y, o.y);
-            o.z = fmaf(w, v.z, o.z);
-            o.w = fmaf(w, v.w, o.w);
+#pragma unroll
+            for (int v = 0; v < NV; ++v) {
+                const float4 x = __ldcg(reinterpret_cast<const float4*>(o_p + r * D) + lane + 32 * v);
+                o[v].x = fmaf(w, x.x, o[v].x);
+                o[v].y = fmaf(w, x.y, o[v].y);
+                o[v].z = fmaf(w, x.z, o[v].z);
+                o[v].w = fmaf(w, x.w, o[v].w);
+            }
         }
     }
     const float lse = empty ? -INFINITY : mx + logf(sum);
@@ -252,11 +333,15 @@ __device__ __forceinline__ void merge_row(const MsaDecodeParams& p, const DecRow
     if (kFinal) {
         const long long gid = (R.qbase + i) * R.Hq + hq;
         if (lane < D / 4)
-            *reinterpret_cast<uint2*>(reinterpret_cast<__nv_bfloat16*>(p.out) + gid * D + 4 * lane) =
-                make_uint2(pack_bf16x2(o.x * oscale, o.y * oscale), pack_bf16x2(o.z * oscale, o.w * oscale));
+#pragma unroll
+            for (int v = 0; v < NV; ++v)
+                *reinterpret_cast<uint2*>(reinterpret_cast<__nv_bfloat16*>(p.out) + gid * D + 4 * (lane + 32 * v)) =
+                    make_uint2(pack_bf16x2(o[v].x * oscale, o[v].y * oscale), pack_bf16x2(o[v].z * oscale, o[v].w * oscale));
         if (lane == 0) reinterpret_cast<float*>(p.lse)[gid] = lse;
     } else {
-        if (lane < D / 4) *(reinterpret_cast<float4*>(o_p + first * D) + lane) = o;
+        if (lane < D / 4)
+#pragma unroll
+            for (int v = 0; v < NV; ++v) *(reinterpret_cast<float4*>(o_p + first * D) + lane + 32 * v) = o[v];
         if (lane == 0) lse_p[first] = lse;
     }
 }
@@ -295,7 +380,8 @@ __device__ __forceinline__ void pipe_impl(const MsaDecodePipeParams& pp) {
                                 : nullptr,
                           (long long)p.blk_kv, p.top_k, item.kv_begin, item.kv_end};
     uint8_t* sQ = base + C::kOffQ;
-    const float scale = p.softmax_scale_log2;
+    float scale = p.softmax_scale_log2;
+    if (C::kFp4 && p.k_global_scale) scale *= *reinterpret_cast<const float*>(p.k_global_scale);
     const float oscale = p.output_scale ? *reinterpret_cast<const float*>(p.output_scale) : 1.f;
     const int t = lane & 3;
 
@@ -312,20 +398,11 @@ __device__ __forceinline__ void pipe_impl(const MsaDecodePipeParams& pp) {
             if (gi.next(R, rt, s)) issue_span<D, VAR>(base + n * C::kStage, src, s, tid);
             cp_async_commit();
         }
-        long long orow[2];
-        int lim[2], rr[2];
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            long long qoff;
-            int qi;
-            rr[i] = 16 * warp + (lane >> 2) + 8 * i;
-            R.row(rt + rr[i], qoff, orow[i], lim[i], qi);
-        }
+        const FragRows fr = frag_rows(R, rt, warp, lane);
         Soft st;
         st.reset();
         float o[D / 2];
-#pragma unroll
-        for (int e = 0; e < D / 2; ++e) o[e] = 0.f;
+        zero_frag(o);
 #pragma unroll 1
         for (int n = 0;; ++n) {
             Span s;
@@ -339,7 +416,12 @@ __device__ __forceinline__ void pipe_impl(const MsaDecodePipeParams& pp) {
             uint8_t* slot = base + (n % S) * C::kStage;
             uint8_t* sK = C::kCvtK ? base + C::kOffK : slot;
             uint8_t* sV = C::kCvtV ? base + C::kOffV : slot + C::kRawOp;
-            if (C::kCvtK || C::kCvtV) {
+            if (C::kFp4) {
+                widen_span_fp4<D, VAR>(sK, slot, slot + 2 * C::kRawOp, tid);
+                widen_span_fp4<D, VAR>(sV, slot + C::kRawOp, slot + 2 * C::kRawOp + C::kScaleOp, tid);
+                fence_async_smem();
+                __syncthreads();
+            } else if (C::kCvtK || C::kCvtV) {
                 if (C::kCvtK) widen_span<D, VAR>(sK, slot, tid);
                 if (C::kCvtV) widen_span<D, VAR>(sV, slot + C::kRawOp, tid);
                 fence_async_smem();
@@ -349,7 +431,7 @@ __device__ __forceinline__ void pipe_impl(const MsaDecodePipeParams& pp) {
             qk<D, VAR, kPipeKeys>(smem_u32(sQ), smem_u32(sK), sc);
             int bl[2];
 #pragma unroll
-            for (int i = 0; i < 2; ++i) bl[i] = block_lim(lim[i], c.t0, c.nk, (c.mask >> rr[i]) & 1ull);
+            for (int i = 0; i < 2; ++i) bl[i] = block_lim(fr.lim[i], c.t0, c.nk, (c.mask >> fr.rr[i]) & 1ull);
             uint32_t pa[kPipeKeys / 4];
             float alpha[2];
             softmax_block(sc, bl, scale, 0.f, p.pv_round, st, pa, alpha);
@@ -372,8 +454,8 @@ __device__ __forceinline__ void pipe_impl(const MsaDecodePipeParams& pp) {
             const float inv = finish(st, i, 0.f, lse, tlse);
 #pragma unroll
             for (int j = 0; j < D / 8; ++j)
-                *reinterpret_cast<float2*>(sO + rr[i] * C::kOStride + 8 * j + 2 * t) = make_float2(o[4 * j + 2 * i] * inv, o[4 * j + 2 * i + 1] * inv);
-            if (orow[i] >= 0 && t == 0) lse_out[orow[i]] = lse;
+                *reinterpret_cast<float2*>(sO + fr.rr[i] * C::kOStride + 8 * j + 2 * t) = make_float2(o[4 * j + 2 * i] * inv, o[4 * j + 2 * i + 1] * inv);
+            if (fr.orow[i] >= 0 && t == 0) lse_out[fr.orow[i]] = lse;
         }
         __syncthreads();
         const int rows = min(kTileRows, R.nrows - rt);
@@ -433,7 +515,7 @@ __device__ __forceinline__ void pipe_entry(const MsaDecodePipeParams& p) {
 }  // namespace msa
 
 #define MSA_SM90_DECPIPE(NAME, D, VAR)                                                                                      \
-    extern "C" __global__ void __launch_bounds__(msa::sm90::kPipeThreads, msa::sm90::kPipeCTAs)                             \
+    extern "C" __global__ void __launch_bounds__(msa::sm90::kPipeThreads, msa::sm90::PipeCfg<D, VAR>::kCTAs)               \
         msa_sm90_decpipe_##NAME##_d##D(const __grid_constant__ MsaDecodePipeParams p) {                                    \
         msa::sm90::pipe_entry<D, VAR>(p);                                                                                    \
     }
@@ -444,18 +526,31 @@ MSA_SM90_DECPIPE(fp8, 64, msa::tc::kVarFP8)
 MSA_SM90_DECPIPE(fp8, 128, msa::tc::kVarFP8)
 MSA_SM90_DECPIPE(bf16fp8, 64, msa::tc::kVarBF16FP8)
 MSA_SM90_DECPIPE(bf16fp8, 128, msa::tc::kVarBF16FP8)
+MSA_SM90_DECPIPE(bf16, 256, msa::tc::kVarBF16)
+MSA_SM90_DECPIPE(fp8, 256, msa::tc::kVarFP8)
+MSA_SM90_DECPIPE(bf16fp8, 256, msa::tc::kVarBF16FP8)
+MSA_SM90_DECPIPE(nvfp4, 64, msa::tc::kVarNVFP4)
+MSA_SM90_DECPIPE(nvfp4, 128, msa::tc::kVarNVFP4)
+MSA_SM90_DECPIPE(nvfp4, 256, msa::tc::kVarNVFP4)
 
-// Launch geometry (threads, dynamic shared memory, ring stages), the same
-// numbers as the DecodePipeLaunch table of names_decode_pipe.go (its test
-// reads these lines).
-#define MSA_PIPE_PIN(VAR, D, THREADS, SMEM, STAGES)                                                                   \
-    static_assert(msa::sm90::kPipeThreads == (THREADS) && msa::sm90::PipeCfg<D, msa::tc::kVar_##VAR>::kSmem == (SMEM) && \
-                      msa::sm90::PipeCfg<D, msa::tc::kVar_##VAR>::kStages == (STAGES),                                  \
+// Launch geometry (threads, CTAs per SM, dynamic shared memory, ring
+// stages), the same numbers as the DecodePipeLaunch table of
+// names_decode_pipe.go (its test reads these lines).
+#define MSA_PIPE_PIN(VAR, D, THREADS, CTAS, SMEM, STAGES)                                                          \
+    static_assert(msa::sm90::kPipeThreads == (THREADS) && msa::sm90::PipeCfg<D, msa::tc::kVar_##VAR>::kCTAs == (CTAS) && \
+                      msa::sm90::PipeCfg<D, msa::tc::kVar_##VAR>::kSmem == (SMEM) &&                                  \
+                      msa::sm90::PipeCfg<D, msa::tc::kVar_##VAR>::kStages == (STAGES),                                \
                   "geometry of msa_sm90_decpipe_" #VAR "_d" #D " (names_decode_pipe.go)");
-MSA_PIPE_PIN(bf16, 64, 128, 74752, 4)
-MSA_PIPE_PIN(bf16, 128, 128, 115712, 3)
-MSA_PIPE_PIN(fp8, 64, 128, 46080, 4)
-MSA_PIPE_PIN(fp8, 128, 128, 91136, 4)
-MSA_PIPE_PIN(bf16fp8, 64, 128, 58368, 4)
-MSA_PIPE_PIN(bf16fp8, 128, 128, 115712, 4)
+MSA_PIPE_PIN(bf16, 64, 128, 2, 74752, 4)
+MSA_PIPE_PIN(bf16, 128, 128, 2, 115712, 3)
+MSA_PIPE_PIN(bf16, 256, 128, 1, 230400, 3)
+MSA_PIPE_PIN(fp8, 64, 128, 2, 46080, 4)
+MSA_PIPE_PIN(fp8, 128, 128, 2, 91136, 4)
+MSA_PIPE_PIN(fp8, 256, 128, 1, 181248, 4)
+MSA_PIPE_PIN(bf16fp8, 64, 128, 2, 58368, 4)
+MSA_PIPE_PIN(bf16fp8, 128, 128, 2, 115712, 4)
+MSA_PIPE_PIN(bf16fp8, 256, 128, 1, 230400, 4)
+MSA_PIPE_PIN(nvfp4, 64, 128, 2, 66560, 8)
+MSA_PIPE_PIN(nvfp4, 128, 128, 2, 114688, 7)
+MSA_PIPE_PIN(nvfp4, 256, 128, 1, 228352, 7)
 #undef MSA_PIPE_PIN

@@ -51,7 +51,7 @@ __device__ __forceinline__ void fwd_impl(const MsaFwdParams& p, const MsaTensorM
     const int w = blockIdx.x;
     if (w >= p.capacity || w >= *reinterpret_cast<const int*>(p.work_count)) return;
     int b, t0, nkeys, h;
-    const FwdRows5 R{fwd_rows(p, D, b, t0, nkeys, h)};
+    const FwdRows R{fwd_rows(p, D, b, t0, nkeys, h)};
     if (nkeys <= 0) return;  // defensive: the schedule never emits empty blocks
     const int* page_row = p.page_table ? reinterpret_cast<const int*>(p.page_table) + (long long)b * p.page_table_stride : nullptr;
     const int dense_row0 = p.page_table ? 0 : reinterpret_cast<const int*>(p.cu_seqlens_k)[b];
@@ -84,7 +84,7 @@ __device__ __forceinline__ void fwd_impl(const MsaFwdParams& p, const MsaTensorM
     named_bar(1, 128 * C::kNC);
 
 #pragma unroll 1
-    for (int rt = wg * kTileRows; rt < R.r.nrows; rt += kTileRows * C::kNC) {
+    for (int rt = wg * kTileRows; rt < R.nrows; rt += kTileRows * C::kNC) {
         named_bar(2 + wg, 128);  // the previous tile's wgmma reads of sQ are complete in every warp
         load_q_tile<D, VAR>(sQ, reinterpret_cast<const void*>(p.q), p.q_dtype, R, rt, wt);
         fence_async_smem();

@@ -117,7 +117,7 @@ __device__ __forceinline__ void fwd2_source(const MsaFwdParams& p, int b, int h,
 // fetch the query offsets of rows lane and lane + 32, then each
 // instruction covers 32 / cpr whole rows (lane % cpr is the chunk).
 template <int D, int VAR>
-__device__ __forceinline__ void fwd2_gather_q(uint8_t* sQ, const uint8_t* q, const FwdRows5& R, int rt, int lane, uint32_t qfull) {
+__device__ __forceinline__ void fwd2_gather_q(uint8_t* sQ, const uint8_t* q, const FwdRows& R, int rt, int lane, uint32_t qfull) {
     using G = Geo90<D, VAR>;  // Q rows are stored in the Q.K^T operand type (BF16, or E4M3 for fp8)
     constexpr int cpr = G::kQkRow / 16, rpi = 32 / cpr, span = G::kQkSpan;
     long long qo[2];
@@ -165,7 +165,7 @@ __device__ __forceinline__ void fwd2_producer(const MsaFwd2Params& P, const MsaT
             break;
         }
         int b, t0, nkeys, h;
-        const FwdRows5 R{fwd_rows_at(p, D, w, b, t0, nkeys, h)};
+        const FwdRows R{fwd_rows_at(p, D, w, b, t0, nkeys, h)};
         if (lane == 0) item[st] = w;  // published by lane 0's arrive on kvfull below
         uint8_t* sK = base + st * C::kStageBytes;
         if (nkeys <= 0) {  // defensive: the schedule never emits empty blocks; no tiles either
@@ -179,7 +179,7 @@ __device__ __forceinline__ void fwd2_producer(const MsaFwd2Params& P, const MsaT
         produce_block<D, VAR>(maps, G::kKDirect ? sK : sK + C::kOffKRaw, G::kVDirect ? sK + G::kKBytes : sK + C::kOffVRaw, B.kvfull(st), L,
                               src, t0, nkeys);
 #pragma unroll 1
-        for (int rt = 0; rt < R.r.nrows; rt += kTileRows, ++u) {
+        for (int rt = 0; rt < R.nrows; rt += kTileRows, ++u) {
             const int g = u % C::kWG;
             const int qn = g == 0 ? qn0 : qn1;
             if (qn > 0) mbar_wait(B.qempty(g), (uint32_t)(qn - 1) & 1u);
@@ -270,7 +270,7 @@ __device__ __forceinline__ void fwd2_merge_row(const MsaFwd2Params& P, long long
 
 // Epilogue of one tile in one warp (its 16 rows): stage, store, count, merge.
 template <int D, int PD>
-__device__ __forceinline__ void fwd2_epilogue(const MsaFwd2Params& P, const FwdRows5& R, int rt, const Soft& st,
+__device__ __forceinline__ void fwd2_epilogue(const MsaFwd2Params& P, const FwdRows& R, int rt, const Soft& st,
                                               const float (&o)[D / 2], const long long (&orow)[2], uint8_t* sO, int warp, int lane) {
     const MsaFwdParams& p = P.f;
     constexpr int es = PD == MSA_DT_F32 ? 4 : 2, RB = es * D, cpr = RB / 16;
@@ -314,7 +314,7 @@ __device__ __forceinline__ void fwd2_epilogue(const MsaFwd2Params& P, const FwdR
     const long long g = qoff >= 0 ? qoff / D : -1;  // (query, query head) row
     if (lane < 16 && g >= 0) {
         const long long qrow = g / p.num_heads_q;
-        n = reinterpret_cast<const int*>(P.split_counts)[qrow * p.num_heads_kv + R.r.h];
+        n = reinterpret_cast<const int*>(P.split_counts)[qrow * p.num_heads_kv + R.h];
         n = max(0, min(n, p.num_slots));
         int* cnt = reinterpret_cast<int*>(P.counters) + g;
         const int before = atomicAdd(cnt, 1);
@@ -352,7 +352,7 @@ __device__ __forceinline__ void fwd2_consumer(const MsaFwd2Params& P, uint8_t* b
         const int w = item[st];
         if (w < 0) break;
         int b, t0, nkeys, h;
-        const FwdRows5 R{fwd_rows_at(p, D, w, b, t0, nkeys, h)};
+        const FwdRows R{fwd_rows_at(p, D, w, b, t0, nkeys, h)};
         uint8_t* sK = base + st * C::kStageBytes;
         uint8_t* sV = sK + G::kKBytes;
         if (nkeys > 0 && (!G::kVDirect || nkeys < kBlk)) {
@@ -366,7 +366,7 @@ __device__ __forceinline__ void fwd2_consumer(const MsaFwd2Params& P, uint8_t* b
             prepare_block<D, VAR>(sK, sV, sK + C::kOffKRaw, sK + C::kOffVRaw, src, t0, nkeys, threadIdx.x, C::kCons);
             named_bar(1, C::kCons);
         }
-        const int nrows = nkeys > 0 ? R.r.nrows : 0;
+        const int nrows = nkeys > 0 ? R.nrows : 0;
 #pragma unroll 1
         for (int rt = 0; rt < nrows; rt += kTileRows, ++u) {
             if (u % C::kWG != g) continue;

@@ -1,0 +1,215 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"unsafe"
+
+	"github.com/sparseattn/msa/cuda/driver"
+	"github.com/sparseattn/msa/kernels/cuda/fatbin"
+	"github.com/sparseattn/msa/kernels/plan"
+)
+
+// fakeDriver records the driver calls of the launch path without a GPU:
+// device memory is a counter, copies and memsets count bytes, launches
+// record the kernel. It allocates nothing per call, so that
+// testing.AllocsPerRun measures the launch path alone.
+type fakeDriver struct {
+	next     driver.DevicePtr
+	allocs   int
+	copied   int64
+	launches int
+	last     driver.Function
+	lastArgs int
+}
+
+func (f *fakeDriver) install(k *Kernels) {
+	k.memFree = func(driver.DevicePtr) error { return nil }
+	k.drv = driverCalls{
+		memAlloc: func(n int64) (driver.DevicePtr, error) {
+			f.allocs++
+			p := f.next
+			f.next += driver.DevicePtr((n + 255) &^ 255)
+			return p, nil
+		},
+		htod: func(_ driver.DevicePtr, _ unsafe.Pointer, n int64) error {
+			f.copied += n
+			return nil
+		},
+		memset: func(driver.DevicePtr, byte, int64) error { return nil },
+		launch: func(fn driver.Function, _ driver.LaunchConfig, args [][]byte) error {
+			f.launches++
+			f.last, f.lastArgs = fn, len(args)
+			return nil
+		},
+	}
+}
+
+// fakeKernels is a Kernels of family arch as Load would leave it, every
+// kernel a distinct fake function with its attributes already raised (no
+// SetAttribute call reaches the missing driver).
+func fakeKernels(arch Arch, f *fakeDriver) *Kernels {
+	k := &Kernels{arch: arch, smemOpt: 232448, fns: map[string]driver.Function{}, tc: map[string]tcKernel{}, bufs: map[string]*devBuf{},
+		tmaps: map[string]driver.TensorMap{}, fallback: map[string]string{}}
+	f.next = 0x1000000
+	f.install(k)
+	fn := driver.Function(1)
+	for _, n := range portableNames {
+		k.fns[n] = fn
+		fn++
+	}
+	for _, n := range append(TCNames(arch), PipeNames(arch)...) {
+		threads := 128
+		if g, ok := fatbin.HopperAmpereLaunch[n]; ok {
+			threads = g.Threads
+		}
+		if g, ok := fatbin.DecodePipeLaunch[n]; ok {
+			threads = g.Threads
+		}
+		k.tc[n] = tcKernel{fn: fn, threads: threads, smemSet: k.smemOpt}
+		fn++
+	}
+	return k
+}
+
+// TestDecodeRunAllocatesNothing: once a decode's tensors and shapes have
+// been seen, Kernels.Decode and Prepared.Launch allocate nothing (the
+// plan/run contract's 0 allocations per run) on every launch route: the
+// sm_90a TMA decode + combine, the pipelined decode with its fused
+// combine, a fallback with a recorded reason, the portable kernels; a
+// different layer's K/V (another key) costs allocations once, then none.
+// The recording fake checks that the expected kernels ran.
+func TestDecodeRunAllocatesNothing(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		arch   Arch
+		kernel DecodeKernel
+		qdt    Dtype
+		kvdt   Dtype
+		round  Round
+		want   []string
+	}{
+		{"sm90 old", ArchSM90, DecodeOld, BF16, BF16, RoundBF16, []string{"msa_sm90_decode_bf16_d128", fatbin.CombineD128}},
+		{"sm90 new", ArchSM90, DecodeNew, BF16, BF16, RoundBF16, []string{fatbin.SM90DecPipeBF16D128}},
+		{"sm90 new fp8", ArchSM90, DecodeNew, E4M3, E4M3, RoundE4M3, []string{fatbin.SM90DecPipeFP8D128}},
+		{"sm90 fallback", ArchSM90, DecodeNew, E4M3, E4M3, RoundBF16, []string{fatbin.DecodeD128, fatbin.CombineD128}},
+		{"portable", ArchPortable, DecodeOld, BF16, BF16, RoundBF16, []string{fatbin.DecodeD128, fatbin.CombineD128}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var f fakeDriver
+			k := fakeKernels(c.arch, &f)
+			k.decode = c.kernel
+			const pages, page = 64, 128
+			p := plan.DecodeParams{Batch: 2, SeqlenQ: 1, HQ: 16, Hkv: 1, PageSize: page, Workers: 132, MaxPagesPerSeq: pages,
+				Executor: plan.CUDAExecutor}
+			s, err := plan.BuildDecodeSchedule(nil, []int32{pages * page, 1000}, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !s.SplitKV {
+				t.Fatal("want a split-KV schedule (the combine's route)")
+			}
+			a := &DecodeArgs{Q: 0x10000, K: 0x100000, V: 0x200000, PageTable: 0x300, SequsedK: 0x400, Out: 0x20000, LSE: 0x30000,
+				OPartial: 0x40000, LSEPartial: 0x50000, PageTableStride: pages, Batch: 2, SeqlenQ: 1, Hq: 16, Hkv: 1, D: 128,
+				PageSize: page, QDtype: c.qdt, KVDtype: c.kvdt, PVRound: c.round, NumPages: 2 * pages}
+			layer2 := *a
+			layer2.K, layer2.V = 0x600000, 0x700000
+			if c.arch != ArchPortable { // tensor maps of both layers, as the driver would encode them
+				for _, x := range []*DecodeArgs{a, &layer2} {
+					if tp, why := TCDecodePlan(c.arch, x, 0); why == "" {
+						for _, sp := range []TensorMapSpec{tp.Q, tp.K, tp.V} {
+							k.tmaps[sp.Key()] = driver.TensorMap{}
+						}
+					}
+				}
+			}
+			run := func(x *DecodeArgs) func() {
+				return func() {
+					if err := k.Decode(nil, x, s); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			run(a)()
+			if got := k.LastKernels(); !slices.Equal(got, c.want) {
+				t.Fatalf("launched %v, want %v", got, c.want)
+			}
+			if f.launches != len(c.want) {
+				t.Fatalf("%d driver launches, want %d", f.launches, len(c.want))
+			}
+			if n := testing.AllocsPerRun(50, run(a)); n != 0 {
+				t.Errorf("Decode: %v allocations per run, want 0", n)
+			}
+			run(&layer2)() // a new key: its choice is made once
+			for _, x := range []*DecodeArgs{a, &layer2} {
+				if n := testing.AllocsPerRun(20, run(x)); n != 0 {
+					t.Errorf("Decode of layer K %#x: %v allocations per run, want 0", x.K, n)
+				}
+			}
+			if c.name == "sm90 fallback" && k.Fallbacks()["msa_sm90_decpipe"] == "" {
+				t.Error("the pipelined kernel's refusal is not recorded")
+			}
+			pl, err := k.PrepareDecode(nil, a, s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			before := f.launches
+			launch := func() {
+				if err := pl.Launch(nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if n := testing.AllocsPerRun(50, launch); n != 0 {
+				t.Errorf("Prepared.Launch: %v allocations per run, want 0", n)
+			}
+			if f.launches-before != 51*len(c.want) {
+				t.Errorf("Prepared.Launch made %d launches in 51 runs, want %d", f.launches-before, 51*len(c.want))
+			}
+			if err := k.Decode(nil, a, s); err != nil {
+				t.Fatal(err)
+			}
+			if err := pl.Launch(nil); err == nil {
+				t.Error("a Prepared outlived a later Decode's uploads")
+			}
+		})
+	}
+}
+
+// TestPrepareDecodeOwnsItsSteps: a Prepared keeps its own copy of the
+// parameter blocks, so a later Decode (which rewrites Kernels' storage)
+// does not change what it holds.
+func TestPrepareDecodeOwnsItsSteps(t *testing.T) {
+	var f fakeDriver
+	k := fakeKernels(ArchSM90, &f)
+	k.decode = DecodeNew
+	p := plan.DecodeParams{Batch: 1, SeqlenQ: 1, HQ: 8, Hkv: 1, PageSize: 16, Workers: 132, MaxPagesPerSeq: 4, Executor: plan.CUDAExecutor}
+	s, err := plan.BuildDecodeSchedule(nil, []int32{64}, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := DecodeArgs{Q: 0x10000, K: 0x100000, V: 0x200000, PageTable: 0x300, SequsedK: 0x400, Out: 0x20000, LSE: 0x30000,
+		OPartial: 0x40000, LSEPartial: 0x50000, PageTableStride: 4, Batch: 1, SeqlenQ: 1, Hq: 8, Hkv: 1, D: 64, PageSize: 16,
+		QDtype: BF16, KVDtype: BF16, PVRound: RoundBF16, NumPages: 4}
+	pl, err := k.PrepareDecode(nil, &a, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pl.steps) != 1 || pl.steps[0].name != fatbin.SM90DecPipeBF16D64 {
+		t.Fatalf("prepared %v", pl.Kernels())
+	}
+	held := fmt.Sprint(pl.steps[0].value)
+	b := a
+	b.Out = 0x90000
+	if err := k.Decode(nil, &b, s); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(pl.steps[0].value) != held {
+		t.Error("a later Decode rewrote the parameter block a Prepared holds")
+	}
+	if got := (*decodePipeKernelParams)(unsafe.Pointer(&pl.steps[0].value[0])).Decode.Out; got != a.Out {
+		t.Errorf("prepared block's out = %#x, want %#x", got, a.Out)
+	}
+}

@@ -8,72 +8,9 @@ import (
 	"testing"
 	"unsafe"
 
-	"github.com/sparseattn/msa/cuda/driver"
 	"github.com/sparseattn/msa/kernels/cuda/fatbin"
 	"github.com/sparseattn/msa/kernels/plan"
 )
-
-// fakeDriver records the driver calls of the launch path without a GPU:
-// device memory is a counter, copies and memsets count bytes, launches
-// record the kernel. It allocates nothing per call, so that
-// testing.AllocsPerRun measures the launch path alone.
-type fakeDriver struct {
-	next     driver.DevicePtr
-	allocs   int
-	copied   int64
-	launches int
-	last     driver.Function
-	lastArgs int
-}
-
-func (f *fakeDriver) install(k *Kernels) {
-	k.memFree = func(driver.DevicePtr) error { return nil }
-	k.drv = driverCalls{
-		memAlloc: func(n int64) (driver.DevicePtr, error) {
-			f.allocs++
-			p := f.next
-			f.next += driver.DevicePtr((n + 255) &^ 255)
-			return p, nil
-		},
-		htod: func(_ driver.DevicePtr, _ unsafe.Pointer, n int64) error {
-			f.copied += n
-			return nil
-		},
-		memset: func(driver.DevicePtr, byte, int64) error { return nil },
-		launch: func(fn driver.Function, _ driver.LaunchConfig, args [][]byte) error {
-			f.launches++
-			f.last, f.lastArgs = fn, len(args)
-			return nil
-		},
-	}
-}
-
-// fakeKernels is a Kernels of family arch as Load would leave it, every
-// kernel a distinct fake function with its attributes already raised (no
-// SetAttribute call reaches the missing driver).
-func fakeKernels(arch Arch, f *fakeDriver) *Kernels {
-	k := &Kernels{arch: arch, smemOpt: 232448, fns: map[string]driver.Function{}, tc: map[string]tcKernel{}, bufs: map[string]*devBuf{},
-		tmaps: map[string]driver.TensorMap{}, fallback: map[string]string{}}
-	f.next = 0x1000000
-	f.install(k)
-	fn := driver.Function(1)
-	for _, n := range portableNames {
-		k.fns[n] = fn
-		fn++
-	}
-	for _, n := range append(TCNames(arch), PipeNames(arch)...) {
-		threads := 128
-		if g, ok := fatbin.HopperAmpereLaunch[n]; ok {
-			threads = g.Threads
-		}
-		if g, ok := fatbin.DecodePipeLaunch[n]; ok {
-			threads = g.Threads
-		}
-		k.tc[n] = tcKernel{fn: fn, threads: threads, smemSet: k.smemOpt}
-		fn++
-	}
-	return k
-}
 
 // TestDecodeRunAllocatesNothing: once a decode's tensors and shapes have
 // been seen, Kernels.Decode and Prepared.Launch allocate nothing (the
@@ -99,8 +36,8 @@ func TestDecodeRunAllocatesNothing(t *testing.T) {
 		{"portable", ArchPortable, DecodeOld, BF16, BF16, RoundBF16, []string{fatbin.DecodeD128, fatbin.CombineD128}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			var f fakeDriver
-			k := fakeKernels(c.arch, &f)
+			var f FakeDriver
+			k := FakeKernels(c.arch, &f)
 			k.decode = c.kernel
 			const pages, page = 64, 128
 			p := plan.DecodeParams{Batch: 2, SeqlenQ: 1, HQ: 16, Hkv: 1, PageSize: page, Workers: 132, MaxPagesPerSeq: pages,
@@ -118,13 +55,8 @@ func TestDecodeRunAllocatesNothing(t *testing.T) {
 			layer2 := *a
 			layer2.K, layer2.V = 0x600000, 0x700000
 			if c.arch != ArchPortable { // tensor maps of both layers, as the driver would encode them
-				for _, x := range []*DecodeArgs{a, &layer2} {
-					if tp, why := TCDecodePlan(c.arch, x, 0); why == "" {
-						for _, sp := range []TensorMapSpec{tp.Q, tp.K, tp.V} {
-							k.tmaps[sp.Key()] = driver.TensorMap{}
-						}
-					}
-				}
+				FakeTensorMaps(k, a)
+				FakeTensorMaps(k, &layer2)
 			}
 			run := func(x *DecodeArgs) func() {
 				return func() {
@@ -137,8 +69,8 @@ func TestDecodeRunAllocatesNothing(t *testing.T) {
 			if got := k.LastKernels(); !slices.Equal(got, c.want) {
 				t.Fatalf("launched %v, want %v", got, c.want)
 			}
-			if f.launches != len(c.want) {
-				t.Fatalf("%d driver launches, want %d", f.launches, len(c.want))
+			if f.Launches != len(c.want) {
+				t.Fatalf("%d driver launches, want %d", f.Launches, len(c.want))
 			}
 			if n := testing.AllocsPerRun(50, run(a)); n != 0 {
 				t.Errorf("Decode: %v allocations per run, want 0", n)
@@ -156,7 +88,7 @@ func TestDecodeRunAllocatesNothing(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			before := f.launches
+			before := f.Launches
 			launch := func() {
 				if err := pl.Launch(nil); err != nil {
 					t.Fatal(err)
@@ -165,8 +97,8 @@ func TestDecodeRunAllocatesNothing(t *testing.T) {
 			if n := testing.AllocsPerRun(50, launch); n != 0 {
 				t.Errorf("Prepared.Launch: %v allocations per run, want 0", n)
 			}
-			if f.launches-before != 51*len(c.want) {
-				t.Errorf("Prepared.Launch made %d launches in 51 runs, want %d", f.launches-before, 51*len(c.want))
+			if f.Launches-before != 51*len(c.want) {
+				t.Errorf("Prepared.Launch made %d launches in 51 runs, want %d", f.Launches-before, 51*len(c.want))
 			}
 			if err := k.Decode(nil, a, s); err != nil {
 				t.Fatal(err)
@@ -182,8 +114,8 @@ func TestDecodeRunAllocatesNothing(t *testing.T) {
 // parameter blocks, so a later Decode (which rewrites Kernels' storage)
 // does not change what it holds.
 func TestPrepareDecodeOwnsItsSteps(t *testing.T) {
-	var f fakeDriver
-	k := fakeKernels(ArchSM90, &f)
+	var f FakeDriver
+	k := FakeKernels(ArchSM90, &f)
 	k.decode = DecodeNew
 	p := plan.DecodeParams{Batch: 1, SeqlenQ: 1, HQ: 8, Hkv: 1, PageSize: 16, Workers: 132, MaxPagesPerSeq: 4, Executor: plan.CUDAExecutor}
 	s, err := plan.BuildDecodeSchedule(nil, []int32{64}, p)

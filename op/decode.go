@@ -7,6 +7,7 @@ import (
 	"github.com/sparseattn/msa/kernels/attn"
 	"github.com/sparseattn/msa/kernels/lowp"
 	"github.com/sparseattn/msa/kernels/plan"
+	"github.com/sparseattn/msa/kernels/tile"
 	"github.com/sparseattn/msa/op/internal/decode"
 	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
@@ -76,6 +77,12 @@ type PlanArgs struct {
 // validateDecodeMeta checks args.KVLayout and validates the rest of the
 // decode metadata (decode.Validate).
 func validateDecodeMeta(c *validate.Checker, args *DecodeArgs, fixedCap bool, q2k tensor.Tensor, totalQ, hq, hkv, d, pageSize, numPages int) *decode.Meta {
+	return validateDecodeMetaInto(c, new(decode.Meta), args, fixedCap, q2k, totalQ, hq, hkv, d, pageSize, numPages)
+}
+
+// validateDecodeMetaInto is validateDecodeMeta writing into m (storage kept
+// by the caller across runs: decode.ValidateInto).
+func validateDecodeMetaInto(c *validate.Checker, m *decode.Meta, args *DecodeArgs, fixedCap bool, q2k tensor.Tensor, totalQ, hq, hkv, d, pageSize, numPages int) *decode.Meta {
 	checkLayout(c, args.KVLayout, true)
 	if c.Err != nil {
 		return nil
@@ -83,7 +90,7 @@ func validateDecodeMeta(c *validate.Checker, args *DecodeArgs, fixedCap bool, q2
 	in := decode.Input{PageTable: args.PageTable, SeqUsedK: args.SeqUsedK, NHD: args.KVLayout == NHD, SeqlenQ: args.SeqlenQ,
 		MaxSeqlenK: args.MaxSeqlenK, BlkKV: args.BlkKV, NonCausal: args.NonCausal, SoftmaxScale: args.SoftmaxScale,
 		Workers: args.Workers, FixedSplitSize: args.FixedSplitSize, DisableSplitKV: args.DisableSplitKV, MaxWorkspaceBytes: args.MaxWorkspaceBytes}
-	return decode.Validate(c, &in, fixedCap, q2k, totalQ, hq, hkv, d, pageSize, numPages)
+	return decode.ValidateInto(c, m, &in, fixedCap, q2k, totalQ, hq, hkv, d, pageSize, numPages)
 }
 
 // The q dtypes of decode: the low-precision ones everywhere, float32 in the
@@ -152,17 +159,22 @@ func decodeQKVLayout(c *validate.Checker, q, k, v tensor.Tensor, l PagedLayout, 
 	return
 }
 
+// decodePV is the P rounding of a decode with q and v: e4m3 for an FP8 P.V
+// (fp8 q and v), else bf16.
+func decodePV(qd, vd *tensor.Dense) tile.Round {
+	if vd.Dtype() == Float8E4M3FN && qd.Dtype() == Float8E4M3FN {
+		return pvRound(Float8E4M3FN)
+	}
+	return pvRound(BFloat16)
+}
+
 // decodeRun binds validated tensors to an attn.Decode.
 func decodeRun(m *decode.Meta, qd, kd, vd *tensor.Dense, s *plan.DecodeSchedule) attn.Decode {
-	pv := BFloat16
-	if vd.Dtype() == Float8E4M3FN && qd.Dtype() == Float8E4M3FN {
-		pv = Float8E4M3FN
-	}
 	return attn.Decode{
 		Q: operand(qd, m.D), K: operand(kd, m.D), V: operand(vd, m.D),
 		KV:    attn.KVLayout{Hkv: m.Hkv, Paged: true, PageTable: m.PT, PTCols: m.Cols, PageSize: m.PageSize, NHD: m.NHD},
 		Batch: m.Batch, SeqlenQ: m.SeqlenQ, HQ: m.HQ, Hkv: m.Hkv, D: m.D, SeqUsed: m.SeqUsed,
-		Scale: float32(m.Scale), PV: pvRound(pv), Sched: s, Q2K: m.Q2K, TopK: m.TopK, BlkKV: m.Blk,
+		Scale: float32(m.Scale), PV: decodePV(qd, vd), Sched: s, Q2K: m.Q2K, TopK: m.TopK, BlkKV: m.Blk,
 	}
 }
 

@@ -171,6 +171,46 @@ type gpuEnv struct {
 	eng    *gcuda.Engine
 	ctx    cu.CUContext
 	ctxID  uint64 // cuCtxGetId of ctx: unique for the process's lifetime
+	calls  *gpuCalls
+}
+
+// gpuCalls replaces the driver calls of the decode node's device path
+// (nil fields: the driver). Test scaffolding: the tests run that path
+// without a GPU (graph_decode_cuda_test.go); CUDADo never sets it.
+type gpuCalls struct {
+	dtoh     func(dst unsafe.Pointer, src uint64, n int64) error
+	onDevice func(G.Value) bool
+	kernels  func() (*mcuda.Kernels, error)
+	mem      devMemory
+	sync     func() error
+}
+
+func (e *gpuEnv) isDevice(v G.Value) bool {
+	if e.calls != nil && e.calls.onDevice != nil {
+		return e.calls.onDevice(v)
+	}
+	return onDevice(v)
+}
+
+func (e *gpuEnv) dtoh(dst unsafe.Pointer, src uint64, n int64) error {
+	if e.calls != nil && e.calls.dtoh != nil {
+		return e.calls.dtoh(dst, src, n)
+	}
+	return cu.MemcpyDtoH(dst, cu.DevicePtr(src), n)
+}
+
+func (e *gpuEnv) memory() devMemory {
+	if e.calls != nil && e.calls.mem != nil {
+		return e.calls.mem
+	}
+	return cuMemory{}
+}
+
+func (e *gpuEnv) synchronize() error {
+	if e.calls != nil && e.calls.sync != nil {
+		return e.calls.sync()
+	}
+	return mcuda.Synchronize(nil)
 }
 
 // withGPU flushes the machine's batched queue, makes the engine's context
@@ -270,7 +310,7 @@ func (e *gpuEnv) devPtr(v G.Value, arg string) (uint64, error) {
 	if v == nil || byteSize(v) == 0 {
 		return 0, nil
 	}
-	if !onDevice(v) {
+	if !e.isDevice(v) {
 		return 0, validate.ArgErr(e.fn, arg, "a value in device memory", fmt.Sprintf("%T on the host", v))
 	}
 	return uint64(v.Uintptr()), nil
@@ -281,18 +321,35 @@ func (e *gpuEnv) toHost(v G.Value, arg string) (*tensor.Dense, error) {
 	if v == nil {
 		return nil, validate.ArgErr(e.fn, arg, "a value", "nil")
 	}
-	if !onDevice(v) {
+	if !e.isDevice(v) {
 		return denseOf(e.fn, arg, v)
 	}
 	n := v.Shape().TotalSize()
 	dt := v.Dtype()
 	h := tensor.New(tensor.WithShape(v.Shape().Clone()...), tensor.WithBacking(reflect.MakeSlice(reflect.SliceOf(dt.Type), n, n).Interface()))
+	return h, e.copyToHost(h, v, arg)
+}
+
+// copyToHost copies the device value v into the host tensor h of its size.
+func (e *gpuEnv) copyToHost(h *tensor.Dense, v G.Value, arg string) error {
 	if size := byteSize(v); size > 0 {
-		if err := cu.MemcpyDtoH(hostPtr(h), cu.DevicePtr(v.Uintptr()), size); err != nil {
-			return nil, fmt.Errorf("op: %s: copying %s (%d bytes) to the host: %w", e.fn, arg, size, err)
+		if err := e.dtoh(hostPtr(h), uint64(v.Uintptr()), size); err != nil {
+			return fmt.Errorf("op: %s: copying %s (%d bytes) to the host: %w", e.fn, arg, size, err)
 		}
 	}
-	return h, nil
+	return nil
+}
+
+// toHostInt32 is toHost of an int32 input into storage the node keeps
+// (h): a warm run allocates nothing. A host value is read in place; a
+// value of another dtype takes toHost's copy, so validation names its
+// dtype as on the CPU path.
+func (e *gpuEnv) toHostInt32(h *hostInt32, v G.Value, arg string) (*tensor.Dense, error) {
+	if v == nil || !e.isDevice(v) || v.Dtype() != tensor.Int32 {
+		return e.toHost(v, arg)
+	}
+	t := h.view(v.Shape())
+	return t, e.copyToHost(t, v, arg)
 }
 
 // output returns prealloc, or a new arena value of dtype dt and shape s.
@@ -352,6 +409,9 @@ var (
 )
 
 func (e *gpuEnv) kernels() (*mcuda.Kernels, error) {
+	if e.calls != nil && e.calls.kernels != nil {
+		return e.calls.kernels()
+	}
 	kernelsMu.Lock()
 	defer kernelsMu.Unlock()
 	for eng, ent := range kernelsByEngine {
@@ -619,44 +679,49 @@ type decodeHostOp struct{ *decodeAttnOp }
 
 func (op decodeHostOp) Do(vals ...G.Value) (G.Value, error) { return op.cpu(vals) }
 
+// gpu runs the decode kernels. A warm run (the shapes of the previous run)
+// allocates nothing: the metadata inputs are copied into host storage the
+// node keeps (decodeHost), the validated metadata and schedule are written
+// into the node, the kernel arguments stay on this goroutine's stack and
+// the device buffers are kept per node and context (graph_cuda_state.go).
 func (op *decodeAttnOp) gpu(e *gpuEnv, prealloc G.Value, in []G.Value) (G.Value, error) {
 	const fn = "DecodeAttention"
-	c := &validate.Checker{Fn: fn}
-	qd, kd, vd := decodeQKV(c, tv(in[0]), tv(in[1]), tv(in[2]))
+	c := validate.Checker{Fn: fn}
+	qd, kd, vd := decodeQKV(&c, tv(in[0]), tv(in[1]), tv(in[2]))
 	if c.Err != nil {
 		return nil, c.Err
 	}
-	pt, err := e.toHost(in[3], "page_table")
+	if op.sparse && len(in) < 7 {
+		return nil, validate.ArgErr(fn, "inputs", "q2k_indices as input 6", len(in))
+	}
+	op.st.mu.Lock()
+	defer op.st.mu.Unlock()
+	h := &op.host
+	pt, err := e.toHostInt32(&h.pt, in[3], "page_table")
 	if err != nil {
 		return nil, err
 	}
-	su, err := e.toHost(in[4], "seqused_k")
+	su, err := e.toHostInt32(&h.su, in[4], "seqused_k")
 	if err != nil {
 		return nil, err
 	}
-	sv, err := e.toHost(in[5], "schedule")
+	sv, err := e.toHostInt32(&h.sv, in[5], "schedule")
 	if err != nil {
 		return nil, err
 	}
 	var q2k tensor.Tensor // host copy for validation; the kernel reads in[6] on the device
 	if op.sparse {
-		if len(in) < 7 {
-			return nil, validate.ArgErr(fn, "inputs", "q2k_indices as input 6", len(in))
-		}
-		h, err := e.toHost(in[6], "q2k_indices")
+		t, err := e.toHostInt32(&h.q2k, in[6], "q2k_indices")
 		if err != nil {
 			return nil, err
 		}
-		q2k = h
+		q2k = t
 	}
-	m, s, err := op.prepare(c, qd, kd, pt, su, sv, q2k)
-	if err != nil {
+	m, s := &h.meta, &h.sched
+	if err := op.prepareInto(&c, m, s, qd, kd, pt, su, sv, q2k); err != nil {
 		return nil, err
 	}
-	run := decodeRun(m, qd, kd, vd, s)
 
-	op.st.mu.Lock()
-	defer op.st.mu.Unlock()
 	kern, err := e.kernels()
 	if err != nil {
 		return nil, err
@@ -684,16 +749,17 @@ func (op *decodeAttnOp) gpu(e *gpuEnv, prealloc G.Value, in []G.Value) (G.Value,
 	}
 	ds := devState(op.st, e.ctxID, true)
 	ds.lseOK, ds.tlseOK = false, false
+	mem := e.memory()
 	rows := int64(m.Batch) * int64(m.SeqlenQ) * int64(m.HQ)
-	if err := ds.lse.ensure(cuMemory{}, fn, "LSE", rows*4); err != nil {
+	if err := ds.lse.ensure(mem, fn, "LSE", rows*4); err != nil {
 		return nil, err
 	}
 	if s.SplitKV {
 		pr := int64(s.PartialRows) * int64(m.HQ)
-		if err := ds.oPart.ensure(cuMemory{}, fn, "O partials", pr*int64(m.D)*4); err != nil {
+		if err := ds.oPart.ensure(mem, fn, "O partials", pr*int64(m.D)*4); err != nil {
 			return nil, err
 		}
-		if err := ds.lsePart.ensure(cuMemory{}, fn, "LSE partials", pr*4); err != nil {
+		if err := ds.lsePart.ensure(mem, fn, "LSE partials", pr*4); err != nil {
 			return nil, err
 		}
 		da.OPartial, da.LSEPartial = uint64(ds.oPart.ptr), uint64(ds.lsePart.ptr)
@@ -701,14 +767,14 @@ func (op *decodeAttnOp) gpu(e *gpuEnv, prealloc G.Value, in []G.Value) (G.Value,
 	da.LSE = uint64(ds.lse.ptr)
 	da.Batch, da.SeqlenQ, da.Hq, da.Hkv, da.D = m.Batch, m.SeqlenQ, m.HQ, m.Hkv, m.D
 	da.PageSize, da.PageTableStride = m.PageSize, m.Cols
-	da.QDtype, da.KVDtype, da.PVRound, da.SoftmaxScale = dtypeCode(qd.Dtype()), dtypeCode(kd.Dtype()), roundCode(run.PV), run.Scale
+	da.QDtype, da.KVDtype, da.PVRound, da.SoftmaxScale = dtypeCode(qd.Dtype()), dtypeCode(kd.Dtype()), roundCode(decodePV(qd, vd)), float32(m.Scale)
 	if s := kd.Shape(); s.Dims() > 0 {
 		da.NumPages = s[0]
 	}
 	if err := kern.Decode(nil, &da, s); err != nil {
 		return nil, fmt.Errorf("op: %s: %w", fn, err)
 	}
-	if err := mcuda.Synchronize(nil); err != nil {
+	if err := e.synchronize(); err != nil {
 		return nil, fmt.Errorf("op: %s: kernels failed: %w", fn, err)
 	}
 	ds.lseOK = true

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"hash"
 	"slices"
+	"sync"
 
 	"github.com/chewxy/hm"
 	"github.com/sparseattn/msa/kernels/attn"
@@ -53,20 +54,51 @@ func (l decodeLayout) pack(s *plan.DecodeSchedule) []int32 {
 
 // unpack views a packed value as a schedule (slices alias v).
 func (l decodeLayout) unpack(v []int32) *plan.DecodeSchedule {
-	s := l.base
+	s := new(plan.DecodeSchedule)
+	l.unpackInto(s, v)
+	return s
+}
+
+// unpackInto is unpack writing into s (storage kept across runs).
+func (l decodeLayout) unpackInto(dst *plan.DecodeSchedule, v []int32) {
+	s := dst
+	*s = l.base
 	c, b := l.base.Capacity, l.p.Batch
 	s.ChunkPages, s.SplitKV, s.WorkCount, s.MaxSplits = int(v[0]), v[1] != 0, int(v[2]), int(v[3])
 	o := 4
 	next := func(n int) []int32 { r := v[o : o+n]; o += n; return r }
 	s.Request, s.QTileIdx, s.KVTile, s.KVHead, s.Valid = next(c), next(c), next(c), next(c), next(c)
 	s.SplitCounts, s.Pages = next(b), next(b)
-	return &s
 }
 
 // decodeSchedOp builds the decode schedule from seqused_k.
 type decodeSchedOp struct {
 	opBase
 	l decodeLayout
+
+	// last is the value of the node's last run and the seqused_k it was
+	// built from (copies). A decode node given exactly these two needs no
+	// ValidateDecodeSchedule: BuildDecodeSchedule made the one from the
+	// other with the same parameters, so that check (which allocates) runs
+	// once per step in the plan, not in each layer's run.
+	lastMu                 sync.Mutex
+	lastValue, lastSeqUsed []int32
+}
+
+// remember records v as the value built from seqused.
+func (op *decodeSchedOp) remember(v, seqused []int32) {
+	op.lastMu.Lock()
+	defer op.lastMu.Unlock()
+	op.lastValue = append(op.lastValue[:0], v...)
+	op.lastSeqUsed = append(op.lastSeqUsed[:0], seqused...)
+}
+
+// built reports whether v is the value the node's last run built from
+// seqused.
+func (op *decodeSchedOp) built(v, seqused []int32) bool {
+	op.lastMu.Lock()
+	defer op.lastMu.Unlock()
+	return op.lastValue != nil && slices.Equal(op.lastValue, v) && slices.Equal(op.lastSeqUsed, seqused)
 }
 
 func (op *decodeSchedOp) Arity() int { return 2 }
@@ -95,6 +127,7 @@ func (op *decodeSchedOp) Do(vals ...G.Value) (G.Value, error) {
 		return nil, validate.WrapArg(fn, "seqused_k", err)
 	}
 	v := op.l.pack(s)
+	op.remember(v, validate.Int32s(su))
 	return tensor.New(tensor.WithShape(len(v)), tensor.WithBacking(v)), nil
 }
 
@@ -185,6 +218,8 @@ type decodeAttnOp struct {
 	outShape tensor.Shape
 	st       *attnState
 	f32      decode.F32 // the float32 path's buffers, guarded by st.mu
+	so       *decodeSchedOp
+	host     decodeHost // the CUDA path's host side, guarded by st.mu
 }
 
 func (op *decodeAttnOp) Arity() int { return len(op.inDtypes) }
@@ -282,28 +317,44 @@ func (op *decodeAttnOp) cpu(vals []G.Value) (G.Value, error) {
 // prepare validates the metadata inputs of a decode attention node
 // (already on the host) and unpacks the schedule; CPU and GPU paths share it.
 func (op *decodeAttnOp) prepare(c *validate.Checker, qd, kd *tensor.Dense, pt, su tensor.Tensor, sv *tensor.Dense, q2k tensor.Tensor) (*decode.Meta, *plan.DecodeSchedule, error) {
+	m, s := new(decode.Meta), new(plan.DecodeSchedule)
+	if err := op.prepareInto(c, m, s, qd, kd, pt, su, sv, q2k); err != nil {
+		return nil, nil, err
+	}
+	return m, s, nil
+}
+
+// prepareInto is prepare writing the metadata and schedule into m and s
+// (storage the caller keeps across runs). The schedule is checked against
+// seqused_k unless the schedule node built exactly this value from exactly
+// this seqused_k in its last run (decodeSchedOp.built).
+func (op *decodeAttnOp) prepareInto(c *validate.Checker, m *decode.Meta, s *plan.DecodeSchedule, qd, kd *tensor.Dense, pt, su tensor.Tensor, sv *tensor.Dense, q2k tensor.Tensor) error {
 	const fn = "DecodeAttention"
 	p := op.l.p
 	args := DecodeArgs{PageTable: pt, SeqUsedK: su, SeqlenQ: p.SeqlenQ, MaxSeqlenK: p.MaxPagesPerSeq * p.PageSize,
 		BlkKV: op.blk, SoftmaxScale: op.scale, Workers: p.Workers, KVLayout: op.layout, MaxWorkspaceBytes: op.maxWS}
 	hkv, ps := op.layout.dims(kd.Shape())
-	m := validateDecodeMeta(c, &args, false, q2k, qd.Shape()[0], qd.Shape()[1], hkv, qd.Shape()[2], ps, kd.Shape()[0])
+	validateDecodeMetaInto(c, m, &args, false, q2k, qd.Shape()[0], qd.Shape()[1], hkv, qd.Shape()[2], ps, kd.Shape()[0])
 	if c.Err != nil {
-		return nil, nil, c.Err
+		return c.Err
 	}
 	m.Params = p
 	c.Dtype(sv, "schedule", tensor.Int32)
 	if c.Err != nil {
-		return nil, nil, c.Err
+		return c.Err
 	}
 	if sv.DataSize() != op.l.len() {
-		return nil, nil, validate.ArgErr(fn, "schedule", fmt.Sprintf("a DecodeSchedule value of %d elements", op.l.len()), sv.DataSize())
+		return validate.ArgErr(fn, "schedule", fmt.Sprintf("a DecodeSchedule value of %d elements", op.l.len()), sv.DataSize())
 	}
-	s := op.l.unpack(validate.Int32s(sv))
+	v := validate.Int32s(sv)
+	op.l.unpackInto(s, v)
+	if op.so != nil && op.so.built(v, m.SeqUsed) {
+		return nil
+	}
 	if err := plan.ValidateDecodeSchedule(s, m.SeqUsed, p); err != nil {
-		return nil, nil, validate.WrapArg(fn, "schedule", err)
+		return validate.WrapArg(fn, "schedule", err)
 	}
-	return m, s, nil
+	return nil
 }
 
 // DecodeAttention adds paged decode attention: q [B*seqlen_q, Hq, D], k, v
@@ -389,7 +440,7 @@ func DecodeAttention(q, k, v, pageTable, seqUsedK, sched, q2k *G.Node, opts ...O
 		inputs = append(inputs, q2k)
 	}
 	op := &decodeAttnOp{l: l, sparse: q2k != nil, scale: softmaxScale, blk: blkKV, layout: cfg.layout, maxWS: cfg.maxWorkspace,
-		outShape: tensor.Shape{qs[0], qs[1], qs[2]}, st: &attnState{}}
+		outShape: tensor.Shape{qs[0], qs[1], qs[2]}, st: &attnState{}, so: so}
 	for _, n := range inputs {
 		if n == nil {
 			return nil, validate.ArgErr(fn, "input", "a node", "nil")

@@ -67,7 +67,9 @@ const DefaultMaxWorkspaceBytes int64 = 4 << 30
 // WorkspaceLimit resolves a MaxWorkspaceBytes value: 0 is the default, a
 // negative value an error naming the argument.
 func WorkspaceLimit(c *validate.Checker, n int64) int64 {
-	c.Need(n >= 0, "max_workspace_bytes", fmt.Sprintf("0 (the default, %d) or a positive byte count", DefaultMaxWorkspaceBytes), n)
+	if n < 0 { // formatted only on failure: a decode node runs this per run
+		c.Fail("max_workspace_bytes", fmt.Sprintf("0 (the default, %d) or a positive byte count", DefaultMaxWorkspaceBytes), n)
+	}
 	if n == 0 {
 		return DefaultMaxWorkspaceBytes
 	}

@@ -77,7 +77,14 @@ type Input struct {
 // range checks). fixedCap is enable_cuda_graph (Plan only); totalQ < 0 and
 // numPages < 0 skip the checks that need q and k (Plan).
 func Validate(c *validate.Checker, args *Input, fixedCap bool, q2k tensor.Tensor, totalQ, hq, hkv, d, pageSize, numPages int) *Meta {
-	m := &Meta{HQ: hq, Hkv: hkv, D: d, PageSize: pageSize, NumPages: numPages, NHD: args.NHD}
+	return ValidateInto(c, new(Meta), args, fixedCap, q2k, totalQ, hq, hkv, d, pageSize, numPages)
+}
+
+// ValidateInto is Validate writing the metadata into m (a caller's storage
+// kept across runs, so that a run allocates nothing); it returns m, or nil
+// where Validate does.
+func ValidateInto(c *validate.Checker, m *Meta, args *Input, fixedCap bool, q2k tensor.Tensor, totalQ, hq, hkv, d, pageSize, numPages int) *Meta {
+	*m = Meta{HQ: hq, Hkv: hkv, D: d, PageSize: pageSize, NumPages: numPages, NHD: args.NHD}
 	if args.NonCausal {
 		c.Fail("causal", "true (decode attention currently supports only causal=True)", false)
 		return nil
@@ -87,11 +94,21 @@ func Validate(c *validate.Checker, args *Input, fixedCap bool, q2k tensor.Tensor
 		return nil
 	}
 	m.Batch, m.Cols = pt.Shape()[0], pt.Shape()[1]
-	c.Need(m.Cols >= 1, "page_table", "at least one column", validate.ShapeStr(pt))
+	// Messages are formatted only on failure (if !ok { c.Fail }): a decode
+	// node validates on every run, which then allocates nothing.
+	if m.Cols < 1 {
+		c.Fail("page_table", "at least one column", validate.ShapeStr(pt))
+	}
 	validate.PageCapacity(c, m.Cols, pageSize)
-	c.Need(su.Shape()[0] == m.Batch, "seqused_k", fmt.Sprintf("shape [B] = [%d]", m.Batch), validate.ShapeStr(su))
-	c.Need(args.SeqlenQ > 0, "seqlen_q", "a positive value", args.SeqlenQ)
-	c.Need(args.MaxSeqlenK >= 0, "max_seqlen_k", "0 (derived from seqused_k) or a positive value", args.MaxSeqlenK)
+	if su.Shape()[0] != m.Batch {
+		c.Fail("seqused_k", fmt.Sprintf("shape [B] = [%d]", m.Batch), validate.ShapeStr(su))
+	}
+	if args.SeqlenQ <= 0 {
+		c.Fail("seqlen_q", "a positive value", args.SeqlenQ)
+	}
+	if args.MaxSeqlenK < 0 {
+		c.Fail("max_seqlen_k", "0 (derived from seqused_k) or a positive value", args.MaxSeqlenK)
+	}
 	if c.Err != nil {
 		return nil
 	}
@@ -100,8 +117,8 @@ func Validate(c *validate.Checker, args *Input, fixedCap bool, q2k tensor.Tensor
 		return nil
 	}
 	m.SeqlenQ = args.SeqlenQ
-	if totalQ >= 0 {
-		c.Need(totalQ == m.Batch*m.SeqlenQ, "q", fmt.Sprintf("[B * seqlen_q, Hq, D] with B * seqlen_q = %d * %d = %d", m.Batch, m.SeqlenQ, m.Batch*m.SeqlenQ), fmt.Sprintf("q.shape[0] = %d", totalQ))
+	if totalQ >= 0 && totalQ != m.Batch*m.SeqlenQ {
+		c.Fail("q", fmt.Sprintf("[B * seqlen_q, Hq, D] with B * seqlen_q = %d * %d = %d", m.Batch, m.SeqlenQ, m.Batch*m.SeqlenQ), fmt.Sprintf("q.shape[0] = %d", totalQ))
 	}
 	m.PT, m.SeqUsed = validate.Int32s(pt), validate.Int32s(su)
 	for b, x := range m.SeqUsed {
@@ -122,9 +139,12 @@ func Validate(c *validate.Checker, args *Input, fixedCap bool, q2k tensor.Tensor
 	if m.Blk == 0 {
 		m.Blk = pageSize
 	}
-	c.Need(m.Blk >= 1 && m.Blk <= validate.MaxInt32, "blk_kv", fmt.Sprintf("1 <= blk_kv <= %d", validate.MaxInt32), m.Blk)
-	c.Need(args.FixedSplitSize >= 0 && args.FixedSplitSize <= validate.MaxInt32, "fixed_split_size",
-		fmt.Sprintf("0 (automatic) <= fixed_split_size <= %d", validate.MaxInt32), args.FixedSplitSize)
+	if m.Blk < 1 || m.Blk > validate.MaxInt32 {
+		c.Fail("blk_kv", fmt.Sprintf("1 <= blk_kv <= %d", validate.MaxInt32), m.Blk)
+	}
+	if args.FixedSplitSize < 0 || args.FixedSplitSize > validate.MaxInt32 {
+		c.Fail("fixed_split_size", fmt.Sprintf("0 (automatic) <= fixed_split_size <= %d", validate.MaxInt32), args.FixedSplitSize)
+	}
 	m.Params = plan.DecodeParams{
 		Batch: m.Batch, SeqlenQ: m.SeqlenQ, HQ: hq, Hkv: hkv, PageSize: pageSize,
 		Workers: validate.WorkerCount(args.Workers), FixedSplitPages: args.FixedSplitSize, DisableSplit: args.DisableSplitKV,
@@ -140,9 +160,8 @@ func Validate(c *validate.Checker, args *Input, fixedCap bool, q2k tensor.Tensor
 			return nil
 		}
 		s := qd.Shape()
-		c.Need(s[0] == hkv && s[1] == m.Batch*m.SeqlenQ && s[2] >= 1 && s[2] <= validate.MaxTopK, "q2k_indices",
-			fmt.Sprintf("shape [Hkv = %d, total_q = %d, 1 <= topK <= %d]", hkv, m.Batch*m.SeqlenQ, validate.MaxTopK), validate.ShapeStr(qd))
-		if c.Err != nil {
+		if s[0] != hkv || s[1] != m.Batch*m.SeqlenQ || s[2] < 1 || s[2] > validate.MaxTopK {
+			c.Fail("q2k_indices", fmt.Sprintf("shape [Hkv = %d, total_q = %d, 1 <= topK <= %d]", hkv, m.Batch*m.SeqlenQ, validate.MaxTopK), validate.ShapeStr(qd))
 			return nil
 		}
 		m.Q2K, m.TopK = validate.Int32s(qd), s[2]

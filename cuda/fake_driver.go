@@ -1,0 +1,94 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"unsafe"
+
+	"github.com/sparseattn/msa/cuda/driver"
+	"github.com/sparseattn/msa/kernels/cuda/fatbin"
+)
+
+// Test scaffolding: a Kernels whose driver calls are recorded instead of
+// made, so that the launch path (and the graph ops above it) can be run and
+// measured on a machine without a GPU or a driver. It launches nothing and
+// computes nothing; never use it outside tests.
+
+// FakeDriver records the driver calls of a Kernels made by FakeKernels:
+// device memory is a counter, copies count bytes, launches record the
+// kernel. It allocates nothing per call, so that testing.AllocsPerRun
+// measures the launch path alone.
+type FakeDriver struct {
+	Next     driver.DevicePtr // the next address MemAlloc returns
+	Allocs   int              // device allocations made
+	Copied   int64            // bytes copied host to device
+	Launches int              // kernel launches
+	Last     driver.Function  // the last kernel launched
+	LastArgs int              // its argument count
+}
+
+func (f *FakeDriver) install(k *Kernels) {
+	k.memFree = func(driver.DevicePtr) error { return nil }
+	k.drv = driverCalls{
+		memAlloc: func(n int64) (driver.DevicePtr, error) {
+			f.Allocs++
+			p := f.Next
+			f.Next += driver.DevicePtr((n + 255) &^ 255)
+			return p, nil
+		},
+		htod: func(_ driver.DevicePtr, _ unsafe.Pointer, n int64) error {
+			f.Copied += n
+			return nil
+		},
+		memset: func(driver.DevicePtr, byte, int64) error { return nil },
+		launch: func(fn driver.Function, _ driver.LaunchConfig, args [][]byte) error {
+			f.Launches++
+			f.Last, f.LastArgs = fn, len(args)
+			return nil
+		},
+	}
+}
+
+// FakeKernels is test scaffolding: a Kernels of family arch as Load would
+// leave it, every kernel a distinct fake function with its attributes
+// already raised (no SetAttribute call reaches the missing driver), its
+// driver calls recorded by f. Tensor maps are not encoded by it: a test of
+// a tensor-map route registers them with FakeTensorMaps.
+func FakeKernels(arch Arch, f *FakeDriver) *Kernels {
+	k := &Kernels{arch: arch, smemOpt: 232448, fns: map[string]driver.Function{}, tc: map[string]tcKernel{}, bufs: map[string]*devBuf{},
+		tmaps: map[string]driver.TensorMap{}, fallback: map[string]string{}}
+	f.Next = 0x1000000
+	f.install(k)
+	fn := driver.Function(1)
+	for _, n := range portableNames {
+		k.fns[n] = fn
+		fn++
+	}
+	for _, n := range append(TCNames(arch), PipeNames(arch)...) {
+		threads := 128
+		if g, ok := fatbin.HopperAmpereLaunch[n]; ok {
+			threads = g.Threads
+		}
+		if g, ok := fatbin.DecodePipeLaunch[n]; ok {
+			threads = g.Threads
+		}
+		k.tc[n] = tcKernel{fn: fn, threads: threads, smemSet: k.smemOpt}
+		fn++
+	}
+	return k
+}
+
+// FakeTensorMaps is test scaffolding: it registers, in a Kernels made by
+// FakeKernels, the Q, K and V tensor maps the tensor-core decode of a would
+// encode (as the driver would), so that route is taken without a driver.
+func FakeTensorMaps(k *Kernels, a *DecodeArgs) {
+	if tp, why := TCDecodePlan(k.arch, a, 0); why == "" {
+		for _, sp := range []TensorMapSpec{tp.Q, tp.K, tp.V} {
+			k.tmaps[sp.Key()] = driver.TensorMap{}
+		}
+	}
+}
+
+// SetDecodeKernel is test scaffolding: it selects the decode kernel of a
+// Kernels made by FakeKernels, as MSA_CUDA_DECODE does for Load.
+func SetDecodeKernel(k *Kernels, d DecodeKernel) { k.decode = d }

@@ -316,6 +316,17 @@ func (e *gpuEnv) devPtr(v G.Value, arg string) (uint64, error) {
 	return uint64(v.Uintptr()), nil
 }
 
+// devPtrAfter is devPtr after an earlier call's error *err: it returns 0
+// and keeps *err when that is set, and records its own error in *err.
+func (e *gpuEnv) devPtrAfter(err *error, v G.Value, arg string) uint64 {
+	if *err != nil {
+		return 0
+	}
+	p, perr := e.devPtr(v, arg)
+	*err = perr
+	return p
+}
+
 // toHost returns a host *tensor.Dense with v's dtype, shape and data.
 func (e *gpuEnv) toHost(v G.Value, arg string) (*tensor.Dense, error) {
 	if v == nil {
@@ -730,16 +741,13 @@ func (op *decodeAttnOp) gpu(e *gpuEnv, prealloc G.Value, in []G.Value) (G.Value,
 	if err != nil {
 		return nil, err
 	}
+	// One call per field (a table of pointers into da would move da to
+	// the heap on every run).
 	var da mcuda.DecodeArgs
-	for _, x := range []struct {
-		dst *uint64
-		v   G.Value
-		arg string
-	}{{&da.Q, in[0], "q"}, {&da.K, in[1], "k"}, {&da.V, in[2], "v"}, {&da.PageTable, in[3], "page_table"},
-		{&da.SequsedK, in[4], "seqused_k"}, {&da.Out, out, "out"}} {
-		if *x.dst, err = e.devPtr(x.v, x.arg); err != nil {
-			return nil, err
-		}
+	da.Q, da.K, da.V = e.devPtrAfter(&err, in[0], "q"), e.devPtrAfter(&err, in[1], "k"), e.devPtrAfter(&err, in[2], "v")
+	da.PageTable, da.SequsedK = e.devPtrAfter(&err, in[3], "page_table"), e.devPtrAfter(&err, in[4], "seqused_k")
+	if da.Out = e.devPtrAfter(&err, out, "out"); err != nil {
+		return nil, err
 	}
 	if op.sparse {
 		if da.Q2K, err = e.devPtr(in[6], "q2k_indices"); err != nil {

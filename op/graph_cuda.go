@@ -213,6 +213,9 @@ func (e *gpuEnv) synchronize() error {
 	return mcuda.Synchronize(nil)
 }
 
+// gpuEnvs holds the gpuEnv values of withGPU calls.
+var gpuEnvs = sync.Pool{New: func() any { return new(gpuEnv) }}
+
 // withGPU flushes the machine's batched queue, makes the engine's context
 // current on a locked OS thread and runs body. Panics inside become errors.
 func withGPU(fn string, extern G.External, dev G.Device, body func(e *gpuEnv) (G.Value, error)) (v G.Value, err error) {
@@ -225,7 +228,11 @@ func withGPU(fn string, extern G.External, dev G.Device, body func(e *gpuEnv) (G
 		return nil, validate.ArgErr(fn, "device", fmt.Sprintf("a device in [0, %d)", len(engs)), int(dev))
 	}
 	eng := &engs[int(dev)]
-	e := &gpuEnv{fn: fn, extern: extern, dev: dev, eng: eng, ctx: eng.Context().CUDAContext()}
+	// body takes e through a func value, which would move a local gpuEnv
+	// to the heap on every call: it comes from a pool and goes back after.
+	e := gpuEnvs.Get().(*gpuEnv)
+	*e = gpuEnv{fn: fn, extern: extern, dev: dev, eng: eng, ctx: eng.Context().CUDAContext()}
+	defer func() { *e = gpuEnv{}; gpuEnvs.Put(e) }()
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	if err := cu.PushCurrentCtx(e.ctx); err != nil {

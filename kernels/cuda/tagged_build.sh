@@ -8,6 +8,8 @@
 #                                           of EVERY package with tests (binaries in a temp dir,
 #                                           or in $MSA_TEST_BIN_DIR when set), then runs the
 #                                           launch-layer tests of cuda.test that need no driver
+#                                           and the decode node's driverless tests of op.test
+#                                           (against the init shim below)
 #   kernels/cuda/tagged_build.sh --env      only print the environment (eval-able)
 #   kernels/cuda/tagged_build.sh --test-bin DIR   the default mode, leaving cuda.test in DIR
 #   kernels/cuda/tagged_build.sh --all-bin DIR    --all, leaving every <pkg>.test in DIR
@@ -28,6 +30,13 @@
 # call cuBLAS or cuDNN; Gorgonia's own G.Mul on the CUDA machine does (linAlgBinOp.CUDADo ->
 # Engine.MatMul -> cublasSgemm_v2), so a graph with Gorgonia matmuls needs the real libraries
 # (libcublas.so.12 with libcublasLt.so.12, several hundred MB: more than a device run carries).
+#
+# Init shim (--all, BIN_DIR/initshim/libcuda.so.1): test scaffolding, never a driver. A binary
+# linking gorgonia.org/cu (op.test under the tag) exits in cu's package init when cuInit
+# fails, as it does against the link stub, before any test runs. The shim is the link stub with
+# cuInit returning CUDA_SUCCESS; every other function still returns 999. op.test's decode tests
+# that run the node's CUDA path on fakes (op/graph_decode_cuda_test.go) make no driver call
+# and run against it.
 #
 # What it installs into ${MSA_CUDA_CACHE:-$HOME/.cache/msa-cuda}/tagged-v1:
 #   - headers only, unpacked from pinned PyPI wheels (no library is used):
@@ -132,6 +141,19 @@ make_shim() {
     } > "$c"
     gcc -shared -fPIC -w -Wl,-soname,"$soname" -o "$dir/$soname" "$c"
     rm -f "$c"
+}
+
+# make_init_shim DIR : the init shim (see the header of this file) in DIR.
+make_init_shim() {
+    local dir="$1"
+    mkdir -p "$dir"
+    sed 's/^int cuInit(void) { return 999; }$/int cuInit(void) { return 0; }/' "$T/stubs/cuda.c" > "$dir/cuda.c"
+    if ! grep -qx 'int cuInit(void) { return 0; }' "$dir/cuda.c"; then
+        echo "tagged_build.sh: FAIL: no cuInit in the libcuda link stub's source" >&2
+        exit 1
+    fi
+    gcc -shared -fPIC -w -Wl,-soname,libcuda.so.1 -o "$dir/libcuda.so.1" "$dir/cuda.c"
+    rm -f "$dir/cuda.c"
 }
 
 setup() {
@@ -252,6 +274,13 @@ PY
     "$BIN_DIR/cuda.test" -test.count=1 \
         -test.run '^(TestDecodeRunAllocatesNothing|TestPrepareDecodeOwnsItsSteps|TestCloseFreesAll|TestKernelsClosedConcurrent|TestNoDriver)$'
     echo "tagged_build.sh: driverless launch tests of cuda.test OK ($(( $(now) - t )) s)" >&2
+    # The decode node's CUDA path on fakes: 0 allocations per warm run, the
+    # CPU path's refusals (op.test starts only with cuInit succeeding).
+    t=$(now)
+    make_init_shim "$BIN_DIR/initshim"
+    LD_LIBRARY_PATH="$BIN_DIR/initshim:$T/stubs" "$BIN_DIR/op.test" -test.count=1 \
+        -test.run '^(TestDecodeCUDARunAllocatesNothing|TestDecodeCUDARefusals)$'
+    echo "tagged_build.sh: driverless decode node tests of op.test OK ($(( $(now) - t )) s)" >&2
     ;;
 *)
     t=$(now)

@@ -60,8 +60,7 @@ func (l decodeLayout) unpack(v []int32) *plan.DecodeSchedule {
 }
 
 // unpackInto is unpack writing into s (storage kept across runs).
-func (l decodeLayout) unpackInto(dst *plan.DecodeSchedule, v []int32) {
-	s := dst
+func (l decodeLayout) unpackInto(s *plan.DecodeSchedule, v []int32) {
 	*s = l.base
 	c, b := l.base.Capacity, l.p.Batch
 	s.ChunkPages, s.SplitKV, s.WorkCount, s.MaxSplits = int(v[0]), v[1] != 0, int(v[2]), int(v[3])
@@ -76,8 +75,8 @@ type decodeSchedOp struct {
 	opBase
 	l decodeLayout
 
-	// last is the value of the node's last run and the seqused_k it was
-	// built from (copies). A decode node given exactly these two needs no
+	// lastValue and lastSeqUsed are copies of the node's last value and of
+	// the seqused_k it was built from. A decode node given exactly these needs no
 	// ValidateDecodeSchedule: BuildDecodeSchedule made the one from the
 	// other with the same parameters, so that check (which allocates) runs
 	// once per step in the plan, not in each layer's run.

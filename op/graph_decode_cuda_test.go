@@ -3,6 +3,7 @@
 package op
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"unsafe"
@@ -55,7 +56,7 @@ func (f *fakeGPU) env() *gpuEnv {
 		dtoh: func(dst unsafe.Pointer, src uint64, n int64) error {
 			b, ok := f.host[src]
 			if !ok || int64(len(b)) < n {
-				return &NotImplementedError{Func: "fakeGPU", What: "a copy from an unregistered address"}
+				return fmt.Errorf("fakeGPU: %d bytes from %#x, which no registered tensor holds", n, src)
 			}
 			copy(unsafe.Slice((*byte)(dst), n), b[:n])
 			return nil

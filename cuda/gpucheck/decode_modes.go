@@ -7,42 +7,39 @@ import (
 	"sort"
 
 	"github.com/sparseattn/msa/cuda"
+	"github.com/sparseattn/msa/cuda/gpucheck/plan"
 	"github.com/sparseattn/msa/kernels/cuda/fatbin"
 )
 
-// decodeMode is one way of running a decode case: the kernel path and, on
-// the tensor-core path, the sm_90a decode kernel (MSA_CUDA_DECODE old or
-// new), so that one run checks and times both kernels on the same inputs.
+// decodeMode is one way of running a decode case (plan.DecodeMode): the
+// kernel path and, on the tensor-core path, the sm_90a decode kernel
+// (MSA_CUDA_DECODE old or new), so that one run checks and times both
+// kernels on the same inputs.
 type decodeMode struct {
 	path   cuda.Path
 	kernel cuda.DecodeKernel
 }
 
-// label is the suffix of a row's name: none for the old tensor-core kernel
-// (the rows' names before the A/B, which bench/tables.go pairs with their
-// " (portable)" rows), " (new)" for the pipelined kernel.
-func (m decodeMode) label() string {
-	switch {
-	case m.path == cuda.PathPortable:
-		return " (portable)"
-	case m.kernel == cuda.DecodeNew:
-		return " (new)"
+func decodeRunMode(m plan.DecodeMode) decodeMode {
+	if m.Portable {
+		return decodeMode{cuda.PathPortable, cuda.DecodeOld}
 	}
-	return ""
+	return decodeMode{cuda.PathAuto, m.Kernel}
 }
 
-// decodeModes lists the modes of a decode case: the portable kernels alone
-// where the device has no tensor-core kernels; else the old tensor-core
-// kernel, the new one where it exists (sm90), and the portable kernels.
+// label is the suffix of a row's name (plan.DecodeMode.Label).
+func (m decodeMode) label() string {
+	return plan.DecodeMode{Portable: m.path == cuda.PathPortable, Kernel: m.kernel}.Label()
+}
+
+// decodeModes lists the modes of a decode case (plan.DecodeModes).
 func (r *report) decodeModes() []decodeMode {
-	if len(r.k.TensorCoreKernels()) == 0 {
-		return []decodeMode{{cuda.PathPortable, cuda.DecodeOld}}
+	a := r.planArch()
+	var out []decodeMode
+	for _, m := range plan.DecodeModes(a, a != cuda.ArchPortable) {
+		out = append(out, decodeRunMode(m))
 	}
-	out := []decodeMode{{cuda.PathAuto, cuda.DecodeOld}}
-	if len(cuda.PipeNames(r.k.Arch())) > 0 {
-		out = append(out, decodeMode{cuda.PathAuto, cuda.DecodeNew})
-	}
-	return append(out, decodeMode{cuda.PathPortable, cuda.DecodeOld})
+	return out
 }
 
 // applyDecode selects mode m for the next launches.

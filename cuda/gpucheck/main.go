@@ -34,6 +34,7 @@ import (
 
 	"github.com/sparseattn/msa/cuda"
 	"github.com/sparseattn/msa/cuda/driver"
+	"github.com/sparseattn/msa/cuda/gpucheck/plan"
 	"github.com/sparseattn/msa/cuda/internal/check"
 )
 
@@ -81,10 +82,39 @@ func main() {
 	only := flag.String("only", "", "run only the cases whose name matches this regular expression")
 	skip := flag.String("skip", "", "skip the cases whose name matches this regular expression")
 	caseTimeout := flag.Duration("case-timeout", 60*time.Second, "a case whose GPU work runs longer than this is reported as hung and the check stops (exit 1)")
-	deviceInfo := flag.Bool("device-info", false, "open device 0, load the kernels, print one line \"sm_XY <name> (kernel family F)\" and exit (2 with the reason when there is no usable GPU)")
+	planOut := flag.Bool("plan", false, "print the runbook's plan for -arch (every stage, case and timing row in run order with its limits and estimate, and the total) and exit; needs no driver")
+	stagesOut := flag.Bool("stages", false, "print the runbook's stage lines for -arch (name, kind, limit, budget, case timeout, -only, -skip; tab-separated) and exit; needs no driver")
+	rowsOut := flag.Bool("rows", false, "print the planned timing rows for -arch (stage, row name; tab-separated) and exit; needs no driver")
+	archName := flag.String("arch", "sm90", "kernel family of -plan and -stages: portable, sm80, sm90 or sm100")
+	stage := flag.String("stage", "", "run the cases of the runbook's check stage NAME for the device's kernel family (instead of -only / -skip)")
+	deviceInfo := flag.Bool("device-info", false, "open device 0, load the kernels, print one line \"sm_XY <name> (kernel family F, plan P)\" (P: the family of the runbook's plan, portable where the fatbin has no tensor-core kernel for F) and exit (2 with the reason when there is no usable GPU)")
 	flag.Parse()
 	if *out == "" {
 		*out = "gpucheck-out"
+	}
+	if *planOut || *stagesOut || *rowsOut {
+		a, err := plan.ParseArch(*archName)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "gpucheck: -arch: %v\n", err)
+			os.Exit(2)
+		}
+		switch {
+		case *planOut:
+			err = plan.Write(os.Stdout, a)
+		case *rowsOut:
+			err = plan.WriteRows(os.Stdout, a)
+		default:
+			err = plan.WriteStages(os.Stdout, plan.Stages(a))
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "gpucheck: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if *stage != "" && (*only != "" || *skip != "") {
+		fmt.Fprintf(os.Stderr, "gpucheck: -stage %q selects its own cases: give it without -only / -skip (got -only %q -skip %q)\n", *stage, *only, *skip)
+		os.Exit(2)
 	}
 	var onlyRE, skipRE *regexp.Regexp
 	for _, f := range []struct {
@@ -118,12 +148,20 @@ func main() {
 		os.Exit(2)
 	}
 	if *deviceInfo {
-		fmt.Printf("sm_%d%d %s (kernel family %s)\n", dev.Major, dev.Minor, dev.Name, k.Arch())
+		fmt.Printf("sm_%d%d %s (kernel family %s, plan %s)\n", dev.Major, dev.Minor, dev.Name, k.Arch(), planArch(k))
 		if err := k.Close(dev); err != nil {
 			fmt.Fprintf(os.Stderr, "gpucheck: %v\n", err)
 			os.Exit(1)
 		}
 		return
+	}
+	if *stage != "" {
+		st, err := plan.Find(planArch(k), *stage)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "gpucheck: -stage: %v\n", err)
+			os.Exit(2)
+		}
+		onlyRE, skipRE = compileOrNil(st.Only), compileOrNil(st.Skip)
 	}
 	ver, _ := driver.DriverVersion()
 	r := &report{dev: dev, k: k, deadline: start.Add(*budget), workers: max(runtime.NumCPU(), 1), only: onlyRE, skip: skipRE, dir: *out, start: start,
@@ -178,6 +216,15 @@ func main() {
 	}
 }
 
+// compileOrNil compiles a plan's expression ("" selects all: nil); the
+// plan's tests compile every one.
+func compileOrNil(expr string) *regexp.Regexp {
+	if expr == "" {
+		return nil
+	}
+	return regexp.MustCompile(expr)
+}
+
 // mem is the device memory of one case, with the read-back of its
 // results.
 type mem struct{ *cuda.Arena }
@@ -219,6 +266,9 @@ func (m *mem) result(o, lse, tlse uint64, rows, d int) (check.Result, error) {
 const csvHeader = "case,kernels,max_rel_o,tol_o,margin_o,max_rel_lse,tol_lse,margin_lse,bad_o,bad_lse," +
 	"stat_tol_o,stat_margin_o,rms_o,rms_tol_o,rms_margin_o,stat_tol_lse,stat_margin_lse,rms_lse,rms_tol_lse,rms_margin_lse,bad_stat_o,bad_stat_lse," +
 	"masked_rows,bad_masked,nan,cpu_max_rel_o,cpu_max_rel_lse,cpu_ok,deterministic,status"
+
+// timingHeader are the columns of timing.csv.
+const timingHeader = "case,kernels,ms,tflops,pct_peak_flops,gbs,pct_hbm,status"
 
 // probeHeader are the columns of probes.csv.
 const probeHeader = "case,kernels,rows,tokens,attended,wrong_tokens,wrong_counts,status,first_mismatch"
@@ -345,6 +395,11 @@ func (r *report) late(name string) bool {
 	defer r.mu.Unlock()
 	if time.Now().After(r.deadline) {
 		r.skipped++
+		if row, ok := strings.CutPrefix(name, "timing "); ok { // a timing row: in timing.csv
+			r.timing = append(r.timing, blankRow(timingHeader, row, "skipped (time budget)"))
+			r.timingMD = append(r.timingMD, fmt.Sprintf("| %s |%s skipped (time budget) |", row, strings.Repeat(" |", 5)))
+			return true
+		}
 		r.rows = append(r.rows, blankRow(csvHeader, name, "skipped (time budget)"))
 		r.md = append(r.md, fmt.Sprintf("| %s |%s skipped (time budget) |", name, strings.Repeat(" |", 20)))
 		return true
@@ -662,84 +717,55 @@ func (r *report) decode(c *check.Decode, seed uint64) {
 	}
 }
 
-// timings times the kernel families at the bench's default shapes.
+// timings times the A/B rows of the plan (plan.Rows) in their order:
+// the rows that decide the issues' targets first. Each case is generated
+// once for its consecutive rows; every row is in timing.csv as soon as it
+// is measured (begin rewrites the report after each).
 func (r *report) timings(quick bool) {
-	type pcase struct {
-		name   string
-		T      int
-		q, kv  cuda.Dtype
-		fp8    bool
-		family string
-	}
-	pcs := []pcase{{"prefill bf16 8K", 8192, cuda.BF16, cuda.BF16, false, "prefill"}, {"prefill bf16 32K", 32768, cuda.BF16, cuda.BF16, false, "prefill"},
-		{"prefill fp8 8K", 8192, cuda.E4M3, cuda.E4M3, true, "prefill"}, {"prefill bf16q-nvfp4kv 8K", 8192, cuda.BF16, cuda.NVFP4, false, "prefill"}}
-	if quick {
-		pcs = pcs[:1]
-	}
-	for _, pc := range pcs {
-		var c *check.Prefill // generated once, timed on every mode
-		var genErr error
-		for _, md := range r.prefillCaseModes(pc.q == cuda.E4M3 && pc.kv == cuda.E4M3) {
-			name := pc.name + md.label()
-			if r.late("timing " + name) {
+	fmt.Printf("timing: default paths (what a run without A/B switches uses): prefill %s (%s), decode %v (%s), FP8 P.V %v (%s)\n",
+		r.prefillDefault, cuda.PrefillEnv, r.decodeDefault, cuda.DecodeEnv, r.fp8pvDefault, cuda.FP8PVEnv)
+	var (
+		cur    string // the case generated last
+		pc     *check.Prefill
+		dc     *check.Decode
+		genErr error
+	)
+	quickCase := map[bool]string{} // -quick: the first prefill and the first decode case
+	for _, row := range plan.Rows(r.planArch()) {
+		name, tc := row.Name(), row.Case
+		if quick {
+			if quickCase[tc.Prefill] == "" {
+				quickCase[tc.Prefill] = tc.Name
+			}
+			if quickCase[tc.Prefill] != tc.Name {
 				continue
 			}
-			if c == nil {
-				c = check.TimingPrefill(pc.name, pc.T, pc.q, pc.kv)
-				genErr = c.GenCausal(1)
-			}
-			if genErr != nil {
-				r.timeRow(name, "", 0, 0, 0, pc.fp8, genErr)
-				continue
-			}
-			r.timePrefill(c, name, md, pc.fp8)
 		}
-	}
-	type dcase struct {
-		dt         cuda.Dtype
-		batch, ctx int
-	}
-	// The A/B targets of the sm_90a decode kernels first: batch 32 x 64K
-	// (BF16 and FP8 K/V), then small batches at long contexts (the CUDA
-	// executor splits each request so that every SM has a chunk); then the
-	// rest of the grid.
-	dcs := []dcase{{cuda.BF16, 32, 65536}, {cuda.E4M3, 32, 65536}}
-	for _, b := range []int{1, 4, 8} {
-		for _, ctx := range []int{8192, 32768, 131072} {
-			dcs = append(dcs, dcase{cuda.BF16, b, ctx})
+		if r.late("timing " + name) {
+			continue
 		}
-	}
-	for _, dt := range []cuda.Dtype{cuda.E4M3, cuda.BF16} {
-		for _, b := range []int{8, 32} {
-			for _, ctx := range []int{4096, 16384, 65536} {
-				if b == 32 && ctx == 65536 {
-					continue
+		if tc.Name != cur {
+			cur, pc, dc = tc.Name, nil, nil
+			if tc.Prefill {
+				pc = check.TimingPrefill(tc.Name, tc.T, tc.Q, tc.KV)
+				if tc.Random {
+					genErr = pc.Gen(1)
+				} else {
+					genErr = pc.GenCausal(1)
 				}
-				dcs = append(dcs, dcase{dt, b, ctx})
+			} else {
+				dc = check.TimingDecode(tc.Name, tc.Batch, tc.Ctx, tc.Q)
+				dc.SMs = r.dev.SMs
+				genErr = dc.Gen(1)
 			}
 		}
-	}
-	if quick {
-		dcs = dcs[:1]
-	}
-	for _, dc := range dcs {
-		var c *check.Decode // generated once, timed on every mode
-		var genErr error
-		for _, md := range r.decodeModes() {
-			name := fmt.Sprintf("decode %s b%d %dK", dc.dt, dc.batch, dc.ctx/1024) + md.label()
-			if r.late("timing " + name) {
-				continue
-			}
-			if c == nil {
-				c = check.TimingDecode(fmt.Sprintf("decode %s b%d %dK", dc.dt, dc.batch, dc.ctx/1024), dc.batch, dc.ctx, dc.dt)
-				c.SMs = r.dev.SMs
-				genErr = c.Gen(1)
-			}
-			if genErr != nil {
-				r.timeRow(name, "", 0, 0, 0, dc.dt == cuda.E4M3, genErr)
-				continue
-			}
-			r.timeDecode(c, name, md, dc.dt == cuda.E4M3)
+		switch {
+		case genErr != nil:
+			r.timeRow(name, "", 0, 0, 0, tc.FP8(), genErr)
+		case tc.Prefill:
+			r.timePrefill(pc, name, prefillRunMode(row.Prefill), tc.FP8())
+		default:
+			r.timeDecode(dc, name, decodeRunMode(row.Decode), tc.FP8())
 		}
 	}
 }
@@ -842,20 +868,32 @@ func (r *report) timeDecode(c *check.Decode, name string, md decodeMode, fp8 boo
 	r.timeRow(name, kern, ms, c.FLOP(), c.Bytes(), fp8, err)
 }
 
+// replaceFile writes data to path through a temporary file and a rename,
+// so that a run killed while rewriting its report leaves the previous
+// complete file, never a truncated one.
+func replaceFile(path string, data []byte, perm os.FileMode) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, perm); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// write rewrites the report's files under dir with the rows so far.
 func (r *report) write(dir, header string, took time.Duration) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	csv := csvHeader + "\n" + strings.Join(r.rows, "\n") + "\n"
-	if err := os.WriteFile(filepath.Join(dir, "gpucheck.csv"), []byte(csv), 0o644); err != nil {
+	if err := replaceFile(filepath.Join(dir, "gpucheck.csv"), []byte(csv), 0o644); err != nil {
 		return err
 	}
 	pcsv := probeHeader + "\n" + strings.Join(r.probes, "\n") + "\n"
-	if err := os.WriteFile(filepath.Join(dir, "probes.csv"), []byte(pcsv), 0o644); err != nil {
+	if err := replaceFile(filepath.Join(dir, "probes.csv"), []byte(pcsv), 0o644); err != nil {
 		return err
 	}
-	tcsv := "case,kernels,ms,tflops,pct_peak_flops,gbs,pct_hbm,status\n" + strings.Join(r.timing, "\n") + "\n"
-	if err := os.WriteFile(filepath.Join(dir, "timing.csv"), []byte(tcsv), 0o644); err != nil {
+	tcsv := timingHeader + "\n" + strings.Join(r.timing, "\n") + "\n"
+	if err := replaceFile(filepath.Join(dir, "timing.csv"), []byte(tcsv), 0o644); err != nil {
 		return err
 	}
 	var b strings.Builder
@@ -881,5 +919,5 @@ func (r *report) write(dir, header string, took time.Duration) error {
 	b.WriteString("| case | kernels | ms | TFLOP/s | % of peak | GB/s | % of HBM |\n|---|---|---:|---:|---:|---:|---:|\n")
 	b.WriteString(strings.Join(r.timingMD, "\n"))
 	b.WriteString("\n")
-	return os.WriteFile(filepath.Join(dir, "gpucheck.md"), []byte(b.String()), 0o644)
+	return replaceFile(filepath.Join(dir, "gpucheck.md"), []byte(b.String()), 0o644)
 }

@@ -1,59 +1,84 @@
 #!/usr/bin/env bash
 # kernels/cuda/runbook.sh - one run on a GPU machine that has an NVIDIA driver and nothing
-# else: the check's correctness matrix and probes, the graph test, the timing (kernels/cuda/GPU_CHECK.md,
-# "Runbook").
+# else: the check's correctness matrix and probes, the A/B timings, the graph test, the bench's
+# GPU mode (kernels/cuda/GPU_CHECK.md, "Runbook").
 #
-#   kernels/cuda/runbook.sh [BINDIR]   BINDIR (default kernels/cuda/bin) holds gpucheck
-#                                      (kernels/cuda/gpucheck.sh --build) and, when built,
-#                                      graph_test.test with its shims/ (kernels/cuda/tagged_build.sh
-#                                      --graph-bin BINDIR)
-#                                      and bench (eval "$(kernels/cuda/tagged_build.sh --env)";
-#                                      go build -tags cuda -o BINDIR/bench ./bench)
+#   kernels/cuda/runbook.sh [BINDIR]              run it; BINDIR (default kernels/cuda/bin) holds
+#                                                 gpucheck and kernels_comm.test (kernels/cuda/gpucheck.sh
+#                                                 --build), when built graph_test.test with its shims/
+#                                                 (kernels/cuda/tagged_build.sh --graph-bin BINDIR) and
+#                                                 bench (eval "$(kernels/cuda/tagged_build.sh --env)";
+#                                                 go build -tags cuda -o BINDIR/bench ./bench)
+#   kernels/cuda/runbook.sh --plan [ARCH] [BINDIR] print the plan without a driver: every stage, case
+#                                                 and timing row in run order with its limit and
+#                                                 estimate, and the total (ARCH: sm90 by default,
+#                                                 portable, sm80, sm100)
 #
-# Stages, each a separate process under its own timeout; gpucheck runs with -case-timeout, so a kernel
-# that never finishes (an mbarrier wait that is never satisfied) costs seconds and a HUNG line, and the
-# next stage still runs:
-#   device     gpucheck -device-info: opens the GPU and loads the kernels (no usable GPU: one line, exit 2)
-#   on sm_10x (Blackwell), the first-run order, each stage only what the earlier ones did not run:
-#     decode-bf16-d128, prefill-bf16-d128, fp8, converted (BF16 Q with FP8 or NVFP4 K/V, FP8 Q with
-#     NVFP4 K/V), full (the rest of the matrix and the probes)
-#   elsewhere: correctness (the whole matrix and the probes)
-#   graph      BINDIR/graph_test.test -test.run '^TestCUDA' when it exists (else one line says it is not
-#              there), with BINDIR/shims first on LD_LIBRARY_PATH (cuBLAS / cuDNN test shims: the
-#              Gorgonia engine creates their handles; the graph's ops never call them)
-#   timing     gpucheck -only '^timing'
-#   bench      BINDIR/bench -device cuda -quick when it exists (else one line says so; a tagged binary
-#              needs libcublas.so.12 and libcudnn.so.8 too: when the loader cannot start it, one line
-#              says which library is missing)
-# Everything goes under $OUT (default ./runbook-out): one directory per stage with gpucheck's report,
-# runbook.log, and summary.txt (the one-screen summary, also printed). The stage limits add up to
-# 440 s at most (467 s if every stage ignored its signal and were killed 3 s later), so a whole run
-# takes less than 8 minutes.
+# The stages, their order, their limits and the cases each one runs are the plan of package
+# cuda/gpucheck/plan (gpucheck -stages / -rows / -plan print it; its tests hold the sum of the
+# limits, kill grace included, under 8 minutes less a margin). In order:
+#   device       gpucheck -device-info: opens the GPU and loads the kernels (no usable GPU: one
+#                line, exit 2)
+#   correctness  the check matrix, every kernel and mode of each case; probes: the exact probes
+#                (on sm100 the first-run order instead: decode BF16 D128, prefill BF16 D128, FP8,
+#                converted, the rest with the probes)
+#   t-*          the A/B timings in the order of what they decide: prefill BF16 8K kv / query / kv2,
+#                decode b32 x 64K BF16 and FP8 old / new, prefill FP8 8K widened V / fp8pv, decode
+#                b1/4/8 x 8K/32K/128K new, prefill 32K / 128K, random selection
+#   graph        BINDIR/graph_test.test -test.run '^TestCUDA' with BINDIR/shims first on
+#                LD_LIBRARY_PATH (cuBLAS / cuDNN test shims: the Gorgonia engine creates their
+#                handles; the graph's ops never call them); one line says when it is not there
+#   t-rest       every other timing row
+#   bench        BINDIR/bench -device cuda -quick (a tagged binary needs libcublas.so.12 and
+#                libcudnn.so.8: when the loader cannot start it, one line says which is missing)
+#   nccl         BINDIR/kernels_comm.test -test.run NCCL: the collectives on a one-rank group;
+#                libnccl.so.2 is not carried (over 300 MB), the test then skips and the stage says
+#                so; MSA_NCCL_LIB_DIR names a directory holding it where the machine has one
+# Each stage is one process under timeout(1) at its limit; a gpucheck stage starts no new case
+# after its budget and runs with -case-timeout, so a kernel that never finishes (an mbarrier wait
+# that is never satisfied) costs seconds and a HUNG line, and the next stage still runs.
+# gpucheck rewrites its report after every case, so each timing row is in its stage's timing.csv
+# as soon as it is measured, and a killed stage leaves what it measured.
+#
+# Everything goes under $OUT (default ./runbook-out): plan.txt, one directory per stage with
+# gpucheck's report (gpucheck.md, gpucheck.csv, probes.csv, timing.csv), runbook.log, timing.csv
+# (every stage's rows), rows.csv (each planned timing row: measured, error, skipped for time, not
+# reached) and summary.txt (the one-screen summary, also printed).
 #
 # Exit status: 0 every stage passed, 1 a stage failed or hung, 2 no usable GPU (or no binary).
 set -uo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+PLAN=""
+if [[ "${1:-}" == --plan ]]; then
+    PLAN="${2:-sm90}"
+    shift $(( $# >= 2 ? 2 : 1 ))
+fi
 BINDIR="${1:-$HERE/bin}"
-OUTDIR="${OUT:-$PWD/runbook-out}"
-CASE_TIMEOUT="${MSA_RUNBOOK_CASE_TIMEOUT:-20s}"
 BIN="$BINDIR/gpucheck"
 
+if [[ ! -x "$BIN" ]]; then
+    echo "runbook: no gpucheck binary at $BIN (build it with kernels/cuda/gpucheck.sh --build)"
+    exit 2
+fi
+if [[ -n "$PLAN" ]]; then
+    exec "$BIN" -plan -arch "$PLAN"
+fi
+
+OUTDIR="${OUT:-$PWD/runbook-out}"
 mkdir -p "$OUTDIR"
 LOG="$OUTDIR/runbook.log"
 : > "$LOG"
 say() { echo "runbook: $*" | tee -a "$LOG"; }
+start=$(date +%s)
 
-if [[ ! -x "$BIN" ]]; then
-    say "no gpucheck binary at $BIN (build it with kernels/cuda/gpucheck.sh --build)"
-    exit 2
-fi
-
-info="$(timeout --kill-after=3 60 "$BIN" -device-info 2> "$OUTDIR/device.err")"
+# The device stage's limit is the same in every family's plan.
+dev_limit="$("$BIN" -stages -arch portable | awk -F'\t' '$2 == "device" { print $3 }')"
+info="$(timeout --kill-after=3 "${dev_limit:-30}" "$BIN" -device-info 2> "$OUTDIR/device.err")"
 rc=$?
 if (( rc != 0 )); then
     why="$(head -n 1 "$OUTDIR/device.err")"
-    (( rc == 124 || rc == 137 )) && why="opening the GPU and loading the kernels took over 60 s"
+    (( rc == 124 || rc == 137 )) && why="opening the GPU and loading the kernels took over ${dev_limit:-30} s"
     say "no usable GPU: ${why:-gpucheck -device-info exited $rc}"
     exit 2
 fi
@@ -61,30 +86,36 @@ say "device: $info"
 if command -v nvidia-smi > /dev/null; then
     nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv,noheader >> "$LOG" 2>&1 || true
 fi
+arch="$(sed -n 's/.*, plan \([a-z0-9]*\))$/\1/p' <<< "$info")"
+arch="${arch:-portable}"
+"$BIN" -plan -arch "$arch" > "$OUTDIR/plan.txt"
+[[ "$arch" == sm100 ]] && say "Blackwell (sm_10x): first-run order"
 
 declare -a SUMMARY STAGES
 failed=0
-start=$(date +%s)
 
-# stage NAME LIMIT_S ARGS...: gpucheck ARGS into $OUTDIR/NAME, bounded by LIMIT_S.
-stage() {
-    local name="$1" limit="$2"
-    shift 2
-    local dir="$OUTDIR/$name" t0 rc
+# finish LINE: one summary line.
+finish() {
+    SUMMARY+=("$1")
+    echo "$1" >> "$LOG"
+}
+
+# check NAME LIMIT BUDGET CASE_TIMEOUT: gpucheck -stage NAME into $OUTDIR/NAME.
+check() {
+    local name="$1" limit="$2" budget="$3" ct="$4"
+    local dir="$OUTDIR/$name" t0 rc line
     mkdir -p "$dir"
     STAGES+=("$name")
     t0=$(date +%s)
-    timeout --kill-after=3 "$limit" "$BIN" -out "$dir" -budget "$((limit - 15))s" -case-timeout "$CASE_TIMEOUT" "$@" \
+    timeout --kill-after=3 "$limit" "$BIN" -stage "$name" -out "$dir" -budget "${budget}s" -case-timeout "${ct}s" \
         > "$dir/stdout.txt" 2> "$dir/stderr.txt"
     rc=$?
-    local took=$(($(date +%s) - t0)) line
-    line="$(printf '%-18s exit %-3s %4ss  %s' "$name" "$rc" "$took" "$(tally "$dir")")"
+    line="$(printf '%-18s exit %-3s %4ss  %s' "$name" "$rc" "$(($(date +%s) - t0))" "$(tally "$dir")")"
     (( rc == 124 || rc == 137 )) && line+="  KILLED after ${limit}s"
-    grep -h "HUNG" "$dir/stdout.txt" | head -n 1 | sed 's/^/    /' >> "$dir/hung.txt"
+    grep -h "HUNG" "$dir/stdout.txt" | head -n 1 | sed 's/^/    /' > "$dir/hung.txt"
     [[ -s "$dir/hung.txt" ]] && line+=$'\n'"$(cat "$dir/hung.txt")"
     (( rc != 0 )) && failed=1
-    SUMMARY+=("$line")
-    echo "$line" >> "$LOG"
+    finish "$line"
 }
 
 # tally DIR: counts of a gpucheck report's rows by status, and the smallest margins.
@@ -106,106 +137,120 @@ tally() {
         FILENAME ~ /probes.csv$/ { if ($8 == "ok") pok++; else pbad++ }
         FILENAME ~ /timing.csv$/ { if ($NF == "ok") tok++; else if ($NF ~ /^skipped/) skip++; else tbad++ }
         END {
-            printf "compare %d ok %d failed; probes %d ok %d failed; timing %d ok %d failed; %d skipped", ok, bad, pok, pbad, tok, tbad, skip
+            if (ok + bad) printf "compare %d ok %d failed; ", ok, bad
+            if (pok + pbad) printf "probes %d ok %d failed; ", pok, pbad
+            if (tok + tbad) printf "timing %d ok %d failed; ", tok, tbad
+            printf "%d skipped", skip
             if (mn[1] != "") printf "; min margin O %.3g LSE %.3g (bound)", mn[1], mn[2]
             if (mn[3] != "") printf ", O %.3g LSE %.3g (statistical max)", mn[3], mn[4]
             if (mn[5] != "") printf ", O %.3g LSE %.3g (RMS)", mn[5], mn[6]
         }' "$dir/gpucheck.csv" "$dir/probes.csv" "$dir/timing.csv" 2> /dev/null
 }
 
-NOTIME='^timing'
-if [[ "$info" == sm_10* ]]; then
-    say "Blackwell (sm_10x): first-run order"
-    DEC='^decode/bf16/d128/'
-    PRE='^prefill/bf16/d128/'
-    FP8='^(prefill|decode)/fp8/'
-    CONV='^(prefill|decode)/(bf16q-fp8kv|bf16q-nvfp4kv|fp8q-nvfp4kv)/'
-    stage decode-bf16-d128 40 -only "$DEC"
-    stage prefill-bf16-d128 40 -only "$PRE"
-    stage fp8 50 -only "$FP8"
-    stage converted 50 -only "$CONV"
-    stage full 70 -skip "$DEC|$PRE|$FP8|$CONV|$NOTIME"
-else
-    stage correctness 240 -skip "$NOTIME"
-fi
-
-graph="$BINDIR/graph_test.test"
-if [[ -x "$graph" ]]; then
+# graph LIMIT: the tagged graph test.
+graph() {
+    local limit="$1" graph="$BINDIR/graph_test.test" t0 rc
+    if [[ ! -x "$graph" ]]; then
+        finish "$(printf '%-18s not run: no tagged graph_test binary at %s (kernels/cuda/tagged_build.sh --graph-bin builds it)' graph "$graph")"
+        return
+    fi
     mkdir -p "$OUTDIR/graph"
     t0=$(date +%s)
-    LD_LIBRARY_PATH="$BINDIR/shims${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" timeout --kill-after=3 45 \
-        "$graph" -test.run '^TestCUDA' -test.v -test.timeout 40s > "$OUTDIR/graph/stdout.txt" 2>&1
+    LD_LIBRARY_PATH="$BINDIR/shims${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" timeout --kill-after=3 "$limit" \
+        "$graph" -test.run '^TestCUDA' -test.v -test.timeout "$((limit - 5))s" > "$OUTDIR/graph/stdout.txt" 2>&1
     rc=$?
-    line="$(printf '%-18s exit %-3s %4ss  %s passed, %s failed' graph "$rc" "$(($(date +%s) - t0))" \
-        "$(grep -c -- '^--- PASS' "$OUTDIR/graph/stdout.txt")" "$(grep -c -- '^--- FAIL' "$OUTDIR/graph/stdout.txt")")"
     (( rc != 0 )) && failed=1
-else
-    line="$(printf '%-18s not run: no tagged graph_test binary at %s (kernels/cuda/tagged_build.sh --graph-bin builds it)' graph "$graph")"
-fi
-SUMMARY+=("$line")
-echo "$line" >> "$LOG"
+    finish "$(printf '%-18s exit %-3s %4ss  %s passed, %s failed' graph "$rc" "$(($(date +%s) - t0))" \
+        "$(grep -c -- '^--- PASS' "$OUTDIR/graph/stdout.txt")" "$(grep -c -- '^--- FAIL' "$OUTDIR/graph/stdout.txt")")"
+}
 
-stage timing 40 -only "$NOTIME"
-
-bench="$BINDIR/bench"
-if [[ -x "$bench" ]]; then
+# bench LIMIT: the bench's GPU mode.
+bench() {
+    local limit="$1" bench="$BINDIR/bench" t0 rc
+    if [[ ! -x "$bench" ]]; then
+        finish "$(printf '%-18s not run: no tagged bench binary at %s (go build -tags cuda -o %s ./bench)' bench "$bench" "$bench")"
+        return
+    fi
     mkdir -p "$OUTDIR/bench"
     t0=$(date +%s)
-    timeout --kill-after=3 45 "$bench" -device cuda -quick -out "$OUTDIR/bench" > "$OUTDIR/bench/stdout.txt" 2>&1
+    timeout --kill-after=3 "$limit" "$bench" -device cuda -quick -out "$OUTDIR/bench" > "$OUTDIR/bench/stdout.txt" 2>&1
     rc=$?
-    took=$(($(date +%s) - t0))
     if (( rc == 127 )); then
-        line="$(printf '%-18s not run: %s' bench "$(grep -m 1 'error while loading' "$OUTDIR/bench/stdout.txt")")"
-    else
-        line="$(printf '%-18s exit %-3s %4ss  %s' bench "$rc" "$took" "$(grep -c ' ms median' "$OUTDIR/bench/stdout.txt") cases timed")"
-        (( rc != 0 )) && failed=1
+        finish "$(printf '%-18s not run: %s' bench "$(grep -m 1 'error while loading' "$OUTDIR/bench/stdout.txt")")"
+        return
     fi
-else
-    line="$(printf '%-18s not run: no tagged bench binary at %s (go build -tags cuda -o %s ./bench)' bench "$bench" "$bench")"
-fi
-SUMMARY+=("$line")
-echo "$line" >> "$LOG"
+    (( rc != 0 )) && failed=1
+    finish "$(printf '%-18s exit %-3s %4ss  %s cases timed' bench "$rc" "$(($(date +%s) - t0))" "$(grep -c ' ms median' "$OUTDIR/bench/stdout.txt")")"
+}
 
-# Stage nccl, after the stages above (its 30 s limit, 33 s if killed, comes on top of their
-# total): the one-rank NCCL run, BINDIR/kernels_comm.test -test.run NCCL, the collectives on a
-# one-rank group on GPU 0 (gpucheck.sh --build builds the binary; it opens libcuda.so.1 and
-# libnccl.so.2 at run time). libnccl.so.2 is not carried (the nvidia-nccl-cu12 wheel is over
-# 300 MB against a 64 MiB carry): the test then checks the one-line error naming the library and
-# skips, and the stage says so; MSA_NCCL_LIB_DIR names a directory holding libnccl.so.2 where the
-# machine has one.
-ncclbin="$BINDIR/kernels_comm.test"
-if [[ -x "$ncclbin" ]]; then
+# nccl LIMIT: the one-rank NCCL run.
+nccl() {
+    local limit="$1" bin="$BINDIR/kernels_comm.test" t0 rc line
+    if [[ ! -x "$bin" ]]; then
+        finish "$(printf '%-18s not run: no tagged kernels_comm.test at %s (kernels/cuda/gpucheck.sh --build builds it)' nccl "$bin")"
+        return
+    fi
     mkdir -p "$OUTDIR/nccl"
     t0=$(date +%s)
-    LD_LIBRARY_PATH="${MSA_NCCL_LIB_DIR:+$MSA_NCCL_LIB_DIR:}${LD_LIBRARY_PATH:-}" timeout --kill-after=3 30 \
-        "$ncclbin" -test.run 'NCCL' -test.v -test.timeout 25s > "$OUTDIR/nccl/stdout.txt" 2>&1
+    LD_LIBRARY_PATH="${MSA_NCCL_LIB_DIR:+$MSA_NCCL_LIB_DIR:}${LD_LIBRARY_PATH:-}" timeout --kill-after=3 "$limit" \
+        "$bin" -test.run 'NCCL' -test.v -test.timeout "$((limit - 5))s" > "$OUTDIR/nccl/stdout.txt" 2>&1
     rc=$?
-    took=$(($(date +%s) - t0))
     if (( rc == 0 )) && grep -q -- '^--- SKIP: TestNCCLOneRank' "$OUTDIR/nccl/stdout.txt"; then
-        line="$(printf '%-18s not run: %s' nccl "$(grep -m 1 -o 'no NCCL here: .*' "$OUTDIR/nccl/stdout.txt")")"
-    else
-        line="$(printf '%-18s exit %-3s %4ss  %s passed, %s failed' nccl "$rc" "$took" \
-            "$(grep -c -- '^--- PASS' "$OUTDIR/nccl/stdout.txt")" "$(grep -c -- '^--- FAIL' "$OUTDIR/nccl/stdout.txt")")"
-        (( rc == 124 || rc == 137 )) && line+="  KILLED after 30s"
-        (( rc != 0 )) && failed=1
+        finish "$(printf '%-18s not run: %s' nccl "$(grep -m 1 -o 'no NCCL here: .*' "$OUTDIR/nccl/stdout.txt")")"
+        return
     fi
-else
-    line="$(printf '%-18s not run: no tagged kernels_comm.test at %s (kernels/cuda/gpucheck.sh --build builds it)' nccl "$ncclbin")"
-fi
-SUMMARY+=("$line")
-echo "$line" >> "$LOG"
+    line="$(printf '%-18s exit %-3s %4ss  %s passed, %s failed' nccl "$rc" "$(($(date +%s) - t0))" \
+        "$(grep -c -- '^--- PASS' "$OUTDIR/nccl/stdout.txt")" "$(grep -c -- '^--- FAIL' "$OUTDIR/nccl/stdout.txt")")"
+    (( rc == 124 || rc == 137 )) && line+="  KILLED after ${limit}s"
+    (( rc != 0 )) && failed=1
+    finish "$line"
+}
+
+mapfile -t PLANNED < <("$BIN" -stages -arch "$arch")
+for l in "${PLANNED[@]}"; do
+    IFS=$'\t' read -r name kind limit budget ct _ <<< "$l"
+    case "$kind" in
+    device) ;;
+    check) check "$name" "$limit" "$budget" "$ct" ;;
+    graph) graph "$limit" ;;
+    bench) bench "$limit" ;;
+    nccl) nccl "$limit" ;;
+    *) say "plan: stage $name has an unknown kind $kind"; failed=1 ;;
+    esac
+done
+
+# Every stage's timing rows in one file, and each planned row's fate.
+{
+    echo "stage,case,kernels,ms,tflops,pct_peak_flops,gbs,pct_hbm,status"
+    for d in "${STAGES[@]}"; do
+        [[ -f "$OUTDIR/$d/timing.csv" ]] && awk -v d="$d" 'FNR > 1 && NF { print d "," $0 }' "$OUTDIR/$d/timing.csv"
+    done
+} > "$OUTDIR/timing.csv"
+"$BIN" -rows -arch "$arch" | awk -F'\t' -v out="$OUTDIR" '
+    BEGIN { print "stage,row,result" }
+    {
+        f = out "/" $1 "/timing.csv"; st = "not reached"
+        while ((getline line < f) > 0) {
+            n = split(line, c, ",")
+            if (c[1] == $2) st = (c[n] == "ok") ? "measured" : (c[n] ~ /^skipped/) ? "skipped for time" : "error"
+        }
+        close(f)
+        printf "%s,%s,%s\n", $1, $2, st
+    }' > "$OUTDIR/rows.csv"
 
 {
     echo "== GPU runbook: $info, $(date -u '+%Y-%m-%d %H:%M UTC'), $(($(date +%s) - start)) s"
     printf '%s\n' "${SUMMARY[@]}"
+    awk -F, 'FNR > 1 { n[$3]++; t++ } END { printf "timing rows: %d planned:", t; for (s in n) printf " %d %s;", n[s], s; print "" }' "$OUTDIR/rows.csv"
+    awk -F, 'FNR > 1 && $3 != "measured" { printf "  %s: %s: %s\n", $3, $1, $2 }' "$OUTDIR/rows.csv" | head -n 8
     for d in "${STAGES[@]}"; do
         [[ -f "$OUTDIR/$d/gpucheck.csv" ]] || continue
         awk -F, -v d="$d" 'FNR > 1 && $NF != "ok" && $NF !~ /^skipped/ { printf "  %s: %s %s: %s\n", d, $1, $2, $NF }' "$OUTDIR/$d/gpucheck.csv"
-    done | head -n 12
+    done | head -n 8
     for d in "${STAGES[@]}"; do
         [[ -f "$OUTDIR/$d/probes.csv" ]] || continue
         awk -F, -v d="$d" 'FNR > 1 && $8 != "ok" { printf "  %s: %s %s: %s %s\n", d, $1, $2, $8, $9 }' "$OUTDIR/$d/probes.csv"
-    done | head -n 6
+    done | head -n 4
     if (( failed )); then echo "== FAILED (reports under $OUTDIR)"; else echo "== all stages passed (reports under $OUTDIR)"; fi
 } | tee "$OUTDIR/summary.txt"
 exit $failed

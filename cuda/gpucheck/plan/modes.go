@@ -1,0 +1,84 @@
+package plan
+
+import "github.com/sparseattn/msa/cuda"
+
+// PrefillMode is one way of running a prefill: the portable kernels, or
+// the tensor-core kernels on a prefill path (and, for the sm_90a
+// query-major FP8 kernel, its P.V mode), so that one run checks and times
+// every path on the same inputs (A/B).
+type PrefillMode struct {
+	Portable bool
+	Path     cuda.PrefillPath
+	FP8PV    cuda.FP8PV
+}
+
+// Label is the suffix of a row's name.
+func (m PrefillMode) Label() string {
+	switch {
+	case m.Portable:
+		return " (portable)"
+	case m.Path == cuda.PrefillQuery && m.FP8PV == cuda.FP8PVFP8:
+		return " (query fp8pv)"
+	case m.Path == cuda.PrefillQuery:
+		return " (query)"
+	case m.Path == cuda.PrefillQuery80:
+		return " (query80)"
+	case m.Path == cuda.PrefillKV2:
+		return " (kv2)"
+	}
+	return " (kv)"
+}
+
+// PrefillModes lists the modes of a prefill on family a (tc: the device
+// has tensor-core kernels): the portable kernels alone without them; else
+// the KV-major then the query-major path, on sm90 the query-major path on
+// the FP8 P.V kernel right after it for an FP8 prefill (fp8), the sm80
+// mma.sync query-major kernel and the persistent KV-major kernel with the
+// fused combine (kv2); the portable kernels last.
+func PrefillModes(a cuda.Arch, tc, fp8 bool) []PrefillMode {
+	if !tc {
+		return []PrefillMode{{Portable: true}}
+	}
+	ms := []PrefillMode{{Path: cuda.PrefillKV}, {Path: cuda.PrefillQuery}}
+	if a == cuda.ArchSM90 {
+		if fp8 {
+			ms = append(ms, PrefillMode{Path: cuda.PrefillQuery, FP8PV: cuda.FP8PVFP8})
+		}
+		ms = append(ms, PrefillMode{Path: cuda.PrefillQuery80}, PrefillMode{Path: cuda.PrefillKV2})
+	}
+	return append(ms, PrefillMode{Portable: true})
+}
+
+// DecodeMode is one way of running a decode: the portable kernels, or the
+// tensor-core path with the old or the new (pipelined sm_90a) kernel.
+type DecodeMode struct {
+	Portable bool
+	Kernel   cuda.DecodeKernel
+}
+
+// Label is the suffix of a row's name: none for the old tensor-core kernel
+// (the rows' names before the A/B, which bench/tables.go pairs with their
+// " (portable)" rows), " (new)" for the pipelined kernel.
+func (m DecodeMode) Label() string {
+	switch {
+	case m.Portable:
+		return " (portable)"
+	case m.Kernel == cuda.DecodeNew:
+		return " (new)"
+	}
+	return ""
+}
+
+// DecodeModes lists the modes of a decode on family a: the portable kernels
+// alone without tensor-core kernels; else the old kernel, the new one
+// where it exists (sm90), and the portable kernels.
+func DecodeModes(a cuda.Arch, tc bool) []DecodeMode {
+	if !tc {
+		return []DecodeMode{{Portable: true}}
+	}
+	out := []DecodeMode{{Kernel: cuda.DecodeOld}}
+	if len(cuda.PipeNames(a)) > 0 {
+		out = append(out, DecodeMode{Kernel: cuda.DecodeNew})
+	}
+	return append(out, DecodeMode{Portable: true})
+}

@@ -1,0 +1,123 @@
+package plan
+
+import (
+	"bytes"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/sparseattn/msa/cuda"
+)
+
+var arches = []cuda.Arch{cuda.ArchPortable, cuda.ArchSM80, cuda.ArchSM90, cuda.ArchSM100}
+
+// TestFits holds every family's runbook under the run limit with the
+// margin, even when every stage runs to its limit and is killed: a stage
+// or a longer limit that would overflow it fails here.
+func TestFits(t *testing.T) {
+	for _, a := range arches {
+		ss := Stages(a)
+		if err := Fits(ss); err != nil {
+			t.Errorf("%s: %v", a, err)
+		}
+		for _, s := range ss {
+			if s.Kind == Check && (s.Budget() <= 0 || s.Budget() >= s.Limit) {
+				t.Errorf("%s: stage %s: budget %d s, limit %d s: want 0 < budget < limit", a, s.Name, s.Budget(), s.Limit)
+			}
+		}
+	}
+	// the check fails a plan with one more stage of a minute
+	over := append(Stages(cuda.ArchSM90), Stage{Name: "extra", Kind: Check, Limit: 60})
+	if err := Fits(over); err == nil {
+		t.Errorf("Fits passed %d s of stages (limit %d s less %d s)", Worst(over), RunLimit, Margin)
+	}
+}
+
+// TestEachCaseOnce checks that every check case and timing row is
+// selected by exactly one check stage: none runs twice, none is left out.
+func TestEachCaseOnce(t *testing.T) {
+	for _, a := range arches {
+		var names []string
+		names = append(names, checkCases()...)
+		for _, r := range Rows(a) {
+			names = append(names, "timing "+r.Name())
+		}
+		ss := Stages(a)
+		for _, s := range ss {
+			for _, re := range []string{s.Only, s.Skip} {
+				if _, err := regexp.Compile(re); err != nil {
+					t.Fatalf("%s: stage %s: %v", a, s.Name, err)
+				}
+			}
+		}
+		for _, n := range names {
+			var in []string
+			for _, s := range ss {
+				if s.Kind == Check && selects(s, n) {
+					in = append(in, s.Name)
+				}
+			}
+			if len(in) != 1 {
+				t.Errorf("%s: case %q is in stages %v, want exactly one", a, n, in)
+			}
+		}
+	}
+}
+
+// TestPriority checks the head of the sm90 timing order: the rows that
+// decide the issues' targets come first, in the order of their value.
+func TestPriority(t *testing.T) {
+	want := []string{"prefill bf16 8K (kv)", "prefill bf16 8K (query)", "prefill bf16 8K (kv2)",
+		"decode bf16 b32 64K", "decode bf16 b32 64K (new)", "decode e4m3 b32 64K", "decode e4m3 b32 64K (new)",
+		"prefill fp8 8K (query)", "prefill fp8 8K (query fp8pv)", "decode bf16 b1 8K (new)"}
+	rows := Rows(cuda.ArchSM90)
+	for i, w := range want {
+		if rows[i].Name() != w {
+			t.Errorf("row %d: %q, want %q", i, rows[i].Name(), w)
+		}
+	}
+	seen := map[string]bool{}
+	for _, r := range rows {
+		if seen[r.Name()] {
+			t.Errorf("row %q twice", r.Name())
+		}
+		seen[r.Name()] = true
+	}
+}
+
+// TestStagesLines checks the runbook's stage lines: seven tab-separated
+// fields, none empty (the shell's read folds adjacent tabs).
+func TestStagesLines(t *testing.T) {
+	var b bytes.Buffer
+	if err := WriteStages(&b, Stages(cuda.ArchSM100)); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n") {
+		f := strings.Split(l, "\t")
+		if len(f) != 7 {
+			t.Fatalf("line %q: %d fields, want 7", l, len(f))
+		}
+		for i, x := range f {
+			if x == "" {
+				t.Errorf("line %q: field %d empty", l, i)
+			}
+		}
+	}
+}
+
+// TestWrite checks that the plan names every stage and ends with the total.
+func TestWrite(t *testing.T) {
+	var b bytes.Buffer
+	if err := Write(&b, cuda.ArchSM90); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, s := range Stages(cuda.ArchSM90) {
+		if !strings.Contains(out, "\n"+s.Name+" ") {
+			t.Errorf("plan has no line for stage %s", s.Name)
+		}
+	}
+	if !strings.Contains(out, "total: worst ") {
+		t.Errorf("plan has no total:\n%s", out)
+	}
+}

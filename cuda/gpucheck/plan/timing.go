@@ -1,0 +1,277 @@
+package plan
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/sparseattn/msa/cuda"
+	"github.com/sparseattn/msa/cuda/internal/check"
+)
+
+// TimingCase is one timed problem at the bench's shape (check.BenchHq and
+// the rest): a causal prefill of T tokens, or a decode of Batch requests
+// of Ctx tokens; generated once per stage and timed in each of its rows'
+// modes.
+type TimingCase struct {
+	Name    string
+	Prefill bool
+	T       int // prefill tokens
+	Batch   int // decode requests
+	Ctx     int // decode context per request
+	Q, KV   cuda.Dtype
+	// Random: the check's random causal selection (check.Prefill.Gen)
+	// instead of the correlated one every other prefill row uses
+	// (GenCausal: all queries of a block select the diagonal block and
+	// the topK-1 before it).
+	Random bool
+}
+
+// FP8 reports whether the case times against the FP8 peak (E4M3 Q).
+func (c TimingCase) FP8() bool { return c.Q == cuda.E4M3 }
+
+// Row is one A/B timing row: a case in one mode, in the stage that times it.
+type Row struct {
+	Stage   string
+	Case    TimingCase
+	Prefill PrefillMode // Case.Prefill
+	Decode  DecodeMode  // !Case.Prefill
+}
+
+// Name is the row's name in timing.csv (and, after "timing ", its case
+// name for -only / -skip).
+func (r Row) Name() string {
+	if r.Case.Prefill {
+		return r.Case.Name + r.Prefill.Label()
+	}
+	return r.Case.Name + r.Decode.Label()
+}
+
+func prefillCase(dt string, T int, q, kv cuda.Dtype, random bool) TimingCase {
+	name := fmt.Sprintf("prefill %s %dK", dt, T/1024)
+	if random {
+		name += " random"
+	}
+	return TimingCase{Name: name, Prefill: true, T: T, Q: q, KV: kv, Random: random}
+}
+
+func decodeCase(dt cuda.Dtype, batch, ctx int) TimingCase {
+	return TimingCase{Name: fmt.Sprintf("decode %s b%d %dK", dt, batch, ctx/1024), Batch: batch, Ctx: ctx, Q: dt, KV: dt}
+}
+
+// rowSel selects rows of a group: the cases and, per case, the modes
+// whose labels are in labels (nil: every mode of the device).
+type rowSel struct {
+	cases  []TimingCase
+	labels []string
+}
+
+// timingGroup is one timing stage.
+type timingGroup struct {
+	name, what string
+	limit      int
+	sel        []rowSel
+	rest       bool // every row of allCases no earlier group took
+}
+
+var (
+	bf16, fp8 = cuda.BF16, cuda.E4M3
+	abPrefill = []string{" (kv)", " (query)", " (kv2)"}
+	abDecode  = []string{"", " (new)"}
+)
+
+// timingGroups are the timing stages in the order of what they decide
+// (issue targets first): the BF16 8K prefill A/B of the paths, the decode
+// target at batch 32 x 64K, the FP8 prefill's P.V A/B, the small-batch
+// decode target, long prefills, random against correlated selection; after
+// the graph test (groupGraphAfter) every other row of allCases.
+var timingGroups = []timingGroup{
+	{name: "t-prefill-bf16-8k", limit: 30, what: "prefill BF16 8K: kv / query / kv2",
+		sel: []rowSel{{[]TimingCase{prefillCase("bf16", 8192, bf16, bf16, false)}, abPrefill}}},
+	{name: "t-decode-b32", limit: 30, what: "decode b32 x 64K BF16 and FP8: old / new",
+		sel: []rowSel{{[]TimingCase{decodeCase(bf16, 32, 65536), decodeCase(fp8, 32, 65536)}, abDecode}}},
+	{name: "t-prefill-fp8-8k", limit: 20, what: "prefill FP8 8K: query (V widened) / query fp8pv",
+		sel: []rowSel{{[]TimingCase{prefillCase("fp8", 8192, fp8, fp8, false)}, []string{" (query)", " (query fp8pv)"}}}},
+	{name: "t-decode-small", limit: 30, what: "decode b1/4/8 x 8K/32K/128K BF16: new",
+		sel: []rowSel{{smallDecode(), []string{" (new)"}}}},
+	{name: "t-prefill-long", limit: 30, what: "prefill BF16 32K / 128K: kv / query / kv2",
+		sel: []rowSel{{[]TimingCase{prefillCase("bf16", 32768, bf16, bf16, false), prefillCase("bf16", 131072, bf16, bf16, false)}, abPrefill}}},
+	{name: "t-selection", limit: 15, what: "prefill BF16 8K, random selection (against the correlated rows above): kv / query / kv2",
+		sel: []rowSel{{[]TimingCase{prefillCase("bf16", 8192, bf16, bf16, true)}, abPrefill}}},
+	{name: "t-rest", limit: 20, what: "every other timing row (query80, portable, FP8 kv, NVFP4 K/V, old decode at small batch, the decode grid)", rest: true},
+}
+
+// groupGraphAfter is how many timing groups run before the graph test.
+const groupGraphAfter = 6
+
+func smallDecode() []TimingCase {
+	var out []TimingCase
+	for _, b := range []int{1, 4, 8} {
+		for _, ctx := range []int{8192, 32768, 131072} {
+			out = append(out, decodeCase(bf16, b, ctx))
+		}
+	}
+	return out
+}
+
+// allCases are the cases of the rest group, in order; the portable
+// kernels are not timed at 128K (one 128K prefill on them would outlast
+// the case watchdog).
+func allCases() []TimingCase {
+	out := []TimingCase{prefillCase("bf16", 8192, bf16, bf16, false), prefillCase("bf16", 32768, bf16, bf16, false),
+		prefillCase("fp8", 8192, fp8, fp8, false), prefillCase("bf16q-nvfp4kv", 8192, bf16, cuda.NVFP4, false),
+		decodeCase(bf16, 32, 65536), decodeCase(fp8, 32, 65536)}
+	out = append(out, smallDecode()...)
+	for _, dt := range []cuda.Dtype{fp8, bf16} {
+		for _, b := range []int{8, 32} {
+			for _, ctx := range []int{4096, 16384, 65536} {
+				if b == 32 && ctx == 65536 {
+					continue
+				}
+				out = append(out, decodeCase(dt, b, ctx))
+			}
+		}
+	}
+	return out
+}
+
+// caseRows lists case c's rows on family a whose labels are in labels
+// (nil: all).
+func caseRows(stage string, c TimingCase, a cuda.Arch, labels []string) []Row {
+	tc := a != cuda.ArchPortable
+	var out []Row
+	keep := func(l string) bool {
+		if labels == nil {
+			return true
+		}
+		for _, x := range labels {
+			if x == l {
+				return true
+			}
+		}
+		return false
+	}
+	if c.Prefill {
+		for _, m := range PrefillModes(a, tc, c.Q == cuda.E4M3 && c.KV == cuda.E4M3) {
+			if keep(m.Label()) && !(m.Portable && c.T > 32768) {
+				out = append(out, Row{Stage: stage, Case: c, Prefill: m})
+			}
+		}
+		return out
+	}
+	for _, m := range DecodeModes(a, tc) {
+		if keep(m.Label()) && !(m.Portable && c.Ctx > 65536) {
+			out = append(out, Row{Stage: stage, Case: c, Decode: m})
+		}
+	}
+	return out
+}
+
+// Rows lists the A/B timing rows on family a in run order, each in its
+// stage; a row appears once.
+func Rows(a cuda.Arch) []Row {
+	var out []Row
+	seen := map[string]bool{}
+	add := func(r Row) {
+		if !seen[r.Name()] {
+			seen[r.Name()] = true
+			out = append(out, r)
+		}
+	}
+	for _, g := range timingGroups {
+		if g.rest {
+			for _, c := range allCases() {
+				for _, r := range caseRows(g.name, c, a, nil) {
+					add(r)
+				}
+			}
+			continue
+		}
+		for _, s := range g.sel {
+			for _, c := range s.cases {
+				for _, r := range caseRows(g.name, c, a, s.labels) {
+					add(r)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// stageOnly is the -only expression of timing stage name on family a: its
+// rows' names, exactly.
+func stageOnly(a cuda.Arch, name string) string {
+	var names []string
+	for _, r := range Rows(a) {
+		if r.Stage == name {
+			names = append(names, regexp.QuoteMeta(r.Name()))
+		}
+	}
+	if len(names) == 0 {
+		return `^timing $` // selects nothing: no row of this stage applies on a
+	}
+	return "^timing (" + strings.Join(names, "|") + ")$"
+}
+
+func (g timingGroup) stage(a cuda.Arch) Stage {
+	return Stage{Name: g.name, Kind: Check, Limit: g.limit, Only: stageOnly(a, g.name), What: g.what}
+}
+
+// Per-row time model of Estimate, in seconds or per unit.
+const (
+	// genNsPerElement: generating a case (random values, encoding, the
+	// schedule) costs about 5 ns per Q/K/V element on one AMD Zen 4 core
+	// (TimingDecode b4 x 32K and TimingPrefill 8K); doubled for a slower
+	// host core.
+	genNsPerElement = 10
+	// uploadGBs: host-to-device copies of pageable memory reach at least
+	// this much on PCIe 4/5 hosts.
+	uploadGBs = 5
+	// rowOverhead: preparing the plan, one warm-up launch, the finite
+	// check and rewriting the report.
+	rowOverhead = 0.5
+	// Timed launches per row (cuda/gpucheck's dev.Time calls) and the
+	// fractions of the H200's peaks the estimate assumes (half the targets,
+	// so a slow kernel still fits the estimate's order).
+	prefillReps, decodeReps = 5, 20
+	peakBF16, peakFP8, hbm  = 989e12, 1979e12, 4.8e12
+	flopFrac, hbmFrac       = 0.2, 0.4
+)
+
+// elements is the number of Q, K and V elements of case c.
+func (c TimingCase) elements() float64 {
+	if c.Prefill {
+		return float64(c.T) * float64(check.BenchHq+2*check.BenchHkv) * check.BenchD
+	}
+	return float64(c.Batch) * (float64(c.Ctx)*2*check.BenchHkv + check.BenchHq) * check.BenchD
+}
+
+// GenSeconds estimates generating and uploading case c.
+func (c TimingCase) GenSeconds() float64 {
+	e := c.elements()
+	return e*genNsPerElement*1e-9 + 2*e/(uploadGBs*1e9)
+}
+
+// Seconds estimates the row's timed launches and overhead (the case's
+// generation not included).
+func (r Row) Seconds() float64 {
+	c := r.Case
+	if c.Prefill {
+		peak := peakBF16
+		if c.FP8() {
+			peak = peakFP8
+		}
+		// causal, topK blocks of blk keys per query at most
+		flop := 4 * float64(check.BenchD) * check.BenchHq * float64(c.T) * float64(min(c.T, check.BenchTopK*check.BenchBlk))
+		t := flop / (flopFrac * peak)
+		if r.Prefill.Portable {
+			t *= 20 // CUDA cores, no tensor cores
+		}
+		return rowOverhead + (prefillReps+1)*t
+	}
+	t := float64(c.Batch) * float64(c.Ctx) * 2 * check.BenchHkv * check.BenchD * 2 / (hbmFrac * hbm)
+	if r.Decode.Portable {
+		t *= 4
+	}
+	return rowOverhead + (decodeReps+1)*t
+}

@@ -120,8 +120,9 @@ check() {
 
 # tally DIR: counts of a gpucheck report's rows by status, and the smallest margins.
 tally() {
-    local dir="$1"
+    local dir="$1" f files=()
     [[ -f "$dir/gpucheck.csv" ]] || { echo "no report"; return; }
+    for f in gpucheck.csv probes.csv timing.csv; do [[ -f "$dir/$f" ]] && files+=("$dir/$f"); done
     awk -F, '
         BEGIN { split("5 8 12 17 15 20", col, " ") }
         FNR == 1 { next }
@@ -144,7 +145,7 @@ tally() {
             if (mn[1] != "") printf "; min margin O %.3g LSE %.3g (bound)", mn[1], mn[2]
             if (mn[3] != "") printf ", O %.3g LSE %.3g (statistical max)", mn[3], mn[4]
             if (mn[5] != "") printf ", O %.3g LSE %.3g (RMS)", mn[5], mn[6]
-        }' "$dir/gpucheck.csv" "$dir/probes.csv" "$dir/timing.csv" 2> /dev/null
+        }' "${files[@]}"
 }
 
 # graph LIMIT: the tagged graph test.
@@ -242,7 +243,8 @@ done
     echo "== GPU runbook: $info, $(date -u '+%Y-%m-%d %H:%M UTC'), $(($(date +%s) - start)) s"
     printf '%s\n' "${SUMMARY[@]}"
     awk -F, 'FNR > 1 { n[$3]++; t++ } END { printf "timing rows: %d planned:", t; for (s in n) printf " %d %s;", n[s], s; print "" }' "$OUTDIR/rows.csv"
-    awk -F, 'FNR > 1 && $3 != "measured" { printf "  %s: %s: %s\n", $3, $1, $2 }' "$OUTDIR/rows.csv" | head -n 8
+    awk -F, 'FNR > 1 && $3 != "measured" && ++n <= 8 { printf "  %s: %s: %s\n", $3, $1, $2 }
+        END { if (n > 8) printf "  ... %d more not measured (rows.csv)\n", n - 8 }' "$OUTDIR/rows.csv"
     for d in "${STAGES[@]}"; do
         [[ -f "$OUTDIR/$d/gpucheck.csv" ]] || continue
         awk -F, -v d="$d" 'FNR > 1 && $NF != "ok" && $NF !~ /^skipped/ { printf "  %s: %s %s: %s\n", d, $1, $2, $NF }' "$OUTDIR/$d/gpucheck.csv"

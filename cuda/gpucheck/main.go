@@ -722,8 +722,7 @@ func (r *report) decode(c *check.Decode, seed uint64) {
 // once for its consecutive rows; every row is in timing.csv as soon as it
 // is measured (begin rewrites the report after each).
 func (r *report) timings(quick bool) {
-	fmt.Printf("timing: default paths (what a run without A/B switches uses): prefill %s (%s), decode %v (%s), FP8 P.V %v (%s)\n",
-		r.prefillDefault, cuda.PrefillEnv, r.decodeDefault, cuda.DecodeEnv, r.fp8pvDefault, cuda.FP8PVEnv)
+	fmt.Printf("timing: %s\n", r.defaults())
 	var (
 		cur    string // the case generated last
 		pc     *check.Prefill
@@ -768,6 +767,13 @@ func (r *report) timings(quick bool) {
 			r.timeDecode(dc, name, decodeRunMode(row.Decode), tc.FP8())
 		}
 	}
+}
+
+// defaults names the paths a run without A/B switches uses, as Load read
+// them from the environment.
+func (r *report) defaults() string {
+	return fmt.Sprintf("default paths (what a run without A/B switches uses): prefill %s (%s), decode %v (%s), FP8 P.V %v (%s)",
+		r.prefillDefault, cuda.PrefillEnv, r.decodeDefault, cuda.DecodeEnv, r.fp8pvDefault, cuda.FP8PVEnv)
 }
 
 func (r *report) timeRow(name, kern string, ms, flop, bytes float64, fp8 bool, err error) {
@@ -915,7 +921,7 @@ func (r *report) write(dir, header string, took time.Duration) error {
 	b.WriteString(strings.Join(r.probesMD, "\n"))
 	fmt.Fprintf(&b, "\n\n## Timing (bench default shapes: Hq %d, Hkv %d, D %d, topK %d, blk %d; decode page %d)\n\n", check.BenchHq, check.BenchHkv,
 		check.BenchD, check.BenchTopK, check.BenchBlk, check.BenchPage)
-	fmt.Fprintf(&b, "Peaks: H200 dense BF16 %d TFLOP/s, FP8 %d TFLOP/s, HBM %d GB/s.\n\n", peakBF16TFLOPS, peakFP8TFLOPS, peakHBMGBs)
+	fmt.Fprintf(&b, "Peaks: H200 dense BF16 %d TFLOP/s, FP8 %d TFLOP/s, HBM %d GB/s. The %s.\n\n", peakBF16TFLOPS, peakFP8TFLOPS, peakHBMGBs, r.defaults())
 	b.WriteString("| case | kernels | ms | TFLOP/s | % of peak | GB/s | % of HBM |\n|---|---|---:|---:|---:|---:|---:|\n")
 	b.WriteString(strings.Join(r.timingMD, "\n"))
 	b.WriteString("\n")

@@ -2,7 +2,6 @@ package plan
 
 import (
 	"bytes"
-	"regexp"
 	"strings"
 	"testing"
 
@@ -37,28 +36,19 @@ func TestFits(t *testing.T) {
 // selected by exactly one check stage: none runs twice, none is left out.
 func TestEachCaseOnce(t *testing.T) {
 	for _, a := range arches {
-		var names []string
-		names = append(names, checkCases()...)
-		for _, r := range Rows(a) {
-			names = append(names, "timing "+r.Name())
+		if err := Coverage(a, Stages(a)); err != nil {
+			t.Errorf("%s: %v", a, err)
 		}
-		ss := Stages(a)
-		for _, s := range ss {
-			for _, re := range []string{s.Only, s.Skip} {
-				if _, err := regexp.Compile(re); err != nil {
-					t.Fatalf("%s: stage %s: %v", a, s.Name, err)
-				}
+	}
+	// the check fails a plan that drops a stage or runs one twice
+	ss := Stages(cuda.ArchSM90)
+	for i, s := range ss {
+		if s.Name == "probes" {
+			if err := Coverage(cuda.ArchSM90, append(ss[:i:i], ss[i+1:]...)); err == nil {
+				t.Errorf("Coverage passed the plan without its probes stage")
 			}
-		}
-		for _, n := range names {
-			var in []string
-			for _, s := range ss {
-				if s.Kind == Check && selects(s, n) {
-					in = append(in, s.Name)
-				}
-			}
-			if len(in) != 1 {
-				t.Errorf("%s: case %q is in stages %v, want exactly one", a, n, in)
+			if err := Coverage(cuda.ArchSM90, append(ss[:i+1:i+1], ss[i:]...)); err == nil {
+				t.Errorf("Coverage passed the plan with its probes stage twice")
 			}
 		}
 	}

@@ -39,6 +39,35 @@ func checkCases() []string {
 	return out
 }
 
+// Coverage reports a check case or timing row of family a that is not
+// selected by exactly one check stage of ss, or an expression that does
+// not compile.
+func Coverage(a cuda.Arch, ss []Stage) error {
+	for _, s := range ss {
+		for _, re := range []string{s.Only, s.Skip} {
+			if _, err := regexp.Compile(re); err != nil {
+				return fmt.Errorf("plan: stage %s: %v", s.Name, err)
+			}
+		}
+	}
+	names := checkCases()
+	for _, r := range Rows(a) {
+		names = append(names, "timing "+r.Name())
+	}
+	for _, n := range names {
+		var in []string
+		for _, s := range ss {
+			if s.Kind == Check && selects(s, n) {
+				in = append(in, s.Name)
+			}
+		}
+		if len(in) != 1 {
+			return fmt.Errorf("plan: case %q is in stages %v, want exactly one", n, in)
+		}
+	}
+	return nil
+}
+
 func selects(s Stage, name string) bool {
 	ok := s.Only == "" || regexp.MustCompile(s.Only).MatchString(name)
 	return ok && (s.Skip == "" || !regexp.MustCompile(s.Skip).MatchString(name))

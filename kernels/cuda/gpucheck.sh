@@ -64,8 +64,9 @@ build() {  # DIR
 # fake_device DIR: the runbook's plumbing on a fake device. DIR/fake/gpucheck answers the plan
 # flags with DIR/gpucheck's answers, -device-info with an sm90 line, and -stage with the stage's
 # planned timing rows as measured (t-rest: the first measured, the rest skipped for time, as a
-# stage that ran out of its budget); the runbook must exit 0, account for every planned row in
-# rows.csv and timing.csv, and say how many were measured and skipped.
+# stage that ran out of its budget), and DIR/fake/bench prints two timed cases; the runbook must
+# exit 0, account for every planned row in rows.csv and timing.csv, say how many were measured
+# and skipped, and put the bench's two cases in bench/measured.csv.
 fake_device() {
     local dir="$1" fake="$1/fake" out="$1/fakeout" rc planned rest
     mkdir -p "$fake"
@@ -89,7 +90,9 @@ case " $* " in
 esac
 FAKE
     } > "$fake/gpucheck"
-    chmod +x "$fake/gpucheck"
+    printf '%s\n' '#!/usr/bin/env bash' 'echo "prefill 8K: 1.5 ms median of 20, 400.0 TFLOP/s"' \
+        'echo "decode b32 64K: 0.9 ms median of 20, 1.0 TFLOP/s"' > "$fake/bench"
+    chmod +x "$fake/gpucheck" "$fake/bench"
     OUT="$out" "$HERE/runbook.sh" "$fake" > "$dir/fake.txt" 2>&1
     rc=$?
     planned=$("$dir/gpucheck" -rows -arch sm90 | wc -l)
@@ -98,12 +101,13 @@ FAKE
         [[ $(grep -c ',measured$' "$out/rows.csv") -eq $((planned - rest + 1)) ]] &&
         [[ $(grep -c ',skipped for time$' "$out/rows.csv") -eq $((rest - 1)) ]] &&
         grep -q "^timing rows: $planned planned:.* $((planned - rest + 1)) measured;" "$out/summary.txt" &&
-        grep -q "^  skipped for time: t-rest: " "$out/summary.txt"; then
+        grep -q "^  skipped for time: t-rest: " "$out/summary.txt" &&
+        [[ $(grep -c ',[0-9.]*,20,' "$out/bench/measured.csv") -eq 2 ]] && grep -q "^bench .* 2 cases timed" "$out/summary.txt"; then
         echo "gpucheck.sh: the runbook on a fake device ran every stage and accounted for its $planned planned timing rows" >&2
         return 0
     fi
     cat "$dir/fake.txt" >&2
-    echo "gpucheck.sh: FAIL: the runbook on a fake device (exit $rc): rows.csv / timing.csv / summary do not account for the $planned planned rows" >&2
+    echo "gpucheck.sh: FAIL: the runbook on a fake device (exit $rc): rows.csv / timing.csv / summary do not account for the $planned planned rows, or bench/measured.csv for the bench's 2 cases" >&2
     return 1
 }
 

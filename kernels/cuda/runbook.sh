@@ -38,7 +38,8 @@
 # after its budget and runs with -case-timeout, so a kernel that never finishes (an mbarrier wait
 # that is never satisfied) costs seconds and a HUNG line, and the next stage still runs.
 # gpucheck rewrites its report after every case, so each timing row is in its stage's timing.csv
-# as soon as it is measured, and a killed stage leaves what it measured.
+# as soon as it is measured, and a killed stage leaves what it measured; the bench's measured
+# cases go to bench/measured.csv from its per-case lines, also when it is killed.
 #
 # Everything goes under $OUT (default ./runbook-out): plan.txt, one directory per stage with
 # gpucheck's report (gpucheck.md, gpucheck.csv, probes.csv, timing.csv), runbook.log, timing.csv
@@ -180,6 +181,11 @@ bench() {
         finish "$(printf '%-18s not run: %s' bench "$(grep -m 1 'error while loading' "$OUTDIR/bench/stdout.txt")")"
         return
     fi
+    # the bench writes its CSV at the end; its per-case lines are on disk as each case ends,
+    # so a killed bench still leaves its measured cases here
+    { echo "case,ms_median,reps,tflops"
+      sed -n 's/^\(.*\): \([0-9.]*\) ms median of \([0-9]*\), \([0-9.]*\) TFLOP\/s$/"\1",\2,\3,\4/p' "$OUTDIR/bench/stdout.txt"
+    } > "$OUTDIR/bench/measured.csv"
     (( rc != 0 )) && failed=1
     finish "$(printf '%-18s exit %-3s %4ss  %s cases timed' bench "$rc" "$(($(date +%s) - t0))" "$(grep -c ' ms median' "$OUTDIR/bench/stdout.txt")")"
 }

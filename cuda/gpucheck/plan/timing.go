@@ -60,10 +60,12 @@ func decodeCase(dt cuda.Dtype, batch, ctx int) TimingCase {
 }
 
 // rowSel selects rows of a group: the cases and, per case, the modes
-// whose labels are in labels (nil: every mode of the device).
+// whose labels are in labels (nil: every mode of the device), or where
+// none of those exists on the family, those in fallback.
 type rowSel struct {
-	cases  []TimingCase
-	labels []string
+	cases    []TimingCase
+	labels   []string
+	fallback []string
 }
 
 // timingGroup is one timing stage.
@@ -87,18 +89,18 @@ var (
 // the graph test (groupGraphAfter) every other row of allCases.
 var timingGroups = []timingGroup{
 	{name: "t-prefill-bf16-8k", limit: 30, what: "prefill BF16 8K: kv / query / kv2",
-		sel: []rowSel{{[]TimingCase{prefillCase("bf16", 8192, bf16, bf16, false)}, abPrefill}}},
+		sel: []rowSel{{[]TimingCase{prefillCase("bf16", 8192, bf16, bf16, false)}, abPrefill, nil}}},
 	{name: "t-decode-b32", limit: 30, what: "decode b32 x 64K BF16 and FP8: old / new",
-		sel: []rowSel{{[]TimingCase{decodeCase(bf16, 32, 65536), decodeCase(fp8, 32, 65536)}, abDecode}}},
+		sel: []rowSel{{[]TimingCase{decodeCase(bf16, 32, 65536), decodeCase(fp8, 32, 65536)}, abDecode, nil}}},
 	{name: "t-prefill-fp8-8k", limit: 20, what: "prefill FP8 8K: query (V widened) / query fp8pv",
-		sel: []rowSel{{[]TimingCase{prefillCase("fp8", 8192, fp8, fp8, false)}, []string{" (query)", " (query fp8pv)"}}}},
-	{name: "t-decode-small", limit: 30, what: "decode b1/4/8 x 8K/32K/128K BF16: new",
-		sel: []rowSel{{smallDecode(), []string{" (new)"}}}},
+		sel: []rowSel{{[]TimingCase{prefillCase("fp8", 8192, fp8, fp8, false)}, []string{" (query)", " (query fp8pv)"}, nil}}},
+	{name: "t-decode-small", limit: 30, what: "decode b1/4/8 x 8K/32K/128K BF16: new (old where there is no new kernel)",
+		sel: []rowSel{{smallDecode(), []string{" (new)"}, abDecode[:1]}}}, // the old kernel where there is no new one
 	{name: "t-prefill-long", limit: 30, what: "prefill BF16 32K / 128K: kv / query / kv2",
-		sel: []rowSel{{[]TimingCase{prefillCase("bf16", 32768, bf16, bf16, false), prefillCase("bf16", 131072, bf16, bf16, false)}, abPrefill}}},
+		sel: []rowSel{{[]TimingCase{prefillCase("bf16", 32768, bf16, bf16, false), prefillCase("bf16", 131072, bf16, bf16, false)}, abPrefill, nil}}},
 	{name: "t-selection", limit: 15, what: "prefill BF16 8K, random selection (against the correlated rows above): kv / query / kv2",
-		sel: []rowSel{{[]TimingCase{prefillCase("bf16", 8192, bf16, bf16, true)}, abPrefill}}},
-	{name: "t-rest", limit: 20, what: "every other timing row (query80, portable, FP8 kv, NVFP4 K/V, old decode at small batch, the decode grid)", rest: true},
+		sel: []rowSel{{[]TimingCase{prefillCase("bf16", 8192, bf16, bf16, true)}, abPrefill, nil}}},
+	{name: "t-rest", limit: 20, what: "every other timing row (query80, portable, FP8 kv, NVFP4 K/V, the other decode kernel at small batch, the decode grid)", rest: true},
 }
 
 // groupGraphAfter is how many timing groups run before the graph test.
@@ -114,9 +116,9 @@ func smallDecode() []TimingCase {
 	return out
 }
 
-// allCases are the cases of the rest group, in order; the portable
-// kernels are not timed at 128K (one 128K prefill on them would outlast
-// the case watchdog).
+// allCases are the cases of the rest group, in order; caseRows leaves out
+// the portable kernels beyond 32K tokens of prefill and 64K of decode
+// context (one 128K prefill on them would outlast the case watchdog).
 func allCases() []TimingCase {
 	out := []TimingCase{prefillCase("bf16", 8192, bf16, bf16, false), prefillCase("bf16", 32768, bf16, bf16, false),
 		prefillCase("fp8", 8192, fp8, fp8, false), prefillCase("bf16q-nvfp4kv", 8192, bf16, cuda.NVFP4, false),
@@ -189,7 +191,11 @@ func Rows(a cuda.Arch) []Row {
 		}
 		for _, s := range g.sel {
 			for _, c := range s.cases {
-				for _, r := range caseRows(g.name, c, a, s.labels) {
+				rs := caseRows(g.name, c, a, s.labels)
+				if len(rs) == 0 && s.fallback != nil {
+					rs = caseRows(g.name, c, a, s.fallback)
+				}
+				for _, r := range rs {
 					add(r)
 				}
 			}

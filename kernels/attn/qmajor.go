@@ -198,11 +198,11 @@ func (ws *Workspace) runQueryItems(w int) {
 		la.bf16Products(true)
 		defer la.bf16Products(false)
 	}
-	// On the other AVX-512 tiers Q.K runs on VDPBF16PS where the CPU has
-	// it and Q and K are bf16 values already (tile.Lanes.SetBF16Scores,
-	// which checks Q: the same exact products, summed in float32 in
-	// another order, at twice the float32 kernels' rate).
-	if la, ok := acc.(*lanesAcc); ok && !qmNoBF16Scores && ws.pf.K.Dtype == BF16 {
+	// On the avx512 tier Q.K runs on VDPBF16PS where the CPU has it and
+	// Q and K are bf16 values already (bf16ScoresCall,
+	// tile.Lanes.SetBF16Scores: the same exact products, summed in
+	// float32 in another order, at twice the float32 kernels' rate).
+	if la, ok := acc.(*lanesAcc); ok && bf16ScoresCall(ws.pf) {
 		la.bf16Scores(true)
 		defer la.bf16Scores(false)
 	}

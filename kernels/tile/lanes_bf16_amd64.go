@@ -65,13 +65,18 @@ func (l *Lanes) exactQueries() bool {
 }
 
 // bf16Exact reports whether every value of x is a bf16 value (its low 16
-// bits are zero).
+// bits are zero), two values per 64-bit word (it runs once per query
+// tile).
 func bf16Exact(x []float32) bool {
-	var or uint32
-	for _, v := range x {
-		or |= math.Float32bits(v)
+	w := unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(x))), len(x)/2)
+	var or uint64
+	for _, v := range w {
+		or |= v
 	}
-	return or&0xffff == 0
+	for _, v := range x[2*len(w):] {
+		or |= uint64(math.Float32bits(v))
+	}
+	return or&0x0000ffff0000ffff == 0
 }
 
 // bf16Scores converts key rows [i0, i1) (k, [i1-i0][d] float32) to bf16

@@ -115,7 +115,8 @@ var (
 	// query-f32scores rows are the float32 Q.K kernels, which avx512's
 	// constants still fit to within the host's load, 0-20% above them):
 	// rate 0.82 at 64-key blocks, 0.92 at 128 (the runs' query-major to
-	// KV-major CPU time: 0.82 and 0.84).
+	// KV-major CPU time: 0.82 and 0.84). Data and fit:
+	// docs/results/paths/amd-zen4-bf16scores.csv.
 	avx512ScoresCosts = pathCosts{QMKey: 4.58, QMSlot: 41.6, KVKey: 4.27, KVSlot: 137, Staged: 2}
 	// avx512bf16, whose query-major tiles run the bf16-product lane kernels
 	// (VDPBF16PS, tile.Lanes.SetBF16Products) as its block kernel runs bf16

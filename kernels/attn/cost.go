@@ -108,6 +108,16 @@ var (
 	avx2Costs = pathCosts{QMKey: 5.59, QMSlot: 17.8, KVKey: 5.18, KVSlot: 72.1, Staged: 2}
 	// avx512: rate 0.95 at 64-key blocks, 1.04 at 128.
 	avx512Costs = pathCosts{QMKey: 5.05, QMSlot: 65.5, KVKey: 4.27, KVSlot: 137, Staged: 2}
+	// avx512 where the query-major tiles take Q.K on VDPBF16PS
+	// (bf16ScoresCall: AVX512_BF16, BF16 Q and K): the KV-major constants
+	// of avx512, the query-major ones fitted as above to the query-major
+	// runs with VDPBF16PS scores (the benchmark's query rows; its
+	// query-f32scores rows are the float32 Q.K kernels, which avx512's
+	// constants still fit to within the host's load, 0-20% above them):
+	// rate 0.82 at 64-key blocks, 0.92 at 128 (the runs' query-major to
+	// KV-major CPU time: 0.82 and 0.84). Data and fit:
+	// docs/results/paths/amd-zen4-bf16scores.csv.
+	avx512ScoresCosts = pathCosts{QMKey: 4.58, QMSlot: 41.6, KVKey: 4.27, KVSlot: 137, Staged: 2}
 	// avx512bf16, whose query-major tiles run the bf16-product lane kernels
 	// (VDPBF16PS, tile.Lanes.SetBF16Products) as its block kernel runs bf16
 	// products: rate 0.97 at 64-key blocks, 1.11 at 128 (with the float32
@@ -160,6 +170,25 @@ func activeCosts() *pathCosts {
 		return &avx512bf16Costs
 	}
 	return &avx512Costs
+}
+
+// callCosts returns the constants that weigh p's tiles: the active
+// tier's, or avx512ScoresCosts where the avx512 tier's query-major tiles
+// take VDPBF16PS scores.
+func callCosts(p *Prefill) *pathCosts {
+	c := activeCosts()
+	if c == &avx512Costs && bf16ScoresCall(p) {
+		return &avx512ScoresCosts
+	}
+	return c
+}
+
+// bf16ScoresCall reports whether p's query-major tiles ask their lane
+// kernels for VDPBF16PS scores (runQueryItems) and get them: BF16 Q and
+// K, whose values are bf16 already, on lane kernels that take them
+// (tile.LanesBF16Scores).
+func bf16ScoresCall(p *Prefill) bool {
+	return !qmNoBF16Scores && p.Q.Dtype == BF16 && p.K.Dtype == BF16 && tile.LanesBF16Scores(p.D)
 }
 
 // tileChoice is the cost model's verdict on one query tile (one KV head):

@@ -39,6 +39,11 @@ var qmWindowOverride int
 // products (runQueryItems), to compare both.
 var qmFloat32Lanes bool
 
+// qmNoBF16Scores, when true (tests and benchmarks only), keeps the float32
+// Q.K kernels where the query-major path would ask for VDPBF16PS scores
+// on exact bf16 operands (runQueryItems), to compare both.
+var qmNoBF16Scores bool
+
 // qmTask is one query tile: tokens [gq, gq+n) of sequence b, KV head h.
 type qmTask struct{ gq, n, b, h int32 }
 
@@ -193,6 +198,14 @@ func (ws *Workspace) runQueryItems(w int) {
 		la.bf16Products(true)
 		defer la.bf16Products(false)
 	}
+	// On the avx512 tier Q.K runs on VDPBF16PS where the CPU has it and
+	// Q and K are bf16 values already (bf16ScoresCall,
+	// tile.Lanes.SetBF16Scores: the same exact products, summed in
+	// float32 in another order, at twice the float32 kernels' rate).
+	if la, ok := acc.(*lanesAcc); ok && bf16ScoresCall(ws.pf) {
+		la.bf16Scores(true)
+		defer la.bf16Scores(false)
+	}
 	n := int64(len(ws.qtasks))
 	for {
 		i := ws.next.Add(1) - 1
@@ -200,6 +213,14 @@ func (ws *Workspace) runQueryItems(w int) {
 			return
 		}
 		ws.queryTile(wk, ws.qtasks[i])
+	}
+}
+
+// bf16Scores asks every lane group for VDPBF16PS scores on exact bf16
+// operands from its next Reset on (on), or for the float32 ones again.
+func (a *lanesAcc) bf16Scores(on bool) {
+	for _, g := range a.g {
+		g.SetBF16Scores(on)
 	}
 }
 

@@ -24,8 +24,10 @@ import (
 // host it counts this process's cycles only), and which paths auto runs
 // (auto-query: 0 KV-major only, 1 query-major only, 0.5 both), and the
 // cost model's counts summed over the call's tiles (entries, union: the E
-// and U of cost.go, which fits its constants to them); on
-// avx512bf16 also the query-major path on the float32 lane kernels
+// and U of cost.go, which fits its constants to them); on avx512bf16
+// also the query-major path on the float32 lane kernels, and where the
+// query-major path takes VDPBF16PS scores on the float32 lane kernels
+// (tile.LanesBF16Scores) also that path with float32 scores
 // (benchPaths). Run it with -benchtime=3x.
 func BenchmarkPrefillPaths(b *testing.B) {
 	const tokens, workers = 8192, 2
@@ -56,8 +58,9 @@ func BenchmarkPrefillPaths(b *testing.B) {
 					if auto < 0 {
 						auto = autoShare(p, workers)
 					}
-					defer func(f bool) { qmFloat32Lanes = f }(qmFloat32Lanes)
+					defer func(f, g bool) { qmFloat32Lanes, qmNoBF16Scores = f, g }(qmFloat32Lanes, qmNoBF16Scores)
 					qmFloat32Lanes = run.lanes == "-f32lanes"
+					qmNoBF16Scores = run.lanes == "-f32scores"
 					p.Path = path
 					pool := NewPool(workers)
 					defer pool.Close()
@@ -93,7 +96,10 @@ func BenchmarkPrefillPaths(b *testing.B) {
 // benchPaths returns the runs of BenchmarkPrefillPaths on tier tn: the
 // KV-major path and the query-major one, and on avx512bf16, whose
 // query-major tiles multiply in bf16 (runQueryItems), also the
-// query-major path on the float32 lane kernels (lanes "-f32lanes").
+// query-major path on the float32 lane kernels (lanes "-f32lanes"), and
+// where the query-major path takes VDPBF16PS scores on the float32 lane
+// kernels (tile.LanesBF16Scores), also that path with float32 scores
+// (lanes "-f32scores").
 func benchPaths(tn string) []struct {
 	path  PrefillPath
 	lanes string
@@ -102,9 +108,13 @@ func benchPaths(tn string) []struct {
 		path  PrefillPath
 		lanes string
 	}{{PathKV, ""}, {PathQuery, ""}}
-	if tn == "avx512bf16" {
+	switch {
+	case tn == "avx512bf16":
 		runs = append(runs, runs[1])
 		runs[2].lanes = "-f32lanes"
+	case tile.LanesBF16Scores(128):
+		runs = append(runs, runs[1])
+		runs[2].lanes = "-f32scores"
 	}
 	return runs
 }

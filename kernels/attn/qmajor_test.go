@@ -680,15 +680,18 @@ func TestTileChoiceVerdict(t *testing.T) {
 		{"dear", dear, 16, 16, 1, 16, 64, false, PathQuery, "decided by rate"},         // partial rows dear
 		{"dear", dear, 16, 16, 1, 16, 64, true, PathKV, "decided by rate (K/V decoded per tile)"},
 		{"block dear", blockDear, 16, 16, 1, 16, 64, false, PathKV, "decided by rate"},
-		{"block dear", blockDear, 16, 16, 1, 16, 1024, false, PathQuery, "decided by rate"},     // 0.916 at n 1024
-		{"dear", dear, 64, 40, 16, 1, 64, false, PathKV, "decided by lanes"},                    // 16-token tile, unshared blocks: 10x
-		{"dear", dear, 64, 3, 16, 1, 64, false, PathQuery, "decided by lanes"},                  // shared blocks: 0.75 x 0.8
-		{"slow lanes", slowLanes, 16, 4, 1, 16, 64, false, PathQuery, "decided by lanes"},       // most entries unseen
-		{"slow lanes", slowLanes, 3, 0, 1, 16, 64, false, PathQuery, "decided by lanes"},        // nothing visible
-		{"avx2", avx2Costs, 16, 16, 1, 16, 64, false, PathQuery, "decided by rate"},             // rate 0.93
-		{"avx512", avx512Costs, 16, 16, 1, 16, 64, false, PathQuery, "decided by rate"},         // rate 0.95
-		{"avx512bf16", avx512bf16Costs, 16, 16, 1, 16, 64, false, PathQuery, "decided by rate"}, // rate 0.97
-		{"avx512bf16", avx512bf16Costs, 16, 16, 1, 16, 128, false, PathKV, "decided by rate"},   // rate 1.11
+		{"block dear", blockDear, 16, 16, 1, 16, 1024, false, PathQuery, "decided by rate"},           // 0.916 at n 1024
+		{"dear", dear, 64, 40, 16, 1, 64, false, PathKV, "decided by lanes"},                          // 16-token tile, unshared blocks: 10x
+		{"dear", dear, 64, 3, 16, 1, 64, false, PathQuery, "decided by lanes"},                        // shared blocks: 0.75 x 0.8
+		{"slow lanes", slowLanes, 16, 4, 1, 16, 64, false, PathQuery, "decided by lanes"},             // most entries unseen
+		{"slow lanes", slowLanes, 3, 0, 1, 16, 64, false, PathQuery, "decided by lanes"},              // nothing visible
+		{"avx2", avx2Costs, 16, 16, 1, 16, 64, false, PathQuery, "decided by rate"},                   // rate 0.93
+		{"avx512", avx512Costs, 16, 16, 1, 16, 64, false, PathQuery, "decided by rate"},               // rate 0.95
+		{"avx512", avx512Costs, 16, 16, 1, 16, 128, false, PathKV, "decided by rate"},                 // rate 1.04
+		{"avx512 scores", avx512ScoresCosts, 16, 16, 1, 16, 128, false, PathQuery, "decided by rate"}, // rate 0.92
+		{"avx512 scores", avx512ScoresCosts, 16, 16, 1, 16, 64, false, PathQuery, "decided by rate"},  // rate 0.82
+		{"avx512bf16", avx512bf16Costs, 16, 16, 1, 16, 64, false, PathQuery, "decided by rate"},       // rate 0.97
+		{"avx512bf16", avx512bf16Costs, 16, 16, 1, 16, 128, false, PathKV, "decided by rate"},         // rate 1.11
 		{"avx512bf16", avx512bf16Costs, 16, 16, 1, 16, 128, true, PathKV, "decided by rate (K/V decoded per tile)"},
 		{"amxbf16", amxbf16Costs, 16, 16, 1, 16, 64, false, PathKV, "decided by rate"}, // unmeasured: rate 2.1
 	} {
@@ -716,6 +719,39 @@ func TestTierCosts(t *testing.T) {
 	}
 	if avx2Costs == avx512Costs || avx512Costs == avx512bf16Costs {
 		t.Error("tiers share constants")
+	}
+}
+
+// TestCallCosts: on the avx512 tier, where the lane kernels take
+// VDPBF16PS scores (tile.LanesBF16Scores), a call with BF16 Q and K weighs
+// its tiles with avx512ScoresCosts and runs them (the query-major result
+// differs in some bit from the float32 Q.K kernels'); other dtypes and
+// the benchmarks' switch keep avx512's constants and kernels.
+func TestCallCosts(t *testing.T) {
+	useTier(t, "avx512")
+	if !tile.LanesBF16Scores(64) {
+		t.Skip("no VDPBF16PS scores on this CPU's avx512 lane kernels")
+	}
+	c := qmCase{seqQ: []int{100}, seqK: []int{100}, hkv: 1, qpk: 16, d: 64, blk: 64, topK: 2,
+		causal: true, qDtype: BF16, kvDtype: BF16, pattern: "local", full: true}
+	pr := c.build(t, 5)
+	if got := callCosts(pr.p); got != &avx512ScoresCosts {
+		t.Errorf("BF16 Q and K: costs %+v, want avx512ScoresCosts", *got)
+	}
+	got := runPath(pr.p, PathQuery, 2, true)
+	checkQM(t, pr, pr.reference(), got, false)
+	defer func(f bool) { qmNoBF16Scores = f }(qmNoBF16Scores)
+	qmNoBF16Scores = true
+	if got := callCosts(pr.p); got != &avx512Costs {
+		t.Errorf("qmNoBF16Scores: costs %+v, want avx512Costs", *got)
+	}
+	if f32 := runPath(pr.p, PathQuery, 2, true); slices.Equal(f32.O, got.O) {
+		t.Error("VDPBF16PS scores gave the float32 kernels' bits: not taken")
+	}
+	qmNoBF16Scores = false
+	c.kvDtype = E4M3
+	if got := callCosts(c.build(t, 5).p); got != &avx512Costs {
+		t.Errorf("E4M3 K: costs %+v, want avx512Costs", *got)
 	}
 }
 

@@ -29,7 +29,7 @@ func (ws *Workspace) startChoices(p *Prefill, tok int) {
 		ws.stamp[i] = -1
 	}
 	ws.stampID = 0
-	ws.costs = activeCosts()
+	ws.costs = callCosts(p)
 	ws.staged = stagedCall(p)
 }
 

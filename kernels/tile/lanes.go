@@ -81,6 +81,11 @@ type Lanes struct {
 	vStaged bool
 	// bf16 asks for the bf16-product lane kernels (SetBF16Products).
 	bf16 bool
+	// bf16QK asks for VDPBF16PS scores on exact bf16 operands
+	// (SetBF16Scores); qkBF16 says that the current accumulation may run
+	// them (Reset), qExact that its queries are bf16 values (checked with
+	// their pairs, amxQ).
+	bf16QK, qkBF16, qExact bool
 }
 
 // lanesAhead names rows rows of narrow keys at src whose side conversion
@@ -171,6 +176,28 @@ func NewLanes(d int) *Lanes {
 // lane path either way).
 func (l *Lanes) SetBF16Products(on bool) { l.bf16 = on }
 
+// SetBF16Scores chooses, for the accumulations that start after it
+// (Reset), whether the AVX-512 lane kernels compute Q.K with VDPBF16PS
+// where that changes no operand. The caller turns it on only where every
+// key is a bf16 value (bf16 or e4m3fn storage): the keys are read in
+// place as bf16 rows or staged and converted to bf16, which is then
+// exact. It applies on a CPU with AVX512_BF16 (whatever the active tier)
+// whose AVX-512 lane kernels read in place (the AMD route,
+// EnvInPlace512), for d a multiple of 32, while every query set by SetQ
+// is a bf16 value (checked once per accumulation). The products of two bf16 values are exact
+// in float32, so only the order of the float32 additions differs from
+// the float32 kernels (VDPBF16PS adds the odd element of each pair first)
+// and subnormal inputs and sums are flushed to zero; P and P.V are those
+// of the float32 kernels. The result is not bit for bit that of the
+// float32 kernels but carries the same float32 accumulation error; it
+// is the same for every worker count, like them.
+func (l *Lanes) SetBF16Scores(on bool) { l.bf16QK = on }
+
+// LanesBF16Scores reports whether SetBF16Scores takes effect for head
+// dimension d under the active tier: the AVX-512 lane kernels on a CPU
+// with AVX512_BF16 whose kernels read bf16 rows in place.
+func LanesBF16Scores(d int) bool { return lanesKernFor(d) == lanesAVX512 && lanesBF16ScoresOK(d) }
+
 // BF16Lanes reports whether the current accumulation runs the
 // bf16-product lane kernels (SetBF16Products).
 func (l *Lanes) BF16Lanes() bool { return l.kern == lanesBF16 }
@@ -195,6 +222,7 @@ func (l *Lanes) Reset(m int, scale float32, round Round, invT float32) {
 	if l.bf16 && l.kern == lanesAVX512 && lanesBF16OK(l.d) {
 		l.kern = lanesBF16
 	}
+	l.qkBF16 = l.bf16QK && l.kern == lanesAVX512 && lanesBF16ScoresOK(l.d)
 	l.st.scale, l.st.round = scale, int32(round)
 	l.st.invT = 0
 	if l.temp {

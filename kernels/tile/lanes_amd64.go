@@ -127,6 +127,16 @@ func (l *Lanes) rawKeys(src WideningStager, i0, i1 int) bool {
 	if p == nil || !ok {
 		return false
 	}
+	if l.qkBF16 && l.exactQueries() {
+		// VDPBF16PS on the same operands (SetBF16Scores): bf16 rows in
+		// place, other formats staged and converted (lanesQKStaged).
+		if f != RawBF16 {
+			return false
+		}
+		l.amxPrefetchNow(&l.pfK)
+		lanesQKBF16(&l.amx.qb[0], p, uintptr(2*l.d), l.d/2, &l.s[i0*16], i1-i0)
+		return true
+	}
 	k.qk(&l.qT[0], p, uintptr(k.elem*l.d), l.d, &l.s[i0*16], i1-i0, &l.pfK)
 	return true
 }
@@ -375,7 +385,7 @@ func lanesUpdateStagedSIMD(l *Lanes, src Stager, n int, ahead, pre lanesAhead) {
 	for i0 := 0; i0 < n; i0 += ch.k {
 		i1 := min(n, i0+ch.k)
 		if raw == nil || !l.rawKeys(raw, i0, i1) {
-			lanesQKRange(l, stageRows(src, false, i0, i1, d), i0, i1)
+			lanesQKStaged(l, stageRows(src, false, i0, i1, d), i0, i1)
 		}
 	}
 	lanesSoftmaxRange(l, n)
@@ -385,6 +395,18 @@ func lanesUpdateStagedSIMD(l *Lanes, src Stager, n int, ahead, pre lanesAhead) {
 			lanesPVRange(l, stageRows(src, true, i0, i1, d), i0, i1, i0 == 0)
 		}
 	}
+}
+
+// lanesQKStaged computes the scores of staged key rows [i0, i1): on
+// VDPBF16PS when the accumulation runs them (SetBF16Scores: the rows are
+// bf16 values, converted exactly), so that staged and in-place chunks
+// (rawKeys) take the same products, else with the float32 kernels.
+func lanesQKStaged(l *Lanes, k []float32, i0, i1 int) {
+	if l.qkBF16 && l.exactQueries() {
+		l.bf16Scores(l.amx, k, i0, i1)
+		return
+	}
+	lanesQKRange(l, k, i0, i1)
 }
 
 // widensAhead reports whether an AVX-512 update of n keys has chunks its

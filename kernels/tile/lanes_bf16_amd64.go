@@ -2,7 +2,10 @@
 
 package tile
 
-import "unsafe"
+import (
+	"math"
+	"unsafe"
+)
 
 // The bf16-product lane kernels: Lanes on the avx512bf16 tier when its
 // caller asks for them (SetBF16Products; head dimensions that are a
@@ -39,6 +42,42 @@ func lanesPVBF16(pp *uint32, vb unsafe.Pointer, ldv uintptr, pairs int, o *float
 // lanesBF16OK reports whether d runs the bf16-product lane kernels under
 // the active tier (avx512bf16, tier.bf16Lanes), when asked for.
 func lanesBF16OK(d int) bool { return d%32 == 0 && active.bf16Lanes }
+
+// lanesBF16ScoresOK reports whether d runs VDPBF16PS scores on exact
+// bf16 operands when asked for (SetBF16Scores): the CPU has AVX512_BF16,
+// whatever the active tier, and the AVX-512 lane kernels read bf16 rows
+// in place (lanesInPlace512, the route measured with them; the widening
+// route keeps its float32 kernels).
+func lanesBF16ScoresOK(d int) bool { return d%32 == 0 && haveBF16 && lanesInPlace512 }
+
+// haveBF16 reports whether the CPU has AVX-512 with AVX512_BF16.
+var haveBF16 = missingBF16() == ""
+
+// exactQueries converts the queries to their pairs (amxQueries) once per
+// accumulation and reports whether each of them is a bf16 value, so that
+// the pairs hold them unrounded.
+func (l *Lanes) exactQueries() bool {
+	if !l.amxQ {
+		l.qExact = bf16Exact(l.qT[:l.d*16])
+		l.amxQueries(l.amxState())
+	}
+	return l.qExact
+}
+
+// bf16Exact reports whether every value of x is a bf16 value (its low 16
+// bits are zero), two values per 64-bit word (it runs once per query
+// tile).
+func bf16Exact(x []float32) bool {
+	w := unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(x))), len(x)/2)
+	var or uint64
+	for _, v := range w {
+		or |= v
+	}
+	for _, v := range x[2*len(w):] {
+		or |= uint64(math.Float32bits(v))
+	}
+	return or&0x0000ffff0000ffff == 0
+}
 
 // bf16Scores converts key rows [i0, i1) (k, [i1-i0][d] float32) to bf16
 // and computes their transposed scores into l.s.

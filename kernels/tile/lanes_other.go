@@ -13,6 +13,9 @@ func lanesKernFor(d int) lanesKern { return lanesGeneric }
 // lanesBF16OK: no bf16-product lane kernels on this platform or build.
 func lanesBF16OK(d int) bool { return false }
 
+// lanesBF16ScoresOK: no VDPBF16PS scores on this platform or build.
+func lanesBF16ScoresOK(d int) bool { return false }
+
 func lanesUpdateSIMD(l *Lanes, k, v []float32, n int) { lanesUpdateGeneric(l, k, v, n) }
 
 func lanesUpdateStagedSIMD(l *Lanes, src Stager, n int, ahead, pre lanesAhead) { panic("unreachable") }

@@ -70,7 +70,8 @@ type ringProto struct {
 	ls                     int
 }
 
-// The parity functions of sm90_qfwd.cu (full_parity, empty_parity).
+// The parity functions of sm90_ring.cuh (ring_full_parity,
+// ring_empty_parity), which sm90_qfwd.cu uses.
 func fullParity(k, n int) int  { return (k / n) & 1 }
 func emptyParity(k, n int) int { return (k/n - 1) & 1 }
 

@@ -63,6 +63,7 @@
 // in Kernels.Fallbacks): their widened operands and wider rows do not fit
 // the two-stage ring, two Q buffers and two staging buffers in 227 KB
 // without a different layout.
+#include "shared/lse_merge.cuh"
 #include "sm90/sm90_ring.cuh"
 
 namespace msa {
@@ -206,14 +207,7 @@ __device__ __forceinline__ int stage_off(int r, int row_bytes, int c, int b) { r
 // out / lse / tlse, by one warp: combine.cu's mode-0 arithmetic with the
 // partials read from L2 (other CTAs of this grid wrote them).
 __device__ __forceinline__ void fwd2_stats(const float* lse_p, long long g, long long sstride, int n, int lane, float& m, float& S) {
-    float mx = -INFINITY;
-    for (int s = lane; s < n; s += 32) mx = fmaxf(mx, __ldcg(lse_p + g + s * sstride));
-    mx = warp_max(mx);
-    if (mx == -INFINITY) mx = 0.f;
-    float sum = 0.f;
-    for (int s = lane; s < n; s += 32) sum += expf(__ldcg(lse_p + g + s * sstride) - mx);
-    m = mx;
-    S = warp_sum(sum);
+    warp_lse_stats([&](int s) { return __ldcg(lse_p + g + s * sstride); }, n, lane, m, S);
 }
 
 template <int D, int PD>

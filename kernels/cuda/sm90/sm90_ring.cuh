@@ -5,8 +5,7 @@
 // waits for its (k / n)-th completion (parity (k / n) & 1), and the
 // producer may refill the slot for stage k >= n once the empty barrier has
 // completed for stage k - n (its (k / n - 1)-th completion).
-// (sm90_qfwd.cu spells the same two parities and release locally; it could
-// include this header instead.)
+// sm90_qfwd.cu and sm90_fwd2.cu both use it.
 #ifndef MSA_SM90_RING_CUH
 #define MSA_SM90_RING_CUH
 

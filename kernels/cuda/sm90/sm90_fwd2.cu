@@ -183,7 +183,7 @@ __device__ __forceinline__ void fwd2_producer(const MsaFwd2Params& P, const MsaT
         for (int rt = 0; rt < R.nrows; rt += kTileRows, ++u) {
             const int g = u % C::kWG;
             const int qn = g == 0 ? qn0 : qn1;
-            if (qn > 0) mbar_wait(B.qempty(g), (uint32_t)(qn - 1) & 1u);
+            if (qn > 0) mbar_wait(B.qempty(g), ring_empty_parity(qn, 1));
             fwd2_gather_q<D, VAR>(base + C::kOffQ + g * Geo90<D, VAR>::kQBytes, reinterpret_cast<const uint8_t*>(p.q), R, rt, lane,
                                   B.qfull(g));
             if (g == 0) ++qn0;
@@ -364,7 +364,7 @@ __device__ __forceinline__ void fwd2_consumer(const MsaFwd2Params& P, uint8_t* b
 #pragma unroll 1
         for (int rt = 0; rt < nrows; rt += kTileRows, ++u) {
             if (u % C::kWG != g) continue;
-            mbar_wait(B.qfull(g), (uint32_t)qn & 1u);
+            mbar_wait(B.qfull(g), ring_full_parity(qn, 1));
             fence_async_smem();  // the producer's cp.async (generic proxy) writes before this warp's wgmma reads
             ++qn;
             float s[64];

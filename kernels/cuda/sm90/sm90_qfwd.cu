@@ -222,7 +222,7 @@ __device__ __forceinline__ void qfwd_producer(const MsaQFwdParams& p, const MsaT
     int k = 0;
 #pragma unroll 1
     for (int rt = 0, pass = 0; rt < R.nrows; rt += kTileRows, ++pass) {
-        if (pass > 0) mbar_wait(B.qempty(), (uint32_t)(pass - 1) & 1u);
+        if (pass > 0) mbar_wait(B.qempty(), ring_empty_parity(pass, 1));
         load_q_tile<D, VAR>(base + C::kOffQ, reinterpret_cast<const void*>(p.q), p.q_dtype, R, rt, lane, 32);
         fence_async_smem();
         __syncwarp();
@@ -393,7 +393,7 @@ __device__ __forceinline__ void qfwd_consumer(const MsaQFwdParams& p, const QOpe
         for (int e = 0; e < D / 2; ++e) o[e] = 0.f;
         float s[64];
         uint32_t pa[PV::kRegs];
-        mbar_wait(X.B.qfull(), (uint32_t)pass & 1u);
+        mbar_wait(X.B.qfull(), ring_full_parity(pass, 1));
         // pk: the stage whose P is in pa (overlap: its P.V is still to run),
         // (pt0, pn) its keys; -1 before the first.
         int pk = -1, pt0 = 0, pn = 0;

@@ -203,13 +203,15 @@ __device__ __forceinline__ void fwd2_producer(const MsaFwd2Params& P, const MsaT
 // in 8 different 16-byte bank groups.
 __device__ __forceinline__ int stage_off(int r, int row_bytes, int c, int b) { return r * row_bytes + (((c ^ (r & 7)) << 4) | b); }
 
-// Merge row g (global (query, query head) row; n slots) of the window into
-// out / lse / tlse, by one warp: combine.cu's mode-0 arithmetic with the
-// partials read from L2 (other CTAs of this grid wrote them).
+// The merge statistics of row g over its n slots (slot s's partial row is
+// g + s * sstride), read from L2: other CTAs of this grid wrote them.
 __device__ __forceinline__ void fwd2_stats(const float* lse_p, long long g, long long sstride, int n, int lane, float& m, float& S) {
     warp_lse_stats([&](int s) { return __ldcg(lse_p + g + s * sstride); }, n, lane, m, S);
 }
 
+// Merge row g (global (query, query head) row; n slots) of the window into
+// out / lse / tlse, by one warp: combine.cu's mode-0 arithmetic with the
+// partials read from L2 (other CTAs of this grid wrote them).
 template <int D, int PD>
 __device__ __forceinline__ void fwd2_merge_row(const MsaFwd2Params& P, long long g, int n, int lane) {
     const MsaFwdParams& p = P.f;

@@ -70,7 +70,9 @@ type ringProto struct {
 	ls                     int
 }
 
-// The parity functions of sm90_qfwd.cu (full_parity, empty_parity).
+// The parity functions of sm90_ring.cuh (ring_full_parity,
+// ring_empty_parity), which sm90_qfwd.cu uses for its K/V rings and its Q
+// buffer (a ring of one slot).
 func fullParity(k, n int) int  { return (k / n) & 1 }
 func emptyParity(k, n int) int { return (k/n - 1) & 1 }
 
@@ -117,7 +119,7 @@ func producerOps(p ringProto, passes, n int) []ringOp {
 	k := 0
 	for pass := 0; pass < passes; pass++ {
 		if pass > 0 {
-			ops = append(ops, ringOp{kind: opWait, bar: B.qempty(), parity: (pass - 1) & 1})
+			ops = append(ops, ringOp{kind: opWait, bar: B.qempty(), parity: emptyParity(pass, 1)})
 		}
 		ops = append(ops, ringOp{kind: opFill, ring: ringQ, stage: pass}, ringOp{kind: opArrive, bar: B.qfull()})
 		pend := -1
@@ -197,7 +199,7 @@ func consumerOps(p ringProto, passes, n int) []ringOp {
 	vDone := func(k int) { done(ringV, k, p.vs, B.vempty(k), p.vConv) }
 	k := 0
 	for pass := 0; pass < passes; pass++ {
-		ops = append(ops, ringOp{kind: opWait, bar: B.qfull(), parity: pass & 1})
+		ops = append(ops, ringOp{kind: opWait, bar: B.qfull(), parity: fullParity(pass, 1)})
 		use(ringQ, 0, pass)
 		pk := -1
 		for j := 0; j < n; j++ {

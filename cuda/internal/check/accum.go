@@ -79,9 +79,11 @@ var accums = []accum{
 	{pattern: re(`^msa_decode_d(64|128|256)$`), chain: chainRow, sumTile: 128, partials: "split", pRound: "pv_round", src: []string{
 		"portable/decode.cu: block_update<D, Backend>(sm, st, src, t0, min(kBlockN, kv_end - t0), scale, 0.f, p.pv_round);",
 		"portable/msa_core.cuh: for (int e = 0; e < D / 32; ++e) st.acc[r][e] *= alpha;"}},
-	// Float32 sums of the partials' weights (the model's u_comb).
+	// Float32 sums of the partials' weights (the model's u_comb), in the
+	// warp-level merge statistics every merge kernel shares.
 	{pattern: re(`^msa_combine_d(64|128|256)$`), chain: chainNone, partials: "none", pRound: "none", src: []string{
-		"portable/combine.cu: sum += expf(lse[rows.row(s)] - mx);"}},
+		lseMergeSum,
+		"portable/combine.cu: warp_lse_stats([&](int s) { return lse[rows.row(s)]; }, n, threadIdx.x & 31, m, S);"}},
 	// The tensor-core softmax (shared/tc_frag.cuh): a quad_sum of a block
 	// of up to 128 keys (float s[64]) joins the running sum; P packed to
 	// BF16 (E4M3-rounded first for fp8: exact in BF16). sm80_fwd.cu runs
@@ -141,7 +143,8 @@ var accums = []accum{
 		"sm90/sm90_decode_pipe.cu: constexpr int kPipeKeys = 64;",
 		"sm90/sm90_decode_pipe.cu: P.V with V (bf16)",
 		"sm90/sm90_decode_pipe.cu: softmax_block(sc, bl, scale, 0.f, p.pv_round, st, pa, alpha);",
-		"sm90/sm90_decode_pipe.cu: sum += expf(__ldcg(lse_p + first + k * pstep) - mx);"}},
+		lseMergeSum,
+		"sm90/sm90_decode_pipe.cu: warp_lse_stats([&](int k) { return __ldcg(lse_p + first + k * pstep); }, cnt, lane, mx, sum);"}},
 	// Thread = row: a sequential sum over the item's block of up to
 	// kBlockKeys = 128 keys; P rounded to BF16 (kind::f16 P.V), or to E4M3
 	// for fp8 (kind::f8f6f4: P.V on the FP8 tensor cores); partials
@@ -158,6 +161,9 @@ var accums = []accum{
 }
 
 var (
+	// The float32 sum of the partials' weights exp(lse - m), lane-strided
+	// then a 32-lane tree, of every merge kernel.
+	lseMergeSum = "shared/lse_merge.cuh: for (int s = lane; s < n; s += 32) sum += expf(lse_at(s) - mx);"
 	sm100FwdSrc = []string{
 		"sm100/sm100_layout.cuh: constexpr int kBlockKeys = 128;",
 		"sm100/sm100_fwd.cu: sum += pj;"}

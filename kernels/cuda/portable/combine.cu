@@ -10,6 +10,7 @@
 // results are bitwise those of the one-column-per-step loop. Empty rows
 // (n = 0, S = 0 or NaN) give O = 0, LSE = -inf. A partial or output pointer
 // that is not 16-byte aligned takes a scalar path with the same arithmetic.
+#include "shared/lse_merge.cuh"
 #include "shared/tc_frag.cuh"  // msa_common.cuh + the E4M3 conversions without F64 emulation on sm_80
 
 namespace msa {
@@ -24,17 +25,10 @@ struct CombineRows {
     }
 };
 
-// m = max LSE (0 when all are -inf), S = sum exp(LSE - m); warp-uniform results.
+// m = max LSE (0 when all are -inf), S = sum exp(LSE - m) over the row's
+// partials; warp-uniform results.
 __device__ __forceinline__ void lse_stats(const float* lse, const CombineRows& rows, int n, float& m, float& S) {
-    const int lane = threadIdx.x & 31;
-    float mx = -INFINITY;
-    for (int s = lane; s < n; s += 32) mx = fmaxf(mx, lse[rows.row(s)]);
-    mx = warp_max(mx);
-    if (mx == -INFINITY) mx = 0.f;
-    float sum = 0.f;
-    for (int s = lane; s < n; s += 32) sum += expf(lse[rows.row(s)] - mx);
-    m = mx;
-    S = warp_sum(sum);
+    warp_lse_stats([&](int s) { return lse[rows.row(s)]; }, n, threadIdx.x & 31, m, S);
 }
 
 // E consecutive partial values of dtype DT at element offset idx, as floats

@@ -20,6 +20,7 @@
 // V converted to bf16 in shared memory for P.V) and bf16fp8 (BF16 Q, E4M3
 // K/V converted to bf16 in shared memory).
 #include "sm90/sm90_common.cuh"
+#include "sm90/sm90_ring.cuh"
 
 namespace msa {
 namespace sm90 {
@@ -95,7 +96,7 @@ __device__ __forceinline__ void decode_impl(const MsaDecodeParams& p, const MsaT
         uint32_t n = 0;
         auto acquire = [&](uint32_t& st) {
             st = n % S;
-            if (n >= (uint32_t)S) mbar_wait(bar0 + 8 * (S + st), ((n / S) - 1) & 1);
+            if (n >= (uint32_t)S) mbar_wait(bar0 + 8 * (S + st), ring_empty_parity(n, (uint32_t)S));
         };
         auto emit = [&](int t0, int nk, unsigned long long mask) {
             uint32_t st;
@@ -164,11 +165,10 @@ __device__ __forceinline__ void decode_impl(const MsaDecodeParams& p, const MsaT
 #pragma unroll 1
         for (;;) {
             const uint32_t sidx = n % S;
-            mbar_wait(bar0 + 8 * sidx, (n / S) & 1);
+            mbar_wait(bar0 + 8 * sidx, ring_full_parity(n, (uint32_t)S));
             const StageDesc d = desc[sidx];
             if (d.last) {
-                __syncwarp();
-                if (lane == 0) mbar_arrive(bar0 + 8 * (S + sidx));
+                ring_warp_release(bar0 + 8 * (S + sidx));
                 ++n;
                 break;
             }
@@ -188,8 +188,7 @@ __device__ __forceinline__ void decode_impl(const MsaDecodeParams& p, const MsaT
 #pragma unroll
                 for (int e = 0; e < 4; ++e) o[4 * j + e] *= alpha[e >> 1];
             pv<DO>(pa, smem_u32(sb + C::kV) + (col0 / 64) * kBlk * 128, o, true);
-            __syncwarp();
-            if (lane == 0) mbar_arrive(bar0 + 8 * (S + sidx));  // this warp's reads of the stage are complete
+            ring_warp_release(bar0 + 8 * (S + sidx));  // this warp's reads of the stage are complete
             ++n;
         }
         store_decode_rows<D, DO>(p, st, o, fr.orow, col0, lane, wg == 0, oscale);

@@ -79,6 +79,7 @@
 // CTA writes the output directly. Merges read with L2 (coherent) loads, one
 // warp per row, in combine.cu's mode-1 arithmetic.
 // Variants: bf16, fp8, bf16fp8 and nvfp4 at D = 64, 128 and 256.
+#include "shared/lse_merge.cuh"
 #include "sm90/sm90_common.cuh"
 
 namespace msa {
@@ -300,13 +301,8 @@ __device__ __forceinline__ void merge_row(const MsaDecodeParams& p, const DecRow
     const long long first = prow0 + (long long)s0 * p.q_stride * R.Hq;
     float* lse_p = reinterpret_cast<float*>(p.lse_partial);
     float* o_p = reinterpret_cast<float*>(p.o_partial);
-    float mx = -INFINITY;
-    for (int k = lane; k < cnt; k += 32) mx = fmaxf(mx, __ldcg(lse_p + first + k * pstep));
-    mx = warp_max(mx);
-    if (mx == -INFINITY) mx = 0.f;
-    float sum = 0.f;
-    for (int k = lane; k < cnt; k += 32) sum += expf(__ldcg(lse_p + first + k * pstep) - mx);
-    sum = warp_sum(sum);
+    float mx, sum;
+    warp_lse_stats([&](int k) { return __ldcg(lse_p + first + k * pstep); }, cnt, lane, mx, sum);
     const bool empty = cnt == 0 || !(sum > 0.f);
     constexpr int NV = (D / 4 + 31) / 32;  // float4 columns per lane: lane + 32v, v < NV
     float4 o[NV];

@@ -63,6 +63,7 @@
 // in Kernels.Fallbacks): their widened operands and wider rows do not fit
 // the two-stage ring, two Q buffers and two staging buffers in 227 KB
 // without a different layout.
+#include "shared/lse_merge.cuh"
 #include "sm90/sm90_ring.cuh"
 
 namespace msa {
@@ -182,7 +183,7 @@ __device__ __forceinline__ void fwd2_producer(const MsaFwd2Params& P, const MsaT
         for (int rt = 0; rt < R.nrows; rt += kTileRows, ++u) {
             const int g = u % C::kWG;
             const int qn = g == 0 ? qn0 : qn1;
-            if (qn > 0) mbar_wait(B.qempty(g), (uint32_t)(qn - 1) & 1u);
+            if (qn > 0) mbar_wait(B.qempty(g), ring_empty_parity(qn, 1));
             fwd2_gather_q<D, VAR>(base + C::kOffQ + g * Geo90<D, VAR>::kQBytes, reinterpret_cast<const uint8_t*>(p.q), R, rt, lane,
                                   B.qfull(g));
             if (g == 0) ++qn0;
@@ -202,20 +203,15 @@ __device__ __forceinline__ void fwd2_producer(const MsaFwd2Params& P, const MsaT
 // in 8 different 16-byte bank groups.
 __device__ __forceinline__ int stage_off(int r, int row_bytes, int c, int b) { return r * row_bytes + (((c ^ (r & 7)) << 4) | b); }
 
+// The merge statistics of row g over its n slots (slot s's partial row is
+// g + s * sstride), read from L2: other CTAs of this grid wrote them.
+__device__ __forceinline__ void fwd2_stats(const float* lse_p, long long g, long long sstride, int n, int lane, float& m, float& S) {
+    warp_lse_stats([&](int s) { return __ldcg(lse_p + g + s * sstride); }, n, lane, m, S);
+}
+
 // Merge row g (global (query, query head) row; n slots) of the window into
 // out / lse / tlse, by one warp: combine.cu's mode-0 arithmetic with the
 // partials read from L2 (other CTAs of this grid wrote them).
-__device__ __forceinline__ void fwd2_stats(const float* lse_p, long long g, long long sstride, int n, int lane, float& m, float& S) {
-    float mx = -INFINITY;
-    for (int s = lane; s < n; s += 32) mx = fmaxf(mx, __ldcg(lse_p + g + s * sstride));
-    mx = warp_max(mx);
-    if (mx == -INFINITY) mx = 0.f;
-    float sum = 0.f;
-    for (int s = lane; s < n; s += 32) sum += expf(__ldcg(lse_p + g + s * sstride) - mx);
-    m = mx;
-    S = warp_sum(sum);
-}
-
 template <int D, int PD>
 __device__ __forceinline__ void fwd2_merge_row(const MsaFwd2Params& P, long long g, int n, int lane) {
     const MsaFwdParams& p = P.f;
@@ -370,7 +366,7 @@ __device__ __forceinline__ void fwd2_consumer(const MsaFwd2Params& P, uint8_t* b
 #pragma unroll 1
         for (int rt = 0; rt < nrows; rt += kTileRows, ++u) {
             if (u % C::kWG != g) continue;
-            mbar_wait(B.qfull(g), (uint32_t)qn & 1u);
+            mbar_wait(B.qfull(g), ring_full_parity(qn, 1));
             fence_async_smem();  // the producer's cp.async (generic proxy) writes before this warp's wgmma reads
             ++qn;
             float s[64];

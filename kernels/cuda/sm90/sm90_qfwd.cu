@@ -71,6 +71,7 @@
 // slot into it and release the slot at once.
 #include "sm90/sm90_common.cuh"
 #include "sm90/sm90_fp8_vt.cuh"
+#include "sm90/sm90_ring.cuh"
 
 namespace msa {
 namespace sm90 {
@@ -196,11 +197,6 @@ struct QRings {
     // copy); the producer itself transposes and so frees it.
     __device__ __forceinline__ uint32_t lfull(int k) const { return bars + 8 * (2 * ks + 2 * vs + 2 + k % ls); }
 };
-// Parity a full barrier of a ring of n slots completes for stage k, and
-// the parity of the empty barrier's completion that frees the slot for
-// stage k >= n (the release of stage k - n).
-__device__ __forceinline__ uint32_t full_parity(int k, int n) { return (uint32_t)(k / n) & 1u; }
-__device__ __forceinline__ uint32_t empty_parity(int k, int n) { return (uint32_t)(k / n - 1) & 1u; }
 
 // PV8 producer: transpose the landed V of stage k (nkeys keys) into its
 // slot of the V ring, once the landing is complete and the consumers have
@@ -209,8 +205,8 @@ template <int D, int VAR, bool PV8>
 __device__ __forceinline__ void qfwd_transpose_v(uint8_t* base, const QRings& B, int k, int nkeys) {
     using C = QFwdCfg<D, VAR, PV8>;
     const int lane = threadIdx.x & 31;
-    mbar_wait(B.lfull(k), full_parity(k, C::kLS));
-    if (k >= C::kVS) mbar_wait(B.vempty(k), empty_parity(k, C::kVS));
+    mbar_wait(B.lfull(k), ring_full_parity(k, C::kLS));
+    if (k >= C::kVS) mbar_wait(B.vempty(k), ring_empty_parity(k, C::kVS));
     vt_transpose<D>(base + C::kOffV + (k % C::kVS) * C::kVLand, base + C::kOffVOp + (k % C::kLS) * Geo90<D, VAR>::kRawBytes, nkeys,
                     lane);
     fence_async_smem();  // the operand to wgmma; the landing slot's reads before its next TMA write
@@ -226,7 +222,7 @@ __device__ __forceinline__ void qfwd_producer(const MsaQFwdParams& p, const MsaT
     int k = 0;
 #pragma unroll 1
     for (int rt = 0, pass = 0; rt < R.nrows; rt += kTileRows, ++pass) {
-        if (pass > 0) mbar_wait(B.qempty(), (uint32_t)(pass - 1) & 1u);
+        if (pass > 0) mbar_wait(B.qempty(), ring_empty_parity(pass, 1));
         load_q_tile<D, VAR>(base + C::kOffQ, reinterpret_cast<const void*>(p.q), p.q_dtype, R, rt, lane, 32);
         fence_async_smem();
         __syncwarp();
@@ -241,7 +237,7 @@ __device__ __forceinline__ void qfwd_producer(const MsaQFwdParams& p, const MsaT
             int t0, nkeys;
             unsigned long long m;
             if (!W.at(i, t0, nkeys, m)) continue;
-            if (k >= C::kKS) mbar_wait(B.kempty(k), empty_parity(k, C::kKS));
+            if (k >= C::kKS) mbar_wait(B.kempty(k), ring_empty_parity(k, C::kKS));
             produce_operand<D, VAR>(&maps.k, src.k, base + C::kOffK + (k % C::kKS) * C::kKLand, B.kfull(k), L, src, t0, nkeys);
             if constexpr (PV8) {
                 // landing slot k % LS last held stage k - LS, transposed at
@@ -253,7 +249,7 @@ __device__ __forceinline__ void qfwd_producer(const MsaQFwdParams& p, const MsaT
                 pend = k;
                 pn = nkeys;
             } else {
-                if (k >= C::kVS) mbar_wait(B.vempty(k), empty_parity(k, C::kVS));
+                if (k >= C::kVS) mbar_wait(B.vempty(k), ring_empty_parity(k, C::kVS));
                 produce_operand<D, VAR>(&maps.v, src.v, base + C::kOffV + (k % C::kVS) * C::kVLand, B.vfull(k), L, src, t0, nkeys);
             }
             ++k;
@@ -268,12 +264,6 @@ __device__ __forceinline__ void row_lims(int (&bl)[2], const int (&lim)[2], cons
                                          unsigned long long m) {
 #pragma unroll
     for (int i = 0; i < 2; ++i) bl[i] = block_lim(lim[i], t0, nkeys, ((m >> tok[i]) & 1ull) != 0);
-}
-
-// One warp's arrive on an empty barrier (count 4: one per consumer warp).
-__device__ __forceinline__ void warp_release(uint32_t bar) {
-    __syncwarp();
-    if ((threadIdx.x & 31) == 0) mbar_arrive(bar);
 }
 
 // A block's operands as the consumer warpgroup of one pipeline sees them.
@@ -293,7 +283,7 @@ struct QOperands {
         named_bar(bar, 128);
         convert_block<D, VAR>(op, land, scales, src, t0, nkeys, wt, 128);
         fence_async_smem();
-        warp_release(empty);
+        ring_warp_release(empty);
         named_bar(bar, 128);
         return smem_u32(op);
     }
@@ -301,13 +291,13 @@ struct QOperands {
     // into the K operand. Returns the operand's shared address.
     __device__ __forceinline__ uint32_t k_ready(int k, int t0, int nkeys) const {
         uint8_t* land = base + C::kOffK + (k % C::kKS) * C::kKLand;
-        mbar_wait(B.kfull(k), full_parity(k, C::kKS));
+        mbar_wait(B.kfull(k), ring_full_parity(k, C::kKS));
         if (G::kKDirect) return smem_u32(land);
         return widen(base + C::kOffKOp, land, src.k_scale, t0, nkeys, B.kempty(k));
     }
     // Q.K^T of stage k complete in this warp: release a directly used slot.
     __device__ __forceinline__ void k_done(int k) const {
-        if (G::kKDirect) warp_release(B.kempty(k));
+        if (G::kKDirect) ring_warp_release(B.kempty(k));
     }
     // V of stage k ready for P.V: landed and rows past the block's end zero
     // (P is 0 there, and 0 * NaN is NaN); for a converted variant widened
@@ -315,7 +305,7 @@ struct QOperands {
     // by the producer (keys past the end zero).
     __device__ __forceinline__ uint32_t v_ready(int k, int t0, int nkeys) const {
         uint8_t* land = base + C::kOffV + (k % C::kVS) * C::kVLand;
-        mbar_wait(B.vfull(k), full_parity(k, C::kVS));
+        mbar_wait(B.vfull(k), ring_full_parity(k, C::kVS));
         if (PV8) return smem_u32(land);
         if (!G::kVDirect) return widen(base + C::kOffVOp, land, src.v_scale, t0, nkeys, B.vempty(k));
         if (nkeys < kBlk) {
@@ -326,7 +316,7 @@ struct QOperands {
         return smem_u32(land);
     }
     __device__ __forceinline__ void v_done(int k) const {
-        if (PV8 || G::kVDirect) warp_release(B.vempty(k));
+        if (PV8 || G::kVDirect) ring_warp_release(B.vempty(k));
     }
 };
 
@@ -403,7 +393,7 @@ __device__ __forceinline__ void qfwd_consumer(const MsaQFwdParams& p, const QOpe
         for (int e = 0; e < D / 2; ++e) o[e] = 0.f;
         float s[64];
         uint32_t pa[PV::kRegs];
-        mbar_wait(X.B.qfull(), (uint32_t)pass & 1u);
+        mbar_wait(X.B.qfull(), ring_full_parity(pass, 1));
         // pk: the stage whose P is in pa (overlap: its P.V is still to run),
         // (pt0, pn) its keys; -1 before the first.
         int pk = -1, pt0 = 0, pn = 0;
@@ -456,7 +446,7 @@ __device__ __forceinline__ void qfwd_consumer(const MsaQFwdParams& p, const QOpe
             X.v_done(pk);
         }
         store_tile<D>(p, R, rt, X.base + C::kOffStage, st, o, orow, oscale, X.wt, X.bar);
-        warp_release(X.B.qempty());  // this warp's reads of the Q buffer are done
+        ring_warp_release(X.B.qempty());  // this warp's reads of the Q buffer are done
     }
 }
 

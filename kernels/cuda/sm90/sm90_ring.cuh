@@ -5,8 +5,8 @@
 // waits for its (k / n)-th completion (parity (k / n) & 1), and the
 // producer may refill the slot for stage k >= n once the empty barrier has
 // completed for stage k - n (its (k / n - 1)-th completion).
-// (sm90_qfwd.cu spells the same two parities and release locally; it could
-// include this header instead.)
+// sm90_qfwd.cu, sm90_fwd2.cu and sm90_decode.cu use it (a single buffer, such
+// as a Q buffer, is a ring of one slot).
 #ifndef MSA_SM90_RING_CUH
 #define MSA_SM90_RING_CUH
 
@@ -19,6 +19,10 @@ namespace sm90 {
 __device__ __forceinline__ uint32_t ring_full_parity(int k, int n) { return (uint32_t)(k / n) & 1u; }
 // Parity of the empty barrier's completion that frees the slot for stage k >= n.
 __device__ __forceinline__ uint32_t ring_empty_parity(int k, int n) { return (uint32_t)(k / n - 1) & 1u; }
+// The same for an unsigned stage counter (sm90_decode.cu), whose division
+// by a constant ring size needs no sign fix-up.
+__device__ __forceinline__ uint32_t ring_full_parity(uint32_t k, uint32_t n) { return (k / n) & 1u; }
+__device__ __forceinline__ uint32_t ring_empty_parity(uint32_t k, uint32_t n) { return (k / n - 1) & 1u; }
 
 // One warp's arrive on an empty barrier whose count is the number of
 // consumer warps: every lane's reads of the slot are done (__syncwarp),

@@ -149,7 +149,7 @@ func TestFusedAllocs(t *testing.T) {
 	ws.combine, ws.fixedWin = combineFused, 7
 	out := newOutput(p.TotalQ*p.HQ, p.D)
 	RunPrefill(p, ws, pool, out)
-	if a := testing.AllocsPerRun(5, func() { RunPrefill(p, ws, pool, out) }); a != 0 {
+	if a := warmAllocs(5, func() { RunPrefill(p, ws, pool, out) }); a != 0 {
 		t.Fatalf("%v allocations per warm fused call", a)
 	}
 	if len(ws.kvBlocks) == 0 {

@@ -61,7 +61,7 @@ func TestQueryMajorBF16NoAllocs(t *testing.T) {
 		for range 3 {
 			RunPrefill(p, ws, pool, out)
 		}
-		a := testing.AllocsPerRun(10, func() { RunPrefill(p, ws, pool, out) })
+		a := warmAllocs(10, func() { RunPrefill(p, ws, pool, out) })
 		pool.Close()
 		if a != 0 {
 			t.Fatalf("K/V %s: %v allocations per run", kv, a)

@@ -530,7 +530,7 @@ func TestQueryMajorNoAllocs(t *testing.T) {
 	for range 3 {
 		RunPrefill(p, ws, pool, out)
 	}
-	if a := testing.AllocsPerRun(10, func() { RunPrefill(p, ws, pool, out) }); a != 0 {
+	if a := warmAllocs(10, func() { RunPrefill(p, ws, pool, out) }); a != 0 {
 		t.Fatalf("%v allocations per run", a)
 	}
 	pt := &ws.Partials
@@ -555,7 +555,7 @@ func TestQueryMajorNoAllocs(t *testing.T) {
 	if PrefillRuns(PathKV) != kv0+3 || PrefillRuns(PathQuery) != q0+3 {
 		t.Fatal("auto did not run both paths")
 	}
-	if a := testing.AllocsPerRun(10, func() { RunPrefill(p, ws, pool, out) }); a != 0 {
+	if a := warmAllocs(10, func() { RunPrefill(p, ws, pool, out) }); a != 0 {
 		t.Fatalf("auto: %v allocations per run", a)
 	}
 }

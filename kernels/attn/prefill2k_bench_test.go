@@ -2,12 +2,10 @@ package attn
 
 import (
 	"fmt"
-	"slices"
 	"testing"
 	"time"
 
 	"github.com/sparseattn/msa/internal/calib"
-	"github.com/sparseattn/msa/internal/cputime"
 	"github.com/sparseattn/msa/kernels/tile"
 )
 
@@ -43,28 +41,7 @@ func BenchmarkPrefill2K(b *testing.B) {
 			defer func(f bool) { qmNoBF16Scores = f }(qmNoBF16Scores)
 			qmNoBF16Scores = run.f32qk
 			p.Path = run.path
-			pool := NewPool(workers)
-			defer pool.Close()
-			ws := NewWorkspace(workers, p.D)
-			out := newOutput(p.TotalQ*p.HQ, p.D)
-			RunPrefill(p, ws, pool, out) // warm-up
-			best := time.Duration(1<<63 - 1)
-			cpu := make([]time.Duration, 0, b.N)
-			for range b.N {
-				c0, cpuOK := cputime.Process()
-				t0 := time.Now()
-				RunPrefill(p, ws, pool, out)
-				best = min(best, time.Since(t0))
-				if c1, ok := cputime.Process(); ok && cpuOK {
-					cpu = append(cpu, c1-c0)
-				}
-			}
-			b.ReportMetric(100*flops/best.Seconds()/1e9/peak, "%peak")
-			b.ReportMetric(float64(best.Microseconds())/1e3, "best-ms")
-			if len(cpu) > 0 {
-				slices.Sort(cpu)
-				b.ReportMetric(float64(cpu[len(cpu)/2].Microseconds())/1e3, "cpu-ms")
-			}
+			timePrefillCalls(b, p, workers, flops, peak)
 		})
 	}
 }

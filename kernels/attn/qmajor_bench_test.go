@@ -62,28 +62,7 @@ func BenchmarkPrefillPaths(b *testing.B) {
 					qmFloat32Lanes = run.lanes == "-f32lanes"
 					qmNoBF16Scores = run.lanes == "-f32scores"
 					p.Path = path
-					pool := NewPool(workers)
-					defer pool.Close()
-					ws := NewWorkspace(workers, p.D)
-					out := newOutput(p.TotalQ*p.HQ, p.D)
-					RunPrefill(p, ws, pool, out) // warm-up
-					best := time.Duration(math.MaxInt64)
-					cpu := make([]time.Duration, 0, b.N)
-					for range b.N {
-						c0, cpuOK := cputime.Process()
-						t0 := time.Now()
-						RunPrefill(p, ws, pool, out)
-						best = min(best, time.Since(t0))
-						if c1, ok := cputime.Process(); ok && cpuOK {
-							cpu = append(cpu, c1-c0)
-						}
-					}
-					b.ReportMetric(100*flops/best.Seconds()/1e9/peak, "%peak")
-					b.ReportMetric(float64(best.Microseconds())/1e3, "best-ms")
-					if len(cpu) > 0 {
-						slices.Sort(cpu)
-						b.ReportMetric(float64(cpu[len(cpu)/2].Microseconds())/1e3, "cpu-ms")
-					}
+					timePrefillCalls(b, p, workers, flops, peak)
 					b.ReportMetric(auto, "auto-query")
 					b.ReportMetric(float64(entries), "entries")
 					b.ReportMetric(float64(union), "union")
@@ -156,4 +135,32 @@ func autoShare(p *Prefill, workers int) float64 {
 		return 1
 	}
 	return 0
+}
+
+// timePrefillCalls runs p on a fresh pool of workers b.N times after one
+// warm-up and reports the best call's share of peak (GFLOP/s) for flops
+// useful FLOPs, its time, and the median process CPU time per call.
+func timePrefillCalls(b *testing.B, p *Prefill, workers int, flops, peak float64) {
+	pool := NewPool(workers)
+	defer pool.Close()
+	ws := NewWorkspace(workers, p.D)
+	out := newOutput(p.TotalQ*p.HQ, p.D)
+	RunPrefill(p, ws, pool, out) // warm-up
+	best := time.Duration(math.MaxInt64)
+	cpu := make([]time.Duration, 0, b.N)
+	for range b.N {
+		c0, cpuOK := cputime.Process()
+		t0 := time.Now()
+		RunPrefill(p, ws, pool, out)
+		best = min(best, time.Since(t0))
+		if c1, ok := cputime.Process(); ok && cpuOK {
+			cpu = append(cpu, c1-c0)
+		}
+	}
+	b.ReportMetric(100*flops/best.Seconds()/1e9/peak, "%peak")
+	b.ReportMetric(float64(best.Microseconds())/1e3, "best-ms")
+	if len(cpu) > 0 {
+		slices.Sort(cpu)
+		b.ReportMetric(float64(cpu[len(cpu)/2].Microseconds())/1e3, "cpu-ms")
+	}
 }

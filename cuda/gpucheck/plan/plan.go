@@ -17,8 +17,8 @@ import (
 
 // Time limits of one run, in seconds.
 const (
-	// RunLimit is what one runbook run may take on a lent GPU machine
-	// (8 minutes: the loan's device time also pays the machine's start).
+	// RunLimit is what one runbook run may take (8 minutes: a GPU machine
+	// that is paid by device time also pays its own start out of it).
 	RunLimit = 480
 	// Margin is kept free below RunLimit for the runbook's own work (the
 	// summary, nvidia-smi) and the start of each process.

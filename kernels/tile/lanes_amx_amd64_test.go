@@ -3,7 +3,6 @@
 package tile
 
 import (
-	"fmt"
 	"math"
 	"math/rand"
 	"slices"
@@ -98,19 +97,7 @@ func TestLanesAMX(t *testing.T) {
 func TestLanesAMXTails(t *testing.T) {
 	useTier(t, "amxbf16")
 	lanes := map[int]*Lanes{}
-	rng := rand.New(rand.NewSource(13))
-	var ns []int
-	for n := 1; n <= 35; n++ {
-		ns = append(ns, n)
-	}
-	ns = append(ns, 47, 48, 49, 63, 64, 65, 79, 80, 81, 97, 127, 128)
-	for _, d := range []int{32, 96, 160} {
-		for _, n := range ns {
-			round := []Round{RoundNone, RoundBF16, RoundE4M3}[rng.Intn(3)]
-			p := newProblem(rng, d, n, 16, 2, round, rng.Intn(2) == 0, 1)
-			t.Run(fmt.Sprintf("d%d/n%d/r%d", d, n, round), func(t *testing.T) { checkLanesAMX(t, lanes, p) })
-		}
-	}
+	lanesTailCases(t, 13, func(t *testing.T, p *problem) { checkLanesAMX(t, lanes, p) })
 }
 
 // TestAMXOperandKernels checks the bf16 operand kernels of the AMX lane

@@ -192,7 +192,16 @@ func TestLanesBF16(t *testing.T) {
 func TestLanesBF16Tails(t *testing.T) {
 	useTier(t, "avx512bf16")
 	lanes := map[int]*Lanes{}
-	rng := rand.New(rand.NewSource(17))
+	lanesTailCases(t, 17, func(t *testing.T, p *problem) { checkLanesBF16Path(t, lanes, p, "avx512bf16", lanesBF16) })
+}
+
+// lanesTailCases runs check on the tail shapes of the bf16 lane paths
+// (TestLanesBF16Tails, TestLanesAMXTails): key counts 1-35 and around
+// the 16-, 32- and 64-key boundaries up to 128, d = 32, 96 and 160 (the
+// 16- and 32-column steps), 16 rows, the rounding and causality drawn
+// from seed.
+func lanesTailCases(t *testing.T, seed int64, check func(*testing.T, *problem)) {
+	rng := rand.New(rand.NewSource(seed))
 	var ns []int
 	for n := 1; n <= 35; n++ {
 		ns = append(ns, n)
@@ -202,9 +211,7 @@ func TestLanesBF16Tails(t *testing.T) {
 		for _, n := range ns {
 			round := []Round{RoundNone, RoundBF16, RoundE4M3}[rng.Intn(3)]
 			p := newProblem(rng, d, n, 16, 2, round, rng.Intn(2) == 0, 1)
-			t.Run(fmt.Sprintf("d%d/n%d/r%d", d, n, round), func(t *testing.T) {
-				checkLanesBF16Path(t, lanes, p, "avx512bf16", lanesBF16)
-			})
+			t.Run(fmt.Sprintf("d%d/n%d/r%d", d, n, round), func(t *testing.T) { check(t, p) })
 		}
 	}
 }

@@ -5,14 +5,14 @@ import (
 	"math/rand/v2"
 	"sync"
 
+	"github.com/sparseattn/msa/internal/workload"
 	"github.com/sparseattn/msa/kernels/lowp"
 )
 
-// Random inputs are drawn from a table of 4096 standard-normal values
-// already rounded to the storage format, indexed by a fast splitmix64
-// stream: filling a gigabyte of K/V takes well under a second this way.
-
-const tableBits = 12
+// Random inputs are drawn from workload.Normals' table of standard-normal
+// values already rounded to the storage format, indexed by a fast
+// splitmix64 stream (workload.SplitMix): filling a gigabyte of K/V takes
+// well under a second this way.
 
 var (
 	tablesOnce sync.Once
@@ -22,31 +22,15 @@ var (
 
 func tables() {
 	tablesOnce.Do(func() {
-		r := rand.New(rand.NewPCG(1, 2))
-		n := 1 << tableBits
-		bf16Table = make([]lowp.BFloat16, n)
-		fp8Table = make([]lowp.Float8E4M3FN, n)
-		for i := 0; i < n; i++ {
-			x := float32(r.NormFloat64())
+		n := workload.Normals()
+		bf16Table = make([]lowp.BFloat16, len(n))
+		fp8Table = make([]lowp.Float8E4M3FN, len(n))
+		for i, x := range n {
 			bf16Table[i] = lowp.BF16(x)
 			fp8Table[i] = lowp.E4M3Sat(x)
 		}
 	})
 }
-
-// splitmix is a tiny, fast PRNG (splitmix64).
-type splitmix struct{ s uint64 }
-
-func (r *splitmix) next() uint64 {
-	r.s += 0x9e3779b97f4a7c15
-	z := r.s
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
-	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
-	return z ^ (z >> 31)
-}
-
-// intn returns a uniform integer in [0, n).
-func (r *splitmix) intn(n int) int { return int((r.next() >> 11) % uint64(n)) }
 
 // fillTable fills dst with entries of table picked by splitmix streams, in
 // parallel over workers goroutines (each chunk has its own seed, so the
@@ -66,11 +50,11 @@ func fillTable[T any](dst []T, table []T, seed uint64, workers int) {
 		go func() {
 			defer wg.Done()
 			for c := range next {
-				r := splitmix{seed*0x632be59bd9b4e019 + uint64(c)}
+				r := workload.NewSplitMix(seed*0x632be59bd9b4e019 + uint64(c))
 				s := dst[c*chunk : min(len(dst), (c+1)*chunk)]
 				i := 0
 				for ; i+5 <= len(s); i += 5 {
-					x := r.next()
+					x := r.Next()
 					s[i] = table[x&mask]
 					s[i+1] = table[(x>>12)&mask]
 					s[i+2] = table[(x>>24)&mask]
@@ -78,7 +62,7 @@ func fillTable[T any](dst []T, table []T, seed uint64, workers int) {
 					s[i+4] = table[(x>>48)&mask]
 				}
 				for ; i < len(s); i++ {
-					s[i] = table[r.next()&mask]
+					s[i] = table[r.Next()&mask]
 				}
 			}
 		}()

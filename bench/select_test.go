@@ -1,9 +1,12 @@
 package main
 
 import (
+	"encoding/binary"
+	"hash/fnv"
 	"slices"
 	"testing"
 
+	"github.com/sparseattn/msa/internal/workload"
 	"gorgonia.org/tensor"
 )
 
@@ -14,8 +17,8 @@ import (
 func TestCorrelatedQ2K(t *testing.T) {
 	const T, hq, hkv, d, topK, blk = 2048, 4, 2, 64, 8, 64
 	c := caseSpec{SeqLen: T, HQ: hq, HKV: hkv, D: d, TopK: topK, Blk: blk, DType: "bf16"}
-	qd, _ := storeRows("bf16", correlatedRows(T, hq*d, 1))
-	kd, _ := storeRows("bf16", correlatedRows(T, hkv*d, 2))
+	qd, _ := storeRows("bf16", workload.CorrelatedRows(T, hq*d, 1))
+	kd, _ := storeRows("bf16", workload.CorrelatedRows(T, hkv*d, 2))
 	q := tensor.New(tensor.WithShape(T, hq, d), tensor.WithBacking(qd))
 	k := tensor.New(tensor.WithShape(T, hkv, d), tensor.WithBacking(kd))
 	cu := func() *tensor.Dense { return tensor.New(tensor.WithShape(2), tensor.WithBacking([]int32{0, T})) }
@@ -67,4 +70,53 @@ func sharedNext(q2k []int32, T, topK int) float64 {
 		n++
 	}
 	return float64(s) / float64(n)
+}
+
+// The correlated cases' selections at the default shapes are pinned by
+// the FNV-1a hash of their q2k lists (little-endian int32), recorded from
+// the bench before its generator moved to package workload: a change to
+// the AR(1) rows, the seeds or the selection changes them. The BF16 case's
+// list must also be what workload.CorrelatedQ2K gives the GPU check.
+func TestCorrelatedGolden(t *testing.T) {
+	for _, g := range []struct {
+		c     caseSpec
+		hash  uint64
+		pairs int64
+	}{
+		{caseSpec{Kind: "prefill", DType: "bf16", SeqLen: 8192, HQ: 16, HKV: 1, D: 128, TopK: 16, Blk: 128}, 0x0f817b0b58c444cd, 14290944},
+		{caseSpec{Kind: "prefill", DType: "fp8", SeqLen: 8192, HQ: 16, HKV: 1, D: 128, TopK: 16, Blk: 128}, 0x6537bc1e6a74e216, 14290944},
+		{caseSpec{Kind: "nvfp4", DType: "bf16", SeqLen: 4096, HQ: 16, HKV: 1, D: 128, TopK: 16, Blk: 128}, 0x72ee9aaf7aa9bfa3, 6162432},
+		{caseSpec{Kind: "prefill", DType: "bf16", SeqLen: 1536, HQ: 4, HKV: 2, D: 64, TopK: 8, Blk: 64}, 0x314c966522b567b2, 1246720},
+	} {
+		c := g.c
+		c.Select = "correlated"
+		p, err := buildPrefill(&config{workers: 2}, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h := q2kHash(p.q2k); h != g.hash || p.pairs != g.pairs {
+			t.Errorf("%s %s %d: q2k hash %#x, %d pairs: want %#x, %d", c.Kind, c.DType, c.SeqLen, h, p.pairs, g.hash, g.pairs)
+		}
+		if c.Kind != "prefill" || c.DType != "bf16" {
+			continue
+		}
+		w, err := workload.CorrelatedQ2K(workload.Causal{T: c.SeqLen, Hq: c.HQ, Hkv: c.HKV, D: c.D, TopK: c.TopK, Blk: c.Blk}, workload.Seed(c.SeqLen), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(w, p.q2k) {
+			t.Errorf("%s %d: workload.CorrelatedQ2K differs from the bench's correlated case", c.DType, c.SeqLen)
+		}
+	}
+}
+
+// q2kHash is the FNV-1a hash of q2k as little-endian int32.
+func q2kHash(q2k []int32) uint64 {
+	h := fnv.New64a()
+	b := make([]byte, 4*len(q2k))
+	for i, v := range q2k {
+		binary.LittleEndian.PutUint32(b[4*i:], uint32(v))
+	}
+	h.Write(b)
+	return h.Sum64()
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sparseattn/msa/internal/workload"
 	"github.com/sparseattn/msa/kernels/lowp"
 )
 
@@ -95,9 +96,9 @@ func TestCheckGrowth(t *testing.T) {
 func TestStepHist(t *testing.T) {
 	var h stepHist
 	var xs []time.Duration
-	r := splitmix{3}
+	r := workload.NewSplitMix(3)
 	for i := 0; i < 5000; i++ {
-		d := time.Duration(float64(time.Microsecond) * math.Exp(float64(r.intn(1<<20))/(1<<20)*14))
+		d := time.Duration(float64(time.Microsecond) * math.Exp(float64(r.Intn(1<<20))/(1<<20)*14))
 		xs = append(xs, d)
 		h.add(d)
 	}

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/sparseattn/msa/internal/workload"
 	"github.com/sparseattn/msa/kernels/attn"
 	"github.com/sparseattn/msa/kernels/lowp"
 	"github.com/sparseattn/msa/kernels/tile"
@@ -188,13 +189,13 @@ const nvK, nvV = 0.5, 2.0
 func buildPrefill(cfg *config, c caseSpec) (*prefillProb, error) {
 	T, hq, hkv, d := c.SeqLen, c.HQ, c.HKV, c.D
 	p := &prefillProb{cs: c}
-	seed := uint64(T)*31 + 7
+	seed := workload.Seed(T)
 	corr := c.Select == "correlated"
 	// fill returns n values of the case's dtype for rows of width values
-	// (correlated: neighbouring rows correlated, see correlatedRows).
+	// (correlated: neighbouring rows correlated, see workload.CorrelatedRows).
 	fill := func(n, width int, s uint64) (any, rowSource) {
 		if corr {
-			return storeRows(c.DType, correlatedRows(n/width, width, s))
+			return storeRows(c.DType, workload.CorrelatedRows(n/width, width, s))
 		}
 		return fillQ(c.DType, n, s, cfg.workers)
 	}
@@ -207,7 +208,7 @@ func buildPrefill(cfg *config, c caseSpec) (*prefillProb, error) {
 		quant := func(g float32, s uint64) (*tensor.Dense, *tensor.Dense, rowSource, error) {
 			x := normals(rows*d, s)
 			if corr && s == seed+1 {
-				x = correlatedRows(T, hkv*d, s)
+				x = workload.CorrelatedRows(T, hkv*d, s)
 				kScore = tensor.New(tensor.WithShape(T, hkv, d), tensor.WithBacking(x))
 			}
 			packed, scales, err := lowp.QuantizeNVFP4(x, rows, d, g)
@@ -270,7 +271,7 @@ func buildPrefill(cfg *config, c caseSpec) (*prefillProb, error) {
 // visible (query, key) pairs inside the selected blocks.
 func causalQ2K(T, hkv, topK, blk int, seed uint64) ([]int32, int64) {
 	q2k := make([]int32, hkv*T*topK)
-	r := splitmix{seed}
+	r := workload.NewSplitMix(seed)
 	var pairs int64
 	seen := make(map[int]bool, topK)
 	for h := 0; h < hkv; h++ {
@@ -286,7 +287,7 @@ func causalQ2K(T, hkv, topK, blk int, seed uint64) ([]int32, int64) {
 				if n == diag+1 { // every visible block is selected
 					j = i - 1
 				} else {
-					for j = r.intn(diag); seen[j]; j = r.intn(diag) {
+					for j = r.Intn(diag); seen[j]; j = r.Intn(diag) {
 					}
 				}
 				seen[j] = true

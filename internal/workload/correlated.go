@@ -1,0 +1,150 @@
+package workload
+
+import (
+	"fmt"
+	"math"
+	"sync"
+
+	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/op"
+	"gorgonia.org/tensor"
+)
+
+// The correlated selection pattern: the blocks a model's own selection
+// picks are correlated between neighbouring tokens (their queries are
+// alike), unlike uniformly random choices. It is made the way a model
+// would make it, by the package's op.BlockScoresFunc and op.TopKBlocksFunc
+// (block 0 and the diagonal block kept) on Q and K whose neighbouring
+// tokens are correlated.
+
+// Rho is the correlation of each value with the same value of the
+// previous token: an AR(1) process x_t = Rho x_{t-1} + sqrt(1-Rho^2) e_t
+// with standard-normal e, so every value stays standard normal.
+const Rho = 0.95
+
+var (
+	bf16NormalsOnce sync.Once
+	bf16Normals     []float32
+)
+
+// roundedNormals returns Normals rounded to bf16 (the innovations of the
+// AR(1) rows).
+func roundedNormals() []float32 {
+	bf16NormalsOnce.Do(func() {
+		n := Normals()
+		bf16Normals = make([]float32, len(n))
+		for i, x := range n {
+			bf16Normals[i] = lowp.BF16(x).Float32()
+		}
+	})
+	return bf16Normals
+}
+
+// ar1 generates rows x width float32 values, each column an AR(1) process
+// over the rows (tokens) with correlation Rho, and hands each row in turn
+// to emit (the slice is reused for a later row). The values depend on
+// seed only.
+func ar1(rows, width int, seed uint64, emit func(t int, row []float32)) {
+	if rows < 1 || width < 1 {
+		return
+	}
+	norm := roundedNormals()
+	mask := uint64(len(norm) - 1)
+	r := NewSplitMix(seed*0x9e3779b97f4a7c15 + 11)
+	e := float32(math.Sqrt(1 - Rho*Rho))
+	prev, cur := make([]float32, width), make([]float32, width)
+	for c := range cur {
+		cur[c] = norm[r.Next()&mask]
+	}
+	emit(0, cur)
+	for t := 1; t < rows; t++ {
+		prev, cur = cur, prev
+		for c := range cur {
+			cur[c] = Rho*prev[c] + e*norm[r.Next()&mask]
+		}
+		emit(t, cur)
+	}
+}
+
+// CorrelatedRows returns rows x width float32 values, row-major, each
+// column an AR(1) process over the rows (tokens) with correlation Rho.
+func CorrelatedRows(rows, width int, seed uint64) []float32 {
+	x := make([]float32, max(rows, 0)*max(width, 0))
+	ar1(rows, width, seed, func(t int, row []float32) { copy(x[t*width:], row) })
+	return x
+}
+
+// CorrelatedBF16 returns CorrelatedRows(rows, width, seed) rounded to
+// bf16, without holding the float32 rows.
+func CorrelatedBF16(rows, width int, seed uint64) []lowp.BFloat16 {
+	x := make([]lowp.BFloat16, max(rows, 0)*max(width, 0))
+	ar1(rows, width, seed, func(t int, row []float32) {
+		dst := x[t*width : (t+1)*width]
+		for c, v := range row {
+			dst[c] = lowp.BF16(v)
+		}
+	})
+	return x
+}
+
+// SelectBlocks returns the q2k list [Hkv][total_q][topK] that
+// op.BlockScoresFunc (causal, blk keys per block, workers goroutines) and
+// op.TopKBlocksFunc (KeepFirst, KeepLast: block 0 and the diagonal block
+// always selected) make for q [total_q, Hq, D] and k [total_k, Hkv, D] of
+// the sequences cuQ and cuK; -1 pads the lists of queries that see fewer
+// than topK blocks.
+func SelectBlocks(q, k, cuQ, cuK *tensor.Dense, topK, blk, workers int) ([]int32, error) {
+	scores, err := op.BlockScoresFunc(q, k, cuQ, cuK, op.BlockScoreConfig{BlkKV: blk, Causal: true, Workers: workers})
+	if err != nil {
+		return nil, err
+	}
+	sel, err := op.TopKBlocksFunc(scores, topK, op.TopKConfig{KeepFirst: true, KeepLast: true})
+	if err != nil {
+		return nil, err
+	}
+	return sel.Data().([]int32), nil
+}
+
+// Seed is the seed of the benchmark's inputs for a causal prefill of T
+// tokens: Q is drawn from Seed(T), K from Seed(T)+1, V from Seed(T)+2.
+func Seed(T int) uint64 { return uint64(T)*31 + 7 }
+
+// Causal names a causal prefill of one sequence of T tokens at Hq query
+// heads, Hkv KV heads, head dimension D, TopK blocks of Blk keys per
+// query.
+type Causal struct {
+	T, Hq, Hkv, D, TopK, Blk int
+}
+
+func (c Causal) check() error {
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"T", c.T}, {"Hq", c.Hq}, {"Hkv", c.Hkv}, {"D", c.D}, {"TopK", c.TopK}, {"Blk", c.Blk}} {
+		if f.v < 1 {
+			return fmt.Errorf("workload: %s = %d: want >= 1", f.name, f.v)
+		}
+	}
+	if c.Hq%c.Hkv != 0 {
+		return fmt.Errorf("workload: Hq = %d: want a multiple of Hkv = %d", c.Hq, c.Hkv)
+	}
+	return nil
+}
+
+// CorrelatedQ2K is the correlated selection of case c with inputs of
+// seed: SelectBlocks on Q = CorrelatedBF16(T, Hq*D, seed) and K =
+// CorrelatedBF16(T, Hkv*D, seed+1), exactly what the benchmark's BF16
+// correlated prefill case selects for the same seed (bench -select
+// correlated, seed Seed(T)). workers goroutines score the blocks; the
+// result does not depend on them.
+func CorrelatedQ2K(c Causal, seed uint64, workers int) ([]int32, error) {
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	q := tensor.New(tensor.WithShape(c.T, c.Hq, c.D), tensor.WithBacking(CorrelatedBF16(c.T, c.Hq*c.D, seed)))
+	k := tensor.New(tensor.WithShape(c.T, c.Hkv, c.D), tensor.WithBacking(CorrelatedBF16(c.T, c.Hkv*c.D, seed+1)))
+	cu := func() *tensor.Dense {
+		return tensor.New(tensor.WithShape(2), tensor.WithBacking([]int32{0, int32(c.T)}))
+	}
+	return SelectBlocks(q, k, cu(), cu(), c.TopK, c.Blk, workers)
+}

@@ -54,7 +54,10 @@ func TestDecoders(t *testing.T) {
 // count visible pairs exactly.
 func TestCausalQ2K(t *testing.T) {
 	for _, tc := range []struct{ T, topK, blk int }{{1000, 4, 128}, {512, 16, 128}, {2048, 8, 64}} {
-		q2k, pairs := causalQ2K(tc.T, 2, tc.topK, tc.blk, 3)
+		q2k, pairs, err := causalQ2K(tc.T, 2, tc.topK, tc.blk, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
 		var brute int64
 		for h := 0; h < 2; h++ {
 			for q := 0; q < tc.T; q++ {
@@ -481,7 +484,10 @@ func TestPlotPanels(t *testing.T) {
 // which must match the Go case's q2k lists.
 func TestTorchScaling(t *testing.T) {
 	for _, tc := range []struct{ T, topK, blk int }{{2048, 16, 128}, {1000, 4, 128}, {8192, 16, 128}} {
-		q2k, _ := causalQ2K(tc.T, 1, tc.topK, tc.blk, 1)
+		q2k, _, err := causalQ2K(tc.T, 1, tc.topK, tc.blk, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
 		var n int64
 		for _, j := range q2k {
 			if j >= 0 {

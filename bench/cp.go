@@ -212,7 +212,10 @@ func cpRank(c comm.Comm, s cpShapes) ([]cpRow, error) {
 		return nil, fmt.Errorf("decode: %w", err)
 	}
 	rows = append(rows, row)
-	pf := newCPPrefillProb(c, s)
+	pf, err := newCPPrefillProb(c, s)
+	if err != nil {
+		return nil, fmt.Errorf("prefill: %w", err)
+	}
 	single, err := cpSingle(c, pf.single)
 	if err != nil {
 		return nil, fmt.Errorf("prefill (single process): %w", err)

@@ -23,14 +23,17 @@ type cpPrefillProb struct {
 	single     func() error // rank 0: the single-process prefill
 }
 
-func newCPPrefillProb(c comm.Comm, s cpShapes) *cpPrefillProb {
+func newCPPrefillProb(c comm.Comm, s cpShapes) (*cpPrefillProb, error) {
 	T := s.prefillLen
 	pf := &cpPrefillProb{s: s, cu: []int32{0, int32(T)},
 		shape: fmt.Sprintf("T%d-hq%d-hkv%d-d%d-blk%d-topk%d-bf16", T, s.hq, s.hkv, s.d, s.blk, s.topK)}
 	pf.q = bf16Tensor(21, T, s.hq, s.d)
 	pf.k = bf16Tensor(22, T, s.hkv, s.d)
 	pf.v = bf16Tensor(23, T, s.hkv, s.d)
-	pf.q2k, _ = causalQ2K(T, s.hkv, s.topK, s.blk, 24)
+	var err error
+	if pf.q2k, _, err = causalQ2K(T, s.hkv, s.topK, s.blk, 24); err != nil {
+		return nil, err
+	}
 	if c.Rank() == 0 {
 		out := tensor.New(tensor.WithShape(T, s.hq, s.d), tensor.Of(op.BFloat16))
 		lse := tensor.New(tensor.WithShape(T, s.hq), tensor.Of(tensor.Float32))
@@ -49,7 +52,7 @@ func newCPPrefillProb(c comm.Comm, s cpShapes) *cpPrefillProb {
 	sh, err := op.CPPrefillShard(pf.cu, pf.cu, s.blk, c.Size(), c.Rank())
 	if err != nil {
 		pf.shardErr = err
-		return pf
+		return pf, nil
 	}
 	q0, q1, k0, k1 := sh.QueryBegin[0], sh.QueryEnd[0], sh.KeyBegin[0], sh.KeyEnd[0]
 	rows := func(t *tensor.Dense, a, b, width int) *tensor.Dense {
@@ -63,7 +66,7 @@ func newCPPrefillProb(c comm.Comm, s cpShapes) *cpPrefillProb {
 		sel = append(sel, pf.q2k[(h*T+q0)*s.topK:(h*T+q1)*s.topK]...)
 	}
 	pf.lsel = int32Tensor(sel, s.hkv, q1-q0, s.topK)
-	return pf
+	return pf, nil
 }
 
 // run times ContextParallelPrefillFunc with the strategy st on every rank.

@@ -49,7 +49,10 @@ func TestCorrelatedQ2K(t *testing.T) {
 	if brute != pairs {
 		t.Fatalf("pairs %d, brute force %d", pairs, brute)
 	}
-	random, _ := causalQ2K(T, hkv, topK, blk, 3)
+	random, _, err := causalQ2K(T, hkv, topK, blk, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if sc, sr := sharedNext(q2k, T, topK), sharedNext(random, T, topK); sc < 2*sr {
 		t.Fatalf("neighbouring queries share %.2f blocks (random selection: %.2f): not correlated", sc, sr)
 	}

@@ -149,7 +149,10 @@ func (l *soakLoop) admit(prompt, gen int) (bool, error) {
 	clear(pt[len(r.pages):]) // columns past the request's pages are never read
 	ptT, su := i32(pt, 1, cols), i32([]int32{int32(prompt)}, 1)
 	cu := i32([]int32{0, int32(prompt)}, 2)
-	q2k, _ := causalQ2K(prompt, sh.hkv, sh.topK, sh.page, l.rng.Uint64())
+	q2k, _, err := causalQ2K(prompt, sh.hkv, sh.topK, sh.page, l.rng.Uint64())
+	if err != nil {
+		return false, fmt.Errorf("prefill: %w", err)
+	}
 	rowPtr, qIdx, err := op.K2QCSRFunc(i32(q2k, sh.hkv, prompt, sh.topK), cu, cu, sh.page)
 	if err != nil {
 		return false, fmt.Errorf("prefill: K2QCSRFunc: %w", err)

@@ -245,7 +245,10 @@ func buildPrefill(cfg *config, c caseSpec) (*prefillProb, error) {
 			return nil, err
 		}
 	} else {
-		p.q2k, p.pairs = causalQ2K(T, hkv, c.TopK, c.Blk, seed+3)
+		var err error
+		if p.q2k, p.pairs, err = causalQ2K(T, hkv, c.TopK, c.Blk, seed+3); err != nil {
+			return nil, err
+		}
 	}
 
 	t0 := time.Now()
@@ -264,45 +267,10 @@ func buildPrefill(cfg *config, c caseSpec) (*prefillProb, error) {
 	return p, nil
 }
 
-// causalQ2K picks, for every KV head and query q of one causal sequence of
-// T tokens, min(topK, visible blocks) distinct blocks among the visible
-// ones 0..q/blk: always the diagonal block q/blk, the others uniformly at
-// random; unused slots are -1. It returns the list and the number of
-// visible (query, key) pairs inside the selected blocks.
-func causalQ2K(T, hkv, topK, blk int, seed uint64) ([]int32, int64) {
-	q2k := make([]int32, hkv*T*topK)
-	r := workload.NewSplitMix(seed)
-	var pairs int64
-	seen := make(map[int]bool, topK)
-	for h := 0; h < hkv; h++ {
-		for qi := 0; qi < T; qi++ {
-			list := q2k[(h*T+qi)*topK : (h*T+qi+1)*topK]
-			diag := qi / blk
-			n := min(topK, diag+1)
-			list[0] = int32(diag)
-			clear(seen)
-			seen[diag] = true
-			for i := 1; i < n; i++ {
-				var j int
-				if n == diag+1 { // every visible block is selected
-					j = i - 1
-				} else {
-					for j = r.Intn(diag); seen[j]; j = r.Intn(diag) {
-					}
-				}
-				seen[j] = true
-				list[i] = int32(j)
-			}
-			for i := n; i < topK; i++ {
-				list[i] = -1
-			}
-			for _, j := range list[:n] {
-				pairs += int64(min((int(j)+1)*blk, qi+1, T) - int(j)*blk)
-			}
-		}
-	}
-	return q2k, pairs
-}
+// causalQ2K is the bench's random selection (workload.RandomQ2K: the
+// diagonal block and uniformly random visible ones), which the GPU
+// check's random timing rows time too.
+var causalQ2K = workload.RandomQ2K
 
 func (p *prefillProb) run(cfg *config) (*op.Result, error) {
 	c := p.cs

@@ -1,8 +1,8 @@
 package main
 
 import (
-	"github.com/sparseattn/msa/internal/workload"
 	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/op"
 	"gorgonia.org/tensor"
 )
 
@@ -10,7 +10,8 @@ import (
 // check's timing rows): Q and K whose neighbouring tokens are correlated
 // (workload.CorrelatedRows, an AR(1) process per column), rated by the
 // package's BlockScores and selected by TopKBlocks with block 0 and the
-// diagonal block kept (workload.SelectBlocks).
+// diagonal block kept (op.BlockScoresFunc, op.TopKBlocksFunc: the code
+// workload.CorrelatedQ2K runs for the GPU check through op/causalselect).
 
 // storeRows rounds x to dt ("bf16" or "fp8", saturating) and returns the
 // stored slice and its reference decoder.
@@ -30,14 +31,19 @@ func storeRows(dt string, x []float32) (any, rowSource) {
 }
 
 // correlatedQ2K selects c.TopK blocks per (KV head, query) of one causal
-// sequence with workload.SelectBlocks on q and k, and returns the q2k list
-// with its number of visible (query, key) pairs inside the selected
-// blocks.
+// sequence with op.BlockScoresFunc on q and k and op.TopKBlocksFunc
+// (KeepFirst, KeepLast), and returns the q2k list with its number of
+// visible (query, key) pairs inside the selected blocks.
 func correlatedQ2K(cfg *config, c caseSpec, q, k, cuQ, cuK *tensor.Dense) ([]int32, int64, error) {
-	q2k, err := workload.SelectBlocks(q, k, cuQ, cuK, c.TopK, c.Blk, cfg.workers)
+	scores, err := op.BlockScoresFunc(q, k, cuQ, cuK, op.BlockScoreConfig{BlkKV: c.Blk, Causal: true, Workers: cfg.workers})
 	if err != nil {
 		return nil, 0, err
 	}
+	sel, err := op.TopKBlocksFunc(scores, c.TopK, op.TopKConfig{KeepFirst: true, KeepLast: true})
+	if err != nil {
+		return nil, 0, err
+	}
+	q2k := sel.Data().([]int32)
 	var pairs int64
 	T := c.SeqLen
 	for i, j := range q2k {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/sparseattn/msa/internal/workload"
+	"github.com/sparseattn/msa/op/causalselect"
 	"gorgonia.org/tensor"
 )
 
@@ -103,7 +104,7 @@ func TestCorrelatedGolden(t *testing.T) {
 		if c.Kind != "prefill" || c.DType != "bf16" {
 			continue
 		}
-		w, err := workload.CorrelatedQ2K(workload.Causal{T: c.SeqLen, Hq: c.HQ, Hkv: c.HKV, D: c.D, TopK: c.TopK, Blk: c.Blk}, workload.Seed(c.SeqLen), 1)
+		w, err := workload.CorrelatedQ2K(causalselect.Shape{T: c.SeqLen, Hq: c.HQ, Hkv: c.HKV, D: c.D, TopK: c.TopK, Blk: c.Blk}, workload.Seed(c.SeqLen), 1)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,21 +1,19 @@
 package workload
 
 import (
-	"fmt"
 	"math"
 	"sync"
 
 	"github.com/sparseattn/msa/kernels/lowp"
-	"github.com/sparseattn/msa/op"
-	"gorgonia.org/tensor"
+	"github.com/sparseattn/msa/op/causalselect"
 )
 
 // The correlated selection pattern: the blocks a model's own selection
 // picks are correlated between neighbouring tokens (their queries are
 // alike), unlike uniformly random choices. It is made the way a model
-// would make it, by the package's op.BlockScoresFunc and op.TopKBlocksFunc
-// (block 0 and the diagonal block kept) on Q and K whose neighbouring
-// tokens are correlated.
+// would make it, by op's BlockScores and TopKBlocks (block 0 and the
+// diagonal block kept) on Q and K whose neighbouring tokens are
+// correlated.
 
 // Rho is the correlation of each value with the same value of the
 // previous token: an AR(1) process x_t = Rho x_{t-1} + sqrt(1-Rho^2) e_t
@@ -87,64 +85,20 @@ func CorrelatedBF16(rows, width int, seed uint64) []lowp.BFloat16 {
 	return x
 }
 
-// SelectBlocks returns the q2k list [Hkv][total_q][topK] that
-// op.BlockScoresFunc (causal, blk keys per block, workers goroutines) and
-// op.TopKBlocksFunc (KeepFirst, KeepLast: block 0 and the diagonal block
-// always selected) make for q [total_q, Hq, D] and k [total_k, Hkv, D] of
-// the sequences cuQ and cuK; -1 pads the lists of queries that see fewer
-// than topK blocks.
-func SelectBlocks(q, k, cuQ, cuK *tensor.Dense, topK, blk, workers int) ([]int32, error) {
-	scores, err := op.BlockScoresFunc(q, k, cuQ, cuK, op.BlockScoreConfig{BlkKV: blk, Causal: true, Workers: workers})
-	if err != nil {
-		return nil, err
-	}
-	sel, err := op.TopKBlocksFunc(scores, topK, op.TopKConfig{KeepFirst: true, KeepLast: true})
-	if err != nil {
-		return nil, err
-	}
-	return sel.Data().([]int32), nil
-}
-
 // Seed is the seed of the benchmark's inputs for a causal prefill of T
 // tokens: Q is drawn from Seed(T), K from Seed(T)+1, V from Seed(T)+2.
 func Seed(T int) uint64 { return uint64(T)*31 + 7 }
 
-// Causal names a causal prefill of one sequence of T tokens at Hq query
-// heads, Hkv KV heads, head dimension D, TopK blocks of Blk keys per
-// query.
-type Causal struct {
-	T, Hq, Hkv, D, TopK, Blk int
-}
-
-func (c Causal) check() error {
-	for _, f := range []struct {
-		name string
-		v    int
-	}{{"T", c.T}, {"Hq", c.Hq}, {"Hkv", c.Hkv}, {"D", c.D}, {"TopK", c.TopK}, {"Blk", c.Blk}} {
-		if f.v < 1 {
-			return fmt.Errorf("workload: %s = %d: want >= 1", f.name, f.v)
-		}
-	}
-	if c.Hq%c.Hkv != 0 {
-		return fmt.Errorf("workload: Hq = %d: want a multiple of Hkv = %d", c.Hq, c.Hkv)
-	}
-	return nil
-}
-
-// CorrelatedQ2K is the correlated selection of case c with inputs of
-// seed: SelectBlocks on Q = CorrelatedBF16(T, Hq*D, seed) and K =
+// CorrelatedQ2K is the correlated selection of shape s with inputs of
+// seed: causalselect.Select (op's BlockScores and TopKBlocks, block 0 and
+// the diagonal block kept) on Q = CorrelatedBF16(T, Hq*D, seed) and K =
 // CorrelatedBF16(T, Hkv*D, seed+1), exactly what the benchmark's BF16
 // correlated prefill case selects for the same seed (bench -select
 // correlated, seed Seed(T)). workers goroutines score the blocks; the
 // result does not depend on them.
-func CorrelatedQ2K(c Causal, seed uint64, workers int) ([]int32, error) {
-	if err := c.check(); err != nil {
+func CorrelatedQ2K(s causalselect.Shape, seed uint64, workers int) ([]int32, error) {
+	if err := s.Check(); err != nil {
 		return nil, err
 	}
-	q := tensor.New(tensor.WithShape(c.T, c.Hq, c.D), tensor.WithBacking(CorrelatedBF16(c.T, c.Hq*c.D, seed)))
-	k := tensor.New(tensor.WithShape(c.T, c.Hkv, c.D), tensor.WithBacking(CorrelatedBF16(c.T, c.Hkv*c.D, seed+1)))
-	cu := func() *tensor.Dense {
-		return tensor.New(tensor.WithShape(2), tensor.WithBacking([]int32{0, int32(c.T)}))
-	}
-	return SelectBlocks(q, k, cu(), cu(), c.TopK, c.Blk, workers)
+	return causalselect.Select(s, CorrelatedBF16(s.T, s.Hq*s.D, seed), CorrelatedBF16(s.T, s.Hkv*s.D, seed+1), workers)
 }

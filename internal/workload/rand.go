@@ -2,9 +2,11 @@
 // (bench) and the GPU check's timing rows (cuda/gpucheck) share, so that
 // both time the same selection patterns: a fast splitmix64 stream, a
 // table of standard-normal values, rows whose neighbouring tokens are
-// correlated (an AR(1) process), the block selection the package's own
-// op.BlockScoresFunc and op.TopKBlocksFunc make on them, and the mean
-// union of selected blocks per query tile of a selection.
+// correlated (an AR(1) process), the block selection op's BlockScores and
+// TopKBlocks make on them (through op/causalselect, so that the GPU check
+// can use it without linking package op), the bench's random causal
+// selection, and the mean union of selected blocks per query tile of a
+// selection.
 package workload
 
 import (

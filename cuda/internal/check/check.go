@@ -156,6 +156,28 @@ func (c *Prefill) KVRows() int {
 // masked row (O = 0, LSE = -inf).
 func (c *Prefill) Gen(seed uint64) error {
 	rng := rand.New(rand.NewPCG(seed, 7))
+	if err := c.genInputs(rng); err != nil {
+		return err
+	}
+	B := len(c.CuQ) - 1
+	for h := 0; h < c.Hkv; h++ {
+		for b := 0; b < B; b++ {
+			nb := (int(c.SeqK[b]) + c.Blk - 1) / c.Blk
+			for q := int(c.CuQ[b]); q < int(c.CuQ[b+1]); q++ {
+				n := min(nb, rng.IntN(c.TopK+1)) // 0 blocks: a fully masked row
+				slots := rng.Perm(c.TopK)        // -1 anywhere in the list
+				for j, blk := range rng.Perm(nb)[:n] {
+					c.Q2K[(h*c.TotalQ+q)*c.TopK+slots[j]] = int32(blk)
+				}
+			}
+		}
+	}
+	return c.replan()
+}
+
+// genInputs draws the inputs (Q, K, V, the page table) from rng and sets
+// Q2K to an empty selection (every slot -1).
+func (c *Prefill) genInputs(rng *rand.Rand) error {
 	B := len(c.CuQ) - 1
 	c.TotalQ = int(c.CuQ[B])
 	c.Hq = c.Hkv * c.QHPK
@@ -191,19 +213,7 @@ func (c *Prefill) Gen(seed uint64) error {
 	for i := range c.Q2K {
 		c.Q2K[i] = -1
 	}
-	for h := 0; h < c.Hkv; h++ {
-		for b := 0; b < B; b++ {
-			nb := (int(c.SeqK[b]) + c.Blk - 1) / c.Blk
-			for q := int(c.CuQ[b]); q < int(c.CuQ[b+1]); q++ {
-				n := min(nb, rng.IntN(c.TopK+1)) // 0 blocks: a fully masked row
-				slots := rng.Perm(c.TopK)        // -1 anywhere in the list
-				for j, blk := range rng.Perm(nb)[:n] {
-					c.Q2K[(h*c.TotalQ+q)*c.TopK+slots[j]] = int32(blk)
-				}
-			}
-		}
-	}
-	return c.replan()
+	return nil
 }
 
 // replan builds the CSR and the forward schedule of the selection.

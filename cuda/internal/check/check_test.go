@@ -69,11 +69,11 @@ func TestMatrixCPU(t *testing.T) {
 	}
 }
 
-// TestTimingShapes: the timed prefill uses the bench's causal selection
-// (diagonal block plus up to topK-1 earlier blocks).
+// TestTimingShapes: the local selection is the diagonal block plus up to
+// topK-1 earlier blocks.
 func TestTimingShapes(t *testing.T) {
 	c := TimingPrefill("p", 1024, 1, 1)
-	if err := c.GenCausal(1); err != nil {
+	if err := c.GenTiming(1, Local, &Selections{}); err != nil {
 		t.Fatal(err)
 	}
 	// query q sees min(16, q/128+1) blocks, the diagonal one up to q

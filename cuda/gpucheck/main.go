@@ -268,7 +268,9 @@ const csvHeader = "case,kernels,max_rel_o,tol_o,margin_o,max_rel_lse,tol_lse,mar
 	"masked_rows,bad_masked,nan,cpu_max_rel_o,cpu_max_rel_lse,cpu_ok,deterministic,status"
 
 // timingHeader are the columns of timing.csv.
-const timingHeader = "case,kernels,ms,tflops,pct_peak_flops,gbs,pct_hbm,status"
+// union_per_tile is a prefill's mean union of selected blocks per 64-row
+// query-major tile (check.Prefill.TileUnion), empty for a decode.
+const timingHeader = "case,kernels,ms,tflops,pct_peak_flops,gbs,pct_hbm,union_per_tile,status"
 
 // probeHeader are the columns of probes.csv.
 const probeHeader = "case,kernels,rows,tokens,attended,wrong_tokens,wrong_counts,status,first_mismatch"
@@ -397,7 +399,7 @@ func (r *report) late(name string) bool {
 		r.skipped++
 		if row, ok := strings.CutPrefix(name, "timing "); ok { // a timing row: in timing.csv
 			r.timing = append(r.timing, blankRow(timingHeader, row, "skipped (time budget)"))
-			r.timingMD = append(r.timingMD, fmt.Sprintf("| %s |%s skipped (time budget) |", row, strings.Repeat(" |", 5)))
+			r.timingMD = append(r.timingMD, fmt.Sprintf("| %s |%s skipped (time budget) |", row, strings.Repeat(" |", 7)))
 			return true
 		}
 		r.rows = append(r.rows, blankRow(csvHeader, name, "skipped (time budget)"))
@@ -719,8 +721,10 @@ func (r *report) decode(c *check.Decode, seed uint64) {
 
 // timings times the A/B rows of the plan (plan.Rows) in their order:
 // the rows that decide the issues' targets first. Each case is generated
-// once for its consecutive rows; every row is in timing.csv as soon as it
-// is measured (begin rewrites the report after each).
+// once for its consecutive rows, and a correlated selection once per
+// length for all its cases (the block scoring of 128K tokens is seconds of
+// host work); every row is in timing.csv as soon as it is measured (begin
+// rewrites the report after each).
 func (r *report) timings(quick bool) {
 	fmt.Printf("timing: %s\n", r.defaults())
 	var (
@@ -728,6 +732,7 @@ func (r *report) timings(quick bool) {
 		pc     *check.Prefill
 		dc     *check.Decode
 		genErr error
+		sels   = &check.Selections{Workers: r.workers}
 	)
 	quickCase := map[bool]string{} // -quick: the first prefill and the first decode case
 	for _, row := range plan.Rows(r.planArch()) {
@@ -747,11 +752,7 @@ func (r *report) timings(quick bool) {
 			cur, pc, dc = tc.Name, nil, nil
 			if tc.Prefill {
 				pc = check.TimingPrefill(tc.Name, tc.T, tc.Q, tc.KV)
-				if tc.Random {
-					genErr = pc.Gen(1)
-				} else {
-					genErr = pc.GenCausal(1)
-				}
+				genErr = pc.GenTiming(1, tc.Select, sels)
 			} else {
 				dc = check.TimingDecode(tc.Name, tc.Batch, tc.Ctx, tc.Q)
 				dc.SMs = r.dev.SMs
@@ -760,7 +761,7 @@ func (r *report) timings(quick bool) {
 		}
 		switch {
 		case genErr != nil:
-			r.timeRow(name, "", 0, 0, 0, tc.FP8(), genErr)
+			r.timeRow(name, "", 0, 0, 0, noUnion, tc.FP8(), genErr)
 		case tc.Prefill:
 			r.timePrefill(pc, name, prefillRunMode(row.Prefill), tc.FP8())
 		default:
@@ -776,15 +777,25 @@ func (r *report) defaults() string {
 		r.prefillDefault, cuda.PrefillEnv, r.decodeDefault, cuda.DecodeEnv, r.fp8pvDefault, cuda.FP8PVEnv)
 }
 
-func (r *report) timeRow(name, kern string, ms, flop, bytes float64, fp8 bool, err error) {
+// noUnion is timeRow's union of a row without one (decode).
+const noUnion = -1
+
+// timeRow records a timing row; union is the prefill's mean union of
+// selected blocks per query-major tile (check.Prefill.TileUnion), or
+// noUnion.
+func (r *report) timeRow(name, kern string, ms, flop, bytes, union float64, fp8 bool, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	u, uText := "", ""
+	if union >= 0 {
+		u, uText = fmt.Sprintf("%.2f", union), fmt.Sprintf(" %6.2f blocks/tile", union)
+	}
 	if err != nil {
 		err = r.k.Explain(err) // names a timed-out SM100 wait's site
 		r.failed++
 		fmt.Printf("timing %-36s ERROR %v\n", name, err)
-		r.timing = append(r.timing, fmt.Sprintf("%s,%s,,,,,,ERROR: %s", name, kern, strings.ReplaceAll(err.Error(), ",", ";")))
-		r.timingMD = append(r.timingMD, fmt.Sprintf("| %s | %s | | | | | | error |", name, kern))
+		r.timing = append(r.timing, fmt.Sprintf("%s,%s,,,,,,%s,ERROR: %s", name, kern, u, strings.ReplaceAll(err.Error(), ",", ";")))
+		r.timingMD = append(r.timingMD, fmt.Sprintf("| %s | %s | | | | | | %s | error |", name, kern, u))
 		return
 	}
 	peak := float64(peakBF16TFLOPS)
@@ -793,16 +804,22 @@ func (r *report) timeRow(name, kern string, ms, flop, bytes float64, fp8 bool, e
 	}
 	tf := flop / (ms * 1e-3) / 1e12
 	gbs := bytes / (ms * 1e-3) / 1e9
-	fmt.Printf("timing %-36s %-40s %9.3f ms %8.1f TFLOP/s (%5.1f%% of %.0f) %8.0f GB/s (%5.1f%% of %d)\n",
-		name, kern, ms, tf, 100*tf/peak, peak, gbs, 100*gbs/peakHBMGBs, peakHBMGBs)
-	r.timing = append(r.timing, fmt.Sprintf("%s,%s,%.4f,%.2f,%.1f,%.0f,%.1f,ok", name, kern, ms, tf, 100*tf/peak, gbs, 100*gbs/peakHBMGBs))
-	r.timingMD = append(r.timingMD, fmt.Sprintf("| %s | %s | %.3f | %.1f | %.1f%% of %.0f | %.0f | %.1f%% |", name, kern, ms, tf, 100*tf/peak, peak, gbs, 100*gbs/peakHBMGBs))
+	fmt.Printf("timing %-36s %-40s %9.3f ms %8.1f TFLOP/s (%5.1f%% of %.0f) %8.0f GB/s (%5.1f%% of %d)%s\n",
+		name, kern, ms, tf, 100*tf/peak, peak, gbs, 100*gbs/peakHBMGBs, peakHBMGBs, uText)
+	r.timing = append(r.timing, fmt.Sprintf("%s,%s,%.4f,%.2f,%.1f,%.0f,%.1f,%s,ok", name, kern, ms, tf, 100*tf/peak, gbs, 100*gbs/peakHBMGBs, u))
+	r.timingMD = append(r.timingMD, fmt.Sprintf("| %s | %s | %.3f | %.1f | %.1f%% of %.0f | %.0f | %.1f%% | %s | ok |", name, kern, ms, tf, 100*tf/peak, peak, gbs, 100*gbs/peakHBMGBs, u))
 }
 
-// timePrefill times generated case c (GenCausal) in mode md, reported as name.
+// timePrefill times generated case c (GenTiming) in mode md, reported as
+// name with the mean union of its selected blocks per query-major tile.
 func (r *report) timePrefill(c *check.Prefill, name string, md runMode, fp8 bool) {
 	r.begin("timing " + name)
 	defer r.begin("")
+	union, err := c.TileUnion()
+	if err != nil {
+		r.timeRow(name, "", 0, 0, 0, noUnion, fp8, err)
+		return
+	}
 	m := &mem{cuda.NewArena(r.dev)}
 	defer m.Free()
 	a := &cuda.FwdArgs{Q: m.Put(c.Q.Enc), K: m.Put(c.K.Enc), V: m.Put(c.V.Enc), CuSeqlensQ: m.PutI32(c.CuQ), CuSeqlensK: m.PutI32(c.CuK),
@@ -821,14 +838,14 @@ func (r *report) timePrefill(c *check.Prefill, name string, md runMode, fp8 bool
 		ca.OutputScale = m.PutF32(c.V.Global)
 	}
 	if m.Err() != nil {
-		r.timeRow(name, "", 0, 0, 0, fp8, m.Err())
+		r.timeRow(name, "", 0, 0, 0, union, fp8, m.Err())
 		return
 	}
 	r.apply(md)
 	defer r.restore()
 	pl, err := r.k.PrepareSparsePrefill(r.dev, a, ca, c.CSR, c.Sched, c.CuQ, window)
 	if err != nil {
-		r.timeRow(name, "", 0, 0, 0, fp8, err)
+		r.timeRow(name, "", 0, 0, 0, union, fp8, err)
 		return
 	}
 	kern := strings.Join(dedup(pl.Kernels()), "+")
@@ -843,7 +860,7 @@ func (r *report) timePrefill(c *check.Prefill, name string, md runMode, fp8 bool
 	if !strings.Contains(kern, "_qfwd_") {
 		bytes += 2 * float64(check.SlotRows(c)) * float64(c.Hq/c.Hkv) * float64(c.D*2+4)
 	}
-	r.timeRow(name, kern, ms, c.FLOP(), bytes, fp8, err)
+	r.timeRow(name, kern, ms, c.FLOP(), bytes, union, fp8, err)
 }
 
 // timeDecode times generated case c in mode md, reported as name; the
@@ -856,14 +873,14 @@ func (r *report) timeDecode(c *check.Decode, name string, md decodeMode, fp8 boo
 	defer m.Free()
 	a := r.decodeArgs(m, c)
 	if m.Err() != nil {
-		r.timeRow(name, "", 0, 0, 0, fp8, m.Err())
+		r.timeRow(name, "", 0, 0, 0, noUnion, fp8, m.Err())
 		return
 	}
 	r.applyDecode(md)
 	defer r.restoreDecode()
 	pl, err := r.k.PrepareDecode(r.dev, a, c.Sched)
 	if err != nil {
-		r.timeRow(name, "", 0, 0, 0, fp8, err)
+		r.timeRow(name, "", 0, 0, 0, noUnion, fp8, err)
 		return
 	}
 	kern := strings.Join(dedup(pl.Kernels()), "+")
@@ -871,7 +888,7 @@ func (r *report) timeDecode(c *check.Decode, name string, md decodeMode, fp8 boo
 	if err == nil {
 		err = cuda.CheckFiniteBF16(r.dev, a.Out, c.Batch*c.SeqlenQ*c.Hq*c.D)
 	}
-	r.timeRow(name, kern, ms, c.FLOP(), c.Bytes(), fp8, err)
+	r.timeRow(name, kern, ms, c.FLOP(), c.Bytes(), noUnion, fp8, err)
 }
 
 // replaceFile writes data to path through a temporary file and a rename,
@@ -922,7 +939,9 @@ func (r *report) write(dir, header string, took time.Duration) error {
 	fmt.Fprintf(&b, "\n\n## Timing (bench default shapes: Hq %d, Hkv %d, D %d, topK %d, blk %d; decode page %d)\n\n", check.BenchHq, check.BenchHkv,
 		check.BenchD, check.BenchTopK, check.BenchBlk, check.BenchPage)
 	fmt.Fprintf(&b, "Peaks: H200 dense BF16 %d TFLOP/s, FP8 %d TFLOP/s, HBM %d GB/s. The %s.\n\n", peakBF16TFLOPS, peakFP8TFLOPS, peakHBMGBs, r.defaults())
-	b.WriteString("| case | kernels | ms | TFLOP/s | % of peak | GB/s | % of HBM |\n|---|---|---:|---:|---:|---:|---:|\n")
+	b.WriteString("Prefill rows: the selection pattern is in the case name (correlated: BlockScores + TopKBlocks on token-correlated Q and K; " +
+		"random: the bench's default; local: a local window); blocks/tile is the mean union of the blocks a 64-row query tile's tokens selected.\n\n")
+	b.WriteString("| case | kernels | ms | TFLOP/s | % of peak | GB/s | % of HBM | blocks/tile | status |\n|---|---|---:|---:|---:|---:|---:|---:|---|\n")
 	b.WriteString(strings.Join(r.timingMD, "\n"))
 	b.WriteString("\n")
 	return replaceFile(filepath.Join(dir, "gpucheck.md"), []byte(b.String()), 0o644)

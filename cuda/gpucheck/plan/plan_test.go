@@ -2,10 +2,15 @@ package plan
 
 import (
 	"bytes"
+	"math"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/sparseattn/msa/cuda"
+	"github.com/sparseattn/msa/cuda/internal/check"
 )
 
 var arches = []cuda.Arch{cuda.ArchPortable, cuda.ArchSM80, cuda.ArchSM90, cuda.ArchSM100}
@@ -57,9 +62,9 @@ func TestEachCaseOnce(t *testing.T) {
 // TestPriority checks the head of the sm90 timing order: the rows that
 // decide the issues' targets come first, in the order of their value.
 func TestPriority(t *testing.T) {
-	want := []string{"prefill bf16 8K (kv)", "prefill bf16 8K (query)", "prefill bf16 8K (kv2)",
+	want := []string{"prefill bf16 8K correlated (kv)", "prefill bf16 8K correlated (query)", "prefill bf16 8K correlated (kv2)",
 		"decode bf16 b32 64K", "decode bf16 b32 64K (new)", "decode e4m3 b32 64K", "decode e4m3 b32 64K (new)",
-		"prefill fp8 8K (query)", "prefill fp8 8K (query fp8pv)", "decode bf16 b1 8K (new)"}
+		"prefill fp8 8K correlated (query)", "prefill fp8 8K correlated (query fp8pv)", "decode bf16 b1 8K (new)"}
 	rows := Rows(cuda.ArchSM90)
 	for i, w := range want {
 		if rows[i].Name() != w {
@@ -109,5 +114,69 @@ func TestWrite(t *testing.T) {
 	}
 	if !strings.Contains(out, "total: worst ") {
 		t.Errorf("plan has no total:\n%s", out)
+	}
+}
+
+// TestSelections checks the prefill rows' selection patterns on every
+// family: each row's name ends its case name with the pattern it
+// generates; only t-selection times the random and local patterns, both
+// at 8K beside the correlated 8K rows of t-prefill-bf16-8k in the same
+// modes; the long prefills are correlated; and the correlated rows cost
+// their selection once per length in a stage's estimate.
+func TestSelections(t *testing.T) {
+	for _, a := range arches {
+		modes := map[check.Selection][]string{}
+		for _, r := range Rows(a) {
+			c := r.Case
+			if !c.Prefill {
+				continue
+			}
+			if !strings.HasSuffix(c.Name, " "+string(c.Select)) {
+				t.Errorf("%s: row %q: case name does not end in its pattern %q", a, r.Name(), c.Select)
+			}
+			if (c.Select != check.Correlated) != (r.Stage == "t-selection") {
+				t.Errorf("%s: row %q in stage %s: pattern %q", a, r.Name(), r.Stage, c.Select)
+			}
+			if c.T == 8192 && c.Q == cuda.BF16 && c.KV == cuda.BF16 && r.Stage != "t-rest" {
+				modes[c.Select] = append(modes[c.Select], r.Prefill.Label())
+			}
+			if c.T > 8192 && c.Select != check.Correlated {
+				t.Errorf("%s: long row %q: pattern %q", a, r.Name(), c.Select)
+			}
+		}
+		for _, sel := range []check.Selection{check.Random, check.Local} {
+			if (a != cuda.ArchPortable && len(modes[check.Correlated]) == 0) || !slices.Equal(modes[sel], modes[check.Correlated]) {
+				t.Errorf("%s: BF16 8K modes: %s %v, correlated %v: want the same (some on a tensor-core family)", a, sel, modes[sel], modes[check.Correlated])
+			}
+		}
+	}
+	long := prefillCase("bf16", 131072, cuda.BF16, cuda.BF16, check.Correlated)
+	if s := long.SelectSeconds(); s < 1 || s > 15 {
+		t.Errorf("correlated 128K selection estimated at %.1f s: want the measured order (a few seconds)", s)
+	}
+	if s := prefillCase("bf16", 131072, cuda.BF16, cuda.BF16, check.Local).SelectSeconds(); s != 0 {
+		t.Errorf("local 128K selection estimated at %.1f s: want 0", s)
+	}
+	// t-prefill-long's estimate: its rows, each case's generation once
+	// and each length's correlated selection once
+	var b bytes.Buffer
+	if err := Write(&b, cuda.ArchSM90); err != nil {
+		t.Fatal(err)
+	}
+	want := fixedSeconds[Check]
+	for _, r := range Rows(cuda.ArchSM90) {
+		if r.Stage == "t-prefill-long" {
+			want += r.Seconds()
+			if r.Prefill.Label() == " (kv)" { // the first row of each case
+				want += r.Case.GenSeconds() + r.Case.SelectSeconds()
+			}
+		}
+	}
+	line := regexp.MustCompile(`(?m)^t-prefill-long .* est +([0-9.]+) s,`).FindStringSubmatch(b.String())
+	if line == nil {
+		t.Fatalf("plan has no t-prefill-long line:\n%s", b.String())
+	}
+	if got, _ := strconv.ParseFloat(line[1], 64); math.Abs(got-want) > 0.051 {
+		t.Errorf("t-prefill-long estimated at %s s, want %.2f", line[1], want)
 	}
 }

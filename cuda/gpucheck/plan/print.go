@@ -89,7 +89,7 @@ func Write(w io.Writer, a cuda.Arch) error {
 		var lines []string
 		switch s.Kind {
 		case Check:
-			generated := map[string]bool{}
+			generated, selected := map[string]bool{}, map[int]bool{}
 			for _, r := range rows {
 				if !selects(s, "timing "+r.Name()) {
 					continue
@@ -98,6 +98,10 @@ func Write(w io.Writer, a cuda.Arch) error {
 				if !generated[r.Case.Name] {
 					generated[r.Case.Name] = true
 					t += r.Case.GenSeconds()
+				}
+				if sel := r.Case.SelectSeconds(); sel > 0 && !selected[r.Case.T] { // kept for the stage's other cases of T tokens
+					selected[r.Case.T] = true
+					t += sel
 				}
 				se += t
 				lines = append(lines, fmt.Sprintf("    timing %-40s est %6.1f s", r.Name(), t))

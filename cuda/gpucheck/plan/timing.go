@@ -20,11 +20,10 @@ type TimingCase struct {
 	Batch   int // decode requests
 	Ctx     int // decode context per request
 	Q, KV   cuda.Dtype
-	// Random: the check's random causal selection (check.Prefill.Gen)
-	// instead of the correlated one every other prefill row uses
-	// (GenCausal: all queries of a block select the diagonal block and
-	// the topK-1 before it).
-	Random bool
+	// Select is a prefill's block selection pattern (check.GenTiming):
+	// check.Correlated, the targets' primary rows; check.Random, the
+	// bench's default; check.Local, a local window.
+	Select check.Selection
 }
 
 // FP8 reports whether the case times against the FP8 peak (E4M3 Q).
@@ -47,12 +46,8 @@ func (r Row) Name() string {
 	return r.Case.Name + r.Decode.Label()
 }
 
-func prefillCase(dt string, T int, q, kv cuda.Dtype, random bool) TimingCase {
-	name := fmt.Sprintf("prefill %s %dK", dt, T/1024)
-	if random {
-		name += " random"
-	}
-	return TimingCase{Name: name, Prefill: true, T: T, Q: q, KV: kv, Random: random}
+func prefillCase(dt string, T int, q, kv cuda.Dtype, sel check.Selection) TimingCase {
+	return TimingCase{Name: fmt.Sprintf("prefill %s %dK %s", dt, T/1024, sel), Prefill: true, T: T, Q: q, KV: kv, Select: sel}
 }
 
 func decodeCase(dt cuda.Dtype, batch, ctx int) TimingCase {
@@ -85,22 +80,25 @@ var (
 // timingGroups are the timing stages in the order of what they decide
 // (issue targets first): the BF16 8K prefill A/B of the paths, the decode
 // target at batch 32 x 64K, the FP8 prefill's P.V A/B, the small-batch
-// decode target, long prefills, random against correlated selection; after
-// the graph test (groupGraphAfter) every other row of allCases.
+// decode target, long prefills, the random and local selections against
+// the correlated one of the prefill rows before; after the graph test
+// (groupGraphAfter) every other row of allCases. Every prefill row but
+// those of t-selection takes the correlated selection, on which the
+// targets are defined first.
 var timingGroups = []timingGroup{
-	{name: "t-prefill-bf16-8k", limit: 30, what: "prefill BF16 8K: kv / query / kv2",
-		sel: []rowSel{{[]TimingCase{prefillCase("bf16", 8192, bf16, bf16, false)}, abPrefill, nil}}},
+	{name: "t-prefill-bf16-8k", limit: 30, what: "prefill BF16 8K, correlated selection: kv / query / kv2",
+		sel: []rowSel{{[]TimingCase{prefillCase("bf16", 8192, bf16, bf16, check.Correlated)}, abPrefill, nil}}},
 	{name: "t-decode-b32", limit: 30, what: "decode b32 x 64K BF16 and FP8: old / new",
 		sel: []rowSel{{[]TimingCase{decodeCase(bf16, 32, 65536), decodeCase(fp8, 32, 65536)}, abDecode, nil}}},
-	{name: "t-prefill-fp8-8k", limit: 20, what: "prefill FP8 8K: query (V widened) / query fp8pv",
-		sel: []rowSel{{[]TimingCase{prefillCase("fp8", 8192, fp8, fp8, false)}, []string{" (query)", " (query fp8pv)"}, nil}}},
+	{name: "t-prefill-fp8-8k", limit: 20, what: "prefill FP8 8K, correlated selection: query (V widened) / query fp8pv",
+		sel: []rowSel{{[]TimingCase{prefillCase("fp8", 8192, fp8, fp8, check.Correlated)}, []string{" (query)", " (query fp8pv)"}, nil}}},
 	{name: "t-decode-small", limit: 30, what: "decode b1/4/8 x 8K/32K/128K BF16: new (old where there is no new kernel)",
 		sel: []rowSel{{smallDecode(), []string{" (new)"}, abDecode[:1]}}}, // the old kernel where there is no new one
-	{name: "t-prefill-long", limit: 30, what: "prefill BF16 32K / 128K: kv / query / kv2",
-		sel: []rowSel{{[]TimingCase{prefillCase("bf16", 32768, bf16, bf16, false), prefillCase("bf16", 131072, bf16, bf16, false)}, abPrefill, nil}}},
-	{name: "t-selection", limit: 15, what: "prefill BF16 8K, random selection (against the correlated rows above): kv / query / kv2",
-		sel: []rowSel{{[]TimingCase{prefillCase("bf16", 8192, bf16, bf16, true)}, abPrefill, nil}}},
-	{name: "t-rest", limit: 20, what: "every other timing row (query80, portable, FP8 kv, NVFP4 K/V, the other decode kernel at small batch, the decode grid)", rest: true},
+	{name: "t-prefill-long", limit: 35, what: "prefill BF16 32K / 128K, correlated selection: kv / query / kv2",
+		sel: []rowSel{{[]TimingCase{prefillCase("bf16", 32768, bf16, bf16, check.Correlated), prefillCase("bf16", 131072, bf16, bf16, check.Correlated)}, abPrefill, nil}}},
+	{name: "t-selection", limit: 15, what: "prefill BF16 8K, random and local selection (against the correlated rows above): kv / query / kv2",
+		sel: []rowSel{{[]TimingCase{prefillCase("bf16", 8192, bf16, bf16, check.Random), prefillCase("bf16", 8192, bf16, bf16, check.Local)}, abPrefill, nil}}},
+	{name: "t-rest", limit: 15, what: "every other timing row (query80, portable, FP8 kv, NVFP4 K/V, the other decode kernel at small batch, the decode grid)", rest: true},
 }
 
 // groupGraphAfter is how many timing groups run before the graph test.
@@ -120,8 +118,8 @@ func smallDecode() []TimingCase {
 // the portable kernels beyond 32K tokens of prefill and 64K of decode
 // context (one 128K prefill on them would outlast the case watchdog).
 func allCases() []TimingCase {
-	out := []TimingCase{prefillCase("bf16", 8192, bf16, bf16, false), prefillCase("bf16", 32768, bf16, bf16, false),
-		prefillCase("fp8", 8192, fp8, fp8, false), prefillCase("bf16q-nvfp4kv", 8192, bf16, cuda.NVFP4, false),
+	out := []TimingCase{prefillCase("bf16", 8192, bf16, bf16, check.Correlated), prefillCase("bf16", 32768, bf16, bf16, check.Correlated),
+		prefillCase("fp8", 8192, fp8, fp8, check.Correlated), prefillCase("bf16q-nvfp4kv", 8192, bf16, cuda.NVFP4, check.Correlated),
 		decodeCase(bf16, 32, 65536), decodeCase(fp8, 32, 65536)}
 	out = append(out, smallDecode()...)
 	for _, dt := range []cuda.Dtype{fp8, bf16} {
@@ -242,7 +240,30 @@ const (
 	prefillReps, decodeReps = 5, 20
 	peakBF16, peakFP8, hbm  = 989e12, 1979e12, 4.8e12
 	flopFrac, hbmFrac       = 0.2, 0.4
+	// The correlated selection (check.GenTiming; made once per length in
+	// a stage's process and kept for its other dtypes): the AR(1) Q and K
+	// rows on one core, 5.8-6.2 ns per element measured (8K-128K tokens x
+	// 17 heads x D 128, go test of internal/workload's generator on a
+	// shared 2-core AMD Zen 4 host), doubled for a slower host core; the
+	// block scores, 2 T Hq D (ceil(T/blk)+1)/2 FLOP, at 8.4-19 GFLOP/s per
+	// worker there (2 workers), taken as 4 GFLOP/s per core on the GPU
+	// machine's hostCores cores (16 on the lent H100 / H200 machines).
+	ar1NsPerElement   = 12
+	scoreFlopsPerCore = 4e9
+	hostCores         = 16
 )
+
+// SelectSeconds estimates making the correlated selection of case c (0
+// for another pattern or a decode).
+func (c TimingCase) SelectSeconds() float64 {
+	if !c.Prefill || c.Select != check.Correlated {
+		return 0
+	}
+	rows := float64(c.T) * float64(check.BenchHq+check.BenchHkv) * check.BenchD * ar1NsPerElement * 1e-9
+	blocks := float64((c.T+check.BenchBlk-1)/check.BenchBlk+1) / 2
+	flop := 2 * float64(c.T) * check.BenchHq * check.BenchD * blocks
+	return rows + flop/(scoreFlopsPerCore*hostCores)
+}
 
 // elements is the number of Q, K and V elements of case c.
 func (c TimingCase) elements() float64 {

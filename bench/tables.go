@@ -11,8 +11,14 @@ import (
 )
 
 // gpuTimingHeader is the schema of timing.csv, which the GPU check
-// (cuda/gpucheck) writes: one row per case and path.
-var gpuTimingHeader = []string{"case", "kernels", "ms", "tflops", "pct_peak_flops", "gbs", "pct_hbm", "status"}
+// (cuda/gpucheck) writes: one row per case and path, union_per_tile a
+// prefill's mean union of selected blocks per 64-row query tile. Files
+// written before the check reported it lack that column
+// (gpuTimingHeaderV1) and render without it.
+var (
+	gpuTimingHeader   = []string{"case", "kernels", "ms", "tflops", "pct_peak_flops", "gbs", "pct_hbm", "union_per_tile", "status"}
+	gpuTimingHeaderV1 = []string{"case", "kernels", "ms", "tflops", "pct_peak_flops", "gbs", "pct_hbm", "status"}
+)
 
 // Markers of the generated block in a Markdown file (-tables -into).
 const (
@@ -60,7 +66,7 @@ func readResultFile(path string) (*resultFile, error) {
 		if len(f.meta) > 0 {
 			return nil, fmt.Errorf("%s: a targets.csv file names its machine, date and command in its columns, not in comment lines", path)
 		}
-	case slices.Equal(h, gpuTimingHeader):
+	case slices.Equal(h, gpuTimingHeader) || slices.Equal(h, gpuTimingHeaderV1):
 		for _, k := range []string{"gpu", "date", "command"} {
 			if f.metaValue(k) == "" {
 				return nil, fmt.Errorf("%s: a GPU timing.csv file needs a \"# %s: ...\" line above its header", path, k)
@@ -199,7 +205,8 @@ func uniqueKernels(seq string, into []string) []string {
 }
 
 // gpuTable renders a GPU check timing.csv file: one row per case, the
-// time of its portable-kernel row (when the file has one) beside it.
+// time of its portable-kernel row (when the file has one) beside it, and
+// the prefill's blocks per query tile when the file has the column.
 func gpuTable(f *resultFile) (string, error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "#### %s (`%s`)\n\n", f.metaValue("gpu"), f.name)
@@ -215,15 +222,20 @@ func gpuTable(f *resultFile) (string, error) {
 		}
 	}
 	var portKernels []string
-	b.WriteString("\n| case | kernels | ms | TFLOP/s | % of peak | GB/s | % of HBM | status | portable ms | portable status |\n")
-	b.WriteString("|---|---|---:|---:|---:|---:|---:|---|---:|---|\n")
+	nums := []string{"ms", "tflops", "pct_peak_flops", "gbs", "pct_hbm"}
+	head, align := "| case | kernels | ms | TFLOP/s | % of peak | GB/s | % of HBM |", "|---|---|---:|---:|---:|---:|---:|"
+	if slices.Contains(f.recs[0], "union_per_tile") {
+		nums = append(nums, "union_per_tile")
+		head, align = head+" blocks/tile |", align+"---:|"
+	}
+	b.WriteString("\n" + head + " status | portable ms | portable status |\n" + align + "---|---:|---|\n")
 	for _, rec := range f.recs[1:] {
 		name := f.col(rec, "case")
 		if base, ok := strings.CutSuffix(name, portableSuffix); ok && f.hasCase(base) {
 			continue
 		}
 		cells := []string{name, strings.Join(uniqueKernels(f.col(rec, "kernels"), nil), ", ")}
-		for _, c := range []string{"ms", "tflops", "pct_peak_flops", "gbs", "pct_hbm"} {
+		for _, c := range nums {
 			v, err := f.number(rec, c)
 			if err != nil {
 				return "", err

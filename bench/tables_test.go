@@ -86,9 +86,11 @@ func TestTablesRefuseBadFiles(t *testing.T) {
 	}
 	for _, c := range []struct{ name, body, want string }{
 		{"header", "case,time_ms\nx,1\n", "neither targets.csv's"},
+		{"gpu header", "# gpu: H200\n# date: d\n# command: c\ncase,kernels,ms,status\np,k,1,ok\n", "neither targets.csv's"},
 		{"empty", cpuHead, "at least one row"},
-		{"gpu meta", "# gpu: H200\n# date: 2026-01-02\n" + gpuHead + "p,k,1,2,3,4,5,ok\n", `"# command: ..."`},
-		{"gpu number", "# gpu: H200\n# date: d\n# command: c\n" + gpuHead + "p,k,fast,2,3,4,5,ok\n", `ms "fast" of p: not a number`},
+		{"gpu meta", "# gpu: H200\n# date: 2026-01-02\n" + gpuHead + "p,k,1,2,3,4,5,16,ok\n", `"# command: ..."`},
+		{"gpu number", "# gpu: H200\n# date: d\n# command: c\n" + gpuHead + "p,k,fast,2,3,4,5,16,ok\n", `ms "fast" of p: not a number`},
+		{"gpu union", "# gpu: H200\n# date: d\n# command: c\n" + gpuHead + "p,k,1,2,3,4,5,many,ok\n", `union_per_tile "many" of p: not a number`},
 		{"comment form", "# just a note\n" + gpuHead + "p,k,1,2,3,4,5,ok\n", `want "# key: value"`},
 		{"cpu meta", "# date: d\n" + cpuHead + cpuRow("a", "70"), "not in comment lines"},
 		{"two machines", cpuHead + cpuRow("a", "70") + cpuRow("b", "70"), `CPU "b" in a file of "a"`},
@@ -108,5 +110,36 @@ func TestTablesRefuseBadFiles(t *testing.T) {
 	}
 	if _, err := spliceTables("no markers here", "x"); err == nil || !strings.Contains(err.Error(), "markers") {
 		t.Errorf("document without markers: %v", err)
+	}
+}
+
+// A GPU timing.csv renders its blocks per query tile when it has the
+// column (an empty cell of a decode row as "-"), and a file of the
+// earlier schema renders without it.
+func TestGPUTableUnion(t *testing.T) {
+	meta := "# gpu: H200\n# date: d\n# command: c\n"
+	dir := t.TempDir()
+	for name, body := range map[string]string{
+		"a.csv": meta + strings.Join(gpuTimingHeader, ",") + "\nprefill bf16 8K correlated (query),k,1.5,80,8.2,700,14.6,18.69,ok\ndecode bf16 b1 8K,d,0.1,1,0.1,900,18.8,,ok\n",
+		"b.csv": meta + strings.Join(gpuTimingHeaderV1, ",") + "\nprefill bf16 8K,k,1.5,80,8.2,700,14.6,ok\n",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err := renderTables(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"| case | kernels | ms | TFLOP/s | % of peak | GB/s | % of HBM | blocks/tile | status | portable ms | portable status |",
+		"| prefill bf16 8K correlated (query) | k | 1.5 | 80 | 8.2 | 700 | 14.6 | 18.69 | ok | - | - |",
+		"| decode bf16 b1 8K | d | 0.1 | 1 | 0.1 | 900 | 18.8 | - | ok | - | - |",
+		"| case | kernels | ms | TFLOP/s | % of peak | GB/s | % of HBM | status | portable ms | portable status |",
+		"| prefill bf16 8K | k | 1.5 | 80 | 8.2 | 700 | 14.6 | ok | - | - |",
+	} {
+		if !strings.Contains(out, want+"\n") {
+			t.Errorf("rendered tables lack %q:\n%s", want, out)
+		}
 	}
 }

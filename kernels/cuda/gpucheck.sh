@@ -66,7 +66,8 @@ build() {  # DIR
 # planned timing rows as measured (t-rest: the first measured, the rest skipped for time, as a
 # stage that ran out of its budget), and DIR/fake/bench prints two timed cases; the runbook must
 # exit 0, account for every planned row in rows.csv and timing.csv, say how many were measured
-# and skipped, and put the bench's two cases in bench/measured.csv.
+# and skipped, give each measured prefill case its line (union per tile, fastest mode) in the
+# summary, and put the bench's two cases in bench/measured.csv.
 fake_device() {
     local dir="$1" fake="$1/fake" out="$1/fakeout" rc planned rest
     mkdir -p "$fake"
@@ -80,10 +81,11 @@ case " $* " in
     while (( $# )); do case "$1" in -stage) name="$2"; shift ;; -out) out="$2"; shift ;; esac; shift; done
     mkdir -p "$out"
     echo "case,kernels,max_rel_o" > "$out/gpucheck.csv"
-    { echo "case,kernels,ms,tflops,pct_peak_flops,gbs,pct_hbm,status"
+    { echo "case,kernels,ms,tflops,pct_peak_flops,gbs,pct_hbm,union_per_tile,status"
       "$real" -rows -arch sm90 | awk -F'\t' -v s="$name" '$1 == s {
-          n++; st = (s == "t-rest" && n > 1) ? "skipped (time budget)" : "ok"
-          printf "%s,fake,1.0,1,1,1,1,%s\n", $2, st }'
+          n++; skip = s == "t-rest" && n > 1
+          if (skip) printf "%s,,,,,,,,skipped (time budget)\n", $2
+          else printf "%s,fake,1.0,1,1,1,1,%s,ok\n", $2, ($2 ~ /^prefill/) ? "16.00" : "" }'
     } > "$out/timing.csv"
     exit 0 ;;
 *) exec "$real" "$@" ;;
@@ -97,17 +99,21 @@ FAKE
     rc=$?
     planned=$("$dir/gpucheck" -rows -arch sm90 | wc -l)
     rest=$("$dir/gpucheck" -rows -arch sm90 | grep -c $'^t-rest\t')
+    # prefill cases the fake measures a row of (every stage's rows but t-rest's after its first):
+    # each must have its line in the summary's prefill block
+    pcases=$("$dir/gpucheck" -rows -arch sm90 | awk -F'\t' '$1 != "t-rest" || !r++ { if ($2 ~ /^prefill/) { sub(/ \([^)]*\)$/, "", $2); print $2 } }' | sort -u | wc -l)
     if (( rc == 0 )) && [[ $(($(wc -l < "$out/rows.csv") - 1)) -eq $planned && $(($(wc -l < "$out/timing.csv") - 1)) -eq $planned ]] &&
         [[ $(grep -c ',measured$' "$out/rows.csv") -eq $((planned - rest + 1)) ]] &&
         [[ $(grep -c ',skipped for time$' "$out/rows.csv") -eq $((rest - 1)) ]] &&
         grep -q "^timing rows: $planned planned:.* $((planned - rest + 1)) measured;" "$out/summary.txt" &&
         grep -q "^  skipped for time: t-rest: " "$out/summary.txt" &&
+        grep -q "^prefill cases: mean union" "$out/summary.txt" && [[ $(grep -c ' 16.00 blocks/tile  *1.000 ms' "$out/summary.txt") -eq $pcases ]] &&
         [[ $(grep -c ',[0-9.]*,20,' "$out/bench/measured.csv") -eq 2 ]] && grep -q "^bench .* 2 cases timed" "$out/summary.txt"; then
-        echo "gpucheck.sh: the runbook on a fake device ran every stage and accounted for its $planned planned timing rows" >&2
+        echo "gpucheck.sh: the runbook on a fake device ran every stage and accounted for its $planned planned timing rows and $pcases prefill cases" >&2
         return 0
     fi
     cat "$dir/fake.txt" >&2
-    echo "gpucheck.sh: FAIL: the runbook on a fake device (exit $rc): rows.csv / timing.csv / summary do not account for the $planned planned rows, or bench/measured.csv for the bench's 2 cases" >&2
+    echo "gpucheck.sh: FAIL: the runbook on a fake device (exit $rc): rows.csv / timing.csv / summary do not account for the $planned planned rows or the $pcases measured prefill cases, or bench/measured.csv for the bench's 2 cases" >&2
     return 1
 }
 

@@ -24,7 +24,9 @@
 #                converted, the rest with the probes)
 #   t-*          the A/B timings in the order of what they decide: prefill BF16 8K kv / query / kv2,
 #                decode b32 x 64K BF16 and FP8 old / new, prefill FP8 8K widened V / fp8pv, decode
-#                b1/4/8 x 8K/32K/128K new, prefill 32K / 128K, random selection
+#                b1/4/8 x 8K/32K/128K new, prefill 32K / 128K; every prefill row so far on the
+#                correlated selection (op's BlockScores + TopKBlocks on token-correlated Q and K),
+#                then the random and local selections at 8K
 #   graph        BINDIR/graph_test.test -test.run '^TestCUDA' with BINDIR/shims first on
 #                LD_LIBRARY_PATH (cuBLAS / cuDNN test shims: the Gorgonia engine creates their
 #                handles; the graph's ops never call them); one line says when it is not there
@@ -44,7 +46,8 @@
 # Everything goes under $OUT (default ./runbook-out): plan.txt, one directory per stage with
 # gpucheck's report (gpucheck.md, gpucheck.csv, probes.csv, timing.csv), runbook.log, timing.csv
 # (every stage's rows), rows.csv (each planned timing row: measured, error, skipped for time, not
-# reached) and summary.txt (the one-screen summary, also printed).
+# reached) and summary.txt (the one-screen summary, also printed; per prefill case, its pattern's
+# mean union of selected blocks per query tile and its fastest mode).
 #
 # Exit status: 0 every stage passed, 1 a stage failed or hung, 2 no usable GPU (or no binary).
 set -uo pipefail
@@ -228,7 +231,7 @@ done
 
 # Every stage's timing rows in one file, and each planned row's fate.
 {
-    echo "stage,case,kernels,ms,tflops,pct_peak_flops,gbs,pct_hbm,status"
+    echo "stage,case,kernels,ms,tflops,pct_peak_flops,gbs,pct_hbm,union_per_tile,status"
     for d in "${STAGES[@]}"; do
         [[ -f "$OUTDIR/$d/timing.csv" ]] && awk -v d="$d" 'FNR > 1 && NF { print d "," $0 }' "$OUTDIR/$d/timing.csv"
     done
@@ -251,6 +254,23 @@ done
     awk -F, 'FNR > 1 { n[$3]++; t++ } END { printf "timing rows: %d planned:", t; for (s in n) printf " %d %s;", n[s], s; print "" }' "$OUTDIR/rows.csv"
     awk -F, 'FNR > 1 && $3 != "measured" && ++n <= 8 { printf "  %s: %s: %s\n", $3, $1, $2 }
         END { if (n > 8) printf "  ... %d more not measured (rows.csv)\n", n - 8 }' "$OUTDIR/rows.csv"
+    # per prefill case (its selection pattern in the name): the mean union of selected blocks per
+    # 64-row query tile and the fastest measured mode
+    awk -F, 'FNR > 1 && $9 != "" {
+            c = $2; m = ""
+            if (match(c, / \([^)]*\)$/)) { m = substr(c, RSTART + 2, RLENGTH - 3); c = substr(c, 1, RSTART - 1) }
+            if (!(c in u)) { order[++n] = c; u[c] = $9 }
+            if ($10 == "ok" && (!(c in ms) || $4 + 0 < ms[c])) { ms[c] = $4 + 0; mode[c] = m; tf[c] = $5; pct[c] = $6 }
+        }
+        END {
+            if (n) print "prefill cases: mean union of selected blocks per 64-row query tile; fastest mode"
+            for (i = 1; i <= n && i <= 10; i++) {
+                c = order[i]
+                if (c in ms) printf "  %-32s %6s blocks/tile  %9.3f ms (%s) %7s TFLOP/s %5s%% of peak\n", c, u[c], ms[c], mode[c] == "" ? "default" : mode[c], tf[c], pct[c]
+                else printf "  %-32s %6s blocks/tile  not measured\n", c, u[c]
+            }
+            if (n > 10) printf "  ... %d more prefill cases (timing.csv)\n", n - 10
+        }' "$OUTDIR/timing.csv"
     for d in "${STAGES[@]}"; do
         [[ -f "$OUTDIR/$d/gpucheck.csv" ]] || continue
         awk -F, -v d="$d" 'FNR > 1 && $NF != "ok" && $NF !~ /^skipped/ { printf "  %s: %s %s: %s\n", d, $1, $2, $NF }' "$OUTDIR/$d/gpucheck.csv"

@@ -3,6 +3,7 @@ package op
 import (
 	"fmt"
 
+	"github.com/sparseattn/msa/kernels/lowp"
 	"github.com/sparseattn/msa/op/internal/selection"
 	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
@@ -90,7 +91,7 @@ func validateBlockScores(fn string, q, k, cuSeqlensQ, cuSeqlensK tensor.Tensor, 
 		return nil, c.Err
 	}
 	qs, ks := qd.Shape(), kd.Shape()
-	s := &selection.Scorer{TotalQ: qs[0], HQ: qs[1], D: qs[2], Hkv: ks[1], Q: qd, K: kd,
+	s := &selection.Scorer{TotalQ: qs[0], HQ: qs[1], D: qs[2], Hkv: ks[1], Q: scoreOperand(qd), K: scoreOperand(kd),
 		Causal: cfg.Causal, Mean: cfg.Reduce == ReduceMean, Workers: validate.WorkerCount(cfg.Workers)}
 	c.Need(s.D >= 1 && ks[2] == s.D, "k", fmt.Sprintf("head dimension D = %d (from q) >= 1", s.D), validate.ShapeStr(kd))
 	checkHeads(c, "q", qd, kd, s.Hkv, true, func() string { return "the layout [total_k, Hkv, D]" })
@@ -129,6 +130,18 @@ func validateBlockScores(fn string, q, k, cuSeqlensQ, cuSeqlensK tensor.Tensor, 
 			fmt.Sprintf("[%d, %d, %d]", s.Hkv, s.TotalQ, s.MaxBlocks))
 	}
 	return s, c.Err
+}
+
+// scoreOperand is the values of t, a float32, BFloat16 or Float8E4M3FN
+// tensor (its dtype already checked).
+func scoreOperand(t *tensor.Dense) selection.Operand {
+	switch t.Dtype() {
+	case tensor.Float32:
+		return selection.Operand{F32: validate.Backing[float32](t)}
+	case BFloat16:
+		return selection.Operand{BF16: validate.Backing[lowp.BFloat16](t)}
+	}
+	return selection.Operand{E4M3: validate.Backing[lowp.Float8E4M3FN](t)}
 }
 
 // BlockScoresFunc rates every key block for every query and KV head (the

@@ -1,6 +1,7 @@
 package causalselect_test
 
 import (
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"github.com/sparseattn/msa/kernels/lowp"
 	"github.com/sparseattn/msa/op"
 	"github.com/sparseattn/msa/op/causalselect"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 
@@ -81,6 +83,18 @@ func TestSelectRefuses(t *testing.T) {
 		_, err := causalselect.Select(s, make([]lowp.BFloat16, len(q)+c.q), make([]lowp.BFloat16, len(k)+c.k), 1)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v, q %+d, k %+d: error %v, want one containing %q", s, c.q, c.k, err, c.want)
+		}
+	}
+}
+
+// The limits are op's, and the default scale is op's.
+func TestLimitsAreOps(t *testing.T) {
+	if causalselect.MaxTopK != validate.MaxTopK {
+		t.Errorf("MaxTopK %d, op's %d", causalselect.MaxTopK, validate.MaxTopK)
+	}
+	for _, d := range []int{1, 64, 128, 192} {
+		if a, b := float32(1/math.Sqrt(float64(d))), float32(validate.DefaultScale(d)); a != b {
+			t.Errorf("D %d: scale %v, op's %v", d, a, b)
 		}
 	}
 }

@@ -6,8 +6,9 @@
 // blocks, then the best scores, ascending and -1 padded). op's
 // BlockScoresFunc, TopKBlocksFunc, their graph nodes and the one-call
 // SelectBlocks and BlockSparseAttention validate the arguments and run
-// these. It depends on op/internal/validate, kernels/lowp's decoders and
-// kernels/grad's GEMM tiles (GEMMTiler, for the query-by-mean products);
-// it must not depend on package op, on the other op/internal packages, on
-// the forward attention kernels or on Gorgonia.
+// these; op/causalselect runs them for the GPU check, which links no
+// Gorgonia. It depends on kernels/lowp's decoders and kernels/grad's GEMM
+// tiles (GEMMTiler, for the query-by-mean products); it must not depend
+// on package op, on the other op/internal packages, on the forward
+// attention kernels or on Gorgonia.
 package selection

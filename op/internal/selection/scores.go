@@ -8,16 +8,22 @@ import (
 
 	"github.com/sparseattn/msa/kernels/grad"
 	"github.com/sparseattn/msa/kernels/lowp"
-	"github.com/sparseattn/msa/op/internal/validate"
-	"gorgonia.org/tensor"
 )
+
+// Operand is the values of q or k, row-major: exactly one slice is set
+// (all nil for an empty tensor).
+type Operand struct {
+	F32  []float32
+	BF16 []lowp.BFloat16
+	E4M3 []lowp.Float8E4M3FN
+}
 
 // Scorer is a validated BlockScores request (op.BlockScoresFunc): the
 // shapes, sequences, block size and score rules; Run computes the scores.
 type Scorer struct {
 	TotalQ, HQ, Hkv, D, Blk, MaxBlocks int
 	CuQ, CuK                           []int32
-	Q, K                               *tensor.Dense
+	Q, K                               Operand // [TotalQ][HQ][D], [total_k][Hkv][D]
 	Causal                             bool
 	Scale                              float32
 	Mean                               bool // average the group's heads (else their maximum)
@@ -57,24 +63,24 @@ func grow(buf []float32, n int) []float32 {
 	return buf[:n]
 }
 
-// float32s decodes a float32, BFloat16 or Float8E4M3FN tensor into buf
-// (a float32 tensor is returned as it is).
-func float32s(t *tensor.Dense, buf []float32, workers int) []float32 {
-	switch t.Dtype() {
-	case tensor.Float32:
-		return validate.Backing[float32](t)
-	case validate.BFloat16:
-		src := validate.Backing[lowp.BFloat16](t)
-		dst := grow(buf, len(src))
-		lowp.DecodeBF16Workers(dst, src, workers)
+// float32s decodes a float32, BFloat16 or Float8E4M3FN operand into buf
+// (float32 values are returned as they are).
+func float32s(o Operand, buf []float32, workers int) []float32 {
+	switch {
+	case o.F32 != nil:
+		return o.F32
+	case o.BF16 != nil:
+		dst := grow(buf, len(o.BF16))
+		lowp.DecodeBF16Workers(dst, o.BF16, workers)
 		return dst
 	default:
-		src := validate.Backing[lowp.Float8E4M3FN](t)
-		dst := grow(buf, len(src))
-		lowp.DecodeE4M3(dst, src)
+		dst := grow(buf, len(o.E4M3))
+		lowp.DecodeE4M3(dst, o.E4M3)
 		return dst
 	}
 }
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }
 
 // parallel runs fn(w, i) for every i < n on nw goroutines (w < nw is the
 // goroutine's index), handing out i in increasing order.
@@ -116,12 +122,9 @@ func (s *Scorer) Run() []float32 {
 	nw := max(1, min(s.Workers, runtime.GOMAXPROCS(0)))
 	sc := scratches.Get().(*scratch)
 	defer scratches.Put(sc)
-	var q []float32 // nil: each scoring task decodes its own rows
-	if s.Q.Dtype() == tensor.Float32 {
-		q = validate.Backing[float32](s.Q)
-	}
+	q := s.Q.F32 // nil: each scoring task decodes its own rows
 	k := float32s(s.K, sc.k, nw)
-	if s.K.Dtype() != tensor.Float32 {
+	if s.K.F32 == nil {
 		sc.k = k
 	}
 	// The means of sequence b, KV head h, transposed: a [D x padBlocks(nb)]
@@ -131,7 +134,7 @@ func (s *Scorer) Run() []float32 {
 	firstBlock := make([]int, batch+1) // (b, j) tasks: b's blocks start at firstBlock[b]
 	widest := 0
 	for b := 0; b < batch; b++ {
-		nb := validate.CeilDiv(int(s.CuK[b+1]-s.CuK[b]), blk)
+		nb := ceilDiv(int(s.CuK[b+1]-s.CuK[b]), blk)
 		off[b+1] = off[b] + hkv*d*padBlocks(nb)
 		firstBlock[b+1] = firstBlock[b] + nb
 		widest = max(widest, padBlocks(nb))
@@ -160,7 +163,7 @@ func (s *Scorer) Run() []float32 {
 	// Scoring tasks: (sequence, KV head, chunk of rowChunk query rows).
 	firstTask := make([]int, batch+1)
 	for b := 0; b < batch; b++ {
-		firstTask[b+1] = firstTask[b] + hkv*validate.CeilDiv(int(s.CuQ[b+1]-s.CuQ[b]), rowChunk)
+		firstTask[b+1] = firstTask[b] + hkv*ceilDiv(int(s.CuQ[b+1]-s.CuQ[b]), rowChunk)
 	}
 	parallel(firstTask[batch], nw, func(w, task int) {
 		b := 0
@@ -180,7 +183,7 @@ func (s *Scorer) Run() []float32 {
 func (s *Scorer) blockMeans(mt, k []float32, b, j int, sum []float32) {
 	d, hkv, blk := s.D, s.Hkv, s.Blk
 	sk := int(s.CuK[b+1] - s.CuK[b])
-	ld := padBlocks(validate.CeilDiv(sk, blk))
+	ld := padBlocks(ceilDiv(sk, blk))
 	n := min(blk, sk-j*blk)
 	inv := 1 / float32(n)
 	for h := 0; h < hkv; h++ {
@@ -207,7 +210,7 @@ func (s *Scorer) scoreRows(out, q, mt []float32, ws *workerScratch, b, h, gq0 in
 	qpk := hq / s.Hkv
 	sq := int(s.CuQ[b+1] - s.CuQ[b])
 	sk := int(s.CuK[b+1] - s.CuK[b])
-	nb := validate.CeilDiv(sk, blk)
+	nb := ceilDiv(sk, blk)
 	if nb == 0 {
 		return
 	}
@@ -265,10 +268,10 @@ func (s *Scorer) scoreRows(out, q, mt []float32, ws *workerScratch, b, h, gq0 in
 func (s *Scorer) decodeRows(dst []float32, gq0, rows, h0, n int) {
 	for r := 0; r < rows; r++ {
 		at := ((gq0+r)*s.HQ + h0) * s.D
-		if s.Q.Dtype() == validate.BFloat16 {
-			lowp.DecodeBF16(dst[r*n:][:n], validate.Backing[lowp.BFloat16](s.Q)[at:][:n])
+		if s.Q.BF16 != nil {
+			lowp.DecodeBF16(dst[r*n:][:n], s.Q.BF16[at:][:n])
 		} else {
-			lowp.DecodeE4M3(dst[r*n:][:n], validate.Backing[lowp.Float8E4M3FN](s.Q)[at:][:n])
+			lowp.DecodeE4M3(dst[r*n:][:n], s.Q.E4M3[at:][:n])
 		}
 	}
 }

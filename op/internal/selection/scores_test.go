@@ -8,7 +8,6 @@ import (
 
 	"github.com/sparseattn/msa/kernels/lowp"
 	"github.com/sparseattn/msa/kernels/tile"
-	"gorgonia.org/tensor"
 )
 
 // scorerCase is a ragged batch: a sequence longer than two row chunks
@@ -37,28 +36,28 @@ func scorerCase(t *testing.T, dt string, causal, mean bool) (*Scorer, []float32,
 	}
 	s := &Scorer{TotalQ: totalQ, HQ: hq, Hkv: hkv, D: d, Blk: blk, MaxBlocks: (330 + blk - 1) / blk,
 		CuQ: cuQ, CuK: cuK, Causal: causal, Scale: 0.3, Mean: mean, Workers: 3,
-		Q: stored(dt, q, totalQ, hq, d), K: stored(dt, k, totalK, hkv, d)}
+		Q: stored(dt, q), K: stored(dt, k)}
 	return s, q, k
 }
 
-// stored returns x as a tensor of dtype dt ("f32", "bf16" or "e4m3"),
-// rounding x in place to the values the tensor holds.
-func stored(dt string, x []float32, shape ...int) *tensor.Dense {
+// stored returns x as an operand of dtype dt ("f32", "bf16" or "e4m3"),
+// rounding x in place to the values the operand holds.
+func stored(dt string, x []float32) Operand {
 	switch dt {
 	case "bf16":
 		b := make([]lowp.BFloat16, len(x))
 		lowp.EncodeBF16(b, x)
 		lowp.DecodeBF16(x, b)
-		return tensor.New(tensor.WithShape(shape...), tensor.WithBacking(b))
+		return Operand{BF16: b}
 	case "e4m3":
 		b := make([]lowp.Float8E4M3FN, len(x))
 		for i, f := range x {
 			b[i] = lowp.E4M3(f)
 		}
 		lowp.DecodeE4M3(x, b)
-		return tensor.New(tensor.WithShape(shape...), tensor.WithBacking(b))
+		return Operand{E4M3: b}
 	}
-	return tensor.New(tensor.WithShape(shape...), tensor.WithBacking(x))
+	return Operand{F32: x}
 }
 
 // refScores is Run's formula in float64 from the float32 block means

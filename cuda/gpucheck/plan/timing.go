@@ -241,13 +241,14 @@ const (
 	peakBF16, peakFP8, hbm  = 989e12, 1979e12, 4.8e12
 	flopFrac, hbmFrac       = 0.2, 0.4
 	// The correlated selection (check.GenTiming; made once per length in
-	// a stage's process and kept for its other dtypes): the AR(1) Q and K
-	// rows on one core, 5.8-6.2 ns per element measured (8K-128K tokens x
-	// 17 heads x D 128, go test of internal/workload's generator on a
-	// shared 2-core AMD Zen 4 host), doubled for a slower host core; the
-	// block scores, 2 T Hq D (ceil(T/blk)+1)/2 FLOP, at 8.4-19 GFLOP/s per
-	// worker there (2 workers), taken as 4 GFLOP/s per core on the GPU
-	// machine's hostCores cores (16 on the lent H100 / H200 machines).
+	// a stage's process and kept for its other dtypes), costed from
+	// internal/workload's BenchmarkCorrelatedSelection on a shared 2-core
+	// AMD Zen 4 host at load 3.5-4.2 (docs/results/selectgen/amd-zen4.csv,
+	// 8K-128K tokens, 2 workers): the AR(1) Q and K rows on one core took
+	// 4.2-8.2 ns per element, taken as 12 (a slower or busier host core);
+	// the block scores, 2 T Hq D (ceil(T/blk)+1)/2 FLOP, ran at 6.9-17
+	// GFLOP/s per worker, taken as 4 GFLOP/s per core on the GPU machine's
+	// hostCores cores (16 on the lent H100 / H200 machines).
 	ar1NsPerElement   = 12
 	scoreFlopsPerCore = 4e9
 	hostCores         = 16

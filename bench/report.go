@@ -46,7 +46,8 @@ type result struct {
 	tbf16             torchResult // PyTorch, the same sparse or paged work, BF16 (-torch-bf16)
 	verify            string
 	verifyDetail      string
-	path              string // prefill: the path the timed calls ran (ranPaths)
+	path              string  // prefill: the path the timed calls ran (ranPaths)
+	union             float64 // prefill: mean union of selected blocks per query tile of unionTileRows rows
 	err               string
 }
 
@@ -175,6 +176,7 @@ var columns = []column{
 		}
 		return v
 	}},
+	{name: "blocks_per_tile", cell: unionCell, optional: true},
 }
 
 // tableColumns returns the columns of results.md: optional ones only when
@@ -279,6 +281,16 @@ var termColumns = []column{
 		}
 		return r.verify
 	}},
+	{name: "union", cell: unionCell, optional: true},
+}
+
+// unionCell is a prefill's mean union of selected blocks per query tile
+// (blank for other cases).
+func unionCell(r *result) string {
+	if r.union <= 0 {
+		return ""
+	}
+	return strconv.FormatFloat(r.union, 'f', 1, 64)
 }
 
 // termLegend explains every column of termColumns.
@@ -290,6 +302,7 @@ const termLegend = "Columns: ms median time of the op; GFLOP/s effective rate (4
 	"x_tsp PyTorch doing the same sparse (prefill) or paged (decode) work in FP32 / ms; x_tbf16 the same in BF16; " +
 	"noise NOISY when the noise rules flag the case (reasons in the notes); " +
 	"verify the output against the reference (FAIL also when the dense baseline's check failed). " +
+	"union (prefill) the mean number of distinct blocks the tokens of a 64-row query tile selected, what a query-major tile walks (as the GPU check's timing rows report it). " +
 	"Every column (spreads, %burst, %kern, GB/s, %BW, baseline times, methods): results.md and results.csv; bench/README.md explains them."
 
 // wrap breaks text into lines of at most width bytes at spaces.

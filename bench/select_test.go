@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/binary"
 	"hash/fnv"
+	"math"
 	"slices"
 	"testing"
 
@@ -123,4 +124,25 @@ func q2kHash(q2k []int32) uint64 {
 	}
 	h.Write(b)
 	return h.Sum64()
+}
+
+// The default 8K prefill's mean union of blocks per 64-row query tile is
+// the figure bench/README.md gives for each pattern (18.7 correlated,
+// 26.8 random), correlated below random.
+func TestTileUnion(t *testing.T) {
+	want := map[string]float64{"correlated": 18.7, "random": 26.8}
+	for _, sel := range []string{"correlated", "random"} {
+		c := caseSpec{Kind: "prefill", DType: "bf16", SeqLen: 8192, HQ: 16, HKV: 1, D: 128, TopK: 16, Blk: 128, Select: sel}
+		p, err := buildPrefill(&config{workers: 2}, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u, err := p.tileUnion()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if math.Round(u*10)/10 != want[sel] {
+			t.Errorf("%s: %.3f blocks per tile, want %.1f", sel, u, want[sel])
+		}
+	}
 }

@@ -267,10 +267,23 @@ func buildPrefill(cfg *config, c caseSpec) (*prefillProb, error) {
 	return p, nil
 }
 
+// unionTileRows is the query-head rows of the tile whose union of
+// selected blocks a prefill case reports: the GPU query-major kernel's
+// tile (cuda.QTileRows), so that the figure is the one the GPU check's
+// timing rows report for the same selection.
+const unionTileRows = 64
+
 // causalQ2K is the bench's random selection (workload.RandomQ2K: the
 // diagonal block and uniformly random visible ones), which the GPU
 // check's random timing rows time too.
 var causalQ2K = workload.RandomQ2K
+
+// tileUnion is the mean union of the blocks the tokens of one query tile
+// of unionTileRows rows selected (workload.MeanTileUnion).
+func (p *prefillProb) tileUnion() (float64, error) {
+	c := p.cs
+	return workload.MeanTileUnion(p.q2k, []int32{0, int32(c.SeqLen)}, c.HKV, c.TopK, max(1, unionTileRows/(c.HQ/c.HKV)))
+}
 
 func (p *prefillProb) run(cfg *config) (*op.Result, error) {
 	c := p.cs
@@ -451,6 +464,9 @@ func runCase(cfg *config, c caseSpec, r *result, prog *progress) error {
 			return err
 		}
 		r.path = ranPaths(attn.PrefillRuns(attn.PathKV)-kv0, attn.PrefillRuns(attn.PathQuery)-q0)
+		if r.union, err = p.tileUnion(); err != nil {
+			return err
+		}
 		if cfg.verify {
 			prog.phase(c.Name, "verify")
 			r.verify, r.verifyDetail = p.verify(cfg, last.Out.Data().([]lowp.BFloat16))

@@ -78,6 +78,19 @@ func missingAMX() string {
 	return amxPerm()
 }
 
+// bf16Note explains, for the automatic choice, why a CPU with AMX-TILE and
+// AMX-BF16 runs its bf16 calls on avx512bf16 instead of amxbf16: Linux
+// refused the tile state. "" otherwise.
+func bf16Note() string {
+	if missingBF16() != "" || !cpu.X86.HasAMXTile || !cpu.X86.HasAMXBF16 {
+		return ""
+	}
+	if m := amxPerm(); m != "" {
+		return "amxbf16 not used (it needs " + m + "); bf16 inputs run on avx512bf16"
+	}
+	return ""
+}
+
 // amxRows is the row count of an AMX update's tiles.
 const amxRows = 16
 

@@ -541,6 +541,7 @@ func TestTermTableWidth(t *testing.T) {
 			denseNote: strings.Repeat("a long note on how the dense baseline was measured ", 5)}
 		r.derive(calibration{ncpu: 2, workers: 2})
 		r.noise = []string{"spread", "load"}
+		r.tier = "avx512bf16-emulated" // the longest abbreviation (shortTier)
 		rs = append(rs, r)
 	}
 	var buf bytes.Buffer

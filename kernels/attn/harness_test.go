@@ -14,7 +14,7 @@ import (
 // the CPU or build lacks it.
 func useTier(t testing.TB, name string) {
 	t.Helper()
-	prev := tile.Tier()
+	prev := tile.TierSetting()
 	if err := tile.SetTier(name); err != nil {
 		t.Skip(err)
 	}

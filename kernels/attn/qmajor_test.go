@@ -626,7 +626,7 @@ func TestPrefillPathEnv(t *testing.T) {
 		fmt.Printf("TIER=%s PATH=%s QUERY_RUNS=%d\n", tile.Tier(), ProcessPrefillPath(), PrefillRuns(PathQuery)-before)
 		return
 	}
-	prev := tile.Tier()
+	prev := tile.TierSetting()
 	defer func() { _ = tile.SetTier(prev) }()
 	ran := 0
 	for _, tier := range testTiers {

@@ -219,6 +219,17 @@ func SetTier(name string) error {
 	return nil
 }
 
+// TierSetting returns the SetTier argument that restores the current
+// choice: AutoTier where the active tier has a bf16 twin of its own (only
+// the automatic choice pairs two tiers), else the active tier's name. Tests
+// and benchmarks that change the tier put it back with it.
+func TierSetting() string {
+	if active != twin {
+		return AutoTier
+	}
+	return active.name
+}
+
 // Tier returns the name of the active tier, the one of float32 work.
 func Tier() string { return active.name }
 

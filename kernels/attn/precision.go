@@ -36,10 +36,15 @@ func exactBF16(dt Dtype) bool {
 }
 
 // exactBF16Call reports whether p asks for bf16 products: Q, K and V are
-// all exact in bf16 (exactBF16).
+// all exact in bf16 (exactBF16), unless noBF16Calls.
 func exactBF16Call(p *Prefill) bool {
-	return exactBF16(p.Q.Dtype) && exactBF16(p.K.Dtype) && exactBF16(p.V.Dtype)
+	return !noBF16Calls && exactBF16(p.Q.Dtype) && exactBF16(p.K.Dtype) && exactBF16(p.V.Dtype)
 }
+
+// noBF16Calls, when true (tests only), makes every prefill call ask for
+// the active tier's products, as a call whose dtypes are not exact in
+// bf16 would.
+var noBF16Calls bool
 
 // BF16Products reports whether a prefill call with Q, K and V of dtypes q,
 // k and v rounds P (and Q, K, V, which are bf16 values already) to bf16

@@ -78,17 +78,15 @@ func missingAMX() string {
 	return amxPerm()
 }
 
-// bf16Note explains, for the automatic choice, why a CPU with AMX-TILE and
-// AMX-BF16 runs its bf16 calls on avx512bf16 instead of amxbf16: Linux
-// refused the tile state. "" otherwise.
-func bf16Note() string {
+// amxRefused returns what the amxbf16 tier lacks on a CPU with AVX512_BF16,
+// AMX-TILE and AMX-BF16 (Linux's permission for the tile state), "" where
+// it runs or the CPU lacks those features: the automatic choice then runs
+// low-precision prefill on another tier, and says so once on stderr.
+func amxRefused() string {
 	if missingBF16() != "" || !cpu.X86.HasAMXTile || !cpu.X86.HasAMXBF16 {
 		return ""
 	}
-	if m := amxPerm(); m != "" {
-		return "amxbf16 not used (it needs " + m + "); bf16 inputs run on avx512bf16"
-	}
-	return ""
+	return amxPerm()
 }
 
 // amxRows is the row count of an AMX update's tiles.

@@ -26,6 +26,10 @@ type tier struct {
 	// lane path, lanes_amx_amd64.go) for head dimensions that are a
 	// multiple of 32.
 	amxLanes bool
+	// slowTwin, when set, reports that the tier, though it runs here, is
+	// not chosen automatically as the bf16 twin because its products are
+	// slower on this core than the float32 tier's (nil: never).
+	slowTwin func() bool
 	// bf16Lanes: Lanes that ask for bf16 products (SetBF16Products) run
 	// them on VDPBF16PS (lanes_bf16_amd64.go) for head dimensions that are
 	// a multiple of 32.
@@ -102,8 +106,8 @@ func init() {
 	allTiers = append(simdTiers(), genericTier)
 	setAuto()
 	name := os.Getenv(EnvTier)
-	if note := bf16Note(); note != "" && (name == "" || name == AutoTier) {
-		fmt.Fprintf(os.Stderr, "tile: %s\n", note)
+	if why := amxRefused(); why != "" && (name == "" || name == AutoTier) {
+		fmt.Fprintf(os.Stderr, "tile: amxbf16 not used (it needs %s); low-precision prefill runs on %s\n", why, twin.name)
 	}
 	if name != "" {
 		if err := SetTier(name); err != nil {
@@ -114,7 +118,7 @@ func init() {
 
 // setAuto makes the automatic choice the active tier and its twin.
 func setAuto() {
-	f, b, _ := resolveTiers(AutoTier, tierNames(), missingOf)
+	f, b, _ := resolveTiers(AutoTier, tierNames(), missingOf, slowTwinOf)
 	active, twin = findTier(f), findTier(b)
 }
 
@@ -130,6 +134,13 @@ func tierNames() []string {
 // missingOf returns the missing CPU feature of the named tier of allTiers.
 func missingOf(name string) string { return findTier(name).missing() }
 
+// slowTwinOf reports whether the named tier of allTiers is too slow here
+// to be the automatic bf16 twin (tier.slowTwin).
+func slowTwinOf(name string) bool {
+	t := findTier(name)
+	return t.slowTwin != nil && t.slowTwin()
+}
+
 // bf16Tiers lists the tiers that round Q, K, V and P to bf16, in order of
 // preference for the automatic twin: AMX tiles, then VDPBF16PS. The
 // emulated tier (avx512bf16-emulated) is never chosen automatically.
@@ -137,14 +148,16 @@ var bf16Tiers = []string{"amxbf16", "avx512bf16"}
 
 // resolveTiers is the tier choice as a function of the request name
 // (AutoTier, or a tier name from MSA_CPU_TIER or SetTier), the tiers of
-// this build in order of preference (generic last) and each tier's
-// missing CPU feature (missing(name) == "" where it runs). It returns the
-// float32 tier and its bf16 twin:
+// this build in order of preference (generic last), each tier's missing
+// CPU feature (missing(name) == "" where it runs) and whether a bf16 tier
+// is slower here than the float32 one (slow, tier.slowTwin). It returns
+// the float32 tier and its bf16 twin:
 //
 //   - AutoTier: the first tier that runs and does not round to bf16;
-//     the twin is the first of bf16Tiers that runs (amxbf16 where the CPU
-//     has AMX and Linux grants the tile state, else avx512bf16 where the
-//     CPU has AVX512_BF16), else the float32 tier itself;
+//     the twin is the first of bf16Tiers that runs and is not slow
+//     (amxbf16 where the CPU has AMX and Linux grants the tile state, else
+//     avx512bf16 where the CPU has AVX512_BF16 at the rate of AMD Zen 4),
+//     else the float32 tier itself;
 //   - a float32 tier (generic, avx2, avx512): that tier for both, so that
 //     every call keeps float32 products;
 //   - a bf16 tier (avx512bf16, amxbf16, avx512bf16-emulated): that tier
@@ -152,7 +165,7 @@ var bf16Tiers = []string{"amxbf16", "avx512bf16"}
 //
 // An unknown tier, or one whose feature the CPU lacks, is an error. It
 // runs no kernel: the table test drives it with made-up feature sets.
-func resolveTiers(name string, tiers []string, missing func(string) string) (float, bf16 string, err error) {
+func resolveTiers(name string, tiers []string, missing func(string) string, slow func(string) bool) (float, bf16 string, err error) {
 	if name == AutoTier {
 		for _, t := range tiers {
 			if !isBF16Tier(t) && missing(t) == "" {
@@ -162,7 +175,7 @@ func resolveTiers(name string, tiers []string, missing func(string) string) (flo
 		}
 		bf16 = float
 		for _, t := range bf16Tiers {
-			if slices.Contains(tiers, t) && missing(t) == "" {
+			if slices.Contains(tiers, t) && missing(t) == "" && !slow(t) {
 				bf16 = t
 				break
 			}
@@ -199,8 +212,8 @@ func findTier(name string) *tier {
 // (bf16 products, also for float32 work; "avx512bf16-emulated" is the bf16
 // data path with VDPBF16PS replaced by AVX-512F instructions, for testing
 // on CPUs without AVX512_BF16), or AutoTier ("auto") for the automatic
-// choice: the best float32 tier, and the best bf16 tier the CPU has for
-// the calls that ask for bf16 products (BF16InputTier). It fails when the
+// choice: the best float32 tier, and the best bf16 tier the CPU runs at
+// speed for the calls that ask for bf16 products (BF16InputTier). It fails when the
 // tier is unknown or the CPU lacks a feature it needs. It is meant for
 // start-up, tests and benchmarks: it must not run concurrently with
 // Block.Load, Acc.Update or Lanes.Reset. Blocks and accumulators keep the
@@ -211,7 +224,7 @@ func SetTier(name string) error {
 		setAuto()
 		return nil
 	}
-	f, b, err := resolveTiers(name, tierNames(), missingOf)
+	f, b, err := resolveTiers(name, tierNames(), missingOf, slowTwinOf)
 	if err != nil {
 		return err
 	}

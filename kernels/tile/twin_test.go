@@ -22,7 +22,12 @@ func TestResolveTiers(t *testing.T) {
 		"ice lake":        {"amxbf16": "AVX512_BF16", "avx512bf16": "AVX512_BF16"},
 		"avx2 only": {"amxbf16": "AVX-512F", "avx512bf16": "AVX-512F", "avx512": "AVX-512F",
 			"avx512bf16-emulated": "AVX-512F"},
+		"cooper lake": {"amxbf16": "AMX-TILE"},
 	}
+	// The CPUs whose VDPBF16PS outruns their float32 multiply-adds
+	// (tier.slowTwin): the others keep low-precision calls on avx512
+	// unless AMX runs.
+	amd := map[string]bool{"zen 4": true}
 	for _, c := range []struct {
 		cpu, env         string
 		tiers            []string // nil: all
@@ -34,7 +39,10 @@ func TestResolveTiers(t *testing.T) {
 		{cpu: "sapphire rapids", env: "generic", float: "generic", bf16: "generic"},
 		{cpu: "sapphire rapids", env: "amxbf16", float: "amxbf16", bf16: "amxbf16"},
 		{cpu: "sapphire rapids", env: "avx512bf16", float: "avx512bf16", bf16: "avx512bf16"},
-		{cpu: "amx refused", env: AutoTier, float: "avx512", bf16: "avx512bf16"},
+		{cpu: "amx refused", env: AutoTier, float: "avx512", bf16: "avx512"},
+		{cpu: "amx refused", env: "avx512bf16", float: "avx512bf16", bf16: "avx512bf16"},
+		{cpu: "cooper lake", env: AutoTier, float: "avx512", bf16: "avx512"},
+		{cpu: "cooper lake", env: "avx512bf16", float: "avx512bf16", bf16: "avx512bf16"},
 		{cpu: "amx refused", env: "amxbf16", err: "AMX permission"},
 		{cpu: "zen 4", env: AutoTier, float: "avx512", bf16: "avx512bf16"},
 		{cpu: "zen 4", env: "avx512", float: "avx512", bf16: "avx512"},
@@ -54,7 +62,8 @@ func TestResolveTiers(t *testing.T) {
 			tiers = all
 		}
 		missing := func(name string) string { return cpus[c.cpu][name] }
-		f, b, err := resolveTiers(c.env, tiers, missing)
+		slow := func(name string) bool { return name == "avx512bf16" && !amd[c.cpu] }
+		f, b, err := resolveTiers(c.env, tiers, missing, slow)
 		switch {
 		case c.err != "":
 			if err == nil || !strings.Contains(err.Error(), c.err) {
@@ -75,7 +84,7 @@ func TestAutoTiers(t *testing.T) {
 	if err := SetTier(AutoTier); err != nil {
 		t.Fatal(err)
 	}
-	f, b, err := resolveTiers(AutoTier, tierNames(), missingOf)
+	f, b, err := resolveTiers(AutoTier, tierNames(), missingOf, slowTwinOf)
 	if err != nil || Tier() != f || BF16InputTier() != b {
 		t.Fatalf("auto: Tier %s, BF16InputTier %s; resolveTiers gives %s, %s (%v)", Tier(), BF16InputTier(), f, b, err)
 	}

@@ -134,7 +134,8 @@ func runGolden(t *testing.T, c *golden.Case) {
 			}
 			res, err = SparseAttentionNVFP4KVFunc(q, k, v, by(c.KScale), by(c.VScale), kg, vg, rp, qi, c.TopK, args)
 			// FP8 Q runs P.V in FP8 (P rounded to e4m3), as the reference's
-			// FP8 pair dequantisation does; BF16 Q keeps P in float32.
+			// FP8 pair dequantisation does; BF16 Q leaves P to the call's
+			// product precision (bf16 on the bf16 twin, attn.BF16Products).
 			pvFP8 = c.QDtype == golden.DtypeE4M3
 			rows, dd := len(c.V)*2/c.HeadDim, c.HeadDim
 			vb, _ := golden.Bytes(c.V)

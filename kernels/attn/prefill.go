@@ -124,7 +124,7 @@ type Workspace struct {
 	tileTok  int            // tokens per tile
 	stamp    []int64        // [blocks] last tile that counted the block
 	stampID  int64          // the current tile's stamp
-	costs    *pathCosts     // the active tier's constants
+	costs    *pathCosts     // the constants of the tier that runs the call (callCosts)
 	staged   bool           // query-major tiles would decode K/V per tile
 	win      int            // prefill: query window size W
 	fixedWin int            // tests: W to use instead of windowQueries / fusedWindow (0: automatic)

@@ -9,7 +9,8 @@ import (
 	"golang.org/x/sys/cpu"
 )
 
-// The amxbf16 tier (opt-in): the avx512bf16 tier's data path (Q, K, V and
+// The amxbf16 tier (the automatic bf16 twin where it runs; active when
+// named): the avx512bf16 tier's data path (Q, K, V and
 // P rounded to bf16, products accumulated in float32, the same block and
 // query layouts and the same softmax kernel) with the two block products
 // run on Intel AMX tiles (TDPBF16PS, 16x16 float32 accumulators fed by

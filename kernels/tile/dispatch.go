@@ -265,7 +265,7 @@ func BF16InputProducts() bool { return twin.bf16 }
 func BF16Products() bool { return active.bf16 }
 
 // Tiers returns the tiers this CPU supports, fastest first ("generic" last).
-// The opt-in amxbf16 and avx512bf16 tiers are listed when supported; the
+// The bf16 tiers amxbf16 and avx512bf16 are listed when supported; the
 // emulated bf16 tier is not.
 func Tiers() []string {
 	var s []string

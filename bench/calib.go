@@ -98,6 +98,17 @@ func caseDtypes(c caseSpec) (q, k, v attn.Dtype) {
 // itself where it has none). Decode cases run on the active tier.
 func prefillTier() string { return attn.PrefillTier(attn.BF16, attn.BF16, attn.BF16) }
 
+// tierLine is the header line that names the kernel tiers of the run: the
+// active tier, the bf16 twin the prefill and nvfp4 cases run on where it
+// is another tier, and the tiers the CPU supports.
+func tierLine(active string) string {
+	sup := strings.Join(tile.Tiers(), ", ")
+	if pt := prefillTier(); pt != active {
+		return fmt.Sprintf("kernel tier: %s; prefill and nvfp4 cases on its bf16 twin %s (their inputs are bf16 values; supported: %s)", active, pt, sup)
+	}
+	return fmt.Sprintf("kernel tier: %s for every case (supported: %s)", active, sup)
+}
+
 // caseTier is the tile tier that runs case c: the active tier for decode,
 // attn.PrefillTier of its dtypes for the others.
 func caseTier(c caseSpec) string {

@@ -331,8 +331,7 @@ func main() {
 	header := []string{
 		fmt.Sprintf("CPU: %s, %d logical CPUs, %.1f GiB RAM, load average %s at start", mi.cpu, mi.ncpu, mi.memGiB, loadAvg()),
 		fmt.Sprintf("Go %s %s/%s, GOMAXPROCS %d, workers %d, worker spin %v", runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0), cfg.workers, cfg.spin),
-		fmt.Sprintf("kernel tier: %s, prefill cases on %s (its bf16 twin: BF16, FP8 and NVFP4 inputs; supported: %s)",
-			mi.tier, prefillTier(), strings.Join(tile.Tiers(), ", ")),
+		tierLine(mi.tier),
 	}
 	for _, h := range header {
 		printWrapped(os.Stdout, h, "  ")

@@ -20,7 +20,9 @@ import (
 // (query, key) pairs at the best wall time against the tier's peak
 // measured in the same run (%peak). The query-major path also runs with
 // the float32 Q.K kernels where it would take VDPBF16PS scores
-// (-f32scores, qmNoBF16Scores), and auto shows what the planner picks.
+// (-f32scores, qmNoBF16Scores; not on a tier with bf16 products, whose
+// lane kernels multiply in bf16 either way), and auto shows what the
+// planner picks.
 func BenchmarkPrefill2K(b *testing.B) {
 	const workers = 2
 	tn := PrefillTier(BF16, BF16, BF16)
@@ -34,6 +36,9 @@ func BenchmarkPrefill2K(b *testing.B) {
 		path  PrefillPath
 		f32qk bool
 	}{{PathKV, false}, {PathQuery, false}, {PathQuery, true}, {PathAuto, false}} {
+		if run.f32qk && BF16Products(BF16, BF16, BF16) {
+			continue // the bf16-product lane kernels take no VDPBF16PS scores switch
+		}
 		name := fmt.Sprintf("%s/%s", tn, run.path)
 		if run.f32qk {
 			name += "-f32scores"

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 )
 
 // A tier is one implementation of the block kernel.
@@ -90,8 +91,9 @@ var genericTier = &tier{
 // twin, the tier of the blocks, accumulators and Lanes that ask for bf16
 // products (SetBF16Products): calls whose Q, K and V are values bf16 holds
 // exactly. twin is active itself where no bf16 tier runs the twin (a
-// float32 tier named by MSA_CPU_TIER or SetTier, or a CPU without
-// AVX512_BF16). Both are chosen once at start-up (init below) and changed
+// float32 tier named by MSA_CPU_TIER or SetTier, a CPU without
+// AVX512_BF16, or one whose VDPBF16PS is slower than its float32
+// multiply-adds and that has no AMX). Both are chosen once at start-up (init below) and changed
 // only by SetTier.
 var active, twin = genericTier, genericTier
 
@@ -183,7 +185,7 @@ func resolveTiers(name string, tiers []string, missing func(string) string, slow
 		return float, bf16, nil
 	}
 	if !slices.Contains(tiers, name) {
-		return "", "", fmt.Errorf("tile: unknown tier %q", name)
+		return "", "", fmt.Errorf("tile: unknown tier %q (want %s or one of %s)", name, AutoTier, strings.Join(tiers, ", "))
 	}
 	if m := missing(name); m != "" {
 		return "", "", fmt.Errorf("tile: tier %s needs %s, which this CPU lacks", name, m)

@@ -94,7 +94,8 @@ func TestPrefillTwinConcurrent(t *testing.T) {
 		pool := NewPool(2)
 		defer pool.Close()
 		out := newOutput(dp.Batch*dp.SeqlenQ*dp.HQ, dp.D)
-		RunDecode(dp, NewWorkspace(2, dp.D), pool, out)
+		d := *dp // RunDecode sets the operands' decoders in the call
+		RunDecode(&d, NewWorkspace(2, dp.D), pool, out)
 		return out
 	}
 	decWant := forced(t, float, decode)

@@ -146,10 +146,6 @@ func NewAcc(maxM, d int) *Acc {
 // nothing global: accumulations of both kinds may run concurrently.
 func (a *Acc) SetBF16Products(on bool) { a.wantBF16 = on }
 
-// BF16 reports whether the current accumulation rounds Q, K, V and P to
-// bf16 before the products (its tier is a bf16 tier).
-func (a *Acc) BF16() bool { return a.tier.bf16 }
-
 // Reset starts a new accumulation over m rows, under the active tier or its
 // bf16 twin (SetBF16Products). scale is softmax_scale*log2(e):
 // scores are s = scale * (q . k), in base 2. round selects the P rounding;

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sparseattn/msa/internal/calib"
 	"github.com/sparseattn/msa/internal/calib/updatemeter"
+	"github.com/sparseattn/msa/kernels/attn"
 	"github.com/sparseattn/msa/kernels/tile"
 )
 
@@ -78,9 +79,58 @@ func measurePeak(tierName string, workers int, dur time.Duration) (one, all floa
 // bwSink keeps the sums of refMeter.bandwidth alive.
 var bwSink uint64
 
+// caseDtypes returns the kernels' dtypes of a prefill or nvfp4 case's Q,
+// K and V.
+func caseDtypes(c caseSpec) (q, k, v attn.Dtype) {
+	q = attn.BF16
+	if c.DType == "fp8" {
+		q = attn.E4M3
+	}
+	if c.Kind == "nvfp4" {
+		return q, attn.NVFP4, attn.NVFP4
+	}
+	return q, q, q
+}
+
+// prefillTier is the tile tier that runs the suite's prefill and nvfp4
+// cases: their Q, K and V (BF16, FP8, NVFP4) are exact in bf16, so they run
+// on the bf16 twin of the active tier (attn.PrefillTier; the active tier
+// itself where it has none). Decode cases run on the active tier.
+func prefillTier() string { return attn.PrefillTier(attn.BF16, attn.BF16, attn.BF16) }
+
+// tierLine is the header line that names the kernel tiers of the run: the
+// active tier, the bf16 twin the prefill and nvfp4 cases run on where it
+// is another tier, and the tiers the CPU supports.
+func tierLine(active string) string {
+	sup := strings.Join(tile.Tiers(), ", ")
+	if pt := prefillTier(); pt != active {
+		return fmt.Sprintf("kernel tier: %s; prefill and nvfp4 cases on its bf16 twin %s (their inputs are bf16 values; supported: %s)", active, pt, sup)
+	}
+	return fmt.Sprintf("kernel tier: %s for every case (supported: %s)", active, sup)
+}
+
+// caseTier is the tile tier that runs case c: the active tier for decode,
+// attn.PrefillTier of its dtypes for the others.
+func caseTier(c caseSpec) string {
+	if c.Kind == "decode" {
+		return tile.Tier()
+	}
+	return attn.PrefillTier(caseDtypes(c))
+}
+
+// caseBF16 reports whether case c rounds P to bf16 before P.V: decode on a
+// bf16 tier made active (tile.BF16Products), the others where
+// attn.BF16Products says so for their dtypes.
+func caseBF16(c caseSpec) bool {
+	if c.Kind == "decode" {
+		return tile.BF16Products()
+	}
+	return attn.BF16Products(caseDtypes(c))
+}
+
 func calibrate(cfg *config) (calibration, error) {
 	t0 := time.Now()
-	c := calibration{peakTier: peakTier(tile.Tier()), bwBytes: cfg.bwBytes, ncpu: runtime.NumCPU(), workers: cfg.workers}
+	c := calibration{peakTier: peakTier(prefillTier()), bwBytes: cfg.bwBytes, ncpu: runtime.NumCPU(), workers: cfg.workers}
 	c.peak1, c.peak = measurePeak(c.peakTier, cfg.workers, cfg.peakTime)
 	c.decodeTier, c.decPeak1, c.decPeak = c.peakTier, c.peak1, c.peak
 	if t := decodePeakTier(tile.Tier()); t != c.peakTier {

@@ -85,7 +85,7 @@ func parseFlags() (*config, error) {
 	flag.StringVar(&cfg.into, "into", "", "with -tables: replace the generated block of this Markdown file instead of printing the tables")
 	flag.BoolVar(&cfg.tiny, "tiny", false, "tiny shapes for CI (prefill 512, NVFP4 384, decode batch 2 at 1000)")
 	flag.IntVar(&cfg.workers, "workers", runtime.GOMAXPROCS(0), "worker goroutines (op Workers, calibration, PyTorch threads); also sets GOMAXPROCS")
-	flag.StringVar(&cfg.tier, "tier", "", "kernel tier (tile.SetTier): generic, avx2, avx512, avx512bf16, amxbf16; default: automatic")
+	flag.StringVar(&cfg.tier, "tier", "", "kernel tier (tile.SetTier), run for every case: generic, avx2, avx512, avx512bf16, amxbf16; default: automatic (prefill on the bf16 twin)")
 	shapes := flag.String("shapes", "", "prefill sequence lengths, comma-separated (e.g. 2048,8192 or 2k,8k)")
 	contexts := flag.String("contexts", "", "decode contexts, comma-separated (default 4k,16k,64k)")
 	batches := flag.String("batches", "", "decode batch sizes, comma-separated (default 8,32)")
@@ -331,7 +331,7 @@ func main() {
 	header := []string{
 		fmt.Sprintf("CPU: %s, %d logical CPUs, %.1f GiB RAM, load average %s at start", mi.cpu, mi.ncpu, mi.memGiB, loadAvg()),
 		fmt.Sprintf("Go %s %s/%s, GOMAXPROCS %d, workers %d, worker spin %v", runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0), cfg.workers, cfg.spin),
-		fmt.Sprintf("kernel tier: %s (supported: %s)", mi.tier, strings.Join(tile.Tiers(), ", ")),
+		tierLine(mi.tier),
 	}
 	for _, h := range header {
 		printWrapped(os.Stdout, h, "  ")

@@ -25,7 +25,8 @@ type result struct {
 	noise             []string  // why the row is noisy (nil: not noisy)
 	planMS            float64   // prefill: CSR + schedule; decode: Plan
 	gflops            float64   // flops / median time
-	peakTier          string    // calibration loop of peak (decode: FP32 on every tier)
+	tier              string    // the tile tier that ran the case (caseTier)
+	peakTier          string    // calibration loop of peak: the tier's loop (decode: FP32 on every tier but amxbf16)
 	peak              float64   // calibrated (best-window) peak GFLOP/s, all workers
 	pctPeak           float64   // median over reps of rate / sustained peak right after (paired)
 	pctBurst          float64   // gflops / peak
@@ -76,6 +77,7 @@ func (r *result) derive(cal calibration) {
 	}
 	sec := r.timeMS / 1e3
 	r.gflops = r.flops / sec / 1e9
+	r.tier = caseTier(r.c)
 	r.peakTier, r.peak = cal.peakFor(r.c.Kind)
 	if r.peak > 0 {
 		r.pctBurst = 100 * r.gflops / r.peak
@@ -142,6 +144,7 @@ type column struct {
 
 var columns = []column{
 	{name: "case", cell: func(r *result) string { return r.c.Name }},
+	{name: "tier", cell: func(r *result) string { return r.tier }},
 	{name: "time_ms", cell: func(r *result) string { return f1(r.timeMS) }},
 	{name: "reps", cell: func(r *result) string { return strconv.Itoa(r.reps) }},
 	{name: "max/min", cell: func(r *result) string { return f1(r.sp.maxMin) }},
@@ -254,6 +257,7 @@ func limitPct(r *result) float64 {
 // each of them.
 var termColumns = []column{
 	{name: "case", cell: func(r *result) string { return r.c.Name }},
+	{name: "tier", cell: func(r *result) string { return shortTier(r.tier) }},
 	{name: "ms", cell: func(r *result) string { return f1(r.timeMS) }},
 	{name: "GFLOP/s", cell: func(r *result) string { return f1(r.gflops) }},
 	{name: "%lim", cell: func(r *result) string {
@@ -293,10 +297,30 @@ func unionCell(r *result) string {
 	return strconv.FormatFloat(r.union, 'f', 1, 64)
 }
 
+// shortTier abbreviates a tier name for the terminal table (termLegend
+// spells the abbreviations out).
+func shortTier(t string) string {
+	switch t {
+	case "amxbf16":
+		return "amx"
+	case "avx512bf16":
+		return "bf16"
+	case "avx512bf16-emulated":
+		return "bf16e"
+	case "avx512":
+		return "512"
+	case "generic":
+		return "go"
+	}
+	return t
+}
+
 // termLegend explains every column of termColumns.
-const termLegend = "Columns: ms median time of the op; GFLOP/s effective rate (4 x D x Hq/Hkv x visible pairs / ms); " +
+const termLegend = "Columns: tier the kernel tier that ran the case (amx amxbf16, bf16 avx512bf16, bf16e its emulation, " +
+	"512 avx512, avx2, go generic; prefill: the bf16 twin of the active tier, which rounds P to BF16, " +
+	"where the CPU has one; decode: the active tier); ms median time of the op; GFLOP/s effective rate (4 x D x Hq/Hkv x visible pairs / ms); " +
 	"%lim share of the limit that applies, paired with a calibration right after each rep: " +
-	"prefill the compute peak (%peak), decode the roofline min(peak, bandwidth x flops/bytes) (%roof), " +
+	"prefill the compute peak of its tier (%peak), decode the roofline min(peak, bandwidth x flops/bytes) (%roof), " +
 	"\"noisy\" when above 100; " +
 	"x_dense Gorgonia dense attention's time / ms; x_torch PyTorch dense FP32's / ms; " +
 	"x_tsp PyTorch doing the same sparse (prefill) or paged (decode) work in FP32 / ms; x_tbf16 the same in BF16; " +
@@ -517,7 +541,7 @@ func writeCSV(path string, info *machineInfo, cal calibration, rs []*result) err
 		c := r.c
 		w.Write([]string{c.Name, c.Kind, c.DType, strconv.Itoa(c.SeqLen), strconv.Itoa(c.Batch), strconv.Itoa(c.HQ),
 			strconv.Itoa(c.HKV), strconv.Itoa(c.D), strconv.Itoa(c.TopK), strconv.Itoa(c.Blk), strconv.Itoa(c.Page),
-			strconv.Itoa(info.workers), info.tier, strconv.FormatInt(r.pairs, 10), num(r.flops), num(r.bytes),
+			strconv.Itoa(info.workers), r.tier, strconv.FormatInt(r.pairs, 10), num(r.flops), num(r.bytes),
 			num(r.timeMS), num(r.bestMS), num(r.sp.worst), strconv.Itoa(r.reps), num(r.sp.relIQR), num(r.sp.maxMin),
 			num(r.load.loadStart), num(r.load.loadEnd), num(r.load.others), num(r.load.steal), strings.Join(r.noise, " "), num(r.planMS),
 			num(r.gflops), r.peakTier, num(r.peak), pctCSV(r.pctPeak), pctCSV(r.pctBurst), num(r.gbps), num(r.bw), pctCSV(r.pctBW), pctCSV(r.pctBWBest), pctCSV(r.pctRoof), pctCSV(r.pctKern),

@@ -333,7 +333,7 @@ func (p *prefillProb) verify(cfg *config, out []lowp.BFloat16) (string, string) 
 	T, hq, hkv, d := c.SeqLen, c.HQ, c.HKV, c.D
 	qpk := hq / hkv
 	pvFP8 := c.DType == "fp8"
-	ck := &checker{tol: makeTolerance(true, pvFP8, tile.BF16Products())}
+	ck := &checker{tol: makeTolerance(true, pvFP8, caseBF16(c))}
 	scale := 1 / math.Sqrt(float64(d))
 	got := make([]float32, d)
 	for _, qi := range sampleRows(T, cfg.verifyRows, c.Blk, uint64(T)) {
@@ -411,7 +411,7 @@ func (p *decodeProb) verify(cfg *config, out []lowp.BFloat16) (string, string) {
 	c := p.cs
 	hq, hkv, d := c.HQ, c.HKV, c.D
 	qpk := hq / hkv
-	ck := &checker{tol: makeTolerance(false, c.DType == "fp8", tile.BF16Products())}
+	ck := &checker{tol: makeTolerance(false, c.DType == "fp8", caseBF16(c))}
 	scale := 1 / math.Sqrt(float64(d))
 	got := make([]float32, d)
 	reqs := sampleRows(c.Batch, max(1, cfg.verifyRows/16), c.Batch, uint64(c.SeqLen))

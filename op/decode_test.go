@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/sparseattn/msa/kernels/lowp"
+	"github.com/sparseattn/msa/kernels/tile"
 	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
@@ -176,7 +177,7 @@ func checkDecode(t testing.TB, s decodeSpec, pr *decodeProblem, res *Result) {
 	ref := referenceDecode(s, pr)
 	// Split partials are float32: only the BF16 output rounding and, on the
 	// FP8 path, the e4m3 rounding of P count (see oTolerance).
-	rtol, atol := oTolerance(tensor.Float32, s.dt == "e4m3")
+	rtol, atol := oTolerance(tensor.Float32, s.dt == "e4m3", tile.BF16Products())
 	o := validate.Backing[lowp.BFloat16](res.Out)
 	lse := validate.Backing[float32](res.LSE)
 	bad := 0
@@ -190,7 +191,7 @@ func checkDecode(t testing.TB, s decodeSpec, pr *decodeProblem, res *Result) {
 				bad++
 			}
 		}
-		checkLSE(t, sparseSpec{}, "LSE", row, float64(lse[row]), ref.lse[row], &bad)
+		checkLSE(t, sparseSpec{}, "LSE", row, float64(lse[row]), ref.lse[row], tile.BF16Products(), &bad)
 	}
 	if bad > 0 {
 		t.Fatalf("%v: %d mismatches", s, bad)

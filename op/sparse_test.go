@@ -4,8 +4,8 @@ import (
 	"math"
 	"testing"
 
+	"github.com/sparseattn/msa/kernels/attn"
 	"github.com/sparseattn/msa/kernels/lowp"
-	"github.com/sparseattn/msa/kernels/tile"
 	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
@@ -20,7 +20,7 @@ import (
 //     weighted sum, so O moves by at most 2^-4 * maxV.
 //   - LSE is float32 throughout: 2e-5 absolute plus 2e-5 relative covers the
 //     exp2 polynomial and the float32 dot products at D = 256.
-func oTolerance(partial tensor.Dtype, pvFP8 bool) (rtol, atol float64) {
+func oTolerance(partial tensor.Dtype, pvFP8, bf16 bool) (rtol, atol float64) {
 	rtol = 1.0 / 256
 	atol = 1e-6
 	switch partial {
@@ -34,13 +34,32 @@ func oTolerance(partial tensor.Dtype, pvFP8 bool) (rtol, atol float64) {
 	if pvFP8 {
 		atol += 1.0 / 14
 	}
-	// The opt-in avx512bf16 fast mode rounds P to bf16 before P.V (relative
-	// error 2^-9 per probability, so at most 2^-9 of the largest |v| in
-	// the sum), on top of whatever the partial dtype adds: twice that bound.
-	if tile.BF16Products() {
+	// A call with bf16 products (bf16: a prefill on the bf16 twin of the
+	// tier, attn.BF16Products; a decode on a bf16 tier made active,
+	// tile.BF16Products) rounds P to bf16 before P.V (relative error 2^-9
+	// per probability, so at most 2^-9 of the largest |v| in the sum), on
+	// top of whatever the partial dtype adds: twice that bound.
+	if bf16 {
 		atol += 1.0 / 256
 	}
 	return
+}
+
+// dtypeOf maps a test spec's dtype name to the kernels' dtype.
+func dtypeOf(name string) attn.Dtype {
+	switch name {
+	case "e4m3":
+		return attn.E4M3
+	case "nvfp4":
+		return attn.NVFP4
+	}
+	return attn.BF16
+}
+
+// specBF16 reports whether the prefill call of s runs bf16 products
+// (attn.BF16Products of its Q and K/V dtypes).
+func specBF16(s sparseSpec) bool {
+	return attn.BF16Products(dtypeOf(s.qDt), dtypeOf(s.kvDt), dtypeOf(s.kvDt))
 }
 
 // runSparse builds the CSR, runs SparseAttentionFunc (or the NVFP4 variant)
@@ -84,7 +103,7 @@ func checkAgainstReference(t testing.TB, s sparseSpec, pr *sparseProblem, res *R
 	t.Helper()
 	ref := referenceSparse(&pr.ref)
 	pvFP8 := s.pv == Float8E4M3FN || (s.pv == (tensor.Dtype{}) && s.qDt == "e4m3")
-	rtol, atol := oTolerance(s.partial, pvFP8)
+	rtol, atol := oTolerance(s.partial, pvFP8, specBF16(s))
 	o := validate.Backing[lowp.BFloat16](res.Out)
 	lse := validate.Backing[float32](res.LSE)
 	d := s.d
@@ -100,9 +119,9 @@ func checkAgainstReference(t testing.TB, s sparseSpec, pr *sparseProblem, res *R
 				bad++
 			}
 		}
-		checkLSE(t, s, "LSE", row, float64(lse[row]), ref.lse[row], &bad)
+		checkLSE(t, s, "LSE", row, float64(lse[row]), ref.lse[row], specBF16(s), &bad)
 		if s.temperature != 0 {
-			checkLSE(t, s, "TemperatureLSE", row, float64(validate.Backing[float32](res.TemperatureLSE)[row]), ref.tlse[row], &bad)
+			checkLSE(t, s, "TemperatureLSE", row, float64(validate.Backing[float32](res.TemperatureLSE)[row]), ref.tlse[row], specBF16(s), &bad)
 		}
 	}
 	if bad > 0 {
@@ -110,14 +129,17 @@ func checkAgainstReference(t testing.TB, s sparseSpec, pr *sparseProblem, res *R
 	}
 }
 
-func checkLSE(t testing.TB, s sparseSpec, what string, row int, got, want float64, bad *int) {
+func checkLSE(t testing.TB, s sparseSpec, what string, row int, got, want float64, bf16 bool, bad *int) {
 	t.Helper()
 	tol := 2e-5 + 2e-5*math.Abs(want)
-	// The avx512bf16 fast mode rounds the operands of Q.K to bf16: exact for
-	// BF16 and FP8 inputs, but a dequantised NVFP4 K (times its global
-	// scale) is off by up to 2^-9 per element, so a score by up to 2^-8 of
-	// its magnitude; the LSE, within about the largest score, likewise.
-	if tile.BF16Products() {
+	// bf16 products (bf16, as for oTolerance) take the operands of Q.K in
+	// bf16: exact for BF16 and FP8 inputs and for NVFP4 K whose global
+	// scale goes into the score scale, but an NVFP4 K whose global scale
+	// stays in its decoding (one the score scale cannot absorb), or any K
+	// of a bf16 tier made active, is off by up to 2^-9 per element, so a
+	// score by up to 2^-8 of its magnitude; the LSE, within about the
+	// largest score, likewise.
+	if bf16 {
 		tol = 0x1p-8 * math.Max(1, math.Abs(want))
 	}
 	ok := (math.IsInf(want, -1) && math.IsInf(got, -1)) || math.Abs(got-want) <= tol

@@ -111,8 +111,9 @@ func operand(t *tensor.Dense, d int) attn.Operand {
 }
 
 // pvRound maps the P.V operand dtype to the P rounding of the kernels. P is
-// rounded to e4m3 in the FP8 P.V path (docs/contract.md section 4); BF16 P.V keeps P in float32
-// on the CPU (more accurate than the GPU's bf16 operand; documented).
+// rounded to e4m3 in the FP8 P.V path (docs/contract.md section 4); with
+// BF16 P.V the kernels round P to bf16 where the call runs bf16 products
+// (attn.BF16Products, docs/semantics.md) and keep it in float32 elsewhere.
 func pvRound(pv tensor.Dtype) tile.Round {
 	if pv == Float8E4M3FN {
 		return tile.RoundE4M3

@@ -151,36 +151,48 @@ var tierCosts = map[string]*pathCosts{
 // KV-major path.
 func weighs(p *Prefill) bool { return tile.LanesSIMD(p.D) }
 
-// costsOverride, when set (tests only), replaces the active tier's
-// constants.
+// costsOverride, when set (tests only), replaces the constants of the
+// tier that runs a call.
 var costsOverride *pathCosts
 
-// activeCosts returns the constants of the active tier.
-func activeCosts() *pathCosts {
+// tierCostsOf returns the constants of the named tier.
+func tierCostsOf(name string) *pathCosts {
 	if costsOverride != nil {
 		return costsOverride
 	}
-	if c, ok := tierCosts[tile.Tier()]; ok {
+	if c, ok := tierCosts[name]; ok {
 		return c
 	}
 	// The tiers without constants of their own: the emulated bf16 tier
 	// (tests on CPUs without AVX512_BF16) chooses as avx512bf16 does, and
 	// the generic tier, which never weighs (weighs), as avx512.
-	if tile.BF16Products() {
+	if name == "avx512bf16-emulated" {
 		return &avx512bf16Costs
 	}
 	return &avx512Costs
 }
 
-// callCosts returns the constants that weigh p's tiles: the active
-// tier's, or avx512ScoresCosts where the avx512 tier's query-major tiles
-// take VDPBF16PS scores.
+// callCosts returns the constants that weigh p's tiles: those of the tier
+// that runs them (PrefillTier: the bf16 twin for a call with bf16
+// products), or avx512ScoresCosts where the avx512 tier's query-major
+// tiles take VDPBF16PS scores.
 func callCosts(p *Prefill) *pathCosts {
-	c := activeCosts()
+	c := tierCostsOf(PrefillTier(p.Q.Dtype, p.K.Dtype, p.V.Dtype))
 	if c == &avx512Costs && bf16ScoresCall(p) {
 		return &avx512ScoresCosts
 	}
 	return c
+}
+
+// PrefillTier returns the name of the tile tier that runs a prefill call
+// with Q, K and V of dtypes q, k and v: the bf16 twin of the active tier
+// (tile.BF16InputTier) where every dtype is exact in bf16, else the
+// active tier (tile.Tier).
+func PrefillTier(q, k, v Dtype) string {
+	if exactBF16(q) && exactBF16(k) && exactBF16(v) {
+		return tile.BF16InputTier()
+	}
+	return tile.Tier()
 }
 
 // bf16ScoresCall reports whether p's query-major tiles ask their lane

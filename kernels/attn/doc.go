@@ -8,6 +8,11 @@
 // item runs on a goroutine of a fixed pool and writes a disjoint part of the
 // output, so results are bit-identical for any worker count.
 //
+// A prefill call's products run on package tile's bf16 twin of the active
+// tier where its Q, K and V are all bf16 values (precision.go:
+// BF16Products, PrefillTier); decode and calls of other dtypes run on the
+// active tier.
+//
 // The block-level arithmetic lives in package tile; this package owns
 // addressing (dense and paged K/V), masking limits, dtype decoding and the
 // epilogues (partial stores, combine). Decoding and the epilogues have

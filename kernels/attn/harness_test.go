@@ -14,7 +14,7 @@ import (
 // the CPU or build lacks it.
 func useTier(t testing.TB, name string) {
 	t.Helper()
-	prev := tile.Tier()
+	prev := tile.TierSetting()
 	if err := tile.SetTier(name); err != nil {
 		t.Skip(err)
 	}
@@ -187,7 +187,7 @@ func refPrefill(t testing.TB, p *Prefill, q2k []int32, out *Output, tol float64)
 					}
 					return false
 				})
-				checkRow(t, out, gq*p.HQ+hq, p.D, o, lse, vmax, tol)
+				checkRow(t, out, gq*p.HQ+hq, p.D, o, lse, vmax, tol, BF16Products(p.Q.Dtype, p.K.Dtype, p.V.Dtype))
 			}
 		}
 	}
@@ -195,14 +195,16 @@ func refPrefill(t testing.TB, p *Prefill, q2k []int32, out *Output, tol float64)
 
 // checkRow compares output row r with the reference: each element within
 // tol relative to it (the BF16 output rounding) plus a multiple of vmax, the
-// largest |v| the row saw: 2^-16 for the float32 tiers (float32
-// accumulation), 2^-8 for the avx512bf16 fast mode, which rounds P to bf16
-// (relative error 2^-9 per probability) before P.V, so the sum is off by at
-// most 2^-9 * sum_j p_j |v_j| <= 2^-9 vmax, doubled for the accumulation.
-func checkRow(t testing.TB, out *Output, r, d int, o []float64, lse, vmax, tol float64) {
+// largest |v| the row saw: 2^-16 for float32 products (float32
+// accumulation), 2^-8 for a call with bf16 products (bf16: prefill on the
+// bf16 twin, BF16Products; decode on a bf16 tier made active), which
+// round P to bf16 (relative error 2^-9 per probability) before P.V, so
+// the sum is off by at most 2^-9 * sum_j p_j |v_j| <= 2^-9 vmax, doubled
+// for the accumulation.
+func checkRow(t testing.TB, out *Output, r, d int, o []float64, lse, vmax, tol float64, bf16 bool) {
 	t.Helper()
 	abs := 0x1p-16
-	if tile.BF16Products() {
+	if bf16 {
 		abs = 0x1p-8
 	}
 	for c, x := range o {
@@ -272,7 +274,7 @@ func refDecode(t testing.TB, p *Decode, out *Output, tol float64) {
 				o, lse, vmax := refAttention(q, &p.K, &p.V, &p.KV, b, hq/qpk, used, float64(p.Scale), func(tk int) bool {
 					return tk < used-p.SeqlenQ+i+1
 				})
-				checkRow(t, out, r, p.D, o, lse, vmax, tol)
+				checkRow(t, out, r, p.D, o, lse, vmax, tol, tile.BF16Products())
 			}
 		}
 	}

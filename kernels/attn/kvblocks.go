@@ -112,7 +112,7 @@ func (ws *Workspace) runBlockItems(w int) {
 		}
 		m := p.Sched.Metadata[int(ws.kvList[i])*6 : int(ws.kvList[i])*6+6]
 		c := &ws.kvBlocks[i]
-		c.vf = loadBlock(p, int(m[0]), int(m[4]), int(m[5]), wk.kbuf, c.vbuf, c.blk)
+		c.vf = ws.loadBlock(p, int(m[0]), int(m[4]), int(m[5]), wk.kbuf, c.vbuf, c.blk)
 	}
 }
 
@@ -126,16 +126,18 @@ func (ws *Workspace) cachedBlock(p *Prefill, h, b, j int) *kvBlock {
 }
 
 // loadBlock decodes block j of sequence b, KV head h (keys from j*BlkKV,
-// at most BlkKV of them, none past the sequence's keys) into kbuf and
-// vbuf, applies V's overflow guard, packs it into blk and returns the
-// factor its normalised rows still need.
-func loadBlock(p *Prefill, h, b, j int, kbuf, vbuf []float32, blk *tile.Block) float32 {
+// at most BlkKV of them, none past the sequence's keys) of the call's
+// KV-major operands (kvOperands) into kbuf and vbuf, applies V's overflow
+// guard, packs it into blk in the call's precision (ws.bf16) and returns
+// the factor its normalised rows still need.
+func (ws *Workspace) loadBlock(p *Prefill, h, b, j int, kbuf, vbuf []float32, blk *tile.Block) float32 {
 	d := p.D
 	t0 := j * p.BlkKV
 	n := max(min(p.BlkKV, int(p.SeqK[b])-t0), 0)
-	loadKV(&p.K, &p.V, &p.KV, b, h, t0, n, kbuf, vbuf)
+	loadKV(&ws.kvK, &ws.kvV, &p.KV, b, h, t0, n, kbuf, vbuf)
 	var vs vScale // one block per accumulation: nothing to rescale
-	vs.block(vbuf[:n*d], nil, &p.V)
+	vs.block(vbuf[:n*d], nil, &ws.kvV)
+	blk.SetBF16Products(ws.bf16)
 	blk.Load(n, kbuf[:n*d], vbuf[:n*d])
 	return vs.factor()
 }

@@ -124,7 +124,7 @@ type Workspace struct {
 	tileTok  int            // tokens per tile
 	stamp    []int64        // [blocks] last tile that counted the block
 	stampID  int64          // the current tile's stamp
-	costs    *pathCosts     // the active tier's constants
+	costs    *pathCosts     // the constants of the tier that runs the call (callCosts)
 	staged   bool           // query-major tiles would decode K/V per tile
 	win      int            // prefill: query window size W
 	fixedWin int            // tests: W to use instead of windowQueries / fusedWindow (0: automatic)
@@ -143,6 +143,10 @@ type Workspace struct {
 	kvBlockD int            // head dimension of kvBlocks
 	noStage  bool           // tests: decode decodes whole blocks, never staged
 	w0, w1   int            // prefill: the current window [w0, w1)
+	bf16     bool           // prefill: the call asks for bf16 products (exactBF16Call)
+	kvK, kvV Operand        // KV-major: the call's K and V as decoded (kvOperands)
+	kvScale  float32        // KV-major: the score scale, softmax_scale * log2(e) (kvOperands)
+	kvOut    float32        // KV-major: the combine's output factor (kvOperands)
 	next     atomic.Int64
 	// prefill / decode of the current call
 	pf *Prefill
@@ -213,6 +217,7 @@ func (ws *Workspace) worker(w int) *worker {
 func RunPrefill(p *Prefill, ws *Workspace, pool *Pool, out *Output) {
 	ws.ensure(pool.Workers(), p.D)
 	ws.mixed = false
+	ws.bf16 = exactBF16Call(p)
 	if path := p.path(); path != PathKV {
 		ws.Partials.vec = vecLevel()
 		p.Q.vec, p.K.vec, p.V.vec = ws.Partials.vec, ws.Partials.vec, ws.Partials.vec
@@ -238,6 +243,7 @@ func (ws *Workspace) runKVMajor(p *Prefill, pool *Pool, out *Output) {
 	slots := maxSlots(p)
 	ws.Partials.vec = vecLevel()
 	p.Q.vec, p.K.vec, p.V.vec = ws.Partials.vec, ws.Partials.vec, ws.Partials.vec
+	ws.kvOperands(p)
 	ws.pf, ws.po = p, out
 	mode := ws.combine
 	if mode == combineDefault {
@@ -457,14 +463,14 @@ func (ws *Workspace) prefillItemRun(wk *worker, h, row, qBegin, qCount, b, j, w0
 	if c := ws.cachedBlock(p, h, b, j); c != nil {
 		blk, vf = c.blk, c.vf
 	} else {
-		vf = loadBlock(p, h, b, j, wk.kbuf, wk.vbuf, wk.blk)
+		vf = ws.loadBlock(p, h, b, j, wk.kbuf, wk.vbuf, wk.blk)
 	}
 	lap(partLoad, &clk)
 
 	qpk := p.HQ / p.Hkv
 	seqQ := int(p.CuQ[b+1] - p.CuQ[b])
 	qBase := int(p.CuQ[b])
-	scale := p.Scale * math.Log2E
+	scale := ws.kvScale
 	perTile := maxTileRows / qpk
 	c := p.CSR
 	base := h*c.Stride + int(c.RowPtr[h*(c.TotalRows+1)+row]) + qBegin
@@ -482,6 +488,7 @@ func (ws *Workspace) prefillItemRun(wk *worker, h, row, qBegin, qCount, b, j, w0
 			break
 		}
 		m := cnt * qpk
+		wk.acc.SetBF16Products(ws.bf16)
 		wk.acc.Reset(m, scale, p.PV, p.InvT)
 		for e, ke := range kept {
 			idx := base + int(ke)
@@ -602,7 +609,7 @@ func (ws *Workspace) combineQueries(wk *worker, q0, q1, w0, base int) {
 			for s := range ls {
 				ls[s] = pt.LSE[s*plane+prow]
 			}
-			combineRow(pt, ls, wk.ws[:ns], plane, prow, p.D, p.OutputScale, wk, out.O[row*p.D:(row+1)*p.D], &out.LSE[row])
+			combineRow(pt, ls, wk.ws[:ns], plane, prow, p.D, ws.kvOut, wk, out.O[row*p.D:(row+1)*p.D], &out.LSE[row])
 			if out.TLSE != nil {
 				if p.InvT > 0 {
 					for s := range ls {

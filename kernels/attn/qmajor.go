@@ -34,9 +34,9 @@ const qmSelBytes = 4 << 20
 // qmWindow computes.
 var qmWindowOverride int
 
-// qmFloat32Lanes, when true (tests and benchmarks only), keeps the
-// float32 lane kernels on the query-major path where it would ask for bf16
-// products (runQueryItems), to compare both.
+// qmFloat32Lanes, when true (tests and benchmarks only), keeps the active
+// tier's float32 kernels on the query-major path where a call would ask
+// for bf16 products (queryTile), to compare both.
 var qmFloat32Lanes bool
 
 // qmNoBF16Scores, when true (tests and benchmarks only), keeps the float32
@@ -190,18 +190,15 @@ func (ws *Workspace) runQueryItems(w int) {
 	// The accumulator before any tile, as runDecodeItems: later runs
 	// allocate nothing whichever worker takes what.
 	acc := wk.decodeAcc(tile.LanesSIMD(ws.pf.D))
-	// The query-major tiles multiply in bf16 where the tier has lane
-	// kernels for it (tile.Lanes.SetBF16Products: avx512bf16), as the
-	// KV-major path's block kernel does on that tier; decode, which shares
-	// the worker's lanes, keeps its float32 products.
-	if la, ok := acc.(*lanesAcc); ok && !qmFloat32Lanes {
-		la.bf16Products(true)
-		defer la.bf16Products(false)
-	}
-	// On the avx512 tier Q.K runs on VDPBF16PS where the CPU has it and
-	// Q and K are bf16 values already (bf16ScoresCall,
-	// tile.Lanes.SetBF16Scores: the same exact products, summed in
-	// float32 in another order, at twice the float32 kernels' rate).
+	// The tiles take the call's precision (keyWalk.BF16: the bf16 twin's
+	// lane kernels for a call with bf16 products, as the KV-major path's
+	// block kernel); decode, which shares the worker's accumulators, asks
+	// for the active tier's again.
+	// On the avx512 tier without a bf16 twin (MSA_CPU_TIER=avx512) Q.K runs
+	// on VDPBF16PS where the CPU has it and Q and K are bf16 values
+	// already (bf16ScoresCall, tile.Lanes.SetBF16Scores: the same exact
+	// products, summed in float32 in another order, at twice the float32
+	// kernels' rate); lane groups that run bf16 products ignore it.
 	if la, ok := acc.(*lanesAcc); ok && bf16ScoresCall(ws.pf) {
 		la.bf16Scores(true)
 		defer la.bf16Scores(false)
@@ -224,8 +221,8 @@ func (a *lanesAcc) bf16Scores(on bool) {
 	}
 }
 
-// bf16Products asks every lane group for bf16 products from its next
-// Reset on (on), or for the float32 lane kernels again.
+// bf16Products asks every lane group for the bf16 twin's products from
+// its next Reset on (on), or for the active tier's lane kernels again.
 func (a *lanesAcc) bf16Products(on bool) {
 	for _, g := range a.g {
 		g.SetBF16Products(on)
@@ -252,6 +249,7 @@ func (ws *Workspace) queryTile(wk *worker, t qmTask) {
 		Tokens: n, QPK: qpk, Q: &p.Q, QRow: gq*p.HQ + h*qpk, QStep: p.HQ,
 		Lim: lim, Sel: ws.sel[(h*ws.win+gq-ws.w0)*ws.slots:], SelStride: ws.slots, TopK: ws.slots,
 		BlkKV: p.BlkKV, Scale: p.Scale * math.Log2E, Round: p.PV, InvT: p.InvT, Staged: !ws.noStage,
+		BF16: ws.bf16 && !qmFloat32Lanes,
 	}
 	vf := float32(1)
 	if c := &ws.cache; c.on {

@@ -18,7 +18,8 @@ import (
 // 1 (qpk 16, 4, 1) with dense BF16 K/V and, for qpk 4 and 1, also paged
 // K/V (whose rows of one KV head are contiguous within a page), and dense
 // NVFP4 K/V at qpk 16, and the selection patterns of the tests, on the
-// active tier and 2 workers. It reports the best call's rate against the
+// tier that runs these calls (PrefillTier: the bf16 twin of the active
+// tier under the automatic choice) and 2 workers. It reports the best call's rate against the
 // tier's FMA peak (%peak), its wall time (best-ms), the median CPU time of
 // the process per call (cpu-ms, where the platform gives it: on a shared
 // host it counts this process's cycles only), and which paths auto runs
@@ -31,7 +32,7 @@ import (
 // (benchPaths). Run it with -benchtime=3x.
 func BenchmarkPrefillPaths(b *testing.B) {
 	const tokens, workers = 8192, 2
-	tn := tile.Tier()
+	tn := PrefillTier(BF16, BF16, BF16)
 	peak := calib.PeakGFLOPS(tile.PeakLoop(tn), 50*time.Millisecond) * workers
 	for _, g := range []struct {
 		hkv, qpk, blk int
@@ -74,7 +75,7 @@ func BenchmarkPrefillPaths(b *testing.B) {
 
 // benchPaths returns the runs of BenchmarkPrefillPaths on tier tn: the
 // KV-major path and the query-major one, and on avx512bf16, whose
-// query-major tiles multiply in bf16 (runQueryItems), also the
+// query-major tiles multiply in bf16 (queryTile), also the
 // query-major path on the float32 lane kernels (lanes "-f32lanes"), and
 // where the query-major path takes VDPBF16PS scores on the float32 lane
 // kernels (tile.LanesBF16Scores), also that path with float32 scores

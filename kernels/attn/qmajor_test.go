@@ -345,8 +345,9 @@ func qmRow(q []float64, k, v [][]float64, keys []int, scale, invT, outScale floa
 //   - rel = 2^-8: the BF16 output rounding (half an ulp is 2^-9 relative;
 //     doubled for the float32 arithmetic before it).
 //   - abs: 2^-16 for float32 products (float32 accumulation over at most
-//     a few hundred keys, far below 2^-16 relative to vmax); 2^-8 on the
-//     bf16 tiers, which round P to bf16 (2^-9 relative per probability,
+//     a few hundred keys, far below 2^-16 relative to vmax); 2^-8 for a
+//     call with bf16 products (BF16Products: the bf16 twin, or a bf16 tier
+//     made active), which round P to bf16 (2^-9 relative per probability,
 //     so at most 2^-9 * sum p|v| / sum p <= 2^-9 vmax, doubled).
 //   - FP8 P rounding (pv dtype e4m3) adds 2^-4 + 2^-6: an e4m3 value has 3
 //     mantissa bits, so each normal-range p is rounded within 2^-4 of
@@ -356,12 +357,12 @@ func qmRow(q []float64, k, v [][]float64, keys []int, scale, invT, outScale floa
 //     within 2^-6 of the row sum (which is >= 1: the maximum has p = 1).
 //   - partials (KV-major path only): a BF16 partial is rounded to 2^-9
 //     relative of its row, and the combine's weights sum to 1: 2^-8 vmax.
-func qmTol(pv tile.Round, partials bool) (rel, abs float64) {
+func qmTol(p *Prefill, partials bool) (rel, abs float64) {
 	rel, abs = 0x1p-8, 0x1p-16
-	if tile.BF16Products() {
+	if BF16Products(p.Q.Dtype, p.K.Dtype, p.V.Dtype) {
 		abs = 0x1p-8
 	}
-	if pv == tile.RoundE4M3 {
+	if p.PV == tile.RoundE4M3 {
 		abs += 0x1p-4 + 0x1p-6
 	}
 	if partials {
@@ -380,7 +381,7 @@ const lseTol = 1e-3
 func checkQM(t *testing.T, pr *qmProblem, refs []qmRef, out *Output, partials bool) {
 	t.Helper()
 	p := pr.p
-	rel, abs := qmTol(p.PV, partials)
+	rel, abs := qmTol(p, partials)
 	for r, ref := range refs {
 		for c, x := range ref.o {
 			got := float64(out.O[r*p.D+c].Float32())
@@ -496,8 +497,8 @@ func sameBits(a, b float32) bool { return math.Float32bits(a) == math.Float32bit
 func compareQMKV(t *testing.T, pr *qmProblem, refs []qmRef, qm, kv *Output) {
 	t.Helper()
 	p := pr.p
-	r1, a1 := qmTol(p.PV, false)
-	r2, a2 := qmTol(p.PV, true)
+	r1, a1 := qmTol(p, false)
+	r2, a2 := qmTol(p, true)
 	for r, ref := range refs {
 		for c := range p.D {
 			x, y := float64(qm.O[r*p.D+c].Float32()), float64(kv.O[r*p.D+c].Float32())
@@ -625,7 +626,7 @@ func TestPrefillPathEnv(t *testing.T) {
 		fmt.Printf("TIER=%s PATH=%s QUERY_RUNS=%d\n", tile.Tier(), ProcessPrefillPath(), PrefillRuns(PathQuery)-before)
 		return
 	}
-	prev := tile.Tier()
+	prev := tile.TierSetting()
 	defer func() { _ = tile.SetTier(prev) }()
 	ran := 0
 	for _, tier := range testTiers {
@@ -712,7 +713,7 @@ func TestTierCosts(t *testing.T) {
 	for tier, w := range want {
 		t.Run(tier, func(t *testing.T) {
 			useTier(t, tier) // skips the tiers this CPU lacks
-			if got := activeCosts(); got != w {
+			if got := tierCostsOf(tile.Tier()); got != w {
 				t.Errorf("costs %+v, want %+v", *got, *w)
 			}
 		})

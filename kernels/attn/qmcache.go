@@ -1,10 +1,6 @@
 package attn
 
-import (
-	"math"
-
-	"github.com/sparseattn/msa/kernels/lowp"
-)
+import "github.com/sparseattn/msa/kernels/lowp"
 
 // The K/V block cache of the query-major path.
 //
@@ -103,7 +99,7 @@ func (c *qmCache) start(p *Prefill, scale float32) {
 	}
 	// A global scale that would take the folded score scale out of
 	// float32's normal range (or is not finite) stays in the decoding.
-	if s := float64(scale * c.kFactor); c.kFactor != 1 && (math.IsInf(s, 0) || math.IsNaN(s) || math.Abs(s) < 0x1p-126 && scale != 0) {
+	if c.kFactor != 1 && !foldsGlobal(scale, c.kFactor) {
 		c.use = false
 		return
 	}

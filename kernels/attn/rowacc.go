@@ -11,6 +11,10 @@ import (
 // share a block) or tile.Lanes groups (query rows in SIMD lanes, K/V read
 // row-major without a transpose; best for the few rows of decode).
 type rowAcc interface {
+	// bf16Products asks the accumulations that start after it (reset)
+	// for the bf16 twin's products (on) or the active tier's (off): the
+	// SetBF16Products of tile.Block, tile.Acc and tile.Lanes.
+	bf16Products(on bool)
 	// reset starts an accumulation of m rows; invT > 0 also tracks the
 	// temperature sum (1/T), as tile.Acc.Reset.
 	reset(m int, scale float32, round tile.Round, invT float32)
@@ -42,6 +46,10 @@ type blockAcc struct {
 	blk *tile.Block
 }
 
+func (b *blockAcc) bf16Products(on bool) {
+	b.acc.SetBF16Products(on)
+	b.blk.SetBF16Products(on)
+}
 func (b *blockAcc) reset(m int, scale float32, round tile.Round, invT float32) {
 	b.acc.Reset(m, scale, round, invT)
 }

@@ -33,6 +33,7 @@ type keyWalk struct {
 	Round     tile.Round // P rounding before P.V
 	InvT      float32    // 1/T to track the temperature sum, 0 for none
 	Staged    bool       // decode K/V chunks on demand (kvStager), not whole blocks
+	BF16      bool       // run the bf16 twin's products (rowAcc.bf16Products): a prefill call with bf16 products
 }
 
 // walk runs w on the worker's accumulator and returns it with the rows'
@@ -60,6 +61,7 @@ func (wk *worker) walk(w *keyWalk) (rowAcc, float32) {
 	if foldV {
 		oFold = e4m3Fold
 	}
+	ra.bf16Products(w.BF16)
 	ra.reset(m, scale, w.Round, w.InvT)
 	vs := &wk.vs // the V overflow guard of this tile's accumulation
 	*vs = vScale{}

@@ -16,7 +16,7 @@ import (
 // CPU supports (the AVX-512 and AVX2 tiles, and the Gonum fallback of the
 // generic tier), restoring the active tier after.
 func TestSgemmTiers(t *testing.T) {
-	prev := tile.Tier()
+	prev := tile.TierSetting()
 	t.Cleanup(func() { _ = tile.SetTier(prev) })
 	im := New()
 	for _, tier := range tile.Tiers() {
@@ -34,7 +34,7 @@ func TestSgemmTiers(t *testing.T) {
 // TestSgemmFallback checks that without GEMM tiles (the generic tier)
 // Sgemm is Gonum's, bit for bit.
 func TestSgemmFallback(t *testing.T) {
-	prev := tile.Tier()
+	prev := tile.TierSetting()
 	t.Cleanup(func() { _ = tile.SetTier(prev) })
 	if err := tile.SetTier("generic"); err != nil {
 		t.Fatal(err)

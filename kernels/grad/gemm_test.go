@@ -16,7 +16,7 @@ var gemmTiers = []string{"avx512", "avx2"}
 // test when this CPU or build has no GEMM tiles of that tier.
 func tileWorker(tb testing.TB, tier string) *worker {
 	tb.Helper()
-	prev := tile.Tier()
+	prev := tile.TierSetting()
 	if !haveAsm || tile.SetTier(tier) != nil {
 		tb.Skipf("no %s GEMM tiles on this CPU or build", tier)
 	}

@@ -9,7 +9,8 @@ import (
 	"golang.org/x/sys/cpu"
 )
 
-// The amxbf16 tier (opt-in): the avx512bf16 tier's data path (Q, K, V and
+// The amxbf16 tier (the automatic bf16 twin where it runs; active when
+// named): the avx512bf16 tier's data path (Q, K, V and
 // P rounded to bf16, products accumulated in float32, the same block and
 // query layouts and the same softmax kernel) with the two block products
 // run on Intel AMX tiles (TDPBF16PS, 16x16 float32 accumulators fed by
@@ -74,6 +75,17 @@ func missingAMX() string {
 		return "AMX-TILE"
 	case !cpu.X86.HasAMXBF16:
 		return "AMX-BF16"
+	}
+	return amxPerm()
+}
+
+// amxRefused returns what the amxbf16 tier lacks on a CPU with AVX512_BF16,
+// AMX-TILE and AMX-BF16 (Linux's permission for the tile state), "" where
+// it runs or the CPU lacks those features: the automatic choice then runs
+// low-precision prefill on another tier, and says so once on stderr.
+func amxRefused() string {
+	if missingBF16() != "" || !cpu.X86.HasAMXTile || !cpu.X86.HasAMXBF16 {
+		return ""
 	}
 	return amxPerm()
 }

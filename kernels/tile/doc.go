@@ -11,7 +11,21 @@
 //
 // The arithmetic is implemented in tiers, chosen once at start-up in
 // dispatch.go with golang.org/x/sys/cpu, overridable with the environment
-// variable MSA_CPU_TIER and with SetTier (Tier and Tiers report them):
+// variable MSA_CPU_TIER and with SetTier (Tier and Tiers report them).
+// The choice is a pair: the active tier, a float32 one, for float32 work
+// and decode, and its bf16 twin (BF16InputTier) for the blocks,
+// accumulators and lane groups whose caller asks for bf16 products
+// (Block, Acc and Lanes SetBF16Products: attn's prefill calls whose Q, K
+// and V are values bf16 holds exactly). Automatically the twin is
+// amxbf16 where the CPU has AMX and Linux grants the tile state, else
+// avx512bf16 where the CPU has AVX512_BF16 and VDPBF16PS outruns its
+// float32 multiply-adds (AMD Zen 4; not Intel cores, where it issues at
+// half their rate), else the active tier itself. MSA_CPU_TIER (or SetTier)
+// naming a float32 tier makes it both, so every call keeps float32
+// products; naming a bf16 tier makes it both too, so every call rounds to
+// bf16. The choice changes only with SetTier; each block, accumulator and
+// lane group keeps the tier of its last Load or Reset, so calls of both
+// precisions run concurrently.
 //
 //   - "avx512" (default on CPUs with AVX-512F, VL, DQ and BW): float32. K is
 //     transposed once per Block.Load ([d][BlockN], 16x16 register
@@ -21,7 +35,8 @@
 //     polynomial and VSCALEFPS: < 1 ulp, gradual underflow, exact 0 for
 //     -inf and arguments below -150, NaN propagated; P rounding), and
 //     O = alpha*O + P.V runs as a 6x64 micro-kernel.
-//   - "avx512bf16" (opt-in, never chosen automatically; needs AVX512_BF16):
+//   - "avx512bf16" (the automatic bf16 twin on AMD Zen 4; active only when
+//     named; needs AVX512_BF16):
 //     Q.K^T and P.V with VDPBF16PS. Q, K and V are rounded to bfloat16
 //     (nearest even), P is rounded to bfloat16 after the optional e4m3
 //     rounding; products are exact and accumulate in float32, the row sums
@@ -41,7 +56,8 @@
 //     so attn's epilogues and grad's kernels take their AVX-512 code under
 //     it too (before VectorISA they took the portable code under this
 //     tier only).
-//   - "amxbf16" (opt-in, never chosen automatically; needs the avx512bf16
+//   - "amxbf16" (the automatic bf16 twin where it runs; active only when
+//     named; needs the avx512bf16
 //     tier's features, AMX-TILE and AMX-BF16, and Linux's permission for
 //     the tile state, requested with arch_prctl when the tier is first
 //     asked about): the avx512bf16 data path (same roundings, layouts and
@@ -50,7 +66,8 @@
 //     head dimensions run the avx512bf16 kernels). TDPBF16PS sums a tile
 //     row in an order of its own, so results equal the avx512bf16 tier's
 //     only up to float32 reassociation (tested against the generic tier
-//     on bf16-rounded inputs, as avx512bf16 is). Decode's Lanes run both
+//     on bf16-rounded inputs, as avx512bf16 is). Lanes asking for bf16
+//     products, and decode's Lanes when the tier is active, run both
 //     of their products on AMX tiles too (the AMX lane path,
 //     lanes_amx_amd64.go: S^T = K.Q^T with the key rows as the A operand,
 //     P.V with P's rows transposed from the softmax's key vectors), for d

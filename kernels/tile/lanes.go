@@ -31,13 +31,15 @@ const LanesMaxM = 16
 // lane sums its row's dot product in column order and its P.V sums in key
 // order, one FMA per product. The portable code uses the same layout.
 //
-// On the avx512bf16 tier, for d a multiple of 32, a Lanes whose caller
-// asks for bf16 products (SetBF16Products: the query-major prefill, not
-// decode) runs both products on VDPBF16PS with the same lane layout
-// (lanes_bf16_amd64.go), with the rounding of that tier's Acc.
+// Where the bf16 twin (BF16InputTier) is avx512bf16, for d a multiple of
+// 32, a Lanes whose caller asks for bf16 products (SetBF16Products: the
+// query-major prefill, not decode) runs both products on VDPBF16PS with
+// the same lane layout (lanes_bf16_amd64.go), with the rounding of that
+// tier's Acc.
 //
-// On the amxbf16 tier, for d a multiple of 32, both products run on AMX
-// tiles instead (the AMX lane path, lanes_amx_amd64.go): the same softmax
+// On the amxbf16 tier (active, or the twin of a Lanes asking for bf16
+// products), for d a multiple of 32, both products run on AMX tiles
+// instead (the AMX lane path, lanes_amx_amd64.go): the same softmax
 // kernel and lane state, O kept row-major in o, the bf16 operands exact
 // for the values decode stores, the additions in TDPBF16PS's order.
 //
@@ -125,8 +127,9 @@ const (
 type lanesPrefetch struct{ addr, step, last uintptr }
 
 // lanesKern is the kernel set of a Lanes accumulation. It is fixed by
-// Reset from the active tier and d (lanesKernFor), so an accumulation keeps
-// its kernels even if the tier changes before it finishes.
+// Reset from the active tier, its bf16 twin (SetBF16Products) and d
+// (lanesKernFor, lanesBF16Kern), so an accumulation keeps its kernels even
+// if the tier changes before it finishes.
 type lanesKern uint8
 
 const (
@@ -134,7 +137,7 @@ const (
 	lanesAVX2                     // lanes_avx2_amd64.s
 	lanesAVX512                   // lanes_avx512_amd64.s
 	lanesAMX                      // lanes_amx_amd64.go: AMX tiles (amxbf16 tier)
-	lanesBF16                     // lanes_bf16_amd64.go: VDPBF16PS (avx512bf16 tier, SetBF16Products)
+	lanesBF16                     // lanes_bf16_amd64.go: VDPBF16PS (avx512bf16 twin, SetBF16Products)
 )
 
 // lanesState is the per-lane state read and written by the softmax kernel;
@@ -166,14 +169,16 @@ func NewLanes(d int) *Lanes {
 }
 
 // SetBF16Products chooses, for the accumulations that start after it
-// (Reset), between the float32 lane kernels (off, the default) and the
-// bf16-product ones (on) where the active tier has them: on the
-// avx512bf16 tier, for d a multiple of 32, Q, K and V are rounded to bf16
+// (Reset), between the lane kernels of the active tier (off, the default)
+// and the bf16-product ones of its bf16 twin (on, BF16InputTier) where the
+// twin has them, for d a multiple of 32: Q, K and V are rounded to bf16
 // (nearest even), P is rounded as the accumulation's Round and then to
-// bf16, and both products run on VDPBF16PS with float32 accumulation
-// (lanes_bf16_amd64.go), the rounding of the avx512bf16 tier's Acc. Other
-// tiers and head dimensions keep their kernels (the amxbf16 tier its AMX
-// lane path either way).
+// bf16, and both products run with float32 accumulation, on VDPBF16PS
+// (avx512bf16, lanes_bf16_amd64.go) or AMX tiles (amxbf16, the AMX lane
+// path), the rounding of that tier's Acc. Other head dimensions, and a
+// twin without bf16 products, keep the active tier's kernels (the amxbf16
+// tier, when active, its AMX lane path either way). It changes nothing
+// global: lane groups of both kinds may run concurrently.
 func (l *Lanes) SetBF16Products(on bool) { l.bf16 = on }
 
 // SetBF16Scores chooses, for the accumulations that start after it
@@ -219,8 +224,10 @@ func (l *Lanes) Reset(m int, scale float32, round Round, invT float32) {
 	}
 	l.m, l.round, l.temp = m, round, invT > 0
 	l.kern = lanesKernFor(l.d)
-	if l.bf16 && l.kern == lanesAVX512 && lanesBF16OK(l.d) {
-		l.kern = lanesBF16
+	if l.bf16 && l.kern == lanesAVX512 {
+		if k, ok := lanesBF16Kern(l.d); ok {
+			l.kern = k
+		}
 	}
 	l.qkBF16 = l.bf16QK && l.kern == lanesAVX512 && lanesBF16ScoresOK(l.d)
 	l.st.scale, l.st.round = scale, int32(round)

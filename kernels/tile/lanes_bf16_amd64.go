@@ -39,9 +39,22 @@ func lanesQKBF16(qb *uint32, k unsafe.Pointer, ldk uintptr, pairs int, s *float3
 //go:noescape
 func lanesPVBF16(pp *uint32, vb unsafe.Pointer, ldv uintptr, pairs int, o *float32, alpha *float32, d int)
 
-// lanesBF16OK reports whether d runs the bf16-product lane kernels under
-// the active tier (avx512bf16, tier.bf16Lanes), when asked for.
-func lanesBF16OK(d int) bool { return d%32 == 0 && active.bf16Lanes }
+// lanesBF16Kern returns the lane kernels a Lanes asking for bf16 products
+// (SetBF16Products) runs for head dimension d: those of the bf16 twin
+// (BF16InputTier), the AMX lane path on amxbf16 (tier.amxLanes), the
+// VDPBF16PS kernels on avx512bf16 (tier.bf16Lanes), for d a multiple of
+// 32; false where the twin has none.
+func lanesBF16Kern(d int) (lanesKern, bool) {
+	switch {
+	case d%32 != 0:
+		return lanesGeneric, false
+	case twin.amxLanes:
+		return lanesAMX, true
+	case twin.bf16Lanes:
+		return lanesBF16, true
+	}
+	return lanesGeneric, false
+}
 
 // lanesBF16ScoresOK reports whether d runs VDPBF16PS scores on exact
 // bf16 operands when asked for (SetBF16Scores): the CPU has AVX512_BF16,

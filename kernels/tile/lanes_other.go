@@ -10,8 +10,8 @@ type amxLanes struct{}
 // lanesKernFor: no lane kernels on this platform or build.
 func lanesKernFor(d int) lanesKern { return lanesGeneric }
 
-// lanesBF16OK: no bf16-product lane kernels on this platform or build.
-func lanesBF16OK(d int) bool { return false }
+// lanesBF16Kern: no bf16-product lane kernels on this platform or build.
+func lanesBF16Kern(d int) (lanesKern, bool) { return lanesGeneric, false }
 
 // lanesBF16ScoresOK: no VDPBF16PS scores on this platform or build.
 func lanesBF16ScoresOK(d int) bool { return false }

@@ -97,11 +97,22 @@ func missingBF16() string {
 	return ""
 }
 
+// slowVDPBF16PS reports whether VDPBF16PS is slower on this core than the
+// float32 multiply-adds of the avx512 tier for the same products, so that
+// the automatic choice keeps low-precision calls on avx512: on Intel cores
+// with two 512-bit FMA units VDPBF16PS issues at half their rate (the
+// avx512bf16 tier measured 1.4x slower than avx512 at prefill), on AMD
+// Zen 4 at twice it (0.53-0.58x avx512's wall time). Only AMD cores are
+// known to be fast (isAMD); Intel CPUs with AVX512_BF16 get their bf16
+// products from AMX (amxbf16) where they have it.
+func slowVDPBF16PS() bool { return !isAMD() }
+
 func simdTiers() []*tier {
 	return []*tier{
 		{name: "amxbf16", missing: missingAMX, bf16: true, load: loadBF16, update: amxUpdate, peak: amxPeakFlops, isa: ISAAVX512, amxLanes: true},
 		{name: "avx512bf16", missing: missingBF16, bf16: true, load: loadBF16, update: kbf16.update,
-			peak: func(n int) float64 { peakbf16(n); return float64(n) * 12 * 64 }, isa: ISAAVX512, bf16Lanes: true},
+			peak: func(n int) float64 { peakbf16(n); return float64(n) * 12 * 64 }, isa: ISAAVX512, bf16Lanes: true,
+			slowTwin: slowVDPBF16PS},
 		{name: "avx512", missing: missingAVX512, load: load512, update: k512.update,
 			peak: func(n int) float64 { peak512(n); return float64(n) * 12 * 32 }, isa: ISAAVX512},
 		{name: "avx2", missing: missingAVX2, load: load256, update: k256.update,

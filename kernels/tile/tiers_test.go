@@ -28,6 +28,7 @@ func TestCPUTiers(t *testing.T) {
 		}
 	}
 	t.Logf("cpu-tier-default: %s", Tier())
+	t.Logf("cpu-tier-bf16-inputs: %s", BF16InputTier())
 	t.Logf("cpu-tier-supported: %s", strings.Join(ok, " "))
 	if got := strings.Join(Tiers(), " "); got != strings.Join(ok, " ") {
 		t.Errorf("Tiers() = %q, want %q from the feature checks", got, strings.Join(ok, " "))
@@ -41,7 +42,7 @@ func TestVectorISA(t *testing.T) {
 		"generic": ISAPortable, "avx2": ISAAVX2, "avx512": ISAAVX512,
 		"avx512bf16": ISAAVX512, "avx512bf16-emulated": ISAAVX512, "amxbf16": ISAAVX512,
 	}
-	old := Tier()
+	old := TierSetting()
 	defer func() {
 		if err := SetTier(old); err != nil {
 			t.Fatal(err)

@@ -37,7 +37,12 @@ type Block struct {
 	v    []float32 // [n][d] row-major: the v of the last Load, or vnil
 	vnil []float32 // [d] zeros: v while no key is loaded
 
-	// bf16 layout (avx512bf16 tier only, allocated on first use).
+	// wantBF16 asks the next Load for the bf16 twin (SetBF16Products);
+	// tier is the tier of the last Load.
+	wantBF16 bool
+	tier     *tier
+
+	// bf16 layout (the bf16 tiers only, allocated on first use).
 	bf16 bool     // true when kb and vb hold the block instead of kt and v
 	kb   []uint32 // [roundup(d/2,16)][BlockN] bf16 pairs (K[i][2c], K[i][2c+1])
 	vb   []uint32 // [BlockN/2][d] bf16 pairs (V[2i][c], V[2i+1][c])
@@ -49,7 +54,25 @@ type Block struct {
 // NewBlock returns an empty block for head dimension d.
 func NewBlock(d int) *Block {
 	z := make([]float32, d)
-	return &Block{d: d, kt: make([]float32, d*BlockN), v: z, vnil: z}
+	return &Block{d: d, kt: make([]float32, d*BlockN), v: z, vnil: z, tier: active}
+}
+
+// SetBF16Products chooses the tier of the loads after it: the active tier
+// (off, the default) or its bf16 twin (on, BF16InputTier), which rounds K
+// and V to bf16 where it is a bf16 tier. A caller turns it on for the
+// blocks of a call whose K and V are values bf16 holds exactly, and
+// pairs the block with an accumulator that asks for the same
+// (Acc.SetBF16Products). It changes nothing global: blocks of both kinds
+// may be loaded concurrently.
+func (b *Block) SetBF16Products(on bool) { b.wantBF16 = on }
+
+// pick returns the tier a Load or Reset runs under: the bf16 twin when
+// asked for, else the active tier.
+func pick(bf16 bool) *tier {
+	if bf16 {
+		return twin
+	}
+	return active
 }
 
 // setV keeps the n rows of v as the block's values (float32 layouts).
@@ -65,8 +88,9 @@ func (b *Block) setV(n int, v []float32) {
 func (b *Block) N() int { return b.n }
 
 // Load packs n <= BlockN keys and values; k and v are [n][d] row-major
-// float32. The float32 tiers keep v itself (see Block): leave it unchanged
-// while the block is in use.
+// float32, under the active tier or its bf16 twin (SetBF16Products). The
+// float32 tiers keep v itself (see Block): leave it unchanged while the
+// block is in use.
 func (b *Block) Load(n int, k, v []float32) {
 	if n < 0 || n > BlockN {
 		panic("tile: Block.Load: n out of range")
@@ -76,7 +100,8 @@ func (b *Block) Load(n int, k, v []float32) {
 	}
 	b.n = n
 	b.bf16 = false
-	active.load(b, n, k, v)
+	b.tier = pick(b.wantBF16)
+	b.tier.load(b, n, k, v)
 }
 
 // Acc is the running state of an online softmax over up to maxM query rows.
@@ -98,6 +123,8 @@ type Acc struct {
 	fresh      bool      // Reset since the last update: o[:m*d] not yet zeroed (settle)
 	l2         []float64 // scratch: log2 of the row sums (finish)
 	pf         hints     // ranges the next Update prefetches (Prefetch)
+	wantBF16   bool      // the next Reset takes the bf16 twin (SetBF16Products)
+	tier       *tier     // the tier of the current accumulation, set by Reset
 }
 
 // NewAcc returns an accumulator for up to maxM rows of head dimension d.
@@ -107,11 +134,20 @@ func NewAcc(maxM, d int) *Acc {
 		q: make([]float32, maxM*d), o: make([]float32, maxM*d),
 		mx: make([]float32, maxM), sum: make([]float32, maxM), tsum: make([]float32, maxM),
 		s: make([]float32, maxM*BlockN), alpha: make([]float32, maxM),
-		l2: make([]float64, 2*maxM),
+		l2: make([]float64, 2*maxM), tier: active,
 	}
 }
 
-// Reset starts a new accumulation over m rows. scale is softmax_scale*log2(e):
+// SetBF16Products chooses the tier of the accumulations that start after
+// it (Reset): the active tier (off, the default) or its bf16 twin (on,
+// BF16InputTier), which rounds Q, K, V and P to bf16 before the products
+// where it is a bf16 tier. Update takes blocks loaded under a tier of the
+// same layout (Block.SetBF16Products with the same setting). It changes
+// nothing global: accumulations of both kinds may run concurrently.
+func (a *Acc) SetBF16Products(on bool) { a.wantBF16 = on }
+
+// Reset starts a new accumulation over m rows, under the active tier or its
+// bf16 twin (SetBF16Products). scale is softmax_scale*log2(e):
 // scores are s = scale * (q . k), in base 2. round selects the P rounding;
 // invT > 0 additionally tracks the temperature sum (logits divided by T,
 // invT = 1/T); invT == 0 disables it.
@@ -120,6 +156,7 @@ func (a *Acc) Reset(m int, scale float32, round Round, invT float32) {
 		panic("tile: Acc.Reset: m out of range")
 	}
 	a.m, a.scale, a.round, a.invT, a.temp = m, scale, round, invT, invT > 0
+	a.tier = pick(a.wantBF16)
 	a.q2Set = false
 	a.fresh = true // O is zeroed lazily: settle, or the first SIMD update writes it
 	for r := 0; r < m; r++ {
@@ -142,8 +179,9 @@ func (a *Acc) QRows(r, n int) []float32 { return a.q[r*a.d : (r+n)*a.d] }
 
 // SetQBF16 fills query rows r, r+1, ... from bfloat16 bit patterns (bits
 // holds whole rows of d values) in place of Q and QRows, and reports
-// whether it did. Only the avx512bf16 tier with d a multiple of 16 keeps
-// the queries as bf16; there the bits go into its bf16 buffer as they are,
+// whether it did. Only an accumulation of a bf16 tier (Reset under it)
+// with d a multiple of 16 keeps the queries as bf16; there the bits go
+// into its bf16 buffer as they are,
 // which is exactly what the update's own rounding of the float32 rows
 // would give for values that came from bf16, and saves both conversions.
 // When it reports false (any other tier or d) nothing is written: fill
@@ -151,7 +189,7 @@ func (a *Acc) QRows(r, n int) []float32 { return a.q[r*a.d : (r+n)*a.d] }
 // none (Reset starts over).
 func (a *Acc) SetQBF16(r int, bits []lowp.BFloat16) bool {
 	d := a.d
-	if !bf16Layout(d) {
+	if !a.bf16Layout() {
 		return false
 	}
 	n := len(bits) / d
@@ -177,9 +215,9 @@ func (a *Acc) qPairs() []uint32 {
 	return a.q2
 }
 
-// bf16Layout reports whether blocks and queries of head dimension d are
-// kept as bf16 pairs: the active tier packs bf16 and d is a multiple of 16.
-func bf16Layout(d int) bool { return active.bf16 && d%16 == 0 }
+// bf16Layout reports whether the accumulation's blocks and queries are
+// kept as bf16 pairs: its tier packs bf16 and d is a multiple of 16.
+func (a *Acc) bf16Layout() bool { return a.tier.bf16 && a.d%16 == 0 }
 
 // O returns row r of the output; it is normalised after Finish.
 func (a *Acc) O(r int) []float32 {
@@ -217,10 +255,10 @@ func (a *Acc) Update(b *Block, valid []int32) {
 	if b.d != a.d {
 		panic("tile: Acc.Update: block and accumulator head dims differ")
 	}
-	if b.bf16 != bf16Layout(b.d) {
-		panic("tile: Acc.Update: block was loaded under a tier with another layout; reload it after SetTier")
+	if b.bf16 != a.bf16Layout() {
+		panic("tile: Acc.Update: block was loaded under a tier with another layout than the accumulation's (SetTier or SetBF16Products); reload it")
 	}
-	active.update(a, b, valid)
+	a.tier.update(a, b, valid)
 	a.pf.set(nil)
 }
 

@@ -26,11 +26,17 @@ func useTier(t testing.TB, name string) {
 	if m != "" {
 		t.Skipf("tier %s: CPU lacks %s", name, m)
 	}
-	prev := active
+	restoreTiers(t)
 	if err := SetTier(name); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { active = prev })
+}
+
+// restoreTiers puts the active tier and its bf16 twin back as they are now
+// when the (sub)test ends.
+func restoreTiers(t testing.TB) {
+	prev, prevTwin := active, twin
+	t.Cleanup(func() { active, twin = prev, prevTwin })
 }
 
 // problem is one randomised accumulation: m query rows against a sequence of
@@ -501,7 +507,7 @@ func BenchmarkLoad(b *testing.B) {
 // a child process, since the variable is read at start-up).
 func TestTierSelection(t *testing.T) {
 	if os.Getenv("MSA_TILE_CHILD") == "1" {
-		fmt.Printf("TIER=%s\n", Tier())
+		fmt.Printf("TIER=%s BF16=%s\n", Tier(), BF16InputTier())
 		return
 	}
 	tiers := Tiers()
@@ -518,18 +524,26 @@ func TestTierSelection(t *testing.T) {
 			}
 		}
 	}
-	if slices.Contains([]string{"amxbf16", "avx512bf16", "avx512bf16-emulated"}, Tier()) {
-		t.Errorf("the opt-in tier %s was chosen automatically", Tier())
+	restoreTiers(t)
+	if err := SetTier(AutoTier); err != nil {
+		t.Fatal(err)
 	}
-	for _, want := range []string{"generic", tiers[0]} {
+	if slices.Contains([]string{"amxbf16", "avx512bf16", "avx512bf16-emulated"}, Tier()) {
+		t.Errorf("the bf16 tier %s was chosen automatically for float32 work", Tier())
+	}
+	// The child reports the active tier and the bf16 twin: a tier named
+	// by the variable is both, and "auto" (like no variable) the
+	// automatic choice.
+	autoTwin := BF16InputTier()
+	for _, c := range [][3]string{{"generic", "generic", "generic"}, {tiers[0], tiers[0], tiers[0]}, {AutoTier, Tier(), autoTwin}} {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestTierSelection$")
-		cmd.Env = append(os.Environ(), "MSA_TILE_CHILD=1", EnvTier+"="+want)
+		cmd.Env = append(os.Environ(), "MSA_TILE_CHILD=1", EnvTier+"="+c[0])
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("child: %v\n%s", err, out)
 		}
-		if !strings.Contains(string(out), "TIER="+want+"\n") {
-			t.Errorf("%s=%s: child reports %q", EnvTier, want, out)
+		if want := "TIER=" + c[1] + " BF16=" + c[2] + "\n"; !strings.Contains(string(out), want) {
+			t.Errorf("%s=%s: child reports %q, want %q", EnvTier, c[0], out, want)
 		}
 	}
 }

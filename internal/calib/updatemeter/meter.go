@@ -17,10 +17,12 @@ import (
 )
 
 // Meter measures the in-cache rate of one attention tile's update on the
-// active tier: rows query rows against one full block of tile.BlockN keys
-// at head dimension d, the same operands every call, so that they stay in
-// L1/L2. For prefill it runs Acc.Update, as prefill's work items do (128
-// rows: 8 queries of 16 query heads at GQA 16); for decode it runs the
+// tier that runs it: rows query rows against one full block of tile.BlockN
+// keys at head dimension d, the same operands every call, so that they stay
+// in L1/L2. For prefill it runs Acc.Update, as prefill's work items do (128
+// rows: 8 queries of 16 query heads at GQA 16), on the bf16 twin of the
+// active tier (tile.BF16InputTier), where prefill's low-precision calls
+// run; for decode it runs, on the active tier, the
 // kernels decode runs on float32 keys and values (Lanes.Update where
 // tile.LanesSIMD(d), else Acc.Update), without the conversion of stored
 // low-precision K/V. It is the bound of the op's kernels when memory costs
@@ -34,7 +36,7 @@ import (
 type Meter struct {
 	rows, d int
 	decode  bool
-	tier    string // tier the operands were laid out for ("" before setup)
+	tier    string // tiers the operands were laid out for (tiers; "" before setup)
 	acc     *tile.Acc
 	lanes   *tile.Lanes // decode on lane kernels, else nil
 	blk     *tile.Block
@@ -67,6 +69,8 @@ func New(rows, d int, decode bool) (*Meter, error) {
 		v:     make([]float32, tile.BlockN*d),
 		q:     make([]lowp.BFloat16, rows*d),
 	}
+	m.acc.SetBF16Products(!decode)
+	m.blk.SetBF16Products(!decode)
 	for i := range m.k {
 		m.k[i], m.v[i] = float32(rng.NormFloat64()), float32(rng.NormFloat64())
 	}
@@ -79,12 +83,16 @@ func New(rows, d int, decode bool) (*Meter, error) {
 	return m, nil
 }
 
-// setup lays the operands out for the active tier and starts the
+// tiers names the active tier and its bf16 twin, the layouts setup
+// depends on.
+func tiers() string { return tile.Tier() + "/" + tile.BF16InputTier() }
+
+// setup lays the operands out for the tier that runs the update and starts the
 // accumulation; later updates keep adding to it (the scores are the same
 // every call, so the running max stays and the sums only grow, without
 // overflow for far more calls than a measurement makes).
 func (m *Meter) setup() {
-	m.tier = tile.Tier()
+	m.tier = tiers()
 	scale := float32(1/math.Sqrt(float64(m.d))) * math.Log2E
 	q := make([]float32, m.d)
 	m.lanes = nil
@@ -122,9 +130,10 @@ func (m *Meter) update() {
 // returns its rate over the whole interval in GFLOP/s (4*rows*tile.BlockN*d
 // flops per call, all calls / elapsed time), including any time the core
 // was not the goroutine's, like calib.SustainedGFLOPS. The operands are laid out
-// again first if the active tier changed since the last call.
+// again first if the active tier or its bf16 twin changed since the last
+// call.
 func (m *Meter) Sustained(dur time.Duration) float64 {
-	if m.tier != tile.Tier() {
+	if m.tier != tiers() {
 		m.setup()
 	}
 	per := 4 * float64(m.rows*tile.BlockN*m.d)

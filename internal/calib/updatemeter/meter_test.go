@@ -12,7 +12,7 @@ import (
 // one after it.
 func useTier(t *testing.T, name string) {
 	t.Helper()
-	prev := tile.Tier()
+	prev := tile.TierSetting()
 	if err := tile.SetTier(name); err != nil {
 		t.Fatal(err)
 	}
@@ -23,7 +23,8 @@ func useTier(t *testing.T, name string) {
 // decode's tile) on every tier this CPU has: a positive rate no higher than
 // the tier's multiply-add peak allows (with a margin for the peak's own
 // noise), the operands laid out again for the kernels of the tier that is
-// active when it runs, and the argument checks.
+// active when it runs (and, for prefill, of its bf16 twin, also under the
+// automatic choice), and the argument checks.
 func TestMeter(t *testing.T) {
 	pre, err := New(128, 128, false)
 	if err != nil {
@@ -33,7 +34,7 @@ func TestMeter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, tn := range tile.Tiers() {
+	for _, tn := range append(tile.Tiers(), tile.AutoTier) {
 		t.Run(tn, func(t *testing.T) {
 			useTier(t, tn)
 			for _, m := range []*Meter{pre, dec} {
@@ -44,14 +45,20 @@ func TestMeter(t *testing.T) {
 				// that rate on Intel cores (twice it on AMD Zen 4), so the
 				// bf16 loop would be too low a bound there and too loose a
 				// one on AMD. The emulated bf16 tier has no loop of its own.
-				pt := tn
-				if tn == "avx512bf16-emulated" || m.decode && tile.LanesSIMD(m.d) && tile.BF16Products() && tn != "amxbf16" {
+				// Prefill's meter runs on the bf16 twin (BF16InputTier:
+				// the tier itself where SetTier named one, the best bf16
+				// tier of the CPU under the automatic choice).
+				pt := tile.Tier()
+				if !m.decode {
+					pt = tile.BF16InputTier()
+				}
+				if pt == "avx512bf16-emulated" || m.decode && tile.LanesSIMD(m.d) && tile.BF16Products() && pt != "amxbf16" {
 					pt = "avx512"
 				}
 				pk := calib.PeakGFLOPS(tile.PeakLoop(pt), 20*time.Millisecond)
 				r := m.Sustained(20 * time.Millisecond)
-				if m.tier != tile.Tier() {
-					t.Fatalf("decode %v: laid out for %q, active tier %q", m.decode, m.tier, tile.Tier())
+				if m.tier != tiers() {
+					t.Fatalf("decode %v: laid out for %q, active tier and twin %q", m.decode, m.tier, tiers())
 				}
 				if lanes := m.decode && tile.LanesSIMD(m.d); (m.lanes != nil) != lanes {
 					t.Fatalf("decode %v: lane kernels %v, want %v", m.decode, m.lanes != nil, lanes)

@@ -131,7 +131,7 @@ func refScores(s *Scorer, q, k []float32) (want, bound []float64) {
 // exactly where the block is invisible, and the bits do not depend on the
 // worker count.
 func TestRunWithinBound(t *testing.T) {
-	prev := tile.Tier()
+	prev := tile.TierSetting()
 	t.Cleanup(func() { _ = tile.SetTier(prev) })
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
 	for _, tier := range tile.Tiers() {

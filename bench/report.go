@@ -285,7 +285,6 @@ var termColumns = []column{
 		}
 		return r.verify
 	}},
-	{name: "union", cell: unionCell, optional: true},
 }
 
 // unionCell is a prefill's mean union of selected blocks per query tile
@@ -326,8 +325,8 @@ const termLegend = "Columns: tier the kernel tier that ran the case (amx amxbf16
 	"x_tsp PyTorch doing the same sparse (prefill) or paged (decode) work in FP32 / ms; x_tbf16 the same in BF16; " +
 	"noise NOISY when the noise rules flag the case (reasons in the notes); " +
 	"verify the output against the reference (FAIL also when the dense baseline's check failed). " +
-	"union (prefill) the mean number of distinct blocks the tokens of a 64-row query tile selected, what a query-major tile walks (as the GPU check's timing rows report it). " +
-	"Every column (spreads, %burst, %kern, GB/s, %BW, baseline times, methods): results.md and results.csv; bench/README.md explains them."
+	"Every column (spreads, %burst, %kern, GB/s, %BW, baseline times, methods, blocks_per_tile: " +
+	"the mean union of selected blocks per 64-row query tile): results.md and results.csv; bench/README.md explains them."
 
 // wrap breaks text into lines of at most width bytes at spaces.
 func wrap(text string, width int) []string {
@@ -514,7 +513,7 @@ var csvHeader = []string{"case", "kind", "dtype", "seq_len", "batch", "hq", "hkv
 	"torch_ms", "speedup_vs_torch", "torch_extrapolated", "torch_method",
 	"tsparse_ms", "speedup_vs_tsparse", "tsparse_method",
 	"tbf16_ms", "speedup_vs_tbf16", "tbf16_method",
-	"verify", "verify_detail", "dense_verify", "error"}
+	"blocks_per_tile", "verify", "verify_detail", "dense_verify", "error"}
 
 func num(x float64) string {
 	if x == 0 {
@@ -549,7 +548,7 @@ func writeCSV(path string, info *machineInfo, cal calibration, rs []*result) err
 			num(r.torch.ms), num(r.torch.speedup), yes(r.torch.extrap), r.torch.note,
 			num(r.tsparse.ms), num(r.tsparse.speedup), r.tsparse.note,
 			num(r.tbf16.ms), num(r.tbf16.speedup), r.tbf16.note,
-			r.verify, r.verifyDetail, r.denseVerify, r.err})
+			unionCell(r), r.verify, r.verifyDetail, r.denseVerify, r.err})
 	}
 	w.Flush()
 	if err := w.Error(); err != nil {

@@ -92,8 +92,9 @@ type arith struct {
 //     float32: |error| <= D u32 sum |q_d k_d| (the standard gamma_D bound).
 //     E4M3 Q and K use the FP8 tensor cores: uFP8MMA.
 //   - P before P.V: the contract rounds P to BF16 (BF16 P.V) or E4M3 (FP8
-//     P.V); the CPU path keeps BF16 P.V's P in float32. The bound covers
-//     both, and an E4M3 rounding relative to any running row max <= the
+//     P.V); the CPU path keeps BF16 P.V's P in float32 on its float32
+//     kernel tiers and rounds it to BF16 on its bf16-product ones. The
+//     bound covers both, and an E4M3 rounding relative to any running row max <= the
 //     final one: |dP| <= u P + floor, the floor (2^-10 of the running max,
 //     at most 2^-10 of the final one) for each token.
 //   - P.V: float32 accumulation along the kernel's chain (forRow), or

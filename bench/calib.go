@@ -43,7 +43,7 @@ func decodePeakTier(t string) string {
 	return "avx512"
 }
 
-// bf16Tier reports the bf16 fast modes with a calibration loop of their
+// bf16Tier reports the bf16-product tiers with a calibration loop of their
 // own (VDPBF16PS, TDPBF16PS); the emulated bf16 tier calibrates with the
 // AVX-512 FP32 loop.
 func bf16Tier(t string) bool { return t == "avx512bf16" || t == "amxbf16" }
@@ -256,7 +256,7 @@ func (m *refMeter) bandwidth(dur time.Duration) float64 {
 	return float64(all) / el / 1e9
 }
 
-// bf16PeakNote says, for a run of a bf16 fast mode (tier avx512bf16 or
+// bf16PeakNote says, for a run of a bf16-product tier (tier avx512bf16 or
 // amxbf16), how far its instruction can carry it on this CPU: bf and fp
 // are the one-goroutine peaks of the tier's calibration loop (VDPBF16PS or
 // TDPBF16PS) and of the FP32 multiply-adds, both counting 2 flops per
@@ -271,9 +271,9 @@ func bf16PeakNote(tier string, bf, fp float64) string {
 	r := bf / fp
 	switch {
 	case r < 0.95:
-		return fmt.Sprintf("bf16 fast mode: %s peaks at %.2fx the FP32 multiply-add rate on this CPU, so tier %s is slower here than tier avx512 for the same work", instr, r, tier)
+		return fmt.Sprintf("bf16 products: %s peaks at %.2fx the FP32 multiply-add rate on this CPU, so tier %s is slower here than tier avx512 for the same work", instr, r, tier)
 	case r > 1.05:
-		return fmt.Sprintf("bf16 fast mode: %s peaks at %.2fx the FP32 multiply-add rate on this CPU, the most tier %s can gain over tier avx512", instr, r, tier)
+		return fmt.Sprintf("bf16 products: %s peaks at %.2fx the FP32 multiply-add rate on this CPU, the most tier %s can gain over tier avx512", instr, r, tier)
 	}
-	return fmt.Sprintf("bf16 fast mode: %s peaks at %.2fx the FP32 multiply-add rate on this CPU: tier %s gains nothing here over tier avx512", instr, r, tier)
+	return fmt.Sprintf("bf16 products: %s peaks at %.2fx the FP32 multiply-add rate on this CPU: tier %s gains nothing here over tier avx512", instr, r, tier)
 }

@@ -127,10 +127,7 @@ func targetsTable(f *resultFile) (string, error) {
 			return "", fmt.Errorf("%s: CPU %q in a file of %q: one machine kind per file", f.name, c, cpu)
 		}
 		get := func(name string) string { return f.col(rec, name) }
-		tier, floor := get("tier"), targetPrefill
-		if get("fast_mode") == "true" {
-			tier, floor = tier+" (fast mode)", targetFastMode
-		}
+		tier, floor := tierLabel(get("tier"), get("fast_mode") == "true")
 		cells := []string{tier, get("workers")}
 		for _, c := range []struct {
 			name  string

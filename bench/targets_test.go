@@ -14,7 +14,7 @@ import (
 // targetRuns covers the supported target tiers, most workers first, and
 // gives the PyTorch baselines to one FP32 run only.
 func TestTargetRuns(t *testing.T) {
-	got := targetRuns([]string{"avx512bf16", "avx512", "avx2", "generic"}, 2, true)
+	got := targetRuns([]string{"amxbf16", "avx512bf16", "avx512", "avx2", "generic"}, 2, true)
 	var names []string
 	torch := 0
 	for _, r := range got {
@@ -25,11 +25,11 @@ func TestTargetRuns(t *testing.T) {
 				t.Errorf("PyTorch baselines in run %s, want an FP32 run on 2 workers", r.dir())
 			}
 		}
-		if r.fast != (r.tier == "avx512bf16") {
+		if r.fast != (r.tier == "avx512bf16" || r.tier == "amxbf16") {
 			t.Errorf("run %s: fast = %v", r.dir(), r.fast)
 		}
 	}
-	want := []string{"avx512-w2", "avx512-w1", "avx2-w2", "avx2-w1", "avx512bf16-w2", "avx512bf16-w1"}
+	want := []string{"avx512-w2", "avx512-w1", "avx2-w2", "avx2-w1", "avx512bf16-w2", "avx512bf16-w1", "amxbf16-w2", "amxbf16-w1"}
 	if !slices.Equal(names, want) || torch != 1 {
 		t.Errorf("runs %v (%d with PyTorch), want %v (1)", names, torch, want)
 	}
@@ -41,7 +41,23 @@ func TestTargetRuns(t *testing.T) {
 	}
 	fast := targetRun{tier: "avx512bf16", workers: 1, fast: true}
 	if a := strings.Join(fast.args(&config{python: "py"}, "d"), " "); !strings.Contains(a, "-cases prefill,nvfp4 ") || !strings.Contains(a, "-torch off") {
-		t.Errorf("fast-mode run arguments %q: want prefill and NVFP4 only, no PyTorch", a)
+		t.Errorf("avx512bf16 run arguments %q: want prefill and NVFP4 only, no PyTorch", a)
+	}
+	// amxbf16 also times decode, whose lane kernels run on AMX tiles there.
+	amx := targetRun{tier: "amxbf16", workers: 1, fast: true}
+	if a := strings.Join(amx.args(&config{python: "py"}, "d"), " "); !strings.Contains(a, "-cases prefill,nvfp4,decode ") {
+		t.Errorf("amxbf16 run arguments %q: want prefill, NVFP4 and decode", a)
+	}
+	for _, c := range []struct {
+		tier  string
+		fast  bool
+		label string
+		floor float64
+	}{{"avx512", false, "avx512", targetPrefill}, {"avx512bf16", true, "avx512bf16 (bf16 products)", targetFastMode},
+		{"amxbf16", true, "amxbf16 (bf16 products)", targetAMX}} {
+		if l, f := tierLabel(c.tier, c.fast); l != c.label || f != c.floor {
+			t.Errorf("tierLabel(%s, %v) = %q, %v; want %q, %v", c.tier, c.fast, l, f, c.label, c.floor)
+		}
 	}
 }
 
@@ -111,8 +127,8 @@ func TestTargetSummary(t *testing.T) {
 	}
 	fast := targetRun{tier: "avx512bf16", workers: 1, fast: true}
 	rep = targetReport("test CPU", []targetSummary{summarizeTarget(fast, rows[:4], nil)})
-	if !strings.Contains(rep, "| avx512bf16 (fast mode) | 1 | 74.0-80.0 ok | 76.0 ok |") {
-		t.Errorf("fast mode judged against 70%%:\n%s", rep)
+	if !strings.Contains(rep, "| avx512bf16 (bf16 products) | 1 | 74.0-80.0 ok | 76.0 ok |") {
+		t.Errorf("avx512bf16 judged against 70%%:\n%s", rep)
 	}
 }
 

@@ -55,8 +55,9 @@ func (f *FakeDriver) install(k *Kernels) {
 // driver calls recorded by f. Tensor maps are not encoded by it: a test of
 // a tensor-map route registers them with FakeTensorMaps.
 func FakeKernels(arch Arch, f *FakeDriver) *Kernels {
-	k := &Kernels{arch: arch, smemOpt: 232448, fns: map[string]driver.Function{}, tc: map[string]tcKernel{}, bufs: map[string]*devBuf{},
-		tmaps: map[string]driver.TensorMap{}, fallback: map[string]string{}}
+	// An H100's SM count and L2 size (prefill windows and occupancy splits).
+	k := &Kernels{arch: arch, smemOpt: 232448, sms: 132, l2: 50 << 20, waves: DefaultItemWaves, fns: map[string]driver.Function{},
+		tc: map[string]tcKernel{}, bufs: map[string]*devBuf{}, tmaps: map[string]driver.TensorMap{}, fallback: map[string]string{}}
 	f.Next = 0x1000000
 	f.install(k)
 	fn := driver.Function(1)
@@ -64,12 +65,18 @@ func FakeKernels(arch Arch, f *FakeDriver) *Kernels {
 		k.fns[n] = fn
 		fn++
 	}
-	for _, n := range append(TCNames(arch), PipeNames(arch)...) {
+	for _, n := range append(append(append(TCNames(arch), QFwdNames(arch)...), PipeNames(arch)...), KV2Names(arch)...) {
 		threads := 128
+		if g, ok := sm100Table[n]; ok {
+			threads = g.Threads
+		}
 		if g, ok := fatbin.HopperAmpereLaunch[n]; ok {
 			threads = g.Threads
 		}
 		if g, ok := fatbin.DecodePipeLaunch[n]; ok {
+			threads = g.Threads
+		}
+		if g, ok := fatbin.Fwd2Launch[n]; ok {
 			threads = g.Threads
 		}
 		k.tc[n] = tcKernel{fn: fn, threads: threads, smemSet: k.smemOpt}
@@ -83,6 +90,18 @@ func FakeKernels(arch Arch, f *FakeDriver) *Kernels {
 // encode (as the driver would), so that route is taken without a driver.
 func FakeTensorMaps(k *Kernels, a *DecodeArgs) {
 	if tp, why := TCDecodePlan(k.arch, a, 0); why == "" {
+		for _, sp := range []TensorMapSpec{tp.Q, tp.K, tp.V} {
+			k.tmaps[sp.Key()] = driver.TensorMap{}
+		}
+	}
+}
+
+// FakeFwdTensorMaps is test scaffolding: it registers, in a Kernels made
+// by FakeKernels, the Q, K and V tensor maps of the tensor-core prefill of
+// a (KV-major, kv2 and query-major kernels share them), as the driver
+// would encode them, so that those routes are taken without a driver.
+func FakeFwdTensorMaps(k *Kernels, a *FwdArgs) {
+	if tp, why := TCFwdPlan(ArchSM80, a, 0); why == "" {
 		for _, sp := range []TensorMapSpec{tp.Q, tp.K, tp.V} {
 			k.tmaps[sp.Key()] = driver.TensorMap{}
 		}

@@ -54,10 +54,6 @@ func TestDecodeRunAllocatesNothing(t *testing.T) {
 				PageSize: page, QDtype: c.qdt, KVDtype: c.kvdt, PVRound: c.round, NumPages: 2 * pages}
 			layer2 := *a
 			layer2.K, layer2.V = 0x600000, 0x700000
-			if c.arch != ArchPortable { // tensor maps of both layers, as the driver would encode them
-				FakeTensorMaps(k, a)
-				FakeTensorMaps(k, &layer2)
-			}
 			run := func(x *DecodeArgs) func() {
 				return func() {
 					if err := k.Decode(nil, x, s); err != nil {

@@ -22,6 +22,7 @@ type FakeDriver struct {
 	Next     driver.DevicePtr // the next address MemAlloc returns
 	Allocs   int              // device allocations made
 	Copied   int64            // bytes copied host to device
+	Encoded  int              // tensor maps encoded
 	Launches int              // kernel launches
 	Last     driver.Function  // the last kernel launched
 	LastArgs int              // its argument count
@@ -41,6 +42,10 @@ func (f *FakeDriver) install(k *Kernels) {
 			return nil
 		},
 		memset: func(driver.DevicePtr, byte, int64) error { return nil },
+		encode: func(*TensorMapSpec) (driver.TensorMap, error) {
+			f.Encoded++
+			return driver.TensorMap{}, nil
+		},
 		launch: func(fn driver.Function, _ driver.LaunchConfig, args [][]byte) error {
 			f.Launches++
 			f.Last, f.LastArgs = fn, len(args)
@@ -52,8 +57,7 @@ func (f *FakeDriver) install(k *Kernels) {
 // FakeKernels is test scaffolding: a Kernels of family arch as Load would
 // leave it, every kernel a distinct fake function with its attributes
 // already raised (no SetAttribute call reaches the missing driver), its
-// driver calls recorded by f. Tensor maps are not encoded by it: a test of
-// a tensor-map route registers them with FakeTensorMaps.
+// driver calls recorded by f; tensor maps are "encoded" as zero maps.
 func FakeKernels(arch Arch, f *FakeDriver) *Kernels {
 	// An H100's SM count and L2 size (prefill windows and occupancy splits).
 	k := &Kernels{arch: arch, smemOpt: 232448, sms: 132, l2: 50 << 20, waves: DefaultItemWaves, fns: map[string]driver.Function{},
@@ -83,29 +87,6 @@ func FakeKernels(arch Arch, f *FakeDriver) *Kernels {
 		fn++
 	}
 	return k
-}
-
-// FakeTensorMaps is test scaffolding: it registers, in a Kernels made by
-// FakeKernels, the Q, K and V tensor maps the tensor-core decode of a would
-// encode (as the driver would), so that route is taken without a driver.
-func FakeTensorMaps(k *Kernels, a *DecodeArgs) {
-	if tp, why := TCDecodePlan(k.arch, a, 0); why == "" {
-		for _, sp := range []TensorMapSpec{tp.Q, tp.K, tp.V} {
-			k.tmaps[sp.Key()] = driver.TensorMap{}
-		}
-	}
-}
-
-// FakeFwdTensorMaps is test scaffolding: it registers, in a Kernels made
-// by FakeKernels, the Q, K and V tensor maps of the tensor-core prefill of
-// a (KV-major, kv2 and query-major kernels share them), as the driver
-// would encode them, so that those routes are taken without a driver.
-func FakeFwdTensorMaps(k *Kernels, a *FwdArgs) {
-	if tp, why := TCFwdPlan(ArchSM80, a, 0); why == "" {
-		for _, sp := range []TensorMapSpec{tp.Q, tp.K, tp.V} {
-			k.tmaps[sp.Key()] = driver.TensorMap{}
-		}
-	}
 }
 
 // SetDecodeKernel is test scaffolding: it selects the decode kernel of a

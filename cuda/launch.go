@@ -86,6 +86,7 @@ type driverCalls struct {
 	htod     func(dst driver.DevicePtr, src unsafe.Pointer, n int64) error
 	memset   func(p driver.DevicePtr, v byte, n int64) error
 	launch   func(f driver.Function, cfg driver.LaunchConfig, args [][]byte) error
+	encode   func(s *TensorMapSpec) (driver.TensorMap, error) // a tensor map's encoding (cuTensorMapEncodeTiled)
 }
 
 func (k *Kernels) memAlloc(n int64) (driver.DevicePtr, error) {
@@ -623,6 +624,13 @@ func (k *Kernels) tensorMap(s TensorMapSpec) (driver.TensorMap, error) {
 	key := s.Key()
 	if m, ok := k.tmaps[key]; ok {
 		return m, nil
+	}
+	if k.drv.encode != nil {
+		m, err := k.drv.encode(&s)
+		if err == nil {
+			k.tmaps[key] = m
+		}
+		return m, err
 	}
 	dt := driver.TMapUint8
 	if s.ElemBytes() == 2 {

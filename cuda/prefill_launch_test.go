@@ -97,8 +97,6 @@ func TestSparsePrefillRunAllocatesNothing(t *testing.T) {
 			c := newPrefillLaunchCase(t, r)
 			layer2 := *c
 			layer2.fa.K, layer2.fa.V = 0x2800_0000, 0x3800_0000
-			FakeFwdTensorMaps(k, &c.fa)
-			FakeFwdTensorMaps(k, &layer2.fa)
 			want := r.whole
 			for range prefillTestWindows * len(r.perWin) / max(len(r.perWin), 1) {
 				want = append(want, r.perWin...)
@@ -110,9 +108,12 @@ func TestSparsePrefillRunAllocatesNothing(t *testing.T) {
 			if r.fallback != "" && k.Fallbacks()[r.fallback] == "" {
 				t.Errorf("the refusal of %s is not recorded", r.fallback)
 			}
-			launches := f.Launches
+			launches, encoded := f.Launches, f.Encoded
 			if n := allocs.Warm(20, c.run(t, k)); n != 0 {
 				t.Errorf("SparsePrefill: %v allocations per run, want 0", n)
+			}
+			if f.Encoded != encoded {
+				t.Errorf("%d tensor maps encoded in the warm runs, want 0 (made once per key)", f.Encoded-encoded)
 			}
 			if d := f.Launches - launches; d%len(want) != 0 || d < 21*len(want) {
 				t.Errorf("%d launches in the warm runs, want a multiple of %d and at least %d", d, len(want), 21*len(want))

@@ -44,12 +44,17 @@ func (l *csrLayout) size(fn, arg string, batch, blocks int) error {
 func (l csrLayout) split(packed []int32) (rp, qi []int32) {
 	rp = make([]int32, l.Hkv*(l.RowCap+1))
 	qi = make([]int32, l.Hkv*l.Stride)
+	l.splitInto(rp, qi, packed)
+	return rp, qi
+}
+
+// splitInto is split into rp and qi (of split's lengths).
+func (l csrLayout) splitInto(rp, qi, packed []int32) {
 	for h := 0; h < l.Hkv; h++ {
 		row := packed[h*l.width() : (h+1)*l.width()]
 		copy(rp[h*(l.RowCap+1):], row[:l.RowCap+1])
 		copy(qi[h*l.Stride:], row[l.RowCap+1:])
 	}
-	return rp, qi
 }
 
 // csrProducer is implemented by the ops whose value is a packed CSR.

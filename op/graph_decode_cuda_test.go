@@ -51,8 +51,11 @@ func (f *fakeGPU) alloc(n int64) (uint64, error) {
 
 func (f *fakeGPU) free(uint64) error { return nil }
 
-func (f *fakeGPU) env() *gpuEnv {
-	return &gpuEnv{fn: "DecodeAttention", ctxID: 1, calls: &gpuCalls{
+func (f *fakeGPU) env() *gpuEnv { return f.envFor("DecodeAttention") }
+
+// envFor is the fake's environment of a CUDADo of the op named fn.
+func (f *fakeGPU) envFor(fn string) *gpuEnv {
+	return &gpuEnv{fn: fn, ctxID: 1, calls: &gpuCalls{
 		dtoh: func(dst unsafe.Pointer, src uint64, n int64) error {
 			b, ok := f.host[src]
 			if !ok || int64(len(b)) < n {

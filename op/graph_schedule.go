@@ -40,9 +40,16 @@ func (s schedLayout) len() int {
 
 // unpack views a packed schedule value as a plan.FwdSchedule (no copy).
 func (s schedLayout) unpack(v []int32) *plan.FwdSchedule {
+	dst := new(plan.FwdSchedule)
+	s.unpackInto(dst, v)
+	return dst
+}
+
+// unpackInto is unpack into dst.
+func (s schedLayout) unpackInto(dst *plan.FwdSchedule, v []int32) {
 	m := 1 + 6*s.capacity
 	qs := m + s.csr.Hkv*s.csr.Stride
-	return &plan.FwdSchedule{
+	*dst = plan.FwdSchedule{
 		Capacity: s.capacity, WorkCount: v[0], Metadata: v[1:m],
 		QSplit: v[m:qs], SplitCounts: v[qs:],
 	}

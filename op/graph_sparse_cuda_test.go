@@ -1,0 +1,217 @@
+//go:build cuda
+
+package op
+
+import (
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	mcuda "github.com/sparseattn/msa/cuda"
+	"github.com/sparseattn/msa/internal/allocs"
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+)
+
+// sparseCUDACase is a sparse prefill node (BF16, D 128, two sequences of
+// 100 and 200 queries over 500 and 700 keys, 16 query heads, 1 KV head,
+// blocks of 64 keys, top-4) with its CSR and schedule nodes, and host
+// tensors for every input.
+type sparseCUDACase struct {
+	op       *sparseAttnOp
+	csrOp    *csrOp
+	schedOp  *schedOp
+	q2k      *tensor.Dense
+	cuQ, cuK *tensor.Dense
+	in       []G.Value
+	out      *tensor.Dense // the prealloc the tape machine would pass
+}
+
+func newSparseCUDACase(t *testing.T) *sparseCUDACase {
+	t.Helper()
+	const totalQ, totalK, hq, d, topK, blk = 300, 1200, 16, 128, 4, 64
+	g := G.NewGraph()
+	cuQ, cuK := i32T([]int{3}, 0, 100, 300), i32T([]int{3}, 0, 500, 1200)
+	q2k := i32T([]int{1, totalQ, topK})
+	fillQ2K(q2k, cuQ, cuK, blk, 1)
+	q, k, v := bf16T(totalQ, hq, d), bf16T(totalK, 1, d), bf16T(totalK, 1, d)
+	cuQn, cuKn := gnode(t, g, "cu_q", cuQ), gnode(t, g, "cu_k", cuK)
+	csr, err := K2QCSR(gnode(t, g, "q2k", q2k), cuQn, cuKn, BlkKV(blk), MaxSeqlenK(700))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sched, err := FwdSchedule(csr, cuQn, cuKn, QheadPerKV(hq), Workers(8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, err := SparseAttention(gnode(t, g, "q", q), gnode(t, g, "k", k), gnode(t, g, "v", v), csr, sched, cuQn, cuKn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &sparseCUDACase{op: node.Op().(*sparseAttnOp), csrOp: csr.Op().(*csrOp), schedOp: sched.Op().(*schedOp),
+		q2k: q2k, cuQ: cuQ, cuK: cuK, out: bf16T(totalQ, hq, d)}
+	c.in = []G.Value{q, k, v, nil, nil, cuQ, cuK}
+	c.plan(t)
+	return c
+}
+
+// fillQ2K selects up to topK distinct blocks of its sequence for every
+// query (-1 pads), from seed.
+func fillQ2K(q2k, cuQ, cuK *tensor.Dense, blk int, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 3))
+	v, cq, ck := q2k.Data().([]int32), cuQ.Data().([]int32), cuK.Data().([]int32)
+	topK := q2k.Shape()[2]
+	for b := 0; b+1 < len(cq); b++ {
+		nb := (int(ck[b+1]-ck[b]) + blk - 1) / blk
+		for q := cq[b]; q < cq[b+1]; q++ {
+			row := v[int(q)*topK : (int(q)+1)*topK]
+			n := 1 + rng.IntN(topK)
+			for j, x := range rng.Perm(nb)[:n] {
+				row[j] = int32(x)
+			}
+			for j := n; j < topK; j++ {
+				row[j] = -1
+			}
+		}
+	}
+}
+
+// plan runs the CSR and schedule nodes (once per step).
+func (c *sparseCUDACase) plan(t *testing.T) {
+	t.Helper()
+	csr, err := c.csrOp.Do(c.q2k, c.cuQ, c.cuK)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sched, err := c.schedOp.Do(csr, c.cuQ, c.cuK)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.in[3], c.in[4] = csr, sched
+}
+
+func (c *sparseCUDACase) register(f *fakeGPU) {
+	for _, v := range c.in {
+		f.register(v.(*tensor.Dense))
+	}
+}
+
+// TestSparseCUDARunAllocatesNothing: the sparse prefill node's CUDA path
+// (CUDADo's body, past the context push that needs a driver) allocates
+// nothing in a warm run on every launch route - the portable kernels,
+// the KV-major tensor-core forward + combine, kv2, the query-major
+// kernel - with the metadata copied into host storage the node keeps and
+// validated into the node. After the next step's plan (new CSR and
+// schedule values) the run allocates nothing either. The recorded
+// launches check that the kernels ran.
+func TestSparseCUDARunAllocatesNothing(t *testing.T) {
+	for _, r := range []struct {
+		name    string
+		arch    mcuda.Arch
+		prefill mcuda.PrefillPath
+		first   string // the first kernel launched
+	}{
+		{"portable", mcuda.ArchPortable, mcuda.PrefillKV, "msa_sparse_fwd_d128"},
+		{"sm90 kv", mcuda.ArchSM90, mcuda.PrefillKV, mcuda.TCName(mcuda.ArchSM90, "fwd", mcuda.VarBF16, 128)},
+		{"sm90 kv2", mcuda.ArchSM90, mcuda.PrefillKV2, "msa_sm90_fwd2_bf16_d128"},
+		{"sm90 query", mcuda.ArchSM90, mcuda.PrefillQuery, mcuda.QFwdName(mcuda.ArchSM90, mcuda.VarBF16, 128)},
+	} {
+		t.Run(r.name, func(t *testing.T) {
+			c := newSparseCUDACase(t)
+			f := newFakeGPU(r.arch)
+			f.k.SetPrefillPath(r.prefill)
+			c.register(f)
+			e := f.envFor("SparseAttention")
+			run := func() {
+				if _, err := c.op.gpu(e, c.out, c.in); err != nil {
+					t.Fatal(err)
+				}
+			}
+			run()
+			got := f.k.LastKernels()
+			if len(got) == 0 || got[0] != r.first {
+				t.Fatalf("launched %v, want %s first", got, r.first)
+			}
+			if f.syncs != 1 || f.allocs == 0 {
+				t.Fatalf("%d synchronizations and %d device allocations after one run, want 1 and > 0", f.syncs, f.allocs)
+			}
+			devAllocs, launches := f.allocs, f.drv.Launches
+			if n := allocs.Warm(20, run); n != 0 {
+				t.Errorf("warm run: %v allocations per run, want 0", n)
+			}
+			if f.allocs != devAllocs || (f.drv.Launches-launches)%len(got) != 0 || f.drv.Launches-launches < 21*len(got) {
+				t.Errorf("warm runs: %d device allocations and %d launches, want 0 and a multiple of %d", f.allocs-devAllocs, f.drv.Launches-launches, len(got))
+			}
+			if !slices.Equal(f.k.LastKernels(), got) {
+				t.Errorf("warm run launched %v, the first %v", f.k.LastKernels(), got)
+			}
+			c.plan(t) // the next step: new CSR and schedule values, same selection
+			c.register(f)
+			if n := allocs.Warm(20, run); n != 0 {
+				t.Errorf("run after the next step's plan: %v allocations per run, want 0", n)
+			}
+			// Another selection: its first run may grow the storage (more
+			// work items), later runs allocate nothing.
+			fillQ2K(c.q2k, c.cuQ, c.cuK, 64, 2)
+			c.plan(t)
+			c.register(f)
+			run()
+			if n := allocs.Warm(20, run); n != 0 {
+				t.Errorf("run of another selection: %v allocations per run, want 0", n)
+			}
+		})
+	}
+}
+
+// TestSparseCUDARefusals: the sparse node's CUDA path refuses, after warm
+// runs (so through the recheck of a validated key), what the CPU path
+// refuses, with the same errors: bad cu_seqlens_q / cu_seqlens_k prefix
+// sums, a CSR entry outside its sequence, a tampered schedule; and a good
+// run after a refusal runs again.
+func TestSparseCUDARefusals(t *testing.T) {
+	for _, bad := range []struct {
+		name string
+		edit func(c *sparseCUDACase)
+	}{
+		{"cu_seqlens_q decreasing", func(c *sparseCUDACase) { c.cuQ.Data().([]int32)[1] = 301 }},
+		{"cu_seqlens_k beyond total_k", func(c *sparseCUDACase) { c.cuK.Data().([]int32)[2] = 1300 }},
+		{"cu_seqlens_k shorter", func(c *sparseCUDACase) { c.cuK.Data().([]int32)[2] = 1100 }},
+		{"csr entry outside its sequence", func(c *sparseCUDACase) {
+			l := c.op.sched.csr
+			c.in[3].(*tensor.Dense).Data().([]int32)[l.RowCap+1] = 250
+		}},
+		{"schedule split count", func(c *sparseCUDACase) {
+			v := c.in[4].(*tensor.Dense).Data().([]int32)
+			v[len(v)-1]++
+		}},
+		{"schedule work count", func(c *sparseCUDACase) { c.in[4].(*tensor.Dense).Data().([]int32)[0] = 0 }},
+	} {
+		t.Run(bad.name, func(t *testing.T) {
+			c := newSparseCUDACase(t)
+			f := newFakeGPU(mcuda.ArchPortable)
+			c.register(f)
+			e := f.envFor("SparseAttention")
+			for range 2 { // warm: the refusal must come through the recheck
+				if _, err := c.op.gpu(e, c.out, c.in); err != nil {
+					t.Fatal(err)
+				}
+			}
+			good := make([][]int32, len(c.in))
+			for i, v := range c.in[3:] {
+				good[i+3] = slices.Clone(v.(*tensor.Dense).Data().([]int32))
+			}
+			bad.edit(c)
+			_, cpuErr := c.op.Do(c.in...)
+			_, gpuErr := c.op.gpu(e, c.out, c.in)
+			if cpuErr == nil || gpuErr == nil || cpuErr.Error() != gpuErr.Error() {
+				t.Fatalf("CPU path: %v\nCUDA path: %v\nwant the same error", cpuErr, gpuErr)
+			}
+			for i, v := range c.in[3:] {
+				copy(v.(*tensor.Dense).Data().([]int32), good[i+3])
+			}
+			if _, err := c.op.gpu(e, c.out, c.in); err != nil {
+				t.Fatalf("good run after the refusal: %v", err)
+			}
+		})
+	}
+}

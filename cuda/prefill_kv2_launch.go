@@ -4,7 +4,6 @@ package cuda
 
 import (
 	"fmt"
-
 )
 
 // kv2Setup decides whether the windows of a prefill of choice ch run on

@@ -66,6 +66,7 @@ type csrOp struct {
 	opBase
 	l      csrLayout
 	scored scoredKey // causality of the BlockScores node q2k descends from
+	host   csrHost   // the CUDA path's host side (graph_nodes_host.go)
 }
 
 func (op *csrOp) scoredCausal() scoredKey { return op.scored }
@@ -113,6 +114,14 @@ func (op *csrOp) Do(vals ...G.Value) (G.Value, error) {
 		return nil, q2kBlockErr(fn, err, cuK, l.BlkKV)
 	}
 	packed := make([]int32, l.Hkv*l.width())
+	l.pack(packed, csr)
+	return tensor.New(tensor.WithShape(l.Hkv, l.width()), tensor.WithBacking(packed)), nil
+}
+
+// pack writes csr as the packed value packed (Hkv * width elements, every
+// one written): per head the row pointers, padded to RowCap rows, then
+// the query indices.
+func (l csrLayout) pack(packed []int32, csr *plan.CSR) {
 	for h := 0; h < l.Hkv; h++ {
 		row := packed[h*l.width() : (h+1)*l.width()]
 		src := csr.RowPtr[h*(csr.TotalRows+1) : (h+1)*(csr.TotalRows+1)]
@@ -122,7 +131,6 @@ func (op *csrOp) Do(vals ...G.Value) (G.Value, error) {
 		}
 		copy(row[l.RowCap+1:], csr.QIdx[h*csr.Stride:(h+1)*csr.Stride])
 	}
-	return tensor.New(tensor.WithShape(l.Hkv, l.width()), tensor.WithBacking(packed)), nil
 }
 
 // K2QCSR adds the k2q CSR build (docs/contract.md section 2) to q2k's graph: q2k is

@@ -179,6 +179,7 @@ type gpuEnv struct {
 // without a GPU (graph_decode_cuda_test.go); CUDADo never sets it.
 type gpuCalls struct {
 	dtoh     func(dst unsafe.Pointer, src uint64, n int64) error
+	htod     func(dst uint64, src unsafe.Pointer, n int64) error
 	onDevice func(G.Value) bool
 	kernels  func() (*mcuda.Kernels, error)
 	mem      devMemory
@@ -197,6 +198,13 @@ func (e *gpuEnv) dtoh(dst unsafe.Pointer, src uint64, n int64) error {
 		return e.calls.dtoh(dst, src, n)
 	}
 	return cu.MemcpyDtoH(dst, cu.DevicePtr(src), n)
+}
+
+func (e *gpuEnv) htod(dst uint64, src unsafe.Pointer, n int64) error {
+	if e.calls != nil && e.calls.htod != nil {
+		return e.calls.htod(dst, src, n)
+	}
+	return cu.MemcpyHtoD(cu.DevicePtr(dst), src, n)
 }
 
 func (e *gpuEnv) memory() devMemory {
@@ -273,7 +281,16 @@ func hostCUDADo(fn string, op G.Op, extern G.External, dev G.Device, prealloc G.
 	return withGPU(fn, extern, dev, func(e *gpuEnv) (G.Value, error) { return e.hostDo(op, prealloc, inputs) })
 }
 
+// hostDo runs op's host work on host copies of the inputs and copies its
+// value into prealloc: on storage the node keeps for a hostRunner whose
+// checks pass (a warm run allocates nothing), else with op's CPU Do on
+// fresh copies (its value and its errors).
 func (e *gpuEnv) hostDo(op G.Op, prealloc G.Value, inputs []G.Value) (G.Value, error) {
+	if r, ok := op.(hostRunner); ok {
+		if v, done, err := e.hostRun(r, prealloc, inputs); done {
+			return v, err
+		}
+	}
 	hs := make([]G.Value, len(inputs))
 	for i, v := range inputs {
 		h, err := e.toHost(v, fmt.Sprintf("input %d", i))
@@ -291,6 +308,34 @@ func (e *gpuEnv) hostDo(op G.Op, prealloc G.Value, inputs []G.Value) (G.Value, e
 		return nil, validate.ArgErr(e.fn, "value", "a *tensor.Dense", fmt.Sprintf("%T", out))
 	}
 	return e.toDevice(od, prealloc)
+}
+
+// hostRun is hostDo on the storage of r's hostStage; done is false when
+// an input cannot be copied or fails one of r's checks (the caller then
+// runs r's CPU Do, which returns the error).
+func (e *gpuEnv) hostRun(r hostRunner, prealloc G.Value, inputs []G.Value) (v G.Value, done bool, err error) {
+	st := r.stage()
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if len(inputs) > maxHostInputs {
+		return nil, false, nil
+	}
+	if len(st.in) != len(inputs) {
+		st.in = make([]hostValue, len(inputs))
+	}
+	ts := st.ts[:len(inputs)]
+	defer clear(ts)
+	for i, x := range inputs {
+		if ts[i], err = e.toHostKept(&st.in[i], x, "input"); err != nil {
+			return nil, false, nil
+		}
+	}
+	out, ok := r.hostRun(ts)
+	if !ok {
+		return nil, false, nil
+	}
+	v, err = e.toDevice(out, prealloc)
+	return v, true, err
 }
 
 // onDevice reports whether v is a tensor in a gorgonia CUDA engine's memory.
@@ -367,15 +412,13 @@ func (e *gpuEnv) copyToHost(h *tensor.Dense, v G.Value, arg string) error {
 	return nil
 }
 
-// toHostInt32 is toHost of an int32 input into storage the node keeps
-// (h): a warm run allocates nothing. A host value is read in place; a
-// value of another dtype takes toHost's copy, so validation names its
-// dtype as on the CPU path.
-func (e *gpuEnv) toHostInt32(h *hostInt32, v G.Value, arg string) (*tensor.Dense, error) {
-	if v == nil || !e.isDevice(v) || v.Dtype() != tensor.Int32 {
+// toHostKept is toHost into storage the node keeps (h): a warm run
+// allocates nothing. A host value is read in place.
+func (e *gpuEnv) toHostKept(h *hostValue, v G.Value, arg string) (*tensor.Dense, error) {
+	if v == nil || !e.isDevice(v) {
 		return e.toHost(v, arg)
 	}
-	t := h.view(v.Shape())
+	t := h.view(v.Dtype(), v.Shape())
 	return t, e.copyToHost(t, v, arg)
 }
 
@@ -405,7 +448,7 @@ func (e *gpuEnv) toDevice(h *tensor.Dense, prealloc G.Value) (G.Value, error) {
 	if size == 0 {
 		return out, nil
 	}
-	if !onDevice(out) && prealloc != nil {
+	if !e.isDevice(out) && prealloc != nil {
 		pd, ok := out.(*tensor.Dense)
 		if !ok {
 			return nil, validate.ArgErr(e.fn, "prealloc", "a *tensor.Dense", fmt.Sprintf("%T", out))
@@ -413,7 +456,7 @@ func (e *gpuEnv) toDevice(h *tensor.Dense, prealloc G.Value) (G.Value, error) {
 		copy(pd.Header.Raw, h.Header.Raw)
 		return out, nil
 	}
-	if err := cu.MemcpyHtoD(cu.DevicePtr(out.Uintptr()), hostPtr(h), size); err != nil {
+	if err := e.htod(uint64(out.Uintptr()), hostPtr(h), size); err != nil {
 		return nil, fmt.Errorf("op: %s: copying the result (%d bytes) to the device: %w", e.fn, size, err)
 	}
 	return out, nil
@@ -658,11 +701,11 @@ func (op *sparseAttnOp) hostCall(e *gpuEnv, in []G.Value) (*sparseCall, attnSlot
 	const fn = "SparseAttention"
 	h := &op.host
 	if len(h.in) != len(in) {
-		h.in = make([]hostInt32, len(in))
+		h.in = make([]hostValue, len(in))
 	}
 	fetch := func(i int, arg string, meta bool) (*tensor.Dense, error) {
 		if meta {
-			return e.toHostInt32(&h.in[i], in[i], arg)
+			return e.toHostKept(&h.in[i], in[i], arg)
 		}
 		return denseOf(fn, arg, in[i])
 	}
@@ -766,21 +809,21 @@ func (op *decodeAttnOp) gpu(e *gpuEnv, prealloc G.Value, in []G.Value) (G.Value,
 	op.st.mu.Lock()
 	defer op.st.mu.Unlock()
 	h := &op.host
-	pt, err := e.toHostInt32(&h.pt, in[3], "page_table")
+	pt, err := e.toHostKept(&h.pt, in[3], "page_table")
 	if err != nil {
 		return nil, err
 	}
-	su, err := e.toHostInt32(&h.su, in[4], "seqused_k")
+	su, err := e.toHostKept(&h.su, in[4], "seqused_k")
 	if err != nil {
 		return nil, err
 	}
-	sv, err := e.toHostInt32(&h.sv, in[5], "schedule")
+	sv, err := e.toHostKept(&h.sv, in[5], "schedule")
 	if err != nil {
 		return nil, err
 	}
 	var q2k tensor.Tensor // host copy for validation; the kernel reads in[6] on the device
 	if op.sparse {
-		t, err := e.toHostInt32(&h.q2k, in[6], "q2k_indices")
+		t, err := e.toHostKept(&h.q2k, in[6], "q2k_indices")
 		if err != nil {
 			return nil, err
 		}

@@ -14,11 +14,11 @@ import (
 	"gorgonia.org/tensor"
 )
 
-// fakeGPU runs the decode node's device path without a GPU (test
+// fakeGPU runs the graph nodes' device paths without a GPU (test
 // scaffolding): the test's host tensors stand for device values, a
-// device-to-host copy reads the registered tensor at that address, device
-// memory is a counter and the kernels are package cuda's FakeKernels,
-// whose driver calls are recorded. None of it allocates per call, so that
+// device-to-host copy reads the registered tensor at that address (a
+// host-to-device copy writes it), device memory is a counter and the
+// kernels are package cuda's FakeKernels, whose driver calls are recorded. None of it allocates per call, so that
 // testing.AllocsPerRun measures the node's own path.
 type fakeGPU struct {
 	drv    mcuda.FakeDriver
@@ -27,6 +27,7 @@ type fakeGPU struct {
 	next   uint64
 	allocs int
 	syncs  int
+	htods  int // host-to-device copies
 }
 
 func newFakeGPU(arch mcuda.Arch) *fakeGPU {
@@ -62,6 +63,15 @@ func (f *fakeGPU) envFor(fn string) *gpuEnv {
 				return fmt.Errorf("fakeGPU: %d bytes from %#x, which no registered tensor holds", n, src)
 			}
 			copy(unsafe.Slice((*byte)(dst), n), b[:n])
+			return nil
+		},
+		htod: func(dst uint64, src unsafe.Pointer, n int64) error {
+			b, ok := f.host[dst]
+			if !ok || int64(len(b)) < n {
+				return fmt.Errorf("fakeGPU: %d bytes to %#x, which no registered tensor holds", n, dst)
+			}
+			copy(b[:n], unsafe.Slice((*byte)(src), n))
+			f.htods++
 			return nil
 		},
 		onDevice: func(G.Value) bool { return true },

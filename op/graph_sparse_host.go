@@ -18,17 +18,16 @@ import (
 // always take the full validation (their global scales are read per run).
 // Guarded by the node's attnState mutex.
 type sparseHost struct {
-	in    []hostInt32 // host copies of the int32 metadata inputs, by input index
+	in    []hostValue // host copies of the metadata inputs, by input index
 	key   sparseKey
 	valid bool // sc is the full validation's call for key
 	sc    sparseCall
 
-	rows   plan.Rows
-	sched  plan.FwdSchedule
-	rp, qi []int32 // the packed CSR split per head (Hkv > 1)
-	rpc    []int32 // the compacted row pointers (a CSR with spare rows)
-	seqK   []int32
-	csrS   plan.FwdScheduleScratch
+	rows  plan.Rows
+	sched plan.FwdSchedule
+	csr   csrStore
+	seqK  []int32
+	csrS  plan.FwdScheduleScratch
 }
 
 // maxSparseInputs bounds the inputs of a sparse prefill node: q, k, v,
@@ -122,8 +121,8 @@ func (op *sparseAttnOp) recheck(h *sparseHost, ts []*tensor.Dense, sl attnSlots)
 	if h.rows.Reset(cuK, p.BlkKV) != nil {
 		return false
 	}
-	rp, qi := h.splitCSR(l, validate.Int32s(ts[3]))
-	rpc, ok := h.compact(rp, l.Hkv, l.RowCap, h.rows.Total)
+	rp, qi := h.csr.split(l, validate.Int32s(ts[3]))
+	rpc, ok := h.csr.compact(rp, l.Hkv, l.RowCap, h.rows.Total)
 	if !ok {
 		return false
 	}
@@ -136,54 +135,4 @@ func (op *sparseAttnOp) recheck(h *sparseHost, ts []*tensor.Dense, sl attnSlots)
 	sc.csr, sc.sched, sc.rows = csr, &h.sched, &h.rows
 	p.CuQ, p.SeqK, p.KV.CuK, p.KV.PageTable, p.CSR, p.Sched = cuQ, seqK, cuK, pt, &sc.csr, &h.sched
 	return true
-}
-
-// prefixSums reports whether cu holds non-negative, non-decreasing prefix
-// sums ending at most at limit (limit < 0: no bound), validate.CuSeqlens's
-// value rules.
-func prefixSums(cu []int32, limit int) bool {
-	for i, x := range cu {
-		if x < 0 || (i > 0 && x < cu[i-1]) {
-			return false
-		}
-	}
-	return len(cu) > 0 && (limit < 0 || int(cu[len(cu)-1]) <= limit)
-}
-
-// splitCSR is csrLayout.split into h's storage (a view of packed for one
-// KV head).
-func (h *sparseHost) splitCSR(l csrLayout, packed []int32) (rp, qi []int32) {
-	if l.Hkv == 1 {
-		return packed[:l.RowCap+1], packed[l.RowCap+1 : l.RowCap+1+l.Stride]
-	}
-	h.rp, h.qi = growInt32(h.rp, l.Hkv*(l.RowCap+1)), growInt32(h.qi, l.Hkv*l.Stride)
-	l.splitInto(h.rp, h.qi, packed)
-	return h.rp, h.qi
-}
-
-// compact is compactRowPtr into h's storage: the row pointers of total
-// rows per head, false when a spare row is not empty padding.
-func (h *sparseHost) compact(rp []int32, hkv, capRows, total int) ([]int32, bool) {
-	if capRows == total {
-		return rp, true
-	}
-	h.rpc = growInt32(h.rpc, hkv*(total+1))
-	for hh := 0; hh < hkv; hh++ {
-		src := rp[hh*(capRows+1) : (hh+1)*(capRows+1)]
-		for r := total + 1; r <= capRows; r++ {
-			if src[r] != src[total] {
-				return nil, false
-			}
-		}
-		copy(h.rpc[hh*(total+1):], src[:total+1])
-	}
-	return h.rpc, true
-}
-
-// growInt32 returns n elements of buf's storage, grown as needed.
-func growInt32(buf []int32, n int) []int32 {
-	if cap(buf) < n {
-		return make([]int32, n)
-	}
-	return buf[:n]
 }

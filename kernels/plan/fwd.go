@@ -119,7 +119,19 @@ type FwdSchedule struct {
 // p must agree with c (Hkv) and rows (BlkKV). It also requires TotalQ <
 // 1<<24 and TopK <= 127 (slot packing).
 func BuildFwdSchedule(dst *FwdSchedule, c *CSR, rows *Rows, cuQ []int32, p FwdParams) (*FwdSchedule, error) {
-	if err := checkFwdInputs(c, rows, cuQ, p); err != nil {
+	return BuildFwdScheduleInto(nil, dst, c, rows, cuQ, p)
+}
+
+// BuildFwdScheduleInto is BuildFwdSchedule validating c with the scratch
+// of x (nil: a fresh one): the same schedule and errors, and no
+// allocation once x and dst have held a build of at least this size,
+// except to format an error.
+func BuildFwdScheduleInto(x *FwdScheduleScratch, dst *FwdSchedule, c *CSR, rows *Rows, cuQ []int32, p FwdParams) (*FwdSchedule, error) {
+	var cs *CSRScratch
+	if x != nil {
+		cs = &x.csr
+	}
+	if err := checkFwdInputsInto(cs, c, rows, cuQ, p); err != nil {
 		return nil, err
 	}
 	target := FwdTarget(p)
@@ -177,12 +189,8 @@ func BuildFwdSchedule(dst *FwdSchedule, c *CSR, rows *Rows, cuQ []int32, p FwdPa
 	return dst, nil
 }
 
-func checkFwdInputs(c *CSR, rows *Rows, cuQ []int32, p FwdParams) error {
-	return checkFwdInputsInto(nil, c, rows, cuQ, p)
-}
-
-// checkFwdInputsInto is checkFwdInputs validating c with scratch s (nil:
-// a fresh one).
+// checkFwdInputsInto checks the parameters, the CSR and rows of a forward
+// schedule, validating c with scratch s (nil: a fresh one).
 func checkFwdInputsInto(s *CSRScratch, c *CSR, rows *Rows, cuQ []int32, p FwdParams) error {
 	if err := p.check(); err != nil {
 		return err

@@ -37,9 +37,8 @@ func hostNodeCases(t *testing.T) []hostNodeCase {
 
 	cache := bf16T(pages, 1, page, 128)
 	nw := bf16T(1, 1, 128)
-	for i, x := range validateBF16(nw) {
-		_ = x
-		validateBF16(nw)[i] = lowp.BFloat16(0x3f80 + i%7)
+	for i := range bf16Data(nw) {
+		bf16Data(nw)[i] = lowp.BFloat16(0x3f80 + i%7)
 	}
 	cn := gnode(t, g, "cache", cache)
 	wr, err := WritePagedKV(cn, gnode(t, g, "new", nw), pt, su)
@@ -48,15 +47,15 @@ func hostNodeCases(t *testing.T) []hostNodeCase {
 	}
 
 	x32 := tensor.New(tensor.WithShape(4, 300), tensor.WithBacking(make([]float32, 1200)))
-	for i, v := range x32.Data().([]float32) {
-		x32.Data().([]float32)[i] = v + float32(i)*0.37
+	for i := range x32.Data().([]float32) {
+		x32.Data().([]float32)[i] = float32(i) * 0.37
 	}
 	toBF, err := CastToBF16(gnode(t, g, "x32", x32))
 	if err != nil {
 		t.Fatal(err)
 	}
 	xbf := bf16T(4, 300)
-	copy(validateBF16(xbf), validateBF16(nw))
+	copy(bf16Data(xbf), bf16Data(nw))
 	fromBF, err := CastFromBF16(gnode(t, g, "xbf", xbf))
 	if err != nil {
 		t.Fatal(err)
@@ -85,7 +84,7 @@ func hostNodeCases(t *testing.T) []hostNodeCase {
 	}
 }
 
-func validateBF16(t *tensor.Dense) []lowp.BFloat16 { return t.Data().([]lowp.BFloat16) }
+func bf16Data(t *tensor.Dense) []lowp.BFloat16 { return t.Data().([]lowp.BFloat16) }
 
 // TestHostNodesCUDARunAllocateNothing: the nodes of a decode step and of
 // a prefill's planning that run on the host on the CUDA path
@@ -163,7 +162,9 @@ func TestHostNodesCUDARefusals(t *testing.T) {
 		{"K2QCSR", func(in []G.Value) { in[1].(*tensor.Dense).Data().([]int32)[1] = 301 }},
 		{"K2QCSR", func(in []G.Value) { in[0].(*tensor.Dense).Data().([]int32)[0] = 99 }},
 		{"FwdSchedule", func(in []G.Value) { in[2].(*tensor.Dense).Data().([]int32)[2] = 2000 }},
-		{"CastToBF16", func(in []G.Value) { in[0] = tensor.New(tensor.WithShape(4, 301), tensor.WithBacking(make([]float32, 1204))) }},
+		{"CastToBF16", func(in []G.Value) {
+			in[0] = tensor.New(tensor.WithShape(4, 301), tensor.WithBacking(make([]float32, 1204)))
+		}},
 	} {
 		for _, c := range hostNodeCases(t) {
 			if c.name != bad.node {

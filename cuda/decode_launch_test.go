@@ -84,18 +84,7 @@ func TestDecodeRunAllocatesNothing(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			before := f.Launches
-			launch := func() {
-				if err := pl.Launch(nil); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if n := testing.AllocsPerRun(50, launch); n != 0 {
-				t.Errorf("Prepared.Launch: %v allocations per run, want 0", n)
-			}
-			if f.Launches-before != 51*len(c.want) {
-				t.Errorf("Prepared.Launch made %d launches in 51 runs, want %d", f.Launches-before, 51*len(c.want))
-			}
+			checkPreparedLaunch(t, &f, pl, len(c.want))
 			if err := k.Decode(nil, a, s); err != nil {
 				t.Fatal(err)
 			}

@@ -192,36 +192,30 @@ func (k *Kernels) prepPrefill(fa *FwdArgs, ca *CombineArgs, csr *plan.CSR, s *pl
 	if fa.Hkv > 0 {
 		wins = d.split.split(wins, fa.Hq/fa.Hkv, tileRows, k.waves*k.sms)
 	}
-	rowPtr, err := k.uploadInt32("fwd.row_ptr", csr.RowPtr)
-	if err != nil {
-		return nil, err
-	}
-	qsplit, err := k.uploadInt32("fwd.qsplit", s.QSplit)
-	if err != nil {
-		return nil, err
-	}
 	d.meta, d.offs, d.counts = d.meta[:0], d.offs[:0], d.counts[:0]
 	for _, w := range wins {
 		d.offs = append(d.offs, len(d.meta))
 		d.meta = append(d.meta, w.Sched.Metadata[:w.Sched.Capacity*plan.MetaFields]...)
 		d.counts = append(d.counts, w.Sched.WorkCount)
 	}
-	metaPtr, err := k.uploadInt32("fwd.metadata", d.meta)
-	if err != nil {
-		return nil, err
+	if ca != nil && len(s.SplitCounts) != ca.TotalQ*ca.Hkv {
+		return nil, fmt.Errorf("cuda: combine: split_counts must have total_q*Hkv = %d entries", ca.TotalQ*ca.Hkv)
 	}
-	countPtr, err := k.uploadInt32("fwd.work_count", d.counts)
-	if err != nil {
-		return nil, err
+	up := func(role string, v []int32) uint64 {
+		var p uint64
+		if err == nil {
+			p, err = k.uploadInt32(role, v)
+		}
+		return p
 	}
+	rowPtr, qsplit := up("fwd.row_ptr", csr.RowPtr), up("fwd.qsplit", s.QSplit)
+	metaPtr, countPtr := up("fwd.metadata", d.meta), up("fwd.work_count", d.counts)
 	var sc uint64
 	if ca != nil {
-		if len(s.SplitCounts) != ca.TotalQ*ca.Hkv {
-			return nil, fmt.Errorf("cuda: combine: split_counts must have total_q*Hkv = %d entries", ca.TotalQ*ca.Hkv)
-		}
-		if sc, err = k.uploadInt32("combine.split_counts", s.SplitCounts); err != nil {
-			return nil, err
-		}
+		sc = up("combine.split_counts", s.SplitCounts)
+	}
+	if err != nil {
+		return nil, err
 	}
 	// The by-value blocks are sized before the steps point into them.
 	d.tcps, d.kv2ps = sized(d.tcps, len(wins)), sized(d.kv2ps, len(wins))

@@ -137,18 +137,25 @@ func TestSparsePrefillRunAllocatesNothing(t *testing.T) {
 			if got := pl.Kernels(); !slices.Equal(got, want) {
 				t.Fatalf("prepared %v, want %v", got, want)
 			}
-			before := f.Launches
-			launch := func() {
-				if err := pl.Launch(nil); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if n := allocs.Warm(20, launch); n != 0 {
-				t.Errorf("Prepared.Launch: %v allocations per run, want 0", n)
-			}
-			if d := f.Launches - before; d%len(want) != 0 || d < 21*len(want) {
-				t.Errorf("Prepared.Launch made %d launches, want a multiple of %d and at least %d", d, len(want), 21*len(want))
-			}
+			checkPreparedLaunch(t, &f, pl, len(want))
 		})
+	}
+}
+
+// checkPreparedLaunch checks that pl's warm launches allocate nothing and
+// launch its kernels (perRun per launch) every time.
+func checkPreparedLaunch(t *testing.T, f *FakeDriver, pl *Prepared, perRun int) {
+	t.Helper()
+	before := f.Launches
+	launch := func() {
+		if err := pl.Launch(nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := allocs.Warm(20, launch); n != 0 {
+		t.Errorf("Prepared.Launch: %v allocations per run, want 0", n)
+	}
+	if d := f.Launches - before; d%perRun != 0 || d < 21*perRun {
+		t.Errorf("Prepared.Launch made %d launches, want a multiple of %d and at least %d", d, perRun, 21*perRun)
 	}
 }

@@ -13,18 +13,22 @@ package op
 //   - Planning and selection ops (K2QCSR, PackK2QCSR, FwdSchedule,
 //     DecodeSchedule, BlockScores, TopKBlocks) and the data-movement ops
 //     without a GPU kernel (CastToBF16, CastFromBF16, WritePagedKV) run on
-//     the host: their inputs are copied device->host, the CPU Do runs
-//     unchanged (same validation, same results), and its value is copied
-//     into the preallocated device output. The plan inputs are small int32
-//     tensors; BlockScores, the casts and WritePagedKV copy their whole
-//     operands and are therefore slow on this path (no GPU kernel).
+//     the host: their inputs are copied device->host, the host work runs
+//     (same validation, same results as the CPU Do), and its value is
+//     copied into the preallocated device output. The nodes of a decode
+//     step and of prefill planning (hostRunner, graph_nodes_host.go) do it
+//     on host storage they keep, allocating nothing in a warm run; the
+//     others run their CPU Do on fresh copies. The plan inputs are small
+//     int32 tensors; BlockScores, the casts and WritePagedKV copy their
+//     whole operands and are therefore slow on this path (no GPU kernel).
 //   - SparseAttention launches the fatbin kernels through package cuda
-//     (SparseForward for the per-slot partials, then Combine) with the
-//     device pointers of q/k/v, cu_seqlens, page table, seqused_k, NVFP4
-//     scales and global scales, and the preallocated output. The CSR,
-//     schedule, cu_seqlens, page table, seqused_k and global scales are also
-//     copied to the host (small) for the same validation as the CPU path and
-//     for the host plan structures the launcher uploads.
+//     (SparsePrefill: the windows' forward and combine, or one query-major
+//     kernel) with the device pointers of q/k/v, cu_seqlens, page table,
+//     seqused_k, NVFP4 scales and global scales, and the preallocated
+//     output. The CSR, schedule, cu_seqlens, page table, seqused_k and
+//     global scales are also copied to the host (small, into storage the
+//     node keeps: graph_sparse_host.go) for the same validation as the CPU
+//     path and for the host plan structures the launcher uploads.
 //   - DecodeAttention (dense and sparse) launches cuda.Decode (plus its
 //     split-KV combine) the same way; the schedule value is copied back to
 //     the host, and for sparse decode q2k_indices too (validation: range and
@@ -174,9 +178,9 @@ type gpuEnv struct {
 	calls  *gpuCalls
 }
 
-// gpuCalls replaces the driver calls of the decode node's device path
-// (nil fields: the driver). Test scaffolding: the tests run that path
-// without a GPU (graph_decode_cuda_test.go); CUDADo never sets it.
+// gpuCalls replaces the driver calls of the nodes' device paths (nil
+// fields: the driver). Test scaffolding: the tests run those paths without
+// a GPU (graph_decode_cuda_test.go and its siblings); CUDADo never sets it.
 type gpuCalls struct {
 	dtoh     func(dst unsafe.Pointer, src uint64, n int64) error
 	htod     func(dst uint64, src unsafe.Pointer, n int64) error

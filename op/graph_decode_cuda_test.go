@@ -213,9 +213,7 @@ func TestDecodeCUDARefusals(t *testing.T) {
 			bad.edit(c)
 			_, cpuErr := c.op.cpu(c.in)
 			_, gpuErr := c.op.gpu(f.env(), c.out, c.in)
-			if cpuErr == nil || gpuErr == nil || cpuErr.Error() != gpuErr.Error() {
-				t.Fatalf("CPU path: %v\nCUDA path: %v\nwant the same error", cpuErr, gpuErr)
-			}
+			wantSameRefusal(t, cpuErr, gpuErr)
 		})
 	}
 	c := newDecodeCUDACase(t, false)
@@ -227,4 +225,13 @@ func TestDecodeCUDARefusals(t *testing.T) {
 	cpuOp := decodeNodeOf(t, g, 16, 128, pt, su, cpuSched)
 	_, err = cpuOp.CUDADo(nil, 0, c.out, c.in...)
 	wantArgErr(t, err, "schedule", "one planned for the cpu path (DecodeSchedule without PlanForCUDA, 8 workers)")
+}
+
+// wantSameRefusal fails the test unless the CPU and CUDA paths both
+// refused, with the same error.
+func wantSameRefusal(t *testing.T, cpuErr, gpuErr error) {
+	t.Helper()
+	if cpuErr == nil || gpuErr == nil || cpuErr.Error() != gpuErr.Error() {
+		t.Fatalf("CPU path: %v\nCUDA path: %v\nwant the same error", cpuErr, gpuErr)
+	}
 }

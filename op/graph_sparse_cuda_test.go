@@ -16,25 +16,39 @@ import (
 // sparseCUDACase is a sparse prefill node (BF16, D 128, two sequences of
 // 100 and 200 queries over 500 and 700 keys, 16 query heads, 1 KV head,
 // blocks of 64 keys, top-4) with its CSR and schedule nodes, and host
-// tensors for every input.
+// tensors for every input. Paged, K/V are 22 pages of 64 keys (HND), the
+// page table [2, 11] a permutation of them, seqused_k the key counts.
 type sparseCUDACase struct {
 	op       *sparseAttnOp
 	csrOp    *csrOp
 	schedOp  *schedOp
 	q2k      *tensor.Dense
 	cuQ, cuK *tensor.Dense
+	pt, su   *tensor.Dense // paged only
 	in       []G.Value
 	out      *tensor.Dense // the prealloc the tape machine would pass
 }
 
-func newSparseCUDACase(t *testing.T) *sparseCUDACase {
+func newSparseCUDACase(t *testing.T, paged bool) *sparseCUDACase {
 	t.Helper()
-	const totalQ, totalK, hq, d, topK, blk = 300, 1200, 16, 128, 4, 64
+	const totalQ, totalK, hq, d, topK, blk, pages, cols = 300, 1200, 16, 128, 4, 64, 22, 11
 	g := G.NewGraph()
 	cuQ, cuK := i32T([]int{3}, 0, 100, 300), i32T([]int{3}, 0, 500, 1200)
 	q2k := i32T([]int{1, totalQ, topK})
 	fillQ2K(q2k, cuQ, cuK, blk, 1)
 	q, k, v := bf16T(totalQ, hq, d), bf16T(totalK, 1, d), bf16T(totalK, 1, d)
+	var opts []Option
+	var pt, su *tensor.Dense
+	if paged {
+		k, v = bf16T(pages, 1, blk, d), bf16T(pages, 1, blk, d)
+		perm := rand.New(rand.NewPCG(4, 4)).Perm(pages)
+		ptv := make([]int32, 2*cols)
+		for i := range ptv {
+			ptv[i] = int32(perm[i])
+		}
+		pt, su = i32T([]int{2, cols}, ptv...), i32T([]int{2}, 500, 700)
+		opts = append(opts, Paged(gnode(t, g, "pt", pt), gnode(t, g, "su", su)))
+	}
 	cuQn, cuKn := gnode(t, g, "cu_q", cuQ), gnode(t, g, "cu_k", cuK)
 	csr, err := K2QCSR(gnode(t, g, "q2k", q2k), cuQn, cuKn, BlkKV(blk), MaxSeqlenK(700))
 	if err != nil {
@@ -44,13 +58,16 @@ func newSparseCUDACase(t *testing.T) *sparseCUDACase {
 	if err != nil {
 		t.Fatal(err)
 	}
-	node, err := SparseAttention(gnode(t, g, "q", q), gnode(t, g, "k", k), gnode(t, g, "v", v), csr, sched, cuQn, cuKn)
+	node, err := SparseAttention(gnode(t, g, "q", q), gnode(t, g, "k", k), gnode(t, g, "v", v), csr, sched, cuQn, cuKn, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := &sparseCUDACase{op: node.Op().(*sparseAttnOp), csrOp: csr.Op().(*csrOp), schedOp: sched.Op().(*schedOp),
-		q2k: q2k, cuQ: cuQ, cuK: cuK, out: bf16T(totalQ, hq, d)}
+		q2k: q2k, cuQ: cuQ, cuK: cuK, pt: pt, su: su, out: bf16T(totalQ, hq, d)}
 	c.in = []G.Value{q, k, v, nil, nil, cuQ, cuK}
+	if paged {
+		c.in = append(c.in, pt, su)
+	}
 	c.plan(t)
 	return c
 }
@@ -109,15 +126,18 @@ func TestSparseCUDARunAllocatesNothing(t *testing.T) {
 		name    string
 		arch    mcuda.Arch
 		prefill mcuda.PrefillPath
+		paged   bool
 		first   string // the first kernel launched
 	}{
-		{"portable", mcuda.ArchPortable, mcuda.PrefillKV, "msa_sparse_fwd_d128"},
-		{"sm90 kv", mcuda.ArchSM90, mcuda.PrefillKV, mcuda.TCName(mcuda.ArchSM90, "fwd", mcuda.VarBF16, 128)},
-		{"sm90 kv2", mcuda.ArchSM90, mcuda.PrefillKV2, "msa_sm90_fwd2_bf16_d128"},
-		{"sm90 query", mcuda.ArchSM90, mcuda.PrefillQuery, mcuda.QFwdName(mcuda.ArchSM90, mcuda.VarBF16, 128)},
+		{"portable", mcuda.ArchPortable, mcuda.PrefillKV, false, "msa_sparse_fwd_d128"},
+		{"portable paged", mcuda.ArchPortable, mcuda.PrefillKV, true, "msa_sparse_fwd_d128"},
+		{"sm90 kv", mcuda.ArchSM90, mcuda.PrefillKV, false, mcuda.TCName(mcuda.ArchSM90, "fwd", mcuda.VarBF16, 128)},
+		{"sm90 kv paged", mcuda.ArchSM90, mcuda.PrefillKV, true, mcuda.TCName(mcuda.ArchSM90, "fwd", mcuda.VarBF16, 128)},
+		{"sm90 kv2", mcuda.ArchSM90, mcuda.PrefillKV2, false, "msa_sm90_fwd2_bf16_d128"},
+		{"sm90 query", mcuda.ArchSM90, mcuda.PrefillQuery, false, mcuda.QFwdName(mcuda.ArchSM90, mcuda.VarBF16, 128)},
 	} {
 		t.Run(r.name, func(t *testing.T) {
-			c := newSparseCUDACase(t)
+			c := newSparseCUDACase(t, r.paged)
 			f := newFakeGPU(r.arch)
 			f.k.SetPrefillPath(r.prefill)
 			c.register(f)
@@ -165,29 +185,36 @@ func TestSparseCUDARunAllocatesNothing(t *testing.T) {
 
 // TestSparseCUDARefusals: the sparse node's CUDA path refuses, after warm
 // runs (so through the recheck of a validated key), what the CPU path
-// refuses, with the same errors: bad cu_seqlens_q / cu_seqlens_k prefix
-// sums, a CSR entry outside its sequence, a tampered schedule; and a good
-// run after a refusal runs again.
+// refuses, with the same errors: page ids outside k, seqused_k or a
+// sequence beyond the page table's capacity, bad cu_seqlens_q /
+// cu_seqlens_k prefix sums, a CSR entry outside its sequence, a tampered
+// schedule; and a good run after a refusal runs again.
 func TestSparseCUDARefusals(t *testing.T) {
 	for _, bad := range []struct {
-		name string
-		edit func(c *sparseCUDACase)
+		name  string
+		paged bool
+		edit  func(c *sparseCUDACase)
 	}{
-		{"cu_seqlens_q decreasing", func(c *sparseCUDACase) { c.cuQ.Data().([]int32)[1] = 301 }},
-		{"cu_seqlens_k beyond total_k", func(c *sparseCUDACase) { c.cuK.Data().([]int32)[2] = 1300 }},
-		{"cu_seqlens_k shorter", func(c *sparseCUDACase) { c.cuK.Data().([]int32)[2] = 1100 }},
-		{"csr entry outside its sequence", func(c *sparseCUDACase) {
+		{"page beyond k", true, func(c *sparseCUDACase) { c.pt.Data().([]int32)[3] = 22 }},
+		{"negative page", true, func(c *sparseCUDACase) { c.pt.Data().([]int32)[12] = -1 }},
+		{"seqused beyond capacity", true, func(c *sparseCUDACase) { c.su.Data().([]int32)[1] = 705 }},
+		{"negative seqused", true, func(c *sparseCUDACase) { c.su.Data().([]int32)[0] = -1 }},
+		{"sequence beyond capacity", true, func(c *sparseCUDACase) { c.cuK.Data().([]int32)[2] = 1300 }},
+		{"cu_seqlens_q decreasing", false, func(c *sparseCUDACase) { c.cuQ.Data().([]int32)[1] = 301 }},
+		{"cu_seqlens_k beyond total_k", false, func(c *sparseCUDACase) { c.cuK.Data().([]int32)[2] = 1300 }},
+		{"cu_seqlens_k shorter", false, func(c *sparseCUDACase) { c.cuK.Data().([]int32)[2] = 1100 }},
+		{"csr entry outside its sequence", false, func(c *sparseCUDACase) {
 			l := c.op.sched.csr
 			c.in[3].(*tensor.Dense).Data().([]int32)[l.RowCap+1] = 250
 		}},
-		{"schedule split count", func(c *sparseCUDACase) {
+		{"schedule split count", false, func(c *sparseCUDACase) {
 			v := c.in[4].(*tensor.Dense).Data().([]int32)
 			v[len(v)-1]++
 		}},
-		{"schedule work count", func(c *sparseCUDACase) { c.in[4].(*tensor.Dense).Data().([]int32)[0] = 0 }},
+		{"schedule work count", false, func(c *sparseCUDACase) { c.in[4].(*tensor.Dense).Data().([]int32)[0] = 0 }},
 	} {
 		t.Run(bad.name, func(t *testing.T) {
-			c := newSparseCUDACase(t)
+			c := newSparseCUDACase(t, bad.paged)
 			f := newFakeGPU(mcuda.ArchPortable)
 			c.register(f)
 			e := f.envFor("SparseAttention")

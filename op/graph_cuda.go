@@ -715,10 +715,13 @@ func (op *sparseAttnOp) hostCall(e *gpuEnv, in []G.Value) (*sparseCall, attnSlot
 	}
 	sl := op.slots()
 	var ts [maxSparseInputs]*tensor.Dense
-	fast := len(in) <= maxSparseInputs && !op.cfg.nvfp4 // NVFP4: its global scales are read per run
+	fast := len(in) <= maxSparseInputs
 	for i := 0; fast && i < len(in); i++ {
 		var err error
-		if ts[i], err = fetch(i, sparseArg(i, sl), i >= 3); err != nil {
+		// As op.call fetches them: q, k, v and the NVFP4 block scales stay
+		// on the device.
+		meta := i >= 3 && i != sl.kScale && i != sl.vScale
+		if ts[i], err = fetch(i, sparseArg(i, sl), meta); err != nil {
 			fast = false // the full validation names the error
 		}
 	}
@@ -752,6 +755,14 @@ func sparseArg(i int, sl attnSlots) string {
 		return "page_table"
 	case sl.seqused:
 		return "seqused_k"
+	case sl.kScale:
+		return "k_scale_128x4"
+	case sl.vScale:
+		return "v_scale_128x4"
+	case sl.kGlobal:
+		return "k_global_scale"
+	case sl.vGlobal:
+		return "v_global_scale"
 	}
 	return "input"
 }

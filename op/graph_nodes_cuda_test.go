@@ -61,7 +61,7 @@ func hostNodeCases(t *testing.T) []hostNodeCase {
 		t.Fatal(err)
 	}
 
-	sp := newSparseCUDACase(t, false)
+	sp := newSparseCUDACase(t, false, false)
 	return []hostNodeCase{
 		{name: "DecodeSchedule", op: so, in: []G.Value{ptv, suv}, out: schedOut,
 			next: func() { suv.Data().([]int32)[0]-- }},

@@ -3,12 +3,14 @@
 package op
 
 import (
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
 
 	mcuda "github.com/sparseattn/msa/cuda"
 	"github.com/sparseattn/msa/internal/allocs"
+	"github.com/sparseattn/msa/kernels/lowp"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
@@ -18,6 +20,7 @@ import (
 // blocks of 64 keys, top-4) with its CSR and schedule nodes, and host
 // tensors for every input. Paged, K/V are 22 pages of 64 keys (HND), the
 // page table [2, 11] a permutation of them, seqused_k the key counts.
+// NVFP4, K/V are packed NVFP4 with their block scales and global scales.
 type sparseCUDACase struct {
 	op       *sparseAttnOp
 	csrOp    *csrOp
@@ -25,11 +28,12 @@ type sparseCUDACase struct {
 	q2k      *tensor.Dense
 	cuQ, cuK *tensor.Dense
 	pt, su   *tensor.Dense // paged only
+	kGlobal  *tensor.Dense // NVFP4 only
 	in       []G.Value
 	out      *tensor.Dense // the prealloc the tape machine would pass
 }
 
-func newSparseCUDACase(t *testing.T, paged bool) *sparseCUDACase {
+func newSparseCUDACase(t *testing.T, paged, nvfp4 bool) *sparseCUDACase {
 	t.Helper()
 	const totalQ, totalK, hq, d, topK, blk, pages, cols = 300, 1200, 16, 128, 4, 64, 22, 11
 	g := G.NewGraph()
@@ -48,6 +52,14 @@ func newSparseCUDACase(t *testing.T, paged bool) *sparseCUDACase {
 		}
 		pt, su = i32T([]int{2, cols}, ptv...), i32T([]int{2}, 500, 700)
 		opts = append(opts, Paged(gnode(t, g, "pt", pt), gnode(t, g, "su", su)))
+	}
+	var nv []*tensor.Dense // k_scale, v_scale, k_global, v_global
+	if nvfp4 {
+		k, v = u8T(totalK, 1, d/2), u8T(totalK, 1, d/2)
+		pr, pc := lowp.Scale128x4Shape(totalK, d/16)
+		nv = []*tensor.Dense{u8T(pr, pc), u8T(pr, pc), f32T(1, 0.5), f32T(1, 2)}
+		opts = append(opts, NVFP4KV(gnode(t, g, "k_scale", nv[0]), gnode(t, g, "v_scale", nv[1]),
+			gnode(t, g, "k_global", nv[2]), gnode(t, g, "v_global", nv[3])))
 	}
 	cuQn, cuKn := gnode(t, g, "cu_q", cuQ), gnode(t, g, "cu_k", cuK)
 	csr, err := K2QCSR(gnode(t, g, "q2k", q2k), cuQn, cuKn, BlkKV(blk), MaxSeqlenK(700))
@@ -68,8 +80,31 @@ func newSparseCUDACase(t *testing.T, paged bool) *sparseCUDACase {
 	if paged {
 		c.in = append(c.in, pt, su)
 	}
+	for _, x := range nv {
+		c.in = append(c.in, x)
+	}
+	if nvfp4 {
+		c.kGlobal = nv[2]
+	}
 	c.plan(t)
 	return c
+}
+
+func u8T(shape ...int) *tensor.Dense {
+	n := 1
+	for _, x := range shape {
+		n *= x
+	}
+	return tensor.New(tensor.WithShape(shape...), tensor.WithBacking(make([]uint8, n)))
+}
+
+// f32T is a float32 [n] tensor of value x.
+func f32T(n int, x float32) *tensor.Dense {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = x
+	}
+	return tensor.New(tensor.WithShape(n), tensor.WithBacking(v))
 }
 
 // fillQ2K selects up to topK distinct blocks of its sequence for every
@@ -127,17 +162,20 @@ func TestSparseCUDARunAllocatesNothing(t *testing.T) {
 		arch    mcuda.Arch
 		prefill mcuda.PrefillPath
 		paged   bool
+		nvfp4   bool
 		first   string // the first kernel launched
 	}{
-		{"portable", mcuda.ArchPortable, mcuda.PrefillKV, false, "msa_sparse_fwd_d128"},
-		{"portable paged", mcuda.ArchPortable, mcuda.PrefillKV, true, "msa_sparse_fwd_d128"},
-		{"sm90 kv", mcuda.ArchSM90, mcuda.PrefillKV, false, mcuda.TCName(mcuda.ArchSM90, "fwd", mcuda.VarBF16, 128)},
-		{"sm90 kv paged", mcuda.ArchSM90, mcuda.PrefillKV, true, mcuda.TCName(mcuda.ArchSM90, "fwd", mcuda.VarBF16, 128)},
-		{"sm90 kv2", mcuda.ArchSM90, mcuda.PrefillKV2, false, "msa_sm90_fwd2_bf16_d128"},
-		{"sm90 query", mcuda.ArchSM90, mcuda.PrefillQuery, false, mcuda.QFwdName(mcuda.ArchSM90, mcuda.VarBF16, 128)},
+		{"portable", mcuda.ArchPortable, mcuda.PrefillKV, false, false, "msa_sparse_fwd_d128"},
+		{"portable paged", mcuda.ArchPortable, mcuda.PrefillKV, true, false, "msa_sparse_fwd_d128"},
+		{"portable nvfp4", mcuda.ArchPortable, mcuda.PrefillKV, false, true, "msa_sparse_fwd_d128"},
+		{"sm90 kv", mcuda.ArchSM90, mcuda.PrefillKV, false, false, mcuda.TCName(mcuda.ArchSM90, "fwd", mcuda.VarBF16, 128)},
+		{"sm90 kv paged", mcuda.ArchSM90, mcuda.PrefillKV, true, false, mcuda.TCName(mcuda.ArchSM90, "fwd", mcuda.VarBF16, 128)},
+		{"sm90 kv nvfp4", mcuda.ArchSM90, mcuda.PrefillKV, false, true, mcuda.TCName(mcuda.ArchSM90, "fwd", mcuda.VarNVFP4, 128)},
+		{"sm90 kv2", mcuda.ArchSM90, mcuda.PrefillKV2, false, false, "msa_sm90_fwd2_bf16_d128"},
+		{"sm90 query", mcuda.ArchSM90, mcuda.PrefillQuery, false, false, mcuda.QFwdName(mcuda.ArchSM90, mcuda.VarBF16, 128)},
 	} {
 		t.Run(r.name, func(t *testing.T) {
-			c := newSparseCUDACase(t, r.paged)
+			c := newSparseCUDACase(t, r.paged, r.nvfp4)
 			f := newFakeGPU(r.arch)
 			f.k.SetPrefillPath(r.prefill)
 			c.register(f)
@@ -195,6 +233,7 @@ func TestSparseCUDARefusals(t *testing.T) {
 		paged bool
 		edit  func(c *sparseCUDACase)
 	}{
+		{"non-finite k_global_scale", false, func(c *sparseCUDACase) { c.kGlobal.Data().([]float32)[0] = float32(math.Inf(1)) }},
 		{"page beyond k", true, func(c *sparseCUDACase) { c.pt.Data().([]int32)[3] = 22 }},
 		{"negative page", true, func(c *sparseCUDACase) { c.pt.Data().([]int32)[12] = -1 }},
 		{"seqused beyond capacity", true, func(c *sparseCUDACase) { c.su.Data().([]int32)[1] = 705 }},
@@ -214,7 +253,7 @@ func TestSparseCUDARefusals(t *testing.T) {
 		{"schedule work count", false, func(c *sparseCUDACase) { c.in[4].(*tensor.Dense).Data().([]int32)[0] = 0 }},
 	} {
 		t.Run(bad.name, func(t *testing.T) {
-			c := newSparseCUDACase(t, bad.paged)
+			c := newSparseCUDACase(t, bad.paged, bad.name == "non-finite k_global_scale")
 			f := newFakeGPU(mcuda.ArchPortable)
 			c.register(f)
 			e := f.envFor("SparseAttention")
@@ -223,16 +262,16 @@ func TestSparseCUDARefusals(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			good := make([][]int32, len(c.in))
+			good := make([][]byte, len(c.in))
 			for i, v := range c.in[3:] {
-				good[i+3] = slices.Clone(v.(*tensor.Dense).Data().([]int32))
+				good[i+3] = slices.Clone(v.(*tensor.Dense).Header.Raw)
 			}
 			bad.edit(c)
 			_, cpuErr := c.op.Do(c.in...)
 			_, gpuErr := c.op.gpu(e, c.out, c.in)
 			wantSameRefusal(t, cpuErr, gpuErr)
 			for i, v := range c.in[3:] {
-				copy(v.(*tensor.Dense).Data().([]int32), good[i+3])
+				copy(v.(*tensor.Dense).Header.Raw, good[i+3])
 			}
 			if _, err := c.op.gpu(e, c.out, c.in); err != nil {
 				t.Fatalf("good run after the refusal: %v", err)

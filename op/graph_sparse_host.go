@@ -1,6 +1,8 @@
 package op
 
 import (
+	"math"
+
 	"github.com/sparseattn/msa/kernels/plan"
 	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
@@ -14,9 +16,8 @@ import (
 // shapes and dtypes (key). A later run of the same key repeats only the
 // checks that read the metadata values (recheck), into storage kept here;
 // a run that fails one of them, or of another key, takes the full
-// validation again, so every refusal is the CPU path's error. NVFP4 nodes
-// always take the full validation (their global scales are read per run).
-// Guarded by the node's attnState mutex.
+// validation again, so every refusal is the CPU path's error. Guarded by
+// the node's attnState mutex.
 type sparseHost struct {
 	in    []hostValue // host copies of the metadata inputs, by input index
 	key   sparseKey
@@ -67,7 +68,7 @@ func sparseKeyOf(ts []*tensor.Dense, needT bool) (k sparseKey, ok bool) {
 // checks of the full validation that read metadata values, in the same
 // order and with the same rules: the cu_seqlens prefix sums, the paged
 // key lengths (seqused_k, capacity, page indices), the CSR row numbering
-// and contents, the schedule. It updates h.sc to this run's metadata and
+// and contents, the schedule, the NVFP4 global scales. It updates h.sc to this run's metadata and
 // reports whether every check passed (false: the caller runs the full
 // validation, which returns the error).
 func (op *sparseAttnOp) recheck(h *sparseHost, ts []*tensor.Dense, sl attnSlots) bool {
@@ -132,7 +133,21 @@ func (op *sparseAttnOp) recheck(h *sparseHost, ts []*tensor.Dense, sl attnSlots)
 	if plan.ValidateFwdScheduleInto(&h.csrS, &h.sched, &csr, &h.rows, cuQ, sc.fp) != nil {
 		return false
 	}
+	if !finiteGlobal(ts, sl.kGlobal) || !finiteGlobal(ts, sl.vGlobal) {
+		return false
+	}
 	sc.csr, sc.sched, sc.rows = csr, &h.sched, &h.rows
 	p.CuQ, p.SeqK, p.KV.CuK, p.KV.PageTable, p.CSR, p.Sched = cuQ, seqK, cuK, pt, &sc.csr, &h.sched
 	return true
+}
+
+// finiteGlobal is nvfp4Operands's rule for the optional global scale at
+// slot i of ts (i < 0: none): a float32 tensor whose first element is
+// finite.
+func finiteGlobal(ts []*tensor.Dense, i int) bool {
+	if i < 0 {
+		return true
+	}
+	g := validate.Backing[float32](ts[i])
+	return ts[i].Dtype() == tensor.Float32 && len(g) >= 1 && !math.IsNaN(float64(g[0])) && !math.IsInf(float64(g[0]), 0)
 }

@@ -192,7 +192,8 @@ func K2QCSR(q2k, cuQ, cuK *G.Node, opts ...Option) (*G.Node, error) {
 // the CSR value of the graph ops.
 type packCSROp struct {
 	opBase
-	l csrLayout
+	l    csrLayout
+	host hostStage // the CUDA path's host side (graph_nodes_host.go)
 }
 
 func (op *packCSROp) csrLayout() csrLayout { return op.l }
@@ -223,12 +224,18 @@ func (op *packCSROp) Do(vals ...G.Value) (G.Value, error) {
 		return nil, c.Err
 	}
 	packed := make([]int32, l.Hkv*l.width())
+	l.packParts(packed, r, q)
+	return tensor.New(tensor.WithShape(l.Hkv, l.width()), tensor.WithBacking(packed)), nil
+}
+
+// packParts writes row pointers r ([Hkv][RowCap+1]) and query indices q
+// ([Hkv][Stride]) as the packed value packed.
+func (l csrLayout) packParts(packed, r, q []int32) {
 	for h := 0; h < l.Hkv; h++ {
 		row := packed[h*l.width() : (h+1)*l.width()]
 		copy(row, r[h*(l.RowCap+1):(h+1)*(l.RowCap+1)])
 		copy(row[l.RowCap+1:], q[h*l.Stride:(h+1)*l.Stride])
 	}
-	return tensor.New(tensor.WithShape(l.Hkv, l.width()), tensor.WithBacking(packed)), nil
 }
 
 // PackK2QCSR wraps a caller-built CSR (rowPtr [Hkv, total_rows+1],

@@ -62,6 +62,14 @@ func hostNodeCases(t *testing.T) []hostNodeCase {
 	}
 
 	sp := newSparseCUDACase(t, false, false)
+	rp, qi, err := K2QCSRFunc(sp.q2k, sp.cuQ, sp.cuK, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pack, err := PackK2QCSR(gnode(t, g, "rp", rp), gnode(t, g, "qi", qi), TotalQ(300), TopK(4), BlkKV(64))
+	if err != nil {
+		t.Fatal(err)
+	}
 	return []hostNodeCase{
 		{name: "DecodeSchedule", op: so, in: []G.Value{ptv, suv}, out: schedOut,
 			next: func() { suv.Data().([]int32)[0]-- }},
@@ -72,6 +80,8 @@ func hostNodeCases(t *testing.T) []hostNodeCase {
 			out: tensor.New(tensor.WithShape(4, 300), tensor.WithBacking(make([]float32, 1200)))},
 		{name: "K2QCSR", op: sp.csrOp, in: []G.Value{sp.q2k, sp.cuQ, sp.cuK}, out: i32T(sp.in[3].Shape()),
 			next: func() { fillQ2K(sp.q2k, sp.cuQ, sp.cuK, 64, 5) }},
+		{name: "PackK2QCSR", op: pack.Op(), in: []G.Value{rp, qi}, out: i32T(pack.Shape()),
+			next: func() { qi.Data().([]int32)[0]++ }},
 		{name: "FwdSchedule", op: sp.schedOp, in: []G.Value{sp.in[3], sp.cuQ, sp.cuK}, out: i32T(sp.in[4].Shape()),
 			next: func() {
 				fillQ2K(sp.q2k, sp.cuQ, sp.cuK, 64, 6)
@@ -89,7 +99,7 @@ func bf16Data(t *tensor.Dense) []lowp.BFloat16 { return t.Data().([]lowp.BFloat1
 // TestHostNodesCUDARunAllocateNothing: the nodes of a decode step and of
 // a prefill's planning that run on the host on the CUDA path
 // (DecodeSchedule, WritePagedKV, CastToBF16, CastFromBF16, K2QCSR,
-// FwdSchedule) allocate nothing in a warm run, also after the next step's
+// PackK2QCSR, FwdSchedule) allocate nothing in a warm run, also after the next step's
 // new metadata values: their inputs are copied into host storage the node
 // keeps and their value is computed into storage it keeps, then copied
 // into the device output (one host-to-device copy per run, recorded by the
@@ -162,6 +172,7 @@ func TestHostNodesCUDARefusals(t *testing.T) {
 		{"K2QCSR", func(in []G.Value) { in[1].(*tensor.Dense).Data().([]int32)[1] = 301 }},
 		{"K2QCSR", func(in []G.Value) { in[0].(*tensor.Dense).Data().([]int32)[0] = 99 }},
 		{"FwdSchedule", func(in []G.Value) { in[2].(*tensor.Dense).Data().([]int32)[2] = 2000 }},
+		{"PackK2QCSR", func(in []G.Value) { in[1] = i32T([]int{1, 7}) }},
 		{"CastToBF16", func(in []G.Value) {
 			in[0] = tensor.New(tensor.WithShape(4, 301), tensor.WithBacking(make([]float32, 1204)))
 		}},
@@ -188,7 +199,9 @@ func hostNodeRefusal(t *testing.T, c hostNodeCase, edit func(in []G.Value)) {
 		}
 	}
 	edit(c.in)
-	f.register(c.in[0].(*tensor.Dense))
+	for _, v := range c.in {
+		f.register(v.(*tensor.Dense))
+	}
 	_, cpuErr := c.op.Do(cloneValues(c.in)...)
 	_, gpuErr := e.hostDo(c.op, c.out, c.in)
 	wantSameRefusal(t, cpuErr, gpuErr)

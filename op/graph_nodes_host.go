@@ -11,7 +11,7 @@ import (
 
 // The host work of the nodes that run on the host on the CUDA path
 // (graph_cuda.go's hostCUDADo: DecodeSchedule, WritePagedKV, CastToBF16,
-// CastFromBF16, K2QCSR, FwdSchedule). Such a node keeps a hostStage: the
+// CastFromBF16, K2QCSR, PackK2QCSR, FwdSchedule). Such a node keeps a hostStage: the
 // host copies of its inputs and the host storage of its value, reused by
 // every run of the same shapes, so that a warm run allocates nothing. Its
 // hostRun checks what the node's CPU Do checks, without formatting a
@@ -231,6 +231,21 @@ func (op *csrOp) hostRun(in []*tensor.Dense) (*tensor.Dense, bool) {
 	}
 	out := op.host.out.view(tensor.Int32, tensor.Shape{l.Hkv, l.width()})
 	l.pack(validate.Int32s(out), csr)
+	return out, true
+}
+
+// ---- PackK2QCSR ----
+
+func (op *packCSROp) stage() *hostStage { return &op.host }
+
+func (op *packCSROp) hostRun(in []*tensor.Dense) (*tensor.Dense, bool) {
+	l := op.l
+	rp, qi := in[0], in[1]
+	if rp.Dtype() != tensor.Int32 || qi.Dtype() != tensor.Int32 || rp.DataSize() != l.Hkv*(l.RowCap+1) || qi.DataSize() != l.Hkv*l.Stride {
+		return nil, false
+	}
+	out := op.host.out.view(tensor.Int32, tensor.Shape{l.Hkv, l.width()})
+	l.packParts(validate.Int32s(out), validate.Int32s(rp), validate.Int32s(qi))
 	return out, true
 }
 

@@ -625,12 +625,21 @@ func (k *Kernels) tensorMap(s TensorMapSpec) (driver.TensorMap, error) {
 	if m, ok := k.tmaps[key]; ok {
 		return m, nil
 	}
+	m, err := k.encode(&s)
+	if err != nil {
+		return driver.TensorMap{}, fmt.Errorf("cuda: tensor map %s: %w", s.Name, err)
+	}
+	if len(k.tmaps) >= maxTensorMaps {
+		clear(k.tmaps)
+	}
+	k.tmaps[key] = m
+	return m, nil
+}
+
+// encode encodes the tiled tensor map of s (validated).
+func (k *Kernels) encode(s *TensorMapSpec) (driver.TensorMap, error) {
 	if k.drv.encode != nil {
-		m, err := k.drv.encode(&s)
-		if err == nil {
-			k.tmaps[key] = m
-		}
-		return m, err
+		return k.drv.encode(s)
 	}
 	dt := driver.TMapUint8
 	if s.ElemBytes() == 2 {
@@ -641,15 +650,7 @@ func (k *Kernels) tensorMap(s TensorMapSpec) (driver.TensorMap, error) {
 		es[i] = 1
 	}
 	swz := map[int]int{0: driver.SwizzleNone, 32: driver.Swizzle32B, 64: driver.Swizzle64B, 128: driver.Swizzle128B}[s.Swizzle]
-	m, err := driver.EncodeTiled(dt, driver.DevicePtr(s.Base), s.Dims, s.Strides, s.Box, es, swz, driver.L2Promotion128B, driver.OOBFillNone)
-	if err != nil {
-		return driver.TensorMap{}, fmt.Errorf("cuda: tensor map %s: %w", s.Name, err)
-	}
-	if len(k.tmaps) >= maxTensorMaps {
-		clear(k.tmaps)
-	}
-	k.tmaps[key] = m
-	return m, nil
+	return driver.EncodeTiled(dt, driver.DevicePtr(s.Base), s.Dims, s.Strides, s.Box, es, swz, driver.L2Promotion128B, driver.OOBFillNone)
 }
 
 // tcLaunch returns the launch of p's tensor-core kernel on grid CTAs

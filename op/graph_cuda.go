@@ -157,7 +157,7 @@ func (op *topKOp) CUDADo(extern G.External, dev G.Device, prealloc G.Value, inpu
 
 // CUDADo casts on the host (no GPU kernel).
 func (op *castOp) CUDADo(extern G.External, dev G.Device, prealloc G.Value, inputs ...G.Value) (G.Value, error) {
-	return hostCUDADo(op.String(), op, extern, dev, prealloc, inputs)
+	return hostCUDADo(op.fn(), op, extern, dev, prealloc, inputs)
 }
 
 // CUDADo appends to the paged cache on the host (no GPU kernel).

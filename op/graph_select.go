@@ -285,11 +285,16 @@ func (op *castOp) String() string {
 	return fmt.Sprintf("Cast{%s->%s}", validate.DtypeName(op.from), validate.DtypeName(op.to))
 }
 
-func (op *castOp) Do(vals ...G.Value) (G.Value, error) {
-	fn := "CastToBF16"
+// fn names the cast's constructor (for errors).
+func (op *castOp) fn() string {
 	if op.to == tensor.Float32 {
-		fn = "CastFromBF16"
+		return "CastFromBF16"
 	}
+	return "CastToBF16"
+}
+
+func (op *castOp) Do(vals ...G.Value) (G.Value, error) {
+	fn := op.fn()
 	if len(vals) != 1 {
 		return nil, validate.ArgErr(fn, "inputs", "1 value", len(vals))
 	}

@@ -11,16 +11,19 @@ package op
 // which makes the compiler emit the alloc instruction). How each op runs:
 //
 //   - Planning and selection ops (K2QCSR, PackK2QCSR, FwdSchedule,
-//     DecodeSchedule, BlockScores, TopKBlocks) and the data-movement ops
-//     without a GPU kernel (CastToBF16, CastFromBF16, WritePagedKV) run on
-//     the host: their inputs are copied device->host, the host work runs
-//     (same validation, same results as the CPU Do), and its value is
-//     copied into the preallocated device output. The nodes of a decode
-//     step and of prefill planning (hostRunner, graph_nodes_host.go) do it
-//     on host storage they keep, allocating nothing in a warm run; the
-//     others run their CPU Do on fresh copies. The plan inputs are small
-//     int32 tensors; BlockScores, the casts and WritePagedKV copy their
-//     whole operands and are therefore slow on this path (no GPU kernel).
+//     DecodeSchedule, BlockScores, TopKBlocks) and the casts (no GPU
+//     kernel: CastToBF16, CastFromBF16) run on the host: their inputs are
+//     copied device->host, the host work runs (same validation, same
+//     results as the CPU Do), and its value is copied into the
+//     preallocated device output. The nodes of a decode step and of
+//     prefill planning (hostRunner, graph_nodes_host.go) do it on host
+//     storage they keep, allocating nothing in a warm run; the others run
+//     their CPU Do on fresh copies. The plan inputs are small int32
+//     tensors; BlockScores and the casts copy their whole operands and
+//     are therefore slow on this path.
+//   - WritePagedKV checks the new rows, page table and seqused_k on the
+//     host, copies the cache device to device into its output and each
+//     new row host to device into place (graph_cuda_writekv.go).
 //   - SparseAttention launches the fatbin kernels through package cuda
 //     (SparsePrefill: the windows' forward and combine, or one query-major
 //     kernel) with the device pointers of q/k/v, cu_seqlens, page table,
@@ -160,11 +163,6 @@ func (op *castOp) CUDADo(extern G.External, dev G.Device, prealloc G.Value, inpu
 	return hostCUDADo(op.fn(), op, extern, dev, prealloc, inputs)
 }
 
-// CUDADo appends to the paged cache on the host (no GPU kernel).
-func (op *writePagedKVOp) CUDADo(extern G.External, dev G.Device, prealloc G.Value, inputs ...G.Value) (G.Value, error) {
-	return hostCUDADo("WritePagedKV", op, extern, dev, prealloc, inputs)
-}
-
 // ---- environment -------------------------------------------------------------
 
 // gpuEnv is one CUDADo call's view of the machine.
@@ -184,6 +182,7 @@ type gpuEnv struct {
 type gpuCalls struct {
 	dtoh     func(dst unsafe.Pointer, src uint64, n int64) error
 	htod     func(dst uint64, src unsafe.Pointer, n int64) error
+	dtod     func(dst, src uint64, n int64) error
 	onDevice func(G.Value) bool
 	kernels  func() (*mcuda.Kernels, error)
 	mem      devMemory
@@ -209,6 +208,13 @@ func (e *gpuEnv) htod(dst uint64, src unsafe.Pointer, n int64) error {
 		return e.calls.htod(dst, src, n)
 	}
 	return cu.MemcpyHtoD(cu.DevicePtr(dst), src, n)
+}
+
+func (e *gpuEnv) dtod(dst, src uint64, n int64) error {
+	if e.calls != nil && e.calls.dtod != nil {
+		return e.calls.dtod(dst, src, n)
+	}
+	return cu.MemcpyDtoD(cu.DevicePtr(dst), cu.DevicePtr(src), n)
 }
 
 func (e *gpuEnv) memory() devMemory {

@@ -28,6 +28,18 @@ type fakeGPU struct {
 	allocs int
 	syncs  int
 	htods  int // host-to-device copies
+	dtods  int // device-to-device copies
+}
+
+// bytesAt returns the n bytes at address p of a registered tensor (nil
+// when no registered tensor holds them all).
+func (f *fakeGPU) bytesAt(p uint64, n int64) []byte {
+	for base, b := range f.host {
+		if p >= base && p+uint64(n) <= base+uint64(len(b)) {
+			return b[p-base : p-base+uint64(n)]
+		}
+	}
+	return nil
 }
 
 func newFakeGPU(arch mcuda.Arch) *fakeGPU {
@@ -66,12 +78,21 @@ func (f *fakeGPU) envFor(fn string) *gpuEnv {
 			return nil
 		},
 		htod: func(dst uint64, src unsafe.Pointer, n int64) error {
-			b, ok := f.host[dst]
-			if !ok || int64(len(b)) < n {
+			b := f.bytesAt(dst, n)
+			if b == nil {
 				return fmt.Errorf("fakeGPU: %d bytes to %#x, which no registered tensor holds", n, dst)
 			}
-			copy(b[:n], unsafe.Slice((*byte)(src), n))
+			copy(b, unsafe.Slice((*byte)(src), n))
 			f.htods++
+			return nil
+		},
+		dtod: func(dst, src uint64, n int64) error {
+			to, from := f.bytesAt(dst, n), f.bytesAt(src, n)
+			if to == nil || from == nil {
+				return fmt.Errorf("fakeGPU: %d bytes from %#x to %#x, outside the registered tensors", n, src, dst)
+			}
+			copy(to, from)
+			f.dtods++
 			return nil
 		},
 		onDevice: func(G.Value) bool { return true },

@@ -22,6 +22,16 @@ type hostNodeCase struct {
 	in   []G.Value
 	out  *tensor.Dense
 	next func() // the next step's inputs (new metadata values), or nil
+	// gpu is the node's CUDA path past the context push (nil: hostDo).
+	gpu func(e *gpuEnv, prealloc G.Value, in []G.Value) (G.Value, error)
+}
+
+// run is c's CUDA path on e.
+func (c *hostNodeCase) run(e *gpuEnv) (G.Value, error) {
+	if c.gpu != nil {
+		return c.gpu(e, c.out, c.in)
+	}
+	return e.hostDo(c.op, c.out, c.in)
 }
 
 func hostNodeCases(t *testing.T) []hostNodeCase {
@@ -74,7 +84,7 @@ func hostNodeCases(t *testing.T) []hostNodeCase {
 		{name: "DecodeSchedule", op: so, in: []G.Value{ptv, suv}, out: schedOut,
 			next: func() { suv.Data().([]int32)[0]-- }},
 		{name: "WritePagedKV", op: wr.Op(), in: []G.Value{cache, nw, ptv, suv}, out: bf16T(pages, 1, page, 128),
-			next: func() { suv.Data().([]int32)[0]-- }},
+			next: func() { suv.Data().([]int32)[0]-- }, gpu: wr.Op().(*writePagedKVOp).gpu},
 		{name: "CastToBF16", op: toBF.Op(), in: []G.Value{x32}, out: bf16T(4, 300)},
 		{name: "CastFromBF16", op: fromBF.Op(), in: []G.Value{xbf},
 			out: tensor.New(tensor.WithShape(4, 300), tensor.WithBacking(make([]float32, 1200)))},
@@ -97,13 +107,15 @@ func hostNodeCases(t *testing.T) []hostNodeCase {
 func bf16Data(t *tensor.Dense) []lowp.BFloat16 { return t.Data().([]lowp.BFloat16) }
 
 // TestHostNodesCUDARunAllocateNothing: the nodes of a decode step and of
-// a prefill's planning that run on the host on the CUDA path
+// a prefill's planning that run host code on the CUDA path
 // (DecodeSchedule, WritePagedKV, CastToBF16, CastFromBF16, K2QCSR,
-// PackK2QCSR, FwdSchedule) allocate nothing in a warm run, also after the next step's
-// new metadata values: their inputs are copied into host storage the node
-// keeps and their value is computed into storage it keeps, then copied
-// into the device output (one host-to-device copy per run, recorded by the
-// fake). The device output holds the CPU Do's value.
+// PackK2QCSR, FwdSchedule) allocate nothing in a warm run, also after the
+// next step's new metadata values: their inputs are copied into host
+// storage the node keeps and their value is computed into storage it
+// keeps, then copied into the device output (WritePagedKV: the cache
+// device to device, then its one new row host to device); one
+// host-to-device copy per run, recorded by the fake. The device output
+// holds the CPU Do's value.
 func TestHostNodesCUDARunAllocateNothing(t *testing.T) {
 	for _, c := range hostNodeCases(t) {
 		t.Run(c.name, func(t *testing.T) {
@@ -113,7 +125,7 @@ func TestHostNodesCUDARunAllocateNothing(t *testing.T) {
 			}
 			e := f.envFor(c.name)
 			run := func() {
-				if _, err := e.hostDo(c.op, c.out, c.in); err != nil {
+				if _, err := c.run(e); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -194,7 +206,7 @@ func hostNodeRefusal(t *testing.T, c hostNodeCase, edit func(in []G.Value)) {
 	}
 	e := f.envFor(c.name)
 	for range 2 {
-		if _, err := e.hostDo(c.op, c.out, c.in); err != nil {
+		if _, err := c.run(e); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -203,7 +215,7 @@ func hostNodeRefusal(t *testing.T, c hostNodeCase, edit func(in []G.Value)) {
 		f.register(v.(*tensor.Dense))
 	}
 	_, cpuErr := c.op.Do(cloneValues(c.in)...)
-	_, gpuErr := e.hostDo(c.op, c.out, c.in)
+	_, gpuErr := c.run(e)
 	wantSameRefusal(t, cpuErr, gpuErr)
 }
 

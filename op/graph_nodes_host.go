@@ -10,13 +10,14 @@ import (
 )
 
 // The host work of the nodes that run on the host on the CUDA path
-// (graph_cuda.go's hostCUDADo: DecodeSchedule, WritePagedKV, CastToBF16,
-// CastFromBF16, K2QCSR, PackK2QCSR, FwdSchedule). Such a node keeps a hostStage: the
-// host copies of its inputs and the host storage of its value, reused by
-// every run of the same shapes, so that a warm run allocates nothing. Its
+// (graph_cuda.go's hostCUDADo: DecodeSchedule, CastToBF16, CastFromBF16,
+// K2QCSR, PackK2QCSR, FwdSchedule; and WritePagedKV's checks, whose write
+// is graph_cuda_writekv.go's). Such a node keeps a hostStage: the host
+// copies of its inputs and the host storage of its value, reused by every
+// run of the same shapes, so that a warm run allocates nothing. Its
 // hostRun checks what the node's CPU Do checks, without formatting a
-// message; an input that fails a check makes the CUDA path run the CPU
-// Do on fresh copies, which returns the CPU path's error.
+// message; an input that fails a check makes the CUDA path run the CPU Do
+// on fresh copies, which returns the CPU path's error.
 
 // hostRunner is a node whose CUDA path runs its host work on a hostStage.
 type hostRunner interface {
@@ -26,8 +27,8 @@ type hostRunner interface {
 	hostRun(in []*tensor.Dense) (out *tensor.Dense, ok bool)
 }
 
-// maxHostInputs bounds the inputs of a hostRunner (WritePagedKV has 4).
-const maxHostInputs = 4
+// maxHostInputs bounds the inputs of a hostRunner (FwdSchedule has 3).
+const maxHostInputs = 3
 
 // hostStage is a hostRunner's host storage: the copies of its inputs, its
 // value, and whatever else the node's host work keeps (in the node).
@@ -150,38 +151,36 @@ func (op *decodeSchedOp) hostRun(in []*tensor.Dense) (*tensor.Dense, bool) {
 
 // ---- WritePagedKV ----
 
-// writeKVHost is the cache write node's host storage on the CUDA path:
-// the cache row of each new row.
+// writeKVHost is the cache write node's host storage on the CUDA path
+// (graph_cuda_writekv.go): the host copies of the new rows, the page table
+// and seqused_k, and the cache row of each new row. The cache itself stays
+// on the device.
 type writeKVHost struct {
-	hostStage
-	dst []int
+	mu         sync.Mutex
+	nw, pt, su hostValue
+	dst        []int
 }
 
-func (op *writePagedKVOp) stage() *hostStage { return &op.host.hostStage }
-
-func (op *writePagedKVOp) hostRun(in []*tensor.Dense) (*tensor.Dense, bool) {
-	cache, nw, pt, su := in[0], in[1], in[2], in[3]
-	if cache.Dtype() != op.dt || nw.Dtype() != op.dt || pt.Dtype() != tensor.Int32 || su.Dtype() != tensor.Int32 || pt.Dims() != 2 || su.Dims() != 1 {
+// rows checks the host inputs of a cache write of a cache of dtype dt and
+// shape cs as the node's Do does and returns the cache row of head 0 of
+// each new row (storage the node keeps), ok false when a check fails.
+func (op *writePagedKVOp) rows(dt tensor.Dtype, cs tensor.Shape, nw, pt, su *tensor.Dense) (dst []int, ok bool) {
+	if dt != op.dt || nw.Dtype() != op.dt || pt.Dtype() != tensor.Int32 || su.Dtype() != tensor.Int32 || pt.Dims() != 2 || su.Dims() != 1 {
 		return nil, false
 	}
-	cs := op.cacheShape
-	numPages, d := cs[0], cs[3]
-	hkv, ps := op.layout.dims(cs)
+	want := op.cacheShape
+	numPages, d := want[0], want[3]
+	hkv, ps := op.layout.dims(want)
 	batch, cols := pt.Shape()[0], pt.Shape()[1]
-	if !cache.Shape().Eq(cs) || su.Shape()[0] != batch || !nw.Shape().Eq(tensor.Shape{batch * op.seqlenQ, hkv, d}) {
+	if !cs.Eq(want) || su.Shape()[0] != batch || !nw.Shape().Eq(tensor.Shape{batch * op.seqlenQ, hkv, d}) {
 		return nil, false
 	}
-	ptv, used := validate.Int32s(pt), validate.Int32s(su)
 	n := batch * op.seqlenQ
 	if cap(op.host.dst) < n {
 		op.host.dst = make([]int, n)
 	}
-	dst := op.host.dst[:n]
-	if !writeRows(dst, ptv, used, op.seqlenQ, cols, ps, hkv, numPages, op.layout) {
-		return nil, false
-	}
-	scatterKV(cache, nw, 0, dst, op.layout, hkv, ps, d)
-	return cache, true
+	dst = op.host.dst[:n]
+	return dst, writeRows(dst, validate.Int32s(pt), validate.Int32s(su), op.seqlenQ, cols, ps, hkv, numPages, op.layout)
 }
 
 // writeRows sets dst[b*seqlenQ+i], the cache row of head 0 of new row i of

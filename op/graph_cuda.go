@@ -422,6 +422,17 @@ func (e *gpuEnv) copyToHost(h *tensor.Dense, v G.Value, arg string) error {
 	return nil
 }
 
+// keptAfter is toHostKept after an earlier call's error *err: it returns
+// nil and keeps *err when that is set, and records its own error in *err.
+func (e *gpuEnv) keptAfter(err *error, h *hostValue, v G.Value, arg string) *tensor.Dense {
+	if *err != nil {
+		return nil
+	}
+	t, terr := e.toHostKept(h, v, arg)
+	*err = terr
+	return t
+}
+
 // toHostKept is toHost into storage the node keeps (h): a warm run
 // allocates nothing. A host value is read in place.
 func (e *gpuEnv) toHostKept(h *hostValue, v G.Value, arg string) (*tensor.Dense, error) {
@@ -830,15 +841,8 @@ func (op *decodeAttnOp) gpu(e *gpuEnv, prealloc G.Value, in []G.Value) (G.Value,
 	op.st.mu.Lock()
 	defer op.st.mu.Unlock()
 	h := &op.host
-	pt, err := e.toHostKept(&h.pt, in[3], "page_table")
-	if err != nil {
-		return nil, err
-	}
-	su, err := e.toHostKept(&h.su, in[4], "seqused_k")
-	if err != nil {
-		return nil, err
-	}
-	sv, err := e.toHostKept(&h.sv, in[5], "schedule")
+	var err error
+	pt, su, sv := e.keptAfter(&err, &h.pt, in[3], "page_table"), e.keptAfter(&err, &h.su, in[4], "seqused_k"), e.keptAfter(&err, &h.sv, in[5], "schedule")
 	if err != nil {
 		return nil, err
 	}

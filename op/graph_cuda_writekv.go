@@ -28,15 +28,8 @@ func (op *writePagedKVOp) gpu(e *gpuEnv, prealloc G.Value, in []G.Value) (G.Valu
 	h := &op.host
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	nw, err := e.toHostKept(&h.nw, in[1], "new")
-	if err != nil {
-		return nil, err
-	}
-	pt, err := e.toHostKept(&h.pt, in[2], "page_table")
-	if err != nil {
-		return nil, err
-	}
-	su, err := e.toHostKept(&h.su, in[3], "seqused_k")
+	var err error
+	nw, pt, su := e.keptAfter(&err, &h.nw, in[1], "new"), e.keptAfter(&err, &h.pt, in[2], "page_table"), e.keptAfter(&err, &h.su, in[3], "seqused_k")
 	if err != nil {
 		return nil, err
 	}

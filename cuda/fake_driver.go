@@ -15,8 +15,8 @@ import (
 // computes nothing; never use it outside tests.
 
 // FakeDriver records the driver calls of a Kernels made by FakeKernels:
-// device memory is a counter, copies count bytes, launches record the
-// kernel. It allocates nothing per call, so that testing.AllocsPerRun
+// device memory is a counter, copies count bytes, tensor maps are zero
+// maps (counted), launches record the kernel. It allocates nothing per call, so that testing.AllocsPerRun
 // measures the launch path alone.
 type FakeDriver struct {
 	Next     driver.DevicePtr // the next address MemAlloc returns

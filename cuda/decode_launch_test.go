@@ -8,6 +8,7 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/sparseattn/msa/internal/allocs"
 	"github.com/sparseattn/msa/kernels/cuda/fatbin"
 	"github.com/sparseattn/msa/kernels/plan"
 )
@@ -68,12 +69,12 @@ func TestDecodeRunAllocatesNothing(t *testing.T) {
 			if f.Launches != len(c.want) {
 				t.Fatalf("%d driver launches, want %d", f.Launches, len(c.want))
 			}
-			if n := testing.AllocsPerRun(50, run(a)); n != 0 {
+			if n := allocs.Warm(50, run(a)); n != 0 {
 				t.Errorf("Decode: %v allocations per run, want 0", n)
 			}
 			run(&layer2)() // a new key: its choice is made once
 			for _, x := range []*DecodeArgs{a, &layer2} {
-				if n := testing.AllocsPerRun(20, run(x)); n != 0 {
+				if n := allocs.Warm(20, run(x)); n != 0 {
 					t.Errorf("Decode of layer K %#x: %v allocations per run, want 0", x.K, n)
 				}
 			}

@@ -24,7 +24,7 @@ type decodeState struct {
 	pipe    decodePipeKernelParams
 	combine combineKernelParams
 	steps   [2]step // the decode (or pipelined decode) and the combine
-	choices map[decodeKey]*decodeChoice
+	choices launchCache[decodeKey, decodeChoice]
 	fn      func() error // prepDecode + launchSteps of args and sched, made once
 }
 
@@ -52,10 +52,6 @@ type decodeChoice struct {
 	maps     [3]driver.TensorMap // Q, K, V maps of tc, encoded
 }
 
-// maxDecodeChoices bounds the cache of launch choices (one per layer and
-// shape seen; cleared when full).
-const maxDecodeChoices = 1024
-
 // decodeChoiceFor returns the launch choice of a, made on first sight.
 func (k *Kernels) decodeChoiceFor(a *DecodeArgs) *decodeChoice {
 	key := decodeKey{arch: k.arch, path: k.path, kernel: k.decode, q: a.Q, k: a.K, v: a.V, qdt: a.QDtype, kvdt: a.KVDtype,
@@ -63,10 +59,10 @@ func (k *Kernels) decodeChoiceFor(a *DecodeArgs) *decodeChoice {
 	if a.Q2K != 0 {
 		key.blkKV = a.BlkKV
 	}
-	if ch, ok := k.dec.choices[key]; ok {
+	ch, fresh := k.dec.choices.get(key)
+	if !fresh {
 		return ch
 	}
-	ch := &decodeChoice{}
 	ch.pipeName, ch.pipe, ch.pipeWhy = TCDecodePipePlan(k.arch, a)
 	if v, ok := DecodeVariant(k.arch, a.QDtype, a.KVDtype); ok {
 		ch.tcName = TCName(k.arch, "decode", v, a.D)
@@ -74,21 +70,8 @@ func (k *Kernels) decodeChoiceFor(a *DecodeArgs) *decodeChoice {
 	ch.tcWhy = "the portable path is selected"
 	if k.path == PathAuto {
 		ch.tc, ch.tcWhy = TCDecodePlan(k.arch, a, 0)
-		for i, s := range []*TensorMapSpec{&ch.tc.Q, &ch.tc.K, &ch.tc.V} {
-			if ch.tcWhy != "" {
-				break
-			}
-			m, err := k.tensorMap(*s)
-			if err != nil {
-				ch.tcWhy = err.Error()
-			}
-			ch.maps[i] = m
-		}
+		ch.tcWhy = k.encodeMaps(&ch.tc, &ch.maps, ch.tcWhy)
 	}
-	if k.dec.choices == nil || len(k.dec.choices) >= maxDecodeChoices {
-		k.dec.choices = map[decodeKey]*decodeChoice{}
-	}
-	k.dec.choices[key] = ch
 	return ch
 }
 
@@ -248,12 +231,7 @@ func (k *Kernels) PrepareDecode(ctx Runner, a *DecodeArgs, s *plan.DecodeSchedul
 	pl := newPrepared(k)
 	err := run(ctx, func() error {
 		steps, err := k.prepDecode(a, s)
-		// The steps and their parameter blocks are k.dec's: the Prepared
-		// keeps its own copies.
-		for _, st := range steps {
-			st.value = append([]byte(nil), st.value...)
-			pl.steps = append(pl.steps, st)
-		}
+		pl.steps = ownSteps(steps) // the steps and their parameter blocks are k.dec's
 		return err
 	})
 	pl.gen = k.gen

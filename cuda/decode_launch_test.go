@@ -8,6 +8,7 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/sparseattn/msa/internal/allocs"
 	"github.com/sparseattn/msa/kernels/cuda/fatbin"
 	"github.com/sparseattn/msa/kernels/plan"
 )
@@ -54,10 +55,6 @@ func TestDecodeRunAllocatesNothing(t *testing.T) {
 				PageSize: page, QDtype: c.qdt, KVDtype: c.kvdt, PVRound: c.round, NumPages: 2 * pages}
 			layer2 := *a
 			layer2.K, layer2.V = 0x600000, 0x700000
-			if c.arch != ArchPortable { // tensor maps of both layers, as the driver would encode them
-				FakeTensorMaps(k, a)
-				FakeTensorMaps(k, &layer2)
-			}
 			run := func(x *DecodeArgs) func() {
 				return func() {
 					if err := k.Decode(nil, x, s); err != nil {
@@ -72,12 +69,12 @@ func TestDecodeRunAllocatesNothing(t *testing.T) {
 			if f.Launches != len(c.want) {
 				t.Fatalf("%d driver launches, want %d", f.Launches, len(c.want))
 			}
-			if n := testing.AllocsPerRun(50, run(a)); n != 0 {
+			if n := allocs.Warm(50, run(a)); n != 0 {
 				t.Errorf("Decode: %v allocations per run, want 0", n)
 			}
 			run(&layer2)() // a new key: its choice is made once
 			for _, x := range []*DecodeArgs{a, &layer2} {
-				if n := testing.AllocsPerRun(20, run(x)); n != 0 {
+				if n := allocs.Warm(20, run(x)); n != 0 {
 					t.Errorf("Decode of layer K %#x: %v allocations per run, want 0", x.K, n)
 				}
 			}
@@ -88,18 +85,7 @@ func TestDecodeRunAllocatesNothing(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			before := f.Launches
-			launch := func() {
-				if err := pl.Launch(nil); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if n := testing.AllocsPerRun(50, launch); n != 0 {
-				t.Errorf("Prepared.Launch: %v allocations per run, want 0", n)
-			}
-			if f.Launches-before != 51*len(c.want) {
-				t.Errorf("Prepared.Launch made %d launches in 51 runs, want %d", f.Launches-before, 51*len(c.want))
-			}
+			checkPreparedLaunch(t, &f, pl, len(c.want))
 			if err := k.Decode(nil, a, s); err != nil {
 				t.Fatal(err)
 			}

@@ -15,13 +15,14 @@ import (
 // computes nothing; never use it outside tests.
 
 // FakeDriver records the driver calls of a Kernels made by FakeKernels:
-// device memory is a counter, copies count bytes, launches record the
-// kernel. It allocates nothing per call, so that testing.AllocsPerRun
+// device memory is a counter, copies count bytes, tensor maps are zero
+// maps (counted), launches record the kernel. It allocates nothing per call, so that testing.AllocsPerRun
 // measures the launch path alone.
 type FakeDriver struct {
 	Next     driver.DevicePtr // the next address MemAlloc returns
 	Allocs   int              // device allocations made
 	Copied   int64            // bytes copied host to device
+	Encoded  int              // tensor maps encoded
 	Launches int              // kernel launches
 	Last     driver.Function  // the last kernel launched
 	LastArgs int              // its argument count
@@ -41,6 +42,10 @@ func (f *FakeDriver) install(k *Kernels) {
 			return nil
 		},
 		memset: func(driver.DevicePtr, byte, int64) error { return nil },
+		encode: func(*TensorMapSpec) (driver.TensorMap, error) {
+			f.Encoded++
+			return driver.TensorMap{}, nil
+		},
 		launch: func(fn driver.Function, _ driver.LaunchConfig, args [][]byte) error {
 			f.Launches++
 			f.Last, f.LastArgs = fn, len(args)
@@ -52,11 +57,11 @@ func (f *FakeDriver) install(k *Kernels) {
 // FakeKernels is test scaffolding: a Kernels of family arch as Load would
 // leave it, every kernel a distinct fake function with its attributes
 // already raised (no SetAttribute call reaches the missing driver), its
-// driver calls recorded by f. Tensor maps are not encoded by it: a test of
-// a tensor-map route registers them with FakeTensorMaps.
+// driver calls recorded by f; tensor maps are "encoded" as zero maps.
 func FakeKernels(arch Arch, f *FakeDriver) *Kernels {
-	k := &Kernels{arch: arch, smemOpt: 232448, fns: map[string]driver.Function{}, tc: map[string]tcKernel{}, bufs: map[string]*devBuf{},
-		tmaps: map[string]driver.TensorMap{}, fallback: map[string]string{}}
+	// An H100's SM count and L2 size (prefill windows and occupancy splits).
+	k := &Kernels{arch: arch, smemOpt: 232448, sms: 132, l2: 50 << 20, waves: DefaultItemWaves, fns: map[string]driver.Function{},
+		tc: map[string]tcKernel{}, bufs: map[string]*devBuf{}, tmaps: map[string]driver.TensorMap{}, fallback: map[string]string{}}
 	f.Next = 0x1000000
 	f.install(k)
 	fn := driver.Function(1)
@@ -64,29 +69,24 @@ func FakeKernels(arch Arch, f *FakeDriver) *Kernels {
 		k.fns[n] = fn
 		fn++
 	}
-	for _, n := range append(TCNames(arch), PipeNames(arch)...) {
+	for _, n := range append(append(append(TCNames(arch), QFwdNames(arch)...), PipeNames(arch)...), KV2Names(arch)...) {
 		threads := 128
+		if g, ok := sm100Table[n]; ok {
+			threads = g.Threads
+		}
 		if g, ok := fatbin.HopperAmpereLaunch[n]; ok {
 			threads = g.Threads
 		}
 		if g, ok := fatbin.DecodePipeLaunch[n]; ok {
 			threads = g.Threads
 		}
+		if g, ok := fatbin.Fwd2Launch[n]; ok {
+			threads = g.Threads
+		}
 		k.tc[n] = tcKernel{fn: fn, threads: threads, smemSet: k.smemOpt}
 		fn++
 	}
 	return k
-}
-
-// FakeTensorMaps is test scaffolding: it registers, in a Kernels made by
-// FakeKernels, the Q, K and V tensor maps the tensor-core decode of a would
-// encode (as the driver would), so that route is taken without a driver.
-func FakeTensorMaps(k *Kernels, a *DecodeArgs) {
-	if tp, why := TCDecodePlan(k.arch, a, 0); why == "" {
-		for _, sp := range []TensorMapSpec{tp.Q, tp.K, tp.V} {
-			k.tmaps[sp.Key()] = driver.TensorMap{}
-		}
-	}
 }
 
 // SetDecodeKernel is test scaffolding: it selects the decode kernel of a

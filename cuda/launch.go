@@ -13,7 +13,6 @@ import (
 
 	"github.com/sparseattn/msa/cuda/driver"
 	"github.com/sparseattn/msa/kernels/cuda/fatbin"
-	"github.com/sparseattn/msa/kernels/plan"
 )
 
 // Runner runs driver calls with a CUDA context current (gorgonia's cu.Ctx,
@@ -76,6 +75,7 @@ type Kernels struct {
 	drv      driverCalls                  // the other driver calls of a launch; replaced by tests
 	argv     [2][]byte                    // kernel arguments of the launch in progress (launchSteps)
 	dec      decodeState                  // Decode's parameter blocks, steps and launch choices (decode_launch.go)
+	pre      prefillState                 // the sparse prefill's (prefill_launch.go)
 }
 
 // driverCalls are the driver calls the launch path makes per call; a nil
@@ -86,6 +86,7 @@ type driverCalls struct {
 	htod     func(dst driver.DevicePtr, src unsafe.Pointer, n int64) error
 	memset   func(p driver.DevicePtr, v byte, n int64) error
 	launch   func(f driver.Function, cfg driver.LaunchConfig, args [][]byte) error
+	encode   func(s *TensorMapSpec) (driver.TensorMap, error) // a tensor map's encoding (cuTensorMapEncodeTiled)
 }
 
 func (k *Kernels) memAlloc(n int64) (driver.DevicePtr, error) {
@@ -466,7 +467,8 @@ func (k *Kernels) Close(ctx Runner) error {
 		}
 		k.bufs = map[string]*devBuf{}
 		k.tmaps = map[string]driver.TensorMap{}
-		k.dec.choices = nil
+		k.dec.choices = launchCache[decodeKey, decodeChoice]{}
+		k.pre.choices = launchCache[prefillKey, prefillChoice]{}
 		if k.mod != 0 {
 			if err := k.mod.Unload(); err != nil {
 				errs = append(errs, fmt.Errorf("cuda: unloading the module: %w", err))
@@ -623,16 +625,7 @@ func (k *Kernels) tensorMap(s TensorMapSpec) (driver.TensorMap, error) {
 	if m, ok := k.tmaps[key]; ok {
 		return m, nil
 	}
-	dt := driver.TMapUint8
-	if s.ElemBytes() == 2 {
-		dt = driver.TMapBFloat16
-	}
-	es := make([]uint32, len(s.Dims))
-	for i := range es {
-		es[i] = 1
-	}
-	swz := map[int]int{0: driver.SwizzleNone, 32: driver.Swizzle32B, 64: driver.Swizzle64B, 128: driver.Swizzle128B}[s.Swizzle]
-	m, err := driver.EncodeTiled(dt, driver.DevicePtr(s.Base), s.Dims, s.Strides, s.Box, es, swz, driver.L2Promotion128B, driver.OOBFillNone)
+	m, err := k.encode(&s)
 	if err != nil {
 		return driver.TensorMap{}, fmt.Errorf("cuda: tensor map %s: %w", s.Name, err)
 	}
@@ -643,23 +636,50 @@ func (k *Kernels) tensorMap(s TensorMapSpec) (driver.TensorMap, error) {
 	return m, nil
 }
 
-// tcStep returns the tensor-core launch of plan p with params by value, or
-// ok false and the reason it cannot run (the caller runs the portable
-// kernel). The dynamic shared memory attribute is raised as needed.
-func (k *Kernels) tcStep(p *TCPlan, params []byte) (st step, ok bool, why string) {
+// encode encodes the tiled tensor map of s (validated).
+func (k *Kernels) encode(s *TensorMapSpec) (driver.TensorMap, error) {
+	if k.drv.encode != nil {
+		return k.drv.encode(s)
+	}
+	dt := driver.TMapUint8
+	if s.ElemBytes() == 2 {
+		dt = driver.TMapBFloat16
+	}
+	es := make([]uint32, len(s.Dims))
+	for i := range es {
+		es[i] = 1
+	}
+	swz := map[int]int{0: driver.SwizzleNone, 32: driver.Swizzle32B, 64: driver.Swizzle64B, 128: driver.Swizzle128B}[s.Swizzle]
+	return driver.EncodeTiled(dt, driver.DevicePtr(s.Base), s.Dims, s.Strides, s.Box, es, swz, driver.L2Promotion128B, driver.OOBFillNone)
+}
+
+// tcLaunch returns the launch of p's tensor-core kernel on grid CTAs
+// with the parameter block value (storage the caller keeps until the
+// launch) and p's encoded tensor maps, or why it cannot run (the caller
+// runs the portable kernel). The dynamic shared memory attribute is raised
+// as needed.
+func (k *Kernels) tcLaunch(p *TCPlan, grid int, value []byte, maps *[3]driver.TensorMap) (step, string) {
 	kern, smem, why := k.tcKernel(p.Name, p.SmemBytes)
 	if why != "" {
-		return st, false, why
+		return step{}, why
 	}
-	st = step{name: p.Name, grid: p.GridBlocks, tc: true, kern: kern, smem: smem, value: append([]byte(nil), params...)}
-	for i, s := range []TensorMapSpec{p.Q, p.K, p.V} {
-		m, err := k.tensorMap(s)
-		if err != nil {
-			return step{}, false, err.Error()
+	return step{name: p.Name, grid: grid, tc: true, kern: kern, smem: smem, value: value, maps: *maps}, ""
+}
+
+// encodeMaps encodes the Q, K and V maps of p into maps when p applies
+// (why == "") and returns why it does not (an encoding failure included).
+func (k *Kernels) encodeMaps(p *TCPlan, maps *[3]driver.TensorMap, why string) string {
+	for i, s := range []*TensorMapSpec{&p.Q, &p.K, &p.V} {
+		if why != "" {
+			break
 		}
-		st.maps[i] = m
+		m, err := k.tensorMap(*s)
+		if err != nil {
+			why = err.Error()
+		}
+		maps[i] = m
 	}
-	return st, true, ""
+	return why
 }
 
 // tcKernel returns the loaded tensor-core kernel name and the dynamic
@@ -711,290 +731,6 @@ func pick(d int, d256, d128, d64 string) string {
 		return d256
 	}
 	return d128
-}
-
-// uploadParams uploads n parameter blocks of one type as one array and
-// returns the address of block i.
-func uploadParams[T any](k *Kernels, role string, ps []T) (func(i int) uint64, error) {
-	var zero T
-	size := uint64(unsafe.Sizeof(zero))
-	if len(ps) == 0 {
-		return func(int) uint64 { return 0 }, nil
-	}
-	base, err := k.upload(role, unsafe.Pointer(&ps[0]), int64(size)*int64(len(ps)))
-	if err != nil {
-		return nil, err
-	}
-	return func(i int) uint64 { return base + uint64(i)*size }, nil
-}
-
-// prepPrefill uploads everything the windows of a sparse prefill read and
-// returns their launches: per window the forward (tensor-core or
-// portable) and, with ca != nil, the combine of that window.
-func (k *Kernels) prepPrefill(fa *FwdArgs, ca *CombineArgs, csr *plan.CSR, s *plan.FwdSchedule, cuQ []int32, window int) ([]step, error) {
-	if csr == nil || s == nil {
-		return nil, fmt.Errorf("cuda: nil CSR or forward schedule")
-	}
-	if len(s.Metadata) < s.Capacity*plan.MetaFields {
-		return nil, fmt.Errorf("cuda: forward schedule metadata has %d entries: expected %d", len(s.Metadata), s.Capacity*plan.MetaFields)
-	}
-	if qa, ok := k.prefill.queryArch(k.arch); ok && ca != nil && cuQ != nil {
-		steps, why, err := k.prepQueryPrefill(fa, ca, csr, s, cuQ, qa)
-		if err != nil || why == "" {
-			return steps, err
-		}
-		if v, ok := FwdVariant(fa.QDtype, fa.KVDtype); ok {
-			k.fallback[QFwdName(qa, v, fa.D)] = why
-		}
-	}
-	kv2, window, kv2Counters, kv2Sched, err := k.kv2Setup(fa, ca, window)
-	if err != nil {
-		return nil, err
-	}
-	wins := []FwdWindow{{Q0: 0, Q1: fa.TotalQ, Sched: s}}
-	if cuQ != nil {
-		var err error
-		if wins, err = FwdWindows(csr, s, cuQ, fa.TotalQ, window); err != nil {
-			return nil, err
-		}
-	}
-	// Enough CTAs per window for the device: the tensor-core kernels take
-	// an item's rows in tiles of 64 (128 on SM100), one CTA per item.
-	tileRows := 64
-	if k.arch == ArchSM100 {
-		tileRows = 128
-	}
-	if fa.Hkv > 0 {
-		wins = SplitForOccupancy(wins, fa.Hq/fa.Hkv, tileRows, k.waves*k.sms)
-	}
-	rowPtr, err := k.uploadInt32("fwd.row_ptr", csr.RowPtr)
-	if err != nil {
-		return nil, err
-	}
-	qsplit, err := k.uploadInt32("fwd.qsplit", s.QSplit)
-	if err != nil {
-		return nil, err
-	}
-	var meta []int32
-	offs := make([]int, len(wins))
-	counts := make([]int32, len(wins))
-	for i, w := range wins {
-		offs[i] = len(meta)
-		meta = append(meta, w.Sched.Metadata[:w.Sched.Capacity*plan.MetaFields]...)
-		counts[i] = w.Sched.WorkCount
-	}
-	metaPtr, err := k.uploadInt32("fwd.metadata", meta)
-	if err != nil {
-		return nil, err
-	}
-	countPtr, err := k.uploadInt32("fwd.work_count", counts)
-	if err != nil {
-		return nil, err
-	}
-	var sc uint64
-	if ca != nil {
-		if len(s.SplitCounts) != ca.TotalQ*ca.Hkv {
-			return nil, fmt.Errorf("cuda: combine: split_counts must have total_q*Hkv = %d entries", ca.TotalQ*ca.Hkv)
-		}
-		if sc, err = k.uploadInt32("combine.split_counts", s.SplitCounts); err != nil {
-			return nil, err
-		}
-	}
-	var steps []step
-	var fps []fwdKernelParams
-	var cps []combineKernelParams
-	type ref struct{ step, param int }
-	var fwdRefs, combRefs []ref
-	psz := uint64(partialSize(fa.PartialDtype))
-	for i, w := range wins {
-		dev := FwdPlanPtrs{RowPtr: rowPtr, QSplit: qsplit, Metadata: metaPtr + 4*uint64(offs[i]), WorkCount: countPtr + 4*uint64(i)}
-		p, err := newFwdKernelParams(fa, csr, w.Sched, dev)
-		if err != nil {
-			return nil, err
-		}
-		// The window's partial row (slot*n + q - Q0): base shifted by -Q0 rows.
-		n := w.Q1 - w.Q0
-		shift := uint64(w.Q0) * uint64(fa.Hq)
-		p.TotalQ = int32(n)
-		p.OPartial -= shift * uint64(fa.D) * psz
-		p.LSEPartial -= shift * 4
-		if p.TLSEPartial != 0 {
-			p.TLSEPartial -= shift * 4
-		}
-		if kv2 != "" {
-			// The fused combine merges every row of the window: no combine launch.
-			st, why := k.kv2Step(kv2, fa, ca, p, int(w.Sched.WorkCount), sc, kv2Counters, kv2Sched, w.Q0)
-			if why == "" {
-				steps = append(steps, st)
-				continue
-			}
-			k.fallback[kv2] = why
-		}
-		if w.Sched.WorkCount > 0 {
-			done := false
-			if k.path == PathAuto && k.arch != ArchPortable {
-				tp, why := TCFwdPlan(k.arch, fa, int(w.Sched.WorkCount))
-				if why == "" {
-					var st step
-					if st, done, why = k.tcStep(&tp, driver.Bytes(&p)); done {
-						steps = append(steps, st)
-					}
-				}
-				if v, ok := FwdVariant(fa.QDtype, fa.KVDtype); ok && !done {
-					k.fallback[TCName(k.arch, "fwd", v, fa.D)] = why
-				}
-			}
-			if !done {
-				fwdRefs = append(fwdRefs, ref{len(steps), len(fps)})
-				fps = append(fps, p)
-				steps = append(steps, step{name: pick(fa.D, fatbin.SparseFwdD256, fatbin.SparseFwdD128, fatbin.SparseFwdD64), grid: int(w.Sched.WorkCount)})
-			}
-		}
-		if ca == nil || n == 0 || ca.Hq == 0 {
-			continue
-		}
-		c, err := newCombineKernelParams(ca, sc)
-		if err != nil {
-			return nil, err
-		}
-		rows := uint64(w.Q0) * uint64(ca.Hq)
-		c.TotalQ = int32(n)
-		c.SplitCounts += uint64(w.Q0) * uint64(ca.Hkv) * 4
-		c.Out += rows * uint64(ca.D) * 2
-		c.LSE += rows * 4
-		if c.TLSE != 0 {
-			c.TLSE += rows * 4
-		}
-		combRefs = append(combRefs, ref{len(steps), len(cps)})
-		cps = append(cps, c)
-		steps = append(steps, step{name: pick(ca.D, fatbin.CombineD256, fatbin.CombineD128, fatbin.CombineD64), grid: (n*ca.Hq + Threads/32 - 1) / (Threads / 32)})
-	}
-	fAddr, err := uploadParams(k, "fwd.params", fps)
-	if err != nil {
-		return nil, err
-	}
-	cAddr, err := uploadParams(k, "combine.params", cps)
-	if err != nil {
-		return nil, err
-	}
-	for _, r := range fwdRefs {
-		steps[r.step].params = fAddr(r.param)
-	}
-	for _, r := range combRefs {
-		steps[r.step].params = cAddr(r.param)
-	}
-	return steps, nil
-}
-
-// SparseForward launches the sparse prefill partials of the work items of
-// s (built from csr), the partial buffers holding all a.TotalQ queries.
-// SparsePrefill is the windowed forward + combine that bounds the partials.
-func (k *Kernels) SparseForward(ctx Runner, a *FwdArgs, csr *plan.CSR, s *plan.FwdSchedule) error {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if err := k.check(); err != nil {
-		return err
-	}
-	return run(ctx, func() error {
-		steps, err := k.prepPrefill(a, nil, csr, s, nil, a.TotalQ)
-		if err != nil {
-			return err
-		}
-		return k.launchSteps(steps)
-	})
-}
-
-// Combine merges the per-slot partials of a sparse forward (all a.TotalQ
-// queries) into the BF16 output and LSE; s supplies SplitCounts.
-func (k *Kernels) Combine(ctx Runner, a *CombineArgs, s *plan.FwdSchedule) error {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if err := k.check(); err != nil {
-		return err
-	}
-	return run(ctx, func() error {
-		if s == nil || len(s.SplitCounts) != a.TotalQ*a.Hkv {
-			return fmt.Errorf("cuda: combine: split_counts must have total_q*Hkv = %d entries", a.TotalQ*a.Hkv)
-		}
-		sc, err := k.uploadInt32("combine.split_counts", s.SplitCounts)
-		if err != nil {
-			return err
-		}
-		p, err := newCombineKernelParams(a, sc)
-		if err != nil {
-			return err
-		}
-		k.last = k.last[:0]
-		rows := a.TotalQ * a.Hq
-		if rows == 0 {
-			return nil
-		}
-		pp, err := k.upload("combine.params", unsafe.Pointer(&p), int64(unsafe.Sizeof(p)))
-		if err != nil {
-			return err
-		}
-		return k.launchSteps([]step{{name: pick(a.D, fatbin.CombineD256, fatbin.CombineD128, fatbin.CombineD64),
-			grid: (rows + Threads/32 - 1) / (Threads / 32), params: pp}})
-	})
-}
-
-func checkPrefillArgs(fa *FwdArgs, ca *CombineArgs, s *plan.FwdSchedule, cuQ []int32) error {
-	if fa.TotalQ != ca.TotalQ || fa.OPartial != ca.OPartial || fa.LSEPartial != ca.LSEPartial || fa.TLSEPartial != ca.TLSEPartial {
-		return fmt.Errorf("cuda: SparsePrefill: forward and combine arguments disagree on total_q or the partial buffers")
-	}
-	if s == nil || len(s.SplitCounts) != ca.TotalQ*ca.Hkv {
-		return fmt.Errorf("cuda: combine: split_counts must have total_q*Hkv = %d entries", ca.TotalQ*ca.Hkv)
-	}
-	if len(cuQ) != fa.NumBatch+1 || int(cuQ[len(cuQ)-1]) != fa.TotalQ {
-		return fmt.Errorf("cuda: SparsePrefill: cu_seqlens_q has %d entries: expected batch+1 = %d, ending at total_q = %d", len(cuQ), fa.NumBatch+1, fa.TotalQ)
-	}
-	return nil
-}
-
-// PrepareSparsePrefill uploads what SparsePrefill would and returns its
-// launches without running them (to time the kernels alone).
-func (k *Kernels) PrepareSparsePrefill(ctx Runner, fa *FwdArgs, ca *CombineArgs, csr *plan.CSR, s *plan.FwdSchedule, cuQ []int32, window int) (*Prepared, error) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if err := k.check(); err != nil {
-		return nil, err
-	}
-	if err := checkPrefillArgs(fa, ca, s, cuQ); err != nil {
-		return nil, err
-	}
-	pl := newPrepared(k)
-	err := run(ctx, func() error {
-		var err error
-		pl.steps, err = k.prepPrefill(fa, ca, csr, s, cuQ, window)
-		return err
-	})
-	pl.gen = k.gen
-	return pl, err
-}
-
-// SparsePrefill runs the sparse prefill and its combine in query windows of
-// window queries (WindowQueries gives the CPU path's choice), so that the
-// partial buffers of fa (and ca's partial pointers, which must be the same)
-// need to hold one window only: PartialBytes(window, ...). cuQ is the host
-// copy of cu_seqlens_q. Every upload happens before the first launch; the
-// partials of a window are written, combined into ca.Out / ca.LSE /
-// ca.TLSE at the window's rows, then reused by the next window.
-func (k *Kernels) SparsePrefill(ctx Runner, fa *FwdArgs, ca *CombineArgs, csr *plan.CSR, s *plan.FwdSchedule, cuQ []int32, window int) error {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if err := k.check(); err != nil {
-		return err
-	}
-	if err := checkPrefillArgs(fa, ca, s, cuQ); err != nil {
-		return err
-	}
-	return run(ctx, func() error {
-		steps, err := k.prepPrefill(fa, ca, csr, s, cuQ, window)
-		if err != nil {
-			return err
-		}
-		return k.launchSteps(steps)
-	})
 }
 
 // Synchronize waits for every launched kernel (cuCtxSynchronize).

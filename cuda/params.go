@@ -498,17 +498,64 @@ type FwdWindow struct {
 // ascending order (plan.CSR), so each item's part in a window is one
 // contiguous entry range.
 func FwdWindows(csr *plan.CSR, s *plan.FwdSchedule, cuQ []int32, totalQ, w int) ([]FwdWindow, error) {
+	var st windowStore
+	return st.cut(csr, s, cuQ, totalQ, w)
+}
+
+// windowStore holds a prefill's windows and the schedules it made for
+// them, reused by the next call of the same or a smaller window count, so
+// that a warm launch allocates nothing. The windows it returns are valid
+// until its next use.
+type windowStore struct {
+	wins   []FwdWindow
+	scheds []plan.FwdSchedule // the schedule of window i, when the store made one
+	meta   [][]int32          // the metadata storage of scheds[i]
+}
+
+// reset empties the windows and makes room for n (the schedules' storage
+// never moves while their windows are in use: pointers to it are taken).
+func (st *windowStore) reset(n int) {
+	if len(st.scheds) < n {
+		st.wins = make([]FwdWindow, 0, n)
+		st.scheds = make([]plan.FwdSchedule, n)
+		st.meta = append(st.meta, make([][]int32, n-len(st.meta))...)
+	}
+	st.wins = st.wins[:0]
+}
+
+// sched returns window i's schedule, a copy of s with empty metadata over
+// the store's storage.
+func (st *windowStore) sched(i int, s *plan.FwdSchedule) *plan.FwdSchedule {
+	ws := &st.scheds[i]
+	*ws = *s
+	ws.Metadata = st.meta[i][:0]
+	return ws
+}
+
+// done records the metadata of window i's schedule (kept for reuse).
+func (st *windowStore) done(i int) {
+	ws := &st.scheds[i]
+	st.meta[i] = ws.Metadata
+	ws.Capacity = len(ws.Metadata) / plan.MetaFields
+	ws.WorkCount = int32(ws.Capacity)
+}
+
+// cut is FwdWindows over the store's storage.
+func (st *windowStore) cut(csr *plan.CSR, s *plan.FwdSchedule, cuQ []int32, totalQ, w int) ([]FwdWindow, error) {
 	if w >= totalQ {
-		return []FwdWindow{{Q0: 0, Q1: totalQ, Sched: s}}, nil
+		st.reset(1)
+		st.wins = append(st.wins, FwdWindow{Q0: 0, Q1: totalQ, Sched: s})
+		return st.wins, nil
 	}
 	if w < 1 {
 		return nil, fmt.Errorf("cuda: query window %d: must be >= 1", w)
 	}
 	nb := len(cuQ) - 1
-	var out []FwdWindow
+	st.reset((totalQ + w - 1) / w)
 	for q0 := 0; q0 < totalQ; q0 += w {
 		q1 := min(totalQ, q0+w)
-		ws := &plan.FwdSchedule{QSplit: s.QSplit, SplitCounts: s.SplitCounts, Target: s.Target}
+		i := len(st.wins)
+		ws := st.sched(i, &plan.FwdSchedule{QSplit: s.QSplit, SplitCounts: s.SplitCounts, Target: s.Target})
 		for i := 0; i < int(s.WorkCount); i++ {
 			m := s.Metadata[i*plan.MetaFields : (i+1)*plan.MetaFields]
 			h, row, qBegin, qCount, b := int(m[0]), int(m[1]), int(m[2]), int(m[3]), int(m[4])
@@ -529,11 +576,10 @@ func FwdWindows(csr *plan.CSR, s *plan.FwdSchedule, cuQ []int32, totalQ, w int) 
 				ws.Metadata = append(ws.Metadata, m[0], m[1], int32(qBegin+lo), int32(hi-lo), m[4], m[5])
 			}
 		}
-		ws.Capacity = len(ws.Metadata) / plan.MetaFields
-		ws.WorkCount = int32(ws.Capacity)
-		out = append(out, FwdWindow{Q0: q0, Q1: q1, Sched: ws})
+		st.done(i)
+		st.wins = append(st.wins, FwdWindow{Q0: q0, Q1: q1, Sched: ws})
 	}
-	return out, nil
+	return st.wins, nil
 }
 
 // partialSize is the element size of a partial dtype.
@@ -570,13 +616,20 @@ const DefaultItemWaves = 4
 // (query, block) pairs, not to items): the outputs are bit-identical, only
 // the grid changes. ctas < 1 returns the windows unchanged.
 func SplitForOccupancy(wins []FwdWindow, qhpk, tileRows, ctas int) []FwdWindow {
+	var st windowStore
+	return st.split(wins, qhpk, tileRows, ctas)
+}
+
+// split is SplitForOccupancy over the store's storage (wins must not be
+// the store's own windows).
+func (st *windowStore) split(wins []FwdWindow, qhpk, tileRows, ctas int) []FwdWindow {
 	if ctas < 1 || qhpk < 1 {
 		return wins
 	}
 	g := max(tileRows/qhpk, 1)
-	out := make([]FwdWindow, len(wins))
+	st.reset(len(wins))
 	for i, w := range wins {
-		out[i] = w
+		st.wins = append(st.wins, w)
 		if w.Sched == nil {
 			continue
 		}
@@ -590,22 +643,19 @@ func SplitForOccupancy(wins []FwdWindow, qhpk, tileRows, ctas int) []FwdWindow {
 		}
 		piece := (total + ctas - 1) / ctas
 		piece = (piece + g - 1) / g * g
-		meta := make([]int32, 0, (n+ctas)*plan.MetaFields)
+		ws := st.sched(i, w.Sched)
 		for j := 0; j < n; j++ {
 			m := w.Sched.Metadata[j*plan.MetaFields : (j+1)*plan.MetaFields]
 			beg, cnt := int(m[plan.MetaQBegin]), int(m[plan.MetaQCount])
 			for off := 0; off < cnt || (cnt == 0 && off == 0); off += piece {
-				meta = append(meta, m...)
-				k := len(meta) - plan.MetaFields
-				meta[k+plan.MetaQBegin] = int32(beg + off)
-				meta[k+plan.MetaQCount] = int32(min(piece, cnt-off))
+				ws.Metadata = append(ws.Metadata, m...)
+				k := len(ws.Metadata) - plan.MetaFields
+				ws.Metadata[k+plan.MetaQBegin] = int32(beg + off)
+				ws.Metadata[k+plan.MetaQCount] = int32(min(piece, cnt-off))
 			}
 		}
-		ws := *w.Sched
-		ws.Metadata = meta
-		ws.Capacity = len(meta) / plan.MetaFields
-		ws.WorkCount = int32(ws.Capacity)
-		out[i].Sched = &ws
+		st.done(i)
+		st.wins[i].Sched = ws
 	}
-	return out
+	return st.wins
 }

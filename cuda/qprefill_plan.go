@@ -58,6 +58,41 @@ func (p *QPlan) NumTiles() int { return len(p.Tiles) / QTileFields }
 // for sequences cuQ ([B+1], host copy of cu_seqlens_q), hkv KV heads and
 // qpk query heads per KV head.
 func BuildQPlan(csr *plan.CSR, s *plan.FwdSchedule, cuQ []int32, hkv, qpk int) (*QPlan, error) {
+	var st qplanStore
+	return st.build(csr, s, cuQ, hkv, qpk)
+}
+
+// qplanStore is a query-major plan and the scratch arrays that build and
+// check it, reused by the next build so that a warm prefill allocates
+// nothing. The plan it returns is valid until its next build.
+type qplanStore struct {
+	p        QPlan
+	tileBase []int
+	count    []int32 // entries per (tile, head), then their offsets into ent
+	items    []qplanItem
+	ent      []uint64 // block<<6 | token in tile, grouped by (tile, head)
+	fill     []int32
+	blocks   []int32  // per (tile, head) from count[t]: its merged block ids
+	masks    []uint64 // and their token masks
+	n        []int    // merged blocks of (tile, head)
+	order    []int
+	covered  []int32 // QPlan.check's scratch
+}
+
+// qplanItem is one schedule item's CSR entries.
+type qplanItem struct{ h, base, n, b int }
+
+// sized returns v with length n (contents are the caller's to overwrite),
+// reusing its storage.
+func sized[T any](v []T, n int) []T {
+	if cap(v) < n {
+		return make([]T, n)
+	}
+	return v[:n]
+}
+
+// build is BuildQPlan over the store's storage.
+func (st *qplanStore) build(csr *plan.CSR, s *plan.FwdSchedule, cuQ []int32, hkv, qpk int) (*QPlan, error) {
 	switch {
 	case csr == nil || s == nil:
 		return nil, fmt.Errorf("cuda: query-major plan: nil CSR or forward schedule")
@@ -74,7 +109,9 @@ func BuildQPlan(csr *plan.CSR, s *plan.FwdSchedule, cuQ []int32, hkv, qpk int) (
 	tok := QTileTokens(qpk)
 	// Tiles of each sequence, from its first token; tileBase[b] is the
 	// first tile index of sequence b (per KV head).
-	tileBase := make([]int, nb+1)
+	tileBase := sized(st.tileBase, nb+1)
+	st.tileBase = tileBase
+	tileBase[0] = 0
 	for b := 0; b < nb; b++ {
 		n := int(cuQ[b+1]) - int(cuQ[b])
 		if n < 0 || cuQ[b] < 0 {
@@ -84,9 +121,10 @@ func BuildQPlan(csr *plan.CSR, s *plan.FwdSchedule, cuQ []int32, hkv, qpk int) (
 	}
 	nt := tileBase[nb] * hkv // tile (per sequence tiles) x KV head: index tile*hkv + h
 	// Counting sort of the CSR entries by (tile, head): entry = block<<6 | token in tile.
-	count := make([]int32, nt+1)
-	type item struct{ h, base, n, b int }
-	items := make([]item, 0, s.WorkCount)
+	count := sized(st.count, nt+1)
+	st.count = count
+	clear(count)
+	items := st.items[:0]
 	for i := 0; i < int(s.WorkCount); i++ {
 		m := s.Metadata[i*plan.MetaFields : (i+1)*plan.MetaFields]
 		h, row, qBegin, qCount, b, j := int(m[0]), int(m[1]), int(m[2]), int(m[3]), int(m[4]), m[5]
@@ -108,13 +146,16 @@ func BuildQPlan(csr *plan.CSR, s *plan.FwdSchedule, cuQ []int32, hkv, qpk int) (
 			}
 			count[(tileBase[b]+int(q)/tok)*hkv+h+1]++
 		}
-		items = append(items, item{h, base, qCount, b})
+		items = append(items, qplanItem{h, base, qCount, b})
 	}
+	st.items = items
 	for i := 1; i <= nt; i++ {
 		count[i] += count[i-1]
 	}
-	ent := make([]uint64, count[nt])
-	fill := slices.Clone(count[:nt])
+	total := int(count[nt])
+	ent := sized(st.ent, total)
+	fill := append(st.fill[:0], count[:nt]...)
+	st.ent, st.fill = ent, fill
 	for idx, it := range items {
 		j := uint64(s.Metadata[idx*plan.MetaFields+5])
 		for _, q := range csr.QIdx[it.base : it.base+it.n] {
@@ -123,44 +164,46 @@ func BuildQPlan(csr *plan.CSR, s *plan.FwdSchedule, cuQ []int32, hkv, qpk int) (
 			fill[t]++
 		}
 	}
-	// Per (tile, head): sort, merge equal blocks into one token mask.
-	type tileList struct {
-		blocks []int32
-		masks  []uint64
-	}
-	lists := make([]tileList, nt)
+	// Per (tile, head): sort, merge equal blocks into one token mask, in
+	// place of its entries' range of blocks / masks.
+	blocks, masks, n := sized(st.blocks, total), sized(st.masks, total), sized(st.n, nt)
+	st.blocks, st.masks, st.n = blocks, masks, n
 	for t := 0; t < nt; t++ {
-		e := ent[count[t]:count[t+1]]
+		lo := int(count[t])
+		e := ent[lo:count[t+1]]
 		slices.Sort(e)
-		var l tileList
+		l := 0
 		for _, x := range e {
 			j, k := int32(x>>6), x&63
-			if n := len(l.blocks); n > 0 && l.blocks[n-1] == j {
-				if l.masks[n-1]&(1<<k) != 0 {
+			if l > 0 && blocks[lo+l-1] == j {
+				if masks[lo+l-1]&(1<<k) != 0 {
 					return nil, fmt.Errorf("cuda: query-major plan: block %d listed twice for one query (KV head %d): the schedule covers a CSR entry twice", j, t%hkv)
 				}
-				l.masks[n-1] |= 1 << k
+				masks[lo+l-1] |= 1 << k
 				continue
 			}
-			l.blocks = append(l.blocks, j)
-			l.masks = append(l.masks, 1<<k)
+			blocks[lo+l], masks[lo+l] = j, 1<<k
+			l++
 		}
-		lists[t] = l
+		n[t] = l
 	}
-	order := make([]int, nt)
+	order := sized(st.order, nt)
+	st.order = order
 	for i := range order {
 		order[i] = i
 	}
-	slices.SortStableFunc(order, func(a, b int) int { return len(lists[b].blocks) - len(lists[a].blocks) })
-	p := &QPlan{TileTokens: tok, Tiles: make([]int32, 0, nt*QTileFields), TilePtr: make([]int32, 1, nt+1)}
+	slices.SortStableFunc(order, func(a, b int) int { return n[b] - n[a] })
+	p := &st.p
+	*p = QPlan{TileTokens: tok, Tiles: p.Tiles[:0], TilePtr: append(p.TilePtr[:0], 0), Blocks: p.Blocks[:0], Masks: p.Masks[:0]}
 	for _, t := range order {
 		tile, h := t/hkv, t%hkv
 		b := seqOfTile(tileBase, tile)
 		first := int(cuQ[b]) + (tile-tileBase[b])*tok
-		n := min(tok, int(cuQ[b+1])-first)
-		p.Tiles = append(p.Tiles, int32(b), int32(h), int32(first), int32(n))
-		p.Blocks = append(p.Blocks, lists[t].blocks...)
-		p.Masks = append(p.Masks, lists[t].masks...)
+		nq := min(tok, int(cuQ[b+1])-first)
+		lo := int(count[t])
+		p.Tiles = append(p.Tiles, int32(b), int32(h), int32(first), int32(nq))
+		p.Blocks = append(p.Blocks, blocks[lo:lo+n[t]]...)
+		p.Masks = append(p.Masks, masks[lo:lo+n[t]]...)
 		p.TilePtr = append(p.TilePtr, int32(len(p.Blocks)))
 	}
 	if err := fits32("query-major block entries", len(p.Blocks)); err != nil {
@@ -185,6 +228,13 @@ func seqOfTile(base []int, tile int) int {
 // that starts at or past its sequence's end); and each mask non-zero with
 // no bit at or past the tile's token count.
 func (p *QPlan) Validate(cuQ, seqK []int32, hkv, qpk, blkKV int) error {
+	var covered []int32
+	return p.check(&covered, cuQ, seqK, hkv, qpk, blkKV)
+}
+
+// check is Validate with its per-query counts in *scratch (grown as
+// needed and kept for the next check).
+func (p *QPlan) check(scratch *[]int32, cuQ, seqK []int32, hkv, qpk, blkKV int) error {
 	nb := len(cuQ) - 1
 	switch {
 	case p == nil:
@@ -202,7 +252,9 @@ func (p *QPlan) Validate(cuQ, seqK []int32, hkv, qpk, blkKV int) error {
 	case p.TilePtr[0] != 0 || int(p.TilePtr[len(p.TilePtr)-1]) != len(p.Blocks):
 		return fmt.Errorf("cuda: query-major plan: tile pointers run from %d to %d: expected 0 to %d", p.TilePtr[0], p.TilePtr[len(p.TilePtr)-1], len(p.Blocks))
 	}
-	covered := make([]int32, int(cuQ[nb])*hkv)
+	*scratch = sized(*scratch, int(cuQ[nb])*hkv)
+	covered := *scratch
+	clear(covered)
 	for t := 0; t < p.NumTiles(); t++ {
 		f := p.Tiles[t*QTileFields : (t+1)*QTileFields]
 		b, h, first, n := int(f[0]), int(f[1]), int(f[2]), int(f[3])

@@ -76,6 +76,7 @@ type sparseAttnOp struct {
 	inDims   []int
 	outShape tensor.Shape
 	st       *attnState
+	host     sparseHost // the CUDA path's host side, guarded by st.mu
 }
 
 func (op *sparseAttnOp) Arity() int { return len(op.inDtypes) }

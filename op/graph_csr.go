@@ -44,12 +44,17 @@ func (l *csrLayout) size(fn, arg string, batch, blocks int) error {
 func (l csrLayout) split(packed []int32) (rp, qi []int32) {
 	rp = make([]int32, l.Hkv*(l.RowCap+1))
 	qi = make([]int32, l.Hkv*l.Stride)
+	l.splitInto(rp, qi, packed)
+	return rp, qi
+}
+
+// splitInto is split into rp and qi (of split's lengths).
+func (l csrLayout) splitInto(rp, qi, packed []int32) {
 	for h := 0; h < l.Hkv; h++ {
 		row := packed[h*l.width() : (h+1)*l.width()]
 		copy(rp[h*(l.RowCap+1):], row[:l.RowCap+1])
 		copy(qi[h*l.Stride:], row[l.RowCap+1:])
 	}
-	return rp, qi
 }
 
 // csrProducer is implemented by the ops whose value is a packed CSR.
@@ -61,6 +66,7 @@ type csrOp struct {
 	opBase
 	l      csrLayout
 	scored scoredKey // causality of the BlockScores node q2k descends from
+	host   csrHost   // the CUDA path's host side (graph_nodes_host.go)
 }
 
 func (op *csrOp) scoredCausal() scoredKey { return op.scored }
@@ -108,6 +114,14 @@ func (op *csrOp) Do(vals ...G.Value) (G.Value, error) {
 		return nil, q2kBlockErr(fn, err, cuK, l.BlkKV)
 	}
 	packed := make([]int32, l.Hkv*l.width())
+	l.pack(packed, csr)
+	return tensor.New(tensor.WithShape(l.Hkv, l.width()), tensor.WithBacking(packed)), nil
+}
+
+// pack writes csr as the packed value packed (Hkv * width elements, every
+// one written): per head the row pointers, padded to RowCap rows, then
+// the query indices.
+func (l csrLayout) pack(packed []int32, csr *plan.CSR) {
 	for h := 0; h < l.Hkv; h++ {
 		row := packed[h*l.width() : (h+1)*l.width()]
 		src := csr.RowPtr[h*(csr.TotalRows+1) : (h+1)*(csr.TotalRows+1)]
@@ -117,7 +131,6 @@ func (op *csrOp) Do(vals ...G.Value) (G.Value, error) {
 		}
 		copy(row[l.RowCap+1:], csr.QIdx[h*csr.Stride:(h+1)*csr.Stride])
 	}
-	return tensor.New(tensor.WithShape(l.Hkv, l.width()), tensor.WithBacking(packed)), nil
 }
 
 // K2QCSR adds the k2q CSR build (docs/contract.md section 2) to q2k's graph: q2k is
@@ -179,7 +192,8 @@ func K2QCSR(q2k, cuQ, cuK *G.Node, opts ...Option) (*G.Node, error) {
 // the CSR value of the graph ops.
 type packCSROp struct {
 	opBase
-	l csrLayout
+	l    csrLayout
+	host hostStage // the CUDA path's host side (graph_nodes_host.go)
 }
 
 func (op *packCSROp) csrLayout() csrLayout { return op.l }
@@ -210,12 +224,18 @@ func (op *packCSROp) Do(vals ...G.Value) (G.Value, error) {
 		return nil, c.Err
 	}
 	packed := make([]int32, l.Hkv*l.width())
+	l.packParts(packed, r, q)
+	return tensor.New(tensor.WithShape(l.Hkv, l.width()), tensor.WithBacking(packed)), nil
+}
+
+// packParts writes row pointers r ([Hkv][RowCap+1]) and query indices q
+// ([Hkv][Stride]) as the packed value packed.
+func (l csrLayout) packParts(packed, r, q []int32) {
 	for h := 0; h < l.Hkv; h++ {
 		row := packed[h*l.width() : (h+1)*l.width()]
 		copy(row, r[h*(l.RowCap+1):(h+1)*(l.RowCap+1)])
 		copy(row[l.RowCap+1:], q[h*l.Stride:(h+1)*l.Stride])
 	}
-	return tensor.New(tensor.WithShape(l.Hkv, l.width()), tensor.WithBacking(packed)), nil
 }
 
 // PackK2QCSR wraps a caller-built CSR (rowPtr [Hkv, total_rows+1],

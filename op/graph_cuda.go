@@ -11,20 +11,27 @@ package op
 // which makes the compiler emit the alloc instruction). How each op runs:
 //
 //   - Planning and selection ops (K2QCSR, PackK2QCSR, FwdSchedule,
-//     DecodeSchedule, BlockScores, TopKBlocks) and the data-movement ops
-//     without a GPU kernel (CastToBF16, CastFromBF16, WritePagedKV) run on
-//     the host: their inputs are copied device->host, the CPU Do runs
-//     unchanged (same validation, same results), and its value is copied
-//     into the preallocated device output. The plan inputs are small int32
-//     tensors; BlockScores, the casts and WritePagedKV copy their whole
-//     operands and are therefore slow on this path (no GPU kernel).
+//     DecodeSchedule, BlockScores, TopKBlocks) and the casts (no GPU
+//     kernel: CastToBF16, CastFromBF16) run on the host: their inputs are
+//     copied device->host, the host work runs (same validation, same
+//     results as the CPU Do), and its value is copied into the
+//     preallocated device output. The nodes of a decode step and of
+//     prefill planning (hostRunner, graph_nodes_host.go) do it on host
+//     storage they keep, allocating nothing in a warm run; the others run
+//     their CPU Do on fresh copies. The plan inputs are small int32
+//     tensors; BlockScores and the casts copy their whole operands and
+//     are therefore slow on this path.
+//   - WritePagedKV checks the new rows, page table and seqused_k on the
+//     host, copies the cache device to device into its output and each
+//     new row host to device into place (graph_cuda_writekv.go).
 //   - SparseAttention launches the fatbin kernels through package cuda
-//     (SparseForward for the per-slot partials, then Combine) with the
-//     device pointers of q/k/v, cu_seqlens, page table, seqused_k, NVFP4
-//     scales and global scales, and the preallocated output. The CSR,
-//     schedule, cu_seqlens, page table, seqused_k and global scales are also
-//     copied to the host (small) for the same validation as the CPU path and
-//     for the host plan structures the launcher uploads.
+//     (SparsePrefill: the windows' forward and combine, or one query-major
+//     kernel) with the device pointers of q/k/v, cu_seqlens, page table,
+//     seqused_k, NVFP4 scales and global scales, and the preallocated
+//     output. The CSR, schedule, cu_seqlens, page table, seqused_k and
+//     global scales are also copied to the host (small, into storage the
+//     node keeps: graph_sparse_host.go) for the same validation as the CPU
+//     path and for the host plan structures the launcher uploads.
 //   - DecodeAttention (dense and sparse) launches cuda.Decode (plus its
 //     split-KV combine) the same way; the schedule value is copied back to
 //     the host, and for sparse decode q2k_indices too (validation: range and
@@ -153,12 +160,7 @@ func (op *topKOp) CUDADo(extern G.External, dev G.Device, prealloc G.Value, inpu
 
 // CUDADo casts on the host (no GPU kernel).
 func (op *castOp) CUDADo(extern G.External, dev G.Device, prealloc G.Value, inputs ...G.Value) (G.Value, error) {
-	return hostCUDADo(op.String(), op, extern, dev, prealloc, inputs)
-}
-
-// CUDADo appends to the paged cache on the host (no GPU kernel).
-func (op *writePagedKVOp) CUDADo(extern G.External, dev G.Device, prealloc G.Value, inputs ...G.Value) (G.Value, error) {
-	return hostCUDADo("WritePagedKV", op, extern, dev, prealloc, inputs)
+	return hostCUDADo(op.fn(), op, extern, dev, prealloc, inputs)
 }
 
 // ---- environment -------------------------------------------------------------
@@ -174,11 +176,13 @@ type gpuEnv struct {
 	calls  *gpuCalls
 }
 
-// gpuCalls replaces the driver calls of the decode node's device path
-// (nil fields: the driver). Test scaffolding: the tests run that path
-// without a GPU (graph_decode_cuda_test.go); CUDADo never sets it.
+// gpuCalls replaces the driver calls of the nodes' device paths (nil
+// fields: the driver). Test scaffolding: the tests run those paths without
+// a GPU (graph_decode_cuda_test.go and its siblings); CUDADo never sets it.
 type gpuCalls struct {
 	dtoh     func(dst unsafe.Pointer, src uint64, n int64) error
+	htod     func(dst uint64, src unsafe.Pointer, n int64) error
+	dtod     func(dst, src uint64, n int64) error
 	onDevice func(G.Value) bool
 	kernels  func() (*mcuda.Kernels, error)
 	mem      devMemory
@@ -197,6 +201,20 @@ func (e *gpuEnv) dtoh(dst unsafe.Pointer, src uint64, n int64) error {
 		return e.calls.dtoh(dst, src, n)
 	}
 	return cu.MemcpyDtoH(dst, cu.DevicePtr(src), n)
+}
+
+func (e *gpuEnv) htod(dst uint64, src unsafe.Pointer, n int64) error {
+	if e.calls != nil && e.calls.htod != nil {
+		return e.calls.htod(dst, src, n)
+	}
+	return cu.MemcpyHtoD(cu.DevicePtr(dst), src, n)
+}
+
+func (e *gpuEnv) dtod(dst, src uint64, n int64) error {
+	if e.calls != nil && e.calls.dtod != nil {
+		return e.calls.dtod(dst, src, n)
+	}
+	return cu.MemcpyDtoD(cu.DevicePtr(dst), cu.DevicePtr(src), n)
 }
 
 func (e *gpuEnv) memory() devMemory {
@@ -273,7 +291,16 @@ func hostCUDADo(fn string, op G.Op, extern G.External, dev G.Device, prealloc G.
 	return withGPU(fn, extern, dev, func(e *gpuEnv) (G.Value, error) { return e.hostDo(op, prealloc, inputs) })
 }
 
+// hostDo runs op's host work on host copies of the inputs and copies its
+// value into prealloc: on storage the node keeps for a hostRunner whose
+// checks pass (a warm run allocates nothing), else with op's CPU Do on
+// fresh copies (its value and its errors).
 func (e *gpuEnv) hostDo(op G.Op, prealloc G.Value, inputs []G.Value) (G.Value, error) {
+	if r, ok := op.(hostRunner); ok {
+		if v, done, err := e.hostRun(r, prealloc, inputs); done {
+			return v, err
+		}
+	}
 	hs := make([]G.Value, len(inputs))
 	for i, v := range inputs {
 		h, err := e.toHost(v, fmt.Sprintf("input %d", i))
@@ -291,6 +318,34 @@ func (e *gpuEnv) hostDo(op G.Op, prealloc G.Value, inputs []G.Value) (G.Value, e
 		return nil, validate.ArgErr(e.fn, "value", "a *tensor.Dense", fmt.Sprintf("%T", out))
 	}
 	return e.toDevice(od, prealloc)
+}
+
+// hostRun is hostDo on the storage of r's hostStage; done is false when
+// an input cannot be copied or fails one of r's checks (the caller then
+// runs r's CPU Do, which returns the error).
+func (e *gpuEnv) hostRun(r hostRunner, prealloc G.Value, inputs []G.Value) (v G.Value, done bool, err error) {
+	st := r.stage()
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if len(inputs) > maxHostInputs {
+		return nil, false, nil
+	}
+	if len(st.in) != len(inputs) {
+		st.in = make([]hostValue, len(inputs))
+	}
+	ts := st.ts[:len(inputs)]
+	defer clear(ts)
+	for i, x := range inputs {
+		if ts[i], err = e.toHostKept(&st.in[i], x, "input"); err != nil {
+			return nil, false, nil
+		}
+	}
+	out, ok := r.hostRun(ts)
+	if !ok {
+		return nil, false, nil
+	}
+	v, err = e.toDevice(out, prealloc)
+	return v, true, err
 }
 
 // onDevice reports whether v is a tensor in a gorgonia CUDA engine's memory.
@@ -334,6 +389,15 @@ func (e *gpuEnv) devPtrAfter(err *error, v G.Value, arg string) uint64 {
 	return p
 }
 
+// slotPtr is devPtrAfter of the optional input at slot idx (0 when the
+// node has none: idx < 0).
+func (e *gpuEnv) slotPtr(err *error, in []G.Value, idx int, arg string) uint64 {
+	if idx < 0 {
+		return 0
+	}
+	return e.devPtrAfter(err, in[idx], arg)
+}
+
 // toHost returns a host *tensor.Dense with v's dtype, shape and data.
 func (e *gpuEnv) toHost(v G.Value, arg string) (*tensor.Dense, error) {
 	if v == nil {
@@ -358,15 +422,24 @@ func (e *gpuEnv) copyToHost(h *tensor.Dense, v G.Value, arg string) error {
 	return nil
 }
 
-// toHostInt32 is toHost of an int32 input into storage the node keeps
-// (h): a warm run allocates nothing. A host value is read in place; a
-// value of another dtype takes toHost's copy, so validation names its
-// dtype as on the CPU path.
-func (e *gpuEnv) toHostInt32(h *hostInt32, v G.Value, arg string) (*tensor.Dense, error) {
-	if v == nil || !e.isDevice(v) || v.Dtype() != tensor.Int32 {
+// keptAfter is toHostKept after an earlier call's error *err: it returns
+// nil and keeps *err when that is set, and records its own error in *err.
+func (e *gpuEnv) keptAfter(err *error, h *hostValue, v G.Value, arg string) *tensor.Dense {
+	if *err != nil {
+		return nil
+	}
+	t, terr := e.toHostKept(h, v, arg)
+	*err = terr
+	return t
+}
+
+// toHostKept is toHost into storage the node keeps (h): a warm run
+// allocates nothing. A host value is read in place.
+func (e *gpuEnv) toHostKept(h *hostValue, v G.Value, arg string) (*tensor.Dense, error) {
+	if v == nil || !e.isDevice(v) {
 		return e.toHost(v, arg)
 	}
-	t := h.view(v.Shape())
+	t := h.view(v.Dtype(), v.Shape())
 	return t, e.copyToHost(t, v, arg)
 }
 
@@ -396,7 +469,7 @@ func (e *gpuEnv) toDevice(h *tensor.Dense, prealloc G.Value) (G.Value, error) {
 	if size == 0 {
 		return out, nil
 	}
-	if !onDevice(out) && prealloc != nil {
+	if !e.isDevice(out) && prealloc != nil {
 		pd, ok := out.(*tensor.Dense)
 		if !ok {
 			return nil, validate.ArgErr(e.fn, "prealloc", "a *tensor.Dense", fmt.Sprintf("%T", out))
@@ -404,7 +477,7 @@ func (e *gpuEnv) toDevice(h *tensor.Dense, prealloc G.Value) (G.Value, error) {
 		copy(pd.Header.Raw, h.Header.Raw)
 		return out, nil
 	}
-	if err := cu.MemcpyHtoD(cu.DevicePtr(out.Uintptr()), hostPtr(h), size); err != nil {
+	if err := e.htod(uint64(out.Uintptr()), hostPtr(h), size); err != nil {
 		return nil, fmt.Errorf("op: %s: copying the result (%d bytes) to the device: %w", e.fn, size, err)
 	}
 	return out, nil
@@ -548,12 +621,7 @@ func (op *sparseAttnOp) gpu(e *gpuEnv, prealloc G.Value, in []G.Value) (G.Value,
 	// reads only their shapes and dtypes. Metadata is copied to the host.
 	op.st.mu.Lock()
 	defer op.st.mu.Unlock()
-	sc, sl, err := op.call(fn, func(i int, arg string, meta bool) (*tensor.Dense, error) {
-		if meta {
-			return e.toHost(in[i], arg)
-		}
-		return denseOf(fn, arg, in[i])
-	})
+	sc, sl, err := op.hostCall(e, in)
 	if err != nil {
 		return nil, err
 	}
@@ -566,29 +634,16 @@ func (op *sparseAttnOp) gpu(e *gpuEnv, prealloc G.Value, in []G.Value) (G.Value,
 	if err != nil {
 		return nil, err
 	}
-	ptr := func(idx int, arg string) (uint64, error) {
-		if idx < 0 {
-			return 0, nil
-		}
-		return e.devPtr(in[idx], arg)
-	}
+	// One call per field (a table of pointers into fa and ca would move
+	// them to the heap on every run).
 	var fa mcuda.FwdArgs
 	var ca mcuda.CombineArgs
-	for _, x := range []struct {
-		dst *uint64
-		idx int
-		arg string
-	}{
-		{&fa.Q, 0, "q"}, {&fa.K, 1, "k"}, {&fa.V, 2, "v"}, {&fa.CuSeqlensQ, 5, "cu_seqlens_q"}, {&fa.CuSeqlensK, 6, "cu_seqlens_k"},
-		{&fa.PageTable, sl.pageTable, "page_table"}, {&fa.SequsedK, sl.seqused, "seqused_k"},
-		{&fa.KScale, sl.kScale, "k_scale_128x4"}, {&fa.VScale, sl.vScale, "v_scale_128x4"},
-		{&fa.KGlobalScale, sl.kGlobal, "k_global_scale"}, {&ca.OutputScale, sl.vGlobal, "v_global_scale"},
-	} {
-		if *x.dst, err = ptr(x.idx, x.arg); err != nil {
-			return nil, err
-		}
-	}
-	if ca.Out, err = e.devPtr(out, "out"); err != nil {
+	fa.Q, fa.K, fa.V = e.devPtrAfter(&err, in[0], "q"), e.devPtrAfter(&err, in[1], "k"), e.devPtrAfter(&err, in[2], "v")
+	fa.CuSeqlensQ, fa.CuSeqlensK = e.devPtrAfter(&err, in[5], "cu_seqlens_q"), e.devPtrAfter(&err, in[6], "cu_seqlens_k")
+	fa.PageTable, fa.SequsedK = e.slotPtr(&err, in, sl.pageTable, "page_table"), e.slotPtr(&err, in, sl.seqused, "seqused_k")
+	fa.KScale, fa.VScale = e.slotPtr(&err, in, sl.kScale, "k_scale_128x4"), e.slotPtr(&err, in, sl.vScale, "v_scale_128x4")
+	fa.KGlobalScale, ca.OutputScale = e.slotPtr(&err, in, sl.kGlobal, "k_global_scale"), e.slotPtr(&err, in, sl.vGlobal, "v_global_scale")
+	if ca.Out = e.devPtrAfter(&err, out, "out"); err != nil {
 		return nil, err
 	}
 
@@ -614,7 +669,7 @@ func (op *sparseAttnOp) gpu(e *gpuEnv, prealloc G.Value, in []G.Value) (G.Value,
 		{&ds.tlse, "temperature LSE", rows * 4, needT},
 	} {
 		if b.want {
-			if err := b.buf.ensure(cuMemory{}, fn, b.role, b.n); err != nil {
+			if err := b.buf.ensure(e.memory(), fn, b.role, b.n); err != nil {
 				return nil, err
 			}
 		}
@@ -650,12 +705,83 @@ func (op *sparseAttnOp) gpu(e *gpuEnv, prealloc G.Value, in []G.Value) (G.Value,
 			return nil, fmt.Errorf("op: %s: copying the LSE as temperature LSE: %w", fn, err)
 		}
 	}
-	if err := mcuda.Synchronize(nil); err != nil {
+	if err := e.synchronize(); err != nil {
 		return nil, fmt.Errorf("op: %s: kernels failed: %w", fn, err)
 	}
 	ds.lseOK, ds.tlseOK = true, needT
 	op.st.lse, op.st.tlse = nil, nil
 	return out, nil
+}
+
+// hostCall validates a run's inputs and prepares the call (sparseHost):
+// the metadata inputs are copied into host storage the node keeps; a run
+// of the last validated key repeats only the checks of the metadata
+// values, any other run (or a failed recheck) takes the full validation
+// of the CPU path, with its errors.
+func (op *sparseAttnOp) hostCall(e *gpuEnv, in []G.Value) (*sparseCall, attnSlots, error) {
+	const fn = "SparseAttention"
+	h := &op.host
+	if len(h.in) != len(in) {
+		h.in = make([]hostValue, len(in))
+	}
+	fetch := func(i int, arg string, meta bool) (*tensor.Dense, error) {
+		if meta {
+			return e.toHostKept(&h.in[i], in[i], arg)
+		}
+		return denseOf(fn, arg, in[i])
+	}
+	sl := op.slots()
+	var ts [maxSparseInputs]*tensor.Dense
+	fast := len(in) <= maxSparseInputs
+	for i := 0; fast && i < len(in); i++ {
+		var err error
+		// As op.call fetches them: q, k, v and the NVFP4 block scales stay
+		// on the device.
+		meta := i >= 3 && i != sl.kScale && i != sl.vScale
+		if ts[i], err = fetch(i, sparseArg(i, sl), meta); err != nil {
+			fast = false // the full validation names the error
+		}
+	}
+	var key sparseKey
+	if fast {
+		key, fast = sparseKeyOf(ts[:len(in)], op.st.needT)
+	}
+	if fast && h.valid && key == h.key && op.recheck(h, ts[:len(in)], sl) {
+		return &h.sc, sl, nil
+	}
+	h.valid = false
+	sc, sl, err := op.call(fn, fetch)
+	if err != nil {
+		return nil, sl, err
+	}
+	h.sc = *sc
+	h.sc.p.CSR = &h.sc.csr
+	h.key, h.valid = key, fast
+	return &h.sc, sl, nil
+}
+
+// sparseArg names input i of a sparse prefill node with slots sl (for the
+// errors of copying it to the host).
+func sparseArg(i int, sl attnSlots) string {
+	switch i {
+	case 0, 1, 2:
+		return [...]string{"q", "k", "v"}[i]
+	case 3, 4, 5, 6:
+		return [...]string{"csr", "schedule", "cu_seqlens_q", "cu_seqlens_k"}[i-3]
+	case sl.pageTable:
+		return "page_table"
+	case sl.seqused:
+		return "seqused_k"
+	case sl.kScale:
+		return "k_scale_128x4"
+	case sl.vScale:
+		return "v_scale_128x4"
+	case sl.kGlobal:
+		return "k_global_scale"
+	case sl.vGlobal:
+		return "v_global_scale"
+	}
+	return "input"
 }
 
 // nhdOnCUDA is the error of a paged layout other than HND on the CUDA path:
@@ -715,21 +841,14 @@ func (op *decodeAttnOp) gpu(e *gpuEnv, prealloc G.Value, in []G.Value) (G.Value,
 	op.st.mu.Lock()
 	defer op.st.mu.Unlock()
 	h := &op.host
-	pt, err := e.toHostInt32(&h.pt, in[3], "page_table")
-	if err != nil {
-		return nil, err
-	}
-	su, err := e.toHostInt32(&h.su, in[4], "seqused_k")
-	if err != nil {
-		return nil, err
-	}
-	sv, err := e.toHostInt32(&h.sv, in[5], "schedule")
+	var err error
+	pt, su, sv := e.keptAfter(&err, &h.pt, in[3], "page_table"), e.keptAfter(&err, &h.su, in[4], "seqused_k"), e.keptAfter(&err, &h.sv, in[5], "schedule")
 	if err != nil {
 		return nil, err
 	}
 	var q2k tensor.Tensor // host copy for validation; the kernel reads in[6] on the device
 	if op.sparse {
-		t, err := e.toHostInt32(&h.q2k, in[6], "q2k_indices")
+		t, err := e.toHostKept(&h.q2k, in[6], "q2k_indices")
 		if err != nil {
 			return nil, err
 		}

@@ -40,7 +40,14 @@ func newDecodeLayout(p plan.DecodeParams) (decodeLayout, error) {
 func (l decodeLayout) len() int { return 4 + 5*l.base.Capacity + 2*l.p.Batch }
 
 func (l decodeLayout) pack(s *plan.DecodeSchedule) []int32 {
-	v := make([]int32, 0, l.len())
+	v := make([]int32, l.len())
+	l.packInto(v, s)
+	return v
+}
+
+// packInto is pack into v (of l.len() elements).
+func (l decodeLayout) packInto(v []int32, s *plan.DecodeSchedule) {
+	v = v[:0]
 	split := int32(0)
 	if s.SplitKV {
 		split = 1
@@ -49,7 +56,6 @@ func (l decodeLayout) pack(s *plan.DecodeSchedule) []int32 {
 	for _, a := range [][]int32{s.Request, s.QTileIdx, s.KVTile, s.KVHead, s.Valid, s.SplitCounts, s.Pages} {
 		v = append(v, a...)
 	}
-	return v
 }
 
 // unpack views a packed value as a schedule (slices alias v).
@@ -82,6 +88,7 @@ type decodeSchedOp struct {
 	// once per step in the plan, not in each layer's run.
 	lastMu                 sync.Mutex
 	lastValue, lastSeqUsed []int32
+	host                   decodeSchedHost // the CUDA path's host side (graph_nodes_host.go)
 }
 
 // remember records v as the value built from seqused.

@@ -9,16 +9,17 @@ import (
 	"unsafe"
 
 	mcuda "github.com/sparseattn/msa/cuda"
+	"github.com/sparseattn/msa/internal/allocs"
 	"github.com/sparseattn/msa/kernels/cuda/fatbin"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
 
-// fakeGPU runs the decode node's device path without a GPU (test
+// fakeGPU runs the graph nodes' device paths without a GPU (test
 // scaffolding): the test's host tensors stand for device values, a
-// device-to-host copy reads the registered tensor at that address, device
-// memory is a counter and the kernels are package cuda's FakeKernels,
-// whose driver calls are recorded. None of it allocates per call, so that
+// device-to-host copy reads the registered tensor at that address (a
+// host-to-device copy writes it), device memory is a counter and the
+// kernels are package cuda's FakeKernels, whose driver calls are recorded. None of it allocates per call, so that
 // testing.AllocsPerRun measures the node's own path.
 type fakeGPU struct {
 	drv    mcuda.FakeDriver
@@ -27,6 +28,19 @@ type fakeGPU struct {
 	next   uint64
 	allocs int
 	syncs  int
+	htods  int // host-to-device copies
+	dtods  int // device-to-device copies
+}
+
+// bytesAt returns the n bytes at address p of a registered tensor (nil
+// when no registered tensor holds them all).
+func (f *fakeGPU) bytesAt(p uint64, n int64) []byte {
+	for base, b := range f.host {
+		if p >= base && p+uint64(n) <= base+uint64(len(b)) {
+			return b[p-base : p-base+uint64(n)]
+		}
+	}
+	return nil
 }
 
 func newFakeGPU(arch mcuda.Arch) *fakeGPU {
@@ -51,14 +65,35 @@ func (f *fakeGPU) alloc(n int64) (uint64, error) {
 
 func (f *fakeGPU) free(uint64) error { return nil }
 
-func (f *fakeGPU) env() *gpuEnv {
-	return &gpuEnv{fn: "DecodeAttention", ctxID: 1, calls: &gpuCalls{
+func (f *fakeGPU) env() *gpuEnv { return f.envFor("DecodeAttention") }
+
+// envFor is the fake's environment of a CUDADo of the op named fn.
+func (f *fakeGPU) envFor(fn string) *gpuEnv {
+	return &gpuEnv{fn: fn, ctxID: 1, calls: &gpuCalls{
 		dtoh: func(dst unsafe.Pointer, src uint64, n int64) error {
 			b, ok := f.host[src]
 			if !ok || int64(len(b)) < n {
 				return fmt.Errorf("fakeGPU: %d bytes from %#x, which no registered tensor holds", n, src)
 			}
 			copy(unsafe.Slice((*byte)(dst), n), b[:n])
+			return nil
+		},
+		htod: func(dst uint64, src unsafe.Pointer, n int64) error {
+			b := f.bytesAt(dst, n)
+			if b == nil {
+				return fmt.Errorf("fakeGPU: %d bytes to %#x, which no registered tensor holds", n, dst)
+			}
+			copy(b, unsafe.Slice((*byte)(src), n))
+			f.htods++
+			return nil
+		},
+		dtod: func(dst, src uint64, n int64) error {
+			to, from := f.bytesAt(dst, n), f.bytesAt(src, n)
+			if to == nil || from == nil {
+				return fmt.Errorf("fakeGPU: %d bytes from %#x to %#x, outside the registered tensors", n, src, dst)
+			}
+			copy(to, from)
+			f.dtods++
 			return nil
 		},
 		onDevice: func(G.Value) bool { return true },
@@ -156,18 +191,18 @@ func TestDecodeCUDARunAllocatesNothing(t *testing.T) {
 			if f.syncs != 1 || f.allocs == 0 {
 				t.Fatalf("%d synchronizations and %d device allocations after one run, want 1 and > 0", f.syncs, f.allocs)
 			}
-			allocs, launches := f.allocs, f.drv.Launches
-			if n := testing.AllocsPerRun(50, run); n != 0 {
+			devAllocs, launches := f.allocs, f.drv.Launches
+			if n := allocs.Warm(50, run); n != 0 {
 				t.Errorf("warm run: %v allocations per run, want 0", n)
 			}
-			if f.allocs != allocs || f.drv.Launches-launches != 51*len(want) {
-				t.Errorf("51 warm runs: %d device allocations and %d launches, want 0 and %d", f.allocs-allocs, f.drv.Launches-launches, 51*len(want))
+			if d := f.drv.Launches - launches; f.allocs != devAllocs || d%(51*len(want)) != 0 || d == 0 {
+				t.Errorf("warm runs: %d device allocations and %d launches, want 0 and 51 * %d per try", f.allocs-devAllocs, d, len(want))
 			}
 			// The next step: one token fewer (the request's pages stay), planned once.
 			c.su.Data().([]int32)[0]--
 			c.plan(t)
 			c.register(f) // the schedule value is new storage
-			if n := testing.AllocsPerRun(50, run); n != 0 {
+			if n := allocs.Warm(50, run); n != 0 {
 				t.Errorf("run after the next step's plan: %v allocations per run, want 0", n)
 			}
 		})
@@ -200,9 +235,7 @@ func TestDecodeCUDARefusals(t *testing.T) {
 			bad.edit(c)
 			_, cpuErr := c.op.cpu(c.in)
 			_, gpuErr := c.op.gpu(f.env(), c.out, c.in)
-			if cpuErr == nil || gpuErr == nil || cpuErr.Error() != gpuErr.Error() {
-				t.Fatalf("CPU path: %v\nCUDA path: %v\nwant the same error", cpuErr, gpuErr)
-			}
+			wantSameRefusal(t, cpuErr, gpuErr)
 		})
 	}
 	c := newDecodeCUDACase(t, false)
@@ -214,4 +247,13 @@ func TestDecodeCUDARefusals(t *testing.T) {
 	cpuOp := decodeNodeOf(t, g, 16, 128, pt, su, cpuSched)
 	_, err = cpuOp.CUDADo(nil, 0, c.out, c.in...)
 	wantArgErr(t, err, "schedule", "one planned for the cpu path (DecodeSchedule without PlanForCUDA, 8 workers)")
+}
+
+// wantSameRefusal fails the test unless the CPU and CUDA paths both
+// refused, with the same error.
+func wantSameRefusal(t *testing.T, cpuErr, gpuErr error) {
+	t.Helper()
+	if cpuErr == nil || gpuErr == nil || cpuErr.Error() != gpuErr.Error() {
+		t.Fatalf("CPU path: %v\nCUDA path: %v\nwant the same error", cpuErr, gpuErr)
+	}
 }

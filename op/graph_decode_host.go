@@ -1,6 +1,8 @@
 package op
 
 import (
+	"reflect"
+
 	"github.com/sparseattn/msa/kernels/plan"
 	"github.com/sparseattn/msa/op/internal/decode"
 	"gorgonia.org/tensor"
@@ -13,24 +15,22 @@ import (
 // kernels read the device values, and the validated metadata and schedule
 // (their slices alias the copies). Guarded by the node's attnState mutex.
 type decodeHost struct {
-	pt, su, sv, q2k hostInt32
+	pt, su, sv, q2k hostValue
 	meta            decode.Meta
 	sched           plan.DecodeSchedule
 }
 
-// hostInt32 is the host copy of one int32 input: storage grown to the
-// largest size seen and a tensor header over it, both reused while the
-// input's shape stays the same.
-type hostInt32 struct {
-	buf ownedBuf[int32]
-	t   *tensor.Dense
-}
+// hostValue is the host copy of one input: a tensor of the input's dtype
+// and shape, reused while they stay the same (a warm run allocates
+// nothing).
+type hostValue struct{ t *tensor.Dense }
 
-// view returns a tensor of shape s over the storage, whose contents the
-// caller overwrites: the previous run's header when its shape is s.
-func (h *hostInt32) view(s tensor.Shape) *tensor.Dense {
-	if h.t == nil || !h.t.Shape().Eq(s) {
-		h.t = h.buf.dense(s.Clone()...)
+// view returns a tensor of dtype dt and shape s whose contents the caller
+// overwrites: the previous run's when its dtype and shape are dt and s.
+func (h *hostValue) view(dt tensor.Dtype, s tensor.Shape) *tensor.Dense {
+	if h.t == nil || h.t.Dtype() != dt || !h.t.Shape().Eq(s) {
+		n := s.TotalSize()
+		h.t = tensor.New(tensor.WithShape(s.Clone()...), tensor.WithBacking(reflect.MakeSlice(reflect.SliceOf(dt.Type), n, n).Interface()))
 	}
 	return h.t
 }

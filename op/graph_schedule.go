@@ -40,9 +40,16 @@ func (s schedLayout) len() int {
 
 // unpack views a packed schedule value as a plan.FwdSchedule (no copy).
 func (s schedLayout) unpack(v []int32) *plan.FwdSchedule {
+	dst := new(plan.FwdSchedule)
+	s.unpackInto(dst, v)
+	return dst
+}
+
+// unpackInto is unpack into dst.
+func (s schedLayout) unpackInto(dst *plan.FwdSchedule, v []int32) {
 	m := 1 + 6*s.capacity
 	qs := m + s.csr.Hkv*s.csr.Stride
-	return &plan.FwdSchedule{
+	*dst = plan.FwdSchedule{
 		Capacity: s.capacity, WorkCount: v[0], Metadata: v[1:m],
 		QSplit: v[m:qs], SplitCounts: v[qs:],
 	}
@@ -55,7 +62,8 @@ func (s schedLayout) params() plan.FwdParams {
 // schedOp builds the forward schedule (docs/contract.md section 3) from a packed CSR.
 type schedOp struct {
 	opBase
-	s schedLayout
+	s    schedLayout
+	host schedHost // the CUDA path's host side (graph_nodes_host.go)
 }
 
 func (op *schedOp) Arity() int { return 3 }
@@ -105,13 +113,20 @@ func (op *schedOp) Do(vals ...G.Value) (G.Value, error) {
 		return nil, validate.WrapArg(fn, "csr", err)
 	}
 	out := make([]int32, op.s.len())
-	dst := op.s.unpack(out)
-	dst.WorkCount = built.WorkCount
+	op.s.pack(out, built)
+	return tensor.New(tensor.WithShape(len(out)), tensor.WithBacking(out)), nil
+}
+
+// pack writes built as the packed value out (s.len() elements; the
+// metadata past built's items is zero).
+func (s schedLayout) pack(out []int32, built *plan.FwdSchedule) {
+	clear(out)
+	var dst plan.FwdSchedule
+	s.unpackInto(&dst, out)
 	out[0] = built.WorkCount
 	copy(dst.Metadata, built.Metadata)
 	copy(dst.QSplit, built.QSplit)
 	copy(dst.SplitCounts, built.SplitCounts)
-	return tensor.New(tensor.WithShape(len(out)), tensor.WithBacking(out)), nil
 }
 
 // FwdSchedule adds the forward schedule (the reference's "prepare

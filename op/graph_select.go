@@ -269,6 +269,7 @@ type castOp struct {
 	from, to tensor.Dtype
 	shape    tensor.Shape
 	out      castBufs
+	host     hostStage // the CUDA path's host side (graph_nodes_host.go)
 }
 
 func (op *castOp) Arity() int { return 1 }
@@ -284,11 +285,16 @@ func (op *castOp) String() string {
 	return fmt.Sprintf("Cast{%s->%s}", validate.DtypeName(op.from), validate.DtypeName(op.to))
 }
 
-func (op *castOp) Do(vals ...G.Value) (G.Value, error) {
-	fn := "CastToBF16"
+// fn names the cast's constructor (for errors).
+func (op *castOp) fn() string {
 	if op.to == tensor.Float32 {
-		fn = "CastFromBF16"
+		return "CastFromBF16"
 	}
+	return "CastToBF16"
+}
+
+func (op *castOp) Do(vals ...G.Value) (G.Value, error) {
+	fn := op.fn()
 	if len(vals) != 1 {
 		return nil, validate.ArgErr(fn, "inputs", "1 value", len(vals))
 	}
@@ -344,6 +350,7 @@ type writePagedKVOp struct {
 	dt         tensor.Dtype
 	cacheShape tensor.Shape
 	layout     PagedLayout
+	host       writeKVHost // the CUDA path's host side (graph_nodes_host.go)
 }
 
 func (op *writePagedKVOp) Arity() int { return 4 }
@@ -392,19 +399,8 @@ func (op *writePagedKVOp) Do(vals ...G.Value) (G.Value, error) {
 	ptv, used := validate.Int32s(pt), validate.Int32s(su)
 	// dst[r] is the cache row of head 0 of new row r.
 	dst := make([]int, batch*op.seqlenQ)
-	for b := 0; b < batch; b++ {
-		for i := 0; i < op.seqlenQ; i++ {
-			pos := int(used[b]) - op.seqlenQ + i
-			if pos < 0 || pos >= cols*ps {
-				return nil, validate.ArgErr(fn, fmt.Sprintf("seqused_k[%d]", b),
-					fmt.Sprintf("seqlen_q = %d <= seqused_k <= max_num_pages_per_seq * page_size = %d", op.seqlenQ, cols*ps), used[b])
-			}
-			page := int(ptv[b*cols+pos/ps])
-			if page < 0 || page >= numPages {
-				return nil, validate.ArgErr(fn, fmt.Sprintf("page_table[%d, %d]", b, pos/ps), fmt.Sprintf("a page in [0, %d)", numPages), page)
-			}
-			dst[b*op.seqlenQ+i] = kvRow(op.layout, page, pos%ps, hkv, ps)
-		}
+	if !writeRows(dst, ptv, used, op.seqlenQ, cols, ps, hkv, numPages, op.layout) {
+		return nil, writeRowsErr(fn, ptv, used, op.seqlenQ, cols, ps, numPages)
 	}
 	// In place: the cache value the machine holds (the tensor given to
 	// G.Let) is updated at O(new tokens) and returned as the node's value.
@@ -412,6 +408,24 @@ func (op *writePagedKVOp) Do(vals ...G.Value) (G.Value, error) {
 	// lands in that copy, which is returned.
 	scatterKV(cache, nw, 0, dst, op.layout, hkv, ps, d)
 	return cache, nil
+}
+
+// writeRowsErr is the error of the first position or page writeRows
+// refuses.
+func writeRowsErr(fn string, ptv, used []int32, seqlenQ, cols, ps, numPages int) error {
+	for b := range used {
+		for i := 0; i < seqlenQ; i++ {
+			pos := int(used[b]) - seqlenQ + i
+			if pos < 0 || pos >= cols*ps {
+				return validate.ArgErr(fn, fmt.Sprintf("seqused_k[%d]", b),
+					fmt.Sprintf("seqlen_q = %d <= seqused_k <= max_num_pages_per_seq * page_size = %d", seqlenQ, cols*ps), used[b])
+			}
+			if page := int(ptv[b*cols+pos/ps]); page < 0 || page >= numPages {
+				return validate.ArgErr(fn, fmt.Sprintf("page_table[%d, %d]", b, pos/ps), fmt.Sprintf("a page in [0, %d)", numPages), page)
+			}
+		}
+	}
+	return nil
 }
 
 // ReturnsPtr reports that the value is the cache input's tensor.

@@ -8,7 +8,7 @@
 #                                           of EVERY package with tests (binaries in a temp dir,
 #                                           or in $MSA_TEST_BIN_DIR when set), then runs the
 #                                           launch-layer tests of cuda.test that need no driver
-#                                           and the decode node's driverless tests of op.test
+#                                           and the graph nodes' driverless tests of op.test
 #                                           (against the init shim below)
 #   kernels/cuda/tagged_build.sh --env      only print the environment (eval-able)
 #   kernels/cuda/tagged_build.sh --test-bin DIR   the default mode, leaving cuda.test in DIR
@@ -34,9 +34,9 @@
 # Init shim (--all, BIN_DIR/initshim/libcuda.so.1): test scaffolding, never a driver. A binary
 # linking gorgonia.org/cu (op.test under the tag) exits in cu's package init when cuInit
 # fails, as it does against the link stub, before any test runs. The shim is the link stub with
-# cuInit returning CUDA_SUCCESS; every other function still returns 999. op.test's decode tests
-# that run the node's CUDA path on fakes (op/graph_decode_cuda_test.go) make no driver call
-# and run against it.
+# cuInit returning CUDA_SUCCESS; every other function still returns 999. op.test's tests
+# that run the nodes' CUDA paths on fakes (op/graph_decode_cuda_test.go and its siblings) make
+# no driver call and run against it.
 #
 # What it installs into ${MSA_CUDA_CACHE:-$HOME/.cache/msa-cuda}/tagged-v1:
 #   - headers only, unpacked from pinned PyPI wheels (no library is used):
@@ -269,18 +269,20 @@ PY
     done
     echo "tagged_build.sh: $n test binaries compiled with -tags cuda ($(( $(now) - t )) s) in $BIN_DIR" >&2
     # The launch layer's tests that need no driver (a recording fake of the
-    # driver calls): 0 allocations per decode call, Close, no-driver errors.
+    # driver calls): 0 allocations per decode and prefill call, Close,
+    # no-driver errors.
     t=$(now)
     "$BIN_DIR/cuda.test" -test.count=1 \
-        -test.run '^(TestDecodeRunAllocatesNothing|TestPrepareDecodeOwnsItsSteps|TestCloseFreesAll|TestKernelsClosedConcurrent|TestNoDriver)$'
+        -test.run '^(TestDecodeRunAllocatesNothing|TestPrepareDecodeOwnsItsSteps|TestSparsePrefillRunAllocatesNothing|TestCloseFreesAll|TestKernelsClosedConcurrent|TestNoDriver)$'
     echo "tagged_build.sh: driverless launch tests of cuda.test OK ($(( $(now) - t )) s)" >&2
-    # The decode node's CUDA path on fakes: 0 allocations per warm run, the
-    # CPU path's refusals (op.test starts only with cuInit succeeding).
+    # The graph nodes' CUDA paths on fakes (decode, sparse prefill, the host
+    # nodes): 0 allocations per warm run, the CPU path's refusals (op.test
+    # starts only with cuInit succeeding).
     t=$(now)
     make_init_shim "$BIN_DIR/initshim"
     LD_LIBRARY_PATH="$BIN_DIR/initshim:$T/stubs" "$BIN_DIR/op.test" -test.count=1 \
-        -test.run '^(TestDecodeCUDARunAllocatesNothing|TestDecodeCUDARefusals)$'
-    echo "tagged_build.sh: driverless decode node tests of op.test OK ($(( $(now) - t )) s)" >&2
+        -test.run '^(TestDecodeCUDARunAllocatesNothing|TestDecodeCUDARefusals|TestSparseCUDARunAllocatesNothing|TestSparseCUDARefusals|TestHostNodesCUDARunAllocateNothing|TestHostNodesCUDARefusals|TestCastCUDALargeAllocations)$'
+    echo "tagged_build.sh: driverless graph node tests of op.test OK ($(( $(now) - t )) s)" >&2
     ;;
 *)
     t=$(now)

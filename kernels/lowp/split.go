@@ -17,6 +17,10 @@ const minSplit = 1 << 15
 // converted on its own, so the result is EncodeBF16's bit for bit.
 func EncodeBF16Workers(dst []BFloat16, src []float32, workers int) {
 	dst = dst[:len(src)]
+	if splitWorkers(len(src), workers) == 1 {
+		EncodeBF16(dst, src) // no closure: a small conversion allocates nothing
+		return
+	}
 	split(len(src), workers, func(lo, hi int) { EncodeBF16(dst[lo:hi], src[lo:hi]) })
 }
 
@@ -24,18 +28,28 @@ func EncodeBF16Workers(dst []BFloat16, src []float32, workers int) {
 // EncodeBF16; the result is DecodeBF16's bit for bit.
 func DecodeBF16Workers(dst []float32, src []BFloat16, workers int) {
 	dst = dst[:len(src)]
+	if splitWorkers(len(src), workers) == 1 {
+		DecodeBF16(dst, src)
+		return
+	}
 	split(len(src), workers, func(lo, hi int) { DecodeBF16(dst[lo:hi], src[lo:hi]) })
+}
+
+// splitWorkers is the number of goroutines split uses for n elements and
+// at most workers goroutines (<= 0: GOMAXPROCS).
+func splitWorkers(n, workers int) int {
+	p := runtime.GOMAXPROCS(0)
+	if workers <= 0 || workers > p {
+		workers = p
+	}
+	return max(1, min(workers, n/minSplit))
 }
 
 // split calls fn on contiguous ranges covering [0, n), concurrently on up
 // to workers goroutines (see EncodeBF16Workers for the cap), the first
 // range on the calling goroutine.
 func split(n, workers int, fn func(lo, hi int)) {
-	p := runtime.GOMAXPROCS(0)
-	if workers <= 0 || workers > p {
-		workers = p
-	}
-	workers = max(1, min(workers, n/minSplit))
+	workers = splitWorkers(n, workers)
 	if workers == 1 {
 		fn(0, n)
 		return

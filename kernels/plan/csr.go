@@ -31,6 +31,25 @@ type CSR struct {
 // when their capacity fits; the result is returned either way. On error dst's
 // contents are unspecified.
 func BuildK2QCSR(dst *CSR, q2k []int32, hkv, totalQ, topK int, cuQ, cuK []int32, blkKV int) (*CSR, error) {
+	return BuildK2QCSRInto(nil, dst, q2k, hkv, totalQ, topK, cuQ, cuK, blkKV)
+}
+
+// CSRBuildScratch is the reusable scratch of BuildK2QCSRInto: the row
+// numbering, the sequence of each query row and the duplicate marks. The
+// zero value is ready to use.
+type CSRBuildScratch struct {
+	rows Rows
+	qb   []int32
+	seen []int32
+}
+
+// BuildK2QCSRInto is BuildK2QCSR with its scratch taken from x (nil: a
+// fresh one): the same CSR and errors, and no allocation once x and dst
+// have held a build of at least this size, except to format an error.
+func BuildK2QCSRInto(x *CSRBuildScratch, dst *CSR, q2k []int32, hkv, totalQ, topK int, cuQ, cuK []int32, blkKV int) (*CSR, error) {
+	if x == nil {
+		x = new(CSRBuildScratch)
+	}
 	if hkv < 1 {
 		return nil, fmt.Errorf("plan: head_kv = %d: must be >= 1", hkv)
 	}
@@ -49,14 +68,15 @@ func BuildK2QCSR(dst *CSR, q2k []int32, hkv, totalQ, topK int, cuQ, cuK []int32,
 	if int64(len(q2k)) != n64 {
 		return nil, fmt.Errorf("plan: q2k_indices has %d elements: expected [Hkv, total_q, topK] = [%d, %d, %d] = %d", len(q2k), hkv, totalQ, topK, n64)
 	}
-	rows, err := NewRows(cuK, blkKV)
+	rows := &x.rows
+	if err := rows.Reset(cuK, blkKV); err != nil {
+		return nil, err
+	}
+	qb, err := queryBatchesInto(x.qb, cuQ, totalQ, rows.NumSeq)
 	if err != nil {
 		return nil, err
 	}
-	qb, err := queryBatches(cuQ, totalQ, rows.NumSeq)
-	if err != nil {
-		return nil, err
-	}
+	x.qb = qb
 	tr := rows.Total
 	if int64(hkv)*int64(tr+1) > maxInt32 {
 		return nil, fmt.Errorf("plan: k2q_row_ptr would have %d*%d elements: must be <= %d", hkv, tr+1, maxInt32)
@@ -70,7 +90,7 @@ func BuildK2QCSR(dst *CSR, q2k []int32, hkv, totalQ, topK int, cuQ, cuK []int32,
 	clear(dst.RowPtr)
 
 	// Pass 1: validate every id and count entries per row.
-	seen := make([]int32, rows.MaxBlocks) // seen[j] = k+1 of j in the current list
+	seen := zeroed(&x.seen, rows.MaxBlocks) // seen[j] = k+1 of j in the current list
 	for h := 0; h < hkv; h++ {
 		rp := dst.RowPtr[h*(tr+1) : (h+1)*(tr+1)]
 		for q := 0; q < totalQ; q++ {

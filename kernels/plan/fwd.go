@@ -119,7 +119,19 @@ type FwdSchedule struct {
 // p must agree with c (Hkv) and rows (BlkKV). It also requires TotalQ <
 // 1<<24 and TopK <= 127 (slot packing).
 func BuildFwdSchedule(dst *FwdSchedule, c *CSR, rows *Rows, cuQ []int32, p FwdParams) (*FwdSchedule, error) {
-	if err := checkFwdInputs(c, rows, cuQ, p); err != nil {
+	return BuildFwdScheduleInto(nil, dst, c, rows, cuQ, p)
+}
+
+// BuildFwdScheduleInto is BuildFwdSchedule validating c with the scratch
+// of x (nil: a fresh one): the same schedule and errors, and no
+// allocation once x and dst have held a build of at least this size,
+// except to format an error.
+func BuildFwdScheduleInto(x *FwdScheduleScratch, dst *FwdSchedule, c *CSR, rows *Rows, cuQ []int32, p FwdParams) (*FwdSchedule, error) {
+	var cs *CSRScratch
+	if x != nil {
+		cs = &x.csr
+	}
+	if err := checkFwdInputsInto(cs, c, rows, cuQ, p); err != nil {
 		return nil, err
 	}
 	target := FwdTarget(p)
@@ -177,7 +189,9 @@ func BuildFwdSchedule(dst *FwdSchedule, c *CSR, rows *Rows, cuQ []int32, p FwdPa
 	return dst, nil
 }
 
-func checkFwdInputs(c *CSR, rows *Rows, cuQ []int32, p FwdParams) error {
+// checkFwdInputsInto checks the parameters, the CSR and rows of a forward
+// schedule, validating c with scratch s (nil: a fresh one).
+func checkFwdInputsInto(s *CSRScratch, c *CSR, rows *Rows, cuQ []int32, p FwdParams) error {
 	if err := p.check(); err != nil {
 		return err
 	}
@@ -193,7 +207,10 @@ func checkFwdInputs(c *CSR, rows *Rows, cuQ []int32, p FwdParams) error {
 	if rows.BlkKV != p.BlkKV {
 		return fmt.Errorf("plan: blk_kv = %d: rows were built with blk_kv = %d", p.BlkKV, rows.BlkKV)
 	}
-	return ValidateCSR(c, p.TotalQ, p.TopK, cuQ, rows)
+	if s == nil {
+		s = new(CSRScratch)
+	}
+	return ValidateCSRInto(s, c, p.TotalQ, p.TopK, cuQ, rows)
 }
 
 // ValidateFwdSchedule validates a prebuilt or reused schedule against the CSR
@@ -211,10 +228,31 @@ func checkFwdInputs(c *CSR, rows *Rows, cuQ []int32, p FwdParams) error {
 // slot 0..SplitCounts[q][h]-1 exactly once. The chunk size and item order
 // are not checked.
 func ValidateFwdSchedule(s *FwdSchedule, c *CSR, rows *Rows, cuQ []int32, p FwdParams) error {
+	return ValidateFwdScheduleInto(nil, s, c, rows, cuQ, p)
+}
+
+// FwdScheduleScratch is the reusable scratch of ValidateFwdScheduleInto.
+// The zero value is ready to use; it grows to the largest CSR and
+// total_q * Hkv it has checked.
+type FwdScheduleScratch struct {
+	csr     CSRScratch
+	covered []bool      // per CSR entry: a work item covers it
+	masks   [][2]uint64 // per (q, h): the slots used
+	used    []int32     // per (q, h): how many
+}
+
+// ValidateFwdScheduleInto is ValidateFwdSchedule with its scratch taken
+// from x (nil: a fresh one): the same checks and the same errors, and no
+// allocation once x has held a call of at least this size, except to
+// format an error.
+func ValidateFwdScheduleInto(x *FwdScheduleScratch, s *FwdSchedule, c *CSR, rows *Rows, cuQ []int32, p FwdParams) error {
+	if x == nil {
+		x = new(FwdScheduleScratch)
+	}
 	if s == nil {
 		return fmt.Errorf("plan: forward schedule is nil")
 	}
-	if err := checkFwdInputs(c, rows, cuQ, p); err != nil {
+	if err := checkFwdInputsInto(&x.csr, c, rows, cuQ, p); err != nil {
 		return err
 	}
 	if s.Capacity < 1 || int64(len(s.Metadata)) != int64(s.Capacity)*MetaFields {
@@ -230,7 +268,7 @@ func ValidateFwdSchedule(s *FwdSchedule, c *CSR, rows *Rows, cuQ []int32, p FwdP
 		return fmt.Errorf("plan: schedule.split_counts has %d elements: expected shape (%d, %d)", len(s.SplitCounts), p.TotalQ, p.Hkv)
 	}
 	tr := c.TotalRows
-	covered := make([]bool, len(c.QIdx))
+	covered := zeroed(&x.covered, len(c.QIdx))
 	for i := 0; i < int(s.WorkCount); i++ {
 		m := s.Metadata[i*MetaFields : (i+1)*MetaFields]
 		h, r := m[MetaHead], m[MetaRow]
@@ -257,8 +295,7 @@ func ValidateFwdSchedule(s *FwdSchedule, c *CSR, rows *Rows, cuQ []int32, p FwdP
 		}
 	}
 	// Slot checks: one 128-bit mask per (q, h).
-	masks := make([][2]uint64, len(s.SplitCounts))
-	used := make([]int32, len(s.SplitCounts))
+	masks, used := zeroed(&x.masks, len(s.SplitCounts)), zeroed(&x.used, len(s.SplitCounts))
 	for h := 0; h < c.Hkv; h++ {
 		rp := c.RowPtr[h*(tr+1) : (h+1)*(tr+1)]
 		for r := 0; r < tr; r++ {
@@ -296,4 +333,14 @@ func ValidateFwdSchedule(s *FwdSchedule, c *CSR, rows *Rows, cuQ []int32, p FwdP
 		}
 	}
 	return nil
+}
+
+// zeroed returns n zero elements of *buf, grown (and kept) as needed.
+func zeroed[T any](buf *[]T, n int) []T {
+	if cap(*buf) < n {
+		*buf = make([]T, n)
+	}
+	*buf = (*buf)[:n]
+	clear(*buf)
+	return *buf
 }

@@ -139,14 +139,14 @@ func checkCuSeqlens(name string, cu []int32) error {
 	return nil
 }
 
-// queryBatches checks cu_seqlens_q against total_q and returns the sequence
-// of every global query row, -1 for rows outside every sequence (rows before
-// cuQ[0]).
-func queryBatches(cuQ []int32, totalQ, nb int) ([]int32, error) {
+// queryBatchesInto checks cu_seqlens_q against total_q and returns, in
+// buf's storage (grown as needed), the sequence of every global query row,
+// -1 for rows outside every sequence (rows before cuQ[0]).
+func queryBatchesInto(buf, cuQ []int32, totalQ, nb int) ([]int32, error) {
 	if err := checkQueryBatches(cuQ, totalQ, nb); err != nil {
 		return nil, err
 	}
-	qb := make([]int32, totalQ)
+	qb := grow(buf, totalQ)
 	for i := range qb {
 		qb[i] = -1
 	}

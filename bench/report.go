@@ -283,7 +283,6 @@ var termColumns = []column{
 	}},
 	{name: "x_dense", cell: func(r *result) string { return star(fx(r.speedupDense), r.denseExtrap) }},
 	{name: "x_torch", cell: func(r *result) string { return r.torch.mark(star(fx(r.torch.speedup), r.torch.extrap)) }},
-	{name: "x_tdbf16", cell: func(r *result) string { return r.tdbf16.mark(star(fx(r.tdbf16.speedup), r.tdbf16.extrap)) }, optional: true},
 	{name: "x_tsp", cell: func(r *result) string { return r.tsparse.mark(fx(r.tsparse.speedup)) }},
 	{name: "x_tbf16", cell: func(r *result) string { return r.tbf16.mark(fx(r.tbf16.speedup)) }, optional: true},
 	{name: "noise", cell: func(r *result) string {
@@ -337,11 +336,11 @@ const termLegend = "Columns: tier the kernel tier that ran the case (amx amxbf16
 	"%lim share of the limit that applies, paired with a calibration right after each rep: " +
 	"prefill the compute peak of its tier (%peak), decode the roofline min(peak, bandwidth x flops/bytes) (%roof), " +
 	"\"noisy\" when above 100; " +
-	"x_dense Gorgonia dense attention's time / ms; x_torch PyTorch dense FP32's / ms; x_tdbf16 PyTorch dense BF16's / ms; " +
+	"x_dense Gorgonia dense attention's time / ms; x_torch PyTorch dense FP32's / ms; " +
 	"x_tsp PyTorch doing the same sparse (prefill) or paged (decode) work in FP32 / ms; x_tbf16 the same in BF16; " +
 	"noise NOISY when the noise rules flag the case (reasons in the notes); " +
 	"verify the output against the reference (FAIL also when the dense baseline's check failed). " +
-	"Every column (spreads, %burst, %kern, GB/s, %BW, baseline times, methods, blocks_per_tile: " +
+	"Every column (spreads, %burst, %kern, GB/s, %BW, baseline times, methods, x_tdbf16 the speed-up over PyTorch's dense BF16 SDPA, blocks_per_tile: " +
 	"the mean union of selected blocks per 64-row query tile): results.md and results.csv; bench/README.md explains them."
 
 // wrap breaks text into lines of at most width bytes at spaces.

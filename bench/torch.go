@@ -25,7 +25,7 @@ import (
 // measurement per case (ms, best, worst, reps, method; slots for the
 // sparse prefill), or an error per case.
 const torchScript = `
-import json, os, sys, time
+import json, os, re, sys, time
 try:
     import torch
     import torch.nn.functional as F
@@ -37,12 +37,19 @@ NEG = float("-inf")
 has_sdpa = hasattr(F, "scaled_dot_product_attention")
 has_onednn = torch.backends.mkldnn.is_available() and hasattr(torch._C._nn, "mkldnn_linear")
 def blas():
+    # A torch built against a BLAS (pip wheels: BLAS_INFO=mkl, linked in)
+    # names it in its build settings; a generic build (Debian's) calls the
+    # libblas.so.3 it has mapped after a matmul. numpy's own OpenBLAS
+    # (numpy.libs) is mapped too but never serves torch.matmul.
+    m = re.search(r"BLAS_INFO=(\w+)", torch.__config__.show())
+    if m and m.group(1) != "generic":
+        return "linked into torch: BLAS_INFO=" + m.group(1)
     try:
         torch.matmul(torch.ones(64, 64), torch.ones(64, 64))
         with open("/proc/self/maps") as f:
             for line in f:
                 p = line.split()[-1]
-                if "blas" in os.path.basename(p).lower():
+                if "blas" in os.path.basename(p).lower() and "numpy" not in p:
                     return os.path.realpath(p)
     except Exception:
         pass

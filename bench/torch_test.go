@@ -1,10 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 )
 
 // torchReplyJSON is a reply as the script writes it, one measurement per
@@ -144,5 +147,59 @@ func TestTorchVenvScript(t *testing.T) {
 	}
 	if err := exec.Command(git, "check-ignore", "-q", ".torch-venv/bin/python").Run(); err != nil {
 		t.Errorf("bench/.torch-venv (torch-venv.sh's default) is not ignored by git: %v", err)
+	}
+}
+
+// runTorch with -python naming an interpreter: a stand-in that answers
+// as the script does fills the dense BF16 column and names the torch in
+// the status line; one whose reply lacks a field is skipped with the
+// field named, and the columns stay empty; a missing interpreter is
+// skipped. No torch is needed.
+func TestRunTorchPython(t *testing.T) {
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Skip("no shell")
+	}
+	m, _ := torchReplyJSON(t)
+	m["results"] = map[string]any{
+		"dense-prefill/fp32/8192/128": map[string]any{"ms": 200, "best": 190, "worst": 210, "reps": 3, "method": "scaled_dot_product_attention(is_causal)"},
+		"dense-prefill/bf16/8192/128": map[string]any{"ms": 100, "best": 95, "worst": 110, "reps": 3, "method": "scaled_dot_product_attention(is_causal)"},
+	}
+	good := marshal(t, m)
+	delete(m, "mkl")
+	bad := marshal(t, m)
+	dir := t.TempDir()
+	for _, c := range []struct {
+		name  string
+		reply []byte
+		want  string
+		ms    float64
+	}{
+		{"good", good, "PyTorch 2.15.0 baselines (torch /v/torch, python /v/bin/python): 2 threads, 4 measurements", 1600},
+		{"bad", bad, `bad output from ` + dir + `/bad.sh: the reply lacks field "mkl"`, 0},
+	} {
+		script := dir + "/" + c.name + ".sh"
+		// The stand-in reads the request (stdin) and prints the reply,
+		// ignoring -c and the script text.
+		body := "#!" + sh + "\ncat >/dev/null\ncat <<'EOF'\n" + string(c.reply) + "\nEOF\n"
+		if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		cfg := &config{torch: "auto", python: script, workers: 2, torchBF16: true, torchMax: 8192, torchTimeout: time.Minute}
+		r := &result{c: caseSpec{Name: "prefill-bf16-8k", Kind: "prefill", SeqLen: 8192, HQ: 16, HKV: 1, D: 128, TopK: 16, Blk: 128}, timeMS: 400}
+		var buf bytes.Buffer
+		status := runTorch(cfg, []*result{r}, newProgressTo(1, false, &buf))
+		if !strings.Contains(status, c.want) {
+			t.Errorf("%s: status %q, want it to contain %q", c.name, status, c.want)
+		}
+		if r.tdbf16.ms != c.ms || r.torch.ms != 2*c.ms {
+			t.Errorf("%s: dense BF16 %v ms, FP32 %v ms; want %v, %v", c.name, r.tdbf16.ms, r.torch.ms, c.ms, 2*c.ms)
+		}
+		if c.ms > 0 && (!strings.Contains(status, "MKL true") || !strings.Contains(r.tsparse.note, "no result")) {
+			t.Errorf("%s: status %q, same-work note %q", c.name, status, r.tsparse.note)
+		}
+	}
+	if s := runTorch(&config{torch: "auto", python: dir + "/none"}, nil, nil); !strings.Contains(s, "none not found") {
+		t.Errorf("missing interpreter: %q", s)
 	}
 }

@@ -543,7 +543,8 @@ func TestTermTableWidth(t *testing.T) {
 	for _, name := range []string{"prefill-bf16-32k-corr", "decode-bf16-b32-64k"} {
 		r := &result{c: caseSpec{Name: name, Kind: "prefill"}, timeMS: 12345, gflops: 1234, pctPeak: 99.9, denseMS: 9e6, denseExtrap: true,
 			torch: torchResult{ms: 9e6, extrap: true, refBLAS: true}, tsparse: torchResult{ms: 9e6, refBLAS: true},
-			tbf16: torchResult{ms: 9e6, refBLAS: true}, noise: []string{"spread", "load"}, verify: "ok", denseVerify: "FAIL",
+			tdbf16: torchResult{ms: 9e6, extrap: true, refBLAS: true},
+			tbf16:  torchResult{ms: 9e6, refBLAS: true}, noise: []string{"spread", "load"}, verify: "ok", denseVerify: "FAIL",
 			denseNote: strings.Repeat("a long note on how the dense baseline was measured ", 5)}
 		r.derive(calibration{ncpu: 2, workers: 2})
 		r.noise = []string{"spread", "load"}

@@ -108,7 +108,7 @@ func parseFlags() (*config, error) {
 	flag.IntVar(&cfg.denseReqs, "dense-reqs", 2, "decode requests timed by the Gorgonia baseline (scaled to the batch)")
 	flag.StringVar(&cfg.torch, "torch", "", "PyTorch baseline: auto (when importable) or off; default auto, off with -tiny")
 	flag.StringVar(&cfg.python, "python", "/usr/bin/python3", "Python interpreter with torch")
-	flag.BoolVar(&cfg.torchBF16, "torch-bf16", true, "also time PyTorch's same sparse/paged work in BF16 (columns tbf16_ms, x_tbf16)")
+	flag.BoolVar(&cfg.torchBF16, "torch-bf16", true, "also time PyTorch in BF16: dense attention (columns tdbf16_ms, x_tdbf16) and the same sparse/paged work (tbf16_ms, x_tbf16)")
 	flag.DurationVar(&cfg.torchTimeout, "torch-timeout", 10*time.Minute, "limit for the whole PyTorch run")
 	flag.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of each case's timed op calls (not the baselines; graph cases: their runs and eager replays) to FILE.<case>")
 	flag.Float64Var(&cfg.maxKVGiB, "max-kv-gib", 2, "skip cases whose K+V storage exceeds this many GiB")

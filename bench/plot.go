@@ -79,6 +79,7 @@ var baselines = []struct {
 }{
 	{"Gorgonia dense", func(r *result) (float64, bool) { return r.speedupDense, r.denseExtrap }},
 	{"PyTorch dense FP32", func(r *result) (float64, bool) { return r.torch.speedup, r.torch.extrap }},
+	{"PyTorch dense BF16", func(r *result) (float64, bool) { return r.tdbf16.speedup, r.tdbf16.extrap }},
 	{"PyTorch same work FP32", func(r *result) (float64, bool) { return r.tsparse.speedup, r.tsparse.extrap }},
 	{"PyTorch same work BF16", func(r *result) (float64, bool) { return r.tbf16.speedup, r.tbf16.extrap }},
 }
@@ -196,7 +197,7 @@ func buildPanels(cal calibration, rs []*result) []panel {
 // baselines ran on the reference BLAS; "" when none did.
 func refBLASTitle(rs []*result, what string) string {
 	for _, r := range rs {
-		if r.torch.refBLAS || r.tsparse.refBLAS || r.tbf16.refBLAS {
+		if r.anyTorch(func(t *torchResult) bool { return t.refBLAS }) {
 			return "\nPyTorch ran on the reference BLAS (unoptimised): " + what
 		}
 	}
@@ -211,6 +212,7 @@ var timeBars = []struct {
 	{"msa (this op)", func(r *result) (float64, bool) { return r.timeMS, false }},
 	{"Gorgonia dense", func(r *result) (float64, bool) { return r.denseMS, r.denseExtrap }},
 	{"PyTorch dense FP32", func(r *result) (float64, bool) { return r.torch.ms, r.torch.extrap }},
+	{"PyTorch dense BF16", func(r *result) (float64, bool) { return r.tdbf16.ms, r.tdbf16.extrap }},
 	{"PyTorch same work FP32", func(r *result) (float64, bool) { return r.tsparse.ms, r.tsparse.extrap }},
 	{"PyTorch same work BF16", func(r *result) (float64, bool) { return r.tbf16.ms, r.tbf16.extrap }},
 }

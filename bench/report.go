@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -43,6 +44,7 @@ type result struct {
 	denseVerifyDetail string
 	speedupDense      float64
 	torch             torchResult // PyTorch dense attention, FP32
+	tdbf16            torchResult // PyTorch dense attention, BF16 (-torch-bf16)
 	tsparse           torchResult // PyTorch, the same sparse (prefill) or paged (decode) work, FP32
 	tbf16             torchResult // PyTorch, the same sparse or paged work, BF16 (-torch-bf16)
 	verify            string
@@ -60,6 +62,17 @@ type torchResult struct {
 	note    string  // what was measured and how it was scaled
 	speedup float64 // ms / the op's median
 	refBLAS bool    // PyTorch's matmuls ran on the reference (unoptimised) BLAS
+}
+
+// torchResults are the result's PyTorch baselines: dense FP32 and BF16,
+// same work FP32 and BF16.
+func (r *result) torchResults() []*torchResult {
+	return []*torchResult{&r.torch, &r.tdbf16, &r.tsparse, &r.tbf16}
+}
+
+// anyTorch reports whether any of the result's PyTorch baselines has f.
+func (r *result) anyTorch(f func(t *torchResult) bool) bool {
+	return slices.ContainsFunc(r.torchResults(), f)
 }
 
 // mark appends "!" to a speed-up cell measured against PyTorch on the
@@ -92,7 +105,7 @@ func (r *result) derive(cal calibration) {
 	if r.denseMS > 0 {
 		r.speedupDense = r.denseMS / r.timeMS
 	}
-	for _, t := range []*torchResult{&r.torch, &r.tsparse, &r.tbf16} {
+	for _, t := range r.torchResults() {
 		t.speedup = 0
 		if t.ms > 0 {
 			t.speedup = t.ms / r.timeMS
@@ -159,6 +172,8 @@ var columns = []column{
 	{name: "x_dense", cell: func(r *result) string { return star(fx(r.speedupDense), r.denseExtrap) }},
 	{name: "torch_ms", cell: func(r *result) string { return star(f1(r.torch.ms), r.torch.extrap) }},
 	{name: "x_torch", cell: func(r *result) string { return r.torch.mark(star(fx(r.torch.speedup), r.torch.extrap)) }},
+	{name: "tdbf16_ms", cell: func(r *result) string { return star(f1(r.tdbf16.ms), r.tdbf16.extrap) }, optional: true},
+	{name: "x_tdbf16", cell: func(r *result) string { return r.tdbf16.mark(star(fx(r.tdbf16.speedup), r.tdbf16.extrap)) }, optional: true},
 	{name: "tsparse_ms", cell: func(r *result) string { return f1(r.tsparse.ms) }},
 	{name: "x_tsparse", cell: func(r *result) string { return r.tsparse.mark(fx(r.tsparse.speedup)) }},
 	{name: "tbf16_ms", cell: func(r *result) string { return f1(r.tbf16.ms) }, optional: true},
@@ -325,7 +340,7 @@ const termLegend = "Columns: tier the kernel tier that ran the case (amx amxbf16
 	"x_tsp PyTorch doing the same sparse (prefill) or paged (decode) work in FP32 / ms; x_tbf16 the same in BF16; " +
 	"noise NOISY when the noise rules flag the case (reasons in the notes); " +
 	"verify the output against the reference (FAIL also when the dense baseline's check failed). " +
-	"Every column (spreads, %burst, %kern, GB/s, %BW, baseline times, methods, blocks_per_tile: " +
+	"Every column (spreads, %burst, %kern, GB/s, %BW, baseline times, methods, x_tdbf16 the speed-up over PyTorch's dense BF16 SDPA, blocks_per_tile: " +
 	"the mean union of selected blocks per 64-row query tile): results.md and results.csv; bench/README.md explains them."
 
 // wrap breaks text into lines of at most width bytes at spaces.
@@ -409,13 +424,13 @@ func printTable(w io.Writer, rs []*result) {
 func legend(rs []*result) []string {
 	var out []string
 	for _, r := range rs {
-		if r.denseExtrap || r.torch.extrap || r.tsparse.extrap || r.tbf16.extrap {
+		if r.denseExtrap || r.anyTorch(func(t *torchResult) bool { return t.extrap }) {
 			out = append(out, "* extrapolated: the baseline ran on the first Tm tokens and was scaled by (T/Tm)^2 (notes below); other baseline times were measured on a subset of heads, requests or queries and scaled linearly")
 			break
 		}
 	}
 	for _, r := range rs {
-		if r.torch.refBLAS || r.tsparse.refBLAS || r.tbf16.refBLAS {
+		if r.anyTorch(func(t *torchResult) bool { return t.refBLAS }) {
 			out = append(out, "! against PyTorch on the reference BLAS (unoptimised, "+refBLASFix+"): not a real speed-up")
 			break
 		}
@@ -488,7 +503,7 @@ func printNotes(w io.Writer, rs []*result, bullet string) {
 		if r.denseNote != "" {
 			parts = append(parts, r.denseNote)
 		}
-		for _, t := range []torchResult{r.torch, r.tsparse, r.tbf16} {
+		for _, t := range r.torchResults() {
 			if t.note != "" {
 				parts = append(parts, t.note)
 			}
@@ -513,6 +528,7 @@ var csvHeader = []string{"case", "kind", "dtype", "seq_len", "batch", "hq", "hkv
 	"torch_ms", "speedup_vs_torch", "torch_extrapolated", "torch_method",
 	"tsparse_ms", "speedup_vs_tsparse", "tsparse_method",
 	"tbf16_ms", "speedup_vs_tbf16", "tbf16_method",
+	"tdbf16_ms", "speedup_vs_tdbf16", "tdbf16_extrapolated", "tdbf16_method",
 	"blocks_per_tile", "verify", "verify_detail", "dense_verify", "error"}
 
 func num(x float64) string {
@@ -548,6 +564,7 @@ func writeCSV(path string, info *machineInfo, cal calibration, rs []*result) err
 			num(r.torch.ms), num(r.torch.speedup), yes(r.torch.extrap), r.torch.note,
 			num(r.tsparse.ms), num(r.tsparse.speedup), r.tsparse.note,
 			num(r.tbf16.ms), num(r.tbf16.speedup), r.tbf16.note,
+			num(r.tdbf16.ms), num(r.tdbf16.speedup), yes(r.tdbf16.extrap), r.tdbf16.note,
 			unionCell(r), r.verify, r.verifyDetail, r.denseVerify, r.err})
 	}
 	w.Flush()

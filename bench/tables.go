@@ -62,7 +62,7 @@ func readResultFile(path string) (*resultFile, error) {
 		return nil, fmt.Errorf("%s: want a header and at least one row, got %d records", path, len(f.recs))
 	}
 	switch h := f.recs[0]; {
-	case slices.Equal(h, targetsCSVHeader):
+	case isTargetsHeader(h):
 		if len(f.meta) > 0 {
 			return nil, fmt.Errorf("%s: a targets.csv file names its machine, date and command in its columns, not in comment lines", path)
 		}
@@ -76,6 +76,12 @@ func readResultFile(path string) (*resultFile, error) {
 		return nil, fmt.Errorf("%s: header %q is neither targets.csv's (bench -targets) nor timing.csv's (GPU check)", path, strings.Join(h, ","))
 	}
 	return f, nil
+}
+
+// isTargetsHeader reports whether h is targets.csv's header, of today's
+// schema or the one before the BF16 peers.
+func isTargetsHeader(h []string) bool {
+	return slices.Equal(h, targetsCSVHeader) || slices.Equal(h, targetsCSVHeaderV1)
 }
 
 func (f *resultFile) metaValue(k string) string {
@@ -119,8 +125,8 @@ func targetsTable(f *resultFile) (string, error) {
 	var b strings.Builder
 	cpu := f.col(f.recs[1], "cpu")
 	fmt.Fprintf(&b, "#### %s (`%s`)\n\n", cpu, f.name)
-	b.WriteString("| tier | workers | prefill %peak | NVFP4 %peak | decode FP8 %roof | decode BF16 %roof | cost per pair vs mean | PyTorch same sparse work | PyTorch dense 8K | peak GFLOP/s | read GB/s | date |\n")
-	b.WriteString("|---|---:|---|---|---|---|---|---|---|---:|---:|---|\n")
+	b.WriteString("| tier | workers | prefill %peak | NVFP4 %peak | decode FP8 %roof | decode BF16 %roof | cost per pair vs mean | PyTorch same sparse work | PyTorch dense 8K | PyTorch same sparse work BF16 | PyTorch dense BF16 8K | peak GFLOP/s | read GB/s | date |\n")
+	b.WriteString("|---|---:|---|---|---|---|---|---|---|---|---|---:|---:|---|\n")
 	var cmds, notes []string
 	for _, rec := range f.recs[1:] {
 		if c := f.col(rec, "cpu"); c != cpu {
@@ -150,15 +156,19 @@ func targetsTable(f *resultFile) (string, error) {
 			}
 			lin = fmt.Sprintf("%+.1f / %+.1f%%", l, h) + verdict(max(-l, h) <= targetLinear)
 		}
-		sparse, err := rangeCell(get("x_tsparse_min"), get("x_tsparse_max"), targetSparseX, "x")
-		if err != nil {
-			return "", fmt.Errorf("%s: x_tsparse: %v", f.name, err)
+		cells = append(cells, lin)
+		for _, c := range []struct {
+			lo, hi string
+			floor  float64
+		}{{"x_tsparse_min", "x_tsparse_max", targetSparseX}, {"x_torch_dense_8k", "x_torch_dense_8k", targetDenseX},
+			{"x_tbf16_min", "x_tbf16_max", targetSparseBF16X}, {"x_tdbf16_8k", "x_tdbf16_8k", targetDenseBF16X}} {
+			cell, err := rangeCell(get(c.lo), get(c.hi), c.floor, "x")
+			if err != nil {
+				return "", fmt.Errorf("%s: %s: %v", f.name, strings.TrimSuffix(c.lo, "_min"), err)
+			}
+			cells = append(cells, cell)
 		}
-		dense, err := rangeCell(get("x_torch_dense_8k"), get("x_torch_dense_8k"), targetDenseX, "x")
-		if err != nil {
-			return "", fmt.Errorf("%s: x_torch_dense_8k: %v", f.name, err)
-		}
-		cells = append(cells, lin, sparse, dense, dash(get("peak_gflops")), dash(get("bw_gbps")), get("date"))
+		cells = append(cells, dash(get("peak_gflops")), dash(get("bw_gbps")), get("date"))
 		if n := get("note"); n != "" {
 			notes = append(notes, fmt.Sprintf("%s-w%s: %s", get("tier"), get("workers"), n))
 		}
@@ -297,7 +307,7 @@ func renderTables(dir string) (string, error) {
 			return "", err
 		}
 		var t string
-		if slices.Equal(f.recs[0], targetsCSVHeader) {
+		if isTargetsHeader(f.recs[0]) {
 			t, err = targetsTable(f)
 		} else {
 			t, err = gpuTable(f)

@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -49,6 +50,8 @@ func TestTargetsCSVRoundTrip(t *testing.T) {
 	s.sparseX.add("x", 14)
 	s.linLo, s.linHi, s.linN = -10, 10, 3
 	s.denseX, s.denseNote = 10.5, " (extrapolated)"
+	s.sparseBF16X.add("x", 31)
+	s.denseBF16X = 3.5
 	dir := t.TempDir()
 	if err := writeTargetsCSV(filepath.Join(dir, "m.csv"), "test CPU", "2026-01-02", []targetSummary{s}); err != nil {
 		t.Fatal(err)
@@ -59,7 +62,7 @@ func TestTargetsCSVRoundTrip(t *testing.T) {
 	}
 	for _, want := range []string{
 		"#### test CPU (`m.csv`)",
-		"| avx512 | 2 | 74.0-80.0 MISS | 76.0 ok | 73.0 ok | 69.5 MISS | -10.0 / +10.0% ok | 14.0x ok | 10.5x ok | 236 | 35.0 | 2026-01-02 |",
+		"| avx512 | 2 | 74.0-80.0 MISS | 76.0 ok | 73.0 ok | 69.5 MISS | -10.0 / +10.0% ok | 14.0x ok | 10.5x ok | 31.0x ok | 3.5x MISS | 236 | 35.0 | 2026-01-02 |",
 		"- `go run ./bench -tier avx512`",
 		"- avx512-w2: PyTorch dense 8K extrapolated",
 	} {
@@ -68,9 +71,53 @@ func TestTargetsCSVRoundTrip(t *testing.T) {
 		}
 	}
 	rep := targetReport("test CPU", []targetSummary{s})
-	if !strings.Contains(rep, "| avx512 | 2 | 74.0-80.0 MISS (p 74.0) | 76.0 ok | 73.0 ok | 69.5 MISS (b 69.5) | -10.0 / +10.0% ok | 14.0x ok | 10.5x (extrapolated) ok |") {
+	if !strings.Contains(rep, "| avx512 | 2 | 74.0-80.0 MISS (p 74.0) | 76.0 ok | 73.0 ok | 69.5 MISS (b 69.5) | -10.0 / +10.0% ok | 14.0x ok | 10.5x (extrapolated) ok | 31.0x ok | 3.5x MISS |") {
 		t.Errorf("targets.md row differs from the CSV's:\n%s", rep)
 	}
+}
+
+// A targets.csv of the schema before the BF16 peers (no x_tbf16_min,
+// x_tbf16_max, x_tdbf16_8k) renders with "-" in their columns; one with
+// the columns renders their figures.
+func TestTargetsCSVWithoutBF16Peers(t *testing.T) {
+	row := func(head []string, extra ...string) string {
+		cells := make([]string, len(targetsCSVHeaderV1))
+		cells[0], cells[1], cells[2], cells[3], cells[4], cells[7], cells[8] = "cpu", "2026-01-02", "avx2", "2", "false", "76", "80"
+		cells[17], cells[18], cells[19] = "12", "15", "11"
+		return strings.Join(head, ",") + "\n" + strings.Join(append(cells, extra...), ",") + "\n"
+	}
+	for _, c := range []struct{ body, want string }{
+		{row(targetsCSVHeaderV1), "| 12.0-15.0x ok | 11.0x ok | - | - | - | - | 2026-01-02 |"},
+		{row(targetsCSVHeader, "25", "40", "4.5"), "| 12.0-15.0x ok | 11.0x ok | 25.0-40.0x MISS | 4.5x ok | - | - | 2026-01-02 |"},
+	} {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "f.csv"), []byte(c.body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, err := renderTables(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out, c.want) {
+			t.Errorf("rendered table lacks %q:\n%s", c.want, out)
+		}
+	}
+	// A header of neither schema (the new columns in another order) is
+	// refused.
+	h := append(slices.Clone(targetsCSVHeaderV1), "x_tdbf16_8k", "x_tbf16_min", "x_tbf16_max")
+	if _, err := readResultFileBytes(t, row(h, "1", "2", "3")); err == nil || !strings.Contains(err.Error(), "neither targets.csv's") {
+		t.Errorf("reordered header: %v", err)
+	}
+}
+
+// readResultFileBytes writes body to a file and reads it as a results CSV.
+func readResultFileBytes(t *testing.T, body string) (*resultFile, error) {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "f.csv")
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return readResultFile(p)
 }
 
 // A file that is not one of the two schemas, or lacks what names its

@@ -11,12 +11,19 @@ import (
 // -targets, the figures targets.md judges, with the machine, the date and
 // the child's command in every row. docs/results/ keeps one such file per
 // machine kind, and -tables (tables.go) renders them.
-var targetsCSVHeader = []string{"cpu", "date", "tier", "workers", "fast_mode",
-	"peak_gflops", "bw_gbps",
-	"prefill_pct_peak_min", "prefill_pct_peak_max", "nvfp4_pct_peak_min", "nvfp4_pct_peak_max",
-	"decode_fp8_pct_roof_min", "decode_fp8_pct_roof_max", "decode_bf16_pct_roof_min", "decode_bf16_pct_roof_max",
-	"pair_cost_min_pct", "pair_cost_max_pct", "x_tsparse_min", "x_tsparse_max", "x_torch_dense_8k",
-	"cases", "failed", "noisy", "command", "note"}
+//
+// targetsCSVHeaderV1 is the schema before the BF16 PyTorch peers: files
+// written then lack the last three columns (x_tbf16_min, x_tbf16_max,
+// x_tdbf16_8k), and render with "-" in them.
+var (
+	targetsCSVHeaderV1 = []string{"cpu", "date", "tier", "workers", "fast_mode",
+		"peak_gflops", "bw_gbps",
+		"prefill_pct_peak_min", "prefill_pct_peak_max", "nvfp4_pct_peak_min", "nvfp4_pct_peak_max",
+		"decode_fp8_pct_roof_min", "decode_fp8_pct_roof_max", "decode_bf16_pct_roof_min", "decode_bf16_pct_roof_max",
+		"pair_cost_min_pct", "pair_cost_max_pct", "x_tsparse_min", "x_tsparse_max", "x_torch_dense_8k",
+		"cases", "failed", "noisy", "command", "note"}
+	targetsCSVHeader = append(slices.Clip(targetsCSVHeaderV1), "x_tbf16_min", "x_tbf16_max", "x_tdbf16_8k")
+)
 
 // dec formats x with digits decimals, or "" when x is not a number or not
 // positive where only positive values mean something (pos).
@@ -54,8 +61,13 @@ func (s targetSummary) csvRow(cpu, date string) []string {
 	if s.denseNote != "" && s.denseX > 0 {
 		note = joinNote(note, "PyTorch dense 8K extrapolated")
 	}
-	return append(row, lo, hi, dec(s.denseX, 1, true),
+	if s.denseBF16Note != "" && s.denseBF16X > 0 {
+		note = joinNote(note, "PyTorch dense BF16 8K extrapolated")
+	}
+	row = append(row, lo, hi, dec(s.denseX, 1, true),
 		strconv.Itoa(s.cases), strconv.Itoa(s.failed), strconv.Itoa(s.noisy), s.command, note)
+	lo, hi = s.sparseBF16X.bounds()
+	return append(row, lo, hi, dec(s.denseBF16X, 1, true))
 }
 
 func joinNote(a, b string) string {

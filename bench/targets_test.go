@@ -12,32 +12,46 @@ import (
 )
 
 // targetRuns covers the supported target tiers, most workers first, and
-// gives the PyTorch baselines to one FP32 run only.
+// gives the PyTorch baselines to the first FP32 run and to the run of the
+// default prefill tier (judged on the BF16 peers), both on 2 workers.
 func TestTargetRuns(t *testing.T) {
-	got := targetRuns([]string{"amxbf16", "avx512bf16", "avx512", "avx2", "generic"}, 2, true)
-	var names []string
-	torch := 0
-	for _, r := range got {
-		names = append(names, r.dir())
-		if r.torch {
-			torch++
-			if r.fast || r.workers != 2 {
-				t.Errorf("PyTorch baselines in run %s, want an FP32 run on 2 workers", r.dir())
+	tiers := []string{"amxbf16", "avx512bf16", "avx512", "avx2", "generic"}
+	for _, c := range []struct {
+		def         string
+		torch, peer []string
+	}{
+		{"amxbf16", []string{"avx512-w2", "amxbf16-w2"}, []string{"amxbf16-w2"}},
+		{"avx512bf16", []string{"avx512-w2", "avx512bf16-w2"}, []string{"avx512bf16-w2"}},
+		{"avx512", []string{"avx512-w2"}, []string{"avx512-w2"}},
+	} {
+		got := targetRuns(tiers, 2, true, c.def)
+		var names, torch, peer []string
+		for _, r := range got {
+			names = append(names, r.dir())
+			if r.torch {
+				torch = append(torch, r.dir())
+			}
+			if r.peers {
+				peer = append(peer, r.dir())
+			}
+			if r.fast != (r.tier == "avx512bf16" || r.tier == "amxbf16") {
+				t.Errorf("run %s: fast = %v", r.dir(), r.fast)
 			}
 		}
-		if r.fast != (r.tier == "avx512bf16" || r.tier == "amxbf16") {
-			t.Errorf("run %s: fast = %v", r.dir(), r.fast)
+		want := []string{"avx512-w2", "avx512-w1", "avx2-w2", "avx2-w1", "avx512bf16-w2", "avx512bf16-w1", "amxbf16-w2", "amxbf16-w1"}
+		if !slices.Equal(names, want) || !slices.Equal(torch, c.torch) || !slices.Equal(peer, c.peer) {
+			t.Errorf("default %s: runs %v, PyTorch in %v, peers in %v; want %v, %v, %v", c.def, names, torch, peer, want, c.torch, c.peer)
 		}
 	}
-	want := []string{"avx512-w2", "avx512-w1", "avx2-w2", "avx2-w1", "avx512bf16-w2", "avx512bf16-w1", "amxbf16-w2", "amxbf16-w1"}
-	if !slices.Equal(names, want) || torch != 1 {
-		t.Errorf("runs %v (%d with PyTorch), want %v (1)", names, torch, want)
-	}
-	if got := targetRuns([]string{"avx2", "generic"}, 1, false); len(got) != 1 || got[0].dir() != "avx2-w1" || got[0].torch {
+	if got := targetRuns([]string{"avx2", "generic"}, 1, false, "avx2"); len(got) != 1 || got[0].dir() != "avx2-w1" || got[0].torch || got[0].peers {
 		t.Errorf("AVX2-only, 1 CPU, no torch: %+v", got)
 	}
-	if got := targetRuns([]string{"generic"}, 2, true); len(got) != 0 {
+	if got := targetRuns([]string{"generic"}, 2, true, "generic"); len(got) != 0 {
 		t.Errorf("no SIMD tier: %+v, want no runs", got)
+	}
+	peers := targetRun{tier: "avx512bf16", workers: 2, fast: true, torch: true, peers: true}
+	if a := strings.Join(peers.args(&config{python: "py"}, "d"), " "); !strings.Contains(a, "-torch auto") || !strings.HasSuffix(a, "-python py") {
+		t.Errorf("peers run arguments %q: want PyTorch with -python", a)
 	}
 	fast := targetRun{tier: "avx512bf16", workers: 1, fast: true}
 	if a := strings.Join(fast.args(&config{python: "py"}, "d"), " "); !strings.Contains(a, "-cases prefill,nvfp4 ") || !strings.Contains(a, "-torch off") {
@@ -68,6 +82,8 @@ func TestTargetSummary(t *testing.T) {
 		r := &result{c: caseSpec{Name: "prefill-" + kLabel(T), Kind: "prefill", DType: "bf16", SeqLen: T, Batch: 1, HQ: 16, HKV: 1, D: 128}}
 		r.pairs, r.timeMS, r.pctPeak = int64(T)*100, ms, pct
 		r.tsparse.speedup, r.torch.speedup = sparseX, denseX
+		// BF16 peers: a half and a third of the FP32 speed-ups.
+		r.tbf16.speedup, r.tdbf16.speedup = sparseX/2, denseX/3
 		return r
 	}
 	dec := func(dt string, roof float64) *result {
@@ -94,7 +110,8 @@ func TestTargetSummary(t *testing.T) {
 		got    span
 		lo, hi float64
 		n      int
-	}{{"prefill", s.prefill, 74, 80, 3}, {"nvfp4", s.nvfp4, 76, 76, 1}, {"fp8", s.decodeFP8, 73, 79, 2}, {"bf16", s.decodeBF, 69.5, 69.5, 1}, {"x_tsparse", s.sparseX, 14, 20, 3}} {
+	}{{"prefill", s.prefill, 74, 80, 3}, {"nvfp4", s.nvfp4, 76, 76, 1}, {"fp8", s.decodeFP8, 73, 79, 2}, {"bf16", s.decodeBF, 69.5, 69.5, 1},
+		{"x_tsparse", s.sparseX, 14, 20, 3}, {"x_tbf16", s.sparseBF16X, 7, 10, 3}} {
 		n := len(c.got.vals)
 		if n != c.n || n == 0 || slices.Min(c.got.vals) != c.lo || slices.Max(c.got.vals) != c.hi {
 			t.Errorf("%s: %v over %d cases, want %v-%v over %d", c.name, c.got.vals, n, c.lo, c.hi, c.n)
@@ -103,11 +120,11 @@ func TestTargetSummary(t *testing.T) {
 	if s.linN != 3 || s.linLo > -9.99 || s.linLo < -10.01 || s.linHi < 9.99 || s.linHi > 10.01 {
 		t.Errorf("cost per pair: %d cases, %+.2f / %+.2f%%, want 3, -10 / +10", s.linN, s.linLo, s.linHi)
 	}
-	if s.denseX != 10.5 {
-		t.Errorf("PyTorch dense at 8K: %v, want 10.5", s.denseX)
+	if s.denseX != 10.5 || s.denseBF16X != 3.5 {
+		t.Errorf("PyTorch dense at 8K: FP32 %v, BF16 %v; want 10.5, 3.5", s.denseX, s.denseBF16X)
 	}
 	rep := targetReport("test CPU", []targetSummary{s})
-	for _, want := range []string{"| avx512 | 2 | 74.0-80.0 MISS (prefill-8k 74.0) | 76.0 ok | 73.0-79.0 ok | 69.5 MISS (decode-bf16 69.5) | -10.0 / +10.0% ok | 14.0-20.0x ok | 10.5x ok | 7 (0, 0) |",
+	for _, want := range []string{"| avx512 | 2 | 74.0-80.0 MISS (prefill-8k 74.0) | 76.0 ok | 73.0-79.0 ok | 69.5 MISS (decode-bf16 69.5) | -10.0 / +10.0% ok | 14.0-20.0x ok | 10.5x ok | 7.0-10.0x MISS (all) | 3.5x MISS | 7 (0, 0) |",
 		"go run ./bench -tier avx512 -workers 2 -cases prefill,nvfp4,decode -dense=false -torch auto -out out/avx512-w2 -python python3"} {
 		if !strings.Contains(rep, want) {
 			t.Errorf("report lacks %q:\n%s", want, rep)
@@ -136,7 +153,7 @@ func TestTargetSummary(t *testing.T) {
 // returns an error; the children are a script standing in for this
 // program, which fails the 1-worker runs without results.
 func TestRunTargetsFailure(t *testing.T) {
-	runs := targetRuns(tile.Tiers(), runtime.NumCPU(), false)
+	runs := targetRuns(tile.Tiers(), runtime.NumCPU(), false, tile.BF16InputTier())
 	if len(runs) == 0 || runtime.GOOS == "windows" {
 		t.Skip("no target tier on this CPU, or no shell")
 	}

@@ -7,19 +7,25 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
 
 // torchScript times the PyTorch baselines (README.md, "Baselines"): dense
-// attention in FP32 (scaled_dot_product_attention when the installed torch
-// has it, else matmul + softmax, through the faster of torch.matmul and
-// oneDNN), and the same sparse (prefill) or paged (decode) work: gather,
-// batched matmul, masked softmax. It reads the request as JSON on stdin and
-// prints one JSON object.
+// attention in FP32 and BF16 (scaled_dot_product_attention when the
+// installed torch has it, else matmul + softmax, in FP32 through the faster
+// of torch.matmul and oneDNN), and the same sparse (prefill) or paged
+// (decode) work in FP32 and BF16: gather, batched matmul, masked softmax.
+// It reads the request as JSON on stdin and prints one JSON object: the
+// torch it imported (version, its directory, the interpreter, threads,
+// SDPA, oneDNN, MKL, the BLAS library FP32 matmul loaded) and one
+// measurement per case (ms, best, worst, reps, method; slots for the
+// sparse prefill), or an error per case.
 const torchScript = `
-import json, os, sys, time
+import json, os, re, sys, time
 try:
     import torch
     import torch.nn.functional as F
@@ -31,18 +37,26 @@ NEG = float("-inf")
 has_sdpa = hasattr(F, "scaled_dot_product_attention")
 has_onednn = torch.backends.mkldnn.is_available() and hasattr(torch._C._nn, "mkldnn_linear")
 def blas():
+    # A torch built against a BLAS (pip wheels: BLAS_INFO=mkl, linked in)
+    # names it in its build settings; a generic build (Debian's) calls the
+    # libblas.so.3 it has mapped after a matmul. numpy's own OpenBLAS
+    # (numpy.libs) is mapped too but never serves torch.matmul.
+    m = re.search(r"BLAS_INFO=(\w+)", torch.__config__.show())
+    if m and m.group(1) != "generic":
+        return "linked into torch: BLAS_INFO=" + m.group(1)
     try:
         torch.matmul(torch.ones(64, 64), torch.ones(64, 64))
         with open("/proc/self/maps") as f:
             for line in f:
                 p = line.split()[-1]
-                if "blas" in os.path.basename(p).lower():
+                if "blas" in os.path.basename(p).lower() and "numpy" not in p:
                     return os.path.realpath(p)
     except Exception:
         pass
     return ""
-res = {"version": torch.__version__, "threads": torch.get_num_threads(), "sdpa": has_sdpa,
-       "onednn": has_onednn, "blas": blas(), "results": {}}
+res = {"version": torch.__version__, "path": os.path.dirname(os.path.realpath(torch.__file__)),
+       "python": sys.executable, "threads": torch.get_num_threads(), "sdpa": has_sdpa,
+       "onednn": has_onednn, "mkl": torch.backends.mkl.is_available(), "blas": blas(), "results": {}}
 def bench(f, warm=True):
     if warm:
         f()
@@ -216,11 +230,84 @@ type torchMeasure struct {
 type torchReply struct {
 	Error   string                  `json:"error"`
 	Version string                  `json:"version"`
+	Path    string                  `json:"path"`   // the torch package's directory
+	Python  string                  `json:"python"` // the interpreter that ran the script (sys.executable)
 	Threads int                     `json:"threads"`
 	SDPA    bool                    `json:"sdpa"`
 	OneDNN  bool                    `json:"onednn"`
+	MKL     bool                    `json:"mkl"`
 	BLAS    string                  `json:"blas"`
 	Results map[string]torchMeasure `json:"results"`
+}
+
+// Fields the script always writes: a reply or measurement lacking one is
+// bad output (a script from another version, a cut line), never a zero
+// that would read as "no time" or "no MKL".
+var (
+	torchReplyFields   = []string{"version", "path", "python", "threads", "sdpa", "onednn", "mkl", "blas", "results"}
+	torchMeasureFields = []string{"ms", "best", "worst", "reps", "method"}
+)
+
+// parseTorchReply decodes the script's output, refusing a reply or a
+// measurement (other than a failed one, which carries its error) that
+// lacks a field the script writes, a sparse-prefill measurement without
+// its slots, and a measurement of a case that was not asked for.
+func parseTorchReply(out []byte, cases []torchCase) (torchReply, error) {
+	var rep torchReply
+	if err := json.Unmarshal(out, &rep); err != nil {
+		return rep, err
+	}
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(out, &top); err != nil {
+		return rep, err
+	}
+	if _, ok := top["error"]; ok {
+		return rep, nil // the script's own error (no torch): reported as such
+	}
+	if err := hasFields("the reply", top, torchReplyFields); err != nil {
+		return rep, err
+	}
+	var results map[string]map[string]json.RawMessage
+	if err := json.Unmarshal(top["results"], &results); err != nil {
+		return rep, fmt.Errorf("results: %v", err)
+	}
+	kinds := map[string]string{}
+	for _, c := range cases {
+		kinds[c.ID] = c.Kind
+	}
+	ids := make([]string, 0, len(results))
+	for id := range results {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		m := results[id]
+		kind, ok := kinds[id]
+		if !ok {
+			return rep, fmt.Errorf("measurement %q: not a case that was asked for", id)
+		}
+		if _, failed := m["error"]; failed {
+			continue
+		}
+		want := torchMeasureFields
+		if kind == "sparse-prefill" {
+			want = append(slices.Clip(want), "slots")
+		}
+		if err := hasFields("measurement "+strconv.Quote(id), m, want); err != nil {
+			return rep, err
+		}
+	}
+	return rep, nil
+}
+
+// hasFields reports the first of names that obj lacks or holds as null.
+func hasFields(what string, obj map[string]json.RawMessage, names []string) error {
+	for _, n := range names {
+		if v, ok := obj[n]; !ok || string(v) == "null" {
+			return fmt.Errorf("%s lacks field %q (want %s)", what, n, strings.Join(names, ", "))
+		}
+	}
+	return nil
 }
 
 // torchPlan is a measurement a result needs and how to scale it to the
@@ -245,7 +332,9 @@ func selectedSlots(T, topK, blk int) int64 {
 	return n
 }
 
-// planTorch decides what PyTorch measures for one case. Prefill dense:
+// planTorch decides what PyTorch measures for one case, in each dtype of
+// torchDTypes (FP32 into torch and tsparse, BF16 into tdbf16 and tbf16).
+// Prefill dense:
 // one head at Tm = min(T, cfg.torchMax), scaled by Hq * (T/Tm)^2. Prefill
 // sparse: the last torchSparseQueries queries with all their query heads,
 // scaled by the case's selected (query, block) slots over the timed ones.
@@ -261,25 +350,21 @@ func planTorch(cfg *config, r *result, req map[string]torchCase) []torchPlan {
 	switch c.Kind {
 	case "prefill", "nvfp4":
 		tm := min(c.SeqLen, cfg.torchMax)
-		tc := torchCase{ID: fmt.Sprintf("dense-prefill/%d/%d", tm, c.D), Kind: "dense-prefill", DType: "fp32", T: tm, D: c.D}
 		note := fmt.Sprintf("1 of %d heads at T=%d, x%d heads", c.HQ, tm, c.HQ)
 		if tm != c.SeqLen {
 			note += fmt.Sprintf(", extrapolated x(%d/%d)^2", c.SeqLen, tm)
 		}
 		f := float64(c.HQ) * float64(c.SeqLen) / float64(tm) * float64(c.SeqLen) / float64(tm)
-		add(&r.torch, tc, torchPlan{factor: f, extrap: tm != c.SeqLen, what: "PyTorch dense FP32", note: note})
 		nq := min(c.SeqLen, torchSparseQueries)
 		total := selectedSlots(c.SeqLen, c.TopK, c.Blk) * int64(c.HKV)
 		for _, dt := range torchDTypes(cfg) {
-			tc := torchCase{ID: fmt.Sprintf("sparse-prefill/%s/%d/%d/%d/%d/%d/%d", dt, c.SeqLen, c.D, c.HQ/c.HKV, c.TopK, c.Blk, nq),
+			dense, same := r.torchDst(dt)
+			tc := torchCase{ID: fmt.Sprintf("dense-prefill/%s/%d/%d", dt, tm, c.D), Kind: "dense-prefill", DType: dt, T: tm, D: c.D}
+			add(dense, tc, torchPlan{factor: f, extrap: tm != c.SeqLen, what: "PyTorch dense " + strings.ToUpper(dt), note: note})
+			tc = torchCase{ID: fmt.Sprintf("sparse-prefill/%s/%d/%d/%d/%d/%d/%d", dt, c.SeqLen, c.D, c.HQ/c.HKV, c.TopK, c.Blk, nq),
 				Kind: "sparse-prefill", DType: dt, T: c.SeqLen, D: c.D, G: c.HQ / c.HKV, TopK: c.TopK, Blk: c.Blk, NQ: nq}
-			p := torchPlan{slots: total, what: "PyTorch same sparse work " + strings.ToUpper(dt),
-				note: fmt.Sprintf("the last %d of %d queries x %d heads of one KV head timed, scaled to the case's %d selected (query, block) pairs", nq, c.SeqLen, c.HQ/c.HKV, total)}
-			dst := &r.tsparse
-			if dt == "bf16" {
-				dst = &r.tbf16
-			}
-			add(dst, tc, p)
+			add(same, tc, torchPlan{slots: total, what: "PyTorch same sparse work " + strings.ToUpper(dt),
+				note: fmt.Sprintf("the last %d of %d queries x %d heads of one KV head timed, scaled to the case's %d selected (query, block) pairs", nq, c.SeqLen, c.HQ/c.HKV, total)})
 		}
 	default:
 		nb := min(c.Batch, 8)
@@ -288,24 +373,30 @@ func planTorch(cfg *config, r *result, req map[string]torchCase) []torchPlan {
 			scaled = fmt.Sprintf(", %d of %d requests timed, x%d/%d", nb, c.Batch, c.Batch, nb)
 		}
 		f := float64(c.Batch) / float64(nb)
-		tc := torchCase{ID: fmt.Sprintf("dense-decode/%d/%d/%d/%d/%d", nb, c.SeqLen, c.HQ, c.HKV, c.D), Kind: "dense-decode", DType: "fp32",
-			T: c.SeqLen, D: c.D, B: nb, HQ: c.HQ, HKV: c.HKV}
-		add(&r.torch, tc, torchPlan{factor: f, what: "PyTorch dense FP32", note: "contiguous K/V" + scaled})
 		for _, dt := range torchDTypes(cfg) {
-			tc := torchCase{ID: fmt.Sprintf("paged-decode/%s/%d/%d/%d/%d/%d/%d", dt, nb, c.SeqLen, c.HQ, c.HKV, c.D, c.Page), Kind: "paged-decode", DType: dt,
+			dense, same := r.torchDst(dt)
+			tc := torchCase{ID: fmt.Sprintf("dense-decode/%s/%d/%d/%d/%d/%d", dt, nb, c.SeqLen, c.HQ, c.HKV, c.D), Kind: "dense-decode", DType: dt,
+				T: c.SeqLen, D: c.D, B: nb, HQ: c.HQ, HKV: c.HKV}
+			add(dense, tc, torchPlan{factor: f, what: "PyTorch dense " + strings.ToUpper(dt), note: "contiguous K/V" + scaled})
+			tc = torchCase{ID: fmt.Sprintf("paged-decode/%s/%d/%d/%d/%d/%d/%d", dt, nb, c.SeqLen, c.HQ, c.HKV, c.D, c.Page), Kind: "paged-decode", DType: dt,
 				T: c.SeqLen, D: c.D, B: nb, HQ: c.HQ, HKV: c.HKV, Page: c.Page}
-			dst := &r.tsparse
-			if dt == "bf16" {
-				dst = &r.tbf16
-			}
-			add(dst, tc, torchPlan{factor: f, what: "PyTorch same paged work " + strings.ToUpper(dt), note: fmt.Sprintf("%d-token pages gathered by a shuffled page table", c.Page) + scaled})
+			add(same, tc, torchPlan{factor: f, what: "PyTorch same paged work " + strings.ToUpper(dt), note: fmt.Sprintf("%d-token pages gathered by a shuffled page table", c.Page) + scaled})
 		}
 	}
 	return ps
 }
 
-// torchDTypes are the dtypes of the same-work baseline: FP32, and BF16
-// with -torch-bf16.
+// torchDst returns the result's dense and same-work PyTorch baselines of
+// dtype dt (fp32 or bf16).
+func (r *result) torchDst(dt string) (dense, same *torchResult) {
+	if dt == "bf16" {
+		return &r.tdbf16, &r.tbf16
+	}
+	return &r.torch, &r.tsparse
+}
+
+// torchDTypes are the dtypes of the dense and same-work baselines: FP32,
+// and BF16 with -torch-bf16.
 func torchDTypes(cfg *config) []string {
 	if cfg.torchBF16 {
 		return []string{"fp32", "bf16"}
@@ -393,8 +484,8 @@ func runTorch(cfg *config, rs []*result, prog *progress) (status string) {
 	if err != nil {
 		return fmt.Sprintf("PyTorch baseline skipped: %s: %v: %s", cfg.python, err, lastLine(stderr.all.String()))
 	}
-	var rep torchReply
-	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+	rep, err := parseTorchReply(stdout.Bytes(), tr.Cases)
+	if err != nil {
 		return fmt.Sprintf("PyTorch baseline skipped: bad output from %s: %v", cfg.python, err)
 	}
 	if rep.Error != "" {
@@ -406,8 +497,8 @@ func runTorch(cfg *config, rs []*result, prog *progress) (status string) {
 	if rep.SDPA {
 		sdpa = "scaled_dot_product_attention"
 	}
-	s := fmt.Sprintf("PyTorch %s baselines: %d threads, %d measurements in %.1f s; %s; oneDNN %v; FP32 matmul BLAS: %s",
-		rep.Version, rep.Threads, len(req), time.Since(t0).Seconds(), sdpa, rep.OneDNN, blasName(rep.BLAS))
+	s := fmt.Sprintf("PyTorch %s baselines (torch %s, python %s): %d threads, %d measurements in %.1f s; %s; oneDNN %v; MKL %v; FP32 matmul BLAS: %s",
+		rep.Version, rep.Path, rep.Python, rep.Threads, len(req), time.Since(t0).Seconds(), sdpa, rep.OneDNN, rep.MKL, blasName(rep.BLAS))
 	if ref {
 		s += "; WARNING: PyTorch's matmuls ran on the reference BLAS, unoptimised: the FP32 speed-ups over PyTorch computed through it (marked !) overstate ours; " + refBLASFix
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sparseattn/msa/kernels/attn"
 	"github.com/sparseattn/msa/kernels/lowp"
 	"github.com/sparseattn/msa/kernels/tile"
 )
@@ -116,7 +117,7 @@ func TestCheckerDetects(t *testing.T) {
 func TestRefMeter(t *testing.T) {
 	m := newRefMeter(calibration{peakTier: peakTier(tile.Tier()), decodeTier: decodePeakTier(tile.Tier())}, 2, 4<<20)
 	for _, kind := range []string{"prefill", "decode"} {
-		if pk := m.peak(10*time.Millisecond, kind); !(pk > 0) {
+		if pk := m.peak(10*time.Millisecond, caseSpec{Kind: kind, DType: "bf16", D: 128}); !(pk > 0) {
 			t.Fatalf("%s peak window: %v GFLOP/s", kind, pk)
 		}
 	}
@@ -632,5 +633,41 @@ func TestLimitPct(t *testing.T) {
 		if got := limitPct(&c.r); got != c.want {
 			t.Errorf("%s %%peak %v %%BW %v %%roof %v: %%lim %v, want %v", c.r.c.Kind, c.r.pctPeak, c.r.pctBW, c.r.pctRoof, got, c.want)
 		}
+	}
+}
+
+// A BF16 prefill whose query-major tiles take Q.K on VDPBF16PS while its
+// tier keeps float32 products is bounded by the mixed rate (half its flops
+// at each loop's), not by the FP32 peak it can exceed; FP8 and NVFP4
+// cases, decode and the bf16-product tiers keep their loop's peak.
+func TestMixedQKPeak(t *testing.T) {
+	defer func(s string) { tile.SetTier(s) }(tile.TierSetting())
+	bf := caseSpec{Name: "prefill-bf16-8k", Kind: "prefill", DType: "bf16", D: 128}
+	fp8 := caseSpec{Name: "prefill-fp8-8k", Kind: "prefill", DType: "fp8", D: 128}
+	nv := caseSpec{Name: "nvfp4kv-bf16q-8k", Kind: "nvfp4", DType: "bf16", D: 128}
+	dec := caseSpec{Name: "decode-bf16-b8-4k", Kind: "decode", DType: "bf16", D: 128}
+	c := calibration{peakTier: "avx512", peak: 200, decodeTier: "avx512", decPeak: 200, mixScale: 4.0 / 3}
+	if err := tile.SetTier("avx512"); err != nil {
+		t.Skip("no avx512 tier here")
+	}
+	wantMixed := attn.BF16Scores(attn.BF16, attn.BF16, 128)
+	if l, v := c.peakFor(bf); wantMixed != (l == "avx512+vdpbf16ps-qk" && math.Abs(v-800.0/3) < 1e-9) {
+		t.Errorf("BF16 prefill on avx512 (bf16 scores %v): peakFor = %s, %v", wantMixed, l, v)
+	}
+	if _, s := c.loopFor(bf); wantMixed != (s == 4.0/3) {
+		t.Errorf("BF16 prefill on avx512: paired window scale %v", s)
+	}
+	for _, cs := range []caseSpec{fp8, nv, dec} {
+		if l, v := c.peakFor(cs); v != 200 || l != "avx512" {
+			t.Errorf("%s: peakFor = %s, %v; want the FP32 loop's 200", cs.Name, l, v)
+		}
+		if _, s := c.loopFor(cs); s != 1 {
+			t.Errorf("%s: paired window scale %v, want 1", cs.Name, s)
+		}
+	}
+	// Without a mixed bound (no VDPBF16PS here, or a bf16 tier) nothing is scaled.
+	c.mixScale = 0
+	if l, v := c.peakFor(bf); v != 200 || l != "avx512" {
+		t.Errorf("no mix: peakFor = %s, %v", l, v)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -50,12 +51,20 @@ func bf16Tier(t string) bool { return t == "avx512bf16" || t == "amxbf16" }
 
 // calibration holds the machine's peaks, measured in the same run.
 type calibration struct {
-	peakTier    string
-	peak1       float64 // GFLOP/s, one goroutine
-	peak        float64 // GFLOP/s, workers goroutines at once (sum)
-	decodeTier  string  // decode's peak loop (decodePeakTier)
-	decPeak1    float64 // decode's peak, one goroutine (= peak1 when decodeTier == peakTier)
-	decPeak     float64 // decode's peak, workers goroutines at once
+	peakTier   string
+	peak1      float64 // GFLOP/s, one goroutine
+	peak       float64 // GFLOP/s, workers goroutines at once (sum)
+	decodeTier string  // decode's peak loop (decodePeakTier)
+	decPeak1   float64 // decode's peak, one goroutine (= peak1 when decodeTier == peakTier)
+	decPeak    float64 // decode's peak, workers goroutines at once
+	// mixScale is the bound of a prefill case whose query-major tiles take
+	// Q.K on VDPBF16PS while its tier multiplies in float32 (mixed) over
+	// peak: half its flops at the VDPBF16PS rate, half at the FP32 one,
+	// 2 / (1 + peak/mixBF16), from the start-up windows of both loops (0
+	// where no case can be mixed). The paired window after each call
+	// runs the FP32 loop and is scaled by it.
+	mixScale    float64
+	mixBF16     float64 // GFLOP/s of the VDPBF16PS loop, workers goroutines at once (mixScale's)
 	bw          float64 // GB/s, the better of bwSum and bwScan
 	bwSum       float64 // GB/s, workers goroutines summing a buffer
 	bwScan      float64 // GB/s, workers goroutines scanning it with bytes.IndexByte
@@ -137,6 +146,12 @@ func calibrate(cfg *config) (calibration, error) {
 		c.decodeTier = t
 		c.decPeak1, c.decPeak = measurePeak(t, cfg.workers, cfg.peakTime)
 	}
+	if !bf16Tier(c.peakTier) && attn.BF16Scores(attn.BF16, attn.BF16, 128) && slices.Contains(tile.Tiers(), "avx512bf16") {
+		_, c.mixBF16 = measurePeak("avx512bf16", cfg.workers, cfg.peakTime)
+		if c.mixBF16 > 0 && c.peak > 0 {
+			c.mixScale = 2 / (1 + c.peak/c.mixBF16)
+		}
+	}
 	var err error
 	if c.bwSum, c.bwScan, err = calib.ReadBandwidth(cfg.bwBytes, cfg.workers, 5); err != nil {
 		return c, err
@@ -146,13 +161,41 @@ func calibrate(cfg *config) (calibration, error) {
 	return c, nil
 }
 
-// peakFor returns the calibration loop and the calibrated peak (all
-// workers) that a case of kind is compared with.
-func (c calibration) peakFor(kind string) (string, float64) {
-	if kind == "decode" {
+// peakFor returns the name of the bound and the calibrated peak (all
+// workers) that case cs is compared with: its calibration loop's, or for
+// a mixed case (mixed) the FP32 loop's scaled by mixScale.
+func (c calibration) peakFor(cs caseSpec) (string, float64) {
+	if cs.Kind == "decode" {
 		return c.decodeTier, c.decPeak
 	}
+	if c.mixed(cs) {
+		return c.peakTier + "+vdpbf16ps-qk", c.peak * c.mixScale
+	}
 	return c.peakTier, c.peak
+}
+
+// loopFor returns the calibration loop of case cs's paired windows and the
+// factor their rate is scaled by (mixScale for a mixed case, else 1).
+func (c calibration) loopFor(cs caseSpec) (string, float64) {
+	if cs.Kind == "decode" {
+		return c.decodeTier, 1
+	}
+	if c.mixed(cs) {
+		return c.peakTier, c.mixScale
+	}
+	return c.peakTier, 1
+}
+
+// mixed reports whether case cs is bounded by the mixed rate (mixScale):
+// a BF16 prefill whose query-major tiles take Q.K on VDPBF16PS while its
+// tier keeps float32 products (attn.BF16Scores). Its KV-major tiles, if
+// auto chooses any, run below that bound, never above it.
+func (c calibration) mixed(cs caseSpec) bool {
+	if c.mixScale == 0 || cs.Kind == "decode" {
+		return false
+	}
+	q, k, v := caseDtypes(cs)
+	return !attn.BF16Products(q, k, v) && attn.BF16Scores(q, k, cs.D)
 }
 
 // refMeter measures the machine's reference rates over a given interval,
@@ -186,9 +229,9 @@ func refWindow(rep time.Duration) time.Duration {
 // peak returns the summed sustained GFLOP/s of workers goroutines (each on
 // its own OS thread) running the calibration loop of a case of kind for
 // about dur.
-func (m *refMeter) peak(dur time.Duration, kind string) float64 {
-	tier, _ := m.cal.peakFor(kind)
-	return calib.SumOnThreads(m.workers, func(int) float64 { return calib.SustainedGFLOPS(tile.PeakLoop(tier), dur) })
+func (m *refMeter) peak(dur time.Duration, cs caseSpec) float64 {
+	tier, scale := m.cal.loopFor(cs)
+	return scale * calib.SumOnThreads(m.workers, func(int) float64 { return calib.SustainedGFLOPS(tile.PeakLoop(tier), dur) })
 }
 
 // meterKey selects an in-cache update meter (updatemeter.New).

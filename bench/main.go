@@ -351,6 +351,12 @@ func main() {
 			calLines = append(calLines, bf16PeakNote(cal.peakTier, cal.peak1, cal.decPeak1))
 		}
 	}
+	if cal.mixScale > 0 {
+		calLines = append(calLines, fmt.Sprintf("BF16 prefill peak (%s+vdpbf16ps-qk): %.0f GFLOP/s: the query-major tiles take Q.K on VDPBF16PS "+
+			"(exact products, float32 results) and P.V in FP32, half the flops each; with the VDPBF16PS loop at %.0f GFLOP/s on %d at once, "+
+			"the bound is %.2fx the FP32 peak, and the paired window after each call scales the FP32 loop by it",
+			cal.peakTier, cal.peak*cal.mixScale, cal.mixBF16, cfg.workers, cal.mixScale))
+	}
 	calLines = append(calLines,
 		fmt.Sprintf("read bandwidth (%d goroutines over a %d MiB buffer, best of 5): %.1f GB/s (uint64 sum %.1f, bytes.IndexByte scan %.1f)",
 			cfg.workers, cal.bwBytes>>20, cal.bw, cal.bwSum, cal.bwScan))

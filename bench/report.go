@@ -91,7 +91,7 @@ func (r *result) derive(cal calibration) {
 	sec := r.timeMS / 1e3
 	r.gflops = r.flops / sec / 1e9
 	r.tier = caseTier(r.c)
-	r.peakTier, r.peak = cal.peakFor(r.c.Kind)
+	r.peakTier, r.peak = cal.peakFor(r.c)
 	if r.peak > 0 {
 		r.pctBurst = 100 * r.gflops / r.peak
 	}

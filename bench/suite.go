@@ -553,7 +553,7 @@ func (p *paired) after(rep time.Duration) {
 	}
 	d := refWindow(rep)
 	var fp, fb float64
-	if pk := p.m.peak(d, p.r.c.Kind); pk > 0 {
+	if pk := p.m.peak(d, p.r.c); pk > 0 {
 		fp = p.r.flops / rep.Seconds() / 1e9 / pk
 		p.peak = append(p.peak, fp)
 	}

@@ -196,11 +196,21 @@ func PrefillTier(q, k, v Dtype) string {
 }
 
 // bf16ScoresCall reports whether p's query-major tiles ask their lane
-// kernels for VDPBF16PS scores (runQueryItems) and get them: BF16 Q and
-// K, whose values are bf16 already, on lane kernels that take them
-// (tile.LanesBF16Scores).
-func bf16ScoresCall(p *Prefill) bool {
-	return !qmNoBF16Scores && p.Q.Dtype == BF16 && p.K.Dtype == BF16 && tile.LanesBF16Scores(p.D)
+// kernels for VDPBF16PS scores (runQueryItems) and get them (BF16Scores).
+func bf16ScoresCall(p *Prefill) bool { return BF16Scores(p.Q.Dtype, p.K.Dtype, p.D) }
+
+// BF16Scores reports whether the query-major tiles of a prefill call with
+// Q and K of dtypes q and k and head dimension d take Q.K on VDPBF16PS
+// while their lane kernels are the float32 ones: BF16 Q and K, whose
+// values are bf16 already, on the avx512 lane kernels of a CPU with
+// AVX512_BF16 that read them in place (tile.LanesBF16Scores). The products
+// are exact, so the results keep float32's accuracy; what changes is the
+// speed bound: half of such a tile's multiply-adds (Q.K) run at the
+// VDPBF16PS rate, the other half (P.V) at the float32 rate. A call with
+// bf16 products (BF16Products) runs both on its bf16 lane kernels instead,
+// where this does not apply.
+func BF16Scores(q, k Dtype, d int) bool {
+	return !qmNoBF16Scores && q == BF16 && k == BF16 && tile.LanesBF16Scores(d)
 }
 
 // tileChoice is the cost model's verdict on one query tile (one KV head):

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -669,5 +670,45 @@ func TestMixedQKPeak(t *testing.T) {
 	c.mixScale = 0
 	if l, v := c.peakFor(bf); v != 200 || l != "avx512" {
 		t.Errorf("no mix: peakFor = %s, %v", l, v)
+	}
+}
+
+// A baseline measured in a child process (PyTorch) is the bench's own
+// load, not other processes': withChild moves the child's CPU time from
+// "others" to "self", so that the baseline is not flagged NOISY for its
+// own threads.
+func TestWithChildCPU(t *testing.T) {
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Skip("no sh")
+	}
+	before := readCPUSample()
+	cmd := exec.Command(sh, "-c", "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	after := readCPUSample()
+	child := (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()
+	if child <= 0 {
+		t.Skip("the child's CPU time is not reported here")
+	}
+	got := withChild(after, cmd.ProcessState)
+	if d := got.self - after.self; math.Abs(d-child) > 1e-9 {
+		t.Fatalf("withChild added %v s, want the child's %v s", d, child)
+	}
+	if withChild(after, nil) != after {
+		t.Fatal("withChild without a child changed the sample")
+	}
+	if !before.statOK {
+		return
+	}
+	plain, counted := loadBetween(before, after), loadBetween(before, got)
+	if counted.others > plain.others {
+		t.Fatalf("others %v with the child counted as the bench's, %v without", counted.others, plain.others)
+	}
+	if plain.others < 0.05 {
+		t.Logf("the child's load was not visible as others (%v): the host's accounting is coarse", plain.others)
+	} else if counted.others > plain.others-0.5*child/(after.total-before.total) {
+		t.Fatalf("others went from %v only to %v after counting %v s of child CPU", plain.others, counted.others, child)
 	}
 }

@@ -134,6 +134,17 @@ func readCPUSample() cpuSample {
 	return s
 }
 
+// withChild counts the CPU time of a child process that has exited (ps:
+// its state; nil when it did not start) as this process's own in sample
+// s, so that a baseline measured in a child (PyTorch) is not counted as
+// other processes' load while it runs.
+func withChild(s cpuSample, ps *os.ProcessState) cpuSample {
+	if ps != nil {
+		s.self += (ps.UserTime() + ps.SystemTime()).Seconds()
+	}
+	return s
+}
+
 // loadStats is what the rest of the machine did while one case ran.
 type loadStats struct {
 	ok                 bool    // /proc/stat was readable at both ends

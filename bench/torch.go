@@ -477,7 +477,7 @@ func runTorch(cfg *config, rs []*result, prog *progress) (status string) {
 	t0 := time.Now()
 	before := readCPUSample()
 	err := cmd.Run()
-	ls := loadBetween(before, readCPUSample())
+	ls := loadBetween(before, withChild(readCPUSample(), cmd.ProcessState))
 	if ctx.Err() != nil {
 		return fmt.Sprintf("PyTorch baseline skipped: timed out after %v (-torch-timeout)", cfg.torchTimeout)
 	}

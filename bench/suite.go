@@ -558,7 +558,10 @@ func (p *paired) after(rep time.Duration) {
 		p.peak = append(p.peak, fp)
 	}
 	if k := p.m.kernel(d, p.kern); k > 0 {
-		p.kernR = append(p.kernR, p.r.flops/rep.Seconds()/1e9/k)
+		// The meter runs the float32 tile kernel; a mixed case's Q.K runs
+		// on VDPBF16PS, so its in-cache bound is scaled as its peak is.
+		_, scale := p.m.cal.loopFor(p.r.c)
+		p.kernR = append(p.kernR, p.r.flops/rep.Seconds()/1e9/(k*scale))
 	}
 	if p.bw {
 		if bw := p.m.bandwidth(d); bw > 0 {

@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -28,10 +29,13 @@ func TestResultTablesUpToDate(t *testing.T) {
 	}
 	// The check fails on a stale block: the same document with one figure
 	// changed is not what the CSV files render.
-	stale := strings.Replace(string(doc), "| avx512 | 2 | 84.3-85.6 ok |", "| avx512 | 2 | 84.3-85.7 ok |", 1)
-	if stale == string(doc) {
-		t.Fatal("the Zen 4 avx512 row is not in docs/performance.md")
+	row := regexp.MustCompile(`\| avx512 \| 2 \| [0-9]+\.[0-9]`).FindString(string(doc))
+	if row == "" {
+		t.Fatal("no avx512 row on 2 workers in docs/performance.md")
 	}
+	digit := row[len(row)-1]
+	changed := row[:len(row)-1] + string('0'+(digit-'0'+1)%10)
+	stale := strings.Replace(string(doc), row, changed, 1)
 	if got, _ := spliceTables(stale, block); got == stale {
 		t.Error("a changed figure in the generated block went unnoticed")
 	}

@@ -139,8 +139,8 @@ func targetsTable(f *resultFile) (string, error) {
 			name  string
 			floor float64
 			unit  string
-		}{{"prefill_pct_peak", floor, ""}, {"nvfp4_pct_peak", floor, ""}, {"decode_fp8_pct_roof", targetDecode, ""},
-			{"decode_bf16_pct_roof", targetDecode, ""}} {
+		}{{"prefill_pct_peak", floor, ""}, {"nvfp4_pct_peak", floor, ""}, {"decode_fp8_pct_roof", decodeFloor(get("tier"), false), ""},
+			{"decode_bf16_pct_roof", decodeFloor(get("tier"), true), ""}} {
 			cell, err := rangeCell(get(c.name+"_min"), get(c.name+"_max"), c.floor, c.unit)
 			if err != nil {
 				return "", fmt.Errorf("%s: %s: %v", f.name, c.name, err)

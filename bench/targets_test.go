@@ -73,6 +73,15 @@ func TestTargetRuns(t *testing.T) {
 			t.Errorf("tierLabel(%s, %v) = %q, %v; want %q, %v", c.tier, c.fast, l, f, c.label, c.floor)
 		}
 	}
+	for _, c := range []struct {
+		tier      string
+		fp8, bf16 float64
+	}{{"avx512", 70, 70}, {"avx512bf16", 70, 70}, {"amxbf16", 80, 85}} {
+		if f, b := decodeFloor(c.tier, false), decodeFloor(c.tier, true); f != c.fp8 || b != c.bf16 {
+			t.Errorf("decodeFloor(%s) = %v / %v, want %v / %v", c.tier, f, b, c.fp8, c.bf16)
+		}
+	}
+
 }
 
 // The summary reads what writeCSV writes (so a renamed column is caught)

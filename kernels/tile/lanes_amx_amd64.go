@@ -191,7 +191,6 @@ func (l *Lanes) amxRawValues(a *amxLanes, src WideningStager, i0, i1 int, last b
 		var mx [32]uint16
 		if j := a.pairedAhead(i0, p, c/2); j != nil {
 			mx = j.max
-			l.amxPrefetchNow(&l.pfV)
 		} else {
 			bf16PairsMax(unsafe.Pointer(&dst[0]), uintptr(4*d), p, uintptr(2*d), c/2, d, &mx, &l.pfV)
 		}

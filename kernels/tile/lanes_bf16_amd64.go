@@ -159,7 +159,8 @@ func (a *amxLanes) scoresBF16(k unsafe.Pointer, d int, s *float32, n int) {
 // pairsJob is the work lanesQKBF16Pairs interleaves with the scores: the
 // bf16Pairs of left/cols row pairs of a bf16 value chunk (cols units of 32
 // columns each, rows lds bytes apart, the pairs written contiguously from
-// dst) with bf16PairsMax's finite-maximum scan into max. The generator
+// dst) with bf16PairsMax's finite-maximum scan into max and its two
+// prefetches per unit (pf, the accumulation's V cursor). The generator
 // (asmgen/lanes, jobSrc...) hard-codes the offsets.
 type pairsJob struct {
 	src  uintptr    // the even row's next 32 columns
@@ -170,6 +171,7 @@ type pairsJob struct {
 	cols int        // units per row pair (d/32)
 	left int        // units left in the job
 	max  [32]uint16 // the finite magnitudes' maximum, word by word
+	pf   lanesPrefetch
 }
 
 // pairsAhead is a value chunk interleaved during the scores: ok, the first
@@ -189,20 +191,23 @@ type pairsAhead struct {
 // step (amxRawValues) then takes the pairs and their maximum as they are,
 // when it reads the same rows in place; it interleaves them itself
 // otherwise, as for an odd last row.
-func (l *Lanes) bf16PairsAhead(a *amxLanes, src WideningStager, i0, i1 int, ch struct{ k, v int }) {
+// It returns the job (nil: none), whose prefetch cursor the caller puts
+// back into l.pfV after the scores.
+func (l *Lanes) bf16PairsAhead(a *amxLanes, src WideningStager, i0, i1 int, ch struct{ k, v int }) *pairsJob {
 	c, d := i1-i0, l.d
 	if src == nil || l.kern != lanesBF16 || ch.k != ch.v || c < 2 || i0%ch.v != 0 || i0/ch.v >= len(a.ahead) {
-		return
+		return nil
 	}
 	p, f, scan := src.RawV(i0, i1)
 	if p == nil || f != RawBF16 || scan && l.vStaged {
-		return
+		return nil
 	}
 	x := &a.ahead[i0/ch.v]
 	*x = pairsAhead{ok: true, src: p, pairs: c / 2}
 	x.job = pairsJob{src: uintptr(p), dst: uintptr(unsafe.Pointer(&a.vb[i0/2*d])), lds: uintptr(2 * d),
-		skip: uintptr(2 * d), col: d / 32, cols: d / 32, left: c / 2 * (d / 32)}
+		skip: uintptr(2 * d), col: d / 32, cols: d / 32, left: c / 2 * (d / 32), pf: l.pfV}
 	a.job = &x.job
+	return &x.job
 }
 
 // pairedAhead returns the job that interleaved the pairs row pairs of the

@@ -290,6 +290,7 @@ func TestPairsJobLayout(t *testing.T) {
 		{"cols", unsafe.Offsetof(j.cols), 40},
 		{"left", unsafe.Offsetof(j.left), 48},
 		{"max", unsafe.Offsetof(j.max), 56},
+		{"pf", unsafe.Offsetof(j.pf), 120},
 	} {
 		if f.got != f.want {
 			t.Errorf("pairsJob.%s at offset %d, want %d", f.name, f.got, f.want)

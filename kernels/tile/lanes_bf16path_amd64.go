@@ -67,9 +67,12 @@ func (p *bf16Path) updateStaged(l *Lanes, src Stager, n int) {
 	a.ahead = [len(a.ahead)]pairsAhead{}
 	for i0 := 0; i0 < n; i0 += ch.k {
 		i1 := min(n, i0+ch.k)
-		l.bf16PairsAhead(a, ws, i0, i1, ch)
+		j := l.bf16PairsAhead(a, ws, i0, i1, ch)
 		if !p.rawScores(l, a, ws, i0, i1) {
 			p.scores(l, a, stageRows(src, false, i0, i1, d), i0, i1)
+		}
+		if j != nil {
+			l.pfV = j.pf
 		}
 	}
 	lanesSoftmax512(&l.s[0], n, &l.st)

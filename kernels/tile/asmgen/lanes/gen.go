@@ -1426,15 +1426,25 @@ func genQKBF16(a *asm, pairs bool) {
 // The offsets in pairsJob (lanes_bf16_amd64.go; lanes_bf16_amd64_test.go
 // checks them).
 const (
-	jobSrc, jobDst, jobLds, jobSkip, jobCol, jobCols, jobLeft, jobMax = 0, 8, 16, 24, 32, 40, 48, 56
+	jobSrc, jobDst, jobLds, jobSkip, jobCol, jobCols, jobLeft, jobMax, jobPF = 0, 8, 16, 24, 32, 40, 48, 56, 120
 )
 
 // pairUnit emits one unit of the pairs job at R14 (one left): the next 32
 // columns of its row pair interleaved into 32 key pairs at its destination
-// and their finite magnitudes folded into Z27 and Z28, as bf16PairsMax
-// does; then the cursors move on, to the next row pair (skip, after the
-// last unit of a pair) through next, the label right after the unit.
+// and their finite magnitudes folded into Z27 and Z28, and two lines of
+// the job's prefetch cursor (a lanesPrefetch: addr, step, last) fetched,
+// as bf16PairsMax does; then the cursors move on, to the next row pair
+// (skip, after the last unit of a pair) through next, the label right
+// after the unit.
 func pairUnit(a *asm, next string) {
+	for range 2 {
+		a.f("\tMOVQ %d(R14), R15", jobPF)
+		a.f("\tPREFETCHT1 (R15)")
+		a.f("\tADDQ %d(R14), R15", jobPF+8)
+		a.f("\tCMPQ R15, %d(R14)", jobPF+16)
+		a.f("\tCMOVQGT %d(R14), R15", jobPF+16)
+		a.f("\tMOVQ R15, %d(R14)", jobPF)
+	}
 	a.f("\tMOVQ %d(R14), R15", jobSrc)
 	a.f("\tVPERMQ (R15), Z24, Z12")
 	a.f("\tADDQ %d(R14), R15", jobLds)

@@ -1315,9 +1315,9 @@ func dpbf16Bcst(a *asm, dst, src1 int, m emit.Mem) {
 // pairs bf16 pairs, ldk bytes apart) into s, 64 bytes a key. Z0-Z11
 // accumulators, Z31 the query pairs of one column pair; each key pair is
 // broadcast by its VDPBF16PS's memory operand (dpbf16Bcst), which on Zen 4
-// takes the kernel from 2333 to 2292 ns per 128 keys at d = 128
-// (BenchmarkBF16LanesPhases/qk, best of batches), the VDPBF16PS bound
-// being 2220. GP: SI qb, R8 the group's first key, BX ldk, R9 3*ldk, CX pairs,
+// takes the kernel from 2326-2332 to 2277-2300 ns per 128 keys at d =
+// 128 (BenchmarkBF16LanesPhases/qk, best of batches), the VDPBF16PS
+// bound being 2220. GP: SI qb, R8 the group's first key, BX ldk, R9 3*ldk, CX pairs,
 // DI s, DX keys left; AX, R10-R13 loop cursors.
 //
 // With pairs, it emits lanesQKBF16Pairs(..., job *pairsJob): the same

@@ -3,11 +3,13 @@
 package tile
 
 import (
+	"fmt"
 	"math"
 	"math/rand"
 	"os"
 	"os/exec"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"unsafe"
@@ -156,7 +158,8 @@ func TestRounding(t *testing.T) {
 // when absent) and checks that every VDPBF16PS and VCVTNE2PS2BF16 emitted as
 // BYTE directives decodes to the registers named in its comment in the
 // generated assembly (the Acc kernels and the bf16-product lane kernels)
-// and in the AMX lane path's.
+// and in the AMX lane path's; a broadcast form (comment VDPBF16PS.BCST)
+// also to its memory operand.
 func TestBF16Encoding(t *testing.T) {
 	objdump, err := exec.LookPath("objdump")
 	if err != nil {
@@ -192,10 +195,52 @@ func TestBF16Encoding(t *testing.T) {
 				want = append(want, strings.ToLower(mn)+" "+f[0]+","+f[1]+","+f[2])
 			}
 		}
+		// The broadcast form: "// VDPBF16PS.BCST 8(R11)(BX*2), Z31, Z2".
+		if i := strings.Index(l, "// VDPBF16PS.BCST "); i >= 0 {
+			f := strings.Fields(strings.NewReplacer("Z", "", ",", " ").Replace(l[i+18:]))
+			want = append(want, "vdpbf16ps "+attMem(t, f[0])+"{1to16},"+f[1]+","+f[2])
+		}
 	}
 	sort.Strings(got)
 	sort.Strings(want)
 	if len(want) == 0 || strings.Join(got, " ") != strings.Join(want, " ") {
+		for i := range min(len(got), len(want)) {
+			if got[i] != want[i] {
+				t.Logf("first difference: decoded %q, source %q", got[i], want[i])
+				break
+			}
+		}
 		t.Fatalf("VDPBF16PS encodings: %d decoded, %d in the source, or operands differ", len(got), len(want))
 	}
+}
+
+// attMem writes the Go assembler memory operand m ("8(R11)(BX*2)") as
+// objdump's AT&T syntax does ("0x8(%r11,%rbx,2)").
+func attMem(t *testing.T, m string) string {
+	i := strings.Index(m, "(")
+	if i < 0 {
+		t.Fatalf("memory operand %q", m)
+	}
+	disp := ""
+	if i > 0 {
+		d, err := strconv.Atoi(m[:i])
+		if err != nil {
+			t.Fatalf("memory operand %q: %v", m, err)
+		}
+		disp = fmt.Sprintf("%#x", d)
+	}
+	regs := strings.FieldsFunc(strings.ToLower(m[i:]), func(r rune) bool { return r == '(' || r == ')' || r == '*' })
+	for j, r := range regs {
+		if r[0] != 'r' && (r[0] < '0' || r[0] > '9') {
+			regs[j] = "r" + r // BX is %rbx
+		}
+	}
+	switch len(regs) {
+	case 1:
+		return disp + "(%" + regs[0] + ")"
+	case 3:
+		return disp + "(%" + regs[0] + ",%" + regs[1] + "," + regs[2] + ")"
+	}
+	t.Fatalf("memory operand %q", m)
+	return ""
 }

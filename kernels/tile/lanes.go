@@ -338,7 +338,10 @@ type WideningStager interface {
 	// to float32 is what StageK returns, else nil (StageK is then called).
 	// The storage must stay valid until the update returns.
 	RawK(i0, i1 int) (unsafe.Pointer, RawFormat)
-	// RawV is RawK for the value rows and StageV. scan says that StageV
+	// RawV is RawK for the value rows and StageV. It may be asked for a
+	// chunk's rows before the scores of the same rows as well as before
+	// its values (the VDPBF16PS path interleaves them early); the answer
+	// before the values is the one that counts. scan says that StageV
 	// also guards the widened values: the kernels then find the largest
 	// finite |v| of the chunk while widening it (bf16 only) and
 	// UpdateStaged hands both to GuardV after the previous chunk's P.V

@@ -56,6 +56,11 @@ type amxLanes struct {
 	tail   []float32 // [2][d]: an odd chunk's last value row and a zero row
 	tail8  []byte    // [2][d]: the same for e4m3fn value rows
 	tail16 []uint16  // [2][d]: the same for bf16 value rows
+	// ahead are the bf16 value chunks the VDPBF16PS path interleaved into
+	// vb during the scores of the same rows (bf16PairsAhead), by chunk;
+	// job is the one the next scores kernel call runs (none: left 0).
+	ahead [BlockN / 64]pairsAhead
+	job   *pairsJob
 }
 
 // lanesAMXOK reports whether d runs the AMX lane path under the active
@@ -184,7 +189,11 @@ func (l *Lanes) amxRawValues(a *amxLanes, src WideningStager, i0, i1 int, last b
 		}
 	case f == RawBF16 && !(scan && l.vStaged):
 		var mx [32]uint16
-		bf16PairsMax(unsafe.Pointer(&dst[0]), uintptr(4*d), p, uintptr(2*d), c/2, d, &mx, &l.pfV)
+		if j := a.pairedAhead(i0, p, c/2); j != nil {
+			mx = j.max
+		} else {
+			bf16PairsMax(unsafe.Pointer(&dst[0]), uintptr(4*d), p, uintptr(2*d), c/2, d, &mx, &l.pfV)
+		}
 		if c%2 != 0 {
 			t := a.tail16[:2*d]
 			copy(t, unsafe.Slice((*uint16)(unsafe.Add(p, 2*(c-1)*d)), d))

@@ -37,6 +37,9 @@ import (
 func lanesQKBF16(qb *uint32, k unsafe.Pointer, ldk uintptr, pairs int, s *float32, n int)
 
 //go:noescape
+func lanesQKBF16Pairs(qb *uint32, k unsafe.Pointer, ldk uintptr, pairs int, s *float32, n int, job *pairsJob)
+
+//go:noescape
 func lanesPVBF16(pp *uint32, vb unsafe.Pointer, ldv uintptr, pairs int, o *float32, alpha *float32, d int)
 
 // lanesBF16Kern returns the lane kernels a Lanes asking for bf16 products
@@ -97,7 +100,7 @@ func bf16Exact(x []float32) bool {
 func (l *Lanes) bf16Scores(a *amxLanes, k []float32, i0, i1 int) {
 	d := l.d
 	bf16Rows(unsafe.Pointer(&a.kb[i0*d]), &k[0], (i1-i0)*d)
-	lanesQKBF16(&a.qb[0], unsafe.Pointer(&a.kb[i0*d]), uintptr(2*d), d/2, &l.s[i0*16], i1-i0)
+	a.scoresBF16(unsafe.Pointer(&a.kb[i0*d]), d, &l.s[i0*16], i1-i0)
 }
 
 // bf16RawScores computes the transposed scores of key rows [i0, i1) from
@@ -112,7 +115,7 @@ func (l *Lanes) bf16RawScores(a *amxLanes, src WideningStager, i0, i1 int) bool 
 		return false
 	}
 	l.amxPrefetchNow(&l.pfK)
-	lanesQKBF16(&a.qb[0], p, uintptr(2*l.d), l.d/2, &l.s[i0*16], i1-i0)
+	a.scoresBF16(p, l.d, &l.s[i0*16], i1-i0)
 	return true
 }
 
@@ -139,4 +142,86 @@ func (l *Lanes) bf16Values(a *amxLanes, v []float32, i0, i1 int, first bool) {
 func (l *Lanes) bf16PV(a *amxLanes, i0, i1 int, first bool) {
 	d := l.d
 	lanesPVBF16(&a.pt[i0/2*16], unsafe.Pointer(&a.vb[i0/2*d]), uintptr(4*d), (i1-i0+1)/2, &l.oT[0], l.pvAlpha(first), d)
+}
+
+// scoresBF16 computes the transposed scores of n bf16 key rows at k (d
+// values each, contiguous) into s, running the pending pairs job (job)
+// alongside when there is one.
+func (a *amxLanes) scoresBF16(k unsafe.Pointer, d int, s *float32, n int) {
+	if j := a.job; j != nil {
+		a.job = nil
+		lanesQKBF16Pairs(&a.qb[0], k, uintptr(2*d), d/2, s, n, j)
+		return
+	}
+	lanesQKBF16(&a.qb[0], k, uintptr(2*d), d/2, s, n)
+}
+
+// pairsJob is the work lanesQKBF16Pairs interleaves with the scores: the
+// bf16Pairs of left/cols row pairs of a bf16 value chunk (cols units of 32
+// columns each, rows lds bytes apart, the pairs written contiguously from
+// dst) with bf16PairsMax's finite-maximum scan into max and its two
+// prefetches per unit (pf, the accumulation's V cursor). The generator
+// (asmgen/lanes, jobSrc...) hard-codes the offsets.
+type pairsJob struct {
+	src  uintptr    // the even row's next 32 columns
+	dst  uintptr    // the next unit's 32 pairs (128 bytes)
+	lds  uintptr    // bytes from an even row to its odd row
+	skip uintptr    // added to src after a row pair's last unit
+	col  int        // units left in the current row pair
+	cols int        // units per row pair (d/32)
+	left int        // units left in the job
+	max  [32]uint16 // the finite magnitudes' maximum, word by word
+	pf   lanesPrefetch
+}
+
+// pairsAhead is a value chunk interleaved during the scores: ok, the first
+// pairs row pairs of the chunk at src are in vb with their maxima in job.
+type pairsAhead struct {
+	ok    bool
+	src   unsafe.Pointer
+	pairs int
+	job   pairsJob
+}
+
+// bf16PairsAhead, on the VDPBF16PS path, sets the scores of key rows [i0,
+// i1) to interleave the value rows [i0, i1) into vb alongside (the value
+// chunk of the same rows, ch.k = ch.v) when they are bf16 rows the values
+// step would read in place: the VDPBF16PS kernels leave the load, store
+// and shuffle ports that the interleaving needs mostly idle. The values
+// step (amxRawValues) then takes the pairs and their maximum as they are,
+// when it reads the same rows in place; it interleaves them itself
+// otherwise, as for an odd last row.
+// It returns the job (nil: none), whose prefetch cursor the caller puts
+// back into l.pfV after the scores.
+func (l *Lanes) bf16PairsAhead(a *amxLanes, src WideningStager, i0, i1 int, ch struct{ k, v int }) *pairsJob {
+	c, d := i1-i0, l.d
+	if src == nil || l.kern != lanesBF16 || ch.k != ch.v || c < 2 || i0%ch.v != 0 || i0/ch.v >= len(a.ahead) {
+		return nil
+	}
+	p, f, scan := src.RawV(i0, i1)
+	if p == nil || f != RawBF16 || scan && l.vStaged {
+		return nil
+	}
+	x := &a.ahead[i0/ch.v]
+	*x = pairsAhead{ok: true, src: p, pairs: c / 2}
+	x.job = pairsJob{src: uintptr(p), dst: uintptr(unsafe.Pointer(&a.vb[i0/2*d])), lds: uintptr(2 * d),
+		skip: uintptr(2 * d), col: d / 32, cols: d / 32, left: c / 2 * (d / 32), pf: l.pfV}
+	a.job = &x.job
+	return &x.job
+}
+
+// pairedAhead returns the job that interleaved the pairs row pairs of the
+// value chunk from row i0 at p during the scores, nil if none did, and
+// forgets it.
+func (a *amxLanes) pairedAhead(i0 int, p unsafe.Pointer, pairs int) *pairsJob {
+	k := i0 / lanesChunks[lanesBF16].v
+	if i0%lanesChunks[lanesBF16].v != 0 || k >= len(a.ahead) {
+		return nil
+	}
+	x := &a.ahead[k]
+	if !x.ok || x.src != p || x.pairs != pairs {
+		return nil
+	}
+	x.ok = false
+	return &x.job
 }

@@ -273,3 +273,27 @@ func TestLanesBF16Selection(t *testing.T) {
 		t.Fatalf("avx512 tier: kernel set %d with bf16 products asked for, want the float32 lane kernels", l.kern)
 	}
 }
+
+// TestPairsJobLayout checks the pairsJob offsets that asmgen/lanes/gen.go
+// hard-codes (jobSrc ... jobMax).
+func TestPairsJobLayout(t *testing.T) {
+	var j pairsJob
+	for _, f := range []struct {
+		name      string
+		got, want uintptr
+	}{
+		{"src", unsafe.Offsetof(j.src), 0},
+		{"dst", unsafe.Offsetof(j.dst), 8},
+		{"lds", unsafe.Offsetof(j.lds), 16},
+		{"skip", unsafe.Offsetof(j.skip), 24},
+		{"col", unsafe.Offsetof(j.col), 32},
+		{"cols", unsafe.Offsetof(j.cols), 40},
+		{"left", unsafe.Offsetof(j.left), 48},
+		{"max", unsafe.Offsetof(j.max), 56},
+		{"pf", unsafe.Offsetof(j.pf), 120},
+	} {
+		if f.got != f.want {
+			t.Errorf("pairsJob.%s at offset %d, want %d", f.name, f.got, f.want)
+		}
+	}
+}

@@ -56,7 +56,10 @@ func (p *bf16Path) update(l *Lanes, k, v []float32, n int) {
 // and value rows taken in chunks of lanesChunks[p.kern] rows, bf16 rows
 // from their storage where the stager offers them (rawScores,
 // amxRawValues), the others staged to float32 and converted while in
-// cache. Value chunks are added to O one after the other, like the lane
+// cache. On the VDPBF16PS path the bf16 value rows a chunk will read in
+// place are interleaved into pairs during the scores of the same rows
+// (bf16PairsAhead), whose kernel leaves the ports that work needs idle.
+// Value chunks are added to O one after the other, like the lane
 // kernels', so that a V overflow guard raised by a later chunk
 // (Stager.StageV, ScaleO) rescales what the earlier ones added.
 func (p *bf16Path) updateStaged(l *Lanes, src Stager, n int) {
@@ -64,10 +67,15 @@ func (p *bf16Path) updateStaged(l *Lanes, src Stager, n int) {
 	l.amxQueries(a)
 	d, ch := l.d, lanesChunks[p.kern]
 	ws, _ := src.(WideningStager)
+	a.ahead = [len(a.ahead)]pairsAhead{}
 	for i0 := 0; i0 < n; i0 += ch.k {
 		i1 := min(n, i0+ch.k)
+		j := l.bf16PairsAhead(a, ws, i0, i1, ch)
 		if !p.rawScores(l, a, ws, i0, i1) {
 			p.scores(l, a, stageRows(src, false, i0, i1, d), i0, i1)
+		}
+		if j != nil {
+			l.pfV = j.pf
 		}
 	}
 	lanesSoftmax512(&l.s[0], n, &l.st)

@@ -89,12 +89,7 @@ func growInt32(buf []int32, n int) []int32 {
 // sums ending at most at limit (limit < 0: no bound), validate.CuSeqlens's
 // value rules.
 func prefixSums(cu []int32, limit int) bool {
-	for i, x := range cu {
-		if x < 0 || (i > 0 && x < cu[i-1]) {
-			return false
-		}
-	}
-	return len(cu) > 0 && (limit < 0 || int(cu[len(cu)-1]) <= limit)
+	return len(cu) > 0 && validate.PrefixSumsBreak(cu) < 0 && (limit < 0 || int(cu[len(cu)-1]) <= limit)
 }
 
 // cuSeqlensOK is validate.CuSeqlens's rules without their messages: an

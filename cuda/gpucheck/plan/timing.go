@@ -248,7 +248,7 @@ const (
 	// 4.2-8.2 ns per element, taken as 12 (a slower or busier host core);
 	// the block scores, 2 T Hq D (ceil(T/blk)+1)/2 FLOP, ran at 6.9-17
 	// GFLOP/s per worker, taken as 4 GFLOP/s per core on the GPU machine's
-	// hostCores cores (16 on the lent H100 / H200 machines).
+	// hostCores cores (16 on the H100 / H200 machines the runbook targets).
 	ar1NsPerElement   = 12
 	scoreFlopsPerCore = 4e9
 	hostCores         = 16

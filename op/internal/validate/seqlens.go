@@ -18,17 +18,28 @@ func CuSeqlens(c *Checker, t tensor.Tensor, arg string, limit int, limitDesc str
 	if c.Err != nil {
 		return nil
 	}
-	for i, x := range cu {
-		if x < 0 || (i > 0 && x < cu[i-1]) {
-			c.Fail(fmt.Sprintf("%s[%d]", arg, i), "non-negative, non-decreasing prefix sums", fmt.Sprint(cu))
-			return nil
-		}
+	if i := PrefixSumsBreak(cu); i >= 0 {
+		c.Fail(fmt.Sprintf("%s[%d]", arg, i), "non-negative, non-decreasing prefix sums", fmt.Sprint(cu))
+		return nil
 	}
 	if limit >= 0 && int(cu[len(cu)-1]) > limit {
 		c.Fail(fmt.Sprintf("%s[%d]", arg, len(cu)-1), "<= "+limitDesc, cu[len(cu)-1])
 		return nil
 	}
 	return cu
+}
+
+// PrefixSumsBreak returns the index of the first element of cu that is
+// negative or below its predecessor, or -1 when cu holds non-negative,
+// non-decreasing prefix sums: CuSeqlens's value rule, which callers that
+// must not format a message (the CUDA path's warm re-checks) share.
+func PrefixSumsBreak(cu []int32) int {
+	for i, x := range cu {
+		if x < 0 || (i > 0 && x < cu[i-1]) {
+			return i
+		}
+	}
+	return -1
 }
 
 // MaxSeq checks an optional max_seqlen argument against prefix sums.

@@ -118,7 +118,8 @@ func TestCheckerDetects(t *testing.T) {
 func TestRefMeter(t *testing.T) {
 	m := newRefMeter(calibration{peakTier: peakTier(tile.Tier()), decodeTier: decodePeakTier(tile.Tier())}, 2, 4<<20)
 	for _, kind := range []string{"prefill", "decode"} {
-		if pk := m.peak(10*time.Millisecond, caseSpec{Kind: kind, DType: "bf16", D: 128}); !(pk > 0) {
+		loop, scale := m.cal.loopFor(caseSpec{Kind: kind, DType: "bf16", D: 128})
+		if pk := m.peak(10*time.Millisecond, loop, scale); !(pk > 0) {
 			t.Fatalf("%s peak window: %v GFLOP/s", kind, pk)
 		}
 	}

@@ -163,35 +163,37 @@ func calibrate(cfg *config) (calibration, error) {
 
 // peakFor returns the name of the bound and the calibrated peak (all
 // workers) that case cs is compared with: its calibration loop's, or for
-// a mixed case (mixed) the FP32 loop's scaled by mixScale.
+// a mixed case (mixed) the FP32 loop's scaled by mixScale (loopFor).
 func (c calibration) peakFor(cs caseSpec) (string, float64) {
+	loop, scale := c.loopFor(cs)
+	peak := c.peak
 	if cs.Kind == "decode" {
-		return c.decodeTier, c.decPeak
+		peak = c.decPeak
 	}
-	if c.mixed(cs) {
-		return c.peakTier + "+vdpbf16ps-qk", c.peak * c.mixScale
+	if scale != 1 {
+		return loop + "+vdpbf16ps-qk", peak * scale
 	}
-	return c.peakTier, c.peak
+	return loop, peak
 }
 
 // loopFor returns the calibration loop of case cs's paired windows and the
 // factor their rate is scaled by (mixScale for a mixed case, else 1).
 func (c calibration) loopFor(cs caseSpec) (string, float64) {
-	if cs.Kind == "decode" {
+	switch {
+	case cs.Kind == "decode":
 		return c.decodeTier, 1
-	}
-	if c.mixed(cs) {
+	case c.mixed(cs):
 		return c.peakTier, c.mixScale
 	}
 	return c.peakTier, 1
 }
 
-// mixed reports whether case cs is bounded by the mixed rate (mixScale):
-// a BF16 prefill whose query-major tiles take Q.K on VDPBF16PS while its
-// tier keeps float32 products (attn.BF16Scores). Its KV-major tiles, if
-// auto chooses any, run below that bound, never above it.
+// mixed reports whether prefill case cs is bounded by the mixed rate
+// (mixScale): a BF16 prefill whose query-major tiles take Q.K on VDPBF16PS
+// while its tier keeps float32 products (attn.BF16Scores). Its KV-major
+// tiles, if auto chooses any, run below that bound, never above it.
 func (c calibration) mixed(cs caseSpec) bool {
-	if c.mixScale == 0 || cs.Kind == "decode" {
+	if c.mixScale == 0 {
 		return false
 	}
 	q, k, v := caseDtypes(cs)
@@ -227,11 +229,10 @@ func refWindow(rep time.Duration) time.Duration {
 }
 
 // peak returns the summed sustained GFLOP/s of workers goroutines (each on
-// its own OS thread) running the calibration loop of a case of kind for
-// about dur.
-func (m *refMeter) peak(dur time.Duration, cs caseSpec) float64 {
-	tier, scale := m.cal.loopFor(cs)
-	return scale * calib.SumOnThreads(m.workers, func(int) float64 { return calib.SustainedGFLOPS(tile.PeakLoop(tier), dur) })
+// its own OS thread) running calibration loop for about dur, times scale
+// (a case's loop and factor: calibration.loopFor).
+func (m *refMeter) peak(dur time.Duration, loop string, scale float64) float64 {
+	return scale * calib.SumOnThreads(m.workers, func(int) float64 { return calib.SustainedGFLOPS(tile.PeakLoop(loop), dur) })
 }
 
 // meterKey selects an in-cache update meter (updatemeter.New).

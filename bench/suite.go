@@ -552,15 +552,15 @@ func (p *paired) after(rep time.Duration) {
 		return
 	}
 	d := refWindow(rep)
+	loop, scale := p.m.cal.loopFor(p.r.c)
 	var fp, fb float64
-	if pk := p.m.peak(d, p.r.c); pk > 0 {
+	if pk := p.m.peak(d, loop, scale); pk > 0 {
 		fp = p.r.flops / rep.Seconds() / 1e9 / pk
 		p.peak = append(p.peak, fp)
 	}
 	if k := p.m.kernel(d, p.kern); k > 0 {
 		// The meter runs the float32 tile kernel; a mixed case's Q.K runs
 		// on VDPBF16PS, so its in-cache bound is scaled as its peak is.
-		_, scale := p.m.cal.loopFor(p.r.c)
 		p.kernR = append(p.kernR, p.r.flops/rep.Seconds()/1e9/(k*scale))
 	}
 	if p.bw {

@@ -133,8 +133,12 @@ func tierNames() []string {
 	return names
 }
 
-// missingOf returns the missing CPU feature of the named tier of allTiers.
-func missingOf(name string) string { return findTier(name).missing() }
+// missingOf is tierMissing for resolveTiers, which asks only about tiers
+// of this build.
+func missingOf(name string) string {
+	m, _ := tierMissing(name)
+	return m
+}
 
 // slowTwinOf reports whether the named tier of allTiers is too slow here
 // to be the automatic bf16 twin (tier.slowTwin).

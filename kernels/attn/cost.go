@@ -89,8 +89,9 @@ type pathCosts struct {
 // about the same. One-token tiles that see all their blocks take the
 // query-major path at 64-key blocks on every measured tier (the partial
 // rows the KV-major path writes cost more than the lane kernels' extra
-// time per key) and, at 128-key blocks, the KV-major path on avx512bf16,
-// whose rate is the farthest from a tie. The kernels alone, in cache on
+// time per key) and, at 128-key blocks, the KV-major path on avx512bf16
+// (rate 1.05, at the edge of a tie: its bf16 block kernel keeps the
+// larger blocks' partial rows cheap). The kernels alone, in cache on
 // one thread (go test ./kernels/tile -run '^$' -benchtime 3000x -bench
 // 'LanesUpdate/tier=(avx2|avx512|avx512bf16)$/path=/m=16/n=128/d=128$',
 // best-GFLOP/s), show the same order on avx512bf16: the bf16-product lane
@@ -120,9 +121,11 @@ var (
 	avx512ScoresCosts = pathCosts{QMKey: 4.58, QMSlot: 41.6, KVKey: 4.27, KVSlot: 137, Staged: 2}
 	// avx512bf16, whose query-major tiles run the bf16-product lane kernels
 	// (VDPBF16PS, tile.Lanes.SetBF16Products) as its block kernel runs bf16
-	// products: rate 0.97 at 64-key blocks, 1.11 at 128 (with the float32
-	// lane kernels it was 1.66 and 1.77: QMKey 4.48, QMSlot 108).
-	avx512bf16Costs = pathCosts{QMKey: 3.02, QMSlot: 37.5, KVKey: 2.29, KVSlot: 90.4, Staged: 2}
+	// products, the V pairs made inside the Q.K kernel: rate 0.96 at 64-key
+	// blocks, 1.05 at 128 (CPU time per call at 128-key blocks: 684-718 ms
+	// KV-major, 720-756 ms query-major; with the float32 lane kernels the
+	// rates were 1.66 and 1.77: QMKey 4.48, QMSlot 108).
+	avx512bf16Costs = pathCosts{QMKey: 2.85, QMSlot: 32.1, KVKey: 2.38, KVSlot: 72.2, Staged: 2}
 	// amxbf16 is unmeasured: no CPU with AMX was available. Its constants
 	// are in other units (one (row, key) of the float32 block kernel) and
 	// assume its block kernel's products at twice the float32 rate and its

@@ -13,9 +13,9 @@ import (
 // the KV tiles' rows over the filtered CSR and schedule, then the
 // query-major kernel over the query tiles. Every tile runs KV-major, with
 // the reason in PrefillChoice, where the query-major kernel does not apply
-// (ch.qWhy), the GPU has no constants (ch.costsWhy) or its launch cannot
-// be made. Bad inputs get the KV-major path's errors: its checks run
-// first, in its order.
+// (ch.qWhy, or arguments only it refuses), the GPU has no constants
+// (ch.costsWhy) or its launch cannot be made. Bad inputs get the KV-major
+// path's errors: its checks run first, in its order.
 func (k *Kernels) prepAutoPrefill(ch *prefillChoice, fa *FwdArgs, ca *CombineArgs, csr *plan.CSR, s *plan.FwdSchedule, cuQ []int32, window int) ([]step, error) {
 	d := &k.pre
 	a := &d.auto
@@ -36,9 +36,6 @@ func (k *Kernels) prepAutoPrefill(ch *prefillChoice, fa *FwdArgs, ca *CombineArg
 	if _, err := newFwdKernelParams(fa, csr, s, FwdPlanPtrs{}); err != nil {
 		return nil, err
 	}
-	if _, err := newCombineKernelParams(ca, 0); err != nil {
-		return nil, err
-	}
 	qpk := fa.Hq / fa.Hkv
 	qp, err := d.qp.build(csr, s, cuQ, fa.Hkv, qpk)
 	if err != nil {
@@ -46,6 +43,14 @@ func (k *Kernels) prepAutoPrefill(ch *prefillChoice, fa *FwdArgs, ca *CombineArg
 	}
 	if err := qp.check(&d.covered, cuQ, nil, fa.Hkv, qpk, fa.BlkKV); err != nil {
 		return nil, err
+	}
+	if _, err := newQFwdKernelParams(fa, ca, csr, s, qp, QPlanPtrs{}); err != nil {
+		// What only the query-major kernel needs (its combine arguments,
+		// the output's alignment) is a limit of that kernel, not a bad
+		// input: the KV-major path runs every tile, as MSA_CUDA_PREFILL=kv
+		// would.
+		a.choice = AutoChoice{Limit: "the query-major kernel does not take these arguments: " + err.Error()}
+		return k.prepKVPrefill(ch, fa, ca, csr, s, cuQ, window)
 	}
 	costs := ch.costs
 	if ch.costsWhy != "" {
@@ -59,7 +64,7 @@ func (k *Kernels) prepAutoPrefill(ch *prefillChoice, fa *FwdArgs, ca *CombineArg
 	if a.choice.QueryTiles == 0 {
 		return k.prepKVPrefill(ch, fa, ca, csr, s, cuQ, window)
 	}
-	var steps []step
+	steps := d.steps[:0]
 	if a.choice.KVTiles > 0 {
 		fc, fs := a.filter(csr, s, cuQ)
 		if steps, err = k.prepKVPrefill(ch, fa, ca, fc, fs, cuQ, window); err != nil {

@@ -250,3 +250,33 @@ func itemRange(csr *plan.CSR, s *plan.FwdSchedule, i int) (h, row, base, n, b in
 	base = h*csr.Stride + int(csr.RowPtr[h*(csr.TotalRows+1)+row]) + int(m[2])
 	return h, row, base, n, b
 }
+
+// ChooseAutoPrefill returns what the auto path would choose, by the
+// model, for the sparse prefill fa of csr and s (cuQ: host copy of
+// cu_seqlens_q) on a GPU of family arch called device, without a launch
+// or a device: the limit that keeps every tile KV-major (QFwdPlan's
+// reason, a GPU without constants), else the tiles per path and the
+// model's totals. Launch-time limits (a kernel missing from the fatbin,
+// arguments only the query-major kernel refuses) are not seen here. The
+// GPU check prints it next to a case's query and kv timing rows.
+func ChooseAutoPrefill(arch Arch, device string, fa *FwdArgs, csr *plan.CSR, s *plan.FwdSchedule, cuQ []int32) (AutoChoice, error) {
+	if fa.Hkv < 1 || fa.Hq%fa.Hkv != 0 || fa.Hq < fa.Hkv {
+		return AutoChoice{}, fmt.Errorf("cuda: Hq = %d, Hkv = %d: Hq must be a positive multiple of Hkv", fa.Hq, fa.Hkv)
+	}
+	if _, why := QFwdPlan(arch, fa, 0); why != "" {
+		return AutoChoice{Limit: why}, nil
+	}
+	costs, why := autoCosts(device, fa)
+	if why != "" {
+		return AutoChoice{Limit: why}, nil
+	}
+	qp, err := BuildQPlan(csr, s, cuQ, fa.Hkv, fa.Hq/fa.Hkv)
+	if err != nil {
+		return AutoChoice{}, err
+	}
+	var a autoPart
+	if err := a.partition(qp, &costs, fa.BlkKV, fa.Hq/fa.Hkv, fa.Hkv, int(cuQ[len(cuQ)-1]), nil); err != nil {
+		return AutoChoice{}, err
+	}
+	return a.choice, nil
+}

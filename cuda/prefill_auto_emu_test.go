@@ -239,3 +239,32 @@ func TestGPUPathCosts(t *testing.T) {
 		t.Error("an unknown GPU has constants")
 	}
 }
+
+// TestChooseAutoPrefill: the host-only choice agrees with the partition,
+// and names the limit where the query-major kernel does not apply.
+func TestChooseAutoPrefill(t *testing.T) {
+	c := autoCases()[2]
+	genPrefill(t, c, 5)
+	fa := &FwdArgs{Q: 0x1000_0000, K: 0x2000_0000, V: 0x3000_0000, CuSeqlensQ: 0x400, CuSeqlensK: 0x500, OPartial: 0x4000_0000,
+		LSEPartial: 0x5000_0000, TotalQ: c.totalQ, Hq: c.hq, Hkv: c.hkv, D: c.d, BlkKV: c.blk, TopK: c.topK, NumBatch: len(c.cuQ) - 1,
+		QDtype: c.qd, KVDtype: c.kvd, PartialDtype: c.pd, PVRound: c.round, Causal: c.causal, KVRows: int(c.cuK[len(c.cuK)-1])}
+	got, err := ChooseAutoPrefill(ArchSM90, "NVIDIA H200", fa, c.csr, c.sched, c.cuQ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := partitionCase(t, c, nil).part.choice
+	if got != want || got.Limit != "" || got.QueryTiles+got.KVTiles == 0 {
+		t.Errorf("choice %v, want %v", got, want)
+	}
+	if got, _ := ChooseAutoPrefill(ArchPortable, "NVIDIA H200", fa, c.csr, c.sched, c.cuQ); got.Limit == "" {
+		t.Errorf("portable family: %v, want a limit", got)
+	}
+	if got, _ := ChooseAutoPrefill(ArchSM90, "NVIDIA GeForce RTX 4090", fa, c.csr, c.sched, c.cuQ); !strings.Contains(got.String(), "not in the table") {
+		t.Errorf("unknown GPU: %v", got)
+	}
+	bad := *fa
+	bad.Hkv = 0
+	if _, err := ChooseAutoPrefill(ArchSM90, "NVIDIA H200", &bad, c.csr, c.sched, c.cuQ); err == nil {
+		t.Error("Hkv 0 accepted")
+	}
+}

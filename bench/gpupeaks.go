@@ -1,6 +1,6 @@
 package main
 
-import "github.com/sparseattn/msa/cuda"
+import "github.com/sparseattn/msa/cuda/gpupeak"
 
 // gpuPeak is a GPU's datasheet figures the GPU mode reports against: dense
 // tensor-core throughput (no structured sparsity) and HBM bandwidth.
@@ -12,9 +12,9 @@ type gpuPeak struct {
 }
 
 // gpuPeakFor returns the figures of the GPU called name from package cuda's
-// table of known GPUs (cuda.GPUPeakFor); ok is false for a GPU not in it.
+// table of known GPUs (gpupeak.For); ok is false for a GPU not in it.
 func gpuPeakFor(name string) (p gpuPeak, ok bool) {
-	g, ok := cuda.GPUPeakFor(name)
+	g, ok := gpupeak.For(name)
 	return gpuPeak{g.Name, g.BF16, g.FP8, g.HBM}, ok
 }
 

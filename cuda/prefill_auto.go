@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/bits"
 
+	"github.com/sparseattn/msa/cuda/gpupeak"
 	"github.com/sparseattn/msa/kernels/plan"
 )
 
@@ -54,7 +55,7 @@ const gpuQMSlot = 3.75
 // dtypes q, kv, head dim d and partial dtype pd on the GPU of peak pk: the
 // FP8 peak where both products run on FP8 tensor cores (E4M3 Q and K/V),
 // the BF16 one otherwise.
-func gpuPathCosts(pk GPUPeak, q, kv Dtype, d int, pd Dtype) plan.PathCosts {
+func gpuPathCosts(pk gpupeak.Peak, q, kv Dtype, d int, pd Dtype) plan.PathCosts {
 	peak := pk.BF16
 	if q == E4M3 && kv == E4M3 && pk.FP8 > 0 {
 		peak = pk.FP8
@@ -65,11 +66,11 @@ func gpuPathCosts(pk GPUPeak, q, kv Dtype, d int, pd Dtype) plan.PathCosts {
 }
 
 // autoCosts returns the model's constants for fa on the GPU called device,
-// or why it has none: a GPU not in the table of known GPUs (GPUPeakFor).
+// or why it has none: a GPU not in the table of known GPUs (gpupeak.For).
 func autoCosts(device string, fa *FwdArgs) (plan.PathCosts, string) {
-	pk, ok := GPUPeakFor(device)
+	pk, ok := gpupeak.For(device)
 	if !ok {
-		return plan.PathCosts{}, fmt.Sprintf("GPU %q is not in the table of known GPUs (GPUPeakFor): no balance to weigh the partial rows with", device)
+		return plan.PathCosts{}, fmt.Sprintf("GPU %q is not in the table of known GPUs (gpupeak.For): no balance to weigh the partial rows with", device)
 	}
 	return gpuPathCosts(pk, fa.QDtype, fa.KVDtype, fa.D, fa.PartialDtype), ""
 }

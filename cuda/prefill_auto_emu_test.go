@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sparseattn/msa/cuda/gpupeak"
 	"github.com/sparseattn/msa/kernels/plan"
 )
 
@@ -74,7 +75,7 @@ func partitionCase(t *testing.T, c *prefillCase, choose TileChooser) *autoRun {
 	if err != nil {
 		t.Fatalf("%s: %v", c.name, err)
 	}
-	pk, _ := GPUPeakFor("NVIDIA H200")
+	pk, _ := gpupeak.For("NVIDIA H200")
 	costs := gpuPathCosts(pk, c.qd, c.kvd, c.d, c.pd)
 	r := &autoRun{}
 	if err := r.part.partition(qp, &costs, c.blk, c.qhpk, c.hkv, c.totalQ, choose); err != nil {
@@ -210,7 +211,7 @@ func TestEmulatedAutoPrefillMutations(t *testing.T) {
 // against the FP8 peak, and the verdicts they give one-token tiles with
 // every block shared (no row wasted): query-major at 128-key blocks.
 func TestGPUPathCosts(t *testing.T) {
-	pk, _ := GPUPeakFor("NVIDIA H200")
+	pk, _ := gpupeak.For("NVIDIA H200")
 	m := gpuPathCosts(pk, BF16, BF16, 128, F32)
 	if want := 1032 * (989e12 / 4800e9) / 512; m.KVSlot != want || m.QMKey != 1 || m.KVKey != 1 || m.QMSlot != gpuQMSlot {
 		t.Errorf("H200 BF16 D 128 F32: %+v, want KVSlot %v", m, want)

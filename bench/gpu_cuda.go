@@ -17,7 +17,7 @@ import (
 // runGPU is the GPU mode (-device cuda): the suite's prefill, NVFP4 and
 // decode cases on GPU 0 through package cuda, the kernels alone timed
 // (inputs and plan uploaded first), and the same table, CSV, Markdown and
-// plot as the CPU run, against the GPU's datasheet peaks (gpupeaks.go). It
+// plot as the CPU run, against the GPU's datasheet peaks (cuda/gpupeak/gpupeak.go). It
 // returns the exit status: 2 without a usable GPU, 1 when a case failed.
 func runGPU(cfg *config) int {
 	dev, err := cuda.OpenDevice(0)
@@ -38,7 +38,7 @@ func runGPU(cfg *config) int {
 	if known {
 		header = append(header, fmt.Sprintf("peaks (%s datasheet, dense): BF16 %.0f TFLOP/s, FP8 %.0f TFLOP/s, HBM %.0f GB/s", pk.name, pk.bf16, pk.fp8, pk.hbm))
 	} else {
-		header = append(header, fmt.Sprintf("peaks: %q is not in the table of known GPUs (bench/gpupeaks.go): no %% of peak or of HBM", dev.Name))
+		header = append(header, fmt.Sprintf("peaks: %q is not in the table of known GPUs (cuda/gpupeak/gpupeak.go): no %% of peak or of HBM", dev.Name))
 	}
 	header = append(header, "times: CUDA events around the kernels alone (inputs and plan uploaded before); correctness is the GPU check's (kernels/cuda/GPU_CHECK.md)")
 	for _, h := range header {

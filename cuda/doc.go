@@ -23,7 +23,12 @@
 // kernels; kv2 runs the KV-major schedule on the persistent sm_90a kernel
 // of sm90_fwd2.cu, which merges each row's partials itself (no combine
 // launch; prefill_kv2.go holds its plan and window sizing; BF16 and FP8
-// at D 64 / 128, the KV path elsewhere). MSA_CUDA_ARCH (portable, sm80, sm90, sm100) overrides the
+// at D 64 / 128, the KV path elsewhere); auto weighs every query tile
+// with the model the CPU path shares (kernels/plan PathCosts.Weigh, GPU
+// constants in prefill_auto.go, first estimates from the datasheets) and
+// runs the KV-major launches for the KV tiles' rows first, then the
+// query-major kernel over the query tiles (Kernels.PrefillChoice says what
+// it chose and why). MSA_CUDA_ARCH (portable, sm80, sm90, sm100) overrides the
 // kernel family of every launch, not only the prefill's.
 //
 // Paged decode takes one of two kernels on sm_90 (DecodeKernel, read from

@@ -61,6 +61,7 @@ type Kernels struct {
 	tmaps   map[string]driver.TensorMap
 	path    Path
 	prefill PrefillPath  // MSA_CUDA_PREFILL (SetPrefillPath)
+	chooser TileChooser  // the auto path's override of the model (SetPrefillChooser); nil: the model
 	decode  DecodeKernel // MSA_CUDA_DECODE (SetDecodeKernel)
 	fp8pv   FP8PV        // MSA_CUDA_FP8PV (SetFP8PV)
 	gen     uint64       // bumped by every scratch upload: a Prepared is valid while it is unchanged
@@ -176,7 +177,7 @@ var portableNames = []string{
 // MSA_CUDA_ARCH=sm80 runs the sm_80 kernels from their compute_80 PTX.
 // MSA_CUDA_ITEM_WAVES (1 to 64, default DefaultItemWaves) sets how many
 // CTAs per SM each prefill window's work items are cut into.
-// MSA_CUDA_PREFILL (kv, kv2, query, query80) sets the prefill path and
+// MSA_CUDA_PREFILL (kv, kv2, query, query80, auto) sets the prefill path and
 // MSA_CUDA_DECODE (old, new; DecodeEnv) the sm_90a decode kernel,
 // MSA_CUDA_FP8PV (widen, fp8; FP8PVEnv) the sm_90a query-major fp8
 // kernel's P.V; a bad value is an error.
@@ -359,7 +360,8 @@ func (k *Kernels) SetPath(p Path) {
 // SetPrefillPath selects the sparse prefill's path for later
 // SparsePrefill / PrepareSparsePrefill calls (Load sets it from
 // MSA_CUDA_PREFILL, default kv). The query path falls back to the KV path,
-// recording why in Fallbacks, where its kernel cannot run.
+// recording why in Fallbacks, where its kernel cannot run; the auto path
+// chooses per query tile (PrefillAuto, PrefillChoice).
 func (k *Kernels) SetPrefillPath(p PrefillPath) {
 	k.mu.Lock()
 	k.prefill = p

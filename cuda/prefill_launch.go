@@ -34,6 +34,7 @@ type prefillState struct {
 	split   windowStore // the windows split for occupancy
 	qp      qplanStore  // the query-major plan
 	covered []int32     // the query-major plan's check
+	auto    autoPart    // the auto path's partition
 
 	meta     []int32 // every window's metadata, one upload
 	offs     []int
@@ -79,6 +80,9 @@ type prefillChoice struct {
 	qMaps        [3]driver.TensorMap
 	fp8Key       string // the fp8 P.V kernel that is missing ("" when none), for Fallbacks
 	fp8Why       string
+
+	costs    plan.PathCosts // the auto path's model constants (autoCosts)
+	costsWhy string         // why the auto path cannot weigh ("" when it can)
 }
 
 // prefillChoiceFor returns the launch choice of fa and ca (nil: a forward
@@ -107,6 +111,9 @@ func (k *Kernels) prefillChoiceFor(fa *FwdArgs, ca *CombineArgs) *prefillChoice 
 		if hasV {
 			ch.kv2Key = KV2Name(v, fa.D)
 		}
+	}
+	if k.prefill == PrefillAuto {
+		ch.costs, ch.costsWhy = autoCosts(k.devName, fa)
 	}
 	if qa, ok := k.prefill.queryArch(k.arch); ok && ca != nil {
 		if hasV {
@@ -158,8 +165,10 @@ func (k *Kernels) prepPrefill(fa *FwdArgs, ca *CombineArgs, csr *plan.CSR, s *pl
 	if len(s.Metadata) < s.Capacity*plan.MetaFields {
 		return nil, fmt.Errorf("cuda: forward schedule metadata has %d entries: expected %d", len(s.Metadata), s.Capacity*plan.MetaFields)
 	}
-	d := &k.pre
 	ch := k.prefillChoiceFor(fa, ca)
+	if k.prefill == PrefillAuto && ca != nil && cuQ != nil {
+		return k.prepAutoPrefill(ch, fa, ca, csr, s, cuQ, window)
+	}
 	if _, ok := k.prefill.queryArch(k.arch); ok && ca != nil && cuQ != nil {
 		steps, why, err := k.prepQueryPrefill(ch, fa, ca, csr, s, cuQ)
 		if err != nil || why == "" {
@@ -169,6 +178,13 @@ func (k *Kernels) prepPrefill(fa *FwdArgs, ca *CombineArgs, csr *plan.CSR, s *pl
 			k.fallback[ch.qName] = why
 		}
 	}
+	return k.prepKVPrefill(ch, fa, ca, csr, s, cuQ, window)
+}
+
+// prepKVPrefill is prepPrefill's KV-major path: the windows' forwards
+// (kv2, tensor-core or portable) and, with ca != nil, their combines.
+func (k *Kernels) prepKVPrefill(ch *prefillChoice, fa *FwdArgs, ca *CombineArgs, csr *plan.CSR, s *plan.FwdSchedule, cuQ []int32, window int) ([]step, error) {
+	d := &k.pre
 	kv2, window, kv2Counters, kv2Sched, err := k.kv2Setup(ch, fa, window)
 	if err != nil {
 		return nil, err

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sparseattn/msa/internal/allocs"
 	"github.com/sparseattn/msa/kernels/cuda/fatbin"
+	"github.com/sparseattn/msa/kernels/plan"
 )
 
 // prefillRoute is one launch route of a sparse prefill on FakeKernels: the
@@ -22,7 +23,10 @@ type prefillRoute struct {
 	round    Round
 	perWin   []string // kernels of each window, in order
 	whole    []string // kernels of the whole call (query-major), instead of perWin
+	last     []string // kernels after every window's (auto: the query-major one)
 	fallback string   // a kernel whose refusal Fallbacks must record
+	device   string   // the driver's device name (auto's constants)
+	choose   TileChooser
 }
 
 func prefillRoutes() []prefillRoute {
@@ -39,6 +43,19 @@ func prefillRoutes() []prefillRoute {
 			fallback: TCName(ArchSM90, "fwd", VarFP8, 128)},
 		{name: "kv2 fallback", arch: ArchSM90, prefill: PrefillKV2, qdt: E4M3, kvd: E4M3, round: RoundBF16, perWin: []string{fwd, comb},
 			fallback: KV2Name(VarFP8, 128)},
+		// auto: the KV-major windows first, the query-major kernel last
+		{name: "sm90 auto both", arch: ArchSM90, prefill: PrefillAuto, qdt: BF16, kvd: BF16, round: RoundBF16, device: "NVIDIA H200",
+			choose: AlternateTiles, perWin: []string{TCName(ArchSM90, "fwd", VarBF16, 128), comb}, last: []string{QFwdName(ArchSM90, VarBF16, 128)}},
+		{name: "sm90 auto all query", arch: ArchSM90, prefill: PrefillAuto, qdt: BF16, kvd: BF16, round: RoundBF16, device: "NVIDIA H200",
+			choose: func(int, plan.TileVerdict) bool { return true }, whole: []string{QFwdName(ArchSM90, VarBF16, 128)}},
+		{name: "sm90 auto all kv", arch: ArchSM90, prefill: PrefillAuto, qdt: BF16, kvd: BF16, round: RoundBF16, device: "NVIDIA H200",
+			choose: func(int, plan.TileVerdict) bool { return false }, perWin: []string{TCName(ArchSM90, "fwd", VarBF16, 128), comb}},
+		{name: "sm80 auto both", arch: ArchSM80, prefill: PrefillAuto, qdt: E4M3, kvd: E4M3, round: RoundE4M3, device: "NVIDIA A100-SXM4-80GB",
+			choose: AlternateTiles, perWin: []string{TCName(ArchSM80, "fwd", VarFP8, 128), comb}, last: []string{QFwdName(ArchSM80, VarFP8, 128)}},
+		{name: "auto unknown GPU", arch: ArchSM90, prefill: PrefillAuto, qdt: BF16, kvd: BF16, round: RoundBF16, device: "NVIDIA GeForce RTX 4090",
+			perWin: []string{TCName(ArchSM90, "fwd", VarBF16, 128), comb}},
+		{name: "auto portable path", arch: ArchSM90, path: PathPortable, prefill: PrefillAuto, qdt: BF16, kvd: BF16, round: RoundBF16,
+			device: "NVIDIA H200", choose: AlternateTiles, perWin: []string{fwd, comb}},
 	}
 }
 
@@ -82,8 +99,9 @@ func (c *prefillLaunchCase) run(t *testing.T, k *Kernels) func() {
 // the portable kernels (on the portable family and on PathPortable), the
 // KV-major tensor-core forward + combine of sm_90a and SM100, the kv2
 // kernel with its fused combine, the query-major kernels of sm_90a and
-// sm_80, and fallbacks to the portable kernels with their reasons
-// recorded. The recording fake checks that the expected kernels ran in
+// sm_80, the auto path with both kinds of tiles (the KV-major windows,
+// then the query-major kernel) or one kind only, and fallbacks to the
+// portable kernels with their reasons recorded. The recording fake checks that the expected kernels ran in
 // each of the 3 windows (one call for the query-major kernel). A new
 // schedule of the same selection (the next run's plan values) allocates
 // nothing either; another layer's K/V (a new key) costs allocations once,
@@ -93,7 +111,7 @@ func TestSparsePrefillRunAllocatesNothing(t *testing.T) {
 		t.Run(r.name, func(t *testing.T) {
 			var f FakeDriver
 			k := FakeKernels(r.arch, &f)
-			k.path, k.prefill = r.path, r.prefill
+			k.path, k.prefill, k.devName, k.chooser = r.path, r.prefill, r.device, r.choose
 			c := newPrefillLaunchCase(t, r)
 			layer2 := *c
 			layer2.fa.K, layer2.fa.V = 0x2800_0000, 0x3800_0000
@@ -101,6 +119,7 @@ func TestSparsePrefillRunAllocatesNothing(t *testing.T) {
 			for range prefillTestWindows * len(r.perWin) / max(len(r.perWin), 1) {
 				want = append(want, r.perWin...)
 			}
+			want = append(want, r.last...)
 			c.run(t, k)()
 			if got := k.LastKernels(); !slices.Equal(got, want) {
 				t.Fatalf("launched %v, want %v", got, want)

@@ -34,42 +34,51 @@ func (k *Kernels) prepQueryPrefill(ch *prefillChoice, fa *FwdArgs, ca *CombineAr
 	if ch.qWhy != "" {
 		return nil, ch.qWhy, nil
 	}
+	st, launch, why, err := k.queryStep(ch, fa, ca, csr, s, qp)
+	if err != nil || why != "" || !launch {
+		return nil, why, err
+	}
+	d.steps = append(d.steps[:0], st)
+	return d.steps, "", nil
+}
+
+// queryStep uploads the query-major plan qp and returns the launch of the
+// query-major kernel over its tiles (launch false: no tile, nothing to
+// launch); why is the reason the launch cannot be made, err a bad input.
+func (k *Kernels) queryStep(ch *prefillChoice, fa *FwdArgs, ca *CombineArgs, csr *plan.CSR, s *plan.FwdSchedule, qp *QPlan) (st step, launch bool, why string, err error) {
+	d := &k.pre
 	if ch.fp8Key != "" {
 		k.fallback[ch.fp8Key] = ch.fp8Why
 	}
 	var dev QPlanPtrs
 	if dev.Tiles, err = k.uploadInt32("qfwd.tiles", qp.Tiles); err != nil {
-		return nil, "", err
+		return st, false, "", err
 	}
 	if dev.TilePtr, err = k.uploadInt32("qfwd.tile_ptr", qp.TilePtr); err != nil {
-		return nil, "", err
+		return st, false, "", err
 	}
 	if dev.Blocks, err = k.uploadInt32("qfwd.blocks", qp.Blocks); err != nil {
-		return nil, "", err
+		return st, false, "", err
 	}
 	var mp unsafe.Pointer
 	if len(qp.Masks) > 0 {
 		mp = unsafe.Pointer(&qp.Masks[0])
 	}
 	if dev.Masks, err = k.upload("qfwd.masks", mp, int64(len(qp.Masks))*8); err != nil {
-		return nil, "", err
+		return st, false, "", err
 	}
 	if d.qps, err = newQFwdKernelParams(fa, ca, csr, s, qp, dev); err != nil {
-		return nil, "", err
+		return st, false, "", err
 	}
 	if qp.NumTiles() == 0 {
-		return nil, "", nil // no query rows: nothing to launch
+		return st, false, "", nil // no query rows: nothing to launch
 	}
 	grid := qp.NumTiles()
 	if n := ch.qTilesPerCTA; n > 0 {
 		grid = (grid + n - 1) / n
 	}
-	st, why := k.tcLaunch(&ch.q, grid, driver.Bytes(&d.qps), &ch.qMaps)
-	if why != "" {
-		return nil, why, nil
-	}
-	d.steps = append(d.steps[:0], st)
-	return d.steps, "", nil
+	st, why = k.tcLaunch(&ch.q, grid, driver.Bytes(&d.qps), &ch.qMaps)
+	return st, why == "", why, nil
 }
 
 // SetFP8PV selects how the sm_90a query-major fp8 kernel runs P.V in later

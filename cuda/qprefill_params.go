@@ -30,10 +30,19 @@ const (
 	// the combine fused (sm90/sm90_fwd2.cu, KV2Plan); elsewhere, and for
 	// the variants it does not have, the KV path.
 	PrefillKV2
+	// PrefillAuto weighs every query tile with the model shared with the
+	// CPU path (plan.PathCosts.Weigh, GPU constants of prefill_auto.go)
+	// and runs each on the query-major kernel or the KV-major path, both in
+	// one call (the KV-major launches first, the query-major one last);
+	// where the query-major kernel does not apply (QFwdPlan) or the GPU is
+	// not in the peak table, every tile runs KV-major and
+	// Kernels.PrefillChoice says why.
+	PrefillAuto
 )
 
 // PrefillEnv is the environment variable Load reads the prefill path
-// from: "kv" (the default, also when unset), "kv2", "query" or "query80".
+// from: "kv" (the default, also when unset), "kv2", "query", "query80" or
+// "auto".
 const PrefillEnv = "MSA_CUDA_PREFILL"
 
 // String is the name ParsePrefillPath reads.
@@ -45,11 +54,14 @@ func (p PrefillPath) String() string {
 		return "query80"
 	case PrefillKV2:
 		return "kv2"
+	case PrefillAuto:
+		return "auto"
 	}
 	return "kv"
 }
 
-// ParsePrefillPath parses "kv", "kv2", "query" or "query80" ("" is kv).
+// ParsePrefillPath parses "kv", "kv2", "query", "query80" or "auto" (""
+// is kv).
 func ParsePrefillPath(s string) (PrefillPath, error) {
 	switch s {
 	case "", "kv":
@@ -60,15 +72,18 @@ func ParsePrefillPath(s string) (PrefillPath, error) {
 		return PrefillQuery80, nil
 	case "kv2":
 		return PrefillKV2, nil
+	case "auto":
+		return PrefillAuto, nil
 	}
-	return PrefillKV, fmt.Errorf("cuda: %s=%q: want kv, kv2, query or query80", PrefillEnv, s)
+	return PrefillKV, fmt.Errorf("cuda: %s=%q: want kv, kv2, query, query80 or auto", PrefillEnv, s)
 }
 
 // queryArch is the family whose query-major kernel path p runs on a
-// device of family a (ok false: p is not a query-major path).
+// device of family a (ok false: p runs no query-major kernel); auto runs
+// the family's own, as query does.
 func (p PrefillPath) queryArch(a Arch) (Arch, bool) {
 	switch p {
-	case PrefillQuery:
+	case PrefillQuery, PrefillAuto:
 		return a, true
 	case PrefillQuery80:
 		if a == ArchPortable {

@@ -11,7 +11,7 @@ import (
 )
 
 func TestPrefillPathParse(t *testing.T) {
-	for s, want := range map[string]PrefillPath{"": PrefillKV, "kv": PrefillKV, "kv2": PrefillKV2, "query": PrefillQuery, "query80": PrefillQuery80} {
+	for s, want := range map[string]PrefillPath{"": PrefillKV, "kv": PrefillKV, "kv2": PrefillKV2, "query": PrefillQuery, "query80": PrefillQuery80, "auto": PrefillAuto} {
 		got, err := ParsePrefillPath(s)
 		if err != nil || got != want {
 			t.Errorf("ParsePrefillPath(%q) = %v, %v: want %v", s, got, err, want)
@@ -20,7 +20,7 @@ func TestPrefillPathParse(t *testing.T) {
 			t.Errorf("%v.String() = %q, want %q", got, got.String(), s)
 		}
 	}
-	for _, s := range []string{"auto", "Query", "q", "KV2", "kv3"} {
+	for _, s := range []string{"Auto", "Query", "q", "KV2", "kv3"} {
 		if _, err := ParsePrefillPath(s); err == nil || !strings.Contains(err.Error(), PrefillEnv) {
 			t.Errorf("ParsePrefillPath(%q): error %v, want one naming %s", s, err, PrefillEnv)
 		}
@@ -41,6 +41,8 @@ func TestPrefillPathParse(t *testing.T) {
 		{PrefillQuery80, ArchSM90, ArchSM80, true},
 		{PrefillQuery80, ArchSM100, ArchSM80, true},
 		{PrefillQuery80, ArchPortable, ArchPortable, true},
+		{PrefillAuto, ArchSM90, ArchSM90, true},
+		{PrefillKV2, ArchSM90, ArchSM90, false},
 	} {
 		if a, ok := c.p.queryArch(c.dev); a != c.got || ok != c.ok {
 			t.Errorf("%s on %s: query-major family %s, %v: want %s, %v", c.p, c.dev, a, ok, c.got, c.ok)

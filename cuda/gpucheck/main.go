@@ -56,6 +56,8 @@ type report struct {
 	timingMD []string
 	probes   []string // CSV rows of the probe table
 	probesMD []string
+	choices  []string        // Markdown rows: the auto path's choice per timed prefill case
+	chosen   map[string]bool // the timed prefill cases whose choice is printed
 	failed   int
 	skipped  int
 	deadline time.Time
@@ -841,6 +843,7 @@ func (r *report) timePrefill(c *check.Prefill, name string, md runMode, fp8 bool
 		r.timeRow(name, "", 0, 0, 0, union, fp8, m.Err())
 		return
 	}
+	r.autoChoice(c, a)
 	r.apply(md)
 	defer r.restore()
 	pl, err := r.k.PrepareSparsePrefill(r.dev, a, ca, c.CSR, c.Sched, c.CuQ, window)
@@ -861,6 +864,29 @@ func (r *report) timePrefill(c *check.Prefill, name string, md runMode, fp8 bool
 		bytes += 2 * float64(check.SlotRows(c)) * float64(c.Hq/c.Hkv) * float64(c.D*2+4)
 	}
 	r.timeRow(name, kern, ms, c.FLOP(), bytes, union, fp8, err)
+}
+
+// autoChoice prints, once per timed prefill case, what the auto path's
+// model chooses for it on this GPU (cuda.ChooseAutoPrefill: host work, no
+// GPU time): tiles per path, the model's totals and what decided, next to
+// the case's query and kv rows.
+func (r *report) autoChoice(c *check.Prefill, a *cuda.FwdArgs) {
+	if r.chosen[c.Name] {
+		return
+	}
+	ch, err := cuda.ChooseAutoPrefill(r.k.Arch(), r.dev.Name, a, c.CSR, c.Sched, c.CuQ)
+	text := ch.String()
+	if err != nil {
+		text = "ERROR: " + err.Error()
+	}
+	fmt.Printf("timing %-36s %s\n", c.Name+" (auto choice)", text)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.chosen == nil {
+		r.chosen = map[string]bool{}
+	}
+	r.chosen[c.Name] = true
+	r.choices = append(r.choices, fmt.Sprintf("| %s | %s |", c.Name, text))
 }
 
 // timeDecode times generated case c in mode md, reported as name; the
@@ -943,6 +969,10 @@ func (r *report) write(dir, header string, took time.Duration) error {
 		"random: the bench's default; local: a local window); blocks/tile is the mean union of the blocks a 64-row query tile's tokens selected.\n\n")
 	b.WriteString("| case | kernels | ms | TFLOP/s | % of peak | GB/s | % of HBM | blocks/tile | status |\n|---|---|---:|---:|---:|---:|---:|---:|---|\n")
 	b.WriteString(strings.Join(r.timingMD, "\n"))
+	b.WriteString("\n\n### The auto path's choice per prefill case\n\nWhat MSA_CUDA_PREFILL=auto would run, by the model's " +
+		"first-estimate GPU constants (cuda/prefill_auto.go; no GPU time): query-major and KV-major tiles, the model's totals with every " +
+		"tile on one path and as chosen, and what decided.\n\n| case | choice |\n|---|---|\n")
+	b.WriteString(strings.Join(r.choices, "\n"))
 	b.WriteString("\n")
 	return replaceFile(filepath.Join(dir, "gpucheck.md"), []byte(b.String()), 0o644)
 }

@@ -13,14 +13,19 @@ import (
 type runMode struct {
 	path    cuda.Path
 	prefill cuda.PrefillPath
-	fp8pv   cuda.FP8PV // the sm_90a query-major fp8 kernel's P.V (MSA_CUDA_FP8PV)
+	fp8pv   cuda.FP8PV       // the sm_90a query-major fp8 kernel's P.V (MSA_CUDA_FP8PV)
+	choose  cuda.TileChooser // the auto path's tiles (nil: the model)
 }
 
 func prefillRunMode(m plan.PrefillMode) runMode {
 	if m.Portable {
 		return runMode{path: cuda.PathPortable, prefill: cuda.PrefillKV}
 	}
-	return runMode{path: cuda.PathAuto, prefill: m.Path, fp8pv: m.FP8PV}
+	md := runMode{path: cuda.PathAuto, prefill: m.Path, fp8pv: m.FP8PV}
+	if m.Path == cuda.PrefillAuto {
+		md.choose = cuda.AlternateTiles // both kinds of launch in one call
+	}
+	return md
 }
 
 // planArch is the family the plan's modes are listed for: the device's,
@@ -60,6 +65,7 @@ func (r *report) apply(m runMode) {
 	r.k.SetPath(m.path)
 	r.k.SetPrefillPath(m.prefill)
 	r.k.SetFP8PV(m.fp8pv)
+	r.k.SetPrefillChooser(m.choose)
 }
 
 // restore selects the tensor-core path, the prefill path Load read from

@@ -1,9 +1,9 @@
 package attn
 
 import (
-	"fmt"
 	"math"
 
+	"github.com/sparseattn/msa/kernels/plan"
 	"github.com/sparseattn/msa/kernels/tile"
 )
 
@@ -45,7 +45,9 @@ import (
 //	kv    = E * qpk * (n * KVKey + KVSlot)
 //	query = U * roundup16(qpk * tokens) * (n * QMKey + QMSlot) * (Staged if decoded per tile)
 //
-// and the tile takes the query-major path when query < kv. One call then
+// and the tile takes the query-major path when query < kv: the form of
+// plan.PathCosts.Weigh, which the GPU path shares with its own constants
+// and row group, here with 16 lane rows (choose). One call then
 // runs both kinds of work: the query-major tiles first (runQueryMajor),
 // then the KV-major work items and combine over the other tiles' rows
 // only. A tile is cut from its sequence's first token, and its choice
@@ -56,13 +58,7 @@ import (
 // tile.LanesSIMD) the query-major walk packs a whole block for 16 rows
 // with the block kernel, and auto keeps the KV-major path without
 // weighing.
-type pathCosts struct {
-	QMKey  float64 // query-major: one (lane row, key) of the lane kernels
-	QMSlot float64 // query-major: one lane row's work per block that does not scale with its keys
-	KVKey  float64 // KV-major: one (row, key) of the block kernel
-	KVSlot float64 // KV-major: one partial row's store, reload and combine
-	Staged float64 // query-major factor for K/V decoded per tile
-}
+type pathCosts = plan.PathCosts
 
 // The constants are CPU time in nanoseconds per unit on AMD Zen 4 (AMD
 // EPYC family 25 model 17, 2 workers), fitted per tier to both paths run
@@ -216,63 +212,33 @@ func BF16Scores(q, k Dtype, d int) bool {
 	return !qmNoBF16Scores && q == BF16 && k == BF16 && tile.LanesBF16Scores(d)
 }
 
-// tileChoice is the cost model's verdict on one query tile (one KV head):
-// the model's two costs and the quantities they come from.
-type tileChoice struct {
-	entries int     // the tile's CSR entries: (token, selected block) pairs
-	union   int     // blocks of its union that some token may see
-	lanes   int     // lane rows the query-major path computes per block
-	qpk     int     // rows the KV-major path computes per entry
-	waste   float64 // (union * lanes) / (entries * qpk): work the lanes add
-	rate    float64 // (QMKey + QMSlot/n) * Staged / (KVKey + KVSlot/n): cost per row-key
-	staged  bool    // the tile would decode K/V per tile (no cache)
-}
+// tileChoice is the cost model's verdict on one query tile (one KV head).
+type tileChoice = plan.TileVerdict
 
-// choose returns the model's verdict on a tile of tokens tokens (qpk rows
-// each) whose lists hold entries entries and whose union is union blocks
-// of n keys; staged says that its K/V would be decoded per tile.
-func (m *pathCosts) choose(entries, union, tokens, qpk int, n float64, staged bool) tileChoice {
-	c := tileChoice{entries: entries, union: union, lanes: (qpk*tokens + 15) / 16 * 16, qpk: qpk, staged: staged}
-	c.rate = (m.QMKey + m.QMSlot/n) / (m.KVKey + m.KVSlot/n)
-	if staged {
-		c.rate *= m.Staged
-	}
-	c.waste = 0
-	if union > 0 {
-		c.waste = math.Inf(1)
-		if entries > 0 {
-			c.waste = float64(union*c.lanes) / float64(entries*qpk)
-		}
+// laneRows is the row group of the lane kernels: a query-major tile
+// computes its rows rounded up to 16 lanes for every key it visits.
+const laneRows = 16
+
+// choose returns m's verdict (plan.PathCosts.Weigh) on a tile of tokens
+// tokens (qpk rows each) whose lists hold entries entries and whose union
+// is union blocks of n keys; staged says that its K/V would be decoded per
+// tile. The counts come from the call's block table and its validated
+// shape, which Weigh accepts; were it to refuse them, the tile keeps the
+// KV-major path, which computes every tile.
+func choose(m *pathCosts, entries, union, tokens, qpk int, n float64, staged bool) tileChoice {
+	c, err := m.Weigh(entries, union, tokens, qpk, laneRows, n, staged)
+	if err != nil {
+		return tileChoice{Waste: math.Inf(1), Rate: 1}
 	}
 	return c
 }
 
-// path returns the cheaper path: query-major when waste * rate < 1 (also
-// for a tile with no visible block, which costs the query-major path
-// nothing and the KV-major path a partial row per entry).
-func (c tileChoice) path() PrefillPath {
-	if c.waste*c.rate < 1 {
+// pathOf returns the path verdict c gives its tile.
+func pathOf(c tileChoice) PrefillPath {
+	if c.Query() {
 		return PathQuery
 	}
 	return PathKV
-}
-
-// String says which path the tile takes and which factor decided it: the
-// lane factor (union blocks times 16-lane groups against entries times
-// rows; below 1 where the KV-major path computes entries nobody sees) or
-// the rate factor (the lane kernels' cost per row and key against the
-// block kernel's and its partial rows'), the one farther from 1; "decoded
-// per tile" marks a rate factor raised by Staged.
-func (c tileChoice) String() string {
-	what := "lanes"
-	if math.Abs(math.Log(c.rate)) > math.Abs(math.Log(c.waste)) {
-		what = "rate"
-		if c.staged {
-			what = "rate (K/V decoded per tile)"
-		}
-	}
-	return fmt.Sprintf("%v: lanes %d blocks x %d lanes / (%d entries x %d rows) = %.3g, rate %.3g, product %.3g; decided by %s",
-		c.path(), c.union, c.lanes, c.entries, c.qpk, c.waste, c.rate, c.waste*c.rate, what)
 }
 
 // stagedCall reports whether the query-major tiles of p decode K/V per

@@ -181,7 +181,7 @@ func TestFusedCombineMixed(t *testing.T) {
 		}
 		var wastes []float64
 		for _, x := range tileStats(pr) {
-			wastes = append(wastes, slowLanes.choose(x[0], x[1], qmTileTokens(c.qpk), c.qpk, float64(c.blk), false).waste)
+			wastes = append(wastes, choose(&slowLanes, x[0], x[1], qmTileTokens(c.qpk), c.qpk, float64(c.blk), false).Waste)
 		}
 		slices.Sort(wastes)
 		m := &pathCosts{QMKey: 1 / wastes[len(wastes)/2], KVKey: 1, Staged: 1}

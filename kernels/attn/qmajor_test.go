@@ -696,9 +696,9 @@ func TestTileChoiceVerdict(t *testing.T) {
 		{"avx512bf16", avx512bf16Costs, 16, 16, 1, 16, 128, true, PathKV, "decided by rate (K/V decoded per tile)"},
 		{"amxbf16", amxbf16Costs, 16, 16, 1, 16, 64, false, PathKV, "decided by rate"}, // unmeasured: rate 2.1
 	} {
-		c := tc.m.choose(tc.entries, tc.union, tc.tokens, tc.qpk, tc.n, tc.staged)
+		c := choose(&tc.m, tc.entries, tc.union, tc.tokens, tc.qpk, tc.n, tc.staged)
 		s := c.String()
-		if c.path() != tc.want || !strings.HasSuffix(s, tc.by) || !strings.HasPrefix(s, tc.want.String()+":") {
+		if pathOf(c) != tc.want || !strings.HasSuffix(s, tc.by) || !strings.HasPrefix(s, tc.want.String()+":") {
 			t.Errorf("%s %+v: %s, want %v %s", tc.name, tc, s, tc.want, tc.by)
 		}
 	}
@@ -845,7 +845,7 @@ func TestAutoPerTile(t *testing.T) {
 			st := tileStats(pr)
 			var wastes []float64
 			for _, x := range st {
-				wastes = append(wastes, dear.choose(x[0], x[1], qmTileTokens(g.qpk), g.qpk, 64, false).waste)
+				wastes = append(wastes, choose(&dear, x[0], x[1], qmTileTokens(g.qpk), g.qpk, 64, false).Waste)
 			}
 			slices.Sort(wastes)
 			median := pathCosts{QMKey: 1 / wastes[len(wastes)/2], KVKey: 1, Staged: 2}
@@ -854,8 +854,8 @@ func TestAutoPerTile(t *testing.T) {
 					got, _ := autoChoices(t, pr, m)
 					kvTiles, seenAll, seenAllKV := 0, 0, 0
 					for k, x := range st {
-						want := m.choose(x[0], x[1], qmTileTokens(g.qpk), g.qpk, 64, false)
-						if got[k] != (want.path() == PathKV) {
+						want := choose(m, x[0], x[1], qmTileTokens(g.qpk), g.qpk, 64, false)
+						if got[k] != !want.Query() {
 							t.Fatalf("tile %v: KV-major %v, want %s", k, got[k], want)
 						}
 						if got[k] {
@@ -942,7 +942,7 @@ func TestAutoMixed(t *testing.T) {
 		st := tileStats(pr)
 		var wastes []float64
 		for _, x := range st {
-			wastes = append(wastes, slowLanes.choose(x[0], x[1], qmTileTokens(c.qpk), c.qpk, float64(c.blk), false).waste)
+			wastes = append(wastes, choose(&slowLanes, x[0], x[1], qmTileTokens(c.qpk), c.qpk, float64(c.blk), false).Waste)
 		}
 		slices.Sort(wastes)
 		m := &pathCosts{QMKey: 1 / wastes[len(wastes)/2], KVKey: 1, Staged: 1}

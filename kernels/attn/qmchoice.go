@@ -58,7 +58,7 @@ func (ws *Workspace) chooseWindow(p *Prefill, tok int) (anyQuery, anyKV bool) {
 			n := min(tok, hi-t)
 			for h := 0; h < p.Hkv; h++ {
 				c := ws.tileChoice(p, h, b, t, n, qpk)
-				kv := c.path() == PathKV
+				kv := !c.Query()
 				ws.tileKV[ws.tileIndex(h, b, t-int(p.CuQ[b]))] = kv
 				anyQuery, anyKV = anyQuery || !kv, anyKV || kv
 			}
@@ -92,5 +92,5 @@ func (ws *Workspace) tileChoice(p *Prefill, h, b, t, n, qpk int) tileChoice {
 			}
 		}
 	}
-	return ws.costs.choose(entries, union, n, qpk, float64(p.BlkKV), ws.staged)
+	return choose(ws.costs, entries, union, n, qpk, float64(p.BlkKV), ws.staged)
 }

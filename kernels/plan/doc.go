@@ -21,6 +21,9 @@
 //     FlashInfer-style split-KV decode schedule (contract §7), with a fixed
 //     capacity (CUDA-graph-like) mode, a batch-invariant fixed-split mode and
 //     stale-plan detection.
+//   - PathCosts / TileVerdict: the per-tile choice between the query-major
+//     and KV-major prefill paths (pathchoice.go), one model that the CPU
+//     and GPU paths weigh with their own constants and row groups.
 //
 // Builders take an optional dst whose buffers are reused when their capacity
 // fits (graph ops reuse them between runs). Validators check everything an

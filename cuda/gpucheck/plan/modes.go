@@ -25,21 +25,25 @@ func (m PrefillMode) Label() string {
 		return " (query80)"
 	case m.Path == cuda.PrefillKV2:
 		return " (kv2)"
+	case m.Path == cuda.PrefillAuto:
+		return " (auto alternate)"
 	}
 	return " (kv)"
 }
 
 // PrefillModes lists the modes of a prefill on family a (tc: the device
 // has tensor-core kernels): the portable kernels alone without them; else
-// the KV-major then the query-major path, on sm90 the query-major path on
-// the FP8 P.V kernel right after it for an FP8 prefill (fp8), the sm80
-// mma.sync query-major kernel and the persistent KV-major kernel with the
-// fused combine (kv2); the portable kernels last.
+// the KV-major then the query-major path, the auto path with its tiles
+// alternating between the two (cuda.AlternateTiles: both kinds of launch
+// in one call, so the partition is checked on the GPU), on sm90 the
+// query-major path on the FP8 P.V kernel for an FP8 prefill (fp8), the
+// sm80 mma.sync query-major kernel and the persistent KV-major kernel with
+// the fused combine (kv2); the portable kernels last.
 func PrefillModes(a cuda.Arch, tc, fp8 bool) []PrefillMode {
 	if !tc {
 		return []PrefillMode{{Portable: true}}
 	}
-	ms := []PrefillMode{{Path: cuda.PrefillKV}, {Path: cuda.PrefillQuery}}
+	ms := []PrefillMode{{Path: cuda.PrefillKV}, {Path: cuda.PrefillQuery}, {Path: cuda.PrefillAuto}}
 	if a == cuda.ArchSM90 {
 		if fp8 {
 			ms = append(ms, PrefillMode{Path: cuda.PrefillQuery, FP8PV: cuda.FP8PVFP8})

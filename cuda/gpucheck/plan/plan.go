@@ -93,7 +93,7 @@ func Stages(a cuda.Arch) []Stage {
 	} else {
 		out = append(out,
 			Stage{Name: "correctness", Kind: Check, Limit: 100, Skip: join(probeRE, timingRE),
-				What: "the check matrix, every kernel and mode of each case (default, query, query80, kv2, fp8pv, decode old/new, portable)"},
+				What: "the check matrix, every kernel and mode of each case (default, query, auto alternate, query80, kv2, fp8pv, decode old/new, portable)"},
 			Stage{Name: "probes", Kind: Check, Limit: 30, Only: probeRE, What: "exact probes: attended token sets, every path"})
 	}
 	for _, g := range timingGroups[:groupGraphAfter] {

@@ -93,7 +93,7 @@ func (op *csrOp) Do(vals ...G.Value) (G.Value, error) {
 	c := &validate.Checker{Fn: fn}
 	q2k := c.Dense(tv(vals[0]), "q2k_indices")
 	c.Dtype(q2k, "q2k_indices", tensor.Int32)
-	cuQ := validate.CuSeqlens(c, tv(vals[1]), "cu_seqlens_q", op.l.TotalQ, fmt.Sprintf("total_q = %d", op.l.TotalQ))
+	cuQ := validate.CuSeqlens(c, tv(vals[1]), "cu_seqlens_q", op.l.TotalQ, "total_q")
 	cuK := validate.CuSeqlens(c, tv(vals[2]), "cu_seqlens_k", -1, "")
 	if c.Err != nil {
 		return nil, c.Err
@@ -218,8 +218,12 @@ func (op *packCSROp) Do(vals ...G.Value) (G.Value, error) {
 	}
 	l := op.l
 	r, q := validate.Int32s(rp), validate.Int32s(qi)
-	c.Need(len(r) == l.Hkv*(l.RowCap+1), "k2q_row_ptr", fmt.Sprintf("%d elements", l.Hkv*(l.RowCap+1)), len(r))
-	c.Need(len(q) == l.Hkv*l.Stride, "k2q_q_indices", fmt.Sprintf("%d elements", l.Hkv*l.Stride), len(q))
+	if len(r) != l.Hkv*(l.RowCap+1) {
+		c.Fail("k2q_row_ptr", fmt.Sprintf("%d elements", l.Hkv*(l.RowCap+1)), len(r))
+	}
+	if len(q) != l.Hkv*l.Stride {
+		c.Fail("k2q_q_indices", fmt.Sprintf("%d elements", l.Hkv*l.Stride), len(q))
+	}
 	if c.Err != nil {
 		return nil, c.Err
 	}

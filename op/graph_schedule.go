@@ -86,7 +86,7 @@ func (op *schedOp) Do(vals ...G.Value) (G.Value, error) {
 	c := &validate.Checker{Fn: fn}
 	packed := c.Dense(tv(vals[0]), "csr")
 	l := op.s.csr
-	cuQ := validate.CuSeqlens(c, tv(vals[1]), "cu_seqlens_q", l.TotalQ, fmt.Sprintf("total_q = %d", l.TotalQ))
+	cuQ := validate.CuSeqlens(c, tv(vals[1]), "cu_seqlens_q", l.TotalQ, "total_q")
 	cuK := validate.CuSeqlens(c, tv(vals[2]), "cu_seqlens_k", -1, "")
 	if c.Err != nil {
 		return nil, c.Err

@@ -389,10 +389,15 @@ func (op *writePagedKVOp) Do(vals ...G.Value) (G.Value, error) {
 	numPages, d := cs[0], cs[3]
 	hkv, ps := op.layout.dims(cs)
 	batch, cols := pt.Shape()[0], pt.Shape()[1]
-	c.Need(cache.Shape().Eq(cs), "cache", fmt.Sprintf("shape %v as at graph construction", cs), validate.ShapeStr(cache))
-	c.Need(su.Shape()[0] == batch, "seqused_k", fmt.Sprintf("shape [B] = [%d]", batch), validate.ShapeStr(su))
-	c.Need(nw.Shape().Eq(tensor.Shape{batch * op.seqlenQ, hkv, d}), "new",
-		fmt.Sprintf("shape [B * seqlen_q, Hkv, D] = [%d, %d, %d]", batch*op.seqlenQ, hkv, d), validate.ShapeStr(nw))
+	if !cache.Shape().Eq(cs) {
+		c.Fail("cache", fmt.Sprintf("shape %v as at graph construction", cs), validate.ShapeStr(cache))
+	}
+	if su.Shape()[0] != batch {
+		c.Fail("seqused_k", fmt.Sprintf("shape [B] = [%d]", batch), validate.ShapeStr(su))
+	}
+	if !nw.Shape().Eq(tensor.Shape{batch * op.seqlenQ, hkv, d}) {
+		c.Fail("new", fmt.Sprintf("shape [B * seqlen_q, Hkv, D] = [%d, %d, %d]", batch*op.seqlenQ, hkv, d), validate.ShapeStr(nw))
+	}
 	if c.Err != nil {
 		return nil, c.Err
 	}

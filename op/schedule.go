@@ -96,7 +96,7 @@ type ScheduleArgs struct {
 func FwdScheduleFunc(k2qRowPtr, k2qQIndices tensor.Tensor, args ScheduleArgs) (*Schedule, error) {
 	const fn = "FwdScheduleFunc"
 	c := &validate.Checker{Fn: fn}
-	cuQ := validate.CuSeqlens(c, args.CuSeqlensQ, "cu_seqlens_q", args.TotalQ, fmt.Sprintf("total_q = %d", args.TotalQ))
+	cuQ := validate.CuSeqlens(c, args.CuSeqlensQ, "cu_seqlens_q", args.TotalQ, "total_q")
 	cuK := validate.CuSeqlens(c, args.CuSeqlensK, "cu_seqlens_k", -1, "")
 	rp, qi := csrTensors(c, k2qRowPtr, k2qQIndices)
 	if c.Err != nil {

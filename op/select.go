@@ -99,8 +99,8 @@ func validateBlockScores(fn string, q, k, cuSeqlensQ, cuSeqlensK tensor.Tensor, 
 	if c.Err != nil {
 		return nil, c.Err
 	}
-	s.CuQ = validate.CuSeqlens(c, cuSeqlensQ, "cu_seqlens_q", s.TotalQ, fmt.Sprintf("total_q = %d", s.TotalQ))
-	s.CuK = validate.CuSeqlens(c, cuSeqlensK, "cu_seqlens_k", ks[0], fmt.Sprintf("total_k = %d", ks[0]))
+	s.CuQ = validate.CuSeqlens(c, cuSeqlensQ, "cu_seqlens_q", s.TotalQ, "total_q")
+	s.CuK = validate.CuSeqlens(c, cuSeqlensK, "cu_seqlens_k", ks[0], "total_k")
 	if c.Err != nil {
 		return nil, c.Err
 	}

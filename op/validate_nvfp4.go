@@ -32,9 +32,9 @@ func nvfp4Operands(c *validate.Checker, nv *nvfp4Inputs, kd, vd *tensor.Dense, r
 	}{{"k_scale_128x4", ks}, {"v_scale_128x4", vs}} {
 		// The tiling's offsets depend on its column-tile count, so a wider
 		// (still valid) tiling would be read with the wrong stride.
-		c.Need(s.t.Shape()[0] == pr && s.t.Shape()[1] == pc, s.name,
-			fmt.Sprintf("shape exactly (%d, %d): the 128x4 layout of %d scale rows x D/16 = %d columns, padded to multiples of 128 and 4", pr, pc, rowsKV, cols),
-			validate.ShapeStr(s.t))
+		if s.t.Shape()[0] != pr || s.t.Shape()[1] != pc {
+			c.Fail(s.name, fmt.Sprintf("shape exactly (%d, %d): the 128x4 layout of %d scale rows x D/16 = %d columns, padded to multiples of 128 and 4", pr, pc, rowsKV, cols), validate.ShapeStr(s.t))
+		}
 	}
 	global := func(t tensor.Tensor, arg string) float32 {
 		if !validate.Present(t) {
@@ -45,12 +45,16 @@ func nvfp4Operands(c *validate.Checker, nv *nvfp4Inputs, kd, vd *tensor.Dense, r
 			return 1
 		}
 		vals := validate.Backing[float32](g)
-		c.Need(len(vals) >= 1, arg, "at least one element", validate.ShapeStr(g))
+		if len(vals) < 1 {
+			c.Fail(arg, "at least one element", validate.ShapeStr(g))
+		}
 		if c.Err != nil {
 			return 1
 		}
 		x := vals[0]
-		c.Need(!math.IsNaN(float64(x)) && !math.IsInf(float64(x), 0), arg, "a finite global scale", x)
+		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+			c.Fail(arg, "a finite global scale", x)
+		}
 		return x
 	}
 	kg := global(nv.kGlobal, "k_global_scale")

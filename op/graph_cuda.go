@@ -292,9 +292,9 @@ func hostCUDADo(fn string, op G.Op, extern G.External, dev G.Device, prealloc G.
 }
 
 // hostDo runs op's host work on host copies of the inputs and copies its
-// value into prealloc: on storage the node keeps for a hostRunner whose
-// checks pass (a warm run allocates nothing), else with op's CPU Do on
-// fresh copies (its value and its errors).
+// value into prealloc: on storage the node keeps for a hostRunner (a warm
+// run allocates nothing; its errors are the CPU Do's), else with op's CPU
+// Do on fresh copies (its value and its errors).
 func (e *gpuEnv) hostDo(op G.Op, prealloc G.Value, inputs []G.Value) (G.Value, error) {
 	if r, ok := op.(hostRunner); ok {
 		if v, done, err := e.hostRun(r, prealloc, inputs); done {
@@ -321,8 +321,8 @@ func (e *gpuEnv) hostDo(op G.Op, prealloc G.Value, inputs []G.Value) (G.Value, e
 }
 
 // hostRun is hostDo on the storage of r's hostStage; done is false when
-// an input cannot be copied or fails one of r's checks (the caller then
-// runs r's CPU Do, which returns the error).
+// an input cannot be copied into it (the caller then runs r's CPU Do on
+// fresh copies, which names the input).
 func (e *gpuEnv) hostRun(r hostRunner, prealloc G.Value, inputs []G.Value) (v G.Value, done bool, err error) {
 	st := r.stage()
 	st.mu.Lock()
@@ -340,9 +340,9 @@ func (e *gpuEnv) hostRun(r hostRunner, prealloc G.Value, inputs []G.Value) (v G.
 			return nil, false, nil
 		}
 	}
-	out, ok := r.hostRun(ts)
-	if !ok {
-		return nil, false, nil
+	out, err := r.hostRun(ts)
+	if err != nil {
+		return nil, true, err
 	}
 	v, err = e.toDevice(out, prealloc)
 	return v, true, err

@@ -295,10 +295,6 @@ func csrAndSeqlens(c *validate.Checker, rowPtr, qIdx tensor.Tensor, args *Sparse
 // table. It returns seqused_k's values (nil when absent) and whether c is
 // still free of errors; it is shared by every paged prefill entry point.
 func pagedSeqK(c *validate.Checker, seqUsedK tensor.Tensor, cuK, seqK []int32, capacity int) ([]int32, bool) {
-	batch := len(seqK)
-	for b := range seqK {
-		seqK[b] = int32(capacity)
-	}
 	var used []int32
 	if validate.Present(seqUsedK) {
 		su := c.Dense(seqUsedK, "seqused_k")
@@ -307,28 +303,44 @@ func pagedSeqK(c *validate.Checker, seqUsedK tensor.Tensor, cuK, seqK []int32, c
 		if c.Err != nil {
 			return nil, false
 		}
-		if su.Shape()[0] != batch {
-			c.Fail("seqused_k", fmt.Sprintf("shape [B] = [%d]", batch), validate.ShapeStr(su))
-		}
-		if c.Err != nil {
+		if su.Shape()[0] != len(seqK) {
+			c.Fail("seqused_k", fmt.Sprintf("shape [B] = [%d]", len(seqK)), validate.ShapeStr(su))
 			return nil, false
 		}
 		used = validate.Int32s(su)
-		for b, x := range used {
-			if x < 0 || int(x) > capacity {
-				c.Fail(fmt.Sprintf("seqused_k[%d]", b), fmt.Sprintf("0 <= seqused_k <= max_num_pages_per_seq * page_size = %d", capacity), x)
-				return nil, false
-			}
-			seqK[b] = x
-		}
 	}
-	for b := 0; b < batch && c.Err == nil; b++ {
-		n := int(cuK[b+1] - cuK[b])
-		if n > capacity {
+	return used, pagedLengths(c, used, cuK, seqK, capacity)
+}
+
+// pagedLengths is pagedSeqK's rule on the values: seqK[b] = used[b] within
+// 0..capacity (capacity when used is nil), and every cu_seqlens_k length
+// <= capacity. It reports whether c is still free of errors and formats a
+// message only on failure (the CUDA path's warm runs call it as it is).
+func pagedLengths(c *validate.Checker, used, cuK, seqK []int32, capacity int) bool {
+	for b := range seqK {
+		seqK[b] = int32(capacity)
+	}
+	for b, x := range used {
+		if x < 0 || int(x) > capacity {
+			c.Fail(fmt.Sprintf("seqused_k[%d]", b), fmt.Sprintf("0 <= seqused_k <= max_num_pages_per_seq * page_size = %d", capacity), x)
+			return false
+		}
+		seqK[b] = x
+	}
+	for b := 0; b < len(seqK) && c.Err == nil; b++ {
+		if n := int(cuK[b+1] - cuK[b]); n > capacity {
 			c.Fail(fmt.Sprintf("cu_seqlens_k (sequence %d)", b), fmt.Sprintf("length <= max_num_pages_per_seq * page_size = %d", capacity), n)
 		}
 	}
-	return used, c.Err == nil
+	return c.Err == nil
+}
+
+// keyLengths sets seqK[b], the key length of sequence b of dense K/V, from
+// the prefix sums cuK.
+func keyLengths(seqK, cuK []int32) {
+	for b := range seqK {
+		seqK[b] = cuK[b+1] - cuK[b]
+	}
 }
 
 // namedTensor is a call's tensor argument and its name in errors.

@@ -120,10 +120,11 @@ func (in *sparseInputs) checkSparseKV(c *validate.Checker, rowPtr, qIdx tensor.T
 	if err := in.checkKeyLengths(c, args); err != nil {
 		return err
 	}
-	if in.rows, err = csrRows(fn, rp, cuK, in.blk); err != nil {
+	in.rows = new(plan.Rows)
+	if err := csrRows(fn, in.rows, rp.Shape()[1]-1, cuK, in.blk); err != nil {
 		return err
 	}
-	if in.csr, err = csrView(fn, rp, qi, in.rows, in.totalQ, topK, cuQ); err != nil {
+	if in.csr, err = csrView(fn, new(csrStore), csrPairOf(rp, qi), in.rows, in.totalQ, topK, cuQ); err != nil {
 		return err
 	}
 	in.workers = validate.WorkerCount(args.Workers)
@@ -152,9 +153,7 @@ func (in *sparseInputs) checkKeyLengths(c *validate.Checker, args *SparseArgs) e
 		if validate.Present(args.SeqUsedK) {
 			c.Fail("seqused_k", "nil without page_table (seqused_k is only supported together with page_table)", "a tensor")
 		}
-		for b := range in.seqK {
-			in.seqK[b] = in.cuK[b+1] - in.cuK[b]
-		}
+		keyLengths(in.seqK, in.cuK)
 	} else {
 		pt := c.Dense(args.PageTable, "page_table")
 		c.Dtype(pt, "page_table", tensor.Int32)

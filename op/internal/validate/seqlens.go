@@ -34,7 +34,7 @@ func CuSeqlensValues(c *Checker, cu []int32, arg string, limit int, limitName st
 	if c.Err != nil {
 		return false
 	}
-	if i := PrefixSumsBreak(cu); i >= 0 {
+	if i := prefixSumsBreak(cu); i >= 0 {
 		c.Fail(fmt.Sprintf("%s[%d]", arg, i), "non-negative, non-decreasing prefix sums", fmt.Sprint(cu))
 		return false
 	}
@@ -45,10 +45,10 @@ func CuSeqlensValues(c *Checker, cu []int32, arg string, limit int, limitName st
 	return true
 }
 
-// PrefixSumsBreak returns the index of the first element of cu that is
+// prefixSumsBreak returns the index of the first element of cu that is
 // negative or below its predecessor, or -1 when cu holds non-negative,
 // non-decreasing prefix sums: CuSeqlensValues's first rule.
-func PrefixSumsBreak(cu []int32) int {
+func prefixSumsBreak(cu []int32) int {
 	for i, x := range cu {
 		if x < 0 || (i > 0 && x < cu[i-1]) {
 			return i

@@ -4,6 +4,8 @@ import (
 	"sync"
 
 	"github.com/sparseattn/msa/kernels/plan"
+	"github.com/sparseattn/msa/op/internal/selection"
+	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 
@@ -159,4 +161,31 @@ func (op *schedOp) stage() *hostStage { return &op.host.hostStage }
 
 func (op *schedOp) hostRun(in []*tensor.Dense) (*tensor.Dense, error) {
 	return op.build(&op.host, in[0], in[1], in[2])
+}
+
+// blockScoresHost is the storage of the block scoring node's runs on the
+// CUDA path: the validated request and the scorer's memory.
+type blockScoresHost struct {
+	hostStage
+	s       selection.Scorer
+	scratch selection.Scratch
+}
+
+func (op *blockScoresOp) stage() *hostStage { return &op.host.hostStage }
+
+func (op *blockScoresOp) hostRun(in []*tensor.Dense) (*tensor.Dense, error) {
+	h := &op.host
+	if err := op.check(&h.s, in[0], in[1], in[2], in[3]); err != nil {
+		return nil, err
+	}
+	out := h.out.view(tensor.Float32, tensor.Shape{op.hkv, op.totalQ, op.maxBlocks})
+	h.s.RunInto(validate.Backing[float32](out), &h.scratch)
+	h.s = selection.Scorer{} // the node keeps no reference to this run's inputs
+	return out, nil
+}
+
+func (op *topKOp) stage() *hostStage { return &op.host }
+
+func (op *topKOp) hostRun(in []*tensor.Dense) (*tensor.Dense, error) {
+	return op.run(&op.host, in[0])
 }

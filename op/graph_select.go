@@ -23,6 +23,7 @@ type blockScoresOp struct {
 	cfg                    BlockScoreConfig
 	qDt, kDt               tensor.Dtype
 	hkv, totalQ, maxBlocks int
+	host                   blockScoresHost // the CUDA path's host side (graph_nodes_host.go)
 }
 
 func (op *blockScoresOp) Arity() int { return 4 }
@@ -45,15 +46,25 @@ func (op *blockScoresOp) Do(vals ...G.Value) (G.Value, error) {
 	if len(vals) != 4 {
 		return nil, validate.ArgErr(fn, "inputs", "4 values", len(vals))
 	}
-	s, err := validateBlockScores(fn, tv(vals[0]), tv(vals[1]), tv(vals[2]), tv(vals[3]), op.cfg, false)
-	if err != nil {
+	s := new(selection.Scorer)
+	if err := op.check(s, tv(vals[0]), tv(vals[1]), tv(vals[2]), tv(vals[3])); err != nil {
 		return nil, err
 	}
+	return tensor.New(tensor.WithShape(op.hkv, op.totalQ, op.maxBlocks), tensor.WithBacking(s.Run())), nil
+}
+
+// check validates the node's inputs into the request s (the CPU Do's and
+// the CUDA path's check; a message is formatted only on failure).
+func (op *blockScoresOp) check(s *selection.Scorer, q, k, cuQ, cuK tensor.Tensor) error {
+	const fn = "BlockScores"
+	if err := validateBlockScoresInto(s, fn, q, k, cuQ, cuK, op.cfg, false); err != nil {
+		return err
+	}
 	if s.Hkv != op.hkv || s.TotalQ != op.totalQ {
-		return nil, validate.ArgErr(fn, "q/k", fmt.Sprintf("total_q = %d, Hkv = %d as at graph construction", op.totalQ, op.hkv),
+		return validate.ArgErr(fn, "q/k", fmt.Sprintf("total_q = %d, Hkv = %d as at graph construction", op.totalQ, op.hkv),
 			fmt.Sprintf("total_q = %d, Hkv = %d", s.TotalQ, s.Hkv))
 	}
-	return tensor.New(tensor.WithShape(op.hkv, op.totalQ, op.maxBlocks), tensor.WithBacking(s.Run())), nil
+	return nil
 }
 
 // BlockScores adds block scoring (see BlockScoresFunc for the formula) to
@@ -128,6 +139,7 @@ type topKOp struct {
 	hkv, totalQ, maxBlocks int
 	blk                    int       // blk_kv of the BlockScores node scored (0: not known)
 	scored                 scoredKey // causality of that BlockScores node
+	host                   hostStage // the CUDA path's host side (graph_nodes_host.go)
 }
 
 // blockSizer is implemented by the ops whose int32 block ids or float32
@@ -215,15 +227,23 @@ func (op *topKOp) Do(vals ...G.Value) (G.Value, error) {
 	if len(vals) != 1 {
 		return nil, validate.ArgErr(fn, "inputs", "1 value", len(vals))
 	}
-	sd, err := validateTopK(fn, tv(vals[0]), op.topK)
+	return op.run(new(hostStage), tv(vals[0]))
+}
+
+// run checks the scores and selects into st's storage: fresh for the CPU
+// Do, kept by the node on the CUDA path (a warm run allocates nothing).
+func (op *topKOp) run(st *hostStage, scores tensor.Tensor) (*tensor.Dense, error) {
+	const fn = "TopKBlocks"
+	sd, err := validateTopK(fn, scores, op.topK)
 	if err != nil {
 		return nil, err
 	}
 	if s := sd.Shape(); s[0] != op.hkv || s[1] != op.totalQ || s[2] != op.maxBlocks {
 		return nil, validate.ArgErr(fn, "scores", fmt.Sprintf("shape [%d, %d, %d] as at graph construction", op.hkv, op.totalQ, op.maxBlocks), validate.ShapeStr(sd))
 	}
-	out := selection.TopK(validate.Backing[float32](sd), op.hkv*op.totalQ, op.maxBlocks, op.topK, op.cfg.KeepFirst, op.cfg.KeepLast)
-	return tensor.New(tensor.WithShape(op.hkv, op.totalQ, op.topK), tensor.WithBacking(out)), nil
+	out := st.out.view(tensor.Int32, tensor.Shape{op.hkv, op.totalQ, op.topK})
+	selection.TopKInto(validate.Int32s(out), validate.Backing[float32](sd), op.hkv*op.totalQ, op.maxBlocks, op.topK, op.cfg.KeepFirst, op.cfg.KeepLast)
+	return out, nil
 }
 
 // TopKBlocks adds block selection (see TopKBlocksFunc) after a scores node

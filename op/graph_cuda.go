@@ -15,12 +15,11 @@ package op
 //     kernel: CastToBF16, CastFromBF16) run on the host: their inputs are
 //     copied device->host, the host work runs (same validation, same
 //     results as the CPU Do), and its value is copied into the
-//     preallocated device output. The nodes of a decode step and of
-//     prefill planning (hostRunner, graph_nodes_host.go) do it on host
-//     storage they keep, allocating nothing in a warm run; the others run
-//     their CPU Do on fresh copies. The plan inputs are small int32
-//     tensors; BlockScores and the casts copy their whole operands and
-//     are therefore slow on this path.
+//     preallocated device output. Each of them (hostRunner,
+//     graph_nodes_host.go) does it on host storage it keeps, with its CPU
+//     Do's check-and-build function, allocating nothing in a warm run.
+//     The plan inputs are small int32 tensors; BlockScores and the casts
+//     copy their whole operands and are therefore slow on this path.
 //   - WritePagedKV checks the new rows, page table and seqused_k on the
 //     host, copies the cache device to device into its output and each
 //     new row host to device into place (graph_cuda_writekv.go).

@@ -171,8 +171,6 @@ type blockScoresHost struct {
 	scratch selection.Scratch
 }
 
-func (op *blockScoresOp) stage() *hostStage { return &op.host.hostStage }
-
 func (op *blockScoresOp) hostRun(in []*tensor.Dense) (*tensor.Dense, error) {
 	h := &op.host
 	if err := op.check(&h.s, in[0], in[1], in[2], in[3]); err != nil {
@@ -183,6 +181,8 @@ func (op *blockScoresOp) hostRun(in []*tensor.Dense) (*tensor.Dense, error) {
 	h.s = selection.Scorer{} // the node keeps no reference to this run's inputs
 	return out, nil
 }
+
+func (op *blockScoresOp) stage() *hostStage { return &op.host.hostStage }
 
 func (op *topKOp) stage() *hostStage { return &op.host }
 

@@ -300,19 +300,3 @@ func TestCastCUDALargeAllocations(t *testing.T) {
 		})
 	}
 }
-
-// mallocsPerRun is the heap objects allocated per call of f, the least of
-// three tries of runs calls each, at the GOMAXPROCS in effect.
-func mallocsPerRun(runs int, f func()) uint64 {
-	least := uint64(1 << 62)
-	for range 3 {
-		var a, b runtime.MemStats
-		runtime.ReadMemStats(&a)
-		for range runs {
-			f()
-		}
-		runtime.ReadMemStats(&b)
-		least = min(least, (b.Mallocs-a.Mallocs)/uint64(runs))
-	}
-	return least
-}

@@ -74,6 +74,25 @@ func cacheWrite(t *testing.T, g *G.ExprGraph) (G.Op, []G.Value) {
 	return n.Op(), []G.Value{cache, nw, pt, su}
 }
 
+// nvfp4Refusal is a SparseAttentionNVFP4KVFunc call on a valid NVFP4 K/V
+// request whose K global scale is replaced by kGlobal.
+func nvfp4Refusal(kGlobal *tensor.Dense) func(t *testing.T) error {
+	return func(t *testing.T) error {
+		pr := buildSparse(sparseSpec{seed: 9, seqQ: []int{6, 4}, seqK: []int{200, 100}, hq: 4, hkv: 2, d: 128, topK: 4, blk: 128,
+			qDt: "bf16", kvDt: "nvfp4", partial: BFloat16, kGlobal: 0.5, vGlobal: 2})
+		rp, qi, err := K2QCSRFunc(pr.q2k, pr.cuQ, pr.cuK, 128)
+		if err != nil {
+			t.Fatal(err)
+		}
+		args := SparseArgs{CuSeqlensQ: pr.cuQ, CuSeqlensK: pr.cuK}
+		if _, err := SparseAttentionNVFP4KVFunc(pr.q, pr.k, pr.v, pr.kScale, pr.vScale, pr.kGlobal, pr.vGlobal, rp, qi, 4, args); err != nil {
+			t.Fatalf("valid call refused: %v", err)
+		}
+		_, err = SparseAttentionNVFP4KVFunc(pr.q, pr.k, pr.v, pr.kScale, pr.vScale, kGlobal, pr.vGlobal, rp, qi, 4, args)
+		return err
+	}
+}
+
 // validationMessages are refusals of the rules whose checks format their
 // message only on failure, each with its error byte for byte as the
 // checks wrote it when they built every message before testing.
@@ -107,6 +126,10 @@ var validationMessages = []messageCase{
 	{"seqused negative", sparseRefusal(true, func(c *call) { c.args.SeqUsedK = i32T([]int{2}, 1, -1) }), "SparseAttentionFunc: seqused_k[1]: expected 0 <= seqused_k <= max_num_pages_per_seq * page_size = 256, got -1"},
 	{"sequence beyond the page table", sparseRefusal(true, func(c *call) { c.args.CuSeqlensK = i32T([]int{3}, 0, 200, 9000) }), "SparseAttentionFunc: cu_seqlens_k (sequence 1): expected length <= max_num_pages_per_seq * page_size = 256, got 8800"},
 	{"page table entry", sparseRefusal(true, func(c *call) { c.args.PageTable = modI32(c.args.PageTable, 1, 99) }), "SparseAttentionFunc: page_table[0, 1]: expected a page index in [0, num_pages = 6), got 99"},
+	{"NVFP4 global scale not finite", nvfp4Refusal(tensor.New(tensor.WithShape(1), tensor.WithBacking([]float32{float32(math.Inf(-1))}))),
+		"SparseAttentionNVFP4KVFunc: k_global_scale: expected a finite global scale, got -Inf"},
+	{"NVFP4 global scale empty", nvfp4Refusal(tensor.New(tensor.WithShape(0), tensor.Of(tensor.Float32))),
+		"SparseAttentionNVFP4KVFunc: k_global_scale: expected at least one element, got [0]"},
 	{"K2QCSR cu_seqlens_q past total_q", nodeRefusal(func(t *testing.T, g *G.ExprGraph) (G.Op, []G.Value) {
 		csr, _, _, q2k, _, cuK := csrNodes(t, g)
 		return csr, []G.Value{q2k, i32T([]int{3}, 0, 6, 12), cuK}
@@ -168,12 +191,30 @@ var validationMessages = []messageCase{
 	}, "TopKBlocksFunc: scores: expected Hkv >= 1, got [0 10 3]"},
 }
 
+// newCheckMessages are refusals of the dtype and size checks of the
+// planning nodes' packed inputs (without them, a value of another dtype
+// is read as int32 and a short one panics).
+var newCheckMessages = []messageCase{
+	{"FwdSchedule csr dtype", nodeRefusal(func(t *testing.T, g *G.ExprGraph) (G.Op, []G.Value) {
+		_, sched, _, _, cuQ, cuK := csrNodes(t, g)
+		return sched, []G.Value{tensor.New(tensor.WithShape(1, 45), tensor.Of(tensor.Float32)), cuQ, cuK}
+	}), "FwdSchedule: csr: expected dtype int32, got float32"},
+	{"FwdSchedule csr size", nodeRefusal(func(t *testing.T, g *G.ExprGraph) (G.Op, []G.Value) {
+		_, sched, _, _, cuQ, cuK := csrNodes(t, g)
+		return sched, []G.Value{i32T([]int{1, 44}), cuQ, cuK}
+	}), "FwdSchedule: csr: expected an int32 CSR value of 45 elements, got 44"},
+	{"PackK2QCSR row_ptr dtype", nodeRefusal(func(t *testing.T, g *G.ExprGraph) (G.Op, []G.Value) {
+		_, _, pack, _, _, _ := csrNodes(t, g)
+		return pack, []G.Value{tensor.New(tensor.WithShape(1, 4), tensor.Of(tensor.Int64)), i32T([]int{1, 40})}
+	}), "PackK2QCSR: k2q_row_ptr: expected dtype int32, got int64"},
+}
+
 // TestValidationMessages pins the exact error of each refusal in
 // validationMessages: the checks that now format their message only on
 // failure return the messages they returned when they formatted them
 // before testing.
 func TestValidationMessages(t *testing.T) {
-	for _, tc := range validationMessages {
+	for _, tc := range append(validationMessages, newCheckMessages...) {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.call(t)
 			if err == nil {

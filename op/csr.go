@@ -66,11 +66,14 @@ func q2kBlockErr(fn string, err error, cuK []int32, blk int) error {
 // pointer array with capRows+1 pointers per head. Rows past total must be
 // empty (padding of a fixed-capacity CSR); a non-empty one means the CSR
 // was built for another blk_kv or cu_seqlens_k, and the error names both.
-func compactRowPtr(fn string, rp []int32, hkv, capRows, total, blk int) ([]int32, error) {
+// The compacted pointers are written into *buf (grown as needed; the
+// storage a caller keeps across runs, or a fresh nil slice).
+func compactRowPtr(fn string, buf *[]int32, rp []int32, hkv, capRows, total, blk int) ([]int32, error) {
 	if capRows == total {
 		return rp, nil
 	}
-	out := make([]int32, hkv*(total+1))
+	*buf = growInt32(*buf, hkv*(total+1))
+	out := *buf
 	for h := 0; h < hkv; h++ {
 		src := rp[h*(capRows+1) : (h+1)*(capRows+1)]
 		for r := total + 1; r <= capRows; r++ {
@@ -117,39 +120,50 @@ func csrTensors(c *validate.Checker, rowPtr, qIdx tensor.Tensor) (rp, qi *tensor
 	return rp, qi
 }
 
-// csrRows numbers the CSR rows of cu_seqlens_k for a caller-supplied
-// k2q_row_ptr rp: it counts the rows first (plan.CountRows allocates
-// nothing) and rejects a row-pointer array with too few columns before
-// plan.NewRows allocates memory that grows with total_rows.
-func csrRows(fn string, rp *tensor.Dense, cuK []int32, blk int) (*plan.Rows, error) {
+// csrRows numbers the CSR rows of cu_seqlens_k into rows for a k2q_row_ptr
+// of capRows rows per head: it counts the rows first (plan.CountRows
+// allocates nothing) and rejects a row-pointer array with too few rows
+// before rows.Reset grows memory with total_rows.
+func csrRows(fn string, rows *plan.Rows, capRows int, cuK []int32, blk int) error {
 	total, err := plan.CountRows(cuK, blk)
 	if err != nil {
-		return nil, validate.WrapArg(fn, "cu_seqlens_k", err)
+		return validate.WrapArg(fn, "cu_seqlens_k", err)
 	}
-	if rp.Shape()[1]-1 < total {
-		return nil, blkMismatch(fn, rp.Shape()[1]-1, total, blk, "")
+	if capRows < total {
+		return blkMismatch(fn, capRows, total, blk, "")
 	}
-	rows, err := plan.NewRows(cuK, blk)
-	if err != nil {
-		return nil, validate.WrapArg(fn, "cu_seqlens_k", err)
+	if err := rows.Reset(cuK, blk); err != nil {
+		return validate.WrapArg(fn, "cu_seqlens_k", err)
 	}
-	return rows, nil
+	return nil
 }
 
-// csrView validates a CSR pair against the row numbering of cu_seqlens_k
-// and returns it as a plan.CSR. k2q_row_ptr may have more rows than the
-// sequences need (a fixed-capacity CSR) when the extra rows are empty.
-func csrView(fn string, rp, qi *tensor.Dense, rows *plan.Rows, totalQ, topK int, cuQ []int32) (plan.CSR, error) {
-	hkv := rp.Shape()[0]
-	if rp.Shape()[1]-1 < rows.Total {
-		return plan.CSR{}, blkMismatch(fn, rp.Shape()[1]-1, rows.Total, rows.BlkKV, "")
+// csrPair is a caller's k2q CSR: k2q_row_ptr's values rp ([Hkv][capRows +
+// 1]) and k2q_q_indices's values qi ([Hkv][stride]).
+type csrPair struct {
+	rp, qi               []int32
+	hkv, capRows, stride int
+}
+
+// csrPairOf is the csrPair of the tensors rp, qi (rank 2, int32).
+func csrPairOf(rp, qi *tensor.Dense) csrPair {
+	return csrPair{rp: validate.Int32s(rp), qi: validate.Int32s(qi), hkv: rp.Shape()[0], capRows: rp.Shape()[1] - 1, stride: qi.Shape()[1]}
+}
+
+// csrView validates the CSR pair p against the row numbering of
+// cu_seqlens_k and returns it as a plan.CSR. k2q_row_ptr may have more rows
+// than the sequences need (a fixed-capacity CSR) when the extra rows are
+// empty; the compacted row pointers and the check's scratch are st's.
+func csrView(fn string, st *csrStore, p csrPair, rows *plan.Rows, totalQ, topK int, cuQ []int32) (plan.CSR, error) {
+	if p.capRows < rows.Total {
+		return plan.CSR{}, blkMismatch(fn, p.capRows, rows.Total, rows.BlkKV, "")
 	}
-	rpc, err := compactRowPtr(fn, validate.Int32s(rp), hkv, rp.Shape()[1]-1, rows.Total, rows.BlkKV)
+	rpc, err := compactRowPtr(fn, &st.rpc, p.rp, p.hkv, p.capRows, rows.Total, rows.BlkKV)
 	if err != nil {
 		return plan.CSR{}, err
 	}
-	csr := plan.CSR{Hkv: hkv, TotalRows: rows.Total, Stride: qi.Shape()[1], RowPtr: rpc, QIdx: validate.Int32s(qi)}
-	if err := plan.ValidateCSR(&csr, totalQ, topK, cuQ, rows); err != nil {
+	csr := plan.CSR{Hkv: p.hkv, TotalRows: rows.Total, Stride: p.stride, RowPtr: rpc, QIdx: p.qi}
+	if err := plan.ValidateCSRInto(&st.check, &csr, totalQ, topK, cuQ, rows); err != nil {
 		if csr.Stride != totalQ*topK && totalQ > 0 && csr.Stride%totalQ == 0 {
 			// The most likely cause: topK differs from the CSR's.
 			return plan.CSR{}, topKMismatch(fn, csr.Stride, totalQ, topK, err.Error())

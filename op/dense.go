@@ -62,8 +62,8 @@ func DenseAttentionFunc(q, k, v, cuSeqlensQ, cuSeqlensK tensor.Tensor, opts ...O
 	if c.Err != nil {
 		return nil, c.Err
 	}
-	cuQ := validate.CuSeqlens(c, cuSeqlensQ, "cu_seqlens_q", qd.Shape()[0], fmt.Sprintf("total_q = %d", qd.Shape()[0]))
-	cuK := validate.CuSeqlens(c, cuSeqlensK, "cu_seqlens_k", kd.Shape()[0], fmt.Sprintf("total_k = %d", kd.Shape()[0]))
+	cuQ := validate.CuSeqlens(c, cuSeqlensQ, "cu_seqlens_q", qd.Shape()[0], "total_q")
+	cuK := validate.CuSeqlens(c, cuSeqlensK, "cu_seqlens_k", kd.Shape()[0], "total_k")
 	c.Need(len(cuK) == len(cuQ), "cu_seqlens_k", fmt.Sprintf("shape [B + 1] = [%d] matching cu_seqlens_q", len(cuQ)), len(cuK))
 	blk := cfg.blkKV
 	if blk == 0 {
@@ -143,7 +143,7 @@ func (op *allBlocksOp) Do(vals ...G.Value) (G.Value, error) {
 		return nil, validate.ArgErr(fn, "inputs", "2 values", len(vals))
 	}
 	c := &validate.Checker{Fn: fn}
-	cuQ := validate.CuSeqlens(c, tv(vals[0]), "cu_seqlens_q", op.totalQ, fmt.Sprintf("total_q = %d", op.totalQ))
+	cuQ := validate.CuSeqlens(c, tv(vals[0]), "cu_seqlens_q", op.totalQ, "total_q")
 	cuK := validate.CuSeqlens(c, tv(vals[1]), "cu_seqlens_k", -1, "")
 	c.Need(len(cuK) == len(cuQ), "cu_seqlens_k", fmt.Sprintf("shape [B + 1] = [%d] matching cu_seqlens_q", len(cuQ)), len(cuK))
 	if c.Err != nil {

@@ -86,15 +86,23 @@ func (op *csrOp) String() string {
 }
 
 func (op *csrOp) Do(vals ...G.Value) (G.Value, error) {
-	const fn = "K2QCSR"
 	if len(vals) != 3 {
-		return nil, validate.ArgErr(fn, "inputs", "3 values", len(vals))
+		return nil, validate.ArgErr("K2QCSR", "inputs", "3 values", len(vals))
 	}
-	c := &validate.Checker{Fn: fn}
-	q2k := c.Dense(tv(vals[0]), "q2k_indices")
+	return op.build(new(csrHost), tv(vals[0]), tv(vals[1]), tv(vals[2]))
+}
+
+// build checks the node's inputs and builds the packed CSR into st's
+// storage: the CPU Do's work on fresh storage, and the CUDA path's on the
+// storage the node keeps (a warm run allocates nothing; an error is
+// formatted only on failure).
+func (op *csrOp) build(st *csrHost, q2kT, cuQT, cuKT tensor.Tensor) (*tensor.Dense, error) {
+	const fn = "K2QCSR"
+	c := validate.Checker{Fn: fn}
+	q2k := c.Dense(q2kT, "q2k_indices")
 	c.Dtype(q2k, "q2k_indices", tensor.Int32)
-	cuQ := validate.CuSeqlens(c, tv(vals[1]), "cu_seqlens_q", op.l.TotalQ, fmt.Sprintf("total_q = %d", op.l.TotalQ))
-	cuK := validate.CuSeqlens(c, tv(vals[2]), "cu_seqlens_k", -1, "")
+	cuQ := validate.CuSeqlens(&c, cuQT, "cu_seqlens_q", op.l.TotalQ, "total_q")
+	cuK := validate.CuSeqlens(&c, cuKT, "cu_seqlens_k", -1, "")
 	if c.Err != nil {
 		return nil, c.Err
 	}
@@ -109,13 +117,13 @@ func (op *csrOp) Do(vals ...G.Value) (G.Value, error) {
 		return nil, validate.ArgErr(fn, "cu_seqlens_k",
 			fmt.Sprintf("at most %d CSR rows (B * ceil(max_seqlen_k / blk_kv) given at graph construction)", l.RowCap), total)
 	}
-	csr, err := plan.BuildK2QCSR(nil, validate.Int32s(q2k), l.Hkv, l.TotalQ, l.TopK, cuQ, cuK, l.BlkKV)
+	csr, err := plan.BuildK2QCSRInto(&st.scratch, &st.csr, validate.Int32s(q2k), l.Hkv, l.TotalQ, l.TopK, cuQ, cuK, l.BlkKV)
 	if err != nil {
 		return nil, q2kBlockErr(fn, err, cuK, l.BlkKV)
 	}
-	packed := make([]int32, l.Hkv*l.width())
-	l.pack(packed, csr)
-	return tensor.New(tensor.WithShape(l.Hkv, l.width()), tensor.WithBacking(packed)), nil
+	out := st.out.view(tensor.Int32, tensor.Shape{l.Hkv, l.width()})
+	l.pack(validate.Int32s(out), csr)
+	return out, nil
 }
 
 // pack writes csr as the packed value packed (Hkv * width elements, every
@@ -209,23 +217,34 @@ func (op *packCSROp) Hashcode() uint32      { return hashOf(op) }
 func (op *packCSROp) String() string        { return "PackK2QCSR" }
 
 func (op *packCSROp) Do(vals ...G.Value) (G.Value, error) {
-	const fn = "PackK2QCSR"
-	c := &validate.Checker{Fn: fn}
-	rp := c.Dense(tv(vals[0]), "k2q_row_ptr")
-	qi := c.Dense(tv(vals[1]), "k2q_q_indices")
+	return op.build(new(hostStage), tv(vals[0]), tv(vals[1]))
+}
+
+// build checks the node's inputs and packs them into st's storage (fresh
+// for the CPU Do, kept by the node on the CUDA path).
+func (op *packCSROp) build(st *hostStage, rpT, qiT tensor.Tensor) (*tensor.Dense, error) {
+	c := validate.Checker{Fn: "PackK2QCSR"}
+	rp := c.Dense(rpT, "k2q_row_ptr")
+	qi := c.Dense(qiT, "k2q_q_indices")
+	c.Dtype(rp, "k2q_row_ptr", tensor.Int32)
+	c.Dtype(qi, "k2q_q_indices", tensor.Int32)
 	if c.Err != nil {
 		return nil, c.Err
 	}
 	l := op.l
 	r, q := validate.Int32s(rp), validate.Int32s(qi)
-	c.Need(len(r) == l.Hkv*(l.RowCap+1), "k2q_row_ptr", fmt.Sprintf("%d elements", l.Hkv*(l.RowCap+1)), len(r))
-	c.Need(len(q) == l.Hkv*l.Stride, "k2q_q_indices", fmt.Sprintf("%d elements", l.Hkv*l.Stride), len(q))
+	if len(r) != l.Hkv*(l.RowCap+1) {
+		c.Fail("k2q_row_ptr", fmt.Sprintf("%d elements", l.Hkv*(l.RowCap+1)), len(r))
+	}
+	if len(q) != l.Hkv*l.Stride {
+		c.Fail("k2q_q_indices", fmt.Sprintf("%d elements", l.Hkv*l.Stride), len(q))
+	}
 	if c.Err != nil {
 		return nil, c.Err
 	}
-	packed := make([]int32, l.Hkv*l.width())
-	l.packParts(packed, r, q)
-	return tensor.New(tensor.WithShape(l.Hkv, l.width()), tensor.WithBacking(packed)), nil
+	out := st.out.view(tensor.Int32, tensor.Shape{l.Hkv, l.width()})
+	l.packParts(validate.Int32s(out), r, q)
+	return out, nil
 }
 
 // packParts writes row pointers r ([Hkv][RowCap+1]) and query indices q

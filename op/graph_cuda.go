@@ -15,12 +15,11 @@ package op
 //     kernel: CastToBF16, CastFromBF16) run on the host: their inputs are
 //     copied device->host, the host work runs (same validation, same
 //     results as the CPU Do), and its value is copied into the
-//     preallocated device output. The nodes of a decode step and of
-//     prefill planning (hostRunner, graph_nodes_host.go) do it on host
-//     storage they keep, allocating nothing in a warm run; the others run
-//     their CPU Do on fresh copies. The plan inputs are small int32
-//     tensors; BlockScores and the casts copy their whole operands and
-//     are therefore slow on this path.
+//     preallocated device output. Each of them (hostRunner,
+//     graph_nodes_host.go) does it on host storage it keeps, with its CPU
+//     Do's check-and-build function, allocating nothing in a warm run.
+//     The plan inputs are small int32 tensors; BlockScores and the casts
+//     copy their whole operands and are therefore slow on this path.
 //   - WritePagedKV checks the new rows, page table and seqused_k on the
 //     host, copies the cache device to device into its output and each
 //     new row host to device into place (graph_cuda_writekv.go).
@@ -292,9 +291,9 @@ func hostCUDADo(fn string, op G.Op, extern G.External, dev G.Device, prealloc G.
 }
 
 // hostDo runs op's host work on host copies of the inputs and copies its
-// value into prealloc: on storage the node keeps for a hostRunner whose
-// checks pass (a warm run allocates nothing), else with op's CPU Do on
-// fresh copies (its value and its errors).
+// value into prealloc: on storage the node keeps for a hostRunner (a warm
+// run allocates nothing; its errors are the CPU Do's), else with op's CPU
+// Do on fresh copies (its value and its errors).
 func (e *gpuEnv) hostDo(op G.Op, prealloc G.Value, inputs []G.Value) (G.Value, error) {
 	if r, ok := op.(hostRunner); ok {
 		if v, done, err := e.hostRun(r, prealloc, inputs); done {
@@ -321,8 +320,8 @@ func (e *gpuEnv) hostDo(op G.Op, prealloc G.Value, inputs []G.Value) (G.Value, e
 }
 
 // hostRun is hostDo on the storage of r's hostStage; done is false when
-// an input cannot be copied or fails one of r's checks (the caller then
-// runs r's CPU Do, which returns the error).
+// an input cannot be copied into it (the caller then runs r's CPU Do on
+// fresh copies, which names the input).
 func (e *gpuEnv) hostRun(r hostRunner, prealloc G.Value, inputs []G.Value) (v G.Value, done bool, err error) {
 	st := r.stage()
 	st.mu.Lock()
@@ -340,9 +339,9 @@ func (e *gpuEnv) hostRun(r hostRunner, prealloc G.Value, inputs []G.Value) (v G.
 			return nil, false, nil
 		}
 	}
-	out, ok := r.hostRun(ts)
-	if !ok {
-		return nil, false, nil
+	out, err := r.hostRun(ts)
+	if err != nil {
+		return nil, true, err
 	}
 	v, err = e.toDevice(out, prealloc)
 	return v, true, err

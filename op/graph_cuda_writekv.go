@@ -13,9 +13,9 @@ import (
 // seqused_k (small) are copied to the host and checked there, the cache
 // is copied device to device into the node's output (nothing when the
 // output is the cache's memory) and each new row is copied host to device
-// into its place, at O(new tokens) host-device traffic. A cache on the
-// host, or inputs that fail a check, take the host path (the CPU Do, with
-// its errors).
+// into its place, at O(new tokens) host-device traffic. The checks are
+// the CPU Do's (writePagedKVOp.check), with its errors; a cache on the
+// host takes the host path (the CPU Do).
 func (op *writePagedKVOp) CUDADo(extern G.External, dev G.Device, prealloc G.Value, inputs ...G.Value) (G.Value, error) {
 	return withGPU("WritePagedKV", extern, dev, func(e *gpuEnv) (G.Value, error) { return op.gpu(e, prealloc, inputs) })
 }
@@ -34,9 +34,9 @@ func (op *writePagedKVOp) gpu(e *gpuEnv, prealloc G.Value, in []G.Value) (G.Valu
 		return nil, err
 	}
 	cache := in[0]
-	dst, ok := op.rows(cache.Dtype(), cache.Shape(), nw, pt, su)
-	if !ok {
-		return e.hostDo(op, prealloc, in)
+	_, _, dst, err := op.check(&h.dst, tv(cache), nw, pt, su)
+	if err != nil {
+		return nil, err
 	}
 	out, err := e.output(prealloc, op.dt, op.cacheShape)
 	if err != nil {

@@ -39,13 +39,8 @@ func newDecodeLayout(p plan.DecodeParams) (decodeLayout, error) {
 
 func (l decodeLayout) len() int { return 4 + 5*l.base.Capacity + 2*l.p.Batch }
 
-func (l decodeLayout) pack(s *plan.DecodeSchedule) []int32 {
-	v := make([]int32, l.len())
-	l.packInto(v, s)
-	return v
-}
-
-// packInto is pack into v (of l.len() elements).
+// packInto writes the schedule s as the packed value v (of l.len()
+// elements): the header, then the schedule's arrays.
 func (l decodeLayout) packInto(v []int32, s *plan.DecodeSchedule) {
 	v = v[:0]
 	split := int32(0)
@@ -121,20 +116,30 @@ func (op *decodeSchedOp) String() string {
 }
 
 func (op *decodeSchedOp) Do(vals ...G.Value) (G.Value, error) {
+	return op.build(new(decodeSchedHost), tv(vals[1]))
+}
+
+// build checks seqused_k and builds the packed schedule into h's storage:
+// fresh for the CPU Do, kept by the node on the CUDA path (a warm run
+// allocates nothing).
+func (op *decodeSchedOp) build(h *decodeSchedHost, suT tensor.Tensor) (*tensor.Dense, error) {
 	const fn = "DecodeSchedule"
-	c := &validate.Checker{Fn: fn}
-	su := c.Dense(tv(vals[1]), "seqused_k")
+	c := validate.Checker{Fn: fn}
+	su := c.Dense(suT, "seqused_k")
 	c.Dtype(su, "seqused_k", tensor.Int32)
 	if c.Err != nil {
 		return nil, c.Err
 	}
-	s, err := plan.BuildDecodeSchedule(nil, validate.Int32s(su), op.l.p)
+	used := validate.Int32s(su)
+	s, err := plan.BuildDecodeSchedule(&h.sched, used, op.l.p)
 	if err != nil {
 		return nil, validate.WrapArg(fn, "seqused_k", err)
 	}
-	v := op.l.pack(s)
-	op.remember(v, validate.Int32s(su))
-	return tensor.New(tensor.WithShape(len(v)), tensor.WithBacking(v)), nil
+	out := h.out.view(tensor.Int32, tensor.Shape{op.l.len()})
+	v := validate.Int32s(out)
+	op.l.packInto(v, s)
+	op.remember(v, used)
+	return out, nil
 }
 
 // DecodeSchedule adds the split-KV decode schedule (docs/contract.md section 7) for a

@@ -3,32 +3,32 @@ package op
 import (
 	"sync"
 
-	"github.com/sparseattn/msa/kernels/lowp"
 	"github.com/sparseattn/msa/kernels/plan"
+	"github.com/sparseattn/msa/op/internal/selection"
 	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
 
 // The host work of the nodes that run on the host on the CUDA path
 // (graph_cuda.go's hostCUDADo: DecodeSchedule, CastToBF16, CastFromBF16,
-// K2QCSR, PackK2QCSR, FwdSchedule; and WritePagedKV's checks, whose write
-// is graph_cuda_writekv.go's). Such a node keeps a hostStage: the host
-// copies of its inputs and the host storage of its value, reused by every
-// run of the same shapes, so that a warm run allocates nothing. Its
-// hostRun checks what the node's CPU Do checks, without formatting a
-// message; an input that fails a check makes the CUDA path run the CPU Do
-// on fresh copies, which returns the CPU path's error.
+// K2QCSR, PackK2QCSR, FwdSchedule, BlockScores, TopKBlocks; and
+// WritePagedKV's checks, whose write is graph_cuda_writekv.go's). Such a
+// node keeps a hostStage: the host copies of its inputs and the host
+// storage of its value, reused by every run of the same shapes, so that a
+// warm run allocates nothing. Its hostRun is the node's CPU Do (the same
+// checks, formatting a message only on failure, and the same errors) on
+// that storage.
 
 // hostRunner is a node whose CUDA path runs its host work on a hostStage.
 type hostRunner interface {
 	stage() *hostStage
 	// hostRun computes the node's value from the host copies in, into
-	// storage the node keeps; ok is false when an input fails a check.
-	hostRun(in []*tensor.Dense) (out *tensor.Dense, ok bool)
+	// storage the node keeps, or returns the CPU Do's error.
+	hostRun(in []*tensor.Dense) (*tensor.Dense, error)
 }
 
-// maxHostInputs bounds the inputs of a hostRunner (FwdSchedule has 3).
-const maxHostInputs = 3
+// maxHostInputs bounds the inputs of a hostRunner (BlockScores has 4).
+const maxHostInputs = 4
 
 // hostStage is a hostRunner's host storage: the copies of its inputs, its
 // value, and whatever else the node's host work keeps (in the node).
@@ -39,12 +39,14 @@ type hostStage struct {
 	out hostValue
 }
 
-// csrStore is the storage of a packed CSR value viewed as a plan.CSR:
-// row pointers and query indices per KV head, and the row pointers
-// compacted to the rows the sequences have.
+// csrStore is the storage of a packed CSR value viewed as a plan.CSR
+// (csrView): row pointers and query indices per KV head, the row pointers
+// compacted to the rows the sequences have, and the CSR check's scratch.
+// The zero value is ready to use; a node keeps one across runs.
 type csrStore struct {
 	rp, qi []int32
 	rpc    []int32
+	check  plan.CSRScratch
 }
 
 // split is csrLayout.split into the store (a view of packed for one KV
@@ -58,23 +60,10 @@ func (s *csrStore) split(l csrLayout, packed []int32) (rp, qi []int32) {
 	return s.rp, s.qi
 }
 
-// compact is compactRowPtr into the store: the row pointers of total rows
-// per head, false when a spare row is not empty padding.
-func (s *csrStore) compact(rp []int32, hkv, capRows, total int) ([]int32, bool) {
-	if capRows == total {
-		return rp, true
-	}
-	s.rpc = growInt32(s.rpc, hkv*(total+1))
-	for h := 0; h < hkv; h++ {
-		src := rp[h*(capRows+1) : (h+1)*(capRows+1)]
-		for r := total + 1; r <= capRows; r++ {
-			if src[r] != src[total] {
-				return nil, false
-			}
-		}
-		copy(s.rpc[h*(total+1):], src[:total+1])
-	}
-	return s.rpc, true
+// pair is split as the csrPair of layout l.
+func (s *csrStore) pair(l csrLayout, packed []int32) csrPair {
+	rp, qi := s.split(l, packed)
+	return csrPair{rp: rp, qi: qi, hkv: l.Hkv, capRows: l.RowCap, stride: l.Stride}
 }
 
 // growInt32 returns n elements of buf's storage, grown as needed.
@@ -85,41 +74,20 @@ func growInt32(buf []int32, n int) []int32 {
 	return buf[:n]
 }
 
-// prefixSums reports whether cu holds non-negative, non-decreasing prefix
-// sums ending at most at limit (limit < 0: no bound), validate.CuSeqlens's
-// value rules.
-func prefixSums(cu []int32, limit int) bool {
-	return len(cu) > 0 && validate.PrefixSumsBreak(cu) < 0 && (limit < 0 || int(cu[len(cu)-1]) <= limit)
-}
-
-// cuSeqlensOK is validate.CuSeqlens's rules without their messages: an
-// int32 [B + 1] tensor of prefix sums ending at most at limit.
-func cuSeqlensOK(t *tensor.Dense, limit int) bool {
-	return t.Dtype() == tensor.Int32 && t.Dims() == 1 && prefixSums(validate.Int32s(t), limit)
-}
-
-// ---- casts ----
-
 func (op *castOp) stage() *hostStage { return &op.host }
 
-func (op *castOp) hostRun(in []*tensor.Dense) (*tensor.Dense, bool) {
-	x := in[0]
-	if x.Dtype() != op.from || !x.Shape().Eq(op.shape) {
-		return nil, false
+func (op *castOp) hostRun(in []*tensor.Dense) (*tensor.Dense, error) {
+	x, err := op.check(in[0])
+	if err != nil {
+		return nil, err
 	}
 	out := op.host.out.view(op.to, op.shape)
-	if op.to == BFloat16 {
-		lowp.EncodeBF16Workers(validate.Backing[lowp.BFloat16](out), validate.Backing[float32](x), 0)
-	} else {
-		lowp.DecodeBF16Workers(validate.Backing[float32](out), validate.Backing[lowp.BFloat16](x), 0)
-	}
-	return out, true
+	op.convert(out, x)
+	return out, nil
 }
 
-// ---- DecodeSchedule ----
-
-// decodeSchedHost is the decode schedule node's host storage on the CUDA
-// path: the schedule its runs build into.
+// decodeSchedHost is the decode schedule node's host storage: the
+// schedule its runs build into.
 type decodeSchedHost struct {
 	hostStage
 	sched plan.DecodeSchedule
@@ -127,24 +95,9 @@ type decodeSchedHost struct {
 
 func (op *decodeSchedOp) stage() *hostStage { return &op.host.hostStage }
 
-func (op *decodeSchedOp) hostRun(in []*tensor.Dense) (*tensor.Dense, bool) {
-	su := in[1]
-	if su.Dtype() != tensor.Int32 {
-		return nil, false
-	}
-	used := validate.Int32s(su)
-	s, err := plan.BuildDecodeSchedule(&op.host.sched, used, op.l.p)
-	if err != nil {
-		return nil, false
-	}
-	out := op.host.out.view(tensor.Int32, tensor.Shape{op.l.len()})
-	v := validate.Int32s(out)
-	op.l.packInto(v, s)
-	op.remember(v, used)
-	return out, true
+func (op *decodeSchedOp) hostRun(in []*tensor.Dense) (*tensor.Dense, error) {
+	return op.build(&op.host, in[1])
 }
-
-// ---- WritePagedKV ----
 
 // writeKVHost is the cache write node's host storage on the CUDA path
 // (graph_cuda_writekv.go): the host copies of the new rows, the page table
@@ -154,28 +107,6 @@ type writeKVHost struct {
 	mu         sync.Mutex
 	nw, pt, su hostValue
 	dst        []int
-}
-
-// rows checks the host inputs of a cache write of a cache of dtype dt and
-// shape cs as the node's Do does and returns the cache row of head 0 of
-// each new row (storage the node keeps), ok false when a check fails.
-func (op *writePagedKVOp) rows(dt tensor.Dtype, cs tensor.Shape, nw, pt, su *tensor.Dense) (dst []int, ok bool) {
-	if dt != op.dt || nw.Dtype() != op.dt || pt.Dtype() != tensor.Int32 || su.Dtype() != tensor.Int32 || pt.Dims() != 2 || su.Dims() != 1 {
-		return nil, false
-	}
-	want := op.cacheShape
-	numPages, d := want[0], want[3]
-	hkv, ps := op.layout.dims(want)
-	batch, cols := pt.Shape()[0], pt.Shape()[1]
-	if !cs.Eq(want) || su.Shape()[0] != batch || !nw.Shape().Eq(tensor.Shape{batch * op.seqlenQ, hkv, d}) {
-		return nil, false
-	}
-	n := batch * op.seqlenQ
-	if cap(op.host.dst) < n {
-		op.host.dst = make([]int, n)
-	}
-	dst = op.host.dst[:n]
-	return dst, writeRows(dst, validate.Int32s(pt), validate.Int32s(su), op.seqlenQ, cols, ps, hkv, numPages, op.layout)
 }
 
 // writeRows sets dst[b*seqlenQ+i], the cache row of head 0 of new row i of
@@ -198,9 +129,7 @@ func writeRows(dst []int, ptv, used []int32, seqlenQ, cols, ps, hkv, numPages in
 	return true
 }
 
-// ---- K2QCSR ----
-
-// csrHost is the CSR build node's host storage on the CUDA path.
+// csrHost is the storage of the CSR build node's runs.
 type csrHost struct {
 	hostStage
 	csr     plan.CSR
@@ -209,43 +138,17 @@ type csrHost struct {
 
 func (op *csrOp) stage() *hostStage { return &op.host.hostStage }
 
-func (op *csrOp) hostRun(in []*tensor.Dense) (*tensor.Dense, bool) {
-	l := op.l
-	q2k, cq, ck := in[0], in[1], in[2]
-	if q2k.Dtype() != tensor.Int32 || !cuSeqlensOK(cq, l.TotalQ) || !cuSeqlensOK(ck, -1) {
-		return nil, false
-	}
-	cuQ, cuK := validate.Int32s(cq), validate.Int32s(ck)
-	if total, err := plan.CountRows(cuK, l.BlkKV); err != nil || total > l.RowCap {
-		return nil, false
-	}
-	csr, err := plan.BuildK2QCSRInto(&op.host.scratch, &op.host.csr, validate.Int32s(q2k), l.Hkv, l.TotalQ, l.TopK, cuQ, cuK, l.BlkKV)
-	if err != nil {
-		return nil, false
-	}
-	out := op.host.out.view(tensor.Int32, tensor.Shape{l.Hkv, l.width()})
-	l.pack(validate.Int32s(out), csr)
-	return out, true
+func (op *csrOp) hostRun(in []*tensor.Dense) (*tensor.Dense, error) {
+	return op.build(&op.host, in[0], in[1], in[2])
 }
-
-// ---- PackK2QCSR ----
 
 func (op *packCSROp) stage() *hostStage { return &op.host }
 
-func (op *packCSROp) hostRun(in []*tensor.Dense) (*tensor.Dense, bool) {
-	l := op.l
-	rp, qi := in[0], in[1]
-	if rp.Dtype() != tensor.Int32 || qi.Dtype() != tensor.Int32 || rp.DataSize() != l.Hkv*(l.RowCap+1) || qi.DataSize() != l.Hkv*l.Stride {
-		return nil, false
-	}
-	out := op.host.out.view(tensor.Int32, tensor.Shape{l.Hkv, l.width()})
-	l.packParts(validate.Int32s(out), validate.Int32s(rp), validate.Int32s(qi))
-	return out, true
+func (op *packCSROp) hostRun(in []*tensor.Dense) (*tensor.Dense, error) {
+	return op.build(&op.host, in[0], in[1])
 }
 
-// ---- FwdSchedule ----
-
-// schedHost is the forward schedule node's host storage on the CUDA path.
+// schedHost is the storage of the forward schedule node's runs.
 type schedHost struct {
 	hostStage
 	rows    plan.Rows
@@ -256,30 +159,33 @@ type schedHost struct {
 
 func (op *schedOp) stage() *hostStage { return &op.host.hostStage }
 
-func (op *schedOp) hostRun(in []*tensor.Dense) (*tensor.Dense, bool) {
-	l, h := op.s.csr, &op.host
-	packed, cq, ck := in[0], in[1], in[2]
-	if packed.Dtype() != tensor.Int32 || packed.DataSize() < l.Hkv*l.width() || !cuSeqlensOK(cq, l.TotalQ) || !cuSeqlensOK(ck, -1) {
-		return nil, false
+func (op *schedOp) hostRun(in []*tensor.Dense) (*tensor.Dense, error) {
+	return op.build(&op.host, in[0], in[1], in[2])
+}
+
+// blockScoresHost is the storage of the block scoring node's runs on the
+// CUDA path: the validated request and the scorer's memory.
+type blockScoresHost struct {
+	hostStage
+	s       selection.Scorer
+	scratch selection.Scratch
+}
+
+func (op *blockScoresOp) hostRun(in []*tensor.Dense) (*tensor.Dense, error) {
+	h := &op.host
+	if err := op.check(&h.s, in[0], in[1], in[2], in[3]); err != nil {
+		return nil, err
 	}
-	cuQ, cuK := validate.Int32s(cq), validate.Int32s(ck)
-	if total, err := plan.CountRows(cuK, l.BlkKV); err != nil || total > l.RowCap {
-		return nil, false
-	}
-	if h.rows.Reset(cuK, l.BlkKV) != nil {
-		return nil, false
-	}
-	rp, qi := h.csr.split(l, validate.Int32s(packed))
-	rpc, ok := h.csr.compact(rp, l.Hkv, l.RowCap, h.rows.Total)
-	if !ok {
-		return nil, false
-	}
-	csr := plan.CSR{Hkv: l.Hkv, TotalRows: h.rows.Total, Stride: l.Stride, RowPtr: rpc, QIdx: qi}
-	built, err := plan.BuildFwdScheduleInto(&h.scratch, &h.sched, &csr, &h.rows, cuQ, op.s.params())
-	if err != nil {
-		return nil, false
-	}
-	out := h.out.view(tensor.Int32, tensor.Shape{op.s.len()})
-	op.s.pack(validate.Int32s(out), built)
-	return out, true
+	out := h.out.view(tensor.Float32, tensor.Shape{op.hkv, op.totalQ, op.maxBlocks})
+	h.s.RunInto(validate.Backing[float32](out), &h.scratch)
+	h.s = selection.Scorer{} // the node keeps no reference to this run's inputs
+	return out, nil
+}
+
+func (op *blockScoresOp) stage() *hostStage { return &op.host.hostStage }
+
+func (op *topKOp) stage() *hostStage { return &op.host }
+
+func (op *topKOp) hostRun(in []*tensor.Dense) (*tensor.Dense, error) {
+	return op.run(&op.host, in[0])
 }

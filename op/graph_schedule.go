@@ -82,12 +82,22 @@ func (op *schedOp) String() string {
 }
 
 func (op *schedOp) Do(vals ...G.Value) (G.Value, error) {
+	return op.build(new(schedHost), tv(vals[0]), tv(vals[1]), tv(vals[2]))
+}
+
+// build checks the node's inputs and builds the packed schedule into h's
+// storage: fresh for the CPU Do, kept by the node on the CUDA path (a warm
+// run allocates nothing).
+func (op *schedOp) build(h *schedHost, packedT, cuQT, cuKT tensor.Tensor) (*tensor.Dense, error) {
 	const fn = "FwdSchedule"
-	c := &validate.Checker{Fn: fn}
-	packed := c.Dense(tv(vals[0]), "csr")
+	c := validate.Checker{Fn: fn}
 	l := op.s.csr
-	cuQ := validate.CuSeqlens(c, tv(vals[1]), "cu_seqlens_q", l.TotalQ, fmt.Sprintf("total_q = %d", l.TotalQ))
-	cuK := validate.CuSeqlens(c, tv(vals[2]), "cu_seqlens_k", -1, "")
+	packed := c.Dense(packedT, "csr")
+	if c.Dtype(packed, "csr", tensor.Int32) && packed.DataSize() != l.Hkv*l.width() {
+		c.Fail("csr", fmt.Sprintf("an int32 CSR value of %d elements", l.Hkv*l.width()), packed.DataSize())
+	}
+	cuQ := validate.CuSeqlens(&c, cuQT, "cu_seqlens_q", l.TotalQ, "total_q")
+	cuK := validate.CuSeqlens(&c, cuKT, "cu_seqlens_k", -1, "")
 	if c.Err != nil {
 		return nil, c.Err
 	}
@@ -98,23 +108,22 @@ func (op *schedOp) Do(vals ...G.Value) (G.Value, error) {
 	if total > l.RowCap {
 		return nil, validate.ArgErr(fn, "cu_seqlens_k", fmt.Sprintf("at most %d CSR rows", l.RowCap), total)
 	}
-	rows, err := plan.NewRows(cuK, l.BlkKV)
-	if err != nil {
+	if err := h.rows.Reset(cuK, l.BlkKV); err != nil {
 		return nil, validate.WrapArg(fn, "cu_seqlens_k", err)
 	}
-	rp, qi := l.split(validate.Int32s(packed))
-	rpc, err := compactRowPtr(fn, rp, l.Hkv, l.RowCap, rows.Total, l.BlkKV)
+	p := h.csr.pair(l, validate.Int32s(packed))
+	rpc, err := compactRowPtr(fn, &h.csr.rpc, p.rp, l.Hkv, l.RowCap, h.rows.Total, l.BlkKV)
 	if err != nil {
 		return nil, err
 	}
-	csr := plan.CSR{Hkv: l.Hkv, TotalRows: rows.Total, Stride: l.Stride, RowPtr: rpc, QIdx: qi}
-	built, err := plan.BuildFwdSchedule(nil, &csr, rows, cuQ, op.s.params())
+	csr := plan.CSR{Hkv: l.Hkv, TotalRows: h.rows.Total, Stride: l.Stride, RowPtr: rpc, QIdx: p.qi}
+	built, err := plan.BuildFwdScheduleInto(&h.scratch, &h.sched, &csr, &h.rows, cuQ, op.s.params())
 	if err != nil {
 		return nil, validate.WrapArg(fn, "csr", err)
 	}
-	out := make([]int32, op.s.len())
-	op.s.pack(out, built)
-	return tensor.New(tensor.WithShape(len(out)), tensor.WithBacking(out)), nil
+	out := h.out.view(tensor.Int32, tensor.Shape{op.s.len()})
+	op.s.pack(validate.Int32s(out), built)
+	return out, nil
 }
 
 // pack writes built as the packed value out (s.len() elements; the

@@ -5,7 +5,6 @@ import (
 	"hash"
 
 	"github.com/chewxy/hm"
-	"github.com/sparseattn/msa/kernels/lowp"
 	"github.com/sparseattn/msa/op/internal/selection"
 	"github.com/sparseattn/msa/op/internal/validate"
 	G "gorgonia.org/gorgonia"
@@ -24,6 +23,7 @@ type blockScoresOp struct {
 	cfg                    BlockScoreConfig
 	qDt, kDt               tensor.Dtype
 	hkv, totalQ, maxBlocks int
+	host                   blockScoresHost // the CUDA path's host side (graph_nodes_host.go)
 }
 
 func (op *blockScoresOp) Arity() int { return 4 }
@@ -46,15 +46,25 @@ func (op *blockScoresOp) Do(vals ...G.Value) (G.Value, error) {
 	if len(vals) != 4 {
 		return nil, validate.ArgErr(fn, "inputs", "4 values", len(vals))
 	}
-	s, err := validateBlockScores(fn, tv(vals[0]), tv(vals[1]), tv(vals[2]), tv(vals[3]), op.cfg, false)
-	if err != nil {
+	s := new(selection.Scorer)
+	if err := op.check(s, tv(vals[0]), tv(vals[1]), tv(vals[2]), tv(vals[3])); err != nil {
 		return nil, err
 	}
+	return tensor.New(tensor.WithShape(op.hkv, op.totalQ, op.maxBlocks), tensor.WithBacking(s.Run())), nil
+}
+
+// check validates the node's inputs into the request s (the CPU Do's and
+// the CUDA path's check; a message is formatted only on failure).
+func (op *blockScoresOp) check(s *selection.Scorer, q, k, cuQ, cuK tensor.Tensor) error {
+	const fn = "BlockScores"
+	if err := validateBlockScoresInto(s, fn, q, k, cuQ, cuK, op.cfg, false); err != nil {
+		return err
+	}
 	if s.Hkv != op.hkv || s.TotalQ != op.totalQ {
-		return nil, validate.ArgErr(fn, "q/k", fmt.Sprintf("total_q = %d, Hkv = %d as at graph construction", op.totalQ, op.hkv),
+		return validate.ArgErr(fn, "q/k", fmt.Sprintf("total_q = %d, Hkv = %d as at graph construction", op.totalQ, op.hkv),
 			fmt.Sprintf("total_q = %d, Hkv = %d", s.TotalQ, s.Hkv))
 	}
-	return tensor.New(tensor.WithShape(op.hkv, op.totalQ, op.maxBlocks), tensor.WithBacking(s.Run())), nil
+	return nil
 }
 
 // BlockScores adds block scoring (see BlockScoresFunc for the formula) to
@@ -129,6 +139,7 @@ type topKOp struct {
 	hkv, totalQ, maxBlocks int
 	blk                    int       // blk_kv of the BlockScores node scored (0: not known)
 	scored                 scoredKey // causality of that BlockScores node
+	host                   hostStage // the CUDA path's host side (graph_nodes_host.go)
 }
 
 // blockSizer is implemented by the ops whose int32 block ids or float32
@@ -216,15 +227,23 @@ func (op *topKOp) Do(vals ...G.Value) (G.Value, error) {
 	if len(vals) != 1 {
 		return nil, validate.ArgErr(fn, "inputs", "1 value", len(vals))
 	}
-	sd, err := validateTopK(fn, tv(vals[0]), op.topK)
+	return op.run(new(hostStage), tv(vals[0]))
+}
+
+// run checks the scores and selects into st's storage: fresh for the CPU
+// Do, kept by the node on the CUDA path (a warm run allocates nothing).
+func (op *topKOp) run(st *hostStage, scores tensor.Tensor) (*tensor.Dense, error) {
+	const fn = "TopKBlocks"
+	sd, err := validateTopK(fn, scores, op.topK)
 	if err != nil {
 		return nil, err
 	}
 	if s := sd.Shape(); s[0] != op.hkv || s[1] != op.totalQ || s[2] != op.maxBlocks {
 		return nil, validate.ArgErr(fn, "scores", fmt.Sprintf("shape [%d, %d, %d] as at graph construction", op.hkv, op.totalQ, op.maxBlocks), validate.ShapeStr(sd))
 	}
-	out := selection.TopK(validate.Backing[float32](sd), op.hkv*op.totalQ, op.maxBlocks, op.topK, op.cfg.KeepFirst, op.cfg.KeepLast)
-	return tensor.New(tensor.WithShape(op.hkv, op.totalQ, op.topK), tensor.WithBacking(out)), nil
+	out := st.out.view(tensor.Int32, tensor.Shape{op.hkv, op.totalQ, op.topK})
+	selection.TopKInto(validate.Int32s(out), validate.Backing[float32](sd), op.hkv*op.totalQ, op.maxBlocks, op.topK, op.cfg.KeepFirst, op.cfg.KeepLast)
+	return out, nil
 }
 
 // TopKBlocks adds block selection (see TopKBlocksFunc) after a scores node
@@ -261,7 +280,7 @@ func TopKBlocks(scores *G.Node, opts ...Option) (*G.Node, error) {
 }
 
 // castOp converts between float32 and BFloat16 element by element, split
-// over GOMAXPROCS goroutines for large tensors. Its output storage is kept
+// over up to GOMAXPROCS pooled goroutines for large tensors. Its output storage is kept
 // across runs (graph_outbuf.go: a value is valid until the node's next
 // run).
 type castOp struct {
@@ -269,6 +288,7 @@ type castOp struct {
 	from, to tensor.Dtype
 	shape    tensor.Shape
 	out      castBufs
+	work     castWork  // the conversion's goroutines (cast_convert.go)
 	host     hostStage // the CUDA path's host side (graph_nodes_host.go)
 }
 
@@ -294,27 +314,36 @@ func (op *castOp) fn() string {
 }
 
 func (op *castOp) Do(vals ...G.Value) (G.Value, error) {
-	fn := op.fn()
 	if len(vals) != 1 {
-		return nil, validate.ArgErr(fn, "inputs", "1 value", len(vals))
+		return nil, validate.ArgErr(op.fn(), "inputs", "1 value", len(vals))
 	}
-	c := &validate.Checker{Fn: fn}
-	x := c.Dense(tv(vals[0]), "x")
+	x, err := op.check(tv(vals[0]))
+	if err != nil {
+		return nil, err
+	}
+	var out *tensor.Dense
+	if op.to == BFloat16 {
+		out = op.out.bf16.dense(op.shape...)
+	} else {
+		out = op.out.f32.dense(op.shape...)
+	}
+	op.convert(out, x)
+	return out, nil
+}
+
+// check is the cast's check of its input (the CPU Do's and the CUDA
+// path's): a dense tensor of the node's dtype and shape.
+func (op *castOp) check(xT tensor.Tensor) (*tensor.Dense, error) {
+	c := validate.Checker{Fn: op.fn()}
+	x := c.Dense(xT, "x")
 	c.Dtype(x, "x", op.from)
 	if c.Err != nil {
 		return nil, c.Err
 	}
 	if !x.Shape().Eq(op.shape) {
-		return nil, validate.ArgErr(fn, "x", fmt.Sprintf("shape %v as at graph construction", op.shape), validate.ShapeStr(x))
+		return nil, validate.ArgErr(c.Fn, "x", fmt.Sprintf("shape %v as at graph construction", op.shape), validate.ShapeStr(x))
 	}
-	if op.to == BFloat16 {
-		out := op.out.bf16.dense(op.shape...)
-		lowp.EncodeBF16Workers(validate.Backing[lowp.BFloat16](out), validate.Backing[float32](x), 0)
-		return out, nil
-	}
-	out := op.out.f32.dense(op.shape...)
-	lowp.DecodeBF16Workers(validate.Backing[float32](out), validate.Backing[lowp.BFloat16](x), 0)
-	return out, nil
+	return x, nil
 }
 
 func castNode(fn string, x *G.Node, from, to tensor.Dtype) (*G.Node, error) {
@@ -369,13 +398,32 @@ func (op *writePagedKVOp) String() string {
 }
 
 func (op *writePagedKVOp) Do(vals ...G.Value) (G.Value, error) {
-	const fn = "WritePagedKV"
 	if len(vals) != 4 {
-		return nil, validate.ArgErr(fn, "inputs", "4 values", len(vals))
+		return nil, validate.ArgErr("WritePagedKV", "inputs", "4 values", len(vals))
 	}
-	c := &validate.Checker{Fn: fn}
-	cache, nw := c.Dense(tv(vals[0]), "cache"), c.Dense(tv(vals[1]), "new")
-	pt, su := c.Dense(tv(vals[2]), "page_table"), c.Dense(tv(vals[3]), "seqused_k")
+	var rows []int
+	cache, nw, dst, err := op.check(&rows, tv(vals[0]), tv(vals[1]), tv(vals[2]), tv(vals[3]))
+	if err != nil {
+		return nil, err
+	}
+	// In place: the cache value the machine holds (the tensor given to
+	// G.Let) is updated at O(new tokens) and returned as the node's value.
+	// A view was materialised by c.dense into a private copy: the write
+	// lands in that copy, which is returned.
+	hkv, ps := op.layout.dims(op.cacheShape)
+	scatterKV(cache, nw, 0, dst, op.layout, hkv, ps, op.cacheShape[3])
+	return cache, nil
+}
+
+// check is the cache write's check of its inputs (the CPU Do's, and the
+// CUDA path's, whose cache is in device memory: only its dtype and shape
+// are read): it returns the cache, the new rows and, in *rows (grown as
+// needed), the cache row of head 0 of each new row.
+func (op *writePagedKVOp) check(rows *[]int, cacheT, nwT, ptT, suT tensor.Tensor) (cache, nw *tensor.Dense, dst []int, err error) {
+	const fn = "WritePagedKV"
+	c := validate.Checker{Fn: fn}
+	cache, nw = c.Dense(cacheT, "cache"), c.Dense(nwT, "new")
+	pt, su := c.Dense(ptT, "page_table"), c.Dense(suT, "seqused_k")
 	c.Dtype(cache, "cache", op.dt)
 	c.Dtype(nw, "new", op.dt)
 	c.Dtype(pt, "page_table", tensor.Int32)
@@ -383,31 +431,33 @@ func (op *writePagedKVOp) Do(vals ...G.Value) (G.Value, error) {
 	c.Rank(pt, "page_table", "[B, max_num_pages_per_seq]", 2)
 	c.Rank(su, "seqused_k", "[B]", 1)
 	if c.Err != nil {
-		return nil, c.Err
+		return nil, nil, nil, c.Err
 	}
 	cs := op.cacheShape
 	numPages, d := cs[0], cs[3]
 	hkv, ps := op.layout.dims(cs)
 	batch, cols := pt.Shape()[0], pt.Shape()[1]
-	c.Need(cache.Shape().Eq(cs), "cache", fmt.Sprintf("shape %v as at graph construction", cs), validate.ShapeStr(cache))
-	c.Need(su.Shape()[0] == batch, "seqused_k", fmt.Sprintf("shape [B] = [%d]", batch), validate.ShapeStr(su))
-	c.Need(nw.Shape().Eq(tensor.Shape{batch * op.seqlenQ, hkv, d}), "new",
-		fmt.Sprintf("shape [B * seqlen_q, Hkv, D] = [%d, %d, %d]", batch*op.seqlenQ, hkv, d), validate.ShapeStr(nw))
+	if !cache.Shape().Eq(cs) {
+		c.Fail("cache", fmt.Sprintf("shape %v as at graph construction", cs), validate.ShapeStr(cache))
+	}
+	if su.Shape()[0] != batch {
+		c.Fail("seqused_k", fmt.Sprintf("shape [B] = [%d]", batch), validate.ShapeStr(su))
+	}
+	if !nw.Shape().Eq(tensor.Shape{batch * op.seqlenQ, hkv, d}) {
+		c.Fail("new", fmt.Sprintf("shape [B * seqlen_q, Hkv, D] = [%d, %d, %d]", batch*op.seqlenQ, hkv, d), validate.ShapeStr(nw))
+	}
 	if c.Err != nil {
-		return nil, c.Err
+		return nil, nil, nil, c.Err
 	}
 	ptv, used := validate.Int32s(pt), validate.Int32s(su)
-	// dst[r] is the cache row of head 0 of new row r.
-	dst := make([]int, batch*op.seqlenQ)
-	if !writeRows(dst, ptv, used, op.seqlenQ, cols, ps, hkv, numPages, op.layout) {
-		return nil, writeRowsErr(fn, ptv, used, op.seqlenQ, cols, ps, numPages)
+	if n := batch * op.seqlenQ; cap(*rows) < n {
+		*rows = make([]int, n)
 	}
-	// In place: the cache value the machine holds (the tensor given to
-	// G.Let) is updated at O(new tokens) and returned as the node's value.
-	// A view was materialised by c.dense into a private copy: the write
-	// lands in that copy, which is returned.
-	scatterKV(cache, nw, 0, dst, op.layout, hkv, ps, d)
-	return cache, nil
+	dst = (*rows)[:batch*op.seqlenQ]
+	if !writeRows(dst, ptv, used, op.seqlenQ, cols, ps, hkv, numPages, op.layout) {
+		return nil, nil, nil, writeRowsErr(fn, ptv, used, op.seqlenQ, cols, ps, numPages)
+	}
+	return cache, nw, dst, nil
 }
 
 // writeRowsErr is the error of the first position or page writeRows

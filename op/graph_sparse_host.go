@@ -1,8 +1,6 @@
 package op
 
 import (
-	"math"
-
 	"github.com/sparseattn/msa/kernels/plan"
 	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
@@ -65,89 +63,72 @@ func sparseKeyOf(ts []*tensor.Dense, needT bool) (k sparseKey, ok bool) {
 }
 
 // recheck repeats, for the inputs ts of a run whose key is h.key, the
-// checks of the full validation that read metadata values, in the same
-// order and with the same rules: the cu_seqlens prefix sums, the paged
-// key lengths (seqused_k, capacity, page indices), the CSR row numbering
-// and contents, the schedule, the NVFP4 global scales. It updates h.sc to this run's metadata and
-// reports whether every check passed (false: the caller runs the full
-// validation, which returns the error).
+// checks of the full validation that read metadata values, in its order
+// and with its functions, on storage kept in h (none of them formats a
+// message unless a check fails): the cu_seqlens prefix sums
+// (validate.CuSeqlensValues), the paged key lengths (pagedLengths) and page
+// indices (validate.CheckPages), the CSR's row numbering and contents
+// (csrRows, csrView), the schedule (validateSchedule) and the NVFP4 global
+// scales (globalScale). The checks of shapes and dtypes passed for this
+// key. It updates h.sc to this run's metadata and reports whether every
+// check passed (false: the caller runs the full validation, which returns
+// the error).
 func (op *sparseAttnOp) recheck(h *sparseHost, ts []*tensor.Dense, sl attnSlots) bool {
 	const fn = "SparseAttention"
 	sc, l := &h.sc, op.sched.csr
 	p := &sc.p
 	kd := ts[1]
+	c := validate.Checker{Fn: fn}
 	cuQ, cuK := validate.Int32s(ts[5]), validate.Int32s(ts[6])
 	totalKeys := -1
 	if !p.KV.Paged {
 		totalKeys = kd.Shape()[0]
 	}
-	if !prefixSums(cuQ, p.TotalQ) || !prefixSums(cuK, totalKeys) {
+	if !validate.CuSeqlensValues(&c, cuQ, "cu_seqlens_q", p.TotalQ, "total_q") ||
+		!validate.CuSeqlensValues(&c, cuK, "cu_seqlens_k", totalKeys, "total_k") {
 		return false
 	}
 	h.seqK = growInt32(h.seqK, len(cuQ)-1)
 	seqK := h.seqK
 	var pt []int32
 	if !p.KV.Paged {
-		for b := range seqK {
-			seqK[b] = cuK[b+1] - cuK[b]
-		}
+		keyLengths(seqK, cuK)
 	} else {
 		pt = validate.Int32s(ts[sl.pageTable])
-		capacity := p.KV.PTCols * p.KV.PageSize
-		for b := range seqK {
-			seqK[b] = int32(capacity)
-		}
+		var used []int32
 		if sl.seqused >= 0 {
-			for b, x := range validate.Int32s(ts[sl.seqused]) {
-				if x < 0 || int(x) > capacity {
-					return false
-				}
-				seqK[b] = x
-			}
+			used = validate.Int32s(ts[sl.seqused])
 		}
-		for b := range seqK {
-			if int(cuK[b+1]-cuK[b]) > capacity {
-				return false
-			}
+		if !pagedLengths(&c, used, cuK, seqK, p.KV.PTCols*p.KV.PageSize) {
+			return false
 		}
-		c := validate.Checker{Fn: fn}
 		if validate.CheckPages(&c, pt, p.KV.PTCols, p.KV.PageSize, seqK, kd.Shape()[0]); c.Err != nil {
 			return false
 		}
 	}
-	// csrRows and csrView.
-	if total, err := plan.CountRows(cuK, p.BlkKV); err != nil || l.RowCap < total {
+	if csrRows(fn, &h.rows, l.RowCap, cuK, p.BlkKV) != nil {
 		return false
 	}
-	if h.rows.Reset(cuK, p.BlkKV) != nil {
+	csr, err := csrView(fn, &h.csr, h.csr.pair(l, validate.Int32s(ts[3])), &h.rows, p.TotalQ, p.TopK, cuQ)
+	if err != nil {
 		return false
 	}
-	rp, qi := h.csr.split(l, validate.Int32s(ts[3]))
-	rpc, ok := h.csr.compact(rp, l.Hkv, l.RowCap, h.rows.Total)
-	if !ok {
-		return false
-	}
-	csr := plan.CSR{Hkv: l.Hkv, TotalRows: h.rows.Total, Stride: l.Stride, RowPtr: rpc, QIdx: qi}
 	op.sched.unpackInto(&h.sched, validate.Int32s(ts[4]))
-	// ValidateFwdScheduleInto validates the CSR first, as csrView does.
-	if plan.ValidateFwdScheduleInto(&h.csrS, &h.sched, &csr, &h.rows, cuQ, sc.fp) != nil {
+	if validateSchedule(fn, &h.csrS, &h.sched, &csr, &h.rows, cuQ, sc.fp) != nil {
 		return false
 	}
-	if !finiteGlobal(ts, sl.kGlobal) || !finiteGlobal(ts, sl.vGlobal) {
+	// As nvfp4Operands: the K global scale and the output (V global)
+	// scale, 1 when absent.
+	if sl.kGlobal >= 0 {
+		p.K.Global = globalScale(&c, ts[sl.kGlobal], "k_global_scale")
+	}
+	if sl.vGlobal >= 0 {
+		p.OutputScale = globalScale(&c, ts[sl.vGlobal], "v_global_scale")
+	}
+	if c.Err != nil {
 		return false
 	}
 	sc.csr, sc.sched, sc.rows = csr, &h.sched, &h.rows
 	p.CuQ, p.SeqK, p.KV.CuK, p.KV.PageTable, p.CSR, p.Sched = cuQ, seqK, cuK, pt, &sc.csr, &h.sched
 	return true
-}
-
-// finiteGlobal is nvfp4Operands's rule for the optional global scale at
-// slot i of ts (i < 0: none): a float32 tensor whose first element is
-// finite.
-func finiteGlobal(ts []*tensor.Dense, i int) bool {
-	if i < 0 {
-		return true
-	}
-	g := validate.Backing[float32](ts[i])
-	return ts[i].Dtype() == tensor.Float32 && len(g) >= 1 && !math.IsNaN(float64(g[0])) && !math.IsInf(float64(g[0]), 0)
 }

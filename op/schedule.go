@@ -67,7 +67,14 @@ func (s *Schedule) SplitCounts() *tensor.Dense {
 func (s *Schedule) Capacity() int { return s.s.Capacity }
 
 func (s *Schedule) validate(fn string, csr *plan.CSR, rows *plan.Rows, cuQ []int32, p plan.FwdParams) error {
-	if err := plan.ValidateFwdSchedule(&s.s, csr, rows, cuQ, p); err != nil {
+	return validateSchedule(fn, nil, &s.s, csr, rows, cuQ, p)
+}
+
+// validateSchedule checks a given forward schedule s against the CSR, its
+// row numbering and cu_seqlens_q, with the scratch x (nil: a fresh one; a
+// caller that keeps x across runs allocates nothing).
+func validateSchedule(fn string, x *plan.FwdScheduleScratch, s *plan.FwdSchedule, csr *plan.CSR, rows *plan.Rows, cuQ []int32, p plan.FwdParams) error {
+	if err := plan.ValidateFwdScheduleInto(x, s, csr, rows, cuQ, p); err != nil {
 		return validate.WrapArg(fn, "schedule", err)
 	}
 	return nil
@@ -96,7 +103,7 @@ type ScheduleArgs struct {
 func FwdScheduleFunc(k2qRowPtr, k2qQIndices tensor.Tensor, args ScheduleArgs) (*Schedule, error) {
 	const fn = "FwdScheduleFunc"
 	c := &validate.Checker{Fn: fn}
-	cuQ := validate.CuSeqlens(c, args.CuSeqlensQ, "cu_seqlens_q", args.TotalQ, fmt.Sprintf("total_q = %d", args.TotalQ))
+	cuQ := validate.CuSeqlens(c, args.CuSeqlensQ, "cu_seqlens_q", args.TotalQ, "total_q")
 	cuK := validate.CuSeqlens(c, args.CuSeqlensK, "cu_seqlens_k", -1, "")
 	rp, qi := csrTensors(c, k2qRowPtr, k2qQIndices)
 	if c.Err != nil {
@@ -120,11 +127,11 @@ func FwdScheduleFunc(k2qRowPtr, k2qQIndices tensor.Tensor, args ScheduleArgs) (*
 	if c.Err != nil {
 		return nil, c.Err
 	}
-	rows, err := csrRows(fn, rp, cuK, blk)
-	if err != nil {
+	rows := new(plan.Rows)
+	if err := csrRows(fn, rows, rp.Shape()[1]-1, cuK, blk); err != nil {
 		return nil, err
 	}
-	csr, err := csrView(fn, rp, qi, rows, args.TotalQ, args.TopK, cuQ)
+	csr, err := csrView(fn, new(csrStore), csrPairOf(rp, qi), rows, args.TotalQ, args.TopK, cuQ)
 	if err != nil {
 		return nil, err
 	}

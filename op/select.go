@@ -81,6 +81,17 @@ type TopKConfig struct {
 // validateBlockScores checks q, k, cu_seqlens and the config. With derive,
 // MaxSeqlenK 0 is taken from cu_seqlens_k.
 func validateBlockScores(fn string, q, k, cuSeqlensQ, cuSeqlensK tensor.Tensor, cfg BlockScoreConfig, derive bool) (*selection.Scorer, error) {
+	s := new(selection.Scorer)
+	if err := validateBlockScoresInto(s, fn, q, k, cuSeqlensQ, cuSeqlensK, cfg, derive); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// validateBlockScoresInto is validateBlockScores writing the request into s
+// (storage a graph node keeps across runs): it formats a message only on
+// failure.
+func validateBlockScoresInto(s *selection.Scorer, fn string, q, k, cuSeqlensQ, cuSeqlensK tensor.Tensor, cfg BlockScoreConfig, derive bool) error {
 	c := &validate.Checker{Fn: fn}
 	qd, kd := c.Dense(q, "q"), c.Dense(k, "k")
 	c.Dtype(qd, "q", BFloat16, Float8E4M3FN, tensor.Float32)
@@ -88,31 +99,39 @@ func validateBlockScores(fn string, q, k, cuSeqlensQ, cuSeqlensK tensor.Tensor, 
 	c.Rank(qd, "q", "[total_q, Hq, D]", 3)
 	c.Rank(kd, "k", "[total_k, Hkv, D]", 3)
 	if c.Err != nil {
-		return nil, c.Err
+		return c.Err
 	}
 	qs, ks := qd.Shape(), kd.Shape()
-	s := &selection.Scorer{TotalQ: qs[0], HQ: qs[1], D: qs[2], Hkv: ks[1], Q: scoreOperand(qd), K: scoreOperand(kd),
+	*s = selection.Scorer{TotalQ: qs[0], HQ: qs[1], D: qs[2], Hkv: ks[1], Q: scoreOperand(qd), K: scoreOperand(kd),
 		Causal: cfg.Causal, Mean: cfg.Reduce == ReduceMean, Workers: validate.WorkerCount(cfg.Workers)}
-	c.Need(s.D >= 1 && ks[2] == s.D, "k", fmt.Sprintf("head dimension D = %d (from q) >= 1", s.D), validate.ShapeStr(kd))
+	if !(s.D >= 1 && ks[2] == s.D) {
+		c.Fail("k", fmt.Sprintf("head dimension D = %d (from q) >= 1", s.D), validate.ShapeStr(kd))
+	}
 	checkHeads(c, "q", qd, kd, s.Hkv, true, func() string { return "the layout [total_k, Hkv, D]" })
-	c.Need(cfg.Reduce == ReduceMax || cfg.Reduce == ReduceMean, "reduce", "ReduceMax or ReduceMean", cfg.Reduce)
-	if c.Err != nil {
-		return nil, c.Err
+	if !(cfg.Reduce == ReduceMax || cfg.Reduce == ReduceMean) {
+		c.Fail("reduce", "ReduceMax or ReduceMean", cfg.Reduce)
 	}
-	s.CuQ = validate.CuSeqlens(c, cuSeqlensQ, "cu_seqlens_q", s.TotalQ, fmt.Sprintf("total_q = %d", s.TotalQ))
-	s.CuK = validate.CuSeqlens(c, cuSeqlensK, "cu_seqlens_k", ks[0], fmt.Sprintf("total_k = %d", ks[0]))
 	if c.Err != nil {
-		return nil, c.Err
+		return c.Err
 	}
-	c.Need(len(s.CuK) == len(s.CuQ), "cu_seqlens_k", fmt.Sprintf("shape [B + 1] = [%d] matching cu_seqlens_q", len(s.CuQ)), len(s.CuK))
+	s.CuQ = validate.CuSeqlens(c, cuSeqlensQ, "cu_seqlens_q", s.TotalQ, "total_q")
+	s.CuK = validate.CuSeqlens(c, cuSeqlensK, "cu_seqlens_k", ks[0], "total_k")
+	if c.Err != nil {
+		return c.Err
+	}
+	if len(s.CuK) != len(s.CuQ) {
+		c.Fail("cu_seqlens_k", fmt.Sprintf("shape [B + 1] = [%d] matching cu_seqlens_q", len(s.CuQ)), len(s.CuK))
+	}
 	s.Blk = cfg.BlkKV
 	if s.Blk == 0 {
 		s.Blk = 128
 	}
-	c.Need(s.Blk >= 1 && s.Blk <= validate.MaxInt32, "blk_kv", fmt.Sprintf("1 <= blk_kv <= %d", validate.MaxInt32), s.Blk)
+	if !(s.Blk >= 1 && s.Blk <= validate.MaxInt32) {
+		c.Fail("blk_kv", fmt.Sprintf("1 <= blk_kv <= %d", validate.MaxInt32), s.Blk)
+	}
 	s.Scale = float32(validate.ResolveScale(c, cfg.SoftmaxScale, s.D))
 	if c.Err != nil {
-		return nil, c.Err
+		return c.Err
 	}
 	longest := 0
 	for b := 0; b+1 < len(s.CuK); b++ {
@@ -122,14 +141,18 @@ func validateBlockScores(fn string, q, k, cuSeqlensQ, cuSeqlensK tensor.Tensor, 
 	if maxK == 0 && derive {
 		maxK = max(longest, 1)
 	}
-	c.Need(maxK >= 1 && maxK <= max(ks[0], 1), "max_seqlen_k", fmt.Sprintf("1 <= max_seqlen_k <= total_k = k.shape[0] = %d", ks[0]), maxK)
-	c.Need(longest <= maxK, "max_seqlen_k", fmt.Sprintf(">= the longest key sequence in cu_seqlens_k (%d)", longest), maxK)
+	if !(maxK >= 1 && maxK <= max(ks[0], 1)) {
+		c.Fail("max_seqlen_k", fmt.Sprintf("1 <= max_seqlen_k <= total_k = k.shape[0] = %d", ks[0]), maxK)
+	}
+	if longest > maxK {
+		c.Fail("max_seqlen_k", fmt.Sprintf(">= the longest key sequence in cu_seqlens_k (%d)", longest), maxK)
+	}
 	s.MaxBlocks = validate.CeilDiv(maxK, s.Blk)
 	if c.Err == nil && validate.MulCap(maxGraphValue, s.Hkv, s.TotalQ, s.MaxBlocks) < 0 {
 		c.Fail("max_seqlen_k", fmt.Sprintf("scores [Hkv, total_q, ceil(max_seqlen_k / blk_kv)] of at most %d elements", maxGraphValue),
 			fmt.Sprintf("[%d, %d, %d]", s.Hkv, s.TotalQ, s.MaxBlocks))
 	}
-	return s, c.Err
+	return c.Err
 }
 
 // scoreOperand is the values of t, a float32, BFloat16 or Float8E4M3FN
@@ -174,11 +197,15 @@ func validateTopK(fn string, scores tensor.Tensor, topK int) (*tensor.Dense, err
 	sd := c.Dense(scores, "scores")
 	c.Dtype(sd, "scores", tensor.Float32)
 	c.Rank(sd, "scores", "[Hkv, total_q, max_blocks]", 3)
-	c.Need(topK >= 1 && topK <= validate.MaxTopK, "topK", fmt.Sprintf("1 <= topK <= %d", validate.MaxTopK), topK)
+	if !(topK >= 1 && topK <= validate.MaxTopK) {
+		c.Fail("topK", fmt.Sprintf("1 <= topK <= %d", validate.MaxTopK), topK)
+	}
 	if c.Err != nil {
 		return nil, c.Err
 	}
-	c.Need(sd.Shape()[0] >= 1, "scores", "Hkv >= 1", validate.ShapeStr(sd))
+	if sd.Shape()[0] < 1 {
+		c.Fail("scores", "Hkv >= 1", validate.ShapeStr(sd))
+	}
 	return sd, c.Err
 }
 

@@ -32,29 +32,12 @@ func nvfp4Operands(c *validate.Checker, nv *nvfp4Inputs, kd, vd *tensor.Dense, r
 	}{{"k_scale_128x4", ks}, {"v_scale_128x4", vs}} {
 		// The tiling's offsets depend on its column-tile count, so a wider
 		// (still valid) tiling would be read with the wrong stride.
-		c.Need(s.t.Shape()[0] == pr && s.t.Shape()[1] == pc, s.name,
-			fmt.Sprintf("shape exactly (%d, %d): the 128x4 layout of %d scale rows x D/16 = %d columns, padded to multiples of 128 and 4", pr, pc, rowsKV, cols),
-			validate.ShapeStr(s.t))
+		if s.t.Shape()[0] != pr || s.t.Shape()[1] != pc {
+			c.Fail(s.name, fmt.Sprintf("shape exactly (%d, %d): the 128x4 layout of %d scale rows x D/16 = %d columns, padded to multiples of 128 and 4", pr, pc, rowsKV, cols), validate.ShapeStr(s.t))
+		}
 	}
-	global := func(t tensor.Tensor, arg string) float32 {
-		if !validate.Present(t) {
-			return 1
-		}
-		g := c.Dense(t, arg)
-		if !c.Dtype(g, arg, tensor.Float32) {
-			return 1
-		}
-		vals := validate.Backing[float32](g)
-		c.Need(len(vals) >= 1, arg, "at least one element", validate.ShapeStr(g))
-		if c.Err != nil {
-			return 1
-		}
-		x := vals[0]
-		c.Need(!math.IsNaN(float64(x)) && !math.IsInf(float64(x), 0), arg, "a finite global scale", x)
-		return x
-	}
-	kg := global(nv.kGlobal, "k_global_scale")
-	vg := global(nv.vGlobal, "v_global_scale")
+	kg := globalScale(c, nv.kGlobal, "k_global_scale")
+	vg := globalScale(c, nv.vGlobal, "v_global_scale")
 	if c.Err != nil {
 		return k, v, 0, c.Err
 	}
@@ -63,4 +46,29 @@ func nvfp4Operands(c *validate.Checker, nv *nvfp4Inputs, kd, vd *tensor.Dense, r
 	k = attn.Operand{Dtype: attn.NVFP4, D: d, Packed: validate.Backing[uint8](kd), Scales: validate.Backing[uint8](ks), Global: kg}
 	v = attn.Operand{Dtype: attn.NVFP4, D: d, Packed: validate.Backing[uint8](vd), Scales: validate.Backing[uint8](vs), Global: 1}
 	return k, v, vg, nil
+}
+
+// globalScale checks an optional NVFP4 global scale (absent: 1): a
+// float32 tensor whose first element is finite. It formats a message only
+// on failure (the CUDA path's warm runs call it as it is).
+func globalScale(c *validate.Checker, t tensor.Tensor, arg string) float32 {
+	if !validate.Present(t) {
+		return 1
+	}
+	g := c.Dense(t, arg)
+	if !c.Dtype(g, arg, tensor.Float32) {
+		return 1
+	}
+	vals := validate.Backing[float32](g)
+	if len(vals) < 1 {
+		c.Fail(arg, "at least one element", validate.ShapeStr(g))
+	}
+	if c.Err != nil {
+		return 1
+	}
+	x := vals[0]
+	if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+		c.Fail(arg, "a finite global scale", x)
+	}
+	return x
 }

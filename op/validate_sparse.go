@@ -73,7 +73,9 @@ func resolveMMADtypes(c *validate.Checker, q, k, v *tensor.Dense, qkDt, pvDt ten
 		return
 	}
 	mma := func(arg string, dt tensor.Dtype) {
-		c.Need(dt == BFloat16 || dt == Float8E4M3FN, arg, "bfloat16 or float8_e4m3fn", validate.DtypeName(dt))
+		if dt != BFloat16 && dt != Float8E4M3FN {
+			c.Fail(arg, "bfloat16 or float8_e4m3fn", validate.DtypeName(dt))
+		}
 	}
 	qk = qkDt
 	if qk == (tensor.Dtype{}) {
@@ -92,11 +94,15 @@ func resolveMMADtypes(c *validate.Checker, q, k, v *tensor.Dense, qkDt, pvDt ten
 	if c.Err != nil {
 		return
 	}
-	c.Need(q.Dtype() == qk, "qk_dtype", "the q storage dtype "+validate.DtypeName(q.Dtype())+" (Q fp8->bf16 staging is not supported)", validate.DtypeName(qk))
-	c.Need(k.Dtype() == qk || (k.Dtype() == Float8E4M3FN && qk == BFloat16), "k",
-		"a K storage/qk_dtype combination equal, or fp8 K with bf16 qk_dtype", validate.DtypeName(k.Dtype())+" with qk_dtype "+validate.DtypeName(qk))
-	c.Need(v.Dtype() == pv || (v.Dtype() == Float8E4M3FN && pv == BFloat16), "v",
-		"a V storage/pv_dtype combination equal, or fp8 V with bf16 pv_dtype", validate.DtypeName(v.Dtype())+" with pv_dtype "+validate.DtypeName(pv))
+	if q.Dtype() != qk {
+		c.Fail("qk_dtype", "the q storage dtype "+validate.DtypeName(q.Dtype())+" (Q fp8->bf16 staging is not supported)", validate.DtypeName(qk))
+	}
+	if !(k.Dtype() == qk || (k.Dtype() == Float8E4M3FN && qk == BFloat16)) {
+		c.Fail("k", "a K storage/qk_dtype combination equal, or fp8 K with bf16 qk_dtype", validate.DtypeName(k.Dtype())+" with qk_dtype "+validate.DtypeName(qk))
+	}
+	if !(v.Dtype() == pv || (v.Dtype() == Float8E4M3FN && pv == BFloat16)) {
+		c.Fail("v", "a V storage/pv_dtype combination equal, or fp8 V with bf16 pv_dtype", validate.DtypeName(v.Dtype())+" with pv_dtype "+validate.DtypeName(pv))
+	}
 	return
 }
 
@@ -138,7 +144,9 @@ func validateSparse(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int, ar
 		return nil, c.Err
 	}
 	totalQ, hq, d := qd.Shape()[0], qd.Shape()[1], qd.Shape()[2]
-	c.Need(slices.Contains(supportedHeadDims, d), "q", fmt.Sprintf("[total_q, Hq, D] with head dimension D in %v", supportedHeadDims), fmt.Sprintf("D = %d (shape %s)", d, validate.ShapeStr(qd)))
+	if !slices.Contains(supportedHeadDims, d) {
+		c.Fail("q", fmt.Sprintf("[total_q, Hq, D] with head dimension D in %v", supportedHeadDims), fmt.Sprintf("D = %d (shape %s)", d, validate.ShapeStr(qd)))
+	}
 	if c.Err != nil {
 		return nil, c.Err
 	}
@@ -152,13 +160,15 @@ func validateSparse(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int, ar
 		}
 		qk, pv = resolveMMADtypes(c, qd, kd, vd, args.QKDtype, args.PVDtype)
 	} else {
-		c.Need(args.QKDtype == (tensor.Dtype{}) && args.PVDtype == (tensor.Dtype{}), "qk_dtype/pv_dtype",
-			"unset (the NVFP4 K/V entry point has no MMA dtype options)", validate.DtypeName(args.QKDtype)+"/"+validate.DtypeName(args.PVDtype))
+		if !(args.QKDtype == (tensor.Dtype{}) && args.PVDtype == (tensor.Dtype{})) {
+			c.Fail("qk_dtype/pv_dtype", "unset (the NVFP4 K/V entry point has no MMA dtype options)", validate.DtypeName(args.QKDtype)+"/"+validate.DtypeName(args.PVDtype))
+		}
 		c.Dtype(qd, "q", BFloat16, Float8E4M3FN)
 		pv = qd.Dtype()
 	}
-	c.Need(validate.Present(args.CuSeqlensQ) && validate.Present(args.CuSeqlensK), "cu_seqlens_q/cu_seqlens_k",
-		"CSR varlen metadata: pass cu_seqlens_q and cu_seqlens_k", "nil")
+	if !(validate.Present(args.CuSeqlensQ) && validate.Present(args.CuSeqlensK)) {
+		c.Fail("cu_seqlens_q/cu_seqlens_k", "CSR varlen metadata: pass cu_seqlens_q and cu_seqlens_k", "nil")
+	}
 	if c.Err != nil {
 		return nil, c.Err
 	}
@@ -172,14 +182,18 @@ func validateSparse(fn string, q, k, v, rowPtr, qIdx tensor.Tensor, topK int, ar
 	}
 	if nv == nil {
 		mixed := qd.Dtype() == BFloat16 && kd.Dtype() == Float8E4M3FN && vd.Dtype() == Float8E4M3FN
-		c.Need(mixed || (qd.Dtype() == kd.Dtype() && qd.Dtype() == vd.Dtype()), "q, k, v",
-			"the same dtype, except q=bf16 with fp8_e4m3 K/V cache", validate.DtypeName(qd.Dtype())+", "+validate.DtypeName(kd.Dtype())+", "+validate.DtypeName(vd.Dtype()))
-		c.Need(kd.Dims() >= 1 && vd.Dims() >= 1 && kd.Shape()[kd.Dims()-1] == d && vd.Shape()[vd.Dims()-1] == d,
-			"k, v", fmt.Sprintf("the head dimension of q (%d)", d), "k "+validate.ShapeStr(kd)+", v "+validate.ShapeStr(vd))
+		if !(mixed || (qd.Dtype() == kd.Dtype() && qd.Dtype() == vd.Dtype())) {
+			c.Fail("q, k, v", "the same dtype, except q=bf16 with fp8_e4m3 K/V cache", validate.DtypeName(qd.Dtype())+", "+validate.DtypeName(kd.Dtype())+", "+validate.DtypeName(vd.Dtype()))
+		}
+		if !(kd.Dims() >= 1 && vd.Dims() >= 1 && kd.Shape()[kd.Dims()-1] == d && vd.Shape()[vd.Dims()-1] == d) {
+			c.Fail("k, v", fmt.Sprintf("the head dimension of q (%d)", d), "k "+validate.ShapeStr(kd)+", v "+validate.ShapeStr(vd))
+		}
 	} else {
 		c.Dtype(kd, "k", tensor.Uint8)
 		c.Dtype(vd, "v", tensor.Uint8)
-		c.Need(kd.Shape().Eq(vd.Shape()), "k, v", "the same shape", "k "+validate.ShapeStr(kd)+", v "+validate.ShapeStr(vd))
+		if !kd.Shape().Eq(vd.Shape()) {
+			c.Fail("k, v", "the same shape", "k "+validate.ShapeStr(kd)+", v "+validate.ShapeStr(vd))
+		}
 	}
 	if c.Err != nil {
 		return nil, c.Err
@@ -251,18 +265,23 @@ func csrAndSeqlens(c *validate.Checker, rowPtr, qIdx tensor.Tensor, args *Sparse
 	if c.Err != nil {
 		return nil, nil, nil, nil, c.Err
 	}
-	c.Need(rp.Shape()[0] == hkv && qi.Shape()[0] == hkv, "k2q_row_ptr/k2q_q_indices",
-		fmt.Sprintf("leading dimension Hkv = %d", hkv), "k2q_row_ptr "+validate.ShapeStr(rp)+", k2q_q_indices "+validate.ShapeStr(qi))
+	if rp.Shape()[0] != hkv || qi.Shape()[0] != hkv {
+		c.Fail("k2q_row_ptr/k2q_q_indices", fmt.Sprintf("leading dimension Hkv = %d", hkv), "k2q_row_ptr "+validate.ShapeStr(rp)+", k2q_q_indices "+validate.ShapeStr(qi))
+	}
 	if c.Err == nil && qi.Shape()[1] < totalQ*topK {
 		return nil, nil, nil, nil, topKMismatch(c.Fn, qi.Shape()[1], totalQ, topK, "")
 	}
-	c.Need(rp.Shape()[1] >= 1, "k2q_row_ptr", "at least one row pointer column", validate.ShapeStr(rp))
-	cuQ = validate.CuSeqlens(c, args.CuSeqlensQ, "cu_seqlens_q", totalQ, fmt.Sprintf("total_q = %d", totalQ))
-	cuK = validate.CuSeqlens(c, args.CuSeqlensK, "cu_seqlens_k", totalKeys, fmt.Sprintf("total_k = %d", totalKeys))
+	if rp.Shape()[1] < 1 {
+		c.Fail("k2q_row_ptr", "at least one row pointer column", validate.ShapeStr(rp))
+	}
+	cuQ = validate.CuSeqlens(c, args.CuSeqlensQ, "cu_seqlens_q", totalQ, "total_q")
+	cuK = validate.CuSeqlens(c, args.CuSeqlensK, "cu_seqlens_k", totalKeys, "total_k")
 	if c.Err != nil {
 		return nil, nil, nil, nil, c.Err
 	}
-	c.Need(len(cuK) == len(cuQ), "cu_seqlens_k", fmt.Sprintf("shape [B + 1] = [%d] matching cu_seqlens_q", len(cuQ)), len(cuK))
+	if len(cuK) != len(cuQ) {
+		c.Fail("cu_seqlens_k", fmt.Sprintf("shape [B + 1] = [%d] matching cu_seqlens_q", len(cuQ)), len(cuK))
+	}
 	if c.Err != nil {
 		return nil, nil, nil, nil, c.Err
 	}
@@ -276,10 +295,6 @@ func csrAndSeqlens(c *validate.Checker, rowPtr, qIdx tensor.Tensor, args *Sparse
 // table. It returns seqused_k's values (nil when absent) and whether c is
 // still free of errors; it is shared by every paged prefill entry point.
 func pagedSeqK(c *validate.Checker, seqUsedK tensor.Tensor, cuK, seqK []int32, capacity int) ([]int32, bool) {
-	batch := len(seqK)
-	for b := range seqK {
-		seqK[b] = int32(capacity)
-	}
 	var used []int32
 	if validate.Present(seqUsedK) {
 		su := c.Dense(seqUsedK, "seqused_k")
@@ -288,25 +303,44 @@ func pagedSeqK(c *validate.Checker, seqUsedK tensor.Tensor, cuK, seqK []int32, c
 		if c.Err != nil {
 			return nil, false
 		}
-		c.Need(su.Shape()[0] == batch, "seqused_k", fmt.Sprintf("shape [B] = [%d]", batch), validate.ShapeStr(su))
-		if c.Err != nil {
+		if su.Shape()[0] != len(seqK) {
+			c.Fail("seqused_k", fmt.Sprintf("shape [B] = [%d]", len(seqK)), validate.ShapeStr(su))
 			return nil, false
 		}
 		used = validate.Int32s(su)
-		for b, x := range used {
-			if x < 0 || int(x) > capacity {
-				c.Fail(fmt.Sprintf("seqused_k[%d]", b), fmt.Sprintf("0 <= seqused_k <= max_num_pages_per_seq * page_size = %d", capacity), x)
-				return nil, false
-			}
-			seqK[b] = x
+	}
+	return used, pagedLengths(c, used, cuK, seqK, capacity)
+}
+
+// pagedLengths is pagedSeqK's rule on the values: seqK[b] = used[b] within
+// 0..capacity (capacity when used is nil), and every cu_seqlens_k length
+// <= capacity. It reports whether c is still free of errors and formats a
+// message only on failure (the CUDA path's warm runs call it as it is).
+func pagedLengths(c *validate.Checker, used, cuK, seqK []int32, capacity int) bool {
+	for b := range seqK {
+		seqK[b] = int32(capacity)
+	}
+	for b, x := range used {
+		if x < 0 || int(x) > capacity {
+			c.Fail(fmt.Sprintf("seqused_k[%d]", b), fmt.Sprintf("0 <= seqused_k <= max_num_pages_per_seq * page_size = %d", capacity), x)
+			return false
+		}
+		seqK[b] = x
+	}
+	for b := 0; b < len(seqK) && c.Err == nil; b++ {
+		if n := int(cuK[b+1] - cuK[b]); n > capacity {
+			c.Fail(fmt.Sprintf("cu_seqlens_k (sequence %d)", b), fmt.Sprintf("length <= max_num_pages_per_seq * page_size = %d", capacity), n)
 		}
 	}
-	for b := 0; b < batch && c.Err == nil; b++ {
-		n := int(cuK[b+1] - cuK[b])
-		c.Need(n <= capacity, fmt.Sprintf("cu_seqlens_k (sequence %d)", b),
-			fmt.Sprintf("length <= max_num_pages_per_seq * page_size = %d", capacity), n)
+	return c.Err == nil
+}
+
+// keyLengths sets seqK[b], the key length of sequence b of dense K/V, from
+// the prefix sums cuK.
+func keyLengths(seqK, cuK []int32) {
+	for b := range seqK {
+		seqK[b] = cuK[b+1] - cuK[b]
 	}
-	return used, c.Err == nil
 }
 
 // namedTensor is a call's tensor argument and its name in errors.

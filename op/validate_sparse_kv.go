@@ -70,13 +70,19 @@ func (in *sparseInputs) checkSparseKV(c *validate.Checker, rowPtr, qIdx tensor.T
 	if c.Err != nil {
 		return c.Err
 	}
-	c.Need(kd.Shape().Eq(vd.Shape()), "k, v", "the same shape", "k "+validate.ShapeStr(kd)+", v "+validate.ShapeStr(vd))
-	c.Need(kd.Shape()[wantK-1] == r.lastK, "k", fmt.Sprintf("last dimension %s = %d in shape %s", r.last, r.lastK, kShape), validate.ShapeStr(kd))
+	if !kd.Shape().Eq(vd.Shape()) {
+		c.Fail("k, v", "the same shape", "k "+validate.ShapeStr(kd)+", v "+validate.ShapeStr(vd))
+	}
+	if kd.Shape()[wantK-1] != r.lastK {
+		c.Fail("k", fmt.Sprintf("last dimension %s = %d in shape %s", r.last, r.lastK, kShape), validate.ShapeStr(kd))
+	}
 	in.blk = args.BlkKV
 	if in.blk == 0 {
 		in.blk = 128
 	}
-	c.Need(in.blk >= 1 && in.blk <= tile.BlockN, "blk_kv", fmt.Sprintf("1 <= blk_kv <= %d", tile.BlockN), in.blk)
+	if in.blk < 1 || in.blk > tile.BlockN {
+		c.Fail("blk_kv", fmt.Sprintf("1 <= blk_kv <= %d", tile.BlockN), in.blk)
+	}
 	in.hkv, in.kvHeadsOfDesc = kd.Shape()[1], "k.shape[1]"
 	if in.paged {
 		var ps int
@@ -86,7 +92,9 @@ func (in *sparseInputs) checkSparseKV(c *validate.Checker, rowPtr, qIdx tensor.T
 		if r.layoutHint {
 			hint = in.layout.other()
 		}
-		c.Need(ps == in.blk, "k", fmt.Sprintf("the paged %v layout %s with page_size = blk_kv = %d%s", in.layout, kShape, in.blk, hint), validate.ShapeStr(kd))
+		if ps != in.blk {
+			c.Fail("k", fmt.Sprintf("the paged %v layout %s with page_size = blk_kv = %d%s", in.layout, kShape, in.blk, hint), validate.ShapeStr(kd))
+		}
 	}
 	if c.Err != nil {
 		return c.Err
@@ -97,7 +105,9 @@ func (in *sparseInputs) checkSparseKV(c *validate.Checker, rowPtr, qIdx tensor.T
 	if c.Err != nil {
 		return c.Err
 	}
-	c.Need(topK >= 1 && topK <= validate.MaxTopK, "topK", fmt.Sprintf("1 <= topK <= %d", validate.MaxTopK), topK)
+	if topK < 1 || topK > validate.MaxTopK {
+		c.Fail("topK", fmt.Sprintf("1 <= topK <= %d", validate.MaxTopK), topK)
+	}
 	totalKeys := -1
 	if !in.paged {
 		totalKeys = kd.Shape()[0]
@@ -110,10 +120,11 @@ func (in *sparseInputs) checkSparseKV(c *validate.Checker, rowPtr, qIdx tensor.T
 	if err := in.checkKeyLengths(c, args); err != nil {
 		return err
 	}
-	if in.rows, err = csrRows(fn, rp, cuK, in.blk); err != nil {
+	in.rows = new(plan.Rows)
+	if err := csrRows(fn, in.rows, rp.Shape()[1]-1, cuK, in.blk); err != nil {
 		return err
 	}
-	if in.csr, err = csrView(fn, rp, qi, in.rows, in.totalQ, topK, cuQ); err != nil {
+	if in.csr, err = csrView(fn, new(csrStore), csrPairOf(rp, qi), in.rows, in.totalQ, topK, cuQ); err != nil {
 		return err
 	}
 	in.workers = validate.WorkerCount(args.Workers)
@@ -139,10 +150,10 @@ func (in *sparseInputs) checkSparseKV(c *validate.Checker, rowPtr, qIdx tensor.T
 func (in *sparseInputs) checkKeyLengths(c *validate.Checker, args *SparseArgs) error {
 	in.seqK = make([]int32, in.batch)
 	if !in.paged {
-		c.Need(!validate.Present(args.SeqUsedK), "seqused_k", "nil without page_table (seqused_k is only supported together with page_table)", "a tensor")
-		for b := range in.seqK {
-			in.seqK[b] = in.cuK[b+1] - in.cuK[b]
+		if validate.Present(args.SeqUsedK) {
+			c.Fail("seqused_k", "nil without page_table (seqused_k is only supported together with page_table)", "a tensor")
 		}
+		keyLengths(in.seqK, in.cuK)
 	} else {
 		pt := c.Dense(args.PageTable, "page_table")
 		c.Dtype(pt, "page_table", tensor.Int32)
@@ -150,7 +161,9 @@ func (in *sparseInputs) checkKeyLengths(c *validate.Checker, args *SparseArgs) e
 		if c.Err != nil {
 			return c.Err
 		}
-		c.Need(pt.Shape()[0] == in.batch, "page_table", fmt.Sprintf("shape [B = %d, max_num_pages_per_seq]", in.batch), validate.ShapeStr(pt))
+		if pt.Shape()[0] != in.batch {
+			c.Fail("page_table", fmt.Sprintf("shape [B = %d, max_num_pages_per_seq]", in.batch), validate.ShapeStr(pt))
+		}
 		_, in.ps = in.layout.dims(in.kd.Shape())
 		in.cols = pt.Shape()[1]
 		if !validate.PageCapacity(c, in.cols, in.ps) {

@@ -17,7 +17,7 @@ const minSplit = 1 << 15
 // converted on its own, so the result is EncodeBF16's bit for bit.
 func EncodeBF16Workers(dst []BFloat16, src []float32, workers int) {
 	dst = dst[:len(src)]
-	if splitWorkers(len(src), workers) == 1 {
+	if SplitWorkers(len(src), workers) == 1 {
 		EncodeBF16(dst, src) // no closure: a small conversion allocates nothing
 		return
 	}
@@ -28,16 +28,18 @@ func EncodeBF16Workers(dst []BFloat16, src []float32, workers int) {
 // EncodeBF16; the result is DecodeBF16's bit for bit.
 func DecodeBF16Workers(dst []float32, src []BFloat16, workers int) {
 	dst = dst[:len(src)]
-	if splitWorkers(len(src), workers) == 1 {
+	if SplitWorkers(len(src), workers) == 1 {
 		DecodeBF16(dst, src)
 		return
 	}
 	split(len(src), workers, func(lo, hi int) { DecodeBF16(dst[lo:hi], src[lo:hi]) })
 }
 
-// splitWorkers is the number of goroutines split uses for n elements and
-// at most workers goroutines (<= 0: GOMAXPROCS).
-func splitWorkers(n, workers int) int {
+// SplitWorkers is the number of goroutines EncodeBF16Workers and
+// DecodeBF16Workers use for n elements and at most workers goroutines
+// (<= 0: GOMAXPROCS): callers that run the conversion's chunks on
+// goroutines of their own split it the same way.
+func SplitWorkers(n, workers int) int {
 	p := runtime.GOMAXPROCS(0)
 	if workers <= 0 || workers > p {
 		workers = p
@@ -49,7 +51,7 @@ func splitWorkers(n, workers int) int {
 // to workers goroutines (see EncodeBF16Workers for the cap), the first
 // range on the calling goroutine.
 func split(n, workers int, fn func(lo, hi int)) {
-	workers = splitWorkers(n, workers)
+	workers = SplitWorkers(n, workers)
 	if workers == 1 {
 		fn(0, n)
 		return

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/sparseattn/msa/kernels/attn"
 	"github.com/sparseattn/msa/kernels/grad"
 	"github.com/sparseattn/msa/kernels/lowp"
 )
@@ -35,13 +36,37 @@ type Scorer struct {
 // head to share among the workers.
 const rowChunk = 64
 
-// scratch is the memory of one Run, kept in a pool between calls: the
-// decoded k (when it is not float32), the transposed block means and each
-// worker's GEMM tiler and row buffers.
-type scratch struct {
-	k, means []float32
-	workers  []*workerScratch
+// Scratch is the memory of a Run: the decoded k (when it is not float32),
+// the transposed block means, each worker's GEMM tiler and row buffers,
+// the sequences' task tables, and the run in progress, which the pool's
+// goroutines read (its task function is made once, so that a warm RunInto
+// allocates nothing). Run keeps Scratch values in a sync.Pool; a caller
+// that runs one Scorer shape again and again keeps its own (the zero value
+// is ready to use).
+type Scratch struct {
+	k, means                   []float32
+	workers                    []*workerScratch
+	off, firstBlock, firstTask []int
+
+	// The run in progress: its Scorer, output and operands, the phase its
+	// tasks belong to, their count, the next one to hand out, and the
+	// function the pool's goroutines call (Scratch.work, made once).
+	s        *Scorer
+	out, q   []float32
+	kbf      []lowp.BFloat16
+	kf       []float32
+	phase    int
+	tasks    int
+	next     atomic.Int64
+	workFunc func(w int)
 }
+
+// The phases of a Run, each a set of independent tasks (Scratch.task).
+const (
+	phaseDecodeK = iota // convert a contiguous chunk of a BFloat16 k
+	phaseMeans          // (sequence, block) mean keys
+	phaseScores         // (sequence, KV head, row chunk) scores
+)
 
 // workerScratch is one worker's tiler, its accumulated scores (acc) and
 // one query head's products (dot), both rowChunk x padded blocks, a
@@ -52,7 +77,7 @@ type workerScratch struct {
 	acc, dot, sum, qch []float32
 }
 
-var scratches = sync.Pool{New: func() any { return new(scratch) }}
+var scratches = sync.Pool{New: func() any { return new(Scratch) }}
 
 // grow returns buf resized to n elements, reusing its memory when it is
 // large enough.
@@ -63,47 +88,78 @@ func grow(buf []float32, n int) []float32 {
 	return buf[:n]
 }
 
-// float32s decodes a float32, BFloat16 or Float8E4M3FN operand into buf
-// (float32 values are returned as they are).
-func float32s(o Operand, buf []float32, workers int) []float32 {
-	switch {
-	case o.F32 != nil:
-		return o.F32
-	case o.BF16 != nil:
-		dst := grow(buf, len(o.BF16))
-		lowp.DecodeBF16Workers(dst, o.BF16, workers)
-		return dst
-	default:
-		dst := grow(buf, len(o.E4M3))
-		lowp.DecodeE4M3(dst, o.E4M3)
-		return dst
+// growInts is grow for []int.
+func growInts(buf []int, n int) []int {
+	if cap(buf) < n {
+		return make([]int, n)
 	}
+	return buf[:n]
 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
 
-// parallel runs fn(w, i) for every i < n on nw goroutines (w < nw is the
-// goroutine's index), handing out i in increasing order.
-func parallel(n, nw int, fn func(w, i int)) {
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for w := range nw {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
-				fn(w, i)
-			}
-		}()
+// parallel runs the tasks of phase (n of them) on the first nw workers of
+// pool, handing them out in increasing order.
+func (sc *Scratch) parallel(pool *attn.Pool, phase, n, nw int) {
+	sc.phase, sc.tasks = phase, n
+	sc.next.Store(0)
+	if sc.workFunc == nil {
+		sc.workFunc = sc.work
 	}
-	wg.Wait()
+	pool.RunN(nw, sc.workFunc)
+}
+
+// work is worker w's loop: it takes tasks of the current phase until none
+// is left.
+func (sc *Scratch) work(w int) {
+	for i := int(sc.next.Add(1) - 1); i < sc.tasks; i = int(sc.next.Add(1) - 1) {
+		sc.task(w, i)
+	}
+}
+
+// task runs task i of the current phase on worker w.
+func (sc *Scratch) task(w, i int) {
+	s := sc.s
+	switch sc.phase {
+	case phaseDecodeK:
+		n := len(sc.kbf)
+		lo, hi := i*n/sc.tasks, (i+1)*n/sc.tasks
+		lowp.DecodeBF16(sc.kf[lo:hi], sc.kbf[lo:hi])
+	case phaseMeans:
+		b := 0
+		for sc.firstBlock[b+1] <= i {
+			b++
+		}
+		s.blockMeans(sc.means[sc.off[b]:sc.off[b+1]], sc.kf, b, i-sc.firstBlock[b], sc.workers[w].sum)
+	case phaseScores:
+		b := 0
+		for sc.firstTask[b+1] <= i {
+			b++
+		}
+		i -= sc.firstTask[b]
+		h, chunk := i%s.Hkv, i/s.Hkv
+		s.scoreRows(sc.out, sc.q, sc.means[sc.off[b]:sc.off[b+1]], sc.workers[w], b, h, int(s.CuQ[b])+chunk*rowChunk)
+	}
 }
 
 // padBlocks is the leading dimension of a sequence's transposed means: its
 // block count rounded up to the GEMM column granularity.
 func padBlocks(nb int) int { return (nb + grad.GEMMCols - 1) &^ (grad.GEMMCols - 1) }
 
-// Run computes the scores [Hkv][total_q][max_blocks].
+// Run computes the scores [Hkv][total_q][max_blocks] into new storage
+// (RunInto with a pooled Scratch).
+func (s *Scorer) Run() []float32 {
+	out := make([]float32, s.Hkv*s.TotalQ*s.MaxBlocks)
+	sc := scratches.Get().(*Scratch)
+	defer scratches.Put(sc)
+	s.RunInto(out, sc)
+	return out
+}
+
+// RunInto computes the scores [Hkv][total_q][max_blocks] into out (of that
+// size) with the memory of sc, on up to min(Workers, GOMAXPROCS) pooled
+// goroutines (attn.AcquirePool). Once sc has held a run of this size, it
+// allocates nothing.
 //
 // The block means are float32 sums in token order times 1/n, as the
 // formula is written; each (query head, block) dot product over D is one
@@ -111,8 +167,8 @@ func padBlocks(nb int) int { return (nb + grad.GEMMCols - 1) &^ (grad.GEMMCols -
 // loop where the tile tier has none), then scaled and reduced over the
 // group's heads in head order. Every score is computed by one goroutine
 // in a fixed order, so the bits do not depend on the worker count.
-func (s *Scorer) Run() []float32 {
-	out := make([]float32, s.Hkv*s.TotalQ*s.MaxBlocks)
+func (s *Scorer) RunInto(out []float32, sc *Scratch) {
+	out = out[:s.Hkv*s.TotalQ*s.MaxBlocks]
 	ninf := float32(math.Inf(-1))
 	for i := range out {
 		out[i] = ninf
@@ -120,18 +176,28 @@ func (s *Scorer) Run() []float32 {
 	d, hkv, blk := s.D, s.Hkv, s.Blk
 	batch := len(s.CuQ) - 1
 	nw := max(1, min(s.Workers, runtime.GOMAXPROCS(0)))
-	sc := scratches.Get().(*scratch)
-	defer scratches.Put(sc)
-	q := s.Q.F32 // nil: each scoring task decodes its own rows
-	k := float32s(s.K, sc.k, nw)
-	if s.K.F32 == nil {
-		sc.k = k
+	pool := attn.AcquirePool(nw)
+	defer attn.ReleasePool(pool)
+	sc.s, sc.out, sc.q = s, out, s.Q.F32 // q nil: each scoring task decodes its own rows
+	defer func() { sc.s, sc.out, sc.q, sc.kf, sc.kbf = nil, nil, nil, nil, nil }()
+	switch {
+	case s.K.F32 != nil:
+		sc.kf = s.K.F32
+	case s.K.BF16 != nil:
+		sc.k = grow(sc.k, len(s.K.BF16))
+		sc.kf, sc.kbf = sc.k, s.K.BF16
+		sc.parallel(pool, phaseDecodeK, lowp.SplitWorkers(len(s.K.BF16), nw), nw)
+	default:
+		sc.k = grow(sc.k, len(s.K.E4M3))
+		sc.kf = sc.k
+		lowp.DecodeE4M3(sc.kf, s.K.E4M3)
 	}
 	// The means of sequence b, KV head h, transposed: a [D x padBlocks(nb)]
 	// row-major matrix at off[b] + h*D*padBlocks(nb); the padding columns
 	// are zero and their products are never read.
-	off := make([]int, batch+1)
-	firstBlock := make([]int, batch+1) // (b, j) tasks: b's blocks start at firstBlock[b]
+	sc.off, sc.firstBlock = growInts(sc.off, batch+1), growInts(sc.firstBlock, batch+1)
+	off, firstBlock := sc.off, sc.firstBlock // (b, j) tasks: b's blocks start at firstBlock[b]
+	off[0], firstBlock[0] = 0, 0
 	widest := 0
 	for b := 0; b < batch; b++ {
 		nb := ceilDiv(int(s.CuK[b+1]-s.CuK[b]), blk)
@@ -139,9 +205,8 @@ func (s *Scorer) Run() []float32 {
 		firstBlock[b+1] = firstBlock[b] + nb
 		widest = max(widest, padBlocks(nb))
 	}
-	means := grow(sc.means, off[batch])
-	sc.means = means
-	clear(means)
+	sc.means = grow(sc.means, off[batch])
+	clear(sc.means)
 	for len(sc.workers) < nw {
 		sc.workers = append(sc.workers, new(workerScratch))
 	}
@@ -149,32 +214,19 @@ func (s *Scorer) Run() []float32 {
 		ws.acc = grow(ws.acc, rowChunk*widest)
 		ws.dot = grow(ws.dot, rowChunk*widest)
 		ws.sum = grow(ws.sum, d)
-		if q == nil {
+		if sc.q == nil {
 			ws.qch = grow(ws.qch, rowChunk*s.HQ/hkv*d)
 		}
 	}
-	parallel(firstBlock[batch], nw, func(w, task int) {
-		b := 0
-		for firstBlock[b+1] <= task {
-			b++
-		}
-		s.blockMeans(means[off[b]:off[b+1]], k, b, task-firstBlock[b], sc.workers[w].sum)
-	})
+	sc.parallel(pool, phaseMeans, firstBlock[batch], nw)
 	// Scoring tasks: (sequence, KV head, chunk of rowChunk query rows).
-	firstTask := make([]int, batch+1)
+	sc.firstTask = growInts(sc.firstTask, batch+1)
+	firstTask := sc.firstTask
+	firstTask[0] = 0
 	for b := 0; b < batch; b++ {
 		firstTask[b+1] = firstTask[b] + hkv*ceilDiv(int(s.CuQ[b+1]-s.CuQ[b]), rowChunk)
 	}
-	parallel(firstTask[batch], nw, func(w, task int) {
-		b := 0
-		for firstTask[b+1] <= task {
-			b++
-		}
-		task -= firstTask[b]
-		h, chunk := task%hkv, task/hkv
-		s.scoreRows(out, q, means[off[b]:off[b+1]], sc.workers[w], b, h, int(s.CuQ[b])+chunk*rowChunk)
-	})
-	return out
+	sc.parallel(pool, phaseScores, firstTask[batch], nw)
 }
 
 // blockMeans writes the mean key of block j of sequence b for every KV

@@ -73,8 +73,13 @@ func topKRow(dst []int32, row []float32, keepFirst, keepLast bool) {
 // lower block id), ascending and -1 padded.
 func TopK(scores []float32, rows, maxBlocks, topK int, keepFirst, keepLast bool) []int32 {
 	out := make([]int32, rows*topK)
+	TopKInto(out, scores, rows, maxBlocks, topK, keepFirst, keepLast)
+	return out
+}
+
+// TopKInto is TopK writing the selection into out (rows*topK elements).
+func TopKInto(out []int32, scores []float32, rows, maxBlocks, topK int, keepFirst, keepLast bool) {
 	for r := 0; r < rows; r++ {
 		topKRow(out[r*topK:(r+1)*topK], scores[r*maxBlocks:(r+1)*maxBlocks], keepFirst, keepLast)
 	}
-	return out
 }

@@ -23,7 +23,10 @@ func (c *Checker) Fail(arg, expected string, got any) {
 	}
 }
 
-// Need records a failure unless ok.
+// Need records a failure unless ok. Its arguments are evaluated before the
+// call whether ok holds or not: a check on a path that must not allocate
+// (a graph node's run) passes constant strings only, or calls Fail inside
+// its own failure branch, where the message is built.
 func (c *Checker) Need(ok bool, arg, expected string, got any) {
 	if !ok {
 		c.Fail(arg, expected, got)

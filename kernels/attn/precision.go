@@ -18,9 +18,15 @@ import (
 // and the GPU kernels do too. Where the twin is the active tier itself (a
 // float32 tier named by MSA_CPU_TIER, or a CPU without AVX512_BF16) the
 // call keeps float32 products. Decode is not a prefill call: its lane
-// kernels are the active tier's (decode is memory-bound, and the AMX lane
-// path measured slower there). The precision is the call's own, fixed
-// when it starts: calls of both precisions may run at the same time.
+// kernels are the active tier's. A decode tile is one token's query heads,
+// so the bf16 lane kernels' per-key work (V's pairs, e4m3 widening) is
+// shared by 16 rows at most and their faster products do not pay for it:
+// on Zen 4 with bf16 products the bench's decode cases took 0.89-1.05x
+// the float32 time with BF16 K/V and 1.07-1.18x with FP8 K/V (batch 8 and
+// 32, 4K-64K; docs/results/bf16lanes/amd-zen4.csv), and the AMX lane path
+// measured slower than avx512 on an AMX Xeon. The precision is the call's
+// own, fixed when it starts: calls of both precisions may run at the same
+// time.
 
 // exactBF16 reports whether every value of dtype dt is a bf16 value:
 // BF16; E4M3 (4 significant bits, exponents within bf16's); NVFP4 without

@@ -556,8 +556,11 @@ func FuzzAPIDecode(f *testing.F) {
 				w.Close()
 				open = false
 			case dopScribble:
-				// Plan copied the metadata: scribbling on the caller's
-				// tensors must not change Run.
+				// Plan copied the metadata, and Run compares the caller's
+				// tensors with that copy: a change after Plan is refused
+				// with a *StalePlanError (never attended with metadata that
+				// differs from the plan's), and Run works again once the
+				// caller's metadata is back.
 				pt, su := validate.Backing[int32](pr.pt), validate.Backing[int32](pr.su)
 				spt, ssu := append([]int32(nil), pt...), append([]int32(nil), su...)
 				for i := range pt {
@@ -566,14 +569,24 @@ func FuzzAPIDecode(f *testing.F) {
 				for i := range su {
 					su[i] = math.MaxInt32
 				}
-				rres, rerr := w.Run(pr.q, pr.k, pr.v, 0)
+				_, serr := w.Run(pr.q, pr.k, pr.v, 0)
 				copy(pt, spt)
 				copy(su, ssu)
+				var stale *StalePlanError
+				switch {
+				case serr == nil:
+					t.Fatalf("%v: Run accepted metadata changed after Plan (state %d, open %v)", s, state, open)
+				case open && state == stMatch && !errors.As(serr, &stale):
+					t.Fatalf("%v: Run after scribbling on the planned metadata: %T %v, want *StalePlanError", s, serr, serr)
+				case !errors.As(serr, &stale):
+					wantAPIError(t, serr)
+				}
+				rres, rerr := w.Run(pr.q, pr.k, pr.v, 0)
 				switch {
 				case rerr != nil:
 					wantAPIError(t, rerr)
 					if open && state == stMatch {
-						t.Fatalf("%v: Run after scribbling on the planned metadata: %v", s, rerr)
+						t.Fatalf("%v: Run after restoring the planned metadata: %v", s, rerr)
 					}
 				case !open || state == stNone || state == stOther:
 					t.Fatalf("%v: Run accepted (state %d, open %v)", s, state, open)

@@ -90,7 +90,8 @@ func (ws *Workspace) runDecodeItems(w int) {
 	// The accumulator too, before any item: a worker started for this run
 	// gets its scratch now even when the others take every item, so that
 	// the next runs allocate nothing whichever worker takes what.
-	wk.decodeAcc(tile.LanesSIMD(p.D))
+	qpk := p.HQ / p.Hkv
+	wk.reserveAcc(tile.LanesSIMD(p.D), qpk*min(p.SeqlenQ, maxTileRows/qpk))
 	n := int64(s.WorkCount)
 	for {
 		i := ws.next.Add(1) - 1
@@ -218,4 +219,14 @@ func (wk *worker) decodeAcc(lanes bool) rowAcc {
 		wk.block = &blockAcc{acc: wk.acc, blk: wk.blk}
 	}
 	return wk.block
+}
+
+// reserveAcc returns decodeAcc(lanes) with room for tiles of up to rows
+// rows, so that the tiles that follow allocate nothing.
+func (wk *worker) reserveAcc(lanes bool, rows int) rowAcc {
+	ra := wk.decodeAcc(lanes)
+	if la, ok := ra.(*lanesAcc); ok {
+		la.reserve(rows)
+	}
+	return ra
 }

@@ -29,7 +29,11 @@ func FuzzRunPrefillDecode(f *testing.F) {
 		rng := rand.New(rand.NewPCG(seed, 1))
 		p, q2k := c.build(t, rng, max(w, 1), gen)
 		out := newOutput(p.TotalQ*p.HQ, p.D)
-		perWorker := uint64(3072*p.D + 80<<10)
+		// A worker's scratch: the block buffers (worker.compute: 3072*d +
+		// 67584 bytes), one lane group (tile.NewLanes: 192*d + 8192 bytes;
+		// the tiles here hold at most 16 rows: qpk <= 4, decode's seqlen_q
+		// <= 3) and the per-row slices of newWorker (under 16 KiB).
+		perWorker := uint64(3072*p.D+67584) + uint64(192*p.D+8192) + 16<<10
 		partials := uint64(p.TopK*p.TotalQ*p.HQ*(p.D+1)*4 + 1<<20)
 		var started int
 		runPrefill := func() {
@@ -38,7 +42,17 @@ func FuzzRunPrefillDecode(f *testing.F) {
 			started = pool.Started()
 			pool.Close()
 		}
-		items := max(int(p.Sched.WorkCount), (p.TotalQ+combineChunk-1)/combineChunk, 1)
+		// The largest phase bounds the goroutines and the scratch: the
+		// KV-major work items, the combine chunks, the query-major tiles
+		// (per KV head, ceil(seq_q / tile tokens) per sequence) and the
+		// cached block conversions (per KV head, one per key block).
+		qTiles, kBlocks := 0, 0
+		for b := range c.seqQ {
+			tok := qmTileTokens(c.qpk)
+			qTiles += (c.seqQ[b] + tok - 1) / tok
+			kBlocks += (c.seqK[b] + c.blk - 1) / c.blk
+		}
+		items := max(int(p.Sched.WorkCount), (p.TotalQ+combineChunk-1)/combineChunk, c.hkv*qTiles, c.hkv*kBlocks, 1)
 		if got := allocatedBy(runPrefill, uint64(items)*perWorker+partials); got > uint64(items)*perWorker+partials {
 			t.Fatalf("prefill allocated %d bytes for %d tasks", got, items)
 		}
@@ -63,7 +77,7 @@ func FuzzRunPrefillDecode(f *testing.F) {
 		}
 		items = max(dp.Sched.WorkCount, dp.Batch*dp.SeqlenQ, 1)
 		dpart := uint64(DecodePartialRows(dp.Sched)*dp.HQ*(dp.D+1)*4 + 1<<20)
-		dbound := uint64(items)*(perWorker+uint64(64*dp.D*16)) + dpart
+		dbound := uint64(items)*perWorker + dpart
 		if got := allocatedBy(runDecode, dbound); got > dbound {
 			t.Fatalf("decode allocated %d bytes for %d items", got, items)
 		}

@@ -189,7 +189,8 @@ func (ws *Workspace) runQueryItems(w int) {
 	wk := ws.worker(w).compute()
 	// The accumulator before any tile, as runDecodeItems: later runs
 	// allocate nothing whichever worker takes what.
-	acc := wk.decodeAcc(tile.LanesSIMD(ws.pf.D))
+	qpk := ws.pf.HQ / ws.pf.Hkv
+	acc := wk.reserveAcc(tile.LanesSIMD(ws.pf.D), qmTileTokens(qpk)*qpk)
 	// The tiles take the call's precision (keyWalk.BF16: the bf16 twin's
 	// lane kernels for a call with bf16 products, as the KV-major path's
 	// block kernel); decode, which shares the worker's accumulators, asks
@@ -216,16 +217,22 @@ func (ws *Workspace) runQueryItems(w int) {
 // bf16Scores asks every lane group for VDPBF16PS scores on exact bf16
 // operands from its next Reset on (on), or for the float32 ones again.
 func (a *lanesAcc) bf16Scores(on bool) {
+	a.scores = on
 	for _, g := range a.g {
-		g.SetBF16Scores(on)
+		if g != nil {
+			g.SetBF16Scores(on)
+		}
 	}
 }
 
 // bf16Products asks every lane group for the bf16 twin's products from
 // its next Reset on (on), or for the active tier's lane kernels again.
 func (a *lanesAcc) bf16Products(on bool) {
+	a.products = on
 	for _, g := range a.g {
-		g.SetBF16Products(on)
+		if g != nil {
+			g.SetBF16Products(on)
+		}
 	}
 }
 

@@ -84,23 +84,39 @@ func scaleInPlace(x []float32, f float32) {
 	}
 }
 
-// lanesAcc covers up to maxTileRows rows with tile.Lanes groups of 16.
+// lanesAcc covers up to maxTileRows rows with tile.Lanes groups of 16. A
+// group is created when a tile first needs its rows (reserve), so a worker
+// whose tiles hold one token at GQA <= 16 keeps one group, not eight.
 type lanesAcc struct {
-	g []*tile.Lanes
+	g []*tile.Lanes // [maxTileRows/16], nil until reserved
+	d int
 	m int
+	// The settings every group takes, a group created later included.
+	products, scores bool
 }
 
 func newLanesAcc(d int) *lanesAcc {
-	a := &lanesAcc{g: make([]*tile.Lanes, maxTileRows/tile.LanesMaxM)}
-	for i := range a.g {
-		a.g[i] = tile.NewLanes(d)
+	return &lanesAcc{g: make([]*tile.Lanes, maxTileRows/tile.LanesMaxM), d: d}
+}
+
+// reserve creates the groups rows need (at most maxTileRows), so that a
+// run that reserves its largest tile before its first item allocates
+// nothing afterwards.
+func (a *lanesAcc) reserve(rows int) {
+	for i := range min(len(a.g), (rows+tile.LanesMaxM-1)/tile.LanesMaxM) {
+		if a.g[i] == nil {
+			g := tile.NewLanes(a.d)
+			g.SetBF16Products(a.products)
+			g.SetBF16Scores(a.scores)
+			a.g[i] = g
+		}
 	}
-	return a
 }
 
 func (a *lanesAcc) groups() int { return (a.m + tile.LanesMaxM - 1) / tile.LanesMaxM }
 
 func (a *lanesAcc) reset(m int, scale float32, round tile.Round, invT float32) {
+	a.reserve(m)
 	a.m = m
 	for i := 0; i < a.groups(); i++ {
 		a.g[i].Reset(min(tile.LanesMaxM, m-i*tile.LanesMaxM), scale, round, invT)

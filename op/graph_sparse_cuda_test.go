@@ -164,20 +164,31 @@ func TestSparseCUDARunAllocatesNothing(t *testing.T) {
 		paged   bool
 		nvfp4   bool
 		first   string // the first kernel launched
+		// auto: the query-major kernel must run too (the auto path's
+		// alternate chooser gives it every other query tile).
+		also    string
+		chooser mcuda.TileChooser
 	}{
-		{"portable", mcuda.ArchPortable, mcuda.PrefillKV, false, false, "msa_sparse_fwd_d128"},
-		{"portable paged", mcuda.ArchPortable, mcuda.PrefillKV, true, false, "msa_sparse_fwd_d128"},
-		{"portable nvfp4", mcuda.ArchPortable, mcuda.PrefillKV, false, true, "msa_sparse_fwd_d128"},
-		{"sm90 kv", mcuda.ArchSM90, mcuda.PrefillKV, false, false, mcuda.TCName(mcuda.ArchSM90, "fwd", mcuda.VarBF16, 128)},
-		{"sm90 kv paged", mcuda.ArchSM90, mcuda.PrefillKV, true, false, mcuda.TCName(mcuda.ArchSM90, "fwd", mcuda.VarBF16, 128)},
-		{"sm90 kv nvfp4", mcuda.ArchSM90, mcuda.PrefillKV, false, true, mcuda.TCName(mcuda.ArchSM90, "fwd", mcuda.VarNVFP4, 128)},
-		{"sm90 kv2", mcuda.ArchSM90, mcuda.PrefillKV2, false, false, "msa_sm90_fwd2_bf16_d128"},
-		{"sm90 query", mcuda.ArchSM90, mcuda.PrefillQuery, false, false, mcuda.QFwdName(mcuda.ArchSM90, mcuda.VarBF16, 128)},
+		{"portable", mcuda.ArchPortable, mcuda.PrefillKV, false, false, "msa_sparse_fwd_d128", "", nil},
+		{"portable paged", mcuda.ArchPortable, mcuda.PrefillKV, true, false, "msa_sparse_fwd_d128", "", nil},
+		{"portable nvfp4", mcuda.ArchPortable, mcuda.PrefillKV, false, true, "msa_sparse_fwd_d128", "", nil},
+		{"sm90 kv", mcuda.ArchSM90, mcuda.PrefillKV, false, false, mcuda.TCName(mcuda.ArchSM90, "fwd", mcuda.VarBF16, 128), "", nil},
+		{"sm90 kv paged", mcuda.ArchSM90, mcuda.PrefillKV, true, false, mcuda.TCName(mcuda.ArchSM90, "fwd", mcuda.VarBF16, 128), "", nil},
+		{"sm90 kv nvfp4", mcuda.ArchSM90, mcuda.PrefillKV, false, true, mcuda.TCName(mcuda.ArchSM90, "fwd", mcuda.VarNVFP4, 128), "", nil},
+		{"sm90 kv2", mcuda.ArchSM90, mcuda.PrefillKV2, false, false, "msa_sm90_fwd2_bf16_d128", "", nil},
+		{"sm90 query", mcuda.ArchSM90, mcuda.PrefillQuery, false, false, mcuda.QFwdName(mcuda.ArchSM90, mcuda.VarBF16, 128), "", nil},
+		{"sm90 auto mixed", mcuda.ArchSM90, mcuda.PrefillAuto, false, false, mcuda.TCName(mcuda.ArchSM90, "fwd", mcuda.VarBF16, 128),
+			mcuda.QFwdName(mcuda.ArchSM90, mcuda.VarBF16, 128), mcuda.AlternateTiles},
+		{"sm90 auto mixed paged", mcuda.ArchSM90, mcuda.PrefillAuto, true, false, mcuda.TCName(mcuda.ArchSM90, "fwd", mcuda.VarBF16, 128),
+			mcuda.QFwdName(mcuda.ArchSM90, mcuda.VarBF16, 128), mcuda.AlternateTiles},
 	} {
 		t.Run(r.name, func(t *testing.T) {
 			c := newSparseCUDACase(t, r.paged, r.nvfp4)
 			f := newFakeGPU(r.arch)
 			f.k.SetPrefillPath(r.prefill)
+			if r.chooser != nil {
+				f.k.SetPrefillChooser(r.chooser)
+			}
 			c.register(f)
 			e := f.envFor("SparseAttention")
 			run := func() {
@@ -189,6 +200,9 @@ func TestSparseCUDARunAllocatesNothing(t *testing.T) {
 			got := f.k.LastKernels()
 			if len(got) == 0 || got[0] != r.first {
 				t.Fatalf("launched %v, want %s first", got, r.first)
+			}
+			if r.also != "" && !slices.Contains(got, r.also) {
+				t.Fatalf("launched %v, want %s among them (auto choice %+v)", got, r.also, f.k.PrefillChoice())
 			}
 			if f.syncs != 1 || f.allocs == 0 {
 				t.Fatalf("%d synchronizations and %d device allocations after one run, want 1 and > 0", f.syncs, f.allocs)

@@ -65,7 +65,7 @@ type worker struct {
 	lse    []float32
 	tlse   []float32
 	inv    []float32   // per-row normalisation factors (Acc.FinishLSE)
-	lanes  *lanesAcc   // decode accumulators (AVX-512), created on first use
+	lanes  *lanesAcc   // decode and query-major accumulators (SIMD lanes), groups created as tiles need them
 	block  *blockAcc   // decode accumulator over acc/blk otherwise
 	stage  kvStager    // decode: the block the accumulator stages
 	vs     vScale      // decode: the current tile's V overflow guard

@@ -58,7 +58,7 @@ func BenchmarkDecodeBlock(b *testing.B) {
 		kf, vf := make([]float32, n*d), make([]float32, n*d)
 		decodeE4M3(kf, e4[:n*d], lv)
 		decodeE4M3(vf, e4[n*d:], lv)
-		wk := newWorker(d, 1).compute()
+		wk := newWorker(d, 1).buffers()
 		ra := wk.decodeAcc(tile.LanesSIMD(d))
 		valid := make([]int32, m)
 		for r := range valid {
@@ -220,7 +220,7 @@ func BenchmarkPrefillTile(b *testing.B) {
 		for i := range kf {
 			kf[i], vf[i] = float32(rng.NormFloat64()), float32(rng.NormFloat64())
 		}
-		wk := newWorker(d, 1).compute()
+		wk := newWorker(d, 1).blockKernel()
 		wk.blk.Load(n, kf, vf)
 		var pt Partials
 		pt.Ensure(PartialBF16, d, m, false)

@@ -86,7 +86,7 @@ func (ws *Workspace) partialRow(b, c, i int) int {
 func (ws *Workspace) runDecodeItems(w int) {
 	p := ws.pd
 	s := p.Sched
-	wk := ws.worker(w).compute()
+	wk := ws.worker(w).buffers()
 	// The accumulator too, before any item: a worker started for this run
 	// gets its scratch now even when the others take every item, so that
 	// the next runs allocate nothing whichever worker takes what.
@@ -216,6 +216,7 @@ func (wk *worker) decodeAcc(lanes bool) rowAcc {
 		return wk.lanes
 	}
 	if wk.block == nil {
+		wk.blockKernel()
 		wk.block = &blockAcc{acc: wk.acc, blk: wk.blk}
 	}
 	return wk.block

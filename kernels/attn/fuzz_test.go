@@ -29,11 +29,12 @@ func FuzzRunPrefillDecode(f *testing.F) {
 		rng := rand.New(rand.NewPCG(seed, 1))
 		p, q2k := c.build(t, rng, max(w, 1), gen)
 		out := newOutput(p.TotalQ*p.HQ, p.D)
-		// A worker's scratch: the block buffers (worker.compute: 3072*d +
-		// 67584 bytes), one lane group (tile.NewLanes: 192*d + 8192 bytes;
-		// the tiles here hold at most 16 rows: qpk <= 4, decode's seqlen_q
-		// <= 3) and the per-row slices of newWorker (under 16 KiB).
-		perWorker := uint64(3072*p.D+67584) + uint64(192*p.D+8192) + 16<<10
+		// A worker's scratch (see worker): the staging buffers (1024*d
+		// bytes), the block kernel's block and accumulator (about 1540*d +
+		// 70 KiB), one lane group (192*d + 9 KiB; the tiles here hold at
+		// most 16 rows: qpk <= 4, decode's seqlen_q <= 3) and the per-row
+		// slices of newWorker (under 16 KiB).
+		perWorker := uint64(1024*p.D) + uint64(1540*p.D+70<<10) + uint64(192*p.D+9<<10) + 16<<10
 		partials := uint64(p.TopK*p.TotalQ*p.HQ*(p.D+1)*4 + 1<<20)
 		var started int
 		runPrefill := func() {

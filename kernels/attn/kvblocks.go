@@ -103,7 +103,7 @@ func (ws *Workspace) fillBlockCache(p *Prefill, pool *Pool) {
 // counter until none is left.
 func (ws *Workspace) runBlockItems(w int) {
 	p := ws.pf
-	wk := ws.worker(w).compute()
+	wk := ws.worker(w).buffers()
 	n := int64(len(ws.kvList))
 	for {
 		i := ws.next.Add(1) - 1

@@ -211,7 +211,7 @@ func (ws *Workspace) scanFused(p *Prefill, fill []int32) {
 // window.
 func (ws *Workspace) runFusedItems(w int) {
 	p := ws.pf
-	wk := ws.combiner(w).compute()
+	wk := ws.combiner(w).blockKernel()
 	n := int64(len(ws.tasks))
 	for {
 		i := ws.next.Add(1) - 1

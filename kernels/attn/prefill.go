@@ -52,9 +52,14 @@ type Output struct {
 	TLSE []float32       // [TotalQ, HQ] temperature LSE, or nil
 }
 
-// worker holds one goroutine's scratch buffers. The block buffers (kbuf,
-// vbuf, blk, acc: 3072*d + 67584 bytes) are allocated by compute on the
-// worker's first work item, so workers that only combine stay small.
+// worker holds one goroutine's scratch buffers. The staging buffers (kbuf,
+// vbuf: 1024*d bytes) are allocated by buffers on the worker's first work
+// item, the block kernel's block and accumulator (blk, acc: about 1540*d +
+// 70 KiB) by blockKernel when the worker first runs it (the KV-major path,
+// and decode or query-major tiles where the tier has no SIMD lanes), and
+// the lane groups (192*d + 9 KiB per 16 rows) as decode and query-major
+// tiles need them: workers that only combine stay small, and decode
+// workers hold their staging buffers and lane groups only.
 type worker struct {
 	d      int
 	kbuf   []float32 // [BlockN][d]
@@ -92,14 +97,20 @@ func newWorker(d, splits int) *worker {
 	}
 }
 
-// compute allocates the block buffers on first use and returns wk.
-func (wk *worker) compute() *worker {
-	if wk.acc == nil {
-		d := wk.d
-		wk.kbuf, wk.vbuf = make([]float32, tile.BlockN*d), make([]float32, tile.BlockN*d)
-		wk.blk, wk.acc = tile.NewBlock(d), tile.NewAcc(maxTileRows, d)
+// buffers allocates the K/V staging buffers on first use and returns wk.
+func (wk *worker) buffers() *worker {
+	if wk.kbuf == nil {
+		wk.kbuf, wk.vbuf = make([]float32, tile.BlockN*wk.d), make([]float32, tile.BlockN*wk.d)
 	}
 	return wk
+}
+
+// blockKernel is buffers with the block kernel's block and accumulator.
+func (wk *worker) blockKernel() *worker {
+	if wk.acc == nil {
+		wk.blk, wk.acc = tile.NewBlock(wk.d), tile.NewAcc(maxTileRows, wk.d)
+	}
+	return wk.buffers()
 }
 
 // Workspace holds reusable buffers: per-worker scratch and the partials.
@@ -423,7 +434,7 @@ func (ws *Workspace) itemHasKVRow(p *Prefill, i, base, lo, hi int) bool {
 // runPrefillItems takes the window's tasks from the shared counter until
 // none is left.
 func (ws *Workspace) runPrefillItems(w int) {
-	wk := ws.worker(w).compute()
+	wk := ws.worker(w).blockKernel()
 	n := int64(len(ws.tasks))
 	for {
 		i := ws.next.Add(1) - 1

@@ -186,7 +186,7 @@ func (ws *Workspace) queryTasks(p *Prefill, h0, h1 int) int {
 // runQueryItems takes the window's tiles from the shared counter until
 // none is left.
 func (ws *Workspace) runQueryItems(w int) {
-	wk := ws.worker(w).compute()
+	wk := ws.worker(w).buffers()
 	// The accumulator before any tile, as runDecodeItems: later runs
 	// allocate nothing whichever worker takes what.
 	qpk := ws.pf.HQ / ws.pf.Hkv

@@ -229,7 +229,7 @@ func (c *qmCache) sized(o Operand, b *[]lowp.BFloat16, e *[]lowp.Float8E4M3FN, r
 // counter, into the cache.
 func (ws *Workspace) runCacheItems(w int) {
 	p, c := ws.pf, &ws.cache
-	wk := ws.worker(w).compute()
+	wk := ws.worker(w).buffers()
 	n := int64(len(c.todo))
 	for {
 		i := ws.next.Add(1) - 1

@@ -33,7 +33,7 @@ const streamBytes = 128 << 20
 func newDecodeStream(seed int64, dt string, lv vec) *decodeStream {
 	const m, n, d = 16, tile.BlockN, 128
 	rng := rand.New(rand.NewSource(seed))
-	wk := newWorker(d, 1).compute()
+	wk := newWorker(d, 1).buffers()
 	la, ok := wk.decodeAcc(tile.LanesSIMD(d)).(*lanesAcc)
 	if !ok {
 		return nil

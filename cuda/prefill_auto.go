@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"math"
 	"math/bits"
 
 	"github.com/sparseattn/msa/cuda/gpupeak"
@@ -75,6 +76,25 @@ func autoCosts(device string, fa *FwdArgs) (plan.PathCosts, string) {
 	return gpuPathCosts(pk, fa.QDtype, fa.KVDtype, fa.D, fa.PartialDtype), ""
 }
 
+// AutoFit returns the model's constants for fa on the GPU called device
+// and the constants that give the rate measured by timing the call whose
+// auto choice is c on each path alone (queryMS, kvMS; MeasuredRate): the
+// model's with KVSlot refitted (plan.PathCosts.WithRate at fa.BlkKV keys
+// per block). The GPU check prints both next to a case's query and kv
+// rows, so that one run on a GPU gives the constants to put in
+// gpuPathCosts.
+func AutoFit(device string, fa *FwdArgs, c AutoChoice, queryMS, kvMS float64) (model, fitted plan.PathCosts, rate float64, err error) {
+	model, why := autoCosts(device, fa)
+	if why != "" {
+		return model, model, 0, fmt.Errorf("cuda: auto fit: %s", why)
+	}
+	if rate, err = c.MeasuredRate(queryMS, kvMS); err != nil {
+		return model, model, 0, err
+	}
+	fitted, err = model.WithRate(rate, float64(fa.BlkKV))
+	return model, fitted, rate, err
+}
+
 // TileChooser decides a query tile's path in place of the model (tests and
 // the GPU check, to run both paths in one call): tile is the tile's index
 // in the call's full query-major plan, v the model's verdict; true runs
@@ -95,6 +115,30 @@ type AutoChoice struct {
 	Chosen              float64 // its total for the tiles as they ran
 	Limit               string  // why every tile ran KV-major without weighing ("" when weighed)
 	Forced              bool    // a TileChooser overrode the model
+	// Over every tile, whichever path it took: the query-major path's
+	// lane rows times union blocks and the KV-major path's rows times
+	// entries (TileVerdict's Union*Lanes and Entries*QPK), and the model's
+	// rate (the same for every tile of a call).
+	LaneBlocks, EntryRows int64
+	Rate                  float64
+}
+
+// MeasuredRate returns the rate (TileVerdict.Rate: the query-major cost
+// per row and key over the KV-major one, partial rows included) that
+// timings of the call on each path alone measure: (queryMS / kvMS) *
+// EntryRows / LaneBlocks. It is the value to fit the model's constants to
+// (plan.PathCosts.WithRate); an error where the choice was not weighed or
+// a time is not finite and positive.
+func (c AutoChoice) MeasuredRate(queryMS, kvMS float64) (float64, error) {
+	switch {
+	case c.Limit != "":
+		return 0, fmt.Errorf("cuda: auto choice not weighed: %s", c.Limit)
+	case c.LaneBlocks <= 0 || c.EntryRows <= 0:
+		return 0, fmt.Errorf("cuda: auto choice with %d lane blocks and %d entry rows: nothing to measure a rate on", c.LaneBlocks, c.EntryRows)
+	case !(queryMS > 0) || !(kvMS > 0) || math.IsInf(queryMS, 1) || math.IsInf(kvMS, 1):
+		return 0, fmt.Errorf("cuda: times query %v ms, kv %v ms: expected finite values > 0", queryMS, kvMS)
+	}
+	return queryMS / kvMS * float64(c.EntryRows) / float64(c.LaneBlocks), nil
 }
 
 // String says how many tiles took each path, the model's totals and what
@@ -153,6 +197,9 @@ func (a *autoPart) partition(qp *QPlan, costs *plan.PathCosts, blkKV, qpk, hkv, 
 		qCost := float64(v.Union*v.Lanes) * (n*costs.QMKey + costs.QMSlot)
 		a.choice.KV += kvCost
 		a.choice.Query += qCost
+		a.choice.LaneBlocks += int64(v.Union * v.Lanes)
+		a.choice.EntryRows += int64(entries * qpk)
+		a.choice.Rate = v.Rate
 		if v.Factor() == "lanes" {
 			a.choice.ByLanes++
 		} else {

@@ -269,3 +269,45 @@ func TestChooseAutoPrefill(t *testing.T) {
 		t.Error("Hkv 0 accepted")
 	}
 }
+
+// TestAutoMeasuredRate: timings in the proportion of the model's own
+// totals measure the model's rate (so a GPU run's query and kv rows fit
+// the constants through MeasuredRate and plan.PathCosts.WithRate), twice
+// the query time twice the rate, and choices or times it cannot use are
+// refused.
+func TestAutoMeasuredRate(t *testing.T) {
+	c := autoCases()[2]
+	genPrefill(t, c, 5)
+	ch := partitionCase(t, c, nil).part.choice
+	if ch.LaneBlocks <= 0 || ch.EntryRows <= 0 || !(ch.Rate > 0) {
+		t.Fatalf("choice %+v: no aggregates", ch)
+	}
+	r, err := ch.MeasuredRate(ch.Query, ch.KV)
+	if err != nil || math.Abs(r/ch.Rate-1) > 1e-12 {
+		t.Errorf("rate from the model's totals %v (%v), want the model's %v", r, err, ch.Rate)
+	}
+	r2, _ := ch.MeasuredRate(2*ch.Query, ch.KV)
+	if math.Abs(r2/(2*ch.Rate)-1) > 1e-12 {
+		t.Errorf("twice the query time: rate %v, want %v", r2, 2*ch.Rate)
+	}
+	pk, _ := gpupeak.For("NVIDIA H200")
+	m := gpuPathCosts(pk, c.qd, c.kvd, c.d, c.pd)
+	if f, err := m.WithRate(r, float64(c.blk)); err != nil || math.Abs(f.KVSlot/m.KVSlot-1) > 1e-9 {
+		t.Errorf("the model's own rate gives KVSlot %v (%v), want the model's %v", f.KVSlot, err, m.KVSlot)
+	}
+	fa := &FwdArgs{D: c.d, BlkKV: c.blk, QDtype: c.qd, KVDtype: c.kvd, PartialDtype: c.pd}
+	if mm, f, rr, err := AutoFit("NVIDIA H200", fa, ch, 2*ch.Query, ch.KV); err != nil || mm != m || rr != r2 || !(f.KVSlot < m.KVSlot) {
+		t.Errorf("AutoFit at twice the query time: model %+v, fitted %+v, rate %v (%v): want the model, a lower KVSlot and rate %v", mm, f, rr, err, r2)
+	}
+	if _, _, _, err := AutoFit("NVIDIA GeForce RTX 4090", fa, ch, 1, 1); err == nil {
+		t.Error("AutoFit on a GPU without constants")
+	}
+	for _, bad := range []struct{ q, kv float64 }{{0, 1}, {1, 0}, {math.NaN(), 1}, {1, math.Inf(1)}} {
+		if _, err := ch.MeasuredRate(bad.q, bad.kv); err == nil {
+			t.Errorf("times %v accepted", bad)
+		}
+	}
+	if _, err := (AutoChoice{Limit: "portable"}).MeasuredRate(1, 1); err == nil {
+		t.Error("an unweighed choice measured a rate")
+	}
+}

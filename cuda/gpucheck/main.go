@@ -58,6 +58,10 @@ type report struct {
 	probesMD []string
 	choices  []string        // Markdown rows: the auto path's choice per timed prefill case
 	chosen   map[string]bool // the timed prefill cases whose choice is printed
+	// Per timed prefill case: the auto choice, and the times of the
+	// query-major and the KV-major path alone (autoFit).
+	autoCh   map[string]cuda.AutoChoice
+	pathMS   map[string][2]float64
 	failed   int
 	skipped  int
 	deadline time.Time
@@ -864,6 +868,9 @@ func (r *report) timePrefill(c *check.Prefill, name string, md runMode, fp8 bool
 		bytes += 2 * float64(check.SlotRows(c)) * float64(c.Hq/c.Hkv) * float64(c.D*2+4)
 	}
 	r.timeRow(name, kern, ms, c.FLOP(), bytes, union, fp8, err)
+	if err == nil {
+		r.autoFit(c, a, md, ms)
+	}
 }
 
 // autoChoice prints, once per timed prefill case, what the auto path's
@@ -887,6 +894,52 @@ func (r *report) autoChoice(c *check.Prefill, a *cuda.FwdArgs) {
 	}
 	r.chosen[c.Name] = true
 	r.choices = append(r.choices, fmt.Sprintf("| %s | %s |", c.Name, text))
+	if err == nil {
+		if r.autoCh == nil {
+			r.autoCh = map[string]cuda.AutoChoice{}
+		}
+		r.autoCh[c.Name] = ch
+	}
+}
+
+// autoFit records the time of case c on mode md when it is one of the two
+// paths the auto choice weighs (the tensor-core query-major kernel auto
+// launches, or the KV-major path), and once both are timed prints the
+// rate they measure beside the model's and the KVSlot that gives it
+// (cuda.AutoFit), so that one GPU run fits the model's constants.
+func (r *report) autoFit(c *check.Prefill, a *cuda.FwdArgs, md runMode, ms float64) {
+	if md.path != cuda.PathAuto || md.choose != nil || md.fp8pv != r.fp8pvDefault ||
+		(md.prefill != cuda.PrefillQuery && md.prefill != cuda.PrefillKV) {
+		return
+	}
+	r.mu.Lock()
+	if r.pathMS == nil {
+		r.pathMS = map[string][2]float64{}
+	}
+	t := r.pathMS[c.Name]
+	if md.prefill == cuda.PrefillQuery {
+		t[0] = ms
+	} else {
+		t[1] = ms
+	}
+	r.pathMS[c.Name] = t
+	ch, ok := r.autoCh[c.Name]
+	r.mu.Unlock()
+	if !ok || ch.Limit != "" || t[0] == 0 || t[1] == 0 {
+		return // not weighed: the choice line says why
+	}
+	var text string
+	model, fitted, rate, err := cuda.AutoFit(r.dev.Name, a, ch, t[0], t[1])
+	if err != nil {
+		text = "ERROR: " + err.Error()
+	} else {
+		text = fmt.Sprintf("measured rate %.3g (model %.3g): KVSlot %.4g gives it at %d-key blocks (model %.4g); query %.3f ms, kv %.3f ms",
+			rate, ch.Rate, fitted.KVSlot, c.Blk, model.KVSlot, t[0], t[1])
+	}
+	fmt.Printf("timing %-36s %s\n", c.Name+" (auto fit)", text)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.choices = append(r.choices, fmt.Sprintf("| %s (fit) | %s |", c.Name, text))
 }
 
 // timeDecode times generated case c in mode md, reported as name; the
@@ -971,7 +1024,9 @@ func (r *report) write(dir, header string, took time.Duration) error {
 	b.WriteString(strings.Join(r.timingMD, "\n"))
 	b.WriteString("\n\n### The auto path's choice per prefill case\n\nWhat MSA_CUDA_PREFILL=auto would run, by the model's " +
 		"first-estimate GPU constants (cuda/prefill_auto.go; no GPU time): query-major and KV-major tiles, the model's totals with every " +
-		"tile on one path and as chosen, and what decided.\n\n| case | choice |\n|---|---|\n")
+		"tile on one path and as chosen, and what decided. A (fit) row follows each case timed on both paths alone: the rate " +
+		"(query-major cost per row and key over the KV-major one) the two times measure beside the model's, and the KVSlot that " +
+		"gives it (cuda.AutoFit), the constant to put in gpuPathCosts for this GPU.\n\n| case | choice |\n|---|---|\n")
 	b.WriteString(strings.Join(r.choices, "\n"))
 	b.WriteString("\n")
 	return replaceFile(filepath.Join(dir, "gpucheck.md"), []byte(b.String()), 0o644)

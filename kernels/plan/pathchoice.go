@@ -122,3 +122,22 @@ func (c TileVerdict) String() string {
 	return fmt.Sprintf("%s: lanes %d blocks x %d lanes / (%d entries x %d rows) = %.3g, rate %.3g, product %.3g; decided by %s",
 		path, c.Union, c.Lanes, c.Entries, c.QPK, c.Waste, c.Rate, c.Waste*c.Rate, c.Factor())
 }
+
+// WithRate returns m with KVSlot set so that a tile of blocks of
+// keysPerBlock keys (K/V not staged) weighs at rate, the other constants
+// kept: KVSlot = n * ((QMKey + QMSlot/n) / rate - KVKey). It turns a rate
+// measured by timing both paths on one call into the constant the model
+// needs to give it.
+func (m PathCosts) WithRate(rate, keysPerBlock float64) (PathCosts, error) {
+	n := keysPerBlock
+	switch {
+	case !(rate > 0) || math.IsInf(rate, 1):
+		return m, fmt.Errorf("plan: path costs for rate %v: expected a finite rate > 0", rate)
+	case !(n > 0) || math.IsInf(n, 1):
+		return m, fmt.Errorf("plan: path costs for keys per block %v: expected a finite value > 0", n)
+	case !(m.QMKey+m.QMSlot/n > 0):
+		return m, fmt.Errorf("plan: path costs %+v: expected QMKey + QMSlot/n > 0", m)
+	}
+	m.KVSlot = n * ((m.QMKey+m.QMSlot/n)/rate - m.KVKey)
+	return m, nil
+}

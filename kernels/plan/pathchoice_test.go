@@ -219,3 +219,28 @@ func TestWeighRefuses(t *testing.T) {
 		}
 	}
 }
+
+// TestWithRate: the constants WithRate returns weigh a tile at the rate
+// asked for (above and below the model's), keep the query-major ones, and
+// bad rates are refused.
+func TestWithRate(t *testing.T) {
+	m := PathCosts{QMKey: 1, QMSlot: 3.75, KVKey: 1, KVSlot: 415, Staged: 1}
+	for _, rate := range []float64{0.1, 0.24, 1, 1.02, 3} {
+		f, err := m.WithRate(rate, 128)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := f.Weigh(64, 16, 4, 16, 64, 128, false)
+		if err != nil || math.Abs(v.Rate/rate-1) > 1e-12 || f.QMKey != m.QMKey || f.QMSlot != m.QMSlot || f.KVKey != m.KVKey {
+			t.Errorf("rate %v: %+v weighs at %v (%v)", rate, f, v.Rate, err)
+		}
+	}
+	for _, bad := range []float64{0, -1, math.Inf(1), math.NaN()} {
+		if _, err := m.WithRate(bad, 128); err == nil {
+			t.Errorf("rate %v accepted", bad)
+		}
+	}
+	if _, err := m.WithRate(1, 0); err == nil {
+		t.Error("0 keys per block accepted")
+	}
+}

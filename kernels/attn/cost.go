@@ -76,7 +76,11 @@ type pathCosts = plan.PathCosts
 // token sees, a partial row for every entry, seen or not), the
 // query-major time as 16 * U * (n * QMKey + QMSlot); the counts E and U
 // are the benchmark's (its entries and union metrics), and the data,
-// counts and fits are in docs/results/pathcost/amd-zen4.csv. Only the ratio
+// counts and fits are in docs/results/pathcost/amd-zen4.csv. Piping the
+// command's output (alternated runs together) into
+// `go run ./kernels/attn/internal/costfit` prints the fitted constants in
+// this file's form, with their rates and residuals (its tests reproduce
+// the committed avx512bf16 fit from that file). Only the ratio
 // (QMKey + QMSlot/n) / (KVKey + KVSlot/n), the rate of tileChoice, decides.
 // The fits' residuals reach 5% and the two runs of a tier differ by as
 // much: the per-key constants are known to a few percent, the per-row
@@ -122,7 +126,8 @@ var (
 	// KV-major, 720-756 ms query-major; with the float32 lane kernels the
 	// rates were 1.66 and 1.77: QMKey 4.48, QMSlot 108).
 	avx512bf16Costs = pathCosts{QMKey: 2.85, QMSlot: 32.1, KVKey: 2.38, KVSlot: 72.2, Staged: 2}
-	// amxbf16 is unmeasured: no CPU with AMX was available. Its constants
+	// amxbf16 is unmeasured: no CPU with AMX was available (on one, the
+	// command above with MSA_CPU_TIER=amxbf16, piped into costfit). Its constants
 	// are in other units (one (row, key) of the float32 block kernel) and
 	// assume its block kernel's products at twice the float32 rate and its
 	// lane path no faster than the float32 lane kernels: rate 2.1, so auto

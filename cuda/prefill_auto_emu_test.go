@@ -299,6 +299,26 @@ func TestAutoMeasuredRate(t *testing.T) {
 	if mm, f, rr, err := AutoFit("NVIDIA H200", fa, ch, 2*ch.Query, ch.KV); err != nil || mm != m || rr != r2 || !(f.KVSlot < m.KVSlot) {
 		t.Errorf("AutoFit at twice the query time: model %+v, fitted %+v, rate %v (%v): want the model, a lower KVSlot and rate %v", mm, f, rr, err, r2)
 	}
+	// The choice under given constants: the model's own give the model's
+	// choice; a lower rate sends at least as many tiles to the
+	// query-major kernel, a higher one at most as many.
+	full := &FwdArgs{Q: 0x1000_0000, K: 0x2000_0000, V: 0x3000_0000, CuSeqlensQ: 0x400, CuSeqlensK: 0x500, OPartial: 0x4000_0000,
+		LSEPartial: 0x5000_0000, TotalQ: c.totalQ, Hq: c.hq, Hkv: c.hkv, D: c.d, BlkKV: c.blk, TopK: c.topK, NumBatch: len(c.cuQ) - 1,
+		QDtype: c.qd, KVDtype: c.kvd, PartialDtype: c.pd, PVRound: c.round, Causal: c.causal, KVRows: int(c.cuK[len(c.cuK)-1])}
+	same, err := ChooseAutoPrefillWith(ArchSM90, m, full, c.csr, c.sched, c.cuQ)
+	if byDevice, _ := ChooseAutoPrefill(ArchSM90, "NVIDIA H200", full, c.csr, c.sched, c.cuQ); err != nil || same != byDevice {
+		t.Errorf("with the model's constants: %v (%v), want %v", same, err, byDevice)
+	}
+	lo, _ := m.WithRate(ch.Rate/8, float64(c.blk))
+	hi, _ := m.WithRate(ch.Rate*8, float64(c.blk))
+	cl, err1 := ChooseAutoPrefillWith(ArchSM90, lo, full, c.csr, c.sched, c.cuQ)
+	chh, err2 := ChooseAutoPrefillWith(ArchSM90, hi, full, c.csr, c.sched, c.cuQ)
+	if err1 != nil || err2 != nil || cl.QueryTiles < same.QueryTiles || chh.QueryTiles > same.QueryTiles || cl.QueryTiles == chh.QueryTiles {
+		t.Errorf("query tiles at rate/8, the model's, rate*8: %d, %d, %d (%v %v)", cl.QueryTiles, same.QueryTiles, chh.QueryTiles, err1, err2)
+	}
+	if _, err := ChooseAutoPrefillWith(ArchSM90, plan.PathCosts{}, full, c.csr, c.sched, c.cuQ); err == nil {
+		t.Error("zero constants weighed")
+	}
 	if _, _, _, err := AutoFit("NVIDIA GeForce RTX 4090", fa, ch, 1, 1); err == nil {
 		t.Error("AutoFit on a GPU without constants")
 	}

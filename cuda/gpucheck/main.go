@@ -935,6 +935,9 @@ func (r *report) autoFit(c *check.Prefill, a *cuda.FwdArgs, md runMode, ms float
 	} else {
 		text = fmt.Sprintf("measured rate %.3g (model %.3g): KVSlot %.4g gives it at %d-key blocks (model %.4g); query %.3f ms, kv %.3f ms",
 			rate, ch.Rate, fitted.KVSlot, c.Blk, model.KVSlot, t[0], t[1])
+		if fc, err := cuda.ChooseAutoPrefillWith(r.k.Arch(), fitted, a, c.CSR, c.Sched, c.CuQ); err == nil {
+			text += fmt.Sprintf("; with it %d tiles query, %d kv (model: %d, %d)", fc.QueryTiles, fc.KVTiles, ch.QueryTiles, ch.KVTiles)
+		}
 	}
 	fmt.Printf("timing %-36s %s\n", c.Name+" (auto fit)", text)
 	r.mu.Lock()
@@ -1026,7 +1029,7 @@ func (r *report) write(dir, header string, took time.Duration) error {
 		"first-estimate GPU constants (cuda/prefill_auto.go; no GPU time): query-major and KV-major tiles, the model's totals with every " +
 		"tile on one path and as chosen, and what decided. A (fit) row follows each case timed on both paths alone: the rate " +
 		"(query-major cost per row and key over the KV-major one) the two times measure beside the model's, and the KVSlot that " +
-		"gives it (cuda.AutoFit), the constant to put in gpuPathCosts for this GPU.\n\n| case | choice |\n|---|---|\n")
+		"gives it (cuda.AutoFit), the constant to put in gpuPathCosts for this GPU, and the tiles per path with it.\n\n| case | choice |\n|---|---|\n")
 	b.WriteString(strings.Join(r.choices, "\n"))
 	b.WriteString("\n")
 	return replaceFile(filepath.Join(dir, "gpucheck.md"), []byte(b.String()), 0o644)

@@ -190,8 +190,16 @@ func (w *DecodeWrapper) Run(q, k, v tensor.Tensor, softmaxScale float64) (*Resul
 	if err := w.usable(fn); err != nil {
 		return nil, err
 	}
-	out, lse := newDecodeOutputs(isFloat32(q), w.m.Batch*w.m.SeqlenQ, w.m.HQ, w.m.D)
-	if err := w.runInto(fn, q, k, v, softmaxScale, out, lse); err != nil {
+	// The outputs are sized by q, once q matches the plan: a plan's sizes
+	// alone (seqlen_q is a scalar of Plan) must not decide an allocation
+	// before the inputs are checked.
+	qd, kd, vd, err := w.inputs(fn, q, k, v)
+	if err != nil {
+		return nil, err
+	}
+	qs := qd.Shape()
+	out, lse := newDecodeOutputs(isFloat32(qd), qs[0], qs[1], qs[2])
+	if err := w.runChecked(qd, kd, vd, softmaxScale, out, lse); err != nil {
 		return nil, err
 	}
 	return &Result{Out: out, LSE: lse}, nil
@@ -238,22 +246,42 @@ func (w *DecodeWrapper) RunInto(q, k, v tensor.Tensor, softmaxScale float64, out
 // runInto is RunInto for a caller that holds the busy flag and has checked
 // that the wrapper is usable.
 func (w *DecodeWrapper) runInto(fn string, q, k, v tensor.Tensor, softmaxScale float64, out, lse *tensor.Dense) error {
+	qd, kd, vd, err := w.inputs(fn, q, k, v)
+	if err != nil {
+		return err
+	}
+	return w.runChecked(qd, kd, vd, softmaxScale, out, lse)
+}
+
+// inputs checks q, k and v against the plan (and the planned metadata
+// against the caller's, StaleMeta) and returns them as dense tensors; it
+// starts the checker runChecked goes on with.
+func (w *DecodeWrapper) inputs(fn string, q, k, v tensor.Tensor) (qd, kd, vd *tensor.Dense, err error) {
 	w.c = validate.Checker{Fn: fn}
 	c := &w.c
 	m := w.m
 	if err := decode.StaleMeta(fn, w.src.seqused, m.SeqUsed, w.src.pt, m.PT, m.Cols); err != nil {
-		return err
+		return nil, nil, nil, err
 	}
-	qd, kd, vd := decodeQKVLayout(c, q, k, v, w.args.KVLayout, true)
+	qd, kd, vd = decodeQKVLayout(c, q, k, v, w.args.KVLayout, true)
 	if c.Err != nil {
-		return c.Err
+		return nil, nil, nil, c.Err
 	}
 	qs, ks := qd.Shape(), kd.Shape()
 	if hkv, ps := w.args.KVLayout.dims(ks); qs[0] != m.Batch*m.SeqlenQ || qs[1] != m.HQ || qs[2] != m.D || hkv != m.Hkv || ps != m.PageSize {
 		c.Fail("q/k", fmt.Sprintf("the planned shapes q [%d, %d, %d], k %s with Hkv = %d, page_size = %d, D = %d (%v layout)",
 			m.Batch*m.SeqlenQ, m.HQ, m.D, w.args.KVLayout.shape("D"), m.Hkv, m.PageSize, m.D, w.args.KVLayout), "q "+validate.ShapeStr(qd)+", k "+validate.ShapeStr(kd))
-		return c.Err
+		return nil, nil, nil, c.Err
 	}
+	return qd, kd, vd, nil
+}
+
+// runChecked is runInto after inputs accepted qd, kd and vd.
+func (w *DecodeWrapper) runChecked(qd, kd, vd *tensor.Dense, softmaxScale float64, out, lse *tensor.Dense) error {
+	c := &w.c
+	fn := c.Fn
+	m := w.m
+	qs, ks := qd.Shape(), kd.Shape()
 	f32 := isFloat32(qd)
 	outDtype := BFloat16
 	if f32 {

@@ -313,7 +313,7 @@ func FuzzAPIPrefill(f *testing.F) {
 		}
 		in := denseBytes(pr.q, pr.k, pr.v, rp, qi, pr.cuQ, pr.cuK, pr.pageTable, pr.seqused)
 		var res *Result
-		alloc := allocDuring(func() { res, err = SparseAttentionFunc(q, k, v, rpT, qiT, topK, args) })
+		alloc := allocWithin(func() { res, err = SparseAttentionFunc(q, k, v, rpT, qiT, topK, args) }, allocCap(in))
 		if alloc > allocCap(in) {
 			t.Fatalf("%v: allocated %d bytes (inputs %d bytes)", s, alloc, in)
 		}
@@ -411,7 +411,7 @@ func FuzzAPIDecode(f *testing.F) {
 		}
 		var res *Result
 		var err error
-		alloc := allocDuring(func() { res, err = DecodeAttentionFunc(q, k, v, q2k, args) })
+		alloc := allocWithin(func() { res, err = DecodeAttentionFunc(q, k, v, q2k, args) }, allocCap(in))
 		if alloc > allocCap(in) {
 			t.Fatalf("%v: DecodeAttentionFunc allocated %d bytes", s, alloc)
 		}
@@ -472,7 +472,7 @@ func FuzzAPIDecode(f *testing.F) {
 					pq = pr.q2k
 				}
 				var perr error
-				alloc := allocDuring(func() { perr = w.Plan(pa, pq) })
+				alloc := allocWithin(func() { perr = w.Plan(pa, pq) }, allocCap(in))
 				if alloc > allocCap(in) {
 					t.Fatalf("%v: Plan allocated %d bytes", s, alloc)
 				}
@@ -516,14 +516,14 @@ func FuzzAPIDecode(f *testing.F) {
 				}
 				var rres *Result
 				var rerr error
-				alloc := allocDuring(func() {
+				alloc := allocWithin(func() {
 					if into {
 						rerr = w.RunInto(pr.q, pr.k, pr.v, scale, out, lse)
 						rres = &Result{Out: out, LSE: lse}
 					} else {
 						rres, rerr = w.Run(pr.q, pr.k, pr.v, scale)
 					}
-				})
+				}, allocCap(in))
 				if alloc > allocCap(in) {
 					t.Fatalf("%v: Run allocated %d bytes", s, alloc)
 				}

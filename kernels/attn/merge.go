@@ -36,6 +36,26 @@ func mergeLSE(lses, ws []float32, lv vec) (lse float32, ok bool) {
 	return m + float32(math.Log(float64(s))), true
 }
 
+// mergeTLSE merges the temperature LSEs of a row's partials, with the
+// weights of mergeLSE in ws: as mergeLSE, -inf where no partial saw a key,
+// except that a partial of +inf makes the merge +inf. A partial's
+// temperature LSE is +inf only when its value (scores over a small T) lies
+// beyond float32 (a unit with an undefined softmax has -inf), and the
+// merge, at least as large, rounds to +inf too; mergeLSE would read the
+// +inf maximum as an undefined sum.
+func mergeTLSE(lses, ws []float32, lv vec) float32 {
+	for _, l := range lses {
+		if math.IsInf(float64(l), 1) {
+			return l
+		}
+	}
+	l, ok := mergeLSE(lses, ws, lv)
+	if !ok {
+		return float32(math.Inf(-1))
+	}
+	return l
+}
+
 // mergeWeights is the portable kernel of mergeLSE: m = the largest non-NaN
 // LSE, s = the sum of e^(l_s - m) in slot order (0 for a NaN l_s), and,
 // when m is finite, ws[s] = e^(l_s - m) * (1/s) (mergeLSE rejects an s

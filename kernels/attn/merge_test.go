@@ -130,3 +130,23 @@ func TestMergeLSE(t *testing.T) {
 	t.Run("go", func(t *testing.T) { run(t, vecGo) })
 	forVecLevels(t, run)
 }
+
+// TestMergeTLSE: a partial temperature LSE of +inf (beyond float32) makes
+// the merge +inf, partials that saw no key give -inf, finite ones merge
+// as mergeLSE does.
+func TestMergeTLSE(t *testing.T) {
+	inf, ninf := float32(math.Inf(1)), float32(math.Inf(-1))
+	ws := make([]float32, 3)
+	for _, lv := range []vec{vecGo, vecLevel()} {
+		if got := mergeTLSE([]float32{1, inf, 2}, ws, lv); got != inf {
+			t.Errorf("vec %v: +inf partial merged to %v", lv, got)
+		}
+		if got := mergeTLSE([]float32{ninf, ninf}, ws, lv); got != ninf {
+			t.Errorf("vec %v: no key merged to %v", lv, got)
+		}
+		want, _ := mergeLSE([]float32{1, 2, 3}, ws, lv)
+		if got := mergeTLSE([]float32{1, 2, 3}, ws, lv); got != want || math.Abs(float64(got)-(3+math.Log(1+math.Exp(-1)+math.Exp(-2)))) > 1e-6 {
+			t.Errorf("vec %v: finite partials merged to %v, want %v", lv, got, want)
+		}
+	}
+}

@@ -2,7 +2,6 @@ package attn
 
 import (
 	"cmp"
-	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -626,11 +625,7 @@ func (ws *Workspace) combineQueries(wk *worker, q0, q1, w0, base int) {
 					for s := range ls {
 						ls[s] = pt.TLSE[s*plane+prow]
 					}
-					l, ok := mergeLSE(ls, wk.ws[:ns], pt.vec)
-					if !ok {
-						l = float32(math.Inf(-1))
-					}
-					out.TLSE[row] = l
+					out.TLSE[row] = mergeTLSE(ls, wk.ws[:ns], pt.vec)
 				} else {
 					out.TLSE[row] = out.LSE[row]
 				}

@@ -7,6 +7,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/sparseattn/msa/internal/allocs"
 	"github.com/sparseattn/msa/op/internal/validate"
 	"gorgonia.org/tensor"
 )
@@ -313,7 +314,7 @@ func FuzzAPIPrefill(f *testing.F) {
 		}
 		in := denseBytes(pr.q, pr.k, pr.v, rp, qi, pr.cuQ, pr.cuK, pr.pageTable, pr.seqused)
 		var res *Result
-		alloc := allocWithin(func() { res, err = SparseAttentionFunc(q, k, v, rpT, qiT, topK, args) }, allocCap(in))
+		alloc := allocs.Within(allocCap(in), func() { res, err = SparseAttentionFunc(q, k, v, rpT, qiT, topK, args) })
 		if alloc > allocCap(in) {
 			t.Fatalf("%v: allocated %d bytes (inputs %d bytes)", s, alloc, in)
 		}
@@ -411,7 +412,7 @@ func FuzzAPIDecode(f *testing.F) {
 		}
 		var res *Result
 		var err error
-		alloc := allocWithin(func() { res, err = DecodeAttentionFunc(q, k, v, q2k, args) }, allocCap(in))
+		alloc := allocs.Within(allocCap(in), func() { res, err = DecodeAttentionFunc(q, k, v, q2k, args) })
 		if alloc > allocCap(in) {
 			t.Fatalf("%v: DecodeAttentionFunc allocated %d bytes", s, alloc)
 		}
@@ -472,7 +473,7 @@ func FuzzAPIDecode(f *testing.F) {
 					pq = pr.q2k
 				}
 				var perr error
-				alloc := allocWithin(func() { perr = w.Plan(pa, pq) }, allocCap(in))
+				alloc := allocs.Within(allocCap(in), func() { perr = w.Plan(pa, pq) })
 				if alloc > allocCap(in) {
 					t.Fatalf("%v: Plan allocated %d bytes", s, alloc)
 				}
@@ -516,14 +517,14 @@ func FuzzAPIDecode(f *testing.F) {
 				}
 				var rres *Result
 				var rerr error
-				alloc := allocWithin(func() {
+				alloc := allocs.Within(allocCap(in), func() {
 					if into {
 						rerr = w.RunInto(pr.q, pr.k, pr.v, scale, out, lse)
 						rres = &Result{Out: out, LSE: lse}
 					} else {
 						rres, rerr = w.Run(pr.q, pr.k, pr.v, scale)
 					}
-				}, allocCap(in))
+				})
 				if alloc > allocCap(in) {
 					t.Fatalf("%v: Run allocated %d bytes", s, alloc)
 				}

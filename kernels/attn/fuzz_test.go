@@ -54,7 +54,8 @@ func FuzzRunPrefillDecode(f *testing.F) {
 			kBlocks += (c.seqK[b] + c.blk - 1) / c.blk
 		}
 		items := max(int(p.Sched.WorkCount), (p.TotalQ+combineChunk-1)/combineChunk, c.hkv*qTiles, c.hkv*kBlocks, 1)
-		if got := allocatedBy(runPrefill, uint64(items)*perWorker+partials); got > uint64(items)*perWorker+partials {
+		pbound := uint64(items)*perWorker + partials
+		if got := allocs.Within(pbound, runPrefill); got > pbound {
 			t.Fatalf("prefill allocated %d bytes for %d tasks", got, items)
 		}
 		if started > items {
@@ -79,7 +80,7 @@ func FuzzRunPrefillDecode(f *testing.F) {
 		items = max(dp.Sched.WorkCount, dp.Batch*dp.SeqlenQ, 1)
 		dpart := uint64(DecodePartialRows(dp.Sched)*dp.HQ*(dp.D+1)*4 + 1<<20)
 		dbound := uint64(items)*perWorker + dpart
-		if got := allocatedBy(runDecode, dbound); got > dbound {
+		if got := allocs.Within(dbound, runDecode); got > dbound {
 			t.Fatalf("decode allocated %d bytes for %d items", got, items)
 		}
 		if started > items {
@@ -87,16 +88,4 @@ func FuzzRunPrefillDecode(f *testing.F) {
 		}
 		refDecode(t, dp, dout, 1.0/64)
 	})
-}
-
-// allocatedBy returns the bytes allocated while f ran (allocs.Bytes: one
-// P). The counter is process-wide, so under -fuzz the engine's own
-// goroutines add to it now and then: when the first run exceeds bound, f
-// runs once more and the smaller count is returned (f must be repeatable).
-func allocatedBy(f func(), bound uint64) uint64 {
-	got := allocs.Bytes(1, f)
-	if got > bound {
-		got = min(got, allocs.Bytes(1, f))
-	}
-	return got
 }

@@ -308,24 +308,26 @@ func itemRange(csr *plan.CSR, s *plan.FwdSchedule, i int) (h, row, base, n, b in
 // arguments only the query-major kernel refuses) are not seen here. The
 // GPU check prints it next to a case's query and kv timing rows.
 func ChooseAutoPrefill(arch Arch, device string, fa *FwdArgs, csr *plan.CSR, s *plan.FwdSchedule, cuQ []int32) (AutoChoice, error) {
-	return chooseAuto(arch, fa, csr, s, cuQ, func() (plan.PathCosts, string) { return autoCosts(device, fa) })
+	costs, why := autoCosts(device, fa)
+	return chooseAuto(arch, fa, csr, s, cuQ, costs, why)
 }
 
 // ChooseAutoPrefillWith is ChooseAutoPrefill with the model's constants
 // given (the GPU check's choice under the constants a run fitted,
 // AutoFit) instead of those of a known GPU.
 func ChooseAutoPrefillWith(arch Arch, costs plan.PathCosts, fa *FwdArgs, csr *plan.CSR, s *plan.FwdSchedule, cuQ []int32) (AutoChoice, error) {
-	return chooseAuto(arch, fa, csr, s, cuQ, func() (plan.PathCosts, string) { return costs, "" })
+	return chooseAuto(arch, fa, csr, s, cuQ, costs, "")
 }
 
-func chooseAuto(arch Arch, fa *FwdArgs, csr *plan.CSR, s *plan.FwdSchedule, cuQ []int32, costsFor func() (plan.PathCosts, string)) (AutoChoice, error) {
+// chooseAuto weighs the call with costs, or names a limit: QFwdPlan's
+// first, then why (a GPU without constants) when it is not "".
+func chooseAuto(arch Arch, fa *FwdArgs, csr *plan.CSR, s *plan.FwdSchedule, cuQ []int32, costs plan.PathCosts, why string) (AutoChoice, error) {
 	if fa.Hkv < 1 || fa.Hq%fa.Hkv != 0 || fa.Hq < fa.Hkv {
 		return AutoChoice{}, fmt.Errorf("cuda: Hq = %d, Hkv = %d: Hq must be a positive multiple of Hkv", fa.Hq, fa.Hkv)
 	}
 	if _, why := QFwdPlan(arch, fa, 0); why != "" {
 		return AutoChoice{Limit: why}, nil
 	}
-	costs, why := costsFor()
 	if why != "" {
 		return AutoChoice{Limit: why}, nil
 	}

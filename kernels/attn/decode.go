@@ -91,7 +91,7 @@ func (ws *Workspace) runDecodeItems(w int) {
 	// gets its scratch now even when the others take every item, so that
 	// the next runs allocate nothing whichever worker takes what.
 	qpk := p.HQ / p.Hkv
-	wk.reserveAcc(tile.LanesSIMD(p.D), qpk*min(p.SeqlenQ, maxTileRows/qpk))
+	wk.reserveAcc(tile.LanesSIMD(p.D), qpk*min(p.SeqlenQ, decodeTileQueries(qpk)))
 	n := int64(s.WorkCount)
 	for {
 		i := ws.next.Add(1) - 1
@@ -117,11 +117,15 @@ func (ws *Workspace) decodeItemRun(wk *worker, i int) {
 	kBegin, kEnd := pb*ps, min(used, pe*ps)
 	q0, q1 := s.ItemQueries(i)
 	qpk := p.HQ / p.Hkv
-	perTile := maxTileRows / qpk
+	perTile := decodeTileQueries(qpk)
 	for a := q0; a < q1; a += perTile {
 		ws.decodeTile(wk, b, int(s.KVHead[i]), a, min(q1, a+perTile), int(s.KVTile[i]), kBegin, kEnd, used)
 	}
 }
+
+// decodeTileQueries is the most query tokens a decode tile holds: as many
+// as fill its maxTileRows rows at qpk rows each.
+func decodeTileQueries(qpk int) int { return maxTileRows / qpk }
 
 // decodeTile runs queries [a, z) of request b on KV head h over keys
 // [kBegin, kEnd).

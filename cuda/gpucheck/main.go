@@ -194,6 +194,9 @@ func main() {
 	for i, c := range check.ProbePrefillMatrix() {
 		r.probePrefill(c, uint64(i+101))
 	}
+	for i, c := range check.TLSEOverflowMatrix() {
+		r.tlseOverflow(c, uint64(i+201))
+	}
 	for i, c := range check.ProbeDecodeMatrix() {
 		for _, md := range r.decodeModes() {
 			if md.path == cuda.PathAuto { // the probes check the kernels of the tensor-core path
@@ -431,7 +434,7 @@ func (r *report) uploadPrefill(c *check.Prefill) (*prefillRun, error) {
 	B := len(c.CuQ) - 1
 	a := &cuda.FwdArgs{Q: m.Put(c.Q.Enc), K: m.Put(c.K.Enc), V: m.Put(c.V.Enc), CuSeqlensQ: m.PutI32(c.CuQ), CuSeqlensK: m.PutI32(c.CuK),
 		TotalQ: c.TotalQ, Hq: c.Hq, Hkv: c.Hkv, D: c.D, BlkKV: c.Blk, TopK: c.TopK, NumBatch: B,
-		QDtype: c.QD, KVDtype: c.KVD, PartialDtype: c.PD, PVRound: c.Round(), Causal: c.Causal, KVRows: c.KVRows()}
+		QDtype: c.QD, KVDtype: c.KVD, PartialDtype: c.PD, PVRound: c.Round(), Causal: c.Causal, KVRows: c.KVRows(), SoftmaxScale: c.Scale}
 	if c.KVD == cuda.NVFP4 {
 		a.KScale, a.VScale, a.KGlobalScale = m.Put(c.K.Scales), m.Put(c.V.Scales), m.PutF32(c.K.Global)
 	}
@@ -581,7 +584,13 @@ func (r *report) probePrefill(c *check.Prefill, seed uint64) {
 		r.probeOut(c.Name, "", check.ProbeDiff{}, err)
 		return
 	}
-	r.probe(c.Name, true, c.ProbePasses(), c.SetProbe, func() (check.Result, string, error) {
+	r.probe(c.Name, true, c.ProbePasses(), c.SetProbe, r.prefillOnce(c), c.CheckProbe)
+}
+
+// prefillOnce uploads case c's current inputs, runs them on the current
+// path and frees the device memory: one probe pass.
+func (r *report) prefillOnce(c *check.Prefill) func() (check.Result, string, error) {
+	return func() (check.Result, string, error) {
 		pr, err := r.uploadPrefill(c)
 		if err != nil {
 			return check.Result{}, "", err
@@ -591,7 +600,25 @@ func (r *report) probePrefill(c *check.Prefill, seed uint64) {
 			err = ferr
 		}
 		return g, kern, err
-	}, c.CheckProbe)
+	}
+}
+
+// tlseOverflow runs the temperature-LSE overflow probe c on every
+// prefill path: rows that see a key must give +inf, rows that see none
+// -inf (check.TLSEOverflowMatrix).
+func (r *report) tlseOverflow(c *check.Prefill, seed uint64) {
+	if r.late(c.Name) {
+		return
+	}
+	err := c.Gen(seed)
+	if err == nil {
+		err = c.SetTLSEOverflow(seed)
+	}
+	if err != nil {
+		r.probeOut(c.Name, "", check.ProbeDiff{}, err)
+		return
+	}
+	r.probe(c.Name, true, 1, func(int) error { return nil }, r.prefillOnce(c), func(_ int, got check.Result) check.ProbeDiff { return c.CheckTLSEOverflow(got) })
 }
 
 // probeDecode runs the probe passes of decode case c.

@@ -115,6 +115,7 @@ type Prefill struct {
 	KVD      cuda.Dtype // K/V storage dtype
 	PD       cuda.Dtype // partial dtype
 	Temp     float32    // 0: no temperature LSE
+	Scale    float32    // softmax scale; 0: 1/sqrt(D)
 	// PV8Walk takes the arithmetic of the sm_90a query-major fp8pv
 	// kernels (MSA_CUDA_FP8PV=fp8) for FP8 Q/K/V: P.V accumulated over the
 	// whole walk on the FP8 tensor cores (uFP8Walk). Set it before
@@ -131,6 +132,14 @@ type Prefill struct {
 	Q2K       []int32           // [Hkv][TotalQ][TopK] batch-local block ids, -1 = unused slot
 	CSR       *plan.CSR         // k2q CSR of Q2K
 	Sched     *plan.FwdSchedule // forward schedule of CSR
+}
+
+// softmaxScale is the problem's softmax scale (Scale, 1/sqrt(D) when 0).
+func (c *Prefill) softmaxScale() float64 {
+	if c.Scale != 0 {
+		return float64(c.Scale)
+	}
+	return 1 / math.Sqrt(float64(c.D))
 }
 
 // Round is the P rounding the op layer uses for the problem's dtypes
@@ -265,7 +274,7 @@ func (c *Prefill) CPU(workers int) Result {
 	p := &attn.Prefill{
 		Q: c.Q.Operand(1), K: c.K.Operand(c.K.Global), V: c.V.Operand(1), KV: kv,
 		TotalQ: c.TotalQ, HQ: c.Hq, Hkv: c.Hkv, D: c.D, CuQ: c.CuQ, SeqK: c.SeqK, BlkKV: c.Blk, Causal: c.Causal,
-		Scale: float32(1 / math.Sqrt(float64(c.D))), InvT: invT, PV: tileRound(c.Round()), TopK: c.TopK,
+		Scale: float32(c.softmaxScale()), InvT: invT, PV: tileRound(c.Round()), TopK: c.TopK,
 		CSR: c.CSR, Sched: c.Sched, Partial: partialOf(c.PD), OutputScale: c.V.Global,
 	}
 	out := &attn.Output{O: make([]lowp.BFloat16, c.TotalQ*c.Hq*c.D), LSE: make([]float32, c.TotalQ*c.Hq)}

@@ -222,7 +222,7 @@ func (c *Prefill) reference(f *fault) *Reference {
 		f.nearRows(k, c.D, c.Hkv, int(c.SeqK[b]), b, func(t, h int) int { return c.kvRow(b, t, h, nil) })
 	}
 	ref := newReference(c.TotalQ*c.Hq, c.D, c.Temp > 0)
-	scale := f.scaled(1 / math.Sqrt(float64(c.D)))
+	scale := f.scaled(c.softmaxScale())
 	parallel(c.TotalQ, func(row int) {
 		b := seqOf(c.CuQ, row)
 		for h := 0; h < c.Hkv; h++ {

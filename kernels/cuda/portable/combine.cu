@@ -153,8 +153,7 @@ __device__ __forceinline__ void combine_impl(const MsaCombineParams& p) {
     if (p.tlse_partial && p.tlse) {
         float mt = 0.f, St = 0.f;
         if (n > 0) lse_stats(reinterpret_cast<const float*>(p.tlse_partial), rows, n, mt, St);
-        if (lane == 0)
-            reinterpret_cast<float*>(p.tlse)[gid] = (n == 0 || !(St > 0.f)) ? -INFINITY : mt + logf(St);
+        if (lane == 0) reinterpret_cast<float*>(p.tlse)[gid] = merged_tlse(n, mt, St);
     }
 }
 

@@ -30,6 +30,20 @@ __device__ __forceinline__ void warp_lse_stats(const LseAt& lse_at, int n, int l
     S = warp_sum(sum);
 }
 
+// The merged temperature LSE of n partials with statistics m, S (from
+// warp_lse_stats): -inf when no partial saw a key (n = 0, or S not
+// positive), +inf when some partial's is +inf, else m + log S. A partial's
+// temperature LSE is +inf only when its value (scores over a small
+// temperature) lies beyond float32, and the merge, at least as large,
+// rounds to +inf too; S is then NaN (exp(inf - inf)), which must not read
+// as "no key". The CPU path's merge (kernels/attn mergeTLSE) has the same
+// rule.
+__device__ __forceinline__ float merged_tlse(int n, float m, float S) {
+    if (n == 0) return -INFINITY;
+    if (m == INFINITY) return INFINITY;
+    return S > 0.f ? m + logf(S) : -INFINITY;
+}
+
 }  // namespace msa
 
 #endif  // MSA_LSE_MERGE_CUH

@@ -260,7 +260,7 @@ __device__ __forceinline__ void fwd2_merge_row(const MsaFwd2Params& P, long long
     if (p.tlse_partial && P.tlse) {
         float mt, St;
         fwd2_stats(reinterpret_cast<const float*>(p.tlse_partial), g, sstride, n, lane, mt, St);
-        if (lane == 0) reinterpret_cast<float*>(P.tlse)[g] = (n == 0 || !(St > 0.f)) ? -INFINITY : mt + logf(St);
+        if (lane == 0) reinterpret_cast<float*>(P.tlse)[g] = merged_tlse(n, mt, St);
     }
 }
 

@@ -28,7 +28,11 @@ import (
 //     query-major kernel then writes those rows' results over them.
 //
 // A call whose tiles all choose one path runs only that path's launches.
-// Auto runs the KV-major (kv) path, never kv2, for its KV tiles.
+// Auto runs its KV tiles on the kv kernels and combine; auto-kv2
+// (PrefillAutoKV2) on the kv2 kernel with its fused merge where KV2Plan
+// takes the call. Both weigh with the constants below: kv2 keeps the
+// partial rows in L2 rather than HBM, so its KVSlot is smaller, by how
+// much only a GPU can say (the GPU check fits one per KV-major kernel).
 
 // GPU constants of the model (gpuPathCosts). The unit is one (row, key) of
 // either path's tensor-core products: 4*D FLOPs (Q.K and P.V, 2*D each),

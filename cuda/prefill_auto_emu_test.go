@@ -2,8 +2,8 @@ package cuda
 
 // A host emulation of the auto prefill (prefill_auto.go): the partition of
 // the query-major plan's tiles, the KV-major forward and combine over the
-// filtered CSR and schedule (emuKVPrefill), then the query-major kernel
-// over the query tiles (emuQueryMajor), in the launch order of
+// filtered CSR and schedule (emuKVPrefill; for auto-kv2 the kv2 kernel's
+// emulation, runKV2), then the query-major kernel over the query tiles (emuQueryMajor), in the launch order of
 // prepAutoPrefill, checked row by row against the float64 reference.
 
 import (
@@ -67,6 +67,7 @@ type autoRun struct {
 	csr        *plan.CSR
 	sched      *plan.FwdSchedule
 	queryFirst bool // mutation: the query-major kernel before the KV-major combine
+	kv2        bool // the KV part on the kv2 kernel (auto-kv2), in windows of a small L2
 }
 
 // partitionCase partitions c's plan with the H200's constants, or choose.
@@ -94,8 +95,7 @@ func (r *autoRun) filter(c *prefillCase) {
 // an error is a row computed by both parts, or a partial row not written
 // exactly once.
 func (r *autoRun) emulate(c *prefillCase) (*qEmuOut, error) {
-	split := SplitForOccupancy([]FwdWindow{{Q0: 0, Q1: c.totalQ, Sched: r.sched}}, c.qhpk, 64, 4*64)[0].Sched
-	kv, err := emuKVPrefill(c, r.csr, split)
+	kv, err := r.emulateKV(c)
 	if err != nil {
 		return nil, err
 	}
@@ -117,6 +117,29 @@ func (r *autoRun) emulate(c *prefillCase) (*qEmuOut, error) {
 			copy(out.o[row*c.d:][:c.d], last.o[row*c.d:][:c.d])
 			out.lse[row] = last.lse[row]
 		}
+	}
+	return out, nil
+}
+
+// emulateKV runs the KV part: the kv forward (its items split as for 64
+// SMs) and the combine, or the kv2 kernel (3 CTAs, windows of a few row
+// tiles) whose sweep writes the rows without a slot.
+func (r *autoRun) emulateKV(c *prefillCase) (*qEmuOut, error) {
+	if !r.kv2 {
+		split := SplitForOccupancy([]FwdWindow{{Q0: 0, Q1: c.totalQ, Sched: r.sched}}, c.qhpk, 64, 4*64)[0].Sched
+		return emuKVPrefill(c, r.csr, split)
+	}
+	fc := *c
+	fc.csr, fc.sched = r.csr, r.sched
+	s, err := runKV2(&fc, 2*24*c.topK*c.hq*(c.d*partialSize(c.pd)+8), 3, 1, kv2MutNone, false)
+	if err != nil {
+		return nil, err
+	}
+	rows := c.totalQ * c.hq
+	out := &qEmuOut{o: make([]float64, rows*c.d), lse: make([]float64, rows), written: make([]int, rows)}
+	for g := range out.written {
+		copy(out.o[g*c.d:][:c.d], s.outO[g])
+		out.lse[g], out.written[g] = s.outLSE[g], 1
 	}
 	return out, nil
 }
@@ -153,19 +176,22 @@ func TestEmulatedAutoPrefill(t *testing.T) {
 			selectPattern(t, c, pattern)
 			name := c.name + "/" + pattern
 			for _, choose := range []TileChooser{AlternateTiles, nil} {
-				r := partitionCase(t, c, choose)
-				ch := r.part.choice
-				if choose != nil && (ch.QueryTiles == 0 || ch.KVTiles == 0) {
-					t.Fatalf("%s: alternate tiles: %v: both paths must run", name, ch)
-				}
-				r.filter(c)
-				checkFilter(t, c, r)
-				out, err := r.emulate(c)
-				if err != nil {
-					t.Fatalf("%s (%v): %v", name, ch, err)
-				}
-				if msg := qEmuMismatch(c, out); msg != "" {
-					t.Fatalf("%s (%v): %s", name, ch, msg)
+				for _, kv2 := range []bool{false, true} {
+					r := partitionCase(t, c, choose)
+					r.kv2 = kv2
+					ch := r.part.choice
+					if choose != nil && (ch.QueryTiles == 0 || ch.KVTiles == 0) {
+						t.Fatalf("%s: alternate tiles: %v: both paths must run", name, ch)
+					}
+					r.filter(c)
+					checkFilter(t, c, r)
+					out, err := r.emulate(c)
+					if err != nil {
+						t.Fatalf("%s (%v, kv2 %v): %v", name, ch, kv2, err)
+					}
+					if msg := qEmuMismatch(c, out); msg != "" {
+						t.Fatalf("%s (%v, kv2 %v): %s", name, ch, kv2, msg)
+					}
 				}
 			}
 		}
@@ -174,12 +200,14 @@ func TestEmulatedAutoPrefill(t *testing.T) {
 
 // TestEmulatedAutoPrefillMutations: a query tile left out of both parts,
 // a query tile's row left in the KV part with its slots, and the
-// query-major kernel launched before the combine must each be caught.
+// query-major kernel launched before the combine (or before the kv2
+// kernel, whose sweep writes the query tiles' rows) must each be caught.
 func TestEmulatedAutoPrefillMutations(t *testing.T) {
 	for i, c := range autoCases() {
 		genPrefill(t, c, uint64(i+1))
-		for _, mut := range []string{"tile left out", "row in both", "query first"} {
+		for _, mut := range []string{"tile left out", "row in both", "query first", "query first kv2"} {
 			r := partitionCase(t, c, AlternateTiles)
+			r.kv2 = mut == "query first kv2"
 			q := &r.part.q
 			switch mut {
 			case "tile left out": // the longest query tile: it has blocks
@@ -187,7 +215,7 @@ func TestEmulatedAutoPrefillMutations(t *testing.T) {
 			case "row in both":
 				f := q.Tiles[:QTileFields]
 				r.part.drop[int(f[2])*c.hkv+int(f[1])] = false
-			case "query first":
+			case "query first", "query first kv2":
 				r.queryFirst = true
 			}
 			r.filter(c)

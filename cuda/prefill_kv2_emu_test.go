@@ -493,14 +493,15 @@ func kv2TLSE(ps *kv2Part, rows []int) float64 {
 	return m + math.Log(S)
 }
 
-// emuKV2 runs a whole prefill as the launcher does (windows of KV2Window
-// queries for an L2 of l2 bytes, SplitForOccupancy for ctas SMs) and
-// compares with the reference.
-func emuKV2(c *prefillCase, l2, ctas int, seed uint64, mut kv2Mut, widen bool) error {
+// runKV2 runs a whole prefill of c's CSR and schedule as the launcher
+// does (windows of KV2Window queries for an L2 of l2 bytes,
+// SplitForOccupancy for ctas SMs) and returns the rows it wrote; an error
+// where the protocol failed or a row was not merged or swept exactly once.
+func runKV2(c *prefillCase, l2, ctas int, seed uint64, mut kv2Mut, widen bool) (*kv2Shared, error) {
 	w := KV2Window(c.totalQ, c.topK, c.hq, c.qhpk, c.d, partialSize(c.pd), l2)
 	wins, err := FwdWindows(c.csr, c.sched, c.cuQ, c.totalQ, w)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	wins = SplitForOccupancy(wins, c.qhpk, 64, 4*ctas)
 	s := &kv2Shared{c: c, counters: make([]int, w*c.hq), merged: map[int]int{}, swept: map[int]int{},
@@ -508,14 +509,25 @@ func emuKV2(c *prefillCase, l2, ctas int, seed uint64, mut kv2Mut, widen bool) e
 	rng := rand.New(rand.NewPCG(seed, 11))
 	for i := range wins {
 		if err := emuKV2Window(s, &wins[i], ctas, rng); err != nil {
-			return err
+			return nil, err
 		}
+	}
+	for g := 0; g < c.totalQ*c.hq; g++ {
+		if s.merged[g]+s.swept[g] != 1 {
+			return nil, fmt.Errorf("row %d merged %d and swept %d times", g, s.merged[g], s.swept[g])
+		}
+	}
+	return s, nil
+}
+
+// emuKV2 runs a whole prefill (runKV2) and compares with the reference.
+func emuKV2(c *prefillCase, l2, ctas int, seed uint64, mut kv2Mut, widen bool) error {
+	s, err := runKV2(c, l2, ctas, seed, mut, widen)
+	if err != nil {
+		return err
 	}
 	wantO, wantLSE, wantTLSE := c.refPrefill()
 	for g := 0; g < c.totalQ*c.hq; g++ {
-		if s.merged[g]+s.swept[g] != 1 {
-			return fmt.Errorf("row %d merged %d and swept %d times", g, s.merged[g], s.swept[g])
-		}
 		if !kv2Close(s.outLSE[g], wantLSE[g]) || c.temp > 0 && !kv2Close(s.outTLSE[g], wantTLSE[g]) {
 			return fmt.Errorf("row %d: LSE %v / %v, want %v / %v", g, s.outLSE[g], s.outTLSE[g], wantLSE[g], wantTLSE[g])
 		}

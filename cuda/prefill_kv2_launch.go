@@ -7,13 +7,13 @@ import (
 )
 
 // kv2Setup decides whether the windows of a prefill of choice ch run on
-// the kv2 kernel (MSA_CUDA_PREFILL=kv2 on the tensor-core path, KV2Plan,
+// the kv2 kernel (MSA_CUDA_PREFILL=kv2 or auto-kv2 on the tensor-core path, KV2Plan,
 // recording in Fallbacks why not): it returns whether they do, the query
 // window to cut the schedule into (KV2Window of window), and allocates the
 // row counters of the largest window and the scheduler words (zeroed
 // once: the kernel leaves them 0).
 func (k *Kernels) kv2Setup(ch *prefillChoice, fa *FwdArgs, window int) (ok bool, w int, counters, sched uint64, err error) {
-	if k.prefill != PrefillKV2 || k.path != PathAuto {
+	if !k.prefill.KV2() || k.path != PathAuto {
 		return false, window, 0, 0, nil
 	}
 	if ch.kv2Why != "" {

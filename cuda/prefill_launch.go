@@ -105,14 +105,14 @@ func (k *Kernels) prefillChoiceFor(fa *FwdArgs, ca *CombineArgs) *prefillChoice 
 		ch.tc, ch.tcWhy = TCFwdPlan(k.arch, fa, 0)
 		ch.tcWhy = k.encodeMaps(&ch.tc, &ch.tcMaps, ch.tcWhy)
 	}
-	if k.prefill == PrefillKV2 && k.path == PathAuto {
+	if k.prefill.KV2() && k.path == PathAuto {
 		ch.kv2, _, ch.kv2Why = KV2Plan(k.arch, fa, ca)
 		ch.kv2Key = "kv2"
 		if hasV {
 			ch.kv2Key = KV2Name(v, fa.D)
 		}
 	}
-	if k.prefill == PrefillAuto {
+	if k.prefill.Auto() {
 		ch.costs, ch.costsWhy = autoCosts(k.devName, fa)
 	}
 	if qa, ok := k.prefill.queryArch(k.arch); ok && ca != nil {
@@ -166,7 +166,7 @@ func (k *Kernels) prepPrefill(fa *FwdArgs, ca *CombineArgs, csr *plan.CSR, s *pl
 		return nil, fmt.Errorf("cuda: forward schedule metadata has %d entries: expected %d", len(s.Metadata), s.Capacity*plan.MetaFields)
 	}
 	ch := k.prefillChoiceFor(fa, ca)
-	if k.prefill == PrefillAuto && ca != nil && cuQ != nil {
+	if k.prefill.Auto() && ca != nil && cuQ != nil {
 		return k.prepAutoPrefill(ch, fa, ca, csr, s, cuQ, window)
 	}
 	if _, ok := k.prefill.queryArch(k.arch); ok && ca != nil && cuQ != nil {

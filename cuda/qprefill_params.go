@@ -38,11 +38,25 @@ const (
 	// not in the peak table, every tile runs KV-major and
 	// Kernels.PrefillChoice says why.
 	PrefillAuto
+	// PrefillAutoKV2 is PrefillAuto with its KV-major tiles on the kv2
+	// kernel (as PrefillKV2: where KV2Plan takes the call, else the kv
+	// kernels with the reason in Fallbacks), weighed with the same
+	// constants, so that one GPU run can check and time auto with either
+	// KV-major kernel.
+	PrefillAutoKV2
 )
 
+// Auto reports whether p weighs every query tile between the query-major
+// and the KV-major path (PrefillAuto, PrefillAutoKV2).
+func (p PrefillPath) Auto() bool { return p == PrefillAuto || p == PrefillAutoKV2 }
+
+// KV2 reports whether p runs its KV-major launches on the kv2 kernel
+// where KV2Plan takes the call (PrefillKV2, PrefillAutoKV2).
+func (p PrefillPath) KV2() bool { return p == PrefillKV2 || p == PrefillAutoKV2 }
+
 // PrefillEnv is the environment variable Load reads the prefill path
-// from: "kv" (the default, also when unset), "kv2", "query", "query80" or
-// "auto".
+// from: "kv" (the default, also when unset), "kv2", "query", "query80",
+// "auto" or "auto-kv2".
 const PrefillEnv = "MSA_CUDA_PREFILL"
 
 // String is the name ParsePrefillPath reads.
@@ -56,12 +70,14 @@ func (p PrefillPath) String() string {
 		return "kv2"
 	case PrefillAuto:
 		return "auto"
+	case PrefillAutoKV2:
+		return "auto-kv2"
 	}
 	return "kv"
 }
 
-// ParsePrefillPath parses "kv", "kv2", "query", "query80" or "auto" (""
-// is kv).
+// ParsePrefillPath parses "kv", "kv2", "query", "query80", "auto" or
+// "auto-kv2" ("" is kv).
 func ParsePrefillPath(s string) (PrefillPath, error) {
 	switch s {
 	case "", "kv":
@@ -74,8 +90,10 @@ func ParsePrefillPath(s string) (PrefillPath, error) {
 		return PrefillKV2, nil
 	case "auto":
 		return PrefillAuto, nil
+	case "auto-kv2":
+		return PrefillAutoKV2, nil
 	}
-	return PrefillKV, fmt.Errorf("cuda: %s=%q: want kv, kv2, query, query80 or auto", PrefillEnv, s)
+	return PrefillKV, fmt.Errorf("cuda: %s=%q: want kv, kv2, query, query80, auto or auto-kv2", PrefillEnv, s)
 }
 
 // queryArch is the family whose query-major kernel path p runs on a
@@ -83,7 +101,7 @@ func ParsePrefillPath(s string) (PrefillPath, error) {
 // the family's own, as query does.
 func (p PrefillPath) queryArch(a Arch) (Arch, bool) {
 	switch p {
-	case PrefillQuery, PrefillAuto:
+	case PrefillQuery, PrefillAuto, PrefillAutoKV2:
 		return a, true
 	case PrefillQuery80:
 		if a == ArchPortable {

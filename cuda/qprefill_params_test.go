@@ -11,7 +11,8 @@ import (
 )
 
 func TestPrefillPathParse(t *testing.T) {
-	for s, want := range map[string]PrefillPath{"": PrefillKV, "kv": PrefillKV, "kv2": PrefillKV2, "query": PrefillQuery, "query80": PrefillQuery80, "auto": PrefillAuto} {
+	for s, want := range map[string]PrefillPath{"": PrefillKV, "kv": PrefillKV, "kv2": PrefillKV2, "query": PrefillQuery, "query80": PrefillQuery80, "auto": PrefillAuto,
+		"auto-kv2": PrefillAutoKV2} {
 		got, err := ParsePrefillPath(s)
 		if err != nil || got != want {
 			t.Errorf("ParsePrefillPath(%q) = %v, %v: want %v", s, got, err, want)
@@ -43,9 +44,17 @@ func TestPrefillPathParse(t *testing.T) {
 		{PrefillQuery80, ArchPortable, ArchPortable, true},
 		{PrefillAuto, ArchSM90, ArchSM90, true},
 		{PrefillKV2, ArchSM90, ArchSM90, false},
+		{PrefillAutoKV2, ArchSM90, ArchSM90, true},
 	} {
 		if a, ok := c.p.queryArch(c.dev); a != c.got || ok != c.ok {
 			t.Errorf("%s on %s: query-major family %s, %v: want %s, %v", c.p, c.dev, a, ok, c.got, c.ok)
+		}
+	}
+	// which paths weigh tiles, which run the kv2 kernel
+	for p, want := range map[PrefillPath][2]bool{PrefillKV: {}, PrefillKV2: {false, true}, PrefillQuery: {}, PrefillQuery80: {},
+		PrefillAuto: {true, false}, PrefillAutoKV2: {true, true}} {
+		if got := [2]bool{p.Auto(), p.KV2()}; got != want {
+			t.Errorf("%s: Auto, KV2 = %v, want %v", p, got, want)
 		}
 	}
 }

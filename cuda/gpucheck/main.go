@@ -59,9 +59,10 @@ type report struct {
 	choices  []string        // Markdown rows: the auto path's choice per timed prefill case
 	chosen   map[string]bool // the timed prefill cases whose choice is printed
 	// Per timed prefill case: the auto choice, and the times of the
-	// query-major and the KV-major path alone (autoFit).
+	// query-major path and of the kv and kv2 KV-major paths alone
+	// (autoFit).
 	autoCh   map[string]cuda.AutoChoice
-	pathMS   map[string][2]float64
+	pathMS   map[string][3]float64
 	failed   int
 	skipped  int
 	deadline time.Time
@@ -929,47 +930,50 @@ func (r *report) autoChoice(c *check.Prefill, a *cuda.FwdArgs) {
 	}
 }
 
-// autoFit records the time of case c on mode md when it is one of the two
+// autoFit records the time of case c on mode md when it is one of the
 // paths the auto choice weighs (the tensor-core query-major kernel auto
-// launches, or the KV-major path), and once both are timed prints the
-// rate they measure beside the model's and the KVSlot that gives it
-// (cuda.AutoFit), so that one GPU run fits the model's constants.
+// launches, or a KV-major kernel: kv for auto, kv2 for auto-kv2), and once
+// the query time and a KV-major time are in prints the rate they measure
+// beside the model's and the KVSlot that gives it (cuda.AutoFit): one
+// "(auto fit)" line from the kv row, one "(auto-kv2 fit)" line from the
+// kv2 row, so that one GPU run fits the model's constants for each.
 func (r *report) autoFit(c *check.Prefill, a *cuda.FwdArgs, md runMode, ms float64) {
-	if md.path != cuda.PathAuto || md.choose != nil || md.fp8pv != r.fp8pvDefault ||
-		(md.prefill != cuda.PrefillQuery && md.prefill != cuda.PrefillKV) {
+	slot := map[cuda.PrefillPath]int{cuda.PrefillQuery: 0, cuda.PrefillKV: 1, cuda.PrefillKV2: 2}
+	i, ok := slot[md.prefill]
+	if md.path != cuda.PathAuto || md.choose != nil || md.fp8pv != r.fp8pvDefault || !ok {
 		return
 	}
 	r.mu.Lock()
 	if r.pathMS == nil {
-		r.pathMS = map[string][2]float64{}
+		r.pathMS = map[string][3]float64{}
 	}
 	t := r.pathMS[c.Name]
-	if md.prefill == cuda.PrefillQuery {
-		t[0] = ms
-	} else {
-		t[1] = ms
-	}
+	t[i] = ms
 	r.pathMS[c.Name] = t
-	ch, ok := r.autoCh[c.Name]
+	ch, weighed := r.autoCh[c.Name]
 	r.mu.Unlock()
-	if !ok || ch.Limit != "" || t[0] == 0 || t[1] == 0 {
-		return // not weighed: the choice line says why
+	if !weighed || ch.Limit != "" || t[0] == 0 || i == 0 {
+		return // not weighed (the choice line says why), or no KV-major time yet
+	}
+	label, kv := " (auto fit)", "kv"
+	if i == 2 {
+		label, kv = " (auto-kv2 fit)", "kv2"
 	}
 	var text string
-	model, fitted, rate, err := cuda.AutoFit(r.dev.Name, a, ch, t[0], t[1])
+	model, fitted, rate, err := cuda.AutoFit(r.dev.Name, a, ch, t[0], t[i])
 	if err != nil {
 		text = "ERROR: " + err.Error()
 	} else {
-		text = fmt.Sprintf("measured rate %.3g (model %.3g): KVSlot %.4g gives it at %d-key blocks (model %.4g); query %.3f ms, kv %.3f ms",
-			rate, ch.Rate, fitted.KVSlot, c.Blk, model.KVSlot, t[0], t[1])
+		text = fmt.Sprintf("measured rate %.3g (model %.3g): KVSlot %.4g gives it at %d-key blocks (model %.4g); query %.3f ms, %s %.3f ms",
+			rate, ch.Rate, fitted.KVSlot, c.Blk, model.KVSlot, t[0], kv, t[i])
 		if fc, err := cuda.ChooseAutoPrefillWith(r.k.Arch(), fitted, a, c.CSR, c.Sched, c.CuQ); err == nil {
 			text += fmt.Sprintf("; with it %d tiles query, %d kv (model: %d, %d)", fc.QueryTiles, fc.KVTiles, ch.QueryTiles, ch.KVTiles)
 		}
 	}
-	fmt.Printf("timing %-36s %s\n", c.Name+" (auto fit)", text)
+	fmt.Printf("timing %-36s %s\n", c.Name+label, text)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.choices = append(r.choices, fmt.Sprintf("| %s (fit) | %s |", c.Name, text))
+	r.choices = append(r.choices, fmt.Sprintf("| %s%s | %s |", c.Name, label, text))
 }
 
 // timeDecode times generated case c in mode md, reported as name; the
@@ -1054,9 +1058,10 @@ func (r *report) write(dir, header string, took time.Duration) error {
 	b.WriteString(strings.Join(r.timingMD, "\n"))
 	b.WriteString("\n\n### The auto path's choice per prefill case\n\nWhat MSA_CUDA_PREFILL=auto would run, by the model's " +
 		"first-estimate GPU constants (cuda/prefill_auto.go; no GPU time): query-major and KV-major tiles, the model's totals with every " +
-		"tile on one path and as chosen, and what decided. A (fit) row follows each case timed on both paths alone: the rate " +
-		"(query-major cost per row and key over the KV-major one) the two times measure beside the model's, and the KVSlot that " +
-		"gives it (cuda.AutoFit), the constant to put in gpuPathCosts for this GPU, and the tiles per path with it.\n\n| case | choice |\n|---|---|\n")
+		"tile on one path and as chosen, and what decided. An (auto fit) row follows each case timed on the query and the kv path alone, " +
+		"an (auto-kv2 fit) row each case timed on the query and the kv2 path: the rate (query-major cost per row and key over the " +
+		"KV-major one) the two times measure beside the model's, and the KVSlot that gives it (cuda.AutoFit), the constant to put in " +
+		"gpuPathCosts for this GPU (for auto and auto-kv2), and the tiles per path with it.\n\n| case | choice |\n|---|---|\n")
 	b.WriteString(strings.Join(r.choices, "\n"))
 	b.WriteString("\n")
 	return replaceFile(filepath.Join(dir, "gpucheck.md"), []byte(b.String()), 0o644)

@@ -22,7 +22,7 @@ func prefillRunMode(m plan.PrefillMode) runMode {
 		return runMode{path: cuda.PathPortable, prefill: cuda.PrefillKV}
 	}
 	md := runMode{path: cuda.PathAuto, prefill: m.Path, fp8pv: m.FP8PV}
-	if m.Path == cuda.PrefillAuto {
+	if m.Path.Auto() {
 		md.choose = cuda.AlternateTiles // both kinds of launch in one call
 	}
 	return md

@@ -27,6 +27,8 @@ func (m PrefillMode) Label() string {
 		return " (kv2)"
 	case m.Path == cuda.PrefillAuto:
 		return " (auto alternate)"
+	case m.Path == cuda.PrefillAutoKV2:
+		return " (auto-kv2 alternate)"
 	}
 	return " (kv)"
 }
@@ -37,8 +39,9 @@ func (m PrefillMode) Label() string {
 // alternating between the two (cuda.AlternateTiles: both kinds of launch
 // in one call, so the partition is checked on the GPU), on sm90 the
 // query-major path on the FP8 P.V kernel for an FP8 prefill (fp8), the
-// sm80 mma.sync query-major kernel and the persistent KV-major kernel with
-// the fused combine (kv2); the portable kernels last.
+// sm80 mma.sync query-major kernel, the persistent KV-major kernel with
+// the fused combine (kv2) and the auto path with its KV tiles on it
+// (auto-kv2, tiles alternating as for auto); the portable kernels last.
 func PrefillModes(a cuda.Arch, tc, fp8 bool) []PrefillMode {
 	if !tc {
 		return []PrefillMode{{Portable: true}}
@@ -48,7 +51,7 @@ func PrefillModes(a cuda.Arch, tc, fp8 bool) []PrefillMode {
 		if fp8 {
 			ms = append(ms, PrefillMode{Path: cuda.PrefillQuery, FP8PV: cuda.FP8PVFP8})
 		}
-		ms = append(ms, PrefillMode{Path: cuda.PrefillQuery80}, PrefillMode{Path: cuda.PrefillKV2})
+		ms = append(ms, PrefillMode{Path: cuda.PrefillQuery80}, PrefillMode{Path: cuda.PrefillKV2}, PrefillMode{Path: cuda.PrefillAutoKV2})
 	}
 	return append(ms, PrefillMode{Portable: true})
 }

@@ -156,7 +156,7 @@ func caseRows(stage string, c TimingCase, a cuda.Arch, labels []string) []Row {
 		// the model's choice, printed with each case's first row, costs no
 		// GPU time (the plan has no room for a row per case).
 		for _, m := range PrefillModes(a, tc, c.Q == cuda.E4M3 && c.KV == cuda.E4M3) {
-			if keep(m.Label()) && !(m.Portable && c.T > 32768) && m.Path != cuda.PrefillAuto {
+			if keep(m.Label()) && !(m.Portable && c.T > 32768) && !m.Path.Auto() {
 				out = append(out, Row{Stage: stage, Case: c, Prefill: m})
 			}
 		}

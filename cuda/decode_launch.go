@@ -35,6 +35,7 @@ type decodeKey struct {
 	arch                                 Arch
 	path                                 Path
 	kernel                               DecodeKernel
+	fp8pv                                FP8PV
 	q, k, v                              uint64
 	qdt, kvdt                            Dtype
 	pv                                   Round
@@ -46,6 +47,7 @@ type decodeChoice struct {
 	pipeName string // the pipelined kernel, or "" with pipeWhy saying why not
 	pipe     fatbin.PipeLaunch
 	pipeWhy  string
+	pipeNote string // the FP8 P.V mode asked for a kernel that does not exist (Fallbacks)
 	tcName   string // the tensor-core decode of the dtypes' variant ("" when none), for Fallbacks
 	tc       TCPlan // valid when tcWhy == ""
 	tcWhy    string
@@ -54,7 +56,7 @@ type decodeChoice struct {
 
 // decodeChoiceFor returns the launch choice of a, made on first sight.
 func (k *Kernels) decodeChoiceFor(a *DecodeArgs) *decodeChoice {
-	key := decodeKey{arch: k.arch, path: k.path, kernel: k.decode, q: a.Q, k: a.K, v: a.V, qdt: a.QDtype, kvdt: a.KVDtype,
+	key := decodeKey{arch: k.arch, path: k.path, kernel: k.decode, fp8pv: k.fp8pv, q: a.Q, k: a.K, v: a.V, qdt: a.QDtype, kvdt: a.KVDtype,
 		pv: a.PVRound, d: a.D, hq: a.Hq, hkv: a.Hkv, rows: a.Batch * a.SeqlenQ, page: a.PageSize, pages: a.NumPages, blkKV: -1}
 	if a.Q2K != 0 {
 		key.blkKV = a.BlkKV
@@ -63,7 +65,7 @@ func (k *Kernels) decodeChoiceFor(a *DecodeArgs) *decodeChoice {
 	if !fresh {
 		return ch
 	}
-	ch.pipeName, ch.pipe, ch.pipeWhy = TCDecodePipePlan(k.arch, a)
+	ch.pipeName, ch.pipe, ch.pipeNote, ch.pipeWhy = TCDecodePipePlan(k.arch, a, k.fp8pv)
 	if v, ok := DecodeVariant(k.arch, a.QDtype, a.KVDtype); ok {
 		ch.tcName = TCName(k.arch, "decode", v, a.D)
 	}
@@ -111,6 +113,9 @@ func (k *Kernels) prepDecode(a *DecodeArgs, s *plan.DecodeSchedule) ([]step, err
 			return nil, err
 		}
 		if why == "" {
+			if ch.pipeNote != "" {
+				k.fallback["msa_sm90_decpipe_fp8pv"] = ch.pipeNote
+			}
 			return append(steps, st), nil // the combine is fused
 		}
 		k.fallback["msa_sm90_decpipe"] = why

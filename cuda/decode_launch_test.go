@@ -131,3 +131,53 @@ func TestPrepareDecodeOwnsItsSteps(t *testing.T) {
 		t.Errorf("prepared block's out = %#x, want %#x", got, a.Out)
 	}
 }
+
+// TestDecodeFP8PVRoute: with the new decode and MSA_CUDA_FP8PV=fp8, an
+// E4M3 decode at D 128 launches the fp8pv kernel (0 allocations warm), at
+// D 256 the widened-V kernel with the reason in Fallbacks, and the widen
+// mode keeps the fp8 kernel.
+func TestDecodeFP8PVRoute(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		d     int
+		mode  FP8PV
+		want  string
+		noted bool
+	}{
+		{"fp8pv d128", 128, FP8PVFP8, fatbin.SM90DecPipeFP8PVD128, false},
+		{"fp8pv d64", 64, FP8PVFP8, fatbin.SM90DecPipeFP8PVD64, false},
+		{"fp8pv d256", 256, FP8PVFP8, fatbin.SM90DecPipeFP8D256, true},
+		{"widen d128", 128, FP8PVWiden, fatbin.SM90DecPipeFP8D128, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var f FakeDriver
+			k := FakeKernels(ArchSM90, &f)
+			k.decode, k.fp8pv = DecodeNew, c.mode
+			const pages, page = 16, 128
+			p := plan.DecodeParams{Batch: 2, SeqlenQ: 1, HQ: 16, Hkv: 1, PageSize: page, Workers: 132, MaxPagesPerSeq: pages,
+				Executor: plan.CUDAExecutor}
+			s, err := plan.BuildDecodeSchedule(nil, []int32{pages * page, 1000}, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := &DecodeArgs{Q: 0x10000, K: 0x100000, V: 0x200000, PageTable: 0x300, SequsedK: 0x400, Out: 0x20000, LSE: 0x30000,
+				OPartial: 0x40000, LSEPartial: 0x50000, PageTableStride: pages, Batch: 2, SeqlenQ: 1, Hq: 16, Hkv: 1, D: c.d,
+				PageSize: page, QDtype: E4M3, KVDtype: E4M3, PVRound: RoundE4M3, NumPages: 2 * pages}
+			run := func() {
+				if err := k.Decode(nil, a, s); err != nil {
+					t.Fatal(err)
+				}
+			}
+			run()
+			if got := k.LastKernels(); !slices.Equal(got, []string{c.want}) {
+				t.Fatalf("launched %v, want [%s]", got, c.want)
+			}
+			if n := allocs.Warm(20, run); n != 0 {
+				t.Errorf("Decode: %v allocations per run, want 0", n)
+			}
+			if noted := k.Fallbacks()["msa_sm90_decpipe_fp8pv"] != ""; noted != c.noted {
+				t.Errorf("Fallbacks records the fp8pv note: %v, want %v (%v)", noted, c.noted, k.Fallbacks())
+			}
+		})
+	}
+}

@@ -62,6 +62,15 @@ type decodePipeKernelParams struct {
 // PipeName is the pipelined decode kernel of variant v at head dim d.
 func PipeName(v TCVariant, d int) string { return TCName(ArchSM90, "decpipe", v, d) }
 
+// PipeFP8PVName is the pipelined decode kernel of the fp8 variant with
+// P.V on the e4m3 wgmma (MSA_CUDA_FP8PV=fp8) at head dim d (64 or 128).
+func PipeFP8PVName(d int) string { return fmt.Sprintf("msa_%s_decpipe_fp8pv_d%d", ArchSM90, d) }
+
+// pipeFP8PVMaxD is the largest head dim of the fp8pv decode kernels: each
+// span's P.V has an O accumulator of its own beside the running one, and
+// at D 256 the two (128 registers each) exceed a thread's 255.
+const pipeFP8PVMaxD = 128
+
 // PipeNames lists the pipelined decode kernels the launcher looks up on
 // family a (sm90 only: the kernels are sm_90a).
 func PipeNames(a Arch) []string {
@@ -72,6 +81,9 @@ func PipeNames(a Arch) []string {
 	for _, d := range []int{64, 128, 256} {
 		for _, v := range []TCVariant{VarBF16, VarFP8, VarBF16FP8, VarNVFP4} {
 			out = append(out, PipeName(v, d))
+		}
+		if d <= pipeFP8PVMaxD {
+			out = append(out, PipeFP8PVName(d))
 		}
 	}
 	return out
@@ -131,30 +143,39 @@ func PipeCounters(s *plan.DecodeSchedule) int {
 }
 
 // TCDecodePipePlan decides whether the decode of a runs on family arch's
-// pipelined kernel: the kernel name and its launch data, or why it cannot
-// (the caller then runs the old kernel). a must have passed
-// newDecodeKernelParams.
-func TCDecodePipePlan(arch Arch, a *DecodeArgs) (name string, l fatbin.PipeLaunch, why string) {
+// pipelined kernel under FP8 P.V mode m: the kernel name and its launch
+// data, or why it cannot (the caller then runs the old kernel). The fp8
+// variant runs its fp8pv kernel under FP8PVFP8 at D <= 128; at D 256 the
+// widened-V kernel runs, and note says so (for Fallbacks). a must have
+// passed newDecodeKernelParams.
+func TCDecodePipePlan(arch Arch, a *DecodeArgs, m FP8PV) (name string, l fatbin.PipeLaunch, note, why string) {
 	if arch != ArchSM90 {
-		return "", l, fmt.Sprintf("the pipelined decode is an sm_90a kernel, this GPU runs the %v family", arch)
+		return "", l, "", fmt.Sprintf("the pipelined decode is an sm_90a kernel, this GPU runs the %v family", arch)
 	}
 	v, ok := pipeVariant(a.QDtype, a.KVDtype)
 	switch {
 	case !ok:
-		return "", l, fmt.Sprintf("no pipelined decode variant for Q %s, K/V %s", a.QDtype, a.KVDtype)
+		return "", l, "", fmt.Sprintf("no pipelined decode variant for Q %s, K/V %s", a.QDtype, a.KVDtype)
 	case !HeadDimSupported(a.D):
-		return "", l, fmt.Sprintf("head dim %d: the pipelined decode has D = 64, 128 and 256", a.D)
+		return "", l, "", fmt.Sprintf("head dim %d: the pipelined decode has D = 64, 128 and 256", a.D)
 	case v == VarFP8 && a.PVRound != RoundE4M3:
-		return "", l, "the fp8 variant rounds P to e4m3 (pv_round must be E4M3)"
+		return "", l, "", "the fp8 variant rounds P to e4m3 (pv_round must be E4M3)"
 	case !aligned(a.Q, 16) || !aligned(a.K, 16) || !aligned(a.V, 16):
-		return "", l, "Q, K or V not 16-byte aligned"
+		return "", l, "", "Q, K or V not 16-byte aligned"
 	}
 	name = PipeName(v, a.D)
+	if v == VarFP8 && m == FP8PVFP8 {
+		if a.D <= pipeFP8PVMaxD {
+			name = PipeFP8PVName(a.D)
+		} else {
+			note = fmt.Sprintf("head dim %d: the fp8pv decode has D <= %d (a span's P.V accumulator beside O); %s runs", a.D, pipeFP8PVMaxD, name)
+		}
+	}
 	l, found := fatbin.DecodePipeLaunch[name]
 	if !found {
-		return "", l, name + " is not in the launch table"
+		return "", l, "", name + " is not in the launch table"
 	}
-	return name, l, ""
+	return name, l, note, ""
 }
 
 // newDecodePipeParams is the pipelined kernel's block: p plus the device

@@ -541,7 +541,7 @@ func pipeCases() []*decodeCase {
 // pipeStages is PipeCfg::kStages of the kernel a case runs on (the launch table).
 func pipeStages(t *testing.T, c *decodeCase) int {
 	v, _ := pipeVariant(c.qd, c.kvd)
-	name, l, why := TCDecodePipePlan(ArchSM90, &DecodeArgs{QDtype: c.qd, KVDtype: c.kvd, D: c.d, PVRound: c.round})
+	name, l, _, why := TCDecodePipePlan(ArchSM90, &DecodeArgs{QDtype: c.qd, KVDtype: c.kvd, D: c.d, PVRound: c.round}, FP8PVWiden)
 	if why != "" {
 		t.Fatalf("%s: %s (%s)", c.name, why, v)
 	}

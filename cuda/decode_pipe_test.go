@@ -56,7 +56,7 @@ func TestDecodePipeParamsLayout(t *testing.T) {
 
 func TestTCDecodePipePlan(t *testing.T) {
 	ok := DecodeArgs{QDtype: BF16, KVDtype: BF16, D: 128, PVRound: RoundBF16}
-	name, l, why := TCDecodePipePlan(ArchSM90, &ok)
+	name, l, _, why := TCDecodePipePlan(ArchSM90, &ok, FP8PVWiden)
 	if why != "" || name != fatbin.SM90DecPipeBF16D128 || l != fatbin.DecodePipeLaunch[name] {
 		t.Fatalf("bf16 d128: %q %+v %q", name, l, why)
 	}
@@ -73,7 +73,7 @@ func TestTCDecodePipePlan(t *testing.T) {
 	} {
 		a := ok
 		c.mod(&a)
-		if name, _, why := TCDecodePipePlan(c.arch, &a); !strings.Contains(why, c.want) || name != "" {
+		if name, _, _, why := TCDecodePipePlan(c.arch, &a, FP8PVFP8); !strings.Contains(why, c.want) || name != "" {
 			t.Errorf("%s: %q, why %q; want a refusal containing %q", what, name, why, c.want)
 		}
 	}
@@ -91,8 +91,29 @@ func TestTCDecodePipePlan(t *testing.T) {
 		if c.q == E4M3 && c.kv == E4M3 {
 			a.PVRound = RoundE4M3
 		}
-		if name, l, why := TCDecodePipePlan(ArchSM90, &a); why != "" || name != c.want || l != fatbin.DecodePipeLaunch[c.want] {
+		if name, l, _, why := TCDecodePipePlan(ArchSM90, &a, FP8PVWiden); why != "" || name != c.want || l != fatbin.DecodePipeLaunch[c.want] {
 			t.Errorf("Q %s, K/V %s, D %d: %q %+v, why %q; want %s", c.q, c.kv, c.d, name, l, why, c.want)
+		}
+	}
+	// MSA_CUDA_FP8PV=fp8: the fp8pv kernels for E4M3 Q/K/V at D <= 128,
+	// the widened-V kernel with a note at D 256, other variants unchanged.
+	for _, c := range []struct {
+		q, kv      Dtype
+		d          int
+		want, note string
+	}{
+		{E4M3, E4M3, 64, fatbin.SM90DecPipeFP8PVD64, ""}, {E4M3, E4M3, 128, fatbin.SM90DecPipeFP8PVD128, ""},
+		{E4M3, E4M3, 256, fatbin.SM90DecPipeFP8D256, "head dim 256"}, {BF16, E4M3, 128, fatbin.SM90DecPipeBF16FP8D128, ""},
+		{BF16, BF16, 128, fatbin.SM90DecPipeBF16D128, ""}, {E4M3, NVFP4, 128, fatbin.SM90DecPipeNVFP4D128, ""},
+	} {
+		a := ok
+		a.QDtype, a.KVDtype, a.D = c.q, c.kv, c.d
+		if c.q == E4M3 && c.kv == E4M3 {
+			a.PVRound = RoundE4M3
+		}
+		name, l, note, why := TCDecodePipePlan(ArchSM90, &a, FP8PVFP8)
+		if why != "" || name != c.want || l != fatbin.DecodePipeLaunch[c.want] || (c.note == "") != (note == "") || !strings.Contains(note, c.note) {
+			t.Errorf("fp8pv: Q %s, K/V %s, D %d: %q %+v, note %q, why %q; want %s, note %q", c.q, c.kv, c.d, name, l, note, why, c.want, c.note)
 		}
 	}
 	names := PipeNames(ArchSM90)

@@ -43,7 +43,9 @@
 // default) widens V to BF16 and runs P.V on the bf16 wgmma; fp8 runs the
 // msa_sm90_qfwd_fp8pv_* kernels, whose producer warp transposes V in
 // shared memory for the e4m3 wgmma, built, gated and emulated but not yet
-// timed on a GPU.
+// timed on a GPU. The same switch selects the pipelined decode's FP8 form
+// (msa_sm90_decpipe_fp8pv_*: V transposed by the warpgroup, P.V on the
+// e4m3 wgmma per span), built and gated, not yet run on a GPU.
 //
 // It launches; it does not hold kernel code or the image. It depends on the
 // kernels' Go side (kernels/plan, kernels/attn) and package fatbin, never on

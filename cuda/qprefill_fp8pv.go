@@ -5,8 +5,9 @@ import (
 	"os"
 )
 
-// FP8PV selects how the sm_90a query-major kernel of the fp8 variant (E4M3
-// Q, K and V) runs P.V. Both round P to E4M3 as the contract's FP8 P.V
+// FP8PV selects how the sm_90a query-major prefill kernel and the
+// pipelined decode kernel (MSA_CUDA_DECODE=new) of the fp8 variant (E4M3
+// Q, K and V) run P.V. Both round P to E4M3 as the contract's FP8 P.V
 // path does; they differ in the product:
 //
 //   - widen (msa_sm90_qfwd_fp8_d*, the default): the consumers widen each
@@ -16,7 +17,10 @@ import (
 //     landed V block into the K-major layout the e4m3 wgmma reads, the
 //     consumers pack P into its register operand, and P.V runs on the e4m3
 //     wgmma (twice the rate, half the operand bytes; its accumulator keeps
-//     about 14 bits per k-group of 32 products).
+//     about 14 bits per k-group of 32 products). The decode's fp8 form
+//     (msa_sm90_decpipe_fp8pv_d64 / _d128; PipeFP8PVName) transposes
+//     each 64-key span with the whole warpgroup and adds each span's P.V
+//     to a float32 O; at D 256 the widened-V decode runs.
 //
 // Other variants and families ignore it. The default stays widen until the
 // GPU check's timing stage has measured both on a Hopper GPU.

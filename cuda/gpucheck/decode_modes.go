@@ -13,30 +13,35 @@ import (
 
 // decodeMode is one way of running a decode case (plan.DecodeMode): the
 // kernel path and, on the tensor-core path, the sm_90a decode kernel
-// (MSA_CUDA_DECODE old or new), so that one run checks and times both
-// kernels on the same inputs.
+// (MSA_CUDA_DECODE old or new) and the FP8 P.V mode (MSA_CUDA_FP8PV), so
+// that one run checks and times every kernel on the same inputs.
 type decodeMode struct {
 	path   cuda.Path
 	kernel cuda.DecodeKernel
+	fp8pv  cuda.FP8PV
 }
 
 func decodeRunMode(m plan.DecodeMode) decodeMode {
 	if m.Portable {
-		return decodeMode{cuda.PathPortable, cuda.DecodeOld}
+		return decodeMode{cuda.PathPortable, cuda.DecodeOld, cuda.FP8PVWiden}
 	}
-	return decodeMode{cuda.PathAuto, m.Kernel}
+	if m.FP8PV {
+		return decodeMode{cuda.PathAuto, m.Kernel, cuda.FP8PVFP8}
+	}
+	return decodeMode{cuda.PathAuto, m.Kernel, cuda.FP8PVWiden}
 }
 
 // label is the suffix of a row's name (plan.DecodeMode.Label).
 func (m decodeMode) label() string {
-	return plan.DecodeMode{Portable: m.path == cuda.PathPortable, Kernel: m.kernel}.Label()
+	return plan.DecodeMode{Portable: m.path == cuda.PathPortable, Kernel: m.kernel, FP8PV: m.fp8pv == cuda.FP8PVFP8}.Label()
 }
 
-// decodeModes lists the modes of a decode case (plan.DecodeModes).
-func (r *report) decodeModes() []decodeMode {
+// decodeModes lists the modes of a decode case with E4M3 Q and K/V (fp8)
+// or not (plan.DecodeModes).
+func (r *report) decodeModes(fp8 bool) []decodeMode {
 	a := r.planArch()
 	var out []decodeMode
-	for _, m := range plan.DecodeModes(a, a != cuda.ArchPortable) {
+	for _, m := range plan.DecodeModes(a, a != cuda.ArchPortable, fp8) {
 		out = append(out, decodeRunMode(m))
 	}
 	return out
@@ -46,11 +51,14 @@ func (r *report) decodeModes() []decodeMode {
 func (r *report) applyDecode(m decodeMode) {
 	r.k.SetPath(m.path)
 	r.k.SetDecodeKernel(m.kernel)
+	r.k.SetFP8PV(m.fp8pv)
 }
 
-// restoreDecode selects the tensor-core path and the decode kernel Load
-// read from MSA_CUDA_DECODE.
-func (r *report) restoreDecode() { r.applyDecode(decodeMode{cuda.PathAuto, r.decodeDefault}) }
+// restoreDecode selects the tensor-core path, the decode kernel Load read
+// from MSA_CUDA_DECODE and the FP8 P.V mode it read from MSA_CUDA_FP8PV.
+func (r *report) restoreDecode() {
+	r.applyDecode(decodeMode{cuda.PathAuto, r.decodeDefault, r.fp8pvDefault})
+}
 
 // pipeOccupancy prints how many CTAs of each pipelined decode kernel the
 // driver keeps resident per SM; fewer than the kernel's design

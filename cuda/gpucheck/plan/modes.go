@@ -57,35 +57,44 @@ func PrefillModes(a cuda.Arch, tc, fp8 bool) []PrefillMode {
 }
 
 // DecodeMode is one way of running a decode: the portable kernels, or the
-// tensor-core path with the old or the new (pipelined sm_90a) kernel.
+// tensor-core path with the old or the new (pipelined sm_90a) kernel, the
+// new one also with P.V on the e4m3 wgmma (FP8PV: MSA_CUDA_FP8PV=fp8).
 type DecodeMode struct {
 	Portable bool
 	Kernel   cuda.DecodeKernel
+	FP8PV    bool
 }
 
 // Label is the suffix of a row's name: none for the old tensor-core kernel
 // (the rows' names before the A/B, which bench/tables.go pairs with their
-// " (portable)" rows), " (new)" for the pipelined kernel.
+// " (portable)" rows), " (new)" for the pipelined kernel, " (new fp8pv)"
+// for its fp8pv kernels.
 func (m DecodeMode) Label() string {
 	switch {
 	case m.Portable:
 		return " (portable)"
+	case m.Kernel == cuda.DecodeNew && m.FP8PV:
+		return " (new fp8pv)"
 	case m.Kernel == cuda.DecodeNew:
 		return " (new)"
 	}
 	return ""
 }
 
-// DecodeModes lists the modes of a decode on family a: the portable kernels
-// alone without tensor-core kernels; else the old kernel, the new one
-// where it exists (sm90), and the portable kernels.
-func DecodeModes(a cuda.Arch, tc bool) []DecodeMode {
+// DecodeModes lists the modes of a decode on family a (fp8: E4M3 Q and
+// K/V): the portable kernels alone without tensor-core kernels; else the
+// old kernel, the new one where it exists (sm90), for fp8 the new one
+// with P.V on the e4m3 wgmma, and the portable kernels.
+func DecodeModes(a cuda.Arch, tc, fp8 bool) []DecodeMode {
 	if !tc {
 		return []DecodeMode{{Portable: true}}
 	}
 	out := []DecodeMode{{Kernel: cuda.DecodeOld}}
 	if len(cuda.PipeNames(a)) > 0 {
 		out = append(out, DecodeMode{Kernel: cuda.DecodeNew})
+		if fp8 {
+			out = append(out, DecodeMode{Kernel: cuda.DecodeNew, FP8PV: true})
+		}
 	}
 	return append(out, DecodeMode{Portable: true})
 }

@@ -64,7 +64,7 @@ func TestEachCaseOnce(t *testing.T) {
 func TestPriority(t *testing.T) {
 	want := []string{"prefill bf16 8K correlated (kv)", "prefill bf16 8K correlated (query)", "prefill bf16 8K correlated (kv2)",
 		"decode bf16 b32 64K", "decode bf16 b32 64K (new)", "decode e4m3 b32 64K", "decode e4m3 b32 64K (new)",
-		"prefill fp8 8K correlated (query)", "prefill fp8 8K correlated (query fp8pv)", "decode bf16 b1 8K (new)"}
+		"decode e4m3 b32 64K (new fp8pv)", "prefill fp8 8K correlated (query)", "prefill fp8 8K correlated (query fp8pv)", "decode bf16 b1 8K (new)"}
 	rows := Rows(cuda.ArchSM90)
 	for i, w := range want {
 		if rows[i].Name() != w {

@@ -74,7 +74,7 @@ type timingGroup struct {
 var (
 	bf16, fp8 = cuda.BF16, cuda.E4M3
 	abPrefill = []string{" (kv)", " (query)", " (kv2)"}
-	abDecode  = []string{"", " (new)"}
+	abDecode  = []string{"", " (new)", " (new fp8pv)"} // fp8pv: FP8 cases only (DecodeModes)
 )
 
 // timingGroups are the timing stages in the order of what they decide
@@ -88,7 +88,7 @@ var (
 var timingGroups = []timingGroup{
 	{name: "t-prefill-bf16-8k", limit: 30, what: "prefill BF16 8K, correlated selection: kv / query / kv2",
 		sel: []rowSel{{[]TimingCase{prefillCase("bf16", 8192, bf16, bf16, check.Correlated)}, abPrefill, nil}}},
-	{name: "t-decode-b32", limit: 30, what: "decode b32 x 64K BF16 and FP8: old / new",
+	{name: "t-decode-b32", limit: 30, what: "decode b32 x 64K BF16 and FP8: old / new (/ new fp8pv for FP8)",
 		sel: []rowSel{{[]TimingCase{decodeCase(bf16, 32, 65536), decodeCase(fp8, 32, 65536)}, abDecode, nil}}},
 	{name: "t-prefill-fp8-8k", limit: 20, what: "prefill FP8 8K, correlated selection: query (V widened) / query fp8pv",
 		sel: []rowSel{{[]TimingCase{prefillCase("fp8", 8192, fp8, fp8, check.Correlated)}, []string{" (query)", " (query fp8pv)"}, nil}}},
@@ -162,7 +162,7 @@ func caseRows(stage string, c TimingCase, a cuda.Arch, labels []string) []Row {
 		}
 		return out
 	}
-	for _, m := range DecodeModes(a, tc) {
+	for _, m := range DecodeModes(a, tc, c.Q == cuda.E4M3 && c.KV == cuda.E4M3) {
 		if keep(m.Label()) && !(m.Portable && c.Ctx > 65536) {
 			out = append(out, Row{Stage: stage, Case: c, Decode: m})
 		}

@@ -46,6 +46,10 @@ type accum struct {
 	// accumulator: uFP8MMA) for E4M3 Q/K/V; else P (rounded per pv_round:
 	// float32, BF16 or E4M3) times BF16 V with a float32 accumulator.
 	pvFP8 bool
+	// pvFP8Span: each span's P.V from zero on the FP8 tensor cores, added
+	// to a float32 O (o = o * alpha + P.V): the span's truncations add to
+	// the float32 chain's error (uFP8Span) instead of replacing it.
+	pvFP8Span bool
 	// partials is where the kernel rounds partial results: "block" (each
 	// block's normalised O in the partial dtype), "split" (float32 split
 	// partials), "none" (O written once, rounded to BF16 only).
@@ -145,6 +149,16 @@ var accums = []accum{
 		"sm90/sm90_decode_pipe.cu: softmax_block(sc, bl, scale, 0.f, p.pv_round, st, pa, alpha);",
 		lseMergeSum,
 		"sm90/sm90_decode_pipe.cu: warp_lse_stats([&](int k) { return __ldcg(lse_p + first + k * pstep); }, cnt, lane, mx, sum);"}},
+	// fp8pv: the same spans with P rounded to E4M3 into the register A
+	// operand and each span's P.V on the e4m3 wgmma from zero, added to the
+	// float32 O.
+	{pattern: re(`^msa_sm90_decpipe_fp8pv_d(64|128)$`), chain: chainRow, sumTile: 64, pvFP8: true, pvFP8Span: true, partials: "split", pRound: "e4m3", src: []string{
+		"sm90/sm90_decode_pipe.cu: constexpr int kPipeKeys = 64;",
+		"sm90/sm90_decode_pipe.cu: softmax_fold(sc, bl, scale, 0.f, MSA_ROUND_NONE, st, alpha);",
+		"sm90/sm90_decode_pipe.cu: pv8_issue<D, kPipeKeys>(p8, smem_u32(sV), os, false);",
+		"sm90/sm90_decode_pipe.cu: o[4 * j + e] = fmaf(o[4 * j + e], alpha[e >> 1], os[4 * j + e]);",
+		"sm90/sm90_fp8_vt.cuh: asm(\"cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\" : \"=h\"(r) : \"f\"(hi), \"f\"(lo));",
+		lseMergeSum}},
 	// Thread = row: a sequential sum over the item's block of up to
 	// kBlockKeys = 128 keys; P rounded to BF16 (kind::f16 P.V), or to E4M3
 	// for fp8 (kind::f8f6f4: P.V on the FP8 tensor cores); partials
@@ -214,7 +228,9 @@ func candidates(prefill bool, q, kv cuda.Dtype, d int) []string {
 				}
 			}
 		}
-		if ok && strings.HasSuffix(n, fmt.Sprintf("_%s_d%d", v, d)) && !seen[n] {
+		// The decode fp8pv kernels run the fp8 variant (MSA_CUDA_FP8PV=fp8).
+		fp8pv := !prefill && v == cuda.VarFP8 && strings.HasSuffix(n, fmt.Sprintf("_fp8pv_d%d", d))
+		if ok && (strings.HasSuffix(n, fmt.Sprintf("_%s_d%d", v, d)) || fp8pv) && !seen[n] {
 			seen[n] = true
 			out = append(out, n)
 		}
@@ -230,6 +246,9 @@ type accumModel struct {
 	rowPV   bool // some kernel keeps one P.V accumulator over the row's keys
 	blk     int  // keys per block (a chainBlock accumulator's most)
 	pvFP8   bool // some kernel runs P.V on the FP8 tensor cores
+	// some kernel runs each span's P.V on the FP8 tensor cores and adds it
+	// to a float32 O (the truncations add to the float32 chain's error)
+	pvFP8Span bool
 }
 
 // modelOf combines the entries of the candidates of a problem. A candidate
@@ -247,6 +266,7 @@ func modelOf(prefill bool, q, kv cuda.Dtype, d, blk int) (accumModel, error) {
 		}
 		m.rowPV = m.rowPV || a.chain == chainRow
 		m.pvFP8 = m.pvFP8 || a.pvFP8
+		m.pvFP8Span = m.pvFP8Span || a.pvFP8Span
 	}
 	return m, nil
 }

@@ -134,7 +134,11 @@ func (a arith) forRow(n int) arith {
 	a.nPV = float64(a.acc.pvTerms(n, a.visits))
 	a.uPV = a.nPV * uF32
 	if a.fp8PV {
-		a.uPV = math.Max(a.uPV, math.Max(uFP8MMA, a.fp8Walk))
+		chain := a.uPV
+		if a.acc.pvFP8Span {
+			chain += uFP8Span
+		}
+		a.uPV = math.Max(chain, math.Max(uFP8MMA, a.fp8Walk))
 	}
 	a.nSum = float64(a.acc.sumTerms(n, a.visits))
 	return a
@@ -151,6 +155,16 @@ func (c *Prefill) arith() arith {
 	}
 	return a
 }
+
+// uFP8Span is the error of one 64-key span's P.V on the FP8 tensor cores
+// (sm90_decode_pipe.cu's fp8pv kernels): two k-groups of 32 products, each
+// truncating the running sum to about 14 bits (2^-13 of its magnitude,
+// uFP8MMA's model), relative to the span's sum P |v|. The span's result is
+// added to O in float32, so this adds to the float32 chain's nPV * u32;
+// over the spans the truncations sum to at most 2^-12 of the row's
+// magnitude (the spans' magnitudes, rescaled by alpha <= 1, sum to at most
+// the row's).
+const uFP8Span = 2 * 0x1p-13
 
 // uFP8Walk is uPV for the sm_90a query-major fp8pv kernels, which keep
 // O in the e4m3 wgmma's accumulator over the whole walk of a query tile

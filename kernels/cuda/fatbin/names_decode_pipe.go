@@ -7,7 +7,9 @@
 package fatbin
 
 // Kernel entry points msa_sm90_decpipe_<variant>_d<D>: four variants (NVFP4
-// K/V with BF16 or E4M3 Q) at head dims 64, 128 and 256.
+// K/V with BF16 or E4M3 Q) at head dims 64, 128 and 256, and fp8pv (E4M3
+// Q/K/V with P.V on the e4m3 wgmma, V transposed in shared memory) at 64
+// and 128.
 const (
 	SM90DecPipeBF16D64     = "msa_sm90_decpipe_bf16_d64"
 	SM90DecPipeBF16D128    = "msa_sm90_decpipe_bf16_d128"
@@ -21,6 +23,8 @@ const (
 	SM90DecPipeNVFP4D64    = "msa_sm90_decpipe_nvfp4_d64"
 	SM90DecPipeNVFP4D128   = "msa_sm90_decpipe_nvfp4_d128"
 	SM90DecPipeNVFP4D256   = "msa_sm90_decpipe_nvfp4_d256"
+	SM90DecPipeFP8PVD64    = "msa_sm90_decpipe_fp8pv_d64"
+	SM90DecPipeFP8PVD128   = "msa_sm90_decpipe_fp8pv_d128"
 )
 
 // Occupancy the pipelined decode is sized for, and the sm_90 resources it
@@ -66,4 +70,7 @@ var DecodePipeLaunch = map[string]PipeLaunch{
 	SM90DecPipeNVFP4D64:    {Threads: 128, CTAs: 2, DynSmem: 66560, Stages: 8},
 	SM90DecPipeNVFP4D128:   {Threads: 128, CTAs: 2, DynSmem: 114688, Stages: 7},
 	SM90DecPipeNVFP4D256:   {Threads: 128, CTAs: 1, DynSmem: 228352, Stages: 7},
+	// fp8pv: the fp8 kernels' geometry (V^T takes the widened V's bytes)
+	SM90DecPipeFP8PVD64:  {Threads: 128, CTAs: 2, DynSmem: 46080, Stages: 4},
+	SM90DecPipeFP8PVD128: {Threads: 128, CTAs: 2, DynSmem: 91136, Stages: 4},
 }

@@ -131,22 +131,26 @@ int swz(int span, int R, int row, int c) {
     const int sw = span == 128 ? (row & 7) : span == 64 ? ((row >> 1) & 3) : ((row >> 2) & 1);
     return panel * R * span + row * span + ((((cc >> 4) ^ sw) << 4) | (cc & 15));
 }
-// vt_transpose<D> with byte codes: land holds code key * D + n at the
-// landing layout (CuTe's K-major e4m3 atom of span min(128, D)); returns
-// the number of wrong, missing or twice-written operand bytes.
-template <int D>
+// vt_transpose<D, KEYS, THREADS> with byte codes: land holds code key * D
+// + n at the landing layout of KEYS keys (CuTe's K-major e4m3 atom of span
+// min(128, D)); returns the number of wrong, missing or twice-written
+// operand bytes among the first KEYS key columns, and of bytes written
+// beyond them (the 64-key spans of sm90_decode_pipe.cu's fp8pv kernels use
+// the first 64 columns of the 128-byte rows, THREADS = 128).
+template <int D, int KEYS = 128, int THREADS = 32>
 int check_vt_transpose(int nkeys) {
     using LandAtom = typename std::conditional<D == 64, GMMA::Layout_K_SW64_Atom<float_e4m3_t>, GMMA::Layout_K_SW128_Atom<float_e4m3_t>>::type;
-    auto land_l = tile_to_shape(LandAtom{}, make_shape(Int<128>{}, Int<D>{}));
+    auto land_l = tile_to_shape(LandAtom{}, make_shape(Int<KEYS>{}, Int<D>{}));
     auto vt_l = tile_to_shape(GMMA::Layout_K_SW128_Atom<float_e4m3_t>{}, make_shape(Int<D>{}, Int<128>{}));
-    std::vector<int> land(128 * D, -2), vt(128 * D, -3), writes(128 * D, 0);
-    for (int key = 0; key < 128; ++key) for (int n = 0; n < D; ++n) land[land_l(key, n)] = key * D + n;
-    constexpr int span = D < 128 ? D : 128, cg = D / 4, iters = 128 / 16 * cg / 32;
-    for (int lane = 0; lane < 32; ++lane) for (int it = 0; it < iters; ++it) {
-        const int task = 32 * it + lane, c = task % cg, G = task / cg;
+    std::vector<int> land(KEYS * D, -2), vt(128 * D, -3), writes(128 * D, 0);
+    for (int key = 0; key < KEYS; ++key) for (int n = 0; n < D; ++n) land[land_l(key, n)] = key * D + n;
+    constexpr int span = D < 128 ? D : 128, cg = D / 4, tasks = KEYS / 16 * cg, iters = (tasks + THREADS - 1) / THREADS;
+    for (int tid = 0; tid < THREADS; ++tid) for (int it = 0; it < iters; ++it) {
+        const int task = THREADS * it + tid, c = task % cg, G = task / cg;
+        if (tasks % THREADS != 0 && task >= tasks) break;
         W4 in[16];
         for (int j = 0; j < 16; ++j) for (int e = 0; e < 4; ++e)
-            in[j].b[e] = 16 * G + j < nkeys ? land[swz(span, 128, 16 * G + j, 4 * c) + e] : -1;
+            in[j].b[e] = 16 * G + j < nkeys ? land[swz(span, KEYS, 16 * G + j, 4 * c) + e] : -1;
         const int rot = (c >> 1) & 3;
         for (int q = 0; q < 4; ++q) {
             const int col = (q + rot) & 3;
@@ -160,7 +164,8 @@ int check_vt_transpose(int nkeys) {
     int bad = 0;
     for (int n = 0; n < D; ++n) for (int k = 0; k < 128; ++k) {
         const int o = vt_l(n, k), key = vt_key(k), want = key < nkeys ? key * D + n : -1;
-        if (vt[o] != want || writes[o] != 1) { if (bad < 5) printf("vt d%d nkeys %d (n %d k %d): holds %d (%d writes), want %d\n", D, nkeys, n, k, vt[o], writes[o], want); ++bad; }
+        const bool ok = k < KEYS ? vt[o] == want && writes[o] == 1 : writes[o] == 0;
+        if (!ok) { if (bad < 5) printf("vt d%d keys %d nkeys %d (n %d k %d): holds %d (%d writes), want %d\n", D, KEYS, nkeys, n, k, vt[o], writes[o], want); ++bad; }
     }
     return bad;
 }
@@ -170,19 +175,31 @@ int check_vt() {
     int t = 0;
     for (int nkeys : {128, 77, 1}) t += check_vt_transpose<D>(nkeys);
     printf("vt_transpose d%d: %d mismatches\n", D, t);
+    if (D <= 128) {  // the decode pipe's fp8pv spans: 64 keys, the whole warpgroup
+        int u = 0;
+        for (int nkeys : {64, 37, 1}) u += check_vt_transpose<D, 64, 128>(nkeys);
+        printf("vt_transpose d%d, 64-key spans, 128 threads: %d mismatches\n", D, u);
+        t += u;
+    }
     return bad + t;
 }
-// pack_p_e4m3: register 4kc + q, byte b <- score register 16kc + 8(q/2) + 4(b/2) + 2(q%2) + b%2.
-int check_p_e4m3() {
+// pack_p_e4m3: register 4kc + q, byte b <- score register 16kc + 8(q/2) + 4(b/2) + 2(q%2) + b%2,
+// for the score accumulators of a 128-key block and of a 64-key span.
+template <int KEYS>
+int check_p_e4m3_keys() {
     int bad = 0;
-    auto a = GMMA::ALayout_64x32{};     // (thread, value) -> m + 64 k; value b + 4q
-    auto c = GMMA::CLayout_64xN<128>{};  // the score accumulator of a 128-key block
-    for (int kc = 0; kc < 4; ++kc) for (int t = 0; t < 128; ++t) for (int q = 0; q < 4; ++q) for (int b = 0; b < 4; ++b) {
+    auto a = GMMA::ALayout_64x32{};       // (thread, value) -> m + 64 k; value b + 4q
+    auto c = GMMA::CLayout_64xN<KEYS>{};  // the score accumulator of KEYS keys
+    for (int kc = 0; kc < KEYS / 32; ++kc) for (int t = 0; t < 128; ++t) for (int q = 0; q < 4; ++q) for (int b = 0; b < 4; ++b) {
         const int ia = a(t, b + 4 * q), m = ia % 64, k = 32 * kc + ia / 64;
         const int r = 16 * kc + 8 * (q >> 1) + 4 * (b >> 1) + 2 * (q & 1) + (b & 1);
         const int ic = c(t, r);
-        if (ic % 64 != m || ic / 64 != vt_key(k)) { if (bad < 5) printf("P e4m3 kc %d t %d q %d b %d: A wants (%d, key %d), register %d holds (%d, %d)\n", kc, t, q, b, m, vt_key(k), r, ic % 64, ic / 64); ++bad; }
+        if (ic % 64 != m || ic / 64 != vt_key(k)) { if (bad < 5) printf("P e4m3 keys %d kc %d t %d q %d b %d: A wants (%d, key %d), register %d holds (%d, %d)\n", KEYS, kc, t, q, b, m, vt_key(k), r, ic % 64, ic / 64); ++bad; }
     }
+    return bad;
+}
+int check_p_e4m3() {
+    int bad = check_p_e4m3_keys<128>() + check_p_e4m3_keys<64>();
     // vt_key is a permutation of each 32-key group
     std::vector<int> hit(128, 0);
     for (int k = 0; k < 128; ++k) if (vt_key(k) / 32 == k / 32) ++hit[vt_key(k)];

@@ -23,7 +23,9 @@ namespace tc {
 // Variant codes: the <variant> part of msa_<arch>_<algo>_<variant>_d<D>.
 enum { kVarBF16 = 0, kVarFP8 = 1, kVarBF16FP8 = 2, kVarNVFP4 = 3 };
 // The same codes spelled as in the kernel names (for token pasting).
-enum { kVar_bf16 = kVarBF16, kVar_fp8 = kVarFP8, kVar_bf16fp8 = kVarBF16FP8, kVar_nvfp4 = kVarNVFP4 };
+// kVar_fp8pv: the fp8 variant with P.V on the e4m3 wgmma (sm90_decode_pipe.cu),
+// whose storage and geometry are the fp8 variant's.
+enum { kVar_bf16 = kVarBF16, kVar_fp8 = kVarFP8, kVar_bf16fp8 = kVarBF16FP8, kVar_nvfp4 = kVarNVFP4, kVar_fp8pv = kVarFP8 };
 
 constexpr int kBlk = 128;      // keys per K/V block (one softmax block)
 constexpr int kTileRows = 64;  // query-head rows per tile (4 warps x 16)

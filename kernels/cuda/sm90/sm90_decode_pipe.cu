@@ -78,9 +78,25 @@
 // merges the blocks into the output. One block (n <= 16): the block's last
 // CTA writes the output directly. Merges read with L2 (coherent) loads, one
 // warp per row, in combine.cu's mode-1 arithmetic.
-// Variants: bf16, fp8, bf16fp8 and nvfp4 at D = 64, 128 and 256.
+//
+// fp8pv (msa_sm90_decpipe_fp8pv_d64 / _d128, E4M3 Q/K/V with E4M3 P.V
+// rounding; MSA_CUDA_FP8PV=fp8 with the new decode): both products on the
+// e4m3 wgmma. Instead of widening V to bf16, the warpgroup transposes the
+// landed span into the K-major V^T operand (vt_transpose of
+// sm90_fp8_vt.cuh, the first 64 key columns of its 128-byte rows: the same
+// bytes as the widened V buffer, so the geometry is the fp8 kernel's), P
+// leaves softmax_fold unrounded and its E4M3 conversion into the register
+// A operand is the contract's rounding (pack_p_e4m3). The FP8 tensor
+// cores keep about 14 bits of a running sum, so each span's P.V starts
+// from zero and is added to the float32 O in registers (o = o * alpha +
+// P.V): the truncation covers two k-groups of one span, never the walk.
+// The second accumulator (D/2 floats) is why fp8pv stops at D = 128.
+//
+// Variants: bf16, fp8, bf16fp8 and nvfp4 at D = 64, 128 and 256; fp8pv at
+// D = 64 and 128.
 #include "shared/lse_merge.cuh"
 #include "sm90/sm90_common.cuh"
+#include "sm90/sm90_fp8_vt.cuh"
 
 namespace msa {
 namespace sm90 {
@@ -357,9 +373,10 @@ __device__ __forceinline__ bool arrive_last(int* c, int n, int* flag) {
     return last;
 }
 
-template <int D, int VAR>
+template <int D, int VAR, bool PV8>
 __device__ __forceinline__ void pipe_impl(const MsaDecodePipeParams& pp) {
     using C = PipeCfg<D, VAR>;
+    static_assert(!PV8 || (VAR == kVarFP8 && D <= 128), "fp8pv: E4M3 Q/K/V, D <= 128 (two O accumulators in registers)");
     constexpr int S = C::kStages;
     const MsaDecodeParams& p = pp.d;
     extern __shared__ __align__(16) uint8_t smem_dyn[];
@@ -419,7 +436,8 @@ __device__ __forceinline__ void pipe_impl(const MsaDecodePipeParams& pp) {
                 __syncthreads();
             } else if (C::kCvtK || C::kCvtV) {
                 if (C::kCvtK) widen_span<D, VAR>(sK, slot, tid);
-                if (C::kCvtV) widen_span<D, VAR>(sV, slot + C::kRawOp, tid);
+                if (C::kCvtV && PV8) vt_transpose<D, kPipeKeys, kPipeThreads>(sV, slot + C::kRawOp, c.nk, tid);
+                if (C::kCvtV && !PV8) widen_span<D, VAR>(sV, slot + C::kRawOp, tid);
                 fence_async_smem();
                 __syncthreads();
             }
@@ -428,14 +446,30 @@ __device__ __forceinline__ void pipe_impl(const MsaDecodePipeParams& pp) {
             int bl[2];
 #pragma unroll
             for (int i = 0; i < 2; ++i) bl[i] = block_lim(fr.lim[i], c.t0, c.nk, (c.mask >> fr.rr[i]) & 1ull);
-            uint32_t pa[kPipeKeys / 4];
             float alpha[2];
-            softmax_block(sc, bl, scale, 0.f, p.pv_round, st, pa, alpha);
+            if (PV8) {
+                // P unrounded into the e4m3 A operand (the E4M3 rounding);
+                // this span's P.V from zero, added to O in float32.
+                softmax_fold(sc, bl, scale, 0.f, MSA_ROUND_NONE, st, alpha);
+                uint32_t p8[kPipeKeys / 8];
+                pack_p_e4m3(sc, p8);
+                float os[D / 2];
+                pv8_issue<D, kPipeKeys>(p8, smem_u32(sV), os, false);
+                cute::warpgroup_wait<0>();
+                fence_regs(os);
 #pragma unroll
-            for (int j = 0; j < D / 8; ++j)
+                for (int j = 0; j < D / 8; ++j)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) o[4 * j + e] *= alpha[e >> 1];
-            pv<D, kPipeKeys>(pa, smem_u32(sV), o, true);
+                    for (int e = 0; e < 4; ++e) o[4 * j + e] = fmaf(o[4 * j + e], alpha[e >> 1], os[4 * j + e]);
+            } else {
+                uint32_t pa[kPipeKeys / 4];
+                softmax_block(sc, bl, scale, 0.f, p.pv_round, st, pa, alpha);
+#pragma unroll
+                for (int j = 0; j < D / 8; ++j)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) o[4 * j + e] *= alpha[e >> 1];
+                pv<D, kPipeKeys>(pa, smem_u32(sV), o, true);
+            }
             __syncthreads();  // every read of slot n % S is complete: iteration n+1 refills it
         }
         cp_async_wait<0>();
@@ -498,10 +532,10 @@ __device__ __forceinline__ void pipe_impl(const MsaDecodePipeParams& pp) {
     for (int idx = warp; idx < R.nrows; idx += kPipeThreads / 32) merge_row<D, true>(p, R, b, idx, 0, G, nblk, oscale, lane);
 }
 
-template <int D, int VAR>
+template <int D, int VAR, bool PV8>
 __device__ __forceinline__ void pipe_entry(const MsaDecodePipeParams& p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    pipe_impl<D, VAR>(p);
+    pipe_impl<D, VAR, PV8>(p);
 #else
     asm volatile("trap;");  // sm_90a kernel: no body for other targets
 #endif
@@ -510,11 +544,12 @@ __device__ __forceinline__ void pipe_entry(const MsaDecodePipeParams& p) {
 }  // namespace sm90
 }  // namespace msa
 
-#define MSA_SM90_DECPIPE(NAME, D, VAR)                                                                                      \
+#define MSA_SM90_DECPIPE_PV(NAME, D, VAR, PV8)                                                                              \
     extern "C" __global__ void __launch_bounds__(msa::sm90::kPipeThreads, msa::sm90::PipeCfg<D, VAR>::kCTAs)               \
         msa_sm90_decpipe_##NAME##_d##D(const __grid_constant__ MsaDecodePipeParams p) {                                    \
-        msa::sm90::pipe_entry<D, VAR>(p);                                                                                    \
+        msa::sm90::pipe_entry<D, VAR, PV8>(p);                                                                               \
     }
+#define MSA_SM90_DECPIPE(NAME, D, VAR) MSA_SM90_DECPIPE_PV(NAME, D, VAR, false)
 
 MSA_SM90_DECPIPE(bf16, 64, msa::tc::kVarBF16)
 MSA_SM90_DECPIPE(bf16, 128, msa::tc::kVarBF16)
@@ -528,6 +563,8 @@ MSA_SM90_DECPIPE(bf16fp8, 256, msa::tc::kVarBF16FP8)
 MSA_SM90_DECPIPE(nvfp4, 64, msa::tc::kVarNVFP4)
 MSA_SM90_DECPIPE(nvfp4, 128, msa::tc::kVarNVFP4)
 MSA_SM90_DECPIPE(nvfp4, 256, msa::tc::kVarNVFP4)
+MSA_SM90_DECPIPE_PV(fp8pv, 64, msa::tc::kVarFP8, true)
+MSA_SM90_DECPIPE_PV(fp8pv, 128, msa::tc::kVarFP8, true)
 
 // Launch geometry (threads, CTAs per SM, dynamic shared memory, ring
 // stages), the same numbers as the DecodePipeLaunch table of
@@ -549,4 +586,6 @@ MSA_PIPE_PIN(bf16fp8, 256, 128, 1, 230400, 4)
 MSA_PIPE_PIN(nvfp4, 64, 128, 2, 66560, 8)
 MSA_PIPE_PIN(nvfp4, 128, 128, 2, 114688, 7)
 MSA_PIPE_PIN(nvfp4, 256, 128, 1, 228352, 7)
+MSA_PIPE_PIN(fp8pv, 64, 128, 2, 46080, 4)
+MSA_PIPE_PIN(fp8pv, 128, 128, 2, 91136, 4)
 #undef MSA_PIPE_PIN

@@ -39,31 +39,36 @@ __host__ __device__ constexpr int vt_key(int k) {
     return 32 * (k >> 5) + 8 * (2 * ((k >> 4) & 1) + ((k >> 1) & 1)) + 2 * ((k >> 2) & 3) + (k & 1);
 }
 
-// Transpose a landed E4M3 V block (raw rows: keys x D bytes, swizzle span
-// min(128, D)) into the K-major B operand vt (D rows x 128 key columns in
-// the order of vt_key; keys >= nkeys become zero: P is 0 there and
-// 0 * NaN is NaN). One warp. A task is 16 keys x 4 columns: 16 32-bit
-// loads (one per key, columns 4c..4c+3), 4 16-byte stores (one per column:
-// the 16 keys of key group G are operand bytes 16G..16G+15 in vt_key
-// order). The lanes of one iteration share G and take consecutive c, so a
-// load of one key reads whole rows (conflict-free for D >= 128; at D 64 the
-// two half-warps read rows 16 keys apart, same banks: two-way). A lane
-// stores its four columns starting at column (c / 2) % 4 so that the eight
-// lanes of each store phase hit eight distinct 16-byte bank groups (the
-// swizzle chunk is G ^ (row & 7), row = 4c + column).
-template <int D>
-__device__ __forceinline__ void vt_transpose(uint8_t* vt, const uint8_t* land, int nkeys, int lane) {
+// Transpose a landed E4M3 V block of KEYS keys (raw rows: keys x D bytes,
+// swizzle span min(128, D)) into the K-major B operand vt (D rows x 128
+// key columns in the order of vt_key, the first KEYS of them written;
+// keys >= nkeys become zero: P is 0 there and 0 * NaN is NaN), by THREADS
+// threads (thread index tid): one producer warp of sm90_qfwd.cu (128-key
+// blocks), or the whole warpgroup of sm90_decode_pipe.cu (64-key spans).
+// A task is 16 keys x 4 columns: 16 32-bit loads (one per key, columns
+// 4c..4c+3), 4 16-byte stores (one per column: the 16 keys of key group G
+// are operand bytes 16G..16G+15 in vt_key order). The 32 lanes of a warp
+// take 32 consecutive tasks, so they share G and take consecutive c (D >=
+// 128), and a load of one key reads whole rows (conflict-free for D >= 128;
+// at D 64 the two half-warps read rows 16 keys apart, same banks: two-way).
+// A lane stores its four columns starting at column (c / 2) % 4 so that
+// the eight lanes of each store phase hit eight distinct 16-byte bank
+// groups (the swizzle chunk is G ^ (row & 7), row = 4c + column).
+template <int D, int KEYS = kBlk, int THREADS = 32>
+__device__ __forceinline__ void vt_transpose(uint8_t* vt, const uint8_t* land, int nkeys, int tid) {
     constexpr int span = D < 128 ? D : 128;  // landing swizzle span (Geo90::kRawSpan for E4M3)
     constexpr int cg = D / 4;                // 4-column groups per row
-    constexpr int iters = kBlk / 16 * cg / 32;
-    static_assert(kBlk / 16 * cg % 32 == 0, "tasks per warp");
+    constexpr int tasks = KEYS / 16 * cg;
+    static_assert(KEYS % 32 == 0 && KEYS <= 128 && tasks % 32 == 0 && THREADS % 32 == 0, "whole k-groups, whole warps of tasks");
+    constexpr int iters = (tasks + THREADS - 1) / THREADS;
 #pragma unroll 1
     for (int it = 0; it < iters; ++it) {
-        const int task = 32 * it + lane, c = task % cg, G = task / cg;
+        const int task = THREADS * it + tid, c = task % cg, G = task / cg;
+        if (tasks % THREADS != 0 && task >= tasks) break;  // D 64 spans: 64 tasks for 128 threads
         uint32_t in[16];
 #pragma unroll
         for (int j = 0; j < 16; ++j)
-            in[j] = 16 * G + j < nkeys ? *reinterpret_cast<const uint32_t*>(land + swz<span, kBlk>(16 * G + j, 4 * c)) : 0u;
+            in[j] = 16 * G + j < nkeys ? *reinterpret_cast<const uint32_t*>(land + swz<span, KEYS>(16 * G + j, 4 * c)) : 0u;
         const int rot = (c >> 1) & 3;
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
@@ -90,13 +95,16 @@ __device__ __forceinline__ uint32_t e4m3x2(float lo, float hi) {
     return r;
 }
 
-// P (the 64 float scores of softmax_fold, unrounded) -> the register A
-// operand of the four k32 e4m3 wgmma of a 128-key block: register 4kc + q
-// of pa, bytes b = 0..3 from score registers 16kc + 8(q/2) + 4(b/2) +
-// 2(q%2) + b%2 (see top). The conversion is the E4M3 rounding of P.
-__device__ __forceinline__ void pack_p_e4m3(const float (&s)[64], uint32_t (&pa)[16]) {
+// P (the NS = KEYS/2 float scores of softmax_fold, unrounded) -> the
+// register A operand of the KEYS/32 k32 e4m3 wgmma of a block: register
+// 4kc + q of pa, bytes b = 0..3 from score registers 16kc + 8(q/2) +
+// 4(b/2) + 2(q%2) + b%2 (see top). The conversion is the E4M3 rounding of
+// P.
+template <int NS>
+__device__ __forceinline__ void pack_p_e4m3(const float (&s)[NS], uint32_t (&pa)[NS / 4]) {
+    static_assert(NS % 16 == 0, "whole k-groups of 32 keys");
 #pragma unroll
-    for (int kc = 0; kc < 4; ++kc)
+    for (int kc = 0; kc < NS / 16; ++kc)
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
             const int r = 16 * kc + 8 * (q >> 1) + 2 * (q & 1);
@@ -109,16 +117,17 @@ template <> struct PvOp8<64> { using type = cute::SM90::GMMA::MMA_64x64x32_F32E4
 template <> struct PvOp8<128> { using type = cute::SM90::GMMA::MMA_64x128x32_F32E4M3E4M3_RS_TN<>; };
 template <> struct PvOp8<256> { using type = cute::SM90::GMMA::MMA_64x256x32_F32E4M3E4M3_RS_TN<>; };
 
-// O[64 x N] (+)= P V on the e4m3 wgmma: P in pa (pack_p_e4m3), V^T at sVt
-// (vt_transpose). Issued as one wgmma group and not waited for, like
+// O[64 x N] (+)= P V on the e4m3 wgmma over KEYS keys: P in pa
+// (pack_p_e4m3), V^T at sVt (vt_transpose; the first KEYS bytes of each
+// 128-byte row). Issued as one wgmma group and not waited for, like
 // pv_issue.
-template <int N>
-__device__ __forceinline__ void pv8_issue(uint32_t (&pa)[16], uint32_t sVt, float (&o)[N / 2], bool accumulate) {
+template <int N, int KEYS = kBlk>
+__device__ __forceinline__ void pv8_issue(uint32_t (&pa)[KEYS / 8], uint32_t sVt, float (&o)[N / 2], bool accumulate) {
     fence_regs(o);
     fence_regs(pa);
     cute::warpgroup_arrive();
 #pragma unroll
-    for (int kk = 0; kk < kBlk / 32; ++kk) {
+    for (int kk = 0; kk < KEYS / 32; ++kk) {
         const uint64_t db = gdesc<128>(sVt + 32 * kk, 16, 8 * 128);
         mma_rs<typename PvOp8<N>::type>(pa + 4 * kk, db, o, (kk == 0 && !accumulate) ? gm::ScaleOut::Zero : gm::ScaleOut::One,
                                         std::make_index_sequence<N / 2>{});

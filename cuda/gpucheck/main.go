@@ -955,20 +955,28 @@ func (r *report) autoFit(c *check.Prefill, a *cuda.FwdArgs, md runMode, ms float
 	r.pathMS[c.Name] = t
 	ch, weighed := r.autoCh[c.Name]
 	r.mu.Unlock()
-	if !weighed || ch.Limit != "" || t[0] == 0 || i == 0 {
-		return // not weighed (the choice line says why), or no KV-major time yet
+	if !weighed || ch.Limit != "" {
+		return // not weighed: the choice line says why
 	}
+	for _, j := range plan.FitRows(i, t[:]) {
+		r.printAutoFit(c, a, ch, j, t[0], t[j])
+	}
+}
+
+// printAutoFit prints and records the fit of case c from its query-major
+// time queryMS and the time kvMS of KV-major kernel j (1: kv, 2: kv2).
+func (r *report) printAutoFit(c *check.Prefill, a *cuda.FwdArgs, ch cuda.AutoChoice, j int, queryMS, kvMS float64) {
 	label, kv := " (auto fit)", "kv"
-	if i == 2 {
+	if j == 2 {
 		label, kv = " (auto-kv2 fit)", "kv2"
 	}
 	var text string
-	model, fitted, rate, err := cuda.AutoFit(r.dev.Name, a, ch, t[0], t[i])
+	model, fitted, rate, err := cuda.AutoFit(r.dev.Name, a, ch, queryMS, kvMS)
 	if err != nil {
 		text = "ERROR: " + err.Error()
 	} else {
 		text = fmt.Sprintf("measured rate %.3g (model %.3g): KVSlot %.4g gives it at %d-key blocks (model %.4g); query %.3f ms, %s %.3f ms",
-			rate, ch.Rate, fitted.KVSlot, c.Blk, model.KVSlot, t[0], kv, t[i])
+			rate, ch.Rate, fitted.KVSlot, c.Blk, model.KVSlot, queryMS, kv, kvMS)
 		if fc, err := cuda.ChooseAutoPrefillWith(r.k.Arch(), fitted, a, c.CSR, c.Sched, c.CuQ); err == nil {
 			text += fmt.Sprintf("; with it %d tiles query, %d kv (model: %d, %d)", fc.QueryTiles, fc.KVTiles, ch.QueryTiles, ch.KVTiles)
 		}

@@ -98,3 +98,22 @@ func DecodeModes(a cuda.Arch, tc, fp8 bool) []DecodeMode {
 	}
 	return append(out, DecodeMode{Portable: true})
 }
+
+// FitRows returns the KV-major rows whose auto fit the arrival of row i
+// completes, given the times of a prefill case so far (times[0]: the
+// query-major row, times[1]: kv, times[2]: kv2; 0 = not timed yet): the
+// rows come in any order, so the query row completes every KV-major row
+// timed before it and a KV-major row after the query row completes
+// itself.
+func FitRows(i int, times []float64) []int {
+	var out []int
+	if len(times) == 0 || times[0] == 0 {
+		return nil
+	}
+	for j := 1; j < len(times); j++ {
+		if times[j] > 0 && (i == 0 || i == j) {
+			out = append(out, j)
+		}
+	}
+	return out
+}

@@ -180,3 +180,26 @@ func TestSelections(t *testing.T) {
 		t.Errorf("t-prefill-long estimated at %s s, want %.2f", line[1], want)
 	}
 }
+
+// TestFitRows: the timing order kv, query, kv2 prints the kv fit when the
+// query row arrives and the kv2 fit with the kv2 row; a KV-major row before
+// any query row prints nothing.
+func TestFitRows(t *testing.T) {
+	for _, c := range []struct {
+		i     int
+		times []float64
+		want  []int
+	}{
+		{1, []float64{0, 2, 0}, nil},         // kv first: no query time yet
+		{0, []float64{1, 2, 0}, []int{1}},    // then query: the kv fit
+		{2, []float64{1, 2, 3}, []int{2}},    // then kv2: its own fit only
+		{0, []float64{1, 2, 3}, []int{1, 2}}, // query last: both
+		{1, []float64{1, 2, 0}, []int{1}},    // query first, then kv
+		{0, []float64{1, 0, 0}, nil},         // query alone
+		{2, []float64{0, 0, 3}, nil},         // kv2 alone
+	} {
+		if got := FitRows(c.i, c.times); !slices.Equal(got, c.want) {
+			t.Errorf("FitRows(%d, %v) = %v, want %v", c.i, c.times, got, c.want)
+		}
+	}
+}

@@ -360,8 +360,9 @@ func (k *Kernels) SetPath(p Path) {
 // SetPrefillPath selects the sparse prefill's path for later
 // SparsePrefill / PrepareSparsePrefill calls (Load sets it from
 // MSA_CUDA_PREFILL, default kv). The query path falls back to the KV path,
-// recording why in Fallbacks, where its kernel cannot run; the auto path
-// chooses per query tile (PrefillAuto, PrefillChoice).
+// recording why in Fallbacks, where its kernel cannot run; the auto paths
+// choose per query tile (PrefillAuto, PrefillAutoKV2 with its KV tiles on
+// kv2; PrefillChoice).
 func (k *Kernels) SetPrefillPath(p PrefillPath) {
 	k.mu.Lock()
 	k.prefill = p

@@ -181,6 +181,8 @@ func TestSparseCUDARunAllocatesNothing(t *testing.T) {
 			mcuda.QFwdName(mcuda.ArchSM90, mcuda.VarBF16, 128), mcuda.AlternateTiles},
 		{"sm90 auto mixed paged", mcuda.ArchSM90, mcuda.PrefillAuto, true, false, mcuda.TCName(mcuda.ArchSM90, "fwd", mcuda.VarBF16, 128),
 			mcuda.QFwdName(mcuda.ArchSM90, mcuda.VarBF16, 128), mcuda.AlternateTiles},
+		{"sm90 auto-kv2 mixed", mcuda.ArchSM90, mcuda.PrefillAutoKV2, false, false, "msa_sm90_fwd2_bf16_d128",
+			mcuda.QFwdName(mcuda.ArchSM90, mcuda.VarBF16, 128), mcuda.AlternateTiles},
 	} {
 		t.Run(r.name, func(t *testing.T) {
 			c := newSparseCUDACase(t, r.paged, r.nvfp4)

@@ -17,29 +17,46 @@ import (
 // been seen, Kernels.Decode and Prepared.Launch allocate nothing (the
 // plan/run contract's 0 allocations per run) on every launch route: the
 // sm_90a TMA decode + combine, the pipelined decode with its fused
-// combine, a fallback with a recorded reason, the portable kernels; a
-// different layer's K/V (another key) costs allocations once, then none.
-// The recording fake checks that the expected kernels ran.
+// combine (and, under MSA_CUDA_FP8PV=fp8, its fp8pv kernels at D 64 and
+// 128, the widened-V kernel at D 256 with the note in Fallbacks), a
+// fallback with a recorded reason, the portable kernels; a different
+// layer's K/V (another key) costs allocations once, then none. The
+// recording fake checks that the expected kernels ran.
 func TestDecodeRunAllocatesNothing(t *testing.T) {
+	const fp8pvNote = "msa_sm90_decpipe_fp8pv"
 	for _, c := range []struct {
-		name   string
-		arch   Arch
-		kernel DecodeKernel
-		qdt    Dtype
-		kvdt   Dtype
-		round  Round
-		want   []string
+		name     string
+		arch     Arch
+		kernel   DecodeKernel
+		fp8pv    FP8PV
+		qdt      Dtype
+		kvdt     Dtype
+		round    Round
+		d        int
+		want     []string
+		fallback string // a Fallbacks key the route must record
 	}{
-		{"sm90 old", ArchSM90, DecodeOld, BF16, BF16, RoundBF16, []string{"msa_sm90_decode_bf16_d128", fatbin.CombineD128}},
-		{"sm90 new", ArchSM90, DecodeNew, BF16, BF16, RoundBF16, []string{fatbin.SM90DecPipeBF16D128}},
-		{"sm90 new fp8", ArchSM90, DecodeNew, E4M3, E4M3, RoundE4M3, []string{fatbin.SM90DecPipeFP8D128}},
-		{"sm90 fallback", ArchSM90, DecodeNew, E4M3, E4M3, RoundBF16, []string{fatbin.DecodeD128, fatbin.CombineD128}},
-		{"portable", ArchPortable, DecodeOld, BF16, BF16, RoundBF16, []string{fatbin.DecodeD128, fatbin.CombineD128}},
+		{name: "sm90 old", arch: ArchSM90, kernel: DecodeOld, qdt: BF16, kvdt: BF16, round: RoundBF16, d: 128,
+			want: []string{"msa_sm90_decode_bf16_d128", fatbin.CombineD128}},
+		{name: "sm90 new", arch: ArchSM90, kernel: DecodeNew, qdt: BF16, kvdt: BF16, round: RoundBF16, d: 128,
+			want: []string{fatbin.SM90DecPipeBF16D128}},
+		{name: "sm90 new fp8", arch: ArchSM90, kernel: DecodeNew, qdt: E4M3, kvdt: E4M3, round: RoundE4M3, d: 128,
+			want: []string{fatbin.SM90DecPipeFP8D128}},
+		{name: "sm90 new fp8pv d128", arch: ArchSM90, kernel: DecodeNew, fp8pv: FP8PVFP8, qdt: E4M3, kvdt: E4M3, round: RoundE4M3, d: 128,
+			want: []string{fatbin.SM90DecPipeFP8PVD128}},
+		{name: "sm90 new fp8pv d64", arch: ArchSM90, kernel: DecodeNew, fp8pv: FP8PVFP8, qdt: E4M3, kvdt: E4M3, round: RoundE4M3, d: 64,
+			want: []string{fatbin.SM90DecPipeFP8PVD64}},
+		{name: "sm90 new fp8pv d256", arch: ArchSM90, kernel: DecodeNew, fp8pv: FP8PVFP8, qdt: E4M3, kvdt: E4M3, round: RoundE4M3, d: 256,
+			want: []string{fatbin.SM90DecPipeFP8D256}, fallback: fp8pvNote},
+		{name: "sm90 fallback", arch: ArchSM90, kernel: DecodeNew, qdt: E4M3, kvdt: E4M3, round: RoundBF16, d: 128,
+			want: []string{fatbin.DecodeD128, fatbin.CombineD128}, fallback: "msa_sm90_decpipe"},
+		{name: "portable", arch: ArchPortable, kernel: DecodeOld, qdt: BF16, kvdt: BF16, round: RoundBF16, d: 128,
+			want: []string{fatbin.DecodeD128, fatbin.CombineD128}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var f FakeDriver
 			k := FakeKernels(c.arch, &f)
-			k.decode = c.kernel
+			k.decode, k.fp8pv = c.kernel, c.fp8pv
 			const pages, page = 64, 128
 			p := plan.DecodeParams{Batch: 2, SeqlenQ: 1, HQ: 16, Hkv: 1, PageSize: page, Workers: 132, MaxPagesPerSeq: pages,
 				Executor: plan.CUDAExecutor}
@@ -51,7 +68,7 @@ func TestDecodeRunAllocatesNothing(t *testing.T) {
 				t.Fatal("want a split-KV schedule (the combine's route)")
 			}
 			a := &DecodeArgs{Q: 0x10000, K: 0x100000, V: 0x200000, PageTable: 0x300, SequsedK: 0x400, Out: 0x20000, LSE: 0x30000,
-				OPartial: 0x40000, LSEPartial: 0x50000, PageTableStride: pages, Batch: 2, SeqlenQ: 1, Hq: 16, Hkv: 1, D: 128,
+				OPartial: 0x40000, LSEPartial: 0x50000, PageTableStride: pages, Batch: 2, SeqlenQ: 1, Hq: 16, Hkv: 1, D: c.d,
 				PageSize: page, QDtype: c.qdt, KVDtype: c.kvdt, PVRound: c.round, NumPages: 2 * pages}
 			layer2 := *a
 			layer2.K, layer2.V = 0x600000, 0x700000
@@ -78,8 +95,11 @@ func TestDecodeRunAllocatesNothing(t *testing.T) {
 					t.Errorf("Decode of layer K %#x: %v allocations per run, want 0", x.K, n)
 				}
 			}
-			if c.name == "sm90 fallback" && k.Fallbacks()["msa_sm90_decpipe"] == "" {
-				t.Error("the pipelined kernel's refusal is not recorded")
+			if c.fallback != "" && k.Fallbacks()[c.fallback] == "" {
+				t.Errorf("Fallbacks does not record %s: %v", c.fallback, k.Fallbacks())
+			}
+			if c.fallback != fp8pvNote && k.Fallbacks()[fp8pvNote] != "" {
+				t.Errorf("Fallbacks records an fp8pv note on a route with its kernel: %v", k.Fallbacks())
 			}
 			pl, err := k.PrepareDecode(nil, a, s)
 			if err != nil {
@@ -129,55 +149,5 @@ func TestPrepareDecodeOwnsItsSteps(t *testing.T) {
 	}
 	if got := (*decodePipeKernelParams)(unsafe.Pointer(&pl.steps[0].value[0])).Decode.Out; got != a.Out {
 		t.Errorf("prepared block's out = %#x, want %#x", got, a.Out)
-	}
-}
-
-// TestDecodeFP8PVRoute: with the new decode and MSA_CUDA_FP8PV=fp8, an
-// E4M3 decode at D 128 launches the fp8pv kernel (0 allocations warm), at
-// D 256 the widened-V kernel with the reason in Fallbacks, and the widen
-// mode keeps the fp8 kernel.
-func TestDecodeFP8PVRoute(t *testing.T) {
-	for _, c := range []struct {
-		name  string
-		d     int
-		mode  FP8PV
-		want  string
-		noted bool
-	}{
-		{"fp8pv d128", 128, FP8PVFP8, fatbin.SM90DecPipeFP8PVD128, false},
-		{"fp8pv d64", 64, FP8PVFP8, fatbin.SM90DecPipeFP8PVD64, false},
-		{"fp8pv d256", 256, FP8PVFP8, fatbin.SM90DecPipeFP8D256, true},
-		{"widen d128", 128, FP8PVWiden, fatbin.SM90DecPipeFP8D128, false},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			var f FakeDriver
-			k := FakeKernels(ArchSM90, &f)
-			k.decode, k.fp8pv = DecodeNew, c.mode
-			const pages, page = 16, 128
-			p := plan.DecodeParams{Batch: 2, SeqlenQ: 1, HQ: 16, Hkv: 1, PageSize: page, Workers: 132, MaxPagesPerSeq: pages,
-				Executor: plan.CUDAExecutor}
-			s, err := plan.BuildDecodeSchedule(nil, []int32{pages * page, 1000}, p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			a := &DecodeArgs{Q: 0x10000, K: 0x100000, V: 0x200000, PageTable: 0x300, SequsedK: 0x400, Out: 0x20000, LSE: 0x30000,
-				OPartial: 0x40000, LSEPartial: 0x50000, PageTableStride: pages, Batch: 2, SeqlenQ: 1, Hq: 16, Hkv: 1, D: c.d,
-				PageSize: page, QDtype: E4M3, KVDtype: E4M3, PVRound: RoundE4M3, NumPages: 2 * pages}
-			run := func() {
-				if err := k.Decode(nil, a, s); err != nil {
-					t.Fatal(err)
-				}
-			}
-			run()
-			if got := k.LastKernels(); !slices.Equal(got, []string{c.want}) {
-				t.Fatalf("launched %v, want [%s]", got, c.want)
-			}
-			if n := allocs.Warm(20, run); n != 0 {
-				t.Errorf("Decode: %v allocations per run, want 0", n)
-			}
-			if noted := k.Fallbacks()["msa_sm90_decpipe_fp8pv"] != ""; noted != c.noted {
-				t.Errorf("Fallbacks records the fp8pv note: %v, want %v (%v)", noted, c.noted, k.Fallbacks())
-			}
-		})
 	}
 }

@@ -273,7 +273,7 @@ PY
     # no-driver errors.
     t=$(now)
     "$BIN_DIR/cuda.test" -test.count=1 \
-        -test.run '^(TestDecodeRunAllocatesNothing|TestDecodeFP8PVRoute|TestPrepareDecodeOwnsItsSteps|TestSparsePrefillRunAllocatesNothing|TestAutoPrefillRefusals|TestAutoPrefillChoice|TestCloseFreesAll|TestKernelsClosedConcurrent|TestNoDriver)$'
+        -test.run '^(TestDecodeRunAllocatesNothing|TestPrepareDecodeOwnsItsSteps|TestSparsePrefillRunAllocatesNothing|TestAutoPrefillRefusals|TestAutoPrefillChoice|TestCloseFreesAll|TestKernelsClosedConcurrent|TestNoDriver)$'
     echo "tagged_build.sh: driverless launch tests of cuda.test OK ($(( $(now) - t )) s)" >&2
     # The graph nodes' CUDA paths on fakes (decode, sparse prefill, the host
     # nodes): 0 allocations per warm run, the CPU path's refusals (op.test

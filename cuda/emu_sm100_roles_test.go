@@ -162,9 +162,18 @@ func (r *fwdRoles) observe(b *mbar, parity uint32, order []int) bool {
 // kernel's bounded waits turn into a trap).
 func (r *fwdRoles) run(roles []role, order []int) {
 	r.t.Helper()
+	if !runRoles(roles, func() []int { return order }) {
+		r.fail("order %v: deadlock, every role waits", order)
+	}
+}
+
+// runRoles runs roles to their ends: at each step the first role in the
+// order next returns whose next step can run runs it. It reports false on
+// a deadlock (no role can run and some has not ended).
+func runRoles(roles []role, next func() []int) bool {
 	for {
 		ran, done := false, true
-		for _, ri := range order {
+		for _, ri := range next() {
 			rr, dd := roles[ri].try()
 			if !dd {
 				done = false
@@ -175,10 +184,10 @@ func (r *fwdRoles) run(roles []role, order []int) {
 			}
 		}
 		if done {
-			return
+			return true
 		}
 		if !ran {
-			r.fail("order %v: deadlock, every role waits", order)
+			return false
 		}
 	}
 }

@@ -66,6 +66,18 @@ func TestSM100LayoutPins(t *testing.T) {
 			got = uint64(SM100Fwd(v, d).Slots)
 		case "FwdLayout.threads":
 			got = uint64(SM100Fwd(v, d).Threads)
+		case "QFwdLayout.stages":
+			got = uint64(SM100QFwd(v, d).Stages)
+		case "QFwdLayout.p_bufs":
+			got = uint64(SM100QFwd(v, d).PBufs)
+		case "QFwdLayout.threads":
+			got = uint64(SM100QFwd(v, d).Threads)
+		case "QFwdLayout.smem_bytes":
+			got = uint64(SM100QFwd(v, d).SmemBytes)
+		case "QFwdLayout.map_bytes":
+			got = uint64(SM100QFwd(v, d).MapBytes)
+		case "QFwdLayout.idesc_pv":
+			got = uint64(SM100QFwd(v, d).IdescPV)
 		case "DecLayout.smem_bytes":
 			got = uint64(SM100Dec(v, d).SmemBytes)
 		case "DecLayout.tmem_cols":
@@ -347,6 +359,27 @@ func landTile(t *testing.T, w int, bar *mbar, boxes []emuBox, tx int64, dims []u
 	return rows
 }
 
+// sm100BoxCheck returns the checks of every box of a K/V tile of keys from
+// t0 that CTA w issues: it lands on a swizzle atom and, paged, stays inside
+// one page and reads no page-table entry past the sequence's seqlenK keys.
+func sm100BoxCheck(t *testing.T, c *prefillCase, w, span, t0, seqlenK int) func(emuBox) {
+	return func(bx emuBox) {
+		t.Helper()
+		if bx.dst%(8*span) != 0 {
+			t.Fatalf("CTA %d: box lands at %d, not on a %d-byte swizzle atom", w, bx.dst, 8*span)
+		}
+		if c.paged {
+			tok := t0 + (bx.dst%(sm100BlockKeys*span))/span
+			if bx.coord[1]+bx.extent[1] > c.pageSize {
+				t.Fatalf("CTA %d: box of keys from %d crosses a page end", w, tok)
+			}
+			if tok >= seqlenK {
+				t.Fatalf("CTA %d: box for key %d reads the page table past the sequence (%d keys)", w, tok, seqlenK)
+			}
+		}
+	}
+}
+
 // emuSM100Fwd runs fwd_body's logic for every CTA of a grid of `grid`
 // blocks on case c with variant v and returns the partial rows written
 // (orow -> the K store rows the row attends, in tile order).
@@ -408,20 +441,7 @@ func emuSM100Fwd(t *testing.T, c *prefillCase, v SM100Variant, grid int, seqused
 		// Rows of the K and V tiles -> store rows (-1 = zero fill, absent = not loaded).
 		tileOf := func(bar *mbar) map[int]int {
 			boxes, tx := sm100KVTile(l.RawRow, elemBytes, c.paged, pageRow, ps, denseBase, h, t0, nkeys)
-			return landTile(t, w, bar, boxes, tx, kmap.Dims, c.hkv, ps, l.BoxSpan, func(bx emuBox) {
-				if bx.dst%(8*l.BoxSpan) != 0 {
-					t.Fatalf("item %d: box lands at %d, not on a %d-byte swizzle atom", w, bx.dst, 8*l.BoxSpan)
-				}
-				if c.paged {
-					tok := t0 + (bx.dst%(sm100BlockKeys*l.BoxSpan))/l.BoxSpan
-					if bx.coord[1]+bx.extent[1] > c.pageSize {
-						t.Fatalf("item %d: box of keys from %d crosses a page end", w, tok)
-					}
-					if tok >= seqlenK {
-						t.Fatalf("item %d: box for key %d reads the page table past the sequence (%d keys)", w, tok, seqlenK)
-					}
-				}
-			})
+			return landTile(t, w, bar, boxes, tx, kmap.Dims, c.hkv, ps, l.BoxSpan, sm100BoxCheck(t, c, w, l.BoxSpan, t0, seqlenK))
 		}
 		var kRows, vRows map[int]int
 		nrows := qCount * c.qhpk
@@ -646,7 +666,7 @@ func TestEmulatedSM100Ledger(t *testing.T) {
 // has the modelled shared memory and tensor-memory columns where the model
 // covers its layout.
 func TestSM100KernelTable(t *testing.T) {
-	names := TCNames(ArchSM100)
+	names := append(TCNames(ArchSM100), QFwdNames(ArchSM100)...)
 	variants := map[string]SM100Variant{"bf16": SM100BF16, "fp8": SM100FP8, "bf16fp8": SM100BF16FP8, "nvfp4": SM100NVFP4}
 	if len(fatbin.SM100Kernels) == 0 {
 		t.Fatal("no SM100 kernels in names_sm100.go")
@@ -659,8 +679,11 @@ func TestSM100KernelTable(t *testing.T) {
 			t.Errorf("%s: algo/variant/D say %s", g.Name, want)
 		}
 		threads := sm100Threads
-		if g.Algo == "fwd" {
+		switch g.Algo {
+		case "fwd":
 			threads = SM100Fwd(variants[g.Variant], g.HeadDim).Threads
+		case "qfwd":
+			threads = SM100QFwd(variants[g.Variant], g.HeadDim).Threads
 		}
 		if g.Threads != threads || g.DynSmem > sm100MaxDynSmem || g.TMEMCols > tmemColumns {
 			t.Errorf("%s: %d threads, %d B shared, %d TMEM columns", g.Name, g.Threads, g.DynSmem, g.TMEMCols)
@@ -669,6 +692,10 @@ func TestSM100KernelTable(t *testing.T) {
 		switch {
 		case g.Algo == "fwd":
 			if l := SM100Fwd(v, g.HeadDim); l.SmemBytes != g.DynSmem || l.TmemCols != g.TMEMCols {
+				t.Errorf("%s: table %d B / %d cols, model %d B / %d cols", g.Name, g.DynSmem, g.TMEMCols, l.SmemBytes, l.TmemCols)
+			}
+		case g.Algo == "qfwd":
+			if l := SM100QFwd(v, g.HeadDim); l.SmemBytes != g.DynSmem || l.TmemCols != g.TMEMCols || g.RowTile != SM100QTileRows {
 				t.Errorf("%s: table %d B / %d cols, model %d B / %d cols", g.Name, g.DynSmem, g.TMEMCols, l.SmemBytes, l.TmemCols)
 			}
 		default:

@@ -43,11 +43,11 @@ func TestPlanStoresReuse(t *testing.T) {
 				t.Errorf("%s: the stores allocate %v per call, want 0", name, n)
 			}
 		}
-		want, err := BuildQPlan(pc.csr, pc.sched, pc.cuQ, pc.hkv, pc.qhpk)
+		want, err := BuildQPlan(pc.csr, pc.sched, pc.cuQ, pc.hkv, pc.qhpk, QTileRows)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := qs.build(pc.csr, pc.sched, pc.cuQ, pc.hkv, pc.qhpk)
+		got, err := qs.build(pc.csr, pc.sched, pc.cuQ, pc.hkv, pc.qhpk, QTileRows)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -59,7 +59,7 @@ func TestPlanStoresReuse(t *testing.T) {
 			t.Fatalf("case %d: %v", i, err)
 		}
 		if n := testing.AllocsPerRun(5, func() {
-			p, _ := qs.build(pc.csr, pc.sched, pc.cuQ, pc.hkv, pc.qhpk)
+			p, _ := qs.build(pc.csr, pc.sched, pc.cuQ, pc.hkv, pc.qhpk, QTileRows)
 			_ = p.check(&covered, pc.cuQ, nil, pc.hkv, pc.qhpk, pc.blk)
 		}); n != 0 {
 			t.Errorf("case %d: the query-major store allocates %v per call, want 0", i, n)

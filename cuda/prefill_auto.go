@@ -180,7 +180,7 @@ func (a *autoPart) partition(qp *QPlan, costs *plan.PathCosts, blkKV, qpk, hkv, 
 	a.drop = sized(a.drop, totalQ*hkv)
 	clear(a.drop)
 	q := &a.q
-	*q = QPlan{TileTokens: qp.TileTokens, Tiles: q.Tiles[:0], TilePtr: append(q.TilePtr[:0], 0), Blocks: q.Blocks[:0], Masks: q.Masks[:0]}
+	*q = QPlan{TileRows: qp.TileRows, TileTokens: qp.TileTokens, Tiles: q.Tiles[:0], TilePtr: append(q.TilePtr[:0], 0), Blocks: q.Blocks[:0], Masks: q.Masks[:0]}
 	for t := 0; t < qp.NumTiles(); t++ {
 		f := qp.Tiles[t*QTileFields : (t+1)*QTileFields]
 		lo, hi := qp.TilePtr[t], qp.TilePtr[t+1]
@@ -188,7 +188,7 @@ func (a *autoPart) partition(qp *QPlan, costs *plan.PathCosts, blkKV, qpk, hkv, 
 		for _, m := range qp.Masks[lo:hi] {
 			entries += bits.OnesCount64(m)
 		}
-		v, err := costs.Weigh(entries, int(hi-lo), int(f[3]), qpk, QTileRows, float64(blkKV), false)
+		v, err := costs.Weigh(entries, int(hi-lo), int(f[3]), qpk, qp.TileRows, float64(blkKV), false)
 		if err != nil {
 			return fmt.Errorf("cuda: auto prefill: tile %d: %w", t, err)
 		}
@@ -329,13 +329,14 @@ func chooseAuto(arch Arch, fa *FwdArgs, csr *plan.CSR, s *plan.FwdSchedule, cuQ 
 	if fa.Hkv < 1 || fa.Hq%fa.Hkv != 0 || fa.Hq < fa.Hkv {
 		return AutoChoice{}, fmt.Errorf("cuda: Hq = %d, Hkv = %d: Hq must be a positive multiple of Hkv", fa.Hq, fa.Hkv)
 	}
-	if _, why := QFwdPlan(arch, fa, 0); why != "" {
-		return AutoChoice{Limit: why}, nil
+	tp, qwhy := QFwdPlan(arch, fa, 0)
+	if qwhy != "" {
+		return AutoChoice{Limit: qwhy}, nil
 	}
 	if why != "" {
 		return AutoChoice{Limit: why}, nil
 	}
-	qp, err := BuildQPlan(csr, s, cuQ, fa.Hkv, fa.Hq/fa.Hkv)
+	qp, err := BuildQPlan(csr, s, cuQ, fa.Hkv, fa.Hq/fa.Hkv, QFwdTileRows(tp.Name))
 	if err != nil {
 		return AutoChoice{}, err
 	}

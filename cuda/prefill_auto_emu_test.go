@@ -72,7 +72,7 @@ type autoRun struct {
 
 // partitionCase partitions c's plan with the H200's constants, or choose.
 func partitionCase(t *testing.T, c *prefillCase, choose TileChooser) *autoRun {
-	qp, err := BuildQPlan(c.csr, c.sched, c.cuQ, c.hkv, c.qhpk)
+	qp, err := BuildQPlan(c.csr, c.sched, c.cuQ, c.hkv, c.qhpk, QTileRows)
 	if err != nil {
 		t.Fatalf("%s: %v", c.name, err)
 	}

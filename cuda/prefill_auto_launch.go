@@ -37,7 +37,7 @@ func (k *Kernels) prepAutoPrefill(ch *prefillChoice, fa *FwdArgs, ca *CombineArg
 		return nil, err
 	}
 	qpk := fa.Hq / fa.Hkv
-	qp, err := d.qp.build(csr, s, cuQ, fa.Hkv, qpk)
+	qp, err := d.qp.build(csr, s, cuQ, fa.Hkv, qpk, QFwdTileRows(ch.q.Name))
 	if err != nil {
 		return nil, err
 	}

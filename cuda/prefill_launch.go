@@ -137,8 +137,8 @@ func (k *Kernels) queryChoice(ch *prefillChoice, fa *FwdArgs, ca *CombineArgs, q
 		ch.qWhy = why
 		return
 	}
-	if _, sm90 := fatbin.SM90QFwdTilesPerCTA[tp.Name]; sm90 && !aligned(ca.Out, 16) {
-		// the sm90 kernel stores O 16 bytes at a time; the sm80 one 4
+	if _, sm90 := fatbin.SM90QFwdTilesPerCTA[tp.Name]; (sm90 || QFwdTileRows(tp.Name) == SM100QTileRows) && !aligned(ca.Out, 16) {
+		// the sm90 and SM100 kernels store O 16 bytes at a time; the sm80 one 4
 		tp, _ = QFwdPlan(ArchSM80, fa, 0)
 	}
 	ch.qTilesPerCTA = fatbin.SM90QFwdTilesPerCTA[tp.Name]

@@ -1,7 +1,8 @@
 package cuda
 
-// A host emulation of the query-major kernel (sm80/sm80_qfwd.cu): its
-// grid over QPlan tiles, the 64-row passes of a tile, the rows' tokens,
+// A host emulation of the query-major kernels (sm80/sm80_qfwd.cu with
+// 64-row tiles, sm100/sm100_qfwd.cu with 128-row tiles): the grid over
+// QPlan tiles, the passes of a tile (qp.TileRows rows), the rows' tokens,
 // heads and causal limits, the block walk with the per-row token mask and
 // the online softmax, in float64, checked against the direct reference of
 // ref_test.go. Like emu_test.go it pins the index arithmetic to the plan
@@ -11,6 +12,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/sparseattn/msa/kernels/plan"
@@ -38,7 +40,9 @@ type qEmuOut struct {
 	written      []int
 }
 
-// emuQueryMajor runs the tiles of qp as sm80_qfwd.cu does.
+// emuQueryMajor runs the tiles of qp as sm80_qfwd.cu (64-row plans) and
+// sm100_qfwd.cu (128-row plans) do: a row with no visible key in a block
+// of the walk keeps its state (alpha = 1, P = 0).
 func emuQueryMajor(c *prefillCase, qp *QPlan) *qEmuOut {
 	rows := c.totalQ * c.hq
 	out := &qEmuOut{o: make([]float64, rows*c.d), lse: make([]float64, rows), tlse: make([]float64, rows), written: make([]int, rows)}
@@ -48,8 +52,8 @@ func emuQueryMajor(c *prefillCase, qp *QPlan) *qEmuOut {
 		b, h, first, ntok := int(f[0]), int(f[1]), int(f[2]), int(f[3])
 		seqQ, seqK := c.seqQ(b), c.seqK(b)
 		nrows := ntok * qpk
-		for rt := 0; rt < nrows; rt += QTileRows {
-			for r := 0; r < QTileRows; r++ {
+		for rt := 0; rt < nrows; rt += qp.TileRows {
+			for r := 0; r < qp.TileRows; r++ {
 				idx := rt + r
 				if idx >= nrows {
 					continue // padding row: no output
@@ -165,9 +169,24 @@ func TestEmulatedQueryMajorPrefill(t *testing.T) {
 		split := SplitForOccupancy([]FwdWindow{{Q0: 0, Q1: c.totalQ, Sched: c.sched}}, c.qhpk, 64, 4*64)[0].Sched
 		var first *QPlan
 		for _, s := range []*plan.FwdSchedule{c.sched, split} {
-			qp, err := BuildQPlan(c.csr, s, c.cuQ, c.hkv, c.qhpk)
+			qp, err := BuildQPlan(c.csr, s, c.cuQ, c.hkv, c.qhpk, QTileRows)
 			if err != nil {
 				t.Fatalf("%s: %v", c.name, err)
+			}
+			// The SM100 kernel's 128-row tiles: at most 64 tokens (one
+			// mask bit each), several passes when qhead_per_kv > 128.
+			qp100, err := BuildQPlan(c.csr, s, c.cuQ, c.hkv, c.qhpk, SM100QTileRows)
+			if err != nil {
+				t.Fatalf("%s: %v", c.name, err)
+			}
+			if want := QTileTokensFor(SM100QTileRows, c.qhpk); qp100.TileTokens != want || want > 64 || want < 64 && (want+1)*c.qhpk <= SM100QTileRows {
+				t.Fatalf("%s: 128-row plan has %d tokens per tile, want %d", c.name, qp100.TileTokens, want)
+			}
+			if err := qp100.Validate(c.cuQ, seqKs(c), c.hkv, c.qhpk, c.blk); err != nil {
+				t.Fatalf("%s: 128-row plan: %v", c.name, err)
+			}
+			if msg := qEmuMismatch(c, emuQueryMajor(c, qp100)); msg != "" {
+				t.Fatalf("%s: 128-row plan: %s", c.name, msg)
 			}
 			if err := qp.Validate(c.cuQ, seqKs(c), c.hkv, c.qhpk, c.blk); err != nil {
 				t.Fatalf("%s: %v", c.name, err)
@@ -216,7 +235,7 @@ func sameQPlan(a, b *QPlan) bool {
 func TestQPlanValidateRejects(t *testing.T) {
 	c := prefillCases()[1]
 	genPrefill(t, c, 3)
-	qp, err := BuildQPlan(c.csr, c.sched, c.cuQ, c.hkv, c.qhpk)
+	qp, err := BuildQPlan(c.csr, c.sched, c.cuQ, c.hkv, c.qhpk, QTileRows)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,25 +250,27 @@ func TestQPlanValidateRejects(t *testing.T) {
 	}
 	i := qp.TilePtr[tl]
 	muts := map[string]func(p *QPlan){
-		"batch out of range":    func(p *QPlan) { p.Tiles[0] = int32(len(c.cuQ)) },
-		"head out of range":     func(p *QPlan) { p.Tiles[1] = int32(c.hkv) },
-		"token past sequence":   func(p *QPlan) { p.Tiles[2] = c.cuQ[p.Tiles[0]+1] },
-		"too many tokens":       func(p *QPlan) { p.Tiles[3] = int32(p.TileTokens + 1) },
-		"blocks not ascending":  func(p *QPlan) { p.Blocks[i], p.Blocks[i+1] = p.Blocks[i+1], p.Blocks[i] },
-		"block past sequence":   func(p *QPlan) { p.Blocks[i+1] = int32((int(sk[p.Tiles[4*tl]]) + c.blk - 1) / c.blk) },
-		"mask bit past tokens":  func(p *QPlan) { p.Masks[i] |= 1 << uint(p.Tiles[4*tl+3]) },
-		"empty mask":            func(p *QPlan) { p.Masks[i] = 0 },
-		"pointer past blocks":   func(p *QPlan) { p.TilePtr[len(p.TilePtr)-1]++ },
-		"token in two tiles":    func(p *QPlan) { p.Tiles[4+0], p.Tiles[4+1], p.Tiles[4+2] = p.Tiles[0], p.Tiles[1], p.Tiles[2] },
-		"wrong tile size":       func(p *QPlan) { p.TileTokens++ },
-		"mask count":            func(p *QPlan) { p.Masks = p.Masks[1:] },
-		"decreasing tile start": func(p *QPlan) { p.TilePtr[1] = p.TilePtr[2] + 1 },
+		"batch out of range":     func(p *QPlan) { p.Tiles[0] = int32(len(c.cuQ)) },
+		"head out of range":      func(p *QPlan) { p.Tiles[1] = int32(c.hkv) },
+		"token past sequence":    func(p *QPlan) { p.Tiles[2] = c.cuQ[p.Tiles[0]+1] },
+		"too many tokens":        func(p *QPlan) { p.Tiles[3] = int32(p.TileTokens + 1) },
+		"blocks not ascending":   func(p *QPlan) { p.Blocks[i], p.Blocks[i+1] = p.Blocks[i+1], p.Blocks[i] },
+		"block past sequence":    func(p *QPlan) { p.Blocks[i+1] = int32((int(sk[p.Tiles[4*tl]]) + c.blk - 1) / c.blk) },
+		"mask bit past tokens":   func(p *QPlan) { p.Masks[i] |= 1 << uint(p.Tiles[4*tl+3]) },
+		"empty mask":             func(p *QPlan) { p.Masks[i] = 0 },
+		"pointer past blocks":    func(p *QPlan) { p.TilePtr[len(p.TilePtr)-1]++ },
+		"token in two tiles":     func(p *QPlan) { p.Tiles[4+0], p.Tiles[4+1], p.Tiles[4+2] = p.Tiles[0], p.Tiles[1], p.Tiles[2] },
+		"wrong tile size":        func(p *QPlan) { p.TileTokens++ },
+		"unknown row tile":       func(p *QPlan) { p.TileRows = 96 },
+		"rows of another kernel": func(p *QPlan) { p.TileRows = SM100QTileRows },
+		"mask count":             func(p *QPlan) { p.Masks = p.Masks[1:] },
+		"decreasing tile start":  func(p *QPlan) { p.TilePtr[1] = p.TilePtr[2] + 1 },
 	}
 	if err := qp.Validate(c.cuQ, nil, c.hkv, c.qhpk, c.blk); err != nil {
 		t.Errorf("without key lengths: %v", err)
 	}
 	for name, mut := range muts {
-		p := &QPlan{TileTokens: qp.TileTokens, Tiles: append([]int32(nil), qp.Tiles...), TilePtr: append([]int32(nil), qp.TilePtr...),
+		p := &QPlan{TileRows: qp.TileRows, TileTokens: qp.TileTokens, Tiles: append([]int32(nil), qp.Tiles...), TilePtr: append([]int32(nil), qp.TilePtr...),
 			Blocks: append([]int32(nil), qp.Blocks...), Masks: append([]uint64(nil), qp.Masks...)}
 		mut(p)
 		if err := p.Validate(c.cuQ, sk, c.hkv, c.qhpk, c.blk); err == nil {
@@ -261,26 +282,29 @@ func TestQPlanValidateRejects(t *testing.T) {
 func TestBuildQPlanRejects(t *testing.T) {
 	c := prefillCases()[1]
 	genPrefill(t, c, 5)
-	if _, err := BuildQPlan(nil, c.sched, c.cuQ, c.hkv, c.qhpk); err == nil {
+	if _, err := BuildQPlan(nil, c.sched, c.cuQ, c.hkv, c.qhpk, QTileRows); err == nil {
 		t.Error("nil CSR accepted")
 	}
-	if _, err := BuildQPlan(c.csr, c.sched, c.cuQ, c.hkv+1, c.qhpk); err == nil {
+	if _, err := BuildQPlan(c.csr, c.sched, c.cuQ, c.hkv+1, c.qhpk, QTileRows); err == nil {
 		t.Error("Hkv mismatch accepted")
 	}
-	if _, err := BuildQPlan(c.csr, c.sched, c.cuQ, c.hkv, 0); err == nil {
+	if _, err := BuildQPlan(c.csr, c.sched, c.cuQ, c.hkv, 0, QTileRows); err == nil {
 		t.Error("qhead_per_kv 0 accepted")
+	}
+	if _, err := BuildQPlan(c.csr, c.sched, c.cuQ, c.hkv, c.qhpk, 32); err == nil || !strings.Contains(err.Error(), "32 rows per tile") {
+		t.Errorf("a 32-row tile: %v", err)
 	}
 	bad := *c.sched
 	bad.Metadata = append([]int32(nil), c.sched.Metadata...)
 	bad.Metadata[0] = int32(c.hkv)
-	if _, err := BuildQPlan(c.csr, &bad, c.cuQ, c.hkv, c.qhpk); err == nil {
+	if _, err := BuildQPlan(c.csr, &bad, c.cuQ, c.hkv, c.qhpk, QTileRows); err == nil {
 		t.Error("schedule item with a head out of range accepted")
 	}
 	dup := *c.sched
 	dup.Metadata = append(append([]int32(nil), c.sched.Metadata[:int(dup.WorkCount)*plan.MetaFields]...), c.sched.Metadata[:plan.MetaFields]...)
 	dup.WorkCount++
 	dup.Capacity = int(dup.WorkCount)
-	if _, err := BuildQPlan(c.csr, &dup, c.cuQ, c.hkv, c.qhpk); err == nil {
+	if _, err := BuildQPlan(c.csr, &dup, c.cuQ, c.hkv, c.qhpk, QTileRows); err == nil {
 		t.Error("schedule covering an entry twice accepted")
 	}
 }

@@ -24,7 +24,7 @@ func (k *Kernels) prepQueryPrefill(ch *prefillChoice, fa *FwdArgs, ca *CombineAr
 		return nil, ch.qWhy, nil
 	}
 	d := &k.pre
-	qp, err := d.qp.build(csr, s, cuQ, fa.Hkv, fa.Hq/fa.Hkv)
+	qp, err := d.qp.build(csr, s, cuQ, fa.Hkv, fa.Hq/fa.Hkv, QFwdTileRows(ch.q.Name))
 	if err != nil {
 		return nil, "", err
 	}

@@ -3,6 +3,7 @@ package cuda
 import (
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/sparseattn/msa/kernels/cuda/fatbin"
 	"github.com/sparseattn/msa/kernels/plan"
@@ -136,18 +137,32 @@ type QPlanPtrs struct {
 
 // QFwdName is the query-major kernel family a runs for variant v at head
 // dim d: msa_sm90_qfwd_<v>_d<d> (TMA + wgmma, sm90/sm90_qfwd.cu) on sm90;
-// msa_sm80_qfwd_<v>_d<d> (mma.sync, sm80/sm80_qfwd.cu, whose body every
-// tensor-core image holds) on the other families.
+// msa_sm100_qfwd_<v>_d<d> (TMA + tcgen05, sm100/sm100_qfwd.cu) on SM100
+// for bf16 and fp8; msa_sm80_qfwd_<v>_d<d> (mma.sync, sm80/sm80_qfwd.cu,
+// whose body every tensor-core image holds) otherwise.
 func QFwdName(a Arch, v TCVariant, d int) string {
-	if a == ArchSM90 {
+	switch {
+	case a == ArchSM90:
 		return TCName(ArchSM90, "qfwd", v, d)
+	case a == ArchSM100 && SM100QFwdOK(v.SM100()):
+		return TCName(ArchSM100, "qfwd", v, d)
 	}
 	return TCName(ArchSM80, "qfwd", v, d)
 }
 
+// QFwdTileRows is the row tile of query-major kernel name: SM100QTileRows
+// for the SM100 kernels, QTileRows for the others. A QPlan for the kernel
+// is built with these rows.
+func QFwdTileRows(name string) int {
+	if strings.HasPrefix(name, "msa_sm100_qfwd_") {
+		return SM100QTileRows
+	}
+	return QTileRows
+}
+
 // QFwdNames lists the query-major kernels the launcher looks up on family
-// a: the sm80 ones on every tensor-core family, the sm90 ones too on sm90,
-// none on the portable family.
+// a: the sm80 ones on every tensor-core family, the sm90 ones too on sm90
+// and the SM100 ones on SM100, none on the portable family.
 func QFwdNames(a Arch) []string {
 	if a == ArchPortable {
 		return nil
@@ -156,8 +171,8 @@ func QFwdNames(a Arch) []string {
 	for _, d := range []int{64, 128, 256} {
 		for _, v := range []TCVariant{VarBF16, VarFP8, VarBF16FP8, VarNVFP4} {
 			out = append(out, QFwdName(ArchSM80, v, d))
-			if a == ArchSM90 {
-				out = append(out, QFwdName(ArchSM90, v, d))
+			if a == ArchSM90 || a == ArchSM100 && SM100QFwdOK(v.SM100()) {
+				out = append(out, QFwdName(a, v, d))
 			}
 		}
 		if a == ArchSM90 {
@@ -184,6 +199,13 @@ func QFwdPlan(arch Arch, fa *FwdArgs, tiles int) (TCPlan, string) {
 	}
 	v, _ := FwdVariant(fa.QDtype, fa.KVDtype)
 	p.Name = QFwdName(arch, v, fa.D)
+	if arch == ArchSM100 && p.Name != QFwdName(ArchSM80, v, fa.D) {
+		// The SM100 kernel's K/V boxes are the KV-major SM100 kernel's:
+		// its paged-K/V limits apply.
+		if _, why := TCFwdPlan(ArchSM100, fa, tiles); why != "" {
+			return TCPlan{}, why
+		}
+	}
 	if n, ok := fatbin.SM90QFwdTilesPerCTA[p.Name]; ok {
 		p.GridBlocks = (tiles + n - 1) / n
 	}

@@ -59,9 +59,9 @@ func TestPrefillPathParse(t *testing.T) {
 	}
 }
 
-// TestQFwdNames: every query-major kernel name is in the launch table
-// (so in the fatbin's name list), on every tensor-core family; sm90 adds
-// its own.
+// TestQFwdNames: every query-major kernel name is in a launch table (so
+// in the fatbin's name list), on every tensor-core family; sm90 adds its
+// own, SM100 its bf16 and fp8 ones.
 func TestQFwdNames(t *testing.T) {
 	if QFwdNames(ArchPortable) != nil {
 		t.Error("query-major kernels listed for the portable family")
@@ -69,17 +69,23 @@ func TestQFwdNames(t *testing.T) {
 	for _, a := range []Arch{ArchSM80, ArchSM90, ArchSM100} {
 		names := QFwdNames(a)
 		want := 12
-		if a == ArchSM90 {
+		switch a {
+		case ArchSM90:
 			want = 27 // and the 12 sm90 kernels, 3 of them fp8pv
+		case ArchSM100:
+			want = 18 // and the 6 SM100 bf16 / fp8 kernels
 		}
 		if len(names) != want || !slices.Contains(names, "msa_sm80_qfwd_bf16_d128") || !slices.Contains(names, "msa_sm80_qfwd_nvfp4_d256") ||
 			slices.Contains(names, "msa_sm90_qfwd_bf16_d64") != (a == ArchSM90) || slices.Contains(names, "msa_sm90_qfwd_nvfp4_d256") != (a == ArchSM90) ||
-			slices.Contains(names, "msa_sm90_qfwd_fp8pv_d128") != (a == ArchSM90) {
+			slices.Contains(names, "msa_sm90_qfwd_fp8pv_d128") != (a == ArchSM90) ||
+			slices.Contains(names, "msa_sm100_qfwd_fp8_d256") != (a == ArchSM100) || slices.Contains(names, "msa_sm100_qfwd_nvfp4_d128") {
 			t.Errorf("QFwdNames(%s) = %v", a, names)
 		}
 		for _, n := range names {
-			if _, ok := fatbin.HopperAmpereLaunch[n]; !ok {
-				t.Errorf("%s: not in HopperAmpereLaunch", n)
+			_, ha := fatbin.HopperAmpereLaunch[n]
+			sm100 := slices.ContainsFunc(fatbin.SM100Kernels, func(g fatbin.SM100Kernel) bool { return g.Name == n })
+			if !ha && !sm100 {
+				t.Errorf("%s: in no launch table", n)
 			}
 		}
 	}
@@ -95,11 +101,38 @@ func qArgs() (*FwdArgs, *CombineArgs) {
 
 func TestQFwdPlan(t *testing.T) {
 	fa, _ := qArgs()
-	for _, a := range []Arch{ArchSM80, ArchSM100} {
-		p, why := QFwdPlan(a, fa, 11)
-		if why != "" || p.Name != "msa_sm80_qfwd_bf16_d128" || p.GridBlocks != 11 {
-			t.Errorf("%s: %+v, %q", a, p, why)
+	p, why := QFwdPlan(ArchSM80, fa, 11)
+	if why != "" || p.Name != "msa_sm80_qfwd_bf16_d128" || p.GridBlocks != 11 || QFwdTileRows(p.Name) != QTileRows {
+		t.Errorf("sm80: %+v, %q", p, why)
+	}
+	// SM100: the tcgen05 kernel for bf16 and fp8 (128-row tiles, one per
+	// CTA, the table's shared memory), the sm80 kernel for the converted
+	// K/V variants; paged K/V under the SM100 boxes' limits.
+	for _, c := range []struct {
+		q, kv Dtype
+		round Round
+		want  string
+	}{
+		{BF16, BF16, RoundBF16, "msa_sm100_qfwd_bf16_d128"},
+		{E4M3, E4M3, RoundE4M3, "msa_sm100_qfwd_fp8_d128"},
+		{BF16, E4M3, RoundBF16, "msa_sm80_qfwd_bf16fp8_d128"},
+		{BF16, NVFP4, RoundBF16, "msa_sm80_qfwd_nvfp4_d128"},
+	} {
+		f := *fa
+		f.QDtype, f.KVDtype, f.PVRound = c.q, c.kv, c.round
+		p, why := QFwdPlan(ArchSM100, &f, 11)
+		rows := QTileRows
+		if strings.HasPrefix(c.want, "msa_sm100") {
+			rows = SM100QTileRows
 		}
+		if why != "" || p.Name != c.want || p.GridBlocks != 11 || p.SmemBytes != 0 || QFwdTileRows(p.Name) != rows {
+			t.Errorf("sm100 %s/%s: %+v, %q", c.q, c.kv, p, why)
+		}
+	}
+	paged := *fa
+	paged.PageTable, paged.PageSize = 10<<20, 24
+	if _, why := QFwdPlan(ArchSM100, &paged, 11); !strings.Contains(why, "SM100 boxes") {
+		t.Errorf("sm100, page size 24: %q, want the SM100 boxes' limit", why)
 	}
 	// sm90, BF16: the wgmma kernel, two tiles per CTA at D 64 and 128, one
 	// at 256, reading the K / V tensor maps the sm90 KV-major kernels read
@@ -142,7 +175,7 @@ func TestQFwdPlan(t *testing.T) {
 func TestQFwdParamsErrors(t *testing.T) {
 	c := prefillCases()[1]
 	genPrefill(t, c, 9)
-	qp, err := BuildQPlan(c.csr, c.sched, c.cuQ, c.hkv, c.qhpk)
+	qp, err := BuildQPlan(c.csr, c.sched, c.cuQ, c.hkv, c.qhpk, QTileRows)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,9 +18,19 @@ import (
 // the layout the kernel reads, built from the k2q CSR and the forward
 // schedule (whose items cover every CSR entry once).
 
-// QTileRows is the row tile of the query-major kernel: 64 query-head rows
-// (four warps of 16, the mma.sync fragment of shared/tc_frag.cuh).
+// QTileRows is the row tile of the mma.sync and wgmma query-major kernels:
+// 64 query-head rows (four warps of 16, the mma.sync fragment of
+// shared/tc_frag.cuh; one wgmma M).
 const QTileRows = 64
+
+// SM100QTileRows is the row tile of the SM100 query-major kernel
+// (sm100/sm100_qfwd.cu): 128 query-head rows, the tcgen05 M whose
+// accumulator fills the 128 tensor-memory lanes.
+const SM100QTileRows = 128
+
+// maxTileTokens bounds the tokens of one tile: one bit each in a block's
+// token mask (QPlan.Masks).
+const maxTileTokens = 64
 
 // QTileFields is the number of int32 fields of one query tile in
 // QPlan.Tiles: batch, KV head, first token (a global query row) and the
@@ -31,7 +41,12 @@ const QTileFields = 4
 // heads per KV head: as many whole tokens as fill 64 rows, at least one
 // (qpk > 64: the CTA takes the token's rows in several 64-row passes, all
 // sharing the token's selection).
-func QTileTokens(qpk int) int { return max(1, QTileRows/max(qpk, 1)) }
+func QTileTokens(qpk int) int { return QTileTokensFor(QTileRows, qpk) }
+
+// QTileTokensFor returns the tokens of one tile of rows query-head rows:
+// as many whole tokens as fill the rows, at least one and at most the 64
+// a token mask holds (qpk = 1 on SM100: 64 tokens in a 128-row tile).
+func QTileTokensFor(rows, qpk int) int { return max(1, min(maxTileTokens, rows/max(qpk, 1))) }
 
 // QPlan is the block table of a query-major prefill.
 //
@@ -44,7 +59,8 @@ func QTileTokens(qpk int) int { return max(1, QTileRows/max(qpk, 1)) }
 // included (O = 0, LSE = -inf). Tiles are listed with the longest block
 // lists first, so the CTAs that run longest start first.
 type QPlan struct {
-	TileTokens int      // tokens per full tile (QTileTokens)
+	TileRows   int      // row tile of the kernel the plan is for: QTileRows or SM100QTileRows
+	TileTokens int      // tokens per full tile (QTileTokensFor(TileRows, qpk))
 	Tiles      []int32  // [NumTiles][QTileFields]
 	TilePtr    []int32  // [NumTiles+1] offsets into Blocks
 	Blocks     []int32  // block ids
@@ -56,10 +72,11 @@ func (p *QPlan) NumTiles() int { return len(p.Tiles) / QTileFields }
 
 // BuildQPlan builds the query-major block table of the schedule s of csr
 // for sequences cuQ ([B+1], host copy of cu_seqlens_q), hkv KV heads and
-// qpk query heads per KV head.
-func BuildQPlan(csr *plan.CSR, s *plan.FwdSchedule, cuQ []int32, hkv, qpk int) (*QPlan, error) {
+// qpk query heads per KV head, in tiles of rows query-head rows
+// (QTileRows, or SM100QTileRows for the SM100 kernel).
+func BuildQPlan(csr *plan.CSR, s *plan.FwdSchedule, cuQ []int32, hkv, qpk, rows int) (*QPlan, error) {
 	var st qplanStore
-	return st.build(csr, s, cuQ, hkv, qpk)
+	return st.build(csr, s, cuQ, hkv, qpk, rows)
 }
 
 // qplanStore is a query-major plan and the scratch arrays that build and
@@ -92,8 +109,10 @@ func sized[T any](v []T, n int) []T {
 }
 
 // build is BuildQPlan over the store's storage.
-func (st *qplanStore) build(csr *plan.CSR, s *plan.FwdSchedule, cuQ []int32, hkv, qpk int) (*QPlan, error) {
+func (st *qplanStore) build(csr *plan.CSR, s *plan.FwdSchedule, cuQ []int32, hkv, qpk, rows int) (*QPlan, error) {
 	switch {
+	case rows != QTileRows && rows != SM100QTileRows:
+		return nil, fmt.Errorf("cuda: query-major plan: %d rows per tile: expected %d or %d", rows, QTileRows, SM100QTileRows)
 	case csr == nil || s == nil:
 		return nil, fmt.Errorf("cuda: query-major plan: nil CSR or forward schedule")
 	case hkv < 1 || csr.Hkv != hkv:
@@ -106,7 +125,7 @@ func (st *qplanStore) build(csr *plan.CSR, s *plan.FwdSchedule, cuQ []int32, hkv
 		return nil, fmt.Errorf("cuda: query-major plan: schedule has %d metadata entries for %d items", len(s.Metadata), s.WorkCount)
 	}
 	nb := len(cuQ) - 1
-	tok := QTileTokens(qpk)
+	tok := QTileTokensFor(rows, qpk)
 	// Tiles of each sequence, from its first token; tileBase[b] is the
 	// first tile index of sequence b (per KV head).
 	tileBase := sized(st.tileBase, nb+1)
@@ -194,7 +213,7 @@ func (st *qplanStore) build(csr *plan.CSR, s *plan.FwdSchedule, cuQ []int32, hkv
 	}
 	slices.SortStableFunc(order, func(a, b int) int { return n[b] - n[a] })
 	p := &st.p
-	*p = QPlan{TileTokens: tok, Tiles: p.Tiles[:0], TilePtr: append(p.TilePtr[:0], 0), Blocks: p.Blocks[:0], Masks: p.Masks[:0]}
+	*p = QPlan{TileRows: rows, TileTokens: tok, Tiles: p.Tiles[:0], TilePtr: append(p.TilePtr[:0], 0), Blocks: p.Blocks[:0], Masks: p.Masks[:0]}
 	for _, t := range order {
 		tile, h := t/hkv, t%hkv
 		b := seqOfTile(tileBase, tile)
@@ -243,8 +262,10 @@ func (p *QPlan) check(scratch *[]int32, cuQ, seqK []int32, hkv, qpk, blkKV int) 
 		return fmt.Errorf("cuda: query-major plan: %d sequences in cu_seqlens_q, %d key lengths: expected B >= 1 of each", nb, len(seqK))
 	case hkv < 1 || qpk < 1 || blkKV < 1:
 		return fmt.Errorf("cuda: query-major plan: Hkv %d, qhead_per_kv %d, blk_kv %d: must be >= 1", hkv, qpk, blkKV)
-	case p.TileTokens != QTileTokens(qpk):
-		return fmt.Errorf("cuda: query-major plan: %d tokens per tile: expected %d for qhead_per_kv %d", p.TileTokens, QTileTokens(qpk), qpk)
+	case p.TileRows != QTileRows && p.TileRows != SM100QTileRows:
+		return fmt.Errorf("cuda: query-major plan: %d rows per tile: expected %d or %d", p.TileRows, QTileRows, SM100QTileRows)
+	case p.TileTokens != QTileTokensFor(p.TileRows, qpk):
+		return fmt.Errorf("cuda: query-major plan: %d tokens per tile: expected %d for %d-row tiles and qhead_per_kv %d", p.TileTokens, QTileTokensFor(p.TileRows, qpk), p.TileRows, qpk)
 	case len(p.Tiles)%QTileFields != 0 || len(p.TilePtr) != p.NumTiles()+1:
 		return fmt.Errorf("cuda: query-major plan: %d tile fields, %d tile pointers: expected 4 per tile and tiles+1", len(p.Tiles), len(p.TilePtr))
 	case len(p.Masks) != len(p.Blocks):

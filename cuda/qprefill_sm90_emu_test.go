@@ -830,7 +830,7 @@ func TestSM90QFwdFragmentLayouts(t *testing.T) {
 func TestEmulatedSM90QueryMajorPrefill(t *testing.T) {
 	for i, c := range qCases() {
 		genPrefill(t, c, uint64(i+1))
-		qp, err := BuildQPlan(c.csr, c.sched, c.cuQ, c.hkv, c.qhpk)
+		qp, err := BuildQPlan(c.csr, c.sched, c.cuQ, c.hkv, c.qhpk, QTileRows)
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
@@ -895,7 +895,7 @@ func TestEmulatedSM90QueryMajorFP8PV(t *testing.T) {
 	bf16Pairs := &pv8Map{vtKey: m.vtKey, packReg: func(kc, q, b int) int { return 16*kc + 4*q + b }}
 	for i, c := range qCases() {
 		genPrefill(t, c, uint64(i+1))
-		qp, err := BuildQPlan(c.csr, c.sched, c.cuQ, c.hkv, c.qhpk)
+		qp, err := BuildQPlan(c.csr, c.sched, c.cuQ, c.hkv, c.qhpk, QTileRows)
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}

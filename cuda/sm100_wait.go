@@ -27,7 +27,7 @@ const sm100WaitTimeoutS = 10
 // layout (bar, the .cuh constant; slots consecutive indices from index)
 // and what completing it means.
 type waitSite struct {
-	family  uint32 // 1 fwd, 2 decode (sm100_ptx.cuh WaitKernel)
+	family  uint32 // 1 fwd, 2 decode, 3 qfwd (sm100_ptx.cuh WaitKernel)
 	bar     string // the layout's constant (expression) giving its index
 	index   uint32
 	slots   uint32
@@ -35,7 +35,7 @@ type waitSite struct {
 }
 
 // sm100WaitFamilies names the kernel families of WaitKernel.
-var sm100WaitFamilies = map[uint32]string{1: "fwd", 2: "decode"}
+var sm100WaitFamilies = map[uint32]string{1: "fwd", 2: "decode", 3: "qfwd"}
 
 // sm100WaitSites lists every wait site of the SM100 kernels.
 var sm100WaitSites = []waitSite{
@@ -51,6 +51,14 @@ var sm100WaitSites = []waitSite{
 	{2, "bar_mma", 2, 1, "MMA done: the tcgen05 S^T or O^T product of a visit"},
 	{2, "num_bars", 3, 1, "K ready: the TMA load of a visit's K block (stage 1)"},
 	{2, "num_bars + 1", 4, 1, "V ready: the TMA load of a visit's V block (stage 1)"},
+	{3, "bar_k", 0, 3, "K full: the TMA load of a walk block's K into a ring slot"},
+	{3, "bar_v", 3, 3, "V full: the TMA load of a walk block's V into a ring slot"},
+	{3, "bar_ke", 6, 3, "K empty: the tcgen05 S = Q K^T that read a ring slot's previous K"},
+	{3, "bar_ve", 9, 3, "V empty: the tcgen05 O += P V that read a ring slot's previous V"},
+	{3, "bar_q", 12, 1, "Q ready: the softmax warpgroup's gather of a pass's Q"},
+	{3, "bar_s", 13, 2, "S full: the tcgen05 Q K^T product of a block into an S buffer"},
+	{3, "bar_p", 15, 1, "P ready: the softmax warpgroup's P store and O rescale of a block"},
+	{3, "bar_o", 16, 1, "O done: the tcgen05 P V product of a block"},
 }
 
 // SM100WaitTimeout is the error of a launch sequence in which an SM100

@@ -12,8 +12,9 @@ import (
 
 // TestSM100WaitSites: the Go table of wait sites matches the kernels'
 // sources: the families and the code layout of sm100_ptx.cuh, the barrier
-// indices of the FwdLayout and DecLayout of sm100_layout.cuh, every
-// mbar_wait / tick site of sm100_fwd.cu and sm100_decode.cu in the table,
+// indices of the FwdLayout, DecLayout and QFwdLayout of sm100_layout.cuh,
+// every mbar_wait / tick site of sm100_fwd.cu, sm100_decode.cu and
+// sm100_qfwd.cu in the table,
 // and the symbol the launch layer sets.
 func TestSM100WaitSites(t *testing.T) {
 	dir := filepath.Join("..", "kernels", "cuda", "sm100")
@@ -25,8 +26,8 @@ func TestSM100WaitSites(t *testing.T) {
 		return string(b)
 	}
 	ptx, layout := read("sm100_ptx.cuh"), read("sm100_layout.cuh")
-	if !strings.Contains(ptx, "enum WaitKernel : uint32_t { kWaitFwd = 1, kWaitDecode = 2 };") {
-		t.Error("sm100_ptx.cuh: WaitKernel is no longer kWaitFwd = 1, kWaitDecode = 2 (sm100WaitFamilies)")
+	if !strings.Contains(ptx, "enum WaitKernel : uint32_t { kWaitFwd = 1, kWaitDecode = 2, kWaitQFwd = 3 };") {
+		t.Error("sm100_ptx.cuh: WaitKernel is no longer kWaitFwd = 1, kWaitDecode = 2, kWaitQFwd = 3 (sm100WaitFamilies)")
 	}
 	if !strings.Contains(ptx, "return ((uint32_t)k << 16) | (site << 8) | parity;") {
 		t.Error("sm100_ptx.cuh: wait_code is no longer family << 16 | site << 8 | parity")
@@ -39,8 +40,8 @@ func TestSM100WaitSites(t *testing.T) {
 	}
 	// The barrier constants of each layout: "static constexpr int bar_k = 0, ..., num_bars = N;".
 	decl := regexp.MustCompile(`static constexpr int (bar_k = 0,[^;]*);`).FindAllStringSubmatch(layout, -1)
-	if len(decl) != 2 {
-		t.Fatalf("sm100_layout.cuh: %d barrier declarations, want 2 (FwdLayout, DecLayout)", len(decl))
+	if len(decl) != 3 {
+		t.Fatalf("sm100_layout.cuh: %d barrier declarations, want 3 (FwdLayout, DecLayout, QFwdLayout)", len(decl))
 	}
 	consts := map[uint32]map[string]uint32{}
 	for i, d := range decl {
@@ -53,12 +54,15 @@ func TestSM100WaitSites(t *testing.T) {
 			}
 			m[k] = uint32(n)
 		}
-		consts[uint32(i+1)] = m // FwdLayout comes first, DecLayout second
+		consts[uint32(i+1)] = m // FwdLayout comes first, DecLayout second, QFwdLayout third
 	}
 	if _, ok := consts[1]["bar_q"]; !ok {
 		t.Fatalf("sm100_layout.cuh: the first barrier declaration is not FwdLayout's: %v", consts[1])
 	}
-	covered := map[uint32]map[uint32]bool{1: {}, 2: {}}
+	if _, ok := consts[3]["bar_ke"]; !ok {
+		t.Fatalf("sm100_layout.cuh: the third barrier declaration is not QFwdLayout's: %v", consts[3])
+	}
+	covered := map[uint32]map[uint32]bool{1: {}, 2: {}, 3: {}}
 	for _, s := range sm100WaitSites {
 		base, off, _ := strings.Cut(s.bar, " + ")
 		v, ok := consts[s.family][base]
@@ -81,8 +85,9 @@ func TestSM100WaitSites(t *testing.T) {
 		}
 	}
 	// Every site of the fwd layout's barriers (num_bars + 1 of them, the
-	// issuer's poll last) and of decode's (num_bars + 2: stage 1's K and V).
-	for fam, n := range map[uint32]uint32{1: consts[1]["num_bars"] + 1, 2: consts[2]["num_bars"] + 2} {
+	// issuer's poll last), of decode's (num_bars + 2: stage 1's K and V)
+	// and of qfwd's (num_bars).
+	for fam, n := range map[uint32]uint32{1: consts[1]["num_bars"] + 1, 2: consts[2]["num_bars"] + 2, 3: consts[3]["num_bars"]} {
 		for i := uint32(0); i < n; i++ {
 			if !covered[fam][i] {
 				t.Errorf("family %d: site %d has no entry", fam, i)
@@ -90,11 +95,12 @@ func TestSM100WaitSites(t *testing.T) {
 		}
 	}
 	// The kernels wait at no other site expressions than these.
-	sites := regexp.MustCompile(`(?:kWaitFwd|kWaitDecode), ([^)]+?)\)`)
-	for _, f := range []string{"sm100_fwd.cu", "sm100_decode.cu"} {
+	sites := regexp.MustCompile(`(?:kWaitFwd|kWaitDecode|kWaitQFwd), ([^)]+?)\)`)
+	for _, f := range []string{"sm100_fwd.cu", "sm100_decode.cu", "sm100_qfwd.cu"} {
 		for _, m := range sites.FindAllStringSubmatch(read(f), -1) {
 			switch m[1] {
-			case "L::bar_k", "L::bar_v", "L::bar_s + slot", "L::bar_o + slot", "L::bar_mma", "site_k", "site_v", "L::num_bars, 0":
+			case "L::bar_k", "L::bar_v", "L::bar_s + slot", "L::bar_o + slot", "L::bar_mma", "site_k", "site_v", "L::num_bars, 0",
+				"L::bar_k + s", "L::bar_v + s", "L::bar_ke + s", "L::bar_ve + s", "L::bar_q", "L::bar_s + sb", "L::bar_p", "L::bar_o":
 			default:
 				t.Errorf("%s: a wait at site %q the table does not describe", f, m[1])
 			}

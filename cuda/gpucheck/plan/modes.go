@@ -41,7 +41,9 @@ func (m PrefillMode) Label() string {
 // query-major path on the FP8 P.V kernel for an FP8 prefill (fp8), the
 // sm80 mma.sync query-major kernel, the persistent KV-major kernel with
 // the fused combine (kv2) and the auto path with its KV tiles on it
-// (auto-kv2, tiles alternating as for auto); the portable kernels last.
+// (auto-kv2, tiles alternating as for auto); on SM100 the sm80 mma.sync
+// query-major kernel next to the tcgen05 one it stands in for (bf16 and
+// fp8); the portable kernels last.
 func PrefillModes(a cuda.Arch, tc, fp8 bool) []PrefillMode {
 	if !tc {
 		return []PrefillMode{{Portable: true}}
@@ -52,6 +54,9 @@ func PrefillModes(a cuda.Arch, tc, fp8 bool) []PrefillMode {
 			ms = append(ms, PrefillMode{Path: cuda.PrefillQuery, FP8PV: cuda.FP8PVFP8})
 		}
 		ms = append(ms, PrefillMode{Path: cuda.PrefillQuery80}, PrefillMode{Path: cuda.PrefillKV2}, PrefillMode{Path: cuda.PrefillAutoKV2})
+	}
+	if a == cuda.ArchSM100 {
+		ms = append(ms, PrefillMode{Path: cuda.PrefillQuery80})
 	}
 	return append(ms, PrefillMode{Portable: true})
 }

@@ -203,3 +203,32 @@ func TestFitRows(t *testing.T) {
 		}
 	}
 }
+
+// TestPrefillModes: every tensor-core family runs kv, query and auto; sm90
+// adds its A/B kernels (fp8pv for an FP8 prefill, query80, kv2,
+// auto-kv2), SM100 the sm80 query-major kernel its tcgen05 one stands in
+// for; the portable kernels come last, alone without tensor cores.
+func TestPrefillModes(t *testing.T) {
+	labels := func(a cuda.Arch, tc, fp8 bool) string {
+		var s []string
+		for _, m := range PrefillModes(a, tc, fp8) {
+			s = append(s, m.Label())
+		}
+		return strings.Join(s, ",")
+	}
+	for _, c := range []struct {
+		a       cuda.Arch
+		tc, fp8 bool
+		want    string
+	}{
+		{cuda.ArchPortable, false, false, " (portable)"},
+		{cuda.ArchSM80, true, true, " (kv), (query), (auto alternate), (portable)"},
+		{cuda.ArchSM90, true, false, " (kv), (query), (auto alternate), (query80), (kv2), (auto-kv2 alternate), (portable)"},
+		{cuda.ArchSM90, true, true, " (kv), (query), (auto alternate), (query fp8pv), (query80), (kv2), (auto-kv2 alternate), (portable)"},
+		{cuda.ArchSM100, true, false, " (kv), (query), (auto alternate), (query80), (portable)"},
+	} {
+		if got := labels(c.a, c.tc, c.fp8); got != c.want {
+			t.Errorf("%s tc %v fp8 %v: %q, want %q", c.a, c.tc, c.fp8, got, c.want)
+		}
+	}
+}

@@ -169,6 +169,13 @@ var accums = []accum{
 	// A 128-key block's sum (butterfly and 4-warp exchange) joins the
 	// running sum; O^T accumulates in tensor memory across the visits; fp8:
 	// E4M3 P on kind::f8f6f4.
+	// The SM100 query-major kernel: one thread's row over the tile's walk,
+	// a block's 128-key sum joining the running sum, O accumulated in
+	// tensor memory across the walk (rescaled by alpha in place); fp8 runs
+	// P.V on kind::f8f6f4 with E4M3 P.
+	{pattern: re(`^msa_sm100_qfwd_bf16_d(64|128|256)$`), prefill: true, chain: chainRow, sumTile: 128, partials: "none", pRound: "bf16", src: sm100QFwdSrc},
+	{pattern: re(`^msa_sm100_qfwd_fp8_d(64|128|256)$`), prefill: true, chain: chainRow, sumTile: 128, pvFP8: true, partials: "none", pRound: "e4m3", src: slices.Concat(sm100QFwdSrc, []string{
+		"sm100/sm100_layout.cuh: kFP8:     E4M3 Q/K/V, kind::f8f6f4 for both products"})},
 	{pattern: re(`^msa_sm100_decode_(bf16|bf16fp8|nvfp4)_d(64|128|256)$`), chain: chainRow, sumTile: 128, partials: "split", pRound: "bf16", src: sm100DecSrc},
 	{pattern: re(`^msa_sm100_decode_fp8_d(64|128|256)$`), chain: chainRow, sumTile: 128, pvFP8: true, partials: "split", pRound: "e4m3", src: slices.Concat(sm100DecSrc, []string{
 		"sm100/sm100_decode.cu: pv_round = E4M3 (P is an E4M3 operand)"})},
@@ -180,7 +187,11 @@ var (
 	lseMergeSum = "shared/lse_merge.cuh: for (int s = lane; s < n; s += 32) sum += expf(lse_at(s) - mx);"
 	sm100FwdSrc = []string{
 		"sm100/sm100_layout.cuh: constexpr int kBlockKeys = 128;",
-		"sm100/sm100_fwd.cu: sum += pj;"}
+		"sm100/sm100_common.cuh: sum += pj;"}
+	sm100QFwdSrc = []string{
+		"sm100/sm100_layout.cuh: constexpr int kBlockKeys = 128;",
+		"sm100/sm100_qfwd.cu: l = l * alpha + sum;",
+		"sm100/sm100_qfwd.cu: L::idesc_pv, (i > 0 || k > 0) ? 1u : 0u);"}
 	sm100DecSrc = []string{
 		"sm100/sm100_layout.cuh: constexpr int kBlockKeys = 128;",
 		"sm100/sm100_decode.cu: s_l[tid] = s_l[tid] * s_alpha[tid] + (s_red[tid] + s_red[R + tid]) + (s_red[2 * R + tid] + s_red[3 * R + tid]);",

@@ -54,7 +54,7 @@ func TestSelectionUnion(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		qp, err := cuda.BuildQPlan(c.CSR, c.Sched, c.CuQ, c.Hkv, c.QHPK)
+		qp, err := cuda.BuildQPlan(c.CSR, c.Sched, c.CuQ, c.Hkv, c.QHPK, cuda.QTileRows)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -167,6 +167,91 @@ __device__ __forceinline__ uint32_t pack_p_e4m3x4(float a, float b, float c, flo
     const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(c, d), __NV_SATFINITE, __NV_E4M3);
     return lo | (hi << 16);
 }
+// v[b .. b + 15] as 16 E4M3 bytes (saturating), in order: one 16-byte chunk.
+__device__ __forceinline__ uint4 pack_e4m3x16(const float (&v)[32], int b) {
+    uint32_t o[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) o[q] = pack_p_e4m3x4(v[b + 4 * q], v[b + 4 * q + 1], v[b + 4 * q + 2], v[b + 4 * q + 3]);
+    return make_uint4(o[0], o[1], o[2], o[3]);
+}
+
+// 32 probabilities v (keys c0 .. c0 + 31 of row r) into a K-major P tile of
+// 128 keys per row: E4M3 (kF8, 16 keys per 16-byte chunk) or BF16 rounded
+// per pv_round (8 keys per chunk). The P operand of O = P V in both
+// prefill kernels.
+template <bool kF8>
+__device__ __forceinline__ void store_p32(uint32_t tile, int r, int c0, const float (&v)[32], int pv_round) {
+    constexpr int row_bytes = kBlockKeys * (kF8 ? 1 : 2);
+    if constexpr (kF8) {
+#pragma unroll
+        for (int c = 0; c < 2; ++c) st_shared_v4(tile + tile_offset(r, c0 / 16 + c, row_bytes, kTileM), pack_e4m3x16(v, 16 * c));
+    } else {
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+            uint32_t o[4];
+#pragma unroll
+            for (int q = 0; q < 4; ++q) o[q] = pack_p_bf16(v[8 * c + 2 * q], v[8 * c + 2 * q + 1], pv_round);
+            st_shared_v4(tile + tile_offset(r, c0 / 8 + c, row_bytes, kTileM), make_uint4(o[0], o[1], o[2], o[3]));
+        }
+    }
+}
+
+// The softmax of one thread's row over one block in tensor memory (S: 128
+// FP32 columns at tS, lane = the row), in base 2 as msa_core.cuh
+// block_update: keys [0, vis) are visible.
+// tmem_row_max: the largest visible score times scale (-inf: none).
+__device__ __forceinline__ float tmem_row_max(uint32_t tS, int vis, float scale) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int c0 = 0; c0 < kBlockKeys; c0 += 32) {
+        float v[32];
+        tmem_ld32(tS + c0, v);
+#pragma unroll
+        for (int j = 0; j < 32; ++j)
+            if (c0 + j < vis) mx = fmaxf(mx, v[j] * scale);
+    }
+    return mx;
+}
+// tmem_row_p: P = exp2(s * scale - mref) of the visible keys (0 elsewhere,
+// and everywhere when `empty`) into row r of the K-major P tile pt (E4M3
+// for kF8, else BF16 per pv_round); the unrounded P adds to sum and, with
+// invT > 0, exp2((s * scale - mref) * invT) to tsum.
+template <bool kF8>
+__device__ __forceinline__ void tmem_row_p(uint32_t tS, int vis, bool empty, float scale, float mref, float invT, uint32_t pt,
+                                           int r, int pv_round, float& sum, float& tsum) {
+    // Two 32-column chunks at a time: fully unrolled, ptxas keeps all four
+    // chunks live (E4M3 P packing then needs more than the 168 registers a
+    // thread may have when 9 or 10 warps share the SM's four schedulers,
+    // and spills).
+#pragma unroll 2
+    for (int c0 = 0; c0 < kBlockKeys; c0 += 32) {
+        float v[32];
+        tmem_ld32(tS + c0, v);
+#pragma unroll
+        for (int j = 0; j < 32; ++j) {
+            const bool on = !empty && c0 + j < vis;
+            const float x = v[j] * scale;
+            const float pj = on ? exp2f(x - mref) : 0.f;
+            sum += pj;
+            if (invT > 0.f && on) tsum += exp2f((x - mref) * invT);
+            v[j] = pj;
+        }
+        store_p32<kF8>(pt, r, c0, v, pv_round);
+    }
+}
+
+// The end of a CTA that allocated kCols TMEM columns: every thread
+// arrives once every product it waited for has completed and every TMEM
+// read is done; then the allocating warp frees the columns.
+template <int kCols>
+__device__ __forceinline__ void tmem_release_cta(bool allocating_warp, uint32_t tmem) {
+    tc_fence_before();
+    __syncthreads();
+    if (allocating_warp) {
+        tc_fence_after();
+        tmem_dealloc<kCols>(tmem);
+    }
+}
 
 // 32 consecutive values of an output row in a partial dtype, 16-byte stores.
 __device__ __forceinline__ void store32(void* base, long long elem, const float (&v)[32], int dtype) {
@@ -194,13 +279,7 @@ __device__ __forceinline__ void store32(void* base, long long elem, const float 
     } else {
         uint4* d = reinterpret_cast<uint4*>(reinterpret_cast<uint8_t*>(base) + elem);
 #pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            uint32_t o[4];
-#pragma unroll
-            for (int j = 0; j < 4; ++j)
-                o[j] = pack_p_e4m3x4(v[16 * i + 4 * j], v[16 * i + 4 * j + 1], v[16 * i + 4 * j + 2], v[16 * i + 4 * j + 3]);
-            d[i] = make_uint4(o[0], o[1], o[2], o[3]);
-        }
+        for (int i = 0; i < 2; ++i) d[i] = pack_e4m3x16(v, 16 * i);
     }
 }
 

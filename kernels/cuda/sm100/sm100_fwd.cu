@@ -240,57 +240,11 @@ __device__ __forceinline__ void fwd_body(const MsaFwdParams& p, const MsaTensorM
 
             // ---- softmax of the row over the block (base 2, msa_core.cuh block_update) ----
             const int vis = min(max(lim - t0, 0), nkeys);  // keys [0, vis) of the block are visible
-            float mx = -INFINITY;
-#pragma unroll
-            for (int c0 = 0; c0 < kBlockKeys; c0 += 32) {
-                float v[32];
-                tmem_ld32(tS + c0, v);
-#pragma unroll
-                for (int j = 0; j < 32; ++j)
-                    if (c0 + j < vis) mx = fmaxf(mx, v[j] * scale);
-            }
+            const float mx = tmem_row_max(tS, vis, scale);
             const bool empty = mx == -INFINITY;  // no visible key: P = 0, LSE = -inf
             float sum = 0.f, tsum = 0.f;
-            // Two 32-column chunks at a time: fully unrolled, ptxas keeps all
-            // four chunks live (E4M3 P packing then needs more than the 168
-            // registers a thread may have when 9 or 10 warps share the SM's
-            // four schedulers, and spills).
-#pragma unroll 2
-            for (int c0 = 0; c0 < kBlockKeys; c0 += 32) {
-                float v[32];
-                tmem_ld32(tS + c0, v);
-#pragma unroll
-                for (int j = 0; j < 32; ++j) {
-                    const bool on = !empty && c0 + j < vis;
-                    const float x = v[j] * scale;
-                    const float pj = on ? exp2f(x - mx) : 0.f;
-                    sum += pj;
-                    if (invT > 0.f && on) tsum += exp2f((x - mx) * invT);
-                    v[j] = pj;
-                }
-                // P over the Q tile: S(i) has completed, so its Q reads are done.
-                if constexpr (L::f8) {  // 16 keys per 16-byte chunk
-#pragma unroll
-                    for (int c = 0; c < 2; ++c) {
-                        uint32_t o[4];
-#pragma unroll
-                        for (int q = 0; q < 4; ++q)
-                            o[q] = pack_p_e4m3x4(v[16 * c + 4 * q], v[16 * c + 4 * q + 1], v[16 * c + 4 * q + 2],
-                                                 v[16 * c + 4 * q + 3]);
-                        st_shared_v4(sQP + tile_offset(rtid, c0 / 16 + c, L::p_row_bytes, kTileM),
-                                     make_uint4(o[0], o[1], o[2], o[3]));
-                    }
-                } else {  // 8 keys per chunk
-#pragma unroll
-                    for (int c = 0; c < 4; ++c) {
-                        uint32_t o[4];
-#pragma unroll
-                        for (int q = 0; q < 4; ++q) o[q] = pack_p_bf16(v[8 * c + 2 * q], v[8 * c + 2 * q + 1], p.pv_round);
-                        st_shared_v4(sQP + tile_offset(rtid, c0 / 8 + c, L::p_row_bytes, kTileM),
-                                     make_uint4(o[0], o[1], o[2], o[3]));
-                    }
-                }
-            }
+            // P over the Q tile: S(i) has completed, so its Q reads are done.
+            tmem_row_p<L::f8>(tS, vis, empty, scale, mx, invT, sQP, rtid, p.pv_round, sum, tsum);
             if (!kConv && i == 0) {  // V landed; clear the rows past the block's keys
                 mbar_wait(bar_v, kv_parity(0), kWaitFwd, L::bar_v);
                 if (rtid >= nkeys) zero_row<L::kv_row, kBlockKeys>(sV, rtid);
@@ -331,12 +285,7 @@ __device__ __forceinline__ void fwd_body(const MsaFwdParams& p, const MsaTensorM
             }
         }
     }
-    tc_fence_before();
-    __syncthreads();  // every product has completed (each was waited) and every TMEM read is done
-    if (warp == L::mma_warp) {
-        tc_fence_after();
-        tmem_dealloc<L::tmem_cols>(tmem);
-    }
+    tmem_release_cta<L::tmem_cols>(warp == L::mma_warp, tmem);  // every product was waited
 }
 
 #endif  // MSA_SM100_ENABLED

@@ -320,6 +320,93 @@ struct DecLayout {
     static_assert(p_row_bytes <= 128, "P^T rows fit one swizzle atom (one N atom)");
 };
 
+// ---- query-major sparse prefill (msa_sm100_qfwd_*) -------------------------------
+// One CTA per query tile of the query-major plan (cuda.QPlan, MsaQFwdParams,
+// 128-row tiles on SM100: QTileRowsFor): the tile's query-head rows, in
+// passes of 128 (kTileM), walk the union of the blocks its tokens selected,
+// with the online softmax across blocks; O, LSE and temperature LSE are
+// written once (no partials, no combine). Variants bf16 and fp8 (the
+// converted K/V variants run the sm80 query-major kernel on SM100).
+// Warp roles (FlashAttention-4 / CUTLASS example 77 on one tile):
+//   warps 0-3  softmax warpgroup: thread t = row t = TMEM lane t; gathers
+//              the pass's Q rows, reads S_j, masks, folds the online
+//              softmax, stores P_j, rescales O in tensor memory, and after
+//              the walk normalises O and stores it (16-byte BF16 stores)
+//   warp 4     MMA warp: TMEM allocation; lane 0 issues every tcgen05.mma
+//              and tcgen05.commit: S_{j+1} = Q K_{j+1}^T before O += P_j V_j,
+//              so the tensor cores compute S_{j+1} while the softmax of
+//              block j runs
+//   warp 5     load warp: lane 0 issues the K and V TMA of every block of
+//              the walk into `stages` ring slots
+// Shared memory (byte offsets from the 1024-aligned base):
+//   [q_off, +q_bytes)               Q tile (K-major, 128 rows x D)
+//   [p_off + i p_bytes, ...)        P tile i < p_bufs (K-major, 128 rows x 128 keys)
+//   [k_off + i kv_bytes, ...)       K ring slot i < stages (K-major, 128 keys x D)
+//   [v_off + i kv_bytes, ...)       V ring slot i (MN-major operand of P V)
+//   [bar_off, +8 num_bars)          mbarriers, then the TMEM address
+// Mbarriers (index: arrival count): K full / V full of slot i (bar_k + i,
+// bar_v + i: 1 + TMA bytes), K empty / V empty of slot i (bar_ke + i,
+// bar_ve + i: 1, tcgen05.commit after the product that read it), Q ready
+// (bar_q: 128 gathers, once per pass), S full of TMEM buffer b (bar_s + b:
+// 1 commit), P ready (bar_p: 128, once per block: P stored, S read, O
+// rescaled), O done (bar_o: 1 commit, once per block). Slots for three
+// ring stages are reserved whatever `stages` is, so the indices (the
+// timeout sites) do not depend on the variant. Every counter (ring use,
+// S buffer use, block) runs over all passes of the tile: wait parity
+// (use & 1).
+// Tensor memory: S of buffer b (128 lanes x 128 FP32 columns) at column
+// 128 b, O (128 x D) at column 256; 512 columns, one CTA per SM
+// (kSoleCtaSmem).
+template <int V, int D>
+struct QFwdLayout {
+    static_assert(D == 64 || D == 128 || D == 256, "head dim");
+    static_assert(V == kBF16 || V == kFP8, "query-major variants: bf16, fp8");
+    static constexpr bool f8 = V == kFP8;
+    static constexpr int es = f8 ? 1 : 2;              // MMA operand element size (Q, K, V, P)
+    static constexpr int q_row_bytes = D * es;
+    static constexpr int kv_row = D * es;
+    static constexpr int p_row_bytes = kBlockKeys * es;
+    static constexpr int q_bytes = kTileM * q_row_bytes;
+    static constexpr int p_bytes = kTileM * p_row_bytes;
+    static constexpr int kv_bytes = kBlockKeys * kv_row;
+    static constexpr int bar_k = 0, bar_v = 3, bar_ke = 6, bar_ve = 9, bar_q = 12, bar_s = 13, bar_p = 15, bar_o = 16, num_bars = 17;
+    static constexpr int max_stages = 3;
+    // Bytes of the map with `st` ring stages and `pb` P tiles (without slack).
+    MSA_HD static constexpr int map_end(int st, int pb) {
+        return align_up(align_up(align_up(q_bytes, 1024) + pb * p_bytes, 1024) + 2 * st * kv_bytes, 1024) + 8 * num_bars + 8;
+    }
+    MSA_HD static constexpr bool fits(int st, int pb) { return map_end(st, pb) + kAlignSlack <= kMaxDynSmem; }
+    // The first of (3 stages, 2 P tiles), (2, 2), (2, 1), (1, 1) that fits:
+    // two P tiles let the softmax store P_{j+1} while O += P_j V_j still
+    // reads P_j; ring stages keep K/V loads ahead of the walk.
+    static constexpr int stages = fits(3, 2) ? 3 : fits(2, 2) ? 2 : fits(2, 1) ? 2 : 1;
+    static constexpr int p_bufs = fits(3, 2) || fits(2, 2) ? 2 : 1;
+    static constexpr int q_off = 0;
+    static constexpr int p_off = align_up(q_bytes, 1024);
+    static constexpr int k_off = align_up(p_off + p_bufs * p_bytes, 1024);
+    static constexpr int v_off = k_off + stages * kv_bytes;
+    static constexpr int bar_off = align_up(v_off + stages * kv_bytes, 1024);
+    static constexpr int tmem_slot_off = bar_off + 8 * num_bars;
+    static constexpr int map_bytes = tmem_slot_off + 8 + kAlignSlack;
+    static constexpr int smem_bytes = imax(map_bytes, kSoleCtaSmem);
+    static constexpr int softmax_threads = kTileM;
+    static constexpr int mma_warp = 4, load_warp = 5;
+    static constexpr int threads = softmax_threads + 64;
+    static constexpr int tmem_cols = 512;
+    MSA_HD static constexpr int tmem_s_col(int b) { return kBlockKeys * b; }
+    static constexpr int tmem_o_col = 2 * kBlockKeys;
+    static constexpr uint32_t idesc_qk = umma_idesc(f8, kTileM, kBlockKeys, false, false);
+    static constexpr uint32_t idesc_pv = umma_idesc(f8, kTileM, D, false, true);
+    static constexpr int qk_steps = q_row_bytes / kKStepBytes;
+    static constexpr int pv_steps = p_row_bytes / kKStepBytes;
+    static constexpr int keys_per_pv_step = kKStepBytes / es;
+    static_assert(stages <= max_stages && map_end(stages, p_bufs) == tmem_slot_off + 8, "ring slots and the map");
+    static_assert(smem_bytes <= kMaxDynSmem, "dynamic shared memory");
+    static_assert(tmem_o_col + D <= tmem_cols, "tensor memory columns");
+    static_assert(resident_by_smem(smem_bytes) * tmem_cols <= kTmemColsPerSM, "co-resident CTAs' TMEM");
+    static_assert(umma_shape_ok(kTileM, kBlockKeys) && umma_shape_ok(kTileM, D), "UMMA shape");
+};
+
 // ---- tensor-memory lane ownership ------------------------------------------------
 // tcgen05.ld / tcgen05.st of a warp reach only the lane quarter of its warp
 // rank modulo 4: warp w accesses lanes 32 (w % 4) .. 32 (w % 4) + 31, and a
@@ -427,5 +514,21 @@ MSA_SM100_PIN(DecLayout, kBF16, 256, stages, 1);
 MSA_SM100_PIN(DecLayout, kFP8, 256, stages, 2);
 MSA_SM100_PIN(DecLayout, kBF16FP8, 128, stages, 2);
 MSA_SM100_PIN(DecLayout, kNVFP4, 256, stages, 1);
+
+MSA_SM100_PIN(QFwdLayout, kBF16, 64, stages, 3);
+MSA_SM100_PIN(QFwdLayout, kBF16, 128, stages, 2);
+MSA_SM100_PIN(QFwdLayout, kBF16, 128, p_bufs, 2);
+MSA_SM100_PIN(QFwdLayout, kBF16, 256, stages, 1);
+MSA_SM100_PIN(QFwdLayout, kBF16, 256, p_bufs, 1);
+MSA_SM100_PIN(QFwdLayout, kFP8, 128, stages, 3);
+MSA_SM100_PIN(QFwdLayout, kFP8, 256, stages, 2);
+MSA_SM100_PIN(QFwdLayout, kBF16, 128, threads, 192);
+MSA_SM100_PIN(QFwdLayout, kBF16, 64, map_bytes, 181392);
+MSA_SM100_PIN(QFwdLayout, kBF16, 128, smem_bytes, 230544);
+MSA_SM100_PIN(QFwdLayout, kBF16, 256, smem_bytes, 230544);
+MSA_SM100_PIN(QFwdLayout, kFP8, 64, smem_bytes, 117760);
+MSA_SM100_PIN(QFwdLayout, kFP8, 128, smem_bytes, 148624);
+MSA_SM100_PIN(QFwdLayout, kFP8, 256, smem_bytes, 197776);
+MSA_SM100_PIN(QFwdLayout, kFP8, 128, idesc_pv, 0x08210010u);
 
 #endif  // SM100_LAYOUT_CUH

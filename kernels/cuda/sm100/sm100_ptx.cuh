@@ -97,7 +97,7 @@ __device__ __forceinline__ bool mbar_test(uint32_t bar, uint32_t parity) {
 // Hardware barriers (__syncthreads, bar.sync) cannot be bounded this way;
 // every one of them is reached by all its threads unconditionally.
 constexpr uint64_t kWaitTimeoutNs = 10000000000ull;
-enum WaitKernel : uint32_t { kWaitFwd = 1, kWaitDecode = 2 };
+enum WaitKernel : uint32_t { kWaitFwd = 1, kWaitDecode = 2, kWaitQFwd = 3 };
 
 __device__ unsigned int msa_sm100_wait_timeout;
 // Device address of a host-mapped word (cuMemHostAlloc DEVICEMAP) the host

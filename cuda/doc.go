@@ -18,9 +18,10 @@
 // KV-major partials kernels and the combine; query runs the query-major
 // kernel over a QPlan (qprefill_plan.go) and writes O and LSE once, on the
 // family's own query-major kernel (QFwdName: the sm_90a wgmma kernels on
-// Hopper, the mma.sync kernels of sm80_qfwd.cu elsewhere); query80 runs
-// the mma.sync kernels on every family, so one run on a Hopper GPU can time both query-major
-// kernels; kv2 runs the KV-major schedule on the persistent sm_90a kernel
+// Hopper, the tcgen05 kernels of sm100_qfwd.cu on SM100 with 128-row
+// tiles, the mma.sync kernels of sm80_qfwd.cu elsewhere); query80 runs
+// the mma.sync kernels on every family, so one run on a Hopper or
+// Blackwell GPU can time both query-major kernels; kv2 runs the KV-major schedule on the persistent sm_90a kernel
 // of sm90_fwd2.cu, which merges each row's partials itself (no combine
 // launch; prefill_kv2.go holds its plan and window sizing; BF16 and FP8
 // at D 64 / 128, the KV path elsewhere); auto weighs every query tile

@@ -1,8 +1,10 @@
 package cuda
 
 // The roles of the SM100 query-major prefill kernel (sm100_qfwd.cu) as the
-// emulation runs them: the load warp's lane 0 (K and V TMA into the ring),
-// the TMA unit (which lands pending loads in any order), the MMA warp's
+// emulation runs them: the load warp's lane 0 (K and V TMA into the ring,
+// or into the raw tiles of the converted variants), the converter
+// warpgroup (converted variants: raw tile to ring slot), the TMA unit
+// (which lands pending loads in any order), the MMA warp's
 // lane 0 (every tcgen05.mma and tcgen05.commit, in program order), the
 // tensor cores (which execute the issued products and commits in order,
 // each product reading its operands when it executes) and the softmax
@@ -27,20 +29,26 @@ import (
 type qfwdMutation int
 
 const (
-	qmutNone         qfwdMutation = iota
-	qmutSkipKEmpty                // the load warp refills a K slot without waiting for K empty
-	qmutSkipPReady                // the issuer issues O += P V without waiting for P ready
-	qmutRescaleEarly              // the softmax rescales O without waiting for O done of the previous block
-	qmutOneSBuffer                // every S in the same TMEM columns
-	qmutEarlyGather               // the next pass's Q gathered before the pass's last S was waited
-	qmutPStoreEarly               // one P tile, stored before O done of the previous block
-	qmutZeroBeforeV               // V rows past the block zeroed without waiting for V full
-	qmutSkipVFull                 // the issuer issues O += P V without waiting for V full
+	qmutNone           qfwdMutation = iota
+	qmutSkipKEmpty                  // the load warp refills a K slot without waiting for K empty
+	qmutSkipPReady                  // the issuer issues O += P V without waiting for P ready
+	qmutRescaleEarly                // the softmax rescales O without waiting for O done of the previous block
+	qmutOneSBuffer                  // every S in the same TMEM columns
+	qmutEarlyGather                 // the next pass's Q gathered before the pass's last S was waited
+	qmutPStoreEarly                 // one P tile, stored before O done of the previous block
+	qmutZeroBeforeV                 // V rows past the block zeroed without waiting for V full
+	qmutSkipVFull                   // the issuer issues O += P V without waiting for V full
+	qmutConvSkipKEmpty              // the converter widens into a K slot without waiting for K empty
+	qmutSkipRawEmpty                // the load warp refills the raw K tile before the converter released it
 )
 
 // qfwdCfg is one CTA's shape: ring stages, P tiles, blocks in the tile's
-// walk and 128-row passes.
-type qfwdCfg struct{ stages, pbufs, nblk, npass int }
+// walk, 128-row passes and whether K/V are converted (raw tiles and the
+// converter warpgroup).
+type qfwdCfg struct {
+	stages, pbufs, nblk, npass int
+	conv                       bool
+}
 
 // qfwdEmu is one CTA: barriers, what each buffer holds, the pending TMA
 // loads and the tensor cores' queue.
@@ -52,6 +60,9 @@ type qfwdEmu struct {
 	kFull, vFull, kEmpty, vEmpty []*mbar
 	qReady, pReady, oDone        *mbar
 	sFull                        [2]*mbar
+	rkFull, rvFull               *mbar // converted: raw K / V tile landed
+	rkEmpty, rvEmpty             *mbar // converted: raw K / V tile widened
+	rawK, rawV                   string
 	q                            string   // Q tile: "Q<pass>", "" while a gather is in flight
 	k, v                         []string // ring slots: "K<n>" / "V<n>"
 	p                            []string // P tiles: "P<n>"
@@ -176,6 +187,17 @@ func (e *qfwdEmu) loadProgram() []qstep {
 				e.tma = append(e.tma, qtma{slot, val, full})
 			})
 		}
+		if e.c.conv {
+			if n > 0 && e.mut != qmutSkipRawEmpty {
+				p = append(p, qwait(e.rkEmpty, n-1))
+			}
+			p = append(p, issue(&e.rawK, fmt.Sprintf("RK%d", n), e.rkFull))
+			if n > 0 {
+				p = append(p, qwait(e.rvEmpty, n-1))
+			}
+			p = append(p, issue(&e.rawV, fmt.Sprintf("RV%d", n), e.rvFull))
+			continue
+		}
 		if u > 0 && e.mut != qmutSkipKEmpty {
 			p = append(p, qwait(e.kEmpty[s], u-1))
 		}
@@ -186,6 +208,34 @@ func (e *qfwdEmu) loadProgram() []qstep {
 		p = append(p, issue(&e.v[s], fmt.Sprintf("V%d", n), e.vFull[s]))
 	}
 	return append(p, qact(func() { e.loadEnded = true }))
+}
+
+// converterProgram is the converter warpgroup (converted variants): per
+// block, the raw K into ring slot n % stages once it has landed and the
+// slot is empty, then V; each raw tile released after it was read.
+func (e *qfwdEmu) converterProgram() []qstep {
+	var p []qstep
+	st := e.c.stages
+	for n := 0; n < e.c.npass*e.c.nblk; n++ {
+		s, u := n%st, n/st
+		widen := func(raw *string, rawFull, rawEmpty *mbar, empty []*mbar, slot []string, full []*mbar, what string, skipEmpty bool) {
+			p = append(p, qwait(rawFull, n))
+			if u > 0 && !skipEmpty {
+				p = append(p, qwait(empty[s], u-1))
+			}
+			p = append(p, qact(func() {
+				if *raw != fmt.Sprintf("R%s%d", what, n) {
+					e.fail("converter widens %s%d from a raw tile holding %q", what, n, *raw)
+				}
+				slot[s] = fmt.Sprintf("%s%d", what, n)
+				full[s].commit(e.t) // 128 arrivals: the warpgroup as a unit
+				rawEmpty.commit(e.t)
+			}))
+		}
+		widen(&e.rawK, e.rkFull, e.rkEmpty, e.kEmpty, e.k, e.kFull, "K", e.mut == qmutConvSkipKEmpty)
+		widen(&e.rawV, e.rvFull, e.rvEmpty, e.vEmpty, e.v, e.vFull, "V", false)
+	}
+	return p
 }
 
 // issuerProgram is the MMA warp's lane 0: per pass, Q ready, S_0, then per
@@ -281,7 +331,9 @@ func (e *qfwdEmu) softmaxProgram() []qstep {
 			if e.mut != qmutZeroBeforeV {
 				zero.bar, zero.observe = e.vFull[n%st], n/st
 			}
-			p = append(p, zero)
+			if !e.c.conv { // the converter zeroes the rows past the block itself
+				p = append(p, zero)
+			}
 			if i > 0 {
 				if pb != 1 && e.mut != qmutRescaleEarly {
 					p = append(p, qwait(e.oDone, n-1))
@@ -317,11 +369,18 @@ func (e *qfwdEmu) softmaxProgram() []qstep {
 }
 
 // emuQFwd runs one CTA of shape c under every priority order of its five
-// roles and `random` random schedules, and checks the barriers' ledgers and
-// that every pass wrote its output once.
+// roles (six with the converter: only for walks of up to 3 blocks and 2
+// passes) and `random` random schedules, and checks the barriers' ledgers
+// and that every pass wrote its output once.
 func emuQFwd(t *testing.T, c qfwdCfg, mut qfwdMutation, random int) {
 	t.Helper()
 	orders := permutations(5)
+	if c.conv {
+		orders = nil
+		if c.nblk <= 3 && c.npass <= 2 {
+			orders = permutations(6)
+		}
+	}
 	for run := 0; run < len(orders)+random; run++ {
 		e := &qfwdEmu{t: t, c: c, mut: mut, k: make([]string, c.stages), v: make([]string, c.stages), p: make([]string, c.pbufs),
 			qReady: &mbar{name: "Q ready", count: 1}, pReady: &mbar{name: "P ready", count: 1}, oDone: &mbar{name: "O done", count: 1}}
@@ -332,8 +391,13 @@ func emuQFwd(t *testing.T, c qfwdCfg, mut qfwdMutation, random int) {
 			e.vEmpty = append(e.vEmpty, &mbar{name: fmt.Sprintf("V empty %d", s), count: 1})
 		}
 		e.sFull = [2]*mbar{{name: "S full 0", count: 1}, {name: "S full 1", count: 1}}
+		e.rkFull, e.rvFull = &mbar{name: "raw K full", count: 1}, &mbar{name: "raw V full", count: 1}
+		e.rkEmpty, e.rvEmpty = &mbar{name: "raw K empty", count: 1}, &mbar{name: "raw V empty", count: 1}
 		roles := []role{&qprog{e: e, prog: e.loadProgram()}, tmaRole{e}, &qprog{e: e, prog: e.issuerProgram()}, tensorRole{e},
 			&qprog{e: e, prog: e.softmaxProgram()}}
+		if c.conv {
+			roles = append(roles, &qprog{e: e, prog: e.converterProgram()})
+		}
 		next := func() []int { return orders[run] }
 		if run >= len(orders) {
 			e.rng = rand.New(rand.NewSource(int64(run)))
@@ -348,7 +412,7 @@ func emuQFwd(t *testing.T, c qfwdCfg, mut qfwdMutation, random int) {
 		// Every phase of the barriers with one waiter per phase was
 		// waited; the empty barriers' last use per slot has no waiter.
 		blocks := c.npass * c.nblk
-		for _, b := range append([]*mbar{e.pReady, e.oDone, e.sFull[0], e.sFull[1]}, append(e.kFull, e.vFull...)...) {
+		for _, b := range append([]*mbar{e.pReady, e.oDone, e.sFull[0], e.sFull[1], e.rkFull, e.rvFull}, append(e.kFull, e.vFull...)...) {
 			if b.completed != b.waited {
 				e.fail("run %d: %s completed %d phases, %d waited", run, b.name, b.completed, b.waited)
 			}
@@ -360,6 +424,15 @@ func emuQFwd(t *testing.T, c qfwdCfg, mut qfwdMutation, random int) {
 					e.fail("run %d: %s completed %d phases, %d waited; slot %d has %d uses", run, b.name, b.completed, b.waited, s, uses)
 				}
 			}
+		}
+		if c.conv {
+			for _, b := range []*mbar{e.rkEmpty, e.rvEmpty} {
+				if b.completed != blocks || b.waited != max(blocks-1, 0) {
+					e.fail("run %d: %s completed %d phases, %d waited; %d blocks", run, b.name, b.completed, b.waited, blocks)
+				}
+			}
+		} else if e.rkFull.completed+e.rvFull.completed+e.rkEmpty.completed+e.rvEmpty.completed != 0 {
+			e.fail("run %d: raw tile barriers used without converted K/V", run)
 		}
 		if want := min(c.npass, map[bool]int{true: c.npass, false: 0}[c.nblk > 0]); e.qReady.completed != want || e.qReady.waited != want {
 			e.fail("run %d: Q ready completed %d, waited %d: want %d", run, e.qReady.completed, e.qReady.waited, want)
@@ -383,17 +456,21 @@ func TestEmulatedSM100QFwdRoles(t *testing.T) {
 		t.Error("single-issuer check accepted a commit outside the MMA warp")
 	}
 	used := map[[2]int]bool{}
-	for _, v := range []SM100Variant{SM100BF16, SM100FP8} {
+	for _, v := range []SM100Variant{SM100BF16, SM100FP8, SM100BF16FP8, SM100NVFP4} {
 		for _, d := range []int{64, 128, 256} {
-			l := SM100QFwd(v, d)
-			used[[2]int{l.Stages, l.PBufs}] = true
+			if SM100QFwdOK(v, d) {
+				l := SM100QFwd(v, d)
+				used[[2]int{l.Stages, l.PBufs}] = true
+			}
 		}
 	}
 	for _, rc := range [][2]int{{3, 2}, {2, 2}, {2, 1}, {1, 1}} {
 		delete(used, rc)
-		for _, nblk := range []int{0, 1, 2, 3, 4, 7} {
-			for npass := 1; npass <= 3; npass++ {
-				emuQFwd(t, qfwdCfg{rc[0], rc[1], nblk, npass}, qmutNone, 40)
+		for _, conv := range []bool{false, true} {
+			for _, nblk := range []int{0, 1, 2, 3, 4, 7} {
+				for npass := 1; npass <= 3; npass++ {
+					emuQFwd(t, qfwdCfg{rc[0], rc[1], nblk, npass, conv}, qmutNone, 40)
+				}
 			}
 		}
 	}
@@ -405,14 +482,17 @@ func TestEmulatedSM100QFwdRoles(t *testing.T) {
 		c    qfwdCfg
 		mut  qfwdMutation
 	}{
-		{"K slot refilled before K empty", qfwdCfg{2, 2, 5, 1}, qmutSkipKEmpty},
-		{"O issued before P ready", qfwdCfg{2, 2, 3, 1}, qmutSkipPReady},
-		{"O rescaled before O done", qfwdCfg{2, 2, 3, 1}, qmutRescaleEarly},
-		{"one S buffer", qfwdCfg{2, 2, 3, 1}, qmutOneSBuffer},
-		{"next pass's Q gathered before its last S", qfwdCfg{2, 2, 2, 2}, qmutEarlyGather},
-		{"one P tile stored before O done", qfwdCfg{1, 1, 3, 1}, qmutPStoreEarly},
-		{"V zeroed before V full", qfwdCfg{2, 2, 3, 1}, qmutZeroBeforeV},
-		{"O issued before V full", qfwdCfg{2, 2, 3, 1}, qmutSkipVFull},
+		{"K slot refilled before K empty", qfwdCfg{2, 2, 5, 1, false}, qmutSkipKEmpty},
+		{"O issued before P ready", qfwdCfg{2, 2, 3, 1, false}, qmutSkipPReady},
+		{"O rescaled before O done", qfwdCfg{2, 2, 3, 1, false}, qmutRescaleEarly},
+		{"one S buffer", qfwdCfg{2, 2, 3, 1, false}, qmutOneSBuffer},
+		{"next pass's Q gathered before its last S", qfwdCfg{2, 2, 2, 2, false}, qmutEarlyGather},
+		{"one P tile stored before O done", qfwdCfg{1, 1, 3, 1, false}, qmutPStoreEarly},
+		{"V zeroed before V full", qfwdCfg{2, 2, 3, 1, false}, qmutZeroBeforeV},
+		{"O issued before V full", qfwdCfg{2, 2, 3, 1, false}, qmutSkipVFull},
+		{"O issued before the converted V", qfwdCfg{2, 1, 3, 1, true}, qmutSkipVFull},
+		{"K slot widened into before K empty", qfwdCfg{2, 1, 5, 1, true}, qmutConvSkipKEmpty},
+		{"raw K refilled before the converter read it", qfwdCfg{2, 1, 3, 1, true}, qmutSkipRawEmpty},
 	} {
 		if !failsOn(func(t *testing.T) { emuQFwd(t, m.c, m.mut, 200) }) {
 			t.Errorf("role emulation accepted: %s", m.name)
@@ -439,8 +519,12 @@ func checkQFwdIssuer(t *testing.T, src string) {
 			t.Errorf("sm100_qfwd.cu: %d %s calls, %d of them in the MMA warp's block", n, call, in)
 		}
 	}
-	if n, in := strings.Count(src, "issue_kv_tile<"), strings.Count(src[:i], "issue_kv_tile<"); n != 2 || in != 2 {
-		t.Errorf("sm100_qfwd.cu: %d issue_kv_tile calls, %d before the MMA warp (the load warp's): want 2 and 2", n, in)
+	lo := strings.Index(src, "    if (warp == L::load_warp) {\n")
+	if lo < 0 || lo > i {
+		t.Fatal("sm100_qfwd.cu: no load warp block before the MMA warp's")
+	}
+	if n, in := strings.Count(src, "issue_kv_tile<"), strings.Count(src[lo:i], "issue_kv_tile<"); n < 2 || in != n {
+		t.Errorf("sm100_qfwd.cu: %d issue_kv_tile calls, %d of them in the load warp's block", n, in)
 	}
 }
 
@@ -455,8 +539,12 @@ func checkQFwdIssuer(t *testing.T, src string) {
 func emuSM100QFwdData(t *testing.T, c *prefillCase, v SM100Variant, qp *QPlan, seqused []int32) map[int]map[int][]int {
 	t.Helper()
 	l, lf := SM100QFwd(v, c.d), SM100Fwd(v, c.d)
-	if l.QRowBytes != lf.RawRow {
-		t.Fatalf("K/V row %d B in shared memory, %d B in global memory: the TMA boxes would not fill the ring slots", l.QRowBytes, lf.RawRow)
+	if l.RawRow != lf.RawRow || !v.converted() && l.QRowBytes != lf.RawRow || v.converted() && l.RawBytes != sm100BlockKeys*lf.RawRow {
+		t.Fatalf("K/V row %d B in shared memory, %d B in global memory, raw tile %d B: the TMA boxes would not fill the tiles", l.QRowBytes, lf.RawRow, l.RawBytes)
+	}
+	elemBytes := 1 // the tensor maps' element: bf16, or bytes of E4M3 / packed E2M1
+	if v == SM100BF16 {
+		elemBytes = 2
 	}
 	ps, kvRows := 0, int(c.cuK[len(c.cuK)-1])
 	if c.paged {
@@ -496,7 +584,7 @@ func emuSM100QFwdData(t *testing.T, c *prefillCase, v SM100Variant, qp *QPlan, s
 				t0 := int(qp.Blocks[lo+i]) * c.blk
 				nk := min(min(c.blk, sm100BlockKeys), seqlenK-t0)
 				land := func() map[int]int {
-					boxes, tx := sm100KVTile(lf.RawRow, l.ES, c.paged, pageRow, ps, denseBase, h, t0, nk)
+					boxes, tx := sm100KVTile(lf.RawRow, elemBytes, c.paged, pageRow, ps, denseBase, h, t0, nk)
 					return landTile(t, tile, &mbar{name: "ring", count: 1}, boxes, tx, kmap.Dims, c.hkv, ps, lf.BoxSpan,
 						sm100BoxCheck(t, c, tile, lf.BoxSpan, t0, seqlenK))
 				}
@@ -552,7 +640,7 @@ func emuSM100QFwdData(t *testing.T, c *prefillCase, v SM100Variant, qp *QPlan, s
 }
 
 // TestEmulatedSM100QFwdData: on dense ragged and paged K/V (pages of 64 and
-// 256 keys, blk_kv 64 and 128), bf16 and fp8, one to 128 heads per KV head
+// 256 keys, blk_kv 64 and 128), every variant, one to 128 heads per KV head
 // (the planner's limit, so one 128-row pass per tile), every output row is stored exactly once and attends exactly
 // the reference's visible keys of each block its token selected, and none
 // of the other blocks of its tile's walk.
@@ -569,6 +657,10 @@ func TestEmulatedSM100QFwdData(t *testing.T) {
 			qd: BF16, kvd: BF16, pd: F32}, SM100BF16},
 		{&prefillCase{name: "paged/64", cuQ: []int32{0, 129, 300}, cuK: []int32{0, 500, 1200}, hkv: 2, qhpk: 8, d: 128, topK: 8, blk: 128,
 			causal: true, paged: true, pageSize: 64, qd: E4M3, kvd: E4M3, pd: F32, round: RoundE4M3}, SM100FP8},
+		{&prefillCase{name: "dense/bf16fp8/blk64", cuQ: []int32{0, 50, 90}, cuK: []int32{0, 130, 200}, hkv: 2, qhpk: 4, d: 128, topK: 3, blk: 64,
+			qd: BF16, kvd: E4M3, pd: F32}, SM100BF16FP8},
+		{&prefillCase{name: "paged/128/nvfp4", cuQ: []int32{0, 64, 70}, cuK: []int32{0, 600, 1000}, hkv: 1, qhpk: 8, d: 64, topK: 4, blk: 128,
+			causal: true, paged: true, pageSize: 128, qd: E4M3, kvd: NVFP4, pd: F32}, SM100NVFP4},
 		{&prefillCase{name: "paged/256/qpk128", cuQ: []int32{0, 5, 9}, cuK: []int32{0, 300, 700}, hkv: 1, qhpk: 128, d: 64, topK: 2, blk: 128,
 			causal: true, paged: true, pageSize: 256, qd: BF16, kvd: BF16, pd: F32}, SM100BF16},
 	}

@@ -138,13 +138,14 @@ type QPlanPtrs struct {
 // QFwdName is the query-major kernel family a runs for variant v at head
 // dim d: msa_sm90_qfwd_<v>_d<d> (TMA + wgmma, sm90/sm90_qfwd.cu) on sm90;
 // msa_sm100_qfwd_<v>_d<d> (TMA + tcgen05, sm100/sm100_qfwd.cu) on SM100
-// for bf16 and fp8; msa_sm80_qfwd_<v>_d<d> (mma.sync, sm80/sm80_qfwd.cu,
-// whose body every tensor-core image holds) otherwise.
+// where its map fits (SM100QFwdOK: all but the converted K/V variants at D
+// 256); msa_sm80_qfwd_<v>_d<d> (mma.sync, sm80/sm80_qfwd.cu, whose body
+// every tensor-core image holds) otherwise.
 func QFwdName(a Arch, v TCVariant, d int) string {
 	switch {
 	case a == ArchSM90:
 		return TCName(ArchSM90, "qfwd", v, d)
-	case a == ArchSM100 && SM100QFwdOK(v.SM100()):
+	case a == ArchSM100 && SM100QFwdOK(v.SM100(), d):
 		return TCName(ArchSM100, "qfwd", v, d)
 	}
 	return TCName(ArchSM80, "qfwd", v, d)
@@ -171,7 +172,7 @@ func QFwdNames(a Arch) []string {
 	for _, d := range []int{64, 128, 256} {
 		for _, v := range []TCVariant{VarBF16, VarFP8, VarBF16FP8, VarNVFP4} {
 			out = append(out, QFwdName(ArchSM80, v, d))
-			if a == ArchSM90 || a == ArchSM100 && SM100QFwdOK(v.SM100()) {
+			if a == ArchSM90 || a == ArchSM100 && SM100QFwdOK(v.SM100(), d) {
 				out = append(out, QFwdName(a, v, d))
 			}
 		}

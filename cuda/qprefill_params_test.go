@@ -61,7 +61,7 @@ func TestPrefillPathParse(t *testing.T) {
 
 // TestQFwdNames: every query-major kernel name is in a launch table (so
 // in the fatbin's name list), on every tensor-core family; sm90 adds its
-// own, SM100 its bf16 and fp8 ones.
+// own, SM100 its ten (all but the converted K/V variants at D 256).
 func TestQFwdNames(t *testing.T) {
 	if QFwdNames(ArchPortable) != nil {
 		t.Error("query-major kernels listed for the portable family")
@@ -73,12 +73,13 @@ func TestQFwdNames(t *testing.T) {
 		case ArchSM90:
 			want = 27 // and the 12 sm90 kernels, 3 of them fp8pv
 		case ArchSM100:
-			want = 18 // and the 6 SM100 bf16 / fp8 kernels
+			want = 22 // and the 10 SM100 kernels (no converted K/V at D 256)
 		}
 		if len(names) != want || !slices.Contains(names, "msa_sm80_qfwd_bf16_d128") || !slices.Contains(names, "msa_sm80_qfwd_nvfp4_d256") ||
 			slices.Contains(names, "msa_sm90_qfwd_bf16_d64") != (a == ArchSM90) || slices.Contains(names, "msa_sm90_qfwd_nvfp4_d256") != (a == ArchSM90) ||
 			slices.Contains(names, "msa_sm90_qfwd_fp8pv_d128") != (a == ArchSM90) ||
-			slices.Contains(names, "msa_sm100_qfwd_fp8_d256") != (a == ArchSM100) || slices.Contains(names, "msa_sm100_qfwd_nvfp4_d128") {
+			slices.Contains(names, "msa_sm100_qfwd_fp8_d256") != (a == ArchSM100) || slices.Contains(names, "msa_sm100_qfwd_nvfp4_d128") != (a == ArchSM100) ||
+			slices.Contains(names, "msa_sm100_qfwd_nvfp4_d256") {
 			t.Errorf("QFwdNames(%s) = %v", a, names)
 		}
 		for _, n := range names {
@@ -105,21 +106,24 @@ func TestQFwdPlan(t *testing.T) {
 	if why != "" || p.Name != "msa_sm80_qfwd_bf16_d128" || p.GridBlocks != 11 || QFwdTileRows(p.Name) != QTileRows {
 		t.Errorf("sm80: %+v, %q", p, why)
 	}
-	// SM100: the tcgen05 kernel for bf16 and fp8 (128-row tiles, one per
-	// CTA, the table's shared memory), the sm80 kernel for the converted
-	// K/V variants; paged K/V under the SM100 boxes' limits.
+	// SM100: the tcgen05 kernel (128-row tiles, one per CTA, the table's
+	// shared memory), the sm80 kernel for the converted K/V variants at D
+	// 256; paged K/V under the SM100 boxes' limits.
 	for _, c := range []struct {
 		q, kv Dtype
 		round Round
+		d     int
 		want  string
 	}{
-		{BF16, BF16, RoundBF16, "msa_sm100_qfwd_bf16_d128"},
-		{E4M3, E4M3, RoundE4M3, "msa_sm100_qfwd_fp8_d128"},
-		{BF16, E4M3, RoundBF16, "msa_sm80_qfwd_bf16fp8_d128"},
-		{BF16, NVFP4, RoundBF16, "msa_sm80_qfwd_nvfp4_d128"},
+		{BF16, BF16, RoundBF16, 128, "msa_sm100_qfwd_bf16_d128"},
+		{E4M3, E4M3, RoundE4M3, 256, "msa_sm100_qfwd_fp8_d256"},
+		{BF16, E4M3, RoundBF16, 128, "msa_sm100_qfwd_bf16fp8_d128"},
+		{E4M3, NVFP4, RoundBF16, 64, "msa_sm100_qfwd_nvfp4_d64"},
+		{BF16, E4M3, RoundBF16, 256, "msa_sm80_qfwd_bf16fp8_d256"},
+		{BF16, NVFP4, RoundBF16, 256, "msa_sm80_qfwd_nvfp4_d256"},
 	} {
 		f := *fa
-		f.QDtype, f.KVDtype, f.PVRound = c.q, c.kv, c.round
+		f.QDtype, f.KVDtype, f.PVRound, f.D = c.q, c.kv, c.round, c.d
 		p, why := QFwdPlan(ArchSM100, &f, 11)
 		rows := QTileRows
 		if strings.HasPrefix(c.want, "msa_sm100") {

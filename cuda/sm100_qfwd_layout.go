@@ -2,11 +2,14 @@ package cuda
 
 // SM100QFwdLayout is QFwdLayout<V, D> of sm100_layout.cuh: the maps of the
 // SM100 query-major prefill (msa_sm100_qfwd_*): one 128-row pass of a
-// query tile at a time, a softmax warpgroup, the MMA warp and a load warp,
-// K/V in a ring of Stages slots, PBufs P tiles.
+// query tile at a time, a softmax warpgroup, the MMA warp, a load warp and,
+// for the converted K/V variants, a converter warpgroup; K/V in a ring of
+// Stages slots, PBufs P tiles.
 type SM100QFwdLayout struct {
 	ES            int    // bytes of one MMA element (Q, K, V, P)
-	QRowBytes     int    // bytes of one Q row (and of one K/V row)
+	QRowBytes     int    // bytes of one Q row (and of one K/V row in shared memory)
+	RawRow        int    // bytes of one K/V row in global memory (the TMA source)
+	RawBytes      int    // bytes of the raw K (and of the raw V) tile: converted variants, else 0
 	PRowBytes     int    // bytes of one P row: 128 keys
 	QBytes        int    // bytes of the Q tile (128 rows)
 	PBytes        int    // bytes of one P tile (128 rows x 128 keys)
@@ -17,11 +20,13 @@ type SM100QFwdLayout struct {
 	POff          int    // offset of P tile 0 (tile i at POff + i PBytes)
 	KOff          int    // offset of K slot 0 (slot i at KOff + i KVBytes)
 	VOff          int    // offset of V slot 0
+	RawKOff       int    // offset of the raw K tile (converted variants)
+	RawVOff       int    // offset of the raw V tile
 	BarOff        int    // offset of the mbarriers (qfwdNumBars of them)
 	TmemSlot      int    // offset of the word that receives the tensor-memory address
 	MapBytes      int    // bytes of the map, alignment slack included
 	SmemBytes     int    // dynamic shared memory the launcher requests: MapBytes raised to sm100SoleCtaSmem
-	Threads       int    // softmax warpgroup + MMA warp + load warp
+	Threads       int    // softmax warpgroup + MMA warp + load warp (+ converter warpgroup)
 	TmemCols      int    // tensor-memory columns allocated (all 512)
 	TmemS         [2]int // columns of the two S buffers
 	TmemO         int    // column of O (128 lanes x D)
@@ -34,33 +39,53 @@ type SM100QFwdLayout struct {
 
 // Barrier indices of QFwdLayout (three ring slots reserved for each ring
 // barrier, whatever Stages is): K full, V full, K empty, V empty per slot,
-// then Q ready, S full per S buffer, P ready, O done.
+// then Q ready, S full per S buffer, P ready, O done, and the raw K / V
+// tiles' full and empty barriers of the converted variants.
 const (
-	qfwdBarK, qfwdBarV, qfwdBarKE, qfwdBarVE = 0, 3, 6, 9
-	qfwdBarQ, qfwdBarS, qfwdBarP, qfwdBarO   = 12, 13, 15, 16
-	qfwdNumBars                              = 17
-	qfwdMaxStages                            = 3
+	qfwdBarK, qfwdBarV, qfwdBarKE, qfwdBarVE     = 0, 3, 6, 9
+	qfwdBarQ, qfwdBarS, qfwdBarP, qfwdBarO       = 12, 13, 15, 16
+	qfwdBarRK, qfwdBarRV, qfwdBarRKE, qfwdBarRVE = 17, 18, 19, 20
+	qfwdNumBars                                  = 21
+	qfwdMaxStages                                = 3
 )
 
-// SM100QFwdOK reports whether variant v has an SM100 query-major kernel
-// (bf16 and fp8; the converted K/V variants run the sm80 query-major kernel
-// on SM100).
-func SM100QFwdOK(v SM100Variant) bool { return v == SM100BF16 || v == SM100FP8 }
+// qfwdMapEnd is qfwd_map_end: the bytes of the map of variant v, head dim
+// d, with st ring stages and pb P tiles, without the alignment slack.
+func qfwdMapEnd(v SM100Variant, d, st, pb int) int {
+	es := v.mmaBytes()
+	raw := 0
+	if v.converted() {
+		raw = 2 * sm100BlockKeys * v.rawRowBytes(d)
+	}
+	return alignUp(alignUp(alignUp(alignUp(sm100TileM*d*es, 1024)+pb*sm100TileM*sm100BlockKeys*es, 1024)+2*st*sm100BlockKeys*d*es, 1024)+raw, 1024) +
+		8*qfwdNumBars + 8
+}
 
-// SM100QFwd returns the query-major prefill layout of variant v (bf16 or
-// fp8), head dim d.
+func qfwdFits(v SM100Variant, d, st, pb int) bool {
+	return qfwdMapEnd(v, d, st, pb)+sm100AlignSlack <= sm100MaxDynSmem
+}
+
+// SM100QFwdOK reports whether variant v at head dim d has an SM100
+// query-major kernel (qfwd_fits: every variant at D 64 and 128, bf16 and
+// fp8 at D 256; the converted K/V variants' D 256 map does not fit and the
+// sm80 query-major kernel runs them).
+func SM100QFwdOK(v SM100Variant, d int) bool { return qfwdFits(v, d, 1, 1) }
+
+// SM100QFwd returns the query-major prefill layout of variant v, head dim
+// d (SM100QFwdOK).
 func SM100QFwd(v SM100Variant, d int) SM100QFwdLayout {
 	var l SM100QFwdLayout
 	l.ES = v.mmaBytes()
 	l.QRowBytes = d * l.ES
+	l.RawRow = v.rawRowBytes(d)
+	if v.converted() {
+		l.RawBytes = sm100BlockKeys * l.RawRow
+	}
 	l.PRowBytes = sm100BlockKeys * l.ES
 	l.QBytes = sm100TileM * l.QRowBytes
 	l.PBytes = sm100TileM * l.PRowBytes
 	l.KVBytes = sm100BlockKeys * l.QRowBytes
-	mapEnd := func(st, pb int) int {
-		return alignUp(alignUp(alignUp(l.QBytes, 1024)+pb*l.PBytes, 1024)+2*st*l.KVBytes, 1024) + 8*qfwdNumBars + 8
-	}
-	fits := func(st, pb int) bool { return mapEnd(st, pb)+sm100AlignSlack <= sm100MaxDynSmem }
+	fits := func(st, pb int) bool { return qfwdFits(v, d, st, pb) }
 	// The first of (3 stages, 2 P tiles), (2, 2), (2, 1), (1, 1) that fits.
 	l.Stages, l.PBufs = 1, 1
 	for _, c := range [][2]int{{3, 2}, {2, 2}, {2, 1}} {
@@ -72,11 +97,16 @@ func SM100QFwd(v SM100Variant, d int) SM100QFwdLayout {
 	l.POff = alignUp(l.QBytes, 1024)
 	l.KOff = alignUp(l.POff+l.PBufs*l.PBytes, 1024)
 	l.VOff = l.KOff + l.Stages*l.KVBytes
-	l.BarOff = alignUp(l.VOff+l.Stages*l.KVBytes, 1024)
+	l.RawKOff = alignUp(l.VOff+l.Stages*l.KVBytes, 1024)
+	l.RawVOff = l.RawKOff + l.RawBytes
+	l.BarOff = alignUp(l.RawVOff+l.RawBytes, 1024)
 	l.TmemSlot = l.BarOff + 8*qfwdNumBars
 	l.MapBytes = l.TmemSlot + 8 + sm100AlignSlack
 	l.SmemBytes = max(l.MapBytes, sm100SoleCtaSmem)
 	l.Threads = sm100TileM + 64
+	if v.converted() {
+		l.Threads += 128
+	}
 	l.TmemCols = tmemColumns
 	l.TmemS = [2]int{0, sm100BlockKeys}
 	l.TmemO = 2 * sm100BlockKeys

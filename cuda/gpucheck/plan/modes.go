@@ -42,8 +42,7 @@ func (m PrefillMode) Label() string {
 // sm80 mma.sync query-major kernel, the persistent KV-major kernel with
 // the fused combine (kv2) and the auto path with its KV tiles on it
 // (auto-kv2, tiles alternating as for auto); on SM100 the sm80 mma.sync
-// query-major kernel next to the tcgen05 one it stands in for (bf16 and
-// fp8); the portable kernels last.
+// query-major kernel next to the tcgen05 one; the portable kernels last.
 func PrefillModes(a cuda.Arch, tc, fp8 bool) []PrefillMode {
 	if !tc {
 		return []PrefillMode{{Portable: true}}

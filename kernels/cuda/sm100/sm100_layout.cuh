@@ -325,8 +325,9 @@ struct DecLayout {
 // 128-row tiles on SM100: QTileRowsFor): the tile's query-head rows, in
 // passes of 128 (kTileM), walk the union of the blocks its tokens selected,
 // with the online softmax across blocks; O, LSE and temperature LSE are
-// written once (no partials, no combine). Variants bf16 and fp8 (the
-// converted K/V variants run the sm80 query-major kernel on SM100).
+// written once (no partials, no combine). Every variant at D = 64 and 128;
+// bf16 and fp8 at D = 256 (qfwd_fits: a converted D = 256 map does not fit,
+// and the sm80 query-major kernel runs it).
 // Warp roles (FlashAttention-4 / CUTLASS example 77 on one tile):
 //   warps 0-3  softmax warpgroup: thread t = row t = TMEM lane t; gathers
 //              the pass's Q rows, reads S_j, masks, folds the online
@@ -337,45 +338,66 @@ struct DecLayout {
 //              so the tensor cores compute S_{j+1} while the softmax of
 //              block j runs
 //   warp 5     load warp: lane 0 issues the K and V TMA of every block of
-//              the walk into `stages` ring slots
+//              the walk: into `stages` ring slots (bf16, fp8), or into the
+//              raw K and raw V tiles (bf16fp8, nvfp4)
+//   warps 6-9  converter warpgroup (bf16fp8, nvfp4 only): thread t widens
+//              key t of the raw K, then V tile to BF16 into the ring slot
+//              (NVFP4: E2M1 x E4M3 block scale; rows past the block's
+//              keys zeroed)
 // Shared memory (byte offsets from the 1024-aligned base):
 //   [q_off, +q_bytes)               Q tile (K-major, 128 rows x D)
 //   [p_off + i p_bytes, ...)        P tile i < p_bufs (K-major, 128 rows x 128 keys)
 //   [k_off + i kv_bytes, ...)       K ring slot i < stages (K-major, 128 keys x D)
 //   [v_off + i kv_bytes, ...)       V ring slot i (MN-major operand of P V)
+//   [rk_off, +raw_bytes), [rv_off, +raw_bytes)  raw K and V tiles (converted variants)
 //   [bar_off, +8 num_bars)          mbarriers, then the TMEM address
 // Mbarriers (index: arrival count): K full / V full of slot i (bar_k + i,
-// bar_v + i: 1 + TMA bytes), K empty / V empty of slot i (bar_ke + i,
-// bar_ve + i: 1, tcgen05.commit after the product that read it), Q ready
-// (bar_q: 128 gathers, once per pass), S full of TMEM buffer b (bar_s + b:
-// 1 commit), P ready (bar_p: 128, once per block: P stored, S read, O
-// rescaled), O done (bar_o: 1 commit, once per block). Slots for three
-// ring stages are reserved whatever `stages` is, so the indices (the
-// timeout sites) do not depend on the variant. Every counter (ring use,
-// S buffer use, block) runs over all passes of the tile: wait parity
-// (use & 1).
+// bar_v + i: 1 + TMA bytes; converted: the 128 converter threads), K empty
+// / V empty of slot i (bar_ke + i, bar_ve + i: 1, tcgen05.commit after the
+// product that read it), Q ready (bar_q: 128 gathers, once per pass), S
+// full of TMEM buffer b (bar_s + b: 1 commit), P ready (bar_p: 128, once
+// per block: P stored, S read, O rescaled), O done (bar_o: 1 commit, once
+// per block); converted: raw K / raw V full (bar_rk, bar_rv: 1 + TMA
+// bytes) and empty (bar_rke, bar_rve: 128 converter threads), once per
+// block. Slots for three ring stages are reserved whatever `stages` is, so
+// the indices (the timeout sites) do not depend on the variant. Every
+// counter (ring use, S buffer use, block) runs over all passes of the
+// tile: wait parity (use & 1).
 // Tensor memory: S of buffer b (128 lanes x 128 FP32 columns) at column
 // 128 b, O (128 x D) at column 256; 512 columns, one CTA per SM
 // (kSoleCtaSmem).
+// Bytes of the query-major map with `st` ring stages and `pb` P tiles
+// (without the alignment slack) for variant v, head dim d.
+MSA_HD constexpr int qfwd_map_end(int v, int d, int st, int pb) {
+    return align_up(align_up(align_up(align_up(kTileM * d * q_mma_bytes(v), 1024) + pb * kTileM * kBlockKeys * p_mma_bytes(v), 1024) +
+                                 2 * st * kBlockKeys * d * kv_mma_bytes(v),
+                             1024) +
+                        (kv_converted(v) ? 2 * kBlockKeys * kv_row_bytes(v, d) : 0),
+                    1024) +
+           8 * 21 + 8;
+}
+MSA_HD constexpr bool qfwd_fits_at(int v, int d, int st, int pb) { return qfwd_map_end(v, d, st, pb) + kAlignSlack <= kMaxDynSmem; }
+// Whether variant v at head dim d has a query-major kernel (its smallest
+// map fits).
+MSA_HD constexpr bool qfwd_fits(int v, int d) { return qfwd_fits_at(v, d, 1, 1); }
 template <int V, int D>
 struct QFwdLayout {
     static_assert(D == 64 || D == 128 || D == 256, "head dim");
-    static_assert(V == kBF16 || V == kFP8, "query-major variants: bf16, fp8");
+    static_assert(qfwd_fits(V, D), "no query-major map fits this variant and head dim");
     static constexpr bool f8 = V == kFP8;
-    static constexpr int es = f8 ? 1 : 2;              // MMA operand element size (Q, K, V, P)
-    static constexpr int q_row_bytes = D * es;
+    static constexpr bool conv = kv_converted(V);
+    static constexpr int es = kv_mma_bytes(V);         // MMA operand element size (Q, K, V, P)
+    static constexpr int q_row_bytes = D * q_mma_bytes(V);
     static constexpr int kv_row = D * es;
-    static constexpr int p_row_bytes = kBlockKeys * es;
+    static constexpr int raw_row = kv_row_bytes(V, D);  // K/V row in global memory (the TMA source)
+    static constexpr int p_row_bytes = kBlockKeys * p_mma_bytes(V);
     static constexpr int q_bytes = kTileM * q_row_bytes;
     static constexpr int p_bytes = kTileM * p_row_bytes;
     static constexpr int kv_bytes = kBlockKeys * kv_row;
-    static constexpr int bar_k = 0, bar_v = 3, bar_ke = 6, bar_ve = 9, bar_q = 12, bar_s = 13, bar_p = 15, bar_o = 16, num_bars = 17;
+    static constexpr int raw_bytes = conv ? kBlockKeys * raw_row : 0;
+    static constexpr int bar_k = 0, bar_v = 3, bar_ke = 6, bar_ve = 9, bar_q = 12, bar_s = 13, bar_p = 15, bar_o = 16, bar_rk = 17, bar_rv = 18, bar_rke = 19, bar_rve = 20, num_bars = 21;
     static constexpr int max_stages = 3;
-    // Bytes of the map with `st` ring stages and `pb` P tiles (without slack).
-    MSA_HD static constexpr int map_end(int st, int pb) {
-        return align_up(align_up(align_up(q_bytes, 1024) + pb * p_bytes, 1024) + 2 * st * kv_bytes, 1024) + 8 * num_bars + 8;
-    }
-    MSA_HD static constexpr bool fits(int st, int pb) { return map_end(st, pb) + kAlignSlack <= kMaxDynSmem; }
+    MSA_HD static constexpr bool fits(int st, int pb) { return qfwd_fits_at(V, D, st, pb); }
     // The first of (3 stages, 2 P tiles), (2, 2), (2, 1), (1, 1) that fits:
     // two P tiles let the softmax store P_{j+1} while O += P_j V_j still
     // reads P_j; ring stages keep K/V loads ahead of the walk.
@@ -385,13 +407,15 @@ struct QFwdLayout {
     static constexpr int p_off = align_up(q_bytes, 1024);
     static constexpr int k_off = align_up(p_off + p_bufs * p_bytes, 1024);
     static constexpr int v_off = k_off + stages * kv_bytes;
-    static constexpr int bar_off = align_up(v_off + stages * kv_bytes, 1024);
+    static constexpr int rk_off = align_up(v_off + stages * kv_bytes, 1024);
+    static constexpr int rv_off = rk_off + raw_bytes;
+    static constexpr int bar_off = align_up(rv_off + raw_bytes, 1024);
     static constexpr int tmem_slot_off = bar_off + 8 * num_bars;
     static constexpr int map_bytes = tmem_slot_off + 8 + kAlignSlack;
     static constexpr int smem_bytes = imax(map_bytes, kSoleCtaSmem);
     static constexpr int softmax_threads = kTileM;
-    static constexpr int mma_warp = 4, load_warp = 5;
-    static constexpr int threads = softmax_threads + 64;
+    static constexpr int mma_warp = 4, load_warp = 5, conv_warp0 = 6;  // converter warpgroup: warps 6-9
+    static constexpr int threads = softmax_threads + 64 + (conv ? 128 : 0);
     static constexpr int tmem_cols = 512;
     MSA_HD static constexpr int tmem_s_col(int b) { return kBlockKeys * b; }
     static constexpr int tmem_o_col = 2 * kBlockKeys;
@@ -399,12 +423,13 @@ struct QFwdLayout {
     static constexpr uint32_t idesc_pv = umma_idesc(f8, kTileM, D, false, true);
     static constexpr int qk_steps = q_row_bytes / kKStepBytes;
     static constexpr int pv_steps = p_row_bytes / kKStepBytes;
-    static constexpr int keys_per_pv_step = kKStepBytes / es;
-    static_assert(stages <= max_stages && map_end(stages, p_bufs) == tmem_slot_off + 8, "ring slots and the map");
+    static constexpr int keys_per_pv_step = kKStepBytes / p_mma_bytes(V);
+    static_assert(stages <= max_stages && qfwd_map_end(V, D, stages, p_bufs) == tmem_slot_off + 8, "ring slots and the map");
     static_assert(smem_bytes <= kMaxDynSmem, "dynamic shared memory");
     static_assert(tmem_o_col + D <= tmem_cols, "tensor memory columns");
     static_assert(resident_by_smem(smem_bytes) * tmem_cols <= kTmemColsPerSM, "co-resident CTAs' TMEM");
     static_assert(umma_shape_ok(kTileM, kBlockKeys) && umma_shape_ok(kTileM, D), "UMMA shape");
+    static_assert(q_row_bytes == kv_row, "Q and K rows have one layout");
 };
 
 // ---- tensor-memory lane ownership ------------------------------------------------
@@ -523,12 +548,22 @@ MSA_SM100_PIN(QFwdLayout, kBF16, 256, p_bufs, 1);
 MSA_SM100_PIN(QFwdLayout, kFP8, 128, stages, 3);
 MSA_SM100_PIN(QFwdLayout, kFP8, 256, stages, 2);
 MSA_SM100_PIN(QFwdLayout, kBF16, 128, threads, 192);
-MSA_SM100_PIN(QFwdLayout, kBF16, 64, map_bytes, 181392);
-MSA_SM100_PIN(QFwdLayout, kBF16, 128, smem_bytes, 230544);
-MSA_SM100_PIN(QFwdLayout, kBF16, 256, smem_bytes, 230544);
+MSA_SM100_PIN(QFwdLayout, kBF16, 64, map_bytes, 181424);
+MSA_SM100_PIN(QFwdLayout, kBF16, 128, smem_bytes, 230576);
+MSA_SM100_PIN(QFwdLayout, kBF16, 256, smem_bytes, 230576);
 MSA_SM100_PIN(QFwdLayout, kFP8, 64, smem_bytes, 117760);
-MSA_SM100_PIN(QFwdLayout, kFP8, 128, smem_bytes, 148624);
-MSA_SM100_PIN(QFwdLayout, kFP8, 256, smem_bytes, 197776);
+MSA_SM100_PIN(QFwdLayout, kFP8, 128, smem_bytes, 148656);
+MSA_SM100_PIN(QFwdLayout, kFP8, 256, smem_bytes, 197808);
 MSA_SM100_PIN(QFwdLayout, kFP8, 128, idesc_pv, 0x08210010u);
+MSA_SM100_PIN(QFwdLayout, kBF16FP8, 64, stages, 3);
+MSA_SM100_PIN(QFwdLayout, kBF16FP8, 128, stages, 2);
+MSA_SM100_PIN(QFwdLayout, kBF16FP8, 128, p_bufs, 1);
+MSA_SM100_PIN(QFwdLayout, kBF16FP8, 128, threads, 320);
+MSA_SM100_PIN(QFwdLayout, kNVFP4, 128, p_bufs, 1);
+MSA_SM100_PIN(QFwdLayout, kBF16FP8, 64, smem_bytes, 197808);
+MSA_SM100_PIN(QFwdLayout, kBF16FP8, 128, smem_bytes, 230576);
+MSA_SM100_PIN(QFwdLayout, kNVFP4, 64, smem_bytes, 189616);
+MSA_SM100_PIN(QFwdLayout, kNVFP4, 128, smem_bytes, 214192);
+MSA_SM100_PIN(QFwdLayout, kNVFP4, 128, idesc_pv, 0x08210490u);
 
 #endif  // SM100_LAYOUT_CUH

@@ -1,5 +1,5 @@
 // sm100_qfwd.cu - query-major block-sparse prefill on SM100 (tcgen05 + TMA):
-// msa_sm100_qfwd_{bf16,fp8}_d{64,128,256}.
+// msa_sm100_qfwd_{bf16,fp8}_d{64,128,256}, msa_sm100_qfwd_{bf16fp8,nvfp4}_d{64,128}.
 //
 // Same plan, parameter block and results as sm80/sm80_qfwd.cu (cuda.QPlan
 // with 128-row tiles on SM100, MsaQFwdParams): one CTA per query tile x KV
@@ -13,7 +13,12 @@
 // Per block j of the walk (counters run over all 128-row passes of the tile):
 //   load warp   K_j, V_j by TMA into ring slot j % stages once the products
 //               that read the slot's previous K / V have committed K empty /
-//               V empty.
+//               V empty (bf16, fp8); or the raw K_j, V_j into the raw tiles
+//               once the converter has released them (raw K / V empty).
+//   converter   (bf16fp8, nvfp4) once raw K_j has landed and ring slot
+//               j % stages is empty, thread t widens key t to BF16 into the
+//               slot (NVFP4 with its block scale; keys past the block
+//               zeroed) and arrives on K full and raw K empty; then V.
 //   MMA issuer  S_{j+1} = Q K_{j+1}^T into S buffer (j+1) & 1 (commit: S
 //               full, K empty), then, once P ready(j): O (+)= P_j V_j
 //               (commit: V empty, O done). S_{j+1} runs on the tensor cores
@@ -22,7 +27,8 @@
 //               (second pass: exp2, unrounded sum, P rounded into P tile
 //               j % p_bufs; with one P tile only after O done(j-1)); zero
 //               the V rows past the block's keys (P = 0 there must not meet
-//               stale shared memory); wait O done(j-1) and rescale O in
+//               stale shared memory; the converter zeroes them in the
+//               converted variants); wait O done(j-1) and rescale O in
 //               tensor memory by alpha when any row of the warp changed
 //               its max; arrive on P ready(j).
 // A tile holds at most 128 rows when qhead_per_kv <= 128 (the planner's
@@ -40,8 +46,10 @@
 // softmax arrives after its wait on S_j; P ready(j+1) needs O done(j),
 // which needs the issuer's wait on P ready(j); O done(j+1) needs P
 // ready(j+1), arrived after the softmax's wait on O done(j); K / V empty
-// of a slot are waited by the load warp in use order, and a slot's next
-// full phase needs its empty phase. cuda/emu_sm100_qfwd_test.go runs the
+// of a slot are waited by the load warp (converted: the converter) in use
+// order, and a slot's next full phase needs its empty phase; raw K / V full
+// of block j+1 needs raw empty of block j, which the converter arrives
+// after its wait on raw full of block j. cuda/emu_sm100_qfwd_test.go runs the
 // three roles' barrier programs under every scheduling order it explores
 // and checks every read against the writes it needs.
 #include "shared/tc_frag.cuh"
@@ -64,6 +72,7 @@ __device__ __forceinline__ int qwalk_len(const int* blocks, int lo, int hi, int 
 template <int V, int D>
 __device__ __forceinline__ void qfwd_body(const MsaQFwdParams& p, const MsaTensorMaps& maps) {
     using L = QFwdLayout<V, D>;
+    constexpr int kStorageBytes = V == kBF16 ? 2 : 1;  // element size of the K/V tensor maps
     extern __shared__ uint8_t dsmem[];
     const int tile = blockIdx.x;
     if (tile >= p.num_tiles) return;  // CTA-uniform, before any TMEM use
@@ -86,17 +95,25 @@ __device__ __forceinline__ void qfwd_body(const MsaQFwdParams& p, const MsaTenso
     auto sP = [&](int i) { return smem_u32(sm + L::p_off + i * L::p_bytes); };
     auto sK = [&](int s) { return smem_u32(sm + L::k_off + s * L::kv_bytes); };
     auto sV = [&](int s) { return smem_u32(sm + L::v_off + s * L::kv_bytes); };
+    const uint32_t sRawK = smem_u32(sm + L::rk_off), sRawV = smem_u32(sm + L::rv_off);
     const uint32_t bar = smem_u32(sm + L::bar_off);
     auto B = [&](int i) { return bar + 8 * i; };
     uint32_t* tmem_slot = reinterpret_cast<uint32_t*>(sm + L::tmem_slot_off);
 
     if (warp == L::mma_warp) tmem_alloc<L::tmem_cols>(smem_u32(tmem_slot));
     if (tid == 0) {
+        constexpr int kFull = L::conv ? 128 : 1;  // the converter's threads, or the TMA issuer
         for (int s = 0; s < L::stages; ++s) {
-            mbar_init(B(L::bar_k + s), 1);
-            mbar_init(B(L::bar_v + s), 1);
+            mbar_init(B(L::bar_k + s), kFull);
+            mbar_init(B(L::bar_v + s), kFull);
             mbar_init(B(L::bar_ke + s), 1);
             mbar_init(B(L::bar_ve + s), 1);
+        }
+        if constexpr (L::conv) {
+            mbar_init(B(L::bar_rk), 1);
+            mbar_init(B(L::bar_rv), 1);
+            mbar_init(B(L::bar_rke), 128);
+            mbar_init(B(L::bar_rve), 128);
         }
         mbar_init(B(L::bar_q), L::softmax_threads);
         mbar_init(B(L::bar_s), 1);
@@ -127,14 +144,49 @@ __device__ __forceinline__ void qfwd_body(const MsaQFwdParams& p, const MsaTenso
                     const int s = n % L::stages, u = n / L::stages;
                     int t0;
                     const int nk = keys_of(i, t0);
-                    if (u > 0) mbar_wait(B(L::bar_ke + s), slot_parity(u - 1), kWaitQFwd, L::bar_ke + s);
-                    issue_kv_tile<L::kv_row, L::es>(sK(s), &maps.k, B(L::bar_k + s), g, t0, nk);
-                    if (u > 0) mbar_wait(B(L::bar_ve + s), slot_parity(u - 1), kWaitQFwd, L::bar_ve + s);
-                    issue_kv_tile<L::kv_row, L::es>(sV(s), &maps.v, B(L::bar_v + s), g, t0, nk);
+                    if constexpr (L::conv) {  // the raw tiles, once the converter has read the previous block's
+                        if (n > 0) mbar_wait(B(L::bar_rke), slot_parity(n - 1), kWaitQFwd, L::bar_rke);
+                        issue_kv_tile<L::raw_row, kStorageBytes>(sRawK, &maps.k, B(L::bar_rk), g, t0, nk);
+                        if (n > 0) mbar_wait(B(L::bar_rve), slot_parity(n - 1), kWaitQFwd, L::bar_rve);
+                        issue_kv_tile<L::raw_row, kStorageBytes>(sRawV, &maps.v, B(L::bar_rv), g, t0, nk);
+                    } else {
+                        if (u > 0) mbar_wait(B(L::bar_ke + s), slot_parity(u - 1), kWaitQFwd, L::bar_ke + s);
+                        issue_kv_tile<L::raw_row, kStorageBytes>(sK(s), &maps.k, B(L::bar_k + s), g, t0, nk);
+                        if (u > 0) mbar_wait(B(L::bar_ve + s), slot_parity(u - 1), kWaitQFwd, L::bar_ve + s);
+                        issue_kv_tile<L::raw_row, kStorageBytes>(sV(s), &maps.v, B(L::bar_v + s), g, t0, nk);
+                    }
                 }
             }
         }
         __syncwarp();
+    } else if (L::conv && warp >= L::conv_warp0) {
+        // ---- converter warpgroup: thread t widens key t of each raw tile ----
+        const int t = tid - 32 * L::conv_warp0;
+        const uint8_t* kscale = reinterpret_cast<const uint8_t*>(p.k_scale);
+        const uint8_t* vscale = reinterpret_cast<const uint8_t*>(p.v_scale);
+#pragma unroll 1
+        for (int n = 0, pass = 0; pass < npass; ++pass) {
+#pragma unroll 1
+            for (int i = 0; i < nblk; ++i, ++n) {
+                const int s = n % L::stages, u = n / L::stages;
+                int t0;
+                const int nk = keys_of(i, t0);
+                const bool valid = t < nk;
+                const long long srow = (V == kNVFP4 && valid) ? g.scale_row(t0 + t) : 0;
+                mbar_wait(B(L::bar_rk), slot_parity(n), kWaitQFwd, L::bar_rk);
+                if (u > 0) mbar_wait(B(L::bar_ke + s), slot_parity(u - 1), kWaitQFwd, L::bar_ke + s);
+                convert_kv_row<V, D>(sK(s), sRawK, t, valid, kscale, srow);
+                fence_proxy_async();  // the widened rows: visible to the MMA; the raw tile: free for the next TMA
+                mbar_arrive(B(L::bar_k + s));
+                mbar_arrive(B(L::bar_rke));
+                mbar_wait(B(L::bar_rv), slot_parity(n), kWaitQFwd, L::bar_rv);
+                if (u > 0) mbar_wait(B(L::bar_ve + s), slot_parity(u - 1), kWaitQFwd, L::bar_ve + s);
+                convert_kv_row<V, D>(sV(s), sRawV, t, valid, vscale, srow);
+                fence_proxy_async();
+                mbar_arrive(B(L::bar_v + s));
+                mbar_arrive(B(L::bar_rve));
+            }
+        }
     } else if (warp == L::mma_warp) {
         // ---- MMA warp, lane 0: every tcgen05.mma and tcgen05.commit ----
         if (lane == 0 && nblk > 0) {
@@ -186,17 +238,24 @@ __device__ __forceinline__ void qfwd_body(const MsaQFwdParams& p, const MsaTenso
         const int r = tid;
         const uint32_t lane_base = tmem_lane_base(warp);
         const uint32_t tO = tmem + lane_base + L::tmem_o_col;
-        const float scale = p.softmax_scale_log2, invT = p.inv_temperature;
+        float scale = p.softmax_scale_log2;
+        if (V == kNVFP4 && p.k_global_scale) scale *= *reinterpret_cast<const float*>(p.k_global_scale);
+        const float invT = p.inv_temperature;
         const float oscale = p.output_scale ? *reinterpret_cast<const float*>(p.output_scale) : 1.f;
         const uint8_t* qbase = reinterpret_cast<const uint8_t*>(p.q);
+        const int qes = p.q_dtype == MSA_DT_BF16 ? 2 : 1;
+        // E4M3 Q with NVFP4 K/V is widened to bf16 while it is gathered (synchronously).
+        const bool widenQ = V == kNVFP4 && p.q_dtype == MSA_DT_E4M3;
         auto gather = [&](int pass) {  // this thread's Q row of the pass (zero-filled padding)
             long long qoff, orow;
             int lim, tok;
             R.row(pass * kTileM + r, qoff, orow, lim, tok);
-            gather_row_async<L::q_row_bytes, kTileM>(sQ, r, qoff >= 0 ? qbase + qoff * L::es : nullptr, qbase);
+            const uint8_t* src = qoff >= 0 ? qbase + qoff * qes : nullptr;
+            if (widenQ) gather_row_e4m3_to_bf16<D, kTileM>(sQ, r, src);
+            else gather_row_async<L::q_row_bytes, kTileM>(sQ, r, src, qbase);
         };
         auto publish = [&]() {  // visible to the MMA (async proxy); counts toward Q ready
-            cp_async_wait_all();
+            if (!widenQ) cp_async_wait_all();
             fence_proxy_async();
             mbar_arrive(B(L::bar_q));
         };
@@ -232,7 +291,7 @@ __device__ __forceinline__ void qfwd_body(const MsaQFwdParams& p, const MsaTenso
                 const uint32_t pt = sP(n % L::p_bufs);
                 float sum = 0.f, tsum = 0.f;
                 tmem_row_p<L::f8>(tS, vis, empty, scale, mnew, invT, pt, r, p.pv_round, sum, tsum);
-                if (nk < kBlockKeys && r >= nk) {  // V rows past the block's keys: zero, after the TMA landed
+                if (!L::conv && nk < kBlockKeys && r >= nk) {  // V rows past the block's keys: zero, after the TMA landed
                     const int s = n % L::stages;
                     mbar_wait(B(L::bar_v + s), slot_parity(n / L::stages), kWaitQFwd, L::bar_v + s);
                     zero_row<L::kv_row, kBlockKeys>(sV(s), r);
@@ -319,4 +378,8 @@ MSA_SM100_QFWD_KERNEL(bf16, kBF16, 256)
 MSA_SM100_QFWD_KERNEL(fp8, kFP8, 64)
 MSA_SM100_QFWD_KERNEL(fp8, kFP8, 128)
 MSA_SM100_QFWD_KERNEL(fp8, kFP8, 256)
+MSA_SM100_QFWD_KERNEL(bf16fp8, kBF16FP8, 64)
+MSA_SM100_QFWD_KERNEL(bf16fp8, kBF16FP8, 128)
+MSA_SM100_QFWD_KERNEL(nvfp4, kNVFP4, 64)
+MSA_SM100_QFWD_KERNEL(nvfp4, kNVFP4, 128)
 #undef MSA_SM100_QFWD_KERNEL

@@ -510,10 +510,11 @@ func (r *report) prefill(c *check.Prefill, seed uint64, windowed bool) {
 			r.out(c.Name, "free", check.Diff{}, check.Diff{}, false, err)
 		}
 	}()
-	var ref8 *check.Reference // the fp8pv kernels' bounds (P.V accumulated over the walk on FP8)
-	for _, md := range r.prefillCaseModes(c.QD == cuda.E4M3 && c.KVD == cuda.E4M3) {
+	var ref8 *check.Reference // the bounds of kernels accumulating P.V over the walk on FP8 (fp8Walk)
+	fp8 := c.QD == cuda.E4M3 && c.KVD == cuda.E4M3
+	for _, md := range r.prefillCaseModes(fp8) {
 		ref := ref
-		if md.fp8pv == cuda.FP8PVFP8 {
+		if fp8 && md.fp8Walk {
 			if ref8 == nil {
 				c.PV8Walk = true
 				ref8 = c.Reference()
@@ -800,7 +801,7 @@ func (r *report) timings(quick bool) {
 		case genErr != nil:
 			r.timeRow(name, "", 0, 0, 0, noUnion, tc.FP8(), genErr)
 		case tc.Prefill:
-			r.timePrefill(pc, name, prefillRunMode(row.Prefill), tc.FP8())
+			r.timePrefill(pc, name, prefillRunMode(row.Prefill, r.planArch()), tc.FP8())
 		default:
 			r.timeDecode(dc, name, decodeRunMode(row.Decode), tc.FP8())
 		}

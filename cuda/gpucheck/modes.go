@@ -15,13 +15,14 @@ type runMode struct {
 	prefill cuda.PrefillPath
 	fp8pv   cuda.FP8PV       // the sm_90a query-major fp8 kernel's P.V (MSA_CUDA_FP8PV)
 	choose  cuda.TileChooser // the auto path's tiles (nil: the model)
+	fp8Walk bool             // FP8 P.V may accumulate over a whole walk (plan.PrefillMode.FP8Walk)
 }
 
-func prefillRunMode(m plan.PrefillMode) runMode {
+func prefillRunMode(m plan.PrefillMode, a cuda.Arch) runMode {
 	if m.Portable {
 		return runMode{path: cuda.PathPortable, prefill: cuda.PrefillKV}
 	}
-	md := runMode{path: cuda.PathAuto, prefill: m.Path, fp8pv: m.FP8PV}
+	md := runMode{path: cuda.PathAuto, prefill: m.Path, fp8pv: m.FP8PV, fp8Walk: m.FP8Walk(a)}
 	if m.Path.Auto() {
 		md.choose = cuda.AlternateTiles // both kinds of launch in one call
 	}
@@ -55,7 +56,7 @@ func (r *report) prefillCaseModes(fp8 bool) []runMode {
 	a := r.planArch()
 	var out []runMode
 	for _, m := range plan.PrefillModes(a, a != cuda.ArchPortable, fp8) {
-		out = append(out, prefillRunMode(m))
+		out = append(out, prefillRunMode(m, a))
 	}
 	return out
 }

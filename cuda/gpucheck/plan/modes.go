@@ -33,6 +33,19 @@ func (m PrefillMode) Label() string {
 	return " (kv)"
 }
 
+// FP8Walk reports whether an FP8 prefill (E4M3 Q and K/V) in this mode on
+// family a may accumulate P.V over a whole query-major walk on the FP8
+// tensor cores, so that its bound takes that accumulator's truncations
+// (check.Prefill.PV8Walk): the sm_90a fp8pv kernel, and on SM100 the
+// tcgen05 query-major kernel (kind::f8f6f4 into tensor memory across the
+// walk), which the query and auto paths run.
+func (m PrefillMode) FP8Walk(a cuda.Arch) bool {
+	if m.Portable {
+		return false
+	}
+	return m.FP8PV == cuda.FP8PVFP8 || a == cuda.ArchSM100 && (m.Path == cuda.PrefillQuery || m.Path.Auto())
+}
+
 // PrefillModes lists the modes of a prefill on family a (tc: the device
 // has tensor-core kernels): the portable kernels alone without them; else
 // the KV-major then the query-major path, the auto path with its tiles

@@ -232,3 +232,26 @@ func TestPrefillModes(t *testing.T) {
 		}
 	}
 }
+
+// TestFP8Walk: the modes whose FP8 P.V may accumulate over a whole walk
+// on the FP8 tensor cores: sm90's fp8pv, SM100's query and auto paths.
+func TestFP8Walk(t *testing.T) {
+	for _, c := range []struct {
+		a    cuda.Arch
+		m    PrefillMode
+		want bool
+	}{
+		{cuda.ArchSM90, PrefillMode{Path: cuda.PrefillQuery, FP8PV: cuda.FP8PVFP8}, true},
+		{cuda.ArchSM90, PrefillMode{Path: cuda.PrefillQuery}, false},
+		{cuda.ArchSM90, PrefillMode{Path: cuda.PrefillAuto}, false},
+		{cuda.ArchSM100, PrefillMode{Path: cuda.PrefillQuery}, true},
+		{cuda.ArchSM100, PrefillMode{Path: cuda.PrefillAuto}, true},
+		{cuda.ArchSM100, PrefillMode{Path: cuda.PrefillQuery80}, false},
+		{cuda.ArchSM100, PrefillMode{Path: cuda.PrefillKV}, false},
+		{cuda.ArchSM100, PrefillMode{Portable: true}, false},
+	} {
+		if got := c.m.FP8Walk(c.a); got != c.want {
+			t.Errorf("%s %s: FP8Walk %v, want %v", c.a, c.m.Label(), got, c.want)
+		}
+	}
+}

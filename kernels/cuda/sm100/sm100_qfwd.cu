@@ -88,6 +88,20 @@ __device__ __forceinline__ void qfwd_body(const MsaQFwdParams& p, const MsaTenso
         t0 = blocks[lo + i] * p.blk_kv;
         return min(bkeys, R.seqlen_k - t0);
     };
+    // The load warp's and the converter's walk: f(n, s, u, t0, nk) for block
+    // i of each pass, n counting blocks over all passes, ring slot s = n %
+    // stages in its use u = n / stages, keys [t0, t0 + nk).
+    auto each_block = [&](auto&& f) {
+#pragma unroll 1
+        for (int n = 0, pass = 0; pass < npass; ++pass) {
+#pragma unroll 1
+            for (int i = 0; i < nblk; ++i, ++n) {
+                int t0;
+                const int nk = keys_of(i, t0);
+                f(n, n % L::stages, n / L::stages, t0, nk);
+            }
+        }
+    };
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     uint8_t* sm = align_1024(dsmem);
@@ -137,26 +151,19 @@ __device__ __forceinline__ void qfwd_body(const MsaQFwdParams& p, const MsaTenso
         if (lane == 0 && nblk > 0) {
             tma_prefetch_map(&maps.k);
             tma_prefetch_map(&maps.v);
-#pragma unroll 1
-            for (int n = 0, pass = 0; pass < npass; ++pass) {
-#pragma unroll 1
-                for (int i = 0; i < nblk; ++i, ++n) {
-                    const int s = n % L::stages, u = n / L::stages;
-                    int t0;
-                    const int nk = keys_of(i, t0);
-                    if constexpr (L::conv) {  // the raw tiles, once the converter has read the previous block's
-                        if (n > 0) mbar_wait(B(L::bar_rke), slot_parity(n - 1), kWaitQFwd, L::bar_rke);
-                        issue_kv_tile<L::raw_row, kStorageBytes>(sRawK, &maps.k, B(L::bar_rk), g, t0, nk);
-                        if (n > 0) mbar_wait(B(L::bar_rve), slot_parity(n - 1), kWaitQFwd, L::bar_rve);
-                        issue_kv_tile<L::raw_row, kStorageBytes>(sRawV, &maps.v, B(L::bar_rv), g, t0, nk);
-                    } else {
-                        if (u > 0) mbar_wait(B(L::bar_ke + s), slot_parity(u - 1), kWaitQFwd, L::bar_ke + s);
-                        issue_kv_tile<L::raw_row, kStorageBytes>(sK(s), &maps.k, B(L::bar_k + s), g, t0, nk);
-                        if (u > 0) mbar_wait(B(L::bar_ve + s), slot_parity(u - 1), kWaitQFwd, L::bar_ve + s);
-                        issue_kv_tile<L::raw_row, kStorageBytes>(sV(s), &maps.v, B(L::bar_v + s), g, t0, nk);
-                    }
+            each_block([&](int n, int s, int u, int t0, int nk) {
+                if constexpr (L::conv) {  // the raw tiles, once the converter has read the previous block's
+                    if (n > 0) mbar_wait(B(L::bar_rke), slot_parity(n - 1), kWaitQFwd, L::bar_rke);
+                    issue_kv_tile<L::raw_row, kStorageBytes>(sRawK, &maps.k, B(L::bar_rk), g, t0, nk);
+                    if (n > 0) mbar_wait(B(L::bar_rve), slot_parity(n - 1), kWaitQFwd, L::bar_rve);
+                    issue_kv_tile<L::raw_row, kStorageBytes>(sRawV, &maps.v, B(L::bar_rv), g, t0, nk);
+                } else {
+                    if (u > 0) mbar_wait(B(L::bar_ke + s), slot_parity(u - 1), kWaitQFwd, L::bar_ke + s);
+                    issue_kv_tile<L::raw_row, kStorageBytes>(sK(s), &maps.k, B(L::bar_k + s), g, t0, nk);
+                    if (u > 0) mbar_wait(B(L::bar_ve + s), slot_parity(u - 1), kWaitQFwd, L::bar_ve + s);
+                    issue_kv_tile<L::raw_row, kStorageBytes>(sV(s), &maps.v, B(L::bar_v + s), g, t0, nk);
                 }
-            }
+            });
         }
         __syncwarp();
     } else if (L::conv && warp >= L::conv_warp0) {
@@ -164,29 +171,22 @@ __device__ __forceinline__ void qfwd_body(const MsaQFwdParams& p, const MsaTenso
         const int t = tid - 32 * L::conv_warp0;
         const uint8_t* kscale = reinterpret_cast<const uint8_t*>(p.k_scale);
         const uint8_t* vscale = reinterpret_cast<const uint8_t*>(p.v_scale);
-#pragma unroll 1
-        for (int n = 0, pass = 0; pass < npass; ++pass) {
-#pragma unroll 1
-            for (int i = 0; i < nblk; ++i, ++n) {
-                const int s = n % L::stages, u = n / L::stages;
-                int t0;
-                const int nk = keys_of(i, t0);
-                const bool valid = t < nk;
-                const long long srow = (V == kNVFP4 && valid) ? g.scale_row(t0 + t) : 0;
-                mbar_wait(B(L::bar_rk), slot_parity(n), kWaitQFwd, L::bar_rk);
-                if (u > 0) mbar_wait(B(L::bar_ke + s), slot_parity(u - 1), kWaitQFwd, L::bar_ke + s);
-                convert_kv_row<V, D>(sK(s), sRawK, t, valid, kscale, srow);
-                fence_proxy_async();  // the widened rows: visible to the MMA; the raw tile: free for the next TMA
-                mbar_arrive(B(L::bar_k + s));
-                mbar_arrive(B(L::bar_rke));
-                mbar_wait(B(L::bar_rv), slot_parity(n), kWaitQFwd, L::bar_rv);
-                if (u > 0) mbar_wait(B(L::bar_ve + s), slot_parity(u - 1), kWaitQFwd, L::bar_ve + s);
-                convert_kv_row<V, D>(sV(s), sRawV, t, valid, vscale, srow);
-                fence_proxy_async();
-                mbar_arrive(B(L::bar_v + s));
-                mbar_arrive(B(L::bar_rve));
-            }
-        }
+        each_block([&](int n, int s, int u, int t0, int nk) {
+            const bool valid = t < nk;
+            const long long srow = (V == kNVFP4 && valid) ? g.scale_row(t0 + t) : 0;
+            mbar_wait(B(L::bar_rk), slot_parity(n), kWaitQFwd, L::bar_rk);
+            if (u > 0) mbar_wait(B(L::bar_ke + s), slot_parity(u - 1), kWaitQFwd, L::bar_ke + s);
+            convert_kv_row<V, D>(sK(s), sRawK, t, valid, kscale, srow);
+            fence_proxy_async();  // the widened rows: visible to the MMA; the raw tile: free for the next TMA
+            mbar_arrive(B(L::bar_k + s));
+            mbar_arrive(B(L::bar_rke));
+            mbar_wait(B(L::bar_rv), slot_parity(n), kWaitQFwd, L::bar_rv);
+            if (u > 0) mbar_wait(B(L::bar_ve + s), slot_parity(u - 1), kWaitQFwd, L::bar_ve + s);
+            convert_kv_row<V, D>(sV(s), sRawV, t, valid, vscale, srow);
+            fence_proxy_async();
+            mbar_arrive(B(L::bar_v + s));
+            mbar_arrive(B(L::bar_rve));
+        });
     } else if (warp == L::mma_warp) {
         // ---- MMA warp, lane 0: every tcgen05.mma and tcgen05.commit ----
         if (lane == 0 && nblk > 0) {

@@ -255,7 +255,10 @@ func (e *qfwdEmu) issuerProgram() []qstep {
 					e.fail("S%d overwrites %s before the softmax read it", n, e.s[b])
 				}
 				e.s[b], e.sRead[b] = fmt.Sprintf("S%d", n), false
-			}, func() { e.sFull[b].commit(e.t) }, func() { e.kEmpty[s].commit(e.t) })
+			}, func() { e.sFull[b].commit(e.t) })
+			if n+st < e.c.npass*e.c.nblk { // only a slot that is refilled
+				e.tc = append(e.tc, func() { e.kEmpty[s].commit(e.t) })
+			}
 		}))
 	}
 	n := 0
@@ -284,7 +287,11 @@ func (e *qfwdEmu) issuerProgram() []qstep {
 							e.fail("O += P%d V%d (block %d of its pass) finds O %q", n, n, i, e.o)
 						}
 						e.o = fmt.Sprintf("O%d", n)
-					}, func() { e.vEmpty[s].commit(e.t) }, func() { e.oDone.commit(e.t) })
+					})
+					if n+st < e.c.npass*e.c.nblk {
+						e.tc = append(e.tc, func() { e.vEmpty[s].commit(e.t) })
+					}
+					e.tc = append(e.tc, func() { e.oDone.commit(e.t) })
 				}))
 			}
 		}
@@ -410,7 +417,7 @@ func emuQFwd(t *testing.T, c qfwdCfg, mut qfwdMutation, random int) {
 			e.fail("run %d: %d epilogues for %d passes", run, len(e.epilogues), c.npass)
 		}
 		// Every phase of the barriers with one waiter per phase was
-		// waited; the empty barriers' last use per slot has no waiter.
+		// waited; a slot's empty barriers complete once per refill.
 		blocks := c.npass * c.nblk
 		for _, b := range append([]*mbar{e.pReady, e.oDone, e.sFull[0], e.sFull[1], e.rkFull, e.rvFull}, append(e.kFull, e.vFull...)...) {
 			if b.completed != b.waited {
@@ -420,7 +427,7 @@ func emuQFwd(t *testing.T, c qfwdCfg, mut qfwdMutation, random int) {
 		for s := 0; s < c.stages; s++ {
 			uses := (blocks - s + c.stages - 1) / c.stages
 			for _, b := range []*mbar{e.kEmpty[s], e.vEmpty[s]} {
-				if b.completed != uses || b.waited != max(uses-1, 0) {
+				if b.completed != max(uses-1, 0) || b.waited != b.completed {
 					e.fail("run %d: %s completed %d phases, %d waited; slot %d has %d uses", run, b.name, b.completed, b.waited, s, uses)
 				}
 			}

@@ -83,6 +83,10 @@ __device__ __forceinline__ void qfwd_body(const MsaQFwdParams& p, const MsaTenso
     const int lo = reinterpret_cast<const int*>(p.tile_ptr)[tile];
     const int nblk = qwalk_len(blocks, lo, reinterpret_cast<const int*>(p.tile_ptr)[tile + 1], p.blk_kv, R.seqlen_k);
     const int npass = (R.nrows + kTileM - 1) / kTileM;
+    // Blocks over all passes. The issuer commits K / V empty only for a
+    // slot that block n + stages refills, so every arrival has a waiter and
+    // none can land after the CTA has exited.
+    const int nwalk = npass * nblk;
     const int bkeys = min(p.blk_kv, kBlockKeys);
     auto keys_of = [&](int i, int& t0) {  // first key and key count of block i of the walk
         t0 = blocks[lo + i] * p.blk_kv;
@@ -203,7 +207,7 @@ __device__ __forceinline__ void qfwd_body(const MsaQFwdParams& p, const MsaTenso
                                                kmajor_sbo(L::kv_row), span_of(L::kv_row)),
                                 L::idesc_qk, k > 0 ? 1u : 0u);
                 umma_commit(B(L::bar_s + (n & 1)));
-                umma_commit(B(L::bar_ke + s));
+                if (n + L::stages < nwalk) umma_commit(B(L::bar_ke + s));  // only a slot that is refilled
             };
 #pragma unroll 1
             for (int n = 0, pass = 0; pass < npass; ++pass) {
@@ -227,7 +231,7 @@ __device__ __forceinline__ void qfwd_body(const MsaQFwdParams& p, const MsaTenso
                                                    mnmajor_lbo(L::kv_row, kBlockKeys), mnmajor_sbo(L::kv_row),
                                                    span_of(L::kv_row)),
                                     L::idesc_pv, (i > 0 || k > 0) ? 1u : 0u);
-                    umma_commit(B(L::bar_ve + s));
+                    if (n + L::stages < nwalk) umma_commit(B(L::bar_ve + s));
                     umma_commit(B(L::bar_o));
                 }
             }

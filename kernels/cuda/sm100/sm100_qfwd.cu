@@ -20,8 +20,9 @@
 //               slot (NVFP4 with its block scale; keys past the block
 //               zeroed) and arrives on K full and raw K empty; then V.
 //   MMA issuer  S_{j+1} = Q K_{j+1}^T into S buffer (j+1) & 1 (commit: S
-//               full, K empty), then, once P ready(j): O (+)= P_j V_j
-//               (commit: V empty, O done). S_{j+1} runs on the tensor cores
+//               full; K empty when a later block refills the slot), then,
+//               once P ready(j): O (+)= P_j V_j (commit: V empty when the
+//               slot is refilled; O done). S_{j+1} runs on the tensor cores
 //               while the softmax of block j runs.
 //   softmax     wait S full(j); the row's block max (first pass over S), P
 //               (second pass: exp2, unrounded sum, P rounded into P tile
@@ -34,8 +35,8 @@
 // A tile holds at most 128 rows when qhead_per_kv <= 128 (the planner's
 // limit), so it is one pass; the passes exist for the plan format's
 // one-token tiles of more heads. After the walk of a pass the softmax
-// warpgroup gathers the next pass's Q
-// (the pass's last S has completed), waits O done of the last block and
+// warpgroup gathers the next pass's Q (the pass's last S has completed),
+// waits O done of the last block and
 // stores O / l, the LSE and the temperature LSE. A tile whose walk is empty
 // (no selected block starts before the sequence's end) writes O = 0 and
 // LSE = -inf without touching the tensor cores.
@@ -49,9 +50,9 @@
 // of a slot are waited by the load warp (converted: the converter) in use
 // order, and a slot's next full phase needs its empty phase; raw K / V full
 // of block j+1 needs raw empty of block j, which the converter arrives
-// after its wait on raw full of block j. cuda/emu_sm100_qfwd_test.go runs the
-// three roles' barrier programs under every scheduling order it explores
-// and checks every read against the writes it needs.
+// after its wait on raw full of block j. cuda/emu_sm100_qfwd_test.go runs
+// the roles' barrier programs under every scheduling order it explores and
+// checks every read against the writes it needs.
 #include "shared/tc_frag.cuh"
 #include "sm100/sm100_common.cuh"
 

@@ -452,22 +452,13 @@ __device__ __forceinline__ void dec_body(const MsaDecodeParams& p, const MsaTens
 
 #endif  // MSA_SM100_ENABLED
 
-template <int V, int D>
-__device__ __forceinline__ void dec_entry(const MsaDecodeParams& p, const MsaTensorMaps& maps) {
-#if defined(MSA_SM100_ENABLED)
-    dec_body<V, D>(p, maps);
-#else
-    asm volatile("trap;");  // an SM100-family kernel launched on another architecture
-#endif
-}
-
 }  // namespace sm100
 }  // namespace msa
 
 #define MSA_SM100_DEC_KERNEL(NAME, VAR, D)                                                                            \
     extern "C" __global__ void __launch_bounds__(msa::sm100::kThreads, 1) msa_sm100_decode_##NAME##_d##D(             \
         const __grid_constant__ MsaDecodeParams p, const __grid_constant__ MsaTensorMaps maps) {                      \
-        msa::sm100::dec_entry<msa::sm100::VAR, D>(p, maps);                                                           \
+        MSA_SM100_BODY(msa::sm100::dec_body<msa::sm100::VAR, D>(p, maps));                                            \
     }
 MSA_SM100_DEC_KERNEL(bf16, kBF16, 64)
 MSA_SM100_DEC_KERNEL(bf16, kBF16, 128)

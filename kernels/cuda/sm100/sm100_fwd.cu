@@ -290,22 +290,13 @@ __device__ __forceinline__ void fwd_body(const MsaFwdParams& p, const MsaTensorM
 
 #endif  // MSA_SM100_ENABLED
 
-template <int V, int D>
-__device__ __forceinline__ void fwd_entry(const MsaFwdParams& p, const MsaTensorMaps& maps) {
-#if defined(MSA_SM100_ENABLED)
-    fwd_body<V, D>(p, maps);
-#else
-    asm volatile("trap;");  // an SM100-family kernel launched on another architecture
-#endif
-}
-
 }  // namespace sm100
 }  // namespace msa
 
 #define MSA_SM100_FWD_KERNEL(NAME, VAR, D)                                                                      \
     extern "C" __global__ void __launch_bounds__(msa::sm100::FwdLayout<msa::sm100::VAR, D>::threads, 1)     \
         msa_sm100_fwd_##NAME##_d##D(const __grid_constant__ MsaFwdParams p, const __grid_constant__ MsaTensorMaps maps) { \
-        msa::sm100::fwd_entry<msa::sm100::VAR, D>(p, maps);                                                     \
+        MSA_SM100_BODY(msa::sm100::fwd_body<msa::sm100::VAR, D>(p, maps));                                      \
     }
 MSA_SM100_FWD_KERNEL(bf16, kBF16, 64)
 MSA_SM100_FWD_KERNEL(bf16, kBF16, 128)

@@ -17,6 +17,15 @@
 #define MSA_SM100_ENABLED 1
 #endif
 
+// The body of every SM100-family kernel: the call in the sm_100f image,
+// a trap in the others (an SM100-family kernel launched on another
+// architecture), where the tcgen05 bodies are not compiled.
+#if defined(MSA_SM100_ENABLED)
+#define MSA_SM100_BODY(...) __VA_ARGS__
+#else
+#define MSA_SM100_BODY(...) asm volatile("trap;")
+#endif
+
 namespace msa {
 namespace sm100 {
 

@@ -360,22 +360,13 @@ __device__ __forceinline__ void qfwd_body(const MsaQFwdParams& p, const MsaTenso
 
 #endif  // MSA_SM100_ENABLED
 
-template <int V, int D>
-__device__ __forceinline__ void qfwd_entry(const MsaQFwdParams& p, const MsaTensorMaps& maps) {
-#if defined(MSA_SM100_ENABLED)
-    qfwd_body<V, D>(p, maps);
-#else
-    asm volatile("trap;");  // an SM100-family kernel launched on another architecture
-#endif
-}
-
 }  // namespace sm100
 }  // namespace msa
 
 #define MSA_SM100_QFWD_KERNEL(NAME, VAR, D)                                                                     \
     extern "C" __global__ void __launch_bounds__(msa::sm100::QFwdLayout<msa::sm100::VAR, D>::threads, 1)    \
         msa_sm100_qfwd_##NAME##_d##D(const __grid_constant__ MsaQFwdParams p, const __grid_constant__ MsaTensorMaps maps) { \
-        msa::sm100::qfwd_entry<msa::sm100::VAR, D>(p, maps);                                                    \
+        MSA_SM100_BODY(msa::sm100::qfwd_body<msa::sm100::VAR, D>(p, maps));                                     \
     }
 MSA_SM100_QFWD_KERNEL(bf16, kBF16, 64)
 MSA_SM100_QFWD_KERNEL(bf16, kBF16, 128)

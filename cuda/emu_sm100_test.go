@@ -118,7 +118,8 @@ func checkDisjoint(t *testing.T, what string, rs []region, limit int) {
 }
 
 // TestSM100MemoryRegions: the tensor-memory column regions of S and O (and
-// of the decode kernel's S^T and O^T blocks) never overlap and fit the
+// of the decode kernel's S^T and O^T blocks, and of the query-major
+// kernel's two S buffers and O) never overlap and fit the
 // power-of-2 allocation of at most 512 columns; the shared-memory regions
 // never overlap, the operand tiles start 1024-byte aligned (the swizzle
 // atom the UMMA descriptors assume), and everything fits the 227 KB
@@ -165,6 +166,39 @@ func TestSM100MemoryRegions(t *testing.T) {
 			}
 			if l.QRowBytes != l.KVRow || l.QKSteps*sm100KStepBytes != l.QRowBytes || l.PVSteps*l.KeysPerPVStep != sm100BlockKeys {
 				t.Errorf("%s: MMA K steps %d / %d do not cover D / the block", what, l.QKSteps, l.PVSteps)
+			}
+			if SM100QFwdOK(v, d) {
+				ql := SM100QFwd(v, d)
+				what := fmt.Sprintf("qfwd v%d d%d", v, d)
+				checkDisjoint(t, what+" TMEM", []region{{"S0", ql.TmemS[0], ql.TmemS[0] + sm100BlockKeys},
+					{"S1", ql.TmemS[1], ql.TmemS[1] + sm100BlockKeys}, {"O", ql.TmemO, ql.TmemO + d}}, ql.TmemCols)
+				rs := []region{{"Q", ql.QOff, ql.QOff + ql.QBytes}}
+				for i := 0; i < ql.PBufs; i++ {
+					rs = append(rs, region{fmt.Sprintf("P%d", i), ql.POff + i*ql.PBytes, ql.POff + (i+1)*ql.PBytes})
+				}
+				for i := 0; i < ql.Stages; i++ {
+					rs = append(rs, region{fmt.Sprintf("K%d", i), ql.KOff + i*ql.KVBytes, ql.KOff + (i+1)*ql.KVBytes},
+						region{fmt.Sprintf("V%d", i), ql.VOff + i*ql.KVBytes, ql.VOff + (i+1)*ql.KVBytes})
+				}
+				if ql.RawBytes > 0 {
+					rs = append(rs, region{"raw K", ql.RawKOff, ql.RawKOff + ql.RawBytes}, region{"raw V", ql.RawVOff, ql.RawVOff + ql.RawBytes})
+				}
+				for _, r := range rs { // operand tiles: the 1024-byte swizzle atom
+					if r.off%1024 != 0 {
+						t.Errorf("%s: %s tile at %d is not 1024-aligned", what, r.name, r.off)
+					}
+				}
+				if ql.TmemSlot != ql.BarOff+8*qfwdNumBars {
+					t.Errorf("%s: TMEM address word at %d, after %d mbarriers at %d", what, ql.TmemSlot, qfwdNumBars, ql.BarOff)
+				}
+				checkDisjoint(t, what+" smem", append(rs, region{"bars", ql.BarOff, ql.TmemSlot + 8}), ql.SmemBytes-sm100AlignSlack)
+				if ql.Stages < 1 || ql.Stages > qfwdMaxStages || ql.PBufs < 1 || ql.PBufs > 2 || ql.SmemBytes > sm100MaxDynSmem {
+					t.Errorf("%s: %d stages, %d P tiles, %d B of shared memory", what, ql.Stages, ql.PBufs, ql.SmemBytes)
+				}
+				if ql.QKSteps*sm100KStepBytes != ql.QRowBytes || ql.PVSteps*ql.KeysPerPVStep != sm100BlockKeys ||
+					ql.IdescQK != l.IdescQK || ql.IdescPV != l.IdescPV {
+					t.Errorf("%s: MMA steps %d / %d or descriptors differ from the KV-major prefill's", what, ql.QKSteps, ql.PVSteps)
+				}
 			}
 			{
 				dl := SM100Dec(v, d)

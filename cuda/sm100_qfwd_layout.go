@@ -37,16 +37,14 @@ type SM100QFwdLayout struct {
 	IdescPV       uint32 // UMMA instruction descriptor of O += P V
 }
 
-// Barrier indices of QFwdLayout (three ring slots reserved for each ring
-// barrier, whatever Stages is): K full, V full, K empty, V empty per slot,
-// then Q ready, S full per S buffer, P ready, O done, and the raw K / V
-// tiles' full and empty barriers of the converted variants.
+// qfwdNumBars is QFwdLayout::num_bars: three ring slots' K / V full and
+// empty barriers whatever Stages is, Q ready, two S full, P ready, O done
+// and the raw K / V tiles' full and empty barriers (their indices, the
+// timeout sites, are the table of sm100_wait.go); qfwdMaxStages its
+// max_stages.
 const (
-	qfwdBarK, qfwdBarV, qfwdBarKE, qfwdBarVE     = 0, 3, 6, 9
-	qfwdBarQ, qfwdBarS, qfwdBarP, qfwdBarO       = 12, 13, 15, 16
-	qfwdBarRK, qfwdBarRV, qfwdBarRKE, qfwdBarRVE = 17, 18, 19, 20
-	qfwdNumBars                                  = 21
-	qfwdMaxStages                                = 3
+	qfwdNumBars   = 21
+	qfwdMaxStages = 3
 )
 
 // qfwdMapEnd is qfwd_map_end: the bytes of the map of variant v, head dim

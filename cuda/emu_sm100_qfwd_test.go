@@ -6,9 +6,12 @@ package cuda
 // warpgroup (converted variants: raw tile to ring slot), the TMA unit
 // (which lands pending loads in any order), the MMA warp's
 // lane 0 (every tcgen05.mma and tcgen05.commit, in program order), the
-// tensor cores (which execute the issued products and commits in order,
-// each product reading its operands when it executes) and the softmax
-// warpgroup. Each role runs a step when the mbarrier phase it waits for
+// tensor cores and the softmax warpgroup. The tensor cores execute the
+// issued products in any order the PTX ISA allows: in issue order only
+// for the same accumulator (the pipelined tcgen05.mma pairs), so S = Q K^T
+// may overtake an earlier O += P V; a commit arrives once every product
+// issued before it has executed; each product reads its operands when it
+// executes (P from the S buffer the softmax stored it over). Each role runs a step when the mbarrier phase it waits for
 // has completed; a scheduler interleaves them under every priority order
 // and under random orders, so the barrier ledger (parities, phase
 // overruns, deadlocks) and every hand-off (the Q, K, V and P a product
@@ -35,19 +38,20 @@ const (
 	qmutRescaleEarly                // the softmax rescales O without waiting for O done of the previous block
 	qmutOneSBuffer                  // every S in the same TMEM columns
 	qmutEarlyGather                 // the next pass's Q gathered before the pass's last S was waited
-	qmutPStoreEarly                 // one P tile, stored before O done of the previous block
+	qmutSkipSReuse                  // S_{n+2} issued into the buffer holding P_n without waiting for O done(n)
+	qmutSReuseStale                 // at a pass's start S_n waits O done(n-2) although O done(n-1) may have completed
 	qmutZeroBeforeV                 // V rows past the block zeroed without waiting for V full
 	qmutSkipVFull                   // the issuer issues O += P V without waiting for V full
 	qmutConvSkipKEmpty              // the converter widens into a K slot without waiting for K empty
 	qmutSkipRawEmpty                // the load warp refills the raw K tile before the converter released it
 )
 
-// qfwdCfg is one CTA's shape: ring stages, P tiles, blocks in the tile's
-// walk, 128-row passes and whether K/V are converted (raw tiles and the
+// qfwdCfg is one CTA's shape: ring stages, blocks in the tile's walk,
+// 128-row passes and whether K/V are converted (raw tiles and the
 // converter warpgroup).
 type qfwdCfg struct {
-	stages, pbufs, nblk, npass int
-	conv                       bool
+	stages, nblk, npass int
+	conv                bool
 }
 
 // qfwdEmu is one CTA: barriers, what each buffer holds, the pending TMA
@@ -63,16 +67,22 @@ type qfwdEmu struct {
 	rkFull, rvFull               *mbar // converted: raw K / V tile landed
 	rkEmpty, rvEmpty             *mbar // converted: raw K / V tile widened
 	rawK, rawV                   string
-	q                            string   // Q tile: "Q<pass>", "" while a gather is in flight
-	k, v                         []string // ring slots: "K<n>" / "V<n>"
-	p                            []string // P tiles: "P<n>"
-	s                            [2]string
-	sRead                        [2]bool
-	o                            string // "O<n>" (through block n), "O<n>*" (rescaled for n+1), "E<n>" (read by the epilogue)
+	q                            string    // Q tile: "Q<pass>", "" while a gather is in flight
+	k, v                         []string  // ring slots: "K<n>" / "V<n>"
+	s                            [2]string // TMEM S buffers: "S<n>", then "P<n>" stored over it
+	sRead                        [2]bool   // the buffer's content was read (S by the softmax, P by its O += P V)
+	o                            string    // "O<n>" (through block n), "O<n>*" (rescaled for n+1), "E<n>" (read by the epilogue)
 	tma                          []qtma
-	tc                           []func() // issued products and commits, executed in order
+	tc                           []tcOp // issued products and commits not yet executed
 	loadEnded, issuerEnded       bool
 	epilogues                    []string
+}
+
+// tcOp is an issued tcgen05.mma (acc: the accumulator it writes) or
+// tcgen05.commit (acc "").
+type tcOp struct {
+	acc string
+	f   func()
 }
 
 type qtma struct {
@@ -148,7 +158,10 @@ func (r tmaRole) try() (ran, done bool) {
 	return true, false
 }
 
-// tensorRole executes the oldest issued product or commit per step.
+// tensorRole executes one issued product or commit per step: a product
+// once no earlier product into its accumulator is pending, a commit once
+// no earlier product is; among those, a random one under rng, else the
+// youngest (the one furthest from issue order).
 type tensorRole struct{ e *qfwdEmu }
 
 func (r tensorRole) try() (ran, done bool) {
@@ -156,11 +169,33 @@ func (r tensorRole) try() (ran, done bool) {
 	if len(e.tc) == 0 {
 		return false, e.issuerEnded
 	}
-	op := e.tc[0]
-	e.tc = e.tc[1:]
-	op()
+	var ok []int
+	for i, op := range e.tc {
+		ready := true
+		for _, prev := range e.tc[:i] {
+			if prev.acc != "" && (op.acc == "" || prev.acc == op.acc) {
+				ready = false
+				break
+			}
+		}
+		if ready {
+			ok = append(ok, i)
+		}
+	}
+	i := ok[len(ok)-1]
+	if e.rng != nil {
+		i = ok[e.rng.Intn(len(ok))]
+	}
+	op := e.tc[i]
+	e.tc = append(e.tc[:i], e.tc[i+1:]...)
+	op.f()
 	return true, false
 }
+
+// product and commit queue a tcgen05.mma into accumulator acc and a
+// tcgen05.commit.
+func (e *qfwdEmu) product(acc string, f func()) { e.tc = append(e.tc, tcOp{acc, f}) }
+func (e *qfwdEmu) commit(f func())              { e.tc = append(e.tc, tcOp{"", f}) }
 
 func (e *qfwdEmu) sBuf(n int) int {
 	if e.mut == qmutOneSBuffer {
@@ -239,25 +274,33 @@ func (e *qfwdEmu) converterProgram() []qstep {
 }
 
 // issuerProgram is the MMA warp's lane 0: per pass, Q ready, S_0, then per
-// block S_{n+1} before O += P_n V_n.
+// block S_{n+1} (once O done(n-1): its buffer holds P_{n-1}) before
+// O += P_n V_n.
 func (e *qfwdEmu) issuerProgram() []qstep {
 	var p []qstep
-	st, pb := e.c.stages, e.c.pbufs
-	issueS := func(n, pass int) {
+	st := e.c.stages
+	// S_n waits, as a second waiter of O done, for the last O product
+	// issued (use u: n-2 inside a pass, n-1 at its start), which covers
+	// O += P_{n-2} V_{n-2}, the reader of S_n's buffer.
+	issueS := func(n, u, pass int) {
 		s := n % st
+		if n >= 2 && e.mut != qmutSkipSReuse {
+			p = append(p, qstep{bar: e.oDone, observe: u})
+		}
 		p = append(p, qwait(e.kFull[s], n/st), qact(func() {
 			b := e.sBuf(n)
-			e.tc = append(e.tc, func() {
+			e.product(fmt.Sprintf("S%d", b), func() {
 				if e.q != fmt.Sprintf("Q%d", pass) || e.k[s] != fmt.Sprintf("K%d", n) {
 					e.fail("S%d reads Q %q and K slot %d %q", n, e.q, s, e.k[s])
 				}
 				if e.s[b] != "" && !e.sRead[b] {
-					e.fail("S%d overwrites %s before the softmax read it", n, e.s[b])
+					e.fail("S%d overwrites %s before it was read", n, e.s[b])
 				}
 				e.s[b], e.sRead[b] = fmt.Sprintf("S%d", n), false
-			}, func() { e.sFull[b].commit(e.t) })
+			})
+			e.commit(func() { e.sFull[b].commit(e.t) })
 			if n+st < e.c.npass*e.c.nblk { // only a slot that is refilled
-				e.tc = append(e.tc, func() { e.kEmpty[s].commit(e.t) })
+				e.commit(func() { e.kEmpty[s].commit(e.t) })
 			}
 		}))
 	}
@@ -265,11 +308,15 @@ func (e *qfwdEmu) issuerProgram() []qstep {
 	if e.c.nblk > 0 {
 		for pass := 0; pass < e.c.npass; pass++ {
 			p = append(p, qwait(e.qReady, pass))
-			issueS(n, pass)
+			if e.mut == qmutSReuseStale {
+				issueS(n, n-2, pass)
+			} else {
+				issueS(n, n-1, pass)
+			}
 			for i := 0; i < e.c.nblk; i, n = i+1, n+1 {
 				n := n // the closures below keep this block's index
 				if i+1 < e.c.nblk {
-					issueS(n+1, pass)
+					issueS(n+1, n-1, pass)
 				}
 				s := n % st
 				if e.mut != qmutSkipPReady {
@@ -279,19 +326,21 @@ func (e *qfwdEmu) issuerProgram() []qstep {
 					p = append(p, qwait(e.vFull[s], n/st))
 				}
 				p = append(p, qact(func() {
-					e.tc = append(e.tc, func() {
-						if e.p[n%pb] != fmt.Sprintf("P%d", n) || e.v[s] != fmt.Sprintf("V%d", n) {
-							e.fail("O += P%d V%d reads P tile %d %q and V slot %d %q", n, n, n%pb, e.p[n%pb], s, e.v[s])
+					b := e.sBuf(n)
+					e.product("O", func() {
+						if e.s[b] != fmt.Sprintf("P%d", n) || e.v[s] != fmt.Sprintf("V%d", n) {
+							e.fail("O += P%d V%d reads S buffer %d %q and V slot %d %q", n, n, b, e.s[b], s, e.v[s])
 						}
+						e.sRead[b] = true
 						if want := fmt.Sprintf("O%d*", n-1); i > 0 && e.o != want || i == 0 && e.o != "" && !strings.HasPrefix(e.o, "E") {
 							e.fail("O += P%d V%d (block %d of its pass) finds O %q", n, n, i, e.o)
 						}
 						e.o = fmt.Sprintf("O%d", n)
 					})
 					if n+st < e.c.npass*e.c.nblk {
-						e.tc = append(e.tc, func() { e.vEmpty[s].commit(e.t) })
+						e.commit(func() { e.vEmpty[s].commit(e.t) })
 					}
-					e.tc = append(e.tc, func() { e.oDone.commit(e.t) })
+					e.commit(func() { e.oDone.commit(e.t) })
 				}))
 			}
 		}
@@ -300,10 +349,11 @@ func (e *qfwdEmu) issuerProgram() []qstep {
 }
 
 // softmaxProgram is the softmax warpgroup: the Q gathers, per block the S
-// read, P store, V zeroing, O rescale and P ready, per pass the epilogue.
+// read and P stored over it, V zeroing, O rescale and P ready, per pass
+// the epilogue.
 func (e *qfwdEmu) softmaxProgram() []qstep {
 	var p []qstep
-	st, pb := e.c.stages, e.c.pbufs
+	st := e.c.stages
 	gather := func(pass int) {
 		p = append(p, qact(func() { e.q = "" }), qact(func() {
 			e.q = fmt.Sprintf("Q%d", pass)
@@ -325,11 +375,8 @@ func (e *qfwdEmu) softmaxProgram() []qstep {
 				if e.s[b] != fmt.Sprintf("S%d", n) {
 					e.fail("softmax of block %d reads %q", n, e.s[b])
 				}
+				e.s[b], e.sRead[b] = fmt.Sprintf("P%d", n), false // P over the S just read, in its own lane
 			}))
-			if pb == 1 && i > 0 && e.mut != qmutPStoreEarly {
-				p = append(p, qwait(e.oDone, n-1))
-			}
-			p = append(p, qact(func() { e.p[n%pb] = fmt.Sprintf("P%d", n) }))
 			zero := qact(func() {
 				if e.v[n%st] != fmt.Sprintf("V%d", n) {
 					e.fail("V rows of block %d zeroed in slot %d holding %q", n, n%st, e.v[n%st])
@@ -342,7 +389,7 @@ func (e *qfwdEmu) softmaxProgram() []qstep {
 				p = append(p, zero)
 			}
 			if i > 0 {
-				if pb != 1 && e.mut != qmutRescaleEarly {
+				if e.mut != qmutRescaleEarly {
 					p = append(p, qwait(e.oDone, n-1))
 				}
 				p = append(p, qact(func() {
@@ -352,10 +399,7 @@ func (e *qfwdEmu) softmaxProgram() []qstep {
 					e.o += "*"
 				}))
 			}
-			p = append(p, qact(func() {
-				e.sRead[b] = true
-				e.pReady.commit(e.t)
-			}))
+			p = append(p, qact(func() { e.pReady.commit(e.t) }))
 		}
 		if e.c.nblk > 0 {
 			if e.mut != qmutEarlyGather && pass+1 < e.c.npass {
@@ -389,7 +433,7 @@ func emuQFwd(t *testing.T, c qfwdCfg, mut qfwdMutation, random int) {
 		}
 	}
 	for run := 0; run < len(orders)+random; run++ {
-		e := &qfwdEmu{t: t, c: c, mut: mut, k: make([]string, c.stages), v: make([]string, c.stages), p: make([]string, c.pbufs),
+		e := &qfwdEmu{t: t, c: c, mut: mut, k: make([]string, c.stages), v: make([]string, c.stages),
 			qReady: &mbar{name: "Q ready", count: 1}, pReady: &mbar{name: "P ready", count: 1}, oDone: &mbar{name: "O done", count: 1}}
 		for s := 0; s < c.stages; s++ {
 			e.kFull = append(e.kFull, &mbar{name: fmt.Sprintf("K full %d", s), count: 1})
@@ -448,7 +492,7 @@ func emuQFwd(t *testing.T, c qfwdCfg, mut qfwdMutation, random int) {
 }
 
 // TestEmulatedSM100QFwdRoles runs the query-major kernel's roles for every
-// ring depth and P-tile count the layouts use, walks of 0 to 7 blocks and
+// ring depth the layouts use, walks of 0 to 7 blocks and
 // 1 to 3 passes, checks the layouts' ring configurations against the
 // emulated ones, and shows that each mutation of the kernel's rules is
 // caught.
@@ -462,21 +506,20 @@ func TestEmulatedSM100QFwdRoles(t *testing.T) {
 	if twoIssuers == string(b) || !failsOn(func(t *testing.T) { checkQFwdIssuer(t, twoIssuers) }) {
 		t.Error("single-issuer check accepted a commit outside the MMA warp")
 	}
-	used := map[[2]int]bool{}
+	used := map[int]bool{}
 	for _, v := range []SM100Variant{SM100BF16, SM100FP8, SM100BF16FP8, SM100NVFP4} {
 		for _, d := range []int{64, 128, 256} {
 			if SM100QFwdOK(v, d) {
-				l := SM100QFwd(v, d)
-				used[[2]int{l.Stages, l.PBufs}] = true
+				used[SM100QFwd(v, d).Stages] = true
 			}
 		}
 	}
-	for _, rc := range [][2]int{{3, 2}, {2, 2}, {2, 1}, {1, 1}} {
-		delete(used, rc)
+	for stages := 1; stages <= qfwdMaxStages; stages++ {
+		delete(used, stages)
 		for _, conv := range []bool{false, true} {
 			for _, nblk := range []int{0, 1, 2, 3, 4, 7} {
 				for npass := 1; npass <= 3; npass++ {
-					emuQFwd(t, qfwdCfg{rc[0], rc[1], nblk, npass, conv}, qmutNone, 40)
+					emuQFwd(t, qfwdCfg{stages, nblk, npass, conv}, qmutNone, 40)
 				}
 			}
 		}
@@ -489,17 +532,18 @@ func TestEmulatedSM100QFwdRoles(t *testing.T) {
 		c    qfwdCfg
 		mut  qfwdMutation
 	}{
-		{"K slot refilled before K empty", qfwdCfg{2, 2, 5, 1, false}, qmutSkipKEmpty},
-		{"O issued before P ready", qfwdCfg{2, 2, 3, 1, false}, qmutSkipPReady},
-		{"O rescaled before O done", qfwdCfg{2, 2, 3, 1, false}, qmutRescaleEarly},
-		{"one S buffer", qfwdCfg{2, 2, 3, 1, false}, qmutOneSBuffer},
-		{"next pass's Q gathered before its last S", qfwdCfg{2, 2, 2, 2, false}, qmutEarlyGather},
-		{"one P tile stored before O done", qfwdCfg{1, 1, 3, 1, false}, qmutPStoreEarly},
-		{"V zeroed before V full", qfwdCfg{2, 2, 3, 1, false}, qmutZeroBeforeV},
-		{"O issued before V full", qfwdCfg{2, 2, 3, 1, false}, qmutSkipVFull},
-		{"O issued before the converted V", qfwdCfg{2, 1, 3, 1, true}, qmutSkipVFull},
-		{"K slot widened into before K empty", qfwdCfg{2, 1, 5, 1, true}, qmutConvSkipKEmpty},
-		{"raw K refilled before the converter read it", qfwdCfg{2, 1, 3, 1, true}, qmutSkipRawEmpty},
+		{"K slot refilled before K empty", qfwdCfg{2, 5, 1, false}, qmutSkipKEmpty},
+		{"O issued before P ready", qfwdCfg{2, 3, 1, false}, qmutSkipPReady},
+		{"O rescaled before O done", qfwdCfg{2, 3, 1, false}, qmutRescaleEarly},
+		{"one S buffer", qfwdCfg{2, 3, 1, false}, qmutOneSBuffer},
+		{"next pass's Q gathered before its last S", qfwdCfg{2, 2, 2, false}, qmutEarlyGather},
+		{"S issued over a P before O done read it", qfwdCfg{3, 4, 1, false}, qmutSkipSReuse},
+		{"a pass's first S waits an O done phase two behind", qfwdCfg{2, 2, 3, false}, qmutSReuseStale},
+		{"V zeroed before V full", qfwdCfg{2, 3, 1, false}, qmutZeroBeforeV},
+		{"O issued before V full", qfwdCfg{2, 3, 1, false}, qmutSkipVFull},
+		{"O issued before the converted V", qfwdCfg{2, 3, 1, true}, qmutSkipVFull},
+		{"K slot widened into before K empty", qfwdCfg{2, 5, 1, true}, qmutConvSkipKEmpty},
+		{"raw K refilled before the converter read it", qfwdCfg{2, 3, 1, true}, qmutSkipRawEmpty},
 	} {
 		if !failsOn(func(t *testing.T) { emuQFwd(t, m.c, m.mut, 200) }) {
 			t.Errorf("role emulation accepted: %s", m.name)
@@ -521,7 +565,7 @@ func checkQFwdIssuer(t *testing.T, src string) {
 	if !strings.Contains(block, "if (lane == 0 && nblk > 0) {") {
 		t.Error("sm100_qfwd.cu: the MMA warp block does not restrict issuing to lane 0")
 	}
-	for _, call := range []string{"umma<", "umma_commit("} {
+	for _, call := range []string{"umma<", "umma_ts<", "umma_commit("} {
 		if n, in := strings.Count(src, call), strings.Count(block, call); n == 0 || n != in {
 			t.Errorf("sm100_qfwd.cu: %d %s calls, %d of them in the MMA warp's block", n, call, in)
 		}

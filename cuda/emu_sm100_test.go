@@ -68,8 +68,8 @@ func TestSM100LayoutPins(t *testing.T) {
 			got = uint64(SM100Fwd(v, d).Threads)
 		case "QFwdLayout.stages":
 			got = uint64(SM100QFwd(v, d).Stages)
-		case "QFwdLayout.p_bufs":
-			got = uint64(SM100QFwd(v, d).PBufs)
+		case "QFwdLayout.p_cols":
+			got = uint64(SM100QFwd(v, d).PCols)
 		case "QFwdLayout.threads":
 			got = uint64(SM100QFwd(v, d).Threads)
 		case "QFwdLayout.smem_bytes":
@@ -172,10 +172,16 @@ func TestSM100MemoryRegions(t *testing.T) {
 				what := fmt.Sprintf("qfwd v%d d%d", v, d)
 				checkDisjoint(t, what+" TMEM", []region{{"S0", ql.TmemS[0], ql.TmemS[0] + sm100BlockKeys},
 					{"S1", ql.TmemS[1], ql.TmemS[1] + sm100BlockKeys}, {"O", ql.TmemO, ql.TmemO + d}}, ql.TmemCols)
-				rs := []region{{"Q", ql.QOff, ql.QOff + ql.QBytes}}
-				for i := 0; i < ql.PBufs; i++ {
-					rs = append(rs, region{fmt.Sprintf("P%d", i), ql.POff + i*ql.PBytes, ql.POff + (i+1)*ql.PBytes})
+				// P_j lies over S_j: inside its S buffer, from its first
+				// column (the softmax stores the P of a 32-key chunk below
+				// the chunks it has still to read), in whole P.V steps.
+				for b := 0; b < 2; b++ {
+					if ql.TmemP[b] != ql.TmemS[b] || ql.PCols > sm100BlockKeys || ql.PCols*4 != ql.PRowBytes ||
+						ql.PVSteps*ql.PColsPerStep != ql.PCols || 32*ql.PCols/sm100BlockKeys > 32 {
+						t.Errorf("%s: P %d at column %d (%d columns, %d per step) against S at %d", what, b, ql.TmemP[b], ql.PCols, ql.PColsPerStep, ql.TmemS[b])
+					}
 				}
+				rs := []region{{"Q", ql.QOff, ql.QOff + ql.QBytes}}
 				for i := 0; i < ql.Stages; i++ {
 					rs = append(rs, region{fmt.Sprintf("K%d", i), ql.KOff + i*ql.KVBytes, ql.KOff + (i+1)*ql.KVBytes},
 						region{fmt.Sprintf("V%d", i), ql.VOff + i*ql.KVBytes, ql.VOff + (i+1)*ql.KVBytes})
@@ -192,8 +198,9 @@ func TestSM100MemoryRegions(t *testing.T) {
 					t.Errorf("%s: TMEM address word at %d, after %d mbarriers at %d", what, ql.TmemSlot, qfwdNumBars, ql.BarOff)
 				}
 				checkDisjoint(t, what+" smem", append(rs, region{"bars", ql.BarOff, ql.TmemSlot + 8}), ql.SmemBytes-sm100AlignSlack)
-				if ql.Stages < 1 || ql.Stages > qfwdMaxStages || ql.PBufs < 1 || ql.PBufs > 2 || ql.SmemBytes > sm100MaxDynSmem {
-					t.Errorf("%s: %d stages, %d P tiles, %d B of shared memory", what, ql.Stages, ql.PBufs, ql.SmemBytes)
+				if ql.Stages < 1 || ql.Stages > qfwdMaxStages || ql.SmemBytes > sm100MaxDynSmem ||
+					ql.Stages < qfwdMaxStages && qfwdFits(v, d, ql.Stages+1) {
+					t.Errorf("%s: %d stages, %d B of shared memory", what, ql.Stages, ql.SmemBytes)
 				}
 				if ql.QKSteps*sm100KStepBytes != ql.QRowBytes || ql.PVSteps*ql.KeysPerPVStep != sm100BlockKeys ||
 					ql.IdescQK != l.IdescQK || ql.IdescPV != l.IdescPV {

@@ -61,7 +61,7 @@ func TestPrefillPathParse(t *testing.T) {
 
 // TestQFwdNames: every query-major kernel name is in a launch table (so
 // in the fatbin's name list), on every tensor-core family; sm90 adds its
-// own, SM100 its ten (all but the converted K/V variants at D 256).
+// own, SM100 its eleven (all but BF16 Q with E4M3 K/V at D 256).
 func TestQFwdNames(t *testing.T) {
 	if QFwdNames(ArchPortable) != nil {
 		t.Error("query-major kernels listed for the portable family")
@@ -73,13 +73,13 @@ func TestQFwdNames(t *testing.T) {
 		case ArchSM90:
 			want = 27 // and the 12 sm90 kernels, 3 of them fp8pv
 		case ArchSM100:
-			want = 22 // and the 10 SM100 kernels (no converted K/V at D 256)
+			want = 23 // and the 11 SM100 kernels (no bf16fp8 at D 256)
 		}
 		if len(names) != want || !slices.Contains(names, "msa_sm80_qfwd_bf16_d128") || !slices.Contains(names, "msa_sm80_qfwd_nvfp4_d256") ||
 			slices.Contains(names, "msa_sm90_qfwd_bf16_d64") != (a == ArchSM90) || slices.Contains(names, "msa_sm90_qfwd_nvfp4_d256") != (a == ArchSM90) ||
 			slices.Contains(names, "msa_sm90_qfwd_fp8pv_d128") != (a == ArchSM90) ||
 			slices.Contains(names, "msa_sm100_qfwd_fp8_d256") != (a == ArchSM100) || slices.Contains(names, "msa_sm100_qfwd_nvfp4_d128") != (a == ArchSM100) ||
-			slices.Contains(names, "msa_sm100_qfwd_nvfp4_d256") {
+			slices.Contains(names, "msa_sm100_qfwd_nvfp4_d256") != (a == ArchSM100) || slices.Contains(names, "msa_sm100_qfwd_bf16fp8_d256") {
 			t.Errorf("QFwdNames(%s) = %v", a, names)
 		}
 		for _, n := range names {
@@ -120,7 +120,7 @@ func TestQFwdPlan(t *testing.T) {
 		{BF16, E4M3, RoundBF16, 128, "msa_sm100_qfwd_bf16fp8_d128"},
 		{E4M3, NVFP4, RoundBF16, 64, "msa_sm100_qfwd_nvfp4_d64"},
 		{BF16, E4M3, RoundBF16, 256, "msa_sm80_qfwd_bf16fp8_d256"},
-		{BF16, NVFP4, RoundBF16, 256, "msa_sm80_qfwd_nvfp4_d256"},
+		{BF16, NVFP4, RoundBF16, 256, "msa_sm100_qfwd_nvfp4_d256"},
 	} {
 		f := *fa
 		f.QDtype, f.KVDtype, f.PVRound, f.D = c.q, c.kv, c.round, c.d

@@ -4,20 +4,18 @@ package cuda
 // SM100 query-major prefill (msa_sm100_qfwd_*): one 128-row pass of a
 // query tile at a time, a softmax warpgroup, the MMA warp, a load warp and,
 // for the converted K/V variants, a converter warpgroup; K/V in a ring of
-// Stages slots, PBufs P tiles.
+// Stages slots. P has no shared memory: the softmax stores P_j over S_j in
+// tensor memory, the A operand of O += P_j V_j.
 type SM100QFwdLayout struct {
 	ES            int    // bytes of one MMA element (Q, K, V, P)
 	QRowBytes     int    // bytes of one Q row (and of one K/V row in shared memory)
 	RawRow        int    // bytes of one K/V row in global memory (the TMA source)
 	RawBytes      int    // bytes of the raw K (and of the raw V) tile: converted variants, else 0
-	PRowBytes     int    // bytes of one P row: 128 keys
+	PRowBytes     int    // bytes of one P row as the MMA reads it: 128 keys
 	QBytes        int    // bytes of the Q tile (128 rows)
-	PBytes        int    // bytes of one P tile (128 rows x 128 keys)
 	KVBytes       int    // bytes of one K or V ring slot (128 keys)
 	Stages        int    // K/V ring slots
-	PBufs         int    // P tiles
 	QOff          int    // offset of the Q tile
-	POff          int    // offset of P tile 0 (tile i at POff + i PBytes)
 	KOff          int    // offset of K slot 0 (slot i at KOff + i KVBytes)
 	VOff          int    // offset of V slot 0
 	RawKOff       int    // offset of the raw K tile (converted variants)
@@ -29,6 +27,9 @@ type SM100QFwdLayout struct {
 	Threads       int    // softmax warpgroup + MMA warp + load warp (+ converter warpgroup)
 	TmemCols      int    // tensor-memory columns allocated (all 512)
 	TmemS         [2]int // columns of the two S buffers
+	TmemP         [2]int // first column of P_j: over S buffer j & 1
+	PCols         int    // tensor-memory columns of one P row (two bf16 or four e4m3 per column)
+	PColsPerStep  int    // P columns one P.V instruction consumes
 	TmemO         int    // column of O (128 lanes x D)
 	QKSteps       int    // UMMA instructions of S = Q K^T
 	PVSteps       int    // UMMA instructions of O += P V
@@ -48,26 +49,26 @@ const (
 )
 
 // qfwdMapEnd is qfwd_map_end: the bytes of the map of variant v, head dim
-// d, with st ring stages and pb P tiles, without the alignment slack.
-func qfwdMapEnd(v SM100Variant, d, st, pb int) int {
+// d, with st ring stages, without the alignment slack.
+func qfwdMapEnd(v SM100Variant, d, st int) int {
 	es := v.mmaBytes()
 	raw := 0
 	if v.converted() {
 		raw = 2 * sm100BlockKeys * v.rawRowBytes(d)
 	}
-	return alignUp(alignUp(alignUp(alignUp(sm100TileM*d*es, 1024)+pb*sm100TileM*sm100BlockKeys*es, 1024)+2*st*sm100BlockKeys*d*es, 1024)+raw, 1024) +
+	return alignUp(alignUp(alignUp(sm100TileM*d*es, 1024)+2*st*sm100BlockKeys*d*es, 1024)+raw, 1024) +
 		8*qfwdNumBars + 8
 }
 
-func qfwdFits(v SM100Variant, d, st, pb int) bool {
-	return qfwdMapEnd(v, d, st, pb)+sm100AlignSlack <= sm100MaxDynSmem
+func qfwdFits(v SM100Variant, d, st int) bool {
+	return qfwdMapEnd(v, d, st)+sm100AlignSlack <= sm100MaxDynSmem
 }
 
 // SM100QFwdOK reports whether variant v at head dim d has an SM100
-// query-major kernel (qfwd_fits: every variant at D 64 and 128, bf16 and
-// fp8 at D 256; the converted K/V variants' D 256 map does not fit and the
-// sm80 query-major kernel runs them).
-func SM100QFwdOK(v SM100Variant, d int) bool { return qfwdFits(v, d, 1, 1) }
+// query-major kernel (qfwd_fits: every variant at D 64 and 128, all but
+// bf16fp8 at D 256, whose raw E4M3 tiles beside the widened ring do not
+// fit; the sm80 query-major kernel runs it).
+func SM100QFwdOK(v SM100Variant, d int) bool { return qfwdFits(v, d, 1) }
 
 // SM100QFwd returns the query-major prefill layout of variant v, head dim
 // d (SM100QFwdOK).
@@ -81,19 +82,16 @@ func SM100QFwd(v SM100Variant, d int) SM100QFwdLayout {
 	}
 	l.PRowBytes = sm100BlockKeys * l.ES
 	l.QBytes = sm100TileM * l.QRowBytes
-	l.PBytes = sm100TileM * l.PRowBytes
 	l.KVBytes = sm100BlockKeys * l.QRowBytes
-	fits := func(st, pb int) bool { return qfwdFits(v, d, st, pb) }
-	// The first of (3 stages, 2 P tiles), (2, 2), (2, 1), (1, 1) that fits.
-	l.Stages, l.PBufs = 1, 1
-	for _, c := range [][2]int{{3, 2}, {2, 2}, {2, 1}} {
-		if fits(c[0], c[1]) {
-			l.Stages, l.PBufs = c[0], c[1]
+	// As many ring stages as fit, up to qfwdMaxStages.
+	l.Stages = 1
+	for st := qfwdMaxStages; st > 1; st-- {
+		if qfwdFits(v, d, st) {
+			l.Stages = st
 			break
 		}
 	}
-	l.POff = alignUp(l.QBytes, 1024)
-	l.KOff = alignUp(l.POff+l.PBufs*l.PBytes, 1024)
+	l.KOff = alignUp(l.QBytes, 1024)
 	l.VOff = l.KOff + l.Stages*l.KVBytes
 	l.RawKOff = alignUp(l.VOff+l.Stages*l.KVBytes, 1024)
 	l.RawVOff = l.RawKOff + l.RawBytes
@@ -107,6 +105,9 @@ func SM100QFwd(v SM100Variant, d int) SM100QFwdLayout {
 	}
 	l.TmemCols = tmemColumns
 	l.TmemS = [2]int{0, sm100BlockKeys}
+	l.TmemP = l.TmemS
+	l.PCols = l.PRowBytes / 4
+	l.PColsPerStep = sm100KStepBytes / 4
 	l.TmemO = 2 * sm100BlockKeys
 	l.QKSteps = l.QRowBytes / sm100KStepBytes
 	l.PVSteps = l.PRowBytes / sm100KStepBytes

@@ -174,7 +174,7 @@ var accums = []accum{
 	// tensor memory across the walk (rescaled by alpha in place); fp8 runs
 	// P.V on kind::f8f6f4 with E4M3 P, the converted K/V variants on
 	// kind::f16 with BF16 P.
-	{pattern: re(`^msa_sm100_qfwd_(bf16_d(64|128|256)|(bf16fp8|nvfp4)_d(64|128))$`), prefill: true, chain: chainRow, sumTile: 128, partials: "none", pRound: "bf16", src: sm100QFwdSrc},
+	{pattern: re(`^msa_sm100_qfwd_((bf16|nvfp4)_d(64|128|256)|bf16fp8_d(64|128))$`), prefill: true, chain: chainRow, sumTile: 128, partials: "none", pRound: "bf16", src: sm100QFwdSrc},
 	{pattern: re(`^msa_sm100_qfwd_fp8_d(64|128|256)$`), prefill: true, chain: chainRow, sumTile: 128, pvFP8: true, partials: "none", pRound: "e4m3", src: slices.Concat(sm100QFwdSrc, []string{
 		"sm100/sm100_layout.cuh: kFP8:     E4M3 Q/K/V, kind::f8f6f4 for both products"})},
 	{pattern: re(`^msa_sm100_decode_(bf16|bf16fp8|nvfp4)_d(64|128|256)$`), chain: chainRow, sumTile: 128, partials: "split", pRound: "bf16", src: sm100DecSrc},

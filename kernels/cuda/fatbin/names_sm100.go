@@ -35,6 +35,7 @@ const (
 	SM100QFwdBF16FP8D128   = "msa_sm100_qfwd_bf16fp8_d128"
 	SM100QFwdNVFP4D64      = "msa_sm100_qfwd_nvfp4_d64"
 	SM100QFwdNVFP4D128     = "msa_sm100_qfwd_nvfp4_d128"
+	SM100QFwdNVFP4D256     = "msa_sm100_qfwd_nvfp4_d256"
 	SM100DecodeBF16D64     = "msa_sm100_decode_bf16_d64"
 	SM100DecodeBF16D128    = "msa_sm100_decode_bf16_d128"
 	SM100DecodeBF16D256    = "msa_sm100_decode_bf16_d256"
@@ -75,16 +76,17 @@ var SM100Kernels = []SM100Kernel{
 	{Name: SM100FwdNVFP4D64, Algo: "fwd", Variant: "nvfp4", HeadDim: 64, Threads: 288, DynSmem: 117760, TMEMCols: 512, RowTile: 128},
 	{Name: SM100FwdNVFP4D128, Algo: "fwd", Variant: "nvfp4", HeadDim: 128, Threads: 288, DynSmem: 141312, TMEMCols: 512, RowTile: 128},
 	{Name: SM100FwdNVFP4D256, Algo: "fwd", Variant: "nvfp4", HeadDim: 256, Threads: 160, DynSmem: 214104, TMEMCols: 512, RowTile: 128},
-	{Name: SM100QFwdBF16D64, Algo: "qfwd", Variant: "bf16", HeadDim: 64, Threads: 192, DynSmem: 181424, TMEMCols: 512, RowTile: 128},
+	{Name: SM100QFwdBF16D64, Algo: "qfwd", Variant: "bf16", HeadDim: 64, Threads: 192, DynSmem: 117760, TMEMCols: 512, RowTile: 128},
 	{Name: SM100QFwdBF16D128, Algo: "qfwd", Variant: "bf16", HeadDim: 128, Threads: 192, DynSmem: 230576, TMEMCols: 512, RowTile: 128},
-	{Name: SM100QFwdBF16D256, Algo: "qfwd", Variant: "bf16", HeadDim: 256, Threads: 192, DynSmem: 230576, TMEMCols: 512, RowTile: 128},
+	{Name: SM100QFwdBF16D256, Algo: "qfwd", Variant: "bf16", HeadDim: 256, Threads: 192, DynSmem: 197808, TMEMCols: 512, RowTile: 128},
 	{Name: SM100QFwdFP8D64, Algo: "qfwd", Variant: "fp8", HeadDim: 64, Threads: 192, DynSmem: 117760, TMEMCols: 512, RowTile: 128},
-	{Name: SM100QFwdFP8D128, Algo: "qfwd", Variant: "fp8", HeadDim: 128, Threads: 192, DynSmem: 148656, TMEMCols: 512, RowTile: 128},
-	{Name: SM100QFwdFP8D256, Algo: "qfwd", Variant: "fp8", HeadDim: 256, Threads: 192, DynSmem: 197808, TMEMCols: 512, RowTile: 128},
-	{Name: SM100QFwdBF16FP8D64, Algo: "qfwd", Variant: "bf16fp8", HeadDim: 64, Threads: 320, DynSmem: 197808, TMEMCols: 512, RowTile: 128},
-	{Name: SM100QFwdBF16FP8D128, Algo: "qfwd", Variant: "bf16fp8", HeadDim: 128, Threads: 320, DynSmem: 230576, TMEMCols: 512, RowTile: 128},
-	{Name: SM100QFwdNVFP4D64, Algo: "qfwd", Variant: "nvfp4", HeadDim: 64, Threads: 320, DynSmem: 189616, TMEMCols: 512, RowTile: 128},
-	{Name: SM100QFwdNVFP4D128, Algo: "qfwd", Variant: "nvfp4", HeadDim: 128, Threads: 320, DynSmem: 214192, TMEMCols: 512, RowTile: 128},
+	{Name: SM100QFwdFP8D128, Algo: "qfwd", Variant: "fp8", HeadDim: 128, Threads: 192, DynSmem: 117760, TMEMCols: 512, RowTile: 128},
+	{Name: SM100QFwdFP8D256, Algo: "qfwd", Variant: "fp8", HeadDim: 256, Threads: 192, DynSmem: 230576, TMEMCols: 512, RowTile: 128},
+	{Name: SM100QFwdBF16FP8D64, Algo: "qfwd", Variant: "bf16fp8", HeadDim: 64, Threads: 320, DynSmem: 132272, TMEMCols: 512, RowTile: 128},
+	{Name: SM100QFwdBF16FP8D128, Algo: "qfwd", Variant: "bf16fp8", HeadDim: 128, Threads: 320, DynSmem: 197808, TMEMCols: 512, RowTile: 128},
+	{Name: SM100QFwdNVFP4D64, Algo: "qfwd", Variant: "nvfp4", HeadDim: 64, Threads: 320, DynSmem: 124080, TMEMCols: 512, RowTile: 128},
+	{Name: SM100QFwdNVFP4D128, Algo: "qfwd", Variant: "nvfp4", HeadDim: 128, Threads: 320, DynSmem: 181424, TMEMCols: 512, RowTile: 128},
+	{Name: SM100QFwdNVFP4D256, Algo: "qfwd", Variant: "nvfp4", HeadDim: 256, Threads: 320, DynSmem: 230576, TMEMCols: 512, RowTile: 128},
 	{Name: SM100DecodeBF16D64, Algo: "decode", Variant: "bf16", HeadDim: 64, Threads: 128, DynSmem: 111888, TMEMCols: 128, RowTile: 64},
 	{Name: SM100DecodeBF16D128, Algo: "decode", Variant: "bf16", HeadDim: 128, Threads: 128, DynSmem: 169232, TMEMCols: 128, RowTile: 64},
 	{Name: SM100DecodeBF16D256, Algo: "decode", Variant: "bf16", HeadDim: 256, Threads: 128, DynSmem: 184880, TMEMCols: 256, RowTile: 64},

@@ -32,7 +32,9 @@ field except max_stack, where '-' means 0:
                 equals it or starts with it followed by '.': UTMALDG matches
                 UTMALDG.3D, BPT matches BPT.TRAP
   4  forbid     comma-separated opcodes that must not occur (same matching;
-                the pseudo-opcode vprintf matches a call to vprintf)
+                the pseudo-opcode vprintf matches a call to vprintf;
+                UTCHMMA:tmemA and UTCQMMA:tmemA match a tcgen05.mma whose
+                A operand is in tensor memory: its first operand tmem[..])
   5  min_instr  minimum SASS instruction count (catches stub bodies)
   6  max_regs   maximum registers per thread (cuobjdump -res-usage REG)
   7  max_stack  maximum STACK + LOCAL bytes ('-' = 0: no local memory)
@@ -151,6 +153,8 @@ def parse_sass(text, lines=None):
                 c[".".join(parts[:i])] += 1
             if "vprintf" in m.group(2):
                 c["vprintf"] += 1
+            if parts[0] in ("UTCHMMA", "UTCQMMA") and m.group(2).strip().startswith("tmem["):
+                c[parts[0] + ":tmemA"] += 1
     return ops
 
 

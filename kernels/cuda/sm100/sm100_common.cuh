@@ -196,6 +196,25 @@ __device__ __forceinline__ void store_p32(uint32_t tile, int r, int c0, const fl
     }
 }
 
+// The same 32 probabilities into this thread's lane of a P operand in
+// tensor memory (the A of a tcgen05.mma with A in tensor memory): keys
+// c0 .. c0 + 31 at column c0 / 2 (BF16 pairs) or c0 / 4 (E4M3 quads) from
+// taddr, the lowest key in the lowest bits. Not waited (tmem_wait_st).
+template <bool kF8>
+__device__ __forceinline__ void tmem_store_p32(uint32_t taddr, int c0, const float (&v)[32], int pv_round) {
+    if constexpr (kF8) {
+        uint32_t w[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) w[i] = pack_p_e4m3x4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
+        tmem_st_u32x8(taddr + c0 / 4, w);
+    } else {
+        uint32_t w[16];
+#pragma unroll
+        for (int i = 0; i < 16; ++i) w[i] = pack_p_bf16(v[2 * i], v[2 * i + 1], pv_round);
+        tmem_st_u32x16(taddr + c0 / 2, w);
+    }
+}
+
 // The softmax of one thread's row over one block in tensor memory (S: 128
 // FP32 columns at tS, lane = the row), in base 2 as msa_core.cuh
 // block_update: keys [0, vis) are visible.
@@ -213,10 +232,14 @@ __device__ __forceinline__ float tmem_row_max(uint32_t tS, int vis, float scale)
     return mx;
 }
 // tmem_row_p: P = exp2(s * scale - mref) of the visible keys (0 elsewhere,
-// and everywhere when `empty`) into row r of the K-major P tile pt (E4M3
-// for kF8, else BF16 per pv_round); the unrounded P adds to sum and, with
-// invT > 0, exp2((s * scale - mref) * invT) to tsum.
-template <bool kF8>
+// and everywhere when `empty`), E4M3 for kF8, else BF16 per pv_round, into
+// row r of the K-major shared-memory P tile pt, or with kPTmem into this
+// thread's lane of tensor memory from column address pt (tmem_store_p32,
+// waited before the return). pt may be tS itself: the P of chunk c0 lands
+// in columns below c0 + 32, all of them read by this or an earlier chunk.
+// The unrounded P adds to sum and, with invT > 0,
+// exp2((s * scale - mref) * invT) to tsum.
+template <bool kF8, bool kPTmem = false>
 __device__ __forceinline__ void tmem_row_p(uint32_t tS, int vis, bool empty, float scale, float mref, float invT, uint32_t pt,
                                            int r, int pv_round, float& sum, float& tsum) {
     // Two 32-column chunks at a time: fully unrolled, ptxas keeps all four
@@ -236,8 +259,10 @@ __device__ __forceinline__ void tmem_row_p(uint32_t tS, int vis, bool empty, flo
             if (invT > 0.f && on) tsum += exp2f((x - mref) * invT);
             v[j] = pj;
         }
-        store_p32<kF8>(pt, r, c0, v, pv_round);
+        if constexpr (kPTmem) tmem_store_p32<kF8>(pt, c0, v, pv_round);
+        else store_p32<kF8>(pt, r, c0, v, pv_round);
     }
+    if constexpr (kPTmem) tmem_wait_st();
 }
 
 // The end of a CTA that allocated kCols TMEM columns: every thread

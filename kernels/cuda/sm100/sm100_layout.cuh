@@ -331,12 +331,14 @@ struct DecLayout {
 // Warp roles (FlashAttention-4 / CUTLASS example 77 on one tile):
 //   warps 0-3  softmax warpgroup: thread t = row t = TMEM lane t; gathers
 //              the pass's Q rows, reads S_j, masks, folds the online
-//              softmax, stores P_j, rescales O in tensor memory, and after
+//              softmax, stores P_j into tensor memory over S_j (the A
+//              operand of O += P_j V_j), rescales O in tensor memory, and after
 //              the walk normalises O and stores it (16-byte BF16 stores)
 //   warp 4     MMA warp: TMEM allocation; lane 0 issues every tcgen05.mma
 //              and tcgen05.commit: S_{j+1} = Q K_{j+1}^T before O += P_j V_j,
 //              so the tensor cores compute S_{j+1} while the softmax of
-//              block j runs
+//              block j runs; S_{j+2} into the buffer that holds P_j only
+//              once O done(j) has shown that O += P_j V_j read it
 //   warp 5     load warp: lane 0 issues the K and V TMA of every block of
 //              the walk: into `stages` ring slots (bf16, fp8), or into the
 //              raw K and raw V tiles (bf16fp8, nvfp4)
@@ -346,7 +348,6 @@ struct DecLayout {
 //              keys zeroed)
 // Shared memory (byte offsets from the 1024-aligned base):
 //   [q_off, +q_bytes)               Q tile (K-major, 128 rows x D)
-//   [p_off + i p_bytes, ...)        P tile i < p_bufs (K-major, 128 rows x 128 keys)
 //   [k_off + i kv_bytes, ...)       K ring slot i < stages (K-major, 128 keys x D)
 //   [v_off + i kv_bytes, ...)       V ring slot i (MN-major operand of P V)
 //   [rk_off, +raw_bytes), [rv_off, +raw_bytes)  raw K and V tiles (converted variants)
@@ -365,21 +366,21 @@ struct DecLayout {
 // tile: wait parity (use & 1).
 // Tensor memory: S of buffer b (128 lanes x 128 FP32 columns) at column
 // 128 b, O (128 x D) at column 256; 512 columns, one CTA per SM
-// (kSoleCtaSmem).
-// Bytes of the query-major map with `st` ring stages and `pb` P tiles
-// (without the alignment slack) for variant v, head dim d.
-MSA_HD constexpr int qfwd_map_end(int v, int d, int st, int pb) {
-    return align_up(align_up(align_up(align_up(kTileM * d * q_mma_bytes(v), 1024) + pb * kTileM * kBlockKeys * p_mma_bytes(v), 1024) +
-                                 2 * st * kBlockKeys * d * kv_mma_bytes(v),
-                             1024) +
+// (kSoleCtaSmem). P_j overwrites the S_j it was computed from, from the
+// buffer's first column: a lane's 128 keys in 64 columns of BF16 pairs or
+// 32 of E4M3 quads (the A operand of O += P_j V_j); P has no shared memory.
+// Bytes of the query-major map with `st` ring stages (without the
+// alignment slack) for variant v, head dim d.
+MSA_HD constexpr int qfwd_map_end(int v, int d, int st) {
+    return align_up(align_up(align_up(kTileM * d * q_mma_bytes(v), 1024) + 2 * st * kBlockKeys * d * kv_mma_bytes(v), 1024) +
                         (kv_converted(v) ? 2 * kBlockKeys * kv_row_bytes(v, d) : 0),
                     1024) +
            8 * 21 + 8;
 }
-MSA_HD constexpr bool qfwd_fits_at(int v, int d, int st, int pb) { return qfwd_map_end(v, d, st, pb) + kAlignSlack <= kMaxDynSmem; }
+MSA_HD constexpr bool qfwd_fits_at(int v, int d, int st) { return qfwd_map_end(v, d, st) + kAlignSlack <= kMaxDynSmem; }
 // Whether variant v at head dim d has a query-major kernel (its smallest
 // map fits).
-MSA_HD constexpr bool qfwd_fits(int v, int d) { return qfwd_fits_at(v, d, 1, 1); }
+MSA_HD constexpr bool qfwd_fits(int v, int d) { return qfwd_fits_at(v, d, 1); }
 template <int V, int D>
 struct QFwdLayout {
     static_assert(D == 64 || D == 128 || D == 256, "head dim");
@@ -390,22 +391,17 @@ struct QFwdLayout {
     static constexpr int q_row_bytes = D * q_mma_bytes(V);
     static constexpr int kv_row = D * es;
     static constexpr int raw_row = kv_row_bytes(V, D);  // K/V row in global memory (the TMA source)
-    static constexpr int p_row_bytes = kBlockKeys * p_mma_bytes(V);
+    static constexpr int p_row_bytes = kBlockKeys * p_mma_bytes(V);  // one P row as the MMA reads it
     static constexpr int q_bytes = kTileM * q_row_bytes;
-    static constexpr int p_bytes = kTileM * p_row_bytes;
     static constexpr int kv_bytes = kBlockKeys * kv_row;
     static constexpr int raw_bytes = conv ? kBlockKeys * raw_row : 0;
     static constexpr int bar_k = 0, bar_v = 3, bar_ke = 6, bar_ve = 9, bar_q = 12, bar_s = 13, bar_p = 15, bar_o = 16, bar_rk = 17, bar_rv = 18, bar_rke = 19, bar_rve = 20, num_bars = 21;
     static constexpr int max_stages = 3;
-    MSA_HD static constexpr bool fits(int st, int pb) { return qfwd_fits_at(V, D, st, pb); }
-    // The first of (3 stages, 2 P tiles), (2, 2), (2, 1), (1, 1) that fits:
-    // two P tiles let the softmax store P_{j+1} while O += P_j V_j still
-    // reads P_j; ring stages keep K/V loads ahead of the walk.
-    static constexpr int stages = fits(3, 2) ? 3 : fits(2, 2) ? 2 : fits(2, 1) ? 2 : 1;
-    static constexpr int p_bufs = fits(3, 2) || fits(2, 2) ? 2 : 1;
+    MSA_HD static constexpr bool fits(int st) { return qfwd_fits_at(V, D, st); }
+    // As many ring stages as fit, up to 3: they keep K/V loads ahead of the walk.
+    static constexpr int stages = fits(3) ? 3 : fits(2) ? 2 : 1;
     static constexpr int q_off = 0;
-    static constexpr int p_off = align_up(q_bytes, 1024);
-    static constexpr int k_off = align_up(p_off + p_bufs * p_bytes, 1024);
+    static constexpr int k_off = align_up(q_bytes, 1024);
     static constexpr int v_off = k_off + stages * kv_bytes;
     static constexpr int rk_off = align_up(v_off + stages * kv_bytes, 1024);
     static constexpr int rv_off = rk_off + raw_bytes;
@@ -418,13 +414,17 @@ struct QFwdLayout {
     static constexpr int threads = softmax_threads + 64 + (conv ? 128 : 0);
     static constexpr int tmem_cols = 512;
     MSA_HD static constexpr int tmem_s_col(int b) { return kBlockKeys * b; }
+    MSA_HD static constexpr int tmem_p_col(int b) { return tmem_s_col(b); }  // P_j over S_j
     static constexpr int tmem_o_col = 2 * kBlockKeys;
+    static constexpr int p_cols = p_row_bytes / 4;  // TMEM columns of one P row
+    static constexpr int p_cols_per_pv_step = kKStepBytes / 4;
     static constexpr uint32_t idesc_qk = umma_idesc(f8, kTileM, kBlockKeys, false, false);
     static constexpr uint32_t idesc_pv = umma_idesc(f8, kTileM, D, false, true);
     static constexpr int qk_steps = q_row_bytes / kKStepBytes;
     static constexpr int pv_steps = p_row_bytes / kKStepBytes;
     static constexpr int keys_per_pv_step = kKStepBytes / p_mma_bytes(V);
-    static_assert(stages <= max_stages && qfwd_map_end(V, D, stages, p_bufs) == tmem_slot_off + 8, "ring slots and the map");
+    static_assert(stages <= max_stages && qfwd_map_end(V, D, stages) == tmem_slot_off + 8, "ring slots and the map");
+    static_assert(p_cols <= kBlockKeys && pv_steps * p_cols_per_pv_step == p_cols, "P inside its S buffer");
     static_assert(smem_bytes <= kMaxDynSmem, "dynamic shared memory");
     static_assert(tmem_o_col + D <= tmem_cols, "tensor memory columns");
     static_assert(resident_by_smem(smem_bytes) * tmem_cols <= kTmemColsPerSM, "co-resident CTAs' TMEM");
@@ -541,29 +541,29 @@ MSA_SM100_PIN(DecLayout, kBF16FP8, 128, stages, 2);
 MSA_SM100_PIN(DecLayout, kNVFP4, 256, stages, 1);
 
 MSA_SM100_PIN(QFwdLayout, kBF16, 64, stages, 3);
-MSA_SM100_PIN(QFwdLayout, kBF16, 128, stages, 2);
-MSA_SM100_PIN(QFwdLayout, kBF16, 128, p_bufs, 2);
+MSA_SM100_PIN(QFwdLayout, kBF16, 128, stages, 3);
 MSA_SM100_PIN(QFwdLayout, kBF16, 256, stages, 1);
-MSA_SM100_PIN(QFwdLayout, kBF16, 256, p_bufs, 1);
 MSA_SM100_PIN(QFwdLayout, kFP8, 128, stages, 3);
-MSA_SM100_PIN(QFwdLayout, kFP8, 256, stages, 2);
+MSA_SM100_PIN(QFwdLayout, kFP8, 256, stages, 3);
 MSA_SM100_PIN(QFwdLayout, kBF16, 128, threads, 192);
-MSA_SM100_PIN(QFwdLayout, kBF16, 64, map_bytes, 181424);
+MSA_SM100_PIN(QFwdLayout, kBF16, 64, map_bytes, 115888);
 MSA_SM100_PIN(QFwdLayout, kBF16, 128, smem_bytes, 230576);
-MSA_SM100_PIN(QFwdLayout, kBF16, 256, smem_bytes, 230576);
+MSA_SM100_PIN(QFwdLayout, kBF16, 256, smem_bytes, 197808);
 MSA_SM100_PIN(QFwdLayout, kFP8, 64, smem_bytes, 117760);
-MSA_SM100_PIN(QFwdLayout, kFP8, 128, smem_bytes, 148656);
-MSA_SM100_PIN(QFwdLayout, kFP8, 256, smem_bytes, 197808);
+MSA_SM100_PIN(QFwdLayout, kFP8, 128, smem_bytes, 117760);
+MSA_SM100_PIN(QFwdLayout, kFP8, 256, smem_bytes, 230576);
 MSA_SM100_PIN(QFwdLayout, kFP8, 128, idesc_pv, 0x08210010u);
+MSA_SM100_PIN(QFwdLayout, kBF16, 128, p_cols, 64);
+MSA_SM100_PIN(QFwdLayout, kFP8, 128, p_cols, 32);
 MSA_SM100_PIN(QFwdLayout, kBF16FP8, 64, stages, 3);
 MSA_SM100_PIN(QFwdLayout, kBF16FP8, 128, stages, 2);
-MSA_SM100_PIN(QFwdLayout, kBF16FP8, 128, p_bufs, 1);
+MSA_SM100_PIN(QFwdLayout, kNVFP4, 256, stages, 1);
 MSA_SM100_PIN(QFwdLayout, kBF16FP8, 128, threads, 320);
-MSA_SM100_PIN(QFwdLayout, kNVFP4, 128, p_bufs, 1);
-MSA_SM100_PIN(QFwdLayout, kBF16FP8, 64, smem_bytes, 197808);
-MSA_SM100_PIN(QFwdLayout, kBF16FP8, 128, smem_bytes, 230576);
-MSA_SM100_PIN(QFwdLayout, kNVFP4, 64, smem_bytes, 189616);
-MSA_SM100_PIN(QFwdLayout, kNVFP4, 128, smem_bytes, 214192);
+MSA_SM100_PIN(QFwdLayout, kBF16FP8, 64, smem_bytes, 132272);
+MSA_SM100_PIN(QFwdLayout, kBF16FP8, 128, smem_bytes, 197808);
+MSA_SM100_PIN(QFwdLayout, kNVFP4, 64, smem_bytes, 124080);
+MSA_SM100_PIN(QFwdLayout, kNVFP4, 128, smem_bytes, 181424);
+MSA_SM100_PIN(QFwdLayout, kNVFP4, 256, smem_bytes, 230576);
 MSA_SM100_PIN(QFwdLayout, kNVFP4, 128, idesc_pv, 0x08210490u);
 
 #endif  // SM100_LAYOUT_CUH

@@ -1,5 +1,5 @@
 // sm100_qfwd.cu - query-major block-sparse prefill on SM100 (tcgen05 + TMA):
-// msa_sm100_qfwd_{bf16,fp8}_d{64,128,256}, msa_sm100_qfwd_{bf16fp8,nvfp4}_d{64,128}.
+// msa_sm100_qfwd_{bf16,fp8,nvfp4}_d{64,128,256}, msa_sm100_qfwd_bf16fp8_d{64,128}.
 //
 // Same plan, parameter block and results as sm80/sm80_qfwd.cu (cuda.QPlan
 // with 128-row tiles on SM100, MsaQFwdParams): one CTA per query tile x KV
@@ -19,19 +19,23 @@
 //               j % stages is empty, thread t widens key t to BF16 into the
 //               slot (NVFP4 with its block scale; keys past the block
 //               zeroed) and arrives on K full and raw K empty; then V.
-//   MMA issuer  S_{j+1} = Q K_{j+1}^T into S buffer (j+1) & 1 (commit: S
-//               full; K empty when a later block refills the slot), then,
-//               once P ready(j): O (+)= P_j V_j (commit: V empty when the
-//               slot is refilled; O done). S_{j+1} runs on the tensor cores
-//               while the softmax of block j runs.
+//   MMA issuer  S_{j+1} = Q K_{j+1}^T into S buffer (j+1) & 1, once O
+//               done(j-1) has shown that O += P_{j-1} V_{j-1} read the P
+//               held there (commit: S full; K empty when a later block
+//               refills the slot), then, once P ready(j): O (+)= P_j V_j
+//               with P_j from tensor memory (commit: V empty when the slot
+//               is refilled; O done). S_{j+1} runs on the tensor cores while
+//               the softmax of block j runs.
 //   softmax     wait S full(j); the row's block max (first pass over S), P
-//               (second pass: exp2, unrounded sum, P rounded into P tile
-//               j % p_bufs; with one P tile only after O done(j-1)); zero
-//               the V rows past the block's keys (P = 0 there must not meet
-//               stale shared memory; the converter zeroes them in the
-//               converted variants); wait O done(j-1) and rescale O in
-//               tensor memory by alpha when any row of the warp changed
-//               its max; arrive on P ready(j).
+//               (second pass: exp2, unrounded sum, P rounded and stored by
+//               tcgen05.st over S_j in its own TMEM lane: BF16 pairs or
+//               E4M3 quads from the buffer's first column, each chunk's P
+//               below the columns still to be read); zero the V rows past
+//               the block's keys (P = 0 there must not meet stale shared
+//               memory; the converter zeroes them in the converted
+//               variants); wait O done(j-1) and rescale O in tensor memory
+//               by alpha when any row of the warp changed its max; arrive
+//               on P ready(j).
 // A tile holds at most 128 rows when qhead_per_kv <= 128 (the planner's
 // limit), so it is one pass; the passes exist for the plan format's
 // one-token tiles of more heads. After the walk of a pass the softmax
@@ -41,10 +45,17 @@
 // (no selected block starts before the sequence's end) writes O = 0 and
 // LSE = -inf without touching the tensor cores.
 //
+// The wait on O done(j-1) before S_{j+1} (at a pass's first block, on the
+// previous block's O done, the last one issued) is what keeps S_{j+1} from
+// overwriting P_{j-1}: the PTX ISA orders tcgen05.mma pairs of one thread
+// only for the same accumulator and shape (O += P V and S = Q K^T are not),
+// so the issue order alone would not.
 // Why each phase wait is unambiguous (the parity of use n is n & 1, and no
 // barrier can complete use n + 1 before its waiter has seen use n):
-// S full(b) use n+1 is S_{j+2}, issued after P ready(j+1), which the
-// softmax arrives after its wait on S_j; P ready(j+1) needs O done(j),
+// S full(b) use n+1 is S_{j+2}, issued after O done(j), which needs P
+// ready(j), which the softmax arrives after its wait on S_j; the issuer's
+// own wait on O done(j) precedes O += P_{j+1} V_{j+1}, the product whose
+// commit is O done(j+1); P ready(j+1) needs O done(j),
 // which needs the issuer's wait on P ready(j); O done(j+1) needs P
 // ready(j+1), arrived after the softmax's wait on O done(j); K / V empty
 // of a slot are waited by the load warp (converted: the converter) in use
@@ -111,7 +122,6 @@ __device__ __forceinline__ void qfwd_body(const MsaQFwdParams& p, const MsaTenso
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     uint8_t* sm = align_1024(dsmem);
     const uint32_t sQ = smem_u32(sm + L::q_off);
-    auto sP = [&](int i) { return smem_u32(sm + L::p_off + i * L::p_bytes); };
     auto sK = [&](int s) { return smem_u32(sm + L::k_off + s * L::kv_bytes); };
     auto sV = [&](int s) { return smem_u32(sm + L::v_off + s * L::kv_bytes); };
     const uint32_t sRawK = smem_u32(sm + L::rk_off), sRawV = smem_u32(sm + L::rv_off);
@@ -195,8 +205,14 @@ __device__ __forceinline__ void qfwd_body(const MsaQFwdParams& p, const MsaTenso
     } else if (warp == L::mma_warp) {
         // ---- MMA warp, lane 0: every tcgen05.mma and tcgen05.commit ----
         if (lane == 0 && nblk > 0) {
-            auto issue_s = [&](int n) {  // S_n = Q K_n^T into S buffer n & 1
+            // S_n = Q K_n^T into S buffer n & 1, which holds P_{n-2}: first
+            // wait O done(u), u the last O product issued (n - 2 inside a
+            // pass, n - 1 at a pass's start; -1: none), which covers it. A
+            // later O done phase cannot have completed: its product is
+            // issued after this wait.
+            auto issue_s = [&](int n, int u) {
                 const int s = n % L::stages;
+                if (n >= 2) mbar_wait(B(L::bar_o), slot_parity(u), kWaitQFwd, L::bar_o);
                 mbar_wait(B(L::bar_k + s), slot_parity(n / L::stages), kWaitQFwd, L::bar_k + s);
                 tc_fence_after();
 #pragma unroll
@@ -214,24 +230,22 @@ __device__ __forceinline__ void qfwd_body(const MsaQFwdParams& p, const MsaTenso
             for (int n = 0, pass = 0; pass < npass; ++pass) {
                 mbar_wait(B(L::bar_q), slot_parity(pass), kWaitQFwd, L::bar_q);
                 tc_fence_after();
-                issue_s(n);
+                issue_s(n, n - 1);
 #pragma unroll 1
                 for (int i = 0; i < nblk; ++i, ++n) {
-                    if (i + 1 < nblk) issue_s(n + 1);  // its S buffer was read before P ready(n - 1)
+                    if (i + 1 < nblk) issue_s(n + 1, n - 1);
                     const int s = n % L::stages;
                     mbar_wait(B(L::bar_p), slot_parity(n), kWaitQFwd, L::bar_p);
                     mbar_wait(B(L::bar_v + s), slot_parity(n / L::stages), kWaitQFwd, L::bar_v + s);
                     tc_fence_after();
-                    const uint32_t pt = sP(n % L::p_bufs);
+                    const uint32_t pt = tmem + L::tmem_p_col(n & 1);  // P_n over S_n, lane 0
 #pragma unroll
                     for (int k = 0; k < L::pv_steps; ++k)
-                        umma<L::f8>(tmem + L::tmem_o_col,
-                                    umma_smem_desc(pt + kmajor_step_offset(k, L::p_row_bytes, kTileM), kmajor_lbo(),
-                                                   kmajor_sbo(L::p_row_bytes), span_of(L::p_row_bytes)),
-                                    umma_smem_desc(sV(s) + mnmajor_step_offset(k, L::keys_per_pv_step, L::kv_row),
-                                                   mnmajor_lbo(L::kv_row, kBlockKeys), mnmajor_sbo(L::kv_row),
-                                                   span_of(L::kv_row)),
-                                    L::idesc_pv, (i > 0 || k > 0) ? 1u : 0u);
+                        umma_ts<L::f8>(tmem + L::tmem_o_col, pt + k * L::p_cols_per_pv_step,
+                                       umma_smem_desc(sV(s) + mnmajor_step_offset(k, L::keys_per_pv_step, L::kv_row),
+                                                      mnmajor_lbo(L::kv_row, kBlockKeys), mnmajor_sbo(L::kv_row),
+                                                      span_of(L::kv_row)),
+                                       L::idesc_pv, (i > 0 || k > 0) ? 1u : 0u);
                     if (n + L::stages < nwalk) umma_commit(B(L::bar_ve + s));
                     umma_commit(B(L::bar_o));
                 }
@@ -288,14 +302,9 @@ __device__ __forceinline__ void qfwd_body(const MsaQFwdParams& p, const MsaTenso
                 const float mx = tmem_row_max(tS, vis, scale);
                 const bool empty = mx == -INFINITY;  // no visible key: the row's state is untouched
                 const float mnew = empty ? m : fmaxf(m, mx);
-                if (L::p_bufs == 1 && i > 0) {  // the one P tile: O_{n-1} has read P_{n-1}
-                    mbar_wait(B(L::bar_o), slot_parity(n - 1), kWaitQFwd, L::bar_o);
-                    __syncwarp();
-                    tc_fence_after();
-                }
-                const uint32_t pt = sP(n % L::p_bufs);
                 float sum = 0.f, tsum = 0.f;
-                tmem_row_p<L::f8>(tS, vis, empty, scale, mnew, invT, pt, r, p.pv_round, sum, tsum);
+                tmem_row_p<L::f8, true>(tS, vis, empty, scale, mnew, invT, tmem + lane_base + L::tmem_p_col(sb), r, p.pv_round, sum,
+                                        tsum);
                 if (!L::conv && nk < kBlockKeys && r >= nk) {  // V rows past the block's keys: zero, after the TMA landed
                     const int s = n % L::stages;
                     mbar_wait(B(L::bar_v + s), slot_parity(n / L::stages), kWaitQFwd, L::bar_v + s);
@@ -306,11 +315,9 @@ __device__ __forceinline__ void qfwd_body(const MsaQFwdParams& p, const MsaTenso
                 l = l * alpha + sum;
                 m = mnew;
                 if (i > 0) {  // O_{n-1} has completed: rescale O by alpha before O += P_n V_n
-                    if (L::p_bufs != 1) {
-                        mbar_wait(B(L::bar_o), slot_parity(n - 1), kWaitQFwd, L::bar_o);
-                        __syncwarp();
-                        tc_fence_after();
-                    }
+                    mbar_wait(B(L::bar_o), slot_parity(n - 1), kWaitQFwd, L::bar_o);
+                    __syncwarp();
+                    tc_fence_after();
                     if (__any_sync(0xffffffffu, alpha != 1.f)) {  // tcgen05.ld / st are warp-collective
 #pragma unroll 1
                         for (int c0 = 0; c0 < D; c0 += 32) {
@@ -322,8 +329,8 @@ __device__ __forceinline__ void qfwd_body(const MsaQFwdParams& p, const MsaTenso
                         }
                     }
                 }
-                fence_proxy_async();
-                tc_fence_before();
+                fence_proxy_async();  // the zeroed V rows: visible to the MMA
+                tc_fence_before();    // P stored (waited) and O rescaled, before the arrival
                 mbar_arrive(B(L::bar_p));  // P stored, S read, O rescaled: O += P_n V_n may run
             }
             if (nblk > 0 && pass + 1 < npass) {
@@ -378,4 +385,5 @@ MSA_SM100_QFWD_KERNEL(bf16fp8, kBF16FP8, 64)
 MSA_SM100_QFWD_KERNEL(bf16fp8, kBF16FP8, 128)
 MSA_SM100_QFWD_KERNEL(nvfp4, kNVFP4, 64)
 MSA_SM100_QFWD_KERNEL(nvfp4, kNVFP4, 128)
+MSA_SM100_QFWD_KERNEL(nvfp4, kNVFP4, 256)
 #undef MSA_SM100_QFWD_KERNEL

@@ -3,7 +3,8 @@ package cuda
 // The roles of the SM100 query-major prefill kernel (sm100_qfwd.cu) as the
 // emulation runs them: the load warp's lane 0 (K and V TMA into the ring,
 // or into the raw tiles of the converted variants), the converter
-// warpgroup (converted variants: raw tile to ring slot), the TMA unit
+// warpgroup (converted variants: raw tile to ring slot), the correction
+// warpgroup (O rescale per block, the epilogue per pass), the TMA unit
 // (which lands pending loads in any order), the MMA warp's
 // lane 0 (every tcgen05.mma and tcgen05.commit, in program order), the
 // tensor cores and the softmax warpgroup. The tensor cores execute the
@@ -34,8 +35,10 @@ type qfwdMutation int
 const (
 	qmutNone           qfwdMutation = iota
 	qmutSkipKEmpty                  // the load warp refills a K slot without waiting for K empty
-	qmutSkipPReady                  // the issuer issues O += P V without waiting for P ready
-	qmutRescaleEarly                // the softmax rescales O without waiting for O done of the previous block
+	qmutSkipPReady                  // the correction warpgroup reads the record and arrives on O corrected without waiting for P ready
+	qmutRescaleEarly                // the correction warpgroup rescales O without waiting for O done of the previous block
+	qmutSkipOCorrected              // the issuer issues O += P V without waiting for O corrected
+	qmutOnePReady                   // one P ready barrier for both S buffers (use n instead of buffer n & 1's use n >> 1)
 	qmutOneSBuffer                  // every S in the same TMEM columns
 	qmutEarlyGather                 // the next pass's Q gathered before the pass's last S was waited
 	qmutSkipSReuse                  // S_{n+2} issued into the buffer holding P_n without waiting for O done(n)
@@ -62,7 +65,8 @@ type qfwdEmu struct {
 	mut                          qfwdMutation
 	rng                          *rand.Rand // nil: loads land in issue order
 	kFull, vFull, kEmpty, vEmpty []*mbar
-	qReady, pReady, oDone        *mbar
+	qReady, oDone, oCorr         *mbar
+	pReady                       [2]*mbar // per S buffer: P and the row record stored over S
 	sFull                        [2]*mbar
 	rkFull, rvFull               *mbar // converted: raw K / V tile landed
 	rkEmpty, rvEmpty             *mbar // converted: raw K / V tile widened
@@ -71,6 +75,8 @@ type qfwdEmu struct {
 	k, v                         []string  // ring slots: "K<n>" / "V<n>"
 	s                            [2]string // TMEM S buffers: "S<n>", then "P<n>" stored over it
 	sRead                        [2]bool   // the buffer's content was read (S by the softmax, P by its O += P V)
+	rec                          [2]string // the softmax's record beside P: "R<n>"
+	recRead                      [2]bool   // the record was read by the correction warpgroup
 	o                            string    // "O<n>" (through block n), "O<n>*" (rescaled for n+1), "E<n>" (read by the epilogue)
 	tma                          []qtma
 	tc                           []tcOp // issued products and commits not yet executed
@@ -293,8 +299,8 @@ func (e *qfwdEmu) issuerProgram() []qstep {
 				if e.q != fmt.Sprintf("Q%d", pass) || e.k[s] != fmt.Sprintf("K%d", n) {
 					e.fail("S%d reads Q %q and K slot %d %q", n, e.q, s, e.k[s])
 				}
-				if e.s[b] != "" && !e.sRead[b] {
-					e.fail("S%d overwrites %s before it was read", n, e.s[b])
+				if e.s[b] != "" && !e.sRead[b] || e.rec[b] != "" && !e.recRead[b] {
+					e.fail("S%d overwrites %s / %s before it was read", n, e.s[b], e.rec[b])
 				}
 				e.s[b], e.sRead[b] = fmt.Sprintf("S%d", n), false
 			})
@@ -319,8 +325,9 @@ func (e *qfwdEmu) issuerProgram() []qstep {
 					issueS(n+1, n-1, pass)
 				}
 				s := n % st
-				if e.mut != qmutSkipPReady {
-					p = append(p, qwait(e.pReady, n))
+				// O corrected(n) follows the correction's wait on P ready(n).
+				if e.mut != qmutSkipOCorrected {
+					p = append(p, qwait(e.oCorr, n))
 				}
 				if e.mut != qmutSkipVFull {
 					p = append(p, qwait(e.vFull[s], n/st))
@@ -348,9 +355,19 @@ func (e *qfwdEmu) issuerProgram() []qstep {
 	return append(p, qact(func() { e.issuerEnded = true }))
 }
 
+// pReadyOf is the barrier and use the softmax arrives on and the
+// correction warpgroup waits for block n (its only waiter: the issuer's
+// wait on O corrected(n) follows it).
+func (e *qfwdEmu) pReadyOf(n int) (*mbar, int) {
+	if e.mut == qmutOnePReady {
+		return e.pReady[0], n
+	}
+	return e.pReady[n&1], n >> 1
+}
+
 // softmaxProgram is the softmax warpgroup: the Q gathers, per block the S
-// read and P stored over it, V zeroing, O rescale and P ready, per pass
-// the epilogue.
+// read with P and the row's record stored over it, V zeroing and P ready.
+// It waits for no product of O.
 func (e *qfwdEmu) softmaxProgram() []qstep {
 	var p []qstep
 	st := e.c.stages
@@ -376,6 +393,7 @@ func (e *qfwdEmu) softmaxProgram() []qstep {
 					e.fail("softmax of block %d reads %q", n, e.s[b])
 				}
 				e.s[b], e.sRead[b] = fmt.Sprintf("P%d", n), false // P over the S just read, in its own lane
+				e.rec[b], e.recRead[b] = fmt.Sprintf("R%d", n), false
 			}))
 			zero := qact(func() {
 				if e.v[n%st] != fmt.Sprintf("V%d", n) {
@@ -388,6 +406,37 @@ func (e *qfwdEmu) softmaxProgram() []qstep {
 			if !e.c.conv { // the converter zeroes the rows past the block itself
 				p = append(p, zero)
 			}
+			bar, _ := e.pReadyOf(n)
+			p = append(p, qact(func() { bar.commit(e.t) }))
+		}
+		if e.c.nblk > 0 && e.mut != qmutEarlyGather && pass+1 < e.c.npass {
+			gather(pass + 1)
+		}
+	}
+	return p
+}
+
+// correctionProgram is the correction warpgroup: per block the record
+// read, O rescaled once O done of the previous block (not at a pass's
+// first block) and O corrected; per pass the epilogue once O done of its
+// last block.
+func (e *qfwdEmu) correctionProgram() []qstep {
+	var p []qstep
+	n := 0
+	for pass := 0; pass < e.c.npass; pass++ {
+		for i := 0; i < e.c.nblk; i, n = i+1, n+1 {
+			n := n // the closures below keep this block's index
+			b := e.sBuf(n)
+			bar, use := e.pReadyOf(n)
+			if e.mut != qmutSkipPReady {
+				p = append(p, qwait(bar, use))
+			}
+			p = append(p, qact(func() {
+				if e.rec[b] != fmt.Sprintf("R%d", n) {
+					e.fail("correction of block %d reads the record %q", n, e.rec[b])
+				}
+				e.recRead[b] = true
+			}))
 			if i > 0 {
 				if e.mut != qmutRescaleEarly {
 					p = append(p, qwait(e.oDone, n-1))
@@ -399,12 +448,9 @@ func (e *qfwdEmu) softmaxProgram() []qstep {
 					e.o += "*"
 				}))
 			}
-			p = append(p, qact(func() { e.pReady.commit(e.t) }))
+			p = append(p, qact(func() { e.oCorr.commit(e.t) }))
 		}
 		if e.c.nblk > 0 {
-			if e.mut != qmutEarlyGather && pass+1 < e.c.npass {
-				gather(pass + 1)
-			}
 			p = append(p, qwait(e.oDone, n-1))
 		}
 		last := n - 1
@@ -419,22 +465,23 @@ func (e *qfwdEmu) softmaxProgram() []qstep {
 	return p
 }
 
-// emuQFwd runs one CTA of shape c under every priority order of its five
-// roles (six with the converter: only for walks of up to 3 blocks and 2
+// emuQFwd runs one CTA of shape c under every priority order of its six
+// roles (seven with the converter: only for walks of up to 2 blocks and 2
 // passes) and `random` random schedules, and checks the barriers' ledgers
 // and that every pass wrote its output once.
 func emuQFwd(t *testing.T, c qfwdCfg, mut qfwdMutation, random int) {
 	t.Helper()
-	orders := permutations(5)
+	orders := permutations(6)
 	if c.conv {
 		orders = nil
-		if c.nblk <= 3 && c.npass <= 2 {
-			orders = permutations(6)
+		if c.nblk <= 2 && c.npass <= 2 {
+			orders = permutations(7)
 		}
 	}
 	for run := 0; run < len(orders)+random; run++ {
 		e := &qfwdEmu{t: t, c: c, mut: mut, k: make([]string, c.stages), v: make([]string, c.stages),
-			qReady: &mbar{name: "Q ready", count: 1}, pReady: &mbar{name: "P ready", count: 1}, oDone: &mbar{name: "O done", count: 1}}
+			qReady: &mbar{name: "Q ready", count: 1}, oDone: &mbar{name: "O done", count: 1}, oCorr: &mbar{name: "O corrected", count: 1},
+			pReady: [2]*mbar{{name: "P ready 0", count: 1}, {name: "P ready 1", count: 1}}}
 		for s := 0; s < c.stages; s++ {
 			e.kFull = append(e.kFull, &mbar{name: fmt.Sprintf("K full %d", s), count: 1})
 			e.vFull = append(e.vFull, &mbar{name: fmt.Sprintf("V full %d", s), count: 1})
@@ -445,7 +492,7 @@ func emuQFwd(t *testing.T, c qfwdCfg, mut qfwdMutation, random int) {
 		e.rkFull, e.rvFull = &mbar{name: "raw K full", count: 1}, &mbar{name: "raw V full", count: 1}
 		e.rkEmpty, e.rvEmpty = &mbar{name: "raw K empty", count: 1}, &mbar{name: "raw V empty", count: 1}
 		roles := []role{&qprog{e: e, prog: e.loadProgram()}, tmaRole{e}, &qprog{e: e, prog: e.issuerProgram()}, tensorRole{e},
-			&qprog{e: e, prog: e.softmaxProgram()}}
+			&qprog{e: e, prog: e.softmaxProgram()}, &qprog{e: e, prog: e.correctionProgram()}}
 		if c.conv {
 			roles = append(roles, &qprog{e: e, prog: e.converterProgram()})
 		}
@@ -463,7 +510,7 @@ func emuQFwd(t *testing.T, c qfwdCfg, mut qfwdMutation, random int) {
 		// Every phase of the barriers with one waiter per phase was
 		// waited; a slot's empty barriers complete once per refill.
 		blocks := c.npass * c.nblk
-		for _, b := range append([]*mbar{e.pReady, e.oDone, e.sFull[0], e.sFull[1], e.rkFull, e.rvFull}, append(e.kFull, e.vFull...)...) {
+		for _, b := range append([]*mbar{e.pReady[0], e.pReady[1], e.oDone, e.oCorr, e.sFull[0], e.sFull[1], e.rkFull, e.rvFull}, append(e.kFull, e.vFull...)...) {
 			if b.completed != b.waited {
 				e.fail("run %d: %s completed %d phases, %d waited", run, b.name, b.completed, b.waited)
 			}
@@ -502,7 +549,7 @@ func TestEmulatedSM100QFwdRoles(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkQFwdIssuer(t, string(b))
-	twoIssuers := strings.Replace(string(b), "mbar_arrive(B(L::bar_p));", "mbar_arrive(B(L::bar_p)); umma_commit(B(L::bar_o));", 1)
+	twoIssuers := strings.Replace(string(b), "mbar_arrive(B(L::bar_p + sb));", "mbar_arrive(B(L::bar_p + sb)); umma_commit(B(L::bar_o));", 1)
 	if twoIssuers == string(b) || !failsOn(func(t *testing.T) { checkQFwdIssuer(t, twoIssuers) }) {
 		t.Error("single-issuer check accepted a commit outside the MMA warp")
 	}
@@ -533,8 +580,10 @@ func TestEmulatedSM100QFwdRoles(t *testing.T) {
 		mut  qfwdMutation
 	}{
 		{"K slot refilled before K empty", qfwdCfg{2, 5, 1, false}, qmutSkipKEmpty},
-		{"O issued before P ready", qfwdCfg{2, 3, 1, false}, qmutSkipPReady},
+		{"O corrected before P ready", qfwdCfg{2, 3, 1, false}, qmutSkipPReady},
 		{"O rescaled before O done", qfwdCfg{2, 3, 1, false}, qmutRescaleEarly},
+		{"O issued before O corrected", qfwdCfg{2, 3, 1, false}, qmutSkipOCorrected},
+		{"one P ready barrier for both S buffers", qfwdCfg{3, 5, 1, false}, qmutOnePReady},
 		{"one S buffer", qfwdCfg{2, 3, 1, false}, qmutOneSBuffer},
 		{"next pass's Q gathered before its last S", qfwdCfg{2, 2, 2, false}, qmutEarlyGather},
 		{"S issued over a P before O done read it", qfwdCfg{3, 4, 1, false}, qmutSkipSReuse},
@@ -556,7 +605,7 @@ func TestEmulatedSM100QFwdRoles(t *testing.T) {
 // emulation models), and the load warp is the only TMA issuer.
 func checkQFwdIssuer(t *testing.T, src string) {
 	t.Helper()
-	const open, end = "    } else if (warp == L::mma_warp) {\n", "\n    } else {\n        // ---- softmax warpgroup"
+	const open, end = "    } else if (warp == L::mma_warp) {\n", "\n    } else if (warp >= L::corr_warp0) {\n        // ---- correction warpgroup"
 	i, j := strings.Index(src, open), strings.Index(src, end)
 	if i < 0 || j < i {
 		t.Fatal("sm100_qfwd.cu: no MMA warp block followed by the softmax warpgroup")

@@ -2,8 +2,9 @@ package cuda
 
 // SM100QFwdLayout is QFwdLayout<V, D> of sm100_layout.cuh: the maps of the
 // SM100 query-major prefill (msa_sm100_qfwd_*): one 128-row pass of a
-// query tile at a time, a softmax warpgroup, the MMA warp, a load warp and,
-// for the converted K/V variants, a converter warpgroup; K/V in a ring of
+// query tile at a time, a softmax warpgroup, the MMA warp, a load warp,
+// for the converted K/V variants a converter warpgroup, and a correction
+// warpgroup (O rescale and epilogue); K/V in a ring of
 // Stages slots. P has no shared memory: the softmax stores P_j over S_j in
 // tensor memory, the A operand of O += P_j V_j.
 type SM100QFwdLayout struct {
@@ -24,12 +25,14 @@ type SM100QFwdLayout struct {
 	TmemSlot      int    // offset of the word that receives the tensor-memory address
 	MapBytes      int    // bytes of the map, alignment slack included
 	SmemBytes     int    // dynamic shared memory the launcher requests: MapBytes raised to sm100SoleCtaSmem
-	Threads       int    // softmax warpgroup + MMA warp + load warp (+ converter warpgroup)
+	Threads       int    // softmax warpgroup + MMA warp + load warp (+ converter warpgroup) + correction warpgroup
+	CorrWarp0     int    // first warp of the correction warpgroup (the last four warps)
 	TmemCols      int    // tensor-memory columns allocated (all 512)
 	TmemS         [2]int // columns of the two S buffers
 	TmemP         [2]int // first column of P_j: over S buffer j & 1
 	PCols         int    // tensor-memory columns of one P row (two bf16 or four e4m3 per column)
 	PColsPerStep  int    // P columns one P.V instruction consumes
+	TmemRec       int    // column (in an S buffer) of the softmax's 4-column record for the correction warpgroup
 	TmemO         int    // column of O (128 lanes x D)
 	QKSteps       int    // UMMA instructions of S = Q K^T
 	PVSteps       int    // UMMA instructions of O += P V
@@ -39,12 +42,12 @@ type SM100QFwdLayout struct {
 }
 
 // qfwdNumBars is QFwdLayout::num_bars: three ring slots' K / V full and
-// empty barriers whatever Stages is, Q ready, two S full, P ready, O done
-// and the raw K / V tiles' full and empty barriers (their indices, the
-// timeout sites, are the table of sm100_wait.go); qfwdMaxStages its
-// max_stages.
+// empty barriers whatever Stages is, Q ready, two S full, two P ready, O
+// done, the raw K / V tiles' full and empty barriers and O corrected (their
+// indices, the timeout sites, are the table of sm100_wait.go);
+// qfwdMaxStages its max_stages.
 const (
-	qfwdNumBars   = 21
+	qfwdNumBars   = 23
 	qfwdMaxStages = 3
 )
 
@@ -103,11 +106,14 @@ func SM100QFwd(v SM100Variant, d int) SM100QFwdLayout {
 	if v.converted() {
 		l.Threads += 128
 	}
+	l.CorrWarp0 = l.Threads / 32
+	l.Threads += 128
 	l.TmemCols = tmemColumns
 	l.TmemS = [2]int{0, sm100BlockKeys}
 	l.TmemP = l.TmemS
 	l.PCols = l.PRowBytes / 4
 	l.PColsPerStep = sm100KStepBytes / 4
+	l.TmemRec = sm100BlockKeys - 4
 	l.TmemO = 2 * sm100BlockKeys
 	l.QKSteps = l.QRowBytes / sm100KStepBytes
 	l.PVSteps = l.PRowBytes / sm100KStepBytes

@@ -57,12 +57,13 @@ var sm100WaitSites = []waitSite{
 	{3, "bar_ve", 9, 3, "V empty: the tcgen05 O += P V that read a ring slot's previous V"},
 	{3, "bar_q", 12, 1, "Q ready: the softmax warpgroup's gather of a pass's Q"},
 	{3, "bar_s", 13, 2, "S full: the tcgen05 Q K^T product of a block into an S buffer"},
-	{3, "bar_p", 15, 1, "P ready: the softmax warpgroup's P store and O rescale of a block"},
-	{3, "bar_o", 16, 1, "O done: the tcgen05 P V product of a block"},
-	{3, "bar_rk", 17, 1, "raw K full: the TMA load of a walk block's raw K (converted K/V)"},
-	{3, "bar_rv", 18, 1, "raw V full: the TMA load of a walk block's raw V (converted K/V)"},
-	{3, "bar_rke", 19, 1, "raw K empty: the converter warpgroup's widening of the previous raw K"},
-	{3, "bar_rve", 20, 1, "raw V empty: the converter warpgroup's widening of the previous raw V"},
+	{3, "bar_p", 15, 2, "P ready: the softmax warpgroup's P and row record over an S buffer"},
+	{3, "bar_o", 17, 1, "O done: the tcgen05 P V product of a block"},
+	{3, "bar_rk", 18, 1, "raw K full: the TMA load of a walk block's raw K (converted K/V)"},
+	{3, "bar_rv", 19, 1, "raw V full: the TMA load of a walk block's raw V (converted K/V)"},
+	{3, "bar_rke", 20, 1, "raw K empty: the converter warpgroup's widening of the previous raw K"},
+	{3, "bar_rve", 21, 1, "raw V empty: the converter warpgroup's widening of the previous raw V"},
+	{3, "bar_c", 22, 1, "O corrected: the correction warpgroup's O rescale (or a pass's epilogue) before a block's P V"},
 }
 
 // SM100WaitTimeout is the error of a launch sequence in which an SM100

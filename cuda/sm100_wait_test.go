@@ -101,6 +101,7 @@ func TestSM100WaitSites(t *testing.T) {
 			switch m[1] {
 			case "L::bar_k", "L::bar_v", "L::bar_s + slot", "L::bar_o + slot", "L::bar_mma", "site_k", "site_v", "L::num_bars, 0",
 				"L::bar_k + s", "L::bar_v + s", "L::bar_ke + s", "L::bar_ve + s", "L::bar_q", "L::bar_s + sb", "L::bar_p", "L::bar_o",
+				"L::bar_p + sb", "L::bar_c",
 				"L::bar_rk", "L::bar_rv", "L::bar_rke", "L::bar_rve":
 			default:
 				t.Errorf("%s: a wait at site %q the table does not describe", f, m[1])

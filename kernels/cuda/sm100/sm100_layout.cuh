@@ -332,8 +332,8 @@ struct DecLayout {
 //   warps 0-3  softmax warpgroup: thread t = row t = TMEM lane t; gathers
 //              the pass's Q rows, reads S_j, masks, folds the online
 //              softmax, stores P_j into tensor memory over S_j (the A
-//              operand of O += P_j V_j), rescales O in tensor memory, and after
-//              the walk normalises O and stores it (16-byte BF16 stores)
+//              operand of O += P_j V_j) and the row's record (alpha, m,
+//              l, temperature l) beside it; never waits for a product of O
 //   warp 4     MMA warp: TMEM allocation; lane 0 issues every tcgen05.mma
 //              and tcgen05.commit: S_{j+1} = Q K_{j+1}^T before O += P_j V_j,
 //              so the tensor cores compute S_{j+1} while the softmax of
@@ -346,6 +346,13 @@ struct DecLayout {
 //              key t of the raw K, then V tile to BF16 into the ring slot
 //              (NVFP4: E2M1 x E4M3 block scale; rows past the block's
 //              keys zeroed)
+//   correction warpgroup (warps 6-9, or 10-13 after the converter): the
+//              thread of lane l in warp w owns row 32 (w % 4) + l (its
+//              TMEM lane); per block it reads the row's record, waits O
+//              done(j-1), rescales O in tensor memory by alpha (skipped
+//              when no row of its warp raised its max) and arrives on O
+//              corrected(j); after the walk it normalises O and stores it
+//              (16-byte BF16 stores), the LSE and the temperature LSE
 // Shared memory (byte offsets from the 1024-aligned base):
 //   [q_off, +q_bytes)               Q tile (K-major, 128 rows x D)
 //   [k_off + i kv_bytes, ...)       K ring slot i < stages (K-major, 128 keys x D)
@@ -356,11 +363,15 @@ struct DecLayout {
 // bar_v + i: 1 + TMA bytes; converted: the 128 converter threads), K empty
 // / V empty of slot i (bar_ke + i, bar_ve + i: 1, tcgen05.commit after the
 // product that read it), Q ready (bar_q: 128 gathers, once per pass), S
-// full of TMEM buffer b (bar_s + b: 1 commit), P ready (bar_p: 128, once
-// per block: P stored, S read, O rescaled), O done (bar_o: 1 commit, once
-// per block); converted: raw K / raw V full (bar_rk, bar_rv: 1 + TMA
-// bytes) and empty (bar_rke, bar_rve: 128 converter threads), once per
-// block. Slots for three ring stages are reserved whatever `stages` is, so
+// full of TMEM buffer b (bar_s + b: 1 commit), P ready of S buffer b
+// (bar_p + b: 128 softmax threads, once per block of that buffer: S read,
+// P and the row's record stored over it; waited by the issuer and the
+// correction warpgroup), O done (bar_o: 1 commit, once per block);
+// converted: raw K / raw V full (bar_rk, bar_rv: 1 + TMA bytes) and empty
+// (bar_rke, bar_rve: 128 converter threads), once per block; O corrected
+// (bar_c: 128 correction threads, once per block: O rescaled for the
+// block, or at a pass's first block the previous pass's O read by its
+// epilogue). Slots for three ring stages are reserved whatever `stages` is, so
 // the indices (the timeout sites) do not depend on the variant. Every
 // counter (ring use, S buffer use, block) runs over all passes of the
 // tile: wait parity (use & 1).
@@ -369,13 +380,16 @@ struct DecLayout {
 // (kSoleCtaSmem). P_j overwrites the S_j it was computed from, from the
 // buffer's first column: a lane's 128 keys in 64 columns of BF16 pairs or
 // 32 of E4M3 quads (the A operand of O += P_j V_j); P has no shared memory.
+// The softmax leaves its row's record (alpha of the block, and the running
+// m, l and temperature l after it) in the buffer's last 4 columns
+// (tmem_rec_col) for the correction warpgroup.
 // Bytes of the query-major map with `st` ring stages (without the
 // alignment slack) for variant v, head dim d.
 MSA_HD constexpr int qfwd_map_end(int v, int d, int st) {
     return align_up(align_up(align_up(kTileM * d * q_mma_bytes(v), 1024) + 2 * st * kBlockKeys * d * kv_mma_bytes(v), 1024) +
                         (kv_converted(v) ? 2 * kBlockKeys * kv_row_bytes(v, d) : 0),
                     1024) +
-           8 * 21 + 8;
+           8 * 23 + 8;
 }
 MSA_HD constexpr bool qfwd_fits_at(int v, int d, int st) { return qfwd_map_end(v, d, st) + kAlignSlack <= kMaxDynSmem; }
 // Whether variant v at head dim d has a query-major kernel (its smallest
@@ -395,7 +409,7 @@ struct QFwdLayout {
     static constexpr int q_bytes = kTileM * q_row_bytes;
     static constexpr int kv_bytes = kBlockKeys * kv_row;
     static constexpr int raw_bytes = conv ? kBlockKeys * raw_row : 0;
-    static constexpr int bar_k = 0, bar_v = 3, bar_ke = 6, bar_ve = 9, bar_q = 12, bar_s = 13, bar_p = 15, bar_o = 16, bar_rk = 17, bar_rv = 18, bar_rke = 19, bar_rve = 20, num_bars = 21;
+    static constexpr int bar_k = 0, bar_v = 3, bar_ke = 6, bar_ve = 9, bar_q = 12, bar_s = 13, bar_p = 15, bar_o = 17, bar_rk = 18, bar_rv = 19, bar_rke = 20, bar_rve = 21, bar_c = 22, num_bars = 23;
     static constexpr int max_stages = 3;
     MSA_HD static constexpr bool fits(int st) { return qfwd_fits_at(V, D, st); }
     // As many ring stages as fit, up to 3: they keep K/V loads ahead of the walk.
@@ -411,20 +425,23 @@ struct QFwdLayout {
     static constexpr int smem_bytes = imax(map_bytes, kSoleCtaSmem);
     static constexpr int softmax_threads = kTileM;
     static constexpr int mma_warp = 4, load_warp = 5, conv_warp0 = 6;  // converter warpgroup: warps 6-9
-    static constexpr int threads = softmax_threads + 64 + (conv ? 128 : 0);
+    static constexpr int corr_warp0 = conv ? 10 : 6;                   // correction warpgroup: the last four warps
+    static constexpr int threads = softmax_threads + 64 + (conv ? 128 : 0) + 128;
     static constexpr int tmem_cols = 512;
     MSA_HD static constexpr int tmem_s_col(int b) { return kBlockKeys * b; }
     MSA_HD static constexpr int tmem_p_col(int b) { return tmem_s_col(b); }  // P_j over S_j
     static constexpr int tmem_o_col = 2 * kBlockKeys;
     static constexpr int p_cols = p_row_bytes / 4;  // TMEM columns of one P row
     static constexpr int p_cols_per_pv_step = kKStepBytes / 4;
+    static constexpr int tmem_rec_col = kBlockKeys - 4;  // the softmax's record: alpha, m, l, tl
     static constexpr uint32_t idesc_qk = umma_idesc(f8, kTileM, kBlockKeys, false, false);
     static constexpr uint32_t idesc_pv = umma_idesc(f8, kTileM, D, false, true);
     static constexpr int qk_steps = q_row_bytes / kKStepBytes;
     static constexpr int pv_steps = p_row_bytes / kKStepBytes;
     static constexpr int keys_per_pv_step = kKStepBytes / p_mma_bytes(V);
     static_assert(stages <= max_stages && qfwd_map_end(V, D, stages) == tmem_slot_off + 8, "ring slots and the map");
-    static_assert(p_cols <= kBlockKeys && pv_steps * p_cols_per_pv_step == p_cols, "P inside its S buffer");
+    static_assert(p_cols <= tmem_rec_col && pv_steps * p_cols_per_pv_step == p_cols, "P and the record inside their S buffer");
+    static_assert(corr_warp0 * 32 + 128 == threads, "the correction warpgroup is the last four warps");
     static_assert(smem_bytes <= kMaxDynSmem, "dynamic shared memory");
     static_assert(tmem_o_col + D <= tmem_cols, "tensor memory columns");
     static_assert(resident_by_smem(smem_bytes) * tmem_cols <= kTmemColsPerSM, "co-resident CTAs' TMEM");
@@ -545,25 +562,25 @@ MSA_SM100_PIN(QFwdLayout, kBF16, 128, stages, 3);
 MSA_SM100_PIN(QFwdLayout, kBF16, 256, stages, 1);
 MSA_SM100_PIN(QFwdLayout, kFP8, 128, stages, 3);
 MSA_SM100_PIN(QFwdLayout, kFP8, 256, stages, 3);
-MSA_SM100_PIN(QFwdLayout, kBF16, 128, threads, 192);
-MSA_SM100_PIN(QFwdLayout, kBF16, 64, map_bytes, 115888);
-MSA_SM100_PIN(QFwdLayout, kBF16, 128, smem_bytes, 230576);
-MSA_SM100_PIN(QFwdLayout, kBF16, 256, smem_bytes, 197808);
+MSA_SM100_PIN(QFwdLayout, kBF16, 128, threads, 320);
+MSA_SM100_PIN(QFwdLayout, kBF16, 64, map_bytes, 115904);
+MSA_SM100_PIN(QFwdLayout, kBF16, 128, smem_bytes, 230592);
+MSA_SM100_PIN(QFwdLayout, kBF16, 256, smem_bytes, 197824);
 MSA_SM100_PIN(QFwdLayout, kFP8, 64, smem_bytes, 117760);
 MSA_SM100_PIN(QFwdLayout, kFP8, 128, smem_bytes, 117760);
-MSA_SM100_PIN(QFwdLayout, kFP8, 256, smem_bytes, 230576);
+MSA_SM100_PIN(QFwdLayout, kFP8, 256, smem_bytes, 230592);
 MSA_SM100_PIN(QFwdLayout, kFP8, 128, idesc_pv, 0x08210010u);
 MSA_SM100_PIN(QFwdLayout, kBF16, 128, p_cols, 64);
 MSA_SM100_PIN(QFwdLayout, kFP8, 128, p_cols, 32);
 MSA_SM100_PIN(QFwdLayout, kBF16FP8, 64, stages, 3);
 MSA_SM100_PIN(QFwdLayout, kBF16FP8, 128, stages, 2);
 MSA_SM100_PIN(QFwdLayout, kNVFP4, 256, stages, 1);
-MSA_SM100_PIN(QFwdLayout, kBF16FP8, 128, threads, 320);
-MSA_SM100_PIN(QFwdLayout, kBF16FP8, 64, smem_bytes, 132272);
-MSA_SM100_PIN(QFwdLayout, kBF16FP8, 128, smem_bytes, 197808);
-MSA_SM100_PIN(QFwdLayout, kNVFP4, 64, smem_bytes, 124080);
-MSA_SM100_PIN(QFwdLayout, kNVFP4, 128, smem_bytes, 181424);
-MSA_SM100_PIN(QFwdLayout, kNVFP4, 256, smem_bytes, 230576);
+MSA_SM100_PIN(QFwdLayout, kBF16FP8, 128, threads, 448);
+MSA_SM100_PIN(QFwdLayout, kBF16FP8, 64, smem_bytes, 132288);
+MSA_SM100_PIN(QFwdLayout, kBF16FP8, 128, smem_bytes, 197824);
+MSA_SM100_PIN(QFwdLayout, kNVFP4, 64, smem_bytes, 124096);
+MSA_SM100_PIN(QFwdLayout, kNVFP4, 128, smem_bytes, 181440);
+MSA_SM100_PIN(QFwdLayout, kNVFP4, 256, smem_bytes, 230592);
 MSA_SM100_PIN(QFwdLayout, kNVFP4, 128, idesc_pv, 0x08210490u);
 
 #endif  // SM100_LAYOUT_CUH

@@ -22,10 +22,11 @@
 //   MMA issuer  S_{j+1} = Q K_{j+1}^T into S buffer (j+1) & 1, once O
 //               done(j-1) has shown that O += P_{j-1} V_{j-1} read the P
 //               held there (commit: S full; K empty when a later block
-//               refills the slot), then, once P ready(j): O (+)= P_j V_j
-//               with P_j from tensor memory (commit: V empty when the slot
-//               is refilled; O done). S_{j+1} runs on the tensor cores while
-//               the softmax of block j runs.
+//               refills the slot), then, once O corrected(j) (which
+//               follows P ready(j)): O (+)= P_j V_j with P_j from tensor
+//               memory (commit: V empty when the slot is refilled; O
+//               done). S_{j+1} runs on the tensor cores while the softmax
+//               of block j runs.
 //   softmax     wait S full(j); the row's block max (first pass over S), P
 //               (second pass: exp2, unrounded sum, P rounded and stored by
 //               tcgen05.st over S_j in its own TMEM lane: BF16 pairs or
@@ -33,37 +34,51 @@
 //               below the columns still to be read); zero the V rows past
 //               the block's keys (P = 0 there must not meet stale shared
 //               memory; the converter zeroes them in the converted
-//               variants); wait O done(j-1) and rescale O in tensor memory
-//               by alpha when any row of the warp changed its max; arrive
-//               on P ready(j).
+//               variants); store the row's record (alpha of the block, m,
+//               l, temperature l) in the buffer's last 4 columns; arrive on
+//               P ready of buffer j & 1. It never waits for a product of O,
+//               so the softmax of block j+1 runs while O += P_j V_j and the
+//               correction of block j do.
+//   correction  wait P ready(j); read the record; wait O done(j-1) and
+//               rescale O in tensor memory by alpha when any row of the
+//               warp changed its max; arrive on O corrected(j), which the
+//               issuer waits before O += P_j V_j.
 // A tile holds at most 128 rows when qhead_per_kv <= 128 (the planner's
 // limit), so it is one pass; the passes exist for the plan format's
 // one-token tiles of more heads. After the walk of a pass the softmax
-// warpgroup gathers the next pass's Q (the pass's last S has completed),
-// waits O done of the last block and
-// stores O / l, the LSE and the temperature LSE. A tile whose walk is empty
-// (no selected block starts before the sequence's end) writes O = 0 and
-// LSE = -inf without touching the tensor cores.
+// warpgroup gathers the next pass's Q (the pass's last S has completed);
+// the correction warpgroup waits O done of the last block and stores O /
+// l, the LSE and the temperature LSE from the last record, then arrives on
+// O corrected for the next pass's first block (whose O product overwrites
+// O). A tile whose walk is empty (no selected block starts before the
+// sequence's end) writes O = 0 and LSE = -inf without touching the tensor
+// cores.
 //
 // The wait on O done(j-1) before S_{j+1} (at a pass's first block, on the
 // previous block's O done, the last one issued) is what keeps S_{j+1} from
-// overwriting P_{j-1}: the PTX ISA orders tcgen05.mma pairs of one thread
-// only for the same accumulator and shape (O += P V and S = Q K^T are not),
-// so the issue order alone would not.
+// overwriting P_{j-1} and its record: the PTX ISA orders tcgen05.mma pairs
+// of one thread only for the same accumulator and shape (O += P V and
+// S = Q K^T are not), so the issue order alone would not; O done(j-1)
+// also follows O corrected(j-1), so the record was read.
 // Why each phase wait is unambiguous (the parity of use n is n & 1, and no
-// barrier can complete use n + 1 before its waiter has seen use n):
-// S full(b) use n+1 is S_{j+2}, issued after O done(j), which needs P
-// ready(j), which the softmax arrives after its wait on S_j; the issuer's
-// own wait on O done(j) precedes O += P_{j+1} V_{j+1}, the product whose
-// commit is O done(j+1); P ready(j+1) needs O done(j),
-// which needs the issuer's wait on P ready(j); O done(j+1) needs P
-// ready(j+1), arrived after the softmax's wait on O done(j); K / V empty
-// of a slot are waited by the load warp (converted: the converter) in use
-// order, and a slot's next full phase needs its empty phase; raw K / V full
-// of block j+1 needs raw empty of block j, which the converter arrives
-// after its wait on raw full of block j. cuda/emu_sm100_qfwd_test.go runs
-// the roles' barrier programs under every scheduling order it explores and
-// checks every read against the writes it needs.
+// barrier can complete use n + 1 before its waiters have seen use n):
+// S full(b) and P ready(b) of block j+2 need S_{j+2}, issued after O
+// done(j), which needs the issuer's wait on O corrected(j), arrived after
+// the correction's wait on P ready(j) (its only waiter), and P ready(j) is
+// arrived after the softmax's wait on S full(j); O done(j+1)
+// needs O corrected(j+1), arrived after the correction's wait on O done(j)
+// (its epilogue's, at a pass's end), and O += P_{j+1} V_{j+1}, issued
+// after the issuer's own wait on O done(j) or O done(j-1); O corrected(j+1)
+// comes after the correction's wait on O done(j), which needs the issuer's
+// wait on O corrected(j); K / V empty of a slot are waited by the load warp
+// (converted: the converter) in use order, and a slot's next full phase
+// needs its empty phase; raw K / V full of block j+1 needs raw empty of
+// block j, which the converter arrives after its wait on raw full of block
+// j; Q ready of the next pass is arrived after the softmax's wait on the
+// pass's last S, issued after the issuer's wait on Q ready.
+// cuda/emu_sm100_qfwd_test.go runs the roles' barrier programs under every
+// scheduling order it explores and checks every read against the writes
+// it needs.
 #include "shared/tc_frag.cuh"
 #include "sm100/sm100_common.cuh"
 
@@ -148,7 +163,9 @@ __device__ __forceinline__ void qfwd_body(const MsaQFwdParams& p, const MsaTenso
         mbar_init(B(L::bar_s), 1);
         mbar_init(B(L::bar_s + 1), 1);
         mbar_init(B(L::bar_p), L::softmax_threads);
+        mbar_init(B(L::bar_p + 1), L::softmax_threads);
         mbar_init(B(L::bar_o), 1);
+        mbar_init(B(L::bar_c), 128);
         mbar_fence_init();
     }
     tc_fence_before();
@@ -181,7 +198,7 @@ __device__ __forceinline__ void qfwd_body(const MsaQFwdParams& p, const MsaTenso
             });
         }
         __syncwarp();
-    } else if (L::conv && warp >= L::conv_warp0) {
+    } else if (L::conv && warp >= L::conv_warp0 && warp < L::corr_warp0) {
         // ---- converter warpgroup: thread t widens key t of each raw tile ----
         const int t = tid - 32 * L::conv_warp0;
         const uint8_t* kscale = reinterpret_cast<const uint8_t*>(p.k_scale);
@@ -235,10 +252,12 @@ __device__ __forceinline__ void qfwd_body(const MsaQFwdParams& p, const MsaTenso
                 for (int i = 0; i < nblk; ++i, ++n) {
                     if (i + 1 < nblk) issue_s(n + 1, n - 1);
                     const int s = n % L::stages;
-                    mbar_wait(B(L::bar_p), slot_parity(n), kWaitQFwd, L::bar_p);
+                    const int sb = n & 1;
+                    // O corrected(n) follows the correction's wait on P ready(n): P_n is stored.
+                    mbar_wait(B(L::bar_c), slot_parity(n), kWaitQFwd, L::bar_c);
                     mbar_wait(B(L::bar_v + s), slot_parity(n / L::stages), kWaitQFwd, L::bar_v + s);
                     tc_fence_after();
-                    const uint32_t pt = tmem + L::tmem_p_col(n & 1);  // P_n over S_n, lane 0
+                    const uint32_t pt = tmem + L::tmem_p_col(sb);  // P_n over S_n, lane 0
 #pragma unroll
                     for (int k = 0; k < L::pv_steps; ++k)
                         umma_ts<L::f8>(tmem + L::tmem_o_col, pt + k * L::p_cols_per_pv_step,
@@ -252,15 +271,80 @@ __device__ __forceinline__ void qfwd_body(const MsaQFwdParams& p, const MsaTenso
             }
         }
         __syncwarp();
+    } else if (warp >= L::corr_warp0) {
+        // ---- correction warpgroup: lane l of warp w owns row 32 (w % 4) + l (its TMEM lane) ----
+        const int r = 32 * (warp & 3) + lane;
+        const uint32_t lane_base = tmem_lane_base(warp);
+        const uint32_t tO = tmem + lane_base + L::tmem_o_col;
+        const float invT = p.inv_temperature;
+        const float oscale = p.output_scale ? *reinterpret_cast<const float*>(p.output_scale) : 1.f;
+#pragma unroll 1
+        for (int n = 0, pass = 0; pass < npass; ++pass) {
+            float m = -INFINITY, l = 0.f, tl = 0.f;
+#pragma unroll 1
+            for (int i = 0; i < nblk; ++i, ++n) {
+                const int sb = n & 1;
+                mbar_wait(B(L::bar_p + sb), slot_parity(n >> 1), kWaitQFwd, L::bar_p + sb);
+                __syncwarp();
+                tc_fence_after();
+                float rec[4];  // alpha of block n, then m, l and tl after it
+                tmem_ld4(tmem + lane_base + L::tmem_s_col(sb) + L::tmem_rec_col, rec);
+                m = rec[1];
+                l = rec[2];
+                tl = rec[3];
+                if (i > 0) {  // O_{n-1} has completed: rescale O by alpha before O += P_n V_n
+                    mbar_wait(B(L::bar_o), slot_parity(n - 1), kWaitQFwd, L::bar_o);
+                    __syncwarp();
+                    tc_fence_after();
+                    const float alpha = rec[0];
+                    if (__any_sync(0xffffffffu, alpha != 1.f)) {  // tcgen05.ld / st are warp-collective
+#pragma unroll 1
+                        for (int c0 = 0; c0 < D; c0 += 32) {
+                            float v[32];
+                            tmem_ld32(tO + c0, v);
+#pragma unroll
+                            for (int j = 0; j < 32; ++j) v[j] *= alpha;
+                            tmem_st32(tO + c0, v);
+                        }
+                    }
+                }
+                tc_fence_before();         // the record read and O rescaled, before the arrival
+                mbar_arrive(B(L::bar_c));  // O += P_n V_n may run
+            }
+            if (nblk > 0) {
+                mbar_wait(B(L::bar_o), slot_parity(n - 1), kWaitQFwd, L::bar_o);
+                __syncwarp();
+                tc_fence_after();
+            }
+            // ---- epilogue (tc_frag.cuh finish): O / l times output_scale, LSE, temperature LSE ----
+            long long qoff, orow;
+            int lim, tok;
+            R.row(pass * kTileM + r, qoff, orow, lim, tok);
+            tc::Soft st;
+            st.m[0] = m; st.l[0] = l; st.tl[0] = tl;
+            float lse, tlse;
+            const float f = tc::finish(st, 0, invT, lse, tlse) * oscale;
+#pragma unroll 1
+            for (int c0 = 0; c0 < D; c0 += 32) {
+                float v[32];
+                if (nblk > 0) tmem_ld32(tO + c0, v);
+#pragma unroll
+                for (int j = 0; j < 32; ++j) v[j] = f == 0.f ? 0.f : v[j] * f;
+                if (orow >= 0) store32(reinterpret_cast<void*>(p.out), orow * D + c0, v, MSA_DT_BF16);
+            }
+            if (orow >= 0) {
+                reinterpret_cast<float*>(p.lse)[orow] = lse;
+                if (p.tlse) reinterpret_cast<float*>(p.tlse)[orow] = tlse;
+            }
+            tc_fence_before();  // O read: the next pass's first O product (after O corrected) may overwrite it
+        }
     } else {
         // ---- softmax warpgroup: thread r owns row r of each pass (TMEM lane r) ----
         const int r = tid;
         const uint32_t lane_base = tmem_lane_base(warp);
-        const uint32_t tO = tmem + lane_base + L::tmem_o_col;
         float scale = p.softmax_scale_log2;
         if (V == kNVFP4 && p.k_global_scale) scale *= *reinterpret_cast<const float*>(p.k_global_scale);
         const float invT = p.inv_temperature;
-        const float oscale = p.output_scale ? *reinterpret_cast<const float*>(p.output_scale) : 1.f;
         const uint8_t* qbase = reinterpret_cast<const uint8_t*>(p.q);
         const int qes = p.q_dtype == MSA_DT_BF16 ? 2 : 1;
         // E4M3 Q with NVFP4 K/V is widened to bf16 while it is gathered (synchronously).
@@ -314,52 +398,17 @@ __device__ __forceinline__ void qfwd_body(const MsaQFwdParams& p, const MsaTenso
                 const float alpha = empty ? 1.f : exp2f(m - mnew);
                 l = l * alpha + sum;
                 m = mnew;
-                if (i > 0) {  // O_{n-1} has completed: rescale O by alpha before O += P_n V_n
-                    mbar_wait(B(L::bar_o), slot_parity(n - 1), kWaitQFwd, L::bar_o);
-                    __syncwarp();
-                    tc_fence_after();
-                    if (__any_sync(0xffffffffu, alpha != 1.f)) {  // tcgen05.ld / st are warp-collective
-#pragma unroll 1
-                        for (int c0 = 0; c0 < D; c0 += 32) {
-                            float v[32];
-                            tmem_ld32(tO + c0, v);
-#pragma unroll
-                            for (int j = 0; j < 32; ++j) v[j] *= alpha;
-                            tmem_st32(tO + c0, v);
-                        }
-                    }
-                }
+                const float rec[4] = {alpha, m, l, tl};
+                tmem_st4(tS + L::tmem_rec_col, rec);  // S there was read by tmem_row_p's last chunk
+                tmem_wait_st();
                 fence_proxy_async();  // the zeroed V rows: visible to the MMA
-                tc_fence_before();    // P stored (waited) and O rescaled, before the arrival
-                mbar_arrive(B(L::bar_p));  // P stored, S read, O rescaled: O += P_n V_n may run
+                tc_fence_before();    // P and the record stored (waited), before the arrivals
+                mbar_arrive(B(L::bar_p + sb));  // P and the record: O may be corrected, then O += P_n V_n run
             }
             if (nblk > 0 && pass + 1 < npass) {
                 gather(pass + 1);  // the pass's last S has completed: Q is free
                 publish();
             }
-            if (nblk > 0) {
-                mbar_wait(B(L::bar_o), slot_parity(n - 1), kWaitQFwd, L::bar_o);
-                __syncwarp();
-                tc_fence_after();
-            }
-            // ---- epilogue (tc_frag.cuh finish): O / l times output_scale, LSE, temperature LSE ----
-            tc::Soft st;
-            st.m[0] = m; st.l[0] = l; st.tl[0] = tl;
-            float lse, tlse;
-            const float f = tc::finish(st, 0, invT, lse, tlse) * oscale;
-#pragma unroll 1
-            for (int c0 = 0; c0 < D; c0 += 32) {
-                float v[32];
-                if (nblk > 0) tmem_ld32(tO + c0, v);
-#pragma unroll
-                for (int j = 0; j < 32; ++j) v[j] = f == 0.f ? 0.f : v[j] * f;
-                if (orow >= 0) store32(reinterpret_cast<void*>(p.out), orow * D + c0, v, MSA_DT_BF16);
-            }
-            if (orow >= 0) {
-                reinterpret_cast<float*>(p.lse)[orow] = lse;
-                if (p.tlse) reinterpret_cast<float*>(p.tlse)[orow] = tlse;
-            }
-            tc_fence_before();  // O read: the next pass's first O product may overwrite it
         }
     }
     tmem_release_cta<L::tmem_cols>(warp == L::mma_warp, tmem);  // every product was waited

@@ -105,7 +105,12 @@ type pathCosts = plan.PathCosts
 // block cache NVFP4 K/V took the time of BF16 K/V read in place, which the
 // other constants cover.
 var (
-	// avx2: rate 0.93 at 64-key blocks, 1.00 at 128.
+	// avx2: rate 0.93 at 64-key blocks, 1.00 at 128. Fitted the same way
+	// on Zen 3 (AMD EPYC family 25 model 1, AVX2 only, whose cores run
+	// this tier), the rates are 0.97 and 1.00 (QMKey 7.64, QMSlot 152,
+	// KVKey 7.27, KVSlot 197: docs/results/pathcost/amd-zen3.csv), so
+	// these constants make Zen 3's choices too: query-major at 64-key
+	// blocks, a tie within 1% at 128.
 	avx2Costs = pathCosts{QMKey: 5.59, QMSlot: 17.8, KVKey: 5.18, KVSlot: 72.1, Staged: 2}
 	// avx512: rate 0.95 at 64-key blocks, 1.04 at 128.
 	avx512Costs = pathCosts{QMKey: 5.05, QMSlot: 65.5, KVKey: 4.27, KVSlot: 137, Staged: 2}

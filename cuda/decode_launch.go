@@ -120,6 +120,7 @@ func (k *Kernels) prepDecode(a *DecodeArgs, s *plan.DecodeSchedule) ([]step, err
 		}
 		k.fallback["msa_sm90_decpipe"] = why
 	}
+	fused := false // the decode kernel merges the splits itself: no combine launch
 	if s.WorkCount > 0 {
 		done := false
 		if k.path == PathAuto && k.arch != ArchPortable {
@@ -128,8 +129,22 @@ func (k *Kernels) prepDecode(a *DecodeArgs, s *plan.DecodeSchedule) ([]step, err
 				var kern tcKernel
 				var smem int
 				if kern, smem, why = k.tcKernel(ch.tc.Name, ch.tc.SmemBytes); why == "" {
+					value := driver.Bytes(&d.params)
+					if g, ok := sm100Table[ch.tc.Name]; ok && g.Algo == "decode" {
+						// The SM100 decode takes MsaDecodePipeParams: with
+						// counters (MSA_CUDA_DECODE=new, split KV) it fuses
+						// the combine, without them msa_combine runs after it.
+						var counters uint64
+						if fused = k.decode == DecodeNew && s.SplitKV; fused {
+							if counters, err = k.zeroed("decode.counters", int64(PipeCounters(s))*4); err != nil {
+								return nil, err
+							}
+						}
+						d.pipe = newDecodePipeParams(d.params, s, dev.SplitCounts, counters)
+						value = driver.Bytes(&d.pipe)
+					}
 					steps = append(steps, step{name: ch.tc.Name, grid: s.WorkCount, tc: true, kern: kern, smem: smem,
-						value: driver.Bytes(&d.params), maps: ch.maps})
+						value: value, maps: ch.maps})
 					done = true
 				}
 			}
@@ -146,7 +161,7 @@ func (k *Kernels) prepDecode(a *DecodeArgs, s *plan.DecodeSchedule) ([]step, err
 		}
 	}
 	rows := a.Batch * a.SeqlenQ * a.Hq
-	if s.SplitKV && rows > 0 {
+	if s.SplitKV && rows > 0 && !fused {
 		cp, err := k.upload("decode.combine_params", unsafe.Pointer(&d.combine), int64(unsafe.Sizeof(d.combine)))
 		if err != nil {
 			return nil, err

@@ -35,6 +35,7 @@ func TestDecodeRunAllocatesNothing(t *testing.T) {
 		d        int
 		want     []string
 		fallback string // a Fallbacks key the route must record
+		fused    bool   // an SM100 decode whose parameter block carries the fused combine's counters
 	}{
 		{name: "sm90 old", arch: ArchSM90, kernel: DecodeOld, qdt: BF16, kvdt: BF16, round: RoundBF16, d: 128,
 			want: []string{"msa_sm90_decode_bf16_d128", fatbin.CombineD128}},
@@ -52,6 +53,12 @@ func TestDecodeRunAllocatesNothing(t *testing.T) {
 			want: []string{fatbin.DecodeD128, fatbin.CombineD128}, fallback: "msa_sm90_decpipe"},
 		{name: "portable", arch: ArchPortable, kernel: DecodeOld, qdt: BF16, kvdt: BF16, round: RoundBF16, d: 128,
 			want: []string{fatbin.DecodeD128, fatbin.CombineD128}},
+		{name: "sm100 old", arch: ArchSM100, kernel: DecodeOld, qdt: BF16, kvdt: BF16, round: RoundBF16, d: 128,
+			want: []string{fatbin.SM100DecodeBF16D128, fatbin.CombineD128}},
+		{name: "sm100 new", arch: ArchSM100, kernel: DecodeNew, qdt: BF16, kvdt: BF16, round: RoundBF16, d: 128,
+			want: []string{fatbin.SM100DecodeBF16D128}, fused: true},
+		{name: "sm100 new fp8 d256", arch: ArchSM100, kernel: DecodeNew, qdt: E4M3, kvdt: E4M3, round: RoundE4M3, d: 256,
+			want: []string{fatbin.SM100DecodeFP8D256}, fused: true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var f FakeDriver
@@ -104,6 +111,16 @@ func TestDecodeRunAllocatesNothing(t *testing.T) {
 			pl, err := k.PrepareDecode(nil, a, s)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if c.arch == ArchSM100 {
+				// The SM100 decode takes MsaDecodePipeParams: counters only
+				// when it merges the splits itself.
+				pp := (*decodePipeKernelParams)(unsafe.Pointer(&pl.steps[0].value[0]))
+				if len(pl.steps[0].value) != int(unsafe.Sizeof(*pp)) || (pp.Counters != 0) != c.fused || pp.Decode.Out != a.Out ||
+					c.fused && (pp.SplitCounts == 0 || pp.CounterStride < 2) {
+					t.Errorf("SM100 decode block: %d bytes, counters %#x, split counts %#x, stride %d, out %#x",
+						len(pl.steps[0].value), pp.Counters, pp.SplitCounts, pp.CounterStride, pp.Decode.Out)
+				}
 			}
 			checkPreparedLaunch(t, &f, pl, len(c.want))
 			if err := k.Decode(nil, a, s); err != nil {

@@ -9,17 +9,20 @@ import (
 	"github.com/sparseattn/msa/kernels/plan"
 )
 
-// DecodeKernel selects which sm_90a decode kernel a Kernels launches: the
-// TMA kernel (sm90/sm90_decode.cu, "old") or the pipelined one
+// DecodeKernel selects the decode kernels a Kernels launches: on sm_90a
+// the TMA kernel (sm90/sm90_decode.cu, "old") or the pipelined one
 // (sm90/sm90_decode_pipe.cu, "new": cp.async ring, two CTAs per SM, fused
-// split-KV combine). Other families ignore it. The default stays old until
-// the GPU check's timing stage has measured both on a Hopper GPU.
+// split-KV combine); on SM100 the one tcgen05 decode (sm100/sm100_decode.cu)
+// followed by msa_combine ("old") or merging a split-KV call's partials
+// itself ("new": shared/fused_combine.cuh, the pipelined kernel's
+// combine). Other families ignore it. The default stays old until the GPU
+// check's timing stage has measured both on a GPU of the family.
 type DecodeKernel int
 
 // Decode kernels.
 const (
 	DecodeOld DecodeKernel = iota // msa_sm90_decode_* + msa_combine_* (the default)
-	DecodeNew                     // msa_sm90_decpipe_* (combine fused), where it applies
+	DecodeNew                     // msa_sm90_decpipe_* on sm_90a, the SM100 decode with its combine fused, where they apply
 )
 
 // DecodeEnv is the environment variable Load reads the decode kernel from:

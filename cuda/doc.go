@@ -37,7 +37,10 @@
 // first sm_90a decode and its combine kernel; new runs the pipelined decode
 // of sm90_decode_pipe.cu (cp.async ring, two CTAs per SM, the split-KV
 // combine fused into the kernel; decode_pipe.go holds its plan and counter
-// sizing), which has been built and gated but not yet timed on a GPU.
+// sizing), which has been built and gated but not yet timed on a GPU. On
+// SM100 the one tcgen05 decode runs in both modes: old launches
+// msa_combine after a split-KV call, new hands the kernel the counters of
+// the same fused combine (shared/fused_combine.cuh), never run on a GPU.
 //
 // The sm_90a query-major kernel of the fp8 variant runs P.V one of two
 // ways (FP8PV, read from MSA_CUDA_FP8PV by Load, or SetFP8PV): widen (the

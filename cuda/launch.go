@@ -178,7 +178,8 @@ var portableNames = []string{
 // MSA_CUDA_ITEM_WAVES (1 to 64, default DefaultItemWaves) sets how many
 // CTAs per SM each prefill window's work items are cut into.
 // MSA_CUDA_PREFILL (kv, kv2, query, query80, auto) sets the prefill path and
-// MSA_CUDA_DECODE (old, new; DecodeEnv) the sm_90a decode kernel,
+// MSA_CUDA_DECODE (old, new; DecodeEnv) the sm_90a decode kernel and
+// whether the SM100 decode fuses its combine,
 // MSA_CUDA_FP8PV (widen, fp8; FP8PVEnv) the sm_90a query-major fp8
 // kernel's P.V; a bad value is an error.
 func Load(ctx Runner) (*Kernels, error) {

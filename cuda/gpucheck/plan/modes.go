@@ -84,7 +84,8 @@ type DecodeMode struct {
 
 // Label is the suffix of a row's name: none for the old tensor-core kernel
 // (the rows' names before the A/B, which bench/tables.go pairs with their
-// " (portable)" rows), " (new)" for the pipelined kernel, " (new fp8pv)"
+// " (portable)" rows), " (new)" for the pipelined kernel (SM100: the
+// decode with its combine fused), " (new fp8pv)"
 // for its fp8pv kernels.
 func (m DecodeMode) Label() string {
 	switch {
@@ -100,18 +101,22 @@ func (m DecodeMode) Label() string {
 
 // DecodeModes lists the modes of a decode on family a (fp8: E4M3 Q and
 // K/V): the portable kernels alone without tensor-core kernels; else the
-// old kernel, the new one where it exists (sm90), for fp8 the new one
-// with P.V on the e4m3 wgmma, and the portable kernels.
+// old kernel, the new one where it exists (sm90: the pipelined kernel, for
+// fp8 also with P.V on the e4m3 wgmma; SM100: its decode with the combine
+// fused), and the portable kernels.
 func DecodeModes(a cuda.Arch, tc, fp8 bool) []DecodeMode {
 	if !tc {
 		return []DecodeMode{{Portable: true}}
 	}
 	out := []DecodeMode{{Kernel: cuda.DecodeOld}}
-	if len(cuda.PipeNames(a)) > 0 {
+	switch {
+	case len(cuda.PipeNames(a)) > 0:
 		out = append(out, DecodeMode{Kernel: cuda.DecodeNew})
 		if fp8 {
 			out = append(out, DecodeMode{Kernel: cuda.DecodeNew, FP8PV: true})
 		}
+	case a == cuda.ArchSM100:
+		out = append(out, DecodeMode{Kernel: cuda.DecodeNew})
 	}
 	return append(out, DecodeMode{Portable: true})
 }

@@ -148,7 +148,7 @@ var accums = []accum{
 		"sm90/sm90_decode_pipe.cu: P.V with V (bf16)",
 		"sm90/sm90_decode_pipe.cu: softmax_block(sc, bl, scale, 0.f, p.pv_round, st, pa, alpha);",
 		lseMergeSum,
-		"sm90/sm90_decode_pipe.cu: warp_lse_stats([&](int k) { return __ldcg(lse_p + first + k * pstep); }, cnt, lane, mx, sum);"}},
+		fusedCombineSum}},
 	// fp8pv: the same spans with P rounded to E4M3 into the register A
 	// operand and each span's P.V on the e4m3 wgmma from zero, added to the
 	// float32 O.
@@ -186,7 +186,10 @@ var (
 	// The float32 sum of the partials' weights exp(lse - m), lane-strided
 	// then a 32-lane tree, of every merge kernel.
 	lseMergeSum = "shared/lse_merge.cuh: for (int s = lane; s < n; s += 32) sum += expf(lse_at(s) - mx);"
-	sm100FwdSrc = []string{
+	// The decode kernels' fused combine (the sm_90a pipelined decode, and
+	// the SM100 decode launched with counters) merges with the same sum.
+	fusedCombineSum = "shared/fused_combine.cuh: warp_lse_stats([&](int k) { return __ldcg(lse_p + first + k * pstep); }, cnt, lane, mx, sum);"
+	sm100FwdSrc     = []string{
 		"sm100/sm100_layout.cuh: constexpr int kBlockKeys = 128;",
 		"sm100/sm100_common.cuh: sum += pj;"}
 	sm100QFwdSrc = []string{
@@ -196,7 +199,8 @@ var (
 	sm100DecSrc = []string{
 		"sm100/sm100_layout.cuh: constexpr int kBlockKeys = 128;",
 		"sm100/sm100_decode.cu: s_l[tid] = s_l[tid] * s_alpha[tid] + (s_red[tid] + s_red[R + tid]) + (s_red[2 * R + tid] + s_red[3 * R + tid]);",
-		"sm100/sm100_decode.cu: bdesc, L::idesc_pv, (visits > 0 || k > 0) ? 1u : 0u);"}
+		"sm100/sm100_decode.cu: bdesc, L::idesc_pv, (visits > 0 || k > 0) ? 1u : 0u);",
+		lseMergeSum, fusedCombineSum}
 )
 
 func re(s string) *regexp.Regexp { return regexp.MustCompile(s) }

@@ -5,8 +5,9 @@ package fatbin
 // extern "C" names and launch data. Their SASS exists only in the sm_100f
 // cubin of Image (the sm_80 and sm_90a cubins hold a trap body under the
 // same name). Every kernel takes (MsaFwdParams, MsaQFwdParams or
-// MsaDecodeParams, MsaTensorMaps) by value as __grid_constant__ parameters
-// (shared/msa_tc_abi.h).
+// MsaDecodePipeParams, MsaTensorMaps) by value as __grid_constant__
+// parameters (shared/msa_tc_abi.h); the decode's MsaDecodePipeParams
+// carries the fused combine's counters, or none (msa_combine then runs).
 //
 // gates/check_gates.py reads this file: every "msa_*" constant must be a
 // kernel of every image of the fatbin, and DynSmem / TMEMCols of SM100Kernels

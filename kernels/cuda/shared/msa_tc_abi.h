@@ -9,7 +9,7 @@
  * maps they load through, all as __grid_constant__ kernel parameters:
  *
  *   extern "C" __global__ void msa_<arch>_<algo>_<variant>_d<D>(
- *       const __grid_constant__ MsaFwdParams p,      // or MsaDecodeParams
+ *       const __grid_constant__ MsaFwdParams p,      // or MsaDecodeParams (MsaDecodePipeParams: SM100 decode)
  *       const __grid_constant__ MsaTensorMaps maps);
  *
  *   <arch>    sm100 | sm90 | sm80

@@ -5,8 +5,14 @@
 // (request b, q tile qt, kv tile kt, kv head h, valid) of plan.DecodeSchedule;
 // query row b*seqlen_q + i sits at position seqused_k[b] - seqlen_q + i
 // (causal, bottom-right); with split_kv the CTA writes float partials at row
-// o_indptr[b] + kt*q_stride + i (merged by msa_combine, mode 1), otherwise
-// the final BF16 output (times output_scale) and LSE. Dense decode visits
+// o_indptr[b] + kt*q_stride + i, otherwise the final BF16 output (times
+// output_scale) and LSE. The parameter block is MsaDecodePipeParams: with
+// its counters (MSA_CUDA_DECODE=new) the CTAs merge the partials
+// themselves (shared/fused_combine.cuh, the two-level combine of the sm_90a
+// pipelined decode: the last CTA of a split block merges the block, the
+// last block merger the group, in msa_combine's mode-1 arithmetic), so no
+// combine launch waits for the grid to drain; without them msa_combine
+// (mode 1) merges them after the launch. Dense decode visits
 // the keys of the item's KV chunk in blocks of 128; sparse decode (q2k != 0)
 // visits, in ascending order, the union of the blocks of blk_kv tokens the
 // row tile's rows selected, each row attending only its own selection
@@ -45,6 +51,7 @@
 // output_scale the host passes (applied here without split-KV, by the
 // combine with it), as in decode.cu.
 #include <climits>
+#include "shared/fused_combine.cuh"
 #include "sm100/sm100_common.cuh"
 
 namespace msa {
@@ -71,7 +78,8 @@ __device__ __forceinline__ void butterfly64(float (&v)[64], int lane) {
 }
 
 template <int V, int D>
-__device__ __forceinline__ void dec_body(const MsaDecodeParams& p, const MsaTensorMaps& maps) {
+__device__ __forceinline__ void dec_body(const MsaDecodePipeParams& pp, const MsaTensorMaps& maps) {
+    const MsaDecodeParams& p = pp.d;
     using L = DecLayout<V, D>;
     constexpr int R = kDecRows;
     constexpr bool kConv = kv_converted(V);
@@ -85,7 +93,11 @@ __device__ __forceinline__ void dec_body(const MsaDecodeParams& p, const MsaTens
     int kv_begin = item.kv_begin, kv_end = item.kv_end;
     const int nq = min(p.q_tile, p.seqlen_q - qt * p.q_tile);
     const int nrows = nq * p.qhead_per_kv;
-    if (nrows <= 0) return;  // CTA-uniform, before any TMA or TMEM use
+    if (nrows <= 0) {  // CTA-uniform, before any TMA or TMEM use; the item still counts toward its group
+        fused::fused_combine<D, kThreads>(pp, item, tc::dec_rows(p, item, D), reinterpret_cast<int*>(align_1024(dsmem) + L::red_off),
+                                          p.output_scale ? *reinterpret_cast<const float*>(p.output_scale) : 1.f);
+        return;
+    }
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     uint8_t* sm = align_1024(dsmem);
@@ -448,6 +460,8 @@ __device__ __forceinline__ void dec_body(const MsaDecodeParams& p, const MsaTens
         tc_fence_after();
         tmem_dealloc<L::tmem_cols>(tmem);
     }
+    // ---- split KV with counters: the combine fused (shared/fused_combine.cuh) ----
+    fused::fused_combine<D, kThreads>(pp, item, tc::dec_rows(p, item, D), reinterpret_cast<int*>(s_red), oscale);  // s_red is free
 }
 
 #endif  // MSA_SM100_ENABLED
@@ -457,7 +471,7 @@ __device__ __forceinline__ void dec_body(const MsaDecodeParams& p, const MsaTens
 
 #define MSA_SM100_DEC_KERNEL(NAME, VAR, D)                                                                            \
     extern "C" __global__ void __launch_bounds__(msa::sm100::kThreads, 1) msa_sm100_decode_##NAME##_d##D(             \
-        const __grid_constant__ MsaDecodeParams p, const __grid_constant__ MsaTensorMaps maps) {                      \
+        const __grid_constant__ MsaDecodePipeParams p, const __grid_constant__ MsaTensorMaps maps) {                  \
         MSA_SM100_BODY(msa::sm100::dec_body<msa::sm100::VAR, D>(p, maps));                                            \
     }
 MSA_SM100_DEC_KERNEL(bf16, kBF16, 64)

@@ -16,19 +16,21 @@ import (
 // (MSA_CUDA_DECODE old or new) and the FP8 P.V mode (MSA_CUDA_FP8PV), so
 // that one run checks and times every kernel on the same inputs.
 type decodeMode struct {
-	path   cuda.Path
-	kernel cuda.DecodeKernel
-	fp8pv  cuda.FP8PV
+	path    cuda.Path
+	kernel  cuda.DecodeKernel
+	fp8pv   cuda.FP8PV
+	fp8Walk bool // FP8 P.V accumulates over an item's walk (plan.DecodeMode.FP8Walk)
 }
 
-func decodeRunMode(m plan.DecodeMode) decodeMode {
+func decodeRunMode(m plan.DecodeMode, a cuda.Arch) decodeMode {
 	if m.Portable {
-		return decodeMode{cuda.PathPortable, cuda.DecodeOld, cuda.FP8PVWiden}
+		return decodeMode{path: cuda.PathPortable, kernel: cuda.DecodeOld, fp8pv: cuda.FP8PVWiden}
 	}
+	md := decodeMode{path: cuda.PathAuto, kernel: m.Kernel, fp8pv: cuda.FP8PVWiden, fp8Walk: m.FP8Walk(a)}
 	if m.FP8PV {
-		return decodeMode{cuda.PathAuto, m.Kernel, cuda.FP8PVFP8}
+		md.fp8pv = cuda.FP8PVFP8
 	}
-	return decodeMode{cuda.PathAuto, m.Kernel, cuda.FP8PVWiden}
+	return md
 }
 
 // label is the suffix of a row's name (plan.DecodeMode.Label).
@@ -42,7 +44,7 @@ func (r *report) decodeModes(fp8 bool) []decodeMode {
 	a := r.planArch()
 	var out []decodeMode
 	for _, m := range plan.DecodeModes(a, a != cuda.ArchPortable, fp8) {
-		out = append(out, decodeRunMode(m))
+		out = append(out, decodeRunMode(m, a))
 	}
 	return out
 }
@@ -57,7 +59,7 @@ func (r *report) applyDecode(m decodeMode) {
 // restoreDecode selects the tensor-core path, the decode kernel Load read
 // from MSA_CUDA_DECODE and the FP8 P.V mode it read from MSA_CUDA_FP8PV.
 func (r *report) restoreDecode() {
-	r.applyDecode(decodeMode{cuda.PathAuto, r.decodeDefault, r.fp8pvDefault})
+	r.applyDecode(decodeMode{path: cuda.PathAuto, kernel: r.decodeDefault, fp8pv: r.fp8pvDefault})
 }
 
 // pipeOccupancy prints how many CTAs of each pipelined decode kernel the

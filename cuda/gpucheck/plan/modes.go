@@ -1,6 +1,10 @@
 package plan
 
-import "github.com/sparseattn/msa/cuda"
+import (
+	"strings"
+
+	"github.com/sparseattn/msa/cuda"
+)
 
 // PrefillMode is one way of running a prefill: the portable kernels, or
 // the tensor-core kernels on a prefill path (and, for the sm_90a
@@ -82,6 +86,15 @@ type DecodeMode struct {
 	FP8PV    bool
 }
 
+// FP8Walk reports whether an FP8 decode (E4M3 Q and K/V) in this mode on
+// family a accumulates P.V over a work item's whole walk on the FP8 tensor
+// cores, so that its bound takes that accumulator's truncations
+// (check.Decode.PV8Walk): the SM100 decode (kind::f8f6f4 into tensor
+// memory across its visits), which both of its modes run.
+func (m DecodeMode) FP8Walk(a cuda.Arch) bool {
+	return !m.Portable && a == cuda.ArchSM100
+}
+
 // Label is the suffix of a row's name: none for the old tensor-core kernel
 // (the rows' names before the A/B, which bench/tables.go pairs with their
 // " (portable)" rows), " (new)" for the pipelined kernel (SM100: the
@@ -119,6 +132,23 @@ func DecodeModes(a cuda.Arch, tc, fp8 bool) []DecodeMode {
 		out = append(out, DecodeMode{Kernel: cuda.DecodeNew})
 	}
 	return append(out, DecodeMode{Portable: true})
+}
+
+// NewDecodeOwn reports whether a decode in the new-kernel mode that
+// launched kern (the launches' names joined by "+") ran launches of its own
+// rather than the old mode's: the sm_90a pipelined kernel, or the SM100
+// decode with its combine fused, which differs from the old launch only
+// when the schedule splits KV (split; without a split neither launches a
+// combine). Where it is false the old mode's row already covers the case
+// (Fallbacks says why the new kernel did not apply).
+func NewDecodeOwn(kern string, split bool) bool {
+	switch {
+	case strings.Contains(kern, "_decpipe_"):
+		return true
+	case strings.HasPrefix(kern, "msa_sm100_decode_"):
+		return split && !strings.Contains(kern, "msa_combine_")
+	}
+	return false
 }
 
 // FitRows returns the KV-major rows whose auto fit the arrival of row i

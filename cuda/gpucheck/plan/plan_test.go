@@ -255,3 +255,50 @@ func TestFP8Walk(t *testing.T) {
 		}
 	}
 }
+
+// TestNewDecodeOwn: a new-mode decode row is checked and timed only when
+// its launches differ from the old mode's: the sm_90a pipelined kernel
+// always, the SM100 decode only when the schedule splits KV (the combine
+// fused; without a split neither mode launches a combine), never a
+// fallback to the old or the portable kernels.
+func TestNewDecodeOwn(t *testing.T) {
+	for _, c := range []struct {
+		kern  string
+		split bool
+		want  bool
+	}{
+		{"msa_sm90_decpipe_bf16_d128", true, true},
+		{"msa_sm90_decpipe_fp8pv_d128", false, true},
+		{"msa_sm100_decode_bf16_d128", true, true},
+		{"msa_sm100_decode_bf16_d128", false, false},
+		{"msa_sm100_decode_bf16_d128+msa_combine_d128", true, false},
+		{"msa_sm90_decode_bf16_d128+msa_combine_d128", true, false},
+		{"msa_decode_d128", false, false},
+	} {
+		if got := NewDecodeOwn(c.kern, c.split); got != c.want {
+			t.Errorf("NewDecodeOwn(%q, %v) = %v, want %v", c.kern, c.split, got, c.want)
+		}
+	}
+}
+
+// TestDecodeFP8Walk: the decode modes whose FP8 P.V accumulates over a
+// work item's walk on the FP8 tensor cores: both tensor-core modes on
+// SM100, none elsewhere (sm_90a fp8pv starts each span from zero).
+func TestDecodeFP8Walk(t *testing.T) {
+	for _, c := range []struct {
+		a    cuda.Arch
+		m    DecodeMode
+		want bool
+	}{
+		{cuda.ArchSM100, DecodeMode{Kernel: cuda.DecodeOld}, true},
+		{cuda.ArchSM100, DecodeMode{Kernel: cuda.DecodeNew}, true},
+		{cuda.ArchSM100, DecodeMode{Portable: true}, false},
+		{cuda.ArchSM90, DecodeMode{Kernel: cuda.DecodeNew, FP8PV: true}, false},
+		{cuda.ArchSM90, DecodeMode{Kernel: cuda.DecodeOld}, false},
+		{cuda.ArchSM80, DecodeMode{Kernel: cuda.DecodeOld}, false},
+	} {
+		if got := c.m.FP8Walk(c.a); got != c.want {
+			t.Errorf("%s%s: FP8Walk %v, want %v", c.a, c.m.Label(), got, c.want)
+		}
+	}
+}

@@ -166,9 +166,6 @@ var accums = []accum{
 	{pattern: re(`^msa_sm100_fwd_(bf16|bf16fp8|nvfp4)_d(64|128|256)$`), prefill: true, chain: chainBlock, sumTile: 128, partials: "block", pRound: "bf16", src: sm100FwdSrc},
 	{pattern: re(`^msa_sm100_fwd_fp8_d(64|128|256)$`), prefill: true, chain: chainBlock, sumTile: 128, pvFP8: true, partials: "block", pRound: "e4m3", src: slices.Concat(sm100FwdSrc, []string{
 		"sm100/sm100_layout.cuh: kFP8:     E4M3 Q/K/V, kind::f8f6f4 for both products"})},
-	// A 128-key block's sum (butterfly and 4-warp exchange) joins the
-	// running sum; O^T accumulates in tensor memory across the visits; fp8:
-	// E4M3 P on kind::f8f6f4.
 	// The SM100 query-major kernel: one thread's row over the tile's walk,
 	// a block's 128-key sum joining the running sum, O accumulated in
 	// tensor memory across the walk (rescaled by alpha in place); fp8 runs
@@ -177,6 +174,10 @@ var accums = []accum{
 	{pattern: re(`^msa_sm100_qfwd_((bf16|nvfp4)_d(64|128|256)|bf16fp8_d(64|128))$`), prefill: true, chain: chainRow, sumTile: 128, partials: "none", pRound: "bf16", src: sm100QFwdSrc},
 	{pattern: re(`^msa_sm100_qfwd_fp8_d(64|128|256)$`), prefill: true, chain: chainRow, sumTile: 128, pvFP8: true, partials: "none", pRound: "e4m3", src: slices.Concat(sm100QFwdSrc, []string{
 		"sm100/sm100_layout.cuh: kFP8:     E4M3 Q/K/V, kind::f8f6f4 for both products"})},
+	// The SM100 decode: a 128-key block's sum (butterfly and 4-warp
+	// exchange) joins the running sum; O^T accumulates in tensor memory
+	// across the visits; fp8: E4M3 P on kind::f8f6f4 (Decode.PV8Walk takes
+	// the truncations of the visits' k-groups).
 	{pattern: re(`^msa_sm100_decode_(bf16|bf16fp8|nvfp4)_d(64|128|256)$`), chain: chainRow, sumTile: 128, partials: "split", pRound: "bf16", src: sm100DecSrc},
 	{pattern: re(`^msa_sm100_decode_fp8_d(64|128|256)$`), chain: chainRow, sumTile: 128, pvFP8: true, partials: "split", pRound: "e4m3", src: slices.Concat(sm100DecSrc, []string{
 		"sm100/sm100_decode.cu: pv_round = E4M3 (P is an E4M3 operand)"})},

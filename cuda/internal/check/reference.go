@@ -94,6 +94,56 @@ type fault struct {
 	expBias      float64 // P = exp((s - max)(1 + expBias)): an exponential biased with its argument
 	pE4M3        bool    // P rounded to E4M3 before P.V (the row sum unrounded)
 	kNear        float64 // the first 16 keys of sequence swapSeq read from a near copy: K (1 +- kNear)
+	// fp8Acc is not a fault but the hardware that uFP8MMA models (FP8
+	// tensor cores: products exact, the running sum truncated toward
+	// zero to 14 significant bits after every k-group of 32 products), so
+	// that the tests can hold the bounds against what such a GPU would
+	// return: Q.K sums its D products that way, P.V its keys in the
+	// row's order, from zero every fp8Span keys with each span's result
+	// added to O exactly (the sm_90a fp8pv decode's spans), or over the
+	// whole row when fp8Span is 0 (a walk kept in the FP8 accumulator).
+	fp8Acc  bool
+	fp8Span int
+}
+
+// fp8Group is the k-group of the FP8 tensor cores' accumulator: 32
+// products between truncations (uFP8MMA's model).
+const fp8Group = 32
+
+// trunc14 truncates x toward zero to 14 significant bits.
+func trunc14(x float64) float64 {
+	m, e := math.Frexp(x)
+	return math.Ldexp(math.Trunc(m*0x1p14)/0x1p14, e)
+}
+
+func (f *fault) fp8() bool { return f != nil && f.fp8Acc }
+
+// pvKey ends key j of a row's P.V under fp8Acc: the accumulator acc is
+// truncated at the end of each k-group, and at the end of each span added
+// to o and cleared.
+func (f *fault) pvKey(j int, acc, o []float64) {
+	if (j+1)%fp8Group == 0 {
+		for e := range acc {
+			acc[e] = trunc14(acc[e])
+		}
+	}
+	if f.fp8Span > 0 && (j+1)%f.fp8Span == 0 {
+		for e := range acc {
+			o[e] += acc[e]
+			acc[e] = 0
+		}
+	}
+}
+
+// pvEnd ends a row's P.V of n keys under fp8Acc: the last partial
+// k-group's truncation, then the accumulator added to o.
+func (f *fault) pvEnd(n int, acc, o []float64) {
+	for e := range acc {
+		if n%fp8Group != 0 {
+			acc[e] = trunc14(acc[e])
+		}
+		o[e] += acc[e]
+	}
 }
 
 // nearRows applies fault f's near-copy K to k: rows of the first 16
@@ -416,6 +466,9 @@ func (a arith) row(ref *Reference, idx int, q []float64, kv, slot, tile []int, k
 			dot += x * kr[e]
 			abs += math.Abs(x * kr[e])
 			sq += x * kr[e] * x * kr[e]
+			if f.fp8() && ((e+1)%fp8Group == 0 || e == d-1) {
+				dot = trunc14(dot)
+			}
 		}
 		s[j], sa[j], ssq[j] = scale*dot, scale*abs, scale*scale*sq
 		maxS = math.Max(maxS, s[j])
@@ -426,16 +479,26 @@ func (a arith) row(ref *Reference, idx int, q []float64, kv, slot, tile []int, k
 	p := make([]float64, len(kv))
 	absV := make([]float64, d) // sum P |v|
 	sumV := make([]float64, d) // sum |v|
+	acc := o                   // where P.V accumulates (fp8Acc: the FP8 accumulator)
+	if f.fp8() {
+		acc = make([]float64, d)
+	}
 	for j, r := range kv {
 		p[j] = math.Exp(f.exp(s[j] - maxS))
 		l += p[j]
 		pv := f.round(p[j])
 		vr := v[r*d : (r+1)*d]
 		for e, x := range vr {
-			o[e] += pv * x
+			acc[e] += pv * x
 			absV[e] += p[j] * math.Abs(x)
 			sumV[e] += math.Abs(x)
 		}
+		if f.fp8() {
+			f.pvKey(j, acc, o)
+		}
+	}
+	if f.fp8() {
+		f.pvEnd(len(kv), acc, o)
 	}
 	lse := maxS + math.Log(l)
 	ref.LSE[idx] = lse

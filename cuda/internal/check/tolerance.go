@@ -206,7 +206,30 @@ func (c *Decode) arith() arith {
 	if c.TopK > 0 {
 		blk = c.Blk
 	}
-	return newArith(c.QD, c.KVD, cuda.F32, c.D, slots, gV, mustModel(modelOf(false, c.QD, c.KVD, c.D, blk)))
+	a := newArith(c.QD, c.KVD, cuda.F32, c.D, slots, gV, mustModel(modelOf(false, c.QD, c.KVD, c.D, blk)))
+	if c.PV8Walk && a.fp8PV {
+		a.fp8Walk = uFP8Walk(c.walkGroups())
+	}
+	return a
+}
+
+// walkGroups bounds the k-groups (32 keys) one decode work item passes
+// through the FP8 accumulator (sm100_decode.cu: visits of at most
+// kBlockKeys = 128 keys, four K = 32 products each, masked keys included):
+// a dense item visits its chunk in steps of 128 keys from the chunk's
+// start, at most the longest request; a sparse item visits each block of
+// the union its rows selected (at most every block of the longest
+// request) in steps of 128 keys from the block's (or chunk's) start.
+func (c *Decode) walkGroups() int {
+	var n int
+	for _, s := range c.SeqUsed {
+		n = max(n, int(s))
+	}
+	visits := (n + 127) / 128
+	if c.TopK > 0 {
+		visits = (n + c.Blk - 1) / c.Blk * ((c.Blk + 127) / 128)
+	}
+	return 4 * max(visits, 1)
 }
 
 // mustModel panics on a problem no table entry covers: the matrices are

@@ -1,0 +1,123 @@
+package check
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/sparseattn/msa/cuda"
+)
+
+// fp8Model is a way an FP8 kernel accumulates on the FP8 tensor cores
+// (fault.fp8Acc, E4M3 P): span 0 keeps P.V over the whole walk.
+type fp8Model struct {
+	name string
+	span int
+	walk bool // the bound the GPU check gives the kernel takes the walk term (PV8Walk)
+}
+
+func diffText(d Diff) string {
+	return fmt.Sprintf("bound margin O %.3g LSE %.3g (bad %d / %d), stat margin O %.3g LSE %.3g (bad %d / %d), RMS O %.3g of %.3g, LSE %.3g of %.3g",
+		d.MarginO, d.MarginLSE, d.BadO, d.BadLSE, d.StatMarginO, d.StatMarginLSE, d.BadStatO, d.BadStatLSE, d.RMSO, d.RMSTolO, d.RMSLSE, d.RMSTolLSE)
+}
+
+// TestFP8AccumulatorModel holds the check's bounds against what FP8
+// tensor cores with uFP8MMA's accumulator would return (both products with
+// every k-group of 32 truncated toward zero to 14 bits, P rounded to
+// E4M3), for every FP8 (E4M3 Q/K/V) case of the decode and prefill
+// matrices, in the bound the GPU check gives each kernel's mode:
+//   - decode, 64-key spans from zero added to a float32 O (the sm_90a
+//     fp8pv decode): the default bound (pvFP8Span);
+//   - decode, O kept in the FP8 accumulator over the walk (the SM100
+//     decode): the bound with Decode.PV8Walk;
+//   - prefill, O kept over the walk (the sm_90a query-major fp8pv and
+//     SM100 query-major fp8 kernels): the bound with Prefill.PV8Walk;
+//   - prefill, each block from zero (the KV-major FP8 P.V kernels): the
+//     default bound.
+//
+// A GPU whose accumulator behaves as modelled must pass, or the first run
+// of those kernels would fail on the check, not on the kernel. And the
+// walk term must be needed: the long no-split FP8 decode (24K keys in one
+// walk) run with the whole walk in the FP8 accumulator fails the default
+// bound.
+func TestFP8AccumulatorModel(t *testing.T) {
+	fp8 := func(q, kv cuda.Dtype) bool { return q == cuda.E4M3 && kv == cuda.E4M3 }
+	needed := false
+	for i, c := range DecodeMatrix() {
+		if !fp8(c.QD, c.KVD) {
+			continue
+		}
+		if err := c.Gen(uint64(i + 1)); err != nil {
+			t.Fatalf("%s: %v", c.Name, err)
+		}
+		base := c.Reference()
+		c.PV8Walk = true
+		walk := c.Reference()
+		c.PV8Walk = false
+		check := func(name string, base, walk *Reference) {
+			for _, m := range []fp8Model{{"spans of 64 (sm_90a fp8pv)", 64, false}, {"whole walk (SM100)", 0, true}} {
+				got := asResult(c.reference(&fault{fp8Acc: true, fp8Span: m.span, pE4M3: true}))
+				ref := base
+				if m.walk {
+					ref = walk
+				}
+				d := ref.Check(got)
+				if !d.OK() {
+					t.Errorf("%s, %s: fails its bound: %s", name, m.name, diffText(d))
+				}
+				if m.walk && strings.HasSuffix(c.Name, "/no-split") {
+					d0 := base.Check(got)
+					t.Logf("%s, %s: with the walk term %s; without it %s", name, m.name, diffText(d), diffText(d0))
+					needed = needed || !d0.OK()
+				}
+			}
+		}
+		check(c.Name, base, walk)
+		if strings.HasSuffix(c.Name, "/no-split") {
+			// V of one sign: the running sums grow with the keys, so the
+			// truncations reach the magnitude sum sum P |v| the bound is
+			// relative to (random signs keep the sums near its square root).
+			for i := range c.V.Enc {
+				c.V.Enc[i] &^= 0x80
+			}
+			c.PV8Walk = true
+			walk := c.Reference()
+			c.PV8Walk = false
+			check(c.Name+" (V >= 0)", c.Reference(), walk)
+		}
+	}
+	if !needed {
+		t.Error("no long FP8 decode with its whole walk in the FP8 accumulator fails the bound without the walk term: Decode.PV8Walk would be unneeded")
+	}
+	for i, c := range PrefillMatrix() {
+		if !fp8(c.QD, c.KVD) {
+			continue
+		}
+		if err := c.Gen(uint64(i + 1)); err != nil {
+			t.Fatalf("%s: %v", c.Name, err)
+		}
+		for _, pos := range []bool{false, true} {
+			name := c.Name
+			if pos { // V of one sign (see the decode's)
+				for i := range c.V.Enc {
+					c.V.Enc[i] &^= 0x80
+				}
+				name += " (V >= 0)"
+			}
+			base := c.Reference()
+			c.PV8Walk = true
+			walk := c.Reference()
+			c.PV8Walk = false
+			for _, m := range []fp8Model{{"whole walk (query-major)", 0, true}, {"per block (KV-major)", c.Blk, false}} {
+				got := asResult(c.reference(&fault{fp8Acc: true, fp8Span: m.span, pE4M3: true}))
+				ref := base
+				if m.walk {
+					ref = walk
+				}
+				if d := ref.Check(got); !d.OK() {
+					t.Errorf("%s, %s: fails its bound: %s", name, m.name, diffText(d))
+				}
+			}
+		}
+	}
+}

@@ -45,7 +45,8 @@
 #
 # Everything goes under $OUT (default ./runbook-out): plan.txt, one directory per stage with
 # gpucheck's report (gpucheck.md, gpucheck.csv, probes.csv, timing.csv), runbook.log, timing.csv
-# (every stage's rows), rows.csv (each planned timing row: measured, error, skipped for time, not
+# (every stage's rows), rows.csv (each planned timing row: measured, error, skipped for time,
+# covered by the old row (an SM100 "(new)" decode row whose schedule does not split KV), not
 # reached) and summary.txt (the one-screen summary, also printed; per prefill case, its pattern's
 # mean union of selected blocks per query tile and its fastest mode).
 #
@@ -242,7 +243,7 @@ done
         f = out "/" $1 "/timing.csv"; st = "not reached"
         while ((getline line < f) > 0) {
             n = split(line, c, ",")
-            if (c[1] == $2) st = (c[n] == "ok") ? "measured" : (c[n] ~ /^skipped/) ? "skipped for time" : "error"
+            if (c[1] == $2) st = (c[n] == "ok") ? "measured" : (c[n] ~ /^skipped/) ? "skipped for time" : (c[n] ~ /^same launches/) ? "covered by the old row" : "error"
         }
         close(f)
         printf "%s,%s,%s\n", $1, $2, st

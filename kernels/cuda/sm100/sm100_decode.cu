@@ -93,9 +93,9 @@ __device__ __forceinline__ void dec_body(const MsaDecodePipeParams& pp, const Ms
     int kv_begin = item.kv_begin, kv_end = item.kv_end;
     const int nq = min(p.q_tile, p.seqlen_q - qt * p.q_tile);
     const int nrows = nq * p.qhead_per_kv;
+    const float oscale = p.output_scale ? *reinterpret_cast<const float*>(p.output_scale) : 1.f;
     if (nrows <= 0) {  // CTA-uniform, before any TMA or TMEM use; the item still counts toward its group
-        fused::fused_combine<D, kThreads>(pp, item, tc::dec_rows(p, item, D), reinterpret_cast<int*>(align_1024(dsmem) + L::red_off),
-                                          p.output_scale ? *reinterpret_cast<const float*>(p.output_scale) : 1.f);
+        fused::fused_combine<D, kThreads>(pp, item, tc::dec_rows(p, item, D), reinterpret_cast<int*>(align_1024(dsmem) + L::red_off), oscale);
         return;
     }
 
@@ -155,7 +155,6 @@ __device__ __forceinline__ void dec_body(const MsaDecodePipeParams& pp, const Ms
 
     float scale = p.softmax_scale_log2;
     if (V == kNVFP4 && p.k_global_scale) scale *= *reinterpret_cast<const float*>(p.k_global_scale);
-    const float oscale = p.output_scale ? *reinterpret_cast<const float*>(p.output_scale) : 1.f;
     const int obase = p.split_kv ? reinterpret_cast<const int*>(p.o_indptr)[b] + kt * p.q_stride : 0;
     const uint8_t* qbase = reinterpret_cast<const uint8_t*>(p.q);
     const bool sparse = p.q2k != 0;

@@ -199,22 +199,23 @@ __device__ __forceinline__ void tmem_dealloc(uint32_t taddr) {
 __device__ __forceinline__ void tc_fence_before() { asm volatile("tcgen05.fence::before_thread_sync;" ::: "memory"); }
 __device__ __forceinline__ void tc_fence_after() { asm volatile("tcgen05.fence::after_thread_sync;" ::: "memory"); }
 
+// One tcgen05.mma, cta_group::1, D[d_tmem] (+)= A * B[bdesc]^T (accumulate
+// != 0 adds): KIND is f16 or f8f6f4; A_OP is the A operand's PTX form,
+// "%1" for a shared-memory descriptor or "[%1]" for a tensor-memory
+// address, A_CON its constraint ("l" / "r") and A its value.
+#define MSA_UMMA_ASM(KIND, A_OP, A_CON, A)                                                               \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %4, 0;\n"                                             \
+                 "tcgen05.mma.cta_group::1.kind::" KIND " [%0], " A_OP ", %2, %3, p;\n}\n" ::"r"(d_tmem), \
+                 A_CON(A), "l"(bdesc), "r"(idesc), "r"(accumulate)                                        \
+                 : "memory")
+
 // D[tmem] (+)= A[smem] * B[smem]^T, one instruction, cta_group::1.
 template <bool kF8>
 __device__ __forceinline__ void umma(uint32_t d_tmem, uint64_t adesc, uint64_t bdesc, uint32_t idesc, uint32_t accumulate) {
-    if constexpr (kF8) {
-        asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %4, 0;\n"
-            "tcgen05.mma.cta_group::1.kind::f8f6f4 [%0], %1, %2, %3, p;\n}\n" ::"r"(d_tmem),
-            "l"(adesc), "l"(bdesc), "r"(idesc), "r"(accumulate)
-            : "memory");
-    } else {
-        asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %4, 0;\n"
-            "tcgen05.mma.cta_group::1.kind::f16 [%0], %1, %2, %3, p;\n}\n" ::"r"(d_tmem),
-            "l"(adesc), "l"(bdesc), "r"(idesc), "r"(accumulate)
-            : "memory");
-    }
+    if constexpr (kF8)
+        MSA_UMMA_ASM("f8f6f4", "%1", "l", adesc);
+    else
+        MSA_UMMA_ASM("f16", "%1", "l", adesc);
 }
 // D[tmem] (+)= A[tmem] * B[smem]^T, one instruction, cta_group::1: A is M
 // lanes (lane = row) by K elements packed into 32-bit columns from column
@@ -222,20 +223,12 @@ __device__ __forceinline__ void umma(uint32_t d_tmem, uint64_t adesc, uint64_t b
 // bits). A tensor-memory A has no major-ness: idesc's A-transpose bit is 0.
 template <bool kF8>
 __device__ __forceinline__ void umma_ts(uint32_t d_tmem, uint32_t a_tmem, uint64_t bdesc, uint32_t idesc, uint32_t accumulate) {
-    if constexpr (kF8) {
-        asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %4, 0;\n"
-            "tcgen05.mma.cta_group::1.kind::f8f6f4 [%0], [%1], %2, %3, p;\n}\n" ::"r"(d_tmem),
-            "r"(a_tmem), "l"(bdesc), "r"(idesc), "r"(accumulate)
-            : "memory");
-    } else {
-        asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %4, 0;\n"
-            "tcgen05.mma.cta_group::1.kind::f16 [%0], [%1], %2, %3, p;\n}\n" ::"r"(d_tmem),
-            "r"(a_tmem), "l"(bdesc), "r"(idesc), "r"(accumulate)
-            : "memory");
-    }
+    if constexpr (kF8)
+        MSA_UMMA_ASM("f8f6f4", "[%1]", "r", a_tmem);
+    else
+        MSA_UMMA_ASM("f16", "[%1]", "r", a_tmem);
 }
+#undef MSA_UMMA_ASM
 // Arrive once on `bar` when every tcgen05.mma issued so far by this thread has completed.
 __device__ __forceinline__ void umma_commit(uint32_t bar) {
     asm volatile("tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.b64 [%0];" ::"r"(bar) : "memory");

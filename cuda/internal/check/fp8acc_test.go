@@ -21,11 +21,35 @@ func diffText(d Diff) string {
 		d.MarginO, d.MarginLSE, d.BadO, d.BadLSE, d.StatMarginO, d.StatMarginLSE, d.BadStatO, d.BadStatLSE, d.RMSO, d.RMSTolO, d.RMSLSE, d.RMSTolLSE)
 }
 
+// oneSign clears the sign bit of every E4M3 value of the stores.
+func oneSign(stores ...*Store) {
+	for _, st := range stores {
+		for i := range st.Enc {
+			st.Enc[i] &^= 0x80
+		}
+	}
+}
+
+// signVariants are the inputs each FP8 case runs with: its random values;
+// V of one sign, so that the P.V running sums grow with the keys and the
+// truncations reach the magnitude sum sum P |v| the bound is relative to
+// (random signs keep the sums near its square root); and Q and K of one
+// sign too, the same for the scores' D products.
+var signVariants = []struct {
+	name string
+	set  func(q, k, v *Store)
+}{
+	{"", func(q, k, v *Store) {}},
+	{" (V >= 0)", func(q, k, v *Store) { oneSign(v) }},
+	{" (Q, K, V >= 0)", func(q, k, v *Store) { oneSign(q, k) }},
+}
+
 // TestFP8AccumulatorModel holds the check's bounds against what FP8
 // tensor cores with uFP8MMA's accumulator would return (both products with
 // every k-group of 32 truncated toward zero to 14 bits, P rounded to
 // E4M3), for every FP8 (E4M3 Q/K/V) case of the decode and prefill
-// matrices, in the bound the GPU check gives each kernel's mode:
+// matrices with the inputs of signVariants, in the bound the GPU check
+// gives each kernel's mode:
 //   - decode, 64-key spans from zero added to a float32 O (the sm_90a
 //     fp8pv decode): the default bound (pvFP8Span);
 //   - decode, O kept in the FP8 accumulator over the walk (the SM100
@@ -38,8 +62,8 @@ func diffText(d Diff) string {
 // A GPU whose accumulator behaves as modelled must pass, or the first run
 // of those kernels would fail on the check, not on the kernel. And the
 // walk term must be needed: the long no-split FP8 decode (24K keys in one
-// walk) run with the whole walk in the FP8 accumulator fails the default
-// bound.
+// walk) with V of one sign, run with the whole walk in the FP8
+// accumulator, fails the default bound.
 func TestFP8AccumulatorModel(t *testing.T) {
 	fp8 := func(q, kv cuda.Dtype) bool { return q == cuda.E4M3 && kv == cuda.E4M3 }
 	needed := false
@@ -50,11 +74,12 @@ func TestFP8AccumulatorModel(t *testing.T) {
 		if err := c.Gen(uint64(i + 1)); err != nil {
 			t.Fatalf("%s: %v", c.Name, err)
 		}
-		base := c.Reference()
-		c.PV8Walk = true
-		walk := c.Reference()
-		c.PV8Walk = false
-		check := func(name string, base, walk *Reference) {
+		for _, sv := range signVariants {
+			sv.set(c.Q, c.K, c.V) // cumulative: each variant on the previous one's inputs
+			base := c.Reference()
+			c.PV8Walk = true
+			walk := c.Reference()
+			c.PV8Walk = false
 			for _, m := range []fp8Model{{"spans of 64 (sm_90a fp8pv)", 64, false}, {"whole walk (SM100)", 0, true}} {
 				got := asResult(c.reference(&fault{fp8Acc: true, fp8Span: m.span, pE4M3: true}))
 				ref := base
@@ -63,27 +88,14 @@ func TestFP8AccumulatorModel(t *testing.T) {
 				}
 				d := ref.Check(got)
 				if !d.OK() {
-					t.Errorf("%s, %s: fails its bound: %s", name, m.name, diffText(d))
+					t.Errorf("%s%s, %s: fails its bound: %s", c.Name, sv.name, m.name, diffText(d))
 				}
 				if m.walk && strings.HasSuffix(c.Name, "/no-split") {
 					d0 := base.Check(got)
-					t.Logf("%s, %s: with the walk term %s; without it %s", name, m.name, diffText(d), diffText(d0))
+					t.Logf("%s%s, %s: with the walk term %s; without it %s", c.Name, sv.name, m.name, diffText(d), diffText(d0))
 					needed = needed || !d0.OK()
 				}
 			}
-		}
-		check(c.Name, base, walk)
-		if strings.HasSuffix(c.Name, "/no-split") {
-			// V of one sign: the running sums grow with the keys, so the
-			// truncations reach the magnitude sum sum P |v| the bound is
-			// relative to (random signs keep the sums near its square root).
-			for i := range c.V.Enc {
-				c.V.Enc[i] &^= 0x80
-			}
-			c.PV8Walk = true
-			walk := c.Reference()
-			c.PV8Walk = false
-			check(c.Name+" (V >= 0)", c.Reference(), walk)
 		}
 	}
 	if !needed {
@@ -96,14 +108,8 @@ func TestFP8AccumulatorModel(t *testing.T) {
 		if err := c.Gen(uint64(i + 1)); err != nil {
 			t.Fatalf("%s: %v", c.Name, err)
 		}
-		for _, pos := range []bool{false, true} {
-			name := c.Name
-			if pos { // V of one sign (see the decode's)
-				for i := range c.V.Enc {
-					c.V.Enc[i] &^= 0x80
-				}
-				name += " (V >= 0)"
-			}
+		for _, sv := range signVariants {
+			sv.set(c.Q, c.K, c.V)
 			base := c.Reference()
 			c.PV8Walk = true
 			walk := c.Reference()
@@ -115,7 +121,7 @@ func TestFP8AccumulatorModel(t *testing.T) {
 					ref = walk
 				}
 				if d := ref.Check(got); !d.OK() {
-					t.Errorf("%s, %s: fails its bound: %s", name, m.name, diffText(d))
+					t.Errorf("%s%s, %s: fails its bound: %s", c.Name, sv.name, m.name, diffText(d))
 				}
 			}
 		}

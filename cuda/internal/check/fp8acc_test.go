@@ -67,63 +67,68 @@ var signVariants = []struct {
 func TestFP8AccumulatorModel(t *testing.T) {
 	fp8 := func(q, kv cuda.Dtype) bool { return q == cuda.E4M3 && kv == cuda.E4M3 }
 	needed := false
-	for i, c := range DecodeMatrix() {
-		if !fp8(c.QD, c.KVD) {
-			continue
-		}
-		if err := c.Gen(uint64(i + 1)); err != nil {
-			t.Fatalf("%s: %v", c.Name, err)
-		}
-		for _, sv := range signVariants {
-			sv.set(c.Q, c.K, c.V) // cumulative: each variant on the previous one's inputs
-			base := c.Reference()
-			c.PV8Walk = true
-			walk := c.Reference()
-			c.PV8Walk = false
-			for _, m := range []fp8Model{{"spans of 64 (sm_90a fp8pv)", 64, false}, {"whole walk (SM100)", 0, true}} {
-				got := asResult(c.reference(&fault{fp8Acc: true, fp8Span: m.span, pE4M3: true}))
-				ref := base
-				if m.walk {
-					ref = walk
-				}
-				d := ref.Check(got)
-				if !d.OK() {
-					t.Errorf("%s%s, %s: fails its bound: %s", c.Name, sv.name, m.name, diffText(d))
-				}
-				if m.walk && strings.HasSuffix(c.Name, "/no-split") {
-					d0 := base.Check(got)
-					t.Logf("%s%s, %s: with the walk term %s; without it %s", c.Name, sv.name, m.name, diffText(d), diffText(d0))
-					needed = needed || !d0.OK()
-				}
-			}
+	for _, c := range DecodeMatrix() {
+		if fp8(c.QD, c.KVD) {
+			models := []fp8Model{{"spans of 64 (sm_90a fp8pv)", 64, false}, {"whole walk (SM100)", 0, true}}
+			needed = fp8ModelCase(t, c, models, strings.HasSuffix(c.Name, "/no-split")) || needed
 		}
 	}
 	if !needed {
 		t.Error("no long FP8 decode with its whole walk in the FP8 accumulator fails the bound without the walk term: Decode.PV8Walk would be unneeded")
 	}
-	for i, c := range PrefillMatrix() {
-		if !fp8(c.QD, c.KVD) {
-			continue
+	for _, c := range PrefillMatrix() {
+		if fp8(c.QD, c.KVD) {
+			models := []fp8Model{{"whole walk (query-major)", 0, true}, {"per block (KV-major)", c.Blk, false}}
+			fp8ModelCase(t, c, models, false)
 		}
-		if err := c.Gen(uint64(i + 1)); err != nil {
-			t.Fatalf("%s: %v", c.Name, err)
-		}
-		for _, sv := range signVariants {
-			sv.set(c.Q, c.K, c.V)
-			base := c.Reference()
-			c.PV8Walk = true
-			walk := c.Reference()
-			c.PV8Walk = false
-			for _, m := range []fp8Model{{"whole walk (query-major)", 0, true}, {"per block (KV-major)", c.Blk, false}} {
-				got := asResult(c.reference(&fault{fp8Acc: true, fp8Span: m.span, pE4M3: true}))
-				ref := base
-				if m.walk {
-					ref = walk
-				}
-				if d := ref.Check(got); !d.OK() {
-					t.Errorf("%s%s, %s: fails its bound: %s", c.Name, sv.name, m.name, diffText(d))
-				}
+	}
+}
+
+// fp8Problem is a prefill or decode problem of TestFP8AccumulatorModel.
+type fp8Problem interface {
+	gen() error
+	name() string
+	reference(f *fault) *Reference
+	setPV8Walk(on bool)
+	stores() (q, k, v *Store)
+}
+
+func (c *Prefill) setPV8Walk(on bool)       { c.PV8Walk = on }
+func (c *Decode) setPV8Walk(on bool)        { c.PV8Walk = on }
+func (c *Prefill) stores() (q, k, v *Store) { return c.Q, c.K, c.V }
+func (c *Decode) stores() (q, k, v *Store)  { return c.Q, c.K, c.V }
+
+// fp8ModelCase generates c (gen) and checks, for each sign variant,
+// the results of each accumulator model against the bound of its mode; with
+// logWalk it logs the walk models' margins with and without the walk term
+// and returns whether one failed without it.
+func fp8ModelCase(t *testing.T, c fp8Problem, models []fp8Model, logWalk bool) (failsWithoutWalk bool) {
+	t.Helper()
+	if err := c.gen(); err != nil {
+		t.Fatalf("%s: %v", c.name(), err)
+	}
+	for _, sv := range signVariants {
+		sv.set(c.stores()) // cumulative: each variant on the previous one's inputs
+		base := c.reference(nil)
+		c.setPV8Walk(true)
+		walk := c.reference(nil)
+		c.setPV8Walk(false)
+		for _, m := range models {
+			got := asResult(c.reference(&fault{fp8Acc: true, fp8Span: m.span, pE4M3: true}))
+			ref := base
+			if m.walk {
+				ref = walk
+			}
+			d := ref.Check(got)
+			if !d.OK() {
+				t.Errorf("%s%s, %s: fails its bound: %s", c.name(), sv.name, m.name, diffText(d))
+			}
+			if m.walk && logWalk {
+				d0 := base.Check(got)
+				t.Logf("%s%s, %s: with the walk term %s; without it %s", c.name(), sv.name, m.name, diffText(d), diffText(d0))
+				failsWithoutWalk = failsWithoutWalk || !d0.OK()
 			}
 		}
 	}
+	return failsWithoutWalk
 }

@@ -32,7 +32,11 @@ func (a *Arena) Alloc(n int) uint64 {
 	if a.err != nil {
 		return 0
 	}
-	p, err := a.dev.Alloc(n)
+	return a.keep(a.dev.Alloc(n))
+}
+
+// keep records a new buffer p and the error of its allocation.
+func (a *Arena) keep(p uint64, err error) uint64 {
 	a.err = err
 	a.ptrs = append(a.ptrs, p)
 	return p
@@ -43,10 +47,7 @@ func (a *Arena) Put(b []byte) uint64 {
 	if a.err != nil {
 		return 0
 	}
-	p, err := a.dev.Put(b)
-	a.err = err
-	a.ptrs = append(a.ptrs, p)
-	return p
+	return a.keep(a.dev.Put(b))
 }
 
 // PutI32 uploads v as little-endian int32 values.

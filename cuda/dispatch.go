@@ -102,17 +102,11 @@ func FwdVariant(q, kv Dtype) (TCVariant, bool) {
 // with E4M3 K/V on every tensor-core family; NVFP4 K/V (BF16 or E4M3 Q)
 // only where hasDecode says so (SM100).
 func DecodeVariant(a Arch, q, kv Dtype) (TCVariant, bool) {
-	switch {
-	case kv == NVFP4 && (q == BF16 || q == E4M3):
-		return VarNVFP4, hasDecode(a, VarNVFP4)
-	case q == BF16 && kv == BF16:
-		return VarBF16, true
-	case q == E4M3 && kv == E4M3:
-		return VarFP8, true
-	case q == BF16 && kv == E4M3:
-		return VarBF16FP8, true
+	v, ok := FwdVariant(q, kv)
+	if v == VarNVFP4 {
+		return v, hasDecode(a, v)
 	}
-	return "", false
+	return v, ok
 }
 
 // hasDecode reports whether family a has a decode kernel of variant v:

@@ -848,7 +848,10 @@ func emuSM100Decode(t *testing.T, c *decodeCase, v SM100Variant) (written map[in
 			visits, issued := 0, 0
 			// walkIssue is the kernel's walk_issue: the next visit of the
 			// walk into stage (its CTA-wide index) mod S, K (and unconverted
-			// V) issued; false when the row tile's stream ends.
+			// V) issued; false when the row tile's stream ends. Its sparse
+			// step is what SparseWalk.next (tc_frag.cuh; warp 0 in the
+			// kernel, lane l holding rows l and l + 32) returns: the least
+			// block above prev that a row selects, and the rows that do.
 			walkIssue := func() bool {
 				if c.q2k != nil && cur >= hi {
 					jmin := math.MaxInt32

@@ -26,10 +26,10 @@ __device__ __forceinline__ void decode_impl(const MsaDecodeParams& p) {
     const int w = blockIdx.x;
     DecodeItem item;
     if (!decode_item(p, w, item)) return;
-    const int h = item.h, b = item.b, qt = item.qt, kt = item.kt, seqused = item.seqused;
-    int kv_begin = item.kv_begin, kv_end = item.kv_end;
-    const int nq = min(p.q_tile, p.seqlen_q - qt * p.q_tile);
-    const int nrows = nq * p.qhead_per_kv;
+    const int h = item.h, b = item.b;
+    const int kv_begin = item.kv_begin, kv_end = item.kv_end;
+    const DecRows R = dec_rows(p, item, D);  // the item's query-head rows (shared/msa_common.cuh)
+    const int nrows = R.nrows;
 
     KVSource src;
     src.k = reinterpret_cast<const void*>(p.k);
@@ -44,23 +44,14 @@ __device__ __forceinline__ void decode_impl(const MsaDecodeParams& p) {
     if (p.kv_dtype == MSA_DT_NVFP4 && p.k_global_scale) scale *= *reinterpret_cast<const float*>(p.k_global_scale);
     const float oscale = p.output_scale ? *reinterpret_cast<const float*>(p.output_scale) : 1.f;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int obase = p.split_kv ? reinterpret_cast<const int*>(p.o_indptr)[b] + kt * p.q_stride : 0;
 
 #pragma unroll 1
     for (int rt = 0; rt < nrows; rt += kRows) {
         __syncthreads();
         if (threadIdx.x < kRows) {
-            const int idx = rt + threadIdx.x;
-            long long qo = -1, orow = -1;
-            int lim = 0;
-            if (idx < nrows) {
-                const int i = qt * p.q_tile + idx / p.qhead_per_kv;
-                const int hq = h * p.qhead_per_kv + idx % p.qhead_per_kv;
-                const long long qrow = (long long)b * p.seqlen_q + i;
-                qo = (qrow * p.num_heads_q + hq) * D;
-                orow = p.split_kv ? (long long)(obase + i) * p.num_heads_q + hq : qrow * p.num_heads_q + hq;
-                lim = min(seqused, seqused - p.seqlen_q + i + 1);
-            }
+            long long qo, orow;
+            int lim, i;
+            R.row(rt + threadIdx.x, qo, orow, lim, i);
             sm.q_off[threadIdx.x] = qo;
             sm.out_row[threadIdx.x] = orow;
             sm.lim[threadIdx.x] = lim;
@@ -84,7 +75,7 @@ __device__ __forceinline__ void decode_impl(const MsaDecodeParams& p) {
                     int own = INT_MAX;  // smallest selected block > prev of this lane's row
                     const int idx = rt + lane;
                     if (lane < kRows && idx < nrows) {
-                        const int i = qt * p.q_tile + idx / p.qhead_per_kv;
+                        const int i = R.i0 + idx / p.qhead_per_kv;
                         const int* sel = reinterpret_cast<const int*>(p.q2k) +
                                          ((long long)h * p.batch * p.seqlen_q + (long long)b * p.seqlen_q + i) * p.top_k;
                         const int lim = sm.aux[lane];

@@ -24,7 +24,6 @@
 namespace msa {
 namespace fused {
 
-using tc::DecRows;
 
 // Split blocks of the two-level fused combine: the n splits of a group are
 // cut into blocks of pipe_block(n) consecutive splits (all n for n <= 16,

@@ -241,4 +241,39 @@ __device__ __forceinline__ bool decode_item(const P& p, int w, DecodeItem& it) {
     return true;
 }
 
+// The query-head rows of a decode work item: row idx of the item is query
+// token i0 + idx / qhpk of the request at query head h * qhpk + idx % qhpk;
+// row() gives its Q row offset (elements), its output row (the split's
+// partial row with split KV), its causal limit (bottom-right: keys below
+// seqused - seqlen_q + i + 1) and i; -1 / 0 past the item's rows. Shared
+// by every decode kernel.
+struct DecRows {
+    long long qbase;  // b * seqlen_q
+    int h, qhpk, Hq, D, i0, nrows, seqused, seqlen_q, obase, split;
+    __device__ __forceinline__ void row(int idx, long long& qoff, long long& orow, int& lim, int& i) const {
+        qoff = -1; orow = -1; lim = 0; i = -1;
+        if (idx >= nrows) return;
+        i = i0 + idx / qhpk;
+        const int hq = h * qhpk + idx % qhpk;
+        const long long qrow = qbase + i;
+        qoff = (qrow * Hq + hq) * D;
+        orow = split ? (long long)(obase + i) * Hq + hq : qrow * Hq + hq;
+        lim = min(seqused, seqused - seqlen_q + i + 1);
+    }
+};
+
+// dec_rows returns the rows of decode work item it for head dimension D.
+template <class P>
+__device__ __forceinline__ DecRows dec_rows(const P& p, const DecodeItem& it, int D) {
+    DecRows R;
+    R.qbase = (long long)it.b * p.seqlen_q;
+    R.h = it.h; R.qhpk = p.qhead_per_kv; R.Hq = p.num_heads_q; R.D = D;
+    R.i0 = it.qt * p.q_tile;
+    R.nrows = min(p.q_tile, p.seqlen_q - it.qt * p.q_tile) * p.qhead_per_kv;
+    R.seqused = it.seqused; R.seqlen_q = p.seqlen_q;
+    R.split = p.split_kv;
+    R.obase = p.split_kv ? reinterpret_cast<const int*>(p.o_indptr)[it.b] + it.kt * p.q_stride : 0;
+    return R;
+}
+
 #endif  // MSA_COMMON_CUH

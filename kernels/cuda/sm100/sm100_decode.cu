@@ -16,7 +16,8 @@
 // the keys of the item's KV chunk in blocks of 128; sparse decode (q2k != 0)
 // visits, in ascending order, the union of the blocks of blk_kv tokens the
 // row tile's rows selected, each row attending only its own selection
-// (decode.cu's rule, kernels/attn decodeTile).
+// (decode.cu's rule, kernels/attn decodeTile; the walk is SparseWalk of
+// shared/tc_frag.cuh, run by warp 0, over the rows of dec_rows).
 //
 // Swapped products (small query tiles still fill the MMA): with the 128 keys
 // of a block on M and the row tile's kDecRows query-head rows on N,
@@ -89,13 +90,13 @@ __device__ __forceinline__ void dec_body(const MsaDecodePipeParams& pp, const Ms
     const int w = blockIdx.x;
     DecodeItem item;
     if (!decode_item(p, w, item)) return;
-    const int h = item.h, b = item.b, qt = item.qt, kt = item.kt, seqused = item.seqused;
-    int kv_begin = item.kv_begin, kv_end = item.kv_end;
-    const int nq = min(p.q_tile, p.seqlen_q - qt * p.q_tile);
-    const int nrows = nq * p.qhead_per_kv;
+    const int h = item.h, b = item.b;
+    const int kv_begin = item.kv_begin, kv_end = item.kv_end;
+    const DecRows DR = dec_rows(p, item, D);  // the item's query-head rows (shared/msa_common.cuh)
+    const int nrows = DR.nrows;
     const float oscale = p.output_scale ? *reinterpret_cast<const float*>(p.output_scale) : 1.f;
     if (nrows <= 0) {  // CTA-uniform, before any TMA or TMEM use; the item still counts toward its group
-        fused::fused_combine<D, kThreads>(pp, item, tc::dec_rows(p, item, D), reinterpret_cast<int*>(align_1024(dsmem) + L::red_off), oscale);
+        fused::fused_combine<D, kThreads>(pp, item, DR, reinterpret_cast<int*>(align_1024(dsmem) + L::red_off), oscale);
         return;
     }
 
@@ -112,7 +113,7 @@ __device__ __forceinline__ void dec_body(const MsaDecodePipeParams& pp, const Ms
     int* s_vis = reinterpret_cast<int*>(s_inv + R);
     int* s_lim = s_vis + R;
     int* s_sel = s_lim + R;
-    int* s_min = s_sel + R;  // [2]
+    int* s_min = s_sel + R;  // [2]: the walk's next block (s_min[0])
     long long* s_orow = reinterpret_cast<long long*>(sm + L::orow_off);
     const uint32_t bar = smem_u32(sm + L::bar_off);
     const uint32_t bar_k = bar + 8 * L::bar_k, bar_v = bar + 8 * L::bar_v, bar_mma = bar + 8 * L::bar_mma;
@@ -155,27 +156,22 @@ __device__ __forceinline__ void dec_body(const MsaDecodePipeParams& pp, const Ms
 
     float scale = p.softmax_scale_log2;
     if (V == kNVFP4 && p.k_global_scale) scale *= *reinterpret_cast<const float*>(p.k_global_scale);
-    const int obase = p.split_kv ? reinterpret_cast<const int*>(p.o_indptr)[b] + kt * p.q_stride : 0;
     const uint8_t* qbase = reinterpret_cast<const uint8_t*>(p.q);
     const bool sparse = p.q2k != 0;
-    const long long blk = p.blk_kv;
+    // The sparse walk of shared/tc_frag.cuh, run by warp 0 (rows 2l, 2l+1 per lane).
+    const tc::SparseWalk walk{sparse ? reinterpret_cast<const int*>(p.q2k) +
+                                           ((long long)h * p.batch * p.seqlen_q + (long long)b * p.seqlen_q) * p.top_k
+                                     : nullptr,
+                              (long long)p.blk_kv, p.top_k, kv_begin, kv_end};
     int nvis = 0;  // visits completed by this CTA so far (visit n uses stage n % S, phase n / S)
 
 #pragma unroll 1
     for (int rt = 0; rt < nrows; rt += R) {
         // ---- row setup and Q gather: thread r < R owns row r of the tile ----
         if (tid < R) {
-            const int idx = rt + tid;
-            long long qo = -1, orow = -1;
-            int lim = 0;
-            if (idx < nrows) {
-                const int i = qt * p.q_tile + idx / p.qhead_per_kv;
-                const int hq = h * p.qhead_per_kv + idx % p.qhead_per_kv;
-                const long long qrow = (long long)b * p.seqlen_q + i;
-                qo = (qrow * p.num_heads_q + hq) * D;
-                orow = p.split_kv ? (long long)(obase + i) * p.num_heads_q + hq : qrow * p.num_heads_q + hq;
-                lim = min(seqused, seqused - p.seqlen_q + i + 1);
-            }
+            long long qo, orow;
+            int lim, i;
+            DR.row(rt + tid, qo, orow, lim, i);
             s_orow[tid] = orow;
             s_lim[tid] = lim;
             s_m[tid] = -INFINITY;
@@ -206,29 +202,20 @@ __device__ __forceinline__ void dec_body(const MsaDecodePipeParams& pp, const Ms
         // thread 0 issues its K (and, unconverted, V) tile into the stage.
         auto walk_issue = [&]() -> bool {
             if (sparse && cur >= hi) {  // next selected block above prev (CTA-uniform)
-                int own = INT_MAX;
-                if (tid < R && rt + tid < nrows) {
-                    const int i = qt * p.q_tile + (rt + tid) / p.qhead_per_kv;
-                    const int* sel = reinterpret_cast<const int*>(p.q2k) +
-                                     ((long long)h * p.batch * p.seqlen_q + (long long)b * p.seqlen_q + i) * p.top_k;
-                    const int lim = s_lim[tid];
-#pragma unroll 1
-                    for (int k = 0; k < p.top_k; ++k) {
-                        const int j = sel[k];
-                        if (j > prev && j < own && j * blk < kv_end && (j + 1) * blk > kv_begin && j * blk < lim) own = j;
-                    }
+                if (warp == 0) {
+                    unsigned long long mask;  // bit r: row rt + r selected the block
+                    const int j = walk.next(DR, rt, prev, mask);
+                    s_sel[lane] = (int)((mask >> lane) & 1ull);
+                    s_sel[lane + 32] = (int)((mask >> (lane + 32)) & 1ull);
+                    if (lane == 0) s_min[0] = j;
                 }
-                if (warp < 2) {
-                    const int wm = __reduce_min_sync(0xffffffffu, own);
-                    if (lane == 0) s_min[warp] = wm;
-                }
+                // s_min and s_sel are written again only by the next call,
+                // after this one's closing barrier (or never: the walk ends).
                 __syncthreads();
-                const int jmin = min(s_min[0], s_min[1]);
-                if (tid < R) s_sel[tid] = jmin != INT_MAX && own == jmin;
-                __syncthreads();  // s_min read by all before it is written again
+                const int jmin = s_min[0];
                 if (jmin == INT_MAX) return false;
-                cur = (int)max((long long)kv_begin, jmin * blk);
-                hi = (int)min((long long)kv_end, (jmin + 1) * blk);
+                cur = (int)max((long long)kv_begin, jmin * walk.blk);
+                hi = (int)min((long long)kv_end, (jmin + 1) * walk.blk);
                 prev = jmin;
             }
             if (cur >= hi) return false;
@@ -460,7 +447,7 @@ __device__ __forceinline__ void dec_body(const MsaDecodePipeParams& pp, const Ms
         tmem_dealloc<L::tmem_cols>(tmem);
     }
     // ---- split KV with counters: the combine fused (shared/fused_combine.cuh) ----
-    fused::fused_combine<D, kThreads>(pp, item, tc::dec_rows(p, item, D), reinterpret_cast<int*>(s_red), oscale);  // s_red is free
+    fused::fused_combine<D, kThreads>(pp, item, DR, reinterpret_cast<int*>(s_red), oscale);  // s_red is free
 }
 
 #endif  // MSA_SM100_ENABLED

@@ -32,6 +32,16 @@
 #include "shared/msa_tc_abi.h"
 #include "shared/tc_frag.cuh"
 
+// The body of an sm_80-family KV-major kernel (fwd, decode): the call in
+// the sm_80 image, a trap in the sm_90a and sm_100f images, whose families
+// run their own kernels. (The query-major sm_80 kernel runs on every
+// family: sm80_qfwd.cu.)
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && __CUDA_ARCH__ < 900
+#define MSA_SM80_BODY(...) __VA_ARGS__
+#else
+#define MSA_SM80_BODY(...) asm volatile("trap;")
+#endif
+
 namespace msa {
 namespace sm80 {
 

@@ -101,15 +101,6 @@ __device__ __forceinline__ void decode_impl(const MsaDecodeParams& p) {
     }
 }
 
-template <int D, int VAR>
-__device__ __forceinline__ void decode_entry(const MsaDecodeParams& p) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && __CUDA_ARCH__ < 900
-    decode_impl<D, VAR>(p);
-#else
-    asm volatile("trap;");  // sm_80-family kernel: sm_90 and sm_100 run their own kernels
-#endif
-}
-
 }  // namespace sm80
 }  // namespace msa
 
@@ -117,7 +108,7 @@ __device__ __forceinline__ void decode_entry(const MsaDecodeParams& p) {
     extern "C" __global__ void __launch_bounds__(D == 256 ? 256 : 128, 1)                                                   \
         msa_sm80_decode_##NAME##_d##D(const __grid_constant__ MsaDecodeParams p, const __grid_constant__ MsaTensorMaps maps) { \
         (void)maps;                                                                                                         \
-        msa::sm80::decode_entry<D, VAR>(p);                                                                                 \
+        MSA_SM80_BODY(msa::sm80::decode_impl<D, VAR>(p));                                                                   \
     }
 
 MSA_SM80_DECODE(bf16, 64, msa::tc::kVarBF16)

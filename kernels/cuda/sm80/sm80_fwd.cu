@@ -51,15 +51,6 @@ __device__ __forceinline__ void fwd_impl(const MsaFwdParams& p) {
     }
 }
 
-template <int D, int VAR>
-__device__ __forceinline__ void fwd_entry(const MsaFwdParams& p) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && __CUDA_ARCH__ < 900
-    fwd_impl<D, VAR>(p);
-#else
-    asm volatile("trap;");  // sm_80-family kernel: sm_90 and sm_100 run their own kernels
-#endif
-}
-
 }  // namespace sm80
 }  // namespace msa
 
@@ -67,7 +58,7 @@ __device__ __forceinline__ void fwd_entry(const MsaFwdParams& p) {
     extern "C" __global__ void __launch_bounds__(128, 1)                                                                 \
         msa_sm80_fwd_##NAME##_d##D(const __grid_constant__ MsaFwdParams p, const __grid_constant__ MsaTensorMaps maps) { \
         (void)maps;                                                                                                      \
-        msa::sm80::fwd_entry<D, VAR>(p);                                                                                 \
+        MSA_SM80_BODY(msa::sm80::fwd_impl<D, VAR>(p));                                                                   \
     }
 
 MSA_SM80_FWD(bf16, 64, msa::tc::kVarBF16)

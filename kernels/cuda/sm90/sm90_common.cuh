@@ -19,6 +19,15 @@
 #include <cute/arch/mma_sm90_desc.hpp>
 #include <cute/arch/mma_sm90_gmma.hpp>
 
+// The body of every sm_90a kernel: the call in the sm_90a image, a trap
+// in the others (an sm_90a kernel launched on another architecture),
+// whose targets lack the wgmma, setmaxnreg and TMA forms the bodies use.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define MSA_SM90_BODY(...) __VA_ARGS__
+#else
+#define MSA_SM90_BODY(...) asm volatile("trap;")
+#endif
+
 namespace msa {
 namespace sm90 {
 

@@ -195,22 +195,13 @@ __device__ __forceinline__ void decode_impl(const MsaDecodeParams& p, const MsaT
     }
 }
 
-template <int D, int VAR>
-__device__ __forceinline__ void decode_entry(const MsaDecodeParams& p, const MsaTensorMaps& maps) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    decode_impl<D, VAR>(p, maps);
-#else
-    asm volatile("trap;");  // sm_90a kernel: no body for other targets
-#endif
-}
-
 }  // namespace sm90
 }  // namespace msa
 
 #define MSA_SM90_DECODE(NAME, D, VAR)                                                                                    \
     extern "C" __global__ void __launch_bounds__(msa::sm90::DecCfg<D, VAR>::kThreads, 1)                                  \
         msa_sm90_decode_##NAME##_d##D(const __grid_constant__ MsaDecodeParams p, const __grid_constant__ MsaTensorMaps maps) { \
-        msa::sm90::decode_entry<D, VAR>(p, maps);                                                                          \
+        MSA_SM90_BODY(msa::sm90::decode_impl<D, VAR>(p, maps));                                                                \
     }
 
 MSA_SM90_DECODE(bf16, 64, msa::tc::kVarBF16)

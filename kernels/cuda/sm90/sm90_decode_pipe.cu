@@ -420,22 +420,13 @@ __device__ __forceinline__ void pipe_impl(const MsaDecodePipeParams& pp) {
     fused::fused_combine<D, kPipeThreads>(pp, item, R, reinterpret_cast<int*>(sQ), oscale);  // Q is no longer read
 }
 
-template <int D, int VAR, bool PV8>
-__device__ __forceinline__ void pipe_entry(const MsaDecodePipeParams& p) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    pipe_impl<D, VAR, PV8>(p);
-#else
-    asm volatile("trap;");  // sm_90a kernel: no body for other targets
-#endif
-}
-
 }  // namespace sm90
 }  // namespace msa
 
 #define MSA_SM90_DECPIPE_PV(NAME, D, VAR, PV8)                                                                              \
     extern "C" __global__ void __launch_bounds__(msa::sm90::kPipeThreads, msa::sm90::PipeCfg<D, VAR>::kCTAs)               \
         msa_sm90_decpipe_##NAME##_d##D(const __grid_constant__ MsaDecodePipeParams p) {                                    \
-        msa::sm90::pipe_entry<D, VAR, PV8>(p);                                                                               \
+        MSA_SM90_BODY(msa::sm90::pipe_impl<D, VAR, PV8>(p));                                                               \
     }
 #define MSA_SM90_DECPIPE(NAME, D, VAR) MSA_SM90_DECPIPE_PV(NAME, D, VAR, false)
 

@@ -115,22 +115,13 @@ __device__ __forceinline__ void fwd_impl(const MsaFwdParams& p, const MsaTensorM
     }
 }
 
-template <int D, int VAR>
-__device__ __forceinline__ void fwd_entry(const MsaFwdParams& p, const MsaTensorMaps& maps) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    fwd_impl<D, VAR>(p, maps);
-#else
-    asm volatile("trap;");  // sm_90a kernel: no body for other targets
-#endif
-}
-
 }  // namespace sm90
 }  // namespace msa
 
 #define MSA_SM90_FWD(NAME, D, VAR)                                                                                  \
     extern "C" __global__ void __launch_bounds__(msa::sm90::FwdCfg<D, VAR>::kThreads, 1)                             \
         msa_sm90_fwd_##NAME##_d##D(const __grid_constant__ MsaFwdParams p, const __grid_constant__ MsaTensorMaps maps) { \
-        msa::sm90::fwd_entry<D, VAR>(p, maps);                                                                        \
+        MSA_SM90_BODY(msa::sm90::fwd_impl<D, VAR>(p, maps));                                                             \
     }
 
 MSA_SM90_FWD(bf16, 64, msa::tc::kVarBF16)

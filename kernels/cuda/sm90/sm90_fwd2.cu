@@ -437,22 +437,13 @@ __device__ __forceinline__ void fwd2_impl(const MsaFwd2Params& P, const MsaTenso
     else fwd2_consumer<D, VAR, MSA_DT_BF16>(P, base, B, wg, threadIdx.x & 127);
 }
 
-template <int D, int VAR>
-__device__ __forceinline__ void fwd2_entry(const MsaFwd2Params& P, const MsaTensorMaps& maps) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    fwd2_impl<D, VAR>(P, maps);
-#else
-    asm volatile("trap;");  // sm_90a kernel: no body for other targets
-#endif
-}
-
 }  // namespace sm90
 }  // namespace msa
 
 #define MSA_SM90_FWD2(NAME, D, VAR)                                                                                    \
     extern "C" __global__ void __launch_bounds__(msa::sm90::Fwd2Cfg<D, VAR>::kThreads, 1)                               \
         msa_sm90_fwd2_##NAME##_d##D(const __grid_constant__ MsaFwd2Params p, const __grid_constant__ MsaTensorMaps maps) { \
-        msa::sm90::fwd2_entry<D, VAR>(p, maps);                                                                       \
+        MSA_SM90_BODY(msa::sm90::fwd2_impl<D, VAR>(p, maps));                                                              \
     }
 
 MSA_SM90_FWD2(bf16, 64, msa::tc::kVarBF16)

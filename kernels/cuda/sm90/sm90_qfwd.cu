@@ -511,15 +511,6 @@ __device__ __forceinline__ void qfwd_impl(const MsaQFwdParams& p, const MsaTenso
     qfwd_consumer<D, VAR, PV8>(p, X, R, q_walk(p, t, R));
 }
 
-template <int D, int VAR, bool PV8>
-__device__ __forceinline__ void qfwd_entry(const MsaQFwdParams& p, const MsaTensorMaps& maps) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    qfwd_impl<D, VAR, PV8>(p, maps);
-#else
-    asm volatile("trap;");  // sm_90a kernel: no body for other targets
-#endif
-}
-
 // Kernel-name variants: the dtype variant and the P.V mode (fp8pv: the
 // fp8 variant with P.V on the e4m3 wgmma, the A/B alternative to fp8's
 // widened V until a GPU has timed both).
@@ -539,7 +530,7 @@ using QFwdCfgOf = QFwdCfg<D, QName<NAMEVAR>::var, QName<NAMEVAR>::pv8>;
 #define MSA_SM90_QFWD(NAME, D)                                                                                              \
     extern "C" __global__ void __launch_bounds__(msa::sm90::QFwdCfgOf<D, msa::sm90::kQ_##NAME>::kThreads, 1)               \
         msa_sm90_qfwd_##NAME##_d##D(const __grid_constant__ MsaQFwdParams p, const __grid_constant__ MsaTensorMaps maps) { \
-        msa::sm90::qfwd_entry<D, msa::sm90::QName<msa::sm90::kQ_##NAME>::var, msa::sm90::QName<msa::sm90::kQ_##NAME>::pv8>(p, maps); \
+        MSA_SM90_BODY(msa::sm90::qfwd_impl<D, msa::sm90::QName<msa::sm90::kQ_##NAME>::var, msa::sm90::QName<msa::sm90::kQ_##NAME>::pv8>(p, maps)); \
     }
 
 MSA_SM90_QFWD(bf16, 64)

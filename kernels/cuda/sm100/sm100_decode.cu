@@ -158,7 +158,9 @@ __device__ __forceinline__ void dec_body(const MsaDecodePipeParams& pp, const Ms
     if (V == kNVFP4 && p.k_global_scale) scale *= *reinterpret_cast<const float*>(p.k_global_scale);
     const uint8_t* qbase = reinterpret_cast<const uint8_t*>(p.q);
     const bool sparse = p.q2k != 0;
-    // The sparse walk of shared/tc_frag.cuh, run by warp 0 (rows 2l, 2l+1 per lane).
+    // The sparse walk of shared/tc_frag.cuh, run by warp 0 (lane l holds
+    // rows l and l + 32 of the row tile: its 64 rows are the tile's R).
+    static_assert(R == tc::kTileRows && R == 64, "SparseWalk covers the decode row tile");
     const tc::SparseWalk walk{sparse ? reinterpret_cast<const int*>(p.q2k) +
                                            ((long long)h * p.batch * p.seqlen_q + (long long)b * p.seqlen_q) * p.top_k
                                      : nullptr,
@@ -210,7 +212,8 @@ __device__ __forceinline__ void dec_body(const MsaDecodePipeParams& pp, const Ms
                     if (lane == 0) s_min[0] = j;
                 }
                 // s_min and s_sel are written again only by the next call,
-                // after this one's closing barrier (or never: the walk ends).
+                // after this one's closing barrier, or, when the walk ends
+                // here, by the next row tile's, after the epilogue's barriers.
                 __syncthreads();
                 const int jmin = s_min[0];
                 if (jmin == INT_MAX) return false;

@@ -516,9 +516,7 @@ func (r *report) prefill(c *check.Prefill, seed uint64, windowed bool) {
 		ref := ref
 		if fp8 && md.fp8Walk {
 			if ref8 == nil {
-				c.PV8Walk = true
-				ref8 = c.Reference()
-				c.PV8Walk = false
+				ref8 = c.WalkReference()
 			}
 			ref = ref8
 		}
@@ -753,9 +751,7 @@ func (r *report) decode(c *check.Decode, seed uint64) {
 		ref := ref
 		if fp8 && md.fp8Walk && strings.Contains(kern, "msa_sm100_decode_") {
 			if ref8 == nil {
-				c.PV8Walk = true
-				ref8 = c.Reference()
-				c.PV8Walk = false
+				ref8 = c.WalkReference()
 			}
 			ref = ref8
 		}

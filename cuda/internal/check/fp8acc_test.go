@@ -89,12 +89,10 @@ type fp8Problem interface {
 	gen() error
 	name() string
 	reference(f *fault) *Reference
-	setPV8Walk(on bool)
+	WalkReference() *Reference
 	stores() (q, k, v *Store)
 }
 
-func (c *Prefill) setPV8Walk(on bool)       { c.PV8Walk = on }
-func (c *Decode) setPV8Walk(on bool)        { c.PV8Walk = on }
 func (c *Prefill) stores() (q, k, v *Store) { return c.Q, c.K, c.V }
 func (c *Decode) stores() (q, k, v *Store)  { return c.Q, c.K, c.V }
 
@@ -109,10 +107,7 @@ func fp8ModelCase(t *testing.T, c fp8Problem, models []fp8Model, logWalk bool) (
 	}
 	for _, sv := range signVariants {
 		sv.set(c.stores()) // cumulative: each variant on the previous one's inputs
-		base := c.reference(nil)
-		c.setPV8Walk(true)
-		walk := c.reference(nil)
-		c.setPV8Walk(false)
+		base, walk := c.reference(nil), c.WalkReference()
 		for _, m := range models {
 			got := asResult(c.reference(&fault{fp8Acc: true, fp8Span: m.span, pE4M3: true}))
 			ref := base

@@ -263,6 +263,15 @@ func (c *Prefill) kvRow(b, t, h int, f *fault) int {
 // Reference computes the problem in float64 from its inputs and q2k.
 func (c *Prefill) Reference() *Reference { return c.reference(nil) }
 
+// WalkReference is Reference under the bounds of the kernels that keep
+// FP8 P.V over a whole walk (PV8Walk set while it runs, then restored).
+func (c *Prefill) WalkReference() *Reference {
+	was := c.PV8Walk
+	c.PV8Walk = true
+	defer func() { c.PV8Walk = was }()
+	return c.reference(nil)
+}
+
 func (c *Prefill) reference(f *fault) *Reference {
 	ar := c.arith()
 	k, v := c.K.values(), c.V.values()
@@ -340,6 +349,16 @@ func (c *Decode) kvRow(b, t, h int, f *fault) int {
 
 // Reference computes the decode problem in float64.
 func (c *Decode) Reference() *Reference { return c.reference(nil) }
+
+// WalkReference is Reference under the bounds of the kernels that keep
+// FP8 P.V over a work item's whole walk (PV8Walk set while it runs, then
+// restored).
+func (c *Decode) WalkReference() *Reference {
+	was := c.PV8Walk
+	c.PV8Walk = true
+	defer func() { c.PV8Walk = was }()
+	return c.reference(nil)
+}
 
 func (c *Decode) reference(f *fault) *Reference {
 	ar := c.arith()
